@@ -1,0 +1,85 @@
+// Memory planning: a pure function from (Config, EP size) to every byte Dist-MoE will own.
+//
+// The plan covers the per-rank symmetric windows (routing, dispatch, combine), the activation
+// buffer (saved-activation slots growing up, scratch growing down) and, with VMM, the pinned host
+// overflow scratch. All sizes are rounded up to kMemoryAlignment. Formulas: docs/memory_planner.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dist_moe/config.h"
+
+namespace dist_moe {
+
+inline constexpr int64_t kMemoryAlignment = 128;
+// Rows of every local expert are padded to this multiple for block-scaled formats (one 128-row
+// scale atom per expert start; 32-row column-quant blocks never straddle experts).
+inline constexpr int64_t kBlockScaledRowMultiple = 128;
+inline constexpr int64_t kRoutingHeaderBytes = 128;
+
+inline int64_t align_up(int64_t bytes, int64_t alignment = kMemoryAlignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
+struct PlanOptions {
+  // Allocation granularity of the VMM mapping (cuMemGetAllocationGranularity, RECOMMENDED).
+  // When set, and the plan uses host scratch, the physical VMM sections are resolved.
+  std::optional<int64_t> vmm_granularity_bytes;
+};
+
+struct MemoryPlan {
+  // ---- upstream's 23 fields, in upstream's order ----
+  int64_t balanced_recv_rows = 0;            // T_max * K
+  int64_t device_scratch_capacity_rows = 0;  // rows HBM scratch can hold (clamped factor, padded)
+  int64_t total_scratch_capacity_rows = 0;   // hard limit: device + host rows
+  double device_scratch_capacity_factor = 1.0;  // effective (clamped to ep_size)
+  double total_scratch_capacity_factor = 1.0;   // effective (clamped to ep_size)
+  int64_t saved_input_bytes_per_layer = 0;
+  int64_t device_scratch_bytes = 0;
+  int64_t host_scratch_bytes = 0;
+  int64_t minimum_activation_slot_bytes = 0;
+  int64_t balanced_full_save_activation_slot_bytes = 0;
+  int64_t maximum_useful_activation_slot_bytes = 0;
+  int64_t activation_slot_bytes = 0;
+  std::optional<double> activation_slot_capacity_factor;  // echo of the config
+  int64_t total_activation_bytes = 0;
+  int64_t total_device_buffer_bytes = 0;
+  int64_t total_virtual_bytes = 0;
+  int64_t num_activation_slots = 0;
+  bool inference = false;
+  std::optional<int64_t> vmm_granularity_bytes;  // set only when the VMM layout is resolved
+  int64_t vmm_device_prefix_bytes = 0;
+  int64_t vmm_host_section_bytes = 0;
+  int64_t vmm_device_scratch_section_bytes = 0;
+  int64_t vmm_padding_bytes = 0;
+
+  // ---- this project's symmetric windows, per rank (allocated with ncclMemAlloc) ----
+  DType routing_id_dtype = DType::kInt16;  // int16 when num_experts fits, else int32
+  int64_t routing_window_bytes = 0;        // 128-byte header (int32 T) + T_max*K ids
+  int64_t dispatch_window_bytes = 0;       // BF16 [T_max, K, D]: x rows (fwd), grad_h3 routes (bwd)
+  int64_t combine_window_bytes = 0;        // BF16 [T_max, K, D]: h3 routes (fwd), grad_x routes (bwd)
+  int64_t total_symmetric_bytes = 0;
+
+  // Soft problems the planner corrected (factor clamping, oversized slot).
+  std::vector<std::string> warnings;
+
+  bool uses_host_scratch() const { return host_scratch_bytes > 0; }
+  // Human-readable summary in upstream's categories, then this project's windows.
+  std::string explain() const;
+};
+
+// Pure: allocates nothing. Throws dist_moe::Error (kInvalidValue) on invalid input.
+MemoryPlan plan_memory(const Config& config, int64_t ep_size, const PlanOptions& options = {});
+
+// Receive-row capacity for T_max tokens, factor f, L local experts, R ranks and per-expert row
+// multiple m (1 for BF16): min(int(T*K*f + 0.5), T*R*min(K, L)), then padded per expert.
+int64_t plan_max_recv_rows(int64_t tokens, int64_t top_k, double factor, int64_t local_experts,
+                           int64_t ep_size, int64_t row_multiple);
+
+// "0.000 GiB (16,384 bytes)": the size format of explain().
+std::string format_bytes(int64_t bytes);
+
+}  // namespace dist_moe

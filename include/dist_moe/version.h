@@ -1,0 +1,6 @@
+#pragma once
+
+#define DIST_MOE_VERSION_MAJOR 0
+#define DIST_MOE_VERSION_MINOR 1
+#define DIST_MOE_VERSION_PATCH 0
+#define DIST_MOE_VERSION_STRING "0.1.0"

@@ -1,0 +1,1 @@
+// Placeholder translation unit: keeps a CUDA library target valid while its folders are empty.
