@@ -224,7 +224,7 @@ void RMSNormPostprocess::validate(DType input_dtype, DType score_dtype, int64_t 
   const std::string why = rmsnorm_contract_violation(input_dtype, score_dtype, norm_output_dtype, output_dtype, top_k, dim);
   if (!why.empty()) value_error("fused post-expert RMSNorm is unsupported: " + why);
   if (training && !require_bitwise && dim > 12288)
-    value_error("non-bitwise fused RMSNorm with hidden_dim above 12288 is inference-only, got hidden_dim=" +
+    value_error("non-bitwise fused RMSNorm dims above 12288 are inference-only, got hidden_dim=" +
                 std::to_string(dim));
   if (weight == nullptr && gain_center != 0.0)
     value_error("RMSNormPostprocess.gain_center requires a weight, got gain_center=" + num(gain_center));

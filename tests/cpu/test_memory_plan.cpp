@@ -1,0 +1,292 @@
+// plan_memory on hand-computed cases: upstream's worked examples (reference §1.7 and the
+// DistMoeMemoryPlanTest inventory), clamping, block-scaled padding, inference, VMM sections, and
+// this project's symmetric windows.
+#include <gtest/gtest.h>
+
+#include "dist_moe/error.h"
+#include "dist_moe/memory_plan.h"
+
+namespace dist_moe {
+namespace {
+
+// upstream's _config: T=4, D=F=128, K=2, E=4, 2 layers per slot, device factor 1.0, VMM total 2.0.
+Config small_config() {
+  Config c;
+  c.max_num_local_input_tokens = 4;
+  c.hidden_dim = 128;
+  c.intermediate_dim = 128;
+  c.top_k = 2;
+  c.num_experts = 4;
+  c.max_moe_layers_per_activation_slot = 2;
+  c.device_scratch_capacity_factor = 1.0;
+  c.vmm = VmmConfig{2.0, true};
+  return c;
+}
+
+std::string error_of(const Config& c, int64_t ep) {
+  try {
+    plan_memory(c, ep);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(MemoryPlan, DerivesUpstreamSmallExample) {
+  const MemoryPlan p = plan_memory(small_config(), 2);
+  EXPECT_EQ(p.balanced_recv_rows, 8);
+  EXPECT_EQ(p.device_scratch_capacity_rows, 8);
+  EXPECT_EQ(p.total_scratch_capacity_rows, 16);  // topology cap 4*2*min(2,2) = 16
+  EXPECT_EQ(p.saved_input_bytes_per_layer, 1024);
+  EXPECT_EQ(p.device_scratch_bytes, 12288);  // 2048 + 4096 + 4096 + 2048 (D == F: no grad_h3 term)
+  EXPECT_EQ(p.host_scratch_bytes, 12288);
+  EXPECT_EQ(p.minimum_activation_slot_bytes, 2048);
+  EXPECT_EQ(p.balanced_full_save_activation_slot_bytes, 16384);  // 2*(2048 + 4096 + 2048)
+  EXPECT_EQ(p.maximum_useful_activation_slot_bytes, 28672);      // 2*(4096 + 8192 + 2048)
+  EXPECT_FALSE(p.activation_slot_capacity_factor.has_value());
+  EXPECT_EQ(p.activation_slot_bytes, 2048);
+  EXPECT_EQ(p.total_activation_bytes, 2048);
+  EXPECT_EQ(p.total_device_buffer_bytes, 14336);
+  EXPECT_EQ(p.total_virtual_bytes, 26624);
+  EXPECT_TRUE(p.uses_host_scratch());
+}
+
+TEST(MemoryPlan, ExplainMatchesUpstreamWorkedExample) {
+  Config c = small_config();
+  c.activation_slot_capacity_factor = 1.0;
+  const MemoryPlan p = plan_memory(c, 2);
+  EXPECT_EQ(p.activation_slot_bytes, 16384);
+  EXPECT_EQ(p.total_device_buffer_bytes, 28672);
+  EXPECT_EQ(p.total_virtual_bytes, 40960);
+  const std::string expected =
+      "Distributed MoE memory plan:\n"
+      "  balanced/device/total rows: 8/8/16\n"
+      "  device/total scratch capacity factors: 1/2\n"
+      "  activation slots: 1 x 0.000 GiB (16,384 bytes) = 0.000 GiB (16,384 bytes) (balanced capacity factor 1)\n"
+      "  device scratch: 0.000 GiB (12,288 bytes)\n"
+      "  host overflow scratch: 0.000 GiB (12,288 bytes)\n"
+      "  total device buffer: 0.000 GiB (28,672 bytes)\n"
+      "  activation slot minimum/balanced full-save/maximum useful: 0.000 GiB (2,048 bytes) / 0.000 GiB (16,384 "
+      "bytes) / 0.000 GiB (28,672 bytes)\n"
+      "  virtual address range: 0.000 GiB (40,960 bytes); balanced routing fits without recompute; larger "
+      "saved-state usage may recompute\n"
+      "  activation slots are a soft limit (recompute on exhaustion); total scratch capacity is a hard limit\n";
+  const std::string text = p.explain();
+  ASSERT_GE(text.size(), expected.size());
+  EXPECT_EQ(text.substr(0, expected.size()), expected);  // this project's window lines follow
+  EXPECT_NE(text.find("symmetric windows per rank"), std::string::npos);
+}
+
+TEST(MemoryPlan, SlotCapacityModesAreIndependentOfScratch) {
+  Config c = small_config();
+  c.activation_slot_bytes = 2049;  // minimum + 1 aligns up
+  MemoryPlan p = plan_memory(c, 2);
+  EXPECT_EQ(p.activation_slot_bytes, 2176);
+  c.num_activation_slots = 3;
+  EXPECT_EQ(plan_memory(c, 2).total_activation_bytes, 6528);
+
+  c = small_config();
+  c.activation_slot_capacity_factor = 0.0;
+  EXPECT_EQ(plan_memory(c, 2).activation_slot_bytes, 2048);
+  c.activation_slot_capacity_factor = 1.0;
+  EXPECT_EQ(plan_memory(c, 2).activation_slot_bytes, 16384);
+  c.activation_slot_capacity_factor = 1.5;
+  EXPECT_EQ(plan_memory(c, 2).activation_slot_bytes, 2048 + 21504);
+
+  // A larger device factor changes device scratch but not the slot.
+  Config d = c;
+  d.device_scratch_capacity_factor = 2.0;
+  const MemoryPlan a = plan_memory(c, 2), b = plan_memory(d, 2);
+  EXPECT_EQ(a.activation_slot_bytes, b.activation_slot_bytes);
+  EXPECT_NE(a.device_scratch_bytes, b.device_scratch_bytes);
+  EXPECT_EQ(b.device_scratch_bytes, 24576);
+  EXPECT_EQ(b.host_scratch_bytes, 0);
+}
+
+TEST(MemoryPlan, ExactSlotBytesBelowMinimumAreRejected) {
+  Config c = small_config();
+  c.activation_slot_bytes = 1024;
+  const std::string e = error_of(c, 2);
+  EXPECT_NE(e.find("activation_slot_bytes=1024 is below the minimum required 2048 bytes"), std::string::npos) << e;
+}
+
+TEST(MemoryPlan, MutuallyExclusiveSlotControlsAreRejected) {
+  Config c = small_config();
+  c.activation_slot_bytes = 4096;
+  c.activation_slot_capacity_factor = 1.0;
+  EXPECT_NE(error_of(c, 2).find("mutually exclusive"), std::string::npos);
+}
+
+TEST(MemoryPlan, HostOverflowMustExtendDeviceCapacity) {
+  Config c = small_config();
+  c.device_scratch_capacity_factor = 2.0;
+  c.vmm = VmmConfig{1.0, true};
+  EXPECT_NE(error_of(c, 2).find("must cover at least the device_scratch_capacity_factor after EP-size clamping"),
+            std::string::npos);
+}
+
+TEST(MemoryPlan, FactorsAreClampedToEpSize) {
+  Config c = small_config();
+  c.device_scratch_capacity_factor = 4.0;
+  c.vmm = VmmConfig{16.0, true};
+  const MemoryPlan p = plan_memory(c, 2);
+  EXPECT_DOUBLE_EQ(p.device_scratch_capacity_factor, 2.0);
+  EXPECT_DOUBLE_EQ(p.total_scratch_capacity_factor, 2.0);
+  EXPECT_EQ(p.device_scratch_capacity_rows, 16);
+  EXPECT_EQ(p.total_scratch_capacity_rows, 16);
+  ASSERT_FALSE(p.warnings.empty());
+  EXPECT_NE(p.warnings[0].find("capped to 2"), std::string::npos);
+}
+
+TEST(MemoryPlan, TopologyMaximumCapsRows) {
+  // K > E_local: a token sends at most E_local rows to one rank, so the cap is T*R*min(K, L).
+  Config c = small_config();
+  c.num_experts = 8;
+  c.top_k = 6;
+  c.vmm = VmmConfig{8.0, true};
+  const MemoryPlan p = plan_memory(c, 8);  // L = 1: at most T*R*1 = 32 rows
+  EXPECT_EQ(p.balanced_recv_rows, 24);
+  EXPECT_EQ(p.total_scratch_capacity_rows, 32);
+}
+
+TEST(MemoryPlan, EpSizeMustBePositiveAndDivideExperts) {
+  EXPECT_NE(error_of(small_config(), 0).find("ep_size must be positive, got 0"), std::string::npos);
+  EXPECT_NE(error_of(small_config(), 3).find("num_experts=4 must be divisible by ep_size=3"), std::string::npos);
+}
+
+TEST(MemoryPlan, PrefetchPolicyDoesNotChangeThePlan) {
+  Config a = small_config(), b = small_config();
+  b.vmm->prefetch = false;
+  EXPECT_EQ(plan_memory(a, 2).explain(), plan_memory(b, 2).explain());
+}
+
+TEST(MemoryPlan, InferenceHasNoSlots) {
+  Config c = small_config();
+  c.inference = true;
+  c.num_activation_slots = 0;
+  const MemoryPlan p = plan_memory(c, 2);
+  EXPECT_EQ(p.num_activation_slots, 0);
+  EXPECT_EQ(p.activation_slot_bytes, 0);
+  EXPECT_EQ(p.total_activation_bytes, 0);
+  EXPECT_EQ(p.minimum_activation_slot_bytes, 0);
+  EXPECT_EQ(p.balanced_full_save_activation_slot_bytes, 0);
+  EXPECT_EQ(p.maximum_useful_activation_slot_bytes, 0);
+  EXPECT_EQ(p.total_device_buffer_bytes, p.device_scratch_bytes);
+  EXPECT_EQ(p.device_scratch_bytes, 2048 + 4096 + 2048);  // x_gathered + h1 + h2 at 8 rows
+  EXPECT_EQ(p.host_scratch_bytes, 2 * 8192 - 8192);
+  const std::string text = p.explain();
+  EXPECT_NE(text.find("activation slots: 0 slot(s)"), std::string::npos);
+  EXPECT_NE(text.find("scratch-only inference; no saved activations"), std::string::npos);
+  EXPECT_EQ(text.find("across"), std::string::npos);
+}
+
+TEST(MemoryPlan, ExplainReportsSectionsAndBounds) {
+  const std::string text = plan_memory(small_config(), 2).explain();
+  for (const char* s : {"activation slots", "device scratch", "host overflow scratch", "minimum", "maximum useful",
+                        "all layers recompute at the minimum budget", "soft limit", "hard limit"})
+    EXPECT_NE(text.find(s), std::string::npos) << s;
+  Config c = small_config();
+  c.activation_slot_bytes = 28672;
+  EXPECT_NE(plan_memory(c, 2).explain().find("all executable routing fits without recompute"), std::string::npos);
+  c.activation_slot_bytes = 8192;
+  EXPECT_NE(plan_memory(c, 2).explain().find("may avoid recompute for some layers"), std::string::npos);
+  c.activation_slot_bytes = 40960;
+  const MemoryPlan big = plan_memory(c, 2);
+  ASSERT_FALSE(big.warnings.empty());  // above the maximum useful size
+  EXPECT_NE(big.warnings.back().find("exceeds the maximum useful"), std::string::npos);
+}
+
+TEST(MemoryPlan, BlockScaledRowsArePaddedPerExpert) {
+  Config c = small_config();
+  c.max_num_local_input_tokens = 256;
+  c.block_scaled = BlockScaledConfig{};
+  MemoryPlan p = plan_memory(c, 2);
+  EXPECT_EQ(p.device_scratch_capacity_rows, 640);   // floor((512 + 2*127)/128)*128
+  EXPECT_EQ(p.total_scratch_capacity_rows, 1152);   // floor((1024 + 2*127)/128)*128
+  EXPECT_GT(p.total_activation_bytes, 0);
+  EXPECT_GT(p.host_scratch_bytes, 0);
+
+  c = small_config();
+  c.max_num_local_input_tokens = 100;
+  c.num_experts = 8;
+  c.device_scratch_capacity_factor = 1.5;
+  c.vmm.reset();
+  c.block_scaled = BlockScaledConfig{};
+  p = plan_memory(c, 2);
+  EXPECT_EQ(p.balanced_recv_rows, 200);            // balanced rows are never padded
+  EXPECT_EQ(p.device_scratch_capacity_rows, 768);  // floor((300 + 4*127)/128)*128
+  EXPECT_EQ(plan_max_recv_rows(100, 2, 1.5, 4, 2, 1), 300);  // BF16: no padding
+}
+
+TEST(MemoryPlan, LargeModelBf16MatchesUpstreamTable) {
+  // T=4096, D=4096, F=14336, K=8, E=128, 32 layers, device 1.5, VMM 16, EP16 (reference §1.7).
+  Config c;
+  c.max_num_local_input_tokens = 4096;
+  c.hidden_dim = 4096;
+  c.intermediate_dim = 14336;
+  c.top_k = 8;
+  c.num_experts = 128;
+  c.max_moe_layers_per_activation_slot = 32;
+  c.device_scratch_capacity_factor = 1.5;
+  c.vmm = VmmConfig{16.0, true};
+  MemoryPlan p = plan_memory(c, 16);
+  EXPECT_EQ(p.balanced_recv_rows, 32768);
+  EXPECT_EQ(p.device_scratch_capacity_rows, 49152);
+  EXPECT_EQ(p.total_scratch_capacity_rows, 524288);
+  EXPECT_EQ(p.total_activation_bytes, 1073741824LL);
+  EXPECT_EQ(p.device_scratch_bytes, 7449083904LL);
+  EXPECT_EQ(p.host_scratch_bytes, 72007811072LL);
+  EXPECT_EQ(p.total_device_buffer_bytes, 8522825728LL);
+  c.activation_slot_bytes = 16LL << 30;
+  p = plan_memory(c, 16);
+  EXPECT_EQ(p.total_activation_bytes, 17179869184LL);
+  EXPECT_EQ(p.total_device_buffer_bytes, 24628953088LL);
+  c.activation_slot_bytes.reset();
+  c.activation_slot_capacity_factor = 1.0;
+  p = plan_memory(c, 16);
+  EXPECT_EQ(p.total_activation_bytes, 77309411328LL);
+  EXPECT_EQ(p.total_device_buffer_bytes, 84758495232LL);
+}
+
+TEST(MemoryPlan, VmmSectionsResolveWithGranularity) {
+  Config c = small_config();
+  c.activation_slot_capacity_factor = 1.0;
+  const int64_t G = 2 << 20;
+  const MemoryPlan p = plan_memory(c, 2, PlanOptions{G});
+  ASSERT_TRUE(p.vmm_granularity_bytes.has_value());
+  EXPECT_EQ(p.vmm_device_prefix_bytes, G);
+  EXPECT_EQ(p.vmm_host_section_bytes, G);
+  // 3 sections of 2 MiB = 6 MiB < 10 MiB: the allocator total is 20 MiB; the rest goes to hot scratch.
+  EXPECT_EQ(p.total_virtual_bytes, 20 << 20);
+  EXPECT_EQ(p.vmm_device_scratch_section_bytes, (20 << 20) - 2 * G);
+  EXPECT_EQ(p.vmm_padding_bytes, (20 << 20) - 16384 - 12288 - 12288);
+  EXPECT_NE(p.explain().find("mapped device/host/device sections"), std::string::npos);
+  // Without host scratch nothing is resolved.
+  Config no_host = c;
+  no_host.vmm = VmmConfig{1.0, true};
+  EXPECT_FALSE(plan_memory(no_host, 2, PlanOptions{G}).vmm_granularity_bytes.has_value());
+}
+
+TEST(MemoryPlan, SymmetricWindowsAreByteExact) {
+  const MemoryPlan p = plan_memory(small_config(), 2);
+  EXPECT_EQ(p.routing_id_dtype, DType::kInt16);
+  EXPECT_EQ(p.routing_window_bytes, 256);   // A(128 + 4*2*2)
+  EXPECT_EQ(p.dispatch_window_bytes, 2048);  // 4*2*128*2
+  EXPECT_EQ(p.combine_window_bytes, 2048);
+  EXPECT_EQ(p.total_symmetric_bytes, 4352);
+  Config many = small_config();
+  many.num_experts = 65536;
+  const MemoryPlan q = plan_memory(many, 2);
+  EXPECT_EQ(q.routing_id_dtype, DType::kInt32);
+  EXPECT_EQ(q.routing_window_bytes, 256);  // A(128 + 4*2*4) = A(160)
+}
+
+TEST(MemoryPlan, FormatBytesMatchesPythonFormatting) {
+  EXPECT_EQ(format_bytes(0), "0.000 GiB (0 bytes)");
+  EXPECT_EQ(format_bytes(16384), "0.000 GiB (16,384 bytes)");
+  EXPECT_EQ(format_bytes(1073741824LL), "1.000 GiB (1,073,741,824 bytes)");
+  EXPECT_EQ(format_bytes(77309411328LL), "72.000 GiB (77,309,411,328 bytes)");
+}
+
+}  // namespace
+}  // namespace dist_moe
