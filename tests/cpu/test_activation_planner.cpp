@@ -1,0 +1,243 @@
+// The device activation planner, run on the host: recompute decisions, LIFO slots, scratch-only
+// calls, backward snapshots, and agreement with plan_memory's byte formulas.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "dist_moe/device/planner/activation_planner.cuh"
+#include "dist_moe/memory_plan.h"
+
+namespace dist_moe {
+namespace {
+
+using planner::BufferGeometry;
+using planner::CallShape;
+using planner::PlanStatus;
+
+// Host mirror of one rank's planner state.
+struct HostPlanner {
+  BufferGeometry g;
+  int64_t R;
+  std::vector<int64_t> saved, layer_id, peak;
+  HostPlanner(const BufferGeometry& geometry, int64_t ep) : g(geometry), R(ep) {
+    saved.assign(g.num_slots * R, -7);
+    layer_id.assign(g.num_slots, -7);
+    peak.assign(g.num_slots + 1, -7);
+    planner::reset_planner(g, R, state());
+  }
+  planner::PlannerState state() { return {saved.data(), layer_id.data(), peak.data()}; }
+  bool operator==(const HostPlanner& o) const { return saved == o.saved && layer_id == o.layer_id; }
+};
+
+Config make_config(int64_t T, int64_t D, int64_t F, int64_t K, int64_t E, int64_t layers) {
+  Config c;
+  c.max_num_local_input_tokens = T;
+  c.hidden_dim = D;
+  c.intermediate_dim = F;
+  c.top_k = K;
+  c.num_experts = E;
+  c.max_moe_layers_per_activation_slot = layers;
+  return c;
+}
+
+BufferGeometry geometry_of(const MemoryPlan& p) {
+  return {p.num_activation_slots, p.activation_slot_bytes, p.total_device_buffer_bytes + p.host_scratch_bytes};
+}
+
+CallShape shape_of(const Config& c, int64_t R, int64_t rank) {
+  return {c.max_num_local_input_tokens, c.hidden_dim, c.intermediate_dim, c.top_k, R, rank};
+}
+
+std::vector<int64_t> layer_buffer(int64_t R) { return std::vector<int64_t>(planner::layer_state_size(R), -9); }
+
+TEST(ActivationPlanner, BalancedSlotFactorRecomputesOnlyAboveItsSoftBudget) {
+  Config c = make_config(8, 128, 128, 1, 4, 1);
+  c.device_scratch_capacity_factor = 2.0;
+  c.activation_slot_capacity_factor = 1.0;
+  const MemoryPlan p = plan_memory(c, 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    HostPlanner hp(geometry_of(p), 2);
+    auto out = layer_buffer(2);
+    const int32_t balanced[2] = {8, 8};
+    ASSERT_EQ(planner::plan_bf16_forward(hp.g, shape_of(c, 2, rank), hp.state(), 0, 1, balanced, false, out.data()),
+              PlanStatus::kOk);
+    EXPECT_EQ(out[planner::kNeedRecompute], 0) << "balanced rows fit a factor-1.0 slot";
+    HostPlanner hq(geometry_of(p), 2);
+    const int32_t skewed[2] = {16, 0};  // factor 2.0 on rank 0
+    ASSERT_EQ(planner::plan_bf16_forward(hq.g, shape_of(c, 2, rank), hq.state(), 0, 1, skewed, false, out.data()),
+              PlanStatus::kOk);
+    EXPECT_EQ(out[planner::kNeedRecompute], 1) << "one rank above the balanced budget forces recompute on all";
+  }
+}
+
+TEST(ActivationPlanner, ScratchOnlyPlansPreserveTheSlotStack) {
+  Config c = make_config(8, 64, 64, 1, 4, 2);
+  const MemoryPlan p = plan_memory(c, 1);
+  HostPlanner hp(geometry_of(p), 1);
+  const HostPlanner initial = hp;
+  auto out = layer_buffer(1);
+  const int32_t rows[1] = {8};
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(planner::plan_bf16_forward(hp.g, shape_of(c, 1, 0), hp.state(), 0, 2, rows, true, out.data()),
+              PlanStatus::kOk);
+    EXPECT_EQ(out[planner::kNeedRecompute], 1);
+    EXPECT_EQ(out[planner::kSlot], -1);
+    EXPECT_EQ(out[planner::kX], -1);
+    EXPECT_TRUE(hp == initial);
+  }
+  EXPECT_LT(hp.peak[hp.g.num_slots], initial.peak[hp.g.num_slots]);  // only the scratch peak moves
+}
+
+TEST(ActivationPlanner, BackwardUsesTheForwardSlotNotTheLiveSelector) {
+  Config c = make_config(8, 128, 128, 2, 4, 1);
+  c.num_activation_slots = 2;
+  c.activation_slot_capacity_factor = 1.0;
+  const MemoryPlan p = plan_memory(c, 1);
+  HostPlanner hp(geometry_of(p), 1);
+  const HostPlanner initial = hp;
+  auto out = layer_buffer(1);
+  const int32_t rows[1] = {16};
+  ASSERT_EQ(planner::plan_bf16_forward(hp.g, shape_of(c, 1, 0), hp.state(), /*slot*/ 0, 1, rows, false, out.data()),
+            PlanStatus::kOk);
+  EXPECT_EQ(out[planner::kSlot], 0);
+  EXPECT_EQ(hp.layer_id[0], 1);
+  // The caller now selects slot 1; backward still pops slot 0 from the snapshot.
+  planner::Bf16BackwardOffsets bo{};
+  ASSERT_EQ(planner::plan_bf16_backward(hp.g, shape_of(c, 1, 0), hp.state(), out.data(), &bo), PlanStatus::kOk);
+  EXPECT_TRUE(hp == initial);
+  EXPECT_EQ(hp.layer_id[0], 0);
+  EXPECT_EQ(hp.layer_id[1], 0);
+}
+
+TEST(ActivationPlanner, SlotsAreLifoAndOutOfOrderPopsAreCaught) {
+  Config c = make_config(8, 128, 256, 2, 4, 2);
+  c.activation_slot_capacity_factor = 1.0;
+  const MemoryPlan p = plan_memory(c, 2);
+  HostPlanner hp(geometry_of(p), 2);
+  const HostPlanner initial = hp;
+  auto l0 = layer_buffer(2), l1 = layer_buffer(2);
+  const int32_t rows[2] = {16, 16};
+  const CallShape sh = shape_of(c, 2, 1);
+  ASSERT_EQ(planner::plan_bf16_forward(hp.g, sh, hp.state(), 0, 2, rows, false, l0.data()), PlanStatus::kOk);
+  ASSERT_EQ(planner::plan_bf16_forward(hp.g, sh, hp.state(), 0, 2, rows, false, l1.data()), PlanStatus::kOk);
+  EXPECT_EQ(l0[planner::kNeedRecompute], 0);
+  EXPECT_EQ(l1[planner::kNeedRecompute], 0);
+  EXPECT_EQ(l1[planner::kXGathered], l0[planner::kH3] + planner::h3_bytes(sh));  // contiguous pushes
+  // A third live forward in a 2-deep slot is refused.
+  auto l2 = layer_buffer(2);
+  HostPlanner extra = hp;
+  EXPECT_EQ(planner::plan_bf16_forward(extra.g, sh, extra.state(), 0, 2, rows, false, l2.data()),
+            PlanStatus::kSlotOverflow);
+  // Popping the lower layer first is an ordering error.
+  planner::Bf16BackwardOffsets bo{};
+  HostPlanner wrong = hp;
+  EXPECT_EQ(planner::plan_bf16_backward(wrong.g, sh, wrong.state(), l0.data(), &bo), PlanStatus::kLayerOrder);
+  ASSERT_EQ(planner::plan_bf16_backward(hp.g, sh, hp.state(), l1.data(), &bo), PlanStatus::kOk);
+  EXPECT_EQ(bo.x_gathered, l1[planner::kXGathered]);  // saved path reads the slot
+  ASSERT_EQ(planner::plan_bf16_backward(hp.g, sh, hp.state(), l0.data(), &bo), PlanStatus::kOk);
+  EXPECT_TRUE(hp == initial);
+}
+
+TEST(ActivationPlanner, MinimumSlotAlwaysRecomputesAndMaximumUsefulNever) {
+  Config c = make_config(16, 256, 128, 2, 8, 2);
+  c.device_scratch_capacity_factor = 4.0;  // scratch for the worst routing
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    // Random routing within the planned capacity: received rows per rank sum to T*K*R.
+    const int64_t R = 4, total = c.max_num_local_input_tokens * c.top_k * R;
+    const int64_t cap = plan_memory(c, R).total_scratch_capacity_rows;
+    std::vector<int32_t> recv(R, 0);
+    for (int64_t i = 0; i < total; ++i) {
+      int64_t r;
+      do r = rng() % R; while (recv[r] >= cap);
+      recv[r]++;
+    }
+    for (bool maximum : {false, true}) {
+      Config cc = c;
+      if (maximum) cc.activation_slot_bytes = plan_memory(c, R).maximum_useful_activation_slot_bytes;
+      const MemoryPlan p = plan_memory(cc, R);
+      HostPlanner hp(geometry_of(p), R);
+      auto out = layer_buffer(R);
+      for (int layer = 0; layer < 2; ++layer) {
+        ASSERT_EQ(planner::plan_bf16_forward(hp.g, shape_of(cc, R, 0), hp.state(), 0, 2, recv.data(), false, out.data()),
+                  PlanStatus::kOk);
+        EXPECT_EQ(out[planner::kNeedRecompute], maximum ? 0 : 1) << "trial " << trial << " layer " << layer;
+      }
+    }
+  }
+}
+
+TEST(ActivationPlanner, DecisionAgreesOnEveryRank) {
+  Config c = make_config(32, 128, 256, 4, 16, 3);
+  c.activation_slot_capacity_factor = 0.6;
+  c.device_scratch_capacity_factor = 4.0;
+  const int64_t R = 4;
+  const MemoryPlan p = plan_memory(c, R);
+  std::mt19937 rng(11);
+  std::vector<HostPlanner> ranks(R, HostPlanner(geometry_of(p), R));
+  for (int layer = 0; layer < 3; ++layer) {
+    std::vector<int32_t> recv(R);
+    for (auto& v : recv) v = static_cast<int32_t>(rng() % (c.max_num_local_input_tokens * c.top_k * 2));
+    int64_t decision = -1;
+    for (int64_t r = 0; r < R; ++r) {
+      auto out = layer_buffer(R);
+      ASSERT_EQ(planner::plan_bf16_forward(ranks[r].g, shape_of(c, R, r), ranks[r].state(), 0, 3, recv.data(), false,
+                                           out.data()),
+                PlanStatus::kOk);
+      if (decision < 0) decision = out[planner::kNeedRecompute];
+      EXPECT_EQ(out[planner::kNeedRecompute], decision) << "rank " << r << " layer " << layer;
+      EXPECT_TRUE(ranks[r].saved == ranks[0].saved);
+    }
+  }
+}
+
+TEST(ActivationPlanner, BackwardPeakFitsThePlannedDeviceScratchExactly) {
+  for (auto dims : {std::pair<int64_t, int64_t>{128, 128}, {512, 128}, {128, 512}}) {
+    Config c = make_config(8, dims.first, dims.second, 2, 4, 1);
+    const MemoryPlan p = plan_memory(c, 2);  // minimum slot: every layer recomputes
+    HostPlanner hp(geometry_of(p), 2);
+    const int32_t rows[2] = {static_cast<int32_t>(p.device_scratch_capacity_rows),
+                             static_cast<int32_t>(p.device_scratch_capacity_rows)};
+    auto out = layer_buffer(2);
+    ASSERT_EQ(planner::plan_bf16_forward(hp.g, shape_of(c, 2, 0), hp.state(), 0, 1, rows, false, out.data()),
+              PlanStatus::kOk);
+    planner::Bf16BackwardOffsets bo{};
+    ASSERT_EQ(planner::plan_bf16_backward(hp.g, shape_of(c, 2, 0), hp.state(), out.data(), &bo), PlanStatus::kOk);
+    EXPECT_EQ(hp.peak[hp.g.num_slots], 0) << "D=" << dims.first << " F=" << dims.second
+                                           << ": the backward peak is the planned device scratch";
+    // One more row fits the forward but not the backward peak.
+    HostPlanner hq(geometry_of(p), 2);
+    const int32_t more[2] = {rows[0] + 1, rows[1]};
+    ASSERT_EQ(planner::plan_bf16_forward(hq.g, shape_of(c, 2, 0), hq.state(), 0, 1, more, false, out.data()),
+              PlanStatus::kOk);
+    EXPECT_EQ(planner::plan_bf16_backward(hq.g, shape_of(c, 2, 0), hq.state(), out.data(), &bo),
+              PlanStatus::kScratchOverflow);
+  }
+}
+
+TEST(ActivationPlanner, BackwardTemporariesDoNotOverlapWhileLive) {
+  Config c = make_config(8, 256, 128, 2, 4, 1);  // D > F: grad_h3_gathered below grad_h2
+  const MemoryPlan p = plan_memory(c, 1);
+  HostPlanner hp(geometry_of(p), 1);
+  auto out = layer_buffer(1);
+  const int32_t rows[1] = {16};
+  ASSERT_EQ(planner::plan_bf16_forward(hp.g, shape_of(c, 1, 0), hp.state(), 0, 1, rows, false, out.data()),
+            PlanStatus::kOk);
+  planner::Bf16BackwardOffsets bo{};
+  ASSERT_EQ(planner::plan_bf16_backward(hp.g, shape_of(c, 1, 0), hp.state(), out.data(), &bo), PlanStatus::kOk);
+  const CallShape sh = shape_of(c, 1, 0);
+  struct Span { int64_t begin, bytes; };
+  // Live together during W2 DGRAD/WGRAD: h2, grad_h2, grad_h3_gathered, h1, x_gathered.
+  const Span live[] = {{bo.h2, planner::h2_bytes(sh, 16)}, {bo.grad_h2, planner::h2_bytes(sh, 16)},
+                       {bo.grad_h3_gathered, planner::xg_bytes(sh, 16)}, {bo.h1, planner::h1_bytes(sh, 16)},
+                       {bo.x_gathered, planner::xg_bytes(sh, 16)}};
+  for (size_t i = 0; i < 5; ++i)
+    for (size_t j = i + 1; j < 5; ++j)
+      EXPECT_TRUE(live[i].begin + live[i].bytes <= live[j].begin || live[j].begin + live[j].bytes <= live[i].begin)
+          << i << " overlaps " << j;
+  EXPECT_EQ(bo.grad_h1 + planner::h1_bytes(sh, 16), hp.g.buffer_bytes);
+}
+
+}  // namespace
+}  // namespace dist_moe
