@@ -1,0 +1,285 @@
+"""Dist-MoE public Python API (mirrors upstream's ``dist_moe.api``; newest revision).
+
+Config types validate through the C++ core (``dist_moe._native``): the same rules and messages as
+the C++ API. Importing this module initializes neither CUDA nor a process group, and does not
+import torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal
+
+from ._dtypes import dtype_name
+from ._execution import BlockScaledFormat, ExecutionOptions, PreparedWeight, resolve_options
+from ._native_loader import native
+from ._postprocess import RMSNormPostprocess, supports_fused_post_expert_rmsnorm
+
+__all__ = [
+    "Bf16GroupedGemmPreset",
+    "BlockScaledConfig",
+    "BlockScaledFormat",
+    "BlockScaledKernelConfig",
+    "Config",
+    "Context",
+    "ExecutionOptions",
+    "MemoryPlan",
+    "PreparedWeight",
+    "RMSNormPostprocess",
+    "VmmConfig",
+    "create_context",
+    "plan_memory",
+    "prepare_block_scaled_weight",
+    "routed_experts",
+    "supports_fused_post_expert_rmsnorm",
+]
+
+_log = logging.getLogger("dist_moe")
+
+SWIGLU_CLAMP_ALPHA_DEFAULT = 1.702
+SWIGLU_CLAMP_LIMIT_DEFAULT = 7.0
+
+# Hopper wgmma presets: <consumer warpgroups>wg_bm<BLOCK_M>_bn<BLOCK_N>[_c2 = 2-CTA cluster].
+Bf16GroupedGemmPreset = Literal[
+    "1wg_bm64_bn128", "1wg_bm64_bn256", "2wg_bm128_bn128", "2wg_bm128_bn256", "2wg_bm128_bn256_c2"
+]
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class VmmConfig:
+    """Host-backed overflow scratch through CUDA VMM."""
+
+    total_scratch_capacity_factor: float = 16.0
+    prefetch: bool = True
+
+    def __post_init__(self):
+        if not isinstance(self.prefetch, bool):
+            raise TypeError("prefetch must be a bool")
+        if not _is_real(self.total_scratch_capacity_factor):
+            raise TypeError("total_scratch_capacity_factor must be a real number")
+        native().validate_vmm(float(self.total_scratch_capacity_factor), self.prefetch)
+
+
+@dataclass(frozen=True)
+class BlockScaledKernelConfig:
+    """Expert-only override of the Hopper block-scaled GEMM configuration."""
+
+    num_ctas: int
+    block_m: int
+    block_n: int
+    block_k: int
+    num_smem_buffers: int
+    epilogue_subtile: int
+    kloop_unroll: int
+    swap_ab: bool
+    num_warps: int = 12
+    static_scheduler: bool = False
+
+
+@dataclass(frozen=True)
+class BlockScaledConfig:
+    """Selects a block-scaled format (None in Config means BF16)."""
+
+    format: BlockScaledFormat = BlockScaledFormat.MXFP8_E4M3
+    fast_math: bool = False
+    pipeline: Literal["staged", "mega"] = "staged"
+    kernel_config: BlockScaledKernelConfig | None = None
+
+    def __post_init__(self):
+        try:
+            fmt = BlockScaledFormat(self.format)
+        except ValueError:
+            raise ValueError(f"unsupported DistMoE block-scaled format: {self.format!r}") from None
+        object.__setattr__(self, "format", fmt)
+        if self.kernel_config is not None and not isinstance(self.kernel_config, BlockScaledKernelConfig):
+            raise TypeError("kernel_config must be BlockScaledKernelConfig or None")
+        native().validate_block_scaled(self._as_dict())
+
+    def _as_dict(self) -> dict:
+        return {
+            "format": str(self.format),
+            "fast_math": bool(self.fast_math),
+            "pipeline": str(self.pipeline),
+            "kernel_config": None if self.kernel_config is None else asdict(self.kernel_config),
+        }
+
+
+@dataclass(frozen=True)
+class Config:
+    """Static shape and memory policy of one Dist-MoE context (upstream's Config)."""
+
+    max_num_local_input_tokens: int
+    hidden_dim: int
+    intermediate_dim: int
+    top_k: int
+    num_experts: int
+    max_moe_layers_per_activation_slot: int
+    device_scratch_capacity_factor: float = 1.0
+    activation_slot_bytes: int | None = None
+    activation_slot_capacity_factor: float | None = None
+    num_activation_slots: int = 1
+    vmm: VmmConfig | None = None
+    num_sms: int | None = None
+    bf16_grouped_gemm_preset: Bf16GroupedGemmPreset | None = None
+    block_scaled: BlockScaledConfig | None = None
+    activation: Literal["swiglu", "swiglu_clamped"] = "swiglu"
+    swiglu_alpha: float = SWIGLU_CLAMP_ALPHA_DEFAULT
+    swiglu_limit: float = SWIGLU_CLAMP_LIMIT_DEFAULT
+    wgrad_dtype: Any = None
+    inference: bool = False
+
+    def __post_init__(self):
+        for name in (
+            "max_num_local_input_tokens",
+            "hidden_dim",
+            "intermediate_dim",
+            "top_k",
+            "num_experts",
+            "max_moe_layers_per_activation_slot",
+            "num_activation_slots",
+        ):
+            if not _is_int(getattr(self, name)):
+                raise TypeError(f"{name} must be an integer, got {getattr(self, name)!r}")
+        if self.activation_slot_bytes is not None and not _is_int(self.activation_slot_bytes):
+            raise TypeError("activation_slot_bytes must be an integer")
+        if self.activation_slot_capacity_factor is not None and not _is_real(self.activation_slot_capacity_factor):
+            raise TypeError("activation_slot_capacity_factor must be a real number")
+        if not _is_real(self.device_scratch_capacity_factor):
+            raise TypeError("device_scratch_capacity_factor must be a real number")
+        if self.num_sms is not None and not _is_int(self.num_sms):
+            raise TypeError("num_sms must be an integer")
+        if self.vmm is not None and not isinstance(self.vmm, VmmConfig):
+            raise TypeError("vmm must be VmmConfig or None")
+        if self.block_scaled is not None and not isinstance(self.block_scaled, BlockScaledConfig):
+            raise TypeError("block_scaled must be BlockScaledConfig or None")
+        if self.activation not in ("swiglu", "swiglu_clamped"):
+            raise ValueError(f"activation must be 'swiglu' or 'swiglu_clamped', got {self.activation!r}")
+        if self.wgrad_dtype is not None and dtype_name(self.wgrad_dtype) not in ("bfloat16", "float32"):
+            raise TypeError(f"wgrad_dtype must be None, torch.bfloat16, or torch.float32, got {self.wgrad_dtype}")
+        if not isinstance(self.inference, bool):
+            raise TypeError("inference must be a bool")
+        native().validate_config(self._as_dict())
+
+    def _as_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["vmm"] = None if self.vmm is None else asdict(self.vmm)
+        d["block_scaled"] = None if self.block_scaled is None else self.block_scaled._as_dict()
+        d["wgrad_dtype"] = None if self.wgrad_dtype is None else dtype_name(self.wgrad_dtype)
+        for name in ("device_scratch_capacity_factor", "swiglu_alpha", "swiglu_limit"):
+            d[name] = float(d[name])
+        if d["activation_slot_capacity_factor"] is not None:
+            d["activation_slot_capacity_factor"] = float(d["activation_slot_capacity_factor"])
+        return d
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Every byte one rank's context owns (upstream's 23 fields, then this project's windows)."""
+
+    balanced_recv_rows: int
+    device_scratch_capacity_rows: int
+    total_scratch_capacity_rows: int
+    device_scratch_capacity_factor: float
+    total_scratch_capacity_factor: float
+    saved_input_bytes_per_layer: int
+    device_scratch_bytes: int
+    host_scratch_bytes: int
+    minimum_activation_slot_bytes: int
+    balanced_full_save_activation_slot_bytes: int
+    maximum_useful_activation_slot_bytes: int
+    activation_slot_bytes: int
+    activation_slot_capacity_factor: float | None
+    total_activation_bytes: int
+    total_device_buffer_bytes: int
+    total_virtual_bytes: int
+    num_activation_slots: int
+    inference: bool
+    vmm_granularity_bytes: int | None = None
+    vmm_device_prefix_bytes: int = 0
+    vmm_host_section_bytes: int = 0
+    vmm_device_scratch_section_bytes: int = 0
+    vmm_padding_bytes: int = 0
+    routing_window_bytes: int = 0
+    dispatch_window_bytes: int = 0
+    combine_window_bytes: int = 0
+    _explain: str = ""
+
+    @property
+    def uses_host_scratch(self) -> bool:
+        return self.host_scratch_bytes > 0
+
+    def explain(self) -> str:
+        """The plan in upstream's categories, then this project's symmetric windows."""
+        return self._explain
+
+
+def plan_memory(config: Config, ep_size: int, *, device=None) -> MemoryPlan:
+    """Plans every buffer of a context for ``ep_size`` ranks. Pure: allocates nothing.
+
+    ``device`` is only checked here (it must be CUDA); the VMM sections are resolved against the
+    device's allocation granularity when the context is created.
+    """
+    if not isinstance(config, Config):
+        raise TypeError("config must be a dist_moe.Config")
+    if not _is_int(ep_size):
+        raise TypeError("ep_size must be an integer")
+    if ep_size <= 0:
+        raise ValueError(f"ep_size must be positive, got {ep_size}")
+    if device is not None and not str(getattr(device, "type", device)).startswith("cuda"):
+        raise ValueError(f"device must be CUDA, got {device}")
+    raw = native().plan_memory(config._as_dict(), ep_size)
+    for warning in raw.pop("warnings"):
+        _log.warning("%s", warning)
+    raw["_explain"] = raw.pop("explain")
+    return MemoryPlan(**raw)
+
+
+def _gpu_unavailable(what: str):
+    raise RuntimeError(
+        f"{what} needs the Dist-MoE GPU extension, which is not built yet: the BF16 distributed "
+        "pipeline (C++) and its torch binding are still in progress"
+    )
+
+
+class Context:
+    """A collective Dist-MoE context: windows, activation buffer, planner state (factory-only)."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("use create_context() to create a Context")
+
+
+def create_context(*, group, config: Config, device=None, emulate_peer_buffers=None) -> Context:
+    """Collectively creates a context over ``group`` (every rank, same order, same config)."""
+    if not isinstance(config, Config):
+        raise TypeError("config must be a dist_moe.Config")
+    world_size = group.size() if hasattr(group, "size") else int(group)
+    if config.num_experts % world_size != 0:
+        raise ValueError(f"num_experts={config.num_experts} must be divisible by world_size={world_size}")
+    _gpu_unavailable("create_context")
+
+
+def prepare_block_scaled_weight(weight, config: BlockScaledConfig, *, inference: bool = False, out=None):
+    """Quantizes BF16 expert weights once for a block-scaled context."""
+    if not isinstance(config, BlockScaledConfig):
+        raise TypeError("config must be a dist_moe.BlockScaledConfig")
+    _gpu_unavailable("prepare_block_scaled_weight")
+
+
+def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weight, context, *, options=None):
+    """out[t] = sum_k score[t,k] * W2_e(SwiGLU(W13_e x_t)) over the EP group; collective."""
+    resolve_options(options)
+    if not isinstance(context, Context):
+        raise TypeError("context must be a dist_moe.Context")
+    _gpu_unavailable("routed_experts")
+
+

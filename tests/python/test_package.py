@@ -1,0 +1,45 @@
+"""Package boundary: the 16 public names, and an import that touches neither torch nor CUDA."""
+
+import subprocess
+import sys
+
+import dist_moe
+import dist_moe.api
+
+EXPECTED = {
+    "Bf16GroupedGemmPreset", "BlockScaledConfig", "BlockScaledFormat", "BlockScaledKernelConfig", "Config",
+    "Context", "ExecutionOptions", "MemoryPlan", "PreparedWeight", "RMSNormPostprocess", "VmmConfig",
+    "create_context", "plan_memory", "prepare_block_scaled_weight", "routed_experts",
+    "supports_fused_post_expert_rmsnorm",
+}
+
+
+def test_every_root_export_is_public():
+    """__all__ of the package and of api list exactly upstream's 16 names."""
+    assert set(dist_moe.__all__) == EXPECTED
+    assert set(dist_moe.api.__all__) == EXPECTED
+    for name in EXPECTED:
+        assert getattr(dist_moe, name) is getattr(dist_moe.api, name)
+
+
+def test_import_initializes_neither_torch_nor_cuda():
+    """A fresh interpreter importing dist_moe loads no torch and no CUDA library."""
+    code = (
+        "import sys, dist_moe; "
+        "assert 'torch' not in sys.modules, 'torch imported'; "
+        "maps = open('/proc/self/maps').read(); "
+        "assert 'libcuda.so' not in maps and 'libcudart' not in maps, 'CUDA loaded'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_gpu_entry_points_fail_clearly_without_the_extension():
+    """The GPU functions say plainly that the GPU extension is not built yet."""
+    import pytest
+
+    c = dist_moe.Config(max_num_local_input_tokens=4, hidden_dim=128, intermediate_dim=128, top_k=2, num_experts=4,
+                        max_moe_layers_per_activation_slot=1)
+    with pytest.raises(ValueError, match="num_experts=4 must be divisible by world_size=3"):
+        dist_moe.create_context(group=3, config=c)
+    with pytest.raises(RuntimeError, match="GPU extension"):
+        dist_moe.create_context(group=2, config=c)
