@@ -4,15 +4,15 @@
 #   2. $NCCL_ROOT / $NCCL_HOME,
 #   3. the CUDA toolkit directory.
 set(_nccl_hints ${DIST_MOE_NCCL_ROOT} $ENV{NCCL_ROOT} $ENV{NCCL_HOME} ${CUDAToolkit_LIBRARY_ROOT})
-find_path(DIST_MOE_NCCL_INCLUDE_DIR nccl.h HINTS ${_nccl_hints} PATH_SUFFIXES include NO_DEFAULT_PATH)
-find_path(DIST_MOE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+# The device API header decides the include directory (a wheel may ship nccl.h alone).
+find_path(DIST_MOE_NCCL_INCLUDE_DIR nccl_device.h HINTS ${_nccl_hints} PATH_SUFFIXES include NO_DEFAULT_PATH)
+find_path(DIST_MOE_NCCL_INCLUDE_DIR nccl_device.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
 find_library(DIST_MOE_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_nccl_hints} PATH_SUFFIXES lib lib64 NO_DEFAULT_PATH)
 find_library(DIST_MOE_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR})
 if(NOT DIST_MOE_NCCL_INCLUDE_DIR OR NOT DIST_MOE_NCCL_LIBRARY)
-  message(FATAL_ERROR "NCCL not found: set -DDIST_MOE_NCCL_ROOT=<dir with include/nccl.h and lib/libnccl.so*>")
-endif()
-if(NOT EXISTS ${DIST_MOE_NCCL_INCLUDE_DIR}/nccl_device.h)
-  message(FATAL_ERROR "NCCL at ${DIST_MOE_NCCL_INCLUDE_DIR} has no device API (nccl_device.h): NCCL 2.28+ is required")
+  message(FATAL_ERROR "NCCL 2.28+ with the device API not found (include: ${DIST_MOE_NCCL_INCLUDE_DIR}, "
+                      "library: ${DIST_MOE_NCCL_LIBRARY}): set -DDIST_MOE_NCCL_ROOT=<dir with include/nccl_device.h "
+                      "and lib/libnccl.so*>")
 endif()
 file(STRINGS ${DIST_MOE_NCCL_INCLUDE_DIR}/nccl.h _nccl_ver REGEX "#define NCCL_(MAJOR|MINOR|PATCH) ")
 message(STATUS "NCCL: ${DIST_MOE_NCCL_LIBRARY} (${_nccl_ver})")
