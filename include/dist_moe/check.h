@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "dist_moe/driver_api.h"
 #include "dist_moe/error.h"
 
 namespace dist_moe::detail {
@@ -17,11 +18,7 @@ inline std::string cuda_message(cudaError_t e, const char* expr) {
   return std::string(expr) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
 }
 inline std::string driver_message(CUresult r, const char* expr) {
-  const char* name = nullptr;
-  const char* text = nullptr;
-  cuGetErrorName(r, &name);
-  cuGetErrorString(r, &text);
-  return std::string(expr) + " failed: " + (name ? name : "?") + " (" + (text ? text : "?") + ")";
+  return std::string(expr) + " failed: " + driver_error_name(r) + " (" + driver_error_text(r) + ")";
 }
 inline std::string nccl_message(ncclResult_t r, const char* expr) {
   return std::string(expr) + " failed: " + ncclGetErrorString(r) + " (" + ncclGetLastError(nullptr) + ")";
