@@ -188,9 +188,7 @@ MemoryPlan plan_memory(const Config& config, int64_t ep_size, const PlanOptions&
     const i64 prefix = p.total_activation_bytes > 0 ? align_up(p.total_activation_bytes, G) : 0;
     const i64 host = align_up(p.host_scratch_bytes, G);
     i64 dev = align_up(p.device_scratch_bytes, G);
-    const i64 sum = prefix + host + dev;
-    const i64 total = sum < (10LL << 20) ? (20LL << 20) : sum;  // allocator's large-pool rounding
-    dev += total - sum;
+    const i64 total = prefix + host + dev;  // exactly what runtime::ActivationBuffer maps
     p.vmm_granularity_bytes = G;
     p.vmm_device_prefix_bytes = prefix;
     p.vmm_host_section_bytes = host;

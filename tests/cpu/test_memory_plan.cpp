@@ -256,10 +256,10 @@ TEST(MemoryPlan, VmmSectionsResolveWithGranularity) {
   ASSERT_TRUE(p.vmm_granularity_bytes.has_value());
   EXPECT_EQ(p.vmm_device_prefix_bytes, G);
   EXPECT_EQ(p.vmm_host_section_bytes, G);
-  // 3 sections of 2 MiB = 6 MiB < 10 MiB: the allocator total is 20 MiB; the rest goes to hot scratch.
-  EXPECT_EQ(p.total_virtual_bytes, 20 << 20);
-  EXPECT_EQ(p.vmm_device_scratch_section_bytes, (20 << 20) - 2 * G);
-  EXPECT_EQ(p.vmm_padding_bytes, (20 << 20) - 16384 - 12288 - 12288);
+  EXPECT_EQ(p.vmm_device_scratch_section_bytes, G);
+  // Three granularity-aligned sections; no allocator rounding (we map them ourselves).
+  EXPECT_EQ(p.total_virtual_bytes, 3 * G);
+  EXPECT_EQ(p.vmm_padding_bytes, 3 * G - 16384 - 12288 - 12288);
   EXPECT_NE(p.explain().find("mapped device/host/device sections"), std::string::npos);
   // Without host scratch nothing is resolved.
   Config no_host = c;

@@ -1,0 +1,64 @@
+#include "kernels/planner.h"
+
+#include <cstdio>
+
+#include "dist_moe/check.h"
+
+namespace dist_moe::kernels {
+namespace {
+
+__device__ void report_and_trap(planner::PlanStatus s, const planner::CallShape& c, const char* phase) {
+  const char* what = s == planner::PlanStatus::kSlotOverflow      ? "OOM: activation slot overflow"
+                     : s == planner::PlanStatus::kScratchOverflow ? "OOM: scratch overflow into activation slots"
+                                                                  : "backward popped a layer out of LIFO order";
+  printf("DistMoE activation planner (%s) on rank %lld: %s\n", phase, static_cast<long long>(c.rank), what);
+  __trap();
+}
+
+__global__ void plan_forward_kernel(planner::BufferGeometry g, planner::CallShape c, planner::PlannerState st,
+                                    const int64_t* slot_id_1, int64_t depth, const int32_t* recv_rows_R,
+                                    bool scratch_only, int64_t* out) {
+  const planner::PlanStatus s =
+      planner::plan_bf16_forward(g, c, st, slot_id_1 ? *slot_id_1 : 0, depth, recv_rows_R, scratch_only, out);
+  if (s != planner::PlanStatus::kOk) report_and_trap(s, c, "forward");
+}
+
+__global__ void plan_backward_kernel(planner::BufferGeometry g, planner::CallShape c, planner::PlannerState st,
+                                     const int64_t* layer, int64_t* out6) {
+  planner::Bf16BackwardOffsets o{};
+  const planner::PlanStatus s = planner::plan_bf16_backward(g, c, st, layer, &o);
+  if (s != planner::PlanStatus::kOk) report_and_trap(s, c, "backward");
+  out6[0] = o.grad_h1;
+  out6[1] = o.h2;
+  out6[2] = o.grad_h2;
+  out6[3] = o.grad_h3_gathered;
+  out6[4] = o.h1;
+  out6[5] = o.x_gathered;
+}
+
+__global__ void reset_planner_kernel(planner::BufferGeometry g, int64_t ep_size, planner::PlannerState st) {
+  planner::reset_planner(g, ep_size, st);
+}
+
+}  // namespace
+
+void plan_forward(const planner::BufferGeometry& g, const planner::CallShape& c, planner::PlannerState state,
+                  const int64_t* slot_id_1, int64_t depth, const int32_t* recv_rows_R, bool scratch_only,
+                  int64_t* layer_state_out, cudaStream_t stream) {
+  plan_forward_kernel<<<1, 1, 0, stream>>>(g, c, state, slot_id_1, depth, recv_rows_R, scratch_only, layer_state_out);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
+void plan_backward(const planner::BufferGeometry& g, const planner::CallShape& c, planner::PlannerState state,
+                   const int64_t* layer_state, int64_t* backward_offsets_6, cudaStream_t stream) {
+  plan_backward_kernel<<<1, 1, 0, stream>>>(g, c, state, layer_state, backward_offsets_6);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
+void reset_planner(const planner::BufferGeometry& g, int64_t ep_size, planner::PlannerState state,
+                   cudaStream_t stream) {
+  reset_planner_kernel<<<1, 1, 0, stream>>>(g, ep_size, state);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dist_moe::kernels

@@ -1,0 +1,27 @@
+// Launchers of the device activation planner (include/dist_moe/device/planner/): one thread
+// decides saved vs recompute and emits offsets, with no host read. A violated hard limit prints
+// one diagnostic line (rank, what, required, available) and traps.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "dist_moe/device/planner/activation_planner.cuh"
+
+namespace dist_moe::kernels {
+
+// Forward of one layer. `slot_id_1` is the selected slot (device, one int64); `recv_rows_R` every
+// rank's received rows (device); writes layer_state_size(R) int64 to `layer_state_out`.
+void plan_forward(const planner::BufferGeometry& g, const planner::CallShape& c, planner::PlannerState state,
+                  const int64_t* slot_id_1, int64_t depth, const int32_t* recv_rows_R, bool scratch_only,
+                  int64_t* layer_state_out, cudaStream_t stream);
+
+// Backward of the layer whose forward snapshot is `layer_state`; writes 6 int64 offsets
+// (grad_h1, h2, grad_h2, grad_h3_gathered, h1, x_gathered) and pops the layer from its slot.
+void plan_backward(const planner::BufferGeometry& g, const planner::CallShape& c, planner::PlannerState state,
+                   const int64_t* layer_state, int64_t* backward_offsets_6, cudaStream_t stream);
+
+// Empty slots, peaks reset: the context's initial state (graph-capturable: a kernel, no copies).
+void reset_planner(const planner::BufferGeometry& g, int64_t ep_size, planner::PlannerState state,
+                   cudaStream_t stream);
+
+}  // namespace dist_moe::kernels

@@ -1,0 +1,144 @@
+// SwiGLU forward/backward over expert-major rows. Memory-bound: each thread moves 16-byte vectors
+// (8 BF16) of gate, up and output; the grid covers the planned capacity and threads past the
+// device-side row count exit, so the launch is the same for every routing (graph-safe).
+#include "kernels/swiglu.h"
+
+#include "dist_moe/check.h"
+#include "dist_moe/error.h"
+
+namespace dist_moe::kernels {
+namespace {
+
+constexpr int kVec = 8;  // BF16 per 16-byte access
+constexpr int kThreads = 256;
+
+struct alignas(16) Bf16x8 {
+  __nv_bfloat162 v[4];
+};
+
+__device__ __forceinline__ void unpack(const Bf16x8& p, float (&f)[kVec]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __bfloat1622float2(p.v[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+
+__device__ __forceinline__ Bf16x8 pack(const float (&f)[kVec]) {
+  Bf16x8 p;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) p.v[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+  return p;
+}
+
+// Block-wide sum of three counters, then one atomicAdd each (upstream: each CTA adds once).
+__device__ void add_clip_stats(float (&c)[3], float* out3) {
+  __shared__ float partial[kThreads / 32][3];
+#pragma unroll
+  for (int i = 0; i < 3; ++i)
+    for (int o = 16; o > 0; o >>= 1) c[i] += __shfl_xor_sync(0xffffffffu, c[i], o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0)
+    for (int i = 0; i < 3; ++i) partial[warp][i] = c[i];
+  __syncthreads();
+  if (threadIdx.x < 3) {
+    float s = 0.f;
+    for (int w = 0; w < kThreads / 32; ++w) s += partial[w][threadIdx.x];
+    if (s != 0.f) atomicAdd(out3 + threadIdx.x, s);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(const __nv_bfloat16* __restrict__ h1,
+                                                                 __nv_bfloat16* __restrict__ h2, int64_t F,
+                                                                 ExpertRowsView rows, activation::SwigluParams p,
+                                                                 float* clip_stats_3, float clip_limit) {
+  const int64_t vecs_per_row = F / kVec;
+  const int64_t total = rows.max_rows * vecs_per_row;
+  float clip[3] = {0.f, 0.f, 0.f};
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / vecs_per_row, c = (i % vecs_per_row) * kVec;
+    if (m >= rows.offsets_E1[rows.num_local_experts]) break;  // rows only grow with i
+    float z[kVec];
+    if (expert_row_is_valid(rows, m)) {
+      float g[kVec], u[kVec];
+      unpack(*reinterpret_cast<const Bf16x8*>(h1 + m * 2 * F + c), g);
+      unpack(*reinterpret_cast<const Bf16x8*>(h1 + m * 2 * F + F + c), u);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        z[j] = activation::swiglu_forward(g[j], u[j], p);
+        clip[0] += g[j] > clip_limit ? 1.f : 0.f;
+        clip[1] += fabsf(u[j]) > clip_limit ? 1.f : 0.f;
+      }
+      clip[2] += kVec;
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) z[j] = 0.f;
+    }
+    *reinterpret_cast<Bf16x8*>(h2 + m * F + c) = pack(z);
+  }
+  if (clip_stats_3) add_clip_stats(clip, clip_stats_3);
+}
+
+__global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(const __nv_bfloat16* __restrict__ h1,
+                                                                  const __nv_bfloat16* __restrict__ gh2,
+                                                                  __nv_bfloat16* __restrict__ gh1, int64_t F,
+                                                                  ExpertRowsView rows, activation::SwigluParams p) {
+  const int64_t vecs_per_row = F / kVec;
+  const int64_t total = rows.max_rows * vecs_per_row;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / vecs_per_row, c = (i % vecs_per_row) * kVec;
+    if (m >= rows.offsets_E1[rows.num_local_experts]) break;
+    float dg[kVec], du[kVec];
+    if (expert_row_is_valid(rows, m)) {
+      float g[kVec], u[kVec], dz[kVec];
+      unpack(*reinterpret_cast<const Bf16x8*>(h1 + m * 2 * F + c), g);
+      unpack(*reinterpret_cast<const Bf16x8*>(h1 + m * 2 * F + F + c), u);
+      unpack(*reinterpret_cast<const Bf16x8*>(gh2 + m * F + c), dz);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) activation::swiglu_backward(g[j], u[j], dz[j], p, &dg[j], &du[j]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) dg[j] = du[j] = 0.f;
+    }
+    *reinterpret_cast<Bf16x8*>(gh1 + m * 2 * F + c) = pack(dg);
+    *reinterpret_cast<Bf16x8*>(gh1 + m * 2 * F + F + c) = pack(du);
+  }
+}
+
+int grid_for(int64_t work_items) {
+  int device = 0, sms = 0;
+  DMOE_CUDA_CHECK(cudaGetDevice(&device));
+  DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t blocks = (work_items + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < int64_t(sms) * 8 ? (blocks > 0 ? blocks : 1) : int64_t(sms) * 8);
+}
+
+void check_shapes(int64_t F, const ExpertRowsView& rows) {
+  DMOE_CHECK_ARG(F > 0 && F % kVec == 0, "SwiGLU intermediate_dim must be a positive multiple of 8, got ", F);
+  DMOE_CHECK_ARG(rows.counts_E && rows.offsets_E1 && rows.num_local_experts > 0,
+                 "SwiGLU needs the routing's per-expert counts and offsets");
+}
+
+}  // namespace
+
+void swiglu_forward(const __nv_bfloat16* h1_M2F, __nv_bfloat16* h2_MF, int64_t F, const ExpertRowsView& rows,
+                    const activation::SwigluParams& p, float* clip_stats_3, float clip_limit, cudaStream_t stream) {
+  check_shapes(F, rows);
+  if (clip_stats_3) DMOE_CUDA_CHECK(cudaMemsetAsync(clip_stats_3, 0, 3 * sizeof(float), stream));
+  if (rows.max_rows == 0) return;
+  swiglu_forward_kernel<<<grid_for(rows.max_rows * (F / kVec)), kThreads, 0, stream>>>(h1_M2F, h2_MF, F, rows, p,
+                                                                                      clip_stats_3, clip_limit);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_backward(const __nv_bfloat16* h1_M2F, const __nv_bfloat16* grad_h2_MF, __nv_bfloat16* grad_h1_M2F,
+                     int64_t F, const ExpertRowsView& rows, const activation::SwigluParams& p, cudaStream_t stream) {
+  check_shapes(F, rows);
+  if (rows.max_rows == 0) return;
+  swiglu_backward_kernel<<<grid_for(rows.max_rows * (F / kVec)), kThreads, 0, stream>>>(h1_M2F, grad_h2_MF,
+                                                                                       grad_h1_M2F, F, rows, p);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dist_moe::kernels

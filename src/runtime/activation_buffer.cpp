@@ -1,0 +1,177 @@
+#include "runtime/activation_buffer.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "dist_moe/check.h"
+#include "dist_moe/driver_api.h"
+
+namespace dist_moe::runtime {
+namespace {
+
+std::mutex g_vmm_mutex;
+std::set<int> g_vmm_devices;  // devices with a live VMM-backed buffer
+
+// Restores the caller's current device on scope exit.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    DMOE_CUDA_CHECK(cudaGetDevice(&previous_));
+    DMOE_CUDA_CHECK(cudaSetDevice(device));
+    DMOE_CUDA_CHECK(cudaFree(nullptr));  // make the primary context current for driver calls
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+CUmemAllocationProp allocation_prop(ActivationBuffer::SectionKind kind, int device, int host_numa) {
+  CUmemAllocationProp p{};
+  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  if (kind == ActivationBuffer::SectionKind::kDevice) {
+    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = device;
+  } else if (host_numa >= 0) {
+    p.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    p.location.id = host_numa;
+  } else {
+    p.location.type = CU_MEM_LOCATION_TYPE_HOST;
+    p.location.id = 0;
+  }
+  return p;
+}
+
+}  // namespace
+
+std::unique_ptr<ActivationBuffer> ActivationBuffer::create(const MemoryPlan& plan, bool use_vmm, int device) {
+  DeviceGuard guard(device);
+  std::unique_ptr<ActivationBuffer> b(new ActivationBuffer());
+  b->device_ = device;
+  b->activation_bytes_ = plan.total_activation_bytes;
+  if (!use_vmm || plan.host_scratch_bytes == 0) {
+    b->bytes_ = plan.total_device_buffer_bytes;
+    if (b->bytes_ > 0) DMOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->base_), b->bytes_));
+    b->sections_.push_back({SectionKind::kDevice, 0, b->bytes_});
+    return b;
+  }
+
+  {
+    std::lock_guard<std::mutex> lock(g_vmm_mutex);
+    if (g_vmm_devices.count(device))
+      detail::fail(ErrorCode::kRuntime, "CUDA device ", device,
+                   " already owns a live DistMoE VMM-backed activation buffer");
+    g_vmm_devices.insert(device);
+  }
+  b->vmm_ = true;
+  const DriverApi& d = driver();
+  int host_numa = -1;  // pinned host pages near the GPU when the driver knows its NUMA node
+  if (d.cuDeviceGetAttribute(&host_numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, static_cast<CUdevice>(device)) !=
+      CUDA_SUCCESS)
+    host_numa = -1;
+  const CUmemAllocationProp pd = allocation_prop(SectionKind::kDevice, device, host_numa);
+  const CUmemAllocationProp ph = allocation_prop(SectionKind::kHost, device, host_numa);
+  DMOE_CHECK_ARG(plan.vmm_granularity_bytes.has_value(),
+                 "a VMM plan must be resolved with the device's granularity (vmm_allocation_granularity)");
+  const int64_t G = *plan.vmm_granularity_bytes;
+  if (plan.vmm_device_prefix_bytes) b->sections_.push_back({SectionKind::kDevice, 0, plan.vmm_device_prefix_bytes});
+  b->sections_.push_back({SectionKind::kHost, plan.vmm_device_prefix_bytes, plan.vmm_host_section_bytes});
+  b->sections_.push_back({SectionKind::kDevice, plan.vmm_device_prefix_bytes + plan.vmm_host_section_bytes,
+                          plan.vmm_device_scratch_section_bytes});
+  b->bytes_ = plan.total_virtual_bytes;
+  b->handles_.assign(b->sections_.size(), 0);
+  b->mapped_.assign(b->sections_.size(), false);
+  try {
+    CUdeviceptr va = 0;
+    DMOE_CU_CHECK(d.cuMemAddressReserve(&va, static_cast<size_t>(b->bytes_), static_cast<size_t>(G), 0, 0));
+    b->va_ = va;
+    for (size_t i = 0; i < b->sections_.size(); ++i) {
+      const Section& s = b->sections_[i];
+      CUmemAllocationProp p = s.kind == SectionKind::kDevice ? pd : ph;
+      CUmemGenericAllocationHandle h = 0;
+      DMOE_CU_CHECK(d.cuMemCreate(&h, static_cast<size_t>(s.bytes), &p, 0));
+      b->handles_[i] = h;
+      DMOE_CU_CHECK(d.cuMemMap(va + s.offset, static_cast<size_t>(s.bytes), 0, h, 0));
+      b->mapped_[i] = true;
+    }
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    DMOE_CU_CHECK(d.cuMemSetAccess(va, static_cast<size_t>(b->bytes_), &access, 1));
+    b->base_ = reinterpret_cast<uint8_t*>(va);
+  } catch (const Error& e) {
+    try {
+      b->release_vmm();
+    } catch (const Error& cleanup) {
+      throw Error(e.code(), std::string(e.what()) + "; partial-construction cleanup also failed: " + cleanup.what());
+    }
+    throw;
+  }
+  return b;
+}
+
+int64_t vmm_allocation_granularity(int device) {
+  DeviceGuard guard(device);
+  const DriverApi& d = driver();
+  int host_numa = -1;
+  if (d.cuDeviceGetAttribute(&host_numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, static_cast<CUdevice>(device)) !=
+      CUDA_SUCCESS)
+    host_numa = -1;
+  size_t g_dev = 0, g_host = 0;
+  CUmemAllocationProp pd = allocation_prop(ActivationBuffer::SectionKind::kDevice, device, host_numa);
+  CUmemAllocationProp ph = allocation_prop(ActivationBuffer::SectionKind::kHost, device, host_numa);
+  DMOE_CU_CHECK(d.cuMemGetAllocationGranularity(&g_dev, &pd, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+  DMOE_CU_CHECK(d.cuMemGetAllocationGranularity(&g_host, &ph, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+  return static_cast<int64_t>(g_dev > g_host ? g_dev : g_host);  // a multiple of both
+}
+
+void ActivationBuffer::release_vmm() {
+  const DriverApi& d = driver();
+  std::string errors;
+  auto note = [&errors](const char* what, CUresult r) {
+    if (r != CUDA_SUCCESS) errors += std::string(errors.empty() ? "" : "; ") + what + ": " + driver_error_name(r);
+    return r == CUDA_SUCCESS;
+  };
+  for (size_t i = sections_.size(); i-- > 0;) {  // reverse order of mapping
+    if (mapped_[i] && note("cuMemUnmap", d.cuMemUnmap(va_ + sections_[i].offset, sections_[i].bytes))) mapped_[i] = false;
+  }
+  for (size_t i = sections_.size(); i-- > 0;) {
+    if (handles_[i] && !mapped_[i] && note("cuMemRelease", d.cuMemRelease(handles_[i]))) handles_[i] = 0;
+  }
+  bool all_released = true;
+  for (size_t i = 0; i < sections_.size(); ++i) all_released = all_released && handles_[i] == 0 && !mapped_[i];
+  if (va_ && all_released && note("cuMemAddressFree", d.cuMemAddressFree(va_, static_cast<size_t>(bytes_)))) va_ = 0;
+  if (!errors.empty()) throw Error(ErrorCode::kDriver, "activation buffer release failed: " + errors);
+  base_ = nullptr;
+  std::lock_guard<std::mutex> lock(g_vmm_mutex);
+  g_vmm_devices.erase(device_);
+  vmm_ = false;
+}
+
+void ActivationBuffer::close() {
+  if (vmm_) {
+    DeviceGuard guard(device_);
+    DMOE_CUDA_CHECK(cudaDeviceSynchronize());  // no kernel may still touch the mapping
+    release_vmm();
+  } else if (base_) {
+    DeviceGuard guard(device_);
+    DMOE_CUDA_CHECK(cudaFree(base_));
+    base_ = nullptr;
+  }
+}
+
+ActivationBuffer::~ActivationBuffer() {
+  try {
+    close();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dist-moe: warning: %s\n", e.what());
+  }
+}
+
+}  // namespace dist_moe::runtime
