@@ -1,0 +1,66 @@
+// FP4 E2M1 (OCP MX spec FP4; torch.float4_e2m1fn_x2; PTX .e2m1), as a 4-bit nibble.
+//
+// Nibble layout: s ee m, exponent bias 1. Magnitudes by code 0..7: {0, 0.5, 1, 1.5, 2, 3, 4, 6}
+// (code 1 is the only subnormal); bit 3 is the sign. No Inf, no NaN.
+// Encoding is round-to-nearest-even with saturation to +-6, the semantics of PTX
+// cvt.rn.satfinite.e2m1x2.f32 (SM100+; Hopper has no FP4 instructions, so this portable path is
+// the only one). NaN -> 0x7 (+6, sign discarded), as CUDA's __nv_cvt_float_to_fp4 emulation of
+// that instruction does; values that round to zero keep their sign (0x8 for negative).
+// Packing (reference section 4.1, float4_e2m1fn_x2): two per byte, element 0 in the low nibble.
+#pragma once
+
+#include <cstdint>
+
+#include "dist_moe/device/numeric/fp32.cuh"
+
+namespace dist_moe::numeric {
+
+constexpr float kE2M1Max = 6.0f;
+constexpr uint8_t kE2M1MaxCode = 0x7;
+
+// float -> E2M1 nibble: RNE, satfinite (+-6, +-Inf -> +-6), NaN -> 0x7.
+DMOE_HOST_DEVICE uint8_t float_to_e2m1(float x) {
+  const uint32_t u = float_bits(x);
+  const uint8_t sign = static_cast<uint8_t>((u >> 28) & 0x8u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return kE2M1MaxCode;                               // NaN -> +6
+  if (a >= 0x40c00000u) return static_cast<uint8_t>(sign | kE2M1MaxCode);  // |x| >= 6, Inf
+  if (a >= 0x3f800000u) {
+    // Normal (|x| >= 1): keep 1 of 23 mantissa bits, RNE on the 22 dropped bits; the carry
+    // bumps the exponent; |x| < 6 keeps the result <= 0x7.
+    const uint32_t r = a + 0x1fffffu + ((a >> 22) & 1u);
+    return static_cast<uint8_t>(sign | ((r >> 22) - (126u << 1)));  // rebias 127 -> 1
+  }
+  // |x| < 1: the code is round(|x| / 0.5) (0, 1 or 2; 2 is the normal 1.0, continuous layout).
+  // With |x| = m * 2^(E-23): m >> (22 - E), RNE.
+  const uint32_t biased = a >> 23;
+  if (biased < 127u - 2u) return sign;  // |x| < 0.25 (incl. FP32 subnormals): rounds to 0
+  const uint32_t m = (a & 0x7fffffu) | 0x800000u;
+  const uint32_t shift = 22u + 127u - biased;  // 23 or 24
+  uint32_t q = m >> shift;
+  const uint32_t rem = m & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (q & 1u))) ++q;
+  return static_cast<uint8_t>(sign | q);
+}
+
+// E2M1 nibble -> float, exact. Only the low 4 bits of `nibble` are read.
+DMOE_HOST_DEVICE float e2m1_to_float(uint8_t nibble) {
+  const uint32_t sign = static_cast<uint32_t>(nibble & 0x8u) << 28;
+  const uint32_t e = (nibble >> 1) & 0x3u;
+  const uint32_t m = nibble & 0x1u;
+  if (e == 0u) return bits_float(sign | (m ? 0x3f000000u : 0u));  // 0 or 0.5
+  return bits_float(sign | ((e + 126u) << 23) | (m << 22));
+}
+
+// The value an E2M1 store followed by a load gives back.
+DMOE_HOST_DEVICE float round_e2m1(float x) { return e2m1_to_float(float_to_e2m1(x)); }
+
+// Two nibbles -> one byte: element 0 (lo) in bits 0..3, element 1 (hi) in bits 4..7.
+DMOE_HOST_DEVICE uint8_t e2m1x2_pack(uint8_t lo, uint8_t hi) {
+  return static_cast<uint8_t>((lo & 0xfu) | ((hi & 0xfu) << 4));
+}
+DMOE_HOST_DEVICE uint8_t e2m1x2_lo(uint8_t byte) { return static_cast<uint8_t>(byte & 0xfu); }
+DMOE_HOST_DEVICE uint8_t e2m1x2_hi(uint8_t byte) { return static_cast<uint8_t>(byte >> 4); }
+
+}  // namespace dist_moe::numeric

@@ -1,0 +1,105 @@
+// FP8 blockwise quantization, the DeepSeek-V3 recipe that Hopper runs natively (DeepSeek-V3
+// technical report section 3.3; DeepGEMM's scaled FP8 GEMMs): E4M3 data, one FP32 scale per
+// 1x128 activation block (per token, along the hidden dim) or per 128x128 weight block.
+// Not in upstream dist_moe (DESIGN.md section 5).
+//
+//   scale = amax / 448 (FP32 division; amax = NaN-propagating max |x| over the block)
+//   q     = e4m3_rn_satfinite(fl(x / scale))
+//   x'    = fl(e4m3(q) * scale)
+//
+// Our choices where the recipe is silent (DeepGEMM's test helpers instead clamp amax at 1e-4 and
+// multiply by 448/amax; checkpoints only store the scale, so any producer works):
+//   * amax = 0 -> scale = 1 exactly; the data are all zero.
+//   * 0 < amax < 448 * 2^-126 (an all-tiny block) -> amax is raised to 448 * 2^-126 so the scale
+//     is the smallest normal FP32 2^-126, never a subnormal with too few bits, never 0 (x/0).
+//   * NaN or Inf in a block -> scale NaN; its data become 0x7F and dequantize to NaN.
+// The element with |x| = amax always encodes to +-448 (x / fl(amax/448) is within an ulp of 448).
+// Arrays: x_RC/q_RC [rows, cols] row-major; activation scales_RB [rows, ceil(cols/128)], weight
+// scales_BB [ceil(rows/128), ceil(cols/128)]; partial last blocks cover what exists.
+#pragma once
+
+#include <cstdint>
+
+#include "dist_moe/device/numeric/fp8_e4m3.cuh"
+
+namespace dist_moe::numeric {
+
+constexpr int kFP8BlockwiseBlock = 128;
+constexpr float kFP8BlockwiseAmaxFloor = 448.0f * 1.1754943508222875e-38f;  // 448 * 2^-126, exact
+
+// FP32 block scale from the block's amax (rules above).
+DMOE_HOST_DEVICE float fp8_blockwise_scale(float amax) {
+  if (!is_finite(amax)) return quiet_nan();
+  float a = abs_f32(amax);
+  if (a == 0.0f) return 1.0f;
+  if (a < kFP8BlockwiseAmaxFloor) a = kFP8BlockwiseAmaxFloor;
+  return div_rn(a, kE4M3Max);
+}
+
+// q = e4m3_rn_satfinite(fl(x / scale)).
+DMOE_HOST_DEVICE uint8_t fp8_blockwise_quantize_value(float x, float scale) {
+  return float_to_e4m3(div_rn(x, scale));
+}
+
+// x' = fl(e4m3(q) * scale).
+DMOE_HOST_DEVICE float fp8_blockwise_dequantize_value(uint8_t q, float scale) {
+  return mul_rn(e4m3_to_float(q), scale);
+}
+
+namespace detail {
+// Quantize the rectangle [r0, r1) x [c0, c1) of x_RC with one shared scale; returns the scale.
+DMOE_HOST_DEVICE float fp8_blockwise_quantize_rect(const float* x_RC, int64_t cols, int64_t r0, int64_t r1,
+                                                   int64_t c0, int64_t c1, uint8_t* q_RC) {
+  float amax = 0.0f;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = c0; c < c1; ++c) amax = amax_nan(amax, x_RC[r * cols + c]);
+  const float scale = fp8_blockwise_scale(amax);
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = c0; c < c1; ++c) q_RC[r * cols + c] = fp8_blockwise_quantize_value(x_RC[r * cols + c], scale);
+  return scale;
+}
+}  // namespace detail
+
+// Activations, 1x128 blocks along cols: scales_RB[r, b] covers x_RC[r, 128b .. 128b+127].
+DMOE_HOST_DEVICE void fp8_blockwise_quantize_act(const float* x_RC, int64_t rows, int64_t cols, uint8_t* q_RC,
+                                                 float* scales_RB) {
+  const int64_t nb = detail::ceil_div(cols, kFP8BlockwiseBlock);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nb; ++b)
+      scales_RB[r * nb + b] = detail::fp8_blockwise_quantize_rect(
+          x_RC, cols, r, r + 1, b * kFP8BlockwiseBlock, detail::min_i64(cols, (b + 1) * kFP8BlockwiseBlock), q_RC);
+}
+
+// Weights, 128x128 blocks: scales_BB[i, j] covers rows 128i.., cols 128j.. (DeepSeek-V3's
+// weight_scale_inv layout [ceil(N/128), ceil(K/128)] for a [N, K] weight).
+DMOE_HOST_DEVICE void fp8_blockwise_quantize_weight(const float* w_RC, int64_t rows, int64_t cols, uint8_t* q_RC,
+                                                    float* scales_BB) {
+  const int64_t nbr = detail::ceil_div(rows, kFP8BlockwiseBlock);
+  const int64_t nbc = detail::ceil_div(cols, kFP8BlockwiseBlock);
+  for (int64_t i = 0; i < nbr; ++i)
+    for (int64_t j = 0; j < nbc; ++j)
+      scales_BB[i * nbc + j] = detail::fp8_blockwise_quantize_rect(
+          w_RC, cols, i * kFP8BlockwiseBlock, detail::min_i64(rows, (i + 1) * kFP8BlockwiseBlock),
+          j * kFP8BlockwiseBlock, detail::min_i64(cols, (j + 1) * kFP8BlockwiseBlock), q_RC);
+}
+
+// y_RC[r, c] = e4m3(q_RC[r, c]) * scales_RB[r, c/128].
+DMOE_HOST_DEVICE void fp8_blockwise_dequantize_act(const uint8_t* q_RC, const float* scales_RB, int64_t rows,
+                                                   int64_t cols, float* y_RC) {
+  const int64_t nb = detail::ceil_div(cols, kFP8BlockwiseBlock);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      y_RC[r * cols + c] = fp8_blockwise_dequantize_value(q_RC[r * cols + c], scales_RB[r * nb + c / kFP8BlockwiseBlock]);
+}
+
+// y_RC[r, c] = e4m3(q_RC[r, c]) * scales_BB[r/128, c/128].
+DMOE_HOST_DEVICE void fp8_blockwise_dequantize_weight(const uint8_t* q_RC, const float* scales_BB, int64_t rows,
+                                                      int64_t cols, float* y_RC) {
+  const int64_t nbc = detail::ceil_div(cols, kFP8BlockwiseBlock);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      y_RC[r * cols + c] = fp8_blockwise_dequantize_value(
+          q_RC[r * cols + c], scales_BB[(r / kFP8BlockwiseBlock) * nbc + c / kFP8BlockwiseBlock]);
+}
+
+}  // namespace dist_moe::numeric

@@ -1,0 +1,132 @@
+// MXFP8 E4M3 block quantization on logical blocks (reference section 4.2; OCP MX block size 32).
+//
+// Per block of 32 values: amax = NaN-propagating max |x|; scale byte = e8m0_rceil_from_amax(amax)
+// (RCEIL: nothing clips); data q = e4m3_rn_satfinite(x * e8m0_reciprocal(scale)) with the exact
+// power-of-two reciprocal; dequantized value = e4m3_to_float(q) * 2^(scale-127), exact in FP32.
+// A NaN or Inf in a block makes its scale 0xFF, its data 0x7F and every dequantized element NaN;
+// other blocks are unaffected. An all-zero block gets scale 0x00 and zero data.
+//
+// Arrays are plain row-major: x_RC / q_RC are [rows, cols]. Three block shapes:
+//   rows  (1x32 along cols, activations for FPROP/DGRAD):  scales_RB [rows, ceil(cols/32)]
+//   cols  (32x1 along rows, activations for WGRAD):        scales_BC [ceil(rows/32), cols]
+//   tiles (32x32, weights; one qdata serves FPROP + DGRAD): scales_BB [ceil(rows/32), ceil(cols/32)]
+// A partial last block (rows or cols not a multiple of 32) covers only the elements that exist.
+// No kernel scale layout (CUBLAS_BLOCKED swizzle) happens here.
+#pragma once
+
+#include <cstdint>
+
+#include "dist_moe/device/numeric/e8m0.cuh"
+#include "dist_moe/device/numeric/fp8_e4m3.cuh"
+
+namespace dist_moe::numeric {
+
+constexpr int kMXBlock = 32;
+
+// One element: e4m3_rn_satfinite(x * exact reciprocal of the E8M0 scale).
+DMOE_HOST_DEVICE uint8_t mxfp8_quantize_value(float x, uint8_t scale) {
+  return float_to_e4m3(mul_rn(x, e8m0_reciprocal(scale)));
+}
+
+// One element back: e4m3 value times 2^(scale-127). Exact for every scale a finite block can get;
+// NaN for q = 0x7F/0xFF or scale 0xFF.
+DMOE_HOST_DEVICE float mxfp8_dequantize_value(uint8_t q, uint8_t scale) {
+  return mul_rn(e4m3_to_float(q), e8m0_to_float(scale));
+}
+
+namespace detail {
+// Quantize the rectangle [r0, r1) x [c0, c1) of x_RC with one shared scale; returns the scale.
+DMOE_HOST_DEVICE uint8_t mxfp8_quantize_rect(const float* x_RC, int64_t cols, int64_t r0, int64_t r1,
+                                             int64_t c0, int64_t c1, uint8_t* q_RC) {
+  float amax = 0.0f;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = c0; c < c1; ++c) amax = amax_nan(amax, x_RC[r * cols + c]);
+  const uint8_t scale = e8m0_rceil_from_amax(amax);
+  const float recip = e8m0_reciprocal(scale);
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = c0; c < c1; ++c) q_RC[r * cols + c] = float_to_e4m3(mul_rn(x_RC[r * cols + c], recip));
+  return scale;
+}
+}  // namespace detail
+
+// Row blocks (1x32 along cols): scales_RB[r, b] covers x_RC[r, 32b .. 32b+31].
+DMOE_HOST_DEVICE void mxfp8_quantize_rows(const float* x_RC, int64_t rows, int64_t cols, uint8_t* q_RC,
+                                          uint8_t* scales_RB) {
+  const int64_t nb = detail::ceil_div(cols, kMXBlock);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nb; ++b)
+      scales_RB[r * nb + b] = detail::mxfp8_quantize_rect(
+          x_RC, cols, r, r + 1, b * kMXBlock, detail::min_i64(cols, (b + 1) * kMXBlock), q_RC);
+}
+
+// Column blocks (32x1 along rows): scales_BC[b, c] covers x_RC[32b .. 32b+31, c].
+DMOE_HOST_DEVICE void mxfp8_quantize_cols(const float* x_RC, int64_t rows, int64_t cols, uint8_t* q_RC,
+                                          uint8_t* scales_BC) {
+  const int64_t nb = detail::ceil_div(rows, kMXBlock);
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t c = 0; c < cols; ++c)
+      scales_BC[b * cols + c] = detail::mxfp8_quantize_rect(
+          x_RC, cols, b * kMXBlock, detail::min_i64(rows, (b + 1) * kMXBlock), c, c + 1, q_RC);
+}
+
+// 32x32 tiles (weights, upstream ScaleReduction.TWO_D): scales_BB[i, j] covers rows 32i.., cols 32j...
+DMOE_HOST_DEVICE void mxfp8_quantize_tiles(const float* x_RC, int64_t rows, int64_t cols, uint8_t* q_RC,
+                                           uint8_t* scales_BB) {
+  const int64_t nbr = detail::ceil_div(rows, kMXBlock);
+  const int64_t nbc = detail::ceil_div(cols, kMXBlock);
+  for (int64_t i = 0; i < nbr; ++i)
+    for (int64_t j = 0; j < nbc; ++j)
+      scales_BB[i * nbc + j] = detail::mxfp8_quantize_rect(
+          x_RC, cols, i * kMXBlock, detail::min_i64(rows, (i + 1) * kMXBlock), j * kMXBlock,
+          detail::min_i64(cols, (j + 1) * kMXBlock), q_RC);
+}
+
+// Dequantize row blocks: y_RC[r, c] = e4m3(q_RC[r, c]) * 2^(scales_RB[r, c/32] - 127).
+DMOE_HOST_DEVICE void mxfp8_dequantize_rows(const uint8_t* q_RC, const uint8_t* scales_RB, int64_t rows,
+                                            int64_t cols, float* y_RC) {
+  const int64_t nb = detail::ceil_div(cols, kMXBlock);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      y_RC[r * cols + c] = mxfp8_dequantize_value(q_RC[r * cols + c], scales_RB[r * nb + c / kMXBlock]);
+}
+
+// Dequantize column blocks: y_RC[r, c] = e4m3(q_RC[r, c]) * 2^(scales_BC[r/32, c] - 127).
+DMOE_HOST_DEVICE void mxfp8_dequantize_cols(const uint8_t* q_RC, const uint8_t* scales_BC, int64_t rows,
+                                            int64_t cols, float* y_RC) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      y_RC[r * cols + c] = mxfp8_dequantize_value(q_RC[r * cols + c], scales_BC[(r / kMXBlock) * cols + c]);
+}
+
+// Dequantize tiles: y_RC[r, c] = e4m3(q_RC[r, c]) * 2^(scales_BB[r/32, c/32] - 127).
+DMOE_HOST_DEVICE void mxfp8_dequantize_tiles(const uint8_t* q_RC, const uint8_t* scales_BB, int64_t rows,
+                                             int64_t cols, float* y_RC) {
+  const int64_t nbc = detail::ceil_div(cols, kMXBlock);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      y_RC[r * cols + c] =
+          mxfp8_dequantize_value(q_RC[r * cols + c], scales_BB[(r / kMXBlock) * nbc + c / kMXBlock]);
+}
+
+// Tile scales seen as FPROP row-block scales of the [rows, cols] = [N, K] weight (reference 4.2:
+// FPROP scales [E*N, K/32]): scales_RB[r, b] = scales_BB[r/32, b]. With these, the tiles' q_RC
+// dequantizes through mxfp8_dequantize_rows to the same values.
+DMOE_HOST_DEVICE void mxfp8_tile_scales_to_rows(const uint8_t* scales_BB, int64_t rows, int64_t cols,
+                                                uint8_t* scales_RB) {
+  const int64_t nbc = detail::ceil_div(cols, kMXBlock);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nbc; ++b) scales_RB[r * nbc + b] = scales_BB[(r / kMXBlock) * nbc + b];
+}
+
+// Tile scales seen as DGRAD scales of the transposed weight (reference 4.2: DGRAD scales
+// [E*K, N/32]): scales_CB[c, b] = scales_BB[b, c/32], shape [cols, ceil(rows/32)]. With these,
+// transpose(q_RC) dequantizes through mxfp8_dequantize_rows to transpose of the same values.
+DMOE_HOST_DEVICE void mxfp8_tile_scales_to_cols(const uint8_t* scales_BB, int64_t rows, int64_t cols,
+                                                uint8_t* scales_CB) {
+  const int64_t nbr = detail::ceil_div(rows, kMXBlock);
+  const int64_t nbc = detail::ceil_div(cols, kMXBlock);
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t b = 0; b < nbr; ++b) scales_CB[c * nbr + b] = scales_BB[b * nbc + c / kMXBlock];
+}
+
+}  // namespace dist_moe::numeric

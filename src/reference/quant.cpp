@@ -1,0 +1,141 @@
+#include "reference/quant.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "dist_moe/device/numeric/numeric.cuh"
+#include "dist_moe/error.h"
+
+namespace dist_moe::reference {
+namespace {
+
+std::size_t at(int64_t i) { return static_cast<std::size_t>(i); }
+
+// Quantize-dequantize one row-major [rows, cols] block with blocks along cols (x -> y).
+void qdq_rows(const float* x, int64_t rows, int64_t cols, Quantization q, float* y) {
+  if (rows == 0 || cols == 0) return;
+  std::vector<uint8_t> data(at(rows * cols));
+  switch (q) {
+    case Quantization::kMXFP8: {
+      std::vector<uint8_t> scales(at(rows * numeric::detail::ceil_div(cols, numeric::kMXBlock)));
+      numeric::mxfp8_quantize_rows(x, rows, cols, data.data(), scales.data());
+      numeric::mxfp8_dequantize_rows(data.data(), scales.data(), rows, cols, y);
+      return;
+    }
+    case Quantization::kFP8Blockwise: {
+      std::vector<float> scales(at(rows * numeric::detail::ceil_div(cols, numeric::kFP8BlockwiseBlock)));
+      numeric::fp8_blockwise_quantize_act(x, rows, cols, data.data(), scales.data());
+      numeric::fp8_blockwise_dequantize_act(data.data(), scales.data(), rows, cols, y);
+      return;
+    }
+    case Quantization::kNVFP4: {
+      std::vector<uint8_t> packed(at(rows * numeric::detail::ceil_div(cols, 2)));
+      std::vector<uint8_t> scales(at(rows * numeric::detail::ceil_div(cols, numeric::kNVFP4Block)));
+      std::vector<float> token_scale_inv(at(rows));
+      numeric::nvfp4_quantize_activation(x, rows, cols, packed.data(), scales.data(), token_scale_inv.data());
+      numeric::nvfp4_dequantize_activation(packed.data(), scales.data(), token_scale_inv.data(), rows, cols, y);
+      return;
+    }
+    case Quantization::kNone:
+      for (int64_t i = 0; i < rows * cols; ++i) y[i] = x[i];
+      return;
+  }
+}
+
+// Quantize-dequantize [rows, cols] with blocks along rows (x -> y).
+void qdq_cols(const float* x, int64_t rows, int64_t cols, Quantization q, float* y) {
+  if (rows == 0 || cols == 0) return;
+  std::vector<uint8_t> data(at(rows * cols));
+  switch (q) {
+    case Quantization::kMXFP8: {
+      std::vector<uint8_t> scales(at(numeric::detail::ceil_div(rows, numeric::kMXBlock) * cols));
+      numeric::mxfp8_quantize_cols(x, rows, cols, data.data(), scales.data());
+      numeric::mxfp8_dequantize_cols(data.data(), scales.data(), rows, cols, y);
+      return;
+    }
+    case Quantization::kFP8Blockwise: {
+      // 128x1 blocks = the 1x128 activation recipe on the transpose.
+      std::vector<float> xt(at(rows * cols)), yt(at(rows * cols));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) xt[at(c * rows + r)] = x[r * cols + c];
+      qdq_rows(xt.data(), cols, rows, q, yt.data());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = yt[at(c * rows + r)];
+      return;
+    }
+    case Quantization::kNVFP4:
+      detail::fail(ErrorCode::kInvalidValue, "NVFP4 is inference-only: there are no column-quantized WGRAD operands");
+    case Quantization::kNone:
+      for (int64_t i = 0; i < rows * cols; ++i) y[i] = x[i];
+      return;
+  }
+}
+
+// Quantize-dequantize one expert's [rows, cols] weight.
+void qdq_weight(const float* w, int64_t rows, int64_t cols, Quantization q, float* y) {
+  if (rows == 0 || cols == 0) return;
+  switch (q) {
+    case Quantization::kMXFP8: {
+      std::vector<uint8_t> data(at(rows * cols));
+      std::vector<uint8_t> scales(at(numeric::detail::ceil_div(rows, numeric::kMXBlock) *
+                                     numeric::detail::ceil_div(cols, numeric::kMXBlock)));
+      numeric::mxfp8_quantize_tiles(w, rows, cols, data.data(), scales.data());
+      numeric::mxfp8_dequantize_tiles(data.data(), scales.data(), rows, cols, y);
+      return;
+    }
+    case Quantization::kFP8Blockwise: {
+      std::vector<uint8_t> data(at(rows * cols));
+      std::vector<float> scales(at(numeric::detail::ceil_div(rows, numeric::kFP8BlockwiseBlock) *
+                                   numeric::detail::ceil_div(cols, numeric::kFP8BlockwiseBlock)));
+      numeric::fp8_blockwise_quantize_weight(w, rows, cols, data.data(), scales.data());
+      numeric::fp8_blockwise_dequantize_weight(data.data(), scales.data(), rows, cols, y);
+      return;
+    }
+    case Quantization::kNVFP4: {
+      std::vector<uint8_t> packed(at(rows * numeric::detail::ceil_div(cols, 2)));
+      std::vector<uint8_t> scales(at(rows * numeric::detail::ceil_div(cols, numeric::kNVFP4Block)));
+      float gs = 0.0f;
+      numeric::nvfp4_quantize_weight(w, rows, cols, packed.data(), scales.data(), &gs, nullptr);
+      numeric::nvfp4_dequantize_weight(packed.data(), scales.data(), gs, rows, cols, y);
+      return;
+    }
+    case Quantization::kNone:
+      for (int64_t i = 0; i < rows * cols; ++i) y[i] = w[i];
+      return;
+  }
+}
+
+}  // namespace
+
+TensorF quantize_activation_rows(const TensorF& a_RC, Quantization q) {
+  TensorF out(a_RC.shape);
+  qdq_rows(a_RC.data.data(), a_RC.rows(), a_RC.row_size(), q, out.data.data());
+  return out;
+}
+
+TensorF quantize_activation_columns(const RankRouting& rt, const TensorF& a_MC, Quantization q) {
+  DMOE_CHECK_ARG(a_MC.rows() == rt.num_rows(), "column quantization: ", a_MC.rows(), " rows but rank ", rt.rank,
+                 "'s routing has M=", rt.num_rows());
+  if (q == Quantization::kNVFP4) {
+    detail::fail(ErrorCode::kInvalidValue, "NVFP4 is inference-only: there are no column-quantized WGRAD operands");
+  }
+  TensorF out(a_MC.shape);
+  const int64_t C = a_MC.row_size();
+  for (int64_t e = 0; e < rt.num_local_experts; ++e) {
+    const int64_t m0 = rt.expert_offsets[at(e)], m1 = rt.expert_offsets[at(e + 1)];
+    qdq_cols(a_MC.row(m0), m1 - m0, C, q, out.row(m0));
+  }
+  return out;
+}
+
+TensorF quantize_weights(const TensorF& w_ENK, Quantization q) {
+  DMOE_CHECK_ARG(w_ENK.dims() == 3, "quantize_weights expects [E_local, N, K]");
+  TensorF out(w_ENK.shape);
+  for (int64_t e = 0; e < w_ENK.size(0); ++e) {
+    qdq_weight(w_ENK.row(e), w_ENK.size(1), w_ENK.size(2), q, out.row(e));
+  }
+  return out;
+}
+
+}  // namespace dist_moe::reference

@@ -1,0 +1,33 @@
+// Quantize-dequantize of the expert GEMM operands for the oracle's block-scaled paths.
+//
+// Every function quantizes with the shared formats of include/dist_moe/device/numeric/ (the same
+// functions the kernels use) and returns the DEQUANTIZED values as floats: the oracle's quantized
+// GEMMs then run on those values with the usual double-sum, FP32-result convention (stages.h).
+// Where each operand is quantized (upstream §4.6) is decided by forward()/backward() in oracle.cpp.
+//
+//   mode          activations, rows (FPROP/DGRAD A)   activations, columns (WGRAD)       weights (per expert [N, K])
+//   kMXFP8        1x32 E8M0 blocks along cols          32x1 blocks along rows              32x32 tiles (one qdata for FPROP and DGRAD)
+//   kFP8Blockwise 1x128 FP32 scales along cols         128x1 blocks along rows             128x128 blocks
+//   kNVFP4        per-row FP32 scale + 1x16 E4M3       (inference only: rejected)          per-expert FP32 global scale + 1x16 E4M3
+//
+// Column blocks restart at every expert's first row (each expert's padded segment is quantized
+// on its own, so a block never mixes experts; with the GPU's 128-row alignment this is the same
+// as quantizing the whole buffer). Padding rows are zero and stay zero. Partial blocks (a
+// dimension that is not a block multiple) cover what exists, as in numeric.cuh.
+#pragma once
+
+#include "reference/problem.h"
+#include "reference/routing.h"
+#include "reference/tensor.h"
+
+namespace dist_moe::reference {
+
+// a [rows, cols] -> dequant(quant(a)) with blocks along cols. kNone returns a copy.
+TensorF quantize_activation_rows(const TensorF& a_RC, Quantization q);
+// a [M, cols] of rank rt's expert-major rows -> dequant(quant(a)) with blocks along rows,
+// restarting at each expert. kNVFP4 throws kInvalidValue. kNone returns a copy.
+TensorF quantize_activation_columns(const RankRouting& rt, const TensorF& a_MC, Quantization q);
+// w [E_local, N, K] -> per expert dequant(quant(w[e])). kNone returns a copy.
+TensorF quantize_weights(const TensorF& w_ENK, Quantization q);
+
+}  // namespace dist_moe::reference

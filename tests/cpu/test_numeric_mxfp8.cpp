@@ -1,0 +1,335 @@
+// MXFP8 E4M3 block quantization (rows 1x32, cols 32x1, tiles 32x32) against a reference written
+// here from the rules (enumerated E4M3 grid, RCEIL in double), plus crafted blocks, error bounds
+// and the transpose / tile relations the GEMM operands rely on.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "dist_moe/device/numeric/numeric.cuh"
+
+namespace nm = dist_moe::numeric;
+
+namespace {
+
+const float kInf = std::numeric_limits<float>::infinity();
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+double e4m3_definition(int code) {
+  const int s = (code >> 7) & 1, e = (code >> 3) & 15, m = code & 7;
+  if (e == 15 && m == 7) return std::numeric_limits<double>::quiet_NaN();
+  const double mag = e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return s ? -mag : mag;
+}
+
+// Nearest E4M3 code to a double, ties to even, satfinite, NaN -> 0x7F.
+uint8_t e4m3_expected(double x) {
+  static const std::vector<double> g = [] {
+    std::vector<double> v;
+    for (int c = 0; c <= 0x7e; ++c) v.push_back(e4m3_definition(c));
+    return v;
+  }();
+  if (std::isnan(x)) return 0x7f;
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  const double ax = std::fabs(x);
+  if (ax >= g.back()) return static_cast<uint8_t>(sign | 0x7e);
+  const int hi = static_cast<int>(std::upper_bound(g.begin(), g.end(), ax) - g.begin());
+  const int lo = hi - 1;
+  const double twice = 2.0 * ax, mid2 = g[lo] + g[hi];
+  const int idx = twice < mid2 ? lo : twice > mid2 ? hi : (lo % 2 == 0 ? lo : hi);
+  return static_cast<uint8_t>(sign | idx);
+}
+
+// RCEIL from its instruction definition: t = fl(amax * fl(1/448)), byte of ceil_pow2(t).
+int rceil_expected(const std::vector<float>& block) {
+  double amax = 0;
+  for (float v : block) {
+    if (!std::isfinite(v)) return 0xff;
+    amax = std::max(amax, std::fabs(static_cast<double>(v)));
+  }
+  const float t = static_cast<float>(amax) * (1.0f / 448.0f);
+  if (static_cast<double>(t) <= std::ldexp(1.0, -127)) return 0;
+  int x;
+  const double f = std::frexp(static_cast<double>(t), &x);
+  return std::min((f == 0.5 ? x - 1 : x), 127) + 127;
+}
+
+struct RefBlock {
+  int scale;
+  std::vector<uint8_t> q;
+};
+
+RefBlock ref_quantize(const std::vector<float>& block) {
+  RefBlock r;
+  r.scale = rceil_expected(block);
+  for (float v : block)
+    r.q.push_back(r.scale == 0xff ? 0x7f : e4m3_expected(std::ldexp(static_cast<double>(v), 127 - r.scale)));
+  return r;
+}
+
+double ref_dequant(uint8_t q, int scale) {
+  if (scale == 0xff) return std::numeric_limits<double>::quiet_NaN();
+  return e4m3_definition(q) * std::ldexp(1.0, scale - 127);
+}
+
+// Random matrix: per 8x8 patch a random binade, normal values, some zeros and tiny values.
+std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed, int min_exp = -30, int max_exp = 30) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_int_distribution<int> ed(min_exp, max_exp);
+  std::uniform_int_distribution<int> pick(0, 99);
+  std::vector<int> patch_exp((rows / 8 + 1) * (cols / 8 + 1));
+  for (auto& e : patch_exp) e = ed(rng);
+  std::vector<float> x(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int e = patch_exp[(r / 8) * (cols / 8 + 1) + c / 8];
+      const int p = pick(rng);
+      float v = std::ldexp(nd(rng), e);
+      if (p < 3) v = 0.0f;
+      else if (p < 6) v = std::ldexp(nd(rng), e - 12);  // lands in E4M3 subnormals or zero
+      x[r * cols + c] = v;
+    }
+  return x;
+}
+
+std::vector<float> transpose(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  std::vector<float> t(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
+  return t;
+}
+template <class T>
+std::vector<T> transpose_t(const std::vector<T>& x, int64_t rows, int64_t cols) {
+  std::vector<T> t(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
+  return t;
+}
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Checks every row block of x_RC against the reference, and its dequantization.
+void check_rows_against_reference(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  const int64_t nb = cdiv(cols, 32);
+  std::vector<uint8_t> q(rows * cols), s(rows * nb);
+  std::vector<float> y(rows * cols);
+  nm::mxfp8_quantize_rows(x.data(), rows, cols, q.data(), s.data());
+  nm::mxfp8_dequantize_rows(q.data(), s.data(), rows, cols, y.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t c0 = b * 32, c1 = std::min(cols, c0 + 32);
+      const std::vector<float> blk(x.begin() + r * cols + c0, x.begin() + r * cols + c1);
+      const RefBlock ref = ref_quantize(blk);
+      ASSERT_EQ(s[r * nb + b], ref.scale) << "row " << r << " block " << b;
+      for (int64_t c = c0; c < c1; ++c) {
+        ASSERT_EQ(q[r * cols + c], ref.q[c - c0]) << "row " << r << " col " << c << " x " << x[r * cols + c];
+        const double want = ref_dequant(ref.q[c - c0], ref.scale);
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(y[r * cols + c]));
+        } else {
+          ASSERT_EQ(static_cast<double>(y[r * cols + c]), want);  // exact
+        }
+      }
+    }
+}
+
+}  // namespace
+
+TEST(NumericMXFP8, CraftedAllZeroBlock) {
+  std::vector<float> x(64, 0.0f);
+  x[40] = -0.0f;
+  std::vector<uint8_t> q(64, 0xaa), s(2, 0xaa);
+  std::vector<float> y(64, 1.0f);
+  nm::mxfp8_quantize_rows(x.data(), 1, 64, q.data(), s.data());
+  nm::mxfp8_dequantize_rows(q.data(), s.data(), 1, 64, y.data());
+  EXPECT_EQ(s[0], 0x00);  // smallest scale 2^-127, never NaN
+  EXPECT_EQ(s[1], 0x00);
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(q[i] & 0x7f, 0x00) << i;
+    EXPECT_EQ(y[i], 0.0f) << i;
+  }
+  EXPECT_EQ(q[40], 0x80);  // -0 keeps its sign
+}
+
+TEST(NumericMXFP8, CraftedOneHugeValue) {
+  std::vector<float> x(32);
+  for (int i = 0; i < 32; ++i) x[i] = 1.0f + 0.25f * i;
+  x[17] = 3.0e38f;
+  std::vector<uint8_t> q(32), s(1);
+  std::vector<float> y(32);
+  nm::mxfp8_quantize_rows(x.data(), 1, 32, q.data(), s.data());
+  nm::mxfp8_dequantize_rows(q.data(), s.data(), 1, 32, y.data());
+  // 3e38 / 448 = 6.7e35 -> 2^119 (6.6e35 < 6.7e35 <= 2^120 = 1.3e36).
+  EXPECT_EQ(s[0], 127 + 120);
+  EXPECT_LE(std::fabs(y[17] - x[17]), std::ldexp(std::fabs(x[17]), -4));
+  EXPECT_FALSE(std::isinf(y[17]));
+  for (int i = 0; i < 32; ++i) {
+    if (i != 17) {
+      EXPECT_EQ(y[i], 0.0f) << i;  // swamped: far below 2^-10 * 2^120
+    }
+  }
+  check_rows_against_reference(x, 1, 32);
+}
+
+TEST(NumericMXFP8, CraftedBlockMaxExactlyAtPowerOfTwoBoundary) {
+  // amax = 448 * 2^3 exactly -> scale 2^3, amax encodes to 0x7E (448): nothing clips.
+  std::vector<float> x(32, 1.0f);
+  x[5] = -448.0f * 8.0f;
+  std::vector<uint8_t> q(32), s(1);
+  nm::mxfp8_quantize_rows(x.data(), 1, 32, q.data(), s.data());
+  EXPECT_EQ(s[0], 130);
+  EXPECT_EQ(q[5], 0xfe);
+  // One ulp above: the scale moves up one binade and amax encodes to 224 (0x76).
+  x[5] = -std::nextafter(448.0f * 8.0f, kInf);
+  nm::mxfp8_quantize_rows(x.data(), 1, 32, q.data(), s.data());
+  EXPECT_EQ(s[0], 131);
+  EXPECT_EQ(q[5], 0xf6);
+}
+
+TEST(NumericMXFP8, CraftedSubnormalOnlyBlock) {
+  // FP32 subnormal inputs: scale 2^-127, reciprocal 2^127 brings them into E4M3 range.
+  std::vector<float> x(32);
+  for (int i = 0; i < 32; ++i) x[i] = std::ldexp(static_cast<float>(i - 16), -133);  // |x| <= 2^-129
+  x[3] = std::numeric_limits<float>::denorm_min();
+  std::vector<uint8_t> q(32), s(1);
+  std::vector<float> y(32);
+  nm::mxfp8_quantize_rows(x.data(), 1, 32, q.data(), s.data());
+  nm::mxfp8_dequantize_rows(q.data(), s.data(), 1, 32, y.data());
+  EXPECT_EQ(s[0], 0);
+  for (int i = 0; i < 32; ++i) {
+    if (i == 3) continue;
+    // x * 2^127 = (i-16) * 2^-6: exactly representable (normal or subnormal E4M3) -> exact.
+    EXPECT_EQ(y[i], x[i]) << i;
+  }
+  EXPECT_EQ(y[3], 0.0f);
+  check_rows_against_reference(x, 1, 32);
+}
+
+TEST(NumericMXFP8, CraftedNaNOrInfPoisonsOnlyItsBlock) {
+  for (float bad : {kNaN, kInf, -kInf}) {
+    std::vector<float> x = random_matrix(2, 96, 5, -2, 2);
+    x[1 * 96 + 40] = bad;  // row 1, block 1
+    std::vector<uint8_t> q(2 * 96), s(2 * 3);
+    std::vector<float> y(2 * 96);
+    nm::mxfp8_quantize_rows(x.data(), 2, 96, q.data(), s.data());
+    nm::mxfp8_dequantize_rows(q.data(), s.data(), 2, 96, y.data());
+    EXPECT_EQ(s[1 * 3 + 1], 0xff);
+    for (int c = 32; c < 64; ++c) {
+      EXPECT_EQ(q[96 + c], 0x7f) << c;
+      EXPECT_TRUE(std::isnan(y[96 + c])) << c;
+    }
+    for (int i = 0; i < 2 * 96; ++i) {
+      if (i >= 96 + 32 && i < 96 + 64) continue;
+      EXPECT_TRUE(std::isfinite(y[i])) << i;
+    }
+    check_rows_against_reference(x, 2, 96);
+  }
+}
+
+TEST(NumericMXFP8, RandomRowsMatchReferenceAndErrorBound) {
+  for (auto shape : {std::pair<int64_t, int64_t>{64, 128}, {7, 200}, {33, 45}}) {
+    const int64_t rows = shape.first, cols = shape.second;
+    const std::vector<float> x = random_matrix(rows, cols, static_cast<uint32_t>(rows * 1000 + cols));
+    check_rows_against_reference(x, rows, cols);
+    const int64_t nb = cdiv(cols, 32);
+    std::vector<uint8_t> q(rows * cols), s(rows * nb);
+    std::vector<float> y(rows * cols);
+    nm::mxfp8_quantize_rows(x.data(), rows, cols, q.data(), s.data());
+    nm::mxfp8_dequantize_rows(q.data(), s.data(), rows, cols, y.data());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const double v = x[r * cols + c], err = std::fabs(y[r * cols + c] - v);
+        const double unit = std::ldexp(1.0, s[r * nb + c / 32] - 127);
+        // Normal E4M3 range: relative error <= 2^-4; subnormal range: absolute <= 2^-10 * scale.
+        ASSERT_LE(err, std::max(std::ldexp(std::fabs(v), -4), std::ldexp(unit, -10))) << r << "," << c;
+      }
+  }
+}
+
+TEST(NumericMXFP8, ColumnsAreTransposedRows) {
+  const int64_t rows = 70, cols = 48;  // partial last row block
+  const std::vector<float> x = random_matrix(rows, cols, 11);
+  const int64_t nbr = cdiv(rows, 32);
+  std::vector<uint8_t> qc(rows * cols), sc(nbr * cols);
+  nm::mxfp8_quantize_cols(x.data(), rows, cols, qc.data(), sc.data());
+  const std::vector<float> xt = transpose(x, rows, cols);
+  std::vector<uint8_t> qr(rows * cols), sr(cols * nbr);
+  nm::mxfp8_quantize_rows(xt.data(), cols, rows, qr.data(), sr.data());
+  EXPECT_EQ(transpose_t(qr, cols, rows), qc);
+  EXPECT_EQ(transpose_t(sr, cols, nbr), sc);
+  std::vector<float> yc(rows * cols), yr(rows * cols);
+  nm::mxfp8_dequantize_cols(qc.data(), sc.data(), rows, cols, yc.data());
+  nm::mxfp8_dequantize_rows(qr.data(), sr.data(), cols, rows, yr.data());
+  EXPECT_EQ(transpose(yr, cols, rows), yc);
+  check_rows_against_reference(xt, cols, rows);  // so the columns match the reference too
+}
+
+TEST(NumericMXFP8, TilesAgreeWithRowsColsAndTranspose) {
+  const int64_t rows = 96, cols = 80;  // 3 x 3 tiles, the last column tile partial
+  std::vector<float> x = random_matrix(rows, cols, 21);
+  x[40 * cols + 70] = kNaN;  // poisons tile (1, 2) only
+  const int64_t nbr = cdiv(rows, 32), nbc = cdiv(cols, 32);
+  std::vector<uint8_t> qt(rows * cols), st(nbr * nbc);
+  nm::mxfp8_quantize_tiles(x.data(), rows, cols, qt.data(), st.data());
+
+  // Tile scale = max of the row-block scales inside the tile (RCEIL is monotone in amax), and the
+  // data are the per-element rule with that scale.
+  std::vector<uint8_t> qr(rows * cols), sr(rows * nbc);
+  nm::mxfp8_quantize_rows(x.data(), rows, cols, qr.data(), sr.data());
+  for (int64_t i = 0; i < nbr; ++i)
+    for (int64_t j = 0; j < nbc; ++j) {
+      int mx = 0;
+      for (int64_t r = i * 32; r < std::min(rows, i * 32 + 32); ++r) mx = std::max<int>(mx, sr[r * nbc + j]);
+      EXPECT_EQ(st[i * nbc + j], mx) << i << "," << j;
+    }
+  EXPECT_EQ(st[1 * nbc + 2], 0xff);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      ASSERT_EQ(qt[r * cols + c], e4m3_expected(st[(r / 32) * nbc + c / 32] == 0xff
+                                                    ? std::numeric_limits<double>::quiet_NaN()
+                                                    : std::ldexp(static_cast<double>(x[r * cols + c]),
+                                                                 127 - st[(r / 32) * nbc + c / 32])));
+
+  // Tiles of the transpose are the transposed tiles.
+  const std::vector<float> xt = transpose(x, rows, cols);
+  std::vector<uint8_t> qtt(rows * cols), stt(nbc * nbr);
+  nm::mxfp8_quantize_tiles(xt.data(), cols, rows, qtt.data(), stt.data());
+  EXPECT_EQ(transpose_t(qtt, cols, rows), qt);
+  EXPECT_EQ(transpose_t(stt, nbc, nbr), st);
+
+  // One qdata, two scale views: FPROP rows view and DGRAD (transposed) view dequantize alike.
+  std::vector<float> yt(rows * cols);
+  nm::mxfp8_dequantize_tiles(qt.data(), st.data(), rows, cols, yt.data());
+  std::vector<uint8_t> fprop(rows * nbc), dgrad(cols * nbr);
+  nm::mxfp8_tile_scales_to_rows(st.data(), rows, cols, fprop.data());
+  nm::mxfp8_tile_scales_to_cols(st.data(), rows, cols, dgrad.data());
+  std::vector<float> y_fprop(rows * cols), y_dgrad_t(rows * cols);
+  nm::mxfp8_dequantize_rows(qt.data(), fprop.data(), rows, cols, y_fprop.data());
+  const std::vector<uint8_t> qt_t = transpose_t(qt, rows, cols);
+  nm::mxfp8_dequantize_rows(qt_t.data(), dgrad.data(), cols, rows, y_dgrad_t.data());
+  const std::vector<float> y_dgrad = transpose(y_dgrad_t, cols, rows);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    if (std::isnan(yt[i])) {
+      ASSERT_TRUE(std::isnan(y_fprop[i]) && std::isnan(y_dgrad[i])) << i;
+    } else {
+      ASSERT_EQ(yt[i], y_fprop[i]) << i;
+      ASSERT_EQ(yt[i], y_dgrad[i]) << i;
+    }
+  }
+}
+
+TEST(NumericMXFP8, ValueHelpersMatchArrays) {
+  EXPECT_EQ(nm::mxfp8_quantize_value(448.0f, 127), 0x7e);
+  EXPECT_EQ(nm::mxfp8_quantize_value(449.0f, 127), 0x7e);
+  EXPECT_EQ(nm::mxfp8_quantize_value(3.0f, 128), nm::float_to_e4m3(1.5f));
+  EXPECT_EQ(nm::mxfp8_quantize_value(1.0f, 0xff), 0x7f);
+  EXPECT_EQ(nm::mxfp8_dequantize_value(0x38, 130), 8.0f);
+  EXPECT_TRUE(std::isnan(nm::mxfp8_dequantize_value(0x38, 0xff)));
+  EXPECT_TRUE(std::isnan(nm::mxfp8_dequantize_value(0x7f, 127)));
+}

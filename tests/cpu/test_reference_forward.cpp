@@ -1,0 +1,460 @@
+// The oracle forward against a naive per-token loop: for every token of every rank and each of its
+// K routes, dense math on that one row with the pipeline's rounding points, written here
+// independently of the oracle's routing / gather / scatter machinery. Equality is bitwise, for
+// out and for every intermediate row (x_gathered, h1, h2, h3, combine), in the BF16 pipeline and
+// in the quantized paths (whose operands the naive loop quantizes itself with numeric.cuh).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dist_moe/device/numeric/numeric.cuh"
+#include "reference/oracle.h"
+
+namespace ref = dist_moe::reference;
+namespace num = dist_moe::numeric;
+using dist_moe::Activation;
+using ref::Quantization;
+using ref::TensorF;
+
+namespace {
+
+std::size_t at(int64_t i) { return static_cast<std::size_t>(i); }
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+float bf16(float v) { return num::round_bf16(v); }
+
+// Dot product, products and sum in double, ascending index (the oracle's documented convention).
+double dot(const float* a, const float* b, int64_t n, int64_t stride_b = 1) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i * stride_b]);
+  return s;
+}
+
+// Quantize-dequantize one activation row with numeric.cuh directly.
+std::vector<float> qdq_row(const std::vector<float>& x, Quantization q) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> y(x.size());
+  std::vector<uint8_t> data(x.size() + 1);
+  if (q == Quantization::kNone) return x;
+  if (q == Quantization::kMXFP8) {
+    std::vector<uint8_t> s(at((n + 31) / 32));
+    num::mxfp8_quantize_rows(x.data(), 1, n, data.data(), s.data());
+    num::mxfp8_dequantize_rows(data.data(), s.data(), 1, n, y.data());
+  } else if (q == Quantization::kFP8Blockwise) {
+    std::vector<float> s(at((n + 127) / 128));
+    num::fp8_blockwise_quantize_act(x.data(), 1, n, data.data(), s.data());
+    num::fp8_blockwise_dequantize_act(data.data(), s.data(), 1, n, y.data());
+  } else {
+    std::vector<uint8_t> s(at((n + 15) / 16));
+    float inv = 0;
+    num::nvfp4_quantize_activation(x.data(), 1, n, data.data(), s.data(), &inv);
+    num::nvfp4_dequantize_activation(data.data(), s.data(), &inv, 1, n, y.data());
+  }
+  return y;
+}
+
+// Quantize-dequantize all experts' weights [E, N, K], one expert at a time.
+TensorF qdq_weights(const TensorF& w, Quantization q) {
+  if (q == Quantization::kNone) return w;
+  TensorF out(w.shape);
+  const int64_t N = w.size(1), K = w.size(2);
+  std::vector<uint8_t> data(at(N * K));
+  for (int64_t e = 0; e < w.size(0); ++e) {
+    if (q == Quantization::kMXFP8) {
+      std::vector<uint8_t> s(at(((N + 31) / 32) * ((K + 31) / 32)));
+      num::mxfp8_quantize_tiles(w.row(e), N, K, data.data(), s.data());
+      num::mxfp8_dequantize_tiles(data.data(), s.data(), N, K, out.row(e));
+    } else if (q == Quantization::kFP8Blockwise) {
+      std::vector<float> s(at(((N + 127) / 128) * ((K + 127) / 128)));
+      num::fp8_blockwise_quantize_weight(w.row(e), N, K, data.data(), s.data());
+      num::fp8_blockwise_dequantize_weight(data.data(), s.data(), N, K, out.row(e));
+    } else {
+      std::vector<uint8_t> s(at(N * ((K + 15) / 16)));
+      float gs = 0;
+      num::nvfp4_quantize_weight(w.row(e), N, K, data.data(), s.data(), &gs, nullptr);
+      num::nvfp4_dequantize_weight(data.data(), s.data(), gs, N, K, out.row(e));
+    }
+  }
+  return out;
+}
+
+struct NaiveRoute {
+  bool valid = false;
+  std::vector<float> x, h1, h2, h3;  // x as gathered (NVFP4: dequantized at the source)
+};
+
+struct Naive {
+  std::vector<TensorF> out;                          // [R] [T, D]
+  std::vector<std::vector<NaiveRoute>> routes;       // [R][T*K]
+  std::vector<std::array<int64_t, 3>> clip;          // [R] over each rank's experts
+};
+
+Naive naive_forward(const ref::Problem& p, const ref::ForwardOptions& o) {
+  const int64_t R = p.num_ranks, D = p.hidden_dim, F = p.intermediate_dim, K = p.top_k;
+  const Quantization q = o.quantization;
+  const TensorF w13 = qdq_weights(p.w13_EFD, q);
+  const TensorF w2 = qdq_weights(p.w2_EDF, q);
+  Naive n;
+  n.clip.assign(at(R), {0, 0, 0});
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t T = p.tokens(r);
+    TensorF out({T, D});
+    std::vector<NaiveRoute> routes(at(T * K));
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<float> acc(at(D), 0.0f);
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t e = p.ids_TK[at(r)][at(t * K + k)];
+        if (e < 0) continue;
+        NaiveRoute& rt = routes[at(t * K + k)];
+        rt.valid = true;
+        const std::vector<float> x(p.x_TD[at(r)].row(t), p.x_TD[at(r)].row(t) + D);
+        rt.x = q == Quantization::kNVFP4 ? qdq_row(x, q) : x;
+        const std::vector<float> xq = qdq_row(x, q);
+        rt.h1.resize(at(2 * F));
+        for (int64_t j = 0; j < 2 * F; ++j) rt.h1[at(j)] = bf16(static_cast<float>(dot(xq.data(), &w13(e, j, 0), D)));
+        auto& clip = n.clip[at(e / p.num_local_experts())];
+        for (int64_t f = 0; f < F; ++f) {
+          clip[0] += rt.h1[at(f)] > static_cast<float>(o.swiglu_clip_limit);
+          clip[1] += std::abs(rt.h1[at(F + f)]) > static_cast<float>(o.swiglu_clip_limit);
+        }
+        clip[2] += F;
+        rt.h2.resize(at(F));
+        for (int64_t f = 0; f < F; ++f) rt.h2[at(f)] = bf16(ref::swiglu<float>(rt.h1[at(f)], rt.h1[at(F + f)], p.swiglu));
+        const std::vector<float> h2q = qdq_row(rt.h2, q);
+        rt.h3.resize(at(D));
+        for (int64_t d = 0; d < D; ++d) rt.h3[at(d)] = bf16(static_cast<float>(dot(h2q.data(), &w2(e, d, 0), F)));
+        const float s = p.scores_TK[at(r)](t, k);
+        if (o.rmsnorm) {
+          const bool gamma = !o.rmsnorm->weight_D.empty();
+          std::vector<float> xg(at(D));
+          for (int64_t d = 0; d < D; ++d) {
+            xg[at(d)] = gamma ? (o.rmsnorm->weight_D[at(d)] + static_cast<float>(o.rmsnorm->gain_center)) * rt.h3[at(d)]
+                              : rt.h3[at(d)];
+          }
+          const float ms = static_cast<float>(dot(xg.data(), xg.data(), D) / static_cast<double>(D));
+          const float rstd = 1.0f / std::sqrt(ms + static_cast<float>(o.rmsnorm->eps));
+          for (int64_t d = 0; d < D; ++d) acc[at(d)] = std::fma(s, xg[at(d)] * rstd, acc[at(d)]);
+        } else {
+          for (int64_t d = 0; d < D; ++d) acc[at(d)] = std::fma(s, rt.h3[at(d)], acc[at(d)]);
+        }
+      }
+      for (int64_t d = 0; d < D; ++d) out(t, d) = bf16(acc[at(d)]);
+    }
+    n.out.push_back(std::move(out));
+    n.routes.push_back(std::move(routes));
+  }
+  return n;
+}
+
+bool row_bits_equal(const float* a, const std::vector<float>& b) {
+  for (std::size_t i = 0; i < b.size(); ++i)
+    if (bits(a[i]) != bits(b[i])) return false;
+  return true;
+}
+
+bool row_is_zero(const float* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (bits(a[i]) != 0u) return false;
+  return true;
+}
+
+// Oracle vs naive, everything bitwise. Returns the number of valid routes compared.
+int64_t expect_matches_naive(const ref::Problem& p, const ref::ForwardOptions& o, const std::string& what) {
+  SCOPED_TRACE(what);
+  const ref::ForwardResult fwd = ref::forward(p, o);
+  const Naive n = naive_forward(p, o);
+  const int64_t R = p.num_ranks, D = p.hidden_dim, F = p.intermediate_dim, K = p.top_k;
+  int64_t routes = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    const ref::RankForward<float>& rf = fwd.ranks[at(r)];
+    EXPECT_TRUE(ref::bitwise_equal(rf.out_TD, n.out[at(r)])) << "rank " << r << " out: "
+                                                             << ref::compare(rf.out_TD, n.out[at(r)]).summary();
+    EXPECT_EQ(rf.clip_stats, n.clip[at(r)]) << "rank " << r;
+    // Expert-side buffers: padding rows are exact zeros.
+    const int64_t M = rf.routing.num_rows();
+    EXPECT_EQ(rf.h1_M2F.shape, (std::vector<int64_t>{M, 2 * F}));
+    EXPECT_EQ(rf.h3_MD.shape, (std::vector<int64_t>{M, D}));
+    for (int64_t m = 0; m < M; ++m) {
+      if (!rf.routing.rows[at(m)].is_padding()) continue;
+      EXPECT_TRUE(row_is_zero(rf.x_gathered_MD.row(m), D) && row_is_zero(rf.h1_M2F.row(m), 2 * F) &&
+                  row_is_zero(rf.h2_MF.row(m), F) && row_is_zero(rf.h3_MD.row(m), D))
+          << "rank " << r << " padding row " << m;
+    }
+    // Every route: its row on the expert rank and its combine slot on the owner.
+    for (int64_t tk = 0; tk < p.tokens(r) * K; ++tk) {
+      const NaiveRoute& nr = n.routes[at(r)][at(tk)];
+      const ref::RouteLocation loc = rf.routing.route_location_TK[at(tk)];
+      if (!nr.valid) {
+        EXPECT_EQ(loc.dst_rank, -1);
+        EXPECT_TRUE(row_is_zero(rf.combine_TKD.row(tk), D)) << "combine slot of a -1 route";
+        continue;
+      }
+      ++routes;
+      if (loc.dst_rank < 0) {
+        ADD_FAILURE() << "valid route without a location, rank " << r << " route " << tk;
+        continue;
+      }
+      const ref::RankForward<float>& ex = fwd.ranks[at(loc.dst_rank)];
+      EXPECT_TRUE(row_bits_equal(ex.x_gathered_MD.row(loc.row), nr.x)) << "x_gathered, rank " << r << " route " << tk;
+      EXPECT_TRUE(row_bits_equal(ex.h1_M2F.row(loc.row), nr.h1)) << "h1, rank " << r << " route " << tk;
+      EXPECT_TRUE(row_bits_equal(ex.h2_MF.row(loc.row), nr.h2)) << "h2, rank " << r << " route " << tk;
+      EXPECT_TRUE(row_bits_equal(ex.h3_MD.row(loc.row), nr.h3)) << "h3, rank " << r << " route " << tk;
+      EXPECT_TRUE(row_bits_equal(rf.combine_TKD.row(tk), nr.h3)) << "combine, rank " << r << " route " << tk;
+    }
+  }
+  return routes;
+}
+
+ref::SwigluParams swiglu_of(bool clamped) {
+  ref::SwigluParams s;
+  if (clamped) {
+    s.activation = Activation::kSwiGLUClamped;
+    s.limit = 0.5;  // small enough that h1 crosses it often
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST(ReferenceForward, MatchesNaiveLoopOverRanksTopKAndActivations) {
+  const int64_t aligns[] = {1, 8, 16, 64, 128};
+  int64_t cases = 0, routes = 0, clipped = 0;
+  for (int64_t R = 1; R <= 8; ++R) {
+    for (int64_t K : {1, 2, 6, 8}) {
+      for (bool clamped : {false, true}) {
+        ref::RandomProblemSpec spec;
+        spec.num_ranks = R;
+        spec.tokens_per_rank = 5;
+        spec.hidden_dim = 24;
+        spec.intermediate_dim = 12;
+        spec.top_k = K;
+        spec.num_experts = R * std::max<int64_t>(1, (10 + R - 1) / R);  // >= 10 experts: room for K = 8
+        spec.swiglu = swiglu_of(clamped);
+        spec.routing = (R + K) % 2 ? ref::RoutingPattern::kSkewed : ref::RoutingPattern::kUniform;
+        spec.padding_route_probability = 0.15;
+        spec.bf16_scores = K % 2 == 1;
+        spec.x_range = 2.0;
+        spec.seed = static_cast<uint64_t>(1000 * R + 10 * K + clamped);
+        const ref::Problem p = ref::make_random_problem(spec);
+        ref::ForwardOptions o;
+        o.row_alignment = aligns[(R + K) % 5];
+        o.swiglu_clip_limit = 0.4;
+        routes += expect_matches_naive(p, o, "R=" + std::to_string(R) + " K=" + std::to_string(K) +
+                                                 (clamped ? " clamped" : " plain"));
+        for (const auto& rf : ref::forward(p, o).ranks) clipped += rf.clip_stats[0] + rf.clip_stats[1];
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 64);
+  EXPECT_GT(routes, 1000);
+  EXPECT_GT(clipped, 0);  // the clip counters were exercised
+}
+
+TEST(ReferenceForward, RaggedAndEmptyExperts) {
+  for (int64_t R : {1, 2, 4}) {
+    ref::RandomProblemSpec spec;
+    spec.num_ranks = R;
+    spec.tokens_per_rank = 9;
+    spec.hidden_dim = 16;
+    spec.intermediate_dim = 8;
+    spec.top_k = 3;
+    spec.num_experts = 8;
+    spec.routing = ref::RoutingPattern::kSkewed;
+    spec.allowed_experts = {6, 1, 2, 5};  // experts 0, 3, 4, 7 stay empty
+    spec.seed = static_cast<uint64_t>(77 + R);
+    const ref::Problem p = ref::make_random_problem(spec);
+    ref::ForwardOptions o;
+    o.row_alignment = 8;
+    expect_matches_naive(p, o, "ragged R=" + std::to_string(R));
+    const auto fwd = ref::forward(p, o);
+    std::vector<int64_t> counts;
+    for (const auto& rf : fwd.ranks) counts.insert(counts.end(), rf.routing.expert_counts.begin(), rf.routing.expert_counts.end());
+    for (int e : {0, 3, 4, 7}) EXPECT_EQ(counts[at(e)], 0) << "expert " << e;
+    EXPECT_GT(counts[6], counts[5]);  // skew: the first allowed expert is the most popular
+  }
+}
+
+TEST(ReferenceForward, SingleTokenPerRank) {
+  for (int64_t R = 1; R <= 8; ++R) {
+    for (int64_t K : {1, 8}) {
+      ref::RandomProblemSpec spec;
+      spec.num_ranks = R;
+      spec.tokens_per_rank = 1;
+      spec.hidden_dim = 16;
+      spec.intermediate_dim = 8;
+      spec.top_k = K;
+      spec.num_experts = R * ((8 + R - 1) / R);
+      spec.seed = static_cast<uint64_t>(5 * R + K);
+      expect_matches_naive(ref::make_random_problem(spec), {}, "T=1 R=" + std::to_string(R));
+    }
+  }
+}
+
+TEST(ReferenceForward, AllTokensToOneExpert) {
+  for (int64_t K : {1, 4}) {
+    ref::RandomProblemSpec spec;
+    spec.num_ranks = 4;
+    spec.tokens_per_rank = 6;
+    spec.hidden_dim = 16;
+    spec.intermediate_dim = 8;
+    spec.top_k = K;
+    spec.num_experts = 8;
+    spec.allowed_experts = {5};  // rank 2's second expert; routes k >= 1 become -1
+    spec.seed = 3;
+    const ref::Problem p = ref::make_random_problem(spec);
+    ref::ForwardOptions o;
+    o.row_alignment = 16;
+    expect_matches_naive(p, o, "one expert K=" + std::to_string(K));
+    const auto fwd = ref::forward(p, o);
+    for (int64_t r = 0; r < 4; ++r) {
+      const auto& rt = fwd.ranks[at(r)].routing;
+      EXPECT_EQ(rt.num_rows(), r == 2 ? 32 : 0);
+      EXPECT_EQ(rt.num_valid_rows(), r == 2 ? 24 : 0);
+      EXPECT_EQ(fwd.ranks[at(r)].clip_stats[2], r == 2 ? 24 * 8 : 0);
+    }
+  }
+}
+
+TEST(ReferenceForward, AllPaddingRowsAreExactZeros) {
+  for (bool rms : {false, true}) {
+    ref::RandomProblemSpec spec;
+    spec.num_ranks = 2;
+    spec.tokens_per_rank = 5;
+    spec.hidden_dim = 16;
+    spec.intermediate_dim = 8;
+    spec.top_k = 2;
+    spec.num_experts = 4;
+    spec.all_padding_tokens = {0, 3, 7};
+    spec.padding_route_probability = 0.3;
+    spec.seed = 21;
+    const ref::Problem p = ref::make_random_problem(spec);
+    ref::ForwardOptions o;
+    if (rms) o.rmsnorm = ref::RMSNormSpec{};
+    expect_matches_naive(p, o, rms ? "rmsnorm" : "plain");
+    const auto fwd = ref::forward(p, o);
+    for (int64_t g : {0, 3, 7}) {
+      const TensorF& out = fwd.ranks[at(g / 5)].out_TD;
+      EXPECT_TRUE(row_is_zero(out.row(g % 5), 16)) << "token " << g;
+    }
+    // A token with a valid route is not zero (the test above is not vacuous).
+    EXPECT_FALSE(row_is_zero(fwd.ranks[0].out_TD.row(1), 16) && row_is_zero(fwd.ranks[0].out_TD.row(2), 16));
+  }
+}
+
+TEST(ReferenceForward, RMSNormPostprocess) {
+  for (bool gamma : {false, true}) {
+    ref::RandomProblemSpec spec;
+    spec.num_ranks = 2;
+    spec.tokens_per_rank = 6;
+    spec.hidden_dim = 32;
+    spec.intermediate_dim = 16;
+    spec.top_k = 2;
+    spec.num_experts = 4;
+    spec.padding_route_probability = 0.2;
+    spec.seed = 8;
+    const ref::Problem p = ref::make_random_problem(spec);
+    ref::ForwardOptions o;
+    ref::RMSNormSpec rms;
+    rms.eps = 1e-5;
+    if (gamma) {
+      ref::Rng rng(4);
+      for (int d = 0; d < 32; ++d) rms.weight_D.push_back(rng.bf16_uniform(-0.5, 0.5));
+      rms.gain_center = 1.0;
+    }
+    o.rmsnorm = rms;
+    expect_matches_naive(p, o, gamma ? "gamma" : "scalarless");
+    // Each route row is normalised before the score sum: with one valid route the output row's
+    // RMS is the score (up to rounding), whatever h3's scale.
+    const auto fwd = ref::forward(p, o);
+    EXPECT_EQ(fwd.ranks[0].rstd_TK.shape, (std::vector<int64_t>{6, 2}));
+  }
+}
+
+TEST(ReferenceForward, RMSNormNormalisesEachRoute) {
+  ref::RandomProblemSpec spec;
+  spec.num_ranks = 1;
+  spec.tokens_per_rank = 8;
+  spec.hidden_dim = 64;
+  spec.intermediate_dim = 16;
+  spec.top_k = 1;
+  spec.num_experts = 2;
+  spec.seed = 12;
+  const ref::Problem p = ref::make_random_problem(spec);
+  ref::ForwardOptions o;
+  o.rmsnorm = ref::RMSNormSpec{};
+  const auto fwd = ref::forward(p, o);
+  for (int64_t t = 0; t < 8; ++t) {
+    double ss = 0;
+    for (int64_t d = 0; d < 64; ++d) ss += std::pow(fwd.ranks[0].out_TD(t, d), 2);
+    EXPECT_NEAR(std::sqrt(ss / 64), p.scores_TK[0](t, 0), 1e-2 * p.scores_TK[0](t, 0)) << "token " << t;
+  }
+}
+
+TEST(ReferenceForward, ExactModelAgreesWithPipelineWithinBf16Tolerance) {
+  for (bool clamped : {false, true}) {
+    ref::RandomProblemSpec spec;
+    spec.num_ranks = 2;
+    spec.tokens_per_rank = 8;
+    spec.hidden_dim = 64;
+    spec.intermediate_dim = 32;
+    spec.top_k = 2;
+    spec.num_experts = 4;
+    spec.swiglu = swiglu_of(clamped);
+    spec.seed = 31;
+    const ref::Problem p = ref::make_random_problem(spec);
+    const TensorF pipe = ref::forward(p).global_out_TD();
+    const TensorF exact = ref::tensor_cast<float>(ref::forward(ref::problem_cast<double>(p)).global_out_TD());
+    const ref::Comparison c = ref::compare(pipe, exact, ref::kBf16OutputTolerance);
+    EXPECT_TRUE(c.passed) << c.summary();
+    EXPECT_GT(c.bit_mismatches, 0);  // the pipeline does round
+  }
+}
+
+TEST(ReferenceQuantForward, MatchesNaiveLoopWithQuantizationPoints) {
+  for (Quantization q : {Quantization::kMXFP8, Quantization::kNVFP4, Quantization::kFP8Blockwise}) {
+    for (int64_t R : {1, 2, 4}) {
+      ref::RandomProblemSpec spec;
+      spec.num_ranks = R;
+      spec.tokens_per_rank = 5;
+      spec.hidden_dim = 160;       // 5 MXFP8 blocks, 10 NVFP4 blocks, one full + one partial 128-block
+      spec.intermediate_dim = 48;  // a partial MXFP8 block / tile
+      spec.top_k = 2;
+      spec.num_experts = 4;
+      spec.swiglu = swiglu_of(R == 2);
+      spec.padding_route_probability = 0.2;
+      spec.seed = static_cast<uint64_t>(40 + R);
+      const ref::Problem p = ref::make_random_problem(spec);
+      ref::ForwardOptions o;
+      o.quantization = q;
+      o.row_alignment = q == Quantization::kNVFP4 ? 1 : 32;
+      expect_matches_naive(p, o, std::string(ref::to_string(q)) + " R=" + std::to_string(R));
+      // Quantization changes the result, within upstream's block-scaled forward tolerance.
+      const TensorF quant_out = ref::forward(p, o).global_out_TD();
+      const TensorF bf16_out = ref::forward(p).global_out_TD();
+      const ref::Comparison c = ref::compare(
+          quant_out, bf16_out, q == Quantization::kNVFP4 ? ref::kNvfp4ForwardTolerance : ref::kMxfp8ForwardTolerance);
+      EXPECT_GT(c.bit_mismatches, 0) << ref::to_string(q);
+      EXPECT_LT(c.rel_l2, q == Quantization::kNVFP4 ? 0.29 : 0.075) << c.summary();
+      EXPECT_GT(c.cosine, q == Quantization::kNVFP4 ? 0.955 : 0.9975) << c.summary();
+    }
+  }
+}
+
+TEST(ReferenceQuantForward, ExactModelRejectsQuantization) {
+  ref::RandomProblemSpec spec;
+  spec.hidden_dim = 32;
+  const ref::ExactProblem p = ref::problem_cast<double>(ref::make_random_problem(spec));
+  ref::ForwardOptions o;
+  o.quantization = Quantization::kMXFP8;
+  EXPECT_THROW(ref::forward(p, o), dist_moe::Error);
+}
