@@ -79,3 +79,14 @@ TEST(Cli, PlanOptionsReachTheConfig) {
 }
 
 }  // namespace
+
+namespace {
+TEST(Cli, DemoRunsPlanOracleAndSaysWhatNeedsAGpu) {
+  const Result r = run_cli("demo");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("Distributed MoE memory plan:"), std::string::npos);
+  EXPECT_NE(r.out.find("CPU oracle"), std::string::npos);
+  EXPECT_NE(r.out.find("out_TD (BF16 pipeline vs exact)"), std::string::npos);
+  EXPECT_NE(r.out.find("GPU execution"), std::string::npos);
+}
+}  // namespace
