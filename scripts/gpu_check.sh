@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# On the GPU machine: configure (NCCL from the torch venv), build everything with all cores, run
+# the GPU test suites and the benchmarks named in $DMOE_STAGES, write logs to $OUT and print a
+# short table last. Stages: env build tests gemm comm ep (default: env build tests).
+#   DMOE_STAGES="build tests gemm" scripts/gpu_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/dmoe-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+STAGES=${DMOE_STAGES:-env build tests}
+BUILD=${BUILD_DIR:-build-gpu}
+NCCL_ROOT=${DIST_MOE_NCCL_ROOT:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl}
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+say() { echo "$*" | tee -a "$SUMMARY"; }
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+
+if has env; then
+  {
+    nvidia-smi -L; nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv
+    nvcc --version | tail -1; cmake --version | head -1; python3 -c "import torch; print('torch', torch.__version__)"
+    ls "$NCCL_ROOT" "$NCCL_ROOT/include" "$NCCL_ROOT/lib" 2>&1
+  } > "$OUT/env.txt" 2>&1
+  say "env: $(nvidia-smi -L | wc -l) GPU(s); $(nvcc --version | tail -1)"
+fi
+
+if has build; then
+  nccl_args=(-DDIST_MOE_NCCL_ROOT="$NCCL_ROOT")
+  # The torch wheel may ship nccl.h without the device API headers: then use the headers carried
+  # in .nccl/include (the same NCCL version) with the wheel's library.
+  if [ ! -f "$NCCL_ROOT/include/nccl_device.h" ] && [ -f .nccl/include/nccl_device.h ]; then
+    nccl_args+=(-DDIST_MOE_NCCL_INCLUDE_DIR="$PWD/.nccl/include")
+  fi
+  start=$(date +%s)
+  if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDIST_MOE_PTXAS_VERBOSE=ON \
+       -DPython_EXECUTABLE="$(command -v python3)" "${nccl_args[@]}" > "$OUT/build.log" 2>&1 &&
+     cmake --build "$BUILD" -j "$(nproc)" >> "$OUT/build.log" 2>&1; then
+    say "build: ok in $(( $(date +%s) - start )) s"
+  else
+    say "build: FAILED (tail of build.log follows)"; grep -E "error|FAILED" "$OUT/build.log" | head -20 | tee -a "$SUMMARY"
+    exit 1
+  fi
+  grep -E "spill|Used [0-9]+ registers|Compiling entry" "$OUT/build.log" | grep -B1 -E "[1-9][0-9]* bytes spill" | head -20 >> "$SUMMARY"
+fi
+
+if has tests; then
+  "$BUILD/tests/dist_moe_gpu_tests" --gtest_color=no > "$OUT/gpu_tests.log" 2>&1
+  rc=$?
+  say "gpu tests (rc=$rc): $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|tests? ran' "$OUT/gpu_tests.log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED  \]" "$OUT/gpu_tests.log" | head -20 | tee -a "$SUMMARY"
+fi
+
+for stage in gemm comm ep; do
+  if has $stage && [ -x "scripts/${stage}_gpu_check.sh" ]; then
+    BUILD_DIR="$BUILD" OUT="$OUT" bash "scripts/${stage}_gpu_check.sh" >> "$OUT/${stage}.log" 2>&1
+    say "$stage: rc=$? (tail of $stage.log)"; tail -25 "$OUT/${stage}.log" | tee -a "$SUMMARY" > /dev/null
+  fi
+done
+
+echo "================ summary ================"
+cat "$SUMMARY"
