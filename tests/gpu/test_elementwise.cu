@@ -32,7 +32,8 @@ reference::RankRouting random_routing(int64_t R, int64_t T, int64_t K, int64_t E
         } while (dup);
         rank_ids[t * K + k] = e;
       }
-  return reference::build_routing(ids, K, E_local, align)[0];  // every expert lives on rank 0
+  // ids < E_local: every route goes to rank 0's experts (the rank whose buffer we build)
+  return reference::build_routing(ids, K, E_local * R, align)[0];
 }
 
 TensorF random_bf16_tensor(std::vector<int64_t> shape, reference::Rng& rng, double lo, double hi) {
