@@ -1,0 +1,473 @@
+// Dispatch / combine benchmark on the NCCL device API, one process per GPU (dmoe_launch).
+//
+//   dmoe_launch -n 2 -- bench_dispatch_combine [--shape dsv3_prefill,dsv3_decode|all] [--iters N]
+//                                              [--routing uniform|zipf] [--align A] [--no-sweep]
+//
+// Prints, in one run and per shape: our publish / route / dispatch / combine times (eager and
+// CUDA-graphed), their GB/s, the NVLink ceiling measured in the same run for the same bytes (LSA
+// remote loads, LSA remote stores, copy engine from the peer mapping: the best of the three is the
+// ceiling), NCCL's all-to-all (grouped ncclSend/ncclRecv with host-known counts) of the same rows,
+// ratios, bandwidth against the number of SMs, and the issue's targets as PASS/FAIL lines.
+//
+// Bytes. routed remote bytes = rows this rank gathers from other ranks, one per route (what a
+// per-route all-to-all such as NCCL's moves over NVLink); unique remote bytes = distinct (rank,
+// token) rows it needs from other ranks (what token-once dispatch moves). eff GB/s = routed remote
+// bytes / time; link GB/s = bytes that actually crossed NVLink / time. %ceil = eff GB/s / ceiling.
+// Times are the slowest rank's; bytes are averaged over ranks.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/routing_patterns.h"
+#include "dist_moe/check.h"
+#include "dist_moe/comm.h"
+#include "dist_moe/device/comm/memory.cuh"
+#include "dist_moe/device/numeric/bf16.cuh"
+#include "gpu/multi/dist_env.h"
+
+namespace {
+
+using namespace dist_moe;
+using namespace dist_moe::comm;
+
+int g_rank = 0, g_world = 1;
+
+struct Shape {
+  std::string name;
+  int64_t T, D, E, K;
+  int iters, warmup;
+};
+
+const std::vector<Shape>& all_shapes() {
+  static const std::vector<Shape> v = {{"dsv3_prefill", 4096, 7168, 256, 8, 20, 3},
+                                       {"dsv3_decode", 128, 7168, 256, 8, 300, 30},
+                                       {"qwen3_30b", 8192, 2048, 128, 8, 20, 3},
+                                       {"mixtral", 4096, 4096, 8, 2, 20, 3}};
+  return v;
+}
+
+// ---- NVLink ceiling kernels ------------------------------------------------------------------------
+
+template <bool kCgLoad>
+__global__ void __launch_bounds__(512) copy_kernel(const int4* __restrict__ src, int4* __restrict__ dst, int64_t n) {
+  constexpr int kU = 8;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t nt = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t base = tid; base < n; base += nt * kU) {
+    int4 v[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      if (base + u * nt < n) v[u] = kCgLoad ? ld_cg_v4(src + base + u * nt) : ld_nc_v4(src + base + u * nt);
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      if (base + u * nt < n) st_v4(dst + base + u * nt, v[u]);
+  }
+}
+
+// ---- helpers ---------------------------------------------------------------------------------------
+
+double all_reduce(const Communicator& comm, double v, ncclRedOp_t op) {
+  double* d = nullptr;
+  DMOE_CUDA_CHECK(cudaMalloc(&d, sizeof(double)));
+  DMOE_CUDA_CHECK(cudaMemcpy(d, &v, sizeof(double), cudaMemcpyHostToDevice));
+  DMOE_NCCL_CHECK(ncclAllReduce(d, d, 1, ncclFloat64, op, comm.nccl_comm(), nullptr));
+  DMOE_CUDA_CHECK(cudaMemcpy(&v, d, sizeof(double), cudaMemcpyDeviceToHost));
+  DMOE_CUDA_CHECK(cudaFree(d));
+  return v;
+}
+double max_over_ranks(const Communicator& c, double v) { return all_reduce(c, v, ncclMax); }
+double mean_over_ranks(const Communicator& c, double v) { return all_reduce(c, v, ncclSum) / g_world; }
+
+void sync_all(const Communicator& comm) {
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  comm.host_barrier();
+}
+
+// Times `body` (enqueues one iteration on `s`) over iters iterations after warmup; microseconds per
+// iteration on this rank, all ranks starting together.
+template <typename F>
+double time_loop(const Communicator& comm, cudaStream_t s, int warmup, int iters, F&& body) {
+  for (int i = 0; i < warmup; ++i) body();
+  sync_all(comm);
+  cudaEvent_t a, b;
+  DMOE_CUDA_CHECK(cudaEventCreate(&a));
+  DMOE_CUDA_CHECK(cudaEventCreate(&b));
+  DMOE_CUDA_CHECK(cudaEventRecord(a, s));
+  for (int i = 0; i < iters; ++i) body();
+  DMOE_CUDA_CHECK(cudaEventRecord(b, s));
+  DMOE_CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  DMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  DMOE_CUDA_CHECK(cudaEventDestroy(a));
+  DMOE_CUDA_CHECK(cudaEventDestroy(b));
+  return 1000.0 * ms / iters;
+}
+
+// Runs `iters` iterations of a sequence of `nseg` stages and returns the mean time of each stage
+// (events between stages, no host synchronization inside the loop).
+template <typename F>
+std::vector<double> time_stages(const Communicator& comm, cudaStream_t s, int nseg, int warmup, int iters, F&& stage) {
+  for (int i = 0; i < warmup; ++i)
+    for (int k = 0; k < nseg; ++k) stage(k);
+  sync_all(comm);
+  std::vector<cudaEvent_t> ev(static_cast<size_t>(iters) * (nseg + 1));
+  for (auto& e : ev) DMOE_CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < iters; ++i) {
+    for (int k = 0; k < nseg; ++k) {
+      DMOE_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(i) * (nseg + 1) + k], s));
+      stage(k);
+    }
+    DMOE_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(i) * (nseg + 1) + nseg], s));
+  }
+  DMOE_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<double> us(static_cast<size_t>(nseg), 0.0);
+  for (int i = 0; i < iters; ++i)
+    for (int k = 0; k < nseg; ++k) {
+      float ms = 0;
+      DMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[static_cast<size_t>(i) * (nseg + 1) + k],
+                                           ev[static_cast<size_t>(i) * (nseg + 1) + k + 1]));
+      us[static_cast<size_t>(k)] += 1000.0 * ms / iters;
+    }
+  for (auto& e : ev) DMOE_CUDA_CHECK(cudaEventDestroy(e));
+  return us;
+}
+
+struct Row {
+  std::string shape, op;
+  double us = 0, remote_mb = 0, eff = 0, link = 0, ceil = 0, nccl_us = 0;
+};
+std::vector<Row> g_rows;
+std::vector<std::string> g_targets;
+std::vector<std::string> g_sweep;
+
+void target(const std::string& what, bool pass, const std::string& detail) {
+  g_targets.push_back(std::string(pass ? "PASS " : "FAIL ") + what + "  (" + detail + ")");
+}
+
+std::string fmt(const char* f, double a, double b = 0, double c = 0) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), f, a, b, c);
+  return buf;
+}
+
+void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPattern pattern, int align, bool sweep) {
+  const int R = g_world, me = g_rank;
+  const int64_t T = sh.T, D = sh.D, K = sh.K, E = sh.E, row_bytes = D * 2;
+  EpConfig cfg;
+  cfg.max_tokens = T;
+  cfg.hidden = D;
+  cfg.top_k = K;
+  cfg.num_experts = E;
+  cfg.row_alignment = align;
+  EpGroup ep(comm, cfg);
+  const int64_t L = E / R, cap = ep.capacity_rows();
+
+  // ---- inputs (every rank builds all ranks' ids for the byte counts) ----
+  const auto ids = testing::make_routing_ids(pattern, R, T, static_cast<int>(K), static_cast<int>(E), 4242);
+  std::vector<std::vector<int64_t>> routed(R, std::vector<int64_t>(R, 0)), unique(R, std::vector<int64_t>(R, 0));
+  for (int s = 0; s < R; ++s)
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<char> hit(static_cast<size_t>(R), 0);
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t id = ids[s][static_cast<size_t>(t * K + k)];
+        if (id < 0) continue;
+        const int d = static_cast<int>(id / L);
+        routed[s][d] += 1;
+        hit[static_cast<size_t>(d)] = 1;
+      }
+      for (int d = 0; d < R; ++d) unique[s][d] += hit[static_cast<size_t>(d)];
+    }
+  int64_t routed_remote_rows = 0, unique_remote_rows = 0, recv_rows = 0, send_rows = 0;
+  for (int s = 0; s < R; ++s) {
+    recv_rows += routed[s][me];
+    send_rows += routed[me][s];
+    if (s == me) continue;
+    routed_remote_rows += routed[s][me];
+    unique_remote_rows += unique[s][me];
+  }
+  const double routed_remote_bytes = mean_over_ranks(comm, static_cast<double>(routed_remote_rows * row_bytes));
+  const double unique_remote_bytes = mean_over_ranks(comm, static_cast<double>(unique_remote_rows * row_bytes));
+  const double remote_mb = routed_remote_bytes / 1e6;
+
+  void *x, *idsd, *scores, *xg, *out;
+  DMOE_CUDA_CHECK(cudaMalloc(&x, static_cast<size_t>(T * row_bytes)));
+  DMOE_CUDA_CHECK(cudaMalloc(&idsd, static_cast<size_t>(T * K * 4)));
+  DMOE_CUDA_CHECK(cudaMalloc(&scores, static_cast<size_t>(T * K * 4)));
+  DMOE_CUDA_CHECK(cudaMalloc(&xg, static_cast<size_t>(cap * row_bytes)));
+  DMOE_CUDA_CHECK(cudaMalloc(&out, static_cast<size_t>(T * row_bytes)));
+  {
+    std::mt19937 rng(static_cast<unsigned>(me) + 1u);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::vector<uint16_t> hx(static_cast<size_t>(T * D));
+    for (auto& v : hx) v = numeric::float_to_bf16(u(rng)).bits;
+    std::vector<float> hs(static_cast<size_t>(T * K));
+    for (size_t i = 0; i < hs.size(); ++i) hs[i] = ids[me][i] >= 0 ? 0.5f * (u(rng) + 1.f) : 0.f;
+    DMOE_CUDA_CHECK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    DMOE_CUDA_CHECK(cudaMemcpy(idsd, ids[me].data(), ids[me].size() * 4, cudaMemcpyHostToDevice));
+    DMOE_CUDA_CHECK(cudaMemcpy(scores, hs.data(), hs.size() * 4, cudaMemcpyHostToDevice));
+    DMOE_CUDA_CHECK(cudaMemset(xg, 0, static_cast<size_t>(cap * row_bytes)));
+  }
+  cudaStream_t s;
+  DMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const int iters = sh.iters, warmup = sh.warmup;
+  const int peer = (me + 1) % R;
+
+  // ---- NVLink ceilings for this rank's routed remote bytes (all ranks at once) ----
+  const int64_t ceil_bytes = std::min<int64_t>(static_cast<int64_t>(ep.combine_window().bytes()),
+                                               std::max<int64_t>(16, routed_remote_rows * row_bytes / 16 * 16));
+  const int64_t ceil_vec = ceil_bytes / 16;
+  void* local_buf = nullptr;
+  DMOE_CUDA_CHECK(cudaMalloc(&local_buf, static_cast<size_t>(ceil_bytes)));
+  DMOE_CUDA_CHECK(cudaMemset(local_buf, 0, static_cast<size_t>(ceil_bytes)));
+  int4* peer_buf = reinterpret_cast<int4*>(ep.combine_window_bases()[peer]);  // [T, K, D] >= routed rows
+  const int grid = 2 * comm.num_sms();
+  double t_load = 0, t_store = 0, t_ce = -1;
+  if (R > 1) {
+    t_load = time_loop(comm, s, warmup, iters, [&] {
+      copy_kernel<true><<<grid, 512, 0, s>>>(peer_buf, static_cast<int4*>(local_buf), ceil_vec);
+    });
+    t_store = time_loop(comm, s, warmup, iters, [&] {
+      copy_kernel<false><<<grid, 512, 0, s>>>(static_cast<const int4*>(local_buf), peer_buf, ceil_vec);
+    });
+    const cudaError_t e = cudaMemcpyAsync(local_buf, peer_buf, static_cast<size_t>(ceil_bytes), cudaMemcpyDeviceToDevice, s);
+    if (e == cudaSuccess) {
+      t_ce = time_loop(comm, s, warmup, iters, [&] {
+        DMOE_CUDA_CHECK(cudaMemcpyAsync(local_buf, peer_buf, static_cast<size_t>(ceil_bytes), cudaMemcpyDeviceToDevice, s));
+      });
+    } else {
+      (void)cudaGetLastError();
+      if (me == 0) std::printf("note: copy engine from the peer mapping unavailable: %s\n", cudaGetErrorString(e));
+      sync_all(comm);
+    }
+    DMOE_CUDA_CHECK(cudaGetLastError());
+  }
+  t_load = max_over_ranks(comm, t_load);
+  t_store = max_over_ranks(comm, t_store);
+  const double t_ce_all = max_over_ranks(comm, t_ce);
+  const bool ce_ok = all_reduce(comm, t_ce < 0 ? 1.0 : 0.0, ncclSum) == 0.0;
+  auto gbs = [](double bytes, double us) { return us > 0 ? bytes / (us * 1e3) : 0.0; };
+  const double bw_load = gbs(routed_remote_bytes, t_load), bw_store = gbs(routed_remote_bytes, t_store);
+  const double bw_ce = ce_ok ? gbs(routed_remote_bytes, t_ce_all) : 0.0;
+  const double ceiling = std::max({bw_load, bw_store, bw_ce});
+  g_rows.push_back({sh.name, "ceiling: LSA remote loads", t_load, remote_mb, bw_load, bw_load, ceiling, 0});
+  g_rows.push_back({sh.name, "ceiling: LSA remote stores", t_store, remote_mb, bw_store, bw_store, ceiling, 0});
+  g_rows.push_back({sh.name, "ceiling: copy engine (peer map)", ce_ok ? t_ce_all : 0, remote_mb, bw_ce, bw_ce, ceiling, 0});
+  DMOE_CUDA_CHECK(cudaFree(local_buf));
+
+  // ---- NCCL all-to-all of the same rows (grouped send/recv, host-known counts) ----
+  double t_nccl = 0;
+  {
+    void *sendb, *recvb;
+    DMOE_CUDA_CHECK(cudaMalloc(&sendb, static_cast<size_t>(std::max<int64_t>(1, send_rows) * row_bytes)));
+    DMOE_CUDA_CHECK(cudaMalloc(&recvb, static_cast<size_t>(std::max<int64_t>(1, recv_rows) * row_bytes)));
+    auto a2a = [&] {
+      DMOE_NCCL_CHECK(ncclGroupStart());
+      int64_t so = 0, ro = 0;
+      for (int p = 0; p < R; ++p) {
+        const int64_t sn = routed[me][p], rn = routed[p][me];
+        DMOE_NCCL_CHECK(ncclSend(static_cast<char*>(sendb) + so * row_bytes, static_cast<size_t>(sn * D), ncclBfloat16, p,
+                                 comm.nccl_comm(), s));
+        DMOE_NCCL_CHECK(ncclRecv(static_cast<char*>(recvb) + ro * row_bytes, static_cast<size_t>(rn * D), ncclBfloat16, p,
+                                 comm.nccl_comm(), s));
+        so += sn;
+        ro += rn;
+      }
+      DMOE_NCCL_CHECK(ncclGroupEnd());
+    };
+    t_nccl = max_over_ranks(comm, time_loop(comm, s, warmup, iters, a2a));
+    DMOE_CUDA_CHECK(cudaFree(sendb));
+    DMOE_CUDA_CHECK(cudaFree(recvb));
+  }
+  g_rows.push_back({sh.name, "NCCL all-to-all (send/recv)", t_nccl, remote_mb, gbs(routed_remote_bytes, t_nccl),
+                    gbs(routed_remote_bytes, t_nccl), ceiling, t_nccl});
+
+  // ---- our ops, eager, in their natural sequence ----
+  auto run_eager = [&](DispatchMode dm, CombineSync cs, int sms) {
+    DispatchOptions d;
+    d.mode = dm;
+    d.num_sms = sms;
+    CombineOptions c;
+    c.sync = cs;
+    c.num_sms = sms;
+    auto us = time_stages(comm, s, 4, warmup, iters, [&](int k) {
+      switch (k) {
+        case 0: ep.publish(x, idsd, DType::kInt32, T, s); break;
+        case 1: ep.route(T, s); break;
+        case 2: ep.dispatch(xg, T, s, d); break;
+        default: ep.combine(xg, scores, DType::kFloat32, out, T, s, c); break;
+      }
+    });
+    for (auto& v : us) v = max_over_ranks(comm, v);
+    return us;
+  };
+  const auto tok_bar = run_eager(DispatchMode::kTokenOnce, CombineSync::kBarrier, 0);
+  const auto rte_sig = run_eager(DispatchMode::kPerRoute, CombineSync::kSignal, 0);
+  auto add_op = [&](const std::string& op, double us, double link_bytes) {
+    if (link_bytes <= 0)  // local-only or metadata step: time only
+      g_rows.push_back({sh.name, op, us, 0, 0, 0, 0, 0});
+    else
+      g_rows.push_back({sh.name, op, us, remote_mb, gbs(routed_remote_bytes, us), gbs(link_bytes, us), ceiling, t_nccl});
+  };
+  add_op("publish (local copy of x, ids)", tok_bar[0], 0);
+  add_op("route (EP barrier + metadata)", tok_bar[1], 0);
+  add_op("dispatch token_once", tok_bar[2], unique_remote_bytes);
+  add_op("dispatch per_route", rte_sig[2], routed_remote_bytes);
+  add_op("route + dispatch token_once", tok_bar[1] + tok_bar[2], unique_remote_bytes);
+  add_op("combine barrier", tok_bar[3], routed_remote_bytes);
+  add_op("combine signal", rte_sig[3], routed_remote_bytes);
+
+  // ---- CUDA graphs: publish | route + dispatch | combine ----
+  auto capture = [&](auto&& body) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    DMOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    body();
+    DMOE_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    DMOE_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    DMOE_CUDA_CHECK(cudaGraphDestroy(g));
+    return ge;
+  };
+  double g_md = 0, g_cb = 0, g_cs = 0;
+  {
+    CombineOptions cb, csig;
+    csig.sync = CombineSync::kSignal;
+    cudaGraphExec_t gp = capture([&] { ep.publish(x, idsd, DType::kInt32, T, s); });
+    cudaGraphExec_t gmd = capture([&] {
+      ep.route(T, s);
+      ep.dispatch(xg, T, s);
+    });
+    cudaGraphExec_t gcb = capture([&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, cb); });
+    cudaGraphExec_t gcs = capture([&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, csig); });
+    for (int variant = 0; variant < 2; ++variant) {
+      cudaGraphExec_t gc = variant == 0 ? gcb : gcs;
+      auto us = time_stages(comm, s, 3, warmup, iters, [&](int k) {
+        DMOE_CUDA_CHECK(cudaGraphLaunch(k == 0 ? gp : (k == 1 ? gmd : gc), s));
+      });
+      for (auto& v : us) v = max_over_ranks(comm, v);
+      if (variant == 0) {
+        g_md = us[1];
+        g_cb = us[2];
+      } else {
+        g_cs = us[2];
+      }
+    }
+    for (auto ge : {gp, gmd, gcb, gcs}) DMOE_CUDA_CHECK(cudaGraphExecDestroy(ge));
+  }
+  add_op("graph: route + dispatch", g_md, unique_remote_bytes);
+  add_op("graph: combine barrier", g_cb, routed_remote_bytes);
+  add_op("graph: combine signal", g_cs, routed_remote_bytes);
+
+  // ---- targets ----
+  const double disp_best = std::min(tok_bar[2], rte_sig[2]);
+  const double comb_best = std::min(tok_bar[3], rte_sig[3]);
+  if (sh.name == "dsv3_prefill" && R > 1) {
+    const double d_ratio = gbs(routed_remote_bytes, disp_best) / ceiling;
+    const double c_ratio = gbs(routed_remote_bytes, comb_best) / ceiling;
+    target("dsv3_prefill dispatch >= 85% of NVLink ceiling", d_ratio >= 0.85,
+           fmt("%.0f%% of %.0f GB/s; token_once link utilization %.0f%%", 100 * d_ratio, ceiling,
+               100 * gbs(unique_remote_bytes, tok_bar[2]) / ceiling));
+    target("dsv3_prefill dispatch >= 1.2x NCCL all-to-all", t_nccl / disp_best >= 1.2,
+           fmt("%.2fx (route + dispatch: %.2fx)", t_nccl / disp_best, t_nccl / (tok_bar[1] + tok_bar[2])));
+    target("dsv3_prefill combine >= 85% of NVLink ceiling", c_ratio >= 0.85,
+           fmt("%.0f%% of %.0f GB/s", 100 * c_ratio, ceiling));
+    target("dsv3_prefill combine >= 1.2x NCCL all-to-all", t_nccl / comb_best >= 1.2, fmt("%.2fx", t_nccl / comb_best));
+  }
+  if (sh.name == "dsv3_decode") {
+    target("dsv3_decode graphed routing metadata + dispatch <= 25 us", g_md <= 25.0, fmt("%.1f us", g_md));
+    target("dsv3_decode graphed combine <= 25 us", std::min(g_cb, g_cs) <= 25.0,
+           fmt("barrier %.1f us, signal %.1f us", g_cb, g_cs));
+  }
+
+  // ---- bandwidth against SMs ----
+  if (sweep) {
+    for (int sms : {8, 16, 32, 48, 64, 96, 132}) {
+      if (sms > comm.num_sms()) continue;
+      const auto a = run_eager(DispatchMode::kTokenOnce, CombineSync::kBarrier, sms);
+      const auto b = run_eager(DispatchMode::kPerRoute, CombineSync::kSignal, sms);
+      char line[256];
+      std::snprintf(line, sizeof(line), "%-14s %4d SMs  dispatch token_once %8.1f us %7.0f GB/s | per_route %8.1f us %7.0f GB/s | "
+                    "combine barrier %8.1f us %7.0f GB/s | signal %8.1f us %7.0f GB/s",
+                    sh.name.c_str(), sms, a[2], gbs(routed_remote_bytes, a[2]), b[2], gbs(routed_remote_bytes, b[2]), a[3],
+                    gbs(routed_remote_bytes, a[3]), b[3], gbs(routed_remote_bytes, b[3]));
+      g_sweep.push_back(line);
+    }
+  }
+  sync_all(comm);
+  DMOE_CUDA_CHECK(cudaStreamDestroy(s));
+  for (void* p : {x, idsd, scores, xg, out}) DMOE_CUDA_CHECK(cudaFree(p));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string shapes = "dsv3_prefill,dsv3_decode", routing = "uniform";
+  int align = 1, iters_override = 0;
+  bool sweep = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--shape" && i + 1 < argc) shapes = argv[++i];
+    else if (a == "--routing" && i + 1 < argc) routing = argv[++i];
+    else if (a == "--align" && i + 1 < argc) align = std::atoi(argv[++i]);
+    else if (a == "--iters" && i + 1 < argc) iters_override = std::atoi(argv[++i]);
+    else if (a == "--no-sweep") sweep = false;
+    else {
+      std::fprintf(stderr, "usage: %s [--shape a,b|all] [--routing uniform|zipf] [--align A] [--iters N] [--no-sweep]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    const auto env = testing::dist_env_from_environment();
+    g_rank = env.rank;
+    g_world = env.world;
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+      std::printf("SKIP: no usable CUDA device\n");
+      return 0;
+    }
+    DMOE_CUDA_CHECK(cudaSetDevice(env.local_rank % ndev));
+    const ncclUniqueId id = testing::exchange_unique_id(env, "bench");
+    auto comm = Communicator::from_unique_id(id, env.rank, env.world);
+    const auto pattern = routing == "zipf" ? testing::RoutingPattern::kZipf : testing::RoutingPattern::kUniform;
+    bool first = true;
+    for (const Shape& base : all_shapes()) {
+      if (shapes != "all" && ("," + shapes + ",").find("," + base.name + ",") == std::string::npos) continue;
+      Shape sh = base;
+      if (iters_override > 0) sh.iters = iters_override;
+      if (g_rank == 0) std::printf("bench: %s (T=%lld D=%lld E=%lld K=%lld, %s routing, align %d) ...\n", sh.name.c_str(),
+                                   (long long)sh.T, (long long)sh.D, (long long)sh.E, (long long)sh.K, routing.c_str(), align);
+      std::fflush(stdout);
+      bench_shape(*comm, sh, pattern, align, sweep && first);
+      first = false;
+    }
+    if (g_rank == 0) {
+      std::printf("\n==== bench_dispatch_combine: %d ranks, %d SMs; ceilings measured in this run ====\n", g_world,
+                  comm->num_sms());
+      std::printf("%-13s %-34s %10s %10s %9s %9s %9s %6s %8s\n", "shape", "op", "time_us", "remote_MB", "eff_GB/s",
+                  "link_GB/s", "ceil_GB/s", "%ceil", "x_NCCL");
+      for (const Row& r : g_rows) {
+        const double pct = r.ceil > 0 ? 100.0 * r.eff / r.ceil : 0.0;
+        const double xn = r.us > 0 && r.nccl_us > 0 ? r.nccl_us / r.us : 0.0;
+        std::printf("%-13s %-34s %10.1f %10.1f %9.1f %9.1f %9.1f %6.0f %8.2f\n", r.shape.c_str(), r.op.c_str(), r.us,
+                    r.remote_mb, r.eff, r.link, r.ceil, pct, xn);
+      }
+      if (!g_sweep.empty()) {
+        std::printf("\n---- bandwidth against SMs (eff GB/s = routed remote bytes / time) ----\n");
+        for (const auto& l : g_sweep) std::printf("%s\n", l.c_str());
+      }
+      std::printf("\n---- targets ----\n");
+      for (const auto& t : g_targets) std::printf("%s\n", t.c_str());
+    }
+    comm.reset();
+    return 0;
+  } catch (const std::exception& e) {
+    std::printf("ERROR (rank %d): %s\n", g_rank, e.what());
+    std::fflush(stdout);
+    _exit(3);
+  }
+}

@@ -1,0 +1,435 @@
+// Benchmark of the SM90 grouped GEMMs on the reference shapes, per EP rank at EP = 2.
+//
+// For every (shape, routing, op) it prints, in one run:
+//   our time and TFLOP/s, cuBLAS dense BF16 TFLOP/s for the same FLOPs (one M x N x K GEMM with
+//   M = all routed rows), and the ratio ours / cuBLAS (target >= 0.80);
+//   decode shapes: weight bytes streamed per second against the device-to-device copy bandwidth
+//   measured in the same run (target >= 0.80);
+//   gather / scatter variants against the contiguous kernel on local rows (target >= 0.90).
+// A CSV (--csv FILE) carries the same rows; bench/grouped_mm_peer.py writes the torch._grouped_mm
+// numbers for the same shapes and counts, and scripts/gemm_gpu_check.sh joins both.
+//
+// Routing: "balanced" (rows / E_local per expert) and "zipf" (expert e gets a share proportional
+// to 1 / (e + 1)); the counts formula is repeated exactly in grouped_mm_peer.py.
+//
+//   bench_grouped_gemm [--shapes dsv3_prefill,qwen3_30b,mixtral,dsv3_decode] [--iters 10]
+//                      [--routing balanced,zipf] [--csv FILE]
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dist_moe/error.h"
+#include "dist_moe/grouped_gemm.h"
+#include "dist_moe/workloads.h"
+
+namespace {
+
+using namespace dist_moe;
+
+#define BENCH_CUDA(expr)                                                                            \
+  do {                                                                                              \
+    cudaError_t e_ = (expr);                                                                        \
+    if (e_ != cudaSuccess) {                                                                        \
+      std::fprintf(stderr, "%s failed: %s (%s:%d)\n", #expr, cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(1);                                                                                 \
+    }                                                                                               \
+  } while (0)
+
+#define BENCH_CUBLAS(expr)                                                                          \
+  do {                                                                                              \
+    cublasStatus_t s_ = (expr);                                                                     \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                              \
+      std::fprintf(stderr, "%s failed: status %d (%s:%d)\n", #expr, static_cast<int>(s_), __FILE__, __LINE__); \
+      std::exit(1);                                                                                 \
+    }                                                                                               \
+  } while (0)
+
+constexpr int64_t kEp = 2;  // per-rank sizes of an EP = 2 run
+
+// Rows per expert; identical to counts_for() in grouped_mm_peer.py.
+std::vector<int32_t> counts_for(int64_t rows, int64_t E, const std::string& routing) {
+  std::vector<double> w(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) w[e] = routing == "zipf" ? 1.0 / static_cast<double>(e + 1) : 1.0;
+  double total = 0.0;
+  for (double x : w) total += x;
+  std::vector<int32_t> c(static_cast<size_t>(E));
+  int64_t sum = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    c[e] = static_cast<int32_t>(static_cast<double>(rows) * w[e] / total);
+    sum += c[e];
+  }
+  for (int64_t i = 0; i < rows - sum; ++i) c[i % E] += 1;
+  return c;
+}
+
+int64_t checksum(const std::vector<int32_t>& c) {
+  int64_t s = 0;
+  for (size_t e = 0; e < c.size(); ++e) s += static_cast<int64_t>(e + 1) * c[e];
+  return s;
+}
+
+// Device buffer filled with small pseudo-random BF16 values (zeros would flatter the power draw).
+__global__ void fill_bf16_kernel(uint16_t* p, size_t n, uint32_t seed, float scale) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    const float v = (static_cast<float>(h & 0xffffff) / 16777216.0f * 2.0f - 1.0f) * scale;
+    p[i] = static_cast<uint16_t>(__float_as_uint(v) >> 16);
+  }
+}
+
+__global__ void identity_rows_kernel(const void** rows, const char* base, int64_t n, int64_t row_bytes) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    rows[i] = base + i * row_bytes;
+}
+
+struct Buffer {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit Buffer(size_t n) : bytes(n) { BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(n, 16))); }
+  ~Buffer() { cudaFree(p); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void fill(uint32_t seed, float scale) {
+    fill_bf16_kernel<<<1024, 256>>>(static_cast<uint16_t*>(p), bytes / 2, seed, scale);
+    BENCH_CUDA(cudaGetLastError());
+  }
+};
+
+// Median milliseconds of `iters` timed calls after `warmup` untimed ones.
+double time_ms(const std::function<void()>& fn, int iters, int warmup = 3) {
+  for (int i = 0; i < warmup; ++i) fn();
+  BENCH_CUDA(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  std::vector<float> ts;
+  for (int i = 0; i < iters; ++i) {
+    BENCH_CUDA(cudaEventRecord(a));
+    fn();
+    BENCH_CUDA(cudaEventRecord(b));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
+    ts.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+struct Row {
+  std::string shape, routing, op, config;
+  double ms = 0, tflops = 0, cublas_tflops = 0, gbps = 0, ceiling_gbps = 0, baseline_ms = 0;
+  std::string kind;  // "compute", "decode", "variant"
+};
+
+std::vector<Row> g_rows;
+FILE* g_csv = nullptr;
+
+void report(const Row& r) {
+  g_rows.push_back(r);
+  if (r.kind == "compute") {
+    const double ratio = r.tflops / r.cublas_tflops;
+    std::printf("%-13s %-8s %-14s %-22s %8.3f ms %7.1f TFLOP/s  cuBLAS %7.1f  ratio %.2f  %s\n", r.shape.c_str(),
+                r.routing.c_str(), r.op.c_str(), r.config.c_str(), r.ms, r.tflops, r.cublas_tflops, ratio,
+                ratio >= 0.80 ? "MET(>=0.80)" : "MISSED(>=0.80)");
+  } else if (r.kind == "decode") {
+    const double ratio = r.gbps / r.ceiling_gbps;
+    std::printf("%-13s %-8s %-14s %-22s %8.3f ms %7.1f TFLOP/s  weights %6.0f GB/s of copy %6.0f  ratio %.2f  %s\n",
+                r.shape.c_str(), r.routing.c_str(), r.op.c_str(), r.config.c_str(), r.ms, r.tflops, r.gbps,
+                r.ceiling_gbps, ratio, ratio >= 0.80 ? "MET(>=0.80)" : "MISSED(>=0.80)");
+  } else {
+    const double ratio = r.baseline_ms / r.ms;
+    std::printf("%-13s %-8s %-14s %-22s %8.3f ms %7.1f TFLOP/s  contiguous %8.3f ms  ratio %.2f  %s\n",
+                r.shape.c_str(), r.routing.c_str(), r.op.c_str(), r.config.c_str(), r.ms, r.tflops, r.baseline_ms,
+                ratio, ratio >= 0.90 ? "MET(>=0.90)" : "MISSED(>=0.90)");
+  }
+  if (g_csv)
+    std::fprintf(g_csv, "%s,%s,%s,%s,%s,%.5f,%.2f,%.2f,%.1f,%.1f,%.5f\n", r.shape.c_str(), r.routing.c_str(),
+                 r.op.c_str(), r.kind.c_str(), r.config.c_str(), r.ms, r.tflops, r.cublas_tflops, r.gbps,
+                 r.ceiling_gbps, r.baseline_ms);
+  std::fflush(stdout);
+}
+
+// cuBLAS dense BF16 GEMM with the same FLOPs: out[M, N] = a[M, K] . w[N, K]^T (TN, FP32 compute).
+double cublas_tflops(cublasHandle_t h, int64_t M, int64_t N, int64_t K, int iters) {
+  Buffer a(static_cast<size_t>(M * K) * 2), w(static_cast<size_t>(N * K) * 2), c(static_cast<size_t>(M * N) * 2);
+  a.fill(1, 1.0f);
+  w.fill(2, 0.05f);
+  const float alpha = 1.0f, beta = 0.0f;
+  const double ms = time_ms(
+      [&] {
+        BENCH_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
+                                  static_cast<int>(K), &alpha, w.p, CUDA_R_16BF, static_cast<int>(K), a.p, CUDA_R_16BF,
+                                  static_cast<int>(K), &beta, c.p, CUDA_R_16BF, static_cast<int>(N),
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      },
+      iters);
+  return 2.0 * M * N * K / (ms * 1e9);
+}
+
+double copy_gbps(int iters) {
+  const size_t bytes = size_t(2) << 30;
+  Buffer a(bytes), b(bytes);
+  const double ms = time_ms([&] { BENCH_CUDA(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice)); }, iters);
+  return 2.0 * bytes / (ms * 1e6);  // read + write
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = s.find(',', start);
+    out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+void bench_shape(const Workload& w, const std::string& routing, int iters, cublasHandle_t cublas, double copy_bw) {
+  const int64_t E = w.experts / kEp, D = w.hidden, F = w.intermediate;
+  const int64_t M = w.tokens * w.top_k;  // balanced EP: each rank receives T*K routed rows
+  const bool decode = w.tokens <= 256;
+  const char* name = w.name.c_str();
+  const auto counts = counts_for(M, E, routing);
+  std::printf("\n== %s routing=%s  E_local=%lld rows=%lld D=%lld F=%lld  counts: max %d min %d checksum %lld\n", name,
+              routing.c_str(), static_cast<long long>(E), static_cast<long long>(M), static_cast<long long>(D),
+              static_cast<long long>(F), *std::max_element(counts.begin(), counts.end()),
+              *std::min_element(counts.begin(), counts.end()), static_cast<long long>(checksum(counts)));
+
+  Buffer d_counts(counts.size() * 4);
+  BENCH_CUDA(cudaMemcpy(d_counts.p, counts.data(), counts.size() * 4, cudaMemcpyHostToDevice));
+  Buffer x(static_cast<size_t>(M * D) * 2), w13(static_cast<size_t>(E * 2 * F * D) * 2),
+      w2(static_cast<size_t>(E * D * F) * 2), h1(static_cast<size_t>(M * 2 * F) * 2), h2(static_cast<size_t>(M * F) * 2),
+      h3(static_cast<size_t>(M * D) * 2), gx(static_cast<size_t>(M * D) * 2);
+  x.fill(3, 1.0f);
+  w13.fill(4, 0.02f);
+  w2.fill(5, 0.02f);
+  h1.fill(6, 1.0f);
+  h2.fill(7, 1.0f);
+  h3.fill(8, 1.0f);
+
+  auto common = [&](int64_t n, int64_t k) {
+    GroupedGemmCommon c;
+    c.counts = static_cast<const int32_t*>(d_counts.p);
+    c.e_local = E;
+    c.m_capacity = M;
+    c.n = n;
+    c.k = k;
+    c.validate_counts = false;  // benchmark the GEMM alone
+    return c;
+  };
+  auto config_name = [&](GroupedGemmOp op, int64_t n, int64_t k, DType out, bool gather) {
+    GroupedGemmProblem p;
+    p.op = op;
+    p.m_capacity = M;
+    p.n = n;
+    p.k = k;
+    p.e_local = E;
+    p.out_dtype = out;
+    p.gather = gather;
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    return select_grouped_gemm_config(p, sms).name();
+  };
+
+  // ---- forward ----
+  W13FpropArgs w13a;
+  w13a.common = common(2 * F, D);
+  w13a.a = x.p;
+  w13a.w13 = w13.p;
+  w13a.h1 = h1.p;
+  w13a.h2 = h2.p;
+  const double w13_flops = 2.0 * M * 2 * F * D;
+  const double ms_w13 = time_ms([&] { grouped_gemm_w13_fprop(w13a, nullptr); }, iters);
+  W13FpropArgs w13_drop = w13a;
+  w13_drop.h1 = nullptr;
+  const double ms_w13_drop = time_ms([&] { grouped_gemm_w13_fprop(w13_drop, nullptr); }, iters);
+
+  FpropArgs w2a;
+  w2a.common = common(D, F);
+  w2a.a = h2.p;
+  w2a.w = w2.p;
+  w2a.out = h3.p;
+  const double w2_flops = 2.0 * M * D * F;
+  const double ms_w2 = time_ms([&] { grouped_gemm_fprop(w2a, nullptr); }, iters);
+
+  const std::string cfg13 = config_name(GroupedGemmOp::kFpropSwiglu, 2 * F, D, DType::kBFloat16, false);
+  const std::string cfg2 = config_name(GroupedGemmOp::kFprop, D, F, DType::kBFloat16, false);
+  if (decode) {
+    const double w13_bytes = 2.0 * E * 2 * F * D, w2_bytes = 2.0 * E * D * F;
+    report({name, routing, "w13_fprop", cfg13, ms_w13, w13_flops / (ms_w13 * 1e9), 0, w13_bytes / (ms_w13 * 1e6),
+            copy_bw, 0, "decode"});
+    report({name, routing, "w2_fprop", cfg2, ms_w2, w2_flops / (ms_w2 * 1e9), 0, w2_bytes / (ms_w2 * 1e6), copy_bw, 0,
+            "decode"});
+    return;  // decode is inference: no backward
+  }
+  const double cb13 = cublas_tflops(cublas, M, 2 * F, D, iters);
+  const double cb2 = cublas_tflops(cublas, M, D, F, iters);
+  report({name, routing, "w13_fprop", cfg13, ms_w13, w13_flops / (ms_w13 * 1e9), cb13, 0, 0, 0, "compute"});
+  report({name, routing, "w13_fprop_noh1", cfg13, ms_w13_drop, w13_flops / (ms_w13_drop * 1e9), cb13, 0, 0, 0,
+          "compute"});
+  report({name, routing, "w2_fprop", cfg2, ms_w2, w2_flops / (ms_w2 * 1e9), cb2, 0, 0, 0, "compute"});
+
+  // ---- fused-pipeline variants on local rows: gather (W13) and scatter (W2) ----
+  {
+    Buffer rows(static_cast<size_t>(M) * 8), gathered(static_cast<size_t>(M * D) * 2),
+        ws(grouped_gemm_gather_workspace_bytes(M, E));
+    identity_rows_kernel<<<256, 256>>>(static_cast<const void**>(rows.p), static_cast<const char*>(x.p), M, D * 2);
+    W13FpropArgs g = w13a;
+    g.a = nullptr;
+    g.gather.row_ptrs = static_cast<const void* const*>(rows.p);
+    g.gather.gathered = gathered.p;
+    g.gather.workspace = static_cast<int32_t*>(ws.p);
+    const double ms_g = time_ms([&] { grouped_gemm_w13_fprop(g, nullptr); }, iters);
+    report({name, routing, "w13_gather", config_name(GroupedGemmOp::kFpropSwiglu, 2 * F, D, DType::kBFloat16, true),
+            ms_g, w13_flops / (ms_g * 1e9), 0, 0, 0, ms_w13, "variant"});
+    Buffer dests(static_cast<size_t>(M) * 8);
+    identity_rows_kernel<<<256, 256>>>(static_cast<const void**>(dests.p), static_cast<const char*>(h3.p), M, D * 2);
+    FpropArgs sc = w2a;
+    sc.scatter.row_ptrs = static_cast<void* const*>(dests.p);
+    const double ms_s = time_ms([&] { grouped_gemm_fprop(sc, nullptr); }, iters);
+    report({name, routing, "w2_scatter", cfg2, ms_s, w2_flops / (ms_s * 1e9), 0, 0, 0, ms_w2, "variant"});
+  }
+
+  // ---- backward: DGRAD ----
+  DgradArgs d13;  // grad_x[M, D] = grad_h1[M, 2F] . W13[e]
+  d13.common = common(2 * F, D);
+  d13.grad_out = h1.p;
+  d13.w = w13.p;
+  d13.grad_a = gx.p;
+  const double ms_d13 = time_ms([&] { grouped_gemm_dgrad(d13, nullptr); }, iters);
+  report({name, routing, "w13_dgrad", config_name(GroupedGemmOp::kDgrad, 2 * F, D, DType::kBFloat16, false), ms_d13,
+          w13_flops / (ms_d13 * 1e9), cb13, 0, 0, 0, "compute"});
+  DgradArgs d2;  // grad_h2[M, F] = grad_h3[M, D] . W2[e]
+  d2.common = common(D, F);
+  d2.grad_out = h3.p;
+  d2.w = w2.p;
+  d2.grad_a = h2.p;
+  const double ms_d2 = time_ms([&] { grouped_gemm_dgrad(d2, nullptr); }, iters);
+  report({name, routing, "w2_dgrad", config_name(GroupedGemmOp::kDgrad, D, F, DType::kBFloat16, false), ms_d2,
+          w2_flops / (ms_d2 * 1e9), cb2, 0, 0, 0, "compute"});
+
+  // ---- backward: WGRAD (BF16 output, comparable with torch; FP32 output) ----
+  Buffer gw(static_cast<size_t>(E * 2 * F * D) * 4);
+  for (DType out : {DType::kBFloat16, DType::kFloat32}) {
+    const char* suffix = out == DType::kFloat32 ? "_fp32" : "";
+    WgradArgs g13;  // grad_W13[e] = grad_h1^T . x
+    g13.common = common(2 * F, D);
+    g13.grad_out = h1.p;
+    g13.a = x.p;
+    g13.grad_w = gw.p;
+    g13.out_dtype = out;
+    const double ms_g13 = time_ms([&] { grouped_gemm_wgrad(g13, nullptr); }, iters);
+    report({name, routing, std::string("w13_wgrad") + suffix,
+            config_name(GroupedGemmOp::kWgrad, 2 * F, D, out, false), ms_g13, w13_flops / (ms_g13 * 1e9), cb13, 0, 0, 0,
+            "compute"});
+    WgradArgs g2;  // grad_W2[e] = grad_h3^T . h2
+    g2.common = common(D, F);
+    g2.grad_out = h3.p;
+    g2.a = h2.p;
+    g2.grad_w = gw.p;
+    g2.out_dtype = out;
+    const double ms_g2 = time_ms([&] { grouped_gemm_wgrad(g2, nullptr); }, iters);
+    report({name, routing, std::string("w2_wgrad") + suffix, config_name(GroupedGemmOp::kWgrad, D, F, out, false),
+            ms_g2, w2_flops / (ms_g2 * 1e9), cb2, 0, 0, 0, "compute"});
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> shapes;
+  for (const Workload& w : reference_workloads()) shapes.push_back(w.name);
+  std::vector<std::string> routings = {"balanced", "zipf"};
+  int iters = 10;
+  std::string csv;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--shapes") shapes = split(value());
+    else if (a == "--routing") routings = split(value());
+    else if (a == "--iters") iters = std::atoi(value().c_str());
+    else if (a == "--csv") csv = value();
+    else {
+      std::fprintf(stderr, "usage: %s [--shapes a,b] [--routing balanced,zipf] [--iters N] [--csv FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9 || prop.minor != 0) {
+    std::printf("SKIP: %s is not an SM90 GPU\n", prop.name);
+    return 0;
+  }
+  if (!csv.empty()) {
+    g_csv = std::fopen(csv.c_str(), "w");
+    if (!g_csv) {
+      std::fprintf(stderr, "cannot write %s\n", csv.c_str());
+      return 2;
+    }
+    std::fprintf(g_csv, "shape,routing,op,kind,config,ms,tflops,cublas_tflops,gbps,copy_gbps,contiguous_ms\n");
+  }
+  cublasHandle_t cublas;
+  BENCH_CUBLAS(cublasCreate(&cublas));
+  const double copy_bw = copy_gbps(iters);
+  std::printf("device %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
+              prop.multiProcessorCount, copy_bw);
+  try {
+    for (const std::string& name : shapes) {
+      const Workload& w = find_workload(name);
+      for (const std::string& r : routings) bench_shape(w, r, iters, cublas, copy_bw);
+    }
+  } catch (const dist_moe::Error& e) {
+    std::fprintf(stderr, "FAIL: %s\n", e.what());
+    return 1;
+  }
+  BENCH_CUDA(cudaDeviceSynchronize());
+  cublasDestroy(cublas);
+  if (g_csv) std::fclose(g_csv);
+
+  // Final table: one line per row, the ratio that matters for its kind.
+  std::printf("\n%-13s %-8s %-15s %9s %9s %7s  %s\n", "shape", "routing", "op", "ms", "TFLOP/s", "ratio", "vs");
+  int met = 0, total = 0;
+  for (const Row& r : g_rows) {
+    double ratio;
+    const char* vs;
+    double target;
+    if (r.kind == "compute") ratio = r.tflops / r.cublas_tflops, vs = "cuBLAS dense", target = 0.80;
+    else if (r.kind == "decode") ratio = r.gbps / r.ceiling_gbps, vs = "HBM copy", target = 0.80;
+    else ratio = r.baseline_ms / r.ms, vs = "contiguous", target = 0.90;
+    ++total;
+    met += ratio >= target;
+    std::printf("%-13s %-8s %-15s %9.3f %9.1f %7.2f  %s (target %.2f) %s\n", r.shape.c_str(), r.routing.c_str(),
+                r.op.c_str(), r.ms, r.tflops, ratio, vs, target, ratio >= target ? "MET" : "MISSED");
+  }
+  std::printf("targets met: %d of %d\n", met, total);
+  return 0;
+}

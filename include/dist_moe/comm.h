@@ -1,0 +1,231 @@
+// Expert-parallel communication on the NCCL 2.28 device API (framework-free host API).
+//
+//   Communicator   an NCCL communicator (borrowed from the caller, or created from an
+//                  ncclUniqueId the torch layer broadcasts) plus an ncclDevComm with LSA barriers,
+//                  the device timeout budget and symmetric-window allocation.
+//   SymmetricWindow ncclMemAlloc + ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC), zero-filled.
+//   EpGroup        the routing / dispatch / combine windows of one MoE configuration, the routing
+//                  tables, and the standalone, CUDA-graph-capturable ops built on them:
+//                    publish   ids (+ header with T) and x rows into this rank's windows
+//                    route     EP barrier + routing metadata on the device (no host read)
+//                    dispatch  gather routed rows into an expert-major local buffer
+//                    combine   route results to their owners, then FP32 top-k reduction
+//
+// One forward call on every rank (same T everywhere, same order of calls):
+//   ep.publish(x_TD, ids_TK, DType::kInt32, T, stream);
+//   ep.route(T, stream);
+//   ep.dispatch(x_gathered_MD, T, stream);          // rows ordered (expert, src rank, token, k)
+//   ... experts compute y_MD from x_gathered_MD (rows of ep.tables()) ...
+//   ep.combine(y_MD, scores_TK, DType::kFloat32, out_TD, T, stream);
+// Calls through one EpGroup must not overlap (one stream, or stream-ordered). Every op is a fixed
+// sequence of kernel launches that depends on T only, so it can be captured in a CUDA graph.
+//
+// Collective host calls (create, window allocation, destruction) must be made by every rank in the
+// same order. Destroy EpGroups before their Communicator. Docs: docs/communication.md.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <nccl_device.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dist_moe/config.h"
+#include "dist_moe/device/comm/ep_layout.h"
+#include "dist_moe/dtype.h"
+#include "dist_moe/memory_plan.h"
+
+namespace dist_moe::comm {
+
+struct CommunicatorOptions {
+  // Limit of every device spin-wait (barriers, signals), in milliseconds. <= 0: the environment
+  // variable DMOE_COMM_TIMEOUT_MS, else 60000.
+  int64_t timeout_ms = 0;
+  // NCCL LSA barriers requested in the ncclDevComm (Communicator::nccl_lsa_barrier index range).
+  int lsa_barrier_count = 1;
+};
+
+class Communicator;
+
+// One symmetric window. Collective to create and to destroy; the memory is zero-filled when the
+// constructor returns (peers may still be zeroing theirs: synchronize with host_barrier() before
+// any peer access).
+class SymmetricWindow {
+ public:
+  SymmetricWindow(const Communicator& comm, size_t bytes);
+  ~SymmetricWindow();
+  SymmetricWindow(const SymmetricWindow&) = delete;
+  SymmetricWindow& operator=(const SymmetricWindow&) = delete;
+
+  void* local_ptr() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  ncclWindow_t handle() const { return win_; }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  ncclWindow_t win_ = nullptr;
+};
+
+class Communicator {
+ public:
+  // Wraps a caller-owned communicator (not destroyed here). Collective. The current CUDA device
+  // must be the communicator's device.
+  static std::unique_ptr<Communicator> from_nccl_comm(ncclComm_t comm, const CommunicatorOptions& options = {});
+  // Creates and owns a communicator of `world_size` ranks on the current CUDA device. Collective.
+  static std::unique_ptr<Communicator> from_unique_id(const ncclUniqueId& id, int rank, int world_size,
+                                                      const CommunicatorOptions& options = {});
+  static ncclUniqueId make_unique_id();
+
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  int device() const { return device_; }
+  int num_sms() const { return num_sms_; }
+  ncclComm_t nccl_comm() const { return comm_; }
+  const ncclDevComm& dev_comm() const { return dev_comm_; }
+  int64_t timeout_ms() const { return timeout_ms_; }
+  uint64_t timeout_cycles() const { return timeout_cycles_; }
+
+  // Collective: allocates and registers one symmetric window of at least `bytes` bytes.
+  std::unique_ptr<SymmetricWindow> alloc_window(size_t bytes) const;
+  // Collective host-side barrier (an NCCL all-reduce of one int, then a stream sync). Setup only.
+  void host_barrier() const;
+  // Device-side NCCL LSA barrier (ncclDevComm's lsaBarrier[index]) with the timeout, on `stream`.
+  void nccl_lsa_barrier(cudaStream_t stream, uint32_t index = 0) const;
+
+ private:
+  Communicator(ncclComm_t comm, bool owned, const CommunicatorOptions& options);
+  ncclComm_t comm_ = nullptr;
+  bool owned_ = false;
+  int rank_ = 0;
+  int world_ = 1;
+  int device_ = 0;
+  int num_sms_ = 0;
+  int lsa_barrier_count_ = 0;
+  int64_t timeout_ms_ = 0;
+  uint64_t timeout_cycles_ = 0;
+  ncclDevComm dev_comm_{};
+  bool dev_comm_created_ = false;
+  cudaStream_t setup_stream_ = nullptr;
+  int* setup_buf_ = nullptr;
+};
+
+// ---- EP group ---------------------------------------------------------------------------------
+
+enum class DispatchMode {
+  kTokenOnce,  // each (source rank, token) row crosses NVLink once and is copied to all its rows
+  kPerRoute,   // each row is gathered from gather_src[row] (the fused GEMM producer's pattern)
+};
+
+enum class CombineSync {
+  kBarrier,  // scatter, EP barrier, reduce (one cooperative kernel)
+  kSignal,   // scatter with a per-token signal, reduce each token once its routes arrived
+};
+
+struct EpConfig {
+  int64_t max_tokens = 0;   // T_max per rank (max_num_local_input_tokens)
+  int64_t hidden = 0;       // D, a multiple of 8 (16-byte rows)
+  int64_t top_k = 0;        // K, 1..32
+  int64_t num_experts = 0;  // E, divisible by the EP size
+  int row_alignment = 1;    // each local expert's rows padded to this power of two (1..1024)
+  int64_t capacity_rows = 0;  // rows of the expert-major buffers; 0: topology maximum
+  bool validate_expert_ids = false;  // publish traps on ids outside [-1, E)
+
+  // T_max, D, K, E and validate from the library Config; capacity from the plan's hard limit
+  // (total_scratch_capacity_rows).
+  static EpConfig from(const Config& config, const MemoryPlan& plan, int row_alignment = 1,
+                       bool validate_expert_ids = false);
+};
+
+struct DispatchOptions {
+  DispatchMode mode = DispatchMode::kTokenOnce;
+  bool zero_fill_padding = true;  // padding rows of each expert are written with zeros
+  int num_sms = 0;                // SMs to use (0: all)
+  // PDL: overlap the launch with the routing kernel (environment DMOE_DISABLE_PDL=1 turns it off).
+  bool programmatic_launch = true;
+};
+
+struct CombineOptions {
+  CombineSync sync = CombineSync::kBarrier;
+  int num_sms = 0;  // SMs to use (0: all)
+};
+
+class EpGroup {
+ public:
+  // Collective: allocates the four symmetric windows and the routing tables.
+  EpGroup(const Communicator& comm, const EpConfig& config);
+  ~EpGroup();
+  EpGroup(const EpGroup&) = delete;
+  EpGroup& operator=(const EpGroup&) = delete;
+
+  // x_TD: BF16 [T, D] (16-byte aligned); ids_TK: [T, K] int32 or int64 in [-1, E).
+  void publish(const void* x_TD, const void* ids_TK, DType ids_dtype, int64_t num_tokens, cudaStream_t stream);
+  // EP barrier (publishes of all ranks visible), then the routing metadata. Traps with one line on
+  // unequal T across ranks or when the padded rows exceed capacity_rows.
+  void route(int64_t num_tokens, cudaStream_t stream);
+  // Fills rows [0, total_rows) of x_gathered_MD (BF16 [capacity_rows, D], 16-byte aligned).
+  void dispatch(void* x_gathered_MD, int64_t num_tokens, cudaStream_t stream, const DispatchOptions& options = {});
+  // y_MD: BF16 [capacity_rows, D], row m = result of route row m (rows of tables()); padding rows
+  // are never read. scores_TK: FP32 or BF16 [T, K]. out_TD: BF16 [T, D]:
+  // out[t] = bf16(fmaf(s_K-1, y_K-1, ... fmaf(s_0, y_0, 0.0f))) over routed ids in k order (FP32).
+  void combine(const void* y_MD, const void* scores_TK, DType score_dtype, void* out_TD, int64_t num_tokens,
+               cudaStream_t stream, const CombineOptions& options = {});
+  // EP barrier (slot 0) on `stream`.
+  void barrier(cudaStream_t stream);
+
+  const EpConfig& config() const { return config_; }
+  int rank() const { return layout_.rank; }
+  int world_size() const { return layout_.world; }
+  int local_experts() const { return layout_.local_experts; }
+  int64_t capacity_rows() const { return tables_.capacity_rows; }
+  DType id_dtype() const { return layout_.id_bytes == 2 ? DType::kInt16 : DType::kInt32; }
+  const RoutingTables& tables() const { return tables_; }
+  const EpDeviceLayout& layout() const { return layout_; }
+  const SymmetricWindow& routing_window() const { return *routing_win_; }
+  const SymmetricWindow& dispatch_window() const { return *dispatch_win_; }
+  const SymmetricWindow& combine_window() const { return *combine_win_; }
+  const SymmetricWindow& signal_window() const { return *signal_win_; }
+  // This process's addresses of every rank's dispatch / combine window (index: rank).
+  const std::vector<uintptr_t>& dispatch_window_bases() const { return dispatch_bases_; }
+  const std::vector<uintptr_t>& combine_window_bases() const { return combine_bases_; }
+  // Chunking of the routing kernel for T tokens: routes per CTA and number of CTAs.
+  void routing_launch_shape(int64_t num_tokens, int64_t* chunk_routes, int* num_ctas) const;
+
+ private:
+  const Communicator& comm_;
+  EpConfig config_;
+  EpDeviceLayout layout_{};
+  RoutingTables tables_{};
+  std::unique_ptr<SymmetricWindow> routing_win_, dispatch_win_, combine_win_, signal_win_;
+  EpLocalState* state_ = nullptr;
+  int32_t* cta_expert_counts_ = nullptr;  // [max_routing_ctas, L]
+  int32_t* cta_rank_counts_ = nullptr;    // [max_routing_ctas, 2, R]
+  int max_routing_ctas_ = 0;
+  int combine_ctas_f32_ = 0;   // co-resident combine CTAs (FP32 scores)
+  int combine_ctas_bf16_ = 0;  // co-resident combine CTAs (BF16 scores)
+  std::vector<uintptr_t> dispatch_bases_, combine_bases_;
+};
+
+// Bytes of each window an EpGroup allocates for `config` on `world_size` ranks (per rank).
+struct EpWindowSizes {
+  int64_t routing_slot = 0;  // one parity slot
+  int64_t routing = 0;       // kRoutingSlots slots
+  int64_t dispatch = 0;
+  int64_t combine = 0;
+  int64_t signal = 0;
+  int64_t barrier_inbox_offset = 0;
+  int64_t token_counter_offset = 0;
+};
+EpWindowSizes ep_window_sizes(const EpConfig& config, int world_size);
+
+// Default capacity: topology maximum R * T_max * min(K, L) rows plus L * (alignment - 1) padding.
+int64_t ep_default_capacity_rows(const EpConfig& config, int world_size);
+
+}  // namespace dist_moe::comm

@@ -1,0 +1,95 @@
+// Plain structs shared by the host (EpGroup) and the EP kernels: where every symmetric byte lives,
+// the routing tables the metadata kernel builds, and the small local state the kernels keep.
+//
+// Host-compilable (no CUDA-only constructs); the kernels get these structs by value.
+//
+// Symmetric windows of one EP group (same size and layout on every rank; docs/communication.md):
+//
+//   routing  : kRoutingSlots parity slots, each routing_slot_bytes =
+//                align128(128-byte RoutingHeader + T_max * K * id_bytes)
+//              slot p = publish_count % 2 holds the ids of the latest call (double buffering lets a
+//              rank publish call n+1 while a slow peer still reads call n's ids).
+//   dispatch : BF16 rows [T_max, K, D]; forward uses the first T rows of D elements (x_TD).
+//   combine  : BF16 [T_max, K, D]; route (t, k) of this rank's token t lands at (t*K + k) * D.
+//   signal   : uint32 barrier inbox [kNumBarrierSlots][kMaxEpRanks] (peer s writes [slot][s]),
+//              then uint32 token counters [T_max] (combine signal mode).
+#pragma once
+
+#include <nccl.h>
+
+#include <cstdint>
+
+namespace dist_moe::comm {
+
+inline constexpr int kMaxEpRanks = 64;          // ranks of one NVLink (LSA) team
+inline constexpr int kNumBarrierSlots = 4;      // independent EP barriers (slot 0: the op stream)
+inline constexpr int kRoutingSlots = 2;         // parity slots of the routing window
+inline constexpr int kRoutingHeaderBytes = 128; // == dist_moe::kRoutingHeaderBytes (memory_plan.h)
+inline constexpr uint32_t kRoutingHeaderMagic = 0x444d4f45u;  // "DMOE"
+inline constexpr int kRouteIndexBits = 24;      // row_route = (src_rank << 24) | (t*K + k)
+inline constexpr int kNumGridBarriers = 4;      // one per kernel family that has grid barriers
+
+// First bytes of a routing slot. num_tokens is the first int32, as memory_plan.h documents.
+struct RoutingHeader {
+  int32_t num_tokens;  // T of this call on the publishing rank
+  uint32_t epoch;      // publish_count after this publish (1 for the first call)
+  uint32_t magic;      // kRoutingHeaderMagic
+  int32_t id_bytes;    // 2 (int16 ids) or 4 (int32 ids)
+};
+
+// Per-group device state in ordinary (non-symmetric) device memory, zero-initialized; only this
+// rank's kernels touch it.
+struct EpLocalState {
+  uint32_t publish_count;                     // number of publishes so far
+  uint32_t publish_done_ctas;                 // last-CTA detection of the publish kernel
+  uint32_t barrier_epoch[kNumBarrierSlots];   // epochs of the EP barrier slots
+  uint32_t nccl_barrier_pad;                  // (unused, keeps the layout stable)
+  uint32_t grid_count[kNumGridBarriers];      // grid barrier arrival counters
+  uint32_t grid_gen[kNumGridBarriers];        // grid barrier generations
+  uint32_t combine_done_ctas;                 // last-CTA detection of the combine kernel
+  uint32_t diag_lock;                         // first device diagnostic wins the right to print
+};
+
+enum GridBarrierId : int { kGridBarrierRouting = 0, kGridBarrierCombine = 1, kGridBarrierTest = 2 };
+
+// Everything a kernel needs to address the group's windows.
+struct EpDeviceLayout {
+  ncclWindow_t routing_win;
+  ncclWindow_t dispatch_win;
+  ncclWindow_t combine_win;
+  ncclWindow_t signal_win;
+  int rank;
+  int world;
+  int local_experts;  // L; rank r owns experts [r*L, (r+1)*L)
+  int num_experts;    // E = world * L
+  int top_k;          // K
+  int hidden;         // D (multiple of 8)
+  int max_tokens;     // T_max
+  int id_bytes;       // 2 or 4
+  int64_t routing_slot_bytes;
+  int64_t row_bytes;              // D * 2
+  int64_t barrier_inbox_offset;   // in the signal window
+  int64_t token_counter_offset;   // in the signal window
+  EpLocalState* state;            // local device state
+  uint64_t timeout_cycles;        // budget of every spin-wait
+};
+
+// Routing tables built on the device by the metadata kernel (EpGroup::route). Device pointers,
+// allocated once by EpGroup for `capacity_rows` rows. Row order of this rank's expert-major
+// buffer: (local expert, source rank, source token, k); each expert's rows are padded up to the
+// row alignment. Padding rows hold gather_src = nullptr, scatter_dst = nullptr, row_route = -1.
+struct RoutingTables {
+  int32_t* expert_rows;           // [L] padded row count per local expert
+  int32_t* expert_rows_unpadded;  // [L] routed rows per local expert
+  int32_t* expert_offsets;        // [L + 1] exclusive prefix of expert_rows; [L] = total rows
+  int32_t* total_rows;            // [1] padded rows of this call (== expert_offsets[L])
+  int32_t* recv_rows_from_rank;   // [R] routes this rank receives from each source rank
+  int32_t* send_rows_to_rank;     // [R] routes this rank sends to each expert rank
+  const void** gather_src;        // [capacity] address of the source row (peer dispatch window)
+  void** scatter_dst;             // [capacity] owner's combine-window slot of the route's result
+  int32_t* row_route;             // [capacity] (src_rank << 24) | (t*K + k), -1 for padding
+  int32_t* route_row;             // [R * T_max * K] row of route (s, t, k) here, -1 if not here
+  int64_t capacity_rows;
+};
+
+}  // namespace dist_moe::comm

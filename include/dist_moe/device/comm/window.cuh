@@ -1,0 +1,59 @@
+// Peer addresses of symmetric-window offsets, through the NCCL device API (LSA pointers).
+//
+// A window registered with ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC) has the same size and
+// layout on every rank; ncclGetLsaPointer(win, offset, peer) gives this process's load/store
+// address of byte `offset` of `peer`'s copy (NVLink P2P mapping). EP groups require the LSA team to
+// be the whole communicator, so LSA peer index == EP rank (checked on the host).
+#pragma once
+
+#include <nccl.h>
+#include <nccl_device.h>
+
+#include <cstdint>
+
+#include "dist_moe/device/comm/ep_layout.h"
+#include "dist_moe/device/common/macros.cuh"
+
+#if defined(__CUDACC__)
+
+namespace dist_moe::comm {
+
+// Address of byte `offset` of `peer`'s copy of window `win` (peer == own rank gives local memory).
+DMOE_DEVICE char* peer_ptr(ncclWindow_t win, int64_t offset, int peer) {
+  return static_cast<char*>(ncclGetLsaPointer(win, static_cast<size_t>(offset), peer));
+}
+
+// Address of byte `offset` of this rank's copy of window `win`.
+DMOE_DEVICE char* local_ptr(ncclWindow_t win, int64_t offset) {
+  return static_cast<char*>(ncclGetLocalPointer(win, static_cast<size_t>(offset)));
+}
+
+// Base addresses of every rank's copy of a window, computed once per CTA into shared memory
+// (ncclGetLsaPointer reads the window descriptor; caching avoids doing it per row).
+// Call from all threads of the CTA; ends with __syncthreads().
+DMOE_DEVICE void load_peer_bases(ncclWindow_t win, int world, char** bases_smem) {
+  for (int p = threadIdx.x; p < world; p += blockDim.x) bases_smem[p] = peer_ptr(win, 0, p);
+  __syncthreads();
+}
+
+// ---- EP-group specific addresses --------------------------------------------------------------
+
+// Routing slot `slot` of rank `peer`: header first, then the ids.
+DMOE_DEVICE char* routing_slot_ptr(const EpDeviceLayout& L, int slot, int peer) {
+  return peer_ptr(L.routing_win, static_cast<int64_t>(slot) * L.routing_slot_bytes, peer);
+}
+
+// Barrier inbox word [slot][src] of rank `owner` (src writes it, owner polls it).
+DMOE_DEVICE uint32_t* barrier_inbox_ptr(const EpDeviceLayout& L, int owner, int slot, int src) {
+  const int64_t off = L.barrier_inbox_offset + (static_cast<int64_t>(slot) * kMaxEpRanks + src) * 4;
+  return reinterpret_cast<uint32_t*>(peer_ptr(L.signal_win, off, owner));
+}
+
+// Combine arrival counter of token t on rank `owner`.
+DMOE_DEVICE uint32_t* token_counter_ptr(const EpDeviceLayout& L, int owner, int t) {
+  return reinterpret_cast<uint32_t*>(peer_ptr(L.signal_win, L.token_counter_offset + static_cast<int64_t>(t) * 4, owner));
+}
+
+}  // namespace dist_moe::comm
+
+#endif  // __CUDACC__

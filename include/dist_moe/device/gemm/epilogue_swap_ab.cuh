@@ -1,0 +1,174 @@
+// Epilogues of the swap-AB (decode) FPROP: the accumulator tile is out^T -- rows are weight rows
+// (output features), columns are tokens -- so the staging buffer transposes it: staging row c
+// holds token c's 64 output features of one warpgroup block, stored as one 128-byte row segment.
+//
+// Fragment (mainloop.cuh): block b of warpgroup w covers weight rows tile_row(w, b) + [0, 64);
+// register 4j + i is weight row 16 q + l/4 + 8 (i/2), token 8j + 2 (l%4) + i%2 (q = warp, l = lane).
+//
+// Store epilogue: out[token, feature] = BF16(acc * row_scale[token]), through the scatter table
+// when set. SwiGLU epilogue (split weights: block 0 = gate rows, block 1 = the matching up rows):
+// h1 (optional) and h2 = SwiGLU(BF16 gate, BF16 up), numerics as epilogue_swiglu.cuh.
+#pragma once
+
+#include <cstdint>
+
+#include "dist_moe/device/common/macros.cuh"
+#include "dist_moe/device/gemm/epilogue_staging.cuh"
+#include "dist_moe/device/gemm/epilogue_swiglu.cuh"
+#include "dist_moe/device/gemm/mainloop.cuh"
+#include "dist_moe/device/gemm/params.cuh"
+#include "dist_moe/device/gemm/scheduler.cuh"
+#include "dist_moe/device/numeric/bf16.cuh"
+#include "dist_moe/device/ptx/ld_st.cuh"
+
+namespace dist_moe::gemm {
+
+template <class Mainloop>
+struct SwapABStaging {
+  static_assert(Mainloop::kKind == GemmKind::kFpropSwapAB, "swap-AB mainloop");
+  static constexpr int kTokens = Mainloop::kBlockN;
+  static constexpr int kStride = 144;  // 128 bytes of BF16 features + 16 bytes of padding
+  static_assert(kTokens % 16 == 0 && kTokens * kStride <= kStagingBytesPerWg, "token tile fits the staging buffer");
+
+#if defined(__CUDACC__)
+  // Writes one m64 x kTokens fragment, transposed and scaled per token, as BF16.
+  template <int kN>
+  DMOE_DEVICE static void stage(uint32_t staging, const float (&acc)[kN], const float (&token_scale)[kN / 4]) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const int row = static_cast<int>((threadIdx.x / 32) % 4) * 16 + lane / 4;  // weight row (+8 for i >= 2)
+    const int tok = 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < kN / 4; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c = 8 * j + tok + (i % 2);
+        const int r = row + 8 * (i / 2);
+        const float v = acc[4 * j + i] * token_scale[2 * j + (i % 2)];
+        ptx::st_shared_b16(staging + c * kStride + r * 2, numeric::float_to_bf16(v).bits);
+      }
+    }
+  }
+
+  // Stores the staged tokens: thread t writes 16-byte segment t % 8 of token rows 16 p + t / 8.
+  DMOE_DEVICE static void store(uint32_t staging, char* const (&token_ptr)[kTokens / 16], int col0, int cols_valid) {
+    const int t = static_cast<int>(threadIdx.x % 128);
+    const int seg = t % 8;
+    const int col = col0 + seg * 8;
+    if (col >= cols_valid) return;
+#pragma unroll
+    for (int p = 0; p < kTokens / 16; ++p) {
+      if (token_ptr[p] == nullptr) continue;
+      const uint4 v = ptx::ld_shared_v4(staging + (16 * p + t / 8) * kStride + seg * 16);
+      ptx::st_global_v4(token_ptr[p] + static_cast<int64_t>(col) * 2, v);
+    }
+  }
+
+  template <int kN>
+  DMOE_DEVICE static void write(uint32_t staging, uint32_t bar, const float (&acc)[kN], const float (&token_scale)[kN / 4],
+                                char* const (&token_ptr)[kTokens / 16], int col0, int cols_valid) {
+    ptx::named_barrier_sync(bar, 128);
+    stage(staging, acc, token_scale);
+    ptx::named_barrier_sync(bar, 128);
+    store(staging, token_ptr, col0, cols_valid);
+  }
+
+  // First token (counted from the expert's first row) of the tile's column `c` range.
+  DMOE_DEVICE static int first_token(const WorkTile& t) { return t.n_block * kTokens; }
+
+  // Row pointers of the tokens this thread stores; nullptr past the expert's end or for a
+  // scatter row with no destination.
+  DMOE_DEVICE static void token_rows(const WorkTile& t, void* base, int64_t ld_bytes, void* const* scatter,
+                                     char* (&token_ptr)[kTokens / 16]) {
+    const int tid = static_cast<int>(threadIdx.x % 128);
+#pragma unroll
+    for (int p = 0; p < kTokens / 16; ++p) {
+      const int c = first_token(t) + 16 * p + tid / 8;
+      token_ptr[p] = nullptr;
+      if (c < t.num_rows) {
+        const int64_t row = static_cast<int64_t>(t.row_begin) + c;
+        token_ptr[p] = scatter != nullptr ? static_cast<char*>(scatter[row]) : static_cast<char*>(base) + row * ld_bytes;
+      }
+    }
+  }
+#endif  // __CUDACC__
+};
+
+template <class Mainloop>
+struct SwapABStoreEpilogue {
+  using Staging = SwapABStaging<Mainloop>;
+  static_assert(!Mainloop::kSplit, "plain store");
+  static constexpr int smem_bytes() { return 2 * kStagingBytesPerWg; }
+  static constexpr bool kClipStats = false;
+
+#if defined(__CUDACC__)
+  DMOE_DEVICE static void store(const EpilogueParams& p, const WorkTile& t,
+                                float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, uint32_t staging,
+                                ClipCounts& /*unused*/) {
+    constexpr int kN = Mainloop::kAccPerMma;
+    const uint32_t bar = kBarrierEpilogueWg0 + wg;
+    char* token_ptr[Staging::kTokens / 16];
+    Staging::token_rows(t, p.out, p.ld_out * 2, p.scatter_rows, token_ptr);
+    float scale[kN / 4];
+    const int tok = static_cast<int>(2 * (threadIdx.x % 4));
+#pragma unroll
+    for (int j = 0; j < kN / 4; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int c = Staging::first_token(t) + 8 * j + tok + h;
+        scale[2 * j + h] = (p.row_scale != nullptr && c < t.num_rows) ? p.row_scale[t.row_begin + c] : 1.0f;
+      }
+#pragma unroll
+    for (int b = 0; b < Mainloop::kMmaPerWg; ++b) {
+      const int col0 = t.m_block * Mainloop::kBlockM + Mainloop::tile_row(wg, b);
+      Staging::write(staging, bar, acc[b], scale, token_ptr, col0, p.out_cols);
+    }
+  }
+#endif  // __CUDACC__
+};
+
+template <class Mainloop>
+struct SwapABSwigluEpilogue {
+  using Staging = SwapABStaging<Mainloop>;
+  static_assert(Mainloop::kSplit && Mainloop::kMmaPerWg == 2, "block 0 = gate rows, block 1 = up rows");
+  static constexpr int smem_bytes() { return 2 * kStagingBytesPerWg; }
+  static constexpr bool kClipStats = true;
+
+#if defined(__CUDACC__)
+  DMOE_DEVICE static void store(const EpilogueParams& p, const WorkTile& t, float (&acc)[2][Mainloop::kAccPerMma],
+                                int wg, uint32_t staging, ClipCounts& counts) {
+    constexpr int kN = Mainloop::kAccPerMma;
+    const uint32_t bar = kBarrierEpilogueWg0 + wg;
+    const int col0 = t.m_block * (Mainloop::kBlockM / 2) + 64 * wg;  // gate (= h2) feature of row 0
+    float ones[kN / 4];
+#pragma unroll
+    for (int i = 0; i < kN / 4; ++i) ones[i] = 1.0f;
+    char* token_ptr[Staging::kTokens / 16];
+    if (p.h1 != nullptr) {
+      Staging::token_rows(t, p.h1, 2 * static_cast<int64_t>(p.f) * 2, nullptr, token_ptr);
+      Staging::write(staging, bar, acc[0], ones, token_ptr, col0, 2 * p.f);
+      Staging::write(staging, bar, acc[1], ones, token_ptr, p.f + col0, 2 * p.f);
+    }
+    const int tok = static_cast<int>(2 * (threadIdx.x % 4));
+    const activation::SwigluParams act{p.clamped != 0, p.alpha, p.limit};
+#pragma unroll
+    for (int j = 0; j < kN / 4; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float g = numeric::round_bf16(acc[0][4 * j + i]);
+        const float u = numeric::round_bf16(acc[1][4 * j + i]);
+        const int c = Staging::first_token(t) + 8 * j + tok + (i % 2);
+        if (p.clip_stats != nullptr && c < t.num_rows) {
+          counts.gate_over += g > p.clip_limit ? 1u : 0u;
+          counts.up_over += fabsf(u) > p.clip_limit ? 1u : 0u;
+          counts.elems += 1u;
+        }
+        acc[0][4 * j + i] = activation::swiglu_forward(g, u, act);
+      }
+    }
+    Staging::token_rows(t, p.h2, static_cast<int64_t>(p.f) * 2, nullptr, token_ptr);
+    Staging::write(staging, bar, acc[0], ones, token_ptr, col0, p.f);
+  }
+#endif  // __CUDACC__
+};
+
+}  // namespace dist_moe::gemm

@@ -1,0 +1,101 @@
+// SwiGLU epilogue of the W13 FPROP: h1 = x . W13[e]^T (optionally stored), h2 = SwiGLU(h1), and
+// optional clip statistics, all from the accumulators of one tile.
+//
+// The tile's N columns are split (Sm90Mainloop kSplit): B rows [0, BN/2) are gate rows n0 + c of
+// W13[e] and rows [BN/2, BN) the matching up rows F + n0 + c, so accumulator column c (gate) and
+// c + BN/2 (up) of a row sit in the same thread (fragment registers 4j+i and 4(j + BN/16)+i).
+//
+// Numerics: g = BF16(acc_gate), u = BF16(acc_up) -- the values h1 holds -- then
+// h2 = BF16(activation::swiglu_forward(g, u)), the function the standalone SwiGLU kernels use
+// (device/activation/swiglu.cuh, the oracle's operation order), so a recompute from a saved h1
+// gives the same h2 bits. Clip statistics count, over valid rows, g > clip_limit and |u| > clip_limit
+// (strict), and rows * F; each CTA sums its counts and adds them to the FP32 counters once.
+#pragma once
+
+#include <cstdint>
+
+#include "dist_moe/device/activation/swiglu.cuh"
+#include "dist_moe/device/common/macros.cuh"
+#include "dist_moe/device/gemm/epilogue_staging.cuh"
+#include "dist_moe/device/gemm/mainloop.cuh"
+#include "dist_moe/device/gemm/params.cuh"
+#include "dist_moe/device/gemm/scheduler.cuh"
+#include "dist_moe/device/numeric/bf16.cuh"
+
+namespace dist_moe::gemm {
+
+
+
+template <class Mainloop>
+struct SwigluEpilogue {
+  static_assert(Mainloop::kKind == GemmKind::kFprop && Mainloop::kSplit, "SwiGLU needs the split FPROP mainloop");
+  static_assert(Mainloop::kMmaPerWg == 1, "one m64 block per warpgroup");
+  static constexpr int kHalf = Mainloop::kBlockN / 2;          // gate (= up) columns per tile
+  static constexpr int kCols = Staging<bf16_t>::kCols;          // 64 columns per chunk
+  static_assert(kHalf % kCols == 0, "each half is whole chunks");
+  static constexpr int kHalfChunks = kHalf / kCols;
+
+  static constexpr int smem_bytes() { return 2 * kStagingBytesPerWg; }
+  static constexpr bool kClipStats = true;
+
+#if defined(__CUDACC__)
+
+  DMOE_DEVICE static void store(const EpilogueParams& p, const WorkTile& t, float (&acc)[1][Mainloop::kAccPerMma],
+                                int wg, uint32_t staging, ClipCounts& counts) {
+    const uint32_t bar = kBarrierEpilogueWg0 + wg;
+    const int tid = static_cast<int>(threadIdx.x % 128);
+    const int row0 = t.m_block * Mainloop::kBlockM + Mainloop::tile_row(wg, 0);
+    const int n0 = t.n_block * kHalf;  // first gate column of the tile
+    const int64_t two_f = 2 * static_cast<int64_t>(p.f);
+    float (&a)[Mainloop::kAccPerMma] = acc[0];
+
+    // h1 = [gate | up], rounded to BF16 by the staging (the same rounding as below).
+    if (p.h1 != nullptr) {
+      char* rows[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int r = row0 + 16 * q + tid / 8;
+        rows[q] = r < t.num_rows ? static_cast<char*>(p.h1) + (static_cast<int64_t>(t.row_begin) + r) * two_f * 2 : nullptr;
+      }
+#pragma unroll
+      for (int c = 0; c < 2 * kHalfChunks; ++c) {
+        const int col0 = c < kHalfChunks ? n0 + c * kCols : p.f + n0 + (c - kHalfChunks) * kCols;
+        write_chunk<bf16_t, bf16_t>(staging, bar, a, c, 1.0f, 1.0f, rows, col0, static_cast<int>(two_f), false);
+      }
+    }
+
+    // z in place of the gate registers.
+    const int frag_row = row0 + static_cast<int>((threadIdx.x / 32) % 4) * 16 + static_cast<int>(threadIdx.x % 32) / 4;
+    const bool lo_valid = frag_row < t.num_rows;
+    const bool hi_valid = frag_row + 8 < t.num_rows;
+    const activation::SwigluParams act{p.clamped != 0, p.alpha, p.limit};
+#pragma unroll
+    for (int j = 0; j < kHalf / 8; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float g = numeric::round_bf16(a[4 * j + i]);
+        const float u = numeric::round_bf16(a[4 * (j + kHalf / 8) + i]);
+        if (p.clip_stats != nullptr && (i < 2 ? lo_valid : hi_valid)) {
+          counts.gate_over += g > p.clip_limit ? 1u : 0u;
+          counts.up_over += fabsf(u) > p.clip_limit ? 1u : 0u;
+          counts.elems += 1u;
+        }
+        a[4 * j + i] = activation::swiglu_forward(g, u, act);
+      }
+    }
+
+    char* rows[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int r = row0 + 16 * q + tid / 8;
+      rows[q] = r < t.num_rows ? static_cast<char*>(p.h2) + (static_cast<int64_t>(t.row_begin) + r) * p.f * 2 : nullptr;
+    }
+#pragma unroll
+    for (int c = 0; c < kHalfChunks; ++c)
+      write_chunk<bf16_t, bf16_t>(staging, bar, a, c, 1.0f, 1.0f, rows, n0 + c * kCols, p.f, false);
+  }
+
+#endif  // __CUDACC__
+};
+
+}  // namespace dist_moe::gemm

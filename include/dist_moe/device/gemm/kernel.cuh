@@ -1,0 +1,169 @@
+// The SM90 grouped GEMM kernel: Kernel<Mainloop, Epilogue> over the expert tile scheduler, with
+// warp-specialized roles.
+//
+//   warpgroup 0  producer   (setmaxnreg down)  warp 0, lane 0: TMA issue for every tile
+//                                              warps 1-3: row gather (gather variants only)
+//   warpgroup 1  consumer 0 (setmaxnreg up)    wgmma on tile rows [0, 64) (+ [128, 192) swap-AB)
+//   warpgroup 2  consumer 1 (setmaxnreg up)    wgmma on tile rows [64, 128) (+ [192, 256))
+//
+// Both consumers walk the same tiles; each stores its own rows in the epilogue while the producer
+// already fills the stages of the next tile. Persistent: gridDim.x <= number of SMs, one CTA per
+// SM (the stage ring takes most of shared memory).
+//
+// Shared memory (from a 1024-aligned base):
+//   [stages: A x S, B x S][epilogue staging: 2 x 10 KiB][pipeline mbarriers][clip counters]
+//   [scheduler tables: 2 x (E + 1) int32]
+#pragma once
+
+#include <cstdint>
+
+#include "dist_moe/device/common/macros.cuh"
+#include "dist_moe/device/gemm/epilogue_staging.cuh"
+#include "dist_moe/device/gemm/gather.cuh"
+#include "dist_moe/device/gemm/mainloop.cuh"
+#include "dist_moe/device/gemm/params.cuh"
+#include "dist_moe/device/gemm/pipeline.cuh"
+#include "dist_moe/device/gemm/scheduler.cuh"
+#include "dist_moe/device/ptx/setmaxnreg.cuh"
+#include "dist_moe/device/ptx/special.cuh"
+#include "dist_moe/device/ptx/tma.cuh"
+
+namespace dist_moe::gemm {
+
+enum class WarpGroupRole : int { kProducer = 0, kConsumer0 = 1, kConsumer1 = 2 };
+
+template <class Mainloop_, class Epilogue_, bool kGather_>
+struct GroupedGemmKernel {
+  using Mainloop = Mainloop_;
+  using Epilogue = Epilogue_;
+  using Scheduler = GroupedTileScheduler<Mainloop::kGrouping, Mainloop::kBlockM, Mainloop::kBlockN>;
+  using Pipeline = TmaPipeline<Mainloop::kStages>;
+  using Gather = GatherProducer<Mainloop::kBlockM>;
+  static constexpr bool kGather = kGather_;
+  static_assert(!kGather || Mainloop::kGrouping == Grouping::kM, "the gather producer feeds A of M-grouped GEMMs");
+
+  static constexpr int kThreads = 384;
+  static constexpr int kConsumerWarps = 8;
+  // 128 * producer + 256 * consumer <= 65536 registers. The gather warps keep 16-byte loads in
+  // flight, so the gather variants give the producer a little more.
+  static constexpr uint32_t kProducerRegs = kGather ? 64 : 40;
+  static constexpr uint32_t kConsumerRegs = kGather ? 216 : 232;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
+
+  struct Params {
+    MainloopParams mainloop;
+    EpilogueParams epilogue;
+    SchedulerParams scheduler;
+  };
+
+  // ---- shared memory layout ---------------------------------------------------------------------
+  static constexpr int kStagingOffset = Mainloop::smem_bytes();
+  static constexpr int kBarrierOffset = kStagingOffset + Epilogue::smem_bytes();
+  static constexpr int kCountersOffset = kBarrierOffset + static_cast<int>(sizeof(typename Pipeline::SharedStorage));
+  static constexpr int kTablesOffset = kCountersOffset + 16;
+  static_assert(kBarrierOffset % 8 == 0, "mbarriers are 8-byte aligned");
+
+  // Dynamic shared memory to request: the layout plus slack to align the base to 1024 bytes.
+  static constexpr int smem_bytes(int num_experts) {
+    return 1024 + kTablesOffset + Scheduler::smem_bytes(num_experts);
+  }
+
+#if defined(__CUDACC__)
+
+  DMOE_DEVICE static void run(const Params& params, uint8_t* smem_raw) {
+    const uint32_t raw = ptx::smem_addr(smem_raw);
+    const uint32_t smem = (raw + 1023u) & ~1023u;
+    uint8_t* base = smem_raw + (smem - raw);
+    auto& pipe_storage = *reinterpret_cast<typename Pipeline::SharedStorage*>(base + kBarrierOffset);
+    uint32_t* cta_counts = reinterpret_cast<uint32_t*>(base + kCountersOffset);
+    int32_t* tables = reinterpret_cast<int32_t*>(base + kTablesOffset);
+
+    const int warp = static_cast<int>(threadIdx.x / 32);
+    const auto role = static_cast<WarpGroupRole>(threadIdx.x / 128);
+    if (threadIdx.x == 0) {
+      Pipeline::init(pipe_storage, kConsumerWarps);
+      cta_counts[0] = cta_counts[1] = cta_counts[2] = 0;
+    }
+    if (threadIdx.x == 32) {
+      ptx::prefetch_tensormap(&params.mainloop.tma_a);
+      ptx::prefetch_tensormap(&params.mainloop.tma_b);
+    }
+    // Prefix sums of the counts (and their validation); ends with __syncthreads(), which also
+    // publishes the barrier initialization above.
+    Scheduler::build(params.scheduler, tables);
+    const Pipeline pipe(pipe_storage);
+    Scheduler sched(params.scheduler, tables);
+
+    if (role == WarpGroupRole::kProducer) {
+      ptx::setmaxnreg_dec<kProducerRegs>();
+      if (warp == 0) {
+        if (threadIdx.x == 0) {
+          PipelineState<Mainloop::kStages> st;
+          for (WorkTile t = sched.first(); t.valid; t = sched.next()) {
+            if constexpr (kGather) Gather::wait_tile_ready(params.mainloop, t.m_tile_index);
+            const int32_t num_k = sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK);
+            Mainloop::load_tile(params.mainloop, t, num_k, pipe, st, smem);
+          }
+        }
+      } else if constexpr (kGather) {
+        Gather::run(params.mainloop, sched, params.scheduler.fixed_n_blocks, static_cast<int>(threadIdx.x) - 32);
+      }
+    } else {
+      ptx::setmaxnreg_inc<kConsumerRegs>();
+      const int wg = static_cast<int>(role) - 1;
+      const int consumer_tid = static_cast<int>(threadIdx.x) - 128;
+      const uint32_t staging = smem + kStagingOffset + wg * kStagingBytesPerWg;
+      PipelineState<Mainloop::kStages> st;
+      ClipCounts counts;
+      float acc[Mainloop::kMmaPerWg][Mainloop::kAccPerMma];
+      for (WorkTile t = sched.first(); t.valid; t = sched.next()) {
+        const int32_t num_k = sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK);
+        const int rows_in_last =
+            Mainloop::kGrouping == Grouping::kK ? t.num_rows - (num_k - 1) * Mainloop::kBlockK : Mainloop::kBlockK;
+        Mainloop::mma_tile(num_k, rows_in_last, pipe, st, smem, wg, consumer_tid, acc);
+        Epilogue::store(params.epilogue, t, acc, wg, staging, counts);
+      }
+      if constexpr (Epilogue::kClipStats) {
+        if (params.epilogue.clip_stats != nullptr) flush_clip_counts(params.epilogue, counts, cta_counts, consumer_tid);
+      }
+    }
+  }
+
+ private:
+  // Warp sums -> CTA sums in shared memory -> one FP32 atomicAdd per counter per CTA.
+  DMOE_DEVICE static void flush_clip_counts(const EpilogueParams& p, const ClipCounts& c, uint32_t* cta_counts,
+                                            int consumer_tid) {
+    const uint32_t gate = __reduce_add_sync(0xffffffffu, c.gate_over);
+    const uint32_t up = __reduce_add_sync(0xffffffffu, c.up_over);
+    const uint32_t elems = __reduce_add_sync(0xffffffffu, c.elems);
+    if (consumer_tid % 32 == 0) {
+      atomicAdd(&cta_counts[0], gate);
+      atomicAdd(&cta_counts[1], up);
+      atomicAdd(&cta_counts[2], elems);
+    }
+    ptx::named_barrier_sync(kBarrierConsumers, 256);
+    if (consumer_tid == 0) {
+      atomicAdd(&p.clip_stats[0], static_cast<float>(cta_counts[0]));
+      atomicAdd(&p.clip_stats[1], static_cast<float>(cta_counts[1]));
+      atomicAdd(&p.clip_stats[2], static_cast<float>(cta_counts[2]));
+    }
+  }
+
+#endif  // __CUDACC__
+};
+
+#if defined(__CUDACC__)
+
+// One kernel entry point for every instantiation; Params (with the TMA descriptors) is a
+// __grid_constant__ parameter so the descriptors stay in parameter space, where TMA reads them.
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::kThreads, 1) sm90_grouped_gemm(const __grid_constant__ typename Kernel::Params params) {
+  extern __shared__ __align__(1024) uint8_t dmoe_gemm_smem[];
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  Kernel::run(params, dmoe_gemm_smem);
+#endif
+}
+
+#endif  // __CUDACC__
+
+}  // namespace dist_moe::gemm

@@ -1,0 +1,222 @@
+// SM90 mainloop: a TMA producer (one thread) fills a ring of shared-memory stages; two consumer
+// warpgroups run wgmma on them with FP32 accumulators in registers.
+//
+// Tile: kBlockM x kBlockN outputs, contraction in blocks of kBlockK = 64 BF16 (128 bytes, the
+// width of one 128B-swizzle row). Consumer warpgroup w owns accumulator rows
+//   tile_row(w, b) + [0, 64)   for b in [0, kMmaPerWg),  tile_row(w, b) = b * kBlockM / 2 + 64 * w
+// so with kBlockM = 128 (one m64 wgmma per warpgroup) warpgroup 0 has rows 0-63 and 1 has 64-127;
+// with kBlockM = 256 (swap-AB decode) block b = 0 is the first half of the tile and b = 1 the
+// second, which puts a gate row and its up row (SwiGLU split) in the same thread.
+//
+// Shared memory per stage (every buffer 1024-byte aligned, as the 128B swizzle atom needs):
+//   A: kBlockM x 64, B: kBlockN x 64 BF16.
+//   K-major operand: one TMA box {64, rows} per operand (two half boxes when split for SwiGLU);
+//     row r at byte 128 r.
+//   MN-major operand: boxes {64 MN, 64 K} of 8 KiB each, box j covers MN elements [64 j, 64 j + 64).
+// wgmma.cuh derives the descriptor fields for both layouts.
+#pragma once
+
+#include <cstdint>
+
+#include "dist_moe/device/common/macros.cuh"
+#include "dist_moe/device/gemm/params.cuh"
+#include "dist_moe/device/gemm/pipeline.cuh"
+#include "dist_moe/device/gemm/scheduler.cuh"
+#include "dist_moe/device/ptx/barrier.cuh"
+#include "dist_moe/device/ptx/fence.cuh"
+#include "dist_moe/device/ptx/ld_st.cuh"
+#include "dist_moe/device/ptx/tma.cuh"
+#include "dist_moe/device/ptx/wgmma.cuh"
+
+namespace dist_moe::gemm {
+
+// Named barrier ids of the GEMM kernels (0 is __syncthreads).
+enum NamedBarrier : uint32_t {
+  kBarrierConsumers = 1,     // both consumer warpgroups (256 threads)
+  kBarrierEpilogueWg0 = 2,   // consumer warpgroup 0 (128), then 3 for warpgroup 1
+  kBarrierGather = 4,        // the producer warpgroup's gather warps (96)
+};
+
+template <GemmKind kKind_, int kBlockM_, int kBlockN_, int kStages_, bool kSplit_>
+struct Sm90Mainloop {
+  static constexpr GemmKind kKind = kKind_;
+  static constexpr Grouping kGrouping = grouping_of(kKind_);
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kBlockK = 64;
+  static constexpr int kStages = kStages_;
+  // SwiGLU split: the weight operand's tile is [gate half | up half] (B for kFprop, A for swap-AB).
+  static constexpr bool kSplit = kSplit_;
+
+  static constexpr bool kAMnMajor = kKind == GemmKind::kWgrad;
+  static constexpr bool kBMnMajor = kKind == GemmKind::kDgrad || kKind == GemmKind::kWgrad;
+  static constexpr int kMmaPerWg = kBlockM / 128;   // m64 wgmmas per consumer warpgroup
+  static constexpr int kAccPerMma = kBlockN / 2;    // FP32 registers of one m64 x kBlockN fragment
+
+  static_assert(kBlockM == 128 || (kBlockM == 256 && kKind == GemmKind::kFpropSwapAB),
+                "BM is 128 (two m64 warpgroups), or 256 for swap-AB decode");
+  static_assert(kBlockN % 64 == 0 || (kKind == GemmKind::kFpropSwapAB && kBlockN % 16 == 0), "BN granularity");
+  static_assert(kBlockN <= 256, "wgmma N and TMA box rows are at most 256");
+  static_assert(!kSplit || kKind == GemmKind::kFprop || kKind == GemmKind::kFpropSwapAB, "split is FPROP only");
+  static_assert(!kAMnMajor || kMmaPerWg == 1, "MN-major A assumes one m64 block per warpgroup");
+
+  // ---- shared memory ----------------------------------------------------------------------------
+  static constexpr uint32_t kABytes = kBlockM * kBlockK * 2;
+  static constexpr uint32_t kBBytes = kBlockN * kBlockK * 2;
+  static constexpr uint32_t kBoxBytes = 64 * kBlockK * 2;  // one MN-major box: 64 MN x 64 K = 8 KiB
+  static constexpr uint32_t kStageBytes = kABytes + kBBytes;
+  static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "stage buffers keep 1024-byte alignment");
+
+  // Bytes of all stages (A[0..S), then B[0..S)), starting at a 1024-aligned base.
+  static constexpr int smem_bytes() { return kStages * static_cast<int>(kStageBytes); }
+
+  // ---- TMA boxes the host must encode (inner extent, outer extent), all 128B-swizzled ----------
+  //   kFprop:       A = rows [m_capacity, K]       box {64, BM};  B = W [E*N, K]   box {64, BN or BN/2}
+  //   kDgrad:       A = rows [m_capacity, N]       box {64, BM};  B = W [E*N, K]   box {64, 64}
+  //   kWgrad:       A = rows [m_capacity, N]       box {64, 64};  B = rows [m_cap, K] box {64, 64}
+  //   kFpropSwapAB: A = W [E*N, K]   box {64, BM or BM/2};        B = rows [m_capacity, K] box {64, BN}
+  static constexpr int kBoxAOuter =
+      kAMnMajor ? 64 : (kKind == GemmKind::kFpropSwapAB && kSplit ? kBlockM / 2 : kBlockM);
+  static constexpr int kBoxBOuter = kBMnMajor ? 64 : (kKind == GemmKind::kFprop && kSplit ? kBlockN / 2 : kBlockN);
+  static_assert(kBoxAOuter <= 256 && kBoxBOuter <= 256, "TMA box extent is at most 256");
+
+  DMOE_DEVICE static uint32_t smem_a(uint32_t base, int stage) { return base + stage * kABytes; }
+  DMOE_DEVICE static uint32_t smem_b(uint32_t base, int stage) { return base + kStages * kABytes + stage * kBBytes; }
+
+  DMOE_DEVICE static constexpr int tile_row(int wg, int b) { return b * (kBlockM / 2) + 64 * wg; }
+
+#if defined(__CUDACC__)
+
+  // ---- producer: one thread issues every TMA copy of a tile -------------------------------------
+  DMOE_DEVICE static void load_tile(const MainloopParams& p, const WorkTile& t, int32_t num_k_blocks,
+                                    const TmaPipeline<kStages>& pipe, PipelineState<kStages>& st, uint32_t smem) {
+    const int32_t w_row0 = t.expert * p.weight_rows;  // first row of W[e] in the [E*N, K] view
+    for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
+      pipe.producer_acquire(st);
+      const uint32_t bar = pipe.producer_expect(st, kStageBytes);
+      const uint32_t a = smem_a(smem, st.stage);
+      const uint32_t b = smem_b(smem, st.stage);
+      const int32_t k0 = kb * kBlockK;
+      if constexpr (kKind == GemmKind::kFprop) {
+        ptx::tma_load_2d(a, &p.tma_a, bar, k0, t.row_begin + t.m_block * kBlockM);
+        if constexpr (kSplit) {
+          const int32_t n0 = t.n_block * (kBlockN / 2);
+          ptx::tma_load_2d(b, &p.tma_b, bar, k0, w_row0 + n0);
+          ptx::tma_load_2d(b + kBBytes / 2, &p.tma_b, bar, k0, w_row0 + p.split_offset + n0);
+        } else {
+          ptx::tma_load_2d(b, &p.tma_b, bar, k0, w_row0 + t.n_block * kBlockN);
+        }
+      } else if constexpr (kKind == GemmKind::kDgrad) {
+        // Contraction over W's rows: B box j holds W[e][k0 : k0 + 64, n0 + 64 j : n0 + 64 j + 64].
+        ptx::tma_load_2d(a, &p.tma_a, bar, k0, t.row_begin + t.m_block * kBlockM);
+#pragma unroll
+        for (int j = 0; j < kBlockN / 64; ++j)
+          ptx::tma_load_2d(b + j * kBoxBytes, &p.tma_b, bar, t.n_block * kBlockN + 64 * j, w_row0 + k0);
+      } else if constexpr (kKind == GemmKind::kWgrad) {
+        // Contraction over the expert's rows; rows past its end are zeroed by the consumers.
+        const int32_t r0 = t.row_begin + k0;
+#pragma unroll
+        for (int j = 0; j < kBlockM / 64; ++j)
+          ptx::tma_load_2d(a + j * kBoxBytes, &p.tma_a, bar, t.m_block * kBlockM + 64 * j, r0);
+#pragma unroll
+        for (int j = 0; j < kBlockN / 64; ++j)
+          ptx::tma_load_2d(b + j * kBoxBytes, &p.tma_b, bar, t.n_block * kBlockN + 64 * j, r0);
+      } else {  // kFpropSwapAB
+        if constexpr (kSplit) {
+          const int32_t n0 = t.m_block * (kBlockM / 2);
+          ptx::tma_load_2d(a, &p.tma_a, bar, k0, w_row0 + n0);
+          ptx::tma_load_2d(a + kABytes / 2, &p.tma_a, bar, k0, w_row0 + p.split_offset + n0);
+        } else {
+          ptx::tma_load_2d(a, &p.tma_a, bar, k0, w_row0 + t.m_block * kBlockM);
+        }
+        ptx::tma_load_2d(b, &p.tma_b, bar, k0, t.row_begin + t.n_block * kBlockN);
+      }
+      st.advance();
+    }
+  }
+
+  // ---- consumers: one warpgroup's share of a tile -------------------------------------------------
+  using Wgmma = ptx::WgmmaBf16<kBlockN, kAMnMajor ? 1 : 0, kBMnMajor ? 1 : 0>;
+
+  DMOE_DEVICE static uint64_t desc_a(uint32_t smem, int stage, int wg, int b) {
+    const uint32_t a = smem_a(smem, stage);
+    if constexpr (kAMnMajor) return ptx::make_mnmajor_desc(a + (tile_row(wg, b) / 64) * kBoxBytes, kBoxBytes);
+    return ptx::make_kmajor_desc(a + tile_row(wg, b) * 128);
+  }
+
+  DMOE_DEVICE static uint64_t desc_b(uint32_t smem, int stage) {
+    const uint32_t b = smem_b(smem, stage);
+    if constexpr (kBMnMajor) return ptx::make_mnmajor_desc(b, kBoxBytes);
+    return ptx::make_kmajor_desc(b);
+  }
+
+  // Start-address step of one k16 slice: 32 bytes along a K-major row, 16 rows (2 KiB) MN-major.
+  static constexpr uint32_t kStepA = kAMnMajor ? 16 * 128 : 32;
+  static constexpr uint32_t kStepB = kBMnMajor ? 16 * 128 : 32;
+
+  // WGRAD: zero K-rows [valid, 64) of every box of this stage so the rows after the expert's end
+  // contribute nothing (both operands: rows beyond the expert may hold anything, even NaN).
+  // Rows are whole 128-byte lines in an MN-major box, so the swizzle does not matter here.
+  DMOE_DEVICE static void zero_tail_rows(uint32_t smem, int stage, int valid, int consumer_tid) {
+    constexpr int kBoxesA = kBlockM / 64;
+    constexpr int kBoxes = kBoxesA + kBlockN / 64;
+    const int vec_per_box = (kBlockK - valid) * 8;  // 16-byte vectors
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (int i = consumer_tid; i < kBoxes * vec_per_box; i += 256) {
+      const int box = i / vec_per_box;
+      const int v = i - box * vec_per_box;
+      const uint32_t base = box < kBoxesA ? smem_a(smem, stage) + box * kBoxBytes
+                                          : smem_b(smem, stage) + (box - kBoxesA) * kBoxBytes;
+      ptx::st_shared_v4(base + valid * 128 + v * 16, zero);
+    }
+    ptx::fence_proxy_async_shared();  // generic writes before the wgmma (async proxy) reads
+    ptx::named_barrier_sync(kBarrierConsumers, 256);
+  }
+
+  // Runs the contraction of one tile for warpgroup `wg` (0 or 1) into acc. `rows_in_last` is the
+  // number of valid rows of the last k block (WGRAD only; 64 when it is full).
+  DMOE_DEVICE static void mma_tile(int32_t num_k_blocks, int rows_in_last, const TmaPipeline<kStages>& pipe,
+                                   PipelineState<kStages>& st, uint32_t smem, int wg, int consumer_tid,
+                                   float (&acc)[kMmaPerWg][kAccPerMma]) {
+    // Zero the accumulators explicitly (rather than relying on scale-d = 0 for the first slice):
+    // leaving them undefined lets the compiler carry the previous tile's registers through copies
+    // that serialize the wgmma pipeline (ptxas C7515) and spill. It also gives WGRAD of an empty
+    // expert (num_k_blocks == 0) its zero result.
+#pragma unroll
+    for (int b = 0; b < kMmaPerWg; ++b)
+#pragma unroll
+      for (int i = 0; i < kAccPerMma; ++i) acc[b][i] = 0.0f;
+    if (num_k_blocks == 0) return;
+    int32_t prev_stage = 0;
+    for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
+      pipe.consumer_wait(st);
+      if constexpr (kKind == GemmKind::kWgrad) {
+        if (kb == num_k_blocks - 1 && rows_in_last < kBlockK) zero_tail_rows(smem, st.stage, rows_in_last, consumer_tid);
+      }
+      uint64_t da[kMmaPerWg];
+#pragma unroll
+      for (int b = 0; b < kMmaPerWg; ++b) da[b] = desc_a(smem, st.stage, wg, b);
+      const uint64_t db = desc_b(smem, st.stage);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockK / 16; ++kk)
+#pragma unroll
+        for (int b = 0; b < kMmaPerWg; ++b)
+          Wgmma::mma(acc[b], ptx::desc_advance(da[b], kk * kStepA), ptx::desc_advance(db, kk * kStepB), 1u);
+      ptx::wgmma_commit();
+      // Keep this block's wgmmas in flight; the previous block's are done after this wait.
+      ptx::wgmma_wait<1>();
+      if (kb > 0) pipe.consumer_release(prev_stage);
+      prev_stage = st.stage;
+      st.advance();
+    }
+    ptx::wgmma_wait<0>();
+    pipe.consumer_release(prev_stage);
+#pragma unroll
+    for (int b = 0; b < kMmaPerWg; ++b) ptx::wgmma_fence_operands(acc[b]);
+  }
+
+#endif  // __CUDACC__
+};
+
+}  // namespace dist_moe::gemm

@@ -1,0 +1,89 @@
+// Plain-data parameters of the SM90 grouped GEMM kernels, shared by every instantiation so the host
+// side fills one set of structs whatever tile shape it launches.
+//
+// Row buffers (activations, their gradients, h1/h2) are grouped by expert: expert e owns rows
+// [offset_e, offset_e + counts[e]) with offset_e = counts[0] + ... + counts[e-1]. Counts live only
+// on the device; the kernels compute the offsets themselves (scheduler.cuh).
+// Weights are [E_local, N, K] row-major: N output features of the forward GEMM, K input features
+// (W13: N = 2F, K = D; W2: N = D, K = F).
+#pragma once
+
+#include <cuda.h>  // CUtensorMap
+
+#include <cstdint>
+
+namespace dist_moe::gemm {
+
+// Which GEMM a kernel computes. Fixes the majorness of each operand and which GEMM dimension is
+// formed by an expert's rows.
+enum class GemmKind : int {
+  // out[m, n] = A[m, :] . W[e][n, :]      A = rows (K-major), B = W[e] (K-major); rows form M.
+  kFprop,
+  // out[m, k] = A[m, :] . W[e][:, k]      A = rows (K-major), B = W[e] (N-major: transposed).
+  kDgrad,
+  // G[e][n, k] = sum_m A[m, n] * X[m, k]  A = rows^T (M-major), B = X rows (N-major); the
+  // expert's rows form the contraction.
+  kWgrad,
+  // out[m, n] = W[e][n, :] . A[m, :]      swap A/B for decode: A = W[e] (K-major) so weights fill
+  // the 64-row wgmma M dimension, B = rows (K-major) so the few tokens sit on N.
+  kFpropSwapAB,
+};
+
+// The GEMM dimension an expert's rows form.
+enum class Grouping : int { kM, kN, kK };
+
+constexpr Grouping grouping_of(GemmKind k) {
+  return k == GemmKind::kWgrad ? Grouping::kK : (k == GemmKind::kFpropSwapAB ? Grouping::kN : Grouping::kM);
+}
+
+struct SchedulerParams {
+  const int32_t* counts = nullptr;  // [num_experts] rows per expert, on the device
+  int32_t num_experts = 0;
+  int32_t m_capacity = 0;           // rows the row buffers hold; sum(counts) must not exceed it
+  int32_t fixed_m_blocks = 0;       // Grouping kN, kK: M tiles per expert
+  int32_t fixed_n_blocks = 0;       // Grouping kM, kK: N tiles per expert
+  int32_t group_m = 1;              // raster: M tiles that sweep N together (L2 reuse)
+  int32_t tiles_for_empty_experts = 0;  // kK: an empty expert still gets tiles (zero-fill on overwrite)
+};
+
+struct MainloopParams {
+  CUtensorMap tma_a;          // see each kind's producer in mainloop.cuh for the tensor it views
+  CUtensorMap tma_b;
+  int32_t num_k_blocks = 0;   // Grouping kM, kN: contraction / 64 (kK takes it from the counts)
+  int32_t weight_rows = 0;    // N of W[E_local, N, K]
+  int32_t split_offset = 0;   // SwiGLU: row of the "up" half inside an expert's W13 (= F)
+  // Gather producer (fused dispatch): rows are copied once into `gathered`, which tma_a views.
+  const void* const* gather_rows = nullptr;  // [m_capacity] source row addresses; nullptr = zero row
+  void* gathered = nullptr;                  // [m_capacity, gather_row_elems] BF16
+  int32_t* ready = nullptr;                  // [M tiles] row chunks published per M tile
+  int32_t gather_row_elems = 0;              // BF16 elements per row (the contraction K)
+};
+
+struct EpilogueParams {
+  // Store epilogue: out[row, col] (row-major, ld elements), or through a per-row address table.
+  void* out = nullptr;
+  int64_t ld_out = 0;               // elements between rows of `out` (and of scatter rows' width)
+  int64_t expert_stride = 0;        // WGRAD: elements between experts' [N, K] outputs
+  int32_t out_cols = 0;             // valid output columns (the rest of a tile is not stored)
+  int32_t accumulate = 0;           // out = acc + out (FP32 math, one rounding)
+  void* const* scatter_rows = nullptr;  // [m_capacity] destination of each row; nullptr = skip row
+  const float* row_scale = nullptr;     // [m_capacity] multiplies each row before rounding
+  // SwiGLU epilogue (W13 FPROP): h1 = [gate | up] (optional), h2 = SwiGLU(h1).
+  void* h1 = nullptr;               // [m_capacity, 2F] BF16 or nullptr (h1 dropped)
+  void* h2 = nullptr;               // [m_capacity, F] BF16
+  int32_t f = 0;                    // F
+  int32_t clamped = 0;              // 0: z = g*sigmoid(g)*u; 1: GPT-OSS clamped form
+  float alpha = 1.702f;             // clamped only
+  float limit = 7.0f;               // clamped only
+  float* clip_stats = nullptr;      // FP32 [3] counters (accumulated), or nullptr
+  float clip_limit = 7.0f;          // strict threshold of the clip statistics
+};
+
+// Per-thread clip counters, summed per CTA at the end of the kernel.
+struct ClipCounts {
+  uint32_t gate_over = 0;
+  uint32_t up_over = 0;
+  uint32_t elems = 0;  // valid gate elements seen (sums to valid rows * F)
+};
+
+}  // namespace dist_moe::gemm

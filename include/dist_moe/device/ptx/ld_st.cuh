@@ -1,0 +1,94 @@
+// Loads and stores with explicit scope, ordering and caching.
+//
+//   flags:   ld.acquire / red.add.release at GPU scope (the gather producer's ready counters),
+//            the only accesses that synchronize;
+//   data:    16-byte ld.global.cg (L2 only: rows a peer or another SM wrote, never stale in L1)
+//            and plain 16-byte st.global (peer stores are made visible by a later release);
+//   shared:  16-byte ld/st.shared for epilogue staging.
+#pragma once
+
+#include <cstdint>
+
+#include "dist_moe/device/common/macros.cuh"
+
+namespace dist_moe::ptx {
+
+#if defined(__CUDACC__)
+
+// ---- flags -------------------------------------------------------------------------------------
+DMOE_DEVICE int32_t ld_acquire_gpu(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Adds `v` with release semantics at GPU scope (a counter several producers bump).
+DMOE_DEVICE void red_add_release_gpu(int32_t* p, int32_t v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// ---- 16-byte data accesses ----------------------------------------------------------------------
+// Global load that bypasses L1 (.cg): safe for rows written by another SM or another GPU before a
+// synchronization this thread has observed.
+DMOE_DEVICE uint4 ld_global_cg_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Plain 16-byte global load (data this kernel did not write, e.g. an accumulation source).
+DMOE_DEVICE uint4 ld_global_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+DMOE_DEVICE void st_global_v4(void* p, uint4 v) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+DMOE_DEVICE uint2 ld_global_v2(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+DMOE_DEVICE void st_global_v2(void* p, uint2 v) {
+  asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
+}
+
+// ---- shared memory ------------------------------------------------------------------------------
+DMOE_DEVICE void st_shared_b16(uint32_t addr, uint16_t v) {
+  asm volatile("st.shared.b16 [%0], %1;" ::"r"(addr), "h"(v) : "memory");
+}
+
+DMOE_DEVICE void st_shared_b32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+
+DMOE_DEVICE void st_shared_v2(uint32_t addr, uint32_t a, uint32_t b) {
+  asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(addr), "r"(a), "r"(b) : "memory");
+}
+
+DMOE_DEVICE void st_shared_v4(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+DMOE_DEVICE uint4 ld_shared_v4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+#endif  // __CUDACC__
+
+}  // namespace dist_moe::ptx

@@ -1,0 +1,216 @@
+// wgmma (sm_90a): warpgroup matrix multiply-accumulate, BF16 inputs from shared memory, FP32
+// accumulators in registers.
+//
+// One instruction computes D[64 x N] (+)= A[64 x 16] * B[16 x N] for the 128 threads of a
+// warpgroup. A and B are described by 64-bit shared-memory descriptors (see make_smem_desc below).
+//
+// Accumulator fragment (PTX ISA "wgmma 64xNx16 D"), for thread t of the warpgroup:
+//   warp w = t / 32, lane l = t % 32, register i in [0, N/2):
+//   row = 16 * w + l / 4 + 8 * ((i / 2) % 2)
+//   col = 8 * (i / 4) + 2 * (l % 4) + i % 2
+// so registers 4j..4j+3 hold columns 8j + 2(l%4) + {0,1} of rows r0 and r0 + 8.
+//
+// Asynchrony: wgmma_fence() before the first wgmma that reads accumulators written by ordinary
+// instructions; wgmma_commit() closes a group; wgmma_wait<N>() waits until at most N groups are
+// still in flight (after which their smem operands may be overwritten and their accumulators read).
+#pragma once
+
+#include <cstdint>
+
+#include "dist_moe/device/common/macros.cuh"
+
+namespace dist_moe::ptx {
+
+// ---- shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format") -----------------------
+//   bits  0-13  start address >> 4          (byte address & 0x3FFFF)
+//   bits 16-29  leading dimension byte offset >> 4   (LBO)
+//   bits 32-45  stride dimension byte offset >> 4    (SBO)
+//   bits 49-51  base offset (0: every swizzle atom starts on a 1024-byte boundary)
+//   bits 62-63  swizzle: 0 none, 1 128B, 2 64B, 3 32B
+//
+// This library uses only the 128-byte swizzle (TMA CU_TENSOR_MAP_SWIZZLE_128B, boxes whose inner
+// extent is exactly 64 BF16 = 128 bytes, stage buffers aligned to 1024 bytes). In PTX terms a
+// "row" is 128 bytes of the contiguous dimension and an atom is 8 such rows (1024 bytes) with the
+// 16-byte chunks of row r XOR-ed by r % 8 -- exactly the pattern TMA writes.
+//
+// K-major operand (contraction dimension contiguous; FPROP A and B, DGRAD A):
+//   smem tile = R rows (M or N) of 64 K-elements, row r at byte 128 * r.
+//   SBO = 1024 (from one 8-row group to the next along M/N); LBO unused for swizzled K-major
+//   ("assumed 1"). A k16 step moves 16 elements = 32 bytes inside the 128-byte row: start += 32.
+//
+// MN-major operand (M or N contiguous; DGRAD B, WGRAD A and B), instruction transpose bit = 1:
+//   smem tile = boxes of 64 MN-elements x 64 K-rows (8 KiB each), K-row k of box b at
+//   byte 8192 * b + 128 * k.
+//   LBO = distance between 64-element MN chunks ("offset from the first swizzle-width rows to the
+//   next", PTX ISA table) = bytes per box; SBO = 1024 (from one 8-row K group to the next).
+//   A k16 step moves 16 K-rows = 2048 bytes: start += 2048.
+
+DMOE_HOST_DEVICE constexpr uint64_t make_smem_desc(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return (static_cast<uint64_t>((smem_byte_addr & 0x3FFFFu) >> 4)) |
+         (static_cast<uint64_t>((lbo_bytes & 0x3FFFFu) >> 4) << 16) |
+         (static_cast<uint64_t>((sbo_bytes & 0x3FFFFu) >> 4) << 32) |
+         (static_cast<uint64_t>(1) << 62);  // 128-byte swizzle
+}
+
+// Descriptor of a K-major, 128B-swizzled tile starting at `smem_byte_addr` (1024-aligned atom).
+DMOE_HOST_DEVICE constexpr uint64_t make_kmajor_desc(uint32_t smem_byte_addr) {
+  return make_smem_desc(smem_byte_addr, 16, 1024);
+}
+
+// Descriptor of an MN-major, 128B-swizzled tile made of boxes `box_bytes` apart.
+DMOE_HOST_DEVICE constexpr uint64_t make_mnmajor_desc(uint32_t smem_byte_addr, uint32_t box_bytes) {
+  return make_smem_desc(smem_byte_addr, box_bytes, 1024);
+}
+
+// Adds a byte offset to the start-address field (the offset keeps the address inside the
+// 256 KiB window, so no carry leaves the 14-bit field).
+DMOE_HOST_DEVICE constexpr uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
+#if defined(__CUDACC__)
+
+DMOE_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+DMOE_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+
+template <int kMaxPending>
+DMOE_DEVICE void wgmma_wait() {
+  static_assert(kMaxPending >= 0 && kMaxPending <= 7, "wgmma.wait_group takes 0..7");
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kMaxPending) : "memory");
+}
+
+// Keeps the compiler from moving accumulator reads/writes across an asynchronous wgmma: the
+// registers are "modified" by an empty asm, so uses after wgmma_wait() see the final values.
+template <int kN>
+DMOE_DEVICE void wgmma_fence_operands(float (&d)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D[64 x N] = A * B + (accumulate ? D : 0). kTransA / kTransB: 0 = K-major, 1 = MN-major.
+template <int kN, int kTransA, int kTransB>
+struct WgmmaBf16;
+
+template <int kTransA, int kTransB>
+struct WgmmaBf16<256, kTransA, kTransB> {
+  static constexpr int kRegs = 128;
+  DMOE_DEVICE static void mma(float (&d)[128], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, %131, %132;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  }
+};
+
+template <int kTransA, int kTransB>
+struct WgmmaBf16<128, kTransA, kTransB> {
+  static constexpr int kRegs = 64;
+  DMOE_DEVICE static void mma(float (&d)[64], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, %67, %68;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  }
+};
+
+template <int kTransA, int kTransB>
+struct WgmmaBf16<64, kTransA, kTransB> {
+  static constexpr int kRegs = 32;
+  DMOE_DEVICE static void mma(float (&d)[32], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, %35, %36;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  }
+};
+
+template <int kTransA, int kTransB>
+struct WgmmaBf16<32, kTransA, kTransB> {
+  static constexpr int kRegs = 16;
+  DMOE_DEVICE static void mma(float (&d)[16], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+      "}, %16, %17, p, 1, 1, %19, %20;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  }
+};
+
+template <int kTransA, int kTransB>
+struct WgmmaBf16<16, kTransA, kTransB> {
+  static constexpr int kRegs = 8;
+  DMOE_DEVICE static void mma(float (&d)[8], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7"
+      "}, %8, %9, p, 1, 1, %11, %12;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  }
+};
+
+#endif  // __CUDACC__
+
+}  // namespace dist_moe::ptx

@@ -1,0 +1,161 @@
+// Grouped GEMMs of the routed experts on SM90 (H100/H200), BF16 inputs, FP32 accumulation.
+//
+// Row buffers are grouped by expert: expert e owns rows [offset_e, offset_e + counts[e]) with
+// offset_e = counts[0] + ... + counts[e-1]. `counts` is an int32 [e_local] array on the device
+// (routing writes it); the kernels compute the offsets themselves, so no call reads counts on the
+// host and every call is CUDA-graph capturable. Empty experts cost nothing. Rows past sum(counts)
+// (up to m_capacity) are never written.
+//
+// Weights are [e_local, n, k] row-major: n output features of the forward GEMM, k input features
+// (W13: n = 2F, k = D, rows [gate(F) | up(F)]; W2: n = D, k = F).
+//
+//   FPROP        out[m, :]   = a[m, :] . w[e(m)]^T                    [m_cap, k] -> [m_cap, n]
+//   W13 FPROP    h1 = a . w13[e]^T (optional), h2 = SwiGLU(h1)         [m_cap, D] -> [m_cap, F]
+//   DGRAD        grad_a[m, :] = grad_out[m, :] . w[e(m)]              [m_cap, n] -> [m_cap, k]
+//   WGRAD        grad_w[e] = grad_out[rows_e]^T . a[rows_e]           -> [e_local, n, k]
+//
+// Options of the fused pipeline: a gather producer that reads A's rows through a table of row
+// addresses (peer GPUs' memory over NVLink included) into a local buffer once per row, and a
+// scatter epilogue that stores every output row through a table of destination addresses,
+// optionally scaled per row.
+//
+// All pointers are device pointers; every call is asynchronous on `stream`. Invalid arguments
+// throw dist_moe::Error (kInvalidValue) naming the field and the bound; a device-side violation
+// (negative count, counts summing past m_capacity) traps.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dist_moe/config.h"
+#include "dist_moe/dtype.h"
+
+namespace dist_moe {
+
+enum class GroupedGemmOp {
+  kFprop,        // plain FPROP (W2, or W13 without SwiGLU)
+  kFpropSwiglu,  // W13 FPROP with the SwiGLU epilogue
+  kDgrad,
+  kWgrad,
+};
+const char* to_string(GroupedGemmOp op);
+
+// How a grouped GEMM runs. Tiles are BM x BN outputs with a 64-deep contraction step.
+struct GroupedGemmConfig {
+  int block_m = 128;
+  int block_n = 256;
+  int block_k = 64;
+  int stages = 4;        // TMA pipeline depth
+  int cluster_m = 1;     // CTAs per cluster (1: no TMA multicast yet)
+  int num_sms = 0;       // persistent CTAs; 0 = every SM of the device
+  bool swap_ab = false;  // decode: weights on the wgmma M dimension, tokens on N
+  bool gather = false;   // A produced by the gather producer (set from the arguments)
+
+  // "128x256x64_s4" (+ "_swapab", "_gather"); what overrides and the benchmark print.
+  std::string name() const;
+};
+
+// What the heuristic may look at: only host-known sizes (never the counts).
+struct GroupedGemmProblem {
+  GroupedGemmOp op = GroupedGemmOp::kFprop;
+  int64_t m_capacity = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  int64_t e_local = 0;
+  DType out_dtype = DType::kBFloat16;
+  bool gather = false;
+};
+
+// The one place tile shapes are chosen (src/kernels/gemm_config.cpp; each branch says why).
+GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& problem, int device_num_sms);
+
+// Every compiled configuration of `op` (for tests and benchmarks that sweep them).
+std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_dtype, bool gather);
+
+// Optional fused-dispatch producer: A's row m is read from row_ptrs[m] (k BF16 values, 16-byte
+// aligned; nullptr = a zero row), written once to `gathered[m]` ([m_capacity, k] BF16, which then
+// holds A, e.g. the x that WGRAD needs) and consumed from there.
+struct GatherArgs {
+  const void* const* row_ptrs = nullptr;  // [m_capacity]
+  void* gathered = nullptr;               // [m_capacity, k] BF16
+  int32_t* workspace = nullptr;           // grouped_gemm_gather_workspace_bytes(); zeroed by the call
+};
+size_t grouped_gemm_gather_workspace_bytes(int64_t m_capacity, int64_t e_local);
+
+// Optional fused-combine epilogue: output row m is stored at row_ptrs[m] (a row of the output
+// width, 16-byte aligned, anywhere in this GPU's or a peer's memory; nullptr = not stored), after
+// multiplying it by row_scale[m] when row_scale is set.
+struct ScatterArgs {
+  void* const* row_ptrs = nullptr;  // [m_capacity]
+  const float* row_scale = nullptr;  // [m_capacity] or nullptr
+};
+
+// Fields every call has.
+struct GroupedGemmCommon {
+  const int32_t* counts = nullptr;  // device [e_local]
+  int64_t e_local = 0;
+  int64_t m_capacity = 0;           // rows of every row buffer
+  int64_t n = 0;                    // weight rows
+  int64_t k = 0;                    // weight columns
+  const GroupedGemmConfig* config = nullptr;  // override (tests, benchmarks); nullptr = heuristic
+  // Run a small kernel first that checks the counts and prints a diagnostic before trapping
+  // (the GEMM kernels themselves trap without a message). Turn off where routing already checked.
+  bool validate_counts = true;
+};
+
+struct FpropArgs {
+  GroupedGemmCommon common;
+  const void* a = nullptr;   // [m_capacity, k] BF16 (unused with gather)
+  const void* w = nullptr;   // [e_local, n, k] BF16
+  void* out = nullptr;       // [m_capacity, n] BF16 (unused with scatter)
+  GatherArgs gather;
+  ScatterArgs scatter;
+};
+
+struct W13FpropArgs {
+  GroupedGemmCommon common;  // n = 2F, k = D
+  const void* a = nullptr;   // [m_capacity, D] BF16 (unused with gather)
+  const void* w13 = nullptr; // [e_local, 2F, D] BF16, rows [gate | up]
+  void* h1 = nullptr;        // [m_capacity, 2F] BF16, or nullptr to drop it
+  void* h2 = nullptr;        // [m_capacity, F] BF16
+  Activation activation = Activation::kSwiGLU;
+  float swiglu_alpha = static_cast<float>(kSwigluClampAlphaDefault);
+  float swiglu_limit = static_cast<float>(kSwigluClampLimitDefault);
+  // FP32 [3]: #gate > clip_limit, #|up| > clip_limit, valid rows * F (strict comparisons, BF16 h1
+  // values). Zeroed first unless accumulate_clip_stats. nullptr = not computed.
+  float* clip_stats = nullptr;
+  float clip_limit = static_cast<float>(kSwigluClampLimitDefault);
+  bool accumulate_clip_stats = false;
+  GatherArgs gather;
+};
+
+struct DgradArgs {
+  GroupedGemmCommon common;
+  const void* grad_out = nullptr;  // [m_capacity, n] BF16 (unused with gather)
+  const void* w = nullptr;         // [e_local, n, k] BF16
+  void* grad_a = nullptr;          // [m_capacity, k] (unused with scatter)
+  DType out_dtype = DType::kBFloat16;  // kBFloat16 or kFloat32 (scatter: BF16 only)
+  bool accumulate = false;         // grad_a += result (FP32 sum, one rounding)
+  GatherArgs gather;               // gathers grad_out
+  ScatterArgs scatter;
+};
+
+struct WgradArgs {
+  GroupedGemmCommon common;
+  const void* grad_out = nullptr;  // [m_capacity, n] BF16
+  const void* a = nullptr;         // [m_capacity, k] BF16
+  void* grad_w = nullptr;          // [e_local, n, k]
+  DType out_dtype = DType::kFloat32;  // kBFloat16 or kFloat32
+  bool accumulate = false;         // grad_w += result; otherwise empty experts get zeros
+};
+
+void grouped_gemm_fprop(const FpropArgs& args, cudaStream_t stream);
+void grouped_gemm_w13_fprop(const W13FpropArgs& args, cudaStream_t stream);
+void grouped_gemm_dgrad(const DgradArgs& args, cudaStream_t stream);
+void grouped_gemm_wgrad(const WgradArgs& args, cudaStream_t stream);
+
+}  // namespace dist_moe

@@ -1,0 +1,289 @@
+// EpGroup: symmetric windows, routing tables and the standalone EP ops (publish, route, dispatch,
+// combine, barrier). Host side only: validation, sizes, launch shapes; kernels in src/kernels/.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "../kernels/ep_kernels.h"
+#include "dist_moe/check.h"
+#include "dist_moe/comm.h"
+#include "dist_moe/device/routing/routing_layout.cuh"
+
+namespace dist_moe::comm {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t align128(int64_t x) { return (x + 127) / 128 * 128; }
+bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <typename T>
+T* device_alloc(size_t count, int fill_byte) {
+  T* p = nullptr;
+  const size_t bytes = std::max<size_t>(count, 1) * sizeof(T);
+  DMOE_CUDA_CHECK(cudaMalloc(&p, bytes));
+  DMOE_CUDA_CHECK(cudaMemset(p, fill_byte, bytes));
+  return p;
+}
+
+void free_quietly(const void* p) {
+  if (p == nullptr) return;
+  const cudaError_t e = cudaFree(const_cast<void*>(p));
+  if (e != cudaSuccess) std::fprintf(stderr, "dist_moe: cudaFree failed during teardown: %s\n", cudaGetErrorString(e));
+}
+
+// DMOE_DISABLE_PDL=1 turns programmatic dependent launch off everywhere (a diagnostic switch).
+bool pdl_disabled() {
+  static const bool disabled = [] {
+    const char* v = std::getenv("DMOE_DISABLE_PDL");
+    return v != nullptr && std::atoi(v) != 0;
+  }();
+  return disabled;
+}
+
+int ep_sms(const Communicator& comm, int requested) {
+  return requested > 0 ? std::min(requested, comm.num_sms()) : comm.num_sms();
+}
+
+}  // namespace
+
+EpConfig EpConfig::from(const Config& config, const MemoryPlan& plan, int row_alignment, bool validate_expert_ids) {
+  EpConfig c;
+  c.max_tokens = config.max_num_local_input_tokens;
+  c.hidden = config.hidden_dim;
+  c.top_k = config.top_k;
+  c.num_experts = config.num_experts;
+  c.row_alignment = row_alignment;
+  c.capacity_rows = plan.total_scratch_capacity_rows;
+  c.validate_expert_ids = validate_expert_ids;
+  return c;
+}
+
+EpWindowSizes ep_window_sizes(const EpConfig& c, int world_size) {
+  EpWindowSizes s;
+  const int64_t id_bytes = c.num_experts <= 32767 ? 2 : 4;  // memory_plan.h: routing_id_dtype
+  s.routing_slot = align128(kRoutingHeaderBytes + c.max_tokens * c.top_k * id_bytes);
+  s.routing = s.routing_slot * kRoutingSlots;
+  s.dispatch = align128(c.max_tokens * c.top_k * c.hidden * 2);  // BF16 [T_max, K, D]
+  s.combine = align128(c.max_tokens * c.top_k * c.hidden * 2);
+  s.barrier_inbox_offset = 0;
+  s.token_counter_offset = align128(static_cast<int64_t>(kNumBarrierSlots) * kMaxEpRanks * 4);
+  s.signal = align128(s.token_counter_offset + c.max_tokens * 4);
+  (void)world_size;
+  return s;
+}
+
+int64_t ep_default_capacity_rows(const EpConfig& c, int world_size) {
+  const int64_t L = c.num_experts / world_size;
+  return static_cast<int64_t>(world_size) * c.max_tokens * std::min<int64_t>(c.top_k, L) +
+         L * (c.row_alignment - 1);
+}
+
+EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm), config_(config) {
+  const int R = comm.world_size();
+  const EpConfig& c = config_;
+  // ---- validation: every bound the kernels rely on ----
+  DMOE_CHECK_ARG(c.max_tokens >= 1, "max_tokens (max_num_local_input_tokens) must be positive, got ", c.max_tokens);
+  DMOE_CHECK_ARG(c.hidden >= 8 && c.hidden % 8 == 0,
+                 "hidden must be a positive multiple of 8 (16-byte BF16 rows), got ", c.hidden);
+  DMOE_CHECK_ARG(c.top_k >= 1 && c.top_k <= 32, "top_k must be in [1, 32], got ", c.top_k);
+  DMOE_CHECK_ARG(c.num_experts >= 1 && c.num_experts % R == 0, "num_experts=", c.num_experts,
+                 " must be a positive multiple of the EP size ", R);
+  DMOE_CHECK_ARG(c.num_experts < (int64_t{1} << 30), "num_experts=", c.num_experts, " is too large");
+  DMOE_CHECK_ARG(is_pow2(c.row_alignment) && c.row_alignment <= 1024,
+                 "row_alignment must be a power of two in [1, 1024], got ", c.row_alignment);
+  DMOE_CHECK_ARG(c.max_tokens * c.top_k < (int64_t{1} << routing::kRouteIndexBits), "max_tokens * top_k = ",
+                 c.max_tokens * c.top_k, " must be below 2^", routing::kRouteIndexBits);
+  DMOE_CHECK_ARG(R <= routing::kMaxWorldForRouteCode && R <= kMaxEpRanks, "EP size ", R, " is not supported");
+  const int64_t L = c.num_experts / R;
+  DMOE_CHECK_ARG(L <= 32767, "local experts per rank (", L, ") must be at most 32767");
+  if (config_.capacity_rows <= 0) config_.capacity_rows = ep_default_capacity_rows(c, R);
+  DMOE_CHECK_ARG(c.capacity_rows < (int64_t{1} << 31) - 1, "capacity_rows=", c.capacity_rows, " is too large");
+
+  // ---- routing kernel shape: the largest chunk that fits in shared memory bounds co-residency ----
+  int optin = 0;
+  DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, comm.device()));
+  const int id_bytes = c.num_experts <= 32767 ? 2 : 4;
+  int64_t chunk_limit = kernels::kRoutingMaxChunk;
+  while (chunk_limit >= kernels::kRoutingMinChunk &&
+         kernels::routing_smem_bytes(static_cast<int>(L), chunk_limit) > static_cast<size_t>(optin))
+    chunk_limit -= kernels::kRoutingChunkStep;
+  DMOE_CHECK_ARG(chunk_limit >= kernels::kRoutingMinChunk, "the routing kernel does not fit in shared memory with ", L,
+                 " local experts");
+  max_routing_ctas_ = kernels::routing_max_coresident_ctas(
+      id_bytes, kernels::routing_smem_bytes(static_cast<int>(L), chunk_limit), comm.num_sms());
+  DMOE_CHECK_ARG(max_routing_ctas_ >= 1, "the routing kernel cannot be resident on this device");
+  max_routing_ctas_ = std::min(max_routing_ctas_, 1024);
+  int64_t chunk_max = 0;
+  int ctas_max = 0;
+  routing_launch_shape(c.max_tokens, &chunk_max, &ctas_max);
+  DMOE_CHECK_ARG(chunk_max <= chunk_limit, "max_tokens * top_k * EP size = ", c.max_tokens * c.top_k * R,
+                 " routes exceed what the routing kernel handles in one co-resident grid (",
+                 static_cast<int64_t>(max_routing_ctas_) * chunk_limit, ")");
+
+  // ---- symmetric windows (collective; same order on every rank) ----
+  const EpWindowSizes sizes = ep_window_sizes(c, R);
+  routing_win_ = comm.alloc_window(static_cast<size_t>(sizes.routing));
+  dispatch_win_ = comm.alloc_window(static_cast<size_t>(sizes.dispatch));
+  combine_win_ = comm.alloc_window(static_cast<size_t>(sizes.combine));
+  signal_win_ = comm.alloc_window(static_cast<size_t>(sizes.signal));
+
+  // ---- local state, tables, workspace ----
+  state_ = device_alloc<EpLocalState>(1, 0);
+  tables_.capacity_rows = c.capacity_rows;
+  tables_.expert_rows = device_alloc<int32_t>(L, 0);
+  tables_.expert_rows_unpadded = device_alloc<int32_t>(L, 0);
+  tables_.expert_offsets = device_alloc<int32_t>(L + 1, 0);
+  tables_.total_rows = device_alloc<int32_t>(1, 0);
+  tables_.recv_rows_from_rank = device_alloc<int32_t>(R, 0);
+  tables_.send_rows_to_rank = device_alloc<int32_t>(R, 0);
+  tables_.gather_src = const_cast<const void**>(device_alloc<void*>(c.capacity_rows, 0));
+  tables_.scatter_dst = device_alloc<void*>(c.capacity_rows, 0);
+  tables_.row_route = device_alloc<int32_t>(c.capacity_rows, 0xff);
+  tables_.route_row = device_alloc<int32_t>(static_cast<size_t>(R) * c.max_tokens * c.top_k, 0xff);
+  cta_expert_counts_ = device_alloc<int32_t>(static_cast<size_t>(max_routing_ctas_) * L, 0);
+  cta_rank_counts_ = device_alloc<int32_t>(static_cast<size_t>(max_routing_ctas_) * 2 * R, 0);
+
+  layout_.routing_win = routing_win_->handle();
+  layout_.dispatch_win = dispatch_win_->handle();
+  layout_.combine_win = combine_win_->handle();
+  layout_.signal_win = signal_win_->handle();
+  layout_.rank = comm.rank();
+  layout_.world = R;
+  layout_.local_experts = static_cast<int>(L);
+  layout_.num_experts = static_cast<int>(c.num_experts);
+  layout_.top_k = static_cast<int>(c.top_k);
+  layout_.hidden = static_cast<int>(c.hidden);
+  layout_.max_tokens = static_cast<int>(c.max_tokens);
+  layout_.id_bytes = id_bytes;
+  layout_.routing_slot_bytes = sizes.routing_slot;
+  layout_.row_bytes = c.hidden * 2;
+  layout_.barrier_inbox_offset = sizes.barrier_inbox_offset;
+  layout_.token_counter_offset = sizes.token_counter_offset;
+  layout_.state = state_;
+  layout_.timeout_cycles = comm.timeout_cycles();
+
+  combine_ctas_f32_ = kernels::combine_max_coresident_ctas(id_bytes, false, comm.num_sms());
+  combine_ctas_bf16_ = kernels::combine_max_coresident_ctas(id_bytes, true, comm.num_sms());
+  DMOE_CHECK_ARG(combine_ctas_f32_ >= 1 && combine_ctas_bf16_ >= 1, "the combine kernel cannot be resident");
+
+  // ---- this process's addresses of every rank's windows ----
+  uintptr_t* d_bases = device_alloc<uintptr_t>(2 * static_cast<size_t>(R), 0);
+  kernels::launch_window_bases(layout_.dispatch_win, R, d_bases, nullptr);
+  kernels::launch_window_bases(layout_.combine_win, R, d_bases + R, nullptr);
+  std::vector<uintptr_t> h(2 * static_cast<size_t>(R));
+  DMOE_CUDA_CHECK(cudaMemcpy(h.data(), d_bases, h.size() * sizeof(uintptr_t), cudaMemcpyDeviceToHost));
+  free_quietly(d_bases);
+  dispatch_bases_.assign(h.begin(), h.begin() + R);
+  combine_bases_.assign(h.begin() + R, h.end());
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+
+  // No rank may touch a peer's window before the peer has zeroed it.
+  comm.host_barrier();
+}
+
+EpGroup::~EpGroup() {
+  const cudaError_t e = cudaDeviceSynchronize();
+  if (e == cudaSuccess) {
+    // Peers must be done with this rank's windows before they are deregistered.
+    try {
+      comm_.host_barrier();
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "dist_moe: EpGroup teardown barrier failed: %s\n", ex.what());
+    }
+  } else {
+    std::fprintf(stderr, "dist_moe: EpGroup teardown after a device error (%s): windows are leaked\n",
+                 cudaGetErrorString(e));
+    (void)routing_win_.release();
+    (void)dispatch_win_.release();
+    (void)combine_win_.release();
+    (void)signal_win_.release();
+    return;
+  }
+  free_quietly(state_);
+  free_quietly(tables_.expert_rows);
+  free_quietly(tables_.expert_rows_unpadded);
+  free_quietly(tables_.expert_offsets);
+  free_quietly(tables_.total_rows);
+  free_quietly(tables_.recv_rows_from_rank);
+  free_quietly(tables_.send_rows_to_rank);
+  free_quietly(tables_.gather_src);
+  free_quietly(tables_.scatter_dst);
+  free_quietly(tables_.row_route);
+  free_quietly(tables_.route_row);
+  free_quietly(cta_expert_counts_);
+  free_quietly(cta_rank_counts_);
+  signal_win_.reset();
+  combine_win_.reset();
+  dispatch_win_.reset();
+  routing_win_.reset();
+}
+
+void EpGroup::routing_launch_shape(int64_t num_tokens, int64_t* chunk_routes, int* num_ctas) const {
+  const int64_t total = static_cast<int64_t>(comm_.world_size()) * num_tokens * config_.top_k;
+  int64_t chunk = kernels::kRoutingMinChunk;
+  if (ceil_div(total, chunk) > max_routing_ctas_)
+    chunk = ceil_div(ceil_div(total, max_routing_ctas_), kernels::kRoutingChunkStep) * kernels::kRoutingChunkStep;
+  *chunk_routes = chunk;
+  *num_ctas = static_cast<int>(std::max<int64_t>(1, ceil_div(total, chunk)));
+}
+
+void EpGroup::publish(const void* x_TD, const void* ids_TK, DType ids_dtype, int64_t num_tokens, cudaStream_t stream) {
+  DMOE_CHECK_ARG(num_tokens >= 1 && num_tokens <= config_.max_tokens, "num_tokens=", num_tokens, " must be in [1, ",
+                 config_.max_tokens, "] (max_num_local_input_tokens)");
+  DMOE_CHECK_ARG(x_TD != nullptr && aligned16(x_TD), "x_TD must be a non-null 16-byte aligned BF16 [T, D] pointer");
+  DMOE_CHECK_ARG(ids_TK != nullptr, "topk_expert_ids_TK must not be null");
+  if (ids_dtype != DType::kInt32 && ids_dtype != DType::kInt64)
+    detail::fail(ErrorCode::kInvalidType, "topk_expert_ids_TK must be int32 or int64, got ", to_string(ids_dtype));
+  const int64_t n_vec = num_tokens * layout_.row_bytes / 16;
+  const int ctas = static_cast<int>(
+      std::clamp<int64_t>(ceil_div(n_vec, int64_t{kernels::kPublishThreads} * 4), 1, 2 * comm_.num_sms()));
+  kernels::launch_publish(layout_, x_TD, ids_TK, ids_dtype, static_cast<int>(num_tokens),
+                          config_.validate_expert_ids, ctas, stream);
+}
+
+void EpGroup::route(int64_t num_tokens, cudaStream_t stream) {
+  DMOE_CHECK_ARG(num_tokens >= 1 && num_tokens <= config_.max_tokens, "num_tokens=", num_tokens, " must be in [1, ",
+                 config_.max_tokens, "]");
+  kernels::RoutingArgs a{};
+  a.num_tokens = static_cast<int>(num_tokens);
+  a.alignment = config_.row_alignment;
+  a.capacity_rows = config_.capacity_rows;
+  routing_launch_shape(num_tokens, &a.chunk_routes, &a.num_ctas);
+  a.do_barrier = 1;
+  a.cta_expert_counts = cta_expert_counts_;
+  a.cta_rank_counts = cta_rank_counts_;
+  kernels::launch_routing(layout_, tables_, a, stream);
+}
+
+void EpGroup::dispatch(void* x_gathered_MD, int64_t num_tokens, cudaStream_t stream, const DispatchOptions& options) {
+  DMOE_CHECK_ARG(num_tokens >= 1 && num_tokens <= config_.max_tokens, "num_tokens=", num_tokens, " must be in [1, ",
+                 config_.max_tokens, "]");
+  DMOE_CHECK_ARG(x_gathered_MD != nullptr && aligned16(x_gathered_MD),
+                 "x_gathered must be a non-null 16-byte aligned BF16 [capacity_rows, D] pointer");
+  const int ctas = 2 * ep_sms(comm_, options.num_sms);  // 2 x 512 threads per SM
+  kernels::launch_dispatch(layout_, tables_, x_gathered_MD, static_cast<int>(num_tokens), config_.row_alignment,
+                           options.mode == DispatchMode::kPerRoute, options.zero_fill_padding, ctas,
+                           options.programmatic_launch && !pdl_disabled(), stream);
+}
+
+void EpGroup::combine(const void* y_MD, const void* scores_TK, DType score_dtype, void* out_TD, int64_t num_tokens,
+                      cudaStream_t stream, const CombineOptions& options) {
+  DMOE_CHECK_ARG(num_tokens >= 1 && num_tokens <= config_.max_tokens, "num_tokens=", num_tokens, " must be in [1, ",
+                 config_.max_tokens, "]");
+  DMOE_CHECK_ARG(y_MD != nullptr && aligned16(y_MD), "y must be a non-null 16-byte aligned BF16 [capacity_rows, D] pointer");
+  DMOE_CHECK_ARG(out_TD != nullptr && aligned16(out_TD), "out_TD must be a non-null 16-byte aligned BF16 [T, D] pointer");
+  DMOE_CHECK_ARG(scores_TK != nullptr, "topk_scores_TK must not be null");
+  if (score_dtype != DType::kFloat32 && score_dtype != DType::kBFloat16)
+    detail::fail(ErrorCode::kInvalidType, "topk_scores_TK must be float32 or bfloat16, got ", to_string(score_dtype));
+  const bool bf16 = score_dtype == DType::kBFloat16;
+  const int max_ctas = bf16 ? combine_ctas_bf16_ : combine_ctas_f32_;
+  const int per_sm = std::max(1, max_ctas / comm_.num_sms());
+  const int ctas = std::min(max_ctas, per_sm * ep_sms(comm_, options.num_sms));
+  kernels::launch_combine(layout_, tables_, y_MD, scores_TK, bf16, out_TD, static_cast<int>(num_tokens),
+                          options.sync == CombineSync::kSignal, ctas, stream);
+}
+
+void EpGroup::barrier(cudaStream_t stream) { kernels::launch_ep_barrier(layout_, 0, stream); }
+
+}  // namespace dist_moe::comm

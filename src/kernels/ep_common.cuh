@@ -1,0 +1,91 @@
+// Helpers shared by the EP kernel files: launches with attributes, warp-level row copies, the
+// "first diagnostic prints" lock.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "dist_moe/check.h"
+#include "dist_moe/device/comm/comm.cuh"
+
+namespace dist_moe::comm::kernels {
+
+inline constexpr unsigned kFullMask = 0xffffffffu;
+inline constexpr int kRowUnroll = 8;  // 16-byte vectors per lane in flight in row copies
+
+// Launches `kernel` with optional cooperative (co-resident grid) and programmatic-serialization
+// (PDL) attributes. Both are valid under stream capture (CUDA 12.3+).
+template <typename... KernelArgs, typename... Args>
+void launch_ex(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+               bool cooperative, bool pdl, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attrs[2];
+  unsigned n = 0;
+  if (cooperative) {
+    attrs[n].id = cudaLaunchAttributeCooperative;
+    attrs[n].val.cooperative = 1;
+    ++n;
+  }
+  if (pdl) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cfg.attrs = n ? attrs : nullptr;
+  cfg.numAttrs = n;
+  DMOE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+#if defined(__CUDACC__)
+
+// True for exactly one thread of the whole grid (and of all later kernels of this group, since the
+// lock is never released: a diagnostic is always followed by a trap).
+__device__ __forceinline__ bool take_diag_lock(EpLocalState* state) {
+  return atomicCAS(&state->diag_lock, 0u, 1u) == 0u;
+}
+
+// Rows are moved in segments of kSegVecs 16-byte vectors (4 KiB): one warp, one batch of
+// kRowUnroll loads in flight per lane. Work units are (row, segment), so even a few rows keep many
+// warps busy.
+inline constexpr int kSegVecs = 32 * kRowUnroll;
+
+__host__ __device__ constexpr int num_segments(int nvec) { return (nvec + kSegVecs - 1) / kSegVecs; }
+
+// Warp copy of segment `seg` of a row of `nvec` 16-byte vectors. Loads use ld.global.cg when
+// kSrcCg (peer data, or data written during this kernel), ld.global.nc otherwise (read-only).
+template <bool kSrcCg>
+__device__ __forceinline__ void warp_copy_segment(const char* src, char* dst, int seg, int nvec, int lane) {
+  const int v0 = seg * kSegVecs;
+  int4 buf[kRowUnroll];
+#pragma unroll
+  for (int u = 0; u < kRowUnroll; ++u) {
+    const int v = v0 + u * 32 + lane;
+    if (v < nvec) buf[u] = kSrcCg ? ld_cg_v4(src + static_cast<int64_t>(v) * 16) : ld_nc_v4(src + static_cast<int64_t>(v) * 16);
+  }
+#pragma unroll
+  for (int u = 0; u < kRowUnroll; ++u) {
+    const int v = v0 + u * 32 + lane;
+    if (v < nvec) st_v4(dst + static_cast<int64_t>(v) * 16, buf[u]);
+  }
+}
+
+// Warp zero-fill of segment `seg` of a row.
+__device__ __forceinline__ void warp_zero_segment(char* dst, int seg, int nvec, int lane) {
+  const int4 z = make_int4(0, 0, 0, 0);
+  const int v0 = seg * kSegVecs;
+#pragma unroll
+  for (int u = 0; u < kRowUnroll; ++u) {
+    const int v = v0 + u * 32 + lane;
+    if (v < nvec) st_v4(dst + static_cast<int64_t>(v) * 16, z);
+  }
+}
+
+#endif  // __CUDACC__
+
+}  // namespace dist_moe::comm::kernels

@@ -1,0 +1,353 @@
+// Host side of the SM90 grouped GEMMs: argument validation, configuration choice (heuristic or
+// override), the count-validation kernel, and dispatch to a compiled kernel.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dist_moe/check.h"
+#include "dist_moe/device/ptx/special.cuh"
+#include "dist_moe/error.h"
+#include "dist_moe/grouped_gemm.h"
+#include "grouped_gemm_launch.h"
+
+namespace dist_moe {
+namespace {
+
+using detail::GemmEpilogueKind;
+using detail::GemmKernelEntry;
+using detail::GemmLaunch;
+using gemm::GemmKind;
+
+constexpr int64_t kMaxExperts = 1024;
+constexpr int64_t kInt32Max = 2147483647;
+
+// ---- device facts (never hard-coded) ----------------------------------------------------------
+struct DeviceFacts {
+  int num_sms = 0;
+  int smem_optin = 0;
+};
+
+DeviceFacts device_facts() {
+  int dev = 0;
+  DMOE_CUDA_CHECK(cudaGetDevice(&dev));
+  DeviceFacts f;
+  DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&f.num_sms, cudaDevAttrMultiProcessorCount, dev));
+  DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&f.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  int major = 0, minor = 0;
+  DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major != 9 || minor != 0)
+    detail::fail(ErrorCode::kRuntime, "the grouped GEMM kernels need an SM90 GPU (H100/H200); device ", dev,
+                 " has compute capability ", major, ".", minor);
+  return f;
+}
+
+// ---- count validation (prints, then traps) ----------------------------------------------------
+// One warp. The GEMM kernels check the same conditions but can only trap (a printf in a wgmma
+// kernel serializes its wgmmas), so this kernel gives the readable message first.
+__global__ void validate_counts_kernel(const int32_t* counts, int32_t num_experts, long long m_capacity, int op) {
+  const char* const names[] = {"fprop", "w13_fprop_swiglu", "dgrad", "wgrad"};
+  const char* name = names[op];
+  const int lane = static_cast<int>(threadIdx.x);
+  long long total = 0;
+  for (int base = 0; base < num_experts; base += 32) {
+    const int i = base + lane;
+    const int32_t c = i < num_experts ? counts[i] : 0;
+    if (c < 0) {
+      printf("dist_moe grouped_gemm %s: counts[%d] = %d is negative (row counts per expert must be >= 0)\n", name, i, c);
+      ptx::trap();
+    }
+    long long s = c;
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    total += s;
+  }
+  if (total > m_capacity) {
+    if (lane == 0)
+      printf("dist_moe grouped_gemm %s: the %d expert row counts sum to %lld rows, more than m_capacity = %lld "
+             "(rows the row buffers hold)\n",
+             name, num_experts, total, m_capacity);
+    __syncwarp();
+    ptx::trap();
+  }
+}
+
+// ---- kernel table -----------------------------------------------------------------------------
+GemmKind kind_of(GroupedGemmOp op, bool swap_ab) {
+  switch (op) {
+    case GroupedGemmOp::kFprop:
+    case GroupedGemmOp::kFpropSwiglu: return swap_ab ? GemmKind::kFpropSwapAB : GemmKind::kFprop;
+    case GroupedGemmOp::kDgrad: return GemmKind::kDgrad;
+    case GroupedGemmOp::kWgrad: return GemmKind::kWgrad;
+  }
+  return GemmKind::kFprop;
+}
+
+GemmEpilogueKind epilogue_of(GroupedGemmOp op, DType out) {
+  if (op == GroupedGemmOp::kFpropSwiglu) return GemmEpilogueKind::kSwiglu;
+  return out == DType::kFloat32 ? GemmEpilogueKind::kStoreFp32 : GemmEpilogueKind::kStoreBf16;
+}
+
+GroupedGemmConfig config_of(const GemmKernelEntry& e, int sms) {
+  GroupedGemmConfig c;
+  c.block_m = e.block_m;
+  c.block_n = e.block_n;
+  c.stages = e.stages;
+  c.num_sms = sms;
+  c.swap_ab = e.kind == GemmKind::kFpropSwapAB;
+  c.gather = e.gather;
+  return c;
+}
+
+bool entry_matches(const GemmKernelEntry& e, GroupedGemmOp op, DType out, bool gather) {
+  const bool kind_ok = e.kind == kind_of(op, false) || e.kind == kind_of(op, true);
+  return kind_ok && e.epilogue == epilogue_of(op, out) && e.gather == gather;
+}
+
+const GemmKernelEntry& find_kernel(GroupedGemmOp op, DType out, const GroupedGemmConfig& cfg) {
+  const GemmKind kind = kind_of(op, cfg.swap_ab);
+  for (const GemmKernelEntry& e : detail::gemm_kernels()) {
+    if (e.kind == kind && e.epilogue == epilogue_of(op, out) && e.gather == cfg.gather && e.block_m == cfg.block_m &&
+        e.block_n == cfg.block_n && e.stages == cfg.stages)
+      return e;
+  }
+  std::ostringstream avail;
+  for (const GroupedGemmConfig& c : grouped_gemm_configs(op, out, cfg.gather)) avail << " " << c.name();
+  detail::fail(ErrorCode::kInvalidValue, "grouped_gemm ", to_string(op), ": no compiled kernel for config ", cfg.name(),
+               " with ", to_string(out), " output; available:", avail.str());
+}
+
+// ---- argument checks --------------------------------------------------------------------------
+void check_common(const GroupedGemmCommon& c, const char* op) {
+  DMOE_CHECK_ARG(c.counts != nullptr, op, ": counts must be a device int32 [e_local] array, got nullptr");
+  DMOE_CHECK_ARG(c.e_local >= 1 && c.e_local <= kMaxExperts, op, ": e_local must be in [1, ", kMaxExperts, "], got ",
+                 c.e_local);
+  DMOE_CHECK_ARG(c.m_capacity >= 0 && c.m_capacity <= kInt32Max, op, ": m_capacity must be in [0, ", kInt32Max,
+                 "], got ", c.m_capacity);
+  DMOE_CHECK_ARG(c.n >= 128 && c.n % 128 == 0, op, ": n (weight rows) must be a positive multiple of 128, got ", c.n);
+  DMOE_CHECK_ARG(c.k >= 128 && c.k % 128 == 0, op, ": k (weight columns) must be a positive multiple of 128, got ",
+                 c.k);
+  DMOE_CHECK_ARG(c.e_local * c.n <= kInt32Max, op, ": e_local * n = ", c.e_local * c.n,
+                 " weight rows exceed the int32 TMA coordinate range");
+  if (c.config != nullptr) {
+    DMOE_CHECK_ARG(c.config->block_k == 64, op, ": config.block_k must be 64, got ", c.config->block_k);
+    DMOE_CHECK_ARG(c.config->cluster_m == 1, op, ": config.cluster_m must be 1 (clusters are not implemented), got ",
+                   c.config->cluster_m);
+    DMOE_CHECK_ARG(c.config->num_sms >= 0, op, ": config.num_sms must be >= 0, got ", c.config->num_sms);
+  }
+}
+
+void check_ptr(const void* p, const char* op, const char* name) {
+  DMOE_CHECK_ARG(p != nullptr, op, ": ", name, " is nullptr");
+  DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(p) % 16 == 0, op, ": ", name, " must be 16-byte aligned");
+}
+
+void check_gather(const GatherArgs& g, const char* op) {
+  DMOE_CHECK_ARG(g.gathered != nullptr && g.workspace != nullptr, op,
+                 ": gather.row_ptrs is set, so gather.gathered and gather.workspace must be too");
+  check_ptr(g.gathered, op, "gather.gathered");
+}
+
+// Prints "op problem -> config" once per distinct line when DIST_MOE_PRINT_GEMM_CONFIG is set.
+void maybe_print_config(const GroupedGemmProblem& p, const GroupedGemmConfig& c, bool overridden) {
+  static const bool enabled = std::getenv("DIST_MOE_PRINT_GEMM_CONFIG") != nullptr;
+  if (!enabled) return;
+  std::ostringstream os;
+  os << "dist_moe grouped_gemm " << to_string(p.op) << " m_capacity=" << p.m_capacity << " n=" << p.n << " k=" << p.k
+     << " e_local=" << p.e_local << " out=" << to_string(p.out_dtype) << " -> " << c.name() << " on " << c.num_sms
+     << " SMs" << (overridden ? " (override)" : "");
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  if (seen.insert(os.str()).second) std::fprintf(stderr, "%s\n", os.str().c_str());
+}
+
+// Fills the launch's common fields, picks the kernel, validates the counts and launches.
+void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, GemmLaunch& L, cudaStream_t stream) {
+  const DeviceFacts dev = device_facts();
+  GroupedGemmProblem problem;
+  problem.op = op;
+  problem.m_capacity = c.m_capacity;
+  problem.n = c.n;
+  problem.k = c.k;
+  problem.e_local = c.e_local;
+  problem.out_dtype = out;
+  problem.gather = gather;
+  GroupedGemmConfig cfg = c.config != nullptr ? *c.config : select_grouped_gemm_config(problem, dev.num_sms);
+  cfg.gather = gather;
+  cfg.num_sms = cfg.num_sms > 0 ? std::min(cfg.num_sms, dev.num_sms) : dev.num_sms;
+  const GemmKernelEntry& e = find_kernel(op, out, cfg);
+  const int smem = e.smem_bytes(static_cast<int>(c.e_local));
+  DMOE_CHECK_ARG(smem <= dev.smem_optin, to_string(op), ": e_local = ", c.e_local, " needs ", smem,
+                 " bytes of shared memory with tile ", cfg.name(), "; the device allows ", dev.smem_optin);
+  maybe_print_config(problem, cfg, c.config != nullptr);
+
+  L.kind = e.kind;
+  L.counts = c.counts;
+  L.e_local = static_cast<int32_t>(c.e_local);
+  L.m_capacity = static_cast<int32_t>(c.m_capacity);
+  L.n = static_cast<int32_t>(c.n);
+  L.k = static_cast<int32_t>(c.k);
+  L.num_sms = cfg.num_sms;
+  L.stream = stream;
+  if (c.validate_counts) {
+    validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity, static_cast<int>(op));
+    DMOE_CUDA_CHECK_LAUNCH();
+  }
+  e.launch(L);
+}
+
+}  // namespace
+
+// ---- kernel registry ----------------------------------------------------------------------------
+namespace detail {
+const std::vector<GemmKernelEntry>& gemm_kernels() {
+  static const std::vector<GemmKernelEntry> all = [] {
+    std::vector<GemmKernelEntry> v;
+    add_fprop_kernels(v);
+    add_dgrad_kernels(v);
+    add_wgrad_kernels(v);
+    add_decode_kernels(v);
+    return v;
+  }();
+  return all;
+}
+}  // namespace detail
+
+std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_dtype, bool gather) {
+  std::vector<GroupedGemmConfig> v;
+  for (const GemmKernelEntry& e : detail::gemm_kernels())
+    if (entry_matches(e, op, out_dtype, gather)) v.push_back(config_of(e, 0));
+  return v;
+}
+
+size_t grouped_gemm_gather_workspace_bytes(int64_t m_capacity, int64_t e_local) {
+  // One int32 ready counter per possible 128-row M tile: every expert may end in a partial tile.
+  return static_cast<size_t>((m_capacity + 127) / 128 + e_local) * sizeof(int32_t);
+}
+
+// ---- the four operations --------------------------------------------------------------------------
+void grouped_gemm_fprop(const FpropArgs& a, cudaStream_t stream) {
+  constexpr const char* op = "grouped_gemm_fprop";
+  check_common(a.common, op);
+  check_ptr(a.w, op, "w");
+  const bool gather = a.gather.row_ptrs != nullptr;
+  const bool scatter = a.scatter.row_ptrs != nullptr;
+  if (gather) check_gather(a.gather, op); else check_ptr(a.a, op, "a");
+  if (!scatter) check_ptr(a.out, op, "out");
+  if (a.common.m_capacity == 0) return;  // no rows: nothing to compute or store
+  if (gather)
+    DMOE_CUDA_CHECK(cudaMemsetAsync(a.gather.workspace, 0,
+                                    grouped_gemm_gather_workspace_bytes(a.common.m_capacity, a.common.e_local), stream));
+  GemmLaunch L;
+  L.a = a.a;
+  L.b = a.w;
+  L.gather_rows = a.gather.row_ptrs;
+  L.gathered = a.gather.gathered;
+  L.ready = a.gather.workspace;
+  L.epilogue.out = a.out;
+  L.epilogue.ld_out = a.common.n;
+  L.epilogue.out_cols = static_cast<int32_t>(a.common.n);
+  L.epilogue.scatter_rows = a.scatter.row_ptrs;
+  L.epilogue.row_scale = a.scatter.row_scale;
+  run(GroupedGemmOp::kFprop, a.common, DType::kBFloat16, gather, L, stream);
+}
+
+void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
+  constexpr const char* op = "grouped_gemm_w13_fprop";
+  check_common(a.common, op);
+  DMOE_CHECK_ARG(a.common.n % 256 == 0, op, ": n = 2F must have F a multiple of 128, got n = ", a.common.n);
+  check_ptr(a.w13, op, "w13");
+  check_ptr(a.h2, op, "h2");
+  if (a.h1 != nullptr) check_ptr(a.h1, op, "h1");
+  const bool gather = a.gather.row_ptrs != nullptr;
+  if (gather) check_gather(a.gather, op); else check_ptr(a.a, op, "a");
+  DMOE_CHECK_ARG(a.activation == Activation::kSwiGLU || a.swiglu_limit > 0.0f, op,
+                 ": swiglu_limit must be > 0 for the clamped SwiGLU, got ", a.swiglu_limit);
+  if (a.clip_stats != nullptr && !a.accumulate_clip_stats)
+    DMOE_CUDA_CHECK(cudaMemsetAsync(a.clip_stats, 0, 3 * sizeof(float), stream));
+  if (a.common.m_capacity == 0) return;
+  if (gather)
+    DMOE_CUDA_CHECK(cudaMemsetAsync(a.gather.workspace, 0,
+                                    grouped_gemm_gather_workspace_bytes(a.common.m_capacity, a.common.e_local), stream));
+  GemmLaunch L;
+  L.a = a.a;
+  L.b = a.w13;
+  L.gather_rows = a.gather.row_ptrs;
+  L.gathered = a.gather.gathered;
+  L.ready = a.gather.workspace;
+  L.epilogue.h1 = a.h1;
+  L.epilogue.h2 = a.h2;
+  L.epilogue.f = static_cast<int32_t>(a.common.n / 2);
+  L.epilogue.clamped = a.activation == Activation::kSwiGLUClamped ? 1 : 0;
+  L.epilogue.alpha = a.swiglu_alpha;
+  L.epilogue.limit = a.swiglu_limit;
+  L.epilogue.clip_stats = a.clip_stats;
+  L.epilogue.clip_limit = a.clip_limit;
+  run(GroupedGemmOp::kFpropSwiglu, a.common, DType::kBFloat16, gather, L, stream);
+}
+
+void grouped_gemm_dgrad(const DgradArgs& a, cudaStream_t stream) {
+  constexpr const char* op = "grouped_gemm_dgrad";
+  check_common(a.common, op);
+  DMOE_CHECK_ARG(a.out_dtype == DType::kBFloat16 || a.out_dtype == DType::kFloat32, op,
+                 ": out_dtype must be bfloat16 or float32, got ", to_string(a.out_dtype));
+  check_ptr(a.w, op, "w");
+  const bool gather = a.gather.row_ptrs != nullptr;
+  const bool scatter = a.scatter.row_ptrs != nullptr;
+  if (gather) check_gather(a.gather, op); else check_ptr(a.grad_out, op, "grad_out");
+  if (!scatter) check_ptr(a.grad_a, op, "grad_a");
+  if (a.common.m_capacity == 0) return;
+  if (gather)
+    DMOE_CUDA_CHECK(cudaMemsetAsync(a.gather.workspace, 0,
+                                    grouped_gemm_gather_workspace_bytes(a.common.m_capacity, a.common.e_local), stream));
+  GemmLaunch L;
+  L.a = a.grad_out;
+  L.b = a.w;
+  L.gather_rows = a.gather.row_ptrs;
+  L.gathered = a.gather.gathered;
+  L.ready = a.gather.workspace;
+  L.epilogue.out = a.grad_a;
+  L.epilogue.ld_out = a.common.k;
+  L.epilogue.out_cols = static_cast<int32_t>(a.common.k);
+  L.epilogue.accumulate = a.accumulate ? 1 : 0;
+  L.epilogue.scatter_rows = a.scatter.row_ptrs;
+  L.epilogue.row_scale = a.scatter.row_scale;
+  run(GroupedGemmOp::kDgrad, a.common, a.out_dtype, gather, L, stream);
+}
+
+void grouped_gemm_wgrad(const WgradArgs& a, cudaStream_t stream) {
+  constexpr const char* op = "grouped_gemm_wgrad";
+  check_common(a.common, op);
+  DMOE_CHECK_ARG(a.out_dtype == DType::kBFloat16 || a.out_dtype == DType::kFloat32, op,
+                 ": out_dtype must be bfloat16 or float32, got ", to_string(a.out_dtype));
+  check_ptr(a.grad_w, op, "grad_w");
+  if (a.common.m_capacity == 0) {  // no rows at all: every expert's gradient is zero
+    if (!a.accumulate)
+      DMOE_CUDA_CHECK(cudaMemsetAsync(a.grad_w, 0,
+                                      static_cast<size_t>(a.common.e_local * a.common.n * a.common.k) *
+                                          element_size(a.out_dtype),
+                                      stream));
+    return;
+  }
+  check_ptr(a.grad_out, op, "grad_out");
+  check_ptr(a.a, op, "a");
+  GemmLaunch L;
+  L.a = a.grad_out;
+  L.b = a.a;
+  L.epilogue.out = a.grad_w;
+  L.epilogue.ld_out = a.common.k;
+  L.epilogue.expert_stride = a.common.n * a.common.k;
+  L.epilogue.out_cols = static_cast<int32_t>(a.common.k);
+  L.epilogue.accumulate = a.accumulate ? 1 : 0;
+  L.tiles_for_empty_experts = !a.accumulate;
+  run(GroupedGemmOp::kWgrad, a.common, a.out_dtype, false, L, stream);
+}
+
+}  // namespace dist_moe

@@ -1,0 +1,369 @@
+// Routing metadata on the device: after one EP barrier, every rank reads all peers' published ids
+// and builds its expert-major row order and tables, with no host read.
+//
+// One kernel of 1024-thread CTAs over the concatenated route space f = s*T*K + t*K + k (all
+// sources, rank order). CTA g owns routes [g*C, (g+1)*C); warp w of it owns a contiguous segment.
+//   0. (optional) EP barrier by CTA 0, grid barrier.
+//   1. Headers: every CTA checks all peers' {T, epoch, magic}; on a mismatch CTA 0 prints one line
+//      and traps, every other thread returns before touching any id.
+//   2. Load the chunk's ids (ld.global.cg from peer routing windows), keep the local expert index
+//      of each route (int16, -1 = not routed here) in shared memory; count routes per source rank
+//      and, on this rank's own ids, routes per destination rank.
+//   3. Per-warp counts per local expert (__match_any_sync groups equal experts of 32 routes),
+//      exclusive prefix over warps, chunk totals to global memory.
+//   4. Grid barrier; every CTA sums the chunk totals (all of them, and those before its own
+//      chunk), pads each expert to the alignment, scans over experts. Capacity check: one line
+//      (rank, required rows, available rows) and a trap by CTA 0, everyone else returns, before
+//      any table is written. CTA 0 writes counts and offsets.
+//   5. Placement: each route's row = expert offset + routes of the expert in earlier chunks +
+//      earlier warp segments + earlier lanes/steps of this warp: the stable order (expert, source
+//      rank, token, k). Writes gather_src, scatter_dst, row_route, and route_row for every route.
+//   6. Padding rows of each expert get the sentinels.
+// routing_layout.cuh holds the shared arithmetic and its sequential host mirror.
+#include <mutex>
+
+#include "ep_common.cuh"
+#include "ep_kernels.h"
+
+#include "dist_moe/device/routing/routing_layout.cuh"
+
+namespace dist_moe::comm::kernels {
+namespace {
+
+using routing::combine_slot_offset;
+using routing::dispatch_row_offset;
+using routing::encode_route;
+using routing::local_expert_of;
+using routing::owner_rank_of;
+using routing::pad_rows;
+using routing::route_row_index;
+
+constexpr int kIdBatch = 8;  // ids in flight per thread
+
+__device__ __forceinline__ unsigned lanemask_lt() {
+  unsigned m;
+  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
+  return m;
+}
+
+template <typename IdT>
+__device__ __forceinline__ int32_t load_published_id(const char* p) {
+  if constexpr (sizeof(IdT) == 2)
+    return ld_cg_s16(p);
+  else
+    return ld_cg_s32(p);
+}
+
+// Exclusive prefix sum of data[0, n) in place by all threads of the CTA; returns the total.
+__device__ int32_t block_exclusive_scan(int32_t* data, int n, int32_t* warp_sums) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int nthreads = blockDim.x, nwarps = nthreads >> 5;
+  const int per = (n + nthreads - 1) / nthreads;
+  const int b = min(tid * per, n), e = min(b + per, n);
+  int32_t local = 0;
+  for (int i = b; i < e; ++i) local += data[i];
+  int32_t incl = local;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int32_t y = __shfl_up_sync(kFullMask, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int32_t w = lane < nwarps ? warp_sums[lane] : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int32_t y = __shfl_up_sync(kFullMask, w, o);
+      if (lane >= o) w += y;
+    }
+    if (lane < nwarps) warp_sums[lane] = w;
+  }
+  __syncthreads();
+  int32_t run = incl - local + (warp > 0 ? warp_sums[warp - 1] : 0);
+  const int32_t total = warp_sums[nwarps - 1];
+  for (int i = b; i < e; ++i) {
+    const int32_t c = data[i];
+    data[i] = run;
+    run += c;
+  }
+  __syncthreads();
+  return total;
+}
+
+__device__ __noinline__ void report_header_problem(const EpDeviceLayout& L, uint32_t count, int num_tokens, int peer,
+                                                   int peer_tokens, uint32_t peer_epoch, uint32_t peer_magic) {
+  if (count == 0u) {
+    printf("DistMoE protocol error: rank %d ran route() before any publish()\n", L.rank);
+  } else if (peer_magic != kRoutingHeaderMagic || peer_epoch != count) {
+    printf("DistMoE protocol error: rank %d is at call %u but rank %d published call %u (magic 0x%x); every rank "
+           "must publish exactly once per call before route()\n",
+           L.rank, count, peer, peer_epoch, peer_magic);
+  } else {
+    printf("DistMoE token count mismatch: rank %d called with T=%d but rank %d published T=%d; every EP rank must "
+           "pass the same number of tokens in one call\n",
+           L.rank, num_tokens, peer, peer_tokens);
+  }
+  __trap();
+}
+
+__device__ __noinline__ void report_overflow(const EpDeviceLayout& L, int32_t required, int64_t capacity) {
+  printf("DistMoE scratch capacity exceeded: rank %d required_receive_rows: %d total_scratch_capacity_rows: %lld\n",
+         L.rank, required, static_cast<long long>(capacity));
+  __trap();
+}
+
+template <typename IdT>
+__global__ void __launch_bounds__(kRoutingThreads, 1)
+    routing_kernel(const EpDeviceLayout L, const RoutingTables tab, const RoutingArgs a) {
+  extern __shared__ int4 smem_dyn[];
+  __shared__ char* s_rbase[kMaxEpRanks];
+  __shared__ char* s_dbase[kMaxEpRanks];
+  __shared__ char* s_cbase[kMaxEpRanks];
+  __shared__ int32_t s_rank_cnt[2 * kMaxEpRanks];
+  __shared__ int32_t s_hdr[3 * kMaxEpRanks];
+  __shared__ int32_t s_warp_sums[32];
+  __shared__ int s_bad;
+
+  const int R = L.world, Lx = L.local_experts, K = L.top_k, E = L.num_experts;
+  const int g = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int T = a.num_tokens;
+  const uint32_t N = static_cast<uint32_t>(T) * static_cast<uint32_t>(K);  // routes per source
+  const uint32_t total = N * static_cast<uint32_t>(R);
+  const uint32_t chunk = static_cast<uint32_t>(a.chunk_routes);
+  const uint32_t cbegin = static_cast<uint32_t>(g) * chunk;
+  const uint32_t clen = min(chunk, total - cbegin);
+
+  int32_t* wcnt = reinterpret_cast<int32_t*>(smem_dyn);  // [32][Lx]
+  int32_t* s_total = wcnt + kRoutingWarps * Lx;          // [Lx]
+  int32_t* s_before = s_total + Lx;                      // [Lx]
+  int32_t* s_off = s_before + Lx;                        // [Lx]
+  int16_t* lexp = reinterpret_cast<int16_t*>(s_off + Lx);  // [chunk]
+
+  // The dispatch kernel that follows (programmatic launch) may start its prologue now; it waits
+  // for this kernel's completion (griddepcontrol.wait) before reading any table.
+  asm volatile("griddepcontrol.launch_dependents;");
+
+  // ---- 0. EP barrier: every rank's publish is visible --------------------------------------
+  if (a.do_barrier) {
+    if (g == 0) ep_barrier_cta(L, 0);
+    grid_barrier(L, kGridBarrierRouting);
+  }
+
+  // ---- 1. headers ---------------------------------------------------------------------------
+  const uint32_t count = *reinterpret_cast<volatile uint32_t*>(&L.state->publish_count);
+  const int slot = static_cast<int>((count - 1u) & 1u);
+  for (int p = tid; p < R; p += blockDim.x) {
+    s_rbase[p] = routing_slot_ptr(L, slot, p);
+    s_dbase[p] = peer_ptr(L.dispatch_win, 0, p);
+    s_cbase[p] = peer_ptr(L.combine_win, 0, p);
+    const char* h = s_rbase[p];
+    s_hdr[3 * p + 0] = ld_cg_s32(h + 0);
+    s_hdr[3 * p + 1] = ld_cg_s32(h + 4);
+    s_hdr[3 * p + 2] = ld_cg_s32(h + 8);
+  }
+  for (int p = tid; p < 2 * R; p += blockDim.x) s_rank_cnt[p] = 0;
+  for (int i = tid; i < kRoutingWarps * Lx; i += blockDim.x) wcnt[i] = 0;
+  __syncthreads();
+  if (tid == 0) {
+    int bad = -1;
+    for (int p = 0; p < R && bad < 0; ++p) {
+      const bool ok = count != 0u && static_cast<uint32_t>(s_hdr[3 * p + 2]) == kRoutingHeaderMagic &&
+                      static_cast<uint32_t>(s_hdr[3 * p + 1]) == count && s_hdr[3 * p + 0] == T;
+      if (!ok) bad = p;
+    }
+    s_bad = bad;
+  }
+  __syncthreads();
+  if (s_bad >= 0) {
+    if (g == 0 && tid == 0) {
+      const int p = s_bad;
+      report_header_problem(L, count, T, p, s_hdr[3 * p + 0], static_cast<uint32_t>(s_hdr[3 * p + 1]),
+                            static_cast<uint32_t>(s_hdr[3 * p + 2]));
+    }
+    return;  // every thread of every CTA leaves before reading any id
+  }
+
+  // ---- 2. load this chunk's ids --------------------------------------------------------------
+  for (uint32_t base = 0; base < clen; base += kRoutingThreads * kIdBatch) {
+    int32_t idv[kIdBatch];
+    int src[kIdBatch];
+#pragma unroll
+    for (int u = 0; u < kIdBatch; ++u) {
+      const uint32_t j = base + u * kRoutingThreads + tid;
+      idv[u] = -1;
+      src[u] = 0;
+      if (j < clen) {
+        const uint32_t f = cbegin + j;
+        const uint32_t s = f / N;
+        const uint32_t i = f - s * N;
+        src[u] = static_cast<int>(s);
+        idv[u] = load_published_id<IdT>(s_rbase[s] + kRoutingHeaderBytes + static_cast<int64_t>(i) * sizeof(IdT));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kIdBatch; ++u) {
+      const uint32_t j = base + u * kRoutingThreads + tid;
+      if (j >= clen) continue;
+      const int x = local_expert_of(idv[u], L.rank, Lx, E);
+      lexp[j] = static_cast<int16_t>(x);
+      if (x >= 0) atomicAdd(&s_rank_cnt[src[u]], 1);
+      if (src[u] == L.rank) {
+        const int d = owner_rank_of(idv[u], Lx, E);
+        if (d >= 0) atomicAdd(&s_rank_cnt[R + d], 1);
+      }
+    }
+  }
+  __syncthreads();
+
+  // ---- 3. per-warp counts per local expert ---------------------------------------------------
+  const uint32_t warp_routes = chunk / kRoutingWarps;
+  const uint32_t wb = min(static_cast<uint32_t>(warp) * warp_routes, clen);
+  const uint32_t we = min(wb + warp_routes, clen);
+  int32_t* my_w = wcnt + warp * Lx;
+  for (uint32_t j0 = wb; j0 < we; j0 += 32) {
+    const uint32_t j = j0 + lane;
+    const int x = j < we ? lexp[j] : -1;
+    const unsigned peers = __match_any_sync(kFullMask, x);
+    if (x >= 0 && lane == __ffs(peers) - 1) my_w[x] += __popc(peers);
+    __syncwarp();
+  }
+  __syncthreads();
+  for (int x = tid; x < Lx; x += blockDim.x) {
+    int32_t run = 0;
+    for (int w = 0; w < kRoutingWarps; ++w) {
+      const int32_t c = wcnt[w * Lx + x];
+      wcnt[w * Lx + x] = run;
+      run += c;
+    }
+    a.cta_expert_counts[static_cast<int64_t>(g) * Lx + x] = run;
+  }
+  for (int p = tid; p < 2 * R; p += blockDim.x) a.cta_rank_counts[static_cast<int64_t>(g) * 2 * R + p] = s_rank_cnt[p];
+
+  // ---- 4. totals, padding, expert offsets, capacity check -------------------------------------
+  grid_barrier(L, kGridBarrierRouting);
+  for (int x = tid; x < Lx; x += blockDim.x) {
+    int32_t tot = 0, bef = 0;
+    for (int gg = 0; gg < a.num_ctas; ++gg) {
+      const int32_t c = ld_cg_s32(&a.cta_expert_counts[static_cast<int64_t>(gg) * Lx + x]);
+      tot += c;
+      if (gg < g) bef += c;
+    }
+    s_total[x] = tot;
+    s_before[x] = bef;
+    s_off[x] = static_cast<int32_t>(pad_rows(tot, a.alignment));
+  }
+  __syncthreads();
+  const int32_t rows = block_exclusive_scan(s_off, Lx, s_warp_sums);
+  if (static_cast<int64_t>(rows) > a.capacity_rows) {
+    if (g == 0 && tid == 0) report_overflow(L, rows, a.capacity_rows);
+    return;  // no table is written
+  }
+  if (g == 0) {
+    for (int x = tid; x < Lx; x += blockDim.x) {
+      tab.expert_rows[x] = static_cast<int32_t>(pad_rows(s_total[x], a.alignment));
+      tab.expert_rows_unpadded[x] = s_total[x];
+      tab.expert_offsets[x] = s_off[x];
+    }
+    if (tid == 0) {
+      tab.expert_offsets[Lx] = rows;
+      *tab.total_rows = rows;
+    }
+    for (int p = tid; p < 2 * R; p += blockDim.x) {
+      int32_t sum = 0;
+      for (int gg = 0; gg < a.num_ctas; ++gg) sum += ld_cg_s32(&a.cta_rank_counts[static_cast<int64_t>(gg) * 2 * R + p]);
+      if (p < R)
+        tab.recv_rows_from_rank[p] = sum;
+      else
+        tab.send_rows_to_rank[p - R] = sum;
+    }
+  }
+
+  // ---- 5. placement ---------------------------------------------------------------------------
+  for (int i = tid; i < kRoutingWarps * Lx; i += blockDim.x) {
+    const int x = i % Lx;
+    wcnt[i] += s_off[x] + s_before[x];
+  }
+  __syncthreads();
+  const int64_t row_bytes = L.row_bytes;
+  for (uint32_t j0 = wb; j0 < we; j0 += 32) {
+    const uint32_t j = j0 + lane;
+    const bool valid = j < we;
+    const int x = valid ? lexp[j] : -1;
+    const unsigned peers = __match_any_sync(kFullMask, x);
+    if (valid) {
+      const uint32_t f = cbegin + j;
+      const uint32_t s = f / N;
+      const uint32_t i = f - s * N;
+      int32_t row = -1;
+      if (x >= 0) {
+        row = my_w[x] + __popc(peers & lanemask_lt());
+        const uint32_t t = i / static_cast<uint32_t>(K);
+        const int k = static_cast<int>(i - t * static_cast<uint32_t>(K));
+        tab.gather_src[row] = s_dbase[s] + dispatch_row_offset(t, row_bytes);
+        tab.scatter_dst[row] = s_cbase[s] + combine_slot_offset(t, k, K, row_bytes);
+        tab.row_route[row] = encode_route(static_cast<int>(s), i);
+      }
+      tab.route_row[route_row_index(static_cast<int>(s), i, L.max_tokens, K)] = row;
+    }
+    __syncwarp();
+    if (x >= 0 && lane == __ffs(peers) - 1) my_w[x] += __popc(peers);
+    __syncwarp();
+  }
+
+  // ---- 6. padding rows ------------------------------------------------------------------------
+  for (int x = g; x < Lx; x += a.num_ctas) {
+    const int32_t first = s_off[x] + s_total[x];
+    const int32_t end = s_off[x] + static_cast<int32_t>(pad_rows(s_total[x], a.alignment));
+    for (int32_t r = first + tid; r < end; r += blockDim.x) {
+      tab.gather_src[r] = nullptr;
+      tab.scatter_dst[r] = nullptr;
+      tab.row_route[r] = -1;
+    }
+  }
+}
+
+template <typename IdT>
+void* routing_kernel_ptr() {
+  return reinterpret_cast<void*>(routing_kernel<IdT>);
+}
+
+}  // namespace
+
+size_t routing_smem_bytes(int local_experts, int64_t chunk_routes) {
+  const size_t ints = static_cast<size_t>(kRoutingWarps + 3) * local_experts;
+  const size_t bytes = ints * 4 + static_cast<size_t>(chunk_routes) * 2;
+  return (bytes + 15) / 16 * 16;
+}
+
+int routing_max_coresident_ctas(int id_bytes, size_t smem, int num_sms) {
+  const void* fn = id_bytes == 2 ? routing_kernel_ptr<int16_t>() : routing_kernel_ptr<int32_t>();
+  // The attribute is per kernel and process-wide: only ever raise it, so every EpGroup alive can
+  // launch with the shared memory it was sized for.
+  static std::mutex mu;
+  static size_t attr[2] = {0, 0};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    size_t& cur = attr[id_bytes == 2 ? 0 : 1];
+    if (smem > cur) {
+      DMOE_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      cur = smem;
+    }
+  }
+  int per_sm = 0;
+  DMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kRoutingThreads, smem));
+  return per_sm * num_sms;
+}
+
+void launch_routing(const EpDeviceLayout& L, const RoutingTables& tables, const RoutingArgs& args, cudaStream_t stream) {
+  const size_t smem = routing_smem_bytes(L.local_experts, args.chunk_routes);
+  const bool coop = args.num_ctas > 1;
+  if (L.id_bytes == 2)
+    launch_ex(routing_kernel<int16_t>, dim3(args.num_ctas), dim3(kRoutingThreads), smem, stream, coop, false, L,
+              tables, args);
+  else
+    launch_ex(routing_kernel<int32_t>, dim3(args.num_ctas), dim3(kRoutingThreads), smem, stream, coop, false, L,
+              tables, args);
+}
+
+}  // namespace dist_moe::comm::kernels
