@@ -60,10 +60,11 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_kernel(TopkRoutes r,
   }
 }
 
-__global__ void __launch_bounds__(kThreads) rmsnorm_backward_kernel(TopkRoutes r, const __nv_bfloat16* h3,
+__global__ void __launch_bounds__(kThreads) rmsnorm_backward_kernel(TopkRoutes r, DeviceAddress h3_addr,
                                                                    const float* rstd_TK, const __nv_bfloat16* gout,
                                                                    __nv_bfloat16* gh3, float* gscores) {
   __shared__ float scratch[kThreads / 32];
+  const __nv_bfloat16* h3 = resolve<const __nv_bfloat16>(h3_addr);
   const int64_t t = blockIdx.x;
   const float inv_d = 1.0f / static_cast<float>(r.D);
   for (int64_t k = 0; k < r.K; ++k) {
@@ -122,7 +123,7 @@ void rmsnorm_topk_reduce(const TopkRoutes& r, const __nv_bfloat16* h3_TKD, const
   DMOE_CUDA_CHECK_LAUNCH();
 }
 
-void rmsnorm_topk_reduce_backward(const TopkRoutes& r, const __nv_bfloat16* h3_TKD, const float* rstd_TK,
+void rmsnorm_topk_reduce_backward(const TopkRoutes& r, DeviceAddress h3_TKD, const float* rstd_TK,
                                   const __nv_bfloat16* grad_out_TD, __nv_bfloat16* grad_h3_TKD,
                                   float* grad_scores_TK, cudaStream_t stream) {
   check(r);

@@ -49,10 +49,13 @@ __device__ void add_clip_stats(float (&c)[3], float* out3) {
   }
 }
 
-__global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(const __nv_bfloat16* __restrict__ h1,
-                                                                 __nv_bfloat16* __restrict__ h2, int64_t F,
-                                                                 ExpertRowsView rows, activation::SwigluParams p,
-                                                                 float* clip_stats_3, float clip_limit) {
+__global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(DeviceAddress h1_addr, DeviceAddress h2_addr,
+                                                                 int64_t F, ExpertRowsView rows,
+                                                                 activation::SwigluParams p, float* clip_stats_3,
+                                                                 float clip_limit, const int64_t* enable, bool when) {
+  if (!stage_enabled(enable, when)) return;  // uniform across the grid: no clip-stat barrier is skipped
+  const __nv_bfloat16* __restrict__ h1 = resolve<const __nv_bfloat16>(h1_addr);
+  __nv_bfloat16* __restrict__ h2 = resolve<__nv_bfloat16>(h2_addr);
   const int64_t vecs_per_row = F / kVec;
   const int64_t total = rows.max_rows * vecs_per_row;
   float clip[3] = {0.f, 0.f, 0.f};
@@ -80,10 +83,12 @@ __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(const __nv_bfl
   if (clip_stats_3) add_clip_stats(clip, clip_stats_3);
 }
 
-__global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(const __nv_bfloat16* __restrict__ h1,
-                                                                  const __nv_bfloat16* __restrict__ gh2,
-                                                                  __nv_bfloat16* __restrict__ gh1, int64_t F,
+__global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(DeviceAddress h1_addr, DeviceAddress gh2_addr,
+                                                                  DeviceAddress gh1_addr, int64_t F,
                                                                   ExpertRowsView rows, activation::SwigluParams p) {
+  const __nv_bfloat16* __restrict__ h1 = resolve<const __nv_bfloat16>(h1_addr);
+  const __nv_bfloat16* __restrict__ gh2 = resolve<const __nv_bfloat16>(gh2_addr);
+  __nv_bfloat16* __restrict__ gh1 = resolve<__nv_bfloat16>(gh1_addr);
   const int64_t vecs_per_row = F / kVec;
   const int64_t total = rows.max_rows * vecs_per_row;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -122,18 +127,19 @@ void check_shapes(int64_t F, const ExpertRowsView& rows) {
 
 }  // namespace
 
-void swiglu_forward(const __nv_bfloat16* h1_M2F, __nv_bfloat16* h2_MF, int64_t F, const ExpertRowsView& rows,
-                    const activation::SwigluParams& p, float* clip_stats_3, float clip_limit, cudaStream_t stream) {
+void swiglu_forward(DeviceAddress h1_M2F, DeviceAddress h2_MF, int64_t F, const ExpertRowsView& rows,
+                    const activation::SwigluParams& p, float* clip_stats_3, float clip_limit, cudaStream_t stream,
+                    const int64_t* enable, bool when) {
   check_shapes(F, rows);
   if (clip_stats_3) DMOE_CUDA_CHECK(cudaMemsetAsync(clip_stats_3, 0, 3 * sizeof(float), stream));
   if (rows.max_rows == 0) return;
-  swiglu_forward_kernel<<<grid_for(rows.max_rows * (F / kVec)), kThreads, 0, stream>>>(h1_M2F, h2_MF, F, rows, p,
-                                                                                      clip_stats_3, clip_limit);
+  swiglu_forward_kernel<<<grid_for(rows.max_rows * (F / kVec)), kThreads, 0, stream>>>(
+      h1_M2F, h2_MF, F, rows, p, clip_stats_3, clip_limit, enable, when);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 
-void swiglu_backward(const __nv_bfloat16* h1_M2F, const __nv_bfloat16* grad_h2_MF, __nv_bfloat16* grad_h1_M2F,
-                     int64_t F, const ExpertRowsView& rows, const activation::SwigluParams& p, cudaStream_t stream) {
+void swiglu_backward(DeviceAddress h1_M2F, DeviceAddress grad_h2_MF, DeviceAddress grad_h1_M2F, int64_t F,
+                     const ExpertRowsView& rows, const activation::SwigluParams& p, cudaStream_t stream) {
   check_shapes(F, rows);
   if (rows.max_rows == 0) return;
   swiglu_backward_kernel<<<grid_for(rows.max_rows * (F / kVec)), kThreads, 0, stream>>>(h1_M2F, grad_h2_MF,

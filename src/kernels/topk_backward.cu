@@ -10,10 +10,11 @@ namespace {
 
 using namespace topk_detail;
 
-__global__ void __launch_bounds__(kThreads) topk_reduce_backward_kernel(TopkRoutes r, const __nv_bfloat16* h3,
+__global__ void __launch_bounds__(kThreads) topk_reduce_backward_kernel(TopkRoutes r, DeviceAddress h3_addr,
                                                                        const __nv_bfloat16* gout,
                                                                        __nv_bfloat16* gh3, float* gscores) {
   __shared__ float scratch[kThreads / 32];
+  const __nv_bfloat16* h3 = resolve<const __nv_bfloat16>(h3_addr);
   const int64_t t = blockIdx.x;
   for (int64_t k = 0; k < r.K; ++k) {
     const int64_t route = t * r.K + k;
@@ -64,7 +65,7 @@ void check_routes(const TopkRoutes& r) {
 
 }  // namespace
 
-void topk_reduce_backward(const TopkRoutes& r, const __nv_bfloat16* h3_TKD, const __nv_bfloat16* grad_out_TD,
+void topk_reduce_backward(const TopkRoutes& r, DeviceAddress h3_TKD, const __nv_bfloat16* grad_out_TD,
                           __nv_bfloat16* grad_h3_TKD, float* grad_scores_TK, cudaStream_t stream) {
   check_routes(r);
   if (r.T == 0) return;

@@ -1,0 +1,84 @@
+#include "kernels/pipeline_util.h"
+
+#include <cstdio>
+
+#include "dist_moe/check.h"
+
+namespace dist_moe::kernels {
+namespace {
+
+__global__ void copy_if_kernel(DeviceAddress dst, DeviceAddress src, int64_t bytes, const int64_t* predicate,
+                               bool when) {
+  if (!stage_enabled(predicate, when)) return;
+  const int4* s = resolve<const int4>(src);
+  int4* d = resolve<int4>(dst);
+  const int64_t n = bytes / 16;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    d[i] = s[i];
+}
+
+__global__ void predicated_counts_kernel(const int32_t* in, int32_t* out, int n, const int64_t* predicate,
+                                         bool when) {
+  const bool on = stage_enabled(predicate, when);
+  for (int e = threadIdx.x; e < n; e += blockDim.x) out[e] = on ? in[e] : 0;
+}
+
+__global__ void publish_to_peers_kernel(const int32_t* value, int32_t* const* peer_bases, int rank, int world) {
+  const int p = threadIdx.x;
+  if (p < world) {
+    volatile int32_t* dst = peer_bases[p] + rank;
+    *dst = *value;
+  }
+  __threadfence_system();
+}
+
+template <typename Id>
+__global__ void validate_ids_kernel(const Id* ids, int64_t n, int64_t num_experts, int rank) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t id = ids[i];
+    if (id < -1 || id >= num_experts) {
+      printf("DistMoE expert ID is outside [-1, num_experts): rank %d, route %lld has id %lld, num_experts %lld\n",
+             rank, static_cast<long long>(i), static_cast<long long>(id), static_cast<long long>(num_experts));
+      __trap();
+    }
+  }
+}
+
+int blocks_for(int64_t items, int threads) {
+  const int64_t b = (items + threads - 1) / threads;
+  return static_cast<int>(b < 1 ? 1 : (b > 1024 ? 1024 : b));
+}
+
+}  // namespace
+
+void copy_if(DeviceAddress dst, DeviceAddress src, int64_t bytes, const int64_t* predicate, bool when,
+             cudaStream_t stream) {
+  DMOE_CHECK_ARG(bytes >= 0 && bytes % 16 == 0, "copy_if needs a multiple of 16 bytes, got ", bytes);
+  if (bytes == 0) return;
+  copy_if_kernel<<<blocks_for(bytes / 16, 256), 256, 0, stream>>>(dst, src, bytes, predicate, when);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
+void predicated_counts(const int32_t* counts_in, int32_t* counts_out, int n, const int64_t* predicate, bool when,
+                       cudaStream_t stream) {
+  predicated_counts_kernel<<<1, 256, 0, stream>>>(counts_in, counts_out, n, predicate, when);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
+void publish_to_peers(const int32_t* value, int32_t* const* peer_bases, int rank, int world, cudaStream_t stream) {
+  DMOE_CHECK_ARG(world >= 1 && world <= 1024, "EP size must be in [1, 1024], got ", world);
+  publish_to_peers_kernel<<<1, world, 0, stream>>>(value, peer_bases, rank, world);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
+void validate_expert_ids(const void* ids, DType id_dtype, int64_t n, int64_t num_experts, int rank,
+                         cudaStream_t stream) {
+  if (n == 0) return;
+  if (id_dtype == DType::kInt64)
+    validate_ids_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(static_cast<const int64_t*>(ids), n, num_experts, rank);
+  else
+    validate_ids_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(static_cast<const int32_t*>(ids), n, num_experts, rank);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dist_moe::kernels
