@@ -288,14 +288,35 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
                     gbs(routed_remote_bytes, t_nccl), ceiling, t_nccl});
 
   // ---- our ops, eager, in their natural sequence ----
-  auto run_eager = [&](DispatchMode dm, CombineSync cs, int sms) {
-    DispatchOptions d;
-    d.mode = dm;
-    d.num_sms = sms;
+  // Stages: 0 publish, 1 route, 2 dispatch, 3 combine (separate ops); a fused call replaces 0-2 by one
+  // publish_route_dispatch and reports it as stage 0 (stages 1 and 2 are empty).
+  struct Variant {
+    DispatchMode dm = DispatchMode::kTokenOnce;
+    bool fused = false;
     CombineOptions c;
-    c.sync = cs;
+  };
+  auto combine_opts = [](CombineAlgorithm algo, CombineSync sync, int rw = 0, int batch = 0, int kg = 0) {
+    CombineOptions c;
+    c.algorithm = algo;
+    c.sync = sync;
+    c.reduce_warps = rw;
+    c.signal_batch = batch;
+    c.k_group = kg;
+    return c;
+  };
+  auto run_eager = [&](const Variant& v, int sms) {
+    DispatchOptions d;
+    d.mode = v.dm;
+    d.num_sms = sms;
+    d.fused = v.fused ? FusedRoute::kOn : FusedRoute::kOff;
+    CombineOptions c = v.c;
     c.num_sms = sms;
     auto us = time_stages(comm, s, 4, warmup, iters, [&](int k) {
+      if (v.fused) {
+        if (k == 0) ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, d);
+        if (k == 3) ep.combine(xg, scores, DType::kFloat32, out, T, s, c);
+        return;
+      }
       switch (k) {
         case 0: ep.publish(x, idsd, DType::kInt32, T, s); break;
         case 1: ep.route(T, s); break;
@@ -303,11 +324,20 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
         default: ep.combine(xg, scores, DType::kFloat32, out, T, s, c); break;
       }
     });
-    for (auto& v : us) v = max_over_ranks(comm, v);
+    for (auto& v2 : us) v2 = max_over_ranks(comm, v2);
     return us;
   };
-  const auto tok_bar = run_eager(DispatchMode::kTokenOnce, CombineSync::kBarrier, 0);
-  const auto rte_sig = run_eager(DispatchMode::kPerRoute, CombineSync::kSignal, 0);
+  const bool fused_ok = ep.fused_route_supported();
+  Variant v_tok_bar1{DispatchMode::kTokenOnce, false, combine_opts(CombineAlgorithm::kV1, CombineSync::kBarrier)};
+  Variant v_rte_sig1{DispatchMode::kPerRoute, false, combine_opts(CombineAlgorithm::kV1, CombineSync::kSignal)};
+  Variant v_tok_bar2{DispatchMode::kTokenOnce, false, combine_opts(CombineAlgorithm::kV2, CombineSync::kBarrier)};
+  Variant v_tok_sig2{DispatchMode::kTokenOnce, false, combine_opts(CombineAlgorithm::kV2, CombineSync::kSignal)};
+  const auto tok_bar = run_eager(v_tok_bar1, 0);
+  const auto rte_sig = run_eager(v_rte_sig1, 0);
+  const auto tok_bar2 = run_eager(v_tok_bar2, 0);
+  const auto tok_sig2 = run_eager(v_tok_sig2, 0);
+  std::vector<double> fused_sig2;
+  if (fused_ok) fused_sig2 = run_eager({DispatchMode::kTokenOnce, true, v_tok_sig2.c}, 0);
   auto add_op = [&](const std::string& op, double us, double link_bytes) {
     if (link_bytes <= 0)  // local-only or metadata step: time only
       g_rows.push_back({sh.name, op, us, 0, 0, 0, 0, 0});
@@ -319,10 +349,39 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
   add_op("dispatch token_once", tok_bar[2], unique_remote_bytes);
   add_op("dispatch per_route", rte_sig[2], routed_remote_bytes);
   add_op("route + dispatch token_once", tok_bar[1] + tok_bar[2], unique_remote_bytes);
-  add_op("combine barrier", tok_bar[3], routed_remote_bytes);
-  add_op("combine signal", rte_sig[3], routed_remote_bytes);
+  if (fused_ok) add_op("publish+route+dispatch fused", fused_sig2[0], unique_remote_bytes);
+  add_op("combine v1 barrier", tok_bar[3], routed_remote_bytes);
+  add_op("combine v1 signal", rte_sig[3], routed_remote_bytes);
+  add_op("combine v2 barrier", tok_bar2[3], routed_remote_bytes);
+  add_op("combine v2 signal", tok_sig2[3], routed_remote_bytes);
 
-  // ---- CUDA graphs: publish | route + dispatch | combine ----
+  // v2 signal tuning (reduce warps per 16, units per fence, k per unit): eager, after separate ops.
+  double comb_best = std::min({tok_bar[3], rte_sig[3], tok_bar2[3], tok_sig2[3]});
+  std::string comb_best_name = tok_bar[3] <= comb_best ? "v1 barrier"
+                               : rte_sig[3] <= comb_best ? "v1 signal"
+                               : tok_bar2[3] <= comb_best ? "v2 barrier" : "v2 signal";
+  struct Tune {
+    int rw, batch, kg;
+  };
+  std::vector<Tune> tunes;
+  if (sh.name == "dsv3_prefill" || sh.name == "dsv3_decode")
+    tunes = {{2, 1, 0}, {8, 1, 0}, {4, 4, 0}, {4, 1, 1}, {4, 1, static_cast<int>(K)}, {6, 2, 0}};
+  std::vector<std::pair<std::string, CombineOptions>> graph_tunes;
+  for (const Tune& tn : tunes) {
+    const CombineOptions c = combine_opts(CombineAlgorithm::kV2, CombineSync::kSignal, tn.rw, tn.batch, tn.kg);
+    const auto us = run_eager({DispatchMode::kTokenOnce, false, c}, 0);
+    char name[96];
+    std::snprintf(name, sizeof(name), "combine v2 signal rw%d b%d kg%s", tn.rw, tn.batch,
+                  tn.kg == 0 ? "auto" : std::to_string(tn.kg).c_str());
+    add_op(name, us[3], routed_remote_bytes);
+    if (us[3] < comb_best) {
+      comb_best = us[3];
+      comb_best_name = name + 8;  // without "combine "
+    }
+    graph_tunes.push_back({name, c});
+  }
+
+  // ---- CUDA graphs ----
   auto capture = [&](auto&& body) {
     cudaGraph_t g;
     cudaGraphExec_t ge;
@@ -333,39 +392,58 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
     DMOE_CUDA_CHECK(cudaGraphDestroy(g));
     return ge;
   };
-  double g_md = 0, g_cb = 0, g_cs = 0;
+  // Per-stage times of a sequence of graphs replayed in a loop (max over ranks).
+  auto graph_times = [&](const std::vector<cudaGraphExec_t>& seq) {
+    auto us = time_stages(comm, s, static_cast<int>(seq.size()), warmup, iters,
+                          [&](int k) { DMOE_CUDA_CHECK(cudaGraphLaunch(seq[static_cast<size_t>(k)], s)); });
+    for (auto& v : us) v = max_over_ranks(comm, v);
+    return us;
+  };
+  double g_md = 0, g_fused = -1, g_reduce = 0;
+  std::vector<std::pair<std::string, double>> g_comb;  // graphed combine variants (after separate ops)
   {
-    CombineOptions cb, csig;
-    csig.sync = CombineSync::kSignal;
+    DispatchOptions d_sep;
+    d_sep.fused = FusedRoute::kOff;
+    DispatchOptions d_fused;
+    d_fused.fused = FusedRoute::kOn;
     cudaGraphExec_t gp = capture([&] { ep.publish(x, idsd, DType::kInt32, T, s); });
     cudaGraphExec_t gmd = capture([&] {
       ep.route(T, s);
-      ep.dispatch(xg, T, s);
+      ep.dispatch(xg, T, s, d_sep);
     });
-    cudaGraphExec_t gcb = capture([&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, cb); });
-    cudaGraphExec_t gcs = capture([&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, csig); });
-    for (int variant = 0; variant < 2; ++variant) {
-      cudaGraphExec_t gc = variant == 0 ? gcb : gcs;
-      auto us = time_stages(comm, s, 3, warmup, iters, [&](int k) {
-        DMOE_CUDA_CHECK(cudaGraphLaunch(k == 0 ? gp : (k == 1 ? gmd : gc), s));
-      });
-      for (auto& v : us) v = max_over_ranks(comm, v);
-      if (variant == 0) {
-        g_md = us[1];
-        g_cb = us[2];
-      } else {
-        g_cs = us[2];
-      }
+    std::vector<std::pair<std::string, CombineOptions>> cvars = {
+        {"graph: combine v1 barrier", combine_opts(CombineAlgorithm::kV1, CombineSync::kBarrier)},
+        {"graph: combine v1 signal", combine_opts(CombineAlgorithm::kV1, CombineSync::kSignal)},
+        {"graph: combine v2 barrier", combine_opts(CombineAlgorithm::kV2, CombineSync::kBarrier)},
+        {"graph: combine v2 signal", combine_opts(CombineAlgorithm::kV2, CombineSync::kSignal)}};
+    if (sh.name == "dsv3_decode")
+      for (const auto& gt : graph_tunes) cvars.push_back({"graph: " + gt.first, gt.second});
+    for (const auto& cv : cvars) {
+      cudaGraphExec_t gc = capture([&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, cv.second); });
+      const auto us = graph_times({gp, gmd, gc});
+      if (g_comb.empty()) g_md = us[1];
+      g_comb.push_back({cv.first, us[2]});
+      DMOE_CUDA_CHECK(cudaGraphExecDestroy(gc));
     }
-    for (auto ge : {gp, gmd, gcb, gcs}) DMOE_CUDA_CHECK(cudaGraphExecDestroy(ge));
+    if (fused_ok) {
+      cudaGraphExec_t gf = capture([&] { ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, d_fused); });
+      cudaGraphExec_t gc = capture([&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, cvars[3].second); });
+      g_fused = graph_times({gf, gc})[0];
+      DMOE_CUDA_CHECK(cudaGraphExecDestroy(gf));
+      DMOE_CUDA_CHECK(cudaGraphExecDestroy(gc));
+    }
+    // reduce() alone (EP barrier + reduction of the combine window; the fused pipeline's hook).
+    cudaGraphExec_t gr = capture([&] { ep.reduce(scores, DType::kFloat32, out, T, s); });
+    g_reduce = graph_times({gr})[0];
+    for (auto ge : {gp, gmd, gr}) DMOE_CUDA_CHECK(cudaGraphExecDestroy(ge));
   }
   add_op("graph: route + dispatch", g_md, unique_remote_bytes);
-  add_op("graph: combine barrier", g_cb, routed_remote_bytes);
-  add_op("graph: combine signal", g_cs, routed_remote_bytes);
+  if (g_fused >= 0) add_op("graph: publish+route+dispatch fused", g_fused, unique_remote_bytes);
+  for (const auto& gc : g_comb) add_op(gc.first, gc.second, routed_remote_bytes);
+  add_op("graph: reduce (EP barrier + top-k)", g_reduce, 0);
 
   // ---- targets ----
   const double disp_best = std::min(tok_bar[2], rte_sig[2]);
-  const double comb_best = std::min(tok_bar[3], rte_sig[3]);
   if (sh.name == "dsv3_prefill" && R > 1) {
     const double d_ratio = gbs(routed_remote_bytes, disp_best) / ceiling;
     const double c_ratio = gbs(routed_remote_bytes, comb_best) / ceiling;
@@ -375,26 +453,107 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
     target("dsv3_prefill dispatch >= 1.2x NCCL all-to-all", t_nccl / disp_best >= 1.2,
            fmt("%.2fx (route + dispatch: %.2fx)", t_nccl / disp_best, t_nccl / (tok_bar[1] + tok_bar[2])));
     target("dsv3_prefill combine >= 85% of NVLink ceiling", c_ratio >= 0.85,
-           fmt("%.0f%% of %.0f GB/s", 100 * c_ratio, ceiling));
-    target("dsv3_prefill combine >= 1.2x NCCL all-to-all", t_nccl / comb_best >= 1.2, fmt("%.2fx", t_nccl / comb_best));
+           fmt("%.0f%% of %.0f GB/s", 100 * c_ratio, ceiling) + ", best: " + comb_best_name);
+    target("dsv3_prefill combine >= 1.2x NCCL all-to-all", t_nccl / comb_best >= 1.2,
+           fmt("%.2fx", t_nccl / comb_best) + ", best: " + comb_best_name);
   }
   if (sh.name == "dsv3_decode") {
-    target("dsv3_decode graphed routing metadata + dispatch <= 25 us", g_md <= 25.0, fmt("%.1f us", g_md));
-    target("dsv3_decode graphed combine <= 25 us", std::min(g_cb, g_cs) <= 25.0,
-           fmt("barrier %.1f us, signal %.1f us", g_cb, g_cs));
+    const double rd = g_fused >= 0 ? std::min(g_md, g_fused) : g_md;
+    target("dsv3_decode graphed routing metadata + dispatch <= 25 us", rd <= 25.0,
+           fmt("route + dispatch %.1f us; publish + route + dispatch fused %.1f us", g_md, g_fused));
+    double cb = 1e30;
+    std::string cb_name;
+    for (const auto& gc : g_comb)
+      if (gc.second < cb) {
+        cb = gc.second;
+        cb_name = gc.first.substr(7);  // without "graph: "
+      }
+    target("dsv3_decode graphed combine <= 25 us", cb <= 25.0,
+           fmt("best %.1f us (", cb) + cb_name + fmt("); v1 barrier %.1f us, v1 signal %.1f us", g_comb[0].second,
+                                                      g_comb[1].second));
+  }
+
+  // ---- phase trace of one call per op (dsv3_decode and dsv3_prefill; %globaltimer, this rank) ----
+  if (sh.name == "dsv3_decode" || sh.name == "dsv3_prefill") {
+    ep.enable_trace(true);
+    auto traced = [&](const char* what, auto&& body) {
+      std::vector<unsigned long long> tr(kTraceSlots, 0);
+      for (int rep = 0; rep < 3; ++rep) {  // the last of three calls is printed
+        sync_all(comm);
+        DMOE_CUDA_CHECK(cudaMemset(ep.trace_buffer(), 0, kTraceSlots * sizeof(unsigned long long)));
+        DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+        comm.host_barrier();
+        body();
+        DMOE_CUDA_CHECK(cudaStreamSynchronize(s));
+        DMOE_CUDA_CHECK(cudaMemcpy(tr.data(), ep.trace_buffer(), kTraceSlots * sizeof(unsigned long long),
+                                   cudaMemcpyDeviceToHost));
+      }
+      unsigned long long t0 = 0;
+      for (auto v : tr)
+        if (v != 0 && (t0 == 0 || v < t0)) t0 = v;
+      static const char* names[kTraceSlots] = {
+          "route.start", "route.barrier_done", "route.ids_counted", "route.offsets", "route.end(last)", nullptr,
+          "dispatch.start", "dispatch.end(last)", "fused.start", "fused.published(last)", "fused.arrival_sent",
+          "fused.arrived", "fused.routed", "fused.tables(last)", "fused.end(last)", nullptr, "combine.start",
+          "combine.scatter_done(last)", "combine.barrier_done", "combine.first_reduce", "combine.end(last)", nullptr,
+          nullptr, nullptr, "publish.start", "publish.end(last)"};
+      std::string line = std::string("trace ") + sh.name + " " + what + ":";
+      for (int i = 0; i < kTraceSlots; ++i)
+        if (tr[static_cast<size_t>(i)] != 0 && names[i] != nullptr)
+          line += std::string(" ") + names[i] + "=" + fmt("%.1f", (tr[static_cast<size_t>(i)] - t0) / 1000.0);
+      std::printf("%s (us from the first event)\n", line.c_str());
+      std::fflush(stdout);
+    };
+    DispatchOptions d_sep;
+    d_sep.fused = FusedRoute::kOff;
+    const CombineOptions cb2 = combine_opts(CombineAlgorithm::kV2, CombineSync::kBarrier);
+    const CombineOptions cs2 = combine_opts(CombineAlgorithm::kV2, CombineSync::kSignal);
+    const CombineOptions cb1 = combine_opts(CombineAlgorithm::kV1, CombineSync::kBarrier);
+    traced("publish,route,dispatch,combine v1 barrier", [&] {
+      ep.publish(x, idsd, DType::kInt32, T, s);
+      ep.route(T, s);
+      ep.dispatch(xg, T, s, d_sep);
+      ep.combine(xg, scores, DType::kFloat32, out, T, s, cb1);
+    });
+    traced("combine v2 barrier (after separate ops)", [&] {
+      ep.publish(x, idsd, DType::kInt32, T, s);
+      ep.route(T, s);
+      ep.dispatch(xg, T, s, d_sep);
+      DMOE_CUDA_CHECK(cudaMemsetAsync(ep.trace_buffer(), 0, kTraceSlots * sizeof(unsigned long long), s));
+      ep.combine(xg, scores, DType::kFloat32, out, T, s, cb2);
+    });
+    traced("combine v2 signal (after separate ops)", [&] {
+      ep.publish(x, idsd, DType::kInt32, T, s);
+      ep.route(T, s);
+      ep.dispatch(xg, T, s, d_sep);
+      DMOE_CUDA_CHECK(cudaMemsetAsync(ep.trace_buffer(), 0, kTraceSlots * sizeof(unsigned long long), s));
+      ep.combine(xg, scores, DType::kFloat32, out, T, s, cs2);
+    });
+    if (fused_ok) {
+      DispatchOptions d_fused;
+      d_fused.fused = FusedRoute::kOn;
+      traced("publish+route+dispatch fused, combine v2 signal", [&] {
+        ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, d_fused);
+        ep.combine(xg, scores, DType::kFloat32, out, T, s, cs2);
+      });
+    }
+    traced("reduce", [&] { ep.reduce(scores, DType::kFloat32, out, T, s); });
+    ep.enable_trace(false);
   }
 
   // ---- bandwidth against SMs ----
   if (sweep) {
     for (int sms : {8, 16, 32, 48, 64, 96, 132}) {
       if (sms > comm.num_sms()) continue;
-      const auto a = run_eager(DispatchMode::kTokenOnce, CombineSync::kBarrier, sms);
-      const auto b = run_eager(DispatchMode::kPerRoute, CombineSync::kSignal, sms);
-      char line[256];
+      const auto a = run_eager(v_tok_bar1, sms);
+      const auto b = run_eager(v_rte_sig1, sms);
+      const auto c2 = run_eager(v_tok_sig2, sms);
+      char line[320];
       std::snprintf(line, sizeof(line), "%-14s %4d SMs  dispatch token_once %8.1f us %7.0f GB/s | per_route %8.1f us %7.0f GB/s | "
-                    "combine barrier %8.1f us %7.0f GB/s | signal %8.1f us %7.0f GB/s",
+                    "combine v1 barrier %8.1f us %7.0f GB/s | v1 signal %8.1f us %7.0f GB/s | v2 signal %8.1f us %7.0f GB/s",
                     sh.name.c_str(), sms, a[2], gbs(routed_remote_bytes, a[2]), b[2], gbs(routed_remote_bytes, b[2]), a[3],
-                    gbs(routed_remote_bytes, a[3]), b[3], gbs(routed_remote_bytes, b[3]));
+                    gbs(routed_remote_bytes, a[3]), b[3], gbs(routed_remote_bytes, b[3]), c2[3],
+                    gbs(routed_remote_bytes, c2[3]));
       g_sweep.push_back(line);
     }
   }
@@ -448,12 +607,12 @@ int main(int argc, char** argv) {
     if (g_rank == 0) {
       std::printf("\n==== bench_dispatch_combine: %d ranks, %d SMs; ceilings measured in this run ====\n", g_world,
                   comm->num_sms());
-      std::printf("%-13s %-34s %10s %10s %9s %9s %9s %6s %8s\n", "shape", "op", "time_us", "remote_MB", "eff_GB/s",
+      std::printf("%-13s %-42s %10s %10s %9s %9s %9s %6s %8s\n", "shape", "op", "time_us", "remote_MB", "eff_GB/s",
                   "link_GB/s", "ceil_GB/s", "%ceil", "x_NCCL");
       for (const Row& r : g_rows) {
         const double pct = r.ceil > 0 ? 100.0 * r.eff / r.ceil : 0.0;
         const double xn = r.us > 0 && r.nccl_us > 0 ? r.nccl_us / r.us : 0.0;
-        std::printf("%-13s %-34s %10.1f %10.1f %9.1f %9.1f %9.1f %6.0f %8.2f\n", r.shape.c_str(), r.op.c_str(), r.us,
+        std::printf("%-13s %-42s %10.1f %10.1f %9.1f %9.1f %9.1f %6.0f %8.2f\n", r.shape.c_str(), r.op.c_str(), r.us,
                     r.remote_mb, r.eff, r.link, r.ceil, pct, xn);
       }
       if (!g_sweep.empty()) {

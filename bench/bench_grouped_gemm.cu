@@ -12,8 +12,13 @@
 // Routing: "balanced" (rows / E_local per expert) and "zipf" (expert e gets a share proportional
 // to 1 / (e + 1)); the counts formula is repeated exactly in grouped_mm_peer.py.
 //
+// --sweep: after each op's row (the heuristic's configuration), every other compiled configuration
+// of that op runs too (kind "sweep" in the CSV, "  sweep" lines in the log; swap-AB only at decode
+// shapes, configurations whose shared memory does not fit are skipped), so one run shows which
+// configuration wins where (scripts/gemm_gpu_check.sh tabulates them).
+//
 //   bench_grouped_gemm [--shapes dsv3_prefill,qwen3_30b,mixtral,dsv3_decode] [--iters 10]
-//                      [--routing balanced,zipf] [--csv FILE]
+//                      [--routing balanced,zipf] [--csv FILE] [--sweep]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -134,27 +139,34 @@ double time_ms(const std::function<void()>& fn, int iters, int warmup = 3) {
 struct Row {
   std::string shape, routing, op, config;
   double ms = 0, tflops = 0, cublas_tflops = 0, gbps = 0, ceiling_gbps = 0, baseline_ms = 0;
-  std::string kind;  // "compute", "decode", "variant"
+  std::string kind;  // "compute", "decode", "variant"; "sweep" for --sweep rows (any of the three)
 };
 
 std::vector<Row> g_rows;
 FILE* g_csv = nullptr;
 
 void report(const Row& r) {
-  g_rows.push_back(r);
-  if (r.kind == "compute") {
+  if (r.kind != "sweep") g_rows.push_back(r);
+  if (r.kind == "sweep") {
+    std::printf("  sweep %-13s %-8s %-14s %-27s %8.3f ms %7.1f TFLOP/s", r.shape.c_str(), r.routing.c_str(),
+                r.op.c_str(), r.config.c_str(), r.ms, r.tflops);
+    if (r.cublas_tflops > 0) std::printf("  x cuBLAS %.2f", r.tflops / r.cublas_tflops);
+    if (r.ceiling_gbps > 0) std::printf("  x HBM copy %.2f", r.gbps / r.ceiling_gbps);
+    if (r.baseline_ms > 0) std::printf("  vs contiguous %.2f", r.baseline_ms / r.ms);
+    std::printf("\n");
+  } else if (r.kind == "compute") {
     const double ratio = r.tflops / r.cublas_tflops;
-    std::printf("%-13s %-8s %-14s %-22s %8.3f ms %7.1f TFLOP/s  cuBLAS %7.1f  ratio %.2f  %s\n", r.shape.c_str(),
+    std::printf("%-13s %-8s %-14s %-27s %8.3f ms %7.1f TFLOP/s  cuBLAS %7.1f  ratio %.2f  %s\n", r.shape.c_str(),
                 r.routing.c_str(), r.op.c_str(), r.config.c_str(), r.ms, r.tflops, r.cublas_tflops, ratio,
                 ratio >= 0.80 ? "MET(>=0.80)" : "MISSED(>=0.80)");
   } else if (r.kind == "decode") {
     const double ratio = r.gbps / r.ceiling_gbps;
-    std::printf("%-13s %-8s %-14s %-22s %8.3f ms %7.1f TFLOP/s  weights %6.0f GB/s of copy %6.0f  ratio %.2f  %s\n",
+    std::printf("%-13s %-8s %-14s %-27s %8.3f ms %7.1f TFLOP/s  weights %6.0f GB/s of copy %6.0f  ratio %.2f  %s\n",
                 r.shape.c_str(), r.routing.c_str(), r.op.c_str(), r.config.c_str(), r.ms, r.tflops, r.gbps,
                 r.ceiling_gbps, ratio, ratio >= 0.80 ? "MET(>=0.80)" : "MISSED(>=0.80)");
   } else {
     const double ratio = r.baseline_ms / r.ms;
-    std::printf("%-13s %-8s %-14s %-22s %8.3f ms %7.1f TFLOP/s  contiguous %8.3f ms  ratio %.2f  %s\n",
+    std::printf("%-13s %-8s %-14s %-27s %8.3f ms %7.1f TFLOP/s  contiguous %8.3f ms  ratio %.2f  %s\n",
                 r.shape.c_str(), r.routing.c_str(), r.op.c_str(), r.config.c_str(), r.ms, r.tflops, r.baseline_ms,
                 ratio, ratio >= 0.90 ? "MET(>=0.90)" : "MISSED(>=0.90)");
   }
@@ -201,15 +213,41 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+bool g_sweep = false;
+
+// Runs `run(cfg)` with every compiled configuration of (op, out, gather) other than `chosen` and
+// reports each as a "sweep" row. `make_row(ms)` fills the row's numbers the same way as the op's
+// own row. Swap-AB runs only at decode shapes (a 32-token tile at prefill sizes is just slow);
+// a configuration that cannot run here (shared memory for this many experts) is skipped.
+void sweep(GroupedGemmOp op, DType out, bool gather, bool decode, const std::string& chosen, int iters,
+           const std::function<void(const GroupedGemmConfig*)>& run, const std::function<Row(double)>& make_row) {
+  if (!g_sweep) return;
+  for (const GroupedGemmConfig& cfg : grouped_gemm_configs(op, out, gather)) {
+    if (cfg.name() == chosen) continue;
+    if (cfg.swap_ab && !decode) continue;
+    double ms = 0;
+    try {
+      ms = time_ms([&] { run(&cfg); }, iters);
+    } catch (const dist_moe::Error& e) {
+      std::printf("  sweep %-27s skipped: %s\n", cfg.name().c_str(), e.what());
+      continue;
+    }
+    Row r = make_row(ms);
+    r.config = cfg.name();
+    r.kind = "sweep";
+    report(r);
+  }
+}
+
 void bench_shape(const Workload& w, const std::string& routing, int iters, cublasHandle_t cublas, double copy_bw) {
   const int64_t E = w.experts / kEp, D = w.hidden, F = w.intermediate;
   const int64_t M = w.tokens * w.top_k;  // balanced EP: each rank receives T*K routed rows
   const bool decode = w.tokens <= 256;
-  const char* name = w.name.c_str();
+  const std::string name = w.name;
   const auto counts = counts_for(M, E, routing);
-  std::printf("\n== %s routing=%s  E_local=%lld rows=%lld D=%lld F=%lld  counts: max %d min %d checksum %lld\n", name,
-              routing.c_str(), static_cast<long long>(E), static_cast<long long>(M), static_cast<long long>(D),
-              static_cast<long long>(F), *std::max_element(counts.begin(), counts.end()),
+  std::printf("\n== %s routing=%s  E_local=%lld rows=%lld D=%lld F=%lld  counts: max %d min %d checksum %lld\n",
+              name.c_str(), routing.c_str(), static_cast<long long>(E), static_cast<long long>(M),
+              static_cast<long long>(D), static_cast<long long>(F), *std::max_element(counts.begin(), counts.end()),
               *std::min_element(counts.begin(), counts.end()), static_cast<long long>(checksum(counts)));
 
   Buffer d_counts(counts.size() * 4);
@@ -234,8 +272,9 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     c.validate_counts = false;  // benchmark the GEMM alone
     return c;
   };
-  auto config_name = [&](GroupedGemmOp op, int64_t n, int64_t k, DType out, bool gather) {
+  auto config_name = [&](GroupedGemmOp op, int64_t n, int64_t k, DType out, bool gather, bool scatter = false) {
     GroupedGemmProblem p;
+    p.scatter = scatter;
     p.op = op;
     p.m_capacity = M;
     p.n = n;
@@ -248,6 +287,32 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     return select_grouped_gemm_config(p, sms).name();
   };
+  const double w13_flops = 2.0 * M * 2 * F * D;
+  const double w2_flops = 2.0 * M * D * F;
+  const double w13_bytes = 2.0 * E * 2 * F * D, w2_bytes = 2.0 * E * D * F;
+
+  // One op: its heuristic row, then (--sweep) every other configuration. Compute ops are compared
+  // with cuBLAS, decode ops with the copy bandwidth (weight bytes streamed per second).
+  // (n, k) of the weights: W13 ops (2F, D), W2 ops (D, F).
+  auto measure = [&](const std::string& op_name, GroupedGemmOp op, DType out, double flops, double weight_bytes,
+                     double cublas_tf, const std::function<void(const GroupedGemmConfig*)>& run) {
+    const bool is_w13 = op_name.rfind("w13", 0) == 0;
+    const std::string chosen = config_name(op, is_w13 ? 2 * F : D, is_w13 ? D : F, out, false);
+    auto make_row = [&](double ms) {
+      Row r{name, routing, op_name, chosen, ms, flops / (ms * 1e9), 0, 0, 0, 0, decode ? "decode" : "compute"};
+      if (decode) {
+        r.gbps = weight_bytes / (ms * 1e6);
+        r.ceiling_gbps = copy_bw;
+      } else {
+        r.cublas_tflops = cublas_tf;
+      }
+      return r;
+    };
+    const double ms = time_ms([&] { run(nullptr); }, iters);
+    report(make_row(ms));
+    sweep(op, out, false, decode, chosen, iters, run, make_row);
+    return ms;
+  };
 
   // ---- forward ----
   W13FpropArgs w13a;
@@ -256,56 +321,70 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   w13a.w13 = w13.p;
   w13a.h1 = h1.p;
   w13a.h2 = h2.p;
-  const double w13_flops = 2.0 * M * 2 * F * D;
-  const double ms_w13 = time_ms([&] { grouped_gemm_w13_fprop(w13a, nullptr); }, iters);
-  W13FpropArgs w13_drop = w13a;
-  w13_drop.h1 = nullptr;
-  const double ms_w13_drop = time_ms([&] { grouped_gemm_w13_fprop(w13_drop, nullptr); }, iters);
-
+  auto run_w13 = [&](const GroupedGemmConfig* cfg) {
+    W13FpropArgs a = w13a;
+    a.common.config = cfg;
+    grouped_gemm_w13_fprop(a, nullptr);
+  };
+  auto run_w13_drop = [&](const GroupedGemmConfig* cfg) {
+    W13FpropArgs a = w13a;
+    a.common.config = cfg;
+    a.h1 = nullptr;
+    grouped_gemm_w13_fprop(a, nullptr);
+  };
   FpropArgs w2a;
   w2a.common = common(D, F);
   w2a.a = h2.p;
   w2a.w = w2.p;
   w2a.out = h3.p;
-  const double w2_flops = 2.0 * M * D * F;
-  const double ms_w2 = time_ms([&] { grouped_gemm_fprop(w2a, nullptr); }, iters);
+  auto run_w2 = [&](const GroupedGemmConfig* cfg) {
+    FpropArgs a = w2a;
+    a.common.config = cfg;
+    grouped_gemm_fprop(a, nullptr);
+  };
 
-  const std::string cfg13 = config_name(GroupedGemmOp::kFpropSwiglu, 2 * F, D, DType::kBFloat16, false);
-  const std::string cfg2 = config_name(GroupedGemmOp::kFprop, D, F, DType::kBFloat16, false);
   if (decode) {
-    const double w13_bytes = 2.0 * E * 2 * F * D, w2_bytes = 2.0 * E * D * F;
-    report({name, routing, "w13_fprop", cfg13, ms_w13, w13_flops / (ms_w13 * 1e9), 0, w13_bytes / (ms_w13 * 1e6),
-            copy_bw, 0, "decode"});
-    report({name, routing, "w2_fprop", cfg2, ms_w2, w2_flops / (ms_w2 * 1e9), 0, w2_bytes / (ms_w2 * 1e6), copy_bw, 0,
-            "decode"});
+    measure("w13_fprop", GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, w13_flops, w13_bytes, 0, run_w13);
+    measure("w2_fprop", GroupedGemmOp::kFprop, DType::kBFloat16, w2_flops, w2_bytes, 0, run_w2);
     return;  // decode is inference: no backward
   }
   const double cb13 = cublas_tflops(cublas, M, 2 * F, D, iters);
   const double cb2 = cublas_tflops(cublas, M, D, F, iters);
-  report({name, routing, "w13_fprop", cfg13, ms_w13, w13_flops / (ms_w13 * 1e9), cb13, 0, 0, 0, "compute"});
-  report({name, routing, "w13_fprop_noh1", cfg13, ms_w13_drop, w13_flops / (ms_w13_drop * 1e9), cb13, 0, 0, 0,
-          "compute"});
-  report({name, routing, "w2_fprop", cfg2, ms_w2, w2_flops / (ms_w2 * 1e9), cb2, 0, 0, 0, "compute"});
+  const double ms_w13 = measure("w13_fprop", GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, w13_flops, 0, cb13, run_w13);
+  {  // h1 dropped: same configurations, no sweep (it tracks w13_fprop)
+    const std::string cfg13 = config_name(GroupedGemmOp::kFpropSwiglu, 2 * F, D, DType::kBFloat16, false);
+    const double ms = time_ms([&] { run_w13_drop(nullptr); }, iters);
+    report({name, routing, "w13_fprop_noh1", cfg13, ms, w13_flops / (ms * 1e9), cb13, 0, 0, 0, "compute"});
+  }
+  const double ms_w2 = measure("w2_fprop", GroupedGemmOp::kFprop, DType::kBFloat16, w2_flops, 0, cb2, run_w2);
 
   // ---- fused-pipeline variants on local rows: gather (W13) and scatter (W2) ----
   {
     Buffer rows(static_cast<size_t>(M) * 8), gathered(static_cast<size_t>(M * D) * 2),
         ws(grouped_gemm_gather_workspace_bytes(M, E));
     identity_rows_kernel<<<256, 256>>>(static_cast<const void**>(rows.p), static_cast<const char*>(x.p), M, D * 2);
-    W13FpropArgs g = w13a;
-    g.a = nullptr;
-    g.gather.row_ptrs = static_cast<const void* const*>(rows.p);
-    g.gather.gathered = gathered.p;
-    g.gather.workspace = static_cast<int32_t*>(ws.p);
-    const double ms_g = time_ms([&] { grouped_gemm_w13_fprop(g, nullptr); }, iters);
-    report({name, routing, "w13_gather", config_name(GroupedGemmOp::kFpropSwiglu, 2 * F, D, DType::kBFloat16, true),
-            ms_g, w13_flops / (ms_g * 1e9), 0, 0, 0, ms_w13, "variant"});
+    auto run_gather = [&](const GroupedGemmConfig* cfg) {
+      W13FpropArgs g = w13a;
+      g.common.config = cfg;
+      g.a = nullptr;
+      g.gather.row_ptrs = static_cast<const void* const*>(rows.p);
+      g.gather.gathered = gathered.p;
+      g.gather.workspace = static_cast<int32_t*>(ws.p);
+      grouped_gemm_w13_fprop(g, nullptr);
+    };
+    const std::string cfg_g = config_name(GroupedGemmOp::kFpropSwiglu, 2 * F, D, DType::kBFloat16, true);
+    const double ms_g = time_ms([&] { run_gather(nullptr); }, iters);
+    report({name, routing, "w13_gather", cfg_g, ms_g, w13_flops / (ms_g * 1e9), 0, 0, 0, ms_w13, "variant"});
+    sweep(GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, true, decode, cfg_g, iters, run_gather, [&](double ms) {
+      return Row{name, routing, "w13_gather", cfg_g, ms, w13_flops / (ms * 1e9), 0, 0, 0, ms_w13, "variant"};
+    });
     Buffer dests(static_cast<size_t>(M) * 8);
     identity_rows_kernel<<<256, 256>>>(static_cast<const void**>(dests.p), static_cast<const char*>(h3.p), M, D * 2);
     FpropArgs sc = w2a;
     sc.scatter.row_ptrs = static_cast<void* const*>(dests.p);
     const double ms_s = time_ms([&] { grouped_gemm_fprop(sc, nullptr); }, iters);
-    report({name, routing, "w2_scatter", cfg2, ms_s, w2_flops / (ms_s * 1e9), 0, 0, 0, ms_w2, "variant"});
+    report({name, routing, "w2_scatter", config_name(GroupedGemmOp::kFprop, D, F, DType::kBFloat16, false, true), ms_s,
+            w2_flops / (ms_s * 1e9), 0, 0, 0, ms_w2, "variant"});
   }
 
   // ---- backward: DGRAD ----
@@ -314,41 +393,48 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   d13.grad_out = h1.p;
   d13.w = w13.p;
   d13.grad_a = gx.p;
-  const double ms_d13 = time_ms([&] { grouped_gemm_dgrad(d13, nullptr); }, iters);
-  report({name, routing, "w13_dgrad", config_name(GroupedGemmOp::kDgrad, 2 * F, D, DType::kBFloat16, false), ms_d13,
-          w13_flops / (ms_d13 * 1e9), cb13, 0, 0, 0, "compute"});
+  measure("w13_dgrad", GroupedGemmOp::kDgrad, DType::kBFloat16, w13_flops, 0, cb13, [&](const GroupedGemmConfig* cfg) {
+    DgradArgs a = d13;
+    a.common.config = cfg;
+    grouped_gemm_dgrad(a, nullptr);
+  });
   DgradArgs d2;  // grad_h2[M, F] = grad_h3[M, D] . W2[e]
   d2.common = common(D, F);
   d2.grad_out = h3.p;
   d2.w = w2.p;
   d2.grad_a = h2.p;
-  const double ms_d2 = time_ms([&] { grouped_gemm_dgrad(d2, nullptr); }, iters);
-  report({name, routing, "w2_dgrad", config_name(GroupedGemmOp::kDgrad, D, F, DType::kBFloat16, false), ms_d2,
-          w2_flops / (ms_d2 * 1e9), cb2, 0, 0, 0, "compute"});
+  measure("w2_dgrad", GroupedGemmOp::kDgrad, DType::kBFloat16, w2_flops, 0, cb2, [&](const GroupedGemmConfig* cfg) {
+    DgradArgs a = d2;
+    a.common.config = cfg;
+    grouped_gemm_dgrad(a, nullptr);
+  });
 
   // ---- backward: WGRAD (BF16 output, comparable with torch; FP32 output) ----
   Buffer gw(static_cast<size_t>(E * 2 * F * D) * 4);
   for (DType out : {DType::kBFloat16, DType::kFloat32}) {
-    const char* suffix = out == DType::kFloat32 ? "_fp32" : "";
+    const std::string suffix = out == DType::kFloat32 ? "_fp32" : "";
     WgradArgs g13;  // grad_W13[e] = grad_h1^T . x
     g13.common = common(2 * F, D);
     g13.grad_out = h1.p;
     g13.a = x.p;
     g13.grad_w = gw.p;
     g13.out_dtype = out;
-    const double ms_g13 = time_ms([&] { grouped_gemm_wgrad(g13, nullptr); }, iters);
-    report({name, routing, std::string("w13_wgrad") + suffix,
-            config_name(GroupedGemmOp::kWgrad, 2 * F, D, out, false), ms_g13, w13_flops / (ms_g13 * 1e9), cb13, 0, 0, 0,
-            "compute"});
+    measure("w13_wgrad" + suffix, GroupedGemmOp::kWgrad, out, w13_flops, 0, cb13, [&](const GroupedGemmConfig* cfg) {
+      WgradArgs a = g13;
+      a.common.config = cfg;
+      grouped_gemm_wgrad(a, nullptr);
+    });
     WgradArgs g2;  // grad_W2[e] = grad_h3^T . h2
     g2.common = common(D, F);
     g2.grad_out = h3.p;
     g2.a = h2.p;
     g2.grad_w = gw.p;
     g2.out_dtype = out;
-    const double ms_g2 = time_ms([&] { grouped_gemm_wgrad(g2, nullptr); }, iters);
-    report({name, routing, std::string("w2_wgrad") + suffix, config_name(GroupedGemmOp::kWgrad, D, F, out, false),
-            ms_g2, w2_flops / (ms_g2 * 1e9), cb2, 0, 0, 0, "compute"});
+    measure("w2_wgrad" + suffix, GroupedGemmOp::kWgrad, out, w2_flops, 0, cb2, [&](const GroupedGemmConfig* cfg) {
+      WgradArgs a = g2;
+      a.common.config = cfg;
+      grouped_gemm_wgrad(a, nullptr);
+    });
   }
 }
 
@@ -373,8 +459,10 @@ int main(int argc, char** argv) {
     else if (a == "--routing") routings = split(value());
     else if (a == "--iters") iters = std::atoi(value().c_str());
     else if (a == "--csv") csv = value();
+    else if (a == "--sweep") g_sweep = true;
     else {
-      std::fprintf(stderr, "usage: %s [--shapes a,b] [--routing balanced,zipf] [--iters N] [--csv FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--shapes a,b] [--routing balanced,zipf] [--iters N] [--csv FILE] [--sweep]\n",
+                   argv[0]);
       return 2;
     }
   }

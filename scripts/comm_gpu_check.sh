@@ -4,10 +4,12 @@
 #   2. CPU routing-table tests (Routing*);
 #   3. comm correctness suite through dmoe_launch: 1 rank, then 2 ranks (bitwise vs the oracle,
 #      CUDA-graph replays, T varying, both dispatch and combine modes);
-#   4. failure scenarios (unequal T, capacity overflow, bad expert id, barrier timeout): each must end
-#      with its diagnostic line, a non-zero exit of the affected rank, and no illegal memory access;
+#   4. failure scenarios (unequal T, capacity overflow, bad expert id, barrier timeout, and the first
+#      three again through the fused publish_route_dispatch kernel): each must end with its diagnostic
+#      line, a non-zero exit of the affected rank, and no illegal memory access;
 #   5. the overflow scenario again under compute-sanitizer (memcheck);
-#   6. bench_dispatch_combine (ours vs NVLink ceiling vs NCCL all-to-all, SM sweep, targets).
+#   6. bench_dispatch_combine (ours vs NVLink ceiling vs NCCL all-to-all; combine v1/v2 and v2 tuning
+#      variants; fused route; reduce(); phase traces; SM sweep; targets).
 # Logs go to $OUT (or ./comm_gpu_check_out), at most 7 files; the short results table is printed last.
 #
 #   scripts/comm_gpu_check.sh [--quick]     --quick: skip the SM sweep and qwen3/mixtral shapes
@@ -80,15 +82,15 @@ COMMON=(--timeout 300 --grace 60 --forbid-output "illegal memory access" --forbi
         --forbid-output "UNEXPECTED")
 scenario_args() {
   case $1 in
-    unequal_t) echo "--expect-fail 0 --expect-fail 1" ;;
+    unequal_t*) echo "--expect-fail 0 --expect-fail 1" ;;
     *) echo "--expect-fail 0" ;;
   esac
 }
 scenario_text() {
   case $1 in
-    unequal_t) echo "*:DistMoE token count mismatch" ;;
-    overflow) echo "0:DistMoE scratch capacity exceeded: rank 0 required_receive_rows: 128 total_scratch_capacity_rows: 16" ;;
-    bad_id) echo "0:DistMoE expert ID is outside [-1, num_experts)" ;;
+    unequal_t*) echo "*:DistMoE token count mismatch" ;;
+    overflow*) echo "0:DistMoE scratch capacity exceeded: rank 0 required_receive_rows: 128 total_scratch_capacity_rows: 16" ;;
+    bad_id*) echo "0:DistMoE expert ID is outside [-1, num_experts)" ;;
     timeout) echo "0:DistMoE timeout: rank 0" ;;
   esac
 }
@@ -96,7 +98,7 @@ scenario_text() {
 step "failure scenarios -> $OUT_DIR/traps.log"
 if built; then
   : >"$OUT_DIR/traps.log"
-  for sc in unequal_t overflow bad_id timeout; do
+  for sc in unequal_t overflow bad_id timeout unequal_t_fused overflow_fused bad_id_fused; do
     echo "##### scenario $sc" >>"$OUT_DIR/traps.log"
     # shellcheck disable=SC2046
     "$LAUNCH" -n "$NPROC" "${COMMON[@]}" $(scenario_args $sc) --expect-output "$(scenario_text $sc)" \
@@ -104,7 +106,7 @@ if built; then
     rc=$?
     put "trap_$sc" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$(scenario_text $sc | cut -d: -f2- | cut -c1-60)"
   done
-  grep -E "^##### |DistMoE|\[launcher\] (expectation|PASS|FAIL)" "$OUT_DIR/traps.log" | head -60
+  grep -E "^##### |DistMoE|\[launcher\] (expectation|PASS|FAIL)" "$OUT_DIR/traps.log" | head -100
 fi
 
 step "overflow scenario under compute-sanitizer (memcheck) -> $OUT_DIR/sanitizer.log"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: configure (NCCL from the torch venv), build everything with all cores, run
 # the GPU test suites and the benchmarks named in $DMOE_STAGES, write logs to $OUT and print a
-# short table last. Stages: env build tests gemm comm ep (default: env build tests).
+# short table last. Stages: env build tests pipeline bench gemm comm (default: env build tests).
 #   DMOE_STAGES="build tests gemm" scripts/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +50,24 @@ if has tests; then
   rc=$?
   say "gpu tests (rc=$rc): $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|tests? ran' "$OUT/gpu_tests.log" | tr '\n' ' ')"
   grep -E "^\[  FAILED  \]" "$OUT/gpu_tests.log" | head -20 | tee -a "$SUMMARY"
+fi
+
+if has pipeline; then
+  n=$(nvidia-smi -L | wc -l)
+  timeout 900 "$BUILD/tests/dmoe_launch" -n "$n" --timeout 800 -- "$BUILD/tests/dist_moe_pipeline_tests" > "$OUT/pipeline.log" 2>&1
+  say "pipeline tests (rc=$?): $(grep -E 'ALL PASS|FAILED:|ERROR' "$OUT/pipeline.log" | head -4 | tr '\n' ' ')"
+  grep -E "FAIL case" "$OUT/pipeline.log" | head -10 | tee -a "$SUMMARY"
+  timeout 300 "$BUILD/tests/dmoe_launch" -n "$n" --timeout 250 -- "$BUILD/examples/two_layer_moe" >> "$OUT/pipeline.log" 2>&1
+  say "two-layer example (rc=$?): $(grep -E 'two-layer MoE' "$OUT/pipeline.log" | tr '\n' ' ')"
+fi
+
+if has bench; then
+  for shape in ${DMOE_BENCH_SHAPES:-dsv3_prefill qwen3_30b mixtral}; do
+    timeout 600 "$BUILD/dist-moe" bench --shape "$shape" --mode train --iters 10 >> "$OUT/bench.log" 2>&1
+    say "bench $shape train (rc=$?)"; tail -6 "$OUT/bench.log" | tee -a "$SUMMARY" > /dev/null
+  done
+  timeout 300 "$BUILD/dist-moe" bench --shape dsv3_decode --mode infer --iters 20 >> "$OUT/bench.log" 2>&1
+  say "bench dsv3_decode infer (rc=$?)"; tail -5 "$OUT/bench.log" | tee -a "$SUMMARY" > /dev/null
 fi
 
 for stage in gemm comm ep; do

@@ -14,6 +14,8 @@ class Args;
 int cmd_plan(const std::vector<std::string>& argv);
 int cmd_demo(const std::vector<std::string>& argv);
 int cmd_info(const std::vector<std::string>& argv);
+int cmd_bench(const std::vector<std::string>& argv);
+int cmd_bench_rank(const std::vector<std::string>& argv);  // one rank of `bench` (internal)
 
 // Options shared by every command that builds a Config from the command line.
 const std::vector<std::string>& config_valued_options();

@@ -2,6 +2,7 @@
 //
 //   dist-moe plan  --tokens T --hidden D --intermediate F --topk K --experts E --ep R [...]
 //   dist-moe demo  the quick-start job: plan, CPU oracle, and GPU execution when an SM90 GPU exists
+//   dist-moe bench the fused layer on all local GPUs vs GEMM-only and the stock-PyTorch EP layer
 //   dist-moe info  devices and build facts
 #include <cstdio>
 #include <string>
@@ -26,6 +27,9 @@ void usage(FILE* out) {
       "         [--activation swiglu|swiglu_clamped] [--inference]\n"
       "  demo   the quick-start job: a plan, the CPU oracle on a small problem, and GPU execution\n"
       "         when an SM90 GPU is present\n"
+      "  bench  the fused layer on every local GPU vs our GEMM-only time and the stock-PyTorch EP layer\n"
+      "         --shape dsv3_prefill|qwen3_30b|mixtral|dsv3_decode [--mode train|infer] [--gpus N]\n"
+      "         [--iters N] [--slot-factor F] [--no-baseline]\n"
       "  info   devices visible to this process and build facts\n"
       "  version\n",
       out);
@@ -44,6 +48,8 @@ int main(int argc, char** argv) {
     if (cmd == "plan") return dist_moe::cli::cmd_plan(rest);
     if (cmd == "demo") return dist_moe::cli::cmd_demo(rest);
     if (cmd == "info") return dist_moe::cli::cmd_info(rest);
+    if (cmd == "bench") return dist_moe::cli::cmd_bench(rest);
+    if (cmd == "bench-rank") return dist_moe::cli::cmd_bench_rank(rest);
     if (cmd == "version" || cmd == "--version") {
       std::printf("dist-moe %s\n", DIST_MOE_VERSION_STRING);
       return 0;

@@ -10,6 +10,8 @@
 //                    route     EP barrier + routing metadata on the device (no host read)
 //                    dispatch  gather routed rows into an expert-major local buffer
 //                    combine   route results to their owners, then FP32 top-k reduction
+//                    publish_route_dispatch  the three above in one kernel (small problems)
+//                    reduce    the second half of combine, after an external scatter (pipeline hook)
 //
 // One forward call on every rank (same T everywhere, same order of calls):
 //   ep.publish(x_TD, ids_TK, DType::kInt32, T, stream);
@@ -17,6 +19,10 @@
 //   ep.dispatch(x_gathered_MD, T, stream);          // rows ordered (expert, src rank, token, k)
 //   ... experts compute y_MD from x_gathered_MD (rows of ep.tables()) ...
 //   ep.combine(y_MD, scores_TK, DType::kFloat32, out_TD, T, stream);
+// or, the same in one kernel (decode-sized problems; larger ones fall back to the three launches):
+//   ep.publish_route_dispatch(x_TD, ids_TK, DType::kInt32, T, x_gathered_MD, stream);
+// Fused pipeline (the W2 epilogue stores row m to tables().scatter_dst[m], then fences at system
+// scope): ep.reduce(scores_TK, DType::kFloat32, out_TD, T, stream) instead of combine().
 // Calls through one EpGroup must not overlap (one stream, or stream-ordered). Every op is a fixed
 // sequence of kernel launches that depends on T only, so it can be captured in a CUDA graph.
 //
@@ -129,6 +135,23 @@ enum class CombineSync {
   kSignal,   // scatter with a per-token signal, reduce each token once its routes arrived
 };
 
+// Which combine kernel. Results are bitwise identical; only speed differs.
+enum class CombineAlgorithm {
+  kAuto,  // environment DMOE_COMBINE_ALGO=v1|v2, else kV2
+  kV1,    // every route (local owners too) is copied into its owner's combine window, then reduced;
+          // barrier mode uses grid barriers + a one-CTA EP barrier
+  kV2,    // only routes of other owners are stored (NVLink); routes of this rank's own tokens are
+          // reduced straight from y; barrier mode uses the split EP barrier (no grid barrier),
+          // signal mode has dedicated reduce warps and batched release fences
+};
+
+// Whether publish_route_dispatch runs as one kernel.
+enum class FusedRoute {
+  kAuto,  // environment DMOE_FUSED_ROUTE=0|1, else one kernel when the group supports it
+  kOff,   // always publish + route + dispatch (three launches)
+  kOn,    // one kernel; an error if the group does not support it (fused_route_supported())
+};
+
 struct EpConfig {
   int64_t max_tokens = 0;   // T_max per rank (max_num_local_input_tokens)
   int64_t hidden = 0;       // D, a multiple of 8 (16-byte rows)
@@ -150,11 +173,20 @@ struct DispatchOptions {
   int num_sms = 0;                // SMs to use (0: all)
   // PDL: overlap the launch with the routing kernel (environment DMOE_DISABLE_PDL=1 turns it off).
   bool programmatic_launch = true;
+  // publish_route_dispatch only: one kernel or three launches. The fused kernel always moves rows
+  // token-once (`mode` is ignored there; the result is the same bit for bit).
+  FusedRoute fused = FusedRoute::kAuto;
 };
 
 struct CombineOptions {
   CombineSync sync = CombineSync::kBarrier;
   int num_sms = 0;  // SMs to use (0: all)
+  CombineAlgorithm algorithm = CombineAlgorithm::kAuto;
+  // v2 tuning (0: environment DMOE_COMBINE_REDUCE_WARPS / _SIGNAL_BATCH / _K_GROUP, else automatic):
+  int reduce_warps = 0;  // signal mode: warps of each 16-warp CTA that reduce (1..15; auto 4)
+  int signal_batch = 0;  // signal mode: scatter units per release fence (1..32; auto 1)
+  int k_group = 0;       // consecutive k per scatter unit (1..K; auto: 1 when the units (token, owner,
+                         // segment) are fewer than the scatter warps, else K)
 };
 
 class EpGroup {
@@ -175,10 +207,55 @@ class EpGroup {
   // y_MD: BF16 [capacity_rows, D], row m = result of route row m (rows of tables()); padding rows
   // are never read. scores_TK: FP32 or BF16 [T, K]. out_TD: BF16 [T, D]:
   // out[t] = bf16(fmaf(s_K-1, y_K-1, ... fmaf(s_0, y_0, 0.0f))) over routed ids in k order (FP32).
+  // options.algorithm picks the kernel (default v2: only routes of other owners cross NVLink);
+  // every algorithm and sync gives the same bits.
   void combine(const void* y_MD, const void* scores_TK, DType score_dtype, void* out_TD, int64_t num_tokens,
                cudaStream_t stream, const CombineOptions& options = {});
   // EP barrier (slot 0) on `stream`.
   void barrier(cudaStream_t stream);
+
+  // publish + route (+ dispatch when x_gathered_MD is not null) with the same results as the three
+  // calls. When fused_route_supported() (R * T_max * K <= fused_route_max_routes()), one cooperative
+  // kernel: every CTA publishes a slice; the last one sends a one-way arrival (publish epoch) to every
+  // rank; every CTA waits for all arrivals, builds the whole routing in shared memory (redundantly),
+  // writes its slice of tables() and moves rows token-once. The arrival is a full EP barrier for
+  // every earlier op on the stream (same reuse guarantees as route()'s barrier). Otherwise publish(),
+  // route(), dispatch(). Traps like publish/route (bad id with validation, unequal T, overflow).
+  void publish_route_dispatch(const void* x_TD, const void* ids_TK, DType ids_dtype, int64_t num_tokens,
+                              void* x_gathered_MD, cudaStream_t stream, const DispatchOptions& options = {});
+  bool fused_route_supported() const { return fused_ctas_ > 0; }
+  int64_t fused_route_max_routes() const { return fused_max_routes_; }
+
+  // The second half of combine() for a fused pipeline. Precondition: every route row of this call
+  // was stored into its owner's combine window by a kernel earlier on `stream` on every rank (row m
+  // of tables() to tables().scatter_dst[m], plain st.global, then a system-scope release fence,
+  // e.g. fence.acq_rel.sys / __threadfence_system()). Runs the EP barrier (so every peer's stores
+  // are visible), then out[t] = bf16(fmaf(s_K-1, v_K-1, ... fmaf(s_0, v_0, 0.0f))) over routed ids
+  // in k order, reading every route from this rank's combine window: bitwise identical to
+  // combine(). -1 (and out-of-range) routes are skipped; their slots are never read. One
+  // cooperative kernel (split EP barrier on slot 0, no grid barrier). scores_TK: FP32 or BF16
+  // [T, K]; out_TD: BF16 [T, D]. options: num_sms only.
+  void reduce(const void* scores_TK, DType score_dtype, void* out_TD, int64_t num_tokens, cudaStream_t stream,
+              const CombineOptions& options = {});
+
+  // This rank's route slots, BF16 [T_max, K, D]: route (t, k) of this rank's token t at byte offset
+  // (t*K + k) * D * 2 (routing::combine_slot_offset).
+  //  - local_dispatch_routes(): this rank's dispatch window. Forward: x rows [T, D] at t*D*2 (written
+  //    by publish; peers read them in dispatch). Backward: the owner writes grad_h3 route rows here
+  //    (after an EP barrier that follows every peer's last forward read), EP barrier, then expert
+  //    ranks gather row m from tables().grad_gather_src[m].
+  //  - local_combine_routes(): this rank's combine window. Forward: h3 route rows arrive here
+  //    (combine, or a W2 epilogue through scatter_dst). Backward: grad_x route rows arrive here
+  //    (W13 DGRAD epilogue through scatter_dst); read them after an EP barrier.
+  void* local_dispatch_routes() const { return dispatch_win_->local_ptr(); }
+  void* local_combine_routes() const { return combine_win_->local_ptr(); }
+  int64_t route_slot_bytes() const { return layout_.row_bytes; }  // D * 2, the stride of a route slot
+
+  // Phase trace of the EP kernels (off by default): while enabled, launches record %globaltimer
+  // (ns) into trace_buffer() [kTraceSlots] (EpDeviceLayout::trace, TraceSlot). Graphs captured while
+  // enabled keep tracing. Benchmarks only.
+  void enable_trace(bool on);
+  unsigned long long* trace_buffer() const { return trace_; }
 
   const EpConfig& config() const { return config_; }
   int rank() const { return layout_.rank; }
@@ -210,7 +287,13 @@ class EpGroup {
   int max_routing_ctas_ = 0;
   int combine_ctas_f32_ = 0;   // co-resident combine CTAs (FP32 scores)
   int combine_ctas_bf16_ = 0;  // co-resident combine CTAs (BF16 scores)
+  int combine2_ctas_[2][3] = {};  // co-resident v2 CTAs [bf16 scores][mode]
+  int fused_ctas_ = 0;            // CTAs of the fused route kernel (0: not supported)
+  int64_t fused_max_routes_ = 0;  // R * T * K limit of the fused route kernel
+  unsigned long long* trace_ = nullptr;
   std::vector<uintptr_t> dispatch_bases_, combine_bases_;
+  void combine_v2(const void* y_MD, const void* scores_TK, bool score_bf16, void* out_TD, int64_t num_tokens,
+                  int mode, const CombineOptions& options, cudaStream_t stream);
 };
 
 // Bytes of each window an EpGroup allocates for `config` on `world_size` ranks (per rank).
@@ -222,6 +305,10 @@ struct EpWindowSizes {
   int64_t signal = 0;
   int64_t barrier_inbox_offset = 0;
   int64_t token_counter_offset = 0;
+  // Symmetric bytes beyond MemoryPlan's routing/dispatch/combine windows: the second routing parity
+  // slot and the signal window, routing_slot + signal =
+  //   align128(128 + T_max*K*id_bytes) + align128(1024 + 4*T_max)   (id_bytes 2 if E <= 32767, else 4)
+  int64_t extra_symmetric = 0;
 };
 EpWindowSizes ep_window_sizes(const EpConfig& config, int world_size);
 

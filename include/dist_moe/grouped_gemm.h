@@ -19,9 +19,21 @@
 // scatter epilogue that stores every output row through a table of destination addresses,
 // optionally scaled per row.
 //
+// Device-side operand offsets: every row-buffer operand may carry `const int64_t* <name>_offset`,
+// a device pointer to one int64 byte offset (a multiple of 128) that the kernel adds to the base
+// pointer at run time; nullptr means 0. The device activation planner decides where x_gathered,
+// h1, h2 and the gradients live inside the activation buffer, so no host read is needed and a
+// captured CUDA graph replays correctly when the offset values change between replays. The base
+// pointer and the offset together must address a tensor of the documented shape. Tensor maps of
+// moved operands are patched per thread block in a small global workspace the library keeps per
+// (device, stream): calls on one stream run one after another, calls on different streams never
+// share it. (A graph captured on stream S keeps S's workspace: do not replay two graphs captured
+// on the same stream concurrently.)
+//
 // All pointers are device pointers; every call is asynchronous on `stream`. Invalid arguments
 // throw dist_moe::Error (kInvalidValue) naming the field and the bound; a device-side violation
-// (negative count, counts summing past m_capacity) traps.
+// (negative count, counts summing past m_capacity, an offset that is not a multiple of 128 when
+// validate_counts is on, 16 otherwise) traps.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -54,8 +66,14 @@ struct GroupedGemmConfig {
   int num_sms = 0;       // persistent CTAs; 0 = every SM of the device
   bool swap_ab = false;  // decode: weights on the wgmma M dimension, tokens on N
   bool gather = false;   // A produced by the gather producer (set from the arguments)
+  // The two consumer warpgroups take alternate tiles (each owns a whole BM x BN tile) instead of
+  // sharing every tile, so one's epilogue overlaps the other's tensor-core work.
+  bool pingpong = false;
+  // The epilogue stages each 64-row block in shared memory and stores it with TMA, asynchronously
+  // (partial blocks, scatter and BF16 accumulation still use ordinary stores).
+  bool tma_store = false;
 
-  // "128x256x64_s4" (+ "_swapab", "_gather"); what overrides and the benchmark print.
+  // "128x256x64_s4" (+ "_pp", "_tma", "_swapab", "_gather"); what overrides and the benchmark print.
   std::string name() const;
 };
 
@@ -68,6 +86,7 @@ struct GroupedGemmProblem {
   int64_t e_local = 0;
   DType out_dtype = DType::kBFloat16;
   bool gather = false;
+  bool scatter = false;  // output rows stored through a row-address table (fused combine)
 };
 
 // The one place tile shapes are chosen (src/kernels/gemm_config.cpp; each branch says why).
@@ -83,6 +102,7 @@ struct GatherArgs {
   const void* const* row_ptrs = nullptr;  // [m_capacity]
   void* gathered = nullptr;               // [m_capacity, k] BF16
   int32_t* workspace = nullptr;           // grouped_gemm_gather_workspace_bytes(); zeroed by the call
+  const int64_t* gathered_offset = nullptr;  // device byte offset added to `gathered` (nullptr = 0)
 };
 size_t grouped_gemm_gather_workspace_bytes(int64_t m_capacity, int64_t e_local);
 
@@ -114,6 +134,10 @@ struct FpropArgs {
   void* out = nullptr;       // [m_capacity, n] BF16 (unused with scatter)
   GatherArgs gather;
   ScatterArgs scatter;
+  // Device byte offsets (see the top of this file); nullptr = 0. a_offset is unused with gather
+  // (gather.gathered_offset moves the gathered copy), out_offset with scatter.
+  const int64_t* a_offset = nullptr;
+  const int64_t* out_offset = nullptr;
 };
 
 struct W13FpropArgs {
@@ -131,6 +155,10 @@ struct W13FpropArgs {
   float clip_limit = static_cast<float>(kSwigluClampLimitDefault);
   bool accumulate_clip_stats = false;
   GatherArgs gather;
+  // Device byte offsets (see the top of this file); nullptr = 0. a_offset is unused with gather.
+  const int64_t* a_offset = nullptr;
+  const int64_t* h1_offset = nullptr;
+  const int64_t* h2_offset = nullptr;
 };
 
 struct DgradArgs {
@@ -142,6 +170,10 @@ struct DgradArgs {
   bool accumulate = false;         // grad_a += result (FP32 sum, one rounding)
   GatherArgs gather;               // gathers grad_out
   ScatterArgs scatter;
+  // Device byte offsets (see the top of this file); nullptr = 0. grad_out_offset is unused with
+  // gather, grad_a_offset with scatter.
+  const int64_t* grad_out_offset = nullptr;
+  const int64_t* grad_a_offset = nullptr;
 };
 
 struct WgradArgs {
@@ -151,6 +183,9 @@ struct WgradArgs {
   void* grad_w = nullptr;          // [e_local, n, k]
   DType out_dtype = DType::kFloat32;  // kBFloat16 or kFloat32
   bool accumulate = false;         // grad_w += result; otherwise empty experts get zeros
+  // Device byte offsets of the two row buffers (see the top of this file); nullptr = 0.
+  const int64_t* grad_out_offset = nullptr;
+  const int64_t* a_offset = nullptr;
 };
 
 void grouped_gemm_fprop(const FpropArgs& args, cudaStream_t stream);

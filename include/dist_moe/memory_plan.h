@@ -58,9 +58,11 @@ struct MemoryPlan {
 
   // ---- this project's symmetric windows, per rank (allocated with ncclMemAlloc) ----
   DType routing_id_dtype = DType::kInt16;  // int16 when num_experts fits, else int32
-  int64_t routing_window_bytes = 0;        // 128-byte header (int32 T) + T_max*K ids
+  int64_t routing_window_bytes = 0;        // 2 parity slots of: 128-byte header (int32 T) + T_max*K ids
   int64_t dispatch_window_bytes = 0;       // BF16 [T_max, K, D]: x rows (fwd), grad_h3 routes (bwd)
   int64_t combine_window_bytes = 0;        // BF16 [T_max, K, D]: h3 routes (fwd), grad_x routes (bwd)
+  int64_t signal_window_bytes = 0;         // EP barrier inbox (4 slots x 64 ranks x 4 B) + T_max counters
+  int64_t rows_window_bytes = 0;           // every rank's received rows, int32 [ep_size]
   int64_t total_symmetric_bytes = 0;
 
   // Soft problems the planner corrected (factor clamping, oversized slot).

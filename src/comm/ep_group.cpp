@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "../kernels/ep_kernels.h"
 #include "dist_moe/check.h"
@@ -41,6 +42,23 @@ bool pdl_disabled() {
   return disabled;
 }
 
+int64_t env_int64(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  return std::atoll(v);
+}
+
+// DMOE_COMBINE_ALGO=v1|v2 (kAuto only); default v2.
+CombineAlgorithm resolve_algorithm(CombineAlgorithm a) {
+  if (a != CombineAlgorithm::kAuto) return a;
+  static const CombineAlgorithm from_env = [] {
+    const char* v = std::getenv("DMOE_COMBINE_ALGO");
+    if (v != nullptr && std::string(v) == "v1") return CombineAlgorithm::kV1;
+    return CombineAlgorithm::kV2;
+  }();
+  return from_env;
+}
+
 int ep_sms(const Communicator& comm, int requested) {
   return requested > 0 ? std::min(requested, comm.num_sms()) : comm.num_sms();
 }
@@ -69,6 +87,7 @@ EpWindowSizes ep_window_sizes(const EpConfig& c, int world_size) {
   s.barrier_inbox_offset = 0;
   s.token_counter_offset = align128(static_cast<int64_t>(kNumBarrierSlots) * kMaxEpRanks * 4);
   s.signal = align128(s.token_counter_offset + c.max_tokens * 4);
+  s.extra_symmetric = s.routing_slot + s.signal;  // beyond MemoryPlan's three windows
   (void)world_size;
   return s;
 }
@@ -97,6 +116,12 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
   DMOE_CHECK_ARG(R <= routing::kMaxWorldForRouteCode && R <= kMaxEpRanks, "EP size ", R, " is not supported");
   const int64_t L = c.num_experts / R;
   DMOE_CHECK_ARG(L <= 32767, "local experts per rank (", L, ") must be at most 32767");
+  {  // the v2 combine kernel indexes its work units with 32 bits
+    const int64_t nseg = kernels::row_segments(static_cast<int>(c.hidden / 8));
+    DMOE_CHECK_ARG(R * c.max_tokens * c.top_k * nseg < (int64_t{1} << 31) &&
+                       c.max_tokens * (c.hidden / 8 + 31) / 32 < (int64_t{1} << 31),
+                   "EP size * max_tokens * top_k * hidden is too large for the combine kernels");
+  }
   if (config_.capacity_rows <= 0) config_.capacity_rows = ep_default_capacity_rows(c, R);
   DMOE_CHECK_ARG(c.capacity_rows < (int64_t{1} << 31) - 1, "capacity_rows=", c.capacity_rows, " is too large");
 
@@ -139,6 +164,7 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
   tables_.send_rows_to_rank = device_alloc<int32_t>(R, 0);
   tables_.gather_src = const_cast<const void**>(device_alloc<void*>(c.capacity_rows, 0));
   tables_.scatter_dst = device_alloc<void*>(c.capacity_rows, 0);
+  tables_.grad_gather_src = const_cast<const void**>(device_alloc<void*>(c.capacity_rows, 0));
   tables_.row_route = device_alloc<int32_t>(c.capacity_rows, 0xff);
   tables_.route_row = device_alloc<int32_t>(static_cast<size_t>(R) * c.max_tokens * c.top_k, 0xff);
   cta_expert_counts_ = device_alloc<int32_t>(static_cast<size_t>(max_routing_ctas_) * L, 0);
@@ -162,10 +188,27 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
   layout_.token_counter_offset = sizes.token_counter_offset;
   layout_.state = state_;
   layout_.timeout_cycles = comm.timeout_cycles();
+  layout_.trace = nullptr;
 
   combine_ctas_f32_ = kernels::combine_max_coresident_ctas(id_bytes, false, comm.num_sms());
   combine_ctas_bf16_ = kernels::combine_max_coresident_ctas(id_bytes, true, comm.num_sms());
   DMOE_CHECK_ARG(combine_ctas_f32_ >= 1 && combine_ctas_bf16_ >= 1, "the combine kernel cannot be resident");
+  for (int b = 0; b < 2; ++b)
+    for (int m = 0; m < 3; ++m) {
+      combine2_ctas_[b][m] = kernels::combine2_max_coresident_ctas(id_bytes, b != 0, m, comm.num_sms());
+      DMOE_CHECK_ARG(combine2_ctas_[b][m] >= 1, "the v2 combine kernel cannot be resident");
+    }
+
+  // ---- fused publish + route + dispatch: one CTA per SM, all routes in shared memory ----
+  fused_max_routes_ = std::max<int64_t>(0, env_int64("DMOE_FUSED_MAX_ROUTES", 16384));
+  const int64_t routes_at_tmax = static_cast<int64_t>(R) * c.max_tokens * c.top_k;
+  if (routes_at_tmax <= fused_max_routes_) {
+    const size_t smem = kernels::fused_smem_bytes(static_cast<int>(L), routes_at_tmax);
+    constexpr size_t kStaticSmemMargin = 4096;  // the kernel's static shared memory, rounded up
+    if (smem + kStaticSmemMargin <= static_cast<size_t>(optin) &&
+        kernels::fused_max_coresident_per_sm(id_bytes, smem) >= 1)
+      fused_ctas_ = comm.num_sms();
+  }
 
   // ---- this process's addresses of every rank's windows ----
   uintptr_t* d_bases = device_alloc<uintptr_t>(2 * static_cast<size_t>(R), 0);
@@ -209,6 +252,8 @@ EpGroup::~EpGroup() {
   free_quietly(tables_.send_rows_to_rank);
   free_quietly(tables_.gather_src);
   free_quietly(tables_.scatter_dst);
+  free_quietly(tables_.grad_gather_src);
+  free_quietly(trace_);
   free_quietly(tables_.row_route);
   free_quietly(tables_.route_row);
   free_quietly(cta_expert_counts_);
@@ -277,11 +322,102 @@ void EpGroup::combine(const void* y_MD, const void* scores_TK, DType score_dtype
   if (score_dtype != DType::kFloat32 && score_dtype != DType::kBFloat16)
     detail::fail(ErrorCode::kInvalidType, "topk_scores_TK must be float32 or bfloat16, got ", to_string(score_dtype));
   const bool bf16 = score_dtype == DType::kBFloat16;
+  if (resolve_algorithm(options.algorithm) == CombineAlgorithm::kV2) {
+    combine_v2(y_MD, scores_TK, bf16, out_TD, num_tokens,
+               options.sync == CombineSync::kSignal ? kernels::kC2Signal : kernels::kC2Barrier, options, stream);
+    return;
+  }
   const int max_ctas = bf16 ? combine_ctas_bf16_ : combine_ctas_f32_;
   const int per_sm = std::max(1, max_ctas / comm_.num_sms());
   const int ctas = std::min(max_ctas, per_sm * ep_sms(comm_, options.num_sms));
   kernels::launch_combine(layout_, tables_, y_MD, scores_TK, bf16, out_TD, static_cast<int>(num_tokens),
                           options.sync == CombineSync::kSignal, ctas, stream);
+}
+
+void EpGroup::reduce(const void* scores_TK, DType score_dtype, void* out_TD, int64_t num_tokens, cudaStream_t stream,
+                     const CombineOptions& options) {
+  DMOE_CHECK_ARG(num_tokens >= 1 && num_tokens <= config_.max_tokens, "num_tokens=", num_tokens, " must be in [1, ",
+                 config_.max_tokens, "]");
+  DMOE_CHECK_ARG(out_TD != nullptr && aligned16(out_TD), "out_TD must be a non-null 16-byte aligned BF16 [T, D] pointer");
+  DMOE_CHECK_ARG(scores_TK != nullptr, "topk_scores_TK must not be null");
+  if (score_dtype != DType::kFloat32 && score_dtype != DType::kBFloat16)
+    detail::fail(ErrorCode::kInvalidType, "topk_scores_TK must be float32 or bfloat16, got ", to_string(score_dtype));
+  combine_v2(nullptr, scores_TK, score_dtype == DType::kBFloat16, out_TD, num_tokens, kernels::kC2ReduceOnly, options,
+             stream);
+}
+
+void EpGroup::combine_v2(const void* y_MD, const void* scores_TK, bool score_bf16, void* out_TD, int64_t num_tokens,
+                         int mode, const CombineOptions& options, cudaStream_t stream) {
+  constexpr int kWarpsPerCta = kernels::kCombineThreads / 32;
+  const int max_ctas = combine2_ctas_[score_bf16 ? 1 : 0][mode];
+  const int per_sm = std::max(1, max_ctas / comm_.num_sms());
+  const int ctas = std::min(max_ctas, per_sm * ep_sms(comm_, options.num_sms));
+  kernels::Combine2Args a{};
+  a.y = static_cast<const char*>(y_MD);
+  a.scores = scores_TK;
+  a.out = static_cast<char*>(out_TD);
+  a.num_tokens = static_cast<int>(num_tokens);
+  int rw = options.reduce_warps > 0 ? options.reduce_warps
+                                    : static_cast<int>(env_int64("DMOE_COMBINE_REDUCE_WARPS", 4));
+  a.reduce_warps = std::clamp(rw, 1, kWarpsPerCta - 1);
+  int sb = options.signal_batch > 0 ? options.signal_batch
+                                    : static_cast<int>(env_int64("DMOE_COMBINE_SIGNAL_BATCH", 1));
+  a.signal_batch = std::clamp(sb, 1, 32);
+  const int K = static_cast<int>(config_.top_k);
+  int kg = options.k_group > 0 ? options.k_group : static_cast<int>(env_int64("DMOE_COMBINE_K_GROUP", 0));
+  if (kg <= 0) {  // automatic: one route per unit while the coarse units do not fill the scatter warps
+    const int nseg = kernels::row_segments(static_cast<int>(layout_.row_bytes / 16));
+    const int64_t coarse_units = num_tokens * (comm_.world_size() - 1) * nseg;
+    const int64_t scatter_warps =
+        static_cast<int64_t>(ctas) * (mode == kernels::kC2Signal ? kWarpsPerCta - a.reduce_warps : kWarpsPerCta);
+    kg = coarse_units < scatter_warps ? 1 : K;
+  }
+  a.k_group = std::clamp(kg, 1, K);
+  kernels::launch_combine2(layout_, tables_, a, score_bf16, mode, ctas, stream);
+}
+
+void EpGroup::publish_route_dispatch(const void* x_TD, const void* ids_TK, DType ids_dtype, int64_t num_tokens,
+                                     void* x_gathered_MD, cudaStream_t stream, const DispatchOptions& options) {
+  bool fused = fused_route_supported();
+  if (options.fused == FusedRoute::kOff) fused = false;
+  if (options.fused == FusedRoute::kAuto && fused) {
+    static const int64_t env = env_int64("DMOE_FUSED_ROUTE", 1);
+    fused = env != 0;
+  }
+  if (options.fused == FusedRoute::kOn)
+    DMOE_CHECK_ARG(fused, "the fused route kernel does not support this group: EP size * max_tokens * top_k = ",
+                   comm_.world_size() * config_.max_tokens * config_.top_k, " routes (limit ", fused_max_routes_,
+                   ", DMOE_FUSED_MAX_ROUTES) or its shared memory does not fit");
+  if (!fused) {
+    publish(x_TD, ids_TK, ids_dtype, num_tokens, stream);
+    route(num_tokens, stream);
+    if (x_gathered_MD != nullptr) dispatch(x_gathered_MD, num_tokens, stream, options);
+    return;
+  }
+  DMOE_CHECK_ARG(num_tokens >= 1 && num_tokens <= config_.max_tokens, "num_tokens=", num_tokens, " must be in [1, ",
+                 config_.max_tokens, "] (max_num_local_input_tokens)");
+  DMOE_CHECK_ARG(x_TD != nullptr && aligned16(x_TD), "x_TD must be a non-null 16-byte aligned BF16 [T, D] pointer");
+  DMOE_CHECK_ARG(ids_TK != nullptr, "topk_expert_ids_TK must not be null");
+  if (ids_dtype != DType::kInt32 && ids_dtype != DType::kInt64)
+    detail::fail(ErrorCode::kInvalidType, "topk_expert_ids_TK must be int32 or int64, got ", to_string(ids_dtype));
+  DMOE_CHECK_ARG(x_gathered_MD == nullptr || aligned16(x_gathered_MD),
+                 "x_gathered must be a 16-byte aligned BF16 [capacity_rows, D] pointer");
+  kernels::FusedArgs a{};
+  a.x = x_TD;
+  a.ids = ids_TK;
+  a.x_gathered = static_cast<char*>(x_gathered_MD);
+  a.num_tokens = static_cast<int>(num_tokens);
+  a.alignment = config_.row_alignment;
+  a.validate = config_.validate_expert_ids ? 1 : 0;
+  a.zero_fill = options.zero_fill_padding ? 1 : 0;
+  a.capacity_rows = config_.capacity_rows;
+  const int ctas = std::min(fused_ctas_, ep_sms(comm_, options.num_sms));
+  kernels::launch_fused_route(layout_, tables_, a, ids_dtype == DType::kInt64, ctas, stream);
+}
+
+void EpGroup::enable_trace(bool on) {
+  if (on && trace_ == nullptr) trace_ = device_alloc<unsigned long long>(kTraceSlots, 0);
+  layout_.trace = on ? trace_ : nullptr;
 }
 
 void EpGroup::barrier(cudaStream_t stream) { kernels::launch_ep_barrier(layout_, 0, stream); }

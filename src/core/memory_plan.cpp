@@ -199,11 +199,15 @@ MemoryPlan plan_memory(const Config& config, int64_t ep_size, const PlanOptions&
 
   // ---- symmetric windows ----
   p.routing_id_dtype = config.num_experts <= 32767 ? DType::kInt16 : DType::kInt32;
+  // Routing ids are double-buffered: a rank may publish call n+1 while a slow peer reads call n.
   p.routing_window_bytes =
-      A(kRoutingHeaderBytes + d.T * d.K * static_cast<i64>(element_size(p.routing_id_dtype)));
+      2 * A(kRoutingHeaderBytes + d.T * d.K * static_cast<i64>(element_size(p.routing_id_dtype)));
   p.dispatch_window_bytes = A(d.T * d.K * d.D * 2);
   p.combine_window_bytes = A(d.T * d.K * d.D * 2);
-  p.total_symmetric_bytes = p.routing_window_bytes + p.dispatch_window_bytes + p.combine_window_bytes;
+  p.signal_window_bytes = A(4 * 64 * 4 + 4 * d.T);
+  p.rows_window_bytes = A(4 * ep_size);
+  p.total_symmetric_bytes = p.routing_window_bytes + p.dispatch_window_bytes + p.combine_window_bytes +
+                            p.signal_window_bytes + p.rows_window_bytes;
   return p;
 }
 
@@ -252,7 +256,8 @@ std::string MemoryPlan::explain() const {
   }
   line(std::string("symmetric windows per rank: routing ") + format_bytes(routing_window_bytes) + " (" +
        to_string(routing_id_dtype) + " ids), dispatch " + format_bytes(dispatch_window_bytes) + ", combine " +
-       format_bytes(combine_window_bytes));
+       format_bytes(combine_window_bytes) + ", signal " + format_bytes(signal_window_bytes) + ", rows " +
+       format_bytes(rows_window_bytes));
   line("total symmetric bytes per rank: " + format_bytes(total_symmetric_bytes));
   for (const auto& w : warnings) line("warning: " + w);
   return s;

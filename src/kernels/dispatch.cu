@@ -23,6 +23,7 @@ __global__ void __launch_bounds__(kDispatchThreads)
     dispatch_kernel(const EpDeviceLayout L, const RoutingTables tab, char* __restrict__ out, int num_tokens,
                     int alignment, int zero_fill) {
   grid_dependency_wait();
+  trace_first(L, kTrDispatchStart);
   __shared__ char* s_dbase[kMaxEpRanks];
   load_peer_bases(L.dispatch_win, L.world, s_dbase);
 
@@ -97,6 +98,7 @@ __global__ void __launch_bounds__(kDispatchThreads)
       warp_copy_segment<true>(src, dst, seg, nvec, lane);
     }
   }
+  trace_last(L, kTrDispatchEndLast);
 }
 
 }  // namespace

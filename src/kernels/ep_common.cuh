@@ -50,6 +50,27 @@ __device__ __forceinline__ bool take_diag_lock(EpLocalState* state) {
   return atomicCAS(&state->diag_lock, 0u, 1u) == 0u;
 }
 
+// With validate_expert_ids: the first thread that sees an id outside [-1, E) prints and traps.
+__device__ __noinline__ inline void report_bad_expert_id(const EpDeviceLayout& L, int64_t index, int64_t id) {
+  if (take_diag_lock(L.state)) {
+    printf("DistMoE expert ID is outside [-1, num_experts): rank %d token %lld k %lld id %lld num_experts %d\n", L.rank,
+           static_cast<long long>(index / L.top_k), static_cast<long long>(index % L.top_k),
+           static_cast<long long>(id), L.num_experts);
+    __trap();
+  }
+}
+
+// ---- phase trace (EpDeviceLayout::trace; off when nullptr) --------------------------------------
+
+// CTA 0, thread 0 records the time of `slot`.
+__device__ __forceinline__ void trace_first(const EpDeviceLayout& L, int slot) {
+  if (L.trace != nullptr && blockIdx.x == 0 && threadIdx.x == 0) L.trace[slot] = globaltimer_ns();
+}
+// Thread 0 of every CTA: `slot` holds the latest time any CTA got here.
+__device__ __forceinline__ void trace_last(const EpDeviceLayout& L, int slot) {
+  if (L.trace != nullptr && threadIdx.x == 0) atomicMax(L.trace + slot, globaltimer_ns());
+}
+
 // Rows are moved in segments of kSegVecs 16-byte vectors (4 KiB): one warp, one batch of
 // kRowUnroll loads in flight per lane. Work units are (row, segment), so even a few rows keep many
 // warps busy.

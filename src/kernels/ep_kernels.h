@@ -42,6 +42,25 @@ size_t routing_smem_bytes(int local_experts, int64_t chunk_routes);
 int routing_max_coresident_ctas(int id_bytes, size_t smem, int num_sms);
 void launch_routing(const EpDeviceLayout& L, const RoutingTables& tables, const RoutingArgs& args, cudaStream_t stream);
 
+// ---- fused publish + route + dispatch (one cooperative kernel; routing.cu) -------------------------
+inline constexpr int kFusedThreads = 1024;  // == 32 warps (routing::kFusedRouteWarps)
+struct FusedArgs {
+  const void* x;       // BF16 [T, D]
+  const void* ids;     // [T, K] int32 or int64
+  char* x_gathered;    // BF16 [capacity, D], or nullptr (publish + route only)
+  int num_tokens;
+  int alignment;
+  int validate;
+  int zero_fill;
+  int64_t capacity_rows;
+};
+// Dynamic shared memory for R*T*K = total_routes routes.
+size_t fused_smem_bytes(int local_experts, int64_t total_routes);
+// CTAs of the fused kernel that fit on one SM with `smem` bytes (raises the kernels' limit to smem).
+int fused_max_coresident_per_sm(int id_bytes, size_t smem);
+void launch_fused_route(const EpDeviceLayout& L, const RoutingTables& tables, const FusedArgs& args, bool ids_int64,
+                        int num_ctas, cudaStream_t stream);
+
 // ---- dispatch -----------------------------------------------------------------------------------
 inline constexpr int kDispatchThreads = 512;
 void launch_dispatch(const EpDeviceLayout& L, const RoutingTables& tables, void* x_gathered, int num_tokens,
@@ -52,6 +71,25 @@ inline constexpr int kCombineThreads = 512;
 int combine_max_coresident_ctas(int id_bytes, bool score_bf16, int num_sms);
 void launch_combine(const EpDeviceLayout& L, const RoutingTables& tables, const void* y, const void* scores,
                     bool score_bf16, void* out, int num_tokens, bool signal_mode, int num_ctas, cudaStream_t stream);
+
+// Rows move in segments of this many 16-byte vectors (4 KiB; == kSegVecs of ep_common.cuh).
+inline constexpr int kRowSegmentVecs = 256;
+inline constexpr int row_segments(int nvec) { return (nvec + kRowSegmentVecs - 1) / kRowSegmentVecs; }
+
+// v2 (remote-only scatter; see combine.cu): modes and arguments.
+enum Combine2Mode : int { kC2ReduceOnly = 0, kC2Barrier = 1, kC2Signal = 2 };
+struct Combine2Args {
+  const char* y;       // BF16 [capacity, D] route results (unused in reduce-only mode)
+  const void* scores;  // [T, K] FP32 or BF16
+  char* out;           // BF16 [T, D]
+  int num_tokens;
+  int reduce_warps;    // signal mode: warps per CTA that reduce, 1..15 (the others scatter)
+  int k_group;         // routes (consecutive k) per scatter unit, 1..K
+  int signal_batch;    // signal mode: scatter units per release fence, 1..32
+};
+int combine2_max_coresident_ctas(int id_bytes, bool score_bf16, int mode, int num_sms);
+void launch_combine2(const EpDeviceLayout& L, const RoutingTables& tables, const Combine2Args& args, bool score_bf16,
+                     int mode, int num_ctas, cudaStream_t stream);
 
 // ---- barriers and helpers -----------------------------------------------------------------------
 void launch_ep_barrier(const EpDeviceLayout& L, int slot, cudaStream_t stream);

@@ -3,10 +3,21 @@
 // The facts every branch leans on (H100/H200, one CTA per SM, 227 KiB of shared memory):
 //  * Two consumer warpgroups of a 128-row tile each hold an m64 x BN FP32 fragment: BN = 256 is
 //    128 accumulator registers per thread, the most that fits next to the epilogue's working set.
+//    Ping-pong gives one warpgroup a whole 128 x 128 tile (two m64 x 128 fragments, also 128).
 //  * A stage holds (BM + BN) x 64 BF16: 48 KiB at 128x256 (4 stages = 192 KiB), 32 KiB at 128x128
-//    (6 stages = 192 KiB). Both keep the same bytes in flight; 128x256 does twice the math per byte
-//    of shared memory read, so it is the default whenever it is not wasteful.
+//    (6 stages = 192 KiB). Both keep the same bytes in flight; 128x256 does 4/3 the math per byte
+//    loaded, so it is the default whenever the epilogue does not dominate.
+//  * The epilogue of a cooperative tile stalls the tensor cores: with synchronous stores ~2-4 us
+//    per 128x256 tile, with the SwiGLU math ~10 us (measured: W13 ran 10 us/tile slower than W2 at
+//    equal K). TMA stores leave only the staging on the critical path (~1 us, plus SwiGLU's math);
+//    ping-pong hides the whole epilogue behind the other warpgroup's mainloop as long as the
+//    epilogue is shorter than a 128x128 mainloop (K >= ~1536 at ~10 us of SwiGLU work).
 //  * Only host-known sizes are used: m_capacity bounds the rows, the counts stay on the device.
+//  * The TMA staging (32 KiB) next to 192 KiB of stages leaves room for the scheduler tables of
+//    about 190 experts; beyond that the heuristic falls back to the padded-staging kernels.
+// DIST_MOE_GEMM_LEGACY=1 restores the first version's choices (synchronous epilogues), for A/B runs
+// and as an escape hatch.
+#include <cstdlib>
 #include <string>
 
 #include "dist_moe/grouped_gemm.h"
@@ -14,14 +25,54 @@
 namespace dist_moe {
 namespace {
 
-GroupedGemmConfig tile(int bm, int bn, int stages, const GroupedGemmProblem& p, int sms) {
+constexpr int kSmemOptin = 232448;  // H100/H200 dynamic shared memory per block (227 KiB)
+
+GroupedGemmConfig tile(int bm, int bn, int stages, const GroupedGemmProblem& p, int sms, bool pingpong = false,
+                       bool tma_store = false) {
   GroupedGemmConfig c;
   c.block_m = bm;
   c.block_n = bn;
   c.stages = stages;
   c.num_sms = sms;
   c.gather = p.gather;
+  c.pingpong = pingpong;
+  c.tma_store = tma_store;
   return c;
+}
+
+// Shared memory of a configuration (device/gemm/kernel.cuh layout; the host API checks the exact
+// number against the device before launching).
+int smem_estimate(const GroupedGemmConfig& c, const GroupedGemmProblem& p) {
+  const int stages = c.stages * (c.block_m + c.block_n) * 128;
+  const int staging = 2 * (c.tma_store ? 16384 : 10240);
+  const int e = static_cast<int>(p.e_local);
+  const int tables = (2 * (e + 1) + (p.op == GroupedGemmOp::kWgrad ? e : 0)) * 4;
+  return 1024 + stages + staging + 16 * c.stages + 80 + 16 + tables;
+}
+
+bool legacy_requested() {
+  static const bool legacy = [] {
+    const char* v = std::getenv("DIST_MOE_GEMM_LEGACY");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return legacy;
+}
+
+// The preferred configuration when it fits next to this many experts' tables, else the fallback.
+GroupedGemmConfig fitting(const GroupedGemmConfig& preferred, const GroupedGemmConfig& fallback,
+                          const GroupedGemmProblem& p) {
+  if (legacy_requested() || smem_estimate(preferred, p) > kSmemOptin) return fallback;
+  return preferred;
+}
+
+// Cooperative 128x256 with TMA stores, or ping-pong 128x128 with TMA stores when the contraction
+// is short: with few 64-deep k blocks per tile even the asynchronous epilogue's staging (~1 us per
+// 128x256 tile) is a large share of the tile, and ping-pong hides it completely, at the price of
+// 4/3 the operand bytes per FLOP of the smaller tile. `k_blocks`: contraction / 64 (WGRAD: the
+// average rows per expert / 64).
+GroupedGemmConfig async_epilogue(int64_t k_blocks, const GroupedGemmProblem& p, int sms, const GroupedGemmConfig& fallback) {
+  if (k_blocks <= 16) return fitting(tile(128, 128, 6, p, sms, true, true), fallback, p);
+  return fitting(tile(128, 256, 4, p, sms, false, true), fallback, p);
 }
 
 // Number of 128 x bn output tiles if the rows were spread evenly (m_capacity is an upper bound).
@@ -42,12 +93,22 @@ GroupedGemmConfig select_fprop(const GroupedGemmProblem& p, int sms) {
     return c;
   }
   // The gather producer is compiled for 128x256 only: fewer N tiles wait on each gathered M tile.
-  if (p.gather) return tile(128, 256, 4, p, sms);
-  // N an odd multiple of 128: a 256-wide tile would compute a half-empty last column block.
-  if (p.n % 256 != 0) return tile(128, 128, 6, p, sms);
+  if (p.gather) return fitting(tile(128, 256, 4, p, sms, false, true), tile(128, 256, 4, p, sms), p);
+  // N an odd multiple of 128: a 256-wide tile would compute a half-empty last column block. With
+  // enough tiles, ping-pong 128x128 hides the epilogue; otherwise the smaller cooperative tile
+  // finishes each tile sooner.
+  if (p.n % 256 != 0) {
+    if (tiles_estimate(p.m_capacity, p.n, 128) >= 4 * sms)
+      return fitting(tile(128, 128, 6, p, sms, true, true), tile(128, 128, 6, p, sms), p);
+    return tile(128, 128, 6, p, sms);
+  }
   // Fewer 128x256 tiles than SMs: halve the tile so every SM gets work (latency-bound anyway).
   if (tiles_estimate(p.m_capacity, p.n, 256) < sms) return tile(128, 128, 6, p, sms);
-  return tile(128, 256, 4, p, sms);
+  // Scatter (fused combine): the rows go out by ordinary (often remote, NVLink) stores that TMA
+  // cannot do; ping-pong overlaps them with the other warpgroup's wgmmas (DESIGN.md §9).
+  if (p.scatter) return fitting(tile(128, 128, 6, p, sms, true, true), tile(128, 256, 4, p, sms), p);
+  // W2: asynchronous TMA stores take the epilogue off the tensor cores' critical path.
+  return async_epilogue(p.k / 64, p, sms, tile(128, 256, 4, p, sms));
 }
 
 GroupedGemmConfig select_fprop_swiglu(const GroupedGemmProblem& p, int sms) {
@@ -56,28 +117,43 @@ GroupedGemmConfig select_fprop_swiglu(const GroupedGemmProblem& p, int sms) {
     c.swap_ab = true;
     return c;
   }
-  // The SwiGLU epilogue needs gate column j and up column F + j in the same thread: the tile is
-  // 128 gate + 128 up columns, the widest split (needs F % 128 == 0, which the API requires).
-  return tile(128, 256, 4, p, sms);
+  // The SwiGLU epilogue needs gate column j and up column F + j in the same thread: a tile is
+  // BN/2 gate + BN/2 up columns (F % 128 == 0, which the API requires, allows both 64 and 128).
+  // Its ~10 us of SwiGLU math and stores per tile dominate at K = D <= 4096: ping-pong 128x128
+  // (64 gate + 64 up) overlaps all of it with the other warpgroup's wgmmas.
+  return fitting(tile(128, 128, 6, p, sms, true, true), tile(128, 256, 4, p, sms), p);
 }
 
 GroupedGemmConfig select_dgrad(const GroupedGemmProblem& p, int sms) {
-  // Output columns are k. FP32 output and the gather producer are compiled for 128x256 only;
-  // a half-empty last column block costs less than a missing configuration.
-  if (p.gather || p.out_dtype == DType::kFloat32) return tile(128, 256, 4, p, sms);
+  // Output columns are k. The gather producer is compiled for 128x256 only.
+  if (p.gather) return fitting(tile(128, 256, 4, p, sms, false, true), tile(128, 256, 4, p, sms), p);
+  if (p.out_dtype == DType::kFloat32) {
+    // k an odd multiple of 128: ping-pong 128x128 avoids the half-empty last column block.
+    if (p.k % 256 != 0) return fitting(tile(128, 128, 6, p, sms, true, true), tile(128, 256, 4, p, sms), p);
+    return fitting(tile(128, 256, 4, p, sms, false, true), tile(128, 256, 4, p, sms), p);
+  }
   // k an odd multiple of 128: a 256-wide tile would waste half of its last column block.
-  if (p.k % 256 != 0) return tile(128, 128, 6, p, sms);
+  if (p.k % 256 != 0) {
+    if (tiles_estimate(p.m_capacity, p.k, 128) >= 4 * sms)
+      return fitting(tile(128, 128, 6, p, sms, true, true), tile(128, 128, 6, p, sms), p);
+    return tile(128, 128, 6, p, sms);
+  }
   // Fewer 128x256 tiles than SMs: smaller tiles keep every SM busy.
   if (tiles_estimate(p.m_capacity, p.k, 256) < sms) return tile(128, 128, 6, p, sms);
-  return tile(128, 256, 4, p, sms);
+  // Scatter (fused combine of the W13 DGRAD): ordinary stores, overlapped by ping-pong.
+  if (p.scatter) return fitting(tile(128, 128, 6, p, sms, true, true), tile(128, 256, 4, p, sms), p);
+  return async_epilogue(p.n / 64, p, sms, tile(128, 256, 4, p, sms));
 }
 
 GroupedGemmConfig select_wgrad(const GroupedGemmProblem& p, int sms) {
-  // Output [n, k] per expert, contraction over the expert's rows. FP32 output with k an odd
-  // multiple of 128: 128-wide tiles avoid a half-empty last column block (compiled for FP32 only;
-  // BF16 WGRAD takes 128x256 and masks the last half block).
-  if (p.out_dtype == DType::kFloat32 && p.k % 256 != 0) return tile(128, 128, 6, p, sms);
-  return tile(128, 256, 4, p, sms);
+  // Output [n, k] per expert, contraction over the expert's rows: few k blocks per tile at dsv3
+  // (256 rows: 4), where writing the output dominates and must overlap the next tile's math.
+  // k an odd multiple of 128: ping-pong 128x128 tiles avoid a half-empty column block.
+  const bool fp32 = p.out_dtype == DType::kFloat32;
+  const GroupedGemmConfig fallback = fp32 && p.k % 256 != 0 ? tile(128, 128, 6, p, sms) : tile(128, 256, 4, p, sms);
+  if (p.k % 256 != 0) return fitting(tile(128, 128, 6, p, sms, true, true), fallback, p);
+  const int64_t rows_per_expert = p.e_local > 0 ? p.m_capacity / p.e_local : p.m_capacity;
+  return async_epilogue(rows_per_expert / 64, p, sms, fallback);
 }
 
 }  // namespace
@@ -96,6 +172,8 @@ std::string GroupedGemmConfig::name() const {
   std::string s = std::to_string(block_m) + "x" + std::to_string(block_n) + "x" + std::to_string(block_k) + "_s" +
                   std::to_string(stages);
   if (cluster_m != 1) s += "_c" + std::to_string(cluster_m);
+  if (pingpong) s += "_pp";
+  if (tma_store) s += "_tma";
   if (swap_ab) s += "_swapab";
   if (gather) s += "_gather";
   return s;

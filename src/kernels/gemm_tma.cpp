@@ -1,9 +1,10 @@
 // TMA descriptors for the grouped GEMMs (driver API cuTensorMapEncodeTiled).
 //
-// Every operand tile is a box of 64 BF16 columns (128 bytes: the 128B swizzle span, the width of
-// one wgmma K-major row or one MN-major chunk) by `box_rows` rows, swizzled with
-// CU_TENSOR_MAP_SWIZZLE_128B, which is the layout the wgmma descriptors in
-// device/ptx/wgmma.cuh describe. Out-of-bounds parts of a box are zero-filled.
+// Every box is 128 bytes wide (64 BF16 or 32 FP32 columns: the 128B swizzle span, the width of one
+// wgmma K-major row or one MN-major chunk, and one epilogue staging row) by `box_rows` rows,
+// swizzled with CU_TENSOR_MAP_SWIZZLE_128B, which is the layout the wgmma descriptors in
+// device/ptx/wgmma.cuh and the TMA epilogue writer describe. Loads zero-fill out-of-bounds parts of
+// a box; stores skip them.
 #include <cuda.h>
 
 #include <cstdint>
@@ -14,26 +15,53 @@
 #include "grouped_gemm_launch.h"
 
 namespace dist_moe::detail {
+namespace {
 
-CUtensorMap make_tma_bf16_2d(const void* base, int64_t rows, int64_t cols, int64_t ld, int box_rows,
-                             const char* what) {
+CUtensorMap encode(const void* base, int elem_bytes, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
+                   const cuuint32_t* box) {
+  CUtensorMap map;
+  const cuuint32_t element_stride[3] = {1, 1, 1};
+  DMOE_CU_CHECK(driver().cuTensorMapEncodeTiled(
+      &map, elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+      static_cast<cuuint32_t>(rank), const_cast<void*>(base), dims, strides, box, element_stride,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  return map;
+}
+
+}  // namespace
+
+CUtensorMap make_tma_2d(const void* base, int elem_bytes, int64_t rows, int64_t cols, int64_t ld, int box_rows,
+                        const char* what) {
+  DMOE_ASSERT(elem_bytes == 2 || elem_bytes == 4);
+  const int64_t box_cols = 128 / elem_bytes;
   DMOE_CHECK_ARG(base != nullptr, what, " is null");
   DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(base) % 16 == 0, what, " must be 16-byte aligned (TMA)");
-  DMOE_CHECK_ARG(rows >= 1 && cols >= 64, what, " must have at least 1 row and 64 columns, got ", rows, " x ", cols);
-  DMOE_CHECK_ARG((ld * 2) % 16 == 0, what, " row stride must be a multiple of 16 bytes (TMA), got ", ld * 2);
+  DMOE_CHECK_ARG(rows >= 1 && cols >= box_cols, what, " must have at least 1 row and ", box_cols,
+                 " columns, got ", rows, " x ", cols);
+  DMOE_CHECK_ARG((ld * elem_bytes) % 16 == 0, what, " row stride must be a multiple of 16 bytes (TMA), got ",
+                 ld * elem_bytes);
   DMOE_CHECK_ARG(rows <= (int64_t(1) << 31) - 1, what, " has ", rows, " rows; TMA coordinates are int32");
   DMOE_ASSERT(box_rows >= 1 && box_rows <= 256);
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld * elem_bytes)};  // bytes, dimension 1
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
+  return encode(base, elem_bytes, 2, dims, strides, box);
+}
 
-  CUtensorMap map;
-  const cuuint64_t global_dim[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t global_stride[1] = {static_cast<cuuint64_t>(ld) * 2};  // bytes, dimension 1
-  const cuuint32_t box_dim[2] = {64, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_stride[2] = {1, 1};
-  DMOE_CU_CHECK(driver().cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), global_dim,
-                                       global_stride, box_dim, element_stride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
-  return map;
+CUtensorMap make_tma_3d(const void* base, int elem_bytes, int64_t d2, int64_t d1, int64_t d0, int box_rows,
+                        const char* what) {
+  DMOE_ASSERT(elem_bytes == 2 || elem_bytes == 4);
+  const int64_t box_cols = 128 / elem_bytes;
+  DMOE_CHECK_ARG(base != nullptr, what, " is null");
+  DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(base) % 16 == 0, what, " must be 16-byte aligned (TMA)");
+  DMOE_CHECK_ARG(d0 >= box_cols && d1 >= 1 && d2 >= 1, what, " has an empty or too narrow dimension");
+  DMOE_CHECK_ARG((d0 * elem_bytes) % 16 == 0, what, " row stride must be a multiple of 16 bytes (TMA)");
+  DMOE_ASSERT(box_rows >= 1 && box_rows <= 256);
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(d0), static_cast<cuuint64_t>(d1), static_cast<cuuint64_t>(d2)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(d0 * elem_bytes), static_cast<cuuint64_t>(d1 * d0 * elem_bytes)};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1};
+  return encode(base, elem_bytes, 3, dims, strides, box);
 }
 
 }  // namespace dist_moe::detail

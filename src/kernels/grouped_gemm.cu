@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "dist_moe/check.h"
@@ -49,13 +52,37 @@ DeviceFacts device_facts() {
   return f;
 }
 
-// ---- count validation (prints, then traps) ----------------------------------------------------
+// ---- count and offset validation (prints, then traps) -------------------------------------------
 // One warp. The GEMM kernels check the same conditions but can only trap (a printf in a wgmma
 // kernel serializes its wgmmas), so this kernel gives the readable message first.
-__global__ void validate_counts_kernel(const int32_t* counts, int32_t num_experts, long long m_capacity, int op) {
+// The offset fields of the API, by name (the device prints the name; host strings are not
+// addressable there).
+enum OffsetName : int {
+  kOffA, kOffOut, kOffH1, kOffH2, kOffGathered, kOffGradOut, kOffGradA, kOffWgradA, kNumOffsetNames
+};
+
+struct OffsetChecks {
+  const int64_t* ptr[gemm::kNumMaps] = {};
+  int name[gemm::kNumMaps] = {};
+};
+
+__global__ void validate_counts_kernel(const int32_t* counts, int32_t num_experts, long long m_capacity, int op,
+                                       OffsetChecks offsets) {
   const char* const names[] = {"fprop", "w13_fprop_swiglu", "dgrad", "wgrad"};
+  const char* const offset_names[kNumOffsetNames] = {"a_offset",        "out_offset",      "h1_offset",
+                                                     "h2_offset",       "gather.gathered_offset",
+                                                     "grad_out_offset", "grad_a_offset",   "a_offset"};
   const char* name = names[op];
   const int lane = static_cast<int>(threadIdx.x);
+  if (lane < gemm::kNumMaps && offsets.ptr[lane] != nullptr) {
+    const long long off = static_cast<long long>(*offsets.ptr[lane]);
+    if (off % 128 != 0) {
+      printf("dist_moe grouped_gemm %s: %s = %lld bytes is not a multiple of 128 (device-side operand offsets must "
+             "keep TMA's alignment)\n",
+             name, offset_names[offsets.name[lane]], off);
+      ptx::trap();
+    }
+  }
   long long total = 0;
   for (int base = 0; base < num_experts; base += 32) {
     const int i = base + lane;
@@ -102,6 +129,8 @@ GroupedGemmConfig config_of(const GemmKernelEntry& e, int sms) {
   c.num_sms = sms;
   c.swap_ab = e.kind == GemmKind::kFpropSwapAB;
   c.gather = e.gather;
+  c.pingpong = e.pingpong;
+  c.tma_store = e.tma_store;
   return c;
 }
 
@@ -114,7 +143,8 @@ const GemmKernelEntry& find_kernel(GroupedGemmOp op, DType out, const GroupedGem
   const GemmKind kind = kind_of(op, cfg.swap_ab);
   for (const GemmKernelEntry& e : detail::gemm_kernels()) {
     if (e.kind == kind && e.epilogue == epilogue_of(op, out) && e.gather == cfg.gather && e.block_m == cfg.block_m &&
-        e.block_n == cfg.block_n && e.stages == cfg.stages)
+        e.block_n == cfg.block_n && e.stages == cfg.stages && e.pingpong == cfg.pingpong &&
+        e.tma_store == cfg.tma_store)
       return e;
   }
   std::ostringstream avail;
@@ -154,6 +184,33 @@ void check_gather(const GatherArgs& g, const char* op) {
   check_ptr(g.gathered, op, "gather.gathered");
 }
 
+// ---- tensor-map workspace for device-side offsets -----------------------------------------------
+// Kernels whose operands move at run time patch their tensor maps in global memory, one slot per
+// (CTA, map) (device/gemm/operands.cuh). A buffer per (device, stream) keeps kernels that may run
+// concurrently apart; kernels on one stream run one after another, so they can share it. Allocated
+// on first use, with relaxed capture mode so the first call may happen inside a graph capture
+// (the allocation is not a stream operation); never freed: 5 x 128 bytes per SM (82 KiB) per stream.
+CUtensorMap* tensormap_workspace(cudaStream_t stream, int num_sms) {
+  int dev = 0;
+  DMOE_CUDA_CHECK(cudaGetDevice(&dev));
+  // cudaStreamPerThread names a different stream in every host thread.
+  const std::thread::id tid = stream == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id();
+  const auto key = std::make_tuple(dev, reinterpret_cast<uintptr_t>(stream), tid);
+  static std::mutex mu;
+  static std::map<std::tuple<int, uintptr_t, std::thread::id>, CUtensorMap*> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  void* p = nullptr;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  const cudaError_t err = cudaMalloc(&p, static_cast<size_t>(num_sms) * gemm::kNumMaps * sizeof(CUtensorMap));
+  DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  DMOE_CUDA_CHECK(err);
+  cache.emplace(key, static_cast<CUtensorMap*>(p));
+  return static_cast<CUtensorMap*>(p);
+}
+
 // Prints "op problem -> config" once per distinct line when DIST_MOE_PRINT_GEMM_CONFIG is set.
 void maybe_print_config(const GroupedGemmProblem& p, const GroupedGemmConfig& c, bool overridden) {
   static const bool enabled = std::getenv("DIST_MOE_PRINT_GEMM_CONFIG") != nullptr;
@@ -168,8 +225,11 @@ void maybe_print_config(const GroupedGemmProblem& p, const GroupedGemmConfig& c,
   if (seen.insert(os.str()).second) std::fprintf(stderr, "%s\n", os.str().c_str());
 }
 
-// Fills the launch's common fields, picks the kernel, validates the counts and launches.
-void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, GemmLaunch& L, cudaStream_t stream) {
+// Fills the launch's common fields, picks the kernel, validates the counts (and offsets) and
+// launches. `offsets` names the offset fields the call uses, for the validation message.
+void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, GemmLaunch& L,
+         const OffsetChecks& offsets, cudaStream_t stream) {
+  const bool scatter = L.epilogue.scatter_rows != nullptr;
   const DeviceFacts dev = device_facts();
   GroupedGemmProblem problem;
   problem.op = op;
@@ -179,6 +239,7 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   problem.e_local = c.e_local;
   problem.out_dtype = out;
   problem.gather = gather;
+  problem.scatter = scatter;
   GroupedGemmConfig cfg = c.config != nullptr ? *c.config : select_grouped_gemm_config(problem, dev.num_sms);
   cfg.gather = gather;
   cfg.num_sms = cfg.num_sms > 0 ? std::min(cfg.num_sms, dev.num_sms) : dev.num_sms;
@@ -196,8 +257,9 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   L.k = static_cast<int32_t>(c.k);
   L.num_sms = cfg.num_sms;
   L.stream = stream;
+  if (L.has_offsets()) L.tensormap_workspace = tensormap_workspace(stream, dev.num_sms);
   if (c.validate_counts) {
-    validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity, static_cast<int>(op));
+    validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity, static_cast<int>(op), offsets);
     DMOE_CUDA_CHECK_LAUNCH();
   }
   e.launch(L);
@@ -211,6 +273,7 @@ const std::vector<GemmKernelEntry>& gemm_kernels() {
   static const std::vector<GemmKernelEntry> all = [] {
     std::vector<GemmKernelEntry> v;
     add_fprop_kernels(v);
+    add_w13_kernels(v);
     add_dgrad_kernels(v);
     add_wgrad_kernels(v);
     add_decode_kernels(v);
@@ -251,12 +314,19 @@ void grouped_gemm_fprop(const FpropArgs& a, cudaStream_t stream) {
   L.gather_rows = a.gather.row_ptrs;
   L.gathered = a.gather.gathered;
   L.ready = a.gather.workspace;
-  L.epilogue.out = a.out;
+  L.out = scatter ? nullptr : a.out;
+  L.a_offset = gather ? a.gather.gathered_offset : a.a_offset;
+  L.out_offset = scatter ? nullptr : a.out_offset;
   L.epilogue.ld_out = a.common.n;
   L.epilogue.out_cols = static_cast<int32_t>(a.common.n);
   L.epilogue.scatter_rows = a.scatter.row_ptrs;
   L.epilogue.row_scale = a.scatter.row_scale;
-  run(GroupedGemmOp::kFprop, a.common, DType::kBFloat16, gather, L, stream);
+  OffsetChecks oc;
+  oc.ptr[0] = L.a_offset;
+  oc.name[0] = gather ? kOffGathered : kOffA;
+  oc.ptr[1] = L.out_offset;
+  oc.name[1] = kOffOut;
+  run(GroupedGemmOp::kFprop, a.common, DType::kBFloat16, gather, L, oc, stream);
 }
 
 void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
@@ -282,15 +352,25 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
   L.gather_rows = a.gather.row_ptrs;
   L.gathered = a.gather.gathered;
   L.ready = a.gather.workspace;
-  L.epilogue.h1 = a.h1;
-  L.epilogue.h2 = a.h2;
+  L.h1 = a.h1;
+  L.h2 = a.h2;
+  L.a_offset = gather ? a.gather.gathered_offset : a.a_offset;
+  L.h1_offset = a.h1 != nullptr ? a.h1_offset : nullptr;
+  L.h2_offset = a.h2_offset;
   L.epilogue.f = static_cast<int32_t>(a.common.n / 2);
   L.epilogue.clamped = a.activation == Activation::kSwiGLUClamped ? 1 : 0;
   L.epilogue.alpha = a.swiglu_alpha;
   L.epilogue.limit = a.swiglu_limit;
   L.epilogue.clip_stats = a.clip_stats;
   L.epilogue.clip_limit = a.clip_limit;
-  run(GroupedGemmOp::kFpropSwiglu, a.common, DType::kBFloat16, gather, L, stream);
+  OffsetChecks oc;
+  oc.ptr[0] = L.a_offset;
+  oc.name[0] = gather ? kOffGathered : kOffA;
+  oc.ptr[1] = L.h1_offset;
+  oc.name[1] = kOffH1;
+  oc.ptr[2] = L.h2_offset;
+  oc.name[2] = kOffH2;
+  run(GroupedGemmOp::kFpropSwiglu, a.common, DType::kBFloat16, gather, L, oc, stream);
 }
 
 void grouped_gemm_dgrad(const DgradArgs& a, cudaStream_t stream) {
@@ -313,13 +393,20 @@ void grouped_gemm_dgrad(const DgradArgs& a, cudaStream_t stream) {
   L.gather_rows = a.gather.row_ptrs;
   L.gathered = a.gather.gathered;
   L.ready = a.gather.workspace;
-  L.epilogue.out = a.grad_a;
+  L.out = scatter ? nullptr : a.grad_a;
+  L.a_offset = gather ? a.gather.gathered_offset : a.grad_out_offset;
+  L.out_offset = scatter ? nullptr : a.grad_a_offset;
   L.epilogue.ld_out = a.common.k;
   L.epilogue.out_cols = static_cast<int32_t>(a.common.k);
   L.epilogue.accumulate = a.accumulate ? 1 : 0;
   L.epilogue.scatter_rows = a.scatter.row_ptrs;
   L.epilogue.row_scale = a.scatter.row_scale;
-  run(GroupedGemmOp::kDgrad, a.common, a.out_dtype, gather, L, stream);
+  OffsetChecks oc;
+  oc.ptr[0] = L.a_offset;
+  oc.name[0] = gather ? kOffGathered : kOffGradOut;
+  oc.ptr[1] = L.out_offset;
+  oc.name[1] = kOffGradA;
+  run(GroupedGemmOp::kDgrad, a.common, a.out_dtype, gather, L, oc, stream);
 }
 
 void grouped_gemm_wgrad(const WgradArgs& a, cudaStream_t stream) {
@@ -341,13 +428,20 @@ void grouped_gemm_wgrad(const WgradArgs& a, cudaStream_t stream) {
   GemmLaunch L;
   L.a = a.grad_out;
   L.b = a.a;
-  L.epilogue.out = a.grad_w;
+  L.out = a.grad_w;
+  L.a_offset = a.grad_out_offset;
+  L.b_offset = a.a_offset;
   L.epilogue.ld_out = a.common.k;
   L.epilogue.expert_stride = a.common.n * a.common.k;
   L.epilogue.out_cols = static_cast<int32_t>(a.common.k);
   L.epilogue.accumulate = a.accumulate ? 1 : 0;
   L.tiles_for_empty_experts = !a.accumulate;
-  run(GroupedGemmOp::kWgrad, a.common, a.out_dtype, false, L, stream);
+  OffsetChecks oc;
+  oc.ptr[0] = L.a_offset;
+  oc.name[0] = kOffGradOut;
+  oc.ptr[1] = L.b_offset;
+  oc.name[1] = kOffWgradA;
+  run(GroupedGemmOp::kWgrad, a.common, a.out_dtype, false, L, oc, stream);
 }
 
 }  // namespace dist_moe

@@ -16,30 +16,47 @@ namespace dist_moe::detail {
 
 inline int32_t ceil_div_i32(int64_t a, int64_t b) { return static_cast<int32_t>((a + b - 1) / b); }
 
+// Slot i of the operand table: where the tensor lives and, for row buffers, its device offset.
+inline void set_operand(gemm::OperandMaps& m, int i, const void* base, const int64_t* offset) {
+  m.base[i] = reinterpret_cast<uint64_t>(base);
+  m.offset[i] = base != nullptr ? offset : nullptr;
+}
+
+inline void set_map(gemm::OperandMaps& m, int i, const CUtensorMap& map) {
+  m.map[i] = map;
+  m.encoded_mask |= 1u << i;
+}
+
 template <class Kernel>
 void launch_grouped_gemm(const GemmLaunch& L) {
   using Mainloop = typename Kernel::Mainloop;
+  using Epilogue = typename Kernel::Epilogue;
   using gemm::GemmKind;
   constexpr GemmKind kKind = Mainloop::kKind;
   constexpr int BM = Mainloop::kBlockM;
   constexpr int BN = Mainloop::kBlockN;
+  constexpr bool kTmaStore = Kernel::Writer::kTma;
+  constexpr int kOutBytes = Epilogue::kOutBytes;
   DMOE_ASSERT(L.kind == kKind);
 
   typename Kernel::Params p{};
+  gemm::OperandMaps& om = p.maps;
   gemm::MainloopParams& ml = p.mainloop;
   gemm::SchedulerParams& sc = p.scheduler;
   p.epilogue = L.epilogue;
   ml.weight_rows = L.n;
 
-  // The A rows come from the gathered copy when the gather producer runs.
+  // The A rows come from the gathered copy when the gather producer runs; its offset is a_offset.
   const void* rows_a = Kernel::kGather ? L.gathered : L.a;
   const int64_t weight_total_rows = static_cast<int64_t>(L.e_local) * L.n;
   int64_t tiles_upper_bound = 0;  // host-side bound on the tile count (sizes the grid)
   const int64_t m_tiles_bound = (L.m_capacity + BM - 1) / BM + L.e_local;
 
   if constexpr (kKind == GemmKind::kFprop) {
-    ml.tma_a = make_tma_bf16_2d(rows_a, L.m_capacity, L.k, L.k, Mainloop::kBoxAOuter, "A rows");
-    ml.tma_b = make_tma_bf16_2d(L.b, weight_total_rows, L.k, L.k, Mainloop::kBoxBOuter, "weights");
+    set_operand(om, gemm::kMapA, rows_a, L.a_offset);
+    set_map(om, gemm::kMapA, make_tma_2d(rows_a, 2, L.m_capacity, L.k, L.k, Mainloop::kBoxAOuter, "A rows"));
+    set_operand(om, gemm::kMapB, L.b, nullptr);
+    set_map(om, gemm::kMapB, make_tma_2d(L.b, 2, weight_total_rows, L.k, L.k, Mainloop::kBoxBOuter, "weights"));
     ml.num_k_blocks = L.k / Mainloop::kBlockK;
     ml.split_offset = L.n / 2;
     // Split (SwiGLU): each N tile covers BN/2 gate and the matching BN/2 up columns.
@@ -47,32 +64,61 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     sc.group_m = 8;
     tiles_upper_bound = m_tiles_bound * sc.fixed_n_blocks;
   } else if constexpr (kKind == GemmKind::kDgrad) {
-    ml.tma_a = make_tma_bf16_2d(rows_a, L.m_capacity, L.n, L.n, Mainloop::kBoxAOuter, "grad_out rows");
-    ml.tma_b = make_tma_bf16_2d(L.b, weight_total_rows, L.k, L.k, Mainloop::kBoxBOuter, "weights");
+    set_operand(om, gemm::kMapA, rows_a, L.a_offset);
+    set_map(om, gemm::kMapA, make_tma_2d(rows_a, 2, L.m_capacity, L.n, L.n, Mainloop::kBoxAOuter, "grad_out rows"));
+    set_operand(om, gemm::kMapB, L.b, nullptr);
+    set_map(om, gemm::kMapB, make_tma_2d(L.b, 2, weight_total_rows, L.k, L.k, Mainloop::kBoxBOuter, "weights"));
     ml.num_k_blocks = L.n / Mainloop::kBlockK;
     sc.fixed_n_blocks = ceil_div_i32(L.k, BN);
     sc.group_m = 8;
     tiles_upper_bound = m_tiles_bound * sc.fixed_n_blocks;
   } else if constexpr (kKind == GemmKind::kWgrad) {
-    ml.tma_a = make_tma_bf16_2d(L.a, L.m_capacity, L.n, L.n, Mainloop::kBoxAOuter, "grad_out rows");
-    ml.tma_b = make_tma_bf16_2d(L.b, L.m_capacity, L.k, L.k, Mainloop::kBoxBOuter, "x rows");
+    set_operand(om, gemm::kMapA, L.a, L.a_offset);
+    set_map(om, gemm::kMapA, make_tma_2d(L.a, 2, L.m_capacity, L.n, L.n, Mainloop::kBoxAOuter, "grad_out rows"));
+    set_operand(om, gemm::kMapB, L.b, L.b_offset);
+    set_map(om, gemm::kMapB, make_tma_2d(L.b, 2, L.m_capacity, L.k, L.k, Mainloop::kBoxBOuter, "x rows"));
     sc.fixed_m_blocks = L.n / BM;
     sc.fixed_n_blocks = ceil_div_i32(L.k, BN);
     sc.group_m = 8;
     sc.tiles_for_empty_experts = L.tiles_for_empty_experts ? 1 : 0;
     tiles_upper_bound = static_cast<int64_t>(L.e_local) * sc.fixed_m_blocks * sc.fixed_n_blocks;
-  } else {  // kFpropSwapAB
-    ml.tma_a = make_tma_bf16_2d(L.b, weight_total_rows, L.k, L.k, Mainloop::kBoxAOuter, "weights");
-    ml.tma_b = make_tma_bf16_2d(rows_a, L.m_capacity, L.k, L.k, Mainloop::kBoxBOuter, "A rows");
+  } else {  // kFpropSwapAB: A = weights, B = the token rows
+    set_operand(om, gemm::kMapA, L.b, nullptr);
+    set_map(om, gemm::kMapA, make_tma_2d(L.b, 2, weight_total_rows, L.k, L.k, Mainloop::kBoxAOuter, "weights"));
+    set_operand(om, gemm::kMapB, rows_a, L.a_offset);
+    set_map(om, gemm::kMapB, make_tma_2d(rows_a, 2, L.m_capacity, L.k, L.k, Mainloop::kBoxBOuter, "A rows"));
     ml.num_k_blocks = L.k / Mainloop::kBlockK;
     ml.split_offset = L.n / 2;
     sc.fixed_m_blocks = Mainloop::kSplit ? (L.n / 2) / (BM / 2) : ceil_div_i32(L.n, BM);
     sc.group_m = 1;  // token tiles of one weight tile back to back: the weight tile stays in L2
     tiles_upper_bound = static_cast<int64_t>(sc.fixed_m_blocks) * ((L.m_capacity + BN - 1) / BN + L.e_local);
   }
+
+  // Outputs: generic stores use the (moved) bases; the TMA writer also needs their maps. Its
+  // boxes are 64 rows x 128 bytes (one staging buffer).
+  set_operand(om, gemm::kMapOut, L.out, L.out_offset);
+  set_operand(om, gemm::kMapH1, L.h1, L.h1_offset);
+  set_operand(om, gemm::kMapH2, L.h2, L.h2_offset);
+  if constexpr (kTmaStore) {
+    const int f = L.n / 2;
+    if (Epilogue::kClipStats) {  // the SwiGLU epilogue: h1 [m_cap, 2F] (optional), h2 [m_cap, F]
+      if (L.h1 != nullptr) set_map(om, gemm::kMapH1, make_tma_2d(L.h1, 2, L.m_capacity, 2 * f, 2 * f, 64, "h1"));
+      set_map(om, gemm::kMapH2, make_tma_2d(L.h2, 2, L.m_capacity, f, f, 64, "h2"));
+    } else if (L.out != nullptr && L.epilogue.scatter_rows == nullptr) {
+      if constexpr (kKind == GemmKind::kWgrad) {
+        set_map(om, gemm::kMapOut, make_tma_3d(L.out, kOutBytes, L.e_local, L.n, L.k, 64, "grad_w"));
+      } else {
+        const int64_t cols = L.epilogue.out_cols;
+        set_map(om, gemm::kMapOut, make_tma_2d(L.out, kOutBytes, L.m_capacity, cols, L.epilogue.ld_out, 64, "out"));
+      }
+    }
+  }
+  if (L.has_offsets()) {
+    DMOE_ASSERT(L.tensormap_workspace != nullptr);
+    om.patched = L.tensormap_workspace;
+  }
   if constexpr (Kernel::kGather) {
     ml.gather_rows = L.gather_rows;
-    ml.gathered = L.gathered;
     ml.ready = L.ready;
     ml.gather_row_elems = kKind == GemmKind::kDgrad ? L.n : L.k;
   }
@@ -87,7 +133,8 @@ void launch_grouped_gemm(const GemmLaunch& L) {
   const int smem = Kernel::smem_bytes(L.e_local);
   const auto kernel = gemm::sm90_grouped_gemm<Kernel>;
   // Raise the kernel's dynamic shared memory limit to the largest size any launch can need (the
-  // E_local bound), once per device.
+  // E_local bound), once per device. Relaxed capture mode: the first call may come inside a CUDA
+  // graph capture, and this is not a stream operation.
   static std::atomic<uint64_t> configured_devices{0};
   int dev = 0;
   DMOE_CUDA_CHECK(cudaGetDevice(&dev));
@@ -95,7 +142,11 @@ void launch_grouped_gemm(const GemmLaunch& L) {
   if ((configured_devices.load(std::memory_order_acquire) & bit) == 0) {
     int optin = 0;
     DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    DMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    DMOE_CUDA_CHECK(err);
     configured_devices.fetch_or(bit, std::memory_order_acq_rel);
   }
   kernel<<<grid, Kernel::kThreads, smem, L.stream>>>(p);
@@ -110,8 +161,9 @@ int grouped_gemm_smem_bytes(int num_experts) {
 template <class Kernel>
 GemmKernelEntry make_gemm_entry(GemmEpilogueKind epilogue) {
   using M = typename Kernel::Mainloop;
-  return GemmKernelEntry{M::kKind,   epilogue,  Kernel::kGather,
-                         M::kBlockM, M::kBlockN, M::kStages,
+  return GemmKernelEntry{M::kKind,       epilogue,          Kernel::kGather,
+                         M::kBlockM,     M::kBlockN,        M::kStages,
+                         M::kPingPong,   Kernel::Writer::kTma,
                          &launch_grouped_gemm<Kernel>, &grouped_gemm_smem_bytes<Kernel>};
 }
 

@@ -1,7 +1,9 @@
-// FPROP instantiations: plain store (W2, BF16 out, optional scatter/row scale) and the W13
-// SwiGLU epilogue, each with the TMA producer and with the gather producer.
+// FPROP instantiations with the plain store epilogue (W2, BF16 out, optional scatter/row scale).
+//   legacy: cooperative, synchronous padded-staging stores (the first version; kept for A/B and
+//           as the fallback when the TMA staging does not fit next to many experts' tables)
+//   tma:    cooperative, asynchronous TMA stores of whole 64-row blocks
+//   pp:     ping-pong 128x128 tiles (one warpgroup per tile) with TMA stores
 #include "dist_moe/device/gemm/epilogue_store.cuh"
-#include "dist_moe/device/gemm/epilogue_swiglu.cuh"
 #include "grouped_gemm_launch.cuh"
 
 namespace dist_moe::detail {
@@ -9,26 +11,28 @@ namespace {
 
 using gemm::GemmKind;
 using gemm::GroupedGemmKernel;
+using gemm::PaddedStagingWriter;
 using gemm::Sm90Mainloop;
 using gemm::StoreEpilogue;
-using gemm::SwigluEpilogue;
+using gemm::SwizzledTmaWriter;
 using numeric::bf16_t;
 
-template <int BM, int BN, int S, bool kGather>
-using FpropStore = GroupedGemmKernel<Sm90Mainloop<GemmKind::kFprop, BM, BN, S, false>,
-                                     StoreEpilogue<Sm90Mainloop<GemmKind::kFprop, BM, BN, S, false>, bf16_t>, kGather>;
-template <int BM, int BN, int S, bool kGather>
-using FpropSwiglu = GroupedGemmKernel<Sm90Mainloop<GemmKind::kFprop, BM, BN, S, true>,
-                                      SwigluEpilogue<Sm90Mainloop<GemmKind::kFprop, BM, BN, S, true>>, kGather>;
+template <int BM, int BN, int S, bool kPingPong, class Writer, bool kGather>
+using FpropStore = GroupedGemmKernel<Sm90Mainloop<GemmKind::kFprop, BM, BN, S, false, kPingPong>,
+                                     StoreEpilogue<Sm90Mainloop<GemmKind::kFprop, BM, BN, S, false, kPingPong>, bf16_t,
+                                                   Writer>,
+                                     kGather>;
 
 }  // namespace
 
 void add_fprop_kernels(std::vector<GemmKernelEntry>& out) {
-  out.push_back(make_gemm_entry<FpropStore<128, 256, 4, false>>(GemmEpilogueKind::kStoreBf16));
-  out.push_back(make_gemm_entry<FpropStore<128, 128, 6, false>>(GemmEpilogueKind::kStoreBf16));
-  out.push_back(make_gemm_entry<FpropStore<128, 256, 4, true>>(GemmEpilogueKind::kStoreBf16));
-  out.push_back(make_gemm_entry<FpropSwiglu<128, 256, 4, false>>(GemmEpilogueKind::kSwiglu));
-  out.push_back(make_gemm_entry<FpropSwiglu<128, 256, 4, true>>(GemmEpilogueKind::kSwiglu));
+  constexpr auto kBf16 = GemmEpilogueKind::kStoreBf16;
+  out.push_back(make_gemm_entry<FpropStore<128, 256, 4, false, PaddedStagingWriter, false>>(kBf16));
+  out.push_back(make_gemm_entry<FpropStore<128, 128, 6, false, PaddedStagingWriter, false>>(kBf16));
+  out.push_back(make_gemm_entry<FpropStore<128, 256, 4, false, PaddedStagingWriter, true>>(kBf16));
+  out.push_back(make_gemm_entry<FpropStore<128, 256, 4, false, SwizzledTmaWriter, false>>(kBf16));
+  out.push_back(make_gemm_entry<FpropStore<128, 256, 4, false, SwizzledTmaWriter, true>>(kBf16));
+  out.push_back(make_gemm_entry<FpropStore<128, 128, 6, true, SwizzledTmaWriter, false>>(kBf16));
 }
 
 }  // namespace dist_moe::detail

@@ -1,5 +1,9 @@
 // WGRAD instantiations: grad_w[e] = grad_out[rows_e]^T . x[rows_e] (both operands M/N-major, the
 // contraction runs over the expert's rows), BF16 or FP32 output, overwrite or accumulate.
+//   legacy (synchronous padded-staging stores), tma (cooperative, TMA stores / FP32 TMA
+//   reduce-add), pp (ping-pong 128x128 with TMA stores); see grouped_gemm_sm90_fprop.cu. At the
+//   reference shapes WGRAD is bound by writing its output, which the TMA writer overlaps with the
+//   next tile's mainloop.
 #include "dist_moe/device/gemm/epilogue_store.cuh"
 #include "grouped_gemm_launch.cuh"
 
@@ -8,20 +12,29 @@ namespace {
 
 using gemm::GemmKind;
 using gemm::GroupedGemmKernel;
+using gemm::PaddedStagingWriter;
 using gemm::Sm90Mainloop;
 using gemm::StoreEpilogue;
+using gemm::SwizzledTmaWriter;
 using numeric::bf16_t;
 
-template <int BM, int BN, int S, class Out>
-using Wgrad = GroupedGemmKernel<Sm90Mainloop<GemmKind::kWgrad, BM, BN, S, false>,
-                                StoreEpilogue<Sm90Mainloop<GemmKind::kWgrad, BM, BN, S, false>, Out>, false>;
+template <int BM, int BN, int S, bool kPingPong, class Out, class Writer>
+using Wgrad = GroupedGemmKernel<Sm90Mainloop<GemmKind::kWgrad, BM, BN, S, false, kPingPong>,
+                                StoreEpilogue<Sm90Mainloop<GemmKind::kWgrad, BM, BN, S, false, kPingPong>, Out, Writer>,
+                                false>;
 
 }  // namespace
 
 void add_wgrad_kernels(std::vector<GemmKernelEntry>& out) {
-  out.push_back(make_gemm_entry<Wgrad<128, 256, 4, bf16_t>>(GemmEpilogueKind::kStoreBf16));
-  out.push_back(make_gemm_entry<Wgrad<128, 256, 4, float>>(GemmEpilogueKind::kStoreFp32));
-  out.push_back(make_gemm_entry<Wgrad<128, 128, 6, float>>(GemmEpilogueKind::kStoreFp32));
+  constexpr auto kBf16 = GemmEpilogueKind::kStoreBf16;
+  constexpr auto kFp32 = GemmEpilogueKind::kStoreFp32;
+  out.push_back(make_gemm_entry<Wgrad<128, 256, 4, false, bf16_t, PaddedStagingWriter>>(kBf16));
+  out.push_back(make_gemm_entry<Wgrad<128, 256, 4, false, bf16_t, SwizzledTmaWriter>>(kBf16));
+  out.push_back(make_gemm_entry<Wgrad<128, 128, 6, true, bf16_t, SwizzledTmaWriter>>(kBf16));
+  out.push_back(make_gemm_entry<Wgrad<128, 256, 4, false, float, PaddedStagingWriter>>(kFp32));
+  out.push_back(make_gemm_entry<Wgrad<128, 128, 6, false, float, PaddedStagingWriter>>(kFp32));
+  out.push_back(make_gemm_entry<Wgrad<128, 256, 4, false, float, SwizzledTmaWriter>>(kFp32));
+  out.push_back(make_gemm_entry<Wgrad<128, 128, 6, true, float, SwizzledTmaWriter>>(kFp32));
 }
 
 }  // namespace dist_moe::detail

@@ -1,5 +1,7 @@
 #include "kernels/pipeline_util.h"
 
+#include <cuda_bf16.h>
+
 #include <cstdio>
 
 #include "dist_moe/check.h"
@@ -32,6 +34,16 @@ __global__ void publish_to_peers_kernel(const int32_t* value, int32_t* const* pe
   __threadfence_system();
 }
 
+__global__ void select_offset_kernel(int64_t* out, const int64_t* predicate, int64_t if_true,
+                                     const int64_t* if_false) {
+  *out = *predicate != 0 ? if_true : *if_false;
+}
+
+__global__ void convert_kernel(const float* in, __nv_bfloat16* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16_rn(in[i]);
+}
+
 template <typename Id>
 __global__ void validate_ids_kernel(const Id* ids, int64_t n, int64_t num_experts, int rank) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -62,6 +74,18 @@ void copy_if(DeviceAddress dst, DeviceAddress src, int64_t bytes, const int64_t*
 void predicated_counts(const int32_t* counts_in, int32_t* counts_out, int n, const int64_t* predicate, bool when,
                        cudaStream_t stream) {
   predicated_counts_kernel<<<1, 256, 0, stream>>>(counts_in, counts_out, n, predicate, when);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
+void select_offset(int64_t* out, const int64_t* predicate, int64_t if_true, const int64_t* if_false,
+                   cudaStream_t stream) {
+  select_offset_kernel<<<1, 1, 0, stream>>>(out, predicate, if_true, if_false);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
+void convert_f32_to_bf16(const float* in, void* out_bf16, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  convert_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(in, static_cast<__nv_bfloat16*>(out_bf16), n);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

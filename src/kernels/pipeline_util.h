@@ -23,6 +23,14 @@ void copy_if(DeviceAddress dst, DeviceAddress src, int64_t bytes, const int64_t*
 void predicated_counts(const int32_t* counts_in, int32_t* counts_out, int n, const int64_t* predicate, bool when,
                        cudaStream_t stream);
 
+// *out = (*predicate != 0) ? if_true : *if_false: a buffer whose place depends on a device decision
+// (h3 lives in the activation slot when saved, in the combine window when recomputed).
+void select_offset(int64_t* out, const int64_t* predicate, int64_t if_true, const int64_t* if_false,
+                   cudaStream_t stream);
+
+// Converts n FP32 values to BF16 (RNE).
+void convert_f32_to_bf16(const float* in, void* out_bf16, int64_t n, cudaStream_t stream);
+
 // Stores *value into slot `rank` of every peer's copy of a symmetric int32 [R] array
 // (peer_bases[p] = that array's address in peer p's window as seen from this GPU), followed by a
 // system-scope release fence; an EP barrier afterwards makes all ranks' values visible.

@@ -15,11 +15,16 @@ __device__ void report_and_trap(planner::PlanStatus s, const planner::CallShape&
   __trap();
 }
 
+constexpr int kMaxPlannerRanks = 1024;
+
 __global__ void plan_forward_kernel(planner::BufferGeometry g, planner::CallShape c, planner::PlannerState st,
                                     const int64_t* slot_id_1, int64_t depth, const int32_t* recv_rows_R,
-                                    bool scratch_only, int64_t* out) {
+                                    const int32_t* own_rows_1, bool scratch_only, int64_t* out) {
+  int32_t rows[kMaxPlannerRanks];  // every rank's rows; a scratch-only call knows only its own
+  for (int64_t r = 0; r < c.ep_size; ++r) rows[r] = recv_rows_R ? recv_rows_R[r] : 0;
+  if (!recv_rows_R) rows[c.rank] = *own_rows_1;
   const planner::PlanStatus s =
-      planner::plan_bf16_forward(g, c, st, slot_id_1 ? *slot_id_1 : 0, depth, recv_rows_R, scratch_only, out);
+      planner::plan_bf16_forward(g, c, st, slot_id_1 ? *slot_id_1 : 0, depth, rows, scratch_only, out);
   if (s != planner::PlanStatus::kOk) report_and_trap(s, c, "forward");
 }
 
@@ -43,9 +48,13 @@ __global__ void reset_planner_kernel(planner::BufferGeometry g, int64_t ep_size,
 }  // namespace
 
 void plan_forward(const planner::BufferGeometry& g, const planner::CallShape& c, planner::PlannerState state,
-                  const int64_t* slot_id_1, int64_t depth, const int32_t* recv_rows_R, bool scratch_only,
-                  int64_t* layer_state_out, cudaStream_t stream) {
-  plan_forward_kernel<<<1, 1, 0, stream>>>(g, c, state, slot_id_1, depth, recv_rows_R, scratch_only, layer_state_out);
+                  const int64_t* slot_id_1, int64_t depth, const int32_t* recv_rows_R, const int32_t* own_rows_1,
+                  bool scratch_only, int64_t* layer_state_out, cudaStream_t stream) {
+  DMOE_CHECK_ARG(c.ep_size >= 1 && c.ep_size <= kMaxPlannerRanks, "planner supports 1..", kMaxPlannerRanks,
+                 " ranks, got ", c.ep_size);
+  DMOE_CHECK_ARG(recv_rows_R || (scratch_only && own_rows_1), "a saving forward plan needs every rank's rows");
+  plan_forward_kernel<<<1, 1, 0, stream>>>(g, c, state, slot_id_1, depth, recv_rows_R, own_rows_1, scratch_only,
+                                           layer_state_out);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -10,10 +10,11 @@
 namespace dist_moe::kernels {
 
 // Forward of one layer. `slot_id_1` is the selected slot (device, one int64); `recv_rows_R` every
-// rank's received rows (device); writes layer_state_size(R) int64 to `layer_state_out`.
+// rank's received rows (device), or nullptr for a scratch-only call, which needs only this rank's
+// `own_rows_1`; writes layer_state_size(R) int64 to `layer_state_out`.
 void plan_forward(const planner::BufferGeometry& g, const planner::CallShape& c, planner::PlannerState state,
-                  const int64_t* slot_id_1, int64_t depth, const int32_t* recv_rows_R, bool scratch_only,
-                  int64_t* layer_state_out, cudaStream_t stream);
+                  const int64_t* slot_id_1, int64_t depth, const int32_t* recv_rows_R, const int32_t* own_rows_1,
+                  bool scratch_only, int64_t* layer_state_out, cudaStream_t stream);
 
 // Backward of the layer whose forward snapshot is `layer_state`; writes 6 int64 offsets
 // (grad_h1, h2, grad_h2, grad_h3_gathered, h1, x_gathered) and pops the layer from its slot.

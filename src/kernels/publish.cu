@@ -14,20 +14,12 @@
 namespace dist_moe::comm::kernels {
 namespace {
 
-__device__ __noinline__ void report_bad_expert_id(const EpDeviceLayout& L, int64_t index, int64_t id) {
-  if (take_diag_lock(L.state)) {
-    printf("DistMoE expert ID is outside [-1, num_experts): rank %d token %lld k %lld id %lld num_experts %d\n", L.rank,
-           static_cast<long long>(index / L.top_k), static_cast<long long>(index % L.top_k),
-           static_cast<long long>(id), L.num_experts);
-    __trap();
-  }
-}
-
 template <typename InT, typename IdT>
 __global__ void __launch_bounds__(kPublishThreads) publish_kernel(const EpDeviceLayout L, const int4* __restrict__ x,
                                                                   const InT* __restrict__ ids, int num_tokens,
                                                                   int validate) {
   __shared__ uint32_t s_count;
+  trace_first(L, kTrPublishStart);
   if (threadIdx.x == 0) s_count = *reinterpret_cast<volatile uint32_t*>(&L.state->publish_count);
   __syncthreads();
   const uint32_t count = s_count;
@@ -83,6 +75,7 @@ __global__ void __launch_bounds__(kPublishThreads) publish_kernel(const EpDevice
       __threadfence();
     }
   }
+  trace_last(L, kTrPublishEndLast);
 }
 
 template <typename InT>

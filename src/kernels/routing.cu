@@ -20,6 +20,7 @@
 //      rank, token, k). Writes gather_src, scatter_dst, row_route, and route_row for every route.
 //   6. Padding rows of each expert get the sentinels.
 // routing_layout.cuh holds the shared arithmetic and its sequential host mirror.
+#include <algorithm>
 #include <mutex>
 
 #include "ep_common.cuh"
@@ -31,6 +32,7 @@ namespace dist_moe::comm::kernels {
 namespace {
 
 using routing::combine_slot_offset;
+using routing::dispatch_route_offset;
 using routing::dispatch_row_offset;
 using routing::encode_route;
 using routing::local_expert_of;
@@ -145,10 +147,12 @@ __global__ void __launch_bounds__(kRoutingThreads, 1)
   asm volatile("griddepcontrol.launch_dependents;");
 
   // ---- 0. EP barrier: every rank's publish is visible --------------------------------------
+  trace_first(L, kTrRouteStart);
   if (a.do_barrier) {
     if (g == 0) ep_barrier_cta(L, 0);
     grid_barrier(L, kGridBarrierRouting);
   }
+  trace_first(L, kTrRouteBarrierDone);
 
   // ---- 1. headers ---------------------------------------------------------------------------
   const uint32_t count = *reinterpret_cast<volatile uint32_t*>(&L.state->publish_count);
@@ -241,6 +245,7 @@ __global__ void __launch_bounds__(kRoutingThreads, 1)
   for (int p = tid; p < 2 * R; p += blockDim.x) a.cta_rank_counts[static_cast<int64_t>(g) * 2 * R + p] = s_rank_cnt[p];
 
   // ---- 4. totals, padding, expert offsets, capacity check -------------------------------------
+  trace_first(L, kTrRouteIdsCounted);
   grid_barrier(L, kGridBarrierRouting);
   for (int x = tid; x < Lx; x += blockDim.x) {
     int32_t tot = 0, bef = 0;
@@ -280,6 +285,7 @@ __global__ void __launch_bounds__(kRoutingThreads, 1)
   }
 
   // ---- 5. placement ---------------------------------------------------------------------------
+  trace_first(L, kTrRouteOffsets);
   for (int i = tid; i < kRoutingWarps * Lx; i += blockDim.x) {
     const int x = i % Lx;
     wcnt[i] += s_off[x] + s_before[x];
@@ -302,6 +308,7 @@ __global__ void __launch_bounds__(kRoutingThreads, 1)
         const int k = static_cast<int>(i - t * static_cast<uint32_t>(K));
         tab.gather_src[row] = s_dbase[s] + dispatch_row_offset(t, row_bytes);
         tab.scatter_dst[row] = s_cbase[s] + combine_slot_offset(t, k, K, row_bytes);
+        tab.grad_gather_src[row] = s_dbase[s] + dispatch_route_offset(t, k, K, row_bytes);
         tab.row_route[row] = encode_route(static_cast<int>(s), i);
       }
       tab.route_row[route_row_index(static_cast<int>(s), i, L.max_tokens, K)] = row;
@@ -318,9 +325,357 @@ __global__ void __launch_bounds__(kRoutingThreads, 1)
     for (int32_t r = first + tid; r < end; r += blockDim.x) {
       tab.gather_src[r] = nullptr;
       tab.scatter_dst[r] = nullptr;
+      tab.grad_gather_src[r] = nullptr;
       tab.row_route[r] = -1;
     }
   }
+  trace_last(L, kTrRouteEndLast);
+}
+
+// ==== fused publish + route + dispatch (EpGroup::publish_route_dispatch) ========================
+//
+// One cooperative kernel of 1024-thread CTAs, no grid barrier:
+//   1. every CTA publishes a slice of this rank's ids (converted) and x rows into its windows;
+//   2. the last CTA to finish publishing writes the routing header {T, epoch} and stores the epoch
+//      into inbox word [kPublishArrivalSlot][me] of every rank (itself included): one arrival per
+//      rank, after a system-scope fence that covers every CTA's publish (each CTA fenced before its
+//      acq_rel count);
+//   3. every CTA waits until all R words of its own inbox reached the epoch (acquire, system scope);
+//   4. headers: T equality and epochs (token count mismatch / protocol error lines, as route());
+//   5. every CTA loads all R*T*K published ids and builds the whole routing in shared memory: the
+//      single-chunk case of the routing kernel (routing::fused_chunk_routes: 32 warp segments),
+//      local expert per route, per-warp counts, prefix over warps, padding, scan over experts,
+//      capacity check, placement; the route -> row map stays in shared memory;
+//   6. each CTA writes the tables of its slice of the route space (and CTA 0 the counts);
+//   7. token-once dispatch from the shared-memory map (no table read, no grid barrier).
+// The arrival is a full barrier for earlier stream work of every rank (a rank arrives only after its
+// earlier kernels completed); see docs/communication.md for the reuse protocol.
+
+template <typename InT, typename IdT>
+__global__ void __launch_bounds__(kFusedThreads, 1)
+    fused_route_kernel(const EpDeviceLayout L, const RoutingTables tab, const FusedArgs a) {
+  extern __shared__ int4 smem_dyn[];
+  __shared__ char* s_rbase[kMaxEpRanks];
+  __shared__ char* s_dbase[kMaxEpRanks];
+  __shared__ char* s_cbase[kMaxEpRanks];
+  __shared__ int32_t s_rank_cnt[2 * kMaxEpRanks];
+  __shared__ int32_t s_hdr[3 * kMaxEpRanks];
+  __shared__ int32_t s_warp_sums[32];
+  __shared__ uint32_t s_count;
+  __shared__ int s_flag;
+
+  const int R = L.world, Lx = L.local_experts, K = L.top_k, E = L.num_experts, me = L.rank;
+  const int g = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int T = a.num_tokens;
+  const uint32_t N = static_cast<uint32_t>(T) * static_cast<uint32_t>(K);  // routes per source
+  const uint32_t total = N * static_cast<uint32_t>(R);
+  const int64_t row_bytes = L.row_bytes;
+
+  int32_t* wcnt = reinterpret_cast<int32_t*>(smem_dyn);  // [32][Lx]
+  int32_t* s_total = wcnt + kRoutingWarps * Lx;          // [Lx] routed rows per expert
+  int32_t* s_off = s_total + Lx;                         // [Lx] padded rows, then their exclusive prefix
+  int32_t* s_f = s_off + Lx;                             // [total] local expert, then row (-1: none)
+
+  trace_first(L, kTrFusedStart);
+  if (tid == 0) s_count = *reinterpret_cast<volatile uint32_t*>(&L.state->publish_count);
+  __syncthreads();
+  const uint32_t count = s_count;
+  const uint32_t epoch = count + 1u;
+  const int slot = static_cast<int>(count & 1u);
+  for (int p = tid; p < R; p += blockDim.x) {
+    s_rbase[p] = routing_slot_ptr(L, slot, p);
+    s_dbase[p] = peer_ptr(L.dispatch_win, 0, p);
+    s_cbase[p] = peer_ptr(L.combine_win, 0, p);
+  }
+  for (int p = tid; p < 2 * R; p += blockDim.x) s_rank_cnt[p] = 0;
+  for (int i = tid; i < kRoutingWarps * Lx; i += blockDim.x) wcnt[i] = 0;
+  __syncthreads();
+
+  // ---- 1. publish this CTA's slice ------------------------------------------------------------
+  {
+    const InT* ids_in = static_cast<const InT*>(a.ids);
+    IdT* ids_out = reinterpret_cast<IdT*>(s_rbase[me] + kRoutingHeaderBytes);
+    const int64_t gtid = static_cast<int64_t>(g) * blockDim.x + tid;
+    const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = gtid; i < static_cast<int64_t>(N); i += nthreads) {
+      const int64_t id = static_cast<int64_t>(ids_in[i]);
+      if (a.validate && (id < -1 || id >= E)) {
+        report_bad_expert_id(L, i, id);
+        continue;
+      }
+      ids_out[i] = static_cast<IdT>(id);
+    }
+    const int4* x = static_cast<const int4*>(a.x);
+    int4* xo = reinterpret_cast<int4*>(s_dbase[me]);
+    const int64_t n_vec = static_cast<int64_t>(T) * (row_bytes / 16);
+    constexpr int kU = 4;
+    for (int64_t base = gtid; base < n_vec; base += nthreads * kU) {
+      int4 buf[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+        if (base + u * nthreads < n_vec) buf[u] = ld_nc_v4(x + base + u * nthreads);
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+        if (base + u * nthreads < n_vec) st_v4(xo + base + u * nthreads, buf[u]);
+    }
+  }
+
+  // ---- 2. the last CTA to finish publishing writes the header and sends the arrival ------------
+  __syncthreads();
+  if (tid == 0) {
+    fence_acq_rel_sys();
+    s_flag = atom_add_acq_rel_gpu(&L.state->publish_done_ctas, 1u) == gridDim.x - 1 ? 1 : 0;
+  }
+  __syncthreads();
+  trace_last(L, kTrFusedPublishedLast);
+  if (s_flag) {
+    if (tid == 0) {
+      RoutingHeader* h = reinterpret_cast<RoutingHeader*>(s_rbase[me]);
+      h->num_tokens = T;
+      h->epoch = epoch;
+      h->magic = kRoutingHeaderMagic;
+      h->id_bytes = static_cast<int32_t>(sizeof(IdT));
+      L.state->publish_done_ctas = 0u;
+      L.state->publish_count = epoch;
+    }
+    __syncthreads();
+    for (int p = tid; p < R; p += blockDim.x) {
+      fence_acq_rel_sys();
+      st_release_sys(barrier_inbox_ptr(L, p, kPublishArrivalSlot, me), epoch);
+    }
+    if (L.trace != nullptr && tid == 0) L.trace[kTrFusedArrivalSent] = globaltimer_ns();
+  }
+
+  // ---- 3. every rank's publish of this call is complete ------------------------------------------
+  {
+    const WaitContext ctx{g == 0 ? L.timeout_cycles : 2 * L.timeout_cycles, me};
+    for (int p = tid; p < R; p += blockDim.x)
+      wait_epoch_reached_sys(barrier_inbox_ptr(L, me, kPublishArrivalSlot, p), epoch, ctx, WaitSite::kPublishArrival,
+                             p, kPublishArrivalSlot);
+  }
+  __syncthreads();
+  trace_first(L, kTrFusedArrived);
+
+  // ---- 4. headers -----------------------------------------------------------------------------
+  for (int p = tid; p < R; p += blockDim.x) {
+    const char* h = s_rbase[p];
+    s_hdr[3 * p + 0] = ld_cg_s32(h + 0);
+    s_hdr[3 * p + 1] = ld_cg_s32(h + 4);
+    s_hdr[3 * p + 2] = ld_cg_s32(h + 8);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int bad = -1;
+    for (int p = 0; p < R && bad < 0; ++p) {
+      const bool ok = static_cast<uint32_t>(s_hdr[3 * p + 2]) == kRoutingHeaderMagic &&
+                      static_cast<uint32_t>(s_hdr[3 * p + 1]) == epoch && s_hdr[3 * p + 0] == T;
+      if (!ok) bad = p;
+    }
+    s_flag = bad;
+  }
+  __syncthreads();
+  if (s_flag >= 0) {
+    if (g == 0 && tid == 0) {
+      const int p = s_flag;
+      report_header_problem(L, epoch, T, p, s_hdr[3 * p + 0], static_cast<uint32_t>(s_hdr[3 * p + 1]),
+                            static_cast<uint32_t>(s_hdr[3 * p + 2]));
+    }
+    return;  // no id is read
+  }
+
+  // ---- 5. all ids -> local expert per route (shared memory) ------------------------------------
+  for (uint32_t base = 0; base < total; base += kFusedThreads * kIdBatch) {
+    int32_t idv[kIdBatch];
+#pragma unroll
+    for (int u = 0; u < kIdBatch; ++u) {
+      const uint32_t j = base + u * kFusedThreads + tid;
+      idv[u] = -1;
+      if (j < total) {
+        const uint32_t s = j / N;
+        const uint32_t i = j - s * N;
+        idv[u] = load_published_id<IdT>(s_rbase[s] + kRoutingHeaderBytes + static_cast<int64_t>(i) * sizeof(IdT));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kIdBatch; ++u) {
+      const uint32_t j = base + u * kFusedThreads + tid;
+      if (j < total) s_f[j] = local_expert_of(idv[u], me, Lx, E);
+    }
+  }
+  __syncthreads();
+
+  // Per-source routes received and per-owner routes sent (CTA 0 only; counted by __match_any_sync
+  // leaders, no contended shared-memory atomics).
+  if (g == 0) {
+    for (uint32_t j0 = 0; j0 < total; j0 += kFusedThreads) {
+      const uint32_t j = j0 + tid;
+      const int key = (j < total && s_f[j] >= 0) ? static_cast<int>(j / N) : -1;
+      const unsigned peers = __match_any_sync(kFullMask, key);
+      if (key >= 0 && lane == __ffs(peers) - 1) atomicAdd(&s_rank_cnt[key], __popc(peers));
+    }
+    const IdT* own = reinterpret_cast<const IdT*>(s_rbase[me] + kRoutingHeaderBytes);
+    for (uint32_t i0 = 0; i0 < N; i0 += kFusedThreads) {
+      const uint32_t i = i0 + tid;
+      const int key = i < N ? owner_rank_of(load_published_id<IdT>(reinterpret_cast<const char*>(own + i)), Lx, E) : -1;
+      const unsigned peers = __match_any_sync(kFullMask, key);
+      if (key >= 0 && lane == __ffs(peers) - 1) atomicAdd(&s_rank_cnt[R + key], __popc(peers));
+    }
+  }
+
+  // ---- 6. per-warp counts per local expert ---------------------------------------------------
+  const uint32_t warp_routes = static_cast<uint32_t>(routing::fused_chunk_routes(total)) / kRoutingWarps;
+  const uint32_t wb = min(static_cast<uint32_t>(warp) * warp_routes, total);
+  const uint32_t we = min(wb + warp_routes, total);
+  int32_t* my_w = wcnt + warp * Lx;
+  for (uint32_t j0 = wb; j0 < we; j0 += 32) {
+    const uint32_t j = j0 + lane;
+    const int x = j < we ? s_f[j] : -1;
+    const unsigned peers = __match_any_sync(kFullMask, x);
+    if (x >= 0 && lane == __ffs(peers) - 1) my_w[x] += __popc(peers);
+    __syncwarp();
+  }
+  __syncthreads();
+  for (int x = tid; x < Lx; x += blockDim.x) {
+    int32_t run = 0;
+    for (int w = 0; w < kRoutingWarps; ++w) {
+      const int32_t c = wcnt[w * Lx + x];
+      wcnt[w * Lx + x] = run;
+      run += c;
+    }
+    s_total[x] = run;
+    s_off[x] = static_cast<int32_t>(pad_rows(run, a.alignment));
+  }
+  __syncthreads();
+  const int32_t rows = block_exclusive_scan(s_off, Lx, s_warp_sums);
+  if (static_cast<int64_t>(rows) > a.capacity_rows) {
+    if (g == 0 && tid == 0) report_overflow(L, rows, a.capacity_rows);
+    return;  // no table is written, nothing is dispatched
+  }
+  if (g == 0) {
+    for (int x = tid; x < Lx; x += blockDim.x) {
+      tab.expert_rows[x] = static_cast<int32_t>(pad_rows(s_total[x], a.alignment));
+      tab.expert_rows_unpadded[x] = s_total[x];
+      tab.expert_offsets[x] = s_off[x];
+    }
+    if (tid == 0) {
+      tab.expert_offsets[Lx] = rows;
+      *tab.total_rows = rows;
+    }
+    for (int p = tid; p < R; p += blockDim.x) {
+      tab.recv_rows_from_rank[p] = s_rank_cnt[p];
+      tab.send_rows_to_rank[p] = s_rank_cnt[R + p];
+    }
+  }
+
+  // ---- 7. placement: every route's row into s_f; this CTA's slice of the tables ----------------
+  for (int i = tid; i < kRoutingWarps * Lx; i += blockDim.x) wcnt[i] += s_off[i % Lx];
+  __syncthreads();
+  trace_first(L, kTrFusedRouted);
+  const uint32_t per_cta = (total + gridDim.x - 1) / gridDim.x;
+  const uint32_t sb = min(static_cast<uint32_t>(g) * per_cta, total);
+  const uint32_t se = min(sb + per_cta, total);
+  for (uint32_t j0 = wb; j0 < we; j0 += 32) {
+    const uint32_t j = j0 + lane;
+    const bool valid = j < we;
+    const int x = valid ? s_f[j] : -1;
+    const unsigned peers = __match_any_sync(kFullMask, x);
+    if (valid) {
+      int32_t row = -1;
+      if (x >= 0) row = my_w[x] + __popc(peers & lanemask_lt());
+      if (j >= sb && j < se) {
+        const uint32_t s = j / N;
+        const uint32_t i = j - s * N;
+        if (row >= 0) {
+          const uint32_t t = i / static_cast<uint32_t>(K);
+          const int k = static_cast<int>(i - t * static_cast<uint32_t>(K));
+          tab.gather_src[row] = s_dbase[s] + dispatch_row_offset(t, row_bytes);
+          tab.scatter_dst[row] = s_cbase[s] + combine_slot_offset(t, k, K, row_bytes);
+          tab.grad_gather_src[row] = s_dbase[s] + dispatch_route_offset(t, k, K, row_bytes);
+          tab.row_route[row] = encode_route(static_cast<int>(s), i);
+        }
+        tab.route_row[route_row_index(static_cast<int>(s), i, L.max_tokens, K)] = row;
+      }
+      s_f[j] = row;
+    }
+    __syncwarp();
+    if (x >= 0 && lane == __ffs(peers) - 1) my_w[x] += __popc(peers);
+    __syncwarp();
+  }
+  // Padding rows of the experts of this CTA.
+  for (int x = g; x < Lx; x += gridDim.x) {
+    const int32_t first = s_off[x] + s_total[x];
+    const int32_t end = s_off[x] + static_cast<int32_t>(pad_rows(s_total[x], a.alignment));
+    for (int32_t r = first + tid; r < end; r += blockDim.x) {
+      tab.gather_src[r] = nullptr;
+      tab.scatter_dst[r] = nullptr;
+      tab.grad_gather_src[r] = nullptr;
+      tab.row_route[r] = -1;
+    }
+  }
+  __syncthreads();
+  trace_last(L, kTrFusedTablesLast);
+
+  // ---- 8. token-once dispatch from the shared-memory map ---------------------------------------
+  if (a.x_gathered != nullptr) {
+    char* out = a.x_gathered;
+    const int nvec = static_cast<int>(row_bytes / 16);
+    const int nseg = num_segments(nvec);
+    const int64_t gw = static_cast<int64_t>(g) * kRoutingWarps + warp;
+    const int64_t nw = static_cast<int64_t>(gridDim.x) * kRoutingWarps;
+    const int64_t units = static_cast<int64_t>(R) * T * nseg;
+    for (int64_t u = gw; u < units; u += nw) {
+      const int64_t ts = u / nseg;
+      const int seg = static_cast<int>(u - ts * nseg);
+      const int64_t t = ts / R;
+      const int s = static_cast<int>(ts - t * R);
+      const int32_t my_row = lane < K ? s_f[static_cast<int64_t>(s) * N + t * K + lane] : -1;
+      const unsigned mask = __ballot_sync(kFullMask, my_row >= 0);
+      if (mask == 0u) continue;
+      const char* src = s_dbase[s] + dispatch_row_offset(t, row_bytes);
+      const int v0 = seg * kSegVecs;
+      int4 buf[kRowUnroll];
+#pragma unroll
+      for (int q = 0; q < kRowUnroll; ++q) {
+        const int v = v0 + q * 32 + lane;
+        if (v < nvec) buf[q] = ld_cg_v4(src + static_cast<int64_t>(v) * 16);
+      }
+      unsigned m = mask;
+      while (m != 0u) {
+        const int l = __ffs(m) - 1;
+        m &= m - 1u;
+        const int32_t row = __shfl_sync(kFullMask, my_row, l);
+        char* dst = out + static_cast<int64_t>(row) * row_bytes;
+#pragma unroll
+        for (int q = 0; q < kRowUnroll; ++q) {
+          const int v = v0 + q * 32 + lane;
+          if (v < nvec) st_v4(dst + static_cast<int64_t>(v) * 16, buf[q]);
+        }
+      }
+    }
+    if (a.zero_fill && a.alignment > 1) {
+      const int64_t pad_units = static_cast<int64_t>(Lx) * (a.alignment - 1) * nseg;
+      for (int64_t u = gw; u < pad_units; u += nw) {
+        const int64_t xj = u / nseg;
+        const int seg = static_cast<int>(u - xj * nseg);
+        const int x = static_cast<int>(xj / (a.alignment - 1));
+        const int j = static_cast<int>(xj - static_cast<int64_t>(x) * (a.alignment - 1));
+        const int32_t unpadded = s_total[x];
+        if (unpadded + j >= static_cast<int32_t>(pad_rows(unpadded, a.alignment))) continue;
+        warp_zero_segment(out + static_cast<int64_t>(s_off[x] + unpadded + j) * row_bytes, seg, nvec, lane);
+      }
+    }
+  }
+  trace_last(L, kTrFusedEndLast);
+}
+
+template <typename InT, typename IdT>
+void* fused_kernel_ptr() {
+  return reinterpret_cast<void*>(fused_route_kernel<InT, IdT>);
+}
+
+void* fused_kernel_ptr_of(int id_bytes, bool ids_int64) {
+  if (id_bytes == 2) return ids_int64 ? fused_kernel_ptr<int64_t, int16_t>() : fused_kernel_ptr<int32_t, int16_t>();
+  return ids_int64 ? fused_kernel_ptr<int64_t, int32_t>() : fused_kernel_ptr<int32_t, int32_t>();
 }
 
 template <typename IdT>
@@ -353,6 +708,50 @@ int routing_max_coresident_ctas(int id_bytes, size_t smem, int num_sms) {
   int per_sm = 0;
   DMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kRoutingThreads, smem));
   return per_sm * num_sms;
+}
+
+size_t fused_smem_bytes(int local_experts, int64_t total_routes) {
+  const size_t ints = static_cast<size_t>(kRoutingWarps + 2) * local_experts + static_cast<size_t>(total_routes);
+  return (ints * 4 + 15) / 16 * 16;
+}
+
+int fused_max_coresident_per_sm(int id_bytes, size_t smem) {
+  static std::mutex mu;
+  static size_t attr[2][2] = {{0, 0}, {0, 0}};
+  int best = 1 << 30;
+  for (int i64 = 0; i64 < 2; ++i64) {
+    const void* fn = fused_kernel_ptr_of(id_bytes, i64 != 0);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      size_t& cur = attr[id_bytes == 2 ? 0 : 1][i64];
+      if (smem > cur) {
+        DMOE_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        cur = smem;
+      }
+    }
+    int per_sm = 0;
+    DMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kFusedThreads, smem));
+    best = std::min(best, per_sm);
+  }
+  return best;
+}
+
+void launch_fused_route(const EpDeviceLayout& L, const RoutingTables& tables, const FusedArgs& args, bool ids_int64,
+                        int num_ctas, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(L.world) * args.num_tokens * L.top_k;
+  const size_t smem = fused_smem_bytes(L.local_experts, total);
+  const dim3 grid(num_ctas), block(kFusedThreads);
+  if (L.id_bytes == 2) {
+    if (ids_int64)
+      launch_ex(fused_route_kernel<int64_t, int16_t>, grid, block, smem, stream, true, false, L, tables, args);
+    else
+      launch_ex(fused_route_kernel<int32_t, int16_t>, grid, block, smem, stream, true, false, L, tables, args);
+  } else {
+    if (ids_int64)
+      launch_ex(fused_route_kernel<int64_t, int32_t>, grid, block, smem, stream, true, false, L, tables, args);
+    else
+      launch_ex(fused_route_kernel<int32_t, int32_t>, grid, block, smem, stream, true, false, L, tables, args);
+  }
 }
 
 void launch_routing(const EpDeviceLayout& L, const RoutingTables& tables, const RoutingArgs& args, cudaStream_t stream) {

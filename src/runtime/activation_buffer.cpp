@@ -49,14 +49,16 @@ CUmemAllocationProp allocation_prop(ActivationBuffer::SectionKind kind, int devi
 
 }  // namespace
 
-std::unique_ptr<ActivationBuffer> ActivationBuffer::create(const MemoryPlan& plan, bool use_vmm, int device) {
+std::unique_ptr<ActivationBuffer> ActivationBuffer::create(const MemoryPlan& plan, bool use_vmm, int device,
+                                                           int64_t guard_bytes) {
   DeviceGuard guard(device);
   std::unique_ptr<ActivationBuffer> b(new ActivationBuffer());
   b->device_ = device;
   b->activation_bytes_ = plan.total_activation_bytes;
   if (!use_vmm || plan.host_scratch_bytes == 0) {
     b->bytes_ = plan.total_device_buffer_bytes;
-    if (b->bytes_ > 0) DMOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->base_), b->bytes_));
+    b->mapped_bytes_ = b->bytes_ + align_up(guard_bytes);
+    if (b->mapped_bytes_ > 0) DMOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->base_), b->mapped_bytes_));
     b->sections_.push_back({SectionKind::kDevice, 0, b->bytes_});
     return b;
   }
@@ -81,14 +83,17 @@ std::unique_ptr<ActivationBuffer> ActivationBuffer::create(const MemoryPlan& pla
   const int64_t G = *plan.vmm_granularity_bytes;
   if (plan.vmm_device_prefix_bytes) b->sections_.push_back({SectionKind::kDevice, 0, plan.vmm_device_prefix_bytes});
   b->sections_.push_back({SectionKind::kHost, plan.vmm_device_prefix_bytes, plan.vmm_host_section_bytes});
+  // The guard extends the hot device section (the top of the range).
+  const int64_t guard_mapped = align_up(guard_bytes, G);
   b->sections_.push_back({SectionKind::kDevice, plan.vmm_device_prefix_bytes + plan.vmm_host_section_bytes,
-                          plan.vmm_device_scratch_section_bytes});
+                          plan.vmm_device_scratch_section_bytes + guard_mapped});
   b->bytes_ = plan.total_virtual_bytes;
+  b->mapped_bytes_ = plan.total_virtual_bytes + guard_mapped;
   b->handles_.assign(b->sections_.size(), 0);
   b->mapped_.assign(b->sections_.size(), false);
   try {
     CUdeviceptr va = 0;
-    DMOE_CU_CHECK(d.cuMemAddressReserve(&va, static_cast<size_t>(b->bytes_), static_cast<size_t>(G), 0, 0));
+    DMOE_CU_CHECK(d.cuMemAddressReserve(&va, static_cast<size_t>(b->mapped_bytes_), static_cast<size_t>(G), 0, 0));
     b->va_ = va;
     for (size_t i = 0; i < b->sections_.size(); ++i) {
       const Section& s = b->sections_[i];
@@ -103,7 +108,7 @@ std::unique_ptr<ActivationBuffer> ActivationBuffer::create(const MemoryPlan& pla
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access.location.id = device;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    DMOE_CU_CHECK(d.cuMemSetAccess(va, static_cast<size_t>(b->bytes_), &access, 1));
+    DMOE_CU_CHECK(d.cuMemSetAccess(va, static_cast<size_t>(b->mapped_bytes_), &access, 1));
     b->base_ = reinterpret_cast<uint8_t*>(va);
   } catch (const Error& e) {
     try {
@@ -146,7 +151,7 @@ void ActivationBuffer::release_vmm() {
   }
   bool all_released = true;
   for (size_t i = 0; i < sections_.size(); ++i) all_released = all_released && handles_[i] == 0 && !mapped_[i];
-  if (va_ && all_released && note("cuMemAddressFree", d.cuMemAddressFree(va_, static_cast<size_t>(bytes_)))) va_ = 0;
+  if (va_ && all_released && note("cuMemAddressFree", d.cuMemAddressFree(va_, static_cast<size_t>(mapped_bytes_)))) va_ = 0;
   if (!errors.empty()) throw Error(ErrorCode::kDriver, "activation buffer release failed: " + errors);
   base_ = nullptr;
   std::lock_guard<std::mutex> lock(g_vmm_mutex);

@@ -32,7 +32,10 @@ class ActivationBuffer {
   // Allocates what `plan` asks for on `device` (the current device is switched for the call).
   // With `use_vmm` and host scratch in the plan, maps the plan's resolved VMM sections (pinned
   // host memory in the middle); only one such buffer may live per device in a process.
-  static std::unique_ptr<ActivationBuffer> create(const MemoryPlan& plan, bool use_vmm, int device);
+  // `guard_bytes` of readable memory follow the planned range: TMA tile loads may read up to one
+  // tile of rows past a buffer the planner placed at the top (they are never used).
+  static std::unique_ptr<ActivationBuffer> create(const MemoryPlan& plan, bool use_vmm, int device,
+                                                  int64_t guard_bytes = 0);
   ~ActivationBuffer();  // releases; failures are reported on stderr (close() reports by throwing)
   ActivationBuffer(const ActivationBuffer&) = delete;
   ActivationBuffer& operator=(const ActivationBuffer&) = delete;
@@ -41,7 +44,7 @@ class ActivationBuffer {
   void close();
 
   uint8_t* data() const { return base_; }
-  int64_t size() const { return bytes_; }             // planner's buffer_bytes
+  int64_t size() const { return bytes_; }             // planner's buffer_bytes (guard excluded)
   int64_t activation_bytes() const { return activation_bytes_; }  // slots occupy [0, this)
   bool uses_vmm() const { return vmm_; }
   const std::vector<Section>& sections() const { return sections_; }
@@ -53,6 +56,7 @@ class ActivationBuffer {
 
   uint8_t* base_ = nullptr;
   int64_t bytes_ = 0;
+  int64_t mapped_bytes_ = 0;  // bytes_ + guard (rounded to the VMM granularity with VMM)
   int64_t activation_bytes_ = 0;
   int device_ = -1;
   bool vmm_ = false;

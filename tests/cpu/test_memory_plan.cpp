@@ -270,15 +270,17 @@ TEST(MemoryPlan, VmmSectionsResolveWithGranularity) {
 TEST(MemoryPlan, SymmetricWindowsAreByteExact) {
   const MemoryPlan p = plan_memory(small_config(), 2);
   EXPECT_EQ(p.routing_id_dtype, DType::kInt16);
-  EXPECT_EQ(p.routing_window_bytes, 256);   // A(128 + 4*2*2)
+  EXPECT_EQ(p.routing_window_bytes, 512);   // 2 slots of A(128 + 4*2*2)
   EXPECT_EQ(p.dispatch_window_bytes, 2048);  // 4*2*128*2
   EXPECT_EQ(p.combine_window_bytes, 2048);
-  EXPECT_EQ(p.total_symmetric_bytes, 4352);
+  EXPECT_EQ(p.signal_window_bytes, 1152);    // A(1024 + 4*4)
+  EXPECT_EQ(p.rows_window_bytes, 128);       // A(4*2)
+  EXPECT_EQ(p.total_symmetric_bytes, 512 + 2048 + 2048 + 1152 + 128);
   Config many = small_config();
   many.num_experts = 65536;
   const MemoryPlan q = plan_memory(many, 2);
   EXPECT_EQ(q.routing_id_dtype, DType::kInt32);
-  EXPECT_EQ(q.routing_window_bytes, 256);  // A(128 + 4*2*4) = A(160)
+  EXPECT_EQ(q.routing_window_bytes, 512);  // 2 slots of A(128 + 4*2*4) = A(160)
 }
 
 TEST(MemoryPlan, FormatBytesMatchesPythonFormatting) {

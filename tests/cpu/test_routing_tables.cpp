@@ -106,6 +106,12 @@ TEST(RoutingLayout, ScalarHelpers) {
   EXPECT_EQ(dispatch_row_offset(3, 14336), 3 * 14336);
   EXPECT_EQ(combine_slot_offset(3, 2, 8, 512), (3 * 8 + 2) * 512);
   EXPECT_EQ(route_row_index(2, 5, 64, 8), 2 * 64 * 8 + 5);
+  // grad_gather_src: the route slot of the dispatch window, same arithmetic as the combine slot.
+  EXPECT_EQ(dispatch_route_offset(3, 2, 8, 512), combine_slot_offset(3, 2, 8, 512));
+  EXPECT_EQ(fused_chunk_routes(1), 1024);
+  EXPECT_EQ(fused_chunk_routes(1024), 1024);
+  EXPECT_EQ(fused_chunk_routes(2048), 2048);
+  EXPECT_EQ(fused_chunk_routes(2049), 3072);
 }
 
 TEST(RoutingLayout, CombineAccumulateIsFmaf) {
@@ -178,6 +184,30 @@ TEST(RoutingTables, KernelMirrorMatchesDefinitionAndOracle) {
         }
     }
   EXPECT_GT(checked, 500);
+}
+
+// The fused route kernel (src/kernels/routing.cu, fused_route_kernel) builds the whole routing in
+// one CTA: the single-chunk case with routing::fused_chunk_routes() routes and 32 warp segments.
+TEST(RoutingTables, FusedSingleChunkMatchesDefinition) {
+  const std::vector<Shape> shapes = {{1, 1}, {4, 2}, {4, 8}, {3, 6}, {128, 8}};
+  uint64_t seed = 500;
+  for (int world : {1, 2, 3, 8})
+    for (const Shape& sh : shapes) {
+      const int E = world * sh.L;
+      if (sh.K > E) continue;
+      for (RoutingPattern pat : dist_moe::testing::all_routing_patterns())
+        for (int64_t T : {int64_t{1}, int64_t{17}, int64_t{128}}) {
+          const auto ids32 = dist_moe::testing::make_routing_ids(pat, world, T, sh.K, E, seed++);
+          const HostIds ids = widen(ids32);
+          const int64_t chunk = dist_moe::routing::fused_chunk_routes(world * T * sh.K);
+          for (int rank = 0; rank < world; ++rank) {
+            RoutingProblem P{world, rank, sh.L, sh.K, T, T + 1, static_cast<int>(1 << (seed % 5)), int64_t{1} << 30};
+            const HostRoutingTables fused = build_routing_tables_chunked(P, ids, chunk, 32);
+            expect_equal_tables(fused, build_routing_tables_naive(P, ids), describe(P, pat) + " fused single chunk");
+            if (HasFatalFailure()) return;
+          }
+        }
+    }
 }
 
 // route_row is the inverse of row_route, and only t < T entries are written.

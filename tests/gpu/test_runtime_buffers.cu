@@ -48,7 +48,7 @@ TEST(ActivationBuffer, VmmMapsHostOverflowBetweenDeviceSectionsAndReleasesIt) {
   ASSERT_EQ(s.size(), 3u);
   EXPECT_EQ(s[1].kind, runtime::ActivationBuffer::SectionKind::kHost);
   EXPECT_EQ(s[1].bytes, plan.vmm_host_section_bytes);
-  EXPECT_EQ(s[2].offset + s[2].bytes, buf->size());
+  EXPECT_EQ(s[2].offset + s[2].bytes, buf->size());  // no guard requested
   // A second VMM buffer on the same device is refused.
   try {
     runtime::ActivationBuffer::create(plan, true, 0);
@@ -100,8 +100,8 @@ TEST(PlannerKernels, MatchTheHostPlanner) {
   DeviceBuffer<int64_t> l0(planner::layer_state_size(R)), l1(planner::layer_state_size(R)), bo(6);
   const planner::PlannerState st{saved.get(), layer.get(), peak.get()};
   kernels::reset_planner(g, R, st, nullptr);
-  kernels::plan_forward(g, shape, st, slot.get(), 2, recv.get(), false, l0.get(), nullptr);
-  kernels::plan_forward(g, shape, st, slot.get(), 2, recv.get(), false, l1.get(), nullptr);
+  kernels::plan_forward(g, shape, st, slot.get(), 2, recv.get(), nullptr, false, l0.get(), nullptr);
+  kernels::plan_forward(g, shape, st, slot.get(), 2, recv.get(), nullptr, false, l1.get(), nullptr);
   kernels::plan_backward(g, shape, st, l1.get(), bo.get(), nullptr);
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
 

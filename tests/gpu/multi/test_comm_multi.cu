@@ -5,8 +5,15 @@
 //
 //   dmoe_launch -n 2 -- dist_moe_comm_tests                 correctness suite (PASS/FAIL per case)
 //   dmoe_launch -n 2 -- dist_moe_comm_tests --case overflow  a failure scenario (expected to trap)
-// Failure scenarios: unequal_t, overflow, bad_id, timeout. Each prints a marker before the call
-// that must trap; scripts/comm_gpu_check.sh runs them with launcher expectations.
+// Failure scenarios: unequal_t, overflow, bad_id, timeout, and unequal_t_fused, overflow_fused,
+// bad_id_fused (the same through the fused publish_route_dispatch kernel). Each prints a marker
+// before the call that must trap; scripts/comm_gpu_check.sh runs them with launcher expectations.
+//
+// Every correctness case runs twice: as written (separate publish/route/dispatch, combine v1) and
+// as "<name>+v2f" (fused publish_route_dispatch where the group supports it, combine v2). Cases
+// "reduce_*" scatter the route results with a plain kernel through scatter_dst (the W2 epilogue's
+// pattern) and call reduce(); cases "grad_gather_*" check grad_gather_src (owners write route rows
+// into their dispatch window, EP barrier, gather) against the oracle's gather_route_rows.
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -24,6 +31,7 @@
 #include "common/routing_patterns.h"
 #include "dist_moe/check.h"
 #include "dist_moe/comm.h"
+#include "dist_moe/device/comm/memory.cuh"
 #include "dist_moe/device/numeric/bf16.cuh"
 #include "dist_moe/device/routing/routing_layout.cuh"
 #include "gpu/multi/dist_env.h"
@@ -90,6 +98,51 @@ __global__ void fill_y_kernel(const RoutingTables tab, uint16_t* y, int D, int K
   }
 }
 
+// The W2 epilogue's pattern: row m of y goes to scatter_dst[m] with plain 16-byte stores, then a
+// system-scope release fence. Padding rows (null) are skipped.
+__global__ void external_scatter_kernel(const RoutingTables tab, const int4* y, int D) {
+  const int32_t rows = *tab.total_rows;
+  const int vecs = D / 8;
+  const int64_t n = static_cast<int64_t>(rows) * vecs;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = i / vecs, v = i - m * vecs;
+    int4* dst = static_cast<int4*>(tab.scatter_dst[m]);
+    if (dst != nullptr) dst[v] = y[i];
+  }
+  __threadfence_system();
+}
+
+// Backward gradient of route (src, t, k), column col (the owner's grad_h3 slot values).
+DMOE_HOST_DEVICE uint16_t grad_value_bits(uint32_t seed, int src, int64_t t, int k, int64_t col) {
+  return y_value_bits(seed ^ 0x5EEDu, src + 101, t, k, col);
+}
+
+// Owner side: slot (t*K + k) of this rank's dispatch window = grad_value_bits(me, t, k, :) for every
+// t < T and k < K (disabled routes too: they must never be gathered).
+__global__ void fill_grad_slots_kernel(uint16_t* slots, int64_t T, int K, int D, int me, uint32_t seed) {
+  const int64_t n = T * K * D;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t slot = i / D, col = i - slot * D;
+    slots[i] = grad_value_bits(seed, me, slot / K, static_cast<int>(slot % K), col);
+  }
+}
+
+// Expert side: out[m] = the row at grad_gather_src[m] (peer or local dispatch window), zero for
+// padding rows; rows >= total_rows untouched.
+__global__ void grad_gather_kernel(const RoutingTables tab, int4* out, int D) {
+  const int32_t rows = *tab.total_rows;
+  const int vecs = D / 8;
+  const int64_t n = static_cast<int64_t>(rows) * vecs;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = i / vecs, v = i - m * vecs;
+    const int4* src = static_cast<const int4*>(tab.grad_gather_src[m]);
+    out[i] = src != nullptr ? ld_cg_v4(src + v) : make_int4(0, 0, 0, 0);
+  }
+}
+
 // ---- the global problem of one call --------------------------------------------------------------
 
 struct CallData {
@@ -140,6 +193,13 @@ struct CaseSpec {
   bool ids_int64 = false;
   bool graph = false;  // capture one call and replay it for every entry of Ts (all equal)
   int num_sms = 0;
+  // Op path per call (cycled; graphs use the first): fused publish_route_dispatch (only where the
+  // group supports it) and the combine algorithm.
+  std::vector<bool> fused = {false};
+  std::vector<CombineAlgorithm> algos = {CombineAlgorithm::kV1};
+  bool fused_dispatch_separately = false;  // fused publish + route, then dispatch() on its own
+  bool external_scatter = false;           // scatter through scatter_dst + reduce() instead of combine()
+  int reduce_warps = 0, signal_batch = 0, k_group = 0;  // CombineOptions v2 tuning (0: auto)
 };
 
 struct Buffers {
@@ -228,13 +288,15 @@ void check_call(const CaseSpec& cs, const EpGroup& ep, const CallData& c, const 
   const auto row_route = download(tab.row_route, static_cast<size_t>(M));
   const auto gsrc = download(reinterpret_cast<const uintptr_t*>(tab.gather_src), static_cast<size_t>(M));
   const auto sdst = download(reinterpret_cast<const uintptr_t*>(tab.scatter_dst), static_cast<size_t>(M));
+  const auto ggsrc = download(reinterpret_cast<const uintptr_t*>(tab.grad_gather_src), static_cast<size_t>(M));
   const auto route_row = download(tab.route_row, static_cast<size_t>(R) * Tmax * K);
   std::vector<int32_t> want_route_row(static_cast<size_t>(R) * Tmax * K, -1);
   const int64_t row_bytes = int64_t{D} * 2;
   for (int64_t m = 0; m < M; ++m) {
     const auto& rr = rt.rows[static_cast<size_t>(m)];
     if (rr.is_padding()) {
-      if (row_route[m] != -1 || gsrc[m] != 0 || sdst[m] != 0) ck.fail("padding row %lld has route %d", (long long)m, row_route[m]);
+      if (row_route[m] != -1 || gsrc[m] != 0 || sdst[m] != 0 || ggsrc[m] != 0)
+        ck.fail("padding row %lld has route %d", (long long)m, row_route[m]);
       continue;
     }
     const int64_t i = int64_t{rr.token} * K + rr.k;
@@ -244,6 +306,9 @@ void check_call(const CaseSpec& cs, const EpGroup& ep, const CallData& c, const 
     const uintptr_t wd = ep.combine_window_bases()[rr.src_rank] + static_cast<uintptr_t>(routing::combine_slot_offset(rr.token, rr.k, K, row_bytes));
     if (gsrc[m] != ws) ck.fail("row %lld gather_src wrong", (long long)m);
     if (sdst[m] != wd) ck.fail("row %lld scatter_dst wrong", (long long)m);
+    const uintptr_t wg = ep.dispatch_window_bases()[rr.src_rank] +
+                         static_cast<uintptr_t>(routing::dispatch_route_offset(rr.token, rr.k, K, row_bytes));
+    if (ggsrc[m] != wg) ck.fail("row %lld grad_gather_src wrong", (long long)m);
     want_route_row[static_cast<size_t>(routing::route_row_index(rr.src_rank, i, Tmax, K))] = static_cast<int32_t>(m);
   }
   for (int s = 0; s < R; ++s)
@@ -305,26 +370,58 @@ void check_call(const CaseSpec& cs, const EpGroup& ep, const CallData& c, const 
     }
 }
 
+struct CallVariant {
+  DispatchMode dm;
+  CombineSync sync;
+  bool fused;
+  CombineAlgorithm algo;
+};
+
 // Runs one call's ops on `stream` (capturable: no host synchronization inside).
-void run_ops(const CaseSpec& cs, EpGroup& ep, const Buffers& b, int64_t T, DispatchMode dm, CombineSync sync,
-             uint32_t y_seed, cudaStream_t stream) {
-  ep.publish(b.x, b.ids, cs.ids_int64 ? DType::kInt64 : DType::kInt32, T, stream);
-  ep.route(T, stream);
+void run_ops(const CaseSpec& cs, EpGroup& ep, const Buffers& b, int64_t T, const CallVariant& v, uint32_t y_seed,
+             cudaStream_t stream) {
+  const DType idt = cs.ids_int64 ? DType::kInt64 : DType::kInt32;
   DispatchOptions dopt;
-  dopt.mode = dm;
+  dopt.mode = v.dm;
   dopt.zero_fill_padding = cs.zero_fill;
   dopt.num_sms = cs.num_sms;
-  ep.dispatch(b.xg, T, stream, dopt);
+  if (v.fused) {
+    dopt.fused = FusedRoute::kOn;
+    if (cs.fused_dispatch_separately) {
+      ep.publish_route_dispatch(b.x, b.ids, idt, T, nullptr, stream, dopt);
+      ep.dispatch(b.xg, T, stream, dopt);
+    } else {
+      ep.publish_route_dispatch(b.x, b.ids, idt, T, b.xg, stream, dopt);
+    }
+  } else {
+    ep.publish(b.x, b.ids, idt, T, stream);
+    ep.route(T, stream);
+    ep.dispatch(b.xg, T, stream, dopt);
+  }
   fill_y_kernel<<<264, 256, 0, stream>>>(ep.tables(), static_cast<uint16_t*>(b.y), cs.D, cs.K, y_seed);
   DMOE_CUDA_CHECK_LAUNCH();
   CombineOptions copt;
-  copt.sync = sync;
+  copt.sync = v.sync;
   copt.num_sms = cs.num_sms;
-  ep.combine(b.y, b.scores, cs.score_bf16 ? DType::kBFloat16 : DType::kFloat32, b.out, T, stream, copt);
+  copt.algorithm = v.algo;
+  copt.reduce_warps = cs.reduce_warps;
+  copt.signal_batch = cs.signal_batch;
+  copt.k_group = cs.k_group;
+  const DType sdt = cs.score_bf16 ? DType::kBFloat16 : DType::kFloat32;
+  if (cs.external_scatter) {
+    external_scatter_kernel<<<264, 256, 0, stream>>>(ep.tables(), static_cast<const int4*>(b.y), cs.D);
+    DMOE_CUDA_CHECK_LAUNCH();
+    ep.reduce(b.scores, sdt, b.out, T, stream, copt);
+  } else {
+    ep.combine(b.y, b.scores, sdt, b.out, T, stream, copt);
+  }
 }
 
 const char* mode_name(DispatchMode m) { return m == DispatchMode::kTokenOnce ? "token_once" : "per_route"; }
 const char* sync_name(CombineSync s) { return s == CombineSync::kBarrier ? "barrier" : "signal"; }
+const char* algo_name(CombineAlgorithm a) {
+  return a == CombineAlgorithm::kV1 ? "combine v1" : (a == CombineAlgorithm::kV2 ? "combine v2" : "combine auto");
+}
 
 int run_case(const Communicator& comm, const CaseSpec& cs, uint64_t case_seed) {
   const int R = g_world;
@@ -340,6 +437,15 @@ int run_case(const Communicator& comm, const CaseSpec& cs, uint64_t case_seed) {
   cfg.row_alignment = cs.align;
   EpGroup ep(comm, cfg);
   const int64_t cap = ep.capacity_rows();
+  const bool fused_ok = ep.fused_route_supported();
+  auto variant_of = [&](size_t call) {
+    CallVariant v;
+    v.dm = cs.dispatch_modes[call % cs.dispatch_modes.size()];
+    v.sync = cs.combine_syncs[call % cs.combine_syncs.size()];
+    v.fused = fused_ok && cs.fused[call % cs.fused.size()];
+    v.algo = cs.algos[call % cs.algos.size()];
+    return v;
+  };
   Buffers b;
   DMOE_CUDA_CHECK(cudaMalloc(&b.x, static_cast<size_t>(cs.T_max) * cs.D * 2));
   DMOE_CUDA_CHECK(cudaMalloc(&b.ids, static_cast<size_t>(cs.T_max) * cs.K * 8));
@@ -357,14 +463,13 @@ int run_case(const Communicator& comm, const CaseSpec& cs, uint64_t case_seed) {
     const CallData warm = make_call(RoutingPattern::kUniform, cs.Ts[0], cs.D, cs.K, cs.L * R, cs.score_bf16, case_seed ^ 0xABCDEFu);
     upload_inputs(cs, warm, b);
     DMOE_CUDA_CHECK(cudaDeviceSynchronize());
-    run_ops(cs, ep, b, warm.T, cs.dispatch_modes[0], cs.combine_syncs[0], warm.y_seed, stream);
+    run_ops(cs, ep, b, warm.T, variant_of(0), warm.y_seed, stream);
     DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   for (size_t call = 0; call < cs.Ts.size(); ++call) {
     const int64_t T = cs.Ts[call];
     const RoutingPattern pat = cs.patterns[call % cs.patterns.size()];
-    const DispatchMode dm = cs.dispatch_modes[call % cs.dispatch_modes.size()];
-    const CombineSync sync = cs.combine_syncs[call % cs.combine_syncs.size()];
+    const CallVariant var = variant_of(cs.graph ? 0 : call);
     CallData c = make_call(pat, T, cs.D, cs.K, cs.L * R, cs.score_bf16, case_seed * 1000 + call);
     if (cs.graph) c.y_seed = mix32(static_cast<uint32_t>(case_seed) ^ 0x77u);  // baked into the graph
     upload_inputs(cs, c, b);
@@ -377,19 +482,20 @@ int run_case(const Communicator& comm, const CaseSpec& cs, uint64_t case_seed) {
       if (graph_exec == nullptr) {
         cudaGraph_t g;
         DMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        run_ops(cs, ep, b, T, dm, sync, c.y_seed, stream);
+        run_ops(cs, ep, b, T, var, c.y_seed, stream);
         DMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
         DMOE_CUDA_CHECK(cudaGraphInstantiate(&graph_exec, g, 0));
         DMOE_CUDA_CHECK(cudaGraphDestroy(g));
       }
       DMOE_CUDA_CHECK(cudaGraphLaunch(graph_exec, stream));
     } else {
-      run_ops(cs, ep, b, T, dm, sync, c.y_seed, stream);
+      run_ops(cs, ep, b, T, var, c.y_seed, stream);
     }
     DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     Checker ck;
     ck.where = cs.name + " call " + std::to_string(call) + " (T=" + std::to_string(T) + ", " +
-               dist_moe::testing::to_string(pat) + ", " + mode_name(dm) + ", " + sync_name(sync) +
+               dist_moe::testing::to_string(pat) + ", " + (var.fused ? "fused route" : mode_name(var.dm)) + ", " +
+               (cs.external_scatter ? "external scatter + reduce" : algo_name(var.algo)) + ", " + sync_name(var.sync) +
                (cs.graph ? ", graph replay" : "") + ")";
     check_call(cs, ep, c, b, ck);
     errors += ck.errors;
@@ -530,6 +636,248 @@ std::vector<CaseSpec> correctness_cases() {
     c.combine_syncs = {CS::kSignal};
     c.graph = true;
   });
+
+  // Every case above again through the fused route kernel (where the group supports it; calls
+  // alternate with the separate ops so both arrival protocols interleave) and combine v2.
+  const size_t n_base = v.size();
+  for (size_t i = 0; i < n_base; ++i) {
+    CaseSpec c = v[i];
+    c.name += "+v2f";
+    c.fused = c.graph ? std::vector<bool>{true} : std::vector<bool>{true, true, false};
+    c.algos = {CombineAlgorithm::kV2};
+    v.push_back(std::move(c));
+  }
+
+  // v2 tuning knobs: few reduce warps, batched signals, k groups that split K unevenly.
+  add("v2_signal_rw1_batch3_kg3", [](CaseSpec& c) {
+    c.L = 128;
+    c.align = 16;
+    c.patterns = {P::kZipf, P::kMasked, P::kUniform};
+    c.Ts = {64, 37, 64};
+    c.combine_syncs = {CS::kSignal};
+    c.algos = {CombineAlgorithm::kV2};
+    c.reduce_warps = 1;
+    c.signal_batch = 3;
+    c.k_group = 3;
+  });
+  add("v2_signal_rw15_batch32_kgK", [](CaseSpec& c) {
+    c.K = 6;
+    c.D = 7168;
+    c.T_max = 16;
+    c.Ts = {16, 3};
+    c.patterns = {P::kUniform, P::kOneExpert};
+    c.combine_syncs = {CS::kSignal, CS::kBarrier};
+    c.algos = {CombineAlgorithm::kV2};
+    c.reduce_warps = 15;
+    c.signal_batch = 32;
+    c.k_group = 6;
+  });
+  add("fused_then_dispatch", [](CaseSpec& c) {
+    c.align = 8;
+    c.patterns = {P::kZipf, P::kPaddedRank};
+    c.Ts = {64, 20};
+    c.fused = {true};
+    c.fused_dispatch_separately = true;
+    c.dispatch_modes = {DM::kPerRoute, DM::kTokenOnce};
+    c.algos = {CombineAlgorithm::kV2, CombineAlgorithm::kV1};
+  });
+  add("fused_few_sms_align128", [](CaseSpec& c) {
+    c.K = 6;
+    c.align = 128;
+    c.patterns = {P::kMasked, P::kOneExpert};
+    c.Ts = {64, 64};
+    c.fused = {true};
+    c.algos = {CombineAlgorithm::kV2};
+    c.combine_syncs = {CS::kSignal, CS::kBarrier};
+    c.num_sms = 3;
+  });
+  // reduce() after an external scatter through scatter_dst (the W2 epilogue's pattern).
+  add("reduce_external_scatter", [](CaseSpec& c) {
+    c.align = 8;
+    c.patterns = {P::kUniform, P::kZipf, P::kMasked, P::kOneExpert, P::kPaddedRank};
+    c.Ts = {64, 1, 33, 64, 17};
+    c.fused = {false, true};
+    c.external_scatter = true;
+  });
+  add("reduce_external_scatter_bf16_i64_D7168", [](CaseSpec& c) {
+    c.T_max = 16;
+    c.D = 7168;
+    c.L = 128;
+    c.K = 6;
+    c.Ts = {16, 5};
+    c.patterns = {P::kMasked, P::kZipf};
+    c.score_bf16 = true;
+    c.ids_int64 = true;
+    c.external_scatter = true;
+  });
+  add("reduce_external_scatter_graph", [](CaseSpec& c) {
+    c.K = 6;
+    c.L = 128;
+    c.align = 16;
+    c.patterns = {P::kZipf, P::kUniform, P::kMasked, P::kOneExpert};
+    c.Ts = {48, 48, 48, 48};
+    c.fused = {true};
+    c.external_scatter = true;
+    c.graph = true;
+  });
+  return v;
+}
+
+// ---- grad_gather_src: owners write route rows into their dispatch window, expert ranks gather ---
+
+struct GradGatherSpec {
+  std::string name;
+  int64_t T_max = 64;
+  int D = 256;
+  int K = 8;
+  int L = 4;
+  int align = 1;
+  std::vector<RoutingPattern> patterns = {RoutingPattern::kUniform};
+  std::vector<int64_t> Ts = {64};
+  bool fused = false;
+  bool graph = false;
+};
+
+int run_grad_gather_case(const Communicator& comm, const GradGatherSpec& gs, uint64_t case_seed) {
+  const int R = g_world, me = g_rank;
+  if (gs.K > gs.L * R) {
+    if (g_rank == 0) LOG("skip %s: K=%d > E=%d on %d rank(s)", gs.name.c_str(), gs.K, gs.L * R, R);
+    return 0;
+  }
+  EpConfig cfg;
+  cfg.max_tokens = gs.T_max;
+  cfg.hidden = gs.D;
+  cfg.top_k = gs.K;
+  cfg.num_experts = int64_t{gs.L} * R;
+  cfg.row_alignment = gs.align;
+  EpGroup ep(comm, cfg);
+  const int64_t cap = ep.capacity_rows();
+  const bool fused = gs.fused && ep.fused_route_supported();
+  Buffers b;
+  DMOE_CUDA_CHECK(cudaMalloc(&b.x, static_cast<size_t>(gs.T_max) * gs.D * 2));
+  DMOE_CUDA_CHECK(cudaMalloc(&b.ids, static_cast<size_t>(gs.T_max) * gs.K * 4));
+  DMOE_CUDA_CHECK(cudaMalloc(&b.y, static_cast<size_t>(cap) * gs.D * 2));  // gathered rows
+  DMOE_CUDA_CHECK(cudaMemset(b.x, 0, static_cast<size_t>(gs.T_max) * gs.D * 2));
+  cudaStream_t stream;
+  DMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const uint32_t seed = mix32(static_cast<uint32_t>(case_seed) ^ 0x9999u);
+  auto ops = [&](int64_t T) {
+    if (fused) {
+      DispatchOptions o;
+      o.fused = FusedRoute::kOn;
+      ep.publish_route_dispatch(b.x, b.ids, DType::kInt32, T, nullptr, stream, o);
+    } else {
+      ep.publish(b.x, b.ids, DType::kInt32, T, stream);
+      ep.route(T, stream);
+    }
+    // Backward: every peer finished its forward reads of this rank's dispatch window (nothing read
+    // it here), the owner writes grad_h3 slots, EP barrier, expert ranks gather, EP barrier (the next
+    // call's publish overwrites the window).
+    fill_grad_slots_kernel<<<132, 256, 0, stream>>>(static_cast<uint16_t*>(ep.local_dispatch_routes()), T, gs.K,
+                                                    gs.D, me, seed);
+    DMOE_CUDA_CHECK_LAUNCH();
+    ep.barrier(stream);
+    grad_gather_kernel<<<264, 256, 0, stream>>>(ep.tables(), static_cast<int4*>(b.y), gs.D);
+    DMOE_CUDA_CHECK_LAUNCH();
+    ep.barrier(stream);
+  };
+  cudaGraphExec_t graph_exec = nullptr;
+  int errors = 0;
+  for (size_t call = 0; call < gs.Ts.size(); ++call) {
+    const int64_t T = gs.Ts[call];
+    const RoutingPattern pat = gs.patterns[call % gs.patterns.size()];
+    const auto ids = dist_moe::testing::make_routing_ids(pat, R, T, gs.K, gs.L * R, case_seed * 1000 + call);
+    DMOE_CUDA_CHECK(cudaMemcpy(b.ids, ids[me].data(), ids[me].size() * 4, cudaMemcpyHostToDevice));
+    DMOE_CUDA_CHECK(cudaMemset(b.y, kSentinelByte, static_cast<size_t>(cap) * gs.D * 2));
+    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    if (gs.graph) {
+      if (graph_exec == nullptr) {
+        ops(T);  // eager once (module loading), then capture
+        DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+        DMOE_CUDA_CHECK(cudaMemset(b.y, kSentinelByte, static_cast<size_t>(cap) * gs.D * 2));
+        DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+        cudaGraph_t g;
+        DMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        ops(T);
+        DMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+        DMOE_CUDA_CHECK(cudaGraphInstantiate(&graph_exec, g, 0));
+        DMOE_CUDA_CHECK(cudaGraphDestroy(g));
+      }
+      DMOE_CUDA_CHECK(cudaGraphLaunch(graph_exec, stream));
+    } else {
+      ops(T);
+    }
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+    Checker ck;
+    ck.where = gs.name + " call " + std::to_string(call) + " (T=" + std::to_string(T) + ", " +
+               dist_moe::testing::to_string(pat) + (fused ? ", fused route" : "") + (gs.graph ? ", graph replay" : "") +
+               ")";
+    const auto routing = reference::build_routing(ids, gs.K, int64_t{gs.L} * R, gs.align);
+    const reference::RankRouting& rt = routing[static_cast<size_t>(me)];
+    std::vector<reference::Tensor<float>> bufs;
+    for (int r = 0; r < R; ++r) {
+      reference::Tensor<float> t({T * gs.K, int64_t{gs.D}});
+      for (int64_t i = 0; i < T * gs.K; ++i)
+        for (int d = 0; d < gs.D; ++d)
+          t.row(i)[d] = numeric::bf16_to_float(numeric::bf16_t{grad_value_bits(seed, r, i / gs.K, static_cast<int>(i % gs.K), d)});
+      bufs.push_back(std::move(t));
+    }
+    const reference::Tensor<float> want = reference::gather_route_rows(rt, bufs);
+    const int64_t M = rt.num_rows();
+    const int32_t total = download(ep.tables().total_rows, 1)[0];
+    if (total != M) ck.fail("total_rows %d, oracle %lld", total, static_cast<long long>(M));
+    const int64_t check_rows = std::min<int64_t>(cap, M + 4);
+    const auto got = download(static_cast<const uint16_t*>(b.y), static_cast<size_t>(check_rows * gs.D));
+    const uint16_t sentinel = static_cast<uint16_t>(kSentinelByte | (kSentinelByte << 8));
+    for (int64_t m = 0; m < check_rows && ck.errors < 8; ++m)
+      for (int d = 0; d < gs.D; ++d) {
+        const uint16_t g = got[static_cast<size_t>(m * gs.D + d)];
+        const uint16_t w = m < M ? numeric::float_to_bf16(want(m, d)).bits : sentinel;
+        if (g != w) {
+          ck.fail("gathered row %lld col %d = 0x%04x, want 0x%04x%s", (long long)m, d, g, w, m < M ? "" : " (untouched)");
+          break;
+        }
+      }
+    errors += ck.errors;
+  }
+  if (graph_exec) DMOE_CUDA_CHECK(cudaGraphExecDestroy(graph_exec));
+  DMOE_CUDA_CHECK(cudaStreamDestroy(stream));
+  return errors;
+}
+
+std::vector<GradGatherSpec> grad_gather_cases() {
+  using P = RoutingPattern;
+  std::vector<GradGatherSpec> v;
+  GradGatherSpec a;
+  a.name = "grad_gather";
+  a.align = 8;
+  a.patterns = {P::kUniform, P::kZipf, P::kMasked, P::kOneExpert, P::kPaddedRank};
+  a.Ts = {64, 1, 33, 64, 20};
+  v.push_back(a);
+  GradGatherSpec f = a;
+  f.name = "grad_gather_fused";
+  f.fused = true;
+  v.push_back(f);
+  GradGatherSpec h;
+  h.name = "grad_gather_D7168_L128_K6";
+  h.T_max = 16;
+  h.D = 7168;
+  h.L = 128;
+  h.K = 6;
+  h.align = 16;
+  h.patterns = {P::kZipf, P::kMasked};
+  h.Ts = {16, 5};
+  v.push_back(h);
+  GradGatherSpec g = a;
+  g.name = "grad_gather_graph";
+  g.Ts = {64, 64, 64, 64, 64};
+  g.graph = true;
+  v.push_back(g);
+  GradGatherSpec gf = g;
+  gf.name = "grad_gather_graph_fused";
+  gf.fused = true;
+  v.push_back(gf);
   return v;
 }
 
@@ -606,6 +954,10 @@ int run_suite(const Communicator& comm, const dist_moe::testing::DistEnv& env, c
     const uint64_t s = seed++;
     timed(cs.name, [&] { return run_case(comm, cs, s); });
   }
+  for (const GradGatherSpec& gs : grad_gather_cases()) {
+    const uint64_t s = seed++;
+    timed(gs.name, [&] { return run_grad_gather_case(comm, gs, s); });
+  }
   int failed = 0;
   if (g_rank == 0) {
     std::printf("\n==== comm multi-GPU tests (%d ranks) ====\n%-34s %-6s %8s %s\n", g_world, "case", "result", "ms", "errors");
@@ -622,8 +974,13 @@ int run_suite(const Communicator& comm, const dist_moe::testing::DistEnv& env, c
 
 // ---- failure scenarios (each must end in a device trap with its diagnostic) -----------------------
 
-int run_scenario(const Communicator& comm, const std::string& name) {
+int run_scenario(const Communicator& comm, const std::string& full_name) {
   const int me = g_rank, R = g_world;
+  // "<scenario>_fused": the same through publish_route_dispatch (one kernel).
+  const std::string suffix = "_fused";
+  const bool fused = full_name.size() > suffix.size() &&
+                     full_name.compare(full_name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  const std::string name = fused ? full_name.substr(0, full_name.size() - suffix.size()) : full_name;
   EpConfig cfg;
   cfg.max_tokens = 64;
   cfg.hidden = 128;
@@ -666,13 +1023,19 @@ int run_scenario(const Communicator& comm, const std::string& name) {
     return 1;
   }
   const int64_t T = (name == "unequal_t" && me == R - 1) ? 63 : 64;
-  LOG("EXPECTED_TRAP scenario %s: T=%lld", name.c_str(), static_cast<long long>(T));
-  ep.publish(b.x, b.ids, DType::kInt32, T, s);
-  ep.route(T, s);
-  ep.dispatch(b.xg, T, s);
+  LOG("EXPECTED_TRAP scenario %s: T=%lld", full_name.c_str(), static_cast<long long>(T));
+  if (fused) {
+    DispatchOptions o;
+    o.fused = FusedRoute::kOn;
+    ep.publish_route_dispatch(b.x, b.ids, DType::kInt32, T, b.xg, s, o);
+  } else {
+    ep.publish(b.x, b.ids, DType::kInt32, T, s);
+    ep.route(T, s);
+    ep.dispatch(b.xg, T, s);
+  }
   ep.combine(b.y, b.scores, DType::kFloat32, b.out, T, s);
   DMOE_CUDA_CHECK(cudaStreamSynchronize(s));
-  LOG("scenario %s: this rank completed without a trap", name.c_str());
+  LOG("scenario %s: this rank completed without a trap", full_name.c_str());
   // The affected rank never gets here; unaffected ranks wait in the combine barrier for it and
   // time out, so reaching this point on every rank is a failure of the scenario.
   return 1;
@@ -689,7 +1052,10 @@ int main(int argc, char** argv) {
     else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
     else if (a == "--timeout-ms" && i + 1 < argc) timeout_ms = std::atoll(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--case unequal_t|overflow|bad_id|timeout] [--filter NAME] [--timeout-ms MS]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--case unequal_t|overflow|bad_id|timeout|unequal_t_fused|overflow_fused|bad_id_fused] "
+                   "[--filter NAME] [--timeout-ms MS]\n",
+                   argv[0]);
       return 2;
     }
   }

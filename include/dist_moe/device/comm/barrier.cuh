@@ -76,6 +76,63 @@ DMOE_DEVICE void grid_barrier(const EpDeviceLayout& L, int id) {
                WaitContext{2 * L.timeout_cycles, L.rank});
 }
 
+// ---- split EP barrier: one arrival per rank, every CTA of the grid waits --------------------------
+//
+// The EP barrier without grid barriers, for kernels whose every CTA needs the peers' data:
+//   const uint32_t next = split_barrier_begin(L, slot);   // every CTA, first thing
+//   ... pre-barrier work (e.g. stores to peers) ...
+//   split_barrier_ready(L, slot, next);                    // every CTA: fence, count; the last
+//                                                          // CTA to get here sends the arrival
+//   split_barrier_wait(L, slot, next);                     // every CTA: wait for every peer
+// Same inbox words and epochs as ep_barrier_cta (the two interoperate on one slot). Needs a
+// co-resident grid (cooperative launch): CTAs wait for the last ready CTA of their own grid.
+// Why it is safe to advance barrier_epoch in the last ready CTA: every CTA read it in begin(),
+// before it counted itself ready.
+
+// Reads the slot's next epoch. Every CTA of the grid calls it before split_barrier_ready.
+DMOE_DEVICE uint32_t split_barrier_begin(const EpDeviceLayout& L, int slot) {
+  __shared__ uint32_t s_next;
+  __syncthreads();
+  if (threadIdx.x == 0) s_next = *reinterpret_cast<volatile uint32_t*>(&L.state->barrier_epoch[slot]) + 1u;
+  __syncthreads();
+  return s_next;
+}
+
+// Counts this CTA ready (its earlier stores, to peers or local, are published at system scope);
+// the last CTA of the grid stores the arrival `next` into every peer's inbox and advances the
+// local epoch. Call from all threads of every CTA.
+DMOE_DEVICE void split_barrier_ready(const EpDeviceLayout& L, int slot, uint32_t next) {
+  __shared__ int s_last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    fence_acq_rel_sys();
+    s_last = atom_add_acq_rel_gpu(&L.state->split_ready_ctas, 1u) == gridDim.x - 1 ? 1 : 0;
+  }
+  __syncthreads();
+  if (s_last) {
+    if (threadIdx.x == 0) {
+      L.state->split_ready_ctas = 0u;
+      L.state->barrier_epoch[slot] = next;
+    }
+    for (int p = threadIdx.x; p < L.world; p += blockDim.x) {
+      if (p == L.rank) continue;
+      fence_acq_rel_sys();
+      st_release_sys(barrier_inbox_ptr(L, p, slot, L.rank), next);
+    }
+  }
+}
+
+// Waits until every peer's arrival `next` is in this rank's inbox. CTA 0 uses the EP budget, the
+// others twice as much, so a hung peer is reported once, by CTA 0.
+DMOE_DEVICE void split_barrier_wait(const EpDeviceLayout& L, int slot, uint32_t next) {
+  const WaitContext ctx{blockIdx.x == 0 ? L.timeout_cycles : 2 * L.timeout_cycles, L.rank};
+  for (int p = threadIdx.x; p < L.world; p += blockDim.x) {
+    if (p == L.rank) continue;
+    wait_epoch_reached_sys(barrier_inbox_ptr(L, L.rank, slot, p), next, ctx, WaitSite::kEpBarrier, p, slot);
+  }
+  __syncthreads();
+}
+
 // NCCL LSA barrier (ncclDevComm's lsaBarrier, index `index`) for one CTA, with a bounded wait.
 //
 // NCCL 2.28's ncclLsaBarrierSession::wait spins without a limit; this wrapper arrives through

@@ -12,7 +12,10 @@
 //   dispatch : BF16 rows [T_max, K, D]; forward uses the first T rows of D elements (x_TD).
 //   combine  : BF16 [T_max, K, D]; route (t, k) of this rank's token t lands at (t*K + k) * D.
 //   signal   : uint32 barrier inbox [kNumBarrierSlots][kMaxEpRanks] (peer s writes [slot][s]),
-//              then uint32 token counters [T_max] (combine signal mode).
+//              then uint32 token counters [T_max] (combine signal mode). Inbox slot 0 is the EP
+//              barrier of the ops (epoch = barrier_epoch[0]); slot kPublishArrivalSlot carries the
+//              one-way "publish of call n is complete" arrival of the fused route kernel (value =
+//              the publish epoch n).
 #pragma once
 
 #include <nccl.h>
@@ -28,6 +31,8 @@ inline constexpr int kRoutingHeaderBytes = 128; // == dist_moe::kRoutingHeaderBy
 inline constexpr uint32_t kRoutingHeaderMagic = 0x444d4f45u;  // "DMOE"
 inline constexpr int kRouteIndexBits = 24;      // row_route = (src_rank << 24) | (t*K + k)
 inline constexpr int kNumGridBarriers = 4;      // one per kernel family that has grid barriers
+inline constexpr int kPublishArrivalSlot = 3;   // inbox slot of the fused kernel's publish arrival
+inline constexpr int kTraceSlots = 64;          // EpDeviceLayout::trace entries (phase timestamps)
 
 // First bytes of a routing slot. num_tokens is the first int32, as memory_plan.h documents.
 struct RoutingHeader {
@@ -48,6 +53,11 @@ struct EpLocalState {
   uint32_t grid_gen[kNumGridBarriers];        // grid barrier generations
   uint32_t combine_done_ctas;                 // last-CTA detection of the combine kernel
   uint32_t diag_lock;                         // first device diagnostic wins the right to print
+  // Split EP barrier (one arrival per rank, every CTA waits; src/kernels/ep_split_barrier.cuh):
+  // CTAs that are ready count here; the last one sends the arrival and advances barrier_epoch.
+  uint32_t split_ready_ctas;
+  uint32_t fused_done_ctas;                   // last-CTA detection of the fused route kernel
+  uint32_t reserved[6];
 };
 
 enum GridBarrierId : int { kGridBarrierRouting = 0, kGridBarrierCombine = 1, kGridBarrierTest = 2 };
@@ -72,6 +82,21 @@ struct EpDeviceLayout {
   int64_t token_counter_offset;   // in the signal window
   EpLocalState* state;            // local device state
   uint64_t timeout_cycles;        // budget of every spin-wait
+  // Phase timestamps (%globaltimer, ns) of the EP kernels, [kTraceSlots], or nullptr (off; the
+  // default). EpGroup::enable_trace() sets it; the benchmark prints the phases of one call.
+  unsigned long long* trace;
+};
+
+// Trace slots (see EpDeviceLayout::trace). "first" entries are written by CTA 0; "last" entries
+// hold the latest time any CTA reached that point (atomicMax).
+enum TraceSlot : int {
+  kTrRouteStart = 0, kTrRouteBarrierDone = 1, kTrRouteIdsCounted = 2, kTrRouteOffsets = 3, kTrRouteEndLast = 4,
+  kTrDispatchStart = 6, kTrDispatchEndLast = 7,
+  kTrFusedStart = 8, kTrFusedPublishedLast = 9, kTrFusedArrivalSent = 10, kTrFusedArrived = 11,
+  kTrFusedRouted = 12, kTrFusedTablesLast = 13, kTrFusedEndLast = 14,
+  kTrCombineStart = 16, kTrCombineScatterDoneLast = 17, kTrCombineBarrierDone = 18, kTrCombineFirstReduce = 19,
+  kTrCombineEndLast = 20,
+  kTrPublishStart = 24, kTrPublishEndLast = 25,
 };
 
 // Routing tables built on the device by the metadata kernel (EpGroup::route). Device pointers,
@@ -90,6 +115,10 @@ struct RoutingTables {
   int32_t* row_route;             // [capacity] (src_rank << 24) | (t*K + k), -1 for padding
   int32_t* route_row;             // [R * T_max * K] row of route (s, t, k) here, -1 if not here
   int64_t capacity_rows;
+  // [capacity] address of the route's slot t*K + k in its source rank's *dispatch* window
+  // ([T_max, K, D], where the owner publishes grad_h3 in backward): scatter_dst translated from the
+  // combine window to the dispatch window of the same rank. nullptr for padding rows.
+  const void** grad_gather_src;
 };
 
 }  // namespace dist_moe::comm

@@ -93,11 +93,23 @@ DMOE_DEVICE void st_relaxed_gpu(uint32_t* ptr, uint32_t v) {
 DMOE_DEVICE void red_add_release_sys(uint32_t* ptr, uint32_t v) {
   asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
 }
+// Relaxed increment at system scope: publishes earlier writes when preceded by fence_acq_rel_sys()
+// in the same thread (the PTX release pattern: fence, then a strong write).
+DMOE_DEVICE void red_add_relaxed_sys(uint32_t* ptr, uint32_t v) {
+  asm volatile("red.relaxed.sys.global.add.u32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
+}
 // Returns the value before the increment; acquire + release at GPU scope.
 DMOE_DEVICE uint32_t atom_add_acq_rel_gpu(uint32_t* ptr, uint32_t v) {
   uint32_t old;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(ptr), "r"(v) : "memory");
   return old;
+}
+
+// Global nanosecond timer (same clock on every SM of the GPU); used by the phase trace.
+DMOE_DEVICE unsigned long long globaltimer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
 }
 
 // ---- programmatic dependent launch ------------------------------------------------------------

@@ -21,6 +21,7 @@ enum class WaitSite : int {
   kCombineRoutes = 2,   // route results of one token from expert ranks (combine signal mode)
   kNcclLsaBarrier = 3,  // NCCL LSA barrier arrival of a peer
   kTest = 4,            // test / benchmark waits
+  kPublishArrival = 5,  // a peer's "publish complete" arrival (fused route kernel)
 };
 
 DMOE_DEVICE const char* wait_site_name(WaitSite s) {
@@ -29,6 +30,7 @@ DMOE_DEVICE const char* wait_site_name(WaitSite s) {
     case WaitSite::kGridBarrier: return "grid barrier (other CTAs of this kernel)";
     case WaitSite::kCombineRoutes: return "combine route results of a token";
     case WaitSite::kNcclLsaBarrier: return "NCCL LSA barrier arrival";
+    case WaitSite::kPublishArrival: return "publish arrival of a peer (fused route)";
     default: return "test flag";
   }
 }

@@ -7,6 +7,12 @@
 //                   and are dropped here); scatter: destination scatter_rows[that row] (null: skip)
 //   kWgrad          tile row r -> row m_block * BM + r of out[expert] (expert_stride apart)
 // Columns: n_block * BN + c, stored when < out_cols.
+//
+// With the TMA writer (epilogue_staging.cuh) a 64-row block whose rows all exist and that goes to
+// the plain output leaves by TMA: 2D box (column, buffer row) of the [m_capacity, cols] output, or
+// 3D box (column, weight row, expert) of WGRAD's [E, n, k] (columns past the end are clipped by
+// TMA). FP32 accumulation uses the TMA reduce-add (old + acc in FP32, one rounding, as before);
+// BF16 accumulation keeps ordinary stores from FP32 staging so the sum is still rounded once.
 #pragma once
 
 #include <cstdint>
@@ -20,33 +26,49 @@
 
 namespace dist_moe::gemm {
 
-template <class Mainloop, class OutT>
+template <class Mainloop, class OutT, class Writer_>
 struct StoreEpilogue {
+  using Writer = Writer_;
   static constexpr GemmKind kKind = Mainloop::kKind;
   static_assert(kKind != GemmKind::kFpropSwapAB, "swap-AB stores transposed: see epilogue_swap_ab.cuh");
   static_assert(std::is_same<OutT, bf16_t>::value || std::is_same<OutT, float>::value, "BF16 or FP32 output");
-  // DGRAD and WGRAD may accumulate into their output: stage FP32 so the sum is rounded once.
-  using StageT = std::conditional_t<std::is_same<OutT, float>::value || kKind != GemmKind::kFprop, float, bf16_t>;
-  static constexpr int kChunks = Mainloop::kBlockN / Staging<StageT>::kCols;
-
-  static constexpr int smem_bytes() { return 2 * kStagingBytesPerWg; }
   static constexpr bool kClipStats = false;
+  static constexpr bool kBf16Out = std::is_same<OutT, bf16_t>::value;
+  static constexpr int kOutBytes = static_cast<int>(sizeof(OutT));
 
 #if defined(__CUDACC__)
 
-  // Everything a tile needs is per tile; nothing persists across tiles.
-  DMOE_DEVICE static void store(const EpilogueParams& p, const WorkTile& t,
-                                float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, uint32_t staging,
+  DMOE_DEVICE static void store(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
+                                float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, Writer& w,
                                 ClipCounts& /*unused*/) {
-    const uint32_t bar = kBarrierEpilogueWg0 + wg;
+    if constexpr (kBf16Out && kKind != GemmKind::kFprop) {
+      // DGRAD/WGRAD may accumulate into a BF16 output: stage FP32 then, so old + acc is rounded once.
+      // Without accumulation BF16 staging rounds the same way and lets whole blocks leave by TMA.
+      if (p.accumulate != 0 || !Writer::kTma) store_as<float>(p, ops, t, acc, wg, w);
+      else store_as<bf16_t>(p, ops, t, acc, wg, w);
+    } else {
+      store_as<OutT>(p, ops, t, acc, wg, w);
+    }
+  }
+
+ private:
+  template <class S>
+  DMOE_DEVICE static void store_as(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
+                                   float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, Writer& w) {
+    constexpr int kCols = Staging<S>::kCols;
+    constexpr int kChunks = Mainloop::kBlockN / kCols;
+    const bool accumulate = p.accumulate != 0;
     const int tid = static_cast<int>(threadIdx.x % 128);
     const int frag_row = static_cast<int>((threadIdx.x / 32) % 4) * 16 + static_cast<int>(threadIdx.x % 32) / 4;
+    char* const out = ops.base[kMapOut];
 #pragma unroll
     for (int b = 0; b < Mainloop::kMmaPerWg; ++b) {
       const int row0 = t.m_block * Mainloop::kBlockM + Mainloop::tile_row(wg, b);  // first row of the block
+      const int rows = kKind == GemmKind::kWgrad ? 64 : min(64, t.num_rows - row0);
+      if (rows <= 0) continue;  // the whole block lies past the expert's end (uniform per warpgroup)
       char* row_ptr[4];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) row_ptr[q] = row_address(p, t, row0 + 16 * q + tid / 8);
+      for (int q = 0; q < 4; ++q) row_ptr[q] = row_address(p, out, t, row0 + 16 * q + tid / 8);
       float scale_lo = 1.0f, scale_hi = 1.0f;
       if constexpr (kKind != GemmKind::kWgrad) {
         if (p.row_scale != nullptr) {
@@ -55,26 +77,41 @@ struct StoreEpilogue {
           if (r + 8 < t.num_rows) scale_hi = p.row_scale[t.row_begin + r + 8];
         }
       }
+      // TMA: whole block, plain output, and an accumulation TMA can do exactly (FP32 reduce-add).
+      const bool tma = Writer::kTma && std::is_same<S, OutT>::value && rows == 64 && p.scatter_rows == nullptr &&
+                       (!accumulate || !kBf16Out);
 #pragma unroll
-      for (int c = 0; c < kChunks; ++c)
-        write_chunk<StageT, OutT>(staging, bar, acc[b], c, scale_lo, scale_hi, row_ptr,
-                                  t.n_block * Mainloop::kBlockN + c * Staging<StageT>::kCols, p.out_cols,
-                                  p.accumulate != 0);
+      for (int c = 0; c < kChunks; ++c) {
+        const int col0 = t.n_block * Mainloop::kBlockN + c * kCols;
+        if (col0 >= p.out_cols) break;  // N not a multiple of the tile: nothing left in this block
+        TmaTarget target;
+        if (tma) {
+          target.map = ops.map[kMapOut];
+          target.c0 = col0;
+          target.reduce = accumulate;
+          if constexpr (kKind == GemmKind::kWgrad) {
+            target.c1 = row0;
+            target.c2 = t.expert;
+          } else {
+            target.c1 = t.row_begin + row0;
+          }
+        }
+        w.template write<S, OutT>(acc[b], c, scale_lo, scale_hi, row_ptr, col0, p.out_cols, accumulate, target);
+      }
     }
   }
 
- private:
   // Start of output row `r` of the tile's expert (r counted from the expert's first row / first
   // weight row), or nullptr when it must not be stored.
-  DMOE_DEVICE static char* row_address(const EpilogueParams& p, const WorkTile& t, int r) {
+  DMOE_DEVICE static char* row_address(const EpilogueParams& p, char* out, const WorkTile& t, int r) {
     if constexpr (kKind == GemmKind::kWgrad) {
       const int64_t elem = static_cast<int64_t>(t.expert) * p.expert_stride + static_cast<int64_t>(r) * p.ld_out;
-      return static_cast<char*>(p.out) + elem * static_cast<int64_t>(sizeof(OutT));
+      return out + elem * static_cast<int64_t>(sizeof(OutT));
     } else {
       if (r >= t.num_rows) return nullptr;
       const int64_t row = static_cast<int64_t>(t.row_begin) + r;
       if (p.scatter_rows != nullptr) return static_cast<char*>(p.scatter_rows[row]);
-      return static_cast<char*>(p.out) + row * p.ld_out * static_cast<int64_t>(sizeof(OutT));
+      return out + row * p.ld_out * static_cast<int64_t>(sizeof(OutT));
     }
   }
 

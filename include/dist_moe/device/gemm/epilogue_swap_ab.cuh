@@ -28,12 +28,13 @@ struct SwapABStaging {
   static_assert(Mainloop::kKind == GemmKind::kFpropSwapAB, "swap-AB mainloop");
   static constexpr int kTokens = Mainloop::kBlockN;
   static constexpr int kStride = 144;  // 128 bytes of BF16 features + 16 bytes of padding
-  static_assert(kTokens % 16 == 0 && kTokens * kStride <= kStagingBytesPerWg, "token tile fits the staging buffer");
+  static_assert(kTokens % 16 == 0 && kTokens * kStride <= PaddedStagingWriter::kBytesPerWg,
+                "token tile fits the staging buffer");
 
 #if defined(__CUDACC__)
   // Writes one m64 x kTokens fragment, transposed and scaled per token, as BF16.
   template <int kN>
-  DMOE_DEVICE static void stage(uint32_t staging, const float (&acc)[kN], const float (&token_scale)[kN / 4]) {
+  DMOE_DEVICE static void stage(uint32_t staging, const float (&acc)[kN], const float (&token_scale)[kN / 2]) {
     const int lane = static_cast<int>(threadIdx.x % 32);
     const int row = static_cast<int>((threadIdx.x / 32) % 4) * 16 + lane / 4;  // weight row (+8 for i >= 2)
     const int tok = 2 * (lane % 4);
@@ -64,7 +65,7 @@ struct SwapABStaging {
   }
 
   template <int kN>
-  DMOE_DEVICE static void write(uint32_t staging, uint32_t bar, const float (&acc)[kN], const float (&token_scale)[kN / 4],
+  DMOE_DEVICE static void write(uint32_t staging, uint32_t bar, const float (&acc)[kN], const float (&token_scale)[kN / 2],
                                 char* const (&token_ptr)[kTokens / 16], int col0, int cols_valid) {
     ptx::named_barrier_sync(bar, 128);
     stage(staging, acc, token_scale);
@@ -96,19 +97,20 @@ struct SwapABStaging {
 template <class Mainloop>
 struct SwapABStoreEpilogue {
   using Staging = SwapABStaging<Mainloop>;
+  using Writer = PaddedStagingWriter;
   static_assert(!Mainloop::kSplit, "plain store");
-  static constexpr int smem_bytes() { return 2 * kStagingBytesPerWg; }
   static constexpr bool kClipStats = false;
+  static constexpr int kOutBytes = 2;
 
 #if defined(__CUDACC__)
-  DMOE_DEVICE static void store(const EpilogueParams& p, const WorkTile& t,
-                                float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, uint32_t staging,
+  DMOE_DEVICE static void store(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
+                                float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, Writer& w,
                                 ClipCounts& /*unused*/) {
     constexpr int kN = Mainloop::kAccPerMma;
-    const uint32_t bar = kBarrierEpilogueWg0 + wg;
+    const uint32_t staging = w.buf, bar = w.bar;
     char* token_ptr[Staging::kTokens / 16];
-    Staging::token_rows(t, p.out, p.ld_out * 2, p.scatter_rows, token_ptr);
-    float scale[kN / 4];
+    Staging::token_rows(t, ops.base[kMapOut], p.ld_out * 2, p.scatter_rows, token_ptr);
+    float scale[kN / 2];
     const int tok = static_cast<int>(2 * (threadIdx.x % 4));
 #pragma unroll
     for (int j = 0; j < kN / 4; ++j)
@@ -129,22 +131,25 @@ struct SwapABStoreEpilogue {
 template <class Mainloop>
 struct SwapABSwigluEpilogue {
   using Staging = SwapABStaging<Mainloop>;
+  using Writer = PaddedStagingWriter;
   static_assert(Mainloop::kSplit && Mainloop::kMmaPerWg == 2, "block 0 = gate rows, block 1 = up rows");
-  static constexpr int smem_bytes() { return 2 * kStagingBytesPerWg; }
   static constexpr bool kClipStats = true;
+  static constexpr int kOutBytes = 2;
 
 #if defined(__CUDACC__)
-  DMOE_DEVICE static void store(const EpilogueParams& p, const WorkTile& t, float (&acc)[2][Mainloop::kAccPerMma],
-                                int wg, uint32_t staging, ClipCounts& counts) {
+  DMOE_DEVICE static void store(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
+                                float (&acc)[2][Mainloop::kAccPerMma], int wg, Writer& w, ClipCounts& counts) {
     constexpr int kN = Mainloop::kAccPerMma;
-    const uint32_t bar = kBarrierEpilogueWg0 + wg;
+    const uint32_t staging = w.buf, bar = w.bar;
+    char* const h1 = ops.base[kMapH1];
+    char* const h2 = ops.base[kMapH2];
     const int col0 = t.m_block * (Mainloop::kBlockM / 2) + 64 * wg;  // gate (= h2) feature of row 0
-    float ones[kN / 4];
+    float ones[kN / 2];
 #pragma unroll
-    for (int i = 0; i < kN / 4; ++i) ones[i] = 1.0f;
+    for (int i = 0; i < kN / 2; ++i) ones[i] = 1.0f;
     char* token_ptr[Staging::kTokens / 16];
-    if (p.h1 != nullptr) {
-      Staging::token_rows(t, p.h1, 2 * static_cast<int64_t>(p.f) * 2, nullptr, token_ptr);
+    if (h1 != nullptr) {
+      Staging::token_rows(t, h1, 2 * static_cast<int64_t>(p.f) * 2, nullptr, token_ptr);
       Staging::write(staging, bar, acc[0], ones, token_ptr, col0, 2 * p.f);
       Staging::write(staging, bar, acc[1], ones, token_ptr, p.f + col0, 2 * p.f);
     }
@@ -165,7 +170,7 @@ struct SwapABSwigluEpilogue {
         acc[0][4 * j + i] = activation::swiglu_forward(g, u, act);
       }
     }
-    Staging::token_rows(t, p.h2, static_cast<int64_t>(p.f) * 2, nullptr, token_ptr);
+    Staging::token_rows(t, h2, static_cast<int64_t>(p.f) * 2, nullptr, token_ptr);
     Staging::write(staging, bar, acc[0], ones, token_ptr, col0, p.f);
   }
 #endif  // __CUDACC__

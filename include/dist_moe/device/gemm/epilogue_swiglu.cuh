@@ -4,12 +4,17 @@
 // The tile's N columns are split (Sm90Mainloop kSplit): B rows [0, BN/2) are gate rows n0 + c of
 // W13[e] and rows [BN/2, BN) the matching up rows F + n0 + c, so accumulator column c (gate) and
 // c + BN/2 (up) of a row sit in the same thread (fragment registers 4j+i and 4(j + BN/16)+i).
+// BN = 256 (cooperative: 128 gate + 128 up per 64-row block) or 128 (ping-pong: 64 + 64, two
+// 64-row blocks per warpgroup).
 //
 // Numerics: g = BF16(acc_gate), u = BF16(acc_up) -- the values h1 holds -- then
 // h2 = BF16(activation::swiglu_forward(g, u)), the function the standalone SwiGLU kernels use
 // (device/activation/swiglu.cuh, the oracle's operation order), so a recompute from a saved h1
 // gives the same h2 bits. Clip statistics count, over valid rows, g > clip_limit and |u| > clip_limit
 // (strict), and rows * F; each CTA sums its counts and adds them to the FP32 counters once.
+//
+// Stores go through the warpgroup's writer (epilogue_staging.cuh): with the TMA writer a block
+// whose 64 rows all exist leaves by TMA (h1: 2D box of [m_capacity, 2F], h2: of [m_capacity, F]).
 #pragma once
 
 #include <cstdint>
@@ -24,43 +29,59 @@
 
 namespace dist_moe::gemm {
 
-
-
-template <class Mainloop>
+template <class Mainloop, class Writer_>
 struct SwigluEpilogue {
+  using Writer = Writer_;
   static_assert(Mainloop::kKind == GemmKind::kFprop && Mainloop::kSplit, "SwiGLU needs the split FPROP mainloop");
-  static_assert(Mainloop::kMmaPerWg == 1, "one m64 block per warpgroup");
   static constexpr int kHalf = Mainloop::kBlockN / 2;          // gate (= up) columns per tile
   static constexpr int kCols = Staging<bf16_t>::kCols;          // 64 columns per chunk
   static_assert(kHalf % kCols == 0, "each half is whole chunks");
   static constexpr int kHalfChunks = kHalf / kCols;
-
-  static constexpr int smem_bytes() { return 2 * kStagingBytesPerWg; }
   static constexpr bool kClipStats = true;
+  static constexpr int kOutBytes = 2;
 
 #if defined(__CUDACC__)
 
-  DMOE_DEVICE static void store(const EpilogueParams& p, const WorkTile& t, float (&acc)[1][Mainloop::kAccPerMma],
-                                int wg, uint32_t staging, ClipCounts& counts) {
-    const uint32_t bar = kBarrierEpilogueWg0 + wg;
+  DMOE_DEVICE static void store(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
+                                float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, Writer& w,
+                                ClipCounts& counts) {
+#pragma unroll
+    for (int b = 0; b < Mainloop::kMmaPerWg; ++b) {
+      const int row0 = t.m_block * Mainloop::kBlockM + Mainloop::tile_row(wg, b);
+      const int rows = min(64, t.num_rows - row0);
+      if (rows > 0) store_block(p, ops, t, acc[b], row0, rows, w, counts);  // uniform per warpgroup
+    }
+  }
+
+ private:
+  DMOE_DEVICE static void store_block(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
+                                      float (&a)[Mainloop::kAccPerMma], int row0, int rows, Writer& w,
+                                      ClipCounts& counts) {
     const int tid = static_cast<int>(threadIdx.x % 128);
-    const int row0 = t.m_block * Mainloop::kBlockM + Mainloop::tile_row(wg, 0);
     const int n0 = t.n_block * kHalf;  // first gate column of the tile
     const int64_t two_f = 2 * static_cast<int64_t>(p.f);
-    float (&a)[Mainloop::kAccPerMma] = acc[0];
+    const bool tma = Writer::kTma && rows == 64;
+    char* const h1 = ops.base[kMapH1];
+    char* const h2 = ops.base[kMapH2];
 
     // h1 = [gate | up], rounded to BF16 by the staging (the same rounding as below).
-    if (p.h1 != nullptr) {
-      char* rows[4];
+    if (h1 != nullptr) {
+      char* row_ptr[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int r = row0 + 16 * q + tid / 8;
-        rows[q] = r < t.num_rows ? static_cast<char*>(p.h1) + (static_cast<int64_t>(t.row_begin) + r) * two_f * 2 : nullptr;
+        row_ptr[q] = r < t.num_rows ? h1 + (static_cast<int64_t>(t.row_begin) + r) * two_f * 2 : nullptr;
       }
 #pragma unroll
       for (int c = 0; c < 2 * kHalfChunks; ++c) {
         const int col0 = c < kHalfChunks ? n0 + c * kCols : p.f + n0 + (c - kHalfChunks) * kCols;
-        write_chunk<bf16_t, bf16_t>(staging, bar, a, c, 1.0f, 1.0f, rows, col0, static_cast<int>(two_f), false);
+        TmaTarget target;
+        if (tma) {
+          target.map = ops.map[kMapH1];
+          target.c0 = col0;
+          target.c1 = t.row_begin + row0;
+        }
+        w.template write<bf16_t, bf16_t>(a, c, 1.0f, 1.0f, row_ptr, col0, static_cast<int>(two_f), false, target);
       }
     }
 
@@ -84,15 +105,22 @@ struct SwigluEpilogue {
       }
     }
 
-    char* rows[4];
+    char* row_ptr[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int r = row0 + 16 * q + tid / 8;
-      rows[q] = r < t.num_rows ? static_cast<char*>(p.h2) + (static_cast<int64_t>(t.row_begin) + r) * p.f * 2 : nullptr;
+      row_ptr[q] = r < t.num_rows ? h2 + (static_cast<int64_t>(t.row_begin) + r) * p.f * 2 : nullptr;
     }
 #pragma unroll
-    for (int c = 0; c < kHalfChunks; ++c)
-      write_chunk<bf16_t, bf16_t>(staging, bar, a, c, 1.0f, 1.0f, rows, n0 + c * kCols, p.f, false);
+    for (int c = 0; c < kHalfChunks; ++c) {
+      TmaTarget target;
+      if (tma) {
+        target.map = ops.map[kMapH2];
+        target.c0 = n0 + c * kCols;
+        target.c1 = t.row_begin + row0;
+      }
+      w.template write<bf16_t, bf16_t>(a, c, 1.0f, 1.0f, row_ptr, n0 + c * kCols, p.f, false, target);
+    }
   }
 
 #endif  // __CUDACC__

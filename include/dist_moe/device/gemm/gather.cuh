@@ -36,8 +36,10 @@ struct GatherProducer {
 
 #if defined(__CUDACC__)
 
+  // `gathered`: the resolved base of the kMapA tensor (operands.cuh), which TMA then reads.
   template <class Scheduler>
-  DMOE_DEVICE static void run(const MainloopParams& p, const Scheduler& sched, int32_t n_blocks, int gather_tid) {
+  DMOE_DEVICE static void run(const MainloopParams& p, char* gathered, const Scheduler& sched, int32_t n_blocks,
+                              int gather_tid) {
     const int warp = gather_tid / 32;
     const int lane = gather_tid % 32;
     const int32_t total_units = (sched.total_tiles() / n_blocks) * kUnitsPerTile;
@@ -48,7 +50,7 @@ struct GatherProducer {
       int32_t expert, row0, rows;
       sched.locate_m_tile(m_tile, expert, row0, rows);
       const int32_t n = min(kUnitRows, rows - first);
-      for (int32_t r = warp; r < n; r += kThreads / 32) copy_row(p, row0 + first + r, row_bytes, lane);
+      for (int32_t r = warp; r < n; r += kThreads / 32) copy_row(p, gathered, row0 + first + r, row_bytes, lane);
       ptx::fence_proxy_async_global();
       ptx::named_barrier_sync(kBarrierGather, kThreads);
       if (gather_tid == 0) {
@@ -72,9 +74,9 @@ struct GatherProducer {
 
  private:
   // One warp copies one row: 16-byte segments, kUnroll loads in flight per lane.
-  DMOE_DEVICE static void copy_row(const MainloopParams& p, int32_t row, int64_t row_bytes, int lane) {
+  DMOE_DEVICE static void copy_row(const MainloopParams& p, char* gathered, int32_t row, int64_t row_bytes, int lane) {
     const char* src = static_cast<const char*>(p.gather_rows[row]);
-    char* dst = static_cast<char*>(p.gathered) + static_cast<int64_t>(row) * row_bytes;
+    char* dst = gathered + static_cast<int64_t>(row) * row_bytes;
     const int32_t segs = static_cast<int32_t>(row_bytes / 16);
     if (src == nullptr) {
       for (int32_t s = lane; s < segs; s += 32) ptx::st_global_v4(dst + 16 * s, make_uint4(0, 0, 0, 0));

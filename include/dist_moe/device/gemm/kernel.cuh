@@ -3,16 +3,22 @@
 //
 //   warpgroup 0  producer   (setmaxnreg down)  warp 0, lane 0: TMA issue for every tile
 //                                              warps 1-3: row gather (gather variants only)
-//   warpgroup 1  consumer 0 (setmaxnreg up)    wgmma on tile rows [0, 64) (+ [128, 192) swap-AB)
-//   warpgroup 2  consumer 1 (setmaxnreg up)    wgmma on tile rows [64, 128) (+ [192, 256))
+//   warpgroup 1  consumer 0 (setmaxnreg up)    wgmma + epilogue
+//   warpgroup 2  consumer 1 (setmaxnreg up)    wgmma + epilogue
 //
-// Both consumers walk the same tiles; each stores its own rows in the epilogue while the producer
-// already fills the stages of the next tile. Persistent: gridDim.x <= number of SMs, one CTA per
-// SM (the stage ring takes most of shared memory).
+// Consumer schedules (mainloop.cuh): cooperative -- both warpgroups share every tile, each owns
+// half of its rows, and store them while the producer already fills the next tile's stages;
+// ping-pong -- the warpgroups take alternate tiles of the CTA, so one's epilogue overlaps the
+// other's wgmmas. Persistent: gridDim.x <= number of SMs, one CTA per SM (the stage ring takes most
+// of shared memory, which also means no two GEMM CTAs ever share an SM).
+//
+// Start of the kernel: threads 0..4 resolve the operands' device-side offsets (operands.cuh),
+// thread 0 initializes the pipeline, every thread helps build the scheduler tables; the
+// __syncthreads at the end of Scheduler::build publishes all of it.
 //
 // Shared memory (from a 1024-aligned base):
-//   [stages: A x S, B x S][epilogue staging: 2 x 10 KiB][pipeline mbarriers][clip counters]
-//   [scheduler tables: 2 x (E + 1) int32]
+//   [stages: A x S, B x S][epilogue staging: 2 x writer bytes][pipeline mbarriers]
+//   [resolved operands][clip counters][scheduler tables]
 #pragma once
 
 #include <cstdint>
@@ -21,6 +27,7 @@
 #include "dist_moe/device/gemm/epilogue_staging.cuh"
 #include "dist_moe/device/gemm/gather.cuh"
 #include "dist_moe/device/gemm/mainloop.cuh"
+#include "dist_moe/device/gemm/operands.cuh"
 #include "dist_moe/device/gemm/params.cuh"
 #include "dist_moe/device/gemm/pipeline.cuh"
 #include "dist_moe/device/gemm/scheduler.cuh"
@@ -36,21 +43,24 @@ template <class Mainloop_, class Epilogue_, bool kGather_>
 struct GroupedGemmKernel {
   using Mainloop = Mainloop_;
   using Epilogue = Epilogue_;
+  using Writer = typename Epilogue::Writer;
   using Scheduler = GroupedTileScheduler<Mainloop::kGrouping, Mainloop::kBlockM, Mainloop::kBlockN>;
   using Pipeline = TmaPipeline<Mainloop::kStages>;
   using Gather = GatherProducer<Mainloop::kBlockM>;
   static constexpr bool kGather = kGather_;
+  static constexpr bool kPingPong = Mainloop::kPingPong;
   static_assert(!kGather || Mainloop::kGrouping == Grouping::kM, "the gather producer feeds A of M-grouped GEMMs");
 
   static constexpr int kThreads = 384;
-  static constexpr int kConsumerWarps = 8;
   // 128 * producer + 256 * consumer <= 65536 registers. The gather warps keep 16-byte loads in
-  // flight, so the gather variants give the producer a little more.
-  static constexpr uint32_t kProducerRegs = kGather ? 64 : 40;
-  static constexpr uint32_t kConsumerRegs = kGather ? 216 : 232;
+  // flight next to the scheduler state, so the gather variants give the producer more (below 80
+  // ptxas spills them; 200 still holds a consumer's 128 accumulators and its epilogue).
+  static constexpr uint32_t kProducerRegs = kGather ? 80 : 40;
+  static constexpr uint32_t kConsumerRegs = kGather ? 200 : 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
 
   struct Params {
+    OperandMaps maps;  // first: the tensor maps keep their 64-byte alignment
     MainloopParams mainloop;
     EpilogueParams epilogue;
     SchedulerParams scheduler;
@@ -58,10 +68,13 @@ struct GroupedGemmKernel {
 
   // ---- shared memory layout ---------------------------------------------------------------------
   static constexpr int kStagingOffset = Mainloop::smem_bytes();
-  static constexpr int kBarrierOffset = kStagingOffset + Epilogue::smem_bytes();
-  static constexpr int kCountersOffset = kBarrierOffset + static_cast<int>(sizeof(typename Pipeline::SharedStorage));
+  static constexpr int kBarrierOffset = kStagingOffset + 2 * Writer::kBytesPerWg;
+  static constexpr int kResolvedOffset = kBarrierOffset + static_cast<int>(sizeof(typename Pipeline::SharedStorage));
+  static constexpr int kCountersOffset = kResolvedOffset + static_cast<int>(sizeof(ResolvedOperands));
   static constexpr int kTablesOffset = kCountersOffset + 16;
-  static_assert(kBarrierOffset % 8 == 0, "mbarriers are 8-byte aligned");
+  static_assert((kStagingOffset % 1024 == 0 && Writer::kBytesPerWg % 1024 == 0) || !Writer::kTma,
+                "TMA staging buffers are 128B-swizzle atoms: 1024-byte aligned");
+  static_assert(kBarrierOffset % 8 == 0 && kResolvedOffset % 8 == 0, "mbarriers and pointers are 8-byte aligned");
 
   // Dynamic shared memory to request: the layout plus slack to align the base to 1024 bytes.
   static constexpr int smem_bytes(int num_experts) {
@@ -75,21 +88,19 @@ struct GroupedGemmKernel {
     const uint32_t smem = (raw + 1023u) & ~1023u;
     uint8_t* base = smem_raw + (smem - raw);
     auto& pipe_storage = *reinterpret_cast<typename Pipeline::SharedStorage*>(base + kBarrierOffset);
+    auto& resolved = *reinterpret_cast<ResolvedOperands*>(base + kResolvedOffset);
     uint32_t* cta_counts = reinterpret_cast<uint32_t*>(base + kCountersOffset);
     int32_t* tables = reinterpret_cast<int32_t*>(base + kTablesOffset);
 
     const int warp = static_cast<int>(threadIdx.x / 32);
     const auto role = static_cast<WarpGroupRole>(threadIdx.x / 128);
-    if (threadIdx.x == 0) {
-      Pipeline::init(pipe_storage, kConsumerWarps);
+    if (threadIdx.x < kNumMaps) resolve_operand(params.maps, static_cast<int>(threadIdx.x), resolved);
+    if (threadIdx.x == 32) {
+      Pipeline::init(pipe_storage, Mainloop::kConsumerWarpsPerTile);
       cta_counts[0] = cta_counts[1] = cta_counts[2] = 0;
     }
-    if (threadIdx.x == 32) {
-      ptx::prefetch_tensormap(&params.mainloop.tma_a);
-      ptx::prefetch_tensormap(&params.mainloop.tma_b);
-    }
     // Prefix sums of the counts (and their validation); ends with __syncthreads(), which also
-    // publishes the barrier initialization above.
+    // publishes the barrier initialization and the resolved operands above.
     Scheduler::build(params.scheduler, tables);
     const Pipeline pipe(pipe_storage);
     Scheduler sched(params.scheduler, tables);
@@ -98,31 +109,56 @@ struct GroupedGemmKernel {
       ptx::setmaxnreg_dec<kProducerRegs>();
       if (warp == 0) {
         if (threadIdx.x == 0) {
+          acquire_patched_maps(params.maps, resolved, (1u << kMapA) | (1u << kMapB));
+          ptx::prefetch_tensormap(resolved.map[kMapA]);
+          ptx::prefetch_tensormap(resolved.map[kMapB]);
           PipelineState<Mainloop::kStages> st;
           for (WorkTile t = sched.first(); t.valid; t = sched.next()) {
             if constexpr (kGather) Gather::wait_tile_ready(params.mainloop, t.m_tile_index);
             const int32_t num_k = sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK);
-            Mainloop::load_tile(params.mainloop, t, num_k, pipe, st, smem);
+            Mainloop::load_tile(params.mainloop, resolved, t, num_k, pipe, st, smem);
           }
         }
       } else if constexpr (kGather) {
-        Gather::run(params.mainloop, sched, params.scheduler.fixed_n_blocks, static_cast<int>(threadIdx.x) - 32);
+        Gather::run(params.mainloop, resolved.base[kMapA], sched, params.scheduler.fixed_n_blocks,
+                    static_cast<int>(threadIdx.x) - 32);
       }
     } else {
       ptx::setmaxnreg_inc<kConsumerRegs>();
       const int wg = static_cast<int>(role) - 1;
       const int consumer_tid = static_cast<int>(threadIdx.x) - 128;
-      const uint32_t staging = smem + kStagingOffset + wg * kStagingBytesPerWg;
+      Writer writer(smem + kStagingOffset + wg * Writer::kBytesPerWg, kBarrierEpilogueWg0 + wg);
+      if constexpr (Writer::kTma) {
+        if (threadIdx.x % 128 == 0)
+          acquire_patched_maps(params.maps, resolved, (1u << kMapOut) | (1u << kMapH1) | (1u << kMapH2));
+      }
       PipelineState<Mainloop::kStages> st;
       ClipCounts counts;
       float acc[Mainloop::kMmaPerWg][Mainloop::kAccPerMma];
-      for (WorkTile t = sched.first(); t.valid; t = sched.next()) {
+      int32_t index = 0;  // position of the tile in this CTA's sequence
+      WorkTile t = sched.first();
+      while (t.valid) {
+        const WorkTile next = sched.next();  // look-ahead: does a tile follow this one?
         const int32_t num_k = sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK);
-        const int rows_in_last =
-            Mainloop::kGrouping == Grouping::kK ? t.num_rows - (num_k - 1) * Mainloop::kBlockK : Mainloop::kBlockK;
-        Mainloop::mma_tile(num_k, rows_in_last, pipe, st, smem, wg, consumer_tid, acc);
-        Epilogue::store(params.epilogue, t, acc, wg, staging, counts);
+        if (kPingPong && (index & 1) != wg) {  // the other warpgroup's tile: skip its stages
+          st.advance(num_k);
+        } else {
+          // Ping-pong: wait until the other warpgroup has consumed every stage of the tile before
+          // this one. Then the full barriers of this tile's stages are at most one phase ahead
+          // of their last completed phase, which the parity wait needs (without it, a warpgroup
+          // skipping a long tile would take an older phase of the same parity for its data).
+          if (kPingPong && index > 0) ptx::named_barrier_sync(kBarrierMathOrder0 + (1 - wg), 256);
+          const int rows_in_last =
+              Mainloop::kGrouping == Grouping::kK ? t.num_rows - (num_k - 1) * Mainloop::kBlockK : Mainloop::kBlockK;
+          Mainloop::mma_tile(t, num_k, rows_in_last, pipe, st, smem, wg, acc);
+          // Signal only when the other warpgroup has a tile to wait for: every arrival is matched.
+          if (kPingPong && next.valid) ptx::named_barrier_arrive(kBarrierMathOrder0 + wg, 256);
+          Epilogue::store(params.epilogue, resolved, t, acc, wg, writer, counts);
+        }
+        t = next;
+        ++index;
       }
+      writer.finish();
       if constexpr (Epilogue::kClipStats) {
         if (params.epilogue.clip_stats != nullptr) flush_clip_counts(params.epilogue, counts, cta_counts, consumer_tid);
       }

@@ -2,11 +2,18 @@
 // warpgroups run wgmma on them with FP32 accumulators in registers.
 //
 // Tile: kBlockM x kBlockN outputs, contraction in blocks of kBlockK = 64 BF16 (128 bytes, the
-// width of one 128B-swizzle row). Consumer warpgroup w owns accumulator rows
-//   tile_row(w, b) + [0, 64)   for b in [0, kMmaPerWg),  tile_row(w, b) = b * kBlockM / 2 + 64 * w
-// so with kBlockM = 128 (one m64 wgmma per warpgroup) warpgroup 0 has rows 0-63 and 1 has 64-127;
-// with kBlockM = 256 (swap-AB decode) block b = 0 is the first half of the tile and b = 1 the
-// second, which puts a gate row and its up row (SwiGLU split) in the same thread.
+// width of one 128B-swizzle row). Two consumer schedules:
+//   cooperative (kPingPong = false): both warpgroups work on every tile; warpgroup w owns rows
+//     tile_row(w, b) + [0, 64) for b in [0, kMmaPerWg), tile_row(w, b) = b * kBlockM / 2 + 64 * w.
+//     kBlockM = 128: warpgroup 0 has rows 0-63 and 1 has 64-127 (one m64 wgmma each); kBlockM = 256
+//     (swap-AB decode): block b = 0 is the first half of the tile and b = 1 the second, which puts
+//     a gate row and its up row (SwiGLU split) in the same thread.
+//   ping-pong (kPingPong = true): the warpgroups take alternate tiles of the CTA, each owning all
+//     kBlockM rows (tile_row(w, b) = 64 b, kMmaPerWg = kBlockM / 64), so one warpgroup's epilogue
+//     runs while the other's wgmmas keep the tensor cores busy. Each stage is then read by one
+//     warpgroup (4 arrivals on its empty barrier instead of 8).
+// Blocks of 64 rows that lie wholly past an expert's end (kM grouping) issue no wgmma: a tile of
+// at most 64 valid rows costs half (Zipf routing has many such tails).
 //
 // Shared memory per stage (every buffer 1024-byte aligned, as the 128B swizzle atom needs):
 //   A: kBlockM x 64, B: kBlockN x 64 BF16.
@@ -35,9 +42,11 @@ enum NamedBarrier : uint32_t {
   kBarrierConsumers = 1,     // both consumer warpgroups (256 threads)
   kBarrierEpilogueWg0 = 2,   // consumer warpgroup 0 (128), then 3 for warpgroup 1
   kBarrierGather = 4,        // the producer warpgroup's gather warps (96)
+  kBarrierMathOrder0 = 5,    // ping-pong: warpgroup 0 finished a mainloop, 1 may start (128 + 128)
+                             // then 6: warpgroup 1 finished, 0 may start
 };
 
-template <GemmKind kKind_, int kBlockM_, int kBlockN_, int kStages_, bool kSplit_>
+template <GemmKind kKind_, int kBlockM_, int kBlockN_, int kStages_, bool kSplit_, bool kPingPong_ = false>
 struct Sm90Mainloop {
   static constexpr GemmKind kKind = kKind_;
   static constexpr Grouping kGrouping = grouping_of(kKind_);
@@ -47,18 +56,21 @@ struct Sm90Mainloop {
   static constexpr int kStages = kStages_;
   // SwiGLU split: the weight operand's tile is [gate half | up half] (B for kFprop, A for swap-AB).
   static constexpr bool kSplit = kSplit_;
+  static constexpr bool kPingPong = kPingPong_;
 
   static constexpr bool kAMnMajor = kKind == GemmKind::kWgrad;
   static constexpr bool kBMnMajor = kKind == GemmKind::kDgrad || kKind == GemmKind::kWgrad;
-  static constexpr int kMmaPerWg = kBlockM / 128;   // m64 wgmmas per consumer warpgroup
+  static constexpr int kMmaPerWg = kPingPong ? kBlockM / 64 : kBlockM / 128;  // m64 blocks per warpgroup
   static constexpr int kAccPerMma = kBlockN / 2;    // FP32 registers of one m64 x kBlockN fragment
+  static constexpr int kConsumerWarpsPerTile = kPingPong ? 4 : 8;
 
   static_assert(kBlockM == 128 || (kBlockM == 256 && kKind == GemmKind::kFpropSwapAB),
                 "BM is 128 (two m64 warpgroups), or 256 for swap-AB decode");
+  static_assert(!kPingPong || (kKind != GemmKind::kFpropSwapAB && kMmaPerWg * kAccPerMma <= 128),
+                "ping-pong: one warpgroup holds the whole tile, at most 128 accumulator registers");
   static_assert(kBlockN % 64 == 0 || (kKind == GemmKind::kFpropSwapAB && kBlockN % 16 == 0), "BN granularity");
   static_assert(kBlockN <= 256, "wgmma N and TMA box rows are at most 256");
   static_assert(!kSplit || kKind == GemmKind::kFprop || kKind == GemmKind::kFpropSwapAB, "split is FPROP only");
-  static_assert(!kAMnMajor || kMmaPerWg == 1, "MN-major A assumes one m64 block per warpgroup");
 
   // ---- shared memory ----------------------------------------------------------------------------
   static constexpr uint32_t kABytes = kBlockM * kBlockK * 2;
@@ -83,14 +95,30 @@ struct Sm90Mainloop {
   DMOE_DEVICE static uint32_t smem_a(uint32_t base, int stage) { return base + stage * kABytes; }
   DMOE_DEVICE static uint32_t smem_b(uint32_t base, int stage) { return base + kStages * kABytes + stage * kBBytes; }
 
-  DMOE_DEVICE static constexpr int tile_row(int wg, int b) { return b * (kBlockM / 2) + 64 * wg; }
+  DMOE_DEVICE static constexpr int tile_row(int wg, int b) {
+    return kPingPong ? 64 * b : b * (kBlockM / 2) + 64 * wg;
+  }
+
+  // m64 blocks of warpgroup `wg` that hold rows of the expert (kM grouping: the last M tile of an
+  // expert may end early); every block for the other groupings.
+  DMOE_DEVICE static int active_blocks(const WorkTile& t, int wg) {
+    if constexpr (kGrouping != Grouping::kM) return kMmaPerWg;
+    const int rows_left = t.num_rows - t.m_block * kBlockM;
+    int n = 0;
+#pragma unroll
+    for (int b = 0; b < kMmaPerWg; ++b) n += rows_left > tile_row(wg, b) ? 1 : 0;
+    return n;
+  }
 
 #if defined(__CUDACC__)
 
   // ---- producer: one thread issues every TMA copy of a tile -------------------------------------
-  DMOE_DEVICE static void load_tile(const MainloopParams& p, const WorkTile& t, int32_t num_k_blocks,
-                                    const TmaPipeline<kStages>& pipe, PipelineState<kStages>& st, uint32_t smem) {
+  DMOE_DEVICE static void load_tile(const MainloopParams& p, const ResolvedOperands& ops, const WorkTile& t,
+                                    int32_t num_k_blocks, const TmaPipeline<kStages>& pipe, PipelineState<kStages>& st,
+                                    uint32_t smem) {
     const int32_t w_row0 = t.expert * p.weight_rows;  // first row of W[e] in the [E*N, K] view
+    const CUtensorMap* map_a = ops.map[kMapA];
+    const CUtensorMap* map_b = ops.map[kMapB];
     for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
       pipe.producer_acquire(st);
       const uint32_t bar = pipe.producer_expect(st, kStageBytes);
@@ -98,38 +126,38 @@ struct Sm90Mainloop {
       const uint32_t b = smem_b(smem, st.stage);
       const int32_t k0 = kb * kBlockK;
       if constexpr (kKind == GemmKind::kFprop) {
-        ptx::tma_load_2d(a, &p.tma_a, bar, k0, t.row_begin + t.m_block * kBlockM);
+        ptx::tma_load_2d(a, map_a, bar, k0, t.row_begin + t.m_block * kBlockM);
         if constexpr (kSplit) {
           const int32_t n0 = t.n_block * (kBlockN / 2);
-          ptx::tma_load_2d(b, &p.tma_b, bar, k0, w_row0 + n0);
-          ptx::tma_load_2d(b + kBBytes / 2, &p.tma_b, bar, k0, w_row0 + p.split_offset + n0);
+          ptx::tma_load_2d(b, map_b, bar, k0, w_row0 + n0);
+          ptx::tma_load_2d(b + kBBytes / 2, map_b, bar, k0, w_row0 + p.split_offset + n0);
         } else {
-          ptx::tma_load_2d(b, &p.tma_b, bar, k0, w_row0 + t.n_block * kBlockN);
+          ptx::tma_load_2d(b, map_b, bar, k0, w_row0 + t.n_block * kBlockN);
         }
       } else if constexpr (kKind == GemmKind::kDgrad) {
         // Contraction over W's rows: B box j holds W[e][k0 : k0 + 64, n0 + 64 j : n0 + 64 j + 64].
-        ptx::tma_load_2d(a, &p.tma_a, bar, k0, t.row_begin + t.m_block * kBlockM);
+        ptx::tma_load_2d(a, map_a, bar, k0, t.row_begin + t.m_block * kBlockM);
 #pragma unroll
         for (int j = 0; j < kBlockN / 64; ++j)
-          ptx::tma_load_2d(b + j * kBoxBytes, &p.tma_b, bar, t.n_block * kBlockN + 64 * j, w_row0 + k0);
+          ptx::tma_load_2d(b + j * kBoxBytes, map_b, bar, t.n_block * kBlockN + 64 * j, w_row0 + k0);
       } else if constexpr (kKind == GemmKind::kWgrad) {
         // Contraction over the expert's rows; rows past its end are zeroed by the consumers.
         const int32_t r0 = t.row_begin + k0;
 #pragma unroll
         for (int j = 0; j < kBlockM / 64; ++j)
-          ptx::tma_load_2d(a + j * kBoxBytes, &p.tma_a, bar, t.m_block * kBlockM + 64 * j, r0);
+          ptx::tma_load_2d(a + j * kBoxBytes, map_a, bar, t.m_block * kBlockM + 64 * j, r0);
 #pragma unroll
         for (int j = 0; j < kBlockN / 64; ++j)
-          ptx::tma_load_2d(b + j * kBoxBytes, &p.tma_b, bar, t.n_block * kBlockN + 64 * j, r0);
+          ptx::tma_load_2d(b + j * kBoxBytes, map_b, bar, t.n_block * kBlockN + 64 * j, r0);
       } else {  // kFpropSwapAB
         if constexpr (kSplit) {
           const int32_t n0 = t.m_block * (kBlockM / 2);
-          ptx::tma_load_2d(a, &p.tma_a, bar, k0, w_row0 + n0);
-          ptx::tma_load_2d(a + kABytes / 2, &p.tma_a, bar, k0, w_row0 + p.split_offset + n0);
+          ptx::tma_load_2d(a, map_a, bar, k0, w_row0 + n0);
+          ptx::tma_load_2d(a + kABytes / 2, map_a, bar, k0, w_row0 + p.split_offset + n0);
         } else {
-          ptx::tma_load_2d(a, &p.tma_a, bar, k0, w_row0 + t.m_block * kBlockM);
+          ptx::tma_load_2d(a, map_a, bar, k0, w_row0 + t.m_block * kBlockM);
         }
-        ptx::tma_load_2d(b, &p.tma_b, bar, k0, t.row_begin + t.n_block * kBlockN);
+        ptx::tma_load_2d(b, map_b, bar, k0, t.row_begin + t.n_block * kBlockN);
       }
       st.advance();
     }
@@ -156,13 +184,14 @@ struct Sm90Mainloop {
 
   // WGRAD: zero K-rows [valid, 64) of every box of this stage so the rows after the expert's end
   // contribute nothing (both operands: rows beyond the expert may hold anything, even NaN).
-  // Rows are whole 128-byte lines in an MN-major box, so the swizzle does not matter here.
-  DMOE_DEVICE static void zero_tail_rows(uint32_t smem, int stage, int valid, int consumer_tid) {
+  // Rows are whole 128-byte lines in an MN-major box, so the swizzle does not matter here. Done by
+  // the threads that consume the stage (both warpgroups, or one in ping-pong), `bar` is theirs.
+  DMOE_DEVICE static void zero_tail_rows(uint32_t smem, int stage, int valid, int tid, int threads, uint32_t bar) {
     constexpr int kBoxesA = kBlockM / 64;
     constexpr int kBoxes = kBoxesA + kBlockN / 64;
     const int vec_per_box = (kBlockK - valid) * 8;  // 16-byte vectors
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    for (int i = consumer_tid; i < kBoxes * vec_per_box; i += 256) {
+    for (int i = tid; i < kBoxes * vec_per_box; i += threads) {
       const int box = i / vec_per_box;
       const int v = i - box * vec_per_box;
       const uint32_t base = box < kBoxesA ? smem_a(smem, stage) + box * kBoxBytes
@@ -170,13 +199,19 @@ struct Sm90Mainloop {
       ptx::st_shared_v4(base + valid * 128 + v * 16, zero);
     }
     ptx::fence_proxy_async_shared();  // generic writes before the wgmma (async proxy) reads
-    ptx::named_barrier_sync(kBarrierConsumers, 256);
+    ptx::named_barrier_sync(bar, threads);
   }
 
-  // Runs the contraction of one tile for warpgroup `wg` (0 or 1) into acc. `rows_in_last` is the
-  // number of valid rows of the last k block (WGRAD only; 64 when it is full).
-  DMOE_DEVICE static void mma_tile(int32_t num_k_blocks, int rows_in_last, const TmaPipeline<kStages>& pipe,
-                                   PipelineState<kStages>& st, uint32_t smem, int wg, int consumer_tid,
+  // Where the consumers of one tile meet: both warpgroups (cooperative) or the owning one.
+  DMOE_DEVICE static uint32_t tile_barrier(int wg) { return kPingPong ? kBarrierEpilogueWg0 + wg : kBarrierConsumers; }
+  static constexpr int kTileThreads = kPingPong ? 128 : 256;
+
+  // Runs the contraction of one tile for warpgroup `wg` into acc. `rows_in_last` is the number of
+  // valid rows of the last k block (WGRAD only; 64 when it is full). Blocks past the expert's end
+  // get no wgmma (their accumulators stay zero and the epilogue stores none of their rows), but the
+  // warpgroup still waits for and releases every stage so the ring keeps its phase.
+  DMOE_DEVICE static void mma_tile(const WorkTile& t, int32_t num_k_blocks, int rows_in_last,
+                                   const TmaPipeline<kStages>& pipe, PipelineState<kStages>& st, uint32_t smem, int wg,
                                    float (&acc)[kMmaPerWg][kAccPerMma]) {
     // Zero the accumulators explicitly (rather than relying on scale-d = 0 for the first slice):
     // leaving them undefined lets the compiler carry the previous tile's registers through copies
@@ -187,35 +222,56 @@ struct Sm90Mainloop {
 #pragma unroll
       for (int i = 0; i < kAccPerMma; ++i) acc[b][i] = 0.0f;
     if (num_k_blocks == 0) return;
+    const int active = active_blocks(t, wg);
+    if (active == kMmaPerWg) {
+      mma_blocks<kMmaPerWg>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc);
+    } else if constexpr (kMmaPerWg > 1) {
+      if (active == 1) mma_blocks<1>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc);
+      else mma_blocks<0>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc);
+    } else {
+      mma_blocks<0>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc);
+    }
+  }
+
+ private:
+  // The k loop with the first kBlocks m64 blocks active (0: only keep the ring moving).
+  template <int kBlocks>
+  DMOE_DEVICE static void mma_blocks(int32_t num_k_blocks, int rows_in_last, const TmaPipeline<kStages>& pipe,
+                                     PipelineState<kStages>& st, uint32_t smem, int wg,
+                                     float (&acc)[kMmaPerWg][kAccPerMma]) {
+    // Index among the tile's consumer threads (threads 128..383 cooperative: a permutation of 0..255).
+    const int tid = static_cast<int>(threadIdx.x % kTileThreads);
     int32_t prev_stage = 0;
     for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
       pipe.consumer_wait(st);
       if constexpr (kKind == GemmKind::kWgrad) {
-        if (kb == num_k_blocks - 1 && rows_in_last < kBlockK) zero_tail_rows(smem, st.stage, rows_in_last, consumer_tid);
+        if (kb == num_k_blocks - 1 && rows_in_last < kBlockK)
+          zero_tail_rows(smem, st.stage, rows_in_last, tid, kTileThreads, tile_barrier(wg));
       }
-      uint64_t da[kMmaPerWg];
+      if constexpr (kBlocks > 0) {
+        uint64_t da[kBlocks];
 #pragma unroll
-      for (int b = 0; b < kMmaPerWg; ++b) da[b] = desc_a(smem, st.stage, wg, b);
-      const uint64_t db = desc_b(smem, st.stage);
-      ptx::wgmma_fence();
+        for (int b = 0; b < kBlocks; ++b) da[b] = desc_a(smem, st.stage, wg, b);
+        const uint64_t db = desc_b(smem, st.stage);
+        ptx::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBlockK / 16; ++kk)
+        for (int kk = 0; kk < kBlockK / 16; ++kk)
 #pragma unroll
-        for (int b = 0; b < kMmaPerWg; ++b)
-          Wgmma::mma(acc[b], ptx::desc_advance(da[b], kk * kStepA), ptx::desc_advance(db, kk * kStepB), 1u);
-      ptx::wgmma_commit();
-      // Keep this block's wgmmas in flight; the previous block's are done after this wait.
-      ptx::wgmma_wait<1>();
+          for (int b = 0; b < kBlocks; ++b)
+            Wgmma::mma(acc[b], ptx::desc_advance(da[b], kk * kStepA), ptx::desc_advance(db, kk * kStepB), 1u);
+        ptx::wgmma_commit();
+        // Keep this block's wgmmas in flight; the previous block's are done after this wait.
+        ptx::wgmma_wait<1>();
+      }
       if (kb > 0) pipe.consumer_release(prev_stage);
       prev_stage = st.stage;
       st.advance();
     }
-    ptx::wgmma_wait<0>();
+    if constexpr (kBlocks > 0) ptx::wgmma_wait<0>();
     pipe.consumer_release(prev_stage);
 #pragma unroll
     for (int b = 0; b < kMmaPerWg; ++b) ptx::wgmma_fence_operands(acc[b]);
   }
-
 #endif  // __CUDACC__
 };
 

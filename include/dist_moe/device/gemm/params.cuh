@@ -36,6 +36,35 @@ constexpr Grouping grouping_of(GemmKind k) {
   return k == GemmKind::kWgrad ? Grouping::kK : (k == GemmKind::kFpropSwapAB ? Grouping::kN : Grouping::kM);
 }
 
+// ---- operands whose address is only known on the device ----------------------------------------
+// Every global tensor a kernel reads or writes through TMA or through its own stores has a slot:
+//   kMapA    TMA-loaded A operand (FPROP/DGRAD/swap-AB row buffer or the gathered copy; WGRAD grad_out)
+//            -- swap-AB: the weights (A = W)
+//   kMapB    TMA-loaded B operand (weights; WGRAD x rows; swap-AB token rows)
+//   kMapOut  plain output (FPROP out, DGRAD grad_a, WGRAD grad_w)
+//   kMapH1   W13 h1 = [gate | up] (nullptr base: dropped)
+//   kMapH2   W13 h2 = SwiGLU(h1)
+// A slot whose `offset` is set holds its tensor at base + *offset (a device int64 byte offset, a
+// multiple of 128 chosen by the activation planner). Each CTA resolves the offsets once at start:
+// generic accesses use the moved base, and a moved tensor map is copied to this CTA's slot of
+// `patched`, its global address replaced there (ptx/tensormap.cuh).
+enum MapIndex : int { kMapA = 0, kMapB = 1, kMapOut = 2, kMapH1 = 3, kMapH2 = 4, kNumMaps = 5 };
+
+struct OperandMaps {
+  CUtensorMap map[kNumMaps];        // host-encoded for base[i]; all zero when the kernel uses no TMA for it
+  uint64_t base[kNumMaps] = {};     // device address of the tensor (0: unused or dropped)
+  const int64_t* offset[kNumMaps] = {};  // device byte offset added to base at run time, or nullptr (= 0)
+  uint32_t encoded_mask = 0;        // bit i: map[i] was encoded (TMA uses it)
+  CUtensorMap* patched = nullptr;   // [gridDim.x][kNumMaps] global workspace; set when any offset is
+};
+
+// What a CTA uses after resolving the offsets (lives in shared memory, written before the first
+// __syncthreads).
+struct ResolvedOperands {
+  const CUtensorMap* map[kNumMaps];  // the parameter-space map, or this CTA's patched copy
+  char* base[kNumMaps];              // base + offset (nullptr stays nullptr)
+};
+
 struct SchedulerParams {
   const int32_t* counts = nullptr;  // [num_experts] rows per expert, on the device
   int32_t num_experts = 0;
@@ -47,30 +76,25 @@ struct SchedulerParams {
 };
 
 struct MainloopParams {
-  CUtensorMap tma_a;          // see each kind's producer in mainloop.cuh for the tensor it views
-  CUtensorMap tma_b;
   int32_t num_k_blocks = 0;   // Grouping kM, kN: contraction / 64 (kK takes it from the counts)
   int32_t weight_rows = 0;    // N of W[E_local, N, K]
   int32_t split_offset = 0;   // SwiGLU: row of the "up" half inside an expert's W13 (= F)
-  // Gather producer (fused dispatch): rows are copied once into `gathered`, which tma_a views.
+  // Gather producer (fused dispatch): rows are copied once into the kMapA tensor (the gathered
+  // buffer, at its resolved base), which TMA then loads.
   const void* const* gather_rows = nullptr;  // [m_capacity] source row addresses; nullptr = zero row
-  void* gathered = nullptr;                  // [m_capacity, gather_row_elems] BF16
   int32_t* ready = nullptr;                  // [M tiles] row chunks published per M tile
   int32_t gather_row_elems = 0;              // BF16 elements per row (the contraction K)
 };
 
 struct EpilogueParams {
-  // Store epilogue: out[row, col] (row-major, ld elements), or through a per-row address table.
-  void* out = nullptr;
-  int64_t ld_out = 0;               // elements between rows of `out` (and of scatter rows' width)
+  // Store epilogue: the kMapOut tensor (row-major, ld elements), or through a per-row address table.
+  int64_t ld_out = 0;               // elements between rows of the output (and of scatter rows' width)
   int64_t expert_stride = 0;        // WGRAD: elements between experts' [N, K] outputs
   int32_t out_cols = 0;             // valid output columns (the rest of a tile is not stored)
   int32_t accumulate = 0;           // out = acc + out (FP32 math, one rounding)
   void* const* scatter_rows = nullptr;  // [m_capacity] destination of each row; nullptr = skip row
   const float* row_scale = nullptr;     // [m_capacity] multiplies each row before rounding
-  // SwiGLU epilogue (W13 FPROP): h1 = [gate | up] (optional), h2 = SwiGLU(h1).
-  void* h1 = nullptr;               // [m_capacity, 2F] BF16 or nullptr (h1 dropped)
-  void* h2 = nullptr;               // [m_capacity, F] BF16
+  // SwiGLU epilogue (W13 FPROP): h1 = [gate | up] (kMapH1, optional), h2 = SwiGLU(h1) (kMapH2).
   int32_t f = 0;                    // F
   int32_t clamped = 0;              // 0: z = g*sigmoid(g)*u; 1: GPT-OSS clamped form
   float alpha = 1.702f;             // clamped only

@@ -2,7 +2,7 @@
 // memory slots, each guarded by a "full" mbarrier (TMA bytes landed) and an "empty" mbarrier
 // (every consumer warp finished reading the slot).
 //
-//   producer (one thread)                     consumers (every thread of both warpgroups)
+//   producer (one thread)                     consumers (every thread of the warpgroup(s) of the tile)
 //   producer_acquire(s)   wait empty[s]       consumer_wait(s)     wait full[s]
 //   producer_expect(s, n) arrive + expect n   ... wgmma reads slot s ...
 //   TMA copies -> complete_tx on full[s]      consumer_release(s)  one arrival per warp
@@ -31,6 +31,13 @@ struct PipelineState {
       stage = 0;
       phase ^= 1u;
     }
+  }
+
+  // Skips `n` slots (ping-pong: the other consumer warpgroup's tile).
+  DMOE_DEVICE void advance(int32_t n) {
+    const int32_t s = stage + n;
+    phase ^= static_cast<uint32_t>((s / kStages) & 1);
+    stage = s % kStages;
   }
 };
 
@@ -87,7 +94,8 @@ class TmaPipeline {
   }
 
   // Called by every thread of a consumer warp once its reads of the slot are complete (after
-  // wgmma_wait); lane 0 arrives for the warp.
+  // wgmma_wait); lane 0 arrives for the warp. The empty barrier expects one arrival per warp that
+  // consumes a tile: 8 (both warpgroups share each tile) or 4 (ping-pong: one warpgroup per tile).
   DMOE_DEVICE void consumer_release(int32_t stage) const {
     if (ptx::lane_id() == 0) ptx::mbarrier_arrive(empty_ + 8 * stage);
   }

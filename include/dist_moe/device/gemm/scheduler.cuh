@@ -1,15 +1,23 @@
 // Persistent tile scheduler over experts, driven by device-side row counts only.
 //
-// At kernel start every CTA turns counts[E] into two exclusive prefix sums in shared memory:
-//   row_offset[e]   first row of expert e in the row buffers      (row_offset[E] = total rows)
-//   tile_offset[e]  first linear tile of expert e                   (tile_offset[E] = total tiles)
+// At kernel start every CTA turns counts[E] into exclusive prefix sums in shared memory:
+//   row_offset[e]   first row of expert e in the row buffers        (row_offset[E] = total rows)
+//   tile_offset[p]  first linear tile of the expert visited p-th    (tile_offset[E] = total tiles)
+//   order[p]        (WGRAD only) the expert visited p-th
 // An expert's tiles depend on the grouping (params.cuh):
 //   kM (FPROP, DGRAD)  ceil(count / BM) M tiles x fixed N tiles   -- empty experts: no tiles
 //   kN (swap-AB)       fixed M tiles x ceil(count / BN) N tiles   -- empty experts: no tiles
 //   kK (WGRAD)         fixed M x N tiles, contraction = the rows  -- empty experts: tiles only when
 //                      their output must be overwritten with zeros
-// CTA b then walks linear tiles b, b + gridDim.x, ... (static persistent schedule: no atomics, so
-// nothing to reset between launches and the order is deterministic). Tiles never straddle experts.
+// Static persistent schedule (no atomics: nothing to reset between launches, deterministic order).
+//   kM, kN: CTA b walks linear tiles b, b + G, b + 2G, ... (G = gridDim.x). All tiles of a kind
+//           cost about the same, so round-robin balances.
+//   kK:     a tile costs the expert's row count, which Zipf routing makes very uneven. Experts are
+//           visited largest first, and round r hands tiles [rG, rG + G) to the CTAs in forward order
+//           when r is even and backward when odd ("snake"): with costs sorted, the CTA that got the
+//           dearest tile of one round gets the cheapest of the next -- a static stand-in for
+//           longest-processing-time-first.
+// Tiles never straddle experts.
 //
 // Inside an expert, tiles are rastered in groups of `group_m` M tiles: the group sweeps N with M
 // fastest, so the CTAs running at the same time share a few A row blocks and a few B column blocks
@@ -39,8 +47,13 @@ struct WorkTile {
 template <Grouping kGrouping, int kBlockM, int kBlockN>
 class GroupedTileScheduler {
  public:
-  // Shared memory: row_offset[E + 1] then tile_offset[E + 1].
-  static constexpr int smem_bytes(int num_experts) { return 2 * (num_experts + 1) * 4; }
+  // WGRAD visits experts largest first (see above).
+  static constexpr bool kSorted = kGrouping == Grouping::kK;
+
+  // Shared memory: row_offset[E + 1], tile_offset[E + 1], then order[E] when sorted.
+  static constexpr int smem_bytes(int num_experts) {
+    return (2 * (num_experts + 1) + (kSorted ? num_experts : 0)) * 4;
+  }
 
   DMOE_DEVICE static int32_t tiles_of(int32_t count, const SchedulerParams& p) {
     if constexpr (kGrouping == Grouping::kM) return ((count + kBlockM - 1) / kBlockM) * p.fixed_n_blocks;
@@ -51,62 +64,87 @@ class GroupedTileScheduler {
   // Called by every thread of the block; ends with __syncthreads(). Checks the counts before
   // anything reads the row buffers: a negative count or a total above m_capacity traps (without a
   // message: see pipeline.cuh; the host API runs a small kernel first that prints the diagnostic
-  // line, GroupedGemmOptions::validate_counts).
+  // line, GroupedGemmCommon::validate_counts).
   DMOE_DEVICE static void build(const SchedulerParams& p, int32_t* tables) {
     int32_t* row_offset = tables;
     int32_t* tile_offset = tables + p.num_experts + 1;
+    int32_t* order = tables + 2 * (p.num_experts + 1);
     const int E = p.num_experts;
     for (int i = threadIdx.x; i < E; i += blockDim.x) row_offset[i + 1] = p.counts[i];
     __syncthreads();
+    if constexpr (kSorted) {
+      // Rank by (count descending, index ascending): a permutation, so order[] is filled exactly.
+      // O(E^2 / threads) comparisons: a few microseconds even at E = 1024, once per kernel.
+      for (int i = threadIdx.x; i < E; i += blockDim.x) {
+        const int32_t ci = row_offset[i + 1];
+        int32_t rank = 0;
+        for (int j = 0; j < E; ++j) {
+          const int32_t cj = row_offset[j + 1];
+          rank += (cj > ci || (cj == ci && j < i)) ? 1 : 0;
+        }
+        order[rank] = i;
+      }
+      __syncthreads();
+    }
     if (threadIdx.x < 32) {
       const uint32_t lane = threadIdx.x;
+      // Rows, in expert order.
       long long row_carry = 0;
-      int32_t tile_carry = 0;
       for (int base = 0; base < E; base += 32) {
         const int i = base + static_cast<int>(lane);
         const int32_t count = i < E ? row_offset[i + 1] : 0;
         if (count < 0) ptx::trap();
         int32_t rows = count;
-        int32_t tiles = i < E ? tiles_of(count, p) : 0;
 #pragma unroll
         for (int s = 1; s < 32; s <<= 1) {
           const int32_t r = __shfl_up_sync(0xffffffffu, rows, s);
-          const int32_t t = __shfl_up_sync(0xffffffffu, tiles, s);
-          if (lane >= static_cast<uint32_t>(s)) {
-            rows += r;
-            tiles += t;
-          }
+          if (lane >= static_cast<uint32_t>(s)) rows += r;
         }
-        if (i < E) {
-          row_offset[i + 1] = static_cast<int32_t>(row_carry + rows);
-          tile_offset[i + 1] = tile_carry + tiles;
-        }
+        if (i < E) row_offset[i + 1] = static_cast<int32_t>(row_carry + rows);
         row_carry += __shfl_sync(0xffffffffu, rows, 31);
-        tile_carry += __shfl_sync(0xffffffffu, tiles, 31);
         if (row_carry > p.m_capacity) ptx::trap();
       }
-      if (lane == 0) {
-        row_offset[0] = 0;
-        tile_offset[0] = 0;
+      if (lane == 0) row_offset[0] = 0;
+      __syncwarp();
+      // Tiles, in visiting order.
+      int32_t tile_carry = 0;
+      for (int base = 0; base < E; base += 32) {
+        const int pos = base + static_cast<int>(lane);
+        int32_t tiles = 0;
+        if (pos < E) {
+          const int e = kSorted ? order[pos] : pos;
+          tiles = tiles_of(row_offset[e + 1] - row_offset[e], p);
+        }
+#pragma unroll
+        for (int s = 1; s < 32; s <<= 1) {
+          const int32_t t = __shfl_up_sync(0xffffffffu, tiles, s);
+          if (lane >= static_cast<uint32_t>(s)) tiles += t;
+        }
+        if (pos < E) tile_offset[pos + 1] = tile_carry + tiles;
+        tile_carry += __shfl_sync(0xffffffffu, tiles, 31);
       }
+      if (lane == 0) tile_offset[0] = 0;
     }
     __syncthreads();
   }
 
   DMOE_DEVICE GroupedTileScheduler(const SchedulerParams& p, const int32_t* tables)
-      : p_(p), row_offset_(tables), tile_offset_(tables + p.num_experts + 1) {}
+      : p_(p),
+        row_offset_(tables),
+        tile_offset_(tables + p.num_experts + 1),
+        order_(tables + 2 * (p.num_experts + 1)) {}
 
   DMOE_DEVICE int32_t total_tiles() const { return tile_offset_[p_.num_experts]; }
   DMOE_DEVICE int32_t total_rows() const { return row_offset_[p_.num_experts]; }
 
   DMOE_DEVICE WorkTile first() {
-    linear_ = static_cast<int32_t>(blockIdx.x);
-    expert_ = 0;
+    round_ = 0;
+    pos_ = 0;
     return decode();
   }
 
   DMOE_DEVICE WorkTile next() {
-    linear_ += static_cast<int32_t>(gridDim.x);
+    ++round_;
     return decode();
   }
 
@@ -119,6 +157,7 @@ class GroupedTileScheduler {
   // kM only: the expert, first row and row count of global M tile `m_tile` (gather producer).
   // Returns false past the last M tile.
   DMOE_DEVICE bool locate_m_tile(int32_t m_tile, int32_t& expert, int32_t& row0, int32_t& rows) const {
+    static_assert(!kSorted, "M tiles are numbered in expert order");
     const int32_t nb = p_.fixed_n_blocks;
     if (m_tile * nb >= total_tiles()) return false;
     int32_t e = 0;
@@ -139,13 +178,22 @@ class GroupedTileScheduler {
   }
 
  private:
+  // Linear tile of this CTA in round `round_`.
+  DMOE_DEVICE int32_t linear() const {
+    const int32_t g = static_cast<int32_t>(gridDim.x);
+    const int32_t b = static_cast<int32_t>(blockIdx.x);
+    if constexpr (kSorted) return round_ * g + ((round_ & 1) ? g - 1 - b : b);
+    return round_ * g + b;
+  }
+
   DMOE_DEVICE WorkTile decode() {
     WorkTile t;
     const int32_t E = p_.num_experts;
-    if (linear_ >= tile_offset_[E]) return t;  // valid = false
-    // Linear tiles only grow, so the expert cursor only moves forward.
-    while (tile_offset_[expert_ + 1] <= linear_) ++expert_;
-    const int32_t e = expert_;
+    const int32_t lin = linear();
+    if (lin >= tile_offset_[E]) return t;  // valid = false
+    // Linear tiles only grow, so the position cursor only moves forward.
+    while (tile_offset_[pos_ + 1] <= lin) ++pos_;
+    const int32_t e = kSorted ? order_[pos_] : pos_;
     const int32_t count = row_offset_[e + 1] - row_offset_[e];
     int32_t m_blocks, n_blocks;
     if constexpr (kGrouping == Grouping::kM) {
@@ -159,7 +207,7 @@ class GroupedTileScheduler {
       n_blocks = p_.fixed_n_blocks;
     }
     // Raster inside the expert: groups of group_m M tiles, M fastest within a group.
-    const int32_t local = linear_ - tile_offset_[e];
+    const int32_t local = lin - tile_offset_[pos_];
     const int32_t group_size = p_.group_m * n_blocks;
     const int32_t group = local / group_size;
     const int32_t first_m = group * p_.group_m;
@@ -170,7 +218,7 @@ class GroupedTileScheduler {
     t.n_block = in_group / group_rows;
     t.row_begin = row_offset_[e];
     t.num_rows = count;
-    if constexpr (kGrouping == Grouping::kM) t.m_tile_index = tile_offset_[e] / n_blocks + t.m_block;
+    if constexpr (kGrouping == Grouping::kM) t.m_tile_index = tile_offset_[pos_] / n_blocks + t.m_block;
     t.valid = true;
     return t;
   }
@@ -178,8 +226,9 @@ class GroupedTileScheduler {
   const SchedulerParams& p_;
   const int32_t* row_offset_;
   const int32_t* tile_offset_;
-  int32_t linear_ = 0;
-  int32_t expert_ = 0;
+  const int32_t* order_;
+  int32_t round_ = 0;
+  int32_t pos_ = 0;
 };
 
 #endif  // __CUDACC__

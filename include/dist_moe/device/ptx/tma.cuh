@@ -1,10 +1,15 @@
 // TMA (cp.async.bulk.tensor): tile copies between global memory and shared memory described by a
 // CUtensorMap built on the host with cuTensorMapEncodeTiled.
 //
-// The tensor map lives in kernel parameter space (a __grid_constant__ parameter); its generic
-// address is what the instruction takes. Coordinates are in elements, innermost dimension first;
-// parts of the box outside the tensor are filled with zeros and still count toward the bytes the
-// mbarrier expects.
+// A tensor map is read by the "tensormap proxy" from parameter space (a __grid_constant__ kernel
+// parameter) or from global memory (a map patched on the device, see tensormap.cuh); the generic
+// address of either is what the instructions take. Coordinates are in elements, innermost dimension
+// first.
+//
+// Loads: parts of the box outside the tensor are filled with zeros and still count toward the bytes
+// the mbarrier expects. Stores and reductions: elements outside the tensor are not written; each
+// copy belongs to the issuing thread's current bulk async-group (commit, then wait on the group
+// count), and only that thread can wait for it.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +33,52 @@ DMOE_DEVICE void tma_load_2d(uint32_t smem_dst, const void* tensor_map, uint32_t
       " [%0], [%1, {%2, %3}], [%4];" ::"r"(smem_dst),
       "l"(tensor_map), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
+}
+
+// ---- stores (shared -> global), asynchronous, tracked by bulk async-groups ----------------------
+DMOE_DEVICE void tma_store_2d(const void* tensor_map, uint32_t smem_src, int32_t c0, int32_t c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"(tensor_map),
+               "r"(smem_src), "r"(c0), "r"(c1)
+               : "memory");
+}
+
+DMOE_DEVICE void tma_store_3d(const void* tensor_map, uint32_t smem_src, int32_t c0, int32_t c1, int32_t c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+                   tensor_map),
+               "r"(smem_src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+
+// global += shared, element-wise in the tensor's type (FP32 here: one rounding, like acc + old).
+DMOE_DEVICE void tma_reduce_add_2d(const void* tensor_map, uint32_t smem_src, int32_t c0, int32_t c1) {
+  asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   tensor_map),
+               "r"(smem_src), "r"(c0), "r"(c1)
+               : "memory");
+}
+
+DMOE_DEVICE void tma_reduce_add_3d(const void* tensor_map, uint32_t smem_src, int32_t c0, int32_t c1, int32_t c2) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+          tensor_map),
+      "r"(smem_src), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
+// Closes the issuing thread's current bulk async-group.
+DMOE_DEVICE void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+
+// Waits until at most kPending of this thread's bulk groups still read their shared-memory source
+// (after which that shared memory may be overwritten).
+template <int kPending>
+DMOE_DEVICE void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+}
+
+// Waits until at most kPending of this thread's bulk groups are incomplete (writes performed).
+template <int kPending>
+DMOE_DEVICE void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
 #endif  // __CUDACC__

@@ -68,6 +68,12 @@ DMOE_HOST_DEVICE int64_t combine_slot_offset(int64_t t, int k, int top_k, int64_
   return (t * top_k + k) * row_bytes;
 }
 
+// Byte offset of route (t, k)'s slot in a dispatch window used as route slots [T_max, K, D] (the
+// backward's grad_h3; RoutingTables::grad_gather_src). Same arithmetic as the combine slot.
+DMOE_HOST_DEVICE int64_t dispatch_route_offset(int64_t t, int k, int top_k, int64_t row_bytes) {
+  return (t * top_k + k) * row_bytes;
+}
+
 // Index of route (s, t*K + k) in RoutingTables::route_row ([R, T_max*K], fixed stride).
 DMOE_HOST_DEVICE int64_t route_row_index(int src_rank, int64_t route_index, int64_t max_tokens, int top_k) {
   return static_cast<int64_t>(src_rank) * max_tokens * top_k + route_index;
@@ -107,6 +113,15 @@ DMOE_HOST_DEVICE ChunkPlan make_chunk_plan(int world, int64_t num_tokens, int to
   p.warp_routes = chunk_routes / warps;
   p.num_chunks = static_cast<int>((p.total_routes + chunk_routes - 1) / chunk_routes);
   return p;
+}
+
+// The fused route kernel (one CTA builds the whole routing) is the single-chunk case: the chunk is
+// the route space rounded up to 32 warps x 32 lanes, cut into 32 warp segments.
+inline constexpr int kFusedRouteWarps = 32;
+DMOE_HOST_DEVICE int64_t fused_chunk_routes(int64_t total_routes) {
+  const int64_t q = int64_t{kFusedRouteWarps} * 32;
+  const int64_t c = (total_routes + q - 1) / q * q;
+  return c > 0 ? c : q;
 }
 
 // Route range [begin, end) of warp `w` of chunk `g` (empty when past the end).

@@ -1,0 +1,88 @@
+// The routed-experts layer on one expert-parallel rank (collective over the context's ranks):
+//
+//   out[t] = sum_k score[t,k] * W2_e(SwiGLU(W13_e x_t)),   e = ids[t,k], -1 routes excluded
+//
+// reduced in FP32 in k order, returned in BF16; optionally every route row is RMS-normalized first
+// (ExecutionOptions::experts_output_postprocess). Every call launches one fixed sequence of kernels
+// that depends only on the host-visible shapes (never on routing counts), so a call can be captured
+// in a CUDA graph and replayed. All ranks must pass the same T in one call.
+//
+//   Context::create(...)                        once, collectively
+//   SavedState state(ctx);                      once per layer in flight (reused across steps)
+//   routed_experts_forward(ctx, in, out, &state, opts, stream);     training forward
+//   routed_experts_backward(ctx, in, state, grad_out, grads, opts, stream);
+//   routed_experts_inference(ctx, in, out, opts, stream);           no saved state
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "dist_moe/config.h"
+#include "dist_moe/context.h"
+#include "dist_moe/dtype.h"
+
+namespace dist_moe {
+
+// One layer's inputs (device pointers, contiguous, row-major).
+struct RoutedExpertsInputs {
+  const void* x_TD = nullptr;          // BF16 [T, D]
+  int64_t num_tokens = 0;              // T, in [1, max_num_local_input_tokens], equal on all ranks
+  const void* topk_ids_TK = nullptr;   // [T, K] int32 or int64, in [-1, E); -1 = disabled route
+  DType id_dtype = DType::kInt32;
+  const void* topk_scores_TK = nullptr;  // [T, K] FP32 or BF16; 0 for -1 routes
+  DType score_dtype = DType::kFloat32;
+  // W13 as [E_local, 2F, D], [E_local, 2, F, D] or flat [E_local*2F, D] (rows: gate F, then up F);
+  // W2 as [E_local, D, F] or flat [E_local*D, F]. BF16. The three W13 layouts share one memory order.
+  const void* w13 = nullptr;
+  std::vector<int64_t> w13_shape;
+  const void* w2 = nullptr;
+  std::vector<int64_t> w2_shape;
+};
+
+// Where the backward writes. grad_w13 / grad_w2 take the logical weight shapes of the inputs.
+struct RoutedExpertsGradients {
+  void* grad_x_TD = nullptr;        // BF16 [T, D] (written)
+  void* grad_scores_TK = nullptr;   // [T, K] in the scores' dtype (written; 0 for -1 routes)
+  void* grad_w13 = nullptr;         // wgrad_dtype, same element count as w13
+  void* grad_w2 = nullptr;
+  DType wgrad_dtype = DType::kBFloat16;  // kBFloat16 or kFloat32 (Config::wgrad_dtype when set)
+  bool accumulate = false;          // grad_w += this call's WGRAD (FP32 sum, one rounding)
+};
+
+// What a training forward keeps for its backward, in device memory owned by this object: the
+// routing tables of the call (the next layer's forward overwrites the context's), the activation
+// planner's snapshot (offsets, slot, recompute decision, T, every rank's rows) and the RMSNorm rstd.
+// Create it once per layer in flight and reuse it (its addresses are stable for CUDA graphs). A
+// backward consumes the state of the matching forward; saved activations themselves live in the
+// context's activation slot.
+class SavedState {
+ public:
+  explicit SavedState(const Context& ctx);
+  ~SavedState();
+  SavedState(const SavedState&) = delete;
+  SavedState& operator=(const SavedState&) = delete;
+
+  struct Buffers;
+  Buffers& buffers() const { return *buffers_; }
+
+ private:
+  Buffers* buffers_;
+};
+
+// Training forward. With `saved` = nullptr the call is forward-only ("scratch only": nothing is
+// saved, the activation slots are untouched), as for a training context under no-grad.
+void routed_experts_forward(Context& ctx, const RoutedExpertsInputs& in, void* out_TD, SavedState* saved,
+                            const ExecutionOptions& options, cudaStream_t stream);
+
+// Backward of the forward that filled `saved` (same inputs: x, ids, scores, weights).
+void routed_experts_backward(Context& ctx, const RoutedExpertsInputs& in, const SavedState& saved,
+                             const void* grad_out_TD, const RoutedExpertsGradients& grads,
+                             const ExecutionOptions& options, cudaStream_t stream);
+
+// Inference forward (Config::inference contexts, or any context: nothing is saved).
+void routed_experts_inference(Context& ctx, const RoutedExpertsInputs& in, void* out_TD,
+                              const ExecutionOptions& options, cudaStream_t stream);
+
+}  // namespace dist_moe

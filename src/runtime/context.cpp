@@ -1,0 +1,181 @@
+// Context creation and lifetime: plan, communicator, EP group, activation buffer, planner state.
+#include "dist_moe/context.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "dist_moe/check.h"
+#include "kernels/ep_kernels.h"
+#include "kernels/planner.h"
+#include "runtime/context_impl.h"
+
+namespace dist_moe {
+
+// ---- DeviceArena ------------------------------------------------------------------------------
+
+DeviceArena::~DeviceArena() {
+  if (base_) cudaFree(base_);
+}
+
+size_t DeviceArena::reserve(size_t bytes) {
+  DMOE_ASSERT(base_ == nullptr);
+  const size_t offset = size_;
+  size_ += static_cast<size_t>(align_up(static_cast<int64_t>(bytes)));
+  return offset;
+}
+
+void DeviceArena::allocate() {
+  DMOE_ASSERT(base_ == nullptr);
+  if (size_ == 0) return;
+  DMOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_), size_));
+  DMOE_CUDA_CHECK(cudaMemset(base_, 0, size_));
+}
+
+// ---- Context ----------------------------------------------------------------------------------
+
+namespace {
+
+std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm::Communicator> comm,
+                                     const ContextOptions& options) {
+  auto c = std::make_unique<Context::Impl>();
+  c->config = config;
+  c->options = options;
+  c->rank = comm->rank();
+  c->world = comm->world_size();
+  c->device = comm->device();
+  if (config.num_experts % c->world != 0)
+    detail::fail(ErrorCode::kInvalidValue, "num_experts=", config.num_experts, " must be divisible by world_size=",
+                 c->world);
+  c->local_experts = config.num_experts / c->world;
+  PlanOptions plan_options;
+  if (config.vmm) {
+    const MemoryPlan logical = plan_memory(config, c->world);
+    if (logical.uses_host_scratch()) plan_options.vmm_granularity_bytes = runtime::vmm_allocation_granularity(c->device);
+  }
+  c->plan = plan_memory(config, c->world, plan_options);
+  c->comm = std::move(comm);
+
+  // Symmetric windows and routing tables (collective).
+  comm::EpConfig ep = comm::EpConfig::from(config, c->plan, /*row_alignment=*/1, /*validate_expert_ids=*/false);
+  c->ep = std::make_unique<comm::EpGroup>(*c->comm, ep);
+  c->rows_window = c->comm->alloc_window(static_cast<size_t>(c->world) * sizeof(int32_t));
+
+  // Activation buffer: slots then scratch (host overflow through VMM when the plan has it).
+  // Guard: one GEMM tile of rows (128) at the widest row pitch, read (never used) past the top buffer.
+  const int64_t guard = 128 * std::max(config.hidden_dim, 2 * config.intermediate_dim) * 2;
+  c->activations = runtime::ActivationBuffer::create(c->plan, config.vmm.has_value(), c->device, guard);
+  const int64_t N = c->plan.num_activation_slots;
+  c->geometry = {N, c->plan.activation_slot_bytes, c->activations->size()};
+
+  // Small device state, one allocation.
+  const int64_t R = c->world, L = c->local_experts, TK = config.max_num_local_input_tokens * config.top_k;
+  DeviceArena& a = c->arena;
+  const size_t o_saved = a.reserve(sizeof(int64_t) * N * R), o_layer = a.reserve(sizeof(int64_t) * N),
+               o_peak = a.reserve(sizeof(int64_t) * (N + 1)), o_slots = a.reserve(sizeof(int64_t) * (N > 0 ? N : 1)),
+               o_bases = a.reserve(sizeof(int32_t*) * R), o_call = a.reserve(sizeof(int64_t) * planner::layer_state_size(R)),
+               o_bwd = a.reserve(sizeof(int64_t) * 8), o_counts = a.reserve(sizeof(int32_t) * L),
+               o_gs = a.reserve(sizeof(float) * TK), o_rstd = a.reserve(sizeof(float) * TK),
+               o_ws = a.reserve(grouped_gemm_gather_workspace_bytes(c->ep->capacity_rows(), L));
+  a.allocate();
+  c->planner_state = {a.at<int64_t>(o_saved), a.at<int64_t>(o_layer), a.at<int64_t>(o_peak)};
+  c->slot_ids = a.at<int64_t>(o_slots);
+  c->rows_peer_bases = a.at<int32_t*>(o_bases);
+  c->call_layer_state = a.at<int64_t>(o_call);
+  c->backward_offsets = a.at<int64_t>(o_bwd);
+  c->counts_gated = a.at<int32_t>(o_counts);
+  c->grad_scores_f32 = a.at<float>(o_gs);
+  c->rstd_scratch = a.at<float>(o_rstd);
+  c->gather_workspace = a.at<int32_t>(o_ws);
+
+  std::vector<int64_t> ids(N > 0 ? N : 1);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
+  DMOE_CUDA_CHECK(cudaMemcpy(const_cast<int64_t*>(c->slot_ids), ids.data(), ids.size() * sizeof(int64_t),
+                             cudaMemcpyHostToDevice));
+  comm::kernels::launch_window_bases(c->rows_window->handle(), c->world, reinterpret_cast<uintptr_t*>(c->rows_peer_bases),
+                               nullptr);
+  kernels::reset_planner(c->geometry, R, c->planner_state, nullptr);
+  c->slot_depth = config.max_moe_layers_per_activation_slot;
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  c->comm->host_barrier();  // every rank's windows are zeroed and registered before any peer access
+  return c;
+}
+
+comm::CommunicatorOptions comm_options(const ContextOptions& o) {
+  comm::CommunicatorOptions c;
+  c.timeout_ms = o.comm_timeout_ms;
+  return c;
+}
+
+}  // namespace
+
+Context::Context(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+std::unique_ptr<Context> Context::create(const Config& config, ncclComm_t comm, const ContextOptions& options) {
+  config.validate();
+  return std::unique_ptr<Context>(
+      new Context(build(config, comm::Communicator::from_nccl_comm(comm, comm_options(options)), options)));
+}
+
+std::unique_ptr<Context> Context::create(const Config& config, const ncclUniqueId& id, int rank, int world_size,
+                                         const ContextOptions& options) {
+  config.validate();
+  return std::unique_ptr<Context>(new Context(
+      build(config, comm::Communicator::from_unique_id(id, rank, world_size, comm_options(options)), options)));
+}
+
+Context::~Context() {
+  try {
+    close();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dist-moe: warning: context close failed: %s\n", e.what());
+  }
+}
+
+Context::Impl& Context::impl() const {
+  if (!impl_ || impl_->closed) throw Error(ErrorCode::kRuntime, "distributed MoE context is closed");
+  return *impl_;
+}
+
+void Context::reset(cudaStream_t stream) {
+  Impl& c = impl();
+  kernels::reset_planner(c.geometry, c.world, c.planner_state, stream);
+  c.selected_slot = 0;
+  c.slot_depth = c.config.max_moe_layers_per_activation_slot;
+}
+
+void Context::select_activation_slot(int64_t activation_slot, int64_t num_moe_layers_in_slot) {
+  Impl& c = impl();
+  const int64_t N = c.plan.num_activation_slots;
+  if (N == 0) return;  // inference contexts have no slots
+  if (activation_slot < 0 || activation_slot >= N)
+    detail::fail(ErrorCode::kInvalidValue, "activation slot must be in [0, ", N, "), got ", activation_slot);
+  const int64_t L = c.config.max_moe_layers_per_activation_slot;
+  if (num_moe_layers_in_slot < 1 || num_moe_layers_in_slot > L)
+    detail::fail(ErrorCode::kInvalidValue, "num_moe_layers_in_slot must be in [1, ", L, "], got ",
+                 num_moe_layers_in_slot);
+  c.selected_slot = activation_slot;
+  c.slot_depth = num_moe_layers_in_slot;
+}
+
+void Context::close() {
+  if (!impl_ || impl_->closed) return;
+  Impl& c = *impl_;
+  DMOE_CUDA_CHECK(cudaSetDevice(c.device));
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  c.closed = true;
+  c.activations->close();
+  c.rows_window.reset();  // collective window deregistration, then the group's windows
+  c.ep.reset();
+  c.comm.reset();
+}
+
+bool Context::closed() const { return !impl_ || impl_->closed; }
+const Config& Context::config() const { return impl().config; }
+const MemoryPlan& Context::memory_plan() const { return impl().plan; }
+int Context::rank() const { return impl().rank; }
+int Context::ep_size() const { return impl().world; }
+int64_t Context::local_experts() const { return impl().local_experts; }
+int Context::device() const { return impl().device; }
+
+}  // namespace dist_moe

@@ -1,0 +1,98 @@
+// The internals of a Context, as the pipeline (bf16_pipeline.cpp) sees them.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "dist_moe/comm.h"
+#include "dist_moe/context.h"
+#include "dist_moe/device/planner/activation_planner.cuh"
+#include "dist_moe/routed_experts.h"
+#include "dist_moe/grouped_gemm.h"
+#include "runtime/activation_buffer.h"
+
+namespace dist_moe {
+
+// One device allocation of small int64/int32 arrays, carved in 128-byte aligned pieces.
+class DeviceArena {
+ public:
+  DeviceArena() = default;
+  ~DeviceArena();
+  DeviceArena(const DeviceArena&) = delete;
+  DeviceArena& operator=(const DeviceArena&) = delete;
+  // Reserves `bytes` (before allocate()); returns the piece's offset.
+  size_t reserve(size_t bytes);
+  void allocate();  // cudaMalloc + zero fill
+  template <typename T>
+  T* at(size_t offset) const {
+    return reinterpret_cast<T*>(base_ + offset);
+  }
+
+ private:
+  char* base_ = nullptr;
+  size_t size_ = 0;
+};
+
+struct Context::Impl {
+  Config config;
+  MemoryPlan plan;
+  ContextOptions options;
+  int device = 0;
+  int rank = 0;
+  int world = 1;
+  int64_t local_experts = 0;
+  bool closed = false;
+
+  std::unique_ptr<comm::Communicator> comm;
+  std::unique_ptr<comm::EpGroup> ep;
+  // Every rank's received-row count of the current call (training): int32 [R] in a symmetric window;
+  // each rank writes its count into slot [rank] of every peer's copy before an EP barrier.
+  std::unique_ptr<comm::SymmetricWindow> rows_window;
+  std::unique_ptr<runtime::ActivationBuffer> activations;
+
+  // Device planner state and per-call workspaces.
+  DeviceArena arena;
+  planner::BufferGeometry geometry;
+  planner::PlannerState planner_state{};
+  const int64_t* slot_ids = nullptr;  // constant [max(N, 1)] = 0..N-1; the selector points into it
+  int64_t selected_slot = 0;
+  int64_t slot_depth = 1;
+  int32_t** rows_peer_bases = nullptr;  // [R] every peer's rows_window as seen from here
+  int64_t* call_layer_state = nullptr;  // layer snapshot of calls that save nothing
+  int64_t* backward_offsets = nullptr;  // [8]: 6 from the planner, [6] h3, [7] spare
+  int32_t* counts_gated = nullptr;      // [L] routing counts, zeroed when a stage is skipped
+  float* grad_scores_f32 = nullptr;     // [T_max * K]
+  float* rstd_scratch = nullptr;        // [T_max * K] RMSNorm rstd of calls that save nothing
+  int32_t* gather_workspace = nullptr;
+
+  // Called after each pipeline stage when set (benchmarks record events here; eager use only).
+  std::function<void(const char* stage, cudaStream_t stream)> stage_hook;
+  void stage(const char* name, cudaStream_t stream) const {
+    if (stage_hook) stage_hook(name, stream);
+  }
+
+  uint8_t* activation_base() const { return activations->data(); }
+  void* dispatch_routes() const { return ep->dispatch_window().local_ptr(); }  // [T_max, K, D] BF16
+  void* combine_routes() const { return ep->combine_window().local_ptr(); }    // [T_max, K, D] BF16
+  int64_t capacity_rows() const { return ep->capacity_rows(); }
+  planner::CallShape call_shape(int64_t T) const {
+    return {T, config.hidden_dim, config.intermediate_dim, config.top_k, world, rank};
+  }
+};
+
+struct SavedState::Buffers {
+  DeviceArena arena;
+  int64_t* layer_state = nullptr;      // planner snapshot (layer_state_size(R) int64)
+  int32_t* expert_rows = nullptr;      // [L] padded rows per local expert
+  int32_t* expert_rows_unpadded = nullptr;  // [L]
+  int32_t* expert_offsets = nullptr;   // [L + 1]
+  const void** gather_src = nullptr;   // [capacity] forward gather (peer dispatch windows)
+  void** scatter_dst = nullptr;        // [capacity] owners' combine-window slots
+  const void** grad_gather_src = nullptr;  // [capacity] owners' dispatch-window slots (grad_h3)
+  float* rstd = nullptr;               // [T_max * K] RMSNorm postprocess
+  int64_t capacity_rows = 0;
+  int64_t local_experts = 0;
+  bool used = false;                   // a forward filled it
+};
+
+}  // namespace dist_moe

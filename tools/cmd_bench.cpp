@@ -1,0 +1,165 @@
+// dist-moe bench: the fused BF16 layer on every local GPU (one process per GPU through
+// dmoe_launch), per-stage times, the layer time, our GEMM-only time for the same rows, and the
+// stock-PyTorch EP layer (bench/peers/torch_ep_baseline.py) on the same GPUs, as ratios.
+//
+//   dist-moe bench --shape dsv3_prefill|qwen3_30b|mixtral|dsv3_decode [--mode train|infer]
+//                  [--gpus N] [--iters N] [--slot-factor F] [--no-baseline]
+// The parent process never touches CUDA (the ranks are forked by dmoe_launch).
+#include <dirent.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_args.h"
+#include "commands.h"
+#include "dist_moe/error.h"
+#include "dist_moe/workloads.h"
+
+namespace dist_moe::cli {
+namespace {
+
+int count_nvidia_gpus() {  // without initializing CUDA in this process
+  int n = 0;
+  if (DIR* d = opendir("/proc/driver/nvidia/gpus")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+std::string self_dir() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  buf[n] = '\0';
+  std::string p(buf);
+  return p.substr(0, p.rfind('/'));
+}
+
+std::string launcher_path() {
+#ifdef DIST_MOE_LAUNCHER_PATH
+  if (access(DIST_MOE_LAUNCHER_PATH, X_OK) == 0) return DIST_MOE_LAUNCHER_PATH;
+#endif
+  const std::string guess = self_dir() + "/tests/dmoe_launch";
+  if (access(guess.c_str(), X_OK) == 0) return guess;
+  detail::fail(ErrorCode::kRuntime, "dmoe_launch not found (build the tests target: it starts one process per GPU)");
+}
+
+// Runs `cmd`, echoing its output lines; lines starting with `tag` (after an optional "[rank 0] ")
+// are collected without the tag.
+int run_and_collect(const std::string& cmd, const std::string& tag, std::vector<std::string>* tagged, bool echo) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) detail::fail(ErrorCode::kRuntime, "cannot run: ", cmd);
+  char line[8192];
+  while (std::fgets(line, sizeof(line), p)) {
+    std::string s(line);
+    std::string body = s;
+    if (body.rfind("[rank 0] ", 0) == 0) body = body.substr(9);
+    if (body.rfind(tag, 0) == 0) {
+      std::string v = body.substr(tag.size());
+      while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
+      tagged->push_back(v);
+    } else if (echo) {
+      std::fputs(s.c_str(), stdout);
+      std::fflush(stdout);
+    }
+  }
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+// "key=value key=value" -> map
+std::map<std::string, double> parse_kv(const std::string& s) {
+  std::map<std::string, double> m;
+  std::istringstream is(s);
+  std::string tok;
+  while (is >> tok) {
+    const auto eq = tok.find('=');
+    if (eq != std::string::npos) m[tok.substr(0, eq)] = std::atof(tok.c_str() + eq + 1);
+  }
+  return m;
+}
+
+double json_number(const std::string& json, const std::string& key) {
+  const auto at = json.find("\"" + key + "\":");
+  return at == std::string::npos ? -1.0 : std::atof(json.c_str() + at + key.size() + 3);
+}
+
+}  // namespace
+
+int cmd_bench(const std::vector<std::string>& argv) {
+  Args args(argv, {"shape", "mode", "gpus", "iters", "slot-factor"}, {"no-baseline"});
+  const std::string shape = args.str("shape").value_or("dsv3_prefill");
+  const Workload& w = find_workload(shape);
+  const std::string mode = args.str("mode").value_or("train");
+  if (mode != "train" && mode != "infer")
+    detail::fail(ErrorCode::kInvalidValue, "--mode must be train or infer, got '", mode, "'");
+  const int gpus = static_cast<int>(args.integer("gpus").value_or(count_nvidia_gpus()));
+  if (gpus < 1) detail::fail(ErrorCode::kRuntime, "dist-moe bench needs SM90 GPUs; none found under /proc/driver/nvidia");
+  if (w.experts % gpus != 0)
+    detail::fail(ErrorCode::kInvalidValue, shape, " has ", w.experts, " experts, not divisible by ", gpus, " GPUs");
+  const int iters = static_cast<int>(args.integer("iters").value_or(20));
+  const double slot_factor = args.real("slot-factor").value_or(1.0);
+
+  std::printf("dist-moe bench: %s (T=%lld D=%lld F=%lld E=%lld K=%lld per rank), %s, %d GPU(s), %d iterations\n",
+              shape.c_str(), (long long)w.tokens, (long long)w.hidden, (long long)w.intermediate,
+              (long long)w.experts, (long long)w.top_k, mode.c_str(), gpus, iters);
+  std::printf("[1/2] Dist-MoE fused layer ...\n");
+  std::fflush(stdout);
+  std::ostringstream cmd;
+  cmd << launcher_path() << " -n " << gpus << " --timeout 900 -- " << self_dir() << "/dist-moe bench-rank --shape "
+      << shape << " --mode " << mode << " --iters " << iters << " --slot-factor " << slot_factor;
+  std::vector<std::string> results;
+  if (run_and_collect(cmd.str(), "RESULT ", &results, true) != 0 || results.empty())
+    detail::fail(ErrorCode::kRuntime, "the benchmark ranks failed (output above)");
+  std::map<std::string, double> ours;
+  std::vector<std::pair<std::string, double>> stages;
+  for (const auto& r : results) {
+    if (r.rfind("stage ", 0) == 0) {
+      const auto kv = parse_kv(r.substr(6));
+      for (const auto& [k, v] : kv) stages.emplace_back(k, v);
+    } else {
+      for (const auto& [k, v] : parse_kv(r)) ours[k] = v;
+    }
+  }
+
+  double torch_fwd = -1, torch_fb = -1;
+  if (!args.flag("no-baseline")) {
+    std::printf("[2/2] stock-PyTorch EP baseline (NCCL all_to_all + torch._grouped_mm) ...\n");
+    std::fflush(stdout);
+    const std::string repo = self_dir() + "/..";
+    std::vector<std::string> base;
+    const std::string py = std::string("python3 ") + repo + "/bench/peers/torch_ep_shape.py --shape " + shape +
+                           " --gpus " + std::to_string(gpus);
+    if (run_and_collect(py, "BASELINE ", &base, false) == 0 && !base.empty()) {
+      torch_fwd = json_number(base.back(), "fwd_ms");
+      torch_fb = json_number(base.back(), "fwd_bwd_ms");
+    } else {
+      std::printf("baseline unavailable (needs torch on this machine)\n");
+    }
+  }
+
+  std::printf("\n%-24s %12s\n", "stage (rank 0, eager)", "ms");
+  for (const auto& [k, v] : stages) std::printf("%-24s %12.3f\n", k.c_str(), v);
+  auto ratio = [](double base, double ours_ms) { return base > 0 && ours_ms > 0 ? base / ours_ms : 0.0; };
+  std::printf("\n%-28s %10s %12s %12s %14s\n", "measure", "ours ms", "GEMM-only ms", "torch EP ms", "speedup vs torch");
+  const double fwd = ours["fwd_ms"], fb = ours["fwd_bwd_ms"];
+  std::printf("%-28s %10.3f %12.3f %12.3f %13.2fx\n", mode == "train" ? "forward" : "inference forward", fwd,
+              ours["gemm_fwd_ms"], torch_fwd, ratio(torch_fwd, fwd));
+  if (mode == "train")
+    std::printf("%-28s %10.3f %12.3f %12.3f %13.2fx\n", "forward+backward", fb, ours["gemm_fwd_bwd_ms"], torch_fb,
+                ratio(torch_fb, fb));
+  std::printf("fused layer / GEMM-only: forward %.2fx%s\n", ours["gemm_fwd_ms"] > 0 ? fwd / ours["gemm_fwd_ms"] : 0.0,
+              mode == "train" ? (", forward+backward " + std::to_string(fb / ours["gemm_fwd_bwd_ms"]) + "x").c_str()
+                              : "");
+  return 0;
+}
+
+}  // namespace dist_moe::cli

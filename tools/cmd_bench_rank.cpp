@@ -1,0 +1,269 @@
+// dist-moe bench-rank: one rank of `dist-moe bench` (started by dmoe_launch). Rank 0 prints
+// "RESULT ..." lines that the parent turns into the table.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli_args.h"
+#include "commands.h"
+#include "dist_moe/error.h"
+#include "dist_moe/workloads.h"
+
+#if DIST_MOE_HAS_CUDA
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "dist_env.h"
+#include "dist_moe/check.h"
+#include "dist_moe/context.h"
+#include "dist_moe/grouped_gemm.h"
+#include "dist_moe/routed_experts.h"
+#include "kernels/random_fill.h"
+#include "runtime/context_impl.h"
+#endif
+
+namespace dist_moe::cli {
+
+#if DIST_MOE_HAS_CUDA
+namespace {
+
+struct DevBuf {
+  void* p = nullptr;
+  explicit DevBuf(size_t bytes) { DMOE_CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1)); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+
+// Median milliseconds of `iters` runs of fn on `stream` (events around each run).
+template <class Fn>
+double median_ms(Fn&& fn, int iters, cudaStream_t stream) {
+  cudaEvent_t a, b;
+  DMOE_CUDA_CHECK(cudaEventCreate(&a));
+  DMOE_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int i = 0; i < iters; ++i) {
+    DMOE_CUDA_CHECK(cudaEventRecord(a, stream));
+    fn();
+    DMOE_CUDA_CHECK(cudaEventRecord(b, stream));
+    DMOE_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    DMOE_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+int cmd_bench_rank(const std::vector<std::string>& argv) {
+  Args args(argv, {"shape", "mode", "iters", "slot-factor"}, {});
+  const Workload& w = find_workload(args.str("shape").value_or("dsv3_prefill"));
+  const bool train = args.str("mode").value_or("train") == "train";
+  const int iters = static_cast<int>(args.integer("iters").value_or(20));
+  const auto env = testing::dist_env_from_environment();
+  int ndev = 0;
+  DMOE_CUDA_CHECK(cudaGetDeviceCount(&ndev));
+  DMOE_CUDA_CHECK(cudaSetDevice(env.local_rank % ndev));
+  const ncclUniqueId id = testing::exchange_unique_id(env, "bench");
+  ncclComm_t nccl = nullptr;
+  DMOE_NCCL_CHECK(ncclCommInitRank(&nccl, env.world, id, env.rank));
+  cudaStream_t stream;
+  DMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  const int64_t T = w.tokens, D = w.hidden, F = w.intermediate, K = w.top_k, E = w.experts, R = env.world;
+  const int64_t L = E / R;
+  Config cfg;
+  cfg.max_num_local_input_tokens = T;
+  cfg.hidden_dim = D;
+  cfg.intermediate_dim = F;
+  cfg.top_k = K;
+  cfg.num_experts = E;
+  cfg.max_moe_layers_per_activation_slot = 1;
+  cfg.device_scratch_capacity_factor = std::min<double>(1.5, static_cast<double>(R));
+  cfg.inference = !train;
+  if (train) cfg.activation_slot_capacity_factor = args.real("slot-factor").value_or(1.0);
+  else cfg.num_activation_slots = 0;
+  cfg.wgrad_dtype = DType::kBFloat16;
+  auto ctx = Context::create(cfg, nccl);
+
+  // Inputs: random BF16 activations and weights (device-generated), balanced random routing.
+  DevBuf x(T * D * 2), w13(L * 2 * F * D * 2), w2(L * D * F * 2), out(T * D * 2), gout(T * D * 2);
+  DevBuf gx(T * D * 2), gs(T * K * 4), gw13(L * 2 * F * D * 2), gw2(L * D * F * 2);
+  kernels::fill_uniform_bf16(x.p, T * D, 11 + env.rank, 1.0f, stream);
+  kernels::fill_uniform_bf16(gout.p, T * D, 21 + env.rank, 1.0f, stream);
+  kernels::fill_uniform_bf16(w13.p, L * 2 * F * D, 31 + env.rank, 1.0f / std::sqrt(float(D)), stream);
+  kernels::fill_uniform_bf16(w2.p, L * D * F, 41 + env.rank, 1.0f / std::sqrt(float(F)), stream);
+  std::mt19937 rng(1234 + env.rank);
+  std::vector<int32_t> ids(T * K);
+  std::vector<float> scores(T * K);
+  std::vector<int32_t> perm(E);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t e = 0; e < E; ++e) perm[e] = static_cast<int32_t>(e);
+    for (int64_t k = 0; k < K; ++k) {  // K distinct experts, uniformly
+      std::swap(perm[k], perm[k + rng() % (E - k)]);
+      ids[t * K + k] = perm[k];
+      scores[t * K + k] = 1.0f / static_cast<float>(K);
+    }
+  }
+  DevBuf d_ids(ids.size() * 4), d_scores(scores.size() * 4);
+  DMOE_CUDA_CHECK(cudaMemcpy(d_ids.p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+  DMOE_CUDA_CHECK(cudaMemcpy(d_scores.p, scores.data(), scores.size() * 4, cudaMemcpyHostToDevice));
+
+  RoutedExpertsInputs in;
+  in.x_TD = x.p;
+  in.num_tokens = T;
+  in.topk_ids_TK = d_ids.p;
+  in.topk_scores_TK = d_scores.p;
+  in.w13 = w13.p;
+  in.w13_shape = {L, 2 * F, D};
+  in.w2 = w2.p;
+  in.w2_shape = {L, D, F};
+  RoutedExpertsGradients g;
+  g.grad_x_TD = gx.p;
+  g.grad_scores_TK = gs.p;
+  g.grad_w13 = gw13.p;
+  g.grad_w2 = gw2.p;
+  g.wgrad_dtype = DType::kBFloat16;
+  ExecutionOptions opts;
+  SavedState saved(*ctx);
+  auto fwd = [&] {
+    if (train) routed_experts_forward(*ctx, in, out.p, &saved, opts, stream);
+    else routed_experts_inference(*ctx, in, out.p, opts, stream);
+  };
+  auto fwd_bwd = [&] {
+    routed_experts_forward(*ctx, in, out.p, &saved, opts, stream);
+    routed_experts_backward(*ctx, in, saved, gout.p, g, opts, stream);
+  };
+  // Forward-only timing on a training context still pushes a layer: pop it with its backward.
+  auto fwd_timed = [&] { return median_ms(fwd, 1, stream); };
+  for (int i = 0; i < 3; ++i) train ? fwd_bwd() : fwd();
+  DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  double fwd_ms = 0, fb_ms = 0;
+  if (train) {
+    std::vector<double> f;
+    for (int i = 0; i < iters; ++i) {
+      f.push_back(fwd_timed());
+      routed_experts_backward(*ctx, in, saved, gout.p, g, opts, stream);
+    }
+    std::sort(f.begin(), f.end());
+    fwd_ms = f[f.size() / 2];
+    fb_ms = median_ms(fwd_bwd, iters, stream);
+  } else {
+    fwd_ms = median_ms(fwd, iters, stream);
+  }
+
+  // Per-stage times of one eager call (events between stages).
+  std::vector<std::pair<std::string, cudaEvent_t>> marks;
+  cudaEvent_t start;
+  DMOE_CUDA_CHECK(cudaEventCreate(&start));
+  ctx->impl().stage_hook = [&](const char* name, cudaStream_t s) {
+    cudaEvent_t e;
+    DMOE_CUDA_CHECK(cudaEventCreate(&e));
+    DMOE_CUDA_CHECK(cudaEventRecord(e, s));
+    marks.emplace_back(name, e);
+  };
+  DMOE_CUDA_CHECK(cudaEventRecord(start, stream));
+  train ? fwd_bwd() : fwd();
+  DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  ctx->impl().stage_hook = nullptr;
+  std::string stage_line;
+  cudaEvent_t prev = start;
+  bool in_backward = false;
+  for (auto& [name, e] : marks) {
+    float t = 0;
+    DMOE_CUDA_CHECK(cudaEventElapsedTime(&t, prev, e));
+    if (name == "recompute") in_backward = true;
+    stage_line += " " + std::string(in_backward ? "bwd:" : "fwd:") + name + "=" + std::to_string(t);
+    prev = e;
+  }
+
+  // GEMM-only: the same grouped GEMMs on the same per-expert rows, local contiguous buffers.
+  const int64_t cap = ctx->impl().capacity_rows();
+  const int32_t* counts = ctx->impl().ep->tables().expert_rows;  // this call's routing
+  DevBuf a(cap * D * 2), h1(cap * 2 * F * 2), h2(cap * F * 2), h3(cap * D * 2), gh1(cap * 2 * F * 2);
+  kernels::fill_uniform_bf16(a.p, cap * D, 51, 1.0f, stream);
+  kernels::fill_uniform_bf16(h3.p, cap * D, 52, 1.0f, stream);
+  kernels::fill_uniform_bf16(gh1.p, cap * 2 * F, 53, 1.0f, stream);
+  auto common = [&](int64_t n, int64_t k) {
+    GroupedGemmCommon c;
+    c.counts = counts;
+    c.e_local = L;
+    c.m_capacity = cap;
+    c.n = n;
+    c.k = k;
+    c.validate_counts = false;
+    return c;
+  };
+  auto gemm_fwd = [&] {
+    W13FpropArgs w13a;
+    w13a.common = common(2 * F, D);
+    w13a.a = a.p;
+    w13a.w13 = w13.p;
+    w13a.h1 = train ? h1.p : nullptr;
+    w13a.h2 = h2.p;
+    grouped_gemm_w13_fprop(w13a, stream);
+    FpropArgs w2a;
+    w2a.common = common(D, F);
+    w2a.a = h2.p;
+    w2a.w = w2.p;
+    w2a.out = h3.p;
+    grouped_gemm_fprop(w2a, stream);
+  };
+  auto gemm_bwd = [&] {
+    DgradArgs d2;
+    d2.common = common(D, F);
+    d2.grad_out = h3.p;
+    d2.w = w2.p;
+    d2.grad_a = h2.p;
+    grouped_gemm_dgrad(d2, stream);
+    WgradArgs wg2;
+    wg2.common = common(D, F);
+    wg2.grad_out = h3.p;
+    wg2.a = h2.p;
+    wg2.grad_w = gw2.p;
+    wg2.out_dtype = DType::kBFloat16;
+    grouped_gemm_wgrad(wg2, stream);
+    DgradArgs d13;
+    d13.common = common(2 * F, D);
+    d13.grad_out = gh1.p;
+    d13.w = w13.p;
+    d13.grad_a = a.p;
+    grouped_gemm_dgrad(d13, stream);
+    WgradArgs wg13;
+    wg13.common = common(2 * F, D);
+    wg13.grad_out = gh1.p;
+    wg13.a = a.p;
+    wg13.grad_w = gw13.p;
+    wg13.out_dtype = DType::kBFloat16;
+    grouped_gemm_wgrad(wg13, stream);
+  };
+  gemm_fwd();
+  if (train) gemm_bwd();
+  const double gemm_fwd_ms = median_ms(gemm_fwd, iters, stream);
+  const double gemm_fb_ms = train ? median_ms([&] { gemm_fwd(); gemm_bwd(); }, iters, stream) : 0.0;
+
+  if (env.rank == 0) {
+    std::printf("RESULT fwd_ms=%.4f fwd_bwd_ms=%.4f gemm_fwd_ms=%.4f gemm_fwd_bwd_ms=%.4f\n", fwd_ms, fb_ms,
+                gemm_fwd_ms, gemm_fb_ms);
+    std::printf("RESULT stage%s\n", stage_line.c_str());
+    std::fflush(stdout);
+  }
+  ctx->close();
+  DMOE_NCCL_CHECK(ncclCommDestroy(nccl));
+  return 0;
+}
+#else
+int cmd_bench_rank(const std::vector<std::string>&) {
+  detail::fail(ErrorCode::kRuntime, "this dist-moe was built without CUDA");
+}
+#endif
+
+}  // namespace dist_moe::cli
