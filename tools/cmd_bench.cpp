@@ -3,7 +3,7 @@
 // stock-PyTorch EP layer (bench/peers/torch_ep_baseline.py) on the same GPUs, as ratios.
 //
 //   dist-moe bench --shape dsv3_prefill|qwen3_30b|mixtral|dsv3_decode [--mode train|infer]
-//                  [--gpus N] [--iters N] [--slot-factor F] [--no-baseline]
+//                  [--gpus N] [--iters N] [--slot-factor F] [--device-factor F] [--no-baseline]
 // The parent process never touches CUDA (the ranks are forked by dmoe_launch).
 #include <dirent.h>
 #include <sys/wait.h>
@@ -95,7 +95,7 @@ double json_number(const std::string& json, const std::string& key) {
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& argv) {
-  Args args(argv, {"shape", "mode", "gpus", "iters", "slot-factor"}, {"no-baseline"});
+  Args args(argv, {"shape", "mode", "gpus", "iters", "slot-factor", "device-factor"}, {"no-baseline"});
   const std::string shape = args.str("shape").value_or("dsv3_prefill");
   const Workload& w = find_workload(shape);
   const std::string mode = args.str("mode").value_or("train");
@@ -116,15 +116,19 @@ int cmd_bench(const std::vector<std::string>& argv) {
   std::ostringstream cmd;
   cmd << launcher_path() << " -n " << gpus << " --timeout 900 -- " << self_dir() << "/dist-moe bench-rank --shape "
       << shape << " --mode " << mode << " --iters " << iters << " --slot-factor " << slot_factor;
+  if (auto f = args.real("device-factor")) cmd << " --device-factor " << *f;
   std::vector<std::string> results;
   if (run_and_collect(cmd.str(), "RESULT ", &results, true) != 0 || results.empty())
     detail::fail(ErrorCode::kRuntime, "the benchmark ranks failed (output above)");
   std::map<std::string, double> ours;
   std::vector<std::pair<std::string, double>> stages;
   for (const auto& r : results) {
-    if (r.rfind("stage ", 0) == 0) {
-      const auto kv = parse_kv(r.substr(6));
-      for (const auto& [k, v] : kv) stages.emplace_back(k, v);
+    if (r.rfind("stage ", 0) == 0) {  // keep the pipeline's order
+      std::istringstream is(r.substr(6));
+      std::string tok;
+      while (is >> tok)
+        if (const auto eq = tok.find('='); eq != std::string::npos)
+          stages.emplace_back(tok.substr(0, eq), std::atof(tok.c_str() + eq + 1));
     } else {
       for (const auto& [k, v] : parse_kv(r)) ours[k] = v;
     }
@@ -156,6 +160,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (mode == "train")
     std::printf("%-28s %10.3f %12.3f %12.3f %13.2fx\n", "forward+backward", fb, ours["gemm_fwd_bwd_ms"], torch_fb,
                 ratio(torch_fb, fb));
+  std::printf("GEMM-only forward with exactly balanced expert rows: %.3f ms\n", ours["gemm_fwd_even_ms"]);
   std::printf("fused layer / GEMM-only: forward %.2fx%s\n", ours["gemm_fwd_ms"] > 0 ? fwd / ours["gemm_fwd_ms"] : 0.0,
               mode == "train" ? (", forward+backward " + std::to_string(fb / ours["gemm_fwd_bwd_ms"]) + "x").c_str()
                               : "");

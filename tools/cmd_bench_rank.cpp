@@ -1,6 +1,7 @@
 // dist-moe bench-rank: one rank of `dist-moe bench` (started by dmoe_launch). Rank 0 prints
 // "RESULT ..." lines that the parent turns into the table.
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -64,7 +65,7 @@ double median_ms(Fn&& fn, int iters, cudaStream_t stream) {
 }  // namespace
 
 int cmd_bench_rank(const std::vector<std::string>& argv) {
-  Args args(argv, {"shape", "mode", "iters", "slot-factor"}, {});
+  Args args(argv, {"shape", "mode", "iters", "slot-factor", "device-factor"}, {});
   const Workload& w = find_workload(args.str("shape").value_or("dsv3_prefill"));
   const bool train = args.str("mode").value_or("train") == "train";
   const int iters = static_cast<int>(args.integer("iters").value_or(20));
@@ -87,7 +88,8 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   cfg.top_k = K;
   cfg.num_experts = E;
   cfg.max_moe_layers_per_activation_slot = 1;
-  cfg.device_scratch_capacity_factor = std::min<double>(1.5, static_cast<double>(R));
+  cfg.device_scratch_capacity_factor =
+      std::min<double>(args.real("device-factor").value_or(1.5), static_cast<double>(R));
   cfg.inference = !train;
   if (train) cfg.activation_slot_capacity_factor = args.real("slot-factor").value_or(1.0);
   else cfg.num_activation_slots = 0;
@@ -160,34 +162,41 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     fwd_ms = median_ms(fwd, iters, stream);
   }
 
-  // Per-stage times of one eager call (events between stages).
-  std::vector<std::pair<std::string, cudaEvent_t>> marks;
-  cudaEvent_t start;
-  DMOE_CUDA_CHECK(cudaEventCreate(&start));
-  ctx->impl().stage_hook = [&](const char* name, cudaStream_t s) {
-    cudaEvent_t e;
-    DMOE_CUDA_CHECK(cudaEventCreate(&e));
-    DMOE_CUDA_CHECK(cudaEventRecord(e, s));
-    marks.emplace_back(name, e);
-  };
-  DMOE_CUDA_CHECK(cudaEventRecord(start, stream));
-  train ? fwd_bwd() : fwd();
-  DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  ctx->impl().stage_hook = nullptr;
+  // Per-stage times of one eager call: events between stages, forward and backward timed apart.
   std::string stage_line;
-  cudaEvent_t prev = start;
-  bool in_backward = false;
-  for (auto& [name, e] : marks) {
-    float t = 0;
-    DMOE_CUDA_CHECK(cudaEventElapsedTime(&t, prev, e));
-    if (name == "recompute") in_backward = true;
-    stage_line += " " + std::string(in_backward ? "bwd:" : "fwd:") + name + "=" + std::to_string(t);
-    prev = e;
-  }
+  auto staged = [&](const char* phase, const std::function<void()>& fn) {
+    std::vector<std::pair<std::string, cudaEvent_t>> marks;
+    cudaEvent_t start;
+    DMOE_CUDA_CHECK(cudaEventCreate(&start));
+    ctx->impl().stage_hook = [&](const char* name, cudaStream_t s) {
+      cudaEvent_t e;
+      DMOE_CUDA_CHECK(cudaEventCreate(&e));
+      DMOE_CUDA_CHECK(cudaEventRecord(e, s));
+      marks.emplace_back(name, e);
+    };
+    DMOE_CUDA_CHECK(cudaEventRecord(start, stream));
+    fn();
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    ctx->impl().stage_hook = nullptr;
+    cudaEvent_t prev = start;
+    for (auto& [name, e] : marks) {
+      float t = 0;
+      DMOE_CUDA_CHECK(cudaEventElapsedTime(&t, prev, e));
+      stage_line += " " + std::string(phase) + name + "=" + std::to_string(t);
+      prev = e;
+    }
+  };
+  staged("fwd:", fwd);
+  if (train) staged("bwd:", [&] { routed_experts_backward(*ctx, in, saved, gout.p, g, opts, stream); });
 
   // GEMM-only: the same grouped GEMMs on the same per-expert rows, local contiguous buffers.
   const int64_t cap = ctx->impl().capacity_rows();
-  const int32_t* counts = ctx->impl().ep->tables().expert_rows;  // this call's routing
+  const int32_t* routed_counts = ctx->impl().ep->tables().expert_rows;  // this call's routing
+  const int32_t* counts = routed_counts;
+  // Also with exactly balanced counts (T*K rows per rank spread evenly), as the GEMM benchmark.
+  std::vector<int32_t> even(L, static_cast<int32_t>(T * K / L));
+  DevBuf d_even(L * 4);
+  DMOE_CUDA_CHECK(cudaMemcpy(d_even.p, even.data(), L * 4, cudaMemcpyHostToDevice));
   DevBuf a(cap * D * 2), h1(cap * 2 * F * 2), h2(cap * F * 2), h3(cap * D * 2), gh1(cap * 2 * F * 2);
   kernels::fill_uniform_bf16(a.p, cap * D, 51, 1.0f, stream);
   kernels::fill_uniform_bf16(h3.p, cap * D, 52, 1.0f, stream);
@@ -248,11 +257,14 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   gemm_fwd();
   if (train) gemm_bwd();
   const double gemm_fwd_ms = median_ms(gemm_fwd, iters, stream);
+  counts = static_cast<const int32_t*>(d_even.p);
+  const double gemm_fwd_even_ms = median_ms(gemm_fwd, iters, stream);
+  counts = routed_counts;
   const double gemm_fb_ms = train ? median_ms([&] { gemm_fwd(); gemm_bwd(); }, iters, stream) : 0.0;
 
   if (env.rank == 0) {
-    std::printf("RESULT fwd_ms=%.4f fwd_bwd_ms=%.4f gemm_fwd_ms=%.4f gemm_fwd_bwd_ms=%.4f\n", fwd_ms, fb_ms,
-                gemm_fwd_ms, gemm_fb_ms);
+    std::printf("RESULT fwd_ms=%.4f fwd_bwd_ms=%.4f gemm_fwd_ms=%.4f gemm_fwd_bwd_ms=%.4f gemm_fwd_even_ms=%.4f\n",
+                fwd_ms, fb_ms, gemm_fwd_ms, gemm_fb_ms, gemm_fwd_even_ms);
     std::printf("RESULT stage%s\n", stage_line.c_str());
     std::fflush(stdout);
   }
