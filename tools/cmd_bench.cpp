@@ -18,62 +18,13 @@
 #include <vector>
 
 #include "cli_args.h"
+#include "launch_util.h"
 #include "commands.h"
 #include "dist_moe/error.h"
 #include "dist_moe/workloads.h"
 
 namespace dist_moe::cli {
 namespace {
-
-int count_nvidia_gpus() {  // without initializing CUDA in this process
-  int n = 0;
-  if (DIR* d = opendir("/proc/driver/nvidia/gpus")) {
-    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-    closedir(d);
-  }
-  return n;
-}
-
-std::string self_dir() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return ".";
-  buf[n] = '\0';
-  std::string p(buf);
-  return p.substr(0, p.rfind('/'));
-}
-
-std::string launcher_path() {
-#ifdef DIST_MOE_LAUNCHER_PATH
-  if (access(DIST_MOE_LAUNCHER_PATH, X_OK) == 0) return DIST_MOE_LAUNCHER_PATH;
-#endif
-  const std::string guess = self_dir() + "/tests/dmoe_launch";
-  if (access(guess.c_str(), X_OK) == 0) return guess;
-  detail::fail(ErrorCode::kRuntime, "dmoe_launch not found (build the tests target: it starts one process per GPU)");
-}
-
-// Runs `cmd`, echoing its output lines; lines starting with `tag` (after an optional "[rank 0] ")
-// are collected without the tag.
-int run_and_collect(const std::string& cmd, const std::string& tag, std::vector<std::string>* tagged, bool echo) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) detail::fail(ErrorCode::kRuntime, "cannot run: ", cmd);
-  char line[8192];
-  while (std::fgets(line, sizeof(line), p)) {
-    std::string s(line);
-    std::string body = s;
-    if (body.rfind("[rank 0] ", 0) == 0) body = body.substr(9);
-    if (body.rfind(tag, 0) == 0) {
-      std::string v = body.substr(tag.size());
-      while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
-      tagged->push_back(v);
-    } else if (echo) {
-      std::fputs(s.c_str(), stdout);
-      std::fflush(stdout);
-    }
-  }
-  const int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-}
 
 // "key=value key=value" -> map
 std::map<std::string, double> parse_kv(const std::string& s) {
@@ -106,7 +57,6 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (w.experts % gpus != 0)
     detail::fail(ErrorCode::kInvalidValue, shape, " has ", w.experts, " experts, not divisible by ", gpus, " GPUs");
   const int iters = static_cast<int>(args.integer("iters").value_or(20));
-  const double slot_factor = args.real("slot-factor").value_or(1.0);
 
   std::printf("dist-moe bench: %s (T=%lld D=%lld F=%lld E=%lld K=%lld per rank), %s, %d GPU(s), %d iterations\n",
               shape.c_str(), (long long)w.tokens, (long long)w.hidden, (long long)w.intermediate,
@@ -115,7 +65,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
   std::fflush(stdout);
   std::ostringstream cmd;
   cmd << launcher_path() << " -n " << gpus << " --timeout 900 -- " << self_dir() << "/dist-moe bench-rank --shape "
-      << shape << " --mode " << mode << " --iters " << iters << " --slot-factor " << slot_factor;
+      << shape << " --mode " << mode << " --iters " << iters;
+  if (auto f = args.real("slot-factor")) cmd << " --slot-factor " << *f;
   if (auto f = args.real("device-factor")) cmd << " --device-factor " << *f;
   std::vector<std::string> results;
   if (run_and_collect(cmd.str(), "RESULT ", &results, true) != 0 || results.empty())

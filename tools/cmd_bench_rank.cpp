@@ -22,6 +22,7 @@
 #include "dist_moe/check.h"
 #include "dist_moe/context.h"
 #include "dist_moe/grouped_gemm.h"
+#include "dist_moe/memory_plan.h"
 #include "dist_moe/routed_experts.h"
 #include "kernels/random_fill.h"
 #include "runtime/context_impl.h"
@@ -91,9 +92,14 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   cfg.device_scratch_capacity_factor =
       std::min<double>(args.real("device-factor").value_or(1.5), static_cast<double>(R));
   cfg.inference = !train;
-  if (train) cfg.activation_slot_capacity_factor = args.real("slot-factor").value_or(1.0);
-  else cfg.num_activation_slots = 0;
   cfg.wgrad_dtype = DType::kBFloat16;
+  if (!train) {
+    cfg.num_activation_slots = 0;
+  } else if (auto f = args.real("slot-factor")) {
+    cfg.activation_slot_capacity_factor = *f;
+  } else {  // default: a slot that holds any routing, so the backward never recomputes (as autograd)
+    cfg.activation_slot_bytes = plan_memory(cfg, R).maximum_useful_activation_slot_bytes;
+  }
   auto ctx = Context::create(cfg, nccl);
 
   // Inputs: random BF16 activations and weights (device-generated), balanced random routing.

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "launch_util.h"
 #include "dist_moe/memory_plan.h"
 #include "dist_moe/workloads.h"
 #include "reference/oracle.h"
@@ -68,7 +69,7 @@ void show_oracle() {
   std::printf("(the GPU kernels are checked against this oracle: tests/gpu, scripts/gpu_check.sh)\n");
 }
 
-void show_gpu() {
+int show_gpu() {
   std::printf("\n== 3. GPU execution ==\n");
 #if DIST_MOE_HAS_CUDA
   const DeviceQuery q = query_devices();
@@ -78,12 +79,20 @@ void show_gpu() {
     std::printf("no SM90 GPU visible (%s): execution needs an SM90 GPU (H100/H200).\n",
                 q.error.empty() ? "devices are not sm_90" : q.error.c_str());
   } else {
-    std::printf("%d SM90 GPU(s) visible. The fused distributed layer is not built yet (README status); run\n"
-                "scripts/gpu_check.sh for the kernel tests and benchmarks.\n", sm90);
+    std::printf("%d SM90 GPU(s): a two-layer MoE forward+backward on every GPU, checked against the oracle\n", sm90);
+    std::fflush(stdout);
+    std::vector<std::string> unused;
+    const std::string cmd = launcher_path() + " -n " + std::to_string(sm90) + " --timeout 600 -- " + self_dir() +
+                            "/examples/two_layer_moe";
+    const int rc = run_and_collect(cmd, "\x01", &unused, true);
+    std::printf("%s\nperformance: dist-moe bench --shape dsv3_prefill (all local GPUs)\n",
+                rc == 0 ? "example passed" : "example FAILED");
+    return rc;
   }
 #else
   std::printf("host-only build: execution needs an SM90 GPU (H100/H200) and a CUDA build.\n");
 #endif
+  return 0;
 }
 
 }  // namespace
@@ -92,8 +101,7 @@ int cmd_demo(const std::vector<std::string>& argv) {
   (void)argv;
   show_plan();
   show_oracle();
-  show_gpu();
-  return 0;
+  return show_gpu();
 }
 
 }  // namespace dist_moe::cli

@@ -29,7 +29,8 @@ void usage(FILE* out) {
       "         when an SM90 GPU is present\n"
       "  bench  the fused layer on every local GPU vs our GEMM-only time and the stock-PyTorch EP layer\n"
       "         --shape dsv3_prefill|qwen3_30b|mixtral|dsv3_decode [--mode train|infer] [--gpus N]\n"
-      "         [--iters N] [--slot-factor F] [--device-factor F] [--no-baseline]\n"
+      "         [--iters N] [--slot-factor F (default: a slot that never recomputes)] [--device-factor F]\n"
+      "         [--no-baseline]\n"
       "  info   devices visible to this process and build facts\n"
       "  version\n",
       out);
