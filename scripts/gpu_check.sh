@@ -59,6 +59,8 @@ if has pipeline; then
   grep -E "FAIL case" "$OUT/pipeline.log" | head -10 | tee -a "$SUMMARY"
   timeout 300 "$BUILD/tests/dmoe_launch" -n "$n" --timeout 250 -- "$BUILD/examples/two_layer_moe" >> "$OUT/pipeline.log" 2>&1
   say "two-layer example (rc=$?): $(grep -E 'two-layer MoE' "$OUT/pipeline.log" | tr '\n' ' ')"
+  timeout 400 ctest --test-dir "$BUILD" -R pipeline_trap --output-on-failure >> "$OUT/pipeline.log" 2>&1
+  say "pipeline trap tests (rc=$?): $(grep -E 'tests passed|tests failed' "$OUT/pipeline.log" | tail -1)"
 fi
 
 if has bench; then

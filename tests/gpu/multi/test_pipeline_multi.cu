@@ -4,6 +4,7 @@
 // oracle at upstream's tolerances. Prints one line per case and "ALL PASS: N cases" at the end.
 //
 //   dmoe_launch -n 2 -- dist_moe_pipeline_tests [--filter NAME]
+//   dmoe_launch -n 2 ... -- dist_moe_pipeline_tests --case unequal_t|overflow|bad_id   (must trap)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -271,12 +272,206 @@ std::vector<Case> cases() {
   return v;
 }
 
+// ---- cases with their own flow ----------------------------------------------------------------
+
+ExecutionOptions plain_options() {
+  ExecutionOptions o;
+  o.validate_expert_ids = true;
+  return o;
+}
+
+std::vector<int64_t> planner_snapshot(const Context& ctx) {
+  const auto& c = ctx.impl();
+  const int64_t N = c.plan.num_activation_slots, R = c.world;
+  std::vector<int64_t> h(N * R + N);
+  DMOE_CUDA_CHECK(cudaMemcpy(h.data(), c.planner_state.saved_bytes_NR, N * R * 8, cudaMemcpyDeviceToHost));
+  DMOE_CUDA_CHECK(cudaMemcpy(h.data() + N * R, c.planner_state.layer_id_N, N * 8, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// Whole forward+backward captured in one CUDA graph (global capture mode: any host synchronization
+// inside a call fails the capture), replayed twice: bitwise equal to eager, and the planner is back
+// to its initial state after each replay.
+bool case_graph(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  Case c{"graph"};
+  c.seed = 7;
+  const Problem pr = make_problem(c, world);
+  auto ctx = Context::create(config_of(c, world, false), nccl);
+  const int64_t L = ctx->local_experts();
+  Inputs inp(c, pr.p, pr.grad_out[rank], rank);
+  Outputs eager(c, L), graphed(c, L);
+  SavedState st(*ctx);
+  const ExecutionOptions o = plain_options();
+  const auto before = planner_snapshot(*ctx);
+  routed_experts_forward(*ctx, inp.in, eager.out.p, &st, o, stream);
+  routed_experts_backward(*ctx, inp.in, st, inp.gout.p, eager.g, o, stream);
+  DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  DMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  routed_experts_forward(*ctx, inp.in, graphed.out.p, &st, o, stream);
+  routed_experts_backward(*ctx, inp.in, st, inp.gout.p, graphed.g, o, stream);
+  DMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  DMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  bool ok = true;
+  const Result want = eager.read(c, L);
+  for (int replay = 0; replay < 2; ++replay) {
+    DMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (!bitwise(graphed.read(c, L), want)) ok = false, *why += " replay " + std::to_string(replay) + " != eager;";
+    if (planner_snapshot(*ctx) != before) ok = false, *why += " planner not restored after replay;";
+  }
+  std::string oracle_why;
+  if (!check_against_oracle(c, pr, want, rank, &oracle_why)) ok = false, *why += oracle_why;
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  ctx->close();
+  return ok;
+}
+
+// Inference context (0 slots): the forward matches the oracle; a training context under no-grad
+// (no SavedState) gives the same output and leaves the slot stacks untouched.
+bool case_inference_and_no_grad(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  Case c{"inference"};
+  c.seed = 11;
+  const Problem pr = make_problem(c, world);
+  const ExecutionOptions o = plain_options();
+  bool ok = true;
+  Config inf = config_of(c, world, false);
+  inf.inference = true;
+  inf.num_activation_slots = 0;
+  inf.wgrad_dtype.reset();
+  {
+    auto ctx = Context::create(inf, nccl);
+    Inputs inp(c, pr.p, pr.grad_out[rank], rank);
+    Outputs out(c, ctx->local_experts());
+    routed_experts_inference(*ctx, inp.in, out.out.p, o, stream);
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    ok &= check("inference out", out.read(c, ctx->local_experts()).out, pr.fwd.ranks[rank].out_TD,
+                {2e-2, 2e-2, 5e-3, 0.999}, why);
+    ctx->close();
+  }
+  {
+    auto ctx = Context::create(config_of(c, world, false), nccl);
+    Inputs inp(c, pr.p, pr.grad_out[rank], rank);
+    Outputs out(c, ctx->local_experts());
+    const auto before = planner_snapshot(*ctx);
+    routed_experts_forward(*ctx, inp.in, out.out.p, nullptr, o, stream);
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    ok &= check("no-grad out", out.read(c, ctx->local_experts()).out, pr.fwd.ranks[rank].out_TD,
+                {2e-2, 2e-2, 5e-3, 0.999}, why);
+    if (planner_snapshot(*ctx) != before) ok = false, *why += " no-grad forward changed the slot state;";
+    ctx->close();
+  }
+  return ok;
+}
+
+// WGRAD accumulation over two backward calls: the second leaves about twice the first.
+bool case_accumulate(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  bool ok = true;
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    Case c{"accumulate"};
+    c.wgrad = dt;
+    c.seed = 13;
+    const Problem pr = make_problem(c, world);
+    auto ctx = Context::create(config_of(c, world, false), nccl);
+    const int64_t L = ctx->local_experts();
+    Inputs inp(c, pr.p, pr.grad_out[rank], rank);
+    Outputs o1(c, L);
+    SavedState st(*ctx);
+    const ExecutionOptions o = plain_options();
+    routed_experts_forward(*ctx, inp.in, o1.out.p, &st, o, stream);
+    routed_experts_backward(*ctx, inp.in, st, inp.gout.p, o1.g, o, stream);
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const Result first = o1.read(c, L);
+    RoutedExpertsGradients acc = o1.g;
+    acc.accumulate = true;
+    routed_experts_forward(*ctx, inp.in, o1.out.p, &st, o, stream);
+    routed_experts_backward(*ctx, inp.in, st, inp.gout.p, acc, o, stream);
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const Result second = o1.read(c, L);
+    TensorF twice13 = first.dw13, twice2 = first.dw2;
+    for (auto& v : twice13.data) v *= 2.f;
+    for (auto& v : twice2.data) v *= 2.f;
+    ok &= check(dt == DType::kFloat32 ? "fp32 dW13 x2" : "bf16 dW13 x2", second.dw13, twice13, {5e-2, 2e-2, -1, -2}, why);
+    ok &= check(dt == DType::kFloat32 ? "fp32 dW2 x2" : "bf16 dW2 x2", second.dw2, twice2, {5e-2, 2e-2, -1, -2}, why);
+    ok &= check("accumulated dW13 vs oracle x2", second.dw13, [&] {
+      TensorF t = pr.bwd.ranks[rank].dw13_EFD;
+      for (auto& v : t.data) v *= 2.f;
+      return t;
+    }(), {3e-2, 1.0, 1.5e-2, 0.995}, why);
+    ctx->close();
+  }
+  return ok;
+}
+
+// T changes between calls on one context: 64, 17, 64, each against its own oracle.
+bool case_varying_t(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  Case base{"varying_t"};
+  base.T_max = 64;
+  auto ctx = Context::create(config_of(base, world, false), nccl);
+  const int64_t L = ctx->local_experts();
+  bool ok = true;
+  for (int64_t T : {64, 17, 64}) {
+    Case c = base;
+    c.T = T;
+    c.seed = 17 + T;
+    const Problem pr = make_problem(c, world);
+    Inputs inp(c, pr.p, pr.grad_out[rank], rank);
+    Outputs out(c, L);
+    SavedState st(*ctx);
+    const ExecutionOptions o = plain_options();
+    routed_experts_forward(*ctx, inp.in, out.out.p, &st, o, stream);
+    routed_experts_backward(*ctx, inp.in, st, inp.gout.p, out.g, o, stream);
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::string w;
+    if (!check_against_oracle(c, pr, out.read(c, L), rank, &w)) ok = false, *why += " T=" + std::to_string(T) + w;
+  }
+  ctx->close();
+  return ok;
+}
+
+// ---- failure scenarios: each must end in a device trap with its diagnostic line -------------------
+
+int run_scenario(ncclComm_t nccl, int rank, int world, const std::string& scenario, cudaStream_t stream) {
+  Case c{"scenario"};
+  c.T_max = 16;
+  c.T = 16;
+  c.D = 256;
+  c.F = 256;
+  c.K = 1;
+  c.E = 2 * world;
+  const Problem pr = make_problem(c, world);
+  Config cfg = config_of(c, world, false);
+  if (scenario == "overflow") cfg.device_scratch_capacity_factor = 0.5;
+  ContextOptions options;
+  options.comm_timeout_ms = 5000;  // a peer left waiting at a barrier gives up quickly
+  auto ctx = Context::create(cfg, nccl, options);
+  Inputs inp(c, pr.p, pr.grad_out[rank], rank);
+  Outputs out(c, ctx->local_experts());
+  std::vector<int32_t> ids(c.T * c.K, 0);  // every token to expert 0 (overflow)
+  if (scenario == "bad_id") ids.assign(ids.size(), static_cast<int32_t>(c.E));
+  if (scenario == "overflow" || scenario == "bad_id") inp.ids32.upload(ids);
+  RoutedExpertsInputs in = inp.in;
+  in.id_dtype = DType::kInt32;
+  in.topk_ids_TK = inp.ids32.p;
+  if (scenario == "unequal_t" && rank == world - 1) in.num_tokens = c.T - 1;
+  LOG("EXPECTED_TRAP scenario %s", scenario.c_str());
+  SavedState st(*ctx);
+  routed_experts_forward(*ctx, in, out.out.p, &st, plain_options(), stream);
+  routed_experts_backward(*ctx, in, st, inp.gout.p, out.g, plain_options(), stream);
+  DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  LOG("UNEXPECTED: scenario %s finished without a trap", scenario.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string filter;
+  std::string filter, scenario;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--filter" && i + 1 < argc) filter = argv[++i];
+    else if (std::string(argv[i]) == "--case" && i + 1 < argc) scenario = argv[++i];
   }
   try {
     const auto env = dist_moe::testing::dist_env_from_environment();
@@ -298,6 +493,7 @@ int main(int argc, char** argv) {
     DMOE_NCCL_CHECK(ncclCommInitRank(&nccl, env.world, id, env.rank));
     cudaStream_t stream;
     DMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    if (!scenario.empty()) return run_scenario(nccl, env.rank, env.world, scenario, stream);
     int run = 0, failed = 0;
     for (const Case& c : cases()) {
       if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
@@ -313,6 +509,21 @@ int main(int argc, char** argv) {
         if (!bitwise(r, full)) ok = false, why += " saved path differs from the recompute path bitwise;";
       }
       LOG("%s case %s%s", ok ? "PASS" : "FAIL", c.name.c_str(), why.c_str());
+      failed += !ok;
+    }
+    using Special = bool (*)(ncclComm_t, int, int, cudaStream_t, std::string*);
+    const std::pair<const char*, Special> specials[] = {
+        {"graph", case_graph},
+        {"inference_and_no_grad", case_inference_and_no_grad},
+        {"accumulate", case_accumulate},
+        {"varying_t", case_varying_t},
+    };
+    for (const auto& [name, fn] : specials) {
+      if (!filter.empty() && std::string(name).find(filter) == std::string::npos) continue;
+      ++run;
+      std::string why;
+      const bool ok = fn(nccl, env.rank, env.world, stream, &why);
+      LOG("%s case %s%s", ok ? "PASS" : "FAIL", name, why.c_str());
       failed += !ok;
     }
     DMOE_NCCL_CHECK(ncclCommDestroy(nccl));
