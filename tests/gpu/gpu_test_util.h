@@ -1,5 +1,5 @@
-// Helpers shared by the GPU test suites: SM90 detection with a printed skip reason, RAII device
-// buffers, BF16 conversion of oracle tensors, and output poisoning.
+// Helpers of the gtest GPU suites: SM90 detection with a printed skip reason, plus device_buffer.h
+// (RAII device buffers, BF16 conversion of oracle tensors, output poisoning).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,9 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "dist_moe/check.h"
-#include "dist_moe/device/numeric/bf16.cuh"
-#include "reference/tensor.h"
+#include "device_buffer.h"
 
 namespace dist_moe::testing {
 
@@ -36,70 +34,5 @@ inline std::string sm90_unavailable_reason() {
     const std::string dmoe_why_ = ::dist_moe::testing::sm90_unavailable_reason();   \
     if (!dmoe_why_.empty()) GTEST_SKIP() << "needs an SM90 GPU: " << dmoe_why_;     \
   } while (0)
-
-template <class T>
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t count) : count_(count) {
-    if (count) DMOE_CUDA_CHECK(cudaMalloc(&ptr_, count * sizeof(T)));
-  }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
-  ~DeviceBuffer() {
-    if (ptr_) cudaFree(ptr_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), count_(o.count_) { o.ptr_ = nullptr; o.count_ = 0; }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    if (this != &o) {
-      if (ptr_) cudaFree(ptr_);
-      ptr_ = o.ptr_;
-      count_ = o.count_;
-      o.ptr_ = nullptr;
-      o.count_ = 0;
-    }
-    return *this;
-  }
-
-  T* get() const { return ptr_; }
-  size_t size() const { return count_; }
-  void upload(const std::vector<T>& host) {
-    DMOE_ASSERT(host.size() == count_);
-    if (count_) DMOE_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), count_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(count_);
-    if (count_) DMOE_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-  // Fill every byte (0xFF makes BF16 and FP32 NaN: an unwritten element cannot pass a check).
-  void poison(unsigned char byte = 0xFF) {
-    if (count_) DMOE_CUDA_CHECK(cudaMemset(ptr_, byte, count_ * sizeof(T)));
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t count_ = 0;
-};
-
-// Oracle float tensors hold BF16-representable values; these move them to and from BF16 bits.
-inline std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
-  std::vector<uint16_t> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = numeric::float_to_bf16(v[i]).bits;
-  return out;
-}
-
-inline std::vector<float> from_bf16_bits(const std::vector<uint16_t>& v) {
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = numeric::bf16_to_float(numeric::bf16_t{v[i]});
-  return out;
-}
-
-inline reference::TensorF tensor_from_bf16(const std::vector<uint16_t>& bits, std::vector<int64_t> shape) {
-  reference::TensorF t(std::move(shape));
-  t.data = from_bf16_bits(bits);
-  return t;
-}
 
 }  // namespace dist_moe::testing

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "device_buffer.h"
 #include "dist_env.h"
 #include "dist_moe/check.h"
 #include "dist_moe/context.h"
@@ -37,35 +38,12 @@ int g_rank = 0;
   } while (0)
 
 template <class T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  Dev() = default;
-  explicit Dev(size_t count) : n(count) { DMOE_CUDA_CHECK(cudaMalloc(&p, (count ? count : 1) * sizeof(T))); }
-  explicit Dev(const std::vector<T>& h) : Dev(h.size()) { upload(h); }
-  ~Dev() { if (p) cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  void upload(const std::vector<T>& h) {
-    DMOE_CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> download() const {
-    std::vector<T> h(n);
-    DMOE_CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-  void poison() { DMOE_CUDA_CHECK(cudaMemset(p, 0xFF, n * sizeof(T))); }
-};
+using Dev = testing::DeviceBuffer<T>;
 
 std::vector<uint16_t> bf16_bits(const TensorF& t) { return reference::to_bf16_bits(t); }
 
 TensorF from_bf16(const std::vector<uint16_t>& bits, std::vector<int64_t> shape) {
-  TensorF t(std::move(shape));
-  for (size_t i = 0; i < bits.size(); ++i) {
-    uint32_t u = static_cast<uint32_t>(bits[i]) << 16;
-    std::memcpy(&t.data[i], &u, 4);
-  }
-  return t;
+  return testing::tensor_from_bf16(bits, std::move(shape));
 }
 
 struct Case {
@@ -147,15 +125,15 @@ struct Inputs {
         gout(bf16_bits(grad_out)), scores16(bf16_bits(p.scores_TK[rank])), scores32(p.scores_TK[rank].data),
         ids32(p.ids_TK[rank]), ids64(std::vector<int64_t>(p.ids_TK[rank].begin(), p.ids_TK[rank].end())) {
     const int64_t L = p.num_local_experts();
-    in.x_TD = x.p;
+    in.x_TD = x.get();
     in.num_tokens = c.T;
-    in.topk_ids_TK = c.int64_ids ? static_cast<const void*>(ids64.p) : ids32.p;
+    in.topk_ids_TK = c.int64_ids ? static_cast<const void*>(ids64.get()) : ids32.get();
     in.id_dtype = c.int64_ids ? DType::kInt64 : DType::kInt32;
-    in.topk_scores_TK = c.bf16_scores ? static_cast<const void*>(scores16.p) : scores32.p;
+    in.topk_scores_TK = c.bf16_scores ? static_cast<const void*>(scores16.get()) : scores32.get();
     in.score_dtype = c.bf16_scores ? DType::kBFloat16 : DType::kFloat32;
-    in.w13 = w13.p;
+    in.w13 = w13.get();
     in.w13_shape = {L, 2 * c.F, c.D};
-    in.w2 = w2.p;
+    in.w2 = w2.get();
     in.w2_shape = {L, c.D, c.F};
   }
 };
@@ -170,10 +148,10 @@ struct Outputs {
         dw13(L * 2 * c.F * c.D * (c.wgrad == DType::kFloat32 ? 4 : 2)),
         dw2(L * c.D * c.F * (c.wgrad == DType::kFloat32 ? 4 : 2)) {
     out.poison(), gx.poison(), gs16.poison(), gs32.poison(), dw13.poison(), dw2.poison();
-    g.grad_x_TD = gx.p;
-    g.grad_scores_TK = c.bf16_scores ? static_cast<void*>(gs16.p) : gs32.p;
-    g.grad_w13 = dw13.p;
-    g.grad_w2 = dw2.p;
+    g.grad_x_TD = gx.get();
+    g.grad_scores_TK = c.bf16_scores ? static_cast<void*>(gs16.get()) : gs32.get();
+    g.grad_w13 = dw13.get();
+    g.grad_w2 = dw2.get();
     g.wgrad_dtype = c.wgrad;
   }
   Result read(const Case& c, int64_t L) const {
@@ -215,8 +193,8 @@ Result run_layer(ncclComm_t nccl, const Case& c, const Problem& pr, int rank, in
     opts.experts_output_postprocess = r;
   }
   SavedState st(*ctx);
-  routed_experts_forward(*ctx, inp.in, o.out.p, &st, opts, stream);
-  routed_experts_backward(*ctx, inp.in, st, inp.gout.p, o.g, opts, stream);
+  routed_experts_forward(*ctx, inp.in, o.out.get(), &st, opts, stream);
+  routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), o.g, opts, stream);
   DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   Result r = o.read(c, L);
   ctx->close();
@@ -303,14 +281,14 @@ bool case_graph(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::
   SavedState st(*ctx);
   const ExecutionOptions o = plain_options();
   const auto before = planner_snapshot(*ctx);
-  routed_experts_forward(*ctx, inp.in, eager.out.p, &st, o, stream);
-  routed_experts_backward(*ctx, inp.in, st, inp.gout.p, eager.g, o, stream);
+  routed_experts_forward(*ctx, inp.in, eager.out.get(), &st, o, stream);
+  routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), eager.g, o, stream);
   DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   DMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  routed_experts_forward(*ctx, inp.in, graphed.out.p, &st, o, stream);
-  routed_experts_backward(*ctx, inp.in, st, inp.gout.p, graphed.g, o, stream);
+  routed_experts_forward(*ctx, inp.in, graphed.out.get(), &st, o, stream);
+  routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), graphed.g, o, stream);
   DMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   DMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   bool ok = true;
@@ -345,7 +323,7 @@ bool case_inference_and_no_grad(ncclComm_t nccl, int rank, int world, cudaStream
     auto ctx = Context::create(inf, nccl);
     Inputs inp(c, pr.p, pr.grad_out[rank], rank);
     Outputs out(c, ctx->local_experts());
-    routed_experts_inference(*ctx, inp.in, out.out.p, o, stream);
+    routed_experts_inference(*ctx, inp.in, out.out.get(), o, stream);
     DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     ok &= check("inference out", out.read(c, ctx->local_experts()).out, pr.fwd.ranks[rank].out_TD,
                 {2e-2, 2e-2, 5e-3, 0.999}, why);
@@ -356,7 +334,7 @@ bool case_inference_and_no_grad(ncclComm_t nccl, int rank, int world, cudaStream
     Inputs inp(c, pr.p, pr.grad_out[rank], rank);
     Outputs out(c, ctx->local_experts());
     const auto before = planner_snapshot(*ctx);
-    routed_experts_forward(*ctx, inp.in, out.out.p, nullptr, o, stream);
+    routed_experts_forward(*ctx, inp.in, out.out.get(), nullptr, o, stream);
     DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     ok &= check("no-grad out", out.read(c, ctx->local_experts()).out, pr.fwd.ranks[rank].out_TD,
                 {2e-2, 2e-2, 5e-3, 0.999}, why);
@@ -380,14 +358,14 @@ bool case_accumulate(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
     Outputs o1(c, L);
     SavedState st(*ctx);
     const ExecutionOptions o = plain_options();
-    routed_experts_forward(*ctx, inp.in, o1.out.p, &st, o, stream);
-    routed_experts_backward(*ctx, inp.in, st, inp.gout.p, o1.g, o, stream);
+    routed_experts_forward(*ctx, inp.in, o1.out.get(), &st, o, stream);
+    routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), o1.g, o, stream);
     DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     const Result first = o1.read(c, L);
     RoutedExpertsGradients acc = o1.g;
     acc.accumulate = true;
-    routed_experts_forward(*ctx, inp.in, o1.out.p, &st, o, stream);
-    routed_experts_backward(*ctx, inp.in, st, inp.gout.p, acc, o, stream);
+    routed_experts_forward(*ctx, inp.in, o1.out.get(), &st, o, stream);
+    routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), acc, o, stream);
     DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     const Result second = o1.read(c, L);
     TensorF twice13 = first.dw13, twice2 = first.dw2;
@@ -421,8 +399,8 @@ bool case_varying_t(ncclComm_t nccl, int rank, int world, cudaStream_t stream, s
     Outputs out(c, L);
     SavedState st(*ctx);
     const ExecutionOptions o = plain_options();
-    routed_experts_forward(*ctx, inp.in, out.out.p, &st, o, stream);
-    routed_experts_backward(*ctx, inp.in, st, inp.gout.p, out.g, o, stream);
+    routed_experts_forward(*ctx, inp.in, out.out.get(), &st, o, stream);
+    routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), out.g, o, stream);
     DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     std::string w;
     if (!check_against_oracle(c, pr, out.read(c, L), rank, &w)) ok = false, *why += " T=" + std::to_string(T) + w;
@@ -454,12 +432,12 @@ int run_scenario(ncclComm_t nccl, int rank, int world, const std::string& scenar
   if (scenario == "overflow" || scenario == "bad_id") inp.ids32.upload(ids);
   RoutedExpertsInputs in = inp.in;
   in.id_dtype = DType::kInt32;
-  in.topk_ids_TK = inp.ids32.p;
+  in.topk_ids_TK = inp.ids32.get();
   if (scenario == "unequal_t" && rank == world - 1) in.num_tokens = c.T - 1;
   LOG("EXPECTED_TRAP scenario %s", scenario.c_str());
   SavedState st(*ctx);
-  routed_experts_forward(*ctx, in, out.out.p, &st, plain_options(), stream);
-  routed_experts_backward(*ctx, in, st, inp.gout.p, out.g, plain_options(), stream);
+  routed_experts_forward(*ctx, in, out.out.get(), &st, plain_options(), stream);
+  routed_experts_backward(*ctx, in, st, inp.gout.get(), out.g, plain_options(), stream);
   DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   LOG("UNEXPECTED: scenario %s finished without a trap", scenario.c_str());
   return 0;
