@@ -409,6 +409,40 @@ bool case_varying_t(ncclComm_t nccl, int rank, int world, cudaStream_t stream, s
   return ok;
 }
 
+// Two slots, the second selected: the layer is pushed to and popped from slot 1, slot 0 untouched.
+bool case_selected_slot(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  Case c{"selected_slot"};
+  c.seed = 19;
+  const Problem pr = make_problem(c, world);
+  Config cfg = config_of(c, world, false);
+  cfg.num_activation_slots = 2;
+  cfg.activation_slot_capacity_factor = 1.5;
+  auto ctx = Context::create(cfg, nccl);
+  ctx->select_activation_slot(1, 1);
+  const int64_t L = ctx->local_experts();
+  Inputs inp(c, pr.p, pr.grad_out[rank], rank);
+  Outputs out(c, L);
+  SavedState st(*ctx);
+  const ExecutionOptions o = plain_options();
+  const auto before = planner_snapshot(*ctx);
+  routed_experts_forward(*ctx, inp.in, out.out.get(), &st, o, stream);
+  DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const auto during = planner_snapshot(*ctx);
+  const int64_t R = world;  // snapshot: saved_bytes[2][R] then layer_id[2]
+  bool ok = true;
+  if (during[2 * R + 0] != 0 || during[2 * R + 1] != 1) ok = false, *why += " layer not pushed to slot 1;";
+  for (int64_t r = 0; r < R; ++r)
+    if (during[r] != 0) ok = false, *why += " slot 0 bytes changed;";
+  ctx->select_activation_slot(0, 1);  // a later selection must not redirect the pop
+  routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), out.g, o, stream);
+  DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (planner_snapshot(*ctx) != before) ok = false, *why += " slot 1 not restored;";
+  std::string w;
+  if (!check_against_oracle(c, pr, out.read(c, L), rank, &w)) ok = false, *why += w;
+  ctx->close();
+  return ok;
+}
+
 // ---- failure scenarios: each must end in a device trap with its diagnostic line -------------------
 
 int run_scenario(ncclComm_t nccl, int rank, int world, const std::string& scenario, cudaStream_t stream) {
@@ -495,6 +529,7 @@ int main(int argc, char** argv) {
         {"inference_and_no_grad", case_inference_and_no_grad},
         {"accumulate", case_accumulate},
         {"varying_t", case_varying_t},
+        {"selected_slot", case_selected_slot},
     };
     for (const auto& [name, fn] : specials) {
       if (!filter.empty() && std::string(name).find(filter) == std::string::npos) continue;
