@@ -295,8 +295,10 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
     bool fused = false;
     CombineOptions c;
   };
-  auto combine_opts = [](CombineAlgorithm algo, CombineSync sync, int rw = 0, int batch = 0, int kg = 0) {
+  auto combine_opts = [](CombineAlgorithm algo, CombineSync sync, int rw = 0, int batch = 0, int kg = 0,
+                         int rc = 0) {
     CombineOptions c;
+    c.reduce_ctas = rc;
     c.algorithm = algo;
     c.sync = sync;
     c.reduce_warps = rw;
@@ -361,18 +363,27 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
                                : rte_sig[3] <= comb_best ? "v1 signal"
                                : tok_bar2[3] <= comb_best ? "v2 barrier" : "v2 signal";
   struct Tune {
-    int rw, batch, kg;
+    int rw, batch, kg, rc = 0;  // rc > 0: CTA-specialized signal mode (C6), rw unused
   };
   std::vector<Tune> tunes;
   if (sh.name == "dsv3_prefill" || sh.name == "dsv3_decode")
     tunes = {{2, 1, 0}, {8, 1, 0}, {4, 4, 0}, {4, 1, 1}, {4, 1, static_cast<int>(K)}, {6, 2, 0}};
+  // C6: the last rc CTAs (of 2 per SM) reduce, the others scatter (DMOE_COMBINE_REDUCE_CTAS).
+  if (sh.name == "dsv3_prefill")
+    tunes.insert(tunes.end(), {{0, 1, 0, 66}, {0, 1, 0, 88}, {0, 1, 0, 132}, {0, 4, 0, 88}});
+  if (sh.name == "dsv3_decode")
+    tunes.insert(tunes.end(), {{0, 1, 0, 32}, {0, 1, 0, 66}, {0, 1, 0, 132}});
   std::vector<std::pair<std::string, CombineOptions>> graph_tunes;
   for (const Tune& tn : tunes) {
-    const CombineOptions c = combine_opts(CombineAlgorithm::kV2, CombineSync::kSignal, tn.rw, tn.batch, tn.kg);
+    const CombineOptions c = combine_opts(CombineAlgorithm::kV2, CombineSync::kSignal, tn.rw, tn.batch, tn.kg, tn.rc);
     const auto us = run_eager({DispatchMode::kTokenOnce, false, c}, 0);
     char name[96];
-    std::snprintf(name, sizeof(name), "combine v2 signal rw%d b%d kg%s", tn.rw, tn.batch,
-                  tn.kg == 0 ? "auto" : std::to_string(tn.kg).c_str());
+    if (tn.rc > 0)
+      std::snprintf(name, sizeof(name), "combine v2 signal rc%d b%d kg%s", tn.rc, tn.batch,
+                    tn.kg == 0 ? "auto" : std::to_string(tn.kg).c_str());
+    else
+      std::snprintf(name, sizeof(name), "combine v2 signal rw%d b%d kg%s", tn.rw, tn.batch,
+                    tn.kg == 0 ? "auto" : std::to_string(tn.kg).c_str());
     add_op(name, us[3], routed_remote_bytes);
     if (us[3] < comb_best) {
       comb_best = us[3];
@@ -496,7 +507,8 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
           "dispatch.start", "dispatch.end(last)", "fused.start", "fused.published(last)", "fused.arrival_sent",
           "fused.arrived", "fused.routed", "fused.tables(last)", "fused.end(last)", nullptr, "combine.start",
           "combine.scatter_done(last)", "combine.barrier_done", "combine.first_reduce", "combine.end(last)", nullptr,
-          nullptr, nullptr, "publish.start", "publish.end(last)"};
+          nullptr, nullptr, "publish.start", "publish.end(last)", "fused.headers_ok", "fused.ids_loaded",
+          "fused.counted", "fused.arrived(last)", "fused.routed(last)", "combine.scatter_warps_done(last)"};
       std::string line = std::string("trace ") + sh.name + " " + what + ":";
       for (int i = 0; i < kTraceSlots; ++i)
         if (tr[static_cast<size_t>(i)] != 0 && names[i] != nullptr)
@@ -529,6 +541,19 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
       DMOE_CUDA_CHECK(cudaMemsetAsync(ep.trace_buffer(), 0, kTraceSlots * sizeof(unsigned long long), s));
       ep.combine(xg, scores, DType::kFloat32, out, T, s, cs2);
     });
+    {
+      const CombineOptions cs2c = combine_opts(CombineAlgorithm::kV2, CombineSync::kSignal, 0, 1, 0,
+                                               sh.name == "dsv3_prefill" ? 88 : 66);
+      traced(sh.name == "dsv3_prefill" ? "combine v2 signal rc88 (after separate ops)"
+                                       : "combine v2 signal rc66 (after separate ops)",
+             [&] {
+               ep.publish(x, idsd, DType::kInt32, T, s);
+               ep.route(T, s);
+               ep.dispatch(xg, T, s, d_sep);
+               DMOE_CUDA_CHECK(cudaMemsetAsync(ep.trace_buffer(), 0, kTraceSlots * sizeof(unsigned long long), s));
+               ep.combine(xg, scores, DType::kFloat32, out, T, s, cs2c);
+             });
+    }
     if (fused_ok) {
       DispatchOptions d_fused;
       d_fused.fused = FusedRoute::kOn;

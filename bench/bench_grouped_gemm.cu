@@ -9,8 +9,10 @@
 // A CSV (--csv FILE) carries the same rows; bench/grouped_mm_peer.py writes the torch._grouped_mm
 // numbers for the same shapes and counts, and scripts/gemm_gpu_check.sh joins both.
 //
-// Routing: "balanced" (rows / E_local per expert) and "zipf" (expert e gets a share proportional
-// to 1 / (e + 1)); the counts formula is repeated exactly in grouped_mm_peer.py.
+// Routing: "balanced" (rows / E_local per expert), "random" (the per-expert rows of real random
+// top-k routing: ~rows/E_local +- sqrt, random_topk_counts) and "zipf" (expert e gets a share
+// proportional to 1 / (e + 1)); the counts are repeated exactly in grouped_mm_peer.py. Each op also
+// prints its row count histogram summary (tail tiles: experts whose last 128-row tile is partial).
 //
 // --sweep: after each op's row (the heuristic's configuration), every other compiled configuration
 // of that op runs too (kind "sweep" in the CSV, "  sweep" lines in the log; swap-AB only at decode
@@ -18,7 +20,7 @@
 // configuration wins where (scripts/gemm_gpu_check.sh tabulates them).
 //
 //   bench_grouped_gemm [--shapes dsv3_prefill,qwen3_30b,mixtral,dsv3_decode] [--iters 10]
-//                      [--routing balanced,zipf] [--csv FILE] [--sweep]
+//                      [--routing balanced,random,zipf] [--csv FILE] [--sweep]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -60,8 +62,40 @@ using namespace dist_moe;
 
 constexpr int64_t kEp = 2;  // per-rank sizes of an EP = 2 run
 
+// splitmix64 (identical in grouped_mm_peer.py).
+uint64_t splitmix64(uint64_t& state) {
+  state += 0x9E3779B97F4A7C15ull;
+  uint64_t z = state;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// "random": the per-expert rows of real top-k routing. Tokens pick top_k distinct experts uniformly
+// among the E * kEp global experts (splitmix64, seed 0x5EED); this rank owns experts [0, E) and
+// keeps receiving routes until it has exactly `rows` (the last token's routes may be cut): the same
+// total as the other modes, each expert ~rows/E +- sqrt(rows/E) (dsv3: 256 +- 16).
+std::vector<int32_t> random_topk_counts(int64_t rows, int64_t E, int64_t top_k) {
+  const uint64_t eg = static_cast<uint64_t>(E * kEp);
+  uint64_t state = 0x5EED;
+  std::vector<int32_t> c(static_cast<size_t>(E), 0);
+  int64_t got = 0;
+  std::vector<uint64_t> chosen;
+  while (got < rows) {
+    chosen.clear();
+    while (static_cast<int64_t>(chosen.size()) < top_k) {
+      const uint64_t e = splitmix64(state) % eg;
+      if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
+    }
+    for (uint64_t e : chosen)
+      if (e < static_cast<uint64_t>(E) && got < rows) ++c[e], ++got;
+  }
+  return c;
+}
+
 // Rows per expert; identical to counts_for() in grouped_mm_peer.py.
-std::vector<int32_t> counts_for(int64_t rows, int64_t E, const std::string& routing) {
+std::vector<int32_t> counts_for(int64_t rows, int64_t E, const std::string& routing, int64_t top_k = 8) {
+  if (routing == "random") return random_topk_counts(rows, E, top_k);
   std::vector<double> w(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) w[e] = routing == "zipf" ? 1.0 / static_cast<double>(e + 1) : 1.0;
   double total = 0.0;
@@ -244,7 +278,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   const int64_t M = w.tokens * w.top_k;  // balanced EP: each rank receives T*K routed rows
   const bool decode = w.tokens <= 256;
   const std::string name = w.name;
-  const auto counts = counts_for(M, E, routing);
+  const auto counts = counts_for(M, E, routing, w.top_k);
   std::printf("\n== %s routing=%s  E_local=%lld rows=%lld D=%lld F=%lld  counts: max %d min %d checksum %lld\n",
               name.c_str(), routing.c_str(), static_cast<long long>(E), static_cast<long long>(M),
               static_cast<long long>(D), static_cast<long long>(F), *std::max_element(counts.begin(), counts.end()),
@@ -443,7 +477,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
 int main(int argc, char** argv) {
   std::vector<std::string> shapes;
   for (const Workload& w : reference_workloads()) shapes.push_back(w.name);
-  std::vector<std::string> routings = {"balanced", "zipf"};
+  std::vector<std::string> routings = {"balanced", "random", "zipf"};
   int iters = 10;
   std::string csv;
   for (int i = 1; i < argc; ++i) {
@@ -461,7 +495,7 @@ int main(int argc, char** argv) {
     else if (a == "--csv") csv = value();
     else if (a == "--sweep") g_sweep = true;
     else {
-      std::fprintf(stderr, "usage: %s [--shapes a,b] [--routing balanced,zipf] [--iters N] [--csv FILE] [--sweep]\n",
+      std::fprintf(stderr, "usage: %s [--shapes a,b] [--routing balanced,random,zipf] [--iters N] [--csv FILE] [--sweep]\n",
                    argv[0]);
       return 2;
     }

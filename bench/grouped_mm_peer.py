@@ -14,7 +14,7 @@ is the same formula), timed with CUDA events (median). Ops and what torch runs f
 
 Weights are stored like ours ([E, N, K]) and passed transposed where torch wants [E, K, N].
 
-  python3 bench/grouped_mm_peer.py [--shapes a,b] [--routing balanced,zipf] [--iters 10] [--csv FILE]
+  python3 bench/grouped_mm_peer.py [--shapes a,b] [--routing balanced,random,zipf] [--iters 10] [--csv FILE]
 """
 import argparse
 import sys
@@ -28,8 +28,45 @@ SHAPES = {  # name: (T tokens/rank, D, F, E global, K); mirrors src/core/workloa
 EP = 2
 
 
-def counts_for(rows, E, routing):
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(state):
+    """One step of splitmix64: (new state, output); identical to the C++ benchmark's."""
+    state = (state + 0x9E3779B97F4A7C15) & MASK64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return state, z ^ (z >> 31)
+
+
+def random_topk_counts(rows, E, top_k):
+    """"random": real top-k routing's per-expert rows. Tokens pick top_k distinct experts uniformly
+    among the E * EP global experts (splitmix64, seed 0x5EED); this rank owns experts [0, E) and
+    keeps receiving routes until it has exactly `rows` (the last token's routes may be cut), so the
+    total matches the other modes while each expert gets ~rows/E +- sqrt(rows/E)."""
+    eg = E * EP
+    state = 0x5EED
+    c = [0] * E
+    got = 0
+    while got < rows:
+        chosen = []
+        while len(chosen) < top_k:
+            state, z = splitmix64(state)
+            e = z % eg
+            if e not in chosen:
+                chosen.append(e)
+        for e in chosen:
+            if e < E and got < rows:
+                c[e] += 1
+                got += 1
+    return c
+
+
+def counts_for(rows, E, routing, top_k=8):
     """Rows per expert; identical to counts_for() in bench_grouped_gemm.cu."""
+    if routing == "random":
+        return random_topk_counts(rows, E, top_k)
     w = [1.0 / float(e + 1) if routing == "zipf" else 1.0 for e in range(E)]
     total = 0.0
     for x in w:
@@ -48,7 +85,7 @@ def checksum(c):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--routing", default="balanced,zipf")
+    ap.add_argument("--routing", default="balanced,random,zipf")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--csv", default="")
     args = ap.parse_args()
@@ -89,7 +126,7 @@ def main():
         M = T * K
         decode = T <= 256
         for routing in args.routing.split(","):
-            counts = counts_for(M, E_local, routing)
+            counts = counts_for(M, E_local, routing, K)
             print(f"\n== {name} routing={routing} E_local={E_local} rows={M} counts: max {max(counts)} "
                   f"min {min(counts)} checksum {checksum(counts)}")
             offs = torch.tensor(counts, device=dev, dtype=torch.int32).cumsum(0).to(torch.int32)

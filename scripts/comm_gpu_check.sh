@@ -12,7 +12,10 @@
 #      variants; fused route; reduce(); phase traces; SM sweep; targets).
 # Logs go to $OUT (or ./comm_gpu_check_out), at most 7 files; the short results table is printed last.
 #
-#   scripts/comm_gpu_check.sh [--quick]     --quick: skip the SM sweep and qwen3/mixtral shapes
+#   scripts/comm_gpu_check.sh [--quick|--ab]
+#     --quick: skip the SM sweep and qwen3/mixtral shapes
+#     --ab:    as --quick, and run only the 2-rank correctness suite (no 1-rank suite, no failure
+#              scenarios, no sanitizer): the short A/B run of the C5-C7 variants (~3 minutes)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT_DIR=${OUT:-$PWD/comm_gpu_check_out}
@@ -27,7 +30,9 @@ export LD_LIBRARY_PATH="$NCCL_ROOT/lib:${LD_LIBRARY_PATH:-}"
 SHAPES_ALL="dsv3_prefill,dsv3_decode,qwen3_30b,mixtral"
 SHAPES_QUICK="dsv3_prefill,dsv3_decode"
 BENCH_ARGS=(--shape "$SHAPES_ALL")
+AB=0
 [ "${1:-}" = "--quick" ] && BENCH_ARGS=(--shape "$SHAPES_QUICK" --no-sweep)
+[ "${1:-}" = "--ab" ] && { BENCH_ARGS=(--shape "$SHAPES_QUICK" --no-sweep); AB=1; }
 
 declare -a ORDER
 declare -A RESULT DETAIL
@@ -65,7 +70,9 @@ fi
 step "comm correctness suite: 1 rank, then $NPROC ranks -> $OUT_DIR/comm_tests.log"
 if built; then
   : >"$OUT_DIR/comm_tests.log"
-  for n in 1 "$NPROC"; do
+  SUITE_RANKS=(1 "$NPROC")
+  [ "$AB" = 1 ] && SUITE_RANKS=("$NPROC")
+  for n in "${SUITE_RANKS[@]}"; do
     echo "##### dmoe_launch -n $n" >>"$OUT_DIR/comm_tests.log"
     "$LAUNCH" -n "$n" --timeout 900 -- "$TESTS" >"$OUT_DIR/tmp_suite.log" 2>&1
     rc=$?
@@ -96,7 +103,9 @@ scenario_text() {
 }
 
 step "failure scenarios -> $OUT_DIR/traps.log"
-if built; then
+if built && [ "$AB" = 1 ]; then
+  put traps SKIP "--ab"
+elif built; then
   : >"$OUT_DIR/traps.log"
   for sc in unequal_t overflow bad_id timeout unequal_t_fused overflow_fused bad_id_fused; do
     echo "##### scenario $sc" >>"$OUT_DIR/traps.log"
@@ -110,7 +119,9 @@ if built; then
 fi
 
 step "overflow scenario under compute-sanitizer (memcheck) -> $OUT_DIR/sanitizer.log"
-if built && command -v compute-sanitizer >/dev/null; then
+if [ "$AB" = 1 ]; then
+  put sanitizer_overflow SKIP "--ab"
+elif built && command -v compute-sanitizer >/dev/null; then
   "$LAUNCH" -n "$NPROC" --timeout 900 --grace 300 --expect-fail 0 --expect-output "$(scenario_text overflow)" \
     --forbid-output "illegal memory access" --forbid-output "Invalid __global__" --forbid-output "Invalid __shared__" \
     --forbid-output "out of bounds" --forbid-output "misaligned address" \

@@ -22,6 +22,13 @@
 #   STEPS="build tests" scripts/gemm_gpu_check.sh   then   STEPS="bench peer" scripts/gemm_gpu_check.sh
 #       runs a subset (default: build tests bench peer); a later subset reuses $BUILD_DIR and $WORK.
 #   SWEEP=0 scripts/gemm_gpu_check.sh        benchmark without the configuration sweep
+#   scripts/gemm_gpu_check.sh --ab            A/B of the experimental variants (docs/perf.md G8-G10) in
+#       one short call: build, the GroupedGemm* tests (timeout $AB_TEST_TIMEOUT s, default 240),
+#       the benchmark on $AB_SHAPES (default dsv3_prefill) with routing balanced,random,zipf and the
+#       sweep (static, `_dyn` and deep-staging configurations side by side), then the same benchmark
+#       with DIST_MOE_GEMM_EXPERIMENTAL=1 (heuristic rows only) -> bench_exp.log, and an A/B table
+#       (default pick vs experimental pick per routing and op) in summary.txt. No torch peer.
+#       Six files: summary.txt ptxas_sass.txt tests.log bench.log bench.csv bench_exp.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${OUT:-$PWD/gemm_gpu_check_out}
@@ -35,9 +42,16 @@ mkdir -p "$OUT_DIR" "$WORK"
 export PATH=/usr/local/cuda/bin:$PATH
 BENCH_ARGS=()
 PEER_ARGS=()
+AB=0
+TEST_TIMEOUT=1500
 if [ "${1:-}" = "--quick" ]; then
   BENCH_ARGS=(--shapes dsv3_prefill,dsv3_decode --routing balanced)
   PEER_ARGS=(--shapes dsv3_prefill,dsv3_decode --routing balanced)
+elif [ "${1:-}" = "--ab" ]; then
+  AB=1
+  TEST_TIMEOUT=${AB_TEST_TIMEOUT:-240}
+  BENCH_ARGS=(--shapes "${AB_SHAPES:-dsv3_prefill}" --routing balanced,random,zipf)
+  STEPS=${STEPS:-build tests bench abexp}
 fi
 [ "$SWEEP" = "1" ] && BENCH_ARGS+=(--sweep)
 
@@ -45,7 +59,7 @@ SUMMARY="$OUT_DIR/summary.txt"
 REPORT="$OUT_DIR/ptxas_sass.txt"
 STEPS=${STEPS:-build tests bench peer}
 want() { [[ " $STEPS " == *" $1 "* ]]; }
-declare -A RESULT=([build]=SKIP [ptxas]=SKIP [sass]=SKIP [tests]=SKIP [bench]=SKIP [peer]=SKIP)
+declare -A RESULT=([build]=SKIP [ptxas]=SKIP [sass]=SKIP [tests]=SKIP [bench]=SKIP [peer]=SKIP [abexp]=SKIP)
 step() { echo; echo "=== $* ==="; }
 have_binaries() { [ -x "$BUILD_DIR/tests/dist_moe_gpu_tests" ] && [ -x "$BUILD_DIR/bench/bench_grouped_gemm" ]; }
 : >"$SUMMARY"
@@ -95,7 +109,7 @@ fi  # build
 if want tests; then
 step "GPU tests (GroupedGemm*) -> $OUT_DIR/tests.log"
 if have_binaries; then
-  timeout 1500 "$BUILD_DIR/tests/dist_moe_gpu_tests" --gtest_filter='GroupedGemm*' >"$OUT_DIR/tests.log" 2>&1
+  timeout "$TEST_TIMEOUT" "$BUILD_DIR/tests/dist_moe_gpu_tests" --gtest_filter='GroupedGemm*' >"$OUT_DIR/tests.log" 2>&1
   rc=$?
   RESULT[tests]=$([ $rc = 0 ] && echo PASS || echo "FAIL(rc=$rc)")
   skipped=$(grep -oE "^\[  SKIPPED \] [0-9]+ test" "$OUT_DIR/tests.log" | grep -oE "[0-9]+" || true)
@@ -119,6 +133,21 @@ else
   echo "no binaries in $BUILD_DIR: run the build step first"
 fi
 fi  # bench
+
+if want abexp; then
+step "benchmark with DIST_MOE_GEMM_EXPERIMENTAL=1 (heuristic rows) -> $OUT_DIR/bench_exp.log"
+if have_binaries; then
+  EXP_ARGS=()
+  for a in "${BENCH_ARGS[@]}"; do [ "$a" != "--sweep" ] && EXP_ARGS+=("$a"); done
+  DIST_MOE_GEMM_EXPERIMENTAL=1 DIST_MOE_PRINT_GEMM_CONFIG=1 timeout 600 "$BUILD_DIR/bench/bench_grouped_gemm" \
+    "${EXP_ARGS[@]}" --csv "$WORK/bench_exp.csv" >"$OUT_DIR/bench_exp.log" 2>&1
+  rc=$?
+  RESULT[abexp]=$([ $rc = 0 ] && echo RAN || echo "FAIL(rc=$rc)")
+  tail -3 "$OUT_DIR/bench_exp.log"
+else
+  echo "no binaries in $BUILD_DIR: run the build step first"
+fi
+fi  # abexp
 
 if want peer; then
 step "torch._grouped_mm peer -> $OUT_DIR/peer.log"
@@ -155,9 +184,9 @@ for r in main:
     if r["kind"] == "compute":
         xc = tf / float(r["cublas_tflops"])
         ok = xc >= 0.80 and (t is None or xt >= 1.0 or r["op"].endswith("_fp32"))
-        if r["routing"] == "zipf" and (r["shape"], r["op"]) in balanced:
+        if r["routing"] in ("zipf", "random") and (r["shape"], r["op"]) in balanced:
             z = tf / balanced[(r["shape"], r["op"])]
-            other = f"zipf/bal {z:.2f}"
+            other = f"{r['routing'][:4]}/bal {z:.2f}"
             ok = ok and z >= 0.90
         if r["routing"] == "balanced" and t and not r["op"].endswith("_fp32") and r["shape"] != "dsv3_decode":
             xt_by_op[r["op"]].append(xt)
@@ -173,7 +202,7 @@ for r in main:
     total += 1
     print(f"{r['shape']:13s} {r['routing']:8s} {r['op']:15s} {r['config']:27s} {float(r['ms']):8.3f} {tf:8.1f} "
           f"{fmt(xc)} {fmt(xt)} {other:>16s} {'MET' if ok else 'MISSED'}")
-print(f"targets met: {met} of {total}  (compute: >= 0.80 x cuBLAS, >= 1.0 x torch, zipf >= 0.90 x balanced; "
+print(f"targets met: {met} of {total}  (compute: >= 0.80 x cuBLAS, >= 1.0 x torch, zipf and random >= 0.90 x balanced; "
       f"decode: >= 0.80 of HBM copy; gather/scatter: >= 0.90 of contiguous)")
 print("geometric mean of x torch over the balanced prefill shapes (target >= 1.10):")
 for op, v in sorted(xt_by_op.items()):
@@ -206,12 +235,50 @@ if any(r["kind"] == "sweep" for r in ours):
     print(f"heuristic within 2% of the fastest configuration: {wins} of {len(sweep)}")
 PYEOF
 
+if [ -f "$WORK/bench_exp.csv" ] && want abexp; then
+$PY - "$OUT_DIR/bench.csv" "$WORK/bench_exp.csv" >>"$SUMMARY" 2>&1 <<'PYEOF'
+import csv, sys
+def load(path):
+    try:
+        return [r for r in csv.DictReader(open(path)) if r["kind"] != "sweep"]
+    except OSError:
+        return []
+base = {(r["shape"], r["routing"], r["op"]): r for r in load(sys.argv[1])}
+exp = load(sys.argv[2])
+print()
+print("A/B: default heuristic vs DIST_MOE_GEMM_EXPERIMENTAL=1 (ratio > 1: experimental faster)")
+print(f"{'shape':13s} {'routing':8s} {'op':15s} {'default':27s} {'ms':>8s} {'experimental':31s} {'ms':>8s} {'ratio':>6s}")
+bal = {}
+for r in exp:
+    if r["routing"] == "balanced":
+        bal[(r["shape"], r["op"])] = float(r["ms"])
+for r in exp:
+    b = base.get((r["shape"], r["routing"], r["op"]))
+    if b is None:
+        continue
+    bm, em = float(b["ms"]), float(r["ms"])
+    tail = ""
+    if r["routing"] != "balanced" and (r["shape"], r["op"]) in bal:
+        tail = f"  exp {r['routing']}/bal {bal[(r['shape'], r['op'])] / em:.2f}"
+    print(f"{r['shape']:13s} {r['routing']:8s} {r['op']:15s} {b['config']:27s} {bm:8.3f} {r['config']:31s} {em:8.3f} "
+          f"{bm / em:6.2f}{tail}")
+for shape in sorted({k[0] for k in base}):
+    for routing in ("balanced", "random", "zipf"):
+        ops = ("w13_fprop_noh1", "w2_fprop")
+        d = [base.get((shape, routing, o)) for o in ops]
+        e = [next((r for r in exp if (r["shape"], r["routing"], r["op"]) == (shape, routing, o)), None) for o in ops]
+        if all(d) and all(e):
+            print(f"{shape} {routing}: W13(noh1)+W2 forward default {sum(float(x['ms']) for x in d):.3f} ms, "
+                  f"experimental {sum(float(x['ms']) for x in e):.3f} ms")
+PYEOF
+fi
+
 {
   echo
   echo "=== grouped GEMM GPU check: summary ==="
   cat "$WORK/gpu.txt" 2>/dev/null
   printf '%-8s %s\n' build "${RESULT[build]}" ptxas "${RESULT[ptxas]}" sass "${RESULT[sass]}" tests "${RESULT[tests]}" \
-    bench "${RESULT[bench]}" peer "${RESULT[peer]}"
+    bench "${RESULT[bench]}" peer "${RESULT[peer]}" abexp "${RESULT[abexp]}"
   [ -f "$OUT_DIR/tests.log" ] && grep -E "^\[  FAILED  \]" "$OUT_DIR/tests.log" | head -20
   tail -1 "$REPORT" 2>/dev/null
 } >>"$SUMMARY"

@@ -187,6 +187,11 @@ struct CombineOptions {
   int signal_batch = 0;  // signal mode: scatter units per release fence (1..32; auto 1)
   int k_group = 0;       // consecutive k per scatter unit (1..K; auto: 1 when the units (token, owner,
                          // segment) are fewer than the scatter warps, else K)
+  // Signal mode, CTA specialization (C6): when > 0 (or DMOE_COMBINE_REDUCE_CTAS > 0 with this left
+  // 0), the last `reduce_ctas` CTAs of the grid reduce with all their warps and every other CTA
+  // scatters with all its warps (reduce_warps is then unused). Clamped to [1, CTAs - 1]; 0 (default)
+  // keeps today's warp split inside every CTA. Same output bits.
+  int reduce_ctas = 0;
 };
 
 class EpGroup {

@@ -72,8 +72,15 @@ struct GroupedGemmConfig {
   // The epilogue stages each 64-row block in shared memory and stores it with TMA, asynchronously
   // (partial blocks, scatter and BF16 accumulation still use ordinary stores).
   bool tma_store = false;
+  // Tiles are handed out at run time from a global atomic counter (in the static schedule's linear
+  // order) instead of round-robin: tiles start in order whatever earlier tiles cost, so ragged
+  // expert rows neither unbalance the CTAs nor separate the M tiles that share a weight panel in L2
+  // (docs/perf.md G8/G9). Same kernels (a run-time switch); the counter is a per-(device, stream)
+  // slot the library keeps, so calls that may overlap must be on different streams.
+  bool dynamic_schedule = false;
 
-  // "128x256x64_s4" (+ "_pp", "_tma", "_swapab", "_gather"); what overrides and the benchmark print.
+  // "128x256x64_s4" (+ "_pp", "_tma", "_dyn", "_swapab", "_gather"); what overrides and the
+  // benchmark print.
   std::string name() const;
 };
 
@@ -90,9 +97,14 @@ struct GroupedGemmProblem {
 };
 
 // The one place tile shapes are chosen (src/kernels/gemm_config.cpp; each branch says why).
+// DIST_MOE_GEMM_EXPERIMENTAL=1 makes it pick the not-yet-measured variants (today: the same tiles
+// with dynamic_schedule), for A/B runs; unset, the picks are the measured defaults.
 GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& problem, int device_num_sms);
+bool grouped_gemm_experimental_requested();
 
-// Every compiled configuration of `op` (for tests and benchmarks that sweep them).
+// Every compiled configuration of `op` (for tests and benchmarks that sweep them), then the
+// dynamic-schedule twin (`_dyn`) of each TMA-store configuration (the candidates of the
+// experimental picks; any configuration accepts dynamic_schedule in an override).
 std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_dtype, bool gather);
 
 // Optional fused-dispatch producer: A's row m is read from row_ptrs[m] (k BF16 values, 16-byte

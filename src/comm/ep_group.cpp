@@ -363,13 +363,17 @@ void EpGroup::combine_v2(const void* y_MD, const void* scores_TK, bool score_bf1
   int sb = options.signal_batch > 0 ? options.signal_batch
                                     : static_cast<int>(env_int64("DMOE_COMBINE_SIGNAL_BATCH", 1));
   a.signal_batch = std::clamp(sb, 1, 32);
+  int rc = options.reduce_ctas > 0 ? options.reduce_ctas
+                                   : static_cast<int>(env_int64("DMOE_COMBINE_REDUCE_CTAS", 0));
+  a.reduce_ctas = (mode == kernels::kC2Signal && rc > 0 && ctas >= 2) ? std::clamp(rc, 1, ctas - 1) : 0;
   const int K = static_cast<int>(config_.top_k);
   int kg = options.k_group > 0 ? options.k_group : static_cast<int>(env_int64("DMOE_COMBINE_K_GROUP", 0));
   if (kg <= 0) {  // automatic: one route per unit while the coarse units do not fill the scatter warps
     const int nseg = kernels::row_segments(static_cast<int>(layout_.row_bytes / 16));
     const int64_t coarse_units = num_tokens * (comm_.world_size() - 1) * nseg;
     const int64_t scatter_warps =
-        static_cast<int64_t>(ctas) * (mode == kernels::kC2Signal ? kWarpsPerCta - a.reduce_warps : kWarpsPerCta);
+        a.reduce_ctas > 0 ? static_cast<int64_t>(ctas - a.reduce_ctas) * kWarpsPerCta
+        : static_cast<int64_t>(ctas) * (mode == kernels::kC2Signal ? kWarpsPerCta - a.reduce_warps : kWarpsPerCta);
     kg = coarse_units < scatter_warps ? 1 : K;
   }
   a.k_group = std::clamp(kg, 1, K);

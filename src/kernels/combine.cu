@@ -266,6 +266,17 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
   int64_t s_count = static_cast<int64_t>(gridDim.x) * kWarps;
   int64_t r_index = s_index, r_count = s_count;
   if constexpr (kMode == kC2Signal) {
+   if (a.reduce_ctas > 0) {
+    // CTA specialization: CTAs [0, sc) scatter with every warp, CTAs [sc, grid) reduce with every
+    // warp (cooperative launch: all co-resident, so the reduce CTAs' waits cannot starve a scatter).
+    const int sc = static_cast<int>(gridDim.x) - a.reduce_ctas;  // >= 1 (host-checked)
+    do_scatter = static_cast<int>(blockIdx.x) < sc;
+    do_reduce = !do_scatter;
+    s_index = static_cast<int64_t>(blockIdx.x) * kWarps + warp_in_cta;
+    s_count = static_cast<int64_t>(sc) * kWarps;
+    r_index = static_cast<int64_t>(static_cast<int>(blockIdx.x) - sc) * kWarps + warp_in_cta;
+    r_count = static_cast<int64_t>(a.reduce_ctas) * kWarps;
+   } else {
     const int rw = a.reduce_warps;  // 1 .. kWarps - 1 (host-checked)
     const int sw = kWarps - rw;
     do_scatter = warp_in_cta < sw;
@@ -274,6 +285,7 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
     s_count = static_cast<int64_t>(gridDim.x) * sw;
     r_index = static_cast<int64_t>(blockIdx.x) * rw + (warp_in_cta - sw);
     r_count = static_cast<int64_t>(gridDim.x) * rw;
+   }
   }
 
   // ---- A. remote routes to their owners -----------------------------------------------------
@@ -314,6 +326,11 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
     if constexpr (kMode == kC2Signal) {
       if (npend > 0) flush_signals(s_sbase, npend, pend_code, pend_n, lane);
     }
+  }
+  if constexpr (kMode == kC2Signal) {
+    // Trace only (no barrier: warp roles may differ inside a CTA): lane 0 of each scatter warp.
+    if (do_scatter && lane == 0 && L.trace != nullptr)
+      atomicMax(L.trace + kTrCombineScatterCtaDoneLast, globaltimer_ns());
   }
 
   // ---- B. split EP barrier: every peer's routes are in this rank's window ---------------------

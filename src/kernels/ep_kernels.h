@@ -86,6 +86,8 @@ struct Combine2Args {
   int reduce_warps;    // signal mode: warps per CTA that reduce, 1..15 (the others scatter)
   int k_group;         // routes (consecutive k) per scatter unit, 1..K
   int signal_batch;    // signal mode: scatter units per release fence, 1..32
+  int reduce_ctas;     // signal mode: 0 = warp split per CTA; else the last reduce_ctas CTAs reduce
+                       // (all warps) and the others scatter (all warps), 1..CTAs-1
 };
 int combine2_max_coresident_ctas(int id_bytes, bool score_bf16, int mode, int num_sms);
 void launch_combine2(const EpDeviceLayout& L, const RoutingTables& tables, const Combine2Args& args, bool score_bf16,

@@ -44,10 +44,12 @@ GroupedGemmConfig tile(int bm, int bn, int stages, const GroupedGemmProblem& p, 
 // number against the device before launching).
 int smem_estimate(const GroupedGemmConfig& c, const GroupedGemmProblem& p) {
   const int stages = c.stages * (c.block_m + c.block_n) * 128;
-  const int staging = 2 * (c.tma_store ? 16384 : 10240);
+  // WGRAD 128x128 s4 pp_tma is the deep-staging kernel: 4 TMA buffers per warpgroup.
+  const bool deep = p.op == GroupedGemmOp::kWgrad && c.tma_store && c.pingpong && c.stages == 4;
+  const int staging = 2 * (deep ? 32768 : c.tma_store ? 16384 : 10240);
   const int e = static_cast<int>(p.e_local);
   const int tables = (2 * (e + 1) + (p.op == GroupedGemmOp::kWgrad ? e : 0)) * 4;
-  return 1024 + stages + staging + 16 * c.stages + 80 + 16 + tables;
+  return 1024 + stages + staging + 16 * c.stages + 80 + 16 + 80 /* tile ring */ + tables;
 }
 
 bool legacy_requested() {
@@ -174,12 +176,15 @@ std::string GroupedGemmConfig::name() const {
   if (cluster_m != 1) s += "_c" + std::to_string(cluster_m);
   if (pingpong) s += "_pp";
   if (tma_store) s += "_tma";
+  if (dynamic_schedule) s += "_dyn";
   if (swap_ab) s += "_swapab";
   if (gather) s += "_gather";
   return s;
 }
 
-GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int device_num_sms) {
+namespace {
+
+GroupedGemmConfig select_default(const GroupedGemmProblem& p, int device_num_sms) {
   switch (p.op) {
     case GroupedGemmOp::kFprop: return select_fprop(p, device_num_sms);
     case GroupedGemmOp::kFpropSwiglu: return select_fprop_swiglu(p, device_num_sms);
@@ -187,6 +192,34 @@ GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int de
     case GroupedGemmOp::kWgrad: return select_wgrad(p, device_num_sms);
   }
   return tile(128, 256, 4, p, device_num_sms);
+}
+
+}  // namespace
+
+bool grouped_gemm_experimental_requested() {
+  static const bool on = [] {
+    const char* v = std::getenv("DIST_MOE_GEMM_EXPERIMENTAL");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
+}
+
+// DIST_MOE_GEMM_EXPERIMENTAL=1 (and not DIST_MOE_GEMM_LEGACY): the schemes still waiting for their
+// first measurement -- the dynamic tile schedule (G9) for every M- and K-grouped op (swap-AB decode
+// keeps the static one: its tiles all cost the same), and for short-K WGRAD the deep-staging
+// ping-pong kernel (G10). Without the variable the picks are exactly the measured ones.
+GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int device_num_sms) {
+  GroupedGemmConfig c = select_default(p, device_num_sms);
+  if (!grouped_gemm_experimental_requested() || legacy_requested()) return c;
+  // G10: short-K WGRAD ping-pong -> the deep-staging kernel (s4, 4 staging buffers per warpgroup).
+  if (p.op == GroupedGemmOp::kWgrad && c.pingpong && c.tma_store && c.block_n == 128) {
+    GroupedGemmConfig deep = c;
+    deep.stages = 4;
+    if (smem_estimate(deep, p) <= kSmemOptin) c = deep;
+  }
+  // G9: the dynamic tile schedule.
+  if (!c.swap_ab) c.dynamic_schedule = true;
+  return c;
 }
 
 }  // namespace dist_moe

@@ -211,6 +211,38 @@ CUtensorMap* tensormap_workspace(cudaStream_t stream, int num_sms) {
   return static_cast<CUtensorMap*>(p);
 }
 
+// ---- dynamic tile schedule counters ----------------------------------------------------------------
+// One [next, done] pair per (device, stream, host thread for cudaStreamPerThread), 128 bytes apart.
+// A __device__ array is zero when the module loads, and every launch leaves its pair at zero
+// (scheduler.cuh), so nothing is allocated or memset and the first call may be inside a capture.
+constexpr int kTileCounterSlots = 256;
+__device__ int32_t g_tile_counters[kTileCounterSlots * 32];
+
+int32_t* tile_counter_slot(cudaStream_t stream) {
+  int dev = 0;
+  DMOE_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::thread::id tid = stream == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id();
+  const auto key = std::make_tuple(dev, reinterpret_cast<uintptr_t>(stream), tid);
+  static std::mutex mu;
+  static std::map<std::tuple<int, uintptr_t, std::thread::id>, int32_t*> cache;
+  static std::map<int, int> used;  // slots handed out per device
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int& n = used[dev];
+  DMOE_CHECK_ARG(n < kTileCounterSlots, "grouped_gemm: config.dynamic_schedule supports at most ", kTileCounterSlots,
+                 " streams per device");
+  void* base = nullptr;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  const cudaError_t err = cudaGetSymbolAddress(&base, g_tile_counters);
+  DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  DMOE_CUDA_CHECK(err);
+  int32_t* slot = static_cast<int32_t*>(base) + 32 * n++;
+  cache.emplace(key, slot);
+  return slot;
+}
+
 // Prints "op problem -> config" once per distinct line when DIST_MOE_PRINT_GEMM_CONFIG is set.
 void maybe_print_config(const GroupedGemmProblem& p, const GroupedGemmConfig& c, bool overridden) {
   static const bool enabled = std::getenv("DIST_MOE_PRINT_GEMM_CONFIG") != nullptr;
@@ -258,6 +290,7 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   L.num_sms = cfg.num_sms;
   L.stream = stream;
   if (L.has_offsets()) L.tensormap_workspace = tensormap_workspace(stream, dev.num_sms);
+  if (cfg.dynamic_schedule) L.tile_counter = tile_counter_slot(stream);
   if (c.validate_counts) {
     validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity, static_cast<int>(op), offsets);
     DMOE_CUDA_CHECK_LAUNCH();
@@ -287,6 +320,13 @@ std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_
   std::vector<GroupedGemmConfig> v;
   for (const GemmKernelEntry& e : detail::gemm_kernels())
     if (entry_matches(e, op, out_dtype, gather)) v.push_back(config_of(e, 0));
+  const size_t compiled = v.size();
+  for (size_t i = 0; i < compiled; ++i) {
+    if (!v[i].tma_store || v[i].swap_ab) continue;
+    GroupedGemmConfig d = v[i];
+    d.dynamic_schedule = true;
+    v.push_back(d);
+  }
   return v;
 }
 

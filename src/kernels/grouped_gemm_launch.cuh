@@ -125,6 +125,7 @@ void launch_grouped_gemm(const GemmLaunch& L) {
   sc.counts = L.counts;
   sc.num_experts = L.e_local;
   sc.m_capacity = L.m_capacity;
+  sc.tile_counter = L.tile_counter;
 
   // Persistent grid: at most one CTA per SM, and no more CTAs than tiles can exist. The gather
   // variants keep every CTA: each one also gathers its share of the rows.

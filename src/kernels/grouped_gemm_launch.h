@@ -44,6 +44,8 @@ struct GemmLaunch {
   // Global workspace for this launch's patched tensor maps ([num_sms][kNumMaps]); set by the host
   // API when any offset is given.
   CUtensorMap* tensormap_workspace = nullptr;
+  // Dynamic tile schedule: this (device, stream)'s self-resetting counter pair; nullptr = static.
+  int32_t* tile_counter = nullptr;
   // Gather producer (A's rows): row table, destination (what TMA then reads), ready counters.
   const void* const* gather_rows = nullptr;
   void* gathered = nullptr;

@@ -455,6 +455,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   }
   __syncthreads();
   trace_first(L, kTrFusedArrived);
+  trace_last(L, kTrFusedArrivedLast);
 
   // ---- 4. headers -----------------------------------------------------------------------------
   for (int p = tid; p < R; p += blockDim.x) {
@@ -482,6 +483,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     }
     return;  // no id is read
   }
+  trace_first(L, kTrFusedHeadersOk);
 
   // ---- 5. all ids -> local expert per route (shared memory) ------------------------------------
   for (uint32_t base = 0; base < total; base += kFusedThreads * kIdBatch) {
@@ -503,6 +505,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     }
   }
   __syncthreads();
+  trace_first(L, kTrFusedIdsLoaded);
 
   // Per-source routes received and per-owner routes sent (CTA 0 only; counted by __match_any_sync
   // leaders, no contended shared-memory atomics).
@@ -547,6 +550,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   }
   __syncthreads();
   const int32_t rows = block_exclusive_scan(s_off, Lx, s_warp_sums);
+  trace_first(L, kTrFusedCounted);
   if (static_cast<int64_t>(rows) > a.capacity_rows) {
     if (g == 0 && tid == 0) report_overflow(L, rows, a.capacity_rows);
     return;  // no table is written, nothing is dispatched
@@ -571,6 +575,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   for (int i = tid; i < kRoutingWarps * Lx; i += blockDim.x) wcnt[i] += s_off[i % Lx];
   __syncthreads();
   trace_first(L, kTrFusedRouted);
+  trace_last(L, kTrFusedRoutedLast);
   const uint32_t per_cta = (total + gridDim.x - 1) / gridDim.x;
   const uint32_t sb = min(static_cast<uint32_t>(g) * per_cta, total);
   const uint32_t se = min(sb + per_cta, total);

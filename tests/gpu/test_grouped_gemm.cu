@@ -285,7 +285,16 @@ struct Case {
   int64_t k;  // weight columns
   int max_rows;
   uint32_t seed;
+  const std::vector<int32_t>* counts = nullptr;  // fixed counts ([e_local]) instead of ragged_counts
 };
+
+// The case's counts: fixed ones, or ragged_counts (which draws from rng either way, so the inputs
+// that follow stay the same random stream).
+std::vector<int32_t> case_counts(const Case& cs, std::mt19937& rng) {
+  std::vector<int32_t> c = ragged_counts(cs.e_local, cs.max_rows, rng);
+  if (cs.counts != nullptr) c = *cs.counts;
+  return c;
+}
 
 std::string case_name(const Case& c) {
   return "E" + std::to_string(c.e_local) + "_n" + std::to_string(c.n) + "_k" + std::to_string(c.k);
@@ -296,7 +305,7 @@ constexpr int64_t kSlackRows = 37;  // rows past sum(counts) in every row buffer
 // FPROP (plain store), every compiled config, optionally with scatter + row scale.
 void run_fprop_case(const Case& cs, bool scatter) {
   std::mt19937 rng(cs.seed);
-  const auto counts = ragged_counts(cs.e_local, cs.max_rows, rng);
+  const auto counts = case_counts(cs, rng);
   const int64_t M = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   const int64_t cap = M + kSlackRows;
   std::printf("case %s %s m_capacity=%lld\n", case_name(cs).c_str(), counts_summary(counts).c_str(),
@@ -395,7 +404,7 @@ struct SwigluOptions {
 
 void run_w13_case(const Case& cs, const SwigluOptions& opt) {
   std::mt19937 rng(cs.seed);
-  const auto counts = ragged_counts(cs.e_local, cs.max_rows, rng);
+  const auto counts = case_counts(cs, rng);
   const int64_t M = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   const int64_t cap = M + kSlackRows;
   std::printf("case %s %s m_capacity=%lld\n", case_name(cs).c_str(), counts_summary(counts).c_str(),
@@ -524,7 +533,7 @@ struct DgradOptions {
 
 void run_dgrad_case(const Case& cs, const DgradOptions& opt) {
   std::mt19937 rng(cs.seed);
-  const auto counts = ragged_counts(cs.e_local, cs.max_rows, rng);
+  const auto counts = case_counts(cs, rng);
   const int64_t M = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   const int64_t cap = M + kSlackRows;
   std::printf("case %s %s m_capacity=%lld\n", case_name(cs).c_str(), counts_summary(counts).c_str(),
@@ -646,7 +655,7 @@ void run_dgrad_case(const Case& cs, const DgradOptions& opt) {
 // or accumulate (empty experts untouched).
 void run_wgrad_case(const Case& cs, DType out, bool accumulate) {
   std::mt19937 rng(cs.seed);
-  const auto counts = ragged_counts(cs.e_local, cs.max_rows, rng);
+  const auto counts = case_counts(cs, rng);
   const int64_t M = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   const int64_t cap = M + kSlackRows;
   std::printf("case %s %s m_capacity=%lld\n", case_name(cs).c_str(), counts_summary(counts).c_str(),
@@ -789,6 +798,129 @@ TEST(GroupedGemmWgrad, Accumulate) {
   REQUIRE_SM90();
   run_wgrad_case(kWgradCases[1], DType::kFloat32, true);
   run_wgrad_case(kWgradCases[3], DType::kBFloat16, true);
+}
+
+// ---- ragged tails and the dynamic tile schedule (docs/perf.md G8/G9) ------------------------------
+// Every expert's last M tile (FPROP/DGRAD) or last k block (WGRAD) partial in each way that
+// matters: tails of 1, 63, 64, 65, 127 rows past a full tile, exact tile multiples, empty experts
+// between full ones, tails of 129+ (two tiles, the second a tail). Every configuration runs,
+// static and `_dyn`; outputs are poisoned first and rows past sum(counts) must stay untouched.
+const std::vector<int32_t> kTailCounts = {0, 1, 63, 64, 65, 127, 128, 129, 0, 191, 192, 193, 255, 257, 0, 383, 1, 0};
+
+TEST(GroupedGemmSchedule, TailRowsFprop) {
+  REQUIRE_SM90();
+  const int64_t E = static_cast<int64_t>(kTailCounts.size());
+  run_fprop_case({E, 256, 256, 383, 81, &kTailCounts}, false);
+  run_fprop_case({E, 384, 512, 383, 82, &kTailCounts}, true);  // scatter + row scale, N odd x 128
+}
+
+TEST(GroupedGemmSchedule, TailRowsW13) {
+  REQUIRE_SM90();
+  const int64_t E = static_cast<int64_t>(kTailCounts.size());
+  run_w13_case({E, 512, 256, 383, 83, &kTailCounts}, {false, true, false});
+  run_w13_case({E, 512, 384, 383, 84, &kTailCounts}, {true, false, true});  // clamped, no h1, gather
+}
+
+TEST(GroupedGemmSchedule, TailRowsDgrad) {
+  REQUIRE_SM90();
+  const int64_t E = static_cast<int64_t>(kTailCounts.size());
+  run_dgrad_case({E, 256, 512, 383, 85, &kTailCounts}, {DType::kBFloat16, false, false, false});
+  run_dgrad_case({E, 512, 256, 383, 86, &kTailCounts}, {DType::kFloat32, true, false, false});
+}
+
+TEST(GroupedGemmSchedule, TailRowsWgrad) {
+  REQUIRE_SM90();
+  const int64_t E = static_cast<int64_t>(kTailCounts.size());
+  run_wgrad_case({E, 256, 256, 383, 87, &kTailCounts}, DType::kBFloat16, false);
+  run_wgrad_case({E, 256, 384, 383, 88, &kTailCounts}, DType::kFloat32, true);
+}
+
+// The defaults stay the measured picks: without DIST_MOE_GEMM_EXPERIMENTAL no `_dyn`; with it,
+// every non-swap-AB pick is the same tile with the dynamic schedule.
+TEST(GroupedGemmSchedule, ExperimentalSwitchOnlyAddsDynamic) {
+  const GroupedGemmOp ops[] = {GroupedGemmOp::kFprop, GroupedGemmOp::kFpropSwiglu, GroupedGemmOp::kDgrad,
+                               GroupedGemmOp::kWgrad};
+  for (GroupedGemmOp op : ops) {
+    for (int64_t rows : {int64_t{1024}, int64_t{32768}}) {
+      GroupedGemmProblem p;
+      p.op = op;
+      p.m_capacity = rows;
+      p.n = op == GroupedGemmOp::kFprop ? 7168 : 4096;
+      p.k = op == GroupedGemmOp::kFprop ? 2048 : 7168;
+      p.e_local = 128;
+      const GroupedGemmConfig c = select_grouped_gemm_config(p, 132);
+      SCOPED_TRACE(std::string(to_string(op)) + " rows " + std::to_string(rows) + " -> " + c.name());
+      if (grouped_gemm_experimental_requested() && !c.swap_ab) EXPECT_TRUE(c.dynamic_schedule);
+      else EXPECT_FALSE(c.dynamic_schedule);
+    }
+  }
+}
+
+// The dynamic schedule's global counter resets itself at the end of every launch: back-to-back
+// launches with different grids (3 CTAs, all SMs, 7 CTAs), the same call inside a CUDA graph
+// replayed three times, and a static launch in between must all give the static result bitwise.
+TEST(GroupedGemmSchedule, DynamicCounterResetsAcrossLaunchesAndGraphs) {
+  REQUIRE_SM90();
+  std::mt19937 rng(91);
+  const int64_t E = static_cast<int64_t>(kTailCounts.size()), N = 256, K = 512;
+  const int64_t M = std::accumulate(kTailCounts.begin(), kTailCounts.end(), int64_t{0});
+  const int64_t cap = M + kSlackRows;
+  const HostBf16 a = random_bf16(static_cast<size_t>(cap * K), 1.0f, rng);
+  const HostBf16 w = random_bf16(static_cast<size_t>(E * N * K), 1.0f / std::sqrt(float(K)), rng);
+  DeviceBuffer d_counts(kTailCounts.size() * 4), d_a(a.bits.size() * 2), d_w(w.bits.size() * 2),
+      d_out(static_cast<size_t>(cap * N) * 2);
+  d_counts.upload(kTailCounts);
+  d_a.upload(a.bits);
+  d_w.upload(w.bits);
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto call = [&](const GroupedGemmConfig& cfg) {
+    FpropArgs args;
+    args.common = {d_counts.as<int32_t>(), E, cap, N, K, &cfg};
+    args.a = d_a.ptr;
+    args.w = d_w.ptr;
+    args.out = d_out.ptr;
+    grouped_gemm_fprop(args, stream);
+  };
+  for (const GroupedGemmConfig& base : grouped_gemm_configs(GroupedGemmOp::kFprop, DType::kBFloat16, false)) {
+    if (!base.dynamic_schedule) continue;
+    SCOPED_TRACE(base.name());
+    GroupedGemmConfig st = base;
+    st.dynamic_schedule = false;
+    d_out.poison();  // cudaMemset runs on the legacy stream: finish it before `stream` writes
+    CUDA_OK(cudaDeviceSynchronize());
+    call(st);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    const auto want = d_out.download<uint16_t>(static_cast<size_t>(cap * N));
+    for (int sms : {3, 0, 7}) {
+      GroupedGemmConfig c = base;
+      c.num_sms = sms;
+      d_out.poison();
+      CUDA_OK(cudaDeviceSynchronize());
+      call(c);
+      CUDA_OK(cudaStreamSynchronize(stream));
+      EXPECT_TRUE(d_out.download<uint16_t>(static_cast<size_t>(cap * N)) == want) << "num_sms " << sms;
+    }
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    call(base);
+    call(base);
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int r = 0; r < 3; ++r) {
+      d_out.poison();
+      CUDA_OK(cudaDeviceSynchronize());
+      CUDA_OK(cudaGraphLaunch(exec, stream));
+      CUDA_OK(cudaStreamSynchronize(stream));
+      EXPECT_TRUE(d_out.download<uint16_t>(static_cast<size_t>(cap * N)) == want) << "graph replay " << r;
+      call(st);  // a static launch in between must not disturb the counter
+      CUDA_OK(cudaStreamSynchronize(stream));
+    }
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
 }
 
 // Decode shapes: few rows per expert, so the heuristic picks swap-AB; the sweep above already

@@ -200,6 +200,7 @@ struct CaseSpec {
   bool fused_dispatch_separately = false;  // fused publish + route, then dispatch() on its own
   bool external_scatter = false;           // scatter through scatter_dst + reduce() instead of combine()
   int reduce_warps = 0, signal_batch = 0, k_group = 0;  // CombineOptions v2 tuning (0: auto)
+  int reduce_ctas = 0;                                   // CombineOptions::reduce_ctas (0: warp split)
 };
 
 struct Buffers {
@@ -407,6 +408,7 @@ void run_ops(const CaseSpec& cs, EpGroup& ep, const Buffers& b, int64_t T, const
   copt.reduce_warps = cs.reduce_warps;
   copt.signal_batch = cs.signal_batch;
   copt.k_group = cs.k_group;
+  copt.reduce_ctas = cs.reduce_ctas;
   const DType sdt = cs.score_bf16 ? DType::kBFloat16 : DType::kFloat32;
   if (cs.external_scatter) {
     external_scatter_kernel<<<264, 256, 0, stream>>>(ep.tables(), static_cast<const int4*>(b.y), cs.D);
@@ -671,6 +673,49 @@ std::vector<CaseSpec> correctness_cases() {
     c.reduce_warps = 15;
     c.signal_batch = 32;
     c.k_group = 6;
+  });
+  // C6: CTA-specialized signal mode (reduce CTAs wait per token for scatter CTAs).
+  add("v2_signal_rc1_kg1", [](CaseSpec& c) {
+    c.L = 128;
+    c.align = 16;
+    c.patterns = {P::kZipf, P::kMasked, P::kUniform};
+    c.Ts = {64, 37, 64};
+    c.combine_syncs = {CS::kSignal};
+    c.algos = {CombineAlgorithm::kV2};
+    c.reduce_ctas = 1;
+    c.k_group = 1;
+  });
+  add("v2_signal_rc_half_D7168_batch4", [](CaseSpec& c) {
+    c.K = 8;
+    c.D = 7168;
+    c.L = 128;
+    c.T_max = 128;
+    c.Ts = {128, 5};
+    c.patterns = {P::kUniform, P::kOneExpert, P::kMasked};
+    c.combine_syncs = {CS::kSignal};
+    c.algos = {CombineAlgorithm::kV2};
+    c.reduce_ctas = 132;
+    c.signal_batch = 4;
+  });
+  add("v2_signal_rc_huge_graph", [](CaseSpec& c) {
+    c.graph = true;
+    c.D = 7168;
+    c.combine_syncs = {CS::kSignal};
+    c.algos = {CombineAlgorithm::kV2};
+    c.reduce_ctas = 100000;  // clamped to CTAs - 1: one scatter CTA
+    c.patterns = {P::kUniform, P::kZipf, P::kMasked, P::kOneExpert};
+    c.Ts = {64, 64, 64, 64};
+    c.fused = {true};
+  });
+  add("v2_signal_rc_few_sms_fused", [](CaseSpec& c) {
+    c.num_sms = 3;
+    c.L = 128;
+    c.patterns = {P::kZipf, P::kPaddedRank, P::kUniform};
+    c.Ts = {64, 17, 64};
+    c.combine_syncs = {CS::kSignal, CS::kBarrier};  // reduce_ctas only affects signal mode
+    c.algos = {CombineAlgorithm::kV2};
+    c.fused = {true, false};
+    c.reduce_ctas = 2;
   });
   add("fused_then_dispatch", [](CaseSpec& c) {
     c.align = 8;

@@ -97,6 +97,9 @@ enum TraceSlot : int {
   kTrCombineStart = 16, kTrCombineScatterDoneLast = 17, kTrCombineBarrierDone = 18, kTrCombineFirstReduce = 19,
   kTrCombineEndLast = 20,
   kTrPublishStart = 24, kTrPublishEndLast = 25,
+  // C5: finer points of the fused kernel (CTA 0 unless "Last") and of signal-mode combine.
+  kTrFusedHeadersOk = 26, kTrFusedIdsLoaded = 27, kTrFusedCounted = 28, kTrFusedArrivedLast = 29,
+  kTrFusedRoutedLast = 30, kTrCombineScatterCtaDoneLast = 31,
 };
 
 // Routing tables built on the device by the metadata kernel (EpGroup::route). Device pointers,

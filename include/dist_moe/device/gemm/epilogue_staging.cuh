@@ -10,7 +10,8 @@
 //   every thread with per-row (expert tail, scatter null) and per-column predicates. The stores are
 //   synchronous for the warpgroup: the tensor cores idle until the last one is issued.
 //
-// SwizzledTmaWriter: two 8 KiB buffers per warpgroup in the TMA 128-byte-swizzle layout (row r at
+// SwizzledTmaWriter (SwizzledTmaWriterN<2>; <4>: four buffers, the deep-staging WGRAD variant):
+//   two 8 KiB buffers per warpgroup in the TMA 128-byte-swizzle layout (row r at
 //   byte 128 r, its 16-byte chunks XOR-ed by r % 8: conflict-free fragment writes for BF16, 2-way
 //   for FP32). A chunk whose 64 rows all exist and that goes to a plain tensor is stored by one TMA
 //   (cp.async.bulk.tensor, or cp.reduce.async.bulk.tensor .add for FP32 accumulation) issued by the
@@ -167,18 +168,26 @@ struct PaddedStagingWriter {
 };
 
 // ---- the asynchronous TMA writer ------------------------------------------------------------------
-struct SwizzledTmaWriter {
+// kBufs buffers per warpgroup, used round-robin. Two (SwizzledTmaWriter): a chunk waits for the TMA
+// read of the chunk two before it. Four (SwizzledTmaWriter4, the deep-staging WGRAD variant): a
+// whole 128 x 128 BF16 ping-pong tile (4 chunks) is staged without waiting for any of its own
+// stores; the first chunk of the warpgroup's next tile waits for the first chunk of this one, a
+// whole other-warpgroup mainloop later (docs/perf.md G10).
+template <int kBufs>
+struct SwizzledTmaWriterN {
+  static_assert(kBufs == 2 || kBufs == 4, "2 or 4 staging buffers");
   static constexpr int kBufBytes = 64 * 128;   // 64 rows x 128 bytes: one TMA box
-  static constexpr int kBytesPerWg = 2 * kBufBytes;
+  static constexpr int kBytesPerWg = kBufs * kBufBytes;
   static constexpr bool kTma = true;
 
-  uint32_t buf0;         // this warpgroup's two buffers (1024-aligned)
+  uint32_t buf0;         // this warpgroup's buffers (1024-aligned)
   uint32_t bar;          // this warpgroup's named barrier
   bool elected;          // thread 0 of the warpgroup issues and waits for every TMA store
-  uint32_t chunks = 0;   // chunks written so far: the buffer of the next one is chunks & 1
+  uint32_t chunks = 0;   // chunks written so far: the buffer of the next one is chunks % kBufs
   bool last_was_tma = false;
+  uint32_t tma_hist = 0;  // kBufs > 2: bit i = the chunk i + 1 before the next one committed a bulk group
 
-  DMOE_DEVICE SwizzledTmaWriter(uint32_t staging, uint32_t wg_barrier)
+  DMOE_DEVICE SwizzledTmaWriterN(uint32_t staging, uint32_t wg_barrier)
       : buf0(staging), bar(wg_barrier), elected(threadIdx.x % 128 == 0) {}
 
   // Byte address of 16-byte segment `seg` of row `row` in buffer `b` (the TMA 128B swizzle).
@@ -212,12 +221,24 @@ struct SwizzledTmaWriter {
   template <class S, class O, int kN>
   DMOE_DEVICE void write(const float (&acc)[kN], int chunk, float scale_lo, float scale_hi, char* const (&row_ptr)[4],
                          int col0, int cols_valid, bool accumulate, const TmaTarget& tma) {
-    const uint32_t b = buf0 + (chunks & 1u) * kBufBytes;
-    // This buffer was last used two chunks ago. If the previous chunk committed a bulk group, at
-    // most that one may still be reading; otherwise the last group may be this buffer's.
-    if (elected) {
-      if (last_was_tma) ptx::bulk_wait_group_read<1>();
-      else ptx::bulk_wait_group_read<0>();
+    const uint32_t b = buf0 + (chunks % static_cast<uint32_t>(kBufs)) * kBufBytes;
+    if constexpr (kBufs == 2) {
+      // This buffer was last used two chunks ago. If the previous chunk committed a bulk group, at
+      // most that one may still be reading; otherwise the last group may be this buffer's.
+      if (elected) {
+        if (last_was_tma) ptx::bulk_wait_group_read<1>();
+        else ptx::bulk_wait_group_read<0>();
+      }
+    } else {
+      // Last used kBufs chunks ago: the groups committed since (TMA chunks among the kBufs - 1
+      // chunks in between) may still be pending, this buffer's (if it had one) may not.
+      if (elected) {
+        const int since = __popc(tma_hist & ((1u << (kBufs - 1)) - 1u));
+        if (since >= 3) ptx::bulk_wait_group_read<3>();
+        else if (since == 2) ptx::bulk_wait_group_read<2>();
+        else if (since == 1) ptx::bulk_wait_group_read<1>();
+        else ptx::bulk_wait_group_read<0>();
+      }
     }
     ptx::named_barrier_sync(bar, 128);  // buffer free (TMA done reading, ordinary reads done)
     stage<S>(b, acc, chunk, scale_lo, scale_hi);
@@ -239,6 +260,7 @@ struct SwizzledTmaWriter {
       store_rows<S, O>(SwizzledSegments{b}, row_ptr, col0, cols_valid, accumulate);
       last_was_tma = false;
     }
+    if constexpr (kBufs > 2) tma_hist = (tma_hist << 1) | (last_was_tma ? 1u : 0u);
     ++chunks;
   }
 
@@ -248,6 +270,9 @@ struct SwizzledTmaWriter {
     if (elected) ptx::bulk_wait_group<0>();
   }
 };
+
+using SwizzledTmaWriter = SwizzledTmaWriterN<2>;
+using SwizzledTmaWriter4 = SwizzledTmaWriterN<4>;
 
 #endif  // __CUDACC__
 

@@ -18,7 +18,16 @@
 //
 // Shared memory (from a 1024-aligned base):
 //   [stages: A x S, B x S][epilogue staging: 2 x writer bytes][pipeline mbarriers]
-//   [resolved operands][clip counters][scheduler tables]
+//   [resolved operands][clip counters][tile ring][scheduler tables]
+//
+// Dynamic schedule (scheduler.cuh, SchedulerParams::tile_counter): the producer thread draws the
+// CTA's linear tiles from the global counter, one tile ahead of the one it loads, and publishes
+// each index (then -1) in a kTileRing-slot ring: full[i] (1 arrival: the producer), empty[i] (one
+// arrival per consumer warp, 8). Both consumer warpgroups read every entry, so the ping-pong
+// alternation is the same as with the static schedule. The producer draws tile i + 1 only after
+// issuing tile i's loads (tiles start in draw order), so a consumer reads entry i + 1 (its
+// look-ahead) only after consuming -- or skipping -- tile i's stages; reading it earlier would
+// deadlock whenever tile i has more k blocks than the ring has stages.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +47,36 @@
 namespace dist_moe::gemm {
 
 enum class WarpGroupRole : int { kProducer = 0, kConsumer0 = 1, kConsumer1 = 2 };
+
+// Linear tile indices from the producer to the consumers (dynamic schedule only; unused otherwise).
+inline constexpr int kTileRing = 4;
+struct TileRingStorage {
+  uint64_t full[kTileRing];
+  uint64_t empty[kTileRing];
+  int32_t lin[kTileRing];
+};
+
+#if defined(__CUDACC__)
+// Producer thread: waits for slot seq % kTileRing to be free, writes the index, arrives.
+DMOE_DEVICE void tile_ring_publish(TileRingStorage& r, int32_t seq, int32_t lin) {
+  const int slot = seq % kTileRing;
+  const uint32_t phase = static_cast<uint32_t>(seq / kTileRing) & 1u;
+  mbarrier_wait(ptx::smem_addr(&r.empty[slot]), phase ^ 1u);
+  *reinterpret_cast<volatile int32_t*>(&r.lin[slot]) = lin;
+  ptx::mbarrier_arrive(ptx::smem_addr(&r.full[slot]));  // release: the index is visible first
+}
+
+// Every thread of a consumer warp: the seq-th index; lane 0 frees the slot for the warp.
+DMOE_DEVICE int32_t tile_ring_read(TileRingStorage& r, int32_t seq) {
+  const int slot = seq % kTileRing;
+  const uint32_t phase = static_cast<uint32_t>(seq / kTileRing) & 1u;
+  mbarrier_wait(ptx::smem_addr(&r.full[slot]), phase);
+  const int32_t lin = *reinterpret_cast<volatile int32_t*>(&r.lin[slot]);
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) ptx::mbarrier_arrive(ptx::smem_addr(&r.empty[slot]));
+  return lin;
+}
+#endif  // __CUDACC__
 
 template <class Mainloop_, class Epilogue_, bool kGather_>
 struct GroupedGemmKernel {
@@ -71,7 +110,8 @@ struct GroupedGemmKernel {
   static constexpr int kBarrierOffset = kStagingOffset + 2 * Writer::kBytesPerWg;
   static constexpr int kResolvedOffset = kBarrierOffset + static_cast<int>(sizeof(typename Pipeline::SharedStorage));
   static constexpr int kCountersOffset = kResolvedOffset + static_cast<int>(sizeof(ResolvedOperands));
-  static constexpr int kTablesOffset = kCountersOffset + 16;
+  static constexpr int kRingOffset = kCountersOffset + 16;
+  static constexpr int kTablesOffset = kRingOffset + static_cast<int>(sizeof(TileRingStorage));
   static_assert((kStagingOffset % 1024 == 0 && Writer::kBytesPerWg % 1024 == 0) || !Writer::kTma,
                 "TMA staging buffers are 128B-swizzle atoms: 1024-byte aligned");
   static_assert(kBarrierOffset % 8 == 0 && kResolvedOffset % 8 == 0, "mbarriers and pointers are 8-byte aligned");
@@ -91,12 +131,17 @@ struct GroupedGemmKernel {
     auto& resolved = *reinterpret_cast<ResolvedOperands*>(base + kResolvedOffset);
     uint32_t* cta_counts = reinterpret_cast<uint32_t*>(base + kCountersOffset);
     int32_t* tables = reinterpret_cast<int32_t*>(base + kTablesOffset);
+    auto& ring = *reinterpret_cast<TileRingStorage*>(base + kRingOffset);
 
     const int warp = static_cast<int>(threadIdx.x / 32);
     const auto role = static_cast<WarpGroupRole>(threadIdx.x / 128);
     if (threadIdx.x < kNumMaps) resolve_operand(params.maps, static_cast<int>(threadIdx.x), resolved);
     if (threadIdx.x == 32) {
-      Pipeline::init(pipe_storage, Mainloop::kConsumerWarpsPerTile);
+      for (int i = 0; i < kTileRing; ++i) {
+        ptx::mbarrier_init(ptx::smem_addr(&ring.full[i]), 1);
+        ptx::mbarrier_init(ptx::smem_addr(&ring.empty[i]), 8);  // every consumer warp reads every entry
+      }
+      Pipeline::init(pipe_storage, Mainloop::kConsumerWarpsPerTile);  // its fence covers the ring too
       cta_counts[0] = cta_counts[1] = cta_counts[2] = 0;
     }
     // Prefix sums of the counts (and their validation); ends with __syncthreads(), which also
@@ -113,10 +158,27 @@ struct GroupedGemmKernel {
           ptx::prefetch_tensormap(resolved.map[kMapA]);
           ptx::prefetch_tensormap(resolved.map[kMapB]);
           PipelineState<Mainloop::kStages> st;
-          for (WorkTile t = sched.first(); t.valid; t = sched.next()) {
-            if constexpr (kGather) Gather::wait_tile_ready(params.mainloop, t.m_tile_index);
-            const int32_t num_k = sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK);
-            Mainloop::load_tile(params.mainloop, resolved, t, num_k, pipe, st, smem);
+          if (sched.dynamic()) {
+            // Draw a tile only when this CTA is about to load it (right after issuing the previous
+            // tile's loads), so tiles start in draw order: the M tiles of one weight panel, drawn
+            // back to back by different CTAs, run at the same time.
+            int32_t seq = 0;
+            int32_t cur = sched.draw();
+            tile_ring_publish(ring, seq++, cur);
+            while (cur >= 0) {
+              const WorkTile t = sched.at(cur);
+              if constexpr (kGather) Gather::wait_tile_ready(params.mainloop, t.m_tile_index);
+              const int32_t num_k = sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK);
+              Mainloop::load_tile(params.mainloop, resolved, t, num_k, pipe, st, smem);
+              cur = sched.draw();
+              tile_ring_publish(ring, seq++, cur);
+            }
+          } else {
+            for (WorkTile t = sched.first(); t.valid; t = sched.next()) {
+              if constexpr (kGather) Gather::wait_tile_ready(params.mainloop, t.m_tile_index);
+              const int32_t num_k = sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK);
+              Mainloop::load_tile(params.mainloop, resolved, t, num_k, pipe, st, smem);
+            }
           }
         }
       } else if constexpr (kGather) {
@@ -136,12 +198,17 @@ struct GroupedGemmKernel {
       ClipCounts counts;
       float acc[Mainloop::kMmaPerWg][Mainloop::kAccPerMma];
       int32_t index = 0;  // position of the tile in this CTA's sequence
-      WorkTile t = sched.first();
+      const bool dynamic = sched.dynamic();
+      WorkTile t = dynamic ? sched.at(tile_ring_read(ring, 0)) : sched.first();
       while (t.valid) {
-        const WorkTile next = sched.next();  // look-ahead: does a tile follow this one?
+        // Look-ahead: does a tile follow this one? Dynamic: read only once this tile's stages are
+        // consumed (or skipped) -- the producer draws the next tile after issuing this one's loads.
+        WorkTile next;
+        if (!dynamic) next = sched.next();
         const int32_t num_k = sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK);
         if (kPingPong && (index & 1) != wg) {  // the other warpgroup's tile: skip its stages
           st.advance(num_k);
+          if (dynamic) next = sched.at(tile_ring_read(ring, index + 1));
         } else {
           // Ping-pong: wait until the other warpgroup has consumed every stage of the tile before
           // this one. Then the full barriers of this tile's stages are at most one phase ahead
@@ -151,6 +218,7 @@ struct GroupedGemmKernel {
           const int rows_in_last =
               Mainloop::kGrouping == Grouping::kK ? t.num_rows - (num_k - 1) * Mainloop::kBlockK : Mainloop::kBlockK;
           Mainloop::mma_tile(t, num_k, rows_in_last, pipe, st, smem, wg, acc);
+          if (dynamic) next = sched.at(tile_ring_read(ring, index + 1));
           // Signal only when the other warpgroup has a tile to wait for: every arrival is matched.
           if (kPingPong && next.valid) ptx::named_barrier_arrive(kBarrierMathOrder0 + wg, 256);
           Epilogue::store(params.epilogue, resolved, t, acc, wg, writer, counts);

@@ -73,6 +73,11 @@ struct SchedulerParams {
   int32_t fixed_n_blocks = 0;       // Grouping kM, kK: N tiles per expert
   int32_t group_m = 1;              // raster: M tiles that sweep N together (L2 reuse)
   int32_t tiles_for_empty_experts = 0;  // kK: an empty expert still gets tiles (zero-fill on overwrite)
+  // Dynamic schedule (config `dynamic_schedule`, name `_dyn`; nullptr = the static round-robin):
+  // [0] next linear tile to hand out, [1] CTAs that have drawn past the last tile. Both are 0 at
+  // launch; the last CTA to finish drawing puts them back to 0 (self-resetting, no memset), so
+  // kernels sharing a counter pair must run one after another (same stream: scheduler.cuh).
+  int32_t* tile_counter = nullptr;
 };
 
 struct MainloopParams {

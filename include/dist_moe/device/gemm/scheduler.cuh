@@ -19,6 +19,18 @@
 //           longest-processing-time-first.
 // Tiles never straddle experts.
 //
+// Dynamic schedule (SchedulerParams::tile_counter set; config `dynamic_schedule`, name `_dyn`):
+// the linear order above is kept, but each CTA's producer draws its next linear tile from a global
+// atomic counter when it is about to load it (right after issuing the previous tile's loads), and
+// hands the index to both consumer warpgroups through a small shared-memory ring (kernel.cuh).
+// Tiles then *start* in linear order whatever the earlier tiles cost: the M tiles of one (expert, N block) -- adjacent in the raster
+// -- run at the same time on neighbouring CTAs and share the weight panel in L2, and no CTA idles
+// while another still holds several tiles (work-conserving; with the kK order, largest expert
+// first, it is longest-processing-time-first). The static schedule loses both under ragged counts:
+// tiles of unequal cost make the CTAs drift apart round after round (docs/perf.md G8). The counter
+// resets itself: every CTA draws exactly one index past the end, then counts itself in
+// tile_counter[1]; the last one zeroes both.
+//
 // Inside an expert, tiles are rastered in groups of `group_m` M tiles: the group sweeps N with M
 // fastest, so the CTAs running at the same time share a few A row blocks and a few B column blocks
 // in L2 instead of streaming all of B once per M tile.
@@ -148,6 +160,30 @@ class GroupedTileScheduler {
     return decode();
   }
 
+  // ---- dynamic schedule ---------------------------------------------------------------------------
+  DMOE_DEVICE bool dynamic() const { return p_.tile_counter != nullptr; }
+
+  // Producer thread only: the next linear tile of this CTA, or -1 past the end (drawn exactly once
+  // per CTA; the last CTA to get there resets the counters for the next launch).
+  DMOE_DEVICE int32_t draw() const {
+    const int32_t lin = atomicAdd(&p_.tile_counter[0], 1);
+    if (lin < total_tiles()) return lin;
+    __threadfence();
+    if (atomicAdd(&p_.tile_counter[1], 1) == static_cast<int32_t>(gridDim.x) - 1) {
+      __threadfence();
+      atomicExch(&p_.tile_counter[0], 0);
+      atomicExch(&p_.tile_counter[1], 0);
+    }
+    return -1;
+  }
+
+  // The tile with linear index `lin` (-1: none). A CTA's indices only grow, so the expert cursor
+  // still moves forward only.
+  DMOE_DEVICE WorkTile at(int32_t lin) {
+    if (lin < 0) return WorkTile{};
+    return decode_linear(lin);
+  }
+
   // Contraction blocks of a tile: fixed for kM/kN, the expert's rows for kK.
   DMOE_DEVICE int32_t num_k_blocks(const WorkTile& t, int32_t fixed, int32_t block_k) const {
     if constexpr (kGrouping == Grouping::kK) return (t.num_rows + block_k - 1) / block_k;
@@ -186,10 +222,11 @@ class GroupedTileScheduler {
     return round_ * g + b;
   }
 
-  DMOE_DEVICE WorkTile decode() {
+  DMOE_DEVICE WorkTile decode() { return decode_linear(linear()); }
+
+  DMOE_DEVICE WorkTile decode_linear(int32_t lin) {
     WorkTile t;
     const int32_t E = p_.num_experts;
-    const int32_t lin = linear();
     if (lin >= tile_offset_[E]) return t;  // valid = false
     // Linear tiles only grow, so the position cursor only moves forward.
     while (tile_offset_[pos_ + 1] <= lin) ++pos_;
