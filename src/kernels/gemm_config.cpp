@@ -210,6 +210,12 @@ bool grouped_gemm_experimental_requested() {
 // ping-pong kernel (G10). Without the variable the picks are exactly the measured ones.
 GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int device_num_sms) {
   GroupedGemmConfig c = select_default(p, device_num_sms);
+  // G9 measured (2026-11-30 A/B, dsv3_prefill, same run): the dynamic schedule makes FPROP faster
+  // on every routing (W13 1.07-1.33x, W2 1.05-1.34x; random top-k rows 1.33x) with balanced rows
+  // unchanged, so FPROP uses it by default; DGRAD and WGRAD were mixed (0.89-1.15x) and stay static.
+  if (!legacy_requested() && !c.swap_ab &&
+      (p.op == GroupedGemmOp::kFprop || p.op == GroupedGemmOp::kFpropSwiglu))
+    c.dynamic_schedule = true;
   if (!grouped_gemm_experimental_requested() || legacy_requested()) return c;
   // G10: short-K WGRAD ping-pong -> the deep-staging kernel (s4, 4 staging buffers per warpgroup).
   if (p.op == GroupedGemmOp::kWgrad && c.pingpong && c.tma_store && c.block_n == 128) {
