@@ -101,7 +101,7 @@ struct ForwardTables {
 // the owners' combine windows). `layer` holds the planner's offsets; `counts` may be gated.
 void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const ForwardTables& t, const int32_t* counts,
                     const int64_t* xg_off, const int64_t* h1_off, const int64_t* h2_off, bool keep_h1,
-                    float* clip_stats, float clip_limit, cudaStream_t stream) {
+                    float* clip_stats, float clip_limit, bool recompute, cudaStream_t stream) {
   const int64_t D = c.config.hidden_dim, F = c.config.intermediate_dim;
   uint8_t* act = c.activation_base();
   const activation::SwigluParams sp = swiglu_of(c.config);
@@ -122,7 +122,7 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Forwa
   w13.gather.gathered_offset = xg_off;
   w13.gather.workspace = c.gather_workspace;
   grouped_gemm_w13_fprop(w13, stream);
-  c.stage("w13", stream);
+  c.stage(recompute ? "recompute_w13" : "w13", stream);
 
   FpropArgs w2;
   w2.common = gemm_common(c, counts, D, F);
@@ -131,7 +131,7 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Forwa
   w2.w = in.w2;
   w2.scatter.row_ptrs = t.scatter_dst;
   grouped_gemm_fprop(w2, stream);
-  c.stage("w2", stream);
+  c.stage(recompute ? "recompute_w2" : "w2", stream);
 }
 
 void forward_impl(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,
@@ -184,7 +184,8 @@ void forward_impl(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD,
 
   const ForwardTables t{tb.expert_rows, tb.gather_src, tb.scatter_dst};
   expert_forward(c, in, t, tb.expert_rows, layer + planner::kXGathered, layer + planner::kH1, layer + planner::kH2,
-                 /*keep_h1=*/!scratch_only, o.swiglu_clip_stats_out_3, static_cast<float>(o.swiglu_clip_limit), stream);
+                 /*keep_h1=*/!scratch_only, o.swiglu_clip_stats_out_3, static_cast<float>(o.swiglu_clip_limit),
+                 /*recompute=*/false, stream);
 
   // Every route row is in its owner's combine window after the barrier; reduce over k.
   const kernels::TopkRoutes routes = routes_of(c, in);
@@ -237,7 +238,8 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   kernels::predicated_counts(s.expert_rows, c.counts_gated, static_cast<int>(c.local_experts), need_recompute, true,
                              stream);
   const ForwardTables t{s.expert_rows, s.gather_src, s.scatter_dst};
-  expert_forward(c, in, t, c.counts_gated, bo + 5, bo + 4, bo + 1, /*keep_h1=*/true, nullptr, 0.f, stream);
+  expert_forward(c, in, t, c.counts_gated, bo + 5, bo + 4, bo + 1, /*keep_h1=*/true, nullptr, 0.f,
+                 /*recompute=*/true, stream);
   c.ep->barrier(stream);  // recomputed h3 rows are in their owners' combine windows
 
   // Saved path: h2 from the saved h1 (the recompute path's W13 epilogue already wrote it).
@@ -245,7 +247,7 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
                                      c.capacity_rows()};
   const activation::SwigluParams sp = swiglu_of(c.config);
   kernels::swiglu_forward({act, bo + 4}, {act, bo + 1}, F, rows, sp, nullptr, 0.f, stream, need_recompute, false);
-  c.stage("recompute", stream);
+  c.stage("recompute_swiglu", stream);
 
   // Owner side: h3 is in the slot (saved) or back in the combine window (recomputed).
   kernels::select_offset(bo + 6, need_recompute,
