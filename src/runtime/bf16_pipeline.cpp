@@ -247,7 +247,7 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
                                      c.capacity_rows()};
   const activation::SwigluParams sp = swiglu_of(c.config);
   kernels::swiglu_forward({act, bo + 4}, {act, bo + 1}, F, rows, sp, nullptr, 0.f, stream, need_recompute, false);
-  c.stage("recompute_swiglu", stream);
+  c.stage("h2_from_saved_h1", stream);
 
   // Owner side: h3 is in the slot (saved) or back in the combine window (recomputed).
   kernels::select_offset(bo + 6, need_recompute,
