@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "dist_moe/device/common/macros.cuh"
+#include "dist_moe/device/ptx/ld_st.cuh"
 
 #if defined(__CUDACC__)
 
@@ -20,29 +21,15 @@ namespace dist_moe::comm {
 
 // ---- bulk 16-byte data ------------------------------------------------------------------------
 
+// The 16-byte accesses are the PTX wrappers of device/ptx/ld_st.cuh, named here for their role.
 // L1-bypassing load (peer or local memory written by another kernel / another GPU).
-DMOE_DEVICE int4 ld_cg_v4(const void* ptr) {
-  int4 v;
-  asm volatile("ld.global.cg.v4.s32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(ptr));
-  return v;
-}
+DMOE_DEVICE int4 ld_cg_v4(const void* ptr) { return ptx::ld_global_cg_v4<int4>(ptr); }
 
 // Read-only streaming load of local memory that no one writes during the kernel.
-DMOE_DEVICE int4 ld_nc_v4(const void* ptr) {
-  int4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(ptr));
-  return v;
-}
+DMOE_DEVICE int4 ld_nc_v4(const void* ptr) { return ptx::ld_global_nc_v4<int4>(ptr); }
 
 // Plain 16-byte store (local or peer memory).
-DMOE_DEVICE void st_v4(void* ptr, const int4& v) {
-  asm volatile("st.global.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
+DMOE_DEVICE void st_v4(void* ptr, const int4& v) { ptx::st_global_v4(ptr, v); }
 
 // L1-bypassing scalar loads for small metadata a peer wrote before a barrier.
 DMOE_DEVICE int32_t ld_cg_s32(const void* ptr) {

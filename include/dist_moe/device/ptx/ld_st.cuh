@@ -28,26 +28,46 @@ DMOE_DEVICE void red_add_release_gpu(int32_t* p, int32_t v) {
 }
 
 // ---- 16-byte data accesses ----------------------------------------------------------------------
+// V is any 16-byte vector of four 32-bit members (uint4 by default, int4 for the comm kernels).
+
 // Global load that bypasses L1 (.cg): safe for rows written by another SM or another GPU before a
 // synchronization this thread has observed.
-DMOE_DEVICE uint4 ld_global_cg_v4(const void* p) {
-  uint4 v;
+template <class V = uint4>
+DMOE_DEVICE V ld_global_cg_v4(const void* p) {
+  static_assert(sizeof(V) == 16, "16-byte vector");
+  V v;
   asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
 }
 
+// Read-only streaming load of memory no one writes during the kernel (not allocated in L1).
+template <class V = uint4>
+DMOE_DEVICE V ld_global_nc_v4(const void* p) {
+  static_assert(sizeof(V) == 16, "16-byte vector");
+  V v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 // Plain 16-byte global load (data this kernel did not write, e.g. an accumulation source).
-DMOE_DEVICE uint4 ld_global_v4(const void* p) {
-  uint4 v;
+template <class V = uint4>
+DMOE_DEVICE V ld_global_v4(const void* p) {
+  static_assert(sizeof(V) == 16, "16-byte vector");
+  V v;
   asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
 }
 
-DMOE_DEVICE void st_global_v4(void* p, uint4 v) {
+// Plain 16-byte global store (local or peer memory; peers see it after a later release).
+template <class V>
+DMOE_DEVICE void st_global_v4(void* p, const V& v) {
+  static_assert(sizeof(V) == 16, "16-byte vector");
   asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
 }
