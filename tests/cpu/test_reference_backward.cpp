@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dist_moe/device/numeric/numeric.cuh"
+#include "naive_helpers.h"
 #include "reference/oracle.h"
 
 namespace ref = dist_moe::reference;
@@ -28,39 +29,12 @@ using ref::TensorF;
 
 namespace {
 
-std::size_t at(int64_t i) { return static_cast<std::size_t>(i); }
+using naive::at;
+using naive::bf16;
+using naive::bits;
+using naive::dot;
+using naive::qdq_row;
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-float bf16(float v) { return num::round_bf16(v); }
-
-double dot(const float* a, const float* b, int64_t n, int64_t stride_b = 1) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i * stride_b]);
-  return s;
-}
-
-// Row (1xB along the vector) quantize-dequantize with numeric.cuh.
-std::vector<float> qdq_row(const std::vector<float>& x, Quantization q) {
-  if (q == Quantization::kNone) return x;
-  const int64_t n = static_cast<int64_t>(x.size());
-  std::vector<float> y(x.size());
-  std::vector<uint8_t> data(x.size());
-  if (q == Quantization::kMXFP8) {
-    std::vector<uint8_t> s(at((n + 31) / 32));
-    num::mxfp8_quantize_rows(x.data(), 1, n, data.data(), s.data());
-    num::mxfp8_dequantize_rows(data.data(), s.data(), 1, n, y.data());
-  } else {
-    std::vector<float> s(at((n + 127) / 128));
-    num::fp8_blockwise_quantize_act(x.data(), 1, n, data.data(), s.data());
-    num::fp8_blockwise_dequantize_act(data.data(), s.data(), 1, n, y.data());
-  }
-  return y;
-}
 
 // Column (Bx1 along rows) quantize-dequantize of a [rows, cols] matrix, rows = one expert's rows.
 std::vector<float> qdq_cols(const std::vector<float>& x, int64_t rows, int64_t cols, Quantization q) {
