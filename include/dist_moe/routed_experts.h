@@ -60,6 +60,11 @@ struct RoutedExpertsGradients {
 class SavedState {
  public:
   explicit SavedState(const Context& ctx);
+  // A view over caller-owned device memory of storage_bytes(ctx) bytes (kMemoryAlignment-aligned),
+  // which must stay alive and unmoved while a forward fills it and its backward reads it. The
+  // PyTorch ops keep the state in a tensor this way; a backward trusts that a forward filled it.
+  SavedState(const Context& ctx, void* device_storage);
+  static size_t storage_bytes(const Context& ctx);
   ~SavedState();
   SavedState(const SavedState&) = delete;
   SavedState& operator=(const SavedState&) = delete;

@@ -329,9 +329,11 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
 
 // ---- public API ---------------------------------------------------------------------------------
 
-SavedState::SavedState(const Context& ctx) : buffers_(new Buffers()) {
-  const Context::Impl& c = ctx.impl();
-  Buffers& b = *buffers_;
+namespace {
+
+// Reserves every piece of a SavedState in its arena (the reserve order fixes the layout), then
+// allocates the arena or adopts caller-owned memory of the same size.
+void lay_out_saved_state(const Context::Impl& c, SavedState::Buffers& b, void* external) {
   const int64_t L = c.local_experts, cap = c.capacity_rows();
   const int64_t TK = c.config.max_num_local_input_tokens * c.config.top_k;
   const size_t o_layer = b.arena.reserve(sizeof(int64_t) * planner::layer_state_size(c.world)),
@@ -339,7 +341,10 @@ SavedState::SavedState(const Context& ctx) : buffers_(new Buffers()) {
                o_off = b.arena.reserve(sizeof(int32_t) * (L + 1)), o_g = b.arena.reserve(sizeof(void*) * cap),
                o_s = b.arena.reserve(sizeof(void*) * cap), o_gg = b.arena.reserve(sizeof(void*) * cap),
                o_rstd = b.arena.reserve(sizeof(float) * TK);
-  b.arena.allocate();
+  if (external)
+    b.arena.adopt(external);
+  else
+    b.arena.allocate();
   b.layer_state = b.arena.at<int64_t>(o_layer);
   b.expert_rows = b.arena.at<int32_t>(o_rows);
   b.expert_rows_unpadded = b.arena.at<int32_t>(o_rows_u);
@@ -350,6 +355,27 @@ SavedState::SavedState(const Context& ctx) : buffers_(new Buffers()) {
   b.rstd = b.arena.at<float>(o_rstd);
   b.capacity_rows = cap;
   b.local_experts = L;
+}
+
+}  // namespace
+
+SavedState::SavedState(const Context& ctx) : buffers_(new Buffers()) {
+  lay_out_saved_state(ctx.impl(), *buffers_, nullptr);
+}
+
+SavedState::SavedState(const Context& ctx, void* device_storage) : buffers_(new Buffers()) {
+  DMOE_CHECK_ARG(device_storage != nullptr, "SavedState storage must be a device pointer");
+  DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(device_storage) % kMemoryAlignment == 0,
+                 "SavedState storage must be ", kMemoryAlignment, "-byte aligned");
+  lay_out_saved_state(ctx.impl(), *buffers_, device_storage);
+  buffers_->used = true;  // the caller vouches that a forward of this context filled it
+}
+
+size_t SavedState::storage_bytes(const Context& ctx) {
+  Buffers probe;
+  const Context::Impl& c = ctx.impl();
+  lay_out_saved_state(c, probe, reinterpret_cast<void*>(static_cast<uintptr_t>(kMemoryAlignment)));
+  return probe.arena.bytes();
 }
 
 SavedState::~SavedState() { delete buffers_; }

@@ -15,7 +15,7 @@ namespace dist_moe {
 // ---- DeviceArena ------------------------------------------------------------------------------
 
 DeviceArena::~DeviceArena() {
-  if (base_) cudaFree(base_);
+  if (base_ && owned_) cudaFree(base_);
 }
 
 size_t DeviceArena::reserve(size_t bytes) {
@@ -29,7 +29,14 @@ void DeviceArena::allocate() {
   DMOE_ASSERT(base_ == nullptr);
   if (size_ == 0) return;
   DMOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_), size_));
+  owned_ = true;
   DMOE_CUDA_CHECK(cudaMemset(base_, 0, size_));
+}
+
+void DeviceArena::adopt(void* base) {
+  DMOE_ASSERT(base_ == nullptr);
+  DMOE_CHECK_ARG(base != nullptr || size_ == 0, "DeviceArena::adopt needs device memory");
+  base_ = static_cast<char*>(base);
 }
 
 // ---- Context ----------------------------------------------------------------------------------

@@ -23,6 +23,9 @@ class DeviceArena {
   // Reserves `bytes` (before allocate()); returns the piece's offset.
   size_t reserve(size_t bytes);
   void allocate();  // cudaMalloc + zero fill
+  // Uses caller-owned device memory of bytes() bytes instead of allocating (never freed here).
+  void adopt(void* base);
+  size_t bytes() const { return size_; }
   template <typename T>
   T* at(size_t offset) const {
     return reinterpret_cast<T*>(base_ + offset);
@@ -31,6 +34,7 @@ class DeviceArena {
  private:
   char* base_ = nullptr;
   size_t size_ = 0;
+  bool owned_ = false;
 };
 
 struct Context::Impl {
