@@ -1,0 +1,227 @@
+// dist_moe._C: the GPU runtime for the PyTorch front end (dist_moe/_ops.py).
+//
+// Tensors cross as raw device pointers plus dtype names and the caller's CUDA stream, so this module
+// builds without torch headers; torch owns every tensor, this module owns the Context (windows,
+// activation buffer, planner state). Every call only enqueues work on the given stream: nothing
+// here synchronizes, except close() and the planner snapshot used by tests.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <memory>
+
+#include "dict_convert.h"
+#include "dist_moe/check.h"
+#include "dist_moe/context.h"
+#include "dist_moe/routed_experts.h"
+#include "runtime/context_impl.h"
+
+namespace py = pybind11;
+using namespace dist_moe;
+using namespace dist_moe::python;
+
+namespace {
+
+// Makes `device` current for one call and restores the caller's device afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    DMOE_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) DMOE_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+cudaStream_t as_stream(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+const void* as_ptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
+
+// {"x": ptr, "num_tokens": T, "ids": ptr, "id_dtype": name, "scores": ptr, "score_dtype": name,
+//  "w13": ptr, "w13_shape": [...], "w2": ptr, "w2_shape": [...]}
+RoutedExpertsInputs inputs_from_dict(const py::dict& d) {
+  RoutedExpertsInputs in;
+  in.x_TD = as_ptr(d["x"].cast<uintptr_t>());
+  in.num_tokens = d["num_tokens"].cast<int64_t>();
+  in.topk_ids_TK = as_ptr(d["ids"].cast<uintptr_t>());
+  in.id_dtype = parse_dtype(d["id_dtype"].cast<std::string>());
+  in.topk_scores_TK = as_ptr(d["scores"].cast<uintptr_t>());
+  in.score_dtype = parse_dtype(d["score_dtype"].cast<std::string>());
+  in.w13 = as_ptr(d["w13"].cast<uintptr_t>());
+  in.w13_shape = d["w13_shape"].cast<std::vector<int64_t>>();
+  in.w2 = as_ptr(d["w2"].cast<uintptr_t>());
+  in.w2_shape = d["w2_shape"].cast<std::vector<int64_t>>();
+  return in;
+}
+
+// {"clip_stats": ptr or 0, "clip_limit": float, "validate_expert_ids": bool, "rmsnorm": None or
+//  {"eps", "norm_output_dtype", "output_dtype", "require_bitwise", "weight" (ptr or 0),
+//   "weight_dtype", "gain_center", "use_kahan", "recompute_rstd"}}
+ExecutionOptions options_from_dict(const py::dict& d) {
+  ExecutionOptions o;
+  o.swiglu_clip_stats_out_3 = reinterpret_cast<float*>(d["clip_stats"].cast<uintptr_t>());
+  o.swiglu_clip_limit = d["clip_limit"].cast<double>();
+  o.validate_expert_ids = d["validate_expert_ids"].cast<bool>();
+  if (auto r = opt<py::dict>(d, "rmsnorm")) {
+    RMSNormPostprocess p;
+    p.eps = (*r)["eps"].cast<double>();
+    p.norm_output_dtype = parse_dtype((*r)["norm_output_dtype"].cast<std::string>());
+    p.output_dtype = parse_dtype((*r)["output_dtype"].cast<std::string>());
+    p.require_bitwise = (*r)["require_bitwise"].cast<bool>();
+    p.weight = as_ptr((*r)["weight"].cast<uintptr_t>());
+    p.weight_dtype = parse_dtype((*r)["weight_dtype"].cast<std::string>());
+    p.gain_center = (*r)["gain_center"].cast<double>();
+    p.use_kahan = (*r)["use_kahan"].cast<bool>();
+    p.recompute_rstd = (*r)["recompute_rstd"].cast<bool>();
+    o.experts_output_postprocess = p;
+  }
+  return o;
+}
+
+// One rank's context as Python sees it.
+class GpuContext {
+ public:
+  GpuContext(const py::dict& config, const py::bytes& unique_id, int rank, int world_size, int device,
+             int64_t comm_timeout_ms) {
+    const std::string id = unique_id;
+    DMOE_CHECK_ARG(id.size() == sizeof(ncclUniqueId), "unique_id must hold ", sizeof(ncclUniqueId), " bytes");
+    ncclUniqueId uid;
+    std::memcpy(uid.internal, id.data(), sizeof uid.internal);
+    const Config c = config_from_dict(config);
+    DeviceGuard guard(device);
+    ContextOptions options;
+    options.comm_timeout_ms = comm_timeout_ms;
+    py::gil_scoped_release release;  // NCCL bootstrap waits for every rank
+    ctx_ = Context::create(c, uid, rank, world_size, options);
+  }
+
+  Context& ctx() const {
+    if (!ctx_ || ctx_->closed()) throw Error(ErrorCode::kRuntime, "distributed MoE context is closed");
+    return *ctx_;
+  }
+  int device() const { return ctx().device(); }
+
+  // Local device memory the context owns, by name: (pointer, bytes). The ops take these as their
+  // mutable storage arguments so graphs and tracers see what a call writes.
+  py::dict storages() const {
+    const Context::Impl& c = ctx().impl();
+    py::dict d;
+    d["activation"] = py::make_tuple(reinterpret_cast<uintptr_t>(c.activations->data()), c.activations->size());
+    d["routing"] = py::make_tuple(reinterpret_cast<uintptr_t>(c.ep->routing_window().local_ptr()),
+                                  c.ep->routing_window().bytes());
+    d["dispatch"] = py::make_tuple(reinterpret_cast<uintptr_t>(c.ep->dispatch_window().local_ptr()),
+                                   c.ep->dispatch_window().bytes());
+    d["combine"] = py::make_tuple(reinterpret_cast<uintptr_t>(c.ep->combine_window().local_ptr()),
+                                  c.ep->combine_window().bytes());
+    return d;
+  }
+
+  // Synchronizing copy of the planner state (tests and debugging only).
+  py::dict planner_snapshot() const {
+    const Context::Impl& c = ctx().impl();
+    DeviceGuard guard(c.device);
+    const int64_t N = c.geometry.num_slots, R = c.world;
+    std::vector<int64_t> saved(N * R), layers(N);
+    if (N > 0) {
+      DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+      DMOE_CUDA_CHECK(cudaMemcpy(saved.data(), c.planner_state.saved_bytes_NR, N * R * 8, cudaMemcpyDeviceToHost));
+      DMOE_CUDA_CHECK(cudaMemcpy(layers.data(), c.planner_state.layer_id_N, N * 8, cudaMemcpyDeviceToHost));
+    }
+    py::dict d;
+    d["saved_bytes"] = saved;
+    d["layer_ids"] = layers;
+    d["selected_slot"] = c.selected_slot;
+    d["slot_depth"] = c.slot_depth;
+    return d;
+  }
+
+  void forward(const py::dict& inputs, uintptr_t out, uintptr_t state, const py::dict& options, uintptr_t stream) {
+    Context& c = ctx();
+    DeviceGuard guard(c.device());
+    const RoutedExpertsInputs in = inputs_from_dict(inputs);
+    const ExecutionOptions o = options_from_dict(options);
+    if (state == 0) {
+      routed_experts_forward(c, in, reinterpret_cast<void*>(out), nullptr, o, as_stream(stream));
+      return;
+    }
+    SavedState saved(c, reinterpret_cast<void*>(state));
+    routed_experts_forward(c, in, reinterpret_cast<void*>(out), &saved, o, as_stream(stream));
+  }
+
+  void inference(const py::dict& inputs, uintptr_t out, const py::dict& options, uintptr_t stream) {
+    Context& c = ctx();
+    DeviceGuard guard(c.device());
+    routed_experts_inference(c, inputs_from_dict(inputs), reinterpret_cast<void*>(out), options_from_dict(options),
+                             as_stream(stream));
+  }
+
+  // grads: {"grad_x", "grad_scores", "grad_w13", "grad_w2": ptrs, "wgrad_dtype": name, "accumulate": bool}
+  void backward(const py::dict& inputs, uintptr_t state, uintptr_t grad_out, const py::dict& grads,
+                const py::dict& options, uintptr_t stream) {
+    Context& c = ctx();
+    DeviceGuard guard(c.device());
+    RoutedExpertsGradients g;
+    g.grad_x_TD = reinterpret_cast<void*>(grads["grad_x"].cast<uintptr_t>());
+    g.grad_scores_TK = reinterpret_cast<void*>(grads["grad_scores"].cast<uintptr_t>());
+    g.grad_w13 = reinterpret_cast<void*>(grads["grad_w13"].cast<uintptr_t>());
+    g.grad_w2 = reinterpret_cast<void*>(grads["grad_w2"].cast<uintptr_t>());
+    g.wgrad_dtype = parse_dtype(grads["wgrad_dtype"].cast<std::string>());
+    g.accumulate = grads["accumulate"].cast<bool>();
+    const SavedState saved(c, reinterpret_cast<void*>(state));
+    routed_experts_backward(c, inputs_from_dict(inputs), saved, as_ptr(grad_out), g, options_from_dict(options),
+                            as_stream(stream));
+  }
+
+  void reset(uintptr_t stream) {
+    DeviceGuard guard(device());
+    ctx().reset(as_stream(stream));
+  }
+  void select_activation_slot(int64_t slot, int64_t depth) { ctx().select_activation_slot(slot, depth); }
+  void close() {
+    if (!ctx_ || ctx_->closed()) return;
+    DeviceGuard guard(ctx_->device());
+    py::gil_scoped_release release;
+    ctx_->close();
+  }
+  bool closed() const { return !ctx_ || ctx_->closed(); }
+
+ private:
+  std::unique_ptr<Context> ctx_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "Dist-MoE GPU runtime: contexts and the BF16 routed-experts pipeline (raw pointers, no torch)";
+  register_error_translator();
+  m.def("unique_id", [] {
+    ncclUniqueId id;
+    DMOE_NCCL_CHECK(ncclGetUniqueId(&id));
+    return py::bytes(id.internal, sizeof id.internal);
+  });
+  m.def("nccl_version", [] {
+    int v = 0;
+    DMOE_NCCL_CHECK(ncclGetVersion(&v));
+    return v;
+  });
+  py::class_<GpuContext>(m, "Context")
+      .def(py::init<const py::dict&, const py::bytes&, int, int, int, int64_t>(), py::arg("config"),
+           py::arg("unique_id"), py::arg("rank"), py::arg("world_size"), py::arg("device"),
+           py::arg("comm_timeout_ms") = 0)
+      .def_property_readonly("rank", [](const GpuContext& g) { return g.ctx().rank(); })
+      .def_property_readonly("ep_size", [](const GpuContext& g) { return g.ctx().ep_size(); })
+      .def_property_readonly("local_experts", [](const GpuContext& g) { return g.ctx().local_experts(); })
+      .def_property_readonly("device", &GpuContext::device)
+      .def_property_readonly("closed", &GpuContext::closed)
+      .def_property_readonly("saved_state_bytes",
+                             [](const GpuContext& g) { return static_cast<int64_t>(SavedState::storage_bytes(g.ctx())); })
+      .def("storages", &GpuContext::storages)
+      .def("planner_snapshot", &GpuContext::planner_snapshot)
+      .def("forward", &GpuContext::forward)
+      .def("inference", &GpuContext::inference)
+      .def("backward", &GpuContext::backward)
+      .def("reset", &GpuContext::reset)
+      .def("select_activation_slot", &GpuContext::select_activation_slot)
+      .def("close", &GpuContext::close);
+}
