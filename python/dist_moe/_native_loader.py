@@ -1,7 +1,7 @@
-"""Loads the C++ core extension ``dist_moe._native`` (config validation, memory planning).
+"""Loads the C++ extensions: ``dist_moe._native`` (config validation, memory planning; no CUDA,
+no torch) and, on first use of a GPU feature, ``dist_moe._C`` (the GPU runtime).
 
-The extension is built by CMake next to this file (``scripts/build.sh``) or by ``pip install``.
-Importing it initializes neither CUDA nor torch.
+Both are built by CMake next to this file (``scripts/build.sh``) or by ``pip install .``.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 
 _native = None
+_gpu = None
 
 
 def native():
@@ -22,3 +23,20 @@ def native():
                 "pybind11 is installed) or pip install . from a checkout"
             ) from e
     return _native
+
+
+def gpu():
+    """The GPU runtime module. torch is imported first so that the NCCL library torch ships is the
+    one already loaded when ``_C`` resolves ``libnccl.so.2``."""
+    global _gpu
+    if _gpu is None:
+        import torch  # noqa: F401  (load order: torch's NCCL first)
+
+        try:
+            _gpu = importlib.import_module("dist_moe._C")
+        except ImportError as e:
+            raise ImportError(
+                "dist_moe._C (the GPU runtime) is not built: it needs nvcc, NCCL 2.28+ and pybind11 at build "
+                f"time (scripts/build.sh, or pip install . on a machine with CUDA): {e}"
+            ) from e
+    return _gpu

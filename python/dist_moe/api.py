@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 from ._dtypes import dtype_name
+from ._context import Context
 from ._execution import BlockScaledFormat, ExecutionOptions, PreparedWeight, resolve_options
 from ._native_loader import native
 from ._postprocess import RMSNormPostprocess, supports_fused_post_expert_rmsnorm
@@ -244,42 +245,43 @@ def plan_memory(config: Config, ep_size: int, *, device=None) -> MemoryPlan:
     return MemoryPlan(**raw)
 
 
-def _gpu_unavailable(what: str):
-    raise RuntimeError(
-        f"{what} needs the Dist-MoE GPU extension, which is not built yet: the BF16 distributed "
-        "pipeline (C++) and its torch binding are still in progress"
-    )
-
-
-class Context:
-    """A collective Dist-MoE context: windows, activation buffer, planner state (factory-only)."""
-
-    def __init__(self, *args, **kwargs):
-        raise TypeError("use create_context() to create a Context")
-
-
 def create_context(*, group, config: Config, device=None, emulate_peer_buffers=None) -> Context:
-    """Collectively creates a context over ``group`` (every rank, same order, same config)."""
+    """Collectively creates a context over the torch process group ``group`` (every rank, same
+    order, same config): an NCCL communicator bootstrapped over ``group`` (unique id broadcast),
+    symmetric windows, the activation buffer and the planner state. Create contexts before tracing
+    or graph capture; ``context.close()`` releases them.
+    """
     if not isinstance(config, Config):
         raise TypeError("config must be a dist_moe.Config")
-    world_size = group.size() if hasattr(group, "size") else int(group)
-    if config.num_experts % world_size != 0:
-        raise ValueError(f"num_experts={config.num_experts} must be divisible by world_size={world_size}")
-    _gpu_unavailable("create_context")
+    if config.block_scaled is not None:
+        raise NotImplementedError(
+            "block-scaled (MXFP8/NVFP4) contexts are not implemented on Hopper yet; use block_scaled=None (BF16)"
+        )
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise ImportError("create_context needs PyTorch: the Dist-MoE torch front end runs on torch tensors") from e
+    from ._context import create_context as _create
+
+    return _create(group=group, config=config, device=device, emulate_peer_buffers=emulate_peer_buffers)
 
 
 def prepare_block_scaled_weight(weight, config: BlockScaledConfig, *, inference: bool = False, out=None):
-    """Quantizes BF16 expert weights once for a block-scaled context."""
+    """Quantizes BF16 expert weights once for a block-scaled context (not implemented on Hopper yet)."""
     if not isinstance(config, BlockScaledConfig):
         raise TypeError("config must be a dist_moe.BlockScaledConfig")
-    _gpu_unavailable("prepare_block_scaled_weight")
+    raise NotImplementedError("block-scaled weight preparation (MXFP8/NVFP4) is not implemented on Hopper yet")
 
 
 def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weight, context, *, options=None):
-    """out[t] = sum_k score[t,k] * W2_e(SwiGLU(W13_e x_t)) over the EP group; collective."""
-    resolve_options(options)
+    """out[t] = sum_k score[t,k] * W2_e(SwiGLU(W13_e x_t)) over the EP group; collective.
+
+    Returns a fresh BF16 [T, D]. Every rank calls it in the same order with the same T. Gradients
+    flow to x, scores, w13 and w2 (in their logical shapes); ids get none.
+    """
+    options = resolve_options(options)
     if not isinstance(context, Context):
         raise TypeError("context must be a dist_moe.Context")
-    _gpu_unavailable("routed_experts")
+    from ._routed import routed_experts as _run
 
-
+    return _run(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weight, context, options)

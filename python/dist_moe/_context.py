@@ -1,0 +1,214 @@
+"""Contexts: the collective owner of windows, activation buffer and planner state on one rank.
+
+A ``Context`` wraps one ``dist_moe._C.Context`` (C++). It is registered under a string id that the
+registered ops carry (``context_id``), because ops cannot take Python objects. Importing this module
+does not import torch; creating a context does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+_log = logging.getLogger("dist_moe")
+_REGISTRY: dict[str, "Context"] = {}
+_NEXT_ID = itertools.count()
+
+
+def get_context(context_id: str) -> "Context":
+    ctx = _REGISTRY.get(context_id)
+    if ctx is None or ctx._closed:
+        raise RuntimeError(f"distributed MoE context {context_id} is not live")
+    return ctx
+
+
+class _DeviceMemory:
+    """A non-owning ``__cuda_array_interface__`` view of context-owned bytes (for torch.as_tensor)."""
+
+    def __init__(self, ptr: int, nbytes: int, owner):
+        self._owner = owner  # keeps the C++ context alive while a tensor views its memory
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (ptr, False),
+            "version": 3,
+            "strides": None,
+        }
+
+
+class Context:
+    """A collective Dist-MoE context (factory-only: use ``create_context``).
+
+    Attributes: ``group``, ``config``, ``memory_plan``, ``device``; the context-owned storages
+    ``activation_storage``, ``routing_storage``, ``dispatch_storage``, ``combine_storage`` (uint8
+    views of device memory the context owns; the ops check they get exactly these views).
+    """
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("use create_context() to create a Context")
+
+    @classmethod
+    def _create(cls, *, group, config, memory_plan, device, native) -> "Context":
+        import torch
+
+        self = object.__new__(cls)
+        self.group = group
+        self.config = config
+        self.memory_plan = memory_plan
+        self.device = device
+        self._native = native
+        self._closed = False
+        self._context_id = f"dist_moe_ctx_{next(_NEXT_ID)}"
+        self._storages = {
+            name: torch.as_tensor(_DeviceMemory(ptr, nbytes, native), device=device)
+            for name, (ptr, nbytes) in native.storages().items()
+        }
+        self._selected_slot = 0
+        self._num_moe_layers_in_selected_slot = config.max_moe_layers_per_activation_slot
+        _REGISTRY[self._context_id] = self
+        return self
+
+    # ---- properties (upstream's) ----------------------------------------------------------------
+    @property
+    def max_num_local_input_tokens(self) -> int:
+        return self.config.max_num_local_input_tokens
+
+    @property
+    def hidden_dim(self) -> int:
+        return self.config.hidden_dim
+
+    @property
+    def top_k(self) -> int:
+        return self.config.top_k
+
+    @property
+    def context_id(self) -> str:
+        self._check_open()
+        return self._context_id
+
+    @property
+    def rank(self) -> int:
+        return self._native_context().rank
+
+    @property
+    def ep_size(self) -> int:
+        return self._native_context().ep_size
+
+    @property
+    def activation_storage(self):
+        return self._storages["activation"]
+
+    @property
+    def routing_storage(self):
+        return self._storages["routing"]
+
+    @property
+    def dispatch_storage(self):
+        return self._storages["dispatch"]
+
+    @property
+    def combine_storage(self):
+        return self._storages["combine"]
+
+    @property
+    def selected_activation_slot(self) -> tuple[int, int]:
+        """(slot, number of MoE layers in it) that the next training forward pushes to."""
+        return self._selected_slot, self._num_moe_layers_in_selected_slot
+
+    # ---- state ----------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("distributed MoE context is closed")
+
+    def _native_context(self):
+        self._check_open()
+        return self._native
+
+    def reset(self) -> None:
+        """Puts the activation planner back to its initial state (device work; graph-safe).
+
+        Use only after an aborted schedule, never while a backward still owns saved state.
+        """
+        import torch
+
+        native = self._native_context()
+        native.reset(torch.cuda.current_stream(self.device).cuda_stream)
+        self._selected_slot = 0
+        self._num_moe_layers_in_selected_slot = self.config.max_moe_layers_per_activation_slot
+
+    def select_activation_slot(self, activation_slot: int, num_moe_layers_in_slot: int) -> None:
+        """Selects the slot the next training forwards push to and how many layers it will hold."""
+        native = self._native_context()
+        if self.config.inference:
+            return  # inference contexts have no slots
+        native.select_activation_slot(int(activation_slot), int(num_moe_layers_in_slot))  # validates
+        self._selected_slot = int(activation_slot)
+        self._num_moe_layers_in_selected_slot = int(num_moe_layers_in_slot)
+
+    def planner_snapshot(self) -> dict:
+        """Synchronizing copy of the planner state: saved bytes per slot and rank, layer ids (tests)."""
+        return self._native_context().planner_snapshot()
+
+    def close(self) -> None:
+        """Collective and idempotent: synchronizes the device and releases every buffer."""
+        if self._closed:
+            return
+        _REGISTRY.pop(self._context_id, None)
+        self._storages = {}
+        self._native.close()
+        self._closed = True
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"rank {self._native.rank}/{self._native.ep_size}"
+        return f"dist_moe.Context({self._context_id}, {state}, device={self.device})"
+
+
+def create_context(*, group, config, device=None, emulate_peer_buffers=None) -> Context:
+    """Collectively creates a context over the torch process group ``group`` (see api.create_context)."""
+    import torch
+    import torch.distributed as dist
+
+    from . import _native_loader, _ops  # noqa: F401  (_ops registers the dist_moe:: torch ops)
+    from .api import plan_memory
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("Dist-MoE requires CUDA")
+    if group is None:
+        group = dist.group.WORLD
+    world_size = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    if config.num_experts % world_size != 0:
+        raise ValueError(f"num_experts={config.num_experts} must be divisible by world_size={world_size}")
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    elif isinstance(device, int):
+        device = torch.device("cuda", device)
+    else:
+        device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"device must be CUDA, got {device}")
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    backend = str(dist.get_backend(group))
+    if emulate_peer_buffers is None:
+        emulate_peer_buffers = backend == "fake"
+    if emulate_peer_buffers:
+        raise RuntimeError(
+            "emulated peer buffers (fake process groups) are not supported: Dist-MoE's Hopper runtime "
+            "needs real NCCL symmetric memory on every rank"
+        )
+    plan = plan_memory(config, world_size, device=device)
+    _log.info("%s", plan.explain())
+
+    # The NCCL unique id travels over the caller's process group; the group's own backend does the
+    # broadcast (a CUDA tensor for NCCL groups, CPU for gloo).
+    gpu = _native_loader.gpu()
+    on_cuda = "nccl" in backend
+    uid = torch.zeros(128, dtype=torch.uint8, device=device if on_cuda else "cpu")
+    if rank == 0:
+        uid.copy_(torch.frombuffer(bytearray(gpu.unique_id()), dtype=torch.uint8))
+    dist.broadcast(uid, src=dist.get_process_group_ranks(group)[0], group=group)
+    unique_id = bytes(uid.cpu().tolist())
+    with torch.cuda.device(device):
+        native = gpu.Context(config._as_dict(), unique_id, rank, world_size, device.index)
+    return Context._create(group=group, config=config, memory_plan=plan, device=device, native=native)

@@ -1,0 +1,273 @@
+"""The registered PyTorch operations of Dist-MoE (namespace ``dist_moe``), on the C++ GPU runtime.
+
+Importing this module imports torch and registers the ops; ``dist_moe`` imports it lazily, on the
+first ``create_context`` or ``routed_experts``. The CUDA implementations hand raw pointers and the
+current CUDA stream to ``dist_moe._C``; nothing synchronizes with the host, so every op can be
+captured in a CUDA graph. Every op has a fake implementation for FakeTensor / ``make_fx``.
+
+=============================  =============================================================
+op                             use
+=============================  =============================================================
+``bf16``                       inference, and training contexts under no-grad (scratch only);
+                               mutates the context-owned storages and the clip statistics
+``bf16_forward``               training forward; returns (out, saved state, clip statistics)
+``bf16_backward``              functional backward; returns (grad_x, grad_scores, grad_w13,
+                               grad_w2) in the inputs' logical shapes
+``bf16_backward_accumulate_``  backward that adds WGRAD into existing gradient buffers (args 3
+                               and 4); returns (grad_x, grad_scores)
+=============================  =============================================================
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _context
+
+# The fused RMSNorm postprocess flattened into scalar op arguments (upstream's order).
+_RMSNORM_ARGS = (
+    "Tensor? rmsnorm_weight_D, bool rmsnorm_enabled, float rmsnorm_eps, ScalarType rmsnorm_norm_output_dtype, "
+    "ScalarType rmsnorm_output_dtype, bool rmsnorm_require_bitwise, float rmsnorm_gain_center, "
+    "bool rmsnorm_use_kahan, bool rmsnorm_recompute_rstd"
+)
+_ROUTING_ARGS = "Tensor x_TD, Tensor topk_expert_ids_TK, Tensor topk_scores_TK, Tensor w13, Tensor w2"
+
+SCHEMAS = {
+    "bf16": (
+        f"bf16({_ROUTING_ARGS}, {_RMSNORM_ARGS}, Tensor(a!) activation_storage, int activation_slot, "
+        "int num_moe_layers_in_slot, Tensor(b!) routing_storage, Tensor(c!) dispatch_storage, "
+        "Tensor(d!) combine_storage, Tensor(e!)? swiglu_clip_stats_out_3, float swiglu_clip_limit, "
+        "bool validate_expert_ids, str context_id) -> Tensor"
+    ),
+    "bf16_forward": (
+        f"bf16_forward({_ROUTING_ARGS}, {_RMSNORM_ARGS}, int activation_slot, int num_moe_layers_in_slot, "
+        "bool collect_clip_stats, float swiglu_clip_limit, bool validate_expert_ids, str context_id) "
+        "-> (Tensor, Tensor, Tensor)"
+    ),
+    "bf16_backward": (
+        f"bf16_backward(Tensor grad_out_TD, {_ROUTING_ARGS}, Tensor saved_state, {_RMSNORM_ARGS}, "
+        "ScalarType wgrad_dtype, str context_id) -> (Tensor, Tensor, Tensor, Tensor)"
+    ),
+    "bf16_backward_accumulate_": (
+        "bf16_backward_accumulate_(Tensor grad_out_TD, Tensor x_TD, Tensor topk_expert_ids_TK, "
+        "Tensor(a!) accumulator_grad_w13_EFD, Tensor(b!) accumulator_grad_w2_EDF, Tensor topk_scores_TK, "
+        f"Tensor w13, Tensor w2, Tensor saved_state, {_RMSNORM_ARGS}, ScalarType wgrad_dtype, "
+        "str context_id) -> (Tensor, Tensor)"
+    ),
+}
+
+_lib = torch.library.Library("dist_moe", "DEF")
+for _schema in SCHEMAS.values():
+    _lib.define(_schema)
+
+_DTYPE_NAMES = {
+    torch.bfloat16: "bfloat16",
+    torch.float16: "float16",
+    torch.float32: "float32",
+    torch.int32: "int32",
+    torch.int64: "int64",
+}
+
+
+def _dtype_name(dtype) -> str:
+    try:
+        return _DTYPE_NAMES[dtype]
+    except KeyError:
+        raise TypeError(f"unsupported dtype {dtype}") from None
+
+
+def _stream(device: torch.device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _inputs(x, ids, scores, w13, w2) -> dict:
+    return {
+        "x": x.data_ptr(),
+        "num_tokens": x.shape[0],
+        "ids": ids.data_ptr(),
+        "id_dtype": _dtype_name(ids.dtype),
+        "scores": scores.data_ptr(),
+        "score_dtype": _dtype_name(scores.dtype),
+        "w13": w13.data_ptr(),
+        "w13_shape": list(w13.shape),
+        "w2": w2.data_ptr(),
+        "w2_shape": list(w2.shape),
+    }
+
+
+def _options(rms: tuple, clip_ptr: int, clip_limit: float, validate: bool) -> dict:
+    weight, enabled, eps, norm_dtype, out_dtype, bitwise, gain_center, kahan, recompute = rms
+    rmsnorm = None
+    if enabled:
+        rmsnorm = {
+            "eps": eps,
+            "norm_output_dtype": _dtype_name(norm_dtype),
+            "output_dtype": _dtype_name(out_dtype),
+            "require_bitwise": bitwise,
+            "weight": 0 if weight is None else weight.data_ptr(),
+            "weight_dtype": "bfloat16" if weight is None else _dtype_name(weight.dtype),
+            "gain_center": gain_center,
+            "use_kahan": kahan,
+            "recompute_rstd": recompute,
+        }
+    return {"clip_stats": clip_ptr, "clip_limit": clip_limit, "validate_expert_ids": validate, "rmsnorm": rmsnorm}
+
+
+def _check_storage(name: str, given: torch.Tensor, owned: torch.Tensor) -> None:
+    same = (
+        given.data_ptr() == owned.data_ptr()
+        and given.storage_offset() == owned.storage_offset()
+        and given.shape == owned.shape
+        and given.stride() == owned.stride()
+        and given.dtype == owned.dtype
+        and given.device == owned.device
+        and given.layout == owned.layout
+    )
+    if not same:
+        raise ValueError(f"{name}_storage does not match the context-owned tensor view")
+
+
+# ---- dist_moe::bf16 (inference / scratch-only training forward) ---------------------------------
+
+
+def _bf16_cuda(x, ids, scores, w13, w2, *args):
+    rms = args[:9]
+    (activation, slot, depth, routing, dispatch, combine, clip, clip_limit, validate, context_id) = args[9:]
+    ctx = _context.get_context(context_id)
+    for name, given in (("activation", activation), ("routing", routing), ("dispatch", dispatch), ("combine", combine)):
+        _check_storage(name, given, ctx._storages[name])
+    out = torch.empty((x.shape[0], x.shape[1]), dtype=torch.bfloat16, device=x.device)
+    opts = _options(rms, 0 if clip is None else clip.data_ptr(), clip_limit, validate)
+    native = ctx._native_context()
+    if ctx.config.inference:
+        native.inference(_inputs(x, ids, scores, w13, w2), out.data_ptr(), opts, _stream(x.device))
+    else:
+        native.select_activation_slot(slot, depth)
+        native.forward(_inputs(x, ids, scores, w13, w2), out.data_ptr(), 0, opts, _stream(x.device))
+    return out
+
+
+@torch.library.register_fake("dist_moe::bf16", lib=_lib)
+def _bf16_fake(x, *args):
+    return x.new_empty((x.shape[0], x.shape[1]), dtype=torch.bfloat16)
+
+
+# ---- dist_moe::bf16_forward (training) ----------------------------------------------------------
+
+
+def _bf16_forward_cuda(x, ids, scores, w13, w2, *args):
+    rms = args[:9]
+    slot, depth, collect_stats, clip_limit, validate, context_id = args[9:]
+    ctx = _context.get_context(context_id)
+    native = ctx._native_context()
+    out = torch.empty((x.shape[0], x.shape[1]), dtype=torch.bfloat16, device=x.device)
+    state = torch.empty((native.saved_state_bytes,), dtype=torch.uint8, device=x.device)
+    stats = torch.empty((3 if collect_stats else 0,), dtype=torch.float32, device=x.device)
+    opts = _options(rms, stats.data_ptr() if collect_stats else 0, clip_limit, validate)
+    native.select_activation_slot(slot, depth)
+    native.forward(_inputs(x, ids, scores, w13, w2), out.data_ptr(), state.data_ptr(), opts, _stream(x.device))
+    return out, state, stats
+
+
+@torch.library.register_fake("dist_moe::bf16_forward", lib=_lib)
+def _bf16_forward_fake(x, ids, scores, w13, w2, *args):
+    collect_stats, context_id = args[11], args[-1]
+    state_bytes = _context.get_context(context_id)._native_context().saved_state_bytes
+    return (
+        x.new_empty((x.shape[0], x.shape[1]), dtype=torch.bfloat16),
+        x.new_empty((state_bytes,), dtype=torch.uint8),
+        x.new_empty((3 if collect_stats else 0,), dtype=torch.float32),
+    )
+
+
+# ---- backward ------------------------------------------------------------------------------------
+
+
+def _run_backward(grad_out, x, ids, scores, w13, w2, state, rms, wgrad_dtype, context_id, gw13, gw2, accumulate):
+    ctx = _context.get_context(context_id)
+    grad_x = torch.empty_like(x)
+    grad_scores = torch.empty_like(scores)
+    grads = {
+        "grad_x": grad_x.data_ptr(),
+        "grad_scores": grad_scores.data_ptr(),
+        "grad_w13": gw13.data_ptr(),
+        "grad_w2": gw2.data_ptr(),
+        "wgrad_dtype": _dtype_name(wgrad_dtype),
+        "accumulate": accumulate,
+    }
+    ctx._native_context().backward(
+        _inputs(x, ids, scores, w13, w2),
+        state.data_ptr(),
+        grad_out.data_ptr(),
+        grads,
+        _options(rms, 0, 7.0, False),
+        _stream(x.device),
+    )
+    return grad_x, grad_scores
+
+
+def _bf16_backward_cuda(grad_out, x, ids, scores, w13, w2, state, *args):
+    rms, (wgrad_dtype, context_id) = args[:9], args[9:]
+    gw13 = torch.empty(w13.shape, dtype=wgrad_dtype, device=w13.device)
+    gw2 = torch.empty(w2.shape, dtype=wgrad_dtype, device=w2.device)
+    gx, gs = _run_backward(grad_out, x, ids, scores, w13, w2, state, rms, wgrad_dtype, context_id, gw13, gw2, False)
+    return gx, gs, gw13, gw2
+
+
+@torch.library.register_fake("dist_moe::bf16_backward", lib=_lib)
+def _bf16_backward_fake(grad_out, x, ids, scores, w13, w2, state, *args):
+    wgrad_dtype = args[9]
+    return (
+        torch.empty_like(x),
+        torch.empty_like(scores),
+        w13.new_empty(w13.shape, dtype=wgrad_dtype),
+        w2.new_empty(w2.shape, dtype=wgrad_dtype),
+    )
+
+
+def _check_accumulator(name: str, acc: torch.Tensor, weight: torch.Tensor, dtype: torch.dtype) -> None:
+    if acc.numel() != weight.numel() or acc.dtype != dtype or acc.device != weight.device or not acc.is_contiguous():
+        raise RuntimeError(
+            f"{name} must be a contiguous {dtype} tensor of {weight.numel()} elements on {weight.device}, got "
+            f"{acc.dtype} {tuple(acc.shape)} on {acc.device} (contiguous={acc.is_contiguous()})"
+        )
+
+
+def _bf16_backward_accumulate_cuda(grad_out, x, ids, acc_w13, acc_w2, scores, w13, w2, state, *args):
+    rms, (wgrad_dtype, context_id) = args[:9], args[9:]
+    _check_accumulator("accumulator_grad_w13_EFD", acc_w13, w13, wgrad_dtype)
+    _check_accumulator("accumulator_grad_w2_EDF", acc_w2, w2, wgrad_dtype)
+    return _run_backward(grad_out, x, ids, scores, w13, w2, state, rms, wgrad_dtype, context_id, acc_w13, acc_w2, True)
+
+
+@torch.library.register_fake("dist_moe::bf16_backward_accumulate_", lib=_lib)
+def _bf16_backward_accumulate_fake(grad_out, x, ids, acc_w13, acc_w2, scores, *args):
+    return torch.empty_like(x), torch.empty_like(scores)
+
+
+for _name, _fn in (
+    ("bf16", _bf16_cuda),
+    ("bf16_forward", _bf16_forward_cuda),
+    ("bf16_backward", _bf16_backward_cuda),
+    ("bf16_backward_accumulate_", _bf16_backward_accumulate_cuda),
+):
+    _lib.impl(_name, _fn, "CUDA")
+
+
+def _register_effects() -> None:
+    """Orders the effectful functional ops for AOT tracing (best effort: a private torch API)."""
+    try:
+        from torch._higher_order_ops.effects import _EffectType, _register_effectful_op
+    except ImportError:  # pragma: no cover - depends on the torch version
+        return
+    for name in ("bf16_forward", "bf16_backward"):
+        op = getattr(torch.ops.dist_moe, name).default
+        try:
+            _register_effectful_op(op, _EffectType.ORDERED)
+        except Exception:  # pragma: no cover - already registered, or the API changed
+            pass
+
+
+_register_effects()
+
+EFFECTFUL_OPS = (torch.ops.dist_moe.bf16_forward.default, torch.ops.dist_moe.bf16_backward.default)

@@ -1,0 +1,265 @@
+"""``routed_experts``: validation, path selection and autograd over the registered ops (torch).
+
+Paths (upstream §1.10):
+  - no gradient needed (inference context, no-grad, or no input requires grad): ``dist_moe::bf16``;
+  - training: ``_Bf16Function`` over ``dist_moe::bf16_forward`` / ``bf16_backward`` or, with
+    ``inplace_wgrad_accum`` and existing ``.grad`` buffers, ``bf16_backward_accumulate_``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _ops
+from ._context import Context
+from ._execution import ExecutionOptions
+from ._postprocess import RMSNormPostprocess, validate_rmsnorm_postprocess
+
+_NO_RMSNORM = (None, False, 0.0, torch.float32, torch.float32, True, 0.0, False, False)
+_WGRAD_DTYPES = (torch.bfloat16, torch.float32)
+
+
+def _rmsnorm_args(post) -> tuple:
+    """The RMSNorm policy flattened into the ops' scalar arguments (None -> disabled)."""
+    if post is None:
+        return _NO_RMSNORM
+    if not isinstance(post, RMSNormPostprocess):
+        raise TypeError("the registered path takes RMSNormPostprocess or None as experts_output_postprocess")
+    return (
+        post.weight,
+        True,
+        float(post.eps),
+        post.norm_output_dtype,
+        post.output_dtype,
+        bool(post.require_bitwise),
+        float(post.gain_center),
+        bool(post.use_kahan),
+        bool(post.recompute_rstd),
+    )
+
+
+def _tracing() -> bool:
+    if torch.compiler.is_compiling():
+        return True
+    try:
+        from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+        return get_proxy_mode() is not None
+    except ImportError:  # pragma: no cover - torch version dependent
+        return False
+
+
+# ---- WGRAD destinations (upstream §2.8) -----------------------------------------------------------
+
+
+def _declared_grad_dtype(param):
+    # Tensor.grad_dtype (recent torch) defaults to the parameter's dtype; only a different value is
+    # a declaration we can tell apart from the default.
+    declared = getattr(param, "grad_dtype", None)
+    return declared if declared is not None and declared != param.dtype else None
+
+
+def resolve_wgrad_dtype(param, config_dtype):
+    """The WGRAD dtype for a parameter-owned destination: declared, then Config, then the existing
+    ``.grad``, then the parameter's dtype; BF16 or FP32."""
+    declared = _declared_grad_dtype(param)
+    if declared is not None:
+        if config_dtype is not None and config_dtype != declared:
+            raise RuntimeError(
+                f"wgrad_dtype conflicts with the parameter's declared grad_dtype ({config_dtype} vs {declared})"
+            )
+        dtype = declared
+    elif config_dtype is not None:
+        dtype = config_dtype
+    elif param.grad is not None:
+        dtype = param.grad.dtype
+    else:
+        dtype = param.dtype
+    if dtype not in _WGRAD_DTYPES:
+        raise TypeError(f"WGRAD dtype must be torch.bfloat16 or torch.float32, got {dtype}")
+    if param.grad is not None and param.grad.dtype != dtype:
+        raise RuntimeError(
+            f"existing parameter gradient dtype does not match the resolved WGRAD dtype ({param.grad.dtype} vs {dtype})"
+        )
+    return dtype
+
+
+def _owner(weight, explicit):
+    if explicit is not None:
+        param = explicit
+    elif weight.is_leaf:
+        param = weight
+    elif weight._base is not None and weight._base.is_leaf:
+        param = weight._base
+    else:
+        raise ValueError("inplace_wgrad_accum requires a view of an autograd leaf")
+    if not param.requires_grad:
+        raise ValueError("inplace_wgrad_accum: the parameter needs gradients (requires_grad=False)")
+    return param
+
+
+def _accumulator(param, weight):
+    grad = param.grad
+    if hasattr(grad, "to_local"):  # DTensor: the local shard owns the storage
+        grad = grad.to_local()
+    if grad.numel() != weight.numel() or not grad.is_contiguous() or grad.device != weight.device:
+        raise RuntimeError(
+            "inplace_wgrad_accum: the existing .grad must be a contiguous local tensor with the weight's "
+            f"shape on {weight.device}, got {tuple(grad.shape)} on {grad.device}"
+        )
+    return grad.view(weight.shape)
+
+
+# ---- autograd -----------------------------------------------------------------------------------------
+
+
+class _Bf16Function(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, ids, scores, w13, w2, context, options, rms, collect_stats):
+        slot, depth = context.selected_activation_slot
+        out, state, stats = torch.ops.dist_moe.bf16_forward(
+            x, ids, scores, w13, w2, *rms, slot, depth, collect_stats,
+            float(options.swiglu_clip_limit), options.validate_expert_ids, context.context_id,
+        )  # fmt: skip
+        ctx.save_for_backward(x, ids, scores, w13, w2, state)
+        ctx.context, ctx.options, ctx.rms = context, options, rms
+        ctx.mark_non_differentiable(stats)
+        return out, stats
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_stats):
+        x, ids, scores, w13, w2, state = ctx.saved_tensors
+        context, options, rms = ctx.context, ctx.options, ctx.rms
+        grad_out = grad_out.to(torch.bfloat16).contiguous()
+        cid = context.context_id
+        config_dtype = context.config.wgrad_dtype
+        if options.wgrad_destination_fn is not None:
+            return _backward_to_destinations(grad_out, x, ids, scores, w13, w2, state, context, options, rms)
+        if options.inplace_wgrad_accum:
+            owners = options.wgrad_parameter_owners or (None, None)
+            p13, p2 = _owner(w13, owners[0]), _owner(w2, owners[1])
+            d13, d2 = resolve_wgrad_dtype(p13, config_dtype), resolve_wgrad_dtype(p2, config_dtype)
+            if d13 != d2:
+                raise RuntimeError(f"W13 and W2 resolve to different WGRAD dtypes ({d13} vs {d2})")
+            if p13.grad is not None and p2.grad is not None:
+                gx, gs = torch.ops.dist_moe.bf16_backward_accumulate_(
+                    grad_out, x, ids, _accumulator(p13, w13), _accumulator(p2, w2), scores, w13, w2, state,
+                    *rms, d13, cid,
+                )  # fmt: skip
+                return gx, None, gs, None, None, None, None, None, None
+            wgrad_dtype = d13
+        else:
+            wgrad_dtype = config_dtype if config_dtype is not None else w13.dtype
+        gx, gs, g13, g2 = torch.ops.dist_moe.bf16_backward(
+            grad_out, x, ids, scores, w13, w2, state, *rms, wgrad_dtype, cid
+        )
+        if options.wgrad_postprocess_fn is not None:  # w2 first, as its WGRAD is produced first
+            g2 = options.wgrad_postprocess_fn("w2", g2)
+            g13 = options.wgrad_postprocess_fn("w13", g13)
+        return gx, None, gs, g13, g2, None, None, None, None
+
+
+def _backward_to_destinations(grad_out, x, ids, scores, w13, w2, state, context, options, rms):
+    """``wgrad_destination_fn``: the integration owns both WGRAD buffers (eager only)."""
+    dtype = context.config.wgrad_dtype or w13.dtype
+    dests = []
+    for name, w in (("w13", w13), ("w2", w2)):
+        got = options.wgrad_destination_fn(name, w.shape, dtype, w.device)
+        if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], torch.Tensor) and isinstance(got[1], bool)):
+            raise TypeError("wgrad_destination_fn must return (Tensor, bool)")
+        dest, _ = got
+        if dest.shape != w.shape or dest.dtype != dtype or dest.device != w.device or not dest.is_contiguous():
+            raise RuntimeError(f"wgrad_destination_fn must return a contiguous tensor of the requested shape, dtype, and device for {name}")
+        dests.append(got)
+    (d13, acc13), (d2, acc2) = dests
+    cid = context.context_id
+    if acc13 and acc2:
+        gx, gs = torch.ops.dist_moe.bf16_backward_accumulate_(grad_out, x, ids, d13, d2, scores, w13, w2, state, *rms, dtype, cid)
+    else:
+        gx, gs, g13, g2 = torch.ops.dist_moe.bf16_backward(grad_out, x, ids, scores, w13, w2, state, *rms, dtype, cid)
+        for dest, acc, g in ((d13, acc13, g13), (d2, acc2, g2)):
+            dest.add_(g) if acc else dest.copy_(g)
+    return gx, None, gs, None, None, None, None, None, None
+
+
+# ---- the public entry point ------------------------------------------------------------------------
+
+
+def _check_tensors(x, ids, scores, w13, w2, context) -> None:
+    if x.dtype != torch.bfloat16:
+        raise TypeError(f"x_TD must be bfloat16, got {x.dtype}")
+    if w13.dtype != torch.bfloat16 or w2.dtype != torch.bfloat16:
+        raise TypeError(f"w13 and w2 must be bfloat16, got {w13.dtype} and {w2.dtype}")
+    if ids.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"topk_expert_ids_TK must be int32 or int64, got {ids.dtype}")
+    if scores.dtype not in (torch.bfloat16, torch.float32):
+        raise TypeError(f"topk_scores_TK must be bfloat16 or float32, got {scores.dtype}")
+    for name, t in (("x_TD", x), ("topk_expert_ids_TK", ids), ("topk_scores_TK", scores), ("w13", w13), ("w2", w2)):
+        if t.device != context.device:
+            raise ValueError(f"{name} must be on the context's device {context.device}, got {t.device}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+
+
+def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weight, context, options):
+    if not isinstance(context, Context):
+        raise TypeError("context must be a dist_moe.Context")
+    context._check_open()
+    cfg = context.config
+    x, ids, scores = x_TD, topk_expert_ids_TK, topk_scores_TK
+    stats = options.swiglu_clip_stats_out_3
+    if stats is not None and stats.device != x.device:
+        raise ValueError("swiglu_clip_stats_out_3 must be on the Dist-MoE input device")
+    D, K, T_max = cfg.hidden_dim, cfg.top_k, cfg.max_num_local_input_tokens
+    if x.dim() != 2 or x.shape[1] != D:
+        raise ValueError(f"x_TD must have shape [T, {D}], got {tuple(x.shape)}")
+    T = x.shape[0]
+    if not 1 <= T <= T_max:
+        raise ValueError(f"local input token count must be in [1, context.max_num_local_input_tokens={T_max}], got {T}")
+    for name, t in (("topk_expert_ids_TK", ids), ("topk_scores_TK", scores)):
+        if tuple(t.shape) != (T, K):
+            raise ValueError(f"{name} must have shape [T, K]=[{T}, {K}], got {tuple(t.shape)}")
+
+    post = options.experts_output_postprocess
+    if options.requires_eager:
+        if _tracing():
+            raise RuntimeError("DistMoE Python weight, expert-output, and WGRAD callbacks require eager execution")
+        if post is not None and not isinstance(post, RMSNormPostprocess):
+            raise RuntimeError(
+                "a callable experts_output_postprocess is not supported by the Hopper runtime yet; "
+                "use RMSNormPostprocess or None"
+            )
+        if isinstance(post, RMSNormPostprocess):
+            raise RuntimeError("RMSNormPostprocess observers are not supported by the Hopper runtime yet")
+    if options.weights_preprocess_fn is not None:
+        w13_weight = options.weights_preprocess_fn(w13_weight)
+        w2_weight = options.weights_preprocess_fn(w2_weight)
+    w13, w2 = w13_weight, w2_weight
+    _check_tensors(x, ids, scores, w13, w2, context)
+
+    rms_weight = post.weight if isinstance(post, RMSNormPostprocess) else None
+    grad_inputs = [t for t in (x, scores, w13, w2, rms_weight) if t is not None]
+    if cfg.inference and any(t.requires_grad for t in grad_inputs):
+        raise RuntimeError("inference contexts do not support autograd")
+    save = torch.is_grad_enabled() and any(t.requires_grad for t in grad_inputs)
+    if isinstance(post, RMSNormPostprocess):
+        validate_rmsnorm_postprocess(post, input_dtype=x.dtype, score_dtype=scores.dtype, topk=K, dim=D, training=save)
+    rms = _rmsnorm_args(post)
+
+    if not save:
+        slot, depth = context.selected_activation_slot
+        return torch.ops.dist_moe.bf16(
+            x, ids, scores, w13, w2, *rms,
+            context.activation_storage, slot, depth, context.routing_storage, context.dispatch_storage,
+            context.combine_storage, stats, float(options.swiglu_clip_limit), options.validate_expert_ids,
+            context.context_id,
+        )  # fmt: skip
+    if options.inplace_wgrad_accum and options.wgrad_postprocess_fn is not None:  # guarded by the options too
+        raise ValueError("inplace_wgrad_accum cannot be combined with wgrad_postprocess_fn")
+    out, new_stats = _Bf16Function.apply(x, ids, scores, w13, w2, context, options, rms, stats is not None)
+    if stats is not None:
+        stats.copy_(new_stats)  # graph-visible write into the caller's tensor
+    return out
+
+
+__all__ = ["routed_experts", "resolve_wgrad_dtype", "ExecutionOptions", "_ops"]
