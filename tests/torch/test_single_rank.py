@@ -1,0 +1,505 @@
+"""One-rank GPU tests of the torch front end (upstream's DistMoeKernelTest rows that apply to BF16).
+
+Every test creates its own context on a real one-rank NCCL group and closes it; numerics are
+checked against the reference model on fresh random inputs, graph/tracing paths bitwise against
+eager runs of the same context.
+"""
+
+import pytest
+import torch
+import torch.utils.checkpoint as ckpt
+from moe_reference import (
+    FWD_TOL,
+    GRAD_TOL,
+    WGRAD_TOL,
+    assert_moe_close,
+    make_tokens,
+    make_weights,
+    reference_moe,
+    upstream_case_ids,
+)
+
+import dist_moe
+
+T, D, FF, E, K = 8, 256, 256, 4, 2
+DEV = torch.device("cuda", 0)
+
+
+def config(**kw):
+    base = dict(max_num_local_input_tokens=T, hidden_dim=D, intermediate_dim=FF, top_k=K, num_experts=E,
+                max_moe_layers_per_activation_slot=1, activation_slot_capacity_factor=1.0)
+    base.update(kw)
+    if base.get("inference"):
+        base.update(num_activation_slots=0, activation_slot_capacity_factor=None)
+    return dist_moe.Config(**base)
+
+
+@pytest.fixture
+def make_ctx(world1):
+    made = []
+
+    def make(**kw):
+        ctx = dist_moe.create_context(group=world1, config=config(**kw), device=DEV)
+        made.append(ctx)
+        return ctx
+
+    yield make
+    for ctx in made:
+        ctx.close()
+
+
+def case(seed=43, shift=0, t=T, ids=None):
+    x, ids, scores = make_tokens(t, D, K, seed=seed, device=DEV,
+                                 ids=upstream_case_ids(t, K, E, shift=shift) if ids is None else ids)
+    w13, w2 = make_weights(E, D, FF, seed=seed + 1, device=DEV)
+    return x, ids, scores, w13, w2
+
+
+def leaves(*tensors):
+    return [t.detach().clone().requires_grad_(t.is_floating_point()) for t in tensors]
+
+
+def run_train(ctx, x, ids, scores, w13, w2, grad_out, options=None):
+    x, scores, w13, w2 = leaves(x, scores, w13, w2)
+    out = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx, options=options)
+    out.backward(grad_out)
+    return out.detach(), x.grad, scores.grad, w13.grad, w2.grad
+
+
+def run_reference(x, ids, scores, w13, w2, grad_out, **kw):
+    x, scores, w13, w2 = leaves(x, scores, w13, w2)
+    out = reference_moe(x, ids, scores, w13, w2, **kw)
+    out.backward(grad_out)
+    return out.detach(), x.grad, scores.grad, w13.grad, w2.grad
+
+
+def check_train(got, want):
+    names = ("out", "grad_x", "grad_scores", "grad_w13", "grad_w2")
+    tols = (FWD_TOL, GRAD_TOL, GRAD_TOL, WGRAD_TOL, WGRAD_TOL)
+    for name, g, w, tol in zip(names, got, want, tols):
+        assert_moe_close(g.reshape(w.shape), w, name=name, **tol)
+
+
+def assert_planner_reset(ctx):
+    snap = ctx.planner_snapshot()
+    assert all(v == 0 for v in snap["saved_bytes"]), snap
+    assert all(v == 0 for v in snap["layer_ids"]), snap
+
+
+# ---- schemas and ownership ---------------------------------------------------------------------------
+
+
+def test_registered_schemas_expose_mutation_and_wgrad_ownership(make_ctx):
+    """bf16 mutates the storages and clip stats; bf16_forward/backward are functional; accumulate_
+    write-aliases exactly args 3 and 4."""
+    make_ctx()
+    bf16 = str(torch.ops.dist_moe.bf16.default._schema)
+    assert "Tensor(e!)? swiglu_clip_stats_out_3" in bf16 and "Tensor(a!) activation_storage" in bf16
+    assert "!" not in str(torch.ops.dist_moe.bf16_forward.default._schema)
+    assert "!" not in str(torch.ops.dist_moe.bf16_backward.default._schema)
+    acc = torch.ops.dist_moe.bf16_backward_accumulate_.default._schema
+    written = [i for i, a in enumerate(acc.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    assert written == [3, 4]
+    assert [acc.arguments[i].name for i in written] == ["accumulator_grad_w13_EFD", "accumulator_grad_w2_EDF"]
+    assert all(r.alias_info is None for r in acc.returns)
+
+
+def test_custom_op_rejects_storage_from_another_owner(make_ctx):
+    """Calling dist_moe::bf16 with a storage that is not the context's exact view raises ValueError."""
+    ctx = make_ctx(inference=True)
+    x, ids, scores, w13, w2 = case()
+    rms = (None, False, 0.0, torch.float32, torch.float32, True, 0.0, False, False)
+    good = dict(activation=ctx.activation_storage, routing=ctx.routing_storage, dispatch=ctx.dispatch_storage,
+                combine=ctx.combine_storage)
+    fake = torch.empty(1, dtype=torch.uint8, device=DEV)
+    for name in good:
+        for bad in (fake, good[name][:-1]):
+            s = dict(good, **{name: bad})
+            with pytest.raises(ValueError, match=f"{name}_storage does not match the context-owned tensor view"):
+                torch.ops.dist_moe.bf16(x, ids, scores, w13, w2, *rms, s["activation"], 0, 1, s["routing"],
+                                        s["dispatch"], s["combine"], None, 7.0, False, ctx.context_id)
+
+
+def test_context_is_factory_only_and_closes_idempotently(make_ctx):
+    """Context() raises; close() twice is fine; a closed context raises on use."""
+    with pytest.raises(TypeError, match="use create_context"):
+        dist_moe.Context()
+    ctx = make_ctx()
+    ctx.close()
+    ctx.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        _ = ctx.context_id
+
+
+# ---- numerics --------------------------------------------------------------------------------------------
+
+
+def test_single_rank_forward_and_backward_match_reference(make_ctx):
+    """4D w13 [E, 2, F, D], FP32 WGRAD: output and all grads within upstream's tolerances."""
+    ctx = make_ctx(wgrad_dtype=torch.float32, activation_slot_capacity_factor=None, activation_slot_bytes=64 << 20)
+    x, ids, scores, w13, w2 = case(seed=29)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    got = run_train(ctx, x, ids, scores, w13.view(E, 2, FF, D), w2, g)
+    assert got[3].shape == (E, 2, FF, D)  # autograd casts the FP32 WGRAD to the leaf's dtype
+    check_train(got, run_reference(x, ids, scores, w13, w2, g))
+    assert_planner_reset(ctx)
+
+
+def test_context_accepts_bounded_token_shapes(make_ctx):
+    """T in {1, 4, 8} of T_max 8 matches the reference; T in {0, 9} raises 'must be in'."""
+    ctx = make_ctx()
+    for t in (1, 4, 8):
+        x, ids, scores, w13, w2 = case(seed=100 + t, t=t)
+        g = torch.randn(t, D, device=DEV, dtype=torch.bfloat16)
+        check_train(run_train(ctx, x, ids, scores, w13, w2, g), run_reference(x, ids, scores, w13, w2, g))
+    x, ids, scores, w13, w2 = case()
+    for t in (0, 9):
+        xt = torch.randn(t, D, device=DEV, dtype=torch.bfloat16)
+        it = torch.zeros(t, K, dtype=torch.int32, device=DEV)
+        with pytest.raises(ValueError, match="must be in"):
+            dist_moe.routed_experts(xt, it, it.float(), w13, w2, ctx)
+
+
+def test_padding_routes_match_reference_forward_and_backward(make_ctx):
+    """ids[0] = -1 (whole row) and ids[1,1] = -1: row 0 exactly zero, its x.grad zero, score grads of
+    -1 routes zero, everything else within tolerance; the planner is back to its initial state."""
+    ctx = make_ctx()
+    ids = upstream_case_ids(T, K, E)
+    ids[0] = -1
+    ids[1, 1] = -1
+    x, ids, scores, w13, w2 = case(ids=ids)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    got = run_train(ctx, x, ids, scores, w13, w2, g, dist_moe.ExecutionOptions(validate_expert_ids=True))
+    assert got[0][0].abs().max() == 0 and got[1][0].abs().max() == 0
+    assert got[2][0].abs().max() == 0 and got[2][1, 1] == 0
+    check_train(got, run_reference(x, ids, scores, w13, w2, g))
+    assert_planner_reset(ctx)
+
+
+def test_non_power_of_two_topk_matches_reference(world1):
+    """E=8, K=6 BF16 training matches the reference."""
+    cfg = config(num_experts=8, top_k=6)
+    ctx = dist_moe.create_context(group=world1, config=cfg, device=DEV)
+    try:
+        x, ids, scores = make_tokens(T, D, 6, seed=5, device=DEV, E=8)
+        w13, w2 = make_weights(8, D, FF, seed=6, device=DEV)
+        g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+        check_train(run_train(ctx, x, ids, scores, w13, w2, g), run_reference(x, ids, scores, w13, w2, g))
+    finally:
+        ctx.close()
+
+
+def test_bf16_clamped_swiglu_matches_reference(make_ctx):
+    """Clamped SwiGLU with alpha 1.5 and limit 5.0 matches the reference (forward and grads)."""
+    ctx = make_ctx(activation="swiglu_clamped", swiglu_alpha=1.5, swiglu_limit=5.0)
+    x, ids, scores, w13, w2 = case(seed=7)
+    x = x * 4  # push gate/up values past the limit so the clamp matters
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    ref = run_reference(x, ids, scores, w13, w2, g, activation="swiglu_clamped", alpha=1.5, limit=5.0)
+    check_train(run_train(ctx, x, ids, scores, w13, w2, g), ref)
+
+
+def test_bf16_registered_rmsnorm_backward_matches_reference(make_ctx):
+    """RMSNorm postprocess (eps 1e-6, non-bitwise, recompute_rstd) vs F.rms_norm: row 0 (all -1) zero."""
+    ctx = make_ctx()
+    ids = upstream_case_ids(T, K, E)
+    ids[0] = -1
+    x, ids, scores, w13, w2 = case(seed=11, ids=ids)
+    post = dist_moe.RMSNormPostprocess(eps=1e-6, norm_output_dtype=torch.float32, output_dtype=torch.bfloat16,
+                                       require_bitwise=False, recompute_rstd=True)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    got = run_train(ctx, x, ids, scores, w13, w2, g, dist_moe.ExecutionOptions(experts_output_postprocess=post))
+    assert got[0][0].abs().max() == 0
+    check_train(got, run_reference(x, ids, scores, w13, w2, g, rmsnorm_eps=1e-6))
+    assert_planner_reset(ctx)
+
+
+def test_eager_flat_weights_return_logical_gradient_shapes(make_ctx):
+    """Flat w13 [E*2F, D] and w2 [E*D, F] through weights_preprocess_fn=torch.clone: flat grads."""
+    ctx = make_ctx()
+    x, ids, scores, w13, w2 = case(seed=13)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    opts = dist_moe.ExecutionOptions(weights_preprocess_fn=torch.clone)
+    got = run_train(ctx, x, ids, scores, w13.reshape(E * 2 * FF, D), w2.reshape(E * D, FF), g, opts)
+    assert got[3].shape == (E * 2 * FF, D) and got[4].shape == (E * D, FF)
+    check_train(got, run_reference(x, ids, scores, w13, w2, g))
+
+
+def test_training_call_uses_selected_microbatch_stack(make_ctx):
+    """Two slots, select(1, 1): matches the reference, and slot 1 is empty again after backward."""
+    ctx = make_ctx(num_activation_slots=2)
+    ctx.select_activation_slot(1, 1)
+    x, ids, scores, w13, w2 = case(seed=17)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    check_train(run_train(ctx, x, ids, scores, w13, w2, g), run_reference(x, ids, scores, w13, w2, g))
+    assert_planner_reset(ctx)
+    with pytest.raises(ValueError, match="activation slot"):
+        ctx.select_activation_slot(2, 1)
+    with pytest.raises(ValueError, match="num_moe_layers"):
+        ctx.select_activation_slot(0, 2)
+
+
+def test_no_grad_on_training_context_is_scratch_only(make_ctx):
+    """A forward under no_grad leaves the slot state untouched and equals the training forward."""
+    ctx = make_ctx()
+    x, ids, scores, w13, w2 = case(seed=19)
+    before = ctx.planner_snapshot()
+    with torch.no_grad():
+        out_eval = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx)
+    assert ctx.planner_snapshot() == before
+    assert not out_eval.requires_grad
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    got = run_train(ctx, x, ids, scores, w13, w2, g)
+    torch.testing.assert_close(out_eval, got[0], rtol=0, atol=0)
+    assert_planner_reset(ctx)
+
+
+def test_inference_rejects_autograd_and_matches_reference(make_ctx):
+    """Inference context: matches the reference; inputs requiring grad raise."""
+    ctx = make_ctx(inference=True)
+    x, ids, scores, w13, w2 = case(seed=23)
+    out = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx)
+    assert_moe_close(out, reference_moe(x, ids, scores, w13, w2), name="out", **FWD_TOL)
+    with pytest.raises(RuntimeError, match="inference contexts do not support autograd"):
+        dist_moe.routed_experts(x.clone().requires_grad_(), ids, scores, w13, w2, ctx)
+
+
+def test_clip_statistics_match_reference_counts(make_ctx):
+    """Clip statistics (limit 0.5) equal the reference counts on the pre-activation h1, in training
+    and inference; the output equals the output without statistics bitwise."""
+    for inference in (False, True):
+        ctx = make_ctx(inference=inference)
+        x, ids, scores, w13, w2 = case(seed=31)
+        plain = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx)
+        stats = torch.full((3,), -1.0, device=DEV)
+        opts = dist_moe.ExecutionOptions(swiglu_clip_stats_out_3=stats, swiglu_clip_limit=0.5)
+        xs = x if inference else x.clone().requires_grad_()
+        out = dist_moe.routed_experts(xs, ids, scores, w13, w2, ctx, options=opts)
+        torch.testing.assert_close(out.detach(), plain, rtol=0, atol=0)
+        _, h1 = reference_moe(x, ids, scores, w13, w2, return_h1=True)
+        gate, up = h1.float().chunk(2, dim=-1)
+        want = torch.tensor([(gate > 0.5).sum(), (up.abs() > 0.5).sum(), T * K * FF], dtype=torch.float32)
+        # The reference's BF16 h1 may round values sitting at the limit differently: allow 0.5%.
+        assert stats[2].item() == T * K * FF
+        assert torch.allclose(stats.cpu(), want, rtol=5e-3, atol=2), (stats, want)
+        if not inference:
+            out.sum().backward()
+            assert_planner_reset(ctx)
+
+
+# ---- tracing, graphs, checkpointing ---------------------------------------------------------------------------
+
+
+def test_bf16_modes_are_visible_to_non_strict_tracing(make_ctx):
+    """make_fx shows one opaque bf16_forward (training) / bf16 (inference) op; traced == eager bitwise."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    for inference in (False, True):
+        ctx = make_ctx(inference=inference)
+        x, ids, scores, w13, w2 = case(seed=37)
+        if not inference:
+            w13.requires_grad_()
+
+        def fn(x, ids, scores, w13, w2):
+            return dist_moe.routed_experts(x, ids, scores, w13, w2, ctx)
+
+        gm = make_fx(fn)(x, ids, scores, w13, w2)
+        ops = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+        want = "dist_moe.bf16.default" if inference else "dist_moe.bf16_forward.default"
+        assert ops.count(want) == 1, ops
+        ctx.reset()
+        traced = gm(x, ids, scores, w13, w2)
+        ctx.reset()
+        eager = fn(x, ids, scores, w13, w2)
+        torch.testing.assert_close(traced, eager, rtol=0, atol=0)
+        ctx.reset()
+
+
+@pytest.mark.parametrize("mode", ["bf16", "accumulate_bf16", "accumulate_fp32"])
+def test_training_cuda_graph_matches_eager_forward_and_backward(make_ctx, mode):
+    """make_graphed_callables output and grads equal eager bitwise on two different cases."""
+    accumulate = mode.startswith("accumulate")
+    grad_dtype = torch.float32 if mode.endswith("fp32") else torch.bfloat16
+    if grad_dtype == torch.float32 and not hasattr(torch.Tensor, "grad_dtype"):
+        pytest.skip("FP32 gradients of BF16 parameters need Tensor.grad_dtype (torch >= 2.10)")
+    ctx = make_ctx(wgrad_dtype=grad_dtype if accumulate else None)
+    opts = dist_moe.ExecutionOptions(inplace_wgrad_accum=accumulate)
+    x0, ids0, s0, w13_0, w2_0 = case(seed=41)
+    w13 = torch.nn.Parameter(w13_0.clone())
+    w2 = torch.nn.Parameter(w2_0.clone())
+    if grad_dtype == torch.float32:
+        w13.grad_dtype = w2.grad_dtype = torch.float32
+
+    def fn(x, ids, scores, w13, w2):
+        return dist_moe.routed_experts(x, ids, scores, w13, w2, ctx, options=opts)
+
+    def fresh_grads():
+        # Accumulate mode: the captured backward writes into the .grad storages that existed at
+        # capture time, so they are zeroed in place, never replaced.
+        for p in (w13, w2):
+            if not accumulate:
+                p.grad = None
+            elif p.grad is None:
+                p.grad = torch.zeros(p.shape, dtype=grad_dtype, device=DEV)
+            else:
+                p.grad.zero_()
+
+    fresh_grads()
+    xs = x0.clone().requires_grad_()
+    ss = s0.clone().requires_grad_()
+    graphed = torch.cuda.make_graphed_callables(fn, (xs, ids0, ss, w13, w2), num_warmup_iters=1,
+                                                allow_unused_input=accumulate)
+    for seed, shift in ((41, 0), (43, 1)):
+        x, ids, s, _, _ = case(seed=seed, shift=shift)
+        g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+        results = []
+        for f in (fn, graphed):
+            fresh_grads()
+            xi, si = x.clone().requires_grad_(), s.clone().requires_grad_()
+            out = f(xi, ids, si, w13, w2)
+            out.backward(g)
+            results.append([out.detach().clone(), xi.grad.clone(), si.grad.clone(), w13.grad.clone(), w2.grad.clone()])
+        for name, a, b in zip(("out", "x", "scores", "w13", "w2"), *results):
+            torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m, n=name: f"{mode} {n}: {m}")
+    assert_planner_reset(ctx)
+
+
+def test_inference_cuda_graphs_replay_bounded_shapes(make_ctx):
+    """Inference graphs captured at T=4 and T=8 on one context replay within tolerance of the
+    reference on new inputs, including a padded case."""
+    ctx = make_ctx(inference=True)
+    graphs = {}
+    for t in (4, 8):
+        x, ids, s, w13, w2 = case(seed=50 + t, t=t)
+        static = [x, ids, s]
+        torch.cuda.synchronize()
+        dist_moe.routed_experts(x, ids, s, w13, w2, ctx)  # warm up outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = dist_moe.routed_experts(*static, w13, w2, ctx)
+        graphs[t] = (graph, static, out, w13, w2)
+    for t, (graph, static, out, w13, w2) in graphs.items():
+        for padded in (False, True):
+            ids = upstream_case_ids(t, K, E, shift=1)
+            if padded:
+                ids[-1] = -1
+            x, ids, s = make_tokens(t, D, K, seed=60 + t, device=DEV, ids=ids)
+            for dst, src in zip(static, (x, ids, s)):
+                dst.copy_(src)
+            graph.replay()
+            assert_moe_close(out, reference_moe(x, ids, s, w13, w2), name=f"T={t}", **FWD_TOL)
+            if padded:
+                assert out[-1].abs().max() == 0
+
+
+def test_checkpoint_matches_eager_bitwise(make_ctx):
+    """Non-reentrant activation checkpointing gives eager's output and grads bitwise (the recompute
+    pushes a second layer into the slot: reset() afterwards puts the planner back)."""
+    ctx = make_ctx(max_moe_layers_per_activation_slot=2)
+    x, ids, scores, w13, w2 = case(seed=71)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+
+    def fn(x, scores, w13, w2):
+        return dist_moe.routed_experts(x, ids, scores, w13, w2, ctx)
+
+    eager = run_train(ctx, x, ids, scores, w13, w2, g)
+    xs, ss, a, b = leaves(x, scores, w13, w2)
+    out = ckpt.checkpoint(fn, xs, ss, a, b, use_reentrant=False)
+    out.backward(g)
+    for name, u, v in zip(("out", "x", "scores", "w13", "w2"), eager, (out.detach(), xs.grad, ss.grad, a.grad, b.grad)):
+        torch.testing.assert_close(u, v, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: {m}")
+    ctx.reset()
+    assert_planner_reset(ctx)
+
+
+def test_sac_preserves_forward_activation_slot(make_ctx):
+    """Selective checkpointing with the effectful forward op MUST_SAVE: the forward runs once (on slot
+    0), the backward pops slot 0 although slot 1 is selected meanwhile; bitwise == eager."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    ctx = make_ctx(num_activation_slots=2)
+    x, ids, scores, w13, w2 = case(seed=73)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    eager = run_train(ctx, x, ids, scores, w13, w2, g)
+    calls = []
+
+    def policy(_ctx, op, *args, **kwargs):
+        if op == torch.ops.dist_moe.bf16_forward.default:
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    def fn(x, scores, w13, w2):
+        ctx.select_activation_slot(min(len(calls), 1), 1)
+        calls.append(1)
+        return dist_moe.routed_experts(x, ids, scores, w13, w2, ctx)
+
+    xs, ss, a, b = leaves(x, scores, w13, w2)
+    out = ckpt.checkpoint(fn, xs, ss, a, b, use_reentrant=False,
+                          context_fn=lambda: create_selective_checkpoint_contexts(policy))
+    assert len(calls) == 1
+    out.backward(g)
+    assert len(calls) == 2
+    for name, u, v in zip(("out", "x", "scores", "w13", "w2"), eager, (out.detach(), xs.grad, ss.grad, a.grad, b.grad)):
+        torch.testing.assert_close(u, v, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: {m}")
+    assert_planner_reset(ctx)
+
+
+def test_wgrad_accumulators_are_visible_to_joint_make_fx(make_ctx):
+    """A joint forward+backward trace with preset .grad buffers holds one impure accumulate node whose
+    args 3 and 4 are views of the gradient placeholders."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    for grad_dtype in (torch.bfloat16, torch.float32):
+        if grad_dtype == torch.float32 and not hasattr(torch.Tensor, "grad_dtype"):
+            continue  # FP32 .grad on a BF16 parameter needs Tensor.grad_dtype
+        ctx = make_ctx(wgrad_dtype=grad_dtype)
+        x, ids, scores, w13_0, w2_0 = case(seed=79)
+        p13, p2 = torch.nn.Parameter(w13_0.clone()), torch.nn.Parameter(w2_0.clone())
+        if grad_dtype == torch.float32:
+            p13.grad_dtype = p2.grad_dtype = torch.float32
+        opts = dist_moe.ExecutionOptions(inplace_wgrad_accum=True)
+
+        def joint(x, scores, g13, g2, grad_out):
+            p13.grad, p2.grad = g13, g2
+            out = dist_moe.routed_experts(x, ids, scores, p13, p2, ctx, options=opts)
+            out.backward(grad_out)
+            return out.detach()
+
+        g13 = torch.zeros(w13_0.shape, dtype=grad_dtype, device=DEV)
+        g2 = torch.zeros(w2_0.shape, dtype=grad_dtype, device=DEV)
+        grad_out = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+        gm = make_fx(joint)(x.clone().requires_grad_(), scores.clone().requires_grad_(), g13, g2, grad_out)
+        nodes = [n for n in gm.graph.nodes if n.target == torch.ops.dist_moe.bf16_backward_accumulate_.default]
+        assert len(nodes) == 1, gm.graph
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for arg, ph in zip(nodes[0].args[3:5], placeholders[2:4]):
+            assert arg.target == torch.ops.aten.view.default and arg.args[0] is ph, (arg, ph)
+        ctx.reset()
+
+
+def test_resolves_parameter_wgrad_dtype_contract():
+    """Upstream's WGRAD dtype precedence table on a BF16 parameter (declared / Config / existing grad)."""
+    from dist_moe._routed import resolve_wgrad_dtype
+
+    bf16, fp32 = torch.bfloat16, torch.float32
+
+    def param(grad=None, declared=None):
+        p = torch.nn.Parameter(torch.zeros(6, dtype=bf16))
+        if declared is not None:
+            p.grad_dtype = declared
+        if grad is not None:
+            p.grad = torch.zeros(6, dtype=grad)
+        return p
+
+    assert resolve_wgrad_dtype(param(), None) == bf16
+    assert resolve_wgrad_dtype(param(), fp32) == fp32
+    assert resolve_wgrad_dtype(param(grad=bf16), None) == bf16
+    with pytest.raises(RuntimeError, match="does not match the resolved WGRAD dtype"):
+        resolve_wgrad_dtype(param(grad=bf16), fp32)
+    if hasattr(torch.Tensor, "grad_dtype"):
+        assert resolve_wgrad_dtype(param(declared=fp32), None) == fp32
+        assert resolve_wgrad_dtype(param(grad=fp32, declared=fp32), None) == fp32
+        with pytest.raises(RuntimeError, match="conflicts with the parameter's declared grad_dtype"):
+            resolve_wgrad_dtype(param(declared=fp32), bf16)
+    with pytest.raises(TypeError, match="WGRAD dtype"):
+        resolve_wgrad_dtype(torch.nn.Parameter(torch.zeros(6, dtype=torch.float16)), None)

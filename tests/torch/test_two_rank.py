@@ -1,0 +1,58 @@
+"""Two-rank GPU tests of the torch front end: one spawned process group runs every numerics case of
+two_rank_worker.py; each case is one test here. Trap scenarios run in their own process groups."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from two_rank_worker import CASES
+
+WORKER = os.path.join(os.path.dirname(__file__), "two_rank_worker.py")
+RANKS = int(os.environ.get("DMOE_TEST_RANKS", "2"))
+needs_gpus = pytest.mark.skipif(torch.cuda.device_count() < RANKS, reason=f"needs {RANKS} GPUs")
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("two_rank")
+    proc = subprocess.run([sys.executable, WORKER, "--ranks", str(RANKS), "--out", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    print(proc.stdout[-4000:], proc.stderr[-4000:])
+    died = f"did not run: the worker exited with rc={proc.returncode}:\n{proc.stderr[-3000:]}"
+    per_rank = []
+    for r in range(RANKS):
+        path = out / f"rank{r}.json"
+        got = json.loads(path.read_text()) if path.exists() else {}
+        per_rank.append({case: got.get(case, died) for case in CASES})
+    return per_rank
+
+
+@needs_gpus
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_two_rank_case(results, case):
+    """Every rank passes the case (numerics vs the global reference, bitwise where stated)."""
+    for r, res in enumerate(results):
+        assert res.get(case) == "ok", f"rank {r}: {res.get(case)}"
+
+
+@needs_gpus
+@pytest.mark.parametrize("scenario,message", [
+    ("unequal_t", "DistMoE token count mismatch"),
+    ("overflow", "DistMoE scratch capacity exceeded"),
+    ("bad_id", "DistMoE expert ID is outside [-1, num_experts)"),
+])
+def test_traps_end_with_their_diagnostic(scenario, message):
+    """Unequal T, scratch overflow and out-of-range ids: the diagnostic line, a non-zero exit, and no
+    illegal memory access."""
+    proc = subprocess.run([sys.executable, WORKER, "--ranks", str(RANKS), "--trap", scenario],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, DMOE_COMM_TIMEOUT_MS="5000"))
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text[-3000:]
+    assert message in text, text[-3000:]
+    assert "illegal memory access" not in text, text[-3000:]
+    if scenario == "overflow":
+        assert "required_receive_rows:" in text and "total_scratch_capacity_rows:" in text
