@@ -3,7 +3,7 @@
 # environment), then the torch GPU suites (tests/torch, run from outside the checkout so the
 # installed package is what gets imported) and the three examples. Logs go to $OUT; a short table
 # is printed last.
-#   STAGES="install tests examples" scripts/torch_gpu_check.sh
+#   STAGES="install tests examples bench" scripts/torch_gpu_check.sh   (or "cmake ..." for an in-place build)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -56,5 +56,9 @@ if has examples; then
     timeout 300 torchrun --standalone --nproc-per-node="$NGPU" "examples/$ex.py" >> "$OUT/examples.log" 2>&1
     say "examples/$ex.py on $NGPU GPU(s): rc=$? | $(grep -E "^$ex: OK|us/call" "$OUT/examples.log" | tail -2 | tr '\n' ' ')"
   done
+fi
+if has bench; then
+  timeout 500 python bench/torch_layer_bench.py --shapes "${BENCH_SHAPES:-qwen3_30b,dsv3_prefill,dsv3_decode}" > "$OUT/torch_bench.log" 2>&1
+  say "bench/torch_layer_bench.py (rc=$?):"; grep -A8 "torch front end vs" "$OUT/torch_bench.log" | tee -a "$SUMMARY" > /dev/null
 fi
 echo "---- summary"; cat "$SUMMARY"

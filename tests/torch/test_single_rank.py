@@ -503,3 +503,66 @@ def test_resolves_parameter_wgrad_dtype_contract():
             resolve_wgrad_dtype(param(declared=fp32), bf16)
     with pytest.raises(TypeError, match="WGRAD dtype"):
         resolve_wgrad_dtype(torch.nn.Parameter(torch.zeros(6, dtype=torch.float16)), None)
+
+
+def test_clip_statistics_are_graph_visible(make_ctx):
+    """make_fx of a training call with clip statistics: one bf16_forward collecting them and a
+    graph-visible aten.copy_ into the caller's tensor; the traced run gives eager's statistics."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    ctx = make_ctx()
+    x, ids, scores, w13, w2 = case(seed=83)
+    stats = torch.full((3,), -1.0, device=DEV)
+    opts = dist_moe.ExecutionOptions(swiglu_clip_stats_out_3=stats, swiglu_clip_limit=0.0)
+
+    def fn(x, scores):
+        return dist_moe.routed_experts(x, ids, scores, w13, w2, ctx, options=opts)
+
+    xs, ss = x.clone().requires_grad_(), scores.clone().requires_grad_()
+    gm = make_fx(fn)(xs, ss)
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.ops.dist_moe.bf16_forward.default) == 1
+    assert torch.ops.aten.copy_.default in targets
+    ctx.reset()
+    stats.fill_(-1)
+    gm(xs, ss)
+    traced = stats.clone()
+    ctx.reset()
+    stats.fill_(-1)
+    fn(xs, ss)
+    assert traced[2].item() == T * K * FF
+    torch.testing.assert_close(traced, stats, rtol=0, atol=0)
+    ctx.reset()
+
+
+def test_wgrad_callbacks_run_eagerly_in_order(make_ctx):
+    """wgrad_postprocess_fn sees w2 then w13 (a None return consumes the gradient);
+    wgrad_destination_fn receives both WGRADs (copy or accumulate) and autograd gets none; under
+    make_fx the callbacks raise 'require eager execution'."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    ctx = make_ctx()
+    x, ids, scores, w13, w2 = case(seed=89)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    want = run_train(ctx, x, ids, scores, w13, w2, g)
+    seen = []
+
+    def post(name, grad):
+        seen.append(name)
+        return None if name == "w13" else grad
+
+    got = run_train(ctx, x, ids, scores, w13, w2, g, dist_moe.ExecutionOptions(wgrad_postprocess_fn=post))
+    assert seen == ["w2", "w13"] and got[3] is None
+    torch.testing.assert_close(got[4], want[4], rtol=0, atol=0)
+
+    dests = {"w13": (torch.ones_like(w13), True), "w2": (torch.zeros_like(w2), False)}
+    opts = dist_moe.ExecutionOptions(wgrad_destination_fn=lambda name, shape, dtype, device: dests[name])
+    got = run_train(ctx, x, ids, scores, w13, w2, g, opts)
+    assert got[3] is None and got[4] is None
+    torch.testing.assert_close(dests["w2"][0], want[4], rtol=0, atol=0)
+    torch.testing.assert_close(dests["w13"][0].float(), 1 + want[3].float(), rtol=1e-2, atol=1e-2)
+    assert_planner_reset(ctx)
+
+    with pytest.raises(RuntimeError, match="require eager execution"):
+        make_fx(lambda x: dist_moe.routed_experts(x, ids, scores, w13, w2, ctx,
+                                                  options=dist_moe.ExecutionOptions(wgrad_postprocess_fn=post)))(x)
