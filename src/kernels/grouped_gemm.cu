@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <set>
@@ -65,6 +66,23 @@ struct OffsetChecks {
   const int64_t* ptr[gemm::kNumMaps] = {};
   int name[gemm::kNumMaps] = {};
 };
+
+// The offset fields a call uses, one per validation lane in the order given.
+struct NamedOffset {
+  const int64_t* ptr;
+  OffsetName name;
+};
+
+OffsetChecks offset_checks(std::initializer_list<NamedOffset> used) {
+  OffsetChecks oc;
+  int lane = 0;
+  for (const NamedOffset& o : used) {
+    oc.ptr[lane] = o.ptr;
+    oc.name[lane] = o.name;
+    ++lane;
+  }
+  return oc;
+}
 
 __global__ void validate_counts_kernel(const int32_t* counts, int32_t num_experts, long long m_capacity, int op,
                                        OffsetChecks offsets) {
@@ -182,6 +200,52 @@ void check_gather(const GatherArgs& g, const char* op) {
   DMOE_CHECK_ARG(g.gathered != nullptr && g.workspace != nullptr, op,
                  ": gather.row_ptrs is set, so gather.gathered and gather.workspace must be too");
   check_ptr(g.gathered, op, "gather.gathered");
+}
+
+// The A rows come from the gather producer when it is set, else from the plain buffer `rows`.
+void check_row_input(const GatherArgs& g, const void* rows, const char* op, const char* rows_name) {
+  if (g.row_ptrs != nullptr) check_gather(g, op); else check_ptr(rows, op, rows_name);
+}
+
+// With scatter the rows go to the row table, so the plain output buffer may be absent.
+void check_row_output(const ScatterArgs& s, const void* out, const char* op, const char* out_name) {
+  if (s.row_ptrs == nullptr) check_ptr(out, op, out_name);
+}
+
+void check_out_dtype(DType out, const char* op) {
+  DMOE_CHECK_ARG(out == DType::kBFloat16 || out == DType::kFloat32, op, ": out_dtype must be bfloat16 or float32, got ",
+                 to_string(out));
+}
+
+// ---- launch fields shared by the ops ----------------------------------------------------------------
+// The gather producer's ready counters must start at zero on every call. `a` is the op's
+// arguments (any with .gather and .common), so a failure reads as it did inline.
+template <class OpArgs>
+void zero_gather_workspace(const OpArgs& a, cudaStream_t stream) {
+  if (a.gather.row_ptrs == nullptr) return;
+  DMOE_CUDA_CHECK(cudaMemsetAsync(a.gather.workspace, 0,
+                                  grouped_gemm_gather_workspace_bytes(a.common.m_capacity, a.common.e_local), stream));
+}
+
+// The A row operand: the plain buffer, or (with gather) the gathered copy, whose offset then
+// replaces the plain one.
+void set_row_input(GemmLaunch& L, const void* rows, const int64_t* rows_offset, const GatherArgs& g) {
+  L.a = rows;
+  L.gather_rows = g.row_ptrs;
+  L.gathered = g.gathered;
+  L.ready = g.workspace;
+  L.a_offset = g.row_ptrs != nullptr ? g.gathered_offset : rows_offset;
+}
+
+// The [m_capacity, out_cols] row output: the plain buffer, or (with scatter) the row table.
+void set_row_output(GemmLaunch& L, void* out, const int64_t* out_offset, const ScatterArgs& s, int64_t out_cols) {
+  const bool scatter = s.row_ptrs != nullptr;
+  L.out = scatter ? nullptr : out;
+  L.out_offset = scatter ? nullptr : out_offset;
+  L.epilogue.ld_out = out_cols;
+  L.epilogue.out_cols = static_cast<int32_t>(out_cols);
+  L.epilogue.scatter_rows = s.row_ptrs;
+  L.epilogue.row_scale = s.row_scale;
 }
 
 // ---- tensor-map workspace for device-side offsets -----------------------------------------------
@@ -340,32 +404,16 @@ void grouped_gemm_fprop(const FpropArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_fprop";
   check_common(a.common, op);
   check_ptr(a.w, op, "w");
-  const bool gather = a.gather.row_ptrs != nullptr;
-  const bool scatter = a.scatter.row_ptrs != nullptr;
-  if (gather) check_gather(a.gather, op); else check_ptr(a.a, op, "a");
-  if (!scatter) check_ptr(a.out, op, "out");
+  check_row_input(a.gather, a.a, op, "a");
+  check_row_output(a.scatter, a.out, op, "out");
   if (a.common.m_capacity == 0) return;  // no rows: nothing to compute or store
-  if (gather)
-    DMOE_CUDA_CHECK(cudaMemsetAsync(a.gather.workspace, 0,
-                                    grouped_gemm_gather_workspace_bytes(a.common.m_capacity, a.common.e_local), stream));
+  zero_gather_workspace(a, stream);
+  const bool gather = a.gather.row_ptrs != nullptr;
   GemmLaunch L;
-  L.a = a.a;
+  set_row_input(L, a.a, a.a_offset, a.gather);
   L.b = a.w;
-  L.gather_rows = a.gather.row_ptrs;
-  L.gathered = a.gather.gathered;
-  L.ready = a.gather.workspace;
-  L.out = scatter ? nullptr : a.out;
-  L.a_offset = gather ? a.gather.gathered_offset : a.a_offset;
-  L.out_offset = scatter ? nullptr : a.out_offset;
-  L.epilogue.ld_out = a.common.n;
-  L.epilogue.out_cols = static_cast<int32_t>(a.common.n);
-  L.epilogue.scatter_rows = a.scatter.row_ptrs;
-  L.epilogue.row_scale = a.scatter.row_scale;
-  OffsetChecks oc;
-  oc.ptr[0] = L.a_offset;
-  oc.name[0] = gather ? kOffGathered : kOffA;
-  oc.ptr[1] = L.out_offset;
-  oc.name[1] = kOffOut;
+  set_row_output(L, a.out, a.out_offset, a.scatter, a.common.n);
+  const OffsetChecks oc = offset_checks({{L.a_offset, gather ? kOffGathered : kOffA}, {L.out_offset, kOffOut}});
   run(GroupedGemmOp::kFprop, a.common, DType::kBFloat16, gather, L, oc, stream);
 }
 
@@ -376,25 +424,19 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
   check_ptr(a.w13, op, "w13");
   check_ptr(a.h2, op, "h2");
   if (a.h1 != nullptr) check_ptr(a.h1, op, "h1");
-  const bool gather = a.gather.row_ptrs != nullptr;
-  if (gather) check_gather(a.gather, op); else check_ptr(a.a, op, "a");
+  check_row_input(a.gather, a.a, op, "a");
   DMOE_CHECK_ARG(a.activation == Activation::kSwiGLU || a.swiglu_limit > 0.0f, op,
                  ": swiglu_limit must be > 0 for the clamped SwiGLU, got ", a.swiglu_limit);
   if (a.clip_stats != nullptr && !a.accumulate_clip_stats)
     DMOE_CUDA_CHECK(cudaMemsetAsync(a.clip_stats, 0, 3 * sizeof(float), stream));
   if (a.common.m_capacity == 0) return;
-  if (gather)
-    DMOE_CUDA_CHECK(cudaMemsetAsync(a.gather.workspace, 0,
-                                    grouped_gemm_gather_workspace_bytes(a.common.m_capacity, a.common.e_local), stream));
+  zero_gather_workspace(a, stream);
+  const bool gather = a.gather.row_ptrs != nullptr;
   GemmLaunch L;
-  L.a = a.a;
+  set_row_input(L, a.a, a.a_offset, a.gather);
   L.b = a.w13;
-  L.gather_rows = a.gather.row_ptrs;
-  L.gathered = a.gather.gathered;
-  L.ready = a.gather.workspace;
   L.h1 = a.h1;
   L.h2 = a.h2;
-  L.a_offset = gather ? a.gather.gathered_offset : a.a_offset;
   L.h1_offset = a.h1 != nullptr ? a.h1_offset : nullptr;
   L.h2_offset = a.h2_offset;
   L.epilogue.f = static_cast<int32_t>(a.common.n / 2);
@@ -403,57 +445,35 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
   L.epilogue.limit = a.swiglu_limit;
   L.epilogue.clip_stats = a.clip_stats;
   L.epilogue.clip_limit = a.clip_limit;
-  OffsetChecks oc;
-  oc.ptr[0] = L.a_offset;
-  oc.name[0] = gather ? kOffGathered : kOffA;
-  oc.ptr[1] = L.h1_offset;
-  oc.name[1] = kOffH1;
-  oc.ptr[2] = L.h2_offset;
-  oc.name[2] = kOffH2;
+  const OffsetChecks oc = offset_checks(
+      {{L.a_offset, gather ? kOffGathered : kOffA}, {L.h1_offset, kOffH1}, {L.h2_offset, kOffH2}});
   run(GroupedGemmOp::kFpropSwiglu, a.common, DType::kBFloat16, gather, L, oc, stream);
 }
 
 void grouped_gemm_dgrad(const DgradArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_dgrad";
   check_common(a.common, op);
-  DMOE_CHECK_ARG(a.out_dtype == DType::kBFloat16 || a.out_dtype == DType::kFloat32, op,
-                 ": out_dtype must be bfloat16 or float32, got ", to_string(a.out_dtype));
+  check_out_dtype(a.out_dtype, op);
   check_ptr(a.w, op, "w");
-  const bool gather = a.gather.row_ptrs != nullptr;
-  const bool scatter = a.scatter.row_ptrs != nullptr;
-  if (gather) check_gather(a.gather, op); else check_ptr(a.grad_out, op, "grad_out");
-  if (!scatter) check_ptr(a.grad_a, op, "grad_a");
+  check_row_input(a.gather, a.grad_out, op, "grad_out");
+  check_row_output(a.scatter, a.grad_a, op, "grad_a");
   if (a.common.m_capacity == 0) return;
-  if (gather)
-    DMOE_CUDA_CHECK(cudaMemsetAsync(a.gather.workspace, 0,
-                                    grouped_gemm_gather_workspace_bytes(a.common.m_capacity, a.common.e_local), stream));
+  zero_gather_workspace(a, stream);
+  const bool gather = a.gather.row_ptrs != nullptr;
   GemmLaunch L;
-  L.a = a.grad_out;
+  set_row_input(L, a.grad_out, a.grad_out_offset, a.gather);
   L.b = a.w;
-  L.gather_rows = a.gather.row_ptrs;
-  L.gathered = a.gather.gathered;
-  L.ready = a.gather.workspace;
-  L.out = scatter ? nullptr : a.grad_a;
-  L.a_offset = gather ? a.gather.gathered_offset : a.grad_out_offset;
-  L.out_offset = scatter ? nullptr : a.grad_a_offset;
-  L.epilogue.ld_out = a.common.k;
-  L.epilogue.out_cols = static_cast<int32_t>(a.common.k);
+  set_row_output(L, a.grad_a, a.grad_a_offset, a.scatter, a.common.k);
   L.epilogue.accumulate = a.accumulate ? 1 : 0;
-  L.epilogue.scatter_rows = a.scatter.row_ptrs;
-  L.epilogue.row_scale = a.scatter.row_scale;
-  OffsetChecks oc;
-  oc.ptr[0] = L.a_offset;
-  oc.name[0] = gather ? kOffGathered : kOffGradOut;
-  oc.ptr[1] = L.out_offset;
-  oc.name[1] = kOffGradA;
+  const OffsetChecks oc =
+      offset_checks({{L.a_offset, gather ? kOffGathered : kOffGradOut}, {L.out_offset, kOffGradA}});
   run(GroupedGemmOp::kDgrad, a.common, a.out_dtype, gather, L, oc, stream);
 }
 
 void grouped_gemm_wgrad(const WgradArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_wgrad";
   check_common(a.common, op);
-  DMOE_CHECK_ARG(a.out_dtype == DType::kBFloat16 || a.out_dtype == DType::kFloat32, op,
-                 ": out_dtype must be bfloat16 or float32, got ", to_string(a.out_dtype));
+  check_out_dtype(a.out_dtype, op);
   check_ptr(a.grad_w, op, "grad_w");
   if (a.common.m_capacity == 0) {  // no rows at all: every expert's gradient is zero
     if (!a.accumulate)
@@ -476,11 +496,7 @@ void grouped_gemm_wgrad(const WgradArgs& a, cudaStream_t stream) {
   L.epilogue.out_cols = static_cast<int32_t>(a.common.k);
   L.epilogue.accumulate = a.accumulate ? 1 : 0;
   L.tiles_for_empty_experts = !a.accumulate;
-  OffsetChecks oc;
-  oc.ptr[0] = L.a_offset;
-  oc.name[0] = kOffGradOut;
-  oc.ptr[1] = L.b_offset;
-  oc.name[1] = kOffWgradA;
+  const OffsetChecks oc = offset_checks({{L.a_offset, kOffGradOut}, {L.b_offset, kOffWgradA}});
   run(GroupedGemmOp::kWgrad, a.common, a.out_dtype, false, L, oc, stream);
 }
 

@@ -6,10 +6,8 @@
 //     relative L2 error below the bound (BF16: 2e-2 / 2e-2, relL2 < 5e-3; FP32 WGRAD relL2 < 1e-2);
 //   * every element that must not be written (rows past sum(counts), unused scatter rows) still
 //     holds the poison bits.
-// The reference forms each dot product in double and rounds once to FP32 (the value an FP32
-// accumulating tensor core approximates), then to BF16 where the GPU stores BF16 -- the numeric
-// model of the CPU oracle (src/reference/stages.h), whose SwiGLU it calls; the GEMMs are written
-// here to run on all host cores over arbitrary expert counts.
+// The host references and the comparison are shared with the offsets suite
+// (grouped_gemm_test_util.h says their numeric model).
 // Each case runs with every compiled tile configuration of its op (config override), so the
 // heuristic's choice and every alternative are covered.
 #include <cuda_runtime.h>
@@ -19,237 +17,29 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <functional>
-#include <numeric>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "dist_moe/device/numeric/bf16.cuh"
 #include "dist_moe/error.h"
 #include "dist_moe/grouped_gemm.h"
+#include "gpu/grouped_gemm_test_util.h"
 #include "reference/stages.h"
 
 namespace dist_moe {
 namespace {
 
-using numeric::bf16_to_float;
-using numeric::bf16_t;
-using numeric::float_to_bf16;
 using numeric::round_bf16;
-
-// ---- environment --------------------------------------------------------------------------------
-bool have_sm90(std::string* why) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    cudaGetLastError();
-    *why = "no CUDA device visible";
-    return false;
-  }
-  cudaDeviceProp p{};
-  cudaGetDeviceProperties(&p, 0);
-  if (p.major != 9 || p.minor != 0) {
-    *why = std::string("device 0 is ") + p.name + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) +
-           "), the grouped GEMM kernels need sm_90";
-    return false;
-  }
-  return true;
-}
-
-#define REQUIRE_SM90()                                        \
-  do {                                                        \
-    std::string why_;                                         \
-    if (!have_sm90(&why_)) GTEST_SKIP() << "skipped: " << why_; \
-  } while (0)
-
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
-
-// ---- device buffers -----------------------------------------------------------------------------
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  explicit DeviceBuffer(size_t n) : bytes(n) {
-    if (n > 0 && cudaMalloc(&ptr, n) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
-  }
-  ~DeviceBuffer() {
-    if (ptr) cudaFree(ptr);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(ptr);
-  }
-  void poison() const { cudaMemset(ptr, 0xff, bytes); }  // BF16 0xffff / FP32 0xffffffff: NaN
-  template <class T>
-  void upload(const std::vector<T>& v) const {
-    cudaMemcpy(ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
-  }
-  template <class T>
-  std::vector<T> download(size_t count) const {
-    std::vector<T> v(count);
-    cudaMemcpy(v.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost);
-    return v;
-  }
-};
-
-// ---- host data ----------------------------------------------------------------------------------
-// BF16 tensor kept twice: the bits the GPU reads and their float values the reference uses.
-struct HostBf16 {
-  std::vector<uint16_t> bits;
-  std::vector<float> vals;
-};
-
-HostBf16 random_bf16(size_t n, float scale, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  HostBf16 t;
-  t.bits.resize(n);
-  t.vals.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    const bf16_t b = float_to_bf16(dist(rng) * scale);
-    t.bits[i] = b.bits;
-    t.vals[i] = bf16_to_float(b);
-  }
-  return t;
-}
-
-std::vector<float> decode_bf16(const std::vector<uint16_t>& bits) {
-  std::vector<float> v(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) v[i] = bf16_to_float(bf16_t{bits[i]});
-  return v;
-}
-
-std::vector<int64_t> offsets_of(const std::vector<int32_t>& counts) {
-  std::vector<int64_t> off(counts.size() + 1, 0);
-  for (size_t e = 0; e < counts.size(); ++e) off[e + 1] = off[e] + counts[e];
-  return off;
-}
-
-// Runs f(i) for i in [0, n) on all host cores.
-void parallel_for(int64_t n, const std::function<void(int64_t)>& f) {
-  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(n, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (int64_t i = t; i < n; i += threads) f(i);
-    });
-  for (auto& th : pool) th.join();
-}
-
-// ---- host reference GEMMs (double products and sums, one rounding to FP32) -----------------------
-// FPROP: out[m, n] = sum_k a[m, k] * w[e(m), n, k]       a [M, K], w [E, N, K] -> [M, N]
-std::vector<float> ref_fprop(const std::vector<float>& a, const std::vector<float>& w, const std::vector<int32_t>& counts,
-                             int64_t N, int64_t K) {
-  const auto off = offsets_of(counts);
-  const int64_t M = off.back();
-  std::vector<float> out(static_cast<size_t>(M * N));
-  std::vector<int32_t> expert_of(static_cast<size_t>(M));
-  for (size_t e = 0; e < counts.size(); ++e)
-    for (int64_t m = off[e]; m < off[e + 1]; ++m) expert_of[m] = static_cast<int32_t>(e);
-  parallel_for(M, [&](int64_t m) {
-    const float* ar = &a[m * K];
-    const float* we = &w[static_cast<size_t>(expert_of[m]) * N * K];
-    for (int64_t n = 0; n < N; ++n) {
-      const float* wr = we + n * K;
-      double acc = 0.0;
-      for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(ar[k]) * wr[k];
-      out[m * N + n] = static_cast<float>(acc);
-    }
-  });
-  return out;
-}
-
-// DGRAD: out[m, k] = sum_n g[m, n] * w[e(m), n, k]       g [M, N], w [E, N, K] -> [M, K]
-std::vector<float> ref_dgrad(const std::vector<float>& g, const std::vector<float>& w, const std::vector<int32_t>& counts,
-                             int64_t N, int64_t K) {
-  const auto off = offsets_of(counts);
-  const int64_t M = off.back();
-  std::vector<float> out(static_cast<size_t>(M * K));
-  std::vector<int32_t> expert_of(static_cast<size_t>(M));
-  for (size_t e = 0; e < counts.size(); ++e)
-    for (int64_t m = off[e]; m < off[e + 1]; ++m) expert_of[m] = static_cast<int32_t>(e);
-  parallel_for(M, [&](int64_t m) {
-    std::vector<double> acc(static_cast<size_t>(K), 0.0);
-    const float* we = &w[static_cast<size_t>(expert_of[m]) * N * K];
-    for (int64_t n = 0; n < N; ++n) {
-      const double gv = g[m * N + n];
-      const float* wr = we + n * K;
-      for (int64_t k = 0; k < K; ++k) acc[k] += gv * wr[k];
-    }
-    for (int64_t k = 0; k < K; ++k) out[m * K + k] = static_cast<float>(acc[k]);
-  });
-  return out;
-}
-
-// WGRAD: out[e, n, k] = sum_{m in e} g[m, n] * x[m, k]   -> [E, N, K] (zero for empty experts)
-std::vector<float> ref_wgrad(const std::vector<float>& g, const std::vector<float>& x, const std::vector<int32_t>& counts,
-                             int64_t N, int64_t K) {
-  const auto off = offsets_of(counts);
-  const int64_t E = static_cast<int64_t>(counts.size());
-  std::vector<float> out(static_cast<size_t>(E * N * K));
-  parallel_for(E * N, [&](int64_t en) {
-    const int64_t e = en / N, n = en % N;
-    std::vector<double> acc(static_cast<size_t>(K), 0.0);
-    for (int64_t m = off[e]; m < off[e + 1]; ++m) {
-      const double gv = g[m * N + n];
-      const float* xr = &x[m * K];
-      for (int64_t k = 0; k < K; ++k) acc[k] += gv * xr[k];
-    }
-    for (int64_t k = 0; k < K; ++k) out[en * K + k] = static_cast<float>(acc[k]);
-  });
-  return out;
-}
-
-// ---- comparison ---------------------------------------------------------------------------------
-struct Tolerance {
-  double rtol = 2e-2;
-  double atol = 2e-2;
-  double rel_l2 = 5e-3;
-};
-
-// Compares got[i] with ref[i] for the `n` elements selected by index(i); reports the first few
-// failures. A NaN where a value is due means the element was never written.
-void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& ref, int64_t n,
-                  const std::function<int64_t(int64_t)>& got_index, const Tolerance& tol) {
-  int64_t bad = 0, unwritten = 0;
-  double err2 = 0.0, ref2 = 0.0, max_abs = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double g = got[got_index(i)];
-    const double r = ref[i];
-    if (std::isnan(g) && !std::isnan(r)) {
-      if (unwritten++ < 5) ADD_FAILURE() << what << ": element " << i << " was not written (still NaN), expected " << r;
-      continue;
-    }
-    const double d = std::fabs(g - r);
-    err2 += d * d;
-    ref2 += r * r;
-    max_abs = std::max(max_abs, d);
-    if (!(d <= tol.atol + tol.rtol * std::fabs(r))) {
-      if (bad++ < 5) ADD_FAILURE() << what << ": element " << i << " got " << g << " expected " << r;
-    }
-  }
-  const double rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  EXPECT_EQ(unwritten, 0) << what << ": " << unwritten << " of " << n << " elements not written";
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << n << " elements outside rtol/atol";
-  EXPECT_LT(rel_l2, tol.rel_l2) << what << ": relative L2 error";
-  std::printf("  %-58s n=%-9lld relL2=%.2e max|err|=%.2e %s\n", what.c_str(), static_cast<long long>(n), rel_l2,
-              max_abs, (bad || unwritten || rel_l2 >= tol.rel_l2) ? "FAIL" : "PASS");
-}
+// The shared helpers (grouped_gemm_test_util.h) and testing::DeviceBuffer.
+using namespace testing;
 
 // Elements [begin, end) of a BF16 or FP32 buffer must still hold the 0xff poison bytes.
 void expect_poison(const std::string& what, const std::vector<uint8_t>& bytes, size_t begin, size_t end) {
   size_t touched = 0;
   for (size_t i = begin; i < end; ++i) touched += bytes[i] != 0xff;
   EXPECT_EQ(touched, 0u) << what << ": " << touched << " bytes written that must stay untouched";
-}
-
-template <class T>
-std::vector<uint8_t> raw_bytes(const std::vector<T>& v) {
-  std::vector<uint8_t> b(v.size() * sizeof(T));
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
 }
 
 // ---- counts ---------------------------------------------------------------------------------------
@@ -273,7 +63,7 @@ std::vector<int32_t> ragged_counts(int64_t e_local, int max_rows, std::mt19937& 
 }
 
 std::string counts_summary(const std::vector<int32_t>& c) {
-  const int64_t total = std::accumulate(c.begin(), c.end(), int64_t{0});
+  const int64_t total = total_rows(c);
   const int64_t empty = std::count(c.begin(), c.end(), 0);
   return "E=" + std::to_string(c.size()) + " rows=" + std::to_string(total) + " empty=" + std::to_string(empty);
 }
@@ -288,28 +78,38 @@ struct Case {
   const std::vector<int32_t>* counts = nullptr;  // fixed counts ([e_local]) instead of ragged_counts
 };
 
-// The case's counts: fixed ones, or ragged_counts (which draws from rng either way, so the inputs
-// that follow stay the same random stream).
-std::vector<int32_t> case_counts(const Case& cs, std::mt19937& rng) {
-  std::vector<int32_t> c = ragged_counts(cs.e_local, cs.max_rows, rng);
-  if (cs.counts != nullptr) c = *cs.counts;
-  return c;
-}
-
 std::string case_name(const Case& c) {
   return "E" + std::to_string(c.e_local) + "_n" + std::to_string(c.n) + "_k" + std::to_string(c.k);
 }
 
 constexpr int64_t kSlackRows = 37;  // rows past sum(counts) in every row buffer: must stay untouched
 
+// A case's rows: its counts, their sum M and the row buffers' capacity.
+struct CaseRows {
+  std::vector<int32_t> counts;
+  int64_t M = 0;
+  int64_t cap = 0;
+};
+
+// The case's counts: fixed ones, or ragged_counts (which draws from rng either way, so the inputs
+// that follow stay the same random stream). Prints the case line.
+CaseRows case_rows(const Case& cs, std::mt19937& rng) {
+  CaseRows r;
+  r.counts = ragged_counts(cs.e_local, cs.max_rows, rng);
+  if (cs.counts != nullptr) r.counts = *cs.counts;
+  r.M = total_rows(r.counts);
+  r.cap = r.M + kSlackRows;
+  std::printf("case %s %s m_capacity=%lld\n", case_name(cs).c_str(), counts_summary(r.counts).c_str(),
+              static_cast<long long>(r.cap));
+  return r;
+}
+
 // FPROP (plain store), every compiled config, optionally with scatter + row scale.
 void run_fprop_case(const Case& cs, bool scatter) {
   std::mt19937 rng(cs.seed);
-  const auto counts = case_counts(cs, rng);
-  const int64_t M = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  const int64_t cap = M + kSlackRows;
-  std::printf("case %s %s m_capacity=%lld\n", case_name(cs).c_str(), counts_summary(counts).c_str(),
-              static_cast<long long>(cap));
+  const CaseRows rows = case_rows(cs, rng);
+  const auto& counts = rows.counts;
+  const int64_t M = rows.M, cap = rows.cap;
   const HostBf16 a = random_bf16(static_cast<size_t>(cap * cs.k), 1.0f, rng);
   const HostBf16 w = random_bf16(static_cast<size_t>(cs.e_local * cs.n * cs.k), 1.0f / std::sqrt(float(cs.k)), rng);
   std::vector<float> ref = ref_fprop(a.vals, w.vals, counts, cs.n, cs.k);
@@ -319,9 +119,7 @@ void run_fprop_case(const Case& cs, bool scatter) {
   const int64_t dest_rows = cap + 11;
   if (scatter) {
     std::uniform_real_distribution<float> sd(0.25f, 2.0f);
-    std::vector<int64_t> perm(static_cast<size_t>(dest_rows));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
+    const std::vector<int64_t> perm = shuffled_rows(dest_rows, rng);
     for (int64_t m = 0; m < M; ++m) {
       scale[m] = sd(rng);
       dest_row[m] = (m % 7 == 3) ? -1 : perm[m];  // every 7th row has no destination
@@ -331,17 +129,16 @@ void run_fprop_case(const Case& cs, bool scatter) {
     for (int64_t n = 0; n < cs.n; ++n) ref[m * cs.n + n] = round_bf16(ref[m * cs.n + n] * scale[m]);
   }
 
-  DeviceBuffer d_counts(counts.size() * 4), d_a(a.bits.size() * 2), d_w(w.bits.size() * 2);
-  DeviceBuffer d_out(static_cast<size_t>(cap * cs.n) * 2);
-  DeviceBuffer d_dest(scatter ? static_cast<size_t>(dest_rows * cs.n) * 2 : 0);
-  DeviceBuffer d_ptrs(scatter ? static_cast<size_t>(cap) * 8 : 0), d_scale(scatter ? static_cast<size_t>(cap) * 4 : 0);
-  d_counts.upload(counts);
-  d_a.upload(a.bits);
-  d_w.upload(w.bits);
+  DeviceBuffer<int32_t> d_counts(counts);
+  DeviceBuffer<uint16_t> d_a(a.bits), d_w(w.bits);
+  DeviceBuffer<uint16_t> d_out(static_cast<size_t>(cap * cs.n));
+  DeviceBuffer<uint16_t> d_dest(scatter ? static_cast<size_t>(dest_rows * cs.n) : 0);
+  DeviceBuffer<void*> d_ptrs(scatter ? static_cast<size_t>(cap) : 0);
+  DeviceBuffer<float> d_scale(scatter ? static_cast<size_t>(cap) : 0);
   if (scatter) {
     std::vector<void*> ptrs(static_cast<size_t>(cap), nullptr);
     for (int64_t m = 0; m < cap; ++m)
-      if (dest_row[m] >= 0) ptrs[m] = d_dest.as<uint16_t>() + dest_row[m] * cs.n;
+      if (dest_row[m] >= 0) ptrs[m] = d_dest.get() + dest_row[m] * cs.n;
     d_ptrs.upload(ptrs);
     d_scale.upload(scale);
   }
@@ -351,24 +148,25 @@ void run_fprop_case(const Case& cs, bool scatter) {
     d_out.poison();
     if (scatter) d_dest.poison();
     FpropArgs args;
-    args.common = {d_counts.as<int32_t>(), cs.e_local, cap, cs.n, cs.k, &cfg};
-    args.a = d_a.ptr;
-    args.w = d_w.ptr;
-    args.out = d_out.ptr;
+    args.common = {d_counts.get(), cs.e_local, cap, cs.n, cs.k, &cfg};
+    args.a = d_a.get();
+    args.w = d_w.get();
+    args.out = d_out.get();
     if (scatter) {
-      args.scatter.row_ptrs = d_ptrs.as<void*>();
-      args.scatter.row_scale = d_scale.as<float>();
+      args.scatter.row_ptrs = d_ptrs.get();
+      args.scatter.row_scale = d_scale.get();
     }
     grouped_gemm_fprop(args, nullptr);
     CUDA_OK(cudaDeviceSynchronize());
     const std::string what = std::string(scatter ? "fprop+scatter " : "fprop ") + case_name(cs) + " " + cfg.name();
     if (!scatter) {
-      const auto out = d_out.download<uint16_t>(static_cast<size_t>(cap * cs.n));
-      expect_close(what, decode_bf16(out), ref, M * cs.n, [](int64_t i) { return i; }, Tolerance{});
+      const auto out = d_out.download();
+      expect_close(what, from_bf16_bits(out), ref);
       expect_poison(what + " tail rows", raw_bytes(out), static_cast<size_t>(M * cs.n) * 2,
                     static_cast<size_t>(cap * cs.n) * 2);
     } else {
-      const auto dest = decode_bf16(d_dest.download<uint16_t>(static_cast<size_t>(dest_rows * cs.n)));
+      const auto dest_bits = d_dest.download();
+      const auto dest = from_bf16_bits(dest_bits);
       // Reference restricted to the rows with a destination; where each landed.
       std::vector<float> ref_sel;
       std::vector<int64_t> idx;
@@ -381,14 +179,13 @@ void run_fprop_case(const Case& cs, bool scatter) {
           idx.push_back(dest_row[m] * cs.n + n);
         }
       }
-      expect_close(what, dest, ref_sel, static_cast<int64_t>(ref_sel.size()), [&](int64_t i) { return idx[i]; },
-                   Tolerance{});
-      const auto raw = raw_bytes(d_dest.download<uint16_t>(static_cast<size_t>(dest_rows * cs.n)));
+      expect_close(what, [&](int64_t i) { return static_cast<double>(dest[idx[i]]); }, ref_sel);
+      const auto raw = raw_bytes(dest_bits);
       for (int64_t r = 0; r < dest_rows; ++r)
         if (!used[r])
           expect_poison(what + " unused destination row", raw, static_cast<size_t>(r * cs.n) * 2,
                         static_cast<size_t>((r + 1) * cs.n) * 2);
-      expect_poison(what + " (plain out untouched)", raw_bytes(d_out.download<uint16_t>(static_cast<size_t>(cap * cs.n))), 0,
+      expect_poison(what + " (plain out untouched)", raw_bytes(d_out.download()), 0,
                     static_cast<size_t>(cap * cs.n) * 2);
     }
   }
@@ -404,11 +201,9 @@ struct SwigluOptions {
 
 void run_w13_case(const Case& cs, const SwigluOptions& opt) {
   std::mt19937 rng(cs.seed);
-  const auto counts = case_counts(cs, rng);
-  const int64_t M = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  const int64_t cap = M + kSlackRows;
-  std::printf("case %s %s m_capacity=%lld\n", case_name(cs).c_str(), counts_summary(counts).c_str(),
-              static_cast<long long>(cap));
+  const CaseRows rows = case_rows(cs, rng);
+  const auto& counts = rows.counts;
+  const int64_t M = rows.M, cap = rows.cap;
   const int64_t D = cs.k, F = cs.n / 2;
   const float alpha = 1.702f, limit = 0.6f, clip_limit = 0.45f;  // small limits: clamping and clipping both happen
   reference::SwigluParams act;
@@ -437,27 +232,23 @@ void run_w13_case(const Case& cs, const SwigluOptions& opt) {
     }
   }
   const HostBf16 w = random_bf16(static_cast<size_t>(cs.e_local * cs.n * D), 1.0f / std::sqrt(float(D)), rng);
-  const std::vector<float> h1_acc = ref_fprop(a.vals, w.vals, counts, cs.n, D);
-  std::vector<float> ref_h1(h1_acc.size()), ref_h2(static_cast<size_t>(M * F));
-  for (size_t i = 0; i < h1_acc.size(); ++i) ref_h1[i] = round_bf16(h1_acc[i]);
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t f = 0; f < F; ++f)
-      ref_h2[m * F + f] = round_bf16(reference::swiglu(ref_h1[m * cs.n + f], ref_h1[m * cs.n + F + f], act));
+  const std::vector<float> ref_h1 = rounded_bf16(ref_fprop(a.vals, w.vals, counts, cs.n, D));
+  const std::vector<float> ref_h2 = ref_swiglu_h2(ref_h1, F, act);
 
-  DeviceBuffer d_counts(counts.size() * 4), d_a(a.bits.size() * 2), d_w(w.bits.size() * 2);
-  DeviceBuffer d_h1(static_cast<size_t>(cap * cs.n) * 2), d_h2(static_cast<size_t>(cap * F) * 2), d_stats(12);
-  DeviceBuffer d_src0(opt.gather ? src0.bits.size() * 2 : 0), d_src1(opt.gather ? src1.bits.size() * 2 : 0);
-  DeviceBuffer d_rows(opt.gather ? static_cast<size_t>(cap) * 8 : 0);
-  DeviceBuffer d_ws(opt.gather ? grouped_gemm_gather_workspace_bytes(cap, cs.e_local) : 0);
-  d_counts.upload(counts);
-  d_w.upload(w.bits);
+  DeviceBuffer<int32_t> d_counts(counts);
+  DeviceBuffer<uint16_t> d_a(a.bits.size()), d_w(w.bits);
+  DeviceBuffer<uint16_t> d_h1(static_cast<size_t>(cap * cs.n)), d_h2(static_cast<size_t>(cap * F));
+  DeviceBuffer<float> d_stats(3);
+  DeviceBuffer<uint16_t> d_src0(opt.gather ? src0.bits.size() : 0), d_src1(opt.gather ? src1.bits.size() : 0);
+  DeviceBuffer<const void*> d_rows(opt.gather ? static_cast<size_t>(cap) : 0);
+  DeviceBuffer<int32_t> d_ws = opt.gather ? gather_workspace(cap, cs.e_local) : DeviceBuffer<int32_t>();
   if (opt.gather) {
     d_src0.upload(src0.bits);
     d_src1.upload(src1.bits);
-    std::vector<const void*> rows(static_cast<size_t>(cap), nullptr);
+    std::vector<const void*> row_ptrs(static_cast<size_t>(cap), nullptr);
     for (int64_t m = 0; m < M; ++m)
-      if (src_of[m] >= 0) rows[m] = (src_of[m] == 0 ? d_src0 : d_src1).as<uint16_t>() + src_row[m] * D;
-    d_rows.upload(rows);
+      if (src_of[m] >= 0) row_ptrs[m] = (src_of[m] == 0 ? d_src0 : d_src1).get() + src_row[m] * D;
+    d_rows.upload(row_ptrs);
   } else {
     d_a.upload(a.bits);
   }
@@ -468,42 +259,42 @@ void run_w13_case(const Case& cs, const SwigluOptions& opt) {
     d_h2.poison();
     if (opt.gather) d_a.poison();
     W13FpropArgs args;
-    args.common = {d_counts.as<int32_t>(), cs.e_local, cap, cs.n, D, &cfg};
-    args.a = opt.gather ? nullptr : d_a.ptr;
-    args.w13 = d_w.ptr;
-    args.h1 = opt.save_h1 ? d_h1.ptr : nullptr;
-    args.h2 = d_h2.ptr;
+    args.common = {d_counts.get(), cs.e_local, cap, cs.n, D, &cfg};
+    args.a = opt.gather ? nullptr : d_a.get();
+    args.w13 = d_w.get();
+    args.h1 = opt.save_h1 ? d_h1.get() : nullptr;
+    args.h2 = d_h2.get();
     args.activation = opt.clamped ? Activation::kSwiGLUClamped : Activation::kSwiGLU;
     args.swiglu_alpha = alpha;
     args.swiglu_limit = limit;
-    args.clip_stats = d_stats.as<float>();
+    args.clip_stats = d_stats.get();
     args.clip_limit = clip_limit;
     if (opt.gather) {
-      args.gather.row_ptrs = d_rows.as<const void*>();
-      args.gather.gathered = d_a.ptr;
-      args.gather.workspace = d_ws.as<int32_t>();
+      args.gather.row_ptrs = d_rows.get();
+      args.gather.gathered = d_a.get();
+      args.gather.workspace = d_ws.get();
     }
     grouped_gemm_w13_fprop(args, nullptr);
     CUDA_OK(cudaDeviceSynchronize());
     const std::string what = std::string("w13 ") + (opt.clamped ? "clamped " : "plain ") +
                              (opt.gather ? "gather " : "") + case_name(cs) + " " + cfg.name();
-    const auto h2 = d_h2.download<uint16_t>(static_cast<size_t>(cap * F));
-    expect_close(what + " h2", decode_bf16(h2), ref_h2, M * F, [](int64_t i) { return i; }, Tolerance{});
+    const auto h2 = d_h2.download();
+    expect_close(what + " h2", from_bf16_bits(h2), ref_h2);
     expect_poison(what + " h2 tail rows", raw_bytes(h2), static_cast<size_t>(M * F) * 2, static_cast<size_t>(cap * F) * 2);
-    const auto h1 = d_h1.download<uint16_t>(static_cast<size_t>(cap * cs.n));
+    const auto h1 = d_h1.download();
     if (opt.save_h1) {
-      expect_close(what + " h1", decode_bf16(h1), ref_h1, M * cs.n, [](int64_t i) { return i; }, Tolerance{});
+      expect_close(what + " h1", from_bf16_bits(h1), ref_h1);
       expect_poison(what + " h1 tail rows", raw_bytes(h1), static_cast<size_t>(M * cs.n) * 2,
                     static_cast<size_t>(cap * cs.n) * 2);
       // Clip statistics: exactly the counts over the h1 the GPU stored.
-      const auto h1v = decode_bf16(h1);
+      const auto h1v = from_bf16_bits(h1);
       double gate_over = 0, up_over = 0;
       for (int64_t m = 0; m < M; ++m)
         for (int64_t f = 0; f < F; ++f) {
           gate_over += h1v[m * cs.n + f] > clip_limit;
           up_over += std::fabs(h1v[m * cs.n + F + f]) > clip_limit;
         }
-      const auto stats = d_stats.download<float>(3);
+      const auto stats = d_stats.download();
       EXPECT_EQ(stats[0], gate_over) << what << " clip stats: gate > limit";
       EXPECT_EQ(stats[1], up_over) << what << " clip stats: |up| > limit";
       EXPECT_EQ(stats[2], static_cast<double>(M * F)) << what << " clip stats: rows * F";
@@ -514,7 +305,7 @@ void run_w13_case(const Case& cs, const SwigluOptions& opt) {
       expect_poison(what + " h1 dropped: untouched", raw_bytes(h1), 0, static_cast<size_t>(cap * cs.n) * 2);
     }
     if (opt.gather) {  // the gathered copy of A must equal the rows it was gathered from, bitwise
-      const auto g = d_a.download<uint16_t>(static_cast<size_t>(cap * D));
+      const auto g = d_a.download();
       int64_t diff = 0;
       for (int64_t i = 0; i < M * D; ++i) diff += g[i] != a.bits[i];
       EXPECT_EQ(diff, 0) << what << ": gathered rows differ from their sources";
@@ -533,11 +324,9 @@ struct DgradOptions {
 
 void run_dgrad_case(const Case& cs, const DgradOptions& opt) {
   std::mt19937 rng(cs.seed);
-  const auto counts = case_counts(cs, rng);
-  const int64_t M = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  const int64_t cap = M + kSlackRows;
-  std::printf("case %s %s m_capacity=%lld\n", case_name(cs).c_str(), counts_summary(counts).c_str(),
-              static_cast<long long>(cap));
+  const CaseRows rows = case_rows(cs, rng);
+  const auto& counts = rows.counts;
+  const int64_t M = rows.M, cap = rows.cap;
   const bool fp32 = opt.out == DType::kFloat32;
   HostBf16 g = random_bf16(static_cast<size_t>(cap * cs.n), 1.0f, rng);
   const HostBf16 w = random_bf16(static_cast<size_t>(cs.e_local * cs.n * cs.k), 1.0f / std::sqrt(float(cs.n)), rng);
@@ -546,9 +335,7 @@ void run_dgrad_case(const Case& cs, const DgradOptions& opt) {
   std::vector<int64_t> src_row(static_cast<size_t>(cap), -1);
   if (opt.gather) {
     src = random_bf16(static_cast<size_t>(cap * cs.n), 1.0f, rng);
-    std::vector<int64_t> perm(static_cast<size_t>(cap));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
+    const std::vector<int64_t> perm = shuffled_rows(cap, rng);
     for (int64_t m = 0; m < M; ++m) {
       src_row[m] = perm[m];
       for (int64_t j = 0; j < cs.n; ++j) {
@@ -559,94 +346,82 @@ void run_dgrad_case(const Case& cs, const DgradOptions& opt) {
   }
   std::vector<float> ref = ref_dgrad(g.vals, w.vals, counts, cs.n, cs.k);
   // Accumulation source: random values in the output's dtype.
-  std::vector<float> prev(static_cast<size_t>(cap * cs.k));
-  std::vector<uint16_t> prev_bits(prev.size());
-  {
-    const HostBf16 p = random_bf16(prev.size(), 1.0f, rng);
-    prev = p.vals;
-    prev_bits = p.bits;
-  }
-  for (int64_t i = 0; i < M * cs.k; ++i) {
-    const float v = opt.accumulate ? prev[i] + ref[i] : ref[i];
-    ref[i] = fp32 ? v : round_bf16(v);
-  }
+  const HostBf16 prev = random_bf16(static_cast<size_t>(cap * cs.k), 1.0f, rng);
+  apply_output_store(ref, prev.vals, opt.accumulate, fp32);
   std::vector<int64_t> dest_row(static_cast<size_t>(cap), -1);
   const int64_t dest_rows = cap + 5;
   if (opt.scatter) {
-    std::vector<int64_t> perm(static_cast<size_t>(dest_rows));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
+    const std::vector<int64_t> perm = shuffled_rows(dest_rows, rng);
     for (int64_t m = 0; m < M; ++m) dest_row[m] = perm[m];
   }
 
+  // Outputs as bytes: BF16 or FP32 by opt.out.
   const size_t out_elem = fp32 ? 4 : 2;
-  DeviceBuffer d_counts(counts.size() * 4), d_g(g.bits.size() * 2), d_w(w.bits.size() * 2);
-  DeviceBuffer d_out(static_cast<size_t>(cap * cs.k) * out_elem);
-  DeviceBuffer d_src(opt.gather ? src.bits.size() * 2 : 0), d_rows(opt.gather ? static_cast<size_t>(cap) * 8 : 0);
-  DeviceBuffer d_ws(opt.gather ? grouped_gemm_gather_workspace_bytes(cap, cs.e_local) : 0);
-  DeviceBuffer d_dest(opt.scatter ? static_cast<size_t>(dest_rows * cs.k) * out_elem : 0);
-  DeviceBuffer d_dptrs(opt.scatter ? static_cast<size_t>(cap) * 8 : 0);
-  d_counts.upload(counts);
-  d_w.upload(w.bits);
+  DeviceBuffer<int32_t> d_counts(counts);
+  DeviceBuffer<uint16_t> d_g(g.bits.size()), d_w(w.bits);
+  DeviceBuffer<uint8_t> d_out(static_cast<size_t>(cap * cs.k) * out_elem);
+  DeviceBuffer<uint16_t> d_src(opt.gather ? src.bits.size() : 0);
+  DeviceBuffer<const void*> d_rows(opt.gather ? static_cast<size_t>(cap) : 0);
+  DeviceBuffer<int32_t> d_ws = opt.gather ? gather_workspace(cap, cs.e_local) : DeviceBuffer<int32_t>();
+  DeviceBuffer<uint8_t> d_dest(opt.scatter ? static_cast<size_t>(dest_rows * cs.k) * out_elem : 0);
+  DeviceBuffer<void*> d_dptrs(opt.scatter ? static_cast<size_t>(cap) : 0);
   if (opt.gather) {
     d_src.upload(src.bits);
-    std::vector<const void*> rows(static_cast<size_t>(cap), nullptr);
-    for (int64_t m = 0; m < M; ++m) rows[m] = d_src.as<uint16_t>() + src_row[m] * cs.n;
-    d_rows.upload(rows);
+    std::vector<const void*> row_ptrs(static_cast<size_t>(cap), nullptr);
+    for (int64_t m = 0; m < M; ++m) row_ptrs[m] = d_src.get() + src_row[m] * cs.n;
+    d_rows.upload(row_ptrs);
   } else {
     d_g.upload(g.bits);
   }
   if (opt.scatter) {
     std::vector<void*> ptrs(static_cast<size_t>(cap), nullptr);
-    for (int64_t m = 0; m < M; ++m) ptrs[m] = static_cast<char*>(d_dest.ptr) + dest_row[m] * cs.k * out_elem;
+    for (int64_t m = 0; m < M; ++m) ptrs[m] = d_dest.get() + dest_row[m] * cs.k * out_elem;
     d_dptrs.upload(ptrs);
   }
 
   for (const GroupedGemmConfig& cfg : grouped_gemm_configs(GroupedGemmOp::kDgrad, opt.out, opt.gather)) {
     SCOPED_TRACE(cfg.name());
-    DeviceBuffer& target = opt.scatter ? d_dest : d_out;
+    DeviceBuffer<uint8_t>& target = opt.scatter ? d_dest : d_out;
+    const size_t elems = target.size() / out_elem;
     target.poison();
     if (opt.accumulate) {  // previous contents: prev (rows of the scatter destinations for scatter)
-      std::vector<float> pf(target.bytes / out_elem, 0.0f);
-      std::vector<uint16_t> pb(target.bytes / out_elem, 0);
+      std::vector<float> pf(elems, 0.0f);
+      std::vector<uint16_t> pb(elems, 0);
       for (int64_t m = 0; m < M; ++m) {
         const int64_t r = opt.scatter ? dest_row[m] : m;
         for (int64_t j = 0; j < cs.k; ++j) {
-          pf[r * cs.k + j] = prev[m * cs.k + j];
-          pb[r * cs.k + j] = prev_bits[m * cs.k + j];
+          pf[r * cs.k + j] = prev.vals[m * cs.k + j];
+          pb[r * cs.k + j] = prev.bits[m * cs.k + j];
         }
       }
-      if (fp32) target.upload(pf); else target.upload(pb);
+      target.upload(fp32 ? raw_bytes(pf) : raw_bytes(pb));
     }
     if (opt.gather) d_g.poison();
     DgradArgs args;
-    args.common = {d_counts.as<int32_t>(), cs.e_local, cap, cs.n, cs.k, &cfg};
-    args.grad_out = opt.gather ? nullptr : d_g.ptr;
-    args.w = d_w.ptr;
-    args.grad_a = opt.scatter ? nullptr : d_out.ptr;
+    args.common = {d_counts.get(), cs.e_local, cap, cs.n, cs.k, &cfg};
+    args.grad_out = opt.gather ? nullptr : d_g.get();
+    args.w = d_w.get();
+    args.grad_a = opt.scatter ? nullptr : d_out.get();
     args.out_dtype = opt.out;
     args.accumulate = opt.accumulate;
     if (opt.gather) {
-      args.gather.row_ptrs = d_rows.as<const void*>();
-      args.gather.gathered = d_g.ptr;
-      args.gather.workspace = d_ws.as<int32_t>();
+      args.gather.row_ptrs = d_rows.get();
+      args.gather.gathered = d_g.get();
+      args.gather.workspace = d_ws.get();
     }
-    if (opt.scatter) args.scatter.row_ptrs = d_dptrs.as<void*>();
+    if (opt.scatter) args.scatter.row_ptrs = d_dptrs.get();
     grouped_gemm_dgrad(args, nullptr);
     CUDA_OK(cudaDeviceSynchronize());
     const std::string what = std::string("dgrad ") + (fp32 ? "fp32 " : "bf16 ") + (opt.accumulate ? "acc " : "") +
                              (opt.gather ? "gather " : "") + (opt.scatter ? "scatter " : "") + case_name(cs) + " " +
                              cfg.name();
-    const size_t elems = target.bytes / out_elem;
-    const std::vector<float> got = fp32 ? target.download<float>(elems) : decode_bf16(target.download<uint16_t>(elems));
-    std::vector<uint8_t> raw = fp32 ? raw_bytes(target.download<float>(elems)) : raw_bytes(target.download<uint16_t>(elems));
+    const std::vector<uint8_t> raw = target.download();
     if (!opt.scatter) {
-      expect_close(what, got, ref, M * cs.k, [](int64_t i) { return i; }, Tolerance{});
+      expect_close(what, [&](int64_t i) { return out_at(raw, 0, i, fp32); }, ref);
       if (!opt.accumulate)
         expect_poison(what + " tail rows", raw, static_cast<size_t>(M * cs.k) * out_elem, raw.size());
     } else {
-      expect_close(what, got, ref, M * cs.k,
-                   [&](int64_t i) { return dest_row[i / cs.k] * cs.k + i % cs.k; }, Tolerance{});
+      expect_close(what, [&](int64_t i) { return out_at(raw, 0, dest_row[i / cs.k] * cs.k + i % cs.k, fp32); }, ref);
     }
   }
 }
@@ -655,52 +430,41 @@ void run_dgrad_case(const Case& cs, const DgradOptions& opt) {
 // or accumulate (empty experts untouched).
 void run_wgrad_case(const Case& cs, DType out, bool accumulate) {
   std::mt19937 rng(cs.seed);
-  const auto counts = case_counts(cs, rng);
-  const int64_t M = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  const int64_t cap = M + kSlackRows;
-  std::printf("case %s %s m_capacity=%lld\n", case_name(cs).c_str(), counts_summary(counts).c_str(),
-              static_cast<long long>(cap));
+  const CaseRows rows = case_rows(cs, rng);
+  const auto& counts = rows.counts;
+  const int64_t M = rows.M, cap = rows.cap;
   const bool fp32 = out == DType::kFloat32;
   const HostBf16 g = random_bf16(static_cast<size_t>(cap * cs.n), 1.0f, rng);
   const HostBf16 x = random_bf16(static_cast<size_t>(cap * cs.k), 1.0f, rng);
   std::vector<float> ref = ref_wgrad(g.vals, x.vals, counts, cs.n, cs.k);
   const HostBf16 prev = random_bf16(ref.size(), 4.0f, rng);
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const float v = accumulate ? prev.vals[i] + ref[i] : ref[i];
-    ref[i] = fp32 ? v : round_bf16(v);
-  }
-  // The row buffers past sum(counts) hold NaN: a WGRAD that read them without masking would fail.
-  std::vector<uint16_t> gb = g.bits, xb = x.bits;
-  for (int64_t i = M * cs.n; i < cap * cs.n; ++i) gb[i] = 0xffff;
-  for (int64_t i = M * cs.k; i < cap * cs.k; ++i) xb[i] = 0xffff;
+  apply_output_store(ref, prev.vals, accumulate, fp32);
 
   const size_t out_elem = fp32 ? 4 : 2;
-  DeviceBuffer d_counts(counts.size() * 4), d_g(gb.size() * 2), d_x(xb.size() * 2), d_out(ref.size() * out_elem);
-  d_counts.upload(counts);
-  d_g.upload(gb);
-  d_x.upload(xb);
-  const Tolerance tol = fp32 ? Tolerance{2e-2, 2e-2, 1e-2} : Tolerance{};
+  DeviceBuffer<int32_t> d_counts(counts);
+  DeviceBuffer<uint16_t> d_g(nan_past_rows(g.bits, M, cs.n)), d_x(nan_past_rows(x.bits, M, cs.k));
+  DeviceBuffer<uint8_t> d_out(ref.size() * out_elem);  // BF16 or FP32 by `out`
+  const Tolerance tol = wgrad_tolerance(fp32);
   for (const GroupedGemmConfig& cfg : grouped_gemm_configs(GroupedGemmOp::kWgrad, out, false)) {
     SCOPED_TRACE(cfg.name());
     if (accumulate) {
-      if (fp32) d_out.upload(prev.vals); else d_out.upload(prev.bits);
+      d_out.upload(fp32 ? raw_bytes(prev.vals) : raw_bytes(prev.bits));
     } else {
       d_out.poison();
     }
     WgradArgs args;
-    args.common = {d_counts.as<int32_t>(), cs.e_local, cap, cs.n, cs.k, &cfg};
-    args.grad_out = d_g.ptr;
-    args.a = d_x.ptr;
-    args.grad_w = d_out.ptr;
+    args.common = {d_counts.get(), cs.e_local, cap, cs.n, cs.k, &cfg};
+    args.grad_out = d_g.get();
+    args.a = d_x.get();
+    args.grad_w = d_out.get();
     args.out_dtype = out;
     args.accumulate = accumulate;
     grouped_gemm_wgrad(args, nullptr);
     CUDA_OK(cudaDeviceSynchronize());
     const std::string what = std::string("wgrad ") + (fp32 ? "fp32 " : "bf16 ") + (accumulate ? "acc " : "") +
                              case_name(cs) + " " + cfg.name();
-    const std::vector<float> got =
-        fp32 ? d_out.download<float>(ref.size()) : decode_bf16(d_out.download<uint16_t>(ref.size()));
-    expect_close(what, got, ref, static_cast<int64_t>(ref.size()), [](int64_t i) { return i; }, tol);
+    const std::vector<uint8_t> raw = d_out.download();
+    expect_close(what, [&](int64_t i) { return out_at(raw, 0, i, fp32); }, ref, tol);
   }
 }
 
@@ -716,12 +480,12 @@ const Case kFpropCases[] = {
 };
 
 TEST(GroupedGemmFprop, RaggedAllConfigs) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   for (const Case& c : kFpropCases) run_fprop_case(c, false);
 }
 
 TEST(GroupedGemmFprop, ScatterWithRowScale) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   run_fprop_case({8, 384, 512, 260, 21}, true);
   run_fprop_case({64, 256, 256, 50, 22}, true);
 }
@@ -736,25 +500,25 @@ const Case kW13Cases[] = {
 };
 
 TEST(GroupedGemmW13Swiglu, Plain) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   for (const Case& c : kW13Cases) run_w13_case(c, {false, true, false});
 }
 
 TEST(GroupedGemmW13Swiglu, ClampedDropH1) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   run_w13_case(kW13Cases[1], {true, false, false});
   run_w13_case(kW13Cases[2], {true, true, false});
 }
 
 TEST(GroupedGemmW13Swiglu, GatherFromTwoAllocations) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   run_w13_case(kW13Cases[1], {false, true, true});
   run_w13_case(kW13Cases[2], {true, true, true});
   run_w13_case(kW13Cases[3], {false, true, true});
 }
 
 TEST(GroupedGemmDgrad, Bf16AndFp32) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   run_dgrad_case({8, 512, 384, 260, 41}, {DType::kBFloat16, false, false, false});
   run_dgrad_case({128, 256, 256, 40, 42}, {DType::kBFloat16, false, false, false});
   run_dgrad_case({3, 7168, 256, 140, 43}, {DType::kBFloat16, false, false, false});  // W2 DGRAD: n = D
@@ -763,13 +527,13 @@ TEST(GroupedGemmDgrad, Bf16AndFp32) {
 }
 
 TEST(GroupedGemmDgrad, Accumulate) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   run_dgrad_case({8, 512, 384, 260, 51}, {DType::kBFloat16, true, false, false});
   run_dgrad_case({8, 512, 384, 260, 52}, {DType::kFloat32, true, false, false});
 }
 
 TEST(GroupedGemmDgrad, GatherAndScatter) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   run_dgrad_case({8, 512, 384, 260, 61}, {DType::kBFloat16, false, true, false});
   run_dgrad_case({8, 512, 384, 260, 62}, {DType::kBFloat16, false, false, true});
   run_dgrad_case({32, 256, 512, 80, 63}, {DType::kBFloat16, false, true, true});
@@ -784,18 +548,18 @@ const Case kWgradCases[] = {
 };
 
 TEST(GroupedGemmWgrad, Fp32Overwrite) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   for (const Case& c : kWgradCases) run_wgrad_case(c, DType::kFloat32, false);
 }
 
 TEST(GroupedGemmWgrad, Bf16Overwrite) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   run_wgrad_case(kWgradCases[1], DType::kBFloat16, false);
   run_wgrad_case(kWgradCases[3], DType::kBFloat16, false);
 }
 
 TEST(GroupedGemmWgrad, Accumulate) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   run_wgrad_case(kWgradCases[1], DType::kFloat32, true);
   run_wgrad_case(kWgradCases[3], DType::kBFloat16, true);
 }
@@ -808,28 +572,28 @@ TEST(GroupedGemmWgrad, Accumulate) {
 const std::vector<int32_t> kTailCounts = {0, 1, 63, 64, 65, 127, 128, 129, 0, 191, 192, 193, 255, 257, 0, 383, 1, 0};
 
 TEST(GroupedGemmSchedule, TailRowsFprop) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   const int64_t E = static_cast<int64_t>(kTailCounts.size());
   run_fprop_case({E, 256, 256, 383, 81, &kTailCounts}, false);
   run_fprop_case({E, 384, 512, 383, 82, &kTailCounts}, true);  // scatter + row scale, N odd x 128
 }
 
 TEST(GroupedGemmSchedule, TailRowsW13) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   const int64_t E = static_cast<int64_t>(kTailCounts.size());
   run_w13_case({E, 512, 256, 383, 83, &kTailCounts}, {false, true, false});
   run_w13_case({E, 512, 384, 383, 84, &kTailCounts}, {true, false, true});  // clamped, no h1, gather
 }
 
 TEST(GroupedGemmSchedule, TailRowsDgrad) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   const int64_t E = static_cast<int64_t>(kTailCounts.size());
   run_dgrad_case({E, 256, 512, 383, 85, &kTailCounts}, {DType::kBFloat16, false, false, false});
   run_dgrad_case({E, 512, 256, 383, 86, &kTailCounts}, {DType::kFloat32, true, false, false});
 }
 
 TEST(GroupedGemmSchedule, TailRowsWgrad) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   const int64_t E = static_cast<int64_t>(kTailCounts.size());
   run_wgrad_case({E, 256, 256, 383, 87, &kTailCounts}, DType::kBFloat16, false);
   run_wgrad_case({E, 256, 384, 383, 88, &kTailCounts}, DType::kFloat32, true);
@@ -861,26 +625,23 @@ TEST(GroupedGemmSchedule, ExperimentalSwitchOnlyAddsDynamic) {
 // launches with different grids (3 CTAs, all SMs, 7 CTAs), the same call inside a CUDA graph
 // replayed three times, and a static launch in between must all give the static result bitwise.
 TEST(GroupedGemmSchedule, DynamicCounterResetsAcrossLaunchesAndGraphs) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   std::mt19937 rng(91);
   const int64_t E = static_cast<int64_t>(kTailCounts.size()), N = 256, K = 512;
-  const int64_t M = std::accumulate(kTailCounts.begin(), kTailCounts.end(), int64_t{0});
+  const int64_t M = total_rows(kTailCounts);
   const int64_t cap = M + kSlackRows;
   const HostBf16 a = random_bf16(static_cast<size_t>(cap * K), 1.0f, rng);
   const HostBf16 w = random_bf16(static_cast<size_t>(E * N * K), 1.0f / std::sqrt(float(K)), rng);
-  DeviceBuffer d_counts(kTailCounts.size() * 4), d_a(a.bits.size() * 2), d_w(w.bits.size() * 2),
-      d_out(static_cast<size_t>(cap * N) * 2);
-  d_counts.upload(kTailCounts);
-  d_a.upload(a.bits);
-  d_w.upload(w.bits);
+  DeviceBuffer<int32_t> d_counts(kTailCounts);
+  DeviceBuffer<uint16_t> d_a(a.bits), d_w(w.bits), d_out(static_cast<size_t>(cap * N));
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   auto call = [&](const GroupedGemmConfig& cfg) {
     FpropArgs args;
-    args.common = {d_counts.as<int32_t>(), E, cap, N, K, &cfg};
-    args.a = d_a.ptr;
-    args.w = d_w.ptr;
-    args.out = d_out.ptr;
+    args.common = {d_counts.get(), E, cap, N, K, &cfg};
+    args.a = d_a.get();
+    args.w = d_w.get();
+    args.out = d_out.get();
     grouped_gemm_fprop(args, stream);
   };
   for (const GroupedGemmConfig& base : grouped_gemm_configs(GroupedGemmOp::kFprop, DType::kBFloat16, false)) {
@@ -892,7 +653,7 @@ TEST(GroupedGemmSchedule, DynamicCounterResetsAcrossLaunchesAndGraphs) {
     CUDA_OK(cudaDeviceSynchronize());
     call(st);
     CUDA_OK(cudaStreamSynchronize(stream));
-    const auto want = d_out.download<uint16_t>(static_cast<size_t>(cap * N));
+    const auto want = d_out.download();
     for (int sms : {3, 0, 7}) {
       GroupedGemmConfig c = base;
       c.num_sms = sms;
@@ -900,7 +661,7 @@ TEST(GroupedGemmSchedule, DynamicCounterResetsAcrossLaunchesAndGraphs) {
       CUDA_OK(cudaDeviceSynchronize());
       call(c);
       CUDA_OK(cudaStreamSynchronize(stream));
-      EXPECT_TRUE(d_out.download<uint16_t>(static_cast<size_t>(cap * N)) == want) << "num_sms " << sms;
+      EXPECT_TRUE(d_out.download() == want) << "num_sms " << sms;
     }
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -914,7 +675,7 @@ TEST(GroupedGemmSchedule, DynamicCounterResetsAcrossLaunchesAndGraphs) {
       CUDA_OK(cudaDeviceSynchronize());
       CUDA_OK(cudaGraphLaunch(exec, stream));
       CUDA_OK(cudaStreamSynchronize(stream));
-      EXPECT_TRUE(d_out.download<uint16_t>(static_cast<size_t>(cap * N)) == want) << "graph replay " << r;
+      EXPECT_TRUE(d_out.download() == want) << "graph replay " << r;
       call(st);  // a static launch in between must not disturb the counter
       CUDA_OK(cudaStreamSynchronize(stream));
     }
@@ -927,7 +688,7 @@ TEST(GroupedGemmSchedule, DynamicCounterResetsAcrossLaunchesAndGraphs) {
 // Decode shapes: few rows per expert, so the heuristic picks swap-AB; the sweep above already
 // runs the swap-AB kernels on large counts too.
 TEST(GroupedGemmDecode, SwapABPickedAndCorrect) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   GroupedGemmProblem p;
   p.op = GroupedGemmOp::kFpropSwiglu;
   p.m_capacity = 1024;
@@ -980,16 +741,17 @@ TEST(GroupedGemmArgs, RejectsBadArguments) {
 }
 
 TEST(GroupedGemmArgs, OverrideMustExist) {
-  REQUIRE_SM90();
-  DeviceBuffer counts(4 * 2), x(1024 * 256 * 2), wt(2 * 256 * 256 * 2), out(1024 * 256 * 2);
-  cudaMemset(counts.ptr, 0, 8);
+  DMOE_REQUIRE_SM90();
+  DeviceBuffer<int32_t> counts(2);
+  DeviceBuffer<uint16_t> x(1024 * 256), wt(2 * 256 * 256), out(1024 * 256);
+  cudaMemset(counts.get(), 0, 8);
   GroupedGemmConfig bogus;
   bogus.block_n = 96;
   FpropArgs a;
-  a.common = {counts.as<int32_t>(), 2, 1024, 256, 256, &bogus};
-  a.a = x.ptr;
-  a.w = wt.ptr;
-  a.out = out.ptr;
+  a.common = {counts.get(), 2, 1024, 256, 256, &bogus};
+  a.a = x.get();
+  a.w = wt.get();
+  a.out = out.get();
   try {
     grouped_gemm_fprop(a, nullptr);
     ADD_FAILURE() << "a config with no compiled kernel must be rejected";
@@ -1000,29 +762,31 @@ TEST(GroupedGemmArgs, OverrideMustExist) {
 
 // All counts zero: nothing is written (FPROP), WGRAD overwrite writes zeros.
 TEST(GroupedGemmEdge, AllExpertsEmpty) {
-  REQUIRE_SM90();
+  DMOE_REQUIRE_SM90();
   const int64_t E = 4, N = 256, K = 256, cap = 200;
-  DeviceBuffer counts(E * 4), x(cap * K * 2), wt(E * N * K * 2), out(cap * N * 2), gw(E * N * K * 4);
-  cudaMemset(counts.ptr, 0, E * 4);
-  cudaMemset(x.ptr, 0, x.bytes);
-  cudaMemset(wt.ptr, 0, wt.bytes);
+  DeviceBuffer<int32_t> counts(E);
+  DeviceBuffer<uint16_t> x(cap * K), wt(E * N * K), out(cap * N);
+  DeviceBuffer<float> gw(E * N * K);
+  cudaMemset(counts.get(), 0, E * 4);
+  cudaMemset(x.get(), 0, x.size() * 2);
+  cudaMemset(wt.get(), 0, wt.size() * 2);
   out.poison();
   gw.poison();
   FpropArgs f;
-  f.common = {counts.as<int32_t>(), E, cap, N, K, nullptr};
-  f.a = x.ptr;
-  f.w = wt.ptr;
-  f.out = out.ptr;
+  f.common = {counts.get(), E, cap, N, K, nullptr};
+  f.a = x.get();
+  f.w = wt.get();
+  f.out = out.get();
   grouped_gemm_fprop(f, nullptr);
   WgradArgs g;
-  g.common = {counts.as<int32_t>(), E, cap, N, K, nullptr};
-  g.grad_out = out.ptr;
-  g.a = x.ptr;
-  g.grad_w = gw.ptr;
+  g.common = {counts.get(), E, cap, N, K, nullptr};
+  g.grad_out = out.get();
+  g.a = x.get();
+  g.grad_w = gw.get();
   grouped_gemm_wgrad(g, nullptr);
   CUDA_OK(cudaDeviceSynchronize());
-  expect_poison("fprop with no rows", raw_bytes(out.download<uint16_t>(cap * N)), 0, cap * N * 2);
-  const auto w = gw.download<float>(E * N * K);
+  expect_poison("fprop with no rows", raw_bytes(out.download()), 0, cap * N * 2);
+  const auto w = gw.download();
   EXPECT_EQ(std::count(w.begin(), w.end(), 0.0f), static_cast<long>(E * N * K)) << "WGRAD of empty experts must be 0";
 }
 

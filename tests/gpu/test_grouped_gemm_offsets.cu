@@ -14,105 +14,25 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
-#include <functional>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "dist_moe/device/numeric/bf16.cuh"
 #include "dist_moe/grouped_gemm.h"
-#include "gpu/gpu_test_util.h"
+#include "gpu/grouped_gemm_test_util.h"
 #include "reference/stages.h"
 
 namespace dist_moe {
 namespace {
 
-using numeric::bf16_to_float;
-using numeric::bf16_t;
-using numeric::float_to_bf16;
-using numeric::round_bf16;
-using testing::DeviceBuffer;
-
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
-
-// ---- host data ----------------------------------------------------------------------------------
-struct HostBf16 {
-  std::vector<uint16_t> bits;
-  std::vector<float> vals;
-};
-
-HostBf16 random_bf16(size_t n, float scale, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  HostBf16 t;
-  t.bits.resize(n);
-  t.vals.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    const bf16_t b = float_to_bf16(dist(rng) * scale);
-    t.bits[i] = b.bits;
-    t.vals[i] = bf16_to_float(b);
-  }
-  return t;
-}
+// The shared helpers (grouped_gemm_test_util.h) and testing::DeviceBuffer.
+using namespace testing;
 
 // Ragged counts with an empty expert, a single row, a partial 64-row block and a full 128-row tile.
 const std::vector<int32_t> kCounts = {130, 0, 1, 200, 64, 77};
 constexpr int64_t kSlack = 21;  // rows past sum(counts) in every row buffer
-
-int64_t total_rows(const std::vector<int32_t>& c) { return std::accumulate(c.begin(), c.end(), int64_t{0}); }
-
-std::vector<int32_t> expert_of_rows(const std::vector<int32_t>& c) {
-  std::vector<int32_t> e;
-  for (size_t i = 0; i < c.size(); ++i) e.insert(e.end(), static_cast<size_t>(c[i]), static_cast<int32_t>(i));
-  return e;
-}
-
-// ---- host references ----------------------------------------------------------------------------
-// out[m, n] = sum_k a[m, k] w[e(m), n, k]
-std::vector<float> ref_fprop(const std::vector<float>& a, const std::vector<float>& w, const std::vector<int32_t>& c,
-                             int64_t N, int64_t K) {
-  const auto e = expert_of_rows(c);
-  const int64_t M = static_cast<int64_t>(e.size());
-  std::vector<float> out(static_cast<size_t>(M * N));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n)
-      out[m * N + n] = static_cast<float>(reference::dot_acc(&a[m * K], &w[(e[m] * N + n) * K], K));
-  return out;
-}
-
-// out[m, k] = sum_n g[m, n] w[e(m), n, k]
-std::vector<float> ref_dgrad(const std::vector<float>& g, const std::vector<float>& w, const std::vector<int32_t>& c,
-                             int64_t N, int64_t K) {
-  const auto e = expert_of_rows(c);
-  const int64_t M = static_cast<int64_t>(e.size());
-  std::vector<float> out(static_cast<size_t>(M * K));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k)
-      out[m * K + k] = static_cast<float>(reference::dot_acc(&g[m * N], &w[e[m] * N * K + k], N, K));
-  return out;
-}
-
-// out[e, n, k] = sum_{m in e} g[m, n] x[m, k]
-std::vector<float> ref_wgrad(const std::vector<float>& g, const std::vector<float>& x, const std::vector<int32_t>& c,
-                             int64_t N, int64_t K) {
-  const int64_t E = static_cast<int64_t>(c.size());
-  std::vector<float> out(static_cast<size_t>(E * N * K));
-  int64_t row0 = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k) {
-        double acc = 0.0;
-        for (int64_t m = row0; m < row0 + c[e]; ++m) acc += static_cast<double>(g[m * N + n]) * x[m * K + k];
-        out[(e * N + n) * K + k] = static_cast<float>(acc);
-      }
-    row0 += c[e];
-  }
-  return out;
-}
 
 // ---- the activation arena -------------------------------------------------------------------------
 // One poisoned allocation; regions are carved at offsets that are multiples of 128 and never of a
@@ -192,46 +112,15 @@ class Offsets {
   DeviceBuffer<int64_t> mem_;
 };
 
-// ---- comparison -----------------------------------------------------------------------------------
-struct Tolerance {
-  double rtol = 2e-2, atol = 2e-2, rel_l2 = 5e-3;
-};
-
-// got(i) for i < ref.size(); NaN where a value is due means never written.
-void expect_close(const std::string& what, const std::function<double(int64_t)>& got, const std::vector<float>& ref,
-                  const Tolerance& tol = Tolerance{}) {
-  int64_t bad = 0, unwritten = 0;
-  double err2 = 0, ref2 = 0;
-  for (int64_t i = 0; i < static_cast<int64_t>(ref.size()); ++i) {
-    const double g = got(i), r = ref[i];
-    if (std::isnan(g)) {
-      if (unwritten++ < 3) ADD_FAILURE() << what << ": element " << i << " not written, expected " << r;
-      continue;
-    }
-    const double d = std::fabs(g - r);
-    err2 += d * d;
-    ref2 += r * r;
-    if (!(d <= tol.atol + tol.rtol * std::fabs(r)) && bad++ < 3)
-      ADD_FAILURE() << what << ": element " << i << " got " << g << " expected " << r;
-  }
-  const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  EXPECT_EQ(unwritten, 0) << what;
-  EXPECT_EQ(bad, 0) << what;
-  EXPECT_LT(rel, tol.rel_l2) << what;
-  std::printf("  %-62s n=%-8zu relL2=%.2e %s\n", what.c_str(), ref.size(), rel,
-              (bad || unwritten || rel >= tol.rel_l2) ? "FAIL" : "PASS");
-}
-
-double bf16_at(const std::vector<uint8_t>& bytes, int64_t byte_offset, int64_t elem) {
-  uint16_t b;
-  std::memcpy(&b, bytes.data() + byte_offset + 2 * elem, 2);
-  return bf16_to_float(bf16_t{b});
-}
-
-double fp32_at(const std::vector<uint8_t>& bytes, int64_t byte_offset, int64_t elem) {
-  float f;
-  std::memcpy(&f, bytes.data() + byte_offset + 4 * elem, 4);
-  return f;
+// The gather producer's arguments: rows through the table `rows`, the gathered copy in the arena.
+GatherArgs arena_gather(const DeviceBuffer<const void*>& rows, const Arena& arena, const int64_t* gathered_offset,
+                        const DeviceBuffer<int32_t>& workspace) {
+  GatherArgs g;
+  g.row_ptrs = rows.get();
+  g.gathered = arena.base();
+  g.gathered_offset = gathered_offset;
+  g.workspace = workspace.get();
+  return g;
 }
 
 GroupedGemmCommon common_of(const int32_t* counts, int64_t cap, int64_t n, int64_t k, const GroupedGemmConfig* cfg) {
@@ -252,8 +141,7 @@ TEST(GroupedGemmOffsets, FpropAllConfigs) {
   const int64_t N = 384, K = 256, M = total_rows(kCounts), cap = M + kSlack;
   const HostBf16 a = random_bf16(static_cast<size_t>(cap * K), 1.0f, rng);
   const HostBf16 w = random_bf16(static_cast<size_t>(kCounts.size() * N * K), 1.0f / 16, rng);
-  std::vector<float> ref = ref_fprop(a.vals, w.vals, kCounts, N, K);
-  for (float& v : ref) v = round_bf16(v);
+  const std::vector<float> ref = rounded_bf16(ref_fprop(a.vals, w.vals, kCounts, N, K));
 
   Arena arena(size_t(8) << 20);
   const Region ra = arena.carve(a.bits.size() * 2), rout = arena.carve(static_cast<size_t>(cap * N) * 2);
@@ -290,9 +178,7 @@ void run_w13_offsets(bool gather) {
   const HostBf16 w = random_bf16(static_cast<size_t>(kCounts.size() * N * D), 1.0f / 16, rng);
   // Gather: row m comes from source row perm[m] of a separate allocation (nullptr for every 9th).
   const HostBf16 src = random_bf16(static_cast<size_t>(cap * D), 1.0f, rng);
-  std::vector<int64_t> perm(static_cast<size_t>(cap));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
+  const std::vector<int64_t> perm = shuffled_rows(cap, rng);
   if (gather) {
     for (int64_t m = 0; m < M; ++m)
       for (int64_t d = 0; d < D; ++d) {
@@ -301,13 +187,8 @@ void run_w13_offsets(bool gather) {
         a.vals[m * D + d] = zero ? 0.0f : src.vals[perm[m] * D + d];
       }
   }
-  const std::vector<float> h1_acc = ref_fprop(a.vals, w.vals, kCounts, N, D);
-  std::vector<float> ref_h1(h1_acc.size()), ref_h2(static_cast<size_t>(M * F));
-  for (size_t i = 0; i < h1_acc.size(); ++i) ref_h1[i] = round_bf16(h1_acc[i]);
-  reference::SwigluParams act;
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t f = 0; f < F; ++f)
-      ref_h2[m * F + f] = round_bf16(reference::swiglu(ref_h1[m * N + f], ref_h1[m * N + F + f], act));
+  const std::vector<float> ref_h1 = rounded_bf16(ref_fprop(a.vals, w.vals, kCounts, N, D));
+  const std::vector<float> ref_h2 = ref_swiglu_h2(ref_h1, F, reference::SwigluParams{});
 
   Arena arena(size_t(8) << 20);
   const Region ra = arena.carve(a.bits.size() * 2);
@@ -318,7 +199,7 @@ void run_w13_offsets(bool gather) {
   off.set({ra.offset, rh1.offset, rh2.offset});
   DeviceBuffer<int32_t> d_counts(kCounts);
   DeviceBuffer<uint16_t> d_w(w.bits), d_src(src.bits);
-  DeviceBuffer<int32_t> d_ws(grouped_gemm_gather_workspace_bytes(cap, static_cast<int64_t>(kCounts.size())) / 4 + 1);
+  DeviceBuffer<int32_t> d_ws = gather_workspace(cap, static_cast<int64_t>(kCounts.size()));
   std::vector<const void*> rows(static_cast<size_t>(cap), nullptr);
   for (int64_t m = 0; m < M; ++m)
     if (m % 9 != 4) rows[m] = d_src.get() + perm[m] * D;
@@ -340,10 +221,7 @@ void run_w13_offsets(bool gather) {
       args.h2 = arena.base();
       args.h2_offset = off.at(2);
       if (gather) {
-        args.gather.row_ptrs = d_rows.get();
-        args.gather.gathered = arena.base();
-        args.gather.gathered_offset = off.at(0);
-        args.gather.workspace = d_ws.get();
+        args.gather = arena_gather(d_rows, arena, off.at(0), d_ws);
       } else {
         args.a = arena.base();
         args.a_offset = off.at(0);
@@ -388,9 +266,7 @@ void run_dgrad_offsets(DType out, bool accumulate, bool gather) {
   HostBf16 g = random_bf16(static_cast<size_t>(cap * N), 1.0f, rng);
   const HostBf16 w = random_bf16(static_cast<size_t>(kCounts.size() * N * K), 1.0f / 16, rng);
   const HostBf16 src = random_bf16(static_cast<size_t>(cap * N), 1.0f, rng);
-  std::vector<int64_t> perm(static_cast<size_t>(cap));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
+  const std::vector<int64_t> perm = shuffled_rows(cap, rng);
   if (gather)
     for (int64_t m = 0; m < M; ++m)
       for (int64_t j = 0; j < N; ++j) {
@@ -399,10 +275,7 @@ void run_dgrad_offsets(DType out, bool accumulate, bool gather) {
       }
   std::vector<float> ref = ref_dgrad(g.vals, w.vals, kCounts, N, K);
   const HostBf16 prev = random_bf16(static_cast<size_t>(cap * K), 1.0f, rng);  // accumulation source
-  for (int64_t i = 0; i < M * K; ++i) {
-    const float v = accumulate ? prev.vals[i] + ref[i] : ref[i];
-    ref[i] = fp32 ? v : round_bf16(v);
-  }
+  apply_output_store(ref, prev.vals, accumulate, fp32);
 
   Arena arena(size_t(8) << 20);
   const Region rg = arena.carve(g.bits.size() * 2), rout = arena.carve(static_cast<size_t>(cap * K) * es);
@@ -416,7 +289,7 @@ void run_dgrad_offsets(DType out, bool accumulate, bool gather) {
   off.set({rg.offset, rout.offset});
   DeviceBuffer<int32_t> d_counts(kCounts);
   DeviceBuffer<uint16_t> d_w(w.bits), d_src(src.bits);
-  DeviceBuffer<int32_t> d_ws(grouped_gemm_gather_workspace_bytes(cap, static_cast<int64_t>(kCounts.size())) / 4 + 1);
+  DeviceBuffer<int32_t> d_ws = gather_workspace(cap, static_cast<int64_t>(kCounts.size()));
   std::vector<const void*> rows(static_cast<size_t>(cap), nullptr);
   for (int64_t m = 0; m < M; ++m) rows[m] = d_src.get() + perm[m] * N;
   DeviceBuffer<const void*> d_rows(rows);
@@ -431,10 +304,7 @@ void run_dgrad_offsets(DType out, bool accumulate, bool gather) {
     args.out_dtype = out;
     args.accumulate = accumulate;
     if (gather) {
-      args.gather.row_ptrs = d_rows.get();
-      args.gather.gathered = arena.base();
-      args.gather.gathered_offset = off.at(0);
-      args.gather.workspace = d_ws.get();
+      args.gather = arena_gather(d_rows, arena, off.at(0), d_ws);
     } else {
       args.grad_out = arena.base();
       args.grad_out_offset = off.at(0);
@@ -444,8 +314,7 @@ void run_dgrad_offsets(DType out, bool accumulate, bool gather) {
     const auto got = arena.download();
     const std::string what = std::string("dgrad offsets ") + (fp32 ? "fp32 " : "bf16 ") + (accumulate ? "acc " : "") +
                              (gather ? "gather " : "") + cfg.name();
-    expect_close(what, [&](int64_t i) { return fp32 ? fp32_at(got, rout.offset, i) : bf16_at(got, rout.offset, i); },
-                 ref);
+    expect_close(what, [&](int64_t i) { return out_at(got, rout.offset, i, fp32); }, ref);
     arena.expect_untouched(what, got);
   }
 }
@@ -473,14 +342,8 @@ void run_wgrad_offsets(DType out, bool accumulate) {
   const HostBf16 x = random_bf16(static_cast<size_t>(cap * K), 1.0f, rng);
   std::vector<float> ref = ref_wgrad(g.vals, x.vals, kCounts, N, K);
   const HostBf16 prev = random_bf16(ref.size(), 4.0f, rng);
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const float v = accumulate ? prev.vals[i] + ref[i] : ref[i];
-    ref[i] = fp32 ? v : round_bf16(v);
-  }
-  // Rows past sum(counts) hold NaN: a WGRAD that read them unmasked would fail.
-  std::vector<uint16_t> gb = g.bits, xb = x.bits;
-  for (int64_t i = M * N; i < cap * N; ++i) gb[i] = 0xffff;
-  for (int64_t i = M * K; i < cap * K; ++i) xb[i] = 0xffff;
+  apply_output_store(ref, prev.vals, accumulate, fp32);
+  const std::vector<uint16_t> gb = nan_past_rows(g.bits, M, N), xb = nan_past_rows(x.bits, M, K);
 
   Arena arena(size_t(8) << 20);
   const Region rg = arena.carve(gb.size() * 2), rx = arena.carve(xb.size() * 2);
@@ -490,7 +353,7 @@ void run_wgrad_offsets(DType out, bool accumulate) {
   off.set({rg.offset, rx.offset});
   DeviceBuffer<int32_t> d_counts(kCounts);
   DeviceBuffer<uint8_t> d_out(ref.size() * (fp32 ? 4 : 2));
-  const Tolerance tol = fp32 ? Tolerance{2e-2, 2e-2, 1e-2} : Tolerance{};
+  const Tolerance tol = wgrad_tolerance(fp32);
   for (const GroupedGemmConfig& cfg : grouped_gemm_configs(GroupedGemmOp::kWgrad, out, false)) {
     arena.reset_outputs();
     if (accumulate) {
@@ -513,7 +376,7 @@ void run_wgrad_offsets(DType out, bool accumulate) {
     const auto got = d_out.download();
     const std::string what = std::string("wgrad offsets ") + (fp32 ? "fp32 " : "bf16 ") + (accumulate ? "acc " : "") +
                              cfg.name();
-    expect_close(what, [&](int64_t i) { return fp32 ? fp32_at(got, 0, i) : bf16_at(got, 0, i); }, ref, tol);
+    expect_close(what, [&](int64_t i) { return out_at(got, 0, i, fp32); }, ref, tol);
     arena.expect_untouched(what, arena.download());
   }
 }
@@ -541,21 +404,15 @@ TEST(GroupedGemmOffsets, GraphReplayWithNewOffsets) {
   // References: h1, h2 from x; h3 from the reference h2; grad_h2 from the reference h3; WGRAD of
   // (h1, x). Each stage's reference uses the previous stage's reference BF16 values, which the GPU
   // reproduces up to one BF16 rounding step (covered by the tolerance).
-  const std::vector<float> h1_acc = ref_fprop(x.vals, w13.vals, kCounts, 2 * F, D);
-  std::vector<float> h1(h1_acc.size()), h2(static_cast<size_t>(M * F));
-  for (size_t i = 0; i < h1.size(); ++i) h1[i] = round_bf16(h1_acc[i]);
-  reference::SwigluParams act;
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t f = 0; f < F; ++f) h2[m * F + f] = round_bf16(reference::swiglu(h1[m * 2 * F + f], h1[m * 2 * F + F + f], act));
+  const std::vector<float> h1 = rounded_bf16(ref_fprop(x.vals, w13.vals, kCounts, 2 * F, D));
+  const std::vector<float> h2 = ref_swiglu_h2(h1, F, reference::SwigluParams{});
   std::vector<float> h2_cap(static_cast<size_t>(cap * F), 0.0f), h1_cap(static_cast<size_t>(cap * 2 * F), 0.0f);
   std::copy(h2.begin(), h2.end(), h2_cap.begin());
   std::copy(h1.begin(), h1.end(), h1_cap.begin());
-  std::vector<float> h3 = ref_fprop(h2_cap, w2.vals, kCounts, D, F);
-  for (float& v : h3) v = round_bf16(v);
+  const std::vector<float> h3 = rounded_bf16(ref_fprop(h2_cap, w2.vals, kCounts, D, F));
   std::vector<float> h3_cap(static_cast<size_t>(cap * D), 0.0f);
   std::copy(h3.begin(), h3.end(), h3_cap.begin());
-  std::vector<float> gh2 = ref_dgrad(h3_cap, w2.vals, kCounts, D, F);
-  for (float& v : gh2) v = round_bf16(v);
+  const std::vector<float> gh2 = rounded_bf16(ref_dgrad(h3_cap, w2.vals, kCounts, D, F));
   const std::vector<float> gw13 = ref_wgrad(h1_cap, x.vals, kCounts, 2 * F, D);  // FP32 output
   // The GEMMs chain: tolerances account for the BF16 intermediates the GPU computed itself.
   const Tolerance chained{4e-2, 4e-2, 1e-2};
