@@ -115,6 +115,200 @@ __device__ __noinline__ void report_overflow(const EpDeviceLayout& L, int32_t re
   __trap();
 }
 
+// ---- phases shared by routing_kernel and fused_route_kernel ----------------------------------------
+// Both build the same tables from the same published ids; the fused kernel is the single-chunk case
+// (every CTA sees all routes), so the phases take the chunk as routes [first, first + len). Each
+// kernel keeps its own barriers, traces and exits between the phases. All are force-inlined and the
+// callers' lambdas capture pointers and scalars by value (kernel parameters by reference): the SASS
+// then matches the former hand-inlined loops, where [&] changed NVVM's shared-address arithmetic.
+
+// {T, epoch, magic} of peer p's routing header h into hdr[3p, 3p + 3) (ld.global.cg: another GPU
+// wrote it).
+__device__ __forceinline__ void load_peer_header(int32_t* hdr, int p, const char* h) {
+  hdr[3 * p + 0] = ld_cg_s32(h + 0);
+  hdr[3 * p + 1] = ld_cg_s32(h + 4);
+  hdr[3 * p + 2] = ld_cg_s32(h + 8);
+}
+
+// Peer bases of this call (routing slot, dispatch and combine windows) and zeroed per-rank and
+// per-warp counters. kLoadHeaders reads the headers in the same pass: route() runs after every
+// publish, the fused kernel only after its arrival wait.
+template <bool kLoadHeaders>
+__device__ __forceinline__ void init_peer_bases(const EpDeviceLayout& L, int slot, char** rbase, char** dbase,
+                                                char** cbase, int32_t* hdr, int32_t* rank_cnt, int32_t* wcnt) {
+  const int R = L.world, Lx = L.local_experts, tid = threadIdx.x;
+  for (int p = tid; p < R; p += blockDim.x) {
+    rbase[p] = routing_slot_ptr(L, slot, p);
+    dbase[p] = peer_ptr(L.dispatch_win, 0, p);
+    cbase[p] = peer_ptr(L.combine_win, 0, p);
+    if constexpr (kLoadHeaders) load_peer_header(hdr, p, rbase[p]);
+  }
+  for (int p = tid; p < 2 * R; p += blockDim.x) rank_cnt[p] = 0;
+  for (int i = tid; i < kRoutingWarps * Lx; i += blockDim.x) wcnt[i] = 0;
+}
+
+// Thread 0 checks every peer's header (the caller synced after loading them) against this call's
+// epoch and T; `published` is false when route() runs before any publish(). On a mismatch CTA 0
+// prints one line and traps, and every thread of every CTA gets false, to return before any id read.
+__device__ __forceinline__ bool headers_match(const EpDeviceLayout& L, const int32_t* hdr, int& bad_peer, int T,
+                                              uint32_t epoch, bool published) {
+  if (threadIdx.x == 0) {
+    int bad = -1;
+    for (int p = 0; p < L.world && bad < 0; ++p) {
+      const bool ok = published && static_cast<uint32_t>(hdr[3 * p + 2]) == kRoutingHeaderMagic &&
+                      static_cast<uint32_t>(hdr[3 * p + 1]) == epoch && hdr[3 * p + 0] == T;
+      if (!ok) bad = p;
+    }
+    bad_peer = bad;
+  }
+  __syncthreads();
+  if (bad_peer >= 0) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      const int p = bad_peer;
+      report_header_problem(L, epoch, T, p, hdr[3 * p + 0], static_cast<uint32_t>(hdr[3 * p + 1]),
+                            static_cast<uint32_t>(hdr[3 * p + 2]));
+    }
+    return false;
+  }
+  return true;
+}
+
+// Loads routes f = first + j, j in [0, len), of the route space f = s*N + i from the peers' routing
+// windows, kIdBatch ids in flight per thread, and calls visit(j, s, id) for each (s, id by reference
+// into the batch arrays, as the loop read them before).
+template <typename IdT, int kThreads, typename Visit>
+__device__ __forceinline__ void for_each_published_id(char* const* rbase, uint32_t N, uint32_t first, uint32_t len,
+                                                      Visit&& visit) {
+  const int tid = threadIdx.x;
+  for (uint32_t base = 0; base < len; base += kThreads * kIdBatch) {
+    int32_t idv[kIdBatch];
+    int src[kIdBatch];
+#pragma unroll
+    for (int u = 0; u < kIdBatch; ++u) {
+      const uint32_t j = base + u * kThreads + tid;
+      idv[u] = -1;
+      src[u] = 0;
+      if (j < len) {
+        const uint32_t f = first + j;
+        const uint32_t s = f / N;
+        const uint32_t i = f - s * N;
+        src[u] = static_cast<int>(s);
+        idv[u] = load_published_id<IdT>(rbase[s] + kRoutingHeaderBytes + static_cast<int64_t>(i) * sizeof(IdT));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kIdBatch; ++u) {
+      const uint32_t j = base + u * kThreads + tid;
+      if (j < len) visit(j, src[u], idv[u]);
+    }
+  }
+}
+
+// Routes [begin, end) of the chunk owned by one warp: kRoutingWarps equal segments of `chunk`
+// routes, clipped to the `len` that exist.
+struct WarpRange {
+  uint32_t begin, end;
+};
+__device__ __forceinline__ WarpRange warp_range(uint32_t chunk, uint32_t len, int warp) {
+  const uint32_t warp_routes = chunk / kRoutingWarps;
+  const uint32_t wb = min(static_cast<uint32_t>(warp) * warp_routes, len);
+  return {wb, min(wb + warp_routes, len)};
+}
+
+// Counts the warp's routes per local expert into my_w (one __match_any_sync leader per expert of
+// each 32 routes: no shared atomics), then turns wcnt [kRoutingWarps][Lx] into each warp's start
+// within the chunk and calls emit(x, routes of local expert x in the chunk).
+template <typename ExpT, typename Emit>
+__device__ __forceinline__ void count_local_experts(const ExpT* lexp, WarpRange wr, int lane, int32_t* wcnt,
+                                                    int32_t* my_w, int Lx, Emit&& emit) {
+  for (uint32_t j0 = wr.begin; j0 < wr.end; j0 += 32) {
+    const uint32_t j = j0 + lane;
+    const int x = j < wr.end ? lexp[j] : -1;
+    const unsigned peers = __match_any_sync(kFullMask, x);
+    if (x >= 0 && lane == __ffs(peers) - 1) my_w[x] += __popc(peers);
+    __syncwarp();
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < Lx; x += blockDim.x) {
+    int32_t run = 0;
+    for (int w = 0; w < kRoutingWarps; ++w) {
+      const int32_t c = wcnt[w * Lx + x];
+      wcnt[w * Lx + x] = run;
+      run += c;
+    }
+    emit(x, run);
+  }
+}
+
+// Capacity check before any table is written: CTA 0 prints one line and traps; every thread gets
+// false and returns.
+__device__ __forceinline__ bool rows_fit(const EpDeviceLayout& L, int32_t rows, int64_t capacity) {
+  if (static_cast<int64_t>(rows) > capacity) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) report_overflow(L, rows, capacity);
+    return false;
+  }
+  return true;
+}
+
+// CTA 0: rows and offsets per local expert and the total (s_off: exclusive prefix of padded rows).
+__device__ __forceinline__ void write_expert_tables(const RoutingTables& tab, const int32_t* s_total,
+                                                    const int32_t* s_off, int Lx, int32_t rows, int alignment) {
+  for (int x = threadIdx.x; x < Lx; x += blockDim.x) {
+    tab.expert_rows[x] = static_cast<int32_t>(pad_rows(s_total[x], alignment));
+    tab.expert_rows_unpadded[x] = s_total[x];
+    tab.expert_offsets[x] = s_off[x];
+  }
+  if (threadIdx.x == 0) {
+    tab.expert_offsets[Lx] = rows;
+    *tab.total_rows = rows;
+  }
+}
+
+// Stable placement of the warp's routes: route j of local expert x (-1: not routed here) gets row
+// my_w[x] + the earlier lanes of its 32 with the same expert; place(j, x, row_of) writes it, then one
+// leader per expert advances my_w[x] past the 32. row_of() is that row, valid for x >= 0 only; a
+// thunk so that each kernel keeps its own order of row and route arithmetic.
+template <typename ExpT, typename Place>
+__device__ __forceinline__ void place_warp_routes(const ExpT* lexp, WarpRange wr, int lane, int32_t* my_w,
+                                                  Place&& place) {
+  for (uint32_t j0 = wr.begin; j0 < wr.end; j0 += 32) {
+    const uint32_t j = j0 + lane;
+    const bool valid = j < wr.end;
+    const int x = valid ? lexp[j] : -1;
+    const unsigned peers = __match_any_sync(kFullMask, x);
+    if (valid) place(j, x, [&] { return my_w[x] + __popc(peers & lanemask_lt()); });
+    __syncwarp();
+    if (x >= 0 && lane == __ffs(peers) - 1) my_w[x] += __popc(peers);
+    __syncwarp();
+  }
+}
+
+// Table entries of `row`, fed by route i = t*K + k of source s.
+__device__ __forceinline__ void write_row_tables(const RoutingTables& tab, char* const* dbase, char* const* cbase,
+                                                 uint32_t s, uint32_t i, int32_t row, int K, int64_t row_bytes) {
+  const uint32_t t = i / static_cast<uint32_t>(K);
+  const int k = static_cast<int>(i - t * static_cast<uint32_t>(K));
+  tab.gather_src[row] = dbase[s] + dispatch_row_offset(t, row_bytes);
+  tab.scatter_dst[row] = cbase[s] + combine_slot_offset(t, k, K, row_bytes);
+  tab.grad_gather_src[row] = dbase[s] + dispatch_route_offset(t, k, K, row_bytes);
+  tab.row_route[row] = encode_route(static_cast<int>(s), i);
+}
+
+// Sentinels for the padding rows of local experts blockIdx.x, blockIdx.x + stride, ...
+__device__ __forceinline__ void write_padding_rows(const RoutingTables& tab, const int32_t* s_off,
+                                                   const int32_t* s_total, int Lx, int alignment, int stride) {
+  for (int x = blockIdx.x; x < Lx; x += stride) {
+    const int32_t first = s_off[x] + s_total[x];
+    const int32_t end = s_off[x] + static_cast<int32_t>(pad_rows(s_total[x], alignment));
+    for (int32_t r = first + threadIdx.x; r < end; r += blockDim.x) {
+      tab.gather_src[r] = nullptr;
+      tab.scatter_dst[r] = nullptr;
+      tab.grad_gather_src[r] = nullptr;
+      tab.row_route[r] = -1;
+    }
+  }
+}
+
 template <typename IdT>
 __global__ void __launch_bounds__(kRoutingThreads, 1)
     routing_kernel(const EpDeviceLayout L, const RoutingTables tab, const RoutingArgs a) {
@@ -157,91 +351,29 @@ __global__ void __launch_bounds__(kRoutingThreads, 1)
   // ---- 1. headers ---------------------------------------------------------------------------
   const uint32_t count = *reinterpret_cast<volatile uint32_t*>(&L.state->publish_count);
   const int slot = static_cast<int>((count - 1u) & 1u);
-  for (int p = tid; p < R; p += blockDim.x) {
-    s_rbase[p] = routing_slot_ptr(L, slot, p);
-    s_dbase[p] = peer_ptr(L.dispatch_win, 0, p);
-    s_cbase[p] = peer_ptr(L.combine_win, 0, p);
-    const char* h = s_rbase[p];
-    s_hdr[3 * p + 0] = ld_cg_s32(h + 0);
-    s_hdr[3 * p + 1] = ld_cg_s32(h + 4);
-    s_hdr[3 * p + 2] = ld_cg_s32(h + 8);
-  }
-  for (int p = tid; p < 2 * R; p += blockDim.x) s_rank_cnt[p] = 0;
-  for (int i = tid; i < kRoutingWarps * Lx; i += blockDim.x) wcnt[i] = 0;
+  init_peer_bases<true>(L, slot, s_rbase, s_dbase, s_cbase, s_hdr, s_rank_cnt, wcnt);
   __syncthreads();
-  if (tid == 0) {
-    int bad = -1;
-    for (int p = 0; p < R && bad < 0; ++p) {
-      const bool ok = count != 0u && static_cast<uint32_t>(s_hdr[3 * p + 2]) == kRoutingHeaderMagic &&
-                      static_cast<uint32_t>(s_hdr[3 * p + 1]) == count && s_hdr[3 * p + 0] == T;
-      if (!ok) bad = p;
-    }
-    s_bad = bad;
-  }
-  __syncthreads();
-  if (s_bad >= 0) {
-    if (g == 0 && tid == 0) {
-      const int p = s_bad;
-      report_header_problem(L, count, T, p, s_hdr[3 * p + 0], static_cast<uint32_t>(s_hdr[3 * p + 1]),
-                            static_cast<uint32_t>(s_hdr[3 * p + 2]));
-    }
+  if (!headers_match(L, s_hdr, s_bad, T, count, count != 0u))
     return;  // every thread of every CTA leaves before reading any id
-  }
 
   // ---- 2. load this chunk's ids --------------------------------------------------------------
-  for (uint32_t base = 0; base < clen; base += kRoutingThreads * kIdBatch) {
-    int32_t idv[kIdBatch];
-    int src[kIdBatch];
-#pragma unroll
-    for (int u = 0; u < kIdBatch; ++u) {
-      const uint32_t j = base + u * kRoutingThreads + tid;
-      idv[u] = -1;
-      src[u] = 0;
-      if (j < clen) {
-        const uint32_t f = cbegin + j;
-        const uint32_t s = f / N;
-        const uint32_t i = f - s * N;
-        src[u] = static_cast<int>(s);
-        idv[u] = load_published_id<IdT>(s_rbase[s] + kRoutingHeaderBytes + static_cast<int64_t>(i) * sizeof(IdT));
-      }
+  const auto count_route = [lexp, R, Lx, E, &L](uint32_t j, const int& src, const int32_t& id) {
+    const int x = local_expert_of(id, L.rank, Lx, E);
+    lexp[j] = static_cast<int16_t>(x);
+    if (x >= 0) atomicAdd(&s_rank_cnt[src], 1);
+    if (src == L.rank) {
+      const int d = owner_rank_of(id, Lx, E);
+      if (d >= 0) atomicAdd(&s_rank_cnt[R + d], 1);
     }
-#pragma unroll
-    for (int u = 0; u < kIdBatch; ++u) {
-      const uint32_t j = base + u * kRoutingThreads + tid;
-      if (j >= clen) continue;
-      const int x = local_expert_of(idv[u], L.rank, Lx, E);
-      lexp[j] = static_cast<int16_t>(x);
-      if (x >= 0) atomicAdd(&s_rank_cnt[src[u]], 1);
-      if (src[u] == L.rank) {
-        const int d = owner_rank_of(idv[u], Lx, E);
-        if (d >= 0) atomicAdd(&s_rank_cnt[R + d], 1);
-      }
-    }
-  }
+  };
+  for_each_published_id<IdT, kRoutingThreads>(s_rbase, N, cbegin, clen, count_route);
   __syncthreads();
 
   // ---- 3. per-warp counts per local expert ---------------------------------------------------
-  const uint32_t warp_routes = chunk / kRoutingWarps;
-  const uint32_t wb = min(static_cast<uint32_t>(warp) * warp_routes, clen);
-  const uint32_t we = min(wb + warp_routes, clen);
+  const WarpRange wr = warp_range(chunk, clen, warp);
   int32_t* my_w = wcnt + warp * Lx;
-  for (uint32_t j0 = wb; j0 < we; j0 += 32) {
-    const uint32_t j = j0 + lane;
-    const int x = j < we ? lexp[j] : -1;
-    const unsigned peers = __match_any_sync(kFullMask, x);
-    if (x >= 0 && lane == __ffs(peers) - 1) my_w[x] += __popc(peers);
-    __syncwarp();
-  }
-  __syncthreads();
-  for (int x = tid; x < Lx; x += blockDim.x) {
-    int32_t run = 0;
-    for (int w = 0; w < kRoutingWarps; ++w) {
-      const int32_t c = wcnt[w * Lx + x];
-      wcnt[w * Lx + x] = run;
-      run += c;
-    }
-    a.cta_expert_counts[static_cast<int64_t>(g) * Lx + x] = run;
-  }
+  count_local_experts(lexp, wr, lane, wcnt, my_w, Lx,
+                      [g, Lx, &a](int x, int32_t run) { a.cta_expert_counts[static_cast<int64_t>(g) * Lx + x] = run; });
   for (int p = tid; p < 2 * R; p += blockDim.x) a.cta_rank_counts[static_cast<int64_t>(g) * 2 * R + p] = s_rank_cnt[p];
 
   // ---- 4. totals, padding, expert offsets, capacity check -------------------------------------
@@ -260,20 +392,9 @@ __global__ void __launch_bounds__(kRoutingThreads, 1)
   }
   __syncthreads();
   const int32_t rows = block_exclusive_scan(s_off, Lx, s_warp_sums);
-  if (static_cast<int64_t>(rows) > a.capacity_rows) {
-    if (g == 0 && tid == 0) report_overflow(L, rows, a.capacity_rows);
-    return;  // no table is written
-  }
+  if (!rows_fit(L, rows, a.capacity_rows)) return;  // no table is written
   if (g == 0) {
-    for (int x = tid; x < Lx; x += blockDim.x) {
-      tab.expert_rows[x] = static_cast<int32_t>(pad_rows(s_total[x], a.alignment));
-      tab.expert_rows_unpadded[x] = s_total[x];
-      tab.expert_offsets[x] = s_off[x];
-    }
-    if (tid == 0) {
-      tab.expert_offsets[Lx] = rows;
-      *tab.total_rows = rows;
-    }
+    write_expert_tables(tab, s_total, s_off, Lx, rows, a.alignment);
     for (int p = tid; p < 2 * R; p += blockDim.x) {
       int32_t sum = 0;
       for (int gg = 0; gg < a.num_ctas; ++gg) sum += ld_cg_s32(&a.cta_rank_counts[static_cast<int64_t>(gg) * 2 * R + p]);
@@ -292,43 +413,20 @@ __global__ void __launch_bounds__(kRoutingThreads, 1)
   }
   __syncthreads();
   const int64_t row_bytes = L.row_bytes;
-  for (uint32_t j0 = wb; j0 < we; j0 += 32) {
-    const uint32_t j = j0 + lane;
-    const bool valid = j < we;
-    const int x = valid ? lexp[j] : -1;
-    const unsigned peers = __match_any_sync(kFullMask, x);
-    if (valid) {
-      const uint32_t f = cbegin + j;
-      const uint32_t s = f / N;
-      const uint32_t i = f - s * N;
-      int32_t row = -1;
-      if (x >= 0) {
-        row = my_w[x] + __popc(peers & lanemask_lt());
-        const uint32_t t = i / static_cast<uint32_t>(K);
-        const int k = static_cast<int>(i - t * static_cast<uint32_t>(K));
-        tab.gather_src[row] = s_dbase[s] + dispatch_row_offset(t, row_bytes);
-        tab.scatter_dst[row] = s_cbase[s] + combine_slot_offset(t, k, K, row_bytes);
-        tab.grad_gather_src[row] = s_dbase[s] + dispatch_route_offset(t, k, K, row_bytes);
-        tab.row_route[row] = encode_route(static_cast<int>(s), i);
-      }
-      tab.route_row[route_row_index(static_cast<int>(s), i, L.max_tokens, K)] = row;
+  place_warp_routes(lexp, wr, lane, my_w, [cbegin, N, K, row_bytes, &L, &tab](uint32_t j, int x, auto row_of) {
+    const uint32_t f = cbegin + j;
+    const uint32_t s = f / N;
+    const uint32_t i = f - s * N;
+    int32_t row = -1;
+    if (x >= 0) {
+      row = row_of();
+      write_row_tables(tab, s_dbase, s_cbase, s, i, row, K, row_bytes);
     }
-    __syncwarp();
-    if (x >= 0 && lane == __ffs(peers) - 1) my_w[x] += __popc(peers);
-    __syncwarp();
-  }
+    tab.route_row[route_row_index(static_cast<int>(s), i, L.max_tokens, K)] = row;
+  });
 
   // ---- 6. padding rows ------------------------------------------------------------------------
-  for (int x = g; x < Lx; x += a.num_ctas) {
-    const int32_t first = s_off[x] + s_total[x];
-    const int32_t end = s_off[x] + static_cast<int32_t>(pad_rows(s_total[x], a.alignment));
-    for (int32_t r = first + tid; r < end; r += blockDim.x) {
-      tab.gather_src[r] = nullptr;
-      tab.scatter_dst[r] = nullptr;
-      tab.grad_gather_src[r] = nullptr;
-      tab.row_route[r] = -1;
-    }
-  }
+  write_padding_rows(tab, s_off, s_total, Lx, a.alignment, a.num_ctas);
   trace_last(L, kTrRouteEndLast);
 }
 
@@ -382,13 +480,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   const uint32_t count = s_count;
   const uint32_t epoch = count + 1u;
   const int slot = static_cast<int>(count & 1u);
-  for (int p = tid; p < R; p += blockDim.x) {
-    s_rbase[p] = routing_slot_ptr(L, slot, p);
-    s_dbase[p] = peer_ptr(L.dispatch_win, 0, p);
-    s_cbase[p] = peer_ptr(L.combine_win, 0, p);
-  }
-  for (int p = tid; p < 2 * R; p += blockDim.x) s_rank_cnt[p] = 0;
-  for (int i = tid; i < kRoutingWarps * Lx; i += blockDim.x) wcnt[i] = 0;
+  init_peer_bases<false>(L, slot, s_rbase, s_dbase, s_cbase, s_hdr, s_rank_cnt, wcnt);
   __syncthreads();
 
   // ---- 1. publish this CTA's slice ------------------------------------------------------------
@@ -458,52 +550,15 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   trace_last(L, kTrFusedArrivedLast);
 
   // ---- 4. headers -----------------------------------------------------------------------------
-  for (int p = tid; p < R; p += blockDim.x) {
-    const char* h = s_rbase[p];
-    s_hdr[3 * p + 0] = ld_cg_s32(h + 0);
-    s_hdr[3 * p + 1] = ld_cg_s32(h + 4);
-    s_hdr[3 * p + 2] = ld_cg_s32(h + 8);
-  }
+  for (int p = tid; p < R; p += blockDim.x) load_peer_header(s_hdr, p, s_rbase[p]);
   __syncthreads();
-  if (tid == 0) {
-    int bad = -1;
-    for (int p = 0; p < R && bad < 0; ++p) {
-      const bool ok = static_cast<uint32_t>(s_hdr[3 * p + 2]) == kRoutingHeaderMagic &&
-                      static_cast<uint32_t>(s_hdr[3 * p + 1]) == epoch && s_hdr[3 * p + 0] == T;
-      if (!ok) bad = p;
-    }
-    s_flag = bad;
-  }
-  __syncthreads();
-  if (s_flag >= 0) {
-    if (g == 0 && tid == 0) {
-      const int p = s_flag;
-      report_header_problem(L, epoch, T, p, s_hdr[3 * p + 0], static_cast<uint32_t>(s_hdr[3 * p + 1]),
-                            static_cast<uint32_t>(s_hdr[3 * p + 2]));
-    }
-    return;  // no id is read
-  }
+  if (!headers_match(L, s_hdr, s_flag, T, epoch, true)) return;  // no id is read
   trace_first(L, kTrFusedHeadersOk);
 
   // ---- 5. all ids -> local expert per route (shared memory) ------------------------------------
-  for (uint32_t base = 0; base < total; base += kFusedThreads * kIdBatch) {
-    int32_t idv[kIdBatch];
-#pragma unroll
-    for (int u = 0; u < kIdBatch; ++u) {
-      const uint32_t j = base + u * kFusedThreads + tid;
-      idv[u] = -1;
-      if (j < total) {
-        const uint32_t s = j / N;
-        const uint32_t i = j - s * N;
-        idv[u] = load_published_id<IdT>(s_rbase[s] + kRoutingHeaderBytes + static_cast<int64_t>(i) * sizeof(IdT));
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kIdBatch; ++u) {
-      const uint32_t j = base + u * kFusedThreads + tid;
-      if (j < total) s_f[j] = local_expert_of(idv[u], me, Lx, E);
-    }
-  }
+  for_each_published_id<IdT, kFusedThreads>(
+      s_rbase, N, 0u, total,
+      [s_f, me, Lx, E](uint32_t j, const int&, const int32_t& id) { s_f[j] = local_expert_of(id, me, Lx, E); });
   __syncthreads();
   trace_first(L, kTrFusedIdsLoaded);
 
@@ -526,45 +581,18 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   }
 
   // ---- 6. per-warp counts per local expert ---------------------------------------------------
-  const uint32_t warp_routes = static_cast<uint32_t>(routing::fused_chunk_routes(total)) / kRoutingWarps;
-  const uint32_t wb = min(static_cast<uint32_t>(warp) * warp_routes, total);
-  const uint32_t we = min(wb + warp_routes, total);
+  const WarpRange wr = warp_range(static_cast<uint32_t>(routing::fused_chunk_routes(total)), total, warp);
   int32_t* my_w = wcnt + warp * Lx;
-  for (uint32_t j0 = wb; j0 < we; j0 += 32) {
-    const uint32_t j = j0 + lane;
-    const int x = j < we ? s_f[j] : -1;
-    const unsigned peers = __match_any_sync(kFullMask, x);
-    if (x >= 0 && lane == __ffs(peers) - 1) my_w[x] += __popc(peers);
-    __syncwarp();
-  }
-  __syncthreads();
-  for (int x = tid; x < Lx; x += blockDim.x) {
-    int32_t run = 0;
-    for (int w = 0; w < kRoutingWarps; ++w) {
-      const int32_t c = wcnt[w * Lx + x];
-      wcnt[w * Lx + x] = run;
-      run += c;
-    }
+  count_local_experts(s_f, wr, lane, wcnt, my_w, Lx, [s_total, s_off, &a](int x, int32_t run) {
     s_total[x] = run;
     s_off[x] = static_cast<int32_t>(pad_rows(run, a.alignment));
-  }
+  });
   __syncthreads();
   const int32_t rows = block_exclusive_scan(s_off, Lx, s_warp_sums);
   trace_first(L, kTrFusedCounted);
-  if (static_cast<int64_t>(rows) > a.capacity_rows) {
-    if (g == 0 && tid == 0) report_overflow(L, rows, a.capacity_rows);
-    return;  // no table is written, nothing is dispatched
-  }
+  if (!rows_fit(L, rows, a.capacity_rows)) return;  // no table is written, nothing is dispatched
   if (g == 0) {
-    for (int x = tid; x < Lx; x += blockDim.x) {
-      tab.expert_rows[x] = static_cast<int32_t>(pad_rows(s_total[x], a.alignment));
-      tab.expert_rows_unpadded[x] = s_total[x];
-      tab.expert_offsets[x] = s_off[x];
-    }
-    if (tid == 0) {
-      tab.expert_offsets[Lx] = rows;
-      *tab.total_rows = rows;
-    }
+    write_expert_tables(tab, s_total, s_off, Lx, rows, a.alignment);
     for (int p = tid; p < R; p += blockDim.x) {
       tab.recv_rows_from_rank[p] = s_rank_cnt[p];
       tab.send_rows_to_rank[p] = s_rank_cnt[R + p];
@@ -579,44 +607,20 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   const uint32_t per_cta = (total + gridDim.x - 1) / gridDim.x;
   const uint32_t sb = min(static_cast<uint32_t>(g) * per_cta, total);
   const uint32_t se = min(sb + per_cta, total);
-  for (uint32_t j0 = wb; j0 < we; j0 += 32) {
-    const uint32_t j = j0 + lane;
-    const bool valid = j < we;
-    const int x = valid ? s_f[j] : -1;
-    const unsigned peers = __match_any_sync(kFullMask, x);
-    if (valid) {
-      int32_t row = -1;
-      if (x >= 0) row = my_w[x] + __popc(peers & lanemask_lt());
-      if (j >= sb && j < se) {
-        const uint32_t s = j / N;
-        const uint32_t i = j - s * N;
-        if (row >= 0) {
-          const uint32_t t = i / static_cast<uint32_t>(K);
-          const int k = static_cast<int>(i - t * static_cast<uint32_t>(K));
-          tab.gather_src[row] = s_dbase[s] + dispatch_row_offset(t, row_bytes);
-          tab.scatter_dst[row] = s_cbase[s] + combine_slot_offset(t, k, K, row_bytes);
-          tab.grad_gather_src[row] = s_dbase[s] + dispatch_route_offset(t, k, K, row_bytes);
-          tab.row_route[row] = encode_route(static_cast<int>(s), i);
-        }
-        tab.route_row[route_row_index(static_cast<int>(s), i, L.max_tokens, K)] = row;
-      }
-      s_f[j] = row;
+  // Every CTA places all routes (s_f keeps the map for step 8) but writes only its slice's tables.
+  place_warp_routes(s_f, wr, lane, my_w, [sb, se, N, K, row_bytes, s_f, &L, &tab](uint32_t j, int x, auto row_of) {
+    int32_t row = -1;
+    if (x >= 0) row = row_of();
+    if (j >= sb && j < se) {
+      const uint32_t s = j / N;
+      const uint32_t i = j - s * N;
+      if (row >= 0) write_row_tables(tab, s_dbase, s_cbase, s, i, row, K, row_bytes);
+      tab.route_row[route_row_index(static_cast<int>(s), i, L.max_tokens, K)] = row;
     }
-    __syncwarp();
-    if (x >= 0 && lane == __ffs(peers) - 1) my_w[x] += __popc(peers);
-    __syncwarp();
-  }
+    s_f[j] = row;
+  });
   // Padding rows of the experts of this CTA.
-  for (int x = g; x < Lx; x += gridDim.x) {
-    const int32_t first = s_off[x] + s_total[x];
-    const int32_t end = s_off[x] + static_cast<int32_t>(pad_rows(s_total[x], a.alignment));
-    for (int32_t r = first + tid; r < end; r += blockDim.x) {
-      tab.gather_src[r] = nullptr;
-      tab.scatter_dst[r] = nullptr;
-      tab.grad_gather_src[r] = nullptr;
-      tab.row_route[r] = -1;
-    }
-  }
+  write_padding_rows(tab, s_off, s_total, Lx, a.alignment, static_cast<int>(gridDim.x));
   __syncthreads();
   trace_last(L, kTrFusedTablesLast);
 
