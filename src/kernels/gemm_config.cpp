@@ -70,8 +70,7 @@ GroupedGemmConfig fitting(const GroupedGemmConfig& preferred, const GroupedGemmC
 // Cooperative 128x256 with TMA stores, or ping-pong 128x128 with TMA stores when the contraction
 // is short: with few 64-deep k blocks per tile even the asynchronous epilogue's staging (~1 us per
 // 128x256 tile) is a large share of the tile, and ping-pong hides it completely, at the price of
-// 4/3 the operand bytes per FLOP of the smaller tile. `k_blocks`: contraction / 64 (WGRAD: the
-// average rows per expert / 64).
+// 4/3 the operand bytes per FLOP of the smaller tile. `k_blocks`: contraction / 64.
 GroupedGemmConfig async_epilogue(int64_t k_blocks, const GroupedGemmProblem& p, int sms, const GroupedGemmConfig& fallback) {
   if (k_blocks <= 16) return fitting(tile(128, 128, 6, p, sms, true, true), fallback, p);
   return fitting(tile(128, 256, 4, p, sms, false, true), fallback, p);
@@ -154,8 +153,11 @@ GroupedGemmConfig select_wgrad(const GroupedGemmProblem& p, int sms) {
   const bool fp32 = p.out_dtype == DType::kFloat32;
   const GroupedGemmConfig fallback = fp32 && p.k % 256 != 0 ? tile(128, 128, 6, p, sms) : tile(128, 256, 4, p, sms);
   if (p.k % 256 != 0) return fitting(tile(128, 128, 6, p, sms, true, true), fallback, p);
-  const int64_t rows_per_expert = p.e_local > 0 ? p.m_capacity / p.e_local : p.m_capacity;
-  return async_epilogue(rows_per_expert / 64, p, sms, fallback);
+  // Cooperative 128x256 with TMA stores even for short contractions (unlike FPROP/DGRAD): measured
+  // fastest for every dsv3_prefill WGRAD in the A/B run (docs/perf.md G12; W13 BF16 4.50 vs 5.92 ms
+  // for ping-pong 128x128, W2 2.20 vs 2.44, FP32 likewise) and within 3% at qwen3. The short tiles
+  // are bound by operand traffic (L2 -> SM), and a 128x256 tile moves 3/4 the bytes per FLOP.
+  return fitting(tile(128, 256, 4, p, sms, false, true), fallback, p);
 }
 
 }  // namespace

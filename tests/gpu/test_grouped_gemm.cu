@@ -621,6 +621,29 @@ TEST(GroupedGemmSchedule, ExperimentalSwitchOnlyAddsDynamic) {
   }
 }
 
+// WGRAD picks the cooperative 128x256 TMA-store kernel even at dsv3's 4 k blocks per tile (measured
+// fastest, docs/perf.md G12), ping-pong 128x128 only for an output width that is an odd multiple of 128.
+TEST(GroupedGemmSchedule, WgradPicksCooperativeTmaForShortContractions) {
+  for (DType out : {DType::kBFloat16, DType::kFloat32}) {
+    GroupedGemmProblem p;
+    p.op = GroupedGemmOp::kWgrad;
+    p.m_capacity = 32768;  // dsv3_prefill at EP2: 256 rows per expert
+    p.e_local = 128;
+    p.n = 4096;
+    p.k = 7168;
+    p.out_dtype = out;
+    GroupedGemmConfig c = select_grouped_gemm_config(p, 132);
+    SCOPED_TRACE(c.name());
+    EXPECT_EQ(c.block_n, 256);
+    EXPECT_TRUE(c.tma_store);
+    EXPECT_FALSE(c.pingpong);
+    p.k = 384;  // an odd multiple of 128
+    c = select_grouped_gemm_config(p, 132);
+    EXPECT_TRUE(c.pingpong);
+    EXPECT_EQ(c.block_n, 128);
+  }
+}
+
 // The dynamic schedule's global counter resets itself at the end of every launch: back-to-back
 // launches with different grids (3 CTAs, all SMs, 7 CTAs), the same call inside a CUDA graph
 // replayed three times, and a static launch in between must all give the static result bitwise.
