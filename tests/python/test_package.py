@@ -50,3 +50,27 @@ def test_gpu_entry_points_fail_clearly_without_torch():
     if importlib.util.find_spec("torch") is None:
         with pytest.raises(ImportError, match="PyTorch"):
             dist_moe.create_context(group=None, config=c)
+
+
+def test_native_errors_survive_numpy_being_loaded():
+    """A C++ error raised after numpy is loaded arrives as a plain ValueError: the extension must use
+    the process's shared libstdc++ (a static copy crashed on the first exception once numpy or torch
+    had loaded the shared one)."""
+    import importlib.util
+    import os
+
+    import pytest
+
+    if importlib.util.find_spec("numpy") is None:
+        pytest.skip("numpy is not installed")
+    code = (
+        "import numpy, dist_moe\n"
+        "try:\n"
+        "    dist_moe.VmmConfig(total_scratch_capacity_factor=float('nan'))\n"
+        "except ValueError as e:\n"
+        "    print('raised:', e)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "raised: VmmConfig.total_scratch_capacity_factor must be finite" in proc.stdout
