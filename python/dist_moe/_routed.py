@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from . import _ops
+from . import _ops  # noqa: F401  (registers the torch.ops.dist_moe ops used below)
 from ._context import Context
-from ._execution import ExecutionOptions
 from ._postprocess import RMSNormPostprocess, validate_rmsnorm_postprocess
 
 _NO_RMSNORM = (None, False, 0.0, torch.float32, torch.float32, True, 0.0, False, False)
@@ -261,5 +260,3 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
         stats.copy_(new_stats)  # graph-visible write into the caller's tensor
     return out
 
-
-__all__ = ["routed_experts", "resolve_wgrad_dtype", "ExecutionOptions", "_ops"]
