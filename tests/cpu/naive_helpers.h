@@ -3,11 +3,11 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "reference/oracle.h"
+#include "test_helpers.h"
 
 namespace naive {
 
@@ -16,12 +16,6 @@ using dist_moe::reference::Quantization;
 
 inline std::size_t at(int64_t i) { return static_cast<std::size_t>(i); }
 
-inline uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
 inline float bf16(float v) { return num::round_bf16(v); }
 
 // Dot product, products and sum in double, ascending index (the oracle's documented convention).
@@ -29,6 +23,13 @@ inline double dot(const float* a, const float* b, int64_t n, int64_t stride_b = 
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i * stride_b]);
   return s;
+}
+
+// Whether a row of the oracle's buffers holds exactly the bits of the naive model's row.
+inline bool row_bits_equal(const float* a, const std::vector<float>& b) {
+  for (std::size_t i = 0; i < b.size(); ++i)
+    if (test_helpers::to_bits(a[i]) != test_helpers::to_bits(b[i])) return false;
+  return true;
 }
 
 // Quantize-dequantize one activation row with numeric.cuh directly.

@@ -7,6 +7,7 @@
 
 #include "dist_moe/device/planner/activation_planner.cuh"
 #include "dist_moe/memory_plan.h"
+#include "test_helpers.h"
 
 namespace dist_moe {
 namespace {
@@ -14,6 +15,7 @@ namespace {
 using planner::BufferGeometry;
 using planner::CallShape;
 using planner::PlanStatus;
+using test_helpers::make_config;
 
 // Host mirror of one rank's planner state.
 struct HostPlanner {
@@ -29,17 +31,6 @@ struct HostPlanner {
   planner::PlannerState state() { return {saved.data(), layer_id.data(), peak.data()}; }
   bool operator==(const HostPlanner& o) const { return saved == o.saved && layer_id == o.layer_id; }
 };
-
-Config make_config(int64_t T, int64_t D, int64_t F, int64_t K, int64_t E, int64_t layers) {
-  Config c;
-  c.max_num_local_input_tokens = T;
-  c.hidden_dim = D;
-  c.intermediate_dim = F;
-  c.top_k = K;
-  c.num_experts = E;
-  c.max_moe_layers_per_activation_slot = layers;
-  return c;
-}
 
 BufferGeometry geometry_of(const MemoryPlan& p) {
   return {p.num_activation_slots, p.activation_slot_bytes, p.total_device_buffer_bytes + p.host_scratch_bytes};

@@ -3,42 +3,24 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
 #include <limits>
 
 #include "dist_moe/config.h"
 #include "dist_moe/error.h"
+#include "test_helpers.h"
 
 namespace dist_moe {
 namespace {
 
-Config base_config() {
-  Config c;
-  c.max_num_local_input_tokens = 4;
-  c.hidden_dim = 128;
-  c.intermediate_dim = 128;
-  c.top_k = 2;
-  c.num_experts = 4;
-  c.max_moe_layers_per_activation_slot = 1;
-  return c;
-}
+using test_helpers::expect_error;
 
-// Expects `fn` to throw dist_moe::Error of `code` whose message contains every fragment.
-void expect_error(const std::function<void()>& fn, ErrorCode code, std::initializer_list<const char*> fragments) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const char* f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << "missing '" << f << "' in: " << e.what();
-    return;
-  }
-  ADD_FAILURE() << "no dist_moe::Error thrown";
-}
+Config base_config() { return test_helpers::make_config(4, 128, 128, 2, 4, 1); }
 
-void expect_invalid(const Config& c, std::initializer_list<const char*> fragments) {
+void expect_invalid(const Config& c, std::initializer_list<std::string> fragments) {
   expect_error([&] { c.validate(); }, ErrorCode::kInvalidValue, fragments);
 }
 
+// Double, unlike test_helpers' float kNaN / kInf: the fields and the {..} lists below are double.
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -49,7 +31,7 @@ TEST(ConfigValidation, SizesMustBePositive) {
     for (int64_t bad : {0, -3}) {
       Config c = base_config();
       c.*field = bad;
-      expect_invalid(c, {"must be positive", ("got " + std::to_string(bad)).c_str()});
+      expect_invalid(c, {"must be positive", "got " + std::to_string(bad)});
     }
   }
   Config c = base_config();

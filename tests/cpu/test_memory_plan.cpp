@@ -5,19 +5,16 @@
 
 #include "dist_moe/error.h"
 #include "dist_moe/memory_plan.h"
+#include "test_helpers.h"
 
 namespace dist_moe {
 namespace {
 
+using test_helpers::make_config;
+
 // upstream's _config: T=4, D=F=128, K=2, E=4, 2 layers per slot, device factor 1.0, VMM total 2.0.
 Config small_config() {
-  Config c;
-  c.max_num_local_input_tokens = 4;
-  c.hidden_dim = 128;
-  c.intermediate_dim = 128;
-  c.top_k = 2;
-  c.num_experts = 4;
-  c.max_moe_layers_per_activation_slot = 2;
+  Config c = make_config(4, 128, 128, 2, 4, 2);
   c.device_scratch_capacity_factor = 1.0;
   c.vmm = VmmConfig{2.0, true};
   return c;
@@ -220,13 +217,7 @@ TEST(MemoryPlan, BlockScaledRowsArePaddedPerExpert) {
 
 TEST(MemoryPlan, LargeModelBf16MatchesUpstreamTable) {
   // T=4096, D=4096, F=14336, K=8, E=128, 32 layers, device 1.5, VMM 16, EP16 (reference §1.7).
-  Config c;
-  c.max_num_local_input_tokens = 4096;
-  c.hidden_dim = 4096;
-  c.intermediate_dim = 14336;
-  c.top_k = 8;
-  c.num_experts = 128;
-  c.max_moe_layers_per_activation_slot = 32;
+  Config c = make_config(4096, 4096, 14336, 8, 128, 32);
   c.device_scratch_capacity_factor = 1.5;
   c.vmm = VmmConfig{16.0, true};
   MemoryPlan p = plan_memory(c, 16);

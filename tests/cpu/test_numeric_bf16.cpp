@@ -3,26 +3,21 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 
 #include "dist_moe/device/numeric/numeric.cuh"
+#include "test_helpers.h"
 
 namespace nm = dist_moe::numeric;
 
 namespace {
 
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-uint32_t to_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
+using test_helpers::from_bits;
+using test_helpers::kAllFp32Patterns;
+using test_helpers::nearest_even_of_two;
+using test_helpers::sweep_fp32_patterns;
+using test_helpers::to_bits;
 
 // Magnitude of the BF16 pattern h (sign ignored) from the format definition; exponent field 255
 // with mantissa 0 is taken as 2^128, the "next value" IEEE overflow rounding compares against.
@@ -36,13 +31,9 @@ double bf16_magnitude(uint32_t h) {
 uint16_t bf16_expected(float x) {
   const uint32_t u = to_bits(x);
   const uint32_t sign = u & 0x80000000u;
-  const uint32_t lo = (u & 0x7fffffffu) >> 16, hi = lo + 1;
+  const uint32_t lo = (u & 0x7fffffffu) >> 16;
   const double ax = std::fabs(static_cast<double>(x));
-  const double twice = 2.0 * ax, mid2 = bf16_magnitude(lo) + bf16_magnitude(hi);
-  uint32_t h;
-  if (twice < mid2) h = lo;
-  else if (twice > mid2) h = hi;
-  else h = (lo % 2 == 0) ? lo : hi;
+  const auto h = static_cast<uint32_t>(nearest_even_of_two(ax, bf16_magnitude(lo), bf16_magnitude(lo + 1), lo));
   return static_cast<uint16_t>((sign >> 16) | h);
 }
 
@@ -80,11 +71,10 @@ TEST(NumericBF16, SpecialsAndExactValues) {
 }
 
 TEST(NumericBF16, SweepMatchesNearest) {
-  for (uint64_t u = 0; u <= 0xffffffffull; u += 211) {
-    const float x = from_bits(static_cast<uint32_t>(u));
-    if (!std::isfinite(x)) continue;
-    ASSERT_EQ(nm::float_to_bf16(x).bits, bf16_expected(x)) << std::hex << u;
-  }
+  ASSERT_NO_FATAL_FAILURE(sweep_fp32_patterns(0, kAllFp32Patterns, 211, [](float x) {
+    if (!std::isfinite(x)) return;
+    ASSERT_EQ(nm::float_to_bf16(x).bits, bf16_expected(x)) << std::hex << to_bits(x);
+  }));
   std::mt19937 rng(99);
   std::uniform_int_distribution<uint32_t> d;
   for (int i = 0; i < 500000; ++i) {

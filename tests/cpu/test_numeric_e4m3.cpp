@@ -1,67 +1,23 @@
 // FP8 E4M3 ("fn") conversions against an independent enumeration of the representable values.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
-#include <vector>
 
 #include "dist_moe/device/numeric/numeric.cuh"
+#include "test_helpers.h"
 
 namespace nm = dist_moe::numeric;
 
-namespace {
-
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-uint32_t to_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-// Value of an E4M3 code from the format definition (OCP FP8: bias 7, subnormals, S.1111.111 NaN).
-double e4m3_definition(int code) {
-  const int s = (code >> 7) & 1, e = (code >> 3) & 15, m = code & 7;
-  if (e == 15 && m == 7) return std::numeric_limits<double>::quiet_NaN();
-  const double mag = e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
-  return s ? -mag : mag;
-}
-
-// The 127 non-negative finite values, index = code 0x00..0x7E (monotone by construction).
-const std::vector<double>& grid() {
-  static const std::vector<double> g = [] {
-    std::vector<double> v;
-    for (int c = 0; c <= 0x7e; ++c) v.push_back(e4m3_definition(c));
-    return v;
-  }();
-  return g;
-}
-
-// Expected encoding: nearest grid point, ties to the even code, satfinite, NaN -> 0x7F.
-uint8_t e4m3_expected(float x) {
-  if (std::isnan(x)) return 0x7f;
-  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
-  const double ax = std::fabs(static_cast<double>(x));
-  const auto& g = grid();
-  if (ax >= g.back()) return static_cast<uint8_t>(sign | 0x7e);
-  const int hi = static_cast<int>(std::upper_bound(g.begin(), g.end(), ax) - g.begin());
-  const int lo = hi - 1;
-  const double twice = 2.0 * ax, mid2 = g[lo] + g[hi];  // both exact in double
-  int idx;
-  if (twice < mid2) idx = lo;
-  else if (twice > mid2) idx = hi;
-  else idx = (lo % 2 == 0) ? lo : hi;
-  return static_cast<uint8_t>(sign | idx);
-}
-
-}  // namespace
+using test_helpers::e4m3_definition;
+using test_helpers::e4m3_expected;
+using test_helpers::e4m3_grid;
+using test_helpers::from_bits;
+using test_helpers::kAllFp32Patterns;
+using test_helpers::sweep_fp32_patterns;
+using test_helpers::to_bits;
 
 TEST(NumericE4M3, AllCodesDecodeToDefinition) {
   for (int c = 0; c < 256; ++c) {
@@ -100,7 +56,7 @@ TEST(NumericE4M3, AllCodesRoundTrip) {
 }
 
 TEST(NumericE4M3, TiesRoundToEvenIncludingSubnormals) {
-  const auto& g = grid();
+  const auto& g = e4m3_grid();
   for (int i = 0; i + 1 < static_cast<int>(g.size()); ++i) {
     const float mid = static_cast<float>((g[i] + g[i + 1]) / 2.0);
     ASSERT_EQ(static_cast<double>(mid), (g[i] + g[i + 1]) / 2.0) << "midpoint must be exact in FP32";
@@ -142,17 +98,15 @@ TEST(NumericE4M3, SweepMatchesEnumeration) {
   // Every 257th FP32 bit pattern (all exponents, both signs), then every 16th pattern across the
   // binades where E4M3 rounding happens (2^-11 .. 2^9), then random floats.
   int64_t checked = 0;
-  for (uint64_t u = 0; u <= 0xffffffffull; u += 257) {
-    const float x = from_bits(static_cast<uint32_t>(u));
-    ASSERT_EQ(nm::float_to_e4m3(x), e4m3_expected(x)) << std::hex << u;
+  ASSERT_NO_FATAL_FAILURE(sweep_fp32_patterns(0, kAllFp32Patterns, 257, [&](float x) {
+    ASSERT_EQ(nm::float_to_e4m3(x), e4m3_expected(x)) << std::hex << to_bits(x);
     ++checked;
-  }
-  for (uint32_t u = to_bits(std::ldexp(1.0f, -11)); u < to_bits(512.0f); u += 16) {
-    const float x = from_bits(u);
-    ASSERT_EQ(nm::float_to_e4m3(x), e4m3_expected(x)) << std::hex << u;
-    ASSERT_EQ(nm::float_to_e4m3(-x), e4m3_expected(-x)) << std::hex << u;
+  }));
+  ASSERT_NO_FATAL_FAILURE(sweep_fp32_patterns(to_bits(std::ldexp(1.0f, -11)), to_bits(512.0f), 16, [&](float x) {
+    ASSERT_EQ(nm::float_to_e4m3(x), e4m3_expected(x)) << std::hex << to_bits(x);
+    ASSERT_EQ(nm::float_to_e4m3(-x), e4m3_expected(-x)) << std::hex << to_bits(x);
     checked += 2;
-  }
+  }));
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> d(-500.0f, 500.0f);
   for (int i = 0; i < 200000; ++i) {

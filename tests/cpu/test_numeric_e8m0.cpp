@@ -5,25 +5,20 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 #include "dist_moe/device/numeric/numeric.cuh"
+#include "test_helpers.h"
 
 namespace nm = dist_moe::numeric;
 
 namespace {
 
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-uint32_t to_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
+using test_helpers::from_bits;
+using test_helpers::kInf;
+using test_helpers::rceil_expected;
+using test_helpers::sweep_fp32_patterns;
+using test_helpers::to_bits;
 
 // The defining property, independent of the FP32 product the implementation forms: the smallest
 // e >= -127 with amax <= 448 * 2^e (exact in double).
@@ -37,19 +32,6 @@ int property_expected(float amax) {
     while (a > std::ldexp(448.0, e)) ++e;
     if (e < -127) e = -127;
   }
-  if (e > 127) e = 127;
-  return e + 127;
-}
-
-// The instruction-level definition (reference 4.2): t = fl(amax * fl(1/448)), then the smallest
-// power of two >= t, clamped to [2^-127, 2^127]. The ceiling is taken in double here.
-int rceil_expected(float amax) {
-  if (!std::isfinite(amax)) return 0xff;
-  const float t = std::fabs(amax) * (1.0f / 448.0f);  // one FP32 multiply
-  if (static_cast<double>(t) <= std::ldexp(1.0, -127)) return 0;
-  int x;
-  const double f = std::frexp(static_cast<double>(t), &x);  // t = f * 2^x, f in [0.5, 1)
-  int e = (f == 0.5) ? x - 1 : x;
   if (e > 127) e = 127;
   return e + 127;
 }
@@ -161,7 +143,7 @@ TEST(NumericE8M0, RceilSweepNothingClipsAndMinimal) {
       ASSERT_LT(std::ldexp(static_cast<double>(a), 127 - got), 464.0) << a;  // still rounds to 448
     }
   };
-  for (uint32_t u = 0; u < 0x7f800000u; u += 61) check(from_bits(u));
+  sweep_fp32_patterns(0, to_bits(kInf), 61, check);
   for (int k = -149; k <= 119; ++k) {
     const float p = std::ldexp(448.0f, k);
     if (p == 0.0f) continue;

@@ -1,5 +1,5 @@
 // FP8 blockwise (DeepSeek-V3 recipe: 1x128 activation blocks, 128x128 weight blocks, FP32
-// scale = amax/448) against a reference written here with an enumerated E4M3 grid.
+// scale = amax/448) against a reference written here with the enumerated E4M3 grid (test_helpers.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,39 +10,18 @@
 #include <vector>
 
 #include "dist_moe/device/numeric/numeric.cuh"
+#include "test_helpers.h"
 
 namespace nm = dist_moe::numeric;
 
 namespace {
 
-const float kInf = std::numeric_limits<float>::infinity();
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-const std::vector<double>& grid() {
-  static const std::vector<double> g = [] {
-    std::vector<double> v;
-    for (int c = 0; c <= 0x7e; ++c) {
-      const int e = c >> 3, m = c & 7;
-      v.push_back(e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7));
-    }
-    return v;
-  }();
-  return g;
-}
-uint8_t ref_e4m3(float x) {
-  if (std::isnan(x)) return 0x7f;
-  const auto& g = grid();
-  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
-  const double ax = std::fabs(static_cast<double>(x));
-  if (ax >= g.back()) return sign | 0x7e;
-  const int hi = static_cast<int>(std::upper_bound(g.begin(), g.end(), ax) - g.begin()), lo = hi - 1;
-  const double twice = 2 * ax, mid2 = g[lo] + g[hi];
-  return static_cast<uint8_t>(sign | (twice < mid2 ? lo : twice > mid2 ? hi : (lo % 2 == 0 ? lo : hi)));
-}
-double ref_value(uint8_t c) {
-  if ((c & 0x7f) == 0x7f) return std::numeric_limits<double>::quiet_NaN();
-  return (c & 0x80 ? -1.0 : 1.0) * grid()[c & 0x7f];
-}
+using test_helpers::cdiv;
+using test_helpers::e4m3_definition;
+using test_helpers::e4m3_expected;
+using test_helpers::e4m3_grid;
+using test_helpers::kInf;
+using test_helpers::kNaN;
 
 // Documented scale rule: amax = 0 -> 1; amax below 448*2^-126 raised to it; NaN/Inf -> NaN.
 float ref_scale(const std::vector<float>& block) {
@@ -54,8 +33,6 @@ float ref_scale(const std::vector<float>& block) {
   if (amax == 0.0f) return 1.0f;
   return std::max(amax, std::ldexp(448.0f, -126)) / 448.0f;
 }
-
-int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -83,9 +60,9 @@ void check_rect(const std::vector<float>& x, const std::vector<uint8_t>& q, cons
   }
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t c = c0; c < c1; ++c) {
-      const uint8_t want = ref_e4m3(x[r * cols + c] / s);
+      const uint8_t want = e4m3_expected(x[r * cols + c] / s);
       ASSERT_EQ(q[r * cols + c], want) << r << "," << c;
-      const float yv = static_cast<float>(ref_value(want) * s);  // the product of two floats, rounded once
+      const float yv = static_cast<float>(e4m3_definition(want) * s);  // the product of two floats, rounded once
       if (std::isnan(yv)) {
         ASSERT_TRUE(std::isnan(y[r * cols + c]));
       } else {
@@ -199,11 +176,11 @@ TEST(NumericFP8Blockwise, DivisionNearTies) {
   for (int trial = 0; trial < 20000; ++trial) {
     const float s = std::exp2(lg(rng)) * (1.0f + 0.37f * static_cast<float>(trial % 7) / 7.0f);
     const int i = code(rng);
-    const float mid = static_cast<float>((grid()[i] + grid()[i + 1]) / 2);
+    const float mid = static_cast<float>((e4m3_grid()[i] + e4m3_grid()[i + 1]) / 2);
     float x = mid * s;
     for (int d = 0; d < 4; ++d) x = std::nextafter(x, 0.0f);
     for (int d = -4; d <= 4; ++d, x = std::nextafter(x, 1e30f)) {
-      ASSERT_EQ(nm::fp8_blockwise_quantize_value(x, s), ref_e4m3(x / s)) << x << " " << s;
+      ASSERT_EQ(nm::fp8_blockwise_quantize_value(x, s), e4m3_expected(x / s)) << x << " " << s;
       ++checked;
     }
   }

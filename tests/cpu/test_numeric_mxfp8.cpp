@@ -6,67 +6,42 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "dist_moe/device/numeric/numeric.cuh"
+#include "test_helpers.h"
 
 namespace nm = dist_moe::numeric;
 
 namespace {
 
-const float kInf = std::numeric_limits<float>::infinity();
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-double e4m3_definition(int code) {
-  const int s = (code >> 7) & 1, e = (code >> 3) & 15, m = code & 7;
-  if (e == 15 && m == 7) return std::numeric_limits<double>::quiet_NaN();
-  const double mag = e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
-  return s ? -mag : mag;
-}
-
-// Nearest E4M3 code to a double, ties to even, satfinite, NaN -> 0x7F.
-uint8_t e4m3_expected(double x) {
-  static const std::vector<double> g = [] {
-    std::vector<double> v;
-    for (int c = 0; c <= 0x7e; ++c) v.push_back(e4m3_definition(c));
-    return v;
-  }();
-  if (std::isnan(x)) return 0x7f;
-  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
-  const double ax = std::fabs(x);
-  if (ax >= g.back()) return static_cast<uint8_t>(sign | 0x7e);
-  const int hi = static_cast<int>(std::upper_bound(g.begin(), g.end(), ax) - g.begin());
-  const int lo = hi - 1;
-  const double twice = 2.0 * ax, mid2 = g[lo] + g[hi];
-  const int idx = twice < mid2 ? lo : twice > mid2 ? hi : (lo % 2 == 0 ? lo : hi);
-  return static_cast<uint8_t>(sign | idx);
-}
-
-// RCEIL from its instruction definition: t = fl(amax * fl(1/448)), byte of ceil_pow2(t).
-int rceil_expected(const std::vector<float>& block) {
-  double amax = 0;
-  for (float v : block) {
-    if (!std::isfinite(v)) return 0xff;
-    amax = std::max(amax, std::fabs(static_cast<double>(v)));
-  }
-  const float t = static_cast<float>(amax) * (1.0f / 448.0f);
-  if (static_cast<double>(t) <= std::ldexp(1.0, -127)) return 0;
-  int x;
-  const double f = std::frexp(static_cast<double>(t), &x);
-  return std::min((f == 0.5 ? x - 1 : x), 127) + 127;
-}
+using test_helpers::cdiv;
+using test_helpers::e4m3_definition;
+using test_helpers::e4m3_expected;
+using test_helpers::kInf;
+using test_helpers::kNaN;
+using test_helpers::rceil_expected;
 
 struct RefBlock {
   int scale;
   std::vector<uint8_t> q;
 };
 
+// Block amax; NaN when any element is not finite, which RCEIL maps to the NaN byte 0xff.
+float block_amax(const std::vector<float>& block) {
+  float amax = 0;
+  for (float v : block) {
+    if (!std::isfinite(v)) return kNaN;
+    amax = std::max(amax, std::fabs(v));
+  }
+  return amax;
+}
+
 RefBlock ref_quantize(const std::vector<float>& block) {
   RefBlock r;
-  r.scale = rceil_expected(block);
+  r.scale = rceil_expected(block_amax(block));
   for (float v : block)
     r.q.push_back(r.scale == 0xff ? 0x7f : e4m3_expected(std::ldexp(static_cast<double>(v), 127 - r.scale)));
   return r;
@@ -98,29 +73,31 @@ std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed, int 
   return x;
 }
 
-std::vector<float> transpose(const std::vector<float>& x, int64_t rows, int64_t cols) {
-  std::vector<float> t(x.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
-  return t;
-}
 template <class T>
-std::vector<T> transpose_t(const std::vector<T>& x, int64_t rows, int64_t cols) {
+std::vector<T> transpose(const std::vector<T>& x, int64_t rows, int64_t cols) {
   std::vector<T> t(x.size());
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
   return t;
 }
 
-int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// x_RC quantized in 1x32 row blocks (q, s) and dequantized back (y).
+struct RowsOut {
+  std::vector<uint8_t> q, s;
+  std::vector<float> y;
+};
+RowsOut run_rows(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  RowsOut o{std::vector<uint8_t>(rows * cols), std::vector<uint8_t>(rows * cdiv(cols, 32)),
+            std::vector<float>(rows * cols)};
+  nm::mxfp8_quantize_rows(x.data(), rows, cols, o.q.data(), o.s.data());
+  nm::mxfp8_dequantize_rows(o.q.data(), o.s.data(), rows, cols, o.y.data());
+  return o;
+}
 
 // Checks every row block of x_RC against the reference, and its dequantization.
 void check_rows_against_reference(const std::vector<float>& x, int64_t rows, int64_t cols) {
   const int64_t nb = cdiv(cols, 32);
-  std::vector<uint8_t> q(rows * cols), s(rows * nb);
-  std::vector<float> y(rows * cols);
-  nm::mxfp8_quantize_rows(x.data(), rows, cols, q.data(), s.data());
-  nm::mxfp8_dequantize_rows(q.data(), s.data(), rows, cols, y.data());
+  const auto [q, s, y] = run_rows(x, rows, cols);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t c0 = b * 32, c1 = std::min(cols, c0 + 32);
@@ -238,10 +215,7 @@ TEST(NumericMXFP8, RandomRowsMatchReferenceAndErrorBound) {
     const std::vector<float> x = random_matrix(rows, cols, static_cast<uint32_t>(rows * 1000 + cols));
     check_rows_against_reference(x, rows, cols);
     const int64_t nb = cdiv(cols, 32);
-    std::vector<uint8_t> q(rows * cols), s(rows * nb);
-    std::vector<float> y(rows * cols);
-    nm::mxfp8_quantize_rows(x.data(), rows, cols, q.data(), s.data());
-    nm::mxfp8_dequantize_rows(q.data(), s.data(), rows, cols, y.data());
+    const auto [q, s, y] = run_rows(x, rows, cols);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         const double v = x[r * cols + c], err = std::fabs(y[r * cols + c] - v);
@@ -261,8 +235,8 @@ TEST(NumericMXFP8, ColumnsAreTransposedRows) {
   const std::vector<float> xt = transpose(x, rows, cols);
   std::vector<uint8_t> qr(rows * cols), sr(cols * nbr);
   nm::mxfp8_quantize_rows(xt.data(), cols, rows, qr.data(), sr.data());
-  EXPECT_EQ(transpose_t(qr, cols, rows), qc);
-  EXPECT_EQ(transpose_t(sr, cols, nbr), sc);
+  EXPECT_EQ(transpose(qr, cols, rows), qc);
+  EXPECT_EQ(transpose(sr, cols, nbr), sc);
   std::vector<float> yc(rows * cols), yr(rows * cols);
   nm::mxfp8_dequantize_cols(qc.data(), sc.data(), rows, cols, yc.data());
   nm::mxfp8_dequantize_rows(qr.data(), sr.data(), cols, rows, yr.data());
@@ -300,8 +274,8 @@ TEST(NumericMXFP8, TilesAgreeWithRowsColsAndTranspose) {
   const std::vector<float> xt = transpose(x, rows, cols);
   std::vector<uint8_t> qtt(rows * cols), stt(nbc * nbr);
   nm::mxfp8_quantize_tiles(xt.data(), cols, rows, qtt.data(), stt.data());
-  EXPECT_EQ(transpose_t(qtt, cols, rows), qt);
-  EXPECT_EQ(transpose_t(stt, nbc, nbr), st);
+  EXPECT_EQ(transpose(qtt, cols, rows), qt);
+  EXPECT_EQ(transpose(stt, nbc, nbr), st);
 
   // One qdata, two scale views: FPROP rows view and DGRAD (transposed) view dequantize alike.
   std::vector<float> yt(rows * cols);
@@ -311,7 +285,7 @@ TEST(NumericMXFP8, TilesAgreeWithRowsColsAndTranspose) {
   nm::mxfp8_tile_scales_to_cols(st.data(), rows, cols, dgrad.data());
   std::vector<float> y_fprop(rows * cols), y_dgrad_t(rows * cols);
   nm::mxfp8_dequantize_rows(qt.data(), fprop.data(), rows, cols, y_fprop.data());
-  const std::vector<uint8_t> qt_t = transpose_t(qt, rows, cols);
+  const std::vector<uint8_t> qt_t = transpose(qt, rows, cols);
   nm::mxfp8_dequantize_rows(qt_t.data(), dgrad.data(), cols, rows, y_dgrad_t.data());
   const std::vector<float> y_dgrad = transpose(y_dgrad_t, cols, rows);
   for (int64_t i = 0; i < rows * cols; ++i) {

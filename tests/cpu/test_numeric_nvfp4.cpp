@@ -11,55 +11,28 @@
 #include <vector>
 
 #include "dist_moe/device/numeric/numeric.cuh"
+#include "test_helpers.h"
 
 namespace nm = dist_moe::numeric;
 
 namespace {
 
-const float kInf = std::numeric_limits<float>::infinity();
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
+using test_helpers::cdiv;
+using test_helpers::e2m1_expected;
+using test_helpers::e4m3_expected;
+using test_helpers::e4m3_grid;
+using test_helpers::kInf;
+using test_helpers::kNaN;
 
-// Nearest grid index to |x| (grid sorted, index = code), ties to even code, satfinite.
-int nearest_code(const std::vector<double>& g, double ax) {
-  if (ax >= g.back()) return static_cast<int>(g.size()) - 1;
-  const int hi = static_cast<int>(std::upper_bound(g.begin(), g.end(), ax) - g.begin());
-  const int lo = hi - 1;
-  const double twice = 2.0 * ax, mid2 = g[lo] + g[hi];
-  return twice < mid2 ? lo : twice > mid2 ? hi : (lo % 2 == 0 ? lo : hi);
-}
-
-const std::vector<double>& e4m3_grid() {
-  static const std::vector<double> g = [] {
-    std::vector<double> v;
-    for (int c = 0; c <= 0x7e; ++c) {
-      const int e = c >> 3, m = c & 7;
-      v.push_back(e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7));
-    }
-    return v;
-  }();
-  return g;
-}
-const std::vector<double> kE2M1 = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
-
-uint8_t ref_e4m3(float x) {
-  if (std::isnan(x)) return 0x7f;
-  return static_cast<uint8_t>((std::signbit(x) ? 0x80 : 0) | nearest_code(e4m3_grid(), std::fabs(x)));
-}
-float ref_e4m3_value(uint8_t c) {
-  const double v = e4m3_grid()[c & 0x7f];
-  return static_cast<float>(c & 0x80 ? -v : v);
-}
-uint8_t ref_e2m1(float x) {
-  if (std::isnan(x)) return 0x7;
-  return static_cast<uint8_t>((std::signbit(x) ? 0x8 : 0) | nearest_code(kE2M1, std::fabs(x)));
-}
-float ref_e2m1_value(uint8_t c) { return static_cast<float>((c & 8) ? -kE2M1[c & 7] : kE2M1[c & 7]); }
+// Code values as FP32, the type the reference's FP32 steps multiply and divide by (exact).
+float e4m3_value(uint8_t c) { return static_cast<float>(test_helpers::e4m3_definition(c)); }
+float e2m1_value(uint8_t c) { return static_cast<float>(test_helpers::e2m1_definition(c)); }
 
 // Block scale: clamp to [2^-9, 448] (NaN stays NaN), then E4M3 RNE.
 uint8_t ref_block_scale(float v) {
   if (std::isnan(v)) return 0x7f;
   v = std::min(std::max(v, std::ldexp(1.0f, -9)), 448.0f);
-  return ref_e4m3(v);
+  return e4m3_expected(v);
 }
 
 float ref_amax(const float* x, int64_t n) {
@@ -76,8 +49,6 @@ struct Packed {
   std::vector<uint8_t> scales;  // [rows, ceil(cols/16)]
   std::vector<float> global;    // weights: {gs, 1/gs}; activations: token_scale_inv per row
 };
-
-int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void put_nibble(std::vector<uint8_t>& q, int64_t cols, int64_t r, int64_t c, uint8_t nib) {
   q[r * cdiv(cols, 2) + c / 2] |= static_cast<uint8_t>(c % 2 == 0 ? nib : nib << 4);
@@ -109,7 +80,7 @@ Packed ref_weight(const std::vector<float>& w, int64_t rows, int64_t cols) {
       p.scales[r * cdiv(cols, 16) + b] = s;
       for (int64_t c = c0; c < c1; ++c) {
         const float xg = w[r * cols + c] * gs;
-        put_nibble(p.q, cols, r, c, ref_e2m1(xg / ref_e4m3_value(s)));
+        put_nibble(p.q, cols, r, c, e2m1_expected(xg / e4m3_value(s)));
       }
     }
   return p;
@@ -138,10 +109,10 @@ Packed ref_activation(const std::vector<float>& x, int64_t rows, int64_t cols) {
       const float t = bamax * row_scale;
       const uint8_t s = ref_block_scale(t * inv6);
       p.scales[r * cdiv(cols, 16) + b] = s;
-      const float mult = row_scale / ref_e4m3_value(s);
+      const float mult = row_scale / e4m3_value(s);
       for (int64_t c = c0; c < c1; ++c) {
         const float xm = x[r * cols + c] * mult;
-        put_nibble(p.q, cols, r, c, ref_e2m1(xm));
+        put_nibble(p.q, cols, r, c, e2m1_expected(xm));
       }
     }
   }
@@ -208,7 +179,7 @@ TEST(NumericNVFP4, WeightMatchesReferenceBitwise) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         const uint8_t nib = get_nibble(ref.q, cols, r, c);
-        const float want = ref_e2m1_value(nib) * ref_e4m3_value(ref.scales[r * cdiv(cols, 16) + c / 16]) / ref.global[0];
+        const float want = e2m1_value(nib) * e4m3_value(ref.scales[r * cdiv(cols, 16) + c / 16]) / ref.global[0];
         ASSERT_EQ(o.y[r * cols + c], want) << r << "," << c;
       }
   }
@@ -226,7 +197,7 @@ TEST(NumericNVFP4, ActivationMatchesReferenceBitwise) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         const uint8_t nib = get_nibble(ref.q, cols, r, c);
-        const float want = ref_e2m1_value(nib) * ref_e4m3_value(ref.scales[r * cdiv(cols, 16) + c / 16]) * ref.global[r];
+        const float want = e2m1_value(nib) * e4m3_value(ref.scales[r * cdiv(cols, 16) + c / 16]) * ref.global[r];
         ASSERT_EQ(o.y[r * cols + c], want) << r << "," << c;
       }
   }
@@ -379,7 +350,7 @@ TEST(NumericNVFP4, OperationOrderNearTies) {
   for (int trial = 0; trial < 3000; ++trial) {
     const float g = std::exp2(lg(rng));  // a global / row scale
     const uint8_t s = static_cast<uint8_t>(sc(rng));
-    const float sv = ref_e4m3_value(s);
+    const float sv = e4m3_value(s);
     // E2M1 step, weights: q = e2m1(fl(fl(x*gs)/s)).
     for (float m : e2m1_mids) {
       const float x0 = m * sv / g;
@@ -387,11 +358,11 @@ TEST(NumericNVFP4, OperationOrderNearTies) {
       for (int d = 0; d < 4; ++d) x = std::nextafter(x, 0.0f);
       for (int d = -4; d <= 4; ++d, x = std::nextafter(x, 1e30f)) {
         const float xg = x * g;
-        ASSERT_EQ(nm::nvfp4_weight_quantize_value(x, g, s), ref_e2m1(xg / sv)) << x << " " << g << " " << int(s);
+        ASSERT_EQ(nm::nvfp4_weight_quantize_value(x, g, s), e2m1_expected(xg / sv)) << x << " " << g << " " << int(s);
         // Activations: multiplier = fl(row_scale / s), q = e2m1(fl(x * multiplier)).
         const float mult = g / sv;
         ASSERT_EQ(nm::nvfp4_activation_multiplier(g, s), mult);
-        ASSERT_EQ(nm::nvfp4_activation_quantize_value(x, mult), ref_e2m1(x * mult));
+        ASSERT_EQ(nm::nvfp4_activation_quantize_value(x, mult), e2m1_expected(x * mult));
         ++checked;
       }
     }

@@ -6,21 +6,16 @@
 #include <vector>
 
 #include "reference/oracle.h"
+#include "test_helpers.h"
 
 namespace ref = dist_moe::reference;
 using ref::TensorF;
+using test_helpers::make_spec;
 
 TEST(ReferenceApi, StagesCalledOneAtATimeReproduceTheForward) {
   // What a kernel test does: feed one stage the inputs its kernel saw, get that stage's output.
-  ref::RandomProblemSpec spec;
-  spec.num_ranks = 2;
-  spec.tokens_per_rank = 6;
-  spec.hidden_dim = 32;
-  spec.intermediate_dim = 16;
-  spec.top_k = 2;
-  spec.num_experts = 4;
+  ref::RandomProblemSpec spec = make_spec(2, 6, 32, 16, 2, 4, 14);
   spec.padding_route_probability = 0.2;
-  spec.seed = 14;
   const ref::Problem p = ref::make_random_problem(spec);
   ref::ForwardOptions o;
   o.row_alignment = 8;

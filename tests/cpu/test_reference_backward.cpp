@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "naive_helpers.h"
 #include "reference/oracle.h"
+#include "test_helpers.h"
 
 namespace ref = dist_moe::reference;
 namespace num = dist_moe::numeric;
@@ -31,10 +31,12 @@ namespace {
 
 using naive::at;
 using naive::bf16;
-using naive::bits;
 using naive::dot;
 using naive::qdq_row;
-
+using naive::row_bits_equal;
+using test_helpers::make_spec;
+using test_helpers::swiglu_of;
+using test_helpers::to_bits;
 
 // Column (Bx1 along rows) quantize-dequantize of a [rows, cols] matrix, rows = one expert's rows.
 std::vector<float> qdq_cols(const std::vector<float>& x, int64_t rows, int64_t cols, Quantization q) {
@@ -194,12 +196,6 @@ NaiveBackward naive_backward(const ref::Problem& p, const ref::ForwardResult& fw
   return nb;
 }
 
-bool row_bits_equal(const float* a, const std::vector<float>& b) {
-  for (std::size_t i = 0; i < b.size(); ++i)
-    if (bits(a[i]) != bits(b[i])) return false;
-  return true;
-}
-
 void expect_backward_matches_naive(const ref::Problem& p, const ref::ForwardOptions& fo, DType wgrad_dtype,
                                    const std::string& what) {
   SCOPED_TRACE(what);
@@ -234,15 +230,6 @@ void expect_backward_matches_naive(const ref::Problem& p, const ref::ForwardOpti
   const TensorF dw13 = bwd.global_dw13_EFD(), dw2 = bwd.global_dw2_EDF();
   EXPECT_TRUE(ref::bitwise_equal(dw13, nb.dw13)) << "dW13 " << ref::compare(dw13, nb.dw13).summary();
   EXPECT_TRUE(ref::bitwise_equal(dw2, nb.dw2)) << "dW2 " << ref::compare(dw2, nb.dw2).summary();
-}
-
-ref::SwigluParams swiglu_of(bool clamped, double limit = 0.5) {
-  ref::SwigluParams s;
-  if (clamped) {
-    s.activation = Activation::kSwiGLUClamped;
-    s.limit = limit;
-  }
-  return s;
 }
 
 // ---- finite differences in the exact model ------------------------------------------------------
@@ -342,17 +329,10 @@ void run_finite_differences(const ref::RandomProblemSpec& spec, const ref::Forwa
 }
 
 ref::RandomProblemSpec fd_spec(int64_t R, int64_t K, bool clamped, uint64_t seed) {
-  ref::RandomProblemSpec s;
-  s.num_ranks = R;
-  s.tokens_per_rank = 3;
-  s.hidden_dim = 8;
-  s.intermediate_dim = 4;
-  s.top_k = K;
-  s.num_experts = 4;
+  ref::RandomProblemSpec s = make_spec(R, 3, 8, 4, K, 4, seed);
   s.swiglu = swiglu_of(clamped, 0.6);
   s.padding_route_probability = 0.2;
   s.x_range = 2.0;
-  s.seed = seed;
   return s;
 }
 
@@ -365,19 +345,13 @@ TEST(ReferenceBackward, MatchesNaiveLoop) {
   for (int64_t R : {1, 2, 3, 4}) {
     for (int64_t K : {1, 2, 6}) {
       for (bool clamped : {false, true}) {
-        ref::RandomProblemSpec spec;
-        spec.num_ranks = R;
-        spec.tokens_per_rank = 5;
-        spec.hidden_dim = 24;
-        spec.intermediate_dim = 12;
-        spec.top_k = K;
-        spec.num_experts = R * ((8 + R - 1) / R);
+        ref::RandomProblemSpec spec =
+            make_spec(R, 5, 24, 12, K, R * ((8 + R - 1) / R), static_cast<uint64_t>(300 + 10 * R + K + clamped));
         spec.swiglu = swiglu_of(clamped);
         spec.routing = K == 2 ? ref::RoutingPattern::kSkewed : ref::RoutingPattern::kUniform;
         spec.padding_route_probability = 0.2;
         spec.all_padding_tokens.push_back(1);  // (not "= {1}": GCC 12 -O3 false -Wnonnull)
         spec.x_range = 2.0;
-        spec.seed = static_cast<uint64_t>(300 + 10 * R + K + clamped);
         const ref::Problem p = ref::make_random_problem(spec);
         ref::ForwardOptions fo;
         fo.row_alignment = (R + K) % 2 ? 8 : 1;
@@ -393,16 +367,9 @@ TEST(ReferenceBackward, MatchesNaiveLoop) {
 
 TEST(ReferenceBackward, RMSNormMatchesNaiveLoop) {
   for (int64_t R : {1, 2}) {
-    ref::RandomProblemSpec spec;
-    spec.num_ranks = R;
-    spec.tokens_per_rank = 6;
-    spec.hidden_dim = 32;
-    spec.intermediate_dim = 8;
-    spec.top_k = 2;
-    spec.num_experts = 4;
+    ref::RandomProblemSpec spec = make_spec(R, 6, 32, 8, 2, 4, static_cast<uint64_t>(17 + R));
     spec.padding_route_probability = 0.2;
     spec.all_padding_tokens = {2};
-    spec.seed = static_cast<uint64_t>(17 + R);
     ref::ForwardOptions fo;
     fo.rmsnorm = ref::RMSNormSpec{};
     expect_backward_matches_naive(ref::make_random_problem(spec), fo, DType::kBFloat16, "rmsnorm R=" + std::to_string(R));
@@ -410,14 +377,8 @@ TEST(ReferenceBackward, RMSNormMatchesNaiveLoop) {
 }
 
 TEST(ReferenceBackward, AllPaddingTokenHasZeroGradients) {
-  ref::RandomProblemSpec spec;
-  spec.num_ranks = 2;
-  spec.tokens_per_rank = 4;
-  spec.hidden_dim = 16;
-  spec.intermediate_dim = 8;
-  spec.num_experts = 4;
+  ref::RandomProblemSpec spec = make_spec(2, 4, 16, 8, 2, 4, 2);
   spec.all_padding_tokens = {1, 6};
-  spec.seed = 2;
   const ref::Problem p = ref::make_random_problem(spec);
   for (bool rms : {false, true}) {
     ref::ForwardOptions fo;
@@ -426,8 +387,8 @@ TEST(ReferenceBackward, AllPaddingTokenHasZeroGradients) {
     const auto bwd = ref::backward(p, fwd, ref::make_random_grad_out(p, 3));
     const TensorF gx = bwd.global_grad_x_TD(), gs = bwd.global_grad_scores_TK();
     for (int64_t t : {1, 6}) {
-      for (int64_t d = 0; d < 16; ++d) EXPECT_EQ(bits(gx(t, d)), 0u) << "token " << t;
-      for (int64_t k = 0; k < 2; ++k) EXPECT_EQ(bits(gs(t, k)), 0u) << "token " << t;
+      for (int64_t d = 0; d < 16; ++d) EXPECT_EQ(to_bits(gx(t, d)), 0u) << "token " << t;
+      for (int64_t k = 0; k < 2; ++k) EXPECT_EQ(to_bits(gs(t, k)), 0u) << "token " << t;
     }
     int64_t nonzero = 0;
     for (float v : gx.data) nonzero += v != 0.0f;
@@ -458,15 +419,8 @@ TEST(ReferenceBackward, FiniteDifferencesRMSNorm) {
 
 TEST(ReferenceBackward, PipelineAgreesWithExactModelWithinUpstreamGradTolerance) {
   for (bool rms : {false, true}) {
-    ref::RandomProblemSpec spec;
-    spec.num_ranks = 2;
-    spec.tokens_per_rank = 16;
-    spec.hidden_dim = 64;
-    spec.intermediate_dim = 32;
-    spec.top_k = 2;
-    spec.num_experts = 4;
+    ref::RandomProblemSpec spec = make_spec(2, 16, 64, 32, 2, 4, 61);
     spec.swiglu = swiglu_of(true, 1.0);
-    spec.seed = 61;
     const ref::Problem p = ref::make_random_problem(spec);
     ref::ForwardOptions o;
     if (rms) o.rmsnorm = ref::RMSNormSpec{};
@@ -496,14 +450,7 @@ TEST(ReferenceBackward, PipelineAgreesWithExactModelWithinUpstreamGradTolerance)
 // ---- WGRAD dtype and accumulation ---------------------------------------------------------------
 
 TEST(ReferenceBackward, WgradDtypeAndAccumulation) {
-  ref::RandomProblemSpec spec;
-  spec.num_ranks = 2;
-  spec.tokens_per_rank = 8;
-  spec.hidden_dim = 16;
-  spec.intermediate_dim = 8;
-  spec.top_k = 2;
-  spec.num_experts = 4;
-  spec.seed = 71;
+  ref::RandomProblemSpec spec = make_spec(2, 8, 16, 8, 2, 4, 71);
   const ref::Problem p = ref::make_random_problem(spec);
   const auto fwd = ref::forward(p);
   const auto g = ref::make_random_grad_out(p, 72);
@@ -533,11 +480,11 @@ TEST(ReferenceBackward, WgradDtypeAndAccumulation) {
     const auto check = [&](const TensorF& gemm32, const TensorF& out16, const TensorF& prev16, const TensorF& got16,
                            const TensorF& prev32, const TensorF& got32) {
       for (std::size_t i = 0; i < gemm32.data.size(); ++i) {
-        EXPECT_EQ(bits(out16.data[i]), bits(bf16(gemm32.data[i])));
+        EXPECT_EQ(to_bits(out16.data[i]), to_bits(bf16(gemm32.data[i])));
         // Fused rounding point BF16(FP32(prev) + FP32(gemm)).
-        EXPECT_EQ(bits(got16.data[i]), bits(bf16(prev16.data[i] + gemm32.data[i])));
+        EXPECT_EQ(to_bits(got16.data[i]), to_bits(bf16(prev16.data[i] + gemm32.data[i])));
         bf16_differs_from_sum_of_rounded += got16.data[i] != bf16(prev16.data[i] + bf16(gemm32.data[i]));
-        EXPECT_EQ(bits(got32.data[i]), bits(prev32.data[i] + gemm32.data[i]));
+        EXPECT_EQ(to_bits(got32.data[i]), to_bits(prev32.data[i] + gemm32.data[i]));
       }
     };
     check(b32.ranks[at(r)].dw13_EFD, b16.ranks[at(r)].dw13_EFD, acc16.accumulate_dw13[at(r)], a16.ranks[at(r)].dw13_EFD,
@@ -576,16 +523,10 @@ TEST(ReferenceQuantBackward, MatchesNaiveLoopWithQuantizationPoints) {
   for (Quantization q : {Quantization::kMXFP8, Quantization::kFP8Blockwise}) {
     for (int64_t R : {1, 2}) {
       for (int64_t align : {1, 32}) {
-        ref::RandomProblemSpec spec;
-        spec.num_ranks = R;
-        spec.tokens_per_rank = 40;  // > 32 rows per expert: several column blocks
-        spec.hidden_dim = 160;
-        spec.intermediate_dim = 48;
-        spec.top_k = 2;
-        spec.num_experts = 2;
+        // T = 40 > 32 rows per expert: several column blocks.
+        ref::RandomProblemSpec spec = make_spec(R, 40, 160, 48, 2, 2, static_cast<uint64_t>(80 + R + align));
         spec.swiglu = swiglu_of(R == 2);
         spec.padding_route_probability = 0.1;
-        spec.seed = static_cast<uint64_t>(80 + R + align);
         const ref::Problem p = ref::make_random_problem(spec);
         ref::ForwardOptions fo;
         fo.quantization = q;
@@ -599,14 +540,7 @@ TEST(ReferenceQuantBackward, MatchesNaiveLoopWithQuantizationPoints) {
 }
 
 TEST(ReferenceQuantBackward, MXFP8WithinUpstreamToleranceOfBf16) {
-  ref::RandomProblemSpec spec;
-  spec.num_ranks = 2;
-  spec.tokens_per_rank = 32;
-  spec.hidden_dim = 128;
-  spec.intermediate_dim = 64;
-  spec.top_k = 2;
-  spec.num_experts = 4;
-  spec.seed = 90;
+  ref::RandomProblemSpec spec = make_spec(2, 32, 128, 64, 2, 4, 90);
   const ref::Problem p = ref::make_random_problem(spec);
   const auto g = ref::make_random_grad_out(p, 91);
   ref::ForwardOptions mx;

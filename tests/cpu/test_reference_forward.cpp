@@ -7,17 +7,16 @@
 
 #include <array>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "naive_helpers.h"
 #include "reference/oracle.h"
+#include "test_helpers.h"
 
 namespace ref = dist_moe::reference;
 namespace num = dist_moe::numeric;
-using dist_moe::Activation;
 using ref::Quantization;
 using ref::TensorF;
 
@@ -25,10 +24,12 @@ namespace {
 
 using naive::at;
 using naive::bf16;
-using naive::bits;
 using naive::dot;
 using naive::qdq_row;
-
+using naive::row_bits_equal;
+using test_helpers::make_spec;
+using test_helpers::swiglu_of;
+using test_helpers::to_bits;
 
 // Quantize-dequantize all experts' weights [E, N, K], one expert at a time.
 TensorF qdq_weights(const TensorF& w, Quantization q) {
@@ -123,15 +124,9 @@ Naive naive_forward(const ref::Problem& p, const ref::ForwardOptions& o) {
   return n;
 }
 
-bool row_bits_equal(const float* a, const std::vector<float>& b) {
-  for (std::size_t i = 0; i < b.size(); ++i)
-    if (bits(a[i]) != bits(b[i])) return false;
-  return true;
-}
-
 bool row_is_zero(const float* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
-    if (bits(a[i]) != 0u) return false;
+    if (to_bits(a[i]) != 0u) return false;
   return true;
 }
 
@@ -182,15 +177,6 @@ int64_t expect_matches_naive(const ref::Problem& p, const ref::ForwardOptions& o
   return routes;
 }
 
-ref::SwigluParams swiglu_of(bool clamped) {
-  ref::SwigluParams s;
-  if (clamped) {
-    s.activation = Activation::kSwiGLUClamped;
-    s.limit = 0.5;  // small enough that h1 crosses it often
-  }
-  return s;
-}
-
 }  // namespace
 
 TEST(ReferenceForward, MatchesNaiveLoopOverRanksTopKAndActivations) {
@@ -199,19 +185,13 @@ TEST(ReferenceForward, MatchesNaiveLoopOverRanksTopKAndActivations) {
   for (int64_t R = 1; R <= 8; ++R) {
     for (int64_t K : {1, 2, 6, 8}) {
       for (bool clamped : {false, true}) {
-        ref::RandomProblemSpec spec;
-        spec.num_ranks = R;
-        spec.tokens_per_rank = 5;
-        spec.hidden_dim = 24;
-        spec.intermediate_dim = 12;
-        spec.top_k = K;
-        spec.num_experts = R * std::max<int64_t>(1, (10 + R - 1) / R);  // >= 10 experts: room for K = 8
+        const int64_t E = R * std::max<int64_t>(1, (10 + R - 1) / R);  // >= 10 experts: room for K = 8
+        ref::RandomProblemSpec spec = make_spec(R, 5, 24, 12, K, E, static_cast<uint64_t>(1000 * R + 10 * K + clamped));
         spec.swiglu = swiglu_of(clamped);
         spec.routing = (R + K) % 2 ? ref::RoutingPattern::kSkewed : ref::RoutingPattern::kUniform;
         spec.padding_route_probability = 0.15;
         spec.bf16_scores = K % 2 == 1;
         spec.x_range = 2.0;
-        spec.seed = static_cast<uint64_t>(1000 * R + 10 * K + clamped);
         const ref::Problem p = ref::make_random_problem(spec);
         ref::ForwardOptions o;
         o.row_alignment = aligns[(R + K) % 5];
@@ -230,16 +210,9 @@ TEST(ReferenceForward, MatchesNaiveLoopOverRanksTopKAndActivations) {
 
 TEST(ReferenceForward, RaggedAndEmptyExperts) {
   for (int64_t R : {1, 2, 4}) {
-    ref::RandomProblemSpec spec;
-    spec.num_ranks = R;
-    spec.tokens_per_rank = 9;
-    spec.hidden_dim = 16;
-    spec.intermediate_dim = 8;
-    spec.top_k = 3;
-    spec.num_experts = 8;
+    ref::RandomProblemSpec spec = make_spec(R, 9, 16, 8, 3, 8, static_cast<uint64_t>(77 + R));
     spec.routing = ref::RoutingPattern::kSkewed;
     spec.allowed_experts = {6, 1, 2, 5};  // experts 0, 3, 4, 7 stay empty
-    spec.seed = static_cast<uint64_t>(77 + R);
     const ref::Problem p = ref::make_random_problem(spec);
     ref::ForwardOptions o;
     o.row_alignment = 8;
@@ -255,14 +228,7 @@ TEST(ReferenceForward, RaggedAndEmptyExperts) {
 TEST(ReferenceForward, SingleTokenPerRank) {
   for (int64_t R = 1; R <= 8; ++R) {
     for (int64_t K : {1, 8}) {
-      ref::RandomProblemSpec spec;
-      spec.num_ranks = R;
-      spec.tokens_per_rank = 1;
-      spec.hidden_dim = 16;
-      spec.intermediate_dim = 8;
-      spec.top_k = K;
-      spec.num_experts = R * ((8 + R - 1) / R);
-      spec.seed = static_cast<uint64_t>(5 * R + K);
+      ref::RandomProblemSpec spec = make_spec(R, 1, 16, 8, K, R * ((8 + R - 1) / R), static_cast<uint64_t>(5 * R + K));
       expect_matches_naive(ref::make_random_problem(spec), {}, "T=1 R=" + std::to_string(R));
     }
   }
@@ -270,15 +236,8 @@ TEST(ReferenceForward, SingleTokenPerRank) {
 
 TEST(ReferenceForward, AllTokensToOneExpert) {
   for (int64_t K : {1, 4}) {
-    ref::RandomProblemSpec spec;
-    spec.num_ranks = 4;
-    spec.tokens_per_rank = 6;
-    spec.hidden_dim = 16;
-    spec.intermediate_dim = 8;
-    spec.top_k = K;
-    spec.num_experts = 8;
+    ref::RandomProblemSpec spec = make_spec(4, 6, 16, 8, K, 8, 3);
     spec.allowed_experts = {5};  // rank 2's second expert; routes k >= 1 become -1
-    spec.seed = 3;
     const ref::Problem p = ref::make_random_problem(spec);
     ref::ForwardOptions o;
     o.row_alignment = 16;
@@ -295,16 +254,9 @@ TEST(ReferenceForward, AllTokensToOneExpert) {
 
 TEST(ReferenceForward, AllPaddingRowsAreExactZeros) {
   for (bool rms : {false, true}) {
-    ref::RandomProblemSpec spec;
-    spec.num_ranks = 2;
-    spec.tokens_per_rank = 5;
-    spec.hidden_dim = 16;
-    spec.intermediate_dim = 8;
-    spec.top_k = 2;
-    spec.num_experts = 4;
+    ref::RandomProblemSpec spec = make_spec(2, 5, 16, 8, 2, 4, 21);
     spec.all_padding_tokens = {0, 3, 7};
     spec.padding_route_probability = 0.3;
-    spec.seed = 21;
     const ref::Problem p = ref::make_random_problem(spec);
     ref::ForwardOptions o;
     if (rms) o.rmsnorm = ref::RMSNormSpec{};
@@ -321,15 +273,8 @@ TEST(ReferenceForward, AllPaddingRowsAreExactZeros) {
 
 TEST(ReferenceForward, RMSNormPostprocess) {
   for (bool gamma : {false, true}) {
-    ref::RandomProblemSpec spec;
-    spec.num_ranks = 2;
-    spec.tokens_per_rank = 6;
-    spec.hidden_dim = 32;
-    spec.intermediate_dim = 16;
-    spec.top_k = 2;
-    spec.num_experts = 4;
+    ref::RandomProblemSpec spec = make_spec(2, 6, 32, 16, 2, 4, 8);
     spec.padding_route_probability = 0.2;
-    spec.seed = 8;
     const ref::Problem p = ref::make_random_problem(spec);
     ref::ForwardOptions o;
     ref::RMSNormSpec rms;
@@ -349,14 +294,7 @@ TEST(ReferenceForward, RMSNormPostprocess) {
 }
 
 TEST(ReferenceForward, RMSNormNormalisesEachRoute) {
-  ref::RandomProblemSpec spec;
-  spec.num_ranks = 1;
-  spec.tokens_per_rank = 8;
-  spec.hidden_dim = 64;
-  spec.intermediate_dim = 16;
-  spec.top_k = 1;
-  spec.num_experts = 2;
-  spec.seed = 12;
+  ref::RandomProblemSpec spec = make_spec(1, 8, 64, 16, 1, 2, 12);
   const ref::Problem p = ref::make_random_problem(spec);
   ref::ForwardOptions o;
   o.rmsnorm = ref::RMSNormSpec{};
@@ -370,15 +308,8 @@ TEST(ReferenceForward, RMSNormNormalisesEachRoute) {
 
 TEST(ReferenceForward, ExactModelAgreesWithPipelineWithinBf16Tolerance) {
   for (bool clamped : {false, true}) {
-    ref::RandomProblemSpec spec;
-    spec.num_ranks = 2;
-    spec.tokens_per_rank = 8;
-    spec.hidden_dim = 64;
-    spec.intermediate_dim = 32;
-    spec.top_k = 2;
-    spec.num_experts = 4;
+    ref::RandomProblemSpec spec = make_spec(2, 8, 64, 32, 2, 4, 31);
     spec.swiglu = swiglu_of(clamped);
-    spec.seed = 31;
     const ref::Problem p = ref::make_random_problem(spec);
     const TensorF pipe = ref::forward(p).global_out_TD();
     const TensorF exact = ref::tensor_cast<float>(ref::forward(ref::problem_cast<double>(p)).global_out_TD());
@@ -391,16 +322,11 @@ TEST(ReferenceForward, ExactModelAgreesWithPipelineWithinBf16Tolerance) {
 TEST(ReferenceQuantForward, MatchesNaiveLoopWithQuantizationPoints) {
   for (Quantization q : {Quantization::kMXFP8, Quantization::kNVFP4, Quantization::kFP8Blockwise}) {
     for (int64_t R : {1, 2, 4}) {
-      ref::RandomProblemSpec spec;
-      spec.num_ranks = R;
-      spec.tokens_per_rank = 5;
-      spec.hidden_dim = 160;       // 5 MXFP8 blocks, 10 NVFP4 blocks, one full + one partial 128-block
-      spec.intermediate_dim = 48;  // a partial MXFP8 block / tile
-      spec.top_k = 2;
-      spec.num_experts = 4;
+      // D = 160: 5 MXFP8 blocks, 10 NVFP4 blocks, one full + one partial 128-block; F = 48: a
+      // partial MXFP8 block / tile.
+      ref::RandomProblemSpec spec = make_spec(R, 5, 160, 48, 2, 4, static_cast<uint64_t>(40 + R));
       spec.swiglu = swiglu_of(R == 2);
       spec.padding_route_probability = 0.2;
-      spec.seed = static_cast<uint64_t>(40 + R);
       const ref::Problem p = ref::make_random_problem(spec);
       ref::ForwardOptions o;
       o.quantization = q;

@@ -7,12 +7,14 @@
 #include <vector>
 
 #include "reference/oracle.h"
+#include "test_helpers.h"
 
 namespace ref = dist_moe::reference;
-using dist_moe::Activation;
 using dist_moe::DType;
 using ref::Quantization;
 using ref::TensorF;
+using test_helpers::make_spec;
+using test_helpers::swiglu_of;
 
 namespace {
 
@@ -83,18 +85,11 @@ void expect_rank_invariant(const ref::Problem& one, int64_t R, const ref::Forwar
 }
 
 ref::RandomProblemSpec global_spec(uint64_t seed) {
-  ref::RandomProblemSpec s;
-  s.num_ranks = 1;
-  s.tokens_per_rank = 16;
-  s.hidden_dim = 32;
-  s.intermediate_dim = 16;
-  s.top_k = 3;
-  s.num_experts = 8;
+  ref::RandomProblemSpec s = make_spec(1, 16, 32, 16, 3, 8, seed);
   s.routing = ref::RoutingPattern::kSkewed;
   s.padding_route_probability = 0.15;
   s.all_padding_tokens = {5};
   s.x_range = 2.0;
-  s.seed = seed;
   return s;
 }
 
@@ -103,10 +98,7 @@ ref::RandomProblemSpec global_spec(uint64_t seed) {
 TEST(ReferenceRanks, OneVersusFourRanksIdenticalBits) {
   for (bool clamped : {false, true}) {
     ref::RandomProblemSpec spec = global_spec(clamped ? 2 : 1);
-    if (clamped) {
-      spec.swiglu.activation = Activation::kSwiGLUClamped;
-      spec.swiglu.limit = 0.5;
-    }
+    spec.swiglu = swiglu_of(clamped);
     ref::ForwardOptions fo;
     fo.swiglu_clip_limit = 0.4;
     expect_rank_invariant(ref::make_random_problem(spec), 4, fo, DType::kBFloat16, clamped ? "clamped" : "plain");

@@ -10,9 +10,12 @@
 
 #include "dist_moe/error.h"
 #include "reference/oracle.h"
+#include "test_helpers.h"
 
 namespace ref = dist_moe::reference;
 using dist_moe::ErrorCode;
+using test_helpers::expect_error;
+using test_helpers::make_spec;
 
 namespace {
 
@@ -29,17 +32,6 @@ void expect_row(const ref::RouteRef& r, int le, int src, int t, int k) {
   EXPECT_EQ(r.src_rank, src);
   EXPECT_EQ(r.token, t);
   EXPECT_EQ(r.k, k);
-}
-
-template <class F>
-void expect_error(F&& f, ErrorCode code, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "expected dist_moe::Error containing '" << fragment << "'";
-  } catch (const dist_moe::Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
 }
 
 }  // namespace
@@ -128,14 +120,9 @@ TEST(ReferenceRouting, DuplicateExpertInOneTokenKeepsKOrder) {
 TEST(ReferenceRouting, RandomProblemsInvariants) {
   for (int64_t R : {1, 2, 3, 4, 8}) {
     for (int64_t align : {1, 8, 16}) {
-      ref::RandomProblemSpec spec;
-      spec.num_ranks = R;
-      spec.tokens_per_rank = 7;
-      spec.top_k = 3;
-      spec.num_experts = 2 * R;
+      ref::RandomProblemSpec spec = make_spec(R, 7, 32, 16, 3, 2 * R, static_cast<uint64_t>(100 * R + align));
       spec.routing = ref::RoutingPattern::kSkewed;
       spec.padding_route_probability = 0.25;
-      spec.seed = static_cast<uint64_t>(100 * R + align);
       const ref::Problem p = ref::make_random_problem(spec);
       const auto rts = ref::build_routing(p.ids_TK, p.top_k, p.num_experts, align);
       std::set<std::tuple<int, int, int>> seen;
@@ -180,47 +167,42 @@ TEST(ReferenceRouting, ExpertIdOutOfRangeIsAnError) {
   auto ids = hand_ids();
   ids[1][3] = 4;  // == E
   expect_error([&] { ref::build_routing(ids, 2, 4, 1); }, ErrorCode::kInvalidValue,
-               "DistMoE expert ID is outside [-1, num_experts): rank 1 token 1 k 1 has id 4");
+               {"DistMoE expert ID is outside [-1, num_experts): rank 1 token 1 k 1 has id 4"});
   ids = hand_ids();
   ids[0][4] = -2;
-  expect_error([&] { ref::build_routing(ids, 2, 4, 1); }, ErrorCode::kInvalidValue, "rank 0 token 2 k 0 has id -2");
+  expect_error([&] { ref::build_routing(ids, 2, 4, 1); }, ErrorCode::kInvalidValue, {"rank 0 token 2 k 0 has id -2"});
 }
 
 TEST(ReferenceRouting, UnequalTokenCountIsAnError) {
   auto ids = hand_ids();
   ids[1].resize(4);  // rank 1 has T=2
   expect_error([&] { ref::build_routing(ids, 2, 4, 1); }, ErrorCode::kRuntime,
-               "DistMoE token count mismatch: rank 1 has T=2 but rank 0 has T=3");
+               {"DistMoE token count mismatch: rank 1 has T=2 but rank 0 has T=3"});
 }
 
 TEST(ReferenceRouting, ReceiveCapacity) {
   // Rank 0 needs 5 rows (align 1) or 8 (align 4); rank 1 needs 4 or 8.
   EXPECT_NO_THROW(ref::build_routing(hand_ids(), 2, 4, 1, 5));
   expect_error([&] { ref::build_routing(hand_ids(), 2, 4, 1, 4); }, ErrorCode::kRuntime,
-               "DistMoE scratch capacity exceeded on rank 0: required_receive_rows: 5, total_scratch_capacity_rows: 4");
+               {"DistMoE scratch capacity exceeded on rank 0: required_receive_rows: 5, total_scratch_capacity_rows: 4"});
   EXPECT_NO_THROW(ref::build_routing(hand_ids(), 2, 4, 4, 8));
   expect_error([&] { ref::build_routing(hand_ids(), 2, 4, 4, 7); }, ErrorCode::kRuntime,
-               "required_receive_rows: 8, total_scratch_capacity_rows: 7");
+               {"required_receive_rows: 8, total_scratch_capacity_rows: 7"});
 }
 
 TEST(ReferenceRouting, ForwardReportsDeviceErrorsWithoutCrashing) {
-  ref::RandomProblemSpec spec;
-  spec.num_ranks = 2;
-  spec.tokens_per_rank = 5;
-  spec.num_experts = 4;
-  spec.hidden_dim = 8;
-  spec.intermediate_dim = 4;
+  const ref::RandomProblemSpec spec = make_spec(2, 5, 8, 4, 2, 4, 1);
   const ref::Problem good = ref::make_random_problem(spec);
 
   ref::Problem bad_id = good;
   bad_id.ids_TK[1][7] = 9;
-  expect_error([&] { ref::forward(bad_id); }, ErrorCode::kInvalidValue, "outside [-1, num_experts)");
+  expect_error([&] { ref::forward(bad_id); }, ErrorCode::kInvalidValue, {"outside [-1, num_experts)"});
 
   ref::Problem bad_t = good;  // rank 1 with T=4: consistent shapes, unequal T
   bad_t.x_TD[1] = ref::TensorF({4, spec.hidden_dim});
   bad_t.ids_TK[1].resize(4 * 2);
   bad_t.scores_TK[1] = ref::TensorF({4, 2});
-  expect_error([&] { ref::forward(bad_t); }, ErrorCode::kRuntime, "token count mismatch");
+  expect_error([&] { ref::forward(bad_t); }, ErrorCode::kRuntime, {"token count mismatch"});
 
   ref::ForwardOptions opts;
   const auto fwd = ref::forward(good, opts);
@@ -229,12 +211,12 @@ TEST(ReferenceRouting, ForwardReportsDeviceErrorsWithoutCrashing) {
   opts.receive_capacity_rows = most;
   EXPECT_NO_THROW(ref::forward(good, opts));
   opts.receive_capacity_rows = most - 1;
-  expect_error([&] { ref::forward(good, opts); }, ErrorCode::kRuntime, "DistMoE scratch capacity exceeded");
+  expect_error([&] { ref::forward(good, opts); }, ErrorCode::kRuntime, {"DistMoE scratch capacity exceeded"});
 
   ref::Problem bad_shape = good;
   bad_shape.scores_TK[0] = ref::TensorF({5, 3});
-  expect_error([&] { ref::forward(bad_shape); }, ErrorCode::kInvalidValue, "topk_scores_TK of rank 0");
+  expect_error([&] { ref::forward(bad_shape); }, ErrorCode::kInvalidValue, {"topk_scores_TK of rank 0"});
   ref::Problem not_bf16 = good;
   not_bf16.x_TD[0].data[3] = 1.0f + 1.0f / 1024.0f;
-  expect_error([&] { ref::forward(not_bf16); }, ErrorCode::kInvalidValue, "is not a BF16 value");
+  expect_error([&] { ref::forward(not_bf16); }, ErrorCode::kInvalidValue, {"is not a BF16 value"});
 }
