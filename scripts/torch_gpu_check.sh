@@ -31,6 +31,13 @@ if has cmake; then  # development path: build the modules in place and import th
   fi
 fi
 
+# Neither stage: use modules an earlier build left in place (scripts/gpu_check.sh builds _native and
+# _C into python/dist_moe with the venv's Python), so one device call can build once for everything.
+if ! has cmake && ! has install && ls python/dist_moe/_C*.so > /dev/null 2>&1; then
+  export PYTHONPATH=$ROOT/python
+  say "using the in-place modules: $(ls python/dist_moe/_C*.so)"
+fi
+
 if has install; then
   start=$(date +%s)
   if python -m pip install . > "$OUT/pip_install.log" 2>&1; then
