@@ -155,8 +155,8 @@ GroupedGemmConfig select_wgrad(const GroupedGemmProblem& p, int sms) {
   if (p.k % 256 != 0) return fitting(tile(128, 128, 6, p, sms, true, true), fallback, p);
   // Cooperative 128x256 with TMA stores even for short contractions (unlike FPROP/DGRAD): measured
   // fastest for every dsv3_prefill WGRAD in the A/B run (docs/perf.md G12; W13 BF16 4.50 vs 5.92 ms
-  // for ping-pong 128x128, W2 2.20 vs 2.44, FP32 likewise) and within 3% at qwen3. The short tiles
-  // are bound by operand traffic (L2 -> SM), and a 128x256 tile moves 3/4 the bytes per FLOP.
+  // for ping-pong 128x128, W2 2.20 vs 2.44, FP32 likewise) and within 3% at qwen3: with ~1.4 us of
+  // math per 4-k-block tile, half as many tiles amortize their load latency and epilogue switch.
   return fitting(tile(128, 256, 4, p, sms, false, true), fallback, p);
 }
 
