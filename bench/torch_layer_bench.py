@@ -31,22 +31,11 @@ def routes(T, E, K, device):
     return torch.argsort(torch.rand(T, E, device=device), dim=1)[:, :K].to(torch.int32)
 
 
-def run_shape(name, rank, R, device, iters):
-    T, D, F, E, K = base.SHAPES[name]
-    L = E // R
-    infer = T <= 512
-    torch.manual_seed(rank)
-    # Random top-k routes can send a rank a few rows more than T*K: scratch for 2x balanced (the
-    # C++ bench's default), so no call traps on capacity.
-    cfg = dist_moe.Config(max_num_local_input_tokens=T, hidden_dim=D, intermediate_dim=F, top_k=K, num_experts=E,
-                          max_moe_layers_per_activation_slot=1, inference=infer,
-                          device_scratch_capacity_factor=min(2.0, float(R)),
-                          num_activation_slots=0 if infer else 1,
-                          activation_slot_capacity_factor=None if infer else 1.0)
+def time_ours(cfg, x, ids, scores, L, F, device, iters, infer):
+    """Our layer's forward (and forward+backward) times; its weights and context are freed on return,
+    before the baseline allocates its own."""
     ctx = dist_moe.create_context(group=dist.group.WORLD, config=cfg, device=device)
-    x = torch.randn(T, D, device=device, dtype=torch.bfloat16)
-    ids = routes(T, E, K, device)
-    scores = torch.softmax(torch.randn(T, K, device=device), -1)
+    D = x.shape[1]
     w13 = torch.randn(L, 2 * F, D, device=device, dtype=torch.bfloat16) * 0.02
     w2 = torch.randn(L, D, F, device=device, dtype=torch.bfloat16) * 0.02
     res = {}
@@ -60,9 +49,26 @@ def run_shape(name, rank, R, device, iters):
             dist_moe.routed_experts(xg, ids, sg, a, b, ctx).float().sum().backward()
 
         res["ours_fb"] = base.bench(ours_fb, iters, 3)
-        del xg, sg, a, b
     ctx.close()
-    del w13, w2
+    return res
+
+
+def run_shape(name, rank, R, device, iters):
+    T, D, F, E, K = base.SHAPES[name]
+    L = E // R
+    infer = T <= 512
+    torch.manual_seed(rank)
+    # Random top-k routes can send a rank a few rows more than T*K: scratch for 2x balanced (the
+    # C++ bench's default), so no call traps on capacity.
+    cfg = dist_moe.Config(max_num_local_input_tokens=T, hidden_dim=D, intermediate_dim=F, top_k=K, num_experts=E,
+                          max_moe_layers_per_activation_slot=1, inference=infer,
+                          device_scratch_capacity_factor=min(2.0, float(R)),
+                          num_activation_slots=0 if infer else 1,
+                          activation_slot_capacity_factor=None if infer else 1.0)
+    x = torch.randn(T, D, device=device, dtype=torch.bfloat16)
+    ids = routes(T, E, K, device)
+    scores = torch.softmax(torch.randn(T, K, device=device), -1)
+    res = time_ours(cfg, x, ids, scores, L, F, device, iters, infer)
     torch.cuda.empty_cache()
 
     # The baseline, same process group, its own weight layout ([E_local, D, 2F] for torch._grouped_mm).

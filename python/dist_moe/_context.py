@@ -65,6 +65,7 @@ class Context:
         }
         self._selected_slot = 0
         self._num_moe_layers_in_selected_slot = config.max_moe_layers_per_activation_slot
+        self._saved_state_bytes = native.saved_state_bytes  # fixed per context; read by every forward
         _REGISTRY[self._context_id] = self
         return self
 

@@ -161,7 +161,7 @@ def _bf16_forward_cuda(x, ids, scores, w13, w2, *args):
     ctx = _context.get_context(context_id)
     native = ctx._native_context()
     out = torch.empty((x.shape[0], x.shape[1]), dtype=torch.bfloat16, device=x.device)
-    state = torch.empty((native.saved_state_bytes,), dtype=torch.uint8, device=x.device)
+    state = torch.empty((ctx._saved_state_bytes,), dtype=torch.uint8, device=x.device)
     stats = torch.empty((3 if collect_stats else 0,), dtype=torch.float32, device=x.device)
     opts = _options(rms, stats.data_ptr() if collect_stats else 0, clip_limit, validate)
     native.select_activation_slot(slot, depth)
@@ -172,7 +172,7 @@ def _bf16_forward_cuda(x, ids, scores, w13, w2, *args):
 @torch.library.register_fake("dist_moe::bf16_forward", lib=_lib)
 def _bf16_forward_fake(x, ids, scores, w13, w2, *args):
     collect_stats, context_id = args[11], args[-1]
-    state_bytes = _context.get_context(context_id)._native_context().saved_state_bytes
+    state_bytes = _context.get_context(context_id)._saved_state_bytes
     return (
         x.new_empty((x.shape[0], x.shape[1]), dtype=torch.bfloat16),
         x.new_empty((state_bytes,), dtype=torch.uint8),

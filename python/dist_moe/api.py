@@ -8,7 +8,6 @@ import torch.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 

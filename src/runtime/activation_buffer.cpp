@@ -10,6 +10,7 @@
 
 #include "dist_moe/check.h"
 #include "dist_moe/driver_api.h"
+#include "runtime/device_guard.h"
 
 namespace dist_moe::runtime {
 namespace {
@@ -17,18 +18,14 @@ namespace {
 std::mutex g_vmm_mutex;
 std::set<int> g_vmm_devices;  // devices with a live VMM-backed buffer
 
-// Restores the caller's current device on scope exit.
-class DeviceGuard {
+// `device` current for the scope, with its primary context initialized: the VMM calls below go
+// through the driver API, which needs a current context.
+class DriverDeviceScope {
  public:
-  explicit DeviceGuard(int device) {
-    DMOE_CUDA_CHECK(cudaGetDevice(&previous_));
-    DMOE_CUDA_CHECK(cudaSetDevice(device));
-    DMOE_CUDA_CHECK(cudaFree(nullptr));  // make the primary context current for driver calls
-  }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
+  explicit DriverDeviceScope(int device) : guard_(device) { DMOE_CUDA_CHECK(cudaFree(nullptr)); }
 
  private:
-  int previous_ = 0;
+  DeviceGuard guard_;
 };
 
 CUmemAllocationProp allocation_prop(ActivationBuffer::SectionKind kind, int device, int host_numa) {
@@ -51,7 +48,7 @@ CUmemAllocationProp allocation_prop(ActivationBuffer::SectionKind kind, int devi
 
 std::unique_ptr<ActivationBuffer> ActivationBuffer::create(const MemoryPlan& plan, bool use_vmm, int device,
                                                            int64_t guard_bytes) {
-  DeviceGuard guard(device);
+  DriverDeviceScope scope(device);
   std::unique_ptr<ActivationBuffer> b(new ActivationBuffer());
   b->device_ = device;
   b->activation_bytes_ = plan.total_activation_bytes;
@@ -122,7 +119,7 @@ std::unique_ptr<ActivationBuffer> ActivationBuffer::create(const MemoryPlan& pla
 }
 
 int64_t vmm_allocation_granularity(int device) {
-  DeviceGuard guard(device);
+  DriverDeviceScope scope(device);
   const DriverApi& d = driver();
   int host_numa = -1;
   if (d.cuDeviceGetAttribute(&host_numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, static_cast<CUdevice>(device)) !=
@@ -161,11 +158,11 @@ void ActivationBuffer::release_vmm() {
 
 void ActivationBuffer::close() {
   if (vmm_) {
-    DeviceGuard guard(device_);
+    DriverDeviceScope scope(device_);
     DMOE_CUDA_CHECK(cudaDeviceSynchronize());  // no kernel may still touch the mapping
     release_vmm();
   } else if (base_) {
-    DeviceGuard guard(device_);
+    DriverDeviceScope scope(device_);
     DMOE_CUDA_CHECK(cudaFree(base_));
     base_ = nullptr;
   }

@@ -83,3 +83,19 @@ def upstream_case_ids(T, K, E, *, shift=0):
     t = torch.arange(T).unsqueeze(1)
     k = torch.arange(K).unsqueeze(0)
     return (t * K + k + shift) % E
+
+
+def assert_train_close(got, want):
+    """(out, grad_x, grad_scores, grad_w13, grad_w2) against the reference with upstream's tolerances;
+    each result is compared in the reference's shape (the layer returns the logical weight shapes)."""
+    names = ("out", "grad_x", "grad_scores", "grad_w13", "grad_w2")
+    for name, g, w, tol in zip(names, got, want, (FWD_TOL, GRAD_TOL, GRAD_TOL, WGRAD_TOL, WGRAD_TOL)):
+        assert g is not None, f"{name} is missing"
+        assert_moe_close(g.reshape(w.shape), w, name=name, **tol)
+
+
+def assert_planner_reset(ctx):
+    """The context's activation planner holds nothing: every backward popped its forward."""
+    snap = ctx.planner_snapshot()
+    assert all(v == 0 for v in snap["saved_bytes"]), snap
+    assert all(v == 0 for v in snap["layer_ids"]), snap

@@ -10,9 +10,9 @@ import torch
 import torch.utils.checkpoint as ckpt
 from moe_reference import (
     FWD_TOL,
-    GRAD_TOL,
-    WGRAD_TOL,
     assert_moe_close,
+    assert_planner_reset,
+    assert_train_close,
     make_tokens,
     make_weights,
     reference_moe,
@@ -73,19 +73,6 @@ def run_reference(x, ids, scores, w13, w2, grad_out, **kw):
     return out.detach(), x.grad, scores.grad, w13.grad, w2.grad
 
 
-def check_train(got, want):
-    names = ("out", "grad_x", "grad_scores", "grad_w13", "grad_w2")
-    tols = (FWD_TOL, GRAD_TOL, GRAD_TOL, WGRAD_TOL, WGRAD_TOL)
-    for name, g, w, tol in zip(names, got, want, tols):
-        assert_moe_close(g.reshape(w.shape), w, name=name, **tol)
-
-
-def assert_planner_reset(ctx):
-    snap = ctx.planner_snapshot()
-    assert all(v == 0 for v in snap["saved_bytes"]), snap
-    assert all(v == 0 for v in snap["layer_ids"]), snap
-
-
 # ---- schemas and ownership ---------------------------------------------------------------------------
 
 
@@ -141,7 +128,7 @@ def test_single_rank_forward_and_backward_match_reference(make_ctx):
     g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
     got = run_train(ctx, x, ids, scores, w13.view(E, 2, FF, D), w2, g)
     assert got[3].shape == (E, 2, FF, D)  # autograd casts the FP32 WGRAD to the leaf's dtype
-    check_train(got, run_reference(x, ids, scores, w13, w2, g))
+    assert_train_close(got, run_reference(x, ids, scores, w13, w2, g))
     assert_planner_reset(ctx)
 
 
@@ -151,7 +138,7 @@ def test_context_accepts_bounded_token_shapes(make_ctx):
     for t in (1, 4, 8):
         x, ids, scores, w13, w2 = case(seed=100 + t, t=t)
         g = torch.randn(t, D, device=DEV, dtype=torch.bfloat16)
-        check_train(run_train(ctx, x, ids, scores, w13, w2, g), run_reference(x, ids, scores, w13, w2, g))
+        assert_train_close(run_train(ctx, x, ids, scores, w13, w2, g), run_reference(x, ids, scores, w13, w2, g))
     x, ids, scores, w13, w2 = case()
     for t in (0, 9):
         xt = torch.randn(t, D, device=DEV, dtype=torch.bfloat16)
@@ -172,7 +159,7 @@ def test_padding_routes_match_reference_forward_and_backward(make_ctx):
     got = run_train(ctx, x, ids, scores, w13, w2, g, dist_moe.ExecutionOptions(validate_expert_ids=True))
     assert got[0][0].abs().max() == 0 and got[1][0].abs().max() == 0
     assert got[2][0].abs().max() == 0 and got[2][1, 1] == 0
-    check_train(got, run_reference(x, ids, scores, w13, w2, g))
+    assert_train_close(got, run_reference(x, ids, scores, w13, w2, g))
     assert_planner_reset(ctx)
 
 
@@ -184,7 +171,7 @@ def test_non_power_of_two_topk_matches_reference(world1):
         x, ids, scores = make_tokens(T, D, 6, seed=5, device=DEV, E=8)
         w13, w2 = make_weights(8, D, FF, seed=6, device=DEV)
         g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
-        check_train(run_train(ctx, x, ids, scores, w13, w2, g), run_reference(x, ids, scores, w13, w2, g))
+        assert_train_close(run_train(ctx, x, ids, scores, w13, w2, g), run_reference(x, ids, scores, w13, w2, g))
     finally:
         ctx.close()
 
@@ -196,7 +183,7 @@ def test_bf16_clamped_swiglu_matches_reference(make_ctx):
     x = x * 4  # push gate/up values past the limit so the clamp matters
     g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
     ref = run_reference(x, ids, scores, w13, w2, g, activation="swiglu_clamped", alpha=1.5, limit=5.0)
-    check_train(run_train(ctx, x, ids, scores, w13, w2, g), ref)
+    assert_train_close(run_train(ctx, x, ids, scores, w13, w2, g), ref)
 
 
 def test_bf16_registered_rmsnorm_backward_matches_reference(make_ctx):
@@ -210,7 +197,7 @@ def test_bf16_registered_rmsnorm_backward_matches_reference(make_ctx):
     g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
     got = run_train(ctx, x, ids, scores, w13, w2, g, dist_moe.ExecutionOptions(experts_output_postprocess=post))
     assert got[0][0].abs().max() == 0
-    check_train(got, run_reference(x, ids, scores, w13, w2, g, rmsnorm_eps=1e-6))
+    assert_train_close(got, run_reference(x, ids, scores, w13, w2, g, rmsnorm_eps=1e-6))
     assert_planner_reset(ctx)
 
 
@@ -222,7 +209,7 @@ def test_eager_flat_weights_return_logical_gradient_shapes(make_ctx):
     opts = dist_moe.ExecutionOptions(weights_preprocess_fn=torch.clone)
     got = run_train(ctx, x, ids, scores, w13.reshape(E * 2 * FF, D), w2.reshape(E * D, FF), g, opts)
     assert got[3].shape == (E * 2 * FF, D) and got[4].shape == (E * D, FF)
-    check_train(got, run_reference(x, ids, scores, w13, w2, g))
+    assert_train_close(got, run_reference(x, ids, scores, w13, w2, g))
 
 
 def test_training_call_uses_selected_microbatch_stack(make_ctx):
@@ -231,7 +218,7 @@ def test_training_call_uses_selected_microbatch_stack(make_ctx):
     ctx.select_activation_slot(1, 1)
     x, ids, scores, w13, w2 = case(seed=17)
     g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
-    check_train(run_train(ctx, x, ids, scores, w13, w2, g), run_reference(x, ids, scores, w13, w2, g))
+    assert_train_close(run_train(ctx, x, ids, scores, w13, w2, g), run_reference(x, ids, scores, w13, w2, g))
     assert_planner_reset(ctx)
     with pytest.raises(ValueError, match="activation slot"):
         ctx.select_activation_slot(2, 1)

@@ -25,7 +25,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(__file__))
-from moe_reference import FWD_TOL, GRAD_TOL, WGRAD_TOL, assert_moe_close, make_weights, reference_moe  # noqa: E402
+from moe_reference import (  # noqa: E402
+    FWD_TOL,
+    assert_moe_close,
+    assert_planner_reset,
+    assert_train_close,
+    reference_moe,
+)
 
 import dist_moe  # noqa: E402
 
@@ -88,20 +94,8 @@ class Harness:
         return out.detach(), x.grad, s.grad, w13.grad, w2.grad
 
 
-def check(got, want, *, aggregate_only=False):
-    names = ("out", "grad_x", "grad_scores", "grad_w13", "grad_w2")
-    for name, g, w, tol in zip(names, got, want, (FWD_TOL, GRAD_TOL, GRAD_TOL, WGRAD_TOL, WGRAD_TOL)):
-        assert g is not None, f"{name} is missing"
-        assert_moe_close(g.reshape(w.shape), w, name=name, **tol)
-
-
 def leaf(t):
     return t.clone().requires_grad_()
-
-
-def planner_is_reset(ctx):
-    snap = ctx.planner_snapshot()
-    assert all(v == 0 for v in snap["saved_bytes"]) and all(v == 0 for v in snap["layer_ids"]), snap
 
 
 # ---- cases: each returns a list of deferred checks (run after the collective work) -----------------
@@ -117,7 +111,7 @@ def case_peer_paths(rank, world, dev, group):
     ctx_ok = ctx.planner_snapshot()
     ctx.close()
     want = h.reference()
-    check(first, want)
+    assert_train_close(first, want)
     for a, b in zip(first, second):
         torch.testing.assert_close(a, b, rtol=0, atol=0)  # a repeated step is bitwise identical
     assert all(v == 0 for v in ctx_ok["layer_ids"])
@@ -128,7 +122,7 @@ def case_bounded_token_shape(rank, world, dev, group):
     ctx = dist_moe.create_context(group=group, config=h.config(), device=dev)
     got = h.run(ctx, *(leaf(w) for w in h.local_weights()))
     ctx.close()
-    check(got, h.reference())
+    assert_train_close(got, h.reference())
 
 
 def case_fully_padded_rank(rank, world, dev, group):
@@ -142,7 +136,7 @@ def case_fully_padded_rank(rank, world, dev, group):
     ctx = dist_moe.create_context(group=group, config=h.config(), device=dev)
     got = h.run(ctx, *(leaf(w) for w in h.local_weights()))
     ctx.close()
-    check(got, h.reference())
+    assert_train_close(got, h.reference())
     if rank == pad:
         assert got[0].abs().max() == 0 and got[1].abs().max() == 0 and got[2].abs().max() == 0
 
@@ -154,7 +148,7 @@ def case_clip_statistics(rank, world, dev, group):
     opts = dist_moe.ExecutionOptions(swiglu_clip_stats_out_3=stats, swiglu_clip_limit=0.25)
     got = h.run(ctx, *(leaf(w) for w in h.local_weights()), options=opts)
     ctx.close()
-    check(got, h.reference())
+    assert_train_close(got, h.reference())
     lo, hi = rank * h.L, (rank + 1) * h.L
     received = sum(int(((i >= lo) & (i < hi)).sum()) for i in h.ids)
     assert stats[2].item() == received * FF, (stats, received)  # 128*2*1024 = 262144 at EP2
@@ -169,7 +163,7 @@ def case_flat_weights(rank, world, dev, group):
     got = h.run(ctx, w13f, w2f)
     ctx.close()
     assert got[3].shape == w13f.shape and got[4].shape == w2f.shape
-    check(got, h.reference())
+    assert_train_close(got, h.reference())
 
 
 def _accumulate(rank, world, dev, group, grad_dtype):
@@ -190,7 +184,7 @@ def _accumulate(rank, world, dev, group, grad_dtype):
     h.run(ctx, p13.view(h.L, 2 * FF, D), p2.view(h.L, D, FF), options=opts)
     ctx.close()
     want = h.reference()
-    check((first[0], first[1], first[2], g13_first, g2_first), want)
+    assert_train_close((first[0], first[1], first[2], g13_first, g2_first), want)
     assert p13.grad.dtype == grad_dtype and p2.grad.dtype == grad_dtype
     assert (p13.grad.data_ptr(), p2.grad.data_ptr()) == ptrs, "accumulation must keep the .grad storages"
     torch.testing.assert_close(p13.grad.float(), 2 * g13_first.float(), rtol=5e-2, atol=2e-2)
@@ -216,7 +210,7 @@ def case_post_expert_rmsnorm(rank, world, dev, group):
     got = h.run(ctx, *(leaf(w) for w in h.local_weights()),
                 options=dist_moe.ExecutionOptions(experts_output_postprocess=post))
     ctx.close()
-    check(got, h.reference(rmsnorm_eps=1e-6))
+    assert_train_close(got, h.reference(rmsnorm_eps=1e-6))
 
 
 def case_clamped_swiglu(rank, world, dev, group):
@@ -226,7 +220,7 @@ def case_clamped_swiglu(rank, world, dev, group):
                                                                 swiglu_limit=5.0), device=dev)
     got = h.run(ctx, *(leaf(w) for w in h.local_weights()))
     ctx.close()
-    check(got, h.reference(activation="swiglu_clamped", alpha=1.5, limit=5.0))
+    assert_train_close(got, h.reference(activation="swiglu_clamped", alpha=1.5, limit=5.0))
 
 
 def case_k6_e8(rank, world, dev, group):
@@ -240,7 +234,7 @@ def case_k6_e8(rank, world, dev, group):
                                   device=dev)
     got = h.run(ctx, *(leaf(w) for w in h.local_weights()))
     ctx.close()
-    check(got, h.reference())
+    assert_train_close(got, h.reference())
 
 
 def case_inference(rank, world, dev, group):
@@ -264,7 +258,7 @@ def case_no_grad_is_scratch_only(rank, world, dev, group):
     ctx.close()
     assert before == after, (before, after)
     torch.testing.assert_close(evaluated, got[0], rtol=0, atol=0)
-    check(got, h.reference())
+    assert_train_close(got, h.reference())
 
 
 def case_min_slot_recompute_equals_full_save(rank, world, dev, group):
@@ -285,7 +279,7 @@ def case_min_slot_recompute_equals_full_save(rank, world, dev, group):
         y = x + dist_moe.routed_experts(x, ids, s, ws[0], ws[1], ctx)
         z = y + dist_moe.routed_experts(y, ids, s, ws[2], ws[3], ctx)
         z.backward(h.grads[rank])
-        planner_is_reset(ctx)
+        assert_planner_reset(ctx)
         ctx.close()
         results.append([z.detach(), x.grad, s.grad] + [w.grad for w in ws])
     for a, b in zip(*results):

@@ -15,6 +15,7 @@
 #include "dist_moe/context.h"
 #include "dist_moe/routed_experts.h"
 #include "runtime/context_impl.h"
+#include "runtime/device_guard.h"
 
 namespace py = pybind11;
 using namespace dist_moe;
@@ -22,18 +23,7 @@ using namespace dist_moe::python;
 
 namespace {
 
-// Makes `device` current for one call and restores the caller's device afterwards.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    DMOE_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) DMOE_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
-
- private:
-  int previous_ = 0;
-};
+using runtime::DeviceGuard;
 
 cudaStream_t as_stream(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
 const void* as_ptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
@@ -106,14 +96,14 @@ class GpuContext {
   // mutable storage arguments so graphs and tracers see what a call writes.
   py::dict storages() const {
     const Context::Impl& c = ctx().impl();
+    auto window = [](const comm::SymmetricWindow& w) {
+      return py::make_tuple(reinterpret_cast<uintptr_t>(w.local_ptr()), w.bytes());
+    };
     py::dict d;
     d["activation"] = py::make_tuple(reinterpret_cast<uintptr_t>(c.activations->data()), c.activations->size());
-    d["routing"] = py::make_tuple(reinterpret_cast<uintptr_t>(c.ep->routing_window().local_ptr()),
-                                  c.ep->routing_window().bytes());
-    d["dispatch"] = py::make_tuple(reinterpret_cast<uintptr_t>(c.ep->dispatch_window().local_ptr()),
-                                   c.ep->dispatch_window().bytes());
-    d["combine"] = py::make_tuple(reinterpret_cast<uintptr_t>(c.ep->combine_window().local_ptr()),
-                                  c.ep->combine_window().bytes());
+    d["routing"] = window(c.ep->routing_window());
+    d["dispatch"] = window(c.ep->dispatch_window());
+    d["combine"] = window(c.ep->combine_window());
     return d;
   }
 
