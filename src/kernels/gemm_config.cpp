@@ -70,8 +70,7 @@ GroupedGemmConfig fitting(const GroupedGemmConfig& preferred, const GroupedGemmC
 // Cooperative 128x256 with TMA stores, or ping-pong 128x128 with TMA stores when the contraction
 // is short: with few 64-deep k blocks per tile even the asynchronous epilogue's staging (~1 us per
 // 128x256 tile) is a large share of the tile, and ping-pong hides it completely, at the price of
-// 4/3 the operand bytes per FLOP of the smaller tile. `k_blocks`: contraction / 64 (WGRAD: the
-// average rows per expert / 64).
+// 4/3 the operand bytes per FLOP of the smaller tile. `k_blocks`: contraction / 64.
 GroupedGemmConfig async_epilogue(int64_t k_blocks, const GroupedGemmProblem& p, int sms, const GroupedGemmConfig& fallback) {
   if (k_blocks <= 16) return fitting(tile(128, 128, 6, p, sms, true, true), fallback, p);
   return fitting(tile(128, 256, 4, p, sms, false, true), fallback, p);
@@ -154,8 +153,11 @@ GroupedGemmConfig select_wgrad(const GroupedGemmProblem& p, int sms) {
   const bool fp32 = p.out_dtype == DType::kFloat32;
   const GroupedGemmConfig fallback = fp32 && p.k % 256 != 0 ? tile(128, 128, 6, p, sms) : tile(128, 256, 4, p, sms);
   if (p.k % 256 != 0) return fitting(tile(128, 128, 6, p, sms, true, true), fallback, p);
-  const int64_t rows_per_expert = p.e_local > 0 ? p.m_capacity / p.e_local : p.m_capacity;
-  return async_epilogue(rows_per_expert / 64, p, sms, fallback);
+  // Cooperative 128x256 with TMA stores even for short contractions (unlike FPROP/DGRAD): measured
+  // fastest for every dsv3_prefill WGRAD in the A/B run (docs/perf.md G12; W13 BF16 4.50 vs 5.92 ms
+  // for ping-pong 128x128, W2 2.20 vs 2.44, FP32 likewise) and within 3% at qwen3: with ~1.4 us of
+  // math per 4-k-block tile, half as many tiles amortize their load latency and epilogue switch.
+  return fitting(tile(128, 256, 4, p, sms, false, true), fallback, p);
 }
 
 }  // namespace
@@ -212,9 +214,10 @@ GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int de
   GroupedGemmConfig c = select_default(p, device_num_sms);
   // G9 measured (2026-11-30 A/B, dsv3_prefill, same run): the dynamic schedule makes FPROP faster
   // on every routing (W13 1.07-1.33x, W2 1.05-1.34x; random top-k rows 1.33x) with balanced rows
-  // unchanged, so FPROP uses it by default; DGRAD and WGRAD were mixed (0.89-1.15x) and stay static.
+  // unchanged. DGRAD: 1.01-1.73x in five of six A/B cases (0.89 once, where the same run's sweep
+  // measured 1.20x), geometric mean 1.15x (G13). WGRAD keeps the static schedule (mixed).
   if (!legacy_requested() && !c.swap_ab &&
-      (p.op == GroupedGemmOp::kFprop || p.op == GroupedGemmOp::kFpropSwiglu))
+      (p.op == GroupedGemmOp::kFprop || p.op == GroupedGemmOp::kFpropSwiglu || p.op == GroupedGemmOp::kDgrad))
     c.dynamic_schedule = true;
   if (!grouped_gemm_experimental_requested() || legacy_requested()) return c;
   // G10: short-K WGRAD ping-pong -> the deep-staging kernel (s4, 4 staging buffers per warpgroup).

@@ -599,8 +599,8 @@ TEST(GroupedGemmSchedule, TailRowsWgrad) {
   run_wgrad_case({E, 256, 384, 383, 88, &kTailCounts}, DType::kFloat32, true);
 }
 
-// The defaults are the measured picks: FPROP (plain and SwiGLU) uses the dynamic schedule (measured
-// faster on every routing), DGRAD and WGRAD only with DIST_MOE_GEMM_EXPERIMENTAL; swap-AB never.
+// The defaults are the measured picks: FPROP (plain and SwiGLU) and DGRAD use the dynamic schedule
+// (measured faster on most routings), WGRAD only with DIST_MOE_GEMM_EXPERIMENTAL; swap-AB never.
 TEST(GroupedGemmSchedule, ExperimentalSwitchOnlyAddsDynamic) {
   const GroupedGemmOp ops[] = {GroupedGemmOp::kFprop, GroupedGemmOp::kFpropSwiglu, GroupedGemmOp::kDgrad,
                                GroupedGemmOp::kWgrad};
@@ -614,10 +614,34 @@ TEST(GroupedGemmSchedule, ExperimentalSwitchOnlyAddsDynamic) {
       p.e_local = 128;
       const GroupedGemmConfig c = select_grouped_gemm_config(p, 132);
       SCOPED_TRACE(std::string(to_string(op)) + " rows " + std::to_string(rows) + " -> " + c.name());
-      const bool fprop = op == GroupedGemmOp::kFprop || op == GroupedGemmOp::kFpropSwiglu;
-      if ((fprop || grouped_gemm_experimental_requested()) && !c.swap_ab) EXPECT_TRUE(c.dynamic_schedule);
+      const bool dynamic_default =
+          op == GroupedGemmOp::kFprop || op == GroupedGemmOp::kFpropSwiglu || op == GroupedGemmOp::kDgrad;
+      if ((dynamic_default || grouped_gemm_experimental_requested()) && !c.swap_ab) EXPECT_TRUE(c.dynamic_schedule);
       else EXPECT_FALSE(c.dynamic_schedule);
     }
+  }
+}
+
+// WGRAD picks the cooperative 128x256 TMA-store kernel even at dsv3's 4 k blocks per tile (measured
+// fastest, docs/perf.md G12), ping-pong 128x128 only for an output width that is an odd multiple of 128.
+TEST(GroupedGemmSchedule, WgradPicksCooperativeTmaForShortContractions) {
+  for (DType out : {DType::kBFloat16, DType::kFloat32}) {
+    GroupedGemmProblem p;
+    p.op = GroupedGemmOp::kWgrad;
+    p.m_capacity = 32768;  // dsv3_prefill at EP2: 256 rows per expert
+    p.e_local = 128;
+    p.n = 4096;
+    p.k = 7168;
+    p.out_dtype = out;
+    GroupedGemmConfig c = select_grouped_gemm_config(p, 132);
+    SCOPED_TRACE(c.name());
+    EXPECT_EQ(c.block_n, 256);
+    EXPECT_TRUE(c.tma_store);
+    EXPECT_FALSE(c.pingpong);
+    p.k = 384;  // an odd multiple of 128
+    c = select_grouped_gemm_config(p, 132);
+    EXPECT_TRUE(c.pingpong);
+    EXPECT_EQ(c.block_n, 128);
   }
 }
 
