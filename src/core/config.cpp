@@ -242,6 +242,9 @@ void RMSNormPostprocess::validate(DType input_dtype, DType score_dtype, int64_t 
 void ExecutionOptions::validate() const {
   if (!std::isfinite(swiglu_clip_limit))
     value_error("ExecutionOptions.swiglu_clip_limit must be finite, got " + num(swiglu_clip_limit));
+  if ((expert_output_TKD || grad_expert_output_TKD) && experts_output_postprocess)
+    value_error("ExecutionOptions: route-level expert output I/O cannot be combined with the fused RMSNorm "
+                "postprocess");
 }
 
 }  // namespace dist_moe

@@ -274,5 +274,17 @@ TEST(ExecutionOptionsValidation, ClipLimitFinite) {
   expect_error([&] { o.validate(); }, ErrorCode::kInvalidValue, {"swiglu_clip_limit must be finite"});
 }
 
+TEST(ExecutionOptionsValidation, RouteIoExcludesFusedRmsnorm) {
+  int dummy = 0;
+  ExecutionOptions o;
+  o.expert_output_TKD = &dummy;
+  EXPECT_NO_THROW(o.validate());
+  o.experts_output_postprocess = RMSNormPostprocess{};
+  expect_error([&] { o.validate(); }, ErrorCode::kInvalidValue, {"cannot be combined with the fused RMSNorm"});
+  o.expert_output_TKD = nullptr;
+  o.grad_expert_output_TKD = &dummy;
+  expect_error([&] { o.validate(); }, ErrorCode::kInvalidValue, {"cannot be combined with the fused RMSNorm"});
+}
+
 }  // namespace
 }  // namespace dist_moe

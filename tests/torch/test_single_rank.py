@@ -553,3 +553,38 @@ def test_wgrad_callbacks_run_eagerly_in_order(make_ctx):
     with pytest.raises(RuntimeError, match="require eager execution"):
         make_fx(lambda x: dist_moe.routed_experts(x, ids, scores, w13, w2, ctx,
                                                   options=dist_moe.ExecutionOptions(wgrad_postprocess_fn=post)))(x)
+
+
+def test_bf16_callback_accumulates_closed_parameter_grad(make_ctx):
+    """A callable postprocess h3 * scale_D (scale requires grad) with zero_out_padded_callback_inputs:
+    the callback sees zero rows for -1 routes, output and grads (scale's included) match the
+    reference, the planner is back to its initial state."""
+    ctx = make_ctx()
+    ids = upstream_case_ids(T, K, E)
+    ids[0] = -1
+    x, ids, scores, w13, w2 = case(seed=97, ids=ids)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    scale0 = (torch.rand(D, device=DEV) + 0.5).to(torch.bfloat16)
+    seen_padded = []
+
+    def make_callback(scale, check_padding):
+        def callback(h3):
+            if check_padding:
+                seen_padded.append(h3[0].abs().max().item())
+            return h3 * scale
+        return callback
+
+    scale = scale0.clone().requires_grad_()
+    opts = dist_moe.ExecutionOptions(experts_output_postprocess=make_callback(scale, True),
+                                     zero_out_padded_callback_inputs=True)
+    got = run_train(ctx, x, ids, scores, w13, w2, g, opts)
+    ref_scale = scale0.clone().requires_grad_()
+    want = run_reference(x, ids, scores, w13, w2, g, postprocess=make_callback(ref_scale, False))
+    assert seen_padded == [0.0]
+    assert got[0][0].abs().max() == 0
+    check_train(got, want)
+    assert_moe_close(scale.grad, ref_scale.grad, name="grad_scale", **GRAD_TOL)
+    assert_planner_reset(ctx)
+    with pytest.raises(ValueError, match="preserve route shape"):
+        dist_moe.routed_experts(x, ids, scores, w13, w2, ctx,
+                                options=dist_moe.ExecutionOptions(experts_output_postprocess=lambda h: h[:, :1]))
