@@ -136,6 +136,9 @@ struct ExecutionOptions {
   // grad_out_TD and grad_scores_TK are neither read nor written (the caller differentiates its own
   // reduction); rows of -1 routes are ignored.
   const void* grad_expert_output_TKD = nullptr;
+  // backward: the gradient of the route rows the library computed itself (BF16 [T, K, D], after
+  // the top-k or RMSNorm backward) is copied here, for observers; rows of -1 routes are zero.
+  void* grad_expert_output_out_TKD = nullptr;
 
   void validate() const;
 };

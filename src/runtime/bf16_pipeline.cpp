@@ -275,6 +275,9 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   }
   if (!route_grads && in.score_dtype == DType::kBFloat16)
     kernels::convert_f32_to_bf16(gscores, g.grad_scores_TK, T * K, stream);
+  if (o.grad_expert_output_out_TKD)  // for observers; peers only read these rows, so no ordering needed
+    DMOE_CUDA_CHECK(cudaMemcpyAsync(o.grad_expert_output_out_TKD, grad_h3_routes, T * K * D * 2,
+                                    cudaMemcpyDeviceToDevice, stream));
   c.ep->barrier(stream);  // grad_h3 published; every owner is done reading its combine window
   c.stage("topk_backward", stream);
 
