@@ -128,6 +128,17 @@ struct ExecutionOptions {
   double swiglu_clip_limit = kSwigluClampLimitDefault;  // strict '>' threshold
   bool validate_expert_ids = false;   // device check that ids lie in [-1, E); traps otherwise
   std::optional<RMSNormPostprocess> experts_output_postprocess;
+  // Route-level I/O, for a postprocess the caller runs itself (the PyTorch callable postprocess):
+  // forward: this rank's route rows h3 (BF16 [T, K, D], before any postprocess) are copied here
+  // after the combine; rows of -1 routes are unspecified.
+  void* expert_output_TKD = nullptr;
+  // backward: the gradient of those route rows (BF16 [T, K, D]) replaces the top-k backward, so
+  // grad_out_TD and grad_scores_TK are neither read nor written (the caller differentiates its own
+  // reduction); rows of -1 routes are ignored.
+  const void* grad_expert_output_TKD = nullptr;
+  // backward: the gradient of the route rows the library computed itself (BF16 [T, K, D], after
+  // the top-k or RMSNorm backward) is copied here, for observers; rows of -1 routes are zero.
+  void* grad_expert_output_out_TKD = nullptr;
 
   void validate() const;
 };

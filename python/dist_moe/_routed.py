@@ -181,6 +181,151 @@ def _backward_to_destinations(grad_out, x, ids, scores, w13, w2, state, context,
     return gx, None, gs, None, None, None, None, None, None
 
 
+# ---- callable postprocess (eager): the experts give route rows, torch does the rest ----------------
+
+
+class _ExpertRoutesFunction(torch.autograd.Function):
+    """(x, w13, w2) -> this rank's route rows h3 [T, K, D] BF16: the experts without the top-k
+    reduction, for a postprocess the caller runs. Backward takes grad_h3 straight into the library's
+    backward (route-level I/O of the C++ pipeline); score gradients come from the caller's reduction."""
+
+    @staticmethod
+    def forward(ctx, x, ids, scores, w13, w2, context, options, save):
+        native = context._native_context()
+        T, K, D = x.shape[0], ids.shape[1], x.shape[1]
+        h3 = torch.empty((T, K, D), dtype=torch.bfloat16, device=x.device)
+        out = torch.empty((T, D), dtype=torch.bfloat16, device=x.device)  # the library's reduction, unused
+        stats = options.swiglu_clip_stats_out_3
+        opts = _ops._options(_NO_RMSNORM, 0 if stats is None else stats.data_ptr(), float(options.swiglu_clip_limit),
+                             options.validate_expert_ids)
+        opts["expert_output"] = h3.data_ptr()
+        inputs = _ops._inputs(x, ids, scores, w13, w2)
+        stream = _ops._stream(x.device)
+        if context.config.inference:
+            native.inference(inputs, out.data_ptr(), opts, stream)
+            return h3
+        state = torch.empty((native.saved_state_bytes,), dtype=torch.uint8, device=x.device) if save else None
+        native.select_activation_slot(*context.selected_activation_slot)
+        native.forward(inputs, out.data_ptr(), 0 if state is None else state.data_ptr(), opts, stream)
+        if save:
+            ctx.save_for_backward(x, ids, scores, w13, w2, state)
+            ctx.context, ctx.options = context, options
+        return h3
+
+    @staticmethod
+    def backward(ctx, grad_h3):
+        x, ids, scores, w13, w2, state = ctx.saved_tensors
+        context, options = ctx.context, ctx.options
+        grad_h3 = grad_h3.to(torch.bfloat16).contiguous()
+        dtype = context.config.wgrad_dtype if context.config.wgrad_dtype is not None else w13.dtype
+        gx = torch.empty_like(x)
+        g13 = torch.empty(w13.shape, dtype=dtype, device=w13.device)
+        g2 = torch.empty(w2.shape, dtype=dtype, device=w2.device)
+        grads = {"grad_x": gx.data_ptr(), "grad_scores": 0, "grad_w13": g13.data_ptr(), "grad_w2": g2.data_ptr(),
+                 "wgrad_dtype": _ops._dtype_name(dtype), "accumulate": False}
+        opts = _ops._options(_NO_RMSNORM, 0, 7.0, False)
+        opts["grad_expert_output"] = grad_h3.data_ptr()
+        context._native_context().backward(_ops._inputs(x, ids, scores, w13, w2), state.data_ptr(), 0, grads, opts,
+                                           _ops._stream(x.device))
+        if options.wgrad_postprocess_fn is not None:  # w2 first, as its WGRAD is produced first
+            g2 = options.wgrad_postprocess_fn("w2", g2)
+            g13 = options.wgrad_postprocess_fn("w13", g13)
+        return gx, None, None, g13, g2, None, None, None
+
+
+class _ObservedRmsnormFunction(torch.autograd.Function):
+    """The fused layer with the RMSNorm postprocess, eager, handing this rank's route rows h3
+    [T, K, D] to ``observe_expert_output_fn`` and their gradient to ``observe_expert_output_grad_fn``
+    (route-level export of the C++ pipeline; the reduction stays fused)."""
+
+    @staticmethod
+    def forward(ctx, x, ids, scores, w13, w2, context, options, rms, save):
+        native = context._native_context()
+        post = options.experts_output_postprocess
+        T, K, D = x.shape[0], ids.shape[1], x.shape[1]
+        out = torch.empty((T, D), dtype=torch.bfloat16, device=x.device)
+        h3 = torch.empty((T, K, D), dtype=torch.bfloat16, device=x.device)
+        stats = options.swiglu_clip_stats_out_3
+        opts = _ops._options(rms, 0 if stats is None else stats.data_ptr(), float(options.swiglu_clip_limit),
+                             options.validate_expert_ids)
+        opts["expert_output"] = h3.data_ptr()
+        inputs = _ops._inputs(x, ids, scores, w13, w2)
+        stream = _ops._stream(x.device)
+        state = None
+        if context.config.inference:
+            native.inference(inputs, out.data_ptr(), opts, stream)
+        else:
+            if save:
+                state = torch.empty((native.saved_state_bytes,), dtype=torch.uint8, device=x.device)
+            native.select_activation_slot(*context.selected_activation_slot)
+            native.forward(inputs, out.data_ptr(), 0 if state is None else state.data_ptr(), opts, stream)
+        if post.observe_expert_output_fn is not None:
+            post.observe_expert_output_fn(_padded_rows_zeroed(h3, ids, options))
+        if save:
+            ctx.save_for_backward(x, ids, scores, w13, w2, state)
+            ctx.context, ctx.options, ctx.rms = context, options, rms
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, ids, scores, w13, w2, state = ctx.saved_tensors
+        context, options, rms = ctx.context, ctx.options, ctx.rms
+        post = options.experts_output_postprocess
+        grad_out = grad_out.to(torch.bfloat16).contiguous()
+        dtype = context.config.wgrad_dtype if context.config.wgrad_dtype is not None else w13.dtype
+        gx, gs = torch.empty_like(x), torch.empty_like(scores)
+        g13 = torch.empty(w13.shape, dtype=dtype, device=w13.device)
+        g2 = torch.empty(w2.shape, dtype=dtype, device=w2.device)
+        gh3 = torch.empty((x.shape[0], ids.shape[1], x.shape[1]), dtype=torch.bfloat16, device=x.device)
+        grads = {"grad_x": gx.data_ptr(), "grad_scores": gs.data_ptr(), "grad_w13": g13.data_ptr(),
+                 "grad_w2": g2.data_ptr(), "wgrad_dtype": _ops._dtype_name(dtype), "accumulate": False}
+        opts = _ops._options(rms, 0, 7.0, False)
+        opts["grad_expert_output_out"] = gh3.data_ptr()
+        context._native_context().backward(_ops._inputs(x, ids, scores, w13, w2), state.data_ptr(),
+                                           grad_out.data_ptr(), grads, opts, _ops._stream(x.device))
+        if post.observe_expert_output_grad_fn is not None:
+            post.observe_expert_output_grad_fn(gh3)
+        if options.wgrad_postprocess_fn is not None:  # w2 first, as its WGRAD is produced first
+            g2 = options.wgrad_postprocess_fn("w2", g2)
+            g13 = options.wgrad_postprocess_fn("w13", g13)
+        return gx, None, gs, g13, g2, None, None, None, None
+
+
+def _padded_rows_zeroed(h3, ids, options):
+    """h3 as observers and callbacks see it: -1 rows zeroed when the options ask for it."""
+    if not options.zero_out_padded_callback_inputs:
+        return h3
+    return h3.masked_fill((ids < 0).unsqueeze(-1), 0)
+
+
+def _check_callback_output(y, h3) -> None:
+    if not isinstance(y, torch.Tensor):
+        raise TypeError("experts_output_postprocess must return a tensor")
+    if y.shape != h3.shape:
+        raise ValueError(f"experts_output_postprocess must preserve route shape {tuple(h3.shape)}, got {tuple(y.shape)}")
+    if y.device != h3.device:
+        raise ValueError(f"experts_output_postprocess must keep the device {h3.device}, got {y.device}")
+    if not y.is_contiguous():
+        raise ValueError("experts_output_postprocess must return a contiguous tensor")
+    if y.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise TypeError(f"experts_output_postprocess must return float16, bfloat16, or float32, got {y.dtype}")
+
+
+def _routed_with_callable(x, ids, scores, w13, w2, context, options, save):
+    """out[t] = sum_k s[t,k] * f(h3[t,k]) in FP32 over valid routes, f the caller's postprocess."""
+    if save and (options.inplace_wgrad_accum or options.wgrad_destination_fn is not None):
+        raise ValueError(
+            "a callable experts_output_postprocess supports functional WGRAD (optionally wgrad_postprocess_fn) only"
+        )
+    h3 = _ExpertRoutesFunction.apply(x, ids, scores, w13, w2, context, options, save)
+    valid = (ids >= 0).unsqueeze(-1)
+    h3 = _padded_rows_zeroed(h3, ids, options)
+    y = options.experts_output_postprocess(h3)
+    _check_callback_output(y, h3)
+    y = torch.where(valid, y.float(), torch.zeros((), dtype=torch.float32, device=y.device))
+    return (y * scores.float().unsqueeze(-1)).sum(dim=1).to(x.dtype)
+
+
 # ---- the public entry point ------------------------------------------------------------------------
 
 
@@ -223,18 +368,18 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
     if options.requires_eager:
         if _tracing():
             raise RuntimeError("DistMoE Python weight, expert-output, and WGRAD callbacks require eager execution")
-        if post is not None and not isinstance(post, RMSNormPostprocess):
-            raise RuntimeError(
-                "a callable experts_output_postprocess is not supported by the Hopper runtime yet; "
-                "use RMSNormPostprocess or None"
-            )
-        if isinstance(post, RMSNormPostprocess):
-            raise RuntimeError("RMSNormPostprocess observers are not supported by the Hopper runtime yet")
     if options.weights_preprocess_fn is not None:
         w13_weight = options.weights_preprocess_fn(w13_weight)
         w2_weight = options.weights_preprocess_fn(w2_weight)
     w13, w2 = w13_weight, w2_weight
     _check_tensors(x, ids, scores, w13, w2, context)
+
+    if post is not None and not isinstance(post, RMSNormPostprocess):  # a callable (eager, checked above)
+        grad_inputs = [x, scores, w13, w2]
+        if cfg.inference and any(t.requires_grad for t in grad_inputs):
+            raise RuntimeError("inference contexts do not support autograd")
+        save = torch.is_grad_enabled() and any(t.requires_grad for t in grad_inputs)
+        return _routed_with_callable(x, ids, scores, w13, w2, context, options, save)
 
     rms_weight = post.weight if isinstance(post, RMSNormPostprocess) else None
     grad_inputs = [t for t in (x, scores, w13, w2, rms_weight) if t is not None]
@@ -244,6 +389,11 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
     if isinstance(post, RMSNormPostprocess):
         validate_rmsnorm_postprocess(post, input_dtype=x.dtype, score_dtype=scores.dtype, topk=K, dim=D, training=save)
     rms = _rmsnorm_args(post)
+
+    if isinstance(post, RMSNormPostprocess) and (post.observe_expert_output_fn or post.observe_expert_output_grad_fn):
+        if save and (options.inplace_wgrad_accum or options.wgrad_destination_fn is not None):
+            raise ValueError("RMSNormPostprocess observers support functional WGRAD (optionally wgrad_postprocess_fn) only")
+        return _ObservedRmsnormFunction.apply(x, ids, scores, w13, w2, context, options, rms, save)
 
     if not save:
         slot, depth = context.selected_activation_slot

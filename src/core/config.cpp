@@ -242,6 +242,11 @@ void RMSNormPostprocess::validate(DType input_dtype, DType score_dtype, int64_t 
 void ExecutionOptions::validate() const {
   if (!std::isfinite(swiglu_clip_limit))
     value_error("ExecutionOptions.swiglu_clip_limit must be finite, got " + num(swiglu_clip_limit));
+  if (grad_expert_output_TKD && experts_output_postprocess)
+    value_error("ExecutionOptions: grad_expert_output_TKD (the caller differentiates its own reduction) cannot be "
+                "combined with the fused RMSNorm postprocess");
+  if (grad_expert_output_TKD && grad_expert_output_out_TKD)
+    value_error("ExecutionOptions: grad_expert_output_TKD and grad_expert_output_out_TKD are mutually exclusive");
 }
 
 }  // namespace dist_moe

@@ -204,6 +204,10 @@ void forward_impl(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD,
   // Saved path: keep h3 (this rank's route rows) for the score gradients.
   if (!scratch_only)
     kernels::copy_if({act, layer + planner::kH3}, c.combine_routes(), T * K * D * 2, need_recompute, false, stream);
+  // Route rows for a postprocess the caller runs (the reduction above already made them final here).
+  if (o.expert_output_TKD)
+    DMOE_CUDA_CHECK(cudaMemcpyAsync(o.expert_output_TKD, c.combine_routes(), T * K * D * 2, cudaMemcpyDeviceToDevice,
+                                    stream));
   c.stage("reduce", stream);
 }
 
@@ -216,8 +220,9 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   o.validate();
   if (c.config.inference) throw Error(ErrorCode::kRuntime, "inference contexts do not support autograd");
   if (!s.used) throw Error(ErrorCode::kRuntime, "backward needs the SavedState of a training forward");
-  DMOE_CHECK_ARG(grad_out_TD && g.grad_x_TD && g.grad_scores_TK && g.grad_w13 && g.grad_w2,
-                 "backward needs grad_out_TD and every gradient destination");
+  const bool route_grads = o.grad_expert_output_TKD != nullptr;  // the caller differentiated its reduction
+  DMOE_CHECK_ARG(g.grad_x_TD && g.grad_w13 && g.grad_w2 && (route_grads || (grad_out_TD && g.grad_scores_TK)),
+                 "backward needs grad_out_TD (or grad_expert_output_TKD) and every gradient destination");
   DType wgrad = c.config.wgrad_dtype.value_or(g.wgrad_dtype);
   if (c.config.wgrad_dtype && *c.config.wgrad_dtype != g.wgrad_dtype)
     detail::fail(ErrorCode::kRuntime, "wgrad_dtype conflicts with the gradient buffers: Config says ",
@@ -256,7 +261,10 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   const kernels::TopkRoutes routes = routes_of(c, in);
   float* gscores = in.score_dtype == DType::kFloat32 ? static_cast<float*>(g.grad_scores_TK) : c.grad_scores_f32;
   auto* grad_h3_routes = static_cast<__nv_bfloat16*>(c.dispatch_routes());
-  if (o.experts_output_postprocess) {
+  if (route_grads) {  // published as given: the W2 DGRAD gathers only valid routes' rows
+    DMOE_CUDA_CHECK(cudaMemcpyAsync(grad_h3_routes, o.grad_expert_output_TKD, T * K * D * 2, cudaMemcpyDeviceToDevice,
+                                    stream));
+  } else if (o.experts_output_postprocess) {
     o.experts_output_postprocess->validate(DType::kBFloat16, in.score_dtype, K, D, /*training=*/true);
     kernels::rmsnorm_topk_reduce_backward(routes, {act, bo + 6}, s.rstd,
                                           static_cast<const __nv_bfloat16*>(grad_out_TD), grad_h3_routes, gscores,
@@ -265,7 +273,11 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
     kernels::topk_reduce_backward(routes, {act, bo + 6}, static_cast<const __nv_bfloat16*>(grad_out_TD),
                                   grad_h3_routes, gscores, stream);
   }
-  if (in.score_dtype == DType::kBFloat16) kernels::convert_f32_to_bf16(gscores, g.grad_scores_TK, T * K, stream);
+  if (!route_grads && in.score_dtype == DType::kBFloat16)
+    kernels::convert_f32_to_bf16(gscores, g.grad_scores_TK, T * K, stream);
+  if (o.grad_expert_output_out_TKD)  // for observers; peers only read these rows, so no ordering needed
+    DMOE_CUDA_CHECK(cudaMemcpyAsync(o.grad_expert_output_out_TKD, grad_h3_routes, T * K * D * 2,
+                                    cudaMemcpyDeviceToDevice, stream));
   c.ep->barrier(stream);  // grad_h3 published; every owner is done reading its combine window
   c.stage("topk_backward", stream);
 

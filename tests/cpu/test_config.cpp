@@ -274,5 +274,20 @@ TEST(ExecutionOptionsValidation, ClipLimitFinite) {
   expect_error([&] { o.validate(); }, ErrorCode::kInvalidValue, {"swiglu_clip_limit must be finite"});
 }
 
+TEST(ExecutionOptionsValidation, RouteIoAndFusedRmsnorm) {
+  int dummy = 0;
+  ExecutionOptions o;
+  o.expert_output_TKD = &dummy;  // exporting route rows works with any postprocess
+  o.grad_expert_output_out_TKD = &dummy;
+  o.experts_output_postprocess = RMSNormPostprocess{};
+  EXPECT_NO_THROW(o.validate());
+  o.grad_expert_output_TKD = &dummy;  // importing their gradient replaces the library's reduction
+  expect_error([&] { o.validate(); }, ErrorCode::kInvalidValue, {"cannot be combined with the fused RMSNorm"});
+  o.experts_output_postprocess.reset();
+  expect_error([&] { o.validate(); }, ErrorCode::kInvalidValue, {"mutually exclusive"});
+  o.grad_expert_output_out_TKD = nullptr;
+  EXPECT_NO_THROW(o.validate());
+}
+
 }  // namespace
 }  // namespace dist_moe

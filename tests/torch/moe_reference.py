@@ -25,7 +25,7 @@ def swiglu(h1: torch.Tensor, activation: str = "swiglu", alpha: float = 1.702, l
 
 
 def reference_moe(x, ids, scores, w13, w2, *, activation="swiglu", alpha=1.702, limit=7.0, rmsnorm_eps=None,
-                  return_h1=False):
+                  return_h1=False, postprocess=None, return_routes=False):
     """x [T, D] BF16, ids/scores [T, K], w13 [E, 2F, D] and w2 [E, D, F] over ALL experts."""
     T, K = ids.shape
     D = x.shape[1]
@@ -41,7 +41,11 @@ def reference_moe(x, ids, scores, w13, w2, *, activation="swiglu", alpha=1.702, 
         h1_rows.append(h1)
         h3 = h3.index_put((rows,), F.linear(swiglu(h1, activation, alpha, limit), w2[e]))
     h3 = h3.view(T, K, D)
+    if return_routes:  # the BF16 route rows h3 [T, K, D] (-1 routes zero), before any postprocess
+        return h3
     routes = F.rms_norm(h3.float(), (D,), eps=rmsnorm_eps) if rmsnorm_eps is not None else h3.float()
+    if postprocess is not None:  # the caller's callable on the BF16 route rows (-1 rows are zero here)
+        routes = postprocess(h3).float()
     out = (routes * scores.float().unsqueeze(-1)).sum(dim=1).to(x.dtype)
     return (out, torch.cat(h1_rows)) if return_h1 else out
 

@@ -10,6 +10,7 @@ import torch
 import torch.utils.checkpoint as ckpt
 from moe_reference import (
     FWD_TOL,
+    GRAD_TOL,
     assert_moe_close,
     assert_planner_reset,
     assert_train_close,
@@ -553,3 +554,69 @@ def test_wgrad_callbacks_run_eagerly_in_order(make_ctx):
     with pytest.raises(RuntimeError, match="require eager execution"):
         make_fx(lambda x: dist_moe.routed_experts(x, ids, scores, w13, w2, ctx,
                                                   options=dist_moe.ExecutionOptions(wgrad_postprocess_fn=post)))(x)
+
+
+def test_bf16_callback_accumulates_closed_parameter_grad(make_ctx):
+    """A callable postprocess h3 * scale_D (scale requires grad) with zero_out_padded_callback_inputs:
+    the callback sees zero rows for -1 routes, output and grads (scale's included) match the
+    reference, the planner is back to its initial state."""
+    ctx = make_ctx()
+    ids = upstream_case_ids(T, K, E)
+    ids[0] = -1
+    x, ids, scores, w13, w2 = case(seed=97, ids=ids)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    scale0 = (torch.rand(D, device=DEV) + 0.5).to(torch.bfloat16)
+    seen_padded = []
+
+    def make_callback(scale, check_padding):
+        def callback(h3):
+            if check_padding:
+                seen_padded.append(h3[0].abs().max().item())
+            return h3 * scale
+        return callback
+
+    scale = scale0.clone().requires_grad_()
+    opts = dist_moe.ExecutionOptions(experts_output_postprocess=make_callback(scale, True),
+                                     zero_out_padded_callback_inputs=True)
+    got = run_train(ctx, x, ids, scores, w13, w2, g, opts)
+    ref_scale = scale0.clone().requires_grad_()
+    want = run_reference(x, ids, scores, w13, w2, g, postprocess=make_callback(ref_scale, False))
+    assert seen_padded == [0.0]
+    assert got[0][0].abs().max() == 0
+    assert_train_close(got, want)
+    assert_moe_close(scale.grad, ref_scale.grad, name="grad_scale", **GRAD_TOL)
+    assert_planner_reset(ctx)
+    with pytest.raises(ValueError, match="preserve route shape"):
+        dist_moe.routed_experts(x, ids, scores, w13, w2, ctx,
+                                options=dist_moe.ExecutionOptions(experts_output_postprocess=lambda h: h[:, :1]))
+
+
+def test_rmsnorm_observers_see_route_rows_and_their_gradient(make_ctx):
+    """RMSNorm observers (eager) get this rank's route rows h3 (-1 rows zeroed on request) and the
+    gradient of h3; the call's output and grads equal the same call without observers bitwise."""
+    import torch.nn.functional as F
+
+    ctx = make_ctx()
+    ids = upstream_case_ids(T, K, E)
+    ids[0] = -1
+    x, ids, scores, w13, w2 = case(seed=101, ids=ids)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    seen = {}
+    common = dict(eps=1e-6, norm_output_dtype=torch.float32, output_dtype=torch.bfloat16, require_bitwise=False,
+                  recompute_rstd=True)
+    observed = dist_moe.RMSNormPostprocess(**common, observe_expert_output_fn=lambda h: seen.setdefault("h3", h.clone()),
+                                           observe_expert_output_grad_fn=lambda d: seen.setdefault("grad", d.clone()))
+    got = run_train(ctx, x, ids, scores, w13, w2, g,
+                    dist_moe.ExecutionOptions(experts_output_postprocess=observed, zero_out_padded_callback_inputs=True))
+    plain = run_train(ctx, x, ids, scores, w13, w2, g,
+                      dist_moe.ExecutionOptions(experts_output_postprocess=dist_moe.RMSNormPostprocess(**common)))
+    for name, a, b in zip(("out", "x", "scores", "w13", "w2"), got, plain):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: {m}")
+    h3_ref = reference_moe(x, ids, scores, w13, w2, return_routes=True)
+    assert seen["h3"][0].abs().max() == 0
+    assert_moe_close(seen["h3"], h3_ref, name="observed h3", **FWD_TOL)
+    h3r = h3_ref.detach().float().requires_grad_()
+    (F.rms_norm(h3r, (D,), eps=1e-6) * scores.float().unsqueeze(-1)).sum(1).backward(g.float())
+    valid = (ids >= 0).unsqueeze(-1)
+    assert_moe_close(seen["grad"].float() * valid, h3r.grad * valid, name="observed grad_h3", **GRAD_TOL)
+    assert_planner_reset(ctx)

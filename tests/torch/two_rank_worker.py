@@ -286,6 +286,28 @@ def case_min_slot_recompute_equals_full_save(rank, world, dev, group):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def case_expert_and_wgrad_postprocess(rank, world, dev, group):
+    """Identity weights_preprocess_fn (recorded), postprocess x0.5, a WGRAD hook: hooks see w2 then w13."""
+    h = Harness(rank, world, dev)
+    ctx = dist_moe.create_context(group=group, config=h.config(), device=dev)
+    pre, post = [], []
+
+    def preprocess(w):
+        pre.append(tuple(w.shape))
+        return w
+
+    def wgrad_hook(name, grad):
+        post.append(name)
+        return grad
+
+    opts = dist_moe.ExecutionOptions(weights_preprocess_fn=preprocess, experts_output_postprocess=lambda h3: h3 * 0.5,
+                                     wgrad_postprocess_fn=wgrad_hook)
+    got = h.run(ctx, *(leaf(w) for w in h.local_weights()), options=opts)
+    ctx.close()
+    assert_train_close(got, h.reference(postprocess=lambda h3: h3 * 0.5))
+    assert post == ["w2", "w13"] and len(pre) == 2, (pre, post)
+
+
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 

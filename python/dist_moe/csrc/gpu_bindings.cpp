@@ -47,12 +47,17 @@ RoutedExpertsInputs inputs_from_dict(const py::dict& d) {
 
 // {"clip_stats": ptr or 0, "clip_limit": float, "validate_expert_ids": bool, "rmsnorm": None or
 //  {"eps", "norm_output_dtype", "output_dtype", "require_bitwise", "weight" (ptr or 0),
-//   "weight_dtype", "gain_center", "use_kahan", "recompute_rstd"}}
+//   "weight_dtype", "gain_center", "use_kahan", "recompute_rstd"},
+//  optional "expert_output" / "grad_expert_output" / "grad_expert_output_out": route-row I/O
+//  pointers (0 = off)}
 ExecutionOptions options_from_dict(const py::dict& d) {
   ExecutionOptions o;
   o.swiglu_clip_stats_out_3 = reinterpret_cast<float*>(d["clip_stats"].cast<uintptr_t>());
   o.swiglu_clip_limit = d["clip_limit"].cast<double>();
   o.validate_expert_ids = d["validate_expert_ids"].cast<bool>();
+  if (auto p = opt<uintptr_t>(d, "expert_output")) o.expert_output_TKD = reinterpret_cast<void*>(*p);
+  if (auto p = opt<uintptr_t>(d, "grad_expert_output")) o.grad_expert_output_TKD = as_ptr(*p);
+  if (auto p = opt<uintptr_t>(d, "grad_expert_output_out")) o.grad_expert_output_out_TKD = reinterpret_cast<void*>(*p);
   if (auto r = opt<py::dict>(d, "rmsnorm")) {
     RMSNormPostprocess p;
     p.eps = (*r)["eps"].cast<double>();

@@ -479,6 +479,56 @@ int run_scenario(ncclComm_t nccl, int rank, int world, const std::string& scenar
 
 }  // namespace
 
+// Route-level I/O (the PyTorch callable postprocess): the forward's exported route rows match the
+// oracle's on valid routes, and a backward fed grad_h3 = BF16(s * g) -- what the top-k backward
+// computes itself -- gives the ordinary backward's grad_x, dW13 and dW2 bitwise.
+bool case_route_io(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  Case c{"route_io"};
+  c.seed = 23;
+  const Problem pr = make_problem(c, world);
+  auto ctx = Context::create(config_of(c, world, false), nccl);
+  const int64_t L = ctx->local_experts(), TK = c.T * c.K;
+  Inputs inp(c, pr.p, pr.grad_out[rank], rank);
+  Outputs plain(c, L), routed(c, L);
+  SavedState st(*ctx);
+  const ExecutionOptions o = plain_options();
+  routed_experts_forward(*ctx, inp.in, plain.out.get(), &st, o, stream);
+  routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), plain.g, o, stream);
+
+  const auto& ids = pr.p.ids_TK[rank];
+  const TensorF& scores = pr.p.scores_TK[rank];
+  const TensorF& gout = pr.grad_out[rank];
+  TensorF gh3({TK, c.D});
+  for (int64_t r = 0; r < TK; ++r)
+    for (int64_t d = 0; d < c.D; ++d)
+      gh3.data[r * c.D + d] = ids[r] >= 0 ? scores.data[r] * gout.data[(r / c.K) * c.D + d] : 0.f;
+  Dev<uint16_t> h3(TK * c.D), grad_h3(bf16_bits(gh3));
+  h3.poison();
+  ExecutionOptions out_io = o;
+  out_io.expert_output_TKD = h3.get();
+  ExecutionOptions grad_io = o;
+  grad_io.grad_expert_output_TKD = grad_h3.get();
+  RoutedExpertsGradients g = routed.g;
+  g.grad_scores_TK = nullptr;  // the caller differentiates its own reduction
+  routed_experts_forward(*ctx, inp.in, routed.out.get(), &st, out_io, stream);
+  routed_experts_backward(*ctx, inp.in, st, nullptr, g, grad_io, stream);
+  DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  const Result want = plain.read(c, L), got = routed.read(c, L);
+  bool ok = true;
+  TensorF h3_valid = from_bf16(h3.download(), {TK, c.D}), oracle = pr.fwd.ranks[rank].combine_TKD;
+  for (int64_t r = 0; r < TK; ++r)
+    if (ids[r] < 0)
+      for (int64_t d = 0; d < c.D; ++d) h3_valid.data[r * c.D + d] = oracle.data[r * c.D + d] = 0.f;
+  ok &= check("exported h3", h3_valid, oracle, {2e-2, 2e-2, 5e-3, 0.999}, why);
+  if (!reference::bitwise_equal(got.out, want.out)) ok = false, *why += " out differs with export on;";
+  if (!reference::bitwise_equal(got.grad_x, want.grad_x)) ok = false, *why += " grad_x differs;";
+  if (!reference::bitwise_equal(got.dw13, want.dw13)) ok = false, *why += " dW13 differs;";
+  if (!reference::bitwise_equal(got.dw2, want.dw2)) ok = false, *why += " dW2 differs;";
+  ctx->close();
+  return ok;
+}
+
 int main(int argc, char** argv) {
   std::string filter, scenario;
   for (int i = 1; i < argc; ++i) {
@@ -530,6 +580,7 @@ int main(int argc, char** argv) {
         {"accumulate", case_accumulate},
         {"varying_t", case_varying_t},
         {"selected_slot", case_selected_slot},
+        {"route_io", case_route_io},
     };
     for (const auto& [name, fn] : specials) {
       if (!filter.empty() && std::string(name).find(filter) == std::string::npos) continue;
