@@ -78,14 +78,9 @@ struct GroupedGemmConfig {
   // (docs/perf.md G8/G9). Same kernels (a run-time switch); the counter is a per-(device, stream)
   // slot the library keeps, so calls that may overlap must be on different streams.
   bool dynamic_schedule = false;
-  // WGRAD only, static schedule: each CTA takes whole strips (every N tile of one expert's M block)
-  // and, when the expert's rows fill the stage ring exactly (k blocks == stages), loads that M
-  // block's grad_out panel once per strip instead of once per tile: 1/3 fewer operand bytes from L2
-  // for a 128x256 tile (docs/perf.md G14). Same kernels (a run-time switch).
-  bool a_stationary = false;
 
-  // "128x256x64_s4" (+ "_pp", "_tma", "_dyn", "_astat", "_swapab", "_gather"); what overrides and
-  // the benchmark print.
+  // "128x256x64_s4" (+ "_pp", "_tma", "_dyn", "_swapab", "_gather"); what overrides and the
+  // benchmark print.
   std::string name() const;
 };
 

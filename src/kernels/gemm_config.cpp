@@ -179,7 +179,6 @@ std::string GroupedGemmConfig::name() const {
   if (pingpong) s += "_pp";
   if (tma_store) s += "_tma";
   if (dynamic_schedule) s += "_dyn";
-  if (a_stationary) s += "_astat";
   if (swap_ab) s += "_swapab";
   if (gather) s += "_gather";
   return s;
@@ -227,13 +226,7 @@ GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int de
     deep.stages = 4;
     if (smem_estimate(deep, p) <= kSmemOptin) c = deep;
   }
-  // G14: WGRAD with 4-stage tiles takes the a_stationary strip schedule (static); the rest, G9's
-  // dynamic tile schedule.
-  if (p.op == GroupedGemmOp::kWgrad && c.stages == 4 && !c.pingpong) {
-    c.dynamic_schedule = false;
-    c.a_stationary = true;
-    return c;
-  }
+  // G9: the dynamic tile schedule.
   if (!c.swap_ab) c.dynamic_schedule = true;
   return c;
 }

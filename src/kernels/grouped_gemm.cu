@@ -354,9 +354,6 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   L.num_sms = cfg.num_sms;
   L.stream = stream;
   if (L.has_offsets()) L.tensormap_workspace = tensormap_workspace(stream, dev.num_sms);
-  DMOE_CHECK_ARG(!cfg.a_stationary || (op == GroupedGemmOp::kWgrad && !cfg.dynamic_schedule), to_string(op),
-                 ": config.a_stationary is a static-schedule WGRAD option (config ", cfg.name(), ")");
-  L.a_stationary = cfg.a_stationary;
   if (cfg.dynamic_schedule) L.tile_counter = tile_counter_slot(stream);
   if (c.validate_counts) {
     validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity, static_cast<int>(op), offsets);
@@ -393,13 +390,6 @@ std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_
     GroupedGemmConfig d = v[i];
     d.dynamic_schedule = true;
     v.push_back(d);
-  }
-  if (op == GroupedGemmOp::kWgrad) {  // the a_stationary strip schedule of every compiled WGRAD kernel
-    for (size_t i = 0; i < compiled; ++i) {
-      GroupedGemmConfig s = v[i];
-      s.a_stationary = true;
-      v.push_back(s);
-    }
   }
   return v;
 }

@@ -79,8 +79,7 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     set_map(om, gemm::kMapB, make_tma_2d(L.b, 2, L.m_capacity, L.k, L.k, Mainloop::kBoxBOuter, "x rows"));
     sc.fixed_m_blocks = L.n / BM;
     sc.fixed_n_blocks = ceil_div_i32(L.k, BN);
-    sc.group_m = L.a_stationary ? 1 : 8;  // strips are N-fastest runs of one M block
-    sc.strip_n = L.a_stationary ? 1 : 0;
+    sc.group_m = 8;
     sc.tiles_for_empty_experts = L.tiles_for_empty_experts ? 1 : 0;
     tiles_upper_bound = static_cast<int64_t>(L.e_local) * sc.fixed_m_blocks * sc.fixed_n_blocks;
   } else {  // kFpropSwapAB: A = weights, B = the token rows

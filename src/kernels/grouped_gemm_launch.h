@@ -52,7 +52,6 @@ struct GemmLaunch {
   int32_t* ready = nullptr;
   gemm::EpilogueParams epilogue;  // filled by the caller except the tile-independent fields
   bool tiles_for_empty_experts = false;  // WGRAD overwrite
-  bool a_stationary = false;             // WGRAD: strips of N tiles share their A panel (static schedule)
   int num_sms = 0;
   cudaStream_t stream = nullptr;
 

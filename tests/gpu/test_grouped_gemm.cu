@@ -592,18 +592,6 @@ TEST(GroupedGemmSchedule, TailRowsDgrad) {
   run_dgrad_case({E, 512, 256, 383, 86, &kTailCounts}, {DType::kFloat32, true, false, false});
 }
 
-// a_stationary strips: experts whose rows fill the 4-stage ring exactly (193..256 rows) reuse the A
-// panel across the 4 N tiles of each strip; 257 rows (5 k blocks), 192 rows (3) and an empty expert
-// must not. Every WGRAD config runs, the `_astat` twins among them; output vs the reference.
-const std::vector<int32_t> kStripCounts = {256, 200, 0, 257, 193, 192, 256};
-
-TEST(GroupedGemmSchedule, AStationaryStripsWgrad) {
-  DMOE_REQUIRE_SM90();
-  const int64_t E = static_cast<int64_t>(kStripCounts.size());
-  run_wgrad_case({E, 256, 1024, 257, 89, &kStripCounts}, DType::kBFloat16, false);
-  run_wgrad_case({E, 384, 1024, 257, 90, &kStripCounts}, DType::kFloat32, true);
-}
-
 TEST(GroupedGemmSchedule, TailRowsWgrad) {
   DMOE_REQUIRE_SM90();
   const int64_t E = static_cast<int64_t>(kTailCounts.size());
@@ -628,12 +616,7 @@ TEST(GroupedGemmSchedule, ExperimentalSwitchOnlyAddsDynamic) {
       SCOPED_TRACE(std::string(to_string(op)) + " rows " + std::to_string(rows) + " -> " + c.name());
       const bool dynamic_default =
           op == GroupedGemmOp::kFprop || op == GroupedGemmOp::kFpropSwiglu || op == GroupedGemmOp::kDgrad;
-      // Experimental WGRAD on a 4-stage cooperative tile takes the a_stationary strips instead (G14).
-      const bool strips = grouped_gemm_experimental_requested() && op == GroupedGemmOp::kWgrad && c.stages == 4 &&
-                          !c.pingpong;
-      EXPECT_EQ(c.a_stationary, strips);
-      if (strips) EXPECT_FALSE(c.dynamic_schedule);
-      else if ((dynamic_default || grouped_gemm_experimental_requested()) && !c.swap_ab) EXPECT_TRUE(c.dynamic_schedule);
+      if ((dynamic_default || grouped_gemm_experimental_requested()) && !c.swap_ab) EXPECT_TRUE(c.dynamic_schedule);
       else EXPECT_FALSE(c.dynamic_schedule);
     }
   }

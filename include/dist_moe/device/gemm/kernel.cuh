@@ -174,19 +174,10 @@ struct GroupedGemmKernel {
               tile_ring_publish(ring, seq++, cur);
             }
           } else {
-            // a_stationary strips (WGRAD): a tile with the previous tile's expert and M block, whose
-            // k blocks fill the ring exactly, finds its A blocks still in place stage by stage.
-            const bool strips = Mainloop::kGrouping == Grouping::kK && params.scheduler.strip_n != 0;
-            WorkTile prev;
-            int32_t prev_k = -1;
             for (WorkTile t = sched.first(); t.valid; t = sched.next()) {
               if constexpr (kGather) Gather::wait_tile_ready(params.mainloop, t.m_tile_index);
               const int32_t num_k = sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK);
-              const bool reuse_a = strips && prev.valid && prev.expert == t.expert && prev.m_block == t.m_block &&
-                                   num_k == Mainloop::kStages && prev_k == Mainloop::kStages;
-              Mainloop::load_tile(params.mainloop, resolved, t, num_k, pipe, st, smem, reuse_a);
-              prev = t;
-              prev_k = num_k;
+              Mainloop::load_tile(params.mainloop, resolved, t, num_k, pipe, st, smem);
             }
           }
         }

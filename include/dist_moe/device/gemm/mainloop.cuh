@@ -113,18 +113,15 @@ struct Sm90Mainloop {
 #if defined(__CUDACC__)
 
   // ---- producer: one thread issues every TMA copy of a tile -------------------------------------
-  // `reuse_a` (WGRAD, a_stationary): every stage this tile uses still holds exactly the A block
-  // the tile needs (the previous tile of this CTA had the same expert and M block and filled all
-  // kStages stages with its kStages k blocks), so only B is loaded and the stage expects B's bytes.
   DMOE_DEVICE static void load_tile(const MainloopParams& p, const ResolvedOperands& ops, const WorkTile& t,
                                     int32_t num_k_blocks, const TmaPipeline<kStages>& pipe, PipelineState<kStages>& st,
-                                    uint32_t smem, bool reuse_a = false) {
+                                    uint32_t smem) {
     const int32_t w_row0 = t.expert * p.weight_rows;  // first row of W[e] in the [E*N, K] view
     const CUtensorMap* map_a = ops.map[kMapA];
     const CUtensorMap* map_b = ops.map[kMapB];
     for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
       pipe.producer_acquire(st);
-      const uint32_t bar = pipe.producer_expect(st, reuse_a ? kBBytes : kStageBytes);
+      const uint32_t bar = pipe.producer_expect(st, kStageBytes);
       const uint32_t a = smem_a(smem, st.stage);
       const uint32_t b = smem_b(smem, st.stage);
       const int32_t k0 = kb * kBlockK;
@@ -146,11 +143,9 @@ struct Sm90Mainloop {
       } else if constexpr (kKind == GemmKind::kWgrad) {
         // Contraction over the expert's rows; rows past its end are zeroed by the consumers.
         const int32_t r0 = t.row_begin + k0;
-        if (!reuse_a) {
 #pragma unroll
-          for (int j = 0; j < kBlockM / 64; ++j)
-            ptx::tma_load_2d(a + j * kBoxBytes, map_a, bar, t.m_block * kBlockM + 64 * j, r0);
-        }
+        for (int j = 0; j < kBlockM / 64; ++j)
+          ptx::tma_load_2d(a + j * kBoxBytes, map_a, bar, t.m_block * kBlockM + 64 * j, r0);
 #pragma unroll
         for (int j = 0; j < kBlockN / 64; ++j)
           ptx::tma_load_2d(b + j * kBoxBytes, map_b, bar, t.n_block * kBlockN + 64 * j, r0);

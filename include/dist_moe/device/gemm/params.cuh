@@ -73,10 +73,6 @@ struct SchedulerParams {
   int32_t fixed_n_blocks = 0;       // Grouping kM, kK: N tiles per expert
   int32_t group_m = 1;              // raster: M tiles that sweep N together (L2 reuse)
   int32_t tiles_for_empty_experts = 0;  // kK: an empty expert still gets tiles (zero-fill on overwrite)
-  // kK, static schedule only (config `a_stationary`): the unit handed to a CTA is a strip -- all
-  // fixed_n_blocks tiles of one (expert, M block), N fastest (needs group_m = 1) -- so consecutive
-  // tiles of a CTA share the A panel.
-  int32_t strip_n = 0;
   // Dynamic schedule (config `dynamic_schedule`, name `_dyn`; nullptr = the static round-robin):
   // [0] next linear tile to hand out, [1] CTAs that have drawn past the last tile. Both are 0 at
   // launch; the last CTA to finish drawing puts them back to 0 (self-resetting, no memset), so

@@ -18,9 +18,6 @@
 //           dearest tile of one round gets the cheapest of the next -- a static stand-in for
 //           longest-processing-time-first.
 // Tiles never straddle experts.
-//   kK with strip_n (config `a_stationary`): the round-robin unit is a strip, every N tile of one
-//           (expert, M block) in N order (group_m = 1), so a CTA runs the strip's tiles back to back
-//           and its producer can keep the strip's A panel in shared memory (kernel.cuh).
 //
 // Dynamic schedule (SchedulerParams::tile_counter set; config `dynamic_schedule`, name `_dyn`):
 // the linear order above is kept, but each CTA's producer draws its next linear tile from a global
@@ -217,17 +214,12 @@ class GroupedTileScheduler {
   }
 
  private:
-  // Linear tile of this CTA's round_-th tile. Strips: round_ counts tiles, round_ / n_blocks is the
-  // strip round (handed out like single tiles otherwise), the remainder the tile inside the strip
-  // (contiguous in the linear order). Derived, not stored: the 128x256 consumers have no register
-  // to spare.
+  // Linear tile of this CTA in round `round_`.
   DMOE_DEVICE int32_t linear() const {
     const int32_t g = static_cast<int32_t>(gridDim.x);
     const int32_t b = static_cast<int32_t>(blockIdx.x);
-    const int32_t nb = p_.fixed_n_blocks;
-    const int32_t r = p_.strip_n ? round_ / nb : round_;
-    const int32_t unit = kSorted ? r * g + ((r & 1) ? g - 1 - b : b) : r * g + b;
-    return p_.strip_n ? unit * nb + (round_ - r * nb) : unit;
+    if constexpr (kSorted) return round_ * g + ((round_ & 1) ? g - 1 - b : b);
+    return round_ * g + b;
   }
 
   DMOE_DEVICE WorkTile decode() { return decode_linear(linear()); }
