@@ -5,8 +5,10 @@ same timing method (median of CUDA-event timed iterations), printed as ratios.
     python bench/torch_layer_bench.py [--shapes qwen3_30b,dsv3_prefill] [--gpus N] [--iters 10]
 
 Forward is timed under no_grad (a training forward that is never backpropagated would keep its
-activations); forward+backward as ``out.float().sum().backward()`` like the baseline; decode shapes
-use an inference context. The C++ layer time of the same shape is ``dist-moe bench``'s.
+activations); forward+backward as ``out.float().sum().backward()`` like the baseline, each timed
+call starting with every leaf's ``.grad`` set to None (a training step after
+``zero_grad(set_to_none=True)``: weight gradients are written, not added to the last call's, on
+both sides); decode shapes use an inference context. The C++ layer time of the same shape is ``dist-moe bench``'s.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ def time_ours(cfg, x, ids, scores, L, F, device, iters, infer):
         a, b = w13.clone().requires_grad_(), w2.clone().requires_grad_()
 
         def ours_fb():
+            for t in (xg, sg, a, b):
+                t.grad = None
             dist_moe.routed_experts(xg, ids, sg, a, b, ctx).float().sum().backward()
 
         res["ours_fb"] = base.bench(ours_fb, iters, 3)
@@ -80,6 +84,8 @@ def run_shape(name, rank, R, device, iters):
         res["torch_fwd"] = base.bench(lambda: base.ep_layer(xb, ids.long(), sb, w13b, w2b, E, R, rank), iters, 3)
     if not infer:
         def torch_fb():
+            for t in (xb, sb, w13b, w2b):
+                t.grad = None
             base.ep_layer(xb, ids.long(), sb, w13b, w2b, E, R, rank).float().sum().backward()
 
         res["torch_fb"] = base.bench(torch_fb, iters, 3)
