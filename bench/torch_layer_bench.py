@@ -14,6 +14,7 @@ both sides); decode shapes use an inference context. The C++ layer time of the s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
@@ -67,8 +68,12 @@ def run_shape(name, rank, R, device, iters):
     cfg = dist_moe.Config(max_num_local_input_tokens=T, hidden_dim=D, intermediate_dim=F, top_k=K, num_experts=E,
                           max_moe_layers_per_activation_slot=1, inference=infer,
                           device_scratch_capacity_factor=min(2.0, float(R)),
-                          num_activation_slots=0 if infer else 1,
-                          activation_slot_capacity_factor=None if infer else 1.0)
+                          num_activation_slots=0 if infer else 1)
+    if not infer:
+        # A slot that holds any routing, as in `dist-moe bench`: the backward never recomputes (the
+        # stock layer keeps every activation too).
+        cfg = dataclasses.replace(
+            cfg, activation_slot_bytes=dist_moe.plan_memory(cfg, R).maximum_useful_activation_slot_bytes)
     x = torch.randn(T, D, device=device, dtype=torch.bfloat16)
     ids = routes(T, E, K, device)
     scores = torch.softmax(torch.randn(T, K, device=device), -1)
