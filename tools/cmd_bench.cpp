@@ -4,6 +4,11 @@
 //
 //   dist-moe bench --shape dsv3_prefill|qwen3_30b|mixtral|dsv3_decode [--mode train|infer]
 //                  [--gpus N] [--iters N] [--slot-factor F] [--device-factor F] [--no-baseline]
+//                  [--wgrad accumulate|write]
+// --wgrad: our backward adds its weight gradients into the gradient buffers (default), as the stock
+// layer's autograd adds each call's into the existing .grad (the baseline times repeated
+// forward+backward calls without zero_grad); `write` overwrites them (a step after
+// zero_grad(set_to_none=True)), which saves reading the old gradients.
 // The parent process never touches CUDA (the ranks are forked by dmoe_launch).
 #include <dirent.h>
 #include <sys/wait.h>
@@ -46,7 +51,7 @@ double json_number(const std::string& json, const std::string& key) {
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& argv) {
-  Args args(argv, {"shape", "mode", "gpus", "iters", "slot-factor", "device-factor"}, {"no-baseline"});
+  Args args(argv, {"shape", "mode", "gpus", "iters", "slot-factor", "device-factor", "wgrad"}, {"no-baseline"});
   const std::string shape = args.str("shape").value_or("dsv3_prefill");
   const Workload& w = find_workload(shape);
   const std::string mode = args.str("mode").value_or("train");
@@ -57,10 +62,16 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (w.experts % gpus != 0)
     detail::fail(ErrorCode::kInvalidValue, shape, " has ", w.experts, " experts, not divisible by ", gpus, " GPUs");
   const int iters = static_cast<int>(args.integer("iters").value_or(20));
+  const std::string wgrad = args.str("wgrad").value_or("accumulate");
+  if (wgrad != "accumulate" && wgrad != "write")
+    detail::fail(ErrorCode::kInvalidValue, "--wgrad must be accumulate or write, got '", wgrad, "'");
 
   std::printf("dist-moe bench: %s (T=%lld D=%lld F=%lld E=%lld K=%lld per rank), %s, %d GPU(s), %d iterations\n",
               shape.c_str(), (long long)w.tokens, (long long)w.hidden, (long long)w.intermediate,
               (long long)w.experts, (long long)w.top_k, mode.c_str(), gpus, iters);
+  if (mode == "train")
+    std::printf("WGRAD %s (the stock layer's autograd accumulates into .grad across its timed calls)\n",
+                wgrad == "accumulate" ? "accumulates into the gradient buffers" : "overwrites the gradient buffers");
   std::printf("[1/2] Dist-MoE fused layer ...\n");
   std::fflush(stdout);
   std::ostringstream cmd;
@@ -68,6 +79,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
       << shape << " --mode " << mode << " --iters " << iters;
   if (auto f = args.real("slot-factor")) cmd << " --slot-factor " << *f;
   if (auto f = args.real("device-factor")) cmd << " --device-factor " << *f;
+  cmd << " --wgrad " << wgrad;
   std::vector<std::string> results;
   if (run_and_collect(cmd.str(), "RESULT ", &results, true) != 0 || results.empty())
     detail::fail(ErrorCode::kRuntime, "the benchmark ranks failed (output above)");

@@ -66,9 +66,10 @@ double median_ms(Fn&& fn, int iters, cudaStream_t stream) {
 }  // namespace
 
 int cmd_bench_rank(const std::vector<std::string>& argv) {
-  Args args(argv, {"shape", "mode", "iters", "slot-factor", "device-factor"}, {});
+  Args args(argv, {"shape", "mode", "iters", "slot-factor", "device-factor", "wgrad"}, {});
   const Workload& w = find_workload(args.str("shape").value_or("dsv3_prefill"));
   const bool train = args.str("mode").value_or("train") == "train";
+  const bool wgrad_accumulate = args.str("wgrad").value_or("accumulate") == "accumulate";
   const int iters = static_cast<int>(args.integer("iters").value_or(20));
   const auto env = testing::dist_env_from_environment();
   int ndev = 0;
@@ -105,6 +106,8 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   // Inputs: random BF16 activations and weights (device-generated), balanced random routing.
   DevBuf x(T * D * 2), w13(L * 2 * F * D * 2), w2(L * D * F * 2), out(T * D * 2), gout(T * D * 2);
   DevBuf gx(T * D * 2), gs(T * K * 4), gw13(L * 2 * F * D * 2), gw2(L * D * F * 2);
+  DMOE_CUDA_CHECK(cudaMemsetAsync(gw13.p, 0, L * 2 * F * D * 2, stream));  // accumulated into
+  DMOE_CUDA_CHECK(cudaMemsetAsync(gw2.p, 0, L * D * F * 2, stream));
   kernels::fill_uniform_bf16(x.p, T * D, 11 + env.rank, 1.0f, stream);
   kernels::fill_uniform_bf16(gout.p, T * D, 21 + env.rank, 1.0f, stream);
   kernels::fill_uniform_bf16(w13.p, L * 2 * F * D, 31 + env.rank, 1.0f / std::sqrt(float(D)), stream);
@@ -140,6 +143,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   g.grad_w13 = gw13.p;
   g.grad_w2 = gw2.p;
   g.wgrad_dtype = DType::kBFloat16;
+  g.accumulate = wgrad_accumulate;
   ExecutionOptions opts;
   SavedState saved(*ctx);
   auto fwd = [&] {
@@ -245,6 +249,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     wg2.a = h2.p;
     wg2.grad_w = gw2.p;
     wg2.out_dtype = DType::kBFloat16;
+    wg2.accumulate = wgrad_accumulate;
     grouped_gemm_wgrad(wg2, stream);
     DgradArgs d13;
     d13.common = common(2 * F, D);
@@ -258,6 +263,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     wg13.a = a.p;
     wg13.grad_w = gw13.p;
     wg13.out_dtype = DType::kBFloat16;
+    wg13.accumulate = wgrad_accumulate;
     grouped_gemm_wgrad(wg13, stream);
   };
   gemm_fwd();
