@@ -194,7 +194,8 @@ struct WgradArgs {
   const void* a = nullptr;         // [m_capacity, k] BF16
   void* grad_w = nullptr;          // [e_local, n, k]
   DType out_dtype = DType::kFloat32;  // kBFloat16 or kFloat32
-  bool accumulate = false;         // grad_w += result; otherwise empty experts get zeros
+  bool accumulate = false;         // grad_w += result (BF16 with the TMA writer: result rounded to BF16,
+                                   // then added by TMA reduce-add); otherwise empty experts get zeros
   // Device byte offsets of the two row buffers (see the top of this file); nullptr = 0.
   const int64_t* grad_out_offset = nullptr;
   const int64_t* a_offset = nullptr;

@@ -48,7 +48,8 @@ struct RoutedExpertsGradients {
   void* grad_w13 = nullptr;         // wgrad_dtype, same element count as w13
   void* grad_w2 = nullptr;
   DType wgrad_dtype = DType::kBFloat16;  // kBFloat16 or kFloat32 (Config::wgrad_dtype when set)
-  bool accumulate = false;          // grad_w += this call's WGRAD (FP32 sum, one rounding)
+  bool accumulate = false;          // grad_w += this call's WGRAD (FP32: one rounding; BF16: the WGRAD
+                                    // rounded to BF16, then added by the TMA reduce-add, rounded again)
 };
 
 // What a training forward keeps for its backward, in device memory owned by this object: the

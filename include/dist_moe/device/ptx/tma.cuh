@@ -49,7 +49,8 @@ DMOE_DEVICE void tma_store_3d(const void* tensor_map, uint32_t smem_src, int32_t
                : "memory");
 }
 
-// global += shared, element-wise in the tensor's type (FP32 here: one rounding, like acc + old).
+// global += shared, element-wise in the tensor's type (FP32: one rounding, like acc + old; BF16:
+// the staged value was already rounded once).
 DMOE_DEVICE void tma_reduce_add_2d(const void* tensor_map, uint32_t smem_src, int32_t c0, int32_t c1) {
   asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
                    tensor_map),
