@@ -57,14 +57,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const std::string mode = args.str("mode").value_or("train");
   if (mode != "train" && mode != "infer")
     detail::fail(ErrorCode::kInvalidValue, "--mode must be train or infer, got '", mode, "'");
+  const std::string wgrad = args.str("wgrad").value_or("accumulate");
+  if (wgrad != "accumulate" && wgrad != "write")
+    detail::fail(ErrorCode::kInvalidValue, "--wgrad must be accumulate or write, got '", wgrad, "'");
   const int gpus = static_cast<int>(args.integer("gpus").value_or(count_nvidia_gpus()));
   if (gpus < 1) detail::fail(ErrorCode::kRuntime, "dist-moe bench needs SM90 GPUs; none found under /proc/driver/nvidia");
   if (w.experts % gpus != 0)
     detail::fail(ErrorCode::kInvalidValue, shape, " has ", w.experts, " experts, not divisible by ", gpus, " GPUs");
   const int iters = static_cast<int>(args.integer("iters").value_or(20));
-  const std::string wgrad = args.str("wgrad").value_or("accumulate");
-  if (wgrad != "accumulate" && wgrad != "write")
-    detail::fail(ErrorCode::kInvalidValue, "--wgrad must be accumulate or write, got '", wgrad, "'");
 
   std::printf("dist-moe bench: %s (T=%lld D=%lld F=%lld E=%lld K=%lld per rank), %s, %d GPU(s), %d iterations\n",
               shape.c_str(), (long long)w.tokens, (long long)w.hidden, (long long)w.intermediate,

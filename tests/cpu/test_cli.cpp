@@ -57,6 +57,9 @@ TEST(Cli, BadInputPrintsOneErrorLineAndFails) {
       {"plan --hidden 7168", "missing required option --tokens"},
       {base + " --format fp6", "unsupported DistMoE block-scaled format"},
       {"frobnicate", "unknown command"},
+      // Checked before looking for GPUs, so they fail the same way on any machine.
+      {"bench --shape qwen3_30b --mode fast", "--mode must be train or infer"},
+      {"bench --shape qwen3_30b --wgrad sometimes", "--wgrad must be accumulate or write"},
   };
   for (const auto& c : cases) {
     const Result r = run_cli(c.args);
