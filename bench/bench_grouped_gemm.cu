@@ -287,16 +287,15 @@ int g_rounds = 1;
 std::set<std::string> g_ops;  // empty: every op
 bool want(const std::string& op) { return g_ops.empty() || g_ops.count(op) != 0; }
 
-// The configurations an op is timed with: nullptr (the heuristic's pick, `chosen`), then with
-// --sweep every other compiled configuration of (op, out, gather). Swap-AB runs only at decode
-// shapes (a 32-token tile at prefill sizes is just slow).
-std::vector<const GroupedGemmConfig*> configs_to_time(GroupedGemmOp op, DType out, bool gather, bool decode,
-                                                      const std::string& chosen) {
-  static std::vector<std::vector<GroupedGemmConfig>> keep;  // the pointers outlive the call
-  keep.push_back(g_sweep ? grouped_gemm_configs(op, out, gather) : std::vector<GroupedGemmConfig>{});
-  std::vector<const GroupedGemmConfig*> cfgs{nullptr};
-  for (const GroupedGemmConfig& cfg : keep.back())
-    if (cfg.name() != chosen && (!cfg.swap_ab || decode)) cfgs.push_back(&cfg);
+// The configurations an op is timed with besides the heuristic's pick (`chosen`): with --sweep
+// every other compiled configuration of (op, out, gather). Swap-AB runs only at decode shapes (a
+// 32-token tile at prefill sizes is just slow).
+std::vector<GroupedGemmConfig> sweep_configs(GroupedGemmOp op, DType out, bool gather, bool decode,
+                                             const std::string& chosen) {
+  std::vector<GroupedGemmConfig> cfgs;
+  if (!g_sweep) return cfgs;
+  for (const GroupedGemmConfig& cfg : grouped_gemm_configs(op, out, gather))
+    if (cfg.name() != chosen && (!cfg.swap_ab || decode)) cfgs.push_back(cfg);
   return cfgs;
 }
 
@@ -334,7 +333,9 @@ std::vector<double> time_configs(const std::vector<const GroupedGemmConfig*>& cf
 double time_and_report(GroupedGemmOp op, DType out, bool gather, bool decode, const std::string& chosen, int iters,
                        const std::function<void(const GroupedGemmConfig*)>& run,
                        const std::function<Row(double)>& make_row) {
-  const auto cfgs = configs_to_time(op, out, gather, decode, chosen);
+  const std::vector<GroupedGemmConfig> sweep = sweep_configs(op, out, gather, decode, chosen);
+  std::vector<const GroupedGemmConfig*> cfgs{nullptr};  // nullptr: the heuristic's pick
+  for (const GroupedGemmConfig& cfg : sweep) cfgs.push_back(&cfg);
   const auto ms = time_configs(cfgs, iters, run);
   report(make_row(ms[0]));
   for (size_t i = 1; i < cfgs.size(); ++i) {

@@ -3,42 +3,7 @@
 Importing the package initializes neither CUDA nor a process group and does not import torch.
 """
 
-from .api import (
-    Bf16GroupedGemmPreset,
-    BlockScaledConfig,
-    BlockScaledFormat,
-    BlockScaledKernelConfig,
-    Config,
-    Context,
-    ExecutionOptions,
-    MemoryPlan,
-    PreparedWeight,
-    RMSNormPostprocess,
-    VmmConfig,
-    create_context,
-    plan_memory,
-    prepare_block_scaled_weight,
-    routed_experts,
-    supports_fused_post_expert_rmsnorm,
-)
+from . import api
+from .api import *  # noqa: F401,F403 -- upstream's 16 public names, listed once in api.__all__
 
-__all__ = [
-    "Bf16GroupedGemmPreset",
-    "BlockScaledConfig",
-    "BlockScaledFormat",
-    "BlockScaledKernelConfig",
-    "Config",
-    "Context",
-    "ExecutionOptions",
-    "MemoryPlan",
-    "PreparedWeight",
-    "RMSNormPostprocess",
-    "VmmConfig",
-    "create_context",
-    "plan_memory",
-    "prepare_block_scaled_weight",
-    "routed_experts",
-    "supports_fused_post_expert_rmsnorm",
-]
-
-__version__ = "0.1.0"
+__all__ = list(api.__all__)

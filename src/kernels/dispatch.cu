@@ -49,25 +49,7 @@ __global__ void __launch_bounds__(kDispatchThreads)
       const unsigned mask = __ballot_sync(kFullMask, my_row >= 0);
       if (mask == 0u) continue;
       const char* src = s_dbase[s] + routing::dispatch_row_offset(t, row_bytes);
-      const int v0 = seg * kSegVecs;
-      int4 buf[kRowUnroll];
-#pragma unroll
-      for (int q = 0; q < kRowUnroll; ++q) {
-        const int v = v0 + q * 32 + lane;
-        if (v < nvec) buf[q] = ld_cg_v4(src + static_cast<int64_t>(v) * 16);
-      }
-      unsigned m = mask;
-      while (m != 0u) {
-        const int l = __ffs(m) - 1;
-        m &= m - 1u;
-        const int32_t row = __shfl_sync(kFullMask, my_row, l);
-        char* dst = out + static_cast<int64_t>(row) * row_bytes;
-#pragma unroll
-        for (int q = 0; q < kRowUnroll; ++q) {
-          const int v = v0 + q * 32 + lane;
-          if (v < nvec) st_v4(dst + static_cast<int64_t>(v) * 16, buf[q]);
-        }
-      }
+      warp_copy_segment_to_rows(src, out, row_bytes, my_row, mask, seg, nvec, lane);
     }
     if (zero_fill && alignment > 1) {
       // Unit (expert x, j, seg) zero-fills segment seg of row offset[x] + unpadded[x] + j when that

@@ -96,6 +96,32 @@ __device__ __forceinline__ void warp_copy_segment(const char* src, char* dst, in
   }
 }
 
+// Warp copy of segment `seg` of one source row (peer data: ld.global.cg) to several rows of `out`:
+// lane l of the warp holds destination row my_row (for lanes whose bit is set in `mask`; the row
+// index is shuffled out), so the source is read once whatever the number of destinations.
+__device__ __forceinline__ void warp_copy_segment_to_rows(const char* src, char* __restrict__ out, int64_t row_bytes,
+                                                          int32_t my_row, unsigned mask, int seg, int nvec,
+                                                          int lane) {
+  const int v0 = seg * kSegVecs;
+  int4 buf[kRowUnroll];
+#pragma unroll
+  for (int q = 0; q < kRowUnroll; ++q) {
+    const int v = v0 + q * 32 + lane;
+    if (v < nvec) buf[q] = ld_cg_v4(src + static_cast<int64_t>(v) * 16);
+  }
+  while (mask != 0u) {
+    const int l = __ffs(mask) - 1;
+    mask &= mask - 1u;
+    const int32_t row = __shfl_sync(kFullMask, my_row, l);
+    char* dst = out + static_cast<int64_t>(row) * row_bytes;
+#pragma unroll
+    for (int q = 0; q < kRowUnroll; ++q) {
+      const int v = v0 + q * 32 + lane;
+      if (v < nvec) st_v4(dst + static_cast<int64_t>(v) * 16, buf[q]);
+    }
+  }
+}
+
 // Warp zero-fill of segment `seg` of a row.
 __device__ __forceinline__ void warp_zero_segment(char* dst, int seg, int nvec, int lane) {
   const int4 z = make_int4(0, 0, 0, 0);
