@@ -5,7 +5,8 @@
 # per-expert shape), clocks left as they are. Logs go to $OUT (at most 8 files); a summary last.
 #   OPS=w13_wgrad,w2_wgrad SHAPE=dsv3_prefill scripts/gemm_profile.sh
 # $PROFILE: space-separated label=regex pairs over mangled kernel names (default: the WGRAD BF16
-# cooperative 128x256 TMA-store kernel and the ping-pong 128x128 one).
+# cooperative 128x256 TMA-store kernel, its 2-CTA cluster twin `_c2`). The mainloop's template
+# arguments end in <..., split, ping-pong, cluster>: `Lb0ELb0ELi1E` = cooperative, no cluster.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gemm-profile}
@@ -16,7 +17,8 @@ ROUNDS=${ROUNDS:-5}
 PROFILE_OP=${PROFILE_OP:-w13_wgrad}
 WG='GemmKindE2E'
 BF16_TMA='NS0_13StoreEpilogueIS5_NS_7numeric6bf16_tENS0_18SwizzledTmaWriterNILi2E'
-PROFILE=${PROFILE:-"coop=${WG}Li128ELi256ELi4ELb0ELb0EEE${BF16_TMA} pp=${WG}Li128ELi128ELi6ELb0ELb1EEE${BF16_TMA}"}
+# PROFILE=none: the A/B only.
+PROFILE=${PROFILE:-"coop=${WG}Li128ELi256ELi4ELb0ELb0ELi1EEE${BF16_TMA} c2=${WG}Li128ELi256ELi4ELb0ELb0ELi2EEE${BF16_TMA}"}
 SECTIONS="--section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy"
 NCCL_ROOT=${DIST_MOE_NCCL_ROOT:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl}
 export PATH=/usr/local/cuda/bin:$PATH
@@ -38,6 +40,7 @@ BENCH="$BUILD/bench/bench_grouped_gemm"
 say "interleaved A/B ($ROUNDS rounds, rc=$?): $OUT/ab.log"
 grep -E "^$SHAPE|^  sweep" "$OUT/ab.log" | sed 's/^  sweep /  * /' >> "$SUMMARY"
 
+[ "$PROFILE" = none ] && PROFILE=""
 # One profiled launch per kernel: the third match (after two warm-up calls) of its regex.
 for pair in $PROFILE; do
   label=${pair%%=*}
@@ -47,11 +50,12 @@ for pair in $PROFILE; do
     > "$OUT/ncu_$label.txt" 2>&1
   say "ncu $label (rc=$?): $(grep -cE '^ +[A-Z]' "$OUT/ncu_$label.txt") metric lines"
 done
-# cuBLAS strided-batched at the same per-expert GEMMs (the benchmark's WGRAD reference).
-timeout 150 ncu --clock-control none --kernel-name-base function -k "regex:nvjet|xmma|cutlass" --launch-skip 14 \
+# cuBLAS strided-batched at the same per-expert GEMMs (the benchmark's WGRAD reference; CUBLAS_NCU=0
+# skips it).
+[ "${CUBLAS_NCU:-1}" = "1" ] && timeout 150 ncu --clock-control none --kernel-name-base function -k "regex:nvjet|xmma|cutlass" --launch-skip 14 \
   --launch-count 1 $SECTIONS "$BENCH" --shapes "$SHAPE" --routing balanced --ops "$PROFILE_OP" --iters 3 \
   > "$OUT/ncu_cublas.txt" 2>&1
-say "ncu cublas (rc=$?)"
+[ "${CUBLAS_NCU:-1}" = "1" ] && say "ncu cublas (rc=$?)"
 
 for f in "$OUT"/ncu_*.txt; do
   say "---- $(basename "$f")"

@@ -17,14 +17,15 @@ KINDS = {"0": "fprop", "1": "dgrad", "2": "wgrad", "3": "fprop_swapab"}
 
 def describe(mangled):
     """'dgrad 128x128 s6 pp StoreEpilogue<fp32> tma' from a mangled sm90_grouped_gemm instantiation."""
-    m = re.search(r"GemmKindE(\d)ELi(\d+)ELi(\d+)ELi(\d+)ELb(\d)ELb(\d)EEENS0_(\d+)(\w+?)I", mangled)
+    m = re.search(r"GemmKindE(\d)ELi(\d+)ELi(\d+)ELi(\d+)ELb(\d)ELb(\d)ELi(\d)EEENS0_(\d+)(\w+?)I", mangled)
     if not m:
         return None
-    kind, bm, bn, stages, split, pingpong, _, epi = m.groups()
+    kind, bm, bn, stages, split, pingpong, cluster, _, epi = m.groups()
     out = "fp32" if "StoreEpilogueIS5_fN" in mangled else "bf16"
     gather = mangled.endswith("Lb1EEEEEvNT_6ParamsE")  # kGather, the kernel's last template argument
     tma = "SwizzledTmaWriter" in mangled
-    name = f"{KINDS[kind]:<12} {bm}x{bn} s{stages} {'pp ' if pingpong == '1' else ''}{'split ' if split == '1' else ''}{epi}"
+    name = (f"{KINDS[kind]:<12} {bm}x{bn} s{stages} {'c' + cluster + ' ' if cluster != '1' else ''}"
+            f"{'pp ' if pingpong == '1' else ''}{'split ' if split == '1' else ''}{epi}")
     if epi in ("StoreEpilogue",):
         name += f"<{out}>"
     return name + (" tma" if tma else "") + (" gather" if gather else "")

@@ -62,7 +62,9 @@ struct GroupedGemmConfig {
   int block_n = 256;
   int block_k = 64;
   int stages = 4;        // TMA pipeline depth
-  int cluster_m = 1;     // CTAs per cluster (1: no TMA multicast yet)
+  // CTAs per cluster along M: 2 = pairs of M tiles share B through TMA multicast (compiled for
+  // FPROP, W13 SwiGLU and WGRAD without gather; static schedule only; docs/grouped_gemm.md `_c2`).
+  int cluster_m = 1;
   int num_sms = 0;       // persistent CTAs; 0 = every SM of the device
   bool swap_ab = false;  // decode: weights on the wgmma M dimension, tokens on N
   bool gather = false;   // A produced by the gather producer (set from the arguments)
@@ -79,7 +81,7 @@ struct GroupedGemmConfig {
   // slot the library keeps, so calls that may overlap must be on different streams.
   bool dynamic_schedule = false;
 
-  // "128x256x64_s4" (+ "_pp", "_tma", "_dyn", "_swapab", "_gather"); what overrides and the
+  // "128x256x64_s4" (+ "_c2", "_pp", "_tma", "_dyn", "_swapab", "_gather"); what overrides and the
   // benchmark print.
   std::string name() const;
 };

@@ -209,15 +209,23 @@ bool grouped_gemm_experimental_requested() {
 // DIST_MOE_GEMM_EXPERIMENTAL=1 (and not DIST_MOE_GEMM_LEGACY): the schemes still waiting for their
 // first measurement -- the dynamic tile schedule (G9) for every M- and K-grouped op (swap-AB decode
 // keeps the static one: its tiles all cost the same), and for short-K WGRAD the deep-staging
-// ping-pong kernel (G10). Without the variable the picks are exactly the measured ones.
+// ping-pong kernel (G10). Without the variable the picks are exactly the measured ones. The 2-CTA
+// cluster kernels (`_c2`, G15) are never picked: measured slower than or equal to the unclustered
+// ones at dsv3_prefill (FPROP and WGRAD); they stay compiled for A/B runs and overrides.
 GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int device_num_sms) {
   GroupedGemmConfig c = select_default(p, device_num_sms);
   // G9 measured (2026-11-30 A/B, dsv3_prefill, same run): the dynamic schedule makes FPROP faster
   // on every routing (W13 1.07-1.33x, W2 1.05-1.34x; random top-k rows 1.33x) with balanced rows
   // unchanged. DGRAD: 1.01-1.73x in five of six A/B cases (0.89 once, where the same run's sweep
-  // measured 1.20x), geometric mean 1.15x (G13). WGRAD keeps the static schedule (mixed).
+  // measured 1.20x), geometric mean 1.15x (G13). WGRAD (G17, three interleaved 5-round A/B runs
+  // of the cooperative 128x256 TMA-store kernel at dsv3_prefill): FP32 output 1.00-1.18x in all 14
+  // cases -> dynamic; BF16 output 0.92-1.14x, the sign changing between runs -> static. The other
+  // WGRAD picks (ping-pong for odd widths, padded fallbacks) keep the static schedule (unmeasured).
+  const bool wgrad_fp32_coop_tma =
+      p.op == GroupedGemmOp::kWgrad && p.out_dtype == DType::kFloat32 && c.tma_store && !c.pingpong;
   if (!legacy_requested() && !c.swap_ab &&
-      (p.op == GroupedGemmOp::kFprop || p.op == GroupedGemmOp::kFpropSwiglu || p.op == GroupedGemmOp::kDgrad))
+      (p.op == GroupedGemmOp::kFprop || p.op == GroupedGemmOp::kFpropSwiglu || p.op == GroupedGemmOp::kDgrad ||
+       wgrad_fp32_coop_tma))
     c.dynamic_schedule = true;
   if (!grouped_gemm_experimental_requested() || legacy_requested()) return c;
   // G10: short-K WGRAD ping-pong -> the deep-staging kernel (s4, 4 staging buffers per warpgroup).

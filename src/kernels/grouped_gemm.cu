@@ -147,6 +147,7 @@ GroupedGemmConfig config_of(const GemmKernelEntry& e, int sms) {
   c.num_sms = sms;
   c.swap_ab = e.kind == GemmKind::kFpropSwapAB;
   c.gather = e.gather;
+  c.cluster_m = e.cluster_m;
   c.pingpong = e.pingpong;
   c.tma_store = e.tma_store;
   return c;
@@ -161,8 +162,8 @@ const GemmKernelEntry& find_kernel(GroupedGemmOp op, DType out, const GroupedGem
   const GemmKind kind = kind_of(op, cfg.swap_ab);
   for (const GemmKernelEntry& e : detail::gemm_kernels()) {
     if (e.kind == kind && e.epilogue == epilogue_of(op, out) && e.gather == cfg.gather && e.block_m == cfg.block_m &&
-        e.block_n == cfg.block_n && e.stages == cfg.stages && e.pingpong == cfg.pingpong &&
-        e.tma_store == cfg.tma_store)
+        e.block_n == cfg.block_n && e.stages == cfg.stages && e.cluster_m == cfg.cluster_m &&
+        e.pingpong == cfg.pingpong && e.tma_store == cfg.tma_store)
       return e;
   }
   std::ostringstream avail;
@@ -185,8 +186,10 @@ void check_common(const GroupedGemmCommon& c, const char* op) {
                  " weight rows exceed the int32 TMA coordinate range");
   if (c.config != nullptr) {
     DMOE_CHECK_ARG(c.config->block_k == 64, op, ": config.block_k must be 64, got ", c.config->block_k);
-    DMOE_CHECK_ARG(c.config->cluster_m == 1, op, ": config.cluster_m must be 1 (clusters are not implemented), got ",
+    DMOE_CHECK_ARG(c.config->cluster_m == 1 || c.config->cluster_m == 2, op, ": config.cluster_m must be 1 or 2, got ",
                    c.config->cluster_m);
+    DMOE_CHECK_ARG(c.config->cluster_m == 1 || !c.config->dynamic_schedule, op,
+                   ": config.dynamic_schedule needs cluster_m = 1 (a cluster's CTAs share one static schedule)");
     DMOE_CHECK_ARG(c.config->num_sms >= 0, op, ": config.num_sms must be >= 0, got ", c.config->num_sms);
   }
 }
@@ -386,7 +389,7 @@ std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_
     if (entry_matches(e, op, out_dtype, gather)) v.push_back(config_of(e, 0));
   const size_t compiled = v.size();
   for (size_t i = 0; i < compiled; ++i) {
-    if (!v[i].tma_store || v[i].swap_ab) continue;
+    if (!v[i].tma_store || v[i].swap_ab || v[i].cluster_m != 1) continue;
     GroupedGemmConfig d = v[i];
     d.dynamic_schedule = true;
     v.push_back(d);

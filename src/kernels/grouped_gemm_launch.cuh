@@ -37,6 +37,7 @@ void launch_grouped_gemm(const GemmLaunch& L) {
   constexpr int BN = Mainloop::kBlockN;
   constexpr bool kTmaStore = Kernel::Writer::kTma;
   constexpr int kOutBytes = Epilogue::kOutBytes;
+  constexpr int kCluster = Kernel::kClusterM;
   DMOE_ASSERT(L.kind == kKind);
 
   typename Kernel::Params p{};
@@ -77,11 +78,13 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     set_map(om, gemm::kMapA, make_tma_2d(L.a, 2, L.m_capacity, L.n, L.n, Mainloop::kBoxAOuter, "grad_out rows"));
     set_operand(om, gemm::kMapB, L.b, L.b_offset);
     set_map(om, gemm::kMapB, make_tma_2d(L.b, 2, L.m_capacity, L.k, L.k, Mainloop::kBoxBOuter, "x rows"));
-    sc.fixed_m_blocks = L.n / BM;
+    // Clusters schedule pairs of M tiles (scheduler.cuh); m_blocks marks a missing second tile.
+    sc.m_blocks = L.n / BM;
+    sc.fixed_m_blocks = ceil_div_i32(sc.m_blocks, kCluster);
     sc.fixed_n_blocks = ceil_div_i32(L.k, BN);
     sc.group_m = 8;
     sc.tiles_for_empty_experts = L.tiles_for_empty_experts ? 1 : 0;
-    tiles_upper_bound = static_cast<int64_t>(L.e_local) * sc.fixed_m_blocks * sc.fixed_n_blocks;
+    tiles_upper_bound = static_cast<int64_t>(L.e_local) * sc.fixed_m_blocks * kCluster * sc.fixed_n_blocks;
   } else {  // kFpropSwapAB: A = weights, B = the token rows
     set_operand(om, gemm::kMapA, L.b, nullptr);
     set_map(om, gemm::kMapA, make_tma_2d(L.b, 2, weight_total_rows, L.k, L.k, Mainloop::kBoxAOuter, "weights"));
@@ -128,15 +131,31 @@ void launch_grouped_gemm(const GemmLaunch& L) {
   sc.tile_counter = L.tile_counter;
 
   // Persistent grid: at most one CTA per SM, and no more CTAs than tiles can exist. The gather
-  // variants keep every CTA: each one also gathers its share of the rows.
+  // variants keep every CTA: each one also gathers its share of the rows. Clusters: whole clusters,
+  // no more than fit on the device at once (a 2-CTA cluster needs two free SMs of one GPC).
   int grid = L.num_sms;
   if (!Kernel::kGather) grid = static_cast<int>(std::min<int64_t>(grid, std::max<int64_t>(tiles_upper_bound, 1)));
   const int smem = Kernel::smem_bytes(L.e_local);
   const auto kernel = gemm::sm90_grouped_gemm<Kernel>;
-  // Raise the kernel's dynamic shared memory limit to the largest size any launch can need (the
-  // E_local bound), once per device. Relaxed capture mode: the first call may come inside a CUDA
-  // graph capture, and this is not a stream operation.
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attr[1];
+  config.blockDim = dim3(Kernel::kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  config.stream = L.stream;
+  if constexpr (kCluster > 1) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kCluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+  }
+  // Once per device: raise the kernel's dynamic shared memory limit to the largest size any launch
+  // can need (the E_local bound) and, for clusters, count how many fit at once at that size.
+  // Relaxed capture mode: the first call may come inside a CUDA graph capture, and neither is a
+  // stream operation.
   static std::atomic<uint64_t> configured_devices{0};
+  static std::atomic<int> max_clusters[64];
   int dev = 0;
   DMOE_CUDA_CHECK(cudaGetDevice(&dev));
   const uint64_t bit = uint64_t(1) << (dev & 63);
@@ -145,13 +164,28 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    if (err == cudaSuccess && kCluster > 1) {
+      cudaLaunchConfig_t probe = config;
+      probe.gridDim = dim3(kCluster);
+      probe.dynamicSmemBytes = static_cast<size_t>(optin);
+      int n = 0;
+      err = cudaOccupancyMaxActiveClusters(&n, kernel, &probe);
+      max_clusters[dev & 63].store(n, std::memory_order_relaxed);
+    }
     DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     DMOE_CUDA_CHECK(err);
     configured_devices.fetch_or(bit, std::memory_order_acq_rel);
   }
-  kernel<<<grid, Kernel::kThreads, smem, L.stream>>>(p);
-  DMOE_CUDA_CHECK_LAUNCH();
+  if constexpr (kCluster > 1) {
+    const int resident = max_clusters[dev & 63].load(std::memory_order_relaxed);
+    DMOE_CHECK_ARG(resident >= 1, "grouped_gemm: no ", kCluster,
+                   "-CTA cluster of this kernel fits on the device (shared memory)");
+    grid = std::min(grid / kCluster, resident) * kCluster;
+    grid = std::max(grid, kCluster);
+  }
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  DMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
 }
 
 template <class Kernel>
@@ -164,7 +198,7 @@ GemmKernelEntry make_gemm_entry(GemmEpilogueKind epilogue) {
   using M = typename Kernel::Mainloop;
   return GemmKernelEntry{M::kKind,       epilogue,          Kernel::kGather,
                          M::kBlockM,     M::kBlockN,        M::kStages,
-                         M::kPingPong,   Kernel::Writer::kTma,
+                         M::kClusterM,   M::kPingPong,      Kernel::Writer::kTma,
                          &launch_grouped_gemm<Kernel>, &grouped_gemm_smem_bytes<Kernel>};
 }
 

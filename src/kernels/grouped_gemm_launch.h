@@ -65,6 +65,7 @@ struct GemmKernelEntry {
   GemmEpilogueKind epilogue;
   bool gather;
   int block_m, block_n, stages;
+  int cluster_m;   // CTAs per cluster along M (2: TMA multicast of B; WGRAD only)
   bool pingpong;   // consumer schedule (mainloop.cuh)
   bool tma_store;  // epilogue writer (epilogue_staging.cuh)
   GemmLaunchFn launch;

@@ -599,9 +599,10 @@ TEST(GroupedGemmSchedule, TailRowsWgrad) {
   run_wgrad_case({E, 256, 384, 383, 88, &kTailCounts}, DType::kFloat32, true);
 }
 
-// The defaults are the measured picks: FPROP (plain and SwiGLU) and DGRAD use the dynamic schedule
-// (measured faster on most routings), WGRAD only with DIST_MOE_GEMM_EXPERIMENTAL; swap-AB never.
-TEST(GroupedGemmSchedule, ExperimentalSwitchOnlyAddsDynamic) {
+// The defaults are the measured picks: FPROP (plain and SwiGLU), DGRAD and FP32 WGRAD's cooperative
+// 128x256 TMA-store kernel use the dynamic schedule (measured faster on most routings); BF16 WGRAD
+// only with DIST_MOE_GEMM_EXPERIMENTAL; swap-AB never; clusters are never picked.
+TEST(GroupedGemmSchedule, DefaultSchedulesAreTheMeasuredOnes) {
   const GroupedGemmOp ops[] = {GroupedGemmOp::kFprop, GroupedGemmOp::kFpropSwiglu, GroupedGemmOp::kDgrad,
                                GroupedGemmOp::kWgrad};
   for (GroupedGemmOp op : ops) {
@@ -614,11 +615,30 @@ TEST(GroupedGemmSchedule, ExperimentalSwitchOnlyAddsDynamic) {
       p.e_local = 128;
       const GroupedGemmConfig c = select_grouped_gemm_config(p, 132);
       SCOPED_TRACE(std::string(to_string(op)) + " rows " + std::to_string(rows) + " -> " + c.name());
-      const bool dynamic_default =
-          op == GroupedGemmOp::kFprop || op == GroupedGemmOp::kFpropSwiglu || op == GroupedGemmOp::kDgrad;
-      if ((dynamic_default || grouped_gemm_experimental_requested()) && !c.swap_ab) EXPECT_TRUE(c.dynamic_schedule);
+      // WGRAD's pick at these widths is the cooperative 128x256 TMA-store kernel (BF16 output here).
+      if (op == GroupedGemmOp::kWgrad) {
+        EXPECT_TRUE(c.tma_store);
+        EXPECT_FALSE(c.pingpong);
+      }
+      EXPECT_EQ(c.cluster_m, 1);
+      const bool dynamic_default = op != GroupedGemmOp::kWgrad || grouped_gemm_experimental_requested();
+      if (dynamic_default && !c.swap_ab) EXPECT_TRUE(c.dynamic_schedule);
       else EXPECT_FALSE(c.dynamic_schedule);
     }
+  }
+  // FP32 WGRAD (the same shapes): dynamic by default.
+  for (int64_t rows : {int64_t{1024}, int64_t{32768}}) {
+    GroupedGemmProblem p;
+    p.op = GroupedGemmOp::kWgrad;
+    p.out_dtype = DType::kFloat32;
+    p.m_capacity = rows;
+    p.n = 4096;
+    p.k = 7168;
+    p.e_local = 128;
+    const GroupedGemmConfig c = select_grouped_gemm_config(p, 132);
+    SCOPED_TRACE("fp32 wgrad rows " + std::to_string(rows) + " -> " + c.name());
+    EXPECT_TRUE(c.dynamic_schedule);
+    EXPECT_EQ(c.cluster_m, 1);
   }
 }
 
@@ -707,6 +727,163 @@ TEST(GroupedGemmSchedule, DynamicCounterResetsAcrossLaunchesAndGraphs) {
     CUDA_OK(cudaGraphDestroy(graph));
   }
   CUDA_OK(cudaStreamDestroy(stream));
+}
+
+// 2-CTA clusters (WGRAD `_c2`, docs/perf.md G15): each tile runs the same wgmma sequence as the
+// unclustered cooperative kernel, so the results must match it bitwise -- for grids the launch
+// rounds to whole clusters (1 and 3 SMs -> 2 CTAs, 7 -> 6, all), an odd number of M tiles (n = 384:
+// the last pair's second CTA computes a phantom tile and must store nothing), tail rows and empty
+// experts, FP32 accumulate and BF16 overwrite, and replays of a CUDA graph.
+TEST(GroupedGemmCluster, WgradMatchesCooperativeBitwise) {
+  DMOE_REQUIRE_SM90();
+  struct Shape { int64_t n, k; DType out; bool accumulate; };
+  const Shape shapes[] = {{384, 512, DType::kBFloat16, false}, {512, 256, DType::kFloat32, true},
+                          {256, 768, DType::kBFloat16, true}};
+  const int64_t E = static_cast<int64_t>(kTailCounts.size());
+  const int64_t M = total_rows(kTailCounts), cap = M + kSlackRows;
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  uint32_t seed = 95;
+  for (const Shape& sh : shapes) {
+    std::mt19937 rng(seed++);
+    const bool fp32 = sh.out == DType::kFloat32;
+    const HostBf16 g = random_bf16(static_cast<size_t>(cap * sh.n), 1.0f, rng);
+    const HostBf16 x = random_bf16(static_cast<size_t>(cap * sh.k), 1.0f, rng);
+    const size_t out_elems = static_cast<size_t>(E * sh.n * sh.k);
+    const HostBf16 prev = random_bf16(out_elems, 4.0f, rng);
+    DeviceBuffer<int32_t> d_counts(kTailCounts);
+    DeviceBuffer<uint16_t> d_g(nan_past_rows(g.bits, M, sh.n)), d_x(nan_past_rows(x.bits, M, sh.k));
+    DeviceBuffer<uint8_t> d_out(out_elems * (fp32 ? 4 : 2));
+    auto reset = [&] {
+      if (sh.accumulate) d_out.upload(fp32 ? raw_bytes(prev.vals) : raw_bytes(prev.bits));
+      else d_out.poison();
+      CUDA_OK(cudaDeviceSynchronize());
+    };
+    auto call = [&](const GroupedGemmConfig& cfg) {
+      WgradArgs args;
+      args.common = {d_counts.get(), E, cap, sh.n, sh.k, &cfg};
+      args.grad_out = d_g.get();
+      args.a = d_x.get();
+      args.grad_w = d_out.get();
+      args.out_dtype = sh.out;
+      args.accumulate = sh.accumulate;
+      grouped_gemm_wgrad(args, stream);
+    };
+    GroupedGemmConfig coop;
+    coop.block_m = 128;
+    coop.block_n = 256;
+    coop.stages = 4;
+    coop.tma_store = true;
+    GroupedGemmConfig c2 = coop;
+    c2.cluster_m = 2;
+    const std::string what = "n " + std::to_string(sh.n) + " k " + std::to_string(sh.k) + (fp32 ? " fp32" : " bf16") +
+                             (sh.accumulate ? " acc" : "");
+    SCOPED_TRACE(what);
+    reset();
+    call(coop);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    const auto want = d_out.download();
+    for (int sms : {1, 3, 7, 0}) {
+      GroupedGemmConfig c = c2;
+      c.num_sms = sms;
+      reset();
+      call(c);
+      CUDA_OK(cudaStreamSynchronize(stream));
+      EXPECT_TRUE(d_out.download() == want) << c.name() << " num_sms " << sms;
+    }
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    call(c2);
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int r = 0; r < 2; ++r) {
+      reset();
+      CUDA_OK(cudaGraphLaunch(exec, stream));
+      CUDA_OK(cudaStreamSynchronize(stream));
+      EXPECT_TRUE(d_out.download() == want) << "graph replay " << r;
+    }
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+  // A cluster cannot share a dynamic schedule: rejected before launch.
+  GroupedGemmConfig bad;
+  bad.tma_store = true;
+  bad.cluster_m = 2;
+  bad.dynamic_schedule = true;
+  WgradArgs a;
+  a.common = {reinterpret_cast<const int32_t*>(16), 8, 1024, 256, 256, &bad};
+  a.grad_out = reinterpret_cast<const void*>(256);
+  a.a = reinterpret_cast<const void*>(256);
+  a.grad_w = reinterpret_cast<void*>(256);
+  try {
+    grouped_gemm_wgrad(a, nullptr);
+    ADD_FAILURE() << "expected an error for cluster_m = 2 with dynamic_schedule";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dynamic_schedule needs cluster_m = 1"), std::string::npos) << e.what();
+  }
+}
+
+// FPROP in 2-CTA clusters: pairs of M tiles share the weight block. Ragged counts give experts an
+// odd number of M tiles (the phantom CTA of the last pair must issue no wgmma and store nothing) and
+// tails; each clustered kernel must match its unclustered twin bitwise (same wgmma sequence per
+// tile), plain (cooperative and ping-pong) and with the SwiGLU split (gate half from CTA 0, up half
+// from CTA 1), for grids rounded to whole clusters.
+TEST(GroupedGemmCluster, FpropMatchesUnclusteredBitwise) {
+  DMOE_REQUIRE_SM90();
+  const int64_t E = static_cast<int64_t>(kTailCounts.size());
+  const int64_t M = total_rows(kTailCounts), cap = M + kSlackRows;
+  const int64_t N = 512, K = 384;  // W13: 2F = 512 (F = 256), D = 384
+  std::mt19937 rng(97);
+  const HostBf16 a = random_bf16(static_cast<size_t>(cap * K), 1.0f, rng);
+  const HostBf16 w = random_bf16(static_cast<size_t>(E * N * K), 1.0f / std::sqrt(float(K)), rng);
+  DeviceBuffer<int32_t> d_counts(kTailCounts);
+  DeviceBuffer<uint16_t> d_a(a.bits), d_w(w.bits), d_out(static_cast<size_t>(cap * N)), d_h2(static_cast<size_t>(cap * N / 2));
+  auto plain = [&](const GroupedGemmConfig& cfg) {
+    FpropArgs args;
+    args.common = {d_counts.get(), E, cap, N, K, &cfg};
+    args.a = d_a.get();
+    args.w = d_w.get();
+    args.out = d_out.get();
+    d_out.poison();
+    grouped_gemm_fprop(args, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // (CUDA_OK returns: not in a value lambda)
+    return d_out.download();
+  };
+  auto swiglu = [&](const GroupedGemmConfig& cfg) {
+    W13FpropArgs args;
+    args.common = {d_counts.get(), E, cap, N, K, &cfg};
+    args.a = d_a.get();
+    args.w13 = d_w.get();
+    args.h1 = d_out.get();
+    args.h2 = d_h2.get();
+    d_out.poison();
+    d_h2.poison();
+    grouped_gemm_w13_fprop(args, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint16_t> both = d_out.download();
+    const std::vector<uint16_t> h2 = d_h2.download();
+    both.insert(both.end(), h2.begin(), h2.end());
+    return both;
+  };
+  for (bool split : {false, true}) {
+    for (bool pp : {false, true}) {
+      GroupedGemmConfig base;
+      base.block_n = pp ? 128 : 256;
+      base.stages = pp ? 6 : 4;
+      base.pingpong = pp;
+      base.tma_store = true;
+      const auto want = split ? swiglu(base) : plain(base);
+      for (int sms : {1, 7, 0}) {
+        GroupedGemmConfig c2 = base;
+        c2.cluster_m = 2;
+        c2.num_sms = sms;
+        EXPECT_TRUE((split ? swiglu(c2) : plain(c2)) == want)
+            << (split ? "w13 " : "fprop ") << c2.name() << " num_sms " << sms;
+      }
+    }
+  }
 }
 
 // Decode shapes: few rows per expert, so the heuristic picks swap-AB; the sweep above already

@@ -12,6 +12,12 @@
 // other's wgmmas. Persistent: gridDim.x <= number of SMs, one CTA per SM (the stage ring takes most
 // of shared memory, which also means no two GEMM CTAs ever share an SM).
 //
+// Clusters (Mainloop::kClusterM = 2, WGRAD and FPROP): both CTAs of a cluster run the same pairs of tiles in
+// the same order (scheduler.cuh) and fill each other's stages (TMA multicast of B, pipeline.cuh).
+// A cluster barrier after the setup (the peer's mbarriers are initialized before any multicast or
+// remote arrival reaches them) and one before exit (no CTA leaves while its peer may still write
+// into its shared memory or arrive on its barriers) bracket the kernel.
+//
 // Start of the kernel: threads 0..4 resolve the operands' device-side offsets (operands.cuh),
 // thread 0 initializes the pipeline, every thread helps build the scheduler tables; the
 // __syncthreads at the end of Scheduler::build publishes all of it.
@@ -40,6 +46,7 @@
 #include "dist_moe/device/gemm/params.cuh"
 #include "dist_moe/device/gemm/pipeline.cuh"
 #include "dist_moe/device/gemm/scheduler.cuh"
+#include "dist_moe/device/ptx/cluster.cuh"
 #include "dist_moe/device/ptx/setmaxnreg.cuh"
 #include "dist_moe/device/ptx/special.cuh"
 #include "dist_moe/device/ptx/tma.cuh"
@@ -83,12 +90,14 @@ struct GroupedGemmKernel {
   using Mainloop = Mainloop_;
   using Epilogue = Epilogue_;
   using Writer = typename Epilogue::Writer;
-  using Scheduler = GroupedTileScheduler<Mainloop::kGrouping, Mainloop::kBlockM, Mainloop::kBlockN>;
-  using Pipeline = TmaPipeline<Mainloop::kStages>;
+  static constexpr int kClusterM = Mainloop::kClusterM;
+  using Scheduler = GroupedTileScheduler<Mainloop::kGrouping, Mainloop::kBlockM, Mainloop::kBlockN, kClusterM>;
+  using Pipeline = typename Mainloop::Pipeline;
   using Gather = GatherProducer<Mainloop::kBlockM>;
   static constexpr bool kGather = kGather_;
   static constexpr bool kPingPong = Mainloop::kPingPong;
   static_assert(!kGather || Mainloop::kGrouping == Grouping::kM, "the gather producer feeds A of M-grouped GEMMs");
+  static_assert(!kGather || Mainloop::kClusterM == 1, "the gather producer's ready flags count one CTA per M tile");
 
   static constexpr int kThreads = 384;
   // 128 * producer + 256 * consumer <= 65536 registers. The gather warps keep 16-byte loads in
@@ -147,6 +156,7 @@ struct GroupedGemmKernel {
     // Prefix sums of the counts (and their validation); ends with __syncthreads(), which also
     // publishes the barrier initialization and the resolved operands above.
     Scheduler::build(params.scheduler, tables);
+    if constexpr (kClusterM > 1) ptx::cluster_sync_aligned();  // the peer's barriers exist
     const Pipeline pipe(pipe_storage);
     Scheduler sched(params.scheduler, tables);
 
@@ -221,7 +231,7 @@ struct GroupedGemmKernel {
           if (dynamic) next = sched.at(tile_ring_read(ring, index + 1));
           // Signal only when the other warpgroup has a tile to wait for: every arrival is matched.
           if (kPingPong && next.valid) ptx::named_barrier_arrive(kBarrierMathOrder0 + wg, 256);
-          Epilogue::store(params.epilogue, resolved, t, acc, wg, writer, counts);
+          if (!t.phantom) Epilogue::store(params.epilogue, resolved, t, acc, wg, writer, counts);
         }
         t = next;
         ++index;
@@ -231,6 +241,9 @@ struct GroupedGemmKernel {
         if (params.epilogue.clip_stats != nullptr) flush_clip_counts(params.epilogue, counts, cta_counts, consumer_tid);
       }
     }
+    // Every thread of both CTAs: the peer's last multicasts into this CTA, and this CTA's last
+    // arrivals on the peer's barriers, are complete before either CTA exits.
+    if constexpr (kClusterM > 1) ptx::cluster_sync();
   }
 
  private:

@@ -14,6 +14,12 @@
 //     warpgroup (4 arrivals on its empty barrier instead of 8).
 // Blocks of 64 rows that lie wholly past an expert's end (kM grouping) issue no wgmma: a tile of
 // at most 64 valid rows costs half (Zipf routing has many such tails).
+// Clusters (kClusterM = 2; WGRAD cooperative, FPROP without the gather producer): the two CTAs of
+// a cluster take M tiles 2p and 2p + 1 of the same (expert, N block), so they contract the same B
+// block (WGRAD: x rows; FPROP: the weights) against different A blocks. Each CTA loads its own A
+// and half of B, multicast to both (WGRAD: half of the 64-wide boxes; FPROP: one of two half-height
+// boxes -- with the SwiGLU split, CTA 0 the gate half and CTA 1 the up half): per 128x256 stage
+// 32 KiB instead of 48 KiB cross L2 -> SM per CTA (docs/perf.md G15).
 //
 // Shared memory per stage (every buffer 1024-byte aligned, as the 128B swizzle atom needs):
 //   A: kBlockM x 64, B: kBlockN x 64 BF16.
@@ -30,6 +36,7 @@
 #include "dist_moe/device/gemm/pipeline.cuh"
 #include "dist_moe/device/gemm/scheduler.cuh"
 #include "dist_moe/device/ptx/barrier.cuh"
+#include "dist_moe/device/ptx/cluster.cuh"
 #include "dist_moe/device/ptx/fence.cuh"
 #include "dist_moe/device/ptx/ld_st.cuh"
 #include "dist_moe/device/ptx/tma.cuh"
@@ -46,7 +53,8 @@ enum NamedBarrier : uint32_t {
                              // then 6: warpgroup 1 finished, 0 may start
 };
 
-template <GemmKind kKind_, int kBlockM_, int kBlockN_, int kStages_, bool kSplit_, bool kPingPong_ = false>
+template <GemmKind kKind_, int kBlockM_, int kBlockN_, int kStages_, bool kSplit_, bool kPingPong_ = false,
+          int kClusterM_ = 1>
 struct Sm90Mainloop {
   static constexpr GemmKind kKind = kKind_;
   static constexpr Grouping kGrouping = grouping_of(kKind_);
@@ -57,6 +65,8 @@ struct Sm90Mainloop {
   // SwiGLU split: the weight operand's tile is [gate half | up half] (B for kFprop, A for swap-AB).
   static constexpr bool kSplit = kSplit_;
   static constexpr bool kPingPong = kPingPong_;
+  static constexpr int kClusterM = kClusterM_;  // CTAs per cluster along M (TMA multicast of B)
+  using Pipeline = TmaPipeline<kStages, kClusterM>;
 
   static constexpr bool kAMnMajor = kKind == GemmKind::kWgrad;
   static constexpr bool kBMnMajor = kKind == GemmKind::kDgrad || kKind == GemmKind::kWgrad;
@@ -71,6 +81,11 @@ struct Sm90Mainloop {
   static_assert(kBlockN % 64 == 0 || (kKind == GemmKind::kFpropSwapAB && kBlockN % 16 == 0), "BN granularity");
   static_assert(kBlockN <= 256, "wgmma N and TMA box rows are at most 256");
   static_assert(!kSplit || kKind == GemmKind::kFprop || kKind == GemmKind::kFpropSwapAB, "split is FPROP only");
+  static_assert(kClusterM == 1 || (kClusterM == 2 && ((kKind == GemmKind::kWgrad && !kPingPong) ||
+                                                       kKind == GemmKind::kFprop)),
+                "clusters: pairs of cooperative WGRAD CTAs, or of FPROP CTAs");
+  static_assert(kKind != GemmKind::kWgrad || (kBlockN / 64) % kClusterM == 0,
+                "each CTA of a WGRAD cluster multicasts whole B boxes");
 
   // ---- shared memory ----------------------------------------------------------------------------
   static constexpr uint32_t kABytes = kBlockM * kBlockK * 2;
@@ -89,7 +104,9 @@ struct Sm90Mainloop {
   //   kFpropSwapAB: A = W [E*N, K]   box {64, BM or BM/2};        B = rows [m_capacity, K] box {64, BN}
   static constexpr int kBoxAOuter =
       kAMnMajor ? 64 : (kKind == GemmKind::kFpropSwapAB && kSplit ? kBlockM / 2 : kBlockM);
-  static constexpr int kBoxBOuter = kBMnMajor ? 64 : (kKind == GemmKind::kFprop && kSplit ? kBlockN / 2 : kBlockN);
+  // FPROP: split (gate | up halves) or clustered (each CTA loads one half for both) -> half boxes.
+  static constexpr int kBoxBOuter =
+      kBMnMajor ? 64 : (kKind == GemmKind::kFprop && (kSplit || kClusterM > 1) ? kBlockN / 2 : kBlockN);
   static_assert(kBoxAOuter <= 256 && kBoxBOuter <= 256, "TMA box extent is at most 256");
 
   DMOE_DEVICE static uint32_t smem_a(uint32_t base, int stage) { return base + stage * kABytes; }
@@ -114,7 +131,7 @@ struct Sm90Mainloop {
 
   // ---- producer: one thread issues every TMA copy of a tile -------------------------------------
   DMOE_DEVICE static void load_tile(const MainloopParams& p, const ResolvedOperands& ops, const WorkTile& t,
-                                    int32_t num_k_blocks, const TmaPipeline<kStages>& pipe, PipelineState<kStages>& st,
+                                    int32_t num_k_blocks, const Pipeline& pipe, PipelineState<kStages>& st,
                                     uint32_t smem) {
     const int32_t w_row0 = t.expert * p.weight_rows;  // first row of W[e] in the [E*N, K] view
     const CUtensorMap* map_a = ops.map[kMapA];
@@ -127,7 +144,13 @@ struct Sm90Mainloop {
       const int32_t k0 = kb * kBlockK;
       if constexpr (kKind == GemmKind::kFprop) {
         ptx::tma_load_2d(a, map_a, bar, k0, t.row_begin + t.m_block * kBlockM);
-        if constexpr (kSplit) {
+        if constexpr (kClusterM > 1) {
+          // This CTA's half of the weight block, for both CTAs of the cluster (same offset there).
+          const uint32_t r = ptx::cluster_ctarank();
+          const int32_t w_row = kSplit ? w_row0 + (r == 0 ? 0 : p.split_offset) + t.n_block * (kBlockN / 2)
+                                       : w_row0 + t.n_block * kBlockN + static_cast<int32_t>(r) * (kBlockN / 2);
+          ptx::tma_load_2d_multicast(b + r * (kBBytes / 2), map_b, bar, k0, w_row, 0x3);
+        } else if constexpr (kSplit) {
           const int32_t n0 = t.n_block * (kBlockN / 2);
           ptx::tma_load_2d(b, map_b, bar, k0, w_row0 + n0);
           ptx::tma_load_2d(b + kBBytes / 2, map_b, bar, k0, w_row0 + p.split_offset + n0);
@@ -146,9 +169,21 @@ struct Sm90Mainloop {
 #pragma unroll
         for (int j = 0; j < kBlockM / 64; ++j)
           ptx::tma_load_2d(a + j * kBoxBytes, map_a, bar, t.m_block * kBlockM + 64 * j, r0);
+        if constexpr (kClusterM == 1) {
 #pragma unroll
-        for (int j = 0; j < kBlockN / 64; ++j)
-          ptx::tma_load_2d(b + j * kBoxBytes, map_b, bar, t.n_block * kBlockN + 64 * j, r0);
+          for (int j = 0; j < kBlockN / 64; ++j)
+            ptx::tma_load_2d(b + j * kBoxBytes, map_b, bar, t.n_block * kBlockN + 64 * j, r0);
+        } else {
+          // This CTA's share of B, for every CTA of the cluster (same offset, same stage there).
+          constexpr int kBoxesPerCta = kBlockN / 64 / kClusterM;
+          constexpr uint16_t kAllCtas = static_cast<uint16_t>((1u << kClusterM) - 1u);
+          const int first = static_cast<int>(ptx::cluster_ctarank()) * kBoxesPerCta;
+#pragma unroll
+          for (int i = 0; i < kBoxesPerCta; ++i) {
+            const int j = first + i;
+            ptx::tma_load_2d_multicast(b + j * kBoxBytes, map_b, bar, t.n_block * kBlockN + 64 * j, r0, kAllCtas);
+          }
+        }
       } else {  // kFpropSwapAB
         if constexpr (kSplit) {
           const int32_t n0 = t.m_block * (kBlockM / 2);
@@ -211,7 +246,7 @@ struct Sm90Mainloop {
   // get no wgmma (their accumulators stay zero and the epilogue stores none of their rows), but the
   // warpgroup still waits for and releases every stage so the ring keeps its phase.
   DMOE_DEVICE static void mma_tile(const WorkTile& t, int32_t num_k_blocks, int rows_in_last,
-                                   const TmaPipeline<kStages>& pipe, PipelineState<kStages>& st, uint32_t smem, int wg,
+                                   const Pipeline& pipe, PipelineState<kStages>& st, uint32_t smem, int wg,
                                    float (&acc)[kMmaPerWg][kAccPerMma]) {
     // Zero the accumulators explicitly (rather than relying on scale-d = 0 for the first slice):
     // leaving them undefined lets the compiler carry the previous tile's registers through copies
@@ -236,7 +271,7 @@ struct Sm90Mainloop {
  private:
   // The k loop with the first kBlocks m64 blocks active (0: only keep the ring moving).
   template <int kBlocks>
-  DMOE_DEVICE static void mma_blocks(int32_t num_k_blocks, int rows_in_last, const TmaPipeline<kStages>& pipe,
+  DMOE_DEVICE static void mma_blocks(int32_t num_k_blocks, int rows_in_last, const Pipeline& pipe,
                                      PipelineState<kStages>& st, uint32_t smem, int wg,
                                      float (&acc)[kMmaPerWg][kAccPerMma]) {
     // Index among the tile's consumer threads (threads 128..383 cooperative: a permutation of 0..255).

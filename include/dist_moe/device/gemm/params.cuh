@@ -71,6 +71,7 @@ struct SchedulerParams {
   int32_t m_capacity = 0;           // rows the row buffers hold; sum(counts) must not exceed it
   int32_t fixed_m_blocks = 0;       // Grouping kN, kK: M tiles per expert
   int32_t fixed_n_blocks = 0;       // Grouping kM, kK: N tiles per expert
+  int32_t m_blocks = 0;             // kK with clusters: real M tiles per expert (fixed_m_blocks counts pairs)
   int32_t group_m = 1;              // raster: M tiles that sweep N together (L2 reuse)
   int32_t tiles_for_empty_experts = 0;  // kK: an empty expert still gets tiles (zero-fill on overwrite)
   // Dynamic schedule (config `dynamic_schedule`, name `_dyn`; nullptr = the static round-robin):

@@ -9,12 +9,21 @@
 //
 // Phases: both sides walk the ring with a PipelineState; the phase bit flips at each wrap. The
 // producer waits on empty with the opposite parity, so its first pass over the ring does not block.
+//
+// Clusters (kClusterM = 2, TMA multicast): slot s of each CTA is filled partly by the other CTA's
+// producer (the shared operand's half it loads for both). So a CTA's consumers release slot s in
+// every CTA of the cluster (one arrival per warp on each CTA's empty[s]), and each empty[s] expects
+// the consumer warps of all kClusterM CTAs: a producer refills slot s only when no CTA still reads
+// its copy. full[s] still expects the whole stage's bytes (its own loads plus the peer's multicast);
+// a peer's bytes may land before this CTA's expect_tx of the same phase, which the transaction count
+// allows (the phase cannot complete before the producer's own arrival).
 #pragma once
 
 #include <cstdint>
 
 #include "dist_moe/device/common/macros.cuh"
 #include "dist_moe/device/common/spin_wait.cuh"
+#include "dist_moe/device/ptx/cluster.cuh"
 #include "dist_moe/device/ptx/fence.cuh"
 #include "dist_moe/device/ptx/mbarrier.cuh"
 #include "dist_moe/device/ptx/special.cuh"
@@ -55,7 +64,7 @@ DMOE_DEVICE void mbarrier_wait(uint32_t bar, uint32_t parity) {
   }
 }
 
-template <int kStages>
+template <int kStages, int kClusterM = 1>
 class TmaPipeline {
  public:
   struct SharedStorage {
@@ -68,13 +77,15 @@ class TmaPipeline {
 #pragma unroll
     for (int i = 0; i < kStages; ++i) {
       ptx::mbarrier_init(ptx::smem_addr(&s.full[i]), 1);
-      ptx::mbarrier_init(ptx::smem_addr(&s.empty[i]), consumer_arrivals);
+      ptx::mbarrier_init(ptx::smem_addr(&s.empty[i]), consumer_arrivals * kClusterM);
     }
     ptx::fence_mbarrier_init();
   }
 
   DMOE_DEVICE explicit TmaPipeline(SharedStorage& s)
-      : full_(ptx::smem_addr(&s.full[0])), empty_(ptx::smem_addr(&s.empty[0])) {}
+      : full_(ptx::smem_addr(&s.full[0])), empty_(ptx::smem_addr(&s.empty[0])) {
+    if constexpr (kClusterM > 1) rank_ = ptx::cluster_ctarank();
+  }
 
   // ---- producer -------------------------------------------------------------------------------
   DMOE_DEVICE void producer_acquire(const PipelineState<kStages>& s) const {
@@ -95,14 +106,22 @@ class TmaPipeline {
 
   // Called by every thread of a consumer warp once its reads of the slot are complete (after
   // wgmma_wait); lane 0 arrives for the warp. The empty barrier expects one arrival per warp that
-  // consumes a tile: 8 (both warpgroups share each tile) or 4 (ping-pong: one warpgroup per tile).
+  // consumes a tile: 8 (both warpgroups share each tile) or 4 (ping-pong: one warpgroup per tile),
+  // times kClusterM (every CTA of the cluster releases the slot in every CTA).
   DMOE_DEVICE void consumer_release(int32_t stage) const {
-    if (ptx::lane_id() == 0) ptx::mbarrier_arrive(empty_ + 8 * stage);
+    if (ptx::lane_id() != 0) return;
+    ptx::mbarrier_arrive(empty_ + 8 * stage);
+    if constexpr (kClusterM > 1) {
+#pragma unroll
+      for (uint32_t cta = 0; cta < static_cast<uint32_t>(kClusterM); ++cta)
+        if (cta != rank_) ptx::mbarrier_arrive_cluster(ptx::map_shared_rank(empty_ + 8 * stage, cta));
+    }
   }
 
  private:
   uint32_t full_;   // smem address of full[0]; barriers are 8 bytes apart
   uint32_t empty_;
+  uint32_t rank_ = 0;  // this CTA's rank in its cluster
 };
 
 #endif  // __CUDACC__

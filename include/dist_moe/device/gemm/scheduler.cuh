@@ -34,6 +34,14 @@
 // Inside an expert, tiles are rastered in groups of `group_m` M tiles: the group sweeps N with M
 // fastest, so the CTAs running at the same time share a few A row blocks and a few B column blocks
 // in L2 instead of streaming all of B once per M tile.
+//
+// Clusters (kClusterM = 2; kK and kM; static schedule only): the schedule above runs over clusters
+// (cluster c = CTAs 2c and 2c + 1, G = gridDim.x / 2) and over pairs of M tiles of one (expert,
+// N block) -- kK: the host sets fixed_m_blocks to the pair count; kM: an expert of m M tiles has
+// ceil(m / 2) pairs -- and CTA rank r of the cluster takes M tile 2p + r of pair p. With an odd
+// number of M tiles the last pair's second tile does not exist: that CTA still loads and runs the
+// pipeline (its partner needs its share of B) but issues no wgmma (kM) and stores nothing
+// (`phantom`).
 #pragma once
 
 #include <cstdint>
@@ -52,13 +60,15 @@ struct WorkTile {
   int32_t num_rows = 0;    // the expert's row count
   int32_t m_tile_index = 0;  // kM: global index of this M tile (gather ready flags)
   bool valid = false;
+  bool phantom = false;      // clusters: past the last M tile, computed for the partner, never stored
 };
 
 #if defined(__CUDACC__)
 
-template <Grouping kGrouping, int kBlockM, int kBlockN>
+template <Grouping kGrouping, int kBlockM, int kBlockN, int kClusterM = 1>
 class GroupedTileScheduler {
  public:
+  static_assert(kClusterM == 1 || kGrouping != Grouping::kN, "clusters pair M tiles (kK, kM)");
   // WGRAD visits experts largest first (see above).
   static constexpr bool kSorted = kGrouping == Grouping::kK;
 
@@ -68,7 +78,8 @@ class GroupedTileScheduler {
   }
 
   DMOE_DEVICE static int32_t tiles_of(int32_t count, const SchedulerParams& p) {
-    if constexpr (kGrouping == Grouping::kM) return ((count + kBlockM - 1) / kBlockM) * p.fixed_n_blocks;
+    if constexpr (kGrouping == Grouping::kM)
+      return ((count + kBlockM * kClusterM - 1) / (kBlockM * kClusterM)) * p.fixed_n_blocks;
     if constexpr (kGrouping == Grouping::kN) return p.fixed_m_blocks * ((count + kBlockN - 1) / kBlockN);
     return (count > 0 || p.tiles_for_empty_experts) ? p.fixed_m_blocks * p.fixed_n_blocks : 0;
   }
@@ -161,7 +172,9 @@ class GroupedTileScheduler {
   }
 
   // ---- dynamic schedule ---------------------------------------------------------------------------
-  DMOE_DEVICE bool dynamic() const { return p_.tile_counter != nullptr; }
+  // Clusters keep the static schedule (both CTAs of a cluster must get the same pair; the host
+  // rejects dynamic_schedule with cluster_m > 1).
+  DMOE_DEVICE bool dynamic() const { return kClusterM == 1 && p_.tile_counter != nullptr; }
 
   // Producer thread only: the next linear tile of this CTA, or -1 past the end (drawn exactly once
   // per CTA; the last CTA to get there resets the counters for the next launch).
@@ -193,7 +206,7 @@ class GroupedTileScheduler {
   // kM only: the expert, first row and row count of global M tile `m_tile` (gather producer).
   // Returns false past the last M tile.
   DMOE_DEVICE bool locate_m_tile(int32_t m_tile, int32_t& expert, int32_t& row0, int32_t& rows) const {
-    static_assert(!kSorted, "M tiles are numbered in expert order");
+    static_assert(!kSorted && kClusterM == 1, "M tiles are numbered in expert order, one per linear tile");
     const int32_t nb = p_.fixed_n_blocks;
     if (m_tile * nb >= total_tiles()) return false;
     int32_t e = 0;
@@ -214,10 +227,11 @@ class GroupedTileScheduler {
   }
 
  private:
-  // Linear tile of this CTA in round `round_`.
+  // Linear tile (cluster: tile pair) of this CTA in round `round_`. A one-dimensional cluster of
+  // kClusterM CTAs is blockIdx.x / kClusterM, its rank blockIdx.x % kClusterM.
   DMOE_DEVICE int32_t linear() const {
-    const int32_t g = static_cast<int32_t>(gridDim.x);
-    const int32_t b = static_cast<int32_t>(blockIdx.x);
+    const int32_t g = static_cast<int32_t>(gridDim.x) / kClusterM;
+    const int32_t b = static_cast<int32_t>(blockIdx.x) / kClusterM;
     if constexpr (kSorted) return round_ * g + ((round_ & 1) ? g - 1 - b : b);
     return round_ * g + b;
   }
@@ -234,7 +248,7 @@ class GroupedTileScheduler {
     const int32_t count = row_offset_[e + 1] - row_offset_[e];
     int32_t m_blocks, n_blocks;
     if constexpr (kGrouping == Grouping::kM) {
-      m_blocks = (count + kBlockM - 1) / kBlockM;
+      m_blocks = (count + kBlockM * kClusterM - 1) / (kBlockM * kClusterM);  // pairs with clusters
       n_blocks = p_.fixed_n_blocks;
     } else if constexpr (kGrouping == Grouping::kN) {
       m_blocks = p_.fixed_m_blocks;
@@ -253,6 +267,10 @@ class GroupedTileScheduler {
     t.expert = e;
     t.m_block = first_m + in_group % group_rows;
     t.n_block = in_group / group_rows;
+    if constexpr (kClusterM > 1) {
+      t.m_block = t.m_block * kClusterM + static_cast<int32_t>(blockIdx.x) % kClusterM;
+      t.phantom = kGrouping == Grouping::kK ? t.m_block >= p_.m_blocks : t.m_block * kBlockM >= count;
+    }
     t.row_begin = row_offset_[e];
     t.num_rows = count;
     if constexpr (kGrouping == Grouping::kM) t.m_tile_index = tile_offset_[pos_] / n_blocks + t.m_block;

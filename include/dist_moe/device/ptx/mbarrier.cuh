@@ -28,6 +28,14 @@ DMOE_DEVICE void mbarrier_arrive(uint32_t bar) {
       : "memory");
 }
 
+// One arrival on the mbarrier at .shared::cluster address `cluster_bar` (ptx::map_shared_rank:
+// another CTA's of the cluster). Default semantics (release at CTA scope), as for a local arrival:
+// what it announces is that this warp's wgmma reads of a stage are complete (wgmma_wait), which
+// needs no cluster-wide fence -- a .release.cluster arrival costs one per stage per warp.
+DMOE_DEVICE void mbarrier_arrive_cluster(uint32_t cluster_bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
+
 // One arrival that also announces `tx_bytes` bytes the async proxy will deliver this phase.
 DMOE_DEVICE void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t tx_bytes) {
   asm volatile(

@@ -35,6 +35,18 @@ DMOE_DEVICE void tma_load_2d(uint32_t smem_dst, const void* tensor_map, uint32_t
       : "memory");
 }
 
+// The same box delivered to every CTA of the cluster whose bit is set in `cta_mask`: each gets it
+// at the same shared-memory offset (`smem_dst`, an address of this CTA) and its completion on the
+// mbarrier at the same offset (`bar`). One L2 read feeds them all.
+DMOE_DEVICE void tma_load_2d_multicast(uint32_t smem_dst, const void* tensor_map, uint32_t bar, int32_t c0,
+                                       int32_t c1, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(smem_dst),
+      "l"(tensor_map), "r"(c0), "r"(c1), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+
 // ---- stores (shared -> global), asynchronous, tracked by bulk async-groups ----------------------
 DMOE_DEVICE void tma_store_2d(const void* tensor_map, uint32_t smem_src, int32_t c0, int32_t c1) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"(tensor_map),
