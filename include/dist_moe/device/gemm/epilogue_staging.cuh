@@ -218,9 +218,45 @@ struct SwizzledTmaWriterN {
     }
   }
 
+  // BF16 values already packed in registers (two per uint32, the order stage<bf16_t> writes them:
+  // packed[2 j] = columns 8 j + 2q, +1 of row r, packed[2 j + 1] = the same of row r + 8).
+  // `kChunk` is a template argument so that `packed` is indexed by constants and stays in registers.
+  template <int kChunk, int kP>
+  DMOE_DEVICE static void stage_packed(uint32_t b, const uint32_t (&packed)[kP]) {
+    constexpr int kJ = Staging<bf16_t>::kCols / 8;
+    constexpr int chunk = kChunk;
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const int row = static_cast<int>((threadIdx.x / 32) % 4) * 16 + lane / 4;
+    const int q = lane % 4;
+#pragma unroll
+    for (int jj = 0; jj < kJ; ++jj) {
+      const int j = chunk * kJ + jj;
+      const uint32_t lo = seg_addr(b, row, jj) + 4 * q;
+      ptx::st_shared_b32(lo, packed[2 * j]);
+      ptx::st_shared_b32(lo + 8 * 128, packed[2 * j + 1]);
+    }
+  }
+
   template <class S, class O, int kN>
   DMOE_DEVICE void write(const float (&acc)[kN], int chunk, float scale_lo, float scale_hi, char* const (&row_ptr)[4],
                          int col0, int cols_valid, bool accumulate, const TmaTarget& tma) {
+    const uint32_t b = begin_chunk();
+    stage<S>(b, acc, chunk, scale_lo, scale_hi);
+    end_chunk<S, O>(b, row_ptr, col0, cols_valid, accumulate, tma);
+  }
+
+  // A chunk of pre-packed BF16 values that leaves by TMA (`tma.map` set: no ordinary-store fallback).
+  template <int kChunk, int kP>
+  DMOE_DEVICE void write_packed(const uint32_t (&packed)[kP], const TmaTarget& tma) {
+    const uint32_t b = begin_chunk();
+    stage_packed<kChunk>(b, packed);
+    char* const no_rows[4] = {nullptr, nullptr, nullptr, nullptr};
+    end_chunk<bf16_t, bf16_t>(b, no_rows, 0, 0, false, tma);
+  }
+
+ private:
+  // The next buffer, once the TMA store that last read it is done and every thread may write it.
+  DMOE_DEVICE uint32_t begin_chunk() {
     const uint32_t b = buf0 + (chunks % static_cast<uint32_t>(kBufs)) * kBufBytes;
     if constexpr (kBufs == 2) {
       // This buffer was last used two chunks ago. If the previous chunk committed a bulk group, at
@@ -241,7 +277,14 @@ struct SwizzledTmaWriterN {
       }
     }
     ptx::named_barrier_sync(bar, 128);  // buffer free (TMA done reading, ordinary reads done)
-    stage<S>(b, acc, chunk, scale_lo, scale_hi);
+    return b;
+  }
+
+  // The staged chunk in buffer `b` leaves: by one TMA (issued by the elected thread) or by every
+  // thread's ordinary stores.
+  template <class S, class O>
+  DMOE_DEVICE void end_chunk(uint32_t b, char* const (&row_ptr)[4], int col0, int cols_valid, bool accumulate,
+                             const TmaTarget& tma) {
     ptx::fence_proxy_async_shared();    // the TMA (async proxy) reads what these stores wrote
     ptx::named_barrier_sync(bar, 128);
     if (tma.map != nullptr) {
@@ -264,6 +307,7 @@ struct SwizzledTmaWriterN {
     ++chunks;
   }
 
+ public:
   // Before the CTA exits: every store complete (the shared memory and this CTA's tensor maps must
   // outlive the copies that read them).
   DMOE_DEVICE void finish() const {

@@ -16,6 +16,15 @@
 // that rounded again in L2) -- its blocks always leave by TMA, and the synchronous read-add-write
 // it replaces made dsv3's accumulating W13 WGRAD 3.4x slower than writing it; DGRAD, whose tail
 // rows need ordinary stores, keeps FP32 staging so old + acc is rounded once.
+//
+// Deferred epilogue (kDeferred: cooperative WGRAD, BF16 output, TMA writer; docs/perf.md G19): at
+// dsv3 a WGRAD tile has 4 k blocks and removing its epilogue made the kernel 35% faster; the
+// cooperative schedule cannot overlap it with math (both warpgroups share each tile). So the first
+// half of a tile's chunks is stored at once and the second half is packed to BF16 in registers
+// (defer) and staged and stored one chunk per k block of the *next* tile, while that k block's
+// wgmmas run (store_chunk, called by the mainloop's hook); what is left is flushed after the k loop
+// and at the end. Deferring more than half spills at 168 registers. Same values, same TMA stores
+// (or BF16 reduce-adds), in the same order per warpgroup.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +49,27 @@ struct StoreEpilogue {
   static constexpr int kOutBytes = static_cast<int>(sizeof(OutT));
   // WGRAD blocks are always whole (64 weight rows) and plain: BF16 accumulation goes by TMA reduce-add.
   static constexpr bool kBf16ReduceAdd = kBf16Out && kKind == GemmKind::kWgrad;
+  static constexpr bool kDeferred =
+      kKind == GemmKind::kWgrad && kBf16Out && Writer::kTma && !Mainloop::kPingPong && Mainloop::kMmaPerWg == 1;
+
+  // Chunks (64 BF16 columns) per tile, and how many of them wait for the next tile's k loop: the
+  // packed values stay in registers next to the next tile's accumulators (measured: 2 of 4, -3% at
+  // dsv3; 3 of 4 does not spill either but was not measured).
+  static constexpr int kChunks = Mainloop::kBlockN / Staging<bf16_t>::kCols;
+  static constexpr int kDeferChunks = kChunks / 2;
+  static constexpr int kFirstDeferred = kChunks - kDeferChunks;
+  static constexpr int kPackedPerChunk = Staging<bf16_t>::kCols / 4;  // BF16 pairs of a thread per chunk
+
+  // A finished tile waiting to be stored (kDeferred): this thread's BF16 pairs of the deferred
+  // chunks and where they go.
+  struct Deferred {
+    uint32_t packed[kDeferChunks * kPackedPerChunk];
+    int32_t row0 = 0;      // first output row of this warpgroup's 64-row block (weight row)
+    int32_t col_base = 0;  // first output column of the tile
+    int32_t expert = 0;
+    int32_t next = 0;      // next chunk to store
+    bool pending = false;
+  };
 
 #if defined(__CUDACC__)
 
@@ -56,7 +86,73 @@ struct StoreEpilogue {
     }
   }
 
+  // ---- deferred epilogue (kDeferred) ------------------------------------------------------------
+  // Stores the tile's first chunks now and packs the others (the writer's BF16 pair order) for
+  // store_chunk, recording where they go.
+  DMOE_DEVICE static void defer(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
+                                const float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, Deferred& d,
+                                Writer& w) {
+    static_assert(kDeferred, "deferred epilogue: cooperative BF16 WGRAD with the TMA writer");
+    d.row0 = t.m_block * Mainloop::kBlockM + Mainloop::tile_row(wg, 0);
+    d.col_base = t.n_block * Mainloop::kBlockN;
+    d.expert = t.expert;
+    d.next = kFirstDeferred;
+    d.pending = !t.phantom;
+    if (!d.pending) return;
+    char* const no_rows[4] = {nullptr, nullptr, nullptr, nullptr};
+#pragma unroll
+    for (int c = 0; c < kFirstDeferred; ++c) {
+      const int col0 = d.col_base + c * Staging<bf16_t>::kCols;
+      if (col0 < p.out_cols) w.template write<bf16_t, bf16_t>(acc[0], c, 1.0f, 1.0f, no_rows, col0, p.out_cols, false,
+                                                               target_of(p, ops, d, col0));
+    }
+#pragma unroll
+    for (int i = 0; i < kDeferChunks * kPackedPerChunk / 2; ++i) {
+      const int j = kFirstDeferred * (kPackedPerChunk / 2) + i;  // 4-value group of the fragment
+      d.packed[2 * i] = ptx::pack_bf16x2(acc[0][4 * j + 0], acc[0][4 * j + 1]);
+      d.packed[2 * i + 1] = ptx::pack_bf16x2(acc[0][4 * j + 2], acc[0][4 * j + 3]);
+    }
+  }
+
+  // Stores the next deferred chunk, if one is left (every thread of the warpgroup).
+  DMOE_DEVICE static void store_chunk(const EpilogueParams& p, const ResolvedOperands& ops, Deferred& d, Writer& w) {
+    if (!d.pending) return;
+    const int c = d.next;
+    const int col0 = d.col_base + c * Staging<bf16_t>::kCols;
+    // N not a multiple of the tile: the last chunks hold no columns.
+    if (col0 < p.out_cols) write_slot<0>(c - kFirstDeferred, d, target_of(p, ops, d, col0), w);
+    d.next = c + 1;
+    d.pending = d.next < kChunks;
+  }
+
+  DMOE_DEVICE static void flush(const EpilogueParams& p, const ResolvedOperands& ops, Deferred& d, Writer& w) {
+#pragma unroll 1
+    for (int i = 0; i < kDeferChunks; ++i) store_chunk(p, ops, d, w);
+  }
+
  private:
+  // WGRAD's 3D box of a chunk: (column, weight row, expert); BF16 reduce-add when accumulating.
+  DMOE_DEVICE static TmaTarget target_of(const EpilogueParams& p, const ResolvedOperands& ops, const Deferred& d,
+                                         int col0) {
+    TmaTarget target;
+    target.map = ops.map[kMapOut];
+    target.c0 = col0;
+    target.c1 = d.row0;
+    target.c2 = d.expert;
+    target.reduce = p.accumulate != 0;
+    return target;
+  }
+
+  // Deferred chunk `slot` (0 = the first deferred one), with the slot a constant so that the packed
+  // values are indexed by constants and stay in registers.
+  template <int kSlot>
+  DMOE_DEVICE static void write_slot(int slot, const Deferred& d, const TmaTarget& target, Writer& w) {
+    if constexpr (kSlot < kDeferChunks) {
+      if (slot == kSlot) w.template write_packed<kSlot>(d.packed, target);
+      else write_slot<kSlot + 1>(slot, d, target, w);
+    }
+  }
+
   template <class S>
   DMOE_DEVICE static void store_as(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
                                    float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, Writer& w) {

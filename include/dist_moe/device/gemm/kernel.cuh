@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "dist_moe/device/common/macros.cuh"
 #include "dist_moe/device/gemm/epilogue_staging.cuh"
@@ -85,6 +86,32 @@ DMOE_DEVICE int32_t tile_ring_read(TileRingStorage& r, int32_t seq) {
 }
 #endif  // __CUDACC__
 
+// Whether an epilogue stores deferred (epilogue_store.cuh: StoreEpilogue::kDeferred; others never).
+template <class Epilogue, class = void>
+struct IsDeferred : std::false_type {};
+template <class Epilogue>
+struct IsDeferred<Epilogue, std::void_t<decltype(Epilogue::kDeferred)>> : std::bool_constant<Epilogue::kDeferred> {};
+
+// The deferred epilogue's state for epilogues that have one, else nothing.
+template <class Epilogue, bool = IsDeferred<Epilogue>::value>
+struct DeferredSlot {
+  struct None {} d;
+};
+template <class Epilogue>
+struct DeferredSlot<Epilogue, true> {
+  typename Epilogue::Deferred d;
+};
+
+// The mainloop hook that stores one deferred chunk per k block.
+template <class Epilogue>
+struct StoreChunkHook {
+  const EpilogueParams& p;
+  const ResolvedOperands& ops;
+  typename Epilogue::Deferred& d;
+  typename Epilogue::Writer& w;
+  DMOE_DEVICE void operator()(int32_t /*kb*/) const { Epilogue::store_chunk(p, ops, d, w); }
+};
+
 template <class Mainloop_, class Epilogue_, bool kGather_>
 struct GroupedGemmKernel {
   using Mainloop = Mainloop_;
@@ -96,6 +123,7 @@ struct GroupedGemmKernel {
   using Gather = GatherProducer<Mainloop::kBlockM>;
   static constexpr bool kGather = kGather_;
   static constexpr bool kPingPong = Mainloop::kPingPong;
+  static constexpr bool kDeferred = IsDeferred<Epilogue>::value;
   static_assert(!kGather || Mainloop::kGrouping == Grouping::kM, "the gather producer feeds A of M-grouped GEMMs");
   static_assert(!kGather || Mainloop::kClusterM == 1, "the gather producer's ready flags count one CTA per M tile");
 
@@ -207,6 +235,7 @@ struct GroupedGemmKernel {
       PipelineState<Mainloop::kStages> st;
       ClipCounts counts;
       float acc[Mainloop::kMmaPerWg][Mainloop::kAccPerMma];
+      [[maybe_unused]] DeferredSlot<Epilogue> deferred;  // kDeferred: the previous tile, not stored yet
       int32_t index = 0;  // position of the tile in this CTA's sequence
       const bool dynamic = sched.dynamic();
       WorkTile t = dynamic ? sched.at(tile_ring_read(ring, 0)) : sched.first();
@@ -227,15 +256,26 @@ struct GroupedGemmKernel {
           if (kPingPong && index > 0) ptx::named_barrier_sync(kBarrierMathOrder0 + (1 - wg), 256);
           const int rows_in_last =
               Mainloop::kGrouping == Grouping::kK ? t.num_rows - (num_k - 1) * Mainloop::kBlockK : Mainloop::kBlockK;
-          Mainloop::mma_tile(t, num_k, rows_in_last, pipe, st, smem, wg, acc);
+          if constexpr (kDeferred) {
+            // The previous tile's chunks leave during this tile's k loop (one per k block).
+            StoreChunkHook<Epilogue> hook{params.epilogue, resolved, deferred.d, writer};
+            Mainloop::mma_tile(t, num_k, rows_in_last, pipe, st, smem, wg, acc, hook);
+            Epilogue::flush(params.epilogue, resolved, deferred.d, writer);
+            Epilogue::defer(params.epilogue, resolved, t, acc, wg, deferred.d, writer);
+          } else {
+            Mainloop::mma_tile(t, num_k, rows_in_last, pipe, st, smem, wg, acc);
+          }
           if (dynamic) next = sched.at(tile_ring_read(ring, index + 1));
           // Signal only when the other warpgroup has a tile to wait for: every arrival is matched.
           if (kPingPong && next.valid) ptx::named_barrier_arrive(kBarrierMathOrder0 + wg, 256);
-          if (!t.phantom) Epilogue::store(params.epilogue, resolved, t, acc, wg, writer, counts);
+          if constexpr (!kDeferred) {
+            if (!t.phantom) Epilogue::store(params.epilogue, resolved, t, acc, wg, writer, counts);
+          }
         }
         t = next;
         ++index;
       }
+      if constexpr (kDeferred) Epilogue::flush(params.epilogue, resolved, deferred.d, writer);
       writer.finish();
       if constexpr (Epilogue::kClipStats) {
         if (params.epilogue.clip_stats != nullptr) flush_clip_counts(params.epilogue, counts, cta_counts, consumer_tid);

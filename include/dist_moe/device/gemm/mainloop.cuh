@@ -241,13 +241,20 @@ struct Sm90Mainloop {
   DMOE_DEVICE static uint32_t tile_barrier(int wg) { return kPingPong ? kBarrierEpilogueWg0 + wg : kBarrierConsumers; }
   static constexpr int kTileThreads = kPingPong ? 128 : 256;
 
+  // What the k loop calls after issuing each k block's wgmmas, before waiting for them (the deferred
+  // epilogue's chunk stores, epilogue_store.cuh); nothing by default.
+  struct NoHook {
+    DMOE_DEVICE void operator()(int32_t /*kb*/) const {}
+  };
+
   // Runs the contraction of one tile for warpgroup `wg` into acc. `rows_in_last` is the number of
   // valid rows of the last k block (WGRAD only; 64 when it is full). Blocks past the expert's end
   // get no wgmma (their accumulators stay zero and the epilogue stores none of their rows), but the
   // warpgroup still waits for and releases every stage so the ring keeps its phase.
+  template <class Hook = NoHook>
   DMOE_DEVICE static void mma_tile(const WorkTile& t, int32_t num_k_blocks, int rows_in_last,
                                    const Pipeline& pipe, PipelineState<kStages>& st, uint32_t smem, int wg,
-                                   float (&acc)[kMmaPerWg][kAccPerMma]) {
+                                   float (&acc)[kMmaPerWg][kAccPerMma], Hook&& hook = Hook{}) {
     // Zero the accumulators explicitly (rather than relying on scale-d = 0 for the first slice):
     // leaving them undefined lets the compiler carry the previous tile's registers through copies
     // that serialize the wgmma pipeline (ptxas C7515) and spill. It also gives WGRAD of an empty
@@ -259,21 +266,21 @@ struct Sm90Mainloop {
     if (num_k_blocks == 0) return;
     const int active = active_blocks(t, wg);
     if (active == kMmaPerWg) {
-      mma_blocks<kMmaPerWg>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc);
+      mma_blocks<kMmaPerWg>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc, hook);
     } else if constexpr (kMmaPerWg > 1) {
-      if (active == 1) mma_blocks<1>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc);
-      else mma_blocks<0>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc);
+      if (active == 1) mma_blocks<1>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc, hook);
+      else mma_blocks<0>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc, hook);
     } else {
-      mma_blocks<0>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc);
+      mma_blocks<0>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc, hook);
     }
   }
 
  private:
   // The k loop with the first kBlocks m64 blocks active (0: only keep the ring moving).
-  template <int kBlocks>
+  template <int kBlocks, class Hook>
   DMOE_DEVICE static void mma_blocks(int32_t num_k_blocks, int rows_in_last, const Pipeline& pipe,
                                      PipelineState<kStages>& st, uint32_t smem, int wg,
-                                     float (&acc)[kMmaPerWg][kAccPerMma]) {
+                                     float (&acc)[kMmaPerWg][kAccPerMma], Hook& hook) {
     // Index among the tile's consumer threads (threads 128..383 cooperative: a permutation of 0..255).
     const int tid = static_cast<int>(threadIdx.x % kTileThreads);
     int32_t prev_stage = 0;
@@ -299,6 +306,7 @@ struct Sm90Mainloop {
         ptx::wgmma_wait<1>();
       }
       if (kb > 0) pipe.consumer_release(prev_stage);
+      hook(kb);  // runs while this block's wgmmas execute, after the previous stage is released
       prev_stage = st.stage;
       st.advance();
     }
