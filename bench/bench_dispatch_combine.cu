@@ -338,6 +338,9 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
   const auto rte_sig = run_eager(v_rte_sig1, 0);
   const auto tok_bar2 = run_eager(v_tok_bar2, 0);
   const auto tok_sig2 = run_eager(v_tok_sig2, 0);
+  // Owners pre-reduce their routes of a token (fewer bytes cross; rank-partials rounding order).
+  Variant v_tok_part{DispatchMode::kTokenOnce, false, combine_opts(CombineAlgorithm::kRankPartials, CombineSync::kBarrier)};
+  const auto tok_part = run_eager(v_tok_part, 0);
   std::vector<double> fused_sig2;
   if (fused_ok) fused_sig2 = run_eager({DispatchMode::kTokenOnce, true, v_tok_sig2.c}, 0);
   auto add_op = [&](const std::string& op, double us, double link_bytes) {
@@ -356,12 +359,14 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
   add_op("combine v1 signal", rte_sig[3], routed_remote_bytes);
   add_op("combine v2 barrier", tok_bar2[3], routed_remote_bytes);
   add_op("combine v2 signal", tok_sig2[3], routed_remote_bytes);
+  add_op("combine rank partials", tok_part[3], routed_remote_bytes);
 
   // v2 signal tuning (reduce warps per 16, units per fence, k per unit): eager, after separate ops.
-  double comb_best = std::min({tok_bar[3], rte_sig[3], tok_bar2[3], tok_sig2[3]});
+  double comb_best = std::min({tok_bar[3], rte_sig[3], tok_bar2[3], tok_sig2[3], tok_part[3]});
   std::string comb_best_name = tok_bar[3] <= comb_best ? "v1 barrier"
                                : rte_sig[3] <= comb_best ? "v1 signal"
-                               : tok_bar2[3] <= comb_best ? "v2 barrier" : "v2 signal";
+                               : tok_bar2[3] <= comb_best ? "v2 barrier"
+                               : tok_sig2[3] <= comb_best ? "v2 signal" : "rank partials";
   struct Tune {
     int rw, batch, kg, rc = 0;  // rc > 0: CTA-specialized signal mode (C6), rw unused
   };
@@ -426,7 +431,8 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
         {"graph: combine v1 barrier", combine_opts(CombineAlgorithm::kV1, CombineSync::kBarrier)},
         {"graph: combine v1 signal", combine_opts(CombineAlgorithm::kV1, CombineSync::kSignal)},
         {"graph: combine v2 barrier", combine_opts(CombineAlgorithm::kV2, CombineSync::kBarrier)},
-        {"graph: combine v2 signal", combine_opts(CombineAlgorithm::kV2, CombineSync::kSignal)}};
+        {"graph: combine v2 signal", combine_opts(CombineAlgorithm::kV2, CombineSync::kSignal)},
+        {"graph: combine rank partials", combine_opts(CombineAlgorithm::kRankPartials, CombineSync::kBarrier)}};
     if (sh.name == "dsv3_decode")
       for (const auto& gt : graph_tunes) cvars.push_back({"graph: " + gt.first, gt.second});
     for (const auto& cv : cvars) {

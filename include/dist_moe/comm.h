@@ -137,12 +137,21 @@ enum class CombineSync {
 
 // Which combine kernel. Results are bitwise identical; only speed differs.
 enum class CombineAlgorithm {
-  kAuto,  // environment DMOE_COMBINE_ALGO=v1|v2, else kV2
+  kAuto,  // environment DMOE_COMBINE_ALGO=v1|v2|partials, else kV2
   kV1,    // every route (local owners too) is copied into its owner's combine window, then reduced;
           // barrier mode uses grid barriers + a one-CTA EP barrier
   kV2,    // only routes of other owners are stored (NVLink); routes of this rank's own tokens are
           // reduced straight from y; barrier mode uses the split EP barrier (no grid barrier),
           // signal mode has dedicated reduce warps and batched release fences
+  // Each owner rank first sums the routes of a token it computed (FP32, k order, the token's
+  // scores) and sends one row per (token, owner): the BF16 route row when it holds one route, the
+  // FP32 partial when it holds several (at EP2, K = 8: about half of kV2's NVLink bytes). Different
+  // reduction order, so different bits from kV1/kV2: per token, the owners' partials are added in
+  // rank order (reference::topk_reduce_rank_partials, bit for bit; with one rank it is kV1's
+  // result). Barrier sync only; needs D % 16 == 0; uses the dispatch window past the published x
+  // rows for the scores (T x K FP32), so it must not overlap a use of the dispatch window's route
+  // slots (grad_h3 publish).
+  kRankPartials,
 };
 
 // Whether publish_route_dispatch runs as one kernel.
@@ -293,6 +302,7 @@ class EpGroup {
   int combine_ctas_f32_ = 0;   // co-resident combine CTAs (FP32 scores)
   int combine_ctas_bf16_ = 0;  // co-resident combine CTAs (BF16 scores)
   int combine2_ctas_[2][3] = {};  // co-resident v2 CTAs [bf16 scores][mode]
+  int combine3_ctas_[2] = {};     // co-resident kRankPartials CTAs [bf16 scores]
   int fused_ctas_ = 0;            // CTAs of the fused route kernel (0: not supported)
   int64_t fused_max_routes_ = 0;  // R * T * K limit of the fused route kernel
   unsigned long long* trace_ = nullptr;

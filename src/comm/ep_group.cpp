@@ -48,12 +48,13 @@ int64_t env_int64(const char* name, int64_t fallback) {
   return std::atoll(v);
 }
 
-// DMOE_COMBINE_ALGO=v1|v2 (kAuto only); default v2.
+// DMOE_COMBINE_ALGO=v1|v2|partials (kAuto only); default v2.
 CombineAlgorithm resolve_algorithm(CombineAlgorithm a) {
   if (a != CombineAlgorithm::kAuto) return a;
   static const CombineAlgorithm from_env = [] {
     const char* v = std::getenv("DMOE_COMBINE_ALGO");
     if (v != nullptr && std::string(v) == "v1") return CombineAlgorithm::kV1;
+    if (v != nullptr && std::string(v) == "partials") return CombineAlgorithm::kRankPartials;
     return CombineAlgorithm::kV2;
   }();
   return from_env;
@@ -198,6 +199,10 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
       combine2_ctas_[b][m] = kernels::combine2_max_coresident_ctas(id_bytes, b != 0, m, comm.num_sms());
       DMOE_CHECK_ARG(combine2_ctas_[b][m] >= 1, "the v2 combine kernel cannot be resident");
     }
+  for (int b = 0; b < 2; ++b) {
+    combine3_ctas_[b] = kernels::combine3_max_coresident_ctas(id_bytes, b != 0, comm.num_sms());
+    DMOE_CHECK_ARG(combine3_ctas_[b] >= 1, "the rank-partials combine kernel cannot be resident");
+  }
 
   // ---- fused publish + route + dispatch: one CTA per SM, all routes in shared memory ----
   fused_max_routes_ = std::max<int64_t>(0, env_int64("DMOE_FUSED_MAX_ROUTES", 16384));
@@ -322,7 +327,23 @@ void EpGroup::combine(const void* y_MD, const void* scores_TK, DType score_dtype
   if (score_dtype != DType::kFloat32 && score_dtype != DType::kBFloat16)
     detail::fail(ErrorCode::kInvalidType, "topk_scores_TK must be float32 or bfloat16, got ", to_string(score_dtype));
   const bool bf16 = score_dtype == DType::kBFloat16;
-  if (resolve_algorithm(options.algorithm) == CombineAlgorithm::kV2) {
+  const CombineAlgorithm algo = resolve_algorithm(options.algorithm);
+  if (algo == CombineAlgorithm::kRankPartials) {
+    DMOE_CHECK_ARG(options.sync == CombineSync::kBarrier, "CombineAlgorithm::kRankPartials runs in barrier mode only");
+    DMOE_CHECK_ARG(config_.hidden % 16 == 0, "CombineAlgorithm::kRankPartials needs hidden % 16 == 0 (got ",
+                   config_.hidden, "): an FP32 partial row is split into halves of whole 16-byte vectors");
+    kernels::Combine2Args a{};
+    a.y = static_cast<const char*>(y_MD);
+    a.scores = scores_TK;
+    a.out = static_cast<char*>(out_TD);
+    a.num_tokens = static_cast<int>(num_tokens);
+    const int max_ctas = combine3_ctas_[bf16 ? 1 : 0];
+    const int per_sm = std::max(1, max_ctas / comm_.num_sms());
+    const int ctas = std::min(max_ctas, per_sm * ep_sms(comm_, options.num_sms));
+    kernels::launch_combine3(layout_, tables_, a, bf16, ctas, stream);
+    return;
+  }
+  if (algo == CombineAlgorithm::kV2) {
     combine_v2(y_MD, scores_TK, bf16, out_TD, num_tokens,
                options.sync == CombineSync::kSignal ? kernels::kC2Signal : kernels::kC2Barrier, options, stream);
     return;

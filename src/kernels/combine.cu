@@ -418,6 +418,199 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
   trace_last(L, kTrCombineEndLast);
 }
 
+// ==== v3 (kRankPartials): each owner sums its routes of a token before sending ====================
+//
+// Reduction order (reference::topk_reduce_rank_partials): per token, for each owner rank r in order
+// that computed routes of it, P_r = the k-ordered fmaf chain of its routes from 0 (FP32); then acc =
+// 0 and acc += P_r in rank order (FP32 adds); out = bf16 RNE(acc). One owner: v1/v2's bits.
+// What crosses NVLink per (token, remote owner): the BF16 row of its route when it holds one (the
+// token's rank computes fmaf(s, y, 0) itself), else the FP32 partial: columns [0, D/2) in the slot of
+// its first route, [D/2, D) in the slot of its second (4D bytes in the 2 x 2D bytes of its own slots;
+// D % 16 == 0 keeps a 16-byte vector inside one half). At EP2, K = 8 that is about half of v2's bytes.
+//   0. every rank writes its scores as FP32 [T, K] into its own dispatch window after the published
+//      x rows (owners need the scores of the routes they hold); barrier (grid + EP + grid). K = 1:
+//      no owner ever holds two routes of a token, so no scores and no barrier.
+//   A. unit (token t, rank s != me, 4 KiB segment), token-major: the routes of (s, t) computed here
+//      (route_row): one -> copy its segment; several -> partial sums of the segment's columns,
+//      stored as FP32 in the two slots; barrier.
+//   B. unit (token t, 32 vectors): per owner in rank order its P (this rank's own routes straight
+//      from y), acc += P.
+constexpr int kPartialBatch = 2;  // routes in flight per lane in the owner-side partial sums
+
+// Every CTA's stores (to peers too) published, then every rank past the same point: grid barrier,
+// EP barrier (CTA 0), grid barrier (v1's barrier).
+__device__ __forceinline__ void combine3_barrier(const EpDeviceLayout& L) {
+  __syncthreads();
+  if (threadIdx.x == 0) fence_acq_rel_sys();
+  grid_barrier(L, kGridBarrierCombine);
+  if (blockIdx.x == 0) ep_barrier_cta(L, 0);
+  grid_barrier(L, kGridBarrierCombine);
+}
+
+template <typename IdT, bool kScoreBf16>
+__global__ void __launch_bounds__(kCombineThreads, 1)
+    combine3_kernel(const EpDeviceLayout L, const RoutingTables tab, const Combine2Args a) {
+  __shared__ char* s_cbase[kMaxEpRanks];
+  __shared__ const float* s_scores[kMaxEpRanks];
+  const int64_t score_offset = L.max_tokens * L.row_bytes;  // past the x rows of the dispatch window
+  for (int p = threadIdx.x; p < L.world; p += blockDim.x) {
+    s_cbase[p] = peer_ptr(L.combine_win, 0, p);
+    s_scores[p] = reinterpret_cast<const float*>(peer_ptr(L.dispatch_win, score_offset, p));
+  }
+  __syncthreads();
+  trace_first(L, kTrCombineStart);
+
+  constexpr int kWarps = kCombineThreads / 32;
+  const int lane = threadIdx.x & 31;
+  const int64_t row_bytes = L.row_bytes;
+  const int nvec = static_cast<int>(row_bytes / 16);
+  const int half_vecs = nvec / 2;  // vectors of columns [0, D/2)
+  const int nseg = num_segments(nvec);
+  const int K = L.top_k, R = L.world, me = L.rank, T = a.num_tokens;
+  const int64_t w_index = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  const int64_t w_count = static_cast<int64_t>(gridDim.x) * kWarps;
+
+  // ---- 0. scores for the owners --------------------------------------------------------------
+  if (K > 1 && R > 1) {
+    float* mine = reinterpret_cast<float*>(local_ptr(L.dispatch_win, score_offset));
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < int64_t{T} * K;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+      mine[i] = load_score<kScoreBf16>(a.scores, i);
+    combine3_barrier(L);
+  }
+
+  // ---- A. owner side: one row or one FP32 partial per (token, remote rank) -----------------------
+  if (R > 1) {
+    const int64_t units = int64_t{T} * (R - 1) * nseg;
+    for (int64_t u = w_index; u < units; u += w_count) {
+      const int seg = static_cast<int>(u % nseg);
+      const int64_t ts = u / nseg;
+      const int si = static_cast<int>(ts % (R - 1));
+      const int64_t t = ts / (R - 1);
+      const int s = si < me ? si : si + 1;
+      const int32_t my_row = lane < K ? tab.route_row[routing::route_row_index(s, t * K + lane, L.max_tokens, K)] : -1;
+      const unsigned mask = __ballot_sync(kFullMask, my_row >= 0);
+      if (mask == 0u) continue;
+      const int k1 = __ffs(mask) - 1;
+      char* dst1 = s_cbase[s] + routing::combine_slot_offset(t, k1, K, row_bytes);
+      if ((mask & (mask - 1u)) == 0u) {  // one route: its BF16 row
+        const int32_t row = __shfl_sync(kFullMask, my_row, k1);
+        warp_copy_segment<false>(a.y + static_cast<int64_t>(row) * row_bytes, dst1, seg, nvec, lane);
+        continue;
+      }
+      const int k2 = __ffs(mask & (mask - 1u)) - 1;
+      char* dst2 = s_cbase[s] + routing::combine_slot_offset(t, k2, K, row_bytes);
+      const float score = my_row >= 0 ? __int_as_float(ld_cg_s32(s_scores[s] + t * K + lane)) : 0.0f;
+      const int v_end = min(nvec, (seg + 1) * kSegVecs);
+      // Warp-uniform trip count (the shuffles below need every lane); lanes past the row idle.
+      for (int v0 = seg * kSegVecs; v0 < v_end; v0 += 32) {
+        const int v = v0 + lane;
+        const bool active = v < v_end;
+        float acc[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+        unsigned m = mask;
+        while (m != 0u) {  // routes in k order, kPartialBatch loads in flight
+          int kk[kPartialBatch];
+          int4 val[kPartialBatch];
+          int nb = 0;
+#pragma unroll
+          for (int q = 0; q < kPartialBatch; ++q) {
+            kk[q] = -1;
+            if (m != 0u) {
+              kk[q] = __ffs(m) - 1;
+              m &= m - 1u;
+              ++nb;
+            }
+          }
+#pragma unroll
+          for (int q = 0; q < kPartialBatch; ++q) {
+            const int32_t row = __shfl_sync(kFullMask, my_row, kk[q] < 0 ? 0 : kk[q]);
+            if (q < nb && active) val[q] = ld_nc_v4(a.y + static_cast<int64_t>(row) * row_bytes + static_cast<int64_t>(v) * 16);
+          }
+#pragma unroll
+          for (int q = 0; q < kPartialBatch; ++q) {
+            const float sk = __shfl_sync(kFullMask, score, kk[q] < 0 ? 0 : kk[q]);
+            if (q < nb && active) accumulate8(acc, sk, val[q]);
+          }
+        }
+        if (!active) continue;
+        char* dst = v < half_vecs ? dst1 + static_cast<int64_t>(v) * 32 : dst2 + static_cast<int64_t>(v - half_vecs) * 32;
+        st_v4(dst, make_int4(__float_as_int(acc[0]), __float_as_int(acc[1]), __float_as_int(acc[2]), __float_as_int(acc[3])));
+        st_v4(dst + 16, make_int4(__float_as_int(acc[4]), __float_as_int(acc[5]), __float_as_int(acc[6]), __float_as_int(acc[7])));
+      }
+    }
+    trace_last(L, kTrCombineScatterDoneLast);
+    combine3_barrier(L);
+    trace_first(L, kTrCombineBarrierDone);
+  }
+
+  // ---- B. the token's rank: owners' partials in rank order -----------------------------------
+  const uint32_t count = *reinterpret_cast<volatile uint32_t*>(&L.state->publish_count);
+  const int slot = static_cast<int>((count - 1u) & 1u);
+  const IdT* ids = reinterpret_cast<const IdT*>(
+      local_ptr(L.routing_win, static_cast<int64_t>(slot) * L.routing_slot_bytes) + kRoutingHeaderBytes);
+  const char* comb = s_cbase[me];
+  const int rseg = (nvec + 31) / 32;
+  const int64_t units = int64_t{T} * rseg;
+  for (int64_t u = w_index; u < units; u += w_count) {
+    const int64_t t = u / rseg;
+    const int v = static_cast<int>(u - t * rseg) * 32 + lane;
+    int64_t id = -1;
+    float score = 0.0f;
+    int owner = -1;
+    int32_t local_row = -1;
+    if (lane < K) {
+      id = static_cast<int64_t>(ids[t * K + lane]);
+      if (routing::is_routed(id, L.num_experts)) {
+        score = load_score<kScoreBf16>(a.scores, t * K + lane);
+        owner = static_cast<int>(id / L.local_experts);
+        if (owner == me) local_row = tab.route_row[routing::route_row_index(me, t * K + lane, L.max_tokens, K)];
+      }
+    }
+    const bool active = v < nvec;
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+    for (int r = 0; r < R; ++r) {
+      const unsigned mr = __ballot_sync(kFullMask, owner == r);
+      if (mr == 0u) continue;
+      float p[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) p[i] = 0.0f;
+      if (r == me) {  // this rank's own routes: the chain straight from y
+        unsigned m = mr;
+        while (m != 0u) {
+          const int k = __ffs(m) - 1;
+          m &= m - 1u;
+          const int32_t row = __shfl_sync(kFullMask, local_row, k);
+          const float sk = __shfl_sync(kFullMask, score, k);
+          if (active) accumulate8(p, sk, ld_nc_v4(a.y + static_cast<int64_t>(row) * row_bytes + static_cast<int64_t>(v) * 16));
+        }
+      } else if ((mr & (mr - 1u)) == 0u) {  // one route: its BF16 row, fmaf(s, y, 0)
+        const int k = __ffs(mr) - 1;
+        const float sk = __shfl_sync(kFullMask, score, k);
+        if (active) accumulate8(p, sk, ld_cg_v4(comb + routing::combine_slot_offset(t, k, K, row_bytes) + static_cast<int64_t>(v) * 16));
+      } else {  // the owner's FP32 partial, split over the slots of its first two routes
+        const int k1 = __ffs(mr) - 1;
+        const int k2 = __ffs(mr & (mr - 1u)) - 1;
+        if (active) {
+          const char* src = v < half_vecs
+                                ? comb + routing::combine_slot_offset(t, k1, K, row_bytes) + static_cast<int64_t>(v) * 32
+                                : comb + routing::combine_slot_offset(t, k2, K, row_bytes) + static_cast<int64_t>(v - half_vecs) * 32;
+          const int4 lo = ld_cg_v4(src), hi = ld_cg_v4(src + 16);
+          p[0] = __int_as_float(lo.x); p[1] = __int_as_float(lo.y); p[2] = __int_as_float(lo.z); p[3] = __int_as_float(lo.w);
+          p[4] = __int_as_float(hi.x); p[5] = __int_as_float(hi.y); p[6] = __int_as_float(hi.z); p[7] = __int_as_float(hi.w);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], p[i]);
+    }
+    if (active) st_v4(a.out + t * row_bytes + static_cast<int64_t>(v) * 16, pack8(acc));
+  }
+  trace_last(L, kTrCombineEndLast);
+}
+
 template <typename IdT, bool kScoreBf16, int kMode>
 void* combine2_ptr() {
   return reinterpret_cast<void*>(combine2_kernel<IdT, kScoreBf16, kMode>);
@@ -482,6 +675,28 @@ void launch_combine2(const EpDeviceLayout& L, const RoutingTables& tables, const
     case kC2ReduceOnly: launch_combine2_mode<kC2ReduceOnly>(L, tables, args, score_bf16, num_ctas, stream); break;
     case kC2Barrier: launch_combine2_mode<kC2Barrier>(L, tables, args, score_bf16, num_ctas, stream); break;
     default: launch_combine2_mode<kC2Signal>(L, tables, args, score_bf16, num_ctas, stream); break;
+  }
+}
+
+int combine3_max_coresident_ctas(int id_bytes, bool score_bf16, int num_sms) {
+  const void* fn = id_bytes == 2 ? (score_bf16 ? reinterpret_cast<void*>(combine3_kernel<int16_t, true>)
+                                               : reinterpret_cast<void*>(combine3_kernel<int16_t, false>))
+                                 : (score_bf16 ? reinterpret_cast<void*>(combine3_kernel<int32_t, true>)
+                                               : reinterpret_cast<void*>(combine3_kernel<int32_t, false>));
+  int per_sm = 0;
+  DMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kCombineThreads, 0));
+  return per_sm * num_sms;
+}
+
+void launch_combine3(const EpDeviceLayout& L, const RoutingTables& tables, const Combine2Args& a, bool score_bf16,
+                     int num_ctas, cudaStream_t stream) {
+  const dim3 grid(num_ctas), block(kCombineThreads);
+  if (L.id_bytes == 2) {
+    if (score_bf16) launch_ex(combine3_kernel<int16_t, true>, grid, block, 0, stream, true, false, L, tables, a);
+    else launch_ex(combine3_kernel<int16_t, false>, grid, block, 0, stream, true, false, L, tables, a);
+  } else {
+    if (score_bf16) launch_ex(combine3_kernel<int32_t, true>, grid, block, 0, stream, true, false, L, tables, a);
+    else launch_ex(combine3_kernel<int32_t, false>, grid, block, 0, stream, true, false, L, tables, a);
   }
 }
 

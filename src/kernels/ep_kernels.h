@@ -93,6 +93,12 @@ int combine2_max_coresident_ctas(int id_bytes, bool score_bf16, int mode, int nu
 void launch_combine2(const EpDeviceLayout& L, const RoutingTables& tables, const Combine2Args& args, bool score_bf16,
                      int mode, int num_ctas, cudaStream_t stream);
 
+// v3 (CombineAlgorithm::kRankPartials; see combine.cu): barrier mode only; reduce_warps, k_group,
+// signal_batch and reduce_ctas of the arguments are unused.
+int combine3_max_coresident_ctas(int id_bytes, bool score_bf16, int num_sms);
+void launch_combine3(const EpDeviceLayout& L, const RoutingTables& tables, const Combine2Args& args, bool score_bf16,
+                     int num_ctas, cudaStream_t stream);
+
 // ---- barriers and helpers -----------------------------------------------------------------------
 void launch_ep_barrier(const EpDeviceLayout& L, int slot, cudaStream_t stream);
 void launch_nccl_lsa_barrier(const ncclDevComm& dev_comm, uint32_t index, uint64_t timeout_cycles, int rank,

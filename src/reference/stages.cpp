@@ -289,6 +289,37 @@ Tensor<Real> topk_reduce(const Tensor<Real>& h3_TKD, const std::vector<int32_t>&
 }
 
 template <class Real>
+Tensor<Real> topk_reduce_rank_partials(const Tensor<Real>& h3_TKD, const std::vector<int32_t>& ids_TK,
+                                       const Tensor<Real>& scores_TK, int64_t experts_per_rank) {
+  check_owner(h3_TKD, ids_TK, scores_TK);
+  DMOE_CHECK_ARG(experts_per_rank >= 1, "experts_per_rank must be >= 1");
+  const int64_t T = scores_TK.size(0), K = scores_TK.size(1), D = h3_TKD.row_size();
+  int64_t ranks = 1;
+  for (int32_t id : ids_TK) ranks = std::max<int64_t>(ranks, id / experts_per_rank + 1);
+  Tensor<Real> out({T, D});
+  std::vector<Real> acc(at(D)), part(at(D));
+  for (int64_t t = 0; t < T; ++t) {
+    std::fill(acc.begin(), acc.end(), Real(0));
+    for (int64_t r = 0; r < ranks; ++r) {
+      bool any = false;
+      std::fill(part.begin(), part.end(), Real(0));
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t id = ids_TK[at(t * K + k)];
+        if (id < 0 || id / experts_per_rank != r) continue;
+        any = true;
+        const Real s = scores_TK(t, k);
+        const Real* h = h3_TKD.row(t * K + k);
+        for (int64_t d = 0; d < D; ++d) part[at(d)] = fma_acc(s, h[d], part[at(d)]);
+      }
+      if (!any) continue;
+      for (int64_t d = 0; d < D; ++d) acc[at(d)] = static_cast<Real>(acc[at(d)] + part[at(d)]);
+    }
+    for (int64_t d = 0; d < D; ++d) out(t, d) = Numerics<Real>::bf16(acc[at(d)]);
+  }
+  return out;
+}
+
+template <class Real>
 void topk_reduce_backward(const Tensor<Real>& h3_TKD, const std::vector<int32_t>& ids_TK, const Tensor<Real>& scores_TK,
                           const Tensor<Real>& grad_out_TD, Tensor<Real>& grad_h3_TKD, Tensor<Real>& grad_scores_TK) {
   check_owner(h3_TKD, ids_TK, scores_TK);
@@ -411,6 +442,8 @@ Tensor<Real> reduce_from_topk(const Tensor<Real>& grad_x_TKD, const std::vector<
                                                    const SwigluParams&);                                           \
   template std::array<int64_t, 3> clip_stats<Real>(const RankRouting&, const Tensor<Real>&, double);              \
   template Tensor<Real> topk_reduce<Real>(const Tensor<Real>&, const std::vector<int32_t>&, const Tensor<Real>&);  \
+  template Tensor<Real> topk_reduce_rank_partials<Real>(const Tensor<Real>&, const std::vector<int32_t>&,         \
+                                                        const Tensor<Real>&, int64_t);                             \
   template void topk_reduce_backward<Real>(const Tensor<Real>&, const std::vector<int32_t>&, const Tensor<Real>&,  \
                                            const Tensor<Real>&, Tensor<Real>&, Tensor<Real>&);                     \
   template Tensor<Real> rmsnorm_topk_reduce<Real>(const Tensor<Real>&, const std::vector<int32_t>&,                \

@@ -119,6 +119,14 @@ std::array<int64_t, 3> clip_stats(const RankRouting& rt, const Tensor<Real>& h1_
 template <class Real>
 Tensor<Real> topk_reduce(const Tensor<Real>& h3_TKD, const std::vector<int32_t>& ids_TK,
                          const Tensor<Real>& scores_TK);
+// The rank-partials order (EpGroup::combine with CombineAlgorithm::kRankPartials): experts
+// [r * experts_per_rank, (r + 1) * experts_per_rank) belong to rank r. Per token, for each rank r in
+// order owning at least one of its routes: P_r = FP32 k-ordered fmaf sum of s * h3 over those
+// routes, from 0; acc = 0, acc = FP32(acc + P_r) in rank order; out = BF16(acc). With every expert
+// on one rank it is topk_reduce bit for bit.                       -> [T, D]
+template <class Real>
+Tensor<Real> topk_reduce_rank_partials(const Tensor<Real>& h3_TKD, const std::vector<int32_t>& ids_TK,
+                                       const Tensor<Real>& scores_TK, int64_t experts_per_rank);
 // grad_h3[t,k] = BF16(FP32(s[t,k] * g[t, d])), grad_scores[t,k] = FP32(sum_d g[t,d] * h3[t,k,d]).
 template <class Real>
 void topk_reduce_backward(const Tensor<Real>& h3_TKD, const std::vector<int32_t>& ids_TK,

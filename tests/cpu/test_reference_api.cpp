@@ -122,3 +122,58 @@ TEST(ReferenceApi, ProblemValidation) {
   g.pop_back();
   EXPECT_THROW(ref::backward(good, fwd, g), dist_moe::Error);
 }
+
+// The rank-partials combine order (CombineAlgorithm::kRankPartials): per token, each owner rank's
+// k-ordered fmaf chain from 0, then the owners' partials added in rank order.
+TEST(ReferenceApi, TopkReduceRankPartials) {
+  // Hand-checked order: routes k0 -> rank 1, k1 -> rank 0, k2 -> rank 1 (2 experts per rank).
+  TensorF h3({3, 1}), scores({1, 3});
+  const float h[3] = {1.0f + 0x1p-20f, 3.0f, -1.0f + 0x1p-21f};
+  const float s[3] = {0.75f + 0x1p-22f, 0x1p-25f, 1.25f};
+  for (int k = 0; k < 3; ++k) {
+    h3(k, 0) = h[k];
+    scores(0, k) = s[k];
+  }
+  const std::vector<int32_t> ids = {2, 1, 3};
+  const float p0 = std::fma(s[1], h[1], 0.0f);
+  const float p1 = std::fma(s[2], h[2], std::fma(s[0], h[0], 0.0f));
+  const float want = dist_moe::numeric::round_bf16((0.0f + p0) + p1);
+  EXPECT_EQ(ref::topk_reduce_rank_partials(h3, ids, scores, 2)(0, 0), want);
+  // One owner rank: exactly topk_reduce (the k-ordered chain).
+  EXPECT_EQ(ref::topk_reduce_rank_partials(h3, ids, scores, 4)(0, 0), ref::topk_reduce(h3, ids, scores)(0, 0));
+
+  // Random routings at 1..8 ranks: -1 routes skipped, one owner equal to topk_reduce bitwise, and
+  // every order within FP32 rounding of the double reference.
+  for (int ranks = 1; ranks <= 8; ++ranks) {
+    ref::RandomProblemSpec spec = make_spec(ranks, 5, 32, 8, 6, 8 * ranks, 100 + ranks);
+    spec.padding_route_probability = 0.15;
+    const ref::Problem p = ref::make_random_problem(spec);
+    const int64_t T = p.scores_TK[0].size(0), K = p.top_k, D = 32;
+    TensorF rows({T * K, D});
+    ref::Tensor<double> rows_d({T * K, D}), scores_d({T, K});
+    uint32_t state = 12345u + static_cast<uint32_t>(ranks);
+    for (int64_t i = 0; i < T * K; ++i)
+      for (int64_t d = 0; d < D; ++d) {
+        state = state * 1664525u + 1013904223u;
+        const float v = dist_moe::numeric::round_bf16(static_cast<float>(state >> 8) * 0x1p-23f - 1.0f);
+        rows(i, d) = v;
+        rows_d(i, d) = v;
+      }
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; k < K; ++k) scores_d(t, k) = p.scores_TK[0](t, k);
+    const int64_t per_rank = p.num_experts / ranks;
+    const TensorF got = ref::topk_reduce_rank_partials(rows, p.ids_TK[0], p.scores_TK[0], per_rank);
+    const auto exact = ref::topk_reduce_rank_partials(rows_d, p.ids_TK[0], scores_d, per_rank);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < D; ++d) {
+        double mag = 0.0;
+        for (int64_t k = 0; k < K; ++k)
+          if (p.ids_TK[0][static_cast<std::size_t>(t * K + k)] >= 0) mag += std::fabs(scores_d(t, k) * rows_d(t * K + k, d));
+        EXPECT_NEAR(got(t, d), exact(t, d), 0x1p-7 * std::fabs(exact(t, d)) + 0x1p-20 * (mag + 1.0))
+            << "ranks " << ranks << " t " << t << " d " << d;
+      }
+    if (ranks == 1) {
+      EXPECT_TRUE(ref::bitwise_equal(got, ref::topk_reduce(rows, p.ids_TK[0], p.scores_TK[0])));
+    }
+  }
+}

@@ -257,7 +257,8 @@ void upload_inputs(const CaseSpec& cs, const CallData& c, Buffers& b) {
 }
 
 // Checks the routing tables, x_gathered and out of one call against the oracle.
-void check_call(const CaseSpec& cs, const EpGroup& ep, const CallData& c, const Buffers& b, Checker& ck) {
+void check_call(const CaseSpec& cs, const EpGroup& ep, const CallData& c, const Buffers& b, CombineAlgorithm algo,
+                Checker& ck) {
   const int me = g_rank, R = g_world, K = cs.K, D = cs.D, L = cs.L, E = L * R;
   const int64_t T = c.T, Tmax = cs.T_max;
   const auto routing = reference::build_routing(c.ids, K, E, cs.align);
@@ -358,7 +359,10 @@ void check_call(const CaseSpec& cs, const EpGroup& ep, const CallData& c, const 
       float* row = comb.row(t * K + k);
       for (int d = 0; d < D; ++d) row[d] = numeric::bf16_to_float(numeric::bf16_t{y_value_bits(c.y_seed, me, t, k, d)});
     }
-  const reference::Tensor<float> ref = reference::topk_reduce(comb, c.ids[me], scores);
+  // kRankPartials reduces per owner rank first (its own order); every other path in k order.
+  const reference::Tensor<float> ref = algo == CombineAlgorithm::kRankPartials && !cs.external_scatter
+                                           ? reference::topk_reduce_rank_partials(comb, c.ids[me], scores, cs.L)
+                                           : reference::topk_reduce(comb, c.ids[me], scores);
   const auto out = download(static_cast<const uint16_t*>(b.out), static_cast<size_t>(T * D));
   for (int64_t t = 0; t < T; ++t)
     for (int d = 0; d < D; ++d) {
@@ -422,6 +426,7 @@ void run_ops(const CaseSpec& cs, EpGroup& ep, const Buffers& b, int64_t T, const
 const char* mode_name(DispatchMode m) { return m == DispatchMode::kTokenOnce ? "token_once" : "per_route"; }
 const char* sync_name(CombineSync s) { return s == CombineSync::kBarrier ? "barrier" : "signal"; }
 const char* algo_name(CombineAlgorithm a) {
+  if (a == CombineAlgorithm::kRankPartials) return "combine rank partials";
   return a == CombineAlgorithm::kV1 ? "combine v1" : (a == CombineAlgorithm::kV2 ? "combine v2" : "combine auto");
 }
 
@@ -499,7 +504,7 @@ int run_case(const Communicator& comm, const CaseSpec& cs, uint64_t case_seed) {
                dist_moe::testing::to_string(pat) + ", " + (var.fused ? "fused route" : mode_name(var.dm)) + ", " +
                (cs.external_scatter ? "external scatter + reduce" : algo_name(var.algo)) + ", " + sync_name(var.sync) +
                (cs.graph ? ", graph replay" : "") + ")";
-    check_call(cs, ep, c, b, ck);
+    check_call(cs, ep, c, b, var.algo, ck);
     errors += ck.errors;
   }
   if (graph_exec) DMOE_CUDA_CHECK(cudaGraphExecDestroy(graph_exec));
@@ -647,6 +652,18 @@ std::vector<CaseSpec> correctness_cases() {
     c.name += "+v2f";
     c.fused = c.graph ? std::vector<bool>{true} : std::vector<bool>{true, true, false};
     c.algos = {CombineAlgorithm::kV2};
+    v.push_back(std::move(c));
+  }
+
+  // Every case above again with the rank-partials combine (barrier sync; hidden % 16 == 0 only),
+  // fused route and separate ops alternating, against the oracle's rank-partials order.
+  for (size_t i = 0; i < n_base; ++i) {
+    if (v[i].D % 16 != 0) continue;
+    CaseSpec c = v[i];
+    c.name += "+partials";
+    c.fused = c.graph ? std::vector<bool>{true} : std::vector<bool>{false, true};
+    c.algos = {CombineAlgorithm::kRankPartials};
+    c.combine_syncs = {CombineSync::kBarrier};
     v.push_back(std::move(c));
   }
 
