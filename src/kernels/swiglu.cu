@@ -1,6 +1,10 @@
-// SwiGLU forward/backward over expert-major rows. Memory-bound: each thread moves 16-byte vectors
-// (8 BF16) of gate, up and output; the grid covers the planned capacity and threads past the
-// device-side row count exit, so the launch is the same for every routing (graph-safe).
+// SwiGLU forward/backward over expert-major rows. Memory-bound: one warp per row at a time, each
+// lane moving 16-byte vectors (8 BF16) of gate, up and output; the row's validity (inside its
+// expert's count, not alignment padding) is found once per row, and the indexing is per row and
+// column rather than a 64-bit division per vector (which, with a per-vector expert search, kept the
+// old one-vector-per-thread loop at half the copy rate: docs/perf.md L1). The grid covers the
+// planned capacity and warps past the device-side row count exit, so the launch is the same for
+// every routing (graph-safe).
 #include "kernels/swiglu.h"
 
 #include "dist_moe/check.h"
@@ -32,6 +36,10 @@ __device__ __forceinline__ Bf16x8 pack(const float (&f)[kVec]) {
   return p;
 }
 
+// Warp-per-row walk: this warp's first row, and the stride (warps in the grid).
+__device__ __forceinline__ int64_t row_of_warp() { return (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; }
+__device__ __forceinline__ int64_t warps_in_grid() { return int64_t(gridDim.x) * blockDim.x / 32; }
+
 // Block-wide sum of three counters, then one atomicAdd each (upstream: each CTA adds once).
 __device__ void add_clip_stats(float (&c)[3], float* out3) {
   __shared__ float partial[kThreads / 32][3];
@@ -56,29 +64,32 @@ __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(DeviceAddress 
   if (!stage_enabled(enable, when)) return;  // uniform across the grid: no clip-stat barrier is skipped
   const __nv_bfloat16* __restrict__ h1 = resolve<const __nv_bfloat16>(h1_addr);
   __nv_bfloat16* __restrict__ h2 = resolve<__nv_bfloat16>(h2_addr);
-  const int64_t vecs_per_row = F / kVec;
-  const int64_t total = rows.max_rows * vecs_per_row;
   float clip[3] = {0.f, 0.f, 0.f};
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t m = i / vecs_per_row, c = (i % vecs_per_row) * kVec;
-    if (m >= rows.offsets_E1[rows.num_local_experts]) break;  // rows only grow with i
-    float z[kVec];
-    if (expert_row_is_valid(rows, m)) {
-      float g[kVec], u[kVec];
-      unpack(*reinterpret_cast<const Bf16x8*>(h1 + m * 2 * F + c), g);
-      unpack(*reinterpret_cast<const Bf16x8*>(h1 + m * 2 * F + F + c), u);
+  const int64_t end = min(rows.max_rows, static_cast<int64_t>(rows.offsets_E1[rows.num_local_experts]));
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  for (int64_t m = row_of_warp(); m < end; m += warps_in_grid()) {
+    const bool valid = expert_row_is_valid(rows, m);
+    const __nv_bfloat16* gate = h1 + m * 2 * F;
+    __nv_bfloat16* out = h2 + m * F;
+    for (int64_t c = int64_t{lane} * kVec; c < F; c += 32 * kVec) {
+      float z[kVec];
+      if (valid) {
+        float g[kVec], u[kVec];
+        unpack(*reinterpret_cast<const Bf16x8*>(gate + c), g);
+        unpack(*reinterpret_cast<const Bf16x8*>(gate + F + c), u);
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        z[j] = activation::swiglu_forward(g[j], u[j], p);
-        clip[0] += g[j] > clip_limit ? 1.f : 0.f;
-        clip[1] += fabsf(u[j]) > clip_limit ? 1.f : 0.f;
+        for (int j = 0; j < kVec; ++j) {
+          z[j] = activation::swiglu_forward(g[j], u[j], p);
+          clip[0] += g[j] > clip_limit ? 1.f : 0.f;
+          clip[1] += fabsf(u[j]) > clip_limit ? 1.f : 0.f;
+        }
+        clip[2] += kVec;
+      } else {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) z[j] = 0.f;
       }
-      clip[2] += kVec;
-    } else {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) z[j] = 0.f;
+      *reinterpret_cast<Bf16x8*>(out + c) = pack(z);
     }
-    *reinterpret_cast<Bf16x8*>(h2 + m * F + c) = pack(z);
   }
   if (clip_stats_3) add_clip_stats(clip, clip_stats_3);
 }
@@ -89,28 +100,33 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(DeviceAddress
   const __nv_bfloat16* __restrict__ h1 = resolve<const __nv_bfloat16>(h1_addr);
   const __nv_bfloat16* __restrict__ gh2 = resolve<const __nv_bfloat16>(gh2_addr);
   __nv_bfloat16* __restrict__ gh1 = resolve<__nv_bfloat16>(gh1_addr);
-  const int64_t vecs_per_row = F / kVec;
-  const int64_t total = rows.max_rows * vecs_per_row;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t m = i / vecs_per_row, c = (i % vecs_per_row) * kVec;
-    if (m >= rows.offsets_E1[rows.num_local_experts]) break;
-    float dg[kVec], du[kVec];
-    if (expert_row_is_valid(rows, m)) {
-      float g[kVec], u[kVec], dz[kVec];
-      unpack(*reinterpret_cast<const Bf16x8*>(h1 + m * 2 * F + c), g);
-      unpack(*reinterpret_cast<const Bf16x8*>(h1 + m * 2 * F + F + c), u);
-      unpack(*reinterpret_cast<const Bf16x8*>(gh2 + m * F + c), dz);
+  const int64_t end = min(rows.max_rows, static_cast<int64_t>(rows.offsets_E1[rows.num_local_experts]));
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  for (int64_t m = row_of_warp(); m < end; m += warps_in_grid()) {
+    const bool valid = expert_row_is_valid(rows, m);
+    const __nv_bfloat16* gate = h1 + m * 2 * F;
+    const __nv_bfloat16* dz_row = gh2 + m * F;
+    __nv_bfloat16* out = gh1 + m * 2 * F;
+    for (int64_t c = int64_t{lane} * kVec; c < F; c += 32 * kVec) {
+      float dg[kVec], du[kVec];
+      if (valid) {
+        float g[kVec], u[kVec], dz[kVec];
+        unpack(*reinterpret_cast<const Bf16x8*>(gate + c), g);
+        unpack(*reinterpret_cast<const Bf16x8*>(gate + F + c), u);
+        unpack(*reinterpret_cast<const Bf16x8*>(dz_row + c), dz);
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) activation::swiglu_backward(g[j], u[j], dz[j], p, &dg[j], &du[j]);
-    } else {
+        for (int j = 0; j < kVec; ++j) activation::swiglu_backward(g[j], u[j], dz[j], p, &dg[j], &du[j]);
+      } else {
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) dg[j] = du[j] = 0.f;
+        for (int j = 0; j < kVec; ++j) dg[j] = du[j] = 0.f;
+      }
+      *reinterpret_cast<Bf16x8*>(out + c) = pack(dg);
+      *reinterpret_cast<Bf16x8*>(out + F + c) = pack(du);
     }
-    *reinterpret_cast<Bf16x8*>(gh1 + m * 2 * F + c) = pack(dg);
-    *reinterpret_cast<Bf16x8*>(gh1 + m * 2 * F + F + c) = pack(du);
   }
 }
 
+// Blocks for `work_items` threads (one warp per row: rows * 32), at most 8 per SM.
 int grid_for(int64_t work_items) {
   int device = 0, sms = 0;
   DMOE_CUDA_CHECK(cudaGetDevice(&device));
@@ -133,7 +149,7 @@ void swiglu_forward(DeviceAddress h1_M2F, DeviceAddress h2_MF, int64_t F, const 
   check_shapes(F, rows);
   if (clip_stats_3) DMOE_CUDA_CHECK(cudaMemsetAsync(clip_stats_3, 0, 3 * sizeof(float), stream));
   if (rows.max_rows == 0) return;
-  swiglu_forward_kernel<<<grid_for(rows.max_rows * (F / kVec)), kThreads, 0, stream>>>(
+  swiglu_forward_kernel<<<grid_for(rows.max_rows * 32), kThreads, 0, stream>>>(
       h1_M2F, h2_MF, F, rows, p, clip_stats_3, clip_limit, enable, when);
   DMOE_CUDA_CHECK_LAUNCH();
 }
@@ -142,7 +158,7 @@ void swiglu_backward(DeviceAddress h1_M2F, DeviceAddress grad_h2_MF, DeviceAddre
                      const ExpertRowsView& rows, const activation::SwigluParams& p, cudaStream_t stream) {
   check_shapes(F, rows);
   if (rows.max_rows == 0) return;
-  swiglu_backward_kernel<<<grid_for(rows.max_rows * (F / kVec)), kThreads, 0, stream>>>(h1_M2F, grad_h2_MF,
+  swiglu_backward_kernel<<<grid_for(rows.max_rows * 32), kThreads, 0, stream>>>(h1_M2F, grad_h2_MF,
                                                                                        grad_h1_M2F, F, rows, p);
   DMOE_CUDA_CHECK_LAUNCH();
 }
