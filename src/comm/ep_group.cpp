@@ -64,6 +64,13 @@ int ep_sms(const Communicator& comm, int requested) {
   return requested > 0 ? std::min(requested, comm.num_sms()) : comm.num_sms();
 }
 
+// CTAs of a cooperative combine grid: as many per SM as fit (max_ctas co-resident on the device),
+// on the SMs the caller allows.
+int combine_grid(const Communicator& comm, int max_ctas, int requested_sms) {
+  const int per_sm = std::max(1, max_ctas / comm.num_sms());
+  return std::min(max_ctas, per_sm * ep_sms(comm, requested_sms));
+}
+
 }  // namespace
 
 EpConfig EpConfig::from(const Config& config, const MemoryPlan& plan, int row_alignment, bool validate_expert_ids) {
@@ -337,9 +344,7 @@ void EpGroup::combine(const void* y_MD, const void* scores_TK, DType score_dtype
     a.scores = scores_TK;
     a.out = static_cast<char*>(out_TD);
     a.num_tokens = static_cast<int>(num_tokens);
-    const int max_ctas = combine3_ctas_[bf16 ? 1 : 0];
-    const int per_sm = std::max(1, max_ctas / comm_.num_sms());
-    const int ctas = std::min(max_ctas, per_sm * ep_sms(comm_, options.num_sms));
+    const int ctas = combine_grid(comm_, combine3_ctas_[bf16 ? 1 : 0], options.num_sms);
     kernels::launch_combine3(layout_, tables_, a, bf16, ctas, stream);
     return;
   }
@@ -348,9 +353,7 @@ void EpGroup::combine(const void* y_MD, const void* scores_TK, DType score_dtype
                options.sync == CombineSync::kSignal ? kernels::kC2Signal : kernels::kC2Barrier, options, stream);
     return;
   }
-  const int max_ctas = bf16 ? combine_ctas_bf16_ : combine_ctas_f32_;
-  const int per_sm = std::max(1, max_ctas / comm_.num_sms());
-  const int ctas = std::min(max_ctas, per_sm * ep_sms(comm_, options.num_sms));
+  const int ctas = combine_grid(comm_, bf16 ? combine_ctas_bf16_ : combine_ctas_f32_, options.num_sms);
   kernels::launch_combine(layout_, tables_, y_MD, scores_TK, bf16, out_TD, static_cast<int>(num_tokens),
                           options.sync == CombineSync::kSignal, ctas, stream);
 }
@@ -370,9 +373,7 @@ void EpGroup::reduce(const void* scores_TK, DType score_dtype, void* out_TD, int
 void EpGroup::combine_v2(const void* y_MD, const void* scores_TK, bool score_bf16, void* out_TD, int64_t num_tokens,
                          int mode, const CombineOptions& options, cudaStream_t stream) {
   constexpr int kWarpsPerCta = kernels::kCombineThreads / 32;
-  const int max_ctas = combine2_ctas_[score_bf16 ? 1 : 0][mode];
-  const int per_sm = std::max(1, max_ctas / comm_.num_sms());
-  const int ctas = std::min(max_ctas, per_sm * ep_sms(comm_, options.num_sms));
+  const int ctas = combine_grid(comm_, combine2_ctas_[score_bf16 ? 1 : 0][mode], options.num_sms);
   kernels::Combine2Args a{};
   a.y = static_cast<const char*>(y_MD);
   a.scores = scores_TK;

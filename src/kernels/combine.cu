@@ -56,6 +56,17 @@ __device__ __forceinline__ int4 pack8(const float* acc) {
   return make_int4(static_cast<int>(w[0]), static_cast<int>(w[1]), static_cast<int>(w[2]), static_cast<int>(w[3]));
 }
 
+// Every CTA's stores (to peers too) published, then every rank past the same point: grid barrier,
+// EP barrier (CTA 0), grid barrier. `trace_slot` >= 0: the latest CTA to get here is traced.
+__device__ __forceinline__ void combine_barrier(const EpDeviceLayout& L, int trace_slot) {
+  __syncthreads();
+  if (trace_slot >= 0) trace_last(L, trace_slot);
+  if (threadIdx.x == 0) fence_acq_rel_sys();
+  grid_barrier(L, kGridBarrierCombine);
+  if (blockIdx.x == 0) ep_barrier_cta(L, 0);
+  grid_barrier(L, kGridBarrierCombine);
+}
+
 template <typename IdT, bool kScoreBf16>
 __global__ void __launch_bounds__(kCombineThreads, 2)
     combine_kernel(const EpDeviceLayout L, const RoutingTables tab, const char* __restrict__ y,
@@ -117,21 +128,13 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
 
   // ---- B. barrier mode: all route results are in their owners' windows -----------------------
   if (!signal_mode) {
-    __syncthreads();
-    trace_last(L, kTrCombineScatterDoneLast);
-    if (threadIdx.x == 0) fence_acq_rel_sys();
-    grid_barrier(L, kGridBarrierCombine);
-    if (blockIdx.x == 0) ep_barrier_cta(L, 0);
-    grid_barrier(L, kGridBarrierCombine);
+    combine_barrier(L, kTrCombineScatterDoneLast);
     trace_first(L, kTrCombineBarrierDone);
   }
 
   // ---- C. reduce: unit (token t, 32 vectors), token-major -----------------------------------
   if (do_reduce) {
-    const uint32_t count = *reinterpret_cast<volatile uint32_t*>(&L.state->publish_count);
-    const int slot = static_cast<int>((count - 1u) & 1u);
-    const IdT* ids = reinterpret_cast<const IdT*>(
-        local_ptr(L.routing_win, static_cast<int64_t>(slot) * L.routing_slot_bytes) + kRoutingHeaderBytes);
+    const IdT* ids = published_ids<IdT>(L);
     const char* comb = s_cbase[L.rank];
     const int rseg = (nvec + 31) / 32;
     const int64_t units = static_cast<int64_t>(num_tokens) * rseg;
@@ -343,10 +346,7 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
 
   // ---- C. reduce: unit (token t, 32 vectors), token-major -----------------------------------
   if (do_reduce) {
-    const uint32_t count = *reinterpret_cast<volatile uint32_t*>(&L.state->publish_count);
-    const int slot = static_cast<int>((count - 1u) & 1u);
-    const IdT* ids = reinterpret_cast<const IdT*>(
-        local_ptr(L.routing_win, static_cast<int64_t>(slot) * L.routing_slot_bytes) + kRoutingHeaderBytes);
+    const IdT* ids = published_ids<IdT>(L);
     const char* comb = s_cbase[me];
     const uint32_t rseg = static_cast<uint32_t>(nvec + 31) / 32;
     const uint32_t units = static_cast<uint32_t>(T) * rseg;
@@ -437,16 +437,6 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
 //      from y), acc += P.
 constexpr int kPartialBatch = 2;  // routes in flight per lane in the owner-side partial sums
 
-// Every CTA's stores (to peers too) published, then every rank past the same point: grid barrier,
-// EP barrier (CTA 0), grid barrier (v1's barrier).
-__device__ __forceinline__ void combine3_barrier(const EpDeviceLayout& L) {
-  __syncthreads();
-  if (threadIdx.x == 0) fence_acq_rel_sys();
-  grid_barrier(L, kGridBarrierCombine);
-  if (blockIdx.x == 0) ep_barrier_cta(L, 0);
-  grid_barrier(L, kGridBarrierCombine);
-}
-
 template <typename IdT, bool kScoreBf16>
 __global__ void __launch_bounds__(kCombineThreads, 1)
     combine3_kernel(const EpDeviceLayout L, const RoutingTables tab, const Combine2Args a) {
@@ -476,7 +466,7 @@ __global__ void __launch_bounds__(kCombineThreads, 1)
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < int64_t{T} * K;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x)
       mine[i] = load_score<kScoreBf16>(a.scores, i);
-    combine3_barrier(L);
+    combine_barrier(L, -1);
   }
 
   // ---- A. owner side: one row or one FP32 partial per (token, remote rank) -----------------------
@@ -540,16 +530,12 @@ __global__ void __launch_bounds__(kCombineThreads, 1)
         st_v4(dst + 16, make_int4(__float_as_int(acc[4]), __float_as_int(acc[5]), __float_as_int(acc[6]), __float_as_int(acc[7])));
       }
     }
-    trace_last(L, kTrCombineScatterDoneLast);
-    combine3_barrier(L);
+    combine_barrier(L, kTrCombineScatterDoneLast);
     trace_first(L, kTrCombineBarrierDone);
   }
 
   // ---- B. the token's rank: owners' partials in rank order -----------------------------------
-  const uint32_t count = *reinterpret_cast<volatile uint32_t*>(&L.state->publish_count);
-  const int slot = static_cast<int>((count - 1u) & 1u);
-  const IdT* ids = reinterpret_cast<const IdT*>(
-      local_ptr(L.routing_win, static_cast<int64_t>(slot) * L.routing_slot_bytes) + kRoutingHeaderBytes);
+  const IdT* ids = published_ids<IdT>(L);
   const char* comb = s_cbase[me];
   const int rseg = (nvec + 31) / 32;
   const int64_t units = int64_t{T} * rseg;

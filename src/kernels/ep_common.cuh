@@ -71,6 +71,15 @@ __device__ __forceinline__ void trace_last(const EpDeviceLayout& L, int slot) {
   if (L.trace != nullptr && threadIdx.x == 0) atomicMax(L.trace + slot, globaltimer_ns());
 }
 
+// This rank's ids of the last publish: routing slot (publish_count - 1) % 2, after its header.
+template <typename IdT>
+__device__ __forceinline__ const IdT* published_ids(const EpDeviceLayout& L) {
+  const uint32_t count = *reinterpret_cast<volatile uint32_t*>(&L.state->publish_count);
+  const int slot = static_cast<int>((count - 1u) & 1u);
+  return reinterpret_cast<const IdT*>(local_ptr(L.routing_win, static_cast<int64_t>(slot) * L.routing_slot_bytes) +
+                                      kRoutingHeaderBytes);
+}
+
 // Rows are moved in segments of kSegVecs 16-byte vectors (4 KiB): one warp, one batch of
 // kRowUnroll loads in flight per lane. Work units are (row, segment), so even a few rows keep many
 // warps busy.

@@ -103,8 +103,9 @@ struct StoreEpilogue {
 #pragma unroll
     for (int c = 0; c < kFirstDeferred; ++c) {
       const int col0 = d.col_base + c * Staging<bf16_t>::kCols;
-      if (col0 < p.out_cols) w.template write<bf16_t, bf16_t>(acc[0], c, 1.0f, 1.0f, no_rows, col0, p.out_cols, false,
-                                                               target_of(p, ops, d, col0));
+      if (col0 >= p.out_cols) continue;
+      const TmaTarget target = tma_target(ops, d.expert, 0, d.row0, col0, p.accumulate != 0);
+      w.template write<bf16_t, bf16_t>(acc[0], c, 1.0f, 1.0f, no_rows, col0, p.out_cols, false, target);
     }
 #pragma unroll
     for (int i = 0; i < kDeferChunks * kPackedPerChunk / 2; ++i) {
@@ -120,7 +121,8 @@ struct StoreEpilogue {
     const int c = d.next;
     const int col0 = d.col_base + c * Staging<bf16_t>::kCols;
     // N not a multiple of the tile: the last chunks hold no columns.
-    if (col0 < p.out_cols) write_slot<0>(c - kFirstDeferred, d, target_of(p, ops, d, col0), w);
+    if (col0 < p.out_cols)
+      write_slot<0>(c - kFirstDeferred, d, tma_target(ops, d.expert, 0, d.row0, col0, p.accumulate != 0), w);
     d.next = c + 1;
     d.pending = d.next < kChunks;
   }
@@ -131,15 +133,21 @@ struct StoreEpilogue {
   }
 
  private:
-  // WGRAD's 3D box of a chunk: (column, weight row, expert); BF16 reduce-add when accumulating.
-  DMOE_DEVICE static TmaTarget target_of(const EpilogueParams& p, const ResolvedOperands& ops, const Deferred& d,
-                                         int col0) {
+  // The TMA box of the chunk at output row `row0` (counted in the expert) and column `col0`: 2D
+  // (column, buffer row row_begin + row0) of the row output, or WGRAD's 3D (column, weight row,
+  // expert). `accumulate`: TMA reduce-add instead of a store.
+  DMOE_DEVICE static TmaTarget tma_target(const ResolvedOperands& ops, int32_t expert, int32_t row_begin, int row0,
+                                          int col0, bool accumulate) {
     TmaTarget target;
     target.map = ops.map[kMapOut];
     target.c0 = col0;
-    target.c1 = d.row0;
-    target.c2 = d.expert;
-    target.reduce = p.accumulate != 0;
+    target.reduce = accumulate;
+    if constexpr (kKind == GemmKind::kWgrad) {
+      target.c1 = row0;
+      target.c2 = expert;
+    } else {
+      target.c1 = row_begin + row0;
+    }
     return target;
   }
 
@@ -186,17 +194,7 @@ struct StoreEpilogue {
         const int col0 = t.n_block * Mainloop::kBlockN + c * kCols;
         if (col0 >= p.out_cols) break;  // N not a multiple of the tile: nothing left in this block
         TmaTarget target;
-        if (tma) {
-          target.map = ops.map[kMapOut];
-          target.c0 = col0;
-          target.reduce = accumulate;
-          if constexpr (kKind == GemmKind::kWgrad) {
-            target.c1 = row0;
-            target.c2 = t.expert;
-          } else {
-            target.c1 = t.row_begin + row0;
-          }
-        }
+        if (tma) target = tma_target(ops, t.expert, t.row_begin, row0, col0, accumulate);
         w.template write<S, OutT>(acc[b], c, scale_lo, scale_hi, row_ptr, col0, p.out_cols, accumulate, target);
       }
     }
