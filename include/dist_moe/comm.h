@@ -203,6 +203,17 @@ struct CombineOptions {
   int reduce_ctas = 0;
 };
 
+// EpGroup::reduce() can also keep the route rows it reads: when base is set, every routed row is
+// stored to base + *offset bytes, route-major [T, K, D] like the combine window (slots of -1 routes
+// are not written), unless *skip != 0. Both are device int64s (nullptr offset: 0; nullptr skip:
+// always keep), so a device-side planner can choose them without a host read -- the fused layer's
+// saved h3 in one pass over the rows instead of a second copy. base: 16-byte aligned.
+struct KeepRoutes {
+  void* base = nullptr;
+  const int64_t* offset = nullptr;
+  const int64_t* skip = nullptr;
+};
+
 class EpGroup {
  public:
   // Collective: allocates the four symmetric windows and the routing tables.
@@ -248,9 +259,9 @@ class EpGroup {
   // in k order, reading every route from this rank's combine window: bitwise identical to
   // combine(). -1 (and out-of-range) routes are skipped; their slots are never read. One
   // cooperative kernel (split EP barrier on slot 0, no grid barrier). scores_TK: FP32 or BF16
-  // [T, K]; out_TD: BF16 [T, D]. options: num_sms only.
+  // [T, K]; out_TD: BF16 [T, D]. options: num_sms only. keep: see KeepRoutes.
   void reduce(const void* scores_TK, DType score_dtype, void* out_TD, int64_t num_tokens, cudaStream_t stream,
-              const CombineOptions& options = {});
+              const CombineOptions& options = {}, const KeepRoutes& keep = {});
 
   // This rank's route slots, BF16 [T_max, K, D]: route (t, k) of this rank's token t at byte offset
   // (t*K + k) * D * 2 (routing::combine_slot_offset).
@@ -308,7 +319,7 @@ class EpGroup {
   unsigned long long* trace_ = nullptr;
   std::vector<uintptr_t> dispatch_bases_, combine_bases_;
   void combine_v2(const void* y_MD, const void* scores_TK, bool score_bf16, void* out_TD, int64_t num_tokens,
-                  int mode, const CombineOptions& options, cudaStream_t stream);
+                  int mode, const CombineOptions& options, cudaStream_t stream, const KeepRoutes& keep = {});
 };
 
 // Bytes of each window an EpGroup allocates for `config` on `world_size` ranks (per rank).

@@ -359,19 +359,20 @@ void EpGroup::combine(const void* y_MD, const void* scores_TK, DType score_dtype
 }
 
 void EpGroup::reduce(const void* scores_TK, DType score_dtype, void* out_TD, int64_t num_tokens, cudaStream_t stream,
-                     const CombineOptions& options) {
+                     const CombineOptions& options, const KeepRoutes& keep) {
   DMOE_CHECK_ARG(num_tokens >= 1 && num_tokens <= config_.max_tokens, "num_tokens=", num_tokens, " must be in [1, ",
                  config_.max_tokens, "]");
   DMOE_CHECK_ARG(out_TD != nullptr && aligned16(out_TD), "out_TD must be a non-null 16-byte aligned BF16 [T, D] pointer");
   DMOE_CHECK_ARG(scores_TK != nullptr, "topk_scores_TK must not be null");
   if (score_dtype != DType::kFloat32 && score_dtype != DType::kBFloat16)
     detail::fail(ErrorCode::kInvalidType, "topk_scores_TK must be float32 or bfloat16, got ", to_string(score_dtype));
+  DMOE_CHECK_ARG(keep.base == nullptr || aligned16(keep.base), "KeepRoutes::base must be 16-byte aligned");
   combine_v2(nullptr, scores_TK, score_dtype == DType::kBFloat16, out_TD, num_tokens, kernels::kC2ReduceOnly, options,
-             stream);
+             stream, keep);
 }
 
 void EpGroup::combine_v2(const void* y_MD, const void* scores_TK, bool score_bf16, void* out_TD, int64_t num_tokens,
-                         int mode, const CombineOptions& options, cudaStream_t stream) {
+                         int mode, const CombineOptions& options, cudaStream_t stream, const KeepRoutes& keep) {
   constexpr int kWarpsPerCta = kernels::kCombineThreads / 32;
   const int ctas = combine_grid(comm_, combine2_ctas_[score_bf16 ? 1 : 0][mode], options.num_sms);
   kernels::Combine2Args a{};
@@ -379,6 +380,9 @@ void EpGroup::combine_v2(const void* y_MD, const void* scores_TK, bool score_bf1
   a.scores = scores_TK;
   a.out = static_cast<char*>(out_TD);
   a.num_tokens = static_cast<int>(num_tokens);
+  a.keep_base = static_cast<char*>(keep.base);
+  a.keep_offset = keep.offset;
+  a.keep_skip = keep.skip;
   int rw = options.reduce_warps > 0 ? options.reduce_warps
                                     : static_cast<int>(env_int64("DMOE_COMBINE_REDUCE_WARPS", 4));
   a.reduce_warps = std::clamp(rw, 1, kWarpsPerCta - 1);

@@ -348,6 +348,12 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
   if (do_reduce) {
     const IdT* ids = published_ids<IdT>(L);
     const char* comb = s_cbase[me];
+    // Reduce-only: the rows read here are also kept (the fused layer's saved h3), one pass over them.
+    char* keep = nullptr;
+    if constexpr (kMode == kC2ReduceOnly) {
+      if (a.keep_base != nullptr && (a.keep_skip == nullptr || *a.keep_skip == 0))
+        keep = a.keep_base + (a.keep_offset != nullptr ? *a.keep_offset : 0);
+    }
     const uint32_t rseg = static_cast<uint32_t>(nvec + 31) / 32;
     const uint32_t units = static_cast<uint32_t>(T) * rseg;
     for (uint32_t u = static_cast<uint32_t>(r_index); u < units; u += static_cast<uint32_t>(r_count)) {
@@ -389,6 +395,16 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
           const char* p =
               reinterpret_cast<const char*>(__shfl_sync(kFullMask, reinterpret_cast<unsigned long long>(src), k & 31));
           if (k < K && ((routed_mask >> k) & 1u) && active) val[q] = ld_cg_v4(p + static_cast<int64_t>(v) * 16);
+        }
+        if constexpr (kMode == kC2ReduceOnly) {
+          if (keep != nullptr) {
+#pragma unroll
+            for (int q = 0; q < kReduceBatch2; ++q) {
+              const int k = kb + q;
+              if (k < K && ((routed_mask >> k) & 1u) && active)
+                st_v4(keep + routing::combine_slot_offset(t, k, K, row_bytes) + static_cast<int64_t>(v) * 16, val[q]);
+            }
+          }
         }
 #pragma unroll
         for (int q = 0; q < kReduceBatch2; ++q) {

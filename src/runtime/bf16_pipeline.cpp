@@ -198,12 +198,16 @@ void forward_impl(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD,
     a.gain_center = static_cast<float>(pp.gain_center);
     kernels::rmsnorm_topk_reduce(routes, static_cast<const __nv_bfloat16*>(c.combine_routes()), a,
                                  static_cast<__nv_bfloat16*>(out_TD), saved ? saved->rstd : c.rstd_scratch, stream);
+    // Saved path: keep h3 (this rank's route rows) for the score gradients.
+    if (!scratch_only)
+      kernels::copy_if({act, layer + planner::kH3}, c.combine_routes(), T * K * D * 2, need_recompute, false, stream);
   } else {
-    c.ep->reduce(in.topk_scores_TK, in.score_dtype, out_TD, T, stream);
+    // Saved path: the reduction keeps h3 (this rank's route rows) for the score gradients as it
+    // reads them (routed slots only: the backward reads no other).
+    comm::KeepRoutes keep;
+    if (!scratch_only) keep = {act, layer + planner::kH3, need_recompute};
+    c.ep->reduce(in.topk_scores_TK, in.score_dtype, out_TD, T, stream, {}, keep);
   }
-  // Saved path: keep h3 (this rank's route rows) for the score gradients.
-  if (!scratch_only)
-    kernels::copy_if({act, layer + planner::kH3}, c.combine_routes(), T * K * D * 2, need_recompute, false, stream);
   // Route rows for a postprocess the caller runs (the reduction above already made them final here).
   if (o.expert_output_TKD)
     DMOE_CUDA_CHECK(cudaMemcpyAsync(o.expert_output_TKD, c.combine_routes(), T * K * D * 2, cudaMemcpyDeviceToDevice,

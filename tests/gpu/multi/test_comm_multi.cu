@@ -210,11 +210,19 @@ struct Buffers {
   void* xg = nullptr;
   void* y = nullptr;
   void* out = nullptr;
+  // external_scatter cases: reduce() keeps the route rows at keep + keep_ctl[0] unless keep_ctl[1]
+  // (device int64s, changed between graph replays); keep_skip is the host copy of this call's flag.
+  void* keep = nullptr;
+  int64_t* keep_ctl = nullptr;
+  int64_t keep_skip = 0;
   ~Buffers() {
-    for (void* p : {x, ids, scores, xg, y, out})
+    for (void* p : {x, ids, scores, xg, y, out, keep, static_cast<void*>(keep_ctl)})
       if (p) cudaFree(p);
   }
 };
+
+// Byte offset of the kept route rows inside Buffers::keep (exercises KeepRoutes::offset).
+constexpr int64_t kKeepOffset = 4096;
 
 struct Checker {
   std::string where;
@@ -373,6 +381,32 @@ void check_call(const CaseSpec& cs, const EpGroup& ep, const CallData& c, const 
         break;
       }
     }
+
+  // ---- kept route rows (reduce's KeepRoutes): routed slots hold their row, nothing else written ----
+  if (b.keep != nullptr) {
+    const int64_t n = kKeepOffset / 2 + Tmax * K * D;
+    const auto kept = download(static_cast<const uint16_t*>(b.keep), static_cast<size_t>(n));
+    for (int64_t i = 0; i < kKeepOffset / 2; ++i)
+      if (kept[static_cast<size_t>(i)] != sentinel) {
+        ck.fail("kept rows: byte %lld before the offset was written", (long long)(2 * i));
+        break;
+      }
+    for (int64_t t = 0; t < Tmax; ++t)
+      for (int k = 0; k < K; ++k) {
+        const bool routed = !b.keep_skip && t < T && c.ids[me][static_cast<size_t>(t * K + k)] >= 0;
+        const uint16_t* got = kept.data() + kKeepOffset / 2 + (t * K + k) * D;
+        for (int d = 0; d < D; ++d) {
+          const uint16_t want = routed ? y_value_bits(c.y_seed, me, t, k, d) : sentinel;
+          if (got[d] != want) {
+            ck.fail("kept slot (t=%lld, k=%d) col %d = 0x%04x, want 0x%04x (%s)", (long long)t, k, d, got[d], want,
+                    b.keep_skip ? "skipped call" : (routed ? "routed" : "not routed"));
+            t = Tmax;
+            k = K;
+            break;
+          }
+        }
+      }
+  }
 }
 
 struct CallVariant {
@@ -417,7 +451,7 @@ void run_ops(const CaseSpec& cs, EpGroup& ep, const Buffers& b, int64_t T, const
   if (cs.external_scatter) {
     external_scatter_kernel<<<264, 256, 0, stream>>>(ep.tables(), static_cast<const int4*>(b.y), cs.D);
     DMOE_CUDA_CHECK_LAUNCH();
-    ep.reduce(b.scores, sdt, b.out, T, stream, copt);
+    ep.reduce(b.scores, sdt, b.out, T, stream, copt, KeepRoutes{b.keep, b.keep_ctl, b.keep_ctl + 1});
   } else {
     ep.combine(b.y, b.scores, sdt, b.out, T, stream, copt);
   }
@@ -460,6 +494,13 @@ int run_case(const Communicator& comm, const CaseSpec& cs, uint64_t case_seed) {
   DMOE_CUDA_CHECK(cudaMalloc(&b.xg, static_cast<size_t>(cap) * cs.D * 2));
   DMOE_CUDA_CHECK(cudaMalloc(&b.y, static_cast<size_t>(cap) * cs.D * 2));
   DMOE_CUDA_CHECK(cudaMalloc(&b.out, static_cast<size_t>(cs.T_max) * cs.D * 2));
+  const size_t keep_bytes = static_cast<size_t>(kKeepOffset + cs.T_max * cs.K * cs.D * 2);
+  if (cs.external_scatter) {
+    DMOE_CUDA_CHECK(cudaMalloc(&b.keep, keep_bytes));
+    DMOE_CUDA_CHECK(cudaMalloc(&b.keep_ctl, 2 * sizeof(int64_t)));
+    const int64_t ctl[2] = {kKeepOffset, 0};
+    DMOE_CUDA_CHECK(cudaMemcpy(b.keep_ctl, ctl, sizeof(ctl), cudaMemcpyHostToDevice));
+  }
   cudaStream_t stream;
   DMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int errors = 0;
@@ -482,6 +523,12 @@ int run_case(const Communicator& comm, const CaseSpec& cs, uint64_t case_seed) {
     upload_inputs(cs, c, b);
     DMOE_CUDA_CHECK(cudaMemset(b.xg, kSentinelByte, static_cast<size_t>(cap) * cs.D * 2));
     DMOE_CUDA_CHECK(cudaMemset(b.out, 0xFF, static_cast<size_t>(cs.T_max) * cs.D * 2));
+    if (b.keep != nullptr) {  // every third call skips keeping (the flag is read on the device)
+      b.keep_skip = call % 3 == 2 ? 1 : 0;
+      const int64_t ctl[2] = {kKeepOffset, b.keep_skip};
+      DMOE_CUDA_CHECK(cudaMemcpy(b.keep_ctl, ctl, sizeof(ctl), cudaMemcpyHostToDevice));
+      DMOE_CUDA_CHECK(cudaMemset(b.keep, kSentinelByte, keep_bytes));
+    }
     // Copies and memsets above run on the legacy stream, which `stream` (non-blocking) does not
     // wait for: finish them before launching.
     DMOE_CUDA_CHECK(cudaDeviceSynchronize());
