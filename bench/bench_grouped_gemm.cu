@@ -25,6 +25,8 @@
 // up to 30% between identical kernels timed a minute apart).
 // --ops a,b: only these ops (names as printed: w13_fprop, w13_fprop_noh1, w2_fprop, w13_gather,
 // w2_scatter, w13_dgrad, w2_dgrad, w13_wgrad, w2_wgrad, w13_wgrad_fp32, w2_wgrad_fp32).
+// --wgrad-accumulate: WGRAD adds into its output instead of writing it (the fused layer's case when
+// the caller accumulates gradients; the output's old values are read as well).
 // WGRAD rows also print cuBLAS strided-batched BF16 at the same per-expert GEMMs (balanced rows:
 // E_local GEMMs of [N, rows] x [rows, K]), the like-for-like dense rate of a short contraction
 // whose output is as large as its inputs.
@@ -284,6 +286,7 @@ std::vector<std::string> split(const std::string& s) {
 
 bool g_sweep = false;
 int g_rounds = 1;
+bool g_wgrad_accumulate = false;  // --wgrad-accumulate: WGRAD adds into its output (the layer's case)
 std::set<std::string> g_ops;  // empty: every op
 bool want(const std::string& op) { return g_ops.empty() || g_ops.count(op) != 0; }
 
@@ -534,6 +537,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     g13.a = x.p;
     g13.grad_w = gw.p;
     g13.out_dtype = out;
+    g13.accumulate = g_wgrad_accumulate;
     measure("w13_wgrad" + suffix, GroupedGemmOp::kWgrad, out, w13_flops, 0, cb13, [&](const GroupedGemmConfig* cfg) {
       WgradArgs a = g13;
       a.common.config = cfg;
@@ -545,6 +549,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     g2.a = h2.p;
     g2.grad_w = gw.p;
     g2.out_dtype = out;
+    g2.accumulate = g_wgrad_accumulate;
     measure("w2_wgrad" + suffix, GroupedGemmOp::kWgrad, out, w2_flops, 0, cb2, [&](const GroupedGemmConfig* cfg) {
       WgradArgs a = g2;
       a.common.config = cfg;
@@ -576,12 +581,13 @@ int main(int argc, char** argv) {
     else if (a == "--csv") csv = value();
     else if (a == "--sweep") g_sweep = true;
     else if (a == "--rounds") g_rounds = std::max(1, std::atoi(value().c_str()));
+    else if (a == "--wgrad-accumulate") g_wgrad_accumulate = true;
     else if (a == "--ops") {
       for (const std::string& op : split(value())) g_ops.insert(op);
     } else {
       std::fprintf(stderr,
                    "usage: %s [--shapes a,b] [--routing balanced,random,zipf] [--iters N] [--csv FILE] [--sweep] "
-                   "[--rounds R] [--ops a,b]\n",
+                   "[--rounds R] [--ops a,b] [--wgrad-accumulate]\n",
                    argv[0]);
       return 2;
     }

@@ -46,7 +46,7 @@ int smem_estimate(const GroupedGemmConfig& c, const GroupedGemmProblem& p) {
   const int stages = c.stages * (c.block_m + c.block_n) * 128;
   // WGRAD 128x128 s4 pp_tma is the deep-staging kernel: 4 TMA buffers per warpgroup.
   const bool deep = p.op == GroupedGemmOp::kWgrad && c.tma_store && c.pingpong && c.stages == 4;
-  const int staging = 2 * (deep ? 32768 : c.tma_store ? 16384 : 10240);
+  const int staging = c.direct_store ? 0 : 2 * (deep ? 32768 : c.tma_store ? 16384 : 10240);
   const int e = static_cast<int>(p.e_local);
   const int tables = (2 * (e + 1) + (p.op == GroupedGemmOp::kWgrad ? e : 0)) * 4;
   return 1024 + stages + staging + 16 * c.stages + 80 + 16 + 80 /* tile ring */ + tables;
@@ -58,6 +58,14 @@ bool legacy_requested() {
     return v != nullptr && v[0] != '\0' && v[0] != '0';
   }();
   return legacy;
+}
+
+bool wgrad_direct_requested() {
+  static const bool on = [] {
+    const char* v = std::getenv("DIST_MOE_GEMM_WGRAD_DIRECT");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
 }
 
 // The preferred configuration when it fits next to this many experts' tables, else the fallback.
@@ -178,6 +186,7 @@ std::string GroupedGemmConfig::name() const {
   if (cluster_m != 1) s += "_c" + std::to_string(cluster_m);
   if (pingpong) s += "_pp";
   if (tma_store) s += "_tma";
+  if (direct_store) s += "_direct";
   if (dynamic_schedule) s += "_dyn";
   if (swap_ab) s += "_swapab";
   if (gather) s += "_gather";
@@ -227,6 +236,12 @@ GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int de
       (p.op == GroupedGemmOp::kFprop || p.op == GroupedGemmOp::kFpropSwiglu || p.op == GroupedGemmOp::kDgrad ||
        wgrad_fp32_coop_tma))
     c.dynamic_schedule = true;
+  // G20 (A/B switch until measured): DIST_MOE_GEMM_WGRAD_DIRECT=1 swaps the cooperative 128x256
+  // TMA-store WGRAD for the same tile without staging (`_direct`, same schedule).
+  if (p.op == GroupedGemmOp::kWgrad && c.tma_store && !c.pingpong && c.block_n == 256 && wgrad_direct_requested()) {
+    c.tma_store = false;
+    c.direct_store = true;
+  }
   if (!grouped_gemm_experimental_requested() || legacy_requested()) return c;
   // G10: short-K WGRAD ping-pong -> the deep-staging kernel (s4, 4 staging buffers per warpgroup).
   if (p.op == GroupedGemmOp::kWgrad && c.pingpong && c.tma_store && c.block_n == 128) {
