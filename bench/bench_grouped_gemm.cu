@@ -394,6 +394,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     p.e_local = E;
     p.out_dtype = out;
     p.gather = gather;
+    p.accumulate = op == GroupedGemmOp::kWgrad && g_wgrad_accumulate;
     int dev = 0, sms = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);

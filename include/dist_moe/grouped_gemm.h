@@ -74,9 +74,6 @@ struct GroupedGemmConfig {
   // The epilogue stages each 64-row block in shared memory and stores it with TMA, asynchronously
   // (partial blocks, scatter and BF16 accumulation still use ordinary stores).
   bool tma_store = false;
-  // WGRAD only: no staging -- the epilogue stores (or L2-reduces) 16-byte vectors straight from the
-  // accumulators after a register transpose (docs/perf.md G20). Name `_direct`.
-  bool direct_store = false;
   // Tiles are handed out at run time from a global atomic counter (in the static schedule's linear
   // order) instead of round-robin: tiles start in order whatever earlier tiles cost, so ragged
   // expert rows neither unbalance the CTAs nor separate the M tiles that share a weight panel in L2
@@ -99,6 +96,7 @@ struct GroupedGemmProblem {
   DType out_dtype = DType::kBFloat16;
   bool gather = false;
   bool scatter = false;  // output rows stored through a row-address table (fused combine)
+  bool accumulate = false;  // the output is added to (DGRAD, WGRAD), not overwritten
 };
 
 // The one place tile shapes are chosen (src/kernels/gemm_config.cpp; each branch says why).

@@ -46,7 +46,7 @@ int smem_estimate(const GroupedGemmConfig& c, const GroupedGemmProblem& p) {
   const int stages = c.stages * (c.block_m + c.block_n) * 128;
   // WGRAD 128x128 s4 pp_tma is the deep-staging kernel: 4 TMA buffers per warpgroup.
   const bool deep = p.op == GroupedGemmOp::kWgrad && c.tma_store && c.pingpong && c.stages == 4;
-  const int staging = c.direct_store ? 0 : 2 * (deep ? 32768 : c.tma_store ? 16384 : 10240);
+  const int staging = 2 * (deep ? 32768 : c.tma_store ? 16384 : 10240);
   const int e = static_cast<int>(p.e_local);
   const int tables = (2 * (e + 1) + (p.op == GroupedGemmOp::kWgrad ? e : 0)) * 4;
   return 1024 + stages + staging + 16 * c.stages + 80 + 16 + 80 /* tile ring */ + tables;
@@ -58,14 +58,6 @@ bool legacy_requested() {
     return v != nullptr && v[0] != '\0' && v[0] != '0';
   }();
   return legacy;
-}
-
-bool wgrad_direct_requested() {
-  static const bool on = [] {
-    const char* v = std::getenv("DIST_MOE_GEMM_WGRAD_DIRECT");
-    return v != nullptr && v[0] != '\0' && v[0] != '0';
-  }();
-  return on;
 }
 
 // The preferred configuration when it fits next to this many experts' tables, else the fallback.
@@ -186,7 +178,6 @@ std::string GroupedGemmConfig::name() const {
   if (cluster_m != 1) s += "_c" + std::to_string(cluster_m);
   if (pingpong) s += "_pp";
   if (tma_store) s += "_tma";
-  if (direct_store) s += "_direct";
   if (dynamic_schedule) s += "_dyn";
   if (swap_ab) s += "_swapab";
   if (gather) s += "_gather";
@@ -228,20 +219,17 @@ GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int de
   // unchanged. DGRAD: 1.01-1.73x in five of six A/B cases (0.89 once, where the same run's sweep
   // measured 1.20x), geometric mean 1.15x (G13). WGRAD (G17, three interleaved 5-round A/B runs
   // of the cooperative 128x256 TMA-store kernel at dsv3_prefill): FP32 output 1.00-1.18x in all 14
-  // cases -> dynamic; BF16 output 0.92-1.14x, the sign changing between runs -> static. The other
-  // WGRAD picks (ping-pong for odd widths, padded fallbacks) keep the static schedule (unmeasured).
-  const bool wgrad_fp32_coop_tma =
-      p.op == GroupedGemmOp::kWgrad && p.out_dtype == DType::kFloat32 && c.tma_store && !c.pingpong;
+  // cases -> dynamic; BF16 output written 0.92-1.14x, the sign changing between runs -> static.
+  // BF16 output accumulated (BF16 TMA reduce-add; session 5, 3 interleaved rounds, G21): dynamic
+  // 0.87-0.91x at dsv3_prefill (W13 5.75 vs 6.57 ms, W2 2.85 vs 3.28, balanced and random), 0.96-1.00x
+  // at qwen3_30b, and the dsv3 layer's forward+backward 0.975x -> dynamic. The other WGRAD picks
+  // (ping-pong for odd widths, padded fallbacks) keep the static schedule (unmeasured).
+  const bool wgrad_coop_tma_dyn = p.op == GroupedGemmOp::kWgrad && c.tma_store && !c.pingpong &&
+                                  (p.out_dtype == DType::kFloat32 || p.accumulate);
   if (!legacy_requested() && !c.swap_ab &&
       (p.op == GroupedGemmOp::kFprop || p.op == GroupedGemmOp::kFpropSwiglu || p.op == GroupedGemmOp::kDgrad ||
-       wgrad_fp32_coop_tma))
+       wgrad_coop_tma_dyn))
     c.dynamic_schedule = true;
-  // G20 (A/B switch until measured): DIST_MOE_GEMM_WGRAD_DIRECT=1 swaps the cooperative 128x256
-  // TMA-store WGRAD for the same tile without staging (`_direct`, same schedule).
-  if (p.op == GroupedGemmOp::kWgrad && c.tma_store && !c.pingpong && c.block_n == 256 && wgrad_direct_requested()) {
-    c.tma_store = false;
-    c.direct_store = true;
-  }
   if (!grouped_gemm_experimental_requested() || legacy_requested()) return c;
   // G10: short-K WGRAD ping-pong -> the deep-staging kernel (s4, 4 staging buffers per warpgroup).
   if (p.op == GroupedGemmOp::kWgrad && c.pingpong && c.tma_store && c.block_n == 128) {

@@ -150,7 +150,6 @@ GroupedGemmConfig config_of(const GemmKernelEntry& e, int sms) {
   c.cluster_m = e.cluster_m;
   c.pingpong = e.pingpong;
   c.tma_store = e.tma_store;
-  c.direct_store = e.direct_store;
   return c;
 }
 
@@ -164,7 +163,7 @@ const GemmKernelEntry& find_kernel(GroupedGemmOp op, DType out, const GroupedGem
   for (const GemmKernelEntry& e : detail::gemm_kernels()) {
     if (e.kind == kind && e.epilogue == epilogue_of(op, out) && e.gather == cfg.gather && e.block_m == cfg.block_m &&
         e.block_n == cfg.block_n && e.stages == cfg.stages && e.cluster_m == cfg.cluster_m &&
-        e.pingpong == cfg.pingpong && e.tma_store == cfg.tma_store && e.direct_store == cfg.direct_store)
+        e.pingpong == cfg.pingpong && e.tma_store == cfg.tma_store)
       return e;
   }
   std::ostringstream avail;
@@ -340,6 +339,7 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   problem.out_dtype = out;
   problem.gather = gather;
   problem.scatter = scatter;
+  problem.accumulate = L.epilogue.accumulate != 0;
   GroupedGemmConfig cfg = c.config != nullptr ? *c.config : select_grouped_gemm_config(problem, dev.num_sms);
   cfg.gather = gather;
   cfg.num_sms = cfg.num_sms > 0 ? std::min(cfg.num_sms, dev.num_sms) : dev.num_sms;
@@ -390,7 +390,7 @@ std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_
     if (entry_matches(e, op, out_dtype, gather)) v.push_back(config_of(e, 0));
   const size_t compiled = v.size();
   for (size_t i = 0; i < compiled; ++i) {
-    if (!(v[i].tma_store || v[i].direct_store) || v[i].swap_ab || v[i].cluster_m != 1) continue;
+    if (!v[i].tma_store || v[i].swap_ab || v[i].cluster_m != 1) continue;
     GroupedGemmConfig d = v[i];
     d.dynamic_schedule = true;
     v.push_back(d);

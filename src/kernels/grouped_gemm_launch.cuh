@@ -199,7 +199,6 @@ GemmKernelEntry make_gemm_entry(GemmEpilogueKind epilogue) {
   return GemmKernelEntry{M::kKind,       epilogue,          Kernel::kGather,
                          M::kBlockM,     M::kBlockN,        M::kStages,
                          M::kClusterM,   M::kPingPong,      Kernel::Writer::kTma,
-                         Kernel::Writer::kDirect,
                          &launch_grouped_gemm<Kernel>, &grouped_gemm_smem_bytes<Kernel>};
 }
 

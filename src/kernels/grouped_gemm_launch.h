@@ -68,7 +68,6 @@ struct GemmKernelEntry {
   int cluster_m;   // CTAs per cluster along M (2: TMA multicast of B; WGRAD only)
   bool pingpong;   // consumer schedule (mainloop.cuh)
   bool tma_store;  // epilogue writer (epilogue_staging.cuh)
-  bool direct_store;  // epilogue without staging (DirectWriter)
   GemmLaunchFn launch;
   int (*smem_bytes)(int num_experts);  // dynamic shared memory for e_local experts
 };

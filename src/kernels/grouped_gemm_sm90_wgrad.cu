@@ -10,7 +10,6 @@
 namespace dist_moe::detail {
 namespace {
 
-using gemm::DirectWriter;
 using gemm::GemmKind;
 using gemm::GroupedGemmKernel;
 using gemm::PaddedStagingWriter;
@@ -48,9 +47,6 @@ void add_wgrad_kernels(std::vector<GemmKernelEntry>& out) {
   // 2-CTA clusters sharing each x (B) block through TMA multicast (docs/perf.md G15); name `_c2`.
   out.push_back(make_gemm_entry<Wgrad<128, 256, 4, false, bf16_t, SwizzledTmaWriter, 2>>(kBf16));
   out.push_back(make_gemm_entry<Wgrad<128, 256, 4, false, float, SwizzledTmaWriter, 2>>(kFp32));
-  // No staging: 16-byte stores / L2 reduce-adds straight from the accumulators (G20); name `_direct`.
-  out.push_back(make_gemm_entry<Wgrad<128, 256, 4, false, bf16_t, DirectWriter>>(kBf16));
-  out.push_back(make_gemm_entry<Wgrad<128, 256, 4, false, float, DirectWriter>>(kFp32));
 }
 
 }  // namespace dist_moe::detail

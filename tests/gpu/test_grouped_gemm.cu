@@ -599,9 +599,10 @@ TEST(GroupedGemmSchedule, TailRowsWgrad) {
   run_wgrad_case({E, 256, 384, 383, 88, &kTailCounts}, DType::kFloat32, true);
 }
 
-// The defaults are the measured picks: FPROP (plain and SwiGLU), DGRAD and FP32 WGRAD's cooperative
-// 128x256 TMA-store kernel use the dynamic schedule (measured faster on most routings); BF16 WGRAD
-// only with DIST_MOE_GEMM_EXPERIMENTAL; swap-AB never; clusters are never picked.
+// The defaults are the measured picks: FPROP (plain and SwiGLU), DGRAD, and WGRAD's cooperative
+// 128x256 TMA-store kernel with FP32 output or accumulating BF16 use the dynamic schedule (measured
+// faster on most routings); BF16 WGRAD that writes only with DIST_MOE_GEMM_EXPERIMENTAL; swap-AB
+// never; clusters are never picked.
 TEST(GroupedGemmSchedule, DefaultSchedulesAreTheMeasuredOnes) {
   const GroupedGemmOp ops[] = {GroupedGemmOp::kFprop, GroupedGemmOp::kFpropSwiglu, GroupedGemmOp::kDgrad,
                                GroupedGemmOp::kWgrad};
@@ -626,20 +627,26 @@ TEST(GroupedGemmSchedule, DefaultSchedulesAreTheMeasuredOnes) {
       else EXPECT_FALSE(c.dynamic_schedule);
     }
   }
-  // FP32 WGRAD (the same shapes): dynamic by default.
-  for (int64_t rows : {int64_t{1024}, int64_t{32768}}) {
-    GroupedGemmProblem p;
-    p.op = GroupedGemmOp::kWgrad;
-    p.out_dtype = DType::kFloat32;
-    p.m_capacity = rows;
-    p.n = 4096;
-    p.k = 7168;
-    p.e_local = 128;
-    const GroupedGemmConfig c = select_grouped_gemm_config(p, 132);
-    SCOPED_TRACE("fp32 wgrad rows " + std::to_string(rows) + " -> " + c.name());
-    EXPECT_TRUE(c.dynamic_schedule);
-    EXPECT_EQ(c.cluster_m, 1);
-  }
+  // FP32 WGRAD, written or accumulated, and accumulating BF16 WGRAD (the same shapes): dynamic.
+  for (const bool fp32 : {true, false})
+    for (const bool accumulate : {false, true})
+      for (int64_t rows : {int64_t{1024}, int64_t{32768}}) {
+        if (!fp32 && !accumulate) continue;  // covered above
+        GroupedGemmProblem p;
+        p.op = GroupedGemmOp::kWgrad;
+        p.out_dtype = fp32 ? DType::kFloat32 : DType::kBFloat16;
+        p.accumulate = accumulate;
+        p.m_capacity = rows;
+        p.n = 4096;
+        p.k = 7168;
+        p.e_local = 128;
+        const GroupedGemmConfig c = select_grouped_gemm_config(p, 132);
+        SCOPED_TRACE(std::string(fp32 ? "fp32" : "bf16") + (accumulate ? " accumulating" : "") + " wgrad rows " +
+                     std::to_string(rows) + " -> " + c.name());
+        EXPECT_TRUE(c.dynamic_schedule);
+        EXPECT_TRUE(c.tma_store);
+        EXPECT_EQ(c.cluster_m, 1);
+      }
 }
 
 // WGRAD picks the cooperative 128x256 TMA-store kernel even at dsv3's 4 k blocks per tile (measured

@@ -121,7 +121,6 @@ struct SwizzledSegments {
 struct PaddedStagingWriter {
   static constexpr int kBytesPerWg = 64 * 160;  // one buffer, the larger row stride
   static constexpr bool kTma = false;
-  static constexpr bool kDirect = false;
 
   uint32_t buf;  // this warpgroup's buffer
   uint32_t bar;  // this warpgroup's named barrier
@@ -180,7 +179,6 @@ struct SwizzledTmaWriterN {
   static constexpr int kBufBytes = 64 * 128;   // 64 rows x 128 bytes: one TMA box
   static constexpr int kBytesPerWg = kBufs * kBufBytes;
   static constexpr bool kTma = true;
-  static constexpr bool kDirect = false;
 
   uint32_t buf0;         // this warpgroup's buffers (1024-aligned)
   uint32_t bar;          // this warpgroup's named barrier
@@ -319,39 +317,6 @@ struct SwizzledTmaWriterN {
 
 using SwizzledTmaWriter = SwizzledTmaWriterN<2>;
 using SwizzledTmaWriter4 = SwizzledTmaWriterN<4>;
-
-// ---- no staging: direct global stores (WGRAD; docs/perf.md G20) -----------------------------------
-// The epilogue (StoreEpilogue::store_direct) stores straight from the fragments: BF16 after a quad
-// transpose (quad_transpose below) as 16-byte stores of 8 consecutive columns, FP32 as the 8-byte
-// column pairs the fragment holds (a quad covers 32 contiguous bytes of a row). Accumulation is an
-// L2 reduction (red.add) of the same vectors. No shared memory, no barrier: at dsv3 WGRAD the
-// staging writes and the TMA-store reads were 128 of a tile's ~640 KiB of shared-memory traffic,
-// which bounds the kernel (G19).
-struct DirectWriter {
-  static constexpr int kBytesPerWg = 0;
-  static constexpr bool kTma = false;
-  static constexpr bool kDirect = true;
-  DMOE_DEVICE DirectWriter(uint32_t /*staging*/, uint32_t /*wg_barrier*/) {}
-  DMOE_DEVICE void finish() const {}
-};
-
-// 4 x 4 transpose of 32-bit values across the 4 lanes of a quad (lane % 4 = q): afterwards v[i] of
-// lane q is what v[q] of lane i was. Two butterfly steps of two shuffles each; every index is a
-// constant after unrolling, so v stays in registers.
-DMOE_DEVICE void quad_transpose(uint32_t (&v)[4], int q) {
-#pragma unroll
-  for (int m = 1; m <= 2; m <<= 1) {
-    const bool upper = (q & m) != 0;
-#pragma unroll
-    for (int i0 = 0; i0 < 4; ++i0) {
-      if (i0 & m) continue;
-      const int i1 = i0 | m;
-      const uint32_t recv = __shfl_xor_sync(0xffffffffu, upper ? v[i0] : v[i1], m);
-      if (upper) v[i0] = recv;
-      else v[i1] = recv;
-    }
-  }
-}
 
 #endif  // __CUDACC__
 

@@ -76,72 +76,13 @@ struct StoreEpilogue {
   DMOE_DEVICE static void store(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
                                 float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, Writer& w,
                                 ClipCounts& /*unused*/) {
-    if constexpr (Writer::kDirect) {
-      static_assert(kKind == GemmKind::kWgrad, "direct stores: WGRAD only (whole rows, plain output)");
-      store_direct(p, ops, t, acc, wg);
-    } else if constexpr (kBf16Out && kKind != GemmKind::kFprop) {
+    if constexpr (kBf16Out && kKind != GemmKind::kFprop) {
       // DGRAD may accumulate into a BF16 output: stage FP32 then, so old + acc is rounded once.
       // Otherwise BF16 staging lets whole blocks leave by TMA (WGRAD accumulation: BF16 reduce-add).
       if (!Writer::kTma || (p.accumulate != 0 && !kBf16ReduceAdd)) store_as<float>(p, ops, t, acc, wg, w);
       else store_as<bf16_t>(p, ops, t, acc, wg, w);
     } else {
       store_as<OutT>(p, ops, t, acc, wg, w);
-    }
-  }
-
-  // ---- direct stores (Writer::kDirect, WGRAD) ----------------------------------------------------
-  // Thread rows r = frag_row and r + 8 of each m64 block; fragment j holds columns 8 j + 2q, +1.
-  // BF16: per 32 columns the quad transposes its packed pairs, then lane q writes columns
-  // 8 (j0 + q) .. + 7 of each of its rows as one 16-byte vector (store, or L2 reduce-add: old +
-  // bf16(acc) rounded once, what the BF16 TMA reduce-add computes). FP32: 8-byte column pairs.
-  DMOE_DEVICE static void store_direct(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
-                                       const float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg) {
-    const int lane = static_cast<int>(threadIdx.x % 32);
-    const int q = lane % 4;
-    const int frag_row = static_cast<int>((threadIdx.x / 32) % 4) * 16 + lane / 4;
-    const bool accumulate = p.accumulate != 0;
-    const int n0 = t.n_block * Mainloop::kBlockN;
-    constexpr int kGroups = Mainloop::kBlockN / 8;  // 8-column fragment groups
-#pragma unroll
-    for (int b = 0; b < Mainloop::kMmaPerWg; ++b) {
-      const int row0 = t.m_block * Mainloop::kBlockM + Mainloop::tile_row(wg, b);
-      char* const rows[2] = {row_address(p, ops.base[kMapOut], t, row0 + frag_row),
-                             row_address(p, ops.base[kMapOut], t, row0 + frag_row + 8)};
-      if constexpr (kBf16Out) {
-#pragma unroll
-        for (int j0 = 0; j0 < kGroups; j0 += 4) {
-          uint32_t v[2][4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            v[0][i] = ptx::pack_bf16x2(acc[b][4 * (j0 + i) + 0], acc[b][4 * (j0 + i) + 1]);
-            v[1][i] = ptx::pack_bf16x2(acc[b][4 * (j0 + i) + 2], acc[b][4 * (j0 + i) + 3]);
-          }
-          quad_transpose(v[0], q);
-          quad_transpose(v[1], q);
-          const int col = n0 + 8 * (j0 + q);
-          if (col >= p.out_cols) continue;  // N not a multiple of the tile
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            char* dst = rows[h] + static_cast<int64_t>(col) * 2;
-            const uint4 vec = make_uint4(v[h][0], v[h][1], v[h][2], v[h][3]);
-            if (accumulate) ptx::red_add_global_v4_bf16x2(dst, vec);
-            else ptx::st_global_v4(dst, vec);
-          }
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < kGroups; ++j) {
-          const int col = n0 + 8 * j + 2 * q;
-          if (col >= p.out_cols) continue;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            char* dst = rows[h] + static_cast<int64_t>(col) * 4;
-            const float x = acc[b][4 * j + 2 * h], y = acc[b][4 * j + 2 * h + 1];
-            if (accumulate) ptx::red_add_global_v2_f32(dst, x, y);
-            else ptx::st_global_v2(dst, make_uint2(__float_as_uint(x), __float_as_uint(y)));
-          }
-        }
-      }
     }
   }
 

@@ -82,17 +82,6 @@ DMOE_DEVICE void st_global_v2(void* p, uint2 v) {
   asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
 }
 
-// ---- L2 reductions (relaxed, gpu scope): global += v, done by the L2, no value returned ------------
-// 8 BF16 values (4 packed pairs, first column in the low half), each added with one rounding.
-DMOE_DEVICE void red_add_global_v4_bf16x2(void* p, uint4 v) {
-  asm volatile("red.global.add.noftz.v4.bf16x2 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
-DMOE_DEVICE void red_add_global_v2_f32(void* p, float a, float b) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
-}
-
 // ---- shared memory ------------------------------------------------------------------------------
 DMOE_DEVICE void st_shared_b16(uint32_t addr, uint16_t v) {
   asm volatile("st.shared.b16 [%0], %1;" ::"r"(addr), "h"(v) : "memory");
