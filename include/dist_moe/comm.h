@@ -236,8 +236,10 @@ class EpGroup {
   // every algorithm and sync gives the same bits.
   void combine(const void* y_MD, const void* scores_TK, DType score_dtype, void* out_TD, int64_t num_tokens,
                cudaStream_t stream, const CombineOptions& options = {});
-  // EP barrier (slot 0) on `stream`.
-  void barrier(cudaStream_t stream);
+  // EP barrier (slot 0) on `stream`. run_if (a device int64, optional): the barrier runs only where
+  // *run_if != 0 -- every rank must see the same value at this barrier (e.g. a plan all ranks
+  // computed from the same inputs), or the ranks that run it wait for the others until the timeout.
+  void barrier(cudaStream_t stream, const int64_t* run_if = nullptr);
 
   // publish + route (+ dispatch when x_gathered_MD is not null) with the same results as the three
   // calls. When fused_route_supported() (R * T_max * K <= fused_route_max_routes()), one cooperative

@@ -6,7 +6,10 @@
 namespace dist_moe::comm::kernels {
 namespace {
 
-__global__ void __launch_bounds__(64) ep_barrier_kernel(const EpDeviceLayout L, int slot) { ep_barrier_cta(L, slot); }
+__global__ void __launch_bounds__(64) ep_barrier_kernel(const EpDeviceLayout L, int slot, const int64_t* run_if) {
+  if (run_if != nullptr && *run_if == 0) return;  // uniform: every rank skips it together
+  ep_barrier_cta(L, slot);
+}
 
 __global__ void __launch_bounds__(64)
     nccl_lsa_barrier_kernel(const __grid_constant__ ncclDevComm dev_comm, uint32_t index, uint64_t timeout_cycles,
@@ -20,8 +23,8 @@ __global__ void window_bases_kernel(ncclWindow_t win, int world, uintptr_t* out)
 
 }  // namespace
 
-void launch_ep_barrier(const EpDeviceLayout& L, int slot, cudaStream_t stream) {
-  launch_ex(ep_barrier_kernel, dim3(1), dim3(64), 0, stream, false, false, L, slot);
+void launch_ep_barrier(const EpDeviceLayout& L, int slot, cudaStream_t stream, const int64_t* run_if) {
+  launch_ex(ep_barrier_kernel, dim3(1), dim3(64), 0, stream, false, false, L, slot, run_if);
 }
 
 void launch_nccl_lsa_barrier(const ncclDevComm& dev_comm, uint32_t index, uint64_t timeout_cycles, int rank,

@@ -450,6 +450,8 @@ void EpGroup::enable_trace(bool on) {
   layout_.trace = on ? trace_ : nullptr;
 }
 
-void EpGroup::barrier(cudaStream_t stream) { kernels::launch_ep_barrier(layout_, 0, stream); }
+void EpGroup::barrier(cudaStream_t stream, const int64_t* run_if) {
+  kernels::launch_ep_barrier(layout_, 0, stream, run_if);
+}
 
 }  // namespace dist_moe::comm

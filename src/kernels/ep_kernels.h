@@ -105,7 +105,8 @@ void launch_combine3(const EpDeviceLayout& L, const RoutingTables& tables, const
                      int num_ctas, cudaStream_t stream);
 
 // ---- barriers and helpers -----------------------------------------------------------------------
-void launch_ep_barrier(const EpDeviceLayout& L, int slot, cudaStream_t stream);
+// run_if (optional device int64): the barrier runs only where *run_if != 0.
+void launch_ep_barrier(const EpDeviceLayout& L, int slot, cudaStream_t stream, const int64_t* run_if = nullptr);
 void launch_nccl_lsa_barrier(const ncclDevComm& dev_comm, uint32_t index, uint64_t timeout_cycles, int rank,
                              cudaStream_t stream);
 // out[p] = this process's address of byte 0 of rank p's copy of `win`, for p < world.

@@ -19,6 +19,16 @@ __global__ void copy_if_kernel(DeviceAddress dst, DeviceAddress src, int64_t byt
     d[i] = s[i];
 }
 
+// blockIdx.y picks the copy; 4-byte words, grid-strided over blockIdx.x.
+__global__ void copy_batch_kernel(const CopyBatch batch) {
+  const int i = static_cast<int>(blockIdx.y);
+  const uint32_t* s = static_cast<const uint32_t*>(batch.src[i]);
+  uint32_t* d = static_cast<uint32_t*>(batch.dst[i]);
+  const int64_t n = batch.bytes[i] / 4;
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x)
+    d[j] = s[j];
+}
+
 __global__ void predicated_counts_kernel(const int32_t* in, int32_t* out, int n, const int64_t* predicate,
                                          bool when) {
   const bool on = stage_enabled(predicate, when);
@@ -68,6 +78,26 @@ void copy_if(DeviceAddress dst, DeviceAddress src, int64_t bytes, const int64_t*
   DMOE_CHECK_ARG(bytes >= 0 && bytes % 16 == 0, "copy_if needs a multiple of 16 bytes, got ", bytes);
   if (bytes == 0) return;
   copy_if_kernel<<<blocks_for(bytes / 16, 256), 256, 0, stream>>>(dst, src, bytes, predicate, when);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
+void CopyBatch::add(void* d, const void* s, int64_t b) {
+  DMOE_CHECK_ARG(n < kMaxCopies, "CopyBatch holds at most ", kMaxCopies, " copies");
+  DMOE_CHECK_ARG(b >= 0 && b % 4 == 0 && (b == 0 || (d != nullptr && s != nullptr)),
+                 "CopyBatch copies whole 4-byte words between non-null buffers, got ", b, " bytes");
+  dst[n] = d;
+  src[n] = s;
+  bytes[n] = b;
+  ++n;
+}
+
+void copy_batch(const CopyBatch& batch, cudaStream_t stream) {
+  if (batch.n == 0) return;
+  int64_t largest = 0;
+  for (int i = 0; i < batch.n; ++i) largest = batch.bytes[i] > largest ? batch.bytes[i] : largest;
+  if (largest == 0) return;
+  const dim3 grid(static_cast<unsigned>(blocks_for(largest / 4, 256)), static_cast<unsigned>(batch.n));
+  copy_batch_kernel<<<grid, 256, 0, stream>>>(batch);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -18,6 +18,19 @@ namespace dist_moe::kernels {
 void copy_if(DeviceAddress dst, DeviceAddress src, int64_t bytes, const int64_t* predicate, bool when,
              cudaStream_t stream);
 
+// Several small device-to-device copies in one launch (the forward's copy of the routing tables for
+// its backward: six arrays, each a few KiB): dst[i] = src[i], bytes[i] a multiple of 4, i < n <=
+// kMaxCopies. One launch instead of six copy-engine operations on the critical path.
+inline constexpr int kMaxCopies = 8;
+struct CopyBatch {
+  void* dst[kMaxCopies] = {};
+  const void* src[kMaxCopies] = {};
+  int64_t bytes[kMaxCopies] = {};
+  int n = 0;
+  void add(void* d, const void* s, int64_t b);
+};
+void copy_batch(const CopyBatch& batch, cudaStream_t stream);
+
 // counts_out[e] = (*predicate != 0) == when ? counts_in[e] : 0, for e < n: a grouped GEMM launched
 // with counts_out does its work only when the predicate says so (empty experts cost nothing).
 void predicated_counts(const int32_t* counts_in, int32_t* counts_out, int n, const int64_t* predicate, bool when,

@@ -167,15 +167,14 @@ void forward_impl(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD,
 
   if (!scratch_only) {  // the backward's copy of this call's routing tables
     const int64_t L = c.local_experts, cap = c.capacity_rows();
-    DMOE_CUDA_CHECK(cudaMemcpyAsync(saved->expert_rows, tb.expert_rows, L * sizeof(int32_t), cudaMemcpyDeviceToDevice, stream));
-    DMOE_CUDA_CHECK(cudaMemcpyAsync(saved->expert_rows_unpadded, tb.expert_rows_unpadded, L * sizeof(int32_t),
-                                    cudaMemcpyDeviceToDevice, stream));
-    DMOE_CUDA_CHECK(cudaMemcpyAsync(saved->expert_offsets, tb.expert_offsets, (L + 1) * sizeof(int32_t),
-                                    cudaMemcpyDeviceToDevice, stream));
-    DMOE_CUDA_CHECK(cudaMemcpyAsync(saved->gather_src, tb.gather_src, cap * sizeof(void*), cudaMemcpyDeviceToDevice, stream));
-    DMOE_CUDA_CHECK(cudaMemcpyAsync(saved->scatter_dst, tb.scatter_dst, cap * sizeof(void*), cudaMemcpyDeviceToDevice, stream));
-    DMOE_CUDA_CHECK(cudaMemcpyAsync(saved->grad_gather_src, tb.grad_gather_src, cap * sizeof(void*),
-                                    cudaMemcpyDeviceToDevice, stream));
+    kernels::CopyBatch tables;  // one launch for the six arrays
+    tables.add(saved->expert_rows, tb.expert_rows, L * sizeof(int32_t));
+    tables.add(saved->expert_rows_unpadded, tb.expert_rows_unpadded, L * sizeof(int32_t));
+    tables.add(saved->expert_offsets, tb.expert_offsets, (L + 1) * sizeof(int32_t));
+    tables.add(saved->gather_src, tb.gather_src, cap * sizeof(void*));
+    tables.add(saved->scatter_dst, tb.scatter_dst, cap * sizeof(void*));
+    tables.add(saved->grad_gather_src, tb.grad_gather_src, cap * sizeof(void*));
+    kernels::copy_batch(tables, stream);
     // Recompute path: keep the layer input (the published dispatch copy) in the slot.
     kernels::copy_if({act, layer + planner::kX}, c.dispatch_routes(), T * D * 2, need_recompute, true, stream);
     saved->used = true;
@@ -241,15 +240,17 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   int64_t* bo = c.backward_offsets;  // grad_h1, h2, grad_h2, grad_h3_gathered, h1, x_gathered, h3
   kernels::plan_backward(c.geometry, c.call_shape(T), c.planner_state, layer, bo, stream);
 
-  // Recompute block: a fixed launch sequence whose data stages do nothing on the saved path.
+  // Recompute block: a fixed launch sequence whose data stages do nothing on the saved path. Its two
+  // EP barriers run only when recomputing (every rank's plan agrees; on the saved path no peer reads
+  // or writes a window between the last op's final barrier and the barrier after top-k backward).
   kernels::copy_if(c.dispatch_routes(), {act, layer + planner::kX}, T * D * 2, need_recompute, true, stream);
-  c.ep->barrier(stream);
+  c.ep->barrier(stream, need_recompute);
   kernels::predicated_counts(s.expert_rows, c.counts_gated, static_cast<int>(c.local_experts), need_recompute, true,
                              stream);
   const ForwardTables t{s.expert_rows, s.gather_src, s.scatter_dst};
   expert_forward(c, in, t, c.counts_gated, bo + 5, bo + 4, bo + 1, /*keep_h1=*/true, nullptr, 0.f,
                  /*recompute=*/true, stream);
-  c.ep->barrier(stream);  // recomputed h3 rows are in their owners' combine windows
+  c.ep->barrier(stream, need_recompute);  // recomputed h3 rows are in their owners' combine windows
 
   // Saved path: h2 from the saved h1 (the recompute path's W13 epilogue already wrote it).
   const kernels::ExpertRowsView rows{s.expert_rows_unpadded, s.expert_offsets, static_cast<int32_t>(c.local_experts),
