@@ -25,6 +25,10 @@
 // up to 30% between identical kernels timed a minute apart).
 // --ops a,b: only these ops (names as printed: w13_fprop, w13_fprop_noh1, w2_fprop, w13_gather,
 // w2_scatter, w13_dgrad, w2_dgrad, w13_wgrad, w2_wgrad, w13_wgrad_fp32, w2_wgrad_fp32).
+// --sustain-ms MS: before timing any call (ours, cuBLAS, the HBM copy), run it MS milliseconds
+// untimed, so that every measurement starts from the same power-limited state; the torch peer
+// (bench/grouped_mm_peer.py) takes the same flag. Without it, the first calls after a pause run at
+// boost clocks (a 1.4 ms GEMM measured 1.42 ms cold and 1.65-1.7 ms sustained).
 // --wgrad-accumulate: WGRAD adds into its output instead of writing it (the fused layer's case when
 // the caller accumulates gradients; the output's old values are read as well).
 // WGRAD rows also print cuBLAS strided-batched BF16 at the same per-expert GEMMs (balanced rows:
@@ -37,6 +41,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -161,9 +166,18 @@ struct Buffer {
 };
 
 // Median milliseconds of `iters` timed calls after `warmup` untimed ones.
+int g_sustain_ms = 0;  // --sustain-ms: run each measured call this long untimed first
+
 double time_ms(const std::function<void()>& fn, int iters, int warmup = 3) {
   for (int i = 0; i < warmup; ++i) fn();
   BENCH_CUDA(cudaDeviceSynchronize());
+  // Sustained state: an H200 under GEMM load reaches its power limit within ~0.1 s and its clocks
+  // drop by ~20%; a call timed from a cooler state looks up to 20% faster (docs/perf.md G22).
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() < g_sustain_ms) {
+    for (int i = 0; i < 4; ++i) fn();
+    BENCH_CUDA(cudaDeviceSynchronize());
+  }
   cudaEvent_t a, b;
   BENCH_CUDA(cudaEventCreate(&a));
   BENCH_CUDA(cudaEventCreate(&b));
@@ -583,12 +597,13 @@ int main(int argc, char** argv) {
     else if (a == "--sweep") g_sweep = true;
     else if (a == "--rounds") g_rounds = std::max(1, std::atoi(value().c_str()));
     else if (a == "--wgrad-accumulate") g_wgrad_accumulate = true;
+    else if (a == "--sustain-ms") g_sustain_ms = std::max(0, std::atoi(value().c_str()));
     else if (a == "--ops") {
       for (const std::string& op : split(value())) g_ops.insert(op);
     } else {
       std::fprintf(stderr,
                    "usage: %s [--shapes a,b] [--routing balanced,random,zipf] [--iters N] [--csv FILE] [--sweep] "
-                   "[--rounds R] [--ops a,b] [--wgrad-accumulate]\n",
+                   "[--rounds R] [--ops a,b] [--wgrad-accumulate] [--sustain-ms MS]\n",
                    argv[0]);
       return 2;
     }

@@ -15,9 +15,11 @@ is the same formula), timed with CUDA events (median). Ops and what torch runs f
 Weights are stored like ours ([E, N, K]) and passed transposed where torch wants [E, K, N].
 
   python3 bench/grouped_mm_peer.py [--shapes a,b] [--routing balanced,random,zipf] [--iters 10] [--csv FILE]
+                                   [--sustain-ms MS]
 """
 import argparse
 import sys
+import time
 
 SHAPES = {  # name: (T tokens/rank, D, F, E global, K); mirrors src/core/workloads.cpp
     "dsv3_prefill": (4096, 7168, 2048, 256, 8),
@@ -88,6 +90,8 @@ def main():
     ap.add_argument("--routing", default="balanced,random,zipf")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--csv", default="")
+    ap.add_argument("--sustain-ms", type=float, default=0.0,
+                    help="run each op this long untimed before timing it (the C++ benchmark's --sustain-ms)")
     args = ap.parse_args()
 
     import torch
@@ -104,6 +108,11 @@ def main():
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        while (time.perf_counter() - t0) * 1e3 < args.sustain_ms:  # same power state as ours
+            for _ in range(4):
+                fn()
+            torch.cuda.synchronize()
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         ts = []
         for _ in range(iters):
