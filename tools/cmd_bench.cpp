@@ -4,7 +4,10 @@
 //
 //   dist-moe bench --shape dsv3_prefill|qwen3_30b|mixtral|dsv3_decode [--mode train|infer]
 //                  [--gpus N] [--iters N] [--slot-factor F] [--device-factor F] [--no-baseline]
-//                  [--wgrad accumulate|write]
+//                  [--wgrad accumulate|write] [--sustain-ms MS]
+// --sustain-ms (default 300): every timed measurement, ours and the stock layer's, follows MS ms of
+// a local GEMM load, so both are timed at the power-limited clocks of a GPU in training rather than
+// at boost clocks after a pause (docs/perf.md G22); 0 restores the earlier protocol.
 // --wgrad: our backward adds its weight gradients into the gradient buffers (default), as the stock
 // layer's autograd adds each call's into the existing .grad (the baseline times repeated
 // forward+backward calls without zero_grad); `write` overwrites them (a step after
@@ -51,7 +54,8 @@ double json_number(const std::string& json, const std::string& key) {
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& argv) {
-  Args args(argv, {"shape", "mode", "gpus", "iters", "slot-factor", "device-factor", "wgrad"}, {"no-baseline"});
+  Args args(argv, {"shape", "mode", "gpus", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms"},
+            {"no-baseline"});
   const std::string shape = args.str("shape").value_or("dsv3_prefill");
   const Workload& w = find_workload(shape);
   const std::string mode = args.str("mode").value_or("train");
@@ -65,10 +69,16 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (w.experts % gpus != 0)
     detail::fail(ErrorCode::kInvalidValue, shape, " has ", w.experts, " experts, not divisible by ", gpus, " GPUs");
   const int iters = static_cast<int>(args.integer("iters").value_or(20));
+  // Every timed measurement (ours and the stock layer's) starts after this long under a local GEMM
+  // load, at the power-limited clocks of a GPU in training (docs/perf.md G22); 0: from whatever
+  // state the GPU is in (the earlier protocol).
+  const double sustain_ms = args.real("sustain-ms").value_or(300.0);
+  if (sustain_ms < 0) detail::fail(ErrorCode::kInvalidValue, "--sustain-ms must be >= 0, got ", sustain_ms);
 
-  std::printf("dist-moe bench: %s (T=%lld D=%lld F=%lld E=%lld K=%lld per rank), %s, %d GPU(s), %d iterations\n",
+  std::printf("dist-moe bench: %s (T=%lld D=%lld F=%lld E=%lld K=%lld per rank), %s, %d GPU(s), %d iterations, "
+              "each measurement after %.0f ms of sustained GEMM load\n",
               shape.c_str(), (long long)w.tokens, (long long)w.hidden, (long long)w.intermediate,
-              (long long)w.experts, (long long)w.top_k, mode.c_str(), gpus, iters);
+              (long long)w.experts, (long long)w.top_k, mode.c_str(), gpus, iters, sustain_ms);
   if (mode == "train")
     std::printf("WGRAD %s (the stock layer's autograd accumulates into .grad across its timed calls)\n",
                 wgrad == "accumulate" ? "accumulates into the gradient buffers" : "overwrites the gradient buffers");
@@ -79,7 +89,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
       << shape << " --mode " << mode << " --iters " << iters;
   if (auto f = args.real("slot-factor")) cmd << " --slot-factor " << *f;
   if (auto f = args.real("device-factor")) cmd << " --device-factor " << *f;
-  cmd << " --wgrad " << wgrad;
+  cmd << " --wgrad " << wgrad << " --sustain-ms " << sustain_ms;
   std::vector<std::string> results;
   if (run_and_collect(cmd.str(), "RESULT ", &results, true) != 0 || results.empty())
     detail::fail(ErrorCode::kRuntime, "the benchmark ranks failed (output above)");
@@ -104,7 +114,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
     const std::string repo = self_dir() + "/..";
     std::vector<std::string> base;
     const std::string py = std::string("python3 ") + repo + "/bench/peers/torch_ep_shape.py --shape " + shape +
-                           " --gpus " + std::to_string(gpus);
+                           " --gpus " + std::to_string(gpus) + " --sustain-ms " + std::to_string(sustain_ms);
     if (run_and_collect(py, "BASELINE ", &base, false) == 0 && !base.empty()) {
       torch_fwd = json_number(base.back(), "fwd_ms");
       torch_fb = json_number(base.back(), "fwd_bwd_ms");
