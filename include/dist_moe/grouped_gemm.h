@@ -45,65 +45,10 @@
 
 #include "dist_moe/config.h"
 #include "dist_moe/dtype.h"
+#include "dist_moe/grouped_gemm_config.h"
 
 namespace dist_moe {
 
-enum class GroupedGemmOp {
-  kFprop,        // plain FPROP (W2, or W13 without SwiGLU)
-  kFpropSwiglu,  // W13 FPROP with the SwiGLU epilogue
-  kDgrad,
-  kWgrad,
-};
-const char* to_string(GroupedGemmOp op);
-
-// How a grouped GEMM runs. Tiles are BM x BN outputs with a 64-deep contraction step.
-struct GroupedGemmConfig {
-  int block_m = 128;
-  int block_n = 256;
-  int block_k = 64;
-  int stages = 4;        // TMA pipeline depth
-  // CTAs per cluster along M: 2 = pairs of M tiles share B through TMA multicast (compiled for
-  // FPROP, W13 SwiGLU and WGRAD without gather; static schedule only; docs/grouped_gemm.md `_c2`).
-  int cluster_m = 1;
-  int num_sms = 0;       // persistent CTAs; 0 = every SM of the device
-  bool swap_ab = false;  // decode: weights on the wgmma M dimension, tokens on N
-  bool gather = false;   // A produced by the gather producer (set from the arguments)
-  // The two consumer warpgroups take alternate tiles (each owns a whole BM x BN tile) instead of
-  // sharing every tile, so one's epilogue overlaps the other's tensor-core work.
-  bool pingpong = false;
-  // The epilogue stages each 64-row block in shared memory and stores it with TMA, asynchronously
-  // (partial blocks, scatter and BF16 accumulation still use ordinary stores).
-  bool tma_store = false;
-  // Tiles are handed out at run time from a global atomic counter (in the static schedule's linear
-  // order) instead of round-robin: tiles start in order whatever earlier tiles cost, so ragged
-  // expert rows neither unbalance the CTAs nor separate the M tiles that share a weight panel in L2
-  // (docs/perf.md G8/G9). Same kernels (a run-time switch); the counter is a per-(device, stream)
-  // slot the library keeps, so calls that may overlap must be on different streams.
-  bool dynamic_schedule = false;
-
-  // "128x256x64_s4" (+ "_c2", "_pp", "_tma", "_dyn", "_swapab", "_gather"); what overrides and the
-  // benchmark print.
-  std::string name() const;
-};
-
-// What the heuristic may look at: only host-known sizes (never the counts).
-struct GroupedGemmProblem {
-  GroupedGemmOp op = GroupedGemmOp::kFprop;
-  int64_t m_capacity = 0;
-  int64_t n = 0;
-  int64_t k = 0;
-  int64_t e_local = 0;
-  DType out_dtype = DType::kBFloat16;
-  bool gather = false;
-  bool scatter = false;  // output rows stored through a row-address table (fused combine)
-  bool accumulate = false;  // the output is added to (DGRAD, WGRAD), not overwritten
-};
-
-// The one place tile shapes are chosen (src/kernels/gemm_config.cpp; each branch says why).
-// DIST_MOE_GEMM_EXPERIMENTAL=1 makes it pick the not-yet-measured variants (today: the same tiles
-// with dynamic_schedule), for A/B runs; unset, the picks are the measured defaults.
-GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& problem, int device_num_sms);
-bool grouped_gemm_experimental_requested();
 
 // Every compiled configuration of `op` (for tests and benchmarks that sweep them), then the
 // dynamic-schedule twin (`_dyn`) of each TMA-store configuration (the candidates of the

@@ -599,78 +599,8 @@ TEST(GroupedGemmSchedule, TailRowsWgrad) {
   run_wgrad_case({E, 256, 384, 383, 88, &kTailCounts}, DType::kFloat32, true);
 }
 
-// The defaults are the measured picks: FPROP (plain and SwiGLU), DGRAD, and WGRAD's cooperative
-// 128x256 TMA-store kernel with FP32 output or accumulating BF16 use the dynamic schedule (measured
-// faster on most routings); BF16 WGRAD that writes only with DIST_MOE_GEMM_EXPERIMENTAL; swap-AB
-// never; clusters are never picked.
-TEST(GroupedGemmSchedule, DefaultSchedulesAreTheMeasuredOnes) {
-  const GroupedGemmOp ops[] = {GroupedGemmOp::kFprop, GroupedGemmOp::kFpropSwiglu, GroupedGemmOp::kDgrad,
-                               GroupedGemmOp::kWgrad};
-  for (GroupedGemmOp op : ops) {
-    for (int64_t rows : {int64_t{1024}, int64_t{32768}}) {
-      GroupedGemmProblem p;
-      p.op = op;
-      p.m_capacity = rows;
-      p.n = op == GroupedGemmOp::kFprop ? 7168 : 4096;
-      p.k = op == GroupedGemmOp::kFprop ? 2048 : 7168;
-      p.e_local = 128;
-      const GroupedGemmConfig c = select_grouped_gemm_config(p, 132);
-      SCOPED_TRACE(std::string(to_string(op)) + " rows " + std::to_string(rows) + " -> " + c.name());
-      // WGRAD's pick at these widths is the cooperative 128x256 TMA-store kernel (BF16 output here).
-      if (op == GroupedGemmOp::kWgrad) {
-        EXPECT_TRUE(c.tma_store);
-        EXPECT_FALSE(c.pingpong);
-      }
-      EXPECT_EQ(c.cluster_m, 1);
-      const bool dynamic_default = op != GroupedGemmOp::kWgrad || grouped_gemm_experimental_requested();
-      if (dynamic_default && !c.swap_ab) EXPECT_TRUE(c.dynamic_schedule);
-      else EXPECT_FALSE(c.dynamic_schedule);
-    }
-  }
-  // FP32 WGRAD, written or accumulated, and accumulating BF16 WGRAD (the same shapes): dynamic.
-  for (const bool fp32 : {true, false})
-    for (const bool accumulate : {false, true})
-      for (int64_t rows : {int64_t{1024}, int64_t{32768}}) {
-        if (!fp32 && !accumulate) continue;  // covered above
-        GroupedGemmProblem p;
-        p.op = GroupedGemmOp::kWgrad;
-        p.out_dtype = fp32 ? DType::kFloat32 : DType::kBFloat16;
-        p.accumulate = accumulate;
-        p.m_capacity = rows;
-        p.n = 4096;
-        p.k = 7168;
-        p.e_local = 128;
-        const GroupedGemmConfig c = select_grouped_gemm_config(p, 132);
-        SCOPED_TRACE(std::string(fp32 ? "fp32" : "bf16") + (accumulate ? " accumulating" : "") + " wgrad rows " +
-                     std::to_string(rows) + " -> " + c.name());
-        EXPECT_TRUE(c.dynamic_schedule);
-        EXPECT_TRUE(c.tma_store);
-        EXPECT_EQ(c.cluster_m, 1);
-      }
-}
-
-// WGRAD picks the cooperative 128x256 TMA-store kernel even at dsv3's 4 k blocks per tile (measured
-// fastest, docs/perf.md G12), ping-pong 128x128 only for an output width that is an odd multiple of 128.
-TEST(GroupedGemmSchedule, WgradPicksCooperativeTmaForShortContractions) {
-  for (DType out : {DType::kBFloat16, DType::kFloat32}) {
-    GroupedGemmProblem p;
-    p.op = GroupedGemmOp::kWgrad;
-    p.m_capacity = 32768;  // dsv3_prefill at EP2: 256 rows per expert
-    p.e_local = 128;
-    p.n = 4096;
-    p.k = 7168;
-    p.out_dtype = out;
-    GroupedGemmConfig c = select_grouped_gemm_config(p, 132);
-    SCOPED_TRACE(c.name());
-    EXPECT_EQ(c.block_n, 256);
-    EXPECT_TRUE(c.tma_store);
-    EXPECT_FALSE(c.pingpong);
-    p.k = 384;  // an odd multiple of 128
-    c = select_grouped_gemm_config(p, 132);
-    EXPECT_TRUE(c.pingpong);
-    EXPECT_EQ(c.block_n, 128);
-  }
-}
+// The heuristic's picks (select_grouped_gemm_config, host logic) are tested on the CPU:
+// tests/cpu/test_gemm_config.cpp.
 
 // The dynamic schedule's global counter resets itself at the end of every launch: back-to-back
 // launches with different grids (3 CTAs, all SMs, 7 CTAs), the same call inside a CUDA graph

@@ -20,7 +20,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "dist_moe/grouped_gemm.h"
+#include "dist_moe/grouped_gemm_config.h"
 
 namespace dist_moe {
 namespace {

@@ -1,0 +1,170 @@
+// The grouped-GEMM heuristic (src/core/gemm_config.cpp): host logic over host-known sizes, so its
+// picks are pinned here, in CI. Each expectation is a measured pick (docs/perf.md, GEMM section);
+// a heuristic change that moves one must come with its measurement and update the test.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "dist_moe/grouped_gemm_config.h"
+
+namespace dist_moe {
+namespace {
+
+constexpr int kSms = 132;  // H100/H200 SXM
+
+GroupedGemmProblem problem(GroupedGemmOp op, int64_t rows, int64_t n, int64_t k, int64_t e_local = 128,
+                           DType out = DType::kBFloat16) {
+  GroupedGemmProblem p;
+  p.op = op;
+  p.m_capacity = rows;
+  p.n = n;
+  p.k = k;
+  p.e_local = e_local;
+  p.out_dtype = out;
+  return p;
+}
+
+GroupedGemmConfig pick(const GroupedGemmProblem& p) { return select_grouped_gemm_config(p, kSms); }
+
+// Neither DIST_MOE_GEMM_LEGACY nor DIST_MOE_GEMM_EXPERIMENTAL may be set for the default picks.
+bool defaults_in_effect() {
+  const char* legacy = std::getenv("DIST_MOE_GEMM_LEGACY");
+  return !grouped_gemm_experimental_requested() && (legacy == nullptr || legacy[0] == '\0' || legacy[0] == '0');
+}
+
+// FPROP (plain and SwiGLU), DGRAD, and WGRAD's cooperative 128x256 TMA-store kernel with FP32
+// output or accumulating BF16 use the dynamic schedule (G9, G13, G17, G21); BF16 WGRAD that
+// overwrites stays static; clusters are never picked (G15).
+TEST(GemmConfig, DefaultSchedulesAreTheMeasuredOnes) {
+  if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
+  const GroupedGemmOp ops[] = {GroupedGemmOp::kFprop, GroupedGemmOp::kFpropSwiglu, GroupedGemmOp::kDgrad,
+                               GroupedGemmOp::kWgrad};
+  for (GroupedGemmOp op : ops) {
+    for (int64_t rows : {int64_t{1024}, int64_t{32768}}) {
+      const bool w2 = op == GroupedGemmOp::kFprop;
+      const GroupedGemmConfig c = pick(problem(op, rows, w2 ? 7168 : 4096, w2 ? 2048 : 7168));
+      SCOPED_TRACE(std::string(to_string(op)) + " rows " + std::to_string(rows) + " -> " + c.name());
+      if (op == GroupedGemmOp::kWgrad) {
+        EXPECT_TRUE(c.tma_store);
+        EXPECT_FALSE(c.pingpong);
+        EXPECT_FALSE(c.dynamic_schedule);  // BF16, written
+      } else if (c.swap_ab) {  // 1024 rows over 128 experts is decode-sized: swap-AB, static
+        EXPECT_FALSE(c.dynamic_schedule);
+      } else {
+        EXPECT_TRUE(c.dynamic_schedule);
+      }
+      EXPECT_EQ(c.cluster_m, 1);
+    }
+  }
+  for (const bool fp32 : {true, false})
+    for (const bool accumulate : {false, true}) {
+      if (!fp32 && !accumulate) continue;  // covered above
+      GroupedGemmProblem p =
+          problem(GroupedGemmOp::kWgrad, 32768, 4096, 7168, 128, fp32 ? DType::kFloat32 : DType::kBFloat16);
+      p.accumulate = accumulate;
+      const GroupedGemmConfig c = pick(p);
+      SCOPED_TRACE(std::string(fp32 ? "fp32" : "bf16") + (accumulate ? " accumulating" : "") + " -> " + c.name());
+      EXPECT_TRUE(c.dynamic_schedule);
+      EXPECT_TRUE(c.tma_store);
+      EXPECT_EQ(c.cluster_m, 1);
+    }
+}
+
+// WGRAD: cooperative 128x256 with TMA stores even at dsv3's 4 k blocks per tile (G12); ping-pong
+// 128x128 only for an output width that is an odd multiple of 128.
+TEST(GemmConfig, WgradPicksCooperativeTmaForShortContractions) {
+  if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
+  for (DType out : {DType::kBFloat16, DType::kFloat32}) {
+    GroupedGemmProblem p = problem(GroupedGemmOp::kWgrad, 32768, 4096, 7168, 128, out);  // dsv3_prefill, EP2
+    GroupedGemmConfig c = pick(p);
+    SCOPED_TRACE(c.name());
+    EXPECT_EQ(c.block_n, 256);
+    EXPECT_TRUE(c.tma_store);
+    EXPECT_FALSE(c.pingpong);
+    p.k = 384;  // an odd multiple of 128
+    c = pick(p);
+    EXPECT_TRUE(c.pingpong);
+    EXPECT_EQ(c.block_n, 128);
+  }
+}
+
+// Decode (at most 64 rows per expert on average, no gather): swap-AB, weights on M, 32 tokens on N.
+TEST(GemmConfig, DecodeTakesSwapAB) {
+  if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
+  for (GroupedGemmOp op : {GroupedGemmOp::kFprop, GroupedGemmOp::kFpropSwiglu}) {
+    GroupedGemmProblem p = problem(op, 1024 + 128 * 16, op == GroupedGemmOp::kFprop ? 7168 : 4096, 2048);
+    GroupedGemmConfig c = pick(p);
+    SCOPED_TRACE(c.name());
+    EXPECT_TRUE(c.swap_ab);
+    EXPECT_EQ(c.block_m, 256);
+    EXPECT_EQ(c.block_n, 32);
+    EXPECT_FALSE(c.dynamic_schedule);  // every swap-AB tile costs the same
+    p.gather = true;                   // the gather producer is compiled for 128-row tiles only
+    c = pick(p);
+    EXPECT_FALSE(c.swap_ab);
+    EXPECT_TRUE(c.gather);
+  }
+}
+
+// FPROP W2: 128x256 TMA stores for long contractions (dsv3, mixtral), ping-pong 128x128 when the
+// contraction is short (qwen3: 12 k blocks) or the rows are scattered (fused combine), 128x128
+// when an output width is an odd multiple of 128, and the gather producer's 128x256 tile.
+TEST(GemmConfig, FpropTiles) {
+  if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
+  GroupedGemmConfig c = pick(problem(GroupedGemmOp::kFprop, 32768, 7168, 2048));  // dsv3 W2
+  EXPECT_EQ(c.name(), "128x256x64_s4_tma_dyn");
+  c = pick(problem(GroupedGemmOp::kFprop, 65536, 2048, 768, 64));  // qwen3 W2
+  EXPECT_EQ(c.name(), "128x128x64_s6_pp_tma_dyn");
+  GroupedGemmProblem scatter = problem(GroupedGemmOp::kFprop, 32768, 7168, 2048);
+  scatter.scatter = true;
+  EXPECT_EQ(pick(scatter).name(), "128x128x64_s6_pp_tma_dyn");
+  EXPECT_EQ(pick(problem(GroupedGemmOp::kFprop, 32768, 7168 - 128, 2048)).block_n, 128);
+  GroupedGemmProblem gather = problem(GroupedGemmOp::kFprop, 32768, 7168, 2048);
+  gather.gather = true;
+  c = pick(gather);
+  EXPECT_EQ(c.block_n, 256);
+  EXPECT_TRUE(c.gather);
+  // Fewer 128x256 tiles than SMs: the smaller tile keeps every SM busy.
+  EXPECT_EQ(pick(problem(GroupedGemmOp::kFprop, 512, 1024, 4096, 4)).block_n, 128);
+}
+
+// W13 with the SwiGLU epilogue: ping-pong 128x128 with TMA stores (its SwiGLU math and stores hide
+// behind the other warpgroup's mainloop).
+TEST(GemmConfig, SwigluTakesPingPong) {
+  if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
+  for (int64_t d : {int64_t{2048}, int64_t{7168}}) {
+    const GroupedGemmConfig c = pick(problem(GroupedGemmOp::kFpropSwiglu, 32768, 4096, d));
+    EXPECT_EQ(c.name(), "128x128x64_s6_pp_tma_dyn") << "D = " << d;
+  }
+}
+
+// Too many experts for the TMA staging next to the scheduler tables: the padded-staging fallback.
+TEST(GemmConfig, ManyExpertsFallBackToPaddedStaging) {
+  if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
+  const GroupedGemmConfig few = pick(problem(GroupedGemmOp::kWgrad, 32768, 4096, 7168, 128));
+  const GroupedGemmConfig many = pick(problem(GroupedGemmOp::kWgrad, 32768, 4096, 7168, 4096));
+  EXPECT_TRUE(few.tma_store);
+  EXPECT_FALSE(many.tma_store) << many.name();
+}
+
+TEST(GemmConfig, NamesListEveryOption) {
+  GroupedGemmConfig c;
+  EXPECT_EQ(c.name(), "128x256x64_s4");
+  c.block_n = 128;
+  c.stages = 6;
+  c.cluster_m = 2;
+  c.pingpong = true;
+  c.tma_store = true;
+  c.dynamic_schedule = true;
+  EXPECT_EQ(c.name(), "128x128x64_s6_c2_pp_tma_dyn");
+  GroupedGemmConfig d;
+  d.block_m = 256;
+  d.block_n = 32;
+  d.stages = 5;
+  d.swap_ab = true;
+  EXPECT_EQ(d.name(), "256x32x64_s5_swapab");
+  EXPECT_STREQ(to_string(GroupedGemmOp::kFpropSwiglu), "w13_fprop_swiglu");
+}
+
+}  // namespace
+}  // namespace dist_moe
