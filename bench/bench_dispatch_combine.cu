@@ -449,6 +449,31 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
       DMOE_CUDA_CHECK(cudaGraphExecDestroy(gf));
       DMOE_CUDA_CHECK(cudaGraphExecDestroy(gc));
     }
+    // Decode: the graphed fused route and the combine on fewer SMs -- at T = 128 a 132 x 1024-thread
+    // grid mostly launches, drains and contends for the same id lines (docs/perf.md C5, C9).
+    if (fused_ok && sh.name == "dsv3_decode") {
+      for (int sms : {16, 32, 48, 66, 96, 132}) {
+        if (sms > comm.num_sms()) continue;
+        DispatchOptions d = d_fused;
+        d.num_sms = sms;
+        CombineOptions cb = cvars[2].second;  // v2 barrier
+        cb.num_sms = sms;
+        CombineOptions cs = combine_opts(CombineAlgorithm::kV2, CombineSync::kSignal, 8, 1, 0);  // rw8
+        cs.num_sms = sms;
+        cudaGraphExec_t gf = capture([&] { ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, d); });
+        cudaGraphExec_t gb = capture([&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, cb); });
+        cudaGraphExec_t gs = capture([&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, cs); });
+        const auto tb = graph_times({gf, gb});
+        const auto ts = graph_times({gf, gs});
+        char line[256];
+        std::snprintf(line, sizeof(line),
+                      "%-14s %4d SMs  graphed: publish+route+dispatch fused %6.1f us | combine v2 barrier %6.1f us | "
+                      "combine v2 signal rw8 %6.1f us",
+                      sh.name.c_str(), sms, std::min(tb[0], ts[0]), tb[1], ts[1]);
+        g_sweep.push_back(line);
+        for (auto ge : {gf, gb, gs}) DMOE_CUDA_CHECK(cudaGraphExecDestroy(ge));
+      }
+    }
     // reduce() alone (EP barrier + reduction of the combine window; the fused pipeline's hook).
     cudaGraphExec_t gr = capture([&] { ep.reduce(scores, DType::kFloat32, out, T, s); });
     g_reduce = graph_times({gr})[0];
