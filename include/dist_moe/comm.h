@@ -179,7 +179,7 @@ struct EpConfig {
 struct DispatchOptions {
   DispatchMode mode = DispatchMode::kTokenOnce;
   bool zero_fill_padding = true;  // padding rows of each expert are written with zeros
-  int num_sms = 0;                // SMs to use (0: all)
+  int num_sms = 0;  // SMs to use (0: all; the fused route kernel: what its dispatch needs, at least 32)
   // PDL: overlap the launch with the routing kernel (environment DMOE_DISABLE_PDL=1 turns it off).
   bool programmatic_launch = true;
   // publish_route_dispatch only: one kernel or three launches. The fused kernel always moves rows

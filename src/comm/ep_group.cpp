@@ -441,7 +441,19 @@ void EpGroup::publish_route_dispatch(const void* x_TD, const void* ids_TK, DType
   a.validate = config_.validate_expert_ids ? 1 : 0;
   a.zero_fill = options.zero_fill_padding ? 1 : 0;
   a.capacity_rows = config_.capacity_rows;
-  const int ctas = std::min(fused_ctas_, ep_sms(comm_, options.num_sms));
+  int ctas = std::min(fused_ctas_, ep_sms(comm_, options.num_sms));
+  if (options.num_sms == 0) {
+    // Automatic: every CTA routes all R*T*K routes redundantly, so CTAs beyond what the dispatch
+    // needs (one 4 KiB row segment per warp) only add launch, drain and contention on the same id
+    // lines. Measured at dsv3_decode (graphed, docs/perf.md C9): 37.7 us on 132 SMs, 33.3-33.8 on
+    // 32-66, 43.3 on 16 -> at least 32 CTAs, more only for more dispatch units.
+    constexpr int kMinCtas = 32;
+    const int64_t units = x_gathered_MD != nullptr
+                              ? comm_.world_size() * num_tokens * kernels::row_segments(static_cast<int>(layout_.row_bytes / 16))
+                              : 0;
+    const int64_t wanted = std::max<int64_t>(kMinCtas, (units + kernels::kFusedWarps - 1) / kernels::kFusedWarps);
+    ctas = static_cast<int>(std::min<int64_t>(ctas, wanted));
+  }
   kernels::launch_fused_route(layout_, tables_, a, ids_dtype == DType::kInt64, ctas, stream);
 }
 
