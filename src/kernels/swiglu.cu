@@ -15,9 +15,6 @@ namespace {
 
 constexpr int kVec = 8;  // BF16 per 16-byte access
 constexpr int kThreads = 256;
-// 16-byte vectors per lane loaded before any is used: one row of F = 768 is 3 per lane, so each
-// lane has all of its row's loads in flight at once (docs/perf.md L5).
-constexpr int kBatch = 4;
 
 struct alignas(16) Bf16x8 {
   __nv_bfloat162 v[4];
@@ -74,40 +71,24 @@ __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(DeviceAddress 
     const bool valid = expert_row_is_valid(rows, m);
     const __nv_bfloat16* gate = h1 + m * 2 * F;
     __nv_bfloat16* out = h2 + m * F;
-    for (int64_t c0 = int64_t{lane} * kVec; c0 < F; c0 += 32 * kVec * kBatch) {
-      Bf16x8 gv[kBatch], uv[kBatch];
+    for (int64_t c = int64_t{lane} * kVec; c < F; c += 32 * kVec) {
+      float z[kVec];
       if (valid) {
+        float g[kVec], u[kVec];
+        unpack(*reinterpret_cast<const Bf16x8*>(gate + c), g);
+        unpack(*reinterpret_cast<const Bf16x8*>(gate + F + c), u);
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const int64_t c = c0 + b * 32 * kVec;
-          if (c < F) {
-            gv[b] = *reinterpret_cast<const Bf16x8*>(gate + c);
-            uv[b] = *reinterpret_cast<const Bf16x8*>(gate + F + c);
-          }
+        for (int j = 0; j < kVec; ++j) {
+          z[j] = activation::swiglu_forward(g[j], u[j], p);
+          clip[0] += g[j] > clip_limit ? 1.f : 0.f;
+          clip[1] += fabsf(u[j]) > clip_limit ? 1.f : 0.f;
         }
+        clip[2] += kVec;
+      } else {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) z[j] = 0.f;
       }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int64_t c = c0 + b * 32 * kVec;
-        if (c >= F) break;
-        float z[kVec];
-        if (valid) {
-          float g[kVec], u[kVec];
-          unpack(gv[b], g);
-          unpack(uv[b], u);
-#pragma unroll
-          for (int j = 0; j < kVec; ++j) {
-            z[j] = activation::swiglu_forward(g[j], u[j], p);
-            clip[0] += g[j] > clip_limit ? 1.f : 0.f;
-            clip[1] += fabsf(u[j]) > clip_limit ? 1.f : 0.f;
-          }
-          clip[2] += kVec;
-        } else {
-#pragma unroll
-          for (int j = 0; j < kVec; ++j) z[j] = 0.f;
-        }
-        *reinterpret_cast<Bf16x8*>(out + c) = pack(z);
-      }
+      *reinterpret_cast<Bf16x8*>(out + c) = pack(z);
     }
   }
   if (clip_stats_3) add_clip_stats(clip, clip_stats_3);
@@ -126,38 +107,21 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(DeviceAddress
     const __nv_bfloat16* gate = h1 + m * 2 * F;
     const __nv_bfloat16* dz_row = gh2 + m * F;
     __nv_bfloat16* out = gh1 + m * 2 * F;
-    for (int64_t c0 = int64_t{lane} * kVec; c0 < F; c0 += 32 * kVec * kBatch) {
-      Bf16x8 gv[kBatch], uv[kBatch], dv[kBatch];
+    for (int64_t c = int64_t{lane} * kVec; c < F; c += 32 * kVec) {
+      float dg[kVec], du[kVec];
       if (valid) {
+        float g[kVec], u[kVec], dz[kVec];
+        unpack(*reinterpret_cast<const Bf16x8*>(gate + c), g);
+        unpack(*reinterpret_cast<const Bf16x8*>(gate + F + c), u);
+        unpack(*reinterpret_cast<const Bf16x8*>(dz_row + c), dz);
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const int64_t c = c0 + b * 32 * kVec;
-          if (c < F) {
-            gv[b] = *reinterpret_cast<const Bf16x8*>(gate + c);
-            uv[b] = *reinterpret_cast<const Bf16x8*>(gate + F + c);
-            dv[b] = *reinterpret_cast<const Bf16x8*>(dz_row + c);
-          }
-        }
+        for (int j = 0; j < kVec; ++j) activation::swiglu_backward(g[j], u[j], dz[j], p, &dg[j], &du[j]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) dg[j] = du[j] = 0.f;
       }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int64_t c = c0 + b * 32 * kVec;
-        if (c >= F) break;
-        float dg[kVec], du[kVec];
-        if (valid) {
-          float g[kVec], u[kVec], dz[kVec];
-          unpack(gv[b], g);
-          unpack(uv[b], u);
-          unpack(dv[b], dz);
-#pragma unroll
-          for (int j = 0; j < kVec; ++j) activation::swiglu_backward(g[j], u[j], dz[j], p, &dg[j], &du[j]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < kVec; ++j) dg[j] = du[j] = 0.f;
-        }
-        *reinterpret_cast<Bf16x8*>(out + c) = pack(dg);
-        *reinterpret_cast<Bf16x8*>(out + F + c) = pack(du);
-      }
+      *reinterpret_cast<Bf16x8*>(out + c) = pack(dg);
+      *reinterpret_cast<Bf16x8*>(out + F + c) = pack(du);
     }
   }
 }
