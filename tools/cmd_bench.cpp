@@ -64,16 +64,16 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const std::string wgrad = args.str("wgrad").value_or("accumulate");
   if (wgrad != "accumulate" && wgrad != "write")
     detail::fail(ErrorCode::kInvalidValue, "--wgrad must be accumulate or write, got '", wgrad, "'");
+  // Every timed measurement (ours and the stock layer's) starts after this long under a local GEMM
+  // load, at the power-limited clocks of a GPU in training (docs/perf.md G23); 0: from whatever
+  // state the GPU is in (the earlier protocol).
+  const double sustain_ms = args.real("sustain-ms").value_or(300.0);
+  if (!(sustain_ms >= 0)) detail::fail(ErrorCode::kInvalidValue, "--sustain-ms must be >= 0, got ", sustain_ms);
   const int gpus = static_cast<int>(args.integer("gpus").value_or(count_nvidia_gpus()));
   if (gpus < 1) detail::fail(ErrorCode::kRuntime, "dist-moe bench needs SM90 GPUs; none found under /proc/driver/nvidia");
   if (w.experts % gpus != 0)
     detail::fail(ErrorCode::kInvalidValue, shape, " has ", w.experts, " experts, not divisible by ", gpus, " GPUs");
   const int iters = static_cast<int>(args.integer("iters").value_or(20));
-  // Every timed measurement (ours and the stock layer's) starts after this long under a local GEMM
-  // load, at the power-limited clocks of a GPU in training (docs/perf.md G22); 0: from whatever
-  // state the GPU is in (the earlier protocol).
-  const double sustain_ms = args.real("sustain-ms").value_or(300.0);
-  if (sustain_ms < 0) detail::fail(ErrorCode::kInvalidValue, "--sustain-ms must be >= 0, got ", sustain_ms);
 
   std::printf("dist-moe bench: %s (T=%lld D=%lld F=%lld E=%lld K=%lld per rank), %s, %d GPU(s), %d iterations, "
               "each measurement after %.0f ms of sustained GEMM load\n",

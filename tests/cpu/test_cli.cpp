@@ -60,6 +60,7 @@ TEST(Cli, BadInputPrintsOneErrorLineAndFails) {
       // Checked before looking for GPUs, so they fail the same way on any machine.
       {"bench --shape qwen3_30b --mode fast", "--mode must be train or infer"},
       {"bench --shape qwen3_30b --wgrad sometimes", "--wgrad must be accumulate or write"},
+      {"bench --shape qwen3_30b --sustain-ms -5", "--sustain-ms must be >= 0"},
   };
   for (const auto& c : cases) {
     const Result r = run_cli(c.args);
