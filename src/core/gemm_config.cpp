@@ -87,37 +87,42 @@ bool is_decode(const GroupedGemmProblem& p) {
   return !p.gather && p.e_local > 0 && p.m_capacity <= 64 * p.e_local;
 }
 
-GroupedGemmConfig select_fprop(const GroupedGemmProblem& p, int sms) {
-  if (is_decode(p)) {
-    GroupedGemmConfig c = tile(256, 32, 5, p, sms);  // 256 weight rows x 32 tokens, 36 KiB stages
-    c.swap_ab = true;
-    return c;
-  }
+// 256 weight rows x 32 tokens, 36 KiB stages.
+GroupedGemmConfig swap_ab_tile(const GroupedGemmProblem& p, int sms) {
+  GroupedGemmConfig c = tile(256, 32, 5, p, sms);
+  c.swap_ab = true;
+  return c;
+}
+
+// FPROP (W2) and DGRAD with BF16 output: the M-grouped GEMMs, `width` output columns and
+// `k_blocks` 64-deep contraction steps.
+GroupedGemmConfig m_grouped_tile(int64_t width, int64_t k_blocks, const GroupedGemmProblem& p, int sms) {
   // The gather producer is compiled for 128x256 only: fewer N tiles wait on each gathered M tile.
   if (p.gather) return fitting(tile(128, 256, 4, p, sms, false, true), tile(128, 256, 4, p, sms), p);
-  // N an odd multiple of 128: a 256-wide tile would compute a half-empty last column block. With
+  // Width an odd multiple of 128: a 256-wide tile would compute a half-empty last column block. With
   // enough tiles, ping-pong 128x128 hides the epilogue; otherwise the smaller cooperative tile
   // finishes each tile sooner.
-  if (p.n % 256 != 0) {
-    if (tiles_estimate(p.m_capacity, p.n, 128) >= 4 * sms)
+  if (width % 256 != 0) {
+    if (tiles_estimate(p.m_capacity, width, 128) >= 4 * sms)
       return fitting(tile(128, 128, 6, p, sms, true, true), tile(128, 128, 6, p, sms), p);
     return tile(128, 128, 6, p, sms);
   }
   // Fewer 128x256 tiles than SMs: halve the tile so every SM gets work (latency-bound anyway).
-  if (tiles_estimate(p.m_capacity, p.n, 256) < sms) return tile(128, 128, 6, p, sms);
-  // Scatter (fused combine): the rows go out by ordinary (often remote, NVLink) stores that TMA
-  // cannot do; ping-pong overlaps them with the other warpgroup's wgmmas (DESIGN.md §9).
+  if (tiles_estimate(p.m_capacity, width, 256) < sms) return tile(128, 128, 6, p, sms);
+  // Scatter (fused combine: W2 FPROP, W13 DGRAD): the rows go out by ordinary (often remote, NVLink)
+  // stores that TMA cannot do; ping-pong overlaps them with the other warpgroup's wgmmas (DESIGN.md §9).
   if (p.scatter) return fitting(tile(128, 128, 6, p, sms, true, true), tile(128, 256, 4, p, sms), p);
-  // W2: asynchronous TMA stores take the epilogue off the tensor cores' critical path.
-  return async_epilogue(p.k / 64, p, sms, tile(128, 256, 4, p, sms));
+  // Asynchronous TMA stores take the epilogue off the tensor cores' critical path.
+  return async_epilogue(k_blocks, p, sms, tile(128, 256, 4, p, sms));
+}
+
+GroupedGemmConfig select_fprop(const GroupedGemmProblem& p, int sms) {
+  if (is_decode(p)) return swap_ab_tile(p, sms);
+  return m_grouped_tile(p.n, p.k / 64, p, sms);
 }
 
 GroupedGemmConfig select_fprop_swiglu(const GroupedGemmProblem& p, int sms) {
-  if (is_decode(p)) {
-    GroupedGemmConfig c = tile(256, 32, 5, p, sms);  // 128 gate + 128 up weight rows x 32 tokens
-    c.swap_ab = true;
-    return c;
-  }
+  if (is_decode(p)) return swap_ab_tile(p, sms);  // 128 gate + 128 up weight rows per tile
   // The SwiGLU epilogue needs gate column j and up column F + j in the same thread: a tile is
   // BN/2 gate + BN/2 up columns (F % 128 == 0, which the API requires, allows both 64 and 128).
   // Its ~10 us of SwiGLU math and stores per tile dominate at K = D <= 4096: ping-pong 128x128
@@ -126,24 +131,13 @@ GroupedGemmConfig select_fprop_swiglu(const GroupedGemmProblem& p, int sms) {
 }
 
 GroupedGemmConfig select_dgrad(const GroupedGemmProblem& p, int sms) {
-  // Output columns are k. The gather producer is compiled for 128x256 only.
-  if (p.gather) return fitting(tile(128, 256, 4, p, sms, false, true), tile(128, 256, 4, p, sms), p);
-  if (p.out_dtype == DType::kFloat32) {
+  // Output columns are k, the contraction runs over n.
+  if (p.out_dtype == DType::kFloat32 && !p.gather) {
     // k an odd multiple of 128: ping-pong 128x128 avoids the half-empty last column block.
     if (p.k % 256 != 0) return fitting(tile(128, 128, 6, p, sms, true, true), tile(128, 256, 4, p, sms), p);
     return fitting(tile(128, 256, 4, p, sms, false, true), tile(128, 256, 4, p, sms), p);
   }
-  // k an odd multiple of 128: a 256-wide tile would waste half of its last column block.
-  if (p.k % 256 != 0) {
-    if (tiles_estimate(p.m_capacity, p.k, 128) >= 4 * sms)
-      return fitting(tile(128, 128, 6, p, sms, true, true), tile(128, 128, 6, p, sms), p);
-    return tile(128, 128, 6, p, sms);
-  }
-  // Fewer 128x256 tiles than SMs: smaller tiles keep every SM busy.
-  if (tiles_estimate(p.m_capacity, p.k, 256) < sms) return tile(128, 128, 6, p, sms);
-  // Scatter (fused combine of the W13 DGRAD): ordinary stores, overlapped by ping-pong.
-  if (p.scatter) return fitting(tile(128, 128, 6, p, sms, true, true), tile(128, 256, 4, p, sms), p);
-  return async_epilogue(p.n / 64, p, sms, tile(128, 256, 4, p, sms));
+  return m_grouped_tile(p.k, p.n / 64, p, sms);
 }
 
 GroupedGemmConfig select_wgrad(const GroupedGemmProblem& p, int sms) {
