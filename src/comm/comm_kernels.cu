@@ -7,7 +7,7 @@ namespace dist_moe::comm::kernels {
 namespace {
 
 __global__ void __launch_bounds__(64) ep_barrier_kernel(const EpDeviceLayout L, int slot, const int64_t* run_if) {
-  if (run_if != nullptr && *run_if == 0) return;  // uniform: every rank skips it together
+  if (!dist_moe::kernels::stage_enabled(run_if, true)) return;  // uniform: every rank skips it together
   ep_barrier_cta(L, slot);
 }
 

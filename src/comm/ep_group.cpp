@@ -380,8 +380,7 @@ void EpGroup::combine_v2(const void* y_MD, const void* scores_TK, bool score_bf1
   a.scores = scores_TK;
   a.out = static_cast<char*>(out_TD);
   a.num_tokens = static_cast<int>(num_tokens);
-  a.keep_base = static_cast<char*>(keep.base);
-  a.keep_offset = keep.offset;
+  a.keep = {keep.base, keep.offset};
   a.keep_skip = keep.skip;
   int rw = options.reduce_warps > 0 ? options.reduce_warps
                                     : static_cast<int>(env_int64("DMOE_COMBINE_REDUCE_WARPS", 4));

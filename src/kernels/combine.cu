@@ -351,8 +351,8 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
     // Reduce-only: the rows read here are also kept (the fused layer's saved h3), one pass over them.
     char* keep = nullptr;
     if constexpr (kMode == kC2ReduceOnly) {
-      if (a.keep_base != nullptr && (a.keep_skip == nullptr || *a.keep_skip == 0))
-        keep = a.keep_base + (a.keep_offset != nullptr ? *a.keep_offset : 0);
+      if (a.keep.base != nullptr && dist_moe::kernels::stage_enabled(a.keep_skip, false))
+        keep = dist_moe::kernels::resolve<char>(a.keep);
     }
     const uint32_t rseg = static_cast<uint32_t>(nvec + 31) / 32;
     const uint32_t units = static_cast<uint32_t>(T) * rseg;

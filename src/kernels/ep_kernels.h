@@ -11,6 +11,7 @@
 
 #include "dist_moe/device/comm/ep_layout.h"
 #include "dist_moe/dtype.h"
+#include "kernels/device_address.h"
 
 namespace dist_moe::comm::kernels {
 
@@ -89,10 +90,9 @@ struct Combine2Args {
   int signal_batch;    // signal mode: scatter units per release fence, 1..32
   int reduce_ctas;     // signal mode: 0 = warp split per CTA; else the last reduce_ctas CTAs reduce
                        // (all warps) and the others scatter (all warps), 1..CTAs-1
-  // Reduce-only mode: also store every routed row the reduction reads to keep_base + *keep_offset
-  // (route-major [T, K, D]), unless *keep_skip != 0 (comm::KeepRoutes).
-  char* keep_base;
-  const int64_t* keep_offset;
+  // Reduce-only mode: also store every routed row the reduction reads to `keep` (route-major
+  // [T, K, D]; base null: none), unless *keep_skip != 0 (comm::KeepRoutes).
+  dist_moe::kernels::DeviceAddress keep;
   const int64_t* keep_skip;
 };
 int combine2_max_coresident_ctas(int id_bytes, bool score_bf16, int mode, int num_sms);
