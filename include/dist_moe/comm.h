@@ -179,7 +179,7 @@ struct EpConfig {
 struct DispatchOptions {
   DispatchMode mode = DispatchMode::kTokenOnce;
   bool zero_fill_padding = true;  // padding rows of each expert are written with zeros
-  int num_sms = 0;  // SMs to use (0: all; the fused route kernel: what its dispatch needs, at least 32)
+  int num_sms = 0;  // SMs to use (0: all)
   // PDL: overlap the launch with the routing kernel (environment DMOE_DISABLE_PDL=1 turns it off).
   bool programmatic_launch = true;
   // publish_route_dispatch only: one kernel or three launches. The fused kernel always moves rows
@@ -243,10 +243,12 @@ class EpGroup {
 
   // publish + route (+ dispatch when x_gathered_MD is not null) with the same results as the three
   // calls. When fused_route_supported() (R * T_max * K <= fused_route_max_routes()), one cooperative
-  // kernel: every CTA publishes a slice; the last one sends a one-way arrival (publish epoch) to every
-  // rank; every CTA waits for all arrivals, builds the whole routing in shared memory (redundantly),
-  // writes its slice of tables() and moves rows token-once. The arrival is a full EP barrier for
-  // every earlier op on the stream (same reuse guarantees as route()'s barrier). Otherwise publish(),
+  // kernel: CTA 0 pushes this rank's ids into every peer's routing window and sends a one-way ids
+  // arrival; every CTA publishes a slice of the x rows (the last one sends a rows arrival); every CTA
+  // waits for all ids arrivals, builds the whole routing in shared memory (redundantly) from local
+  // memory, writes its slice of tables(), waits for all rows arrivals and moves rows token-once. Each
+  // arrival is a full EP barrier for every earlier op on the stream (same reuse guarantees as
+  // route()'s barrier). Otherwise publish(),
   // route(), dispatch(). Traps like publish/route (bad id with validation, unequal T, overflow).
   void publish_route_dispatch(const void* x_TD, const void* ids_TK, DType ids_dtype, int64_t num_tokens,
                               void* x_gathered_MD, cudaStream_t stream, const DispatchOptions& options = {});
@@ -327,15 +329,19 @@ class EpGroup {
 // Bytes of each window an EpGroup allocates for `config` on `world_size` ranks (per rank).
 struct EpWindowSizes {
   int64_t routing_slot = 0;  // one parity slot
-  int64_t routing = 0;       // kRoutingSlots slots
+  int64_t routing = 0;       // kRoutingSlots slots (+ kRoutingSlots * R pushed slots, see below)
+  // Fused-route groups (R * T_max * K <= kFusedMaxRoutes): offset of the pushed routing slots
+  // [parity][source] in the routing window (0: none).
+  int64_t routing_push_offset = 0;
   int64_t dispatch = 0;
   int64_t combine = 0;
   int64_t signal = 0;
   int64_t barrier_inbox_offset = 0;
   int64_t token_counter_offset = 0;
   // Symmetric bytes beyond MemoryPlan's routing/dispatch/combine windows: the second routing parity
-  // slot and the signal window, routing_slot + signal =
-  //   align128(128 + T_max*K*id_bytes) + align128(1024 + 4*T_max)   (id_bytes 2 if E <= 32767, else 4)
+  // slot, the pushed routing slots of fused-route groups and the signal window,
+  //   routing - routing_slot + signal, routing_slot = align128(128 + T_max*K*id_bytes),
+  //   signal = align128(1024 + 4*T_max)   (id_bytes 2 if E <= 32767, else 4)
   int64_t extra_symmetric = 0;
 };
 EpWindowSizes ep_window_sizes(const EpConfig& config, int world_size);

@@ -91,12 +91,16 @@ EpWindowSizes ep_window_sizes(const EpConfig& c, int world_size) {
   s.routing_slot = align128(kRoutingHeaderBytes + c.max_tokens * c.top_k * id_bytes);
   s.routing = s.routing_slot * kRoutingSlots;
   s.dispatch = align128(c.max_tokens * c.top_k * c.hidden * 2);  // BF16 [T_max, K, D]
+  if (static_cast<int64_t>(world_size) * c.max_tokens * c.top_k <= kFusedMaxRoutes) {
+    // The fused route kernel pushes header + ids into every peer's [parity][source] slots.
+    s.routing_push_offset = s.routing;
+    s.routing += s.routing_slot * kRoutingSlots * world_size;
+  }
   s.combine = align128(c.max_tokens * c.top_k * c.hidden * 2);
   s.barrier_inbox_offset = 0;
   s.token_counter_offset = align128(static_cast<int64_t>(kNumBarrierSlots) * kMaxEpRanks * 4);
   s.signal = align128(s.token_counter_offset + c.max_tokens * 4);
-  s.extra_symmetric = s.routing_slot + s.signal;  // beyond MemoryPlan's three windows
-  (void)world_size;
+  s.extra_symmetric = s.routing - s.routing_slot + s.signal;  // beyond MemoryPlan's three windows
   return s;
 }
 
@@ -194,6 +198,7 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
   layout_.row_bytes = c.hidden * 2;
   layout_.barrier_inbox_offset = sizes.barrier_inbox_offset;
   layout_.token_counter_offset = sizes.token_counter_offset;
+  layout_.routing_push_offset = sizes.routing_push_offset;
   layout_.state = state_;
   layout_.timeout_cycles = comm.timeout_cycles();
   layout_.trace = nullptr;
@@ -212,9 +217,10 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
   }
 
   // ---- fused publish + route + dispatch: one CTA per SM, all routes in shared memory ----
-  fused_max_routes_ = std::max<int64_t>(0, env_int64("DMOE_FUSED_MAX_ROUTES", 16384));
+  // The pushed routing slots exist up to kFusedMaxRoutes (ep_window_sizes); the variable may only lower it.
+  fused_max_routes_ = std::clamp<int64_t>(env_int64("DMOE_FUSED_MAX_ROUTES", kFusedMaxRoutes), 0, kFusedMaxRoutes);
   const int64_t routes_at_tmax = static_cast<int64_t>(R) * c.max_tokens * c.top_k;
-  if (routes_at_tmax <= fused_max_routes_) {
+  if (routes_at_tmax <= fused_max_routes_ && layout_.routing_push_offset > 0) {
     const size_t smem = kernels::fused_smem_bytes(static_cast<int>(L), routes_at_tmax);
     constexpr size_t kStaticSmemMargin = 4096;  // the kernel's static shared memory, rounded up
     if (smem + kStaticSmemMargin <= static_cast<size_t>(optin) &&
@@ -440,19 +446,10 @@ void EpGroup::publish_route_dispatch(const void* x_TD, const void* ids_TK, DType
   a.validate = config_.validate_expert_ids ? 1 : 0;
   a.zero_fill = options.zero_fill_padding ? 1 : 0;
   a.capacity_rows = config_.capacity_rows;
-  int ctas = std::min(fused_ctas_, ep_sms(comm_, options.num_sms));
-  if (options.num_sms == 0) {
-    // Automatic: every CTA routes all R*T*K routes redundantly, so CTAs beyond what the dispatch
-    // needs (one 4 KiB row segment per warp) only add launch, drain and contention on the same id
-    // lines. Measured at dsv3_decode (graphed, docs/perf.md C9): 37.7 us on 132 SMs, 33.3-33.8 on
-    // 32-66, 43.3 on 16 -> at least 32 CTAs, more only for more dispatch units.
-    constexpr int kMinCtas = 32;
-    const int64_t units = x_gathered_MD != nullptr
-                              ? comm_.world_size() * num_tokens * kernels::row_segments(static_cast<int>(layout_.row_bytes / 16))
-                              : 0;
-    const int64_t wanted = std::max<int64_t>(kMinCtas, (units + kernels::kFusedWarps - 1) / kernels::kFusedWarps);
-    ctas = static_cast<int>(std::min<int64_t>(ctas, wanted));
-  }
+  // One CTA per SM (or num_sms). C9 had taken fewer CTAs (>= 32) while every CTA read the ids from the
+  // peers' windows; with the ids pushed here the routing reads local memory and more CTAs move the
+  // dispatch faster (docs/perf.md C10: 32.6 us graphed on 32 SMs, 30.5 on 132 at dsv3_decode).
+  const int ctas = std::min(fused_ctas_, ep_sms(comm_, options.num_sms));
   kernels::launch_fused_route(layout_, tables_, a, ids_dtype == DType::kInt64, ctas, stream);
 }
 

@@ -51,13 +51,17 @@ __device__ __forceinline__ bool take_diag_lock(EpLocalState* state) {
 }
 
 // With validate_expert_ids: the first thread that sees an id outside [-1, E) prints and traps.
-__device__ __noinline__ inline void report_bad_expert_id(const EpDeviceLayout& L, int64_t index, int64_t id) {
+// Inlined form, for kernels at their register limit (a call site made the fused route kernel spill).
+__device__ __forceinline__ void report_bad_expert_id_inline(const EpDeviceLayout& L, int64_t index, int64_t id) {
   if (take_diag_lock(L.state)) {
     printf("DistMoE expert ID is outside [-1, num_experts): rank %d token %lld k %lld id %lld num_experts %d\n", L.rank,
            static_cast<long long>(index / L.top_k), static_cast<long long>(index % L.top_k),
            static_cast<long long>(id), L.num_experts);
     __trap();
   }
+}
+__device__ __noinline__ inline void report_bad_expert_id(const EpDeviceLayout& L, int64_t index, int64_t id) {
+  report_bad_expert_id_inline(L, index, id);
 }
 
 // ---- phase trace (EpDeviceLayout::trace; off when nullptr) --------------------------------------

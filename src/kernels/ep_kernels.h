@@ -45,7 +45,6 @@ void launch_routing(const EpDeviceLayout& L, const RoutingTables& tables, const 
 
 // ---- fused publish + route + dispatch (one cooperative kernel; routing.cu) -------------------------
 inline constexpr int kFusedThreads = 1024;  // == 32 warps (routing::kFusedRouteWarps)
-inline constexpr int kFusedWarps = kFusedThreads / 32;
 struct FusedArgs {
   const void* x;       // BF16 [T, D]
   const void* ids;     // [T, K] int32 or int64

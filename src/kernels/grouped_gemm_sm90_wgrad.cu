@@ -44,10 +44,6 @@ void add_wgrad_kernels(std::vector<GemmKernelEntry>& out) {
   // Identified by s4 + pp + tma (no other WGRAD kernel has that combination).
   out.push_back(make_gemm_entry<Wgrad<128, 128, 4, true, bf16_t, SwizzledTmaWriter4>>(kBf16));
   out.push_back(make_gemm_entry<Wgrad<128, 128, 4, true, float, SwizzledTmaWriter4>>(kFp32));
-  // Cooperative 128x256 with 3 stages and 4 staging buffers per warpgroup (G25, branch
-  // wip/wgrad-acc-deep-staging, not measured yet): for accumulating WGRAD, whose TMA reduce-adds
-  // drain at twice the HBM traffic of stores. Identified by 128x256 s3 tma.
-  out.push_back(make_gemm_entry<Wgrad<128, 256, 3, false, bf16_t, SwizzledTmaWriter4>>(kBf16));
   // 2-CTA clusters sharing each x (B) block through TMA multicast (docs/perf.md G15); name `_c2`.
   out.push_back(make_gemm_entry<Wgrad<128, 256, 4, false, bf16_t, SwizzledTmaWriter, 2>>(kBf16));
   out.push_back(make_gemm_entry<Wgrad<128, 256, 4, false, float, SwizzledTmaWriter, 2>>(kFp32));

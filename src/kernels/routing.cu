@@ -432,21 +432,27 @@ __global__ void __launch_bounds__(kRoutingThreads, 1)
 
 // ==== fused publish + route + dispatch (EpGroup::publish_route_dispatch) ========================
 //
-// One cooperative kernel of 1024-thread CTAs, no grid barrier:
-//   1. every CTA publishes a slice of this rank's ids (converted) and x rows into its windows;
-//   2. the last CTA to finish publishing writes the routing header {T, epoch} and stores the epoch
-//      into inbox word [kPublishArrivalSlot][me] of every rank (itself included): one arrival per
-//      rank, after a system-scope fence that covers every CTA's publish (each CTA fenced before its
-//      acq_rel count);
-//   3. every CTA waits until all R words of its own inbox reached the epoch (acquire, system scope);
+// One cooperative kernel of 1024-thread CTAs, no grid barrier. The ids are pushed to the peers, so the
+// routing reads only local memory after the ids arrival:
+//   1. CTA 0 writes this rank's ids (converted) and the routing header {T, epoch} into its own
+//      routing slot and into slot [parity][me] of every peer's pushed slots, fences (system scope)
+//      and stores the epoch into inbox word [kPublishArrivalSlot][me] of every rank (itself
+//      included): the ids arrival, a few microseconds into the kernel;
+//   2. every CTA publishes a slice of the x rows into this rank's dispatch window (the peers pull
+//      them in step 7: pushing them too made the flags wait behind 1.8 MB of stores, docs/perf.md
+//      C10); each CTA fences and counts itself done; the last one stores the epoch into inbox word
+//      [kRowsArrivalSlot][me] of every rank: the rows arrival;
+//   3. every CTA waits until all R ids-arrival words of its own inbox reached the epoch (acquire,
+//      system scope) -- the routing below overlaps the rest of the peers' publish;
 //   4. headers: T equality and epochs (token count mismatch / protocol error lines, as route());
 //   5. every CTA loads all R*T*K published ids and builds the whole routing in shared memory: the
 //      single-chunk case of the routing kernel (routing::fused_chunk_routes: 32 warp segments),
 //      local expert per route, per-warp counts, prefix over warps, padding, scan over experts,
 //      capacity check, placement; the route -> row map stays in shared memory;
 //   6. each CTA writes the tables of its slice of the route space (and CTA 0 the counts);
-//   7. token-once dispatch from the shared-memory map (no table read, no grid barrier).
-// The arrival is a full barrier for earlier stream work of every rank (a rank arrives only after its
+//   7. every CTA waits for the R rows arrivals (also without dispatch: the fused GEMM producer reads
+//      the peers' x rows after this kernel), then token-once dispatch from the shared-memory map.
+// Each arrival is a full barrier for earlier stream work of every rank (a rank arrives only after its
 // earlier kernels completed); see docs/communication.md for the reuse protocol.
 
 template <typename InT, typename IdT>
@@ -458,6 +464,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   __shared__ char* s_cbase[kMaxEpRanks];
   __shared__ int32_t s_rank_cnt[2 * kMaxEpRanks];
   __shared__ int32_t s_hdr[3 * kMaxEpRanks];
+  __shared__ char* s_push_ids[kMaxEpRanks];  // peer p's pushed routing slot [parity][me]
   __shared__ int32_t s_warp_sums[32];
   __shared__ uint32_t s_count;
   __shared__ int s_flag;
@@ -481,24 +488,56 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   const uint32_t epoch = count + 1u;
   const int slot = static_cast<int>(count & 1u);
   init_peer_bases<false>(L, slot, s_rbase, s_dbase, s_cbase, s_hdr, s_rank_cnt, wcnt);
+  for (int p = tid; p < R; p += blockDim.x) {
+    s_push_ids[p] = routing_push_ptr(L, slot, me, p);
+    // Routing reads are local: this rank's own slot, and the slots the peers pushed here.
+    if (p != me) s_rbase[p] = routing_push_ptr(L, slot, p, me);
+  }
   __syncthreads();
 
-  // ---- 1. publish this CTA's slice ------------------------------------------------------------
-  {
+  // ---- 1. CTA 0: ids and header into the own slot and every peer's pushed slot; ids arrival ----
+  if (g == 0) {
     const InT* ids_in = static_cast<const InT*>(a.ids);
-    IdT* ids_out = reinterpret_cast<IdT*>(s_rbase[me] + kRoutingHeaderBytes);
+    for (int p = 0; p < R; ++p) {
+      IdT* dst = reinterpret_cast<IdT*>((p == me ? s_rbase[me] : s_push_ids[p]) + kRoutingHeaderBytes);
+      for (int64_t i = tid; i < static_cast<int64_t>(N); i += blockDim.x) dst[i] = static_cast<IdT>(ids_in[i]);
+    }
+    __syncthreads();
+    for (int p = tid; p < R; p += blockDim.x) {  // one thread per rank: its header, fence, arrival
+      RoutingHeader* h = reinterpret_cast<RoutingHeader*>(p == me ? s_rbase[me] : s_push_ids[p]);
+      h->num_tokens = T;
+      h->epoch = epoch;
+      h->magic = kRoutingHeaderMagic;
+      h->id_bytes = static_cast<int32_t>(sizeof(IdT));
+      fence_acq_rel_sys();
+      st_release_sys(barrier_inbox_ptr(L, p, kPublishArrivalSlot, me), epoch);
+    }
+    if (L.trace != nullptr && tid == 0) L.trace[kTrFusedArrivalSent] = globaltimer_ns();
+    // This rank's routes per owner rank, while the peers' ids are on their way (was on CTA 0's
+    // critical path after the arrival).
+    for (uint32_t i0 = 0; i0 < N; i0 += kFusedThreads) {
+      const uint32_t i = i0 + tid;
+      const int key = i < N ? owner_rank_of(static_cast<int64_t>(static_cast<IdT>(ids_in[i])), Lx, E) : -1;
+      const unsigned peers = __match_any_sync(kFullMask, key);
+      if (key >= 0 && lane == __ffs(peers) - 1) atomicAdd(&s_rank_cnt[R + key], __popc(peers));
+    }
+  }
+
+  // ---- 2. every CTA: its slice of the x rows, here and pushed to the peers; rows arrival ----------
+  {
     const int64_t gtid = static_cast<int64_t>(g) * blockDim.x + tid;
     const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = gtid; i < static_cast<int64_t>(N); i += nthreads) {
-      const int64_t id = static_cast<int64_t>(ids_in[i]);
-      if (a.validate && (id < -1 || id >= E)) {
-        report_bad_expert_id(L, i, id);
-        continue;
-      }
-      ids_out[i] = static_cast<IdT>(id);
-    }
     const int4* x = static_cast<const int4*>(a.x);
     int4* xo = reinterpret_cast<int4*>(s_dbase[me]);
+    // Validation (a slice per CTA; CTA 0 pushed the ids unchecked): the first bad id prints its line
+    // and traps before this rank's rows arrival, so its peers end at their wait with a timeout line.
+    // Out-of-range ids route nowhere on the peers (local_expert_of), so they read nothing out of bounds.
+    // Inlined: a call site here made the kernel spill at its 64-register limit.
+    if (a.validate)
+      for (int64_t i = gtid; i < static_cast<int64_t>(N); i += nthreads) {
+        const int64_t id = static_cast<int64_t>(static_cast<const InT*>(a.ids)[i]);
+        if (id < -1 || id >= E) report_bad_expert_id_inline(L, i, id);
+      }
     const int64_t n_vec = static_cast<int64_t>(T) * (row_bytes / 16);
     constexpr int kU = 4;
     for (int64_t base = gtid; base < n_vec; base += nthreads * kU) {
@@ -511,8 +550,6 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
         if (base + u * nthreads < n_vec) st_v4(xo + base + u * nthreads, buf[u]);
     }
   }
-
-  // ---- 2. the last CTA to finish publishing writes the header and sends the arrival ------------
   __syncthreads();
   if (tid == 0) {
     fence_acq_rel_sys();
@@ -522,23 +559,16 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   trace_last(L, kTrFusedPublishedLast);
   if (s_flag) {
     if (tid == 0) {
-      RoutingHeader* h = reinterpret_cast<RoutingHeader*>(s_rbase[me]);
-      h->num_tokens = T;
-      h->epoch = epoch;
-      h->magic = kRoutingHeaderMagic;
-      h->id_bytes = static_cast<int32_t>(sizeof(IdT));
       L.state->publish_done_ctas = 0u;
       L.state->publish_count = epoch;
     }
-    __syncthreads();
     for (int p = tid; p < R; p += blockDim.x) {
       fence_acq_rel_sys();
-      st_release_sys(barrier_inbox_ptr(L, p, kPublishArrivalSlot, me), epoch);
+      st_release_sys(barrier_inbox_ptr(L, p, kRowsArrivalSlot, me), epoch);
     }
-    if (L.trace != nullptr && tid == 0) L.trace[kTrFusedArrivalSent] = globaltimer_ns();
   }
 
-  // ---- 3. every rank's publish of this call is complete ------------------------------------------
+  // ---- 3. every rank's ids of this call are here ------------------------------------------------
   {
     const WaitContext ctx{g == 0 ? L.timeout_cycles : 2 * L.timeout_cycles, me};
     for (int p = tid; p < R; p += blockDim.x)
@@ -562,21 +592,14 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   __syncthreads();
   trace_first(L, kTrFusedIdsLoaded);
 
-  // Per-source routes received and per-owner routes sent (CTA 0 only; counted by __match_any_sync
-  // leaders, no contended shared-memory atomics).
+  // Per-source routes received (CTA 0 only; counted by __match_any_sync leaders, no contended
+  // shared-memory atomics). The routes sent were counted in step 1.
   if (g == 0) {
     for (uint32_t j0 = 0; j0 < total; j0 += kFusedThreads) {
       const uint32_t j = j0 + tid;
       const int key = (j < total && s_f[j] >= 0) ? static_cast<int>(j / N) : -1;
       const unsigned peers = __match_any_sync(kFullMask, key);
       if (key >= 0 && lane == __ffs(peers) - 1) atomicAdd(&s_rank_cnt[key], __popc(peers));
-    }
-    const IdT* own = reinterpret_cast<const IdT*>(s_rbase[me] + kRoutingHeaderBytes);
-    for (uint32_t i0 = 0; i0 < N; i0 += kFusedThreads) {
-      const uint32_t i = i0 + tid;
-      const int key = i < N ? owner_rank_of(load_published_id<IdT>(reinterpret_cast<const char*>(own + i)), Lx, E) : -1;
-      const unsigned peers = __match_any_sync(kFullMask, key);
-      if (key >= 0 && lane == __ffs(peers) - 1) atomicAdd(&s_rank_cnt[R + key], __popc(peers));
     }
   }
 
@@ -624,7 +647,15 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   __syncthreads();
   trace_last(L, kTrFusedTablesLast);
 
-  // ---- 8. token-once dispatch from the shared-memory map ---------------------------------------
+  // ---- 8. every rank's x rows are published (pushed here); token-once dispatch -----------------
+  {
+    const WaitContext ctx{g == 0 ? L.timeout_cycles : 2 * L.timeout_cycles, me};
+    for (int p = tid; p < R; p += blockDim.x)
+      wait_epoch_reached_sys(barrier_inbox_ptr(L, me, kRowsArrivalSlot, p), epoch, ctx, WaitSite::kRowsArrival, p,
+                             kRowsArrivalSlot);
+  }
+  __syncthreads();
+  trace_first(L, kTrFusedRowsArrived);
   if (a.x_gathered != nullptr) {
     char* out = a.x_gathered;
     const int nvec = static_cast<int>(row_bytes / 16);
@@ -640,7 +671,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
       const int32_t my_row = lane < K ? s_f[static_cast<int64_t>(s) * N + t * K + lane] : -1;
       const unsigned mask = __ballot_sync(kFullMask, my_row >= 0);
       if (mask == 0u) continue;
-      const char* src = s_dbase[s] + dispatch_row_offset(t, row_bytes);
+      const char* src = s == me ? static_cast<const char*>(a.x) + t * row_bytes
+                                : s_dbase[s] + dispatch_row_offset(t, row_bytes);
       warp_copy_segment_to_rows(src, out, row_bytes, my_row, mask, seg, nvec, lane);
     }
     if (a.zero_fill && a.alignment > 1) {

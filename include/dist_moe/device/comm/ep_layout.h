@@ -8,7 +8,10 @@
 //   routing  : kRoutingSlots parity slots, each routing_slot_bytes =
 //                align128(128-byte RoutingHeader + T_max * K * id_bytes)
 //              slot p = publish_count % 2 holds the ids of the latest call (double buffering lets a
-//              rank publish call n+1 while a slow peer still reads call n's ids).
+//              rank publish call n+1 while a slow peer still reads call n's ids). Groups the fused
+//              route kernel serves (R * T_max * K <= kFusedMaxRoutes) also have, at
+//              routing_push_offset, kRoutingSlots x R slots [parity][source]: the fused kernel
+//              pushes its header and ids into every peer's [parity][me], so routing reads are local.
 //   dispatch : BF16 rows [T_max, K, D]; forward uses the first T rows of D elements (x_TD).
 //   combine  : BF16 [T_max, K, D]; route (t, k) of this rank's token t lands at (t*K + k) * D.
 //   signal   : uint32 barrier inbox [kNumBarrierSlots][kMaxEpRanks] (peer s writes [slot][s]),
@@ -31,7 +34,9 @@ inline constexpr int kRoutingHeaderBytes = 128; // == dist_moe::kRoutingHeaderBy
 inline constexpr uint32_t kRoutingHeaderMagic = 0x444d4f45u;  // "DMOE"
 inline constexpr int kRouteIndexBits = 24;      // row_route = (src_rank << 24) | (t*K + k)
 inline constexpr int kNumGridBarriers = 4;      // one per kernel family that has grid barriers
-inline constexpr int kPublishArrivalSlot = 3;   // inbox slot of the fused kernel's publish arrival
+inline constexpr int kPublishArrivalSlot = 3;   // inbox slot of the fused kernel's ids arrival
+inline constexpr int kRowsArrivalSlot = 2;      // inbox slot of the fused kernel's x-rows arrival
+inline constexpr int64_t kFusedMaxRoutes = 16384;  // R * T_max * K limit of the fused route kernel
 inline constexpr int kTraceSlots = 64;          // EpDeviceLayout::trace entries (phase timestamps)
 
 // First bytes of a routing slot. num_tokens is the first int32, as memory_plan.h documents.
@@ -80,6 +85,7 @@ struct EpDeviceLayout {
   int64_t row_bytes;              // D * 2
   int64_t barrier_inbox_offset;   // in the signal window
   int64_t token_counter_offset;   // in the signal window
+  int64_t routing_push_offset;    // routing window: pushed [parity][source] slots (0: none)
   EpLocalState* state;            // local device state
   uint64_t timeout_cycles;        // budget of every spin-wait
   // Phase timestamps (%globaltimer, ns) of the EP kernels, [kTraceSlots], or nullptr (off; the
@@ -93,7 +99,7 @@ enum TraceSlot : int {
   kTrRouteStart = 0, kTrRouteBarrierDone = 1, kTrRouteIdsCounted = 2, kTrRouteOffsets = 3, kTrRouteEndLast = 4,
   kTrDispatchStart = 6, kTrDispatchEndLast = 7,
   kTrFusedStart = 8, kTrFusedPublishedLast = 9, kTrFusedArrivalSent = 10, kTrFusedArrived = 11,
-  kTrFusedRouted = 12, kTrFusedTablesLast = 13, kTrFusedEndLast = 14,
+  kTrFusedRouted = 12, kTrFusedTablesLast = 13, kTrFusedEndLast = 14, kTrFusedRowsArrived = 15,
   kTrCombineStart = 16, kTrCombineScatterDoneLast = 17, kTrCombineBarrierDone = 18, kTrCombineFirstReduce = 19,
   kTrCombineEndLast = 20,
   kTrPublishStart = 24, kTrPublishEndLast = 25,

@@ -21,7 +21,8 @@ enum class WaitSite : int {
   kCombineRoutes = 2,   // route results of one token from expert ranks (combine signal mode)
   kNcclLsaBarrier = 3,  // NCCL LSA barrier arrival of a peer
   kTest = 4,            // test / benchmark waits
-  kPublishArrival = 5,  // a peer's "publish complete" arrival (fused route kernel)
+  kPublishArrival = 5,  // a peer's "ids published" arrival (fused route kernel)
+  kRowsArrival = 6,     // a peer's "x rows published" arrival (fused route kernel)
 };
 
 DMOE_DEVICE const char* wait_site_name(WaitSite s) {
@@ -31,6 +32,7 @@ DMOE_DEVICE const char* wait_site_name(WaitSite s) {
     case WaitSite::kCombineRoutes: return "combine route results of a token";
     case WaitSite::kNcclLsaBarrier: return "NCCL LSA barrier arrival";
     case WaitSite::kPublishArrival: return "publish arrival of a peer (fused route)";
+    case WaitSite::kRowsArrival: return "x rows arrival of a peer (fused route)";
     default: return "test flag";
   }
 }

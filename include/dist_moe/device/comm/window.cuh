@@ -43,6 +43,12 @@ DMOE_DEVICE char* routing_slot_ptr(const EpDeviceLayout& L, int slot, int peer) 
   return peer_ptr(L.routing_win, static_cast<int64_t>(slot) * L.routing_slot_bytes, peer);
 }
 
+// Pushed routing slot [parity][source] of rank `owner` (fused route kernel; routing_push_offset > 0).
+DMOE_DEVICE char* routing_push_ptr(const EpDeviceLayout& L, int parity, int source, int owner) {
+  const int64_t index = static_cast<int64_t>(parity) * L.world + source;
+  return peer_ptr(L.routing_win, L.routing_push_offset + index * L.routing_slot_bytes, owner);
+}
+
 // Barrier inbox word [slot][src] of rank `owner` (src writes it, owner polls it).
 DMOE_DEVICE uint32_t* barrier_inbox_ptr(const EpDeviceLayout& L, int owner, int slot, int src) {
   const int64_t off = L.barrier_inbox_offset + (static_cast<int64_t>(slot) * kMaxEpRanks + src) * 4;
