@@ -217,7 +217,8 @@ __device__ __forceinline__ WarpRange warp_range(uint32_t chunk, uint32_t len, in
 
 // Counts the warp's routes per local expert into my_w (one __match_any_sync leader per expert of
 // each 32 routes: no shared atomics), then turns wcnt [kRoutingWarps][Lx] into each warp's start
-// within the chunk and calls emit(x, routes of local expert x in the chunk).
+// within the chunk and calls emit(x, routes of local expert x in the chunk). (An 8-lanes-per-expert
+// prefix instead of this serial walk measured 0.7 us slower at decode: docs/perf.md C10.)
 template <typename ExpT, typename Emit>
 __device__ __forceinline__ void count_local_experts(const ExpT* lexp, WarpRange wr, int lane, int32_t* wcnt,
                                                     int32_t* my_w, int Lx, Emit&& emit) {
@@ -498,9 +499,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   // ---- 1. CTA 0: ids and header into the own slot and every peer's pushed slot; ids arrival ----
   if (g == 0) {
     const InT* ids_in = static_cast<const InT*>(a.ids);
-    for (int p = 0; p < R; ++p) {
-      IdT* dst = reinterpret_cast<IdT*>((p == me ? s_rbase[me] : s_push_ids[p]) + kRoutingHeaderBytes);
-      for (int64_t i = tid; i < static_cast<int64_t>(N); i += blockDim.x) dst[i] = static_cast<IdT>(ids_in[i]);
+    for (int64_t i = tid; i < static_cast<int64_t>(N); i += blockDim.x) {  // one load, R stores
+      const IdT id = static_cast<IdT>(ids_in[i]);
+      for (int p = 0; p < R; ++p)
+        reinterpret_cast<IdT*>((p == me ? s_rbase[me] : s_push_ids[p]) + kRoutingHeaderBytes)[i] = id;
     }
     __syncthreads();
     for (int p = tid; p < R; p += blockDim.x) {  // one thread per rank: its header, fence, arrival
@@ -601,6 +603,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
       const unsigned peers = __match_any_sync(kFullMask, key);
       if (key >= 0 && lane == __ffs(peers) - 1) atomicAdd(&s_rank_cnt[key], __popc(peers));
     }
+    trace_first(L, kTrFusedRecvCounted);
   }
 
   // ---- 6. per-warp counts per local expert ---------------------------------------------------
@@ -610,6 +613,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     s_total[x] = run;
     s_off[x] = static_cast<int32_t>(pad_rows(run, a.alignment));
   });
+  trace_first(L, kTrFusedWarpCounted);
   __syncthreads();
   const int32_t rows = block_exclusive_scan(s_off, Lx, s_warp_sums);
   trace_first(L, kTrFusedCounted);
@@ -644,10 +648,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   });
   // Padding rows of the experts of this CTA.
   write_padding_rows(tab, s_off, s_total, Lx, a.alignment, static_cast<int>(gridDim.x));
-  __syncthreads();
-  trace_last(L, kTrFusedTablesLast);
+  trace_last(L, kTrFusedTablesLast);  // thread 0's tables
 
-  // ---- 8. every rank's x rows are published (pushed here); token-once dispatch -----------------
+  // ---- 8. every rank's x rows are published; token-once dispatch ------------------------------
+  // Threads 0..R-1 wait for the rows arrivals while the others finish their table writes; the
+  // barrier after it is the one the dispatch needs for the row map anyway.
   {
     const WaitContext ctx{g == 0 ? L.timeout_cycles : 2 * L.timeout_cycles, me};
     for (int p = tid; p < R; p += blockDim.x)
@@ -660,14 +665,17 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     char* out = a.x_gathered;
     const int nvec = static_cast<int>(row_bytes / 16);
     const int nseg = num_segments(nvec);
-    const int64_t gw = static_cast<int64_t>(g) * kRoutingWarps + warp;
-    const int64_t nw = static_cast<int64_t>(gridDim.x) * kRoutingWarps;
-    const int64_t units = static_cast<int64_t>(R) * T * nseg;
-    for (int64_t u = gw; u < units; u += nw) {
-      const int64_t ts = u / nseg;
-      const int seg = static_cast<int>(u - ts * nseg);
-      const int64_t t = ts / R;
-      const int s = static_cast<int>(ts - t * R);
+    // Warps numbered CTA-fastest: with fewer units than warps (decode: 1024 units, 132 x 32 warps)
+    // every CTA gets some, instead of the first units / 32 CTAs all of them.
+    // 32-bit unit indices: R*T*K*segments < 2^31 is checked on the host (EpGroup).
+    const int gw = warp * static_cast<int>(gridDim.x) + g;
+    const int nw = static_cast<int>(gridDim.x) * kRoutingWarps;
+    const int units = R * T * nseg;
+    for (int u = gw; u < units; u += nw) {
+      const int ts = u / nseg;
+      const int seg = u - ts * nseg;
+      const int t = ts / R;
+      const int s = ts - t * R;
       const int32_t my_row = lane < K ? s_f[static_cast<int64_t>(s) * N + t * K + lane] : -1;
       const unsigned mask = __ballot_sync(kFullMask, my_row >= 0);
       if (mask == 0u) continue;

@@ -106,6 +106,8 @@ enum TraceSlot : int {
   // C5: finer points of the fused kernel (CTA 0 unless "Last") and of signal-mode combine.
   kTrFusedHeadersOk = 26, kTrFusedIdsLoaded = 27, kTrFusedCounted = 28, kTrFusedArrivedLast = 29,
   kTrFusedRoutedLast = 30, kTrCombineScatterCtaDoneLast = 31,
+  // C10: CTA 0 after its received-routes count, and after the per-expert counts (before the scan).
+  kTrFusedRecvCounted = 32, kTrFusedWarpCounted = 33,
 };
 
 // Routing tables built on the device by the metadata kernel (EpGroup::route). Device pointers,
