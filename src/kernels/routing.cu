@@ -215,18 +215,25 @@ __device__ __forceinline__ WarpRange warp_range(uint32_t chunk, uint32_t len, in
   return {wb, min(wb + warp_routes, len)};
 }
 
-// Counts the warp's routes per local expert into my_w (one __match_any_sync leader per expert of
-// each 32 routes: no shared atomics), then turns wcnt [kRoutingWarps][Lx] into each warp's start
-// within the chunk and calls emit(x, routes of local expert x in the chunk). (An 8-lanes-per-expert
-// prefix instead of this serial walk measured 0.7 us slower at decode: docs/perf.md C10.)
-template <typename ExpT, typename Emit>
+// Counts the warp's routes per local expert into my_w, then turns wcnt [kRoutingWarps][Lx] into each
+// warp's start within the chunk and calls emit(x, routes of local expert x in the chunk). Counting:
+// kMatchLeaders -- one __match_any_sync leader per expert of each 32 routes (no shared atomics; the
+// routing kernel, whose chunks of up to 32768 routes may all name one expert); else one shared
+// atomic per route on the warp's own counters (the fused kernel: 64 routes per warp, where the
+// match took ~2 us, docs/perf.md C10). (An 8-lanes-per-expert prefix instead of the serial walk
+// below measured 0.7 us slower at decode, C10.)
+template <bool kMatchLeaders, typename ExpT, typename Emit>
 __device__ __forceinline__ void count_local_experts(const ExpT* lexp, WarpRange wr, int lane, int32_t* wcnt,
                                                     int32_t* my_w, int Lx, Emit&& emit) {
   for (uint32_t j0 = wr.begin; j0 < wr.end; j0 += 32) {
     const uint32_t j = j0 + lane;
     const int x = j < wr.end ? lexp[j] : -1;
-    const unsigned peers = __match_any_sync(kFullMask, x);
-    if (x >= 0 && lane == __ffs(peers) - 1) my_w[x] += __popc(peers);
+    if constexpr (kMatchLeaders) {
+      const unsigned peers = __match_any_sync(kFullMask, x);
+      if (x >= 0 && lane == __ffs(peers) - 1) my_w[x] += __popc(peers);
+    } else {
+      if (x >= 0) atomicAdd(&my_w[x], 1);
+    }
     __syncwarp();
   }
   __syncthreads();
@@ -373,7 +380,7 @@ __global__ void __launch_bounds__(kRoutingThreads, 1)
   // ---- 3. per-warp counts per local expert ---------------------------------------------------
   const WarpRange wr = warp_range(chunk, clen, warp);
   int32_t* my_w = wcnt + warp * Lx;
-  count_local_experts(lexp, wr, lane, wcnt, my_w, Lx,
+  count_local_experts<true>(lexp, wr, lane, wcnt, my_w, Lx,
                       [g, Lx, &a](int x, int32_t run) { a.cta_expert_counts[static_cast<int64_t>(g) * Lx + x] = run; });
   for (int p = tid; p < 2 * R; p += blockDim.x) a.cta_rank_counts[static_cast<int64_t>(g) * 2 * R + p] = s_rank_cnt[p];
 
@@ -594,14 +601,19 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   __syncthreads();
   trace_first(L, kTrFusedIdsLoaded);
 
-  // Per-source routes received (CTA 0 only; counted by __match_any_sync leaders, no contended
-  // shared-memory atomics). The routes sent were counted in step 1.
+  // Per-source routes received (CTA 0 only; the routes sent were counted in step 1). A warp's 32
+  // routes mostly share one source (sources are runs of T*K routes): then one ballot and one atomic.
   if (g == 0) {
     for (uint32_t j0 = 0; j0 < total; j0 += kFusedThreads) {
       const uint32_t j = j0 + tid;
-      const int key = (j < total && s_f[j] >= 0) ? static_cast<int>(j / N) : -1;
-      const unsigned peers = __match_any_sync(kFullMask, key);
-      if (key >= 0 && lane == __ffs(peers) - 1) atomicAdd(&s_rank_cnt[key], __popc(peers));
+      const uint32_t jw = j0 + (tid & ~31u);  // the warp's first route
+      const bool routed = j < total && s_f[j] >= 0;
+      const unsigned here = __ballot_sync(kFullMask, routed);
+      if (jw / N == (jw + 31u) / N) {  // one source for the whole warp (routes past the end are not routed)
+        if (lane == 0 && here != 0u) atomicAdd(&s_rank_cnt[jw / N], __popc(here));
+      } else if (routed) {
+        atomicAdd(&s_rank_cnt[j / N], 1);
+      }
     }
     trace_first(L, kTrFusedRecvCounted);
   }
@@ -609,7 +621,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   // ---- 6. per-warp counts per local expert ---------------------------------------------------
   const WarpRange wr = warp_range(static_cast<uint32_t>(routing::fused_chunk_routes(total)), total, warp);
   int32_t* my_w = wcnt + warp * Lx;
-  count_local_experts(s_f, wr, lane, wcnt, my_w, Lx, [s_total, s_off, &a](int x, int32_t run) {
+  count_local_experts<false>(s_f, wr, lane, wcnt, my_w, Lx, [s_total, s_off, &a](int x, int32_t run) {
     s_total[x] = run;
     s_off[x] = static_cast<int32_t>(pad_rows(run, a.alignment));
   });
