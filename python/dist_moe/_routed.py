@@ -148,19 +148,17 @@ class _Bf16Function(torch.autograd.Function):
                 return gx, None, gs, None, None, None, None, None, None
             wgrad_dtype = d13
         else:
-            wgrad_dtype = config_dtype if config_dtype is not None else w13.dtype
+            wgrad_dtype = _config_wgrad_dtype(context, w13)
         gx, gs, g13, g2 = torch.ops.dist_moe.bf16_backward(
             grad_out, x, ids, scores, w13, w2, state, *rms, wgrad_dtype, cid
         )
-        if options.wgrad_postprocess_fn is not None:  # w2 first, as its WGRAD is produced first
-            g2 = options.wgrad_postprocess_fn("w2", g2)
-            g13 = options.wgrad_postprocess_fn("w13", g13)
+        g13, g2 = _postprocessed_wgrads(options, g13, g2)
         return gx, None, gs, g13, g2, None, None, None, None
 
 
 def _backward_to_destinations(grad_out, x, ids, scores, w13, w2, state, context, options, rms):
     """``wgrad_destination_fn``: the integration owns both WGRAD buffers (eager only)."""
-    dtype = context.config.wgrad_dtype or w13.dtype
+    dtype = _config_wgrad_dtype(context, w13)
     dests = []
     for name, w in (("w13", w13), ("w2", w2)):
         got = options.wgrad_destination_fn(name, w.shape, dtype, w.device)
@@ -184,6 +182,67 @@ def _backward_to_destinations(grad_out, x, ids, scores, w13, w2, state, context,
 # ---- callable postprocess (eager): the experts give route rows, torch does the rest ----------------
 
 
+def _config_wgrad_dtype(context, w13):
+    """The WGRAD dtype of functional backward: the context's, else the weights'."""
+    return context.config.wgrad_dtype if context.config.wgrad_dtype is not None else w13.dtype
+
+
+def _postprocessed_wgrads(options, g13, g2):
+    """``wgrad_postprocess_fn`` applied, w2 first, as its WGRAD is produced first."""
+    if options.wgrad_postprocess_fn is not None:
+        g2 = options.wgrad_postprocess_fn("w2", g2)
+        g13 = options.wgrad_postprocess_fn("w13", g13)
+    return g13, g2
+
+
+# ---- route-level I/O of the native context (eager) -------------------------------------------------
+
+
+def _native_forward_with_routes(x, ids, scores, w13, w2, context, options, rms, save):
+    """One eager forward (or inference) of the native context that also exports this rank's route
+    rows h3 [T, K, D] BF16. Returns (out [T, D], h3, state); state is the saved-state buffer when
+    ``save`` outside inference, else None."""
+    native = context._native_context()
+    T, K, D = x.shape[0], ids.shape[1], x.shape[1]
+    out = torch.empty((T, D), dtype=torch.bfloat16, device=x.device)
+    h3 = torch.empty((T, K, D), dtype=torch.bfloat16, device=x.device)
+    stats = options.swiglu_clip_stats_out_3
+    opts = _ops._options(rms, 0 if stats is None else stats.data_ptr(), float(options.swiglu_clip_limit),
+                         options.validate_expert_ids)
+    opts["expert_output"] = h3.data_ptr()
+    inputs = _ops._inputs(x, ids, scores, w13, w2)
+    stream = _ops._stream(x.device)
+    if context.config.inference:
+        native.inference(inputs, out.data_ptr(), opts, stream)
+        return out, h3, None
+    state = torch.empty((native.saved_state_bytes,), dtype=torch.uint8, device=x.device) if save else None
+    native.select_activation_slot(*context.selected_activation_slot)
+    native.forward(inputs, out.data_ptr(), 0 if state is None else state.data_ptr(), opts, stream)
+    return out, h3, state
+
+
+def _native_backward_with_routes(ctx, rms, grad_out, route_opts, with_grad_scores):
+    """One eager backward of the native context for the route-level functions below (ctx holds the
+    saved x, ids, scores, w13, w2, state and context, options). grad_out: the BF16 [T, D] output
+    gradient, or None when the route gradient comes in through ``route_opts``; route_opts: the
+    route-level entries of the options. Returns (gx, gs or None, g13, g2), WGRAD not postprocessed."""
+    x, ids, scores, w13, w2, state = ctx.saved_tensors
+    context = ctx.context
+    dtype = _config_wgrad_dtype(context, w13)
+    gx = torch.empty_like(x)
+    gs = torch.empty_like(scores) if with_grad_scores else None
+    g13 = torch.empty(w13.shape, dtype=dtype, device=w13.device)
+    g2 = torch.empty(w2.shape, dtype=dtype, device=w2.device)
+    grads = {"grad_x": gx.data_ptr(), "grad_scores": 0 if gs is None else gs.data_ptr(), "grad_w13": g13.data_ptr(),
+             "grad_w2": g2.data_ptr(), "wgrad_dtype": _ops._dtype_name(dtype), "accumulate": False}
+    opts = _ops._options(rms, 0, 7.0, False)
+    opts.update(route_opts)
+    context._native_context().backward(_ops._inputs(x, ids, scores, w13, w2), state.data_ptr(),
+                                       0 if grad_out is None else grad_out.data_ptr(), grads, opts,
+                                       _ops._stream(x.device))
+    return gx, gs, g13, g2
+
+
 class _ExpertRoutesFunction(torch.autograd.Function):
     """(x, w13, w2) -> this rank's route rows h3 [T, K, D] BF16: the experts without the top-k
     reduction, for a postprocess the caller runs. Backward takes grad_h3 straight into the library's
@@ -191,45 +250,19 @@ class _ExpertRoutesFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, ids, scores, w13, w2, context, options, save):
-        native = context._native_context()
-        T, K, D = x.shape[0], ids.shape[1], x.shape[1]
-        h3 = torch.empty((T, K, D), dtype=torch.bfloat16, device=x.device)
-        out = torch.empty((T, D), dtype=torch.bfloat16, device=x.device)  # the library's reduction, unused
-        stats = options.swiglu_clip_stats_out_3
-        opts = _ops._options(_NO_RMSNORM, 0 if stats is None else stats.data_ptr(), float(options.swiglu_clip_limit),
-                             options.validate_expert_ids)
-        opts["expert_output"] = h3.data_ptr()
-        inputs = _ops._inputs(x, ids, scores, w13, w2)
-        stream = _ops._stream(x.device)
-        if context.config.inference:
-            native.inference(inputs, out.data_ptr(), opts, stream)
-            return h3
-        state = torch.empty((native.saved_state_bytes,), dtype=torch.uint8, device=x.device) if save else None
-        native.select_activation_slot(*context.selected_activation_slot)
-        native.forward(inputs, out.data_ptr(), 0 if state is None else state.data_ptr(), opts, stream)
-        if save:
+        # out: the library's reduction, unused
+        _out, h3, state = _native_forward_with_routes(x, ids, scores, w13, w2, context, options, _NO_RMSNORM, save)
+        if save and not context.config.inference:
             ctx.save_for_backward(x, ids, scores, w13, w2, state)
             ctx.context, ctx.options = context, options
         return h3
 
     @staticmethod
     def backward(ctx, grad_h3):
-        x, ids, scores, w13, w2, state = ctx.saved_tensors
-        context, options = ctx.context, ctx.options
         grad_h3 = grad_h3.to(torch.bfloat16).contiguous()
-        dtype = context.config.wgrad_dtype if context.config.wgrad_dtype is not None else w13.dtype
-        gx = torch.empty_like(x)
-        g13 = torch.empty(w13.shape, dtype=dtype, device=w13.device)
-        g2 = torch.empty(w2.shape, dtype=dtype, device=w2.device)
-        grads = {"grad_x": gx.data_ptr(), "grad_scores": 0, "grad_w13": g13.data_ptr(), "grad_w2": g2.data_ptr(),
-                 "wgrad_dtype": _ops._dtype_name(dtype), "accumulate": False}
-        opts = _ops._options(_NO_RMSNORM, 0, 7.0, False)
-        opts["grad_expert_output"] = grad_h3.data_ptr()
-        context._native_context().backward(_ops._inputs(x, ids, scores, w13, w2), state.data_ptr(), 0, grads, opts,
-                                           _ops._stream(x.device))
-        if options.wgrad_postprocess_fn is not None:  # w2 first, as its WGRAD is produced first
-            g2 = options.wgrad_postprocess_fn("w2", g2)
-            g13 = options.wgrad_postprocess_fn("w13", g13)
+        gx, _gs, g13, g2 = _native_backward_with_routes(ctx, _NO_RMSNORM, None,
+                                                        {"grad_expert_output": grad_h3.data_ptr()}, False)
+        g13, g2 = _postprocessed_wgrads(ctx.options, g13, g2)
         return gx, None, None, g13, g2, None, None, None
 
 
@@ -240,25 +273,8 @@ class _ObservedRmsnormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, ids, scores, w13, w2, context, options, rms, save):
-        native = context._native_context()
         post = options.experts_output_postprocess
-        T, K, D = x.shape[0], ids.shape[1], x.shape[1]
-        out = torch.empty((T, D), dtype=torch.bfloat16, device=x.device)
-        h3 = torch.empty((T, K, D), dtype=torch.bfloat16, device=x.device)
-        stats = options.swiglu_clip_stats_out_3
-        opts = _ops._options(rms, 0 if stats is None else stats.data_ptr(), float(options.swiglu_clip_limit),
-                             options.validate_expert_ids)
-        opts["expert_output"] = h3.data_ptr()
-        inputs = _ops._inputs(x, ids, scores, w13, w2)
-        stream = _ops._stream(x.device)
-        state = None
-        if context.config.inference:
-            native.inference(inputs, out.data_ptr(), opts, stream)
-        else:
-            if save:
-                state = torch.empty((native.saved_state_bytes,), dtype=torch.uint8, device=x.device)
-            native.select_activation_slot(*context.selected_activation_slot)
-            native.forward(inputs, out.data_ptr(), 0 if state is None else state.data_ptr(), opts, stream)
+        out, h3, state = _native_forward_with_routes(x, ids, scores, w13, w2, context, options, rms, save)
         if post.observe_expert_output_fn is not None:
             post.observe_expert_output_fn(_padded_rows_zeroed(h3, ids, options))
         if save:
@@ -268,26 +284,15 @@ class _ObservedRmsnormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        x, ids, scores, w13, w2, state = ctx.saved_tensors
-        context, options, rms = ctx.context, ctx.options, ctx.rms
-        post = options.experts_output_postprocess
+        x, ids = ctx.saved_tensors[0], ctx.saved_tensors[1]
+        post = ctx.options.experts_output_postprocess
         grad_out = grad_out.to(torch.bfloat16).contiguous()
-        dtype = context.config.wgrad_dtype if context.config.wgrad_dtype is not None else w13.dtype
-        gx, gs = torch.empty_like(x), torch.empty_like(scores)
-        g13 = torch.empty(w13.shape, dtype=dtype, device=w13.device)
-        g2 = torch.empty(w2.shape, dtype=dtype, device=w2.device)
         gh3 = torch.empty((x.shape[0], ids.shape[1], x.shape[1]), dtype=torch.bfloat16, device=x.device)
-        grads = {"grad_x": gx.data_ptr(), "grad_scores": gs.data_ptr(), "grad_w13": g13.data_ptr(),
-                 "grad_w2": g2.data_ptr(), "wgrad_dtype": _ops._dtype_name(dtype), "accumulate": False}
-        opts = _ops._options(rms, 0, 7.0, False)
-        opts["grad_expert_output_out"] = gh3.data_ptr()
-        context._native_context().backward(_ops._inputs(x, ids, scores, w13, w2), state.data_ptr(),
-                                           grad_out.data_ptr(), grads, opts, _ops._stream(x.device))
+        gx, gs, g13, g2 = _native_backward_with_routes(ctx, ctx.rms, grad_out,
+                                                       {"grad_expert_output_out": gh3.data_ptr()}, True)
         if post.observe_expert_output_grad_fn is not None:
             post.observe_expert_output_grad_fn(gh3)
-        if options.wgrad_postprocess_fn is not None:  # w2 first, as its WGRAD is produced first
-            g2 = options.wgrad_postprocess_fn("w2", g2)
-            g13 = options.wgrad_postprocess_fn("w13", g13)
+        g13, g2 = _postprocessed_wgrads(ctx.options, g13, g2)
         return gx, None, gs, g13, g2, None, None, None, None
 
 

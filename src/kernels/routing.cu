@@ -521,7 +521,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
       fence_acq_rel_sys();
       st_release_sys(barrier_inbox_ptr(L, p, kPublishArrivalSlot, me), epoch);
     }
-    if (L.trace != nullptr && tid == 0) L.trace[kTrFusedArrivalSent] = globaltimer_ns();
+    trace_first(L, kTrFusedArrivalSent);
     // This rank's routes per owner rank, while the peers' ids are on their way (was on CTA 0's
     // critical path after the arrival).
     for (uint32_t i0 = 0; i0 < N; i0 += kFusedThreads) {
