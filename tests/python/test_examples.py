@@ -27,7 +27,10 @@ def test_example_docstrings_declare_exact_launch_commands():
 
 def test_memory_planning_example_exits_zero():
     """examples/memory_planning.py needs no GPU and no torch: it prints the plans and exits 0."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "python")] + [p for p in sys.path if p]))
+    import dist_moe  # the package this session imports (the checkout's, or an installed one)
+
+    package_root = str(pathlib.Path(dist_moe.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_root] + [p for p in sys.path if p]))
     proc = subprocess.run([sys.executable, str(ROOT / "examples" / "memory_planning.py")], capture_output=True,
                           text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
