@@ -498,6 +498,16 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
       g_fused = graph_times({gf, gc})[0];
       DMOE_CUDA_CHECK(cudaGraphExecDestroy(gf));
       DMOE_CUDA_CHECK(cudaGraphExecDestroy(gc));
+      // The rank-partials combine after a fused route that pushed the scores with the ids (no
+      // scores exchange in the combine; docs/perf.md C12).
+      DispatchOptions d_push = d_fused;
+      d_push.scores_TK = scores;
+      d_push.score_dtype = DType::kFloat32;
+      cudaGraphExec_t gfp = capture([&] { ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, d_push); });
+      cudaGraphExec_t gcp = capture([&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, cvars[4].second); });
+      g_comb.push_back({"graph: combine rank partials, scores pushed", graph_times({gfp, gcp})[1]});
+      DMOE_CUDA_CHECK(cudaGraphExecDestroy(gfp));
+      DMOE_CUDA_CHECK(cudaGraphExecDestroy(gcp));
     }
     // Decode: the graphed fused route and the combine on fewer SMs -- at T = 128 a 132 x 1024-thread
     // grid mostly launches, drains and contends for the same id lines (docs/perf.md C5, C9).
@@ -526,11 +536,21 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
       // A decode step as a real caller graphs it: kStepReps x (fused route+dispatch, combine) in ONE
       // graph, per-op times from event-record nodes between them. The rows above launch each op as
       // its own graph with host events around it, which adds a graph launch per op (docs/perf.md C10).
-      for (const auto& cv : {std::make_pair(std::string("combine v2 barrier"), cvars[2].second),
-                             std::make_pair(std::string("combine v2 signal rw8"),
-                                            combine_opts(CombineAlgorithm::kV2, CombineSync::kSignal, 8, 1, 0)),
-                             std::make_pair(std::string("combine rank partials"), cvars[4].second)}) {
-        const auto us = in_graph_step_us(comm, s, [&] { ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, d_fused); },
+      struct StepVariant {
+        std::string first;  // the combine's name
+        CombineOptions second;
+        bool push_scores;   // the fused route pushes the scores with the ids
+      };
+      DispatchOptions d_push = d_fused;
+      d_push.scores_TK = scores;
+      d_push.score_dtype = DType::kFloat32;
+      for (const auto& cv : {StepVariant{"combine v2 barrier", cvars[2].second, false},
+                             StepVariant{"combine v2 signal rw8",
+                                         combine_opts(CombineAlgorithm::kV2, CombineSync::kSignal, 8, 1, 0), false},
+                             StepVariant{"combine rank partials", cvars[4].second, false},
+                             StepVariant{"rank partials, pushed", cvars[4].second, true}}) {
+        const DispatchOptions& dr = cv.push_scores ? d_push : d_fused;
+        const auto us = in_graph_step_us(comm, s, [&] { ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, dr); },
                                          [&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, cv.second); });
         char line[256];
         if (us.empty())
@@ -623,7 +643,7 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
           "combine.scatter_done(last)", "combine.barrier_done", "combine.first_reduce", "combine.end(last)", nullptr,
           nullptr, nullptr, "publish.start", "publish.end(last)", "fused.headers_ok", "fused.ids_loaded",
           "fused.counted", "fused.arrived(last)", "fused.routed(last)", "combine.scatter_warps_done(last)",
-          "fused.recv_counted", "fused.warp_counted"};
+          "fused.recv_counted", "fused.warp_counted", "combine.scores_done", "combine.set_up"};
       std::string line = std::string("trace ") + sh.name + " " + what + ":";
       for (int i = 0; i < kTraceSlots; ++i)
         if (tr[static_cast<size_t>(i)] != 0 && names[i] != nullptr)
@@ -648,6 +668,13 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
       ep.dispatch(xg, T, s, d_sep);
       DMOE_CUDA_CHECK(cudaMemsetAsync(ep.trace_buffer(), 0, kTraceSlots * sizeof(unsigned long long), s));
       ep.combine(xg, scores, DType::kFloat32, out, T, s, cb2);
+    });
+    traced("combine rank partials (after separate ops)", [&] {
+      ep.publish(x, idsd, DType::kInt32, T, s);
+      ep.route(T, s);
+      ep.dispatch(xg, T, s, d_sep);
+      DMOE_CUDA_CHECK(cudaMemsetAsync(ep.trace_buffer(), 0, kTraceSlots * sizeof(unsigned long long), s));
+      ep.combine(xg, scores, DType::kFloat32, out, T, s, combine_opts(CombineAlgorithm::kRankPartials, CombineSync::kBarrier));
     });
     traced("combine v2 signal (after separate ops)", [&] {
       ep.publish(x, idsd, DType::kInt32, T, s);
@@ -675,6 +702,14 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
       traced("publish+route+dispatch fused, combine v2 signal", [&] {
         ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, d_fused);
         ep.combine(xg, scores, DType::kFloat32, out, T, s, cs2);
+      });
+      DispatchOptions d_push = d_fused;
+      d_push.scores_TK = scores;
+      d_push.score_dtype = DType::kFloat32;
+      traced("combine rank partials, scores pushed (after fused)", [&] {
+        ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, d_push);
+        DMOE_CUDA_CHECK(cudaMemsetAsync(ep.trace_buffer(), 0, kTraceSlots * sizeof(unsigned long long), s));
+        ep.combine(xg, scores, DType::kFloat32, out, T, s, combine_opts(CombineAlgorithm::kRankPartials, CombineSync::kBarrier));
       });
     }
     traced("reduce", [&] { ep.reduce(scores, DType::kFloat32, out, T, s); });

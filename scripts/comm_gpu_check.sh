@@ -99,6 +99,7 @@ scenario_text() {
     overflow*) echo "0:DistMoE scratch capacity exceeded: rank 0 required_receive_rows: 128 total_scratch_capacity_rows: 16" ;;
     bad_id*) echo "0:DistMoE expert ID is outside [-1, num_experts)" ;;
     timeout) echo "0:DistMoE timeout: rank 0" ;;
+    scores_mismatch) echo "0:DistMoE protocol error: rank 0 runs the rank-partials combine of call 1 with pushed scores" ;;
   esac
 }
 
@@ -107,7 +108,7 @@ if built && [ "$AB" = 1 ]; then
   put traps SKIP "--ab"
 elif built; then
   : >"$OUT_DIR/traps.log"
-  for sc in unequal_t overflow bad_id timeout unequal_t_fused overflow_fused bad_id_fused; do
+  for sc in unequal_t overflow bad_id timeout unequal_t_fused overflow_fused bad_id_fused scores_mismatch; do
     echo "##### scenario $sc" >>"$OUT_DIR/traps.log"
     # shellcheck disable=SC2046
     "$LAUNCH" -n "$NPROC" "${COMMON[@]}" $(scenario_args $sc) --expect-output "$(scenario_text $sc)" \

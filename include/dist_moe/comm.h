@@ -185,6 +185,13 @@ struct DispatchOptions {
   // publish_route_dispatch only: one kernel or three launches. The fused kernel always moves rows
   // token-once (`mode` is ignored there; the result is the same bit for bit).
   FusedRoute fused = FusedRoute::kAuto;
+  // publish_route_dispatch only, when it runs as one kernel: the top-k scores [T, K] (FP32 or BF16)
+  // of the call, pushed as FP32 with the ids into every peer's routing window, so that the next
+  // CombineAlgorithm::kRankPartials combine skips its scores exchange (a split EP barrier). The
+  // combine must get the same scores; every rank passes scores or none (else the combine ends with a
+  // protocol-error line). Ignored when the three separate ops run.
+  const void* scores_TK = nullptr;
+  DType score_dtype = DType::kFloat32;
 };
 
 struct CombineOptions {
@@ -318,6 +325,7 @@ class EpGroup {
   int combine_ctas_bf16_ = 0;  // co-resident combine CTAs (BF16 scores)
   int combine2_ctas_[2][3] = {};  // co-resident v2 CTAs [bf16 scores][mode]
   int combine3_ctas_[2] = {};     // co-resident kRankPartials CTAs [bf16 scores]
+  bool scores_pushed_ = false;    // the latest publish was the fused kernel with scores
   int fused_ctas_ = 0;            // CTAs of the fused route kernel (0: not supported)
   int64_t fused_max_routes_ = 0;  // R * T * K limit of the fused route kernel
   unsigned long long* trace_ = nullptr;
@@ -331,8 +339,11 @@ struct EpWindowSizes {
   int64_t routing_slot = 0;  // one parity slot
   int64_t routing = 0;       // kRoutingSlots slots (+ kRoutingSlots * R pushed slots, see below)
   // Fused-route groups (R * T_max * K <= kFusedMaxRoutes): offset of the pushed routing slots
-  // [parity][source] in the routing window (0: none).
+  // [parity][source] in the routing window (0: none), their stride (header, ids, FP32 scores) and
+  // the scores' offset in a slot.
   int64_t routing_push_offset = 0;
+  int64_t routing_push_slot = 0;
+  int64_t push_scores_offset = 0;
   int64_t dispatch = 0;
   int64_t combine = 0;
   int64_t signal = 0;
@@ -341,6 +352,7 @@ struct EpWindowSizes {
   // Symmetric bytes beyond MemoryPlan's routing/dispatch/combine windows: the second routing parity
   // slot, the pushed routing slots of fused-route groups and the signal window,
   //   routing - routing_slot + signal, routing_slot = align128(128 + T_max*K*id_bytes),
+  //   push slot = align128(align16(128 + T_max*K*id_bytes) + 4*T_max*K),
   //   signal = align128(1024 + 4*T_max)   (id_bytes 2 if E <= 32767, else 4)
   int64_t extra_symmetric = 0;
 };

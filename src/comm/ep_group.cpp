@@ -15,6 +15,7 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t align128(int64_t x) { return (x + 127) / 128 * 128; }
+int64_t align16(int64_t x) { return (x + 15) / 16 * 16; }
 bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
@@ -92,9 +93,11 @@ EpWindowSizes ep_window_sizes(const EpConfig& c, int world_size) {
   s.routing = s.routing_slot * kRoutingSlots;
   s.dispatch = align128(c.max_tokens * c.top_k * c.hidden * 2);  // BF16 [T_max, K, D]
   if (static_cast<int64_t>(world_size) * c.max_tokens * c.top_k <= kFusedMaxRoutes) {
-    // The fused route kernel pushes header + ids into every peer's [parity][source] slots.
+    // The fused route kernel pushes header + ids (+ FP32 scores) into every peer's [parity][source] slots.
+    s.push_scores_offset = align16(kRoutingHeaderBytes + c.max_tokens * c.top_k * id_bytes);
+    s.routing_push_slot = align128(s.push_scores_offset + c.max_tokens * c.top_k * 4);
     s.routing_push_offset = s.routing;
-    s.routing += s.routing_slot * kRoutingSlots * world_size;
+    s.routing += s.routing_push_slot * kRoutingSlots * world_size;
   }
   s.combine = align128(c.max_tokens * c.top_k * c.hidden * 2);
   s.barrier_inbox_offset = 0;
@@ -182,10 +185,31 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
   cta_expert_counts_ = device_alloc<int32_t>(static_cast<size_t>(max_routing_ctas_) * L, 0);
   cta_rank_counts_ = device_alloc<int32_t>(static_cast<size_t>(max_routing_ctas_) * 2 * R, 0);
 
-  layout_.routing_win = routing_win_->handle();
-  layout_.dispatch_win = dispatch_win_->handle();
-  layout_.combine_win = combine_win_->handle();
-  layout_.signal_win = signal_win_->handle();
+  // Every rank's base of each window (this process's mapping), and the linear layout the kernels
+  // address them by (EpWindow); dispatch and combine bases also serve the host (window bases).
+  {
+    const SymmetricWindow* wins[4] = {routing_win_.get(), dispatch_win_.get(), combine_win_.get(), signal_win_.get()};
+    EpWindow* dst[4] = {&layout_.routing_win, &layout_.dispatch_win, &layout_.combine_win, &layout_.signal_win};
+    uintptr_t* d_bases = device_alloc<uintptr_t>(4 * static_cast<size_t>(R), 0);
+    for (int w = 0; w < 4; ++w) kernels::launch_window_bases(wins[w]->handle(), R, d_bases + w * R, nullptr);
+    std::vector<uintptr_t> h(4 * static_cast<size_t>(R));
+    DMOE_CUDA_CHECK(cudaMemcpy(h.data(), d_bases, h.size() * sizeof(uintptr_t), cudaMemcpyDeviceToHost));
+    free_quietly(d_bases);
+    for (int w = 0; w < 4; ++w) {
+      const uintptr_t* b = h.data() + w * R;
+      EpWindow& ew = *dst[w];
+      ew.handle = wins[w]->handle();
+      ew.base = reinterpret_cast<char*>(b[0]);
+      ew.stride = R > 1 ? static_cast<int64_t>(b[1] - b[0]) : 0;
+      ew.local = reinterpret_cast<char*>(b[comm.rank()]);
+      for (int p = 0; p < R; ++p)
+        if (b[p] != b[0] + static_cast<uintptr_t>(p * ew.stride))
+          detail::fail(ErrorCode::kInternal, "symmetric window ", w, ": rank ", p,
+                       "'s copy is not at base + rank * stride (NCCL LSA layout changed?)");
+    }
+    dispatch_bases_.assign(h.begin() + R, h.begin() + 2 * R);
+    combine_bases_.assign(h.begin() + 2 * R, h.begin() + 3 * R);
+  }
   layout_.rank = comm.rank();
   layout_.world = R;
   layout_.local_experts = static_cast<int>(L);
@@ -199,6 +223,8 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
   layout_.barrier_inbox_offset = sizes.barrier_inbox_offset;
   layout_.token_counter_offset = sizes.token_counter_offset;
   layout_.routing_push_offset = sizes.routing_push_offset;
+  layout_.routing_push_slot_bytes = sizes.routing_push_slot;
+  layout_.push_scores_offset = sizes.push_scores_offset;
   layout_.state = state_;
   layout_.timeout_cycles = comm.timeout_cycles();
   layout_.trace = nullptr;
@@ -228,15 +254,6 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
       fused_ctas_ = comm.num_sms();
   }
 
-  // ---- this process's addresses of every rank's windows ----
-  uintptr_t* d_bases = device_alloc<uintptr_t>(2 * static_cast<size_t>(R), 0);
-  kernels::launch_window_bases(layout_.dispatch_win, R, d_bases, nullptr);
-  kernels::launch_window_bases(layout_.combine_win, R, d_bases + R, nullptr);
-  std::vector<uintptr_t> h(2 * static_cast<size_t>(R));
-  DMOE_CUDA_CHECK(cudaMemcpy(h.data(), d_bases, h.size() * sizeof(uintptr_t), cudaMemcpyDeviceToHost));
-  free_quietly(d_bases);
-  dispatch_bases_.assign(h.begin(), h.begin() + R);
-  combine_bases_.assign(h.begin() + R, h.end());
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
 
   // No rank may touch a peer's window before the peer has zeroed it.
@@ -303,6 +320,7 @@ void EpGroup::publish(const void* x_TD, const void* ids_TK, DType ids_dtype, int
       std::clamp<int64_t>(ceil_div(n_vec, int64_t{kernels::kPublishThreads} * 4), 1, 2 * comm_.num_sms()));
   kernels::launch_publish(layout_, x_TD, ids_TK, ids_dtype, static_cast<int>(num_tokens),
                           config_.validate_expert_ids, ctas, stream);
+  scores_pushed_ = false;
 }
 
 void EpGroup::route(int64_t num_tokens, cudaStream_t stream) {
@@ -350,6 +368,7 @@ void EpGroup::combine(const void* y_MD, const void* scores_TK, DType score_dtype
     a.scores = scores_TK;
     a.out = static_cast<char*>(out_TD);
     a.num_tokens = static_cast<int>(num_tokens);
+    a.scores_pushed = scores_pushed_ ? 1 : 0;
     const int ctas = combine_grid(comm_, combine3_ctas_[bf16 ? 1 : 0], options.num_sms);
     kernels::launch_combine3(layout_, tables_, a, bf16, ctas, stream);
     return;
@@ -424,7 +443,7 @@ void EpGroup::publish_route_dispatch(const void* x_TD, const void* ids_TK, DType
                    comm_.world_size() * config_.max_tokens * config_.top_k, " routes (limit ", fused_max_routes_,
                    ", DMOE_FUSED_MAX_ROUTES) or its shared memory does not fit");
   if (!fused) {
-    publish(x_TD, ids_TK, ids_dtype, num_tokens, stream);
+    publish(x_TD, ids_TK, ids_dtype, num_tokens, stream);  // no scores pushed
     route(num_tokens, stream);
     if (x_gathered_MD != nullptr) dispatch(x_gathered_MD, num_tokens, stream, options);
     return;
@@ -446,11 +465,19 @@ void EpGroup::publish_route_dispatch(const void* x_TD, const void* ids_TK, DType
   a.validate = config_.validate_expert_ids ? 1 : 0;
   a.zero_fill = options.zero_fill_padding ? 1 : 0;
   a.capacity_rows = config_.capacity_rows;
+  if (options.scores_TK != nullptr) {
+    if (options.score_dtype != DType::kFloat32 && options.score_dtype != DType::kBFloat16)
+      detail::fail(ErrorCode::kInvalidType, "DispatchOptions::scores_TK must be float32 or bfloat16, got ",
+                   to_string(options.score_dtype));
+    a.scores = options.scores_TK;
+    a.score_bf16 = options.score_dtype == DType::kBFloat16 ? 1 : 0;
+  }
   // One CTA per SM (or num_sms). C9 had taken fewer CTAs (>= 32) while every CTA read the ids from the
   // peers' windows; with the ids pushed here the routing reads local memory and more CTAs move the
   // dispatch faster (docs/perf.md C10: 32.6 us graphed on 32 SMs, 30.5 on 132 at dsv3_decode).
   const int ctas = std::min(fused_ctas_, ep_sms(comm_, options.num_sms));
   kernels::launch_fused_route(layout_, tables_, a, ids_dtype == DType::kInt64, ctas, stream);
+  scores_pushed_ = a.scores != nullptr;
 }
 
 void EpGroup::enable_trace(bool on) {

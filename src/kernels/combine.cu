@@ -443,73 +443,139 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
 // token's rank computes fmaf(s, y, 0) itself), else the FP32 partial: columns [0, D/2) in the slot of
 // its first route, [D/2, D) in the slot of its second (4D bytes in the 2 x 2D bytes of its own slots;
 // D % 16 == 0 keeps a 16-byte vector inside one half). At EP2, K = 8 that is about half of v2's bytes.
-//   0. every rank writes its scores as FP32 [T, K] into its own dispatch window after the published
-//      x rows (owners need the scores of the routes they hold); barrier (grid + EP + grid). K = 1:
-//      no owner ever holds two routes of a token, so no scores and no barrier.
-//   A. unit (token t, rank s != me, 4 KiB segment), token-major: the routes of (s, t) computed here
-//      (route_row): one -> copy its segment; several -> partial sums of the segment's columns,
-//      stored as FP32 in the two slots; barrier.
-//   B. unit (token t, 32 vectors): per owner in rank order its P (this rank's own routes straight
-//      from y), acc += P.
-constexpr int kPartialBatch = 2;  // routes in flight per lane in the owner-side partial sums
+//   0. scores for the owners (K > 1 and R > 1; an owner holding one route of a token needs none):
+//      either pushed with the ids by the fused route kernel (DispatchOptions::scores_TK; every
+//      pushed slot's scores_epoch must be this call's), or every rank writes its FP32 [T, K] into
+//      its own dispatch window after the published x rows, then a split EP barrier.
+//   A. unit (token t, rank s, segment of 32c vectors; c in [1, 8] so that the units cover the warps
+//      when the rows are few), token-major, warps numbered CTA-fastest: the routes of (s, t)
+//      computed here (route_row): one -> s != me: copy its segment (s == me: left to B); several ->
+//      the FP32 partial of the segment's columns into the two slots of rank s's combine window (this
+//      rank's own window for its own tokens, so B reads one value per owner). Split EP barrier that
+//      also waits for this grid (B reads the other CTAs' local partials).
+//   B. unit (token t, 32 cb vectors, cb in [1, 2]): per owner in rank order its P (a single route's
+//      row times its score -- this rank's own from y -- or the partial), kOwnerBatch owners' loads
+//      in flight; acc += P. The first unit's ids, scores and rows are loaded before the barrier wait.
+constexpr int kPartialBatch = 4;  // routes in flight per lane in the owner-side partial sums
+constexpr int kOwnerBatch = 2;    // owners whose loads are in flight together in the final reduction
+constexpr int kReduceVecs = 2;    // 16-byte vectors per lane of a final-reduction unit (at most)
+
+// A rank-partials combine with pushed scores found a peer's pushed slot without this call's scores
+// (one rank passed DispatchOptions::scores_TK, another did not): one line, then trap.
+__device__ __noinline__ void report_stale_pushed_scores(const EpDeviceLayout& L, uint32_t call, int peer,
+                                                        uint32_t found) {
+  if (take_diag_lock(L.state))
+    printf("DistMoE protocol error: rank %d runs the rank-partials combine of call %u with pushed scores, but rank %d "
+           "pushed scores last with call %u; pass DispatchOptions::scores_TK to publish_route_dispatch on every rank "
+           "or on none\n",
+           L.rank, call, peer, found);
+  __trap();
+}
 
 template <typename IdT, bool kScoreBf16>
 __global__ void __launch_bounds__(kCombineThreads, 1)
     combine3_kernel(const EpDeviceLayout L, const RoutingTables tab, const Combine2Args a) {
   __shared__ char* s_cbase[kMaxEpRanks];
   __shared__ const float* s_scores[kMaxEpRanks];
-  const int64_t score_offset = L.max_tokens * L.row_bytes;  // past the x rows of the dispatch window
-  for (int p = threadIdx.x; p < L.world; p += blockDim.x) {
-    s_cbase[p] = peer_ptr(L.combine_win, 0, p);
-    s_scores[p] = reinterpret_cast<const float*>(peer_ptr(L.dispatch_win, score_offset, p));
+  __shared__ uint32_t s_state[2];
+  trace_first(L, kTrCombineStart);
+  const int K = L.top_k, R = L.world, me = L.rank, T = a.num_tokens;
+  if (threadIdx.x == 0) {  // the call and the split barrier's epoch: both loads in flight together
+    s_state[0] = *reinterpret_cast<volatile uint32_t*>(&L.state->publish_count);
+    s_state[1] = split_barrier_next_epoch(L, 0);
   }
   __syncthreads();
-  trace_first(L, kTrCombineStart);
+  const uint32_t call = s_state[0];
+  uint32_t next = s_state[1];
+  const int parity = static_cast<int>((call - 1u) & 1u);
+  const int64_t score_offset = static_cast<int64_t>(L.max_tokens) * L.row_bytes;  // past the x rows
+  for (int p = threadIdx.x; p < R; p += blockDim.x) {
+    s_cbase[p] = peer_ptr(L.combine_win, 0, p);
+    s_scores[p] = reinterpret_cast<const float*>(a.scores_pushed
+                                                     ? routing_push_ptr(L, parity, p, me) + L.push_scores_offset
+                                                     : peer_ptr(L.dispatch_win, score_offset, p));
+  }
+  __syncthreads();
+  trace_first(L, kTrCombineSetUp);
 
   constexpr int kWarps = kCombineThreads / 32;
   const int lane = threadIdx.x & 31;
   const int64_t row_bytes = L.row_bytes;
   const int nvec = static_cast<int>(row_bytes / 16);
   const int half_vecs = nvec / 2;  // vectors of columns [0, D/2)
-  const int nseg = num_segments(nvec);
-  const int K = L.top_k, R = L.world, me = L.rank, T = a.num_tokens;
-  const int64_t w_index = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  const int rseg = (nvec + 31) / 32;
+  // Warps numbered CTA-fastest: numbered CTA-major, the 512 owner units of dsv3_decode all landed on
+  // CTAs 0-31 of 132 (docs/perf.md C11).
+  const int64_t w_index = static_cast<int64_t>(threadIdx.x >> 5) * gridDim.x + blockIdx.x;
   const int64_t w_count = static_cast<int64_t>(gridDim.x) * kWarps;
 
   // ---- 0. scores for the owners --------------------------------------------------------------
   if (K > 1 && R > 1) {
-    float* mine = reinterpret_cast<float*>(local_ptr(L.dispatch_win, score_offset));
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < int64_t{T} * K;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-      mine[i] = load_score<kScoreBf16>(a.scores, i);
-    combine_barrier(L, -1);
+    if (a.scores_pushed) {
+      for (int p = threadIdx.x; p < R; p += blockDim.x) {
+        if (p == me) continue;
+        const RoutingHeader* h = reinterpret_cast<const RoutingHeader*>(routing_push_ptr(L, parity, p, me));
+        const uint32_t found = *reinterpret_cast<const volatile uint32_t*>(&h->scores_epoch);
+        if (found != call) report_stale_pushed_scores(L, call, p, found);
+      }
+    } else {
+      float* mine = reinterpret_cast<float*>(local_ptr(L.dispatch_win, score_offset));
+      for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < int64_t{T} * K;
+           i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        mine[i] = load_score<kScoreBf16>(a.scores, i);
+      split_barrier_ready(L, 0, next, true);
+      split_barrier_wait(L, 0, next, true);
+      ++next;
+    }
+    trace_first(L, kTrCombineScoresDone);
   }
 
-  // ---- A. owner side: one row or one FP32 partial per (token, remote rank) -----------------------
-  if (R > 1) {
-    const int64_t units = int64_t{T} * (R - 1) * nseg;
+  // ---- A. owner side: per (token, rank) a copied row or an FP32 partial ------------------------
+  {
+    const int64_t chunks = int64_t{T} * R * rseg;  // 32-vector pieces of all (token, rank) rows
+    const int c = static_cast<int>(
+        min(static_cast<int64_t>(kRowUnroll), max(int64_t{1}, (chunks + w_count - 1) / w_count)));
+    const int seg_vecs = 32 * c;
+    const int nseg = (nvec + seg_vecs - 1) / seg_vecs;
+    // Token-major with this rank's own units interleaved: its local stores overlap the NVLink ones
+    // (the other ranks' units first measured slower, docs/perf.md C12).
+    const int64_t units = int64_t{T} * R * nseg;
     for (int64_t u = w_index; u < units; u += w_count) {
       const int seg = static_cast<int>(u % nseg);
       const int64_t ts = u / nseg;
-      const int si = static_cast<int>(ts % (R - 1));
-      const int64_t t = ts / (R - 1);
-      const int s = si < me ? si : si + 1;
+      const int s = static_cast<int>(ts % R);
+      const int64_t t = ts / R;
       const int32_t my_row = lane < K ? tab.route_row[routing::route_row_index(s, t * K + lane, L.max_tokens, K)] : -1;
       const unsigned mask = __ballot_sync(kFullMask, my_row >= 0);
-      if (mask == 0u) continue;
+      const bool single = (mask & (mask - 1u)) == 0u;
+      if (mask == 0u || (single && s == me)) continue;  // a single own route: B reads it from y
       const int k1 = __ffs(mask) - 1;
       char* dst1 = s_cbase[s] + routing::combine_slot_offset(t, k1, K, row_bytes);
-      if ((mask & (mask - 1u)) == 0u) {  // one route: its BF16 row
-        const int32_t row = __shfl_sync(kFullMask, my_row, k1);
-        warp_copy_segment<false>(a.y + static_cast<int64_t>(row) * row_bytes, dst1, seg, nvec, lane);
+      const int v_begin = seg * seg_vecs;
+      const int v_end = min(nvec, v_begin + seg_vecs);
+      if (single) {  // its BF16 row
+        const char* src = a.y + static_cast<int64_t>(__shfl_sync(kFullMask, my_row, k1)) * row_bytes;
+        int4 buf[kRowUnroll];
+#pragma unroll
+        for (int q = 0; q < kRowUnroll; ++q) {
+          const int v = v_begin + q * 32 + lane;
+          if (v < v_end) buf[q] = ld_nc_v4(src + static_cast<int64_t>(v) * 16);
+        }
+#pragma unroll
+        for (int q = 0; q < kRowUnroll; ++q) {
+          const int v = v_begin + q * 32 + lane;
+          if (v < v_end) st_v4(dst1 + static_cast<int64_t>(v) * 16, buf[q]);
+        }
         continue;
       }
       const int k2 = __ffs(mask & (mask - 1u)) - 1;
       char* dst2 = s_cbase[s] + routing::combine_slot_offset(t, k2, K, row_bytes);
-      const float score = my_row >= 0 ? __int_as_float(ld_cg_s32(s_scores[s] + t * K + lane)) : 0.0f;
-      const int v_end = min(nvec, (seg + 1) * kSegVecs);
+      float score = 0.0f;
+      if (my_row >= 0)
+        score = s == me ? load_score<kScoreBf16>(a.scores, t * K + lane)
+                        : __int_as_float(ld_cg_s32(s_scores[s] + t * K + lane));
       // Warp-uniform trip count (the shuffles below need every lane); lanes past the row idle.
-      for (int v0 = seg * kSegVecs; v0 < v_end; v0 += 32) {
+      for (int v0 = v_begin; v0 < v_end; v0 += 32) {
         const int v = v0 + lane;
         const bool active = v < v_end;
         float acc[8];
@@ -546,72 +612,123 @@ __global__ void __launch_bounds__(kCombineThreads, 1)
         st_v4(dst + 16, make_int4(__float_as_int(acc[4]), __float_as_int(acc[5]), __float_as_int(acc[6]), __float_as_int(acc[7])));
       }
     }
-    combine_barrier(L, kTrCombineScatterDoneLast);
-    trace_first(L, kTrCombineBarrierDone);
+    __syncthreads();
+    trace_last(L, kTrCombineScatterDoneLast);
+    split_barrier_ready(L, 0, next, true);
   }
 
-  // ---- B. the token's rank: owners' partials in rank order -----------------------------------
+  // ---- B. the token's rank: owners' values in rank order -------------------------------------
+  // Unit (token t, segment of 32 cb vectors, cb in [1, kReduceVecs]): cb sized, like A's segments,
+  // so that the units cover the warps in one round when the rows are few.
   const IdT* ids = published_ids<IdT>(L);
   const char* comb = s_cbase[me];
-  const int rseg = (nvec + 31) / 32;
-  const int64_t units = int64_t{T} * rseg;
-  for (int64_t u = w_index; u < units; u += w_count) {
-    const int64_t t = u / rseg;
-    const int v = static_cast<int>(u - t * rseg) * 32 + lane;
-    int64_t id = -1;
-    float score = 0.0f;
-    int owner = -1;
-    int32_t local_row = -1;
+  const int cb = static_cast<int>(
+      min(static_cast<int64_t>(kReduceVecs), max(int64_t{1}, (int64_t{T} * rseg + w_count - 1) / w_count)));
+  const int bseg = (rseg + cb - 1) / cb;
+  const int64_t units = int64_t{T} * bseg;
+  // Lane k < K: route (t, k)'s score, owner rank (-1: not routed) and, for this rank's own routes,
+  // its row of y. Loaded for the warp's first unit before the barrier wait (they do not depend on it).
+  float score = 0.0f;
+  int owner = -1;
+  int32_t local_row = -1;
+  auto load_route = [&](int64_t t) {
+    score = 0.0f;
+    owner = -1;
+    local_row = -1;
     if (lane < K) {
-      id = static_cast<int64_t>(ids[t * K + lane]);
+      const int64_t id = static_cast<int64_t>(ids[t * K + lane]);
       if (routing::is_routed(id, L.num_experts)) {
         score = load_score<kScoreBf16>(a.scores, t * K + lane);
         owner = static_cast<int>(id / L.local_experts);
         if (owner == me) local_row = tab.route_row[routing::route_row_index(me, t * K + lane, L.max_tokens, K)];
       }
     }
-    const bool active = v < nvec;
-    float acc[8];
+  };
+  if (w_index < units) load_route(w_index / bseg);
+  split_barrier_wait(L, 0, next, true);
+  trace_first(L, kTrCombineBarrierDone);
+
+  for (int64_t u = w_index; u < units; u += w_count) {
+    const int64_t t = u / bseg;
+    const int v_begin = static_cast<int>(u - t * bseg) * 32 * cb;
+    if (u != w_index) load_route(t);
+    float acc[kReduceVecs][8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
-    for (int r = 0; r < R; ++r) {
-      const unsigned mr = __ballot_sync(kFullMask, owner == r);
-      if (mr == 0u) continue;
-      float p[8];
+    for (int q = 0; q < kReduceVecs; ++q)
 #pragma unroll
-      for (int i = 0; i < 8; ++i) p[i] = 0.0f;
-      if (r == me) {  // this rank's own routes: the chain straight from y
-        unsigned m = mr;
-        while (m != 0u) {
-          const int k = __ffs(m) - 1;
-          m &= m - 1u;
-          const int32_t row = __shfl_sync(kFullMask, local_row, k);
-          const float sk = __shfl_sync(kFullMask, score, k);
-          if (active) accumulate8(p, sk, ld_nc_v4(a.y + static_cast<int64_t>(row) * row_bytes + static_cast<int64_t>(v) * 16));
-        }
-      } else if ((mr & (mr - 1u)) == 0u) {  // one route: its BF16 row, fmaf(s, y, 0)
-        const int k = __ffs(mr) - 1;
-        const float sk = __shfl_sync(kFullMask, score, k);
-        if (active) accumulate8(p, sk, ld_cg_v4(comb + routing::combine_slot_offset(t, k, K, row_bytes) + static_cast<int64_t>(v) * 16));
-      } else {  // the owner's FP32 partial, split over the slots of its first two routes
+      for (int i = 0; i < 8; ++i) acc[q][i] = 0.0f;
+    int r = 0;
+    while (r < R) {  // up to kOwnerBatch owners per round: their loads in flight together
+      const char* b1[kOwnerBatch];  // one route: its row (y or the slot); partial: slot of columns [0, D/2)
+      const char* b2[kOwnerBatch];  // partial: slot of columns [D/2, D)
+      float sk[kOwnerBatch];
+      int kind[kOwnerBatch];  // 0: no owner, 1: one route (BF16 row x score), 2: FP32 partial
+#pragma unroll
+      for (int o = 0; o < kOwnerBatch; ++o) {
+        kind[o] = 0;
+        b1[o] = b2[o] = comb;
+        sk[o] = 0.0f;
+        unsigned mr = 0u;
+        while (r < R && (mr = __ballot_sync(kFullMask, owner == r)) == 0u) ++r;
+        if (r >= R) continue;
         const int k1 = __ffs(mr) - 1;
-        const int k2 = __ffs(mr & (mr - 1u)) - 1;
-        if (active) {
-          const char* src = v < half_vecs
-                                ? comb + routing::combine_slot_offset(t, k1, K, row_bytes) + static_cast<int64_t>(v) * 32
-                                : comb + routing::combine_slot_offset(t, k2, K, row_bytes) + static_cast<int64_t>(v - half_vecs) * 32;
-          const int4 lo = ld_cg_v4(src), hi = ld_cg_v4(src + 16);
-          p[0] = __int_as_float(lo.x); p[1] = __int_as_float(lo.y); p[2] = __int_as_float(lo.z); p[3] = __int_as_float(lo.w);
-          p[4] = __int_as_float(hi.x); p[5] = __int_as_float(hi.y); p[6] = __int_as_float(hi.z); p[7] = __int_as_float(hi.w);
+        if ((mr & (mr - 1u)) == 0u) {
+          kind[o] = 1;
+          sk[o] = __shfl_sync(kFullMask, score, k1);
+          const int32_t row = __shfl_sync(kFullMask, local_row, k1);
+          b1[o] = r == me ? a.y + static_cast<int64_t>(row) * row_bytes : comb + routing::combine_slot_offset(t, k1, K, row_bytes);
+        } else {
+          kind[o] = 2;
+          b1[o] = comb + routing::combine_slot_offset(t, k1, K, row_bytes);
+          b2[o] = comb + routing::combine_slot_offset(t, __ffs(mr & (mr - 1u)) - 1, K, row_bytes);
+        }
+        ++r;
+      }
+      int4 lo[kOwnerBatch][kReduceVecs], hi[kOwnerBatch][kReduceVecs];
+#pragma unroll
+      for (int o = 0; o < kOwnerBatch; ++o)
+#pragma unroll
+        for (int q = 0; q < kReduceVecs; ++q) {
+          const int v = v_begin + q * 32 + lane;
+          const bool active = q < cb && v < nvec;
+          lo[o][q] = hi[o][q] = make_int4(0, 0, 0, 0);
+          if (active && kind[o] == 1) lo[o][q] = ld_cg_v4(b1[o] + static_cast<int64_t>(v) * 16);
+          if (active && kind[o] == 2) {
+            const char* src = v < half_vecs ? b1[o] + static_cast<int64_t>(v) * 32 : b2[o] + static_cast<int64_t>(v - half_vecs) * 32;
+            lo[o][q] = ld_cg_v4(src);
+            hi[o][q] = ld_cg_v4(src + 16);
+          }
+        }
+#pragma unroll
+      for (int o = 0; o < kOwnerBatch; ++o) {
+        if (kind[o] == 0) continue;
+#pragma unroll
+        for (int q = 0; q < kReduceVecs; ++q) {
+          float p[8];
+          if (kind[o] == 1) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) p[i] = 0.0f;
+            accumulate8(p, sk[o], lo[o][q]);
+          } else {
+            p[0] = __int_as_float(lo[o][q].x); p[1] = __int_as_float(lo[o][q].y);
+            p[2] = __int_as_float(lo[o][q].z); p[3] = __int_as_float(lo[o][q].w);
+            p[4] = __int_as_float(hi[o][q].x); p[5] = __int_as_float(hi[o][q].y);
+            p[6] = __int_as_float(hi[o][q].z); p[7] = __int_as_float(hi[o][q].w);
+          }
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[q][i] = __fadd_rn(acc[q][i], p[i]);
         }
       }
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], p[i]);
     }
-    if (active) st_v4(a.out + t * row_bytes + static_cast<int64_t>(v) * 16, pack8(acc));
+#pragma unroll
+    for (int q = 0; q < kReduceVecs; ++q) {
+      const int v = v_begin + q * 32 + lane;
+      if (q < cb && v < nvec) st_v4(a.out + t * row_bytes + static_cast<int64_t>(v) * 16, pack8(acc[q]));
+    }
   }
   trace_last(L, kTrCombineEndLast);
 }
+
 
 template <typename IdT, bool kScoreBf16, int kMode>
 void* combine2_ptr() {

@@ -54,6 +54,8 @@ struct FusedArgs {
   int validate;
   int zero_fill;
   int64_t capacity_rows;
+  const void* scores;  // [T, K] FP32 or BF16 pushed as FP32 with the ids for the rank-partials combine, or nullptr
+  int score_bf16;
 };
 // Dynamic shared memory for R*T*K = total_routes routes.
 size_t fused_smem_bytes(int local_experts, int64_t total_routes);
@@ -93,6 +95,9 @@ struct Combine2Args {
   // [T, K, D]; base null: none), unless *keep_skip != 0 (comm::KeepRoutes).
   dist_moe::kernels::DeviceAddress keep;
   const int64_t* keep_skip;
+  // v3 only: the scores came with the ids (fused route, FusedArgs::scores) into the pushed routing
+  // slots; no scores exchange in the combine.
+  int scores_pushed;
 };
 int combine2_max_coresident_ctas(int id_bytes, bool score_bf16, int mode, int num_sms);
 void launch_combine2(const EpDeviceLayout& L, const RoutingTables& tables, const Combine2Args& args, bool score_bf16,

@@ -24,8 +24,8 @@ __global__ void __launch_bounds__(kPublishThreads) publish_kernel(const EpDevice
   __syncthreads();
   const uint32_t count = s_count;
   const int slot = static_cast<int>(count & 1u);
-  char* slot_base = local_ptr(L.routing_win, static_cast<int64_t>(slot) * L.routing_slot_bytes);
-  IdT* ids_out = reinterpret_cast<IdT*>(slot_base + kRoutingHeaderBytes);
+  const int64_t slot_offset = static_cast<int64_t>(slot) * L.routing_slot_bytes;
+  IdT* ids_out = reinterpret_cast<IdT*>(local_ptr(L.routing_win, slot_offset + kRoutingHeaderBytes));
 
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kPublishThreads) publish_kernel(const EpDevice
     __threadfence();
     const uint32_t done = atomicAdd(&L.state->publish_done_ctas, 1u);
     if (done == gridDim.x - 1) {
-      RoutingHeader* h = reinterpret_cast<RoutingHeader*>(slot_base);
+      RoutingHeader* h = reinterpret_cast<RoutingHeader*>(local_ptr(L.routing_win, slot_offset));
       h->num_tokens = num_tokens;
       h->epoch = count + 1u;
       h->magic = kRoutingHeaderMagic;

@@ -446,6 +446,8 @@ __global__ void __launch_bounds__(kRoutingThreads, 1)
 //      routing slot and into slot [parity][me] of every peer's pushed slots, fences (system scope)
 //      and stores the epoch into inbox word [kPublishArrivalSlot][me] of every rank (itself
 //      included): the ids arrival, a few microseconds into the kernel;
+//   1b. with scores (DispatchOptions::scores_TK), CTA 1 writes them as FP32 into every peer's pushed
+//      slot after the ids, and the slot's scores_epoch; they travel under the rows arrival of 2.;
 //   2. every CTA publishes a slice of the x rows into this rank's dispatch window (the peers pull
 //      them in step 7: pushing them too made the flags wait behind 1.8 MB of stores, docs/perf.md
 //      C10); each CTA fences and counts itself done; the last one stores the epoch into inbox word
@@ -532,7 +534,21 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     }
   }
 
-  // ---- 2. every CTA: its slice of the x rows, here and pushed to the peers; rows arrival ----------
+  // ---- 1b. scores (when given): one CTA other than CTA 0 (whose ids arrival is on the critical
+  // path) writes them as FP32 into every peer's pushed slot [parity][me], then the slots'
+  // scores_epoch; the rows arrival of step 2 publishes them (the rank-partials combine reads them).
+  if (a.scores != nullptr && g == (gridDim.x > 1 ? 1 : 0)) {
+    for (uint32_t i = tid; i < N; i += kFusedThreads) {
+      const float score = a.score_bf16 ? __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(a.scores)[i]) << 16)
+                                       : static_cast<const float*>(a.scores)[i];
+      for (int p = 0; p < R; ++p)
+        if (p != me) reinterpret_cast<float*>(s_push_ids[p] + L.push_scores_offset)[i] = score;
+    }
+    for (int p = tid; p < R; p += blockDim.x)
+      if (p != me) reinterpret_cast<RoutingHeader*>(s_push_ids[p])->scores_epoch = epoch;
+  }
+
+  // ---- 2. every CTA: its slice of the x rows; rows arrival ---------------------------------------
   {
     const int64_t gtid = static_cast<int64_t>(g) * blockDim.x + tid;
     const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;

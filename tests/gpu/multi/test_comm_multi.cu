@@ -6,7 +6,8 @@
 //   dmoe_launch -n 2 -- dist_moe_comm_tests                 correctness suite (PASS/FAIL per case)
 //   dmoe_launch -n 2 -- dist_moe_comm_tests --case overflow  a failure scenario (expected to trap)
 // Failure scenarios: unequal_t, overflow, bad_id, timeout, and unequal_t_fused, overflow_fused,
-// bad_id_fused (the same through the fused publish_route_dispatch kernel). Each prints a marker
+// bad_id_fused (the same through the fused publish_route_dispatch kernel), scores_mismatch (one rank
+// pushes its scores with the ids, the other does not, then a rank-partials combine). Each prints a marker
 // before the call that must trap; scripts/comm_gpu_check.sh runs them with launcher expectations.
 //
 // Every correctness case runs twice: as written (separate publish/route/dispatch, combine v1) and
@@ -198,6 +199,7 @@ struct CaseSpec {
   std::vector<bool> fused = {false};
   std::vector<CombineAlgorithm> algos = {CombineAlgorithm::kV1};
   bool fused_dispatch_separately = false;  // fused publish + route, then dispatch() on its own
+  bool push_scores = false;  // fused calls pass the scores (DispatchOptions::scores_TK) for the combine
   bool external_scatter = false;           // scatter through scatter_dst + reduce() instead of combine()
   int reduce_warps = 0, signal_batch = 0, k_group = 0;  // CombineOptions v2 tuning (0: auto)
   int reduce_ctas = 0;                                   // CombineOptions::reduce_ctas (0: warp split)
@@ -426,6 +428,10 @@ void run_ops(const CaseSpec& cs, EpGroup& ep, const Buffers& b, int64_t T, const
   dopt.num_sms = cs.num_sms;
   if (v.fused) {
     dopt.fused = FusedRoute::kOn;
+    if (cs.push_scores) {
+      dopt.scores_TK = b.scores;
+      dopt.score_dtype = cs.score_bf16 ? DType::kBFloat16 : DType::kFloat32;
+    }
     if (cs.fused_dispatch_separately) {
       ep.publish_route_dispatch(b.x, b.ids, idt, T, nullptr, stream, dopt);
       ep.dispatch(b.xg, T, stream, dopt);
@@ -703,11 +709,13 @@ std::vector<CaseSpec> correctness_cases() {
   }
 
   // Every case above again with the rank-partials combine (barrier sync; hidden % 16 == 0 only),
-  // fused route and separate ops alternating, against the oracle's rank-partials order.
+  // fused route and separate ops alternating, against the oracle's rank-partials order. Every
+  // other case's fused calls push the scores with the ids (the combine then exchanges none).
   for (size_t i = 0; i < n_base; ++i) {
     if (v[i].D % 16 != 0) continue;
     CaseSpec c = v[i];
-    c.name += "+partials";
+    c.name += i % 2 == 1 ? "+partials_pushed" : "+partials";
+    c.push_scores = i % 2 == 1;
     c.fused = c.graph ? std::vector<bool>{true} : std::vector<bool>{false, true};
     c.algos = {CombineAlgorithm::kRankPartials};
     c.combine_syncs = {CombineSync::kBarrier};
@@ -1093,7 +1101,10 @@ int run_scenario(const Communicator& comm, const std::string& full_name) {
   EpConfig cfg;
   cfg.max_tokens = 64;
   cfg.hidden = 128;
-  cfg.top_k = 1;
+  // scores_mismatch: rank 0 pushes its scores with the ids (fused route), the others do not; the
+  // rank-partials combine on rank 0 finds no scores of this call from rank 1.
+  const bool scores_mismatch = name == "scores_mismatch";
+  cfg.top_k = scores_mismatch ? 2 : 1;
   cfg.num_experts = 2 * R;
   if (name == "overflow") cfg.capacity_rows = 16;
   if (name == "bad_id") cfg.validate_expert_ids = true;
@@ -1101,18 +1112,21 @@ int run_scenario(const Communicator& comm, const std::string& full_name) {
   Buffers b;
   const int64_t cap = ep.capacity_rows();
   DMOE_CUDA_CHECK(cudaMalloc(&b.x, 64 * 128 * 2));
-  DMOE_CUDA_CHECK(cudaMalloc(&b.ids, 64 * 4));
-  DMOE_CUDA_CHECK(cudaMalloc(&b.scores, 64 * 4));
+  DMOE_CUDA_CHECK(cudaMalloc(&b.ids, 64 * 2 * 4));
+  DMOE_CUDA_CHECK(cudaMalloc(&b.scores, 64 * 2 * 4));
   DMOE_CUDA_CHECK(cudaMalloc(&b.xg, static_cast<size_t>(cap) * 128 * 2));
   DMOE_CUDA_CHECK(cudaMalloc(&b.y, static_cast<size_t>(cap) * 128 * 2));
   DMOE_CUDA_CHECK(cudaMalloc(&b.out, 64 * 128 * 2));
   DMOE_CUDA_CHECK(cudaMemset(b.x, 0, 64 * 128 * 2));
   DMOE_CUDA_CHECK(cudaMemset(b.y, 0, static_cast<size_t>(cap) * 128 * 2));
-  std::vector<int32_t> ids(64, 0);  // every token to expert 0 (rank 0)
-  std::vector<float> scores(64, 1.0f);
+  const int K = static_cast<int>(cfg.top_k);
+  std::vector<int32_t> ids(static_cast<size_t>(64 * K), 0);  // every token to expert 0 (rank 0)
+  for (int t = 0; t < 64; ++t)
+    for (int k = 0; k < K; ++k) ids[static_cast<size_t>(t * K + k)] = k;  // experts 0 .. K-1 (rank 0)
+  std::vector<float> scores(static_cast<size_t>(64 * K), 1.0f);
   if (name == "bad_id" && me == 0) ids[5] = static_cast<int32_t>(cfg.num_experts);  // outside [-1, E)
-  DMOE_CUDA_CHECK(cudaMemcpy(b.ids, ids.data(), 64 * 4, cudaMemcpyHostToDevice));
-  DMOE_CUDA_CHECK(cudaMemcpy(b.scores, scores.data(), 64 * 4, cudaMemcpyHostToDevice));
+  DMOE_CUDA_CHECK(cudaMemcpy(b.ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+  DMOE_CUDA_CHECK(cudaMemcpy(b.scores, scores.data(), scores.size() * 4, cudaMemcpyHostToDevice));
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
   cudaStream_t s;
   DMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -1133,16 +1147,19 @@ int run_scenario(const Communicator& comm, const std::string& full_name) {
   }
   const int64_t T = (name == "unequal_t" && me == R - 1) ? 63 : 64;
   LOG("EXPECTED_TRAP scenario %s: T=%lld", full_name.c_str(), static_cast<long long>(T));
-  if (fused) {
+  CombineOptions copt;
+  if (fused || scores_mismatch) {
     DispatchOptions o;
     o.fused = FusedRoute::kOn;
+    if (scores_mismatch && me == 0) o.scores_TK = b.scores;
     ep.publish_route_dispatch(b.x, b.ids, DType::kInt32, T, b.xg, s, o);
+    if (scores_mismatch) copt.algorithm = CombineAlgorithm::kRankPartials;
   } else {
     ep.publish(b.x, b.ids, DType::kInt32, T, s);
     ep.route(T, s);
     ep.dispatch(b.xg, T, s);
   }
-  ep.combine(b.y, b.scores, DType::kFloat32, b.out, T, s);
+  ep.combine(b.y, b.scores, DType::kFloat32, b.out, T, s, copt);
   DMOE_CUDA_CHECK(cudaStreamSynchronize(s));
   LOG("scenario %s: this rank completed without a trap", full_name.c_str());
   // The affected rank never gets here; unaffected ranks wait in the combine barrier for it and

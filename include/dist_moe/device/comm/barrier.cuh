@@ -85,15 +85,22 @@ DMOE_DEVICE void grid_barrier(const EpDeviceLayout& L, int id) {
 //                                                          // CTA to get here sends the arrival
 //   split_barrier_wait(L, slot, next);                     // every CTA: wait for every peer
 // Same inbox words and epochs as ep_barrier_cta (the two interoperate on one slot). Needs a
-// co-resident grid (cooperative launch): CTAs wait for the last ready CTA of their own grid.
+// co-resident grid (cooperative launch): the peers' arrivals wait for this grid's last ready CTA
+// (and with_self, this grid's own waits do).
 // Why it is safe to advance barrier_epoch in the last ready CTA: every CTA read it in begin(),
 // before it counted itself ready.
+
+// The slot's next epoch (one thread's load). split_barrier_begin shares it with the CTA; a kernel
+// that loads other state at its start may share it through its own __syncthreads instead.
+DMOE_DEVICE uint32_t split_barrier_next_epoch(const EpDeviceLayout& L, int slot) {
+  return *reinterpret_cast<volatile uint32_t*>(&L.state->barrier_epoch[slot]) + 1u;
+}
 
 // Reads the slot's next epoch. Every CTA of the grid calls it before split_barrier_ready.
 DMOE_DEVICE uint32_t split_barrier_begin(const EpDeviceLayout& L, int slot) {
   __shared__ uint32_t s_next;
   __syncthreads();
-  if (threadIdx.x == 0) s_next = *reinterpret_cast<volatile uint32_t*>(&L.state->barrier_epoch[slot]) + 1u;
+  if (threadIdx.x == 0) s_next = split_barrier_next_epoch(L, slot);
   __syncthreads();
   return s_next;
 }
@@ -101,7 +108,11 @@ DMOE_DEVICE uint32_t split_barrier_begin(const EpDeviceLayout& L, int slot) {
 // Counts this CTA ready (its earlier stores, to peers or local, are published at system scope);
 // the last CTA of the grid stores the arrival `next` into every peer's inbox and advances the
 // local epoch. Call from all threads of every CTA.
-DMOE_DEVICE void split_barrier_ready(const EpDeviceLayout& L, int slot, uint32_t next) {
+// with_self (pass the same to split_barrier_wait): the last CTA also arrives in this rank's own
+// inbox word, after resetting the grid's ready count, and every CTA waits for it. Past the wait,
+// every CTA of this grid is ready (their local stores are visible too) and the slot's local state
+// is reset, so the kernel may run the barrier again with next + 1.
+DMOE_DEVICE void split_barrier_ready(const EpDeviceLayout& L, int slot, uint32_t next, bool with_self = false) {
   __shared__ int s_last;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -114,8 +125,9 @@ DMOE_DEVICE void split_barrier_ready(const EpDeviceLayout& L, int slot, uint32_t
       L.state->split_ready_ctas = 0u;
       L.state->barrier_epoch[slot] = next;
     }
+    if (with_self) __syncthreads();  // the reset before the self arrival (s_last is CTA-uniform)
     for (int p = threadIdx.x; p < L.world; p += blockDim.x) {
-      if (p == L.rank) continue;
+      if (p == L.rank && !with_self) continue;
       fence_acq_rel_sys();
       st_release_sys(barrier_inbox_ptr(L, p, slot, L.rank), next);
     }
@@ -124,10 +136,10 @@ DMOE_DEVICE void split_barrier_ready(const EpDeviceLayout& L, int slot, uint32_t
 
 // Waits until every peer's arrival `next` is in this rank's inbox. CTA 0 uses the EP budget, the
 // others twice as much, so a hung peer is reported once, by CTA 0.
-DMOE_DEVICE void split_barrier_wait(const EpDeviceLayout& L, int slot, uint32_t next) {
+DMOE_DEVICE void split_barrier_wait(const EpDeviceLayout& L, int slot, uint32_t next, bool with_self = false) {
   const WaitContext ctx{blockIdx.x == 0 ? L.timeout_cycles : 2 * L.timeout_cycles, L.rank};
   for (int p = threadIdx.x; p < L.world; p += blockDim.x) {
-    if (p == L.rank) continue;
+    if (p == L.rank && !with_self) continue;
     wait_epoch_reached_sys(barrier_inbox_ptr(L, L.rank, slot, p), next, ctx, WaitSite::kEpBarrier, p, slot);
   }
   __syncthreads();

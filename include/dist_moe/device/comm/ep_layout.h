@@ -10,8 +10,11 @@
 //              slot p = publish_count % 2 holds the ids of the latest call (double buffering lets a
 //              rank publish call n+1 while a slow peer still reads call n's ids). Groups the fused
 //              route kernel serves (R * T_max * K <= kFusedMaxRoutes) also have, at
-//              routing_push_offset, kRoutingSlots x R slots [parity][source]: the fused kernel
-//              pushes its header and ids into every peer's [parity][me], so routing reads are local.
+//              routing_push_offset, kRoutingSlots x R slots [parity][source] of
+//                routing_push_slot_bytes = align128(align16(128 + T_max * K * id_bytes) + T_max * K * 4):
+//              the fused kernel pushes its header and ids into every peer's [parity][me], so routing
+//              reads are local, and (when given scores) the FP32 scores [T, K] at push_scores_offset
+//              for the rank-partials combine.
 //   dispatch : BF16 rows [T_max, K, D]; forward uses the first T rows of D elements (x_TD).
 //   combine  : BF16 [T_max, K, D]; route (t, k) of this rank's token t lands at (t*K + k) * D.
 //   signal   : uint32 barrier inbox [kNumBarrierSlots][kMaxEpRanks] (peer s writes [slot][s]),
@@ -45,6 +48,9 @@ struct RoutingHeader {
   uint32_t epoch;      // publish_count after this publish (1 for the first call)
   uint32_t magic;      // kRoutingHeaderMagic
   int32_t id_bytes;    // 2 (int16 ids) or 4 (int32 ids)
+  // Pushed slots only: the epoch whose FP32 scores follow the ids (fused route with scores; written
+  // after the scores, covered by the rows arrival). Stale when the call pushed none.
+  uint32_t scores_epoch;
 };
 
 // Per-group device state in ordinary (non-symmetric) device memory, zero-initialized; only this
@@ -67,12 +73,23 @@ struct EpLocalState {
 
 enum GridBarrierId : int { kGridBarrierRouting = 0, kGridBarrierCombine = 1, kGridBarrierTest = 2 };
 
+// One symmetric window as the EP kernels address it: rank p's copy of byte o is at
+// base + p * stride + o, NCCL's LSA layout (ncclGetLsaPointer: lsaFlatBase + p * stride4G * 4 GiB).
+// EpGroup reads it once from the window descriptor and checks it for every rank, so a kernel forms
+// peer addresses without loading the descriptor first (docs/perf.md C12).
+struct EpWindow {
+  ncclWindow_t handle;
+  char* base;      // rank 0's copy
+  int64_t stride;  // bytes from one rank's copy to the next one's
+  char* local;     // this rank's copy (base + rank * stride)
+};
+
 // Everything a kernel needs to address the group's windows.
 struct EpDeviceLayout {
-  ncclWindow_t routing_win;
-  ncclWindow_t dispatch_win;
-  ncclWindow_t combine_win;
-  ncclWindow_t signal_win;
+  EpWindow routing_win;
+  EpWindow dispatch_win;
+  EpWindow combine_win;
+  EpWindow signal_win;
   int rank;
   int world;
   int local_experts;  // L; rank r owns experts [r*L, (r+1)*L)
@@ -86,6 +103,8 @@ struct EpDeviceLayout {
   int64_t barrier_inbox_offset;   // in the signal window
   int64_t token_counter_offset;   // in the signal window
   int64_t routing_push_offset;    // routing window: pushed [parity][source] slots (0: none)
+  int64_t routing_push_slot_bytes;  // stride of the pushed slots
+  int64_t push_scores_offset;       // pushed slot: FP32 scores [T, K] (after header and ids)
   EpLocalState* state;            // local device state
   uint64_t timeout_cycles;        // budget of every spin-wait
   // Phase timestamps (%globaltimer, ns) of the EP kernels, [kTraceSlots], or nullptr (off; the
@@ -108,6 +127,8 @@ enum TraceSlot : int {
   kTrFusedRoutedLast = 30, kTrCombineScatterCtaDoneLast = 31,
   // C10: CTA 0 after its received-routes count, and after the per-expert counts (before the scan).
   kTrFusedRecvCounted = 32, kTrFusedWarpCounted = 33,
+  kTrCombineScoresDone = 34,  // rank-partials combine: scores exchanged (barrier passed, or pushed scores checked)
+  kTrCombineSetUp = 35,       // rank-partials combine: state loaded, window bases in shared memory
 };
 
 // Routing tables built on the device by the metadata kernel (EpGroup::route). Device pointers,

@@ -28,10 +28,15 @@ DMOE_DEVICE char* local_ptr(ncclWindow_t win, int64_t offset) {
   return static_cast<char*>(ncclGetLocalPointer(win, static_cast<size_t>(offset)));
 }
 
-// Base addresses of every rank's copy of a window, computed once per CTA into shared memory
-// (ncclGetLsaPointer reads the window descriptor; caching avoids doing it per row).
+// The same for an EP group's window: arithmetic only, no load of the window descriptor.
+DMOE_DEVICE char* peer_ptr(const EpWindow& win, int64_t offset, int peer) {
+  return win.base + static_cast<int64_t>(peer) * win.stride + offset;
+}
+DMOE_DEVICE char* local_ptr(const EpWindow& win, int64_t offset) { return win.local + offset; }
+
+// Base addresses of every rank's copy of a window, once per CTA into shared memory.
 // Call from all threads of the CTA; ends with __syncthreads().
-DMOE_DEVICE void load_peer_bases(ncclWindow_t win, int world, char** bases_smem) {
+DMOE_DEVICE void load_peer_bases(const EpWindow& win, int world, char** bases_smem) {
   for (int p = threadIdx.x; p < world; p += blockDim.x) bases_smem[p] = peer_ptr(win, 0, p);
   __syncthreads();
 }
@@ -46,7 +51,7 @@ DMOE_DEVICE char* routing_slot_ptr(const EpDeviceLayout& L, int slot, int peer) 
 // Pushed routing slot [parity][source] of rank `owner` (fused route kernel; routing_push_offset > 0).
 DMOE_DEVICE char* routing_push_ptr(const EpDeviceLayout& L, int parity, int source, int owner) {
   const int64_t index = static_cast<int64_t>(parity) * L.world + source;
-  return peer_ptr(L.routing_win, L.routing_push_offset + index * L.routing_slot_bytes, owner);
+  return peer_ptr(L.routing_win, L.routing_push_offset + index * L.routing_push_slot_bytes, owner);
 }
 
 // Barrier inbox word [slot][src] of rank `owner` (src writes it, owner polls it).
