@@ -38,6 +38,22 @@ using namespace dist_moe::comm;
 
 int g_rank = 0, g_world = 1;
 
+// The floor of the graphed timing: a kernel that does nothing, launched like the EP kernels.
+__global__ void empty_kernel() {}
+
+void launch_empty(cudaStream_t s, int ctas, int threads, bool cooperative) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(ctas);
+  cfg.blockDim = dim3(threads);
+  cfg.stream = s;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeCooperative;
+  attr.val.cooperative = 1;
+  cfg.attrs = cooperative ? &attr : nullptr;
+  cfg.numAttrs = cooperative ? 1 : 0;
+  DMOE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, empty_kernel));
+}
+
 struct Shape {
   std::string name;
   int64_t T, D, E, K;
@@ -132,7 +148,7 @@ std::vector<double> in_graph_step_us(const Communicator& comm, cudaStream_t s, A
   const bool captured = ok && end == cudaSuccess && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
   ok = captured;
   (void)cudaGetLastError();
-  std::vector<double> us(2, 0.0);
+  std::vector<double> us(3, 0.0);
   constexpr int kWarm = 3, kReplays = 10;
   // Replays depend only on `captured` (the same on every rank): a rank that stopped replaying
   // would leave its peers waiting at the ops' EP barriers.
@@ -150,6 +166,31 @@ std::vector<double> in_graph_step_us(const Communicator& comm, cudaStream_t s, A
   (void)cudaGetLastError();
   if (ge) DMOE_CUDA_CHECK(cudaGraphExecDestroy(ge));
   if (g) DMOE_CUDA_CHECK(cudaGraphDestroy(g));
+  ge = nullptr;
+  g = nullptr;
+  // The same steps without the event nodes between the ops: the step time as a caller's graph has
+  // it (us[2]), to tell what the per-op event nodes add.
+  if (captured) {
+    DMOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < kStepReps; ++i) {
+      op_a();
+      op_b();
+    }
+    DMOE_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    DMOE_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    for (int r = 0; r < kWarm + kReplays; ++r) {
+      if (r == kWarm) sync_all(comm);
+      DMOE_CUDA_CHECK(cudaEventRecord(ev[0], s));
+      DMOE_CUDA_CHECK(cudaGraphLaunch(ge, s));
+      DMOE_CUDA_CHECK(cudaEventRecord(ev[1], s));
+      DMOE_CUDA_CHECK(cudaStreamSynchronize(s));
+      float ms = 0;
+      DMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+      if (r >= kWarm) us[2] += 1000.0 * ms / (kStepReps * kReplays);
+    }
+    DMOE_CUDA_CHECK(cudaGraphExecDestroy(ge));
+    DMOE_CUDA_CHECK(cudaGraphDestroy(g));
+  }
   for (auto& e : ev) DMOE_CUDA_CHECK(cudaEventDestroy(e));
   // Every rank must take the same branch (the max below is collective).
   const bool all_ok = max_over_ranks(comm, ok ? 0.0 : 1.0) == 0.0;
@@ -466,6 +507,7 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
     return us;
   };
   double g_md = 0, g_fused = -1, g_reduce = 0;
+  std::pair<double, double> g_comb_floor{-1, -1};  // graphed empty kernel: SMs x 512 cooperative, 1 x 32
   std::vector<std::pair<std::string, double>> g_comb;  // graphed combine variants (after separate ops)
   {
     DispatchOptions d_sep;
@@ -557,8 +599,9 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
           std::snprintf(line, sizeof(line), "%-14s in one graph: event timing inside graphs unsupported here", sh.name.c_str());
         else
           std::snprintf(line, sizeof(line),
-                        "%-14s in one graph (%d steps): publish+route+dispatch fused %6.1f us | %-22s %6.1f us | step %6.1f us",
-                        sh.name.c_str(), kStepReps, us[0], cv.first.c_str(), us[1], us[0] + us[1]);
+                        "%-14s in one graph (%d steps): publish+route+dispatch fused %6.1f us | %-22s %6.1f us | step %6.1f us"
+                        " (%.1f us without the event nodes)",
+                        sh.name.c_str(), kStepReps, us[0], cv.first.c_str(), us[1], us[0] + us[1], us[2]);
         g_sweep.push_back(line);
         if (!us.empty()) g_in_graph.push_back({cv.first, us});
       }
@@ -567,11 +610,21 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
     cudaGraphExec_t gr = capture([&] { ep.reduce(scores, DType::kFloat32, out, T, s); });
     g_reduce = graph_times({gr})[0];
     for (auto ge : {gp, gmd, gr}) DMOE_CUDA_CHECK(cudaGraphExecDestroy(ge));
+    if (sh.name == "dsv3_decode") {  // what one graphed op costs when its kernel does nothing
+      cudaGraphExec_t e0 = capture([&] { launch_empty(s, comm.num_sms(), 512, true); });
+      cudaGraphExec_t e1 = capture([&] { launch_empty(s, 1, 32, false); });
+      g_comb_floor = {graph_times({e0})[0], graph_times({e1})[0]};
+      for (auto ge : {e0, e1}) DMOE_CUDA_CHECK(cudaGraphExecDestroy(ge));
+    }
   }
   add_op("graph: route + dispatch", g_md, unique_remote_bytes);
   if (g_fused >= 0) add_op("graph: publish+route+dispatch fused", g_fused, unique_remote_bytes);
   for (const auto& gc : g_comb) add_op(gc.first, gc.second, routed_remote_bytes);
   add_op("graph: reduce (EP barrier + top-k)", g_reduce, 0);
+  if (g_comb_floor.first >= 0) {
+    add_op("graph: empty kernel, SMs x 512 cooperative", g_comb_floor.first, 0);
+    add_op("graph: empty kernel, 1 x 32", g_comb_floor.second, 0);
+  }
 
   // ---- targets ----
   const double disp_best = std::min(tok_bar[2], rte_sig[2]);
@@ -591,17 +644,21 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
   if (sh.name == "dsv3_decode") {
     const double rd = g_fused >= 0 ? std::min(g_md, g_fused) : g_md;
     // The same ops inside one decode-step graph (in_graph_step_us): reported beside, not in, the verdict.
-    double ig_fused = 1e30, ig_comb = 1e30;
+    double ig_fused = 1e30, ig_comb = 1e30, ig_step = 1e30;
     std::string ig_comb_name = "n/a";
     for (const auto& ig : g_in_graph) {
       ig_fused = std::min(ig_fused, ig.second[0]);
       if (ig.second[1] < ig_comb) {
         ig_comb = ig.second[1];
         ig_comb_name = ig.first;
+        ig_step = ig.second[2];
       }
     }
     const std::string ig_fused_s = g_in_graph.empty() ? "n/a" : fmt("%.1f us", ig_fused);
-    const std::string ig_comb_s = g_in_graph.empty() ? "n/a" : fmt("%.1f us, ", ig_comb) + ig_comb_name;
+    const std::string ig_comb_s =
+        g_in_graph.empty() ? "n/a"
+                           : fmt("%.1f us, ", ig_comb) + ig_comb_name +
+                                 fmt("; route + this combine per step without per-op event nodes %.1f us", ig_step);
     target("dsv3_decode graphed routing metadata + dispatch <= 25 us", rd <= 25.0,
            fmt("route + dispatch %.1f us; publish + route + dispatch fused %.1f us", g_md, g_fused) +
                "; in one step graph: fused " + ig_fused_s);
@@ -615,7 +672,8 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
     target("dsv3_decode graphed combine <= 25 us", cb <= 25.0,
            fmt("best %.1f us (", cb) + cb_name + fmt("); v1 barrier %.1f us, v1 signal %.1f us", g_comb[0].second,
                                                       g_comb[1].second) +
-               "; in one step graph: " + ig_comb_s);
+               "; in one step graph: " + ig_comb_s +
+               (g_comb_floor.first >= 0 ? fmt("; an empty cooperative kernel graphed: %.1f us", g_comb_floor.first) : ""));
   }
 
   // ---- phase trace of one call per op (dsv3_decode and dsv3_prefill; %globaltimer, this rank) ----

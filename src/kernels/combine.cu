@@ -725,6 +725,7 @@ __global__ void __launch_bounds__(kCombineThreads, 1)
       const int v = v_begin + q * 32 + lane;
       if (q < cb && v < nvec) st_v4(a.out + t * row_bytes + static_cast<int64_t>(v) * 16, pack8(acc[q]));
     }
+    if (u == w_index) trace_first(L, kTrCombineFirstReduce);  // CTA 0's warp 0: its first unit stored
   }
   trace_last(L, kTrCombineEndLast);
 }
