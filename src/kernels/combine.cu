@@ -504,8 +504,8 @@ __global__ void __launch_bounds__(kCombineThreads, 1)
   const int nvec = static_cast<int>(row_bytes / 16);
   const int half_vecs = nvec / 2;  // vectors of columns [0, D/2)
   const int rseg = (nvec + 31) / 32;
-  // Warps numbered CTA-fastest: numbered CTA-major, the 512 owner units of dsv3_decode all landed on
-  // CTAs 0-31 of 132 (docs/perf.md C11).
+  // Warps numbered CTA-fastest (warp * CTAs + CTA), so that few units (decode) still reach every SM;
+  // numbered CTA-major, dsv3_decode's 512 owner units had all landed on CTAs 0-31 of 132 (perf.md C11).
   const int64_t w_index = static_cast<int64_t>(threadIdx.x >> 5) * gridDim.x + blockIdx.x;
   const int64_t w_count = static_cast<int64_t>(gridDim.x) * kWarps;
 
