@@ -447,18 +447,21 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
 //      either pushed with the ids by the fused route kernel (DispatchOptions::scores_TK; every
 //      pushed slot's scores_epoch must be this call's), or every rank writes its FP32 [T, K] into
 //      its own dispatch window after the published x rows, then a split EP barrier.
-//   A. unit (token t, rank s, segment of 32c vectors; c in [1, 8] so that the units cover the warps
+//   A. unit (token t, rank s, segment of 32c vectors; even c in [2, 8] so that the units cover the warps
 //      when the rows are few), token-major, warps numbered CTA-fastest: the routes of (s, t)
 //      computed here (route_row): one -> s != me: copy its segment (s == me: left to B); several ->
 //      the FP32 partial of the segment's columns into the two slots of rank s's combine window (this
 //      rank's own window for its own tokens, so B reads one value per owner). Split EP barrier that
 //      also waits for this grid (B reads the other CTAs' local partials).
-//   B. unit (token t, 32 cb vectors, cb in [1, 2]): per owner in rank order its P (a single route's
+//   B. unit (token t, 32 cb vectors, cb in [1, 3]): per owner in rank order its P (a single route's
 //      row times its score -- this rank's own from y -- or the partial), kOwnerBatch owners' loads
 //      in flight; acc += P. The first unit's ids, scores and rows are loaded before the barrier wait.
+// 384-thread CTAs (one per SM): up to 168 registers, for the owner phase's loads in flight.
+constexpr int kCombine3Threads = 384;
 constexpr int kPartialBatch = 4;  // routes in flight per lane in the owner-side partial sums
+constexpr int kOwnerVecs = 2;     // 16-byte vectors per lane per step of an owner-side partial
 constexpr int kOwnerBatch = 2;    // owners whose loads are in flight together in the final reduction
-constexpr int kReduceVecs = 2;    // 16-byte vectors per lane of a final-reduction unit (at most)
+constexpr int kReduceVecs = 3;    // 16-byte vectors per lane of a final-reduction unit (at most)
 
 // A rank-partials combine with pushed scores found a peer's pushed slot without this call's scores
 // (one rank passed DispatchOptions::scores_TK, another did not): one line, then trap.
@@ -473,7 +476,7 @@ __device__ __noinline__ void report_stale_pushed_scores(const EpDeviceLayout& L,
 }
 
 template <typename IdT, bool kScoreBf16>
-__global__ void __launch_bounds__(kCombineThreads, 1)
+__global__ void __launch_bounds__(kCombine3Threads, 1)
     combine3_kernel(const EpDeviceLayout L, const RoutingTables tab, const Combine2Args a) {
   __shared__ char* s_cbase[kMaxEpRanks];
   __shared__ const float* s_scores[kMaxEpRanks];
@@ -498,7 +501,7 @@ __global__ void __launch_bounds__(kCombineThreads, 1)
   __syncthreads();
   trace_first(L, kTrCombineSetUp);
 
-  constexpr int kWarps = kCombineThreads / 32;
+  constexpr int kWarps = kCombine3Threads / 32;
   const int lane = threadIdx.x & 31;
   const int64_t row_bytes = L.row_bytes;
   const int nvec = static_cast<int>(row_bytes / 16);
@@ -533,8 +536,8 @@ __global__ void __launch_bounds__(kCombineThreads, 1)
   // ---- A. owner side: per (token, rank) a copied row or an FP32 partial ------------------------
   {
     const int64_t chunks = int64_t{T} * R * rseg;  // 32-vector pieces of all (token, rank) rows
-    const int c = static_cast<int>(
-        min(static_cast<int64_t>(kRowUnroll), max(int64_t{1}, (chunks + w_count - 1) / w_count)));
+    const int64_t per_warp = (max(int64_t{1}, (chunks + w_count - 1) / w_count) + kOwnerVecs - 1) / kOwnerVecs * kOwnerVecs;
+    const int c = static_cast<int>(min(static_cast<int64_t>(kRowUnroll), per_warp));  // a multiple of kOwnerVecs
     const int seg_vecs = 32 * c;
     const int nseg = (nvec + seg_vecs - 1) / seg_vecs;
     // Token-major with this rank's own units interleaved: its local stores overlap the NVLink ones
@@ -575,16 +578,16 @@ __global__ void __launch_bounds__(kCombineThreads, 1)
         score = s == me ? load_score<kScoreBf16>(a.scores, t * K + lane)
                         : __int_as_float(ld_cg_s32(s_scores[s] + t * K + lane));
       // Warp-uniform trip count (the shuffles below need every lane); lanes past the row idle.
-      for (int v0 = v_begin; v0 < v_end; v0 += 32) {
-        const int v = v0 + lane;
-        const bool active = v < v_end;
-        float acc[8];
+      // kOwnerVecs vectors per lane per step: kPartialBatch x kOwnerVecs loads in flight.
+      for (int v0 = v_begin; v0 < v_end; v0 += 32 * kOwnerVecs) {
+        float acc[kOwnerVecs][8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+        for (int j = 0; j < kOwnerVecs; ++j)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[j][i] = 0.0f;
         unsigned m = mask;
-        while (m != 0u) {  // routes in k order, kPartialBatch loads in flight
+        while (m != 0u) {  // routes in k order
           int kk[kPartialBatch];
-          int4 val[kPartialBatch];
           int nb = 0;
 #pragma unroll
           for (int q = 0; q < kPartialBatch; ++q) {
@@ -595,21 +598,35 @@ __global__ void __launch_bounds__(kCombineThreads, 1)
               ++nb;
             }
           }
+          int4 val[kPartialBatch][kOwnerVecs];
 #pragma unroll
           for (int q = 0; q < kPartialBatch; ++q) {
             const int32_t row = __shfl_sync(kFullMask, my_row, kk[q] < 0 ? 0 : kk[q]);
-            if (q < nb && active) val[q] = ld_nc_v4(a.y + static_cast<int64_t>(row) * row_bytes + static_cast<int64_t>(v) * 16);
+            const char* src = a.y + static_cast<int64_t>(row) * row_bytes;
+#pragma unroll
+            for (int j = 0; j < kOwnerVecs; ++j) {
+              const int v = v0 + j * 32 + lane;
+              if (q < nb && v < v_end) val[q][j] = ld_nc_v4(src + static_cast<int64_t>(v) * 16);
+            }
           }
 #pragma unroll
           for (int q = 0; q < kPartialBatch; ++q) {
             const float sk = __shfl_sync(kFullMask, score, kk[q] < 0 ? 0 : kk[q]);
-            if (q < nb && active) accumulate8(acc, sk, val[q]);
+#pragma unroll
+            for (int j = 0; j < kOwnerVecs; ++j)
+              if (q < nb && v0 + j * 32 + lane < v_end) accumulate8(acc[j], sk, val[q][j]);
           }
         }
-        if (!active) continue;
-        char* dst = v < half_vecs ? dst1 + static_cast<int64_t>(v) * 32 : dst2 + static_cast<int64_t>(v - half_vecs) * 32;
-        st_v4(dst, make_int4(__float_as_int(acc[0]), __float_as_int(acc[1]), __float_as_int(acc[2]), __float_as_int(acc[3])));
-        st_v4(dst + 16, make_int4(__float_as_int(acc[4]), __float_as_int(acc[5]), __float_as_int(acc[6]), __float_as_int(acc[7])));
+#pragma unroll
+        for (int j = 0; j < kOwnerVecs; ++j) {
+          const int v = v0 + j * 32 + lane;
+          if (v >= v_end) continue;
+          char* dst = v < half_vecs ? dst1 + static_cast<int64_t>(v) * 32 : dst2 + static_cast<int64_t>(v - half_vecs) * 32;
+          st_v4(dst, make_int4(__float_as_int(acc[j][0]), __float_as_int(acc[j][1]), __float_as_int(acc[j][2]),
+                               __float_as_int(acc[j][3])));
+          st_v4(dst + 16, make_int4(__float_as_int(acc[j][4]), __float_as_int(acc[j][5]), __float_as_int(acc[j][6]),
+                                    __float_as_int(acc[j][7])));
+        }
       }
     }
     __syncthreads();
@@ -804,13 +821,13 @@ int combine3_max_coresident_ctas(int id_bytes, bool score_bf16, int num_sms) {
                                  : (score_bf16 ? reinterpret_cast<void*>(combine3_kernel<int32_t, true>)
                                                : reinterpret_cast<void*>(combine3_kernel<int32_t, false>));
   int per_sm = 0;
-  DMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kCombineThreads, 0));
+  DMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kCombine3Threads, 0));
   return per_sm * num_sms;
 }
 
 void launch_combine3(const EpDeviceLayout& L, const RoutingTables& tables, const Combine2Args& a, bool score_bf16,
                      int num_ctas, cudaStream_t stream) {
-  const dim3 grid(num_ctas), block(kCombineThreads);
+  const dim3 grid(num_ctas), block(kCombine3Threads);
   if (L.id_bytes == 2) {
     if (score_bf16) launch_ex(combine3_kernel<int16_t, true>, grid, block, 0, stream, true, false, L, tables, a);
     else launch_ex(combine3_kernel<int16_t, false>, grid, block, 0, stream, true, false, L, tables, a);
