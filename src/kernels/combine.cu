@@ -478,31 +478,26 @@ __device__ __noinline__ void report_stale_pushed_scores(const EpDeviceLayout& L,
 template <typename IdT, bool kScoreBf16>
 __global__ void __launch_bounds__(kCombine3Threads, 1)
     combine3_kernel(const EpDeviceLayout L, const RoutingTables tab, const Combine2Args a) {
-  __shared__ char* s_cbase[kMaxEpRanks];
-  __shared__ const float* s_scores[kMaxEpRanks];
-  __shared__ uint32_t s_state[2];
   trace_first(L, kTrCombineStart);
   const int K = L.top_k, R = L.world, me = L.rank, T = a.num_tokens;
-  if (threadIdx.x == 0) {  // the call and the split barrier's epoch: both loads in flight together
-    s_state[0] = *reinterpret_cast<volatile uint32_t*>(&L.state->publish_count);
-    s_state[1] = split_barrier_next_epoch(L, 0);
-  }
-  __syncthreads();
-  const uint32_t call = s_state[0];
-  uint32_t next = s_state[1];
-  const int parity = static_cast<int>((call - 1u) & 1u);
-  const int64_t score_offset = static_cast<int64_t>(L.max_tokens) * L.row_bytes;  // past the x rows
-  for (int p = threadIdx.x; p < R; p += blockDim.x) {
-    s_cbase[p] = peer_ptr(L.combine_win, 0, p);
-    s_scores[p] = reinterpret_cast<const float*>(a.scores_pushed
-                                                     ? routing_push_ptr(L, parity, p, me) + L.push_scores_offset
-                                                     : peer_ptr(L.dispatch_win, score_offset, p));
-  }
-  __syncthreads();
-  trace_first(L, kTrCombineSetUp);
-
   constexpr int kWarps = kCombine3Threads / 32;
   const int lane = threadIdx.x & 31;
+  // No CTA-wide set-up (it took ~1 us at decode, perf.md C12): thread 0 loads the split barrier's
+  // next epoch into shared memory now (before its CTA counts itself ready, as split_barrier_begin
+  // would), read after the CTA's next __syncthreads; the call (the pushed slots' parity) is loaded
+  // where needed.
+  __shared__ uint32_t s_next;
+  if (threadIdx.x == 0) s_next = split_barrier_next_epoch(L, 0);
+  auto load_call = [&L]() { return *reinterpret_cast<volatile uint32_t*>(&L.state->publish_count); };
+  const int64_t score_offset = static_cast<int64_t>(L.max_tokens) * L.row_bytes;  // past the x rows
+  // Owners' scores of source rank s's routes: pushed into this rank's slot [parity][s], or s's own
+  // dispatch window after its x rows.
+  auto scores_of = [&](int s, int parity) {
+    return reinterpret_cast<const float*>(a.scores_pushed ? routing_push_ptr(L, parity, s, me) + L.push_scores_offset
+                                                          : peer_ptr(L.dispatch_win, score_offset, s));
+  };
+  trace_first(L, kTrCombineSetUp);
+
   const int64_t row_bytes = L.row_bytes;
   const int nvec = static_cast<int>(row_bytes / 16);
   const int half_vecs = nvec / 2;  // vectors of columns [0, D/2)
@@ -512,23 +507,32 @@ __global__ void __launch_bounds__(kCombine3Threads, 1)
   const int64_t w_index = static_cast<int64_t>(threadIdx.x >> 5) * gridDim.x + blockIdx.x;
   const int64_t w_count = static_cast<int64_t>(gridDim.x) * kWarps;
 
+  uint32_t barriers_done = 0;  // split barriers this kernel ran before the owner phase's
+
   // ---- 0. scores for the owners --------------------------------------------------------------
   if (K > 1 && R > 1) {
     if (a.scores_pushed) {
-      for (int p = threadIdx.x; p < R; p += blockDim.x) {
-        if (p == me) continue;
-        const RoutingHeader* h = reinterpret_cast<const RoutingHeader*>(routing_push_ptr(L, parity, p, me));
-        const uint32_t found = *reinterpret_cast<const volatile uint32_t*>(&h->scores_epoch);
-        if (found != call) report_stale_pushed_scores(L, call, p, found);
+      // Warp 0 checks the slots; the other warps go on (a stale slot traps the grid shortly after).
+      if (threadIdx.x < 32) {
+        const uint32_t call = load_call();
+        const int parity = static_cast<int>((call - 1u) & 1u);
+        for (int p = lane; p < R; p += 32) {
+          if (p == me) continue;
+          const RoutingHeader* h = reinterpret_cast<const RoutingHeader*>(routing_push_ptr(L, parity, p, me));
+          const uint32_t found = *reinterpret_cast<const volatile uint32_t*>(&h->scores_epoch);
+          if (found != call) report_stale_pushed_scores(L, call, p, found);
+        }
       }
     } else {
       float* mine = reinterpret_cast<float*>(local_ptr(L.dispatch_win, score_offset));
       for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < int64_t{T} * K;
            i += static_cast<int64_t>(gridDim.x) * blockDim.x)
         mine[i] = load_score<kScoreBf16>(a.scores, i);
+      __syncthreads();
+      const uint32_t next = s_next;
       split_barrier_ready(L, 0, next, true);
       split_barrier_wait(L, 0, next, true);
-      ++next;
+      ++barriers_done;
     }
     trace_first(L, kTrCombineScoresDone);
   }
@@ -549,11 +553,12 @@ __global__ void __launch_bounds__(kCombine3Threads, 1)
       const int s = static_cast<int>(ts % R);
       const int64_t t = ts / R;
       const int32_t my_row = lane < K ? tab.route_row[routing::route_row_index(s, t * K + lane, L.max_tokens, K)] : -1;
+      const uint32_t call = a.scores_pushed ? load_call() : 0u;  // in flight with the route rows
       const unsigned mask = __ballot_sync(kFullMask, my_row >= 0);
       const bool single = (mask & (mask - 1u)) == 0u;
       if (mask == 0u || (single && s == me)) continue;  // a single own route: B reads it from y
       const int k1 = __ffs(mask) - 1;
-      char* dst1 = s_cbase[s] + routing::combine_slot_offset(t, k1, K, row_bytes);
+      char* dst1 = peer_ptr(L.combine_win, routing::combine_slot_offset(t, k1, K, row_bytes), s);
       const int v_begin = seg * seg_vecs;
       const int v_end = min(nvec, v_begin + seg_vecs);
       if (single) {  // its BF16 row
@@ -572,11 +577,12 @@ __global__ void __launch_bounds__(kCombine3Threads, 1)
         continue;
       }
       const int k2 = __ffs(mask & (mask - 1u)) - 1;
-      char* dst2 = s_cbase[s] + routing::combine_slot_offset(t, k2, K, row_bytes);
+      char* dst2 = peer_ptr(L.combine_win, routing::combine_slot_offset(t, k2, K, row_bytes), s);
+      const int parity = static_cast<int>((call - 1u) & 1u);
       float score = 0.0f;
       if (my_row >= 0)
         score = s == me ? load_score<kScoreBf16>(a.scores, t * K + lane)
-                        : __int_as_float(ld_cg_s32(s_scores[s] + t * K + lane));
+                        : __int_as_float(ld_cg_s32(scores_of(s, parity) + t * K + lane));
       // Warp-uniform trip count (the shuffles below need every lane); lanes past the row idle.
       // kOwnerVecs vectors per lane per step: kPartialBatch x kOwnerVecs loads in flight.
       for (int v0 = v_begin; v0 < v_end; v0 += 32 * kOwnerVecs) {
@@ -629,16 +635,17 @@ __global__ void __launch_bounds__(kCombine3Threads, 1)
         }
       }
     }
-    __syncthreads();
-    trace_last(L, kTrCombineScatterDoneLast);
-    split_barrier_ready(L, 0, next, true);
   }
+  __syncthreads();
+  const uint32_t next = s_next + barriers_done;
+  trace_last(L, kTrCombineScatterDoneLast);
+  split_barrier_ready(L, 0, next, true);
 
   // ---- B. the token's rank: owners' values in rank order -------------------------------------
   // Unit (token t, segment of 32 cb vectors, cb in [1, kReduceVecs]): cb sized, like A's segments,
   // so that the units cover the warps in one round when the rows are few.
   const IdT* ids = published_ids<IdT>(L);
-  const char* comb = s_cbase[me];
+  const char* comb = local_ptr(L.combine_win, 0);
   const int cb = static_cast<int>(
       min(static_cast<int64_t>(kReduceVecs), max(int64_t{1}, (int64_t{T} * rseg + w_count - 1) / w_count)));
   const int bseg = (rseg + cb - 1) / cb;
