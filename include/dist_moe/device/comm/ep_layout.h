@@ -128,7 +128,7 @@ enum TraceSlot : int {
   // C10: CTA 0 after its received-routes count, and after the per-expert counts (before the scan).
   kTrFusedRecvCounted = 32, kTrFusedWarpCounted = 33,
   kTrCombineScoresDone = 34,  // rank-partials combine: scores exchanged (barrier passed, or pushed scores checked)
-  kTrCombineSetUp = 35,       // rank-partials combine: state loaded, window bases in shared memory
+  kTrCombineSetUp = 35,       // rank-partials combine: thread 0 has loaded the barrier epoch (the other warps go on)
 };
 
 // Routing tables built on the device by the metadata kernel (EpGroup::route). Device pointers,
