@@ -149,8 +149,10 @@ enum class CombineAlgorithm {
   // reduction order, so different bits from kV1/kV2: per token, the owners' partials are added in
   // rank order (reference::topk_reduce_rank_partials, bit for bit; with one rank it is kV1's
   // result). Barrier sync only; needs D % 16 == 0; uses the dispatch window past the published x
-  // rows for the scores (T x K FP32), so it must not overlap a use of the dispatch window's route
-  // slots (grad_h3 publish).
+  // rows for the scores (T x K FP32) unless the fused route pushed them (DispatchOptions::scores_TK),
+  // so it must not overlap a use of the dispatch window's route slots (grad_h3 publish). The
+  // fastest measured at dsv3_prefill and dsv3_decode, EP2 (docs/perf.md C12); kAuto keeps kV2 for
+  // its k-order bits.
   kRankPartials,
 };
 
