@@ -506,14 +506,18 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
     for (auto& v : us) v = max_over_ranks(comm, v);
     return us;
   };
+  // The fused route, and the same pushing the scores with the ids (for the rank-partials combine).
+  DispatchOptions d_fused;
+  d_fused.fused = FusedRoute::kOn;
+  DispatchOptions d_push = d_fused;
+  d_push.scores_TK = scores;
+  d_push.score_dtype = DType::kFloat32;
   double g_md = 0, g_fused = -1, g_reduce = 0;
   std::pair<double, double> g_comb_floor{-1, -1};  // graphed empty kernel: SMs x 512 cooperative, 1 x 32
   std::vector<std::pair<std::string, double>> g_comb;  // graphed combine variants (after separate ops)
   {
     DispatchOptions d_sep;
     d_sep.fused = FusedRoute::kOff;
-    DispatchOptions d_fused;
-    d_fused.fused = FusedRoute::kOn;
     cudaGraphExec_t gp = capture([&] { ep.publish(x, idsd, DType::kInt32, T, s); });
     cudaGraphExec_t gmd = capture([&] {
       ep.route(T, s);
@@ -542,9 +546,6 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
       DMOE_CUDA_CHECK(cudaGraphExecDestroy(gc));
       // The rank-partials combine after a fused route that pushed the scores with the ids (no
       // scores exchange in the combine; docs/perf.md C12).
-      DispatchOptions d_push = d_fused;
-      d_push.scores_TK = scores;
-      d_push.score_dtype = DType::kFloat32;
       cudaGraphExec_t gfp = capture([&] { ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, d_push); });
       cudaGraphExec_t gcp = capture([&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, cvars[4].second); });
       g_comb.push_back({"graph: combine rank partials, scores pushed", graph_times({gfp, gcp})[1]});
@@ -583,9 +584,6 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
         CombineOptions second;
         bool push_scores;   // the fused route pushes the scores with the ids
       };
-      DispatchOptions d_push = d_fused;
-      d_push.scores_TK = scores;
-      d_push.score_dtype = DType::kFloat32;
       for (const auto& cv : {StepVariant{"combine v2 barrier", cvars[2].second, false},
                              StepVariant{"combine v2 signal rw8",
                                          combine_opts(CombineAlgorithm::kV2, CombineSync::kSignal, 8, 1, 0), false},
@@ -755,15 +753,10 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
              });
     }
     if (fused_ok) {
-      DispatchOptions d_fused;
-      d_fused.fused = FusedRoute::kOn;
       traced("publish+route+dispatch fused, combine v2 signal", [&] {
         ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, d_fused);
         ep.combine(xg, scores, DType::kFloat32, out, T, s, cs2);
       });
-      DispatchOptions d_push = d_fused;
-      d_push.scores_TK = scores;
-      d_push.score_dtype = DType::kFloat32;
       traced("combine rank partials, scores pushed (after fused)", [&] {
         ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, d_push);
         DMOE_CUDA_CHECK(cudaMemsetAsync(ep.trace_buffer(), 0, kTraceSlots * sizeof(unsigned long long), s));

@@ -35,6 +35,16 @@ using numeric::round_bf16;
 // The shared helpers (grouped_gemm_test_util.h) and testing::DeviceBuffer.
 using namespace testing;
 
+// Expects f to throw dist_moe::Error whose message contains `fragment`.
+void expect_error(const std::function<void()>& f, const std::string& fragment) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error mentioning '" << fragment << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
 // Elements [begin, end) of a BF16 or FP32 buffer must still hold the 0xff poison bytes.
 void expect_poison(const std::string& what, const std::vector<uint8_t>& bytes, size_t begin, size_t end) {
   size_t touched = 0;
@@ -754,12 +764,7 @@ TEST(GroupedGemmCluster, WgradMatchesCooperativeBitwise) {
   a.grad_out = reinterpret_cast<const void*>(256);
   a.a = reinterpret_cast<const void*>(256);
   a.grad_w = reinterpret_cast<void*>(256);
-  try {
-    grouped_gemm_wgrad(a, nullptr);
-    ADD_FAILURE() << "expected an error for cluster_m = 2 with dynamic_schedule";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("dynamic_schedule needs cluster_m = 1"), std::string::npos) << e.what();
-  }
+  expect_error([&] { grouped_gemm_wgrad(a, nullptr); }, "dynamic_schedule needs cluster_m = 1");
 }
 
 // FPROP in 2-CTA clusters: pairs of M tiles share the weight block. Ragged counts give experts an
@@ -849,14 +854,6 @@ TEST(GroupedGemmArgs, RejectsBadArguments) {
   a.a = reinterpret_cast<const void*>(256);
   a.w = reinterpret_cast<const void*>(256);
   a.out = reinterpret_cast<void*>(256);
-  auto expect_error = [](const std::function<void()>& f, const std::string& fragment) {
-    try {
-      f();
-      ADD_FAILURE() << "expected an error mentioning '" << fragment << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    }
-  };
   FpropArgs b = a;
   b.common.n = 300;
   expect_error([&] { grouped_gemm_fprop(b, nullptr); }, "multiple of 128");
@@ -890,12 +887,7 @@ TEST(GroupedGemmArgs, OverrideMustExist) {
   a.a = x.get();
   a.w = wt.get();
   a.out = out.get();
-  try {
-    grouped_gemm_fprop(a, nullptr);
-    ADD_FAILURE() << "a config with no compiled kernel must be rejected";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("available"), std::string::npos) << e.what();
-  }
+  expect_error([&] { grouped_gemm_fprop(a, nullptr); }, "available");  // no compiled kernel for it
 }
 
 // All counts zero: nothing is written (FPROP), WGRAD overwrite writes zeros.
