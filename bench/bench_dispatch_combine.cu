@@ -699,7 +699,7 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
           "combine.scatter_done(last)", "combine.barrier_done", "combine.first_reduce", "combine.end(last)", nullptr,
           nullptr, nullptr, "publish.start", "publish.end(last)", "fused.headers_ok", "fused.ids_loaded",
           "fused.counted", "fused.arrived(last)", "fused.routed(last)", "combine.scatter_warps_done(last)",
-          "fused.recv_counted", "fused.warp_counted", "combine.scores_done", "combine.set_up", "combine.first_summed"};
+          "fused.recv_counted", "fused.warp_counted", "combine.scores_done", "combine.set_up"};
       std::string line = std::string("trace ") + sh.name + " " + what + ":";
       for (int i = 0; i < kTraceSlots; ++i)
         if (tr[static_cast<size_t>(i)] != 0 && names[i] != nullptr)

@@ -744,7 +744,6 @@ __global__ void __launch_bounds__(kCombine3Threads, 1)
         }
       }
     }
-    if (u == w_index) trace_first(L, kTrCombineFirstSummed);  // CTA 0's warp 0: its loads arrived, summed
 #pragma unroll
     for (int q = 0; q < kReduceVecs; ++q) {
       const int v = v_begin + q * 32 + lane;

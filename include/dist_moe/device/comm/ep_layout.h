@@ -129,7 +129,6 @@ enum TraceSlot : int {
   kTrFusedRecvCounted = 32, kTrFusedWarpCounted = 33,
   kTrCombineScoresDone = 34,  // rank-partials combine: scores exchanged (barrier passed, or pushed scores checked)
   kTrCombineSetUp = 35,       // rank-partials combine: thread 0 has loaded the barrier epoch (the other warps go on)
-  kTrCombineFirstSummed = 36, // rank-partials combine: CTA 0's first final unit summed (before its store)
 };
 
 // Routing tables built on the device by the metadata kernel (EpGroup::route). Device pointers,
