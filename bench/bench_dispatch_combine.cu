@@ -432,6 +432,8 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
   // Owners pre-reduce their routes of a token (fewer bytes cross; rank-partials rounding order).
   Variant v_tok_part{DispatchMode::kTokenOnce, false, combine_opts(CombineAlgorithm::kRankPartials, CombineSync::kBarrier)};
   const auto tok_part = run_eager(v_tok_part, 0);
+  Variant v_tok_part_sig{DispatchMode::kTokenOnce, false, combine_opts(CombineAlgorithm::kRankPartials, CombineSync::kSignal)};
+  const auto tok_part_sig = run_eager(v_tok_part_sig, 0);
   std::vector<double> fused_sig2;
   if (fused_ok) fused_sig2 = run_eager({DispatchMode::kTokenOnce, true, v_tok_sig2.c}, 0);
   auto add_op = [&](const std::string& op, double us, double link_bytes) {
@@ -451,13 +453,15 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
   add_op("combine v2 barrier", tok_bar2[3], routed_remote_bytes);
   add_op("combine v2 signal", tok_sig2[3], routed_remote_bytes);
   add_op("combine rank partials", tok_part[3], routed_remote_bytes);
+  add_op("combine rank partials signal", tok_part_sig[3], routed_remote_bytes);
 
   // v2 signal tuning (reduce warps per 16, units per fence, k per unit): eager, after separate ops.
-  double comb_best = std::min({tok_bar[3], rte_sig[3], tok_bar2[3], tok_sig2[3], tok_part[3]});
+  double comb_best = std::min({tok_bar[3], rte_sig[3], tok_bar2[3], tok_sig2[3], tok_part[3], tok_part_sig[3]});
   std::string comb_best_name = tok_bar[3] <= comb_best ? "v1 barrier"
                                : rte_sig[3] <= comb_best ? "v1 signal"
                                : tok_bar2[3] <= comb_best ? "v2 barrier"
-                               : tok_sig2[3] <= comb_best ? "v2 signal" : "rank partials";
+                               : tok_sig2[3] <= comb_best ? "v2 signal"
+                               : tok_part[3] <= comb_best ? "rank partials" : "rank partials signal";
   struct Tune {
     int rw, batch, kg, rc = 0;  // rc > 0: CTA-specialized signal mode (C6), rw unused
   };
@@ -528,7 +532,8 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
         {"graph: combine v1 signal", combine_opts(CombineAlgorithm::kV1, CombineSync::kSignal)},
         {"graph: combine v2 barrier", combine_opts(CombineAlgorithm::kV2, CombineSync::kBarrier)},
         {"graph: combine v2 signal", combine_opts(CombineAlgorithm::kV2, CombineSync::kSignal)},
-        {"graph: combine rank partials", combine_opts(CombineAlgorithm::kRankPartials, CombineSync::kBarrier)}};
+        {"graph: combine rank partials", combine_opts(CombineAlgorithm::kRankPartials, CombineSync::kBarrier)},
+        {"graph: combine rank partials signal", combine_opts(CombineAlgorithm::kRankPartials, CombineSync::kSignal)}};
     if (sh.name == "dsv3_decode")
       for (const auto& gt : graph_tunes) cvars.push_back({"graph: " + gt.first, gt.second});
     for (const auto& cv : cvars) {
@@ -549,6 +554,16 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
       cudaGraphExec_t gfp = capture([&] { ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, d_push); });
       cudaGraphExec_t gcp = capture([&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, cvars[4].second); });
       g_comb.push_back({"graph: combine rank partials, scores pushed", graph_times({gfp, gcp})[1]});
+      DMOE_CUDA_CHECK(cudaGraphExecDestroy(gcp));
+      // The same, own partials summed in the reduction (docs/perf.md C13; an environment A/B switch
+      // read when the combine is captured), and in signal mode.
+      setenv("DMOE_COMBINE_OWN_PARTIALS", "late", 1);
+      gcp = capture([&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, cvars[4].second); });
+      unsetenv("DMOE_COMBINE_OWN_PARTIALS");
+      g_comb.push_back({"graph: combine rank partials late, scores pushed", graph_times({gfp, gcp})[1]});
+      DMOE_CUDA_CHECK(cudaGraphExecDestroy(gcp));
+      gcp = capture([&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, cvars[5].second); });
+      g_comb.push_back({"graph: combine rank partials signal, scores pushed", graph_times({gfp, gcp})[1]});
       DMOE_CUDA_CHECK(cudaGraphExecDestroy(gfp));
       DMOE_CUDA_CHECK(cudaGraphExecDestroy(gcp));
     }
@@ -588,7 +603,8 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
                              StepVariant{"combine v2 signal rw8",
                                          combine_opts(CombineAlgorithm::kV2, CombineSync::kSignal, 8, 1, 0), false},
                              StepVariant{"combine rank partials", cvars[4].second, false},
-                             StepVariant{"rank partials, pushed", cvars[4].second, true}}) {
+                             StepVariant{"rank partials, pushed", cvars[4].second, true},
+                             StepVariant{"rank partials signal, pushed", cvars[5].second, true}}) {
         const DispatchOptions& dr = cv.push_scores ? d_push : d_fused;
         const auto us = in_graph_step_us(comm, s, [&] { ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, dr); },
                                          [&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, cv.second); });
@@ -757,11 +773,17 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
         ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, d_fused);
         ep.combine(xg, scores, DType::kFloat32, out, T, s, cs2);
       });
-      traced("combine rank partials, scores pushed (after fused)", [&] {
-        ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, d_push);
-        DMOE_CUDA_CHECK(cudaMemsetAsync(ep.trace_buffer(), 0, kTraceSlots * sizeof(unsigned long long), s));
-        ep.combine(xg, scores, DType::kFloat32, out, T, s, combine_opts(CombineAlgorithm::kRankPartials, CombineSync::kBarrier));
-      });
+      for (const char* way : {"", "late", "signal"}) {
+        const std::string w = way;
+        traced(("combine rank partials" + (w.empty() ? "" : " " + w) + ", scores pushed (after fused)").c_str(), [&] {
+          ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, d_push);
+          DMOE_CUDA_CHECK(cudaMemsetAsync(ep.trace_buffer(), 0, kTraceSlots * sizeof(unsigned long long), s));
+          if (w == "late") setenv("DMOE_COMBINE_OWN_PARTIALS", "late", 1);
+          ep.combine(xg, scores, DType::kFloat32, out, T, s,
+                     combine_opts(CombineAlgorithm::kRankPartials, w == "signal" ? CombineSync::kSignal : CombineSync::kBarrier));
+          unsetenv("DMOE_COMBINE_OWN_PARTIALS");
+        });
+      }
     }
     traced("reduce", [&] { ep.reduce(scores, DType::kFloat32, out, T, s); });
     ep.enable_trace(false);

@@ -148,11 +148,13 @@ enum class CombineAlgorithm {
   // FP32 partial when it holds several (at EP2, K = 8: about half of kV2's NVLink bytes). Different
   // reduction order, so different bits from kV1/kV2: per token, the owners' partials are added in
   // rank order (reference::topk_reduce_rank_partials, bit for bit; with one rank it is kV1's
-  // result). Barrier sync only; needs D % 16 == 0; uses the dispatch window past the published x
+  // result). Barrier sync: one split EP barrier between the owners' stores and the reduction;
+  // signal sync: no barrier, every owner's store of a row piece is released with a per-token counter
+  // and each token is reduced once its pieces arrived (same bits). Needs D % 16 == 0; uses the dispatch window past the published x
   // rows for the scores (T x K FP32) unless the fused route pushed them (DispatchOptions::scores_TK),
   // so it must not overlap a use of the dispatch window's route slots (grad_h3 publish). The
-  // fastest measured at dsv3_prefill and dsv3_decode, EP2 (docs/perf.md C12); kAuto keeps kV2 for
-  // its k-order bits.
+  // fastest measured at dsv3_prefill (barrier sync) and dsv3_decode (signal sync), EP2 (docs/perf.md
+  // C13); kAuto keeps kV2 for its k-order bits.
   kRankPartials,
 };
 
@@ -351,11 +353,12 @@ struct EpWindowSizes {
   int64_t signal = 0;
   int64_t barrier_inbox_offset = 0;
   int64_t token_counter_offset = 0;
+  int64_t partial_counter_offset = 0;  // rank-partials signal mode: uint32 [2 parities][T_max]
   // Symmetric bytes beyond MemoryPlan's routing/dispatch/combine windows: the second routing parity
   // slot, the pushed routing slots of fused-route groups and the signal window,
   //   routing - routing_slot + signal, routing_slot = align128(128 + T_max*K*id_bytes),
   //   push slot = align128(align16(128 + T_max*K*id_bytes) + 4*T_max*K),
-  //   signal = align128(1024 + 4*T_max)   (id_bytes 2 if E <= 32767, else 4)
+  //   signal = align128(align128(1024 + 4*T_max) + 8*T_max)   (id_bytes 2 if E <= 32767, else 4)
   int64_t extra_symmetric = 0;
 };
 EpWindowSizes ep_window_sizes(const EpConfig& config, int world_size);

@@ -61,6 +61,13 @@ CombineAlgorithm resolve_algorithm(CombineAlgorithm a) {
   return from_env;
 }
 
+// DMOE_COMBINE_OWN_PARTIALS=late: the rank-partials combine in barrier mode sums this rank's own
+// partials in its reduction instead of storing and re-reading them (A/B switch, docs/perf.md C13).
+bool own_partials_late() {
+  const char* v = std::getenv("DMOE_COMBINE_OWN_PARTIALS");
+  return v != nullptr && std::string(v) == "late";
+}
+
 int ep_sms(const Communicator& comm, int requested) {
   return requested > 0 ? std::min(requested, comm.num_sms()) : comm.num_sms();
 }
@@ -102,7 +109,8 @@ EpWindowSizes ep_window_sizes(const EpConfig& c, int world_size) {
   s.combine = align128(c.max_tokens * c.top_k * c.hidden * 2);
   s.barrier_inbox_offset = 0;
   s.token_counter_offset = align128(static_cast<int64_t>(kNumBarrierSlots) * kMaxEpRanks * 4);
-  s.signal = align128(s.token_counter_offset + c.max_tokens * 4);
+  s.partial_counter_offset = align128(s.token_counter_offset + c.max_tokens * 4);
+  s.signal = align128(s.partial_counter_offset + 2 * c.max_tokens * 4);
   s.extra_symmetric = s.routing - s.routing_slot + s.signal;  // beyond MemoryPlan's three windows
   return s;
 }
@@ -222,6 +230,7 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
   layout_.row_bytes = c.hidden * 2;
   layout_.barrier_inbox_offset = sizes.barrier_inbox_offset;
   layout_.token_counter_offset = sizes.token_counter_offset;
+  layout_.partial_counter_offset = sizes.partial_counter_offset;
   layout_.routing_push_offset = sizes.routing_push_offset;
   layout_.routing_push_slot_bytes = sizes.routing_push_slot;
   layout_.push_scores_offset = sizes.push_scores_offset;
@@ -360,7 +369,6 @@ void EpGroup::combine(const void* y_MD, const void* scores_TK, DType score_dtype
   const bool bf16 = score_dtype == DType::kBFloat16;
   const CombineAlgorithm algo = resolve_algorithm(options.algorithm);
   if (algo == CombineAlgorithm::kRankPartials) {
-    DMOE_CHECK_ARG(options.sync == CombineSync::kBarrier, "CombineAlgorithm::kRankPartials runs in barrier mode only");
     DMOE_CHECK_ARG(config_.hidden % 16 == 0, "CombineAlgorithm::kRankPartials needs hidden % 16 == 0 (got ",
                    config_.hidden, "): an FP32 partial row is split into halves of whole 16-byte vectors");
     kernels::Combine2Args a{};
@@ -369,6 +377,9 @@ void EpGroup::combine(const void* y_MD, const void* scores_TK, DType score_dtype
     a.out = static_cast<char*>(out_TD);
     a.num_tokens = static_cast<int>(num_tokens);
     a.scores_pushed = scores_pushed_ ? 1 : 0;
+    a.partials_sync = options.sync == CombineSync::kSignal ? kernels::kPartialsSignal
+                      : own_partials_late()               ? kernels::kPartialsBarrierOwnLate
+                                                          : kernels::kPartialsBarrier;
     const int ctas = combine_grid(comm_, combine3_ctas_[bf16 ? 1 : 0], options.num_sms);
     kernels::launch_combine3(layout_, tables_, a, bf16, ctas, stream);
     return;

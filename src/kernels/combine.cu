@@ -67,12 +67,28 @@ __device__ __forceinline__ void combine_barrier(const EpDeviceLayout& L, int tra
   grid_barrier(L, kGridBarrierCombine);
 }
 
+// Signal modes: the last CTA of the grid to get here resets this rank's token counters (signal
+// window) for the next call. Every thread of every CTA calls it once, after its last wait.
+__device__ __forceinline__ void last_cta_resets_token_counters(const EpDeviceLayout& L, int num_tokens) {
+  __shared__ int s_last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    s_last = atomicAdd(&L.state->combine_done_ctas, 1u) == gridDim.x - 1 ? 1 : 0;
+  }
+  __syncthreads();
+  if (s_last) {
+    uint32_t* counters = token_counter_ptr(L, L.rank, 0);
+    for (int t = threadIdx.x; t < num_tokens; t += blockDim.x) counters[t] = 0u;
+    if (threadIdx.x == 0) L.state->combine_done_ctas = 0u;
+  }
+}
+
 template <typename IdT, bool kScoreBf16>
 __global__ void __launch_bounds__(kCombineThreads, 2)
     combine_kernel(const EpDeviceLayout L, const RoutingTables tab, const char* __restrict__ y,
                    const void* __restrict__ scores, char* __restrict__ out, int num_tokens, int signal_mode) {
   __shared__ char* s_cbase[kMaxEpRanks];
-  __shared__ int s_last;
   load_peer_bases(L.combine_win, L.world, s_cbase);
   trace_first(L, kTrCombineStart);
 
@@ -175,19 +191,7 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
   }
 
   // ---- D. signal mode: the last CTA resets this rank's token counters for the next call -------
-  if (signal_mode) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      __threadfence();
-      s_last = atomicAdd(&L.state->combine_done_ctas, 1u) == gridDim.x - 1 ? 1 : 0;
-    }
-    __syncthreads();
-    if (s_last) {
-      uint32_t* counters = token_counter_ptr(L, L.rank, 0);
-      for (int t = threadIdx.x; t < num_tokens; t += blockDim.x) counters[t] = 0u;
-      if (threadIdx.x == 0) L.state->combine_done_ctas = 0u;
-    }
-  }
+  if (signal_mode) last_cta_resets_token_counters(L, num_tokens);
   trace_last(L, kTrCombineEndLast);
 }
 
@@ -243,7 +247,6 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
     combine2_kernel(const EpDeviceLayout L, const RoutingTables tab, const Combine2Args a) {
   __shared__ char* s_cbase[kMaxEpRanks];
   __shared__ char* s_sbase[kMaxEpRanks];
-  __shared__ int s_last;
   for (int p = threadIdx.x; p < L.world; p += blockDim.x) {
     s_cbase[p] = peer_ptr(L.combine_win, 0, p);
     s_sbase[p] = peer_ptr(L.signal_win, L.token_counter_offset, p);
@@ -418,19 +421,7 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
   }
 
   // ---- D. signal mode: the last CTA resets this rank's token counters for the next call -------
-  if constexpr (kMode == kC2Signal) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      __threadfence();
-      s_last = atomicAdd(&L.state->combine_done_ctas, 1u) == gridDim.x - 1 ? 1 : 0;
-    }
-    __syncthreads();
-    if (s_last) {
-      uint32_t* counters = reinterpret_cast<uint32_t*>(s_sbase[me]);
-      for (int t = threadIdx.x; t < T; t += blockDim.x) counters[t] = 0u;
-      if (threadIdx.x == 0) L.state->combine_done_ctas = 0u;
-    }
-  }
+  if constexpr (kMode == kC2Signal) last_cta_resets_token_counters(L, T);
   trace_last(L, kTrCombineEndLast);
 }
 
@@ -456,12 +447,29 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
 //   B. unit (token t, 32 cb vectors, cb in [1, 3]): per owner in rank order its P (a single route's
 //      row times its score -- this rank's own from y -- or the partial), kOwnerBatch owners' loads
 //      in flight; acc += P. The first unit's ids, scores and rows are loaded before the barrier wait.
+// Combine2Args::partials_sync changes A and B without changing a bit of the result:
+//   kPartialsBarrierOwnLate: A handles s != me only; B sums this rank's own routes of its unit
+//      itself (the same k-ordered chain from y, kept in registers), for the first unit before the
+//      barrier wait: the own partials are neither stored nor read back, and the first unit's own
+//      loads overlap the barrier (perf.md C13: B is bandwidth-bound after the barrier at decode).
+//   kPartialsSignal: as OwnLate, and no barrier: A runs a row's segments on the warps of one CTA
+//      (rows CTA-fastest); after the CTA's stores, one release fence, then one increment of owner
+//      s's counter of token t per row (s, t) with routes; a B unit waits until its token's counter
+//      reaches the number of other owners with routes of t. Counters [parity][T_max] in the signal
+//      window, parity = the call's routing slot; every publish (publish_kernel, the fused route)
+//      zeroes its call's parity before its arrival, and the peers increment them only after that
+//      arrival. The previous call of that parity is complete here: this rank's waits of that call
+//      consumed every increment of it. One combine per routed call, as in v1/v2 signal mode.
 // 384-thread CTAs (one per SM): up to 168 registers, for the owner phase's loads in flight.
 constexpr int kCombine3Threads = 384;
 constexpr int kPartialBatch = 4;  // routes in flight per lane in the owner-side partial sums
 constexpr int kOwnerVecs = 2;     // 16-byte vectors per lane per step of an owner-side partial
-constexpr int kOwnerBatch = 2;    // owners whose loads are in flight together in the final reduction
+// Owners whose loads are in flight together in the final reduction: with the own partial in
+// registers (kOwnLate) one, for the registers (168 at 384 threads) -- at EP2 one owner is remote.
+template <bool kOwnLate>
+constexpr int kOwnerBatch = kOwnLate ? 1 : 2;
 constexpr int kReduceVecs = 3;    // 16-byte vectors per lane of a final-reduction unit (at most)
+constexpr int kOwnRouteBatch = 2;  // own_late: own routes in flight per lane (x kReduceVecs loads)
 
 // A rank-partials combine with pushed scores found a peer's pushed slot without this call's scores
 // (one rank passed DispatchOptions::scores_TK, another did not): one line, then trap.
@@ -475,19 +483,82 @@ __device__ __noinline__ void report_stale_pushed_scores(const EpDeviceLayout& L,
   __trap();
 }
 
-template <typename IdT, bool kScoreBf16>
+// FP32 partial layout inside a slot half of `len` vectors (8 FP32 = 32 bytes each): groups of 32
+// vectors, each group the 16-byte first halves (columns 0-3) of its vectors, then their second
+// halves. A warp's 32 consecutive vectors are then two 512-byte contiguous stores (and loads), not
+// two instructions of 32 strided 16-byte pieces that each touch every sector half (perf.md C13).
+// Byte offset of half `h` of vector w; a group of n < 32 vectors (the last) keeps its halves inside
+// its 32n bytes.
+__device__ __forceinline__ int64_t partial_half_offset(int w, int h, int len) {
+  const int g = w >> 5;
+  const int n = min(32, len - (g << 5));
+  return static_cast<int64_t>(g) * 1024 + (h != 0 ? n * 16 : 0) + (w & 31) * 16;
+}
+
+// acc[j] = the k-ordered fmaf chain, from acc[j], over the routes in `mask` (lane k holds route k's
+// row of y in `row` and its score in `score`), for the 16-byte vectors v0 + 32j + lane with j < nj
+// and below v_end; kBatch routes' loads in flight per lane. All lanes call (warp-uniform mask).
+template <int kBatch, int kVecs>
+__device__ __forceinline__ void add_route_chain(float (&acc)[kVecs][8], unsigned mask, int32_t row, float score,
+                                                const char* __restrict__ y, int64_t row_bytes, int v0, int nj,
+                                                int v_end, int lane) {
+  unsigned m = mask;
+  while (m != 0u) {  // routes in k order
+    int kk[kBatch];
+    int nb = 0;
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      kk[q] = -1;
+      if (m != 0u) {
+        kk[q] = __ffs(m) - 1;
+        m &= m - 1u;
+        ++nb;
+      }
+    }
+    int4 val[kBatch][kVecs];
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int32_t r = __shfl_sync(kFullMask, row, kk[q] < 0 ? 0 : kk[q]);
+      const char* src = y + static_cast<int64_t>(r) * row_bytes;
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j) {
+        const int v = v0 + j * 32 + lane;
+        if (q < nb && j < nj && v < v_end) val[q][j] = ld_nc_v4(src + static_cast<int64_t>(v) * 16);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const float sk = __shfl_sync(kFullMask, score, kk[q] < 0 ? 0 : kk[q]);
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j)
+        if (q < nb && j < nj && v0 + j * 32 + lane < v_end) accumulate8(acc[j], sk, val[q][j]);
+    }
+  }
+}
+
+// kSync: Combine2Args::partials_sync (kPartials*), one instantiation each.
+template <typename IdT, bool kScoreBf16, int kSync>
 __global__ void __launch_bounds__(kCombine3Threads, 1)
     combine3_kernel(const EpDeviceLayout L, const RoutingTables tab, const Combine2Args a) {
   trace_first(L, kTrCombineStart);
   const int K = L.top_k, R = L.world, me = L.rank, T = a.num_tokens;
   constexpr int kWarps = kCombine3Threads / 32;
   const int lane = threadIdx.x & 31;
-  // No CTA-wide set-up (it took ~1 us at decode, perf.md C12): thread 0 loads the split barrier's
-  // next epoch into shared memory now (before its CTA counts itself ready, as split_barrier_begin
-  // would), read after the CTA's next __syncthreads; the call (the pushed slots' parity) is loaded
-  // where needed.
+  constexpr bool signal = kSync == kPartialsSignal;
+  constexpr bool own_late = kSync != kPartialsBarrier;  // own partials summed in B
+  constexpr int kOwners = kOwnerBatch<own_late>;
+  // No CTA-wide set-up (it took ~1 us at decode, perf.md C12): the last warp, which holds no owner
+  // unit when they are few (decode; perf.md C13: on warp 0 the load delayed its owner unit), loads
+  // the split barrier's next epoch into shared memory now (before its CTA counts itself ready, as
+  // split_barrier_begin would), read after the CTA's next __syncthreads; the call (the pushed
+  // slots' parity) is loaded where needed.
+  constexpr int kSetUpThread = kCombine3Threads - 32;  // lane 0 of the last warp
   __shared__ uint32_t s_next;
-  if (threadIdx.x == 0) s_next = split_barrier_next_epoch(L, 0);
+  if (threadIdx.x == kSetUpThread) s_next = split_barrier_next_epoch(L, 0);
+  // Trace points of that thread (CTA 0).
+  auto trace_set_up_thread = [&L](int slot) {
+    if (L.trace != nullptr && blockIdx.x == 0 && threadIdx.x == kSetUpThread) L.trace[slot] = globaltimer_ns();
+  };
   auto load_call = [&L]() { return *reinterpret_cast<volatile uint32_t*>(&L.state->publish_count); };
   const int64_t score_offset = static_cast<int64_t>(L.max_tokens) * L.row_bytes;  // past the x rows
   // Owners' scores of source rank s's routes: pushed into this rank's slot [parity][s], or s's own
@@ -496,7 +567,7 @@ __global__ void __launch_bounds__(kCombine3Threads, 1)
     return reinterpret_cast<const float*>(a.scores_pushed ? routing_push_ptr(L, parity, s, me) + L.push_scores_offset
                                                           : peer_ptr(L.dispatch_win, score_offset, s));
   };
-  trace_first(L, kTrCombineSetUp);
+  trace_set_up_thread(kTrCombineSetUp);
 
   const int64_t row_bytes = L.row_bytes;
   const int nvec = static_cast<int>(row_bytes / 16);
@@ -512,8 +583,8 @@ __global__ void __launch_bounds__(kCombine3Threads, 1)
   // ---- 0. scores for the owners --------------------------------------------------------------
   if (K > 1 && R > 1) {
     if (a.scores_pushed) {
-      // Warp 0 checks the slots; the other warps go on (a stale slot traps the grid shortly after).
-      if (threadIdx.x < 32) {
+      // The last warp checks the slots; the others go on (a stale slot traps the grid shortly after).
+      if (threadIdx.x >= kSetUpThread) {
         const uint32_t call = load_call();
         const int parity = static_cast<int>((call - 1u) & 1u);
         for (int p = lane; p < R; p += 32) {
@@ -534,24 +605,34 @@ __global__ void __launch_bounds__(kCombine3Threads, 1)
       split_barrier_wait(L, 0, next, true);
       ++barriers_done;
     }
-    trace_first(L, kTrCombineScoresDone);
+    trace_set_up_thread(kTrCombineScoresDone);
   }
 
   // ---- A. owner side: per (token, rank) a copied row or an FP32 partial ------------------------
   {
-    const int64_t chunks = int64_t{T} * R * rseg;  // 32-vector pieces of all (token, rank) rows
-    const int64_t per_warp = (max(int64_t{1}, (chunks + w_count - 1) / w_count) + kOwnerVecs - 1) / kOwnerVecs * kOwnerVecs;
+    const int ranks_sent = own_late ? R - 1 : R;  // (token, rank) rows per token handled here
+    const int64_t rows = int64_t{T} * ranks_sent;
+    const int64_t chunks = rows * rseg;  // 32-vector pieces of all (token, rank) rows
+    // Signal mode: a row's segments go to the warps of one CTA (below), so size them to those warps.
+    const int64_t spread = signal ? (rseg + kWarps - 1) / kWarps : (chunks + w_count - 1) / w_count;
+    const int64_t per_warp = (max(int64_t{1}, spread) + kOwnerVecs - 1) / kOwnerVecs * kOwnerVecs;
     const int c = static_cast<int>(min(static_cast<int64_t>(kRowUnroll), per_warp));  // a multiple of kOwnerVecs
     const int seg_vecs = 32 * c;
     const int nseg = (nvec + seg_vecs - 1) / seg_vecs;
-    // Token-major with this rank's own units interleaved: its local stores overlap the NVLink ones
-    // (the other ranks' units first measured slower, docs/perf.md C12).
-    const int64_t units = int64_t{T} * R * nseg;
-    for (int64_t u = w_index; u < units; u += w_count) {
+    // Barrier mode: units (row, segment) token-major over the warps, numbered CTA-fastest, this
+    // rank's own rows interleaved: its local stores overlap the NVLink ones (the other ranks' units
+    // first measured slower, docs/perf.md C12). Signal mode: rows CTA-fastest, a row's segments on
+    // the warps of that CTA, so that one fence per CTA publishes whole rows.
+    const int64_t cta_rows = (rows - blockIdx.x + gridDim.x - 1) / gridDim.x;  // rows of this CTA (signal)
+    const int64_t first = signal ? threadIdx.x >> 5 : w_index;
+    const int64_t stride = signal ? kWarps : w_count;
+    const int64_t count = signal ? cta_rows * nseg : rows * nseg;
+    for (int64_t u = first; u < count; u += stride) {
       const int seg = static_cast<int>(u % nseg);
-      const int64_t ts = u / nseg;
-      const int s = static_cast<int>(ts % R);
-      const int64_t t = ts / R;
+      const int64_t ts = signal ? blockIdx.x + (u / nseg) * gridDim.x : u / nseg;  // the row
+      const int si = static_cast<int>(ts % ranks_sent);
+      const int s = own_late && si >= me ? si + 1 : si;
+      const int64_t t = ts / ranks_sent;
       const int32_t my_row = lane < K ? tab.route_row[routing::route_row_index(s, t * K + lane, L.max_tokens, K)] : -1;
       const uint32_t call = a.scores_pushed ? load_call() : 0u;  // in flight with the route rows
       const unsigned mask = __ballot_sync(kFullMask, my_row >= 0);
@@ -591,55 +672,51 @@ __global__ void __launch_bounds__(kCombine3Threads, 1)
         for (int j = 0; j < kOwnerVecs; ++j)
 #pragma unroll
           for (int i = 0; i < 8; ++i) acc[j][i] = 0.0f;
-        unsigned m = mask;
-        while (m != 0u) {  // routes in k order
-          int kk[kPartialBatch];
-          int nb = 0;
-#pragma unroll
-          for (int q = 0; q < kPartialBatch; ++q) {
-            kk[q] = -1;
-            if (m != 0u) {
-              kk[q] = __ffs(m) - 1;
-              m &= m - 1u;
-              ++nb;
-            }
-          }
-          int4 val[kPartialBatch][kOwnerVecs];
-#pragma unroll
-          for (int q = 0; q < kPartialBatch; ++q) {
-            const int32_t row = __shfl_sync(kFullMask, my_row, kk[q] < 0 ? 0 : kk[q]);
-            const char* src = a.y + static_cast<int64_t>(row) * row_bytes;
-#pragma unroll
-            for (int j = 0; j < kOwnerVecs; ++j) {
-              const int v = v0 + j * 32 + lane;
-              if (q < nb && v < v_end) val[q][j] = ld_nc_v4(src + static_cast<int64_t>(v) * 16);
-            }
-          }
-#pragma unroll
-          for (int q = 0; q < kPartialBatch; ++q) {
-            const float sk = __shfl_sync(kFullMask, score, kk[q] < 0 ? 0 : kk[q]);
-#pragma unroll
-            for (int j = 0; j < kOwnerVecs; ++j)
-              if (q < nb && v0 + j * 32 + lane < v_end) accumulate8(acc[j], sk, val[q][j]);
-          }
-        }
+        add_route_chain<kPartialBatch>(acc, mask, my_row, score, a.y, row_bytes, v0, kOwnerVecs, v_end, lane);
 #pragma unroll
         for (int j = 0; j < kOwnerVecs; ++j) {
           const int v = v0 + j * 32 + lane;
           if (v >= v_end) continue;
-          char* dst = v < half_vecs ? dst1 + static_cast<int64_t>(v) * 32 : dst2 + static_cast<int64_t>(v - half_vecs) * 32;
-          st_v4(dst, make_int4(__float_as_int(acc[j][0]), __float_as_int(acc[j][1]), __float_as_int(acc[j][2]),
-                               __float_as_int(acc[j][3])));
-          st_v4(dst + 16, make_int4(__float_as_int(acc[j][4]), __float_as_int(acc[j][5]), __float_as_int(acc[j][6]),
-                                    __float_as_int(acc[j][7])));
+          const bool first = v < half_vecs;
+          char* dst = first ? dst1 : dst2;
+          const int w = first ? v : v - half_vecs, len = first ? half_vecs : nvec - half_vecs;
+          st_v4(dst + partial_half_offset(w, 0, len), make_int4(__float_as_int(acc[j][0]), __float_as_int(acc[j][1]),
+                                                                __float_as_int(acc[j][2]), __float_as_int(acc[j][3])));
+          st_v4(dst + partial_half_offset(w, 1, len), make_int4(__float_as_int(acc[j][4]), __float_as_int(acc[j][5]),
+                                                                __float_as_int(acc[j][6]), __float_as_int(acc[j][7])));
+        }
+      }
+    }
+    // Signal mode: the CTA's stores, then one release fence (its last warp, which holds no final
+    // unit at decode); each lane then adds 1 to the owner's counter of a (token, owner) row of this
+    // CTA that has routes. A fence per warp measured ~5 us slower (perf.md C13): MEMBAR.SYS of the
+    // 12 warps of an SM serialize.
+    if (signal) {
+      __syncthreads();
+      if (threadIdx.x >= blockDim.x - 32) {
+        const int parity = static_cast<int>((load_call() - 1u) & 1u);
+        fence_acq_rel_sys();
+        for (int64_t row = blockIdx.x + int64_t{lane} * gridDim.x; row < rows; row += int64_t{gridDim.x} * 32) {
+          const int si = static_cast<int>(row % ranks_sent);
+          const int s = si >= me ? si + 1 : si;
+          const int64_t t = row / ranks_sent;
+          bool routed = false;
+          for (int k = 0; k < K && !routed; ++k)
+            routed = tab.route_row[routing::route_row_index(s, t * K + k, L.max_tokens, K)] >= 0;
+          if (routed) red_add_relaxed_sys(partial_counter_ptr(L, s, parity, t), 1u);
         }
       }
     }
   }
-  __syncthreads();
-  const uint32_t next = s_next + barriers_done;
-  trace_last(L, kTrCombineScatterDoneLast);
-  split_barrier_ready(L, 0, next, true);
+  uint32_t next = 0;
+  if (!signal) {
+    __syncthreads();
+    next = s_next + barriers_done;
+    trace_last(L, kTrCombineScatterDoneLast);
+    split_barrier_ready(L, 0, next, true);
+  } else if (threadIdx.x == blockDim.x - 32 && L.trace != nullptr) {  // the CTA's rows signalled
+    atomicMax(L.trace + kTrCombineScatterCtaDoneLast, globaltimer_ns());
+  }
 
   // ---- B. the token's rank: owners' values in rank order -------------------------------------
   // Unit (token t, segment of 32 cb vectors, cb in [1, kReduceVecs]): cb sized, like A's segments,
@@ -668,27 +745,55 @@ __global__ void __launch_bounds__(kCombine3Threads, 1)
       }
     }
   };
-  if (w_index < units) load_route(w_index / bseg);
-  split_barrier_wait(L, 0, next, true);
-  trace_first(L, kTrCombineBarrierDone);
+  // own_late: this rank's own routes of the unit summed here, the same k-ordered chain as A's.
+  float own[kReduceVecs][8];
+  auto own_partial = [&](int v_begin) {
+#pragma unroll
+    for (int q = 0; q < kReduceVecs; ++q)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) own[q][i] = 0.0f;
+    add_route_chain<kOwnRouteBatch>(own, __ballot_sync(kFullMask, owner == me), local_row, score, a.y, row_bytes,
+                                    v_begin, cb, nvec, lane);
+  };
+  const int call_parity = signal ? static_cast<int>((load_call() - 1u) & 1u) : 0;
+  if (w_index < units) {
+    load_route(w_index / bseg);
+    if (own_late) own_partial(static_cast<int>(w_index % bseg) * 32 * cb);
+  }
+  if (!signal) {
+    split_barrier_wait(L, 0, next, true);
+    trace_first(L, kTrCombineBarrierDone);
+  }
 
   for (int64_t u = w_index; u < units; u += w_count) {
     const int64_t t = u / bseg;
     const int v_begin = static_cast<int>(u - t * bseg) * 32 * cb;
-    if (u != w_index) load_route(t);
+    if (u != w_index) {
+      load_route(t);
+      if (own_late) own_partial(v_begin);
+    }
+    if (signal) {  // every other owner's rows of token t have arrived
+      uint32_t others = 0;
+      for (int r = 0; r < R; ++r) others += (r != me && __ballot_sync(kFullMask, owner == r) != 0u) ? 1u : 0u;
+      if (lane == 0 && others > 0)
+        wait_count_reached_sys(partial_counter_ptr(L, me, call_parity, t), others, WaitContext{L.timeout_cycles, me},
+                               WaitSite::kCombineRoutes, -1, static_cast<int>(t));
+      __syncwarp();
+      if (u == w_index) trace_first(L, kTrCombineBarrierDone);
+    }
     float acc[kReduceVecs][8];
 #pragma unroll
     for (int q = 0; q < kReduceVecs; ++q)
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[q][i] = 0.0f;
     int r = 0;
-    while (r < R) {  // up to kOwnerBatch owners per round: their loads in flight together
-      const char* b1[kOwnerBatch];  // one route: its row (y or the slot); partial: slot of columns [0, D/2)
-      const char* b2[kOwnerBatch];  // partial: slot of columns [D/2, D)
-      float sk[kOwnerBatch];
-      int kind[kOwnerBatch];  // 0: no owner, 1: one route (BF16 row x score), 2: FP32 partial
+    while (r < R) {  // up to kOwners owners per round: their loads in flight together
+      const char* b1[kOwners];  // one route: its row (y or the slot); partial: slot of columns [0, D/2)
+      const char* b2[kOwners];  // partial: slot of columns [D/2, D)
+      float sk[kOwners];
+      int kind[kOwners];  // 0: no owner, 1: one route (BF16 row x score), 2: FP32 partial, 3: own (registers)
 #pragma unroll
-      for (int o = 0; o < kOwnerBatch; ++o) {
+      for (int o = 0; o < kOwners; ++o) {
         kind[o] = 0;
         b1[o] = b2[o] = comb;
         sk[o] = 0.0f;
@@ -696,7 +801,9 @@ __global__ void __launch_bounds__(kCombine3Threads, 1)
         while (r < R && (mr = __ballot_sync(kFullMask, owner == r)) == 0u) ++r;
         if (r >= R) continue;
         const int k1 = __ffs(mr) - 1;
-        if ((mr & (mr - 1u)) == 0u) {
+        if (own_late && r == me) {
+          kind[o] = 3;
+        } else if ((mr & (mr - 1u)) == 0u) {
           kind[o] = 1;
           sk[o] = __shfl_sync(kFullMask, score, k1);
           const int32_t row = __shfl_sync(kFullMask, local_row, k1);
@@ -708,9 +815,9 @@ __global__ void __launch_bounds__(kCombine3Threads, 1)
         }
         ++r;
       }
-      int4 lo[kOwnerBatch][kReduceVecs], hi[kOwnerBatch][kReduceVecs];
+      int4 lo[kOwners][kReduceVecs], hi[kOwners][kReduceVecs];
 #pragma unroll
-      for (int o = 0; o < kOwnerBatch; ++o)
+      for (int o = 0; o < kOwners; ++o)
 #pragma unroll
         for (int q = 0; q < kReduceVecs; ++q) {
           const int v = v_begin + q * 32 + lane;
@@ -718,18 +825,23 @@ __global__ void __launch_bounds__(kCombine3Threads, 1)
           lo[o][q] = hi[o][q] = make_int4(0, 0, 0, 0);
           if (active && kind[o] == 1) lo[o][q] = ld_cg_v4(b1[o] + static_cast<int64_t>(v) * 16);
           if (active && kind[o] == 2) {
-            const char* src = v < half_vecs ? b1[o] + static_cast<int64_t>(v) * 32 : b2[o] + static_cast<int64_t>(v - half_vecs) * 32;
-            lo[o][q] = ld_cg_v4(src);
-            hi[o][q] = ld_cg_v4(src + 16);
+            const bool first = v < half_vecs;
+            const char* src = first ? b1[o] : b2[o];
+            const int w = first ? v : v - half_vecs, len = first ? half_vecs : nvec - half_vecs;
+            lo[o][q] = ld_cg_v4(src + partial_half_offset(w, 0, len));
+            hi[o][q] = ld_cg_v4(src + partial_half_offset(w, 1, len));
           }
         }
 #pragma unroll
-      for (int o = 0; o < kOwnerBatch; ++o) {
+      for (int o = 0; o < kOwners; ++o) {
         if (kind[o] == 0) continue;
 #pragma unroll
         for (int q = 0; q < kReduceVecs; ++q) {
           float p[8];
-          if (kind[o] == 1) {
+          if (kind[o] == 3) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) p[i] = own[q][i];
+          } else if (kind[o] == 1) {
 #pragma unroll
             for (int i = 0; i < 8; ++i) p[i] = 0.0f;
             accumulate8(p, sk[o], lo[o][q]);
@@ -751,6 +863,7 @@ __global__ void __launch_bounds__(kCombine3Threads, 1)
     }
     if (u == w_index) trace_first(L, kTrCombineFirstReduce);  // CTA 0's warp 0: its first unit stored
   }
+
   trace_last(L, kTrCombineEndLast);
 }
 
@@ -822,25 +935,47 @@ void launch_combine2(const EpDeviceLayout& L, const RoutingTables& tables, const
   }
 }
 
+template <int kSync>
+const void* combine3_ptr(int id_bytes, bool score_bf16) {
+  if (id_bytes == 2)
+    return score_bf16 ? reinterpret_cast<const void*>(combine3_kernel<int16_t, true, kSync>)
+                      : reinterpret_cast<const void*>(combine3_kernel<int16_t, false, kSync>);
+  return score_bf16 ? reinterpret_cast<const void*>(combine3_kernel<int32_t, true, kSync>)
+                    : reinterpret_cast<const void*>(combine3_kernel<int32_t, false, kSync>);
+}
+
+template <int kSync>
+void launch_combine3_as(const EpDeviceLayout& L, const RoutingTables& tables, const Combine2Args& a, bool score_bf16,
+                        int num_ctas, cudaStream_t stream) {
+  const dim3 grid(num_ctas), block(kCombine3Threads);
+  if (L.id_bytes == 2) {
+    if (score_bf16) launch_ex(combine3_kernel<int16_t, true, kSync>, grid, block, 0, stream, true, false, L, tables, a);
+    else launch_ex(combine3_kernel<int16_t, false, kSync>, grid, block, 0, stream, true, false, L, tables, a);
+  } else {
+    if (score_bf16) launch_ex(combine3_kernel<int32_t, true, kSync>, grid, block, 0, stream, true, false, L, tables, a);
+    else launch_ex(combine3_kernel<int32_t, false, kSync>, grid, block, 0, stream, true, false, L, tables, a);
+  }
+}
+
+// The co-resident CTAs of every variant (the grid of each must fit).
 int combine3_max_coresident_ctas(int id_bytes, bool score_bf16, int num_sms) {
-  const void* fn = id_bytes == 2 ? (score_bf16 ? reinterpret_cast<void*>(combine3_kernel<int16_t, true>)
-                                               : reinterpret_cast<void*>(combine3_kernel<int16_t, false>))
-                                 : (score_bf16 ? reinterpret_cast<void*>(combine3_kernel<int32_t, true>)
-                                               : reinterpret_cast<void*>(combine3_kernel<int32_t, false>));
-  int per_sm = 0;
-  DMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kCombine3Threads, 0));
+  int per_sm = 1 << 30;
+  for (const void* fn : {combine3_ptr<kPartialsBarrier>(id_bytes, score_bf16),
+                         combine3_ptr<kPartialsBarrierOwnLate>(id_bytes, score_bf16),
+                         combine3_ptr<kPartialsSignal>(id_bytes, score_bf16)}) {
+    int n = 0;
+    DMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, kCombine3Threads, 0));
+    per_sm = std::min(per_sm, n);
+  }
   return per_sm * num_sms;
 }
 
 void launch_combine3(const EpDeviceLayout& L, const RoutingTables& tables, const Combine2Args& a, bool score_bf16,
                      int num_ctas, cudaStream_t stream) {
-  const dim3 grid(num_ctas), block(kCombine3Threads);
-  if (L.id_bytes == 2) {
-    if (score_bf16) launch_ex(combine3_kernel<int16_t, true>, grid, block, 0, stream, true, false, L, tables, a);
-    else launch_ex(combine3_kernel<int16_t, false>, grid, block, 0, stream, true, false, L, tables, a);
-  } else {
-    if (score_bf16) launch_ex(combine3_kernel<int32_t, true>, grid, block, 0, stream, true, false, L, tables, a);
-    else launch_ex(combine3_kernel<int32_t, false>, grid, block, 0, stream, true, false, L, tables, a);
+  switch (a.partials_sync) {
+    case kPartialsBarrier: launch_combine3_as<kPartialsBarrier>(L, tables, a, score_bf16, num_ctas, stream); break;
+    case kPartialsBarrierOwnLate: launch_combine3_as<kPartialsBarrierOwnLate>(L, tables, a, score_bf16, num_ctas, stream); break;
+    default: launch_combine3_as<kPartialsSignal>(L, tables, a, score_bf16, num_ctas, stream); break;
   }
 }
 

@@ -98,13 +98,22 @@ struct Combine2Args {
   // v3 only: the scores came with the ids (fused route, FusedArgs::scores) into the pushed routing
   // slots; no scores exchange in the combine.
   int scores_pushed;
+  // v3 only (kPartials*): how the owners' values meet the token's rank, and where this rank's own
+  // multi-route partials are summed.
+  int partials_sync;
+};
+// Combine2Args::partials_sync.
+enum : int {
+  kPartialsBarrier = 0,         // own partials stored in the owner phase, read back after a split EP barrier
+  kPartialsBarrierOwnLate = 1,  // split EP barrier; own partials summed in the reduction (before the wait)
+  kPartialsSignal = 2,          // no barrier: per-token counters; own partials summed in the reduction
 };
 int combine2_max_coresident_ctas(int id_bytes, bool score_bf16, int mode, int num_sms);
 void launch_combine2(const EpDeviceLayout& L, const RoutingTables& tables, const Combine2Args& args, bool score_bf16,
                      int mode, int num_ctas, cudaStream_t stream);
 
-// v3 (CombineAlgorithm::kRankPartials; see combine.cu): barrier mode only; reduce_warps, k_group,
-// signal_batch and reduce_ctas of the arguments are unused.
+// v3 (CombineAlgorithm::kRankPartials; see combine.cu): partials_sync picks barrier or signal mode;
+// reduce_warps, k_group, signal_batch and reduce_ctas of the arguments are unused.
 int combine3_max_coresident_ctas(int id_bytes, bool score_bf16, int num_sms);
 void launch_combine3(const EpDeviceLayout& L, const RoutingTables& tables, const Combine2Args& args, bool score_bf16,
                      int num_ctas, cudaStream_t stream);

@@ -200,6 +200,9 @@ struct CaseSpec {
   std::vector<CombineAlgorithm> algos = {CombineAlgorithm::kV1};
   bool fused_dispatch_separately = false;  // fused publish + route, then dispatch() on its own
   bool push_scores = false;  // fused calls pass the scores (DispatchOptions::scores_TK) for the combine
+  // Rank-partials combine in barrier mode: own partials summed in the reduction
+  // (DMOE_COMBINE_OWN_PARTIALS=late, set around this case's combine calls).
+  bool own_partials_late = false;
   bool external_scatter = false;           // scatter through scatter_dst + reduce() instead of combine()
   int reduce_warps = 0, signal_batch = 0, k_group = 0;  // CombineOptions v2 tuning (0: auto)
   int reduce_ctas = 0;                                   // CombineOptions::reduce_ctas (0: warp split)
@@ -459,7 +462,9 @@ void run_ops(const CaseSpec& cs, EpGroup& ep, const Buffers& b, int64_t T, const
     DMOE_CUDA_CHECK_LAUNCH();
     ep.reduce(b.scores, sdt, b.out, T, stream, copt, KeepRoutes{b.keep, b.keep_ctl, b.keep_ctl + 1});
   } else {
+    if (cs.own_partials_late) setenv("DMOE_COMBINE_OWN_PARTIALS", "late", 1);
     ep.combine(b.y, b.scores, sdt, b.out, T, stream, copt);
+    if (cs.own_partials_late) unsetenv("DMOE_COMBINE_OWN_PARTIALS");
   }
 }
 
@@ -708,17 +713,24 @@ std::vector<CaseSpec> correctness_cases() {
     v.push_back(std::move(c));
   }
 
-  // Every case above again with the rank-partials combine (barrier sync; hidden % 16 == 0 only),
-  // fused route and separate ops alternating, against the oracle's rank-partials order. Every
-  // other case's fused calls push the scores with the ids (the combine then exchanges none).
+  // Every case above again with the rank-partials combine (hidden % 16 == 0 only), against the
+  // oracle's rank-partials order, four ways by case index (graphs capture the first call's path):
+  //   0: separate ops + barrier, fused route + signal (scores exchanged in the combine);
+  //   1: fused route pushing the scores (DispatchOptions::scores_TK), signal, then barrier;
+  //   2: separate ops + signal, fused route + barrier summing the own partials late (_late);
+  //   3: fused route pushing the scores + barrier _late, then separate ops + signal.
   for (size_t i = 0; i < n_base; ++i) {
     if (v[i].D % 16 != 0) continue;
     CaseSpec c = v[i];
-    c.name += i % 2 == 1 ? "+partials_pushed" : "+partials";
-    c.push_scores = i % 2 == 1;
-    c.fused = c.graph ? std::vector<bool>{true} : std::vector<bool>{false, true};
+    const size_t way = i % 4;
+    using CS = CombineSync;
+    c.push_scores = way % 2 == 1;
+    c.own_partials_late = way >= 2;
+    c.name += std::string(c.push_scores ? "+partials_pushed" : "+partials") + (c.own_partials_late ? "_late" : "");
     c.algos = {CombineAlgorithm::kRankPartials};
-    c.combine_syncs = {CombineSync::kBarrier};
+    c.combine_syncs = way == 0 || way == 3 ? std::vector<CS>{CS::kBarrier, CS::kSignal} : std::vector<CS>{CS::kSignal, CS::kBarrier};
+    if (c.graph || way == 1) c.fused = {true};
+    else c.fused = way == 3 ? std::vector<bool>{true, false} : std::vector<bool>{false, true};
     v.push_back(std::move(c));
   }
 
@@ -836,6 +848,20 @@ std::vector<CaseSpec> correctness_cases() {
     c.fused = {true};
     c.external_scatter = true;
     c.graph = true;
+  });
+  // The rank-partials signal counters are zeroed by each call's publish: signal calls of either
+  // parity between calls of other algorithms and syncs (none of which touch those counters), with
+  // T changing, on one group.
+  add("partials_signal_mixed_algorithms", [](CaseSpec& c) {
+    using A = CombineAlgorithm;
+    c.L = 16;
+    c.align = 8;
+    c.patterns = {P::kUniform, P::kZipf, P::kMasked};
+    c.Ts = {64, 40, 64, 17, 64, 33, 1};
+    c.algos = {A::kRankPartials, A::kV2, A::kRankPartials, A::kRankPartials, A::kV1, A::kRankPartials, A::kRankPartials};
+    c.combine_syncs = {CS::kSignal, CS::kSignal, CS::kBarrier, CS::kSignal, CS::kSignal, CS::kSignal, CS::kSignal};
+    c.fused = {false, true, true};
+    c.push_scores = true;
   });
   return v;
 }

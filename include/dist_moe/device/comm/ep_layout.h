@@ -18,7 +18,8 @@
 //   dispatch : BF16 rows [T_max, K, D]; forward uses the first T rows of D elements (x_TD).
 //   combine  : BF16 [T_max, K, D]; route (t, k) of this rank's token t lands at (t*K + k) * D.
 //   signal   : uint32 barrier inbox [kNumBarrierSlots][kMaxEpRanks] (peer s writes [slot][s]),
-//              then uint32 token counters [T_max] (combine signal mode). Inbox slot 0 is the EP
+//              then uint32 token counters [T_max] (combine v1/v2 signal mode), then uint32
+//              counters [2 parities][T_max] (rank-partials signal mode). Inbox slot 0 is the EP
 //              barrier of the ops (epoch = barrier_epoch[0]); slot kPublishArrivalSlot carries the
 //              one-way "publish of call n is complete" arrival of the fused route kernel (value =
 //              the publish epoch n).
@@ -102,6 +103,7 @@ struct EpDeviceLayout {
   int64_t row_bytes;              // D * 2
   int64_t barrier_inbox_offset;   // in the signal window
   int64_t token_counter_offset;   // in the signal window
+  int64_t partial_counter_offset; // in the signal window: [2][T_max] (rank-partials signal mode)
   int64_t routing_push_offset;    // routing window: pushed [parity][source] slots (0: none)
   int64_t routing_push_slot_bytes;  // stride of the pushed slots
   int64_t push_scores_offset;       // pushed slot: FP32 scores [T, K] (after header and ids)
@@ -128,7 +130,7 @@ enum TraceSlot : int {
   // C10: CTA 0 after its received-routes count, and after the per-expert counts (before the scan).
   kTrFusedRecvCounted = 32, kTrFusedWarpCounted = 33,
   kTrCombineScoresDone = 34,  // rank-partials combine: scores exchanged (barrier passed, or pushed scores checked)
-  kTrCombineSetUp = 35,       // rank-partials combine: thread 0 has loaded the barrier epoch (the other warps go on)
+  kTrCombineSetUp = 35,       // rank-partials combine: the last warp has loaded the barrier epoch (the others go on)
 };
 
 // Routing tables built on the device by the metadata kernel (EpGroup::route). Device pointers,

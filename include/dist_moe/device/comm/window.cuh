@@ -65,6 +65,13 @@ DMOE_DEVICE uint32_t* token_counter_ptr(const EpDeviceLayout& L, int owner, int 
   return reinterpret_cast<uint32_t*>(peer_ptr(L.signal_win, L.token_counter_offset + static_cast<int64_t>(t) * 4, owner));
 }
 
+// Rank-partials signal mode: arrival counter of token t on rank `owner`, region `parity` (the
+// pushed routing slots' call parity; the other region is reset during the call).
+DMOE_DEVICE uint32_t* partial_counter_ptr(const EpDeviceLayout& L, int owner, int parity, int64_t t) {
+  const int64_t off = L.partial_counter_offset + (static_cast<int64_t>(parity) * L.max_tokens + t) * 4;
+  return reinterpret_cast<uint32_t*>(peer_ptr(L.signal_win, off, owner));
+}
+
 }  // namespace dist_moe::comm
 
 #endif  // __CUDACC__
