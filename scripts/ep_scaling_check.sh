@@ -65,7 +65,7 @@ if has suites; then
         "$BUILD/tests/dist_moe_${t}_tests" >> "$OUT/ep_suites.log" 2>&1
       rc=$?
       say "EP$n $t suite (rc=$rc): $(grep -A100000 "##### $t suite, EP$n" "$OUT/ep_suites.log" |
-        grep -E '^\[rank 0\] (ALL PASS|SOME FAILED)' | head -1)"
+        grep -E '^\[rank 0\] (\[rank 0\] )?(ALL PASS|SOME FAILED)' | head -1)"  # the pipeline suite prefixes its own rank
     done
     echo "##### two-layer example, EP$n" >> "$OUT/ep_suites.log"
     CUDA_VISIBLE_DEVICES=$(gpus_for "$n") run timeout 300 "$LAUNCH" -n "$n" --timeout 250 -- \
