@@ -483,18 +483,6 @@ __device__ __noinline__ void report_stale_pushed_scores(const EpDeviceLayout& L,
   __trap();
 }
 
-// FP32 partial layout inside a slot half of `len` vectors (8 FP32 = 32 bytes each): groups of 32
-// vectors, each group the 16-byte first halves (columns 0-3) of its vectors, then their second
-// halves. A warp's 32 consecutive vectors are then two 512-byte contiguous stores (and loads), not
-// two instructions of 32 strided 16-byte pieces that each touch every sector half (perf.md C13).
-// Byte offset of half `h` of vector w; a group of n < 32 vectors (the last) keeps its halves inside
-// its 32n bytes.
-__device__ __forceinline__ int64_t partial_half_offset(int w, int h, int len) {
-  const int g = w >> 5;
-  const int n = min(32, len - (g << 5));
-  return static_cast<int64_t>(g) * 1024 + (h != 0 ? n * 16 : 0) + (w & 31) * 16;
-}
-
 // acc[j] = the k-ordered fmaf chain, from acc[j], over the routes in `mask` (lane k holds route k's
 // row of y in `row` and its score in `score`), for the 16-byte vectors v0 + 32j + lane with j < nj
 // and below v_end; kBatch routes' loads in flight per lane. All lanes call (warp-uniform mask).
@@ -680,9 +668,9 @@ __global__ void __launch_bounds__(kCombine3Threads, 1)
           const bool first = v < half_vecs;
           char* dst = first ? dst1 : dst2;
           const int w = first ? v : v - half_vecs, len = first ? half_vecs : nvec - half_vecs;
-          st_v4(dst + partial_half_offset(w, 0, len), make_int4(__float_as_int(acc[j][0]), __float_as_int(acc[j][1]),
+          st_v4(dst + routing::partial_half_offset(w, 0, len), make_int4(__float_as_int(acc[j][0]), __float_as_int(acc[j][1]),
                                                                 __float_as_int(acc[j][2]), __float_as_int(acc[j][3])));
-          st_v4(dst + partial_half_offset(w, 1, len), make_int4(__float_as_int(acc[j][4]), __float_as_int(acc[j][5]),
+          st_v4(dst + routing::partial_half_offset(w, 1, len), make_int4(__float_as_int(acc[j][4]), __float_as_int(acc[j][5]),
                                                                 __float_as_int(acc[j][6]), __float_as_int(acc[j][7])));
         }
       }
@@ -828,8 +816,8 @@ __global__ void __launch_bounds__(kCombine3Threads, 1)
             const bool first = v < half_vecs;
             const char* src = first ? b1[o] : b2[o];
             const int w = first ? v : v - half_vecs, len = first ? half_vecs : nvec - half_vecs;
-            lo[o][q] = ld_cg_v4(src + partial_half_offset(w, 0, len));
-            hi[o][q] = ld_cg_v4(src + partial_half_offset(w, 1, len));
+            lo[o][q] = ld_cg_v4(src + routing::partial_half_offset(w, 0, len));
+            hi[o][q] = ld_cg_v4(src + routing::partial_half_offset(w, 1, len));
           }
         }
 #pragma unroll

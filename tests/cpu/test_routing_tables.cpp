@@ -114,6 +114,29 @@ TEST(RoutingLayout, ScalarHelpers) {
   EXPECT_EQ(fused_chunk_routes(2049), 3072);
 }
 
+// The rank-partials combine's FP32 partial layout covers each half's 32*len bytes once, whatever
+// len (full groups of 32 vectors, a last partial group, or only a partial one), and a full group's
+// first and second halves are each one contiguous 512-byte run in vector order.
+TEST(RoutingLayout, PartialHalfOffsetIsABijection) {
+  using dist_moe::routing::partial_half_offset;
+  for (int len = 1; len <= 200; ++len) {
+    std::vector<int> hits(static_cast<size_t>(2 * len), 0);
+    for (int w = 0; w < len; ++w)
+      for (int h = 0; h < 2; ++h) {
+        const int64_t off = partial_half_offset(w, h, len);
+        ASSERT_EQ(off % 16, 0) << "len " << len << " w " << w << " h " << h;
+        ASSERT_GE(off, 0);
+        ASSERT_LT(off, int64_t{32} * len) << "len " << len << " w " << w << " h " << h;
+        ++hits[static_cast<size_t>(off / 16)];
+      }
+    for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], 1) << "len " << len << " piece " << i;
+  }
+  for (int w = 0; w < 32; ++w) {
+    EXPECT_EQ(partial_half_offset(32 + w, 0, 64), 1024 + 16 * w);
+    EXPECT_EQ(partial_half_offset(32 + w, 1, 64), 1024 + 512 + 16 * w);
+  }
+}
+
 TEST(RoutingLayout, CombineAccumulateIsFmaf) {
   // The oracle's reduction: acc = fmaf(s, h, acc) in k order from 0.0f (reference/stages.h).
   const float s[3] = {0.3f, 1e-3f, 0.77f};

@@ -68,6 +68,20 @@ DMOE_HOST_DEVICE int64_t combine_slot_offset(int64_t t, int k, int top_k, int64_
   return (t * top_k + k) * row_bytes;
 }
 
+// Rank-partials combine: an FP32 partial row is split into halves of `len` 16-byte BF16 vectors
+// (columns [0, D/2) in the slot of the owner's first route of the token, [D/2, D) in its second);
+// inside a half, vector w's 8 FP32 (32 bytes) go in groups of 32 vectors: a group's 16-byte first
+// halves (columns 0-3) of its vectors, then their second halves, so that a warp's 32 consecutive
+// vectors are two contiguous 512-byte stores and loads. Byte offset of half h (0, 1) of vector w; a
+// last group of n < 32 vectors keeps its halves inside its 32n bytes. A bijection of
+// {0..len-1} x {0, 1} onto the 16-byte pieces of [0, 32*len).
+DMOE_HOST_DEVICE int64_t partial_half_offset(int w, int h, int len) {
+  const int g = w >> 5;
+  const int rest = len - (g << 5);
+  const int n = rest < 32 ? rest : 32;
+  return static_cast<int64_t>(g) * 1024 + (h != 0 ? n * 16 : 0) + (w & 31) * 16;
+}
+
 // Byte offset of route (t, k)'s slot in a dispatch window used as route slots [T_max, K, D] (the
 // backward's grad_h3; RoutingTables::grad_gather_src). Same arithmetic as the combine slot.
 DMOE_HOST_DEVICE int64_t dispatch_route_offset(int64_t t, int k, int top_k, int64_t row_bytes) {
