@@ -670,6 +670,16 @@ std::vector<CaseSpec> correctness_cases() {
     c.patterns = {P::kMasked};
     c.Ts = {64, 9};
   });
+  // D = 1200: a rank-partials slot half of 75 vectors, two full groups of 32 and a last group of 11
+  // (routing::partial_half_offset); the other partials cases have halves of 4, 16 and 448 vectors.
+  add("hidden1200_K8_L16", [](CaseSpec& c) {
+    c.D = 1200;
+    c.L = 16;
+    c.align = 8;
+    c.patterns = {P::kUniform, P::kZipf};
+    c.Ts = {48, 13};
+    c.combine_syncs = {CS::kBarrier, CS::kSignal};
+  });
   add("few_sms", [](CaseSpec& c) {
     c.Ts = {64, 64};
     c.combine_syncs = {CS::kBarrier, CS::kSignal};
