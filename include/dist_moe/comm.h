@@ -132,7 +132,8 @@ enum class DispatchMode {
 
 enum class CombineSync {
   kBarrier,  // scatter, EP barrier, reduce (one cooperative kernel)
-  kSignal,   // scatter with a per-token signal, reduce each token once its routes arrived
+  kSignal,   // scatter with a per-token signal, reduce each token once its routes (or, for
+             // kRankPartials, its owners' rows) arrived
 };
 
 // Which combine kernel. Results are bitwise identical; only speed differs.
