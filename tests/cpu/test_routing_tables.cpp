@@ -209,6 +209,67 @@ TEST(RoutingTables, KernelMirrorMatchesDefinitionAndOracle) {
   EXPECT_GT(checked, 500);
 }
 
+// The rank-partials combine in signal sync (src/kernels/combine.cu, kPartialsSignal) never waits for
+// a signal nobody sends: owner o adds 1 to token (s, t)'s counter when its routing tables hold a
+// route of it (route_row), and rank s waits for as many as there are other owner ranks among the
+// token's routed ids. Both sides must count the same owners, for 1..8 ranks and every pattern (-1
+// routes, a fully padded rank, all tokens to one expert).
+TEST(RoutingTables, PartialsSignalCountsMatchOnBothSides) {
+  using namespace dist_moe::routing;
+  const std::vector<Shape> shapes = {{1, 1}, {4, 2}, {4, 8}, {3, 6}, {16, 8}};
+  uint64_t seed = 77;
+  int checked = 0;
+  for (int world = 1; world <= 8; ++world)
+    for (const Shape& sh : shapes) {
+      const int E = world * sh.L;
+      if (sh.K > E) continue;
+      for (RoutingPattern pat : dist_moe::testing::all_routing_patterns())
+        for (int64_t T : {int64_t{1}, int64_t{19}}) {
+          const HostIds ids = widen(dist_moe::testing::make_routing_ids(pat, world, T, sh.K, E, seed++));
+          std::vector<HostRoutingTables> tables;
+          RoutingProblem P;
+          P.world = world;
+          P.local_experts = sh.L;
+          P.top_k = sh.K;
+          P.num_tokens = T;
+          P.max_tokens = T + 2;
+          P.alignment = 8;
+          P.capacity_rows = int64_t{1} << 30;
+          for (int o = 0; o < world; ++o) {
+            P.rank = o;
+            tables.push_back(build_routing_tables_naive(P, ids));
+          }
+          for (int s = 0; s < world; ++s)
+            for (int64_t t = 0; t < T; ++t) {
+              int sent = 0;  // owners o != s with a route of (s, t) in their tables
+              for (int o = 0; o < world; ++o) {
+                if (o == s) continue;
+                bool routed = false;
+                for (int k = 0; k < sh.K; ++k)
+                  routed |= tables[static_cast<size_t>(o)].route_row[static_cast<size_t>(
+                                route_row_index(s, t * sh.K + k, P.max_tokens, sh.K))] >= 0;
+                sent += routed ? 1 : 0;
+              }
+              std::vector<bool> owner_seen(static_cast<size_t>(world), false);  // the waiting side
+              int expected = 0;
+              for (int k = 0; k < sh.K; ++k) {
+                const int64_t id = ids[static_cast<size_t>(s)][static_cast<size_t>(t * sh.K + k)];
+                if (!is_routed(id, E)) continue;
+                const int r = static_cast<int>(id / sh.L);
+                if (r != s && !owner_seen[static_cast<size_t>(r)]) {
+                  owner_seen[static_cast<size_t>(r)] = true;
+                  ++expected;
+                }
+              }
+              ASSERT_EQ(sent, expected) << "R=" << world << " L=" << sh.L << " K=" << sh.K << " T=" << T << " pattern="
+                                        << dist_moe::testing::to_string(pat) << " source " << s << " token " << t;
+              ++checked;
+            }
+        }
+    }
+  EXPECT_GT(checked, 1000);
+}
+
 // The fused route kernel (src/kernels/routing.cu, fused_route_kernel) builds the whole routing in
 // one CTA: the single-chunk case with routing::fused_chunk_routes() routes and 32 warp segments.
 TEST(RoutingTables, FusedSingleChunkMatchesDefinition) {
