@@ -510,6 +510,13 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
     for (auto& v : us) v = max_over_ranks(comm, v);
     return us;
   };
+  // A rank-partials combine in barrier sync that sums the own partials in its reduction
+  // (DMOE_COMBINE_OWN_PARTIALS=late, read when the call is enqueued or captured).
+  auto combine_own_late = [&](const CombineOptions& c) {
+    setenv("DMOE_COMBINE_OWN_PARTIALS", "late", 1);
+    ep.combine(xg, scores, DType::kFloat32, out, T, s, c);
+    unsetenv("DMOE_COMBINE_OWN_PARTIALS");
+  };
   // The fused route, and the same pushing the scores with the ids (for the rank-partials combine).
   DispatchOptions d_fused;
   d_fused.fused = FusedRoute::kOn;
@@ -557,9 +564,7 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
       DMOE_CUDA_CHECK(cudaGraphExecDestroy(gcp));
       // The same, own partials summed in the reduction (docs/perf.md C13; an environment A/B switch
       // read when the combine is captured), and in signal mode.
-      setenv("DMOE_COMBINE_OWN_PARTIALS", "late", 1);
-      gcp = capture([&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, cvars[4].second); });
-      unsetenv("DMOE_COMBINE_OWN_PARTIALS");
+      gcp = capture([&] { combine_own_late(cvars[4].second); });
       g_comb.push_back({"graph: combine rank partials late, scores pushed", graph_times({gfp, gcp})[1]});
       DMOE_CUDA_CHECK(cudaGraphExecDestroy(gcp));
       gcp = capture([&] { ep.combine(xg, scores, DType::kFloat32, out, T, s, cvars[5].second); });
@@ -778,10 +783,10 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
         traced(("combine rank partials" + (w.empty() ? "" : " " + w) + ", scores pushed (after fused)").c_str(), [&] {
           ep.publish_route_dispatch(x, idsd, DType::kInt32, T, xg, s, d_push);
           DMOE_CUDA_CHECK(cudaMemsetAsync(ep.trace_buffer(), 0, kTraceSlots * sizeof(unsigned long long), s));
-          if (w == "late") setenv("DMOE_COMBINE_OWN_PARTIALS", "late", 1);
-          ep.combine(xg, scores, DType::kFloat32, out, T, s,
-                     combine_opts(CombineAlgorithm::kRankPartials, w == "signal" ? CombineSync::kSignal : CombineSync::kBarrier));
-          unsetenv("DMOE_COMBINE_OWN_PARTIALS");
+          const CombineOptions c =
+              combine_opts(CombineAlgorithm::kRankPartials, w == "signal" ? CombineSync::kSignal : CombineSync::kBarrier);
+          if (w == "late") combine_own_late(c);
+          else ep.combine(xg, scores, DType::kFloat32, out, T, s, c);
         });
       }
     }

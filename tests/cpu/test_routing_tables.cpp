@@ -226,19 +226,11 @@ TEST(RoutingTables, PartialsSignalCountsMatchOnBothSides) {
       for (RoutingPattern pat : dist_moe::testing::all_routing_patterns())
         for (int64_t T : {int64_t{1}, int64_t{19}}) {
           const HostIds ids = widen(dist_moe::testing::make_routing_ids(pat, world, T, sh.K, E, seed++));
+          const int64_t max_tokens = T + 2;
           std::vector<HostRoutingTables> tables;
-          RoutingProblem P;
-          P.world = world;
-          P.local_experts = sh.L;
-          P.top_k = sh.K;
-          P.num_tokens = T;
-          P.max_tokens = T + 2;
-          P.alignment = 8;
-          P.capacity_rows = int64_t{1} << 30;
-          for (int o = 0; o < world; ++o) {
-            P.rank = o;
-            tables.push_back(build_routing_tables_naive(P, ids));
-          }
+          for (int o = 0; o < world; ++o)
+            tables.push_back(build_routing_tables_naive(
+                RoutingProblem{world, o, sh.L, sh.K, T, max_tokens, /*alignment=*/8, int64_t{1} << 30}, ids));
           for (int s = 0; s < world; ++s)
             for (int64_t t = 0; t < T; ++t) {
               int sent = 0;  // owners o != s with a route of (s, t) in their tables
@@ -247,7 +239,7 @@ TEST(RoutingTables, PartialsSignalCountsMatchOnBothSides) {
                 bool routed = false;
                 for (int k = 0; k < sh.K; ++k)
                   routed |= tables[static_cast<size_t>(o)].route_row[static_cast<size_t>(
-                                route_row_index(s, t * sh.K + k, P.max_tokens, sh.K))] >= 0;
+                                route_row_index(s, t * sh.K + k, max_tokens, sh.K))] >= 0;
                 sent += routed ? 1 : 0;
               }
               std::vector<bool> owner_seen(static_cast<size_t>(world), false);  // the waiting side

@@ -66,7 +66,7 @@ DMOE_DEVICE uint32_t* token_counter_ptr(const EpDeviceLayout& L, int owner, int 
 }
 
 // Rank-partials signal mode: arrival counter of token t on rank `owner`, region `parity` (the
-// pushed routing slots' call parity; the other region is reset during the call).
+// call's routing slot; each publish zeroes its call's region before its arrival).
 DMOE_DEVICE uint32_t* partial_counter_ptr(const EpDeviceLayout& L, int owner, int parity, int64_t t) {
   const int64_t off = L.partial_counter_offset + (static_cast<int64_t>(parity) * L.max_tokens + t) * 4;
   return reinterpret_cast<uint32_t*>(peer_ptr(L.signal_win, off, owner));
