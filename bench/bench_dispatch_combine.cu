@@ -524,7 +524,9 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
   d_push.scores_TK = scores;
   d_push.score_dtype = DType::kFloat32;
   double g_md = 0, g_fused = -1, g_reduce = 0;
-  std::pair<double, double> g_comb_floor{-1, -1};  // graphed empty kernel: SMs x 512 cooperative, 1 x 32
+  struct Floor {
+    double coop = -1, plain = -1, tiny = -1;  // graphed empty kernel: SMs x 512 cooperative / not, 1 x 32
+  } g_comb_floor;
   std::vector<std::pair<std::string, double>> g_comb;  // graphed combine variants (after separate ops)
   {
     DispatchOptions d_sep;
@@ -631,18 +633,20 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
     for (auto ge : {gp, gmd, gr}) DMOE_CUDA_CHECK(cudaGraphExecDestroy(ge));
     if (sh.name == "dsv3_decode") {  // what one graphed op costs when its kernel does nothing
       cudaGraphExec_t e0 = capture([&] { launch_empty(s, comm.num_sms(), 512, true); });
-      cudaGraphExec_t e1 = capture([&] { launch_empty(s, 1, 32, false); });
-      g_comb_floor = {graph_times({e0})[0], graph_times({e1})[0]};
-      for (auto ge : {e0, e1}) DMOE_CUDA_CHECK(cudaGraphExecDestroy(ge));
+      cudaGraphExec_t e1 = capture([&] { launch_empty(s, comm.num_sms(), 512, false); });
+      cudaGraphExec_t e2 = capture([&] { launch_empty(s, 1, 32, false); });
+      g_comb_floor = {graph_times({e0})[0], graph_times({e1})[0], graph_times({e2})[0]};
+      for (auto ge : {e0, e1, e2}) DMOE_CUDA_CHECK(cudaGraphExecDestroy(ge));
     }
   }
   add_op("graph: route + dispatch", g_md, unique_remote_bytes);
   if (g_fused >= 0) add_op("graph: publish+route+dispatch fused", g_fused, unique_remote_bytes);
   for (const auto& gc : g_comb) add_op(gc.first, gc.second, routed_remote_bytes);
   add_op("graph: reduce (EP barrier + top-k)", g_reduce, 0);
-  if (g_comb_floor.first >= 0) {
-    add_op("graph: empty kernel, SMs x 512 cooperative", g_comb_floor.first, 0);
-    add_op("graph: empty kernel, 1 x 32", g_comb_floor.second, 0);
+  if (g_comb_floor.coop >= 0) {
+    add_op("graph: empty kernel, SMs x 512 cooperative", g_comb_floor.coop, 0);
+    add_op("graph: empty kernel, SMs x 512", g_comb_floor.plain, 0);
+    add_op("graph: empty kernel, 1 x 32", g_comb_floor.tiny, 0);
   }
 
   // ---- targets ----
@@ -692,7 +696,8 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
            fmt("best %.1f us (", cb) + cb_name + fmt("); v1 barrier %.1f us, v1 signal %.1f us", g_comb[0].second,
                                                       g_comb[1].second) +
                "; in one step graph: " + ig_comb_s +
-               (g_comb_floor.first >= 0 ? fmt("; an empty cooperative kernel graphed: %.1f us", g_comb_floor.first) : ""));
+               (g_comb_floor.coop >= 0 ? fmt("; an empty kernel of this grid graphed: %.1f us cooperative, %.1f us not",
+                                             g_comb_floor.coop, g_comb_floor.plain) : ""));
   }
 
   // ---- phase trace of one call per op (dsv3_decode and dsv3_prefill; %globaltimer, this rank) ----

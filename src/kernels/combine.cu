@@ -936,12 +936,17 @@ template <int kSync>
 void launch_combine3_as(const EpDeviceLayout& L, const RoutingTables& tables, const Combine2Args& a, bool score_bf16,
                         int num_ctas, cudaStream_t stream) {
   const dim3 grid(num_ctas), block(kCombine3Threads);
+  // Signal mode with the scores pushed (or nothing to exchange) has no barrier inside the grid: a
+  // CTA waits only for other ranks' owner rows, which every CTA stores before any wait, so a grid
+  // that fits co-resident (num_ctas is capped by combine3_max_coresident_ctas) cannot deadlock
+  // without the cooperative attribute, whose launch costs ~1.4 us graphed at decode (perf.md C14).
+  const bool grid_sync = kSync != kPartialsSignal || (L.top_k > 1 && L.world > 1 && !a.scores_pushed);
   if (L.id_bytes == 2) {
-    if (score_bf16) launch_ex(combine3_kernel<int16_t, true, kSync>, grid, block, 0, stream, true, false, L, tables, a);
-    else launch_ex(combine3_kernel<int16_t, false, kSync>, grid, block, 0, stream, true, false, L, tables, a);
+    if (score_bf16) launch_ex(combine3_kernel<int16_t, true, kSync>, grid, block, 0, stream, grid_sync, false, L, tables, a);
+    else launch_ex(combine3_kernel<int16_t, false, kSync>, grid, block, 0, stream, grid_sync, false, L, tables, a);
   } else {
-    if (score_bf16) launch_ex(combine3_kernel<int32_t, true, kSync>, grid, block, 0, stream, true, false, L, tables, a);
-    else launch_ex(combine3_kernel<int32_t, false, kSync>, grid, block, 0, stream, true, false, L, tables, a);
+    if (score_bf16) launch_ex(combine3_kernel<int32_t, true, kSync>, grid, block, 0, stream, grid_sync, false, L, tables, a);
+    else launch_ex(combine3_kernel<int32_t, false, kSync>, grid, block, 0, stream, grid_sync, false, L, tables, a);
   }
 }
 
