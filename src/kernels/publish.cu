@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kPublishThreads) publish_kernel(const EpDevice
 
   // This call's rank-partials signal counters start at zero (combine.cu, kPartialsSignal): before
   // the arrival (the route's EP barrier) after which peers increment them.
-  for (int64_t t = tid; t < L.max_tokens; t += nthreads) *partial_counter_ptr(L, L.rank, slot, t) = 0u;
+  zero_partial_counters(L, slot, tid, nthreads);
 
   // The last CTA writes the header and advances the publish counter.
   __syncthreads();

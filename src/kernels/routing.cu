@@ -568,7 +568,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
       }
     // This call's rank-partials signal counters start at zero (combine.cu, kPartialsSignal): before
     // the rows arrival, after which the peers' combine increments them.
-    for (int64_t t = gtid; t < L.max_tokens; t += nthreads) *partial_counter_ptr(L, me, slot, t) = 0u;
+    zero_partial_counters(L, slot, gtid, nthreads);
     const int64_t n_vec = static_cast<int64_t>(T) * (row_bytes / 16);
     constexpr int kU = 4;
     for (int64_t base = gtid; base < n_vec; base += nthreads * kU) {

@@ -72,6 +72,14 @@ DMOE_DEVICE uint32_t* partial_counter_ptr(const EpDeviceLayout& L, int owner, in
   return reinterpret_cast<uint32_t*>(peer_ptr(L.signal_win, off, owner));
 }
 
+// Zeroes this rank's counters of region `parity`, a grid-stride slice per thread (index `first`
+// of `stride`). Every publish (publish kernel, fused route) runs it for its call's region before
+// the arrival after which the peers' combine increments them.
+DMOE_DEVICE void zero_partial_counters(const EpDeviceLayout& L, int parity, int64_t first, int64_t stride) {
+  uint32_t* counters = partial_counter_ptr(L, L.rank, parity, 0);
+  for (int64_t t = first; t < L.max_tokens; t += stride) counters[t] = 0u;
+}
+
 }  // namespace dist_moe::comm
 
 #endif  // __CUDACC__
