@@ -9,6 +9,14 @@
 namespace dist_moe::kernels {
 namespace {
 
+__global__ void spin_delay_kernel(int64_t ns) {
+  uint64_t start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (static_cast<int64_t>(now - start) < ns);
+}
+
 __global__ void copy_if_kernel(DeviceAddress dst, DeviceAddress src, int64_t bytes, const int64_t* predicate,
                                bool when) {
   if (!stage_enabled(predicate, when)) return;
@@ -133,6 +141,11 @@ void validate_expert_ids(const void* ids, DType id_dtype, int64_t n, int64_t num
   else
     validate_ids_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(static_cast<const int32_t*>(ids), n, num_experts, rank);
   DMOE_CUDA_CHECK_LAUNCH();
+}
+
+void spin_delay(int64_t ns, cudaStream_t stream) {
+  spin_delay_kernel<<<1, 1, 0, stream>>>(ns);
+  DMOE_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace dist_moe::kernels

@@ -54,4 +54,9 @@ void publish_to_peers(const int32_t* value, int32_t* const* peer_bases, int rank
 void validate_expert_ids(const void* ids, DType id_dtype, int64_t n, int64_t num_experts, int rank,
                          cudaStream_t stream);
 
+// One thread spins for `ns` nanoseconds (%globaltimer): a debugging delay that makes this rank late
+// at a chosen point of the sequence (DMOE_DEBUG_STAGE_DELAY, docs/testing.md), to expose ordering
+// bugs between ranks that normal timing hides.
+void spin_delay(int64_t ns, cudaStream_t stream);
+
 }  // namespace dist_moe::kernels
