@@ -144,6 +144,9 @@ int main() {
   in[1].x_TD = y1d.p;
   SavedState s1(*ctx), s2(*ctx);
   ExecutionOptions opts;
+  // The uploads above ran on the legacy stream, which `stream` (non-blocking) does not wait for, and
+  // a pageable cudaMemcpy may return before its DMA lands: finish them before the first call.
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
   auto bf = [](const Buf& b) { return static_cast<__nv_bfloat16*>(b.p); };
   routed_experts_forward(*ctx, in[0], out1.p, &s1, opts, stream);
   add_bf16<<<64, 256, 0, stream>>>(bf(x), bf(out1), bf(y1d), kT * kD);
@@ -154,6 +157,7 @@ int main() {
       gx1(kT * kD * 2), gs1(kT * kK * 4), gs2(kT * kK * 4);
   Buf gw13[2] = {Buf(L * 2 * kF * kD * 4), Buf(L * 2 * kF * kD * 4)};
   Buf gw2[2] = {Buf(L * kD * kF * 4), Buf(L * kD * kF * 4)};
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());  // gy2's upload, as above
   RoutedExpertsGradients g2{gx2.p, gs2.p, gw13[1].p, gw2[1].p, DType::kFloat32, false};
   routed_experts_backward(*ctx, in[1], s2, gy2.p, g2, opts, stream);
   add_bf16<<<64, 256, 0, stream>>>(bf(gy2), bf(gx2), bf(gy1), kT * kD);

@@ -60,6 +60,8 @@ struct RoutedExpertsGradients {
 // context's activation slot.
 class SavedState {
  public:
+  // Allocates and zeroes its memory and synchronizes the device (set-up, not a call: do not
+  // construct one inside a stream capture).
   explicit SavedState(const Context& ctx);
   // A view over caller-owned device memory of storage_bytes(ctx) bytes (kMemoryAlignment-aligned),
   // which must stay alive and unmoved while a forward fills it and its backward reads it. The

@@ -34,6 +34,9 @@ void DeviceArena::allocate() {
   DMOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_), size_));
   owned_ = true;
   DMOE_CUDA_CHECK(cudaMemset(base_, 0, size_));
+  // The memset runs on the legacy stream, which a caller's non-blocking stream does not wait for:
+  // without this, a SavedState's zeroing could land after (or amid) the forward that fills it.
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void DeviceArena::adopt(void* base) {

@@ -43,6 +43,7 @@ class DeviceBuffer {
   void upload(const std::vector<T>& host) {
     DMOE_ASSERT(host.size() == count_);
     if (count_) DMOE_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), count_ * sizeof(T), cudaMemcpyHostToDevice));
+    finish_legacy_stream_work();
   }
   std::vector<T> download() const {
     std::vector<T> host(count_);
@@ -52,9 +53,15 @@ class DeviceBuffer {
   // Fill every byte (0xFF makes BF16 and FP32 NaN: an unwritten element cannot pass a check).
   void poison(unsigned char byte = 0xFF) {
     if (count_) DMOE_CUDA_CHECK(cudaMemset(ptr_, byte, count_ * sizeof(T)));
+    finish_legacy_stream_work();
   }
 
  private:
+  // cudaMemcpy from pageable memory may return before its DMA lands, and cudaMemset is
+  // asynchronous; both run on the legacy stream, which the tests' non-blocking streams do not wait
+  // for. Finish them before any kernel can read the buffer.
+  static void finish_legacy_stream_work() { DMOE_CUDA_CHECK(cudaDeviceSynchronize()); }
+
   T* ptr_ = nullptr;
   size_t count_ = 0;
 };

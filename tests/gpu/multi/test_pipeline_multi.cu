@@ -21,6 +21,7 @@
 #include "dist_moe/context.h"
 #include "dist_moe/routed_experts.h"
 #include "reference/oracle.h"
+#include "kernels/pipeline_util.h"
 #include "runtime/context_impl.h"
 
 namespace {
@@ -345,6 +346,30 @@ bool case_inference_and_no_grad(ncclComm_t nccl, int rank, int world, cudaStream
 }
 
 // WGRAD accumulation over two backward calls: the second leaves about twice the first.
+// A SavedState constructed while the legacy stream is busy (a 20 ms spin there), used at once on the
+// suite's non-blocking stream, with a 40 ms spin between the forward that fills it and the backward
+// that reads it: had the constructor left its zeroing memset queued on the legacy stream, the memset
+// would land inside that gap and the backward would read zeroed tables. Checked against the oracle.
+bool case_saved_state_legacy_stream(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  Case c{"saved_state_legacy_stream"};
+  c.seed = 13;
+  const Problem pr = make_problem(c, world);
+  auto ctx = Context::create(config_of(c, world, true), nccl);
+  const int64_t L = ctx->local_experts();
+  Inputs inp(c, pr.p, pr.grad_out[rank], rank);
+  Outputs out(c, L);
+  const ExecutionOptions o = plain_options();
+  kernels::spin_delay(20'000'000, cudaStreamLegacy);
+  SavedState st(*ctx);
+  routed_experts_forward(*ctx, inp.in, out.out.get(), &st, o, stream);
+  kernels::spin_delay(40'000'000, stream);
+  routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), out.g, o, stream);
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const bool ok = check_against_oracle(c, pr, out.read(c, L), rank, why);
+  ctx->close();
+  return ok;
+}
+
 bool case_accumulate(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
   bool ok = true;
   for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
@@ -581,6 +606,7 @@ int main(int argc, char** argv) {
         {"varying_t", case_varying_t},
         {"selected_slot", case_selected_slot},
         {"route_io", case_route_io},
+        {"saved_state_legacy_stream", case_saved_state_legacy_stream},
     };
     for (const auto& [name, fn] : specials) {
       if (!filter.empty() && std::string(name).find(filter) == std::string::npos) continue;
