@@ -492,7 +492,10 @@ void EpGroup::publish_route_dispatch(const void* x_TD, const void* ids_TK, DType
 }
 
 void EpGroup::enable_trace(bool on) {
-  if (on && trace_ == nullptr) trace_ = device_alloc<unsigned long long>(kTraceSlots, 0);
+  if (on && trace_ == nullptr) {
+    trace_ = device_alloc<unsigned long long>(kTraceSlots, 0);
+    DMOE_CUDA_CHECK(cudaDeviceSynchronize());  // its zeroing (legacy stream) before any traced kernel
+  }
   layout_.trace = on ? trace_ : nullptr;
 }
 
