@@ -55,8 +55,8 @@ void validate_expert_ids(const void* ids, DType id_dtype, int64_t n, int64_t num
                          cudaStream_t stream);
 
 // One thread spins for `ns` nanoseconds (%globaltimer): a debugging delay that makes this rank late
-// at a chosen point of the sequence (DMOE_DEBUG_STAGE_DELAY, docs/testing.md), to expose ordering
-// bugs between ranks that normal timing hides.
+// at a chosen point of the sequence (DMOE_DEBUG_STAGE_DELAY; docs/pipeline.md, "Ordering checks"),
+// to expose ordering bugs between ranks that normal timing hides.
 void spin_delay(int64_t ns, cudaStream_t stream);
 
 }  // namespace dist_moe::kernels
