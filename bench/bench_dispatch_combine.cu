@@ -318,6 +318,8 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
   void* local_buf = nullptr;
   DMOE_CUDA_CHECK(cudaMalloc(&local_buf, static_cast<size_t>(ceil_bytes)));
   DMOE_CUDA_CHECK(cudaMemset(local_buf, 0, static_cast<size_t>(ceil_bytes)));
+  // The uploads and memsets above ran on the legacy stream, which `s` (non-blocking) does not wait for.
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
   int4* peer_buf = reinterpret_cast<int4*>(ep.combine_window_bases()[peer]);  // [T, K, D] >= routed rows
   const int grid = 2 * comm.num_sms();
   double t_load = 0, t_store = 0, t_ce = -1;

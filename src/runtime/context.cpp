@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <string>
-#include <vector>
 
 #include "dist_moe/check.h"
 #include "kernels/ep_kernels.h"
@@ -49,26 +47,6 @@ void DeviceArena::adopt(void* base) {
 
 namespace {
 
-// DMOE_DEBUG_STAGE_DELAY="rank:stage:us[,rank:stage:us...]": this rank's entries (stage "*" = all).
-std::vector<Context::Impl::StageDelay> stage_delays_from_env(int rank) {
-  std::vector<Context::Impl::StageDelay> out;
-  const char* env = std::getenv("DMOE_DEBUG_STAGE_DELAY");
-  if (env == nullptr || *env == '\0') return out;
-  std::string list(env);
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    const size_t end = std::min(list.find(',', pos), list.size());
-    const std::string item = list.substr(pos, end - pos);
-    const size_t a = item.find(':'), b = item.rfind(':');
-    if (a == std::string::npos || b == a)
-      detail::fail(ErrorCode::kInvalidValue, "DMOE_DEBUG_STAGE_DELAY entry '", item, "' is not rank:stage:us");
-    if (std::stoi(item.substr(0, a)) == rank)
-      out.push_back({item.substr(a + 1, b - a - 1), static_cast<int64_t>(std::stod(item.substr(b + 1)) * 1000.0)});
-    pos = end + 1;
-  }
-  return out;
-}
-
 std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm::Communicator> comm,
                                      const ContextOptions& options) {
   auto c = std::make_unique<Context::Impl>();
@@ -76,7 +54,7 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
   c->options = options;
   c->rank = comm->rank();
   c->world = comm->world_size();
-  c->stage_delays = stage_delays_from_env(c->rank);
+  c->stage_delays = debug::parse_stage_delays(std::getenv("DMOE_DEBUG_STAGE_DELAY"), c->rank);
   c->device = comm->device();
   if (config.num_experts % c->world != 0)
     detail::fail(ErrorCode::kInvalidValue, "num_experts=", config.num_experts, " must be divisible by world_size=",

@@ -11,6 +11,7 @@
 #include "dist_moe/device/planner/activation_planner.cuh"
 #include "dist_moe/routed_experts.h"
 #include "dist_moe/grouped_gemm.h"
+#include "core/debug_env.h"
 #include "kernels/pipeline_util.h"
 #include "runtime/activation_buffer.h"
 
@@ -74,17 +75,13 @@ struct Context::Impl {
 
   // Called after each pipeline stage when set (benchmarks record events here; eager use only).
   std::function<void(const char* stage, cudaStream_t stream)> stage_hook;
-  // DMOE_DEBUG_STAGE_DELAY entries of this rank: after stage `name` ("*": every stage), a device
-  // delay of `ns` (context.cpp parses it; a debugging aid for ordering bugs between ranks).
-  struct StageDelay {
-    std::string name;
-    int64_t ns;
-  };
-  std::vector<StageDelay> stage_delays;
+  // DMOE_DEBUG_STAGE_DELAY entries of this rank (core/debug_env.h): after a matching stage, a
+  // device delay (a debugging aid for ordering bugs between ranks).
+  std::vector<debug::StageDelay> stage_delays;
   void stage(const char* name, cudaStream_t stream) const {
     if (stage_hook) stage_hook(name, stream);
-    for (const StageDelay& d : stage_delays)
-      if (d.name == "*" || d.name == name) kernels::spin_delay(d.ns, stream);
+    for (const debug::StageDelay& d : stage_delays)
+      if (d.stage == "*" || d.stage == name) kernels::spin_delay(d.ns, stream);
   }
 
   uint8_t* activation_base() const { return activations->data(); }
