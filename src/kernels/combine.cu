@@ -935,19 +935,16 @@ const void* combine3_ptr(int id_bytes, bool score_bf16) {
 template <int kSync>
 void launch_combine3_as(const EpDeviceLayout& L, const RoutingTables& tables, const Combine2Args& a, bool score_bf16,
                         int num_ctas, cudaStream_t stream) {
-  const dim3 grid(num_ctas), block(kCombine3Threads);
+  using Kernel = void (*)(EpDeviceLayout, RoutingTables, Combine2Args);
+  const Kernel kernel = L.id_bytes == 2 ? (score_bf16 ? combine3_kernel<int16_t, true, kSync> : combine3_kernel<int16_t, false, kSync>)
+                                        : (score_bf16 ? combine3_kernel<int32_t, true, kSync> : combine3_kernel<int32_t, false, kSync>);
   // Signal mode with the scores pushed (or nothing to exchange) has no barrier inside the grid: a
   // CTA waits only for other ranks' owner rows, which every CTA stores before any wait, so a grid
   // that fits co-resident (num_ctas is capped by combine3_max_coresident_ctas) cannot deadlock
-  // without the cooperative attribute, whose launch costs ~1.4 us graphed at decode (perf.md C14).
+  // without the cooperative attribute (an empty cooperative kernel of this grid measures ~1.3 us
+  // more graphed; the decode combine gained ~0.2 us, perf.md C14).
   const bool grid_sync = kSync != kPartialsSignal || (L.top_k > 1 && L.world > 1 && !a.scores_pushed);
-  if (L.id_bytes == 2) {
-    if (score_bf16) launch_ex(combine3_kernel<int16_t, true, kSync>, grid, block, 0, stream, grid_sync, false, L, tables, a);
-    else launch_ex(combine3_kernel<int16_t, false, kSync>, grid, block, 0, stream, grid_sync, false, L, tables, a);
-  } else {
-    if (score_bf16) launch_ex(combine3_kernel<int32_t, true, kSync>, grid, block, 0, stream, grid_sync, false, L, tables, a);
-    else launch_ex(combine3_kernel<int32_t, false, kSync>, grid, block, 0, stream, grid_sync, false, L, tables, a);
-  }
+  launch_ex(kernel, dim3(num_ctas), dim3(kCombine3Threads), 0, stream, grid_sync, false, L, tables, a);
 }
 
 // The co-resident CTAs of every variant (the grid of each must fit).
