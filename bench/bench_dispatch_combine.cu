@@ -126,8 +126,9 @@ double time_loop(const Communicator& comm, cudaStream_t s, int warmup, int iters
 }
 
 // A decode step captured the way a caller graphs a layer: kStepReps x (op_a, op_b) in one graph, with
-// event-record nodes (cudaEventRecordExternal) around each op. Returns {op_a us, op_b us}, each the
-// mean over steps and replays, max over ranks; empty when this driver cannot time events in graphs.
+// event-record nodes (cudaEventRecordExternal) around each op. Returns {op_a us, op_b us, step us
+// without the event nodes, op_a alone per step us}, each the mean over steps and replays, max over
+// ranks; empty when this driver cannot time events in graphs.
 constexpr int kStepReps = 16;
 template <typename A, typename B>
 std::vector<double> in_graph_step_us(const Communicator& comm, cudaStream_t s, A&& op_a, B&& op_b) {
@@ -148,7 +149,7 @@ std::vector<double> in_graph_step_us(const Communicator& comm, cudaStream_t s, A
   const bool captured = ok && end == cudaSuccess && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
   ok = captured;
   (void)cudaGetLastError();
-  std::vector<double> us(3, 0.0);
+  std::vector<double> us(4, 0.0);  // op_a, op_b, step without event nodes, op_a alone per step
   constexpr int kWarm = 3, kReplays = 10;
   // Replays depend only on `captured` (the same on every rank): a rank that stopped replaying
   // would leave its peers waiting at the ops' EP barriers.
@@ -171,7 +172,6 @@ std::vector<double> in_graph_step_us(const Communicator& comm, cudaStream_t s, A
   // The same steps without the event nodes between the ops: the step time as a caller's graph has
   // it (us[2]), to tell what the per-op event nodes add; then op_a alone kStepReps times (us[3]):
   // us[2] - us[3] is what op_b adds to a graphed step.
-  us.push_back(0.0);
   for (int only_a = 0; only_a < 2 && captured; ++only_a) {
     DMOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < kStepReps; ++i) {

@@ -25,6 +25,8 @@ T* device_alloc(size_t count, int fill_byte) {
   const size_t bytes = std::max<size_t>(count, 1) * sizeof(T);
   DMOE_CUDA_CHECK(cudaMalloc(&p, bytes));
   DMOE_CUDA_CHECK(cudaMemset(p, fill_byte, bytes));
+  // The memset runs on the legacy stream, which a caller's non-blocking stream does not wait for.
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
   return p;
 }
 
@@ -492,10 +494,7 @@ void EpGroup::publish_route_dispatch(const void* x_TD, const void* ids_TK, DType
 }
 
 void EpGroup::enable_trace(bool on) {
-  if (on && trace_ == nullptr) {
-    trace_ = device_alloc<unsigned long long>(kTraceSlots, 0);
-    DMOE_CUDA_CHECK(cudaDeviceSynchronize());  // its zeroing (legacy stream) before any traced kernel
-  }
+  if (on && trace_ == nullptr) trace_ = device_alloc<unsigned long long>(kTraceSlots, 0);
   layout_.trace = on ? trace_ : nullptr;
 }
 

@@ -5,16 +5,15 @@
 #include <cstdio>
 
 #include "dist_moe/check.h"
+#include "dist_moe/device/ptx/special.cuh"
 
 namespace dist_moe::kernels {
 namespace {
 
 __global__ void spin_delay_kernel(int64_t ns) {
-  uint64_t start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (static_cast<int64_t>(now - start) < ns);
+  const uint64_t start = ptx::globaltimer_ns();
+  while (static_cast<int64_t>(ptx::globaltimer_ns() - start) < ns) {
+  }
 }
 
 __global__ void copy_if_kernel(DeviceAddress dst, DeviceAddress src, int64_t bytes, const int64_t* predicate,
