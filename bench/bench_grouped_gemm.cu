@@ -19,6 +19,7 @@
 // shapes, configurations whose shared memory does not fit are skipped), so one run shows which
 // configuration wins where (scripts/gemm_gpu_check.sh tabulates them).
 //
+// --sweep-match S: with --sweep, only the configurations whose name contains S (e.g. "_trim").
 // --rounds R: every configuration of an op (the heuristic's and, with --sweep, the others) is timed
 // R times, interleaved (config 1, 2, ..., 1, 2, ...), and reports the median of its R medians:
 // clock and thermal drift over a sweep then hit every configuration alike (one-shot sweeps showed
@@ -31,6 +32,8 @@
 // boost clocks (a 1.4 ms GEMM measured 1.42 ms cold and 1.65-1.7 ms sustained).
 // --wgrad-accumulate: WGRAD adds into its output instead of writing it (the fused layer's case when
 // the caller accumulates gradients; the output's old values are read as well).
+// --device-offsets: the row operands carry device-side offsets (value 0), as in the fused layer:
+// the kernels then patch a per-CTA copy of each moved tensor map (grouped_gemm.h).
 // WGRAD rows also print cuBLAS strided-batched BF16 at the same per-expert GEMMs (balanced rows:
 // E_local GEMMs of [N, rows] x [rows, K]), the like-for-like dense rate of a short contraction
 // whose output is as large as its inputs.
@@ -299,8 +302,10 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 bool g_sweep = false;
+std::string g_sweep_match;  // --sweep-match S: sweep only configurations whose name contains S
 int g_rounds = 1;
 bool g_wgrad_accumulate = false;  // --wgrad-accumulate: WGRAD adds into its output (the layer's case)
+bool g_device_offsets = false;    // --device-offsets: row operands through device offsets (the layer's case)
 std::set<std::string> g_ops;  // empty: every op
 bool want(const std::string& op) { return g_ops.empty() || g_ops.count(op) != 0; }
 
@@ -312,7 +317,8 @@ std::vector<GroupedGemmConfig> sweep_configs(GroupedGemmOp op, DType out, bool g
   std::vector<GroupedGemmConfig> cfgs;
   if (!g_sweep) return cfgs;
   for (const GroupedGemmConfig& cfg : grouped_gemm_configs(op, out, gather))
-    if (cfg.name() != chosen && (!cfg.swap_ab || decode)) cfgs.push_back(cfg);
+    if (cfg.name() != chosen && (!cfg.swap_ab || decode) && cfg.name().find(g_sweep_match) != std::string::npos)
+      cfgs.push_back(cfg);
   return cfgs;
 }
 
@@ -378,6 +384,11 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
 
   Buffer d_counts(counts.size() * 4);
   BENCH_CUDA(cudaMemcpy(d_counts.p, counts.data(), counts.size() * 4, cudaMemcpyHostToDevice));
+  // --device-offsets: every row operand gets a device offset of 0 (the kernels then patch their
+  // tensor maps per CTA, as in the fused layer, where the planner's offsets live on the device).
+  Buffer d_zero(8);
+  BENCH_CUDA(cudaMemset(d_zero.p, 0, 8));
+  const int64_t* zoff = g_device_offsets ? static_cast<const int64_t*>(d_zero.p) : nullptr;
   Buffer x(static_cast<size_t>(M * D) * 2), w13(static_cast<size_t>(E * 2 * F * D) * 2),
       w2(static_cast<size_t>(E * D * F) * 2), h1(static_cast<size_t>(M * 2 * F) * 2), h2(static_cast<size_t>(M * F) * 2),
       h3(static_cast<size_t>(M * D) * 2), gx(static_cast<size_t>(M * D) * 2);
@@ -448,6 +459,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   w13a.w13 = w13.p;
   w13a.h1 = h1.p;
   w13a.h2 = h2.p;
+  w13a.a_offset = w13a.h1_offset = w13a.h2_offset = zoff;
   auto run_w13 = [&](const GroupedGemmConfig* cfg) {
     W13FpropArgs a = w13a;
     a.common.config = cfg;
@@ -464,6 +476,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   w2a.a = h2.p;
   w2a.w = w2.p;
   w2a.out = h3.p;
+  w2a.a_offset = w2a.out_offset = zoff;
   auto run_w2 = [&](const GroupedGemmConfig* cfg) {
     FpropArgs a = w2a;
     a.common.config = cfg;
@@ -523,6 +536,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   d13.grad_out = h1.p;
   d13.w = w13.p;
   d13.grad_a = gx.p;
+  d13.grad_out_offset = d13.grad_a_offset = zoff;
   measure("w13_dgrad", GroupedGemmOp::kDgrad, DType::kBFloat16, w13_flops, 0, cb13, [&](const GroupedGemmConfig* cfg) {
     DgradArgs a = d13;
     a.common.config = cfg;
@@ -533,6 +547,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   d2.grad_out = h3.p;
   d2.w = w2.p;
   d2.grad_a = h2.p;
+  d2.grad_out_offset = d2.grad_a_offset = zoff;
   measure("w2_dgrad", GroupedGemmOp::kDgrad, DType::kBFloat16, w2_flops, 0, cb2, [&](const GroupedGemmConfig* cfg) {
     DgradArgs a = d2;
     a.common.config = cfg;
@@ -553,6 +568,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     g13.grad_w = gw.p;
     g13.out_dtype = out;
     g13.accumulate = g_wgrad_accumulate;
+    g13.grad_out_offset = g13.a_offset = zoff;
     measure("w13_wgrad" + suffix, GroupedGemmOp::kWgrad, out, w13_flops, 0, cb13, [&](const GroupedGemmConfig* cfg) {
       WgradArgs a = g13;
       a.common.config = cfg;
@@ -565,6 +581,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     g2.grad_w = gw.p;
     g2.out_dtype = out;
     g2.accumulate = g_wgrad_accumulate;
+    g2.grad_out_offset = g2.a_offset = zoff;
     measure("w2_wgrad" + suffix, GroupedGemmOp::kWgrad, out, w2_flops, 0, cb2, [&](const GroupedGemmConfig* cfg) {
       WgradArgs a = g2;
       a.common.config = cfg;
@@ -595,15 +612,17 @@ int main(int argc, char** argv) {
     else if (a == "--iters") iters = std::atoi(value().c_str());
     else if (a == "--csv") csv = value();
     else if (a == "--sweep") g_sweep = true;
+    else if (a == "--sweep-match") g_sweep_match = value();
     else if (a == "--rounds") g_rounds = std::max(1, std::atoi(value().c_str()));
     else if (a == "--wgrad-accumulate") g_wgrad_accumulate = true;
+    else if (a == "--device-offsets") g_device_offsets = true;
     else if (a == "--sustain-ms") g_sustain_ms = std::max(0, std::atoi(value().c_str()));
     else if (a == "--ops") {
       for (const std::string& op : split(value())) g_ops.insert(op);
     } else {
       std::fprintf(stderr,
                    "usage: %s [--shapes a,b] [--routing balanced,random,zipf] [--iters N] [--csv FILE] [--sweep] "
-                   "[--rounds R] [--ops a,b] [--wgrad-accumulate] [--sustain-ms MS]\n",
+                   "[--sweep-match S] [--rounds R] [--ops a,b] [--wgrad-accumulate] [--device-offsets] [--sustain-ms MS]\n",
                    argv[0]);
       return 2;
     }

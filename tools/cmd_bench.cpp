@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -94,17 +95,18 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (run_and_collect(cmd.str(), "RESULT ", &results, true) != 0 || results.empty())
     detail::fail(ErrorCode::kRuntime, "the benchmark ranks failed (output above)");
   std::map<std::string, double> ours;
-  std::vector<std::pair<std::string, double>> stages;
+  std::vector<std::pair<std::string, double>> stages, gemm_stages;
+  auto parse_stages = [](const std::string& line, std::vector<std::pair<std::string, double>>& out) {
+    std::istringstream is(line);  // keeps the pipeline's order
+    std::string tok;
+    while (is >> tok)
+      if (const auto eq = tok.find('='); eq != std::string::npos)
+        out.emplace_back(tok.substr(0, eq), std::atof(tok.c_str() + eq + 1));
+  };
   for (const auto& r : results) {
-    if (r.rfind("stage ", 0) == 0) {  // keep the pipeline's order
-      std::istringstream is(r.substr(6));
-      std::string tok;
-      while (is >> tok)
-        if (const auto eq = tok.find('='); eq != std::string::npos)
-          stages.emplace_back(tok.substr(0, eq), std::atof(tok.c_str() + eq + 1));
-    } else {
-      for (const auto& [k, v] : parse_kv(r)) ours[k] = v;
-    }
+    if (r.rfind("stage ", 0) == 0) parse_stages(r.substr(6), stages);
+    else if (r.rfind("gemm_stage ", 0) == 0) parse_stages(r.substr(11), gemm_stages);
+    else for (const auto& [k, v] : parse_kv(r)) ours[k] = v;
   }
 
   double torch_fwd = -1, torch_fb = -1;
@@ -123,8 +125,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
     }
   }
 
-  std::printf("\n%-24s %12s\n", "stage (rank 0, eager)", "ms");
-  for (const auto& [k, v] : stages) std::printf("%-24s %12.3f\n", k.c_str(), v);
+  // Stages of the fused layer; a GEMM stage also shows its GEMM-only twin (same rows, local
+  // contiguous operands), timed in alternation with it (medians of 3 rounds).
+  std::printf("\n%-24s %12s %12s %10s\n", "stage (rank 0, eager)", "ms", "GEMM-only ms", "ratio");
+  for (const auto& [k, v] : stages) {
+    const auto twin = std::find_if(gemm_stages.begin(), gemm_stages.end(), [&](const auto& g) { return g.first == k; });
+    if (twin == gemm_stages.end()) std::printf("%-24s %12.3f\n", k.c_str(), v);
+    else std::printf("%-24s %12.3f %12.3f %9.2fx\n", k.c_str(), v, twin->second, twin->second > 0 ? v / twin->second : 0.0);
+  }
   auto ratio = [](double base, double ours_ms) { return base > 0 && ours_ms > 0 ? base / ours_ms : 0.0; };
   std::printf("\n%-28s %10s %12s %12s %14s\n", "measure", "ours ms", "GEMM-only ms", "torch EP ms", "speedup vs torch");
   const double fwd = ours["fwd_ms"], fb = ours["fwd_bwd_ms"];

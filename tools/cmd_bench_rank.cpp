@@ -181,6 +181,8 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     c.validate_counts = false;
     return c;
   };
+  // Stage marks of the GEMM-only calls (set only while a staged measurement records them).
+  std::function<void(const char*)> gemm_mark = [](const char*) {};
   auto gemm_fwd = [&] {
     W13FpropArgs w13a;
     w13a.common = common(2 * F, D);
@@ -189,12 +191,14 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     w13a.h1 = train ? h1.p : nullptr;
     w13a.h2 = h2.p;
     grouped_gemm_w13_fprop(w13a, stream);
+    gemm_mark("w13");
     FpropArgs w2a;
     w2a.common = common(D, F);
     w2a.a = h2.p;
     w2a.w = w2.p;
     w2a.out = h3.p;
     grouped_gemm_fprop(w2a, stream);
+    gemm_mark("w2");
   };
   auto gemm_bwd = [&] {
     DgradArgs d2;
@@ -203,6 +207,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     d2.w = w2.p;
     d2.grad_a = h2.p;
     grouped_gemm_dgrad(d2, stream);
+    gemm_mark("w2_dgrad");
     WgradArgs wg2;
     wg2.common = common(D, F);
     wg2.grad_out = h3.p;
@@ -211,12 +216,14 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     wg2.out_dtype = DType::kBFloat16;
     wg2.accumulate = wgrad_accumulate;
     grouped_gemm_wgrad(wg2, stream);
+    gemm_mark("w2_wgrad");
     DgradArgs d13;
     d13.common = common(2 * F, D);
     d13.grad_out = gh1.p;
     d13.w = w13.p;
     d13.grad_a = a.p;
     grouped_gemm_dgrad(d13, stream);
+    gemm_mark("w13_dgrad");
     WgradArgs wg13;
     wg13.common = common(2 * F, D);
     wg13.grad_out = gh1.p;
@@ -225,6 +232,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     wg13.out_dtype = DType::kBFloat16;
     wg13.accumulate = wgrad_accumulate;
     grouped_gemm_wgrad(wg13, stream);
+    gemm_mark("w13_wgrad");
   };
   gemm_fwd();
   if (train) gemm_bwd();
@@ -262,33 +270,60 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     fwd_ms = median_ms(fwd, iters, stream);
   }
 
-  // Per-stage times of one eager call: events between stages, forward and backward timed apart.
-  std::string stage_line;
-  auto staged = [&](const char* phase, const std::function<void()>& fn) {
+  // Per-stage times of eager calls: events between stages, forward and backward timed apart. The
+  // fused layer and the GEMM-only calls alternate over `kStagedRounds` rounds (each after the
+  // sustained load), so each GEMM stage of the layer meets its GEMM-only twin at the same clocks;
+  // every stage reports its median.
+  using StageTimes = std::vector<std::pair<std::string, float>>;
+  auto staged = [&](const char* phase, const std::function<void()>& fn, StageTimes& out) {
     std::vector<std::pair<std::string, cudaEvent_t>> marks;
-    cudaEvent_t start;
-    DMOE_CUDA_CHECK(cudaEventCreate(&start));
-    ctx->impl().stage_hook = [&](const char* name, cudaStream_t s) {
+    auto mark = [&](const char* name, cudaStream_t s) {
       cudaEvent_t e;
       DMOE_CUDA_CHECK(cudaEventCreate(&e));
       DMOE_CUDA_CHECK(cudaEventRecord(e, s));
       marks.emplace_back(name, e);
     };
+    cudaEvent_t start;
+    DMOE_CUDA_CHECK(cudaEventCreate(&start));
+    ctx->impl().stage_hook = mark;
+    gemm_mark = [&](const char* name) { mark(name, stream); };
     DMOE_CUDA_CHECK(cudaEventRecord(start, stream));
     fn();
     DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     ctx->impl().stage_hook = nullptr;
+    gemm_mark = [](const char*) {};
     cudaEvent_t prev = start;
     for (auto& [name, e] : marks) {
       float t = 0;
       DMOE_CUDA_CHECK(cudaEventElapsedTime(&t, prev, e));
-      stage_line += " " + std::string(phase) + name + "=" + std::to_string(t);
+      out.emplace_back(std::string(phase) + name, t);
       prev = e;
     }
+    for (auto& m : marks) cudaEventDestroy(m.second);
+    cudaEventDestroy(start);
   };
-  preheat();
-  staged("fwd:", fwd);
-  if (train) staged("bwd:", [&] { routed_experts_backward(*ctx, in, saved, gout.p, g, opts, stream); });
+  constexpr int kStagedRounds = 3;
+  std::vector<StageTimes> layer_rounds(kStagedRounds), gemm_rounds(kStagedRounds);
+  for (int r = 0; r < kStagedRounds; ++r) {
+    preheat();
+    staged("fwd:", fwd, layer_rounds[r]);
+    if (train) staged("bwd:", [&] { routed_experts_backward(*ctx, in, saved, gout.p, g, opts, stream); }, layer_rounds[r]);
+    preheat();
+    staged("fwd:", gemm_fwd, gemm_rounds[r]);
+    if (train) staged("bwd:", gemm_bwd, gemm_rounds[r]);
+  }
+  // "name=median name=median ..." in the first round's stage order.
+  auto median_line = [](const std::vector<StageTimes>& rounds) {
+    std::string line;
+    for (size_t i = 0; i < rounds[0].size(); ++i) {
+      std::vector<float> v;
+      for (const StageTimes& st : rounds) v.push_back(st[i].second);
+      std::sort(v.begin(), v.end());
+      line += " " + rounds[0][i].first + "=" + std::to_string(v[v.size() / 2]);
+    }
+    return line;
+  };
+  const std::string stage_line = median_line(layer_rounds), gemm_stage_line = median_line(gemm_rounds);
 
   preheat();
   const double gemm_fwd_ms = median_ms(gemm_fwd, iters, stream);
@@ -303,6 +338,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     std::printf("RESULT fwd_ms=%.4f fwd_bwd_ms=%.4f gemm_fwd_ms=%.4f gemm_fwd_bwd_ms=%.4f gemm_fwd_even_ms=%.4f\n",
                 fwd_ms, fb_ms, gemm_fwd_ms, gemm_fb_ms, gemm_fwd_even_ms);
     std::printf("RESULT stage%s\n", stage_line.c_str());
+    std::printf("RESULT gemm_stage%s\n", gemm_stage_line.c_str());
     std::fflush(stdout);
   }
   ctx->close();
