@@ -109,9 +109,11 @@ GroupedGemmConfig m_grouped_tile(int64_t width, int64_t k_blocks, const GroupedG
   }
   // Fewer 128x256 tiles than SMs: halve the tile so every SM gets work (latency-bound anyway).
   if (tiles_estimate(p.m_capacity, width, 256) < sms) return tile(128, 128, 6, p, sms);
-  // Scatter (fused combine: W2 FPROP, W13 DGRAD): the rows go out by ordinary (often remote, NVLink)
-  // stores that TMA cannot do; ping-pong overlaps them with the other warpgroup's wgmmas (DESIGN.md §9).
-  if (p.scatter) return fitting(tile(128, 128, 6, p, sms, true, true), tile(128, 256, 4, p, sms), p);
+  // Scatter (fused combine: W2 FPROP, W13 DGRAD) takes the same tile: the TMA-store kernels store
+  // scattered rows with ordinary (often remote) stores from their staging buffers. Ping-pong, which
+  // would overlap those stores with the other warpgroup's wgmmas, measured slower in the dsv3 layer:
+  // its 128x128 tile costs more than the stores it hides (docs/perf.md G27: W13 DGRAD 1.08-1.09x
+  // its GEMM-only twin with ping-pong, 0.96-0.97x with 128x256).
   // Asynchronous TMA stores take the epilogue off the tensor cores' critical path.
   return async_epilogue(k_blocks, p, sms, tile(128, 256, 4, p, sms));
 }

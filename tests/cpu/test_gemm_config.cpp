@@ -106,9 +106,9 @@ TEST(GemmConfig, DecodeTakesSwapAB) {
   }
 }
 
-// FPROP W2: 128x256 TMA stores for long contractions (dsv3, mixtral), ping-pong 128x128 when the
-// contraction is short (qwen3: 12 k blocks) or the rows are scattered (fused combine), 128x128
-// when an output width is an odd multiple of 128, and the gather producer's 128x256 tile.
+// FPROP W2: 128x256 TMA stores for long contractions (dsv3, mixtral), also when the rows are
+// scattered (fused combine), ping-pong 128x128 when the contraction is short (qwen3: 12 k blocks),
+// 128x128 when an output width is an odd multiple of 128, and the gather producer's 128x256 tile.
 TEST(GemmConfig, FpropTiles) {
   if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
   GroupedGemmConfig c = pick(problem(GroupedGemmOp::kFprop, 32768, 7168, 2048));  // dsv3 W2
@@ -117,6 +117,9 @@ TEST(GemmConfig, FpropTiles) {
   EXPECT_EQ(c.name(), "128x128x64_s6_pp_tma_dyn");
   GroupedGemmProblem scatter = problem(GroupedGemmOp::kFprop, 32768, 7168, 2048);
   scatter.scatter = true;
+  EXPECT_EQ(pick(scatter).name(), "128x256x64_s4_tma_dyn");
+  scatter.k = 768;  // qwen3 W2: short contraction, ping-pong with or without scatter
+  scatter.n = 2048;
   EXPECT_EQ(pick(scatter).name(), "128x128x64_s6_pp_tma_dyn");
   EXPECT_EQ(pick(problem(GroupedGemmOp::kFprop, 32768, 7168 - 128, 2048)).block_n, 128);
   GroupedGemmProblem gather = problem(GroupedGemmOp::kFprop, 32768, 7168, 2048);
