@@ -32,7 +32,7 @@ struct GatherProducer {
   static constexpr int kThreads = 96;  // warps 1-3 of the producer warpgroup
   static constexpr int kUnitRows = 16;
   static constexpr int kUnitsPerTile = kBlockM / kUnitRows;
-  static constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
+  static constexpr int kUnroll = 8;  // 16-byte loads in flight per thread
 
 #if defined(__CUDACC__)
 

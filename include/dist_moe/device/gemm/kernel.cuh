@@ -128,12 +128,15 @@ struct GroupedGemmKernel {
   static_assert(!kGather || Mainloop::kClusterM == 1, "the gather producer's ready flags count one CTA per M tile");
 
   static constexpr int kThreads = 384;
-  // 128 * producer + 256 * consumer <= 65536 registers. The gather warps keep 16-byte loads in
-  // flight next to the scheduler state, so the gather variants give the producer more (below 80
-  // ptxas spills them; 200 still holds a consumer's 128 accumulators and its epilogue).
-  static constexpr uint32_t kProducerRegs = kGather ? 80 : 40;
+  // setmaxnreg moves registers inside the CTA's launch allocation (168 per thread, 384 threads): a
+  // consumer's increase waits until the producer's decrease has freed enough, so 128 * producer +
+  // 256 * consumer must fit in 168 * 384 or the consumers wait forever. The gather warps keep 8
+  // 16-byte loads per lane in flight next to the scheduler state, so the gather variants give the
+  // producer more (below 96 ptxas spills them; 200 still holds a consumer's 128 accumulators and
+  // its epilogue).
+  static constexpr uint32_t kProducerRegs = kGather ? 96 : 40;
   static constexpr uint32_t kConsumerRegs = kGather ? 200 : 232;
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * kThreads, "launch register allocation");
 
   struct Params {
     OperandMaps maps;  // first: the tensor maps keep their 64-byte alignment
