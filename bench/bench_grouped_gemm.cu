@@ -19,7 +19,7 @@
 // shapes, configurations whose shared memory does not fit are skipped), so one run shows which
 // configuration wins where (scripts/gemm_gpu_check.sh tabulates them).
 //
-// --sweep-match S: with --sweep, only the configurations whose name contains S (e.g. "_trim").
+// --sweep-match S: with --sweep, only the configurations whose name contains S (e.g. "_dyn").
 // --rounds R: every configuration of an op (the heuristic's and, with --sweep, the others) is timed
 // R times, interleaved (config 1, 2, ..., 1, 2, ...), and reports the median of its R medians:
 // clock and thermal drift over a sweep then hit every configuration alike (one-shot sweeps showed

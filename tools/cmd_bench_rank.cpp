@@ -181,8 +181,10 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     c.validate_counts = false;
     return c;
   };
-  // Stage marks of the GEMM-only calls (set only while a staged measurement records them).
-  std::function<void(const char*)> gemm_mark = [](const char*) {};
+  // Stage marks of the GEMM-only calls: the layer's stage hook, when a staged measurement has set it.
+  auto gemm_mark = [&](const char* name) {
+    if (ctx->impl().stage_hook) ctx->impl().stage_hook(name, stream);
+  };
   auto gemm_fwd = [&] {
     W13FpropArgs w13a;
     w13a.common = common(2 * F, D);
@@ -286,12 +288,10 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     cudaEvent_t start;
     DMOE_CUDA_CHECK(cudaEventCreate(&start));
     ctx->impl().stage_hook = mark;
-    gemm_mark = [&](const char* name) { mark(name, stream); };
     DMOE_CUDA_CHECK(cudaEventRecord(start, stream));
     fn();
     DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     ctx->impl().stage_hook = nullptr;
-    gemm_mark = [](const char*) {};
     cudaEvent_t prev = start;
     for (auto& [name, e] : marks) {
       float t = 0;

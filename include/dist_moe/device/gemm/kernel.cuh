@@ -128,15 +128,18 @@ struct GroupedGemmKernel {
   static_assert(!kGather || Mainloop::kClusterM == 1, "the gather producer's ready flags count one CTA per M tile");
 
   static constexpr int kThreads = 384;
-  // setmaxnreg moves registers inside the CTA's launch allocation (168 per thread, 384 threads): a
-  // consumer's increase waits until the producer's decrease has freed enough, so 128 * producer +
-  // 256 * consumer must fit in 168 * 384 or the consumers wait forever. The gather warps keep 8
+  // Registers per thread at launch (__launch_bounds__(kThreads, 1)): the 64K register file over
+  // kThreads, in the allocation unit of 8 -- 168.
+  static constexpr uint32_t kLaunchRegs = (65536u / kThreads) & ~7u;
+  // setmaxnreg moves registers inside the CTA's launch allocation: a consumer's increase waits
+  // until the producer's decrease has freed enough, so 128 * producer + 256 * consumer must fit in
+  // kLaunchRegs * kThreads or the consumers wait forever. The gather warps keep 8
   // 16-byte loads per lane in flight next to the scheduler state, so the gather variants give the
   // producer more (below 96 ptxas spills them; 200 still holds a consumer's 128 accumulators and
   // its epilogue).
   static constexpr uint32_t kProducerRegs = kGather ? 96 : 40;
   static constexpr uint32_t kConsumerRegs = kGather ? 200 : 232;
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * kThreads, "launch register allocation");
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kLaunchRegs * kThreads, "launch register allocation");
 
   struct Params {
     OperandMaps maps;  // first: the tensor maps keep their 64-byte alignment
