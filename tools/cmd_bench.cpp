@@ -92,10 +92,15 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (auto f = args.real("device-factor")) cmd << " --device-factor " << *f;
   cmd << " --wgrad " << wgrad << " --sustain-ms " << sustain_ms;
   std::vector<std::string> results;
-  if (run_and_collect(cmd.str(), "RESULT ", &results, true) != 0 || results.empty())
+  if (run_and_collect(cmd.str(), "RESULT@", &results, true) != 0 || results.empty())
     detail::fail(ErrorCode::kRuntime, "the benchmark ranks failed (output above)");
-  std::map<std::string, double> ours;
-  std::vector<std::pair<std::string, double>> stages, gemm_stages;
+  // Rank 0 prints every rank's lines: "<rank> key=value ...", "<rank> stage name=ms ...",
+  // "<rank> gemm_stage name=ms ..." (stages in the pipeline's order, the same on every rank).
+  struct RankResult {
+    std::map<std::string, double> totals;
+    std::vector<std::pair<std::string, double>> stages, gemm_stages;
+  };
+  std::vector<RankResult> ranks(gpus);
   auto parse_stages = [](const std::string& line, std::vector<std::pair<std::string, double>>& out) {
     std::istringstream is(line);  // keeps the pipeline's order
     std::string tok;
@@ -103,11 +108,26 @@ int cmd_bench(const std::vector<std::string>& argv) {
       if (const auto eq = tok.find('='); eq != std::string::npos)
         out.emplace_back(tok.substr(0, eq), std::atof(tok.c_str() + eq + 1));
   };
-  for (const auto& r : results) {
-    if (r.rfind("stage ", 0) == 0) parse_stages(r.substr(6), stages);
-    else if (r.rfind("gemm_stage ", 0) == 0) parse_stages(r.substr(11), gemm_stages);
-    else for (const auto& [k, v] : parse_kv(r)) ours[k] = v;
+  for (const auto& line : results) {
+    std::istringstream is(line);
+    int r = -1;
+    std::string rest;
+    if (!(is >> r) || r < 0 || r >= gpus) continue;
+    std::getline(is >> std::ws, rest);
+    if (rest.rfind("stage ", 0) == 0) parse_stages(rest.substr(6), ranks[r].stages);
+    else if (rest.rfind("gemm_stage ", 0) == 0) parse_stages(rest.substr(11), ranks[r].gemm_stages);
+    else ranks[r].totals = parse_kv(rest);
   }
+  for (int r = 0; r < gpus; ++r)
+    if (ranks[r].totals.empty() || ranks[r].stages.size() != ranks[0].stages.size())
+      detail::fail(ErrorCode::kRuntime, "rank ", r, "'s results are missing or differ in their stages");
+  std::map<std::string, double>& ours = ranks[0].totals;
+  // Over ranks: [min, max] of a total, or of stage i of a stage list.
+  auto range_of = [&](auto&& value) {
+    double lo = value(ranks[0]), hi = lo;
+    for (const RankResult& rr : ranks) lo = std::min(lo, value(rr)), hi = std::max(hi, value(rr));
+    return std::pair<double, double>(lo, hi);
+  };
 
   double torch_fwd = -1, torch_fb = -1;
   if (!args.flag("no-baseline")) {
@@ -126,15 +146,35 @@ int cmd_bench(const std::vector<std::string>& argv) {
   }
 
   // Stages of the fused layer; a GEMM stage also shows its GEMM-only twin (same rows, local
-  // contiguous operands), timed in alternation with it (medians of 3 rounds).
-  std::printf("\n%-24s %12s %12s %10s\n", "stage (rank 0, eager)", "ms", "GEMM-only ms", "ratio");
-  for (const auto& [k, v] : stages) {
-    const auto twin = std::find_if(gemm_stages.begin(), gemm_stages.end(), [&](const auto& g) { return g.first == k; });
-    if (twin == gemm_stages.end()) std::printf("%-24s %12.3f\n", k.c_str(), v);
-    else std::printf("%-24s %12.3f %12.3f %9.2fx\n", k.c_str(), v, twin->second, twin->second > 0 ? v / twin->second : 0.0);
+  // contiguous operands), timed in alternation with it (medians of 3 rounds). With several ranks,
+  // the range over ranks: a stage that ends in an EP barrier is long on a rank that waits there.
+  const bool multi = gpus > 1;
+  std::printf("\n%-24s %10s %12s %8s", "stage (eager)", "rank 0 ms", "GEMM-only ms", "ratio");
+  if (multi) std::printf(" %17s %17s", "ms over ranks", "GEMM-only ranks");
+  std::printf("\n");
+  for (size_t i = 0; i < ranks[0].stages.size(); ++i) {
+    const auto& [name, ms] = ranks[0].stages[i];
+    const auto twin_of = [&](const RankResult& rr) {
+      const auto t = std::find_if(rr.gemm_stages.begin(), rr.gemm_stages.end(), [&](const auto& g) { return g.first == name; });
+      return t == rr.gemm_stages.end() ? -1.0 : t->second;
+    };
+    const double twin = twin_of(ranks[0]);
+    std::printf("%-24s %10.3f", name.c_str(), ms);
+    if (twin > 0) std::printf(" %12.3f %7.2fx", twin, ms / twin);
+    else std::printf(" %12s %8s", "", "");
+    if (multi) {
+      const auto [lo, hi] = range_of([&](const RankResult& rr) { return rr.stages[i].second; });
+      std::printf(" %8.3f..%-7.3f", lo, hi);
+      if (twin > 0) {
+        const auto [glo, ghi] = range_of(twin_of);
+        std::printf(" %8.3f..%-7.3f", glo, ghi);
+      }
+    }
+    std::printf("\n");
   }
   auto ratio = [](double base, double ours_ms) { return base > 0 && ours_ms > 0 ? base / ours_ms : 0.0; };
-  std::printf("\n%-28s %10s %12s %12s %14s\n", "measure", "ours ms", "GEMM-only ms", "torch EP ms", "speedup vs torch");
+  std::printf("\n%-28s %10s %12s %12s %14s\n", "measure (rank 0)", "ours ms", "GEMM-only ms", "torch EP ms",
+              "speedup vs torch");
   const double fwd = ours["fwd_ms"], fb = ours["fwd_bwd_ms"];
   std::printf("%-28s %10.3f %12.3f %12.3f %13.2fx\n", mode == "train" ? "forward" : "inference forward", fwd,
               ours["gemm_fwd_ms"], torch_fwd, ratio(torch_fwd, fwd));
@@ -145,6 +185,22 @@ int cmd_bench(const std::vector<std::string>& argv) {
   std::printf("fused layer / GEMM-only: forward %.2fx%s\n", ours["gemm_fwd_ms"] > 0 ? fwd / ours["gemm_fwd_ms"] : 0.0,
               mode == "train" ? (", forward+backward " + std::to_string(fb / ours["gemm_fwd_bwd_ms"]) + "x").c_str()
                               : "");
+  std::printf("host time to enqueue one %s call: %.3f ms\n", mode == "train" ? "forward+backward" : "inference forward",
+              ours["layer_host_ms"]);
+  if (multi) {
+    // Every rank's layer ends with the slowest rank (EP barriers); its own GEMMs on its own rows are
+    // what a layer with free communication would take.
+    const auto total = [&](const char* key) { return range_of([&](const RankResult& rr) { return rr.totals.at(key); }); };
+    const auto gf = total("gemm_fwd_ms"), gfb = total("gemm_fwd_bwd_ms"), f = total("fwd_ms"), ffb = total("fwd_bwd_ms");
+    std::printf("over ranks: fused forward %.3f..%.3f ms, GEMM-only forward %.3f..%.3f ms", f.first, f.second,
+                gf.first, gf.second);
+    if (mode == "train")
+      std::printf("; fused forward+backward %.3f..%.3f ms, GEMM-only forward+backward %.3f..%.3f ms", ffb.first,
+                  ffb.second, gfb.first, gfb.second);
+    std::printf("\nfused layer (rank 0) / slowest rank's GEMM-only: forward %.2fx", fwd / gf.second);
+    if (mode == "train") std::printf(", forward+backward %.6fx", fb / gfb.second);
+    std::printf("\n");
+  }
   return 0;
 }
 

@@ -1,5 +1,5 @@
-// dist-moe bench-rank: one rank of `dist-moe bench` (started by dmoe_launch). Rank 0 prints
-// "RESULT ..." lines that the parent turns into the table.
+// dist-moe bench-rank: one rank of `dist-moe bench` (started by dmoe_launch). Rank 0 gathers every
+// rank's numbers and prints them as "RESULT@<rank> ..." lines that the parent turns into the tables.
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -42,16 +42,21 @@ struct DevBuf {
   DevBuf& operator=(const DevBuf&) = delete;
 };
 
-// Median milliseconds of `iters` runs of fn on `stream` (events around each run).
-template <class Fn>
-double median_ms(Fn&& fn, int iters, cudaStream_t stream) {
+// Median milliseconds of `iters` runs of fn on `stream` (events around each run; each run starts
+// on an idle GPU, as the stock layer's are timed), and the median host time to enqueue fn.
+struct Timing {
+  double ms = 0, host_ms = 0;
+};
+Timing median_ms(const std::function<void()>& fn, int iters, cudaStream_t stream) {
   cudaEvent_t a, b;
   DMOE_CUDA_CHECK(cudaEventCreate(&a));
   DMOE_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
+  std::vector<double> ms, host;
   for (int i = 0; i < iters; ++i) {
     DMOE_CUDA_CHECK(cudaEventRecord(a, stream));
+    const auto t0 = std::chrono::steady_clock::now();
     fn();
+    host.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     DMOE_CUDA_CHECK(cudaEventRecord(b, stream));
     DMOE_CUDA_CHECK(cudaEventSynchronize(b));
     float t = 0;
@@ -61,7 +66,8 @@ double median_ms(Fn&& fn, int iters, cudaStream_t stream) {
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  std::sort(host.begin(), host.end());
+  return {ms[ms.size() / 2], host[host.size() / 2]};
 }
 
 }  // namespace
@@ -243,33 +249,41 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   // dependency) for sustain_ms, so that every measurement -- ours here, the stock layer's in
   // bench/peers/torch_ep_shape.py with its own local GEMM load -- starts at the power-limited
   // clocks a GPU in training runs at (docs/perf.md G22: ~20% above boost-clock times).
+  // The ranks leave it together (an all-reduce of one value, then a stream sync): otherwise the first
+  // stage after it, publish+route, would time the other rank's remaining preheat at its EP barrier.
+  DevBuf sync_word(4);
+  DMOE_CUDA_CHECK(cudaMemset(sync_word.p, 0, 4));
   auto preheat = [&] {
-    if (sustain_ms <= 0) return;
-    const int32_t* keep = counts;
-    counts = static_cast<const int32_t*>(d_even.p);
-    const auto t0 = std::chrono::steady_clock::now();
-    while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() < sustain_ms) {
-      gemm_fwd();
-      DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (sustain_ms > 0) {
+      const int32_t* keep = counts;
+      counts = static_cast<const int32_t*>(d_even.p);
+      const auto t0 = std::chrono::steady_clock::now();
+      while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() < sustain_ms) {
+        gemm_fwd();
+        DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      }
+      counts = keep;
     }
-    counts = keep;
+    DMOE_NCCL_CHECK(ncclAllReduce(sync_word.p, sync_word.p, 1, ncclInt32, ncclSum, nccl, stream));
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   };
   // Forward-only timing on a training context still pushes a layer: pop it with its backward.
-  auto fwd_timed = [&] { return median_ms(fwd, 1, stream); };
-  double fwd_ms = 0, fb_ms = 0;
+  double fwd_ms = 0;
+  Timing layer;  // forward+backward (train) or forward (infer)
   preheat();
   if (train) {
     std::vector<double> f;
     for (int i = 0; i < iters; ++i) {
-      f.push_back(fwd_timed());
+      f.push_back(median_ms(fwd, 1, stream).ms);
       routed_experts_backward(*ctx, in, saved, gout.p, g, opts, stream);
     }
     std::sort(f.begin(), f.end());
     fwd_ms = f[f.size() / 2];
     preheat();
-    fb_ms = median_ms(fwd_bwd, iters, stream);
+    layer = median_ms(fwd_bwd, iters, stream);
   } else {
-    fwd_ms = median_ms(fwd, iters, stream);
+    layer = median_ms(fwd, iters, stream);
+    fwd_ms = layer.ms;
   }
 
   // Per-stage times of eager calls: events between stages, forward and backward timed apart. The
@@ -312,33 +326,61 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     staged("fwd:", gemm_fwd, gemm_rounds[r]);
     if (train) staged("bwd:", gemm_bwd, gemm_rounds[r]);
   }
-  // "name=median name=median ..." in the first round's stage order.
-  auto median_line = [](const std::vector<StageTimes>& rounds) {
-    std::string line;
+  // Each stage's median over the rounds, in the first round's stage order.
+  auto medians = [](const std::vector<StageTimes>& rounds) {
+    StageTimes m;
     for (size_t i = 0; i < rounds[0].size(); ++i) {
       std::vector<float> v;
       for (const StageTimes& st : rounds) v.push_back(st[i].second);
       std::sort(v.begin(), v.end());
-      line += " " + rounds[0][i].first + "=" + std::to_string(v[v.size() / 2]);
+      m.emplace_back(rounds[0][i].first, v[v.size() / 2]);
     }
-    return line;
+    return m;
   };
-  const std::string stage_line = median_line(layer_rounds), gemm_stage_line = median_line(gemm_rounds);
+  const StageTimes stage_ms = medians(layer_rounds), gemm_stage_ms = medians(gemm_rounds);
 
   preheat();
-  const double gemm_fwd_ms = median_ms(gemm_fwd, iters, stream);
+  const double gemm_fwd_ms = median_ms(gemm_fwd, iters, stream).ms;
   counts = static_cast<const int32_t*>(d_even.p);
   preheat();
-  const double gemm_fwd_even_ms = median_ms(gemm_fwd, iters, stream);
+  const double gemm_fwd_even_ms = median_ms(gemm_fwd, iters, stream).ms;
   counts = routed_counts;
   preheat();
-  const double gemm_fb_ms = train ? median_ms([&] { gemm_fwd(); gemm_bwd(); }, iters, stream) : 0.0;
+  const double gemm_fb_ms = train ? median_ms([&] { gemm_fwd(); gemm_bwd(); }, iters, stream).ms : 0.0;
+
+  // Every rank's numbers to rank 0 (one all-gather; every rank ran the same stages): the layer ends
+  // when its slowest rank does, so "GEMM-only for the same rows" at EP > 1 is the slowest rank's.
+  const std::vector<std::pair<const char*, double>> totals_kv = {
+      {"fwd_ms", fwd_ms},
+      {"fwd_bwd_ms", train ? layer.ms : 0.0},
+      {"layer_host_ms", layer.host_ms},
+      {"gemm_fwd_ms", gemm_fwd_ms},
+      {"gemm_fwd_bwd_ms", gemm_fb_ms},
+      {"gemm_fwd_even_ms", gemm_fwd_even_ms}};
+  const size_t nt = totals_kv.size();
+  std::vector<float> mine;
+  for (const auto& kv : totals_kv) mine.push_back(static_cast<float>(kv.second));
+  for (const auto& st : {stage_ms, gemm_stage_ms})
+    for (const auto& [name, ms] : st) mine.push_back(ms);
+  const size_t n = mine.size();
+  DevBuf d_mine(n * 4), d_all(n * 4 * R);
+  DMOE_CUDA_CHECK(cudaMemcpy(d_mine.p, mine.data(), n * 4, cudaMemcpyHostToDevice));
+  DMOE_NCCL_CHECK(ncclAllGather(d_mine.p, d_all.p, n, ncclFloat, nccl, stream));
+  std::vector<float> all(n * R);
+  DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  DMOE_CUDA_CHECK(cudaMemcpy(all.data(), d_all.p, n * 4 * R, cudaMemcpyDeviceToHost));
 
   if (env.rank == 0) {
-    std::printf("RESULT fwd_ms=%.4f fwd_bwd_ms=%.4f gemm_fwd_ms=%.4f gemm_fwd_bwd_ms=%.4f gemm_fwd_even_ms=%.4f\n",
-                fwd_ms, fb_ms, gemm_fwd_ms, gemm_fb_ms, gemm_fwd_even_ms);
-    std::printf("RESULT stage%s\n", stage_line.c_str());
-    std::printf("RESULT gemm_stage%s\n", gemm_stage_line.c_str());
+    for (int64_t r = 0; r < R; ++r) {
+      const float* v = all.data() + r * n;
+      std::string totals, stages, gemm_stages;
+      for (size_t i = 0; i < nt; ++i) totals += " " + std::string(totals_kv[i].first) + "=" + std::to_string(v[i]);
+      for (size_t i = 0; i < stage_ms.size(); ++i) stages += " " + stage_ms[i].first + "=" + std::to_string(v[nt + i]);
+      for (size_t i = 0; i < gemm_stage_ms.size(); ++i)
+        gemm_stages += " " + gemm_stage_ms[i].first + "=" + std::to_string(v[nt + stage_ms.size() + i]);
+      std::printf("RESULT@%lld%s\nRESULT@%lld stage%s\nRESULT@%lld gemm_stage%s\n", (long long)r, totals.c_str(),
+                  (long long)r, stages.c_str(), (long long)r, gemm_stages.c_str());
+    }
     std::fflush(stdout);
   }
   ctx->close();

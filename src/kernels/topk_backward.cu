@@ -2,7 +2,8 @@
 // Backward: one warp per route (token, k), lanes moving 16-byte vectors along D, the score
 // gradient's dot product summed by warp shuffles (it was one block per token walking the K routes
 // one after another, with a block-wide reduction per route: ~1/3 of the byte rate at qwen3).
-// K-reduction: one block per token, each thread moves 16-byte vectors along D.
+// K-reduction: one block per token, route validity staged in shared memory, each thread's K loads
+// in flight together.
 #include <algorithm>
 
 #include "dist_moe/check.h"
@@ -15,9 +16,12 @@ namespace {
 
 using namespace topk_detail;
 
+constexpr int kUnroll = 4;
+
 __global__ void __launch_bounds__(kThreads) topk_reduce_backward_kernel(TopkRoutes r, DeviceAddress h3_addr,
-                                                                       const __nv_bfloat16* gout,
-                                                                       __nv_bfloat16* gh3, float* gscores) {
+                                                                       const __nv_bfloat16* __restrict__ gout,
+                                                                       __nv_bfloat16* __restrict__ gh3,
+                                                                       float* gscores) {
   const __nv_bfloat16* h3 = resolve<const __nv_bfloat16>(h3_addr);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);
@@ -26,16 +30,36 @@ __global__ void __launch_bounds__(kThreads) topk_reduce_backward_kernel(TopkRout
     const bool valid = route_id(r, route) >= 0;
     const float s = valid ? route_score(r, route) : 0.f;
     float dot = 0.f;
-    for (int64_t c = int64_t{lane} * kVec; c < r.D; c += 32 * kVec) {
-      float g[kVec], h[kVec], out[kVec];
-      load8(gout + t * r.D + c, g);
-      if (valid) load8(h3 + route * r.D + c, h);
+    // kUnroll vectors per lane in flight (loads first, then math and stores); the lane's dot product
+    // still runs over its vectors in increasing c.
+    for (int64_t c0 = int64_t{lane} * kVec; c0 < r.D; c0 += kUnroll * 32 * kVec) {
+      Bf16x8 graw[kUnroll], hraw[kUnroll];
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        out[j] = valid ? s * g[j] : 0.f;
-        dot = valid ? fmaf(g[j], h[j], dot) : dot;
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = c0 + u * 32 * kVec;
+        if (c < r.D) {
+          graw[u] = *reinterpret_cast<const Bf16x8*>(gout + t * r.D + c);
+          if (valid) hraw[u] = *reinterpret_cast<const Bf16x8*>(h3 + route * r.D + c);
+        }
       }
-      store8(gh3 + route * r.D + c, out);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = c0 + u * 32 * kVec;
+        if (c >= r.D) break;
+        float out[kVec];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float2 g = __bfloat1622float2(graw[u].v[q]);
+          out[2 * q] = valid ? s * g.x : 0.f;
+          out[2 * q + 1] = valid ? s * g.y : 0.f;
+          if (valid) {
+            const float2 h = __bfloat1622float2(hraw[u].v[q]);
+            dot = fmaf(g.x, h.x, dot);
+            dot = fmaf(g.y, h.y, dot);
+          }
+        }
+        store8(gh3 + route * r.D + c, out);
+      }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
@@ -43,18 +67,37 @@ __global__ void __launch_bounds__(kThreads) topk_reduce_backward_kernel(TopkRout
   }
 }
 
-__global__ void __launch_bounds__(kThreads) reduce_from_topk_kernel(TopkRoutes r, const __nv_bfloat16* gx_routes,
-                                                                   __nv_bfloat16* gx) {
+// One block per token. The token's route validity goes to shared memory first, so no data load
+// waits for an id load; then each thread walks its 16-byte vectors along D, issuing the loads of
+// up to kBatch routes together (raw BF16 in registers) before the k-ordered FP32 sum.
+constexpr int kReduceThreads = 128;
+constexpr int kBatch = 8;
+
+__global__ void __launch_bounds__(kReduceThreads) reduce_from_topk_kernel(TopkRoutes r,
+                                                                         const __nv_bfloat16* gx_routes,
+                                                                         __nv_bfloat16* gx) {
+  extern __shared__ uint8_t valid_s[];  // [K]
   const int64_t t = blockIdx.x;
-  for (int64_t c = threadIdx.x * kVec; c < r.D; c += kThreads * kVec) {
+  for (int64_t k = threadIdx.x; k < r.K; k += kReduceThreads) valid_s[k] = route_id(r, t * r.K + k) >= 0;
+  __syncthreads();
+  const __nv_bfloat16* rows = gx_routes + t * r.K * r.D;
+  for (int64_t c = threadIdx.x * kVec; c < r.D; c += kReduceThreads * kVec) {
     float acc[kVec] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (int64_t k = 0; k < r.K; ++k) {
-      const int64_t route = t * r.K + k;
-      if (route_id(r, route) < 0) continue;
-      float v[kVec];
-      load8(gx_routes + route * r.D + c, v);
+    for (int64_t k0 = 0; k0 < r.K; k0 += kBatch) {
+      Bf16x8 raw[kBatch];
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) acc[j] += v[j];
+      for (int j = 0; j < kBatch; ++j)
+        if (k0 + j < r.K && valid_s[k0 + j]) raw[j] = *reinterpret_cast<const Bf16x8*>(rows + (k0 + j) * r.D + c);
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (k0 + j < r.K && valid_s[k0 + j]) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const float2 f = __bfloat1622float2(raw[j].v[q]);
+            acc[2 * q] += f.x;
+            acc[2 * q + 1] += f.y;
+          }
+        }
     }
     store8(gx + t * r.D + c, acc);
   }
@@ -89,7 +132,8 @@ void reduce_from_topk(const TopkRoutes& r, const __nv_bfloat16* grad_x_TKD, __nv
                       cudaStream_t stream) {
   check_routes(r);
   if (r.T == 0) return;
-  reduce_from_topk_kernel<<<static_cast<unsigned>(r.T), kThreads, 0, stream>>>(r, grad_x_TKD, grad_x_TD);
+  reduce_from_topk_kernel<<<static_cast<unsigned>(r.T), kReduceThreads, static_cast<size_t>(r.K), stream>>>(
+      r, grad_x_TKD, grad_x_TD);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

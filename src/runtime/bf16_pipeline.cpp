@@ -337,6 +337,7 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   c.stage("w13_wgrad", stream);
 
   c.ep->barrier(stream);  // every grad_x route row is in its owner's combine window
+  c.stage("grad_x_barrier", stream);
   kernels::reduce_from_topk(routes, static_cast<const __nv_bfloat16*>(c.combine_routes()),
                             static_cast<__nv_bfloat16*>(g.grad_x_TD), stream);
   c.stage("reduce_grad_x", stream);

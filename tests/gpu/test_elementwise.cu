@@ -201,7 +201,8 @@ TEST_P(TopkKernels, BackwardReductionAndRmsnormMatchTheOracle) {
 INSTANTIATE_TEST_SUITE_P(Shapes, TopkKernels,
                          ::testing::Values(OwnerCase{1, 1, 256, false, false}, OwnerCase{33, 2, 256, true, false},
                                            OwnerCase{64, 8, 2048, false, true}, OwnerCase{17, 6, 7168, true, true},
-                                           OwnerCase{128, 8, 16384, false, false}));
+                                           OwnerCase{128, 8, 16384, false, false},
+                                           OwnerCase{9, 11, 768, true, false}));  // K past one load batch
 
 }  // namespace
 }  // namespace dist_moe

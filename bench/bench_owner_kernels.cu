@@ -1,0 +1,179 @@
+// The layer's memory-bound owner-side kernels against the HBM ceiling for the same bytes:
+//   reduce_from_topk      grad_x[t] = sum_k grad_x_routes[t, k]       (backward's last stage)
+//   topk_reduce_backward  grad_h3 = s * g, grad_scores = <g, h3>      (backward's first stage)
+//   swiglu_forward        h2 from h1                                  (saved path: h2_from_saved_h1)
+//   swiglu_backward       grad_h1 from h1 and grad_h2
+// at the per-rank sizes of the reference workloads (EP2, balanced rows), on random inputs.
+//
+//   bench_owner_kernels [--shapes dsv3_prefill,qwen3_30b] [--iters N] [--sustain-ms MS]
+//
+// Ceiling: a device-to-device cudaMemcpyAsync moving the same number of bytes (half read, half
+// written), timed in the same run; "x copy" = copy time / kernel time (1.0 = at the copy's rate).
+// Every call runs --sustain-ms of itself untimed first (clocks of a busy GPU), then the median
+// of --iters timed calls.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dist_moe/check.h"
+#include "dist_moe/workloads.h"
+#include "kernels/random_fill.h"
+#include "kernels/swiglu.h"
+#include "kernels/topk.h"
+
+namespace {
+
+using namespace dist_moe;
+
+int g_iters = 20;
+double g_sustain_ms = 100;
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t bytes) { DMOE_CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1)); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+double time_ms(const std::function<void()>& fn, cudaStream_t s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() < g_sustain_ms) {
+    fn();
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  cudaEvent_t a, b;
+  DMOE_CUDA_CHECK(cudaEventCreate(&a));
+  DMOE_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int i = 0; i < g_iters; ++i) {
+    DMOE_CUDA_CHECK(cudaEventRecord(a, s));
+    fn();
+    DMOE_CUDA_CHECK(cudaEventRecord(b, s));
+    DMOE_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    DMOE_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void run_shape(const Workload& w, cudaStream_t s) {
+  const int64_t T = w.tokens, D = w.hidden, F = w.intermediate, K = w.top_k, L = w.experts / 2;
+  const int64_t M = T * K;  // rows per rank at EP2 with balanced routing
+  // Routes: K distinct experts per token, one in 16 tokens with a padded (-1) last route.
+  std::mt19937 rng(7);
+  std::vector<int32_t> ids(T * K);
+  std::vector<float> scores(T * K);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < K; ++k) {
+      ids[t * K + k] = (k == K - 1 && t % 16 == 0) ? -1 : static_cast<int32_t>((t * 7 + k * 13) % w.experts);
+      scores[t * K + k] = std::uniform_real_distribution<float>(0.05f, 0.5f)(rng);
+    }
+  Buf d_ids(T * K * 4), d_scores(T * K * 4);
+  DMOE_CUDA_CHECK(cudaMemcpy(d_ids.p, ids.data(), T * K * 4, cudaMemcpyHostToDevice));
+  DMOE_CUDA_CHECK(cudaMemcpy(d_scores.p, scores.data(), T * K * 4, cudaMemcpyHostToDevice));
+  kernels::TopkRoutes r;
+  r.ids_TK = d_ids.p;
+  r.scores_TK = d_scores.p;
+  r.T = T;
+  r.K = K;
+  r.D = D;
+
+  // Expert rows: M / L per expert, contiguous.
+  std::vector<int32_t> counts(L, static_cast<int32_t>(M / L)), offsets(L + 1, 0);
+  for (int64_t e = 0; e < L; ++e) offsets[e + 1] = offsets[e] + counts[e];
+  Buf d_counts(L * 4), d_offsets((L + 1) * 4);
+  DMOE_CUDA_CHECK(cudaMemcpy(d_counts.p, counts.data(), L * 4, cudaMemcpyHostToDevice));
+  DMOE_CUDA_CHECK(cudaMemcpy(d_offsets.p, offsets.data(), (L + 1) * 4, cudaMemcpyHostToDevice));
+  const kernels::ExpertRowsView rows{d_counts.as<int32_t>(), d_offsets.as<int32_t>(), static_cast<int32_t>(L), M};
+  const activation::SwigluParams sp{};
+
+  Buf routes_a(T * K * D * 2), routes_b(T * K * D * 2), tok_a(T * D * 2), tok_b(T * D * 2), gs(T * K * 4);
+  Buf h1(M * 2 * F * 2), h2(M * F * 2), gh1(M * 2 * F * 2);
+  kernels::fill_uniform_bf16(routes_a.p, T * K * D, 1, 1.0f, s);
+  kernels::fill_uniform_bf16(tok_a.p, T * D, 2, 1.0f, s);
+  kernels::fill_uniform_bf16(h1.p, M * 2 * F, 3, 2.0f, s);
+  kernels::fill_uniform_bf16(h2.p, M * F, 4, 1.0f, s);
+  Buf copy_src(M * 2 * F * 2 + T * K * D * 2), copy_dst(M * 2 * F * 2 + T * K * D * 2);
+  DMOE_CUDA_CHECK(cudaMemsetAsync(copy_src.p, 1, M * 2 * F * 2 + T * K * D * 2, s));
+
+  struct Case {
+    const char* name;
+    double read_bytes, write_bytes;
+    std::function<void()> fn;
+  };
+  const double route_b = double(T * K * D * 2), tok_bytes = double(T * D * 2);
+  const std::vector<Case> cases = {
+      {"reduce_from_topk", route_b, tok_bytes,
+       [&] { kernels::reduce_from_topk(r, routes_a.as<__nv_bfloat16>(), tok_b.as<__nv_bfloat16>(), s); }},
+      {"topk_reduce_backward", route_b + tok_bytes, route_b,
+       [&] {
+         kernels::topk_reduce_backward(r, routes_a.p, tok_a.as<__nv_bfloat16>(), routes_b.as<__nv_bfloat16>(),
+                                       gs.as<float>(), s);
+       }},
+      {"swiglu_forward", double(M * 2 * F * 2), double(M * F * 2),
+       [&] { kernels::swiglu_forward(h1.p, h2.p, F, rows, sp, nullptr, 0.f, s); }},
+      {"swiglu_backward", double(M * 3 * F * 2), double(M * 2 * F * 2),
+       [&] { kernels::swiglu_backward(h1.p, h2.p, gh1.p, F, rows, sp, s); }},
+  };
+  std::printf("\n%s (per rank at EP2: T=%lld K=%lld D=%lld, M=%lld rows, F=%lld)\n", w.name.c_str(), (long long)T,
+              (long long)K, (long long)D, (long long)M, (long long)F);
+  std::printf("%-22s %10s %10s %10s %10s %8s\n", "kernel", "MB moved", "ms", "GB/s", "copy ms", "x copy");
+  for (const Case& c : cases) {
+    const double moved = c.read_bytes + c.write_bytes;
+    const double ms = time_ms(c.fn, s);
+    const size_t half = static_cast<size_t>(moved / 2) & ~size_t{15};
+    const double copy_ms = time_ms(
+        [&] { DMOE_CUDA_CHECK(cudaMemcpyAsync(copy_dst.p, copy_src.p, half, cudaMemcpyDeviceToDevice, s)); }, s);
+    std::printf("%-22s %10.1f %10.4f %10.1f %10.4f %7.2fx\n", c.name, moved / 1e6, ms, moved / ms / 1e6, copy_ms,
+                copy_ms / ms);
+  }
+  DMOE_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string shapes = "dsv3_prefill,qwen3_30b";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&] {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return std::string(argv[++i]);
+    };
+    if (a == "--shapes") shapes = value();
+    else if (a == "--iters") g_iters = std::max(1, std::atoi(value().c_str()));
+    else if (a == "--sustain-ms") g_sustain_ms = std::max(0.0, std::atof(value().c_str()));
+    else {
+      std::fprintf(stderr, "usage: bench_owner_kernels [--shapes a,b] [--iters N] [--sustain-ms MS]\n");
+      return 2;
+    }
+  }
+  cudaStream_t s;
+  DMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaDeviceProp prop{};
+  DMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("bench_owner_kernels on %s, %d iterations after %.0f ms of each call\n", prop.name, g_iters,
+              g_sustain_ms);
+  std::istringstream is(shapes);
+  for (std::string name; std::getline(is, name, ',');) run_shape(find_workload(name), s);
+  DMOE_CUDA_CHECK(cudaStreamDestroy(s));
+  return 0;
+}
