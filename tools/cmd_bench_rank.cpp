@@ -249,10 +249,15 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   // dependency) for sustain_ms, so that every measurement -- ours here, the stock layer's in
   // bench/peers/torch_ep_shape.py with its own local GEMM load -- starts at the power-limited
   // clocks a GPU in training runs at (docs/perf.md G22: ~20% above boost-clock times).
-  // The ranks leave it together (an all-reduce of one value, then a stream sync): otherwise the first
-  // stage after it, publish+route, would time the other rank's remaining preheat at its EP barrier.
+  // The ranks leave it together (align: an all-reduce of one value, then a stream sync): otherwise
+  // the first stage after it, publish+route, would time the other rank's remaining preheat at its EP
+  // barrier.
   DevBuf sync_word(4);
   DMOE_CUDA_CHECK(cudaMemset(sync_word.p, 0, 4));
+  auto align = [&] {
+    DMOE_NCCL_CHECK(ncclAllReduce(sync_word.p, sync_word.p, 1, ncclInt32, ncclSum, nccl, stream));
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  };
   auto preheat = [&] {
     if (sustain_ms > 0) {
       const int32_t* keep = counts;
@@ -264,8 +269,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
       }
       counts = keep;
     }
-    DMOE_NCCL_CHECK(ncclAllReduce(sync_word.p, sync_word.p, 1, ncclInt32, ncclSum, nccl, stream));
-    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    align();
   };
   // Forward-only timing on a training context still pushes a layer: pop it with its backward.
   double fwd_ms = 0;
@@ -318,11 +322,20 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   };
   constexpr int kStagedRounds = 3;
   std::vector<StageTimes> layer_rounds(kStagedRounds), gemm_rounds(kStagedRounds);
+  // Each staged call follows one untimed call of the same kind: the first kernels after the
+  // sustained load run slow (measured in session 11: a 25 us publish+route took 0.17-0.29 ms as the
+  // first call after the preheat, 0.03 ms after a short GEMM), which would land in the first stage.
+  auto bwd = [&] { routed_experts_backward(*ctx, in, saved, gout.p, g, opts, stream); };
   for (int r = 0; r < kStagedRounds; ++r) {
     preheat();
+    train ? fwd_bwd() : fwd();
+    align();
     staged("fwd:", fwd, layer_rounds[r]);
-    if (train) staged("bwd:", [&] { routed_experts_backward(*ctx, in, saved, gout.p, g, opts, stream); }, layer_rounds[r]);
+    if (train) staged("bwd:", bwd, layer_rounds[r]);
     preheat();
+    gemm_fwd();
+    if (train) gemm_bwd();
+    align();
     staged("fwd:", gemm_fwd, gemm_rounds[r]);
     if (train) staged("bwd:", gemm_bwd, gemm_rounds[r]);
   }
