@@ -55,6 +55,7 @@
 #include <string>
 #include <vector>
 
+#include "common/event_timing.h"
 #include "dist_moe/error.h"
 #include "dist_moe/grouped_gemm.h"
 #include "dist_moe/workloads.h"
@@ -181,23 +182,7 @@ double time_ms(const std::function<void()>& fn, int iters, int warmup = 3) {
     for (int i = 0; i < 4; ++i) fn();
     BENCH_CUDA(cudaDeviceSynchronize());
   }
-  cudaEvent_t a, b;
-  BENCH_CUDA(cudaEventCreate(&a));
-  BENCH_CUDA(cudaEventCreate(&b));
-  std::vector<float> ts;
-  for (int i = 0; i < iters; ++i) {
-    BENCH_CUDA(cudaEventRecord(a));
-    fn();
-    BENCH_CUDA(cudaEventRecord(b));
-    BENCH_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
-    ts.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
+  return dist_moe::testing::median_event_ms(fn, iters, /*stream=*/nullptr).ms;
 }
 
 struct Row {

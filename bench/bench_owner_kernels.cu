@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/event_timing.h"
 #include "dist_moe/check.h"
 #include "dist_moe/workloads.h"
 #include "kernels/random_fill.h"
@@ -52,23 +53,7 @@ double time_ms(const std::function<void()>& fn, cudaStream_t s) {
     fn();
     DMOE_CUDA_CHECK(cudaStreamSynchronize(s));
   }
-  cudaEvent_t a, b;
-  DMOE_CUDA_CHECK(cudaEventCreate(&a));
-  DMOE_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < g_iters; ++i) {
-    DMOE_CUDA_CHECK(cudaEventRecord(a, s));
-    fn();
-    DMOE_CUDA_CHECK(cudaEventRecord(b, s));
-    DMOE_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    DMOE_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return testing::median_event_ms(fn, g_iters, s).ms;
 }
 
 void run_shape(const Workload& w, cudaStream_t s) {

@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "common/event_timing.h"
 #include "dist_env.h"
 #include "dist_moe/check.h"
 #include "dist_moe/context.h"
@@ -42,32 +43,11 @@ struct DevBuf {
   DevBuf& operator=(const DevBuf&) = delete;
 };
 
-// Median milliseconds of `iters` runs of fn on `stream` (events around each run; each run starts
-// on an idle GPU, as the stock layer's are timed), and the median host time to enqueue fn.
-struct Timing {
-  double ms = 0, host_ms = 0;
-};
-Timing median_ms(const std::function<void()>& fn, int iters, cudaStream_t stream) {
-  cudaEvent_t a, b;
-  DMOE_CUDA_CHECK(cudaEventCreate(&a));
-  DMOE_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<double> ms, host;
-  for (int i = 0; i < iters; ++i) {
-    DMOE_CUDA_CHECK(cudaEventRecord(a, stream));
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    host.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    DMOE_CUDA_CHECK(cudaEventRecord(b, stream));
-    DMOE_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    DMOE_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  std::sort(host.begin(), host.end());
-  return {ms[ms.size() / 2], host[host.size() / 2]};
+// Every timing here: CUDA events around each call, each call on an idle GPU (as the stock layer's
+// calls are timed), medians (common/event_timing.h).
+using testing::EventTiming;
+EventTiming median_ms(const std::function<void()>& fn, int iters, cudaStream_t stream) {
+  return testing::median_event_ms(fn, iters, stream);
 }
 
 }  // namespace
@@ -273,7 +253,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   };
   // Forward-only timing on a training context still pushes a layer: pop it with its backward.
   double fwd_ms = 0;
-  Timing layer;  // forward+backward (train) or forward (infer)
+  EventTiming layer;  // forward+backward (train) or forward (infer)
   preheat();
   if (train) {
     std::vector<double> f;
