@@ -8,6 +8,9 @@
 // --sustain-ms (default 300): every timed measurement, ours and the stock layer's, follows MS ms of
 // a local GEMM load, so both are timed at the power-limited clocks of a GPU in training rather than
 // at boost clocks after a pause (docs/perf.md G22); 0 restores the earlier protocol.
+// Protocol: the fused layer's totals and the GEMM-only totals alternate over 3 rounds (each total
+// the median over rounds of its --iters-call median), the stage table over 3 more; every rank's
+// numbers are shown (ranges), and the layer is also divided by the slowest rank's GEMM-only time.
 // --wgrad: our backward adds its weight gradients into the gradient buffers (default), as the stock
 // layer's autograd adds each call's into the existing .grad (the baseline times repeated
 // forward+backward calls without zero_grad); `write` overwrites them (a step after
