@@ -95,6 +95,6 @@ fi
 if has layer; then
   for f in "$OUT"/layer_*.log; do
     echo "--- $(basename "$f" .log):"
-    sed -n '/^stage (rank 0/,$p' "$f" | grep -E "x$|^forward|^fused|^stage"
+    sed -n '/^stage (eager)/,$p' "$f" | grep -E "^(fwd|bwd):.*x |^forward|^fused|^over|^stage"
   done
 fi
