@@ -43,20 +43,11 @@ struct GroupedGemmConfig {
   // (docs/perf.md G8/G9). Same kernels (a run-time switch); the counter is a per-(device, stream)
   // slot the library keeps, so calls that may overlap must be on different streams.
   bool dynamic_schedule = false;
-  // Cooperative row-tiled kernels (FPROP, W13, DGRAD; TMA stores, no clusters): an expert's last M
-  // tile that holds at most 64 rows is contracted by both warpgroups, each over alternate 64-deep k
-  // blocks, and the two partial sums are added through shared memory -- instead of one warpgroup
-  // doing all of it while the other idles (docs/perf.md G32). A run-time switch of the same kernels;
-  // the FP32 sum of such a tile is taken in a different order (still one BF16 rounding).
-  bool split_tails = false;
 
-  // "128x256x64_s4" (+ "_c2", "_pp", "_tma", "_dyn", "_ks", "_swapab", "_gather"); what overrides and
-  // the benchmark print.
+  // "128x256x64_s4" (+ "_c2", "_pp", "_tma", "_dyn", "_swapab", "_gather"); what overrides and the
+  // benchmark print.
   std::string name() const;
 };
-
-// Whether `split_tails` applies to this configuration of `op` (the kernel supports it).
-bool grouped_gemm_split_tails_supported(GroupedGemmOp op, const GroupedGemmConfig& config);
 
 // What the heuristic may look at: only host-known sizes (never the counts).
 struct GroupedGemmProblem {

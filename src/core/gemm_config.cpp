@@ -175,15 +175,9 @@ std::string GroupedGemmConfig::name() const {
   if (pingpong) s += "_pp";
   if (tma_store) s += "_tma";
   if (dynamic_schedule) s += "_dyn";
-  if (split_tails) s += "_ks";
   if (swap_ab) s += "_swapab";
   if (gather) s += "_gather";
   return s;
-}
-
-bool grouped_gemm_split_tails_supported(GroupedGemmOp op, const GroupedGemmConfig& c) {
-  return op != GroupedGemmOp::kWgrad && !c.swap_ab && !c.pingpong && c.tma_store && c.cluster_m == 1 &&
-         c.block_m == 128;
 }
 
 namespace {
@@ -210,8 +204,8 @@ bool grouped_gemm_experimental_requested() {
 
 // DIST_MOE_GEMM_EXPERIMENTAL=1 (and not DIST_MOE_GEMM_LEGACY): the schemes still waiting for their
 // first measurement -- the dynamic tile schedule (G9) for every M- and K-grouped op (swap-AB decode
-// keeps the static one: its tiles all cost the same), for short-K WGRAD the deep-staging
-// ping-pong kernel (G10), and split tails (G32) where the picked kernel supports them. Without the variable the picks are exactly the measured ones. The 2-CTA
+// keeps the static one: its tiles all cost the same), and for short-K WGRAD the deep-staging
+// ping-pong kernel (G10). Without the variable the picks are exactly the measured ones. The 2-CTA
 // cluster kernels (`_c2`, G15) are never picked: measured slower than or equal to the unclustered
 // ones at dsv3_prefill (FPROP and WGRAD); they stay compiled for A/B runs and overrides.
 GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int device_num_sms) {
@@ -241,8 +235,6 @@ GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int de
   }
   // G9: the dynamic tile schedule.
   if (!c.swap_ab) c.dynamic_schedule = true;
-  // G32: tails of at most 64 rows contracted by both warpgroups.
-  if (grouped_gemm_split_tails_supported(p.op, c)) c.split_tails = true;
   return c;
 }
 

@@ -173,7 +173,7 @@ const GemmKernelEntry& find_kernel(GroupedGemmOp op, DType out, const GroupedGem
 }
 
 // ---- argument checks --------------------------------------------------------------------------
-void check_common(const GroupedGemmCommon& c, GroupedGemmOp gemm_op, const char* op) {
+void check_common(const GroupedGemmCommon& c, const char* op) {
   DMOE_CHECK_ARG(c.counts != nullptr, op, ": counts must be a device int32 [e_local] array, got nullptr");
   DMOE_CHECK_ARG(c.e_local >= 1 && c.e_local <= kMaxExperts, op, ": e_local must be in [1, ", kMaxExperts, "], got ",
                  c.e_local);
@@ -191,9 +191,6 @@ void check_common(const GroupedGemmCommon& c, GroupedGemmOp gemm_op, const char*
     DMOE_CHECK_ARG(c.config->cluster_m == 1 || !c.config->dynamic_schedule, op,
                    ": config.dynamic_schedule needs cluster_m = 1 (a cluster's CTAs share one static schedule)");
     DMOE_CHECK_ARG(c.config->num_sms >= 0, op, ": config.num_sms must be >= 0, got ", c.config->num_sms);
-    DMOE_CHECK_ARG(!c.config->split_tails || grouped_gemm_split_tails_supported(gemm_op, *c.config), op,
-                   ": config.split_tails needs a cooperative 128-row TMA-store kernel without clusters, got ",
-                   c.config->name());
   }
 }
 
@@ -362,7 +359,6 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   L.stream = stream;
   if (L.has_offsets()) L.tensormap_workspace = tensormap_workspace(stream, dev.num_sms);
   if (cfg.dynamic_schedule) L.tile_counter = tile_counter_slot(stream);
-  L.split_tails = cfg.split_tails;
   if (c.validate_counts) {
     validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity, static_cast<int>(op), offsets);
     DMOE_CUDA_CHECK_LAUNCH();
@@ -399,14 +395,6 @@ std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_
     d.dynamic_schedule = true;
     v.push_back(d);
   }
-  // Split-tail twins of every configuration that supports them (static and dynamic).
-  const size_t with_dynamic = v.size();
-  for (size_t i = 0; i < with_dynamic; ++i) {
-    if (!grouped_gemm_split_tails_supported(op, v[i])) continue;
-    GroupedGemmConfig t = v[i];
-    t.split_tails = true;
-    v.push_back(t);
-  }
   return v;
 }
 
@@ -418,7 +406,7 @@ size_t grouped_gemm_gather_workspace_bytes(int64_t m_capacity, int64_t e_local) 
 // ---- the four operations --------------------------------------------------------------------------
 void grouped_gemm_fprop(const FpropArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_fprop";
-  check_common(a.common, GroupedGemmOp::kFprop, op);
+  check_common(a.common, op);
   check_ptr(a.w, op, "w");
   check_row_input(a.gather, a.a, op, "a");
   check_row_output(a.scatter, a.out, op, "out");
@@ -435,7 +423,7 @@ void grouped_gemm_fprop(const FpropArgs& a, cudaStream_t stream) {
 
 void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_w13_fprop";
-  check_common(a.common, GroupedGemmOp::kFpropSwiglu, op);
+  check_common(a.common, op);
   DMOE_CHECK_ARG(a.common.n % 256 == 0, op, ": n = 2F must have F a multiple of 128, got n = ", a.common.n);
   check_ptr(a.w13, op, "w13");
   check_ptr(a.h2, op, "h2");
@@ -468,7 +456,7 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
 
 void grouped_gemm_dgrad(const DgradArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_dgrad";
-  check_common(a.common, GroupedGemmOp::kDgrad, op);
+  check_common(a.common, op);
   check_out_dtype(a.out_dtype, op);
   check_ptr(a.w, op, "w");
   check_row_input(a.gather, a.grad_out, op, "grad_out");
@@ -488,7 +476,7 @@ void grouped_gemm_dgrad(const DgradArgs& a, cudaStream_t stream) {
 
 void grouped_gemm_wgrad(const WgradArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_wgrad";
-  check_common(a.common, GroupedGemmOp::kWgrad, op);
+  check_common(a.common, op);
   check_out_dtype(a.out_dtype, op);
   check_ptr(a.grad_w, op, "grad_w");
   if (a.common.m_capacity == 0) {  // no rows at all: every expert's gradient is zero

@@ -125,7 +125,6 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     ml.ready = L.ready;
     ml.gather_row_elems = kKind == GemmKind::kDgrad ? L.n : L.k;
   }
-  ml.split_tails = L.split_tails ? 1 : 0;
   sc.counts = L.counts;
   sc.num_experts = L.e_local;
   sc.m_capacity = L.m_capacity;

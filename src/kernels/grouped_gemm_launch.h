@@ -46,7 +46,6 @@ struct GemmLaunch {
   CUtensorMap* tensormap_workspace = nullptr;
   // Dynamic tile schedule: this (device, stream)'s self-resetting counter pair; nullptr = static.
   int32_t* tile_counter = nullptr;
-  bool split_tails = false;  // tails of <= 64 rows on both consumer warpgroups (kernels that can)
   // Gather producer (A's rows): row table, destination (what TMA then reads), ready counters.
   const void* const* gather_rows = nullptr;
   void* gathered = nullptr;

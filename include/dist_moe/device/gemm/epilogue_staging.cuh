@@ -308,13 +308,6 @@ struct SwizzledTmaWriterN {
   }
 
  public:
-  // Every TMA store this warpgroup issued has finished reading its staging buffers (the elected
-  // thread waits; the caller's barrier then tells the other threads). Does not change which buffer
-  // the next chunk takes.
-  DMOE_DEVICE void wait_staging_read() const {
-    if (elected) ptx::bulk_wait_group_read<0>();
-  }
-
   // Before the CTA exits: every store complete (the shared memory and this CTA's tensor maps must
   // outlive the copies that read them).
   DMOE_DEVICE void finish() const {

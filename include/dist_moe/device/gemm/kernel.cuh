@@ -124,9 +124,6 @@ struct GroupedGemmKernel {
   static constexpr bool kGather = kGather_;
   static constexpr bool kPingPong = Mainloop::kPingPong;
   static constexpr bool kDeferred = IsDeferred<Epilogue>::value;
-  // Split tails (MainloopParams::split_tails): the partial sums meet in both warpgroups' staging
-  // buffers, which the asynchronous TMA writer's wait can free.
-  static constexpr bool kCanSplitTails = Mainloop::kCanSplitTails && Writer::kTma && !kDeferred;
   static_assert(!kGather || Mainloop::kGrouping == Grouping::kM, "the gather producer feeds A of M-grouped GEMMs");
   static_assert(!kGather || Mainloop::kClusterM == 1, "the gather producer's ready flags count one CTA per M tile");
 
@@ -272,11 +269,7 @@ struct GroupedGemmKernel {
             Epilogue::flush(params.epilogue, resolved, deferred.d, writer);
             Epilogue::defer(params.epilogue, resolved, t, acc, wg, deferred.d, writer);
           } else {
-            const bool split = kCanSplitTails && params.mainloop.split_tails != 0 && Mainloop::is_split_tail(t);
-            Mainloop::mma_tile(t, num_k, rows_in_last, pipe, st, smem, wg, acc, typename Mainloop::NoHook{}, split);
-            if constexpr (kCanSplitTails) {
-              if (split) add_partial_of_wg1(acc, wg, smem + kStagingOffset, writer);
-            }
+            Mainloop::mma_tile(t, num_k, rows_in_last, pipe, st, smem, wg, acc);
           }
           if (dynamic) next = sched.at(tile_ring_read(ring, index + 1));
           // Signal only when the other warpgroup has a tile to wait for: every arrival is matched.
@@ -300,52 +293,6 @@ struct GroupedGemmKernel {
   }
 
  private:
-  // After mma_tile_split: warpgroup 1's partial sum goes through both warpgroups' staging buffers
-  // (2 * kBytesPerWg, in rounds) into warpgroup 0's accumulators, which then hold the tile (rows
-  // 0-63; warpgroup 1's own rows lie past the expert's end, so its epilogue stores nothing). Thread
-  // i of one warpgroup holds the same fragment elements as thread i of the other. Both warpgroups'
-  // TMA stores must have finished reading the buffers first.
-  DMOE_DEVICE static void add_partial_of_wg1(float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg,
-                                             uint32_t staging, const Writer& writer) {
-    constexpr int kVecs = Mainloop::kAccPerMma / 4;  // float4s per thread
-    // float4s per thread per round: 4 (8 KiB of the buffers) keeps the loaded values few enough
-    // for the gather variants' 200 consumer registers (16 spilled).
-    constexpr int kRoundVecs = 4;
-    static_assert(2 * Writer::kBytesPerWg >= kRoundVecs * 128 * 16, "a round fits the staging buffers");
-    constexpr int kRounds = (kVecs + kRoundVecs - 1) / kRoundVecs;
-    const int tid = static_cast<int>(threadIdx.x % 128);
-    writer.wait_staging_read();
-#pragma unroll
-    for (int r = 0; r < kRounds; ++r) {
-      ptx::named_barrier_sync(kBarrierConsumers, 256);  // buffers free: stores read, last round added
-      if (wg == 1) {
-#pragma unroll
-        for (int v = 0; v < kRoundVecs; ++v) {
-          const int i = r * kRoundVecs + v;
-          if (i < kVecs)
-            ptx::st_shared_v4(staging + (v * 128 + tid) * 16,
-                              make_uint4(__float_as_uint(acc[0][4 * i]), __float_as_uint(acc[0][4 * i + 1]),
-                                         __float_as_uint(acc[0][4 * i + 2]), __float_as_uint(acc[0][4 * i + 3])));
-        }
-      }
-      ptx::named_barrier_sync(kBarrierConsumers, 256);
-      if (wg == 0) {
-#pragma unroll
-        for (int v = 0; v < kRoundVecs; ++v) {
-          const int i = r * kRoundVecs + v;
-          if (i < kVecs) {
-            const uint4 u = ptx::ld_shared_v4(staging + (v * 128 + tid) * 16);
-            acc[0][4 * i] += __uint_as_float(u.x);
-            acc[0][4 * i + 1] += __uint_as_float(u.y);
-            acc[0][4 * i + 2] += __uint_as_float(u.z);
-            acc[0][4 * i + 3] += __uint_as_float(u.w);
-          }
-        }
-      }
-    }
-    ptx::named_barrier_sync(kBarrierConsumers, 256);  // read before either warpgroup stages again
-  }
-
   // Warp sums -> CTA sums in shared memory -> one FP32 atomicAdd per counter per CTA.
   DMOE_DEVICE static void flush_clip_counts(const EpilogueParams& p, const ClipCounts& c, uint32_t* cta_counts,
                                             int consumer_tid) {

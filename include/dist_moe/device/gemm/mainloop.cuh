@@ -127,17 +127,6 @@ struct Sm90Mainloop {
     return n;
   }
 
-  // Split tails (cooperative 128-row tiles, kM grouping): an expert's last M tile with at most 64
-  // rows -- all of them in warpgroup 0's block -- is contracted by both warpgroups over alternate
-  // k blocks (mma_tile_split); the caller adds warpgroup 1's partial sum to warpgroup 0's.
-  static constexpr bool kCanSplitTails =
-      !kPingPong && kClusterM == 1 && kGrouping == Grouping::kM && kBlockM == 128 && kMmaPerWg == 1;
-
-  DMOE_DEVICE static bool is_split_tail(const WorkTile& t) {
-    if constexpr (!kCanSplitTails) return false;
-    return t.num_rows - t.m_block * kBlockM <= 64;
-  }
-
 #if defined(__CUDACC__)
 
   // ---- producer: one thread issues every TMA copy of a tile -------------------------------------
@@ -262,14 +251,10 @@ struct Sm90Mainloop {
   // valid rows of the last k block (WGRAD only; 64 when it is full). Blocks past the expert's end
   // get no wgmma (their accumulators stay zero and the epilogue stores none of their rows), but the
   // warpgroup still waits for and releases every stage so the ring keeps its phase.
-  // split (a split tail, is_split_tail): warpgroup `wg` issues the wgmmas of the k blocks kb with
-  // kb % 2 == wg only, on the tile's first 64 A rows (warpgroup 0's block), and releases the other
-  // stages once they are full; acc then holds this warpgroup's partial sum, which the caller adds
-  // up.
   template <class Hook = NoHook>
   DMOE_DEVICE static void mma_tile(const WorkTile& t, int32_t num_k_blocks, int rows_in_last,
                                    const Pipeline& pipe, PipelineState<kStages>& st, uint32_t smem, int wg,
-                                   float (&acc)[kMmaPerWg][kAccPerMma], Hook&& hook = Hook{}, bool split = false) {
+                                   float (&acc)[kMmaPerWg][kAccPerMma], Hook&& hook = Hook{}) {
     // Zero the accumulators explicitly (rather than relying on scale-d = 0 for the first slice):
     // leaving them undefined lets the compiler carry the previous tile's registers through copies
     // that serialize the wgmma pipeline (ptxas C7515) and spill. It also gives WGRAD of an empty
@@ -279,66 +264,54 @@ struct Sm90Mainloop {
 #pragma unroll
       for (int i = 0; i < kAccPerMma; ++i) acc[b][i] = 0.0f;
     if (num_k_blocks == 0) return;
-    if constexpr (kCanSplitTails) {
-      if (split) {
-        mma_blocks<kMmaPerWg>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc, hook, /*rows_wg=*/0, /*odd=*/wg);
-        return;
-      }
-    }
     const int active = active_blocks(t, wg);
     if (active == kMmaPerWg) {
-      mma_blocks<kMmaPerWg>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc, hook, wg, -1);
+      mma_blocks<kMmaPerWg>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc, hook);
     } else if constexpr (kMmaPerWg > 1) {
-      if (active == 1) mma_blocks<1>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc, hook, wg, -1);
-      else mma_blocks<0>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc, hook, wg, -1);
+      if (active == 1) mma_blocks<1>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc, hook);
+      else mma_blocks<0>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc, hook);
     } else {
-      mma_blocks<0>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc, hook, wg, -1);
+      mma_blocks<0>(num_k_blocks, rows_in_last, pipe, st, smem, wg, acc, hook);
     }
   }
 
  private:
-  // The k loop with the first kBlocks m64 blocks active (0: only keep the ring moving), on the A
-  // rows of warpgroup `rows_wg`'s blocks. parity >= 0 (split tails): only the k blocks with
-  // kb % 2 == parity get wgmmas, the other stages are released as soon as they are full.
+  // The k loop with the first kBlocks m64 blocks active (0: only keep the ring moving).
   template <int kBlocks, class Hook>
   DMOE_DEVICE static void mma_blocks(int32_t num_k_blocks, int rows_in_last, const Pipeline& pipe,
                                      PipelineState<kStages>& st, uint32_t smem, int wg,
-                                     float (&acc)[kMmaPerWg][kAccPerMma], Hook& hook, int rows_wg, int parity) {
+                                     float (&acc)[kMmaPerWg][kAccPerMma], Hook& hook) {
     // Index among the tile's consumer threads (threads 128..383 cooperative: a permutation of 0..255).
     const int tid = static_cast<int>(threadIdx.x % kTileThreads);
-    int32_t held = -1;  // the stage this warpgroup's in-flight wgmmas may still read
+    int32_t prev_stage = 0;
     for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
       pipe.consumer_wait(st);
       if constexpr (kKind == GemmKind::kWgrad) {
         if (kb == num_k_blocks - 1 && rows_in_last < kBlockK)
           zero_tail_rows(smem, st.stage, rows_in_last, tid, kTileThreads, tile_barrier(wg));
       }
-      if (parity >= 0 && (kb & 1) != parity) {
-        pipe.consumer_release(st.stage);  // the other warpgroup's k block
-      } else {
-        if constexpr (kBlocks > 0) {
-          uint64_t da[kBlocks];
+      if constexpr (kBlocks > 0) {
+        uint64_t da[kBlocks];
 #pragma unroll
-          for (int b = 0; b < kBlocks; ++b) da[b] = desc_a(smem, st.stage, rows_wg, b);
-          const uint64_t db = desc_b(smem, st.stage);
-          ptx::wgmma_fence();
+        for (int b = 0; b < kBlocks; ++b) da[b] = desc_a(smem, st.stage, wg, b);
+        const uint64_t db = desc_b(smem, st.stage);
+        ptx::wgmma_fence();
 #pragma unroll
-          for (int kk = 0; kk < kBlockK / 16; ++kk)
+        for (int kk = 0; kk < kBlockK / 16; ++kk)
 #pragma unroll
-            for (int b = 0; b < kBlocks; ++b)
-              Wgmma::mma(acc[b], ptx::desc_advance(da[b], kk * kStepA), ptx::desc_advance(db, kk * kStepB), 1u);
-          ptx::wgmma_commit();
-          // Keep this block's wgmmas in flight; the previous block's are done after this wait.
-          ptx::wgmma_wait<1>();
-        }
-        if (held >= 0) pipe.consumer_release(held);
-        hook(kb);  // runs while this block's wgmmas execute, after the previous stage is released
-        held = st.stage;
+          for (int b = 0; b < kBlocks; ++b)
+            Wgmma::mma(acc[b], ptx::desc_advance(da[b], kk * kStepA), ptx::desc_advance(db, kk * kStepB), 1u);
+        ptx::wgmma_commit();
+        // Keep this block's wgmmas in flight; the previous block's are done after this wait.
+        ptx::wgmma_wait<1>();
       }
+      if (kb > 0) pipe.consumer_release(prev_stage);
+      hook(kb);  // runs while this block's wgmmas execute, after the previous stage is released
+      prev_stage = st.stage;
       st.advance();
     }
     if constexpr (kBlocks > 0) ptx::wgmma_wait<0>();
-    if (held >= 0) pipe.consumer_release(held);
+    pipe.consumer_release(prev_stage);
 #pragma unroll
     for (int b = 0; b < kMmaPerWg; ++b) ptx::wgmma_fence_operands(acc[b]);
   }

@@ -90,9 +90,6 @@ struct MainloopParams {
   const void* const* gather_rows = nullptr;  // [m_capacity] source row addresses; nullptr = zero row
   int32_t* ready = nullptr;                  // [M tiles] row chunks published per M tile
   int32_t gather_row_elems = 0;              // BF16 elements per row (the contraction K)
-  // Split tails (config `split_tails`, name `_ks`; kernels with GroupedGemmKernel::kCanSplitTails):
-  // an expert's last M tile of <= 64 rows is contracted by both consumer warpgroups.
-  int32_t split_tails = 0;
 };
 
 struct EpilogueParams {
