@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/event_timing.h"
+#include "gpu/device_buffer.h"
 #include "dist_moe/check.h"
 #include "dist_moe/workloads.h"
 #include "kernels/random_fill.h"
@@ -37,15 +38,8 @@ using namespace dist_moe;
 int g_iters = 20;
 double g_sustain_ms = 100;
 
-struct Buf {
-  void* p = nullptr;
-  explicit Buf(size_t bytes) { DMOE_CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1)); }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  template <class T>
-  T* as() const { return static_cast<T*>(p); }
-};
+using testing::DeviceBuffer;
+using Bf16Buffer = DeviceBuffer<__nv_bfloat16>;
 
 double time_ms(const std::function<void()>& fn, cudaStream_t s) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -68,12 +62,11 @@ void run_shape(const Workload& w, cudaStream_t s) {
       ids[t * K + k] = (k == K - 1 && t % 16 == 0) ? -1 : static_cast<int32_t>((t * 7 + k * 13) % w.experts);
       scores[t * K + k] = std::uniform_real_distribution<float>(0.05f, 0.5f)(rng);
     }
-  Buf d_ids(T * K * 4), d_scores(T * K * 4);
-  DMOE_CUDA_CHECK(cudaMemcpy(d_ids.p, ids.data(), T * K * 4, cudaMemcpyHostToDevice));
-  DMOE_CUDA_CHECK(cudaMemcpy(d_scores.p, scores.data(), T * K * 4, cudaMemcpyHostToDevice));
+  DeviceBuffer<int32_t> d_ids(ids);
+  DeviceBuffer<float> d_scores(scores);
   kernels::TopkRoutes r;
-  r.ids_TK = d_ids.p;
-  r.scores_TK = d_scores.p;
+  r.ids_TK = d_ids.get();
+  r.scores_TK = d_scores.get();
   r.T = T;
   r.K = K;
   r.D = D;
@@ -81,20 +74,19 @@ void run_shape(const Workload& w, cudaStream_t s) {
   // Expert rows: M / L per expert, contiguous.
   std::vector<int32_t> counts(L, static_cast<int32_t>(M / L)), offsets(L + 1, 0);
   for (int64_t e = 0; e < L; ++e) offsets[e + 1] = offsets[e] + counts[e];
-  Buf d_counts(L * 4), d_offsets((L + 1) * 4);
-  DMOE_CUDA_CHECK(cudaMemcpy(d_counts.p, counts.data(), L * 4, cudaMemcpyHostToDevice));
-  DMOE_CUDA_CHECK(cudaMemcpy(d_offsets.p, offsets.data(), (L + 1) * 4, cudaMemcpyHostToDevice));
-  const kernels::ExpertRowsView rows{d_counts.as<int32_t>(), d_offsets.as<int32_t>(), static_cast<int32_t>(L), M};
+  DeviceBuffer<int32_t> d_counts(counts), d_offsets(offsets);
+  const kernels::ExpertRowsView rows{d_counts.get(), d_offsets.get(), static_cast<int32_t>(L), M};
   const activation::SwigluParams sp{};
 
-  Buf routes_a(T * K * D * 2), routes_b(T * K * D * 2), tok_a(T * D * 2), tok_b(T * D * 2), gs(T * K * 4);
-  Buf h1(M * 2 * F * 2), h2(M * F * 2), gh1(M * 2 * F * 2);
-  kernels::fill_uniform_bf16(routes_a.p, T * K * D, 1, 1.0f, s);
-  kernels::fill_uniform_bf16(tok_a.p, T * D, 2, 1.0f, s);
-  kernels::fill_uniform_bf16(h1.p, M * 2 * F, 3, 2.0f, s);
-  kernels::fill_uniform_bf16(h2.p, M * F, 4, 1.0f, s);
-  Buf copy_src(M * 2 * F * 2 + T * K * D * 2), copy_dst(M * 2 * F * 2 + T * K * D * 2);
-  DMOE_CUDA_CHECK(cudaMemsetAsync(copy_src.p, 1, M * 2 * F * 2 + T * K * D * 2, s));
+  Bf16Buffer routes_a(T * K * D), routes_b(T * K * D), tok_a(T * D), tok_b(T * D);
+  Bf16Buffer h1(M * 2 * F), h2(M * F), gh1(M * 2 * F);
+  DeviceBuffer<float> gs(T * K);
+  kernels::fill_uniform_bf16(routes_a.get(), T * K * D, 1, 1.0f, s);
+  kernels::fill_uniform_bf16(tok_a.get(), T * D, 2, 1.0f, s);
+  kernels::fill_uniform_bf16(h1.get(), M * 2 * F, 3, 2.0f, s);
+  kernels::fill_uniform_bf16(h2.get(), M * F, 4, 1.0f, s);
+  DeviceBuffer<uint8_t> copy_src(M * 2 * F * 2 + T * K * D * 2), copy_dst(copy_src.size());
+  DMOE_CUDA_CHECK(cudaMemsetAsync(copy_src.get(), 1, copy_src.size(), s));
 
   struct Case {
     const char* name;
@@ -104,16 +96,15 @@ void run_shape(const Workload& w, cudaStream_t s) {
   const double route_b = double(T * K * D * 2), tok_bytes = double(T * D * 2);
   const std::vector<Case> cases = {
       {"reduce_from_topk", route_b, tok_bytes,
-       [&] { kernels::reduce_from_topk(r, routes_a.as<__nv_bfloat16>(), tok_b.as<__nv_bfloat16>(), s); }},
+       [&] { kernels::reduce_from_topk(r, routes_a.get(), tok_b.get(), s); }},
       {"topk_reduce_backward", route_b + tok_bytes, route_b,
        [&] {
-         kernels::topk_reduce_backward(r, routes_a.p, tok_a.as<__nv_bfloat16>(), routes_b.as<__nv_bfloat16>(),
-                                       gs.as<float>(), s);
+         kernels::topk_reduce_backward(r, routes_a.get(), tok_a.get(), routes_b.get(), gs.get(), s);
        }},
       {"swiglu_forward", double(M * 2 * F * 2), double(M * F * 2),
-       [&] { kernels::swiglu_forward(h1.p, h2.p, F, rows, sp, nullptr, 0.f, s); }},
+       [&] { kernels::swiglu_forward(h1.get(), h2.get(), F, rows, sp, nullptr, 0.f, s); }},
       {"swiglu_backward", double(M * 3 * F * 2), double(M * 2 * F * 2),
-       [&] { kernels::swiglu_backward(h1.p, h2.p, gh1.p, F, rows, sp, s); }},
+       [&] { kernels::swiglu_backward(h1.get(), h2.get(), gh1.get(), F, rows, sp, s); }},
   };
   std::printf("\n%s (per rank at EP2: T=%lld K=%lld D=%lld, M=%lld rows, F=%lld)\n", w.name.c_str(), (long long)T,
               (long long)K, (long long)D, (long long)M, (long long)F);
@@ -123,7 +114,7 @@ void run_shape(const Workload& w, cudaStream_t s) {
     const double ms = time_ms(c.fn, s);
     const size_t half = static_cast<size_t>(moved / 2) & ~size_t{15};
     const double copy_ms = time_ms(
-        [&] { DMOE_CUDA_CHECK(cudaMemcpyAsync(copy_dst.p, copy_src.p, half, cudaMemcpyDeviceToDevice, s)); }, s);
+        [&] { DMOE_CUDA_CHECK(cudaMemcpyAsync(copy_dst.get(), copy_src.get(), half, cudaMemcpyDeviceToDevice, s)); }, s);
     std::printf("%-22s %10.1f %10.4f %10.1f %10.4f %7.2fx\n", c.name, moved / 1e6, ms, moved / ms / 1e6, copy_ms,
                 copy_ms / ms);
   }

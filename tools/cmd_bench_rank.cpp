@@ -46,9 +46,7 @@ struct DevBuf {
 // Every timing here: CUDA events around each call, each call on an idle GPU (as the stock layer's
 // calls are timed), medians (common/event_timing.h).
 using testing::EventTiming;
-EventTiming median_ms(const std::function<void()>& fn, int iters, cudaStream_t stream) {
-  return testing::median_event_ms(fn, iters, stream);
-}
+using testing::median_event_ms;
 
 }  // namespace
 
@@ -138,14 +136,16 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     if (train) routed_experts_forward(*ctx, in, out.p, &saved, opts, stream);
     else routed_experts_inference(*ctx, in, out.p, opts, stream);
   };
-  auto fwd_bwd = [&] {
-    routed_experts_forward(*ctx, in, out.p, &saved, opts, stream);
-    routed_experts_backward(*ctx, in, saved, gout.p, g, opts, stream);
+  auto bwd = [&] { routed_experts_backward(*ctx, in, saved, gout.p, g, opts, stream); };
+  // One call of the layer as timed: forward+backward (train) or the inference forward.
+  auto layer_call = [&] {
+    fwd();
+    if (train) bwd();
   };
   // GEMM-only: the same grouped GEMMs on the same per-expert rows, local contiguous buffers.
   const int64_t cap = ctx->impl().capacity_rows();
   // (Run once first: the routing tables hold this call's counts afterwards.)
-  for (int i = 0; i < 3; ++i) train ? fwd_bwd() : fwd();
+  for (int i = 0; i < 3; ++i) layer_call();
   DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   const int32_t* routed_counts = ctx->impl().ep->tables().expert_rows;  // this call's routing
   const int32_t* counts = routed_counts;
@@ -222,8 +222,12 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     grouped_gemm_wgrad(wg13, stream);
     gemm_mark("w13_wgrad");
   };
-  gemm_fwd();
-  if (train) gemm_bwd();
+  // The GEMM-only twin of layer_call.
+  auto gemm_layer = [&] {
+    gemm_fwd();
+    if (train) gemm_bwd();
+  };
+  gemm_layer();
 
   // Before each timed measurement: the GEMM-only forward with balanced rows (local, no cross-rank
   // dependency) for sustain_ms, so that every measurement -- ours here, the stock layer's in
@@ -257,31 +261,27 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   // same clocks; each total is the median over the rounds of its per-round medians.
   constexpr int kTotalRounds = 3;
   std::vector<double> fwd_r, layer_r, host_r, gemm_fwd_r, gemm_fb_r;
-  auto gemm_fwd_bwd = [&] {
-    gemm_fwd();
-    gemm_bwd();
-  };
   for (int r = 0; r < kTotalRounds; ++r) {
     preheat();
     if (train) {
       std::vector<double> f;
       for (int i = 0; i < iters; ++i) {
-        f.push_back(median_ms(fwd, 1, stream).ms);
-        routed_experts_backward(*ctx, in, saved, gout.p, g, opts, stream);
+        f.push_back(median_event_ms(fwd, 1, stream).ms);
+        bwd();
       }
       std::sort(f.begin(), f.end());
       fwd_r.push_back(f[f.size() / 2]);
       preheat();
     }
-    const EventTiming layer = median_ms(train ? std::function<void()>(fwd_bwd) : std::function<void()>(fwd), iters, stream);
+    const EventTiming layer = median_event_ms(layer_call, iters, stream);
     layer_r.push_back(layer.ms);
     host_r.push_back(layer.host_ms);
     if (!train) fwd_r.push_back(layer.ms);
     preheat();
-    gemm_fwd_r.push_back(median_ms(gemm_fwd, iters, stream).ms);
+    gemm_fwd_r.push_back(median_event_ms(gemm_fwd, iters, stream).ms);
     if (train) {
       preheat();
-      gemm_fb_r.push_back(median_ms(gemm_fwd_bwd, iters, stream).ms);
+      gemm_fb_r.push_back(median_event_ms(gemm_layer, iters, stream).ms);
     }
   }
   auto median_of = [](std::vector<double> v) {
@@ -327,16 +327,14 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   // Each staged call follows one untimed call of the same kind: the first kernels after the
   // sustained load run slow (measured in session 11: a 25 us publish+route took 0.17-0.29 ms as the
   // first call after the preheat, 0.03 ms after a short GEMM), which would land in the first stage.
-  auto bwd = [&] { routed_experts_backward(*ctx, in, saved, gout.p, g, opts, stream); };
   for (int r = 0; r < kStagedRounds; ++r) {
     preheat();
-    train ? fwd_bwd() : fwd();
+    layer_call();
     align();
     staged("fwd:", fwd, layer_rounds[r]);
     if (train) staged("bwd:", bwd, layer_rounds[r]);
     preheat();
-    gemm_fwd();
-    if (train) gemm_bwd();
+    gemm_layer();
     align();
     staged("fwd:", gemm_fwd, gemm_rounds[r]);
     if (train) staged("bwd:", gemm_bwd, gemm_rounds[r]);
@@ -356,7 +354,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
 
   counts = static_cast<const int32_t*>(d_even.p);
   preheat();
-  const double gemm_fwd_even_ms = median_ms(gemm_fwd, iters, stream).ms;
+  const double gemm_fwd_even_ms = median_event_ms(gemm_fwd, iters, stream).ms;
   counts = routed_counts;
 
   // Every rank's numbers to rank 0 (one all-gather; every rank ran the same stages): the layer ends
