@@ -19,6 +19,8 @@
 // shapes, configurations whose shared memory does not fit are skipped), so one run shows which
 // configuration wins where (scripts/gemm_gpu_check.sh tabulates them).
 //
+// --sms N,M: the heuristic's configuration also on N and M persistent CTAs (rows "<config>@Nsm"):
+// how an op's time scales when a kernel running beside it holds the other SMs.
 // --sweep-match S: with --sweep, only the configurations whose name contains S (e.g. "_dyn").
 // --rounds R: every configuration of an op (the heuristic's and, with --sweep, the others) is timed
 // R times, interleaved (config 1, 2, ..., 1, 2, ...), and reports the median of its R medians:
@@ -291,6 +293,7 @@ std::string g_sweep_match;  // --sweep-match S: sweep only configurations whose 
 int g_rounds = 1;
 bool g_wgrad_accumulate = false;  // --wgrad-accumulate: WGRAD adds into its output (the layer's case)
 bool g_device_offsets = false;    // --device-offsets: row operands through device offsets (the layer's case)
+std::vector<int> g_sms;        // --sms N,M: the pick also on N, M persistent CTAs (rows "<config>@Nsm")
 std::set<std::string> g_ops;  // empty: every op
 bool want(const std::string& op) { return g_ops.empty() || g_ops.count(op) != 0; }
 
@@ -300,10 +303,15 @@ bool want(const std::string& op) { return g_ops.empty() || g_ops.count(op) != 0;
 std::vector<GroupedGemmConfig> sweep_configs(GroupedGemmOp op, DType out, bool gather, bool decode,
                                              const std::string& chosen) {
   std::vector<GroupedGemmConfig> cfgs;
-  if (!g_sweep) return cfgs;
   for (const GroupedGemmConfig& cfg : grouped_gemm_configs(op, out, gather))
-    if (cfg.name() != chosen && (!cfg.swap_ab || decode) && cfg.name().find(g_sweep_match) != std::string::npos)
+    if (g_sweep && cfg.name() != chosen && (!cfg.swap_ab || decode) && cfg.name().find(g_sweep_match) != std::string::npos)
       cfgs.push_back(cfg);
+  for (const int sms : g_sms)
+    for (GroupedGemmConfig cfg : grouped_gemm_configs(op, out, gather))
+      if (cfg.name() == chosen) {
+        cfg.num_sms = sms;  // how the pick scales with fewer SMs (what a kernel run beside it leaves)
+        cfgs.push_back(cfg);
+      }
   return cfgs;
 }
 
@@ -350,6 +358,7 @@ double time_and_report(GroupedGemmOp op, DType out, bool gather, bool decode, co
     if (ms[i] < 0) continue;
     Row r = make_row(ms[i]);
     r.config = cfgs[i]->name();
+    if (cfgs[i]->num_sms > 0) r.config += "@" + std::to_string(cfgs[i]->num_sms) + "sm";
     r.kind = "sweep";
     report(r);
   }
@@ -601,13 +610,15 @@ int main(int argc, char** argv) {
     else if (a == "--rounds") g_rounds = std::max(1, std::atoi(value().c_str()));
     else if (a == "--wgrad-accumulate") g_wgrad_accumulate = true;
     else if (a == "--device-offsets") g_device_offsets = true;
-    else if (a == "--sustain-ms") g_sustain_ms = std::max(0, std::atoi(value().c_str()));
+    else if (a == "--sms") {
+      for (const std::string& v : split(value())) g_sms.push_back(std::atoi(v.c_str()));
+    } else if (a == "--sustain-ms") g_sustain_ms = std::max(0, std::atoi(value().c_str()));
     else if (a == "--ops") {
       for (const std::string& op : split(value())) g_ops.insert(op);
     } else {
       std::fprintf(stderr,
                    "usage: %s [--shapes a,b] [--routing balanced,random,zipf] [--iters N] [--csv FILE] [--sweep] "
-                   "[--sweep-match S] [--rounds R] [--ops a,b] [--wgrad-accumulate] [--device-offsets] [--sustain-ms MS]\n",
+                   "[--sweep-match S] [--rounds R] [--ops a,b] [--wgrad-accumulate] [--device-offsets] [--sustain-ms MS] [--sms N,M]\n",
                    argv[0]);
       return 2;
     }
