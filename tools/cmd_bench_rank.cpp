@@ -205,31 +205,22 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     wg2.accumulate = wgrad_accumulate;
     grouped_gemm_wgrad(wg2, stream);
     gemm_mark("w2_wgrad");
-    // W13 DGRAD beside W13 WGRAD when the layer's backward runs them so (bf16_pipeline.cpp).
-    const int wgrad_sms = wgrad_overlap_sms(ctx->impl().num_sms);
-    const bool overlap = wgrad_sms > 0;
-    const runtime::StreamFork& fork = *ctx->impl().fork;
-    if (overlap) fork.fork(stream);
     DgradArgs d13;
     d13.common = common(2 * F, D);
-    d13.common.max_ctas = overlap ? ctx->impl().num_sms - wgrad_sms : 0;
-    d13.common.shares_sms = overlap;
     d13.grad_out = gh1.p;
     d13.w = w13.p;
     d13.grad_a = a.p;
-    grouped_gemm_dgrad(d13, overlap ? fork.high() : stream);
-    if (!overlap) gemm_mark("w13_dgrad");
+    grouped_gemm_dgrad(d13, stream);
+    gemm_mark("w13_dgrad");
     WgradArgs wg13;
     wg13.common = common(2 * F, D);
-    wg13.common.shares_sms = overlap;
     wg13.grad_out = gh1.p;
     wg13.a = a.p;
     wg13.grad_w = gw13.p;
     wg13.out_dtype = DType::kBFloat16;
     wg13.accumulate = wgrad_accumulate;
-    grouped_gemm_wgrad(wg13, overlap ? fork.low() : stream);
-    if (overlap) fork.join(stream);
-    gemm_mark(overlap ? "w13_dgrad+wgrad" : "w13_wgrad");
+    grouped_gemm_wgrad(wg13, stream);
+    gemm_mark("w13_wgrad");
   };
   // The GEMM-only twin of layer_call.
   auto gemm_layer = [&] {

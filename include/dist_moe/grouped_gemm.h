@@ -82,13 +82,6 @@ struct GroupedGemmCommon {
   int64_t n = 0;                    // weight rows
   int64_t k = 0;                    // weight columns
   const GroupedGemmConfig* config = nullptr;  // override (tests, benchmarks); nullptr = heuristic
-  // Persistent CTAs at most (0: the configuration's, one per SM): a caller running another kernel
-  // beside this one leaves it the other SMs.
-  int max_ctas = 0;
-  // Another kernel may hold SMs when this one starts, so some CTAs start late: the heuristic then
-  // hands tiles out at run time (dynamic schedule), and a late CTA takes what is left instead of
-  // its fixed round-robin share.
-  bool shares_sms = false;
   // Run a small kernel first that checks the counts and prints a diagnostic before trapping
   // (the GEMM kernels themselves trap without a message). Turn off where routing already checked.
   bool validate_counts = true;

@@ -60,7 +60,6 @@ struct GroupedGemmProblem {
   bool gather = false;
   bool scatter = false;  // output rows stored through a row-address table (fused combine)
   bool accumulate = false;  // the output is added to (DGRAD, WGRAD), not overwritten
-  bool shares_sms = false;  // CTAs may start late (another kernel holds SMs at launch)
 };
 
 // The one place tile shapes are chosen (src/core/gemm_config.cpp; each branch says why).
@@ -68,11 +67,5 @@ struct GroupedGemmProblem {
 // with dynamic_schedule), for A/B runs; unset, the picks are the measured defaults.
 GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& problem, int device_num_sms);
 bool grouped_gemm_experimental_requested();
-
-// The training backward runs W13 WGRAD beside W13 DGRAD (docs/perf.md G33): DGRAD is capped at
-// device_num_sms minus this many CTAs, so WGRAD starts on the SMs it leaves and takes the others as
-// DGRAD's CTAs finish. 0: no overlap, the two run one after the other on the caller's stream.
-// DIST_MOE_WGRAD_OVERLAP_SMS=N overrides (A/B runs).
-int wgrad_overlap_sms(int device_num_sms);
 
 }  // namespace dist_moe

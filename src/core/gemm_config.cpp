@@ -17,7 +17,6 @@
 //    about 190 experts; beyond that the heuristic falls back to the padded-staging kernels.
 // DIST_MOE_GEMM_LEGACY=1 restores the first version's choices (synchronous epilogues), for A/B runs
 // and as an escape hatch.
-#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -223,12 +222,9 @@ GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int de
   // (ping-pong for odd widths, padded fallbacks) keep the static schedule (unmeasured).
   const bool wgrad_coop_tma_dyn = p.op == GroupedGemmOp::kWgrad && c.tma_store && !c.pingpong &&
                                   (p.out_dtype == DType::kFloat32 || p.accumulate);
-  // A call that shares the SMs with another kernel (the backward's W13 WGRAD beside DGRAD, G33) has CTAs
-  // that start only when the other kernel's CTAs leave: with the static round-robin their fixed
-  // shares of tiles would all end late; drawn at run time, the late CTAs take only what is left.
   if (!legacy_requested() && !c.swap_ab &&
       (p.op == GroupedGemmOp::kFprop || p.op == GroupedGemmOp::kFpropSwiglu || p.op == GroupedGemmOp::kDgrad ||
-       wgrad_coop_tma_dyn || p.shares_sms))
+       wgrad_coop_tma_dyn))
     c.dynamic_schedule = true;
   if (!grouped_gemm_experimental_requested() || legacy_requested()) return c;
   // G10: short-K WGRAD ping-pong -> the deep-staging kernel (s4, 4 staging buffers per warpgroup).
@@ -240,16 +236,6 @@ GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int de
   // G9: the dynamic tile schedule.
   if (!c.swap_ab) c.dynamic_schedule = true;
   return c;
-}
-
-int wgrad_overlap_sms(int device_num_sms) {
-  static const int from_env = [] {
-    const char* v = std::getenv("DIST_MOE_WGRAD_OVERLAP_SMS");
-    return v != nullptr && v[0] != '\0' ? std::max(0, std::atoi(v)) : -1;
-  }();
-  if (from_env >= 0) return std::min(from_env, device_num_sms - 1);
-  // Half the SMs: to be measured (G33).
-  return device_num_sms / 2;
 }
 
 }  // namespace dist_moe

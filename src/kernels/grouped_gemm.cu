@@ -184,7 +184,6 @@ void check_common(const GroupedGemmCommon& c, const char* op) {
                  c.k);
   DMOE_CHECK_ARG(c.e_local * c.n <= kInt32Max, op, ": e_local * n = ", c.e_local * c.n,
                  " weight rows exceed the int32 TMA coordinate range");
-  DMOE_CHECK_ARG(c.max_ctas >= 0, op, ": max_ctas must be >= 0 (0 = one CTA per SM), got ", c.max_ctas);
   if (c.config != nullptr) {
     DMOE_CHECK_ARG(c.config->block_k == 64, op, ": config.block_k must be 64, got ", c.config->block_k);
     DMOE_CHECK_ARG(c.config->cluster_m == 1 || c.config->cluster_m == 2, op, ": config.cluster_m must be 1 or 2, got ",
@@ -341,11 +340,9 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   problem.gather = gather;
   problem.scatter = scatter;
   problem.accumulate = L.epilogue.accumulate != 0;
-  problem.shares_sms = c.shares_sms;
   GroupedGemmConfig cfg = c.config != nullptr ? *c.config : select_grouped_gemm_config(problem, dev.num_sms);
   cfg.gather = gather;
   cfg.num_sms = cfg.num_sms > 0 ? std::min(cfg.num_sms, dev.num_sms) : dev.num_sms;
-  if (c.max_ctas > 0) cfg.num_sms = std::min(cfg.num_sms, c.max_ctas);
   const GemmKernelEntry& e = find_kernel(op, out, cfg);
   const int smem = e.smem_bytes(static_cast<int>(c.e_local));
   DMOE_CHECK_ARG(smem <= dev.smem_optin, to_string(op), ": e_local = ", c.e_local, " needs ", smem,

@@ -7,13 +7,11 @@
 // Backward: plan -> recompute block under need_recompute (restore x, barrier, W13, W2 scatter,
 //   barrier) -> SwiGLU for h2 (saved path) -> top-k backward (grad_h3 into the dispatch window,
 //   grad scores) -> barrier -> W2 DGRAD gathering grad_h3 -> W2 WGRAD -> SwiGLU backward -> W13 DGRAD
-//   scattering grad_x routes into the owners' combine windows, beside it W13 WGRAD (two streams
-//   forked from the caller's and joined back) -> barrier -> K reduction.
+//   scattering grad_x routes into the owners' combine windows -> W13 WGRAD -> barrier -> K reduction.
 #include <cuda_runtime.h>
 
 #include "dist_moe/check.h"
 #include "dist_moe/grouped_gemm.h"
-#include "dist_moe/grouped_gemm_config.h"
 #include "dist_moe/routed_experts.h"
 #include "kernels/pipeline_util.h"
 #include "kernels/planner.h"
@@ -301,8 +299,6 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   grouped_gemm_dgrad(d2, stream);
   c.stage("w2_dgrad", stream);
 
-  // In line, not beside the chain below: its inputs h2 and grad_h3_gathered share the space that
-  // SwiGLU backward writes grad_h1 into (plan_bf16_backward).
   WgradArgs w2g;
   w2g.common = gemm_common(c, s.expert_rows, D, F);
   w2g.grad_out = act;
@@ -318,27 +314,18 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   kernels::swiglu_backward({act, bo + 4}, {act, bo + 2}, {act, bo + 0}, F, rows, sp, stream);
   c.stage("swiglu_backward", stream);
 
-  // W13 DGRAD and W13 WGRAD both read grad_h1 and nothing else of each other's: they run side by
-  // side (docs/perf.md G33). DGRAD is bound by the tensor cores, WGRAD by its output traffic.
-  const int wgrad_sms = wgrad_overlap_sms(c.num_sms);
-  const bool overlap = wgrad_sms > 0;
-  if (overlap) c.fork->fork(stream);
-
   // W13 DGRAD scatters each route's input gradient into its owner's combine window.
   DgradArgs d13;
   d13.common = gemm_common(c, s.expert_rows, 2 * F, D);
-  d13.common.max_ctas = overlap ? c.num_sms - wgrad_sms : 0;
-  d13.common.shares_sms = overlap;
   d13.grad_out = act;
   d13.grad_out_offset = bo + 0;
   d13.w = in.w13;
   d13.scatter.row_ptrs = s.scatter_dst;
-  grouped_gemm_dgrad(d13, overlap ? c.fork->high() : stream);
-  if (!overlap) c.stage("w13_dgrad", stream);
+  grouped_gemm_dgrad(d13, stream);
+  c.stage("w13_dgrad", stream);
 
   WgradArgs w13g;
   w13g.common = gemm_common(c, s.expert_rows, 2 * F, D);
-  w13g.common.shares_sms = overlap;
   w13g.grad_out = act;
   w13g.grad_out_offset = bo + 0;
   w13g.a = act;
@@ -346,9 +333,8 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   w13g.grad_w = g.grad_w13;
   w13g.out_dtype = wgrad;
   w13g.accumulate = g.accumulate;
-  grouped_gemm_wgrad(w13g, overlap ? c.fork->low() : stream);
-  if (overlap) c.fork->join(stream);
-  c.stage(overlap ? "w13_dgrad+wgrad" : "w13_wgrad", stream);
+  grouped_gemm_wgrad(w13g, stream);
+  c.stage("w13_wgrad", stream);
 
   c.ep->barrier(stream);  // every grad_x route row is in its owner's combine window
   c.stage("grad_x_barrier", stream);

@@ -108,8 +108,6 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
                                nullptr);
   kernels::reset_planner(c->geometry, R, c->planner_state, nullptr);
   c->slot_depth = config.max_moe_layers_per_activation_slot;
-  c->fork = std::make_unique<runtime::StreamFork>();
-  DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&c->num_sms, cudaDevAttrMultiProcessorCount, c->device));
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
   c->comm->host_barrier();  // every rank's windows are zeroed and registered before any peer access
   return c;
@@ -182,7 +180,6 @@ void Context::close() {
   c.rows_window.reset();  // collective window deregistration, then the group's windows
   c.ep.reset();
   c.comm.reset();
-  c.fork.reset();
 }
 
 bool Context::closed() const { return !impl_ || impl_->closed; }

@@ -13,7 +13,6 @@
 #include "core/debug_env.h"
 #include "kernels/pipeline_util.h"
 #include "runtime/activation_buffer.h"
-#include "runtime/stream_fork.h"
 
 namespace dist_moe {
 
@@ -72,10 +71,6 @@ struct Context::Impl {
   float* grad_scores_f32 = nullptr;     // [T_max * K]
   float* rstd_scratch = nullptr;        // [T_max * K] RMSNorm rstd of calls that save nothing
   int32_t* gather_workspace = nullptr;
-
-  // The backward runs W13 DGRAD and W13 WGRAD side by side on these.
-  std::unique_ptr<runtime::StreamFork> fork;
-  int num_sms = 0;  // of this context's device
 
   // Called after each pipeline stage when set (benchmarks record events here; eager use only).
   std::function<void(const char* stage, cudaStream_t stream)> stage_hook;
