@@ -51,8 +51,8 @@ namespace dist_moe {
 
 
 // Every compiled configuration of `op` (for tests and benchmarks that sweep them), then the
-// dynamic-schedule twin (`_dyn`) of each TMA-store configuration (the candidates of the
-// experimental picks; any configuration accepts dynamic_schedule in an override).
+// dynamic-schedule twin (`_dyn`) of each one without clusters or swap-AB (any of those accepts
+// dynamic_schedule; the twins put every one the heuristic may pick under the tests).
 std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_dtype, bool gather);
 
 // Optional fused-dispatch producer: A's row m is read from row_ptrs[m] (k BF16 values, 16-byte

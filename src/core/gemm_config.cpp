@@ -127,8 +127,19 @@ GroupedGemmConfig select_fprop_swiglu(const GroupedGemmProblem& p, int sms) {
   if (is_decode(p)) return swap_ab_tile(p, sms);  // 128 gate + 128 up weight rows per tile
   // The SwiGLU epilogue needs gate column j and up column F + j in the same thread: a tile is
   // BN/2 gate + BN/2 up columns (F % 128 == 0, which the API requires, allows both 64 and 128).
-  // Its ~10 us of SwiGLU math and stores per tile dominate at K = D <= 4096: ping-pong 128x128
-  // (64 gate + 64 up) overlaps all of it with the other warpgroup's wgmmas.
+  // Contractions of at most 2048 (qwen3_30b, D = 2048): cooperative 128x256. Measured against
+  // ping-pong 128x128 (docs/perf.md G34; 3 interleaved rounds at sustained clocks): 0.854 vs 0.897 ms
+  // on balanced rows, 0.889 vs 0.947 on random ones; with the gather producer, whose cooperative
+  // kernel has no TMA-store twin (it spills, G31), 0.932 vs 0.981 and 0.986 vs 1.032; in the qwen3
+  // layer the W13 stage 0.97-0.98 vs 1.00-1.02 ms. Ping-pong's tensor pipe was 54% busy there
+  // (ncu): at 32 k blocks per tile its per-tile costs are not hidden, whatever the epilogue.
+  if (p.k <= 2048) {
+    if (p.gather) return tile(128, 256, 4, p, sms);
+    return fitting(tile(128, 256, 4, p, sms, false, true), tile(128, 256, 4, p, sms), p);
+  }
+  // Longer contractions (dsv3 7168, mixtral 4096): ping-pong 128x128 (64 gate + 64 up) overlaps the
+  // SwiGLU math and stores with the other warpgroup's wgmmas; balanced rows measured 2-3% faster
+  // than cooperative 128x256, random rows 2-3% slower (G31) -- kept, the gather variant included.
   return fitting(tile(128, 128, 6, p, sms, true, true), tile(128, 256, 4, p, sms), p);
 }
 

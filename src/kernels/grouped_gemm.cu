@@ -390,7 +390,7 @@ std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_
     if (entry_matches(e, op, out_dtype, gather)) v.push_back(config_of(e, 0));
   const size_t compiled = v.size();
   for (size_t i = 0; i < compiled; ++i) {
-    if (!v[i].tma_store || v[i].swap_ab || v[i].cluster_m != 1) continue;
+    if (v[i].swap_ab || v[i].cluster_m != 1) continue;
     GroupedGemmConfig d = v[i];
     d.dynamic_schedule = true;
     v.push_back(d);

@@ -131,14 +131,21 @@ TEST(GemmConfig, FpropTiles) {
   EXPECT_EQ(pick(problem(GroupedGemmOp::kFprop, 512, 1024, 4096, 4)).block_n, 128);
 }
 
-// W13 with the SwiGLU epilogue: ping-pong 128x128 with TMA stores (its SwiGLU math and stores hide
-// behind the other warpgroup's mainloop).
-TEST(GemmConfig, SwigluTakesPingPong) {
+// W13 with the SwiGLU epilogue: ping-pong 128x128 with TMA stores for long contractions (its SwiGLU
+// math and stores hide behind the other warpgroup's mainloop), cooperative 128x256 up to D = 2048
+// (G34), with TMA stores unless the rows are gathered.
+TEST(GemmConfig, SwigluTiles) {
   if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
-  for (int64_t d : {int64_t{2048}, int64_t{7168}}) {
-    const GroupedGemmConfig c = pick(problem(GroupedGemmOp::kFpropSwiglu, 32768, 4096, d));
-    EXPECT_EQ(c.name(), "128x128x64_s6_pp_tma_dyn") << "D = " << d;
+  for (int64_t d : {int64_t{4096}, int64_t{7168}}) {
+    GroupedGemmProblem p = problem(GroupedGemmOp::kFpropSwiglu, 32768, 4096, d);
+    EXPECT_EQ(pick(p).name(), "128x128x64_s6_pp_tma_dyn") << "D = " << d;
+    p.gather = true;
+    EXPECT_EQ(pick(p).name(), "128x128x64_s6_pp_tma_dyn_gather") << "D = " << d;
   }
+  GroupedGemmProblem qwen3 = problem(GroupedGemmOp::kFpropSwiglu, 65536, 1536, 2048, 64);
+  EXPECT_EQ(pick(qwen3).name(), "128x256x64_s4_tma_dyn");
+  qwen3.gather = true;
+  EXPECT_EQ(pick(qwen3).name(), "128x256x64_s4_dyn_gather");
 }
 
 // Too many experts for the TMA staging next to the scheduler tables: the padded-staging fallback.
