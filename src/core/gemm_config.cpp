@@ -67,6 +67,12 @@ GroupedGemmConfig fitting(const GroupedGemmConfig& preferred, const GroupedGemmC
   return preferred;
 }
 
+// Cooperative 128x256 with TMA stores, or the same tile with padded staging when the TMA staging
+// does not fit next to the experts' tables.
+GroupedGemmConfig cooperative_tma(const GroupedGemmProblem& p, int sms) {
+  return fitting(tile(128, 256, 4, p, sms, false, true), tile(128, 256, 4, p, sms), p);
+}
+
 // Cooperative 128x256 with TMA stores, or ping-pong 128x128 with TMA stores when the contraction
 // is short: with few 64-deep k blocks per tile even the asynchronous epilogue's staging (~1 us per
 // 128x256 tile) is a large share of the tile, and ping-pong hides it completely, at the price of
@@ -98,7 +104,7 @@ GroupedGemmConfig swap_ab_tile(const GroupedGemmProblem& p, int sms) {
 // `k_blocks` 64-deep contraction steps.
 GroupedGemmConfig m_grouped_tile(int64_t width, int64_t k_blocks, const GroupedGemmProblem& p, int sms) {
   // The gather producer is compiled for 128x256 only: fewer N tiles wait on each gathered M tile.
-  if (p.gather) return fitting(tile(128, 256, 4, p, sms, false, true), tile(128, 256, 4, p, sms), p);
+  if (p.gather) return cooperative_tma(p, sms);
   // Width an odd multiple of 128: a 256-wide tile would compute a half-empty last column block. With
   // enough tiles, ping-pong 128x128 hides the epilogue; otherwise the smaller cooperative tile
   // finishes each tile sooner.
@@ -136,7 +142,7 @@ GroupedGemmConfig select_fprop_swiglu(const GroupedGemmProblem& p, int sms) {
   // Measured at D = 2048 only; smaller D (no reference shape has one) follows unmeasured.
   if (p.k <= 2048) {
     if (p.gather) return tile(128, 256, 4, p, sms);
-    return fitting(tile(128, 256, 4, p, sms, false, true), tile(128, 256, 4, p, sms), p);
+    return cooperative_tma(p, sms);
   }
   // Longer contractions (dsv3 7168, mixtral 4096): ping-pong 128x128 (64 gate + 64 up) overlaps the
   // SwiGLU math and stores with the other warpgroup's wgmmas; balanced rows measured 2-3% faster
@@ -149,7 +155,7 @@ GroupedGemmConfig select_dgrad(const GroupedGemmProblem& p, int sms) {
   if (p.out_dtype == DType::kFloat32 && !p.gather) {
     // k an odd multiple of 128: ping-pong 128x128 avoids the half-empty last column block.
     if (p.k % 256 != 0) return fitting(tile(128, 128, 6, p, sms, true, true), tile(128, 256, 4, p, sms), p);
-    return fitting(tile(128, 256, 4, p, sms, false, true), tile(128, 256, 4, p, sms), p);
+    return cooperative_tma(p, sms);
   }
   return m_grouped_tile(p.k, p.n / 64, p, sms);
 }
