@@ -154,22 +154,18 @@ struct SwapABSwigluEpilogue {
       Staging::write(staging, bar, acc[1], ones, token_ptr, p.f + col0, 2 * p.f);
     }
     const int tok = static_cast<int>(2 * (threadIdx.x % 4));
-    const activation::SwigluParams act{p.clamped != 0, p.alpha, p.limit};
+    with_swiglu_flavour(p, [&](auto clamped, auto stats) {
+      constexpr bool kClamped = decltype(clamped)::value, kStats = decltype(stats)::value;
 #pragma unroll
-    for (int j = 0; j < kN / 4; ++j) {
+      for (int j = 0; j < kN / 4; ++j) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float g = numeric::round_bf16(acc[0][4 * j + i]);
-        const float u = numeric::round_bf16(acc[1][4 * j + i]);
-        const int c = Staging::first_token(t) + 8 * j + tok + (i % 2);
-        if (p.clip_stats != nullptr && c < t.num_rows) {
-          counts.gate_over += g > p.clip_limit ? 1u : 0u;
-          counts.up_over += fabsf(u) > p.clip_limit ? 1u : 0u;
-          counts.elems += 1u;
+        for (int i = 0; i < 4; ++i) {
+          const int c = Staging::first_token(t) + 8 * j + tok + (i % 2);
+          acc[0][4 * j + i] =
+              swiglu_element<kClamped, kStats>(acc[0][4 * j + i], acc[1][4 * j + i], p, c < t.num_rows, counts);
         }
-        acc[0][4 * j + i] = activation::swiglu_forward(g, u, act);
       }
-    }
+    });
     Staging::token_rows(t, h2, static_cast<int64_t>(p.f) * 2, nullptr, token_ptr);
     Staging::write(staging, bar, acc[0], ones, token_ptr, col0, p.f);
   }

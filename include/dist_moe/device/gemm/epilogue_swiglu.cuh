@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "dist_moe/device/activation/swiglu.cuh"
 #include "dist_moe/device/common/macros.cuh"
@@ -28,6 +29,42 @@
 #include "dist_moe/device/numeric/bf16.cuh"
 
 namespace dist_moe::gemm {
+
+#if defined(__CUDACC__)
+
+// One output of the SwiGLU epilogues (this one and the swap-AB decode one): the gate and up
+// accumulators rounded to BF16, their clip statistics when kStats and the row is valid, and z.
+template <bool kClamped, bool kStats>
+DMOE_DEVICE float swiglu_element(float gate_acc, float up_acc, const EpilogueParams& p, bool valid,
+                                 ClipCounts& counts) {
+  const float g = numeric::round_bf16(gate_acc);
+  const float u = numeric::round_bf16(up_acc);
+  if constexpr (kStats) {
+    if (valid) {
+      counts.gate_over += g > p.clip_limit ? 1u : 0u;
+      counts.up_over += fabsf(u) > p.clip_limit ? 1u : 0u;
+      counts.elems += 1u;
+    }
+  }
+  if constexpr (kClamped) return activation::swiglu_clamped(g, u, p.alpha, p.limit);
+  return activation::swiglu_plain(g, u);
+}
+
+// Calls f(clamped, stats) with both as std::bool_constant: the flavour is decided once per block
+// rather than branched on for each of a thread's 64 outputs (docs/perf.md G35).
+template <class F>
+DMOE_DEVICE void with_swiglu_flavour(const EpilogueParams& p, F&& f) {
+  const bool stats = p.clip_stats != nullptr;
+  if (p.clamped != 0) {
+    if (stats) f(std::true_type{}, std::true_type{});
+    else f(std::true_type{}, std::false_type{});
+  } else {
+    if (stats) f(std::false_type{}, std::true_type{});
+    else f(std::false_type{}, std::false_type{});
+  }
+}
+
+#endif  // __CUDACC__
 
 template <class Mainloop, class Writer_>
 struct SwigluEpilogue {
@@ -89,21 +126,17 @@ struct SwigluEpilogue {
     const int frag_row = row0 + static_cast<int>((threadIdx.x / 32) % 4) * 16 + static_cast<int>(threadIdx.x % 32) / 4;
     const bool lo_valid = frag_row < t.num_rows;
     const bool hi_valid = frag_row + 8 < t.num_rows;
-    const activation::SwigluParams act{p.clamped != 0, p.alpha, p.limit};
+    with_swiglu_flavour(p, [&](auto clamped, auto stats) {
+      constexpr bool kClamped = decltype(clamped)::value, kStats = decltype(stats)::value;
 #pragma unroll
-    for (int j = 0; j < kHalf / 8; ++j) {
+      for (int j = 0; j < kHalf / 8; ++j) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float g = numeric::round_bf16(a[4 * j + i]);
-        const float u = numeric::round_bf16(a[4 * (j + kHalf / 8) + i]);
-        if (p.clip_stats != nullptr && (i < 2 ? lo_valid : hi_valid)) {
-          counts.gate_over += g > p.clip_limit ? 1u : 0u;
-          counts.up_over += fabsf(u) > p.clip_limit ? 1u : 0u;
-          counts.elems += 1u;
+        for (int i = 0; i < 4; ++i) {
+          const bool valid = i < 2 ? lo_valid : hi_valid;
+          a[4 * j + i] = swiglu_element<kClamped, kStats>(a[4 * j + i], a[4 * (j + kHalf / 8) + i], p, valid, counts);
         }
-        a[4 * j + i] = activation::swiglu_forward(g, u, act);
       }
-    }
+    });
 
     char* row_ptr[4];
 #pragma unroll
