@@ -133,21 +133,16 @@ GroupedGemmConfig select_fprop_swiglu(const GroupedGemmProblem& p, int sms) {
   if (is_decode(p)) return swap_ab_tile(p, sms);  // 128 gate + 128 up weight rows per tile
   // The SwiGLU epilogue needs gate column j and up column F + j in the same thread: a tile is
   // BN/2 gate + BN/2 up columns (F % 128 == 0, which the API requires, allows both 64 and 128).
-  // Contractions of at most 2048 (qwen3_30b, D = 2048): cooperative 128x256. Measured against
-  // ping-pong 128x128 (docs/perf.md G34; 3 interleaved rounds at sustained clocks): 0.854 vs 0.897 ms
-  // on balanced rows, 0.889 vs 0.947 on random ones; with the gather producer, whose cooperative
-  // kernel has no TMA-store twin (it spills, G31), 0.932 vs 0.981 and 0.986 vs 1.032; in the qwen3
-  // layer the W13 stage 0.97-0.98 vs 1.00-1.02 ms. Ping-pong's tensor pipe was 54% busy there
-  // (ncu): at 32 k blocks per tile its per-tile costs are not hidden, whatever the epilogue.
-  // Measured at D = 2048 only; smaller D (no reference shape has one) follows unmeasured.
-  if (p.k <= 2048) {
-    if (p.gather) return tile(128, 256, 4, p, sms);
-    return cooperative_tma(p, sms);
-  }
-  // Longer contractions (dsv3 7168, mixtral 4096): ping-pong 128x128 (64 gate + 64 up) overlaps the
-  // SwiGLU math and stores with the other warpgroup's wgmmas; balanced rows measured 2-3% faster
-  // than cooperative 128x256, random rows 2-3% slower (G31) -- kept, the gather variant included.
-  return fitting(tile(128, 128, 6, p, sms, true, true), tile(128, 256, 4, p, sms), p);
+  // Cooperative 128x256 at every D (TMA stores; with the gather producer the padded kernel: its
+  // TMA-store twin spills, G31). Ping-pong 128x128 hides the epilogue behind the other warpgroup's
+  // wgmmas but loads 4/3 the operand bytes per FLOP; since the epilogue's SwiGLU math went to the
+  // special-function unit (G35) the cooperative tile wins or ties everywhere measured:
+  // qwen3_30b (D = 2048, 32 k blocks per tile; ping-pong's tensor pipe was 54% busy there) 0.854 vs
+  // 0.897 ms even before G35 (G34); dsv3_prefill random rows 3.84-3.93 vs 4.24 ms, balanced 3.26 vs
+  // 3.19; mixtral within 1%; in the layer (gather W13, 3 interleaved rounds) dsv3 forward 0.933x,
+  // mixtral 0.988x (docs/perf.md G35).
+  if (p.gather) return tile(128, 256, 4, p, sms);
+  return cooperative_tma(p, sms);
 }
 
 GroupedGemmConfig select_dgrad(const GroupedGemmProblem& p, int sms) {

@@ -3,6 +3,7 @@
 // a heuristic change that moves one must come with its measurement and update the test.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <string>
 
 #include "dist_moe/grouped_gemm_config.h"
@@ -136,16 +137,15 @@ TEST(GemmConfig, FpropTiles) {
 // (G34), with TMA stores unless the rows are gathered.
 TEST(GemmConfig, SwigluTiles) {
   if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
-  for (int64_t d : {int64_t{4096}, int64_t{7168}}) {
-    GroupedGemmProblem p = problem(GroupedGemmOp::kFpropSwiglu, 32768, 4096, d);
-    EXPECT_EQ(pick(p).name(), "128x128x64_s6_pp_tma_dyn") << "D = " << d;
+  // dsv3_prefill, mixtral, qwen3_30b: cooperative 128x256 everywhere (docs/perf.md G35).
+  using Shape = std::array<int64_t, 4>;  // rows, 2F, D, E_local
+  for (const auto& [rows, n, d, e] : {Shape{32768, 4096, 7168, 128}, Shape{32768, 28672, 4096, 4},
+                                      Shape{65536, 1536, 2048, 64}}) {
+    GroupedGemmProblem p = problem(GroupedGemmOp::kFpropSwiglu, rows, n, d, e);
+    EXPECT_EQ(pick(p).name(), "128x256x64_s4_tma_dyn") << "D = " << d;
     p.gather = true;
-    EXPECT_EQ(pick(p).name(), "128x128x64_s6_pp_tma_dyn_gather") << "D = " << d;
+    EXPECT_EQ(pick(p).name(), "128x256x64_s4_dyn_gather") << "D = " << d;
   }
-  GroupedGemmProblem qwen3 = problem(GroupedGemmOp::kFpropSwiglu, 65536, 1536, 2048, 64);
-  EXPECT_EQ(pick(qwen3).name(), "128x256x64_s4_tma_dyn");
-  qwen3.gather = true;
-  EXPECT_EQ(pick(qwen3).name(), "128x256x64_s4_dyn_gather");
 }
 
 // Too many experts for the TMA staging next to the scheduler tables: the padded-staging fallback.
