@@ -8,10 +8,11 @@
 //    (6 stages = 192 KiB). Both keep the same bytes in flight; 128x256 does 4/3 the math per byte
 //    loaded, so it is the default whenever the epilogue does not dominate.
 //  * The epilogue of a cooperative tile stalls the tensor cores: with synchronous stores ~2-4 us
-//    per 128x256 tile, with the SwiGLU math ~10 us (measured: W13 ran 10 us/tile slower than W2 at
-//    equal K). TMA stores leave only the staging on the critical path (~1 us, plus SwiGLU's math);
-//    ping-pong hides the whole epilogue behind the other warpgroup's mainloop as long as the
-//    epilogue is shorter than a 128x128 mainloop (K >= ~1536 at ~10 us of SwiGLU work).
+//    per 128x256 tile, with the first SwiGLU math ~10 us (measured: W13 ran 10 us/tile slower than W2
+//    at equal K). TMA stores leave only the staging on the critical path (~1 us, plus SwiGLU's math,
+//    which since G35 is two special-function-unit instructions per output); ping-pong hides the
+//    whole epilogue behind the other warpgroup's mainloop as long as the epilogue is shorter than a
+//    128x128 mainloop, at the price of 4/3 the operand bytes per FLOP.
 //  * Only host-known sizes are used: m_capacity bounds the rows, the counts stay on the device.
 //  * The TMA staging (32 KiB) next to 192 KiB of stages leaves room for the scheduler tables of
 //    about 190 experts; beyond that the heuristic falls back to the padded-staging kernels.
