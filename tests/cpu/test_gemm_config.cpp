@@ -132,9 +132,8 @@ TEST(GemmConfig, FpropTiles) {
   EXPECT_EQ(pick(problem(GroupedGemmOp::kFprop, 512, 1024, 4096, 4)).block_n, 128);
 }
 
-// W13 with the SwiGLU epilogue: ping-pong 128x128 with TMA stores for long contractions (its SwiGLU
-// math and stores hide behind the other warpgroup's mainloop), cooperative 128x256 up to D = 2048
-// (G34), with TMA stores unless the rows are gathered.
+// W13 with the SwiGLU epilogue: cooperative 128x256 at every D (G34, G35), with TMA stores unless
+// the rows are gathered.
 TEST(GemmConfig, SwigluTiles) {
   if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
   // dsv3_prefill, mixtral, qwen3_30b: cooperative 128x256 everywhere (docs/perf.md G35).

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "dist_moe/device/common/macros.cuh"
+#include "dist_moe/device/ptx/sfu.cuh"
 
 namespace dist_moe::activation {
 
@@ -29,10 +30,7 @@ struct SwigluParams {
 // G35). x < -88: 1 + e = inf, s = 0; x > 88: e flushes to 0, s = 1 -- as the exact formula.
 DMOE_HOST_DEVICE float sigmoid(float x) {
 #if defined(__CUDA_ARCH__)
-  float e, s;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(1.0f + e));
-  return s;
+  return ptx::rcp_approx(1.0f + ptx::ex2_approx(x * -1.4426950408889634f));
 #else
   return 1.0f / (1.0f + expf(-x));
 #endif

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "dist_moe/device/common/macros.cuh"
+#include "dist_moe/device/ptx/cvt.cuh"
 
 namespace dist_moe::numeric {
 
@@ -50,9 +51,7 @@ DMOE_HOST_DEVICE float bf16_to_float(bf16_t h) { return bits_float(static_cast<u
 // hardware conversion (one instruction, no NaN branch; the same value except for a NaN's payload).
 DMOE_HOST_DEVICE float round_bf16(float f) {
 #if defined(__CUDA_ARCH__)
-  uint16_t h;
-  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+  return ptx::bf16_lo_to_float(ptx::cvt_bf16(f));
 #else
   return bf16_to_float(float_to_bf16(f));
 #endif

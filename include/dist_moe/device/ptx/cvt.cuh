@@ -18,6 +18,14 @@ DMOE_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
   return d;
 }
 
+// One float -> its BF16 bits (the single-value conversion: packing it with a zero as above costs
+// the W13 kernels registers, two of them spill).
+DMOE_DEVICE uint16_t cvt_bf16(float f) {
+  uint16_t h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+
 DMOE_DEVICE float bf16_lo_to_float(uint32_t w) { return __uint_as_float(w << 16); }
 DMOE_DEVICE float bf16_hi_to_float(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
