@@ -1,4 +1,5 @@
-// Benchmark of the SM90 grouped GEMMs on the reference shapes, per EP rank at EP = 2.
+// Benchmark of the SM90 grouped GEMMs on the reference shapes, per EP rank at EP = 2 (--ep N: at EP N,
+// i.e. E / N local experts sharing the T * K routed rows a rank receives).
 //
 // For every (shape, routing, op) it prints, in one run:
 //   our time and TFLOP/s, cuBLAS dense BF16 TFLOP/s for the same FLOPs (one M x N x K GEMM with
@@ -40,7 +41,7 @@
 // E_local GEMMs of [N, rows] x [rows, K]), the like-for-like dense rate of a short contraction
 // whose output is as large as its inputs.
 //
-//   bench_grouped_gemm [--shapes dsv3_prefill,qwen3_30b,mixtral,dsv3_decode] [--iters 10]
+//   bench_grouped_gemm [--shapes dsv3_prefill,qwen3_30b,mixtral,dsv3_decode] [--iters 10] [--ep 2]
 //                      [--routing balanced,random,zipf] [--csv FILE] [--sweep] [--rounds R] [--ops a,b]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -84,7 +85,7 @@ using namespace dist_moe;
     }                                                                                               \
   } while (0)
 
-constexpr int64_t kEp = 2;  // per-rank sizes of an EP = 2 run
+int64_t g_ep = 2;  // per-rank sizes of an EP = g_ep run (--ep)
 
 // splitmix64 (identical in grouped_mm_peer.py).
 uint64_t splitmix64(uint64_t& state) {
@@ -96,11 +97,11 @@ uint64_t splitmix64(uint64_t& state) {
 }
 
 // "random": the per-expert rows of real top-k routing. Tokens pick top_k distinct experts uniformly
-// among the E * kEp global experts (splitmix64, seed 0x5EED); this rank owns experts [0, E) and
+// among the E * g_ep global experts (splitmix64, seed 0x5EED); this rank owns experts [0, E) and
 // keeps receiving routes until it has exactly `rows` (the last token's routes may be cut): the same
 // total as the other modes, each expert ~rows/E +- sqrt(rows/E) (dsv3: 256 +- 16).
 std::vector<int32_t> random_topk_counts(int64_t rows, int64_t E, int64_t top_k) {
-  const uint64_t eg = static_cast<uint64_t>(E * kEp);
+  const uint64_t eg = static_cast<uint64_t>(E * g_ep);
   uint64_t state = 0x5EED;
   std::vector<int32_t> c(static_cast<size_t>(E), 0);
   int64_t got = 0;
@@ -366,7 +367,12 @@ double time_and_report(GroupedGemmOp op, DType out, bool gather, bool decode, co
 }
 
 void bench_shape(const Workload& w, const std::string& routing, int iters, cublasHandle_t cublas, double copy_bw) {
-  const int64_t E = w.experts / kEp, D = w.hidden, F = w.intermediate;
+  if (w.experts % g_ep != 0) {
+    std::printf("\n== %s: %lld experts do not split over EP %lld, skipped\n", w.name.c_str(),
+                static_cast<long long>(w.experts), static_cast<long long>(g_ep));
+    return;
+  }
+  const int64_t E = w.experts / g_ep, D = w.hidden, F = w.intermediate;
   const int64_t M = w.tokens * w.top_k;  // balanced EP: each rank receives T*K routed rows
   const bool decode = w.tokens <= 256;
   const std::string name = w.name;
@@ -604,6 +610,7 @@ int main(int argc, char** argv) {
     if (a == "--shapes") shapes = split(value());
     else if (a == "--routing") routings = split(value());
     else if (a == "--iters") iters = std::atoi(value().c_str());
+    else if (a == "--ep") g_ep = std::max(1, std::atoi(value().c_str()));
     else if (a == "--csv") csv = value();
     else if (a == "--sweep") g_sweep = true;
     else if (a == "--sweep-match") g_sweep_match = value();
@@ -618,7 +625,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--shapes a,b] [--routing balanced,random,zipf] [--iters N] [--csv FILE] [--sweep] "
-                   "[--sweep-match S] [--rounds R] [--ops a,b] [--wgrad-accumulate] [--device-offsets] [--sustain-ms MS] [--sms N,M]\n",
+                   "[--ep N] [--sweep-match S] [--rounds R] [--ops a,b] [--wgrad-accumulate] [--device-offsets] [--sustain-ms MS] [--sms N,M]\n",
                    argv[0]);
       return 2;
     }

@@ -27,7 +27,7 @@ SHAPES = {  # name: (T tokens/rank, D, F, E global, K); mirrors src/core/workloa
     "mixtral": (4096, 4096, 14336, 8, 2),
     "dsv3_decode": (128, 7168, 2048, 256, 8),
 }
-EP = 2
+EP = 2  # --ep
 
 
 MASK64 = (1 << 64) - 1
@@ -89,10 +89,13 @@ def main():
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--routing", default="balanced,random,zipf")
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--ep", type=int, default=EP, help="per-rank sizes at this EP size (E / ep local experts)")
     ap.add_argument("--csv", default="")
     ap.add_argument("--sustain-ms", type=float, default=0.0,
                     help="run each op this long untimed before timing it (the C++ benchmark's --sustain-ms)")
     args = ap.parse_args()
+    global EP
+    EP = args.ep
 
     import torch
     import torch.nn.functional as Fn

@@ -94,8 +94,11 @@ if has bench; then
       [ "$shape" = dsv3_decode ] && mode=infer
       run timeout 900 "$BUILD/dist-moe" bench --shape "$shape" --mode "$mode" --gpus "$n" --iters 10 \
         >> "$OUT/ep_layer_bench.log" 2>&1
-      say "EP$n bench $shape $mode (rc=$?): $(grep -E '^(forward|forward\+backward|inference forward) ' \
-        "$OUT/ep_layer_bench.log" | tail -2 | awk '{print $1, $(NF)}' | tr '\n' ' ')"
+      rc=$?
+      # The ratios of this bench's own section (the last one in the log).
+      say "EP$n bench $shape $mode (rc=$rc): $(awk '/^dist-moe bench: /{s=""} {s=s $0 "\n"} END{printf "%s", s}' \
+        "$OUT/ep_layer_bench.log" | grep -E '^(forward|forward\+backward|inference forward) ' |
+        awk '{print $1, $(NF)}' | tr '\n' ' ')"
     done
     echo "##### bench_dispatch_combine, EP$n" >> "$OUT/ep_comm_bench.log"
     CUDA_VISIBLE_DEVICES=$(gpus_for "$n") run timeout 600 "$LAUNCH" -n "$n" --timeout 500 -- \
