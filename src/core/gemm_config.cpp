@@ -15,7 +15,9 @@
 //    128x128 mainloop, at the price of 4/3 the operand bytes per FLOP.
 //  * Only host-known sizes are used: m_capacity bounds the rows, the counts stay on the device.
 //  * The TMA staging (32 KiB) next to 192 KiB of stages leaves room for the scheduler tables of
-//    about 190 experts; beyond that the heuristic falls back to the padded-staging kernels.
+//    about 220 experts (WGRAD, whose tables also hold the visiting order: about 150); beyond that
+//    the heuristic falls back to the padded-staging kernels, or for WGRAD to the deep-staging
+//    ping-pong kernel (4 stages).
 // DIST_MOE_GEMM_LEGACY=1 restores the first version's choices (synchronous epilogues), for A/B runs
 // and as an escape hatch.
 #include <cstdlib>
@@ -161,7 +163,13 @@ GroupedGemmConfig select_wgrad(const GroupedGemmProblem& p, int sms) {
   // (256 rows: 4), where writing the output dominates and must overlap the next tile's math.
   // k an odd multiple of 128: ping-pong 128x128 tiles avoid a half-empty column block.
   const bool fp32 = p.out_dtype == DType::kFloat32;
-  const GroupedGemmConfig fallback = fp32 && p.k % 256 != 0 ? tile(128, 128, 6, p, sms) : tile(128, 256, 4, p, sms);
+  const GroupedGemmConfig padded = fp32 && p.k % 256 != 0 ? tile(128, 128, 6, p, sms) : tile(128, 256, 4, p, sms);
+  // Beyond ~150 local experts the scheduler tables crowd the TMA staging of both preferred tiles out
+  // of shared memory; the deep-staging ping-pong kernel (4 stages, ~193 KiB) still fits next to the
+  // tables of ~2800 experts. At dsv3_prefill EP1 (256 experts x 128 rows) it measured 3.3x faster
+  // than the padded kernel when accumulating (W13 11.1 vs 36.2 ms, W2 5.4 vs 18.1: the padded
+  // epilogue reads the old gradient synchronously) and 1.2x when writing (docs/perf.md G36).
+  const GroupedGemmConfig fallback = fitting(tile(128, 128, 4, p, sms, true, true), padded, p);
   if (p.k % 256 != 0) return fitting(tile(128, 128, 6, p, sms, true, true), fallback, p);
   // Cooperative 128x256 with TMA stores even for short contractions (unlike FPROP/DGRAD): measured
   // fastest for every dsv3_prefill WGRAD in the A/B run (docs/perf.md G12; W13 BF16 4.50 vs 5.92 ms
@@ -234,11 +242,14 @@ GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int de
   // 0.87-0.91x at dsv3_prefill (W13 5.75 vs 6.57 ms, W2 2.85 vs 3.28, balanced and random), 0.96-1.00x
   // at qwen3_30b, and the dsv3 layer's forward+backward 0.975x -> dynamic. The other WGRAD picks
   // (ping-pong for odd widths, padded fallbacks) keep the static schedule (unmeasured).
-  const bool wgrad_coop_tma_dyn = p.op == GroupedGemmOp::kWgrad && c.tma_store && !c.pingpong &&
-                                  (p.out_dtype == DType::kFloat32 || p.accumulate);
+  // The deep-staging ping-pong fallback for many experts (select_wgrad) likewise: accumulating at
+  // dsv3_prefill EP1, dynamic 11.1 vs 12.3 ms (W13) and 5.4 vs 6.3 (W2), G36.
+  const bool deep_pp = c.pingpong && c.stages == 4;
+  const bool wgrad_tma_dyn = p.op == GroupedGemmOp::kWgrad && c.tma_store && (!c.pingpong || deep_pp) &&
+                             (p.out_dtype == DType::kFloat32 || p.accumulate);
   if (!legacy_requested() && !c.swap_ab &&
       (p.op == GroupedGemmOp::kFprop || p.op == GroupedGemmOp::kFpropSwiglu || p.op == GroupedGemmOp::kDgrad ||
-       wgrad_coop_tma_dyn))
+       wgrad_tma_dyn))
     c.dynamic_schedule = true;
   if (!grouped_gemm_experimental_requested() || legacy_requested()) return c;
   // G10: short-K WGRAD ping-pong -> the deep-staging kernel (s4, 4 staging buffers per warpgroup).

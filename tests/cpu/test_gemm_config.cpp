@@ -147,13 +147,24 @@ TEST(GemmConfig, SwigluTiles) {
   }
 }
 
-// Too many experts for the TMA staging next to the scheduler tables: the padded-staging fallback.
-TEST(GemmConfig, ManyExpertsFallBackToPaddedStaging) {
+// Too many experts for the TMA staging next to the scheduler tables: WGRAD falls back to the
+// deep-staging ping-pong kernel (dynamic when accumulating or FP32, G36), the M-grouped ops to
+// padded staging; with tables too large even for that, the padded kernels.
+TEST(GemmConfig, ManyExpertsFallBack) {
   if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
-  const GroupedGemmConfig few = pick(problem(GroupedGemmOp::kWgrad, 32768, 4096, 7168, 128));
-  const GroupedGemmConfig many = pick(problem(GroupedGemmOp::kWgrad, 32768, 4096, 7168, 4096));
-  EXPECT_TRUE(few.tma_store);
-  EXPECT_FALSE(many.tma_store) << many.name();
+  GroupedGemmProblem wgrad = problem(GroupedGemmOp::kWgrad, 32768, 4096, 7168, 128);
+  EXPECT_EQ(pick(wgrad).name(), "128x256x64_s4_tma");
+  wgrad.e_local = 256;  // dsv3_prefill, EP1
+  EXPECT_EQ(pick(wgrad).name(), "128x128x64_s4_pp_tma");
+  wgrad.accumulate = true;
+  EXPECT_EQ(pick(wgrad).name(), "128x128x64_s4_pp_tma_dyn");
+  wgrad.accumulate = false;
+  wgrad.out_dtype = DType::kFloat32;
+  EXPECT_EQ(pick(wgrad).name(), "128x128x64_s4_pp_tma_dyn");
+  wgrad.e_local = 4096;
+  EXPECT_FALSE(pick(wgrad).tma_store) << pick(wgrad).name();
+  const GroupedGemmConfig fprop = pick(problem(GroupedGemmOp::kFprop, 32768, 7168, 2048, 256));
+  EXPECT_EQ(fprop.name(), "128x256x64_s4_dyn");
 }
 
 TEST(GemmConfig, NamesListEveryOption) {

@@ -114,8 +114,27 @@ CaseRows case_rows(const Case& cs, std::mt19937& rng) {
   return r;
 }
 
-// FPROP (plain store), every compiled config, optionally with scatter + row scale.
-void run_fprop_case(const Case& cs, bool scatter) {
+// The configurations a case runs: every compiled one of the op, or only the heuristic's pick for
+// this case (many-expert cases: most compiled tiles do not fit next to their scheduler tables, and
+// the API refuses those; the pick must fit and be right).
+std::vector<GroupedGemmConfig> case_configs(GroupedGemmOp op, DType out, const Case& cs, int64_t cap, bool accumulate,
+                                            bool heuristic_only) {
+  if (!heuristic_only) return grouped_gemm_configs(op, out, false);
+  GroupedGemmProblem p;
+  p.op = op;
+  p.m_capacity = cap;
+  p.n = cs.n;
+  p.k = cs.k;
+  p.e_local = cs.e_local;
+  p.out_dtype = out;
+  p.accumulate = accumulate;
+  int sms = 0;
+  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  return {select_grouped_gemm_config(p, sms)};
+}
+
+// FPROP (plain store), every compiled config (or the heuristic's pick), optionally with scatter + row scale.
+void run_fprop_case(const Case& cs, bool scatter, bool heuristic_only = false) {
   std::mt19937 rng(cs.seed);
   const CaseRows rows = case_rows(cs, rng);
   const auto& counts = rows.counts;
@@ -153,7 +172,8 @@ void run_fprop_case(const Case& cs, bool scatter) {
     d_scale.upload(scale);
   }
 
-  for (const GroupedGemmConfig& cfg : grouped_gemm_configs(GroupedGemmOp::kFprop, DType::kBFloat16, false)) {
+  for (const GroupedGemmConfig& cfg :
+       case_configs(GroupedGemmOp::kFprop, DType::kBFloat16, cs, cap, false, heuristic_only)) {
     SCOPED_TRACE(cfg.name());
     d_out.poison();
     if (scatter) d_dest.poison();
@@ -438,7 +458,7 @@ void run_dgrad_case(const Case& cs, const DgradOptions& opt) {
 
 // WGRAD: grad_w[e] = grad_out[rows_e]^T . x[rows_e], FP32 or BF16, overwrite (empty experts -> 0)
 // or accumulate (empty experts untouched).
-void run_wgrad_case(const Case& cs, DType out, bool accumulate) {
+void run_wgrad_case(const Case& cs, DType out, bool accumulate, bool heuristic_only = false) {
   std::mt19937 rng(cs.seed);
   const CaseRows rows = case_rows(cs, rng);
   const auto& counts = rows.counts;
@@ -455,7 +475,7 @@ void run_wgrad_case(const Case& cs, DType out, bool accumulate) {
   DeviceBuffer<uint16_t> d_g(nan_past_rows(g.bits, M, cs.n)), d_x(nan_past_rows(x.bits, M, cs.k));
   DeviceBuffer<uint8_t> d_out(ref.size() * out_elem);  // BF16 or FP32 by `out`
   const Tolerance tol = wgrad_tolerance(fp32);
-  for (const GroupedGemmConfig& cfg : grouped_gemm_configs(GroupedGemmOp::kWgrad, out, false)) {
+  for (const GroupedGemmConfig& cfg : case_configs(GroupedGemmOp::kWgrad, out, cs, cap, accumulate, heuristic_only)) {
     SCOPED_TRACE(cfg.name());
     if (accumulate) {
       d_out.upload(fp32 ? raw_bytes(prev.vals) : raw_bytes(prev.bits));
@@ -572,6 +592,18 @@ TEST(GroupedGemmWgrad, Accumulate) {
   DMOE_REQUIRE_SM90();
   run_wgrad_case(kWgradCases[1], DType::kFloat32, true);
   run_wgrad_case(kWgradCases[3], DType::kBFloat16, true);
+}
+
+// 256 local experts (dsv3_prefill at EP1): the scheduler tables crowd out the preferred tiles'
+// TMA staging, so the heuristic falls back (WGRAD: deep-staging ping-pong, docs/perf.md G36;
+// FPROP: padded staging); its pick, overwriting and accumulating.
+TEST(GroupedGemmWgrad, ManyExpertsHeuristicPick) {
+  DMOE_REQUIRE_SM90();
+  const Case many = {256, 256, 512, 24, 76};
+  run_wgrad_case(many, DType::kBFloat16, false, true);
+  run_wgrad_case(many, DType::kBFloat16, true, true);
+  run_wgrad_case(many, DType::kFloat32, false, true);
+  run_fprop_case({256, 512, 256, 24, 77}, false, true);
 }
 
 // ---- ragged tails and the dynamic tile schedule (docs/perf.md G8/G9) ------------------------------
