@@ -85,6 +85,7 @@ def checksum(c):
 
 
 def main():
+    global EP  # --ep sets the per-rank sizes that counts_for() and the shapes use
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--routing", default="balanced,random,zipf")
@@ -94,7 +95,6 @@ def main():
     ap.add_argument("--sustain-ms", type=float, default=0.0,
                     help="run each op this long untimed before timing it (the C++ benchmark's --sustain-ms)")
     args = ap.parse_args()
-    global EP
     EP = args.ep
 
     import torch

@@ -22,6 +22,9 @@
 #   STEPS="build tests" scripts/gemm_gpu_check.sh   then   STEPS="bench peer" scripts/gemm_gpu_check.sh
 #       runs a subset (default: build tests bench peer); a later subset reuses $BUILD_DIR and $WORK.
 #   SWEEP=0 scripts/gemm_gpu_check.sh        benchmark without the configuration sweep
+#   EP=8 scripts/gemm_gpu_check.sh            per-rank sizes of an EP-8 run (E/8 local experts; default 2),
+#       ours and torch's alike: one GPU previews the GEMMs of a larger machine's ranks
+#   ROUTING=balanced,random                   the routings benchmarked (default: all three)
 #   SUSTAIN_MS=200 (default)                  every timed call first runs this long untimed, ours and
 #       torch's alike, so both are measured at the sustained (power-limited) clocks
 #   scripts/gemm_gpu_check.sh --ab            A/B of the experimental variants (docs/perf.md G8-G10) in
@@ -56,6 +59,8 @@ elif [ "${1:-}" = "--ab" ]; then
   STEPS=${STEPS:-build tests bench abexp}
 fi
 [ "$SWEEP" = "1" ] && BENCH_ARGS+=(--sweep)
+if [ -n "${EP:-}" ]; then BENCH_ARGS+=(--ep "$EP"); PEER_ARGS+=(--ep "$EP"); fi
+if [ -n "${ROUTING:-}" ]; then BENCH_ARGS+=(--routing "$ROUTING"); PEER_ARGS+=(--routing "$ROUTING"); fi
 # Every timed call (ours, cuBLAS, torch) first runs SUSTAIN_MS untimed: all at the same power-limited
 # clocks (docs/perf.md G22; 0 = the old cold-start timing).
 SUSTAIN_MS=${SUSTAIN_MS:-200}
