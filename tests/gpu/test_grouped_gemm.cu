@@ -499,8 +499,8 @@ void run_wgrad_case(const Case& cs, DType out, bool accumulate, bool heuristic_o
 }
 
 // ---- tests ----------------------------------------------------------------------------------------
-// Shapes: D and F multiples of 128 from 256 to 7168, E_local from 1 to 128 (the reference is a
-// host GEMM, so the biggest shapes get few rows).
+// Shapes: D and F multiples of 128 from 256 to 7168, E_local from 1 to 128 (256 for the heuristic's
+// many-expert picks; the reference is a host GEMM, so the biggest shapes get few rows).
 const Case kFpropCases[] = {
     {1, 256, 256, 300, 11},      // one expert, rows not a multiple of any tile
     {8, 384, 512, 260, 12},      // N an odd multiple of 128 (masked last column block)
