@@ -47,7 +47,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -178,13 +177,7 @@ int g_sustain_ms = 0;  // --sustain-ms: run each measured call this long untimed
 double time_ms(const std::function<void()>& fn, int iters, int warmup = 3) {
   for (int i = 0; i < warmup; ++i) fn();
   BENCH_CUDA(cudaDeviceSynchronize());
-  // Sustained state: an H200 under GEMM load reaches its power limit within ~0.1 s and its clocks
-  // drop by ~20%; a call timed from a cooler state looks up to 20% faster (docs/perf.md G22).
-  const auto t0 = std::chrono::steady_clock::now();
-  while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() < g_sustain_ms) {
-    for (int i = 0; i < 4; ++i) fn();
-    BENCH_CUDA(cudaDeviceSynchronize());
-  }
+  dist_moe::testing::run_for_ms(fn, g_sustain_ms, /*stream=*/nullptr, /*batch=*/4);
   return dist_moe::testing::median_event_ms(fn, iters, /*stream=*/nullptr).ms;
 }
 

@@ -14,7 +14,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -42,11 +41,7 @@ using testing::DeviceBuffer;
 using Bf16Buffer = DeviceBuffer<__nv_bfloat16>;
 
 double time_ms(const std::function<void()>& fn, cudaStream_t s) {
-  const auto t0 = std::chrono::steady_clock::now();
-  while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() < g_sustain_ms) {
-    fn();
-    DMOE_CUDA_CHECK(cudaStreamSynchronize(s));
-  }
+  testing::run_for_ms(fn, g_sustain_ms, s);
   return testing::median_event_ms(fn, g_iters, s).ms;
 }
 

@@ -1,7 +1,6 @@
 // dist-moe bench-rank: one rank of `dist-moe bench` (started by dmoe_launch). Rank 0 gathers every
 // rank's numbers and prints them as "RESULT@<rank> ..." lines that the parent turns into the tables.
 #include <algorithm>
-#include <chrono>
 #include <functional>
 #include <cmath>
 #include <cstdio>
@@ -46,7 +45,9 @@ struct DevBuf {
 // Every timing here: CUDA events around each call, each call on an idle GPU (as the stock layer's
 // calls are timed), medians (common/event_timing.h).
 using testing::EventTiming;
+using testing::median;
 using testing::median_event_ms;
+using testing::run_for_ms;
 
 }  // namespace
 
@@ -246,11 +247,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     if (sustain_ms > 0) {
       const int32_t* keep = counts;
       counts = static_cast<const int32_t*>(d_even.p);
-      const auto t0 = std::chrono::steady_clock::now();
-      while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() < sustain_ms) {
-        gemm_fwd();
-        DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-      }
+      run_for_ms(gemm_fwd, sustain_ms, stream);
       counts = keep;
     }
     align();
@@ -269,8 +266,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
         f.push_back(median_event_ms(fwd, 1, stream).ms);
         bwd();
       }
-      std::sort(f.begin(), f.end());
-      fwd_r.push_back(f[f.size() / 2]);
+      fwd_r.push_back(median(f));
       preheat();
     }
     const EventTiming layer = median_event_ms(layer_call, iters, stream);
@@ -284,13 +280,8 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
       gemm_fb_r.push_back(median_event_ms(gemm_layer, iters, stream).ms);
     }
   }
-  auto median_of = [](std::vector<double> v) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  const double fwd_ms = median_of(fwd_r), layer_ms = median_of(layer_r), layer_host_ms = median_of(host_r);
-  const double gemm_fwd_ms = median_of(gemm_fwd_r), gemm_fb_ms = median_of(gemm_fb_r);
+  const double fwd_ms = median(fwd_r), layer_ms = median(layer_r), layer_host_ms = median(host_r);
+  const double gemm_fwd_ms = median(gemm_fwd_r), gemm_fb_ms = median(gemm_fb_r);
 
   // Per-stage times of eager calls: events between stages, forward and backward timed apart. The
   // fused layer and the GEMM-only calls alternate over `kStagedRounds` rounds (each after the
@@ -343,10 +334,9 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   auto medians = [](const std::vector<StageTimes>& rounds) {
     StageTimes m;
     for (size_t i = 0; i < rounds[0].size(); ++i) {
-      std::vector<float> v;
+      std::vector<double> v;
       for (const StageTimes& st : rounds) v.push_back(st[i].second);
-      std::sort(v.begin(), v.end());
-      m.emplace_back(rounds[0][i].first, v[v.size() / 2]);
+      m.emplace_back(rounds[0][i].first, static_cast<float>(median(v)));
     }
     return m;
   };

@@ -43,13 +43,17 @@ GroupedGemmConfig tile(int bm, int bn, int stages, const GroupedGemmProblem& p, 
   return c;
 }
 
+// WGRAD's ping-pong TMA-store kernel with 4 stages is the deep-staging one: 4 TMA staging buffers
+// per warpgroup (grouped_gemm_sm90_wgrad.cu; no other kernel has that combination).
+bool deep_staging(const GroupedGemmConfig& c, GroupedGemmOp op) {
+  return op == GroupedGemmOp::kWgrad && c.tma_store && c.pingpong && c.stages == 4;
+}
+
 // Shared memory of a configuration (device/gemm/kernel.cuh layout; the host API checks the exact
 // number against the device before launching).
 int smem_estimate(const GroupedGemmConfig& c, const GroupedGemmProblem& p) {
   const int stages = c.stages * (c.block_m + c.block_n) * 128;
-  // WGRAD 128x128 s4 pp_tma is the deep-staging kernel: 4 TMA buffers per warpgroup.
-  const bool deep = p.op == GroupedGemmOp::kWgrad && c.tma_store && c.pingpong && c.stages == 4;
-  const int staging = 2 * (deep ? 32768 : c.tma_store ? 16384 : 10240);
+  const int staging = 2 * (deep_staging(c, p.op) ? 32768 : c.tma_store ? 16384 : 10240);
   const int e = static_cast<int>(p.e_local);
   const int tables = (2 * (e + 1) + (p.op == GroupedGemmOp::kWgrad ? e : 0)) * 4;
   return 1024 + stages + staging + 16 * c.stages + 80 + 16 + 80 /* tile ring */ + tables;
@@ -244,8 +248,7 @@ GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int de
   // (ping-pong for odd widths, padded fallbacks) keep the static schedule (unmeasured).
   // The deep-staging ping-pong fallback for many experts (select_wgrad) likewise: accumulating at
   // dsv3_prefill EP1, dynamic 11.1 vs 12.3 ms (W13) and 5.4 vs 6.3 (W2), G36.
-  const bool deep_pp = c.pingpong && c.stages == 4;
-  const bool wgrad_tma_dyn = p.op == GroupedGemmOp::kWgrad && c.tma_store && (!c.pingpong || deep_pp) &&
+  const bool wgrad_tma_dyn = p.op == GroupedGemmOp::kWgrad && c.tma_store && (!c.pingpong || deep_staging(c, p.op)) &&
                              (p.out_dtype == DType::kFloat32 || p.accumulate);
   if (!legacy_requested() && !c.swap_ab &&
       (p.op == GroupedGemmOp::kFprop || p.op == GroupedGemmOp::kFpropSwiglu || p.op == GroupedGemmOp::kDgrad ||

@@ -1,6 +1,6 @@
 // Timing of GPU work enqueued by a host callable, shared by the benchmarks and `dist-moe bench`:
 // CUDA events around each call on one stream, synchronized after each, medians of both the GPU
-// time and the host's enqueue time.
+// time and the host's enqueue time; and the sustained load that precedes a measurement.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,6 +18,24 @@ struct EventTiming {
   double ms = 0;       // median GPU time between the events around a call
   double host_ms = 0;  // median host time to enqueue a call
 };
+
+// The middle element (the upper one of an even count); 0 for none.
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Calls fn for `ms` milliseconds of wall time, waiting for `stream` after every `batch` calls: an
+// H200 under load reaches its power limit within ~0.1 s and its clocks drop by ~20%, so a call
+// timed after this runs at the clocks of a busy GPU, not at boost clocks (docs/perf.md G22).
+inline void run_for_ms(const std::function<void()>& fn, double ms, cudaStream_t stream, int batch = 1) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() < ms) {
+    for (int i = 0; i < batch; ++i) fn();
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+}
 
 // `iters` calls of fn (>= 1), each starting on an idle stream (the previous one was waited for).
 inline EventTiming median_event_ms(const std::function<void()>& fn, int iters, cudaStream_t stream) {
@@ -38,9 +56,7 @@ inline EventTiming median_event_ms(const std::function<void()>& fn, int iters, c
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  std::sort(host.begin(), host.end());
-  return {ms[ms.size() / 2], host[host.size() / 2]};
+  return {median(ms), median(host)};
 }
 
 }  // namespace dist_moe::testing
