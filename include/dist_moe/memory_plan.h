@@ -18,6 +18,10 @@ inline constexpr int64_t kMemoryAlignment = 128;
 // Rows of every local expert are padded to this multiple for block-scaled formats (one 128-row
 // scale atom per expert start; 32-row column-quant blocks never straddle experts).
 inline constexpr int64_t kBlockScaledRowMultiple = 128;
+// Row-quantized activation bundles in the activation buffer reserve this multiple of their natural
+// scale bytes (rows * C/v): room for the scale layout of the smallest (32-row) M tiles, where every
+// 32 rows take a whole 128-row scale atom (upstream's ACTIVATION_ROW_SCALE_STORAGE_MULTIPLE).
+inline constexpr int64_t kRowScaleStorageMultiple = 4;
 inline constexpr int64_t kRoutingHeaderBytes = 128;
 
 inline int64_t align_up(int64_t bytes, int64_t alignment = kMemoryAlignment) {

@@ -1,6 +1,7 @@
-// plan_memory: byte-exact sizes of every buffer Dist-MoE owns. The BF16 formulas reproduce
-// upstream's planner (reference/upstream_api_and_tests.md §1.7); the block-scaled ones describe
-// this project's own layout. docs/memory_planner.md writes each formula out.
+// plan_memory: byte-exact sizes of every buffer Dist-MoE owns. The BF16 and the block-scaled
+// (MXFP8, NVFP4) formulas both reproduce upstream's planner (reference/upstream_api_and_tests.md
+// §1.7, upstream's ModelConfig / BlockscaledStorageConfig); docs/memory_planner.md writes each
+// formula out.
 #include "dist_moe/memory_plan.h"
 
 #include <algorithm>
@@ -22,50 +23,76 @@ std::string fmt_g(double v) {
   return buf;
 }
 
+// ---- block-scaled bundles: quantized data, then its scales, each 128-byte aligned ----
+// Upstream's BlockscaledStorageConfig. v = scale vector (32 MXFP8, 16 NVFP4); qdata is 1 B per
+// value (MXFP8 E4M3) or per two values (NVFP4 E2M1 x2); scales are 1 B (E8M0 / E4M3).
+struct Bundles {
+  i64 v;            // values per scale
+  i64 pack;         // values per qdata byte
+  i64 row_global;   // per-row FP32 payload after the row scales (NVFP4 inverse token scale)
+
+  // Row-quantized [rows, C] (1 x v blocks along C: the FPROP/DGRAD operand). The scale region
+  // reserves kRowScaleStorageMultiple (4) x the natural rows*C/v bytes (memory_plan.h says why),
+  // then the per-row FP32 payload.
+  i64 row(i64 rows, i64 C) const {
+    return A(rows * ceil_div(C, pack)) + A(rows * kRowScaleStorageMultiple * ceil_div(C, v) + rows * row_global);
+  }
+  // Column-quantized [rows, C] (v x 1 blocks along rows: the WGRAD operand, contraction over tokens).
+  i64 col(i64 rows, i64 C) const { return A(C * ceil_div(rows, pack)) + A(C * ceil_div(rows, v)); }
+};
+
+Bundles bundles(const BlockScaledConfig& bs) {
+  if (bs.format == BlockScaledFormat::kNVFP4) return Bundles{16, 2, 4};
+  return Bundles{32, 1, 0};
+}
+
 // Shapes that every byte formula reads.
 struct Dims {
   i64 T, D, F, K, L, layers;
   const BlockScaledConfig* bs;  // null for BF16
+  bool mega() const { return bs && bs->pipeline == BlockScaledPipeline::kMega; }
 };
-
-// ---- block-scaled bundles: quantized data plus scales, each 128-byte aligned ----
-// MXFP8 row (1x32 blocks along C) and column (32x1 blocks along rows) bundles.
-i64 mx_row_bundle(i64 rows, i64 cols) { return A(rows * cols) + A(rows * (cols / 32)); }
-i64 mx_col_bundle(i64 rows, i64 cols) { return A(rows * cols) + A(ceil_div(rows, 32) * cols); }
-// NVFP4 packed row: C/2 data bytes + C/16 E4M3 scales + FP32 inverse token scale, padded to 16 B.
-i64 nv_row_bundle(i64 rows, i64 cols) { return A(rows * align_up(cols / 2 + cols / 16 + 4, 16)); }
-
-i64 row_bundle(const Dims& d, i64 rows, i64 cols) {
-  return d.bs->format == BlockScaledFormat::kNVFP4 ? nv_row_bundle(rows, cols) : mx_row_bundle(rows, cols);
-}
 
 // Saved state of one layer that keeps everything (no recompute) for R received rows.
 i64 saved_full(const Dims& d, i64 R) {
   const i64 h3 = A(d.T * d.K * d.D * 2);
   const i64 h1 = A(R * 2 * d.F * 2);
   if (!d.bs) return A(R * d.D * 2) /*x_gathered*/ + h1 + h3;
-  // MXFP8: column-quantized x and h2 are the WGRAD operands; h1 stays BF16 for SwiGLU backward.
-  return mx_col_bundle(R, d.D) + h1 + mx_col_bundle(R, d.F) + h3;
+  // Block-scaled: the column bundles of x_gathered and h2 are the WGRAD operands; h1 stays BF16 for
+  // SwiGLU backward; h3 is the BF16 combine source.
+  const Bundles b = bundles(*d.bs);
+  return b.col(R, d.D) + h1 + b.col(R, d.F) + h3;
 }
 
 // Training scratch peak (backward of a recomputed layer) for R received rows.
 i64 training_scratch_peak(const Dims& d, i64 R) {
-  const i64 h1 = A(R * 2 * d.F * 2), grad_h1 = A(R * 2 * d.F * 2), grad_h2 = A(R * d.F * 2);
-  const i64 grad_h3 = d.D > d.F ? A(R * d.D * 2) : 0;  // else it fits where h2 lived
-  if (!d.bs) return A(R * d.D * 2) /*x_gathered*/ + h1 + grad_h1 + grad_h2 + grad_h3;
-  // MXFP8: one shared row-quant slot (x_row, then h2_row, then grad_h3_row), plus the column
-  // bundles that WGRAD reads.
-  return mx_row_bundle(R, std::max(d.D, 2 * d.F)) + mx_col_bundle(R, d.D) + mx_col_bundle(R, d.F) + h1 + grad_h1 +
-         grad_h2 + grad_h3;
+  const i64 h1 = A(R * 2 * d.F * 2), grad_h2 = A(R * d.F * 2);
+  if (!d.bs) {
+    const i64 grad_h1 = A(R * 2 * d.F * 2);
+    const i64 grad_h3 = d.D > d.F ? A(R * d.D * 2) : 0;  // else it fits where h2 lived
+    return A(R * d.D * 2) /*x_gathered*/ + h1 + grad_h1 + grad_h2 + grad_h3;
+  }
+  // Block-scaled (upstream's _blockscaled_bwd_act_mem_size, recompute): the row-quant scratch, the
+  // rebuilt forward operands (x_gathered col, h1, h2 col) and the gradient bundles (grad_h3 col for
+  // the W2 WGRAD, grad_h2 BF16, dxy = grad_h1 col for the W13 WGRAD).
+  const Bundles b = bundles(*d.bs);
+  const i64 x_row = b.row(R, d.D), h2_row = b.row(R, d.F), dxy_row = b.row(R, 2 * d.F);
+  // Staged kernels serialize every row operand through one max-size slot; Mega co-feeds x_gathered
+  // and h2 in one launch, so those two take adjacent sub-slots.
+  const i64 row_scratch = d.mega() ? std::max(x_row + h2_row, dxy_row) : std::max({x_row, h2_row, dxy_row});
+  return row_scratch + b.col(R, d.D) + h1 + b.col(R, d.F) + b.col(R, d.D) /*grad_h3*/ + grad_h2 +
+         b.col(R, 2 * d.F) /*dxy*/;
 }
 
 // Inference (forward-only) scratch for R received rows.
 i64 inference_scratch(const Dims& d, i64 R) {
   const i64 h1 = A(R * 2 * d.F * 2);
   if (!d.bs) return A(R * d.D * 2) + h1 + A(R * d.F * 2);
-  const i64 x_rows = row_bundle(d, R, d.D), h2_rows = row_bundle(d, R, d.F);
-  const i64 rowq = d.bs->pipeline == BlockScaledPipeline::kMega ? x_rows + h2_rows : std::max(x_rows, h2_rows);
-  return rowq + h1;
+  // Row-quant scratch (x_gathered and h2 row bundles: one max-size slot staged, adjacent for Mega)
+  // plus BF16 h1.
+  const Bundles b = bundles(*d.bs);
+  const i64 x_row = b.row(R, d.D), h2_row = b.row(R, d.F);
+  return (d.mega() ? x_row + h2_row : std::max(x_row, h2_row)) + h1;
 }
 
 }  // namespace

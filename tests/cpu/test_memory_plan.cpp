@@ -239,6 +239,116 @@ TEST(MemoryPlan, LargeModelBf16MatchesUpstreamTable) {
   EXPECT_EQ(p.total_device_buffer_bytes, 84758495232LL);
 }
 
+// The same configuration in MXFP8 (upstream's test_documented_large_model_memory_plans and its
+// docs/memory_planner.md table). The table holds for both pipelines: at D=4096, F=14336 the dxy
+// row bundle is the largest row-quant operand, so Mega's adjacent x/h2 sub-slots fit inside it.
+TEST(MemoryPlan, LargeModelMxfp8MatchesUpstreamTable) {
+  for (BlockScaledPipeline pipeline : {BlockScaledPipeline::kStaged, BlockScaledPipeline::kMega}) {
+    SCOPED_TRACE(to_string(pipeline));
+    Config c = make_config(4096, 4096, 14336, 8, 128, 32);
+    c.device_scratch_capacity_factor = 1.5;
+    c.vmm = VmmConfig{16.0, true};
+    c.block_scaled = BlockScaledConfig{};
+    c.block_scaled->pipeline = pipeline;
+    MemoryPlan p = plan_memory(c, 16);
+    EXPECT_EQ(p.balanced_recv_rows, 32768);
+    EXPECT_EQ(p.device_scratch_capacity_rows, 50048);   // floor((49152 + 8*127)/128)*128
+    EXPECT_EQ(p.total_scratch_capacity_rows, 525184);   // floor((524288 + 8*127)/128)*128
+    EXPECT_EQ(p.minimum_activation_slot_bytes, 1073741824LL);
+    EXPECT_EQ(p.balanced_full_save_activation_slot_bytes, 90839973888LL);
+    EXPECT_EQ(p.total_activation_bytes, 1073741824LL);
+    EXPECT_EQ(p.device_scratch_bytes, 8561811456LL);
+    EXPECT_EQ(p.host_scratch_bytes, 81282465792LL);
+    EXPECT_EQ(p.total_device_buffer_bytes, 9635553280LL);
+    c.activation_slot_bytes = 16LL << 30;
+    p = plan_memory(c, 16);
+    EXPECT_EQ(p.total_activation_bytes, 17179869184LL);
+    EXPECT_EQ(p.device_scratch_bytes, 8561811456LL);
+    EXPECT_EQ(p.host_scratch_bytes, 81282465792LL);
+    EXPECT_EQ(p.total_device_buffer_bytes, 25741680640LL);
+    c.activation_slot_bytes.reset();
+    c.activation_slot_capacity_factor = 1.0;
+    p = plan_memory(c, 16);
+    EXPECT_EQ(p.total_activation_bytes, 90839973888LL);
+    EXPECT_EQ(p.device_scratch_bytes, 8561811456LL);
+    EXPECT_EQ(p.host_scratch_bytes, 81282465792LL);
+    EXPECT_EQ(p.total_device_buffer_bytes, 99401785344LL);
+  }
+}
+
+// Upstream's block-scaled training formulas on the small padded case (T=100, D=F=128, K=2, E=8,
+// f=1.5, ep2: 768 device rows). Row bundle(R, C) = A(R*C) + A(R*4*C/32); column bundle(R, C) =
+// A(R*C) + A(C*ceil(R/32)).
+TEST(MemoryPlan, BlockScaledTrainingBytesFollowUpstreamFormulas) {
+  Config c = make_config(100, 128, 128, 2, 8, 2);
+  c.device_scratch_capacity_factor = 1.5;
+  c.block_scaled = BlockScaledConfig{};
+  MemoryPlan p = plan_memory(c, 2);
+  EXPECT_EQ(p.device_scratch_capacity_rows, 768);
+  // row-quant slot = dxy row(768, 256) = 196608 + 24576 (x and h2 rows are 110592 each);
+  // x col 101376 + h1 393216 + h2 col 101376 + grad_h3 col 101376 + grad_h2 196608 + dxy col 202752.
+  EXPECT_EQ(p.device_scratch_bytes, 221184 + 101376 + 393216 + 101376 + 101376 + 196608 + 202752);
+  EXPECT_EQ(p.device_scratch_bytes, 1317888);
+  EXPECT_EQ(p.host_scratch_bytes, 0);
+  EXPECT_EQ(p.saved_input_bytes_per_layer, 25600);  // A(100*128*2)
+  EXPECT_EQ(p.minimum_activation_slot_bytes, 51200);
+  // saved_full(R) = x col + h1 + h2 col + h3: at the padded balanced 640 rows 2*(84480 + 327680 +
+  // 84480 + 51200), at 768 rows 2*(101376 + 393216 + 101376 + 51200).
+  EXPECT_EQ(p.balanced_full_save_activation_slot_bytes, 1095680);
+  EXPECT_EQ(p.maximum_useful_activation_slot_bytes, 1294336);
+
+  // D > 2F makes x the largest row operand: staged shares one max-size slot, Mega adds h2's
+  // adjacent sub-slot (row(384, 128) = 49152 + 6144 = 55296 more bytes).
+  c = make_config(128, 512, 128, 2, 4, 1);
+  c.vmm = VmmConfig{2.0, true};
+  c.block_scaled = BlockScaledConfig{};
+  const MemoryPlan staged = plan_memory(c, 2);
+  c.block_scaled->pipeline = BlockScaledPipeline::kMega;
+  const MemoryPlan mega = plan_memory(c, 2);
+  EXPECT_EQ(staged.device_scratch_capacity_rows, 384);
+  EXPECT_EQ(staged.total_scratch_capacity_rows, 640);
+  EXPECT_EQ(staged.device_scratch_bytes, 1073664);
+  EXPECT_EQ(staged.host_scratch_bytes, 715776);
+  EXPECT_EQ(mega.device_scratch_bytes, 1073664 + 55296);
+  EXPECT_EQ(mega.host_scratch_bytes, 752640);
+  EXPECT_EQ(staged.balanced_full_save_activation_slot_bytes, mega.balanced_full_save_activation_slot_bytes);
+  EXPECT_EQ(staged.balanced_full_save_activation_slot_bytes, 712192);
+}
+
+// Block-scaled inference: row-quant scratch (max of the x and h2 row bundles when staged, their sum
+// for Mega) + BF16 h1. T=128, D=256, F=512, K=2, E=4, ep2: 384 device rows, 640 total rows.
+TEST(MemoryPlan, BlockScaledInferenceBytesFollowUpstreamFormulas) {
+  struct Case {
+    BlockScaledFormat format;
+    BlockScaledPipeline pipeline;
+    int64_t device, host;
+  };
+  // MXFP8 rows: x = 98304 + 12288, h2 = 196608 + 24576. NVFP4 rows (packed E2M1, 4x E4M3 scales,
+  // FP32 inverse token scale per row): x = 49152 + 26112, h2 = 98304 + 50688. h1 = 786432.
+  const Case cases[] = {
+      {BlockScaledFormat::kMXFP8_E4M3, BlockScaledPipeline::kStaged, 221184 + 786432, 671744},
+      {BlockScaledFormat::kMXFP8_E4M3, BlockScaledPipeline::kMega, 110592 + 221184 + 786432, 745472},
+      {BlockScaledFormat::kNVFP4, BlockScaledPipeline::kStaged, 148992 + 786432, 623616},
+      {BlockScaledFormat::kNVFP4, BlockScaledPipeline::kMega, 75264 + 148992 + 786432, 673792},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(std::string(to_string(k.pipeline)) + (k.format == BlockScaledFormat::kNVFP4 ? " nvfp4" : " mxfp8"));
+    Config c = make_config(128, 256, 512, 2, 4, 1);
+    c.inference = true;
+    c.num_activation_slots = 0;
+    c.vmm = VmmConfig{2.0, true};
+    c.block_scaled = BlockScaledConfig{};
+    c.block_scaled->format = k.format;
+    c.block_scaled->pipeline = k.pipeline;
+    const MemoryPlan p = plan_memory(c, 2);
+    EXPECT_EQ(p.device_scratch_capacity_rows, 384);
+    EXPECT_EQ(p.total_scratch_capacity_rows, 640);
+    EXPECT_EQ(p.device_scratch_bytes, k.device);
+    EXPECT_EQ(p.host_scratch_bytes, k.host);
+    EXPECT_EQ(p.total_device_buffer_bytes, k.device);
+  }
+}
+
 TEST(MemoryPlan, VmmSectionsResolveWithGranularity) {
   Config c = small_config();
   c.activation_slot_capacity_factor = 1.0;

@@ -129,3 +129,23 @@ def test_documented_large_model_bf16_plans():
         1073741824, 7449083904, 72007811072, 8522825728)
     assert dm.plan_memory(dm.Config(**big, activation_slot_bytes=16 << 30), 16).total_device_buffer_bytes == 24628953088
     assert dm.plan_memory(dm.Config(**big, activation_slot_capacity_factor=1.0), 16).total_activation_bytes == 77309411328
+
+
+def test_documented_large_model_mxfp8_plans():
+    """The large-model MXFP8 table at EP16 (upstream's numbers), for both pipelines."""
+    big = dict(max_num_local_input_tokens=4096, hidden_dim=4096, intermediate_dim=14336, top_k=8, num_experts=128,
+               max_moe_layers_per_activation_slot=32, device_scratch_capacity_factor=1.5,
+               vmm=dm.VmmConfig(16.0))
+    for pipeline in ("staged", "mega"):
+        mx = dict(big, block_scaled=dm.BlockScaledConfig(pipeline=pipeline))
+        plans = [dm.plan_memory(dm.Config(**mx), 16),
+                 dm.plan_memory(dm.Config(**mx, activation_slot_bytes=16 << 30), 16),
+                 dm.plan_memory(dm.Config(**mx, activation_slot_capacity_factor=1.0), 16)]
+        actual = [(p.total_activation_bytes, p.device_scratch_bytes, p.host_scratch_bytes, p.total_device_buffer_bytes)
+                  for p in plans]
+        assert actual == [
+            (1073741824, 8561811456, 81282465792, 9635553280),
+            (17179869184, 8561811456, 81282465792, 25741680640),
+            (90839973888, 8561811456, 81282465792, 99401785344),
+        ], pipeline
+        assert (plans[0].device_scratch_capacity_rows, plans[0].total_scratch_capacity_rows) == (50048, 525184)
