@@ -128,6 +128,12 @@ struct ExecutionOptions {
   double swiglu_clip_limit = kSwigluClampLimitDefault;  // strict '>' threshold
   bool validate_expert_ids = false;   // device check that ids lie in [-1, E); traps otherwise
   std::optional<RMSNormPostprocess> experts_output_postprocess;
+  // Training forward only: its SavedState keeps nothing in the activation slot (the layer plans in
+  // scratch, as under no-grad), and its backward recomputes the layer from the inputs it is given.
+  // For a forward whose saved state the caller will discard and replace by a recomputation's (the
+  // first forward of an activation checkpoint): it takes no slot space, so checkpointed layers leave
+  // no entry behind. Every rank passes the same value in one call.
+  bool recompute_from_inputs = false;
   // Route-level I/O, for a postprocess the caller runs itself (the PyTorch callable postprocess):
   // forward: this rank's route rows h3 (BF16 [T, K, D], before any postprocess) are copied here
   // after the combine; rows of -1 routes are unspecified.

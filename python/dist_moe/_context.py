@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from typing import NamedTuple
 
 _log = logging.getLogger("dist_moe")
 _REGISTRY: dict[str, "Context"] = {}
@@ -34,6 +35,102 @@ class _DeviceMemory:
             "version": 3,
             "strides": None,
         }
+
+
+class ScratchInfo(NamedTuple):
+    """What ``ActivationBuffer.check_overflow()`` reports (bytes; host fields None without host scratch)."""
+
+    scratch_min_free: int
+    scratch_size: int
+    scratch_max_used: int
+    device_scratch_size: int
+    device_scratch_used: int
+    host_scratch_size: int | None
+    host_scratch_used: int | None
+
+
+class ActivationBuffer:
+    """``Context.activation_buffer``: the context's activation buffer and its device planner state,
+    under upstream's names (``docs/python_api.md``, "Activation buffer").
+
+    Live views of context-owned device memory (no host read; they change as calls run):
+    ``buffer`` (uint8, the whole buffer), ``saved_activation_bytes_per_rank`` (int64 [N*R], slot
+    major), ``moe_layer_id`` (int64 [N]: layers saved in each slot and not yet popped),
+    ``peak_min_free_space`` (int64 [N+1]: the lowest free bytes seen per slot, then scratch),
+    ``activation_slot_ids_S`` (int64 [max(N, 1)]) and ``activation_slot_id_1`` (the selected
+    slot's one-element view). ``buffer_offsets`` (int64 [N+1]: every slot's free start on this
+    rank, then the scratch end) is computed from the live state on access, on the device, as a new
+    tensor. Constants: ``initial_buffer_offsets``, ``num_activation_slots``,
+    ``activation_slot_bytes``, ``device_scratch_size``, ``host_scratch_size``.
+    ``check_overflow()`` synchronizes the device.
+    """
+
+    def __init__(self, context: "Context"):
+        import torch
+
+        self._context = context
+        native = context._native
+        st = native.planner_storage()
+        dev = context.device
+
+        def view(name):
+            ptr, nbytes = st[name]
+            return torch.as_tensor(_DeviceMemory(ptr, nbytes, native), device=dev).view(torch.int64)
+
+        self.buffer = context._storages["activation"]
+        self.saved_activation_bytes_per_rank = view("saved_bytes")
+        self.moe_layer_id = view("layer_ids")
+        self.peak_min_free_space = view("peak_min_free")
+        self.activation_slot_ids_S = view("slot_ids")
+        self.num_activation_slots = int(st["num_slots"])
+        self.activation_slot_bytes = int(st["slot_bytes"])
+        self._buffer_bytes = int(st["buffer_bytes"])
+        self._rank, self._world = int(st["rank"]), int(st["world"])
+        plan = context.memory_plan
+        self.device_scratch_size = int(plan.device_scratch_bytes)
+        self.host_scratch_size = int(plan.host_scratch_bytes) if context.config.vmm is not None else 0
+        N = self.num_activation_slots
+        starts = [s * self.activation_slot_bytes for s in range(N)]
+        self.initial_buffer_offsets = torch.tensor(starts + [self._buffer_bytes], dtype=torch.int64, device=dev)
+
+    @property
+    def activation_slot_id_1(self):
+        return self.activation_slot_ids_S[self._context._selected_slot:self._context._selected_slot + 1]
+
+    @property
+    def buffer_offsets(self):
+        import torch
+
+        N, R = self.num_activation_slots, self._world
+        starts = self.initial_buffer_offsets[:N] + self.saved_activation_bytes_per_rank.view(N, R)[:, self._rank]
+        return torch.cat([starts, self.initial_buffer_offsets[N:]])
+
+    def check_overflow(self) -> ScratchInfo:
+        """Blocking: the scratch and slot peaks so far; ValueError if any region overflowed."""
+        import torch
+
+        torch.cuda.synchronize(self._context.device)
+        peaks = self.peak_min_free_space.tolist()
+        N = self.num_activation_slots
+        scratch_size = self._buffer_bytes - N * self.activation_slot_bytes
+        min_free = peaks[N]
+        used = scratch_size - min_free
+        host = self.host_scratch_size or None
+        info = ScratchInfo(min_free, scratch_size, used, self.device_scratch_size, min(used, self.device_scratch_size),
+                           host, None if host is None else max(0, used - self.device_scratch_size))
+        cfg = self._context.config
+        if min_free < 0:
+            raise ValueError(
+                f"Activation buffer overflowed, numerics are corrupted: scratch needed {-min_free} more bytes; try "
+                f"device_scratch_capacity_factor={cfg.device_scratch_capacity_factor * 1.25:g}"
+            )
+        for s in range(N):
+            if peaks[s] < 0:
+                raise ValueError(
+                    f"Activation buffer overflowed, numerics are corrupted: activation slot {s} needed {-peaks[s]} "
+                    f"more bytes; try activation_slot_bytes={self.activation_slot_bytes + int(1.25 * -peaks[s])}"
+                )
+        return info
 
 
 class Context:
@@ -66,6 +163,7 @@ class Context:
         self._selected_slot = 0
         self._num_moe_layers_in_selected_slot = config.max_moe_layers_per_activation_slot
         self._saved_state_bytes = native.saved_state_bytes  # fixed per context; read by every forward
+        self._activation_buffer = ActivationBuffer(self)
         _REGISTRY[self._context_id] = self
         return self
 
@@ -112,6 +210,12 @@ class Context:
         return self._storages["combine"]
 
     @property
+    def activation_buffer(self) -> ActivationBuffer:
+        """The activation buffer and its planner state (upstream's ``ActivationBuffer`` fields)."""
+        self._check_open()
+        return self._activation_buffer
+
+    @property
     def selected_activation_slot(self) -> tuple[int, int]:
         """(slot, number of MoE layers in it) that the next training forward pushes to."""
         return self._selected_slot, self._num_moe_layers_in_selected_slot
@@ -156,6 +260,7 @@ class Context:
             return
         _REGISTRY.pop(self._context_id, None)
         self._storages = {}
+        self._activation_buffer = None
         self._native.close()
         self._closed = True
 

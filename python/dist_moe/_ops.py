@@ -10,7 +10,9 @@ op                             use
 =============================  =============================================================
 ``bf16``                       inference, and training contexts under no-grad (scratch only);
                                mutates the context-owned storages and the clip statistics
-``bf16_forward``               training forward; returns (out, saved state, clip statistics)
+``bf16_forward``               training forward; returns (out, saved state)
+``bf16_forward_with_clip_stats``  the same, also collecting SwiGLU clip statistics; returns (out,
+                               saved state, a fresh [3] counter tensor)
 ``bf16_backward``              functional backward; returns (grad_x, grad_scores, grad_w13,
                                grad_w2) in the inputs' logical shapes
 ``bf16_backward_accumulate_``  backward that adds WGRAD into existing gradient buffers (args 3
@@ -39,9 +41,15 @@ SCHEMAS = {
         "Tensor(d!) combine_storage, Tensor(e!)? swiglu_clip_stats_out_3, float swiglu_clip_limit, "
         "bool validate_expert_ids, str context_id) -> Tensor"
     ),
+    # activation_slot -1: a forward whose saved state autograd discards (an activation checkpoint's
+    # first forward) keeps nothing in any slot; its backward, if one comes, recomputes from x.
     "bf16_forward": (
         f"bf16_forward({_ROUTING_ARGS}, {_RMSNORM_ARGS}, int activation_slot, int num_moe_layers_in_slot, "
-        "bool collect_clip_stats, float swiglu_clip_limit, bool validate_expert_ids, str context_id) "
+        "bool validate_expert_ids, str context_id) -> (Tensor, Tensor)"
+    ),
+    "bf16_forward_with_clip_stats": (
+        f"bf16_forward_with_clip_stats({_ROUTING_ARGS}, {_RMSNORM_ARGS}, int activation_slot, "
+        "int num_moe_layers_in_slot, float swiglu_clip_limit, bool validate_expert_ids, str context_id) "
         "-> (Tensor, Tensor, Tensor)"
     ),
     "bf16_backward": (
@@ -95,7 +103,7 @@ def _inputs(x, ids, scores, w13, w2) -> dict:
     }
 
 
-def _options(rms: tuple, clip_ptr: int, clip_limit: float, validate: bool) -> dict:
+def _options(rms: tuple, clip_ptr: int, clip_limit: float, validate: bool, recompute_from_inputs: bool = False) -> dict:
     weight, enabled, eps, norm_dtype, out_dtype, bitwise, gain_center, kahan, recompute = rms
     rmsnorm = None
     if enabled:
@@ -110,7 +118,8 @@ def _options(rms: tuple, clip_ptr: int, clip_limit: float, validate: bool) -> di
             "use_kahan": kahan,
             "recompute_rstd": recompute,
         }
-    return {"clip_stats": clip_ptr, "clip_limit": clip_limit, "validate_expert_ids": validate, "rmsnorm": rmsnorm}
+    return {"clip_stats": clip_ptr, "clip_limit": clip_limit, "validate_expert_ids": validate, "rmsnorm": rmsnorm,
+            "recompute_from_inputs": recompute_from_inputs}
 
 
 def _check_storage(name: str, given: torch.Tensor, owned: torch.Tensor) -> None:
@@ -155,29 +164,45 @@ def _bf16_fake(x, *args):
 # ---- dist_moe::bf16_forward (training) ----------------------------------------------------------
 
 
-def _bf16_forward_cuda(x, ids, scores, w13, w2, *args):
-    rms = args[:9]
-    slot, depth, collect_stats, clip_limit, validate, context_id = args[9:]
+def _training_forward(x, ids, scores, w13, w2, rms, slot, depth, stats, clip_limit, validate, context_id):
+    """One training forward into a fresh saved-state tensor; slot -1 keeps nothing in any slot."""
     ctx = _context.get_context(context_id)
     native = ctx._native_context()
     out = torch.empty((x.shape[0], x.shape[1]), dtype=torch.bfloat16, device=x.device)
     state = torch.empty((ctx._saved_state_bytes,), dtype=torch.uint8, device=x.device)
-    stats = torch.empty((3 if collect_stats else 0,), dtype=torch.float32, device=x.device)
-    opts = _options(rms, stats.data_ptr() if collect_stats else 0, clip_limit, validate)
-    native.select_activation_slot(slot, depth)
+    opts = _options(rms, 0 if stats is None else stats.data_ptr(), clip_limit, validate, recompute_from_inputs=slot < 0)
+    if slot >= 0:
+        native.select_activation_slot(slot, depth)
     native.forward(_inputs(x, ids, scores, w13, w2), out.data_ptr(), state.data_ptr(), opts, _stream(x.device))
+    return out, state
+
+
+def _bf16_forward_cuda(x, ids, scores, w13, w2, *args):
+    slot, depth, validate, context_id = args[9:]
+    return _training_forward(x, ids, scores, w13, w2, args[:9], slot, depth, None, 7.0, validate, context_id)
+
+
+def _bf16_forward_with_clip_stats_cuda(x, ids, scores, w13, w2, *args):
+    slot, depth, clip_limit, validate, context_id = args[9:]
+    stats = torch.empty((3,), dtype=torch.float32, device=x.device)
+    out, state = _training_forward(x, ids, scores, w13, w2, args[:9], slot, depth, stats, clip_limit, validate,
+                                   context_id)
     return out, state, stats
+
+
+def _training_forward_fake(x, context_id):
+    state_bytes = _context.get_context(context_id)._saved_state_bytes
+    return x.new_empty((x.shape[0], x.shape[1]), dtype=torch.bfloat16), x.new_empty((state_bytes,), dtype=torch.uint8)
 
 
 @torch.library.register_fake("dist_moe::bf16_forward", lib=_lib)
 def _bf16_forward_fake(x, ids, scores, w13, w2, *args):
-    collect_stats, context_id = args[11], args[-1]
-    state_bytes = _context.get_context(context_id)._saved_state_bytes
-    return (
-        x.new_empty((x.shape[0], x.shape[1]), dtype=torch.bfloat16),
-        x.new_empty((state_bytes,), dtype=torch.uint8),
-        x.new_empty((3 if collect_stats else 0,), dtype=torch.float32),
-    )
+    return _training_forward_fake(x, args[-1])
+
+
+@torch.library.register_fake("dist_moe::bf16_forward_with_clip_stats", lib=_lib)
+def _bf16_forward_with_clip_stats_fake(x, ids, scores, w13, w2, *args):
+    return (*_training_forward_fake(x, args[-1]), x.new_empty((3,), dtype=torch.float32))
 
 
 # ---- backward ------------------------------------------------------------------------------------
@@ -248,10 +273,14 @@ def _bf16_backward_accumulate_fake(grad_out, x, ids, acc_w13, acc_w2, scores, *a
 for _name, _fn in (
     ("bf16", _bf16_cuda),
     ("bf16_forward", _bf16_forward_cuda),
+    ("bf16_forward_with_clip_stats", _bf16_forward_with_clip_stats_cuda),
     ("bf16_backward", _bf16_backward_cuda),
     ("bf16_backward_accumulate_", _bf16_backward_accumulate_cuda),
 ):
     _lib.impl(_name, _fn, "CUDA")
+
+
+_EFFECTFUL = ("bf16_forward", "bf16_forward_with_clip_stats", "bf16_backward")
 
 
 def _register_effects() -> None:
@@ -260,7 +289,7 @@ def _register_effects() -> None:
         from torch._higher_order_ops.effects import _EffectType, _register_effectful_op
     except ImportError:  # pragma: no cover - depends on the torch version
         return
-    for name in ("bf16_forward", "bf16_backward"):
+    for name in _EFFECTFUL:
         op = getattr(torch.ops.dist_moe, name).default
         try:
             _register_effectful_op(op, _EffectType.ORDERED)
@@ -270,4 +299,4 @@ def _register_effects() -> None:
 
 _register_effects()
 
-EFFECTFUL_OPS = (torch.ops.dist_moe.bf16_forward.default, torch.ops.dist_moe.bf16_backward.default)
+EFFECTFUL_OPS = tuple(getattr(torch.ops.dist_moe, name).default for name in _EFFECTFUL)

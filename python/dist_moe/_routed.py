@@ -112,14 +112,70 @@ def _accumulator(param, weight):
 # ---- autograd -----------------------------------------------------------------------------------------
 
 
+# ---- activation checkpointing: forwards whose saved state autograd discards ------------------------
+
+_SAVING_POLICIES = ("MUST_SAVE", "PREFER_SAVE")
+
+
+def _selective_checkpoint_policy(op, args):
+    """The policy the active selective-checkpoint caching mode gives ``op`` (None without one)."""
+    from torch.utils import checkpoint as ckpt
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    caching = getattr(ckpt, "_CachingTorchDispatchMode", None)
+    for mode in reversed(_get_current_dispatch_mode_stack()):
+        if caching is not None and isinstance(mode, caching):
+            policy = mode.policy_fn(ckpt.SelectiveCheckpointContext(is_recompute=False), op, *args)
+            if isinstance(policy, bool):
+                return "MUST_SAVE" if policy else "PREFER_RECOMPUTE"
+            return getattr(policy, "name", str(policy))
+    return None
+
+
+def _saved_state_discarded(op, args) -> bool:
+    """True when autograd will drop what this forward saves and run the layer again before its
+    backward: the first forward of a non-reentrant ``torch.utils.checkpoint`` region (its saved
+    tensors are packed by the checkpoint's hook into placeholders; the recompute saves the real
+    ones), unless selective checkpointing caches ``op``'s outputs (then the cached state, this one,
+    is what backward uses; ``op`` None: an eager call, never cached). Reentrant checkpointing runs its first forward under no-grad (the
+    scratch-only path already). Reads private torch state; on any surprise it answers False, the
+    plain behaviour (the layer takes its place in the slot)."""
+    try:
+        top = torch._C._autograd._top_saved_tensors_default_hooks(True)
+        if top is None:
+            return False
+        pack = top[0]
+        if getattr(pack, "__module__", "") != "torch.utils.checkpoint":
+            return False
+        if not getattr(pack, "__qualname__", "").startswith("_checkpoint_hook."):
+            return False  # the recompute's hook, or another one: its saved tensors are kept
+        if op is None:  # an eager native call: no torch op that selective checkpointing could cache
+            return True
+        return _selective_checkpoint_policy(op, args) not in _SAVING_POLICIES
+    except Exception:  # pragma: no cover - a torch version without these internals
+        return False
+
+
+def _forward_slot(context, op, args) -> tuple[int, int]:
+    """(activation_slot, depth) for a training forward: the selected slot, or -1 (keep nothing in any
+    slot) when the forward's saved state is discarded by an activation checkpoint."""
+    slot, depth = context.selected_activation_slot
+    return (-1 if _saved_state_discarded(op, args) else slot), depth
+
+
 class _Bf16Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, ids, scores, w13, w2, context, options, rms, collect_stats):
-        slot, depth = context.selected_activation_slot
-        out, state, stats = torch.ops.dist_moe.bf16_forward(
-            x, ids, scores, w13, w2, *rms, slot, depth, collect_stats,
-            float(options.swiglu_clip_limit), options.validate_expert_ids, context.context_id,
-        )  # fmt: skip
+        cid, validate = context.context_id, options.validate_expert_ids
+        if collect_stats:
+            op, tail = torch.ops.dist_moe.bf16_forward_with_clip_stats.default, (float(options.swiglu_clip_limit),)
+        else:
+            op, tail = torch.ops.dist_moe.bf16_forward.default, ()
+        args = [x, ids, scores, w13, w2, *rms, *context.selected_activation_slot, *tail, validate, cid]
+        args[14], args[15] = _forward_slot(context, op, args)
+        got = op(*args)
+        out, state = got[0], got[1]
+        stats = got[2] if collect_stats else x.new_empty((0,), dtype=torch.float32)
         ctx.save_for_backward(x, ids, scores, w13, w2, state)
         ctx.context, ctx.options, ctx.rms = context, options, rms
         ctx.mark_non_differentiable(stats)
@@ -216,7 +272,10 @@ def _native_forward_with_routes(x, ids, scores, w13, w2, context, options, rms, 
         native.inference(inputs, out.data_ptr(), opts, stream)
         return out, h3, None
     state = torch.empty((native.saved_state_bytes,), dtype=torch.uint8, device=x.device) if save else None
-    native.select_activation_slot(*context.selected_activation_slot)
+    slot, depth = _forward_slot(context, None, ()) if save else context.selected_activation_slot
+    opts["recompute_from_inputs"] = slot < 0
+    if slot >= 0:
+        native.select_activation_slot(slot, depth)
     native.forward(inputs, out.data_ptr(), 0 if state is None else state.data_ptr(), opts, stream)
     return out, h3, state
 

@@ -23,22 +23,33 @@ __global__ void plan_forward_kernel(planner::BufferGeometry g, planner::CallShap
   int32_t rows[kMaxPlannerRanks];  // every rank's rows; a scratch-only call knows only its own
   for (int64_t r = 0; r < c.ep_size; ++r) rows[r] = recv_rows_R ? recv_rows_R[r] : 0;
   if (!recv_rows_R) rows[c.rank] = *own_rows_1;
-  const planner::PlanStatus s =
-      planner::plan_bf16_forward(g, c, st, slot_id_1 ? *slot_id_1 : 0, depth, rows, scratch_only, out);
+  const int64_t selector = slot_id_1 ? *slot_id_1 : 0;
+  const planner::PlanStatus s = planner::plan_bf16_forward(g, c, st, selector, depth, rows, scratch_only, out);
+  if (s == planner::PlanStatus::kSlotOverflow) {  // say which slot, how full, and why
+    const int64_t slot = selector % g.num_slots;
+    printf("DistMoE activation planner (forward) on rank %lld: OOM: activation slot overflow: slot %lld holds %lld "
+           "live layer(s) (num_moe_layers_in_slot=%lld) and %lld of its %lld bytes; this layer's input alone needs "
+           "%lld more (a training forward whose backward never ran, or more layers than the slot was selected for)\n",
+           static_cast<long long>(c.rank), static_cast<long long>(slot), static_cast<long long>(st.layer_id_N[slot]),
+           static_cast<long long>(depth), static_cast<long long>(st.saved_bytes_NR[slot * c.ep_size + c.rank]),
+           static_cast<long long>(g.slot_bytes), static_cast<long long>(planner::x_bytes(c)));
+    __trap();
+  }
   if (s != planner::PlanStatus::kOk) report_and_trap(s, c, "forward");
 }
 
 __global__ void plan_backward_kernel(planner::BufferGeometry g, planner::CallShape c, planner::PlannerState st,
-                                     const int64_t* layer, int64_t* out6) {
+                                     const int64_t* layer, int64_t caller_x, int64_t* out7) {
   planner::Bf16BackwardOffsets o{};
-  const planner::PlanStatus s = planner::plan_bf16_backward(g, c, st, layer, &o);
+  const planner::PlanStatus s = planner::plan_bf16_backward(g, c, st, layer, caller_x, &o);
   if (s != planner::PlanStatus::kOk) report_and_trap(s, c, "backward");
-  out6[0] = o.grad_h1;
-  out6[1] = o.h2;
-  out6[2] = o.grad_h2;
-  out6[3] = o.grad_h3_gathered;
-  out6[4] = o.h1;
-  out6[5] = o.x_gathered;
+  out7[0] = o.grad_h1;
+  out7[1] = o.h2;
+  out7[2] = o.grad_h2;
+  out7[3] = o.grad_h3_gathered;
+  out7[4] = o.h1;
+  out7[5] = o.x_gathered;
+  out7[6] = o.x;
 }
 
 __global__ void reset_planner_kernel(planner::BufferGeometry g, int64_t ep_size, planner::PlannerState st) {
@@ -59,8 +70,8 @@ void plan_forward(const planner::BufferGeometry& g, const planner::CallShape& c,
 }
 
 void plan_backward(const planner::BufferGeometry& g, const planner::CallShape& c, planner::PlannerState state,
-                   const int64_t* layer_state, int64_t* backward_offsets_6, cudaStream_t stream) {
-  plan_backward_kernel<<<1, 1, 0, stream>>>(g, c, state, layer_state, backward_offsets_6);
+                   const int64_t* layer_state, int64_t caller_x, int64_t* backward_offsets_7, cudaStream_t stream) {
+  plan_backward_kernel<<<1, 1, 0, stream>>>(g, c, state, layer_state, caller_x, backward_offsets_7);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

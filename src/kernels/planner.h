@@ -16,10 +16,12 @@ void plan_forward(const planner::BufferGeometry& g, const planner::CallShape& c,
                   const int64_t* slot_id_1, int64_t depth, const int32_t* recv_rows_R, const int32_t* own_rows_1,
                   bool scratch_only, int64_t* layer_state_out, cudaStream_t stream);
 
-// Backward of the layer whose forward snapshot is `layer_state`; writes 6 int64 offsets
-// (grad_h1, h2, grad_h2, grad_h3_gathered, h1, x_gathered) and pops the layer from its slot.
+// Backward of the layer whose forward snapshot is `layer_state`; writes 7 int64 offsets
+// (grad_h1, h2, grad_h2, grad_h3_gathered, h1, x_gathered, x) and pops the layer from its slot.
+// `caller_x` is the offset of the caller's x_TD from the activation buffer base (the recompute's
+// input when the forward kept no x save).
 void plan_backward(const planner::BufferGeometry& g, const planner::CallShape& c, planner::PlannerState state,
-                   const int64_t* layer_state, int64_t* backward_offsets_6, cudaStream_t stream);
+                   const int64_t* layer_state, int64_t caller_x, int64_t* backward_offsets_7, cudaStream_t stream);
 
 // Empty slots, peaks reset: the context's initial state (graph-capturable: a kernel, no copies).
 void reset_planner(const planner::BufferGeometry& g, int64_t ep_size, planner::PlannerState state,

@@ -142,7 +142,12 @@ void forward_impl(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD,
   const int64_t T = in.num_tokens, D = c.config.hidden_dim, K = c.config.top_k;
   if (o.experts_output_postprocess)
     o.experts_output_postprocess->validate(DType::kBFloat16, in.score_dtype, K, D, saved != nullptr);
-  const bool scratch_only = saved == nullptr || c.config.inference;
+  // `saving`: a backward will read this call's SavedState. `pushes`: the layer also takes its place
+  // in the selected activation slot; a forward whose saved state the caller will discard
+  // (recompute_from_inputs: an activation checkpoint's first forward) plans scratch-only instead.
+  const bool saving = saved != nullptr && !c.config.inference;
+  const bool pushes = saving && !o.recompute_from_inputs;
+  const bool scratch_only = !pushes;
   if (o.validate_expert_ids)
     kernels::validate_expert_ids(in.topk_ids_TK, in.id_dtype, T * K, c.config.num_experts, c.rank, stream);
 
@@ -153,9 +158,9 @@ void forward_impl(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD,
   const comm::RoutingTables& tb = c.ep->tables();
 
   // Plan: every rank's rows decide saved vs recompute identically on all ranks.
-  int64_t* layer = scratch_only ? c.call_layer_state : saved->layer_state;
+  int64_t* layer = saving ? saved->layer_state : c.call_layer_state;
   const int32_t* all_rows = nullptr;
-  if (!scratch_only) {
+  if (pushes) {
     kernels::publish_to_peers(tb.total_rows, c.rows_peer_bases, c.rank, c.world, stream);
     c.ep->barrier(stream);
     all_rows = static_cast<const int32_t*>(c.rows_window->local_ptr());
@@ -165,7 +170,7 @@ void forward_impl(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD,
   const int64_t* need_recompute = layer + planner::kNeedRecompute;
   uint8_t* act = c.activation_base();
 
-  if (!scratch_only) {  // the backward's copy of this call's routing tables
+  if (saving) {  // the backward's copy of this call's routing tables
     const int64_t L = c.local_experts, cap = c.capacity_rows();
     kernels::CopyBatch tables;  // one launch for the six arrays
     tables.add(saved->expert_rows, tb.expert_rows, L * sizeof(int32_t));
@@ -176,7 +181,8 @@ void forward_impl(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD,
     tables.add(saved->grad_gather_src, tb.grad_gather_src, cap * sizeof(void*));
     kernels::copy_batch(tables, stream);
     // Recompute path: keep the layer input (the published dispatch copy) in the slot.
-    kernels::copy_if({act, layer + planner::kX}, c.dispatch_routes(), T * D * 2, need_recompute, true, stream);
+    if (pushes)
+      kernels::copy_if({act, layer + planner::kX}, c.dispatch_routes(), T * D * 2, need_recompute, true, stream);
     saved->used = true;
   }
   c.stage("plan", stream);
@@ -198,13 +204,13 @@ void forward_impl(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD,
     kernels::rmsnorm_topk_reduce(routes, static_cast<const __nv_bfloat16*>(c.combine_routes()), a,
                                  static_cast<__nv_bfloat16*>(out_TD), saved ? saved->rstd : c.rstd_scratch, stream);
     // Saved path: keep h3 (this rank's route rows) for the score gradients.
-    if (!scratch_only)
+    if (pushes)
       kernels::copy_if({act, layer + planner::kH3}, c.combine_routes(), T * K * D * 2, need_recompute, false, stream);
   } else {
     // Saved path: the reduction keeps h3 (this rank's route rows) for the score gradients as it
     // reads them (routed slots only: the backward reads no other).
     comm::KeepRoutes keep;
-    if (!scratch_only) keep = {act, layer + planner::kH3, need_recompute};
+    if (pushes) keep = {act, layer + planner::kH3, need_recompute};
     c.ep->reduce(in.topk_scores_TK, in.score_dtype, out_TD, T, stream, {}, keep);
   }
   // Route rows for a postprocess the caller runs (the reduction above already made them final here).
@@ -237,13 +243,15 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   uint8_t* act = c.activation_base();
   const int64_t* layer = s.layer_state;
   const int64_t* need_recompute = layer + planner::kNeedRecompute;
-  int64_t* bo = c.backward_offsets;  // grad_h1, h2, grad_h2, grad_h3_gathered, h1, x_gathered, h3
-  kernels::plan_backward(c.geometry, c.call_shape(T), c.planner_state, layer, bo, stream);
+  int64_t* bo = c.backward_offsets;  // grad_h1, h2, grad_h2, grad_h3_gathered, h1, x_gathered, x, h3
+  const int64_t caller_x = static_cast<const uint8_t*>(in.x_TD) - act;
+  kernels::plan_backward(c.geometry, c.call_shape(T), c.planner_state, layer, caller_x, bo, stream);
 
   // Recompute block: a fixed launch sequence whose data stages do nothing on the saved path. Its two
   // EP barriers run only when recomputing (every rank's plan agrees; on the saved path no peer reads
   // or writes a window between the last op's final barrier and the barrier after top-k backward).
-  kernels::copy_if(c.dispatch_routes(), {act, layer + planner::kX}, T * D * 2, need_recompute, true, stream);
+  // The layer input comes back from the slot's x save, or from the caller's x when none was kept.
+  kernels::copy_if(c.dispatch_routes(), {act, bo + 6}, T * D * 2, need_recompute, true, stream);
   c.ep->barrier(stream, need_recompute);
   kernels::predicated_counts(s.expert_rows, c.counts_gated, static_cast<int>(c.local_experts), need_recompute, true,
                              stream);
@@ -260,7 +268,7 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   c.stage("h2_from_saved_h1", stream);
 
   // Owner side: h3 is in the slot (saved) or back in the combine window (recomputed).
-  kernels::select_offset(bo + 6, need_recompute,
+  kernels::select_offset(bo + 7, need_recompute,
                          static_cast<int64_t>(static_cast<uint8_t*>(c.combine_routes()) - act), layer + planner::kH3,
                          stream);
   const kernels::TopkRoutes routes = routes_of(c, in);
@@ -271,11 +279,11 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
                                     stream));
   } else if (o.experts_output_postprocess) {
     o.experts_output_postprocess->validate(DType::kBFloat16, in.score_dtype, K, D, /*training=*/true);
-    kernels::rmsnorm_topk_reduce_backward(routes, {act, bo + 6}, s.rstd,
+    kernels::rmsnorm_topk_reduce_backward(routes, {act, bo + 7}, s.rstd,
                                           static_cast<const __nv_bfloat16*>(grad_out_TD), grad_h3_routes, gscores,
                                           stream);
   } else {
-    kernels::topk_reduce_backward(routes, {act, bo + 6}, static_cast<const __nv_bfloat16*>(grad_out_TD),
+    kernels::topk_reduce_backward(routes, {act, bo + 7}, static_cast<const __nv_bfloat16*>(grad_out_TD),
                                   grad_h3_routes, gscores, stream);
   }
   if (!route_grads && in.score_dtype == DType::kBFloat16)

@@ -66,7 +66,7 @@ struct Context::Impl {
   int64_t slot_depth = 1;
   int32_t** rows_peer_bases = nullptr;  // [R] every peer's rows_window as seen from here
   int64_t* call_layer_state = nullptr;  // layer snapshot of calls that save nothing
-  int64_t* backward_offsets = nullptr;  // [8]: 6 from the planner, [6] h3, [7] spare
+  int64_t* backward_offsets = nullptr;  // [8]: 7 from the planner (the last: x to recompute from), [7] h3
   int32_t* counts_gated = nullptr;      // [L] routing counts, zeroed when a stage is skipped
   float* grad_scores_f32 = nullptr;     // [T_max * K]
   float* rstd_scratch = nullptr;        // [T_max * K] RMSNorm rstd of calls that save nothing

@@ -42,6 +42,9 @@ CallShape shape_of(const Config& c, int64_t R, int64_t rank) {
 
 std::vector<int64_t> layer_buffer(int64_t R) { return std::vector<int64_t>(planner::layer_state_size(R), -9); }
 
+// Offset of a backward caller's x_TD from the buffer base (outside the buffer, as a caller's tensor is).
+constexpr int64_t kCallerX = -(int64_t{1} << 40);
+
 TEST(ActivationPlanner, BalancedSlotFactorRecomputesOnlyAboveItsSoftBudget) {
   Config c = make_config(8, 128, 128, 1, 4, 1);
   c.device_scratch_capacity_factor = 2.0;
@@ -95,7 +98,7 @@ TEST(ActivationPlanner, BackwardUsesTheForwardSlotNotTheLiveSelector) {
   EXPECT_EQ(hp.layer_id[0], 1);
   // The caller now selects slot 1; backward still pops slot 0 from the snapshot.
   planner::Bf16BackwardOffsets bo{};
-  ASSERT_EQ(planner::plan_bf16_backward(hp.g, shape_of(c, 1, 0), hp.state(), out.data(), &bo), PlanStatus::kOk);
+  ASSERT_EQ(planner::plan_bf16_backward(hp.g, shape_of(c, 1, 0), hp.state(), out.data(), kCallerX, &bo), PlanStatus::kOk);
   EXPECT_TRUE(hp == initial);
   EXPECT_EQ(hp.layer_id[0], 0);
   EXPECT_EQ(hp.layer_id[1], 0);
@@ -123,10 +126,11 @@ TEST(ActivationPlanner, SlotsAreLifoAndOutOfOrderPopsAreCaught) {
   // Popping the lower layer first is an ordering error.
   planner::Bf16BackwardOffsets bo{};
   HostPlanner wrong = hp;
-  EXPECT_EQ(planner::plan_bf16_backward(wrong.g, sh, wrong.state(), l0.data(), &bo), PlanStatus::kLayerOrder);
-  ASSERT_EQ(planner::plan_bf16_backward(hp.g, sh, hp.state(), l1.data(), &bo), PlanStatus::kOk);
+  EXPECT_EQ(planner::plan_bf16_backward(wrong.g, sh, wrong.state(), l0.data(), kCallerX, &bo), PlanStatus::kLayerOrder);
+  ASSERT_EQ(planner::plan_bf16_backward(hp.g, sh, hp.state(), l1.data(), kCallerX, &bo), PlanStatus::kOk);
   EXPECT_EQ(bo.x_gathered, l1[planner::kXGathered]);  // saved path reads the slot
-  ASSERT_EQ(planner::plan_bf16_backward(hp.g, sh, hp.state(), l0.data(), &bo), PlanStatus::kOk);
+  EXPECT_EQ(bo.x, kCallerX);  // nothing recomputes here; a recompute would read the caller's x
+  ASSERT_EQ(planner::plan_bf16_backward(hp.g, sh, hp.state(), l0.data(), kCallerX, &bo), PlanStatus::kOk);
   EXPECT_TRUE(hp == initial);
 }
 
@@ -194,7 +198,7 @@ TEST(ActivationPlanner, BackwardPeakFitsThePlannedDeviceScratchExactly) {
     ASSERT_EQ(planner::plan_bf16_forward(hp.g, shape_of(c, 2, 0), hp.state(), 0, 1, rows, false, out.data()),
               PlanStatus::kOk);
     planner::Bf16BackwardOffsets bo{};
-    ASSERT_EQ(planner::plan_bf16_backward(hp.g, shape_of(c, 2, 0), hp.state(), out.data(), &bo), PlanStatus::kOk);
+    ASSERT_EQ(planner::plan_bf16_backward(hp.g, shape_of(c, 2, 0), hp.state(), out.data(), kCallerX, &bo), PlanStatus::kOk);
     EXPECT_EQ(hp.peak[hp.g.num_slots], 0) << "D=" << dims.first << " F=" << dims.second
                                            << ": the backward peak is the planned device scratch";
     // One more row fits the forward but not the backward peak.
@@ -202,7 +206,7 @@ TEST(ActivationPlanner, BackwardPeakFitsThePlannedDeviceScratchExactly) {
     const int32_t more[2] = {rows[0] + 1, rows[1]};
     ASSERT_EQ(planner::plan_bf16_forward(hq.g, shape_of(c, 2, 0), hq.state(), 0, 1, more, false, out.data()),
               PlanStatus::kOk);
-    EXPECT_EQ(planner::plan_bf16_backward(hq.g, shape_of(c, 2, 0), hq.state(), out.data(), &bo),
+    EXPECT_EQ(planner::plan_bf16_backward(hq.g, shape_of(c, 2, 0), hq.state(), out.data(), kCallerX, &bo),
               PlanStatus::kScratchOverflow);
   }
 }
@@ -216,7 +220,7 @@ TEST(ActivationPlanner, BackwardTemporariesDoNotOverlapWhileLive) {
   ASSERT_EQ(planner::plan_bf16_forward(hp.g, shape_of(c, 1, 0), hp.state(), 0, 1, rows, false, out.data()),
             PlanStatus::kOk);
   planner::Bf16BackwardOffsets bo{};
-  ASSERT_EQ(planner::plan_bf16_backward(hp.g, shape_of(c, 1, 0), hp.state(), out.data(), &bo), PlanStatus::kOk);
+  ASSERT_EQ(planner::plan_bf16_backward(hp.g, shape_of(c, 1, 0), hp.state(), out.data(), kCallerX, &bo), PlanStatus::kOk);
   const CallShape sh = shape_of(c, 1, 0);
   struct Span { int64_t begin, bytes; };
   // Live together during W2 DGRAD/WGRAD: h2, grad_h2, grad_h3_gathered, h1, x_gathered.
@@ -228,6 +232,92 @@ TEST(ActivationPlanner, BackwardTemporariesDoNotOverlapWhileLive) {
       EXPECT_TRUE(live[i].begin + live[i].bytes <= live[j].begin || live[j].begin + live[j].bytes <= live[i].begin)
           << i << " overlaps " << j;
   EXPECT_EQ(bo.grad_h1 + planner::h1_bytes(sh, 16), hp.g.buffer_bytes);
+}
+
+// One step of L layers in one slot of depth L under activation checkpointing (upstream's default
+// slot sizing: the minimum, 1 layer per slot, or a factor), as torch runs it: every block's first
+// forward plans scratch-only with saved state (its state is discarded), and in backward, block by
+// block from the last, the recompute pushes the layer and the backward pops it. `plain[i]` marks
+// blocks without checkpointing (pushed in the forward, popped in backward).
+void checkpointed_step(HostPlanner& hp, const CallShape& sh, int64_t L, const std::vector<bool>& plain,
+                       const int32_t* rows) {
+  std::vector<std::vector<int64_t>> pushed(L, layer_buffer(sh.ep_size));
+  auto discarded = layer_buffer(sh.ep_size);
+  for (int64_t i = 0; i < L; ++i) {
+    if (plain[i]) {
+      ASSERT_EQ(planner::plan_bf16_forward(hp.g, sh, hp.state(), 0, L, rows, false, pushed[i].data()), PlanStatus::kOk);
+    } else {
+      ASSERT_EQ(planner::plan_bf16_forward(hp.g, sh, hp.state(), 0, L, rows, true, discarded.data()), PlanStatus::kOk);
+      EXPECT_EQ(discarded[planner::kSlot], -1);
+    }
+  }
+  planner::Bf16BackwardOffsets bo{};
+  for (int64_t i = L - 1; i >= 0; --i) {
+    if (!plain[i])  // the checkpoint's recompute: a real push
+      ASSERT_EQ(planner::plan_bf16_forward(hp.g, sh, hp.state(), 0, L, rows, false, pushed[i].data()), PlanStatus::kOk);
+    ASSERT_EQ(planner::plan_bf16_backward(hp.g, sh, hp.state(), pushed[i].data(), kCallerX, &bo), PlanStatus::kOk)
+        << "layer " << i;
+    if (pushed[i][planner::kNeedRecompute]) EXPECT_EQ(bo.x, pushed[i][planner::kX]) << "recompute reads the slot's x";
+  }
+}
+
+TEST(ActivationPlanner, CheckpointedLayersLeaveTheSlotAsTheyFoundIt) {
+  for (const int64_t L : {1, 4}) {
+    for (const bool minimum : {true, false}) {
+      Config c = make_config(8, 128, 128, 2, 4, L);
+      if (!minimum) c.activation_slot_capacity_factor = 1.0;
+      const MemoryPlan p = plan_memory(c, 2);
+      const CallShape sh = shape_of(c, 2, 1);
+      const int32_t rows[2] = {16, 16};
+      const std::vector<std::vector<bool>> patterns = {std::vector<bool>(L, false),  // every block checkpointed
+                                                       [&] {  // alternating checkpointed and plain blocks
+                                                         std::vector<bool> v(L);
+                                                         for (int64_t i = 0; i < L; ++i) v[i] = i % 2 == 1;
+                                                         return v;
+                                                       }()};
+      for (const auto& plain : patterns) {
+        HostPlanner hp(geometry_of(p), 2);
+        const HostPlanner initial = hp;
+        for (int step = 0; step < 20; ++step) {  // many steps, no reset
+          checkpointed_step(hp, sh, L, plain, rows);
+          ASSERT_TRUE(hp == initial) << "L=" << L << " step " << step << ": the slot must be empty after backward";
+        }
+      }
+    }
+  }
+}
+
+TEST(ActivationPlanner, ScratchOnlyStateRecomputesFromTheCallersInput) {
+  // A scratch-only forward's state that reaches a backward anyway (nothing to pop) recomputes, and
+  // reads the layer input from the backward caller's x.
+  Config c = make_config(8, 128, 128, 2, 4, 1);
+  const MemoryPlan p = plan_memory(c, 1);
+  HostPlanner hp(geometry_of(p), 1);
+  const HostPlanner initial = hp;
+  auto out = layer_buffer(1);
+  const int32_t rows[1] = {16};
+  ASSERT_EQ(planner::plan_bf16_forward(hp.g, shape_of(c, 1, 0), hp.state(), 0, 1, rows, true, out.data()),
+            PlanStatus::kOk);
+  planner::Bf16BackwardOffsets bo{};
+  ASSERT_EQ(planner::plan_bf16_backward(hp.g, shape_of(c, 1, 0), hp.state(), out.data(), kCallerX, &bo),
+            PlanStatus::kOk);
+  EXPECT_EQ(bo.x, kCallerX);
+  EXPECT_GE(bo.x_gathered, hp.g.num_slots * hp.g.slot_bytes) << "recomputed into scratch";
+  EXPECT_TRUE(hp == initial);
+}
+
+TEST(ActivationPlanner, PlainForwardsBeyondTheSlotDepthOverflow) {
+  // Without checkpoint-aware planning, a second live forward in a 1-deep slot (what a checkpoint's
+  // recompute would be if its first forward had pushed) is the hard error.
+  Config c = make_config(8, 128, 128, 2, 4, 1);
+  const MemoryPlan p = plan_memory(c, 1);
+  HostPlanner hp(geometry_of(p), 1);
+  auto a = layer_buffer(1), b = layer_buffer(1);
+  const int32_t rows[1] = {16};
+  ASSERT_EQ(planner::plan_bf16_forward(hp.g, shape_of(c, 1, 0), hp.state(), 0, 1, rows, false, a.data()),
+            PlanStatus::kOk);
+  EXPECT_EQ(planner::plan_bf16_forward(hp.g, shape_of(c, 1, 0), hp.state(), 0, 1, rows, false, b.data()),
+            PlanStatus::kSlotOverflow);
 }
 
 }  // namespace

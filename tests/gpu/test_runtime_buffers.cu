@@ -97,12 +97,12 @@ TEST(PlannerKernels, MatchTheHostPlanner) {
   const int64_t N = g.num_slots;
   DeviceBuffer<int64_t> saved(N * R), layer(N), peak(N + 1), slot(std::vector<int64_t>{0});
   DeviceBuffer<int32_t> recv(std::vector<int32_t>{64, 64});
-  DeviceBuffer<int64_t> l0(planner::layer_state_size(R)), l1(planner::layer_state_size(R)), bo(6);
+  DeviceBuffer<int64_t> l0(planner::layer_state_size(R)), l1(planner::layer_state_size(R)), bo(7);
   const planner::PlannerState st{saved.get(), layer.get(), peak.get()};
   kernels::reset_planner(g, R, st, nullptr);
   kernels::plan_forward(g, shape, st, slot.get(), 2, recv.get(), nullptr, false, l0.get(), nullptr);
   kernels::plan_forward(g, shape, st, slot.get(), 2, recv.get(), nullptr, false, l1.get(), nullptr);
-  kernels::plan_backward(g, shape, st, l1.get(), bo.get(), nullptr);
+  kernels::plan_backward(g, shape, st, l1.get(), -4096, bo.get(), nullptr);
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
 
   std::vector<int64_t> hs(N * R), hl(N), hp(N + 1);
@@ -113,11 +113,11 @@ TEST(PlannerKernels, MatchTheHostPlanner) {
   ASSERT_EQ(planner::plan_bf16_forward(g, shape, hst, 0, 2, rows, false, h0.data()), planner::PlanStatus::kOk);
   ASSERT_EQ(planner::plan_bf16_forward(g, shape, hst, 0, 2, rows, false, h1.data()), planner::PlanStatus::kOk);
   planner::Bf16BackwardOffsets hb{};
-  ASSERT_EQ(planner::plan_bf16_backward(g, shape, hst, h1.data(), &hb), planner::PlanStatus::kOk);
+  ASSERT_EQ(planner::plan_bf16_backward(g, shape, hst, h1.data(), -4096, &hb), planner::PlanStatus::kOk);
   EXPECT_EQ(l0.download(), h0);
   EXPECT_EQ(l1.download(), h1);
   EXPECT_EQ(bo.download(), (std::vector<int64_t>{hb.grad_h1, hb.h2, hb.grad_h2, hb.grad_h3_gathered, hb.h1,
-                                                 hb.x_gathered}));
+                                                 hb.x_gathered, hb.x}));
   EXPECT_EQ(saved.download(), hs);
   EXPECT_EQ(layer.download(), hl);
 }

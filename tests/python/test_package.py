@@ -1,10 +1,16 @@
-"""Package boundary: the 16 public names, and an import that touches neither torch nor CUDA."""
+"""Package boundary: the 16 public names, and an import that initializes no CUDA (and, without torch, loads none)."""
 
+import ast
+import pathlib
+import re
 import subprocess
 import sys
 
 import dist_moe
 import dist_moe.api
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "python" / "dist_moe"
 
 EXPECTED = {
     "Bf16GroupedGemmPreset", "BlockScaledConfig", "BlockScaledFormat", "BlockScaledKernelConfig", "Config",
@@ -22,13 +28,67 @@ def test_every_root_export_is_public():
         assert getattr(dist_moe, name) is getattr(dist_moe.api, name)
 
 
-def test_import_initializes_neither_torch_nor_cuda():
-    """A fresh interpreter importing dist_moe loads no torch and no CUDA library."""
+def _literal_all(path):
+    """The value of a module's top-level ``__all__ = [...]``, which must be a literal list."""
+    tree = ast.parse(path.read_text())
+    nodes = [n for n in tree.body if isinstance(n, ast.Assign)
+             and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)]
+    assert len(nodes) == 1, f"{path.name}: expected one __all__ assignment"
+    assert isinstance(nodes[0].value, ast.List), f"{path.name}: __all__ is not a literal list"
+    return ast.literal_eval(nodes[0].value)
+
+
+def test_root_all_is_a_literal_list_equal_to_api_all():
+    """__init__.py and api.py both spell the 16 names as a literal list (upstream's package test
+    reads them with ast), in the same order, without duplicates."""
+    root, api = _literal_all(PACKAGE / "__init__.py"), _literal_all(PACKAGE / "api.py")
+    assert root == api == list(dist_moe.__all__) == list(dist_moe.api.__all__)
+    assert len(set(root)) == len(root) and set(root) == EXPECTED
+
+
+def _slug(heading):
+    """GitHub's anchor of a markdown heading: lower case, punctuation but - and _ dropped, spaces to -."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path):
+    """Every anchor a markdown file defines: heading slugs and <a id="..."> tags."""
+    text = path.read_text()
+    return ({_slug(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+            | set(re.findall(r'<a id="([^"]+)"', text)))
+
+
+def test_readme_public_api_links_every_root_export():
+    """README's "Public API" section links each root export, and only those, as [`name`](target)
+    (upstream's test_every_root_export_is_documented); every target file and anchor exists."""
+    readme = (ROOT / "README.md").read_text()
+    assert "\n## Public API\n" in readme
+    section = readme.split("\n## Public API\n", 1)[1].split("\n## ", 1)[0]
+    links = re.findall(r"\[`([^`]+)`\]\(([^)]+)\)", section)
+    linked = [name.removeprefix("dist_moe.") for name, _ in links]
+    assert sorted(linked) == sorted(dist_moe.__all__), "README Public API links must name each root export once"
+    for name, target in links:
+        file, _, anchor = target.partition("#")
+        path = ROOT / file
+        assert path.is_file(), f"{name}: {file} does not exist"
+        if anchor:
+            assert anchor in _anchors(path), f"{name}: no #{anchor} in {file}"
+
+
+def test_import_initializes_no_cuda():
+    """A fresh interpreter importing dist_moe initializes no CUDA. Without torch it loads no torch and no
+    CUDA library; with torch it registers the torch.ops.dist_moe ops (upstream's exist right after
+    import) and leaves torch's CUDA uninitialized."""
     code = (
-        "import sys, dist_moe; "
-        "assert 'torch' not in sys.modules, 'torch imported'; "
-        "maps = open('/proc/self/maps').read(); "
-        "assert 'libcuda.so' not in maps and 'libcudart' not in maps, 'CUDA loaded'"
+        "import importlib.util, sys, dist_moe\n"
+        "if importlib.util.find_spec('torch') is None:\n"
+        "    assert 'torch' not in sys.modules, 'torch imported'\n"
+        "    maps = open('/proc/self/maps').read()\n"
+        "    assert 'libcuda.so' not in maps and 'libcudart' not in maps, 'CUDA loaded'\n"
+        "else:\n"
+        "    import torch\n"
+        "    assert hasattr(torch.ops.dist_moe, 'bf16_forward_with_clip_stats'), 'ops not registered'\n"
+        "    assert not torch.cuda.is_initialized(), 'CUDA initialized'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

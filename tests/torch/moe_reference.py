@@ -99,7 +99,11 @@ def assert_train_close(got, want):
 
 
 def assert_planner_reset(ctx):
-    """The context's activation planner holds nothing: every backward popped its forward."""
+    """The context's activation planner holds nothing: every backward popped its forward (upstream's
+    _assert_planner_reset: offsets at their initial values, saved bytes and layer ids zero)."""
     snap = ctx.planner_snapshot()
     assert all(v == 0 for v in snap["saved_bytes"]), snap
     assert all(v == 0 for v in snap["layer_ids"]), snap
+    ab = ctx.activation_buffer
+    assert ab.buffer_offsets.tolist() == ab.initial_buffer_offsets.tolist()
+    assert not ab.saved_activation_bytes_per_rank.any() and not ab.moe_layer_id.any()

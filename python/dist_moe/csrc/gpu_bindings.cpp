@@ -49,7 +49,7 @@ RoutedExpertsInputs inputs_from_dict(const py::dict& d) {
 //  {"eps", "norm_output_dtype", "output_dtype", "require_bitwise", "weight" (ptr or 0),
 //   "weight_dtype", "gain_center", "use_kahan", "recompute_rstd"},
 //  optional "expert_output" / "grad_expert_output" / "grad_expert_output_out": route-row I/O
-//  pointers (0 = off)}
+//  pointers (0 = off), optional "recompute_from_inputs": bool}
 ExecutionOptions options_from_dict(const py::dict& d) {
   ExecutionOptions o;
   o.swiglu_clip_stats_out_3 = reinterpret_cast<float*>(d["clip_stats"].cast<uintptr_t>());
@@ -58,6 +58,7 @@ ExecutionOptions options_from_dict(const py::dict& d) {
   if (auto p = opt<uintptr_t>(d, "expert_output")) o.expert_output_TKD = reinterpret_cast<void*>(*p);
   if (auto p = opt<uintptr_t>(d, "grad_expert_output")) o.grad_expert_output_TKD = as_ptr(*p);
   if (auto p = opt<uintptr_t>(d, "grad_expert_output_out")) o.grad_expert_output_out_TKD = reinterpret_cast<void*>(*p);
+  if (auto v = opt<bool>(d, "recompute_from_inputs")) o.recompute_from_inputs = *v;
   if (auto r = opt<py::dict>(d, "rmsnorm")) {
     RMSNormPostprocess p;
     p.eps = (*r)["eps"].cast<double>();
@@ -109,6 +110,27 @@ class GpuContext {
     d["routing"] = window(c.ep->routing_window());
     d["dispatch"] = window(c.ep->dispatch_window());
     d["combine"] = window(c.ep->combine_window());
+    return d;
+  }
+
+  // The device planner's state and geometry: {"saved_bytes": (ptr, bytes) of int64 [N*R],
+  // "layer_ids": int64 [N], "peak_min_free": int64 [N+1], "slot_ids": int64 [max(N, 1)],
+  // "num_slots", "slot_bytes", "buffer_bytes", "rank", "world"} -- live device memory the
+  // context owns (Context.activation_buffer views it without a host read).
+  py::dict planner_storage() const {
+    const Context::Impl& c = ctx().impl();
+    const int64_t N = c.geometry.num_slots, R = c.world;
+    auto piece = [](const void* p, int64_t n) { return py::make_tuple(reinterpret_cast<uintptr_t>(p), n * 8); };
+    py::dict d;
+    d["saved_bytes"] = piece(c.planner_state.saved_bytes_NR, N * R);
+    d["layer_ids"] = piece(c.planner_state.layer_id_N, N);
+    d["peak_min_free"] = piece(c.planner_state.peak_min_free_N1, N + 1);
+    d["slot_ids"] = piece(c.slot_ids, N > 0 ? N : 1);
+    d["num_slots"] = N;
+    d["slot_bytes"] = c.geometry.slot_bytes;
+    d["buffer_bytes"] = c.geometry.buffer_bytes;
+    d["rank"] = c.rank;
+    d["world"] = c.world;
     return d;
   }
 
@@ -213,6 +235,7 @@ PYBIND11_MODULE(_C, m) {
                              [](const GpuContext& g) { return static_cast<int64_t>(SavedState::storage_bytes(g.ctx())); })
       .def("storages", &GpuContext::storages)
       .def("planner_snapshot", &GpuContext::planner_snapshot)
+      .def("planner_storage", &GpuContext::planner_storage)
       .def("forward", &GpuContext::forward)
       .def("inference", &GpuContext::inference)
       .def("backward", &GpuContext::backward)

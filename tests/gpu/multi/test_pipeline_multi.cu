@@ -468,6 +468,55 @@ bool case_selected_slot(ncclComm_t nccl, int rank, int world, cudaStream_t strea
   return ok;
 }
 
+// Activation checkpointing as torch runs it, on a 1-layer slot (minimum and maximum useful): the
+// first forward's state is discarded (recompute_from_inputs: it takes no slot space), the
+// checkpoint's recompute pushes the layer and the backward pops it. Three steps, no reset: every
+// step equals a plain forward+backward bitwise and leaves the planner as it found it. A discarded
+// state that reaches a backward anyway recomputes from the caller's x, bitwise the same too.
+bool case_checkpoint(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  Case c{"checkpoint"};
+  c.seed = 29;
+  const Problem pr = make_problem(c, world);
+  bool ok = true;
+  for (const bool full : {false, true}) {
+    auto ctx = Context::create(config_of(c, world, full), nccl);
+    const int64_t L = ctx->local_experts();
+    Inputs inp(c, pr.p, pr.grad_out[rank], rank);
+    const ExecutionOptions o = plain_options();
+    ExecutionOptions discard = o;
+    discard.recompute_from_inputs = true;
+    Outputs plain(c, L);
+    SavedState first(*ctx), recomputed(*ctx);
+    const auto before = planner_snapshot(*ctx);
+    routed_experts_forward(*ctx, inp.in, plain.out.get(), &recomputed, o, stream);
+    routed_experts_backward(*ctx, inp.in, recomputed, inp.gout.get(), plain.g, o, stream);
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const Result want = plain.read(c, L);
+    const std::string tag = full ? " (full slot)" : " (minimum slot)";
+    for (int step = 0; step < 3; ++step) {
+      Outputs o1(c, L), o2(c, L);
+      routed_experts_forward(*ctx, inp.in, o1.out.get(), &first, discard, stream);  // the checkpoint's forward
+      DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      if (planner_snapshot(*ctx) != before) ok = false, *why += " discarded forward touched the slot" + tag + ";";
+      routed_experts_forward(*ctx, inp.in, o2.out.get(), &recomputed, o, stream);  // its recompute
+      routed_experts_backward(*ctx, inp.in, recomputed, inp.gout.get(), o2.g, o, stream);
+      DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      Result got = o2.read(c, L);
+      got.out = o1.read(c, L).out;  // the caller's output is the first forward's
+      if (!bitwise(got, want)) ok = false, *why += " step " + std::to_string(step) + " differs from plain" + tag + ";";
+      if (planner_snapshot(*ctx) != before) ok = false, *why += " slot not empty after step" + tag + ";";
+    }
+    Outputs o3(c, L);
+    routed_experts_forward(*ctx, inp.in, o3.out.get(), &first, discard, stream);
+    routed_experts_backward(*ctx, inp.in, first, inp.gout.get(), o3.g, o, stream);
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (!bitwise(o3.read(c, L), want)) ok = false, *why += " backward from a discarded state differs" + tag + ";";
+    if (planner_snapshot(*ctx) != before) ok = false, *why += " discarded state's backward touched the slot" + tag + ";";
+    ctx->close();
+  }
+  return ok;
+}
+
 // ---- failure scenarios: each must end in a device trap with its diagnostic line -------------------
 
 int run_scenario(ncclComm_t nccl, int rank, int world, const std::string& scenario, cudaStream_t stream) {
@@ -605,6 +654,7 @@ int main(int argc, char** argv) {
         {"accumulate", case_accumulate},
         {"varying_t", case_varying_t},
         {"selected_slot", case_selected_slot},
+        {"checkpoint", case_checkpoint},
         {"route_io", case_route_io},
         {"saved_state_legacy_stream", case_saved_state_legacy_stream},
     };

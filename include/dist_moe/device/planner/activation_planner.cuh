@@ -16,6 +16,10 @@
 // The decision reads every rank's counts with identical accounting, so it is the same on every
 // rank: the conditional barriers in backward match. Backward pops the layer using the snapshot
 // the forward emitted (never the live selector), so a later slot selection cannot redirect it.
+// A forward whose saved state autograd discards (the first forward of an activation checkpoint,
+// whose recompute runs the layer again and pushes the entry backward pops) plans scratch-only: it
+// takes no slot space, so checkpointed layers leave no entry behind. Should such a state reach a
+// backward anyway, it recomputes from the caller's x (no slot x save exists).
 //
 // These functions run on one device thread (the plan kernel) and on the host (tests, oracle).
 #pragma once
@@ -154,11 +158,15 @@ DMOE_HOST_DEVICE PlanStatus plan_bf16_forward(const BufferGeometry& g, const Cal
 struct Bf16BackwardOffsets {
   int64_t grad_h1, h2, grad_h2, grad_h3_gathered;
   int64_t h1, x_gathered;  // recomputed into scratch, or the forward's slot offsets
+  int64_t x;               // where the recompute reads the layer input: the slot's x save, or the caller's x
 };
 
 // Plans the backward of the layer whose forward snapshot is `layer`, then pops it from its slot.
+// `caller_x` is the offset (from the buffer base; may be negative) of the backward caller's x_TD: a
+// recomputing layer whose forward kept no x save (a scratch-only plan with saved state, see
+// ExecutionOptions::recompute_from_inputs) recomputes from it.
 DMOE_HOST_DEVICE PlanStatus plan_bf16_backward(const BufferGeometry& g, const CallShape& c, PlannerState st,
-                                               const int64_t* layer, Bf16BackwardOffsets* out) {
+                                               const int64_t* layer, int64_t caller_x, Bf16BackwardOffsets* out) {
   const int64_t R = c.ep_size;
   const int64_t rows = layer[kRecvRows + c.rank];
   CallShape fc = c;
@@ -189,6 +197,7 @@ DMOE_HOST_DEVICE PlanStatus plan_bf16_backward(const BufferGeometry& g, const Ca
     out->h1 = layer[kH1];
     out->x_gathered = layer[kXGathered];
   }
+  out->x = layer[kX] >= 0 ? layer[kX] : caller_x;
   if (low < scratch_floor) return PlanStatus::kScratchOverflow;
   note_peak(&st.peak_min_free_N1[g.num_slots], low - scratch_floor);
 
