@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/routing_patterns.h"
+#include "common/main_guard.h"
 #include "dist_moe/check.h"
 #include "dist_moe/comm.h"
 #include "dist_moe/device/comm/memory.cuh"
@@ -849,7 +850,7 @@ void bench_shape(const Communicator& comm, const Shape& sh, testing::RoutingPatt
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   std::string shapes = "dsv3_prefill,dsv3_decode", routing = "uniform";
   int align = 1, iters_override = 0;
   bool sweep = true;
@@ -861,8 +862,10 @@ int main(int argc, char** argv) {
     else if (a == "--iters" && i + 1 < argc) iters_override = std::atoi(argv[++i]);
     else if (a == "--no-sweep") sweep = false;
     else {
-      std::fprintf(stderr, "usage: %s [--shape a,b|all] [--routing uniform|zipf] [--align A] [--iters N] [--no-sweep]\n", argv[0]);
-      return 2;
+      const bool help = a == "-h" || a == "--help";
+      std::fprintf(help ? stdout : stderr,
+                   "usage: %s [--shape a,b|all] [--routing uniform|zipf] [--align A] [--iters N] [--no-sweep]\n", argv[0]);
+      return help ? 0 : 2;
     }
   }
   try {
@@ -910,8 +913,12 @@ int main(int argc, char** argv) {
     comm.reset();
     return 0;
   } catch (const std::exception& e) {
-    std::printf("ERROR (rank %d): %s\n", g_rank, e.what());
     std::fflush(stdout);
-    _exit(3);
+    std::fprintf(stderr, "bench_dispatch_combine: error (rank %d): %s\n", g_rank, e.what());
+    _exit(3);  // no teardown: after a device trap NCCL and CUDA teardown can hang
   }
+}
+
+int main(int argc, char** argv) {
+  return dist_moe::testing::guarded_main("bench_dispatch_combine", [&] { return bench_main(argc, argv); });
 }

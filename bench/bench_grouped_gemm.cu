@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "common/event_timing.h"
+#include "common/main_guard.h"
 #include "dist_moe/error.h"
 #include "dist_moe/grouped_gemm.h"
 #include "dist_moe/workloads.h"
@@ -585,7 +586,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   std::vector<std::string> shapes;
   for (const Workload& w : reference_workloads()) shapes.push_back(w.name);
   std::vector<std::string> routings = {"balanced", "random", "zipf"};
@@ -616,11 +617,12 @@ int main(int argc, char** argv) {
     else if (a == "--ops") {
       for (const std::string& op : split(value())) g_ops.insert(op);
     } else {
-      std::fprintf(stderr,
+      const bool help = a == "-h" || a == "--help";
+      std::fprintf(help ? stdout : stderr,
                    "usage: %s [--shapes a,b] [--routing balanced,random,zipf] [--iters N] [--csv FILE] [--sweep] "
                    "[--ep N] [--sweep-match S] [--rounds R] [--ops a,b] [--wgrad-accumulate] [--device-offsets] [--sustain-ms MS] [--sms N,M]\n",
                    argv[0]);
-      return 2;
+      return help ? 0 : 2;
     }
   }
   int n = 0;
@@ -679,4 +681,8 @@ int main(int argc, char** argv) {
   }
   std::printf("targets met: %d of %d\n", met, total);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return dist_moe::testing::guarded_main("bench_grouped_gemm", [&] { return bench_main(argc, argv); });
 }

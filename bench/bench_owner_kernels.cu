@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/event_timing.h"
+#include "common/main_guard.h"
 #include "gpu/device_buffer.h"
 #include "dist_moe/check.h"
 #include "dist_moe/workloads.h"
@@ -118,7 +119,7 @@ void run_shape(const Workload& w, cudaStream_t s) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   std::string shapes = "dsv3_prefill,qwen3_30b";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -133,8 +134,9 @@ int main(int argc, char** argv) {
     else if (a == "--iters") g_iters = std::max(1, std::atoi(value().c_str()));
     else if (a == "--sustain-ms") g_sustain_ms = std::max(0.0, std::atof(value().c_str()));
     else {
-      std::fprintf(stderr, "usage: bench_owner_kernels [--shapes a,b] [--iters N] [--sustain-ms MS]\n");
-      return 2;
+      const bool help = a == "-h" || a == "--help";
+      std::fprintf(help ? stdout : stderr, "usage: bench_owner_kernels [--shapes a,b] [--iters N] [--sustain-ms MS]\n");
+      return help ? 0 : 2;
     }
   }
   cudaStream_t s;
@@ -147,4 +149,8 @@ int main(int argc, char** argv) {
   for (std::string name; std::getline(is, name, ',');) run_shape(find_workload(name), s);
   DMOE_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return dist_moe::testing::guarded_main("bench_owner_kernels", [&] { return bench_main(argc, argv); });
 }

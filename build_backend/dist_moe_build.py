@@ -12,7 +12,8 @@ Environment knobs (all optional):
                            with CUDA, dist_moe_torch)
   DIST_MOE_ENABLE_CUDA     0/OFF forces a host-only build (default: ON when nvcc is found)
   DIST_MOE_PYBIND11_DIR    pybind11's CMake directory
-  DIST_MOE_NCCL_ROOT       directory holding include/nccl.h and lib/libnccl.so*
+  DIST_MOE_NCCL_ROOT       directory holding include/nccl.h and lib/libnccl.so* (default: the
+                           nvidia-nccl wheel of this Python, else CMake's pick, cmake/nccl.cmake)
   CMAKE_BUILD_PARALLEL_LEVEL  build jobs (default: os.cpu_count())
 """
 
@@ -242,12 +243,38 @@ def _find_pybind11_dir() -> str | None:
     return None  # CMake's own search (e.g. /usr/lib/cmake/pybind11) decides.
 
 
+# The oldest NCCL our device-API use runs on: DIST_MOE_NCCL_MIN_VERSION in cmake/nccl.cmake.
+NCCL_MIN_VERSION = (2, 28, 0)
+
+
+def _nccl_header_version(path: str) -> tuple | None:
+    """(major, minor, patch) from path/include/nccl.h, or None when it is not there."""
+    try:
+        text = Path(path, "include", "nccl.h").read_text(errors="replace")
+    except OSError:
+        return None
+    parts = [re.search(rf"^#define NCCL_{p} +([0-9]+)", text, re.M) for p in ("MAJOR", "MINOR", "PATCH")]
+    return tuple(int(m.group(1)) for m in parts) if all(parts) else None
+
+
 def _is_nccl_root(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, "include", "nccl.h"))
+    """A wheel CMake can take as DIST_MOE_NCCL_ROOT: nccl.h new enough and the library beside it.
+
+    CMake checks the rest (the device-API headers, which it may take from a toolkit copy of the same
+    version), so a wheel lacking them fails there with one line rather than silently here.
+    """
+    version = _nccl_header_version(path)
+    has_lib = any(os.path.isfile(os.path.join(path, "lib", n)) for n in ("libnccl.so.2", "libnccl.so"))
+    return version is not None and version >= NCCL_MIN_VERSION and has_lib
 
 
 def _find_nccl_root() -> str | None:
-    """NCCL of the pip package nvidia-nccl-*, the one torch loads, so both use the same library."""
+    """NCCL of the pip package nvidia-nccl-*, the one torch loads, so both use the same library.
+
+    Passed to CMake as DIST_MOE_NCCL_ROOT, which makes it the only candidate there: cmake/nccl.cmake
+    otherwise takes the newest usable NCCL, and a newer toolkit copy than torch's would not be the
+    library torch has already loaded into the process.
+    """
     if os.environ.get("DIST_MOE_NCCL_ROOT"):
         return os.environ["DIST_MOE_NCCL_ROOT"]
     candidates = []
@@ -264,7 +291,7 @@ def _find_nccl_root() -> str | None:
     for path in candidates:
         if _is_nccl_root(path):
             return os.path.abspath(path)
-    return None  # CMake then takes the CUDA toolkit's NCCL.
+    return None  # CMake then takes the newest usable NCCL it finds (cmake/nccl.cmake).
 
 
 def _cuda_enabled(env: dict) -> bool:

@@ -12,11 +12,13 @@
 
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <vector>
 
 #include "dist_env.h"
 #include "dist_moe/check.h"
 #include "dist_moe/context.h"
+#include "dist_moe/nccl_version.h"
 #include "dist_moe/routed_experts.h"
 #include "reference/oracle.h"
 
@@ -78,7 +80,8 @@ reference::Problem layer_problem(int world, uint64_t seed, const std::vector<Ten
 
 }  // namespace
 
-int main() {
+int run_example() {
+  check_nccl_runtime_version();  // an NCCL without the device API fails here, in one line
   const auto env = testing::dist_env_from_environment();
   const int rank = env.rank, world = env.world;
   int ndev = 0;
@@ -194,4 +197,16 @@ int main() {
   DMOE_NCCL_CHECK(ncclCommDestroy(nccl));
   std::printf("rank %d: two-layer MoE forward+backward %s the CPU oracle\n", rank, ok ? "matches" : "DOES NOT match");
   return ok ? 0 : 1;
+}
+
+// Every failure (no usable GPU, an NCCL without the device API, a CUDA error) ends as one line that
+// names it and a non-zero exit, never std::terminate.
+int main() {
+  try {
+    return run_example();
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "two_layer_moe: error: %s ('dist-moe info' shows the GPUs and the NCCL in use)\n", e.what());
+    return 1;
+  }
 }

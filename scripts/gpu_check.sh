@@ -27,12 +27,10 @@ if has env; then
 fi
 
 if has build; then
+  # cmake/nccl.cmake picks the newest NCCL with the device API by itself; this run names the torch
+  # wheel's (the NCCL torch loads into the same processes). A wheel without the device-API headers
+  # borrows those of another candidate of the same version.
   nccl_args=(-DDIST_MOE_NCCL_ROOT="$NCCL_ROOT")
-  # The torch wheel may ship nccl.h without the device API headers: then use the headers carried
-  # in .nccl/include (the same NCCL version) with the wheel's library.
-  if [ ! -f "$NCCL_ROOT/include/nccl_device.h" ] && [ -f .nccl/include/nccl_device.h ]; then
-    nccl_args+=(-DDIST_MOE_NCCL_INCLUDE_DIR="$PWD/.nccl/include")
-  fi
   start=$(date +%s)
   if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDIST_MOE_PTXAS_VERBOSE=ON \
        -DPython_EXECUTABLE="$(command -v python3)" "${nccl_args[@]}" > "$OUT/build.log" 2>&1 &&

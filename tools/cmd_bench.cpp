@@ -73,11 +73,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
   // state the GPU is in (the earlier protocol).
   const double sustain_ms = args.real("sustain-ms").value_or(300.0);
   if (!(sustain_ms >= 0)) detail::fail(ErrorCode::kInvalidValue, "--sustain-ms must be >= 0, got ", sustain_ms);
+  const int iters = static_cast<int>(args.integer("iters").value_or(20));
+  if (iters < 1) detail::fail(ErrorCode::kInvalidValue, "--iters must be >= 1, got ", iters);
+  (void)args.real("slot-factor");  // malformed numbers fail here, before looking for GPUs
+  (void)args.real("device-factor");
   const int gpus = static_cast<int>(args.integer("gpus").value_or(count_nvidia_gpus()));
   if (gpus < 1) detail::fail(ErrorCode::kRuntime, "dist-moe bench needs SM90 GPUs; none found under /proc/driver/nvidia");
   if (w.experts % gpus != 0)
     detail::fail(ErrorCode::kInvalidValue, shape, " has ", w.experts, " experts, not divisible by ", gpus, " GPUs");
-  const int iters = static_cast<int>(args.integer("iters").value_or(20));
 
   std::printf("dist-moe bench: %s (T=%lld D=%lld F=%lld E=%lld K=%lld per rank), %s, %d GPU(s), %d iterations, "
               "each measurement after %.0f ms of sustained GEMM load\n",

@@ -7,6 +7,7 @@
 #include "../kernels/ep_kernels.h"
 #include "dist_moe/check.h"
 #include "dist_moe/comm.h"
+#include "dist_moe/nccl_version.h"
 
 namespace dist_moe::comm {
 namespace {
@@ -78,6 +79,7 @@ std::unique_ptr<Communicator> Communicator::from_unique_id(const ncclUniqueId& i
                                                            const CommunicatorOptions& options) {
   DMOE_CHECK_ARG(world_size >= 1, "world_size must be positive, got ", world_size);
   DMOE_CHECK_ARG(rank >= 0 && rank < world_size, "rank=", rank, " must be in [0, ", world_size, ")");
+  check_nccl_runtime_version();  // before the first NCCL call: an older NCCL fails later and less clearly
   ncclComm_t comm = nullptr;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 1;
@@ -93,6 +95,7 @@ std::unique_ptr<Communicator> Communicator::from_unique_id(const ncclUniqueId& i
 Communicator::Communicator(ncclComm_t comm, bool owned, const CommunicatorOptions& options)
     : comm_(comm), owned_(owned) {
   DMOE_CHECK_ARG(options.lsa_barrier_count >= 1, "lsa_barrier_count must be at least 1");
+  check_nccl_runtime_version();  // a borrowed communicator may come from any NCCL the process loaded
   DMOE_NCCL_CHECK(ncclCommCount(comm_, &world_));
   DMOE_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
   int comm_device = -1;

@@ -13,8 +13,9 @@ struct Result {
   std::string out;  // stdout and stderr
 };
 
-Result run_cli(const std::string& args) {
-  const std::string cmd = std::string(DIST_MOE_CLI_PATH) + " " + args + " 2>&1";
+// `redirect` decides what the pipe reads: both streams by default.
+Result run_cli(const std::string& args, const char* redirect = "2>&1") {
+  const std::string cmd = std::string(DIST_MOE_CLI_PATH) + " " + args + " " + redirect;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return {-1, "popen failed"};
   std::string out;
@@ -92,5 +93,81 @@ TEST(Cli, DemoRunsPlanOracleAndSaysWhatNeedsAGpu) {
   EXPECT_NE(r.out.find("CPU oracle"), std::string::npos);
   EXPECT_NE(r.out.find("out_TD (BF16 pipeline vs exact)"), std::string::npos);
   EXPECT_NE(r.out.find("GPU execution"), std::string::npos);
+}
+}  // namespace
+
+namespace {
+// Every command's -h/--help prints its usage on stdout and exits 0, wherever the flag stands.
+TEST(Cli, HelpPrintsEachCommandsUsage) {
+  for (const char* cmd : {"plan", "demo", "bench", "info"}) {
+    for (const char* flag : {"--help", "-h"}) {
+      const Result r = run_cli(std::string(cmd) + " " + flag, "2>/dev/null");
+      EXPECT_EQ(r.exit_code, 0) << cmd << " " << flag << "\n" << r.out;
+      EXPECT_EQ(r.out.rfind(std::string("usage: dist-moe ") + cmd, 0), 0u) << cmd << " " << flag << "\n" << r.out;
+    }
+    const Result about = run_cli(std::string("help ") + cmd, "2>/dev/null");
+    EXPECT_EQ(about.exit_code, 0) << about.out;
+    EXPECT_EQ(about.out.rfind(std::string("usage: dist-moe ") + cmd, 0), 0u) << about.out;
+  }
+  const Result late = run_cli("plan --shape dsv3_prefill --help", "2>/dev/null");
+  EXPECT_EQ(late.exit_code, 0) << late.out;
+  EXPECT_NE(late.out.find("--slot-factor"), std::string::npos) << late.out;
+  const Result bench = run_cli("bench --help", "2>/dev/null");
+  EXPECT_NE(bench.out.find("--sustain-ms"), std::string::npos) << bench.out;
+  for (const char* top : {"--help", "-h", "help"}) {
+    const Result r = run_cli(top, "2>/dev/null");
+    EXPECT_EQ(r.exit_code, 0) << top;
+    for (const char* cmd : {"plan", "demo", "bench", "info", "version"})
+      EXPECT_NE(r.out.find(std::string("  ") + cmd + " "), std::string::npos) << top << ": " << cmd << "\n" << r.out;
+  }
+}
+
+// Unknown options and malformed values: one line on stderr, exit 2, on every command.
+TEST(Cli, BadOptionsAndValuesExitTwoWithOneLine) {
+  struct Case {
+    const char* args;
+    const char* fragment;
+  } cases[] = {
+      {"plan --shape dsv3_prefill --bogus", "unknown option --bogus"},
+      {"plan --shape dsv3_prefill -x", "unexpected argument '-x'"},
+      {"plan --shape dsv3_prefill --ep two", "option --ep expects an integer, got 'two'"},
+      {"demo --bogus", "unknown option --bogus"},
+      {"info --bogus", "unknown option --bogus"},
+      {"info extra", "unexpected argument 'extra'"},
+      {"bench --bogus 1", "unknown option --bogus"},
+      {"bench --iters many", "option --iters expects an integer, got 'many'"},
+      {"bench --iters 0", "--iters must be >= 1"},
+      {"bench --slot-factor x", "option --slot-factor expects a number, got 'x'"},
+      {"bench --shape nosuch", "nosuch"},
+      {"help frobnicate", "unknown command 'frobnicate'"},
+  };
+  for (const auto& c : cases) {
+    const Result err = run_cli(c.args, "2>&1 >/dev/null");  // stderr only
+    EXPECT_EQ(err.exit_code, 2) << c.args << "\n" << err.out;
+    EXPECT_EQ(count_lines(err.out), 1) << c.args << "\n" << err.out;
+    EXPECT_EQ(err.out.rfind("dist-moe: error: ", 0), 0u) << c.args << "\n" << err.out;
+    EXPECT_NE(err.out.find(c.fragment), std::string::npos) << c.args << "\n" << err.out;
+    const Result out = run_cli(c.args, "2>/dev/null");  // nothing on stdout
+    EXPECT_EQ(out.out, "") << c.args;
+  }
+  const Result none = run_cli("");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.out.find("usage: dist-moe <command>"), std::string::npos) << none.out;
+}
+
+// `dist-moe info` names the NCCL of the build and the one loaded, and needs no GPU to do so.
+TEST(Cli, InfoNamesTheNccl) {
+  const Result r = run_cli("info");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  const size_t at = r.out.find("\nNCCL: ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
+  if (line.find("host-only") == std::string::npos) {
+    // A CUDA build: the loader found the library the build chose (RPATH), so it fits.
+    EXPECT_NE(line.find("built with "), std::string::npos) << line;
+    EXPECT_NE(line.find(", loaded "), std::string::npos) << line;
+    EXPECT_NE(line.find("libnccl.so"), std::string::npos) << line;
+    EXPECT_NE(line.find(": ok (needs 2.28.0+)"), std::string::npos) << line;
+  }
 }
 }  // namespace

@@ -227,3 +227,25 @@ def test_sdist_from_git_keeps_ignored_backend(tmp_path):
         names = {n.split("/", 1)[1] for n in tar.getnames()}
     assert names == {".gitignore", "CMakeLists.txt", "pyproject.toml", "build_backend/dist_moe_build.py",
                      "python/dist_moe/__init__.py", "new_file.txt", "PKG-INFO"}
+
+
+def _fake_nccl(root: Path, version: tuple, lib: bool = True) -> Path:
+    (root / "include").mkdir(parents=True)
+    (root / "include" / "nccl.h").write_text("".join(f"#define NCCL_{p} {v}\n" for p, v in zip(("MAJOR", "MINOR", "PATCH"), version)))
+    if lib:
+        (root / "lib").mkdir()
+        (root / "lib" / "libnccl.so.2").write_bytes(b"\x7fELF")
+    return root
+
+
+def test_nccl_minimum_matches_cmake():
+    cmake_min = re.search(r"set\(DIST_MOE_NCCL_MIN_VERSION ([0-9.]+)\)", (ROOT / "cmake" / "nccl.cmake").read_text()).group(1)
+    assert backend.NCCL_MIN_VERSION == tuple(int(x) for x in cmake_min.split("."))
+
+
+def test_nccl_root_needs_the_minimum_and_the_library(tmp_path):
+    assert backend._is_nccl_root(str(_fake_nccl(tmp_path / "ok", (2, 28, 9))))
+    assert backend._is_nccl_root(str(_fake_nccl(tmp_path / "newer", (2, 29, 0))))
+    assert not backend._is_nccl_root(str(_fake_nccl(tmp_path / "old", (2, 21, 5))))
+    assert not backend._is_nccl_root(str(_fake_nccl(tmp_path / "nolib", (2, 28, 9), lib=False)))
+    assert not backend._is_nccl_root(str(tmp_path / "missing"))

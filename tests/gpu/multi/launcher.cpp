@@ -15,9 +15,14 @@
 // A rank still running `--timeout` seconds after the start, or `--grace` seconds after another rank
 // failed, is killed (SIGKILL to its process group) and reported as TIMEOUT.
 // Exit status: without expectations, 0 iff every rank exited 0; with expectations, 0 iff all hold
-// (a rank killed for a timeout never satisfies --expect-fail: the failure must be its own).
+// (a rank killed for a timeout never satisfies --expect-fail: the failure must be its own); 77 when
+// skipped for want of GPUs.
+// Fewer visible GPUs than ranks (NCCL refuses two ranks on one GPU): prints the reason and exits
+// kSkipExitCode (77) without starting any rank; CTest's SKIP_RETURN_CODE reports the test as skipped.
+// The GPUs are counted in a forked child that dlopens the driver, so this process stays CUDA-free.
 // This program links no CUDA: no CUDA context exists before the children start.
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -35,6 +40,38 @@
 #include <vector>
 
 namespace {
+
+constexpr int kSkipExitCode = 77;
+
+// GPUs this process's children would see (CUDA_VISIBLE_DEVICES applies), and why none when zero.
+// cuInit runs in a forked child: a CUDA context in this process would be inherited by the ranks.
+int count_visible_gpus(std::string* why_none) {
+  const pid_t pid = fork();
+  if (pid < 0) {
+    *why_none = "fork failed";
+    return 0;
+  }
+  if (pid == 0) {
+    void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (cuda == nullptr) _exit(200);
+    using InitFn = int (*)(unsigned);
+    using CountFn = int (*)(int*);
+    auto init = reinterpret_cast<InitFn>(dlsym(cuda, "cuInit"));
+    auto count = reinterpret_cast<CountFn>(dlsym(cuda, "cuDeviceGetCount"));
+    int n = 0;
+    if (init == nullptr || count == nullptr || init(0) != 0 || count(&n) != 0) _exit(201);
+    _exit(n < 199 ? n : 199);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) {
+    *why_none = "the GPU probe crashed";
+    return 0;
+  }
+  const int code = WEXITSTATUS(status);
+  if (code == 200) *why_none = "no CUDA driver (libcuda.so.1 not found)";
+  if (code == 201) *why_none = "the CUDA driver found no usable device";
+  return code >= 200 ? 0 : code;
+}
 
 struct Expectation {
   enum Kind { kFail, kOk, kOutput, kForbid } kind;
@@ -172,6 +209,15 @@ int main(int argc, char** argv) {
   }
   if (i >= argc) usage("no program given (put it after --)");
   if (nproc < 1 || nproc > 64) usage("-n must be in [1, 64]");
+  {
+    std::string why_none;
+    const int gpus = count_visible_gpus(&why_none);
+    if (gpus < nproc) {
+      std::printf("[launcher] SKIP: needs %d GPU%s, found %d%s%s\n", nproc, nproc == 1 ? "" : "s", gpus,
+                  why_none.empty() ? "" : ": ", why_none.c_str());
+      return kSkipExitCode;
+    }
+  }
   std::vector<char*> child_argv(argv + i, argv + argc);
   child_argv.push_back(nullptr);
 
