@@ -78,6 +78,8 @@ def test_checkpoint_with_one_layer_per_slot_matches_eager_bitwise(make_ctx):
 
             xs, ss, a, b = leaves(x, scores, w13, w2)
             out = ckpt.checkpoint(fn, xs, ss, a, b, use_reentrant=False) if checkpointed else fn(xs, ss, a, b)
+            # The checkpoint's forward keeps nothing in the slot; a plain forward holds its layer.
+            assert ctx.activation_buffer.moe_layer_id.tolist() == [0 if checkpointed else 1]
             out.backward(g)
             runs.append((out.detach(), xs.grad, ss.grad, a.grad, b.grad, stats.clone()))
             assert_planner_reset(ctx)
@@ -115,6 +117,8 @@ def test_selective_checkpointing_matches_eager_bitwise(make_ctx, policy_for_laye
     xs, ss, a, b = leaves(x, scores, w13, w2)
     out = ckpt.checkpoint(fn, xs, ss, a, b, use_reentrant=False,
                           context_fn=lambda: create_selective_checkpoint_contexts(policy))
+    # A saved (cached) forward op holds its layer in the slot until backward; a recomputed one does not.
+    assert ctx.activation_buffer.moe_layer_id.tolist() == [1 if policy_for_layer == "MUST_SAVE" else 0]
     out.backward(g)
     assert len(ran) == 3  # eager, forward, recompute
     assert_bitwise(eager, (out.detach(), xs.grad, ss.grad, a.grad, b.grad), ("out", "x", "scores", "w13", "w2"))
