@@ -31,7 +31,7 @@
 #       one short call: build, the GroupedGemm* tests (timeout $AB_TEST_TIMEOUT s, default 240),
 #       the benchmark on $AB_SHAPES (default dsv3_prefill) with routing balanced,random,zipf and the
 #       sweep (static, `_dyn` and deep-staging configurations side by side), then the same benchmark
-#       with DIST_MOE_GEMM_EXPERIMENTAL=1 (heuristic rows only) -> bench_exp.log, and an A/B table
+#       with DMOE_GEMM_EXPERIMENTAL=1 (heuristic rows only) -> bench_exp.log, and an A/B table
 #       (default pick vs experimental pick per routing and op) in summary.txt. No torch peer.
 #       Six files: summary.txt ptxas_sass.txt tests.log bench.log bench.csv bench_exp.log.
 set -uo pipefail
@@ -147,11 +147,11 @@ fi
 fi  # bench
 
 if want abexp; then
-step "benchmark with DIST_MOE_GEMM_EXPERIMENTAL=1 (heuristic rows) -> $OUT_DIR/bench_exp.log"
+step "benchmark with DMOE_GEMM_EXPERIMENTAL=1 (heuristic rows) -> $OUT_DIR/bench_exp.log"
 if have_binaries; then
   EXP_ARGS=()
   for a in "${BENCH_ARGS[@]}"; do [ "$a" != "--sweep" ] && EXP_ARGS+=("$a"); done
-  DIST_MOE_GEMM_EXPERIMENTAL=1 DIST_MOE_PRINT_GEMM_CONFIG=1 timeout 600 "$BUILD_DIR/bench/bench_grouped_gemm" \
+  DMOE_GEMM_EXPERIMENTAL=1 DMOE_PRINT_GEMM_CONFIG=1 timeout 600 "$BUILD_DIR/bench/bench_grouped_gemm" \
     "${EXP_ARGS[@]}" --csv "$WORK/bench_exp.csv" >"$OUT_DIR/bench_exp.log" 2>&1
   rc=$?
   RESULT[abexp]=$([ $rc = 0 ] && echo RAN || echo "FAIL(rc=$rc)")
@@ -258,7 +258,7 @@ def load(path):
 base = {(r["shape"], r["routing"], r["op"]): r for r in load(sys.argv[1])}
 exp = load(sys.argv[2])
 print()
-print("A/B: default heuristic vs DIST_MOE_GEMM_EXPERIMENTAL=1 (ratio > 1: experimental faster)")
+print("A/B: default heuristic vs DMOE_GEMM_EXPERIMENTAL=1 (ratio > 1: experimental faster)")
 print(f"{'shape':13s} {'routing':8s} {'op':15s} {'default':27s} {'ms':>8s} {'experimental':31s} {'ms':>8s} {'ratio':>6s}")
 bal = {}
 for r in exp:

@@ -2,7 +2,7 @@
 # On the GPU machine: A/B of `dist-moe bench` (the fused layer on every local GPU) under two
 # environments, interleaved A B A B ... so that clock drift under sustained load hits both sides
 # alike. Prints each round's forward and forward+backward times, then the medians and B / A.
-#   B_ENV="DIST_MOE_GEMM_EXPERIMENTAL=1" SHAPE=dsv3_prefill ROUNDS=3 scripts/layer_ab.sh
+#   B_ENV="DMOE_GEMM_EXPERIMENTAL=1" SHAPE=dsv3_prefill ROUNDS=3 scripts/layer_ab.sh
 # A_ENV / B_ENV: space-separated VAR=value assignments (empty: the defaults). BUILD_DIR: where
 # dist-moe was built (default build-gpu). Full logs: $OUT/layer_ab.log.
 set -uo pipefail

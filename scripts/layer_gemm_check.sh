@@ -9,7 +9,7 @@
 #            two processes each, alternating
 #   layer    dist-moe bench for each of $LAYER_SHAPES (no stock baseline unless BASELINE=""), every
 #            GEMM stage of the layer next to its GEMM-only twin; default picks, then
-#            DIST_MOE_GEMM_EXPERIMENTAL=1, $LAYER_ROUNDS times
+#            DMOE_GEMM_EXPERIMENTAL=1, $LAYER_ROUNDS times
 # Logs in $OUT; the summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -70,7 +70,7 @@ if has layer; then
     for round in $(seq 1 "$LAYER_ROUNDS"); do
       for v in default experimental; do
         exp=0; [ "$v" = experimental ] && exp=1
-        DIST_MOE_GEMM_EXPERIMENTAL=$exp "$B/dist-moe" bench --shape "$shape" --mode train --iters 10 $BASELINE \
+        DMOE_GEMM_EXPERIMENTAL=$exp "$B/dist-moe" bench --shape "$shape" --mode train --iters 10 $BASELINE \
           > "$OUT/layer_${shape}_${v}_$round.log" 2>&1
       done
     done

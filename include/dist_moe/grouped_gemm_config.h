@@ -63,7 +63,7 @@ struct GroupedGemmProblem {
 };
 
 // The one place tile shapes are chosen (src/core/gemm_config.cpp; each branch says why).
-// DIST_MOE_GEMM_EXPERIMENTAL=1 makes it pick the not-yet-measured variants (today: the same tiles
+// DMOE_GEMM_EXPERIMENTAL=1 makes it pick the not-yet-measured variants (today: the same tiles
 // with dynamic_schedule), for A/B runs; unset, the picks are the measured defaults.
 GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& problem, int device_num_sms);
 bool grouped_gemm_experimental_requested();

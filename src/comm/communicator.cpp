@@ -5,6 +5,7 @@
 #include <string>
 
 #include "../kernels/ep_kernels.h"
+#include "core/env_knobs.h"
 #include "dist_moe/check.h"
 #include "dist_moe/comm.h"
 #include "dist_moe/nccl_version.h"
@@ -16,7 +17,7 @@ constexpr int64_t kDefaultTimeoutMs = 60000;
 
 int64_t resolve_timeout_ms(int64_t requested) {
   if (requested > 0) return requested;
-  if (const char* env = std::getenv("DMOE_COMM_TIMEOUT_MS")) {
+  if (const char* env = env::get("DMOE_COMM_TIMEOUT_MS")) {
     char* end = nullptr;
     const long long v = std::strtoll(env, &end, 10);
     if (end != env && v > 0) return v;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "../kernels/ep_kernels.h"
+#include "core/env_knobs.h"
 #include "dist_moe/check.h"
 #include "dist_moe/comm.h"
 #include "dist_moe/device/routing/routing_layout.cuh"
@@ -39,23 +40,16 @@ void free_quietly(const void* p) {
 // DMOE_DISABLE_PDL=1 turns programmatic dependent launch off everywhere (a diagnostic switch).
 bool pdl_disabled() {
   static const bool disabled = [] {
-    const char* v = std::getenv("DMOE_DISABLE_PDL");
-    return v != nullptr && std::atoi(v) != 0;
+    return env::flag("DMOE_DISABLE_PDL");
   }();
   return disabled;
-}
-
-int64_t env_int64(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  return std::atoll(v);
 }
 
 // DMOE_COMBINE_ALGO=v1|v2|partials (kAuto only); default v2.
 CombineAlgorithm resolve_algorithm(CombineAlgorithm a) {
   if (a != CombineAlgorithm::kAuto) return a;
   static const CombineAlgorithm from_env = [] {
-    const char* v = std::getenv("DMOE_COMBINE_ALGO");
+    const char* v = env::get("DMOE_COMBINE_ALGO");
     if (v != nullptr && std::string(v) == "v1") return CombineAlgorithm::kV1;
     if (v != nullptr && std::string(v) == "partials") return CombineAlgorithm::kRankPartials;
     return CombineAlgorithm::kV2;
@@ -66,7 +60,7 @@ CombineAlgorithm resolve_algorithm(CombineAlgorithm a) {
 // DMOE_COMBINE_OWN_PARTIALS=late: the rank-partials combine in barrier mode sums this rank's own
 // partials in its reduction instead of storing and re-reading them (A/B switch, docs/perf.md C13).
 bool own_partials_late() {
-  const char* v = std::getenv("DMOE_COMBINE_OWN_PARTIALS");
+  const char* v = env::get("DMOE_COMBINE_OWN_PARTIALS");
   return v != nullptr && std::string(v) == "late";
 }
 
@@ -255,7 +249,7 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
 
   // ---- fused publish + route + dispatch: one CTA per SM, all routes in shared memory ----
   // The pushed routing slots exist up to kFusedMaxRoutes (ep_window_sizes); the variable may only lower it.
-  fused_max_routes_ = std::clamp<int64_t>(env_int64("DMOE_FUSED_MAX_ROUTES", kFusedMaxRoutes), 0, kFusedMaxRoutes);
+  fused_max_routes_ = std::clamp<int64_t>(env::int64_or("DMOE_FUSED_MAX_ROUTES", kFusedMaxRoutes), 0, kFusedMaxRoutes);
   const int64_t routes_at_tmax = static_cast<int64_t>(R) * c.max_tokens * c.top_k;
   if (routes_at_tmax <= fused_max_routes_ && layout_.routing_push_offset > 0) {
     const size_t smem = kernels::fused_smem_bytes(static_cast<int>(L), routes_at_tmax);
@@ -421,16 +415,16 @@ void EpGroup::combine_v2(const void* y_MD, const void* scores_TK, bool score_bf1
   a.keep = {keep.base, keep.offset};
   a.keep_skip = keep.skip;
   int rw = options.reduce_warps > 0 ? options.reduce_warps
-                                    : static_cast<int>(env_int64("DMOE_COMBINE_REDUCE_WARPS", 4));
+                                    : static_cast<int>(env::int64_or("DMOE_COMBINE_REDUCE_WARPS", 4));
   a.reduce_warps = std::clamp(rw, 1, kWarpsPerCta - 1);
   int sb = options.signal_batch > 0 ? options.signal_batch
-                                    : static_cast<int>(env_int64("DMOE_COMBINE_SIGNAL_BATCH", 1));
+                                    : static_cast<int>(env::int64_or("DMOE_COMBINE_SIGNAL_BATCH", 1));
   a.signal_batch = std::clamp(sb, 1, 32);
   int rc = options.reduce_ctas > 0 ? options.reduce_ctas
-                                   : static_cast<int>(env_int64("DMOE_COMBINE_REDUCE_CTAS", 0));
+                                   : static_cast<int>(env::int64_or("DMOE_COMBINE_REDUCE_CTAS", 0));
   a.reduce_ctas = (mode == kernels::kC2Signal && rc > 0 && ctas >= 2) ? std::clamp(rc, 1, ctas - 1) : 0;
   const int K = static_cast<int>(config_.top_k);
-  int kg = options.k_group > 0 ? options.k_group : static_cast<int>(env_int64("DMOE_COMBINE_K_GROUP", 0));
+  int kg = options.k_group > 0 ? options.k_group : static_cast<int>(env::int64_or("DMOE_COMBINE_K_GROUP", 0));
   if (kg <= 0) {  // automatic: one route per unit while the coarse units do not fill the scatter warps
     const int nseg = kernels::row_segments(static_cast<int>(layout_.row_bytes / 16));
     const int64_t coarse_units = num_tokens * (comm_.world_size() - 1) * nseg;
@@ -448,7 +442,7 @@ void EpGroup::publish_route_dispatch(const void* x_TD, const void* ids_TK, DType
   bool fused = fused_route_supported();
   if (options.fused == FusedRoute::kOff) fused = false;
   if (options.fused == FusedRoute::kAuto && fused) {
-    static const int64_t env = env_int64("DMOE_FUSED_ROUTE", 1);
+    static const int64_t env = env::int64_or("DMOE_FUSED_ROUTE", 1);
     fused = env != 0;
   }
   if (options.fused == FusedRoute::kOn)

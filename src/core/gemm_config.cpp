@@ -18,12 +18,13 @@
 //    about 220 experts (WGRAD, whose tables also hold the visiting order: about 150); beyond that
 //    the heuristic falls back to the padded-staging kernels, or for WGRAD to the deep-staging
 //    ping-pong kernel (4 stages).
-// DIST_MOE_GEMM_LEGACY=1 restores the first version's choices (synchronous epilogues), for A/B runs
+// DMOE_GEMM_LEGACY=1 restores the first version's choices (synchronous epilogues), for A/B runs
 // and as an escape hatch.
 #include <cstdlib>
 #include <string>
 
 #include "dist_moe/grouped_gemm_config.h"
+#include "env_knobs.h"
 
 namespace dist_moe {
 namespace {
@@ -60,10 +61,7 @@ int smem_estimate(const GroupedGemmConfig& c, const GroupedGemmProblem& p) {
 }
 
 bool legacy_requested() {
-  static const bool legacy = [] {
-    const char* v = std::getenv("DIST_MOE_GEMM_LEGACY");
-    return v != nullptr && v[0] != '\0' && v[0] != '0';
-  }();
+  static const bool legacy = env::flag("DMOE_GEMM_LEGACY");
   return legacy;
 }
 
@@ -221,14 +219,11 @@ GroupedGemmConfig select_default(const GroupedGemmProblem& p, int device_num_sms
 }  // namespace
 
 bool grouped_gemm_experimental_requested() {
-  static const bool on = [] {
-    const char* v = std::getenv("DIST_MOE_GEMM_EXPERIMENTAL");
-    return v != nullptr && v[0] != '\0' && v[0] != '0';
-  }();
+  static const bool on = env::flag("DMOE_GEMM_EXPERIMENTAL");
   return on;
 }
 
-// DIST_MOE_GEMM_EXPERIMENTAL=1 (and not DIST_MOE_GEMM_LEGACY): the schemes still waiting for their
+// DMOE_GEMM_EXPERIMENTAL=1 (and not DMOE_GEMM_LEGACY): the schemes still waiting for their
 // first measurement -- the dynamic tile schedule (G9) for every M- and K-grouped op (swap-AB decode
 // keeps the static one: its tiles all cost the same), and for short-K WGRAD the deep-staging
 // ping-pong kernel (G10). Without the variable the picks are exactly the measured ones. The 2-CTA

@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/env_knobs.h"
 #include "dist_moe/check.h"
 #include "dist_moe/device/ptx/special.cuh"
 #include "dist_moe/error.h"
@@ -310,9 +311,9 @@ int32_t* tile_counter_slot(cudaStream_t stream) {
   return slot;
 }
 
-// Prints "op problem -> config" once per distinct line when DIST_MOE_PRINT_GEMM_CONFIG is set.
+// Prints "op problem -> config" once per distinct line when DMOE_PRINT_GEMM_CONFIG is set.
 void maybe_print_config(const GroupedGemmProblem& p, const GroupedGemmConfig& c, bool overridden) {
-  static const bool enabled = std::getenv("DIST_MOE_PRINT_GEMM_CONFIG") != nullptr;
+  static const bool enabled = env::get("DMOE_PRINT_GEMM_CONFIG") != nullptr;
   if (!enabled) return;
   std::ostringstream os;
   os << "dist_moe grouped_gemm " << to_string(p.op) << " m_capacity=" << p.m_capacity << " n=" << p.n << " k=" << p.k

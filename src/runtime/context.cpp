@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "core/env_knobs.h"
 #include "dist_moe/check.h"
 #include "kernels/ep_kernels.h"
 #include "kernels/planner.h"
@@ -54,7 +55,7 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
   c->options = options;
   c->rank = comm->rank();
   c->world = comm->world_size();
-  c->stage_delays = debug::parse_stage_delays(std::getenv("DMOE_DEBUG_STAGE_DELAY"), c->rank);
+  c->stage_delays = debug::parse_stage_delays(env::get("DMOE_DEBUG_STAGE_DELAY"), c->rank);
   c->device = comm->device();
   if (config.num_experts % c->world != 0)
     detail::fail(ErrorCode::kInvalidValue, "num_experts=", config.num_experts, " must be divisible by world_size=",

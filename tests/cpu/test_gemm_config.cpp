@@ -6,6 +6,7 @@
 #include <array>
 #include <string>
 
+#include "core/env_knobs.h"
 #include "dist_moe/grouped_gemm_config.h"
 
 namespace dist_moe {
@@ -27,17 +28,14 @@ GroupedGemmProblem problem(GroupedGemmOp op, int64_t rows, int64_t n, int64_t k,
 
 GroupedGemmConfig pick(const GroupedGemmProblem& p) { return select_grouped_gemm_config(p, kSms); }
 
-// Neither DIST_MOE_GEMM_LEGACY nor DIST_MOE_GEMM_EXPERIMENTAL may be set for the default picks.
-bool defaults_in_effect() {
-  const char* legacy = std::getenv("DIST_MOE_GEMM_LEGACY");
-  return !grouped_gemm_experimental_requested() && (legacy == nullptr || legacy[0] == '\0' || legacy[0] == '0');
-}
+// Neither DMOE_GEMM_LEGACY nor DMOE_GEMM_EXPERIMENTAL may be set for the default picks.
+bool defaults_in_effect() { return !grouped_gemm_experimental_requested() && !env::flag("DMOE_GEMM_LEGACY"); }
 
 // FPROP (plain and SwiGLU), DGRAD, and WGRAD's cooperative 128x256 TMA-store kernel with FP32
 // output or accumulating BF16 use the dynamic schedule (G9, G13, G17, G21); BF16 WGRAD that
 // overwrites stays static; clusters are never picked (G15).
 TEST(GemmConfig, DefaultSchedulesAreTheMeasuredOnes) {
-  if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
+  if (!defaults_in_effect()) GTEST_SKIP() << "a DMOE_GEMM_* override is set";
   const GroupedGemmOp ops[] = {GroupedGemmOp::kFprop, GroupedGemmOp::kFpropSwiglu, GroupedGemmOp::kDgrad,
                                GroupedGemmOp::kWgrad};
   for (GroupedGemmOp op : ops) {
@@ -74,7 +72,7 @@ TEST(GemmConfig, DefaultSchedulesAreTheMeasuredOnes) {
 // WGRAD: cooperative 128x256 with TMA stores even at dsv3's 4 k blocks per tile (G12); ping-pong
 // 128x128 only for an output width that is an odd multiple of 128.
 TEST(GemmConfig, WgradPicksCooperativeTmaForShortContractions) {
-  if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
+  if (!defaults_in_effect()) GTEST_SKIP() << "a DMOE_GEMM_* override is set";
   for (DType out : {DType::kBFloat16, DType::kFloat32}) {
     GroupedGemmProblem p = problem(GroupedGemmOp::kWgrad, 32768, 4096, 7168, 128, out);  // dsv3_prefill, EP2
     GroupedGemmConfig c = pick(p);
@@ -91,7 +89,7 @@ TEST(GemmConfig, WgradPicksCooperativeTmaForShortContractions) {
 
 // Decode (at most 64 rows per expert on average, no gather): swap-AB, weights on M, 32 tokens on N.
 TEST(GemmConfig, DecodeTakesSwapAB) {
-  if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
+  if (!defaults_in_effect()) GTEST_SKIP() << "a DMOE_GEMM_* override is set";
   for (GroupedGemmOp op : {GroupedGemmOp::kFprop, GroupedGemmOp::kFpropSwiglu}) {
     GroupedGemmProblem p = problem(op, 1024 + 128 * 16, op == GroupedGemmOp::kFprop ? 7168 : 4096, 2048);
     GroupedGemmConfig c = pick(p);
@@ -111,7 +109,7 @@ TEST(GemmConfig, DecodeTakesSwapAB) {
 // scattered (fused combine), ping-pong 128x128 when the contraction is short (qwen3: 12 k blocks),
 // 128x128 when an output width is an odd multiple of 128, and the gather producer's 128x256 tile.
 TEST(GemmConfig, FpropTiles) {
-  if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
+  if (!defaults_in_effect()) GTEST_SKIP() << "a DMOE_GEMM_* override is set";
   GroupedGemmConfig c = pick(problem(GroupedGemmOp::kFprop, 32768, 7168, 2048));  // dsv3 W2
   EXPECT_EQ(c.name(), "128x256x64_s4_tma_dyn");
   c = pick(problem(GroupedGemmOp::kFprop, 65536, 2048, 768, 64));  // qwen3 W2
@@ -135,7 +133,7 @@ TEST(GemmConfig, FpropTiles) {
 // W13 with the SwiGLU epilogue: cooperative 128x256 at every D (G34, G35), with TMA stores unless
 // the rows are gathered.
 TEST(GemmConfig, SwigluTiles) {
-  if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
+  if (!defaults_in_effect()) GTEST_SKIP() << "a DMOE_GEMM_* override is set";
   // dsv3_prefill, mixtral, qwen3_30b: cooperative 128x256 everywhere (docs/perf.md G35).
   using Shape = std::array<int64_t, 4>;  // rows, 2F, D, E_local
   for (const auto& [rows, n, d, e] : {Shape{32768, 4096, 7168, 128}, Shape{32768, 28672, 4096, 4},
@@ -151,7 +149,7 @@ TEST(GemmConfig, SwigluTiles) {
 // deep-staging ping-pong kernel (dynamic when accumulating or FP32, G36), the M-grouped ops to
 // padded staging; with tables too large even for that, the padded kernels.
 TEST(GemmConfig, ManyExpertsFallBack) {
-  if (!defaults_in_effect()) GTEST_SKIP() << "a DIST_MOE_GEMM_* override is set";
+  if (!defaults_in_effect()) GTEST_SKIP() << "a DMOE_GEMM_* override is set";
   GroupedGemmProblem wgrad = problem(GroupedGemmOp::kWgrad, 32768, 4096, 7168, 128);
   EXPECT_EQ(pick(wgrad).name(), "128x256x64_s4_tma");
   wgrad.e_local = 256;  // dsv3_prefill, EP1

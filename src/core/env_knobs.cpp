@@ -1,0 +1,50 @@
+#include "env_knobs.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "dist_moe/error.h"
+
+namespace dist_moe::env {
+
+const std::vector<Knob>& knobs() {
+  static const std::vector<Knob> table = {
+      {"DMOE_COMM_TIMEOUT_MS", "milliseconds > 0",
+       "limit of every device spin-wait (barriers, signals) when ContextOptions::comm_timeout_ms is 0; default 60000"},
+      {"DMOE_DEBUG_STAGE_DELAY", "rank:stage:us[,...]",
+       "that rank spins `us` microseconds after that pipeline stage (`*`: every stage): ordering checks"},
+      {"DMOE_DISABLE_PDL", "1", "no programmatic dependent launch anywhere (diagnostic)"},
+      {"DMOE_COMBINE_ALGO", "v1 | v2 | partials", "combine algorithm when the caller asks for auto; default v2"},
+      {"DMOE_COMBINE_OWN_PARTIALS", "late", "rank-partials combine: sum this rank's own partials in its reduction"},
+      {"DMOE_COMBINE_REDUCE_WARPS", "integer", "signal combine: reducing warps per CTA when the options leave it 0; default 4"},
+      {"DMOE_COMBINE_SIGNAL_BATCH", "integer", "signal combine: scatter units per signal when the options leave it 0; default 1"},
+      {"DMOE_COMBINE_REDUCE_CTAS", "integer", "signal combine: CTAs that only reduce; default 0 (the warp split)"},
+      {"DMOE_COMBINE_K_GROUP", "integer", "combine v2: consecutive k per scatter unit; default 0 (automatic)"},
+      {"DMOE_FUSED_ROUTE", "0 | 1", "fused publish + route + dispatch kernel where the group allows it; default 1"},
+      {"DMOE_FUSED_MAX_ROUTES", "integer", "lowers the R*T_max*K limit of the fused route kernel (16384)"},
+      {"DMOE_GEMM_LEGACY", "1", "grouped GEMM heuristic: the first version's choices (synchronous epilogues), for A/B runs"},
+      {"DMOE_GEMM_EXPERIMENTAL", "1", "grouped GEMM heuristic: the schemes still waiting for their first measurement"},
+      {"DMOE_PRINT_GEMM_CONFIG", "1", "print each distinct grouped GEMM problem and its configuration once"},
+  };
+  return table;
+}
+
+const char* get(const char* name) {
+  bool known = false;
+  for (const Knob& k : knobs()) known = known || std::strcmp(k.name, name) == 0;
+  if (!known) detail::fail(ErrorCode::kInternal, "environment knob ", name, " is not in src/core/env_knobs.cpp");
+  const char* v = std::getenv(name);
+  return v == nullptr || *v == '\0' ? nullptr : v;
+}
+
+bool flag(const char* name) {
+  const char* v = get(name);
+  return v != nullptr && v[0] != '0';
+}
+
+int64_t int64_or(const char* name, int64_t fallback) {
+  const char* v = get(name);
+  return v == nullptr ? fallback : std::strtoll(v, nullptr, 10);
+}
+
+}  // namespace dist_moe::env
