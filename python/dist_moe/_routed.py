@@ -109,9 +109,6 @@ def _accumulator(param, weight):
     return grad.view(weight.shape)
 
 
-# ---- autograd -----------------------------------------------------------------------------------------
-
-
 # ---- activation checkpointing: forwards whose saved state autograd discards ------------------------
 
 _SAVING_POLICIES = ("MUST_SAVE", "PREFER_SAVE")
@@ -137,9 +134,9 @@ def _saved_state_discarded(op, args) -> bool:
     backward: the first forward of a non-reentrant ``torch.utils.checkpoint`` region (its saved
     tensors are packed by the checkpoint's hook into placeholders; the recompute saves the real
     ones), unless selective checkpointing caches ``op``'s outputs (then the cached state, this one,
-    is what backward uses; ``op`` None: an eager call, never cached). Reentrant checkpointing runs its first forward under no-grad (the
-    scratch-only path already). Reads private torch state; on any surprise it answers False, the
-    plain behaviour (the layer takes its place in the slot)."""
+    is what backward uses; ``op`` None: an eager call, never cached). Reentrant checkpointing runs
+    its first forward under no-grad (the scratch-only path already). Reads private torch state; on
+    any surprise it answers False, the plain behaviour (the layer takes its place in the slot)."""
     try:
         top = torch._C._autograd._top_saved_tensors_default_hooks(True)
         if top is None:
@@ -161,6 +158,9 @@ def _forward_slot(context, op, args) -> tuple[int, int]:
     slot) when the forward's saved state is discarded by an activation checkpoint."""
     slot, depth = context.selected_activation_slot
     return (-1 if _saved_state_discarded(op, args) else slot), depth
+
+
+# ---- autograd -----------------------------------------------------------------------------------------
 
 
 class _Bf16Function(torch.autograd.Function):
