@@ -27,7 +27,7 @@
 #   ROUTING=balanced,random                   the routings benchmarked (default: all three)
 #   SUSTAIN_MS=200 (default)                  every timed call first runs this long untimed, ours and
 #       torch's alike, so both are measured at the sustained (power-limited) clocks
-#   scripts/gemm_gpu_check.sh --ab            A/B of the experimental variants (docs/perf.md G8-G10) in
+#   scripts/gemm_gpu_check.sh --ab            A/B of the experimental variants (docs/perf_history.md G8-G10) in
 #       one short call: build, the GroupedGemm* tests (timeout $AB_TEST_TIMEOUT s, default 240),
 #       the benchmark on $AB_SHAPES (default dsv3_prefill) with routing balanced,random,zipf and the
 #       sweep (static, `_dyn` and deep-staging configurations side by side), then the same benchmark
@@ -62,7 +62,7 @@ fi
 if [ -n "${EP:-}" ]; then BENCH_ARGS+=(--ep "$EP"); PEER_ARGS+=(--ep "$EP"); fi
 if [ -n "${ROUTING:-}" ]; then BENCH_ARGS+=(--routing "$ROUTING"); PEER_ARGS+=(--routing "$ROUTING"); fi
 # Every timed call (ours, cuBLAS, torch) first runs SUSTAIN_MS untimed: all at the same power-limited
-# clocks (docs/perf.md G22; 0 = the old cold-start timing).
+# clocks (docs/perf_history.md G22; 0 = the old cold-start timing).
 SUSTAIN_MS=${SUSTAIN_MS:-200}
 BENCH_ARGS+=(--sustain-ms "$SUSTAIN_MS")
 PEER_ARGS+=(--sustain-ms "$SUSTAIN_MS")
