@@ -24,13 +24,13 @@
 #include <string>
 #include <vector>
 
-#include "common/routing_patterns.h"
-#include "common/main_guard.h"
+#include "testing/routing_patterns.h"
+#include "testing/main_guard.h"
 #include "dist_moe/check.h"
 #include "dist_moe/comm.h"
 #include "dist_moe/device/comm/memory.cuh"
 #include "dist_moe/device/numeric/bf16.cuh"
-#include "gpu/multi/dist_env.h"
+#include "testing/dist_env.h"
 
 namespace {
 

@@ -57,8 +57,8 @@
 #include <string>
 #include <vector>
 
-#include "common/event_timing.h"
-#include "common/main_guard.h"
+#include "testing/event_timing.h"
+#include "testing/main_guard.h"
 #include "dist_moe/error.h"
 #include "dist_moe/grouped_gemm.h"
 #include "dist_moe/workloads.h"

@@ -22,12 +22,12 @@
 #include <string>
 #include <vector>
 
-#include "common/event_timing.h"
-#include "common/main_guard.h"
-#include "gpu/device_buffer.h"
+#include "testing/event_timing.h"
+#include "testing/main_guard.h"
+#include "testing/device_buffer.h"
 #include "dist_moe/check.h"
 #include "dist_moe/workloads.h"
-#include "kernels/random_fill.h"
+#include "testing/random_fill.h"
 #include "kernels/swiglu.h"
 #include "kernels/topk.h"
 
@@ -77,10 +77,10 @@ void run_shape(const Workload& w, cudaStream_t s) {
   Bf16Buffer routes_a(T * K * D), routes_b(T * K * D), tok_a(T * D), tok_b(T * D);
   Bf16Buffer h1(M * 2 * F), h2(M * F), gh1(M * 2 * F);
   DeviceBuffer<float> gs(T * K);
-  kernels::fill_uniform_bf16(routes_a.get(), T * K * D, 1, 1.0f, s);
-  kernels::fill_uniform_bf16(tok_a.get(), T * D, 2, 1.0f, s);
-  kernels::fill_uniform_bf16(h1.get(), M * 2 * F, 3, 2.0f, s);
-  kernels::fill_uniform_bf16(h2.get(), M * F, 4, 1.0f, s);
+  testing::fill_uniform_bf16(routes_a.get(), T * K * D, 1, 1.0f, s);
+  testing::fill_uniform_bf16(tok_a.get(), T * D, 2, 1.0f, s);
+  testing::fill_uniform_bf16(h1.get(), M * 2 * F, 3, 2.0f, s);
+  testing::fill_uniform_bf16(h2.get(), M * F, 4, 1.0f, s);
   DeviceBuffer<uint8_t> copy_src(M * 2 * F * 2 + T * K * D * 2), copy_dst(copy_src.size());
   DMOE_CUDA_CHECK(cudaMemsetAsync(copy_src.get(), 1, copy_src.size(), s));
 

@@ -54,7 +54,7 @@ set(DIST_MOE_PYTHON_READY ON)
 # only when a context is created, so `import dist_moe` still works without CUDA or NCCL.
 if(DIST_MOE_ENABLE_CUDA)
   pybind11_add_module(dist_moe_torch MODULE ${PROJECT_SOURCE_DIR}/python/dist_moe/csrc/gpu_bindings.cpp)
-  target_link_libraries(dist_moe_torch PRIVATE dist_moe_cuda)
+  target_link_libraries(dist_moe_torch PRIVATE dist_moe_runtime dist_moe_platform dist_moe_src_headers)
   dist_moe_python_module(dist_moe_torch)
   # libnccl.so.2 resolves to the copy torch has already loaded (same soname), else through the
   # build RPATH to the directory it was linked from.

@@ -15,7 +15,7 @@
 #include <exception>
 #include <vector>
 
-#include "dist_env.h"
+#include "testing/dist_env.h"
 #include "dist_moe/check.h"
 #include "dist_moe/context.h"
 #include "dist_moe/nccl_version.h"

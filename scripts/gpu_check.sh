@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: configure (NCCL from the torch venv), build everything with all cores, run
 # the GPU test suites and the benchmarks named in $DMOE_STAGES, write logs to $OUT and print a
-# short table last. Stages: env build tests pipeline bench gemm comm (default: env build tests).
+# short table last. Stages: env build tests pipeline bench treeab gemm comm ep (default: env build tests).
 #   DMOE_STAGES="build tests gemm" scripts/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,6 +68,28 @@ if has bench; then
   done
   timeout 300 "$BUILD/dist-moe" bench --shape dsv3_decode --mode infer --iters 20 >> "$OUT/bench.log" 2>&1
   say "bench dsv3_decode infer (rc=$?)"; tail -5 "$OUT/bench.log" | tee -a "$SUMMARY" > /dev/null
+fi
+
+# treeab: the layer of an older source tree against this one, interleaved (behaviour-unchanged
+# refactors: every layer time within a few percent). A_TREE: the older tree unpacked into an
+# ignored folder (default .abtree: `git archive BASE | tar -x -C .abtree`, carried with the call).
+if has treeab; then
+  A_TREE=${A_TREE:-.abtree}
+  start=$(date +%s)
+  if cmake -S "$A_TREE" -B "$A_TREE/build-ab" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDIST_MOE_BUILD_PYTHON=OFF \
+       -DDIST_MOE_BUILD_BENCH=OFF -DDIST_MOE_NCCL_ROOT="$NCCL_ROOT" > "$OUT/treeab_build.log" 2>&1 &&
+     cmake --build "$A_TREE/build-ab" -j "$(nproc)" --target dist-moe dmoe_launch >> "$OUT/treeab_build.log" 2>&1; then
+    say "treeab: A tree ($A_TREE) built in $(( $(date +%s) - start )) s"
+  else
+    say "treeab: A build FAILED"; tail -20 "$OUT/treeab_build.log" | tee -a "$SUMMARY"; exit 1
+  fi
+  : > "$OUT/treeab.txt"
+  for shape in ${DMOE_AB_SHAPES:-dsv3_prefill qwen3_30b mixtral dsv3_decode}; do
+    mode=train; [ "$shape" = dsv3_decode ] && mode=infer
+    A_BUILD="$A_TREE/build-ab" B_BUILD="$BUILD" SHAPE=$shape MODE=$mode ROUNDS=${DMOE_AB_ROUNDS:-2} OUT=/tmp/dmoe-treeab \
+      bash scripts/layer_ab.sh >> "$OUT/treeab.txt" 2>&1
+    grep -A2 "^layer A/B $shape" "$OUT/treeab.txt" | tee -a "$SUMMARY" > /dev/null
+  done
 fi
 
 for stage in gemm comm ep; do

@@ -18,15 +18,14 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "common/event_timing.h"
-#include "dist_env.h"
+#include "testing/event_timing.h"
+#include "testing/dist_env.h"
 #include "dist_moe/check.h"
 #include "dist_moe/context.h"
 #include "dist_moe/grouped_gemm.h"
 #include "dist_moe/memory_plan.h"
 #include "dist_moe/routed_experts.h"
-#include "kernels/random_fill.h"
-#include "runtime/context_impl.h"
+#include "testing/random_fill.h"
 #endif
 
 namespace dist_moe::cli {
@@ -95,10 +94,10 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   DevBuf gx(T * D * 2), gs(T * K * 4), gw13(L * 2 * F * D * 2), gw2(L * D * F * 2);
   DMOE_CUDA_CHECK(cudaMemsetAsync(gw13.p, 0, L * 2 * F * D * 2, stream));  // accumulated into
   DMOE_CUDA_CHECK(cudaMemsetAsync(gw2.p, 0, L * D * F * 2, stream));
-  kernels::fill_uniform_bf16(x.p, T * D, 11 + env.rank, 1.0f, stream);
-  kernels::fill_uniform_bf16(gout.p, T * D, 21 + env.rank, 1.0f, stream);
-  kernels::fill_uniform_bf16(w13.p, L * 2 * F * D, 31 + env.rank, 1.0f / std::sqrt(float(D)), stream);
-  kernels::fill_uniform_bf16(w2.p, L * D * F, 41 + env.rank, 1.0f / std::sqrt(float(F)), stream);
+  testing::fill_uniform_bf16(x.p, T * D, 11 + env.rank, 1.0f, stream);
+  testing::fill_uniform_bf16(gout.p, T * D, 21 + env.rank, 1.0f, stream);
+  testing::fill_uniform_bf16(w13.p, L * 2 * F * D, 31 + env.rank, 1.0f / std::sqrt(float(D)), stream);
+  testing::fill_uniform_bf16(w2.p, L * D * F, 41 + env.rank, 1.0f / std::sqrt(float(F)), stream);
   std::mt19937 rng(1234 + env.rank);
   std::vector<int32_t> ids(T * K);
   std::vector<float> scores(T * K);
@@ -144,84 +143,35 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     if (train) bwd();
   };
   // GEMM-only: the same grouped GEMMs on the same per-expert rows, local contiguous buffers.
-  const int64_t cap = ctx->impl().capacity_rows();
+  const int64_t cap = ctx->capacity_rows();
   // (Run once first: the routing tables hold this call's counts afterwards.)
   for (int i = 0; i < 3; ++i) layer_call();
   DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const int32_t* routed_counts = ctx->impl().ep->tables().expert_rows;  // this call's routing
+  const int32_t* routed_counts = ctx->routed_rows_per_expert();  // this call's routing
   const int32_t* counts = routed_counts;
   // Also with exactly balanced counts (T*K rows per rank spread evenly), as the GEMM benchmark.
   std::vector<int32_t> even(L, static_cast<int32_t>(T * K / L));
   DevBuf d_even(L * 4);
   DMOE_CUDA_CHECK(cudaMemcpy(d_even.p, even.data(), L * 4, cudaMemcpyHostToDevice));
   DevBuf a(cap * D * 2), h1(cap * 2 * F * 2), h2(cap * F * 2), h3(cap * D * 2), gh1(cap * 2 * F * 2);
-  kernels::fill_uniform_bf16(a.p, cap * D, 51, 1.0f, stream);
-  kernels::fill_uniform_bf16(h3.p, cap * D, 52, 1.0f, stream);
-  kernels::fill_uniform_bf16(gh1.p, cap * 2 * F, 53, 1.0f, stream);
-  auto common = [&](int64_t n, int64_t k) {
-    GroupedGemmCommon c;
-    c.counts = counts;
-    c.e_local = L;
-    c.m_capacity = cap;
-    c.n = n;
-    c.k = k;
-    c.validate_counts = false;
-    return c;
-  };
-  // Stage marks of the GEMM-only calls: the layer's stage hook, when a staged measurement has set it.
-  auto gemm_mark = [&](const char* name) {
-    if (ctx->impl().stage_hook) ctx->impl().stage_hook(name, stream);
-  };
+  testing::fill_uniform_bf16(a.p, cap * D, 51, 1.0f, stream);
+  testing::fill_uniform_bf16(h3.p, cap * D, 52, 1.0f, stream);
+  testing::fill_uniform_bf16(gh1.p, cap * 2 * F, 53, 1.0f, stream);
+  // The GEMM-only twin: the layer's own GEMM arguments (routed_experts_gemms_*) on local
+  // contiguous buffers; aliases keep its footprint small (times are what matter here).
+  RoutedExpertsGemmBuffers gb;
+  gb.x = gb.grad_x = a.p;
+  gb.h1 = train ? h1.p : nullptr;
+  gb.h2 = gb.grad_h2 = h2.p;
+  gb.h3 = gb.grad_h3 = h3.p;
+  gb.grad_h1 = gh1.p;
   auto gemm_fwd = [&] {
-    W13FpropArgs w13a;
-    w13a.common = common(2 * F, D);
-    w13a.a = a.p;
-    w13a.w13 = w13.p;
-    w13a.h1 = train ? h1.p : nullptr;
-    w13a.h2 = h2.p;
-    grouped_gemm_w13_fprop(w13a, stream);
-    gemm_mark("w13");
-    FpropArgs w2a;
-    w2a.common = common(D, F);
-    w2a.a = h2.p;
-    w2a.w = w2.p;
-    w2a.out = h3.p;
-    grouped_gemm_fprop(w2a, stream);
-    gemm_mark("w2");
+    gb.rows_per_expert = counts;
+    routed_experts_gemms_forward(*ctx, in, gb, stream);
   };
   auto gemm_bwd = [&] {
-    DgradArgs d2;
-    d2.common = common(D, F);
-    d2.grad_out = h3.p;
-    d2.w = w2.p;
-    d2.grad_a = h2.p;
-    grouped_gemm_dgrad(d2, stream);
-    gemm_mark("w2_dgrad");
-    WgradArgs wg2;
-    wg2.common = common(D, F);
-    wg2.grad_out = h3.p;
-    wg2.a = h2.p;
-    wg2.grad_w = gw2.p;
-    wg2.out_dtype = DType::kBFloat16;
-    wg2.accumulate = wgrad_accumulate;
-    grouped_gemm_wgrad(wg2, stream);
-    gemm_mark("w2_wgrad");
-    DgradArgs d13;
-    d13.common = common(2 * F, D);
-    d13.grad_out = gh1.p;
-    d13.w = w13.p;
-    d13.grad_a = a.p;
-    grouped_gemm_dgrad(d13, stream);
-    gemm_mark("w13_dgrad");
-    WgradArgs wg13;
-    wg13.common = common(2 * F, D);
-    wg13.grad_out = gh1.p;
-    wg13.a = a.p;
-    wg13.grad_w = gw13.p;
-    wg13.out_dtype = DType::kBFloat16;
-    wg13.accumulate = wgrad_accumulate;
-    grouped_gemm_wgrad(wg13, stream);
-    gemm_mark("w13_wgrad");
+    gb.rows_per_expert = counts;
+    routed_experts_gemms_backward(*ctx, in, gb, g, stream);
   };
   // The GEMM-only twin of layer_call.
   auto gemm_layer = [&] {
@@ -298,11 +248,11 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     };
     cudaEvent_t start;
     DMOE_CUDA_CHECK(cudaEventCreate(&start));
-    ctx->impl().stage_hook = mark;
+    ctx->set_stage_hook(mark);
     DMOE_CUDA_CHECK(cudaEventRecord(start, stream));
     fn();
     DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    ctx->impl().stage_hook = nullptr;
+    ctx->set_stage_hook(nullptr);
     cudaEvent_t prev = start;
     for (auto& [name, e] : marks) {
       float t = 0;

@@ -14,7 +14,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "dist_moe/config.h"
@@ -57,11 +59,44 @@ class Context {
   int64_t local_experts() const;
   int device() const;
 
-  struct Impl;
-  Impl& impl() const;  // the pipeline's view of the internals (src/runtime)
+  // ---- introspection: benchmarks, tests and the PyTorch bindings (not needed to run the layer) ----
+
+  // Called after each stage of a call with the stage's name ("publish+route", "w13", ...), on the
+  // call's stream; benchmarks record events here. Eager use only; an empty hook turns it off.
+  using StageHook = std::function<void(const char* stage, cudaStream_t stream)>;
+  void set_stage_hook(StageHook hook);
+  // Rows the local experts can receive in one call, all together (the routing tables' capacity).
+  int64_t capacity_rows() const;
+  // Device int32 [local_experts()]: the rows each local expert received in the latest call
+  // (padded to the row multiple); valid once that call has run on its stream.
+  const int32_t* routed_rows_per_expert() const;
+  // Device memory this context owns (pointer, bytes): the activation buffer and the symmetric
+  // routing, dispatch and combine windows (this rank's copies).
+  struct DeviceRegion {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  DeviceRegion activation_buffer() const;
+  DeviceRegion routing_window() const;
+  DeviceRegion dispatch_window() const;
+  DeviceRegion combine_window() const;
+  // The activation planner's live device state (N slots, R ranks; int64 arrays on the device):
+  // saved bytes [N*R] slot major, layers held per slot [N], lowest free bytes per slot then
+  // scratch [N+1], the slot ids 0..N-1 [max(N, 1)]; and the buffer's geometry.
+  struct PlannerView {
+    const int64_t* saved_bytes_NR = nullptr;
+    const int64_t* layer_id_N = nullptr;
+    const int64_t* peak_min_free_N1 = nullptr;
+    const int64_t* slot_ids = nullptr;
+    int64_t num_slots = 0, slot_bytes = 0, buffer_bytes = 0;
+  };
+  PlannerView planner_view() const;
+
+  struct Impl;  // defined in src/runtime (the pipeline's view of the internals)
 
  private:
   explicit Context(std::unique_ptr<Impl> impl);
+  friend Impl& context_impl(const Context& ctx);  // src/runtime/context_impl.h
   std::unique_ptr<Impl> impl_;
 };
 

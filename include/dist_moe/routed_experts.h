@@ -93,4 +93,32 @@ void routed_experts_backward(Context& ctx, const RoutedExpertsInputs& in, const 
 void routed_experts_inference(Context& ctx, const RoutedExpertsInputs& in, void* out_TD,
                               const ExecutionOptions& options, cudaStream_t stream);
 
+// ---- the GEMM-only twin (benchmarks) --------------------------------------------------------------
+// The layer's grouped GEMMs alone, built by the same code the layer's are (tile configurations,
+// activation, WGRAD dtype and accumulation), on local contiguous row buffers of
+// ctx.capacity_rows() rows with the given rows per expert: what the layer would take if its
+// communication and its other kernels were free. Each GEMM is reported to the context's stage hook
+// under the layer's stage name ("w13", "w2", "w2_dgrad", "w2_wgrad", "w13_dgrad", "w13_wgrad").
+// The weights come from `weights` (its w13/w2 fields; the token fields are unused). For timing the
+// buffers may alias (grad_h3 = h3, grad_h2 = h2, grad_x = x): the times are the same, the values
+// then are not the layer's.
+struct RoutedExpertsGemmBuffers {
+  const int32_t* rows_per_expert = nullptr;  // device int32 [local_experts]
+  void* x = nullptr;        // [capacity, D] BF16
+  void* h1 = nullptr;       // [capacity, 2F] BF16; nullptr: the forward drops h1
+  void* h2 = nullptr;       // [capacity, F] BF16
+  void* h3 = nullptr;       // [capacity, D] BF16
+  void* grad_h3 = nullptr;  // [capacity, D] BF16 (backward input)
+  void* grad_h2 = nullptr;  // [capacity, F] BF16
+  void* grad_h1 = nullptr;  // [capacity, 2F] BF16 (backward input)
+  void* grad_x = nullptr;   // [capacity, D] BF16
+};
+void routed_experts_gemms_forward(Context& ctx, const RoutedExpertsInputs& weights,
+                                  const RoutedExpertsGemmBuffers& buffers, cudaStream_t stream);
+// W2 DGRAD, W2 WGRAD (into grads.grad_w2), W13 DGRAD, W13 WGRAD (grads.grad_w13), with grads'
+// WGRAD dtype and accumulation (Config::wgrad_dtype when set); grads' other fields are unused.
+void routed_experts_gemms_backward(Context& ctx, const RoutedExpertsInputs& weights,
+                                   const RoutedExpertsGemmBuffers& buffers, const RoutedExpertsGradients& grads,
+                                   cudaStream_t stream);
+
 }  // namespace dist_moe

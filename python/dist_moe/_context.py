@@ -269,13 +269,14 @@ class Context:
         return f"dist_moe.Context({self._context_id}, {state}, device={self.device})"
 
 
-def create_context(*, group, config, device=None, emulate_peer_buffers=None) -> Context:
-    """Collectively creates a context over the torch process group ``group`` (see api.create_context)."""
+def create_context(*, group, config, plan_memory, device=None, emulate_peer_buffers=None) -> Context:
+    """Collectively creates a context over the torch process group ``group`` (see api.create_context;
+    ``plan_memory`` is api's, passed in so that this module never imports api: the package's modules
+    import one way, api -> _routed -> _ops -> _context)."""
     import torch
     import torch.distributed as dist
 
-    from . import _native_loader, _ops  # noqa: F401  (_ops registers the dist_moe:: torch ops)
-    from .api import plan_memory
+    from . import _native_loader  # (the torch ops were registered by `import dist_moe`)
 
     if not torch.cuda.is_available():
         raise RuntimeError("Dist-MoE requires CUDA")

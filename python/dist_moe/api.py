@@ -262,7 +262,8 @@ def create_context(*, group, config: Config, device=None, emulate_peer_buffers=N
         raise ImportError("create_context needs PyTorch: the Dist-MoE torch front end runs on torch tensors") from e
     from ._context import create_context as _create
 
-    return _create(group=group, config=config, device=device, emulate_peer_buffers=emulate_peer_buffers)
+    return _create(group=group, config=config, plan_memory=plan_memory, device=device,
+                   emulate_peer_buffers=emulate_peer_buffers)
 
 
 def prepare_block_scaled_weight(weight, config: BlockScaledConfig, *, inference: bool = False, out=None):

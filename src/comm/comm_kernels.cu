@@ -1,7 +1,7 @@
 // Small communication kernels: the standalone EP barrier, NCCL's LSA barrier with a timeout, and
 // the query of every rank's window base address.
-#include "../kernels/ep_common.cuh"
-#include "../kernels/ep_kernels.h"
+#include "comm/ep_common.cuh"
+#include "comm/ep_kernels.h"
 
 namespace dist_moe::comm::kernels {
 namespace {

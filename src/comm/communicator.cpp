@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "../kernels/ep_kernels.h"
+#include "comm/ep_kernels.h"
 #include "core/env_knobs.h"
 #include "dist_moe/check.h"
 #include "dist_moe/comm.h"

@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "dist_moe/device/activation/swiglu.cuh"
-#include "kernels/device_address.h"
+#include "dist_moe/device/common/device_address.h"
 #include "kernels/expert_rows.h"
 
 namespace dist_moe::kernels {

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "dist_moe/dtype.h"
-#include "kernels/device_address.h"
+#include "dist_moe/device/common/device_address.h"
 
 namespace dist_moe::kernels {
 

@@ -10,7 +10,7 @@
 
 #include "dist_moe/check.h"
 #include "dist_moe/driver_api.h"
-#include "runtime/device_guard.h"
+#include "platform/device_guard.h"
 
 namespace dist_moe::runtime {
 namespace {
@@ -25,7 +25,7 @@ class DriverDeviceScope {
   explicit DriverDeviceScope(int device) : guard_(device) { DMOE_CUDA_CHECK(cudaFree(nullptr)); }
 
  private:
-  DeviceGuard guard_;
+  platform::DeviceGuard guard_;
 };
 
 CUmemAllocationProp allocation_prop(ActivationBuffer::SectionKind kind, int device, int host_numa) {

@@ -18,6 +18,7 @@
 #include "kernels/swiglu.h"
 #include "kernels/topk.h"
 #include "runtime/context_impl.h"
+#include "runtime/layer_gemms.h"
 
 namespace dist_moe {
 namespace {
@@ -78,17 +79,6 @@ activation::SwigluParams swiglu_of(const Config& cfg) {
           static_cast<float>(clamped ? cfg.swiglu_limit : kSwigluClampLimitDefault)};
 }
 
-GroupedGemmCommon gemm_common(const Context::Impl& c, const int32_t* counts, int64_t n, int64_t k) {
-  GroupedGemmCommon g;
-  g.counts = counts;
-  g.e_local = c.local_experts;
-  g.m_capacity = c.capacity_rows();
-  g.n = n;
-  g.k = k;
-  g.validate_counts = false;  // routing already checked the rows against the capacity
-  return g;
-}
-
 // ---- forward ------------------------------------------------------------------------------------
 
 struct ForwardTables {
@@ -102,19 +92,12 @@ struct ForwardTables {
 void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const ForwardTables& t, const int32_t* counts,
                     const int64_t* xg_off, const int64_t* h1_off, const int64_t* h2_off, bool keep_h1,
                     float* clip_stats, float clip_limit, bool recompute, cudaStream_t stream) {
-  const int64_t D = c.config.hidden_dim, F = c.config.intermediate_dim;
   uint8_t* act = c.activation_base();
-  const activation::SwigluParams sp = swiglu_of(c.config);
-  W13FpropArgs w13;
-  w13.common = gemm_common(c, counts, 2 * F, D);
-  w13.w13 = in.w13;
+  W13FpropArgs w13 = runtime::w13_fprop_args(c, in, counts);
   w13.h1 = keep_h1 ? act : nullptr;
   w13.h1_offset = keep_h1 ? h1_off : nullptr;
   w13.h2 = act;
   w13.h2_offset = h2_off;
-  w13.activation = sp.clamped ? Activation::kSwiGLUClamped : Activation::kSwiGLU;
-  w13.swiglu_alpha = sp.alpha;
-  w13.swiglu_limit = sp.limit;
   w13.clip_stats = clip_stats;
   w13.clip_limit = clip_limit;
   w13.gather.row_ptrs = t.gather_src;
@@ -124,11 +107,9 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Forwa
   grouped_gemm_w13_fprop(w13, stream);
   c.stage(recompute ? "recompute_w13" : "w13", stream);
 
-  FpropArgs w2;
-  w2.common = gemm_common(c, counts, D, F);
+  FpropArgs w2 = runtime::w2_fprop_args(c, in, counts);
   w2.a = act;
   w2.a_offset = h2_off;
-  w2.w = in.w2;
   w2.scatter.row_ptrs = t.scatter_dst;
   grouped_gemm_fprop(w2, stream);
   c.stage(recompute ? "recompute_w2" : "w2", stream);
@@ -295,9 +276,7 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   c.stage("topk_backward", stream);
 
   // W2 DGRAD gathers grad_h3 rows from the owners' dispatch windows.
-  DgradArgs d2;
-  d2.common = gemm_common(c, s.expert_rows, D, F);
-  d2.w = in.w2;
+  DgradArgs d2 = runtime::w2_dgrad_args(c, in, s.expert_rows);
   d2.grad_a = act;
   d2.grad_a_offset = bo + 2;
   d2.gather.row_ptrs = s.grad_gather_src;
@@ -307,15 +286,11 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   grouped_gemm_dgrad(d2, stream);
   c.stage("w2_dgrad", stream);
 
-  WgradArgs w2g;
-  w2g.common = gemm_common(c, s.expert_rows, D, F);
+  WgradArgs w2g = runtime::w2_wgrad_args(c, s.expert_rows, g.grad_w2, wgrad, g.accumulate);
   w2g.grad_out = act;
   w2g.grad_out_offset = bo + 3;
   w2g.a = act;
   w2g.a_offset = bo + 1;
-  w2g.grad_w = g.grad_w2;
-  w2g.out_dtype = wgrad;
-  w2g.accumulate = g.accumulate;
   grouped_gemm_wgrad(w2g, stream);
   c.stage("w2_wgrad", stream);
 
@@ -323,24 +298,18 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   c.stage("swiglu_backward", stream);
 
   // W13 DGRAD scatters each route's input gradient into its owner's combine window.
-  DgradArgs d13;
-  d13.common = gemm_common(c, s.expert_rows, 2 * F, D);
+  DgradArgs d13 = runtime::w13_dgrad_args(c, in, s.expert_rows);
   d13.grad_out = act;
   d13.grad_out_offset = bo + 0;
-  d13.w = in.w13;
   d13.scatter.row_ptrs = s.scatter_dst;
   grouped_gemm_dgrad(d13, stream);
   c.stage("w13_dgrad", stream);
 
-  WgradArgs w13g;
-  w13g.common = gemm_common(c, s.expert_rows, 2 * F, D);
+  WgradArgs w13g = runtime::w13_wgrad_args(c, s.expert_rows, g.grad_w13, wgrad, g.accumulate);
   w13g.grad_out = act;
   w13g.grad_out_offset = bo + 0;
   w13g.a = act;
   w13g.a_offset = bo + 5;
-  w13g.grad_w = g.grad_w13;
-  w13g.out_dtype = wgrad;
-  w13g.accumulate = g.accumulate;
   grouped_gemm_wgrad(w13g, stream);
   c.stage("w13_wgrad", stream);
 
@@ -386,20 +355,20 @@ void lay_out_saved_state(const Context::Impl& c, SavedState::Buffers& b, void* e
 }  // namespace
 
 SavedState::SavedState(const Context& ctx) : buffers_(new Buffers()) {
-  lay_out_saved_state(ctx.impl(), *buffers_, nullptr);
+  lay_out_saved_state(context_impl(ctx), *buffers_, nullptr);
 }
 
 SavedState::SavedState(const Context& ctx, void* device_storage) : buffers_(new Buffers()) {
   DMOE_CHECK_ARG(device_storage != nullptr, "SavedState storage must be a device pointer");
   DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(device_storage) % kMemoryAlignment == 0,
                  "SavedState storage must be ", kMemoryAlignment, "-byte aligned");
-  lay_out_saved_state(ctx.impl(), *buffers_, device_storage);
+  lay_out_saved_state(context_impl(ctx), *buffers_, device_storage);
   buffers_->used = true;  // the caller vouches that a forward of this context filled it
 }
 
 size_t SavedState::storage_bytes(const Context& ctx) {
   Buffers probe;
-  const Context::Impl& c = ctx.impl();
+  const Context::Impl& c = context_impl(ctx);
   lay_out_saved_state(c, probe, reinterpret_cast<void*>(static_cast<uintptr_t>(kMemoryAlignment)));
   return probe.arena.bytes();
 }
@@ -408,7 +377,7 @@ SavedState::~SavedState() { delete buffers_; }
 
 void routed_experts_forward(Context& ctx, const RoutedExpertsInputs& in, void* out_TD, SavedState* saved,
                             const ExecutionOptions& options, cudaStream_t stream) {
-  Context::Impl& c = ctx.impl();
+  Context::Impl& c = context_impl(ctx);
   if (c.config.inference && saved)
     throw Error(ErrorCode::kRuntime, "inference contexts do not support autograd (no SavedState)");
   forward_impl(c, in, out_TD, saved ? &saved->buffers() : nullptr, options, stream);
@@ -417,12 +386,12 @@ void routed_experts_forward(Context& ctx, const RoutedExpertsInputs& in, void* o
 void routed_experts_backward(Context& ctx, const RoutedExpertsInputs& in, const SavedState& saved,
                              const void* grad_out_TD, const RoutedExpertsGradients& grads,
                              const ExecutionOptions& options, cudaStream_t stream) {
-  backward_impl(ctx.impl(), in, saved.buffers(), grad_out_TD, grads, options, stream);
+  backward_impl(context_impl(ctx), in, saved.buffers(), grad_out_TD, grads, options, stream);
 }
 
 void routed_experts_inference(Context& ctx, const RoutedExpertsInputs& in, void* out_TD,
                               const ExecutionOptions& options, cudaStream_t stream) {
-  forward_impl(ctx.impl(), in, out_TD, nullptr, options, stream);
+  forward_impl(context_impl(ctx), in, out_TD, nullptr, options, stream);
 }
 
 }  // namespace dist_moe

@@ -8,7 +8,7 @@
 
 #include "core/env_knobs.h"
 #include "dist_moe/check.h"
-#include "kernels/ep_kernels.h"
+#include "comm/ep_kernels.h"
 #include "kernels/planner.h"
 #include "runtime/context_impl.h"
 
@@ -145,20 +145,20 @@ Context::~Context() {
   }
 }
 
-Context::Impl& Context::impl() const {
-  if (!impl_ || impl_->closed) throw Error(ErrorCode::kRuntime, "distributed MoE context is closed");
-  return *impl_;
+Context::Impl& context_impl(const Context& ctx) {
+  if (!ctx.impl_ || ctx.impl_->closed) throw Error(ErrorCode::kRuntime, "distributed MoE context is closed");
+  return *ctx.impl_;
 }
 
 void Context::reset(cudaStream_t stream) {
-  Impl& c = impl();
+  Impl& c = context_impl(*this);
   kernels::reset_planner(c.geometry, c.world, c.planner_state, stream);
   c.selected_slot = 0;
   c.slot_depth = c.config.max_moe_layers_per_activation_slot;
 }
 
 void Context::select_activation_slot(int64_t activation_slot, int64_t num_moe_layers_in_slot) {
-  Impl& c = impl();
+  Impl& c = context_impl(*this);
   const int64_t N = c.plan.num_activation_slots;
   if (N == 0) return;  // inference contexts have no slots
   if (activation_slot < 0 || activation_slot >= N)
@@ -184,11 +184,40 @@ void Context::close() {
 }
 
 bool Context::closed() const { return !impl_ || impl_->closed; }
-const Config& Context::config() const { return impl().config; }
-const MemoryPlan& Context::memory_plan() const { return impl().plan; }
-int Context::rank() const { return impl().rank; }
-int Context::ep_size() const { return impl().world; }
-int64_t Context::local_experts() const { return impl().local_experts; }
-int Context::device() const { return impl().device; }
+const Config& Context::config() const { return context_impl(*this).config; }
+const MemoryPlan& Context::memory_plan() const { return context_impl(*this).plan; }
+int Context::rank() const { return context_impl(*this).rank; }
+int Context::ep_size() const { return context_impl(*this).world; }
+int64_t Context::local_experts() const { return context_impl(*this).local_experts; }
+int Context::device() const { return context_impl(*this).device; }
+
+void Context::set_stage_hook(StageHook hook) { context_impl(*this).stage_hook = std::move(hook); }
+int64_t Context::capacity_rows() const { return context_impl(*this).capacity_rows(); }
+const int32_t* Context::routed_rows_per_expert() const { return context_impl(*this).ep->tables().expert_rows; }
+
+namespace {
+Context::DeviceRegion region_of(const comm::SymmetricWindow& w) { return {w.local_ptr(), w.bytes()}; }
+}  // namespace
+
+Context::DeviceRegion Context::activation_buffer() const {
+  const Impl& c = context_impl(*this);
+  return {c.activations->data(), static_cast<size_t>(c.activations->size())};
+}
+Context::DeviceRegion Context::routing_window() const { return region_of(context_impl(*this).ep->routing_window()); }
+Context::DeviceRegion Context::dispatch_window() const { return region_of(context_impl(*this).ep->dispatch_window()); }
+Context::DeviceRegion Context::combine_window() const { return region_of(context_impl(*this).ep->combine_window()); }
+
+Context::PlannerView Context::planner_view() const {
+  const Impl& c = context_impl(*this);
+  PlannerView v;
+  v.saved_bytes_NR = c.planner_state.saved_bytes_NR;
+  v.layer_id_N = c.planner_state.layer_id_N;
+  v.peak_min_free_N1 = c.planner_state.peak_min_free_N1;
+  v.slot_ids = c.slot_ids;
+  v.num_slots = c.geometry.num_slots;
+  v.slot_bytes = c.geometry.slot_bytes;
+  v.buffer_bytes = c.geometry.buffer_bytes;
+  return v;
+}
 
 }  // namespace dist_moe

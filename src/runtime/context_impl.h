@@ -92,6 +92,9 @@ struct Context::Impl {
   }
 };
 
+// The internals of `ctx` (throws "distributed MoE context is closed" after close()).
+Context::Impl& context_impl(const Context& ctx);
+
 struct SavedState::Buffers {
   DeviceArena arena;
   int64_t* layer_state = nullptr;      // planner snapshot (layer_state_size(R) int64)

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "../common/routing_patterns.h"
+#include "testing/routing_patterns.h"
 #include "dist_moe/device/routing/routing_layout.cuh"
 #include "dist_moe/error.h"
 #include "reference/routing.h"

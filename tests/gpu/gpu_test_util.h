@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "device_buffer.h"
+#include "testing/device_buffer.h"
 
 namespace dist_moe::testing {
 

@@ -134,3 +134,35 @@ def test_native_errors_survive_numpy_being_loaded():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "raised: VmmConfig.total_scratch_capacity_factor must be finite" in proc.stdout
+
+
+def test_package_modules_import_one_way():
+    """The package's modules import each other one way (lazy imports inside functions included):
+    api -> _routed -> _ops -> _context, and so on; a cycle fails here."""
+    pkg = ROOT / "python" / "dist_moe"
+    graph = {}
+    for path in pkg.glob("*.py"):
+        mod = path.stem
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    deps.add(node.module.split(".")[0])
+                else:
+                    deps.update(alias.name for alias in node.names)
+        graph[mod] = {d for d in deps if (pkg / f"{d}.py").exists() and d != mod}
+    graph.pop("__init__", None)  # the package root imports what it exports; nothing imports it back
+
+    state = {}
+
+    def visit(m, stack):
+        state[m] = "open"
+        for d in sorted(graph.get(m, ())):
+            assert state.get(d) != "open", f"import cycle: {' -> '.join(stack + [m, d])}"
+            if d not in state:
+                visit(d, stack + [m])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])

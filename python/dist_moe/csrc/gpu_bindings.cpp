@@ -14,8 +14,7 @@
 #include "dist_moe/check.h"
 #include "dist_moe/context.h"
 #include "dist_moe/routed_experts.h"
-#include "runtime/context_impl.h"
-#include "runtime/device_guard.h"
+#include "platform/device_guard.h"
 
 namespace py = pybind11;
 using namespace dist_moe;
@@ -23,7 +22,7 @@ using namespace dist_moe::python;
 
 namespace {
 
-using runtime::DeviceGuard;
+using platform::DeviceGuard;
 
 cudaStream_t as_stream(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
 const void* as_ptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
@@ -101,15 +100,15 @@ class GpuContext {
   // Local device memory the context owns, by name: (pointer, bytes). The ops take these as their
   // mutable storage arguments so graphs and tracers see what a call writes.
   py::dict storages() const {
-    const Context::Impl& c = ctx().impl();
-    auto window = [](const comm::SymmetricWindow& w) {
-      return py::make_tuple(reinterpret_cast<uintptr_t>(w.local_ptr()), w.bytes());
+    const Context& c = ctx();
+    auto region = [](const Context::DeviceRegion& r) {
+      return py::make_tuple(reinterpret_cast<uintptr_t>(r.ptr), r.bytes);
     };
     py::dict d;
-    d["activation"] = py::make_tuple(reinterpret_cast<uintptr_t>(c.activations->data()), c.activations->size());
-    d["routing"] = window(c.ep->routing_window());
-    d["dispatch"] = window(c.ep->dispatch_window());
-    d["combine"] = window(c.ep->combine_window());
+    d["activation"] = region(c.activation_buffer());
+    d["routing"] = region(c.routing_window());
+    d["dispatch"] = region(c.dispatch_window());
+    d["combine"] = region(c.combine_window());
     return d;
   }
 
@@ -118,38 +117,38 @@ class GpuContext {
   // "num_slots", "slot_bytes", "buffer_bytes", "rank", "world"} -- live device memory the
   // context owns (Context.activation_buffer views it without a host read).
   py::dict planner_storage() const {
-    const Context::Impl& c = ctx().impl();
-    const int64_t N = c.geometry.num_slots, R = c.world;
+    const Context& c = ctx();
+    const Context::PlannerView v = c.planner_view();
+    const int64_t N = v.num_slots, R = c.ep_size();
     auto piece = [](const void* p, int64_t n) { return py::make_tuple(reinterpret_cast<uintptr_t>(p), n * 8); };
     py::dict d;
-    d["saved_bytes"] = piece(c.planner_state.saved_bytes_NR, N * R);
-    d["layer_ids"] = piece(c.planner_state.layer_id_N, N);
-    d["peak_min_free"] = piece(c.planner_state.peak_min_free_N1, N + 1);
-    d["slot_ids"] = piece(c.slot_ids, N > 0 ? N : 1);
+    d["saved_bytes"] = piece(v.saved_bytes_NR, N * R);
+    d["layer_ids"] = piece(v.layer_id_N, N);
+    d["peak_min_free"] = piece(v.peak_min_free_N1, N + 1);
+    d["slot_ids"] = piece(v.slot_ids, N > 0 ? N : 1);
     d["num_slots"] = N;
-    d["slot_bytes"] = c.geometry.slot_bytes;
-    d["buffer_bytes"] = c.geometry.buffer_bytes;
-    d["rank"] = c.rank;
-    d["world"] = c.world;
+    d["slot_bytes"] = v.slot_bytes;
+    d["buffer_bytes"] = v.buffer_bytes;
+    d["rank"] = c.rank();
+    d["world"] = R;
     return d;
   }
 
   // Synchronizing copy of the planner state (tests and debugging only).
   py::dict planner_snapshot() const {
-    const Context::Impl& c = ctx().impl();
-    DeviceGuard guard(c.device);
-    const int64_t N = c.geometry.num_slots, R = c.world;
+    const Context& c = ctx();
+    const Context::PlannerView v = c.planner_view();
+    DeviceGuard guard(c.device());
+    const int64_t N = v.num_slots, R = c.ep_size();
     std::vector<int64_t> saved(N * R), layers(N);
     if (N > 0) {
       DMOE_CUDA_CHECK(cudaDeviceSynchronize());
-      DMOE_CUDA_CHECK(cudaMemcpy(saved.data(), c.planner_state.saved_bytes_NR, N * R * 8, cudaMemcpyDeviceToHost));
-      DMOE_CUDA_CHECK(cudaMemcpy(layers.data(), c.planner_state.layer_id_N, N * 8, cudaMemcpyDeviceToHost));
+      DMOE_CUDA_CHECK(cudaMemcpy(saved.data(), v.saved_bytes_NR, N * R * 8, cudaMemcpyDeviceToHost));
+      DMOE_CUDA_CHECK(cudaMemcpy(layers.data(), v.layer_id_N, N * 8, cudaMemcpyDeviceToHost));
     }
     py::dict d;
     d["saved_bytes"] = saved;
     d["layer_ids"] = layers;
-    d["selected_slot"] = c.selected_slot;
-    d["slot_depth"] = c.slot_depth;
     return d;
   }
 

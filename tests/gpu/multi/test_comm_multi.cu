@@ -29,13 +29,13 @@
 #include <thread>
 #include <vector>
 
-#include "common/routing_patterns.h"
+#include "testing/routing_patterns.h"
 #include "dist_moe/check.h"
 #include "dist_moe/comm.h"
 #include "dist_moe/device/comm/memory.cuh"
 #include "dist_moe/device/numeric/bf16.cuh"
 #include "dist_moe/device/routing/routing_layout.cuh"
-#include "gpu/multi/dist_env.h"
+#include "testing/dist_env.h"
 #include "reference/routing.h"
 #include "reference/stages.h"
 

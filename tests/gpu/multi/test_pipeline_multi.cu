@@ -15,14 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "device_buffer.h"
-#include "dist_env.h"
+#include "testing/device_buffer.h"
+#include "testing/dist_env.h"
 #include "dist_moe/check.h"
 #include "dist_moe/context.h"
 #include "dist_moe/routed_experts.h"
 #include "reference/oracle.h"
 #include "kernels/pipeline_util.h"
-#include "runtime/context_impl.h"
 
 namespace {
 
@@ -260,11 +259,11 @@ ExecutionOptions plain_options() {
 }
 
 std::vector<int64_t> planner_snapshot(const Context& ctx) {
-  const auto& c = ctx.impl();
-  const int64_t N = c.plan.num_activation_slots, R = c.world;
+  const Context::PlannerView v = ctx.planner_view();
+  const int64_t N = v.num_slots, R = ctx.ep_size();
   std::vector<int64_t> h(N * R + N);
-  DMOE_CUDA_CHECK(cudaMemcpy(h.data(), c.planner_state.saved_bytes_NR, N * R * 8, cudaMemcpyDeviceToHost));
-  DMOE_CUDA_CHECK(cudaMemcpy(h.data() + N * R, c.planner_state.layer_id_N, N * 8, cudaMemcpyDeviceToHost));
+  DMOE_CUDA_CHECK(cudaMemcpy(h.data(), v.saved_bytes_NR, N * R * 8, cudaMemcpyDeviceToHost));
+  DMOE_CUDA_CHECK(cudaMemcpy(h.data() + N * R, v.layer_id_N, N * 8, cudaMemcpyDeviceToHost));
   return h;
 }
 

@@ -23,8 +23,8 @@
 #include <algorithm>
 #include <mutex>
 
-#include "ep_common.cuh"
-#include "ep_kernels.h"
+#include "comm/ep_common.cuh"
+#include "comm/ep_kernels.h"
 
 #include "dist_moe/device/routing/routing_layout.cuh"
 

@@ -11,7 +11,7 @@
 
 #include "dist_moe/device/comm/ep_layout.h"
 #include "dist_moe/dtype.h"
-#include "kernels/device_address.h"
+#include "dist_moe/device/common/device_address.h"
 
 namespace dist_moe::comm::kernels {
 

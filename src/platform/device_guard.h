@@ -6,7 +6,7 @@
 
 #include "dist_moe/check.h"
 
-namespace dist_moe::runtime {
+namespace dist_moe::platform {
 
 class DeviceGuard {
  public:
@@ -22,4 +22,4 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
-}  // namespace dist_moe::runtime
+}  // namespace dist_moe::platform

@@ -15,8 +15,8 @@
 //      until the token's counter reaches (routed ids) x (segments per row). Values are loaded with
 //      ld.global.cg (written by other GPUs during this kernel), 4 routes in flight per lane.
 //   D. signal mode: the last CTA to finish resets the token counters for the next call.
-#include "ep_common.cuh"
-#include "ep_kernels.h"
+#include "comm/ep_common.cuh"
+#include "comm/ep_kernels.h"
 
 #include "dist_moe/device/numeric/bf16.cuh"
 #include "dist_moe/device/routing/routing_layout.cuh"

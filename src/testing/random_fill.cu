@@ -1,10 +1,10 @@
-#include "kernels/random_fill.h"
+#include "testing/random_fill.h"
 
 #include <cuda_bf16.h>
 
 #include "dist_moe/check.h"
 
-namespace dist_moe::kernels {
+namespace dist_moe::testing {
 namespace {
 
 __device__ __forceinline__ uint64_t mix64(uint64_t z) {  // SplitMix64 finalizer
@@ -31,4 +31,4 @@ void fill_uniform_bf16(void* out, int64_t n, uint64_t seed, float scale, cudaStr
   DMOE_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace dist_moe::kernels
+}  // namespace dist_moe::testing

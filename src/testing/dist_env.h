@@ -1,4 +1,4 @@
-// Child side of tests/gpu/multi/launcher.cpp (dmoe_launch): the rank, world size and local rank
+// Child side of tools/launcher/dmoe_launch.cpp (dmoe_launch): the rank, world size and local rank
 // the launcher put in the environment, and the exchange of an ncclUniqueId through a file in the
 // launcher's bootstrap directory (rank 0 creates it, the others wait for it with a timeout).
 // Header-only; used by the multi-GPU tests and the benchmarks. No CUDA call here: pick the device
