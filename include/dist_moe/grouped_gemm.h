@@ -1,4 +1,5 @@
-// Grouped GEMMs of the routed experts on SM90 (H100/H200), BF16 inputs, FP32 accumulation.
+// Grouped GEMMs of the routed experts on SM90 (H100/H200), BF16 inputs, FP32 accumulation (the
+// operand formats of GroupedGemmCommon name the inputs; BF16 is the only one compiled so far).
 //
 // Row buffers are grouped by expert: expert e owns rows [offset_e, offset_e + counts[e]) with
 // offset_e = counts[0] + ... + counts[e-1]. `counts` is an int32 [e_local] array on the device
@@ -52,8 +53,11 @@ namespace dist_moe {
 
 // Every compiled configuration of `op` (for tests and benchmarks that sweep them), then the
 // dynamic-schedule twin (`_dyn`) of each one without clusters or swap-AB (any of those accepts
-// dynamic_schedule; the twins put every one the heuristic may pick under the tests).
-std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_dtype, bool gather);
+// dynamic_schedule; the twins put every one the heuristic may pick under the tests). The formats
+// default to the BF16 kernels'; a format without kernels has no configurations.
+std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_dtype, bool gather,
+                                                    const OperandFormat& a_format = {},
+                                                    const OperandFormat& b_format = {});
 
 // Optional fused-dispatch producer: A's row m is read from row_ptrs[m] (k BF16 values, 16-byte
 // aligned; nullptr = a zero row), written once to `gathered[m]` ([m_capacity, k] BF16, which then
@@ -85,6 +89,11 @@ struct GroupedGemmCommon {
   // Run a small kernel first that checks the counts and prints a diagnostic before trapping
   // (the GEMM kernels themselves trap without a message). Turn off where routing already checked.
   bool validate_counts = true;
+  // What the two input operands hold (grouped_gemm_config.h; A and B as GroupedGemmProblem names
+  // them). Only BF16 without scales is compiled: any other format throws kInvalidValue naming both
+  // formats, before anything is launched.
+  OperandFormat a_format;
+  OperandFormat b_format;
 };
 
 struct FpropArgs {

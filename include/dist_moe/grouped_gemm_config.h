@@ -19,6 +19,39 @@ enum class GroupedGemmOp {
 };
 const char* to_string(GroupedGemmOp op);
 
+// How an operand's values are scaled, per block of consecutive elements along K (rows x columns of
+// the block in the operand's [rows, K] view). Only kNone has kernels today; the others are the
+// block-scaled GEMMs still to come (MXFP8, FP8 blockwise, NVFP4; docs/formats.md).
+enum class ScaleKind {
+  kNone,
+  kE8M0_1x32,             // MXFP8 activations: one E8M0 power of two per 1 x 32
+  kE8M0_32x32,            // MXFP8 weights: one E8M0 per 32 x 32 tile
+  kFP32_1x128,            // FP8 blockwise activations: one FP32 per 1 x 128
+  kFP32_128x128,          // FP8 blockwise weights: one FP32 per 128 x 128 tile
+  kE4M3_1x16_FP32Global,  // NVFP4: one E4M3 per 1 x 16 and one FP32 per tensor
+};
+const char* to_string(ScaleKind scale);
+
+// Memory order of an operand as the op's arguments describe it (grouped_gemm.h): row-major is the
+// documented shape with its last dimension contiguous ([m, k] rows, [e, n, k] weights). Which of
+// the GEMM's dimensions that makes contiguous (K-major or MN-major) follows from the op.
+enum class OperandLayout { kRowMajor, kColumnMajor };
+
+// What an operand holds: element type, block scales, memory order.
+struct OperandFormat {
+  DType data = DType::kBFloat16;
+  ScaleKind scale = ScaleKind::kNone;
+  OperandLayout layout = OperandLayout::kRowMajor;
+
+  constexpr bool operator==(const OperandFormat& o) const {
+    return data == o.data && scale == o.scale && layout == o.layout;
+  }
+  constexpr bool operator!=(const OperandFormat& o) const { return !(*this == o); }
+  // "bf16", "e4m3_e8m0_1x32", "e2m1x2_e4m3_1x16_fp32g", + "_col" for column-major: letters,
+  // digits and '_' only, so test names can carry it.
+  std::string name() const;
+};
+
 // How a grouped GEMM runs. Tiles are BM x BN outputs with a 64-deep contraction step.
 struct GroupedGemmConfig {
   int block_m = 128;
@@ -60,9 +93,15 @@ struct GroupedGemmProblem {
   bool gather = false;
   bool scatter = false;  // output rows stored through a row-address table (fused combine)
   bool accumulate = false;  // the output is added to (DGRAD, WGRAD), not overwritten
+  // The operands as the op names them (FPROP: a rows, b weights; DGRAD: a grad_out, b weights;
+  // WGRAD: a grad_out, b x rows). Kernels exist only for BF16 without scales today.
+  OperandFormat a_format;
+  OperandFormat b_format;
 };
 
-// The one place tile shapes are chosen (src/core/gemm_config.cpp; each branch says why).
+// The one place tile shapes are chosen (src/core/gemm_config.cpp; each branch says why), one
+// function per op. The picks are the BF16 kernels' (the only operand formats compiled); the host
+// API rejects any other format before choosing.
 // DMOE_GEMM_EXPERIMENTAL=1 makes it pick the not-yet-measured variants (today: the same tiles
 // with dynamic_schedule), for A/B runs; unset, the picks are the measured defaults.
 GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& problem, int device_num_sms);

@@ -140,35 +140,66 @@ GemmEpilogueKind epilogue_of(GroupedGemmOp op, DType out) {
   return out == DType::kFloat32 ? GemmEpilogueKind::kStoreFp32 : GemmEpilogueKind::kStoreBf16;
 }
 
+// Values per 128-byte k block of a format (64 BF16): what GroupedGemmConfig::block_k names.
+int block_k_of(const OperandFormat& f) {
+  const int bits = f.data == DType::kFloat4E2M1x2 ? 4 : 8 * static_cast<int>(element_size(f.data));
+  return 1024 / bits;
+}
+
 GroupedGemmConfig config_of(const GemmKernelEntry& e, int sms) {
   GroupedGemmConfig c;
   c.block_m = e.block_m;
   c.block_n = e.block_n;
+  c.block_k = block_k_of(e.a);
   c.stages = e.stages;
   c.num_sms = sms;
   c.swap_ab = e.kind == GemmKind::kFpropSwapAB;
   c.gather = e.gather;
   c.cluster_m = e.cluster_m;
   c.pingpong = e.pingpong;
-  c.tma_store = e.tma_store;
+  c.tma_store = e.tma_store();
   return c;
 }
 
-bool entry_matches(const GemmKernelEntry& e, GroupedGemmOp op, DType out, bool gather) {
+// The kernels of one op, output type and pair of operand formats (any tile).
+bool entry_computes(const GemmKernelEntry& e, GroupedGemmOp op, DType out, const OperandFormat& a,
+                    const OperandFormat& b) {
   const bool kind_ok = e.kind == kind_of(op, false) || e.kind == kind_of(op, true);
-  return kind_ok && e.epilogue == epilogue_of(op, out) && e.gather == gather;
+  return kind_ok && e.epilogue == epilogue_of(op, out) && e.a == a && e.b == b;
 }
 
-const GemmKernelEntry& find_kernel(GroupedGemmOp op, DType out, const GroupedGemmConfig& cfg) {
+bool entry_matches(const GemmKernelEntry& e, GroupedGemmOp op, DType out, bool gather, const OperandFormat& a,
+                   const OperandFormat& b) {
+  return entry_computes(e, op, out, a, b) && e.gather == gather;
+}
+
+// Fails unless some kernel computes `op` on these operand formats: checked before any heuristic
+// or launch, so an unsupported format is never run by a kernel of another one.
+void check_formats(GroupedGemmOp op, DType out, const GroupedGemmCommon& c, const char* op_name) {
+  std::set<std::string> compiled;
+  for (const GemmKernelEntry& e : detail::gemm_kernels()) {
+    if (entry_computes(e, op, out, c.a_format, c.b_format)) return;
+    if (entry_computes(e, op, out, e.a, e.b)) compiled.insert("A=" + e.a.name() + ", B=" + e.b.name());
+  }
+  std::ostringstream have;
+  for (const std::string& f : compiled) have << " (" << f << ")";
+  detail::fail(ErrorCode::kInvalidValue, op_name, ": no grouped GEMM kernel for A=", c.a_format.name(),
+               ", B=", c.b_format.name(), " (", to_string(op), ", ", to_string(out), " output); compiled formats:",
+               have.str());
+}
+
+const GemmKernelEntry& find_kernel(GroupedGemmOp op, DType out, const GroupedGemmCommon& c,
+                                   const GroupedGemmConfig& cfg) {
   const GemmKind kind = kind_of(op, cfg.swap_ab);
   for (const GemmKernelEntry& e : detail::gemm_kernels()) {
-    if (e.kind == kind && e.epilogue == epilogue_of(op, out) && e.gather == cfg.gather && e.block_m == cfg.block_m &&
-        e.block_n == cfg.block_n && e.stages == cfg.stages && e.cluster_m == cfg.cluster_m &&
-        e.pingpong == cfg.pingpong && e.tma_store == cfg.tma_store)
+    if (e.kind == kind && e.epilogue == epilogue_of(op, out) && e.a == c.a_format && e.b == c.b_format &&
+        e.gather == cfg.gather && e.block_m == cfg.block_m && e.block_n == cfg.block_n && e.stages == cfg.stages &&
+        e.cluster_m == cfg.cluster_m && e.pingpong == cfg.pingpong && e.tma_store() == cfg.tma_store)
       return e;
   }
   std::ostringstream avail;
-  for (const GroupedGemmConfig& c : grouped_gemm_configs(op, out, cfg.gather)) avail << " " << c.name();
+  for (const GroupedGemmConfig& g : grouped_gemm_configs(op, out, cfg.gather, c.a_format, c.b_format))
+    avail << " " << g.name();
   detail::fail(ErrorCode::kInvalidValue, "grouped_gemm ", to_string(op), ": no compiled kernel for config ", cfg.name(),
                " with ", to_string(out), " output; available:", avail.str());
 }
@@ -186,7 +217,9 @@ void check_common(const GroupedGemmCommon& c, const char* op) {
   DMOE_CHECK_ARG(c.e_local * c.n <= kInt32Max, op, ": e_local * n = ", c.e_local * c.n,
                  " weight rows exceed the int32 TMA coordinate range");
   if (c.config != nullptr) {
-    DMOE_CHECK_ARG(c.config->block_k == 64, op, ": config.block_k must be 64, got ", c.config->block_k);
+    const int block_k = block_k_of(c.a_format);  // one 128-byte k block
+    DMOE_CHECK_ARG(c.config->block_k == block_k, op, ": config.block_k must be ", block_k, ", got ",
+                   c.config->block_k);
     DMOE_CHECK_ARG(c.config->cluster_m == 1 || c.config->cluster_m == 2, op, ": config.cluster_m must be 1 or 2, got ",
                    c.config->cluster_m);
     DMOE_CHECK_ARG(c.config->cluster_m == 1 || !c.config->dynamic_schedule, op,
@@ -317,7 +350,8 @@ void maybe_print_config(const GroupedGemmProblem& p, const GroupedGemmConfig& c,
   if (!enabled) return;
   std::ostringstream os;
   os << "dist_moe grouped_gemm " << to_string(p.op) << " m_capacity=" << p.m_capacity << " n=" << p.n << " k=" << p.k
-     << " e_local=" << p.e_local << " out=" << to_string(p.out_dtype) << " -> " << c.name() << " on " << c.num_sms
+     << " e_local=" << p.e_local << " a=" << p.a_format.name() << " b=" << p.b_format.name()
+     << " out=" << to_string(p.out_dtype) << " -> " << c.name() << " on " << c.num_sms
      << " SMs" << (overridden ? " (override)" : "");
   static std::mutex mu;
   static std::set<std::string> seen;
@@ -341,10 +375,12 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   problem.gather = gather;
   problem.scatter = scatter;
   problem.accumulate = L.epilogue.accumulate != 0;
+  problem.a_format = c.a_format;
+  problem.b_format = c.b_format;
   GroupedGemmConfig cfg = c.config != nullptr ? *c.config : select_grouped_gemm_config(problem, dev.num_sms);
   cfg.gather = gather;
   cfg.num_sms = cfg.num_sms > 0 ? std::min(cfg.num_sms, dev.num_sms) : dev.num_sms;
-  const GemmKernelEntry& e = find_kernel(op, out, cfg);
+  const GemmKernelEntry& e = find_kernel(op, out, c, cfg);
   const int smem = e.smem_bytes(static_cast<int>(c.e_local));
   DMOE_CHECK_ARG(smem <= dev.smem_optin, to_string(op), ": e_local = ", c.e_local, " needs ", smem,
                  " bytes of shared memory with tile ", cfg.name(), "; the device allows ", dev.smem_optin);
@@ -371,24 +407,35 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
 
 // ---- kernel registry ----------------------------------------------------------------------------
 namespace detail {
+// kGemmKernelSpecs in its order, each entry with the functions its instantiation file compiled.
 const std::vector<GemmKernelEntry>& gemm_kernels() {
   static const std::vector<GemmKernelEntry> all = [] {
+    std::vector<GemmKernelFns> fns(kNumGemmKernels);
+    add_fprop_kernels(fns.data());
+    add_w13_kernels(fns.data());
+    add_dgrad_kernels(fns.data());
+    add_wgrad_kernels(fns.data());
+    add_decode_kernels(fns.data());
     std::vector<GemmKernelEntry> v;
-    add_fprop_kernels(v);
-    add_w13_kernels(v);
-    add_dgrad_kernels(v);
-    add_wgrad_kernels(v);
-    add_decode_kernels(v);
+    for (size_t i = 0; i < kNumGemmKernels; ++i) {
+      DMOE_ASSERT(fns[i].launch != nullptr && fns[i].smem_bytes != nullptr);  // every entry has a file
+      GemmKernelEntry e;
+      static_cast<GemmKernelSpec&>(e) = kGemmKernelSpecs[i];
+      e.launch = fns[i].launch;
+      e.smem_bytes = fns[i].smem_bytes;
+      v.push_back(e);
+    }
     return v;
   }();
   return all;
 }
 }  // namespace detail
 
-std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_dtype, bool gather) {
+std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_dtype, bool gather,
+                                                    const OperandFormat& a_format, const OperandFormat& b_format) {
   std::vector<GroupedGemmConfig> v;
   for (const GemmKernelEntry& e : detail::gemm_kernels())
-    if (entry_matches(e, op, out_dtype, gather)) v.push_back(config_of(e, 0));
+    if (entry_matches(e, op, out_dtype, gather, a_format, b_format)) v.push_back(config_of(e, 0));
   const size_t compiled = v.size();
   for (size_t i = 0; i < compiled; ++i) {
     if (v[i].swap_ab || v[i].cluster_m != 1) continue;
@@ -408,6 +455,7 @@ size_t grouped_gemm_gather_workspace_bytes(int64_t m_capacity, int64_t e_local) 
 void grouped_gemm_fprop(const FpropArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_fprop";
   check_common(a.common, op);
+  check_formats(GroupedGemmOp::kFprop, DType::kBFloat16, a.common, op);
   check_ptr(a.w, op, "w");
   check_row_input(a.gather, a.a, op, "a");
   check_row_output(a.scatter, a.out, op, "out");
@@ -425,6 +473,7 @@ void grouped_gemm_fprop(const FpropArgs& a, cudaStream_t stream) {
 void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_w13_fprop";
   check_common(a.common, op);
+  check_formats(GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, a.common, op);
   DMOE_CHECK_ARG(a.common.n % 256 == 0, op, ": n = 2F must have F a multiple of 128, got n = ", a.common.n);
   check_ptr(a.w13, op, "w13");
   check_ptr(a.h2, op, "h2");
@@ -459,6 +508,7 @@ void grouped_gemm_dgrad(const DgradArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_dgrad";
   check_common(a.common, op);
   check_out_dtype(a.out_dtype, op);
+  check_formats(GroupedGemmOp::kDgrad, a.out_dtype, a.common, op);
   check_ptr(a.w, op, "w");
   check_row_input(a.gather, a.grad_out, op, "grad_out");
   check_row_output(a.scatter, a.grad_a, op, "grad_a");
@@ -479,6 +529,7 @@ void grouped_gemm_wgrad(const WgradArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_wgrad";
   check_common(a.common, op);
   check_out_dtype(a.out_dtype, op);
+  check_formats(GroupedGemmOp::kWgrad, a.out_dtype, a.common, op);
   check_ptr(a.grad_w, op, "grad_w");
   if (a.common.m_capacity == 0) {  // no rows at all: every expert's gradient is zero
     if (!a.accumulate)

@@ -1,12 +1,16 @@
 // Internal: turns a GemmLaunch into one kernel's Params (TMA boxes from the kernel's own constants,
-// so host and device can never disagree) and launches it. Included only by the instantiation files.
+// so host and device can never disagree) and launches it, and derives each kernel type from its
+// list entry (kGemmKernelSpecs). Included only by the instantiation files.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "dist_moe/check.h"
 #include "dist_moe/device/gemm/kernel.cuh"
@@ -38,6 +42,7 @@ void launch_grouped_gemm(const GemmLaunch& L) {
   constexpr bool kTmaStore = Kernel::Writer::kTma;
   constexpr int kOutBytes = Epilogue::kOutBytes;
   constexpr int kCluster = Kernel::kClusterM;
+  constexpr int kIn = Mainloop::kElemBytes;  // bytes per A / B element
   DMOE_ASSERT(L.kind == kKind);
 
   typename Kernel::Params p{};
@@ -55,9 +60,9 @@ void launch_grouped_gemm(const GemmLaunch& L) {
 
   if constexpr (kKind == GemmKind::kFprop) {
     set_operand(om, gemm::kMapA, rows_a, L.a_offset);
-    set_map(om, gemm::kMapA, make_tma_2d(rows_a, 2, L.m_capacity, L.k, L.k, Mainloop::kBoxAOuter, "A rows"));
+    set_map(om, gemm::kMapA, make_tma_2d(rows_a, kIn, L.m_capacity, L.k, L.k, Mainloop::kBoxAOuter, "A rows"));
     set_operand(om, gemm::kMapB, L.b, nullptr);
-    set_map(om, gemm::kMapB, make_tma_2d(L.b, 2, weight_total_rows, L.k, L.k, Mainloop::kBoxBOuter, "weights"));
+    set_map(om, gemm::kMapB, make_tma_2d(L.b, kIn, weight_total_rows, L.k, L.k, Mainloop::kBoxBOuter, "weights"));
     ml.num_k_blocks = L.k / Mainloop::kBlockK;
     ml.split_offset = L.n / 2;
     // Split (SwiGLU): each N tile covers BN/2 gate and the matching BN/2 up columns.
@@ -66,18 +71,18 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     tiles_upper_bound = m_tiles_bound * sc.fixed_n_blocks;
   } else if constexpr (kKind == GemmKind::kDgrad) {
     set_operand(om, gemm::kMapA, rows_a, L.a_offset);
-    set_map(om, gemm::kMapA, make_tma_2d(rows_a, 2, L.m_capacity, L.n, L.n, Mainloop::kBoxAOuter, "grad_out rows"));
+    set_map(om, gemm::kMapA, make_tma_2d(rows_a, kIn, L.m_capacity, L.n, L.n, Mainloop::kBoxAOuter, "grad_out rows"));
     set_operand(om, gemm::kMapB, L.b, nullptr);
-    set_map(om, gemm::kMapB, make_tma_2d(L.b, 2, weight_total_rows, L.k, L.k, Mainloop::kBoxBOuter, "weights"));
+    set_map(om, gemm::kMapB, make_tma_2d(L.b, kIn, weight_total_rows, L.k, L.k, Mainloop::kBoxBOuter, "weights"));
     ml.num_k_blocks = L.n / Mainloop::kBlockK;
     sc.fixed_n_blocks = ceil_div_i32(L.k, BN);
     sc.group_m = 8;
     tiles_upper_bound = m_tiles_bound * sc.fixed_n_blocks;
   } else if constexpr (kKind == GemmKind::kWgrad) {
     set_operand(om, gemm::kMapA, L.a, L.a_offset);
-    set_map(om, gemm::kMapA, make_tma_2d(L.a, 2, L.m_capacity, L.n, L.n, Mainloop::kBoxAOuter, "grad_out rows"));
+    set_map(om, gemm::kMapA, make_tma_2d(L.a, kIn, L.m_capacity, L.n, L.n, Mainloop::kBoxAOuter, "grad_out rows"));
     set_operand(om, gemm::kMapB, L.b, L.b_offset);
-    set_map(om, gemm::kMapB, make_tma_2d(L.b, 2, L.m_capacity, L.k, L.k, Mainloop::kBoxBOuter, "x rows"));
+    set_map(om, gemm::kMapB, make_tma_2d(L.b, kIn, L.m_capacity, L.k, L.k, Mainloop::kBoxBOuter, "x rows"));
     // Clusters schedule pairs of M tiles (scheduler.cuh); m_blocks marks a missing second tile.
     sc.m_blocks = L.n / BM;
     sc.fixed_m_blocks = ceil_div_i32(sc.m_blocks, kCluster);
@@ -87,9 +92,9 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     tiles_upper_bound = static_cast<int64_t>(L.e_local) * sc.fixed_m_blocks * kCluster * sc.fixed_n_blocks;
   } else {  // kFpropSwapAB: A = weights, B = the token rows
     set_operand(om, gemm::kMapA, L.b, nullptr);
-    set_map(om, gemm::kMapA, make_tma_2d(L.b, 2, weight_total_rows, L.k, L.k, Mainloop::kBoxAOuter, "weights"));
+    set_map(om, gemm::kMapA, make_tma_2d(L.b, kIn, weight_total_rows, L.k, L.k, Mainloop::kBoxAOuter, "weights"));
     set_operand(om, gemm::kMapB, rows_a, L.a_offset);
-    set_map(om, gemm::kMapB, make_tma_2d(rows_a, 2, L.m_capacity, L.k, L.k, Mainloop::kBoxBOuter, "A rows"));
+    set_map(om, gemm::kMapB, make_tma_2d(rows_a, kIn, L.m_capacity, L.k, L.k, Mainloop::kBoxBOuter, "A rows"));
     ml.num_k_blocks = L.k / Mainloop::kBlockK;
     ml.split_offset = L.n / 2;
     sc.fixed_m_blocks = Mainloop::kSplit ? (L.n / 2) / (BM / 2) : ceil_div_i32(L.n, BM);
@@ -193,13 +198,73 @@ int grouped_gemm_smem_bytes(int num_experts) {
   return Kernel::smem_bytes(num_experts);
 }
 
-template <class Kernel>
-GemmKernelEntry make_gemm_entry(GemmEpilogueKind epilogue) {
-  using M = typename Kernel::Mainloop;
-  return GemmKernelEntry{M::kKind,       epilogue,          Kernel::kGather,
-                         M::kBlockM,     M::kBlockN,        M::kStages,
-                         M::kClusterM,   M::kPingPong,      Kernel::Writer::kTma,
-                         &launch_grouped_gemm<Kernel>, &grouped_gemm_smem_bytes<Kernel>};
+// ---- from a list entry (grouped_gemm_launch.h: kGemmKernelSpecs[I]) to its types ------------------
+template <size_t I>
+inline constexpr GemmKernelSpec kSpec = kGemmKernelSpecs[I];
+
+// The operand type of an entry's wgmma: BF16 is the only format with kernels.
+template <size_t I>
+struct SpecOperands {
+  static_assert(kSpec<I>.a == OperandFormat{} && kSpec<I>.b == OperandFormat{},
+                "only BF16 operands without scales have a mainloop");
+  using type = ptx::WgmmaTypeBf16;
+};
+
+template <size_t I>
+using SpecMainloopConfig = gemm::MainloopConfig<
+    kSpec<I>.kind, kSpec<I>.block_m, kSpec<I>.block_n, kSpec<I>.stages,
+    kSpec<I>.pingpong ? gemm::ConsumerSchedule::kPingPong : gemm::ConsumerSchedule::kCooperative,
+    kSpec<I>.epilogue == GemmEpilogueKind::kSwiglu ? gemm::WeightSplit::kGateUp : gemm::WeightSplit::kNone,
+    kSpec<I>.cluster_m, typename SpecOperands<I>::type>;
+
+template <size_t I>
+using SpecMainloop = gemm::Sm90Mainloop<SpecMainloopConfig<I>>;
+
+template <GemmWriter kWriter>
+struct WriterOf;
+template <>
+struct WriterOf<GemmWriter::kPadded> {
+  using type = gemm::PaddedStagingWriter;
+};
+template <>
+struct WriterOf<GemmWriter::kTma> {
+  using type = gemm::SwizzledTmaWriter;
+};
+template <>
+struct WriterOf<GemmWriter::kTmaDeep> {
+  using type = gemm::SwizzledTmaWriter4;
+};
+template <size_t I>
+using SpecWriter = typename WriterOf<kSpec<I>.writer>::type;
+
+// Output element of the store epilogues.
+template <size_t I>
+using SpecOut = std::conditional_t<kSpec<I>.epilogue == GemmEpilogueKind::kStoreFp32, float, numeric::bf16_t>;
+
+template <size_t I>
+inline constexpr gemm::RowSource kSpecRows = kSpec<I>.gather ? gemm::RowSource::kGather : gemm::RowSource::kTma;
+
+// Entry I's functions, when it belongs to kFile: KernelOf<I>::type is its kernel (each
+// instantiation file maps its family's epilogue); other entries are not instantiated here.
+template <GemmKernelFile kFile, template <size_t> class KernelOf, size_t I>
+void add_kernel_if_in_file(GemmKernelFns* fns) {
+  if constexpr (kSpec<I>.file() == kFile) {
+    using Kernel = typename KernelOf<I>::type;
+    static_assert(Kernel::Writer::kTma == kSpec<I>.tma_store() && Kernel::kGather == kSpec<I>.gather,
+                  "the kernel type matches its list entry");
+    fns[I] = GemmKernelFns{&launch_grouped_gemm<Kernel>, &grouped_gemm_smem_bytes<Kernel>};
+  }
+}
+
+template <GemmKernelFile kFile, template <size_t> class KernelOf, size_t... I>
+void add_kernels_of_file(GemmKernelFns* fns, std::index_sequence<I...>) {
+  (add_kernel_if_in_file<kFile, KernelOf, I>(fns), ...);
+}
+
+// Instantiates every list entry of kFile and fills its slot of fns.
+template <GemmKernelFile kFile, template <size_t> class KernelOf>
+void add_kernels_of_file(GemmKernelFns* fns) {
+  add_kernels_of_file<kFile, KernelOf>(fns, std::make_index_sequence<kNumGemmKernels>{});
 }
 
 }  // namespace dist_moe::detail

@@ -1,21 +1,155 @@
 // Internal: the generic launch description the host API fills, and the compiled kernel table.
 //
-// Each grouped_gemm_sm90_*.cu file instantiates a few kernels (one per tile configuration) and
-// exposes them as GemmKernelEntry; grouped_gemm.cu picks one by (kind, epilogue, gather, tile,
+// kGemmKernelSpecs below is the one list of compiled kernels. Each grouped_gemm_sm90_*.cu file
+// instantiates the entries of its family (grouped_gemm_launch.cuh derives the kernel type from the
+// entry's fields), and gemm_kernels() (grouped_gemm.cu) builds the host table from the same list,
+// in its order; grouped_gemm.cu picks an entry by (kind, epilogue, operand formats, gather, tile,
 // schedule, store path). Nothing here is part of the public API.
 #pragma once
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "dist_moe/device/gemm/params.cuh"
+#include "dist_moe/grouped_gemm_config.h"
 
 namespace dist_moe::detail {
 
 enum class GemmEpilogueKind { kStoreBf16, kStoreFp32, kSwiglu };
+
+// How the epilogue stages and stores (device/gemm/epilogue_staging.cuh): synchronous stores from a
+// padded buffer, asynchronous TMA stores from two swizzled buffers per warpgroup, or from four
+// (deep staging: a ping-pong tile's epilogue never waits for its own stores).
+enum class GemmWriter { kPadded, kTma, kTmaDeep };
+
+// The instantiation file that compiles a kernel: one per epilogue family, so they build in parallel.
+enum class GemmKernelFile { kFprop, kW13, kDgrad, kWgrad, kDecode };
+
+// One compiled kernel, by named fields. Built with the constexpr helpers below, e.g.
+// `fprop_kernel(128, 128, 6).pp().tma()`: ping-pong 128x128, 6 stages, TMA stores.
+struct GemmKernelSpec {
+  gemm::GemmKind kind = gemm::GemmKind::kFprop;
+  GemmEpilogueKind epilogue = GemmEpilogueKind::kStoreBf16;
+  int block_m = 128;
+  int block_n = 256;
+  int stages = 4;
+  bool gather = false;    // A rows from the gather producer (M-grouped kinds only)
+  bool pingpong = false;  // consumer schedule (mainloop.cuh)
+  GemmWriter writer = GemmWriter::kPadded;
+  int cluster_m = 1;      // CTAs per cluster along M (2: TMA multicast of B)
+  // The operands as the op's arguments name them (grouped_gemm_config.h: GroupedGemmProblem), also
+  // for swap-AB, whose kernel swaps them.
+  OperandFormat a;
+  OperandFormat b;
+
+  constexpr bool tma_store() const { return writer != GemmWriter::kPadded; }
+  constexpr GemmKernelFile file() const {
+    switch (kind) {
+      case gemm::GemmKind::kFprop:
+        return epilogue == GemmEpilogueKind::kSwiglu ? GemmKernelFile::kW13 : GemmKernelFile::kFprop;
+      case gemm::GemmKind::kDgrad: return GemmKernelFile::kDgrad;
+      case gemm::GemmKind::kWgrad: return GemmKernelFile::kWgrad;
+      case gemm::GemmKind::kFpropSwapAB: return GemmKernelFile::kDecode;
+    }
+    return GemmKernelFile::kFprop;
+  }
+
+  // Modifiers, each returning the changed copy.
+  constexpr GemmKernelSpec gathered() const { GemmKernelSpec s = *this; s.gather = true; return s; }
+  constexpr GemmKernelSpec pp() const { GemmKernelSpec s = *this; s.pingpong = true; return s; }
+  constexpr GemmKernelSpec tma() const { GemmKernelSpec s = *this; s.writer = GemmWriter::kTma; return s; }
+  constexpr GemmKernelSpec tma_deep() const { GemmKernelSpec s = *this; s.writer = GemmWriter::kTmaDeep; return s; }
+  constexpr GemmKernelSpec cluster(int m) const { GemmKernelSpec s = *this; s.cluster_m = m; return s; }
+  constexpr GemmKernelSpec fp32_out() const {
+    GemmKernelSpec s = *this;
+    s.epilogue = GemmEpilogueKind::kStoreFp32;
+    return s;
+  }
+};
+
+constexpr GemmKernelSpec gemm_kernel(gemm::GemmKind kind, GemmEpilogueKind epilogue, int bm, int bn, int stages) {
+  GemmKernelSpec s;
+  s.kind = kind;
+  s.epilogue = epilogue;
+  s.block_m = bm;
+  s.block_n = bn;
+  s.stages = stages;
+  return s;
+}
+constexpr GemmKernelSpec fprop_kernel(int bm, int bn, int stages) {
+  return gemm_kernel(gemm::GemmKind::kFprop, GemmEpilogueKind::kStoreBf16, bm, bn, stages);
+}
+constexpr GemmKernelSpec w13_kernel(int bm, int bn, int stages) {  // SwiGLU epilogue, split weight tile
+  return gemm_kernel(gemm::GemmKind::kFprop, GemmEpilogueKind::kSwiglu, bm, bn, stages);
+}
+constexpr GemmKernelSpec dgrad_kernel(int bm, int bn, int stages) {
+  return gemm_kernel(gemm::GemmKind::kDgrad, GemmEpilogueKind::kStoreBf16, bm, bn, stages);
+}
+constexpr GemmKernelSpec wgrad_kernel(int bm, int bn, int stages) {
+  return gemm_kernel(gemm::GemmKind::kWgrad, GemmEpilogueKind::kStoreBf16, bm, bn, stages);
+}
+constexpr GemmKernelSpec decode_kernel(GemmEpilogueKind epilogue, int bm, int bn, int stages) {
+  return gemm_kernel(gemm::GemmKind::kFpropSwapAB, epilogue, bm, bn, stages);
+}
+
+// Every compiled kernel. The order is the table's, and so that of grouped_gemm_configs(). Adding a
+// kernel of an existing family is one line here (its file instantiates it); a new family (other
+// epilogue or operand type) also needs its mapping from fields to types in its instantiation file.
+inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
+    // FPROP, plain store (W2; grouped_gemm_sm90_fprop.cu)
+    fprop_kernel(128, 256, 4),
+    fprop_kernel(128, 128, 6),
+    fprop_kernel(128, 256, 4).gathered(),
+    fprop_kernel(128, 256, 4).tma(),
+    fprop_kernel(128, 256, 4).tma().gathered(),
+    fprop_kernel(128, 128, 6).pp().tma(),
+    // 2-CTA clusters: M tile pairs share the weight block through TMA multicast (docs/perf.md G15).
+    fprop_kernel(128, 256, 4).tma().cluster(2),
+    fprop_kernel(128, 128, 6).pp().tma().cluster(2),
+    // W13 FPROP with the SwiGLU epilogue (grouped_gemm_sm90_w13.cu)
+    w13_kernel(128, 256, 4),
+    w13_kernel(128, 256, 4).gathered(),
+    w13_kernel(128, 256, 4).tma(),
+    w13_kernel(128, 128, 6).pp().tma(),
+    w13_kernel(128, 128, 6).pp().tma().gathered(),
+    // 2-CTA clusters: CTA 0 multicasts the gate half, CTA 1 the up half (docs/perf.md G15).
+    w13_kernel(128, 256, 4).tma().cluster(2),
+    w13_kernel(128, 128, 6).pp().tma().cluster(2),
+    // DGRAD (grouped_gemm_sm90_dgrad.cu)
+    dgrad_kernel(128, 256, 4),
+    dgrad_kernel(128, 128, 6),
+    dgrad_kernel(128, 256, 4).gathered(),
+    dgrad_kernel(128, 256, 4).tma(),
+    dgrad_kernel(128, 256, 4).tma().gathered(),
+    dgrad_kernel(128, 128, 6).pp().tma(),
+    dgrad_kernel(128, 256, 4).fp32_out(),
+    dgrad_kernel(128, 256, 4).fp32_out().tma(),
+    dgrad_kernel(128, 128, 6).fp32_out().pp().tma(),
+    // WGRAD (grouped_gemm_sm90_wgrad.cu)
+    wgrad_kernel(128, 256, 4),
+    wgrad_kernel(128, 256, 4).tma(),
+    wgrad_kernel(128, 128, 6).pp().tma(),
+    wgrad_kernel(128, 256, 4).fp32_out(),
+    wgrad_kernel(128, 128, 6).fp32_out(),
+    wgrad_kernel(128, 256, 4).fp32_out().tma(),
+    wgrad_kernel(128, 128, 6).fp32_out().pp().tma(),
+    // Deep staging (docs/perf.md G10): 4 stages buy 4 staging buffers per warpgroup. The config
+    // names it by s4 + pp + tma (no other WGRAD kernel has that combination).
+    wgrad_kernel(128, 128, 4).pp().tma_deep(),
+    wgrad_kernel(128, 128, 4).fp32_out().pp().tma_deep(),
+    // 2-CTA clusters sharing each x (B) block through TMA multicast (docs/perf.md G15).
+    wgrad_kernel(128, 256, 4).tma().cluster(2),
+    wgrad_kernel(128, 256, 4).fp32_out().tma().cluster(2),
+    // Swap-AB decode: 256 weight rows (128 gate + 128 up for SwiGLU) x 32 tokens, 5 stages
+    // (grouped_gemm_sm90_decode.cu)
+    decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 32, 5),
+    decode_kernel(GemmEpilogueKind::kSwiglu, 256, 32, 5),
+};
+inline constexpr size_t kNumGemmKernels = sizeof(kGemmKernelSpecs) / sizeof(kGemmKernelSpecs[0]);
 
 // Everything a launch needs, in the kernels' terms (params.cuh). Row operands are [m_capacity, *]
 // BF16 row-major; weights [e_local, n, k].
@@ -60,24 +194,25 @@ struct GemmLaunch {
 
 using GemmLaunchFn = void (*)(const GemmLaunch&);
 
-struct GemmKernelEntry {
-  gemm::GemmKind kind;
-  GemmEpilogueKind epilogue;
-  bool gather;
-  int block_m, block_n, stages;
-  int cluster_m;   // CTAs per cluster along M (2: TMA multicast of B; WGRAD only)
-  bool pingpong;   // consumer schedule (mainloop.cuh)
-  bool tma_store;  // epilogue writer (epilogue_staging.cuh)
-  GemmLaunchFn launch;
-  int (*smem_bytes)(int num_experts);  // dynamic shared memory for e_local experts
+// What an instantiation file provides for one list entry.
+struct GemmKernelFns {
+  GemmLaunchFn launch = nullptr;
+  int (*smem_bytes)(int num_experts) = nullptr;  // dynamic shared memory for e_local experts
 };
 
-// The instantiation files append their kernels; gemm_kernels() (grouped_gemm.cu) collects them once.
-void add_fprop_kernels(std::vector<GemmKernelEntry>& out);   // grouped_gemm_sm90_fprop.cu
-void add_w13_kernels(std::vector<GemmKernelEntry>& out);     // grouped_gemm_sm90_w13.cu (SwiGLU)
-void add_dgrad_kernels(std::vector<GemmKernelEntry>& out);   // grouped_gemm_sm90_dgrad.cu
-void add_wgrad_kernels(std::vector<GemmKernelEntry>& out);   // grouped_gemm_sm90_wgrad.cu
-void add_decode_kernels(std::vector<GemmKernelEntry>& out);  // grouped_gemm_sm90_decode.cu (swap-AB)
+// A row of the host table: the list entry and its compiled functions.
+struct GemmKernelEntry : GemmKernelSpec {
+  GemmLaunchFn launch = nullptr;
+  int (*smem_bytes)(int num_experts) = nullptr;
+};
+
+// Each instantiation file fills fns[i] for the entries i of its family ([kNumGemmKernels]);
+// gemm_kernels() (grouped_gemm.cu) calls them once and checks every entry got its functions.
+void add_fprop_kernels(GemmKernelFns* fns);   // grouped_gemm_sm90_fprop.cu
+void add_w13_kernels(GemmKernelFns* fns);     // grouped_gemm_sm90_w13.cu (SwiGLU)
+void add_dgrad_kernels(GemmKernelFns* fns);   // grouped_gemm_sm90_dgrad.cu
+void add_wgrad_kernels(GemmKernelFns* fns);   // grouped_gemm_sm90_wgrad.cu
+void add_decode_kernels(GemmKernelFns* fns);  // grouped_gemm_sm90_decode.cu (swap-AB)
 const std::vector<GemmKernelEntry>& gemm_kernels();
 
 // Host-side TMA descriptors (gemm_tma.cpp), all with the 128-byte swizzle the wgmma descriptors

@@ -184,5 +184,26 @@ TEST(GemmConfig, NamesListEveryOption) {
   EXPECT_STREQ(to_string(GroupedGemmOp::kFpropSwiglu), "w13_fprop_swiglu");
 }
 
+// Operand formats: the default is BF16 without scales (every compiled kernel's), names are
+// test-name safe, and the k block is one 128-byte row of the A format (64 BF16, 128 FP8).
+TEST(GemmConfig, OperandFormats) {
+  const GroupedGemmProblem p;
+  EXPECT_EQ(p.a_format, OperandFormat{});
+  EXPECT_EQ(p.b_format.data, DType::kBFloat16);
+  EXPECT_EQ(p.b_format.scale, ScaleKind::kNone);
+  EXPECT_EQ(p.b_format.layout, OperandLayout::kRowMajor);
+  EXPECT_EQ(p.a_format.name(), "bf16");
+  OperandFormat mx{DType::kFloat8E4M3, ScaleKind::kE8M0_32x32, OperandLayout::kRowMajor};
+  EXPECT_EQ(mx.name(), "e4m3_e8m0_32x32");
+  EXPECT_NE(mx, OperandFormat{});
+  OperandFormat nv{DType::kFloat4E2M1x2, ScaleKind::kE4M3_1x16_FP32Global, OperandLayout::kColumnMajor};
+  EXPECT_EQ(nv.name(), "e2m1x2_e4m3_1x16_fp32g_col");
+  EXPECT_STREQ(to_string(ScaleKind::kFP32_128x128), "fp32_128x128");
+  GroupedGemmProblem fp8 = problem(GroupedGemmOp::kFprop, 32768, 7168, 2048);
+  EXPECT_EQ(pick(fp8).block_k, 64);
+  fp8.a_format = {DType::kFloat8E4M3, ScaleKind::kFP32_1x128, OperandLayout::kRowMajor};
+  EXPECT_EQ(pick(fp8).block_k, 128);
+}
+
 }  // namespace
 }  // namespace dist_moe

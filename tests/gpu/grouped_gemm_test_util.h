@@ -18,6 +18,7 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <ostream>
 #include <random>
 #include <string>
 #include <thread>
@@ -254,6 +255,44 @@ inline void expect_close(const std::string& what, const std::function<double(int
 inline void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& ref,
                          const Tolerance& tol = Tolerance{}) {
   expect_close(what, [&](int64_t i) { return static_cast<double>(got[i]); }, ref, tol);
+}
+
+// ---- configurations as test parameters ---------------------------------------------------------------
+// One compiled configuration of an op. Its test name says what runs: op, operand formats, output
+// type and GroupedGemmConfig::name() (which carries the producer), e.g.
+// "dgrad_bf16xbf16_to_f32_128x256x64_s4_tma_dyn".
+struct GemmParam {
+  GroupedGemmOp op = GroupedGemmOp::kFprop;
+  DType out = DType::kBFloat16;
+  OperandFormat a_format;
+  OperandFormat b_format;
+  GroupedGemmConfig config;
+};
+
+inline std::string gemm_param_name(const GemmParam& p) {
+  const char* out = p.out == DType::kFloat32 ? "f32" : "bf16";
+  return std::string(to_string(p.op)) + "_" + p.a_format.name() + "x" + p.b_format.name() + "_to_" + out + "_" +
+         p.config.name();
+}
+
+// gtest prints parameters with this instead of their bytes.
+inline void PrintTo(const GemmParam& p, std::ostream* os) { *os << gemm_param_name(p); }
+
+struct GemmParamName {
+  std::string operator()(const ::testing::TestParamInfo<GemmParam>& info) const { return gemm_param_name(info.param); }
+};
+
+// Every configuration grouped_gemm_configs() lists for the op (BF16 operands: the compiled ones).
+inline std::vector<GemmParam> gemm_params(GroupedGemmOp op, DType out, bool gather) {
+  std::vector<GemmParam> v;
+  for (const GroupedGemmConfig& c : grouped_gemm_configs(op, out, gather)) {
+    GemmParam p;
+    p.op = op;
+    p.out = out;
+    p.config = c;
+    v.push_back(p);
+  }
+  return v;
 }
 
 }  // namespace dist_moe::testing

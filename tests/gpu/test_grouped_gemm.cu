@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
@@ -115,31 +116,40 @@ CaseRows case_rows(const Case& cs, std::mt19937& rng) {
   return r;
 }
 
-// A configuration a case runs: a compiled one, or none -- the API's own pick (many-expert cases:
-// most compiled tiles do not fit next to their scheduler tables and the API refuses them; its pick
-// must fit and be right).
+// A configuration a case runs: a compiled one (the test's parameter), or none -- the API's own pick
+// (many-expert cases: most compiled tiles do not fit next to their scheduler tables and the API
+// refuses them; its pick must fit and be right).
 struct CaseConfig {
   std::optional<GroupedGemmConfig> config;
   const GroupedGemmConfig* get() const { return config ? &*config : nullptr; }
   std::string name() const { return config ? config->name() : "heuristic pick"; }
 };
+const CaseConfig kHeuristicPick{};
 
-std::vector<CaseConfig> case_configs(GroupedGemmOp op, DType out, bool heuristic_only) {
-  if (heuristic_only) return {CaseConfig{}};
-  std::vector<CaseConfig> v;
-  for (const GroupedGemmConfig& c : grouped_gemm_configs(op, out, false)) v.push_back({c});
-  return v;
+// The host reference of a case, computed once: the parameterized suites run each case once per
+// configuration, and the host GEMM is their slow part. `key` names the runner, the case and every
+// option that changes the inputs.
+const std::vector<float>& memo_ref(const std::string& key, const std::function<std::vector<float>()>& compute) {
+  static std::map<std::string, std::vector<float>> done;
+  auto it = done.find(key);
+  if (it == done.end()) it = done.emplace(key, compute()).first;
+  return it->second;
 }
 
-// FPROP (plain store), every compiled config (or the heuristic's pick), optionally with scatter + row scale.
-void run_fprop_case(const Case& cs, bool scatter, bool heuristic_only = false) {
+std::string case_key(const Case& c) {
+  return case_name(c) + "_seed" + std::to_string(c.seed) + (c.counts != nullptr ? "_fixed" : "");
+}
+
+// FPROP (plain store), one compiled config (or the heuristic's pick), optionally with scatter + row scale.
+void run_fprop_case(const Case& cs, bool scatter, const CaseConfig& cfg) {
   std::mt19937 rng(cs.seed);
   const CaseRows rows = case_rows(cs, rng);
   const auto& counts = rows.counts;
   const int64_t M = rows.M, cap = rows.cap;
   const HostBf16 a = random_bf16(static_cast<size_t>(cap * cs.k), 1.0f, rng);
   const HostBf16 w = random_bf16(static_cast<size_t>(cs.e_local * cs.n * cs.k), 1.0f / std::sqrt(float(cs.k)), rng);
-  std::vector<float> ref = ref_fprop(a.vals, w.vals, counts, cs.n, cs.k);
+  std::vector<float> ref =
+      memo_ref("fprop " + case_key(cs), [&] { return ref_fprop(a.vals, w.vals, counts, cs.n, cs.k); });
 
   std::vector<float> scale(static_cast<size_t>(cap), 1.0f);
   std::vector<int64_t> dest_row(static_cast<size_t>(cap), -1);  // scatter: destination row or -1 (skipped)
@@ -170,7 +180,7 @@ void run_fprop_case(const Case& cs, bool scatter, bool heuristic_only = false) {
     d_scale.upload(scale);
   }
 
-  for (const CaseConfig& cfg : case_configs(GroupedGemmOp::kFprop, DType::kBFloat16, heuristic_only)) {
+  {
     SCOPED_TRACE(cfg.name());
     d_out.poison();
     if (scatter) d_dest.poison();
@@ -226,7 +236,7 @@ struct SwigluOptions {
   bool gather = false;
 };
 
-void run_w13_case(const Case& cs, const SwigluOptions& opt) {
+void run_w13_case(const Case& cs, const SwigluOptions& opt, const GroupedGemmConfig& cfg) {
   std::mt19937 rng(cs.seed);
   const CaseRows rows = case_rows(cs, rng);
   const auto& counts = rows.counts;
@@ -259,7 +269,9 @@ void run_w13_case(const Case& cs, const SwigluOptions& opt) {
     }
   }
   const HostBf16 w = random_bf16(static_cast<size_t>(cs.e_local * cs.n * D), 1.0f / std::sqrt(float(D)), rng);
-  const std::vector<float> ref_h1 = rounded_bf16(ref_fprop(a.vals, w.vals, counts, cs.n, D));
+  const std::vector<float>& ref_h1 = memo_ref("w13 " + case_key(cs) + (opt.gather ? "_gather" : ""), [&] {
+    return rounded_bf16(ref_fprop(a.vals, w.vals, counts, cs.n, D));
+  });
   const std::vector<float> ref_h2 = ref_swiglu_h2(ref_h1, F, act);
 
   DeviceBuffer<int32_t> d_counts(counts);
@@ -280,7 +292,7 @@ void run_w13_case(const Case& cs, const SwigluOptions& opt) {
     d_a.upload(a.bits);
   }
 
-  for (const GroupedGemmConfig& cfg : grouped_gemm_configs(GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, opt.gather)) {
+  {
     SCOPED_TRACE(cfg.name());
     d_h1.poison();
     d_h2.poison();
@@ -349,7 +361,7 @@ struct DgradOptions {
   bool scatter = false;
 };
 
-void run_dgrad_case(const Case& cs, const DgradOptions& opt) {
+void run_dgrad_case(const Case& cs, const DgradOptions& opt, const GroupedGemmConfig& cfg) {
   std::mt19937 rng(cs.seed);
   const CaseRows rows = case_rows(cs, rng);
   const auto& counts = rows.counts;
@@ -371,7 +383,8 @@ void run_dgrad_case(const Case& cs, const DgradOptions& opt) {
       }
     }
   }
-  std::vector<float> ref = ref_dgrad(g.vals, w.vals, counts, cs.n, cs.k);
+  std::vector<float> ref = memo_ref("dgrad " + case_key(cs) + (opt.gather ? "_gather" : ""),
+                                    [&] { return ref_dgrad(g.vals, w.vals, counts, cs.n, cs.k); });
   // Accumulation source: random values in the output's dtype.
   const HostBf16 prev = random_bf16(static_cast<size_t>(cap * cs.k), 1.0f, rng);
   apply_output_store(ref, prev.vals, opt.accumulate, fp32);
@@ -406,7 +419,7 @@ void run_dgrad_case(const Case& cs, const DgradOptions& opt) {
     d_dptrs.upload(ptrs);
   }
 
-  for (const GroupedGemmConfig& cfg : grouped_gemm_configs(GroupedGemmOp::kDgrad, opt.out, opt.gather)) {
+  {
     SCOPED_TRACE(cfg.name());
     DeviceBuffer<uint8_t>& target = opt.scatter ? d_dest : d_out;
     const size_t elems = target.size() / out_elem;
@@ -455,7 +468,7 @@ void run_dgrad_case(const Case& cs, const DgradOptions& opt) {
 
 // WGRAD: grad_w[e] = grad_out[rows_e]^T . x[rows_e], FP32 or BF16, overwrite (empty experts -> 0)
 // or accumulate (empty experts untouched).
-void run_wgrad_case(const Case& cs, DType out, bool accumulate, bool heuristic_only = false) {
+void run_wgrad_case(const Case& cs, DType out, bool accumulate, const CaseConfig& cfg) {
   std::mt19937 rng(cs.seed);
   const CaseRows rows = case_rows(cs, rng);
   const auto& counts = rows.counts;
@@ -463,7 +476,8 @@ void run_wgrad_case(const Case& cs, DType out, bool accumulate, bool heuristic_o
   const bool fp32 = out == DType::kFloat32;
   const HostBf16 g = random_bf16(static_cast<size_t>(cap * cs.n), 1.0f, rng);
   const HostBf16 x = random_bf16(static_cast<size_t>(cap * cs.k), 1.0f, rng);
-  std::vector<float> ref = ref_wgrad(g.vals, x.vals, counts, cs.n, cs.k);
+  std::vector<float> ref =
+      memo_ref("wgrad " + case_key(cs), [&] { return ref_wgrad(g.vals, x.vals, counts, cs.n, cs.k); });
   const HostBf16 prev = random_bf16(ref.size(), 4.0f, rng);
   apply_output_store(ref, prev.vals, accumulate, fp32);
 
@@ -472,7 +486,7 @@ void run_wgrad_case(const Case& cs, DType out, bool accumulate, bool heuristic_o
   DeviceBuffer<uint16_t> d_g(nan_past_rows(g.bits, M, cs.n)), d_x(nan_past_rows(x.bits, M, cs.k));
   DeviceBuffer<uint8_t> d_out(ref.size() * out_elem);  // BF16 or FP32 by `out`
   const Tolerance tol = wgrad_tolerance(fp32);
-  for (const CaseConfig& cfg : case_configs(GroupedGemmOp::kWgrad, out, heuristic_only)) {
+  {
     SCOPED_TRACE(cfg.name());
     if (accumulate) {
       d_out.upload(fp32 ? raw_bytes(prev.vals) : raw_bytes(prev.bits));
@@ -506,15 +520,51 @@ const Case kFpropCases[] = {
     {3, 512, 7168, 140, 15},     // deep K
 };
 
-TEST(GroupedGemmFprop, RaggedAllConfigs) {
+// Each suite below runs its cases once per compiled configuration of its op (the parameter; the
+// test name is gemm_param_name(): op, operand formats, output type, configuration).
+class GroupedGemmFprop : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmW13Swiglu : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmW13SwigluGather : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmDgradBf16 : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmDgradFp32 : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmDgradGather : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmWgradFp32 : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmWgradBf16 : public ::testing::TestWithParam<GemmParam> {};
+
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmFprop,
+                         ::testing::ValuesIn(gemm_params(GroupedGemmOp::kFprop, DType::kBFloat16, false)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmW13Swiglu,
+                         ::testing::ValuesIn(gemm_params(GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, false)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmW13SwigluGather,
+                         ::testing::ValuesIn(gemm_params(GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, true)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmDgradBf16,
+                         ::testing::ValuesIn(gemm_params(GroupedGemmOp::kDgrad, DType::kBFloat16, false)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmDgradFp32,
+                         ::testing::ValuesIn(gemm_params(GroupedGemmOp::kDgrad, DType::kFloat32, false)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmDgradGather,
+                         ::testing::ValuesIn(gemm_params(GroupedGemmOp::kDgrad, DType::kBFloat16, true)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmWgradFp32,
+                         ::testing::ValuesIn(gemm_params(GroupedGemmOp::kWgrad, DType::kFloat32, false)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmWgradBf16,
+                         ::testing::ValuesIn(gemm_params(GroupedGemmOp::kWgrad, DType::kBFloat16, false)),
+                         GemmParamName());
+
+TEST_P(GroupedGemmFprop, Ragged) {
   DMOE_REQUIRE_SM90();
-  for (const Case& c : kFpropCases) run_fprop_case(c, false);
+  for (const Case& c : kFpropCases) run_fprop_case(c, false, {GetParam().config});
 }
 
-TEST(GroupedGemmFprop, ScatterWithRowScale) {
+TEST_P(GroupedGemmFprop, ScatterWithRowScale) {
   DMOE_REQUIRE_SM90();
-  run_fprop_case({8, 384, 512, 260, 21}, true);
-  run_fprop_case({64, 256, 256, 50, 22}, true);
+  run_fprop_case({8, 384, 512, 260, 21}, true, {GetParam().config});
+  run_fprop_case({64, 256, 256, 50, 22}, true, {GetParam().config});
 }
 
 const Case kW13Cases[] = {
@@ -526,44 +576,60 @@ const Case kW13Cases[] = {
     {16, 1536, 2048, 100, 36},   // qwen3-like F = 768, D = 2048
 };
 
-TEST(GroupedGemmW13Swiglu, Plain) {
+TEST_P(GroupedGemmW13Swiglu, Plain) {
   DMOE_REQUIRE_SM90();
-  for (const Case& c : kW13Cases) run_w13_case(c, {false, true, false});
+  for (const Case& c : kW13Cases) run_w13_case(c, {false, true, false}, GetParam().config);
 }
 
-TEST(GroupedGemmW13Swiglu, ClampedDropH1) {
+TEST_P(GroupedGemmW13Swiglu, ClampedDropH1) {
   DMOE_REQUIRE_SM90();
-  run_w13_case(kW13Cases[1], {true, false, false});
-  run_w13_case(kW13Cases[2], {true, true, false});
+  run_w13_case(kW13Cases[1], {true, false, false}, GetParam().config);
+  run_w13_case(kW13Cases[2], {true, true, false}, GetParam().config);
 }
 
-TEST(GroupedGemmW13Swiglu, GatherFromTwoAllocations) {
+TEST_P(GroupedGemmW13SwigluGather, FromTwoAllocations) {
   DMOE_REQUIRE_SM90();
-  run_w13_case(kW13Cases[1], {false, true, true});
-  run_w13_case(kW13Cases[2], {true, true, true});
-  run_w13_case(kW13Cases[3], {false, true, true});
+  run_w13_case(kW13Cases[1], {false, true, true}, GetParam().config);
+  run_w13_case(kW13Cases[2], {true, true, true}, GetParam().config);
+  run_w13_case(kW13Cases[3], {false, true, true}, GetParam().config);
 }
 
-TEST(GroupedGemmDgrad, Bf16AndFp32) {
+TEST_P(GroupedGemmDgradBf16, Plain) {
   DMOE_REQUIRE_SM90();
-  run_dgrad_case({8, 512, 384, 260, 41}, {DType::kBFloat16, false, false, false});
-  run_dgrad_case({128, 256, 256, 40, 42}, {DType::kBFloat16, false, false, false});
-  run_dgrad_case({3, 7168, 256, 140, 43}, {DType::kBFloat16, false, false, false});  // W2 DGRAD: n = D
-  run_dgrad_case({2, 256, 7168, 140, 44}, {DType::kFloat32, false, false, false});   // W13 DGRAD: k = D
-  run_dgrad_case({8, 512, 384, 260, 45}, {DType::kFloat32, false, false, false});
+  run_dgrad_case({8, 512, 384, 260, 41}, {DType::kBFloat16, false, false, false}, GetParam().config);
+  run_dgrad_case({128, 256, 256, 40, 42}, {DType::kBFloat16, false, false, false}, GetParam().config);
+  run_dgrad_case({3, 7168, 256, 140, 43}, {DType::kBFloat16, false, false, false}, GetParam().config);  // W2: n = D
 }
 
-TEST(GroupedGemmDgrad, Accumulate) {
+TEST_P(GroupedGemmDgradFp32, Plain) {
   DMOE_REQUIRE_SM90();
-  run_dgrad_case({8, 512, 384, 260, 51}, {DType::kBFloat16, true, false, false});
-  run_dgrad_case({8, 512, 384, 260, 52}, {DType::kFloat32, true, false, false});
+  run_dgrad_case({2, 256, 7168, 140, 44}, {DType::kFloat32, false, false, false}, GetParam().config);  // W13: k = D
+  run_dgrad_case({8, 512, 384, 260, 45}, {DType::kFloat32, false, false, false}, GetParam().config);
 }
 
-TEST(GroupedGemmDgrad, GatherAndScatter) {
+TEST_P(GroupedGemmDgradBf16, Accumulate) {
   DMOE_REQUIRE_SM90();
-  run_dgrad_case({8, 512, 384, 260, 61}, {DType::kBFloat16, false, true, false});
-  run_dgrad_case({8, 512, 384, 260, 62}, {DType::kBFloat16, false, false, true});
-  run_dgrad_case({32, 256, 512, 80, 63}, {DType::kBFloat16, false, true, true});
+  run_dgrad_case({8, 512, 384, 260, 51}, {DType::kBFloat16, true, false, false}, GetParam().config);
+}
+
+TEST_P(GroupedGemmDgradFp32, Accumulate) {
+  DMOE_REQUIRE_SM90();
+  run_dgrad_case({8, 512, 384, 260, 52}, {DType::kFloat32, true, false, false}, GetParam().config);
+}
+
+TEST_P(GroupedGemmDgradGather, Gather) {
+  DMOE_REQUIRE_SM90();
+  run_dgrad_case({8, 512, 384, 260, 61}, {DType::kBFloat16, false, true, false}, GetParam().config);
+}
+
+TEST_P(GroupedGemmDgradBf16, Scatter) {
+  DMOE_REQUIRE_SM90();
+  run_dgrad_case({8, 512, 384, 260, 62}, {DType::kBFloat16, false, false, true}, GetParam().config);
+}
+
+TEST_P(GroupedGemmDgradGather, GatherAndScatter) {
+  DMOE_REQUIRE_SM90();
+  run_dgrad_case({32, 256, 512, 80, 63}, {DType::kBFloat16, false, true, true}, GetParam().config);
 }
 
 const Case kWgradCases[] = {
@@ -574,21 +640,25 @@ const Case kWgradCases[] = {
     {2, 512, 7168, 100, 75},     // W13 WGRAD-like: k = D = 7168
 };
 
-TEST(GroupedGemmWgrad, Fp32Overwrite) {
+TEST_P(GroupedGemmWgradFp32, Overwrite) {
   DMOE_REQUIRE_SM90();
-  for (const Case& c : kWgradCases) run_wgrad_case(c, DType::kFloat32, false);
+  for (const Case& c : kWgradCases) run_wgrad_case(c, DType::kFloat32, false, {GetParam().config});
 }
 
-TEST(GroupedGemmWgrad, Bf16Overwrite) {
+TEST_P(GroupedGemmWgradBf16, Overwrite) {
   DMOE_REQUIRE_SM90();
-  run_wgrad_case(kWgradCases[1], DType::kBFloat16, false);
-  run_wgrad_case(kWgradCases[3], DType::kBFloat16, false);
+  run_wgrad_case(kWgradCases[1], DType::kBFloat16, false, {GetParam().config});
+  run_wgrad_case(kWgradCases[3], DType::kBFloat16, false, {GetParam().config});
 }
 
-TEST(GroupedGemmWgrad, Accumulate) {
+TEST_P(GroupedGemmWgradFp32, Accumulate) {
   DMOE_REQUIRE_SM90();
-  run_wgrad_case(kWgradCases[1], DType::kFloat32, true);
-  run_wgrad_case(kWgradCases[3], DType::kBFloat16, true);
+  run_wgrad_case(kWgradCases[1], DType::kFloat32, true, {GetParam().config});
+}
+
+TEST_P(GroupedGemmWgradBf16, Accumulate) {
+  DMOE_REQUIRE_SM90();
+  run_wgrad_case(kWgradCases[3], DType::kBFloat16, true, {GetParam().config});
 }
 
 // 256 local experts (dsv3_prefill at EP1): the scheduler tables crowd out the preferred tiles'
@@ -597,10 +667,10 @@ TEST(GroupedGemmWgrad, Accumulate) {
 TEST(GroupedGemmWgrad, ManyExpertsHeuristicPick) {
   DMOE_REQUIRE_SM90();
   const Case many = {256, 256, 512, 24, 76};
-  run_wgrad_case(many, DType::kBFloat16, false, true);
-  run_wgrad_case(many, DType::kBFloat16, true, true);
-  run_wgrad_case(many, DType::kFloat32, false, true);
-  run_fprop_case({256, 512, 256, 24, 77}, false, true);
+  run_wgrad_case(many, DType::kBFloat16, false, kHeuristicPick);
+  run_wgrad_case(many, DType::kBFloat16, true, kHeuristicPick);
+  run_wgrad_case(many, DType::kFloat32, false, kHeuristicPick);
+  run_fprop_case({256, 512, 256, 24, 77}, false, kHeuristicPick);
 }
 
 // ---- ragged tails and the dynamic tile schedule (docs/perf.md G8/G9) ------------------------------
@@ -609,33 +679,59 @@ TEST(GroupedGemmWgrad, ManyExpertsHeuristicPick) {
 // between full ones, tails of 129+ (two tiles, the second a tail). Every configuration runs,
 // static and `_dyn`; outputs are poisoned first and rows past sum(counts) must stay untouched.
 const std::vector<int32_t> kTailCounts = {0, 1, 63, 64, 65, 127, 128, 129, 0, 191, 192, 193, 255, 257, 0, 383, 1, 0};
+const int64_t kTailExperts = static_cast<int64_t>(kTailCounts.size());
 
-TEST(GroupedGemmSchedule, TailRowsFprop) {
+TEST_P(GroupedGemmFprop, TailRows) {
   DMOE_REQUIRE_SM90();
-  const int64_t E = static_cast<int64_t>(kTailCounts.size());
-  run_fprop_case({E, 256, 256, 383, 81, &kTailCounts}, false);
-  run_fprop_case({E, 384, 512, 383, 82, &kTailCounts}, true);  // scatter + row scale, N odd x 128
+  run_fprop_case({kTailExperts, 256, 256, 383, 81, &kTailCounts}, false, {GetParam().config});
+  // scatter + row scale, N an odd multiple of 128
+  run_fprop_case({kTailExperts, 384, 512, 383, 82, &kTailCounts}, true, {GetParam().config});
 }
 
-TEST(GroupedGemmSchedule, TailRowsW13) {
+TEST_P(GroupedGemmW13Swiglu, TailRows) {
   DMOE_REQUIRE_SM90();
-  const int64_t E = static_cast<int64_t>(kTailCounts.size());
-  run_w13_case({E, 512, 256, 383, 83, &kTailCounts}, {false, true, false});
-  run_w13_case({E, 512, 384, 383, 84, &kTailCounts}, {true, false, true});  // clamped, no h1, gather
+  run_w13_case({kTailExperts, 512, 256, 383, 83, &kTailCounts}, {false, true, false}, GetParam().config);
 }
 
-TEST(GroupedGemmSchedule, TailRowsDgrad) {
+TEST_P(GroupedGemmW13SwigluGather, TailRowsClampedDropH1) {
   DMOE_REQUIRE_SM90();
-  const int64_t E = static_cast<int64_t>(kTailCounts.size());
-  run_dgrad_case({E, 256, 512, 383, 85, &kTailCounts}, {DType::kBFloat16, false, false, false});
-  run_dgrad_case({E, 512, 256, 383, 86, &kTailCounts}, {DType::kFloat32, true, false, false});
+  run_w13_case({kTailExperts, 512, 384, 383, 84, &kTailCounts}, {true, false, true}, GetParam().config);
 }
 
-TEST(GroupedGemmSchedule, TailRowsWgrad) {
+TEST_P(GroupedGemmDgradBf16, TailRows) {
   DMOE_REQUIRE_SM90();
-  const int64_t E = static_cast<int64_t>(kTailCounts.size());
-  run_wgrad_case({E, 256, 256, 383, 87, &kTailCounts}, DType::kBFloat16, false);
-  run_wgrad_case({E, 256, 384, 383, 88, &kTailCounts}, DType::kFloat32, true);
+  run_dgrad_case({kTailExperts, 256, 512, 383, 85, &kTailCounts}, {DType::kBFloat16, false, false, false},
+                 GetParam().config);
+}
+
+TEST_P(GroupedGemmDgradFp32, TailRowsAccumulate) {
+  DMOE_REQUIRE_SM90();
+  run_dgrad_case({kTailExperts, 512, 256, 383, 86, &kTailCounts}, {DType::kFloat32, true, false, false},
+                 GetParam().config);
+}
+
+TEST_P(GroupedGemmWgradBf16, TailRows) {
+  DMOE_REQUIRE_SM90();
+  run_wgrad_case({kTailExperts, 256, 256, 383, 87, &kTailCounts}, DType::kBFloat16, false, {GetParam().config});
+}
+
+TEST_P(GroupedGemmWgradFp32, TailRowsAccumulate) {
+  DMOE_REQUIRE_SM90();
+  run_wgrad_case({kTailExperts, 256, 384, 383, 88, &kTailCounts}, DType::kFloat32, true, {GetParam().config});
+}
+
+// Decode shapes (few rows per expert, where the heuristic picks swap-AB) with every configuration;
+// GroupedGemmDecode checks the pick.
+TEST_P(GroupedGemmFprop, DecodeShapes) {
+  DMOE_REQUIRE_SM90();
+  run_fprop_case({16, 384, 512, 70, 83}, false, {GetParam().config});
+  run_fprop_case({16, 512, 256, 70, 84}, true, {GetParam().config});
+}
+
+TEST_P(GroupedGemmW13Swiglu, DecodeShapes) {
+  DMOE_REQUIRE_SM90();
+  run_w13_case({16, 512, 512, 70, 81}, {false, true, false}, GetParam().config);
+  run_w13_case({16, 512, 512, 70, 82}, {true, true, false}, GetParam().config);
 }
 
 // The heuristic's picks (select_grouped_gemm_config, host logic) are tested on the CPU:
@@ -857,8 +953,9 @@ TEST(GroupedGemmCluster, FpropMatchesUnclusteredBitwise) {
   }
 }
 
-// Decode shapes: few rows per expert, so the heuristic picks swap-AB; the sweep above already
-// runs the swap-AB kernels on large counts too.
+// Decode shapes: few rows per expert, so the heuristic picks swap-AB, and its pick is right (the
+// DecodeShapes tests run every configuration on the same shapes; the sweeps above also run the
+// swap-AB kernels on large counts).
 TEST(GroupedGemmDecode, SwapABPickedAndCorrect) {
   DMOE_REQUIRE_SM90();
   GroupedGemmProblem p;
@@ -870,10 +967,7 @@ TEST(GroupedGemmDecode, SwapABPickedAndCorrect) {
   EXPECT_TRUE(select_grouped_gemm_config(p, 132).swap_ab) << "decode W13 should use swap-AB";
   p.op = GroupedGemmOp::kFprop;
   EXPECT_TRUE(select_grouped_gemm_config(p, 132).swap_ab) << "decode W2 should use swap-AB";
-  run_w13_case({16, 512, 512, 70, 81}, {false, true, false});
-  run_w13_case({16, 512, 512, 70, 82}, {true, true, false});
-  run_fprop_case({16, 384, 512, 70, 83}, false);
-  run_fprop_case({16, 512, 256, 70, 84}, true);
+  run_fprop_case({16, 384, 512, 70, 83}, false, kHeuristicPick);
 }
 
 // Host-side argument validation: clear errors, nothing launched.
@@ -902,6 +996,39 @@ TEST(GroupedGemmArgs, RejectsBadArguments) {
   w.w13 = a.w;
   w.h2 = a.out;
   expect_error([&] { grouped_gemm_w13_fprop(w, nullptr); }, "F a multiple of 128");
+}
+
+// Operand formats without kernels (MXFP8, NVFP4, FP8 blockwise, or a transposed BF16 operand) are
+// refused by name before anything runs; no BF16 kernel runs in their place.
+TEST(GroupedGemmArgs, RejectsFormatsWithoutKernels) {
+  FpropArgs a;
+  a.common = {reinterpret_cast<const int32_t*>(16), 8, 1024, 384, 512, nullptr};
+  a.a = reinterpret_cast<const void*>(256);
+  a.w = reinterpret_cast<const void*>(256);
+  a.out = reinterpret_cast<void*>(256);
+  a.common.a_format = {DType::kFloat8E4M3, ScaleKind::kE8M0_1x32, OperandLayout::kRowMajor};
+  a.common.b_format = {DType::kFloat8E4M3, ScaleKind::kE8M0_32x32, OperandLayout::kRowMajor};
+  expect_error([&] { grouped_gemm_fprop(a, nullptr); },
+               "no grouped GEMM kernel for A=e4m3_e8m0_1x32, B=e4m3_e8m0_32x32 (fprop, bfloat16 output)");
+  WgradArgs w;
+  w.common = a.common;
+  w.common.a_format = {};
+  w.common.b_format = {DType::kFloat4E2M1x2, ScaleKind::kE4M3_1x16_FP32Global, OperandLayout::kRowMajor};
+  w.grad_out = a.a;
+  w.a = a.a;
+  w.grad_w = a.out;
+  expect_error([&] { grouped_gemm_wgrad(w, nullptr); }, "B=e2m1x2_e4m3_1x16_fp32g (wgrad, float32 output)");
+  DgradArgs d;
+  d.common = a.common;
+  d.common.a_format = {};
+  d.common.b_format = {DType::kBFloat16, ScaleKind::kNone, OperandLayout::kColumnMajor};
+  d.grad_out = a.a;
+  d.w = a.w;
+  d.grad_a = a.out;
+  expect_error([&] { grouped_gemm_dgrad(d, nullptr); }, "B=bf16_col");
+  EXPECT_TRUE(grouped_gemm_configs(GroupedGemmOp::kFprop, DType::kBFloat16, false, a.common.a_format,
+                                   a.common.b_format)
+                  .empty());
 }
 
 TEST(GroupedGemmArgs, OverrideMustExist) {

@@ -7,9 +7,10 @@
 //   * every output element due is within tolerance of a host reference (double products, one
 //     rounding to FP32, then BF16 where the GPU stores BF16) -- NaN means never written;
 //   * every other byte of the allocation (inputs, rows past sum(counts), gaps) is unchanged.
-// Each op runs with every compiled configuration (legacy, TMA-store, ping-pong, swap-AB), so every
-// tensor-map patching path is covered. A CUDA graph holding all four ops is then captured once and
-// replayed with different offset values (and the data moved accordingly).
+// Each op runs with every compiled configuration (legacy, TMA-store, ping-pong, swap-AB; one test
+// per configuration, named by it), so every tensor-map patching path is covered. A CUDA graph
+// holding all four ops is then captured once and replayed with different offset values (and the
+// data moved accordingly).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -134,9 +135,46 @@ GroupedGemmCommon common_of(const int32_t* counts, int64_t cap, int64_t n, int64
   return c;
 }
 
+// Each op's suite runs once per compiled configuration (the parameter; the test name is
+// gemm_param_name(): op, operand formats, output type, configuration).
+class GroupedGemmOffsetsFprop : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmOffsetsW13 : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmOffsetsW13Gather : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmOffsetsDgradBf16 : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmOffsetsDgradFp32 : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmOffsetsDgradGather : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmOffsetsWgradFp32 : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmOffsetsWgradBf16 : public ::testing::TestWithParam<GemmParam> {};
+
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmOffsetsFprop,
+                         ::testing::ValuesIn(gemm_params(GroupedGemmOp::kFprop, DType::kBFloat16, false)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmOffsetsW13,
+                         ::testing::ValuesIn(gemm_params(GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, false)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmOffsetsW13Gather,
+                         ::testing::ValuesIn(gemm_params(GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, true)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmOffsetsDgradBf16,
+                         ::testing::ValuesIn(gemm_params(GroupedGemmOp::kDgrad, DType::kBFloat16, false)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmOffsetsDgradFp32,
+                         ::testing::ValuesIn(gemm_params(GroupedGemmOp::kDgrad, DType::kFloat32, false)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmOffsetsDgradGather,
+                         ::testing::ValuesIn(gemm_params(GroupedGemmOp::kDgrad, DType::kBFloat16, true)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmOffsetsWgradFp32,
+                         ::testing::ValuesIn(gemm_params(GroupedGemmOp::kWgrad, DType::kFloat32, false)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmOffsetsWgradBf16,
+                         ::testing::ValuesIn(gemm_params(GroupedGemmOp::kWgrad, DType::kBFloat16, false)),
+                         GemmParamName());
+
 // ---- FPROP: a and out inside the arena --------------------------------------------------------------
-TEST(GroupedGemmOffsets, FpropAllConfigs) {
+TEST_P(GroupedGemmOffsetsFprop, AOutMoved) {
   DMOE_REQUIRE_SM90();
+  const GroupedGemmConfig& cfg = GetParam().config;
   std::mt19937 rng(101);
   const int64_t N = 384, K = 256, M = total_rows(kCounts), cap = M + kSlack;
   const HostBf16 a = random_bf16(static_cast<size_t>(cap * K), 1.0f, rng);
@@ -152,7 +190,7 @@ TEST(GroupedGemmOffsets, FpropAllConfigs) {
   DeviceBuffer<int32_t> d_counts(kCounts);
   DeviceBuffer<uint16_t> d_w(w.bits);
 
-  for (const GroupedGemmConfig& cfg : grouped_gemm_configs(GroupedGemmOp::kFprop, DType::kBFloat16, false)) {
+  {
     arena.reset_outputs();
     FpropArgs args;
     args.common = common_of(d_counts.get(), cap, N, K, &cfg);
@@ -171,7 +209,7 @@ TEST(GroupedGemmOffsets, FpropAllConfigs) {
 }
 
 // ---- W13 FPROP + SwiGLU: a, h1, h2 inside the arena (and h1 dropped) -------------------------------
-void run_w13_offsets(bool gather) {
+void run_w13_offsets(bool gather, const GroupedGemmConfig& cfg) {
   std::mt19937 rng(gather ? 203 : 202);
   const int64_t F = 256, N = 2 * F, D = 256, M = total_rows(kCounts), cap = M + kSlack;
   HostBf16 a = random_bf16(static_cast<size_t>(cap * D), 1.0f, rng);
@@ -206,8 +244,7 @@ void run_w13_offsets(bool gather) {
   DeviceBuffer<const void*> d_rows(rows);
 
   for (bool keep_h1 : {true, false}) {
-    for (const GroupedGemmConfig& cfg :
-         grouped_gemm_configs(GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, gather)) {
+    {
       arena.reset_outputs();
       arena.clear_written();
       if (keep_h1) arena.expect_written(rh1.offset, static_cast<size_t>(M * N) * 2);
@@ -247,18 +284,18 @@ void run_w13_offsets(bool gather) {
   }
 }
 
-TEST(GroupedGemmOffsets, W13AllConfigs) {
+TEST_P(GroupedGemmOffsetsW13, AH1H2Moved) {
   DMOE_REQUIRE_SM90();
-  run_w13_offsets(false);
+  run_w13_offsets(false, GetParam().config);
 }
 
-TEST(GroupedGemmOffsets, W13GatherAllConfigs) {
+TEST_P(GroupedGemmOffsetsW13Gather, GatheredH1H2Moved) {
   DMOE_REQUIRE_SM90();
-  run_w13_offsets(true);
+  run_w13_offsets(true, GetParam().config);
 }
 
 // ---- DGRAD: grad_out and grad_a inside the arena (BF16, FP32, FP32 accumulate; gather) ------------
-void run_dgrad_offsets(DType out, bool accumulate, bool gather) {
+void run_dgrad_offsets(DType out, bool accumulate, bool gather, const GroupedGemmConfig& cfg) {
   std::mt19937 rng(300 + (out == DType::kFloat32 ? 1 : 0) + (accumulate ? 2 : 0) + (gather ? 4 : 0));
   const bool fp32 = out == DType::kFloat32;
   const size_t es = fp32 ? 4 : 2;
@@ -294,7 +331,7 @@ void run_dgrad_offsets(DType out, bool accumulate, bool gather) {
   for (int64_t m = 0; m < M; ++m) rows[m] = d_src.get() + perm[m] * N;
   DeviceBuffer<const void*> d_rows(rows);
 
-  for (const GroupedGemmConfig& cfg : grouped_gemm_configs(GroupedGemmOp::kDgrad, out, gather)) {
+  {
     arena.reset_outputs();
     DgradArgs args;
     args.common = common_of(d_counts.get(), cap, N, K, &cfg);
@@ -319,21 +356,25 @@ void run_dgrad_offsets(DType out, bool accumulate, bool gather) {
   }
 }
 
-TEST(GroupedGemmOffsets, DgradAllConfigs) {
+TEST_P(GroupedGemmOffsetsDgradBf16, GradOutGradAMoved) {
   DMOE_REQUIRE_SM90();
-  run_dgrad_offsets(DType::kBFloat16, false, false);
-  run_dgrad_offsets(DType::kFloat32, false, false);
-  run_dgrad_offsets(DType::kFloat32, true, false);
-  run_dgrad_offsets(DType::kBFloat16, true, false);
+  run_dgrad_offsets(DType::kBFloat16, false, false, GetParam().config);
+  run_dgrad_offsets(DType::kBFloat16, true, false, GetParam().config);
 }
 
-TEST(GroupedGemmOffsets, DgradGather) {
+TEST_P(GroupedGemmOffsetsDgradFp32, GradOutGradAMoved) {
   DMOE_REQUIRE_SM90();
-  run_dgrad_offsets(DType::kBFloat16, false, true);
+  run_dgrad_offsets(DType::kFloat32, false, false, GetParam().config);
+  run_dgrad_offsets(DType::kFloat32, true, false, GetParam().config);
+}
+
+TEST_P(GroupedGemmOffsetsDgradGather, GatheredGradAMoved) {
+  DMOE_REQUIRE_SM90();
+  run_dgrad_offsets(DType::kBFloat16, false, true, GetParam().config);
 }
 
 // ---- WGRAD: grad_out and x inside the arena; grad_w is a weight-shaped output elsewhere ------------
-void run_wgrad_offsets(DType out, bool accumulate) {
+void run_wgrad_offsets(DType out, bool accumulate, const GroupedGemmConfig& cfg) {
   std::mt19937 rng(400 + (out == DType::kFloat32 ? 1 : 0) + (accumulate ? 2 : 0));
   const bool fp32 = out == DType::kFloat32;
   const int64_t N = 256, K = 384, E = static_cast<int64_t>(kCounts.size()), M = total_rows(kCounts),
@@ -354,7 +395,7 @@ void run_wgrad_offsets(DType out, bool accumulate) {
   DeviceBuffer<int32_t> d_counts(kCounts);
   DeviceBuffer<uint8_t> d_out(ref.size() * (fp32 ? 4 : 2));
   const Tolerance tol = wgrad_tolerance(fp32);
-  for (const GroupedGemmConfig& cfg : grouped_gemm_configs(GroupedGemmOp::kWgrad, out, false)) {
+  {
     arena.reset_outputs();
     if (accumulate) {
       if (fp32) DMOE_CUDA_CHECK(cudaMemcpy(d_out.get(), prev.vals.data(), d_out.size(), cudaMemcpyHostToDevice));
@@ -381,11 +422,15 @@ void run_wgrad_offsets(DType out, bool accumulate) {
   }
 }
 
-TEST(GroupedGemmOffsets, WgradAllConfigs) {
+TEST_P(GroupedGemmOffsetsWgradFp32, GradOutXMoved) {
   DMOE_REQUIRE_SM90();
-  run_wgrad_offsets(DType::kFloat32, false);
-  run_wgrad_offsets(DType::kBFloat16, false);
-  run_wgrad_offsets(DType::kFloat32, true);
+  run_wgrad_offsets(DType::kFloat32, false, GetParam().config);
+  run_wgrad_offsets(DType::kFloat32, true, GetParam().config);
+}
+
+TEST_P(GroupedGemmOffsetsWgradBf16, GradOutXMoved) {
+  DMOE_REQUIRE_SM90();
+  run_wgrad_offsets(DType::kBFloat16, false, GetParam().config);
 }
 
 // ---- CUDA graph: captured once, replayed with different offsets -------------------------------------

@@ -1,5 +1,5 @@
-// The SM90 grouped GEMM kernel: Kernel<Mainloop, Epilogue> over the expert tile scheduler, with
-// warp-specialized roles.
+// The SM90 grouped GEMM kernel: Kernel<Mainloop, Epilogue, RowSource> over the expert tile
+// scheduler, with warp-specialized roles.
 //
 //   warpgroup 0  producer   (setmaxnreg down)  warp 0, lane 0: TMA issue for every tile
 //                                              warps 1-3: row gather (gather variants only)
@@ -112,7 +112,11 @@ struct StoreChunkHook {
   DMOE_DEVICE void operator()(int32_t /*kb*/) const { Epilogue::store_chunk(p, ops, d, w); }
 };
 
-template <class Mainloop_, class Epilogue_, bool kGather_>
+// Where A's rows come from: TMA straight from the row buffer, or the gather producer's local copy
+// of rows named by a row-address table (gather.cuh).
+enum class RowSource { kTma, kGather };
+
+template <class Mainloop_, class Epilogue_, RowSource kRowSource = RowSource::kTma>
 struct GroupedGemmKernel {
   using Mainloop = Mainloop_;
   using Epilogue = Epilogue_;
@@ -121,7 +125,7 @@ struct GroupedGemmKernel {
   using Scheduler = GroupedTileScheduler<Mainloop::kGrouping, Mainloop::kBlockM, Mainloop::kBlockN, kClusterM>;
   using Pipeline = typename Mainloop::Pipeline;
   using Gather = GatherProducer<Mainloop::kBlockM>;
-  static constexpr bool kGather = kGather_;
+  static constexpr bool kGather = kRowSource == RowSource::kGather;
   static constexpr bool kPingPong = Mainloop::kPingPong;
   static constexpr bool kDeferred = IsDeferred<Epilogue>::value;
   static_assert(!kGather || Mainloop::kGrouping == Grouping::kM, "the gather producer feeds A of M-grouped GEMMs");

@@ -1,8 +1,9 @@
 // SM90 mainloop: a TMA producer (one thread) fills a ring of shared-memory stages; two consumer
 // warpgroups run wgmma on them with FP32 accumulators in registers.
 //
-// Tile: kBlockM x kBlockN outputs, contraction in blocks of kBlockK = 64 BF16 (128 bytes, the
-// width of one 128B-swizzle row). Two consumer schedules:
+// Tile: kBlockM x kBlockN outputs, contraction in blocks of kBlockK = 128 bytes of K (the width of
+// one 128B-swizzle row: 64 BF16). A flavour is a MainloopConfig (named fields). Two consumer
+// schedules (ConsumerSchedule):
 //   cooperative (kPingPong = false): both warpgroups work on every tile; warpgroup w owns rows
 //     tile_row(w, b) + [0, 64) for b in [0, kMmaPerWg), tile_row(w, b) = b * kBlockM / 2 + 64 * w.
 //     kBlockM = 128: warpgroup 0 has rows 0-63 and 1 has 64-127 (one m64 wgmma each); kBlockM = 256
@@ -53,19 +54,41 @@ enum NamedBarrier : uint32_t {
                              // then 6: warpgroup 1 finished, 0 may start
 };
 
-template <GemmKind kKind_, int kBlockM_, int kBlockN_, int kStages_, bool kSplit_, bool kPingPong_ = false,
-          int kClusterM_ = 1>
-struct Sm90Mainloop {
+// How the consumer warpgroups share the tiles (see the top of this file).
+enum class ConsumerSchedule { kCooperative, kPingPong };
+// SwiGLU split: the weight operand's tile is [gate half | up half] (B for kFprop, A for swap-AB).
+enum class WeightSplit { kNone, kGateUp };
+
+// A mainloop flavour, by name: GEMM kind, tile, pipeline depth, consumer schedule, weight split,
+// cluster size and the operand type (ptx/wgmma.cuh: its element size sets the 128-byte k block,
+// its instruction the k step).
+template <GemmKind kKind_, int kBlockM_, int kBlockN_, int kStages_,
+          ConsumerSchedule kSchedule_ = ConsumerSchedule::kCooperative, WeightSplit kSplit_ = WeightSplit::kNone,
+          int kClusterM_ = 1, class Operands_ = ptx::WgmmaTypeBf16>
+struct MainloopConfig {
   static constexpr GemmKind kKind = kKind_;
-  static constexpr Grouping kGrouping = grouping_of(kKind_);
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
-  static constexpr int kBlockK = 64;
   static constexpr int kStages = kStages_;
-  // SwiGLU split: the weight operand's tile is [gate half | up half] (B for kFprop, A for swap-AB).
-  static constexpr bool kSplit = kSplit_;
-  static constexpr bool kPingPong = kPingPong_;
-  static constexpr int kClusterM = kClusterM_;  // CTAs per cluster along M (TMA multicast of B)
+  static constexpr ConsumerSchedule kSchedule = kSchedule_;
+  static constexpr WeightSplit kSplit = kSplit_;
+  static constexpr int kClusterM = kClusterM_;
+  using Operands = Operands_;
+};
+
+template <class Config>
+struct Sm90Mainloop {
+  static constexpr GemmKind kKind = Config::kKind;
+  static constexpr Grouping kGrouping = grouping_of(kKind);
+  static constexpr int kBlockM = Config::kBlockM;
+  static constexpr int kBlockN = Config::kBlockN;
+  using Operands = typename Config::Operands;
+  static constexpr int kElemBytes = Operands::kElemBytes;
+  static constexpr int kBlockK = 128 / kElemBytes;  // one 128-byte swizzle row of K per stage row
+  static constexpr int kStages = Config::kStages;
+  static constexpr bool kSplit = Config::kSplit == WeightSplit::kGateUp;
+  static constexpr bool kPingPong = Config::kSchedule == ConsumerSchedule::kPingPong;
+  static constexpr int kClusterM = Config::kClusterM;  // CTAs per cluster along M (TMA multicast of B)
   using Pipeline = TmaPipeline<kStages, kClusterM>;
 
   static constexpr bool kAMnMajor = kKind == GemmKind::kWgrad;
@@ -86,11 +109,13 @@ struct Sm90Mainloop {
                 "clusters: pairs of cooperative WGRAD CTAs, or of FPROP CTAs");
   static_assert(kKind != GemmKind::kWgrad || (kBlockN / 64) % kClusterM == 0,
                 "each CTA of a WGRAD cluster multicasts whole B boxes");
+  static_assert(Operands::kTransposable || (!kAMnMajor && !kBMnMajor),
+                "this operand type's wgmma takes K-major operands only (FPROP, swap-AB)");
 
   // ---- shared memory ----------------------------------------------------------------------------
-  static constexpr uint32_t kABytes = kBlockM * kBlockK * 2;
-  static constexpr uint32_t kBBytes = kBlockN * kBlockK * 2;
-  static constexpr uint32_t kBoxBytes = 64 * kBlockK * 2;  // one MN-major box: 64 MN x 64 K = 8 KiB
+  static constexpr uint32_t kABytes = kBlockM * kBlockK * kElemBytes;
+  static constexpr uint32_t kBBytes = kBlockN * kBlockK * kElemBytes;
+  static constexpr uint32_t kBoxBytes = 64 * kBlockK * 2;  // one MN-major box: 64 MN x 64 K BF16 = 8 KiB
   static constexpr uint32_t kStageBytes = kABytes + kBBytes;
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "stage buffers keep 1024-byte alignment");
 
@@ -199,7 +224,7 @@ struct Sm90Mainloop {
   }
 
   // ---- consumers: one warpgroup's share of a tile -------------------------------------------------
-  using Wgmma = ptx::WgmmaBf16<kBlockN, kAMnMajor ? 1 : 0, kBMnMajor ? 1 : 0>;
+  using Wgmma = typename Operands::template Mma<kBlockN, kAMnMajor ? 1 : 0, kBMnMajor ? 1 : 0>;
 
   DMOE_DEVICE static uint64_t desc_a(uint32_t smem, int stage, int wg, int b) {
     const uint32_t a = smem_a(smem, stage);
@@ -213,9 +238,11 @@ struct Sm90Mainloop {
     return ptx::make_kmajor_desc(b);
   }
 
-  // Start-address step of one k16 slice: 32 bytes along a K-major row, 16 rows (2 KiB) MN-major.
-  static constexpr uint32_t kStepA = kAMnMajor ? 16 * 128 : 32;
-  static constexpr uint32_t kStepB = kBMnMajor ? 16 * 128 : 32;
+  // Start-address step of one instruction's K slice (k16 for BF16): 32 bytes along a K-major row,
+  // 16 rows (2 KiB) MN-major.
+  static constexpr int kMmaK = Operands::kK;
+  static constexpr uint32_t kStepA = kAMnMajor ? kMmaK * 128 : kMmaK * kElemBytes;
+  static constexpr uint32_t kStepB = kBMnMajor ? kMmaK * 128 : kMmaK * kElemBytes;
 
   // WGRAD: zero K-rows [valid, 64) of every box of this stage so the rows after the expert's end
   // contribute nothing (both operands: rows beyond the expert may hold anything, even NaN).
@@ -297,7 +324,7 @@ struct Sm90Mainloop {
         const uint64_t db = desc_b(smem, st.stage);
         ptx::wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kBlockK / 16; ++kk)
+        for (int kk = 0; kk < kBlockK / kMmaK; ++kk)
 #pragma unroll
           for (int b = 0; b < kBlocks; ++b)
             Wgmma::mma(acc[b], ptx::desc_advance(da[b], kk * kStepA), ptx::desc_advance(db, kk * kStepB), 1u);

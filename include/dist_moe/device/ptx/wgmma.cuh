@@ -1,8 +1,9 @@
-// wgmma (sm_90a): warpgroup matrix multiply-accumulate, BF16 inputs from shared memory, FP32
-// accumulators in registers.
+// wgmma (sm_90a): warpgroup matrix multiply-accumulate, inputs from shared memory (BF16 k16, and
+// E4M3 k32 for the FP8 GEMMs to come), FP32 accumulators in registers.
 //
-// One instruction computes D[64 x N] (+)= A[64 x 16] * B[16 x N] for the 128 threads of a
-// warpgroup. A and B are described by 64-bit shared-memory descriptors (see make_smem_desc below).
+// One instruction computes D[64 x N] (+)= A[64 x kK] * B[kK x N] for the 128 threads of a
+// warpgroup (kK = 32 bytes of K: 16 BF16 or 32 E4M3). A and B are described by 64-bit
+// shared-memory descriptors (see make_smem_desc below).
 //
 // Accumulator fragment (PTX ISA "wgmma 64xNx16 D"), for thread t of the warpgroup:
 //   warp w = t / 32, lane l = t % 32, register i in [0, N/2):
@@ -66,6 +67,77 @@ DMOE_HOST_DEVICE constexpr uint64_t make_mnmajor_desc(uint32_t smem_byte_addr, u
 // 256 KiB window, so no carry leaves the 14-bit field).
 DMOE_HOST_DEVICE constexpr uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
 
+// ---- wgmma families by operand type ---------------------------------------------------------------
+// The wrappers (CUDA-only part below) are declared here so the tags can name them in host passes.
+template <int kN, int kTransA, int kTransB>
+struct WgmmaBf16;
+template <int kN, int kTransA = 0, int kTransB = 0>
+struct WgmmaE4m3;
+
+// What a mainloop needs to know of an operand type: bytes per element, the K of one instruction,
+// whether MN-major (transposed) shared-memory operands are allowed, and the instruction per N.
+struct WgmmaTypeBf16 {
+  static constexpr int kElemBytes = 2;
+  static constexpr int kK = 16;
+  static constexpr bool kTransposable = true;
+  template <int kN, int kTransA, int kTransB>
+  using Mma = WgmmaBf16<kN, kTransA, kTransB>;
+};
+
+struct WgmmaTypeE4m3 {
+  static constexpr int kElemBytes = 1;
+  static constexpr int kK = 32;
+  static constexpr bool kTransposable = false;
+  template <int kN, int kTransA, int kTransB>
+  using Mma = WgmmaE4m3<kN, kTransA, kTransB>;
+};
+
+// ---- accumulator operands, shared by every wgmma family ------------------------------------------
+// A thread holds N / 2 FP32 accumulators of an m64 x N fragment. They are the asm operands %0 ..
+// %(N/2 - 1) of every wrapper below (outputs come first), so only the operands after them -- the
+// descriptors and flags -- differ between families and are numbered per N.
+#define DMOE_WGMMA_ACC_8 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define DMOE_WGMMA_OUT_8 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define DMOE_WGMMA_ACC_16 \
+  DMOE_WGMMA_ACC_8 \
+  ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define DMOE_WGMMA_OUT_16 \
+  DMOE_WGMMA_OUT_8, \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define DMOE_WGMMA_ACC_32 \
+  DMOE_WGMMA_ACC_16 \
+  ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define DMOE_WGMMA_OUT_32 \
+  DMOE_WGMMA_OUT_16, \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define DMOE_WGMMA_ACC_64 \
+  DMOE_WGMMA_ACC_32 \
+  ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47" \
+  ", %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define DMOE_WGMMA_OUT_64 \
+  DMOE_WGMMA_OUT_32, \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define DMOE_WGMMA_ACC_128 \
+  DMOE_WGMMA_ACC_64 \
+  ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79" \
+  ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95" \
+  ", %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111" \
+  ", %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define DMOE_WGMMA_OUT_128 \
+  DMOE_WGMMA_OUT_64, \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+  "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+  "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+  "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+  "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+
 #if defined(__CUDACC__)
 
 DMOE_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -85,10 +157,14 @@ DMOE_DEVICE void wgmma_fence_operands(float (&d)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// D[64 x N] = A * B + (accumulate ? D : 0). kTransA / kTransB: 0 = K-major, 1 = MN-major.
-template <int kN, int kTransA, int kTransB>
-struct WgmmaBf16;
+// ---- instruction families ---------------------------------------------------------------------------
+// One wrapper template per operand type, specialized per N; all have the same interface:
+//   Wgmma<kN, kTransA, kTransB>::mma(d, desc_a, desc_b, accumulate)
+//   D[64 x N] = A[64 x kK] * B[kK x N] + (accumulate ? D : 0)
+// and a type tag (WgmmaTypeBf16, WgmmaTypeE4m3, above the CUDA-only part) names the family, its
+// element size and K per instruction, so a mainloop picks a family by its operand type alone.
 
+// BF16 x BF16 -> FP32, m64nNk16. kTransA / kTransB: 0 = K-major, 1 = MN-major.
 template <int kTransA, int kTransB>
 struct WgmmaBf16<256, kTransA, kTransB> {
   static constexpr int kRegs = 128;
@@ -97,33 +173,9 @@ struct WgmmaBf16<256, kTransA, kTransB> {
       "{\n"
       ".reg .pred p;\n"
       "setp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1, %131, %132;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" DMOE_WGMMA_ACC_128 "}, %128, %129, p, 1, 1, %131, %132;\n"
       "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : DMOE_WGMMA_OUT_128
       : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
   }
 };
@@ -136,21 +188,9 @@ struct WgmmaBf16<128, kTransA, kTransB> {
       "{\n"
       ".reg .pred p;\n"
       "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, %67, %68;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" DMOE_WGMMA_ACC_64 "}, %64, %65, p, 1, 1, %67, %68;\n"
       "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : DMOE_WGMMA_OUT_64
       : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
   }
 };
@@ -163,15 +203,9 @@ struct WgmmaBf16<64, kTransA, kTransB> {
       "{\n"
       ".reg .pred p;\n"
       "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, %35, %36;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" DMOE_WGMMA_ACC_32 "}, %32, %33, p, 1, 1, %35, %36;\n"
       "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : DMOE_WGMMA_OUT_32
       : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
   }
 };
@@ -184,12 +218,9 @@ struct WgmmaBf16<32, kTransA, kTransB> {
       "{\n"
       ".reg .pred p;\n"
       "setp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-      "}, %16, %17, p, 1, 1, %19, %20;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" DMOE_WGMMA_ACC_16 "}, %16, %17, p, 1, 1, %19, %20;\n"
       "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : DMOE_WGMMA_OUT_16
       : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
   }
 };
@@ -202,15 +233,101 @@ struct WgmmaBf16<16, kTransA, kTransB> {
       "{\n"
       ".reg .pred p;\n"
       "setp.ne.b32 p, %10, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7"
-      "}, %8, %9, p, 1, 1, %11, %12;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {" DMOE_WGMMA_ACC_8 "}, %8, %9, p, 1, 1, %11, %12;\n"
       "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : DMOE_WGMMA_OUT_8
       : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
   }
 };
 
+// E4M3 x E4M3 -> FP32, m64nNk32 (PTX ISA: 8-bit types have no transpose operands, so both operands
+// are K-major and only <N, 0, 0> exists; imm-scale-a/b = 1). No kernel uses it yet.
+template <>
+struct WgmmaE4m3<256, 0, 0> {
+  static constexpr int kRegs = 128;
+  DMOE_DEVICE static void mma(float (&d)[128], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" DMOE_WGMMA_ACC_128 "}, %128, %129, p, 1, 1;\n"
+      "}\n"
+      : DMOE_WGMMA_OUT_128
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+template <>
+struct WgmmaE4m3<128, 0, 0> {
+  static constexpr int kRegs = 64;
+  DMOE_DEVICE static void mma(float (&d)[64], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" DMOE_WGMMA_ACC_64 "}, %64, %65, p, 1, 1;\n"
+      "}\n"
+      : DMOE_WGMMA_OUT_64
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+template <>
+struct WgmmaE4m3<64, 0, 0> {
+  static constexpr int kRegs = 32;
+  DMOE_DEVICE static void mma(float (&d)[32], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" DMOE_WGMMA_ACC_32 "}, %32, %33, p, 1, 1;\n"
+      "}\n"
+      : DMOE_WGMMA_OUT_32
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+template <>
+struct WgmmaE4m3<32, 0, 0> {
+  static constexpr int kRegs = 16;
+  DMOE_DEVICE static void mma(float (&d)[16], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {" DMOE_WGMMA_ACC_16 "}, %16, %17, p, 1, 1;\n"
+      "}\n"
+      : DMOE_WGMMA_OUT_16
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+template <>
+struct WgmmaE4m3<16, 0, 0> {
+  static constexpr int kRegs = 8;
+  DMOE_DEVICE static void mma(float (&d)[8], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {" DMOE_WGMMA_ACC_8 "}, %8, %9, p, 1, 1;\n"
+      "}\n"
+      : DMOE_WGMMA_OUT_8
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+};
+
 #endif  // __CUDACC__
+
+#undef DMOE_WGMMA_ACC_8
+#undef DMOE_WGMMA_ACC_16
+#undef DMOE_WGMMA_ACC_32
+#undef DMOE_WGMMA_ACC_64
+#undef DMOE_WGMMA_ACC_128
+#undef DMOE_WGMMA_OUT_8
+#undef DMOE_WGMMA_OUT_16
+#undef DMOE_WGMMA_OUT_32
+#undef DMOE_WGMMA_OUT_64
+#undef DMOE_WGMMA_OUT_128
 
 }  // namespace dist_moe::ptx
