@@ -54,7 +54,7 @@ else
   put build FAIL "see build.log"
   tail -40 "$OUT_DIR/build.log"
 fi
-LAUNCH="$BUILD_DIR/tests/dmoe_launch"
+LAUNCH="$BUILD_DIR/dmoe_launch"
 TESTS="$BUILD_DIR/tests/dist_moe_comm_tests"
 BENCH="$BUILD_DIR/bench/bench_dispatch_combine"
 built() { [ "${RESULT[build]}" = PASS ]; }

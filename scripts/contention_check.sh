@@ -11,7 +11,7 @@ NPROC=${NPROC:-2}
 RUNS=${RUNS:-8}
 OUT=${OUT:-/tmp/dmoe-out}
 mkdir -p "$OUT"
-LAUNCH="$BUILD_DIR/tests/dmoe_launch"
+LAUNCH="$BUILD_DIR/dmoe_launch"
 flag=$(mktemp)
 ( while [ -e "$flag" ]; do "$LAUNCH" -n "$NPROC" --timeout 300 -- "$BUILD_DIR/tests/dist_moe_comm_tests" >/dev/null 2>&1; done ) &
 loader=$!

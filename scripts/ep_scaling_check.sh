@@ -42,7 +42,7 @@ if [ -z "${EP_SIZES:-}" ]; then
   for n in 2 4 8; do [ "$n" -le "$NGPU" ] && EP_SIZES="$EP_SIZES $n"; done
 fi
 say "ep_scaling_check: $NGPU GPU(s), EP sizes:$EP_SIZES, stages: $STAGES"
-LAUNCH="$BUILD/tests/dmoe_launch"
+LAUNCH="$BUILD/dmoe_launch"
 # The first n GPUs for an EP-n run (dmoe_launch gives rank r GPU r of the visible ones).
 gpus_for() { seq -s, 0 $(( $1 - 1 )); }
 

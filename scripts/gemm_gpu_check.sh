@@ -80,11 +80,11 @@ if want build; then
 step "configure + build (-j$JOBS) -> $WORK/build.log"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | tee "$WORK/gpu.txt"
 # The ptxas report needs the GEMM objects to compile in this run.
-touch src/kernels/grouped_gemm*.cu
+touch src/gemm/grouped_gemm*.cu
 start=$(date +%s)
 if cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDIST_MOE_NCCL_ROOT="$NCCL_ROOT" \
      -DDIST_MOE_PTXAS_VERBOSE=ON >"$WORK/configure.log" 2>&1 &&
-   cmake --build "$BUILD_DIR" -j "$JOBS" --target dist_moe_cuda dist_moe_gpu_tests bench_grouped_gemm \
+   cmake --build "$BUILD_DIR" -j "$JOBS" --target dist_moe_gemm dist_moe_gpu_tests bench_grouped_gemm \
      >"$WORK/build.log" 2>&1; then
   RESULT[build]=PASS
 else
@@ -104,9 +104,9 @@ fi
 cat "$REPORT"
 
 step "SASS: HGMMA per GEMM kernel -> $REPORT"
-if command -v cuobjdump >/dev/null && [ -f "$BUILD_DIR/libdist_moe_cuda.a" ]; then
+if command -v cuobjdump >/dev/null && [ -f "$BUILD_DIR/libdist_moe_gemm.a" ]; then
   echo >>"$REPORT"
-  if cuobjdump -sass "$BUILD_DIR/libdist_moe_cuda.a" 2>/dev/null | $PY scripts/gemm_ptxas_report.py --sass >"$WORK/sass.txt"; then
+  if cuobjdump -sass "$BUILD_DIR/libdist_moe_gemm.a" 2>/dev/null | $PY scripts/gemm_ptxas_report.py --sass >"$WORK/sass.txt"; then
     RESULT[sass]=PASS
   else
     RESULT[sass]=FAIL

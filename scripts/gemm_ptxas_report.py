@@ -6,7 +6,7 @@
       epilogue, gather, registers, stack frame, spill stores/loads. Exits 1 if any GEMM kernel
       spills or has a stack frame. Build with -DDIST_MOE_PTXAS_VERBOSE=ON and make sure the GEMM
       objects recompile, or ptxas prints nothing.
-  cuobjdump -sass libdist_moe_cuda.a | python3 scripts/gemm_ptxas_report.py --sass
+  cuobjdump -sass libdist_moe_gemm.a | python3 scripts/gemm_ptxas_report.py --sass
       HGMMA instructions per GEMM kernel. Exits 1 if a GEMM kernel has none (a slow fallback path).
 """
 import re

@@ -52,10 +52,10 @@ fi
 
 if has pipeline; then
   n=$(nvidia-smi -L | wc -l)
-  timeout 900 "$BUILD/tests/dmoe_launch" -n "$n" --timeout 800 -- "$BUILD/tests/dist_moe_pipeline_tests" > "$OUT/pipeline.log" 2>&1
+  timeout 900 "$BUILD/dmoe_launch" -n "$n" --timeout 800 -- "$BUILD/tests/dist_moe_pipeline_tests" > "$OUT/pipeline.log" 2>&1
   say "pipeline tests (rc=$?): $(grep -E 'ALL PASS|FAILED:|ERROR' "$OUT/pipeline.log" | head -4 | tr '\n' ' ')"
   grep -E "FAIL case" "$OUT/pipeline.log" | head -10 | tee -a "$SUMMARY"
-  timeout 300 "$BUILD/tests/dmoe_launch" -n "$n" --timeout 250 -- "$BUILD/examples/two_layer_moe" >> "$OUT/pipeline.log" 2>&1
+  timeout 300 "$BUILD/dmoe_launch" -n "$n" --timeout 250 -- "$BUILD/examples/two_layer_moe" >> "$OUT/pipeline.log" 2>&1
   say "two-layer example (rc=$?): $(grep -E 'two-layer MoE' "$OUT/pipeline.log" | tr '\n' ' ')"
   timeout 400 ctest --test-dir "$BUILD" -R pipeline_trap --output-on-failure >> "$OUT/pipeline.log" 2>&1
   say "pipeline trap tests (rc=$?): $(grep -E 'tests passed|tests failed' "$OUT/pipeline.log" | tail -1)"

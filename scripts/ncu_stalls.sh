@@ -31,5 +31,5 @@ timeout 200 ncu --clock-control none --kernel-name-base mangled --print-kernel-b
 echo "ncu rc=$?"
 grep -E "^    Stall " "$OUT/ncu_stalls.txt" | sort -k3 -rn | head -12
 name=$(grep -oE "_ZN8dist_moe4gemm17sm90_grouped_gemm\S*${KERNEL}\S*ParamsE" "$OUT/ncu_stalls.txt" | head -1)
-[ -n "$name" ] && cuobjdump -sass -fun "$name" "$BUILD/libdist_moe_cuda.a" > "$OUT/sass.txt" 2>&1
+[ -n "$name" ] && cuobjdump -sass -fun "$name" "$BUILD/libdist_moe_gemm.a" > "$OUT/sass.txt" 2>&1
 echo "sass: $(wc -l < "$OUT/sass.txt" 2>/dev/null || echo 0) lines"

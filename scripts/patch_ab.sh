@@ -6,7 +6,7 @@
 # unpatched run.
 #   PATCHES="ab/prefetch.patch ab/warm.patch" TARGETS="dmoe_launch bench_dispatch_combine" \
 #   GREP="combine.first|graph: combine rank partials" scripts/patch_ab.sh -- \
-#     build-gpu/tests/dmoe_launch -n 2 --timeout 300 -- build-gpu/bench/bench_dispatch_combine --shape dsv3_decode --no-sweep
+#     build-gpu/dmoe_launch -n 2 --timeout 300 -- build-gpu/bench/bench_dispatch_combine --shape dsv3_decode --no-sweep
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 [ "${1:-}" = "--" ] && shift

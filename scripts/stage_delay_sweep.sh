@@ -17,7 +17,7 @@ STAGES=${STAGES:-"* publish+route plan w13 w2 reduce h2_from_saved_h1 topk_backw
 pass=0 fail=0
 run_one() {  # label, env value
   local label=$1 log="$OUT/delay_$(echo "$1" | tr -c 'A-Za-z0-9_\n' '_').log"
-  DMOE_DEBUG_STAGE_DELAY="$2" timeout 300 "$BUILD_DIR/tests/dmoe_launch" -n "$NPROC" --timeout 240 -- "$PROGRAM" "${@:3}" >"$log" 2>&1
+  DMOE_DEBUG_STAGE_DELAY="$2" timeout 300 "$BUILD_DIR/dmoe_launch" -n "$NPROC" --timeout 240 -- "$PROGRAM" "${@:3}" >"$log" 2>&1
   local rc=$?
   if [ $rc = 0 ]; then pass=$((pass + 1)); echo "PASS $label"; else
     fail=$((fail + 1)); echo "FAIL $label (rc=$rc): $(grep -E 'MISMATCH|FAIL|DistMoE|error' "$log" | head -3 | tr '\n' ' ' | cut -c1-300)"; fi

@@ -33,9 +33,9 @@ std::string launcher_path() {
 #ifdef DIST_MOE_LAUNCHER_PATH
   if (access(DIST_MOE_LAUNCHER_PATH, X_OK) == 0) return DIST_MOE_LAUNCHER_PATH;
 #endif
-  const std::string guess = self_dir() + "/tests/dmoe_launch";
+  const std::string guess = self_dir() + "/dmoe_launch";
   if (access(guess.c_str(), X_OK) == 0) return guess;
-  detail::fail(ErrorCode::kRuntime, "dmoe_launch not found (build the tests target: it starts one process per GPU)");
+  detail::fail(ErrorCode::kRuntime, "dmoe_launch not found next to dist-moe (build the dmoe_launch target: it starts one process per GPU)");
 }
 
 // Runs `cmd`, echoing its output lines; lines starting with `tag` (after an optional "[rank 0] ")

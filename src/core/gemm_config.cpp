@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "dist_moe/dtype.h"
 #include "dist_moe/grouped_gemm_config.h"
 #include "env_knobs.h"
 
@@ -31,11 +32,19 @@ namespace {
 
 constexpr int kSmemOptin = 232448;  // H100/H200 dynamic shared memory per block (227 KiB)
 
+// Bits of one value (a packed E2M1 pair is two values of 4 bits).
+int value_bits(DType d) { return d == DType::kFloat4E2M1x2 ? 4 : 8 * static_cast<int>(element_size(d)); }
+
+// A stage row is one 128-byte swizzle row of the contraction, so the k block holds 1024 bits /
+// value bits: 64 BF16, 128 FP8, 256 FP4.
+int block_k_of(const GroupedGemmProblem& p) { return 1024 / value_bits(p.a_format.data); }
+
 GroupedGemmConfig tile(int bm, int bn, int stages, const GroupedGemmProblem& p, int sms, bool pingpong = false,
                        bool tma_store = false) {
   GroupedGemmConfig c;
   c.block_m = bm;
   c.block_n = bn;
+  c.block_k = block_k_of(p);
   c.stages = stages;
   c.num_sms = sms;
   c.gather = p.gather;
@@ -190,6 +199,46 @@ const char* to_string(GroupedGemmOp op) {
     case GroupedGemmOp::kWgrad: return "wgrad";
   }
   return "?";
+}
+
+const char* to_string(ScaleKind scale) {
+  switch (scale) {
+    case ScaleKind::kNone: return "none";
+    case ScaleKind::kE8M0_1x32: return "e8m0_1x32";
+    case ScaleKind::kE8M0_32x32: return "e8m0_32x32";
+    case ScaleKind::kFP32_1x128: return "fp32_1x128";
+    case ScaleKind::kFP32_128x128: return "fp32_128x128";
+    case ScaleKind::kE4M3_1x16_FP32Global: return "e4m3_1x16_fp32g";
+  }
+  return "?";
+}
+
+namespace {
+
+// Short element names for format names (to_string(DType) spells torch's names, which are longer
+// than a test name wants).
+const char* short_name(DType d) {
+  switch (d) {
+    case DType::kBFloat16: return "bf16";
+    case DType::kFloat16: return "f16";
+    case DType::kFloat32: return "f32";
+    case DType::kInt16: return "i16";
+    case DType::kInt32: return "i32";
+    case DType::kInt64: return "i64";
+    case DType::kFloat8E4M3: return "e4m3";
+    case DType::kFloat8E8M0: return "e8m0";
+    case DType::kFloat4E2M1x2: return "e2m1x2";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+std::string OperandFormat::name() const {
+  std::string s = short_name(data);
+  if (scale != ScaleKind::kNone) s += std::string("_") + to_string(scale);
+  if (layout == OperandLayout::kColumnMajor) s += "_col";
+  return s;
 }
 
 std::string GroupedGemmConfig::name() const {

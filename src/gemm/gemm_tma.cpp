@@ -12,7 +12,7 @@
 #include "dist_moe/check.h"
 #include "dist_moe/driver_api.h"
 #include "dist_moe/error.h"
-#include "grouped_gemm_launch.h"
+#include "gemm/grouped_gemm_launch.h"
 
 namespace dist_moe::detail {
 namespace {

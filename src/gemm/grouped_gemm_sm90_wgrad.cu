@@ -6,7 +6,7 @@
 //   reference shapes WGRAD is bound by writing its output, which the TMA writer overlaps with the
 //   next tile's mainloop. c2: the cooperative tma kernel in 2-CTA clusters (TMA multicast of x).
 #include "dist_moe/device/gemm/epilogue_store.cuh"
-#include "grouped_gemm_launch.cuh"
+#include "gemm/grouped_gemm_launch.cuh"
 
 namespace dist_moe::detail {
 namespace {

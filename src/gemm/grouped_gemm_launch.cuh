@@ -14,7 +14,7 @@
 
 #include "dist_moe/check.h"
 #include "dist_moe/device/gemm/kernel.cuh"
-#include "grouped_gemm_launch.h"
+#include "gemm/grouped_gemm_launch.h"
 
 namespace dist_moe::detail {
 

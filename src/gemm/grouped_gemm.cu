@@ -20,7 +20,7 @@
 #include "dist_moe/device/ptx/special.cuh"
 #include "dist_moe/error.h"
 #include "dist_moe/grouped_gemm.h"
-#include "grouped_gemm_launch.h"
+#include "gemm/grouped_gemm_launch.h"
 
 namespace dist_moe {
 namespace {

@@ -6,7 +6,7 @@
 //   pp:     ping-pong 128x128 tiles (one warpgroup per tile) with TMA stores
 //   c2:     tma / pp in 2-CTA clusters sharing the weight block (TMA multicast)
 #include "dist_moe/device/gemm/epilogue_store.cuh"
-#include "grouped_gemm_launch.cuh"
+#include "gemm/grouped_gemm_launch.cuh"
 
 namespace dist_moe::detail {
 namespace {

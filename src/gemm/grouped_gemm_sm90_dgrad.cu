@@ -4,7 +4,7 @@
 //   legacy (synchronous padded-staging stores), tma (cooperative, TMA stores), pp (ping-pong
 //   128x128 with TMA stores); see grouped_gemm_sm90_fprop.cu.
 #include "dist_moe/device/gemm/epilogue_store.cuh"
-#include "grouped_gemm_launch.cuh"
+#include "gemm/grouped_gemm_launch.cuh"
 
 namespace dist_moe::detail {
 namespace {

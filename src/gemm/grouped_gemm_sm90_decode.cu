@@ -3,7 +3,7 @@
 // decode_kernel entries of kGemmKernelSpecs (grouped_gemm_launch.h); 256 x 64 weights (32 KiB) +
 // 32 x 64 tokens (4 KiB) per stage, 5 stages = 180 KiB in flight.
 #include "dist_moe/device/gemm/epilogue_swap_ab.cuh"
-#include "grouped_gemm_launch.cuh"
+#include "gemm/grouped_gemm_launch.cuh"
 
 namespace dist_moe::detail {
 namespace {

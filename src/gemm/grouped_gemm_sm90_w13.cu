@@ -7,7 +7,7 @@
 //           stores: the SwiGLU math and the stores of one warpgroup overlap the other's wgmmas
 //   c2:     tma / pp in 2-CTA clusters sharing the weight block (TMA multicast)
 #include "dist_moe/device/gemm/epilogue_swiglu.cuh"
-#include "grouped_gemm_launch.cuh"
+#include "gemm/grouped_gemm_launch.cuh"
 
 namespace dist_moe::detail {
 namespace {
