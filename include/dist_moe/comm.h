@@ -139,9 +139,11 @@ enum class CombineSync {
 // Which combine kernel. Results are bitwise identical; only speed differs.
 enum class CombineAlgorithm {
   kAuto,  // environment DMOE_COMBINE_ALGO=v1|v2|partials, else kV2
-  kV1,    // every route (local owners too) is copied into its owner's combine window, then reduced;
-          // barrier mode uses grid barriers + a one-CTA EP barrier
-  kV2,    // only routes of other owners are stored (NVLink); routes of this rank's own tokens are
+  kV1,    // every route (src/comm/combine_every_route.cu): every route (local owners too) is copied
+          // into its owner's combine window, then reduced; barrier mode uses grid barriers + a
+          // one-CTA EP barrier
+  kV2,    // remote routes only (src/comm/combine_remote_routes.cu): only routes of other owners are
+          // stored (NVLink); routes of this rank's own tokens are
           // reduced straight from y; barrier mode uses the split EP barrier (no grid barrier),
           // signal mode has dedicated reduce warps and batched release fences
   // Each owner rank first sums the routes of a token it computed (FP32, k order, the token's
@@ -328,8 +330,8 @@ class EpGroup {
   int max_routing_ctas_ = 0;
   int combine_ctas_f32_ = 0;   // co-resident combine CTAs (FP32 scores)
   int combine_ctas_bf16_ = 0;  // co-resident combine CTAs (BF16 scores)
-  int combine2_ctas_[2][3] = {};  // co-resident v2 CTAs [bf16 scores][mode]
-  int combine3_ctas_[2] = {};     // co-resident kRankPartials CTAs [bf16 scores]
+  int remote_routes_ctas_[2][3] = {};  // co-resident v2 CTAs [bf16 scores][mode]
+  int rank_partials_ctas_[2] = {};     // co-resident kRankPartials CTAs [bf16 scores]
   bool scores_pushed_ = false;    // the latest publish was the fused kernel with scores
   int fused_ctas_ = 0;            // CTAs of the fused route kernel (0: not supported)
   int64_t fused_max_routes_ = 0;  // R * T * K limit of the fused route kernel

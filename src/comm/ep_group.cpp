@@ -234,17 +234,17 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
   layout_.timeout_cycles = comm.timeout_cycles();
   layout_.trace = nullptr;
 
-  combine_ctas_f32_ = kernels::combine_max_coresident_ctas(id_bytes, false, comm.num_sms());
-  combine_ctas_bf16_ = kernels::combine_max_coresident_ctas(id_bytes, true, comm.num_sms());
+  combine_ctas_f32_ = kernels::combine_every_route_max_coresident_ctas(id_bytes, false, comm.num_sms());
+  combine_ctas_bf16_ = kernels::combine_every_route_max_coresident_ctas(id_bytes, true, comm.num_sms());
   DMOE_CHECK_ARG(combine_ctas_f32_ >= 1 && combine_ctas_bf16_ >= 1, "the combine kernel cannot be resident");
   for (int b = 0; b < 2; ++b)
     for (int m = 0; m < 3; ++m) {
-      combine2_ctas_[b][m] = kernels::combine2_max_coresident_ctas(id_bytes, b != 0, m, comm.num_sms());
-      DMOE_CHECK_ARG(combine2_ctas_[b][m] >= 1, "the v2 combine kernel cannot be resident");
+      remote_routes_ctas_[b][m] = kernels::combine_remote_routes_max_coresident_ctas(id_bytes, b != 0, m, comm.num_sms());
+      DMOE_CHECK_ARG(remote_routes_ctas_[b][m] >= 1, "the v2 combine kernel cannot be resident");
     }
   for (int b = 0; b < 2; ++b) {
-    combine3_ctas_[b] = kernels::combine3_max_coresident_ctas(id_bytes, b != 0, comm.num_sms());
-    DMOE_CHECK_ARG(combine3_ctas_[b] >= 1, "the rank-partials combine kernel cannot be resident");
+    rank_partials_ctas_[b] = kernels::combine_rank_partials_max_coresident_ctas(id_bytes, b != 0, comm.num_sms());
+    DMOE_CHECK_ARG(rank_partials_ctas_[b] >= 1, "the rank-partials combine kernel cannot be resident");
   }
 
   // ---- fused publish + route + dispatch: one CTA per SM, all routes in shared memory ----
@@ -367,7 +367,7 @@ void EpGroup::combine(const void* y_MD, const void* scores_TK, DType score_dtype
   if (algo == CombineAlgorithm::kRankPartials) {
     DMOE_CHECK_ARG(config_.hidden % 16 == 0, "CombineAlgorithm::kRankPartials needs hidden % 16 == 0 (got ",
                    config_.hidden, "): an FP32 partial row is split into halves of whole 16-byte vectors");
-    kernels::Combine2Args a{};
+    kernels::CombineArgs a{};
     a.y = static_cast<const char*>(y_MD);
     a.scores = scores_TK;
     a.out = static_cast<char*>(out_TD);
@@ -376,17 +376,17 @@ void EpGroup::combine(const void* y_MD, const void* scores_TK, DType score_dtype
     a.partials_sync = options.sync == CombineSync::kSignal ? kernels::kPartialsSignal
                       : own_partials_late()               ? kernels::kPartialsBarrierOwnLate
                                                           : kernels::kPartialsBarrier;
-    const int ctas = combine_grid(comm_, combine3_ctas_[bf16 ? 1 : 0], options.num_sms);
-    kernels::launch_combine3(layout_, tables_, a, bf16, ctas, stream);
+    const int ctas = combine_grid(comm_, rank_partials_ctas_[bf16 ? 1 : 0], options.num_sms);
+    kernels::launch_combine_rank_partials(layout_, tables_, a, bf16, ctas, stream);
     return;
   }
   if (algo == CombineAlgorithm::kV2) {
     combine_v2(y_MD, scores_TK, bf16, out_TD, num_tokens,
-               options.sync == CombineSync::kSignal ? kernels::kC2Signal : kernels::kC2Barrier, options, stream);
+               options.sync == CombineSync::kSignal ? kernels::kRemoteSignal : kernels::kRemoteBarrier, options, stream);
     return;
   }
   const int ctas = combine_grid(comm_, bf16 ? combine_ctas_bf16_ : combine_ctas_f32_, options.num_sms);
-  kernels::launch_combine(layout_, tables_, y_MD, scores_TK, bf16, out_TD, static_cast<int>(num_tokens),
+  kernels::launch_combine_every_route(layout_, tables_, y_MD, scores_TK, bf16, out_TD, static_cast<int>(num_tokens),
                           options.sync == CombineSync::kSignal, ctas, stream);
 }
 
@@ -399,15 +399,15 @@ void EpGroup::reduce(const void* scores_TK, DType score_dtype, void* out_TD, int
   if (score_dtype != DType::kFloat32 && score_dtype != DType::kBFloat16)
     detail::fail(ErrorCode::kInvalidType, "topk_scores_TK must be float32 or bfloat16, got ", to_string(score_dtype));
   DMOE_CHECK_ARG(keep.base == nullptr || aligned16(keep.base), "KeepRoutes::base must be 16-byte aligned");
-  combine_v2(nullptr, scores_TK, score_dtype == DType::kBFloat16, out_TD, num_tokens, kernels::kC2ReduceOnly, options,
+  combine_v2(nullptr, scores_TK, score_dtype == DType::kBFloat16, out_TD, num_tokens, kernels::kRemoteReduceOnly, options,
              stream, keep);
 }
 
 void EpGroup::combine_v2(const void* y_MD, const void* scores_TK, bool score_bf16, void* out_TD, int64_t num_tokens,
                          int mode, const CombineOptions& options, cudaStream_t stream, const KeepRoutes& keep) {
   constexpr int kWarpsPerCta = kernels::kCombineThreads / 32;
-  const int ctas = combine_grid(comm_, combine2_ctas_[score_bf16 ? 1 : 0][mode], options.num_sms);
-  kernels::Combine2Args a{};
+  const int ctas = combine_grid(comm_, remote_routes_ctas_[score_bf16 ? 1 : 0][mode], options.num_sms);
+  kernels::CombineArgs a{};
   a.y = static_cast<const char*>(y_MD);
   a.scores = scores_TK;
   a.out = static_cast<char*>(out_TD);
@@ -422,7 +422,7 @@ void EpGroup::combine_v2(const void* y_MD, const void* scores_TK, bool score_bf1
   a.signal_batch = std::clamp(sb, 1, 32);
   int rc = options.reduce_ctas > 0 ? options.reduce_ctas
                                    : static_cast<int>(env::int64_or("DMOE_COMBINE_REDUCE_CTAS", 0));
-  a.reduce_ctas = (mode == kernels::kC2Signal && rc > 0 && ctas >= 2) ? std::clamp(rc, 1, ctas - 1) : 0;
+  a.reduce_ctas = (mode == kernels::kRemoteSignal && rc > 0 && ctas >= 2) ? std::clamp(rc, 1, ctas - 1) : 0;
   const int K = static_cast<int>(config_.top_k);
   int kg = options.k_group > 0 ? options.k_group : static_cast<int>(env::int64_or("DMOE_COMBINE_K_GROUP", 0));
   if (kg <= 0) {  // automatic: one route per unit while the coarse units do not fill the scatter warps
@@ -430,11 +430,11 @@ void EpGroup::combine_v2(const void* y_MD, const void* scores_TK, bool score_bf1
     const int64_t coarse_units = num_tokens * (comm_.world_size() - 1) * nseg;
     const int64_t scatter_warps =
         a.reduce_ctas > 0 ? static_cast<int64_t>(ctas - a.reduce_ctas) * kWarpsPerCta
-        : static_cast<int64_t>(ctas) * (mode == kernels::kC2Signal ? kWarpsPerCta - a.reduce_warps : kWarpsPerCta);
+        : static_cast<int64_t>(ctas) * (mode == kernels::kRemoteSignal ? kWarpsPerCta - a.reduce_warps : kWarpsPerCta);
     kg = coarse_units < scatter_warps ? 1 : K;
   }
   a.k_group = std::clamp(kg, 1, K);
-  kernels::launch_combine2(layout_, tables_, a, score_bf16, mode, ctas, stream);
+  kernels::launch_combine_remote_routes(layout_, tables_, a, score_bf16, mode, ctas, stream);
 }
 
 void EpGroup::publish_route_dispatch(const void* x_TD, const void* ids_TK, DType ids_dtype, int64_t num_tokens,

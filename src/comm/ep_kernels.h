@@ -69,19 +69,22 @@ inline constexpr int kDispatchThreads = 512;
 void launch_dispatch(const EpDeviceLayout& L, const RoutingTables& tables, void* x_gathered, int num_tokens,
                      int alignment, bool per_route, bool zero_fill, int num_ctas, bool pdl, cudaStream_t stream);
 
-// ---- combine ------------------------------------------------------------------------------------
+// ---- combine: three kernels, one per CombineAlgorithm (combine_*.cu) ----------------------------
 inline constexpr int kCombineThreads = 512;
-int combine_max_coresident_ctas(int id_bytes, bool score_bf16, int num_sms);
-void launch_combine(const EpDeviceLayout& L, const RoutingTables& tables, const void* y, const void* scores,
-                    bool score_bf16, void* out, int num_tokens, bool signal_mode, int num_ctas, cudaStream_t stream);
+// Every route (CombineAlgorithm::kV1; combine_every_route.cu).
+int combine_every_route_max_coresident_ctas(int id_bytes, bool score_bf16, int num_sms);
+void launch_combine_every_route(const EpDeviceLayout& L, const RoutingTables& tables, const void* y,
+                                const void* scores, bool score_bf16, void* out, int num_tokens, bool signal_mode,
+                                int num_ctas, cudaStream_t stream);
 
 // Rows move in segments of this many 16-byte vectors (4 KiB; == kSegVecs of ep_common.cuh).
 inline constexpr int kRowSegmentVecs = 256;
 inline constexpr int row_segments(int nvec) { return (nvec + kRowSegmentVecs - 1) / kRowSegmentVecs; }
 
-// v2 (remote-only scatter; see combine.cu): modes and arguments.
-enum Combine2Mode : int { kC2ReduceOnly = 0, kC2Barrier = 1, kC2Signal = 2 };
-struct Combine2Args {
+// Remote routes only (CombineAlgorithm::kV2; combine_remote_routes.cu): modes, and the arguments it
+// shares with the rank-partials combine.
+enum RemoteRoutesMode : int { kRemoteReduceOnly = 0, kRemoteBarrier = 1, kRemoteSignal = 2 };
+struct CombineArgs {
   const char* y;       // BF16 [capacity, D] route results (unused in reduce-only mode)
   const void* scores;  // [T, K] FP32 or BF16
   char* out;           // BF16 [T, D]
@@ -102,20 +105,20 @@ struct Combine2Args {
   // multi-route partials are summed.
   int partials_sync;
 };
-// Combine2Args::partials_sync.
+// CombineArgs::partials_sync.
 enum : int {
   kPartialsBarrier = 0,         // own partials stored in the owner phase, read back after a split EP barrier
   kPartialsBarrierOwnLate = 1,  // split EP barrier; own partials summed in the reduction (before the wait)
   kPartialsSignal = 2,          // no barrier: per-token counters; own partials summed in the reduction
 };
-int combine2_max_coresident_ctas(int id_bytes, bool score_bf16, int mode, int num_sms);
-void launch_combine2(const EpDeviceLayout& L, const RoutingTables& tables, const Combine2Args& args, bool score_bf16,
+int combine_remote_routes_max_coresident_ctas(int id_bytes, bool score_bf16, int mode, int num_sms);
+void launch_combine_remote_routes(const EpDeviceLayout& L, const RoutingTables& tables, const CombineArgs& args, bool score_bf16,
                      int mode, int num_ctas, cudaStream_t stream);
 
-// v3 (CombineAlgorithm::kRankPartials; see combine.cu): partials_sync picks barrier or signal mode;
+// Rank partials (CombineAlgorithm::kRankPartials; combine_rank_partials.cu): partials_sync picks barrier or signal mode;
 // reduce_warps, k_group, signal_batch and reduce_ctas of the arguments are unused.
-int combine3_max_coresident_ctas(int id_bytes, bool score_bf16, int num_sms);
-void launch_combine3(const EpDeviceLayout& L, const RoutingTables& tables, const Combine2Args& args, bool score_bf16,
+int combine_rank_partials_max_coresident_ctas(int id_bytes, bool score_bf16, int num_sms);
+void launch_combine_rank_partials(const EpDeviceLayout& L, const RoutingTables& tables, const CombineArgs& args, bool score_bf16,
                      int num_ctas, cudaStream_t stream);
 
 // ---- barriers and helpers -----------------------------------------------------------------------

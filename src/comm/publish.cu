@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kPublishThreads) publish_kernel(const EpDevice
     }
   }
 
-  // This call's rank-partials signal counters start at zero (combine.cu, kPartialsSignal): before
+  // This call's rank-partials signal counters start at zero (combine_rank_partials.cu, kPartialsSignal): before
   // the arrival (the route's EP barrier) after which peers increment them.
   zero_partial_counters(L, slot, tid, nthreads);
 

@@ -566,7 +566,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
         const int64_t id = static_cast<int64_t>(static_cast<const InT*>(a.ids)[i]);
         if (id < -1 || id >= E) report_bad_expert_id_inline(L, i, id);
       }
-    // This call's rank-partials signal counters start at zero (combine.cu, kPartialsSignal): before
+    // This call's rank-partials signal counters start at zero (combine_rank_partials.cu, kPartialsSignal): before
     // the rows arrival, after which the peers' combine increments them.
     zero_partial_counters(L, slot, gtid, nthreads);
     const int64_t n_vec = static_cast<int64_t>(T) * (row_bytes / 16);
