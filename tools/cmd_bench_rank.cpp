@@ -22,7 +22,6 @@
 #include "testing/dist_env.h"
 #include "dist_moe/check.h"
 #include "dist_moe/context.h"
-#include "dist_moe/grouped_gemm.h"
 #include "dist_moe/memory_plan.h"
 #include "dist_moe/routed_experts.h"
 #include "testing/random_fill.h"

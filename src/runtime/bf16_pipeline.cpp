@@ -73,11 +73,6 @@ kernels::TopkRoutes routes_of(const Context::Impl& c, const RoutedExpertsInputs&
   return r;
 }
 
-activation::SwigluParams swiglu_of(const Config& cfg) {
-  const bool clamped = cfg.activation == Activation::kSwiGLUClamped;
-  return {clamped, static_cast<float>(clamped ? cfg.swiglu_alpha : kSwigluClampAlphaDefault),
-          static_cast<float>(clamped ? cfg.swiglu_limit : kSwigluClampLimitDefault)};
-}
 
 // ---- forward ------------------------------------------------------------------------------------
 
@@ -244,7 +239,7 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   // Saved path: h2 from the saved h1 (the recompute path's W13 epilogue already wrote it).
   const kernels::ExpertRowsView rows{s.expert_rows_unpadded, s.expert_offsets, static_cast<int32_t>(c.local_experts),
                                      c.capacity_rows()};
-  const activation::SwigluParams sp = swiglu_of(c.config);
+  const activation::SwigluParams sp = runtime::swiglu_params(c.config);
   kernels::swiglu_forward({act, bo + 4}, {act, bo + 1}, F, rows, sp, nullptr, 0.f, stream, need_recompute, false);
   c.stage("h2_from_saved_h1", stream);
 

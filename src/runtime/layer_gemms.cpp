@@ -4,6 +4,12 @@
 
 namespace dist_moe::runtime {
 
+activation::SwigluParams swiglu_params(const Config& config) {
+  const bool clamped = config.activation == Activation::kSwiGLUClamped;
+  return {clamped, static_cast<float>(clamped ? config.swiglu_alpha : kSwigluClampAlphaDefault),
+          static_cast<float>(clamped ? config.swiglu_limit : kSwigluClampLimitDefault)};
+}
+
 GroupedGemmCommon layer_gemm_common(const Context::Impl& c, const int32_t* counts, int64_t n, int64_t k) {
   GroupedGemmCommon g;
   g.counts = counts;
@@ -15,56 +21,64 @@ GroupedGemmCommon layer_gemm_common(const Context::Impl& c, const int32_t* count
   return g;
 }
 
+namespace {
+
+// The two weights' GEMM shapes: W13 n = 2F, k = D; W2 n = D, k = F.
+int64_t w13_n(const Context::Impl& c) { return 2 * c.config.intermediate_dim; }
+int64_t w2_n(const Context::Impl& c) { return c.config.hidden_dim; }
+
+DgradArgs dgrad_args(const Context::Impl& c, const int32_t* counts, int64_t n, int64_t k, const void* w) {
+  DgradArgs a;
+  a.common = layer_gemm_common(c, counts, n, k);
+  a.w = w;
+  return a;
+}
+
+WgradArgs wgrad_args(const Context::Impl& c, const int32_t* counts, int64_t n, int64_t k, void* grad_w, DType wgrad,
+                     bool accumulate) {
+  WgradArgs a;
+  a.common = layer_gemm_common(c, counts, n, k);
+  a.grad_w = grad_w;
+  a.out_dtype = wgrad;
+  a.accumulate = accumulate;
+  return a;
+}
+
+}  // namespace
+
 W13FpropArgs w13_fprop_args(const Context::Impl& c, const RoutedExpertsInputs& in, const int32_t* counts) {
-  const int64_t D = c.config.hidden_dim, F = c.config.intermediate_dim;
-  const bool clamped = c.config.activation == Activation::kSwiGLUClamped;
+  const activation::SwigluParams sp = swiglu_params(c.config);
   W13FpropArgs a;
-  a.common = layer_gemm_common(c, counts, 2 * F, D);
+  a.common = layer_gemm_common(c, counts, w13_n(c), c.config.hidden_dim);
   a.w13 = in.w13;
-  a.activation = clamped ? Activation::kSwiGLUClamped : Activation::kSwiGLU;
-  a.swiglu_alpha = static_cast<float>(clamped ? c.config.swiglu_alpha : kSwigluClampAlphaDefault);
-  a.swiglu_limit = static_cast<float>(clamped ? c.config.swiglu_limit : kSwigluClampLimitDefault);
+  a.activation = sp.clamped ? Activation::kSwiGLUClamped : Activation::kSwiGLU;
+  a.swiglu_alpha = sp.alpha;
+  a.swiglu_limit = sp.limit;
   return a;
 }
 
 FpropArgs w2_fprop_args(const Context::Impl& c, const RoutedExpertsInputs& in, const int32_t* counts) {
   FpropArgs a;
-  a.common = layer_gemm_common(c, counts, c.config.hidden_dim, c.config.intermediate_dim);
+  a.common = layer_gemm_common(c, counts, w2_n(c), c.config.intermediate_dim);
   a.w = in.w2;
   return a;
 }
 
 DgradArgs w2_dgrad_args(const Context::Impl& c, const RoutedExpertsInputs& in, const int32_t* counts) {
-  DgradArgs a;
-  a.common = layer_gemm_common(c, counts, c.config.hidden_dim, c.config.intermediate_dim);
-  a.w = in.w2;
-  return a;
+  return dgrad_args(c, counts, w2_n(c), c.config.intermediate_dim, in.w2);
 }
 
 WgradArgs w2_wgrad_args(const Context::Impl& c, const int32_t* counts, void* grad_w2, DType wgrad, bool accumulate) {
-  WgradArgs a;
-  a.common = layer_gemm_common(c, counts, c.config.hidden_dim, c.config.intermediate_dim);
-  a.grad_w = grad_w2;
-  a.out_dtype = wgrad;
-  a.accumulate = accumulate;
-  return a;
+  return wgrad_args(c, counts, w2_n(c), c.config.intermediate_dim, grad_w2, wgrad, accumulate);
 }
 
 DgradArgs w13_dgrad_args(const Context::Impl& c, const RoutedExpertsInputs& in, const int32_t* counts) {
-  DgradArgs a;
-  a.common = layer_gemm_common(c, counts, 2 * c.config.intermediate_dim, c.config.hidden_dim);
-  a.w = in.w13;
-  return a;
+  return dgrad_args(c, counts, w13_n(c), c.config.hidden_dim, in.w13);
 }
 
 WgradArgs w13_wgrad_args(const Context::Impl& c, const int32_t* counts, void* grad_w13, DType wgrad,
                          bool accumulate) {
-  WgradArgs a;
-  a.common = layer_gemm_common(c, counts, 2 * c.config.intermediate_dim, c.config.hidden_dim);
-  a.grad_w = grad_w13;
-  a.out_dtype = wgrad;
-  a.accumulate = accumulate;
-  return a;
+  return wgrad_args(c, counts, w13_n(c), c.config.hidden_dim, grad_w13, wgrad, accumulate);
 }
 
 }  // namespace dist_moe::runtime

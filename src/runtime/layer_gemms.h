@@ -7,11 +7,16 @@
 
 #include <cstdint>
 
+#include "dist_moe/device/activation/swiglu.cuh"
 #include "dist_moe/grouped_gemm.h"
 #include "dist_moe/routed_experts.h"
 #include "runtime/context_impl.h"
 
 namespace dist_moe::runtime {
+
+// The context's SwiGLU (plain, or clamped with its alpha and limit): the W13 epilogue and the
+// standalone SwiGLU kernels (saved-path h2, backward) use the same parameters.
+activation::SwigluParams swiglu_params(const Config& config);
 
 // Every GEMM of the layer: this context's local experts, receive capacity and rows per expert.
 GroupedGemmCommon layer_gemm_common(const Context::Impl& c, const int32_t* counts, int64_t n, int64_t k);
