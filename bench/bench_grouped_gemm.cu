@@ -8,7 +8,7 @@
 //   measured in the same run (target >= 0.80);
 //   gather / scatter variants against the contiguous kernel on local rows (target >= 0.90).
 // A CSV (--csv FILE) carries the same rows; bench/grouped_mm_peer.py writes the torch._grouped_mm
-// numbers for the same shapes and counts, and scripts/gemm_gpu_check.sh joins both.
+// numbers for the same shapes and counts, and the gemm stage of scripts/gpu_check.sh joins both.
 //
 // Routing: "balanced" (rows / E_local per expert), "random" (the per-expert rows of real random
 // top-k routing: ~rows/E_local +- sqrt, random_topk_counts) and "zipf" (expert e gets a share
@@ -18,7 +18,7 @@
 // --sweep: after each op's row (the heuristic's configuration), every other compiled configuration
 // of that op runs too (kind "sweep" in the CSV, "  sweep" lines in the log; swap-AB only at decode
 // shapes, configurations whose shared memory does not fit are skipped), so one run shows which
-// configuration wins where (scripts/gemm_gpu_check.sh tabulates them).
+// configuration wins where (the gemm stage of scripts/gpu_check.sh tabulates them).
 //
 // --sms N,M: the heuristic's configuration also on N and M persistent CTAs (rows "<config>@Nsm"):
 // how an op's time scales when a kernel running beside it holds the other SMs.

@@ -1,5 +1,5 @@
 // DMOE_DEBUG_STAGE_DELAY's parser (src/core/debug_env.h): the GPU ordering sweep relies on it
-// (scripts/stage_delay_sweep.sh), so a typo must fail loudly instead of running with no delay.
+// (the delay stage of scripts/gpu_check.sh), so a typo must fail loudly instead of running with no delay.
 #include <gtest/gtest.h>
 
 #include "core/debug_env.h"

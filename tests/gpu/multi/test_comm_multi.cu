@@ -8,7 +8,7 @@
 // Failure scenarios: unequal_t, overflow, bad_id, timeout, and unequal_t_fused, overflow_fused,
 // bad_id_fused (the same through the fused publish_route_dispatch kernel), scores_mismatch (one rank
 // pushes its scores with the ids, the other does not, then a rank-partials combine). Each prints a marker
-// before the call that must trap; scripts/comm_gpu_check.sh runs them with launcher expectations.
+// before the call that must trap; scripts/gpu_check.sh (stage comm) runs them with launcher expectations.
 //
 // Every correctness case runs twice: as written (separate publish/route/dispatch, combine v1) and
 // as "<name>+v2f" (fused publish_route_dispatch where the group supports it, combine v2). Cases

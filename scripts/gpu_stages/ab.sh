@@ -1,0 +1,166 @@
+# shellcheck shell=bash
+# Stages treeab, ab, patchab of scripts/gpu_check.sh (sourced; see its header): interleaved A/B runs,
+# A B A B ..., so that clock drift under sustained load hits both sides alike.
+#   treeab   an older source tree (A) against this checkout (B), for changes no environment variable
+#            can switch (behaviour-unchanged refactors: every layer time within a few percent). A_TREE
+#            [.abtree]: the older tree unpacked into an ignored folder (`git archive BASE | tar -x -C
+#            .abtree`, carried with the call). Files: treeab_build.log, treeab.txt.
+#     DMOE_AB_BENCHES [layer]   layer: `dist-moe bench` per shape; gemm: bench_grouped_gemm, median ms of
+#                               each side per shape, routing and op, B / A and B x cuBLAS
+#     DMOE_AB_SHAPES [dsv3_prefill qwen3_30b mixtral dsv3_decode]  DMOE_AB_ROUNDS [2]   (layer)
+#     DMOE_AB_GEMM_SHAPES [qwen3_30b]  DMOE_AB_GEMM_OPS [w13_fprop,w13_fprop_noh1,w13_gather]
+#     DMOE_AB_GEMM_ROUTING [balanced,random]  DMOE_AB_GEMM_ROUNDS [3]                   (gemm)
+#   ab       the layer under two environments of this build: A_ENV / B_ENV, space-separated VAR=value
+#            assignments (empty: the defaults). File: ab.txt.
+#       B_ENV="DMOE_GEMM_EXPERIMENTAL=1" DMOE_STAGES="build ab" scripts/gpu_check.sh
+#     DMOE_AB_SHAPES [dsv3_prefill]  DMOE_AB_ROUNDS [3]
+#   patchab  source variants given as patches, sharing $BUILD_DIR (only what a patch touches
+#            recompiles): PATCH_TARGETS built and PATCH_CMD run on the tree as it is ("base"), then per
+#            patch: apply, rebuild, run, revert. File: patchab.log; the summary keeps the lines of each
+#            variant that match PATCH_GREP.
+#       PATCHES="ab/prefetch.patch ab/warm.patch" PATCH_GREP="combine.first|graph: combine rank partials" \
+#       PATCH_CMD="build-gpu/dmoe_launch -n 2 --timeout 300 -- build-gpu/bench/bench_dispatch_combine --shape dsv3_decode --no-sweep" \
+#       DMOE_STAGES=patchab scripts/gpu_check.sh
+#     PATCH_TARGETS [dmoe_launch bench_dispatch_combine]  PATCH_GREP [PASS|FAIL]  PATCH_BASE [1] (0: no base run)
+
+# The layer A/B of one shape: per round and side the forward and forward+backward times, then the
+# medians and B / A. Full outputs appended to $full.
+layer_ab() {  # shape rounds a_build b_build a_env b_env full
+  local shape=$1 rounds=$2 a_build=$3 b_build=$4 a_env=$5 b_env=$6 full=$7 mode=train r side envs bin text f fb
+  local -a af=() afb=() bf=() bfb=()
+  [ "$shape" = dsv3_decode ] && mode=infer
+  for r in $(seq 1 "$rounds"); do
+    for side in A B; do
+      envs=$a_env; bin=$a_build; [ "$side" = B ] && envs=$b_env && bin=$b_build
+      echo "==== $shape round $r side $side build $bin env [$envs]" >> "$full"
+      # shellcheck disable=SC2086  # envs: VAR=value words
+      text=$(x env $envs timeout 300 "$bin/dist-moe" bench --shape "$shape" --mode "$mode" --iters 10 --no-baseline 2>&1)
+      echo "$text" >> "$full"
+      f=$(echo "$text" | awk '$1 == "forward" || ($1 == "inference" && $2 == "forward") {print ($1 == "forward" ? $2 : $3)}' | head -1)
+      fb=$(echo "$text" | awk '$1 == "forward+backward" {print $2}' | head -1)
+      echo "round $r $side: forward ${f:-?} ms, forward+backward ${fb:-?} ms"
+      if [ "$side" = A ]; then af+=("${f:-nan}"); afb+=("${fb:-nan}"); else bf+=("${f:-nan}"); bfb+=("${fb:-nan}"); fi
+    done
+  done
+  python3 - "${af[*]}" "${afb[*]}" "${bf[*]}" "${bfb[*]}" "$shape" "$a_env" "$b_env" <<'PY'
+import statistics, sys
+def med(s):
+    v = [float(x) for x in s.split() if x not in ("nan", "?")]
+    return statistics.median(v) if v else float("nan")
+af, afb, bf, bfb = (med(s) for s in sys.argv[1:5])
+shape, a_env, b_env = sys.argv[5:8]
+print(f"layer A/B {shape}: A [{a_env or 'defaults'}] vs B [{b_env or 'defaults'}], medians")
+print(f"  forward          A {af:8.3f} ms  B {bf:8.3f} ms  B/A {bf / af if af == af and af > 0 else float('nan'):.3f}")
+if afb == afb:
+    print(f"  forward+backward A {afb:8.3f} ms  B {bfb:8.3f} ms  B/A {bfb / afb if afb > 0 else float('nan'):.3f}")
+PY
+}
+
+# bench_grouped_gemm of two builds, interleaved; median ms per side, B / A, B x cuBLAS.
+gemm_tree_ab() {  # a_bin b_bin
+  local rows="$WORK/treeab_gemm_rows.txt" r side bin
+  : > "$rows"
+  for r in $(seq 1 "${DMOE_AB_GEMM_ROUNDS:-3}"); do
+    for side in A B; do
+      bin=$2; [ "$side" = A ] && bin=$1
+      echo "==== gemm round $r side $side" >> "$rows"
+      x timeout 300 "$bin" --shapes "${DMOE_AB_GEMM_SHAPES:-qwen3_30b}" --ops "${DMOE_AB_GEMM_OPS:-w13_fprop,w13_fprop_noh1,w13_gather}" \
+        --routing "${DMOE_AB_GEMM_ROUTING:-balanced,random}" --iters 10 --sustain-ms 200 2>&1 |
+        awk -v side="$side" -v r="$r" '$6 == "ms" && $8 == "TFLOP/s" {print "ROW", side, r, $0}' >> "$rows"
+    done
+    echo "gemm round $r done"
+  done
+  python3 - "$rows" <<'PY'
+import collections, statistics, sys
+# ROW side round shape routing op config ms "ms" tflops "TFLOP/s" [cuBLAS tflops ...]
+ms, tflops, cublas = (collections.defaultdict(list) for _ in range(3))
+for line in open(sys.argv[1]):
+    f = line.split()
+    if not f or f[0] != "ROW":
+        continue
+    key = (f[1],) + tuple(f[3:6])
+    ms[key].append(float(f[7]))
+    tflops[key].append(float(f[9]))
+    if "cuBLAS" in f:
+        cublas[key].append(float(f[f.index("cuBLAS") + 1]))
+med = statistics.median
+print("gemm A/B (bench_grouped_gemm, medians):")
+print(f"{'shape':13s} {'routing':8s} {'op':16s} {'A ms':>7s} {'B ms':>7s} {'B/A':>6s} {'B x cuBLAS':>10s}")
+for k in sorted({k[1:] for k in ms}):
+    a, b = ("A",) + k, ("B",) + k
+    if not ms[a] or not ms[b]:
+        continue
+    cb = f"{med(tflops[b]) / med(cublas[b]):.3f}" if cublas[b] else "-"
+    print(f"{k[0]:13s} {k[1]:8s} {k[2]:16s} {med(ms[a]):7.3f} {med(ms[b]):7.3f} {med(ms[b]) / med(ms[a]):6.3f} {cb:>10s}")
+PY
+}
+
+stage_treeab() {
+  local a_tree=${A_TREE:-.abtree} benches=${DMOE_AB_BENCHES:-layer} start shape bench_opt=OFF
+  local -a a_targets=(dist-moe dmoe_launch) b_targets=(dist-moe dmoe_launch)
+  if [[ " $benches " == *" gemm "* ]]; then bench_opt=ON; a_targets+=(bench_grouped_gemm); b_targets+=(bench_grouped_gemm); fi
+  start=$(date +%s)
+  if [ ! -f "$a_tree/CMakeLists.txt" ] && [ "$DRY_RUN" != 1 ]; then
+    say "treeab: no source tree in $a_tree"; return 1
+  fi
+  if x cmake -S "$a_tree" -B "$a_tree/build-ab" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDIST_MOE_BUILD_PYTHON=OFF \
+       -DDIST_MOE_BUILD_BENCH=$bench_opt -DDIST_MOE_NCCL_ROOT="$NCCL_ROOT" > "$OUT/treeab_build.log" 2>&1 &&
+     x cmake --build "$a_tree/build-ab" -j "$(nproc)" --target "${a_targets[@]}" >> "$OUT/treeab_build.log" 2>&1; then
+    say "treeab: A tree ($a_tree) built in $(( $(date +%s) - start )) s"
+  else
+    say "treeab: A build FAILED"; tail -20 "$OUT/treeab_build.log" | tee -a "$SUMMARY"; return 1
+  fi
+  build_targets treeab "${b_targets[@]}" || return 1
+  : > "$OUT/treeab.txt"
+  if [[ " $benches " == *" layer "* ]]; then
+    for shape in ${DMOE_AB_SHAPES:-dsv3_prefill qwen3_30b mixtral dsv3_decode}; do
+      layer_ab "$shape" "${DMOE_AB_ROUNDS:-2}" "$a_tree/build-ab" "$BUILD" "" "" "$WORK/treeab_layer.log" >> "$OUT/treeab.txt" 2>&1
+      grep -A2 "^layer A/B $shape" "$OUT/treeab.txt" | tee -a "$SUMMARY" > /dev/null
+    done
+  fi
+  if [[ " $benches " == *" gemm "* ]]; then
+    gemm_tree_ab "$a_tree/build-ab/bench/bench_grouped_gemm" "$BUILD/bench/bench_grouped_gemm" >> "$OUT/treeab.txt" 2>&1
+    sed -n '/^gemm A\/B/,$p' "$OUT/treeab.txt" | tee -a "$SUMMARY" > /dev/null
+  fi
+}
+
+stage_ab() {
+  local shape
+  build_targets ab dist-moe || return 1
+  : > "$OUT/ab.txt"
+  for shape in ${DMOE_AB_SHAPES:-dsv3_prefill}; do
+    layer_ab "$shape" "${DMOE_AB_ROUNDS:-3}" "$BUILD" "$BUILD" "${A_ENV:-}" "${B_ENV:-}" "$WORK/ab_layer.log" >> "$OUT/ab.txt" 2>&1
+    grep -A2 "^layer A/B $shape" "$OUT/ab.txt" | tee -a "$SUMMARY" > /dev/null
+  done
+}
+
+stage_patchab() {
+  local log="$OUT/patchab.log" p name fail=0
+  local -a ran=()
+  # shellcheck disable=SC2086  # PATCH_TARGETS: target words
+  patch_variant() {  # name: build, run PATCH_CMD, log under a header
+    echo "##### variant $1" >> "$log"
+    if ! build_targets "patchab_$1" ${PATCH_TARGETS:-dmoe_launch bench_dispatch_combine}; then
+      tail -30 "$WORK/build_patchab_$1.log" >> "$log"; return 1
+    fi
+    x bash -c "$PATCH_CMD" >> "$log" 2>&1
+    local rc=$?
+    echo "##### variant $1: exit $rc" >> "$log"
+    say "patchab $1: exit $rc"
+  }
+  [ -n "${PATCH_CMD:-}" ] || { say "patchab: set PATCH_CMD (the command each variant runs) and PATCHES"; return 2; }
+  : > "$log"
+  if [ "${PATCH_BASE:-1}" = 1 ]; then patch_variant base && ran+=(base); fi
+  for p in ${PATCHES:-}; do
+    name=$(basename "$p" .patch)
+    if ! x git apply "$p"; then say "patchab $name: patch does not apply"; fail=1; continue; fi
+    patch_variant "$name" && ran+=("$name")
+    x git apply -R "$p" || { say "patchab $name: could not revert; stopping"; return 1; }
+  done
+  for name in "${ran[@]}"; do
+    say "--- patchab $name"
+    sed -n "/^##### variant $name\$/,/^##### variant $name: exit/p" "$log" | grep -E "${PATCH_GREP:-PASS|FAIL}" |
+      sed 's/^\[rank 0\] //' | grep -v '^\[rank [1-9]' | head -20 | tee -a "$SUMMARY"
+  done
+  return $fail
+}

@@ -1,0 +1,42 @@
+# shellcheck shell=bash
+# Stages tests, pipeline, bench of scripts/gpu_check.sh (sourced; see its header).
+#   DMOE_BENCH_SHAPES [dsv3_prefill qwen3_30b mixtral]  bench: the train shapes (dsv3_decode runs infer)
+
+stage_tests() {
+  build_targets tests dist_moe_gpu_tests || return 1
+  x "$BUILD/tests/dist_moe_gpu_tests" --gtest_color=no > "$OUT/gpu_tests.log" 2>&1
+  local rc=$?
+  say "gpu tests (rc=$rc): $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|tests? ran' "$OUT/gpu_tests.log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED  \]" "$OUT/gpu_tests.log" | head -20 | tee -a "$SUMMARY"
+  return $rc
+}
+
+stage_pipeline() {
+  local rc fail=0
+  build_targets pipeline dmoe_launch dist_moe_pipeline_tests two_layer_moe || return 1
+  x timeout 900 "$BUILD/dmoe_launch" -n "$NGPU" --timeout 800 -- "$BUILD/tests/dist_moe_pipeline_tests" > "$OUT/pipeline.log" 2>&1
+  rc=$?; [ $rc = 0 ] || fail=1
+  say "pipeline tests (rc=$rc): $(grep -E 'ALL PASS|FAILED:|ERROR' "$OUT/pipeline.log" | head -4 | tr '\n' ' ')"
+  grep -E "FAIL case" "$OUT/pipeline.log" | head -10 | tee -a "$SUMMARY"
+  x timeout 300 "$BUILD/dmoe_launch" -n "$NGPU" --timeout 250 -- "$BUILD/examples/two_layer_moe" >> "$OUT/pipeline.log" 2>&1
+  rc=$?; [ $rc = 0 ] || fail=1
+  say "two-layer example (rc=$rc): $(grep -E 'two-layer MoE' "$OUT/pipeline.log" | tr '\n' ' ')"
+  x timeout 400 ctest --test-dir "$BUILD" -R pipeline_trap --output-on-failure >> "$OUT/pipeline.log" 2>&1
+  rc=$?; [ $rc = 0 ] || fail=1
+  say "pipeline trap tests (rc=$rc): $(grep -E 'tests passed|tests failed' "$OUT/pipeline.log" | tail -1)"
+  return $fail
+}
+
+stage_bench() {
+  local rc fail=0 shape
+  build_targets bench dist-moe || return 1
+  for shape in ${DMOE_BENCH_SHAPES:-dsv3_prefill qwen3_30b mixtral}; do
+    x timeout 600 "$BUILD/dist-moe" bench --shape "$shape" --mode train --iters 10 >> "$OUT/bench.log" 2>&1
+    rc=$?; [ $rc = 0 ] || fail=1
+    say "bench $shape train (rc=$rc)"; tail -6 "$OUT/bench.log" | tee -a "$SUMMARY" > /dev/null
+  done
+  x timeout 300 "$BUILD/dist-moe" bench --shape dsv3_decode --mode infer --iters 20 >> "$OUT/bench.log" 2>&1
+  rc=$?; [ $rc = 0 ] || fail=1
+  say "bench dsv3_decode infer (rc=$rc)"; tail -5 "$OUT/bench.log" | tee -a "$SUMMARY" > /dev/null
+  return $fail
+}
