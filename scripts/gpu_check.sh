@@ -7,6 +7,7 @@
 #   install     `python -m pip install .` (the README's Python quick start)          pip_install.log
 #   tests       dist_moe_gpu_tests                                                   gpu_tests.log
 #   pipeline    the pipeline suite, the two-layer example on every GPU, trap tests   pipeline.log
+#   quant       bench_quantize and the Quantize* GPU tests, where built              quant.log
 #   bench       `dist-moe bench`: $DMOE_BENCH_SHAPES train, dsv3_decode infer        bench.log
 #   torch       tests/torch, tests/python, the examples (the package `install` put in place, else
 #               the build's in-place modules)        torch_tests.log python_tests.log examples.log
@@ -40,7 +41,7 @@ STAGES=${DMOE_STAGES:-env build tests}
 BUILD=${BUILD_DIR:-build-gpu}
 NCCL_ROOT=${DIST_MOE_NCCL_ROOT:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl}
 DRY_RUN=${DMOE_DRY_RUN:-0}
-ALL_STAGES="env build install tests pipeline bench torch torchbench gemm comm ep treeab ab patchab delay contention ncu"
+ALL_STAGES="env build install tests pipeline quant bench torch torchbench gemm comm ep treeab ab patchab delay contention ncu"
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
@@ -73,8 +74,8 @@ build_targets() {  # stage target...
 
 # Stage results for the closing table: name, status, seconds.
 declare -a DONE=()
-stage_end() {  # stage rc start
-  local st=ok; [ "$2" = 0 ] || st="rc=$2"
+stage_end() {  # stage rc start (rc 77: nothing to run)
+  local st=ok; [ "$2" = 0 ] || st="rc=$2"; [ "$2" = 77 ] && st=skipped
   DONE+=("$(printf '%-11s %-7s %5d s' "$1" "$st" $(( $(date +%s) - $3 )))")
 }
 

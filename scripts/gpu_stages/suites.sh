@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Stages tests, pipeline, bench of scripts/gpu_check.sh (sourced; see its header).
+# Stages tests, pipeline, quant, bench of scripts/gpu_check.sh (sourced; see its header).
 #   DMOE_BENCH_SHAPES [dsv3_prefill qwen3_30b mixtral]  bench: the train shapes (dsv3_decode runs infer)
 
 stage_tests() {
@@ -24,6 +24,36 @@ stage_pipeline() {
   x timeout 400 ctest --test-dir "$BUILD" -R pipeline_trap --output-on-failure >> "$OUT/pipeline.log" 2>&1
   rc=$?; [ $rc = 0 ] || fail=1
   say "pipeline trap tests (rc=$rc): $(grep -E 'tests passed|tests failed' "$OUT/pipeline.log" | tail -1)"
+  return $fail
+}
+
+# A hook for the quantization kernels: runs what is built, says what is not.
+stage_quant() {
+  local rc fail=0 ran=0
+  : > "$OUT/quant.log"
+  if [ -x "$BUILD/bench/bench_quantize" ] || [ "$DRY_RUN" = 1 ]; then
+    x timeout 600 "$BUILD/bench/bench_quantize" >> "$OUT/quant.log" 2>&1
+    rc=$?; [ $rc = 0 ] || fail=1; ran=1
+    say "quant: bench_quantize (rc=$rc)"; tail -8 "$OUT/quant.log" | tee -a "$SUMMARY" > /dev/null
+  else
+    say "quant: no $BUILD/bench/bench_quantize (not built in this tree): skipped"
+  fi
+  if [ -x "$BUILD/tests/dist_moe_gpu_tests" ] || [ "$DRY_RUN" = 1 ]; then
+    echo "##### dist_moe_gpu_tests --gtest_filter='Quantize*'" >> "$OUT/quant.log"
+    x timeout 900 "$BUILD/tests/dist_moe_gpu_tests" --gtest_color=no --gtest_filter='Quantize*' > "$WORK/quant_tests.log" 2>&1
+    rc=$?
+    cat "$WORK/quant_tests.log" >> "$OUT/quant.log"
+    if grep -qE "^\[==========\] 0 tests" "$WORK/quant_tests.log"; then
+      say "quant: no Quantize* GPU tests in this tree: skipped"
+    else
+      [ $rc = 0 ] || fail=1; ran=1
+      say "quant: Quantize* GPU tests (rc=$rc): $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$WORK/quant_tests.log" | tr '\n' ' ')"
+      grep -E "^\[  FAILED  \]" "$WORK/quant_tests.log" | head -20 | tee -a "$SUMMARY"
+    fi
+  else
+    say "quant: no $BUILD/tests/dist_moe_gpu_tests (run the build stage first): skipped"
+  fi
+  [ $ran = 1 ] || { rm -f "$OUT/quant.log"; return 77; }
   return $fail
 }
 
