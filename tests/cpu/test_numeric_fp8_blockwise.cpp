@@ -1,5 +1,5 @@
 // FP8 blockwise (DeepSeek-V3 recipe: 1x128 activation blocks, 128x128 weight blocks, FP32
-// scale = amax/448) against a reference written here with the enumerated E4M3 grid (test_helpers.h).
+// scale = amax/448, data = e4m3(x * fl(448/amax))) against a reference written here with the enumerated E4M3 grid (test_helpers.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,6 +34,17 @@ float ref_scale(const std::vector<float>& block) {
   return std::max(amax, std::ldexp(448.0f, -126)) / 448.0f;
 }
 
+// Documented multiplier rule: 448 / amax with the same floor; amax = 0 -> 1; NaN/Inf -> NaN.
+float ref_multiplier(const std::vector<float>& block) {
+  float amax = 0.0f;
+  for (float v : block) {
+    if (!std::isfinite(v)) return kNaN;
+    amax = std::max(amax, std::fabs(v));
+  }
+  if (amax == 0.0f) return 1.0f;
+  return 448.0f / std::max(amax, std::ldexp(448.0f, -126));
+}
+
 std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -52,7 +63,7 @@ void check_rect(const std::vector<float>& x, const std::vector<uint8_t>& q, cons
   std::vector<float> block;
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t c = c0; c < c1; ++c) block.push_back(x[r * cols + c]);
-  const float s = ref_scale(block);
+  const float s = ref_scale(block), m = ref_multiplier(block);
   if (std::isnan(s)) {
     ASSERT_TRUE(std::isnan(s_got));
   } else {
@@ -60,7 +71,7 @@ void check_rect(const std::vector<float>& x, const std::vector<uint8_t>& q, cons
   }
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t c = c0; c < c1; ++c) {
-      const uint8_t want = e4m3_expected(x[r * cols + c] / s);
+      const uint8_t want = e4m3_expected(x[r * cols + c] * m);
       ASSERT_EQ(q[r * cols + c], want) << r << "," << c;
       const float yv = static_cast<float>(e4m3_definition(want) * s);  // the product of two floats, rounded once
       if (std::isnan(yv)) {
@@ -161,14 +172,21 @@ TEST(NumericFP8Blockwise, ScaleRule) {
   EXPECT_EQ(nm::fp8_blockwise_scale(std::numeric_limits<float>::max()), std::numeric_limits<float>::max() / 448.0f);
   EXPECT_TRUE(std::isnan(nm::fp8_blockwise_scale(kNaN)));
   EXPECT_TRUE(std::isnan(nm::fp8_blockwise_scale(kInf)));
+  EXPECT_EQ(nm::fp8_blockwise_multiplier(0.0f), 1.0f);
+  EXPECT_EQ(nm::fp8_blockwise_multiplier(448.0f), 1.0f);
+  EXPECT_EQ(nm::fp8_blockwise_multiplier(896.0f), 0.5f);
+  EXPECT_EQ(nm::fp8_blockwise_multiplier(1.0f), 448.0f);
+  EXPECT_EQ(nm::fp8_blockwise_multiplier(std::numeric_limits<float>::denorm_min()), std::ldexp(1.0f, 126));
+  EXPECT_TRUE(std::isnan(nm::fp8_blockwise_multiplier(kNaN)));
+  EXPECT_TRUE(std::isnan(nm::fp8_blockwise_multiplier(-kInf)));
   EXPECT_EQ(nm::fp8_blockwise_quantize_value(449.0f, 1.0f), 0x7e);
   EXPECT_EQ(nm::fp8_blockwise_quantize_value(-1e30f, 1.0f), 0xfe);
   EXPECT_EQ(nm::fp8_blockwise_quantize_value(1.0f, kNaN), 0x7f);
   EXPECT_EQ(nm::fp8_blockwise_dequantize_value(0x38, 0.5f), 0.5f);
 }
 
-TEST(NumericFP8Blockwise, DivisionNearTies) {
-  // x / scale (IEEE division), not x * (1/scale): checked within a few ulps of every E4M3 midpoint.
+TEST(NumericFP8Blockwise, MultiplicationNearTies) {
+  // fl(x * multiplier), rounded once to FP32 then to E4M3: checked within a few ulps of E4M3 midpoints.
   std::mt19937 rng(17);
   std::uniform_real_distribution<float> lg(-20.0f, 20.0f);
   std::uniform_int_distribution<int> code(0, 0x7d);
@@ -177,10 +195,10 @@ TEST(NumericFP8Blockwise, DivisionNearTies) {
     const float s = std::exp2(lg(rng)) * (1.0f + 0.37f * static_cast<float>(trial % 7) / 7.0f);
     const int i = code(rng);
     const float mid = static_cast<float>((e4m3_grid()[i] + e4m3_grid()[i + 1]) / 2);
-    float x = mid * s;
+    float x = mid / s;
     for (int d = 0; d < 4; ++d) x = std::nextafter(x, 0.0f);
     for (int d = -4; d <= 4; ++d, x = std::nextafter(x, 1e30f)) {
-      ASSERT_EQ(nm::fp8_blockwise_quantize_value(x, s), e4m3_expected(x / s)) << x << " " << s;
+      ASSERT_EQ(nm::fp8_blockwise_quantize_value(x, s), e4m3_expected(x * s)) << x << " " << s;
       ++checked;
     }
   }

@@ -55,10 +55,10 @@ std::vector<float> qdq_cols(const std::vector<float>& x, int64_t rows, int64_t c
       const int64_t r1 = std::min(rows, r0 + 128);
       float amax = 0;
       for (int64_t r = r0; r < r1; ++r) amax = num::amax_nan(amax, x[at(r * cols + c)]);
-      const float scale = num::fp8_blockwise_scale(amax);
+      const float scale = num::fp8_blockwise_scale(amax), mult = num::fp8_blockwise_multiplier(amax);
       for (int64_t r = r0; r < r1; ++r) {
         y[at(r * cols + c)] = num::fp8_blockwise_dequantize_value(
-            num::fp8_blockwise_quantize_value(x[at(r * cols + c)], scale), scale);
+            num::fp8_blockwise_quantize_value(x[at(r * cols + c)], mult), scale);
       }
     }
   }

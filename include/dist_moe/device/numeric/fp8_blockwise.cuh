@@ -3,17 +3,20 @@
 // 1x128 activation block (per token, along the hidden dim) or per 128x128 weight block.
 // Not in upstream dist_moe (DESIGN.md section 5).
 //
-//   scale = amax / 448 (FP32 division; amax = NaN-propagating max |x| over the block)
-//   q     = e4m3_rn_satfinite(fl(x / scale))
-//   x'    = fl(e4m3(q) * scale)
+//   scale      = fl(amax / 448)   (the stored FP32 dequantization scale; amax = NaN-propagating max |x|)
+//   multiplier = fl(448 / amax)   (one division per block)
+//   q          = e4m3_rn_satfinite(fl(x * multiplier))   (one multiplication per element)
+//   x'         = fl(e4m3(q) * scale)
 //
-// Our choices where the recipe is silent (DeepGEMM's test helpers instead clamp amax at 1e-4 and
-// multiply by 448/amax; checkpoints only store the scale, so any producer works):
-//   * amax = 0 -> scale = 1 exactly; the data are all zero.
+// Our choices where the recipe is silent (checkpoints only store the scale, so any producer works;
+// DeepGEMM's and TransformerEngine's quantizers also multiply by 448/amax rather than divide):
+//   * a multiplication per element, not x / scale: an IEEE division per element made the GPU
+//     quantizers issue-bound (about 10 instructions each) instead of HBM-bound.
+//   * amax = 0 -> scale = multiplier = 1 exactly; the data are all zero.
 //   * 0 < amax < 448 * 2^-126 (an all-tiny block) -> amax is raised to 448 * 2^-126 so the scale
-//     is the smallest normal FP32 2^-126, never a subnormal with too few bits, never 0 (x/0).
-//   * NaN or Inf in a block -> scale NaN; its data become 0x7F and dequantize to NaN.
-// The element with |x| = amax always encodes to +-448 (x / fl(amax/448) is within an ulp of 448).
+//     is the smallest normal FP32 2^-126 (multiplier 2^126), never a subnormal, never 0.
+//   * NaN or Inf in a block -> scale and multiplier NaN; its data become 0x7F and dequantize to NaN.
+// The element with |x| = amax always encodes to +-448 (x * fl(448/amax) is within an ulp of 448).
 // Arrays: x_RC/q_RC [rows, cols] row-major; activation scales_RB [rows, ceil(cols/128)], weight
 // scales_BB [ceil(rows/128), ceil(cols/128)]; partial last blocks cover what exists.
 #pragma once
@@ -27,18 +30,30 @@ namespace dist_moe::numeric {
 constexpr int kFP8BlockwiseBlock = 128;
 constexpr float kFP8BlockwiseAmaxFloor = 448.0f * 1.1754943508222875e-38f;  // 448 * 2^-126, exact
 
-// FP32 block scale from the block's amax (rules above).
-DMOE_HOST_DEVICE float fp8_blockwise_scale(float amax) {
+namespace detail {
+// |amax| with the floor applied; NaN for a non-finite amax, 0 for an all-zero block.
+DMOE_HOST_DEVICE float fp8_blockwise_amax(float amax) {
   if (!is_finite(amax)) return quiet_nan();
-  float a = abs_f32(amax);
-  if (a == 0.0f) return 1.0f;
-  if (a < kFP8BlockwiseAmaxFloor) a = kFP8BlockwiseAmaxFloor;
-  return div_rn(a, kE4M3Max);
+  const float a = abs_f32(amax);
+  return (a != 0.0f && a < kFP8BlockwiseAmaxFloor) ? kFP8BlockwiseAmaxFloor : a;
+}
+}  // namespace detail
+
+// FP32 block scale (dequantization factor) from the block's amax: fl(amax / 448) (rules above).
+DMOE_HOST_DEVICE float fp8_blockwise_scale(float amax) {
+  const float a = detail::fp8_blockwise_amax(amax);
+  return a == 0.0f ? 1.0f : div_rn(a, kE4M3Max);
 }
 
-// q = e4m3_rn_satfinite(fl(x / scale)).
-DMOE_HOST_DEVICE uint8_t fp8_blockwise_quantize_value(float x, float scale) {
-  return float_to_e4m3(div_rn(x, scale));
+// Quantization multiplier from the block's amax: fl(448 / amax) (rules above).
+DMOE_HOST_DEVICE float fp8_blockwise_multiplier(float amax) {
+  const float a = detail::fp8_blockwise_amax(amax);
+  return a == 0.0f ? 1.0f : div_rn(kE4M3Max, a);
+}
+
+// q = e4m3_rn_satfinite(fl(x * multiplier)).
+DMOE_HOST_DEVICE uint8_t fp8_blockwise_quantize_value(float x, float multiplier) {
+  return float_to_e4m3(mul_rn(x, multiplier));
 }
 
 // x' = fl(e4m3(q) * scale).
@@ -53,10 +68,10 @@ DMOE_HOST_DEVICE float fp8_blockwise_quantize_rect(const float* x_RC, int64_t co
   float amax = 0.0f;
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t c = c0; c < c1; ++c) amax = amax_nan(amax, x_RC[r * cols + c]);
-  const float scale = fp8_blockwise_scale(amax);
+  const float mult = fp8_blockwise_multiplier(amax);
   for (int64_t r = r0; r < r1; ++r)
-    for (int64_t c = c0; c < c1; ++c) q_RC[r * cols + c] = fp8_blockwise_quantize_value(x_RC[r * cols + c], scale);
-  return scale;
+    for (int64_t c = c0; c < c1; ++c) q_RC[r * cols + c] = fp8_blockwise_quantize_value(x_RC[r * cols + c], mult);
+  return fp8_blockwise_scale(amax);
 }
 }  // namespace detail
 

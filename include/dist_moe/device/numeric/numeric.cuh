@@ -68,10 +68,11 @@
 //                                    int64_t rows, int64_t cols, float* x_RC)        e2m1 * s * token_scale_inv
 //     One nvfp4_quantize_weight call = one expert (the global amax spans the whole [rows, cols]).
 //     H = ceil(cols/2) packed bytes per row (element 2j low nibble, 2j+1 high); B = ceil(cols/16).
-// fp8_blockwise.cuh (DeepSeek-V3 style: FP32 scale = amax/448, data = e4m3(x / scale))
+// fp8_blockwise.cuh (DeepSeek-V3 style: FP32 scale = amax/448, data = e4m3(x * fl(448/amax)))
 //   float   fp8_blockwise_scale(float amax)   max(amax, 448*2^-126)/448 (so scale >= FLT_MIN, never 0);
 //                                             amax = 0 -> 1 exactly; NaN/Inf -> NaN
-//   uint8_t fp8_blockwise_quantize_value(float x, float scale)    e4m3(x / scale)
+//   float   fp8_blockwise_multiplier(float amax)   448/max(amax, 448*2^-126); amax = 0 -> 1; NaN/Inf -> NaN
+//   uint8_t fp8_blockwise_quantize_value(float x, float multiplier) e4m3(x * multiplier)
 //   float   fp8_blockwise_dequantize_value(uint8_t q, float scale) e4m3(q) * scale
 //   void fp8_blockwise_quantize_act (const float* x_RC, int64_t rows, int64_t cols, uint8_t* q_RC, float* scales_RB)   1x128, B = ceil(cols/128)
 //   void fp8_blockwise_quantize_weight(const float* w_RC, int64_t rows, int64_t cols, uint8_t* q_RC, float* scales_BB) 128x128
