@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -91,4 +92,39 @@ TEST(NumericE2M1, PackTwoPerByteLowNibbleFirst) {
       EXPECT_EQ(nm::e2m1x2_hi(b), hi);
     }
   EXPECT_EQ(nm::e2m1x2_pack(0x17, 0x2a), 0xa7);  // stray high bits are masked
+}
+
+TEST(NumericE2M1, BranchFreeRoundingEqualsPortableRule) {
+  // Every 61st float bit pattern (the GPU test checks all 2^32), plus every float within 64 ulps of
+  // each rounding boundary.
+  for (uint64_t u = 0; u < (1ull << 32); u += 61) {
+    float x;
+    const uint32_t b = static_cast<uint32_t>(u);
+    std::memcpy(&x, &b, 4);
+    ASSERT_EQ(nm::float_to_e2m1(x), nm::float_to_e2m1_portable(x)) << std::hex << b;
+  }
+  for (float t : {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, 1.0f}) {
+    float x = t;
+    for (int i = 0; i < 64; ++i) x = std::nextafter(x, 0.0f);
+    for (int i = -64; i <= 64; ++i, x = std::nextafter(x, 100.0f)) {
+      ASSERT_EQ(nm::float_to_e2m1(x), nm::float_to_e2m1_portable(x)) << x;
+      ASSERT_EQ(nm::float_to_e2m1(-x), nm::float_to_e2m1_portable(-x)) << -x;
+    }
+  }
+}
+
+TEST(NumericE2M1, DivisionThroughTheReciprocalEqualsIeeeDivision) {
+  // a / s for the eight E4M3 scale significands, a sample of dividends (the GPU test takes all).
+  for (int code = 0x08; code < 0x10; ++code) {
+    const float s = nm::e4m3_to_float(static_cast<uint8_t>(code)), r = 1.0f / s;
+    for (uint32_t m = 0; m < (1u << 23); m += 7) {
+      float a;
+      const uint32_t b = (127u << 23) | m;
+      std::memcpy(&a, &b, 4);
+      ASSERT_EQ(nm::float_bits(nm::div_rn_by_reciprocal(a, s, r)), nm::float_bits(a / s)) << a << " / " << s;
+      ASSERT_EQ(nm::float_bits(nm::div_rn_by_reciprocal(-a, s, r)), nm::float_bits(-a / s)) << -a << " / " << s;
+    }
+  }
+  EXPECT_EQ(nm::float_bits(nm::div_rn_by_reciprocal(-0.0f, 1.5f, 1.0f / 1.5f)), 0x80000000u);
+  EXPECT_TRUE(std::isnan(nm::div_rn_by_reciprocal(1.0f, std::nanf(""), std::nanf(""))));
 }

@@ -31,6 +31,28 @@ DMOE_HOST_DEVICE float div_rn(float a, float b) {
 #endif
 }
 
+// fl(a * b + c) with one rounding (an FMA).
+DMOE_HOST_DEVICE float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return __builtin_fmaf(a, b, c);
+#endif
+}
+
+// a / b for b > 0 given rb = div_rn(1, b): one multiplication and two FMAs (Markstein's correction
+// step) instead of an IEEE division. It equals div_rn(a, b) bit for bit wherever a / b is a normal
+// float and b an E4M3 block scale (3 significant bits: checked on the GPU for every significand of
+// a against each of the eight scale significands); the sign is a's, also for zeros. The NVFP4
+// weight quantizer divides every element by its block scale, so this is its inner loop.
+DMOE_HOST_DEVICE float div_rn_by_reciprocal(float a, float b, float rb) {
+  const uint32_t sign = float_bits(a) & 0x80000000u;
+  const float m = bits_float(float_bits(a) & 0x7fffffffu);
+  const float q = mul_rn(m, rb);
+  const float r = fma_rn(-q, b, m);
+  return bits_float(float_bits(fma_rn(r, rb, q)) | sign);
+}
+
 // Bits of |x| (sign cleared). For non-NaN values, integer order of these bits is the order of |x|;
 // every NaN compares above +Inf (0x7f800000).
 DMOE_HOST_DEVICE uint32_t abs_bits(float x) { return float_bits(x) & 0x7fffffffu; }

@@ -18,8 +18,9 @@ namespace dist_moe::numeric {
 constexpr float kE2M1Max = 6.0f;
 constexpr uint8_t kE2M1MaxCode = 0x7;
 
-// float -> E2M1 nibble: RNE, satfinite (+-6, +-Inf -> +-6), NaN -> 0x7.
-DMOE_HOST_DEVICE uint8_t float_to_e2m1(float x) {
+// float -> E2M1 nibble: RNE, satfinite (+-6, +-Inf -> +-6), NaN -> 0x7. The reference path (branches
+// per range); float_to_e2m1 below must give the same bits.
+DMOE_HOST_DEVICE uint8_t float_to_e2m1_portable(float x) {
   const uint32_t u = float_bits(x);
   const uint8_t sign = static_cast<uint8_t>((u >> 28) & 0x8u);
   const uint32_t a = u & 0x7fffffffu;
@@ -42,6 +43,23 @@ DMOE_HOST_DEVICE uint8_t float_to_e2m1(float x) {
   const uint32_t half = 1u << (shift - 1u);
   if (rem > half || (rem == half && (q & 1u))) ++q;
   return static_cast<uint8_t>(sign | q);
+}
+
+// float -> E2M1 nibble, the same bits as float_to_e2m1_portable without a branch (selects only):
+// the quantize kernels call it once per element, and divergent range branches made the NVFP4
+// quantizers issue-bound. |x| >= 1 keeps one mantissa bit with the RNE carry trick (codes 2..7,
+// clamped at 7); |x| < 1 is two compares (> 0.25 and >= 0.75 are the RNE boundaries of the
+// codes 0 | 1 | 2); NaN -> 0x7 without its sign. Checked against the portable rule on every
+// float (GPU test) and on the CPU.
+DMOE_HOST_DEVICE uint8_t float_to_e2m1(float x) {
+  const uint32_t u = float_bits(x);
+  const uint32_t a = u & 0x7fffffffu;
+  const uint32_t sign = (u >> 28) & 0x8u;
+  const uint32_t big = ((a + 0x1fffffu + ((a >> 22) & 1u)) >> 22) - (126u << 1);
+  const uint32_t small = static_cast<uint32_t>(a > 0x3e800000u) + static_cast<uint32_t>(a >= 0x3f400000u);
+  uint32_t code = a >= 0x3f800000u ? (big < 7u ? big : 7u) : small;
+  code |= sign;
+  return static_cast<uint8_t>(a > 0x7f800000u ? kE2M1MaxCode : code);
 }
 
 // E2M1 nibble -> float, exact. Only the low 4 bits of `nibble` are read.

@@ -67,6 +67,13 @@ DMOE_HOST_DEVICE uint8_t nvfp4_weight_quantize_value(float x, float gs, uint8_t 
   return float_to_e2m1(div_rn(mul_rn(x, gs), e4m3_to_float(s)));
 }
 
+// The same code from float(s) and its reciprocal fl(1 / float(s)) (div_rn_by_reciprocal: no
+// division per element). Equal to nvfp4_weight_quantize_value(x, gs, s) bit for bit: the results
+// differ from div_rn only where x*gs/s is subnormal, where E2M1 rounds both to a zero of x's sign.
+DMOE_HOST_DEVICE uint8_t nvfp4_weight_quantize_value_by_reciprocal(float x, float gs, float s_value, float s_recip) {
+  return float_to_e2m1(div_rn_by_reciprocal(mul_rn(x, gs), s_value, s_recip));
+}
+
 // w = fl(e2m1(q) * float(s)) / gs (the product is exact). Note the GEMM epilogue instead
 // multiplies by the stored 1/gs, which can differ from this division by 1 ulp.
 DMOE_HOST_DEVICE float nvfp4_weight_dequantize_value(uint8_t nibble, uint8_t s, float gs) {
