@@ -33,12 +33,15 @@ struct VmmConfig {
 };
 
 enum class BlockScaledFormat {
-  kMXFP8_E4M3,  // E4M3 data, E8M0 scale per 32 values; training and inference
-  kNVFP4,       // E2M1 data (2 per byte), E4M3 scale per 16 values, FP32 global scale; inference
+  kMXFP8_E4M3,     // E4M3 data, E8M0 scale per 32 values; training and inference
+  kNVFP4,          // E2M1 data (2 per byte), E4M3 scale per 16 values, FP32 global scale; inference
+  kFP8Blockwise,   // beyond upstream: E4M3 data, FP32 scale per 1x128 (activations) / 128x128
+                   // (weights), DeepSeek-V3's recipe. Weights can be prepared; a context with this
+                   // format is rejected until its execution exists.
 };
-const char* to_string(BlockScaledFormat f);                // "mxfp8_e4m3", "nvfp4"
+const char* to_string(BlockScaledFormat f);                // "mxfp8_e4m3", "nvfp4", "fp8_blockwise"
 BlockScaledFormat parse_block_scaled_format(const std::string& s);
-int block_scaled_vector_size(BlockScaledFormat f);         // 32 or 16
+int block_scaled_vector_size(BlockScaledFormat f);         // 32, 16 or 128
 
 enum class BlockScaledPipeline { kStaged, kMega };
 const char* to_string(BlockScaledPipeline p);  // "staged", "mega"

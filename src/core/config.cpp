@@ -37,16 +37,29 @@ Activation parse_activation(const std::string& s) {
 }
 
 const char* to_string(BlockScaledFormat f) {
-  return f == BlockScaledFormat::kMXFP8_E4M3 ? "mxfp8_e4m3" : "nvfp4";
+  switch (f) {
+    case BlockScaledFormat::kMXFP8_E4M3: return "mxfp8_e4m3";
+    case BlockScaledFormat::kNVFP4: return "nvfp4";
+    case BlockScaledFormat::kFP8Blockwise: return "fp8_blockwise";
+  }
+  return "?";
 }
 
 BlockScaledFormat parse_block_scaled_format(const std::string& s) {
   if (s == "mxfp8_e4m3" || s == "mxfp8") return BlockScaledFormat::kMXFP8_E4M3;
   if (s == "nvfp4") return BlockScaledFormat::kNVFP4;
-  value_error("unsupported DistMoE block-scaled format: '" + s + "' (supported: mxfp8_e4m3, nvfp4)");
+  if (s == "fp8_blockwise") return BlockScaledFormat::kFP8Blockwise;
+  value_error("unsupported DistMoE block-scaled format: '" + s + "' (supported: mxfp8_e4m3, nvfp4, fp8_blockwise)");
 }
 
-int block_scaled_vector_size(BlockScaledFormat f) { return f == BlockScaledFormat::kMXFP8_E4M3 ? 32 : 16; }
+int block_scaled_vector_size(BlockScaledFormat f) {
+  switch (f) {
+    case BlockScaledFormat::kMXFP8_E4M3: return 32;
+    case BlockScaledFormat::kNVFP4: return 16;
+    case BlockScaledFormat::kFP8Blockwise: return 128;
+  }
+  return 0;
+}
 
 const char* to_string(BlockScaledPipeline p) { return p == BlockScaledPipeline::kStaged ? "staged" : "mega"; }
 
@@ -95,6 +108,9 @@ void BlockScaledKernelConfig::validate(BlockScaledFormat format) const {
 }
 
 void BlockScaledConfig::validate() const {
+  if (format == BlockScaledFormat::kFP8Blockwise)
+    value_error("unsupported DistMoE block-scaled format for execution: fp8_blockwise (its weights can be prepared "
+                "with prepare_block_scaled_weight; contexts are not built yet)");
   if (format != BlockScaledFormat::kMXFP8_E4M3 && format != BlockScaledFormat::kNVFP4)
     value_error("unsupported DistMoE block-scaled format");
   if (fast_math && format == BlockScaledFormat::kNVFP4)

@@ -23,6 +23,7 @@ std::string component_of(const std::string& path) {
       {"include/dist_moe/device/", "device"}, {"include/dist_moe/", "api"}, {"src/core/", "core"},
       {"src/reference/", "reference"},       {"src/platform/", "platform"}, {"src/gemm/", "gemm"},
       {"src/comm/", "comm"},                 {"src/kernels/", "kernels"},  {"src/runtime/", "runtime"},
+      {"src/quant/", "quant"},
       {"src/testing/", "testing"},           {"tools/", "tools"},          {"bench/", "bench"},
       {"examples/", "examples"},             {"python/dist_moe/csrc/", "bindings"},
   };
@@ -51,12 +52,13 @@ const std::map<std::string, std::set<std::string>>& allowed() {
       {"gemm", {"device", "platform", "core", "api"}},
       {"comm", {"device", "platform", "core", "api"}},
       {"kernels", {"device", "core", "api"}},
-      {"runtime", {"gemm", "comm", "kernels", "platform", "device", "core", "api"}},
+      {"quant", {"device", "core", "api"}},
+      {"runtime", {"gemm", "comm", "kernels", "quant", "platform", "device", "core", "api"}},
       {"testing", {"reference", "core", "api", "device"}},
       {"tools", {"api", "reference", "testing"}},
       {"examples", {"api", "reference", "testing"}},
       // Component benchmarks time component internals next to their peers; never tests/ or runtime.
-      {"bench", {"api", "device", "kernels", "comm", "gemm", "testing", "reference", "core"}},
+      {"bench", {"api", "device", "kernels", "comm", "gemm", "quant", "testing", "reference", "core"}},
       {"bindings", {"api", "platform"}},
   };
   return graph;

@@ -1,0 +1,196 @@
+// Every GPU block quantizer (src/quant) against the HBM ceiling for the same bytes, at the per-rank
+// sizes of the reference workloads (EP2 by default, balanced rows), on random inputs:
+//   activations  x_TD (T rows, the inference source) and the gathered rows x_MD (M = T*K, training)
+//     mxfp8_rows, mxfp8_rows_cols (both orientations, one read), fp8bw_rows, fp8bw_rows_cols,
+//     nvfp4_token_rows (packed rows)
+//   weights      the rank's W13 [E/ep, 2F, D]
+//     mxfp8_w_train (32x32 tiles, FPROP + DGRAD scales), mxfp8_w_infer (1x32 rows),
+//     fp8bw_w (128x128 + the transposed copy), nvfp4_w (reads the weight twice: amax, then quantize)
+//
+//   bench_quantize [--shapes dsv3_prefill,qwen3_30b] [--ep N] [--iters N] [--sustain-ms MS]
+//
+// Ceiling: a device-to-device cudaMemcpyAsync of half the bytes the kernel moves (so the copy reads
+// and writes the same total), timed right after the kernel in the same run; "x copy" = copy time /
+// kernel time (1.0 = at the copy's rate; the target is 0.85). "moved" counts every byte the kernel
+// reads or writes (nvfp4_w: the weight twice), so a kernel at the copy's rate is at HBM speed.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dist_moe/check.h"
+#include "dist_moe/prepare_weight.h"
+#include "dist_moe/quantize_rows.h"
+#include "dist_moe/workloads.h"
+#include "quant/quantize.h"
+#include "testing/device_buffer.h"
+#include "testing/event_timing.h"
+#include "testing/main_guard.h"
+#include "testing/random_fill.h"
+
+namespace {
+
+using namespace dist_moe;
+using testing::DeviceBuffer;
+
+int g_iters = 20;
+int g_ep = 2;
+double g_sustain_ms = 100;
+
+double time_ms(const std::function<void()>& fn, cudaStream_t s) {
+  testing::run_for_ms(fn, g_sustain_ms, s);
+  return testing::median_event_ms(fn, g_iters, s).ms;
+}
+
+struct Case {
+  const char* name;
+  double moved_bytes;
+  std::function<void()> fn;
+};
+
+struct Row {
+  std::string name;
+  double mb, ms, copy_ms;
+};
+std::vector<Row> g_rows;
+
+void run_cases(const std::string& title, const std::vector<Case>& cases, cudaStream_t s) {
+  double most = 0;
+  for (const Case& c : cases) most = std::max(most, c.moved_bytes);
+  DeviceBuffer<uint8_t> src(static_cast<size_t>(most / 2) + 16), dst(static_cast<size_t>(most / 2) + 16);
+  testing::fill_uniform_bf16(src.get(), static_cast<int64_t>(src.size() / 2), 99, 1.0f, s);
+  std::printf("\n%s\n%-18s %10s %10s %10s %10s %8s\n", title.c_str(), "quantizer", "MB moved", "ms", "GB/s", "copy ms",
+              "x copy");
+  for (const Case& c : cases) {
+    const double ms = time_ms(c.fn, s);
+    const size_t half = static_cast<size_t>(c.moved_bytes / 2) & ~size_t{15};
+    const double copy_ms =
+        time_ms([&] { DMOE_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), half, cudaMemcpyDeviceToDevice, s)); }, s);
+    std::printf("%-18s %10.1f %10.4f %10.1f %10.4f %7.2fx\n", c.name, c.moved_bytes / 1e6, ms,
+                c.moved_bytes / ms / 1e6, copy_ms, copy_ms / ms);
+    g_rows.push_back({title.substr(0, title.find(' ')) + " " + c.name, c.moved_bytes / 1e6, ms, copy_ms});
+  }
+  DMOE_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void run_activations(const Workload& w, cudaStream_t s) {
+  const int64_t T = w.tokens, D = w.hidden, K = w.top_k, E = w.experts / g_ep;
+  const int64_t M = T * K;  // balanced: M / E rows per local expert
+  const int64_t rows_per_expert = (M / E + 127) / 128 * 128, cap = rows_per_expert * E;
+  DeviceBuffer<uint16_t> x(cap * D);
+  testing::fill_uniform_bf16(x.get(), cap * D, 1, 4.0f, s);
+  std::vector<int32_t> counts(E, static_cast<int32_t>(M / E)), offsets(E + 1);
+  for (int64_t e = 0; e <= E; ++e) offsets[e] = static_cast<int32_t>(e * rows_per_expert);
+  DeviceBuffer<int32_t> dcounts(counts), doffsets(offsets);
+  const quant::RowGroups groups{dcounts.get(), doffsets.get(), static_cast<int32_t>(E)};
+  DeviceBuffer<uint8_t> q(cap * D), qt(cap * D), s8(cap * D / 32), st8(cap * D / 32);
+  DeviceBuffer<float> sf(cap * D / 128), stf(cap * D / 128);
+  const int64_t packed = nvfp4_packed_row_bytes(D);
+  DeviceBuffer<uint8_t> rows_nv(T * packed);
+  const double xT = double(T * D) * 2, xM = double(cap * D) * 2;
+  const std::vector<Case> cases = {
+      {"mxfp8_rows", xT + T * D + T * D / 32,
+       [&] { quant::mxfp8_quantize_rows({x.get(), T, D, D}, {q.get(), D, s8.get(), D / 32, 1}, s); }},
+      {"mxfp8_rows_cols", xM + 2.0 * (cap * D + cap * D / 32),
+       [&] {
+         quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, {q.get(), D, s8.get(), D / 32, 1},
+                                         {qt.get(), cap, st8.get(), cap / 32, 1}, s);
+       }},
+      {"fp8bw_rows", xT + T * D + T * D / 128 * 4.0,
+       [&] { quant::fp8_blockwise_quantize_rows({x.get(), T, D, D}, {q.get(), D, sf.get(), 1, T}, s); }},
+      {"fp8bw_rows_cols", xM + 2.0 * (cap * D + cap * D / 128 * 4),
+       [&] {
+         quant::fp8_blockwise_quantize_rows_cols({x.get(), cap, D, D}, groups, {q.get(), D, sf.get(), 1, cap},
+                                                 {qt.get(), cap, stf.get(), 1, D}, s);
+       }},
+      {"nvfp4_token_rows", xT + double(T * packed),
+       [&] { quantize_nvfp4_token_rows(x.get(), T, D, D, rows_nv.get(), packed, s); }},
+  };
+  char title[256];
+  std::snprintf(title, sizeof title, "%s activations (per rank at EP%d: T=%lld D=%lld, M=%lld gathered rows)",
+                w.name.c_str(), g_ep, (long long)T, (long long)D, (long long)cap);
+  run_cases(title, cases, s);
+}
+
+void run_weights(const Workload& w, cudaStream_t s) {
+  const int64_t E = w.experts / g_ep, N = 2 * w.intermediate, K = w.hidden;
+  const double n = double(E) * N * K;
+  DeviceBuffer<uint16_t> wt(E * N * K);
+  testing::fill_uniform_bf16(wt.get(), E * N * K, 2, 0.05f, s);
+  const auto spec_train = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, false, E, N, K);
+  const auto spec_infer = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, true, E, N, K);
+  const auto spec_fp8 = prepared_weight_spec(BlockScaledFormat::kFP8Blockwise, false, E, N, K);
+  const auto spec_nv = prepared_weight_spec(BlockScaledFormat::kNVFP4, true, E, N, K);
+  DeviceBuffer<uint8_t> q(E * N * K), qt(E * N * K), s1(spec_train.fprop_scale.bytes()),
+      s2(spec_train.dgrad_scale.bytes());
+  DeviceBuffer<float> f1(spec_fp8.fprop_scale.numel()), f2(spec_fp8.dgrad_scale.numel()), gs(E), gsi(E);
+  const std::vector<Case> cases = {
+      {"mxfp8_w_train", 2 * n + n + 2 * n / 32,
+       [&] { prepare_block_scaled_weight(wt.get(), spec_train, {q.get(), s1.get(), q.get(), s2.get()}, s); }},
+      {"mxfp8_w_infer", 2 * n + n + n / 32,
+       [&] { prepare_block_scaled_weight(wt.get(), spec_infer, {q.get(), s1.get()}, s); }},
+      {"fp8bw_w", 2 * n + 2 * n,
+       [&] { prepare_block_scaled_weight(wt.get(), spec_fp8, {q.get(), f1.get(), qt.get(), f2.get()}, s); }},
+      {"nvfp4_w", 2 * n + 2 * n + n / 2 + n / 16,
+       [&] { prepare_block_scaled_weight(wt.get(), spec_nv, {q.get(), s1.get(), nullptr, nullptr, gs.get(), gsi.get()}, s); }},
+  };
+  char title[256];
+  std::snprintf(title, sizeof title, "%s W13 weights (per rank at EP%d: %lld experts x [%lld, %lld])", w.name.c_str(),
+                g_ep, (long long)E, (long long)N, (long long)K);
+  run_cases(title, cases, s);
+}
+
+}  // namespace
+
+int bench_main(int argc, char** argv) {
+  std::string shapes = "dsv3_prefill,qwen3_30b";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&] {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return std::string(argv[++i]);
+    };
+    if (a == "--shapes") shapes = value();
+    else if (a == "--ep") g_ep = std::max(1, std::atoi(value().c_str()));
+    else if (a == "--iters") g_iters = std::max(1, std::atoi(value().c_str()));
+    else if (a == "--sustain-ms") g_sustain_ms = std::max(0.0, std::atof(value().c_str()));
+    else {
+      const bool help = a == "-h" || a == "--help";
+      std::fprintf(help ? stdout : stderr,
+                   "usage: bench_quantize [--shapes a,b] [--ep N] [--iters N] [--sustain-ms MS]\n");
+      return help ? 0 : 2;
+    }
+  }
+  cudaStream_t s;
+  DMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaDeviceProp prop{};
+  DMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("bench_quantize on %s, %d iterations after %.0f ms of each call\n", prop.name, g_iters, g_sustain_ms);
+  std::istringstream is(shapes);
+  for (std::string name; std::getline(is, name, ',');) {
+    run_activations(find_workload(name), s);
+    run_weights(find_workload(name), s);
+  }
+  int below = 0;
+  std::printf("\nsummary (x copy >= 0.85 is the target)\n%-36s %9s %9s %7s\n", "quantizer", "ms", "copy ms", "x copy");
+  for (const Row& r : g_rows) {
+    std::printf("%-36s %9.4f %9.4f %6.2fx%s\n", r.name.c_str(), r.ms, r.copy_ms, r.copy_ms / r.ms,
+                r.copy_ms / r.ms >= 0.85 ? "" : "  below");
+    below += r.copy_ms / r.ms < 0.85;
+  }
+  std::printf("%d of %zu quantizers at >= 0.85x the copy rate\n", static_cast<int>(g_rows.size()) - below, g_rows.size());
+  DMOE_CUDA_CHECK(cudaStreamDestroy(s));
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  return dist_moe::testing::guarded_main("bench_quantize", [&] { return bench_main(argc, argv); });
+}

@@ -1,0 +1,90 @@
+// What the quantize kernels share: BF16 vectors in registers, NaN-propagating group amax over
+// shuffles, the two E4M3 formats as traits (MXFP8: E8M0 power-of-two scales; FP8 blockwise: FP32
+// scales), and the device-side diagnostic for a broken layout precondition.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+
+#include "dist_moe/device/numeric/numeric.cuh"
+#include "dist_moe/device/ptx/cvt.cuh"
+
+namespace dist_moe::quant {
+
+constexpr int kVec = 8;  // BF16 elements per 16-byte load
+
+// 8 BF16 values (one uint4) as floats, element 0 first.
+struct Vec8 {
+  float v[kVec];
+};
+
+__device__ __forceinline__ Vec8 unpack_bf16x8(const uint4& u) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+  Vec8 r;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    r.v[2 * i] = ptx::bf16_lo_to_float(w[i]);
+    r.v[2 * i + 1] = ptx::bf16_hi_to_float(w[i]);
+  }
+  return r;
+}
+
+__device__ __forceinline__ float amax8(const Vec8& x) {
+  float a = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) a = numeric::amax_nan(a, x.v[i]);
+  return a;
+}
+
+// NaN-propagating amax over `kWidth` consecutive lanes (kWidth a power of two <= 32). Every lane
+// of the warp must call it.
+template <int kWidth>
+__device__ __forceinline__ float group_amax(float a) {
+#pragma unroll
+  for (int o = kWidth / 2; o > 0; o >>= 1) a = numeric::amax_nan(a, __shfl_xor_sync(0xffffffffu, a, o));
+  return a;
+}
+
+// 8 values -> 8 E4M3 bytes, each e4m3_rn_satfinite(fl(x * mult)) (the shared numeric rules).
+__device__ __forceinline__ uint2 e4m3x8(const Vec8& x, float mult) {
+  uint32_t w[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t lo = numeric::float2_to_e4m3x2(numeric::mul_rn(x.v[4 * h], mult), numeric::mul_rn(x.v[4 * h + 1], mult));
+    const uint32_t hi =
+        numeric::float2_to_e4m3x2(numeric::mul_rn(x.v[4 * h + 2], mult), numeric::mul_rn(x.v[4 * h + 3], mult));
+    w[h] = lo | (hi << 16);
+  }
+  return make_uint2(w[0], w[1]);
+}
+
+// The E4M3 formats with one scale per block, as the generic kernels see them: a block's stored
+// scale and its quantization multiplier, both from the block's amax.
+struct Mxfp8Format {
+  static constexpr int kBlock = numeric::kMXBlock;
+  using Scale = uint8_t;
+  __device__ __forceinline__ static void from_amax(float amax, Scale& scale, float& mult) {
+    scale = numeric::e8m0_rceil_from_amax(amax);
+    mult = numeric::e8m0_reciprocal(scale);  // exact power of two: mxfp8_quantize_value's factor
+  }
+};
+
+struct Fp8BlockwiseFormat {
+  static constexpr int kBlock = numeric::kFP8BlockwiseBlock;
+  using Scale = float;
+  __device__ __forceinline__ static void from_amax(float amax, Scale& scale, float& mult) {
+    scale = numeric::fp8_blockwise_scale(amax);
+    mult = numeric::fp8_blockwise_multiplier(amax);
+  }
+};
+
+// A layout precondition the host cannot check (it lives in device memory) is broken: one line,
+// then trap, before any access it would make wrong.
+__device__ __noinline__ inline void layout_trap(const char* what, long long value, long long multiple) {
+  printf("Dist-MoE quantize: %s = %lld is not a multiple of %lld\n", what, value, multiple);
+  __trap();
+}
+
+}  // namespace dist_moe::quant

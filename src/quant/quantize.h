@@ -1,0 +1,115 @@
+// GPU block quantizers: BF16 in, MXFP8 / NVFP4 / FP8-blockwise out, bit-identical to the CPU
+// oracle (the per-block math is include/dist_moe/device/numeric/, shared by both). Every launcher
+// enqueues on `stream`, never synchronizes and reads no device value on the host, so each one is
+// CUDA-graph capturable. Byte layouts and formulas: docs/formats.md "GPU layouts".
+//
+// Output descriptors are strided, so a quantizer can write into a packed row (the dispatch
+// window's [q | scales | ...] rows) as well as into plain matrices:
+//   q element (r, c)     at q[r * q_row_stride + c]                (bytes; NVFP4: c / 2)
+//   scale of block (r, b) at scales[r * scale_row_stride + b * scale_block_stride]
+// "Transposed" outputs (the WGRAD operands) are the row quantization of the transposed matrix:
+// rows are features, the blocks run along tokens, tokens are contiguous (K-major, as FP8 wgmma
+// needs for both operands).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "dist_moe/device/common/macros.cuh"
+
+namespace dist_moe::quant {
+
+// A BF16 row-major matrix in device memory (row_stride in elements, >= cols).
+struct Bf16Matrix {
+  const void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_stride = 0;
+};
+
+template <class Scale>
+struct QuantizedOut {
+  uint8_t* q = nullptr;
+  int64_t q_row_stride = 0;
+  Scale* scales = nullptr;
+  int64_t scale_row_stride = 0;
+  int64_t scale_block_stride = 0;
+  DMOE_HOST_DEVICE bool present() const { return q != nullptr; }
+};
+using Mxfp8Out = QuantizedOut<uint8_t>;        // E4M3 data, E8M0 scales
+using Fp8BlockwiseOut = QuantizedOut<float>;   // E4M3 data, FP32 scales (dequantization factors)
+
+// Expert-major rows as routing lays them out: group g owns rows [offsets_G1[g], offsets_G1[g+1]),
+// of which the first counts_G[g] are real and the rest padding. Device arrays; the host knows
+// only the capacity (rows of the buffer), which sizes the grid.
+struct RowGroups {
+  const int32_t* counts_G = nullptr;
+  const int32_t* offsets_G1 = nullptr;
+  int32_t num_groups = 0;
+};
+
+// ---- MXFP8 E4M3 (32-element blocks, E8M0 RCEIL scales) -----------------------------------------
+
+// 1x32 blocks along cols. cols % 32 == 0. Activations (FPROP/DGRAD operands) and inference weights.
+void mxfp8_quantize_rows(const Bf16Matrix& x, const Mxfp8Out& out, cudaStream_t stream);
+
+// Both orientations from one read of expert-major rows x [capacity, D]: `rows` (1x32 along D) and
+// `cols` (32x1 along tokens, written transposed: q [D, capacity], scales per (feature, 32 tokens)).
+// Either output may be absent. Padding rows quantize as zeros; rows at or past offsets_G1[G] are
+// not touched. Group offsets must be multiples of 32 (checked on the device: a trap with a message).
+void mxfp8_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Mxfp8Out& rows,
+                              const Mxfp8Out& cols, cudaStream_t stream);
+
+// Training weights w [E, N, K] as 32x32 tiles: one qdata [E*N, K] (FPROP and DGRAD share it),
+// FPROP scales [E*N, K/32] and DGRAD scales [E*K, N/32] (natural row-major). N, K % 32 == 0.
+void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
+                                 uint8_t* fprop_scales, uint8_t* dgrad_scales, cudaStream_t stream);
+
+// ---- FP8 blockwise (DeepSeek-V3: 1x128 activations, 128x128 weights, FP32 scales) --------------
+
+// 1x128 blocks along cols. cols % 128 == 0.
+void fp8_blockwise_quantize_rows(const Bf16Matrix& x, const Fp8BlockwiseOut& out, cudaStream_t stream);
+
+// Both orientations from one read, as mxfp8_quantize_rows_cols with 128-token column blocks
+// (group offsets multiples of 128).
+void fp8_blockwise_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Fp8BlockwiseOut& rows,
+                                      const Fp8BlockwiseOut& cols, cudaStream_t stream);
+
+// Weights w [E, N, K] in 128x128 blocks: q [E*N, K], scales [E, N/128, K/128]; and, when q_t is
+// given, the transposed data DGRAD reads, q_t [E*K, N] (per expert [K, N]) with the transposed
+// scale grid scales_t [E, K/128, N/128] (no requantization: the same bytes). N, K % 128 == 0.
+void fp8_blockwise_quantize_weight(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
+                                   float* scales, uint8_t* q_t_EKN, float* scales_t, cudaStream_t stream);
+
+// A checkpoint's E4M3 data [E, N, K] + FP32 scale_inv [E, N/128, K/128] -> the transposed copy
+// DGRAD reads (q_t [E*K, N], scales_t [E, K/128, N/128]). Bytes move unchanged.
+void fp8_blockwise_transpose_weight(const uint8_t* q_ENK, const float* scales, int64_t num_experts, int64_t n,
+                                    int64_t k, uint8_t* q_t_EKN, float* scales_t, cudaStream_t stream);
+
+// ---- NVFP4 (E2M1 data, E4M3 per-16 scales, FP32 global / per-token scales) ----------------------
+
+// Weights w [E, N, K]: per expert gs_e = 2688 / amax_e; q [E, N, K/2] (element 2j low nibble),
+// scales [E, N, K/16] E4M3, global_scale [E], global_scale_inv [E] = fl(1 / gs). K % 16 == 0.
+// Reads w twice (the expert amax comes first).
+void nvfp4_quantize_weight(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENH,
+                           uint8_t* scales, float* global_scale, float* global_scale_inv, cudaStream_t stream);
+
+// Per-token rows x [T, D] (D % 16 == 0, D <= 16384): q at q[t * q_row_stride] (D/2 bytes), E4M3
+// scales at scales[t * scale_row_stride] (D/16 bytes), token_scale_inv at
+// token_scale_inv[t * inv_row_stride] (bytes; 4-byte aligned). A packed row
+// [D/2 | D/16 | 4 | pad to 16] is these three with one row stride.
+struct Nvfp4RowsOut {
+  uint8_t* q = nullptr;
+  int64_t q_row_stride = 0;
+  uint8_t* scales = nullptr;
+  int64_t scale_row_stride = 0;
+  uint8_t* token_scale_inv = nullptr;
+  int64_t inv_row_stride = 0;
+};
+void nvfp4_quantize_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStream_t stream);
+
+// Bytes of one packed NVFP4 row of D elements: D/2 + D/16 + 4, rounded up to 16.
+inline int64_t nvfp4_packed_row_bytes(int64_t d) { return (d / 2 + d / 16 + 4 + 15) / 16 * 16; }
+
+}  // namespace dist_moe::quant

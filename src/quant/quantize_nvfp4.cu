@@ -1,0 +1,144 @@
+// NVFP4 quantizers (E2M1 data packed two per byte, E4M3 scale per 16 elements, FP32 global scale):
+//   nvfp4_expert_amax_kernel    per-expert amax of the weight (integer max of |x|'s bits: NaN on top)
+//   nvfp4_weight_kernel         16-element blocks, two lanes per block, the expert's gs from its amax
+//   nvfp4_global_inverse_kernel global_scale_inv = fl(1 / gs), after the quantization read the amax
+//   nvfp4_rows_kernel           per-token rows: one CTA per token, the row held in registers
+// Hopper has no FP4 conversion instruction: E2M1 rounding is the shared portable rule.
+#include "dist_moe/check.h"
+#include "dist_moe/device/numeric/numeric.cuh"
+#include "quant/quant_common.cuh"
+#include "quant/quantize.h"
+
+namespace dist_moe::quant {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kLanesPerBlock = numeric::kNVFP4Block / kVec;  // 2
+
+__global__ void __launch_bounds__(kThreads) nvfp4_expert_amax_kernel(const uint16_t* w, int64_t per_expert,
+                                                                     uint32_t* amax_bits_E) {
+  const int64_t e = blockIdx.y;
+  const uint16_t* src = w + e * per_expert;
+  float a = 0.0f;
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kVec; i < per_expert;
+       i += static_cast<int64_t>(gridDim.x) * kThreads * kVec)
+    a = numeric::amax_nan(a, amax8(unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(src + i)))));
+  a = group_amax<32>(a);
+  if ((threadIdx.x & 31) == 0) atomicMax(amax_bits_E + e, __float_as_uint(a));
+}
+
+// 8 values -> 8 E2M1 nibbles (element 0 in the low nibble of byte 0).
+template <class Quantize>
+__device__ __forceinline__ uint32_t e2m1x8(const Vec8& x, Quantize quantize) {
+  uint32_t out = 0;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) out |= static_cast<uint32_t>(quantize(x.v[i])) << (4 * i);
+  return out;
+}
+
+__global__ void __launch_bounds__(kThreads) nvfp4_weight_kernel(const uint16_t* w, int64_t n, int64_t k,
+                                                                const uint32_t* amax_bits_E, uint8_t* q,
+                                                                uint8_t* scales, float* global_scale) {
+  const int64_t vecs_per_expert = n * k / kVec;
+  const int64_t e = blockIdx.y;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;  // vector within the expert
+  if (i - (threadIdx.x & 31) >= vecs_per_expert) return;  // whole warps only (pairs stay together)
+  const bool live = i < vecs_per_expert;
+  const float gs = numeric::nvfp4_weight_global_scale(__uint_as_float(amax_bits_E[e]));
+  const int64_t elem = e * n * k + (live ? i : 0) * kVec;
+  const Vec8 v = unpack_bf16x8(live ? __ldg(reinterpret_cast<const uint4*>(w + elem)) : make_uint4(0, 0, 0, 0));
+  const float bamax = group_amax<kLanesPerBlock>(amax8(v));
+  if (!live) return;
+  const uint8_t s = numeric::nvfp4_weight_block_scale(bamax, gs);
+  const float sf = numeric::e4m3_to_float(s), sr = numeric::div_rn(1.0f, sf);
+  // q = e2m1(fl(fl(x * gs) / s)) with one division per block, not per element.
+  *reinterpret_cast<uint32_t*>(q + elem / 2) = e2m1x8(
+      v, [&](float x) { return numeric::nvfp4_weight_quantize_value_by_reciprocal(x, gs, sf, sr); });
+  if (i % kLanesPerBlock == 0) scales[elem / numeric::kNVFP4Block] = s;
+  if (i == 0) global_scale[e] = gs;
+}
+
+__global__ void nvfp4_global_inverse_kernel(const float* global_scale, float* global_scale_inv, int64_t num_experts) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e < num_experts) global_scale_inv[e] = numeric::div_rn(1.0f, global_scale[e]);
+}
+
+constexpr int kRowThreads = 128;
+constexpr int kMaxRowVecs = 16;  // D <= 16384 = 128 threads x 16 loads x 8
+
+__global__ void __launch_bounds__(kRowThreads) nvfp4_rows_kernel(Bf16Matrix x, Nvfp4RowsOut out) {
+  __shared__ uint32_t row_amax_bits;
+  const int64_t t = blockIdx.x;
+  const int vecs = static_cast<int>(x.cols / kVec);
+  const uint16_t* src = static_cast<const uint16_t*>(x.data) + t * x.row_stride;
+  if (threadIdx.x == 0) row_amax_bits = 0;
+  uint4 raw[kMaxRowVecs];  // the row stays packed in registers between its two uses (64 registers)
+  float a = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMaxRowVecs; ++j) {
+    const int idx = threadIdx.x + j * kRowThreads;
+    raw[j] = idx < vecs ? __ldg(reinterpret_cast<const uint4*>(src + idx * kVec)) : make_uint4(0, 0, 0, 0);
+    a = numeric::amax_nan(a, amax8(unpack_bf16x8(raw[j])));
+  }
+  a = group_amax<32>(a);
+  __syncthreads();  // row_amax_bits initialized
+  if ((threadIdx.x & 31) == 0) atomicMax(&row_amax_bits, __float_as_uint(a));
+  __syncthreads();
+  const float row_scale = numeric::nvfp4_activation_row_scale(__uint_as_float(row_amax_bits));
+  if (threadIdx.x == 0)
+    *reinterpret_cast<float*>(out.token_scale_inv + t * out.inv_row_stride) =
+        numeric::nvfp4_activation_token_scale_inv(row_scale);
+#pragma unroll
+  for (int j = 0; j < kMaxRowVecs; ++j) {
+    const int idx = threadIdx.x + j * kRowThreads;  // lanes 2b, 2b+1 hold block b's halves
+    if (j * kRowThreads >= vecs) break;             // CTA-uniform: every lane still shuffles below
+    const Vec8 v = unpack_bf16x8(raw[j]);
+    const float bamax = group_amax<kLanesPerBlock>(amax8(v));
+    if (idx >= vecs) continue;
+    const uint8_t s = numeric::nvfp4_activation_block_scale(bamax, row_scale);
+    const float mult = numeric::nvfp4_activation_multiplier(row_scale, s);
+    *reinterpret_cast<uint32_t*>(out.q + t * out.q_row_stride + idx * (kVec / 2)) =
+        e2m1x8(v, [&](float xv) { return numeric::nvfp4_activation_quantize_value(xv, mult); });
+    if (idx % kLanesPerBlock == 0) out.scales[t * out.scale_row_stride + idx / kLanesPerBlock] = s;
+  }
+}
+
+}  // namespace
+
+void nvfp4_quantize_weight(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENH,
+                           uint8_t* scales, float* global_scale, float* global_scale_inv, cudaStream_t stream) {
+  DMOE_CHECK_ARG(num_experts >= 1 && num_experts <= 65535, "nvfp4_quantize_weight: num_experts=", num_experts,
+                 " must be in [1, 65535]");
+  DMOE_CHECK_ARG(n > 0 && k > 0 && k % numeric::kNVFP4Block == 0, "nvfp4_quantize_weight: weight dims [", n, ", ", k,
+                 "] must be positive with K a multiple of ", numeric::kNVFP4Block);
+  const auto* w = static_cast<const uint16_t*>(w_ENK);
+  // The amax accumulates in global_scale_inv's storage (as |x| bits), which the last kernel overwrites.
+  auto* amax_bits = reinterpret_cast<uint32_t*>(global_scale_inv);
+  DMOE_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, num_experts * sizeof(uint32_t), stream));
+  const int64_t per_expert = n * k;
+  const int64_t amax_blocks = std::min<int64_t>(1024, (per_expert / kVec + kThreads - 1) / kThreads);
+  nvfp4_expert_amax_kernel<<<dim3(static_cast<unsigned>(amax_blocks), static_cast<unsigned>(num_experts)), kThreads, 0,
+                             stream>>>(w, per_expert, amax_bits);
+  DMOE_CUDA_CHECK_LAUNCH();
+  const int64_t quant_blocks = (per_expert / kVec + kThreads - 1) / kThreads;
+  nvfp4_weight_kernel<<<dim3(static_cast<unsigned>(quant_blocks), static_cast<unsigned>(num_experts)), kThreads, 0,
+                        stream>>>(w, n, k, amax_bits, q_ENH, scales, global_scale);
+  DMOE_CUDA_CHECK_LAUNCH();
+  nvfp4_global_inverse_kernel<<<static_cast<unsigned>((num_experts + 127) / 128), 128, 0, stream>>>(
+      global_scale, global_scale_inv, num_experts);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
+void nvfp4_quantize_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStream_t stream) {
+  DMOE_CHECK_ARG(x.cols > 0 && x.cols % numeric::kNVFP4Block == 0 && x.cols <= kRowThreads * kMaxRowVecs * kVec,
+                 "nvfp4_quantize_rows: D=", x.cols, " must be a positive multiple of 16 up to ",
+                 kRowThreads * kMaxRowVecs * kVec);
+  DMOE_CHECK_ARG(x.row_stride % kVec == 0 && out.q_row_stride % 4 == 0 && out.inv_row_stride % 4 == 0,
+                 "nvfp4_quantize_rows: strides must keep 16-byte input, 4-byte data and 4-byte scale alignment");
+  if (x.rows == 0) return;
+  DMOE_CHECK_ARG(x.rows <= 0x7fffffff, "nvfp4_quantize_rows: too many rows (", x.rows, ")");
+  nvfp4_rows_kernel<<<static_cast<unsigned>(x.rows), kRowThreads, 0, stream>>>(x, out);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dist_moe::quant

@@ -1,0 +1,558 @@
+// The GPU block quantizers (src/quant) against the CPU oracle's block rules
+// (include/dist_moe/device/numeric, run here on the host), bit for bit: every data byte and every
+// scale, on fresh random BF16 inputs at several shapes (rows that are not multiples of 128, strided
+// and packed outputs) and on crafted blocks: all zeros, NaN and Inf, E4M3 rounding ties,
+// saturation, subnormal results, and the extreme E8M0 codes. Outputs are poisoned first, so an
+// unwritten byte fails, and bytes a quantizer must not touch are checked still poisoned.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "dist_moe/device/numeric/numeric.cuh"
+#include "dist_moe/prepare_weight.h"
+#include "dist_moe/quantize_rows.h"
+#include "gpu_test_util.h"
+#include "quant/quantize.h"
+#include "reference/random.h"
+
+namespace dist_moe {
+namespace {
+
+namespace nm = numeric;
+using testing::DeviceBuffer;
+
+constexpr uint8_t kPoison = 0xA5;
+
+// A BF16 matrix kept both as bits (uploaded) and as the floats those bits mean (the oracle's input).
+struct HostBf16 {
+  int64_t rows = 0, cols = 0;
+  std::vector<uint16_t> bits;
+  std::vector<float> f;
+  HostBf16(int64_t r, int64_t c) : rows(r), cols(c), bits(r * c), f(r * c) {}
+  void set(int64_t i, float v) {
+    bits[i] = nm::float_to_bf16(v).bits;
+    f[i] = nm::bf16_to_float(nm::bf16_t{bits[i]});
+  }
+};
+
+// Random values with a per-row exponent spread (2^-30 .. 2^30), so blocks see very different scales.
+HostBf16 random_bf16(int64_t rows, int64_t cols, uint64_t seed) {
+  reference::Rng rng(seed);
+  HostBf16 h(rows, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int e = static_cast<int>(rng.below(61)) - 30;
+    for (int64_t c = 0; c < cols; ++c) h.set(r * cols + c, std::ldexp(static_cast<float>(rng.uniform(-1, 1)), e));
+  }
+  return h;
+}
+
+// Crafted blocks written over rows 0..9 of a matrix with cols >= 256 (each row: one kind).
+void add_crafted_rows(HostBf16& h) {
+  const int64_t C = h.cols;
+  const float nan = std::nanf(""), inf = INFINITY;
+  for (int64_t c = 0; c < C; ++c) h.set(0 * C + c, 0.0f);                                    // all zeros
+  h.set(1 * C + 5, nan);                                                                     // NaN in block 0
+  h.set(1 * C + 200, -inf);                                                                  // -Inf in another block
+  for (int64_t c = 0; c < C; ++c) {
+    // E4M3 rounding ties: the block max is 448 (scale 1 / multiplier 1), the rest sit on midpoints
+    // between E4M3 codes (1.0625 between 1 and 1.125; 2.125; 0.00390625*1.5 in the subnormal steps).
+    static const float ties[] = {448.0f, 1.0625f, -1.1875f, 2.125f, 0.005859375f, -0.009765625f, 13.0f, 240.0f};
+    h.set(2 * C + c, ties[c % 8]);
+  }
+  for (int64_t c = 0; c < C; ++c) h.set(3 * C + c, (c % 2 ? -1.0f : 1.0f) * 3.0e38f);       // near BF16 max: top E8M0 codes
+  for (int64_t c = 0; c < C; ++c) h.set(4 * C + c, std::ldexp(static_cast<float>(c % 7 + 1), -133));  // BF16 subnormals: E8M0 byte 0
+  for (int64_t c = 0; c < C; ++c) h.set(5 * C + c, c % 32 == 0 ? 1000.0f : std::ldexp(1.0f, -12));     // subnormal E4M3 results
+  for (int64_t c = 0; c < C; ++c) h.set(6 * C + c, c % 128 == 0 ? 65504.0f : -(c % 3) * 3.5f);        // big spread
+  for (int64_t c = 0; c < C; ++c) h.set(7 * C + c, std::ldexp(1.0f, static_cast<int>(c % 64) - 32));   // powers of two
+  for (int64_t c = 0; c < C; ++c) h.set(8 * C + c, 448.0f * (1 + (c % 5) * 0.0078125f));             // at and above 448
+  for (int64_t c = 0; c < C; ++c) h.set(9 * C + c, (c % 2 ? 1 : -1) * 6.0f * std::ldexp(1.0f, (int)(c / 16) % 9 - 4));
+}
+
+template <class T>
+std::vector<T> download_all(const DeviceBuffer<T>& b) { return b.download(); }
+
+// Float comparison that accepts any NaN for a NaN (the device's NaN payload may differ).
+bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || nm::float_bits(a) == nm::float_bits(b); }
+
+// ---- the hardware E4M3 conversion equals the portable rule ------------------------------------------
+
+__global__ void e4m3_convert_kernel(const float* x, int64_t n, uint8_t* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = nm::float_to_e4m3(x[i]);
+}
+
+TEST(QuantizeE4M3, HardwareConversionEqualsPortableRule) {
+  DMOE_REQUIRE_SM90();
+  std::vector<float> x;
+  for (int code = 0; code < 256; ++code) x.push_back(nm::e4m3_to_float(static_cast<uint8_t>(code)));
+  // Every midpoint between neighbouring codes, +-8 ulps, both signs; then random floats of any exponent.
+  for (int code = 0; code < 0x7e; ++code) {
+    const float a = nm::e4m3_to_float(static_cast<uint8_t>(code)), b = nm::e4m3_to_float(static_cast<uint8_t>(code + 1));
+    float m = (a + b) / 2;  // exact: E4M3 values have few bits
+    for (int d = 0; d < 8; ++d) m = std::nextafter(m, 0.0f);
+    for (int d = -8; d <= 8; ++d, m = std::nextafter(m, INFINITY)) {
+      x.push_back(m);
+      x.push_back(-m);
+    }
+  }
+  reference::Rng rng(5);
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t u = static_cast<uint32_t>(rng.next_u64());
+    float f;
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);
+  }
+  for (float s : {448.0f, 464.0f, 480.0f, 1e30f, INFINITY, -INFINITY, std::nanf(""), 1e-40f, -0.0f}) x.push_back(s);
+  DeviceBuffer<float> dx(x);
+  DeviceBuffer<uint8_t> dq(x.size());
+  e4m3_convert_kernel<<<static_cast<unsigned>((x.size() + 255) / 256), 256>>>(dx.get(), static_cast<int64_t>(x.size()), dq.get());
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto q = dq.download();
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(q[i], nm::float_to_e4m3_portable(x[i])) << "x=" << x[i];
+}
+
+// Every float bit pattern: the branch-free E2M1 rounding equals the portable rule.
+__global__ void e2m1_mismatch_kernel(uint32_t first, uint32_t count, unsigned long long* mismatches) {
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const float x = __uint_as_float(first + static_cast<uint32_t>(i));
+    if (nm::float_to_e2m1(x) != nm::float_to_e2m1_portable(x)) atomicAdd(mismatches, 1ull);
+  }
+}
+
+TEST(QuantizeE2M1, BranchFreeRoundingEqualsPortableRuleOnEveryFloat) {
+  DMOE_REQUIRE_SM90();
+  DeviceBuffer<unsigned long long> bad(std::vector<unsigned long long>{0});
+  for (uint64_t first = 0; first < (1ull << 32); first += (1ull << 30))
+    e2m1_mismatch_kernel<<<1056, 256>>>(static_cast<uint32_t>(first), 1u << 30, bad.get());
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(bad.download()[0], 0ull);
+}
+
+// a / s through the reciprocal (div_rn_by_reciprocal) equals the IEEE division for every E4M3
+// block scale s and every significand of a, at exponents that keep a / s normal; where a / s is
+// subnormal, the E2M1 codes of both agree (the NVFP4 weight quantizer's use).
+__global__ void division_mismatch_kernel(int exponent, unsigned long long* float_mismatches,
+                                         unsigned long long* code_mismatches) {
+  const float s = nm::e4m3_to_float(static_cast<uint8_t>(blockIdx.y + 1));  // codes 0x01 .. 0x7E
+  const float r = nm::div_rn(1.0f, s);
+  for (uint32_t m = blockIdx.x * blockDim.x + threadIdx.x; m < (1u << 23); m += gridDim.x * blockDim.x) {
+    const float a = __uint_as_float(((127u + exponent) << 23) | m) * (m & 1 ? -1.0f : 1.0f);
+    const float want = nm::div_rn(a, s), got = nm::div_rn_by_reciprocal(a, s, r);
+    const bool normal = fabsf(want) >= 1.17549435e-38f;
+    if (normal && __float_as_uint(want) != __float_as_uint(got)) atomicAdd(float_mismatches, 1ull);
+    if (nm::float_to_e2m1(want) != nm::float_to_e2m1(got)) atomicAdd(code_mismatches, 1ull);
+  }
+}
+
+TEST(QuantizeNvfp4, DivisionThroughTheReciprocalEqualsIeeeDivision) {
+  DMOE_REQUIRE_SM90();
+  DeviceBuffer<unsigned long long> bad(std::vector<unsigned long long>{0, 0});
+  for (int exponent : {-126, -120, -30, -1, 0, 1, 11, 20}) {
+    division_mismatch_kernel<<<dim3(256, 126), 256>>>(exponent, bad.get(), bad.get() + 1);
+  }
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto b = bad.download();
+  EXPECT_EQ(b[0], 0ull) << "quotients differing from div.rn";
+  EXPECT_EQ(b[1], 0ull) << "E2M1 codes differing";
+}
+
+// ---- MXFP8 and FP8-blockwise rows ----------------------------------------------------------------
+
+struct RowsCase {
+  int64_t rows, cols, row_pad;  // row_pad: extra input elements per row (strided input)
+};
+
+TEST(QuantizeMxfp8, RowsMatchTheOracle) {
+  DMOE_REQUIRE_SM90();
+  for (const RowsCase& rc : {RowsCase{1, 32, 0}, RowsCase{100, 2048, 8}, RowsCase{333, 7168, 0}, RowsCase{10, 256, 64}}) {
+    SCOPED_TRACE("rows=" + std::to_string(rc.rows) + " cols=" + std::to_string(rc.cols));
+    HostBf16 h = random_bf16(rc.rows, rc.cols, 11 + rc.rows);
+    if (rc.rows >= 10 && rc.cols >= 256) add_crafted_rows(h);
+    const int64_t stride = rc.cols + rc.row_pad, nb = rc.cols / 32;
+    std::vector<uint16_t> strided(rc.rows * stride, 0x7fc0);  // NaN in the gaps: reading them would show
+    for (int64_t r = 0; r < rc.rows; ++r) std::memcpy(&strided[r * stride], &h.bits[r * rc.cols], rc.cols * 2);
+    // Packed output rows [q | scales | pad] as an inference dispatch row would hold them.
+    const int64_t out_stride = (rc.cols + nb + 15) / 16 * 16;
+    DeviceBuffer<uint16_t> dx(strided);
+    DeviceBuffer<uint8_t> dout(rc.rows * out_stride);
+    dout.poison(kPoison);
+    quant::mxfp8_quantize_rows({dx.get(), rc.rows, rc.cols, stride},
+                               {dout.get(), out_stride, dout.get() + rc.cols, out_stride, 1}, nullptr);
+    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto out = dout.download();
+    std::vector<uint8_t> q(rc.rows * rc.cols), s(rc.rows * nb);
+    nm::mxfp8_quantize_rows(h.f.data(), rc.rows, rc.cols, q.data(), s.data());
+    for (int64_t r = 0; r < rc.rows; ++r) {
+      for (int64_t c = 0; c < rc.cols; ++c) ASSERT_EQ(out[r * out_stride + c], q[r * rc.cols + c]) << r << "," << c;
+      for (int64_t b = 0; b < nb; ++b) ASSERT_EQ(out[r * out_stride + rc.cols + b], s[r * nb + b]) << r << ", block " << b;
+      for (int64_t p = rc.cols + nb; p < out_stride; ++p) ASSERT_EQ(out[r * out_stride + p], kPoison) << "pad " << r;
+    }
+    if (rc.rows >= 10 && rc.cols >= 256) {
+      EXPECT_EQ(s[1 * nb + 0], 0xff);  // NaN block
+      EXPECT_EQ(s[0], 0x00);           // all-zero block
+      EXPECT_GE(s[3 * nb], 0xf0);      // near the top of E8M0
+      EXPECT_EQ(s[4 * nb], 0x00);      // the bottom of E8M0
+    }
+  }
+}
+
+TEST(QuantizeFp8Blockwise, RowsMatchTheOracle) {
+  DMOE_REQUIRE_SM90();
+  for (const RowsCase& rc : {RowsCase{1, 128, 0}, RowsCase{100, 2048, 8}, RowsCase{333, 7168, 0}, RowsCase{10, 256, 128}}) {
+    SCOPED_TRACE("rows=" + std::to_string(rc.rows) + " cols=" + std::to_string(rc.cols));
+    HostBf16 h = random_bf16(rc.rows, rc.cols, 21 + rc.rows);
+    if (rc.rows >= 10 && rc.cols >= 256) add_crafted_rows(h);
+    const int64_t stride = rc.cols + rc.row_pad, nb = rc.cols / 128, scale_stride = (rc.rows + 3) / 4 * 4;
+    std::vector<uint16_t> strided(rc.rows * stride, 0x7fc0);
+    for (int64_t r = 0; r < rc.rows; ++r) std::memcpy(&strided[r * stride], &h.bits[r * rc.cols], rc.cols * 2);
+    DeviceBuffer<uint16_t> dx(strided);
+    DeviceBuffer<uint8_t> dq(rc.rows * rc.cols);
+    DeviceBuffer<float> ds(nb * scale_stride);
+    dq.poison(kPoison);
+    ds.poison(kPoison);
+    // Scales k-block-major [D/128, rows] (docs/formats.md).
+    quant::fp8_blockwise_quantize_rows({dx.get(), rc.rows, rc.cols, stride}, {dq.get(), rc.cols, ds.get(), 1, scale_stride},
+                                       nullptr);
+    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto gq = dq.download();
+    const auto gs = ds.download();
+    std::vector<uint8_t> q(rc.rows * rc.cols);
+    std::vector<float> s(rc.rows * nb);
+    nm::fp8_blockwise_quantize_act(h.f.data(), rc.rows, rc.cols, q.data(), s.data());
+    for (int64_t i = 0; i < rc.rows * rc.cols; ++i) ASSERT_EQ(gq[i], q[i]) << "element " << i;
+    for (int64_t r = 0; r < rc.rows; ++r)
+      for (int64_t b = 0; b < nb; ++b) ASSERT_TRUE(same_float(gs[b * scale_stride + r], s[r * nb + b])) << r << "," << b;
+  }
+}
+
+// ---- both orientations over expert-major rows ---------------------------------------------------------
+
+struct Groups {
+  std::vector<int32_t> counts, offsets;  // offsets: padded starts, size G + 1
+};
+
+Groups make_groups(const std::vector<int32_t>& counts, int32_t align) {
+  Groups g{counts, {0}};
+  for (int32_t c : counts) g.offsets.push_back(g.offsets.back() + (c + align - 1) / align * align);
+  return g;
+}
+
+// The oracle's view of a grouped buffer: padding rows are zeros; blocks along tokens restart at
+// every group (quant.h). Returns the row-quantized and the column-quantized (then transposed) data.
+template <class Scale>
+struct Oriented {
+  std::vector<uint8_t> q_rows, q_cols_t;
+  std::vector<Scale> s_rows, s_cols;  // natural: [used, D/B] and [used/B, D]
+};
+
+template <int kBlock, class Scale, class QuantRows, class QuantCols>
+Oriented<Scale> oracle_rows_cols(const HostBf16& h, const Groups& g, QuantRows quant_rows, QuantCols quant_cols) {
+  const int64_t used = g.offsets.back(), D = h.cols;
+  std::vector<float> x(used * D, 0.0f);
+  for (size_t e = 0; e < g.counts.size(); ++e)
+    for (int64_t r = 0; r < g.counts[e]; ++r)
+      std::memcpy(&x[(g.offsets[e] + r) * D], &h.f[(g.offsets[e] + r) * D], D * sizeof(float));
+  Oriented<Scale> o;
+  o.q_rows.resize(used * D);
+  o.s_rows.resize(used * D / kBlock);
+  quant_rows(x.data(), used, D, o.q_rows.data(), o.s_rows.data());
+  std::vector<uint8_t> qc(used * D);
+  o.s_cols.resize(used / kBlock * D);
+  for (size_t e = 0; e + 1 < g.offsets.size(); ++e) {
+    const int64_t m0 = g.offsets[e], m1 = g.offsets[e + 1];
+    if (m1 > m0) quant_cols(x.data() + m0 * D, m1 - m0, D, qc.data() + m0 * D, o.s_cols.data() + m0 / kBlock * D);
+  }
+  o.q_cols_t.resize(D * used);
+  for (int64_t m = 0; m < used; ++m)
+    for (int64_t d = 0; d < D; ++d) o.q_cols_t[d * used + m] = qc[m * D + d];
+  return o;
+}
+
+// 128-token column blocks of FP8 blockwise as the oracle defines them (quant.cpp: 128x1 per column).
+void fp8_blockwise_quantize_cols(const float* x, int64_t rows, int64_t cols, uint8_t* q, float* s_BC) {
+  for (int64_t b = 0; b * 128 < rows; ++b)
+    for (int64_t c = 0; c < cols; ++c) {
+      float amax = 0;
+      const int64_t r1 = std::min<int64_t>(rows, b * 128 + 128);
+      for (int64_t r = b * 128; r < r1; ++r) amax = nm::amax_nan(amax, x[r * cols + c]);
+      s_BC[b * cols + c] = nm::fp8_blockwise_scale(amax);
+      const float m = nm::fp8_blockwise_multiplier(amax);
+      for (int64_t r = b * 128; r < r1; ++r) q[r * cols + c] = nm::fp8_blockwise_quantize_value(x[r * cols + c], m);
+    }
+}
+
+template <class Scale, int kBlock, class Launch, class Oracle>
+void check_rows_cols(const std::vector<int32_t>& counts, int64_t D, int64_t spare_rows, uint64_t seed, Launch launch,
+                     Oracle oracle, bool scales_kblock_major) {
+  const Groups g = make_groups(counts, kBlock);
+  const int64_t used = g.offsets.back(), cap = used + spare_rows;
+  HostBf16 h = random_bf16(cap, D, seed);
+  if (counts[0] >= 10 && D >= 256) add_crafted_rows(h);
+  // Padding rows hold garbage (NaN): the kernel must not read them.
+  for (size_t e = 0; e < counts.size(); ++e)
+    for (int64_t r = g.offsets[e] + counts[e]; r < g.offsets[e + 1]; ++r)
+      for (int64_t d = 0; d < D; ++d) h.set(r * D + d, std::nanf(""));
+  const Oriented<Scale> o = oracle(h, g);
+  DeviceBuffer<uint16_t> dx(h.bits);
+  DeviceBuffer<int32_t> dcounts(g.counts), doffsets(g.offsets);
+  DeviceBuffer<uint8_t> dq(cap * D), dqt(D * cap);
+  DeviceBuffer<Scale> ds(cap * D / kBlock), dst(cap / kBlock * D);
+  dq.poison(kPoison);
+  dqt.poison(kPoison);
+  ds.poison(kPoison);
+  dst.poison(kPoison);
+  const quant::RowGroups groups{dcounts.get(), doffsets.get(), static_cast<int32_t>(counts.size())};
+  // Row scales: natural [cap, D/B] (MXFP8) or k-block-major [D/B, cap] (FP8 blockwise); transposed
+  // scales: [D, cap/B] (MXFP8) or [cap/B, D] (FP8 blockwise).
+  const quant::QuantizedOut<Scale> rows_out =
+      scales_kblock_major ? quant::QuantizedOut<Scale>{dq.get(), D, ds.get(), 1, cap}
+                          : quant::QuantizedOut<Scale>{dq.get(), D, ds.get(), D / kBlock, 1};
+  const quant::QuantizedOut<Scale> cols_out =
+      scales_kblock_major ? quant::QuantizedOut<Scale>{dqt.get(), cap, dst.get(), 1, D}
+                          : quant::QuantizedOut<Scale>{dqt.get(), cap, dst.get(), cap / kBlock, 1};
+  launch(quant::Bf16Matrix{dx.get(), cap, D, D}, groups, rows_out, cols_out);
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto q = dq.download(), qt = dqt.download();
+  const auto s = ds.download(), st = dst.download();
+  const int64_t nb = D / kBlock;
+  for (int64_t m = 0; m < cap; ++m) {
+    for (int64_t d = 0; d < D; ++d) {
+      if (m < used) {
+        ASSERT_EQ(q[m * D + d], o.q_rows[m * D + d]) << "row " << m << " col " << d;
+        ASSERT_EQ(qt[d * cap + m], o.q_cols_t[d * used + m]) << "transposed: feature " << d << " token " << m;
+      } else {
+        ASSERT_EQ(q[m * D + d], kPoison) << "row " << m << " past the groups was written";
+        ASSERT_EQ(qt[d * cap + m], kPoison) << "token " << m << " past the groups was written";
+      }
+    }
+    if (m < used)
+      for (int64_t b = 0; b < nb; ++b) {
+        const Scale got = scales_kblock_major ? s[b * cap + m] : s[m * nb + b];
+        ASSERT_TRUE(same_float(static_cast<float>(got), static_cast<float>(o.s_rows[m * nb + b])) || got == o.s_rows[m * nb + b])
+            << "row scale " << m << "," << b;
+      }
+  }
+  for (int64_t b = 0; b < used / kBlock; ++b)
+    for (int64_t d = 0; d < D; ++d) {
+      const Scale got = scales_kblock_major ? st[b * D + d] : st[d * (cap / kBlock) + b];
+      const Scale want = o.s_cols[b * D + d];
+      ASSERT_TRUE(got == want || same_float(static_cast<float>(got), static_cast<float>(want)))
+          << "column scale: token block " << b << " feature " << d;
+    }
+}
+
+TEST(QuantizeMxfp8, RowsAndColumnsFromOneReadMatchTheOracle) {
+  DMOE_REQUIRE_SM90();
+  auto launch = [](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Mxfp8Out& r,
+                   const quant::Mxfp8Out& c) { quant::mxfp8_quantize_rows_cols(x, g, r, c, nullptr); };
+  auto oracle = [](const HostBf16& h, const Groups& g) {
+    return oracle_rows_cols<32, uint8_t>(h, g, nm::mxfp8_quantize_rows, nm::mxfp8_quantize_cols);
+  };
+  // Ragged and empty experts, one row, rows not multiples of 128, spare capacity past the groups.
+  check_rows_cols<uint8_t, 32>({37, 0, 64, 1, 100}, 256, 96, 31, launch, oracle, false);
+  check_rows_cols<uint8_t, 32>({300, 5, 0, 129}, 2048, 32, 32, launch, oracle, false);
+  check_rows_cols<uint8_t, 32>({1}, 128, 0, 33, launch, oracle, false);
+}
+
+TEST(QuantizeFp8Blockwise, RowsAndColumnsFromOneReadMatchTheOracle) {
+  DMOE_REQUIRE_SM90();
+  auto launch = [](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Fp8BlockwiseOut& r,
+                   const quant::Fp8BlockwiseOut& c) { quant::fp8_blockwise_quantize_rows_cols(x, g, r, c, nullptr); };
+  auto oracle = [](const HostBf16& h, const Groups& g) {
+    return oracle_rows_cols<128, float>(h, g, nm::fp8_blockwise_quantize_act, fp8_blockwise_quantize_cols);
+  };
+  check_rows_cols<float, 128>({37, 0, 200, 1, 100}, 256, 128, 41, launch, oracle, true);
+  check_rows_cols<float, 128>({300, 5, 0, 129}, 2048, 0, 42, launch, oracle, true);
+}
+
+// ---- weights ---------------------------------------------------------------------------------------
+
+HostBf16 random_weight(int64_t E, int64_t N, int64_t K, uint64_t seed, bool crafted) {
+  HostBf16 w = random_bf16(E * N, K, seed);
+  if (crafted && N >= 10 && K >= 256) add_crafted_rows(w);  // expert 0's first rows
+  return w;
+}
+
+TEST(QuantizeMxfp8, TrainingWeightTilesMatchTheOracle) {
+  DMOE_REQUIRE_SM90();
+  struct Shape { int64_t E, N, K; };
+  for (const Shape& sh : {Shape{2, 96, 160}, Shape{3, 256, 384}, Shape{2, 128, 256}}) {
+    SCOPED_TRACE("E=" + std::to_string(sh.E) + " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K));
+    const HostBf16 w = random_weight(sh.E, sh.N, sh.K, 51 + sh.N, true);
+    const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, false, sh.E, sh.N, sh.K);
+    DeviceBuffer<uint16_t> dw(w.bits);
+    DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes()), dfs(spec.fprop_scale.bytes()), dds(spec.dgrad_scale.bytes());
+    dq.poison(kPoison);
+    dfs.poison(kPoison);
+    dds.poison(kPoison);
+    prepare_block_scaled_weight(dw.get(), spec, {dq.get(), dfs.get(), dq.get(), dds.get(), nullptr, nullptr}, nullptr);
+    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto q = dq.download(), fs = dfs.download(), ds = dds.download();
+    const int64_t per = sh.N * sh.K, nbr = sh.N / 32, nbc = sh.K / 32;
+    for (int64_t e = 0; e < sh.E; ++e) {
+      std::vector<uint8_t> rq(per), tiles(nbr * nbc), rows(sh.N * nbc), cols(sh.K * nbr);
+      nm::mxfp8_quantize_tiles(w.f.data() + e * per, sh.N, sh.K, rq.data(), tiles.data());
+      nm::mxfp8_tile_scales_to_rows(tiles.data(), sh.N, sh.K, rows.data());
+      nm::mxfp8_tile_scales_to_cols(tiles.data(), sh.N, sh.K, cols.data());
+      for (int64_t i = 0; i < per; ++i) ASSERT_EQ(q[e * per + i], rq[i]) << "expert " << e << " element " << i;
+      for (int64_t i = 0; i < sh.N * nbc; ++i) ASSERT_EQ(fs[e * sh.N * nbc + i], rows[i]) << "FPROP scale " << i;
+      for (int64_t i = 0; i < sh.K * nbr; ++i) ASSERT_EQ(ds[e * sh.K * nbr + i], cols[i]) << "DGRAD scale " << i;
+    }
+  }
+}
+
+TEST(QuantizeMxfp8, InferenceWeightRowsMatchTheOracle) {
+  DMOE_REQUIRE_SM90();
+  const int64_t E = 3, N = 96, K = 256;
+  const HostBf16 w = random_weight(E, N, K, 61, true);
+  const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, true, E, N, K);
+  EXPECT_FALSE(spec.dgrad_data.present);
+  DeviceBuffer<uint16_t> dw(w.bits);
+  DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes()), ds(spec.fprop_scale.bytes());
+  dq.poison(kPoison);
+  ds.poison(kPoison);
+  prepare_block_scaled_weight(dw.get(), spec, {dq.get(), ds.get(), nullptr, nullptr, nullptr, nullptr}, nullptr);
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> q(E * N * K), s(E * N * K / 32);
+  nm::mxfp8_quantize_rows(w.f.data(), E * N, K, q.data(), s.data());
+  EXPECT_EQ(dq.download(), q);
+  EXPECT_EQ(ds.download(), s);
+}
+
+TEST(QuantizeFp8Blockwise, WeightsAndTransposedCopyMatchTheOracle) {
+  DMOE_REQUIRE_SM90();
+  const int64_t E = 3, N = 256, K = 384;
+  HostBf16 w = random_weight(E, N, K, 71, true);
+  w.set(2 * N * K + 130 * K + 300, std::nanf(""));  // one NaN block in expert 2
+  for (bool inference : {false, true}) {
+    const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kFP8Blockwise, inference, E, N, K);
+    DeviceBuffer<uint16_t> dw(w.bits);
+    DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes()), dqt(inference ? 0 : spec.dgrad_data.bytes());
+    DeviceBuffer<float> ds(spec.fprop_scale.numel()), dst(inference ? 0 : spec.dgrad_scale.numel());
+    dq.poison(kPoison);
+    ds.poison(kPoison);
+    if (!inference) {
+      dqt.poison(kPoison);
+      dst.poison(kPoison);
+    }
+    prepare_block_scaled_weight(dw.get(), spec, {dq.get(), ds.get(), dqt.get(), dst.get(), nullptr, nullptr}, nullptr);
+    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto q = dq.download();
+    const auto s = ds.download();
+    const int64_t per = N * K, tn = N / 128, tk = K / 128;
+    for (int64_t e = 0; e < E; ++e) {
+      std::vector<uint8_t> rq(per);
+      std::vector<float> rs(tn * tk);
+      nm::fp8_blockwise_quantize_weight(w.f.data() + e * per, N, K, rq.data(), rs.data());
+      for (int64_t i = 0; i < per; ++i) ASSERT_EQ(q[e * per + i], rq[i]) << "expert " << e << " element " << i;
+      for (int64_t i = 0; i < tn * tk; ++i) ASSERT_TRUE(same_float(s[e * tn * tk + i], rs[i])) << "scale " << i;
+    }
+    if (inference) continue;
+    const auto qt = dqt.download();
+    const auto st = dst.download();
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k) ASSERT_EQ(qt[e * per + k * N + n], q[e * per + n * K + k]) << e << "," << n << "," << k;
+      for (int64_t i = 0; i < tn; ++i)
+        for (int64_t j = 0; j < tk; ++j)
+          ASSERT_TRUE(same_float(st[(e * tk + j) * tn + i], s[(e * tn + i) * tk + j]));
+    }
+    EXPECT_TRUE(std::isnan(s[2 * tn * tk + 1 * tk + 2]));
+  }
+}
+
+TEST(QuantizeFp8Blockwise, CheckpointWeightsArePreparedAsTheyAre) {
+  DMOE_REQUIRE_SM90();
+  const int64_t E = 2, N = 256, K = 128;
+  reference::Rng rng(81);
+  std::vector<uint8_t> data(E * N * K);
+  for (auto& b : data) b = static_cast<uint8_t>(rng.below(256));
+  std::vector<float> scale_inv(E * (N / 128) * (K / 128));
+  for (auto& s : scale_inv) s = static_cast<float>(rng.uniform(1e-4, 1.0));
+  const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kFP8Blockwise, false, E, N, K);
+  DeviceBuffer<uint8_t> ddata(data), dq(spec.fprop_data.bytes()), dqt(spec.dgrad_data.bytes());
+  DeviceBuffer<float> dsi(scale_inv), ds(spec.fprop_scale.numel()), dst(spec.dgrad_scale.numel());
+  prepare_fp8_blockwise_weight_from_checkpoint(ddata.get(), dsi.get(), spec,
+                                               {dq.get(), ds.get(), dqt.get(), dst.get(), nullptr, nullptr}, nullptr);
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(dq.download(), data);
+  EXPECT_EQ(ds.download(), scale_inv);
+  const auto qt = dqt.download();
+  const auto st = dst.download();
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) ASSERT_EQ(qt[(e * K + k) * N + n], data[(e * N + n) * K + k]);
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t i = 0; i < N / 128; ++i) EXPECT_EQ(st[e * (N / 128) + i], scale_inv[e * (N / 128) + i]);  // K/128 == 1
+}
+
+TEST(QuantizeNvfp4, WeightsMatchTheOracleAndOwnTheirInverseGlobalScale) {
+  DMOE_REQUIRE_SM90();
+  struct Shape { int64_t E, N, K; };
+  for (const Shape& sh : {Shape{2, 128, 256}, Shape{3, 96, 528}}) {
+    HostBf16 w = random_weight(sh.E, sh.N, sh.K, 91 + sh.K, true);
+    for (int64_t i = 0; i < sh.N * sh.K; ++i) w.set(1 * sh.N * sh.K + i, 0.0f);  // an all-zero expert
+    if (sh.E > 2) w.set(2 * sh.N * sh.K + 17, INFINITY);                           // a poisoned expert
+    const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kNVFP4, false, sh.E, sh.N, sh.K);
+    EXPECT_TRUE(spec.inference);
+    DeviceBuffer<uint16_t> dw(w.bits);
+    DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes()), ds(spec.fprop_scale.bytes());
+    DeviceBuffer<float> dgs(sh.E), dgi(sh.E);
+    dq.poison(kPoison);
+    ds.poison(kPoison);
+    for (int rep = 0; rep < 2; ++rep) {  // a refill of the same buffers gives the same bytes
+      prepare_block_scaled_weight(dw.get(), spec, {dq.get(), ds.get(), nullptr, nullptr, dgs.get(), dgi.get()}, nullptr);
+      DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto q = dq.download(), s = ds.download();
+      const auto gs = dgs.download(), gi = dgi.download();
+      const int64_t per = sh.N * sh.K;
+      for (int64_t e = 0; e < sh.E; ++e) {
+        std::vector<uint8_t> rq(per / 2), rs(per / 16);
+        float rgs = 0, rgi = 0;
+        nm::nvfp4_quantize_weight(w.f.data() + e * per, sh.N, sh.K, rq.data(), rs.data(), &rgs, &rgi);
+        for (int64_t i = 0; i < per / 2; ++i) ASSERT_EQ(q[e * per / 2 + i], rq[i]) << "expert " << e << " byte " << i;
+        for (int64_t i = 0; i < per / 16; ++i) ASSERT_EQ(s[e * per / 16 + i], rs[i]) << "expert " << e << " scale " << i;
+        ASSERT_TRUE(same_float(gs[e], rgs)) << e;
+        ASSERT_TRUE(same_float(gi[e], rgi)) << e;
+        if (!std::isnan(gs[e])) ASSERT_EQ(gi[e], 1.0f / gs[e]) << "the inverse is the exact FP32 reciprocal";
+      }
+      if (sh.E > 2) EXPECT_TRUE(std::isnan(gs[2]));
+    }
+  }
+}
+
+TEST(QuantizeNvfp4, TokenRowsIntoStridedPackedRowsMatchTheOracle) {
+  DMOE_REQUIRE_SM90();
+  for (int64_t D : {256, 2048, 7168, 16384}) {
+    const int64_t T = D == 16384 ? 40 : 133;
+    SCOPED_TRACE("D=" + std::to_string(D));
+    HostBf16 x = random_bf16(T, D, 101 + D);
+    add_crafted_rows(x);
+    const int64_t row_bytes = nvfp4_packed_row_bytes(D), stride = row_bytes + 32;
+    EXPECT_EQ(row_bytes, (D / 2 + D / 16 + 4 + 15) / 16 * 16);
+    DeviceBuffer<uint16_t> dx(x.bits);
+    DeviceBuffer<uint8_t> dout(T * stride);
+    dout.poison(kPoison);
+    quantize_nvfp4_token_rows(dx.get(), T, D, D, dout.get(), stride, nullptr);
+    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto out = dout.download();
+    std::vector<uint8_t> q(T * D / 2), s(T * D / 16);
+    std::vector<float> inv(T);
+    nm::nvfp4_quantize_activation(x.f.data(), T, D, q.data(), s.data(), inv.data());
+    for (int64_t t = 0; t < T; ++t) {
+      const uint8_t* row = out.data() + t * stride;
+      for (int64_t i = 0; i < D / 2; ++i) ASSERT_EQ(row[i], q[t * D / 2 + i]) << "token " << t << " byte " << i;
+      for (int64_t i = 0; i < D / 16; ++i) ASSERT_EQ(row[D / 2 + i], s[t * D / 16 + i]) << "token " << t << " scale " << i;
+      float got;
+      std::memcpy(&got, row + D / 2 + D / 16, 4);
+      ASSERT_TRUE(same_float(got, inv[t])) << "token " << t;
+      for (int64_t p = D / 2 + D / 16 + 4; p < stride; ++p) ASSERT_EQ(row[p], kPoison) << "token " << t << " pad " << p;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dist_moe
