@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable
 
 from ._postprocess import RMSNormPostprocess
@@ -102,8 +102,82 @@ def resolve_options(options) -> ExecutionOptions:
 _DEFAULT_OPTIONS = ExecutionOptions()
 
 
+_OPERAND_FIELDS = ("fprop_data", "fprop_scale", "dgrad_data", "dgrad_scale", "global_scale", "global_scale_inv")
+
+
+def _storage_key(t):
+    """Identity of a tensor's untyped storage: the C++ StorageImpl address, which views share and
+    which stays the same after the storage is resized (``resize_(0)``) or freed."""
+    storage = t.untyped_storage()
+    key = getattr(storage, "_cdata", None)
+    return ("cdata", key) if key is not None else ("id", id(storage))
+
+
+@dataclass(frozen=True, init=False, eq=False, repr=False)
 class PreparedWeight:
-    """Quantized expert weights made by ``prepare_block_scaled_weight`` (factory-only)."""
+    """Quantized expert weights made by ``prepare_block_scaled_weight`` (factory-only, frozen).
+
+    ``source`` is the BF16 weight it was quantized from (WGRAD flows to it); ``format`` the
+    ``BlockScaledFormat``. MXFP8 training: one E4M3 qdata shared by FPROP and DGRAD
+    (``dgrad_data is fprop_data``), E8M0 ``fprop_scale [G*N, K/32]`` and ``dgrad_scale
+    [G*K, N/32]``. MXFP8 inference: ``fprop_*`` only (1x32 rows). NVFP4: packed E2M1 ``fprop_data
+    [G, N, K/2]``, E4M3 ``fprop_scale [G, N, K/16]``, FP32 ``global_scale [G]`` and its exact
+    reciprocal ``global_scale_inv [G]``.
+    """
+
+    source: Any
+    format: Any
+    fprop_data: Any
+    fprop_scale: Any
+    dgrad_data: Any = None
+    dgrad_scale: Any = None
+    global_scale: Any = None
+    global_scale_inv: Any = None
 
     def __init__(self, *args, **kwargs):
         raise TypeError("use prepare_block_scaled_weight() to create a PreparedWeight")
+
+    @classmethod
+    def _create(cls, **values) -> "PreparedWeight":
+        """The factory's constructor (``prepare_block_scaled_weight`` and the private helpers)."""
+        self = object.__new__(cls)
+        for f in fields(cls):
+            if f.name in values:
+                value = values.pop(f.name)
+            elif f.default is not MISSING:
+                value = f.default
+            else:
+                raise TypeError(f"PreparedWeight needs {f.name}")
+            object.__setattr__(self, f.name, value)
+        if values:
+            raise TypeError(f"unknown PreparedWeight fields: {sorted(values)}")
+        return self
+
+    def _with_source(self, source) -> "PreparedWeight":
+        """The same operand storages with a new ``source`` (the caller-owned refill's result)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["source"] = source
+        return PreparedWeight._create(**values)
+
+    def storage_tensors(self) -> tuple:
+        """One tensor per unique untyped storage among the operands, in field order (``dgrad_data``
+        shares ``fprop_data``'s storage for MXFP8 training). Uniqueness is by storage identity, so
+        the result is the same after a storage is released with ``resize_(0)``."""
+        seen, out = set(), []
+        for name in _OPERAND_FIELDS:
+            t = getattr(self, name)
+            if t is None:
+                continue
+            key = _storage_key(t)
+            if key not in seen:
+                seen.add(key)
+                out.append(t)
+        return tuple(out)
+
+    def __repr__(self) -> str:
+        parts = [f"format={self.format!s}"]
+        for name in _OPERAND_FIELDS:
+            t = getattr(self, name)
+            if t is not None:
+                parts.append(f"{name}={str(t.dtype).removeprefix('torch.')}{list(t.shape)}")
+        return f"PreparedWeight({', '.join(parts)})"

@@ -17,6 +17,11 @@ op                             use
                                grad_w2) in the inputs' logical shapes
 ``bf16_backward_accumulate_``  backward that adds WGRAD into existing gradient buffers (args 3
                                and 4); returns (grad_x, grad_scores)
+``prepare_mxfp8_weight``       MXFP8 training weight preparation (``torch.library.custom_op``,
+                               functional): BF16 [G, N, K] -> (qdata E4M3 [G, N, K], FPROP
+                               scales E8M0 [G*N, K/32], DGRAD scales E8M0 [G*K, N/32])
+``prepare_mxfp8_weight_refill_``  the same into existing operands (``custom_op`` mutating its
+                               last three arguments): ``prepare_block_scaled_weight(out=...)``
 =============================  =============================================================
 """
 
@@ -25,6 +30,8 @@ from __future__ import annotations
 import torch
 
 from . import _context
+from ._native_loader import gpu as _gpu
+from ._native_loader import native as _native
 
 # The fused RMSNorm postprocess flattened into scalar op arguments (upstream's order).
 _RMSNORM_ARGS = (
@@ -300,3 +307,105 @@ def _register_effects() -> None:
 _register_effects()
 
 EFFECTFUL_OPS = tuple(getattr(torch.ops.dist_moe, name).default for name in _EFFECTFUL)
+
+
+# ---- prepared block-scaled weights ----------------------------------------------------------------
+# The layouts come from the C++ core (_native.prepared_weight_spec, include/dist_moe/prepared_weight.h);
+# the GPU half (_C.prepare_block_scaled_weight) fills caller-owned tensors on the current stream.
+
+PREPARED_FIELDS = ("fprop_data", "fprop_scale", "dgrad_data", "dgrad_scale", "global_scale", "global_scale_inv")
+
+# float4_e2m1fn_x2 is in torch >= 2.8; without it the packed NVFP4 data stays uint8 (same bytes).
+_FP4X2 = getattr(torch, "float4_e2m1fn_x2", None)
+_PREPARED_DTYPES = {
+    "float8_e4m3fn": torch.float8_e4m3fn,
+    "float8_e8m0fnu": torch.float8_e8m0fnu,
+    "float32": torch.float32,
+    "float4_e2m1fn_x2": _FP4X2 if _FP4X2 is not None else torch.uint8,
+}
+
+
+def prepared_weight_spec(fmt: str, inference: bool, shape) -> dict:
+    """The C++ layout of a prepared weight: per field None or (torch dtype, shape tuple), plus
+    ``dgrad_data_is_fprop_data``. ValueError (the C++ text) on dims the format cannot take."""
+    if len(shape) != 3:
+        raise ValueError(f"block-scaled weight must be 3D [G, N, K], got shape {tuple(shape)}")
+    raw = _native().prepared_weight_spec(fmt, bool(inference), *(int(d) for d in shape))
+    spec = dict(raw)
+    for name in PREPARED_FIELDS:
+        if raw[name] is not None:
+            dtype_name, dims = raw[name]
+            spec[name] = (_PREPARED_DTYPES[dtype_name], tuple(dims))
+    return spec
+
+
+def empty_prepared(field, device) -> torch.Tensor:
+    """An uninitialized tensor for one spec field (packed FP4 through a uint8 view where torch
+    cannot allocate the dtype directly)."""
+    dtype, shape = field
+    try:
+        return torch.empty(shape, dtype=dtype, device=device)
+    except (RuntimeError, TypeError, NotImplementedError):
+        if dtype.itemsize != 1:
+            raise
+        return torch.empty(shape, dtype=torch.uint8, device=device).view(dtype)
+
+
+def launch_prepare(weight: torch.Tensor, fmt: str, inference: bool, operands: dict) -> None:
+    """Enqueues the C++ preparation of ``weight`` into ``operands`` (field -> tensor or None) on
+    the current stream of the weight's device."""
+
+    def ptr(name):
+        t = operands.get(name)
+        return 0 if t is None else t.data_ptr()
+
+    G, N, K = weight.shape
+    _gpu().prepare_block_scaled_weight(
+        weight.data_ptr(), fmt, bool(inference), G, N, K,
+        ptr("fprop_data"), ptr("fprop_scale"), ptr("dgrad_data"), ptr("dgrad_scale"),
+        ptr("global_scale"), ptr("global_scale_inv"),
+        _stream(weight.device), weight.device.index,
+    )
+
+
+def _mxfp8_training_fake(weight):
+    spec = prepared_weight_spec("mxfp8_e4m3", False, weight.shape)
+    return tuple(weight.new_empty(spec[n][1], dtype=spec[n][0]) for n in ("fprop_data", "fprop_scale", "dgrad_scale"))
+
+
+@torch.library.custom_op(
+    "dist_moe::prepare_mxfp8_weight",
+    mutates_args=(),
+    device_types="cuda",
+    schema="(Tensor weight) -> (Tensor, Tensor, Tensor)",
+)
+def prepare_mxfp8_weight(weight):
+    """MXFP8 training weight: (qdata, fprop_scale, dgrad_scale) from 32x32 tiles of ``weight``."""
+    spec = prepared_weight_spec("mxfp8_e4m3", False, weight.shape)
+    qdata, fprop_scale, dgrad_scale = (empty_prepared(spec[n], weight.device)
+                                       for n in ("fprop_data", "fprop_scale", "dgrad_scale"))
+    launch_prepare(weight, "mxfp8_e4m3", False,
+                   {"fprop_data": qdata, "fprop_scale": fprop_scale, "dgrad_data": qdata, "dgrad_scale": dgrad_scale})
+    return qdata, fprop_scale, dgrad_scale
+
+
+@prepare_mxfp8_weight.register_fake
+def _prepare_mxfp8_weight_fake(weight):
+    return _mxfp8_training_fake(weight)
+
+
+@torch.library.custom_op(
+    "dist_moe::prepare_mxfp8_weight_refill_",
+    mutates_args=("qdata", "fprop_scale", "dgrad_scale"),
+    device_types="cuda",
+    schema="(Tensor weight, Tensor(a!) qdata, Tensor(b!) fprop_scale, Tensor(c!) dgrad_scale) -> ()",
+)
+def prepare_mxfp8_weight_refill_(weight, qdata, fprop_scale, dgrad_scale):
+    """Requantizes ``weight`` into an MXFP8 training weight's existing operands (same storages)."""
+    launch_prepare(weight, "mxfp8_e4m3", False,
+                   {"fprop_data": qdata, "fprop_scale": fprop_scale, "dgrad_data": qdata, "dgrad_scale": dgrad_scale})
+
+
+@prepare_mxfp8_weight_refill_.register_fake
+def _prepare_mxfp8_weight_refill_fake(weight, qdata, fprop_scale, dgrad_scale):
+    return None

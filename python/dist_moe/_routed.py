@@ -12,6 +12,7 @@ import torch
 
 from . import _ops  # noqa: F401  (registers the torch.ops.dist_moe ops used below)
 from ._context import Context
+from ._execution import PreparedWeight
 from ._postprocess import RMSNormPostprocess, validate_rmsnorm_postprocess
 
 _NO_RMSNORM = (None, False, 0.0, torch.float32, torch.float32, True, 0.0, False, False)
@@ -427,6 +428,14 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
     for name, t in (("topk_expert_ids_TK", ids), ("topk_scores_TK", scores)):
         if tuple(t.shape) != (T, K):
             raise ValueError(f"{name} must have shape [T, K]=[{T}, {K}], got {tuple(t.shape)}")
+    prepared = [isinstance(w, PreparedWeight) for w in (w13_weight, w2_weight)]
+    if any(prepared):
+        if not all(prepared):
+            raise TypeError("w13_weight and w2_weight must both be PreparedWeight or both be tensors")
+        if cfg.block_scaled is None:
+            raise ValueError("prepared block-scaled weights cannot be used with a BF16 context")
+        if options.weights_preprocess_fn is not None:
+            raise ValueError("prepared block-scaled weights cannot be combined with weights_preprocess_fn")
 
     post = options.experts_output_postprocess
     if options.requires_eager:

@@ -254,7 +254,8 @@ def create_context(*, group, config: Config, device=None, emulate_peer_buffers=N
         raise TypeError("config must be a dist_moe.Config")
     if config.block_scaled is not None:
         raise NotImplementedError(
-            "block-scaled (MXFP8/NVFP4) contexts are not implemented on Hopper yet; use block_scaled=None (BF16)"
+            "block-scaled (MXFP8/NVFP4) contexts are not implemented on Hopper yet; use block_scaled=None (BF16) "
+            "(their weights can already be prepared with prepare_block_scaled_weight)"
         )
     try:
         import torch  # noqa: F401
@@ -267,10 +268,30 @@ def create_context(*, group, config: Config, device=None, emulate_peer_buffers=N
 
 
 def prepare_block_scaled_weight(weight, config: BlockScaledConfig, *, inference: bool = False, out=None):
-    """Quantizes BF16 expert weights once for a block-scaled context (not implemented on Hopper yet)."""
+    """Quantizes a contiguous CUDA BF16 expert weight ``[G, N, K]`` (W13 ``[E, 2F, D]`` or W2
+    ``[E, D, F]``) once into a ``PreparedWeight`` for ``config.format``.
+
+    - MXFP8 training: the registered op ``dist_moe::prepare_mxfp8_weight`` (traceable); one E4M3
+      qdata for FPROP and DGRAD (``dgrad_data is fprop_data``), E8M0 ``fprop_scale [G*N, K/32]``
+      and ``dgrad_scale [G*K, N/32]`` from 32x32 tiles. N and K must be multiples of 32.
+    - MXFP8 inference (``inference=True``): 1x32 row blocks, ``dgrad_*`` None.
+    - NVFP4 (``inference`` irrelevant): packed E2M1 ``[G, N, K/2]``, E4M3 scales ``[G, N, K/16]``,
+      FP32 ``global_scale [G]`` and ``global_scale_inv [G]`` = fl(1 / global_scale); K % 16 == 0.
+    - ``out=`` (MXFP8 training only): requantizes into ``out``'s storages under no-grad on the
+      current stream (CUDA-graph capturable) and returns a PreparedWeight sharing them, with
+      ``weight`` as its source.
+    """
     if not isinstance(config, BlockScaledConfig):
         raise TypeError("config must be a dist_moe.BlockScaledConfig")
-    raise NotImplementedError("block-scaled weight preparation (MXFP8/NVFP4) is not implemented on Hopper yet")
+    if not isinstance(inference, bool):
+        raise TypeError("inference must be a bool")
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise ImportError("prepare_block_scaled_weight needs PyTorch: weights are CUDA torch tensors") from e
+    from ._prepare import prepare_block_scaled_weight as _prepare
+
+    return _prepare(weight, str(config.format), inference, out)
 
 
 def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weight, context, *, options=None):

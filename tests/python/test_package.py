@@ -1,6 +1,7 @@
 """Package boundary: the 16 public names, and an import that initializes no CUDA (and, without torch, loads none)."""
 
 import ast
+import dataclasses
 import pathlib
 import re
 import subprocess
@@ -105,11 +106,21 @@ def test_gpu_entry_points_fail_clearly_without_torch():
         dist_moe.create_context(group=None, config=object())
     with pytest.raises(TypeError, match="context must be a dist_moe.Context"):
         dist_moe.routed_experts(None, None, None, None, None, object())
+    with pytest.raises(TypeError, match="config must be a dist_moe.BlockScaledConfig"):
+        dist_moe.prepare_block_scaled_weight(None, object())
+    with pytest.raises(TypeError, match="inference must be a bool"):
+        dist_moe.prepare_block_scaled_weight(None, dist_moe.BlockScaledConfig(), inference=1)
+    block_scaled = dataclasses.replace(c, block_scaled=dist_moe.BlockScaledConfig())
     with pytest.raises(NotImplementedError, match="not implemented on Hopper"):
-        dist_moe.prepare_block_scaled_weight(None, dist_moe.BlockScaledConfig())
+        dist_moe.create_context(group=None, config=block_scaled)
     if importlib.util.find_spec("torch") is None:
         with pytest.raises(ImportError, match="PyTorch"):
             dist_moe.create_context(group=None, config=c)
+        with pytest.raises(ImportError, match="PyTorch"):
+            dist_moe.prepare_block_scaled_weight(None, dist_moe.BlockScaledConfig())
+    else:
+        with pytest.raises(TypeError, match="weight must be a torch.Tensor"):
+            dist_moe.prepare_block_scaled_weight(None, dist_moe.BlockScaledConfig())
 
 
 def test_native_errors_survive_numpy_being_loaded():

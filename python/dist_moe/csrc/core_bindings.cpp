@@ -1,4 +1,5 @@
-// dist_moe._native: the torch-free C++ core (config validation, memory planning) for Python.
+// dist_moe._native: the torch-free C++ core (config validation, memory planning, prepared-weight
+// layouts) for Python.
 // Configs cross as dicts (dict_convert.h); errors map to ValueError / TypeError / RuntimeError.
 #include "dict_convert.h"
 
@@ -8,7 +9,7 @@ using namespace dist_moe::python;
 
 
 PYBIND11_MODULE(_native, m) {
-  m.doc() = "Dist-MoE C++ core: config validation and memory planning (no CUDA, no torch)";
+  m.doc() = "Dist-MoE C++ core: config validation, memory planning and prepared-weight layouts (no CUDA, no torch)";
   static py::exception<Error> base(m, "DistMoeError", PyExc_RuntimeError);
   register_error_translator();
   m.def("validate_config", [](const py::dict& d) { config_from_dict(d).validate(); });
@@ -50,4 +51,11 @@ PYBIND11_MODULE(_native, m) {
     config_from_dict(c).block_scaled->validate();
   });
   m.def("bf16_grouped_gemm_presets", &bf16_grouped_gemm_presets);
+  // The fields of a prepared block-scaled weight (include/dist_moe/prepared_weight.h): format is
+  // "mxfp8_e4m3", "nvfp4" or "fp8_blockwise"; ValueError on shapes the format cannot take.
+  m.def("prepared_weight_spec", [](const std::string& format, bool inference, int64_t num_experts, int64_t rows,
+                                   int64_t cols) {
+    return prepared_spec_to_dict(
+        prepared_weight_spec(parse_block_scaled_format(format), inference, num_experts, rows, cols));
+  }, py::arg("format"), py::arg("inference"), py::arg("num_experts"), py::arg("rows"), py::arg("cols"));
 }

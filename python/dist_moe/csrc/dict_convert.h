@@ -13,6 +13,7 @@
 #include "dist_moe/config.h"
 #include "dist_moe/error.h"
 #include "dist_moe/memory_plan.h"
+#include "dist_moe/prepared_weight.h"
 
 namespace dist_moe::python {
 
@@ -114,6 +115,29 @@ inline py::dict plan_to_dict(const MemoryPlan& p) {
   return d;
 }
 
+// A prepared weight's layout: {"format", "inference", "num_experts", "rows", "cols",
+// "dgrad_data_is_fprop_data", and per field (fprop_data, fprop_scale, dgrad_data, dgrad_scale,
+// global_scale, global_scale_inv) None or (dtype name, shape tuple)}.
+inline py::dict prepared_spec_to_dict(const PreparedWeightSpec& s) {
+  auto field = [](const PreparedTensorSpec& t) -> py::object {
+    if (!t.present) return py::none();
+    return py::make_tuple(std::string(to_string(t.dtype)), py::tuple(py::cast(t.shape)));
+  };
+  py::dict d;
+  d["format"] = std::string(to_string(s.format));
+  d["inference"] = s.inference;
+  d["num_experts"] = s.num_experts;
+  d["rows"] = s.rows;
+  d["cols"] = s.cols;
+  d["fprop_data"] = field(s.fprop_data);
+  d["fprop_scale"] = field(s.fprop_scale);
+  d["dgrad_data"] = field(s.dgrad_data);
+  d["dgrad_scale"] = field(s.dgrad_scale);
+  d["global_scale"] = field(s.global_scale);
+  d["global_scale_inv"] = field(s.global_scale_inv);
+  d["dgrad_data_is_fprop_data"] = s.dgrad_data_is_fprop_data;
+  return d;
+}
 
 inline void register_error_translator() {
   py::register_local_exception_translator([](std::exception_ptr p) {

@@ -13,6 +13,8 @@
 #include "dict_convert.h"
 #include "dist_moe/check.h"
 #include "dist_moe/context.h"
+#include "dist_moe/prepare_weight.h"
+#include "dist_moe/quantize_rows.h"
 #include "dist_moe/routed_experts.h"
 #include "platform/device_guard.h"
 
@@ -72,6 +74,19 @@ ExecutionOptions options_from_dict(const py::dict& d) {
     o.experts_output_postprocess = p;
   }
   return o;
+}
+
+// The prepared weight's device buffers (0 = absent), in PreparedWeightBuffers' field order.
+PreparedWeightBuffers prepared_buffers(uintptr_t fprop_data, uintptr_t fprop_scale, uintptr_t dgrad_data,
+                                       uintptr_t dgrad_scale, uintptr_t global_scale, uintptr_t global_scale_inv) {
+  PreparedWeightBuffers b;
+  b.fprop_data = reinterpret_cast<void*>(fprop_data);
+  b.fprop_scale = reinterpret_cast<void*>(fprop_scale);
+  b.dgrad_data = reinterpret_cast<void*>(dgrad_data);
+  b.dgrad_scale = reinterpret_cast<void*>(dgrad_scale);
+  b.global_scale = reinterpret_cast<float*>(global_scale);
+  b.global_scale_inv = reinterpret_cast<float*>(global_scale_inv);
+  return b;
 }
 
 // One rank's context as Python sees it.
@@ -209,7 +224,7 @@ class GpuContext {
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "Dist-MoE GPU runtime: contexts and the BF16 routed-experts pipeline (raw pointers, no torch)";
+  m.doc() = "Dist-MoE GPU runtime: contexts, the BF16 routed-experts pipeline and block-scaled weight preparation (raw pointers, no torch)";
   register_error_translator();
   m.def("unique_id", [] {
     ncclUniqueId id;
@@ -221,6 +236,54 @@ PYBIND11_MODULE(_C, m) {
     DMOE_NCCL_CHECK(ncclGetVersion(&v));
     return v;
   });
+  // Prepared block-scaled weights (dist_moe/prepare_weight.h): the BF16 weight [E, N, K] at
+  // weight_ptr is quantized into caller-owned buffers laid out as _native.prepared_weight_spec
+  // says. Enqueued on `stream` (on `device`), no allocation and no synchronization, so a refill of
+  // the same buffers can be captured in a CUDA graph.
+  m.def("prepare_block_scaled_weight",
+        [](uintptr_t weight, const std::string& format, bool inference, int64_t num_experts, int64_t rows,
+           int64_t cols, uintptr_t fprop_data, uintptr_t fprop_scale, uintptr_t dgrad_data, uintptr_t dgrad_scale,
+           uintptr_t global_scale, uintptr_t global_scale_inv, uintptr_t stream, int device) {
+          const PreparedWeightSpec spec =
+              prepared_weight_spec(parse_block_scaled_format(format), inference, num_experts, rows, cols);
+          DeviceGuard guard(device);
+          prepare_block_scaled_weight(
+              as_ptr(weight), spec,
+              prepared_buffers(fprop_data, fprop_scale, dgrad_data, dgrad_scale, global_scale, global_scale_inv),
+              as_stream(stream));
+        },
+        py::arg("weight"), py::arg("format"), py::arg("inference"), py::arg("num_experts"), py::arg("rows"),
+        py::arg("cols"), py::arg("fprop_data"), py::arg("fprop_scale"), py::arg("dgrad_data"),
+        py::arg("dgrad_scale"), py::arg("global_scale"), py::arg("global_scale_inv"), py::arg("stream"),
+        py::arg("device"));
+  // FP8 blockwise from a checkpoint: E4M3 data [E, N, K] + FP32 scale_inv [E, N/128, K/128].
+  m.def("prepare_fp8_blockwise_weight_from_checkpoint",
+        [](uintptr_t data, uintptr_t scale_inv, bool inference, int64_t num_experts, int64_t rows, int64_t cols,
+           uintptr_t fprop_data, uintptr_t fprop_scale, uintptr_t dgrad_data, uintptr_t dgrad_scale, uintptr_t stream,
+           int device) {
+          const PreparedWeightSpec spec =
+              prepared_weight_spec(BlockScaledFormat::kFP8Blockwise, inference, num_experts, rows, cols);
+          DeviceGuard guard(device);
+          prepare_fp8_blockwise_weight_from_checkpoint(as_ptr(data), reinterpret_cast<const float*>(scale_inv), spec,
+                                                       prepared_buffers(fprop_data, fprop_scale, dgrad_data,
+                                                                        dgrad_scale, 0, 0),
+                                                       as_stream(stream));
+        },
+        py::arg("data"), py::arg("scale_inv"), py::arg("inference"), py::arg("num_experts"), py::arg("rows"),
+        py::arg("cols"), py::arg("fprop_data"), py::arg("fprop_scale"), py::arg("dgrad_data"),
+        py::arg("dgrad_scale"), py::arg("stream"), py::arg("device"));
+  // Per-token NVFP4 rows (dist_moe/quantize_rows.h): x [T, D] BF16 (row stride in elements) into
+  // packed rows [D/2 | D/16 | 4 B inverse scale | pad] at out + t * out_row_stride (bytes).
+  m.def("quantize_nvfp4_token_rows",
+        [](uintptr_t x, int64_t tokens, int64_t hidden, int64_t x_row_stride, uintptr_t out, int64_t out_row_stride,
+           uintptr_t stream, int device) {
+          DeviceGuard guard(device);
+          quantize_nvfp4_token_rows(as_ptr(x), tokens, hidden, x_row_stride, reinterpret_cast<void*>(out),
+                                    out_row_stride, as_stream(stream));
+        },
+        py::arg("x"), py::arg("tokens"), py::arg("hidden"), py::arg("x_row_stride"), py::arg("out"),
+        py::arg("out_row_stride"), py::arg("stream"), py::arg("device"));
+  m.def("nvfp4_packed_row_bytes", [](int64_t hidden) { return nvfp4_packed_row_bytes(hidden); }, py::arg("hidden"));
   py::class_<GpuContext>(m, "Context")
       .def(py::init<const py::dict&, const py::bytes&, int, int, int, int64_t>(), py::arg("config"),
            py::arg("unique_id"), py::arg("rank"), py::arg("world_size"), py::arg("device"),

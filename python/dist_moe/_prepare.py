@@ -1,0 +1,191 @@
+"""Block-scaled weight preparation (torch): ``prepare_block_scaled_weight`` and private helpers.
+
+The layouts are the C++ core's (``_native.prepared_weight_spec``); the GPU work is
+``_C.prepare_block_scaled_weight`` on the current CUDA stream, with no host synchronization, so an
+``out=`` refill can be captured in a CUDA graph. MXFP8 training goes through the registered op
+``dist_moe::prepare_mxfp8_weight`` (traceable: FakeTensor, ``make_fx``); its refill through
+``dist_moe::prepare_mxfp8_weight_refill_``. MXFP8 inference, NVFP4 and the private FP8 blockwise
+format run eagerly.
+
+Imported by ``api.prepare_block_scaled_weight`` on first use (this module imports torch).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _ops
+from ._execution import BlockScaledFormat, PreparedWeight
+
+_MXFP8 = "mxfp8_e4m3"
+_NVFP4 = "nvfp4"
+_FP8_BLOCKWISE = "fp8_blockwise"  # beyond upstream's enum; reachable only through this module for now
+_FORMATS = (_MXFP8, _NVFP4, _FP8_BLOCKWISE)
+
+
+def _format_value(fmt: str):
+    """What ``PreparedWeight.format`` holds: the public enum member, or the private format's name."""
+    return BlockScaledFormat(fmt) if fmt in (_MXFP8, _NVFP4) else fmt
+
+
+def _check_weight(weight) -> None:
+    if isinstance(weight, PreparedWeight):
+        raise TypeError("weight is already a PreparedWeight; pass the BF16 source tensor")
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
+    if weight.dtype != torch.bfloat16:
+        raise TypeError(f"weight must have dtype torch.bfloat16, got {weight.dtype}")
+    if weight.device.type != "cuda":
+        raise ValueError(f"weight must be a CUDA tensor, got device {weight.device}")
+    if weight.dim() != 3:
+        raise ValueError(f"weight must be 3D [G, N, K] ([E, 2F, D] for W13, [E, D, F] for W2), got shape "
+                         f"{tuple(weight.shape)}")
+    if not weight.is_contiguous():
+        raise ValueError("weight must be contiguous")
+
+
+def _check_operand(name: str, t, field, device) -> None:
+    """A refill target still has the layout the spec says, and its storage still holds it."""
+    dtype, shape = field
+    if t is None or t.dtype != dtype or tuple(t.shape) != shape or not t.is_contiguous() or t.device != device:
+        got = None if t is None else f"{t.dtype} {tuple(t.shape)} on {t.device}"
+        raise ValueError(f"out.{name} must be a contiguous {dtype} {shape} tensor on {device}, got {got}")
+    needed = (t.storage_offset() + t.numel()) * t.element_size()
+    if t.untyped_storage().nbytes() < needed:
+        raise ValueError(f"out.{name}'s storage was released (resize_(0)); prepare a new weight instead")
+
+
+def prepare_block_scaled_weight(weight, fmt: str, inference: bool = False, out=None) -> PreparedWeight:
+    """The body of ``dist_moe.prepare_block_scaled_weight`` (``fmt`` a format name; the private
+    ``"fp8_blockwise"`` included)."""
+    if fmt not in _FORMATS:
+        raise ValueError(f"unsupported DistMoE block-scaled format: {fmt!r}")
+    if not isinstance(inference, bool):
+        raise TypeError("inference must be a bool")
+    _check_weight(weight)
+    if out is not None:
+        return _refill(weight, fmt, inference, out)
+    spec = _ops.prepared_weight_spec(fmt, inference, weight.shape)  # ValueError on indivisible dims
+    source = weight
+    if fmt == _MXFP8 and not inference:
+        with torch.no_grad():
+            qdata, fprop_scale, dgrad_scale = torch.ops.dist_moe.prepare_mxfp8_weight(weight.detach())
+        return PreparedWeight._create(source=source, format=_format_value(fmt), fprop_data=qdata,
+                                      fprop_scale=fprop_scale, dgrad_data=qdata, dgrad_scale=dgrad_scale)
+    with torch.no_grad():
+        operands = {name: None if spec[name] is None else _ops.empty_prepared(spec[name], weight.device)
+                    for name in _ops.PREPARED_FIELDS}
+        if spec["dgrad_data_is_fprop_data"]:
+            operands["dgrad_data"] = operands["fprop_data"]
+        _ops.launch_prepare(weight.detach(), fmt, inference, operands)
+    return PreparedWeight._create(source=source, format=_format_value(fmt), **operands)
+
+
+def _refill(weight, fmt: str, inference: bool, out) -> PreparedWeight:
+    """``out=``: requantizes into ``out``'s storages (MXFP8 training only) and returns a
+    PreparedWeight that shares them, with ``weight`` as its source."""
+    if not isinstance(out, PreparedWeight):
+        raise TypeError(f"out must be a PreparedWeight or None, got {type(out).__name__}")
+    if fmt != _MXFP8 or inference:
+        raise ValueError("caller-owned refill supports MXFP8 training weights")
+    if str(out.format) != fmt:
+        raise ValueError(f"out format {out.format!s} does not match the config's format {fmt}")
+    if out.dgrad_data is None or out.dgrad_scale is None:
+        raise ValueError("caller-owned refill needs an MXFP8 training PreparedWeight: out has no DGRAD operands")
+    source = out.source
+    if not isinstance(source, torch.Tensor) or source.shape != weight.shape or source.dtype != weight.dtype:
+        raise ValueError("out source shape and dtype must match weight")
+    spec = _ops.prepared_weight_spec(fmt, False, weight.shape)
+    if out.dgrad_data is not out.fprop_data and (
+        out.dgrad_data.data_ptr() != out.fprop_data.data_ptr() or out.dgrad_data.shape != out.fprop_data.shape
+    ):
+        raise ValueError("out.dgrad_data must be out.fprop_data (MXFP8 training weights share one qdata)")
+    for name in ("fprop_data", "fprop_scale", "dgrad_scale"):
+        _check_operand(name, getattr(out, name), spec[name], weight.device)
+    with torch.no_grad():
+        torch.ops.dist_moe.prepare_mxfp8_weight_refill_(weight.detach(), out.fprop_data, out.fprop_scale,
+                                                        out.dgrad_scale)
+    return out._with_source(weight)
+
+
+# ---- private helpers (FP8 blockwise from a checkpoint, per-token NVFP4 rows) -----------------------
+
+
+def prepare_fp8_blockwise_weight_from_checkpoint(data, scale_inv, *, inference: bool = False) -> PreparedWeight:
+    """An FP8 blockwise PreparedWeight from a pre-quantized checkpoint: E4M3 ``data [E, N, K]`` and
+    its FP32 128x128 dequantization factors ``scale_inv [E, N/128, K/128]`` are copied as they are
+    into fresh operands, plus (training) the transposed copy DGRAD reads. ``source`` is ``data``."""
+    if not isinstance(inference, bool):
+        raise TypeError("inference must be a bool")
+    if not isinstance(data, torch.Tensor) or not isinstance(scale_inv, torch.Tensor):
+        raise TypeError("data and scale_inv must be torch.Tensors")
+    if data.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"data must have dtype torch.float8_e4m3fn, got {data.dtype}")
+    if scale_inv.dtype != torch.float32:
+        raise TypeError(f"scale_inv must have dtype torch.float32, got {scale_inv.dtype}")
+    if data.device.type != "cuda" or scale_inv.device != data.device:
+        raise ValueError(f"data and scale_inv must be on one CUDA device, got {data.device} and {scale_inv.device}")
+    if data.dim() != 3 or not data.is_contiguous() or not scale_inv.is_contiguous():
+        raise ValueError(f"data must be a contiguous 3D [E, N, K] tensor and scale_inv contiguous, got data shape "
+                         f"{tuple(data.shape)}")
+    spec = _ops.prepared_weight_spec(_FP8_BLOCKWISE, inference, data.shape)
+    if tuple(scale_inv.shape) != spec["fprop_scale"][1]:
+        raise ValueError(f"scale_inv must have shape {list(spec['fprop_scale'][1])} for data {list(data.shape)}, got "
+                         f"{list(scale_inv.shape)}")
+    with torch.no_grad():
+        operands = {name: None if spec[name] is None else _ops.empty_prepared(spec[name], data.device)
+                    for name in _ops.PREPARED_FIELDS}
+
+        def ptr(name):
+            return 0 if operands[name] is None else operands[name].data_ptr()
+
+        E, N, K = data.shape
+        _ops._gpu().prepare_fp8_blockwise_weight_from_checkpoint(
+            data.data_ptr(), scale_inv.data_ptr(), inference, E, N, K, ptr("fprop_data"), ptr("fprop_scale"),
+            ptr("dgrad_data"), ptr("dgrad_scale"), _ops._stream(data.device), data.device.index)
+    return PreparedWeight._create(source=data, format=_FP8_BLOCKWISE, **operands)
+
+
+def nvfp4_packed_row_bytes(hidden: int) -> int:
+    """Bytes of one packed NVFP4 token row: D/2 E2M1x2 + D/16 E4M3 + 4 B FP32 inverse scale, padded
+    to 16."""
+    return int(_ops._gpu().nvfp4_packed_row_bytes(int(hidden)))
+
+
+def quantize_nvfp4_token_rows(x_TD, out=None):
+    """Per-token NVFP4 quantization of BF16 ``x_TD [T, D]`` into packed uint8 rows
+    ``[q D/2 | E4M3 scales D/16 | FP32 token_scale_inv | pad]``. ``out`` (optional) is a uint8
+    ``[T, >= nvfp4_packed_row_bytes(D)]`` tensor whose rows may be strided (row stride a multiple of
+    16 bytes, elements contiguous): the rows are written in place and ``out`` is returned; bytes of
+    ``out`` past the packed row are not touched. Enqueued on the current stream."""
+    if not isinstance(x_TD, torch.Tensor):
+        raise TypeError("x_TD must be a torch.Tensor")
+    if x_TD.dtype != torch.bfloat16:
+        raise TypeError(f"x_TD must have dtype torch.bfloat16, got {x_TD.dtype}")
+    if x_TD.device.type != "cuda" or x_TD.dim() != 2 or x_TD.stride(1) != 1:
+        raise ValueError(f"x_TD must be a CUDA [T, D] tensor with contiguous rows, got shape {tuple(x_TD.shape)} on "
+                         f"{x_TD.device}")
+    T, D = x_TD.shape
+    row_bytes = nvfp4_packed_row_bytes(D)
+    if out is None:
+        out = torch.empty((T, row_bytes), dtype=torch.uint8, device=x_TD.device)
+    else:
+        if not isinstance(out, torch.Tensor) or out.dtype != torch.uint8:
+            raise TypeError("out must be a uint8 torch.Tensor")
+        if out.device != x_TD.device or out.dim() != 2 or out.shape[0] != T or out.shape[1] < row_bytes or (
+            out.stride(1) != 1
+        ):
+            raise ValueError(f"out must be a uint8 [T={T}, >= {row_bytes}] tensor on {x_TD.device} with contiguous "
+                             f"bytes in each row, got shape {tuple(out.shape)}, stride {out.stride()}")
+    _ops._gpu().quantize_nvfp4_token_rows(x_TD.data_ptr(), T, D, x_TD.stride(0), out.data_ptr(), out.stride(0),
+                                          _ops._stream(x_TD.device), x_TD.device.index)
+    return out
+
+
+def nvfp4_token_row_views(packed, hidden: int):
+    """(q uint8 [T, D/2], scales uint8 [T, D/16], token_scale_inv float32 [T]) views of packed rows."""
+    D = int(hidden)
+    q = packed[:, : D // 2]
+    scales = packed[:, D // 2 : D // 2 + D // 16]
+    inv = packed[:, D // 2 + D // 16 : D // 2 + D // 16 + 4].view(torch.float32)[:, 0]
+    return q, scales, inv
