@@ -4,7 +4,7 @@
 // in-kernel barrier, and the reset of the signal modes' token counters.
 #pragma once
 
-#include "comm/ep_common.cuh"
+#include "comm/ep_launch_and_copy.cuh"
 #include "comm/ep_kernels.h"
 #include "dist_moe/device/numeric/bf16.cuh"
 #include "dist_moe/device/routing/routing_layout.cuh"

@@ -1,6 +1,6 @@
 // Small communication kernels: the standalone EP barrier, NCCL's LSA barrier with a timeout, and
 // the query of every rank's window base address.
-#include "comm/ep_common.cuh"
+#include "comm/ep_launch_and_copy.cuh"
 #include "comm/ep_kernels.h"
 
 namespace dist_moe::comm::kernels {

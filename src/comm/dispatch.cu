@@ -10,7 +10,7 @@
 //     pattern).
 // Padding rows are zero-filled when asked. Rows >= total_rows are never written.
 // Launched with programmatic stream serialization: griddepcontrol.wait precedes every table read.
-#include "comm/ep_common.cuh"
+#include "comm/ep_launch_and_copy.cuh"
 #include "comm/ep_kernels.h"
 
 #include "dist_moe/device/routing/routing_layout.cuh"

@@ -77,7 +77,7 @@ void launch_combine_every_route(const EpDeviceLayout& L, const RoutingTables& ta
                                 const void* scores, bool score_bf16, void* out, int num_tokens, bool signal_mode,
                                 int num_ctas, cudaStream_t stream);
 
-// Rows move in segments of this many 16-byte vectors (4 KiB; == kSegVecs of ep_common.cuh).
+// Rows move in segments of this many 16-byte vectors (4 KiB; == kSegVecs of ep_launch_and_copy.cuh).
 inline constexpr int kRowSegmentVecs = 256;
 inline constexpr int row_segments(int nvec) { return (nvec + kRowSegmentVecs - 1) / kRowSegmentVecs; }
 

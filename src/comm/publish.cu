@@ -6,7 +6,7 @@
 // publish_count, so every CTA read the same slot. With validation on, an id outside [-1, E) makes
 // the first thread that sees one print "DistMoE expert ID is outside [-1, num_experts)" and trap;
 // nothing is read or written out of bounds either way.
-#include "comm/ep_common.cuh"
+#include "comm/ep_launch_and_copy.cuh"
 #include "comm/ep_kernels.h"
 
 #include "dist_moe/device/routing/routing_layout.cuh"

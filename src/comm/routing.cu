@@ -23,7 +23,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "comm/ep_common.cuh"
+#include "comm/ep_launch_and_copy.cuh"
 #include "comm/ep_kernels.h"
 
 #include "dist_moe/device/routing/routing_layout.cuh"

@@ -17,7 +17,7 @@
 
 #include "core/env_knobs.h"
 #include "dist_moe/check.h"
-#include "dist_moe/device/ptx/special.cuh"
+#include "dist_moe/device/ptx/special_registers.cuh"
 #include "dist_moe/error.h"
 #include "dist_moe/grouped_gemm.h"
 #include "gemm/grouped_gemm_launch.h"

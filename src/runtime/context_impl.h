@@ -11,7 +11,7 @@
 #include "dist_moe/routed_experts.h"
 #include "dist_moe/grouped_gemm.h"
 #include "core/debug_env.h"
-#include "kernels/pipeline_util.h"
+#include "kernels/pipeline_glue.h"
 #include "runtime/activation_buffer.h"
 
 namespace dist_moe {

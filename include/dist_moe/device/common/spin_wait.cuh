@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "dist_moe/device/common/macros.cuh"
-#include "dist_moe/device/ptx/special.cuh"
+#include "dist_moe/device/ptx/special_registers.cuh"
 
 namespace dist_moe::device {
 

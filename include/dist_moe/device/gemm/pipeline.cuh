@@ -26,7 +26,7 @@
 #include "dist_moe/device/ptx/cluster.cuh"
 #include "dist_moe/device/ptx/fence.cuh"
 #include "dist_moe/device/ptx/mbarrier.cuh"
-#include "dist_moe/device/ptx/special.cuh"
+#include "dist_moe/device/ptx/special_registers.cuh"
 
 namespace dist_moe::gemm {
 

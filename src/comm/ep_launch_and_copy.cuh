@@ -1,5 +1,6 @@
-// Helpers shared by the EP kernel files: launches with attributes, warp-level row copies, the
-// "first diagnostic prints" lock.
+// What every EP kernel file uses: launches with attributes (launch_ex), warp-level row copies in
+// segments, and the per-kernel reads/records of the group state (the "first diagnostic prints"
+// lock, the bad expert-id report, the phase trace, the ids of the last publish).
 #pragma once
 
 #include <cuda_runtime.h>

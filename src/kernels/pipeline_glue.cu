@@ -1,11 +1,11 @@
-#include "kernels/pipeline_util.h"
+#include "kernels/pipeline_glue.h"
 
 #include <cuda_bf16.h>
 
 #include <cstdio>
 
 #include "dist_moe/check.h"
-#include "dist_moe/device/ptx/special.cuh"
+#include "dist_moe/device/ptx/special_registers.cuh"
 
 namespace dist_moe::kernels {
 namespace {
