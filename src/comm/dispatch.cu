@@ -15,7 +15,7 @@
 
 #include "dist_moe/device/routing/routing_layout.cuh"
 
-namespace dist_moe::comm::kernels {
+namespace dist_moe::comm {
 namespace {
 
 template <bool kPerRoute>
@@ -97,4 +97,4 @@ void launch_dispatch(const EpDeviceLayout& L, const RoutingTables& tables, void*
               num_tokens, alignment, zf);
 }
 
-}  // namespace dist_moe::comm::kernels
+}  // namespace dist_moe::comm

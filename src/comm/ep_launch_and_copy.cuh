@@ -11,7 +11,7 @@
 #include "dist_moe/check.h"
 #include "dist_moe/device/comm/comm.cuh"
 
-namespace dist_moe::comm::kernels {
+namespace dist_moe::comm {
 
 inline constexpr unsigned kFullMask = 0xffffffffu;
 inline constexpr int kRowUnroll = 8;  // 16-byte vectors per lane in flight in row copies
@@ -149,4 +149,4 @@ __device__ __forceinline__ void warp_zero_segment(char* dst, int seg, int nvec, 
 
 #endif  // __CUDACC__
 
-}  // namespace dist_moe::comm::kernels
+}  // namespace dist_moe::comm

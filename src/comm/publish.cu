@@ -11,7 +11,7 @@
 
 #include "dist_moe/device/routing/routing_layout.cuh"
 
-namespace dist_moe::comm::kernels {
+namespace dist_moe::comm {
 namespace {
 
 template <typename InT, typename IdT>
@@ -106,4 +106,4 @@ void launch_publish(const EpDeviceLayout& L, const void* x_TD, const void* ids_T
     launch_publish_typed<int32_t>(L, x_TD, ids_TK, num_tokens, validate_ids, num_ctas, stream);
 }
 
-}  // namespace dist_moe::comm::kernels
+}  // namespace dist_moe::comm

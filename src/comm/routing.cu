@@ -28,7 +28,7 @@
 
 #include "dist_moe/device/routing/routing_layout.cuh"
 
-namespace dist_moe::comm::kernels {
+namespace dist_moe::comm {
 namespace {
 
 using routing::combine_slot_offset;
@@ -830,4 +830,4 @@ void launch_routing(const EpDeviceLayout& L, const RoutingTables& tables, const 
               tables, args);
 }
 
-}  // namespace dist_moe::comm::kernels
+}  // namespace dist_moe::comm

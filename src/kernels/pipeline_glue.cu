@@ -8,6 +8,11 @@
 #include "dist_moe/device/ptx/special_registers.cuh"
 
 namespace dist_moe::kernels {
+
+using common::DeviceAddress;
+using common::resolve;
+using common::stage_enabled;
+
 namespace {
 
 __global__ void spin_delay_kernel(int64_t ns) {

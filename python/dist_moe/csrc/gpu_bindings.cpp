@@ -20,6 +20,7 @@ namespace py = pybind11;
 using namespace dist_moe;
 using namespace dist_moe::python;
 
+namespace dist_moe::python {
 namespace {
 
 using platform::DeviceGuard;
@@ -207,6 +208,7 @@ class GpuContext {
 };
 
 }  // namespace
+}  // namespace dist_moe::python
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "Dist-MoE GPU runtime: contexts and the BF16 routed-experts pipeline (raw pointers, no torch)";
