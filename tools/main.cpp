@@ -14,6 +14,7 @@
 #include "dist_moe/error.h"
 #include "dist_moe/version.h"
 
+namespace dist_moe::cli {
 namespace {
 
 struct Command {
@@ -97,6 +98,9 @@ bool asks_for_help(const std::vector<std::string>& args) {
 }
 
 }  // namespace
+}  // namespace dist_moe::cli
+
+using namespace dist_moe::cli;
 
 int main(int argc, char** argv) {
   if (argc < 2) {

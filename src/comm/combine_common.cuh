@@ -4,12 +4,12 @@
 // in-kernel barrier, and the reset of the signal modes' token counters.
 #pragma once
 
-#include "comm/ep_common.cuh"
+#include "comm/ep_launch_and_copy.cuh"
 #include "comm/ep_kernels.h"
 #include "dist_moe/device/numeric/bf16.cuh"
 #include "dist_moe/device/routing/routing_layout.cuh"
 
-namespace dist_moe::comm::kernels {
+namespace dist_moe::comm {
 namespace {
 
 constexpr int kRouteBatch = 4;    // routes in flight per lane in the reduction
@@ -73,4 +73,4 @@ __device__ __forceinline__ void last_cta_resets_token_counters(const EpDeviceLay
 }
 
 }  // namespace
-}  // namespace dist_moe::comm::kernels
+}  // namespace dist_moe::comm

@@ -18,7 +18,7 @@
 //   D. signal mode: the last CTA to finish resets the token counters for the next call.
 #include "comm/combine_common.cuh"
 
-namespace dist_moe::comm::kernels {
+namespace dist_moe::comm {
 namespace {
 
 template <typename IdT, bool kScoreBf16>
@@ -166,4 +166,4 @@ void launch_combine_every_route(const EpDeviceLayout& L, const RoutingTables& ta
   }
 }
 
-}  // namespace dist_moe::comm::kernels
+}  // namespace dist_moe::comm

@@ -1,7 +1,7 @@
 // Combine, rank partials (CombineAlgorithm::kRankPartials): see the notes below.
 #include "comm/combine_common.cuh"
 
-namespace dist_moe::comm::kernels {
+namespace dist_moe::comm {
 namespace {
 
 // ==== v3 (kRankPartials): each owner sums its routes of a token before sending ====================
@@ -482,4 +482,4 @@ void launch_combine_rank_partials(const EpDeviceLayout& L, const RoutingTables& 
   }
 }
 
-}  // namespace dist_moe::comm::kernels
+}  // namespace dist_moe::comm

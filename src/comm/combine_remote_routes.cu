@@ -1,7 +1,7 @@
 // Combine, remote routes only (CombineAlgorithm::kV2, the default): see the mode notes below.
 #include "comm/combine_common.cuh"
 
-namespace dist_moe::comm::kernels {
+namespace dist_moe::comm {
 namespace {
 
 // ==== v2: remote-only scatter, local routes reduced straight from y, split barrier or signals ====
@@ -163,8 +163,8 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
     // Reduce-only: the rows read here are also kept (the fused layer's saved h3), one pass over them.
     char* keep = nullptr;
     if constexpr (kMode == kRemoteReduceOnly) {
-      if (a.keep.base != nullptr && dist_moe::kernels::stage_enabled(a.keep_skip, false))
-        keep = dist_moe::kernels::resolve<char>(a.keep);
+      if (a.keep.base != nullptr && common::stage_enabled(a.keep_skip, false))
+        keep = common::resolve<char>(a.keep);
     }
     const uint32_t rseg = static_cast<uint32_t>(nvec + 31) / 32;
     const uint32_t units = static_cast<uint32_t>(T) * rseg;
@@ -288,4 +288,4 @@ void launch_combine_remote_routes(const EpDeviceLayout& L, const RoutingTables& 
   }
 }
 
-}  // namespace dist_moe::comm::kernels
+}  // namespace dist_moe::comm

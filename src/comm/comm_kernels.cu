@@ -1,13 +1,13 @@
 // Small communication kernels: the standalone EP barrier, NCCL's LSA barrier with a timeout, and
 // the query of every rank's window base address.
-#include "comm/ep_common.cuh"
+#include "comm/ep_launch_and_copy.cuh"
 #include "comm/ep_kernels.h"
 
-namespace dist_moe::comm::kernels {
+namespace dist_moe::comm {
 namespace {
 
 __global__ void __launch_bounds__(64) ep_barrier_kernel(const EpDeviceLayout L, int slot, const int64_t* run_if) {
-  if (!dist_moe::kernels::stage_enabled(run_if, true)) return;  // uniform: every rank skips it together
+  if (!common::stage_enabled(run_if, true)) return;  // uniform: every rank skips it together
   ep_barrier_cta(L, slot);
 }
 
@@ -36,4 +36,4 @@ void launch_window_bases(ncclWindow_t win, int world, uintptr_t* out, cudaStream
   launch_ex(window_bases_kernel, dim3(1), dim3(64), 0, stream, false, false, win, world, out);
 }
 
-}  // namespace dist_moe::comm::kernels
+}  // namespace dist_moe::comm

@@ -17,7 +17,7 @@ constexpr int64_t kDefaultTimeoutMs = 60000;
 
 int64_t resolve_timeout_ms(int64_t requested) {
   if (requested > 0) return requested;
-  if (const char* env = env::get("DMOE_COMM_TIMEOUT_MS")) {
+  if (const char* env = core::env_get("DMOE_COMM_TIMEOUT_MS")) {
     char* end = nullptr;
     const long long v = std::strtoll(env, &end, 10);
     if (end != env && v > 0) return v;
@@ -163,7 +163,7 @@ void Communicator::host_barrier() const {
 void Communicator::nccl_lsa_barrier(cudaStream_t stream, uint32_t index) const {
   DMOE_CHECK_ARG(index < static_cast<uint32_t>(lsa_barrier_count_), "LSA barrier index ", index,
                  " is out of range: the device communicator has ", lsa_barrier_count_);
-  kernels::launch_nccl_lsa_barrier(dev_comm_, index, timeout_cycles_, rank_, stream);
+  comm::launch_nccl_lsa_barrier(dev_comm_, index, timeout_cycles_, rank_, stream);
 }
 
 }  // namespace dist_moe::comm

@@ -10,12 +10,12 @@
 //     pattern).
 // Padding rows are zero-filled when asked. Rows >= total_rows are never written.
 // Launched with programmatic stream serialization: griddepcontrol.wait precedes every table read.
-#include "comm/ep_common.cuh"
+#include "comm/ep_launch_and_copy.cuh"
 #include "comm/ep_kernels.h"
 
 #include "dist_moe/device/routing/routing_layout.cuh"
 
-namespace dist_moe::comm::kernels {
+namespace dist_moe::comm {
 namespace {
 
 template <bool kPerRoute>
@@ -97,4 +97,4 @@ void launch_dispatch(const EpDeviceLayout& L, const RoutingTables& tables, void*
               num_tokens, alignment, zf);
 }
 
-}  // namespace dist_moe::comm::kernels
+}  // namespace dist_moe::comm

@@ -40,7 +40,7 @@ void free_quietly(const void* p) {
 // DMOE_DISABLE_PDL=1 turns programmatic dependent launch off everywhere (a diagnostic switch).
 bool pdl_disabled() {
   static const bool disabled = [] {
-    return env::flag("DMOE_DISABLE_PDL");
+    return core::env_flag("DMOE_DISABLE_PDL");
   }();
   return disabled;
 }
@@ -49,7 +49,7 @@ bool pdl_disabled() {
 CombineAlgorithm resolve_algorithm(CombineAlgorithm a) {
   if (a != CombineAlgorithm::kAuto) return a;
   static const CombineAlgorithm from_env = [] {
-    const char* v = env::get("DMOE_COMBINE_ALGO");
+    const char* v = core::env_get("DMOE_COMBINE_ALGO");
     if (v != nullptr && std::string(v) == "v1") return CombineAlgorithm::kV1;
     if (v != nullptr && std::string(v) == "partials") return CombineAlgorithm::kRankPartials;
     return CombineAlgorithm::kV2;
@@ -60,7 +60,7 @@ CombineAlgorithm resolve_algorithm(CombineAlgorithm a) {
 // DMOE_COMBINE_OWN_PARTIALS=late: the rank-partials combine in barrier mode sums this rank's own
 // partials in its reduction instead of storing and re-reading them (A/B switch, docs/perf.md C13).
 bool own_partials_late() {
-  const char* v = env::get("DMOE_COMBINE_OWN_PARTIALS");
+  const char* v = core::env_get("DMOE_COMBINE_OWN_PARTIALS");
   return v != nullptr && std::string(v) == "late";
 }
 
@@ -136,7 +136,7 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
   const int64_t L = c.num_experts / R;
   DMOE_CHECK_ARG(L <= 32767, "local experts per rank (", L, ") must be at most 32767");
   {  // the v2 combine kernel indexes its work units with 32 bits
-    const int64_t nseg = kernels::row_segments(static_cast<int>(c.hidden / 8));
+    const int64_t nseg = comm::row_segments(static_cast<int>(c.hidden / 8));
     DMOE_CHECK_ARG(R * c.max_tokens * c.top_k * nseg < (int64_t{1} << 31) &&
                        c.max_tokens * (c.hidden / 8 + 31) / 32 < (int64_t{1} << 31),
                    "EP size * max_tokens * top_k * hidden is too large for the combine kernels");
@@ -148,14 +148,14 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
   int optin = 0;
   DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, comm.device()));
   const int id_bytes = c.num_experts <= 32767 ? 2 : 4;
-  int64_t chunk_limit = kernels::kRoutingMaxChunk;
-  while (chunk_limit >= kernels::kRoutingMinChunk &&
-         kernels::routing_smem_bytes(static_cast<int>(L), chunk_limit) > static_cast<size_t>(optin))
-    chunk_limit -= kernels::kRoutingChunkStep;
-  DMOE_CHECK_ARG(chunk_limit >= kernels::kRoutingMinChunk, "the routing kernel does not fit in shared memory with ", L,
+  int64_t chunk_limit = comm::kRoutingMaxChunk;
+  while (chunk_limit >= comm::kRoutingMinChunk &&
+         comm::routing_smem_bytes(static_cast<int>(L), chunk_limit) > static_cast<size_t>(optin))
+    chunk_limit -= comm::kRoutingChunkStep;
+  DMOE_CHECK_ARG(chunk_limit >= comm::kRoutingMinChunk, "the routing kernel does not fit in shared memory with ", L,
                  " local experts");
-  max_routing_ctas_ = kernels::routing_max_coresident_ctas(
-      id_bytes, kernels::routing_smem_bytes(static_cast<int>(L), chunk_limit), comm.num_sms());
+  max_routing_ctas_ = comm::routing_max_coresident_ctas(
+      id_bytes, comm::routing_smem_bytes(static_cast<int>(L), chunk_limit), comm.num_sms());
   DMOE_CHECK_ARG(max_routing_ctas_ >= 1, "the routing kernel cannot be resident on this device");
   max_routing_ctas_ = std::min(max_routing_ctas_, 1024);
   int64_t chunk_max = 0;
@@ -195,7 +195,7 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
     const SymmetricWindow* wins[4] = {routing_win_.get(), dispatch_win_.get(), combine_win_.get(), signal_win_.get()};
     EpWindow* dst[4] = {&layout_.routing_win, &layout_.dispatch_win, &layout_.combine_win, &layout_.signal_win};
     uintptr_t* d_bases = device_alloc<uintptr_t>(4 * static_cast<size_t>(R), 0);
-    for (int w = 0; w < 4; ++w) kernels::launch_window_bases(wins[w]->handle(), R, d_bases + w * R, nullptr);
+    for (int w = 0; w < 4; ++w) comm::launch_window_bases(wins[w]->handle(), R, d_bases + w * R, nullptr);
     std::vector<uintptr_t> h(4 * static_cast<size_t>(R));
     DMOE_CUDA_CHECK(cudaMemcpy(h.data(), d_bases, h.size() * sizeof(uintptr_t), cudaMemcpyDeviceToHost));
     free_quietly(d_bases);
@@ -234,28 +234,28 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
   layout_.timeout_cycles = comm.timeout_cycles();
   layout_.trace = nullptr;
 
-  combine_ctas_f32_ = kernels::combine_every_route_max_coresident_ctas(id_bytes, false, comm.num_sms());
-  combine_ctas_bf16_ = kernels::combine_every_route_max_coresident_ctas(id_bytes, true, comm.num_sms());
+  combine_ctas_f32_ = comm::combine_every_route_max_coresident_ctas(id_bytes, false, comm.num_sms());
+  combine_ctas_bf16_ = comm::combine_every_route_max_coresident_ctas(id_bytes, true, comm.num_sms());
   DMOE_CHECK_ARG(combine_ctas_f32_ >= 1 && combine_ctas_bf16_ >= 1, "the combine kernel cannot be resident");
   for (int b = 0; b < 2; ++b)
     for (int m = 0; m < 3; ++m) {
-      remote_routes_ctas_[b][m] = kernels::combine_remote_routes_max_coresident_ctas(id_bytes, b != 0, m, comm.num_sms());
+      remote_routes_ctas_[b][m] = comm::combine_remote_routes_max_coresident_ctas(id_bytes, b != 0, m, comm.num_sms());
       DMOE_CHECK_ARG(remote_routes_ctas_[b][m] >= 1, "the v2 combine kernel cannot be resident");
     }
   for (int b = 0; b < 2; ++b) {
-    rank_partials_ctas_[b] = kernels::combine_rank_partials_max_coresident_ctas(id_bytes, b != 0, comm.num_sms());
+    rank_partials_ctas_[b] = comm::combine_rank_partials_max_coresident_ctas(id_bytes, b != 0, comm.num_sms());
     DMOE_CHECK_ARG(rank_partials_ctas_[b] >= 1, "the rank-partials combine kernel cannot be resident");
   }
 
   // ---- fused publish + route + dispatch: one CTA per SM, all routes in shared memory ----
   // The pushed routing slots exist up to kFusedMaxRoutes (ep_window_sizes); the variable may only lower it.
-  fused_max_routes_ = std::clamp<int64_t>(env::int64_or("DMOE_FUSED_MAX_ROUTES", kFusedMaxRoutes), 0, kFusedMaxRoutes);
+  fused_max_routes_ = std::clamp<int64_t>(core::env_int64_or("DMOE_FUSED_MAX_ROUTES", kFusedMaxRoutes), 0, kFusedMaxRoutes);
   const int64_t routes_at_tmax = static_cast<int64_t>(R) * c.max_tokens * c.top_k;
   if (routes_at_tmax <= fused_max_routes_ && layout_.routing_push_offset > 0) {
-    const size_t smem = kernels::fused_smem_bytes(static_cast<int>(L), routes_at_tmax);
+    const size_t smem = comm::fused_smem_bytes(static_cast<int>(L), routes_at_tmax);
     constexpr size_t kStaticSmemMargin = 4096;  // the kernel's static shared memory, rounded up
     if (smem + kStaticSmemMargin <= static_cast<size_t>(optin) &&
-        kernels::fused_max_coresident_per_sm(id_bytes, smem) >= 1)
+        comm::fused_max_coresident_per_sm(id_bytes, smem) >= 1)
       fused_ctas_ = comm.num_sms();
   }
 
@@ -306,9 +306,9 @@ EpGroup::~EpGroup() {
 
 void EpGroup::routing_launch_shape(int64_t num_tokens, int64_t* chunk_routes, int* num_ctas) const {
   const int64_t total = static_cast<int64_t>(comm_.world_size()) * num_tokens * config_.top_k;
-  int64_t chunk = kernels::kRoutingMinChunk;
+  int64_t chunk = comm::kRoutingMinChunk;
   if (ceil_div(total, chunk) > max_routing_ctas_)
-    chunk = ceil_div(ceil_div(total, max_routing_ctas_), kernels::kRoutingChunkStep) * kernels::kRoutingChunkStep;
+    chunk = ceil_div(ceil_div(total, max_routing_ctas_), comm::kRoutingChunkStep) * comm::kRoutingChunkStep;
   *chunk_routes = chunk;
   *num_ctas = static_cast<int>(std::max<int64_t>(1, ceil_div(total, chunk)));
 }
@@ -322,8 +322,8 @@ void EpGroup::publish(const void* x_TD, const void* ids_TK, DType ids_dtype, int
     detail::fail(ErrorCode::kInvalidType, "topk_expert_ids_TK must be int32 or int64, got ", to_string(ids_dtype));
   const int64_t n_vec = num_tokens * layout_.row_bytes / 16;
   const int ctas = static_cast<int>(
-      std::clamp<int64_t>(ceil_div(n_vec, int64_t{kernels::kPublishThreads} * 4), 1, 2 * comm_.num_sms()));
-  kernels::launch_publish(layout_, x_TD, ids_TK, ids_dtype, static_cast<int>(num_tokens),
+      std::clamp<int64_t>(ceil_div(n_vec, int64_t{comm::kPublishThreads} * 4), 1, 2 * comm_.num_sms()));
+  comm::launch_publish(layout_, x_TD, ids_TK, ids_dtype, static_cast<int>(num_tokens),
                           config_.validate_expert_ids, ctas, stream);
   scores_pushed_ = false;
 }
@@ -331,7 +331,7 @@ void EpGroup::publish(const void* x_TD, const void* ids_TK, DType ids_dtype, int
 void EpGroup::route(int64_t num_tokens, cudaStream_t stream) {
   DMOE_CHECK_ARG(num_tokens >= 1 && num_tokens <= config_.max_tokens, "num_tokens=", num_tokens, " must be in [1, ",
                  config_.max_tokens, "]");
-  kernels::RoutingArgs a{};
+  comm::RoutingArgs a{};
   a.num_tokens = static_cast<int>(num_tokens);
   a.alignment = config_.row_alignment;
   a.capacity_rows = config_.capacity_rows;
@@ -339,7 +339,7 @@ void EpGroup::route(int64_t num_tokens, cudaStream_t stream) {
   a.do_barrier = 1;
   a.cta_expert_counts = cta_expert_counts_;
   a.cta_rank_counts = cta_rank_counts_;
-  kernels::launch_routing(layout_, tables_, a, stream);
+  comm::launch_routing(layout_, tables_, a, stream);
 }
 
 void EpGroup::dispatch(void* x_gathered_MD, int64_t num_tokens, cudaStream_t stream, const DispatchOptions& options) {
@@ -348,7 +348,7 @@ void EpGroup::dispatch(void* x_gathered_MD, int64_t num_tokens, cudaStream_t str
   DMOE_CHECK_ARG(x_gathered_MD != nullptr && aligned16(x_gathered_MD),
                  "x_gathered must be a non-null 16-byte aligned BF16 [capacity_rows, D] pointer");
   const int ctas = 2 * ep_sms(comm_, options.num_sms);  // 2 x 512 threads per SM
-  kernels::launch_dispatch(layout_, tables_, x_gathered_MD, static_cast<int>(num_tokens), config_.row_alignment,
+  comm::launch_dispatch(layout_, tables_, x_gathered_MD, static_cast<int>(num_tokens), config_.row_alignment,
                            options.mode == DispatchMode::kPerRoute, options.zero_fill_padding, ctas,
                            options.programmatic_launch && !pdl_disabled(), stream);
 }
@@ -367,26 +367,26 @@ void EpGroup::combine(const void* y_MD, const void* scores_TK, DType score_dtype
   if (algo == CombineAlgorithm::kRankPartials) {
     DMOE_CHECK_ARG(config_.hidden % 16 == 0, "CombineAlgorithm::kRankPartials needs hidden % 16 == 0 (got ",
                    config_.hidden, "): an FP32 partial row is split into halves of whole 16-byte vectors");
-    kernels::CombineArgs a{};
+    comm::CombineArgs a{};
     a.y = static_cast<const char*>(y_MD);
     a.scores = scores_TK;
     a.out = static_cast<char*>(out_TD);
     a.num_tokens = static_cast<int>(num_tokens);
     a.scores_pushed = scores_pushed_ ? 1 : 0;
-    a.partials_sync = options.sync == CombineSync::kSignal ? kernels::kPartialsSignal
-                      : own_partials_late()               ? kernels::kPartialsBarrierOwnLate
-                                                          : kernels::kPartialsBarrier;
+    a.partials_sync = options.sync == CombineSync::kSignal ? comm::kPartialsSignal
+                      : own_partials_late()               ? comm::kPartialsBarrierOwnLate
+                                                          : comm::kPartialsBarrier;
     const int ctas = combine_grid(comm_, rank_partials_ctas_[bf16 ? 1 : 0], options.num_sms);
-    kernels::launch_combine_rank_partials(layout_, tables_, a, bf16, ctas, stream);
+    comm::launch_combine_rank_partials(layout_, tables_, a, bf16, ctas, stream);
     return;
   }
   if (algo == CombineAlgorithm::kV2) {
     combine_v2(y_MD, scores_TK, bf16, out_TD, num_tokens,
-               options.sync == CombineSync::kSignal ? kernels::kRemoteSignal : kernels::kRemoteBarrier, options, stream);
+               options.sync == CombineSync::kSignal ? comm::kRemoteSignal : comm::kRemoteBarrier, options, stream);
     return;
   }
   const int ctas = combine_grid(comm_, bf16 ? combine_ctas_bf16_ : combine_ctas_f32_, options.num_sms);
-  kernels::launch_combine_every_route(layout_, tables_, y_MD, scores_TK, bf16, out_TD, static_cast<int>(num_tokens),
+  comm::launch_combine_every_route(layout_, tables_, y_MD, scores_TK, bf16, out_TD, static_cast<int>(num_tokens),
                           options.sync == CombineSync::kSignal, ctas, stream);
 }
 
@@ -399,15 +399,15 @@ void EpGroup::reduce(const void* scores_TK, DType score_dtype, void* out_TD, int
   if (score_dtype != DType::kFloat32 && score_dtype != DType::kBFloat16)
     detail::fail(ErrorCode::kInvalidType, "topk_scores_TK must be float32 or bfloat16, got ", to_string(score_dtype));
   DMOE_CHECK_ARG(keep.base == nullptr || aligned16(keep.base), "KeepRoutes::base must be 16-byte aligned");
-  combine_v2(nullptr, scores_TK, score_dtype == DType::kBFloat16, out_TD, num_tokens, kernels::kRemoteReduceOnly, options,
+  combine_v2(nullptr, scores_TK, score_dtype == DType::kBFloat16, out_TD, num_tokens, comm::kRemoteReduceOnly, options,
              stream, keep);
 }
 
 void EpGroup::combine_v2(const void* y_MD, const void* scores_TK, bool score_bf16, void* out_TD, int64_t num_tokens,
                          int mode, const CombineOptions& options, cudaStream_t stream, const KeepRoutes& keep) {
-  constexpr int kWarpsPerCta = kernels::kCombineThreads / 32;
+  constexpr int kWarpsPerCta = comm::kCombineThreads / 32;
   const int ctas = combine_grid(comm_, remote_routes_ctas_[score_bf16 ? 1 : 0][mode], options.num_sms);
-  kernels::CombineArgs a{};
+  comm::CombineArgs a{};
   a.y = static_cast<const char*>(y_MD);
   a.scores = scores_TK;
   a.out = static_cast<char*>(out_TD);
@@ -415,26 +415,26 @@ void EpGroup::combine_v2(const void* y_MD, const void* scores_TK, bool score_bf1
   a.keep = {keep.base, keep.offset};
   a.keep_skip = keep.skip;
   int rw = options.reduce_warps > 0 ? options.reduce_warps
-                                    : static_cast<int>(env::int64_or("DMOE_COMBINE_REDUCE_WARPS", 4));
+                                    : static_cast<int>(core::env_int64_or("DMOE_COMBINE_REDUCE_WARPS", 4));
   a.reduce_warps = std::clamp(rw, 1, kWarpsPerCta - 1);
   int sb = options.signal_batch > 0 ? options.signal_batch
-                                    : static_cast<int>(env::int64_or("DMOE_COMBINE_SIGNAL_BATCH", 1));
+                                    : static_cast<int>(core::env_int64_or("DMOE_COMBINE_SIGNAL_BATCH", 1));
   a.signal_batch = std::clamp(sb, 1, 32);
   int rc = options.reduce_ctas > 0 ? options.reduce_ctas
-                                   : static_cast<int>(env::int64_or("DMOE_COMBINE_REDUCE_CTAS", 0));
-  a.reduce_ctas = (mode == kernels::kRemoteSignal && rc > 0 && ctas >= 2) ? std::clamp(rc, 1, ctas - 1) : 0;
+                                   : static_cast<int>(core::env_int64_or("DMOE_COMBINE_REDUCE_CTAS", 0));
+  a.reduce_ctas = (mode == comm::kRemoteSignal && rc > 0 && ctas >= 2) ? std::clamp(rc, 1, ctas - 1) : 0;
   const int K = static_cast<int>(config_.top_k);
-  int kg = options.k_group > 0 ? options.k_group : static_cast<int>(env::int64_or("DMOE_COMBINE_K_GROUP", 0));
+  int kg = options.k_group > 0 ? options.k_group : static_cast<int>(core::env_int64_or("DMOE_COMBINE_K_GROUP", 0));
   if (kg <= 0) {  // automatic: one route per unit while the coarse units do not fill the scatter warps
-    const int nseg = kernels::row_segments(static_cast<int>(layout_.row_bytes / 16));
+    const int nseg = comm::row_segments(static_cast<int>(layout_.row_bytes / 16));
     const int64_t coarse_units = num_tokens * (comm_.world_size() - 1) * nseg;
     const int64_t scatter_warps =
         a.reduce_ctas > 0 ? static_cast<int64_t>(ctas - a.reduce_ctas) * kWarpsPerCta
-        : static_cast<int64_t>(ctas) * (mode == kernels::kRemoteSignal ? kWarpsPerCta - a.reduce_warps : kWarpsPerCta);
+        : static_cast<int64_t>(ctas) * (mode == comm::kRemoteSignal ? kWarpsPerCta - a.reduce_warps : kWarpsPerCta);
     kg = coarse_units < scatter_warps ? 1 : K;
   }
   a.k_group = std::clamp(kg, 1, K);
-  kernels::launch_combine_remote_routes(layout_, tables_, a, score_bf16, mode, ctas, stream);
+  comm::launch_combine_remote_routes(layout_, tables_, a, score_bf16, mode, ctas, stream);
 }
 
 void EpGroup::publish_route_dispatch(const void* x_TD, const void* ids_TK, DType ids_dtype, int64_t num_tokens,
@@ -442,7 +442,7 @@ void EpGroup::publish_route_dispatch(const void* x_TD, const void* ids_TK, DType
   bool fused = fused_route_supported();
   if (options.fused == FusedRoute::kOff) fused = false;
   if (options.fused == FusedRoute::kAuto && fused) {
-    static const int64_t env = env::int64_or("DMOE_FUSED_ROUTE", 1);
+    static const int64_t env = core::env_int64_or("DMOE_FUSED_ROUTE", 1);
     fused = env != 0;
   }
   if (options.fused == FusedRoute::kOn)
@@ -463,7 +463,7 @@ void EpGroup::publish_route_dispatch(const void* x_TD, const void* ids_TK, DType
     detail::fail(ErrorCode::kInvalidType, "topk_expert_ids_TK must be int32 or int64, got ", to_string(ids_dtype));
   DMOE_CHECK_ARG(x_gathered_MD == nullptr || aligned16(x_gathered_MD),
                  "x_gathered must be a 16-byte aligned BF16 [capacity_rows, D] pointer");
-  kernels::FusedArgs a{};
+  comm::FusedArgs a{};
   a.x = x_TD;
   a.ids = ids_TK;
   a.x_gathered = static_cast<char*>(x_gathered_MD);
@@ -483,7 +483,7 @@ void EpGroup::publish_route_dispatch(const void* x_TD, const void* ids_TK, DType
   // peers' windows; with the ids pushed here the routing reads local memory and more CTAs move the
   // dispatch faster (docs/perf.md C10: 32.6 us graphed on 32 SMs, 30.5 on 132 at dsv3_decode).
   const int ctas = std::min(fused_ctas_, ep_sms(comm_, options.num_sms));
-  kernels::launch_fused_route(layout_, tables_, a, ids_dtype == DType::kInt64, ctas, stream);
+  comm::launch_fused_route(layout_, tables_, a, ids_dtype == DType::kInt64, ctas, stream);
   scores_pushed_ = a.scores != nullptr;
 }
 
@@ -493,7 +493,7 @@ void EpGroup::enable_trace(bool on) {
 }
 
 void EpGroup::barrier(cudaStream_t stream, const int64_t* run_if) {
-  kernels::launch_ep_barrier(layout_, 0, stream, run_if);
+  comm::launch_ep_barrier(layout_, 0, stream, run_if);
 }
 
 }  // namespace dist_moe::comm

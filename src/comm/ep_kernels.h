@@ -13,7 +13,7 @@
 #include "dist_moe/dtype.h"
 #include "dist_moe/device/common/device_address.h"
 
-namespace dist_moe::comm::kernels {
+namespace dist_moe::comm {
 
 // ---- publish ----------------------------------------------------------------------------------
 inline constexpr int kPublishThreads = 512;
@@ -77,7 +77,7 @@ void launch_combine_every_route(const EpDeviceLayout& L, const RoutingTables& ta
                                 const void* scores, bool score_bf16, void* out, int num_tokens, bool signal_mode,
                                 int num_ctas, cudaStream_t stream);
 
-// Rows move in segments of this many 16-byte vectors (4 KiB; == kSegVecs of ep_common.cuh).
+// Rows move in segments of this many 16-byte vectors (4 KiB; == kSegVecs of ep_launch_and_copy.cuh).
 inline constexpr int kRowSegmentVecs = 256;
 inline constexpr int row_segments(int nvec) { return (nvec + kRowSegmentVecs - 1) / kRowSegmentVecs; }
 
@@ -96,7 +96,7 @@ struct CombineArgs {
                        // (all warps) and the others scatter (all warps), 1..CTAs-1
   // Reduce-only mode: also store every routed row the reduction reads to `keep` (route-major
   // [T, K, D]; base null: none), unless *keep_skip != 0 (comm::KeepRoutes).
-  dist_moe::kernels::DeviceAddress keep;
+  common::DeviceAddress keep;
   const int64_t* keep_skip;
   // v3 only: the scores came with the ids (fused route, FusedArgs::scores) into the pushed routing
   // slots; no scores exchange in the combine.
@@ -129,4 +129,4 @@ void launch_nccl_lsa_barrier(const ncclDevComm& dev_comm, uint32_t index, uint64
 // out[p] = this process's address of byte 0 of rank p's copy of `win`, for p < world.
 void launch_window_bases(ncclWindow_t win, int world, uintptr_t* out, cudaStream_t stream);
 
-}  // namespace dist_moe::comm::kernels
+}  // namespace dist_moe::comm

@@ -6,12 +6,12 @@
 // publish_count, so every CTA read the same slot. With validation on, an id outside [-1, E) makes
 // the first thread that sees one print "DistMoE expert ID is outside [-1, num_experts)" and trap;
 // nothing is read or written out of bounds either way.
-#include "comm/ep_common.cuh"
+#include "comm/ep_launch_and_copy.cuh"
 #include "comm/ep_kernels.h"
 
 #include "dist_moe/device/routing/routing_layout.cuh"
 
-namespace dist_moe::comm::kernels {
+namespace dist_moe::comm {
 namespace {
 
 template <typename InT, typename IdT>
@@ -106,4 +106,4 @@ void launch_publish(const EpDeviceLayout& L, const void* x_TD, const void* ids_T
     launch_publish_typed<int32_t>(L, x_TD, ids_TK, num_tokens, validate_ids, num_ctas, stream);
 }
 
-}  // namespace dist_moe::comm::kernels
+}  // namespace dist_moe::comm

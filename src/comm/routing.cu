@@ -23,12 +23,12 @@
 #include <algorithm>
 #include <mutex>
 
-#include "comm/ep_common.cuh"
+#include "comm/ep_launch_and_copy.cuh"
 #include "comm/ep_kernels.h"
 
 #include "dist_moe/device/routing/routing_layout.cuh"
 
-namespace dist_moe::comm::kernels {
+namespace dist_moe::comm {
 namespace {
 
 using routing::combine_slot_offset;
@@ -830,4 +830,4 @@ void launch_routing(const EpDeviceLayout& L, const RoutingTables& tables, const 
               tables, args);
 }
 
-}  // namespace dist_moe::comm::kernels
+}  // namespace dist_moe::comm

@@ -6,7 +6,7 @@
 
 #include "dist_moe/error.h"
 
-namespace dist_moe::debug {
+namespace dist_moe::core {
 
 std::vector<StageDelay> parse_stage_delays(const char* text, int rank) {
   std::vector<StageDelay> out;
@@ -37,4 +37,4 @@ std::vector<StageDelay> parse_stage_delays(const char* text, int rank) {
   return out;
 }
 
-}  // namespace dist_moe::debug
+}  // namespace dist_moe::core

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace dist_moe::debug {
+namespace dist_moe::core {
 
 // After pipeline stage `stage` ("*": every stage), this rank runs a spin kernel of `ns` nanoseconds.
 struct StageDelay {
@@ -19,4 +19,4 @@ struct StageDelay {
 // dist_moe::Error (kInvalidValue) naming it.
 std::vector<StageDelay> parse_stage_delays(const char* text, int rank);
 
-}  // namespace dist_moe::debug
+}  // namespace dist_moe::core

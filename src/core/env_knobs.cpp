@@ -5,10 +5,10 @@
 
 #include "dist_moe/error.h"
 
-namespace dist_moe::env {
+namespace dist_moe::core {
 
-const std::vector<Knob>& knobs() {
-  static const std::vector<Knob> table = {
+const std::vector<EnvKnob>& env_knobs() {
+  static const std::vector<EnvKnob> table = {
       {"DMOE_COMM_TIMEOUT_MS", "milliseconds > 0",
        "limit of every device spin-wait (barriers, signals) when ContextOptions::comm_timeout_ms is 0; default 60000"},
       {"DMOE_DEBUG_STAGE_DELAY", "rank:stage:us[,...]",
@@ -29,22 +29,22 @@ const std::vector<Knob>& knobs() {
   return table;
 }
 
-const char* get(const char* name) {
+const char* env_get(const char* name) {
   bool known = false;
-  for (const Knob& k : knobs()) known = known || std::strcmp(k.name, name) == 0;
+  for (const EnvKnob& k : env_knobs()) known = known || std::strcmp(k.name, name) == 0;
   if (!known) detail::fail(ErrorCode::kInternal, "environment knob ", name, " is not in src/core/env_knobs.cpp");
   const char* v = std::getenv(name);
   return v == nullptr || *v == '\0' ? nullptr : v;
 }
 
-bool flag(const char* name) {
-  const char* v = get(name);
+bool env_flag(const char* name) {
+  const char* v = env_get(name);
   return v != nullptr && v[0] != '0';
 }
 
-int64_t int64_or(const char* name, int64_t fallback) {
-  const char* v = get(name);
+int64_t env_int64_or(const char* name, int64_t fallback) {
+  const char* v = env_get(name);
   return v == nullptr ? fallback : std::strtoll(v, nullptr, 10);
 }
 
-}  // namespace dist_moe::env
+}  // namespace dist_moe::core

@@ -7,23 +7,23 @@
 #include <cstdint>
 #include <vector>
 
-namespace dist_moe::env {
+namespace dist_moe::core {
 
-struct Knob {
+struct EnvKnob {
   const char* name;    // DMOE_...
   const char* values;  // what it accepts
   const char* effect;  // what it changes
 };
 
 // The registry, in the order of the documented table.
-const std::vector<Knob>& knobs();
+const std::vector<EnvKnob>& env_knobs();
 
 // The value of a registered knob, nullptr when unset or empty. An unregistered name is a bug:
 // throws dist_moe::Error (kInternal).
-const char* get(const char* name);
+const char* env_get(const char* name);
 // Set, non-empty and not starting with '0'.
-bool flag(const char* name);
+bool env_flag(const char* name);
 // The integer value (strtoll), or `fallback` when unset or empty.
-int64_t int64_or(const char* name, int64_t fallback);
+int64_t env_int64_or(const char* name, int64_t fallback);
 
-}  // namespace dist_moe::env
+}  // namespace dist_moe::core

@@ -70,7 +70,7 @@ int smem_estimate(const GroupedGemmConfig& c, const GroupedGemmProblem& p) {
 }
 
 bool legacy_requested() {
-  static const bool legacy = env::flag("DMOE_GEMM_LEGACY");
+  static const bool legacy = core::env_flag("DMOE_GEMM_LEGACY");
   return legacy;
 }
 
@@ -268,7 +268,7 @@ GroupedGemmConfig select_default(const GroupedGemmProblem& p, int device_num_sms
 }  // namespace
 
 bool grouped_gemm_experimental_requested() {
-  static const bool on = env::flag("DMOE_GEMM_EXPERIMENTAL");
+  static const bool on = core::env_flag("DMOE_GEMM_EXPERIMENTAL");
   return on;
 }
 

@@ -14,7 +14,7 @@
 #include "dist_moe/error.h"
 #include "gemm/grouped_gemm_launch.h"
 
-namespace dist_moe::detail {
+namespace dist_moe::gemm {
 namespace {
 
 CUtensorMap encode(const void* base, int elem_bytes, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
@@ -64,4 +64,4 @@ CUtensorMap make_tma_3d(const void* base, int elem_bytes, int64_t d2, int64_t d1
   return encode(base, elem_bytes, 3, dims, strides, box);
 }
 
-}  // namespace dist_moe::detail
+}  // namespace dist_moe::gemm

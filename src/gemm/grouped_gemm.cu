@@ -17,7 +17,7 @@
 
 #include "core/env_knobs.h"
 #include "dist_moe/check.h"
-#include "dist_moe/device/ptx/special.cuh"
+#include "dist_moe/device/ptx/special_registers.cuh"
 #include "dist_moe/error.h"
 #include "dist_moe/grouped_gemm.h"
 #include "gemm/grouped_gemm_launch.h"
@@ -25,9 +25,9 @@
 namespace dist_moe {
 namespace {
 
-using detail::GemmEpilogueKind;
-using detail::GemmKernelEntry;
-using detail::GemmLaunch;
+using gemm::GemmEpilogueKind;
+using gemm::GemmKernelEntry;
+using gemm::GemmLaunch;
 using gemm::GemmKind;
 
 constexpr int64_t kMaxExperts = 1024;
@@ -177,7 +177,7 @@ bool entry_matches(const GemmKernelEntry& e, GroupedGemmOp op, DType out, bool g
 // or launch, so an unsupported format is never run by a kernel of another one.
 void check_formats(GroupedGemmOp op, DType out, const GroupedGemmCommon& c, const char* op_name) {
   std::set<std::string> compiled;
-  for (const GemmKernelEntry& e : detail::gemm_kernels()) {
+  for (const GemmKernelEntry& e : gemm::gemm_kernels()) {
     if (entry_computes(e, op, out, c.a_format, c.b_format)) return;
     if (entry_computes(e, op, out, e.a, e.b)) compiled.insert("A=" + e.a.name() + ", B=" + e.b.name());
   }
@@ -191,7 +191,7 @@ void check_formats(GroupedGemmOp op, DType out, const GroupedGemmCommon& c, cons
 const GemmKernelEntry& find_kernel(GroupedGemmOp op, DType out, const GroupedGemmCommon& c,
                                    const GroupedGemmConfig& cfg) {
   const GemmKind kind = kind_of(op, cfg.swap_ab);
-  for (const GemmKernelEntry& e : detail::gemm_kernels()) {
+  for (const GemmKernelEntry& e : gemm::gemm_kernels()) {
     if (e.kind == kind && e.epilogue == epilogue_of(op, out) && e.a == c.a_format && e.b == c.b_format &&
         e.gather == cfg.gather && e.block_m == cfg.block_m && e.block_n == cfg.block_n && e.stages == cfg.stages &&
         e.cluster_m == cfg.cluster_m && e.pingpong == cfg.pingpong && e.tma_store() == cfg.tma_store)
@@ -346,7 +346,7 @@ int32_t* tile_counter_slot(cudaStream_t stream) {
 
 // Prints "op problem -> config" once per distinct line when DMOE_PRINT_GEMM_CONFIG is set.
 void maybe_print_config(const GroupedGemmProblem& p, const GroupedGemmConfig& c, bool overridden) {
-  static const bool enabled = env::get("DMOE_PRINT_GEMM_CONFIG") != nullptr;
+  static const bool enabled = core::env_get("DMOE_PRINT_GEMM_CONFIG") != nullptr;
   if (!enabled) return;
   std::ostringstream os;
   os << "dist_moe grouped_gemm " << to_string(p.op) << " m_capacity=" << p.m_capacity << " n=" << p.n << " k=" << p.k
@@ -406,7 +406,7 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
 }  // namespace
 
 // ---- kernel registry ----------------------------------------------------------------------------
-namespace detail {
+namespace gemm {
 // kGemmKernelSpecs in its order, each entry with the functions its instantiation file compiled.
 const std::vector<GemmKernelEntry>& gemm_kernels() {
   static const std::vector<GemmKernelEntry> all = [] {
@@ -429,12 +429,12 @@ const std::vector<GemmKernelEntry>& gemm_kernels() {
   }();
   return all;
 }
-}  // namespace detail
+}  // namespace gemm
 
 std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_dtype, bool gather,
                                                     const OperandFormat& a_format, const OperandFormat& b_format) {
   std::vector<GroupedGemmConfig> v;
-  for (const GemmKernelEntry& e : detail::gemm_kernels())
+  for (const GemmKernelEntry& e : gemm::gemm_kernels())
     if (entry_matches(e, op, out_dtype, gather, a_format, b_format)) v.push_back(config_of(e, 0));
   const size_t compiled = v.size();
   for (size_t i = 0; i < compiled; ++i) {

@@ -16,7 +16,7 @@
 #include "dist_moe/device/gemm/kernel.cuh"
 #include "gemm/grouped_gemm_launch.h"
 
-namespace dist_moe::detail {
+namespace dist_moe::gemm {
 
 inline int32_t ceil_div_i32(int64_t a, int64_t b) { return static_cast<int32_t>((a + b - 1) / b); }
 
@@ -267,4 +267,4 @@ void add_kernels_of_file(GemmKernelFns* fns) {
   add_kernels_of_file<kFile, KernelOf>(fns, std::make_index_sequence<kNumGemmKernels>{});
 }
 
-}  // namespace dist_moe::detail
+}  // namespace dist_moe::gemm

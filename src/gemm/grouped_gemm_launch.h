@@ -17,7 +17,7 @@
 #include "dist_moe/device/gemm/params.cuh"
 #include "dist_moe/grouped_gemm_config.h"
 
-namespace dist_moe::detail {
+namespace dist_moe::gemm {
 
 enum class GemmEpilogueKind { kStoreBf16, kStoreFp32, kSwiglu };
 
@@ -224,4 +224,4 @@ CUtensorMap make_tma_2d(const void* base, int elem_bytes, int64_t rows, int64_t 
 CUtensorMap make_tma_3d(const void* base, int elem_bytes, int64_t d2, int64_t d1, int64_t d0, int box_rows,
                         const char* what);
 
-}  // namespace dist_moe::detail
+}  // namespace dist_moe::gemm

@@ -5,7 +5,7 @@
 #include "dist_moe/device/gemm/epilogue_swap_ab.cuh"
 #include "gemm/grouped_gemm_launch.cuh"
 
-namespace dist_moe::detail {
+namespace dist_moe::gemm {
 namespace {
 
 template <size_t I>
@@ -20,4 +20,4 @@ struct DecodeKernel {
 
 void add_decode_kernels(GemmKernelFns* fns) { add_kernels_of_file<GemmKernelFile::kDecode, DecodeKernel>(fns); }
 
-}  // namespace dist_moe::detail
+}  // namespace dist_moe::gemm

@@ -6,7 +6,7 @@
 #include "dist_moe/device/gemm/epilogue_store.cuh"
 #include "gemm/grouped_gemm_launch.cuh"
 
-namespace dist_moe::detail {
+namespace dist_moe::gemm {
 namespace {
 
 template <size_t I>
@@ -20,4 +20,4 @@ struct DgradKernel {
 
 void add_dgrad_kernels(GemmKernelFns* fns) { add_kernels_of_file<GemmKernelFile::kDgrad, DgradKernel>(fns); }
 
-}  // namespace dist_moe::detail
+}  // namespace dist_moe::gemm

@@ -8,7 +8,7 @@
 #include "dist_moe/device/gemm/epilogue_store.cuh"
 #include "gemm/grouped_gemm_launch.cuh"
 
-namespace dist_moe::detail {
+namespace dist_moe::gemm {
 namespace {
 
 template <size_t I>
@@ -22,4 +22,4 @@ struct FpropKernel {
 
 void add_fprop_kernels(GemmKernelFns* fns) { add_kernels_of_file<GemmKernelFile::kFprop, FpropKernel>(fns); }
 
-}  // namespace dist_moe::detail
+}  // namespace dist_moe::gemm

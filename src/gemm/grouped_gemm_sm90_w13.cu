@@ -9,7 +9,7 @@
 #include "dist_moe/device/gemm/epilogue_swiglu.cuh"
 #include "gemm/grouped_gemm_launch.cuh"
 
-namespace dist_moe::detail {
+namespace dist_moe::gemm {
 namespace {
 
 template <size_t I>
@@ -22,4 +22,4 @@ struct W13Kernel {
 
 void add_w13_kernels(GemmKernelFns* fns) { add_kernels_of_file<GemmKernelFile::kW13, W13Kernel>(fns); }
 
-}  // namespace dist_moe::detail
+}  // namespace dist_moe::gemm

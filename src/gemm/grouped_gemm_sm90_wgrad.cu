@@ -8,7 +8,7 @@
 #include "dist_moe/device/gemm/epilogue_store.cuh"
 #include "gemm/grouped_gemm_launch.cuh"
 
-namespace dist_moe::detail {
+namespace dist_moe::gemm {
 namespace {
 
 template <size_t I>
@@ -22,4 +22,4 @@ struct WgradKernel {
 
 void add_wgrad_kernels(GemmKernelFns* fns) { add_kernels_of_file<GemmKernelFile::kWgrad, WgradKernel>(fns); }
 
-}  // namespace dist_moe::detail
+}  // namespace dist_moe::gemm

@@ -7,9 +7,13 @@
 #include "kernels/topk_vec.cuh"
 
 namespace dist_moe::kernels {
+
+using common::DeviceAddress;
+using common::resolve;
+
 namespace {
 
-using namespace topk_detail;
+using namespace detail;
 
 __device__ __forceinline__ void gamma_scale(const RMSNormArgs& a, int64_t c, float (&x)[kVec]) {
   if (!a.gamma_D) return;
@@ -105,7 +109,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_backward_kernel(TopkRoutes r
 }
 
 void check(const TopkRoutes& r) {
-  DMOE_CHECK_ARG(r.K > 0 && r.K <= topk_detail::kThreads && r.D > 0 && r.D % kVec == 0,
+  DMOE_CHECK_ARG(r.K > 0 && r.K <= detail::kThreads && r.D > 0 && r.D % kVec == 0,
                  "RMSNorm postprocess needs 0 < K <= 256 and D a positive multiple of 8; got K=", r.K, " D=", r.D);
   DMOE_CHECK_ARG(r.id_dtype == DType::kInt32 || r.id_dtype == DType::kInt64, "expert ids must be int32 or int64");
   DMOE_CHECK_ARG(r.score_dtype == DType::kFloat32 || r.score_dtype == DType::kBFloat16,

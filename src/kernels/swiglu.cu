@@ -11,6 +11,11 @@
 #include "dist_moe/error.h"
 
 namespace dist_moe::kernels {
+
+using common::DeviceAddress;
+using common::resolve;
+using common::stage_enabled;
+
 namespace {
 
 constexpr int kVec = 8;  // BF16 per 16-byte access

@@ -16,12 +16,13 @@ namespace dist_moe::kernels {
 // accumulated) with upstream's counters over valid rows: [0] #gate > limit, [1] #|up| > limit,
 // [2] valid rows * F. F must be a multiple of 8. The kernel does nothing unless the device predicate
 // `enable` equals `when` (nullptr: always runs).
-void swiglu_forward(DeviceAddress h1_M2F, DeviceAddress h2_MF, int64_t F, const ExpertRowsView& rows,
+void swiglu_forward(common::DeviceAddress h1_M2F, common::DeviceAddress h2_MF, int64_t F, const ExpertRowsView& rows,
                     const activation::SwigluParams& p, float* clip_stats_3, float clip_limit, cudaStream_t stream,
                     const int64_t* enable = nullptr, bool when = true);
 
 // grad_h1[m] = BF16([dg | du]) from BF16 h1 and grad_h2 for valid rows; padding rows get zeros.
-void swiglu_backward(DeviceAddress h1_M2F, DeviceAddress grad_h2_MF, DeviceAddress grad_h1_M2F, int64_t F,
-                     const ExpertRowsView& rows, const activation::SwigluParams& p, cudaStream_t stream);
+void swiglu_backward(common::DeviceAddress h1_M2F, common::DeviceAddress grad_h2_MF,
+                     common::DeviceAddress grad_h1_M2F, int64_t F, const ExpertRowsView& rows,
+                     const activation::SwigluParams& p, cudaStream_t stream);
 
 }  // namespace dist_moe::kernels

@@ -24,7 +24,7 @@ struct TopkRoutes {
 
 // grad_h3[t,k] = BF16(s[t,k] * g[t]) and grad_scores[t,k] = sum_d g[t,d] * h3[t,k,d] (FP32);
 // -1 routes: zero rows and zero score gradients.
-void topk_reduce_backward(const TopkRoutes& r, DeviceAddress h3_TKD, const __nv_bfloat16* grad_out_TD,
+void topk_reduce_backward(const TopkRoutes& r, common::DeviceAddress h3_TKD, const __nv_bfloat16* grad_out_TD,
                           __nv_bfloat16* grad_h3_TKD, float* grad_scores_TK, cudaStream_t stream);
 
 // grad_x[t] = BF16(sum over valid k, in k order, of FP32 grad_x_routes[t,k]); all -1 rows give 0.
@@ -44,7 +44,7 @@ void rmsnorm_topk_reduce(const TopkRoutes& r, const __nv_bfloat16* h3_TKD, const
 
 // Backward (scalarless), per valid route: n = h3 * rstd, gn = s * g, grad_s = <g, n>,
 // c = <gn, n> / D, grad_h3 = BF16(rstd * (gn - n * c)).
-void rmsnorm_topk_reduce_backward(const TopkRoutes& r, DeviceAddress h3_TKD, const float* rstd_TK,
+void rmsnorm_topk_reduce_backward(const TopkRoutes& r, common::DeviceAddress h3_TKD, const float* rstd_TK,
                                   const __nv_bfloat16* grad_out_TD, __nv_bfloat16* grad_h3_TKD,
                                   float* grad_scores_TK, cudaStream_t stream);
 

@@ -12,9 +12,13 @@
 #include "kernels/topk_vec.cuh"
 
 namespace dist_moe::kernels {
+
+using common::DeviceAddress;
+using common::resolve;
+
 namespace {
 
-using namespace topk_detail;
+using namespace detail;
 
 constexpr int kUnroll = 4;
 

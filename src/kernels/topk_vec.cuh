@@ -6,7 +6,7 @@
 
 #include "kernels/topk.h"
 
-namespace dist_moe::kernels::topk_detail {
+namespace dist_moe::kernels::detail {
 
 constexpr int kVec = 8;       // BF16 per 16-byte access
 constexpr int kThreads = 256;
@@ -55,4 +55,4 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return s;
 }
 
-}  // namespace dist_moe::kernels::topk_detail
+}  // namespace dist_moe::kernels::detail

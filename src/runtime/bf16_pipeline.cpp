@@ -13,7 +13,7 @@
 #include "dist_moe/check.h"
 #include "dist_moe/grouped_gemm.h"
 #include "dist_moe/routed_experts.h"
-#include "kernels/pipeline_util.h"
+#include "kernels/pipeline_glue.h"
 #include "kernels/planner.h"
 #include "kernels/swiglu.h"
 #include "kernels/topk.h"

@@ -12,7 +12,7 @@
 #include "kernels/planner.h"
 #include "runtime/context_impl.h"
 
-namespace dist_moe {
+namespace dist_moe::runtime {
 
 // ---- DeviceArena ------------------------------------------------------------------------------
 
@@ -44,6 +44,10 @@ void DeviceArena::adopt(void* base) {
   base_ = static_cast<char*>(base);
 }
 
+}  // namespace dist_moe::runtime
+
+namespace dist_moe {
+
 // ---- Context ----------------------------------------------------------------------------------
 
 namespace {
@@ -55,7 +59,7 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
   c->options = options;
   c->rank = comm->rank();
   c->world = comm->world_size();
-  c->stage_delays = debug::parse_stage_delays(env::get("DMOE_DEBUG_STAGE_DELAY"), c->rank);
+  c->stage_delays = core::parse_stage_delays(core::env_get("DMOE_DEBUG_STAGE_DELAY"), c->rank);
   c->device = comm->device();
   if (config.num_experts % c->world != 0)
     detail::fail(ErrorCode::kInvalidValue, "num_experts=", config.num_experts, " must be divisible by world_size=",
@@ -83,7 +87,7 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
 
   // Small device state, one allocation.
   const int64_t R = c->world, L = c->local_experts, TK = config.max_num_local_input_tokens * config.top_k;
-  DeviceArena& a = c->arena;
+  runtime::DeviceArena& a = c->arena;
   const size_t o_saved = a.reserve(sizeof(int64_t) * N * R), o_layer = a.reserve(sizeof(int64_t) * N),
                o_peak = a.reserve(sizeof(int64_t) * (N + 1)), o_slots = a.reserve(sizeof(int64_t) * (N > 0 ? N : 1)),
                o_bases = a.reserve(sizeof(int32_t*) * R), o_call = a.reserve(sizeof(int64_t) * planner::layer_state_size(R)),
@@ -105,7 +109,7 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
   DMOE_CUDA_CHECK(cudaMemcpy(const_cast<int64_t*>(c->slot_ids), ids.data(), ids.size() * sizeof(int64_t),
                              cudaMemcpyHostToDevice));
-  comm::kernels::launch_window_bases(c->rows_window->handle(), c->world, reinterpret_cast<uintptr_t*>(c->rows_peer_bases),
+  comm::launch_window_bases(c->rows_window->handle(), c->world, reinterpret_cast<uintptr_t*>(c->rows_peer_bases),
                                nullptr);
   kernels::reset_planner(c->geometry, R, c->planner_state, nullptr);
   c->slot_depth = config.max_moe_layers_per_activation_slot;

@@ -11,10 +11,10 @@
 #include "dist_moe/routed_experts.h"
 #include "dist_moe/grouped_gemm.h"
 #include "core/debug_env.h"
-#include "kernels/pipeline_util.h"
+#include "kernels/pipeline_glue.h"
 #include "runtime/activation_buffer.h"
 
-namespace dist_moe {
+namespace dist_moe::runtime {
 
 // One device allocation of small int64/int32 arrays, carved in 128-byte aligned pieces.
 class DeviceArena {
@@ -40,6 +40,10 @@ class DeviceArena {
   bool owned_ = false;
 };
 
+}  // namespace dist_moe::runtime
+
+namespace dist_moe {
+
 struct Context::Impl {
   Config config;
   MemoryPlan plan;
@@ -58,7 +62,7 @@ struct Context::Impl {
   std::unique_ptr<runtime::ActivationBuffer> activations;
 
   // Device planner state and per-call workspaces.
-  DeviceArena arena;
+  runtime::DeviceArena arena;
   planner::BufferGeometry geometry;
   planner::PlannerState planner_state{};
   const int64_t* slot_ids = nullptr;  // constant [max(N, 1)] = 0..N-1; the selector points into it
@@ -76,10 +80,10 @@ struct Context::Impl {
   std::function<void(const char* stage, cudaStream_t stream)> stage_hook;
   // DMOE_DEBUG_STAGE_DELAY entries of this rank (core/debug_env.h): after a matching stage, a
   // device delay (a debugging aid for ordering bugs between ranks).
-  std::vector<debug::StageDelay> stage_delays;
+  std::vector<core::StageDelay> stage_delays;
   void stage(const char* name, cudaStream_t stream) const {
     if (stage_hook) stage_hook(name, stream);
-    for (const debug::StageDelay& d : stage_delays)
+    for (const core::StageDelay& d : stage_delays)
       if (d.stage == "*" || d.stage == name) kernels::spin_delay(d.ns, stream);
   }
 
@@ -96,7 +100,7 @@ struct Context::Impl {
 Context::Impl& context_impl(const Context& ctx);
 
 struct SavedState::Buffers {
-  DeviceArena arena;
+  runtime::DeviceArena arena;
   int64_t* layer_state = nullptr;      // planner snapshot (layer_state_size(R) int64)
   int32_t* expert_rows = nullptr;      // [L] padded rows per local expert
   int32_t* expert_rows_unpadded = nullptr;  // [L]

@@ -7,7 +7,7 @@
 
 namespace {
 
-using dist_moe::debug::parse_stage_delays;
+using dist_moe::core::parse_stage_delays;
 
 TEST(DebugEnv, StageDelaysPickThisRanksEntriesInOrder) {
   const char* text = "1:w13:2000,0:plan:3.5,1:*:0.25";

@@ -27,32 +27,32 @@ std::string read_file(const fs::path& p) {
 
 std::set<std::string> registered() {
   std::set<std::string> names;
-  for (const env::Knob& k : env::knobs()) names.insert(k.name);
+  for (const core::EnvKnob& k : core::env_knobs()) names.insert(k.name);
   return names;
 }
 
 TEST(EnvKnobs, OnePrefixNoDuplicates) {
-  for (const env::Knob& k : env::knobs()) {
+  for (const core::EnvKnob& k : core::env_knobs()) {
     EXPECT_EQ(std::string(k.name).rfind("DMOE_", 0), 0u) << k.name;
     EXPECT_NE(std::string(k.effect), "") << k.name;
   }
-  EXPECT_EQ(registered().size(), env::knobs().size());
+  EXPECT_EQ(registered().size(), core::env_knobs().size());
 }
 
 TEST(EnvKnobs, ReadsFollowTheirRules) {
   ::setenv("DMOE_DISABLE_PDL", "1", 1);
-  EXPECT_TRUE(env::flag("DMOE_DISABLE_PDL"));
+  EXPECT_TRUE(core::env_flag("DMOE_DISABLE_PDL"));
   ::setenv("DMOE_DISABLE_PDL", "0", 1);
-  EXPECT_FALSE(env::flag("DMOE_DISABLE_PDL"));
+  EXPECT_FALSE(core::env_flag("DMOE_DISABLE_PDL"));
   ::setenv("DMOE_DISABLE_PDL", "", 1);
-  EXPECT_FALSE(env::flag("DMOE_DISABLE_PDL"));
-  EXPECT_EQ(env::get("DMOE_DISABLE_PDL"), nullptr);
+  EXPECT_FALSE(core::env_flag("DMOE_DISABLE_PDL"));
+  EXPECT_EQ(core::env_get("DMOE_DISABLE_PDL"), nullptr);
   ::unsetenv("DMOE_DISABLE_PDL");
   ::setenv("DMOE_COMBINE_K_GROUP", "3", 1);
-  EXPECT_EQ(env::int64_or("DMOE_COMBINE_K_GROUP", 7), 3);
+  EXPECT_EQ(core::env_int64_or("DMOE_COMBINE_K_GROUP", 7), 3);
   ::unsetenv("DMOE_COMBINE_K_GROUP");
-  EXPECT_EQ(env::int64_or("DMOE_COMBINE_K_GROUP", 7), 7);
-  EXPECT_THROW(env::get("DMOE_NOT_A_KNOB"), Error);
+  EXPECT_EQ(core::env_int64_or("DMOE_COMBINE_K_GROUP", 7), 7);
+  EXPECT_THROW(core::env_get("DMOE_NOT_A_KNOB"), Error);
 }
 
 // No source file reads the environment behind the registry's back, and every knob a source file
@@ -60,7 +60,7 @@ TEST(EnvKnobs, ReadsFollowTheirRules) {
 TEST(EnvKnobs, EveryReadGoesThroughTheRegistry) {
   const fs::path root = DMOE_SOURCE_DIR;
   const std::regex getenv_call(R"(\bgetenv\s*\()");
-  const std::regex knob_use(R"re(env::(?:get|flag|int64_or)\("([A-Z0-9_]+)")re");
+  const std::regex knob_use(R"re(core::env_(?:get|flag|int64_or)\("([A-Z0-9_]+)")re");
   const std::set<std::string> names = registered();
   int files = 0;
   for (const char* dir : {"src", "tools", "bench", "examples", "include", "python/dist_moe/csrc"}) {

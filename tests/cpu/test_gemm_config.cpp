@@ -29,7 +29,7 @@ GroupedGemmProblem problem(GroupedGemmOp op, int64_t rows, int64_t n, int64_t k,
 GroupedGemmConfig pick(const GroupedGemmProblem& p) { return select_grouped_gemm_config(p, kSms); }
 
 // Neither DMOE_GEMM_LEGACY nor DMOE_GEMM_EXPERIMENTAL may be set for the default picks.
-bool defaults_in_effect() { return !grouped_gemm_experimental_requested() && !env::flag("DMOE_GEMM_LEGACY"); }
+bool defaults_in_effect() { return !grouped_gemm_experimental_requested() && !core::env_flag("DMOE_GEMM_LEGACY"); }
 
 // FPROP (plain and SwiGLU), DGRAD, and WGRAD's cooperative 128x256 TMA-store kernel with FP32
 // output or accumulating BF16 use the dynamic schedule (G9, G13, G17, G21); BF16 WGRAD that

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+namespace dist_moe::cli {
 namespace {
 
 constexpr int kSkipExitCode = 77;
@@ -154,6 +155,9 @@ void remove_dir(const std::string& dir) {
 }
 
 }  // namespace
+}  // namespace dist_moe::cli
+
+using namespace dist_moe::cli;
 
 int main(int argc, char** argv) {
   int nproc = 2;

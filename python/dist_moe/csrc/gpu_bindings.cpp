@@ -22,6 +22,7 @@ namespace py = pybind11;
 using namespace dist_moe;
 using namespace dist_moe::python;
 
+namespace dist_moe::python {
 namespace {
 
 using platform::DeviceGuard;
@@ -222,6 +223,7 @@ class GpuContext {
 };
 
 }  // namespace
+}  // namespace dist_moe::python
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "Dist-MoE GPU runtime: contexts, the BF16 routed-experts pipeline and block-scaled weight preparation (raw pointers, no torch)";

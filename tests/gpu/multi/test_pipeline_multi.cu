@@ -21,7 +21,7 @@
 #include "dist_moe/context.h"
 #include "dist_moe/routed_experts.h"
 #include "reference/oracle.h"
-#include "kernels/pipeline_util.h"
+#include "kernels/pipeline_glue.h"
 
 namespace {
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-namespace dist_moe::kernels {
+namespace dist_moe::common {
 
 struct DeviceAddress {
   void* base = nullptr;
@@ -30,4 +30,4 @@ __device__ __forceinline__ bool stage_enabled(const int64_t* predicate, bool whe
 }
 #endif
 
-}  // namespace dist_moe::kernels
+}  // namespace dist_moe::common

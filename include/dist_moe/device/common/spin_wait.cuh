@@ -9,9 +9,9 @@
 #include <cstdint>
 
 #include "dist_moe/device/common/macros.cuh"
-#include "dist_moe/device/ptx/special.cuh"
+#include "dist_moe/device/ptx/special_registers.cuh"
 
-namespace dist_moe::device {
+namespace dist_moe::common {
 
 // Long enough for any legitimate wait (a whole kernel under compute-sanitizer), short enough that a
 // lost signal surfaces as an error rather than a hung job.
@@ -37,4 +37,4 @@ struct SpinTimer {
 
 #endif  // __CUDACC__
 
-}  // namespace dist_moe::device
+}  // namespace dist_moe::common

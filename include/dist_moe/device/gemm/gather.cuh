@@ -64,7 +64,7 @@ struct GatherProducer {
   DMOE_DEVICE static void wait_tile_ready(const MainloopParams& p, int32_t m_tile) {
     const int32_t* flag = p.ready + m_tile;
     if (ptx::ld_acquire_gpu(flag) < kUnitsPerTile) {
-      device::SpinTimer timer;
+      common::SpinTimer timer;
       while (ptx::ld_acquire_gpu(flag) < kUnitsPerTile) {
         if (timer.expired()) ptx::trap();  // trap-only: see mbarrier_wait in pipeline.cuh
       }

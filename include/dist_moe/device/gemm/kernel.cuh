@@ -49,7 +49,7 @@
 #include "dist_moe/device/gemm/scheduler.cuh"
 #include "dist_moe/device/ptx/cluster.cuh"
 #include "dist_moe/device/ptx/setmaxnreg.cuh"
-#include "dist_moe/device/ptx/special.cuh"
+#include "dist_moe/device/ptx/special_registers.cuh"
 #include "dist_moe/device/ptx/tma.cuh"
 
 namespace dist_moe::gemm {

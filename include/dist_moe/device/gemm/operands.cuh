@@ -22,7 +22,7 @@
 
 #include "dist_moe/device/common/macros.cuh"
 #include "dist_moe/device/gemm/params.cuh"
-#include "dist_moe/device/ptx/special.cuh"
+#include "dist_moe/device/ptx/special_registers.cuh"
 #include "dist_moe/device/ptx/tensormap.cuh"
 
 namespace dist_moe::gemm {

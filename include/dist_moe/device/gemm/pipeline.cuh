@@ -26,7 +26,7 @@
 #include "dist_moe/device/ptx/cluster.cuh"
 #include "dist_moe/device/ptx/fence.cuh"
 #include "dist_moe/device/ptx/mbarrier.cuh"
-#include "dist_moe/device/ptx/special.cuh"
+#include "dist_moe/device/ptx/special_registers.cuh"
 
 namespace dist_moe::gemm {
 
@@ -58,7 +58,7 @@ struct PipelineState {
 // use trap-only timeouts (like DeepGEMM's trap-only device asserts). A hang becomes an error.
 DMOE_DEVICE void mbarrier_wait(uint32_t bar, uint32_t parity) {
   if (ptx::mbarrier_try_wait_parity(bar, parity)) return;
-  device::SpinTimer timer;
+  common::SpinTimer timer;
   while (!ptx::mbarrier_try_wait_parity(bar, parity)) {
     if (timer.expired()) ptx::trap();
   }

@@ -48,7 +48,7 @@
 
 #include "dist_moe/device/common/macros.cuh"
 #include "dist_moe/device/gemm/params.cuh"
-#include "dist_moe/device/ptx/special.cuh"
+#include "dist_moe/device/ptx/special_registers.cuh"
 
 namespace dist_moe::gemm {
 

@@ -1,13 +1,18 @@
-#include "kernels/pipeline_util.h"
+#include "kernels/pipeline_glue.h"
 
 #include <cuda_bf16.h>
 
 #include <cstdio>
 
 #include "dist_moe/check.h"
-#include "dist_moe/device/ptx/special.cuh"
+#include "dist_moe/device/ptx/special_registers.cuh"
 
 namespace dist_moe::kernels {
+
+using common::DeviceAddress;
+using common::resolve;
+using common::stage_enabled;
+
 namespace {
 
 __global__ void spin_delay_kernel(int64_t ns) {

@@ -15,7 +15,7 @@
 namespace dist_moe::kernels {
 
 // dst = src (bytes, a multiple of 16) when *predicate matches `when` (nullptr predicate: always).
-void copy_if(DeviceAddress dst, DeviceAddress src, int64_t bytes, const int64_t* predicate, bool when,
+void copy_if(common::DeviceAddress dst, common::DeviceAddress src, int64_t bytes, const int64_t* predicate, bool when,
              cudaStream_t stream);
 
 // Several small device-to-device copies in one launch (the forward's copy of the routing tables for

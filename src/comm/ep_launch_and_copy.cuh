@@ -1,5 +1,6 @@
-// Helpers shared by the EP kernel files: launches with attributes, warp-level row copies, the
-// "first diagnostic prints" lock.
+// What every EP kernel file uses: launches with attributes (launch_ex), warp-level row copies in
+// segments, and the per-kernel reads/records of the group state (the "first diagnostic prints"
+// lock, the bad expert-id report, the phase trace, the ids of the last publish).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,7 +11,7 @@
 #include "dist_moe/check.h"
 #include "dist_moe/device/comm/comm.cuh"
 
-namespace dist_moe::comm::kernels {
+namespace dist_moe::comm {
 
 inline constexpr unsigned kFullMask = 0xffffffffu;
 inline constexpr int kRowUnroll = 8;  // 16-byte vectors per lane in flight in row copies
@@ -148,4 +149,4 @@ __device__ __forceinline__ void warp_zero_segment(char* dst, int seg, int nvec, 
 
 #endif  // __CUDACC__
 
-}  // namespace dist_moe::comm::kernels
+}  // namespace dist_moe::comm

@@ -1,4 +1,5 @@
-// Special registers and address-space conversions used by the device building blocks.
+// Special-register reads (%globaltimer, %laneid), the shared-window address of a generic pointer
+// and trap, as the device building blocks use them.
 #pragma once
 
 #include <cstdint>
