@@ -33,6 +33,7 @@ const std::set<std::string> kPublicApiDefinitions = {
     "src/core/workloads.cpp",    "src/platform/device_info.cpp", "src/platform/driver_api.cpp",
     "src/comm/nccl_version.cpp", "src/gemm/grouped_gemm.cu",  "src/runtime/context.cpp",
     "src/runtime/context_impl.h", "src/runtime/bf16_pipeline.cpp", "src/runtime/layer_gemms.cpp",
+    "src/core/prepared_weight.cpp", "src/quant/prepare_weight.cpp", "src/quant/quantize_rows.cpp",
 };
 
 // The namespaces a file (path relative to the repository root) may open, each of them followed by
