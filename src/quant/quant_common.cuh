@@ -31,12 +31,18 @@ __device__ __forceinline__ Vec8 unpack_bf16x8(const uint4& u) {
   return r;
 }
 
-__device__ __forceinline__ float amax8(const Vec8& x) {
-  float a = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) a = numeric::amax_nan(a, x.v[i]);
-  return a;
+// NaN-propagating max |x| of the 8 BF16 values of one 16-byte load, on the packed bits: with the
+// sign cleared, unsigned order is magnitude order and every NaN sits above Inf (numeric::amax_nan's
+// rule), so two-lane 16-bit integer maxima give exactly amax_nan's result in a quarter of the
+// instructions.
+__device__ __forceinline__ float amax_bf16x8(const uint4& u) {
+  constexpr uint32_t kAbs = 0x7fff7fffu;
+  const uint32_t m = __vmaxu2(__vmaxu2(u.x & kAbs, u.y & kAbs), __vmaxu2(u.z & kAbs, u.w & kAbs));
+  return __uint_as_float(max(m & 0xffffu, m >> 16) << 16);
 }
+
+// The same over a register pair (two BF16 values).
+__device__ __forceinline__ uint32_t abs_bf16x2(uint32_t w) { return w & 0x7fff7fffu; }
 
 // NaN-propagating amax over `kWidth` consecutive lanes (kWidth a power of two <= 32). Every lane
 // of the warp must call it.

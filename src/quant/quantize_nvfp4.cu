@@ -2,7 +2,8 @@
 //   nvfp4_expert_amax_kernel    per-expert amax of the weight (integer max of |x|'s bits: NaN on top)
 //   nvfp4_weight_kernel         16-element blocks, two lanes per block, the expert's gs from its amax
 //   nvfp4_global_inverse_kernel global_scale_inv = fl(1 / gs), after the quantization read the amax
-//   nvfp4_rows_kernel           per-token rows: one CTA per token, the row held in registers
+//   nvfp4_rows_kernel           per-token rows: one warp per token, the row read twice (amax, then
+//                               quantize; the second read comes from L2)
 // Hopper has no FP4 conversion instruction: E2M1 rounding is the shared portable rule.
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
@@ -14,15 +15,25 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kLanesPerBlock = numeric::kNVFP4Block / kVec;  // 2
+constexpr int kLoads = 4;  // 16-byte loads per thread, issued together (bytes in flight)
 
 __global__ void __launch_bounds__(kThreads) nvfp4_expert_amax_kernel(const uint16_t* w, int64_t per_expert,
                                                                      uint32_t* amax_bits_E) {
   const int64_t e = blockIdx.y;
   const uint16_t* src = w + e * per_expert;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kThreads * kVec;
   float a = 0.0f;
-  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kVec; i < per_expert;
-       i += static_cast<int64_t>(gridDim.x) * kThreads * kVec)
-    a = numeric::amax_nan(a, amax8(unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(src + i)))));
+  for (int64_t i0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kVec; i0 < per_expert;
+       i0 += kLoads * step) {
+    uint4 raw[kLoads];
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      const int64_t i = i0 + j * step;
+      raw[j] = i < per_expert ? __ldg(reinterpret_cast<const uint4*>(src + i)) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) a = numeric::amax_nan(a, amax_bf16x8(raw[j]));
+  }
   a = group_amax<32>(a);
   if ((threadIdx.x & 31) == 0) atomicMax(amax_bits_E + e, __float_as_uint(a));
 }
@@ -36,26 +47,36 @@ __device__ __forceinline__ uint32_t e2m1x8(const Vec8& x, Quantize quantize) {
   return out;
 }
 
-__global__ void __launch_bounds__(kThreads) nvfp4_weight_kernel(const uint16_t* w, int64_t n, int64_t k,
+// Expert blockIdx.y; the CTA's 4 x 256 vectors of it, slice j = vectors base + j * 256.
+__global__ void __launch_bounds__(kThreads) nvfp4_weight_kernel(const uint16_t* w, int64_t per_expert,
                                                                 const uint32_t* amax_bits_E, uint8_t* q,
                                                                 uint8_t* scales, float* global_scale) {
-  const int64_t vecs_per_expert = n * k / kVec;
+  const int64_t vecs = per_expert / kVec;
   const int64_t e = blockIdx.y;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;  // vector within the expert
-  if (i - (threadIdx.x & 31) >= vecs_per_expert) return;  // whole warps only (pairs stay together)
-  const bool live = i < vecs_per_expert;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads * kLoads + threadIdx.x;
+  const uint16_t* src = w + e * per_expert;
+  uint4 raw[kLoads];
+#pragma unroll
+  for (int j = 0; j < kLoads; ++j) {
+    const int64_t i = base + j * kThreads;
+    raw[j] = i < vecs ? __ldg(reinterpret_cast<const uint4*>(src + i * kVec)) : make_uint4(0, 0, 0, 0);
+  }
   const float gs = numeric::nvfp4_weight_global_scale(__uint_as_float(amax_bits_E[e]));
-  const int64_t elem = e * n * k + (live ? i : 0) * kVec;
-  const Vec8 v = unpack_bf16x8(live ? __ldg(reinterpret_cast<const uint4*>(w + elem)) : make_uint4(0, 0, 0, 0));
-  const float bamax = group_amax<kLanesPerBlock>(amax8(v));
-  if (!live) return;
-  const uint8_t s = numeric::nvfp4_weight_block_scale(bamax, gs);
-  const float sf = numeric::e4m3_to_float(s), sr = numeric::div_rn(1.0f, sf);
-  // q = e2m1(fl(fl(x * gs) / s)) with one division per block, not per element.
-  *reinterpret_cast<uint32_t*>(q + elem / 2) = e2m1x8(
-      v, [&](float x) { return numeric::nvfp4_weight_quantize_value_by_reciprocal(x, gs, sf, sr); });
-  if (i % kLanesPerBlock == 0) scales[elem / numeric::kNVFP4Block] = s;
-  if (i == 0) global_scale[e] = gs;
+  if (base == 0) global_scale[e] = gs;
+#pragma unroll
+  for (int j = 0; j < kLoads; ++j) {
+    const int64_t i = base + j * kThreads;  // lanes 2b, 2b+1 hold block b's halves
+    if (i - (threadIdx.x & 31) >= vecs) break;  // warp-uniform; per_expert % 16 == 0 keeps pairs whole
+    const float bamax = group_amax<kLanesPerBlock>(amax_bf16x8(raw[j]));
+    if (i >= vecs) continue;
+    const uint8_t s = numeric::nvfp4_weight_block_scale(bamax, gs);
+    const float sf = numeric::e4m3_to_float(s), sr = numeric::div_rn(1.0f, sf);
+    // q = e2m1(fl(fl(x * gs) / s)) with one division per block, not per element.
+    const int64_t elem = e * per_expert + i * kVec;
+    *reinterpret_cast<uint32_t*>(q + elem / 2) = e2m1x8(
+        unpack_bf16x8(raw[j]), [&](float x) { return numeric::nvfp4_weight_quantize_value_by_reciprocal(x, gs, sf, sr); });
+    if (i % kLanesPerBlock == 0) scales[elem / numeric::kNVFP4Block] = s;
+  }
 }
 
 __global__ void nvfp4_global_inverse_kernel(const float* global_scale, float* global_scale_inv, int64_t num_experts) {
@@ -63,43 +84,50 @@ __global__ void nvfp4_global_inverse_kernel(const float* global_scale, float* gl
   if (e < num_experts) global_scale_inv[e] = numeric::div_rn(1.0f, global_scale[e]);
 }
 
-constexpr int kRowThreads = 128;
-constexpr int kMaxRowVecs = 16;  // D <= 16384 = 128 threads x 16 loads x 8
+// Per-token rows: one warp per token, four tokens per CTA. Pass 1 streams the row for its amax;
+// pass 2 reads it again (from L2: the CTA's rows are a few tens of KB) and quantizes. No barrier.
+constexpr int kRowWarps = 4;
 
-__global__ void __launch_bounds__(kRowThreads) nvfp4_rows_kernel(Bf16Matrix x, Nvfp4RowsOut out) {
-  __shared__ uint32_t row_amax_bits;
-  const int64_t t = blockIdx.x;
+__global__ void __launch_bounds__(kRowWarps * 32) nvfp4_rows_kernel(Bf16Matrix x, Nvfp4RowsOut out) {
+  const int lane = threadIdx.x % 32;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
+  if (t >= x.rows) return;  // warp-uniform
   const int vecs = static_cast<int>(x.cols / kVec);
-  const uint16_t* src = static_cast<const uint16_t*>(x.data) + t * x.row_stride;
-  if (threadIdx.x == 0) row_amax_bits = 0;
-  uint4 raw[kMaxRowVecs];  // the row stays packed in registers between its two uses (64 registers)
+  const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x.data) + t * x.row_stride);
   float a = 0.0f;
+  for (int j0 = 0; j0 * 32 < vecs; j0 += kLoads) {
+    uint4 raw[kLoads];
 #pragma unroll
-  for (int j = 0; j < kMaxRowVecs; ++j) {
-    const int idx = threadIdx.x + j * kRowThreads;
-    raw[j] = idx < vecs ? __ldg(reinterpret_cast<const uint4*>(src + idx * kVec)) : make_uint4(0, 0, 0, 0);
-    a = numeric::amax_nan(a, amax8(unpack_bf16x8(raw[j])));
+    for (int j = 0; j < kLoads; ++j) {
+      const int idx = lane + (j0 + j) * 32;
+      raw[j] = idx < vecs ? __ldg(src + idx) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) a = numeric::amax_nan(a, amax_bf16x8(raw[j]));
   }
-  a = group_amax<32>(a);
-  __syncthreads();  // row_amax_bits initialized
-  if ((threadIdx.x & 31) == 0) atomicMax(&row_amax_bits, __float_as_uint(a));
-  __syncthreads();
-  const float row_scale = numeric::nvfp4_activation_row_scale(__uint_as_float(row_amax_bits));
-  if (threadIdx.x == 0)
+  const float row_scale = numeric::nvfp4_activation_row_scale(group_amax<32>(a));
+  if (lane == 0)
     *reinterpret_cast<float*>(out.token_scale_inv + t * out.inv_row_stride) =
         numeric::nvfp4_activation_token_scale_inv(row_scale);
+  for (int j0 = 0; j0 * 32 < vecs; j0 += kLoads) {
+    uint4 raw[kLoads];
 #pragma unroll
-  for (int j = 0; j < kMaxRowVecs; ++j) {
-    const int idx = threadIdx.x + j * kRowThreads;  // lanes 2b, 2b+1 hold block b's halves
-    if (j * kRowThreads >= vecs) break;             // CTA-uniform: every lane still shuffles below
-    const Vec8 v = unpack_bf16x8(raw[j]);
-    const float bamax = group_amax<kLanesPerBlock>(amax8(v));
-    if (idx >= vecs) continue;
-    const uint8_t s = numeric::nvfp4_activation_block_scale(bamax, row_scale);
-    const float mult = numeric::nvfp4_activation_multiplier(row_scale, s);
-    *reinterpret_cast<uint32_t*>(out.q + t * out.q_row_stride + idx * (kVec / 2)) =
-        e2m1x8(v, [&](float xv) { return numeric::nvfp4_activation_quantize_value(xv, mult); });
-    if (idx % kLanesPerBlock == 0) out.scales[t * out.scale_row_stride + idx / kLanesPerBlock] = s;
+    for (int j = 0; j < kLoads; ++j) {
+      const int idx = lane + (j0 + j) * 32;
+      raw[j] = idx < vecs ? __ldg(src + idx) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      const int idx = lane + (j0 + j) * 32;  // lanes 2b, 2b+1 hold block b's halves
+      if ((j0 + j) * 32 >= vecs) break;       // warp-uniform
+      const float bamax = group_amax<kLanesPerBlock>(amax_bf16x8(raw[j]));
+      if (idx >= vecs) continue;
+      const uint8_t s = numeric::nvfp4_activation_block_scale(bamax, row_scale);
+      const float mult = numeric::nvfp4_activation_multiplier(row_scale, s);
+      *reinterpret_cast<uint32_t*>(out.q + t * out.q_row_stride + idx * (kVec / 2)) =
+          e2m1x8(unpack_bf16x8(raw[j]), [&](float xv) { return numeric::nvfp4_activation_quantize_value(xv, mult); });
+      if (idx % kLanesPerBlock == 0) out.scales[t * out.scale_row_stride + idx / kLanesPerBlock] = s;
+    }
   }
 }
 
@@ -116,13 +144,13 @@ void nvfp4_quantize_weight(const void* w_ENK, int64_t num_experts, int64_t n, in
   auto* amax_bits = reinterpret_cast<uint32_t*>(global_scale_inv);
   DMOE_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, num_experts * sizeof(uint32_t), stream));
   const int64_t per_expert = n * k;
-  const int64_t amax_blocks = std::min<int64_t>(1024, (per_expert / kVec + kThreads - 1) / kThreads);
+  const int64_t amax_blocks = std::min<int64_t>(256, (per_expert / kVec + kThreads - 1) / kThreads);
   nvfp4_expert_amax_kernel<<<dim3(static_cast<unsigned>(amax_blocks), static_cast<unsigned>(num_experts)), kThreads, 0,
                              stream>>>(w, per_expert, amax_bits);
   DMOE_CUDA_CHECK_LAUNCH();
-  const int64_t quant_blocks = (per_expert / kVec + kThreads - 1) / kThreads;
+  const int64_t quant_blocks = (per_expert / kVec + kThreads * kLoads - 1) / (kThreads * kLoads);
   nvfp4_weight_kernel<<<dim3(static_cast<unsigned>(quant_blocks), static_cast<unsigned>(num_experts)), kThreads, 0,
-                        stream>>>(w, n, k, amax_bits, q_ENH, scales, global_scale);
+                        stream>>>(w, per_expert, amax_bits, q_ENH, scales, global_scale);
   DMOE_CUDA_CHECK_LAUNCH();
   nvfp4_global_inverse_kernel<<<static_cast<unsigned>((num_experts + 127) / 128), 128, 0, stream>>>(
       global_scale, global_scale_inv, num_experts);
@@ -130,14 +158,14 @@ void nvfp4_quantize_weight(const void* w_ENK, int64_t num_experts, int64_t n, in
 }
 
 void nvfp4_quantize_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStream_t stream) {
-  DMOE_CHECK_ARG(x.cols > 0 && x.cols % numeric::kNVFP4Block == 0 && x.cols <= kRowThreads * kMaxRowVecs * kVec,
-                 "nvfp4_quantize_rows: D=", x.cols, " must be a positive multiple of 16 up to ",
-                 kRowThreads * kMaxRowVecs * kVec);
+  DMOE_CHECK_ARG(x.cols > 0 && x.cols % numeric::kNVFP4Block == 0 && x.cols <= 16384,
+                 "nvfp4_quantize_rows: D=", x.cols, " must be a positive multiple of 16 up to 16384");
   DMOE_CHECK_ARG(x.row_stride % kVec == 0 && out.q_row_stride % 4 == 0 && out.inv_row_stride % 4 == 0,
                  "nvfp4_quantize_rows: strides must keep 16-byte input, 4-byte data and 4-byte scale alignment");
   if (x.rows == 0) return;
-  DMOE_CHECK_ARG(x.rows <= 0x7fffffff, "nvfp4_quantize_rows: too many rows (", x.rows, ")");
-  nvfp4_rows_kernel<<<static_cast<unsigned>(x.rows), kRowThreads, 0, stream>>>(x, out);
+  const int64_t blocks = (x.rows + kRowWarps - 1) / kRowWarps;
+  DMOE_CHECK_ARG(blocks <= 0x7fffffff, "nvfp4_quantize_rows: too many rows (", x.rows, ")");
+  nvfp4_rows_kernel<<<static_cast<unsigned>(blocks), kRowWarps * 32, 0, stream>>>(x, out);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

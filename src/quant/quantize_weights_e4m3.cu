@@ -18,14 +18,28 @@ constexpr int kSlots = kTile / kVec;                      // 16-byte slots per t
 constexpr int kRowsPerPass = kThreads / kSlots;           // tile rows one pass of the CTA covers (16)
 constexpr int kLoads = kTile / kRowsPerPass;              // loads per thread (8)
 
-// The CTA's tile: expert e (grid z), rows n0.. (grid y), columns k0.. (grid x) of that expert's [N, K].
+constexpr int kBandTiles = 4;  // column tiles one CTA walks, the next one's loads in flight
+
+// The CTA's band: expert e (grid z), rows n0.. (grid y), kBandTiles column tiles from k_first.
 struct TileCoords {
   int64_t e, n0, k0;
 };
 
-__device__ __forceinline__ TileCoords tile_coords() {
+__device__ __forceinline__ TileCoords band_coords() {
   return {static_cast<int64_t>(blockIdx.z), static_cast<int64_t>(blockIdx.y) * kTile,
-          static_cast<int64_t>(blockIdx.x) * kTile};
+          static_cast<int64_t>(blockIdx.x) * kBandTiles * kTile};
+}
+
+// One thread's eight 16-byte loads of the tile at column k0 (rows past n / columns past k: zeros).
+__device__ __forceinline__ void load_tile(uint4 (&raw)[kLoads], const uint16_t* w, const TileCoords& t, int64_t k0,
+                                          int64_t n, int64_t k) {
+  const int64_t c = k0 + (threadIdx.x % kSlots) * kVec;
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) {
+    const int64_t r = t.n0 + threadIdx.x / kSlots + i * kRowsPerPass;
+    raw[i] = make_uint4(0, 0, 0, 0);
+    if (r < n && c < k) raw[i] = __ldg(reinterpret_cast<const uint4*>(w + (t.e * n + r) * k + c));
+  }
 }
 
 __global__ void __launch_bounds__(kThreads) mxfp8_weight_tiles_kernel(const uint16_t* w, int64_t n, int64_t k,
@@ -34,53 +48,54 @@ __global__ void __launch_bounds__(kThreads) mxfp8_weight_tiles_kernel(const uint
   constexpr int kSub = kTile / numeric::kMXBlock;  // 32x32 tiles per side (4)
   __shared__ uint32_t amax_bits[kSub][kSub];
   __shared__ uint8_t scale_of[kSub][kSub];
-  const TileCoords t = tile_coords();
-  if (threadIdx.x < kSub * kSub) amax_bits[threadIdx.x / kSub][threadIdx.x % kSub] = 0;
-  __syncthreads();
-
+  const TileCoords band = band_coords();
   const int slot = threadIdx.x % kSlots;
-  const int64_t c = t.k0 + slot * kVec;
-  uint4 raw[kLoads];  // every load issued before any math (bytes in flight)
-#pragma unroll
-  for (int i = 0; i < kLoads; ++i) {
-    const int64_t r = t.n0 + threadIdx.x / kSlots + i * kRowsPerPass;
-    raw[i] = make_uint4(0, 0, 0, 0);
-    if (r < n && c < k) raw[i] = __ldg(reinterpret_cast<const uint4*>(w + (t.e * n + r) * k + c));
-  }
-  float sub_amax[kSub] = {};  // this thread's amax per 32-row band (loads 2j and 2j+1 share band j)
-#pragma unroll
-  for (int i = 0; i < kLoads; ++i) sub_amax[i / 2] = numeric::amax_nan(sub_amax[i / 2], amax8(unpack_bf16x8(raw[i])));
-  // Lanes 4s..4s+3 of both half-warps (two rows) share 32x32 tile column s: reduce, then one
-  // shared atomic per (warp, band, tile column). Integer max of |x|'s bits keeps NaN on top.
-#pragma unroll
-  for (int j = 0; j < kSub; ++j) {
-    float a = group_amax<4>(sub_amax[j]);
-    a = numeric::amax_nan(a, __shfl_xor_sync(0xffffffffu, a, 16));
-    if ((threadIdx.x & 31) < 16 && (threadIdx.x & 3) == 0) atomicMax(&amax_bits[j][slot / 4], __float_as_uint(a));
-  }
-  __syncthreads();
-  if (threadIdx.x < kSub * kSub)
-    scale_of[threadIdx.x / kSub][threadIdx.x % kSub] =
-        numeric::e8m0_rceil_from_amax(__uint_as_float(amax_bits[threadIdx.x / kSub][threadIdx.x % kSub]));
-  __syncthreads();
-
   const int64_t kb = k / numeric::kMXBlock, nb = n / numeric::kMXBlock;
+  uint4 raw[kLoads], next[kLoads];
+  load_tile(raw, w, band, band.k0, n, k);
+  for (int tt = 0; tt < kBandTiles; ++tt) {
+    const int64_t k0 = band.k0 + tt * kTile;
+    if (k0 >= k) break;  // CTA-uniform
+    if (tt + 1 < kBandTiles && k0 + kTile < k) load_tile(next, w, band, k0 + kTile, n, k);
+    if (threadIdx.x < kSub * kSub) amax_bits[threadIdx.x / kSub][threadIdx.x % kSub] = 0;
+    __syncthreads();
+    float sub_amax[kSub] = {};  // this thread's amax per 32-row band (loads 2j and 2j+1 share band j)
 #pragma unroll
-  for (int i = 0; i < kLoads; ++i) {
-    const int64_t r = t.n0 + threadIdx.x / kSlots + i * kRowsPerPass;
-    if (r >= n || c >= k) continue;
-    const uint8_t s = scale_of[i / 2][slot / 4];
-    *reinterpret_cast<uint2*>(q + (t.e * n + r) * k + c) = e4m3x8(unpack_bf16x8(raw[i]), numeric::e8m0_reciprocal(s));
-    if (slot % 4 == 0) fprop_scales[(t.e * n + r) * kb + c / numeric::kMXBlock] = s;
-  }
-  // DGRAD scales: column k0 + col of expert e gets this tile's kSub band scales, consecutive bytes.
-  if (threadIdx.x < kTile && t.k0 + threadIdx.x < k) {
-    uint8_t* d = dgrad_scales + (t.e * k + t.k0 + threadIdx.x) * nb + t.n0 / numeric::kMXBlock;
-    for (int j = 0; j < kSub && t.n0 + j * numeric::kMXBlock < n; ++j) d[j] = scale_of[j][threadIdx.x / numeric::kMXBlock];
+    for (int i = 0; i < kLoads; ++i) sub_amax[i / 2] = numeric::amax_nan(sub_amax[i / 2], amax_bf16x8(raw[i]));
+    // Lanes 4s..4s+3 of both half-warps (two rows) share 32x32 tile column s: reduce, then one
+    // shared atomic per (warp, band, tile column). Integer max of |x|'s bits keeps NaN on top.
+#pragma unroll
+    for (int j = 0; j < kSub; ++j) {
+      float a = group_amax<4>(sub_amax[j]);
+      a = numeric::amax_nan(a, __shfl_xor_sync(0xffffffffu, a, 16));
+      if ((threadIdx.x & 31) < 16 && (threadIdx.x & 3) == 0) atomicMax(&amax_bits[j][slot / 4], __float_as_uint(a));
+    }
+    __syncthreads();
+    if (threadIdx.x < kSub * kSub)
+      scale_of[threadIdx.x / kSub][threadIdx.x % kSub] =
+          numeric::e8m0_rceil_from_amax(__uint_as_float(amax_bits[threadIdx.x / kSub][threadIdx.x % kSub]));
+    __syncthreads();
+    const int64_t c = k0 + slot * kVec;
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const int64_t r = band.n0 + threadIdx.x / kSlots + i * kRowsPerPass;
+      if (r >= n || c >= k) continue;
+      const uint8_t s = scale_of[i / 2][slot / 4];
+      *reinterpret_cast<uint2*>(q + (band.e * n + r) * k + c) = e4m3x8(unpack_bf16x8(raw[i]), numeric::e8m0_reciprocal(s));
+      if (slot % 4 == 0) fprop_scales[(band.e * n + r) * kb + c / numeric::kMXBlock] = s;
+    }
+    // DGRAD scales: column k0 + col of expert e gets this tile's kSub band scales, consecutive bytes.
+    if (threadIdx.x < kTile && k0 + threadIdx.x < k) {
+      uint8_t* d = dgrad_scales + (band.e * k + k0 + threadIdx.x) * nb + band.n0 / numeric::kMXBlock;
+      for (int j = 0; j < kSub && band.n0 + j * numeric::kMXBlock < n; ++j) d[j] = scale_of[j][threadIdx.x / numeric::kMXBlock];
+    }
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) raw[i] = next[i];
   }
 }
 
-// Block amax over the CTA: per-warp shuffles, then one shared atomic per warp.
+// Block amax over the CTA: per-warp shuffles, then one shared atomic per warp; the returned value
+// is read after a barrier, which also orders the caller's earlier shared stores before its reads.
 __device__ __forceinline__ float cta_amax(float a, uint32_t* shared_bits) {
   a = group_amax<32>(a);
   if ((threadIdx.x & 31) == 0) atomicMax(shared_bits, __float_as_uint(a));
@@ -92,55 +107,65 @@ __global__ void __launch_bounds__(kThreads) fp8_blockwise_weight_kernel(const ui
                                                                         uint8_t* q, float* scales, uint8_t* q_t,
                                                                         float* scales_t) {
   __shared__ __align__(16) uint16_t tile[kTile][kTile];
-  __shared__ uint32_t amax_bits;
-  const TileCoords t = tile_coords();
-  if (threadIdx.x == 0) amax_bits = 0;
-  __syncthreads();
+  __shared__ uint32_t amax_bits[2];  // alternating per tile: the reset of one never races the read of the other
+  const TileCoords band = band_coords();
   const int slot = threadIdx.x % kSlots;
-  const int64_t c = t.k0 + slot * kVec;
-  uint4 raw[kLoads];  // every load issued before any math (bytes in flight)
-#pragma unroll
-  for (int i = 0; i < kLoads; ++i)
-    raw[i] = __ldg(reinterpret_cast<const uint4*>(w + (t.e * n + t.n0 + threadIdx.x / kSlots + i * kRowsPerPass) * k + c));
-  float a = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kLoads; ++i) {
-    if (q_t) *reinterpret_cast<uint4*>(&tile[threadIdx.x / kSlots + i * kRowsPerPass][slot * kVec]) = raw[i];
-    a = numeric::amax_nan(a, amax8(unpack_bf16x8(raw[i])));
-  }
-  const float amax = cta_amax(a, &amax_bits);  // also orders the tile stores before the reads below
-  const float scale = numeric::fp8_blockwise_scale(amax);
-  const float mult = numeric::fp8_blockwise_multiplier(amax);
-#pragma unroll
-  for (int i = 0; i < kLoads; ++i) {
-    const int rr = threadIdx.x / kSlots + i * kRowsPerPass;
-    *reinterpret_cast<uint2*>(q + (t.e * n + t.n0 + rr) * k + c) = e4m3x8(unpack_bf16x8(raw[i]), mult);
-  }
   const int64_t tn = n / kTile, tk = k / kTile;
-  if (threadIdx.x == 0) scales[(t.e * tn + t.n0 / kTile) * tk + t.k0 / kTile] = scale;
-  if (!q_t) return;
-  if (threadIdx.x == 0) scales_t[(t.e * tk + t.k0 / kTile) * tn + t.n0 / kTile] = scale;
-  // Transposed: thread -> (column col, half of the rows); 64 contiguous bytes of row k0 + col.
-  const int col = threadIdx.x % kTile, half = threadIdx.x / kTile;
-  uint8_t* dst = q_t + (t.e * k + t.k0 + col) * n + t.n0 + half * (kTile / 2);
+  if (threadIdx.x < 2) amax_bits[threadIdx.x] = 0;
+  uint4 raw[kLoads], next[kLoads];
+  load_tile(raw, w, band, band.k0, n, k);
+  __syncthreads();
+  for (int tt = 0; tt < kBandTiles; ++tt) {
+    const int64_t k0 = band.k0 + tt * kTile;
+    if (k0 >= k) break;  // CTA-uniform
+    if (tt + 1 < kBandTiles && k0 + kTile < k) load_tile(next, w, band, k0 + kTile, n, k);
+    float a = 0.0f;
 #pragma unroll
-  for (int r = 0; r < kTile / 2; r += 16) {
-    uint32_t wv[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      float f[4];
-#pragma unroll
-      for (int m = 0; m < 4; ++m) f[m] = numeric::mul_rn(ptx::bf16_lo_to_float(tile[half * (kTile / 2) + r + 4 * j + m][col]), mult);
-      wv[j] = numeric::float2_to_e4m3x2(f[0], f[1]) | (static_cast<uint32_t>(numeric::float2_to_e4m3x2(f[2], f[3])) << 16);
+    for (int i = 0; i < kLoads; ++i) {
+      if (q_t) *reinterpret_cast<uint4*>(&tile[threadIdx.x / kSlots + i * kRowsPerPass][slot * kVec]) = raw[i];
+      a = numeric::amax_nan(a, amax_bf16x8(raw[i]));
     }
-    *reinterpret_cast<uint4*>(dst + r) = make_uint4(wv[0], wv[1], wv[2], wv[3]);
+    const float amax = cta_amax(a, &amax_bits[tt & 1]);
+    if (threadIdx.x == 0) amax_bits[(tt + 1) & 1] = 0;  // read by nobody until the next tile's barrier
+    const float scale = numeric::fp8_blockwise_scale(amax);
+    const float mult = numeric::fp8_blockwise_multiplier(amax);
+    const int64_t c = k0 + slot * kVec;
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const int rr = threadIdx.x / kSlots + i * kRowsPerPass;
+      *reinterpret_cast<uint2*>(q + (band.e * n + band.n0 + rr) * k + c) = e4m3x8(unpack_bf16x8(raw[i]), mult);
+    }
+    if (threadIdx.x == 0) scales[(band.e * tn + band.n0 / kTile) * tk + k0 / kTile] = scale;
+    if (q_t) {
+      if (threadIdx.x == 0) scales_t[(band.e * tk + k0 / kTile) * tn + band.n0 / kTile] = scale;
+      // Transposed: thread -> (column col, half of the rows); 64 contiguous bytes of row k0 + col.
+      const int col = threadIdx.x % kTile, half = threadIdx.x / kTile;
+      uint8_t* dst = q_t + (band.e * k + k0 + col) * n + band.n0 + half * (kTile / 2);
+#pragma unroll
+      for (int r = 0; r < kTile / 2; r += 16) {
+        uint32_t wv[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float f[4];
+#pragma unroll
+          for (int m = 0; m < 4; ++m)
+            f[m] = numeric::mul_rn(ptx::bf16_lo_to_float(tile[half * (kTile / 2) + r + 4 * j + m][col]), mult);
+          wv[j] = numeric::float2_to_e4m3x2(f[0], f[1]) | (static_cast<uint32_t>(numeric::float2_to_e4m3x2(f[2], f[3])) << 16);
+        }
+        *reinterpret_cast<uint4*>(dst + r) = make_uint4(wv[0], wv[1], wv[2], wv[3]);
+      }
+    }
+    __syncthreads();  // the tile is rewritten, and amax_bits[(tt + 1) & 1] (reset above) accumulated, next
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) raw[i] = next[i];
   }
 }
 
 __global__ void __launch_bounds__(kThreads) transpose_e4m3_kernel(const uint8_t* q, const float* scales, int64_t n,
                                                                   int64_t k, uint8_t* q_t, float* scales_t) {
   __shared__ __align__(16) uint8_t tile[kTile][kTile + 16];
-  const TileCoords t = tile_coords();
+  const TileCoords t{static_cast<int64_t>(blockIdx.z), static_cast<int64_t>(blockIdx.y) * kTile,
+                     static_cast<int64_t>(blockIdx.x) * kTile};
   // 128 rows x 128 bytes = 1024 16-byte loads, four per thread.
 #pragma unroll
   for (int i = 0; i < kTile * kTile / 16 / kThreads; ++i) {
@@ -168,8 +193,9 @@ __global__ void __launch_bounds__(kThreads) transpose_e4m3_kernel(const uint8_t*
     scales_t[(t.e * tk + t.k0 / kTile) * tn + t.n0 / kTile] = scales[(t.e * tn + t.n0 / kTile) * tk + t.k0 / kTile];
 }
 
-dim3 tile_grid(int64_t num_experts, int64_t n, int64_t k) {
-  return dim3(static_cast<unsigned>((k + kTile - 1) / kTile), static_cast<unsigned>((n + kTile - 1) / kTile),
+dim3 tile_grid(int64_t num_experts, int64_t n, int64_t k, int band_tiles) {
+  const int64_t band = int64_t{band_tiles} * kTile;
+  return dim3(static_cast<unsigned>((k + band - 1) / band), static_cast<unsigned>((n + kTile - 1) / kTile),
               static_cast<unsigned>(num_experts));
 }
 
@@ -184,7 +210,7 @@ void check_weight(const char* name, int64_t num_experts, int64_t n, int64_t k, i
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
                                  uint8_t* fprop_scales, uint8_t* dgrad_scales, cudaStream_t stream) {
   check_weight("mxfp8_quantize_weight_tiles", num_experts, n, k, numeric::kMXBlock);
-  mxfp8_weight_tiles_kernel<<<tile_grid(num_experts, n, k), kThreads, 0, stream>>>(
+  mxfp8_weight_tiles_kernel<<<tile_grid(num_experts, n, k, kBandTiles), kThreads, 0, stream>>>(
       static_cast<const uint16_t*>(w_ENK), n, k, q_ENK, fprop_scales, dgrad_scales);
   DMOE_CUDA_CHECK_LAUNCH();
 }
@@ -194,7 +220,7 @@ void fp8_blockwise_quantize_weight(const void* w_ENK, int64_t num_experts, int64
   check_weight("fp8_blockwise_quantize_weight", num_experts, n, k, kTile);
   DMOE_CHECK_ARG((q_t_EKN == nullptr) == (scales_t == nullptr),
                  "fp8_blockwise_quantize_weight: the transposed data and scales come together");
-  fp8_blockwise_weight_kernel<<<tile_grid(num_experts, n, k), kThreads, 0, stream>>>(
+  fp8_blockwise_weight_kernel<<<tile_grid(num_experts, n, k, kBandTiles), kThreads, 0, stream>>>(
       static_cast<const uint16_t*>(w_ENK), n, k, q_ENK, scales, q_t_EKN, scales_t);
   DMOE_CUDA_CHECK_LAUNCH();
 }
@@ -202,7 +228,7 @@ void fp8_blockwise_quantize_weight(const void* w_ENK, int64_t num_experts, int64
 void fp8_blockwise_transpose_weight(const uint8_t* q_ENK, const float* scales, int64_t num_experts, int64_t n,
                                     int64_t k, uint8_t* q_t_EKN, float* scales_t, cudaStream_t stream) {
   check_weight("fp8_blockwise_transpose_weight", num_experts, n, k, kTile);
-  transpose_e4m3_kernel<<<tile_grid(num_experts, n, k), kThreads, 0, stream>>>(q_ENK, scales, n, k, q_t_EKN, scales_t);
+  transpose_e4m3_kernel<<<tile_grid(num_experts, n, k, 1), kThreads, 0, stream>>>(q_ENK, scales, n, k, q_t_EKN, scales_t);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

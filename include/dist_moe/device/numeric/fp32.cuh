@@ -41,9 +41,10 @@ DMOE_HOST_DEVICE float fma_rn(float a, float b, float c) {
 }
 
 // a / b for b > 0 given rb = div_rn(1, b): one multiplication and two FMAs (Markstein's correction
-// step) instead of an IEEE division. It equals div_rn(a, b) bit for bit wherever a / b is a normal
-// float and b an E4M3 block scale (3 significant bits: checked on the GPU for every significand of
-// a against each of the eight scale significands); the sign is a's, also for zeros. The NVFP4
+// step) instead of an IEEE division; the sign is a's, also for zeros. For b an E4M3 block scale it
+// equals div_rn(a, b) bit for bit whenever |a| >= 2^-100 (checked on the GPU for every significand
+// of a against every E4M3 scale); below that the FMA's residual underflows and the quotient may be
+// an ulp off, but it is then < 2^-90 and rounds to an E2M1 zero of a's sign either way. The NVFP4
 // weight quantizer divides every element by its block scale, so this is its inner loop.
 DMOE_HOST_DEVICE float div_rn_by_reciprocal(float a, float b, float rb) {
   const uint32_t sign = float_bits(a) & 0x80000000u;

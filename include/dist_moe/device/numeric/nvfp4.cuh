@@ -68,8 +68,8 @@ DMOE_HOST_DEVICE uint8_t nvfp4_weight_quantize_value(float x, float gs, uint8_t 
 }
 
 // The same code from float(s) and its reciprocal fl(1 / float(s)) (div_rn_by_reciprocal: no
-// division per element). Equal to nvfp4_weight_quantize_value(x, gs, s) bit for bit: the results
-// differ from div_rn only where x*gs/s is subnormal, where E2M1 rounds both to a zero of x's sign.
+// division per element). Equal to nvfp4_weight_quantize_value(x, gs, s): the quotients can differ
+// only where |x * gs| < 2^-100, and there both round to an E2M1 zero of x's sign.
 DMOE_HOST_DEVICE uint8_t nvfp4_weight_quantize_value_by_reciprocal(float x, float gs, float s_value, float s_recip) {
   return float_to_e2m1(div_rn_by_reciprocal(mul_rn(x, gs), s_value, s_recip));
 }
