@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
+#include "dist_moe/device/ptx/cp_async.cuh"
 #include "dist_moe/device/ptx/cvt.cuh"
 
 namespace dist_moe::quant {
@@ -85,6 +87,89 @@ struct Fp8BlockwiseFormat {
     mult = numeric::fp8_blockwise_multiplier(amax);
   }
 };
+
+// ---- 128x128 BF16 tiles through a ring of shared-memory stages ----------------------------------
+// The tile kernels (both activation orientations, weight tiles) are memory-bound with a barrier or
+// two per tile; a ring of cp.async stages keeps the next kTileStages - 1 tiles' loads in flight
+// while one tile is processed, without holding the bytes in registers.
+
+constexpr int kTile = 128;                 // tile rows and columns
+constexpr int kTileThreads = 256;          // every tile kernel's CTA
+constexpr int kTileStages = 3;             // 96 KiB of stages: two CTAs per SM
+constexpr int kTileSlots = kTile / kVec;   // 16-byte slots per tile row (16)
+constexpr int kTileRowStep = kTileThreads / kTileSlots;  // tile rows one pass of the CTA covers (16)
+constexpr int kTileLoads = kTile / kTileRowStep;         // 16-byte vectors per thread per tile (8)
+using Bf16Tile = uint16_t[kTile][kTile];
+constexpr size_t kTileRingBytes = sizeof(Bf16Tile) * kTileStages;
+
+// Row of tile vector i of this thread (its slot is threadIdx.x % kTileSlots).
+__device__ __forceinline__ int tile_row(int i) { return threadIdx.x / kTileSlots + i * kTileRowStep; }
+
+// Issues the copies of the tile at (r0, c0) of the row-major BF16 matrix [rows, cols] into `tile`;
+// what lies outside the matrix is zero-filled.
+__device__ __forceinline__ void issue_tile(Bf16Tile& tile, const uint16_t* base, int64_t row_stride, int64_t rows,
+                                           int64_t cols, int64_t r0, int64_t c0) {
+  const int slot = threadIdx.x % kTileSlots;
+  const int64_t c = c0 + slot * kVec;
+#pragma unroll
+  for (int i = 0; i < kTileLoads; ++i) {
+    const int r = tile_row(i);
+    const bool valid = r0 + r < rows && c < cols;
+    ptx::cp_async_16_zfill(&tile[r][slot * kVec], valid ? base + (r0 + r) * row_stride + c : base, valid);
+  }
+}
+
+// This thread's kTileLoads vectors of a landed tile (row tile_row(i), slot threadIdx.x % kTileSlots).
+__device__ __forceinline__ void read_own_vectors(uint4 (&raw)[kTileLoads], const Bf16Tile& tile) {
+#pragma unroll
+  for (int i = 0; i < kTileLoads; ++i)
+    raw[i] = *reinterpret_cast<const uint4*>(&tile[tile_row(i)][(threadIdx.x % kTileSlots) * kVec]);
+}
+
+// Walks n tiles through the ring: issue(t, stage) starts tile t's copies, body(t, stage) runs once
+// they have landed and are visible to the whole CTA (the body may reuse its stage as scratch after
+// a barrier of its own); a stage is reused only after every thread's body of the tile has returned.
+template <class Issue, class Body>
+__device__ __forceinline__ void for_each_tile(int n, Bf16Tile* ring, Issue issue, Body body) {
+#pragma unroll
+  for (int t = 0; t < kTileStages - 1; ++t) {
+    if (t < n) issue(t, ring[t]);
+    ptx::cp_async_commit();
+  }
+  for (int t = 0; t < n; ++t) {
+    if (t + kTileStages - 1 < n) issue(t + kTileStages - 1, ring[(t + kTileStages - 1) % kTileStages]);
+    ptx::cp_async_commit();  // possibly empty: keeps the group count uniform
+    ptx::cp_async_wait<kTileStages - 1>();
+    __syncthreads();
+    body(t, ring[t % kTileStages]);
+    __syncthreads();
+  }
+}
+
+// Opts `Kernel` in to `bytes` of dynamic shared memory (above the default 48 KiB), once per kernel.
+template <auto Kernel>
+void allow_dynamic_smem(size_t bytes) {
+  static const cudaError_t result =
+      cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  DMOE_CUDA_CHECK(result);
+}
+
+// A [kTile][kTile]-byte transposed tile staged in shared memory goes out as whole 128-byte rows:
+// row f to dst + f * dst_row_stride, each 16-byte piece only where keep(f, byte offset) says so.
+// (One lane per row and 16 bytes per store made every warp store touch 32 lines: the tile kernels
+// were L2-request-bound at ~40% of DRAM bandwidth, ncu s16 run 5.)
+template <class Keep>
+__device__ __forceinline__ void store_byte_tile(uint8_t (*staged)[kTile], uint8_t* dst, int64_t dst_row_stride,
+                                                Keep keep) {
+  constexpr int kPieces = kTile * kTile / 16 / kTileThreads;  // 4 per thread
+#pragma unroll
+  for (int i = 0; i < kPieces; ++i) {
+    const int idx = threadIdx.x + i * kTileThreads;
+    const int f = idx / (kTile / 16), off = (idx % (kTile / 16)) * 16;
+    if (keep(f, off))
+      *reinterpret_cast<uint4*>(dst + f * dst_row_stride + off) = *reinterpret_cast<const uint4*>(&staged[f][off]);
+  }
+}
 
 // A layout precondition the host cannot check (it lives in device memory) is broken: one line,
 // then trap, before any access it would make wrong.

@@ -2,9 +2,11 @@
 //   quantize_rows_kernel      blocks along cols; each thread issues its four 16-byte loads before
 //                             any math, kBlock/8 lanes share a block (shuffles)
 //   quantize_rows_cols_kernel both orientations from one read: a CTA walks a band of 128 tokens
-//                             across up to kBandTiles 128x128 tiles, the next tile's loads in
-//                             flight while the current one's token-axis (WGRAD) blocks are made
-//                             from shared memory and written transposed
+//                             across up to kBandTiles 128x128 tiles through a ring of cp.async
+//                             stages (two tiles in flight while one is processed); the rows come
+//                             from the thread's own vectors, the token-axis (WGRAD) blocks from
+//                             shared memory, staged transposed in the tile's own stage and
+//                             written as whole 128-byte rows
 // Memory-bound: the prediction and the measurements are in docs/perf_history.md (G37).
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
@@ -67,11 +69,8 @@ void launch_rows(const Bf16Matrix& x, const QuantizedOut<typename F::Scale>& out
 
 // ---- both orientations ---------------------------------------------------------------------------
 
-constexpr int kTile = 128;          // tile rows (tokens) and cols (features)
-constexpr int kTileThreads = 256;
-constexpr int kTileVecs = kTile * kTile / kVec / kTileThreads;  // 16-byte loads per thread per tile (8)
-constexpr int kBandTiles = 8;       // column tiles one CTA walks (its token band's setup is paid once)
-constexpr int kMaxGroups = 1024;    // expert groups the shared-memory tables hold
+constexpr int kBandTiles = 8;     // column tiles one CTA walks (its token band's setup is paid once)
+constexpr int kMaxGroups = 1024;  // expert groups the shared-memory tables hold
 
 template <class F>
 __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Matrix x, RowGroups groups,
@@ -82,37 +81,26 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
   constexpr int kChunk = 32;                           // tokens per column-pass thread
   constexpr int kChunks = kTile / kChunk;              // 4: one per warp of a warp quartet
   constexpr int kChunksPerBlock = F::kBlock / kChunk;  // 1 (MXFP8) or 4 (FP8 blockwise)
-  constexpr int kRowStep = kTileThreads * kVec / kTile;  // 16 tile rows per pass of the CTA
-  __shared__ __align__(16) uint16_t tile[kTile][kTile];
+  extern __shared__ __align__(16) uint8_t dynamic_smem[];
+  Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
   __shared__ bool real[kTile];
   __shared__ int32_t offsets[kMaxGroups + 1];
   __shared__ uint32_t chunk_amax[kChunks][kTile];  // column pass: |x| bits per (chunk, feature)
 
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int64_t c_first = static_cast<int64_t>(blockIdx.x) * kBandTiles * kTile;
-  const int cv = threadIdx.x % (kTile / kVec);  // 16-byte column slot in a tile
+  const int64_t left = (x.cols - c_first + kTile - 1) / kTile;
+  const int tiles = static_cast<int>(left < kBandTiles ? left : kBandTiles);
+  const auto* base = static_cast<const uint16_t*>(x.data);
+  auto issue = [&](int t, Bf16Tile& stage) { issue_tile(stage, base, x.row_stride, x.rows, x.cols, m0, c_first + t * kTile); };
 
-  // First tile's loads go out before anything waits on the group tables: every row below the
-  // capacity is allocated, and rows that turn out to be padding are zeroed in registers.
-  uint4 raw[kTileVecs];
-  auto load_tile = [&](int64_t c0) {
-#pragma unroll
-    for (int i = 0; i < kTileVecs; ++i) {
-      const int64_t r = m0 + threadIdx.x / (kTile / kVec) + i * kRowStep;
-      const int64_t c = c0 + cv * kVec;
-      raw[i] = make_uint4(0, 0, 0, 0);
-      if (r < x.rows && c < x.cols)
-        raw[i] = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x.data) + r * x.row_stride + c));
-    }
-  };
-  load_tile(c_first);
   for (int g = threadIdx.x; g <= groups.num_groups; g += kTileThreads) offsets[g] = groups.offsets_G1[g];
   __syncthreads();
   const int64_t used = offsets[groups.num_groups];
   if (blockIdx.x == 0 && blockIdx.y == 0)
     for (int g = threadIdx.x; g <= groups.num_groups; g += kTileThreads)
       if (offsets[g] % F::kBlock != 0) layout_trap("an expert's first row", offsets[g], F::kBlock);
-  if (m0 >= used) return;
+  if (m0 >= used) return;  // CTA-uniform, before any copy: unused capacity is never read
   if (threadIdx.x < kTile) {
     const int64_t m = m0 + threadIdx.x;
     bool is_real = false;
@@ -127,87 +115,98 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
     }
     real[threadIdx.x] = is_real;
   }
-  __syncthreads();
+  // (for_each_tile's first barrier publishes real[] too)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int chunk = warp % kChunks;
   const int f0 = (warp / kChunks) * 64 + 2 * lane;  // the column-pass lane's two features in a tile
-  const int64_t m_chunk = m0 + chunk * kChunk;
-  for (int t = 0; t < kBandTiles; ++t) {
+  for_each_tile(tiles, ring, issue, [&](int t, Bf16Tile& tile) {
     const int64_t c0 = c_first + t * kTile;
-    if (c0 >= x.cols) break;  // CTA-uniform
-    const int64_t c = c0 + cv * kVec;
-    const bool col_live = c < x.cols;
-    // Rows: from registers (padding rows as zeros), and the tile into shared memory.
+    if (rows.present()) {
+      const int64_t c = c0 + (threadIdx.x % kTileSlots) * kVec;
+      uint4 raw[kTileLoads];
+      read_own_vectors(raw, tile);
 #pragma unroll
-    for (int i = 0; i < kTileVecs; ++i) {
-      const int r = threadIdx.x / (kTile / kVec) + i * kRowStep;
-      if (!real[r]) raw[i] = make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4*>(&tile[r][cv * kVec]) = raw[i];
-      if (!rows.present()) continue;
-      const float amax = group_amax<kGroup>(amax_bf16x8(raw[i]));
-      if (m0 + r < used && col_live) {
-        Scale scale;
-        float mult;
-        F::from_amax(amax, scale, mult);
-        *reinterpret_cast<uint2*>(rows.q + (m0 + r) * rows.q_row_stride + c) = e4m3x8(unpack_bf16x8(raw[i]), mult);
-        if (c % F::kBlock == 0)
-          rows.scales[(m0 + r) * rows.scale_row_stride + (c / F::kBlock) * rows.scale_block_stride] = scale;
+      for (int i = 0; i < kTileLoads; ++i) {
+        const int r = tile_row(i);
+        if (!real[r]) raw[i] = make_uint4(0, 0, 0, 0);  // padding rows quantize as zeros
+        const float amax = group_amax<kGroup>(amax_bf16x8(raw[i]));
+        if (m0 + r < used && c < x.cols) {
+          Scale scale;
+          float mult;
+          F::from_amax(amax, scale, mult);
+          *reinterpret_cast<uint2*>(rows.q + (m0 + r) * rows.q_row_stride + c) = e4m3x8(unpack_bf16x8(raw[i]), mult);
+          if (c % F::kBlock == 0)
+            rows.scales[(m0 + r) * rows.scale_row_stride + (c / F::kBlock) * rows.scale_block_stride] = scale;
+        }
       }
     }
-    if (t + 1 < kBandTiles && c0 + kTile < x.cols) load_tile(c0 + kTile);  // in flight during the column pass
-    if (!cols.present()) continue;
-    __syncthreads();
-
+    if (!cols.present()) return;
     // Token-axis blocks. Warp w takes the 32-token chunk w % 4 of 64 features (two per lane, one
-    // 4-byte shared load per token: a warp reads 128 contiguous bytes, no bank conflict), keeps its
-    // 2 x 32 values in registers, and writes 32 transposed bytes per feature. An FP8-blockwise block
-    // spans the four chunks: their amaxes meet in shared memory.
+    // 4-byte shared load per token: a warp reads 128 contiguous bytes, no bank conflict) and keeps
+    // its 2 x 32 values in registers (padding rows as zeros). An FP8-blockwise block spans the four
+    // chunks: their amaxes meet in shared memory.
     uint32_t pair[kChunk];
     uint32_t amax2 = 0;  // |bf16| bits of both features, two lanes of 16 bits
 #pragma unroll
     for (int k = 0; k < kChunk; ++k) {
-      pair[k] = *reinterpret_cast<const uint32_t*>(&tile[chunk * kChunk + k][f0]);
+      pair[k] = real[chunk * kChunk + k] ? *reinterpret_cast<const uint32_t*>(&tile[chunk * kChunk + k][f0]) : 0u;
       amax2 = __vmaxu2(amax2, abs_bf16x2(pair[k]));
     }
     float a0 = __uint_as_float(amax2 << 16), a1 = __uint_as_float(amax2 & 0xffff0000u);
     if constexpr (kChunksPerBlock > 1) {
       chunk_amax[chunk][f0] = __float_as_uint(a0);
       chunk_amax[chunk][f0 + 1] = __float_as_uint(a1);
-      __syncthreads();
+    }
+    __syncthreads();  // every value is in registers: the stage is scratch from here on
+    if constexpr (kChunksPerBlock > 1) {
       const int first = chunk / kChunksPerBlock * kChunksPerBlock;
       for (int k = first; k < first + kChunksPerBlock; ++k) {
         a0 = numeric::amax_nan(a0, __uint_as_float(chunk_amax[k][f0]));
         a1 = numeric::amax_nan(a1, __uint_as_float(chunk_amax[k][f0 + 1]));
       }
     }
-    if (m_chunk < used) {  // chunks past the groups: MXFP8 only (FP8-blockwise tiles are whole blocks)
+    // The transposed bytes go to the stage as [feature][token] (16 KiB), the scales after them as
+    // [feature][chunk], and then out in whole rows.
+    auto* qt = reinterpret_cast<uint8_t (*)[kTile]>(&tile[0][0]);
+    auto* st = reinterpret_cast<Scale (*)[kChunks]>(&tile[0][0] + kTile * kTile / 2);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t feature = c0 + f0 + h;
-        if (feature >= x.cols) continue;
-        Scale scale;
-        float mult;
-        F::from_amax(h == 0 ? a0 : a1, scale, mult);
-        uint32_t w[kChunk / 4];
+    for (int h = 0; h < 2; ++h) {
+      Scale scale;
+      float mult;
+      F::from_amax(h == 0 ? a0 : a1, scale, mult);
+      uint32_t w[kChunk / 4];
 #pragma unroll
-        for (int k = 0; k < kChunk; k += 4) {
-          float f[4];
+      for (int k = 0; k < kChunk; k += 4) {
+        float f[4];
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
-            f[j] = numeric::mul_rn(h == 0 ? ptx::bf16_lo_to_float(pair[k + j]) : ptx::bf16_hi_to_float(pair[k + j]), mult);
-          w[k / 4] = numeric::float2_to_e4m3x2(f[0], f[1]) |
-                     (static_cast<uint32_t>(numeric::float2_to_e4m3x2(f[2], f[3])) << 16);
-        }
-        uint4* q = reinterpret_cast<uint4*>(cols.q + feature * cols.q_row_stride + m_chunk);
-        q[0] = make_uint4(w[0], w[1], w[2], w[3]);
-        q[1] = make_uint4(w[4], w[5], w[6], w[7]);
-        if (chunk % kChunksPerBlock == 0)
-          cols.scales[feature * cols.scale_row_stride + (m_chunk / F::kBlock) * cols.scale_block_stride] = scale;
+        for (int j = 0; j < 4; ++j)
+          f[j] = numeric::mul_rn(h == 0 ? ptx::bf16_lo_to_float(pair[k + j]) : ptx::bf16_hi_to_float(pair[k + j]), mult);
+        w[k / 4] = numeric::float2_to_e4m3x2(f[0], f[1]) |
+                   (static_cast<uint32_t>(numeric::float2_to_e4m3x2(f[2], f[3])) << 16);
       }
+      uint4* q = reinterpret_cast<uint4*>(&qt[f0 + h][chunk * kChunk]);
+      q[0] = make_uint4(w[0], w[1], w[2], w[3]);
+      q[1] = make_uint4(w[4], w[5], w[6], w[7]);
+      st[f0 + h][chunk] = scale;
     }
-    __syncthreads();  // the tile (and chunk_amax) are rewritten by the next iteration
-  }
+    __syncthreads();
+    store_byte_tile(qt, cols.q + c0 * cols.q_row_stride + m0, cols.q_row_stride,
+                    [&](int f, int off) { return c0 + f < x.cols && m0 + off < used; });
+    // Scales: one thread per feature; the tile's kChunks / kChunksPerBlock blocks of it.
+    if (threadIdx.x < kTile && c0 + threadIdx.x < x.cols) {
+      Scale* dst = cols.scales + (c0 + threadIdx.x) * cols.scale_row_stride + (m0 / F::kBlock) * cols.scale_block_stride;
+      if constexpr (kChunksPerBlock == 1 && sizeof(Scale) == 1) {
+        // MXFP8's four E8M0 bytes of a feature in one 4-byte store where the layout allows it.
+        if (cols.scale_block_stride == 1 && reinterpret_cast<uintptr_t>(dst) % 4 == 0 && m0 + kTile <= used) {
+          *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(&st[threadIdx.x][0]);
+          return;
+        }
+      }
+      for (int k = 0; k < kChunks; k += kChunksPerBlock)
+        if (m0 + k * kChunk < used) dst[(k / kChunksPerBlock) * cols.scale_block_stride] = st[threadIdx.x][k];
+    }
+  });
 }
 
 template <class F>
@@ -215,14 +214,16 @@ void launch_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Quanti
                       const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name) {
   DMOE_CHECK_ARG(x.cols % F::kBlock == 0, name, ": cols=", x.cols, " must be a multiple of ", F::kBlock);
   DMOE_CHECK_ARG(x.rows % F::kBlock == 0, name, ": the row capacity ", x.rows, " must be a multiple of ", F::kBlock);
+  DMOE_CHECK_ARG(x.row_stride % kVec == 0, name, ": the input row stride must keep 16-byte alignment");
   DMOE_CHECK_ARG(groups.num_groups >= 1 && groups.num_groups <= kMaxGroups, name, ": ", groups.num_groups,
                  " groups (1 .. ", kMaxGroups, " supported)");
   DMOE_CHECK_ARG(!cols.present() || cols.q_row_stride % 16 == 0, name, ": the transposed row stride ",
                  cols.q_row_stride, " must be a multiple of 16 bytes");
   if (x.rows == 0 || (!rows.present() && !cols.present())) return;
+  allow_dynamic_smem<quantize_rows_cols_kernel<F>>(kTileRingBytes);
   const int64_t band = int64_t{kBandTiles} * kTile;
   const dim3 grid(static_cast<unsigned>((x.cols + band - 1) / band), static_cast<unsigned>((x.rows + kTile - 1) / kTile));
-  quantize_rows_cols_kernel<F><<<grid, kTileThreads, 0, stream>>>(x, groups, rows, cols);
+  quantize_rows_cols_kernel<F><<<grid, kTileThreads, kTileRingBytes, stream>>>(x, groups, rows, cols);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

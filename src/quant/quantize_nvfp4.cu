@@ -2,8 +2,7 @@
 //   nvfp4_expert_amax_kernel    per-expert amax of the weight (integer max of |x|'s bits: NaN on top)
 //   nvfp4_weight_kernel         16-element blocks, two lanes per block, the expert's gs from its amax
 //   nvfp4_global_inverse_kernel global_scale_inv = fl(1 / gs), after the quantization read the amax
-//   nvfp4_rows_kernel           per-token rows: one warp per token, the row read twice (amax, then
-//                               quantize; the second read comes from L2)
+//   nvfp4_rows_kernel           per-token rows: one CTA per token, the row held in registers
 // Hopper has no FP4 conversion instruction: E2M1 rounding is the shared portable rule.
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
@@ -69,9 +68,9 @@ __global__ void __launch_bounds__(kThreads) nvfp4_weight_kernel(const uint16_t* 
     if (i - (threadIdx.x & 31) >= vecs) break;  // warp-uniform; per_expert % 16 == 0 keeps pairs whole
     const float bamax = group_amax<kLanesPerBlock>(amax_bf16x8(raw[j]));
     if (i >= vecs) continue;
-    const uint8_t s = numeric::nvfp4_weight_block_scale(bamax, gs);
-    const float sf = numeric::e4m3_to_float(s), sr = numeric::div_rn(1.0f, sf);
-    // q = e2m1(fl(fl(x * gs) / s)) with one division per block, not per element.
+    const uint8_t s = numeric::nvfp4_weight_block_scale_by_reciprocal(bamax, gs);
+    const float sf = numeric::e4m3_to_float(s), sr = numeric::rcp_rn(sf);
+    // q = e2m1(fl(fl(x * gs) / s)) with one reciprocal per block and no division at all.
     const int64_t elem = e * per_expert + i * kVec;
     *reinterpret_cast<uint32_t*>(q + elem / 2) = e2m1x8(
         unpack_bf16x8(raw[j]), [&](float x) { return numeric::nvfp4_weight_quantize_value_by_reciprocal(x, gs, sf, sr); });
@@ -84,51 +83,52 @@ __global__ void nvfp4_global_inverse_kernel(const float* global_scale, float* gl
   if (e < num_experts) global_scale_inv[e] = numeric::div_rn(1.0f, global_scale[e]);
 }
 
-// Per-token rows: one warp per token, four tokens per CTA. Pass 1 streams the row for its amax;
-// pass 2 reads it again (from L2: the CTA's rows are a few tens of KB) and quantizes. No barrier.
-constexpr int kRowWarps = 4;
+// Per-token rows: one CTA of 128 threads per token, each thread holding kN of the row's 16-byte
+// vectors (kN = the smallest power of two covering D/8/128): one read, the row amax through warp
+// shuffles and one barrier, then the blocks from registers. Lanes 2b, 2b+1 hold block b's halves.
+constexpr int kRowThreads = 128;
 
-__global__ void __launch_bounds__(kRowWarps * 32) nvfp4_rows_kernel(Bf16Matrix x, Nvfp4RowsOut out) {
-  const int lane = threadIdx.x % 32;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
-  if (t >= x.rows) return;  // warp-uniform
+template <int kN>
+__global__ void __launch_bounds__(kRowThreads) nvfp4_rows_kernel(Bf16Matrix x, Nvfp4RowsOut out) {
+  __shared__ float warp_amax[kRowThreads / 32];
+  const int64_t t = blockIdx.x;
   const int vecs = static_cast<int>(x.cols / kVec);
   const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x.data) + t * x.row_stride);
+  uint4 raw[kN];
   float a = 0.0f;
-  for (int j0 = 0; j0 * 32 < vecs; j0 += kLoads) {
-    uint4 raw[kLoads];
 #pragma unroll
-    for (int j = 0; j < kLoads; ++j) {
-      const int idx = lane + (j0 + j) * 32;
-      raw[j] = idx < vecs ? __ldg(src + idx) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j) a = numeric::amax_nan(a, amax_bf16x8(raw[j]));
+  for (int j = 0; j < kN; ++j) {
+    const int idx = threadIdx.x + j * kRowThreads;
+    raw[j] = idx < vecs ? __ldg(src + idx) : make_uint4(0, 0, 0, 0);
   }
-  const float row_scale = numeric::nvfp4_activation_row_scale(group_amax<32>(a));
-  if (lane == 0)
+#pragma unroll
+  for (int j = 0; j < kN; ++j) a = numeric::amax_nan(a, amax_bf16x8(raw[j]));
+  a = group_amax<32>(a);
+  if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = a;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kRowThreads / 32; ++w) a = numeric::amax_nan(a, warp_amax[w]);
+  const float row_scale = numeric::nvfp4_activation_row_scale(a);
+  if (threadIdx.x == 0)
     *reinterpret_cast<float*>(out.token_scale_inv + t * out.inv_row_stride) =
         numeric::nvfp4_activation_token_scale_inv(row_scale);
-  for (int j0 = 0; j0 * 32 < vecs; j0 += kLoads) {
-    uint4 raw[kLoads];
 #pragma unroll
-    for (int j = 0; j < kLoads; ++j) {
-      const int idx = lane + (j0 + j) * 32;
-      raw[j] = idx < vecs ? __ldg(src + idx) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j) {
-      const int idx = lane + (j0 + j) * 32;  // lanes 2b, 2b+1 hold block b's halves
-      if ((j0 + j) * 32 >= vecs) break;       // warp-uniform
-      const float bamax = group_amax<kLanesPerBlock>(amax_bf16x8(raw[j]));
-      if (idx >= vecs) continue;
-      const uint8_t s = numeric::nvfp4_activation_block_scale(bamax, row_scale);
-      const float mult = numeric::nvfp4_activation_multiplier(row_scale, s);
-      *reinterpret_cast<uint32_t*>(out.q + t * out.q_row_stride + idx * (kVec / 2)) =
-          e2m1x8(unpack_bf16x8(raw[j]), [&](float xv) { return numeric::nvfp4_activation_quantize_value(xv, mult); });
-      if (idx % kLanesPerBlock == 0) out.scales[t * out.scale_row_stride + idx / kLanesPerBlock] = s;
-    }
+  for (int j = 0; j < kN; ++j) {
+    const int idx = threadIdx.x + j * kRowThreads;
+    if (j * kRowThreads >= vecs) break;  // CTA-uniform
+    const float bamax = group_amax<kLanesPerBlock>(amax_bf16x8(raw[j]));
+    if (idx >= vecs) continue;
+    const uint8_t s = numeric::nvfp4_activation_block_scale(bamax, row_scale);
+    const float mult = numeric::nvfp4_activation_multiplier(row_scale, s);
+    *reinterpret_cast<uint32_t*>(out.q + t * out.q_row_stride + idx * (kVec / 2)) =
+        e2m1x8(unpack_bf16x8(raw[j]), [&](float xv) { return numeric::nvfp4_activation_quantize_value(xv, mult); });
+    if (idx % kLanesPerBlock == 0) out.scales[t * out.scale_row_stride + idx / kLanesPerBlock] = s;
   }
+}
+
+template <int kN>
+void launch_nvfp4_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStream_t stream) {
+  nvfp4_rows_kernel<kN><<<static_cast<unsigned>(x.rows), kRowThreads, 0, stream>>>(x, out);
 }
 
 }  // namespace
@@ -163,9 +163,13 @@ void nvfp4_quantize_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStrea
   DMOE_CHECK_ARG(x.row_stride % kVec == 0 && out.q_row_stride % 4 == 0 && out.inv_row_stride % 4 == 0,
                  "nvfp4_quantize_rows: strides must keep 16-byte input, 4-byte data and 4-byte scale alignment");
   if (x.rows == 0) return;
-  const int64_t blocks = (x.rows + kRowWarps - 1) / kRowWarps;
-  DMOE_CHECK_ARG(blocks <= 0x7fffffff, "nvfp4_quantize_rows: too many rows (", x.rows, ")");
-  nvfp4_rows_kernel<<<static_cast<unsigned>(blocks), kRowWarps * 32, 0, stream>>>(x, out);
+  DMOE_CHECK_ARG(x.rows <= 0x7fffffff, "nvfp4_quantize_rows: too many rows (", x.rows, ")");
+  const int64_t per_thread = (x.cols / kVec + kRowThreads - 1) / kRowThreads;
+  if (per_thread <= 1) launch_nvfp4_rows<1>(x, out, stream);
+  else if (per_thread <= 2) launch_nvfp4_rows<2>(x, out, stream);
+  else if (per_thread <= 4) launch_nvfp4_rows<4>(x, out, stream);
+  else if (per_thread <= 8) launch_nvfp4_rows<8>(x, out, stream);
+  else launch_nvfp4_rows<16>(x, out, stream);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,4 +1,5 @@
 // E4M3 weight quantizers, one 128x128 tile of one expert's [N, K] per CTA:
+// Each CTA walks a band of up to 8 tiles through a ring of cp.async stages (quant_common.cuh).
 //   mxfp8_weight_tiles_kernel   32x32 tiles (upstream's training weights): one qdata, the tile scale
 //                               written in the FPROP [E*N, K/32] and DGRAD [E*K, N/32] layouts
 //   fp8_blockwise_weight_kernel one 128x128 block: qdata, and the transposed copy DGRAD reads
@@ -12,15 +13,10 @@
 namespace dist_moe::quant {
 namespace {
 
-constexpr int kTile = 128;
-constexpr int kThreads = 256;
-constexpr int kSlots = kTile / kVec;                      // 16-byte slots per tile row (16)
-constexpr int kRowsPerPass = kThreads / kSlots;           // tile rows one pass of the CTA covers (16)
-constexpr int kLoads = kTile / kRowsPerPass;              // loads per thread (8)
+constexpr int kThreads = kTileThreads;
+constexpr int kBandTiles = 8;  // column tiles one CTA walks through the ring
 
-constexpr int kBandTiles = 4;  // column tiles one CTA walks, the next one's loads in flight
-
-// The CTA's band: expert e (grid z), rows n0.. (grid y), kBandTiles column tiles from k_first.
+// The CTA's band: expert e (grid z), rows n0.. (grid y), up to kBandTiles column tiles from k0.
 struct TileCoords {
   int64_t e, n0, k0;
 };
@@ -30,38 +26,33 @@ __device__ __forceinline__ TileCoords band_coords() {
           static_cast<int64_t>(blockIdx.x) * kBandTiles * kTile};
 }
 
-// One thread's eight 16-byte loads of the tile at column k0 (rows past n / columns past k: zeros).
-__device__ __forceinline__ void load_tile(uint4 (&raw)[kLoads], const uint16_t* w, const TileCoords& t, int64_t k0,
-                                          int64_t n, int64_t k) {
-  const int64_t c = k0 + (threadIdx.x % kSlots) * kVec;
-#pragma unroll
-  for (int i = 0; i < kLoads; ++i) {
-    const int64_t r = t.n0 + threadIdx.x / kSlots + i * kRowsPerPass;
-    raw[i] = make_uint4(0, 0, 0, 0);
-    if (r < n && c < k) raw[i] = __ldg(reinterpret_cast<const uint4*>(w + (t.e * n + r) * k + c));
-  }
+__device__ __forceinline__ int band_tiles(const TileCoords& band, int64_t k) {
+  const int64_t left = (k - band.k0 + kTile - 1) / kTile;
+  return static_cast<int>(left < kBandTiles ? left : kBandTiles);
 }
 
 __global__ void __launch_bounds__(kThreads) mxfp8_weight_tiles_kernel(const uint16_t* w, int64_t n, int64_t k,
                                                                       uint8_t* q, uint8_t* fprop_scales,
                                                                       uint8_t* dgrad_scales) {
   constexpr int kSub = kTile / numeric::kMXBlock;  // 32x32 tiles per side (4)
+  extern __shared__ __align__(16) uint8_t dynamic_smem[];
+  Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
   __shared__ uint32_t amax_bits[kSub][kSub];
   __shared__ uint8_t scale_of[kSub][kSub];
   const TileCoords band = band_coords();
-  const int slot = threadIdx.x % kSlots;
+  const int slot = threadIdx.x % kTileSlots;
   const int64_t kb = k / numeric::kMXBlock, nb = n / numeric::kMXBlock;
-  uint4 raw[kLoads], next[kLoads];
-  load_tile(raw, w, band, band.k0, n, k);
-  for (int tt = 0; tt < kBandTiles; ++tt) {
-    const int64_t k0 = band.k0 + tt * kTile;
-    if (k0 >= k) break;  // CTA-uniform
-    if (tt + 1 < kBandTiles && k0 + kTile < k) load_tile(next, w, band, k0 + kTile, n, k);
+  const uint16_t* expert = w + band.e * n * k;
+  auto issue = [&](int t, Bf16Tile& stage) { issue_tile(stage, expert, k, n, k, band.n0, band.k0 + t * kTile); };
+  for_each_tile(band_tiles(band, k), ring, issue, [&](int t, Bf16Tile& tile) {
+    const int64_t k0 = band.k0 + t * kTile;
+    uint4 raw[kTileLoads];
+    read_own_vectors(raw, tile);
     if (threadIdx.x < kSub * kSub) amax_bits[threadIdx.x / kSub][threadIdx.x % kSub] = 0;
-    __syncthreads();
-    float sub_amax[kSub] = {};  // this thread's amax per 32-row band (loads 2j and 2j+1 share band j)
+    float sub_amax[kSub] = {};  // this thread's amax per 32-row band (vectors 2j and 2j+1 share band j)
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) sub_amax[i / 2] = numeric::amax_nan(sub_amax[i / 2], amax_bf16x8(raw[i]));
+    for (int i = 0; i < kTileLoads; ++i) sub_amax[i / 2] = numeric::amax_nan(sub_amax[i / 2], amax_bf16x8(raw[i]));
+    __syncthreads();  // amax_bits reset
     // Lanes 4s..4s+3 of both half-warps (two rows) share 32x32 tile column s: reduce, then one
     // shared atomic per (warp, band, tile column). Integer max of |x|'s bits keeps NaN on top.
 #pragma unroll
@@ -77,88 +68,87 @@ __global__ void __launch_bounds__(kThreads) mxfp8_weight_tiles_kernel(const uint
     __syncthreads();
     const int64_t c = k0 + slot * kVec;
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int64_t r = band.n0 + threadIdx.x / kSlots + i * kRowsPerPass;
+    for (int i = 0; i < kTileLoads; ++i) {
+      const int64_t r = band.n0 + tile_row(i);
       if (r >= n || c >= k) continue;
       const uint8_t s = scale_of[i / 2][slot / 4];
       *reinterpret_cast<uint2*>(q + (band.e * n + r) * k + c) = e4m3x8(unpack_bf16x8(raw[i]), numeric::e8m0_reciprocal(s));
       if (slot % 4 == 0) fprop_scales[(band.e * n + r) * kb + c / numeric::kMXBlock] = s;
     }
-    // DGRAD scales: column k0 + col of expert e gets this tile's kSub band scales, consecutive bytes.
+    // DGRAD scales: column k0 + col of expert e gets this tile's kSub band scales, consecutive bytes
+    // (one 4-byte store where they are aligned: every row of DGRAD scales is another line).
     if (threadIdx.x < kTile && k0 + threadIdx.x < k) {
       uint8_t* d = dgrad_scales + (band.e * k + k0 + threadIdx.x) * nb + band.n0 / numeric::kMXBlock;
-      for (int j = 0; j < kSub && band.n0 + j * numeric::kMXBlock < n; ++j) d[j] = scale_of[j][threadIdx.x / numeric::kMXBlock];
+      const int col_block = threadIdx.x / numeric::kMXBlock;
+      if (band.n0 + kTile <= n && reinterpret_cast<uintptr_t>(d) % 4 == 0) {
+        *reinterpret_cast<uint32_t*>(d) = scale_of[0][col_block] | (scale_of[1][col_block] << 8) |
+                                          (scale_of[2][col_block] << 16) | (uint32_t{scale_of[3][col_block]} << 24);
+      } else {
+        for (int j = 0; j < kSub && band.n0 + j * numeric::kMXBlock < n; ++j) d[j] = scale_of[j][col_block];
+      }
     }
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) raw[i] = next[i];
-  }
-}
-
-// Block amax over the CTA: per-warp shuffles, then one shared atomic per warp; the returned value
-// is read after a barrier, which also orders the caller's earlier shared stores before its reads.
-__device__ __forceinline__ float cta_amax(float a, uint32_t* shared_bits) {
-  a = group_amax<32>(a);
-  if ((threadIdx.x & 31) == 0) atomicMax(shared_bits, __float_as_uint(a));
-  __syncthreads();
-  return __uint_as_float(*shared_bits);
+    // scale_of and amax_bits are rewritten only after for_each_tile's barrier that ends this tile.
+  });
 }
 
 __global__ void __launch_bounds__(kThreads) fp8_blockwise_weight_kernel(const uint16_t* w, int64_t n, int64_t k,
                                                                         uint8_t* q, float* scales, uint8_t* q_t,
                                                                         float* scales_t) {
-  __shared__ __align__(16) uint16_t tile[kTile][kTile];
-  __shared__ uint32_t amax_bits[2];  // alternating per tile: the reset of one never races the read of the other
+  extern __shared__ __align__(16) uint8_t dynamic_smem[];
+  Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
+  __shared__ uint32_t amax_bits;
   const TileCoords band = band_coords();
-  const int slot = threadIdx.x % kSlots;
+  const int slot = threadIdx.x % kTileSlots;
   const int64_t tn = n / kTile, tk = k / kTile;
-  if (threadIdx.x < 2) amax_bits[threadIdx.x] = 0;
-  uint4 raw[kLoads], next[kLoads];
-  load_tile(raw, w, band, band.k0, n, k);
-  __syncthreads();
-  for (int tt = 0; tt < kBandTiles; ++tt) {
-    const int64_t k0 = band.k0 + tt * kTile;
-    if (k0 >= k) break;  // CTA-uniform
-    if (tt + 1 < kBandTiles && k0 + kTile < k) load_tile(next, w, band, k0 + kTile, n, k);
+  const uint16_t* expert = w + band.e * n * k;
+  auto issue = [&](int t, Bf16Tile& stage) { issue_tile(stage, expert, k, n, k, band.n0, band.k0 + t * kTile); };
+  for_each_tile(band_tiles(band, k), ring, issue, [&](int t, Bf16Tile& tile) {
+    const int64_t k0 = band.k0 + t * kTile;
+    uint4 raw[kTileLoads];
+    read_own_vectors(raw, tile);
     float a = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      if (q_t) *reinterpret_cast<uint4*>(&tile[threadIdx.x / kSlots + i * kRowsPerPass][slot * kVec]) = raw[i];
-      a = numeric::amax_nan(a, amax_bf16x8(raw[i]));
-    }
-    const float amax = cta_amax(a, &amax_bits[tt & 1]);
-    if (threadIdx.x == 0) amax_bits[(tt + 1) & 1] = 0;  // read by nobody until the next tile's barrier
+    for (int i = 0; i < kTileLoads; ++i) a = numeric::amax_nan(a, amax_bf16x8(raw[i]));
+    a = group_amax<32>(a);
+    if (threadIdx.x == 0) amax_bits = 0;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) atomicMax(&amax_bits, __float_as_uint(a));
+    __syncthreads();
+    const float amax = __uint_as_float(amax_bits);  // rewritten only after the barrier ending this tile
     const float scale = numeric::fp8_blockwise_scale(amax);
     const float mult = numeric::fp8_blockwise_multiplier(amax);
     const int64_t c = k0 + slot * kVec;
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int rr = threadIdx.x / kSlots + i * kRowsPerPass;
-      *reinterpret_cast<uint2*>(q + (band.e * n + band.n0 + rr) * k + c) = e4m3x8(unpack_bf16x8(raw[i]), mult);
-    }
+    for (int i = 0; i < kTileLoads; ++i)
+      *reinterpret_cast<uint2*>(q + (band.e * n + band.n0 + tile_row(i)) * k + c) = e4m3x8(unpack_bf16x8(raw[i]), mult);
     if (threadIdx.x == 0) scales[(band.e * tn + band.n0 / kTile) * tk + k0 / kTile] = scale;
-    if (q_t) {
-      if (threadIdx.x == 0) scales_t[(band.e * tk + k0 / kTile) * tn + band.n0 / kTile] = scale;
-      // Transposed: thread -> (column col, half of the rows); 64 contiguous bytes of row k0 + col.
-      const int col = threadIdx.x % kTile, half = threadIdx.x / kTile;
-      uint8_t* dst = q_t + (band.e * k + k0 + col) * n + band.n0 + half * (kTile / 2);
+    if (!q_t) return;
+    if (threadIdx.x == 0) scales_t[(band.e * tk + k0 / kTile) * tn + band.n0 / kTile] = scale;
+    // Transposed: thread -> (column col, half of the rows) quantizes 64 bytes of row k0 + col in
+    // registers, stages them in the tile's own stage once every thread has read it, and the tile
+    // goes out in whole 128-byte rows.
+    const int col = threadIdx.x % kTile, half = threadIdx.x / kTile;
+    uint4 out[kTile / 2 / 16];
 #pragma unroll
-      for (int r = 0; r < kTile / 2; r += 16) {
-        uint32_t wv[4];
+    for (int r = 0; r < kTile / 2; r += 16) {
+      uint32_t wv[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float f[4];
+      for (int j = 0; j < 4; ++j) {
+        float f[4];
 #pragma unroll
-          for (int m = 0; m < 4; ++m)
-            f[m] = numeric::mul_rn(ptx::bf16_lo_to_float(tile[half * (kTile / 2) + r + 4 * j + m][col]), mult);
-          wv[j] = numeric::float2_to_e4m3x2(f[0], f[1]) | (static_cast<uint32_t>(numeric::float2_to_e4m3x2(f[2], f[3])) << 16);
-        }
-        *reinterpret_cast<uint4*>(dst + r) = make_uint4(wv[0], wv[1], wv[2], wv[3]);
+        for (int m = 0; m < 4; ++m)
+          f[m] = numeric::mul_rn(ptx::bf16_lo_to_float(tile[half * (kTile / 2) + r + 4 * j + m][col]), mult);
+        wv[j] = numeric::float2_to_e4m3x2(f[0], f[1]) | (static_cast<uint32_t>(numeric::float2_to_e4m3x2(f[2], f[3])) << 16);
       }
+      out[r / 16] = make_uint4(wv[0], wv[1], wv[2], wv[3]);
     }
-    __syncthreads();  // the tile is rewritten, and amax_bits[(tt + 1) & 1] (reset above) accumulated, next
+    __syncthreads();
+    auto* qt = reinterpret_cast<uint8_t (*)[kTile]>(&tile[0][0]);
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) raw[i] = next[i];
-  }
+    for (int r = 0; r < kTile / 2 / 16; ++r) *reinterpret_cast<uint4*>(&qt[col][half * (kTile / 2) + r * 16]) = out[r];
+    __syncthreads();
+    store_byte_tile(qt, q_t + (band.e * k + k0) * n + band.n0, n, [](int, int) { return true; });
+  });
 }
 
 __global__ void __launch_bounds__(kThreads) transpose_e4m3_kernel(const uint8_t* q, const float* scales, int64_t n,
@@ -210,7 +200,8 @@ void check_weight(const char* name, int64_t num_experts, int64_t n, int64_t k, i
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
                                  uint8_t* fprop_scales, uint8_t* dgrad_scales, cudaStream_t stream) {
   check_weight("mxfp8_quantize_weight_tiles", num_experts, n, k, numeric::kMXBlock);
-  mxfp8_weight_tiles_kernel<<<tile_grid(num_experts, n, k, kBandTiles), kThreads, 0, stream>>>(
+  allow_dynamic_smem<mxfp8_weight_tiles_kernel>(kTileRingBytes);
+  mxfp8_weight_tiles_kernel<<<tile_grid(num_experts, n, k, kBandTiles), kThreads, kTileRingBytes, stream>>>(
       static_cast<const uint16_t*>(w_ENK), n, k, q_ENK, fprop_scales, dgrad_scales);
   DMOE_CUDA_CHECK_LAUNCH();
 }
@@ -220,7 +211,8 @@ void fp8_blockwise_quantize_weight(const void* w_ENK, int64_t num_experts, int64
   check_weight("fp8_blockwise_quantize_weight", num_experts, n, k, kTile);
   DMOE_CHECK_ARG((q_t_EKN == nullptr) == (scales_t == nullptr),
                  "fp8_blockwise_quantize_weight: the transposed data and scales come together");
-  fp8_blockwise_weight_kernel<<<tile_grid(num_experts, n, k, kBandTiles), kThreads, 0, stream>>>(
+  allow_dynamic_smem<fp8_blockwise_weight_kernel>(kTileRingBytes);
+  fp8_blockwise_weight_kernel<<<tile_grid(num_experts, n, k, kBandTiles), kThreads, kTileRingBytes, stream>>>(
       static_cast<const uint16_t*>(w_ENK), n, k, q_ENK, scales, q_t_EKN, scales_t);
   DMOE_CUDA_CHECK_LAUNCH();
 }

@@ -396,3 +396,24 @@ TEST(NumericNVFP4, GlobalScalesAreReciprocalThenMultiply) {
     ASSERT_EQ(nm::nvfp4_activation_token_scale_inv(row_scale), 1.0f / row_scale);
   }
 }
+
+TEST(NumericNVFP4, ReciprocalFormsOfTheWeightRulesGiveTheSameCodes) {
+  // The GPU quantizer's division-free forms (block scale through fl(1/6), element through the
+  // block scale's reciprocal) against the oracle's divisions, over amaxes of every magnitude.
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> ex(-40, 20);
+  for (int trial = 0; trial < 200000; ++trial) {
+    const float amax = std::ldexp(mant(rng), ex(rng));
+    const float gs = nm::nvfp4_weight_global_scale(amax * 1.5f);
+    const float bamax = amax * std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
+    const uint8_t s = nm::nvfp4_weight_block_scale(bamax, gs);
+    ASSERT_EQ(nm::nvfp4_weight_block_scale_by_reciprocal(bamax, gs), s) << bamax << " " << gs;
+    const float sf = nm::e4m3_to_float(s), sr = nm::rcp_rn(sf);
+    ASSERT_EQ(nm::float_bits(sr), nm::float_bits(nm::div_rn(1.0f, sf)));
+    for (float x : {bamax, -bamax, bamax * 0.37f, -bamax * 0.81f, bamax * 0.0625f}) {
+      ASSERT_EQ(nm::nvfp4_weight_quantize_value_by_reciprocal(x, gs, sf, sr), nm::nvfp4_weight_quantize_value(x, gs, s))
+          << x << " " << gs << " " << int(s);
+    }
+  }
+}

@@ -31,6 +31,16 @@ DMOE_HOST_DEVICE float div_rn(float a, float b) {
 #endif
 }
 
+// fl(1 / a): the correctly rounded reciprocal, equal to div_rn(1, a) (rcp.rn.f32 on device, shorter
+// than the general division).
+DMOE_HOST_DEVICE float rcp_rn(float a) {
+#if defined(__CUDA_ARCH__)
+  return __frcp_rn(a);
+#else
+  return 1.0f / a;
+#endif
+}
+
 // fl(a * b + c) with one rounding (an FMA).
 DMOE_HOST_DEVICE float fma_rn(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)

@@ -62,6 +62,12 @@ DMOE_HOST_DEVICE uint8_t nvfp4_weight_block_scale(float block_amax, float gs) {
   return detail::nvfp4_clamp_to_scale(div_rn(mul_rn(block_amax, gs), 6.0f));
 }
 
+// The same scale with the division by 6 done through fl(1/6) (div_rn_by_reciprocal: equal to the
+// division for |block_amax * gs| >= 2^-100; below, both quotients clamp to the 2^-9 floor).
+DMOE_HOST_DEVICE uint8_t nvfp4_weight_block_scale_by_reciprocal(float block_amax, float gs) {
+  return detail::nvfp4_clamp_to_scale(div_rn_by_reciprocal(mul_rn(block_amax, gs), 6.0f, kE2M1MaxReciprocal));
+}
+
 // q = e2m1_rn_satfinite(fl(fl(x * gs) / float(s))); reference 4.4 weights step 4.
 DMOE_HOST_DEVICE uint8_t nvfp4_weight_quantize_value(float x, float gs, uint8_t s) {
   return float_to_e2m1(div_rn(mul_rn(x, gs), e4m3_to_float(s)));
