@@ -57,6 +57,7 @@
 #include <string>
 #include <vector>
 
+#include "testing/bench_args.h"
 #include "testing/event_timing.h"
 #include "testing/main_guard.h"
 #include "dist_moe/error.h"
@@ -592,39 +593,32 @@ int bench_main(int argc, char** argv) {
   std::vector<std::string> routings = {"balanced", "random", "zipf"};
   int iters = 10;
   std::string csv;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--shapes") shapes = split(value());
-    else if (a == "--routing") routings = split(value());
-    else if (a == "--iters") iters = std::atoi(value().c_str());
-    else if (a == "--ep") g_ep = std::max(1, std::atoi(value().c_str()));
-    else if (a == "--csv") csv = value();
-    else if (a == "--sweep") g_sweep = true;
-    else if (a == "--sweep-match") g_sweep_match = value();
-    else if (a == "--rounds") g_rounds = std::max(1, std::atoi(value().c_str()));
-    else if (a == "--wgrad-accumulate") g_wgrad_accumulate = true;
-    else if (a == "--device-offsets") g_device_offsets = true;
-    else if (a == "--sms") {
-      for (const std::string& v : split(value())) g_sms.push_back(std::atoi(v.c_str()));
-    } else if (a == "--sustain-ms") g_sustain_ms = std::max(0, std::atoi(value().c_str()));
-    else if (a == "--ops") {
-      for (const std::string& op : split(value())) g_ops.insert(op);
-    } else {
-      const bool help = a == "-h" || a == "--help";
-      std::fprintf(help ? stdout : stderr,
-                   "usage: %s [--shapes a,b] [--routing balanced,random,zipf] [--iters N] [--csv FILE] [--sweep] "
-                   "[--ep N] [--sweep-match S] [--rounds R] [--ops a,b] [--wgrad-accumulate] [--device-offsets] [--sustain-ms MS] [--sms N,M]\n",
-                   argv[0]);
-      return help ? 0 : 2;
-    }
-  }
+  const int rc = testing::walk_bench_args(
+      argc, argv,
+      "[--shapes a,b] [--routing balanced,random,zipf] [--iters N] [--csv FILE] [--sweep] [--ep N] [--sweep-match S] "
+      "[--rounds R] [--ops a,b] [--wgrad-accumulate] [--device-offsets] [--sustain-ms MS] [--sms N,M]",
+      [&](const std::string& a, auto value) {
+        if (a == "--shapes") shapes = split(value());
+        else if (a == "--routing") routings = split(value());
+        else if (a == "--iters") iters = std::atoi(value().c_str());
+        else if (a == "--ep") g_ep = std::max(1, std::atoi(value().c_str()));
+        else if (a == "--csv") csv = value();
+        else if (a == "--sweep") g_sweep = true;
+        else if (a == "--sweep-match") g_sweep_match = value();
+        else if (a == "--rounds") g_rounds = std::max(1, std::atoi(value().c_str()));
+        else if (a == "--wgrad-accumulate") g_wgrad_accumulate = true;
+        else if (a == "--device-offsets") g_device_offsets = true;
+        else if (a == "--sms") {
+          for (const std::string& v : split(value())) g_sms.push_back(std::atoi(v.c_str()));
+        } else if (a == "--sustain-ms") g_sustain_ms = std::max(0, std::atoi(value().c_str()));
+        else if (a == "--ops") {
+          for (const std::string& op : split(value())) g_ops.insert(op);
+        } else {
+          return false;
+        }
+        return true;
+      });
+  if (rc >= 0) return rc;
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("SKIP: no CUDA device\n");

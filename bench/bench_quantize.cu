@@ -28,6 +28,7 @@
 #include "dist_moe/quantize_rows.h"
 #include "dist_moe/workloads.h"
 #include "quant/quantize.h"
+#include "testing/bench_args.h"
 #include "testing/device_buffer.h"
 #include "testing/event_timing.h"
 #include "testing/main_guard.h"
@@ -149,26 +150,16 @@ void run_weights(const Workload& w, cudaStream_t s) {
 
 int bench_main(int argc, char** argv) {
   std::string shapes = "dsv3_prefill,qwen3_30b";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&] {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return std::string(argv[++i]);
-    };
-    if (a == "--shapes") shapes = value();
-    else if (a == "--ep") g_ep = std::max(1, std::atoi(value().c_str()));
-    else if (a == "--iters") g_iters = std::max(1, std::atoi(value().c_str()));
-    else if (a == "--sustain-ms") g_sustain_ms = std::max(0.0, std::atof(value().c_str()));
-    else {
-      const bool help = a == "-h" || a == "--help";
-      std::fprintf(help ? stdout : stderr,
-                   "usage: bench_quantize [--shapes a,b] [--ep N] [--iters N] [--sustain-ms MS]\n");
-      return help ? 0 : 2;
-    }
-  }
+  const int rc = testing::walk_bench_args(argc, argv, "[--shapes a,b] [--ep N] [--iters N] [--sustain-ms MS]",
+                                          [&](const std::string& a, auto value) {
+                                            if (a == "--shapes") shapes = value();
+                                            else if (a == "--ep") g_ep = std::max(1, std::atoi(value().c_str()));
+                                            else if (a == "--iters") g_iters = std::max(1, std::atoi(value().c_str()));
+                                            else if (a == "--sustain-ms") g_sustain_ms = std::max(0.0, std::atof(value().c_str()));
+                                            else return false;
+                                            return true;
+                                          });
+  if (rc >= 0) return rc;
   cudaStream_t s;
   DMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cudaDeviceProp prop{};
