@@ -14,7 +14,8 @@ namespace dist_moe {
 int64_t nvfp4_packed_row_bytes(int64_t hidden);
 
 // x [T, D] BF16 (row stride in elements) -> T packed NVFP4 rows, row t at packed + t * out_row_stride
-// (bytes, >= nvfp4_packed_row_bytes(D), a multiple of 16). D % 16 == 0, D <= 16384.
+// (bytes, >= nvfp4_packed_row_bytes(D), a multiple of 16). D % 64 == 0 (the inverse scale sits
+// 4-byte aligned after D/2 + D/16 bytes), D <= 16384; x and the rows 16-byte aligned.
 void quantize_nvfp4_token_rows(const void* x_TD, int64_t tokens, int64_t hidden, int64_t x_row_stride, void* packed,
                                int64_t out_row_stride, cudaStream_t stream);
 

@@ -157,7 +157,8 @@ def quantize_nvfp4_token_rows(x_TD, out=None):
     ``[q D/2 | E4M3 scales D/16 | FP32 token_scale_inv | pad]``. ``out`` (optional) is a uint8
     ``[T, >= nvfp4_packed_row_bytes(D)]`` tensor whose rows may be strided (row stride a multiple of
     16 bytes, elements contiguous): the rows are written in place and ``out`` is returned; bytes of
-    ``out`` past the packed row are not touched. Enqueued on the current stream."""
+    ``out`` past the packed row are not touched. D % 64 == 0 and D <= 16384; ``x_TD`` and ``out``
+    16-byte aligned (the C++ launcher raises ValueError otherwise). Enqueued on the current stream."""
     if not isinstance(x_TD, torch.Tensor):
         raise TypeError("x_TD must be a torch.Tensor")
     if x_TD.dtype != torch.bfloat16:
