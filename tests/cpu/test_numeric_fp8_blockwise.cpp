@@ -23,26 +23,26 @@ using test_helpers::e4m3_grid;
 using test_helpers::kInf;
 using test_helpers::kNaN;
 
-// Documented scale rule: amax = 0 -> 1; amax below 448*2^-126 raised to it; NaN/Inf -> NaN.
-float ref_scale(const std::vector<float>& block) {
+// The block's amax with the documented floor: 0 for an all-zero block, NaN if any value is NaN/Inf.
+float ref_floored_amax(const std::vector<float>& block) {
   float amax = 0.0f;
   for (float v : block) {
     if (!std::isfinite(v)) return kNaN;
     amax = std::max(amax, std::fabs(v));
   }
-  if (amax == 0.0f) return 1.0f;
-  return std::max(amax, std::ldexp(448.0f, -126)) / 448.0f;
+  return amax == 0.0f ? 0.0f : std::max(amax, std::ldexp(448.0f, -126));
 }
 
-// Documented multiplier rule: 448 / amax with the same floor; amax = 0 -> 1; NaN/Inf -> NaN.
+// Documented scale rule: amax / 448; amax = 0 -> 1; NaN/Inf -> NaN.
+float ref_scale(const std::vector<float>& block) {
+  const float a = ref_floored_amax(block);
+  return a == 0.0f ? 1.0f : a / 448.0f;
+}
+
+// Documented multiplier rule: 448 / amax; amax = 0 -> 1; NaN/Inf -> NaN.
 float ref_multiplier(const std::vector<float>& block) {
-  float amax = 0.0f;
-  for (float v : block) {
-    if (!std::isfinite(v)) return kNaN;
-    amax = std::max(amax, std::fabs(v));
-  }
-  if (amax == 0.0f) return 1.0f;
-  return 448.0f / std::max(amax, std::ldexp(448.0f, -126));
+  const float a = ref_floored_amax(block);
+  return a == 0.0f ? 1.0f : 448.0f / a;
 }
 
 std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
