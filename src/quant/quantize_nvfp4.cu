@@ -37,12 +37,24 @@ __global__ void __launch_bounds__(kThreads) nvfp4_expert_amax_kernel(const uint1
   if ((threadIdx.x & 31) == 0) atomicMax(amax_bits_E + e, __float_as_uint(a));
 }
 
-// 8 values -> 8 E2M1 nibbles (element 0 in the low nibble of byte 0).
-template <class Quantize>
-__device__ __forceinline__ uint32_t e2m1x8(const Vec8& x, Quantize quantize) {
+// 8 nibbles (element 0 in the low nibble of byte 0): the E2M1 code of magnitude(|x_i|) = |y_i| with
+// x_i's sign bit. That is float_to_e2m1(y_i) whenever y_i = x_i * (a finite positive factor), the
+// quantizers' case when the block's factor is finite (sign of a product or quotient, zeros and
+// underflows included); a block whose factor is NaN is all 0x7, which the callers write themselves.
+// The sign comes from the BF16 bits and the code from FP32 arithmetic (numeric::e2m1_magnitude_code).
+constexpr uint32_t kE2M1NaNx8 = 0x77777777u;
+
+template <class Magnitude>
+__device__ __forceinline__ uint32_t e2m1x8_signed(const uint4& raw, Magnitude magnitude) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
   uint32_t out = 0;
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) out |= static_cast<uint32_t>(quantize(x.v[i])) << (4 * i);
+  for (int i = 0; i < kVec; ++i) {
+    const uint32_t word = w[i / 2];
+    const float abs_x = (i & 1) ? ptx::bf16_hi_to_float(word & 0x7fff0000u) : ptx::bf16_lo_to_float(word & 0x7fffu);
+    const uint32_t sign = (i & 1) ? (word >> 28) & 8u : (word >> 12) & 8u;
+    out |= (numeric::e2m1_magnitude_code(magnitude(abs_x)) | sign) << (4 * i);
+  }
   return out;
 }
 
@@ -70,10 +82,13 @@ __global__ void __launch_bounds__(kThreads) nvfp4_weight_kernel(const uint16_t* 
     if (i >= vecs) continue;
     const uint8_t s = numeric::nvfp4_weight_block_scale_by_reciprocal(bamax, gs);
     const float sf = numeric::e4m3_to_float(s), sr = numeric::rcp_rn(sf);
-    // q = e2m1(fl(fl(x * gs) / s)) with one reciprocal per block and no division at all.
+    // q = e2m1(fl(fl(x * gs) / s)) with one reciprocal per block and no division at all
+    // (nvfp4_weight_quantize_value_by_reciprocal, with the sign taken from x).
     const int64_t elem = e * per_expert + i * kVec;
-    *reinterpret_cast<uint32_t*>(q + elem / 2) = e2m1x8(
-        unpack_bf16x8(raw[j]), [&](float x) { return numeric::nvfp4_weight_quantize_value_by_reciprocal(x, gs, sf, sr); });
+    *reinterpret_cast<uint32_t*>(q + elem / 2) =
+        numeric::is_nan(gs) ? kE2M1NaNx8 : e2m1x8_signed(raw[j], [&](float abs_x) {
+          return numeric::div_rn_by_reciprocal_abs(numeric::mul_rn(abs_x, gs), sf, sr);
+        });
     if (i % kLanesPerBlock == 0) scales[elem / numeric::kNVFP4Block] = s;
   }
 }
@@ -120,8 +135,10 @@ __global__ void __launch_bounds__(kRowThreads) nvfp4_rows_kernel(Bf16Matrix x, N
     if (idx >= vecs) continue;
     const uint8_t s = numeric::nvfp4_activation_block_scale(bamax, row_scale);
     const float mult = numeric::nvfp4_activation_multiplier(row_scale, s);
+    // q = e2m1(fl(x * mult)) (nvfp4_activation_quantize_value, with the sign taken from x).
     *reinterpret_cast<uint32_t*>(out.q + t * out.q_row_stride + idx * (kVec / 2)) =
-        e2m1x8(unpack_bf16x8(raw[j]), [&](float xv) { return numeric::nvfp4_activation_quantize_value(xv, mult); });
+        numeric::is_nan(mult) ? kE2M1NaNx8
+                              : e2m1x8_signed(raw[j], [&](float abs_x) { return numeric::mul_rn(abs_x, mult); });
     if (idx % kLanesPerBlock == 0) out.scales[t * out.scale_row_stride + idx / kLanesPerBlock] = s;
   }
 }

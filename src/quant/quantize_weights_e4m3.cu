@@ -1,10 +1,13 @@
 // E4M3 weight quantizers, one 128x128 tile of one expert's [N, K] per CTA:
 // Each CTA walks a band of up to 8 tiles through a ring of cp.async stages (quant_common.cuh).
-//   mxfp8_weight_tiles_kernel   32x32 tiles (upstream's training weights): one qdata, the tile scale
-//                               written in the FPROP [E*N, K/32] and DGRAD [E*K, N/32] layouts
+//   mxfp8_weight_tiles_kernel   32x32 tiles (upstream's training weights): one qdata and the FPROP
+//                               scales [E*N, K/32]; mxfp8_dgrad_scales_kernel then writes the DGRAD
+//                               scales [E*K, N/32] from them
 //   fp8_blockwise_weight_kernel one 128x128 block: qdata, and the transposed copy DGRAD reads
 //   transpose_e4m3_kernel       a checkpoint's E4M3 block transposed (bytes unchanged)
 // Memory-bound; docs/perf.md ("GPU quantizers") has the prediction and the measurement.
+#include <algorithm>
+
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "quant/quant_common.cuh"
@@ -32,8 +35,7 @@ __device__ __forceinline__ int band_tiles(const TileCoords& band, int64_t k) {
 }
 
 __global__ void __launch_bounds__(kThreads) mxfp8_weight_tiles_kernel(const uint16_t* w, int64_t n, int64_t k,
-                                                                      uint8_t* q, uint8_t* fprop_scales,
-                                                                      uint8_t* dgrad_scales) {
+                                                                      uint8_t* q, uint8_t* fprop_scales) {
   constexpr int kSub = kTile / numeric::kMXBlock;  // 32x32 tiles per side (4)
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
@@ -41,7 +43,7 @@ __global__ void __launch_bounds__(kThreads) mxfp8_weight_tiles_kernel(const uint
   __shared__ uint8_t scale_of[kSub][kSub];
   const TileCoords band = band_coords();
   const int slot = threadIdx.x % kTileSlots;
-  const int64_t kb = k / numeric::kMXBlock, nb = n / numeric::kMXBlock;
+  const int64_t kb = k / numeric::kMXBlock;
   const uint16_t* expert = w + band.e * n * k;
   auto issue = [&](int t, Bf16Tile& stage) { issue_tile(stage, expert, k, n, k, band.n0, band.k0 + t * kTile); };
   for_each_tile(band_tiles(band, k), ring, issue, [&](int t, Bf16Tile& tile) {
@@ -75,20 +77,33 @@ __global__ void __launch_bounds__(kThreads) mxfp8_weight_tiles_kernel(const uint
       *reinterpret_cast<uint2*>(q + (band.e * n + r) * k + c) = e4m3x8(unpack_bf16x8(raw[i]), numeric::e8m0_reciprocal(s));
       if (slot % 4 == 0) fprop_scales[(band.e * n + r) * kb + c / numeric::kMXBlock] = s;
     }
-    // DGRAD scales: column k0 + col of expert e gets this tile's kSub band scales, consecutive bytes
-    // (one 4-byte store where they are aligned: every row of DGRAD scales is another line).
-    if (threadIdx.x < kTile && k0 + threadIdx.x < k) {
-      uint8_t* d = dgrad_scales + (band.e * k + k0 + threadIdx.x) * nb + band.n0 / numeric::kMXBlock;
-      const int col_block = threadIdx.x / numeric::kMXBlock;
-      if (band.n0 + kTile <= n && reinterpret_cast<uintptr_t>(d) % 4 == 0) {
-        *reinterpret_cast<uint32_t*>(d) = scale_of[0][col_block] | (scale_of[1][col_block] << 8) |
-                                          (scale_of[2][col_block] << 16) | (uint32_t{scale_of[3][col_block]} << 24);
-      } else {
-        for (int j = 0; j < kSub && band.n0 + j * numeric::kMXBlock < n; ++j) d[j] = scale_of[j][col_block];
-      }
-    }
     // scale_of and amax_bits are rewritten only after for_each_tile's barrier that ends this tile.
   });
+}
+
+// DGRAD scales [E*K, N/32] from the FPROP scales [E*N, K/32]: the 32x32 tile (i, j) of expert e is
+// FPROP row e*N + 32i, column j, so DGRAD[e*K + c][i] = FPROP[e*N + 32i][c/32]. Written here in
+// whole rows (four bytes a thread) rather than by the tile kernel, where every DGRAD row of a tile
+// was another line and partly written sectors kept the tile kernel L2-bound (ncu, s16 run 6).
+__global__ void __launch_bounds__(256) mxfp8_dgrad_scales_kernel(const uint8_t* fprop_scales, int64_t n, int64_t k,
+                                                                 int64_t num_experts, uint8_t* dgrad_scales) {
+  const int64_t nb = n / numeric::kMXBlock, kb = k / numeric::kMXBlock;
+  const int64_t words_per_row = (nb + 3) / 4;
+  const int64_t total = num_experts * k * words_per_row;
+  for (int64_t w = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w < total;
+       w += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = w / words_per_row, i0 = (w % words_per_row) * 4;  // DGRAD row e*K + c, bytes i0..
+    const int64_t e = row / k, c = row % k;
+    const uint8_t* src = fprop_scales + (e * n) * kb + c / numeric::kMXBlock;
+    uint8_t* dst = dgrad_scales + row * nb + i0;
+    if (i0 + 4 <= nb && nb % 4 == 0) {
+      *reinterpret_cast<uint32_t*>(dst) = src[(i0 + 0) * numeric::kMXBlock * kb] | (src[(i0 + 1) * numeric::kMXBlock * kb] << 8) |
+                                          (src[(i0 + 2) * numeric::kMXBlock * kb] << 16) |
+                                          (uint32_t{src[(i0 + 3) * numeric::kMXBlock * kb]} << 24);
+    } else {
+      for (int64_t i = i0; i < i0 + 4 && i < nb; ++i) dst[i - i0] = src[i * numeric::kMXBlock * kb];
+    }
+  }
 }
 
 __global__ void __launch_bounds__(kThreads) fp8_blockwise_weight_kernel(const uint16_t* w, int64_t n, int64_t k,
@@ -202,7 +217,11 @@ void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t
   check_weight("mxfp8_quantize_weight_tiles", num_experts, n, k, numeric::kMXBlock);
   allow_dynamic_smem<mxfp8_weight_tiles_kernel>(kTileRingBytes);
   mxfp8_weight_tiles_kernel<<<tile_grid(num_experts, n, k, kBandTiles), kThreads, kTileRingBytes, stream>>>(
-      static_cast<const uint16_t*>(w_ENK), n, k, q_ENK, fprop_scales, dgrad_scales);
+      static_cast<const uint16_t*>(w_ENK), n, k, q_ENK, fprop_scales);
+  DMOE_CUDA_CHECK_LAUNCH();
+  const int64_t words = num_experts * k * ((n / numeric::kMXBlock + 3) / 4);
+  mxfp8_dgrad_scales_kernel<<<static_cast<unsigned>(std::min<int64_t>((words + 255) / 256, 8192)), 256, 0, stream>>>(
+      fprop_scales, n, k, num_experts, dgrad_scales);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

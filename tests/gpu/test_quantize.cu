@@ -52,7 +52,7 @@ HostBf16 random_bf16(int64_t rows, int64_t cols, uint64_t seed) {
 void add_crafted_rows(HostBf16& h) {
   const int64_t C = h.cols;
   const float nan = std::nanf(""), inf = INFINITY;
-  for (int64_t c = 0; c < C; ++c) h.set(0 * C + c, 0.0f);                                    // all zeros
+  for (int64_t c = 0; c < C; ++c) h.set(0 * C + c, c % 2 ? -0.0f : 0.0f);                     // all zeros, both signs
   h.set(1 * C + 5, nan);                                                                     // NaN in block 0
   h.set(1 * C + 200, -inf);                                                                  // -Inf in another block
   for (int64_t c = 0; c < C; ++c) {

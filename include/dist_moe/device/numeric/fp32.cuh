@@ -56,12 +56,14 @@ DMOE_HOST_DEVICE float fma_rn(float a, float b, float c) {
 // of a against every E4M3 scale); below that the FMA's residual underflows and the quotient may be
 // an ulp off, but it is then < 2^-90 and rounds to an E2M1 zero of a's sign either way. The NVFP4
 // weight quantizer divides every element by its block scale, so this is its inner loop.
-DMOE_HOST_DEVICE float div_rn_by_reciprocal(float a, float b, float rb) {
-  const uint32_t sign = float_bits(a) & 0x80000000u;
-  const float m = bits_float(float_bits(a) & 0x7fffffffu);
+DMOE_HOST_DEVICE float div_rn_by_reciprocal_abs(float m, float b, float rb) {  // m = |a|
   const float q = mul_rn(m, rb);
   const float r = fma_rn(-q, b, m);
-  return bits_float(float_bits(fma_rn(r, rb, q)) | sign);
+  return fma_rn(r, rb, q);
+}
+DMOE_HOST_DEVICE float div_rn_by_reciprocal(float a, float b, float rb) {
+  const uint32_t sign = float_bits(a) & 0x80000000u;
+  return bits_float(float_bits(div_rn_by_reciprocal_abs(bits_float(float_bits(a) & 0x7fffffffu), b, rb)) | sign);
 }
 
 // Bits of |x| (sign cleared). For non-NaN values, integer order of these bits is the order of |x|;

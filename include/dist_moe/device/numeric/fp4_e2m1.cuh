@@ -9,6 +9,7 @@
 // Packing (reference section 4.1, float4_e2m1fn_x2): two per byte, element 0 in the low nibble.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "dist_moe/device/numeric/fp32.cuh"
@@ -45,21 +46,32 @@ DMOE_HOST_DEVICE uint8_t float_to_e2m1_portable(float x) {
   return static_cast<uint8_t>(sign | q);
 }
 
-// float -> E2M1 nibble, the same bits as float_to_e2m1_portable without a branch (selects only):
-// the quantize kernels call it once per element, and divergent range branches made the NVFP4
-// quantizers issue-bound. |x| >= 1 keeps one mantissa bit with the RNE carry trick (codes 2..7,
-// clamped at 7); |x| < 1 is two compares (> 0.25 and >= 0.75 are the RNE boundaries of the
-// codes 0 | 1 | 2); NaN -> 0x7 without its sign. Checked against the portable rule on every
-// float (GPU test) and on the CPU.
+// E2M1 magnitude code (0..7) of |x| >= 0 in FP32 arithmetic, no branch: with v = min(|x|, 6), the
+// code is rint(v * k) + o for (k, o) = (2, 0) below 2, (1, 2) below 4 and (1/2, 4) above -- the
+// E2M1 grid's steps are 0.5, 1 and 2 there -- and one FMA against 1.5 * 2^23 + o rounds v * k to an
+// integer with RNE (E2M1's ties are exactly these roundings: 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5)
+// and leaves rint(v * k) + o in the low mantissa bits. NaN and Inf give 6 -> 7. Floating-point
+// operations rather than integer ones: Hopper issues FP32 at twice the integer rate, and the NVFP4
+// quantizers run this once per element.
+DMOE_HOST_DEVICE uint32_t e2m1_magnitude_code(float abs_x) {
+#if defined(__CUDA_ARCH__)
+  const float v = fminf(abs_x, 6.0f);  // fmin(NaN, 6) = 6
+#else
+  const float v = std::fmin(abs_x, 6.0f);
+#endif
+  const bool below2 = v < 2.0f, below4 = v < 4.0f;
+  const float k = below2 ? 2.0f : (below4 ? 1.0f : 0.5f);
+  const float c = below2 ? 12582912.0f : (below4 ? 12582914.0f : 12582916.0f);  // 1.5 * 2^23 + o
+  return float_bits(fma_rn(v, k, c)) & 7u;
+}
+
+// float -> E2M1 nibble, the same bits as float_to_e2m1_portable without a branch: the magnitude
+// code above, the sign bit, and NaN -> 0x7 without its sign. Checked against the portable rule on
+// every float (GPU test) and on a sample of them (CPU test).
 DMOE_HOST_DEVICE uint8_t float_to_e2m1(float x) {
   const uint32_t u = float_bits(x);
-  const uint32_t a = u & 0x7fffffffu;
-  const uint32_t sign = (u >> 28) & 0x8u;
-  const uint32_t big = ((a + 0x1fffffu + ((a >> 22) & 1u)) >> 22) - (126u << 1);
-  const uint32_t small = static_cast<uint32_t>(a > 0x3e800000u) + static_cast<uint32_t>(a >= 0x3f400000u);
-  uint32_t code = a >= 0x3f800000u ? (big < 7u ? big : 7u) : small;
-  code |= sign;
-  return static_cast<uint8_t>(a > 0x7f800000u ? kE2M1MaxCode : code);
+  const uint32_t code = e2m1_magnitude_code(bits_float(u & 0x7fffffffu)) | ((u >> 28) & 0x8u);
+  return static_cast<uint8_t>((u & 0x7fffffffu) > 0x7f800000u ? kE2M1MaxCode : code);
 }
 
 // E2M1 nibble -> float, exact. Only the low 4 bits of `nibble` are read.
