@@ -5,14 +5,18 @@
 #   tests  dist_moe_gpu_tests --gtest_filter='GroupedGemm*';
 #   bench  bench_grouped_gemm (ours, cuBLAS dense, HBM copy; the sweep: every compiled configuration);
 #   peer   torch._grouped_mm on the same counts (bench/grouped_mm_peer.py);
+#   fp8peer  the same with --fp8: the stock FP8 peers of our FP8 GEMMs after each BF16 row
+#          (torch._scaled_grouped_mm rowwise E4M3, dense torch._scaled_mm and BF16 torch.mm of the
+#          op's size) and its FP8 check against a float reference (PASS/FAIL in the summary);
 #   exp    bench_grouped_gemm again with DMOE_GEMM_EXPERIMENTAL=1 (heuristic rows only) and an A/B
 #          table, default pick vs experimental pick (docs/perf_history.md G8-G10);
 # then gemm_summary.txt: ours / cuBLAS, ours / torch per shape, routing and op, the targets, the
 # geometric means of x torch, the sweep table (scripts/gpu_stages/gemm_tables.py).
 # Files: gemm.log (the stage's console), gemm_summary.txt, gemm_ptxas_sass.txt, gemm_tests.log,
-# gemm_bench.log, gemm_bench.csv, gemm_peer.log, gemm_bench_exp.log; the CSVs also in $WORK, so a
-# later call can run `peer` alone and still get the joined table.
-#   GEMM_STEPS [ptxas tests bench peer]   the steps (exp: see above)
+# gemm_bench.log, gemm_bench.csv, gemm_peer.log, gemm_bench_exp.log, gemm_fp8_peer.log,
+# gemm_fp8_peer.csv; the CSVs also in $WORK, so a later call can run `peer` alone and still get the
+# joined table.
+#   GEMM_STEPS [ptxas tests bench peer]   the steps (exp, fp8peer: see above)
 #   GEMM_SHAPES [all four]                --shapes, ours and the peer's (dsv3_prefill,dsv3_decode: quick)
 #   GEMM_ROUTING [balanced,random,zipf]   --routing, ours and the peer's
 #   GEMM_EP [2]                           per-rank sizes of an EP-N run (E/N local experts), both sides
@@ -28,7 +32,7 @@
 stage_gemm() {
   local steps=${GEMM_STEPS:-ptxas tests bench peer} log="$OUT/gemm.log" rc
   local -a bench_args=() peer_args=() exp_args=()
-  local -A result=([ptxas]=SKIP [sass]=SKIP [tests]=SKIP [bench]=SKIP [peer]=SKIP [exp]=SKIP)
+  local -A result=([ptxas]=SKIP [sass]=SKIP [tests]=SKIP [bench]=SKIP [peer]=SKIP [exp]=SKIP [fp8peer]=SKIP)
   local py=${PYTHON:-python3} report="$OUT/gemm_ptxas_sass.txt" gsum="$OUT/gemm_summary.txt"
   want() { [[ " $steps " == *" $1 "* ]]; }
   if [ -n "${GEMM_SHAPES:-}" ]; then bench_args+=(--shapes "$GEMM_SHAPES"); peer_args+=(--shapes "$GEMM_SHAPES"); fi
@@ -112,6 +116,17 @@ stage_gemm() {
     tail -3 "$OUT/gemm_peer.log" >> "$log"
   fi
 
+  if want fp8peer; then
+    echo "=== FP8 peers (torch._scaled_grouped_mm, _scaled_mm, dense BF16) -> gemm_fp8_peer.log, gemm_fp8_peer.csv" >> "$log"
+    rm -f "$OUT/gemm_fp8_peer.csv"
+    x timeout 1500 "$py" bench/grouped_mm_peer.py --fp8 "${peer_args[@]}" --fp8-csv "$OUT/gemm_fp8_peer.csv" \
+      > "$OUT/gemm_fp8_peer.log" 2>&1
+    rc=$?
+    result[fp8peer]=$([ $rc = 0 ] && echo RAN || echo "FAIL(rc=$rc)")
+    grep -q "^FP8 check: FAIL" "$OUT/gemm_fp8_peer.log" 2> /dev/null && result[fp8peer]="${result[fp8peer]} (FP8 check FAIL)"
+    tail -3 "$OUT/gemm_fp8_peer.log" >> "$log"
+  fi
+
   $py scripts/gpu_stages/gemm_tables.py join "$WORK/gemm_bench.csv" "$WORK/gemm_peer.csv" >> "$gsum" 2>&1
   want exp && $py scripts/gpu_stages/gemm_tables.py ab "$WORK/gemm_bench.csv" "$WORK/gemm_bench_exp.csv" >> "$gsum" 2>&1
   {
@@ -119,7 +134,8 @@ stage_gemm() {
     echo "=== grouped GEMM GPU check: summary ==="
     cat "$WORK/gemm_gpu.txt"
     printf '%-8s %s\n' ptxas "${result[ptxas]}" sass "${result[sass]}" tests "${result[tests]}" \
-      bench "${result[bench]}" peer "${result[peer]}" exp "${result[exp]}"
+      bench "${result[bench]}" peer "${result[peer]}" exp "${result[exp]}" fp8peer "${result[fp8peer]}"
+    [ -f "$OUT/gemm_fp8_peer.log" ] && grep -E "^fp8 peer" "$OUT/gemm_fp8_peer.log"
     [ -f "$OUT/gemm_tests.log" ] && grep -E "^\[  FAILED  \]" "$OUT/gemm_tests.log" | head -20
     [ -f "$report" ] && tail -1 "$report"
   } > "$WORK/gemm_steps.txt"
