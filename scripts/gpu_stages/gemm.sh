@@ -135,7 +135,7 @@ stage_gemm() {
     cat "$WORK/gemm_gpu.txt"
     printf '%-8s %s\n' ptxas "${result[ptxas]}" sass "${result[sass]}" tests "${result[tests]}" \
       bench "${result[bench]}" peer "${result[peer]}" exp "${result[exp]}" fp8peer "${result[fp8peer]}"
-    [ -f "$OUT/gemm_fp8_peer.log" ] && grep -E "^fp8 peer" "$OUT/gemm_fp8_peer.log"
+    want fp8peer && [ -f "$OUT/gemm_fp8_peer.log" ] && grep -E "^fp8 peer" "$OUT/gemm_fp8_peer.log"
     [ -f "$OUT/gemm_tests.log" ] && grep -E "^\[  FAILED  \]" "$OUT/gemm_tests.log" | head -20
     [ -f "$report" ] && tail -1 "$report"
   } > "$WORK/gemm_steps.txt"
