@@ -71,7 +71,7 @@ stage_gemm() {
     else
       result[ptxas]="FAIL(build)"
     fi
-  else
+  elif want tests || want bench || want exp; then  # peer and fp8peer are Python only: no build
     build_targets gemm dist_moe_gpu_tests bench_grouped_gemm || return 1
   fi
 
