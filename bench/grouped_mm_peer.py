@@ -27,7 +27,7 @@ scales: one per row of the row operand, one per output column per expert; BF16 o
     w2_wgrad   grad_W2  = _scaled_grouped_mm((grad_h3^T)_8, ((h2^T)_8)^T, ...)   (2d x 2d, K-grouped:
                the token-major operands are stored transposed, scales are per row per group; the
                kernel needs every K group a multiple of 16 and non-empty, so each expert's rows are
-               zero-padded up to 16 (note "pad16 +N rows"); FLOPs count the real rows only)
+               zero-padded up to 16 (note "K groups padded to x16 (+N rows)"); FLOPs: real rows only)
   fp8 dense    torch._scaled_mm, rowwise (scale_a [m, 1], scale_b [1, n]; cuBLASLt on SM90 with cuBLAS
                >= 12.9), one dense GEMM with the grouped dimension collapsed to its total and the op's
                own N and K: fprop [M, K] x [K, N]; dgrad [M, N_w] x [N_w, K_w]; wgrad [N_w, M] x [M, K_w]
@@ -38,6 +38,8 @@ Operands are random (randn, never zero), quantized outside the timed region with
 as the BF16 row), with the same warm-up and --sustain-ms as the BF16 rows, right after them.
 --fp8-csv FILE: shape,routing,op,fp8_grouped_ms,fp8_grouped_tflops,fp8_dense_ms,fp8_dense_tflops,
 bf16_dense_ms,bf16_dense_tflops,note (nan where torch refused; the note says why).
+use_fast_accum=False unless --fp8-fast-accum; --fp8-align-rows A pads the M-grouped ops' groups too
+(not needed: torch's SM90 kernel takes any row count there, empty groups included).
 --check (and the start of every --fp8 run): the FP8 peers on a small shape with uneven, unaligned and
 empty groups against a float reference of the same quantized operands (relative L2 < 2e-2): PASS/FAIL.
 
@@ -490,7 +492,9 @@ def main():
                 note = "; ".join(notes).replace(",", ";")
 
                 def fmt(ms):  # ms is nan where torch refused
-                    return f"{'n/a':>9s} ms {'n/a':>7s} TF" if ms != ms else f"{ms:9.3f} ms {flops / (ms * 1e9):7.1f} TF"
+                    if ms != ms:
+                        return f"{'n/a':>9s} ms {'n/a':>7s} TF"
+                    return f"{ms:9.3f} ms {flops / (ms * 1e9):7.1f} TF"
 
                 print(f"{name:13s} {routing:8s} {op:15s} fp8 grouped {fmt(res[0])} | fp8 dense {fmt(res[1])} | "
                       f"bf16 dense {fmt(res[2])} {note}")
