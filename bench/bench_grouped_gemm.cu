@@ -28,7 +28,10 @@
 // clock and thermal drift over a sweep then hit every configuration alike (one-shot sweeps showed
 // up to 30% between identical kernels timed a minute apart).
 // --ops a,b: only these ops (names as printed: w13_fprop, w13_fprop_noh1, w2_fprop, w13_gather,
-// w2_scatter, w13_dgrad, w2_dgrad, w13_wgrad, w2_wgrad, w13_wgrad_fp32, w2_wgrad_fp32).
+// w2_scatter, w13_dgrad, w2_dgrad, w13_wgrad, w2_wgrad, w13_wgrad_fp32, w2_wgrad_fp32,
+// w13_fprop_fp8, w2_fprop_fp8). The FP8-blockwise ops ("fp8" lines) time every compiled FP8
+// configuration against our BF16 kernel's pick on the same rows, interleaved over --rounds, and
+// print the ratio x bf16 (target >= 1.6) and x cuBLAS dense BF16.
 // --sustain-ms MS: before timing any call (ours, cuBLAS, the HBM copy), run it MS milliseconds
 // untimed, so that every measurement starts from the same power-limited state; the torch peer
 // (bench/grouped_mm_peer.py) takes the same flag. Without it, the first calls after a pause run at
@@ -63,6 +66,7 @@
 #include "dist_moe/error.h"
 #include "dist_moe/grouped_gemm.h"
 #include "dist_moe/workloads.h"
+#include "quant/quantize.h"
 
 namespace {
 
@@ -492,6 +496,115 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     report({name, routing, "w13_fprop_noh1", cfg13, ms, w13_flops / (ms * 1e9), cb13, 0, 0, 0, "compute"});
   }
   const double ms_w2 = measure("w2_fprop", GroupedGemmOp::kFprop, DType::kBFloat16, w2_flops, 0, cb2, run_w2);
+
+  // ---- FP8 blockwise FPROP next to our BF16 kernel on the same rows (issue: >= 1.6x BF16) ----
+  // Operands quantized by the GPU quantizers (x, h2 in 1x128 rows; W13, W2 in 128x128 blocks).
+  // Every compiled FP8 configuration and the BF16 pick are timed in interleaved rounds (--rounds).
+  if (want("w13_fprop_fp8") || want("w2_fprop_fp8")) {
+    const int64_t ld = (M + 3) / 4 * 4;
+    Buffer xq(static_cast<size_t>(M * D)), xs(static_cast<size_t>(D / 128 * ld) * 4),
+        h2q(static_cast<size_t>(M * F)), h2s(static_cast<size_t>(F / 128 * ld) * 4),
+        w13q(static_cast<size_t>(E * 2 * F * D)), w13s(static_cast<size_t>(E * 2 * F / 128 * (D / 128)) * 4),
+        w2q(static_cast<size_t>(E * D * F)), w2s(static_cast<size_t>(E * D / 128 * (F / 128)) * 4);
+    auto quantize_rows = [&](const Buffer& src, int64_t cols, Buffer& q, Buffer& sc) {
+      quant::fp8_blockwise_quantize_rows(quant::Bf16Matrix{src.p, M, cols, cols},
+                                         quant::Fp8BlockwiseOut{static_cast<uint8_t*>(q.p), cols,
+                                                                static_cast<float*>(sc.p), 1, ld},
+                                         nullptr);
+    };
+    quantize_rows(x, D, xq, xs);
+    quantize_rows(h2, F, h2q, h2s);
+    quant::fp8_blockwise_quantize_weight(w13.p, E, 2 * F, D, static_cast<uint8_t*>(w13q.p),
+                                         static_cast<float*>(w13s.p), nullptr, nullptr, nullptr);
+    quant::fp8_blockwise_quantize_weight(w2.p, E, D, F, static_cast<uint8_t*>(w2q.p), static_cast<float*>(w2s.p),
+                                         nullptr, nullptr, nullptr);
+    BENCH_CUDA(cudaDeviceSynchronize());
+    auto fp8_common = [&](int64_t n, int64_t k, const Buffer& as, const Buffer& bs) {
+      GroupedGemmCommon c = common(n, k);
+      c.a_format = kFp8BlockwiseRows;
+      c.b_format = kFp8BlockwiseWeight;
+      c.scales.a = static_cast<const float*>(as.p);
+      c.scales.a_ld = ld;
+      c.scales.b = static_cast<const float*>(bs.p);
+      return c;
+    };
+    struct Fp8Op {
+      std::string name;
+      GroupedGemmOp op;
+      double flops, cublas_tf;
+      std::function<void(const GroupedGemmConfig*)> bf16, fp8;
+      int64_t n, k;
+    };
+    W13FpropArgs f13 = w13a;
+    f13.common = fp8_common(2 * F, D, xs, w13s);
+    f13.a = xq.p;
+    f13.w13 = w13q.p;
+    f13.a_offset = nullptr;
+    FpropArgs f2 = w2a;
+    f2.common = fp8_common(D, F, h2s, w2s);
+    f2.a = h2q.p;
+    f2.w = w2q.p;
+    f2.a_offset = nullptr;
+    const std::vector<Fp8Op> fp8_ops = {
+        {"w13_fprop_fp8", GroupedGemmOp::kFpropSwiglu, w13_flops, cb13, run_w13,
+         [&](const GroupedGemmConfig* cfg) {
+           W13FpropArgs a = f13;
+           a.common.config = cfg;
+           grouped_gemm_w13_fprop(a, nullptr);
+         },
+         2 * F, D},
+        {"w2_fprop_fp8", GroupedGemmOp::kFprop, w2_flops, cb2, run_w2,
+         [&](const GroupedGemmConfig* cfg) {
+           FpropArgs a = f2;
+           a.common.config = cfg;
+           grouped_gemm_fprop(a, nullptr);
+         },
+         D, F},
+    };
+    for (const Fp8Op& op : fp8_ops) {
+      if (!want(op.name)) continue;
+      GroupedGemmProblem p;
+      p.op = op.op;
+      p.m_capacity = M;
+      p.n = op.n;
+      p.k = op.k;
+      p.e_local = E;
+      p.a_format = kFp8BlockwiseRows;
+      p.b_format = kFp8BlockwiseWeight;
+      int dev = 0, sms = 0;
+      BENCH_CUDA(cudaGetDevice(&dev));
+      BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      const std::string pick = select_grouped_gemm_config(p, sms).name();
+      const std::vector<GroupedGemmConfig> all =
+          grouped_gemm_configs(op.op, DType::kBFloat16, false, kFp8BlockwiseRows, kFp8BlockwiseWeight);
+      // Slot 0: our BF16 kernel (heuristic pick); slot 1: the FP8 pick; then every FP8 configuration.
+      std::vector<std::function<void()>> runs = {[&] { op.bf16(nullptr); }, [&] { op.fp8(nullptr); }};
+      std::vector<std::string> names = {"bf16 pick", pick + " (pick)"};
+      for (const GroupedGemmConfig& c : all) {
+        runs.push_back([&op, &c] { op.fp8(&c); });
+        names.push_back(c.name());
+      }
+      std::vector<std::vector<double>> per(runs.size());
+      for (int round = 0; round < g_rounds; ++round)
+        for (size_t i = 0; i < runs.size(); ++i) per[i].push_back(time_ms(runs[i], iters));
+      std::vector<double> ms(runs.size());
+      for (size_t i = 0; i < runs.size(); ++i) {
+        std::sort(per[i].begin(), per[i].end());
+        ms[i] = per[i][per[i].size() / 2];
+      }
+      for (size_t i = 1; i < runs.size(); ++i) {
+        const double tf = op.flops / (ms[i] * 1e9), x_bf16 = ms[0] / ms[i];
+        std::printf("fp8 %-13s %-8s %-14s %-30s %8.3f ms %7.1f TFLOP/s  bf16 %8.3f ms  x bf16 %.2f  %s  x cuBLAS bf16 %.2f\n",
+                    name.c_str(), routing.c_str(), op.name.c_str(), names[i].c_str(), ms[i], tf, ms[0], x_bf16,
+                    x_bf16 >= 1.6 ? "MET(>=1.6)" : "MISSED(>=1.6)", tf / op.cublas_tf);
+        if (g_csv)
+          std::fprintf(g_csv, "%s,%s,%s,%s,%s,%.5f,%.2f,%.2f,%.1f,%.1f,%.5f,%.2f\n", name.c_str(), routing.c_str(),
+                       op.name.c_str(), i == 1 ? "fp8" : "fp8_sweep", names[i].c_str(), ms[i], tf, op.cublas_tf, 0.0,
+                       0.0, ms[0], 0.0);
+      }
+      std::fflush(stdout);
+    }
+  }
 
   // ---- fused-pipeline variants on local rows: gather (W13) and scatter (W2) ----
   // (Their ratio is against the contiguous kernel's time: they run when that op ran too.)

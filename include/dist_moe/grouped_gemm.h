@@ -1,5 +1,6 @@
-// Grouped GEMMs of the routed experts on SM90 (H100/H200), BF16 inputs, FP32 accumulation (the
-// operand formats of GroupedGemmCommon name the inputs; BF16 is the only one compiled so far).
+// Grouped GEMMs of the routed experts on SM90 (H100/H200), FP32 accumulation: BF16 inputs, and
+// FP8-blockwise inputs (E4M3 with FP32 1x128 / 128x128 block scales) for FPROP and W13 FPROP
+// (GroupedGemmCommon's operand formats name the inputs, OperandScales their scales).
 //
 // Row buffers are grouped by expert: expert e owns rows [offset_e, offset_e + counts[e]) with
 // offset_e = counts[0] + ... + counts[e-1]. `counts` is an int32 [e_local] array on the device
@@ -78,6 +79,22 @@ struct ScatterArgs {
   const float* row_scale = nullptr;  // [m_capacity] or nullptr
 };
 
+// Block scales of operands whose format has them (OperandFormat::scale != kNone), as the
+// quantizers write them (docs/formats.md "GPU layouts"). FP8 blockwise (kFp8BlockwiseRows x
+// kFp8BlockwiseWeight for FPROP and W13 FPROP; DGRAD: x kFp8BlockwiseWeightT):
+//   a   FP32 [c / 128, a_ld] k-block-major, c = the A rows' width (FPROP k, DGRAD n): the scale of
+//       row m's block j at a[j * a_ld + m] (a_ld >= m_capacity, a multiple of 4: the rows stride)
+//   b   FP32 [e_local, n / 128, k / 128] (a DeepSeek-V3 checkpoint's weight_scale_inv per expert);
+//       DGRAD's transposed copy: [e_local, k / 128, n / 128]
+// DGRAD with FP8 blockwise reads the weight's transposed copy, w = [e_local, k, n] E4M3 (E4M3
+// wgmma has no transposed operands), which prepare_fp8_blockwise_weight writes (dgrad fields).
+// Operands without scales take nullptr.
+struct OperandScales {
+  const float* a = nullptr;
+  int64_t a_ld = 0;
+  const float* b = nullptr;
+};
+
 // Fields every call has.
 struct GroupedGemmCommon {
   const int32_t* counts = nullptr;  // device [e_local]
@@ -90,10 +107,12 @@ struct GroupedGemmCommon {
   // (the GEMM kernels themselves trap without a message). Turn off where routing already checked.
   bool validate_counts = true;
   // What the two input operands hold (grouped_gemm_config.h; A and B as GroupedGemmProblem names
-  // them). Only BF16 without scales is compiled: any other format throws kInvalidValue naming both
-  // formats, before anything is launched.
+  // them). Compiled: BF16 without scales (every op), and FP8 blockwise for FPROP, W13 FPROP and
+  // DGRAD (BF16 output; no gather producer); any other pair throws
+  // kInvalidValue naming both formats, before anything is launched.
   OperandFormat a_format;
   OperandFormat b_format;
+  OperandScales scales;  // the operands' block scales, where their formats have them
 };
 
 struct FpropArgs {

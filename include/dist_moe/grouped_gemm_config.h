@@ -20,8 +20,9 @@ enum class GroupedGemmOp {
 const char* to_string(GroupedGemmOp op);
 
 // How an operand's values are scaled, per block of consecutive elements along K (rows x columns of
-// the block in the operand's [rows, K] view). Only kNone has kernels today; the others are the
-// block-scaled GEMMs still to come (MXFP8, FP8 blockwise, NVFP4; docs/formats.md).
+// the block in the operand's [rows, K] view). kNone (BF16) and FP8 blockwise (kFp8BlockwiseRows x
+// kFp8BlockwiseWeight for FPROP and W13 FPROP, x kFp8BlockwiseWeightT for DGRAD) have kernels;
+// MXFP8 and NVFP4 GEMMs are still to come (docs/formats.md).
 enum class ScaleKind {
   kNone,
   kE8M0_1x32,             // MXFP8 activations: one E8M0 power of two per 1 x 32
@@ -51,6 +52,16 @@ struct OperandFormat {
   // digits and '_' only, so test names can carry it.
   std::string name() const;
 };
+
+// The FP8-blockwise operands (DeepSeek-V3 recipe; docs/formats.md "GPU layouts"): E4M3 rows with
+// one FP32 scale per 1 x 128, and E4M3 weights with one FP32 scale per 128 x 128.
+inline constexpr OperandFormat kFp8BlockwiseRows{DType::kFloat8E4M3, ScaleKind::kFP32_1x128, OperandLayout::kRowMajor};
+inline constexpr OperandFormat kFp8BlockwiseWeight{DType::kFloat8E4M3, ScaleKind::kFP32_128x128,
+                                                   OperandLayout::kRowMajor};
+// The weight's transposed copy [e, k, n] (column-major [e, n, k]; scales [e, k/128, n/128]): what
+// DGRAD reads, since E4M3 wgmma takes K-major operands only (the contraction runs over n).
+inline constexpr OperandFormat kFp8BlockwiseWeightT{DType::kFloat8E4M3, ScaleKind::kFP32_128x128,
+                                                    OperandLayout::kColumnMajor};
 
 // How a grouped GEMM runs. Tiles are BM x BN outputs with a 64-deep contraction step.
 struct GroupedGemmConfig {
@@ -94,7 +105,8 @@ struct GroupedGemmProblem {
   bool scatter = false;  // output rows stored through a row-address table (fused combine)
   bool accumulate = false;  // the output is added to (DGRAD, WGRAD), not overwritten
   // The operands as the op names them (FPROP: a rows, b weights; DGRAD: a grad_out, b weights;
-  // WGRAD: a grad_out, b x rows). Kernels exist only for BF16 without scales today.
+  // WGRAD: a grad_out, b x rows). Kernels: BF16 without scales; FP8 blockwise for FPROP, W13 FPROP
+  // and DGRAD.
   OperandFormat a_format;
   OperandFormat b_format;
 };

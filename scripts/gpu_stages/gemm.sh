@@ -24,6 +24,7 @@
 #   GEMM_SUSTAIN_MS [200]                 every timed call (ours, cuBLAS, torch) first runs this long
 #       untimed: all at the sustained, power-limited clocks (docs/perf_history.md G22)
 #   GEMM_TEST_TIMEOUT [1500]              seconds for the GEMM tests
+#   GEMM_TEST_FILTER [GroupedGemm*]       their gtest filter (e.g. 'GroupedGemmFp8*' for the FP8 ones)
 #   GEMM_BENCH_ARGS []                    more bench_grouped_gemm flags, e.g. an interleaved A/B of
 #       configurations: "--ops w13_wgrad,w2_wgrad --rounds 5" (--sweep-match, --device-offsets, --sms ...)
 # The short A/B of the experimental variants:
@@ -77,7 +78,7 @@ stage_gemm() {
 
   if want tests; then
     echo "=== GPU tests (GroupedGemm*) -> gemm_tests.log" >> "$log"
-    x timeout "${GEMM_TEST_TIMEOUT:-1500}" "$BUILD/tests/dist_moe_gpu_tests" --gtest_filter='GroupedGemm*' > "$OUT/gemm_tests.log" 2>&1
+    x timeout "${GEMM_TEST_TIMEOUT:-1500}" "$BUILD/tests/dist_moe_gpu_tests" --gtest_filter="${GEMM_TEST_FILTER:-GroupedGemm*}" > "$OUT/gemm_tests.log" 2>&1
     rc=$?
     result[tests]=$([ $rc = 0 ] && echo PASS || echo "FAIL(rc=$rc)")
     local skipped

@@ -189,6 +189,15 @@ GroupedGemmConfig select_wgrad(const GroupedGemmProblem& p, int sms) {
   return fitting(tile(128, 256, 4, p, sms, false, true), fallback, p);
 }
 
+// FP8 blockwise (FPROP and W13 FPROP): only cooperative TMA-store tiles are compiled (the
+// promotion after every k block needs the other warpgroup's wgmmas to hide it). 128x128: its
+// accumulator and scratch (64 + 64 registers) fit the 168 registers ptxas allocates per thread
+// of a 384-thread CTA; 128x256 (128 + 64) spills and is compiled only for measurement.
+// Provisional: the first measurement decides (docs/perf.md).
+GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
+  return tile(128, 128, 6, p, sms, false, true);
+}
+
 }  // namespace
 
 const char* to_string(GroupedGemmOp op) {
@@ -256,6 +265,7 @@ std::string GroupedGemmConfig::name() const {
 namespace {
 
 GroupedGemmConfig select_default(const GroupedGemmProblem& p, int device_num_sms) {
+  if (p.a_format == kFp8BlockwiseRows) return select_fp8_blockwise(p, device_num_sms);
   switch (p.op) {
     case GroupedGemmOp::kFprop: return select_fprop(p, device_num_sms);
     case GroupedGemmOp::kFpropSwiglu: return select_fprop_swiglu(p, device_num_sms);

@@ -1,6 +1,6 @@
 // TMA descriptors for the grouped GEMMs (driver API cuTensorMapEncodeTiled).
 //
-// Every box is 128 bytes wide (64 BF16 or 32 FP32 columns: the 128B swizzle span, the width of one
+// Every box is 128 bytes wide (128 E4M3, 64 BF16 or 32 FP32 columns: the 128B swizzle span, the width of one
 // wgmma K-major row or one MN-major chunk, and one epilogue staging row) by `box_rows` rows,
 // swizzled with CU_TENSOR_MAP_SWIZZLE_128B, which is the layout the wgmma descriptors in
 // device/ptx/wgmma.cuh and the TMA epilogue writer describe. Loads zero-fill out-of-bounds parts of
@@ -22,7 +22,10 @@ CUtensorMap encode(const void* base, int elem_bytes, int rank, const cuuint64_t*
   CUtensorMap map;
   const cuuint32_t element_stride[3] = {1, 1, 1};
   DMOE_CU_CHECK(driver().cuTensorMapEncodeTiled(
-      &map, elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+      &map,
+      elem_bytes == 1   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+      : elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
       static_cast<cuuint32_t>(rank), const_cast<void*>(base), dims, strides, box, element_stride,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
@@ -33,7 +36,7 @@ CUtensorMap encode(const void* base, int elem_bytes, int rank, const cuuint64_t*
 
 CUtensorMap make_tma_2d(const void* base, int elem_bytes, int64_t rows, int64_t cols, int64_t ld, int box_rows,
                         const char* what) {
-  DMOE_ASSERT(elem_bytes == 2 || elem_bytes == 4);
+  DMOE_ASSERT(elem_bytes == 1 || elem_bytes == 2 || elem_bytes == 4);
   const int64_t box_cols = 128 / elem_bytes;
   DMOE_CHECK_ARG(base != nullptr, what, " is null");
   DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(base) % 16 == 0, what, " must be 16-byte aligned (TMA)");

@@ -173,12 +173,31 @@ bool entry_matches(const GemmKernelEntry& e, GroupedGemmOp op, DType out, bool g
   return entry_computes(e, op, out, a, b) && e.gather == gather;
 }
 
+// The block scales a call's formats need are given (and only those).
+void check_scales(const GroupedGemmCommon& c, const char* op) {
+  const OperandScales& s = c.scales;
+  if (c.a_format.scale == ScaleKind::kNone) {
+    DMOE_CHECK_ARG(s.a == nullptr, op, ": scales.a is set but A (", c.a_format.name(), ") has no block scales");
+  } else {
+    DMOE_CHECK_ARG(s.a != nullptr, op, ": A (", c.a_format.name(), ") needs its block scales in scales.a");
+    DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(s.a) % 16 == 0, op, ": scales.a must be 16-byte aligned");
+    DMOE_CHECK_ARG(s.a_ld >= c.m_capacity && s.a_ld % 4 == 0, op,
+                   ": scales.a_ld must be a multiple of 4 and >= m_capacity = ", c.m_capacity, ", got ", s.a_ld);
+  }
+  if (c.b_format.scale == ScaleKind::kNone) {
+    DMOE_CHECK_ARG(s.b == nullptr, op, ": scales.b is set but B (", c.b_format.name(), ") has no block scales");
+  } else {
+    DMOE_CHECK_ARG(s.b != nullptr, op, ": B (", c.b_format.name(), ") needs its block scales in scales.b");
+    DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(s.b) % 16 == 0, op, ": scales.b must be 16-byte aligned");
+  }
+}
+
 // Fails unless some kernel computes `op` on these operand formats: checked before any heuristic
 // or launch, so an unsupported format is never run by a kernel of another one.
 void check_formats(GroupedGemmOp op, DType out, const GroupedGemmCommon& c, const char* op_name) {
   std::set<std::string> compiled;
   for (const GemmKernelEntry& e : gemm::gemm_kernels()) {
-    if (entry_computes(e, op, out, c.a_format, c.b_format)) return;
+    if (entry_computes(e, op, out, c.a_format, c.b_format)) return check_scales(c, op_name);
     if (entry_computes(e, op, out, e.a, e.b)) compiled.insert("A=" + e.a.name() + ", B=" + e.b.name());
   }
   std::ostringstream have;
@@ -394,6 +413,9 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   L.k = static_cast<int32_t>(c.k);
   L.num_sms = cfg.num_sms;
   L.stream = stream;
+  L.a_scales = c.scales.a;
+  L.a_scale_ld = c.scales.a_ld;
+  L.b_scales = c.scales.b;
   if (L.has_offsets()) L.tensormap_workspace = tensormap_workspace(stream, dev.num_sms);
   if (cfg.dynamic_schedule) L.tile_counter = tile_counter_slot(stream);
   if (c.validate_counts) {
@@ -504,8 +526,39 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
   run(GroupedGemmOp::kFpropSwiglu, a.common, DType::kBFloat16, gather, L, oc, stream);
 }
 
+// FP8-blockwise DGRAD is the FPROP kernel on the weight's transposed copy: grad_a[m, :] =
+// grad_out[m, :] . wt[e(m)]^T with wt = [e_local, k, n] K-major over the contraction n, so the
+// FPROP problem has n and k swapped (weight rows k, contraction n).
+void dgrad_fp8_blockwise(const DgradArgs& a, cudaStream_t stream) {
+  constexpr const char* op = "grouped_gemm_dgrad";
+  DMOE_CHECK_ARG(a.common.a_format == kFp8BlockwiseRows, op, ": B=", a.common.b_format.name(),
+                 " (the FP8-blockwise transposed weight) needs A=", kFp8BlockwiseRows.name(), ", got A=",
+                 a.common.a_format.name());
+  DMOE_CHECK_ARG(a.out_dtype == DType::kBFloat16, op, ": FP8-blockwise DGRAD writes bfloat16 output, got ",
+                 to_string(a.out_dtype));
+  DMOE_CHECK_ARG(a.gather.row_ptrs == nullptr, op, ": FP8-blockwise DGRAD has no gather producer");
+  GroupedGemmCommon c = a.common;
+  c.n = a.common.k;
+  c.k = a.common.n;
+  c.b_format = kFp8BlockwiseWeight;  // the transposed copy is a row-major [e, k, n] weight
+  check_common(c, op);
+  check_formats(GroupedGemmOp::kFprop, DType::kBFloat16, c, op);
+  check_ptr(a.w, op, "w");
+  check_ptr(a.grad_out, op, "grad_out");
+  check_row_output(a.scatter, a.grad_a, op, "grad_a");
+  if (c.m_capacity == 0) return;
+  GemmLaunch L;
+  set_row_input(L, a.grad_out, a.grad_out_offset, a.gather);
+  L.b = a.w;
+  set_row_output(L, a.grad_a, a.grad_a_offset, a.scatter, c.n);
+  L.epilogue.accumulate = a.accumulate ? 1 : 0;
+  const OffsetChecks oc = offset_checks({{L.a_offset, kOffGradOut}, {L.out_offset, kOffGradA}});
+  run(GroupedGemmOp::kFprop, c, DType::kBFloat16, false, L, oc, stream);
+}
+
 void grouped_gemm_dgrad(const DgradArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_dgrad";
+  if (a.common.b_format == kFp8BlockwiseWeightT) return dgrad_fp8_blockwise(a, stream);
   check_common(a.common, op);
   check_out_dtype(a.out_dtype, op);
   check_formats(GroupedGemmOp::kDgrad, a.out_dtype, a.common, op);

@@ -14,6 +14,7 @@
 
 #include "dist_moe/check.h"
 #include "dist_moe/device/gemm/kernel.cuh"
+#include "dist_moe/device/gemm/mainloop_fp8_blockwise.cuh"
 #include "gemm/grouped_gemm_launch.h"
 
 namespace dist_moe::gemm {
@@ -65,6 +66,10 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     set_map(om, gemm::kMapB, make_tma_2d(L.b, kIn, weight_total_rows, L.k, L.k, Mainloop::kBoxBOuter, "weights"));
     ml.num_k_blocks = L.k / Mainloop::kBlockK;
     ml.split_offset = L.n / 2;
+    ml.a_scales = L.a_scales;
+    ml.a_scale_ld = L.a_scale_ld;
+    ml.a_scale_rows = L.m_capacity;
+    ml.b_scales = L.b_scales;
     // Split (SwiGLU): each N tile covers BN/2 gate and the matching BN/2 up columns.
     sc.fixed_n_blocks = Mainloop::kSplit ? (L.n / 2) / (BN / 2) : ceil_div_i32(L.n, BN);
     sc.group_m = 8;
@@ -202,12 +207,16 @@ int grouped_gemm_smem_bytes(int num_experts) {
 template <size_t I>
 inline constexpr GemmKernelSpec kSpec = kGemmKernelSpecs[I];
 
-// The operand type of an entry's wgmma: BF16 is the only format with kernels.
+// Whether entry I is an FP8-blockwise kernel (its mainloop promotes per 128 of K).
+template <size_t I>
+inline constexpr bool kSpecFp8Blockwise = kSpec<I>.a == kFp8BlockwiseRows && kSpec<I>.b == kFp8BlockwiseWeight;
+
+// The operand type of an entry's wgmma: BF16 without scales, or the FP8-blockwise pair.
 template <size_t I>
 struct SpecOperands {
-  static_assert(kSpec<I>.a == OperandFormat{} && kSpec<I>.b == OperandFormat{},
-                "only BF16 operands without scales have a mainloop");
-  using type = ptx::WgmmaTypeBf16;
+  static_assert((kSpec<I>.a == OperandFormat{} && kSpec<I>.b == OperandFormat{}) || kSpecFp8Blockwise<I>,
+                "only BF16 operands without scales and FP8-blockwise operands have a mainloop");
+  using type = std::conditional_t<kSpecFp8Blockwise<I>, ptx::WgmmaTypeE4m3, ptx::WgmmaTypeBf16>;
 };
 
 template <size_t I>
@@ -218,7 +227,8 @@ using SpecMainloopConfig = gemm::MainloopConfig<
     kSpec<I>.cluster_m, typename SpecOperands<I>::type>;
 
 template <size_t I>
-using SpecMainloop = gemm::Sm90Mainloop<SpecMainloopConfig<I>>;
+using SpecMainloop = std::conditional_t<kSpecFp8Blockwise<I>, gemm::Sm90Fp8BlockwiseMainloop<SpecMainloopConfig<I>>,
+                                        gemm::Sm90Mainloop<SpecMainloopConfig<I>>>;
 
 template <GemmWriter kWriter>
 struct WriterOf;

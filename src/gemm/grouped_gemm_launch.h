@@ -64,6 +64,12 @@ struct GemmKernelSpec {
   constexpr GemmKernelSpec tma() const { GemmKernelSpec s = *this; s.writer = GemmWriter::kTma; return s; }
   constexpr GemmKernelSpec tma_deep() const { GemmKernelSpec s = *this; s.writer = GemmWriter::kTmaDeep; return s; }
   constexpr GemmKernelSpec cluster(int m) const { GemmKernelSpec s = *this; s.cluster_m = m; return s; }
+  constexpr GemmKernelSpec fp8_blockwise() const {  // E4M3 operands, 1x128 / 128x128 FP32 scales
+    GemmKernelSpec s = *this;
+    s.a = kFp8BlockwiseRows;
+    s.b = kFp8BlockwiseWeight;
+    return s;
+  }
   constexpr GemmKernelSpec fp32_out() const {
     GemmKernelSpec s = *this;
     s.epilogue = GemmEpilogueKind::kStoreFp32;
@@ -148,6 +154,17 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     // (grouped_gemm_sm90_decode.cu)
     decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 32, 5),
     decode_kernel(GemmEpilogueKind::kSwiglu, 256, 32, 5),
+    // FP8 blockwise (device/gemm/mainloop_fp8_blockwise.cuh): cooperative tiles, a 128-deep E4M3 k
+    // block per stage (the same 32 / 48 KiB stages as BF16's 64-deep ones), TMA stores; 128x256
+    // runs its k block as two 128-column slices. grouped_gemm_sm90_fprop.cu / _w13.cu.
+    fprop_kernel(128, 128, 6).tma().fp8_blockwise(),
+    fprop_kernel(128, 256, 4).tma().fp8_blockwise(),
+    fprop_kernel(128, 128, 6).tma().cluster(2).fp8_blockwise(),
+    fprop_kernel(128, 256, 4).tma().cluster(2).fp8_blockwise(),
+    w13_kernel(128, 128, 6).tma().fp8_blockwise(),
+    w13_kernel(128, 256, 4).tma().fp8_blockwise(),
+    w13_kernel(128, 128, 6).tma().cluster(2).fp8_blockwise(),
+    w13_kernel(128, 256, 4).tma().cluster(2).fp8_blockwise(),
 };
 inline constexpr size_t kNumGemmKernels = sizeof(kGemmKernelSpecs) / sizeof(kGemmKernelSpecs[0]);
 
@@ -184,6 +201,11 @@ struct GemmLaunch {
   const void* const* gather_rows = nullptr;
   void* gathered = nullptr;
   int32_t* ready = nullptr;
+  // Block scales (FP8 blockwise; grouped_gemm.h OperandScales): A's [k_blocks, a_scale_ld] FP32,
+  // B's [e_local * n / 128, k / 128] FP32.
+  const float* a_scales = nullptr;
+  int64_t a_scale_ld = 0;
+  const float* b_scales = nullptr;
   gemm::EpilogueParams epilogue;  // filled by the caller except the tile-independent fields
   bool tiles_for_empty_experts = false;  // WGRAD overwrite
   int num_sms = 0;
@@ -216,7 +238,7 @@ void add_decode_kernels(GemmKernelFns* fns);  // grouped_gemm_sm90_decode.cu (sw
 const std::vector<GemmKernelEntry>& gemm_kernels();
 
 // Host-side TMA descriptors (gemm_tma.cpp), all with the 128-byte swizzle the wgmma descriptors
-// and the epilogue staging assume: boxes are 128 bytes wide (64 BF16 or 32 FP32 values).
+// and the epilogue staging assume: boxes are 128 bytes wide (128 E4M3, 64 BF16 or 32 FP32 values).
 // 2D row-major tensor [rows, cols] (row stride `ld` elements), box {128 bytes, box_rows rows}.
 CUtensorMap make_tma_2d(const void* base, int elem_bytes, int64_t rows, int64_t cols, int64_t ld, int box_rows,
                         const char* what);

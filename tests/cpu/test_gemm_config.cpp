@@ -203,6 +203,12 @@ TEST(GemmConfig, OperandFormats) {
   EXPECT_EQ(pick(fp8).block_k, 64);
   fp8.a_format = {DType::kFloat8E4M3, ScaleKind::kFP32_1x128, OperandLayout::kRowMajor};
   EXPECT_EQ(pick(fp8).block_k, 128);
+  EXPECT_EQ(fp8.a_format, kFp8BlockwiseRows);
+  // FP8 blockwise: cooperative 128x128 TMA-store tiles (the compiled family whose accumulator and
+  // scratch fit without spilling), dynamic schedule like every M-grouped FPROP, for W13 too.
+  EXPECT_EQ(pick(fp8).name(), "128x128x128_s6_tma_dyn");
+  fp8.op = GroupedGemmOp::kFpropSwiglu;
+  EXPECT_EQ(pick(fp8).name(), "128x128x128_s6_tma_dyn");
 }
 
 }  // namespace

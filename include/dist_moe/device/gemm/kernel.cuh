@@ -269,11 +269,11 @@ struct GroupedGemmKernel {
           if constexpr (kDeferred) {
             // The previous tile's chunks leave during this tile's k loop (one per k block).
             StoreChunkHook<Epilogue> hook{params.epilogue, resolved, deferred.d, writer};
-            Mainloop::mma_tile(t, num_k, rows_in_last, pipe, st, smem, wg, acc, hook);
+            Mainloop::mma_tile(params.mainloop, t, num_k, rows_in_last, pipe, st, smem, wg, acc, hook);
             Epilogue::flush(params.epilogue, resolved, deferred.d, writer);
             Epilogue::defer(params.epilogue, resolved, t, acc, wg, deferred.d, writer);
           } else {
-            Mainloop::mma_tile(t, num_k, rows_in_last, pipe, st, smem, wg, acc);
+            Mainloop::mma_tile(params.mainloop, t, num_k, rows_in_last, pipe, st, smem, wg, acc);
           }
           if (dynamic) next = sched.at(tile_ring_read(ring, index + 1));
           // Signal only when the other warpgroup has a tile to wait for: every arrival is matched.

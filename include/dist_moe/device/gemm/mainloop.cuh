@@ -279,7 +279,7 @@ struct Sm90Mainloop {
   // get no wgmma (their accumulators stay zero and the epilogue stores none of their rows), but the
   // warpgroup still waits for and releases every stage so the ring keeps its phase.
   template <class Hook = NoHook>
-  DMOE_DEVICE static void mma_tile(const WorkTile& t, int32_t num_k_blocks, int rows_in_last,
+  DMOE_DEVICE static void mma_tile(const MainloopParams& /*p*/, const WorkTile& t, int32_t num_k_blocks, int rows_in_last,
                                    const Pipeline& pipe, PipelineState<kStages>& st, uint32_t smem, int wg,
                                    float (&acc)[kMmaPerWg][kAccPerMma], Hook&& hook = Hook{}) {
     // Zero the accumulators explicitly (rather than relying on scale-d = 0 for the first slice):

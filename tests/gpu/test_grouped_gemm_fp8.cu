@@ -1,0 +1,399 @@
+// The FP8-blockwise grouped GEMMs (device/gemm/mainloop_fp8_blockwise.cuh) against the host
+// reference on the operands they read: A rows and weights are quantized on the GPU (the quantizers
+// are bitwise equal to the oracle: test_quantize.cu), downloaded, dequantized exactly on the host
+// (E4M3 value x FP32 scale, in double) and multiplied with double sums rounded once to FP32, then
+// BF16 -- the GPU's only freedom is the order and precision of its FP32 accumulation. Rows get
+// per-row magnitudes spread over 2^-6 .. 2^6 and weight blocks likewise, so a scale applied to the
+// wrong row or weight block fails by orders of magnitude, not by rounding. Every compiled
+// configuration runs (test parameter), on ragged counts with empty experts, tails that are not
+// tile multiples and rows past sum(counts) that must stay untouched.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dist_moe/device/numeric/numeric.cuh"
+#include "grouped_gemm_test_util.h"
+#include "quant/quantize.h"
+
+namespace dist_moe::testing {
+namespace {
+
+constexpr int64_t kSlack = 37;  // rows past sum(counts): never written
+
+// Counts with the awkward sizes first (empty, 1, tile +- 1), then random ones.
+std::vector<int32_t> fp8_counts(int64_t e_local, int max_rows, std::mt19937& rng) {
+  static const int32_t kAwkward[] = {0, 1, 127, 128, 129, 0, 255, 300};
+  std::uniform_int_distribution<int> size(0, max_rows);
+  std::vector<int32_t> c(static_cast<size_t>(e_local));
+  for (int64_t e = 0; e < e_local; ++e) c[e] = e < 8 && kAwkward[e] <= max_rows ? kAwkward[e] : size(rng);
+  return c;
+}
+
+// BF16 [rows, cols] whose row r (or 128-row block of rows, `rows_per_scale`) is scaled by a random
+// power of two in 2^-6 .. 2^6 on top of U(-1, 1) * base.
+HostBf16 spread_bf16(int64_t rows, int64_t cols, int64_t rows_per_scale, float base, std::mt19937& rng) {
+  HostBf16 t = random_bf16(static_cast<size_t>(rows * cols), base, rng);
+  std::uniform_int_distribution<int> ex(-6, 6);
+  for (int64_t r0 = 0; r0 < rows; r0 += rows_per_scale) {
+    const float s = std::ldexp(1.0f, ex(rng));
+    for (int64_t i = r0 * cols; i < std::min(rows, r0 + rows_per_scale) * cols; ++i) {
+      const numeric::bf16_t b = numeric::float_to_bf16(t.vals[i] * s);  // exact: a power of two
+      t.bits[i] = b.bits;
+      t.vals[i] = numeric::bf16_to_float(b);
+    }
+  }
+  return t;
+}
+
+struct Fp8Rows {
+  DeviceBuffer<uint8_t> q;
+  DeviceBuffer<float> s;
+  int64_t ld = 0;
+  std::vector<float> vals;  // the dequantized values the GEMM multiplies
+};
+struct Fp8Weight {
+  DeviceBuffer<uint8_t> q, q_t;  // [E, N, K] and the transposed copy [E, K, N]
+  DeviceBuffer<float> s, s_t;    // [E, N/128, K/128] and [E, K/128, N/128]
+  std::vector<float> vals;       // dequantized [E, N, K]
+};
+
+// A [cap, C] in 1x128 rows (k-block-major scales [C/128, ld]), on the GPU; dequantized on the host.
+Fp8Rows quantize_rows(const HostBf16& a, int64_t cap, int64_t C) {
+  Fp8Rows o;
+  o.ld = (cap + 3) / 4 * 4;
+  DeviceBuffer<uint16_t> d_a(a.bits);
+  o.q = DeviceBuffer<uint8_t>(static_cast<size_t>(cap * C));
+  o.s = DeviceBuffer<float>(static_cast<size_t>(C / 128 * o.ld));
+  o.s.poison(0);  // the padding columns of the scale rows: read by no kernel, defined anyway
+  quant::fp8_blockwise_quantize_rows(quant::Bf16Matrix{d_a.get(), cap, C, C},
+                                     quant::Fp8BlockwiseOut{o.q.get(), C, o.s.get(), 1, o.ld}, nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint8_t> q = o.q.download();
+  const std::vector<float> s = o.s.download();
+  o.vals.resize(q.size());
+  for (int64_t r = 0; r < cap; ++r)
+    for (int64_t c = 0; c < C; ++c)
+      o.vals[r * C + c] =
+          static_cast<float>(static_cast<double>(numeric::e4m3_to_float(q[r * C + c])) * s[(c / 128) * o.ld + r]);
+  return o;
+}
+
+// W [E, N, K] in 128x128 blocks (and the transposed copy DGRAD reads), on the GPU; dequantized.
+Fp8Weight quantize_weight(const HostBf16& w, int64_t E, int64_t N, int64_t K) {
+  Fp8Weight o;
+  DeviceBuffer<uint16_t> d_w(w.bits);
+  o.q = DeviceBuffer<uint8_t>(static_cast<size_t>(E * N * K));
+  o.q_t = DeviceBuffer<uint8_t>(o.q.size());
+  o.s = DeviceBuffer<float>(static_cast<size_t>(E * (N / 128) * (K / 128)));
+  o.s_t = DeviceBuffer<float>(o.s.size());
+  quant::fp8_blockwise_quantize_weight(d_w.get(), E, N, K, o.q.get(), o.s.get(), o.q_t.get(), o.s_t.get(), nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint8_t> q = o.q.download();
+  const std::vector<float> s = o.s.download();
+  o.vals.resize(q.size());
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const size_t i = static_cast<size_t>((e * N + n) * K + k);
+        o.vals[i] = static_cast<float>(static_cast<double>(numeric::e4m3_to_float(q[i])) *
+                                       s[(e * (N / 128) + n / 128) * (K / 128) + k / 128]);
+      }
+  return o;
+}
+
+// E4M3 x FP32-scale products are exact in FP32 while they stay in range; with these magnitudes
+// (|x| <= 64) they do, so the float copies above are the exact dequantized values.
+
+std::vector<float> absolute(std::vector<float> v) {
+  for (float& x : v) x = std::fabs(x);
+  return v;
+}
+
+// The FP8 tensor cores add the 32 products of one k32 step, and keep the running sum, with about
+// 14 significant bits aligned to the largest term, not FP32's 24 (DeepSeek-V3 report, section
+// 3.3.2; the reason the recipe promotes into FP32 every 128 of K). An output element's error is
+// then bounded by the sum of its products' magnitudes, sum_k |a_k w_k|, times ~2^-14 per term that
+// loses bits; worst case 32 terms -> 2^-9. So each element must satisfy
+//   |got - ref| <= atol + rtol |ref| + 2^-9 sum_k |a_k w_k|
+// (BF16 rounding of the output and the FP8 accumulation), and the relative L2 error over the
+// tensor stays below BF16's 5e-3 -- a scale applied to the wrong row or weight block fails both
+// by orders of magnitude. The worst ratio error / sum|a.w| is printed.
+void expect_close_fp8(const std::string& what, const std::function<double(int64_t)>& got, const std::vector<float>& ref,
+                      const std::vector<float>& sum_abs) {
+  const Tolerance tol;
+  const double kAccumBound = std::ldexp(1.0, -9);
+  const int64_t n = static_cast<int64_t>(ref.size());
+  int64_t bad = 0, unwritten = 0;
+  double err2 = 0.0, ref2 = 0.0, worst_ratio = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = got(i), r = ref[i];
+    if (std::isnan(g) && !std::isnan(r)) {
+      if (unwritten++ < 5) ADD_FAILURE() << what << ": element " << i << " is NaN, expected " << r;
+      continue;
+    }
+    const double d = std::fabs(g - r);
+    err2 += d * d;
+    ref2 += r * r;
+    const double excess = d - (tol.atol + tol.rtol * std::fabs(r));
+    if (excess > 0 && sum_abs[i] > 0) worst_ratio = std::max(worst_ratio, excess / sum_abs[i]);
+    if (!(excess <= kAccumBound * sum_abs[i])) {
+      if (bad++ < 5)
+        ADD_FAILURE() << what << ": element " << i << " got " << g << " expected " << r << " (sum|a.w| "
+                      << sum_abs[i] << ")";
+    }
+  }
+  const double rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  EXPECT_EQ(unwritten, 0) << what;
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << n << " elements outside the bound";
+  EXPECT_LT(rel_l2, tol.rel_l2) << what << ": relative L2 error";
+  std::printf("  %-24s n=%-9lld relL2=%.2e worst excess/sum|a.w|=2^%.1f (bound 2^-9) %s\n", what.c_str(),
+              static_cast<long long>(n), rel_l2, worst_ratio > 0 ? std::log2(worst_ratio) : -99.0,
+              (bad || unwritten || rel_l2 >= tol.rel_l2) ? "FAIL" : "PASS");
+}
+
+double bf16_value(const std::vector<uint16_t>& v, int64_t i) { return numeric::bf16_to_float(numeric::bf16_t{v[i]}); }
+
+struct Fp8Case {
+  int64_t e_local, n, k;
+  int max_rows;
+  uint32_t seed;
+};
+
+std::vector<GemmParam> fp8_params(GroupedGemmOp op) {
+  std::vector<GemmParam> v;
+  for (const GroupedGemmConfig& c :
+       grouped_gemm_configs(op, DType::kBFloat16, false, kFp8BlockwiseRows, kFp8BlockwiseWeight)) {
+    GemmParam p;
+    p.op = op;
+    p.a_format = kFp8BlockwiseRows;
+    p.b_format = kFp8BlockwiseWeight;
+    p.config = c;
+    v.push_back(p);
+  }
+  return v;
+}
+
+// The call's common fields; `w_scales` is the weight (or its transposed copy's) scale grid.
+GroupedGemmCommon fp8_common(const DeviceBuffer<int32_t>& counts, const Fp8Case& cs, int64_t cap, const Fp8Rows& a,
+                             const DeviceBuffer<float>& w_scales, const GroupedGemmConfig* cfg) {
+  GroupedGemmCommon c;
+  c.counts = counts.get();
+  c.e_local = cs.e_local;
+  c.m_capacity = cap;
+  c.n = cs.n;
+  c.k = cs.k;
+  c.config = cfg;
+  c.a_format = kFp8BlockwiseRows;
+  c.b_format = kFp8BlockwiseWeight;
+  c.scales.a = a.s.get();
+  c.scales.a_ld = a.ld;
+  c.scales.b = w_scales.get();
+  return c;
+}
+
+// Rows [M, cap) of a BF16 output must still hold the poison (0xFFFF).
+void expect_rows_untouched(const std::string& what, const std::vector<uint16_t>& out, int64_t M, int64_t cols) {
+  int64_t touched = 0;
+  for (size_t i = static_cast<size_t>(M * cols); i < out.size(); ++i) touched += out[i] != 0xFFFF;
+  EXPECT_EQ(touched, 0) << what << ": values written past sum(counts)";
+}
+
+void run_fp8_fprop(const Fp8Case& cs, const GroupedGemmConfig* cfg) {
+  std::mt19937 rng(cs.seed);
+  const std::vector<int32_t> counts = fp8_counts(cs.e_local, cs.max_rows, rng);
+  const int64_t M = total_rows(counts), cap = M + kSlack;
+  std::printf("fp8 fprop E=%lld n=%lld k=%lld rows=%lld (%s)\n", static_cast<long long>(cs.e_local),
+              static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(M),
+              cfg ? cfg->name().c_str() : "heuristic pick");
+  const Fp8Rows a = quantize_rows(spread_bf16(cap, cs.k, 1, 1.0f, rng), cap, cs.k);
+  const Fp8Weight w = quantize_weight(spread_bf16(cs.e_local * cs.n, cs.k, 128, 1.0f / std::sqrt(float(cs.k)), rng),
+                                      cs.e_local, cs.n, cs.k);
+  const std::vector<float> ref = rounded_bf16(ref_fprop(a.vals, w.vals, counts, cs.n, cs.k));
+  const std::vector<float> sum_abs = ref_fprop(absolute(a.vals), absolute(w.vals), counts, cs.n, cs.k);
+
+  DeviceBuffer<int32_t> d_counts(counts);
+  DeviceBuffer<uint16_t> d_out(static_cast<size_t>(cap * cs.n));
+  d_out.poison();
+  FpropArgs args;
+  args.common = fp8_common(d_counts, cs, cap, a, w.s, cfg);
+  args.a = a.q.get();
+  args.w = w.q.get();
+  args.out = d_out.get();
+  grouped_gemm_fprop(args, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> out = d_out.download();
+  expect_close_fp8("fp8 fprop out", [&](int64_t i) { return bf16_value(out, i); }, ref, sum_abs);
+  expect_rows_untouched("fp8 fprop out", out, M, cs.n);
+}
+
+// W13: h1 against the reference GEMM (FP8 bound); h2 against SwiGLU of the h1 the GPU stored, so
+// the epilogue is checked on its own input rather than through the accumulation differences of h1.
+void run_fp8_w13(const Fp8Case& cs, bool clamped, const GroupedGemmConfig* cfg) {
+  std::mt19937 rng(cs.seed);
+  const std::vector<int32_t> counts = fp8_counts(cs.e_local, cs.max_rows, rng);
+  const int64_t M = total_rows(counts), cap = M + kSlack, F = cs.n / 2;
+  std::printf("fp8 w13 E=%lld 2F=%lld D=%lld rows=%lld %s (%s)\n", static_cast<long long>(cs.e_local),
+              static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(M),
+              clamped ? "clamped" : "plain", cfg ? cfg->name().c_str() : "heuristic pick");
+  const Fp8Rows a = quantize_rows(spread_bf16(cap, cs.k, 1, 1.0f, rng), cap, cs.k);
+  const Fp8Weight w = quantize_weight(spread_bf16(cs.e_local * cs.n, cs.k, 128, 1.0f / std::sqrt(float(cs.k)), rng),
+                                      cs.e_local, cs.n, cs.k);
+  reference::SwigluParams act;
+  act.activation = clamped ? Activation::kSwiGLUClamped : Activation::kSwiGLU;
+  act.alpha = 1.702f;
+  act.limit = 0.6f;  // small: clamping happens
+  const std::vector<float> ref_h1 = rounded_bf16(ref_fprop(a.vals, w.vals, counts, cs.n, cs.k));
+  const std::vector<float> sum_abs = ref_fprop(absolute(a.vals), absolute(w.vals), counts, cs.n, cs.k);
+
+  DeviceBuffer<int32_t> d_counts(counts);
+  DeviceBuffer<uint16_t> d_h1(static_cast<size_t>(cap * cs.n)), d_h2(static_cast<size_t>(cap * F));
+  d_h1.poison();
+  d_h2.poison();
+  W13FpropArgs args;
+  args.common = fp8_common(d_counts, cs, cap, a, w.s, cfg);
+  args.a = a.q.get();
+  args.w13 = w.q.get();
+  args.h1 = d_h1.get();
+  args.h2 = d_h2.get();
+  args.activation = act.activation;
+  args.swiglu_alpha = act.alpha;
+  args.swiglu_limit = act.limit;
+  grouped_gemm_w13_fprop(args, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> h1 = d_h1.download(), h2 = d_h2.download();
+  expect_close_fp8("fp8 w13 h1", [&](int64_t i) { return bf16_value(h1, i); }, ref_h1, sum_abs);
+  std::vector<float> gpu_h1(static_cast<size_t>(M * cs.n));
+  for (int64_t i = 0; i < M * cs.n; ++i) gpu_h1[i] = static_cast<float>(bf16_value(h1, i));
+  expect_close("fp8 w13 h2 = swiglu(gpu h1)", [&](int64_t i) { return bf16_value(h2, i); },
+               ref_swiglu_h2(gpu_h1, F, act));
+  expect_rows_untouched("fp8 w13 h1", h1, M, cs.n);
+  expect_rows_untouched("fp8 w13 h2", h2, M, F);
+}
+
+// DGRAD: grad_a [cap, K] = grad_out [cap, N] . W[e] through the weight's transposed copy
+// (kFp8BlockwiseWeightT, written by the weight quantizer next to q); the reference multiplies the
+// dequantized grad_out rows with the dequantized untransposed weight.
+void run_fp8_dgrad(const Fp8Case& cs, const GroupedGemmConfig* cfg, bool accumulate) {
+  std::mt19937 rng(cs.seed);
+  const std::vector<int32_t> counts = fp8_counts(cs.e_local, cs.max_rows, rng);
+  const int64_t M = total_rows(counts), cap = M + kSlack, N = cs.n, K = cs.k, E = cs.e_local;
+  std::printf("fp8 dgrad E=%lld n=%lld k=%lld rows=%lld%s (%s)\n", static_cast<long long>(E), static_cast<long long>(N),
+              static_cast<long long>(K), static_cast<long long>(M), accumulate ? " accumulate" : "",
+              cfg ? cfg->name().c_str() : "heuristic pick");
+  const Fp8Rows g = quantize_rows(spread_bf16(cap, N, 1, 1.0f, rng), cap, N);  // 1x128 along N
+  const Fp8Weight w = quantize_weight(spread_bf16(E * N, K, 128, 1.0f / std::sqrt(float(N)), rng), E, N, K);
+  std::vector<float> ref = ref_dgrad(g.vals, w.vals, counts, N, K);
+  const std::vector<float> sum_abs = ref_dgrad(absolute(g.vals), absolute(w.vals), counts, N, K);
+  const HostBf16 prev = random_bf16(static_cast<size_t>(cap * K), 4.0f, rng);
+  const std::vector<float> prev_vals(prev.vals.begin(), prev.vals.begin() + M * K);
+  apply_output_store(ref, prev_vals, accumulate, false);
+
+  DeviceBuffer<int32_t> d_counts(counts);
+  DeviceBuffer<uint16_t> d_out(static_cast<size_t>(cap * K));
+  if (accumulate) {
+    std::vector<uint16_t> init = prev.bits;
+    std::fill(init.begin() + M * K, init.end(), uint16_t{0xFFFF});
+    d_out.upload(init);
+  } else {
+    d_out.poison();
+  }
+  DgradArgs args;
+  args.common = fp8_common(d_counts, cs, cap, g, w.s_t, cfg);
+  args.common.b_format = kFp8BlockwiseWeightT;
+  args.grad_out = g.q.get();
+  args.w = w.q_t.get();
+  args.grad_a = d_out.get();
+  args.accumulate = accumulate;
+  grouped_gemm_dgrad(args, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> out = d_out.download();
+  expect_close_fp8("fp8 dgrad grad_a", [&](int64_t i) { return bf16_value(out, i); }, ref, sum_abs);
+  expect_rows_untouched("fp8 dgrad grad_a", out, M, K);
+}
+
+class GroupedGemmFp8Fprop : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmFp8W13 : public ::testing::TestWithParam<GemmParam> {};
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmFp8Fprop, ::testing::ValuesIn(fp8_params(GroupedGemmOp::kFprop)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmFp8W13, ::testing::ValuesIn(fp8_params(GroupedGemmOp::kFpropSwiglu)),
+                         GemmParamName());
+
+// W2-like (N = 7168 would be slow on the host: 1024 columns, odd and even multiples of 128) and a
+// long contraction.
+TEST_P(GroupedGemmFp8Fprop, Ragged) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_fprop({10, 1024, 512, 300, 11u}, &GetParam().config);
+}
+TEST_P(GroupedGemmFp8Fprop, OddWidthLongK) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_fprop({9, 384, 2048, 260, 12u}, &GetParam().config);
+}
+TEST_P(GroupedGemmFp8W13, Plain) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_w13({10, 768, 1024, 300, 13u}, false, &GetParam().config);
+}
+TEST_P(GroupedGemmFp8W13, ClampedOddF) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_w13({9, 2 * 384, 512, 260, 14u}, true, &GetParam().config);
+}
+
+// DGRAD runs the FPROP kernels (n and k swapped), so it takes their configurations.
+TEST_P(GroupedGemmFp8Fprop, Dgrad) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_dgrad({10, 512, 768, 300, 15u}, &GetParam().config, false);
+}
+TEST_P(GroupedGemmFp8Fprop, DgradAccumulate) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_dgrad({9, 1024, 384, 260, 16u}, &GetParam().config, true);
+}
+
+TEST(GroupedGemmFp8, HeuristicPicksCompiledKernels) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_fprop({10, 1024, 512, 300, 21u}, nullptr);
+  run_fp8_w13({10, 512, 512, 300, 22u}, false, nullptr);
+  run_fp8_dgrad({10, 512, 384, 300, 23u}, nullptr, false);
+}
+
+// Missing or unneeded scales are argument errors, before any launch.
+TEST(GroupedGemmFp8, RejectsMissingScales) {
+  DMOE_REQUIRE_SM90();
+  DeviceBuffer<int32_t> counts(std::vector<int32_t>{4});
+  DeviceBuffer<uint8_t> a(128 * 128), w(128 * 128), out(2 * 128 * 128);
+  DeviceBuffer<float> s(128);
+  FpropArgs args;
+  args.common.counts = counts.get();
+  args.common.e_local = 1;
+  args.common.m_capacity = 4;
+  args.common.n = 128;
+  args.common.k = 128;
+  args.common.a_format = kFp8BlockwiseRows;
+  args.common.b_format = kFp8BlockwiseWeight;
+  args.a = a.get();
+  args.w = w.get();
+  args.out = out.get();
+  auto expect_error = [&](const std::string& fragment) {
+    try {
+      grouped_gemm_fprop(args, nullptr);
+      ADD_FAILURE() << "no error; expected one containing: " << fragment;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_error("needs its block scales in scales.a");
+  args.common.scales.a = s.get();
+  args.common.scales.a_ld = 2;
+  expect_error("scales.a_ld must be a multiple of 4 and >= m_capacity = 4, got 2");
+  args.common.scales.a_ld = 4;
+  expect_error("needs its block scales in scales.b");
+  // BF16 operands with scales: the scales would be ignored, so the call is refused.
+  args.common.a_format = OperandFormat{};
+  args.common.b_format = OperandFormat{};
+  expect_error("scales.a is set but A (bf16) has no block scales");
+}
+
+}  // namespace
+}  // namespace dist_moe::testing
