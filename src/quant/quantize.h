@@ -65,6 +65,11 @@ void mxfp8_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, cons
 // FPROP scales [E*N, K/32] and DGRAD scales [E*K, N/32] (natural row-major). N, K % 32 == 0.
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
                                  uint8_t* fprop_scales, uint8_t* dgrad_scales, cudaStream_t stream);
+// The same with a fixed CTA region of 2^log2_region_n x 2^log2_region_k 128x128 tiles (each side
+// 1 .. 8 tiles); the launcher above picks it from the shape and the device (tests sweep all).
+void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k,
+                                            uint8_t* q_ENK, uint8_t* fprop_scales, uint8_t* dgrad_scales,
+                                            int log2_region_n, int log2_region_k, cudaStream_t stream);
 
 // ---- FP8 blockwise (DeepSeek-V3: 1x128 activations, 128x128 weights, FP32 scales) --------------
 

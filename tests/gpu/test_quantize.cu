@@ -376,6 +376,30 @@ HostBf16 random_weight(int64_t E, int64_t N, int64_t K, uint64_t seed, bool craf
   return w;
 }
 
+// MXFP8 training weight tiles by `launch(w, q, fprop_scales, dgrad_scales)` against the oracle's tiles.
+template <class Launch>
+void check_mxfp8_weight_tiles(int64_t E, int64_t N, int64_t K, const HostBf16& w, Launch launch) {
+  const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, false, E, N, K);
+  DeviceBuffer<uint16_t> dw(w.bits);
+  DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes()), dfs(spec.fprop_scale.bytes()), dds(spec.dgrad_scale.bytes());
+  dq.poison(kPoison);
+  dfs.poison(kPoison);
+  dds.poison(kPoison);
+  launch(dw.get(), dq.get(), dfs.get(), dds.get());
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto q = dq.download(), fs = dfs.download(), ds = dds.download();
+  const int64_t per = N * K, nbr = N / 32, nbc = K / 32;
+  for (int64_t e = 0; e < E; ++e) {
+    std::vector<uint8_t> rq(per), tiles(nbr * nbc), rows(N * nbc), cols(K * nbr);
+    nm::mxfp8_quantize_tiles(w.f.data() + e * per, N, K, rq.data(), tiles.data());
+    nm::mxfp8_tile_scales_to_rows(tiles.data(), N, K, rows.data());
+    nm::mxfp8_tile_scales_to_cols(tiles.data(), N, K, cols.data());
+    for (int64_t i = 0; i < per; ++i) ASSERT_EQ(q[e * per + i], rq[i]) << "expert " << e << " element " << i;
+    for (int64_t i = 0; i < N * nbc; ++i) ASSERT_EQ(fs[e * N * nbc + i], rows[i]) << "FPROP scale " << i;
+    for (int64_t i = 0; i < K * nbr; ++i) ASSERT_EQ(ds[e * K * nbr + i], cols[i]) << "DGRAD scale " << i;
+  }
+}
+
 TEST(QuantizeMxfp8, TrainingWeightTilesMatchTheOracle) {
   DMOE_REQUIRE_SM90();
   struct Shape { int64_t E, N, K; };
@@ -383,24 +407,29 @@ TEST(QuantizeMxfp8, TrainingWeightTilesMatchTheOracle) {
     SCOPED_TRACE("E=" + std::to_string(sh.E) + " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K));
     const HostBf16 w = random_weight(sh.E, sh.N, sh.K, 51 + sh.N, true);
     const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, false, sh.E, sh.N, sh.K);
-    DeviceBuffer<uint16_t> dw(w.bits);
-    DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes()), dfs(spec.fprop_scale.bytes()), dds(spec.dgrad_scale.bytes());
-    dq.poison(kPoison);
-    dfs.poison(kPoison);
-    dds.poison(kPoison);
-    prepare_block_scaled_weight(dw.get(), spec, {dq.get(), dfs.get(), dq.get(), dds.get(), nullptr, nullptr}, nullptr);
-    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto q = dq.download(), fs = dfs.download(), ds = dds.download();
-    const int64_t per = sh.N * sh.K, nbr = sh.N / 32, nbc = sh.K / 32;
-    for (int64_t e = 0; e < sh.E; ++e) {
-      std::vector<uint8_t> rq(per), tiles(nbr * nbc), rows(sh.N * nbc), cols(sh.K * nbr);
-      nm::mxfp8_quantize_tiles(w.f.data() + e * per, sh.N, sh.K, rq.data(), tiles.data());
-      nm::mxfp8_tile_scales_to_rows(tiles.data(), sh.N, sh.K, rows.data());
-      nm::mxfp8_tile_scales_to_cols(tiles.data(), sh.N, sh.K, cols.data());
-      for (int64_t i = 0; i < per; ++i) ASSERT_EQ(q[e * per + i], rq[i]) << "expert " << e << " element " << i;
-      for (int64_t i = 0; i < sh.N * nbc; ++i) ASSERT_EQ(fs[e * sh.N * nbc + i], rows[i]) << "FPROP scale " << i;
-      for (int64_t i = 0; i < sh.K * nbr; ++i) ASSERT_EQ(ds[e * sh.K * nbr + i], cols[i]) << "DGRAD scale " << i;
-    }
+    check_mxfp8_weight_tiles(sh.E, sh.N, sh.K, w, [&](const uint16_t* dw, uint8_t* dq, uint8_t* dfs, uint8_t* dds) {
+      prepare_block_scaled_weight(dw, spec, {dq, dfs, dq, dds, nullptr, nullptr}, nullptr);
+    });
+  }
+}
+
+// Every CTA region shape (1 .. 8 tiles per side), on weights whose tile grid the regions cover
+// partly at the edges, with scale rows that are (40 and 36 bytes) and are not (35 and 33 bytes)
+// whole 4-byte words.
+TEST(QuantizeMxfp8, TrainingWeightTilesMatchTheOracleInEveryRegionShape) {
+  DMOE_REQUIRE_SM90();
+  struct Shape { int64_t E, N, K; };
+  for (const Shape& sh : {Shape{1, 1152, 1280}, Shape{2, 1056, 1120}}) {
+    const HostBf16 w = random_weight(sh.E, sh.N, sh.K, 71 + sh.N, true);
+    for (int log2_rn = 0; log2_rn <= 3; ++log2_rn)
+      for (int log2_rk = 0; log2_rk <= 3; ++log2_rk) {
+        SCOPED_TRACE("E=" + std::to_string(sh.E) + " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K) +
+                     " region 2^" + std::to_string(log2_rn) + " x 2^" + std::to_string(log2_rk));
+        check_mxfp8_weight_tiles(sh.E, sh.N, sh.K, w, [&](const uint16_t* dw, uint8_t* dq, uint8_t* dfs, uint8_t* dds) {
+          quant::mxfp8_quantize_weight_tiles_in_regions(dw, sh.E, sh.N, sh.K, dq, dfs, dds, log2_rn, log2_rk, nullptr);
+        });
+        if (HasFatalFailure()) return;
+      }
   }
 }
 
