@@ -81,6 +81,16 @@ void fp8_blockwise_quantize_rows(const Bf16Matrix& x, const Fp8BlockwiseOut& out
 void fp8_blockwise_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Fp8BlockwiseOut& rows,
                                       const Fp8BlockwiseOut& cols, cudaStream_t stream);
 
+// Both rows+columns quantizers with a fixed CTA region of 2^log2_region_t token tiles x
+// 2^log2_region_f feature tiles (128 each; at most 8 tiles in all); the launchers above pick it from
+// the shape and the device (tests sweep all).
+void mxfp8_quantize_rows_cols_in_regions(const Bf16Matrix& x, const RowGroups& groups, const Mxfp8Out& rows,
+                                         const Mxfp8Out& cols, int log2_region_t, int log2_region_f,
+                                         cudaStream_t stream);
+void fp8_blockwise_quantize_rows_cols_in_regions(const Bf16Matrix& x, const RowGroups& groups,
+                                                 const Fp8BlockwiseOut& rows, const Fp8BlockwiseOut& cols,
+                                                 int log2_region_t, int log2_region_f, cudaStream_t stream);
+
 // Weights w [E, N, K] in 128x128 blocks: q [E*N, K], scales [E, N/128, K/128]; and, when q_t is
 // given, the transposed data DGRAD reads, q_t [E*K, N] (per expert [K, N]) with the transposed
 // scale grid scales_t [E, K/128, N/128] (no requantization: the same bytes). N, K % 128 == 0.

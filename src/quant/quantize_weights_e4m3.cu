@@ -196,7 +196,8 @@ __global__ void __launch_bounds__(kThreads) fp8_blockwise_weight_kernel(const ui
     __syncthreads();
     auto* qt = reinterpret_cast<uint8_t (*)[kTile]>(&tile[0][0]);
 #pragma unroll
-    for (int r = 0; r < kTile / 2 / 16; ++r) *reinterpret_cast<uint4*>(&qt[col][half * (kTile / 2) + r * 16]) = out[r];
+    for (int r = 0; r < kTile / 2 / 16; ++r)
+      *reinterpret_cast<uint4*>(&qt[col][staged_piece(col, half * (kTile / 2 / 16) + r) * 16]) = out[r];
     __syncthreads();
     store_byte_tile(qt, q_t + (band.e * k + k0) * n + band.n0, n, [](int, int) { return true; });
   });
@@ -240,41 +241,12 @@ dim3 tile_grid(int64_t num_experts, int64_t n, int64_t k, int band_tiles) {
               static_cast<unsigned>(num_experts));
 }
 
-// CTAs of `kernel` (threads, dynamic shared memory) the device holds at once: the slots of a wave.
-int64_t resident_ctas(const void* kernel, int threads, size_t smem) {
-  int device = 0, sms = 0, per_sm = 0;
-  DMOE_CUDA_CHECK(cudaGetDevice(&device));
-  DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  DMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  return std::max<int64_t>(1, int64_t{sms} * std::max(per_sm, 1));
-}
-
-struct WeightRegion {
-  int log2_rn, log2_rk;  // tiles per region side: 1 << log2
-};
-
-// The region shape of the MXFP8 weight-tile kernel with the least estimated time: L2 requests per
-// tile (256 loads and 128 data stores of a 128x128 tile, plus 128 * (1/rn + 1/rk) scale rows)
-// divided by the wave efficiency (tiles / (waves * slots * tiles per region): a region as large as
-// 8 x 8 leaves SMs idle in the last wave when there are few regions, e.g. qwen3_30b's 64 x [1536, 2048]).
-WeightRegion choose_weight_region(int64_t tiles_n, int64_t tiles_k, int64_t experts, int64_t slots) {
-  WeightRegion best{0, 0};
-  double best_cost = 0;
-  for (int log2_rn = 0; (1 << log2_rn) <= kRegionMax; ++log2_rn)
-    for (int log2_rk = 0; (1 << log2_rk) <= kRegionMax; ++log2_rk) {
-      const int64_t rn = int64_t{1} << log2_rn, rk = int64_t{1} << log2_rk;
-      if (rn > 1 && (rn >> 1) >= tiles_n) continue;  // a region wider than the weight buys nothing
-      if (rk > 1 && (rk >> 1) >= tiles_k) continue;
-      const int64_t ctas = (tiles_n + rn - 1) / rn * ((tiles_k + rk - 1) / rk) * experts;
-      const int64_t waves = (ctas + slots - 1) / slots;
-      const double efficiency = double(tiles_n * tiles_k * experts) / double(waves * slots * rn * rk);
-      const double cost = (384.0 + 128.0 / rn + 128.0 / rk) / std::min(1.0, efficiency);
-      if (best_cost == 0 || cost < best_cost) {
-        best = {log2_rn, log2_rk};
-        best_cost = cost;
-      }
-    }
-  return best;
+// The MXFP8 weight-tile region: per tile 256 loads and 128 data stores of a 128x128 tile plus
+// 128 * (1/rn + 1/rk) scale rows (choose_region divides by the wave efficiency: 8 x 8 at
+// dsv3_prefill; 4 x 4 at qwen3_30b's 64 x [1536, 2048], where 8 x 8 would leave 27% of a wave idle).
+RegionShape choose_weight_region(int64_t tiles_n, int64_t tiles_k, int64_t experts, int64_t slots) {
+  return choose_region(tiles_n, tiles_k, experts, slots, kRegionMax, kRegionMax * kRegionMax,
+                       [](int64_t rn, int64_t rk) { return 384.0 + 128.0 / double(rn) + 128.0 / double(rk); });
 }
 
 void check_weight(const char* name, int64_t num_experts, int64_t n, int64_t k, int64_t multiple) {
@@ -306,11 +278,11 @@ void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t
                                  uint8_t* fprop_scales, uint8_t* dgrad_scales, cudaStream_t stream) {
   check_weight("mxfp8_quantize_weight_tiles", num_experts, n, k, numeric::kMXBlock);
   allow_dynamic_smem<mxfp8_weight_tiles_kernel>(kTileRingBytes);
-  const WeightRegion region = choose_weight_region(
+  const RegionShape region = choose_weight_region(
       (n + kTile - 1) / kTile, (k + kTile - 1) / kTile, num_experts,
       resident_ctas(reinterpret_cast<const void*>(&mxfp8_weight_tiles_kernel), kThreads, kTileRingBytes));
   mxfp8_quantize_weight_tiles_in_regions(w_ENK, num_experts, n, k, q_ENK, fprop_scales, dgrad_scales,
-                                         region.log2_rn, region.log2_rk, stream);
+                                         region.log2_a, region.log2_b, stream);
 }
 
 void fp8_blockwise_quantize_weight(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,

@@ -368,6 +368,41 @@ TEST(QuantizeFp8Blockwise, RowsAndColumnsFromOneReadMatchTheOracle) {
   check_rows_cols<float, 128>({300, 5, 0, 129}, 2048, 0, 42, launch, oracle, true);
 }
 
+// Every CTA region shape (up to 8 tiles, tokens x features), over ragged groups whose tile grid the
+// regions cover partly, with MXFP8 scale rows that are (36 bytes) and are not (37) whole words.
+TEST(QuantizeMxfp8, RowsAndColumnsMatchTheOracleInEveryRegionShape) {
+  DMOE_REQUIRE_SM90();
+  auto oracle = [](const HostBf16& h, const Groups& g) {
+    return oracle_rows_cols<32, uint8_t>(h, g, nm::mxfp8_quantize_rows, nm::mxfp8_quantize_cols);
+  };
+  for (int64_t D : {1184, 1152})
+    for (int lt = 0; lt <= 3; ++lt)
+      for (int lf = 0; lt + lf <= 3; ++lf) {
+        SCOPED_TRACE("D=" + std::to_string(D) + " region 2^" + std::to_string(lt) + " x 2^" + std::to_string(lf));
+        auto launch = [&](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Mxfp8Out& r,
+                          const quant::Mxfp8Out& c) { quant::mxfp8_quantize_rows_cols_in_regions(x, g, r, c, lt, lf, nullptr); };
+        check_rows_cols<uint8_t, 32>({37, 0, 300, 1, 100, 129}, D, 64, 34 + lt * 4 + lf, launch, oracle, false);
+        if (HasFatalFailure()) return;
+      }
+}
+
+TEST(QuantizeFp8Blockwise, RowsAndColumnsMatchTheOracleInEveryRegionShape) {
+  DMOE_REQUIRE_SM90();
+  auto oracle = [](const HostBf16& h, const Groups& g) {
+    return oracle_rows_cols<128, float>(h, g, nm::fp8_blockwise_quantize_act, fp8_blockwise_quantize_cols);
+  };
+  for (int lt = 0; lt <= 3; ++lt)
+    for (int lf = 0; lt + lf <= 3; ++lf) {
+      SCOPED_TRACE("region 2^" + std::to_string(lt) + " x 2^" + std::to_string(lf));
+      auto launch = [&](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Fp8BlockwiseOut& r,
+                        const quant::Fp8BlockwiseOut& c) {
+        quant::fp8_blockwise_quantize_rows_cols_in_regions(x, g, r, c, lt, lf, nullptr);
+      };
+      check_rows_cols<float, 128>({37, 0, 300, 1, 100, 129}, 1152, 128, 43 + lt * 4 + lf, launch, oracle, true);
+      if (HasFatalFailure()) return;
+    }
+}
+
 // ---- weights ---------------------------------------------------------------------------------------
 
 HostBf16 random_weight(int64_t E, int64_t N, int64_t K, uint64_t seed, bool crafted) {
