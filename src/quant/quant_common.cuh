@@ -158,6 +158,13 @@ void allow_dynamic_smem(size_t bytes) {
 // row f to dst + f * dst_row_stride, each 16-byte piece only where keep(f, byte offset) says so.
 // (One lane per row and 16 bytes per store made every warp store touch 32 lines: the tile kernels
 // were L2-request-bound at ~40% of DRAM bandwidth, ncu s16 run 5.)
+// The staged rows are swizzled: 16-byte piece p of row f sits at piece staged_piece(f, p). The
+// writers give each thread one row (or two), so eight consecutive lanes -- one phase of a 16-byte
+// shared store -- write eight rows 128 bytes apart: unswizzled, that is one bank group eight
+// times (8-way conflicts); XOR-ing the piece with (f ^ f / 8) % 8 spreads any eight consecutive
+// rows, and any eight rows 2 apart, over all eight groups, while a row stays in one 128-byte line.
+__device__ __forceinline__ int staged_piece(int f, int p) { return p ^ ((f ^ (f >> 3)) & 7); }
+
 template <class Keep>
 __device__ __forceinline__ void store_byte_tile(uint8_t (*staged)[kTile], uint8_t* dst, int64_t dst_row_stride,
                                                 Keep keep) {
@@ -165,10 +172,53 @@ __device__ __forceinline__ void store_byte_tile(uint8_t (*staged)[kTile], uint8_
 #pragma unroll
   for (int i = 0; i < kPieces; ++i) {
     const int idx = threadIdx.x + i * kTileThreads;
-    const int f = idx / (kTile / 16), off = (idx % (kTile / 16)) * 16;
-    if (keep(f, off))
-      *reinterpret_cast<uint4*>(dst + f * dst_row_stride + off) = *reinterpret_cast<const uint4*>(&staged[f][off]);
+    const int f = idx / (kTile / 16), p = idx % (kTile / 16);
+    if (keep(f, p * 16))
+      *reinterpret_cast<uint4*>(dst + f * dst_row_stride + p * 16) =
+          *reinterpret_cast<const uint4*>(&staged[f][staged_piece(f, p) * 16]);
   }
+}
+
+// ---- CTA regions of tiles (host side) -------------------------------------------------------------
+// Kernels whose CTA covers a region of 2^log2_a x 2^log2_b tiles (scales staged per region) pick
+// the region shape here: the least per-tile cost (the caller's estimate of L2 requests and setup)
+// divided by the wave efficiency, tiles / (waves * slots * tiles per region) -- a large region
+// leaves SMs idle in the last wave when there are few of them.
+
+// CTAs of `kernel` (threads, dynamic shared memory) the device holds at once: the slots of a wave.
+inline int64_t resident_ctas(const void* kernel, int threads, size_t dynamic_smem) {
+  int device = 0, sms = 0, per_sm = 0;
+  DMOE_CUDA_CHECK(cudaGetDevice(&device));
+  DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  DMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, dynamic_smem));
+  return int64_t{sms} * (per_sm > 0 ? per_sm : 1);
+}
+
+struct RegionShape {
+  int log2_a, log2_b;  // tiles per region side: 1 << log2
+};
+
+// Regions of at most max_side tiles per side and max_tiles in all over a tiles_a x tiles_b grid
+// (times `batches`); cost_per_tile(ra, rb) is the caller's estimate for one tile.
+template <class Cost>
+RegionShape choose_region(int64_t tiles_a, int64_t tiles_b, int64_t batches, int64_t slots, int max_side,
+                          int max_tiles, Cost cost_per_tile) {
+  RegionShape best{0, 0};
+  double best_cost = 0;
+  for (int la = 0; (1 << la) <= max_side; ++la)
+    for (int lb = 0; (1 << lb) <= max_side && (1 << (la + lb)) <= max_tiles; ++lb) {
+      const int64_t ra = int64_t{1} << la, rb = int64_t{1} << lb;
+      if ((ra > 1 && ra / 2 >= tiles_a) || (rb > 1 && rb / 2 >= tiles_b)) continue;  // wider than the grid
+      const int64_t ctas = (tiles_a + ra - 1) / ra * ((tiles_b + rb - 1) / rb) * batches;
+      const int64_t waves = (ctas + slots - 1) / slots;
+      const double efficiency = double(tiles_a * tiles_b * batches) / double(waves * slots * ra * rb);
+      const double cost = cost_per_tile(ra, rb) / efficiency;
+      if (best_cost == 0 || cost < best_cost) {
+        best = {la, lb};
+        best_cost = cost;
+      }
+    }
+  return best;
 }
 
 // A layout precondition the host cannot check (it lives in device memory) is broken: one line,

@@ -65,6 +65,11 @@ void mxfp8_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, cons
 // FPROP scales [E*N, K/32] and DGRAD scales [E*K, N/32] (natural row-major). N, K % 32 == 0.
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
                                  uint8_t* fprop_scales, uint8_t* dgrad_scales, cudaStream_t stream);
+// The same with a fixed CTA region of 2^log2_region_n x 2^log2_region_k 128x128 tiles (each side
+// 1 .. 8 tiles); the launcher above picks it from the shape and the device (tests sweep all).
+void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k,
+                                            uint8_t* q_ENK, uint8_t* fprop_scales, uint8_t* dgrad_scales,
+                                            int log2_region_n, int log2_region_k, cudaStream_t stream);
 
 // ---- FP8 blockwise (DeepSeek-V3: 1x128 activations, 128x128 weights, FP32 scales) --------------
 
@@ -75,6 +80,16 @@ void fp8_blockwise_quantize_rows(const Bf16Matrix& x, const Fp8BlockwiseOut& out
 // (group offsets multiples of 128).
 void fp8_blockwise_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Fp8BlockwiseOut& rows,
                                       const Fp8BlockwiseOut& cols, cudaStream_t stream);
+
+// Both rows+columns quantizers with a fixed CTA region of 2^log2_region_t token tiles x
+// 2^log2_region_f feature tiles (128 each; at most 8 tiles in all); the launchers above pick it from
+// the shape and the device (tests sweep all).
+void mxfp8_quantize_rows_cols_in_regions(const Bf16Matrix& x, const RowGroups& groups, const Mxfp8Out& rows,
+                                         const Mxfp8Out& cols, int log2_region_t, int log2_region_f,
+                                         cudaStream_t stream);
+void fp8_blockwise_quantize_rows_cols_in_regions(const Bf16Matrix& x, const RowGroups& groups,
+                                                 const Fp8BlockwiseOut& rows, const Fp8BlockwiseOut& cols,
+                                                 int log2_region_t, int log2_region_f, cudaStream_t stream);
 
 // Weights w [E, N, K] in 128x128 blocks: q [E*N, K], scales [E, N/128, K/128]; and, when q_t is
 // given, the transposed data DGRAD reads, q_t [E*K, N] (per expert [K, N]) with the transposed

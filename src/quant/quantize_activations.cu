@@ -1,13 +1,14 @@
 // E4M3 activation quantizers (MXFP8 1x32 and FP8 blockwise 1x128), one template per kernel:
 //   quantize_rows_kernel      blocks along cols; each thread issues its four 16-byte loads before
 //                             any math, kBlock/8 lanes share a block (shuffles)
-//   quantize_rows_cols_kernel both orientations from one read: a CTA walks a band of 128 tokens
-//                             across up to kBandTiles 128x128 tiles through a ring of cp.async
-//                             stages (two tiles in flight while one is processed); the rows come
-//                             from the thread's own vectors, the token-axis (WGRAD) blocks from
-//                             shared memory, staged transposed in the tile's own stage and
-//                             written as whole 128-byte rows
-// Memory-bound: the prediction and the measurements are in docs/perf_history.md (G37).
+//   quantize_rows_cols_kernel both orientations from one read: a CTA walks a region of up to 8
+//                             128x128 tiles (tokens x features) through a ring of cp.async stages
+//                             (two tiles in flight while one is processed); the rows come from the
+//                             thread's own vectors, the token-axis (WGRAD) blocks from shared memory,
+//                             staged transposed in the tile's own stage and written as whole 128-byte
+//                             rows; both orientations' scales are staged for the region and written
+//                             at its end
+// Memory-bound: the prediction and the measurements are in docs/perf_history.md (G37, G38).
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "quant/quant_common.cuh"
@@ -68,31 +69,69 @@ void launch_rows(const Bf16Matrix& x, const QuantizedOut<typename F::Scale>& out
 }
 
 // ---- both orientations ---------------------------------------------------------------------------
+// A CTA covers a region of rt x rf tiles (tokens x features, rt * rf <= 8) and keeps the region's
+// row and column scales in shared memory until its end: a tile holds 4 MXFP8 scale bytes of each
+// of its 128 token rows and 4 of each of its 128 feature rows, and stored per tile those were 256
+// lines of 4 bytes (partly written sectors); per region they are rows of 4 * rf and 4 * rt bytes,
+// 128 * (1/rf + 1/rt) requests per tile (96 at 2 x 4). FP8 blockwise scales (one per tile row and
+// column) go out as contiguous runs in the k-block-major layouts.
 
-constexpr int kBandTiles = 8;     // column tiles one CTA walks (its token band's setup is paid once)
+constexpr int kRegionTiles = 8;   // tiles per CTA region, rt * rf
 constexpr int kMaxGroups = 1024;  // expert groups the shared-memory tables hold
+
+// A [rows][blocks] grid of scales staged in shared memory (`ld` per row) to
+// dst[i * row_stride + j * block_stride], lanes along dst's contiguous direction: 4-byte words of a
+// row where the bytes of a row are contiguous and aligned, else one scale per lane.
+template <class Scale>
+__device__ __forceinline__ void store_scale_grid(const Scale* staged, int ld, int rows, int blocks, Scale* dst,
+                                                 int64_t row_stride, int64_t block_stride) {
+  if constexpr (sizeof(Scale) == 1) {
+    if (block_stride == 1 && row_stride % 4 == 0 && reinterpret_cast<uintptr_t>(dst) % 4 == 0 && blocks % 4 == 0) {
+      const int words = blocks / 4;
+      for (int idx = threadIdx.x; idx < rows * words; idx += kTileThreads) {
+        const int i = idx / words, w = idx % words;
+        *reinterpret_cast<uint32_t*>(dst + i * row_stride + 4 * w) =
+            *reinterpret_cast<const uint32_t*>(staged + i * ld + 4 * w);
+      }
+      return;
+    }
+  }
+  if (block_stride == 1 && row_stride != 1) {
+    for (int idx = threadIdx.x; idx < rows * blocks; idx += kTileThreads) {
+      const int i = idx / blocks, j = idx % blocks;
+      dst[i * row_stride + j] = staged[i * ld + j];
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < rows * blocks; idx += kTileThreads) {
+      const int j = idx / rows, i = idx % rows;
+      dst[i * row_stride + j * block_stride] = staged[i * ld + j];
+    }
+  }
+}
 
 template <class F>
 __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Matrix x, RowGroups groups,
                                                                           QuantizedOut<typename F::Scale> rows,
-                                                                          QuantizedOut<typename F::Scale> cols) {
+                                                                          QuantizedOut<typename F::Scale> cols,
+                                                                          int log2_rt, int log2_rf) {
   using Scale = typename F::Scale;
   constexpr int kGroup = (F::kBlock < kTile ? F::kBlock : kTile) / kVec;
   constexpr int kChunk = 32;                           // tokens per column-pass thread
   constexpr int kChunks = kTile / kChunk;              // 4: one per warp of a warp quartet
   constexpr int kChunksPerBlock = F::kBlock / kChunk;  // 1 (MXFP8) or 4 (FP8 blockwise)
+  constexpr int kBlocksPerTile = kTile / F::kBlock;    // blocks of a tile row (and column): 4 or 1
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
-  __shared__ bool real[kTile];
+  __shared__ bool real[kRegionTiles * kTile];
   __shared__ int32_t offsets[kMaxGroups + 1];
   __shared__ uint32_t chunk_amax[kChunks][kTile];  // column pass: |x| bits per (chunk, feature)
+  // The region's scales: row scales [token][feature block], column scales [feature][token block].
+  __shared__ __align__(16) Scale row_scale[kRegionTiles * kTile * kBlocksPerTile];
+  __shared__ __align__(16) Scale col_scale[kRegionTiles * kTile * kBlocksPerTile];
 
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int64_t c_first = static_cast<int64_t>(blockIdx.x) * kBandTiles * kTile;
-  const int64_t left = (x.cols - c_first + kTile - 1) / kTile;
-  const int tiles = static_cast<int>(left < kBandTiles ? left : kBandTiles);
+  const int64_t m_first = (static_cast<int64_t>(blockIdx.y) * kTile) << log2_rt;
+  const int64_t c_first = (static_cast<int64_t>(blockIdx.x) * kTile) << log2_rf;
   const auto* base = static_cast<const uint16_t*>(x.data);
-  auto issue = [&](int t, Bf16Tile& stage) { issue_tile(stage, base, x.row_stride, x.rows, x.cols, m0, c_first + t * kTile); };
 
   for (int g = threadIdx.x; g <= groups.num_groups; g += kTileThreads) offsets[g] = groups.offsets_G1[g];
   __syncthreads();
@@ -100,11 +139,16 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
   if (blockIdx.x == 0 && blockIdx.y == 0)
     for (int g = threadIdx.x; g <= groups.num_groups; g += kTileThreads)
       if (offsets[g] % F::kBlock != 0) layout_trap("an expert's first row", offsets[g], F::kBlock);
-  if (m0 >= used) return;  // CTA-uniform, before any copy: unused capacity is never read
-  if (threadIdx.x < kTile) {
-    const int64_t m = m0 + threadIdx.x;
+  const int64_t end = used < x.rows ? used : x.rows;
+  if (m_first >= end) return;  // CTA-uniform, before any copy: unused capacity is never read
+  const int64_t t_left = (end - m_first + kTile - 1) / kTile, f_left = (x.cols - c_first + kTile - 1) / kTile;
+  const int tiles_t = static_cast<int>(t_left < (1 << log2_rt) ? t_left : (1 << log2_rt));
+  const int tiles_f = static_cast<int>(f_left < (1 << log2_rf) ? f_left : (1 << log2_rf));
+  const int ld_row = kBlocksPerTile << log2_rf, ld_col = kBlocksPerTile << log2_rt;
+  for (int i = threadIdx.x; i < tiles_t * kTile; i += kTileThreads) {
+    const int64_t m = m_first + i;
     bool is_real = false;
-    if (m < used) {
+    if (m < end) {
       int lo = 0, hi = groups.num_groups - 1;  // last group with offsets[g] <= m
       while (lo < hi) {
         const int mid = (lo + hi + 1) >> 1;
@@ -113,31 +157,67 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
       }
       is_real = m - offsets[lo] < groups.counts_G[lo];
     }
-    real[threadIdx.x] = is_real;
+    real[i] = is_real;
   }
   // (for_each_tile's first barrier publishes real[] too)
 
+  // Tile t of the region: token tile t / tiles_f, feature tile t % tiles_f (along the features first).
+  auto issue = [&](int t, Bf16Tile& stage) {
+    issue_tile(stage, base, x.row_stride, x.rows, x.cols, m_first + (t / tiles_f) * kTile,
+               c_first + (t % tiles_f) * kTile);
+  };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int chunk = warp % kChunks;
   const int f0 = (warp / kChunks) * 64 + 2 * lane;  // the column-pass lane's two features in a tile
-  for_each_tile(tiles, ring, issue, [&](int t, Bf16Tile& tile) {
-    const int64_t c0 = c_first + t * kTile;
+  for_each_tile(tiles_t * tiles_f, ring, issue, [&](int t, Bf16Tile& tile) {
+    const int tt = t / tiles_f, tf = t % tiles_f;
+    const int64_t m0 = m_first + tt * kTile, c0 = c_first + tf * kTile;
+    const bool* tile_real = real + tt * kTile;
     if (rows.present()) {
       const int64_t c = c0 + (threadIdx.x % kTileSlots) * kVec;
       uint4 raw[kTileLoads];
+      float amax[kTileLoads];
       read_own_vectors(raw, tile);
 #pragma unroll
       for (int i = 0; i < kTileLoads; ++i) {
-        const int r = tile_row(i);
-        if (!real[r]) raw[i] = make_uint4(0, 0, 0, 0);  // padding rows quantize as zeros
-        const float amax = group_amax<kGroup>(amax_bf16x8(raw[i]));
-        if (m0 + r < used && c < x.cols) {
+        if (!tile_real[tile_row(i)]) raw[i] = make_uint4(0, 0, 0, 0);  // padding rows quantize as zeros
+        amax[i] = group_amax<kGroup>(amax_bf16x8(raw[i]));
+      }
+      if constexpr (kGroup == kTileSlots) {
+        // One block per tile row (FP8 blockwise), its amax in all 16 lanes of a half-warp: lane
+        // 2i + h (< 16) computes the scale and multiplier of vector i's row of half-warp h once
+        // (two IEEE divisions), instead of every lane for all eight rows.
+        float row_amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kTileLoads; ++i) {
+          const float a = __shfl_sync(0xffffffffu, amax[i], (lane & 1) * 16);
+          if (((lane >> 1) & (kTileLoads - 1)) == i) row_amax = a;
+        }
+        Scale scale;
+        float mult;
+        F::from_amax(row_amax, scale, mult);
+        if (lane < 16) {
+          const int r = warp * 2 + (lane & 1) + kTileRowStep * (lane >> 1);  // tile_row(lane / 2) of half lane & 1
+          row_scale[(tt * kTile + r) * ld_row + tf] = scale;
+        }
+#pragma unroll
+        for (int i = 0; i < kTileLoads; ++i) {
+          const float m = __shfl_sync(0xffffffffu, mult, 2 * i + (lane >> 4));
+          const int r = tile_row(i);
+          if (m0 + r < end && c < x.cols)
+            *reinterpret_cast<uint2*>(rows.q + (m0 + r) * rows.q_row_stride + c) = e4m3x8(unpack_bf16x8(raw[i]), m);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kTileLoads; ++i) {
+          const int r = tile_row(i);
           Scale scale;
           float mult;
-          F::from_amax(amax, scale, mult);
-          *reinterpret_cast<uint2*>(rows.q + (m0 + r) * rows.q_row_stride + c) = e4m3x8(unpack_bf16x8(raw[i]), mult);
-          if (c % F::kBlock == 0)
-            rows.scales[(m0 + r) * rows.scale_row_stride + (c / F::kBlock) * rows.scale_block_stride] = scale;
+          F::from_amax(amax[i], scale, mult);
+          if (m0 + r < end && c < x.cols)
+            *reinterpret_cast<uint2*>(rows.q + (m0 + r) * rows.q_row_stride + c) = e4m3x8(unpack_bf16x8(raw[i]), mult);
+          if ((c - c0) % F::kBlock == 0)
+            row_scale[(tt * kTile + r) * ld_row + tf * kBlocksPerTile + (c - c0) / F::kBlock] = scale;
         }
       }
     }
@@ -150,7 +230,7 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
     uint32_t amax2 = 0;  // |bf16| bits of both features, two lanes of 16 bits
 #pragma unroll
     for (int k = 0; k < kChunk; ++k) {
-      pair[k] = real[chunk * kChunk + k] ? *reinterpret_cast<const uint32_t*>(&tile[chunk * kChunk + k][f0]) : 0u;
+      pair[k] = tile_real[chunk * kChunk + k] ? *reinterpret_cast<const uint32_t*>(&tile[chunk * kChunk + k][f0]) : 0u;
       amax2 = __vmaxu2(amax2, abs_bf16x2(pair[k]));
     }
     float a0 = __uint_as_float(amax2 << 16), a1 = __uint_as_float(amax2 & 0xffff0000u);
@@ -166,10 +246,9 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
         a1 = numeric::amax_nan(a1, __uint_as_float(chunk_amax[k][f0 + 1]));
       }
     }
-    // The transposed bytes go to the stage as [feature][token] (16 KiB), the scales after them as
-    // [feature][chunk], and then out in whole rows.
+    // The transposed bytes go to the stage as [feature][token] (16 KiB, swizzled: store_byte_tile)
+    // and then out in whole rows.
     auto* qt = reinterpret_cast<uint8_t (*)[kTile]>(&tile[0][0]);
-    auto* st = reinterpret_cast<Scale (*)[kChunks]>(&tile[0][0] + kTile * kTile / 2);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       Scale scale;
@@ -185,33 +264,44 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
         w[k / 4] = numeric::float2_to_e4m3x2(f[0], f[1]) |
                    (static_cast<uint32_t>(numeric::float2_to_e4m3x2(f[2], f[3])) << 16);
       }
-      uint4* q = reinterpret_cast<uint4*>(&qt[f0 + h][chunk * kChunk]);
-      q[0] = make_uint4(w[0], w[1], w[2], w[3]);
-      q[1] = make_uint4(w[4], w[5], w[6], w[7]);
-      st[f0 + h][chunk] = scale;
+      const int f = f0 + h;
+      *reinterpret_cast<uint4*>(&qt[f][staged_piece(f, 2 * chunk) * 16]) = make_uint4(w[0], w[1], w[2], w[3]);
+      *reinterpret_cast<uint4*>(&qt[f][staged_piece(f, 2 * chunk + 1) * 16]) = make_uint4(w[4], w[5], w[6], w[7]);
+      if (chunk % kChunksPerBlock == 0)
+        col_scale[(tf * kTile + f) * ld_col + tt * kBlocksPerTile + chunk / kChunksPerBlock] = scale;
     }
     __syncthreads();
     store_byte_tile(qt, cols.q + c0 * cols.q_row_stride + m0, cols.q_row_stride,
-                    [&](int f, int off) { return c0 + f < x.cols && m0 + off < used; });
-    // Scales: one thread per feature; the tile's kChunks / kChunksPerBlock blocks of it.
-    if (threadIdx.x < kTile && c0 + threadIdx.x < x.cols) {
-      Scale* dst = cols.scales + (c0 + threadIdx.x) * cols.scale_row_stride + (m0 / F::kBlock) * cols.scale_block_stride;
-      if constexpr (kChunksPerBlock == 1 && sizeof(Scale) == 1) {
-        // MXFP8's four E8M0 bytes of a feature in one 4-byte store where the layout allows it.
-        if (cols.scale_block_stride == 1 && reinterpret_cast<uintptr_t>(dst) % 4 == 0 && m0 + kTile <= used) {
-          *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(&st[threadIdx.x][0]);
-          return;
-        }
-      }
-      for (int k = 0; k < kChunks; k += kChunksPerBlock)
-        if (m0 + k * kChunk < used) dst[(k / kChunksPerBlock) * cols.scale_block_stride] = st[threadIdx.x][k];
-    }
+                    [&](int f, int off) { return c0 + f < x.cols && m0 + off < end; });
+  });
+  // for_each_tile ended on a barrier: the region's scales are all staged.
+  const int64_t tokens = (end - m_first < int64_t{tiles_t} * kTile) ? end - m_first : int64_t{tiles_t} * kTile;
+  const int64_t features = (x.cols - c_first < int64_t{tiles_f} * kTile) ? x.cols - c_first : int64_t{tiles_f} * kTile;
+  if (rows.present())
+    store_scale_grid(row_scale, ld_row, static_cast<int>(tokens), static_cast<int>(features / F::kBlock),
+                     rows.scales + m_first * rows.scale_row_stride + (c_first / F::kBlock) * rows.scale_block_stride,
+                     rows.scale_row_stride, rows.scale_block_stride);
+  if (cols.present())
+    store_scale_grid(col_scale, ld_col, static_cast<int>(features), static_cast<int>(tokens / F::kBlock),
+                     cols.scales + c_first * cols.scale_row_stride + (m_first / F::kBlock) * cols.scale_block_stride,
+                     cols.scale_row_stride, cols.scale_block_stride);
+}
+
+// The region shape (rt x rf tiles, rt * rf <= kRegionTiles) with the least estimated time per
+// tile: L2 requests (256 loads, 128 row-data and 128 transposed-data stores, plus the scale rows:
+// 128 * (1/rf + 1/rt) for MXFP8's bytes, ~8 for FP8 blockwise's contiguous runs) and a per-CTA
+// setup share (the group table, the real-row search), divided by the wave efficiency.
+RegionShape choose_rows_cols_region(int64_t tiles_t, int64_t tiles_f, bool byte_scales, int64_t slots) {
+  return choose_region(tiles_t, tiles_f, 1, slots, kRegionTiles, kRegionTiles, [&](int64_t rt, int64_t rf) {
+    const double scale_requests = byte_scales ? 128.0 / double(rf) + 128.0 / double(rt) : 8.0;
+    return 512.0 + scale_requests + 64.0 / double(rt * rf);
   });
 }
 
 template <class F>
 void launch_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const QuantizedOut<typename F::Scale>& rows,
-                      const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name) {
+                      const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name,
+                      int log2_rt = -1, int log2_rf = -1) {
   DMOE_CHECK_ARG(x.cols % F::kBlock == 0, name, ": cols=", x.cols, " must be a multiple of ", F::kBlock);
   DMOE_CHECK_ARG(x.rows % F::kBlock == 0, name, ": the row capacity ", x.rows, " must be a multiple of ", F::kBlock);
   DMOE_CHECK_ARG(x.row_stride % kVec == 0, name, ": the input row stride must keep 16-byte alignment");
@@ -221,9 +311,19 @@ void launch_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Quanti
                  cols.q_row_stride, " must be a multiple of 16 bytes");
   if (x.rows == 0 || (!rows.present() && !cols.present())) return;
   allow_dynamic_smem<quantize_rows_cols_kernel<F>>(kTileRingBytes);
-  const int64_t band = int64_t{kBandTiles} * kTile;
-  const dim3 grid(static_cast<unsigned>((x.cols + band - 1) / band), static_cast<unsigned>((x.rows + kTile - 1) / kTile));
-  quantize_rows_cols_kernel<F><<<grid, kTileThreads, kTileRingBytes, stream>>>(x, groups, rows, cols);
+  const int64_t tiles_t = (x.rows + kTile - 1) / kTile, tiles_f = (x.cols + kTile - 1) / kTile;
+  if (log2_rt < 0) {
+    const RegionShape r = choose_rows_cols_region(
+        tiles_t, tiles_f, sizeof(typename F::Scale) == 1,
+        resident_ctas(reinterpret_cast<const void*>(&quantize_rows_cols_kernel<F>), kTileThreads, kTileRingBytes));
+    log2_rt = r.log2_a;
+    log2_rf = r.log2_b;
+  }
+  DMOE_CHECK_ARG(log2_rt >= 0 && log2_rf >= 0 && (1 << (log2_rt + log2_rf)) <= kRegionTiles, name, ": region 2^",
+                 log2_rt, " x 2^", log2_rf, " tiles (at most ", kRegionTiles, ")");
+  const dim3 grid(static_cast<unsigned>((tiles_f + (1 << log2_rf) - 1) >> log2_rf),
+                  static_cast<unsigned>((tiles_t + (1 << log2_rt) - 1) >> log2_rt));
+  quantize_rows_cols_kernel<F><<<grid, kTileThreads, kTileRingBytes, stream>>>(x, groups, rows, cols, log2_rt, log2_rf);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 
@@ -238,6 +338,14 @@ void mxfp8_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, cons
   launch_rows_cols<Mxfp8Format>(x, groups, rows, cols, stream, "mxfp8_quantize_rows_cols");
 }
 
+void mxfp8_quantize_rows_cols_in_regions(const Bf16Matrix& x, const RowGroups& groups, const Mxfp8Out& rows,
+                                         const Mxfp8Out& cols, int log2_region_t, int log2_region_f,
+                                         cudaStream_t stream) {
+  DMOE_CHECK_ARG(log2_region_t >= 0 && log2_region_f >= 0, "mxfp8_quantize_rows_cols: negative region");
+  launch_rows_cols<Mxfp8Format>(x, groups, rows, cols, stream, "mxfp8_quantize_rows_cols", log2_region_t,
+                                log2_region_f);
+}
+
 void fp8_blockwise_quantize_rows(const Bf16Matrix& x, const Fp8BlockwiseOut& out, cudaStream_t stream) {
   launch_rows<Fp8BlockwiseFormat>(x, out, stream, "fp8_blockwise_quantize_rows");
 }
@@ -245,6 +353,14 @@ void fp8_blockwise_quantize_rows(const Bf16Matrix& x, const Fp8BlockwiseOut& out
 void fp8_blockwise_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Fp8BlockwiseOut& rows,
                                       const Fp8BlockwiseOut& cols, cudaStream_t stream) {
   launch_rows_cols<Fp8BlockwiseFormat>(x, groups, rows, cols, stream, "fp8_blockwise_quantize_rows_cols");
+}
+
+void fp8_blockwise_quantize_rows_cols_in_regions(const Bf16Matrix& x, const RowGroups& groups,
+                                                 const Fp8BlockwiseOut& rows, const Fp8BlockwiseOut& cols,
+                                                 int log2_region_t, int log2_region_f, cudaStream_t stream) {
+  DMOE_CHECK_ARG(log2_region_t >= 0 && log2_region_f >= 0, "fp8_blockwise_quantize_rows_cols: negative region");
+  launch_rows_cols<Fp8BlockwiseFormat>(x, groups, rows, cols, stream, "fp8_blockwise_quantize_rows_cols",
+                                       log2_region_t, log2_region_f);
 }
 
 }  // namespace dist_moe::quant

@@ -41,21 +41,29 @@ __global__ void __launch_bounds__(kThreads) nvfp4_expert_amax_kernel(const uint1
 // x_i's sign bit. That is float_to_e2m1(y_i) whenever y_i = x_i * (a finite positive factor), the
 // quantizers' case when the block's factor is finite (sign of a product or quotient, zeros and
 // underflows included); a block whose factor is NaN is all 0x7, which the callers write themselves.
-// The sign comes from the BF16 bits and the code from FP32 arithmetic (numeric::e2m1_magnitude_code).
+// The codes come from FP32 arithmetic (numeric::e2m1_magnitude_code_bits: the code in the low byte
+// of each result), and the nibbles and signs are assembled for all eight at once with byte
+// permutes: ~15 instructions per 8 elements instead of ~5 per element (mask, sign shift and mask,
+// nibble shift, or).
 constexpr uint32_t kE2M1NaNx8 = 0x77777777u;
 
 template <class Magnitude>
 __device__ __forceinline__ uint32_t e2m1x8_signed(const uint4& raw, Magnitude magnitude) {
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  uint32_t out = 0;
+  uint32_t code[kVec];  // float bits with element i's magnitude code in the low byte
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
     const uint32_t word = w[i / 2];
-    const float abs_x = (i & 1) ? ptx::bf16_hi_to_float(word & 0x7fff0000u) : ptx::bf16_lo_to_float(word & 0x7fffu);
-    const uint32_t sign = (i & 1) ? (word >> 28) & 8u : (word >> 12) & 8u;
-    out |= (numeric::e2m1_magnitude_code(magnitude(abs_x)) | sign) << (4 * i);
+    const float x = __uint_as_float((i & 1) ? word & 0xffff0000u : word << 16);
+    code[i] = numeric::e2m1_magnitude_code_bits(magnitude(fabsf(x)));  // |x|: a free operand modifier
   }
-  return out;
+  // Even elements' codes in the low nibbles of bytes 0..3, odd ones' in the high nibbles.
+  const uint32_t even = __byte_perm(__byte_perm(code[0], code[2], 0x0040), __byte_perm(code[4], code[6], 0x0040), 0x5410);
+  const uint32_t odd = __byte_perm(__byte_perm(code[1], code[3], 0x0040), __byte_perm(code[5], code[7], 0x0040), 0x5410);
+  // Signs: element 2j's is bit 15 of word j (bit 7 of its byte 1), element 2j+1's bit 31 (byte 3).
+  const uint32_t high01 = __byte_perm(w[0], w[1], 0x7531), high23 = __byte_perm(w[2], w[3], 0x7531);
+  const uint32_t sign_even = __byte_perm(high01, high23, 0x6420), sign_odd = __byte_perm(high01, high23, 0x7531);
+  return even | (odd << 4) | ((sign_even >> 4) & 0x08080808u) | (sign_odd & 0x80808080u);
 }
 
 // Expert blockIdx.y; the CTA's 4 x 256 vectors of it, slice j = vectors base + j * 256.

@@ -1,9 +1,11 @@
-// E4M3 weight quantizers, one 128x128 tile of one expert's [N, K] per CTA:
-// Each CTA walks a band of up to 8 tiles through a ring of cp.async stages (quant_common.cuh).
-//   mxfp8_weight_tiles_kernel   32x32 tiles (upstream's training weights): one qdata and the FPROP
-//                               scales [E*N, K/32]; mxfp8_dgrad_scales_kernel then writes the DGRAD
-//                               scales [E*K, N/32] from them
-//   fp8_blockwise_weight_kernel one 128x128 block: qdata, and the transposed copy DGRAD reads
+// E4M3 weight quantizers over 128x128 tiles of one expert's [N, K], walked through a ring of
+// cp.async stages (quant_common.cuh):
+//   mxfp8_weight_tiles_kernel   32x32 tiles (upstream's training weights): one qdata, the FPROP
+//                               scales [E*N, K/32] and the DGRAD scales [E*K, N/32]; a CTA covers a
+//                               region of up to 8 x 8 tiles and writes both scale layouts once at
+//                               its end, in whole rows of the region
+//   fp8_blockwise_weight_kernel one 128x128 block, a band of up to 8 tiles per CTA: qdata, and the
+//                               transposed copy DGRAD reads
 //   transpose_e4m3_kernel       a checkpoint's E4M3 block transposed (bytes unchanged)
 // Memory-bound; docs/perf.md ("GPU quantizers") has the prediction and the measurement.
 #include <algorithm>
@@ -34,76 +36,110 @@ __device__ __forceinline__ int band_tiles(const TileCoords& band, int64_t k) {
   return static_cast<int>(left < kBandTiles ? left : kBandTiles);
 }
 
+// ---- MXFP8 training weights: a region of up to 8 x 8 tiles per CTA ------------------------------
+// Both scale layouts repeat the 32x32 tile scale: FPROP [E*N, K/32] along N rows, DGRAD [E*K, N/32]
+// along K rows. A tile holds 4 bytes of each of its 128 FPROP rows and 128 DGRAD rows, so a CTA that
+// stored them per tile wrote 256 lines of 4 bytes each (partly written sectors; ncu s16 run 6: the
+// kernel was L2-bound at 87% with DRAM at 66%), or needed a second pass over the scales. A CTA that
+// covers rn x rk tiles instead keeps the region's tile scales in shared memory and writes each FPROP
+// row's 4 * rk bytes and each DGRAD row's 4 * rn bytes once, at the end: whole 32-byte sectors for
+// an 8 x 8 region, 128 * (rn + rk) / (rn * rk) scale requests per tile instead of 256.
+constexpr int kSubTiles = kTile / numeric::kMXBlock;      // 32x32 tiles per tile side (4)
+constexpr int kRegionMax = 8;                             // tiles per region side
+constexpr int kRegionBlocks = kRegionMax * kSubTiles;     // 32x32 tiles per region side (32)
+
+// The region's tile scales written out as rows of scale bytes: row r (0 .. rows) of the layout is
+// dst + r * row_bytes, its bytes first_block .. first_block + 4 * words come from
+// grid[r / 32][0 .. 4 * words) (only blocks < blocks exist). Consecutive lanes take consecutive
+// 4-byte words of a row, so a row's piece is one request.
+__device__ __forceinline__ void store_region_scales(const uint8_t (*grid)[kRegionBlocks], uint8_t* dst,
+                                                    int64_t row_bytes, int64_t rows, int64_t first_block,
+                                                    int64_t blocks, int log2_words) {
+  const int words = 1 << log2_words;
+  // Whole words where every row starts 4-byte aligned (then a word is all in range or all out).
+  const bool by_word = row_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(dst) % 4 == 0;
+  for (int64_t idx = threadIdx.x; idx < (rows << log2_words); idx += kThreads) {
+    const int64_t r = idx >> log2_words;
+    const int word = static_cast<int>(idx & (words - 1));
+    const int64_t b = first_block + 4 * word;
+    if (b >= blocks) continue;
+    const uint8_t* src = &grid[r / numeric::kMXBlock][4 * word];
+    uint8_t* out = dst + r * row_bytes + b;
+    if (by_word) {
+      *reinterpret_cast<uint32_t*>(out) = *reinterpret_cast<const uint32_t*>(src);
+    } else {
+      for (int j = 0; j < 4 && b + j < blocks; ++j) out[j] = src[j];
+    }
+  }
+}
+
+// Grid: x = region along K, y = region along N, z = expert. log2_rn / log2_rk: region tiles per side.
 __global__ void __launch_bounds__(kThreads) mxfp8_weight_tiles_kernel(const uint16_t* w, int64_t n, int64_t k,
-                                                                      uint8_t* q, uint8_t* fprop_scales) {
-  constexpr int kSub = kTile / numeric::kMXBlock;  // 32x32 tiles per side (4)
+                                                                      int log2_rn, int log2_rk, uint8_t* q,
+                                                                      uint8_t* fprop_scales, uint8_t* dgrad_scales) {
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
-  __shared__ uint32_t amax_bits[kSub][kSub];
-  __shared__ uint8_t scale_of[kSub][kSub];
-  const TileCoords band = band_coords();
+  __shared__ uint32_t amax_bits[kSubTiles][kSubTiles];
+  // The region's tile scales, [N block][K block] and transposed (FPROP and DGRAD rows read them).
+  __shared__ __align__(16) uint8_t scale_nk[kRegionBlocks][kRegionBlocks];
+  __shared__ __align__(16) uint8_t scale_kn[kRegionBlocks][kRegionBlocks];
+  const int64_t e = blockIdx.z;
+  const int64_t n_first = (static_cast<int64_t>(blockIdx.y) * kTile) << log2_rn;
+  const int64_t k_first = (static_cast<int64_t>(blockIdx.x) * kTile) << log2_rk;
+  const int64_t n_left = (n - n_first + kTile - 1) / kTile, k_left = (k - k_first + kTile - 1) / kTile;
+  const int tiles_n = static_cast<int>(n_left < (1 << log2_rn) ? n_left : (1 << log2_rn));
+  const int tiles_k = static_cast<int>(k_left < (1 << log2_rk) ? k_left : (1 << log2_rk));
   const int slot = threadIdx.x % kTileSlots;
-  const int64_t kb = k / numeric::kMXBlock;
-  const uint16_t* expert = w + band.e * n * k;
-  auto issue = [&](int t, Bf16Tile& stage) { issue_tile(stage, expert, k, n, k, band.n0, band.k0 + t * kTile); };
-  for_each_tile(band_tiles(band, k), ring, issue, [&](int t, Bf16Tile& tile) {
-    const int64_t k0 = band.k0 + t * kTile;
+  const int64_t kb = k / numeric::kMXBlock, nb = n / numeric::kMXBlock;
+  const uint16_t* expert = w + e * n * k;
+  // Tile t of the region: row t / tiles_k, column t % tiles_k (along K first: one N band at a time).
+  auto issue = [&](int t, Bf16Tile& stage) {
+    issue_tile(stage, expert, k, n, k, n_first + (t / tiles_k) * kTile, k_first + (t % tiles_k) * kTile);
+  };
+  for_each_tile(tiles_n * tiles_k, ring, issue, [&](int t, Bf16Tile& tile) {
+    const int tn = t / tiles_k, tk = t % tiles_k;
+    const int64_t n0 = n_first + tn * kTile, k0 = k_first + tk * kTile;
     uint4 raw[kTileLoads];
     read_own_vectors(raw, tile);
-    if (threadIdx.x < kSub * kSub) amax_bits[threadIdx.x / kSub][threadIdx.x % kSub] = 0;
-    float sub_amax[kSub] = {};  // this thread's amax per 32-row band (vectors 2j and 2j+1 share band j)
+    if (threadIdx.x < kSubTiles * kSubTiles) amax_bits[threadIdx.x / kSubTiles][threadIdx.x % kSubTiles] = 0;
+    float sub_amax[kSubTiles] = {};  // this thread's amax per 32-row band (vectors 2j and 2j+1 share band j)
 #pragma unroll
     for (int i = 0; i < kTileLoads; ++i) sub_amax[i / 2] = numeric::amax_nan(sub_amax[i / 2], amax_bf16x8(raw[i]));
     __syncthreads();  // amax_bits reset
     // Lanes 4s..4s+3 of both half-warps (two rows) share 32x32 tile column s: reduce, then one
     // shared atomic per (warp, band, tile column). Integer max of |x|'s bits keeps NaN on top.
 #pragma unroll
-    for (int j = 0; j < kSub; ++j) {
+    for (int j = 0; j < kSubTiles; ++j) {
       float a = group_amax<4>(sub_amax[j]);
       a = numeric::amax_nan(a, __shfl_xor_sync(0xffffffffu, a, 16));
       if ((threadIdx.x & 31) < 16 && (threadIdx.x & 3) == 0) atomicMax(&amax_bits[j][slot / 4], __float_as_uint(a));
     }
     __syncthreads();
-    if (threadIdx.x < kSub * kSub)
-      scale_of[threadIdx.x / kSub][threadIdx.x % kSub] =
-          numeric::e8m0_rceil_from_amax(__uint_as_float(amax_bits[threadIdx.x / kSub][threadIdx.x % kSub]));
+    if (threadIdx.x < kSubTiles * kSubTiles) {
+      const int j = threadIdx.x / kSubTiles, s = threadIdx.x % kSubTiles;
+      const uint8_t scale = numeric::e8m0_rceil_from_amax(__uint_as_float(amax_bits[j][s]));
+      scale_nk[tn * kSubTiles + j][tk * kSubTiles + s] = scale;
+      scale_kn[tk * kSubTiles + s][tn * kSubTiles + j] = scale;
+    }
     __syncthreads();
     const int64_t c = k0 + slot * kVec;
 #pragma unroll
     for (int i = 0; i < kTileLoads; ++i) {
-      const int64_t r = band.n0 + tile_row(i);
+      const int64_t r = n0 + tile_row(i);
       if (r >= n || c >= k) continue;
-      const uint8_t s = scale_of[i / 2][slot / 4];
-      *reinterpret_cast<uint2*>(q + (band.e * n + r) * k + c) = e4m3x8(unpack_bf16x8(raw[i]), numeric::e8m0_reciprocal(s));
-      if (slot % 4 == 0) fprop_scales[(band.e * n + r) * kb + c / numeric::kMXBlock] = s;
+      const uint8_t s = scale_nk[tn * kSubTiles + i / 2][tk * kSubTiles + slot / 4];
+      *reinterpret_cast<uint2*>(q + (e * n + r) * k + c) = e4m3x8(unpack_bf16x8(raw[i]), numeric::e8m0_reciprocal(s));
     }
-    // scale_of and amax_bits are rewritten only after for_each_tile's barrier that ends this tile.
+    // amax_bits is rewritten only after for_each_tile's barrier that ends this tile; each tile owns
+    // its own cells of the scale grids.
   });
-}
-
-// DGRAD scales [E*K, N/32] from the FPROP scales [E*N, K/32]: the 32x32 tile (i, j) of expert e is
-// FPROP row e*N + 32i, column j, so DGRAD[e*K + c][i] = FPROP[e*N + 32i][c/32]. Written here in
-// whole rows (four bytes a thread) rather than by the tile kernel, where every DGRAD row of a tile
-// was another line and partly written sectors kept the tile kernel L2-bound (ncu, s16 run 6).
-__global__ void __launch_bounds__(256) mxfp8_dgrad_scales_kernel(const uint8_t* fprop_scales, int64_t n, int64_t k,
-                                                                 int64_t num_experts, uint8_t* dgrad_scales) {
-  const int64_t nb = n / numeric::kMXBlock, kb = k / numeric::kMXBlock;
-  const int64_t words_per_row = (nb + 3) / 4;
-  const int64_t total = num_experts * k * words_per_row;
-  for (int64_t w = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w < total;
-       w += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = w / words_per_row, i0 = (w % words_per_row) * 4;  // DGRAD row e*K + c, bytes i0..
-    const int64_t e = row / k, c = row % k;
-    const uint8_t* src = fprop_scales + (e * n) * kb + c / numeric::kMXBlock;
-    uint8_t* dst = dgrad_scales + row * nb + i0;
-    if (i0 + 4 <= nb && nb % 4 == 0) {
-      *reinterpret_cast<uint32_t*>(dst) = src[(i0 + 0) * numeric::kMXBlock * kb] | (src[(i0 + 1) * numeric::kMXBlock * kb] << 8) |
-                                          (src[(i0 + 2) * numeric::kMXBlock * kb] << 16) |
-                                          (uint32_t{src[(i0 + 3) * numeric::kMXBlock * kb]} << 24);
-    } else {
-      for (int64_t i = i0; i < i0 + 4 && i < nb; ++i) dst[i - i0] = src[i * numeric::kMXBlock * kb];
-    }
-  }
+  // for_each_tile ended on a barrier: the grids are complete.
+  const int64_t rows_n = (n - n_first < (int64_t{tiles_n} * kTile)) ? n - n_first : int64_t{tiles_n} * kTile;
+  const int64_t rows_k = (k - k_first < (int64_t{tiles_k} * kTile)) ? k - k_first : int64_t{tiles_k} * kTile;
+  store_region_scales(scale_nk, fprop_scales + (e * n + n_first) * kb, kb, rows_n, k_first / numeric::kMXBlock, kb,
+                      log2_rk);
+  store_region_scales(scale_kn, dgrad_scales + (e * k + k_first) * nb, nb, rows_k, n_first / numeric::kMXBlock, nb,
+                      log2_rn);
 }
 
 __global__ void __launch_bounds__(kThreads) fp8_blockwise_weight_kernel(const uint16_t* w, int64_t n, int64_t k,
@@ -160,7 +196,8 @@ __global__ void __launch_bounds__(kThreads) fp8_blockwise_weight_kernel(const ui
     __syncthreads();
     auto* qt = reinterpret_cast<uint8_t (*)[kTile]>(&tile[0][0]);
 #pragma unroll
-    for (int r = 0; r < kTile / 2 / 16; ++r) *reinterpret_cast<uint4*>(&qt[col][half * (kTile / 2) + r * 16]) = out[r];
+    for (int r = 0; r < kTile / 2 / 16; ++r)
+      *reinterpret_cast<uint4*>(&qt[col][staged_piece(col, half * (kTile / 2 / 16) + r) * 16]) = out[r];
     __syncthreads();
     store_byte_tile(qt, q_t + (band.e * k + k0) * n + band.n0, n, [](int, int) { return true; });
   });
@@ -204,6 +241,14 @@ dim3 tile_grid(int64_t num_experts, int64_t n, int64_t k, int band_tiles) {
               static_cast<unsigned>(num_experts));
 }
 
+// The MXFP8 weight-tile region: per tile 256 loads and 128 data stores of a 128x128 tile plus
+// 128 * (1/rn + 1/rk) scale rows (choose_region divides by the wave efficiency: 8 x 8 at
+// dsv3_prefill; 4 x 4 at qwen3_30b's 64 x [1536, 2048], where 8 x 8 would leave 27% of a wave idle).
+RegionShape choose_weight_region(int64_t tiles_n, int64_t tiles_k, int64_t experts, int64_t slots) {
+  return choose_region(tiles_n, tiles_k, experts, slots, kRegionMax, kRegionMax * kRegionMax,
+                       [](int64_t rn, int64_t rk) { return 384.0 + 128.0 / double(rn) + 128.0 / double(rk); });
+}
+
 void check_weight(const char* name, int64_t num_experts, int64_t n, int64_t k, int64_t multiple) {
   DMOE_CHECK_ARG(num_experts >= 1 && num_experts <= 65535, name, ": num_experts=", num_experts, " must be in [1, 65535]");
   DMOE_CHECK_ARG(n > 0 && k > 0 && n % multiple == 0 && k % multiple == 0, name, ": weight dims [", n, ", ", k,
@@ -212,17 +257,32 @@ void check_weight(const char* name, int64_t num_experts, int64_t n, int64_t k, i
 
 }  // namespace
 
+void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k,
+                                            uint8_t* q_ENK, uint8_t* fprop_scales, uint8_t* dgrad_scales,
+                                            int log2_region_n, int log2_region_k, cudaStream_t stream) {
+  check_weight("mxfp8_quantize_weight_tiles", num_experts, n, k, numeric::kMXBlock);
+  DMOE_CHECK_ARG(log2_region_n >= 0 && (1 << log2_region_n) <= kRegionMax && log2_region_k >= 0 &&
+                     (1 << log2_region_k) <= kRegionMax,
+                 "mxfp8_quantize_weight_tiles: region 2^", log2_region_n, " x 2^", log2_region_k, " tiles (at most ",
+                 kRegionMax, " per side)");
+  allow_dynamic_smem<mxfp8_weight_tiles_kernel>(kTileRingBytes);
+  const int64_t region_n = int64_t{kTile} << log2_region_n, region_k = int64_t{kTile} << log2_region_k;
+  const dim3 grid(static_cast<unsigned>((k + region_k - 1) / region_k), static_cast<unsigned>((n + region_n - 1) / region_n),
+                  static_cast<unsigned>(num_experts));
+  mxfp8_weight_tiles_kernel<<<grid, kThreads, kTileRingBytes, stream>>>(
+      static_cast<const uint16_t*>(w_ENK), n, k, log2_region_n, log2_region_k, q_ENK, fprop_scales, dgrad_scales);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
                                  uint8_t* fprop_scales, uint8_t* dgrad_scales, cudaStream_t stream) {
   check_weight("mxfp8_quantize_weight_tiles", num_experts, n, k, numeric::kMXBlock);
   allow_dynamic_smem<mxfp8_weight_tiles_kernel>(kTileRingBytes);
-  mxfp8_weight_tiles_kernel<<<tile_grid(num_experts, n, k, kBandTiles), kThreads, kTileRingBytes, stream>>>(
-      static_cast<const uint16_t*>(w_ENK), n, k, q_ENK, fprop_scales);
-  DMOE_CUDA_CHECK_LAUNCH();
-  const int64_t words = num_experts * k * ((n / numeric::kMXBlock + 3) / 4);
-  mxfp8_dgrad_scales_kernel<<<static_cast<unsigned>(std::min<int64_t>((words + 255) / 256, 8192)), 256, 0, stream>>>(
-      fprop_scales, n, k, num_experts, dgrad_scales);
-  DMOE_CUDA_CHECK_LAUNCH();
+  const RegionShape region = choose_weight_region(
+      (n + kTile - 1) / kTile, (k + kTile - 1) / kTile, num_experts,
+      resident_ctas(reinterpret_cast<const void*>(&mxfp8_weight_tiles_kernel), kThreads, kTileRingBytes));
+  mxfp8_quantize_weight_tiles_in_regions(w_ENK, num_experts, n, k, q_ENK, fprop_scales, dgrad_scales,
+                                         region.log2_a, region.log2_b, stream);
 }
 
 void fp8_blockwise_quantize_weight(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,

@@ -368,12 +368,71 @@ TEST(QuantizeFp8Blockwise, RowsAndColumnsFromOneReadMatchTheOracle) {
   check_rows_cols<float, 128>({300, 5, 0, 129}, 2048, 0, 42, launch, oracle, true);
 }
 
+// Every CTA region shape (up to 8 tiles, tokens x features), over ragged groups whose tile grid the
+// regions cover partly, with MXFP8 scale rows that are (36 bytes) and are not (37) whole words.
+TEST(QuantizeMxfp8, RowsAndColumnsMatchTheOracleInEveryRegionShape) {
+  DMOE_REQUIRE_SM90();
+  auto oracle = [](const HostBf16& h, const Groups& g) {
+    return oracle_rows_cols<32, uint8_t>(h, g, nm::mxfp8_quantize_rows, nm::mxfp8_quantize_cols);
+  };
+  for (int64_t D : {1184, 1152})
+    for (int lt = 0; lt <= 3; ++lt)
+      for (int lf = 0; lt + lf <= 3; ++lf) {
+        SCOPED_TRACE("D=" + std::to_string(D) + " region 2^" + std::to_string(lt) + " x 2^" + std::to_string(lf));
+        auto launch = [&](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Mxfp8Out& r,
+                          const quant::Mxfp8Out& c) { quant::mxfp8_quantize_rows_cols_in_regions(x, g, r, c, lt, lf, nullptr); };
+        check_rows_cols<uint8_t, 32>({37, 0, 300, 1, 100, 129}, D, 64, 34 + lt * 4 + lf, launch, oracle, false);
+        if (HasFatalFailure()) return;
+      }
+}
+
+TEST(QuantizeFp8Blockwise, RowsAndColumnsMatchTheOracleInEveryRegionShape) {
+  DMOE_REQUIRE_SM90();
+  auto oracle = [](const HostBf16& h, const Groups& g) {
+    return oracle_rows_cols<128, float>(h, g, nm::fp8_blockwise_quantize_act, fp8_blockwise_quantize_cols);
+  };
+  for (int lt = 0; lt <= 3; ++lt)
+    for (int lf = 0; lt + lf <= 3; ++lf) {
+      SCOPED_TRACE("region 2^" + std::to_string(lt) + " x 2^" + std::to_string(lf));
+      auto launch = [&](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Fp8BlockwiseOut& r,
+                        const quant::Fp8BlockwiseOut& c) {
+        quant::fp8_blockwise_quantize_rows_cols_in_regions(x, g, r, c, lt, lf, nullptr);
+      };
+      check_rows_cols<float, 128>({37, 0, 300, 1, 100, 129}, 1152, 128, 43 + lt * 4 + lf, launch, oracle, true);
+      if (HasFatalFailure()) return;
+    }
+}
+
 // ---- weights ---------------------------------------------------------------------------------------
 
 HostBf16 random_weight(int64_t E, int64_t N, int64_t K, uint64_t seed, bool crafted) {
   HostBf16 w = random_bf16(E * N, K, seed);
   if (crafted && N >= 10 && K >= 256) add_crafted_rows(w);  // expert 0's first rows
   return w;
+}
+
+// MXFP8 training weight tiles by `launch(w, q, fprop_scales, dgrad_scales)` against the oracle's tiles.
+template <class Launch>
+void check_mxfp8_weight_tiles(int64_t E, int64_t N, int64_t K, const HostBf16& w, Launch launch) {
+  const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, false, E, N, K);
+  DeviceBuffer<uint16_t> dw(w.bits);
+  DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes()), dfs(spec.fprop_scale.bytes()), dds(spec.dgrad_scale.bytes());
+  dq.poison(kPoison);
+  dfs.poison(kPoison);
+  dds.poison(kPoison);
+  launch(dw.get(), dq.get(), dfs.get(), dds.get());
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto q = dq.download(), fs = dfs.download(), ds = dds.download();
+  const int64_t per = N * K, nbr = N / 32, nbc = K / 32;
+  for (int64_t e = 0; e < E; ++e) {
+    std::vector<uint8_t> rq(per), tiles(nbr * nbc), rows(N * nbc), cols(K * nbr);
+    nm::mxfp8_quantize_tiles(w.f.data() + e * per, N, K, rq.data(), tiles.data());
+    nm::mxfp8_tile_scales_to_rows(tiles.data(), N, K, rows.data());
+    nm::mxfp8_tile_scales_to_cols(tiles.data(), N, K, cols.data());
+    for (int64_t i = 0; i < per; ++i) ASSERT_EQ(q[e * per + i], rq[i]) << "expert " << e << " element " << i;
+    for (int64_t i = 0; i < N * nbc; ++i) ASSERT_EQ(fs[e * N * nbc + i], rows[i]) << "FPROP scale " << i;
+    for (int64_t i = 0; i < K * nbr; ++i) ASSERT_EQ(ds[e * K * nbr + i], cols[i]) << "DGRAD scale " << i;
+  }
 }
 
 TEST(QuantizeMxfp8, TrainingWeightTilesMatchTheOracle) {
@@ -383,24 +442,29 @@ TEST(QuantizeMxfp8, TrainingWeightTilesMatchTheOracle) {
     SCOPED_TRACE("E=" + std::to_string(sh.E) + " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K));
     const HostBf16 w = random_weight(sh.E, sh.N, sh.K, 51 + sh.N, true);
     const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, false, sh.E, sh.N, sh.K);
-    DeviceBuffer<uint16_t> dw(w.bits);
-    DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes()), dfs(spec.fprop_scale.bytes()), dds(spec.dgrad_scale.bytes());
-    dq.poison(kPoison);
-    dfs.poison(kPoison);
-    dds.poison(kPoison);
-    prepare_block_scaled_weight(dw.get(), spec, {dq.get(), dfs.get(), dq.get(), dds.get(), nullptr, nullptr}, nullptr);
-    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto q = dq.download(), fs = dfs.download(), ds = dds.download();
-    const int64_t per = sh.N * sh.K, nbr = sh.N / 32, nbc = sh.K / 32;
-    for (int64_t e = 0; e < sh.E; ++e) {
-      std::vector<uint8_t> rq(per), tiles(nbr * nbc), rows(sh.N * nbc), cols(sh.K * nbr);
-      nm::mxfp8_quantize_tiles(w.f.data() + e * per, sh.N, sh.K, rq.data(), tiles.data());
-      nm::mxfp8_tile_scales_to_rows(tiles.data(), sh.N, sh.K, rows.data());
-      nm::mxfp8_tile_scales_to_cols(tiles.data(), sh.N, sh.K, cols.data());
-      for (int64_t i = 0; i < per; ++i) ASSERT_EQ(q[e * per + i], rq[i]) << "expert " << e << " element " << i;
-      for (int64_t i = 0; i < sh.N * nbc; ++i) ASSERT_EQ(fs[e * sh.N * nbc + i], rows[i]) << "FPROP scale " << i;
-      for (int64_t i = 0; i < sh.K * nbr; ++i) ASSERT_EQ(ds[e * sh.K * nbr + i], cols[i]) << "DGRAD scale " << i;
-    }
+    check_mxfp8_weight_tiles(sh.E, sh.N, sh.K, w, [&](const uint16_t* dw, uint8_t* dq, uint8_t* dfs, uint8_t* dds) {
+      prepare_block_scaled_weight(dw, spec, {dq, dfs, dq, dds, nullptr, nullptr}, nullptr);
+    });
+  }
+}
+
+// Every CTA region shape (1 .. 8 tiles per side), on weights whose tile grid the regions cover
+// partly at the edges, with scale rows that are (40 and 36 bytes) and are not (35 and 33 bytes)
+// whole 4-byte words.
+TEST(QuantizeMxfp8, TrainingWeightTilesMatchTheOracleInEveryRegionShape) {
+  DMOE_REQUIRE_SM90();
+  struct Shape { int64_t E, N, K; };
+  for (const Shape& sh : {Shape{1, 1152, 1280}, Shape{2, 1056, 1120}}) {
+    const HostBf16 w = random_weight(sh.E, sh.N, sh.K, 71 + sh.N, true);
+    for (int log2_rn = 0; log2_rn <= 3; ++log2_rn)
+      for (int log2_rk = 0; log2_rk <= 3; ++log2_rk) {
+        SCOPED_TRACE("E=" + std::to_string(sh.E) + " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K) +
+                     " region 2^" + std::to_string(log2_rn) + " x 2^" + std::to_string(log2_rk));
+        check_mxfp8_weight_tiles(sh.E, sh.N, sh.K, w, [&](const uint16_t* dw, uint8_t* dq, uint8_t* dfs, uint8_t* dds) {
+          quant::mxfp8_quantize_weight_tiles_in_regions(dw, sh.E, sh.N, sh.K, dq, dfs, dds, log2_rn, log2_rk, nullptr);
+        });
+        if (HasFatalFailure()) return;
+      }
   }
 }
 

@@ -46,24 +46,33 @@ DMOE_HOST_DEVICE uint8_t float_to_e2m1_portable(float x) {
   return static_cast<uint8_t>(sign | q);
 }
 
-// E2M1 magnitude code (0..7) of |x| >= 0 in FP32 arithmetic, no branch: with v = min(|x|, 6), the
-// code is rint(v * k) + o for (k, o) = (2, 0) below 2, (1, 2) below 4 and (1/2, 4) above -- the
-// E2M1 grid's steps are 0.5, 1 and 2 there -- and one FMA against 1.5 * 2^23 + o rounds v * k to an
-// integer with RNE (E2M1's ties are exactly these roundings: 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5)
-// and leaves rint(v * k) + o in the low mantissa bits. NaN and Inf give 6 -> 7. Floating-point
-// operations rather than integer ones: Hopper issues FP32 at twice the integer rate, and the NVFP4
-// quantizers run this once per element.
-DMOE_HOST_DEVICE uint32_t e2m1_magnitude_code(float abs_x) {
+// E2M1 magnitude code (0..7) of |x| >= 0 in FP32 arithmetic, without a branch or a select: with
+// v = min(|x|, 6) the code is the least of rint(2v), rint(v) + 2 and rint(v/2) + 4. The E2M1
+// grid's steps are 0.5 below 2, 1 below 4 and 2 above; each of the three lines is the code on its
+// own range and at or above it elsewhere (2v <= v + 2 <= v/2 + 4 for v <= 2, v + 2 <= 2v and
+// v + 2 <= v/2 + 4 on [2, 4], v/2 + 4 below both from 4 on; rint keeps the order). Each rint is one
+// FMA against 1.5 * 2^23 + offset, which rounds with RNE (E2M1's ties are exactly these roundings:
+// 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) and leaves the code in the low mantissa bits of floats of
+// one binade, so their FP32 minimum is the code's. Six FP32 operations (Hopper issues FP32 at twice
+// the integer rate; the NVFP4 quantizers run this once per element): the result's bits have the
+// code in their low byte (the kernels pack those bytes); equal to float_to_e2m1_portable's code on
+// every float from +0 to +Inf (checked exhaustively on the host once, and on the GPU by the test of
+// float_to_e2m1). NaN gives 7 on the device (min.f32 drops a NaN operand); callers mask NaN.
+DMOE_HOST_DEVICE uint32_t e2m1_magnitude_code_bits(float abs_x) {
 #if defined(__CUDA_ARCH__)
-  const float v = fminf(abs_x, 6.0f);  // fmin(NaN, 6) = 6
+  const float v = fminf(abs_x, 6.0f);
+  const float lo = fma_rn(v, 2.0f, 12582912.0f), mid = fma_rn(v, 1.0f, 12582914.0f),
+              hi = fma_rn(v, 0.5f, 12582916.0f);
+  return float_bits(fminf(fminf(lo, mid), hi));
 #else
   const float v = std::fmin(abs_x, 6.0f);
+  const float lo = fma_rn(v, 2.0f, 12582912.0f), mid = fma_rn(v, 1.0f, 12582914.0f),
+              hi = fma_rn(v, 0.5f, 12582916.0f);
+  return float_bits(std::fmin(std::fmin(lo, mid), hi));
 #endif
-  const bool below2 = v < 2.0f, below4 = v < 4.0f;
-  const float k = below2 ? 2.0f : (below4 ? 1.0f : 0.5f);
-  const float c = below2 ? 12582912.0f : (below4 ? 12582914.0f : 12582916.0f);  // 1.5 * 2^23 + o
-  return float_bits(fma_rn(v, k, c)) & 7u;
 }
+
+DMOE_HOST_DEVICE uint32_t e2m1_magnitude_code(float abs_x) { return e2m1_magnitude_code_bits(abs_x) & 7u; }
 
 // float -> E2M1 nibble, the same bits as float_to_e2m1_portable without a branch: the magnitude
 // code above, the sign bit, and NaN -> 0x7 without its sign. Checked against the portable rule on
