@@ -189,13 +189,16 @@ GroupedGemmConfig select_wgrad(const GroupedGemmProblem& p, int sms) {
   return fitting(tile(128, 256, 4, p, sms, false, true), fallback, p);
 }
 
-// FP8 blockwise (FPROP and W13 FPROP): only cooperative TMA-store tiles are compiled (the
-// promotion after every k block needs the other warpgroup's wgmmas to hide it). 128x128: its
-// accumulator and scratch (64 + 64 registers) fit the 168 registers ptxas allocates per thread
-// of a 384-thread CTA; 128x256 (128 + 64) spills and is compiled only for measurement.
-// Provisional: the first measurement decides (docs/perf.md).
+// FP8 blockwise (FPROP, W13 FPROP, and DGRAD, which runs as FPROP on the transposed weight): only
+// cooperative TMA-store tiles are compiled (the promotion after every k block needs the other
+// warpgroup's wgmmas to hide it). 128x256 wherever the width is a multiple of 256: measured faster
+// than 128x128 in every case of session 17 runs 3-4 (dsv3_prefill, qwen3_30b, mixtral at EP2,
+// balanced and random rows; W13 1.26-1.44x our BF16 kernel against 1.19-1.34x, W2 1.21-1.37x
+// against 1.10-1.27x; docs/perf_history.md G39). 128x128 when the width is an odd multiple of
+// 128 (no half-empty last tile).
 GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
-  return tile(128, 128, 6, p, sms, false, true);
+  if (p.n % 256 != 0) return tile(128, 128, 6, p, sms, false, true);
+  return tile(128, 256, 4, p, sms, false, true);
 }
 
 }  // namespace

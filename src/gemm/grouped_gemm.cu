@@ -183,12 +183,16 @@ void check_scales(const GroupedGemmCommon& c, const char* op) {
     DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(s.a) % 16 == 0, op, ": scales.a must be 16-byte aligned");
     DMOE_CHECK_ARG(s.a_ld >= c.m_capacity && s.a_ld % 4 == 0, op,
                    ": scales.a_ld must be a multiple of 4 and >= m_capacity = ", c.m_capacity, ", got ", s.a_ld);
+    DMOE_CHECK_ARG((c.k / 128) * s.a_ld <= kInt32Max, op, ": the A scale grid (", c.k / 128, " x ", s.a_ld,
+                   ") exceeds 2^31 elements (the kernels index it in int32)");
   }
   if (c.b_format.scale == ScaleKind::kNone) {
     DMOE_CHECK_ARG(s.b == nullptr, op, ": scales.b is set but B (", c.b_format.name(), ") has no block scales");
   } else {
     DMOE_CHECK_ARG(s.b != nullptr, op, ": B (", c.b_format.name(), ") needs its block scales in scales.b");
     DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(s.b) % 16 == 0, op, ": scales.b must be 16-byte aligned");
+    DMOE_CHECK_ARG(c.e_local * (c.n / 128) * (c.k / 128) <= kInt32Max, op,
+                   ": the B scale grid exceeds 2^31 elements (the kernels index it in int32)");
   }
 }
 

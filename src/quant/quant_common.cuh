@@ -7,6 +7,9 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
@@ -186,12 +189,22 @@ __device__ __forceinline__ void store_byte_tile(uint8_t (*staged)[kTile], uint8_
 // leaves SMs idle in the last wave when there are few of them.
 
 // CTAs of `kernel` (threads, dynamic shared memory) the device holds at once: the slots of a wave.
+// Asked once per (device, kernel, launch shape) and remembered: launchers call it every time.
 inline int64_t resident_ctas(const void* kernel, int threads, size_t dynamic_smem) {
-  int device = 0, sms = 0, per_sm = 0;
+  int device = 0;
   DMOE_CUDA_CHECK(cudaGetDevice(&device));
+  const auto key = std::make_tuple(device, kernel, threads, dynamic_smem);
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int, size_t>, int64_t> known;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  int sms = 0, per_sm = 0;
   DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   DMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, dynamic_smem));
-  return int64_t{sms} * (per_sm > 0 ? per_sm : 1);
+  const int64_t slots = int64_t{sms} * (per_sm > 0 ? per_sm : 1);
+  known.emplace(key, slots);
+  return slots;
 }
 
 struct RegionShape {

@@ -204,11 +204,14 @@ TEST(GemmConfig, OperandFormats) {
   fp8.a_format = {DType::kFloat8E4M3, ScaleKind::kFP32_1x128, OperandLayout::kRowMajor};
   EXPECT_EQ(pick(fp8).block_k, 128);
   EXPECT_EQ(fp8.a_format, kFp8BlockwiseRows);
-  // FP8 blockwise: cooperative 128x128 TMA-store tiles (the compiled family whose accumulator and
-  // scratch fit without spilling), dynamic schedule like every M-grouped FPROP, for W13 too.
+  // FP8 blockwise: cooperative TMA-store tiles, 128x256 where the width is a multiple of 256 (the
+  // measured winner), 128x128 otherwise; dynamic schedule like every M-grouped FPROP, W13 too.
+  EXPECT_EQ(pick(fp8).name(), "128x256x128_s4_tma_dyn");
+  fp8.n = 7168 + 128;
   EXPECT_EQ(pick(fp8).name(), "128x128x128_s6_tma_dyn");
   fp8.op = GroupedGemmOp::kFpropSwiglu;
-  EXPECT_EQ(pick(fp8).name(), "128x128x128_s6_tma_dyn");
+  fp8.n = 4096;
+  EXPECT_EQ(pick(fp8).name(), "128x256x128_s4_tma_dyn");
 }
 
 }  // namespace

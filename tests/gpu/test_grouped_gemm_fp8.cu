@@ -117,15 +117,16 @@ std::vector<float> absolute(std::vector<float> v) {
 // 14 significant bits aligned to the largest term, not FP32's 24 (DeepSeek-V3 report, section
 // 3.3.2; the reason the recipe promotes into FP32 every 128 of K). An output element's error is
 // then bounded by the sum of its products' magnitudes, sum_k |a_k w_k|, times ~2^-14 per term that
-// loses bits; worst case 32 terms -> 2^-9. So each element must satisfy
-//   |got - ref| <= atol + rtol |ref| + 2^-9 sum_k |a_k w_k|
+// loses bits; worst case about 2^-9, measured 2^-15 .. 2^-18 on these inputs (session 17 run 3).
+// Each element must satisfy
+//   |got - ref| <= atol + rtol |ref| + 2^-12 sum_k |a_k w_k|
 // (BF16 rounding of the output and the FP8 accumulation), and the relative L2 error over the
 // tensor stays below BF16's 5e-3 -- a scale applied to the wrong row or weight block fails both
 // by orders of magnitude. The worst ratio error / sum|a.w| is printed.
 void expect_close_fp8(const std::string& what, const std::function<double(int64_t)>& got, const std::vector<float>& ref,
                       const std::vector<float>& sum_abs) {
   const Tolerance tol;
-  const double kAccumBound = std::ldexp(1.0, -9);
+  const double kAccumBound = std::ldexp(1.0, -12);
   const int64_t n = static_cast<int64_t>(ref.size());
   int64_t bad = 0, unwritten = 0;
   double err2 = 0.0, ref2 = 0.0, worst_ratio = 0.0;
@@ -150,7 +151,7 @@ void expect_close_fp8(const std::string& what, const std::function<double(int64_
   EXPECT_EQ(unwritten, 0) << what;
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << n << " elements outside the bound";
   EXPECT_LT(rel_l2, tol.rel_l2) << what << ": relative L2 error";
-  std::printf("  %-24s n=%-9lld relL2=%.2e worst excess/sum|a.w|=2^%.1f (bound 2^-9) %s\n", what.c_str(),
+  std::printf("  %-24s n=%-9lld relL2=%.2e worst excess/sum|a.w|=2^%.1f (bound 2^-12) %s\n", what.c_str(),
               static_cast<long long>(n), rel_l2, worst_ratio > 0 ? std::log2(worst_ratio) : -99.0,
               (bad || unwritten || rel_l2 >= tol.rel_l2) ? "FAIL" : "PASS");
 }

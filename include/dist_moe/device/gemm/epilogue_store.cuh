@@ -76,10 +76,14 @@ struct StoreEpilogue {
   DMOE_DEVICE static void store(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
                                 float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, Writer& w,
                                 ClipCounts& /*unused*/) {
-    if constexpr (kBf16Out && kKind != GemmKind::kFprop) {
-      // DGRAD may accumulate into a BF16 output: stage FP32 then, so old + acc is rounded once.
-      // Otherwise BF16 staging lets whole blocks leave by TMA (WGRAD accumulation: BF16 reduce-add).
-      if (!Writer::kTma || (p.accumulate != 0 && !kBf16ReduceAdd)) store_as<float>(p, ops, t, acc, wg, w);
+    if constexpr (kBf16Out) {
+      // Accumulating into a BF16 output (DGRAD; FP8-blockwise DGRAD runs as FPROP on the
+      // transposed weight): stage FP32, so old + acc is rounded once. Otherwise BF16 staging lets
+      // whole blocks leave by TMA (WGRAD accumulation: BF16 reduce-add); DGRAD's padded writer
+      // stages FP32 as before.
+      const bool fp32_staging =
+          (p.accumulate != 0 && !kBf16ReduceAdd) || (kKind != GemmKind::kFprop && !Writer::kTma);
+      if (fp32_staging) store_as<float>(p, ops, t, acc, wg, w);
       else store_as<bf16_t>(p, ops, t, acc, wg, w);
     } else {
       store_as<OutT>(p, ops, t, acc, wg, w);

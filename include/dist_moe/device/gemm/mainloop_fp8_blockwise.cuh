@@ -12,15 +12,17 @@
 // cores meanwhile, so the promotion's FP32 work hides behind them when it is shorter than one
 // warpgroup's k block of wgmma.
 //
-// Scratch width: the whole tile up to 128 columns (64 registers). A wider tile (BN = 256) runs its
-// k block as four 64-column slices, each contracted and promoted in turn: 128 + 32 accumulator
-// registers instead of 256 (what fits next to the epilogue in 232), at three more waits per k block.
+// Scratch: 64-column slices (32 registers each). 128x128 keeps two and pipelines them -- slice 0 of
+// a k block is folded in while slice 1 runs, slice 1 while the next block's slice 0 runs -- so a
+// warpgroup never waits with an empty wgmma queue. 128x256 (128 accumulators) has room for only
+// one scratch slice next to the epilogue in the consumers' 232 registers: its four slices are
+// contracted and folded one after another.
 //
 // Scale lookups per k block and thread: the A scales of its two fragment rows (row r and r + 8 of
 // its m64 block) and one B scale per 64 tile columns. A 64-column group of the tile always lies
 // inside one 128-row block of W: tile columns start at multiples of 64 of W's rows (n_block * BN,
 // or with the SwiGLU split n_block * BN / 2 and F + n_block * BN / 2, where F % 64 == 0). Scales
-// are read from global memory (L2) one k block ahead, so their latency overlaps a whole k block of
+// are read from global memory (L2) two k blocks ahead, so their latency overlaps two k blocks of
 // wgmma; rows past the buffer read row m_capacity - 1 (their results are never stored).
 #pragma once
 
@@ -47,9 +49,12 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   using Operands = typename Config::Operands;
 
   static constexpr int kScaleBlock = 128;  // K elements per scale (A: 1 x 128, B: 128 x 128)
-  // Scratch accumulator width: the whole tile up to 128 columns; 64 for 128x256, whose 128
-  // accumulators leave room for only 32 scratch registers in the consumers' 232 (setmaxnreg).
-  static constexpr int kSliceN = kBlockN <= 128 ? kBlockN : 64;
+  // Scratch accumulators are 64 columns wide (32 registers). 128x128 keeps two of them and
+  // pipelines: while one slice is folded in, the other's wgmmas run (kDoubleBuffer). 128x256's 128
+  // accumulators leave room for only one in the consumers' 232 registers (setmaxnreg): its four
+  // slices run one after another.
+  static constexpr int kSliceN = 64;
+  static constexpr bool kDoubleBuffer = kBlockN == 128;
   static constexpr int kSlices = kBlockN / kSliceN;
   static constexpr int kSliceAcc = kSliceN / 2;  // FP32 registers of one m64 x kSliceN fragment
   static constexpr int kGroups = kBlockN / 64;   // 64-column groups: one B scale each
@@ -57,7 +62,8 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   static_assert(kKind == GemmKind::kFprop, "FP8 blockwise: FPROP kinds (DGRAD runs as FPROP on the transposed weight)");
   static_assert(!Base::kPingPong && kMmaPerWg == 1,
                 "cooperative 128-row tiles: the other warpgroup's wgmmas hide this one's promotion");
-  static_assert(kBlockN % 64 == 0 && kBlockN % kSliceN == 0, "BN: 64-column scale groups, whole slices");
+  static_assert(kBlockN % 64 == 0 && kBlockN % kSliceN == 0 && kSliceN == 64,
+                "BN: 64-column scale groups, whole 64-column slices (one group each)");
 
   using SliceMma = typename Operands::template Mma<kSliceN, 0, 0>;
 
@@ -82,15 +88,17 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       }
       return;
     }
-    // This thread's two fragment rows, as rows of the A buffer (clamped: see the top of the file).
+    // This thread's two fragment rows, as rows of the A buffer (clamped: see the top of the file),
+    // and one B scale row per 64-column group (W's [E * N / 128, K / 128] grid). Element offsets
+    // in int32 (the host checks both scale grids have fewer than 2^31 elements): registers are
+    // scarce next to 128x256's accumulators.
     const int lane = static_cast<int>(threadIdx.x % 32);
     const int frag_row = static_cast<int>((threadIdx.x / 32) % 4) * 16 + lane / 4;
     const int32_t row0 = t.row_begin + t.m_block * kBlockM + Base::tile_row(wg, 0) + frag_row;
     const int32_t last_row = p.a_scale_rows - 1;
-    const float* a_lo = p.a_scales + min(row0, last_row);
-    const float* a_hi = p.a_scales + min(row0 + 8, last_row);
-    // One B scale row per 64-column group: W's [E * N / 128, K / 128] scale rows.
-    const float* b_row[kGroups];
+    ScaleRows rows;
+    rows.a_lo = min(row0, last_row);
+    rows.a_hi = min(row0 + 8, last_row);
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
       int32_t w_row;
@@ -98,60 +106,122 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
         const int32_t half = g < kGroups / 2 ? 0 : p.split_offset;
         w_row = half + t.n_block * (kBlockN / 2) + 64 * (g % (kGroups / 2));
       } else {
-        w_row = t.n_block * kBlockN + 64 * g;
+        // A last tile past N (N an odd multiple of 128 at BN = 256): its columns are never
+        // stored; read the last scale row rather than past the expert (or the array).
+        w_row = min(t.n_block * kBlockN + 64 * g, p.weight_rows - 64);
       }
-      const int64_t block_row = (static_cast<int64_t>(t.expert) * p.weight_rows + w_row) / kScaleBlock;
-      b_row[g] = p.b_scales + block_row * num_k_blocks;
+      rows.b[g] = (t.expert * p.weight_rows + w_row) / kScaleBlock * num_k_blocks;
     }
 
-    // Scales of k block kb + 1 are loaded while block kb is contracted (an L2 round trip is longer
-    // than one k block of wgmma when both warpgroups share the tensor cores).
-    float next_lo = __ldg(a_lo), next_hi = __ldg(a_hi), next_b[kGroups];
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) next_b[g] = __ldg(b_row[g]);
-    float scratch[kSliceAcc];
-    for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
-      const float sa_lo = next_lo, sa_hi = next_hi;
-      float sb[kGroups];
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) sb[g] = next_b[g];
-      if (kb + 1 < num_k_blocks) {
-        const int64_t a_off = static_cast<int64_t>(kb + 1) * p.a_scale_ld;
-        next_lo = __ldg(a_lo + a_off);
-        next_hi = __ldg(a_hi + a_off);
-#pragma unroll
-        for (int g = 0; g < kGroups; ++g) next_b[g] = __ldg(b_row[g] + kb + 1);
-      }
-
+    // Scales run two k blocks ahead of the wgmmas: an L2 round trip under full load is longer
+    // than one k block of both warpgroups' wgmma (profile: long-scoreboard stalls at one ahead).
+    // Indices past the last block load the last block's scales again (no branch in the loop).
+    const int32_t last_kb = num_k_blocks - 1;
+    Scales cur = load_scales(p, rows, 0);
+    Scales ahead = load_scales(p, rows, min(1, last_kb));
+    if constexpr (kDoubleBuffer) {
+      // Two slices per k block, scratch s0 / s1. In flight at the top of iteration kb: slice 0 and
+      // slice 1 of block kb. Slice 0 is folded while slice 1 runs, slice 1 while the next block's
+      // slice 0 runs, so this warpgroup always has wgmma queued while it promotes.
+      float s0[kSliceAcc], s1[kSliceAcc];
       pipe.consumer_wait(st);
-      const uint64_t da = Base::desc_a(smem, st.stage, wg, 0);
-      const uint64_t db = Base::desc_b(smem, st.stage);
-#pragma unroll
-      for (int s = 0; s < kSlices; ++s) {
-        // Slice s = B rows [s * kSliceN, (s + 1) * kSliceN) of the stage: K-major rows 128 bytes apart.
-        const uint64_t db_s = ptx::desc_advance(db, static_cast<uint32_t>(s * kSliceN * 128));
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBlockK / Operands::kK; ++kk)
-          SliceMma::mma(scratch, ptx::desc_advance(da, kk * Base::kStepA), ptx::desc_advance(db_s, kk * Base::kStepB),
-                        kk > 0 ? 1u : 0u);
-        ptx::wgmma_commit();
-        ptx::wgmma_wait<0>();
-        ptx::wgmma_fence_operands(scratch);
-        if (s == kSlices - 1) pipe.consumer_release(st.stage);  // the stage's last reader is done
-        // Fold in: register i of the slice is row lo/hi by bit 1, column 8 (i / 4) + ... of the slice.
-#pragma unroll
-        for (int i = 0; i < kSliceAcc; ++i) {
-          const int col = s * kSliceN + 8 * (i / 4);
-          const float sb_col = sb[col / 64];
-          const float scale = ((i / 2) % 2 == 0 ? sa_lo : sa_hi) * sb_col;
-          acc[0][s * kSliceAcc + i] = fmaf(scratch[i], scale, acc[0][s * kSliceAcc + i]);
-        }
+      issue_slice(smem, st.stage, wg, 0, s0);
+      issue_slice(smem, st.stage, wg, 1, s1);
+      // Every block but the last: no branch around a wgmma (a divergent-looking path makes ptxas
+      // serialize them, C7518).
+      int32_t kb = 0;
+      for (; kb < last_kb; ++kb) {
+        const int stage = st.stage;
+        const Scales now = cur;
+        cur = ahead;
+        ahead = load_scales(p, rows, min(kb + 2, last_kb));
+        ptx::wgmma_wait<1>();  // slice 0 of block kb
+        ptx::wgmma_fence_operands(s0);
+        fold(acc, s0, 0, now);
+        st.advance();
+        pipe.consumer_wait(st);
+        issue_slice(smem, st.stage, wg, 0, s0);
+        ptx::wgmma_wait<1>();  // slice 1 of block kb
+        ptx::wgmma_fence_operands(s1);
+        pipe.consumer_release(stage);  // both slices of block kb are done with the stage
+        fold(acc, s1, 1, now);
+        hook(kb);
+        issue_slice(smem, st.stage, wg, 1, s1);
       }
+      ptx::wgmma_wait<1>();
+      ptx::wgmma_fence_operands(s0);
+      fold(acc, s0, 0, cur);
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_fence_operands(s1);
+      pipe.consumer_release(st.stage);
+      fold(acc, s1, 1, cur);
       hook(kb);
       st.advance();
+    } else {
+      float scratch[kSliceAcc];
+      for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
+        const Scales now = cur;
+        cur = ahead;
+        ahead = load_scales(p, rows, min(kb + 2, last_kb));
+        pipe.consumer_wait(st);
+#pragma unroll
+        for (int s = 0; s < kSlices; ++s) {
+          issue_slice(smem, st.stage, wg, s, scratch);
+          ptx::wgmma_wait<0>();
+          ptx::wgmma_fence_operands(scratch);
+          if (s == kSlices - 1) pipe.consumer_release(st.stage);  // the stage's last reader is done
+          fold(acc, scratch, s, now);
+        }
+        hook(kb);
+        st.advance();
+      }
     }
     ptx::wgmma_fence_operands(acc[0]);
+  }
+
+ private:
+  // Where this thread's scales are: element offsets of its two A rows (k block 0) and of its
+  // B scale row per 64-column group (k block 0).
+  struct ScaleRows {
+    int32_t a_lo, a_hi, b[kGroups];
+  };
+  // The scales of one k block for this thread: its two A rows and one B scale per 64-column group.
+  struct Scales {
+    float lo, hi, b[kGroups];
+  };
+  DMOE_DEVICE static Scales load_scales(const MainloopParams& p, const ScaleRows& rows, int32_t kb) {
+    Scales sc;
+    const int32_t a_off = kb * static_cast<int32_t>(p.a_scale_ld);
+    sc.lo = __ldg(p.a_scales + (a_off + rows.a_lo));
+    sc.hi = __ldg(p.a_scales + (a_off + rows.a_hi));
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) sc.b[g] = __ldg(p.b_scales + (rows.b[g] + kb));
+    return sc;
+  }
+
+  // Issues slice s of the stage (B rows [s * kSliceN, (s + 1) * kSliceN): K-major rows 128 bytes
+  // apart) into `scratch` as one wgmma group: four k32 steps, the first overwriting.
+  DMOE_DEVICE static void issue_slice(uint32_t smem, int stage, int wg, int s, float (&scratch)[kSliceAcc]) {
+    const uint64_t da = Base::desc_a(smem, stage, wg, 0);
+    const uint64_t db = ptx::desc_advance(Base::desc_b(smem, stage), static_cast<uint32_t>(s * kSliceN * 128));
+    ptx::wgmma_fence();  // the scratch registers were read by the last fold
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / Operands::kK; ++kk)
+      SliceMma::mma(scratch, ptx::desc_advance(da, kk * Base::kStepA), ptx::desc_advance(db, kk * Base::kStepB),
+                    kk > 0 ? 1u : 0u);
+    ptx::wgmma_commit();
+  }
+
+  // acc[slice s] += scratch * (A row scale x B group scale). Register i of an m64 fragment is row
+  // lo / hi by bit 1 and column 8 (i / 4) + (lane % 4) * 2 + i % 2 of the slice.
+  DMOE_DEVICE static void fold(float (&acc)[kMmaPerWg][kAccPerMma], const float (&scratch)[kSliceAcc], int s,
+                               const Scales& sc) {
+    // The slice's columns lie in one 64-column group: two scale products per slice.
+    const float scale_lo = sc.lo * sc.b[s * kSliceN / 64];
+    const float scale_hi = sc.hi * sc.b[s * kSliceN / 64];
+#pragma unroll
+    for (int i = 0; i < kSliceAcc; ++i)
+      acc[0][s * kSliceAcc + i] = fmaf(scratch[i], (i / 2) % 2 == 0 ? scale_lo : scale_hi, acc[0][s * kSliceAcc + i]);
   }
 
 #endif  // __CUDACC__
