@@ -62,8 +62,9 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   static_assert(kKind == GemmKind::kFprop, "FP8 blockwise: FPROP kinds (DGRAD runs as FPROP on the transposed weight)");
   static_assert(!Base::kPingPong && kMmaPerWg == 1,
                 "cooperative 128-row tiles: the other warpgroup's wgmmas hide this one's promotion");
-  static_assert(kBlockN % 64 == 0 && kBlockN % kSliceN == 0 && kSliceN == 64,
-                "BN: 64-column scale groups, whole 64-column slices (one group each)");
+  static_assert(kBlockN % 64 == 0 && kBlockN % kSliceN == 0 && kSliceN % 64 == 0,
+                "BN: 64-column scale groups, whole slices of whole groups");
+  static_assert(!kDoubleBuffer || kSlices == 2, "the pipelined loop runs two slices per k block");
 
   using SliceMma = typename Operands::template Mma<kSliceN, 0, 0>;
 
@@ -216,12 +217,20 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   // lo / hi by bit 1 and column 8 (i / 4) + (lane % 4) * 2 + i % 2 of the slice.
   DMOE_DEVICE static void fold(float (&acc)[kMmaPerWg][kAccPerMma], const float (&scratch)[kSliceAcc], int s,
                                const Scales& sc) {
-    // The slice's columns lie in one 64-column group: two scale products per slice.
-    const float scale_lo = sc.lo * sc.b[s * kSliceN / 64];
-    const float scale_hi = sc.hi * sc.b[s * kSliceN / 64];
+    // Two scale products per 64-column group of the slice (rows lo and hi).
+    constexpr int kSliceGroups = kSliceN / 64;
+    float scale_lo[kSliceGroups], scale_hi[kSliceGroups];
 #pragma unroll
-    for (int i = 0; i < kSliceAcc; ++i)
-      acc[0][s * kSliceAcc + i] = fmaf(scratch[i], (i / 2) % 2 == 0 ? scale_lo : scale_hi, acc[0][s * kSliceAcc + i]);
+    for (int g = 0; g < kSliceGroups; ++g) {
+      scale_lo[g] = sc.lo * sc.b[s * kSliceGroups + g];
+      scale_hi[g] = sc.hi * sc.b[s * kSliceGroups + g];
+    }
+#pragma unroll
+    for (int i = 0; i < kSliceAcc; ++i) {
+      const int g = 8 * (i / 4) / 64;
+      acc[0][s * kSliceAcc + i] =
+          fmaf(scratch[i], (i / 2) % 2 == 0 ? scale_lo[g] : scale_hi[g], acc[0][s * kSliceAcc + i]);
+    }
   }
 
 #endif  // __CUDACC__
