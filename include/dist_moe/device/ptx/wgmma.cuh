@@ -241,7 +241,7 @@ struct WgmmaBf16<16, kTransA, kTransB> {
 };
 
 // E4M3 x E4M3 -> FP32, m64nNk32 (PTX ISA: 8-bit types have no transpose operands, so both operands
-// are K-major and only <N, 0, 0> exists; imm-scale-a/b = 1). No kernel uses it yet.
+// are K-major and only <N, 0, 0> exists; imm-scale-a/b = 1). The FP8-blockwise GEMMs use N = 64.
 template <>
 struct WgmmaE4m3<256, 0, 0> {
   static constexpr int kRegs = 128;
