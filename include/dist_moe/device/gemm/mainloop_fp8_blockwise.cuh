@@ -114,13 +114,13 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       rows.b[g] = (t.expert * p.weight_rows + w_row) / kScaleBlock * num_k_blocks;
     }
 
-    // Scales run two k blocks ahead of the wgmmas: an L2 round trip under full load is longer
-    // than one k block of both warpgroups' wgmma (profile: long-scoreboard stalls at one ahead).
-    // Indices past the last block load the last block's scales again (no branch in the loop).
+    // Scales run ahead of the wgmmas (128x128: two k blocks, an L2 round trip under full load is
+    // longer than one k block of both warpgroups' wgmma; 128x256: one, its k block is twice as
+    // long). Indices past the last block load the last block's scales again (no branch in the loop).
     const int32_t last_kb = num_k_blocks - 1;
     Scales cur = load_scales(p, rows, 0);
-    Scales ahead = load_scales(p, rows, min(1, last_kb));
     if constexpr (kDoubleBuffer) {
+      Scales ahead = load_scales(p, rows, min(1, last_kb));
       // Two slices per k block, scratch s0 / s1. In flight at the top of iteration kb: slice 0 and
       // slice 1 of block kb. Slice 0 is folded while slice 1 runs, slice 1 while the next block's
       // slice 0 runs, so this warpgroup always has wgmma queued while it promotes.
@@ -160,14 +160,16 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       st.advance();
     } else {
       float scratch[kSliceAcc];
+      uint32_t a_frag[kBlockK / Operands::kK][4];  // this k block's A, loaded once for all slices
+      // One k block ahead only: 128x256 has no registers to spare next to its A fragments.
       for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
         const Scales now = cur;
-        cur = ahead;
-        ahead = load_scales(p, rows, min(kb + 2, last_kb));
+        cur = load_scales(p, rows, min(kb + 1, last_kb));
         pipe.consumer_wait(st);
+        load_a_fragments(smem, st.stage, wg, a_frag);
 #pragma unroll
         for (int s = 0; s < kSlices; ++s) {
-          issue_slice(smem, st.stage, wg, s, scratch);
+          issue_slice_rs(a_frag, smem, st.stage, s, scratch);
           ptx::wgmma_wait<0>();
           ptx::wgmma_fence_operands(scratch);
           if (s == kSlices - 1) pipe.consumer_release(st.stage);  // the stage's last reader is done
@@ -210,6 +212,32 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     for (int kk = 0; kk < kBlockK / Operands::kK; ++kk)
       SliceMma::mma(scratch, ptx::desc_advance(da, kk * Base::kStepA), ptx::desc_advance(db, kk * Base::kStepB),
                     kk > 0 ? 1u : 0u);
+    ptx::wgmma_commit();
+  }
+
+  // The warpgroup's A block of the stage into registers, as four k32 wgmma fragments: the warp's
+  // 16 rows, row r at byte 128 r with 16-byte chunk c stored at chunk c ^ (r % 8) (128B swizzle;
+  // the block starts at a multiple of 64 rows of a 1024-aligned stage). Lanes 8j .. 8j + 7 address
+  // rows (j % 2) * 8 + [0, 8) at chunk 2 kk + j / 2: matrices a0..a3 of the fragment.
+  DMOE_DEVICE static void load_a_fragments(uint32_t smem, int stage, int wg,
+                                           uint32_t (&frag)[kBlockK / Operands::kK][4]) {
+    const uint32_t lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+    const uint32_t j = lane / 8, i = lane % 8;
+    const uint32_t row = static_cast<uint32_t>(Base::tile_row(wg, 0)) + 16 * warp + i + 8 * (j % 2);
+    const uint32_t base = Base::smem_a(smem, stage) + row * 128;
+#pragma unroll
+    for (uint32_t kk = 0; kk < kBlockK / Operands::kK; ++kk) ptx::ldmatrix_x4(base + (((2 * kk + j / 2) ^ i) << 4), frag[kk]);
+  }
+
+  // issue_slice with A from registers (RS wgmma): only B is read from shared memory per slice.
+  DMOE_DEVICE static void issue_slice_rs(const uint32_t (&a_frag)[kBlockK / Operands::kK][4], uint32_t smem, int stage,
+                                         int s, float (&scratch)[kSliceAcc]) {
+    static_assert(kSliceN == 64, "the RS wrapper is m64n64k32");
+    const uint64_t db = ptx::desc_advance(Base::desc_b(smem, stage), static_cast<uint32_t>(s * kSliceN * 128));
+    ptx::wgmma_fence();  // the fragments were just loaded, the scratch read by the last fold
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / Operands::kK; ++kk)
+      ptx::WgmmaE4m3Rs64::mma(scratch, a_frag[kk], ptx::desc_advance(db, kk * Base::kStepB), kk > 0 ? 1u : 0u);
     ptx::wgmma_commit();
   }
 

@@ -109,6 +109,17 @@ DMOE_DEVICE uint4 ld_shared_v4(uint32_t addr) {
   return v;
 }
 
+// ldmatrix.x4: four 8 x 8 matrices of 16-bit elements (rows of 16 bytes). Lanes 8j .. 8j + 7 give
+// the shared addresses of matrix j's rows; lane l receives, for each matrix j, the 4 bytes at byte
+// 4 (l % 4) of row l / 4 in r[j]. With 8-bit data this is the A fragment of an m64nNk32 E4M3 wgmma
+// (rows of 16 E4M3 values).
+DMOE_DEVICE void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
 #endif  // __CUDACC__
 
 }  // namespace dist_moe::ptx
