@@ -29,9 +29,9 @@
 // up to 30% between identical kernels timed a minute apart).
 // --ops a,b: only these ops (names as printed: w13_fprop, w13_fprop_noh1, w2_fprop, w13_gather,
 // w2_scatter, w13_dgrad, w2_dgrad, w13_wgrad, w2_wgrad, w13_wgrad_fp32, w2_wgrad_fp32,
-// w13_fprop_fp8, w2_fprop_fp8). The FP8-blockwise ops ("fp8" lines) time every compiled FP8
-// configuration against our BF16 kernel's pick on the same rows, interleaved over --rounds, and
-// print the ratio x bf16 (target >= 1.6) and x cuBLAS dense BF16.
+// w13_fprop_fp8, w2_fprop_fp8, w13_dgrad_fp8, w2_dgrad_fp8). The FP8-blockwise ops ("fp8" lines)
+// time every compiled FP8 configuration against our BF16 kernel's pick of the same op on the same
+// rows, interleaved over --rounds, and print the ratio x bf16 (target >= 1.6) and x cuBLAS dense BF16.
 // --sustain-ms MS: before timing any call (ours, cuBLAS, the HBM copy), run it MS milliseconds
 // untimed, so that every measurement starts from the same power-limited state; the torch peer
 // (bench/grouped_mm_peer.py) takes the same flag. Without it, the first calls after a pause run at
@@ -497,15 +497,78 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   }
   const double ms_w2 = measure("w2_fprop", GroupedGemmOp::kFprop, DType::kBFloat16, w2_flops, 0, cb2, run_w2);
 
-  // ---- FP8 blockwise FPROP next to our BF16 kernel on the same rows (issue: >= 1.6x BF16) ----
-  // Operands quantized by the GPU quantizers (x, h2 in 1x128 rows; W13, W2 in 128x128 blocks).
-  // Every compiled FP8 configuration and the BF16 pick are timed in interleaved rounds (--rounds).
-  if (want("w13_fprop_fp8") || want("w2_fprop_fp8")) {
+  // ---- fused-pipeline variants on local rows: gather (W13) and scatter (W2) ----
+  // (Their ratio is against the contiguous kernel's time: they run when that op ran too.)
+  if (want("w13_gather") && ms_w13 > 0) {
+    Buffer rows(static_cast<size_t>(M) * 8), gathered(static_cast<size_t>(M * D) * 2),
+        ws(grouped_gemm_gather_workspace_bytes(M, E));
+    identity_rows_kernel<<<256, 256>>>(static_cast<const void**>(rows.p), static_cast<const char*>(x.p), M, D * 2);
+    auto run_gather = [&](const GroupedGemmConfig* cfg) {
+      W13FpropArgs g = w13a;
+      g.common.config = cfg;
+      g.a = nullptr;
+      g.gather.row_ptrs = static_cast<const void* const*>(rows.p);
+      g.gather.gathered = gathered.p;
+      g.gather.workspace = static_cast<int32_t*>(ws.p);
+      grouped_gemm_w13_fprop(g, nullptr);
+    };
+    const std::string cfg_g = config_name(GroupedGemmOp::kFpropSwiglu, 2 * F, D, DType::kBFloat16, true);
+    time_and_report(GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, true, decode, cfg_g, iters, run_gather,
+                    [&](double ms) {
+                      return Row{name, routing, "w13_gather", cfg_g, ms, w13_flops / (ms * 1e9), 0, 0, 0, ms_w13,
+                                 "variant"};
+                    });
+  }
+  if (want("w2_scatter") && ms_w2 > 0) {
+    Buffer dests(static_cast<size_t>(M) * 8);
+    identity_rows_kernel<<<256, 256>>>(static_cast<const void**>(dests.p), static_cast<const char*>(h3.p), M, D * 2);
+    FpropArgs sc = w2a;
+    sc.scatter.row_ptrs = static_cast<void* const*>(dests.p);
+    const double ms_s = time_ms([&] { grouped_gemm_fprop(sc, nullptr); }, iters);
+    report({name, routing, "w2_scatter", config_name(GroupedGemmOp::kFprop, D, F, DType::kBFloat16, false, true), ms_s,
+            w2_flops / (ms_s * 1e9), 0, 0, 0, ms_w2, "variant"});
+  }
+
+  // ---- backward: DGRAD ----
+  DgradArgs d13;  // grad_x[M, D] = grad_h1[M, 2F] . W13[e]
+  d13.common = common(2 * F, D);
+  d13.grad_out = h1.p;
+  d13.w = w13.p;
+  d13.grad_a = gx.p;
+  d13.grad_out_offset = d13.grad_a_offset = zoff;
+  auto run_d13 = [&](const GroupedGemmConfig* cfg) {
+    DgradArgs a = d13;
+    a.common.config = cfg;
+    grouped_gemm_dgrad(a, nullptr);
+  };
+  measure("w13_dgrad", GroupedGemmOp::kDgrad, DType::kBFloat16, w13_flops, 0, cb13, run_d13);
+  DgradArgs d2;  // grad_h2[M, F] = grad_h3[M, D] . W2[e]
+  d2.common = common(D, F);
+  d2.grad_out = h3.p;
+  d2.w = w2.p;
+  d2.grad_a = h2.p;
+  d2.grad_out_offset = d2.grad_a_offset = zoff;
+  auto run_d2 = [&](const GroupedGemmConfig* cfg) {
+    DgradArgs a = d2;
+    a.common.config = cfg;
+    grouped_gemm_dgrad(a, nullptr);
+  };
+  measure("w2_dgrad", GroupedGemmOp::kDgrad, DType::kBFloat16, w2_flops, 0, cb2, run_d2);
+
+  // ---- FP8 blockwise FPROP and DGRAD next to our BF16 kernels on the same rows (issue: >= 1.6x) ----
+  // Operands quantized by the GPU quantizers (x, h2, grad_h1, grad_h3 in 1x128 rows; W13, W2 in
+  // 128x128 blocks with the transposed copies DGRAD reads). Every compiled FP8 configuration and the
+  // BF16 pick are timed in interleaved rounds (--rounds). DGRAD runs the FPROP kernels with n, k
+  // swapped, so its configurations are theirs.
+  if (want("w13_fprop_fp8") || want("w2_fprop_fp8") || want("w13_dgrad_fp8") || want("w2_dgrad_fp8")) {
     const int64_t ld = (M + 3) / 4 * 4;
     Buffer xq(static_cast<size_t>(M * D)), xs(static_cast<size_t>(D / 128 * ld) * 4),
         h2q(static_cast<size_t>(M * F)), h2s(static_cast<size_t>(F / 128 * ld) * 4),
         w13q(static_cast<size_t>(E * 2 * F * D)), w13s(static_cast<size_t>(E * 2 * F / 128 * (D / 128)) * 4),
-        w2q(static_cast<size_t>(E * D * F)), w2s(static_cast<size_t>(E * D / 128 * (F / 128)) * 4);
+        w2q(static_cast<size_t>(E * D * F)), w2s(static_cast<size_t>(E * D / 128 * (F / 128)) * 4),
+        h1q(static_cast<size_t>(M * 2 * F)), h1s(static_cast<size_t>(2 * F / 128 * ld) * 4),
+        h3q(static_cast<size_t>(M * D)), h3s(static_cast<size_t>(D / 128 * ld) * 4), w13t(w13q.bytes), w13ts(w13s.bytes),
+        w2t(w2q.bytes), w2ts(w2s.bytes);
     auto quantize_rows = [&](const Buffer& src, int64_t cols, Buffer& q, Buffer& sc) {
       quant::fp8_blockwise_quantize_rows(quant::Bf16Matrix{src.p, M, cols, cols},
                                          quant::Fp8BlockwiseOut{static_cast<uint8_t*>(q.p), cols,
@@ -514,10 +577,13 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     };
     quantize_rows(x, D, xq, xs);
     quantize_rows(h2, F, h2q, h2s);
+    quantize_rows(h1, 2 * F, h1q, h1s);
+    quantize_rows(h3, D, h3q, h3s);
     quant::fp8_blockwise_quantize_weight(w13.p, E, 2 * F, D, static_cast<uint8_t*>(w13q.p),
-                                         static_cast<float*>(w13s.p), nullptr, nullptr, nullptr);
+                                         static_cast<float*>(w13s.p), static_cast<uint8_t*>(w13t.p),
+                                         static_cast<float*>(w13ts.p), nullptr);
     quant::fp8_blockwise_quantize_weight(w2.p, E, D, F, static_cast<uint8_t*>(w2q.p), static_cast<float*>(w2s.p),
-                                         nullptr, nullptr, nullptr);
+                                         static_cast<uint8_t*>(w2t.p), static_cast<float*>(w2ts.p), nullptr);
     BENCH_CUDA(cudaDeviceSynchronize());
     auto fp8_common = [&](int64_t n, int64_t k, const Buffer& as, const Buffer& bs) {
       GroupedGemmCommon c = common(n, k);
@@ -545,6 +611,18 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     f2.a = h2q.p;
     f2.w = w2q.p;
     f2.a_offset = nullptr;
+    DgradArgs fd13 = d13;  // grad_x = grad_h1 . W13[e] through W13's transposed copy
+    fd13.common = fp8_common(2 * F, D, h1s, w13ts);
+    fd13.common.b_format = kFp8BlockwiseWeightT;
+    fd13.grad_out = h1q.p;
+    fd13.w = w13t.p;
+    fd13.grad_out_offset = nullptr;
+    DgradArgs fd2 = d2;  // grad_h2 = grad_h3 . W2[e]
+    fd2.common = fp8_common(D, F, h3s, w2ts);
+    fd2.common.b_format = kFp8BlockwiseWeightT;
+    fd2.grad_out = h3q.p;
+    fd2.w = w2t.p;
+    fd2.grad_out_offset = nullptr;
     const std::vector<Fp8Op> fp8_ops = {
         {"w13_fprop_fp8", GroupedGemmOp::kFpropSwiglu, w13_flops, cb13, run_w13,
          [&](const GroupedGemmConfig* cfg) {
@@ -560,6 +638,20 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
            grouped_gemm_fprop(a, nullptr);
          },
          D, F},
+        {"w13_dgrad_fp8", GroupedGemmOp::kFprop, w13_flops, cb13, run_d13,
+         [&](const GroupedGemmConfig* cfg) {
+           DgradArgs a = fd13;
+           a.common.config = cfg;
+           grouped_gemm_dgrad(a, nullptr);
+         },
+         D, 2 * F},
+        {"w2_dgrad_fp8", GroupedGemmOp::kFprop, w2_flops, cb2, run_d2,
+         [&](const GroupedGemmConfig* cfg) {
+           DgradArgs a = fd2;
+           a.common.config = cfg;
+           grouped_gemm_dgrad(a, nullptr);
+         },
+         F, D},
     };
     for (const Fp8Op& op : fp8_ops) {
       if (!want(op.name)) continue;
@@ -605,62 +697,6 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       std::fflush(stdout);
     }
   }
-
-  // ---- fused-pipeline variants on local rows: gather (W13) and scatter (W2) ----
-  // (Their ratio is against the contiguous kernel's time: they run when that op ran too.)
-  if (want("w13_gather") && ms_w13 > 0) {
-    Buffer rows(static_cast<size_t>(M) * 8), gathered(static_cast<size_t>(M * D) * 2),
-        ws(grouped_gemm_gather_workspace_bytes(M, E));
-    identity_rows_kernel<<<256, 256>>>(static_cast<const void**>(rows.p), static_cast<const char*>(x.p), M, D * 2);
-    auto run_gather = [&](const GroupedGemmConfig* cfg) {
-      W13FpropArgs g = w13a;
-      g.common.config = cfg;
-      g.a = nullptr;
-      g.gather.row_ptrs = static_cast<const void* const*>(rows.p);
-      g.gather.gathered = gathered.p;
-      g.gather.workspace = static_cast<int32_t*>(ws.p);
-      grouped_gemm_w13_fprop(g, nullptr);
-    };
-    const std::string cfg_g = config_name(GroupedGemmOp::kFpropSwiglu, 2 * F, D, DType::kBFloat16, true);
-    time_and_report(GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, true, decode, cfg_g, iters, run_gather,
-                    [&](double ms) {
-                      return Row{name, routing, "w13_gather", cfg_g, ms, w13_flops / (ms * 1e9), 0, 0, 0, ms_w13,
-                                 "variant"};
-                    });
-  }
-  if (want("w2_scatter") && ms_w2 > 0) {
-    Buffer dests(static_cast<size_t>(M) * 8);
-    identity_rows_kernel<<<256, 256>>>(static_cast<const void**>(dests.p), static_cast<const char*>(h3.p), M, D * 2);
-    FpropArgs sc = w2a;
-    sc.scatter.row_ptrs = static_cast<void* const*>(dests.p);
-    const double ms_s = time_ms([&] { grouped_gemm_fprop(sc, nullptr); }, iters);
-    report({name, routing, "w2_scatter", config_name(GroupedGemmOp::kFprop, D, F, DType::kBFloat16, false, true), ms_s,
-            w2_flops / (ms_s * 1e9), 0, 0, 0, ms_w2, "variant"});
-  }
-
-  // ---- backward: DGRAD ----
-  DgradArgs d13;  // grad_x[M, D] = grad_h1[M, 2F] . W13[e]
-  d13.common = common(2 * F, D);
-  d13.grad_out = h1.p;
-  d13.w = w13.p;
-  d13.grad_a = gx.p;
-  d13.grad_out_offset = d13.grad_a_offset = zoff;
-  measure("w13_dgrad", GroupedGemmOp::kDgrad, DType::kBFloat16, w13_flops, 0, cb13, [&](const GroupedGemmConfig* cfg) {
-    DgradArgs a = d13;
-    a.common.config = cfg;
-    grouped_gemm_dgrad(a, nullptr);
-  });
-  DgradArgs d2;  // grad_h2[M, F] = grad_h3[M, D] . W2[e]
-  d2.common = common(D, F);
-  d2.grad_out = h3.p;
-  d2.w = w2.p;
-  d2.grad_a = h2.p;
-  d2.grad_out_offset = d2.grad_a_offset = zoff;
-  measure("w2_dgrad", GroupedGemmOp::kDgrad, DType::kBFloat16, w2_flops, 0, cb2, [&](const GroupedGemmConfig* cfg) {
-    DgradArgs a = d2;
-    a.common.config = cfg;
-    grouped_gemm_dgrad(a, nullptr);
-  });
 
   // ---- backward: WGRAD (BF16 output, comparable with torch; FP32 output) ----
   Buffer gw(static_cast<size_t>(E * 2 * F * D) * 4);
