@@ -397,6 +397,37 @@ TEST(NumericNVFP4, GlobalScalesAreReciprocalThenMultiply) {
   }
 }
 
+TEST(NumericNVFP4, PerBlockFactorsFromSignificandTablesEqualTheDivisions) {
+  // The GPU quantizers' tables: fl(1 / s) from fl(1 / (1 + i/8)) for every finite positive E4M3
+  // scale, and the activation multiplier fl(row_scale / s) from fl(row_scale / (1 + i/8)) for row
+  // scales across [2^-117, 2^38) (the range nvfp4_activation_row_scale gives; the GPU test takes
+  // every significand at the ends), both with an exact exponent step.
+  for (int code = 0x01; code <= 0x7e; ++code) {
+    const uint8_t s = static_cast<uint8_t>(code);
+    const float sf = nm::e4m3_to_float(s);
+    const uint32_t i = nm::e4m3_significand_index(sf);
+    ASSERT_EQ(nm::float_bits(nm::e4m3_reciprocal_from_table(nm::rcp_rn(nm::e4m3_significand(i)), sf)),
+              nm::float_bits(1.0f / sf))
+        << code;
+  }
+  std::mt19937 rng(41);
+  std::uniform_int_distribution<uint32_t> mant(0, (1u << 23) - 1);
+  std::vector<float> row_scales = {nm::nvfp4_activation_row_scale(0.0f), nm::nvfp4_activation_row_scale(3.3895314e38f),
+                                   std::ldexp(1.0f, -117), std::nextafter(std::ldexp(1.0f, 38), 0.0f)};
+  for (int e = -117; e < 38; ++e)
+    for (int k = 0; k < 200; ++k) row_scales.push_back(std::ldexp(1.0f + mant(rng) * 0x1p-23f, e));
+  for (const float r : row_scales)
+    for (int code = 0x01; code <= 0x7e; ++code) {
+      const uint8_t s = static_cast<uint8_t>(code);
+      ASSERT_EQ(nm::float_bits(nm::nvfp4_activation_multiplier_by_table(r, s)),
+                nm::float_bits(nm::nvfp4_activation_multiplier(r, s)))
+          << r << " / code " << code;
+    }
+  // The row scale's extremes are inside the proven range.
+  EXPECT_GE(nm::nvfp4_activation_row_scale(3.3895314e38f), std::ldexp(1.0f, -117));
+  EXPECT_LT(nm::nvfp4_activation_row_scale(0.0f), std::ldexp(1.0f, 38));
+}
+
 TEST(NumericNVFP4, ReciprocalFormsOfTheWeightRulesGiveTheSameCodes) {
   // The GPU quantizer's division-free forms (block scale through fl(1/6), element through the
   // block scale's reciprocal) against the oracle's divisions, over amaxes of every magnitude.
