@@ -43,6 +43,27 @@ __device__ __forceinline__ float amax_bf16x8(const uint4& u) {
   return __uint_as_float(max(m & 0xffffu, m >> 16) << 16);
 }
 
+// The |x| bits maxima of two 16-byte loads packed in one word: a's in the low 16 bits, b's in the
+// high 16 (amax_bf16x8's value is either half shifted to the top of a float). Packed, the group
+// maxima below take one shuffle and one 16-bit max for two vectors (group_amax16x2).
+__device__ __forceinline__ uint32_t amax16x2_bf16x8(const uint4& a, const uint4& b) {
+  constexpr uint32_t kAbs = 0x7fff7fffu;
+  const uint32_t ma = __vmaxu2(__vmaxu2(a.x & kAbs, a.y & kAbs), __vmaxu2(a.z & kAbs, a.w & kAbs));
+  const uint32_t mb = __vmaxu2(__vmaxu2(b.x & kAbs, b.y & kAbs), __vmaxu2(b.z & kAbs, b.w & kAbs));
+  return __vmaxu2(__byte_perm(ma, mb, 0x5410), __byte_perm(ma, mb, 0x7632));
+}
+
+// group_amax over the two packed halves at once: |x| bits order like amax_nan's (NaN on top), so
+// the 16-bit unsigned maxima give exactly group_amax's two results.
+template <int kWidth>
+__device__ __forceinline__ uint32_t group_amax16x2(uint32_t packed) {
+#pragma unroll
+  for (int o = kWidth / 2; o > 0; o >>= 1) packed = __vmaxu2(packed, __shfl_xor_sync(0xffffffffu, packed, o));
+  return packed;
+}
+__device__ __forceinline__ float amax16_lo(uint32_t packed) { return __uint_as_float(packed << 16); }
+__device__ __forceinline__ float amax16_hi(uint32_t packed) { return __uint_as_float(packed & 0xffff0000u); }
+
 // The same over a register pair (two BF16 values).
 __device__ __forceinline__ uint32_t abs_bf16x2(uint32_t w) { return w & 0x7fff7fffu; }
 
