@@ -91,21 +91,40 @@ __device__ __forceinline__ uint2 e4m3x8(const Vec8& x, float mult) {
 
 // The E4M3 formats with one scale per block, as the generic kernels see them: a block's stored
 // scale and its quantization multiplier, both from the block's amax.
+// from_bf16_amax is the same for a BF16-valued amax with the format's shared-memory tables
+// (kTableEntries floats, filled by fill_tables before a barrier): FP8 blockwise replaces its two IEEE
+// divisions by table look-ups (numeric::fp8_blockwise_factors_from_tables); MXFP8 needs none.
 struct Mxfp8Format {
   static constexpr int kBlock = numeric::kMXBlock;
+  static constexpr int kTableEntries = 1;
   using Scale = uint8_t;
   __device__ __forceinline__ static void from_amax(float amax, Scale& scale, float& mult) {
     scale = numeric::e8m0_rceil_from_amax(amax);
     mult = numeric::e8m0_reciprocal(scale);  // exact power of two: mxfp8_quantize_value's factor
   }
+  __device__ __forceinline__ static void fill_tables(float*) {}
+  __device__ __forceinline__ static void from_bf16_amax(float amax, const float*, Scale& scale, float& mult) {
+    from_amax(amax, scale, mult);
+  }
 };
 
 struct Fp8BlockwiseFormat {
   static constexpr int kBlock = numeric::kFP8BlockwiseBlock;
+  static constexpr int kTableEntries = 256;  // multipliers [0, 128), scales [128, 256)
   using Scale = float;
   __device__ __forceinline__ static void from_amax(float amax, Scale& scale, float& mult) {
     scale = numeric::fp8_blockwise_scale(amax);
     mult = numeric::fp8_blockwise_multiplier(amax);
+  }
+  // Every thread of the CTA calls it (blockDim.x >= 128).
+  __device__ __forceinline__ static void fill_tables(float* tables) {
+    if (threadIdx.x < 128) {
+      tables[threadIdx.x] = numeric::fp8_blockwise_multiplier_significand(threadIdx.x);
+      tables[128 + threadIdx.x] = numeric::fp8_blockwise_scale_significand(threadIdx.x);
+    }
+  }
+  __device__ __forceinline__ static void from_bf16_amax(float amax, const float* tables, Scale& scale, float& mult) {
+    numeric::fp8_blockwise_factors_from_tables(amax, tables, tables + 128, scale, mult);
   }
 };
 

@@ -122,7 +122,8 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
   constexpr int kBlocksPerTile = kTile / F::kBlock;    // blocks of a tile row (and column): 4 or 1
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
-  __shared__ uint32_t real_bits[kRegionTiles * kTile / 32];  // bit k of word i: row 32 i + k is a real token
+  __shared__ uint32_t real_bits[kRegionTiles * kTile / 32];
+  __shared__ float factor_tables[F::kTableEntries];  // FP8 blockwise: scale and multiplier by table  // bit k of word i: row 32 i + k is a real token
   __shared__ int32_t offsets[kMaxGroups + 1];
   __shared__ uint32_t chunk_amax[kChunks][kTile];  // column pass: |x| bits per (chunk, feature)
   // The region's scales: row scales [token][feature block], column scales [feature][token block].
@@ -134,6 +135,7 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
   const auto* base = static_cast<const uint16_t*>(x.data);
 
   for (int g = threadIdx.x; g <= groups.num_groups; g += kTileThreads) offsets[g] = groups.offsets_G1[g];
+  F::fill_tables(factor_tables);
   __syncthreads();
   const int64_t used = offsets[groups.num_groups];
   if (blockIdx.x == 0 && blockIdx.y == 0)
@@ -197,7 +199,7 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
       if constexpr (kGroup == kTileSlots) {
         // One block per tile row (FP8 blockwise), its amax in all 16 lanes of a half-warp: lane
         // 2i + h (< 16) computes the scale and multiplier of vector i's row of half-warp h once
-        // (two IEEE divisions), instead of every lane for all eight rows.
+        // (two table look-ups), instead of every lane for all eight rows.
         float row_amax = 0.0f;
 #pragma unroll
         for (int i = 0; i < kTileLoads; ++i) {
@@ -206,7 +208,7 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
         }
         Scale scale;
         float mult;
-        F::from_amax(row_amax, scale, mult);
+        F::from_bf16_amax(row_amax, factor_tables, scale, mult);
         if (lane < 16) {
           const int r = warp * 2 + (lane & 1) + kTileRowStep * (lane >> 1);  // tile_row(lane / 2) of half lane & 1
           row_scale[(tt * kTile + r) * ld_row + tf] = scale;
@@ -270,7 +272,7 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
     for (int h = 0; h < 2; ++h) {
       Scale scale;
       float mult;
-      F::from_amax(h == 0 ? a0 : a1, scale, mult);
+      F::from_bf16_amax(h == 0 ? a0 : a1, factor_tables, scale, mult);
       uint32_t w[kChunk / 4];
 #pragma unroll
       for (int k = 0; k < kChunk; k += 4) {
