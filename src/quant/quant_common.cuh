@@ -93,7 +93,8 @@ __device__ __forceinline__ uint2 e4m3x8(const Vec8& x, float mult) {
 // scale and its quantization multiplier, both from the block's amax.
 // from_bf16_amax is the same for a BF16-valued amax with the format's shared-memory tables
 // (kTableEntries floats, filled by fill_tables before a barrier): FP8 blockwise replaces its two IEEE
-// divisions by table look-ups (numeric::fp8_blockwise_factors_from_tables); MXFP8 needs none.
+// divisions by table look-ups (numeric::fp8_blockwise_factors_from_tables); MXFP8 needs no table,
+// its scale byte is the amax's exponent field plus a significand test (e8m0_rceil_from_bf16_amax).
 struct Mxfp8Format {
   static constexpr int kBlock = numeric::kMXBlock;
   static constexpr int kTableEntries = 1;
@@ -104,7 +105,7 @@ struct Mxfp8Format {
   }
   __device__ __forceinline__ static void fill_tables(float*) {}
   __device__ __forceinline__ static void from_bf16_amax(float amax, const float*, Scale& scale, float& mult) {
-    from_amax(amax, scale, mult);
+    numeric::e8m0_rceil_from_bf16_amax(amax, scale, mult);  // integer steps on the exponent field
   }
 };
 

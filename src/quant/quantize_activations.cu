@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
           const int r = tile_row(i);
           Scale scale;
           float mult;
-          F::from_amax(amax[i], scale, mult);
+          F::from_bf16_amax(amax[i], factor_tables, scale, mult);
           if (m0 + r < end && c < x.cols)
             *reinterpret_cast<uint2*>(rows.q + (m0 + r) * rows.q_row_stride + c) = e4m3x8(unpack_bf16x8(raw[i]), mult);
           if ((c - c0) % F::kBlock == 0)
