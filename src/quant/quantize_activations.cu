@@ -181,6 +181,11 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
     const bool all_real = (tile_real[0] & tile_real[1] & tile_real[2] & tile_real[3]) == 0xffffffffu;
     if (rows.present()) {
       const int64_t c = c0 + (threadIdx.x % kTileSlots) * kVec;
+      // Row tile_row(i)'s 8 output bytes: one 64-bit product per tile, then a step per vector.
+      uint8_t* q_ptr = rows.q + (m0 + tile_row(0)) * rows.q_row_stride + c;
+      const int64_t q_step = kTileRowStep * rows.q_row_stride;
+      const int rows_left = static_cast<int>(end - m0 < kTile ? end - m0 : kTile);  // tile rows < rows_left are stored
+      const bool col_in = c < x.cols;
       uint4 raw[kTileLoads];
       float amax[kTileLoads];
       read_own_vectors(raw, tile);
@@ -217,8 +222,8 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
         for (int i = 0; i < kTileLoads; ++i) {
           const float m = __shfl_sync(0xffffffffu, mult, 2 * i + (lane >> 4));
           const int r = tile_row(i);
-          if (m0 + r < end && c < x.cols)
-            *reinterpret_cast<uint2*>(rows.q + (m0 + r) * rows.q_row_stride + c) = e4m3x8(unpack_bf16x8(raw[i]), m);
+          if (r < rows_left && col_in) *reinterpret_cast<uint2*>(q_ptr) = e4m3x8(unpack_bf16x8(raw[i]), m);
+          q_ptr += q_step;
         }
       } else {
 #pragma unroll
@@ -227,8 +232,8 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
           Scale scale;
           float mult;
           F::from_bf16_amax(amax[i], factor_tables, scale, mult);
-          if (m0 + r < end && c < x.cols)
-            *reinterpret_cast<uint2*>(rows.q + (m0 + r) * rows.q_row_stride + c) = e4m3x8(unpack_bf16x8(raw[i]), mult);
+          if (r < rows_left && col_in) *reinterpret_cast<uint2*>(q_ptr) = e4m3x8(unpack_bf16x8(raw[i]), mult);
+          q_ptr += q_step;
           if ((c - c0) % F::kBlock == 0)
             row_scale[(tt * kTile + r) * ld_row + tf * kBlocksPerTile + (c - c0) / F::kBlock] = scale;
         }
