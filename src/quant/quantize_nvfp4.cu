@@ -46,8 +46,14 @@ __global__ void __launch_bounds__(kThreads) nvfp4_expert_amax_kernel(const uint1
 // permutes: ~15 instructions per 8 elements instead of ~5 per element (mask, sign shift and mask,
 // nibble shift, or).
 constexpr uint32_t kE2M1NaNx8 = 0x77777777u;
+// The smallest normal E4M3 code (2^-6): a block scale at or above it keeps every scaled magnitude of
+// its block below 7 (numeric::e2m1_magnitude_code_bits_below7), a subnormal one may not (v = 1.49 *
+// 2^-9 rounds to s = 2^-9: magnitudes up to ~8.9).
+constexpr uint8_t kE4M3MinNormalCode = 0x08;
 
-template <class Magnitude>
+// kBelow7: every magnitude is known to be below 7 (the warp's block scales are normal E4M3
+// values), so the clamp at 6 is left out (numeric::e2m1_magnitude_code_bits_below7).
+template <bool kBelow7 = false, class Magnitude>
 __device__ __forceinline__ uint32_t e2m1x8_signed(const uint4& raw, Magnitude magnitude) {
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
   uint32_t code[kVec];  // float bits with element i's magnitude code in the low byte
@@ -55,7 +61,8 @@ __device__ __forceinline__ uint32_t e2m1x8_signed(const uint4& raw, Magnitude ma
   for (int i = 0; i < kVec; ++i) {
     const uint32_t word = w[i / 2];
     const float x = __uint_as_float((i & 1) ? word & 0xffff0000u : word << 16);
-    code[i] = numeric::e2m1_magnitude_code_bits(magnitude(fabsf(x)));  // |x|: a free operand modifier
+    const float y = magnitude(fabsf(x));  // |x|: a free operand modifier
+    code[i] = kBelow7 ? numeric::e2m1_magnitude_code_bits_below7(y) : numeric::e2m1_magnitude_code_bits(y);
   }
   // Even elements' codes in the low nibbles of bytes 0..3, odd ones' in the high nibbles.
   const uint32_t even = __byte_perm(__byte_perm(code[0], code[2], 0x0040), __byte_perm(code[4], code[6], 0x0040), 0x5410);
@@ -99,15 +106,18 @@ __global__ void __launch_bounds__(kThreads) nvfp4_weight_kernel(const uint16_t* 
     const uint8_t s = expert_nan ? numeric::kE4M3NaN : numeric::float_to_e4m3(fmaxf(v, numeric::kNVFP4ScaleFloor));
     const float sf = numeric::e4m3_to_float_fast(s);
     const float ri = __shfl_sync(0xffffffffu, reciprocal, static_cast<int>(__float_as_uint(sf) >> 20));
+    const bool below7 = __all_sync(0xffffffffu, s >= kE4M3MinNormalCode);  // warp-uniform
     if (i >= vecs) continue;
     const float sr = numeric::e4m3_reciprocal_from_table(ri, sf);
     // q = e2m1(fl(fl(x * gs) / s)) with one reciprocal per block and no division at all
     // (nvfp4_weight_quantize_value_by_reciprocal, with the sign taken from x).
+    const auto quotient = [&](float abs_x) {
+      return numeric::div_rn_by_reciprocal_abs(numeric::mul_rn(abs_x, gs), sf, sr);
+    };
     const uint64_t elem = static_cast<uint64_t>(e * per_expert + i * kVec);  // unsigned: shifts, not divisions
     *reinterpret_cast<uint32_t*>(q + elem / 2) =
-        expert_nan ? kE2M1NaNx8 : e2m1x8_signed(raw[j], [&](float abs_x) {
-          return numeric::div_rn_by_reciprocal_abs(numeric::mul_rn(abs_x, gs), sf, sr);
-        });
+        expert_nan ? kE2M1NaNx8
+                   : (below7 ? e2m1x8_signed<true>(raw[j], quotient) : e2m1x8_signed<false>(raw[j], quotient));
     if (i % kLanesPerBlock == 0) scales[elem / numeric::kNVFP4Block] = s;
   }
 }
@@ -172,11 +182,13 @@ __global__ void __launch_bounds__(kRowThreads) nvfp4_rows_kernel(Bf16Matrix x, N
     // Every lane shuffles (lanes past the row's end included): the source lane's low three bits
     // are s's significand index, the rest of the five bits don't matter (lane l holds i = l % 8).
     const float qi = __shfl_sync(0xffffffffu, quotient, static_cast<int>(__float_as_uint(sf) >> 20));
+    const bool below7 = __all_sync(0xffffffffu, s >= kE4M3MinNormalCode);  // warp-uniform
     if (idx >= vecs) continue;
     const float mult = numeric::nvfp4_activation_multiplier_from_quotient(qi, sf);
     // q = e2m1(fl(x * mult)) (nvfp4_activation_quantize_value, with the sign taken from x).
+    const auto product = [&](float abs_x) { return numeric::mul_rn(abs_x, mult); };
     *reinterpret_cast<uint32_t*>(q_row + idx * (kVec / 2)) =
-        row_nan ? kE2M1NaNx8 : e2m1x8_signed(raw[j], [&](float abs_x) { return numeric::mul_rn(abs_x, mult); });
+        row_nan ? kE2M1NaNx8 : (below7 ? e2m1x8_signed<true>(raw[j], product) : e2m1x8_signed<false>(raw[j], product));
     if (idx % kLanesPerBlock == 0) s_row[idx / kLanesPerBlock] = s;
   }
 }

@@ -131,6 +131,23 @@ TEST(QuantizeE2M1, BranchFreeRoundingEqualsPortableRuleOnEveryFloat) {
   EXPECT_EQ(bad.download()[0], 0ull);
 }
 
+// Every float in [0, 7): the clampless magnitude code (the NVFP4 quantizers' path when a warp's
+// block scales are all normal) equals the clamped one, bit for bit.
+__global__ void e2m1_below7_mismatch_kernel(uint32_t count, unsigned long long* mismatches) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
+    const float x = __uint_as_float(i);
+    if (nm::e2m1_magnitude_code_bits_below7(x) != nm::e2m1_magnitude_code_bits(x)) atomicAdd(mismatches, 1ull);
+  }
+}
+
+TEST(QuantizeE2M1, ClamplessCodeEqualsClampedCodeOnEveryFloatBelowSeven) {
+  DMOE_REQUIRE_SM90();
+  DeviceBuffer<unsigned long long> bad(std::vector<unsigned long long>{0});
+  e2m1_below7_mismatch_kernel<<<1056, 256>>>(0x40e00000u, bad.get());  // bits of +0 .. the float below 7
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(bad.download()[0], 0ull);
+}
+
 // a / s through the reciprocal (div_rn_by_reciprocal) equals the IEEE division for every E4M3
 // block scale s and every significand of a with |a| >= 2^-100 (the behaviour depends only on the
 // significands until the FMA's residual underflows); at smaller |a| only the E2M1 codes must agree
