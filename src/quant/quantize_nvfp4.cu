@@ -127,18 +127,19 @@ __global__ void nvfp4_global_inverse_kernel(const float* global_scale, float* gl
   if (e < num_experts) global_scale_inv[e] = numeric::div_rn(1.0f, global_scale[e]);
 }
 
-// Per-token rows: one CTA of 128 threads per token, each thread holding kN of the row's 16-byte
-// vectors (kN = the smallest power of two covering D/8/128): one read, the row amax through warp
-// shuffles and one barrier, then the blocks from registers. Lanes 2b, 2b+1 hold block b's halves.
+// Per-token rows: one CTA of kRowThreads (64 or 128) threads per token, each thread holding kN of the
+// row's 16-byte vectors: one read, the row amax through warp shuffles and one barrier, then the
+// blocks from registers. Rows of up to 2048 elements take 64 threads (at least 4 vectors each from
+// D > 1024): a thread's fixed work per row (the row amax reduction, two IEEE divisions) was a third
+// of its instructions with 2 vectors. Lanes 2b, 2b+1 hold block b's halves.
 // Per block no division and no software decode: the block scale is clamped below and converted
 // with satfinite (the upper clamp at 448 is satfinite's own, the NaN case a row-uniform select),
 // decoded by the hardware cvt, and the multiplier fl(row_scale / s) comes from the row's eight
 // quotients fl(row_scale / (1 + i/8)) (one IEEE division per thread and row, lane l holding
 // i = l % 8) by a shuffle on s's significand and an exact exponent step
 // (nvfp4_activation_multiplier_from_quotient).
-constexpr int kRowThreads = 128;
 
-template <int kN>
+template <int kN, int kRowThreads>
 __global__ void __launch_bounds__(kRowThreads) nvfp4_rows_kernel(Bf16Matrix x, Nvfp4RowsOut out) {
   __shared__ float warp_amax[kRowThreads / 32];
   const int64_t t = blockIdx.x;
@@ -193,9 +194,9 @@ __global__ void __launch_bounds__(kRowThreads) nvfp4_rows_kernel(Bf16Matrix x, N
   }
 }
 
-template <int kN>
+template <int kN, int kRowThreads>
 void launch_nvfp4_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStream_t stream) {
-  nvfp4_rows_kernel<kN><<<static_cast<unsigned>(x.rows), kRowThreads, 0, stream>>>(x, out);
+  nvfp4_rows_kernel<kN, kRowThreads><<<static_cast<unsigned>(x.rows), kRowThreads, 0, stream>>>(x, out);
 }
 
 }  // namespace
@@ -231,12 +232,13 @@ void nvfp4_quantize_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStrea
                  "nvfp4_quantize_rows: strides must keep 16-byte input, 4-byte data and 4-byte scale alignment");
   if (x.rows == 0) return;
   DMOE_CHECK_ARG(x.rows <= 0x7fffffff, "nvfp4_quantize_rows: too many rows (", x.rows, ")");
-  const int64_t per_thread = (x.cols / kVec + kRowThreads - 1) / kRowThreads;
-  if (per_thread <= 1) launch_nvfp4_rows<1>(x, out, stream);
-  else if (per_thread <= 2) launch_nvfp4_rows<2>(x, out, stream);
-  else if (per_thread <= 4) launch_nvfp4_rows<4>(x, out, stream);
-  else if (per_thread <= 8) launch_nvfp4_rows<8>(x, out, stream);
-  else launch_nvfp4_rows<16>(x, out, stream);
+  const int64_t vecs = x.cols / kVec;  // 2 .. 2048
+  if (vecs <= 64) launch_nvfp4_rows<1, 64>(x, out, stream);
+  else if (vecs <= 128) launch_nvfp4_rows<2, 64>(x, out, stream);
+  else if (vecs <= 256) launch_nvfp4_rows<4, 64>(x, out, stream);
+  else if (vecs <= 512) launch_nvfp4_rows<4, 128>(x, out, stream);
+  else if (vecs <= 1024) launch_nvfp4_rows<8, 128>(x, out, stream);
+  else launch_nvfp4_rows<16, 128>(x, out, stream);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

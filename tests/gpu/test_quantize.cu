@@ -651,7 +651,7 @@ TEST(QuantizeNvfp4, WeightsMatchTheOracleAndOwnTheirInverseGlobalScale) {
 
 TEST(QuantizeNvfp4, TokenRowsIntoStridedPackedRowsMatchTheOracle) {
   DMOE_REQUIRE_SM90();
-  for (int64_t D : {256, 2048, 4096, 7168, 16384}) {
+  for (int64_t D : {256, 1024, 2048, 4096, 7168, 16384}) {  // every (vectors, threads) variant
     const int64_t T = D == 16384 ? 40 : 133;
     SCOPED_TRACE("D=" + std::to_string(D));
     HostBf16 x = random_bf16(T, D, 101 + D);
