@@ -169,7 +169,11 @@ __device__ __forceinline__ void read_own_vectors(uint4 (&raw)[kTileLoads], const
 
 // Walks n tiles through the ring: issue(t, stage) starts tile t's copies, body(t, stage) runs once
 // they have landed and are visible to the whole CTA (the body may reuse its stage as scratch after
-// a barrier of its own); a stage is reused only after every thread's body of the tile has returned.
+// a barrier of its own). One barrier per tile: tile t + kTileStages - 1 is issued right after the
+// barrier that publishes tile t, into the stage tile t - 1 used -- every thread has left body(t - 1)
+// by then, so that barrier also separates consecutive bodies (their shared-memory hazards need no
+// barrier of their own) -- and tiles t + 1 and t + 2 are in flight while body(t) runs. The walk ends
+// on a barrier: what the bodies left in shared memory is visible to the whole CTA.
 template <class Issue, class Body>
 __device__ __forceinline__ void for_each_tile(int n, Bf16Tile* ring, Issue issue, Body body) {
 #pragma unroll
@@ -178,13 +182,13 @@ __device__ __forceinline__ void for_each_tile(int n, Bf16Tile* ring, Issue issue
     ptx::cp_async_commit();
   }
   for (int t = 0; t < n; ++t) {
+    ptx::cp_async_wait<kTileStages - 2>();  // groups complete in order: tile t has landed
+    __syncthreads();
     if (t + kTileStages - 1 < n) issue(t + kTileStages - 1, ring[(t + kTileStages - 1) % kTileStages]);
     ptx::cp_async_commit();  // possibly empty: keeps the group count uniform
-    ptx::cp_async_wait<kTileStages - 1>();
-    __syncthreads();
     body(t, ring[t % kTileStages]);
-    __syncthreads();
   }
+  __syncthreads();
 }
 
 // Opts `Kernel` in to `bytes` of dynamic shared memory (above the default 48 KiB), once per kernel.
