@@ -122,8 +122,8 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
   constexpr int kBlocksPerTile = kTile / F::kBlock;    // blocks of a tile row (and column): 4 or 1
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
-  __shared__ uint32_t real_bits[kRegionTiles * kTile / 32];
-  __shared__ float factor_tables[F::kTableEntries];  // FP8 blockwise: scale and multiplier by table  // bit k of word i: row 32 i + k is a real token
+  __shared__ uint32_t real_bits[kRegionTiles * kTile / 32];  // bit k of word i: row 32 i + k is a real token
+  __shared__ float factor_tables[F::kTableEntries];           // FP8 blockwise: scale and multiplier by table
   __shared__ int32_t offsets[kMaxGroups + 1];
   __shared__ uint32_t chunk_amax[kChunks][kTile];  // column pass: |x| bits per (chunk, feature)
   // The region's scales: row scales [token][feature block], column scales [feature][token block].
