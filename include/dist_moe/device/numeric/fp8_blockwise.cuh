@@ -59,8 +59,12 @@ DMOE_HOST_DEVICE float fp8_blockwise_multiplier(float amax) {
 // where rounding commutes with scaling by 2^E. Equal to fp8_blockwise_multiplier / _scale on every
 // BF16 amax (host test over all 2^16), with no division: the GPU rows+columns quantizer computes
 // these once per 128-element block in every column-pass lane.
-DMOE_HOST_DEVICE float fp8_blockwise_multiplier_significand(int i) { return div_rn(kE4M3Max, 1.0f + static_cast<float>(i) * 0.0078125f); }
-DMOE_HOST_DEVICE float fp8_blockwise_scale_significand(int i) { return div_rn(1.0f + static_cast<float>(i) * 0.0078125f, kE4M3Max); }
+DMOE_HOST_DEVICE float fp8_blockwise_multiplier_significand(int i) {
+  return div_rn(kE4M3Max, 1.0f + static_cast<float>(i) * 0.0078125f);
+}
+DMOE_HOST_DEVICE float fp8_blockwise_scale_significand(int i) {
+  return div_rn(1.0f + static_cast<float>(i) * 0.0078125f, kE4M3Max);
+}
 DMOE_HOST_DEVICE void fp8_blockwise_factors_from_tables(float bf16_amax, const float* multiplier_table,
                                                         const float* scale_table, float& scale, float& multiplier) {
   const float a = detail::fp8_blockwise_amax(bf16_amax);
