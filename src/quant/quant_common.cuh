@@ -46,6 +46,27 @@ __device__ __forceinline__ float amax_bf16x8(const uint4& u) {
   return __uint_as_float(max(m & 0xffffu, m >> 16) << 16);
 }
 
+// The |x| bits maxima of two 16-byte loads packed in one word: a's in the low 16 bits, b's in the
+// high 16 (amax_bf16x8's value is either half shifted to the top of a float). Packed, the group
+// maxima below take one shuffle and one 16-bit max for two vectors (group_amax16x2).
+__device__ __forceinline__ uint32_t amax16x2_bf16x8(const uint4& a, const uint4& b) {
+  constexpr uint32_t kAbs = 0x7fff7fffu;
+  const uint32_t ma = __vmaxu2(__vmaxu2(a.x & kAbs, a.y & kAbs), __vmaxu2(a.z & kAbs, a.w & kAbs));
+  const uint32_t mb = __vmaxu2(__vmaxu2(b.x & kAbs, b.y & kAbs), __vmaxu2(b.z & kAbs, b.w & kAbs));
+  return __vmaxu2(__byte_perm(ma, mb, 0x5410), __byte_perm(ma, mb, 0x7632));
+}
+
+// group_amax over the two packed halves at once: |x| bits order like amax_nan's (NaN on top), so
+// the 16-bit unsigned maxima give exactly group_amax's two results.
+template <int kWidth>
+__device__ __forceinline__ uint32_t group_amax16x2(uint32_t packed) {
+#pragma unroll
+  for (int o = kWidth / 2; o > 0; o >>= 1) packed = __vmaxu2(packed, __shfl_xor_sync(0xffffffffu, packed, o));
+  return packed;
+}
+__device__ __forceinline__ float amax16_lo(uint32_t packed) { return __uint_as_float(packed << 16); }
+__device__ __forceinline__ float amax16_hi(uint32_t packed) { return __uint_as_float(packed & 0xffff0000u); }
+
 // The same over a register pair (two BF16 values).
 __device__ __forceinline__ uint32_t abs_bf16x2(uint32_t w) { return w & 0x7fff7fffu; }
 
@@ -73,21 +94,41 @@ __device__ __forceinline__ uint2 e4m3x8(const Vec8& x, float mult) {
 
 // The E4M3 formats with one scale per block, as the generic kernels see them: a block's stored
 // scale and its quantization multiplier, both from the block's amax.
+// from_bf16_amax is the same for a BF16-valued amax with the format's shared-memory tables
+// (kTableEntries floats, filled by fill_tables before a barrier): FP8 blockwise replaces its two IEEE
+// divisions by table look-ups (numeric::fp8_blockwise_factors_from_tables); MXFP8 needs no table,
+// its scale byte is the amax's exponent field plus a significand test (e8m0_rceil_from_bf16_amax).
 struct Mxfp8Format {
   static constexpr int kBlock = numeric::kMXBlock;
+  static constexpr int kTableEntries = 1;
   using Scale = uint8_t;
   __device__ __forceinline__ static void from_amax(float amax, Scale& scale, float& mult) {
     scale = numeric::e8m0_rceil_from_amax(amax);
     mult = numeric::e8m0_reciprocal(scale);  // exact power of two: mxfp8_quantize_value's factor
   }
+  __device__ __forceinline__ static void fill_tables(float*) {}
+  __device__ __forceinline__ static void from_bf16_amax(float amax, const float*, Scale& scale, float& mult) {
+    numeric::e8m0_rceil_from_bf16_amax(amax, scale, mult);  // integer steps on the exponent field
+  }
 };
 
 struct Fp8BlockwiseFormat {
   static constexpr int kBlock = numeric::kFP8BlockwiseBlock;
+  static constexpr int kTableEntries = 256;  // multipliers [0, 128), scales [128, 256)
   using Scale = float;
   __device__ __forceinline__ static void from_amax(float amax, Scale& scale, float& mult) {
     scale = numeric::fp8_blockwise_scale(amax);
     mult = numeric::fp8_blockwise_multiplier(amax);
+  }
+  // Every thread of the CTA calls it (blockDim.x >= 128).
+  __device__ __forceinline__ static void fill_tables(float* tables) {
+    if (threadIdx.x < 128) {
+      tables[threadIdx.x] = numeric::fp8_blockwise_multiplier_significand(threadIdx.x);
+      tables[128 + threadIdx.x] = numeric::fp8_blockwise_scale_significand(threadIdx.x);
+    }
+  }
+  __device__ __forceinline__ static void from_bf16_amax(float amax, const float* tables, Scale& scale, float& mult) {
+    numeric::fp8_blockwise_factors_from_tables(amax, tables, tables + 128, scale, mult);
   }
 };
 
@@ -131,7 +172,11 @@ __device__ __forceinline__ void read_own_vectors(uint4 (&raw)[kTileLoads], const
 
 // Walks n tiles through the ring: issue(t, stage) starts tile t's copies, body(t, stage) runs once
 // they have landed and are visible to the whole CTA (the body may reuse its stage as scratch after
-// a barrier of its own); a stage is reused only after every thread's body of the tile has returned.
+// a barrier of its own). One barrier per tile: tile t + kTileStages - 1 is issued right after the
+// barrier that publishes tile t, into the stage tile t - 1 used -- every thread has left body(t - 1)
+// by then, so that barrier also separates consecutive bodies (their shared-memory hazards need no
+// barrier of their own) -- and tiles t + 1 and t + 2 are in flight while body(t) runs. The walk ends
+// on a barrier: what the bodies left in shared memory is visible to the whole CTA.
 template <class Issue, class Body>
 __device__ __forceinline__ void for_each_tile(int n, Bf16Tile* ring, Issue issue, Body body) {
 #pragma unroll
@@ -140,13 +185,13 @@ __device__ __forceinline__ void for_each_tile(int n, Bf16Tile* ring, Issue issue
     ptx::cp_async_commit();
   }
   for (int t = 0; t < n; ++t) {
+    ptx::cp_async_wait<kTileStages - 2>();  // groups complete in order: tile t has landed
+    __syncthreads();
     if (t + kTileStages - 1 < n) issue(t + kTileStages - 1, ring[(t + kTileStages - 1) % kTileStages]);
     ptx::cp_async_commit();  // possibly empty: keeps the group count uniform
-    ptx::cp_async_wait<kTileStages - 1>();
-    __syncthreads();
     body(t, ring[t % kTileStages]);
-    __syncthreads();
   }
+  __syncthreads();
 }
 
 // Opts `Kernel` in to `bytes` of dynamic shared memory (above the default 48 KiB), once per kernel.

@@ -122,7 +122,8 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
   constexpr int kBlocksPerTile = kTile / F::kBlock;    // blocks of a tile row (and column): 4 or 1
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
-  __shared__ bool real[kRegionTiles * kTile];
+  __shared__ uint32_t real_bits[kRegionTiles * kTile / 32];  // bit k of word i: row 32 i + k is a real token
+  __shared__ float factor_tables[F::kTableEntries];           // FP8 blockwise: scale and multiplier by table
   __shared__ int32_t offsets[kMaxGroups + 1];
   __shared__ uint32_t chunk_amax[kChunks][kTile];  // column pass: |x| bits per (chunk, feature)
   // The region's scales: row scales [token][feature block], column scales [feature][token block].
@@ -134,6 +135,7 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
   const auto* base = static_cast<const uint16_t*>(x.data);
 
   for (int g = threadIdx.x; g <= groups.num_groups; g += kTileThreads) offsets[g] = groups.offsets_G1[g];
+  F::fill_tables(factor_tables);
   __syncthreads();
   const int64_t used = offsets[groups.num_groups];
   if (blockIdx.x == 0 && blockIdx.y == 0)
@@ -145,7 +147,7 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
   const int tiles_t = static_cast<int>(t_left < (1 << log2_rt) ? t_left : (1 << log2_rt));
   const int tiles_f = static_cast<int>(f_left < (1 << log2_rf) ? f_left : (1 << log2_rf));
   const int ld_row = kBlocksPerTile << log2_rf, ld_col = kBlocksPerTile << log2_rt;
-  for (int i = threadIdx.x; i < tiles_t * kTile; i += kTileThreads) {
+  for (int i = threadIdx.x; i < tiles_t * kTile; i += kTileThreads) {  // warp-uniform: tiles_t * kTile % 32 == 0
     const int64_t m = m_first + i;
     bool is_real = false;
     if (m < end) {
@@ -157,9 +159,10 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
       }
       is_real = m - offsets[lo] < groups.counts_G[lo];
     }
-    real[i] = is_real;
+    const uint32_t bits = __ballot_sync(0xffffffffu, is_real);
+    if (i % 32 == 0) real_bits[i / 32] = bits;
   }
-  // (for_each_tile's first barrier publishes real[] too)
+  // (for_each_tile's first barrier publishes real_bits[] too)
 
   // Tile t of the region: token tile t / tiles_f, feature tile t % tiles_f (along the features first).
   auto issue = [&](int t, Bf16Tile& stage) {
@@ -172,21 +175,36 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
   for_each_tile(tiles_t * tiles_f, ring, issue, [&](int t, Bf16Tile& tile) {
     const int tt = t / tiles_f, tf = t % tiles_f;
     const int64_t m0 = m_first + tt * kTile, c0 = c_first + tf * kTile;
-    const bool* tile_real = real + tt * kTile;
+    const uint32_t* tile_real = real_bits + tt * (kTile / 32);
+    // Capacity rows past an expert's count quantize as zeros; a tile without any (every tile of a
+    // balanced batch) skips the masking.
+    const bool all_real = (tile_real[0] & tile_real[1] & tile_real[2] & tile_real[3]) == 0xffffffffu;
     if (rows.present()) {
       const int64_t c = c0 + (threadIdx.x % kTileSlots) * kVec;
+      // Row tile_row(i)'s 8 output bytes: one 64-bit product per tile, then a step per vector.
+      uint8_t* q_ptr = rows.q + (m0 + tile_row(0)) * rows.q_row_stride + c;
+      const int64_t q_step = kTileRowStep * rows.q_row_stride;
+      const int rows_left = static_cast<int>(end - m0 < kTile ? end - m0 : kTile);  // tile rows < rows_left are stored
+      const bool col_in = c < x.cols;
       uint4 raw[kTileLoads];
       float amax[kTileLoads];
       read_own_vectors(raw, tile);
+      if (!all_real) {
 #pragma unroll
-      for (int i = 0; i < kTileLoads; ++i) {
-        if (!tile_real[tile_row(i)]) raw[i] = make_uint4(0, 0, 0, 0);  // padding rows quantize as zeros
-        amax[i] = group_amax<kGroup>(amax_bf16x8(raw[i]));
+        for (int i = 0; i < kTileLoads; ++i)
+          if (!((tile_real[tile_row(i) / 32] >> (tile_row(i) % 32)) & 1u)) raw[i] = make_uint4(0, 0, 0, 0);
+      }
+      // Group maxima two vectors per shuffle (16-bit halves).
+#pragma unroll
+      for (int i = 0; i < kTileLoads; i += 2) {
+        const uint32_t packed = group_amax16x2<kGroup>(amax16x2_bf16x8(raw[i], raw[i + 1]));
+        amax[i] = amax16_lo(packed);
+        amax[i + 1] = amax16_hi(packed);
       }
       if constexpr (kGroup == kTileSlots) {
         // One block per tile row (FP8 blockwise), its amax in all 16 lanes of a half-warp: lane
         // 2i + h (< 16) computes the scale and multiplier of vector i's row of half-warp h once
-        // (two IEEE divisions), instead of every lane for all eight rows.
+        // (two table look-ups), instead of every lane for all eight rows.
         float row_amax = 0.0f;
 #pragma unroll
         for (int i = 0; i < kTileLoads; ++i) {
@@ -195,7 +213,7 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
         }
         Scale scale;
         float mult;
-        F::from_amax(row_amax, scale, mult);
+        F::from_bf16_amax(row_amax, factor_tables, scale, mult);
         if (lane < 16) {
           const int r = warp * 2 + (lane & 1) + kTileRowStep * (lane >> 1);  // tile_row(lane / 2) of half lane & 1
           row_scale[(tt * kTile + r) * ld_row + tf] = scale;
@@ -204,8 +222,8 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
         for (int i = 0; i < kTileLoads; ++i) {
           const float m = __shfl_sync(0xffffffffu, mult, 2 * i + (lane >> 4));
           const int r = tile_row(i);
-          if (m0 + r < end && c < x.cols)
-            *reinterpret_cast<uint2*>(rows.q + (m0 + r) * rows.q_row_stride + c) = e4m3x8(unpack_bf16x8(raw[i]), m);
+          if (r < rows_left && col_in) *reinterpret_cast<uint2*>(q_ptr) = e4m3x8(unpack_bf16x8(raw[i]), m);
+          q_ptr += q_step;
         }
       } else {
 #pragma unroll
@@ -213,9 +231,9 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
           const int r = tile_row(i);
           Scale scale;
           float mult;
-          F::from_amax(amax[i], scale, mult);
-          if (m0 + r < end && c < x.cols)
-            *reinterpret_cast<uint2*>(rows.q + (m0 + r) * rows.q_row_stride + c) = e4m3x8(unpack_bf16x8(raw[i]), mult);
+          F::from_bf16_amax(amax[i], factor_tables, scale, mult);
+          if (r < rows_left && col_in) *reinterpret_cast<uint2*>(q_ptr) = e4m3x8(unpack_bf16x8(raw[i]), mult);
+          q_ptr += q_step;
           if ((c - c0) % F::kBlock == 0)
             row_scale[(tt * kTile + r) * ld_row + tf * kBlocksPerTile + (c - c0) / F::kBlock] = scale;
         }
@@ -228,11 +246,17 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
     // chunks: their amaxes meet in shared memory.
     uint32_t pair[kChunk];
     uint32_t amax2 = 0;  // |bf16| bits of both features, two lanes of 16 bits
+    const uint32_t chunk_real = tile_real[chunk];  // warp-uniform
+    if (chunk_real == 0xffffffffu) {
 #pragma unroll
-    for (int k = 0; k < kChunk; ++k) {
-      pair[k] = tile_real[chunk * kChunk + k] ? *reinterpret_cast<const uint32_t*>(&tile[chunk * kChunk + k][f0]) : 0u;
-      amax2 = __vmaxu2(amax2, abs_bf16x2(pair[k]));
+      for (int k = 0; k < kChunk; ++k) pair[k] = *reinterpret_cast<const uint32_t*>(&tile[chunk * kChunk + k][f0]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kChunk; ++k)
+        pair[k] = (chunk_real >> k) & 1u ? *reinterpret_cast<const uint32_t*>(&tile[chunk * kChunk + k][f0]) : 0u;
     }
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) amax2 = __vmaxu2(amax2, abs_bf16x2(pair[k]));
     float a0 = __uint_as_float(amax2 << 16), a1 = __uint_as_float(amax2 & 0xffff0000u);
     if constexpr (kChunksPerBlock > 1) {
       chunk_amax[chunk][f0] = __float_as_uint(a0);
@@ -253,7 +277,7 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
     for (int h = 0; h < 2; ++h) {
       Scale scale;
       float mult;
-      F::from_amax(h == 0 ? a0 : a1, scale, mult);
+      F::from_bf16_amax(h == 0 ? a0 : a1, factor_tables, scale, mult);
       uint32_t w[kChunk / 4];
 #pragma unroll
       for (int k = 0; k < kChunk; k += 4) {

@@ -46,8 +46,14 @@ __global__ void __launch_bounds__(kThreads) nvfp4_expert_amax_kernel(const uint1
 // permutes: ~15 instructions per 8 elements instead of ~5 per element (mask, sign shift and mask,
 // nibble shift, or).
 constexpr uint32_t kE2M1NaNx8 = 0x77777777u;
+// The smallest normal E4M3 code (2^-6): a block scale at or above it keeps every scaled magnitude of
+// its block below 7 (numeric::e2m1_magnitude_code_bits_below7), a subnormal one may not (v = 1.49 *
+// 2^-9 rounds to s = 2^-9: magnitudes up to ~8.9).
+constexpr uint8_t kE4M3MinNormalCode = 0x08;
 
-template <class Magnitude>
+// kBelow7: every magnitude is known to be below 7 (the warp's block scales are normal E4M3
+// values), so the clamp at 6 is left out (numeric::e2m1_magnitude_code_bits_below7).
+template <bool kBelow7 = false, class Magnitude>
 __device__ __forceinline__ uint32_t e2m1x8_signed(const uint4& raw, Magnitude magnitude) {
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
   uint32_t code[kVec];  // float bits with element i's magnitude code in the low byte
@@ -55,7 +61,8 @@ __device__ __forceinline__ uint32_t e2m1x8_signed(const uint4& raw, Magnitude ma
   for (int i = 0; i < kVec; ++i) {
     const uint32_t word = w[i / 2];
     const float x = __uint_as_float((i & 1) ? word & 0xffff0000u : word << 16);
-    code[i] = numeric::e2m1_magnitude_code_bits(magnitude(fabsf(x)));  // |x|: a free operand modifier
+    const float y = magnitude(fabsf(x));  // |x|: a free operand modifier
+    code[i] = kBelow7 ? numeric::e2m1_magnitude_code_bits_below7(y) : numeric::e2m1_magnitude_code_bits(y);
   }
   // Even elements' codes in the low nibbles of bytes 0..3, odd ones' in the high nibbles.
   const uint32_t even = __byte_perm(__byte_perm(code[0], code[2], 0x0040), __byte_perm(code[4], code[6], 0x0040), 0x5410);
@@ -67,6 +74,11 @@ __device__ __forceinline__ uint32_t e2m1x8_signed(const uint4& raw, Magnitude ma
 }
 
 // Expert blockIdx.y; the CTA's 4 x 256 vectors of it, slice j = vectors base + j * 256.
+// Per block no IEEE division or software decode: with gs finite (an expert-uniform test), the block
+// scale fl(fl(bamax * gs) / 6) is finite and >= 0, so it needs only the lower clamp before the
+// satfinite conversion; it is decoded by the hardware cvt, and its reciprocal fl(1 / s) comes from
+// the eight fl(1 / (1 + i/8)) (lane l holding i = l % 8) by a shuffle on s's significand and an
+// exact exponent step (e4m3_reciprocal_from_table).
 __global__ void __launch_bounds__(kThreads) nvfp4_weight_kernel(const uint16_t* w, int64_t per_expert,
                                                                 const uint32_t* amax_bits_E, uint8_t* q,
                                                                 uint8_t* scales, float* global_scale) {
@@ -81,22 +93,31 @@ __global__ void __launch_bounds__(kThreads) nvfp4_weight_kernel(const uint16_t* 
     raw[j] = i < vecs ? __ldg(reinterpret_cast<const uint4*>(src + i * kVec)) : make_uint4(0, 0, 0, 0);
   }
   const float gs = numeric::nvfp4_weight_global_scale(__uint_as_float(amax_bits_E[e]));
+  const bool expert_nan = numeric::is_nan(gs);  // NaN or Inf in the expert: scales 0x7F, data 0x7
   if (base == 0) global_scale[e] = gs;
+  const float reciprocal = numeric::rcp_rn(numeric::e4m3_significand(threadIdx.x % 8));
 #pragma unroll
   for (int j = 0; j < kLoads; ++j) {
     const int64_t i = base + j * kThreads;  // lanes 2b, 2b+1 hold block b's halves
     if (i - (threadIdx.x & 31) >= vecs) break;  // warp-uniform; per_expert % 16 == 0 keeps pairs whole
     const float bamax = group_amax<kLanesPerBlock>(amax_bf16x8(raw[j]));
+    // s = nvfp4_weight_block_scale_by_reciprocal(bamax, gs) for a finite gs (bamax * gs >= 0).
+    const float v = numeric::div_rn_by_reciprocal_abs(numeric::mul_rn(bamax, gs), 6.0f, numeric::kE2M1MaxReciprocal);
+    const uint8_t s = expert_nan ? numeric::kE4M3NaN : numeric::float_to_e4m3(fmaxf(v, numeric::kNVFP4ScaleFloor));
+    const float sf = numeric::e4m3_to_float_fast(s);
+    const float ri = __shfl_sync(0xffffffffu, reciprocal, static_cast<int>(__float_as_uint(sf) >> 20));
+    const bool below7 = __all_sync(0xffffffffu, s >= kE4M3MinNormalCode);  // warp-uniform
     if (i >= vecs) continue;
-    const uint8_t s = numeric::nvfp4_weight_block_scale_by_reciprocal(bamax, gs);
-    const float sf = numeric::e4m3_to_float(s), sr = numeric::rcp_rn(sf);
+    const float sr = numeric::e4m3_reciprocal_from_table(ri, sf);
     // q = e2m1(fl(fl(x * gs) / s)) with one reciprocal per block and no division at all
     // (nvfp4_weight_quantize_value_by_reciprocal, with the sign taken from x).
-    const int64_t elem = e * per_expert + i * kVec;
+    const auto quotient = [&](float abs_x) {
+      return numeric::div_rn_by_reciprocal_abs(numeric::mul_rn(abs_x, gs), sf, sr);
+    };
+    const uint64_t elem = static_cast<uint64_t>(e * per_expert + i * kVec);  // unsigned: shifts, not divisions
     *reinterpret_cast<uint32_t*>(q + elem / 2) =
-        numeric::is_nan(gs) ? kE2M1NaNx8 : e2m1x8_signed(raw[j], [&](float abs_x) {
-          return numeric::div_rn_by_reciprocal_abs(numeric::mul_rn(abs_x, gs), sf, sr);
-        });
+        expert_nan ? kE2M1NaNx8
+                   : (below7 ? e2m1x8_signed<true>(raw[j], quotient) : e2m1x8_signed<false>(raw[j], quotient));
     if (i % kLanesPerBlock == 0) scales[elem / numeric::kNVFP4Block] = s;
   }
 }
@@ -106,18 +127,26 @@ __global__ void nvfp4_global_inverse_kernel(const float* global_scale, float* gl
   if (e < num_experts) global_scale_inv[e] = numeric::div_rn(1.0f, global_scale[e]);
 }
 
-// Per-token rows: one CTA of 128 threads per token, each thread holding kN of the row's 16-byte
-// vectors (kN = the smallest power of two covering D/8/128): one read, the row amax through warp
-// shuffles and one barrier, then the blocks from registers. Lanes 2b, 2b+1 hold block b's halves.
-constexpr int kRowThreads = 128;
+// Per-token rows: one CTA of kRowThreads (64 or 128) threads per token, each thread holding kN of the
+// row's 16-byte vectors: one read, the row amax through warp shuffles and one barrier, then the
+// blocks from registers. Rows of up to 2048 elements take 64 threads (at least 4 vectors each from
+// D > 1024): a thread's fixed work per row (the row amax reduction, two IEEE divisions) was a third
+// of its instructions with 2 vectors. Lanes 2b, 2b+1 hold block b's halves.
+// Per block no division and no software decode: the block scale is clamped below and converted
+// with satfinite (the upper clamp at 448 is satfinite's own, the NaN case a row-uniform select),
+// decoded by the hardware cvt, and the multiplier fl(row_scale / s) comes from the row's eight
+// quotients fl(row_scale / (1 + i/8)) (one IEEE division per thread and row, lane l holding
+// i = l % 8) by a shuffle on s's significand and an exact exponent step
+// (nvfp4_activation_multiplier_from_quotient).
 
-template <int kN>
+template <int kN, int kRowThreads>
 __global__ void __launch_bounds__(kRowThreads) nvfp4_rows_kernel(Bf16Matrix x, Nvfp4RowsOut out) {
   __shared__ float warp_amax[kRowThreads / 32];
   const int64_t t = blockIdx.x;
   const int vecs = static_cast<int>(x.cols / kVec);
   const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x.data) + t * x.row_stride);
   uint4 raw[kN];
+  float vamax[kN];  // amax of each vector, kept for its block
   float a = 0.0f;
 #pragma unroll
   for (int j = 0; j < kN; ++j) {
@@ -125,35 +154,49 @@ __global__ void __launch_bounds__(kRowThreads) nvfp4_rows_kernel(Bf16Matrix x, N
     raw[j] = idx < vecs ? __ldg(src + idx) : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
-  for (int j = 0; j < kN; ++j) a = numeric::amax_nan(a, amax_bf16x8(raw[j]));
+  for (int j = 0; j < kN; ++j) {
+    vamax[j] = amax_bf16x8(raw[j]);
+    a = numeric::amax_nan(a, vamax[j]);
+  }
   a = group_amax<32>(a);
   if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = a;
   __syncthreads();
 #pragma unroll
   for (int w = 0; w < kRowThreads / 32; ++w) a = numeric::amax_nan(a, warp_amax[w]);
   const float row_scale = numeric::nvfp4_activation_row_scale(a);
+  const bool row_nan = numeric::is_nan(row_scale);  // NaN or Inf in the row: every scale 0x7F, data 0x7
   if (threadIdx.x == 0)
     *reinterpret_cast<float*>(out.token_scale_inv + t * out.inv_row_stride) =
         numeric::nvfp4_activation_token_scale_inv(row_scale);
+  const float quotient = numeric::div_rn(row_scale, numeric::e4m3_significand(threadIdx.x % 8));
+  uint8_t* q_row = out.q + t * out.q_row_stride;
+  uint8_t* s_row = out.scales + t * out.scale_row_stride;
 #pragma unroll
   for (int j = 0; j < kN; ++j) {
     const int idx = threadIdx.x + j * kRowThreads;
     if (j * kRowThreads >= vecs) break;  // CTA-uniform
-    const float bamax = group_amax<kLanesPerBlock>(amax_bf16x8(raw[j]));
+    const float bamax = group_amax<kLanesPerBlock>(vamax[j]);
+    // s = nvfp4_activation_block_scale(bamax, row_scale): finite and >= 0 when the row is.
+    const float v = numeric::mul_rn(numeric::mul_rn(bamax, row_scale), numeric::kE2M1MaxReciprocal);
+    const uint8_t s = row_nan ? numeric::kE4M3NaN : numeric::float_to_e4m3(fmaxf(v, numeric::kNVFP4ScaleFloor));
+    const float sf = numeric::e4m3_to_float_fast(s);
+    // Every lane shuffles (lanes past the row's end included): the source lane's low three bits
+    // are s's significand index, the rest of the five bits don't matter (lane l holds i = l % 8).
+    const float qi = __shfl_sync(0xffffffffu, quotient, static_cast<int>(__float_as_uint(sf) >> 20));
+    const bool below7 = __all_sync(0xffffffffu, s >= kE4M3MinNormalCode);  // warp-uniform
     if (idx >= vecs) continue;
-    const uint8_t s = numeric::nvfp4_activation_block_scale(bamax, row_scale);
-    const float mult = numeric::nvfp4_activation_multiplier(row_scale, s);
+    const float mult = numeric::nvfp4_activation_multiplier_from_quotient(qi, sf);
     // q = e2m1(fl(x * mult)) (nvfp4_activation_quantize_value, with the sign taken from x).
-    *reinterpret_cast<uint32_t*>(out.q + t * out.q_row_stride + idx * (kVec / 2)) =
-        numeric::is_nan(mult) ? kE2M1NaNx8
-                              : e2m1x8_signed(raw[j], [&](float abs_x) { return numeric::mul_rn(abs_x, mult); });
-    if (idx % kLanesPerBlock == 0) out.scales[t * out.scale_row_stride + idx / kLanesPerBlock] = s;
+    const auto product = [&](float abs_x) { return numeric::mul_rn(abs_x, mult); };
+    *reinterpret_cast<uint32_t*>(q_row + idx * (kVec / 2)) =
+        row_nan ? kE2M1NaNx8 : (below7 ? e2m1x8_signed<true>(raw[j], product) : e2m1x8_signed<false>(raw[j], product));
+    if (idx % kLanesPerBlock == 0) s_row[idx / kLanesPerBlock] = s;
   }
 }
 
-template <int kN>
+template <int kN, int kRowThreads>
 void launch_nvfp4_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStream_t stream) {
-  nvfp4_rows_kernel<kN><<<static_cast<unsigned>(x.rows), kRowThreads, 0, stream>>>(x, out);
+  nvfp4_rows_kernel<kN, kRowThreads><<<static_cast<unsigned>(x.rows), kRowThreads, 0, stream>>>(x, out);
 }
 
 }  // namespace
@@ -189,12 +232,13 @@ void nvfp4_quantize_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStrea
                  "nvfp4_quantize_rows: strides must keep 16-byte input, 4-byte data and 4-byte scale alignment");
   if (x.rows == 0) return;
   DMOE_CHECK_ARG(x.rows <= 0x7fffffff, "nvfp4_quantize_rows: too many rows (", x.rows, ")");
-  const int64_t per_thread = (x.cols / kVec + kRowThreads - 1) / kRowThreads;
-  if (per_thread <= 1) launch_nvfp4_rows<1>(x, out, stream);
-  else if (per_thread <= 2) launch_nvfp4_rows<2>(x, out, stream);
-  else if (per_thread <= 4) launch_nvfp4_rows<4>(x, out, stream);
-  else if (per_thread <= 8) launch_nvfp4_rows<8>(x, out, stream);
-  else launch_nvfp4_rows<16>(x, out, stream);
+  const int64_t vecs = x.cols / kVec;  // 2 .. 2048
+  if (vecs <= 64) launch_nvfp4_rows<1, 64>(x, out, stream);
+  else if (vecs <= 128) launch_nvfp4_rows<2, 64>(x, out, stream);
+  else if (vecs <= 256) launch_nvfp4_rows<4, 64>(x, out, stream);
+  else if (vecs <= 512) launch_nvfp4_rows<4, 128>(x, out, stream);
+  else if (vecs <= 1024) launch_nvfp4_rows<8, 128>(x, out, stream);
+  else launch_nvfp4_rows<16, 128>(x, out, stream);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

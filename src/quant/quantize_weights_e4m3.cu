@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kThreads) mxfp8_weight_tiles_kernel(const uint
       const uint8_t s = scale_nk[tn * kSubTiles + i / 2][tk * kSubTiles + slot / 4];
       *reinterpret_cast<uint2*>(q + (e * n + r) * k + c) = e4m3x8(unpack_bf16x8(raw[i]), numeric::e8m0_reciprocal(s));
     }
-    // amax_bits is rewritten only after for_each_tile's barrier that ends this tile; each tile owns
+    // amax_bits is rewritten only after for_each_tile's barrier that starts the next tile; each tile owns
     // its own cells of the scale grids.
   });
   // for_each_tile ended on a barrier: the grids are complete.
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) fp8_blockwise_weight_kernel(const ui
     __syncthreads();
     if ((threadIdx.x & 31) == 0) atomicMax(&amax_bits, __float_as_uint(a));
     __syncthreads();
-    const float amax = __uint_as_float(amax_bits);  // rewritten only after the barrier ending this tile
+    const float amax = __uint_as_float(amax_bits);  // rewritten only after the barrier starting the next tile
     const float scale = numeric::fp8_blockwise_scale(amax);
     const float mult = numeric::fp8_blockwise_multiplier(amax);
     const int64_t c = k0 + slot * kVec;

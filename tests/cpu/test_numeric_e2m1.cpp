@@ -113,6 +113,22 @@ TEST(NumericE2M1, BranchFreeRoundingEqualsPortableRule) {
   }
 }
 
+TEST(NumericE2M1, ClamplessCodeBelowSevenEqualsClampedCode) {
+  // A sample of the floats in [0, 7) and every float near the code boundaries and 6, 7 (the GPU
+  // test takes every float below 7).
+  for (uint32_t b = 0; b < 0x40e00000u; b += 37) {
+    const float x = nm::bits_float(b);
+    ASSERT_EQ(nm::e2m1_magnitude_code_bits_below7(x), nm::e2m1_magnitude_code_bits(x)) << std::hex << b;
+  }
+  for (float t : {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, 6.5f, 7.0f}) {
+    float x = t;
+    for (int i = 0; i < 256; ++i) x = std::nextafter(x, 0.0f);
+    for (int i = -256; i <= 256 && x < 7.0f; ++i, x = std::nextafter(x, 100.0f))
+      ASSERT_EQ(nm::e2m1_magnitude_code_bits_below7(x), nm::e2m1_magnitude_code_bits(x)) << x;
+  }
+  EXPECT_EQ(nm::e2m1_magnitude_code_bits_below7(std::nextafter(7.0f, 0.0f)) & 0xffu, 7u);
+}
+
 TEST(NumericE2M1, DivisionThroughTheReciprocalEqualsIeeeDivision) {
   // a / s for the eight E4M3 scale significands, a sample of dividends (the GPU test takes all).
   for (int code = 0x08; code < 0x10; ++code) {

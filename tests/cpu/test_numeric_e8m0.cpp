@@ -153,3 +153,17 @@ TEST(NumericE8M0, RceilSweepNothingClipsAndMinimal) {
     }
   }
 }
+
+TEST(NumericE8M0, RceilFromBf16AmaxEqualsTheFloatRuleOnEveryBf16) {
+  for (uint32_t b = 0; b < (1u << 16); ++b) {
+    const float amax = nm::bits_float(b << 16);
+    uint8_t scale = 0;
+    float reciprocal = 0;
+    nm::e8m0_rceil_from_bf16_amax(amax, scale, reciprocal);
+    const uint8_t want = nm::e8m0_rceil_from_amax(amax);
+    ASSERT_EQ(scale, want) << std::hex << b;
+    const float want_r = nm::e8m0_reciprocal(want);
+    ASSERT_TRUE(nm::float_bits(reciprocal) == nm::float_bits(want_r) || (std::isnan(reciprocal) && std::isnan(want_r)))
+        << std::hex << b;
+  }
+}

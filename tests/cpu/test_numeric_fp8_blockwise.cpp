@@ -204,3 +204,27 @@ TEST(NumericFP8Blockwise, MultiplicationNearTies) {
   }
   EXPECT_GT(checked, 100000);
 }
+
+namespace {
+
+TEST(NumericFP8Blockwise, FactorsFromSignificandTablesEqualTheDivisionsOnEveryBf16Amax) {
+  float mult_table[128], scale_table[128];
+  for (int i = 0; i < 128; ++i) {
+    mult_table[i] = nm::fp8_blockwise_multiplier_significand(i);
+    scale_table[i] = nm::fp8_blockwise_scale_significand(i);
+  }
+  for (uint32_t b = 0; b < (1u << 16); ++b) {
+    const float amax = nm::bits_float(b << 16);
+    float scale = 0, mult = 0;
+    nm::fp8_blockwise_factors_from_tables(amax, mult_table, scale_table, scale, mult);
+    const float want_scale = nm::fp8_blockwise_scale(amax), want_mult = nm::fp8_blockwise_multiplier(amax);
+    if (std::isnan(want_scale)) {
+      ASSERT_TRUE(std::isnan(scale) && std::isnan(mult)) << std::hex << b;
+    } else {
+      ASSERT_EQ(nm::float_bits(scale), nm::float_bits(want_scale)) << std::hex << b;
+      ASSERT_EQ(nm::float_bits(mult), nm::float_bits(want_mult)) << std::hex << b;
+    }
+  }
+}
+
+}  // namespace

@@ -397,6 +397,66 @@ TEST(NumericNVFP4, GlobalScalesAreReciprocalThenMultiply) {
   }
 }
 
+TEST(NumericNVFP4, PerBlockFactorsFromSignificandTablesEqualTheDivisions) {
+  // The GPU quantizers' tables: fl(1 / s) from fl(1 / (1 + i/8)) for every finite positive E4M3
+  // scale, and the activation multiplier fl(row_scale / s) from fl(row_scale / (1 + i/8)) for row
+  // scales across [2^-117, 2^38) (the range nvfp4_activation_row_scale gives; the GPU test takes
+  // every significand at the ends), both with an exact exponent step.
+  for (int code = 0x01; code <= 0x7e; ++code) {
+    const uint8_t s = static_cast<uint8_t>(code);
+    const float sf = nm::e4m3_to_float(s);
+    const uint32_t i = nm::e4m3_significand_index(sf);
+    ASSERT_EQ(nm::float_bits(nm::e4m3_reciprocal_from_table(nm::rcp_rn(nm::e4m3_significand(i)), sf)),
+              nm::float_bits(1.0f / sf))
+        << code;
+  }
+  std::mt19937 rng(41);
+  std::uniform_int_distribution<uint32_t> mant(0, (1u << 23) - 1);
+  std::vector<float> row_scales = {nm::nvfp4_activation_row_scale(0.0f), nm::nvfp4_activation_row_scale(3.3895314e38f),
+                                   std::ldexp(1.0f, -117), std::nextafter(std::ldexp(1.0f, 38), 0.0f)};
+  for (int e = -117; e < 38; ++e)
+    for (int k = 0; k < 200; ++k) row_scales.push_back(std::ldexp(1.0f + mant(rng) * 0x1p-23f, e));
+  for (const float r : row_scales)
+    for (int code = 0x01; code <= 0x7e; ++code) {
+      const uint8_t s = static_cast<uint8_t>(code);
+      ASSERT_EQ(nm::float_bits(nm::nvfp4_activation_multiplier_by_table(r, s)),
+                nm::float_bits(nm::nvfp4_activation_multiplier(r, s)))
+          << r << " / code " << code;
+    }
+  // The row scale's extremes are inside the proven range.
+  EXPECT_GE(nm::nvfp4_activation_row_scale(3.3895314e38f), std::ldexp(1.0f, -117));
+  EXPECT_LT(nm::nvfp4_activation_row_scale(0.0f), std::ldexp(1.0f, 38));
+}
+
+TEST(NumericNVFP4, ScaledMagnitudesStayBelowSevenWhereTheBlockScaleIsNormal) {
+  // The GPU quantizers leave out the E2M1 clamp at 6 when a block's E4M3 scale is normal
+  // (>= 2^-6, code >= 0x08): the largest scaled magnitude of the block, the one of its amax, must
+  // then be < 7 (e2m1_magnitude_code_bits_below7's precondition). Every BF16 block amax up to the
+  // row (expert) amax, for row amaxes across the BF16 range.
+  std::mt19937 rng(43);
+  std::uniform_int_distribution<uint32_t> bf16(0x0001, 0x7f7f);
+  std::vector<uint32_t> tops = {0x7f7f, 0x3f80, 0x0001, 0x3200, 0x2b8c};  // max, 1, min subnormal, ~1e-8, ~1e-12
+  for (int i = 0; i < 300; ++i) tops.push_back(bf16(rng));
+  int normal_blocks = 0;
+  for (const uint32_t top : tops) {
+    const float a = nm::bits_float(top << 16);
+    const float row_scale = nm::nvfp4_activation_row_scale(a), gs = nm::nvfp4_weight_global_scale(a);
+    for (uint32_t b = 0; b <= top; ++b) {
+      const float bamax = nm::bits_float(b << 16);
+      const uint8_t sa = nm::nvfp4_activation_block_scale(bamax, row_scale);
+      if (sa >= 0x08) {
+        ++normal_blocks;
+        ASSERT_LT(nm::mul_rn(bamax, nm::nvfp4_activation_multiplier(row_scale, sa)), 7.0f) << a << " " << bamax;
+      }
+      const uint8_t sw = nm::nvfp4_weight_block_scale(bamax, gs);
+      if (sw >= 0x08) {
+        ASSERT_LT(nm::div_rn(nm::mul_rn(bamax, gs), nm::e4m3_to_float(sw)), 7.0f) << a << " " << bamax;
+      }
+    }
+  }
+  EXPECT_GT(normal_blocks, 100000);
+}
+
 TEST(NumericNVFP4, ReciprocalFormsOfTheWeightRulesGiveTheSameCodes) {
   // The GPU quantizer's division-free forms (block scale through fl(1/6), element through the
   // block scale's reciprocal) against the oracle's divisions, over amaxes of every magnitude.

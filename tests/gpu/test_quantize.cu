@@ -131,6 +131,23 @@ TEST(QuantizeE2M1, BranchFreeRoundingEqualsPortableRuleOnEveryFloat) {
   EXPECT_EQ(bad.download()[0], 0ull);
 }
 
+// Every float in [0, 7): the clampless magnitude code (the NVFP4 quantizers' path when a warp's
+// block scales are all normal) equals the clamped one, bit for bit.
+__global__ void e2m1_below7_mismatch_kernel(uint32_t count, unsigned long long* mismatches) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
+    const float x = __uint_as_float(i);
+    if (nm::e2m1_magnitude_code_bits_below7(x) != nm::e2m1_magnitude_code_bits(x)) atomicAdd(mismatches, 1ull);
+  }
+}
+
+TEST(QuantizeE2M1, ClamplessCodeEqualsClampedCodeOnEveryFloatBelowSeven) {
+  DMOE_REQUIRE_SM90();
+  DeviceBuffer<unsigned long long> bad(std::vector<unsigned long long>{0});
+  e2m1_below7_mismatch_kernel<<<1056, 256>>>(0x40e00000u, bad.get());  // bits of +0 .. the float below 7
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(bad.download()[0], 0ull);
+}
+
 // a / s through the reciprocal (div_rn_by_reciprocal) equals the IEEE division for every E4M3
 // block scale s and every significand of a with |a| >= 2^-100 (the behaviour depends only on the
 // significands until the FMA's residual underflows); at smaller |a| only the E2M1 codes must agree
@@ -157,6 +174,50 @@ TEST(QuantizeNvfp4, DivisionThroughTheReciprocalEqualsIeeeDivision) {
   const auto b = bad.download();
   EXPECT_EQ(b[0], 0ull) << "quotients differing from div.rn";
   EXPECT_EQ(b[1], 0ull) << "E2M1 codes differing";
+}
+
+// The hardware E4M3 decode equals the portable one on every code (NaN codes: any NaN).
+__global__ void e4m3_decode_kernel(float* out) { out[threadIdx.x] = nm::e4m3_to_float_fast(static_cast<uint8_t>(threadIdx.x)); }
+
+TEST(QuantizeE4M3, HardwareDecodeEqualsPortableDecodeOnEveryCode) {
+  DMOE_REQUIRE_SM90();
+  DeviceBuffer<float> d(256);
+  e4m3_decode_kernel<<<1, 256>>>(d.get());
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto f = d.download();
+  for (int c = 0; c < 256; ++c)
+    ASSERT_TRUE(same_float(f[c], nm::e4m3_to_float(static_cast<uint8_t>(c)))) << "code " << c << " gave " << f[c];
+}
+
+// The NVFP4 token-row quantizer's multiplier from the row's eight quotients (lane l holding
+// fl(r / (1 + (l % 8) / 8)), a shuffle on s's significand, an exact exponent step: the kernel's
+// own sequence, r uniform across the warp as a row scale is) equals fl(r / s) for every E4M3
+// block scale s and every significand of r, at the binades that bound the row scales the
+// quantizer can produce (2^-117 .. 2^37) and some in between. A warp takes one r, its lanes the
+// 126 finite positive scales.
+__global__ void multiplier_table_mismatch_kernel(int exponent, unsigned long long* mismatches) {
+  const int lane = threadIdx.x % 32;
+  const uint32_t warps = gridDim.x * blockDim.x / 32;
+  for (uint32_t m = (blockIdx.x * blockDim.x + threadIdx.x) / 32; m < (1u << 23); m += warps) {
+    const float r = __uint_as_float(((127u + exponent) << 23) | m);
+    const float quotient = nm::div_rn(r, nm::e4m3_significand(lane % 8));
+    for (int c = lane + 1; c < 128 + 1; c += 32) {  // codes 0x01 .. 0x7E (beyond: computed, not checked)
+      const float sf = nm::e4m3_to_float_fast(static_cast<uint8_t>(c <= 0x7e ? c : 0x7e));
+      const float qi = __shfl_sync(0xffffffffu, quotient, static_cast<int>(__float_as_uint(sf) >> 20));
+      if (c <= 0x7e &&
+          __float_as_uint(nm::nvfp4_activation_multiplier_from_quotient(qi, sf)) != __float_as_uint(nm::div_rn(r, sf)))
+        atomicAdd(mismatches, 1ull);
+    }
+  }
+}
+
+TEST(QuantizeNvfp4, MultiplierFromTheRowQuotientTableEqualsIeeeDivision) {
+  DMOE_REQUIRE_SM90();
+  DeviceBuffer<unsigned long long> bad(std::vector<unsigned long long>{0});
+  for (int exponent : {-117, -116, -100, -60, -27, -1, 0, 1, 11, 26, 36, 37})
+    multiplier_table_mismatch_kernel<<<1056, 256>>>(exponent, bad.get());
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(bad.download()[0], 0ull);
 }
 
 // ---- MXFP8 and FP8-blockwise rows ----------------------------------------------------------------
@@ -590,7 +651,7 @@ TEST(QuantizeNvfp4, WeightsMatchTheOracleAndOwnTheirInverseGlobalScale) {
 
 TEST(QuantizeNvfp4, TokenRowsIntoStridedPackedRowsMatchTheOracle) {
   DMOE_REQUIRE_SM90();
-  for (int64_t D : {256, 2048, 7168, 16384}) {
+  for (int64_t D : {256, 1024, 2048, 4096, 7168, 16384}) {  // every (vectors, threads) variant
     const int64_t T = D == 16384 ? 40 : 133;
     SCOPED_TRACE("D=" + std::to_string(D));
     HostBf16 x = random_bf16(T, D, 101 + D);

@@ -64,4 +64,25 @@ DMOE_HOST_DEVICE float e8m0_reciprocal(uint8_t byte) {
   return bits_float(static_cast<uint32_t>(254u - byte) << 23);
 }
 
+// The same RCEIL scale and its reciprocal for a BF16-valued amax (low 16 FP32 bits zero, as every
+// block amax of BF16 data is) in a few integer steps: for amax = (1 + m/128) * 2^(e-127) with a
+// biased exponent e in [10, 254], fl(amax * fl(1/448)) is a normal (1 + m/128) * fl(1/448) * 2^(e-127)
+// (rounding commutes with the power of two), which rounds up to 2^(e-135) for m <= 96 and to
+// 2^(e-134) above: the scale byte is e - 8 + (m > 96), its reciprocal 2^(127 - byte). Other amaxes
+// (zero, tiny, Inf, NaN) take e8m0_rceil_from_amax. Equal to it and to e8m0_reciprocal on all 2^16
+// BF16 amaxes (host test). The GPU rows+columns quantizer's per-block step (~6 instructions
+// instead of ~18).
+DMOE_HOST_DEVICE void e8m0_rceil_from_bf16_amax(float amax, uint8_t& scale, float& reciprocal) {
+  const uint32_t u = (float_bits(amax) >> 16) & 0x7fffu;
+  const uint32_t e = u >> 7;
+  if (e - 10u <= 244u) {
+    const uint32_t byte = e - 8u + ((u & 0x7fu) > 96u ? 1u : 0u);
+    scale = static_cast<uint8_t>(byte);
+    reciprocal = bits_float((254u - byte) << 23);
+    return;
+  }
+  scale = e8m0_rceil_from_amax(amax);
+  reciprocal = e8m0_reciprocal(scale);
+}
+
 }  // namespace dist_moe::numeric

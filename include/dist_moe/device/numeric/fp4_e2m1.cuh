@@ -74,6 +74,23 @@ DMOE_HOST_DEVICE uint32_t e2m1_magnitude_code_bits(float abs_x) {
 
 DMOE_HOST_DEVICE uint32_t e2m1_magnitude_code(float abs_x) { return e2m1_magnitude_code_bits(abs_x) & 7u; }
 
+// The same bits for 0 <= abs_x < 7 without the clamp at 6 (five FP32 operations): on [6, 7) the
+// third line is rint(abs_x / 2) + 4 = 7 and the other two exceed it, so the clamp changes nothing
+// there (at 7 the third line would give 8). The NVFP4 quantizers take this where every scaled
+// magnitude of a block is provably below 7: when the block's E4M3 scale s is normal (>= 2^-6), its
+// rounding error is at most 2^-4 relative, so |x| * fl(row_scale / s) (or fl(|x| * gs) / s) <=
+// 6 * (1 + 2^-4) * (1 + 2^-21) < 6.4 (s saturated at 448 is within a few ulps of v). Checked equal
+// to e2m1_magnitude_code_bits on every float below 7 (GPU test; a sample on the host).
+DMOE_HOST_DEVICE uint32_t e2m1_magnitude_code_bits_below7(float abs_x) {
+  const float lo = fma_rn(abs_x, 2.0f, 12582912.0f), mid = fma_rn(abs_x, 1.0f, 12582914.0f),
+              hi = fma_rn(abs_x, 0.5f, 12582916.0f);
+#if defined(__CUDA_ARCH__)
+  return float_bits(fminf(fminf(lo, mid), hi));
+#else
+  return float_bits(std::fmin(std::fmin(lo, mid), hi));
+#endif
+}
+
 // float -> E2M1 nibble, the same bits as float_to_e2m1_portable without a branch: the magnitude
 // code above, the sign bit, and NaN -> 0x7 without its sign. Checked against the portable rule on
 // every float (GPU test) and on a sample of them (CPU test).

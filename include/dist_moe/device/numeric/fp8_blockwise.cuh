@@ -51,6 +51,34 @@ DMOE_HOST_DEVICE float fp8_blockwise_multiplier(float amax) {
   return a == 0.0f ? 1.0f : div_rn(kE4M3Max, a);
 }
 
+// The same two factors for a BF16-valued amax (its low 16 FP32 bits zero, as every block amax of
+// BF16 data is) from two 128-entry tables over the amax's 7 stored significand bits,
+// multiplier_table[i] = fl(448 / (1 + i/128)) and scale_table[i] = fl((1 + i/128) / 448), and an
+// exact exponent step: the floored amax is a normal (1 + i/128) * 2^E, and the quotients by it
+// (multiplier in [1.3e-36, 2^126], scale in [2^-126, 7.6e35]) and the table entries are normal,
+// where rounding commutes with scaling by 2^E. Equal to fp8_blockwise_multiplier / _scale on every
+// BF16 amax (host test over all 2^16), with no division: the GPU rows+columns quantizer computes
+// these once per 128-element block in every column-pass lane.
+DMOE_HOST_DEVICE float fp8_blockwise_multiplier_significand(int i) {
+  return div_rn(kE4M3Max, 1.0f + static_cast<float>(i) * 0.0078125f);
+}
+DMOE_HOST_DEVICE float fp8_blockwise_scale_significand(int i) {
+  return div_rn(1.0f + static_cast<float>(i) * 0.0078125f, kE4M3Max);
+}
+DMOE_HOST_DEVICE void fp8_blockwise_factors_from_tables(float bf16_amax, const float* multiplier_table,
+                                                        const float* scale_table, float& scale, float& multiplier) {
+  const float a = detail::fp8_blockwise_amax(bf16_amax);
+  if (a == 0.0f) {
+    scale = multiplier = 1.0f;
+    return;
+  }
+  const uint32_t bits = float_bits(a), exponent = bits & 0x7f800000u;
+  const uint32_t i = (bits >> 16) & 0x7fu;
+  const bool nan = is_nan(a);
+  multiplier = nan ? a : bits_float(float_bits(multiplier_table[i]) + (127u << 23) - exponent);
+  scale = nan ? a : bits_float(float_bits(scale_table[i]) - (127u << 23) + exponent);
+}
+
 // q = e4m3_rn_satfinite(fl(x * multiplier)).
 DMOE_HOST_DEVICE uint8_t fp8_blockwise_quantize_value(float x, float multiplier) {
   return float_to_e4m3(mul_rn(x, multiplier));

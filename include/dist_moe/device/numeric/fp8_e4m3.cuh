@@ -85,6 +85,23 @@ DMOE_HOST_DEVICE float e4m3_to_float(uint8_t code) {
   return bits_float(sign | ((e + 120u) << 23) | (m << 20));
 }
 
+// The same value through the hardware decode on SM89+ devices (cvt.rn.f16x2.e4m3x2, then the
+// half's exact widening: every E4M3 value is a normal or subnormal FP16 value), two instructions
+// instead of the branches above; equal to e4m3_to_float on every code but the NaN payloads (GPU
+// test over all 256 codes). The portable decode elsewhere.
+DMOE_HOST_DEVICE float e4m3_to_float_fast(uint8_t code) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 890)
+  float f;
+  asm("{\n\t.reg .b32 h2;\n\t.reg .b16 lo, hi;\n\t"
+      "cvt.rn.f16x2.e4m3x2 h2, %1;\n\tmov.b32 {lo, hi}, h2;\n\tcvt.f32.f16 %0, lo;\n\t}"
+      : "=f"(f)
+      : "h"(static_cast<uint16_t>(code)));
+  return f;
+#else
+  return e4m3_to_float(code);
+#endif
+}
+
 // The value an E4M3 store followed by a load gives back.
 DMOE_HOST_DEVICE float round_e4m3(float x) { return e4m3_to_float(float_to_e4m3(x)); }
 

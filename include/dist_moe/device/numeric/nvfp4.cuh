@@ -117,6 +117,43 @@ DMOE_HOST_DEVICE float nvfp4_activation_dequantize_value(uint8_t nibble, uint8_t
   return mul_rn(mul_rn(e2m1_to_float(nibble), e4m3_to_float(s)), token_scale_inv);
 }
 
+// ---- per-block factors from per-row tables (the GPU quantizers' shortcut) -----------------------
+// Every finite positive E4M3 value s (subnormal codes included: as floats they are normal) is
+// (1 + i/8) * 2^E with i = e4m3_significand_index(float(s)) in 0..7. A quotient by s is then a
+// quotient by one of eight significands followed by an exact power-of-two step, as long as both
+// stay normal FP32 numbers (rounding commutes with scaling by 2^-E there). The GPU quantizers keep
+// the eight quotients of a row (or the eight reciprocals) in eight lanes and replace a per-block
+// IEEE division by a shuffle and an integer add on the exponent field.
+DMOE_HOST_DEVICE uint32_t e4m3_significand_index(float s_value) { return (float_bits(s_value) >> 20) & 7u; }
+DMOE_HOST_DEVICE float e4m3_significand(uint32_t index) { return 1.0f + static_cast<float>(index) * 0.125f; }
+
+// c * 2^-E for s_value = (1 + i/8) * 2^E, on the bits: exact when c and the result are normal.
+DMOE_HOST_DEVICE float scale_by_inverse_exponent(float c, float s_value) {
+  return bits_float(float_bits(c) + (127u << 23) - (float_bits(s_value) & 0x7f800000u));
+}
+
+// nvfp4_activation_multiplier(row_scale, s) from quotient_i = fl(row_scale / (1 + i/8)), i the
+// scale's significand index. Equal to the IEEE division for every finite block scale s (values
+// 2^-9 .. 448) whenever row_scale lies in [2^-117, 2^38): then quotient_i >= 2^-118 and the
+// multiplier >= 2^-117 / 448 > 2^-126 are normal, and < 2^38 * 2^9 is finite. Every finite
+// row_scale nvfp4_activation_row_scale gives lies there: 2688 * fl(1 / amax) with the largest
+// finite BF16 amax (3.39e38) is 7.9e-36 > 2^-117 = 6.0e-36, and with the 1e-8 floor 2.7e11 < 2^38.
+// (Checked on the host for a sample and on the GPU for every significand of row_scale at the
+// range's ends and in between.)
+DMOE_HOST_DEVICE float nvfp4_activation_multiplier_from_quotient(float quotient_i, float s_value) {
+  return scale_by_inverse_exponent(quotient_i, s_value);
+}
+DMOE_HOST_DEVICE float nvfp4_activation_multiplier_by_table(float row_scale, uint8_t s) {
+  const float sv = e4m3_to_float(s);
+  return nvfp4_activation_multiplier_from_quotient(div_rn(row_scale, e4m3_significand(e4m3_significand_index(sv))), sv);
+}
+
+// fl(1 / float(s)) from reciprocal_i = fl(1 / (1 + i/8)): exact for every finite positive E4M3
+// scale (the reciprocal lies in [1/448, 512], normal).
+DMOE_HOST_DEVICE float e4m3_reciprocal_from_table(float reciprocal_i, float s_value) {
+  return scale_by_inverse_exponent(reciprocal_i, s_value);
+}
+
 // ---- arrays -----------------------------------------------------------------------------------
 
 namespace detail {
