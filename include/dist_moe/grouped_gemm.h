@@ -1,5 +1,5 @@
 // Grouped GEMMs of the routed experts on SM90 (H100/H200), FP32 accumulation: BF16 inputs, and
-// FP8-blockwise inputs (E4M3 with FP32 1x128 / 128x128 block scales) for FPROP and W13 FPROP
+// FP8-blockwise inputs (E4M3 with FP32 1x128 / 128x128 block scales) for FPROP, W13 FPROP and DGRAD
 // (GroupedGemmCommon's operand formats name the inputs, OperandScales their scales).
 //
 // Row buffers are grouped by expert: expert e owns rows [offset_e, offset_e + counts[e]) with
@@ -55,7 +55,8 @@ namespace dist_moe {
 // Every compiled configuration of `op` (for tests and benchmarks that sweep them), then the
 // dynamic-schedule twin (`_dyn`) of each one without clusters or swap-AB (any of those accepts
 // dynamic_schedule; the twins put every one the heuristic may pick under the tests). The formats
-// default to the BF16 kernels'; a format without kernels has no configurations.
+// default to the BF16 kernels'; a format without kernels has no configurations. FP8-blockwise
+// DGRAD (B = kFp8BlockwiseWeightT) lists the FPROP configurations it runs on.
 std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_dtype, bool gather,
                                                     const OperandFormat& a_format = {},
                                                     const OperandFormat& b_format = {});
@@ -87,8 +88,13 @@ struct ScatterArgs {
 //   b   FP32 [e_local, n / 128, k / 128] (a DeepSeek-V3 checkpoint's weight_scale_inv per expert);
 //       DGRAD's transposed copy: [e_local, k / 128, n / 128]
 // DGRAD with FP8 blockwise reads the weight's transposed copy, w = [e_local, k, n] E4M3 (E4M3
-// wgmma has no transposed operands), which prepare_fp8_blockwise_weight writes (dgrad fields).
-// Operands without scales take nullptr.
+// wgmma has no transposed operands): a training PreparedWeight's dgrad fields
+// (prepare_block_scaled_weight, prepare_fp8_blockwise_weight_from_checkpoint). Operands without
+// scales take nullptr. The scales of A are indexed by row of A as given: a device-side offset of
+// the A rows (a_offset, grad_out_offset) does not move them, so block-scaled A takes no offset
+// (an argument error). FP8-blockwise kernels hold their stage ring, TMA staging and the scheduler's
+// tables in shared memory like BF16's 128x256 TMA-store kernels, with no padded fallback: about
+// 200 local experts at most (a larger e_local is an argument error naming the bytes).
 struct OperandScales {
   const float* a = nullptr;
   int64_t a_ld = 0;
@@ -117,8 +123,8 @@ struct GroupedGemmCommon {
 
 struct FpropArgs {
   GroupedGemmCommon common;
-  const void* a = nullptr;   // [m_capacity, k] BF16 (unused with gather)
-  const void* w = nullptr;   // [e_local, n, k] BF16
+  const void* a = nullptr;   // [m_capacity, k] BF16 or E4M3 (a_format; unused with gather)
+  const void* w = nullptr;   // [e_local, n, k] BF16 or E4M3 (b_format)
   void* out = nullptr;       // [m_capacity, n] BF16 (unused with scatter)
   GatherArgs gather;
   ScatterArgs scatter;
@@ -130,8 +136,8 @@ struct FpropArgs {
 
 struct W13FpropArgs {
   GroupedGemmCommon common;  // n = 2F, k = D
-  const void* a = nullptr;   // [m_capacity, D] BF16 (unused with gather)
-  const void* w13 = nullptr; // [e_local, 2F, D] BF16, rows [gate | up]
+  const void* a = nullptr;   // [m_capacity, D] BF16 or E4M3 (a_format; unused with gather)
+  const void* w13 = nullptr; // [e_local, 2F, D] BF16 or E4M3 (b_format), rows [gate | up]
   void* h1 = nullptr;        // [m_capacity, 2F] BF16, or nullptr to drop it
   void* h2 = nullptr;        // [m_capacity, F] BF16
   Activation activation = Activation::kSwiGLU;
@@ -151,8 +157,8 @@ struct W13FpropArgs {
 
 struct DgradArgs {
   GroupedGemmCommon common;
-  const void* grad_out = nullptr;  // [m_capacity, n] BF16 (unused with gather)
-  const void* w = nullptr;         // [e_local, n, k] BF16
+  const void* grad_out = nullptr;  // [m_capacity, n] BF16 (unused with gather); FP8 blockwise: E4M3
+  const void* w = nullptr;         // [e_local, n, k] BF16; FP8 blockwise: the E4M3 copy [e_local, k, n]
   void* grad_a = nullptr;          // [m_capacity, k] (unused with scatter)
   DType out_dtype = DType::kBFloat16;  // kBFloat16 or kFloat32 (scatter: BF16 only)
   bool accumulate = false;         // grad_a += result (FP32 sum, one rounding)

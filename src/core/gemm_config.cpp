@@ -197,7 +197,8 @@ GroupedGemmConfig select_wgrad(const GroupedGemmProblem& p, int sms) {
 // against 1.10-1.27x; docs/perf_history.md G39). 128x128 when the width is an odd multiple of
 // 128 (no half-empty last tile).
 GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
-  if (p.n % 256 != 0) return tile(128, 128, 6, p, sms, false, true);
+  const int64_t width = p.op == GroupedGemmOp::kDgrad ? p.k : p.n;  // output columns
+  if (width % 256 != 0) return tile(128, 128, 6, p, sms, false, true);
   return tile(128, 256, 4, p, sms, false, true);
 }
 

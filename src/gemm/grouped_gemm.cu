@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -191,9 +192,19 @@ void check_scales(const GroupedGemmCommon& c, const char* op) {
   } else {
     DMOE_CHECK_ARG(s.b != nullptr, op, ": B (", c.b_format.name(), ") needs its block scales in scales.b");
     DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(s.b) % 16 == 0, op, ": scales.b must be 16-byte aligned");
-    DMOE_CHECK_ARG(c.e_local * (c.n / 128) * (c.k / 128) <= kInt32Max, op,
-                   ": the B scale grid exceeds 2^31 elements (the kernels index it in int32)");
+    DMOE_CHECK_ARG(c.e_local * (c.n / 128) * (c.k / 128) <= kInt32Max, op, ": the B scale grid (", c.e_local,
+                   " x ", c.n / 128, " x ", c.k / 128, ") exceeds 2^31 elements (the kernels index it in int32)");
   }
+}
+
+// Block-scaled A rows come from a plain buffer (no gather producer reads them) at their own
+// address: a device-side offset would move the rows but not scales.a.
+void check_block_scaled_rows(const GroupedGemmCommon& c, const GatherArgs& g, const int64_t* rows_offset,
+                             const char* op, const char* offset_name) {
+  if (c.a_format.scale == ScaleKind::kNone) return;
+  DMOE_CHECK_ARG(g.row_ptrs == nullptr, op, ": A=", c.a_format.name(), " has no gather producer (gather.row_ptrs must be nullptr)");
+  DMOE_CHECK_ARG(rows_offset == nullptr, op, ": ", offset_name, " would move the A rows (", c.a_format.name(),
+                 ") but not scales.a; block-scaled A takes no device offset");
 }
 
 // Fails unless some kernel computes `op` on these operand formats: checked before any heuristic
@@ -384,8 +395,10 @@ void maybe_print_config(const GroupedGemmProblem& p, const GroupedGemmConfig& c,
 
 // Fills the launch's common fields, picks the kernel, validates the counts (and offsets) and
 // launches. `offsets` names the offset fields the call uses, for the validation message.
+// `shown`: the op the caller called, for messages (FP8-blockwise DGRAD runs as kFprop).
 void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, GemmLaunch& L,
-         const OffsetChecks& offsets, cudaStream_t stream) {
+         const OffsetChecks& offsets, cudaStream_t stream, std::optional<GroupedGemmOp> shown = std::nullopt) {
+  const GroupedGemmOp named = shown.value_or(op);
   const bool scatter = L.epilogue.scatter_rows != nullptr;
   const DeviceFacts dev = device_facts();
   GroupedGemmProblem problem;
@@ -405,7 +418,7 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   cfg.num_sms = cfg.num_sms > 0 ? std::min(cfg.num_sms, dev.num_sms) : dev.num_sms;
   const GemmKernelEntry& e = find_kernel(op, out, c, cfg);
   const int smem = e.smem_bytes(static_cast<int>(c.e_local));
-  DMOE_CHECK_ARG(smem <= dev.smem_optin, to_string(op), ": e_local = ", c.e_local, " needs ", smem,
+  DMOE_CHECK_ARG(smem <= dev.smem_optin, to_string(named), ": e_local = ", c.e_local, " needs ", smem,
                  " bytes of shared memory with tile ", cfg.name(), "; the device allows ", dev.smem_optin);
   maybe_print_config(problem, cfg, c.config != nullptr);
 
@@ -423,7 +436,7 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   if (L.has_offsets()) L.tensormap_workspace = tensormap_workspace(stream, dev.num_sms);
   if (cfg.dynamic_schedule) L.tile_counter = tile_counter_slot(stream);
   if (c.validate_counts) {
-    validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity, static_cast<int>(op), offsets);
+    validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity, static_cast<int>(named), offsets);
     DMOE_CUDA_CHECK_LAUNCH();
   }
   e.launch(L);
@@ -459,6 +472,9 @@ const std::vector<GemmKernelEntry>& gemm_kernels() {
 
 std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_dtype, bool gather,
                                                     const OperandFormat& a_format, const OperandFormat& b_format) {
+  // FP8-blockwise DGRAD runs the FPROP kernels on the weight's transposed copy: their configurations.
+  if (op == GroupedGemmOp::kDgrad && b_format == kFp8BlockwiseWeightT)
+    return grouped_gemm_configs(GroupedGemmOp::kFprop, out_dtype, gather, a_format, kFp8BlockwiseWeight);
   std::vector<GroupedGemmConfig> v;
   for (const GemmKernelEntry& e : gemm::gemm_kernels())
     if (entry_matches(e, op, out_dtype, gather, a_format, b_format)) v.push_back(config_of(e, 0));
@@ -482,6 +498,7 @@ void grouped_gemm_fprop(const FpropArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_fprop";
   check_common(a.common, op);
   check_formats(GroupedGemmOp::kFprop, DType::kBFloat16, a.common, op);
+  check_block_scaled_rows(a.common, a.gather, a.a_offset, op, "a_offset");
   check_ptr(a.w, op, "w");
   check_row_input(a.gather, a.a, op, "a");
   check_row_output(a.scatter, a.out, op, "out");
@@ -500,6 +517,7 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_w13_fprop";
   check_common(a.common, op);
   check_formats(GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, a.common, op);
+  check_block_scaled_rows(a.common, a.gather, a.a_offset, op, "a_offset");
   DMOE_CHECK_ARG(a.common.n % 256 == 0, op, ": n = 2F must have F a multiple of 128, got n = ", a.common.n);
   check_ptr(a.w13, op, "w13");
   check_ptr(a.h2, op, "h2");
@@ -535,17 +553,19 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
 // FPROP problem has n and k swapped (weight rows k, contraction n).
 void dgrad_fp8_blockwise(const DgradArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_dgrad";
+  check_common(a.common, op);  // the call's own n, k
   DMOE_CHECK_ARG(a.common.a_format == kFp8BlockwiseRows, op, ": B=", a.common.b_format.name(),
                  " (the FP8-blockwise transposed weight) needs A=", kFp8BlockwiseRows.name(), ", got A=",
                  a.common.a_format.name());
   DMOE_CHECK_ARG(a.out_dtype == DType::kBFloat16, op, ": FP8-blockwise DGRAD writes bfloat16 output, got ",
                  to_string(a.out_dtype));
-  DMOE_CHECK_ARG(a.gather.row_ptrs == nullptr, op, ": FP8-blockwise DGRAD has no gather producer");
+  DMOE_CHECK_ARG(a.common.e_local * a.common.k <= kInt32Max, op, ": e_local * k = ", a.common.e_local * a.common.k,
+                 " rows of the transposed weight exceed the int32 TMA coordinate range");
+  check_block_scaled_rows(a.common, a.gather, a.grad_out_offset, op, "grad_out_offset");
   GroupedGemmCommon c = a.common;
   c.n = a.common.k;
   c.k = a.common.n;
   c.b_format = kFp8BlockwiseWeight;  // the transposed copy is a row-major [e, k, n] weight
-  check_common(c, op);
   check_formats(GroupedGemmOp::kFprop, DType::kBFloat16, c, op);
   check_ptr(a.w, op, "w");
   check_ptr(a.grad_out, op, "grad_out");
@@ -557,12 +577,16 @@ void dgrad_fp8_blockwise(const DgradArgs& a, cudaStream_t stream) {
   set_row_output(L, a.grad_a, a.grad_a_offset, a.scatter, c.n);
   L.epilogue.accumulate = a.accumulate ? 1 : 0;
   const OffsetChecks oc = offset_checks({{L.a_offset, kOffGradOut}, {L.out_offset, kOffGradA}});
-  run(GroupedGemmOp::kFprop, c, DType::kBFloat16, false, L, oc, stream);
+  run(GroupedGemmOp::kFprop, c, DType::kBFloat16, false, L, oc, stream, GroupedGemmOp::kDgrad);
 }
 
 void grouped_gemm_dgrad(const DgradArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_dgrad";
   if (a.common.b_format == kFp8BlockwiseWeightT) return dgrad_fp8_blockwise(a, stream);
+  DMOE_CHECK_ARG(!(a.common.a_format == kFp8BlockwiseRows && a.common.b_format == kFp8BlockwiseWeight), op,
+                 ": FP8-blockwise DGRAD reads the weight's transposed copy: B must be kFp8BlockwiseWeightT (",
+                 kFp8BlockwiseWeightT.name(), ": E4M3 [e_local, k, n], scales [e_local, k/128, n/128]), got B=",
+                 a.common.b_format.name());
   check_common(a.common, op);
   check_out_dtype(a.out_dtype, op);
   check_formats(GroupedGemmOp::kDgrad, a.out_dtype, a.common, op);

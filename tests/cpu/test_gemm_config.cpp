@@ -212,6 +212,14 @@ TEST(GemmConfig, OperandFormats) {
   fp8.op = GroupedGemmOp::kFpropSwiglu;
   fp8.n = 4096;
   EXPECT_EQ(pick(fp8).name(), "128x256x128_s4_tma_dyn");
+  // DGRAD writes k columns: the width that decides the tile.
+  fp8.op = GroupedGemmOp::kDgrad;
+  fp8.b_format = kFp8BlockwiseWeightT;
+  fp8.n = 4096;
+  fp8.k = 7168 + 128;
+  EXPECT_EQ(pick(fp8).name(), "128x128x128_s6_tma_dyn");
+  fp8.k = 7168;
+  EXPECT_EQ(pick(fp8).name(), "128x256x128_s4_tma_dyn");
 }
 
 }  // namespace

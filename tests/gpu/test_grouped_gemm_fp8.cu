@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -394,6 +395,65 @@ TEST(GroupedGemmFp8, RejectsMissingScales) {
   args.common.a_format = OperandFormat{};
   args.common.b_format = OperandFormat{};
   expect_error("scales.a is set but A (bf16) has no block scales");
+}
+
+// The block-scaled restrictions are argument errors, raised before anything touches the device
+// (fake device addresses: nothing is dereferenced).
+TEST(GroupedGemmFp8Args, RejectsWhatTheKernelsCannotDo) {
+  auto expect_error = [](const std::function<void()>& call, const std::string& fragment) {
+    try {
+      call();
+      ADD_FAILURE() << "no error; expected one containing: " << fragment;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  const auto* counts = reinterpret_cast<const int32_t*>(256);
+  auto* dev = reinterpret_cast<void*>(4096);
+  const auto* scales = reinterpret_cast<const float*>(8192);
+  const int64_t offset_storage = 0;
+  GroupedGemmCommon c;
+  c.counts = counts;
+  c.e_local = 4;
+  c.m_capacity = 512;
+  c.n = 256;
+  c.k = 384;
+  c.a_format = kFp8BlockwiseRows;
+  c.b_format = kFp8BlockwiseWeight;
+  c.scales = OperandScales{scales, 512, scales};
+
+  FpropArgs f;
+  f.common = c;
+  f.a = dev;
+  f.w = dev;
+  f.out = dev;
+  f.a_offset = &offset_storage;
+  expect_error([&] { grouped_gemm_fprop(f, nullptr); }, "a_offset would move the A rows");
+  f.a_offset = nullptr;
+  f.gather.row_ptrs = reinterpret_cast<const void* const*>(dev);
+  f.gather.gathered = dev;
+  f.gather.workspace = reinterpret_cast<int32_t*>(dev);
+  expect_error([&] { grouped_gemm_fprop(f, nullptr); }, "has no gather producer");
+
+  DgradArgs d;
+  d.common = c;
+  d.grad_out = dev;
+  d.w = dev;
+  d.grad_a = dev;
+  expect_error([&] { grouped_gemm_dgrad(d, nullptr); }, "B must be kFp8BlockwiseWeightT");
+  d.common.b_format = kFp8BlockwiseWeightT;
+  d.out_dtype = DType::kFloat32;
+  expect_error([&] { grouped_gemm_dgrad(d, nullptr); }, "FP8-blockwise DGRAD writes bfloat16 output");
+  d.out_dtype = DType::kBFloat16;
+  d.common.n = 200;  // the call's own n is checked before the FPROP view swaps n and k
+  expect_error([&] { grouped_gemm_dgrad(d, nullptr); }, "n (weight rows) must be a positive multiple of 128, got 200");
+  // DGRAD lists the FPROP configurations it runs on.
+  EXPECT_EQ(grouped_gemm_configs(GroupedGemmOp::kDgrad, DType::kBFloat16, false, kFp8BlockwiseRows,
+                                 kFp8BlockwiseWeightT)
+                .size(),
+            grouped_gemm_configs(GroupedGemmOp::kFprop, DType::kBFloat16, false, kFp8BlockwiseRows,
+                                 kFp8BlockwiseWeight)
+                .size());
 }
 
 }  // namespace

@@ -49,6 +49,9 @@ struct StoreEpilogue {
   static constexpr int kOutBytes = static_cast<int>(sizeof(OutT));
   // WGRAD blocks are always whole (64 weight rows) and plain: BF16 accumulation goes by TMA reduce-add.
   static constexpr bool kBf16ReduceAdd = kBf16Out && kKind == GemmKind::kWgrad;
+  // Whether a call may add into the output: DGRAD and WGRAD, and the E4M3 FPROP kernels (which
+  // also run FP8-blockwise DGRAD); BF16 FPROP never accumulates, so it compiles no FP32 staging.
+  static constexpr bool kMayAccumulate = kKind != GemmKind::kFprop || Mainloop::kElemBytes == 1;
   static constexpr bool kDeferred =
       kKind == GemmKind::kWgrad && kBf16Out && Writer::kTma && !Mainloop::kPingPong && Mainloop::kMmaPerWg == 1;
 
@@ -76,11 +79,11 @@ struct StoreEpilogue {
   DMOE_DEVICE static void store(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
                                 float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, Writer& w,
                                 ClipCounts& /*unused*/) {
-    if constexpr (kBf16Out) {
-      // Accumulating into a BF16 output (DGRAD; FP8-blockwise DGRAD runs as FPROP on the
-      // transposed weight): stage FP32, so old + acc is rounded once. Otherwise BF16 staging lets
-      // whole blocks leave by TMA (WGRAD accumulation: BF16 reduce-add); DGRAD's padded writer
-      // stages FP32 as before.
+    if constexpr (kBf16Out && kMayAccumulate) {
+      // Accumulating into a BF16 output (DGRAD, WGRAD's padded writer; FP8-blockwise DGRAD runs
+      // as FPROP on the transposed weight): stage FP32, so old + acc is rounded once. The padded
+      // writer of DGRAD / WGRAD always stages FP32. Otherwise BF16 staging lets whole blocks leave
+      // by TMA (WGRAD accumulation: BF16 reduce-add).
       const bool fp32_staging =
           (p.accumulate != 0 && !kBf16ReduceAdd) || (kKind != GemmKind::kFprop && !Writer::kTma);
       if (fp32_staging) store_as<float>(p, ops, t, acc, wg, w);

@@ -12,18 +12,19 @@
 // cores meanwhile, so the promotion's FP32 work hides behind them when it is shorter than one
 // warpgroup's k block of wgmma.
 //
-// Scratch: 64-column slices (32 registers each). 128x128 keeps two and pipelines them -- slice 0 of
-// a k block is folded in while slice 1 runs, slice 1 while the next block's slice 0 runs -- so a
-// warpgroup never waits with an empty wgmma queue. 128x256 (128 accumulators) has room for only
-// one scratch slice next to the epilogue in the consumers' 232 registers: its four slices are
-// contracted and folded one after another.
+// Scratch: 64-column slices (32 registers each; kSliceN below says why 64). 128x128 keeps two and
+// pipelines them -- slice 0 of a k block is folded in while slice 1 runs, slice 1 while the next
+// block's slice 0 runs -- so a warpgroup never waits with an empty wgmma queue. 128x256 runs its
+// four slices one after another, with A loaded once per k block into registers (ldmatrix; RS
+// wgmma), so each slice reads only its B rows from shared memory (perf_history G39).
 //
 // Scale lookups per k block and thread: the A scales of its two fragment rows (row r and r + 8 of
 // its m64 block) and one B scale per 64 tile columns. A 64-column group of the tile always lies
 // inside one 128-row block of W: tile columns start at multiples of 64 of W's rows (n_block * BN,
-// or with the SwiGLU split n_block * BN / 2 and F + n_block * BN / 2, where F % 64 == 0). Scales
-// are read from global memory (L2) two k blocks ahead, so their latency overlaps two k blocks of
-// wgmma; rows past the buffer read row m_capacity - 1 (their results are never stored).
+// or with the SwiGLU split n_block * BN / 2 and F + n_block * BN / 2; the kernel needs F % 64 == 0,
+// the API requires F % 128 == 0). Scales are read from global memory (L2) ahead of the wgmmas that
+// use them (see load_scales' callers); rows past the buffer read row m_capacity - 1 and a last tile
+// past N reads W's last scale row (those results are never stored).
 #pragma once
 
 #include <cstdint>
@@ -49,10 +50,9 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   using Operands = typename Config::Operands;
 
   static constexpr int kScaleBlock = 128;  // K elements per scale (A: 1 x 128, B: 128 x 128)
-  // Scratch accumulators are 64 columns wide (32 registers). 128x128 keeps two of them and
-  // pipelines: while one slice is folded in, the other's wgmmas run (kDoubleBuffer). 128x256's 128
-  // accumulators leave room for only one in the consumers' 232 registers (setmaxnreg): its four
-  // slices run one after another.
+  // Scratch slices are 64 columns wide: 128x256's 128 accumulators leave room for one 32-register
+  // slice (plus 16 A-fragment registers) in the consumers' 232 (setmaxnreg); 128-column slices
+  // spill 270 bytes. 128x128 pipelines two (kDoubleBuffer).
   static constexpr int kSliceN = 64;
   static constexpr bool kDoubleBuffer = kBlockN == 128;
   static constexpr int kSlices = kBlockN / kSliceN;
@@ -62,8 +62,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   static_assert(kKind == GemmKind::kFprop, "FP8 blockwise: FPROP kinds (DGRAD runs as FPROP on the transposed weight)");
   static_assert(!Base::kPingPong && kMmaPerWg == 1,
                 "cooperative 128-row tiles: the other warpgroup's wgmmas hide this one's promotion");
-  static_assert(kBlockN % 64 == 0 && kBlockN % kSliceN == 0 && kSliceN % 64 == 0,
-                "BN: 64-column scale groups, whole slices of whole groups");
+  static_assert(kBlockN % kSliceN == 0, "BN: whole 64-column slices, one B scale group each");
   static_assert(!kDoubleBuffer || kSlices == 2, "the pipelined loop runs two slices per k block");
 
   using SliceMma = typename Operands::template Mma<kSliceN, 0, 0>;
@@ -114,9 +113,10 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       rows.b[g] = (t.expert * p.weight_rows + w_row) / kScaleBlock * num_k_blocks;
     }
 
-    // Scales run ahead of the wgmmas (128x128: two k blocks, an L2 round trip under full load is
-    // longer than one k block of both warpgroups' wgmma; 128x256: one, its k block is twice as
-    // long). Indices past the last block load the last block's scales again (no branch in the loop).
+    // Scales are loaded ahead of the wgmmas that use them: 128x128 two k blocks ahead (an L2 round
+    // trip under full load is longer than one k block of both warpgroups' wgmma), 128x256 one (no
+    // registers to spare next to its A fragments; its k block is twice as long). Indices past the
+    // last block load the last block's scales again (no branch in the loop).
     const int32_t last_kb = num_k_blocks - 1;
     Scales cur = load_scales(p, rows, 0);
     if constexpr (kDoubleBuffer) {
@@ -161,7 +161,6 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     } else {
       float scratch[kSliceAcc];
       uint32_t a_frag[kBlockK / Operands::kK][4];  // this k block's A, loaded once for all slices
-      // One k block ahead only: 128x256 has no registers to spare next to its A fragments.
       for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
         const Scales now = cur;
         cur = load_scales(p, rows, min(kb + 1, last_kb));
@@ -245,20 +244,12 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   // lo / hi by bit 1 and column 8 (i / 4) + (lane % 4) * 2 + i % 2 of the slice.
   DMOE_DEVICE static void fold(float (&acc)[kMmaPerWg][kAccPerMma], const float (&scratch)[kSliceAcc], int s,
                                const Scales& sc) {
-    // Two scale products per 64-column group of the slice (rows lo and hi).
-    constexpr int kSliceGroups = kSliceN / 64;
-    float scale_lo[kSliceGroups], scale_hi[kSliceGroups];
+    // A slice is one 64-column group: two scale products (rows lo and hi).
+    const float scale_lo = sc.lo * sc.b[s];
+    const float scale_hi = sc.hi * sc.b[s];
 #pragma unroll
-    for (int g = 0; g < kSliceGroups; ++g) {
-      scale_lo[g] = sc.lo * sc.b[s * kSliceGroups + g];
-      scale_hi[g] = sc.hi * sc.b[s * kSliceGroups + g];
-    }
-#pragma unroll
-    for (int i = 0; i < kSliceAcc; ++i) {
-      const int g = 8 * (i / 4) / 64;
-      acc[0][s * kSliceAcc + i] =
-          fmaf(scratch[i], (i / 2) % 2 == 0 ? scale_lo[g] : scale_hi[g], acc[0][s * kSliceAcc + i]);
-    }
+    for (int i = 0; i < kSliceAcc; ++i)
+      acc[0][s * kSliceAcc + i] = fmaf(scratch[i], (i / 2) % 2 == 0 ? scale_lo : scale_hi, acc[0][s * kSliceAcc + i]);
   }
 
 #endif  // __CUDACC__
