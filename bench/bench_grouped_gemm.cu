@@ -558,8 +558,8 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   // ---- FP8 blockwise FPROP and DGRAD next to our BF16 kernels on the same rows (issue: >= 1.6x) ----
   // Operands quantized by the GPU quantizers (x, h2, grad_h1, grad_h3 in 1x128 rows; W13, W2 in
   // 128x128 blocks with the transposed copies DGRAD reads). Every compiled FP8 configuration and the
-  // BF16 pick are timed in interleaved rounds (--rounds). DGRAD runs the FPROP kernels with n, k
-  // swapped, so its configurations are theirs.
+  // BF16 pick are timed in interleaved rounds (--rounds). DGRAD's picks and configurations come
+  // from the library as for any op (they are the FPROP kernels', n and k swapped).
   if (want("w13_fprop_fp8") || want("w2_fprop_fp8") || want("w13_dgrad_fp8") || want("w2_dgrad_fp8")) {
     const int64_t ld = (M + 3) / 4 * 4;
     Buffer xq(static_cast<size_t>(M * D)), xs(static_cast<size_t>(D / 128 * ld) * 4),
@@ -599,7 +599,8 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       GroupedGemmOp op;
       double flops, cublas_tf;
       std::function<void(const GroupedGemmConfig*)> bf16, fp8;
-      int64_t n, k;
+      int64_t n, k;  // the weight's [n, k], as the op's arguments name them
+      OperandFormat b = kFp8BlockwiseWeight;  // DGRAD: the transposed copy
     };
     W13FpropArgs f13 = w13a;
     f13.common = fp8_common(2 * F, D, xs, w13s);
@@ -638,20 +639,20 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
            grouped_gemm_fprop(a, nullptr);
          },
          D, F},
-        {"w13_dgrad_fp8", GroupedGemmOp::kFprop, w13_flops, cb13, run_d13,
+        {"w13_dgrad_fp8", GroupedGemmOp::kDgrad, w13_flops, cb13, run_d13,
          [&](const GroupedGemmConfig* cfg) {
            DgradArgs a = fd13;
            a.common.config = cfg;
            grouped_gemm_dgrad(a, nullptr);
          },
-         D, 2 * F},
-        {"w2_dgrad_fp8", GroupedGemmOp::kFprop, w2_flops, cb2, run_d2,
+         2 * F, D, kFp8BlockwiseWeightT},
+        {"w2_dgrad_fp8", GroupedGemmOp::kDgrad, w2_flops, cb2, run_d2,
          [&](const GroupedGemmConfig* cfg) {
            DgradArgs a = fd2;
            a.common.config = cfg;
            grouped_gemm_dgrad(a, nullptr);
          },
-         F, D},
+         D, F, kFp8BlockwiseWeightT},
     };
     for (const Fp8Op& op : fp8_ops) {
       if (!want(op.name)) continue;
@@ -662,13 +663,13 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       p.k = op.k;
       p.e_local = E;
       p.a_format = kFp8BlockwiseRows;
-      p.b_format = kFp8BlockwiseWeight;
+      p.b_format = op.b;
       int dev = 0, sms = 0;
       BENCH_CUDA(cudaGetDevice(&dev));
       BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
       const std::string pick = select_grouped_gemm_config(p, sms).name();
       const std::vector<GroupedGemmConfig> all =
-          grouped_gemm_configs(op.op, DType::kBFloat16, false, kFp8BlockwiseRows, kFp8BlockwiseWeight);
+          grouped_gemm_configs(op.op, DType::kBFloat16, false, kFp8BlockwiseRows, op.b);
       // Slot 0: our BF16 kernel (heuristic pick); slot 1: the FP8 pick; then every FP8 configuration.
       std::vector<std::function<void()>> runs = {[&] { op.bf16(nullptr); }, [&] { op.fp8(nullptr); }};
       std::vector<std::string> names = {"bf16 pick", pick + " (pick)"};

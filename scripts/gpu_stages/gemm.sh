@@ -108,24 +108,25 @@ stage_gemm() {
     tail -3 "$OUT/gemm_bench_exp.log" >> "$log"
   fi
 
+  # One torch peer step: step name, what it runs, its log, then the script's flags (CSV included).
+  peer_step() {
+    local step=$1 what=$2 plog=$3
+    shift 3
+    echo "=== $what -> $(basename "$plog")" >> "$log"
+    x timeout 1500 "$py" bench/grouped_mm_peer.py "$@" > "$plog" 2>&1
+    rc=$?
+    result[$step]=$([ $rc = 0 ] && echo RAN || echo "FAIL(rc=$rc)")
+    tail -3 "$plog" >> "$log"
+  }
   if want peer; then
-    echo "=== torch._grouped_mm peer -> gemm_peer.log" >> "$log"
     rm -f "$WORK/gemm_peer.csv"
-    x timeout 1500 "$py" bench/grouped_mm_peer.py "${peer_args[@]}" --csv "$WORK/gemm_peer.csv" > "$OUT/gemm_peer.log" 2>&1
-    rc=$?
-    result[peer]=$([ $rc = 0 ] && echo RAN || echo "FAIL(rc=$rc)")
-    tail -3 "$OUT/gemm_peer.log" >> "$log"
+    peer_step peer "torch._grouped_mm peer" "$OUT/gemm_peer.log" "${peer_args[@]}" --csv "$WORK/gemm_peer.csv"
   fi
-
   if want fp8peer; then
-    echo "=== FP8 peers (torch._scaled_grouped_mm, _scaled_mm, dense BF16) -> gemm_fp8_peer.log, gemm_fp8_peer.csv" >> "$log"
     rm -f "$OUT/gemm_fp8_peer.csv"
-    x timeout 1500 "$py" bench/grouped_mm_peer.py --fp8 "${peer_args[@]}" --fp8-csv "$OUT/gemm_fp8_peer.csv" \
-      > "$OUT/gemm_fp8_peer.log" 2>&1
-    rc=$?
-    result[fp8peer]=$([ $rc = 0 ] && echo RAN || echo "FAIL(rc=$rc)")
+    peer_step fp8peer "FP8 peers (torch._scaled_grouped_mm, _scaled_mm, dense BF16)" "$OUT/gemm_fp8_peer.log" \
+      --fp8 "${peer_args[@]}" --fp8-csv "$OUT/gemm_fp8_peer.csv"
     grep -q "^FP8 check: FAIL" "$OUT/gemm_fp8_peer.log" 2> /dev/null && result[fp8peer]="${result[fp8peer]} (FP8 check FAIL)"
-    tail -3 "$OUT/gemm_fp8_peer.log" >> "$log"
   fi
 
   $py scripts/gpu_stages/gemm_tables.py join "$WORK/gemm_bench.csv" "$WORK/gemm_peer.csv" >> "$gsum" 2>&1
