@@ -29,7 +29,8 @@
 // up to 30% between identical kernels timed a minute apart).
 // --ops a,b: only these ops (names as printed: w13_fprop, w13_fprop_noh1, w2_fprop, w13_gather,
 // w2_scatter, w13_dgrad, w2_dgrad, w13_wgrad, w2_wgrad, w13_wgrad_fp32, w2_wgrad_fp32,
-// w13_fprop_fp8, w2_fprop_fp8, w13_dgrad_fp8, w2_dgrad_fp8). The FP8-blockwise ops ("fp8" lines)
+// w13_fprop_fp8, w2_fprop_fp8, w13_dgrad_fp8, w2_dgrad_fp8, w13_wgrad_fp8, w2_wgrad_fp8; WGRAD: the
+// pick only, FP32 output, tokens padded to 128 per expert, target >= 1.3x). The FP8 ops ("fp8" lines)
 // time every compiled FP8 configuration against our BF16 kernel's pick of the same op on the same
 // rows, interleaved over --rounds, and print the ratio x bf16 (target >= 1.6) and x cuBLAS dense BF16.
 // --sustain-ms MS: before timing any call (ours, cuBLAS, the HBM copy), run it MS milliseconds
@@ -732,6 +733,70 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       a.common.config = cfg;
       grouped_gemm_wgrad(a, nullptr);
     }, bb2);
+  }
+
+  // ---- FP8-blockwise WGRAD next to our BF16 WGRAD (FP32 output, the layer's) ----
+  // Operands in the padded column layout the rows+columns quantizer writes: every expert's tokens
+  // padded to 128, grad_out^T and x^T [features, Mp] E4M3 with scales [Mp / 128, features].
+  if (want("w13_wgrad_fp8") || want("w2_wgrad_fp8")) {
+    std::vector<int32_t> padded(counts.size()), offs(counts.size() + 1, 0);
+    for (size_t e = 0; e < counts.size(); ++e) {
+      padded[e] = (counts[e] + 127) / 128 * 128;
+      offs[e + 1] = offs[e] + padded[e];
+    }
+    const int64_t Mp = offs.back();
+    Buffer d_padded(padded.size() * 4), d_offs(offs.size() * 4);
+    BENCH_CUDA(cudaMemcpy(d_padded.p, padded.data(), padded.size() * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(d_offs.p, offs.data(), offs.size() * 4, cudaMemcpyHostToDevice));
+    const quant::RowGroups groups{static_cast<const int32_t*>(d_counts.p), static_cast<const int32_t*>(d_offs.p),
+                                  static_cast<int32_t>(E)};
+    // Random BF16 rows [Mp, C] quantized into q [C, Mp] and scales [Mp / 128, C].
+    auto columns = [&](int64_t C, uint32_t seed, Buffer& q, Buffer& sc) {
+      Buffer rows(static_cast<size_t>(Mp * C) * 2);
+      rows.fill(seed, 1.0f);
+      quant::fp8_blockwise_quantize_rows_cols(
+          quant::Bf16Matrix{rows.p, Mp, C, C}, groups, quant::Fp8BlockwiseOut{},
+          quant::Fp8BlockwiseOut{static_cast<uint8_t*>(q.p), Mp, static_cast<float*>(sc.p), 1, C}, nullptr);
+      BENCH_CUDA(cudaDeviceSynchronize());
+    };
+    for (const bool w13 : {true, false}) {
+      const std::string op_name = w13 ? "w13_wgrad_fp8" : "w2_wgrad_fp8";
+      if (!want(op_name)) continue;
+      const int64_t n = w13 ? 2 * F : D, k = w13 ? D : F;
+      Buffer gq(static_cast<size_t>(n * Mp)), gs(static_cast<size_t>(Mp / 128 * n) * 4);
+      Buffer xq(static_cast<size_t>(k * Mp)), xs(static_cast<size_t>(Mp / 128 * k) * 4);
+      columns(n, w13 ? 11 : 12, gq, gs);
+      columns(k, w13 ? 13 : 14, xq, xs);
+      WgradArgs f;
+      f.common = common(n, k);
+      f.common.counts = static_cast<const int32_t*>(d_padded.p);
+      f.common.m_capacity = Mp;
+      f.common.a_format = kFp8BlockwiseRowsT;
+      f.common.b_format = kFp8BlockwiseRowsT;
+      f.common.scales = OperandScales{static_cast<const float*>(gs.p), n, static_cast<const float*>(xs.p)};
+      f.grad_out = gq.p;
+      f.a = xq.p;
+      f.grad_w = gw.p;
+      f.out_dtype = DType::kFloat32;
+      f.accumulate = g_wgrad_accumulate;
+      WgradArgs b;  // our BF16 WGRAD on the unpadded rows
+      b.common = common(n, k);
+      b.grad_out = w13 ? h1.p : h3.p;
+      b.a = w13 ? x.p : h2.p;
+      b.grad_w = gw.p;
+      b.out_dtype = DType::kFloat32;
+      b.accumulate = g_wgrad_accumulate;
+      const double ms_bf16 = time_ms([&] { grouped_gemm_wgrad(b, nullptr); }, iters);
+      const double ms_fp8 = time_ms([&] { grouped_gemm_wgrad(f, nullptr); }, iters);
+      const double flops = w13 ? w13_flops : w2_flops, tf = flops / (ms_fp8 * 1e9);
+      std::printf("fp8 %-13s %-8s %-14s %-30s %8.3f ms %7.1f TFLOP/s  bf16 %8.3f ms  x bf16 %.2f  %s\n", name.c_str(),
+                  routing.c_str(), op_name.c_str(), "pick (fp32 out, padded tokens)", ms_fp8, tf, ms_bf16,
+                  ms_bf16 / ms_fp8, ms_bf16 / ms_fp8 >= 1.3 ? "MET(>=1.3)" : "MISSED(>=1.3)");
+      if (g_csv)
+        std::fprintf(g_csv, "%s,%s,%s,fp8,pick,%.5f,%.2f,0,0,0,%.5f,0\n", name.c_str(), routing.c_str(), op_name.c_str(),
+                     ms_fp8, tf, ms_bf16);
+      std::fflush(stdout);
+    }
   }
 }
 

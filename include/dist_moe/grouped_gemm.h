@@ -170,9 +170,14 @@ struct DgradArgs {
   const int64_t* grad_a_offset = nullptr;
 };
 
+// FP8 blockwise (a_format = b_format = kFp8BlockwiseRowsT): grad_out and a are the quantizers'
+// transposed columns, E4M3 [n, m_capacity] and [k, m_capacity] with scales.a [m_capacity/128, n]
+// (scales.a_ld = n) and scales.b [m_capacity/128, k]; every expert's token segment is whole
+// 128-token blocks, so counts are the padded counts (multiples of 128, checked on the device) and
+// m_capacity a multiple of 128; no device offsets.
 struct WgradArgs {
   GroupedGemmCommon common;
-  const void* grad_out = nullptr;  // [m_capacity, n] BF16
+  const void* grad_out = nullptr;  // [m_capacity, n] BF16 (FP8 blockwise: see above)
   const void* a = nullptr;         // [m_capacity, k] BF16
   void* grad_w = nullptr;          // [e_local, n, k]
   DType out_dtype = DType::kFloat32;  // kBFloat16 or kFloat32

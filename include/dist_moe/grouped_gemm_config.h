@@ -62,6 +62,10 @@ inline constexpr OperandFormat kFp8BlockwiseWeight{DType::kFloat8E4M3, ScaleKind
 // DGRAD reads, since E4M3 wgmma takes K-major operands only (the contraction runs over n).
 inline constexpr OperandFormat kFp8BlockwiseWeightT{DType::kFloat8E4M3, ScaleKind::kFP32_128x128,
                                                     OperandLayout::kColumnMajor};
+// Row buffers given transposed, [features, tokens] with 1 x 128 blocks along tokens (the
+// quantizers' WGRAD columns; scales [tokens / 128, features]): both operands of FP8 WGRAD.
+inline constexpr OperandFormat kFp8BlockwiseRowsT{DType::kFloat8E4M3, ScaleKind::kFP32_1x128,
+                                                  OperandLayout::kColumnMajor};
 
 // How a grouped GEMM runs. Tiles are BM x BN outputs with a 64-deep contraction step.
 struct GroupedGemmConfig {

@@ -197,6 +197,8 @@ GroupedGemmConfig select_wgrad(const GroupedGemmProblem& p, int sms) {
 // against 1.10-1.27x; docs/perf_history.md G39). 128x128 when the width is an odd multiple of
 // 128 (no half-empty last tile).
 GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
+  // WGRAD over the transposed columns: the one compiled tile (128x128, five stages).
+  if (p.op == GroupedGemmOp::kWgrad) return tile(128, 128, 5, p, sms, false, true);
   const int64_t width = p.op == GroupedGemmOp::kDgrad ? p.k : p.n;  // output columns
   if (width % 256 != 0) return tile(128, 128, 6, p, sms, false, true);
   return tile(128, 256, 4, p, sms, false, true);
@@ -269,7 +271,7 @@ std::string GroupedGemmConfig::name() const {
 namespace {
 
 GroupedGemmConfig select_default(const GroupedGemmProblem& p, int device_num_sms) {
-  if (p.a_format == kFp8BlockwiseRows) return select_fp8_blockwise(p, device_num_sms);
+  if (p.a_format == kFp8BlockwiseRows || p.a_format == kFp8BlockwiseRowsT) return select_fp8_blockwise(p, device_num_sms);
   switch (p.op) {
     case GroupedGemmOp::kFprop: return select_fprop(p, device_num_sms);
     case GroupedGemmOp::kFpropSwiglu: return select_fprop_swiglu(p, device_num_sms);

@@ -87,7 +87,7 @@ OffsetChecks offset_checks(std::initializer_list<NamedOffset> used) {
 }
 
 __global__ void validate_counts_kernel(const int32_t* counts, int32_t num_experts, long long m_capacity, int op,
-                                       OffsetChecks offsets) {
+                                       OffsetChecks offsets, int32_t count_multiple) {
   const char* const names[] = {"fprop", "w13_fprop_swiglu", "dgrad", "wgrad"};
   const char* const offset_names[kNumOffsetNames] = {"a_offset",        "out_offset",      "h1_offset",
                                                      "h2_offset",       "gather.gathered_offset",
@@ -109,6 +109,11 @@ __global__ void validate_counts_kernel(const int32_t* counts, int32_t num_expert
     const int32_t c = i < num_experts ? counts[i] : 0;
     if (c < 0) {
       printf("dist_moe grouped_gemm %s: counts[%d] = %d is negative (row counts per expert must be >= 0)\n", name, i, c);
+      ptx::trap();
+    }
+    if (c % count_multiple != 0) {
+      printf("dist_moe grouped_gemm %s: counts[%d] = %d is not a multiple of %d (the operands' token blocks)\n", name,
+             i, c, count_multiple);
       ptx::trap();
     }
     long long s = c;
@@ -179,6 +184,19 @@ void check_scales(const GroupedGemmCommon& c, const char* op) {
   const OperandScales& s = c.scales;
   if (c.a_format.scale == ScaleKind::kNone) {
     DMOE_CHECK_ARG(s.a == nullptr, op, ": scales.a is set but A (", c.a_format.name(), ") has no block scales");
+  } else if (c.a_format == kFp8BlockwiseRowsT) {
+    // WGRAD's transposed columns: A scales [m_capacity / 128, n], B scales [m_capacity / 128, k].
+    DMOE_CHECK_ARG(s.a != nullptr && s.b != nullptr, op, ": A and B (", c.a_format.name(),
+                   ") need their block scales in scales.a and scales.b");
+    DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(s.a) % 16 == 0 && reinterpret_cast<uintptr_t>(s.b) % 16 == 0, op,
+                   ": scales.a and scales.b must be 16-byte aligned");
+    DMOE_CHECK_ARG(s.a_ld == c.n, op, ": scales.a_ld must be n = ", c.n, " (the A scale grid is [m_capacity / 128, n]), got ",
+                   s.a_ld);
+    DMOE_CHECK_ARG(c.m_capacity % 128 == 0, op, ": m_capacity must be a multiple of 128 (tokens in 128-blocks), got ",
+                   c.m_capacity);
+    DMOE_CHECK_ARG((c.m_capacity / 128) * std::max(c.n, c.k) <= kInt32Max, op,
+                   ": the scale grids exceed 2^31 elements (the kernels index them in int32)");
+    return;
   } else {
     DMOE_CHECK_ARG(s.a != nullptr, op, ": A (", c.a_format.name(), ") needs its block scales in scales.a");
     DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(s.a) % 16 == 0, op, ": scales.a must be 16-byte aligned");
@@ -397,7 +415,8 @@ void maybe_print_config(const GroupedGemmProblem& p, const GroupedGemmConfig& c,
 // launches. `offsets` names the offset fields the call uses, for the validation message.
 // `shown`: the op the caller called, for messages (FP8-blockwise DGRAD runs as kFprop).
 void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, GemmLaunch& L,
-         const OffsetChecks& offsets, cudaStream_t stream, std::optional<GroupedGemmOp> shown = std::nullopt) {
+         const OffsetChecks& offsets, cudaStream_t stream, std::optional<GroupedGemmOp> shown = std::nullopt,
+         int32_t count_multiple = 1) {
   const GroupedGemmOp named = shown.value_or(op);
   const bool scatter = L.epilogue.scatter_rows != nullptr;
   const DeviceFacts dev = device_facts();
@@ -436,7 +455,8 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   if (L.has_offsets()) L.tensormap_workspace = tensormap_workspace(stream, dev.num_sms);
   if (cfg.dynamic_schedule) L.tile_counter = tile_counter_slot(stream);
   if (c.validate_counts) {
-    validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity, static_cast<int>(named), offsets);
+    validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity, static_cast<int>(named), offsets,
+                                                 count_multiple);
     DMOE_CUDA_CHECK_LAUNCH();
   }
   e.launch(L);
@@ -622,6 +642,10 @@ void grouped_gemm_wgrad(const WgradArgs& a, cudaStream_t stream) {
   }
   check_ptr(a.grad_out, op, "grad_out");
   check_ptr(a.a, op, "a");
+  const bool fp8 = a.common.a_format == kFp8BlockwiseRowsT;
+  if (fp8)
+    DMOE_CHECK_ARG(a.grad_out_offset == nullptr && a.a_offset == nullptr, op,
+                   ": device offsets would move the FP8 columns but not their scales; block-scaled operands take none");
   GemmLaunch L;
   L.a = a.grad_out;
   L.b = a.a;
@@ -634,7 +658,8 @@ void grouped_gemm_wgrad(const WgradArgs& a, cudaStream_t stream) {
   L.epilogue.accumulate = a.accumulate ? 1 : 0;
   L.tiles_for_empty_experts = !a.accumulate;
   const OffsetChecks oc = offset_checks({{L.a_offset, kOffGradOut}, {L.b_offset, kOffWgradA}});
-  run(GroupedGemmOp::kWgrad, a.common, a.out_dtype, false, L, oc, stream);
+  // FP8: every expert's token segment is whole 128-token blocks (the padded column layout).
+  run(GroupedGemmOp::kWgrad, a.common, a.out_dtype, false, L, oc, stream, std::nullopt, fp8 ? 128 : 1);
 }
 
 }  // namespace dist_moe

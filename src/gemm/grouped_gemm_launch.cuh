@@ -83,6 +83,22 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     sc.fixed_n_blocks = ceil_div_i32(L.k, BN);
     sc.group_m = 8;
     tiles_upper_bound = m_tiles_bound * sc.fixed_n_blocks;
+  } else if constexpr (kKind == GemmKind::kWgrad && !Mainloop::kAMnMajor) {
+    // E4M3 WGRAD: the transposed copies grad_out^T [n, m_capacity] and x^T [k, m_capacity].
+    set_operand(om, gemm::kMapA, L.a, nullptr);
+    set_map(om, gemm::kMapA, make_tma_2d(L.a, kIn, L.n, L.m_capacity, L.m_capacity, Mainloop::kBoxAOuter, "grad_out^T"));
+    set_operand(om, gemm::kMapB, L.b, nullptr);
+    set_map(om, gemm::kMapB, make_tma_2d(L.b, kIn, L.k, L.m_capacity, L.m_capacity, Mainloop::kBoxBOuter, "x^T"));
+    ml.a_scales = L.a_scales;
+    ml.a_scale_ld = L.n;
+    ml.b_scales = L.b_scales;
+    ml.b_scale_ld = L.k;
+    sc.m_blocks = L.n / BM;
+    sc.fixed_m_blocks = sc.m_blocks;
+    sc.fixed_n_blocks = ceil_div_i32(L.k, BN);
+    sc.group_m = 8;
+    sc.tiles_for_empty_experts = L.tiles_for_empty_experts ? 1 : 0;
+    tiles_upper_bound = static_cast<int64_t>(L.e_local) * sc.fixed_m_blocks * sc.fixed_n_blocks;
   } else if constexpr (kKind == GemmKind::kWgrad) {
     set_operand(om, gemm::kMapA, L.a, L.a_offset);
     set_map(om, gemm::kMapA, make_tma_2d(L.a, kIn, L.m_capacity, L.n, L.n, Mainloop::kBoxAOuter, "grad_out rows"));
@@ -209,7 +225,8 @@ inline constexpr GemmKernelSpec kSpec = kGemmKernelSpecs[I];
 
 // Whether entry I is an FP8-blockwise kernel (its mainloop promotes per 128 of K).
 template <size_t I>
-inline constexpr bool kSpecFp8Blockwise = kSpec<I>.a == kFp8BlockwiseRows && kSpec<I>.b == kFp8BlockwiseWeight;
+inline constexpr bool kSpecFp8Blockwise = (kSpec<I>.a == kFp8BlockwiseRows && kSpec<I>.b == kFp8BlockwiseWeight) ||
+                                          (kSpec<I>.a == kFp8BlockwiseRowsT && kSpec<I>.b == kFp8BlockwiseRowsT);
 
 // The operand type of an entry's wgmma: BF16 without scales, or the FP8-blockwise pair.
 template <size_t I>

@@ -70,6 +70,12 @@ struct GemmKernelSpec {
     s.b = kFp8BlockwiseWeight;
     return s;
   }
+  constexpr GemmKernelSpec fp8_blockwise_cols() const {  // WGRAD: both operands transposed E4M3 columns
+    GemmKernelSpec s = *this;
+    s.a = kFp8BlockwiseRowsT;
+    s.b = kFp8BlockwiseRowsT;
+    return s;
+  }
   constexpr GemmKernelSpec fp32_out() const {
     GemmKernelSpec s = *this;
     s.epilogue = GemmEpilogueKind::kStoreFp32;
@@ -167,6 +173,10 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     w13_kernel(128, 256, 4).tma().fp8_blockwise(),
     w13_kernel(128, 128, 6).tma().cluster(2).fp8_blockwise(),
     w13_kernel(128, 256, 4).tma().cluster(2).fp8_blockwise(),
+    // FP8-blockwise WGRAD over the transposed columns (per-element scale products; 128x128, five
+    // stages to leave room for the stages' scale copies). grouped_gemm_sm90_wgrad.cu.
+    wgrad_kernel(128, 128, 5).tma().fp8_blockwise_cols(),
+    wgrad_kernel(128, 128, 5).fp32_out().tma().fp8_blockwise_cols(),
 };
 inline constexpr size_t kNumGemmKernels = sizeof(kGemmKernelSpecs) / sizeof(kGemmKernelSpecs[0]);
 

@@ -317,6 +317,89 @@ void run_fp8_dgrad(const Fp8Case& cs, const GroupedGemmConfig* cfg, bool accumul
   expect_rows_untouched("fp8 dgrad grad_a", out, M, K);
 }
 
+// WGRAD over the transposed columns: grad_w[e] [N, K] = sum over the expert's (padded) tokens of
+// grad_out^T [N, tokens] x^T [K, tokens]. Both operands go through the GPU rows+columns quantizer
+// with 128-token groups (padding tokens quantize to zeros), whose column outputs the GEMM reads;
+// counts given to the GEMM are the padded ones.
+void run_fp8_wgrad(const std::vector<int32_t>& counts, int64_t N, int64_t K, uint32_t seed, DType out_dtype,
+                   bool accumulate, const GroupedGemmConfig* cfg) {
+  const int64_t E = static_cast<int64_t>(counts.size());
+  std::vector<int32_t> padded(counts.size()), offsets(counts.size() + 1, 0);
+  for (size_t e = 0; e < counts.size(); ++e) {
+    padded[e] = (counts[e] + 127) / 128 * 128;
+    offsets[e + 1] = offsets[e] + padded[e];
+  }
+  const int64_t used = offsets.back(), cap = used + 128;  // a spare token block the GEMM never reads
+  std::printf("fp8 wgrad E=%lld n=%lld k=%lld tokens=%lld%s%s (%s)\n", static_cast<long long>(E),
+              static_cast<long long>(N), static_cast<long long>(K), static_cast<long long>(used),
+              out_dtype == DType::kFloat32 ? " fp32" : " bf16", accumulate ? " accumulate" : "",
+              cfg ? cfg->name().c_str() : "heuristic pick");
+  std::mt19937 rng(seed);
+  DeviceBuffer<int32_t> d_counts(counts), d_offsets(offsets), d_padded(padded);
+  const quant::RowGroups groups{d_counts.get(), d_offsets.get(), static_cast<int32_t>(E)};
+  // Quantize rows [cap, C] into the transposed columns [C, cap] + scales [cap / 128, C]; return the
+  // dequantized values as row-major [cap, C] (padding and spare tokens 0).
+  auto columns = [&](int64_t C, DeviceBuffer<uint8_t>& q, DeviceBuffer<float>& sc) {
+    const HostBf16 h = spread_bf16(cap, C, 1, 1.0f, rng);
+    DeviceBuffer<uint16_t> d(h.bits);
+    q = DeviceBuffer<uint8_t>(static_cast<size_t>(C * cap));
+    sc = DeviceBuffer<float>(static_cast<size_t>(cap / 128 * C));
+    q.poison(0);
+    sc.poison(0);
+    quant::fp8_blockwise_quantize_rows_cols(quant::Bf16Matrix{d.get(), cap, C, C}, groups, quant::Fp8BlockwiseOut{},
+                                            quant::Fp8BlockwiseOut{q.get(), cap, sc.get(), 1, C}, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint8_t> qh = q.download();
+    const std::vector<float> sh = sc.download();
+    std::vector<float> vals(static_cast<size_t>(cap * C), 0.0f);
+    for (int64_t m = 0; m < used; ++m)
+      for (int64_t c = 0; c < C; ++c)
+        vals[m * C + c] = static_cast<float>(static_cast<double>(numeric::e4m3_to_float(qh[c * cap + m])) *
+                                             sh[(m / 128) * C + c]);
+    return vals;
+  };
+  DeviceBuffer<uint8_t> g_q, x_q;
+  DeviceBuffer<float> g_s, x_s;
+  const std::vector<float> g = columns(N, g_q, g_s), x = columns(K, x_q, x_s);
+  std::vector<float> ref = ref_wgrad(g, x, padded, N, K);
+  const std::vector<float> sum_abs = ref_wgrad(absolute(g), absolute(x), padded, N, K);
+  const bool fp32 = out_dtype == DType::kFloat32;
+  const HostBf16 prev = random_bf16(static_cast<size_t>(E * N * K), 4.0f, rng);
+  apply_output_store(ref, prev.vals, accumulate, fp32);
+
+  const size_t out_bytes = static_cast<size_t>(E * N * K) * (fp32 ? 4 : 2);
+  DeviceBuffer<uint8_t> d_out(out_bytes);
+  if (accumulate) {
+    std::vector<uint8_t> init(out_bytes);
+    for (size_t i = 0; i < prev.vals.size(); ++i) {
+      if (fp32) std::memcpy(&init[4 * i], &prev.vals[i], 4);
+      else std::memcpy(&init[2 * i], &prev.bits[i], 2);
+    }
+    d_out.upload(init);
+  } else {
+    d_out.poison();
+  }
+  WgradArgs args;
+  args.common.counts = d_padded.get();
+  args.common.e_local = E;
+  args.common.m_capacity = cap;
+  args.common.n = N;
+  args.common.k = K;
+  args.common.config = cfg;
+  args.common.a_format = kFp8BlockwiseRowsT;
+  args.common.b_format = kFp8BlockwiseRowsT;
+  args.common.scales = OperandScales{g_s.get(), N, x_s.get()};
+  args.grad_out = g_q.get();
+  args.a = x_q.get();
+  args.grad_w = d_out.get();
+  args.out_dtype = out_dtype;
+  args.accumulate = accumulate;
+  grouped_gemm_wgrad(args, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> got = d_out.download();
+  expect_close_fp8("fp8 wgrad grad_w", [&](int64_t i) { return out_at(got, 0, i, fp32); }, ref, sum_abs);
+}
+
 class GroupedGemmFp8Fprop : public ::testing::TestWithParam<GemmParam> {};
 class GroupedGemmFp8W13 : public ::testing::TestWithParam<GemmParam> {};
 INSTANTIATE_TEST_SUITE_P(, GroupedGemmFp8Fprop, ::testing::ValuesIn(fp8_params(GroupedGemmOp::kFprop)),
@@ -353,11 +436,52 @@ TEST_P(GroupedGemmFp8Fprop, DgradAccumulate) {
   run_fp8_dgrad({9, 1024, 384, 260, 16u}, &GetParam().config, true);
 }
 
+std::vector<GemmParam> fp8_wgrad_params(DType out) {
+  std::vector<GemmParam> v;
+  for (const GroupedGemmConfig& c :
+       grouped_gemm_configs(GroupedGemmOp::kWgrad, out, false, kFp8BlockwiseRowsT, kFp8BlockwiseRowsT)) {
+    GemmParam p;
+    p.op = GroupedGemmOp::kWgrad;
+    p.out = out;
+    p.a_format = kFp8BlockwiseRowsT;
+    p.b_format = kFp8BlockwiseRowsT;
+    p.config = c;
+    v.push_back(p);
+  }
+  return v;
+}
+class GroupedGemmFp8WgradBf16 : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmFp8WgradFp32 : public ::testing::TestWithParam<GemmParam> {};
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmFp8WgradBf16, ::testing::ValuesIn(fp8_wgrad_params(DType::kBFloat16)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmFp8WgradFp32, ::testing::ValuesIn(fp8_wgrad_params(DType::kFloat32)),
+                         GemmParamName());
+
+// Ragged experts (empty ones included: their gradient is written as zeros), tokens that are not
+// multiples of 128 (padded by the quantizer), N and K odd multiples of 128.
+TEST_P(GroupedGemmFp8WgradBf16, Overwrite) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_wgrad({300, 0, 129, 1, 256, 77}, 384, 640, 31u, DType::kBFloat16, false, &GetParam().config);
+}
+TEST_P(GroupedGemmFp8WgradBf16, Accumulate) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_wgrad({130, 0, 257, 64}, 256, 384, 32u, DType::kBFloat16, true, &GetParam().config);
+}
+TEST_P(GroupedGemmFp8WgradFp32, Overwrite) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_wgrad({300, 0, 129, 1, 256, 77}, 384, 640, 33u, DType::kFloat32, false, &GetParam().config);
+}
+TEST_P(GroupedGemmFp8WgradFp32, Accumulate) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_wgrad({130, 0, 257, 64}, 256, 384, 34u, DType::kFloat32, true, &GetParam().config);
+}
+
 TEST(GroupedGemmFp8, HeuristicPicksCompiledKernels) {
   DMOE_REQUIRE_SM90();
   run_fp8_fprop({10, 1024, 512, 300, 21u}, nullptr);
   run_fp8_w13({10, 512, 512, 300, 22u}, false, nullptr);
   run_fp8_dgrad({10, 512, 384, 300, 23u}, nullptr, false);
+  run_fp8_wgrad({200, 0, 129}, 256, 256, 24u, DType::kFloat32, false, nullptr);
 }
 
 // Missing or unneeded scales are argument errors, before any launch.

@@ -91,8 +91,10 @@ struct Sm90Mainloop {
   static constexpr int kClusterM = Config::kClusterM;  // CTAs per cluster along M (TMA multicast of B)
   using Pipeline = TmaPipeline<kStages, kClusterM>;
 
-  static constexpr bool kAMnMajor = kKind == GemmKind::kWgrad;
-  static constexpr bool kBMnMajor = kKind == GemmKind::kDgrad || kKind == GemmKind::kWgrad;
+  // WGRAD contracts over tokens: BF16 reads the row buffers MN-major; E4M3 (no transposed wgmma
+  // operands) reads transposed copies [features, tokens], K-major like FPROP.
+  static constexpr bool kAMnMajor = kKind == GemmKind::kWgrad && Operands::kTransposable;
+  static constexpr bool kBMnMajor = (kKind == GemmKind::kDgrad || kKind == GemmKind::kWgrad) && Operands::kTransposable;
   static constexpr int kMmaPerWg = kPingPong ? kBlockM / 64 : kBlockM / 128;  // m64 blocks per warpgroup
   static constexpr int kAccPerMma = kBlockN / 2;    // FP32 registers of one m64 x kBlockN fragment
   static constexpr int kConsumerWarpsPerTile = kPingPong ? 4 : 8;
@@ -188,6 +190,12 @@ struct Sm90Mainloop {
 #pragma unroll
         for (int j = 0; j < kBlockN / 64; ++j)
           ptx::tma_load_2d(b + j * kBoxBytes, map_b, bar, t.n_block * kBlockN + 64 * j, w_row0 + k0);
+      } else if constexpr (kKind == GemmKind::kWgrad && !kAMnMajor) {
+        // Transposed copies (E4M3): A = grad_out^T [N, tokens], B = x^T [K, tokens]; box rows are
+        // features, the contraction coordinate is the token.
+        const int32_t r0 = t.row_begin + k0;
+        ptx::tma_load_2d(a, map_a, bar, r0, t.m_block * kBlockM);
+        ptx::tma_load_2d(b, map_b, bar, r0, t.n_block * kBlockN);
       } else if constexpr (kKind == GemmKind::kWgrad) {
         // Contraction over the expert's rows; rows past its end are zeroed by the consumers.
         const int32_t r0 = t.row_begin + k0;

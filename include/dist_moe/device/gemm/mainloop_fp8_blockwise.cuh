@@ -54,12 +54,15 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   // slice (plus 16 A-fragment registers) in the consumers' 232 (setmaxnreg); 128-column slices
   // spill 270 bytes. 128x128 pipelines two (kDoubleBuffer).
   static constexpr int kSliceN = 64;
-  static constexpr bool kDoubleBuffer = kBlockN == 128;
+  static constexpr bool kDoubleBuffer = kBlockN == 128 && kKind == GemmKind::kFprop;
   static constexpr int kSlices = kBlockN / kSliceN;
   static constexpr int kSliceAcc = kSliceN / 2;  // FP32 registers of one m64 x kSliceN fragment
   static constexpr int kGroups = kBlockN / 64;   // 64-column groups: one B scale each
   static_assert(Operands::kElemBytes == 1 && kBlockK == kScaleBlock, "one 128-byte E4M3 k block = one scale block");
-  static_assert(kKind == GemmKind::kFprop, "FP8 blockwise: FPROP kinds (DGRAD runs as FPROP on the transposed weight)");
+  static_assert(kKind == GemmKind::kFprop || kKind == GemmKind::kWgrad,
+                "FP8 blockwise: FPROP (DGRAD runs as FPROP on the transposed weight) and WGRAD");
+  static_assert(kKind != GemmKind::kWgrad || (kBlockN == 128 && Config::kClusterM == 1),
+                "FP8 WGRAD: 128x128 tiles (per-element scale products need the registers), no clusters");
   static_assert(!Base::kPingPong && kMmaPerWg == 1,
                 "cooperative 128-row tiles: the other warpgroup's wgmmas hide this one's promotion");
   static_assert(kBlockN % kSliceN == 0, "BN: whole 64-column slices, one B scale group each");
@@ -67,7 +70,47 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
 
   using SliceMma = typename Operands::template Mma<kSliceN, 0, 0>;
 
+  // ---- WGRAD (1 x 128 blocks along tokens on both operands) ------------------------------------
+  // A = grad_out^T [N, tokens] and B = x^T [K, tokens] (the quantizers' transposed columns), scales
+  // [tokens / 128, N] and [tokens / 128, K]: every element of a k block has its own scale product
+  // a_scale[n] * b_scale[k]. The producer copies the tile's BM + BN scales of each k block next to
+  // the stage (two bulk copies completing on the stage's barrier), so the consumers read them from
+  // shared memory. Experts' token segments start at multiples of 128 (the padded column layout), so
+  // token block kb of a tile is global block row_begin / 128 + kb.
+  static constexpr uint32_t kScaleStageBytes = kKind == GemmKind::kWgrad ? (kBlockM + kBlockN) * 4 : 0;
+  static constexpr uint32_t kScaleRegionBytes = (kStages * kScaleStageBytes + 1023) / 1024 * 1024;
+  static constexpr int smem_bytes() { return Base::smem_bytes() + static_cast<int>(kScaleRegionBytes); }
+  DMOE_DEVICE static uint32_t smem_scales(uint32_t smem, int stage) {
+    return smem + static_cast<uint32_t>(Base::smem_bytes()) + stage * kScaleStageBytes;
+  }
+
 #if defined(__CUDACC__)
+
+  // Producer: FPROP loads as the BF16 mainloop; WGRAD also copies each k block's scales.
+  DMOE_DEVICE static void load_tile(const MainloopParams& p, const ResolvedOperands& ops, const WorkTile& t,
+                                    int32_t num_k_blocks, const Pipeline& pipe, PipelineState<kStages>& st,
+                                    uint32_t smem) {
+    if constexpr (kKind != GemmKind::kWgrad) {
+      Base::load_tile(p, ops, t, num_k_blocks, pipe, st, smem);
+    } else {
+      const CUtensorMap* map_a = ops.map[kMapA];
+      const CUtensorMap* map_b = ops.map[kMapB];
+      const int32_t first_block = t.row_begin / kScaleBlock;
+      for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
+        pipe.producer_acquire(st);
+        const uint32_t bar = pipe.producer_expect(st, Base::kStageBytes + kScaleStageBytes);
+        const int32_t r0 = t.row_begin + kb * kBlockK;
+        ptx::tma_load_2d(Base::smem_a(smem, st.stage), map_a, bar, r0, t.m_block * kBlockM);
+        ptx::tma_load_2d(Base::smem_b(smem, st.stage), map_b, bar, r0, t.n_block * kBlockN);
+        const int64_t block = first_block + kb;
+        const uint32_t scales = smem_scales(smem, st.stage);
+        ptx::bulk_load_1d(scales, p.a_scales + block * p.a_scale_ld + t.m_block * kBlockM, kBlockM * 4, bar);
+        ptx::bulk_load_1d(scales + kBlockM * 4, p.b_scales + block * p.b_scale_ld + t.n_block * kBlockN, kBlockN * 4,
+                          bar);
+        st.advance();
+      }
+    }
+  }
 
   // Contracts one tile for warpgroup `wg` into acc (interface of Sm90Mainloop::mma_tile; the hook
   // runs after each k block is folded in). Blocks past the expert's end issue no wgmma but still
@@ -79,6 +122,10 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
 #pragma unroll
     for (int i = 0; i < kAccPerMma; ++i) acc[0][i] = 0.0f;
     if (num_k_blocks == 0) return;
+    if constexpr (kKind == GemmKind::kWgrad) {
+      mma_tile_wgrad(num_k_blocks, pipe, st, smem, wg, acc, hook);
+      return;
+    }
     if (Base::active_blocks(t, wg) == 0) {
       for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
         pipe.consumer_wait(st);
@@ -177,6 +224,46 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
         hook(kb);
         st.advance();
       }
+    }
+    ptx::wgmma_fence_operands(acc[0]);
+  }
+
+  // WGRAD k loop: the slices in turn with A from registers, each folded with per-element scale
+  // products from the stage's scale copy (A: this thread's two rows; B: its 16 columns of the slice).
+  template <class Hook>
+  DMOE_DEVICE static void mma_tile_wgrad(int32_t num_k_blocks, const Pipeline& pipe, PipelineState<kStages>& st,
+                                         uint32_t smem, int wg, float (&acc)[kMmaPerWg][kAccPerMma], Hook& hook) {
+    const uint32_t lane = threadIdx.x % 32;
+    const uint32_t frag_row = ((threadIdx.x / 32) % 4) * 16 + lane / 4;
+    const uint32_t a_row = static_cast<uint32_t>(Base::tile_row(wg, 0)) + frag_row;
+    float scratch[kSliceAcc];
+    uint32_t a_frag[kBlockK / Operands::kK][4];
+    for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
+      pipe.consumer_wait(st);
+      const uint32_t scales = smem_scales(smem, st.stage);
+      const float sa_lo = ptx::ld_shared_f32(scales + a_row * 4);
+      const float sa_hi = ptx::ld_shared_f32(scales + (a_row + 8) * 4);
+      load_a_fragments(smem, st.stage, wg, a_frag);
+#pragma unroll
+      for (int s = 0; s < kSlices; ++s) {
+        issue_slice_rs(a_frag, smem, st.stage, s, scratch);
+        // B scales of this thread's columns 8 c + 2 (lane % 4) + {0, 1} of the slice.
+        float2 sb[kSliceN / 8];
+#pragma unroll
+        for (int c = 0; c < kSliceN / 8; ++c)
+          sb[c] = ptx::ld_shared_f32x2(scales + kBlockM * 4 + (s * kSliceN + 8 * c + 2 * (lane % 4)) * 4);
+        ptx::wgmma_wait<0>();
+        ptx::wgmma_fence_operands(scratch);
+        if (s == kSlices - 1) pipe.consumer_release(st.stage);  // fragments, data and scales all read
+#pragma unroll
+        for (int i = 0; i < kSliceAcc; ++i) {
+          const float sa = (i / 2) % 2 == 0 ? sa_lo : sa_hi;
+          const float sbv = i % 2 == 0 ? sb[i / 4].x : sb[i / 4].y;
+          acc[0][s * kSliceAcc + i] = fmaf(scratch[i], sa * sbv, acc[0][s * kSliceAcc + i]);
+        }
+      }
+      hook(kb);
+      st.advance();
     }
     ptx::wgmma_fence_operands(acc[0]);
   }

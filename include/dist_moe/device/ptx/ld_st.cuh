@@ -109,6 +109,18 @@ DMOE_DEVICE uint4 ld_shared_v4(uint32_t addr) {
   return v;
 }
 
+DMOE_DEVICE float ld_shared_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+
+DMOE_DEVICE float2 ld_shared_f32x2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+
 // ldmatrix.x4: four 8 x 8 matrices of 16-bit elements (rows of 16 bytes). Lanes 8j .. 8j + 7 give
 // the shared addresses of matrix j's rows; lane l receives, for each matrix j, the 4 bytes at byte
 // 4 (l % 4) of row l / 4 in r[j]. With 8-bit data this is the A fragment of an m64nNk32 E4M3 wgmma

@@ -35,6 +35,14 @@ DMOE_DEVICE void tma_load_2d(uint32_t smem_dst, const void* tensor_map, uint32_t
       : "memory");
 }
 
+// Contiguous bulk copy (no tensor map): `bytes` (a multiple of 16) from 16-byte aligned global
+// `src` to shared `smem_dst`, completion reported on the mbarrier at `bar`.
+DMOE_DEVICE void bulk_load_1d(uint32_t smem_dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
 // The same box delivered to every CTA of the cluster whose bit is set in `cta_mask`: each gets it
 // at the same shared-memory offset (`smem_dst`, an address of this CTA) and its completion on the
 // mbarrier at the same offset (`bar`). One L2 read feeds them all.
