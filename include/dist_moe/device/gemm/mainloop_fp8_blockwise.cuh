@@ -54,7 +54,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   // slice (plus 16 A-fragment registers) in the consumers' 232 (setmaxnreg); 128-column slices
   // spill 270 bytes. 128x128 pipelines two (kDoubleBuffer).
   static constexpr int kSliceN = 64;
-  static constexpr bool kDoubleBuffer = kBlockN == 128 && kKind == GemmKind::kFprop;
+  static constexpr bool kDoubleBuffer = kBlockN == 128;
   static constexpr int kSlices = kBlockN / kSliceN;
   static constexpr int kSliceAcc = kSliceN / 2;  // FP32 registers of one m64 x kSliceN fragment
   static constexpr int kGroups = kBlockN / 64;   // 64-column groups: one B scale each
@@ -228,44 +228,64 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     ptx::wgmma_fence_operands(acc[0]);
   }
 
-  // WGRAD k loop: the slices in turn with A from registers, each folded with per-element scale
-  // products from the stage's scale copy (A: this thread's two rows; B: its 16 columns of the slice).
+  // WGRAD k loop, pipelined as FPROP's 128x128 one: slice 0 of a block is folded while slice 1
+  // runs, slice 1 while the next block's slice 0 runs. The scales are per element (this thread's
+  // two A rows x its B columns) and live in the stage's scale copy, so a stage is released only
+  // after its second fold has read them.
   template <class Hook>
   DMOE_DEVICE static void mma_tile_wgrad(int32_t num_k_blocks, const Pipeline& pipe, PipelineState<kStages>& st,
                                          uint32_t smem, int wg, float (&acc)[kMmaPerWg][kAccPerMma], Hook& hook) {
+    static_assert(kSlices == 2, "two 64-column slices per 128x128 tile");
     const uint32_t lane = threadIdx.x % 32;
-    const uint32_t frag_row = ((threadIdx.x / 32) % 4) * 16 + lane / 4;
-    const uint32_t a_row = static_cast<uint32_t>(Base::tile_row(wg, 0)) + frag_row;
-    float scratch[kSliceAcc];
-    uint32_t a_frag[kBlockK / Operands::kK][4];
-    for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
-      pipe.consumer_wait(st);
-      const uint32_t scales = smem_scales(smem, st.stage);
-      const float sa_lo = ptx::ld_shared_f32(scales + a_row * 4);
-      const float sa_hi = ptx::ld_shared_f32(scales + (a_row + 8) * 4);
-      load_a_fragments(smem, st.stage, wg, a_frag);
-#pragma unroll
-      for (int s = 0; s < kSlices; ++s) {
-        issue_slice_rs(a_frag, smem, st.stage, s, scratch);
-        // B scales of this thread's columns 8 c + 2 (lane % 4) + {0, 1} of the slice.
-        float2 sb[kSliceN / 8];
-#pragma unroll
-        for (int c = 0; c < kSliceN / 8; ++c)
-          sb[c] = ptx::ld_shared_f32x2(scales + kBlockM * 4 + (s * kSliceN + 8 * c + 2 * (lane % 4)) * 4);
-        ptx::wgmma_wait<0>();
-        ptx::wgmma_fence_operands(scratch);
-        if (s == kSlices - 1) pipe.consumer_release(st.stage);  // fragments, data and scales all read
-#pragma unroll
-        for (int i = 0; i < kSliceAcc; ++i) {
-          const float sa = (i / 2) % 2 == 0 ? sa_lo : sa_hi;
-          const float sbv = i % 2 == 0 ? sb[i / 4].x : sb[i / 4].y;
-          acc[0][s * kSliceAcc + i] = fmaf(scratch[i], sa * sbv, acc[0][s * kSliceAcc + i]);
-        }
-      }
-      hook(kb);
+    const uint32_t a_row = static_cast<uint32_t>(Base::tile_row(wg, 0)) + ((threadIdx.x / 32) % 4) * 16 + lane / 4;
+    float s0[kSliceAcc], s1[kSliceAcc];
+    pipe.consumer_wait(st);
+    issue_slice(smem, st.stage, wg, 0, s0);
+    issue_slice(smem, st.stage, wg, 1, s1);
+    int32_t kb = 0;
+    for (; kb < num_k_blocks - 1; ++kb) {  // no branch around a wgmma (C7518)
+      const int stage = st.stage;
+      ptx::wgmma_wait<1>();  // slice 0 of block kb
+      ptx::wgmma_fence_operands(s0);
+      fold_wgrad(acc, s0, 0, smem_scales(smem, stage), a_row, lane);
       st.advance();
+      pipe.consumer_wait(st);
+      issue_slice(smem, st.stage, wg, 0, s0);
+      ptx::wgmma_wait<1>();  // slice 1 of block kb
+      ptx::wgmma_fence_operands(s1);
+      fold_wgrad(acc, s1, 1, smem_scales(smem, stage), a_row, lane);
+      pipe.consumer_release(stage);  // data and scales of block kb all read
+      hook(kb);
+      issue_slice(smem, st.stage, wg, 1, s1);
     }
+    ptx::wgmma_wait<1>();
+    ptx::wgmma_fence_operands(s0);
+    fold_wgrad(acc, s0, 0, smem_scales(smem, st.stage), a_row, lane);
+    ptx::wgmma_wait<0>();
+    ptx::wgmma_fence_operands(s1);
+    fold_wgrad(acc, s1, 1, smem_scales(smem, st.stage), a_row, lane);
+    pipe.consumer_release(st.stage);
+    hook(kb);
+    st.advance();
     ptx::wgmma_fence_operands(acc[0]);
+  }
+
+  // acc[slice s] += scratch * a_scale[row] * b_scale[column], from the stage's scale copy: A's at
+  // this thread's rows a_row and a_row + 8, B's at its columns 8 c + 2 (lane % 4) + {0, 1}.
+  DMOE_DEVICE static void fold_wgrad(float (&acc)[kMmaPerWg][kAccPerMma], const float (&scratch)[kSliceAcc], int s,
+                                     uint32_t scales, uint32_t a_row, uint32_t lane) {
+    const float sa_lo = ptx::ld_shared_f32(scales + a_row * 4);
+    const float sa_hi = ptx::ld_shared_f32(scales + (a_row + 8) * 4);
+#pragma unroll
+    for (int c = 0; c < kSliceN / 8; ++c) {
+      const float2 sb = ptx::ld_shared_f32x2(scales + (kBlockM + s * kSliceN + 8 * c + 2 * (lane % 4)) * 4);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = 4 * c + j;
+        const float scale = (j / 2 == 0 ? sa_lo : sa_hi) * (j % 2 == 0 ? sb.x : sb.y);
+        acc[0][s * kSliceAcc + i] = fmaf(scratch[i], scale, acc[0][s * kSliceAcc + i]);
+      }
+    }
   }
 
  private:
