@@ -29,10 +29,12 @@
 // up to 30% between identical kernels timed a minute apart).
 // --ops a,b: only these ops (names as printed: w13_fprop, w13_fprop_noh1, w2_fprop, w13_gather,
 // w2_scatter, w13_dgrad, w2_dgrad, w13_wgrad, w2_wgrad, w13_wgrad_fp32, w2_wgrad_fp32,
-// w13_fprop_fp8, w2_fprop_fp8, w13_dgrad_fp8, w2_dgrad_fp8, w13_wgrad_fp8, w2_wgrad_fp8; WGRAD: the
-// pick only, FP32 output, tokens padded to 128 per expert, target >= 1.3x). The FP8 ops ("fp8" lines)
-// time every compiled FP8 configuration against our BF16 kernel's pick of the same op on the same
-// rows, interleaved over --rounds, and print the ratio x bf16 (target >= 1.6) and x cuBLAS dense BF16.
+// w13_fprop_fp8, w2_fprop_fp8, w13_dgrad_fp8, w2_dgrad_fp8, w13_wgrad_fp8, w2_wgrad_fp8, w13_fprop_mxfp8,
+// w2_fprop_mxfp8; FP8 WGRAD: the pick only, FP32 output, tokens padded to 128 per expert, target
+// >= 1.3x). The FP8 and MXFP8 FPROP / DGRAD ops ("fp8" lines) time every compiled configuration of
+// their format against our BF16 kernel's pick of the same op on the same rows, interleaved over
+// --rounds, and print the ratio x bf16 (target: FP8 blockwise >= 1.6, MXFP8 >= 0.95) and x cuBLAS
+// dense BF16.
 // --sustain-ms MS: before timing any call (ours, cuBLAS, the HBM copy), run it MS milliseconds
 // untimed, so that every measurement starts from the same power-limited state; the torch peer
 // (bench/grouped_mm_peer.py) takes the same flag. Without it, the first calls after a pause run at
@@ -168,10 +170,17 @@ __global__ void identity_rows_kernel(const void** rows, const char* base, int64_
 struct Buffer {
   void* p = nullptr;
   size_t bytes = 0;
+  Buffer() = default;
   explicit Buffer(size_t n) : bytes(n) { BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(n, 16))); }
   ~Buffer() { cudaFree(p); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr, o.bytes = 0; }
+  Buffer& operator=(Buffer&& o) noexcept {
+    std::swap(p, o.p);
+    std::swap(bytes, o.bytes);
+    return *this;
+  }
   void fill(uint32_t seed, float scale) {
     fill_bf16_kernel<<<1024, 256>>>(static_cast<uint16_t*>(p), bytes / 2, seed, scale);
     BENCH_CUDA(cudaGetLastError());
@@ -561,7 +570,8 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   // 128x128 blocks with the transposed copies DGRAD reads). Every compiled FP8 configuration and the
   // BF16 pick are timed in interleaved rounds (--rounds). DGRAD's picks and configurations come
   // from the library as for any op (they are the FPROP kernels', n and k swapped).
-  if (want("w13_fprop_fp8") || want("w2_fprop_fp8") || want("w13_dgrad_fp8") || want("w2_dgrad_fp8")) {
+  if (want("w13_fprop_fp8") || want("w2_fprop_fp8") || want("w13_dgrad_fp8") || want("w2_dgrad_fp8") ||
+      want("w13_fprop_mxfp8") || want("w2_fprop_mxfp8")) {
     const int64_t ld = (M + 3) / 4 * 4;
     Buffer xq(static_cast<size_t>(M * D)), xs(static_cast<size_t>(D / 128 * ld) * 4),
         h2q(static_cast<size_t>(M * F)), h2s(static_cast<size_t>(F / 128 * ld) * 4),
@@ -602,6 +612,8 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       std::function<void(const GroupedGemmConfig*)> bf16, fp8;
       int64_t n, k;  // the weight's [n, k], as the op's arguments name them
       OperandFormat b = kFp8BlockwiseWeight;  // DGRAD: the transposed copy
+      OperandFormat a = kFp8BlockwiseRows;
+      double target = 1.6;  // x our BF16 kernel (FP8 blockwise: issue #27; MXFP8: issue #25)
     };
     W13FpropArgs f13 = w13a;
     f13.common = fp8_common(2 * F, D, xs, w13s);
@@ -655,7 +667,63 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
          },
          D, F, kFp8BlockwiseWeightT},
     };
-    for (const Fp8Op& op : fp8_ops) {
+    // MXFP8 (per-32 promotion): x and h2 in 1x32 rows, W13 and W2 in 32x32 tiles.
+    std::vector<Fp8Op> ops = fp8_ops;
+    Buffer mxq, mxs, mh2q, mh2s, mw13q, mw13s, mw13d, mw2q, mw2s, mw2d;
+    W13FpropArgs m13 = w13a;
+    FpropArgs m2 = w2a;
+    if (want("w13_fprop_mxfp8") || want("w2_fprop_mxfp8")) {
+      auto rows = [&](const Buffer& src, int64_t cols, Buffer& q, Buffer& sc) {
+        q = Buffer(static_cast<size_t>(M * cols));
+        sc = Buffer(static_cast<size_t>(M * (cols / 32)));
+        quant::mxfp8_quantize_rows(quant::Bf16Matrix{src.p, M, cols, cols},
+                                   quant::Mxfp8Out{static_cast<uint8_t*>(q.p), cols, static_cast<uint8_t*>(sc.p),
+                                                   cols / 32, 1},
+                                   nullptr);
+      };
+      auto tiles = [&](const Buffer& src, int64_t n, int64_t k, Buffer& q, Buffer& sc, Buffer& dg) {
+        q = Buffer(static_cast<size_t>(E * n * k));
+        sc = Buffer(static_cast<size_t>(E * n * (k / 32)));
+        dg = Buffer(static_cast<size_t>(E * k * (n / 32)));
+        quant::mxfp8_quantize_weight_tiles(src.p, E, n, k, static_cast<uint8_t*>(q.p), static_cast<uint8_t*>(sc.p),
+                                           static_cast<uint8_t*>(dg.p), nullptr);
+      };
+      rows(x, D, mxq, mxs);
+      rows(h2, F, mh2q, mh2s);
+      tiles(w13, 2 * F, D, mw13q, mw13s, mw13d);
+      tiles(w2, D, F, mw2q, mw2s, mw2d);
+      BENCH_CUDA(cudaDeviceSynchronize());
+      auto mx_common = [&](int64_t n, int64_t k, const Buffer& as, const Buffer& bs) {
+        GroupedGemmCommon c = common(n, k);
+        c.a_format = kMxfp8Rows;
+        c.b_format = kMxfp8Weight;
+        c.scales = OperandScales{as.p, k / 32, bs.p};
+        return c;
+      };
+      m13.common = mx_common(2 * F, D, mxs, mw13s);
+      m13.a = mxq.p;
+      m13.w13 = mw13q.p;
+      m13.a_offset = nullptr;
+      m2.common = mx_common(D, F, mh2s, mw2s);
+      m2.a = mh2q.p;
+      m2.w = mw2q.p;
+      m2.a_offset = nullptr;
+      ops.push_back({"w13_fprop_mxfp8", GroupedGemmOp::kFpropSwiglu, w13_flops, cb13, run_w13,
+                     [&](const GroupedGemmConfig* cfg) {
+                       W13FpropArgs a = m13;
+                       a.common.config = cfg;
+                       grouped_gemm_w13_fprop(a, nullptr);
+                     },
+                     2 * F, D, kMxfp8Weight, kMxfp8Rows, 0.95});
+      ops.push_back({"w2_fprop_mxfp8", GroupedGemmOp::kFprop, w2_flops, cb2, run_w2,
+                     [&](const GroupedGemmConfig* cfg) {
+                       FpropArgs a = m2;
+                       a.common.config = cfg;
+                       grouped_gemm_fprop(a, nullptr);
+                     },
+                     D, F, kMxfp8Weight, kMxfp8Rows, 0.95});
+    }
+    for (const Fp8Op& op : ops) {
       if (!want(op.name)) continue;
       GroupedGemmProblem p;
       p.op = op.op;
@@ -663,14 +731,14 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       p.n = op.n;
       p.k = op.k;
       p.e_local = E;
-      p.a_format = kFp8BlockwiseRows;
+      p.a_format = op.a;
       p.b_format = op.b;
       int dev = 0, sms = 0;
       BENCH_CUDA(cudaGetDevice(&dev));
       BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
       const std::string pick = select_grouped_gemm_config(p, sms).name();
       const std::vector<GroupedGemmConfig> all =
-          grouped_gemm_configs(op.op, DType::kBFloat16, false, kFp8BlockwiseRows, op.b);
+          grouped_gemm_configs(op.op, DType::kBFloat16, false, op.a, op.b);
       // Slot 0: our BF16 kernel (heuristic pick); slot 1: the FP8 pick; then every FP8 configuration.
       std::vector<std::function<void()>> runs = {[&] { op.bf16(nullptr); }, [&] { op.fp8(nullptr); }};
       std::vector<std::string> names = {"bf16 pick", pick + " (pick)"};
@@ -688,9 +756,11 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       }
       for (size_t i = 1; i < runs.size(); ++i) {
         const double tf = op.flops / (ms[i] * 1e9), x_bf16 = ms[0] / ms[i];
-        std::printf("fp8 %-13s %-8s %-14s %-30s %8.3f ms %7.1f TFLOP/s  bf16 %8.3f ms  x bf16 %.2f  %s  x cuBLAS bf16 %.2f\n",
+        char verdict[32];
+        std::snprintf(verdict, sizeof verdict, "%s(>=%.2g)", x_bf16 >= op.target ? "MET" : "MISSED", op.target);
+        std::printf("fp8 %-13s %-8s %-15s %-30s %8.3f ms %7.1f TFLOP/s  bf16 %8.3f ms  x bf16 %.2f  %s  x cuBLAS bf16 %.2f\n",
                     name.c_str(), routing.c_str(), op.name.c_str(), names[i].c_str(), ms[i], tf, ms[0], x_bf16,
-                    x_bf16 >= 1.6 ? "MET(>=1.6)" : "MISSED(>=1.6)", tf / op.cublas_tf);
+                    verdict, tf / op.cublas_tf);
         if (g_csv)
           std::fprintf(g_csv, "%s,%s,%s,%s,%s,%.5f,%.2f,%.2f,%.1f,%.1f,%.5f,%.2f\n", name.c_str(), routing.c_str(),
                        op.name.c_str(), i == 1 ? "fp8" : "fp8_sweep", names[i].c_str(), ms[i], tf, op.cublas_tf, 0.0,

@@ -96,9 +96,9 @@ struct ScatterArgs {
 // tables in shared memory like BF16's 128x256 TMA-store kernels, with no padded fallback: about
 // 200 local experts at most (a larger e_local is an argument error naming the bytes).
 struct OperandScales {
-  const float* a = nullptr;
+  const void* a = nullptr;  // FP32 (FP8 blockwise) or E8M0 bytes (MXFP8), as the format says
   int64_t a_ld = 0;
-  const float* b = nullptr;
+  const void* b = nullptr;
 };
 
 // Fields every call has.

@@ -20,9 +20,10 @@ enum class GroupedGemmOp {
 const char* to_string(GroupedGemmOp op);
 
 // How an operand's values are scaled, per block of consecutive elements along K (rows x columns of
-// the block in the operand's [rows, K] view). kNone (BF16) and FP8 blockwise (kFp8BlockwiseRows x
-// kFp8BlockwiseWeight for FPROP and W13 FPROP, x kFp8BlockwiseWeightT for DGRAD) have kernels;
-// MXFP8 and NVFP4 GEMMs are still to come (docs/formats.md).
+// the block in the operand's [rows, K] view). kNone (BF16), FP8 blockwise (kFp8BlockwiseRows x
+// kFp8BlockwiseWeight for FPROP and W13 FPROP, x kFp8BlockwiseWeightT for DGRAD, kFp8BlockwiseRowsT
+// for WGRAD) and MXFP8 (kMxfp8Rows x kMxfp8Weight, FPROP and W13 FPROP) have kernels; MXFP8 DGRAD /
+// WGRAD and NVFP4 GEMMs are still to come (docs/formats.md).
 enum class ScaleKind {
   kNone,
   kE8M0_1x32,             // MXFP8 activations: one E8M0 power of two per 1 x 32
@@ -62,6 +63,11 @@ inline constexpr OperandFormat kFp8BlockwiseWeight{DType::kFloat8E4M3, ScaleKind
 // DGRAD reads, since E4M3 wgmma takes K-major operands only (the contraction runs over n).
 inline constexpr OperandFormat kFp8BlockwiseWeightT{DType::kFloat8E4M3, ScaleKind::kFP32_128x128,
                                                     OperandLayout::kColumnMajor};
+// The MXFP8 operands (docs/formats.md "GPU layouts"): E4M3 rows with one E8M0 per 1 x 32 (scales
+// [rows, K/32]), and training weights as 32 x 32 tiles read through their FPROP scale view
+// [E * N, K/32] (what mxfp8_quantize_weight_tiles / prepare_block_scaled_weight write).
+inline constexpr OperandFormat kMxfp8Rows{DType::kFloat8E4M3, ScaleKind::kE8M0_1x32, OperandLayout::kRowMajor};
+inline constexpr OperandFormat kMxfp8Weight{DType::kFloat8E4M3, ScaleKind::kE8M0_32x32, OperandLayout::kRowMajor};
 // Row buffers given transposed, [features, tokens] with 1 x 128 blocks along tokens (the
 // quantizers' WGRAD columns; scales [tokens / 128, features]): both operands of FP8 WGRAD.
 inline constexpr OperandFormat kFp8BlockwiseRowsT{DType::kFloat8E4M3, ScaleKind::kFP32_1x128,

@@ -204,6 +204,10 @@ GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
   return tile(128, 256, 4, p, sms, false, true);
 }
 
+// MXFP8 (FPROP and W13 FPROP, per-32 promotion): the one compiled tile, 128x128 with six stages
+// (its two scratch buffers leave no registers for 128x256's accumulators).
+GroupedGemmConfig select_mxfp8(const GroupedGemmProblem& p, int sms) { return tile(128, 128, 6, p, sms, false, true); }
+
 }  // namespace
 
 const char* to_string(GroupedGemmOp op) {
@@ -272,6 +276,7 @@ namespace {
 
 GroupedGemmConfig select_default(const GroupedGemmProblem& p, int device_num_sms) {
   if (p.a_format == kFp8BlockwiseRows || p.a_format == kFp8BlockwiseRowsT) return select_fp8_blockwise(p, device_num_sms);
+  if (p.a_format == kMxfp8Rows) return select_mxfp8(p, device_num_sms);
   switch (p.op) {
     case GroupedGemmOp::kFprop: return select_fprop(p, device_num_sms);
     case GroupedGemmOp::kFpropSwiglu: return select_fprop_swiglu(p, device_num_sms);

@@ -184,6 +184,18 @@ void check_scales(const GroupedGemmCommon& c, const char* op) {
   const OperandScales& s = c.scales;
   if (c.a_format.scale == ScaleKind::kNone) {
     DMOE_CHECK_ARG(s.a == nullptr, op, ": scales.a is set but A (", c.a_format.name(), ") has no block scales");
+  } else if (c.a_format == kMxfp8Rows) {
+    // E8M0 bytes: A [m_capacity, k/32] (a_ld = k/32), B the weight's FPROP view [e_local * n, k/32];
+    // the kernels read four codes (one 128-deep k block) as one 32-bit word.
+    DMOE_CHECK_ARG(s.a != nullptr && s.b != nullptr, op, ": A and B (", c.a_format.name(), ", ", c.b_format.name(),
+                   ") need their E8M0 scales in scales.a and scales.b");
+    DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(s.a) % 16 == 0 && reinterpret_cast<uintptr_t>(s.b) % 16 == 0, op,
+                   ": scales.a and scales.b must be 16-byte aligned");
+    DMOE_CHECK_ARG(s.a_ld == c.k / 32, op, ": scales.a_ld must be k/32 = ", c.k / 32,
+                   " (the A scale grid is [m_capacity, k/32] bytes), got ", s.a_ld);
+    DMOE_CHECK_ARG(c.m_capacity * (c.k / 32) <= kInt32Max && c.e_local * c.n * (c.k / 32) <= kInt32Max, op,
+                   ": the scale grids exceed 2^31 bytes (the kernels index them in int32)");
+    return;
   } else if (c.a_format == kFp8BlockwiseRowsT) {
     // WGRAD's transposed columns: A scales [m_capacity / 128, n], B scales [m_capacity / 128, k].
     DMOE_CHECK_ARG(s.a != nullptr && s.b != nullptr, op, ": A and B (", c.a_format.name(),

@@ -15,6 +15,7 @@
 #include "dist_moe/check.h"
 #include "dist_moe/device/gemm/kernel.cuh"
 #include "dist_moe/device/gemm/mainloop_fp8_blockwise.cuh"
+#include "dist_moe/device/gemm/mainloop_mxfp8.cuh"
 #include "gemm/grouped_gemm_launch.h"
 
 namespace dist_moe::gemm {
@@ -228,12 +229,17 @@ template <size_t I>
 inline constexpr bool kSpecFp8Blockwise = (kSpec<I>.a == kFp8BlockwiseRows && kSpec<I>.b == kFp8BlockwiseWeight) ||
                                           (kSpec<I>.a == kFp8BlockwiseRowsT && kSpec<I>.b == kFp8BlockwiseRowsT);
 
-// The operand type of an entry's wgmma: BF16 without scales, or the FP8-blockwise pair.
+// Whether entry I is an MXFP8 kernel (its mainloop promotes per 32 of K).
+template <size_t I>
+inline constexpr bool kSpecMxfp8 = kSpec<I>.a == kMxfp8Rows && kSpec<I>.b == kMxfp8Weight;
+
+// The operand type of an entry's wgmma: BF16 without scales, or an E4M3 pair.
 template <size_t I>
 struct SpecOperands {
-  static_assert((kSpec<I>.a == OperandFormat{} && kSpec<I>.b == OperandFormat{}) || kSpecFp8Blockwise<I>,
-                "only BF16 operands without scales and FP8-blockwise operands have a mainloop");
-  using type = std::conditional_t<kSpecFp8Blockwise<I>, ptx::WgmmaTypeE4m3, ptx::WgmmaTypeBf16>;
+  static_assert((kSpec<I>.a == OperandFormat{} && kSpec<I>.b == OperandFormat{}) || kSpecFp8Blockwise<I> ||
+                    kSpecMxfp8<I>,
+                "only BF16 operands without scales, FP8-blockwise and MXFP8 operands have a mainloop");
+  using type = std::conditional_t<kSpecFp8Blockwise<I> || kSpecMxfp8<I>, ptx::WgmmaTypeE4m3, ptx::WgmmaTypeBf16>;
 };
 
 template <size_t I>
@@ -244,8 +250,10 @@ using SpecMainloopConfig = gemm::MainloopConfig<
     kSpec<I>.cluster_m, typename SpecOperands<I>::type>;
 
 template <size_t I>
-using SpecMainloop = std::conditional_t<kSpecFp8Blockwise<I>, gemm::Sm90Fp8BlockwiseMainloop<SpecMainloopConfig<I>>,
-                                        gemm::Sm90Mainloop<SpecMainloopConfig<I>>>;
+using SpecMainloop = std::conditional_t<
+    kSpecMxfp8<I>, gemm::Sm90Mxfp8Mainloop<SpecMainloopConfig<I>>,
+    std::conditional_t<kSpecFp8Blockwise<I>, gemm::Sm90Fp8BlockwiseMainloop<SpecMainloopConfig<I>>,
+                       gemm::Sm90Mainloop<SpecMainloopConfig<I>>>>;
 
 template <GemmWriter kWriter>
 struct WriterOf;

@@ -70,6 +70,12 @@ struct GemmKernelSpec {
     s.b = kFp8BlockwiseWeight;
     return s;
   }
+  constexpr GemmKernelSpec mxfp8() const {  // E4M3 operands, 1x32 / 32x32 E8M0 scales
+    GemmKernelSpec s = *this;
+    s.a = kMxfp8Rows;
+    s.b = kMxfp8Weight;
+    return s;
+  }
   constexpr GemmKernelSpec fp8_blockwise_cols() const {  // WGRAD: both operands transposed E4M3 columns
     GemmKernelSpec s = *this;
     s.a = kFp8BlockwiseRowsT;
@@ -177,6 +183,10 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     // stages to leave room for the stages' scale copies). grouped_gemm_sm90_wgrad.cu.
     wgrad_kernel(128, 128, 5).tma().fp8_blockwise_cols(),
     wgrad_kernel(128, 128, 5).fp32_out().tma().fp8_blockwise_cols(),
+    // MXFP8 FPROP with per-32 promotion (device/gemm/mainloop_mxfp8.cuh): 128x128, the FP8-blockwise
+    // stages. grouped_gemm_sm90_fprop.cu / _w13.cu.
+    fprop_kernel(128, 128, 6).tma().mxfp8(),
+    w13_kernel(128, 128, 6).tma().mxfp8(),
 };
 inline constexpr size_t kNumGemmKernels = sizeof(kGemmKernelSpecs) / sizeof(kGemmKernelSpecs[0]);
 
@@ -215,9 +225,9 @@ struct GemmLaunch {
   int32_t* ready = nullptr;
   // Block scales (FP8 blockwise; grouped_gemm.h OperandScales): A's [k_blocks, a_scale_ld] FP32,
   // B's [e_local * n / 128, k / 128] FP32.
-  const float* a_scales = nullptr;
+  const void* a_scales = nullptr;
   int64_t a_scale_ld = 0;
-  const float* b_scales = nullptr;
+  const void* b_scales = nullptr;
   gemm::EpilogueParams epilogue;  // filled by the caller except the tile-independent fields
   bool tiles_for_empty_experts = false;  // WGRAD overwrite
   int num_sms = 0;

@@ -1,5 +1,5 @@
-// The FP8-blockwise grouped GEMMs (device/gemm/mainloop_fp8_blockwise.cuh) against the host
-// reference on the operands they read: A rows and weights are quantized on the GPU (the quantizers
+// The E4M3 grouped GEMMs -- FP8 blockwise (device/gemm/mainloop_fp8_blockwise.cuh) and MXFP8
+// (mainloop_mxfp8.cuh) -- against the host reference on the operands they read: A rows and weights are quantized on the GPU (the quantizers
 // are bitwise equal to the oracle: test_quantize.cu), downloaded, dequantized exactly on the host
 // (E4M3 value x FP32 scale, in double) and multiplied with double sums rounded once to FP32, then
 // BF16 -- the GPU's only freedom is the order and precision of its FP32 accumulation. Rows get
@@ -106,6 +106,93 @@ Fp8Weight quantize_weight(const HostBf16& w, int64_t E, int64_t N, int64_t K) {
   return o;
 }
 
+// The MXFP8 operands: A rows [cap, C] in 1x32 blocks (E8M0 scales [cap, C/32]) and W [E, N, K] in
+// 32x32 tiles (one qdata; the FPROP scale view [E*N, K/32] the GEMM reads), quantized on the GPU
+// and dequantized on the host (exact in FP32: E4M3 value x 2^(e - 127)).
+struct Mxfp8Rows {
+  DeviceBuffer<uint8_t> q, s;
+  std::vector<float> vals;
+};
+struct Mxfp8Weight {
+  DeviceBuffer<uint8_t> q, s, s_dgrad;
+  std::vector<float> vals;
+};
+
+Mxfp8Rows mxfp8_rows(const HostBf16& a, int64_t cap, int64_t C) {
+  Mxfp8Rows o;
+  DeviceBuffer<uint16_t> d_a(a.bits);
+  o.q = DeviceBuffer<uint8_t>(static_cast<size_t>(cap * C));
+  o.s = DeviceBuffer<uint8_t>(static_cast<size_t>(cap * (C / 32)));
+  quant::mxfp8_quantize_rows(quant::Bf16Matrix{d_a.get(), cap, C, C}, quant::Mxfp8Out{o.q.get(), C, o.s.get(), C / 32, 1},
+                             nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint8_t> q = o.q.download(), sc = o.s.download();
+  o.vals.resize(q.size());
+  for (int64_t r = 0; r < cap; ++r)
+    for (int64_t c = 0; c < C; ++c)
+      o.vals[r * C + c] = numeric::mxfp8_dequantize_value(q[r * C + c], sc[r * (C / 32) + c / 32]);
+  return o;
+}
+
+Mxfp8Weight mxfp8_weight(const HostBf16& w, int64_t E, int64_t N, int64_t K) {
+  Mxfp8Weight o;
+  DeviceBuffer<uint16_t> d_w(w.bits);
+  o.q = DeviceBuffer<uint8_t>(static_cast<size_t>(E * N * K));
+  o.s = DeviceBuffer<uint8_t>(static_cast<size_t>(E * N * (K / 32)));
+  o.s_dgrad = DeviceBuffer<uint8_t>(static_cast<size_t>(E * K * (N / 32)));
+  quant::mxfp8_quantize_weight_tiles(d_w.get(), E, N, K, o.q.get(), o.s.get(), o.s_dgrad.get(), nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint8_t> q = o.q.download(), sc = o.s.download();
+  o.vals.resize(q.size());
+  for (int64_t r = 0; r < E * N; ++r)
+    for (int64_t c = 0; c < K; ++c) o.vals[r * K + c] = numeric::mxfp8_dequantize_value(q[r * K + c], sc[r * (K / 32) + c / 32]);
+  return o;
+}
+
+// The FPROP operands of one case in either recipe, with their dequantized values; fill() sets a
+// call's formats and scales.
+enum class Recipe { kFp8Blockwise, kMxfp8 };
+const char* recipe_name(Recipe r) { return r == Recipe::kMxfp8 ? "mxfp8" : "fp8"; }
+
+struct FpropOperands {
+  Recipe recipe = Recipe::kFp8Blockwise;
+  Fp8Rows a;
+  Fp8Weight w;
+  Mxfp8Rows mx_a;
+  Mxfp8Weight mx_w;
+  const void* a_q() const { return recipe == Recipe::kMxfp8 ? mx_a.q.get() : a.q.get(); }
+  const void* w_q() const { return recipe == Recipe::kMxfp8 ? mx_w.q.get() : w.q.get(); }
+  const std::vector<float>& a_vals() const { return recipe == Recipe::kMxfp8 ? mx_a.vals : a.vals; }
+  const std::vector<float>& w_vals() const { return recipe == Recipe::kMxfp8 ? mx_w.vals : w.vals; }
+  void fill(GroupedGemmCommon& c) const {
+    if (recipe == Recipe::kMxfp8) {
+      c.a_format = kMxfp8Rows;
+      c.b_format = kMxfp8Weight;
+      c.scales = OperandScales{mx_a.s.get(), c.k / 32, mx_w.s.get()};
+    } else {
+      c.a_format = kFp8BlockwiseRows;
+      c.b_format = kFp8BlockwiseWeight;
+      c.scales = OperandScales{a.s.get(), a.ld, w.s.get()};
+    }
+  }
+};
+
+// Rows get per-row magnitudes, weights per-128-row-block ones (spread_bf16).
+FpropOperands fprop_operands(Recipe r, int64_t E, int64_t N, int64_t K, int64_t cap, std::mt19937& rng) {
+  FpropOperands o;
+  o.recipe = r;
+  const HostBf16 a = spread_bf16(cap, K, 1, 1.0f, rng);
+  const HostBf16 w = spread_bf16(E * N, K, 128, 1.0f / std::sqrt(float(K)), rng);
+  if (r == Recipe::kMxfp8) {
+    o.mx_a = mxfp8_rows(a, cap, K);
+    o.mx_w = mxfp8_weight(w, E, N, K);
+  } else {
+    o.a = quantize_rows(a, cap, K);
+    o.w = quantize_weight(w, E, N, K);
+  }
+  return o;
+}
+
 // E4M3 x FP32-scale products are exact in FP32 while they stay in range; with these magnitudes
 // (|x| <= 64) they do, so the float copies above are the exact dequantized values.
 
@@ -184,9 +271,10 @@ std::vector<GemmParam> fp8_params(GroupedGemmOp op) {
   return v;
 }
 
-// The call's common fields; `w_scales` is the weight (or its transposed copy's) scale grid.
-GroupedGemmCommon fp8_common(const DeviceBuffer<int32_t>& counts, const Fp8Case& cs, int64_t cap, const Fp8Rows& a,
-                             const DeviceBuffer<float>& w_scales, const GroupedGemmConfig* cfg) {
+// The call's sizes and configuration (formats and scales: FpropOperands::fill or the overload
+// below).
+GroupedGemmCommon fp8_common(const DeviceBuffer<int32_t>& counts, const Fp8Case& cs, int64_t cap,
+                             const GroupedGemmConfig* cfg) {
   GroupedGemmCommon c;
   c.counts = counts.get();
   c.e_local = cs.e_local;
@@ -194,11 +282,15 @@ GroupedGemmCommon fp8_common(const DeviceBuffer<int32_t>& counts, const Fp8Case&
   c.n = cs.n;
   c.k = cs.k;
   c.config = cfg;
+  return c;
+}
+// FP8 blockwise; `w_scales` is the weight (or its transposed copy's) scale grid.
+GroupedGemmCommon fp8_common(const DeviceBuffer<int32_t>& counts, const Fp8Case& cs, int64_t cap, const Fp8Rows& a,
+                             const DeviceBuffer<float>& w_scales, const GroupedGemmConfig* cfg) {
+  GroupedGemmCommon c = fp8_common(counts, cs, cap, cfg);
   c.a_format = kFp8BlockwiseRows;
   c.b_format = kFp8BlockwiseWeight;
-  c.scales.a = a.s.get();
-  c.scales.a_ld = a.ld;
-  c.scales.b = w_scales.get();
+  c.scales = OperandScales{a.s.get(), a.ld, w_scales.get()};
   return c;
 }
 
@@ -209,61 +301,60 @@ void expect_rows_untouched(const std::string& what, const std::vector<uint16_t>&
   EXPECT_EQ(touched, 0) << what << ": values written past sum(counts)";
 }
 
-void run_fp8_fprop(const Fp8Case& cs, const GroupedGemmConfig* cfg) {
+void run_fp8_fprop(const Fp8Case& cs, const GroupedGemmConfig* cfg, Recipe recipe = Recipe::kFp8Blockwise) {
   std::mt19937 rng(cs.seed);
   const std::vector<int32_t> counts = fp8_counts(cs.e_local, cs.max_rows, rng);
   const int64_t M = total_rows(counts), cap = M + kSlack;
-  std::printf("fp8 fprop E=%lld n=%lld k=%lld rows=%lld (%s)\n", static_cast<long long>(cs.e_local),
+  std::printf("%s fprop E=%lld n=%lld k=%lld rows=%lld (%s)\n", recipe_name(recipe), static_cast<long long>(cs.e_local),
               static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(M),
               cfg ? cfg->name().c_str() : "heuristic pick");
-  const Fp8Rows a = quantize_rows(spread_bf16(cap, cs.k, 1, 1.0f, rng), cap, cs.k);
-  const Fp8Weight w = quantize_weight(spread_bf16(cs.e_local * cs.n, cs.k, 128, 1.0f / std::sqrt(float(cs.k)), rng),
-                                      cs.e_local, cs.n, cs.k);
-  const std::vector<float> ref = rounded_bf16(ref_fprop(a.vals, w.vals, counts, cs.n, cs.k));
-  const std::vector<float> sum_abs = ref_fprop(absolute(a.vals), absolute(w.vals), counts, cs.n, cs.k);
+  const FpropOperands ops = fprop_operands(recipe, cs.e_local, cs.n, cs.k, cap, rng);
+  const std::vector<float> ref = rounded_bf16(ref_fprop(ops.a_vals(), ops.w_vals(), counts, cs.n, cs.k));
+  const std::vector<float> sum_abs = ref_fprop(absolute(ops.a_vals()), absolute(ops.w_vals()), counts, cs.n, cs.k);
 
   DeviceBuffer<int32_t> d_counts(counts);
   DeviceBuffer<uint16_t> d_out(static_cast<size_t>(cap * cs.n));
   d_out.poison();
   FpropArgs args;
-  args.common = fp8_common(d_counts, cs, cap, a, w.s, cfg);
-  args.a = a.q.get();
-  args.w = w.q.get();
+  args.common = fp8_common(d_counts, cs, cap, cfg);
+  ops.fill(args.common);
+  args.a = ops.a_q();
+  args.w = ops.w_q();
   args.out = d_out.get();
   grouped_gemm_fprop(args, nullptr);
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<uint16_t> out = d_out.download();
-  expect_close_fp8("fp8 fprop out", [&](int64_t i) { return bf16_value(out, i); }, ref, sum_abs);
-  expect_rows_untouched("fp8 fprop out", out, M, cs.n);
+  const std::string what = std::string(recipe_name(recipe)) + " fprop out";
+  expect_close_fp8(what, [&](int64_t i) { return bf16_value(out, i); }, ref, sum_abs);
+  expect_rows_untouched(what, out, M, cs.n);
 }
 
 // W13: h1 against the reference GEMM (FP8 bound); h2 against SwiGLU of the h1 the GPU stored, so
 // the epilogue is checked on its own input rather than through the accumulation differences of h1.
-void run_fp8_w13(const Fp8Case& cs, bool clamped, const GroupedGemmConfig* cfg) {
+void run_fp8_w13(const Fp8Case& cs, bool clamped, const GroupedGemmConfig* cfg, Recipe recipe = Recipe::kFp8Blockwise) {
   std::mt19937 rng(cs.seed);
   const std::vector<int32_t> counts = fp8_counts(cs.e_local, cs.max_rows, rng);
   const int64_t M = total_rows(counts), cap = M + kSlack, F = cs.n / 2;
-  std::printf("fp8 w13 E=%lld 2F=%lld D=%lld rows=%lld %s (%s)\n", static_cast<long long>(cs.e_local),
+  std::printf("%s w13 E=%lld 2F=%lld D=%lld rows=%lld %s (%s)\n", recipe_name(recipe), static_cast<long long>(cs.e_local),
               static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(M),
               clamped ? "clamped" : "plain", cfg ? cfg->name().c_str() : "heuristic pick");
-  const Fp8Rows a = quantize_rows(spread_bf16(cap, cs.k, 1, 1.0f, rng), cap, cs.k);
-  const Fp8Weight w = quantize_weight(spread_bf16(cs.e_local * cs.n, cs.k, 128, 1.0f / std::sqrt(float(cs.k)), rng),
-                                      cs.e_local, cs.n, cs.k);
+  const FpropOperands ops = fprop_operands(recipe, cs.e_local, cs.n, cs.k, cap, rng);
   reference::SwigluParams act;
   act.activation = clamped ? Activation::kSwiGLUClamped : Activation::kSwiGLU;
   act.alpha = 1.702f;
   act.limit = 0.6f;  // small: clamping happens
-  const std::vector<float> ref_h1 = rounded_bf16(ref_fprop(a.vals, w.vals, counts, cs.n, cs.k));
-  const std::vector<float> sum_abs = ref_fprop(absolute(a.vals), absolute(w.vals), counts, cs.n, cs.k);
+  const std::vector<float> ref_h1 = rounded_bf16(ref_fprop(ops.a_vals(), ops.w_vals(), counts, cs.n, cs.k));
+  const std::vector<float> sum_abs = ref_fprop(absolute(ops.a_vals()), absolute(ops.w_vals()), counts, cs.n, cs.k);
 
   DeviceBuffer<int32_t> d_counts(counts);
   DeviceBuffer<uint16_t> d_h1(static_cast<size_t>(cap * cs.n)), d_h2(static_cast<size_t>(cap * F));
   d_h1.poison();
   d_h2.poison();
   W13FpropArgs args;
-  args.common = fp8_common(d_counts, cs, cap, a, w.s, cfg);
-  args.a = a.q.get();
-  args.w13 = w.q.get();
+  args.common = fp8_common(d_counts, cs, cap, cfg);
+  ops.fill(args.common);
+  args.a = ops.a_q();
+  args.w13 = ops.w_q();
   args.h1 = d_h1.get();
   args.h2 = d_h2.get();
   args.activation = act.activation;
@@ -272,13 +363,14 @@ void run_fp8_w13(const Fp8Case& cs, bool clamped, const GroupedGemmConfig* cfg) 
   grouped_gemm_w13_fprop(args, nullptr);
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<uint16_t> h1 = d_h1.download(), h2 = d_h2.download();
-  expect_close_fp8("fp8 w13 h1", [&](int64_t i) { return bf16_value(h1, i); }, ref_h1, sum_abs);
+  const std::string what = std::string(recipe_name(recipe)) + " w13";
+  expect_close_fp8(what + " h1", [&](int64_t i) { return bf16_value(h1, i); }, ref_h1, sum_abs);
   std::vector<float> gpu_h1(static_cast<size_t>(M * cs.n));
   for (int64_t i = 0; i < M * cs.n; ++i) gpu_h1[i] = static_cast<float>(bf16_value(h1, i));
-  expect_close("fp8 w13 h2 = swiglu(gpu h1)", [&](int64_t i) { return bf16_value(h2, i); },
+  expect_close(what + " h2 = swiglu(gpu h1)", [&](int64_t i) { return bf16_value(h2, i); },
                ref_swiglu_h2(gpu_h1, F, act));
-  expect_rows_untouched("fp8 w13 h1", h1, M, cs.n);
-  expect_rows_untouched("fp8 w13 h2", h2, M, F);
+  expect_rows_untouched(what + " h1", h1, M, cs.n);
+  expect_rows_untouched(what + " h2", h2, M, F);
 }
 
 // DGRAD: grad_a [cap, K] = grad_out [cap, N] . W[e] through the weight's transposed copy
@@ -613,6 +705,147 @@ TEST(GroupedGemmFp8, HeuristicPicksCompiledKernels) {
   run_fp8_w13({10, 512, 512, 300, 22u}, false, nullptr);
   run_fp8_dgrad({10, 512, 384, 300, 23u}, nullptr, false);
   run_fp8_wgrad({200, 0, 129}, 256, 256, 24u, DType::kFloat32, false, nullptr);
+}
+
+// ---- MXFP8 (per-32 promotion: device/gemm/mainloop_mxfp8.cuh) --------------------------------
+
+std::vector<GemmParam> mxfp8_params(GroupedGemmOp op) {
+  std::vector<GemmParam> v;
+  for (const GroupedGemmConfig& c : grouped_gemm_configs(op, DType::kBFloat16, false, kMxfp8Rows, kMxfp8Weight)) {
+    GemmParam p;
+    p.op = op;
+    p.a_format = kMxfp8Rows;
+    p.b_format = kMxfp8Weight;
+    p.config = c;
+    v.push_back(p);
+  }
+  return v;
+}
+class GroupedGemmMxfp8Fprop : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmMxfp8W13 : public ::testing::TestWithParam<GemmParam> {};
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmMxfp8Fprop, ::testing::ValuesIn(mxfp8_params(GroupedGemmOp::kFprop)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmMxfp8W13, ::testing::ValuesIn(mxfp8_params(GroupedGemmOp::kFpropSwiglu)),
+                         GemmParamName());
+
+TEST_P(GroupedGemmMxfp8Fprop, Ragged) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_fprop({10, 1024, 512, 300, 51u}, &GetParam().config, Recipe::kMxfp8);
+}
+TEST_P(GroupedGemmMxfp8Fprop, OddWidthLongK) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_fprop({9, 384, 2048, 260, 52u}, &GetParam().config, Recipe::kMxfp8);
+}
+TEST_P(GroupedGemmMxfp8W13, Plain) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_w13({10, 768, 1024, 300, 53u}, false, &GetParam().config, Recipe::kMxfp8);
+}
+TEST_P(GroupedGemmMxfp8W13, ClampedOddF) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_w13({9, 2 * 384, 512, 260, 54u}, true, &GetParam().config, Recipe::kMxfp8);
+}
+
+// MXFP8 FPROP bit for bit: integer E4M3 operands in [-4, 4] with E8M0 codes 125..129 (2^-2 .. 2^2;
+// the weight's per 32x32 tile), so every k32 sum is exact in the tensor cores and every scaled
+// FP32 sum (multiples of 2^-4 below 2^18) exact too: the output is the exact result rounded once
+// to BF16. One A block carries the NaN code 0xFF: its row must come out NaN in every column.
+TEST(GroupedGemmMxfp8, FpropExact) {
+  DMOE_REQUIRE_SM90();
+  const std::vector<int32_t> counts = {200, 0, 129, 1, 256};
+  const int64_t E = static_cast<int64_t>(counts.size()), N = 384, K = 512, M = total_rows(counts), cap = M + kSlack;
+  std::mt19937 rng(55u);
+  std::uniform_int_distribution<int> value(-4, 4), code(125, 129);
+  std::vector<uint8_t> a_q(static_cast<size_t>(cap * K)), a_s(static_cast<size_t>(cap * (K / 32)));
+  std::vector<uint8_t> w_q(static_cast<size_t>(E * N * K)), w_s(static_cast<size_t>(E * N * (K / 32)));
+  for (uint8_t& q : a_q) q = numeric::float_to_e4m3(static_cast<float>(value(rng)));
+  for (uint8_t& c : a_s) c = static_cast<uint8_t>(code(rng));
+  for (uint8_t& q : w_q) q = numeric::float_to_e4m3(static_cast<float>(value(rng)));
+  for (int64_t t = 0; t < E * N / 32; ++t)  // one code per 32x32 tile, on each of its rows
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const auto c = static_cast<uint8_t>(code(rng));
+      for (int64_t r = 32 * t; r < 32 * t + 32; ++r) w_s[r * (K / 32) + b] = c;
+    }
+  const int64_t nan_row = 7;
+  a_s[nan_row * (K / 32) + 5] = 0xFF;
+  std::vector<float> a_vals(a_q.size()), w_vals(w_q.size());
+  for (int64_t r = 0; r < cap; ++r)
+    for (int64_t c = 0; c < K; ++c)
+      a_vals[r * K + c] = numeric::mxfp8_dequantize_value(a_q[r * K + c], a_s[r * (K / 32) + c / 32]);
+  for (int64_t r = 0; r < E * N; ++r)
+    for (int64_t c = 0; c < K; ++c)
+      w_vals[r * K + c] = numeric::mxfp8_dequantize_value(w_q[r * K + c], w_s[r * (K / 32) + c / 32]);
+  const std::vector<float> ref = rounded_bf16(ref_fprop(a_vals, w_vals, counts, N, K));
+
+  DeviceBuffer<int32_t> d_counts(counts);
+  DeviceBuffer<uint8_t> d_aq(a_q), d_as(a_s), d_wq(w_q), d_ws(w_s);
+  DeviceBuffer<uint16_t> d_out(static_cast<size_t>(cap * N));
+  d_out.poison();
+  FpropArgs args;
+  args.common = fp8_common(d_counts, Fp8Case{E, N, K, 0, 0u}, cap, nullptr);
+  args.common.a_format = kMxfp8Rows;
+  args.common.b_format = kMxfp8Weight;
+  args.common.scales = OperandScales{d_as.get(), K / 32, d_ws.get()};
+  args.a = d_aq.get();
+  args.w = d_wq.get();
+  args.out = d_out.get();
+  grouped_gemm_fprop(args, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> out = d_out.download();
+  int64_t wrong = 0, nans = 0;
+  for (int64_t i = 0; i < M * N; ++i) {
+    const double g = bf16_value(out, i);
+    const bool nan_expected = i / N == nan_row;
+    nans += nan_expected && std::isnan(g);
+    const bool ok = nan_expected ? std::isnan(g) : g == static_cast<double>(ref[i]);
+    if (!ok && wrong++ < 5) ADD_FAILURE() << "mxfp8 exact: element " << i << " got " << g << " expected " << ref[i];
+  }
+  EXPECT_EQ(wrong, 0) << "mxfp8 exact: elements that differ from the exact result";
+  EXPECT_EQ(nans, N) << "mxfp8 exact: the NaN block's row";
+  expect_rows_untouched("mxfp8 exact", out, M, N);
+  std::printf("  mxfp8 fprop exact        n=%-9lld %lld differ %s\n", static_cast<long long>(M * N),
+              static_cast<long long>(wrong), wrong ? "FAIL" : "PASS");
+}
+
+TEST(GroupedGemmMxfp8, HeuristicPicksCompiledKernels) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_fprop({10, 1024, 512, 300, 56u}, nullptr, Recipe::kMxfp8);
+  run_fp8_w13({10, 512, 512, 300, 57u}, false, nullptr, Recipe::kMxfp8);
+}
+
+// What the MXFP8 kernels do not take: wrong scale strides and missing scales (argument errors),
+// and the ops they do not compile (DGRAD: E4M3 wgmma needs the weight transposed).
+TEST(GroupedGemmMxfp8, RejectsWhatItCannotDo) {
+  DMOE_REQUIRE_SM90();
+  DeviceBuffer<int32_t> counts(std::vector<int32_t>{4});
+  DeviceBuffer<uint8_t> a(128 * 128), w(128 * 128), s(128 * 4), out(2 * 128 * 128);
+  FpropArgs args;
+  args.common = fp8_common(counts, Fp8Case{1, 128, 128, 0, 0u}, 4, nullptr);
+  args.common.a_format = kMxfp8Rows;
+  args.common.b_format = kMxfp8Weight;
+  args.common.scales = OperandScales{s.get(), 4, s.get()};
+  args.a = a.get();
+  args.w = w.get();
+  args.out = out.get();
+  auto expect_error = [](const std::function<void()>& call, const std::string& fragment) {
+    try {
+      call();
+      ADD_FAILURE() << "expected an error containing '" << fragment << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  args.common.scales.a_ld = 8;
+  expect_error([&] { grouped_gemm_fprop(args, nullptr); }, "scales.a_ld must be k/32 = 4");
+  args.common.scales.a_ld = 4;
+  args.common.scales.b = nullptr;
+  expect_error([&] { grouped_gemm_fprop(args, nullptr); }, "need their E8M0 scales");
+  args.common.scales.b = s.get();
+  DgradArgs d;
+  d.common = args.common;
+  d.grad_out = a.get();
+  d.w = w.get();
+  d.grad_a = out.get();
+  expect_error([&] { grouped_gemm_dgrad(d, nullptr); }, "no grouped GEMM kernel for A=" + kMxfp8Rows.name());
 }
 
 // Missing or unneeded scales are argument errors, before any launch.

@@ -104,8 +104,8 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
         ptx::tma_load_2d(Base::smem_b(smem, st.stage), map_b, bar, r0, t.n_block * kBlockN);
         const int64_t block = first_block + kb;
         const uint32_t scales = smem_scales(smem, st.stage);
-        ptx::bulk_load_1d(scales, p.a_scales + block * p.a_scale_ld + t.m_block * kBlockM, kBlockM * 4, bar);
-        ptx::bulk_load_1d(scales + kBlockM * 4, p.b_scales + block * p.b_scale_ld + t.n_block * kBlockN, kBlockN * 4,
+        ptx::bulk_load_1d(scales, fp32(p.a_scales) + block * p.a_scale_ld + t.m_block * kBlockM, kBlockM * 4, bar);
+        ptx::bulk_load_1d(scales + kBlockM * 4, fp32(p.b_scales) + block * p.b_scale_ld + t.n_block * kBlockN, kBlockN * 4,
                           bar);
         st.advance();
       }
@@ -288,7 +288,10 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     }
   }
 
- private:
+ protected:
+  // The FP32 scale grids (MainloopParams holds the format's scale pointers untyped).
+  DMOE_DEVICE static const float* fp32(const void* scales) { return static_cast<const float*>(scales); }
+
   // Where this thread's scales are: element offsets of its two A rows (k block 0) and of its
   // B scale row per 64-column group (k block 0).
   struct ScaleRows {
@@ -301,10 +304,10 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   DMOE_DEVICE static Scales load_scales(const MainloopParams& p, const ScaleRows& rows, int32_t kb) {
     Scales sc;
     const int32_t a_off = kb * static_cast<int32_t>(p.a_scale_ld);
-    sc.lo = __ldg(p.a_scales + (a_off + rows.a_lo));
-    sc.hi = __ldg(p.a_scales + (a_off + rows.a_hi));
+    sc.lo = __ldg(fp32(p.a_scales) + (a_off + rows.a_lo));
+    sc.hi = __ldg(fp32(p.a_scales) + (a_off + rows.a_hi));
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g) sc.b[g] = __ldg(p.b_scales + (rows.b[g] + kb));
+    for (int g = 0; g < kGroups; ++g) sc.b[g] = __ldg(fp32(p.b_scales) + (rows.b[g] + kb));
     return sc;
   }
 

@@ -90,13 +90,14 @@ struct MainloopParams {
   const void* const* gather_rows = nullptr;  // [m_capacity] source row addresses; nullptr = zero row
   int32_t* ready = nullptr;                  // [M tiles] row chunks published per M tile
   int32_t gather_row_elems = 0;              // BF16 elements per row (the contraction K)
-  // Block scales (FP8 blockwise, mainloop_fp8_blockwise.cuh). FPROP: A's FP32 [K/128, a_scale_ld]
-  // (k-block-major; rows [0, a_scale_rows) exist), B's FP32 [E * N / 128, K / 128]. WGRAD: A's
-  // [tokens/128, a_scale_ld = N] and B's [tokens/128, b_scale_ld = K].
-  const float* a_scales = nullptr;
+  // Block scales, typed by the operand format. FP8 blockwise (mainloop_fp8_blockwise.cuh), FP32:
+  // FPROP A [K/128, a_scale_ld] (k-block-major; rows [0, a_scale_rows) exist), B [E * N / 128,
+  // K / 128]; WGRAD A [tokens/128, a_scale_ld = N], B [tokens/128, b_scale_ld = K]. MXFP8
+  // (mainloop_mxfp8.cuh), E8M0 bytes: A [a_scale_rows, a_scale_ld = K/32], B [E * N, K/32].
+  const void* a_scales = nullptr;
   int64_t a_scale_ld = 0;
   int32_t a_scale_rows = 0;
-  const float* b_scales = nullptr;
+  const void* b_scales = nullptr;
   int64_t b_scale_ld = 0;
 };
 

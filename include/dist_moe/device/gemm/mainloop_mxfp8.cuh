@@ -1,0 +1,205 @@
+// SM90 mainloop for MXFP8 operands (docs/formats.md "GPU layouts"): A = E4M3 rows with one E8M0
+// scale per 1 x 32 ([a_scale_rows, K/32], row-major), B = E4M3 weights [E, N, K] with one E8M0
+// scale per 32 x 32 tile, read through the FPROP view [E * N, K/32] (each tile's scale on each of
+// its 32 rows) -- so 1 x 32 inference weights, whose rows each have their own scales, are not
+// this kernel's operand.
+//
+// The scales change every 32 of K, so each k32 wgmma gets its own scratch accumulator and is
+// folded in by itself (per-32 promotion; upstream_kernels_and_formats.md §7.3 sizes it):
+//   acc += scratch * (a_scale[row, k32] * b_scale[column's 32-row group of W, k32])
+// A unit of work is one (k32 step, 64-column slice): one m64n64k32 wgmma and 32 FFMAs per thread
+// against four scale products (rows lo / hi x the slice's two 32-column groups). Units run through
+// two scratch buffers, one folded while the other's wgmma runs, as the FP8-blockwise 128x128 loop
+// does with whole k blocks. The stages, the producer and the slice descriptors are that
+// mainloop's (a stage holds one 128-deep E4M3 k block: four k32 steps); 128x128 tiles only (the
+// 128x256 accumulators leave no room for two scratch buffers).
+//
+// E8M0 to FP32: code e is 2^(e - 127); e = 0 is the FP32 subnormal 2^-127 and e = 255 is NaN
+// (a NaN block). Scale products are FP32 products, exact unless they fall below 2^-149 (two codes
+// summing below 105), where they flush to zero (docs/grouped_gemm.md).
+#pragma once
+
+#include <cstdint>
+
+#include "dist_moe/device/common/macros.cuh"
+#include "dist_moe/device/gemm/mainloop_fp8_blockwise.cuh"
+
+namespace dist_moe::gemm {
+
+template <class Config>
+struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
+  using Fp8 = Sm90Fp8BlockwiseMainloop<Config>;
+  using Base = typename Fp8::Base;
+  using typename Base::Pipeline;
+  using Base::kBlockK;
+  using Base::kBlockN;
+  using Base::kKind;
+  using Base::kMmaPerWg;
+  using Base::kAccPerMma;
+  using Base::kStages;
+  using Base::kSplit;
+  using Operands = typename Config::Operands;
+  using Fp8::kSliceN;
+  using Fp8::kSliceAcc;
+
+  static constexpr int kSteps = kBlockK / Operands::kK;  // k32 steps per stage: 4
+  static constexpr int kGroups = kBlockN / 32;           // 32-column groups of the tile: one B scale each
+  static_assert(kKind == GemmKind::kFprop && kBlockN == 128 && Fp8::kSlices == 2,
+                "MXFP8: FPROP kinds on 128x128 tiles (two 64-column slices)");
+  static_assert(kSteps == 4, "a stage's four E8M0 scales per row are one 32-bit word");
+
+#if defined(__CUDACC__)
+
+  // The interface of Sm90Mainloop::mma_tile (the hook runs after each k block is folded in).
+  template <class Hook = typename Base::NoHook>
+  DMOE_DEVICE static void mma_tile(const MainloopParams& p, const WorkTile& t, int32_t num_k_blocks,
+                                   int /*rows_in_last*/, const Pipeline& pipe, PipelineState<kStages>& st,
+                                   uint32_t smem, int wg, float (&acc)[kMmaPerWg][kAccPerMma], Hook&& hook = Hook{}) {
+#pragma unroll
+    for (int i = 0; i < kAccPerMma; ++i) acc[0][i] = 0.0f;
+    if (num_k_blocks == 0) return;
+    if (Base::active_blocks(t, wg) == 0) {
+      for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
+        pipe.consumer_wait(st);
+        pipe.consumer_release(st.stage);
+        hook(kb);
+        st.advance();
+      }
+      return;
+    }
+    const ScaleWords words = scale_words(p, t, wg, num_k_blocks);
+    // Scales two k blocks ahead of their wgmmas (an L2 round trip is longer than one k block).
+    const int32_t last_kb = num_k_blocks - 1;
+    Packed cur = load_packed(words, 0);
+    Packed ahead = load_packed(words, min(1, last_kb));
+    float s0[kSliceAcc], s1[kSliceAcc];
+    pipe.consumer_wait(st);
+    issue_unit(smem, st.stage, wg, 0, 0, s0);
+    issue_unit(smem, st.stage, wg, 1, 0, s1);
+    int32_t kb = 0;
+    // Every block but the last: its last step issues the next block's first units. No branch
+    // around a wgmma (a divergent-looking path makes ptxas serialize them, C7518).
+    for (; kb < last_kb; ++kb) {
+      const int stage = st.stage;
+      const Packed now = cur;
+      cur = ahead;
+      ahead = load_packed(words, min(kb + 2, last_kb));
+#pragma unroll
+      for (int j = 0; j < kSteps - 1; ++j) {
+        fold_unit(acc, s0, 0, j, now, /*pending=*/1);
+        issue_unit(smem, stage, wg, 0, j + 1, s0);
+        fold_unit(acc, s1, 1, j, now, 1);
+        issue_unit(smem, stage, wg, 1, j + 1, s1);
+      }
+      fold_unit(acc, s0, 0, kSteps - 1, now, 1);
+      st.advance();
+      pipe.consumer_wait(st);
+      issue_unit(smem, st.stage, wg, 0, 0, s0);
+      fold_unit(acc, s1, 1, kSteps - 1, now, 1);
+      pipe.consumer_release(stage);  // both slices of every step of block kb are done with the stage
+      hook(kb);
+      issue_unit(smem, st.stage, wg, 1, 0, s1);
+    }
+#pragma unroll
+    for (int j = 0; j < kSteps - 1; ++j) {
+      fold_unit(acc, s0, 0, j, cur, 1);
+      issue_unit(smem, st.stage, wg, 0, j + 1, s0);
+      fold_unit(acc, s1, 1, j, cur, 1);
+      issue_unit(smem, st.stage, wg, 1, j + 1, s1);
+    }
+    fold_unit(acc, s0, 0, kSteps - 1, cur, 1);
+    fold_unit(acc, s1, 1, kSteps - 1, cur, 0);
+    pipe.consumer_release(st.stage);
+    hook(kb);
+    st.advance();
+    ptx::wgmma_fence_operands(acc[0]);
+  }
+
+ private:
+  // Element offsets (bytes) of this thread's scale words at k block 0: its two A rows and the
+  // first row of each 32-column group of the tile in W's FPROP scale view. Word kb is 4 kb further.
+  struct ScaleWords {
+    const uint8_t* a;
+    const uint8_t* b;
+    int32_t a_lo, a_hi, b_row[kGroups];
+  };
+  // One k block's scales, four E8M0 codes (k32 steps 0..3, low byte first) per word.
+  struct Packed {
+    uint32_t lo, hi, b[kGroups];
+  };
+
+  DMOE_DEVICE static ScaleWords scale_words(const MainloopParams& p, const WorkTile& t, int wg, int32_t num_k_blocks) {
+    ScaleWords w;
+    w.a = static_cast<const uint8_t*>(p.a_scales);
+    w.b = static_cast<const uint8_t*>(p.b_scales);
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const int frag_row = static_cast<int>((threadIdx.x / 32) % 4) * 16 + lane / 4;
+    // Rows past the buffer (a tile's tail) read the last row's scales; their results are not stored.
+    const int32_t row0 = t.row_begin + t.m_block * Base::kBlockM + Base::tile_row(wg, 0) + frag_row;
+    const int32_t last_row = p.a_scale_rows - 1;
+    const int32_t ld_a = static_cast<int32_t>(p.a_scale_ld), ld_b = num_k_blocks * kSteps;  // K / 32
+    w.a_lo = min(row0, last_row) * ld_a;
+    w.a_hi = min(row0 + 8, last_row) * ld_a;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      int32_t w_row;
+      if constexpr (kSplit) {  // gate columns from rows [0, F), up columns from [F, 2F)
+        const int32_t half = g < kGroups / 2 ? 0 : p.split_offset;
+        w_row = half + t.n_block * (kBlockN / 2) + 32 * (g % (kGroups / 2));
+      } else {
+        w_row = min(t.n_block * kBlockN + 32 * g, p.weight_rows - 32);
+      }
+      w.b_row[g] = (t.expert * p.weight_rows + w_row) * ld_b;
+    }
+    return w;
+  }
+
+  DMOE_DEVICE static Packed load_packed(const ScaleWords& w, int32_t kb) {
+    Packed s;
+    s.lo = __ldg(reinterpret_cast<const uint32_t*>(w.a + w.a_lo + 4 * kb));
+    s.hi = __ldg(reinterpret_cast<const uint32_t*>(w.a + w.a_hi + 4 * kb));
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) s.b[g] = __ldg(reinterpret_cast<const uint32_t*>(w.b + w.b_row[g] + 4 * kb));
+    return s;
+  }
+
+  // 2^(e - 127) for the E8M0 code in byte `j` of `word`.
+  DMOE_DEVICE static float e8m0(uint32_t word, int j) {
+    const uint32_t e = (word >> (8 * j)) & 0xFFu;
+    const uint32_t bits = e == 0 ? 0x00400000u : (e == 0xFFu ? 0x7FC00000u : e << 23);
+    return __uint_as_float(bits);
+  }
+
+  // Slice s of k32 step j of the stage into `scratch`: one m64n64k32 wgmma (scale-d = 0).
+  DMOE_DEVICE static void issue_unit(uint32_t smem, int stage, int wg, int s, int j, float (&scratch)[kSliceAcc]) {
+    const uint64_t da = ptx::desc_advance(Base::desc_a(smem, stage, wg, 0), static_cast<uint32_t>(j * Base::kStepA));
+    const uint64_t db = ptx::desc_advance(Base::desc_b(smem, stage),
+                                          static_cast<uint32_t>(s * kSliceN * 128 + j * Base::kStepB));
+    ptx::wgmma_fence();  // the scratch registers were read by the last fold
+    Fp8::SliceMma::mma(scratch, da, db, 0u);
+    ptx::wgmma_commit();
+  }
+
+  // Waits until at most `pending` wgmma groups are in flight (this unit's is then done) and folds
+  // it: acc[slice s] += scratch * (A row scale x B group scale) of step j. Register i of an m64
+  // fragment is row lo / hi by bit 1 and column 8 (i / 4) + 2 (lane % 4) + i % 2 of the slice, so
+  // registers 0-15 lie in the slice's first 32-column group and 16-31 in its second.
+  DMOE_DEVICE static void fold_unit(float (&acc)[kMmaPerWg][kAccPerMma], float (&scratch)[kSliceAcc], int s, int j,
+                                    const Packed& sc, int pending) {
+    const float a_lo = e8m0(sc.lo, j), a_hi = e8m0(sc.hi, j);
+    const float b0 = e8m0(sc.b[2 * s], j), b1 = e8m0(sc.b[2 * s + 1], j);
+    const float lo0 = a_lo * b0, hi0 = a_hi * b0, lo1 = a_lo * b1, hi1 = a_hi * b1;
+    if (pending) ptx::wgmma_wait<1>();
+    else ptx::wgmma_wait<0>();
+    ptx::wgmma_fence_operands(scratch);
+#pragma unroll
+    for (int i = 0; i < kSliceAcc; ++i) {
+      const float scale = i < 16 ? ((i / 2) % 2 == 0 ? lo0 : hi0) : ((i / 2) % 2 == 0 ? lo1 : hi1);
+      acc[0][s * kSliceAcc + i] = fmaf(scratch[i], scale, acc[0][s * kSliceAcc + i]);
+    }
+  }
+
+#endif  // __CUDACC__
+};
+
+}  // namespace dist_moe::gemm
