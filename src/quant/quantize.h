@@ -49,6 +49,14 @@ struct RowGroups {
   int32_t num_groups = 0;
 };
 
+// Kernels with two variants while one GPU run compares them (docs/perf_history.md G42): the rows +
+// columns quantizers (kOld: three-stage ring, two CTAs per SM; kNew: two stages, three CTAs per SM).
+// kNew by default; bench_quantize and the tests switch it to time and check both (no environment
+// knob: this lives until one run decides). Both give the same bytes.
+enum class Variant { kOld, kNew };
+Variant variant();
+void set_variant(Variant v);
+
 // ---- MXFP8 E4M3 (32-element blocks, E8M0 RCEIL scales) -----------------------------------------
 
 // 1x32 blocks along cols. cols % 32 == 0. Activations (FPROP/DGRAD operands) and inference weights.
