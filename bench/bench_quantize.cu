@@ -153,7 +153,8 @@ void run_weights(const Workload& w, cudaStream_t s) {
       {"fp8bw_w", 2 * n + 2 * n,
        [&] { prepare_block_scaled_weight(wt.get(), spec_fp8, {q.get(), f1.get(), qt.get(), f2.get()}, s); }},
       {"nvfp4_w", 2 * n + 2 * n + n / 2 + n / 16,
-       [&] { prepare_block_scaled_weight(wt.get(), spec_nv, {q.get(), s1.get(), nullptr, nullptr, gs.get(), gsi.get()}, s); }},
+       [&] { prepare_block_scaled_weight(wt.get(), spec_nv, {q.get(), s1.get(), nullptr, nullptr, gs.get(), gsi.get()}, s); },
+       true},
   };
   char title[256];
   std::snprintf(title, sizeof title, "%s W13 weights (per rank at EP%d: %lld experts x [%lld, %lld])", w.name.c_str(),

@@ -643,36 +643,40 @@ TEST(QuantizeFp8Blockwise, CheckpointWeightsArePreparedAsTheyAre) {
 TEST(QuantizeNvfp4, WeightsMatchTheOracleAndOwnTheirInverseGlobalScale) {
   DMOE_REQUIRE_SM90();
   struct Shape { int64_t E, N, K; };
-  for (const Shape& sh : {Shape{2, 128, 256}, Shape{3, 96, 528}}) {
-    HostBf16 w = random_weight(sh.E, sh.N, sh.K, 91 + sh.K, true);
-    for (int64_t i = 0; i < sh.N * sh.K; ++i) w.set(1 * sh.N * sh.K + i, 0.0f);  // an all-zero expert
-    if (sh.E > 2) w.set(2 * sh.N * sh.K + 17, INFINITY);                           // a poisoned expert
-    const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kNVFP4, false, sh.E, sh.N, sh.K);
-    EXPECT_TRUE(spec.inference);
-    DeviceBuffer<uint16_t> dw(w.bits);
-    DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes()), ds(spec.fprop_scale.bytes());
-    DeviceBuffer<float> dgs(sh.E), dgi(sh.E);
-    dq.poison(kPoison);
-    ds.poison(kPoison);
-    for (int rep = 0; rep < 2; ++rep) {  // a refill of the same buffers gives the same bytes
-      prepare_block_scaled_weight(dw.get(), spec, {dq.get(), ds.get(), nullptr, nullptr, dgs.get(), dgi.get()}, nullptr);
-      DMOE_CUDA_CHECK(cudaDeviceSynchronize());
-      const auto q = dq.download(), s = ds.download();
-      const auto gs = dgs.download(), gi = dgi.download();
-      const int64_t per = sh.N * sh.K;
-      for (int64_t e = 0; e < sh.E; ++e) {
-        std::vector<uint8_t> rq(per / 2), rs(per / 16);
-        float rgs = 0, rgi = 0;
-        nm::nvfp4_quantize_weight(w.f.data() + e * per, sh.N, sh.K, rq.data(), rs.data(), &rgs, &rgi);
-        for (int64_t i = 0; i < per / 2; ++i) ASSERT_EQ(q[e * per / 2 + i], rq[i]) << "expert " << e << " byte " << i;
-        for (int64_t i = 0; i < per / 16; ++i) ASSERT_EQ(s[e * per / 16 + i], rs[i]) << "expert " << e << " scale " << i;
-        ASSERT_TRUE(same_float(gs[e], rgs)) << e;
-        ASSERT_TRUE(same_float(gi[e], rgi)) << e;
-        if (!std::isnan(gs[e])) ASSERT_EQ(gi[e], 1.0f / gs[e]) << "the inverse is the exact FP32 reciprocal";
+  // The last shape has 128 chunks of 8192 elements per expert: Variant::kNew's quantize CTAs of one
+  // expert run beside the amax CTAs of the next ones.
+  for_each_variant([&] {
+    for (const Shape& sh : {Shape{2, 128, 256}, Shape{3, 96, 528}, Shape{5, 256, 4096}}) {
+      HostBf16 w = random_weight(sh.E, sh.N, sh.K, 91 + sh.K, true);
+      for (int64_t i = 0; i < sh.N * sh.K; ++i) w.set(1 * sh.N * sh.K + i, 0.0f);  // an all-zero expert
+      if (sh.E > 2) w.set(2 * sh.N * sh.K + 17, INFINITY);                           // a poisoned expert
+      const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kNVFP4, false, sh.E, sh.N, sh.K);
+      EXPECT_TRUE(spec.inference);
+      DeviceBuffer<uint16_t> dw(w.bits);
+      DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes()), ds(spec.fprop_scale.bytes());
+      DeviceBuffer<float> dgs(sh.E), dgi(sh.E);
+      dq.poison(kPoison);
+      ds.poison(kPoison);
+      for (int rep = 0; rep < 2; ++rep) {  // a refill of the same buffers gives the same bytes
+        prepare_block_scaled_weight(dw.get(), spec, {dq.get(), ds.get(), nullptr, nullptr, dgs.get(), dgi.get()}, nullptr);
+        DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto q = dq.download(), s = ds.download();
+        const auto gs = dgs.download(), gi = dgi.download();
+        const int64_t per = sh.N * sh.K;
+        for (int64_t e = 0; e < sh.E; ++e) {
+          std::vector<uint8_t> rq(per / 2), rs(per / 16);
+          float rgs = 0, rgi = 0;
+          nm::nvfp4_quantize_weight(w.f.data() + e * per, sh.N, sh.K, rq.data(), rs.data(), &rgs, &rgi);
+          for (int64_t i = 0; i < per / 2; ++i) ASSERT_EQ(q[e * per / 2 + i], rq[i]) << "expert " << e << " byte " << i;
+          for (int64_t i = 0; i < per / 16; ++i) ASSERT_EQ(s[e * per / 16 + i], rs[i]) << "expert " << e << " scale " << i;
+          ASSERT_TRUE(same_float(gs[e], rgs)) << e;
+          ASSERT_TRUE(same_float(gi[e], rgi)) << e;
+          if (!std::isnan(gs[e])) ASSERT_EQ(gi[e], 1.0f / gs[e]) << "the inverse is the exact FP32 reciprocal";
+        }
+        if (sh.E > 2) EXPECT_TRUE(std::isnan(gs[2]));
       }
-      if (sh.E > 2) EXPECT_TRUE(std::isnan(gs[2]));
     }
-  }
+  });
 }
 
 TEST(QuantizeNvfp4, TokenRowsIntoStridedPackedRowsMatchTheOracle) {
