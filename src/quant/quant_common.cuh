@@ -139,7 +139,7 @@ struct Fp8BlockwiseFormat {
 
 constexpr int kTile = 128;                 // tile rows and columns
 constexpr int kTileThreads = 256;          // every tile kernel's CTA
-constexpr int kTileStages = 3;             // 96 KiB of stages: two CTAs per SM
+constexpr int kTileStages = 3;             // 96 KiB of stages: two CTAs per SM (64 KiB at 2: three)
 constexpr int kTileSlots = kTile / kVec;   // 16-byte slots per tile row (16)
 constexpr int kTileRowStep = kTileThreads / kTileSlots;  // tile rows one pass of the CTA covers (16)
 constexpr int kTileLoads = kTile / kTileRowStep;         // 16-byte vectors per thread per tile (8)
@@ -170,35 +170,50 @@ __device__ __forceinline__ void read_own_vectors(uint4 (&raw)[kTileLoads], const
     raw[i] = *reinterpret_cast<const uint4*>(&tile[tile_row(i)][(threadIdx.x % kTileSlots) * kVec]);
 }
 
-// Walks n tiles through the ring: issue(t, stage) starts tile t's copies, body(t, stage) runs once
-// they have landed and are visible to the whole CTA (the body may reuse its stage as scratch after
-// a barrier of its own). One barrier per tile: tile t + kTileStages - 1 is issued right after the
-// barrier that publishes tile t, into the stage tile t - 1 used -- every thread has left body(t - 1)
-// by then, so that barrier also separates consecutive bodies (their shared-memory hazards need no
-// barrier of their own) -- and tiles t + 1 and t + 2 are in flight while body(t) runs. The walk ends
-// on a barrier: what the bodies left in shared memory is visible to the whole CTA.
-template <class Issue, class Body>
-__device__ __forceinline__ void for_each_tile(int n, Bf16Tile* ring, Issue issue, Body body) {
+// Walks n tiles through a ring of kStages stages: issue(t, stage) starts tile t's copies, body(t,
+// stage) runs once they have landed and are visible to the whole CTA (the body may reuse its stage
+// as scratch after a barrier of its own). One barrier per tile: tile t + kStages - 1 is issued right
+// after the barrier that publishes tile t, into the stage tile t - 1 used -- every thread has left
+// body(t - 1) by then, so that barrier also separates consecutive bodies (their shared-memory
+// hazards need no barrier of their own) -- and tiles t + 1 .. t + kStages - 2 are in flight while
+// body(t) runs, t + kStages - 1 from its start. prologue() runs while the first copies are in
+// flight; it may use the last stage as scratch (nothing lands there before the first barrier, which
+// also publishes what it wrote). The walk ends on a barrier: what the bodies left in shared memory
+// is visible to the whole CTA.
+struct NoPrologue {
+  __device__ void operator()() const {}
+};
+
+template <int kStages = kTileStages, class Issue, class Body, class Prologue = NoPrologue>
+__device__ __forceinline__ void for_each_tile(int n, Bf16Tile* ring, Issue issue, Body body, Prologue prologue = {}) {
+  static_assert(kStages >= 2, "a stage in use and one loading");
 #pragma unroll
-  for (int t = 0; t < kTileStages - 1; ++t) {
+  for (int t = 0; t < kStages - 1; ++t) {
     if (t < n) issue(t, ring[t]);
     ptx::cp_async_commit();
   }
+  prologue();
   for (int t = 0; t < n; ++t) {
-    ptx::cp_async_wait<kTileStages - 2>();  // groups complete in order: tile t has landed
+    ptx::cp_async_wait<kStages - 2>();  // groups complete in order: tile t has landed
     __syncthreads();
-    if (t + kTileStages - 1 < n) issue(t + kTileStages - 1, ring[(t + kTileStages - 1) % kTileStages]);
+    if (t + kStages - 1 < n) issue(t + kStages - 1, ring[(t + kStages - 1) % kStages]);
     ptx::cp_async_commit();  // possibly empty: keeps the group count uniform
-    body(t, ring[t % kTileStages]);
+    body(t, ring[t % kStages]);
   }
   __syncthreads();
 }
 
-// Opts `Kernel` in to `bytes` of dynamic shared memory (above the default 48 KiB), once per kernel.
+// Opts `Kernel` in to `bytes` of dynamic shared memory (above the default 48 KiB) and to the largest
+// shared-memory carveout (three 75 KiB CTAs need all 228 KiB of an SM), once per kernel.
 template <auto Kernel>
 void allow_dynamic_smem(size_t bytes) {
-  static const cudaError_t result =
-      cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  static const cudaError_t result = [&] {
+    const cudaError_t e =
+        cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    return e != cudaSuccess ? e
+                            : cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                   cudaSharedmemCarveoutMaxShared);
+  }();
   DMOE_CUDA_CHECK(result);
 }
 

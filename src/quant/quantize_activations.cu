@@ -77,7 +77,7 @@ void launch_rows(const Bf16Matrix& x, const QuantizedOut<typename F::Scale>& out
 // column) go out as contiguous runs in the k-block-major layouts.
 
 constexpr int kRegionTiles = 8;   // tiles per CTA region, rt * rf
-constexpr int kMaxGroups = 1024;  // expert groups the shared-memory tables hold
+constexpr int kMaxGroups = 1024;  // expert groups the group table (in a ring stage) holds
 
 // A [rows][blocks] grid of scales staged in shared memory (`ld` per row) to
 // dst[i * row_stride + j * block_stride], lanes along dst's contiguous direction: 4-byte words of a
@@ -109,11 +109,17 @@ __device__ __forceinline__ void store_scale_grid(const Scale* staged, int ld, in
   }
 }
 
-template <class F>
-__global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Matrix x, RowGroups groups,
-                                                                          QuantizedOut<typename F::Scale> rows,
-                                                                          QuantizedOut<typename F::Scale> cols,
-                                                                          int log2_rt, int log2_rf) {
+// kStages: the cp.async ring's depth. 3 (Variant::kOld): 96 KiB of stages, two CTAs per SM. 2
+// (kNew): 64 KiB and at most 80 registers, three CTAs per SM -- 24 warps instead of 16 to hide the
+// latency of the three barriers per tile (G40), with one tile instead of two loading per CTA during
+// a body (96 KiB in flight per SM instead of 128).
+template <int kStages>
+constexpr int kRowsColsCtasPerSm = kStages == 2 ? 3 : 1;
+
+template <class F, int kStages>
+__global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm<kStages>)
+    quantize_rows_cols_kernel(Bf16Matrix x, RowGroups groups, QuantizedOut<typename F::Scale> rows,
+                              QuantizedOut<typename F::Scale> cols, int log2_rt, int log2_rf) {
   using Scale = typename F::Scale;
   constexpr int kGroup = (F::kBlock < kTile ? F::kBlock : kTile) / kVec;
   constexpr int kChunk = 32;                           // tokens per column-pass thread
@@ -124,8 +130,7 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
   Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
   __shared__ uint32_t real_bits[kRegionTiles * kTile / 32];  // bit k of word i: row 32 i + k is a real token
   __shared__ float factor_tables[F::kTableEntries];           // FP8 blockwise: scale and multiplier by table
-  __shared__ int32_t offsets[kMaxGroups + 1];
-  __shared__ uint32_t chunk_amax[kChunks][kTile];  // column pass: |x| bits per (chunk, feature)
+  __shared__ uint16_t chunk_amax[kChunks][kTile];  // column pass: |bf16| bits per (chunk, feature)
   // The region's scales: row scales [token][feature block], column scales [feature][token block].
   __shared__ __align__(16) Scale row_scale[kRegionTiles * kTile * kBlocksPerTile];
   __shared__ __align__(16) Scale col_scale[kRegionTiles * kTile * kBlocksPerTile];
@@ -134,35 +139,39 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
   const int64_t c_first = (static_cast<int64_t>(blockIdx.x) * kTile) << log2_rf;
   const auto* base = static_cast<const uint16_t*>(x.data);
 
-  for (int g = threadIdx.x; g <= groups.num_groups; g += kTileThreads) offsets[g] = groups.offsets_G1[g];
-  F::fill_tables(factor_tables);
-  __syncthreads();
-  const int64_t used = offsets[groups.num_groups];
-  if (blockIdx.x == 0 && blockIdx.y == 0)
-    for (int g = threadIdx.x; g <= groups.num_groups; g += kTileThreads)
-      if (offsets[g] % F::kBlock != 0) layout_trap("an expert's first row", offsets[g], F::kBlock);
+  const int64_t used = __ldg(groups.offsets_G1 + groups.num_groups);
   const int64_t end = used < x.rows ? used : x.rows;
   if (m_first >= end) return;  // CTA-uniform, before any copy: unused capacity is never read
   const int64_t t_left = (end - m_first + kTile - 1) / kTile, f_left = (x.cols - c_first + kTile - 1) / kTile;
   const int tiles_t = static_cast<int>(t_left < (1 << log2_rt) ? t_left : (1 << log2_rt));
   const int tiles_f = static_cast<int>(f_left < (1 << log2_rf) ? f_left : (1 << log2_rf));
   const int ld_row = kBlocksPerTile << log2_rf, ld_col = kBlocksPerTile << log2_rt;
-  for (int i = threadIdx.x; i < tiles_t * kTile; i += kTileThreads) {  // warp-uniform: tiles_t * kTile % 32 == 0
-    const int64_t m = m_first + i;
-    bool is_real = false;
-    if (m < end) {
-      int lo = 0, hi = groups.num_groups - 1;  // last group with offsets[g] <= m
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if (offsets[mid] <= m) lo = mid;
-        else hi = mid - 1;
+  // While the first tiles load: the group table (in the last stage, free until the first barrier),
+  // the format's tables and the region's real-row bits (for_each_tile's first barrier publishes them).
+  auto prologue = [&] {
+    auto* offsets = reinterpret_cast<int32_t*>(&ring[kStages - 1][0][0]);
+    for (int g = threadIdx.x; g <= groups.num_groups; g += kTileThreads) offsets[g] = groups.offsets_G1[g];
+    F::fill_tables(factor_tables);
+    __syncthreads();
+    if (blockIdx.x == 0 && blockIdx.y == 0)
+      for (int g = threadIdx.x; g <= groups.num_groups; g += kTileThreads)
+        if (offsets[g] % F::kBlock != 0) layout_trap("an expert's first row", offsets[g], F::kBlock);
+    for (int i = threadIdx.x; i < tiles_t * kTile; i += kTileThreads) {  // warp-uniform: tiles_t * kTile % 32 == 0
+      const int64_t m = m_first + i;
+      bool is_real = false;
+      if (m < end) {
+        int lo = 0, hi = groups.num_groups - 1;  // last group with offsets[g] <= m
+        while (lo < hi) {
+          const int mid = (lo + hi + 1) >> 1;
+          if (offsets[mid] <= m) lo = mid;
+          else hi = mid - 1;
+        }
+        is_real = m - offsets[lo] < groups.counts_G[lo];
       }
-      is_real = m - offsets[lo] < groups.counts_G[lo];
+      const uint32_t bits = __ballot_sync(0xffffffffu, is_real);
+      if (i % 32 == 0) real_bits[i / 32] = bits;
     }
-    const uint32_t bits = __ballot_sync(0xffffffffu, is_real);
-    if (i % 32 == 0) real_bits[i / 32] = bits;
-  }
-  // (for_each_tile's first barrier publishes real_bits[] too)
+  };
 
   // Tile t of the region: token tile t / tiles_f, feature tile t % tiles_f (along the features first).
   auto issue = [&](int t, Bf16Tile& stage) {
@@ -172,7 +181,7 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int chunk = warp % kChunks;
   const int f0 = (warp / kChunks) * 64 + 2 * lane;  // the column-pass lane's two features in a tile
-  for_each_tile(tiles_t * tiles_f, ring, issue, [&](int t, Bf16Tile& tile) {
+  for_each_tile<kStages>(tiles_t * tiles_f, ring, issue, [&](int t, Bf16Tile& tile) {
     const int tt = t / tiles_f, tf = t % tiles_f;
     const int64_t m0 = m_first + tt * kTile, c0 = c_first + tf * kTile;
     const uint32_t* tile_real = real_bits + tt * (kTile / 32);
@@ -187,21 +196,22 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
       const int rows_left = static_cast<int>(end - m0 < kTile ? end - m0 : kTile);  // tile rows < rows_left are stored
       const bool col_in = c < x.cols;
       uint4 raw[kTileLoads];
-      float amax[kTileLoads];
       read_own_vectors(raw, tile);
       if (!all_real) {
 #pragma unroll
         for (int i = 0; i < kTileLoads; ++i)
           if (!((tile_real[tile_row(i) / 32] >> (tile_row(i) % 32)) & 1u)) raw[i] = make_uint4(0, 0, 0, 0);
       }
-      // Group maxima two vectors per shuffle (16-bit halves).
-#pragma unroll
-      for (int i = 0; i < kTileLoads; i += 2) {
-        const uint32_t packed = group_amax16x2<kGroup>(amax16x2_bf16x8(raw[i], raw[i + 1]));
-        amax[i] = amax16_lo(packed);
-        amax[i + 1] = amax16_hi(packed);
-      }
+      // Group maxima two vectors per shuffle (16-bit halves): vectors i and i + 1.
+      const auto pair_amax = [&](int i) { return group_amax16x2<kGroup>(amax16x2_bf16x8(raw[i], raw[i + 1])); };
       if constexpr (kGroup == kTileSlots) {
+        float amax[kTileLoads];
+#pragma unroll
+        for (int i = 0; i < kTileLoads; i += 2) {
+          const uint32_t packed = pair_amax(i);
+          amax[i] = amax16_lo(packed);
+          amax[i + 1] = amax16_hi(packed);
+        }
         // One block per tile row (FP8 blockwise), its amax in all 16 lanes of a half-warp: lane
         // 2i + h (< 16) computes the scale and multiplier of vector i's row of half-warp h once
         // (two table look-ups), instead of every lane for all eight rows.
@@ -226,12 +236,15 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
           q_ptr += q_step;
         }
       } else {
+        // Each pair's maxima just before its quantization (at 80 registers, all eight live at once spilled).
+        uint32_t packed = 0;
 #pragma unroll
         for (int i = 0; i < kTileLoads; ++i) {
+          if (i % 2 == 0) packed = pair_amax(i);
           const int r = tile_row(i);
           Scale scale;
           float mult;
-          F::from_bf16_amax(amax[i], factor_tables, scale, mult);
+          F::from_bf16_amax(i % 2 == 0 ? amax16_lo(packed) : amax16_hi(packed), factor_tables, scale, mult);
           if (r < rows_left && col_in) *reinterpret_cast<uint2*>(q_ptr) = e4m3x8(unpack_bf16x8(raw[i]), mult);
           q_ptr += q_step;
           if ((c - c0) % F::kBlock == 0)
@@ -258,16 +271,14 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
 #pragma unroll
     for (int k = 0; k < kChunk; ++k) amax2 = __vmaxu2(amax2, abs_bf16x2(pair[k]));
     float a0 = __uint_as_float(amax2 << 16), a1 = __uint_as_float(amax2 & 0xffff0000u);
-    if constexpr (kChunksPerBlock > 1) {
-      chunk_amax[chunk][f0] = __float_as_uint(a0);
-      chunk_amax[chunk][f0 + 1] = __float_as_uint(a1);
-    }
+    if constexpr (kChunksPerBlock > 1) *reinterpret_cast<uint32_t*>(&chunk_amax[chunk][f0]) = amax2;
     __syncthreads();  // every value is in registers: the stage is scratch from here on
     if constexpr (kChunksPerBlock > 1) {
       const int first = chunk / kChunksPerBlock * kChunksPerBlock;
       for (int k = first; k < first + kChunksPerBlock; ++k) {
-        a0 = numeric::amax_nan(a0, __uint_as_float(chunk_amax[k][f0]));
-        a1 = numeric::amax_nan(a1, __uint_as_float(chunk_amax[k][f0 + 1]));
+        const uint32_t other = *reinterpret_cast<const uint32_t*>(&chunk_amax[k][f0]);
+        a0 = numeric::amax_nan(a0, __uint_as_float(other << 16));
+        a1 = numeric::amax_nan(a1, __uint_as_float(other & 0xffff0000u));
       }
     }
     // The transposed bytes go to the stage as [feature][token] (16 KiB, swizzled: store_byte_tile)
@@ -297,7 +308,7 @@ __global__ void __launch_bounds__(kTileThreads) quantize_rows_cols_kernel(Bf16Ma
     __syncthreads();
     store_byte_tile(qt, cols.q + c0 * cols.q_row_stride + m0, cols.q_row_stride,
                     [&](int f, int off) { return c0 + f < x.cols && m0 + off < end; });
-  });
+  }, prologue);
   // for_each_tile ended on a barrier: the region's scales are all staged.
   const int64_t tokens = (end - m_first < int64_t{tiles_t} * kTile) ? end - m_first : int64_t{tiles_t} * kTile;
   const int64_t features = (x.cols - c_first < int64_t{tiles_f} * kTile) ? x.cols - c_first : int64_t{tiles_f} * kTile;
@@ -322,6 +333,29 @@ RegionShape choose_rows_cols_region(int64_t tiles_t, int64_t tiles_f, bool byte_
   });
 }
 
+template <class F, int kStages>
+void launch_rows_cols_ring(const Bf16Matrix& x, const RowGroups& groups, const QuantizedOut<typename F::Scale>& rows,
+                           const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name,
+                           int log2_rt, int log2_rf) {
+  constexpr auto kernel = quantize_rows_cols_kernel<F, kStages>;
+  constexpr size_t kRingBytes = sizeof(Bf16Tile) * kStages;
+  allow_dynamic_smem<kernel>(kRingBytes);
+  const int64_t tiles_t = (x.rows + kTile - 1) / kTile, tiles_f = (x.cols + kTile - 1) / kTile;
+  if (log2_rt < 0) {
+    const RegionShape r =
+        choose_rows_cols_region(tiles_t, tiles_f, sizeof(typename F::Scale) == 1,
+                                resident_ctas(reinterpret_cast<const void*>(kernel), kTileThreads, kRingBytes));
+    log2_rt = r.log2_a;
+    log2_rf = r.log2_b;
+  }
+  DMOE_CHECK_ARG(log2_rt >= 0 && log2_rf >= 0 && (1 << (log2_rt + log2_rf)) <= kRegionTiles, name, ": region 2^",
+                 log2_rt, " x 2^", log2_rf, " tiles (at most ", kRegionTiles, ")");
+  const dim3 grid(static_cast<unsigned>((tiles_f + (1 << log2_rf) - 1) >> log2_rf),
+                  static_cast<unsigned>((tiles_t + (1 << log2_rt) - 1) >> log2_rt));
+  kernel<<<grid, kTileThreads, kRingBytes, stream>>>(x, groups, rows, cols, log2_rt, log2_rf);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
 template <class F>
 void launch_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const QuantizedOut<typename F::Scale>& rows,
                       const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name,
@@ -334,21 +368,10 @@ void launch_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Quanti
   DMOE_CHECK_ARG(!cols.present() || cols.q_row_stride % 16 == 0, name, ": the transposed row stride ",
                  cols.q_row_stride, " must be a multiple of 16 bytes");
   if (x.rows == 0 || (!rows.present() && !cols.present())) return;
-  allow_dynamic_smem<quantize_rows_cols_kernel<F>>(kTileRingBytes);
-  const int64_t tiles_t = (x.rows + kTile - 1) / kTile, tiles_f = (x.cols + kTile - 1) / kTile;
-  if (log2_rt < 0) {
-    const RegionShape r = choose_rows_cols_region(
-        tiles_t, tiles_f, sizeof(typename F::Scale) == 1,
-        resident_ctas(reinterpret_cast<const void*>(&quantize_rows_cols_kernel<F>), kTileThreads, kTileRingBytes));
-    log2_rt = r.log2_a;
-    log2_rf = r.log2_b;
-  }
-  DMOE_CHECK_ARG(log2_rt >= 0 && log2_rf >= 0 && (1 << (log2_rt + log2_rf)) <= kRegionTiles, name, ": region 2^",
-                 log2_rt, " x 2^", log2_rf, " tiles (at most ", kRegionTiles, ")");
-  const dim3 grid(static_cast<unsigned>((tiles_f + (1 << log2_rf) - 1) >> log2_rf),
-                  static_cast<unsigned>((tiles_t + (1 << log2_rt) - 1) >> log2_rt));
-  quantize_rows_cols_kernel<F><<<grid, kTileThreads, kTileRingBytes, stream>>>(x, groups, rows, cols, log2_rt, log2_rf);
-  DMOE_CUDA_CHECK_LAUNCH();
+  if (variant() == Variant::kOld)
+    launch_rows_cols_ring<F, 3>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
+  else
+    launch_rows_cols_ring<F, 2>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 // NVFP4 quantizers (E2M1 data packed two per byte, E4M3 scale per 16 elements, FP32 global scale):
-//   nvfp4_expert_amax_kernel    per-expert amax of the weight (integer max of |x|'s bits: NaN on top)
-//   nvfp4_weight_kernel         16-element blocks, two lanes per block, the expert's gs from its amax
-//   nvfp4_global_inverse_kernel global_scale_inv = fl(1 / gs), after the quantization read the amax
+//   nvfp4_weight_pipelined_kernel  (Variant::kNew) amax CTAs and quantize CTAs in one grid, the
+//                               quantize CTAs of an expert after all its amax CTAs, its bytes still in L2
+//   nvfp4_global_scales_kernel  (kNew) global_scale and global_scale_inv from the amax
+//   nvfp4_expert_amax_kernel    (kOld) per-expert amax of the weight (integer max of |x|'s bits: NaN on top)
+//   nvfp4_weight_kernel         (kOld) 16-element blocks, two lanes per block, the expert's gs from its amax
+//   nvfp4_global_inverse_kernel (kOld) global_scale_inv = fl(1 / gs), after the quantization read the amax
 //   nvfp4_rows_kernel           per-token rows: one CTA per token, the row held in registers
 // Hopper has no FP4 conversion instruction: E2M1 rounding is the shared portable rule.
 #include "dist_moe/check.h"
@@ -73,28 +76,28 @@ __device__ __forceinline__ uint32_t e2m1x8_signed(const uint4& raw, Magnitude ma
   return even | (odd << 4) | ((sign_even >> 4) & 0x08080808u) | (sign_odd & 0x80808080u);
 }
 
-// Expert blockIdx.y; the CTA's 4 x 256 vectors of it, slice j = vectors base + j * 256.
-// Per block no IEEE division or software decode: with gs finite (an expert-uniform test), the block
-// scale fl(fl(bamax * gs) / 6) is finite and >= 0, so it needs only the lower clamp before the
-// satfinite conversion; it is decoded by the hardware cvt, and its reciprocal fl(1 / s) comes from
-// the eight fl(1 / (1 + i/8)) (lane l holding i = l % 8) by a shuffle on s's significand and an
-// exact exponent step (e4m3_reciprocal_from_table).
-__global__ void __launch_bounds__(kThreads) nvfp4_weight_kernel(const uint16_t* w, int64_t per_expert,
-                                                                const uint32_t* amax_bits_E, uint8_t* q,
-                                                                uint8_t* scales, float* global_scale) {
-  const int64_t vecs = per_expert / kVec;
-  const int64_t e = blockIdx.y;
-  const int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads * kLoads + threadIdx.x;
-  const uint16_t* src = w + e * per_expert;
-  uint4 raw[kLoads];
+// A chunk of an expert: 4 x 256 vectors, slice j = vectors base + j * 256 (base = the chunk's first
+// vector + threadIdx.x), zeros past the expert's `vecs`.
+constexpr int64_t kChunkVecs = kThreads * kLoads;
+
+__device__ __forceinline__ void load_chunk(uint4 (&raw)[kLoads], const uint16_t* src, int64_t base, int64_t vecs) {
 #pragma unroll
   for (int j = 0; j < kLoads; ++j) {
     const int64_t i = base + j * kThreads;
     raw[j] = i < vecs ? __ldg(reinterpret_cast<const uint4*>(src + i * kVec)) : make_uint4(0, 0, 0, 0);
   }
-  const float gs = numeric::nvfp4_weight_global_scale(__uint_as_float(amax_bits_E[e]));
+}
+
+// Quantizes a loaded chunk of expert e with the expert's gs.
+// Per block no IEEE division or software decode: with gs finite (an expert-uniform test), the block
+// scale fl(fl(bamax * gs) / 6) is finite and >= 0, so it needs only the lower clamp before the
+// satfinite conversion; it is decoded by the hardware cvt, and its reciprocal fl(1 / s) comes from
+// the eight fl(1 / (1 + i/8)) (lane l holding i = l % 8) by a shuffle on s's significand and an
+// exact exponent step (e4m3_reciprocal_from_table).
+__device__ __forceinline__ void quantize_chunk(const uint4 (&raw)[kLoads], int64_t e, int64_t per_expert, int64_t base,
+                                               float gs, uint8_t* q, uint8_t* scales) {
+  const int64_t vecs = per_expert / kVec;
   const bool expert_nan = numeric::is_nan(gs);  // NaN or Inf in the expert: scales 0x7F, data 0x7
-  if (base == 0) global_scale[e] = gs;
   const float reciprocal = numeric::rcp_rn(numeric::e4m3_significand(threadIdx.x % 8));
 #pragma unroll
   for (int j = 0; j < kLoads; ++j) {
@@ -120,6 +123,88 @@ __global__ void __launch_bounds__(kThreads) nvfp4_weight_kernel(const uint16_t* 
                    : (below7 ? e2m1x8_signed<true>(raw[j], quotient) : e2m1x8_signed<false>(raw[j], quotient));
     if (i % kLanesPerBlock == 0) scales[elem / numeric::kNVFP4Block] = s;
   }
+}
+
+// Variant::kOld's quantize pass: expert blockIdx.y, chunk blockIdx.x, after the amax kernel.
+__global__ void __launch_bounds__(kThreads) nvfp4_weight_kernel(const uint16_t* w, int64_t per_expert,
+                                                                const uint32_t* amax_bits_E, uint8_t* q,
+                                                                uint8_t* scales, float* global_scale) {
+  const int64_t e = blockIdx.y;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kChunkVecs + threadIdx.x;
+  uint4 raw[kLoads];
+  load_chunk(raw, w + e * per_expert, base, per_expert / kVec);
+  const float gs = numeric::nvfp4_weight_global_scale(__uint_as_float(amax_bits_E[e]));
+  if (base == 0) global_scale[e] = gs;
+  quantize_chunk(raw, e, per_expert, base, gs, q, scales);
+}
+
+__device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_relaxed_gpu(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Variant::kNew: both passes in one kernel, so the quantize pass reads an expert while it is still
+// in L2 (where it fits) and the memory-bound amax CTAs share the SMs with the issue-bound quantize
+// CTAs instead of running in a kernel of their own. The weight is a sequence of chunks (expert
+// major); CTA b is an amax CTA of chunk b / 2 (even b) or a quantize CTA of chunk b / 2 - lag (odd
+// b). An amax CTA folds its chunk's amax into amax_bits_E[e] and then counts itself in done_E[e]
+// (release); a quantize CTA issues its loads, waits until done_E[e] holds all `chunks` of its
+// expert (acquire) and quantizes with that expert's gs. lag >= chunks: a quantize CTA waits only
+// for amax CTAs of smaller index, which the hardware starts first (CTAs start in index order; the
+// same assumption as CUB's single-pass scan), so the wait always ends; the launcher adds about half
+// a wave to the lag, so that the expert's last amax CTAs have usually finished by then.
+__global__ void __launch_bounds__(kThreads) nvfp4_weight_pipelined_kernel(const uint16_t* w, int64_t per_expert,
+                                                                          int64_t chunks, int64_t total_chunks,
+                                                                          int64_t lag, uint32_t* amax_bits_E,
+                                                                          uint32_t* done_E, uint8_t* q,
+                                                                          uint8_t* scales) {
+  __shared__ uint32_t bits[kThreads / 32];
+  const bool amax_cta = (blockIdx.x & 1) == 0;
+  const int64_t chunk = static_cast<int64_t>(blockIdx.x >> 1) - (amax_cta ? 0 : lag);
+  if (chunk < 0 || chunk >= total_chunks) return;  // CTA-uniform: the ends of the two streams
+  const int64_t e = chunk / chunks;
+  const int64_t base = (chunk - e * chunks) * kChunkVecs + threadIdx.x;
+  uint4 raw[kLoads];
+  load_chunk(raw, w + e * per_expert, base, per_expert / kVec);
+  if (amax_cta) {
+    float a = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) a = numeric::amax_nan(a, amax_bf16x8(raw[j]));
+    a = group_amax<32>(a);
+    if (threadIdx.x % 32 == 0) bits[threadIdx.x / 32] = __float_as_uint(a);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint32_t m = 0;  // |x| bits: integer max is amax_nan's order
+#pragma unroll
+      for (int i = 0; i < kThreads / 32; ++i) m = max(m, bits[i]);
+      atomicMax(amax_bits_E + e, m);
+      __threadfence();  // the amax before the count (release)
+      atomicAdd(done_E + e, 1u);
+    }
+    return;
+  }
+  if (threadIdx.x == 0) {
+    while (ld_acquire_gpu(done_E + e) < static_cast<uint32_t>(chunks)) __nanosleep(128);
+    bits[0] = ld_relaxed_gpu(amax_bits_E + e);
+  }
+  __syncthreads();
+  quantize_chunk(raw, e, per_expert, base, numeric::nvfp4_weight_global_scale(__uint_as_float(bits[0])), q, scales);
+}
+
+// Variant::kNew's last step: gs and fl(1 / gs) from the amax bits (which sit in global_scale_inv's
+// storage; global_scale's held the counts).
+__global__ void nvfp4_global_scales_kernel(float* global_scale, float* global_scale_inv, int64_t num_experts) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= num_experts) return;
+  const float gs = numeric::nvfp4_weight_global_scale(__uint_as_float(reinterpret_cast<const uint32_t*>(global_scale_inv)[e]));
+  global_scale[e] = gs;
+  global_scale_inv[e] = numeric::div_rn(1.0f, gs);
 }
 
 __global__ void nvfp4_global_inverse_kernel(const float* global_scale, float* global_scale_inv, int64_t num_experts) {
@@ -212,12 +297,28 @@ void nvfp4_quantize_weight(const void* w_ENK, int64_t num_experts, int64_t n, in
   auto* amax_bits = reinterpret_cast<uint32_t*>(global_scale_inv);
   DMOE_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, num_experts * sizeof(uint32_t), stream));
   const int64_t per_expert = n * k;
+  const int64_t chunks = (per_expert / kVec + kChunkVecs - 1) / kChunkVecs;
+  if (variant() == Variant::kNew) {
+    // The amax CTAs' counts go in global_scale's storage, which the last kernel overwrites too.
+    auto* done = reinterpret_cast<uint32_t*>(global_scale);
+    DMOE_CUDA_CHECK(cudaMemsetAsync(done, 0, num_experts * sizeof(uint32_t), stream));
+    const int64_t slots = resident_ctas(reinterpret_cast<const void*>(&nvfp4_weight_pipelined_kernel), kThreads, 0);
+    const int64_t total = num_experts * chunks, lag = chunks + std::max<int64_t>(chunks, slots / 2);
+    DMOE_CHECK_ARG(2 * (total + lag) < (int64_t{1} << 31), "nvfp4_quantize_weight: ", num_experts, " x [", n, ", ", k,
+                   "] exceeds one launch");
+    nvfp4_weight_pipelined_kernel<<<static_cast<unsigned>(2 * (total + lag)), kThreads, 0, stream>>>(
+        w, per_expert, chunks, total, lag, amax_bits, done, q_ENH, scales);
+    DMOE_CUDA_CHECK_LAUNCH();
+    nvfp4_global_scales_kernel<<<static_cast<unsigned>((num_experts + 127) / 128), 128, 0, stream>>>(
+        global_scale, global_scale_inv, num_experts);
+    DMOE_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const int64_t amax_blocks = std::min<int64_t>(256, (per_expert / kVec + kThreads - 1) / kThreads);
   nvfp4_expert_amax_kernel<<<dim3(static_cast<unsigned>(amax_blocks), static_cast<unsigned>(num_experts)), kThreads, 0,
                              stream>>>(w, per_expert, amax_bits);
   DMOE_CUDA_CHECK_LAUNCH();
-  const int64_t quant_blocks = (per_expert / kVec + kThreads * kLoads - 1) / (kThreads * kLoads);
-  nvfp4_weight_kernel<<<dim3(static_cast<unsigned>(quant_blocks), static_cast<unsigned>(num_experts)), kThreads, 0,
+  nvfp4_weight_kernel<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(num_experts)), kThreads, 0,
                         stream>>>(w, per_expert, amax_bits, q_ENH, scales, global_scale);
   DMOE_CUDA_CHECK_LAUNCH();
   nvfp4_global_inverse_kernel<<<static_cast<unsigned>((num_experts + 127) / 128), 128, 0, stream>>>(
