@@ -9,9 +9,6 @@
 //
 //   bench_quantize [--shapes dsv3_prefill,qwen3_30b] [--ep N] [--iters N] [--sustain-ms MS]
 //
-// Quantizers with two kernel variants under A/B (quant::Variant, docs/perf_history.md G42) run both,
-// interleaved: "name[old]" then "name" (the default, new).
-//
 // Ceiling: a device-to-device cudaMemcpyAsync of half the bytes the kernel moves (so the copy reads
 // and writes the same total), timed right after the kernel in the same run; "x copy" = copy time /
 // kernel time (1.0 = at the copy's rate; the target is 0.85). "moved" counts every byte the kernel
@@ -55,13 +52,11 @@ struct Case {
   const char* name;
   double moved_bytes;
   std::function<void()> fn;
-  bool ab = false;  // timed under both quant::Variant values
 };
 
 struct Row {
   std::string name;
   double mb, ms, copy_ms;
-  bool old;  // the kOld variant of an A/B pair: listed, not counted
 };
 std::vector<Row> g_rows;
 
@@ -70,24 +65,16 @@ void run_cases(const std::string& title, const std::vector<Case>& cases, cudaStr
   for (const Case& c : cases) most = std::max(most, c.moved_bytes);
   DeviceBuffer<uint8_t> src(static_cast<size_t>(most / 2) + 16), dst(static_cast<size_t>(most / 2) + 16);
   testing::fill_uniform_bf16(src.get(), static_cast<int64_t>(src.size() / 2), 99, 1.0f, s);
-  std::printf("\n%s\n%-22s %10s %10s %10s %10s %8s\n", title.c_str(), "quantizer", "MB moved", "ms", "GB/s", "copy ms",
+  std::printf("\n%s\n%-18s %10s %10s %10s %10s %8s\n", title.c_str(), "quantizer", "MB moved", "ms", "GB/s", "copy ms",
               "x copy");
-  const quant::Variant default_variant = quant::variant();
   for (const Case& c : cases) {
-    for (const quant::Variant v : {quant::Variant::kOld, quant::Variant::kNew}) {
-      if (!c.ab && v != default_variant) continue;
-      quant::set_variant(v);
-      const std::string name = std::string(c.name) + (c.ab && v == quant::Variant::kOld ? "[old]" : "");
-      const double ms = time_ms(c.fn, s);
-      const size_t half = static_cast<size_t>(c.moved_bytes / 2) & ~size_t{15};
-      const double copy_ms =
-          time_ms([&] { DMOE_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), half, cudaMemcpyDeviceToDevice, s)); }, s);
-      std::printf("%-22s %10.1f %10.4f %10.1f %10.4f %7.2fx\n", name.c_str(), c.moved_bytes / 1e6, ms,
-                  c.moved_bytes / ms / 1e6, copy_ms, copy_ms / ms);
-      g_rows.push_back({title.substr(0, title.find(' ')) + " " + name, c.moved_bytes / 1e6, ms, copy_ms,
-                        c.ab && v == quant::Variant::kOld});
-    }
-    quant::set_variant(default_variant);
+    const double ms = time_ms(c.fn, s);
+    const size_t half = static_cast<size_t>(c.moved_bytes / 2) & ~size_t{15};
+    const double copy_ms =
+        time_ms([&] { DMOE_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), half, cudaMemcpyDeviceToDevice, s)); }, s);
+    std::printf("%-18s %10.1f %10.4f %10.1f %10.4f %7.2fx\n", c.name, c.moved_bytes / 1e6, ms,
+                c.moved_bytes / ms / 1e6, copy_ms, copy_ms / ms);
+    g_rows.push_back({title.substr(0, title.find(' ')) + " " + c.name, c.moved_bytes / 1e6, ms, copy_ms});
   }
   DMOE_CUDA_CHECK(cudaStreamSynchronize(s));
 }
@@ -114,16 +101,14 @@ void run_activations(const Workload& w, cudaStream_t s) {
        [&] {
          quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, {q.get(), D, s8.get(), D / 32, 1},
                                          {qt.get(), cap, st8.get(), cap / 32, 1}, s);
-       },
-       true},
+       }},
       {"fp8bw_rows", xT + T * D + T * D / 128 * 4.0,
        [&] { quant::fp8_blockwise_quantize_rows({x.get(), T, D, D}, {q.get(), D, sf.get(), 1, T}, s); }},
       {"fp8bw_rows_cols", xM + 2.0 * (cap * D + cap * D / 128 * 4),
        [&] {
          quant::fp8_blockwise_quantize_rows_cols({x.get(), cap, D, D}, groups, {q.get(), D, sf.get(), 1, cap},
                                                  {qt.get(), cap, stf.get(), 1, D}, s);
-       },
-       true},
+       }},
       {"nvfp4_token_rows", xT + double(T * packed),
        [&] { quantize_nvfp4_token_rows(x.get(), T, D, D, rows_nv.get(), packed, s); }},
   };
@@ -153,8 +138,7 @@ void run_weights(const Workload& w, cudaStream_t s) {
       {"fp8bw_w", 2 * n + 2 * n,
        [&] { prepare_block_scaled_weight(wt.get(), spec_fp8, {q.get(), f1.get(), qt.get(), f2.get()}, s); }},
       {"nvfp4_w", 2 * n + 2 * n + n / 2 + n / 16,
-       [&] { prepare_block_scaled_weight(wt.get(), spec_nv, {q.get(), s1.get(), nullptr, nullptr, gs.get(), gsi.get()}, s); },
-       true},
+       [&] { prepare_block_scaled_weight(wt.get(), spec_nv, {q.get(), s1.get(), nullptr, nullptr, gs.get(), gsi.get()}, s); }},
   };
   char title[256];
   std::snprintf(title, sizeof title, "%s W13 weights (per rank at EP%d: %lld experts x [%lld, %lld])", w.name.c_str(),
@@ -186,16 +170,14 @@ int bench_main(int argc, char** argv) {
     run_activations(find_workload(name), s);
     run_weights(find_workload(name), s);
   }
-  int below = 0, counted = 0;
+  int below = 0;
   std::printf("\nsummary (x copy >= 0.85 is the target)\n%-36s %9s %9s %7s\n", "quantizer", "ms", "copy ms", "x copy");
   for (const Row& r : g_rows) {
     std::printf("%-36s %9.4f %9.4f %6.2fx%s\n", r.name.c_str(), r.ms, r.copy_ms, r.copy_ms / r.ms,
                 r.copy_ms / r.ms >= 0.85 ? "" : "  below");
-    if (r.old) continue;
-    ++counted;
     below += r.copy_ms / r.ms < 0.85;
   }
-  std::printf("%d of %d quantizers at >= 0.85x the copy rate (the [old] rows not counted)\n", counted - below, counted);
+  std::printf("%d of %zu quantizers at >= 0.85x the copy rate\n", static_cast<int>(g_rows.size()) - below, g_rows.size());
   DMOE_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }

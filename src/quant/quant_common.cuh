@@ -139,7 +139,7 @@ struct Fp8BlockwiseFormat {
 
 constexpr int kTile = 128;                 // tile rows and columns
 constexpr int kTileThreads = 256;          // every tile kernel's CTA
-constexpr int kTileStages = 3;             // 96 KiB of stages: two CTAs per SM (64 KiB at 2: three)
+constexpr int kTileStages = 3;             // 96 KiB of stages: two CTAs per SM (rows + columns: 2)
 constexpr int kTileSlots = kTile / kVec;   // 16-byte slots per tile row (16)
 constexpr int kTileRowStep = kTileThreads / kTileSlots;  // tile rows one pass of the CTA covers (16)
 constexpr int kTileLoads = kTile / kTileRowStep;         // 16-byte vectors per thread per tile (8)

@@ -49,16 +49,6 @@ struct RowGroups {
   int32_t num_groups = 0;
 };
 
-// Kernels with two variants while one GPU run compares them (docs/perf_history.md G42): the rows +
-// columns quantizers (kOld: three-stage ring, two CTAs per SM; kNew: two stages, three CTAs per SM)
-// and the NVFP4 weight (kOld: an amax kernel, then a quantize kernel; kNew: one kernel whose
-// quantize CTAs follow the amax CTAs about an expert behind). kNew by default; bench_quantize and
-// the tests switch it to time and check both (no environment knob: this lives until one run
-// decides). Both give the same bytes.
-enum class Variant { kOld, kNew };
-Variant variant();
-void set_variant(Variant v);
-
 // ---- MXFP8 E4M3 (32-element blocks, E8M0 RCEIL scales) -----------------------------------------
 
 // 1x32 blocks along cols. cols % 32 == 0. Activations (FPROP/DGRAD operands) and inference weights.
@@ -116,8 +106,8 @@ void fp8_blockwise_transpose_weight(const uint8_t* q_ENK, const float* scales, i
 
 // Weights w [E, N, K]: per expert gs_e = 2688 / amax_e; q [E, N, K/2] (element 2j low nibble),
 // scales [E, N, K/16] E4M3, global_scale [E], global_scale_inv [E] = fl(1 / gs). K % 16 == 0.
-// Reads w twice (the expert amax comes first; Variant::kNew reads an expert the second time while it
-// is still in L2, where it fits). global_scale and global_scale_inv are scratch until the call ends.
+// Reads w twice (the expert amax comes first; the second read of an expert comes while it is still
+// in L2, where it fits). global_scale and global_scale_inv are scratch until the call ends.
 void nvfp4_quantize_weight(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENH,
                            uint8_t* scales, float* global_scale, float* global_scale_inv, cudaStream_t stream);
 

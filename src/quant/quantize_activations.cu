@@ -109,15 +109,14 @@ __device__ __forceinline__ void store_scale_grid(const Scale* staged, int ld, in
   }
 }
 
-// kStages: the cp.async ring's depth. 3 (Variant::kOld): 96 KiB of stages, two CTAs per SM. 2
-// (kNew): 64 KiB and at most 80 registers, three CTAs per SM -- 24 warps instead of 16 to hide the
-// latency of the three barriers per tile (G40), with one tile instead of two loading per CTA during
-// a body (96 KiB in flight per SM instead of 128).
-template <int kStages>
-constexpr int kRowsColsCtasPerSm = kStages == 2 ? 3 : 1;
+// A two-stage ring (64 KiB) and at most 80 registers: three CTAs per SM, 24 warps to cover the three
+// barriers per tile (G40, G42), one tile loading per CTA while a body runs (96 KiB in flight per SM).
+constexpr int kRowsColsStages = 2;
+constexpr int kRowsColsCtasPerSm = 3;
+constexpr size_t kRowsColsRingBytes = sizeof(Bf16Tile) * kRowsColsStages;
 
-template <class F, int kStages>
-__global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm<kStages>)
+template <class F>
+__global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
     quantize_rows_cols_kernel(Bf16Matrix x, RowGroups groups, QuantizedOut<typename F::Scale> rows,
                               QuantizedOut<typename F::Scale> cols, int log2_rt, int log2_rf) {
   using Scale = typename F::Scale;
@@ -149,7 +148,7 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm<kStages>)
   // While the first tiles load: the group table (in the last stage, free until the first barrier),
   // the format's tables and the region's real-row bits (for_each_tile's first barrier publishes them).
   auto prologue = [&] {
-    auto* offsets = reinterpret_cast<int32_t*>(&ring[kStages - 1][0][0]);
+    auto* offsets = reinterpret_cast<int32_t*>(&ring[kRowsColsStages - 1][0][0]);
     for (int g = threadIdx.x; g <= groups.num_groups; g += kTileThreads) offsets[g] = groups.offsets_G1[g];
     F::fill_tables(factor_tables);
     __syncthreads();
@@ -181,7 +180,7 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm<kStages>)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int chunk = warp % kChunks;
   const int f0 = (warp / kChunks) * 64 + 2 * lane;  // the column-pass lane's two features in a tile
-  for_each_tile<kStages>(tiles_t * tiles_f, ring, issue, [&](int t, Bf16Tile& tile) {
+  for_each_tile<kRowsColsStages>(tiles_t * tiles_f, ring, issue, [&](int t, Bf16Tile& tile) {
     const int tt = t / tiles_f, tf = t % tiles_f;
     const int64_t m0 = m_first + tt * kTile, c0 = c_first + tf * kTile;
     const uint32_t* tile_real = real_bits + tt * (kTile / 32);
@@ -333,29 +332,6 @@ RegionShape choose_rows_cols_region(int64_t tiles_t, int64_t tiles_f, bool byte_
   });
 }
 
-template <class F, int kStages>
-void launch_rows_cols_ring(const Bf16Matrix& x, const RowGroups& groups, const QuantizedOut<typename F::Scale>& rows,
-                           const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name,
-                           int log2_rt, int log2_rf) {
-  constexpr auto kernel = quantize_rows_cols_kernel<F, kStages>;
-  constexpr size_t kRingBytes = sizeof(Bf16Tile) * kStages;
-  allow_dynamic_smem<kernel>(kRingBytes);
-  const int64_t tiles_t = (x.rows + kTile - 1) / kTile, tiles_f = (x.cols + kTile - 1) / kTile;
-  if (log2_rt < 0) {
-    const RegionShape r =
-        choose_rows_cols_region(tiles_t, tiles_f, sizeof(typename F::Scale) == 1,
-                                resident_ctas(reinterpret_cast<const void*>(kernel), kTileThreads, kRingBytes));
-    log2_rt = r.log2_a;
-    log2_rf = r.log2_b;
-  }
-  DMOE_CHECK_ARG(log2_rt >= 0 && log2_rf >= 0 && (1 << (log2_rt + log2_rf)) <= kRegionTiles, name, ": region 2^",
-                 log2_rt, " x 2^", log2_rf, " tiles (at most ", kRegionTiles, ")");
-  const dim3 grid(static_cast<unsigned>((tiles_f + (1 << log2_rf) - 1) >> log2_rf),
-                  static_cast<unsigned>((tiles_t + (1 << log2_rt) - 1) >> log2_rt));
-  kernel<<<grid, kTileThreads, kRingBytes, stream>>>(x, groups, rows, cols, log2_rt, log2_rf);
-  DMOE_CUDA_CHECK_LAUNCH();
-}
-
 template <class F>
 void launch_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const QuantizedOut<typename F::Scale>& rows,
                       const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name,
@@ -368,10 +344,22 @@ void launch_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Quanti
   DMOE_CHECK_ARG(!cols.present() || cols.q_row_stride % 16 == 0, name, ": the transposed row stride ",
                  cols.q_row_stride, " must be a multiple of 16 bytes");
   if (x.rows == 0 || (!rows.present() && !cols.present())) return;
-  if (variant() == Variant::kOld)
-    launch_rows_cols_ring<F, 3>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
-  else
-    launch_rows_cols_ring<F, 2>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
+  constexpr auto kernel = quantize_rows_cols_kernel<F>;
+  allow_dynamic_smem<kernel>(kRowsColsRingBytes);
+  const int64_t tiles_t = (x.rows + kTile - 1) / kTile, tiles_f = (x.cols + kTile - 1) / kTile;
+  if (log2_rt < 0) {
+    const RegionShape r =
+        choose_rows_cols_region(tiles_t, tiles_f, sizeof(typename F::Scale) == 1,
+                                resident_ctas(reinterpret_cast<const void*>(kernel), kTileThreads, kRowsColsRingBytes));
+    log2_rt = r.log2_a;
+    log2_rf = r.log2_b;
+  }
+  DMOE_CHECK_ARG(log2_rt >= 0 && log2_rf >= 0 && (1 << (log2_rt + log2_rf)) <= kRegionTiles, name, ": region 2^",
+                 log2_rt, " x 2^", log2_rf, " tiles (at most ", kRegionTiles, ")");
+  const dim3 grid(static_cast<unsigned>((tiles_f + (1 << log2_rf) - 1) >> log2_rf),
+                  static_cast<unsigned>((tiles_t + (1 << log2_rt) - 1) >> log2_rt));
+  kernel<<<grid, kTileThreads, kRowsColsRingBytes, stream>>>(x, groups, rows, cols, log2_rt, log2_rf);
+  DMOE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

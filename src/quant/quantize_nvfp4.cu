@@ -1,11 +1,8 @@
 // NVFP4 quantizers (E2M1 data packed two per byte, E4M3 scale per 16 elements, FP32 global scale):
-//   nvfp4_weight_pipelined_kernel  (Variant::kNew) amax CTAs and quantize CTAs in one grid, the
-//                               quantize CTAs of an expert after all its amax CTAs, its bytes still in L2
-//   nvfp4_global_scales_kernel  (kNew) global_scale and global_scale_inv from the amax
-//   nvfp4_expert_amax_kernel    (kOld) per-expert amax of the weight (integer max of |x|'s bits: NaN on top)
-//   nvfp4_weight_kernel         (kOld) 16-element blocks, two lanes per block, the expert's gs from its amax
-//   nvfp4_global_inverse_kernel (kOld) global_scale_inv = fl(1 / gs), after the quantization read the amax
-//   nvfp4_rows_kernel           per-token rows: one CTA per token, the row held in registers
+//   nvfp4_weight_pipelined_kernel  amax CTAs and quantize CTAs in one grid, the quantize CTAs of an
+//                                  expert after all its amax CTAs, its bytes still in L2 where it fits
+//   nvfp4_global_scales_kernel     global_scale and global_scale_inv from the amax
+//   nvfp4_rows_kernel              per-token rows: one CTA per token, the row held in registers
 // Hopper has no FP4 conversion instruction: E2M1 rounding is the shared portable rule.
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
@@ -18,27 +15,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kLanesPerBlock = numeric::kNVFP4Block / kVec;  // 2
 constexpr int kLoads = 4;  // 16-byte loads per thread, issued together (bytes in flight)
-
-__global__ void __launch_bounds__(kThreads) nvfp4_expert_amax_kernel(const uint16_t* w, int64_t per_expert,
-                                                                     uint32_t* amax_bits_E) {
-  const int64_t e = blockIdx.y;
-  const uint16_t* src = w + e * per_expert;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * kThreads * kVec;
-  float a = 0.0f;
-  for (int64_t i0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kVec; i0 < per_expert;
-       i0 += kLoads * step) {
-    uint4 raw[kLoads];
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j) {
-      const int64_t i = i0 + j * step;
-      raw[j] = i < per_expert ? __ldg(reinterpret_cast<const uint4*>(src + i)) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j) a = numeric::amax_nan(a, amax_bf16x8(raw[j]));
-  }
-  a = group_amax<32>(a);
-  if ((threadIdx.x & 31) == 0) atomicMax(amax_bits_E + e, __float_as_uint(a));
-}
 
 // 8 nibbles (element 0 in the low nibble of byte 0): the E2M1 code of magnitude(|x_i|) = |y_i| with
 // x_i's sign bit. That is float_to_e2m1(y_i) whenever y_i = x_i * (a finite positive factor), the
@@ -125,19 +101,6 @@ __device__ __forceinline__ void quantize_chunk(const uint4 (&raw)[kLoads], int64
   }
 }
 
-// Variant::kOld's quantize pass: expert blockIdx.y, chunk blockIdx.x, after the amax kernel.
-__global__ void __launch_bounds__(kThreads) nvfp4_weight_kernel(const uint16_t* w, int64_t per_expert,
-                                                                const uint32_t* amax_bits_E, uint8_t* q,
-                                                                uint8_t* scales, float* global_scale) {
-  const int64_t e = blockIdx.y;
-  const int64_t base = static_cast<int64_t>(blockIdx.x) * kChunkVecs + threadIdx.x;
-  uint4 raw[kLoads];
-  load_chunk(raw, w + e * per_expert, base, per_expert / kVec);
-  const float gs = numeric::nvfp4_weight_global_scale(__uint_as_float(amax_bits_E[e]));
-  if (base == 0) global_scale[e] = gs;
-  quantize_chunk(raw, e, per_expert, base, gs, q, scales);
-}
-
 __device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -149,16 +112,16 @@ __device__ __forceinline__ uint32_t ld_relaxed_gpu(const uint32_t* p) {
   return v;
 }
 
-// Variant::kNew: both passes in one kernel, so the quantize pass reads an expert while it is still
-// in L2 (where it fits) and the memory-bound amax CTAs share the SMs with the issue-bound quantize
-// CTAs instead of running in a kernel of their own. The weight is a sequence of chunks (expert
-// major); CTA b is an amax CTA of chunk b / 2 (even b) or a quantize CTA of chunk b / 2 - lag (odd
-// b). An amax CTA folds its chunk's amax into amax_bits_E[e] and then counts itself in done_E[e]
-// (release); a quantize CTA issues its loads, waits until done_E[e] holds all `chunks` of its
-// expert (acquire) and quantizes with that expert's gs. lag >= chunks: a quantize CTA waits only
-// for amax CTAs of smaller index, which the hardware starts first (CTAs start in index order; the
-// same assumption as CUB's single-pass scan), so the wait always ends; the launcher adds about half
-// a wave to the lag, so that the expert's last amax CTAs have usually finished by then.
+// Both passes in one kernel, so the quantize pass reads an expert while it is still in L2 (where it
+// fits) and the memory-bound amax CTAs share the SMs with the issue-bound quantize CTAs instead of
+// running in a kernel of their own. The weight is a sequence of chunks (expert major); CTA b is an
+// amax CTA of chunk b / 2 (even b) or a quantize CTA of chunk b / 2 - lag (odd b). An amax CTA
+// folds its chunk's amax into amax_bits_E[e] and then counts itself in done_E[e] (release); a
+// quantize CTA issues its loads, waits until done_E[e] holds all `chunks` of its expert (acquire)
+// and quantizes with that expert's gs. lag >= chunks: a quantize CTA waits only for amax CTAs of
+// smaller index, which the hardware starts first (CTAs start in index order; the same assumption as
+// CUB's single-pass scan), so the wait always ends; the launcher adds about half a wave to the lag,
+// so that the expert's last amax CTAs have usually finished by then.
 __global__ void __launch_bounds__(kThreads) nvfp4_weight_pipelined_kernel(const uint16_t* w, int64_t per_expert,
                                                                           int64_t chunks, int64_t total_chunks,
                                                                           int64_t lag, uint32_t* amax_bits_E,
@@ -197,19 +160,14 @@ __global__ void __launch_bounds__(kThreads) nvfp4_weight_pipelined_kernel(const 
   quantize_chunk(raw, e, per_expert, base, numeric::nvfp4_weight_global_scale(__uint_as_float(bits[0])), q, scales);
 }
 
-// Variant::kNew's last step: gs and fl(1 / gs) from the amax bits (which sit in global_scale_inv's
-// storage; global_scale's held the counts).
+// The last step: gs and fl(1 / gs) from the amax bits (which sit in global_scale_inv's storage;
+// global_scale's held the counts).
 __global__ void nvfp4_global_scales_kernel(float* global_scale, float* global_scale_inv, int64_t num_experts) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= num_experts) return;
   const float gs = numeric::nvfp4_weight_global_scale(__uint_as_float(reinterpret_cast<const uint32_t*>(global_scale_inv)[e]));
   global_scale[e] = gs;
   global_scale_inv[e] = numeric::div_rn(1.0f, gs);
-}
-
-__global__ void nvfp4_global_inverse_kernel(const float* global_scale, float* global_scale_inv, int64_t num_experts) {
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e < num_experts) global_scale_inv[e] = numeric::div_rn(1.0f, global_scale[e]);
 }
 
 // Per-token rows: one CTA of kRowThreads (64 or 128) threads per token, each thread holding kN of the
@@ -298,30 +256,17 @@ void nvfp4_quantize_weight(const void* w_ENK, int64_t num_experts, int64_t n, in
   DMOE_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, num_experts * sizeof(uint32_t), stream));
   const int64_t per_expert = n * k;
   const int64_t chunks = (per_expert / kVec + kChunkVecs - 1) / kChunkVecs;
-  if (variant() == Variant::kNew) {
-    // The amax CTAs' counts go in global_scale's storage, which the last kernel overwrites too.
-    auto* done = reinterpret_cast<uint32_t*>(global_scale);
-    DMOE_CUDA_CHECK(cudaMemsetAsync(done, 0, num_experts * sizeof(uint32_t), stream));
-    const int64_t slots = resident_ctas(reinterpret_cast<const void*>(&nvfp4_weight_pipelined_kernel), kThreads, 0);
-    const int64_t total = num_experts * chunks, lag = chunks + std::max<int64_t>(chunks, slots / 2);
-    DMOE_CHECK_ARG(2 * (total + lag) < (int64_t{1} << 31), "nvfp4_quantize_weight: ", num_experts, " x [", n, ", ", k,
-                   "] exceeds one launch");
-    nvfp4_weight_pipelined_kernel<<<static_cast<unsigned>(2 * (total + lag)), kThreads, 0, stream>>>(
-        w, per_expert, chunks, total, lag, amax_bits, done, q_ENH, scales);
-    DMOE_CUDA_CHECK_LAUNCH();
-    nvfp4_global_scales_kernel<<<static_cast<unsigned>((num_experts + 127) / 128), 128, 0, stream>>>(
-        global_scale, global_scale_inv, num_experts);
-    DMOE_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  const int64_t amax_blocks = std::min<int64_t>(256, (per_expert / kVec + kThreads - 1) / kThreads);
-  nvfp4_expert_amax_kernel<<<dim3(static_cast<unsigned>(amax_blocks), static_cast<unsigned>(num_experts)), kThreads, 0,
-                             stream>>>(w, per_expert, amax_bits);
+  // The amax CTAs' counts go in global_scale's storage, which the last kernel overwrites too.
+  auto* done = reinterpret_cast<uint32_t*>(global_scale);
+  DMOE_CUDA_CHECK(cudaMemsetAsync(done, 0, num_experts * sizeof(uint32_t), stream));
+  const int64_t slots = resident_ctas(reinterpret_cast<const void*>(&nvfp4_weight_pipelined_kernel), kThreads, 0);
+  const int64_t total = num_experts * chunks, lag = chunks + std::max<int64_t>(chunks, slots / 2);
+  DMOE_CHECK_ARG(2 * (total + lag) < (int64_t{1} << 31), "nvfp4_quantize_weight: ", num_experts, " x [", n, ", ", k,
+                 "] exceeds one launch");
+  nvfp4_weight_pipelined_kernel<<<static_cast<unsigned>(2 * (total + lag)), kThreads, 0, stream>>>(
+      w, per_expert, chunks, total, lag, amax_bits, done, q_ENH, scales);
   DMOE_CUDA_CHECK_LAUNCH();
-  nvfp4_weight_kernel<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(num_experts)), kThreads, 0,
-                        stream>>>(w, per_expert, amax_bits, q_ENH, scales, global_scale);
-  DMOE_CUDA_CHECK_LAUNCH();
-  nvfp4_global_inverse_kernel<<<static_cast<unsigned>((num_experts + 127) / 128), 128, 0, stream>>>(
+  nvfp4_global_scales_kernel<<<static_cast<unsigned>((num_experts + 127) / 128), 128, 0, stream>>>(
       global_scale, global_scale_inv, num_experts);
   DMOE_CUDA_CHECK_LAUNCH();
 }

@@ -73,20 +73,6 @@ void add_crafted_rows(HostBf16& h) {
 template <class T>
 std::vector<T> download_all(const DeviceBuffer<T>& b) { return b.download(); }
 
-// Runs `fn` under both kernel variants (quant::Variant: the old and the new kernel of an A/B pair
-// must give the same bytes), then restores the default.
-template <class Fn>
-void for_each_variant(Fn fn) {
-  const quant::Variant saved = quant::variant();
-  for (const quant::Variant v : {quant::Variant::kOld, quant::Variant::kNew}) {
-    SCOPED_TRACE(v == quant::Variant::kOld ? "variant old" : "variant new");
-    quant::set_variant(v);
-    fn();
-    if (::testing::Test::HasFatalFailure()) break;
-  }
-  quant::set_variant(saved);
-}
-
 // Float comparison that accepts any NaN for a NaN (the device's NaN payload may differ).
 bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || nm::float_bits(a) == nm::float_bits(b); }
 
@@ -427,15 +413,13 @@ TEST(QuantizeMxfp8, RowsAndColumnsFromOneReadMatchTheOracle) {
     return oracle_rows_cols<32, uint8_t>(h, g, nm::mxfp8_quantize_rows, nm::mxfp8_quantize_cols);
   };
   // Ragged and empty experts, one row, rows not multiples of 128, spare capacity past the groups.
-  for_each_variant([&] {
-    check_rows_cols<uint8_t, 32>({37, 0, 64, 1, 100}, 256, 96, 31, launch, oracle, false);
-    check_rows_cols<uint8_t, 32>({300, 5, 0, 129}, 2048, 32, 32, launch, oracle, false);
-    check_rows_cols<uint8_t, 32>({1}, 128, 0, 33, launch, oracle, false);
-    // The largest group table (1024 groups: 4 KiB, in a ring stage while the first tiles load).
-    std::vector<int32_t> many(1024);
-    for (size_t g = 0; g < many.size(); ++g) many[g] = static_cast<int32_t>(g * 7 % 41);
-    check_rows_cols<uint8_t, 32>(many, 128, 32, 35, launch, oracle, false);
-  });
+  check_rows_cols<uint8_t, 32>({37, 0, 64, 1, 100}, 256, 96, 31, launch, oracle, false);
+  check_rows_cols<uint8_t, 32>({300, 5, 0, 129}, 2048, 32, 32, launch, oracle, false);
+  check_rows_cols<uint8_t, 32>({1}, 128, 0, 33, launch, oracle, false);
+  // The largest group table (1024 groups: 4 KiB, in a ring stage while the first tiles load).
+  std::vector<int32_t> many(1024);
+  for (size_t g = 0; g < many.size(); ++g) many[g] = static_cast<int32_t>(g * 7 % 41);
+  check_rows_cols<uint8_t, 32>(many, 128, 32, 35, launch, oracle, false);
 }
 
 TEST(QuantizeFp8Blockwise, RowsAndColumnsFromOneReadMatchTheOracle) {
@@ -445,10 +429,8 @@ TEST(QuantizeFp8Blockwise, RowsAndColumnsFromOneReadMatchTheOracle) {
   auto oracle = [](const HostBf16& h, const Groups& g) {
     return oracle_rows_cols<128, float>(h, g, nm::fp8_blockwise_quantize_act, fp8_blockwise_quantize_cols);
   };
-  for_each_variant([&] {
-    check_rows_cols<float, 128>({37, 0, 200, 1, 100}, 256, 128, 41, launch, oracle, true);
-    check_rows_cols<float, 128>({300, 5, 0, 129}, 2048, 0, 42, launch, oracle, true);
-  });
+  check_rows_cols<float, 128>({37, 0, 200, 1, 100}, 256, 128, 41, launch, oracle, true);
+  check_rows_cols<float, 128>({300, 5, 0, 129}, 2048, 0, 42, launch, oracle, true);
 }
 
 // Every CTA region shape (up to 8 tiles, tokens x features), over ragged groups whose tile grid the
@@ -458,17 +440,15 @@ TEST(QuantizeMxfp8, RowsAndColumnsMatchTheOracleInEveryRegionShape) {
   auto oracle = [](const HostBf16& h, const Groups& g) {
     return oracle_rows_cols<32, uint8_t>(h, g, nm::mxfp8_quantize_rows, nm::mxfp8_quantize_cols);
   };
-  for_each_variant([&] {
-    for (int64_t D : {1184, 1152})
-      for (int lt = 0; lt <= 3; ++lt)
-        for (int lf = 0; lt + lf <= 3; ++lf) {
-          SCOPED_TRACE("D=" + std::to_string(D) + " region 2^" + std::to_string(lt) + " x 2^" + std::to_string(lf));
-          auto launch = [&](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Mxfp8Out& r,
-                            const quant::Mxfp8Out& c) { quant::mxfp8_quantize_rows_cols_in_regions(x, g, r, c, lt, lf, nullptr); };
-          check_rows_cols<uint8_t, 32>({37, 0, 300, 1, 100, 129}, D, 64, 34 + lt * 4 + lf, launch, oracle, false);
-          if (HasFatalFailure()) return;
-        }
-  });
+  for (int64_t D : {1184, 1152})
+    for (int lt = 0; lt <= 3; ++lt)
+      for (int lf = 0; lt + lf <= 3; ++lf) {
+        SCOPED_TRACE("D=" + std::to_string(D) + " region 2^" + std::to_string(lt) + " x 2^" + std::to_string(lf));
+        auto launch = [&](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Mxfp8Out& r,
+                          const quant::Mxfp8Out& c) { quant::mxfp8_quantize_rows_cols_in_regions(x, g, r, c, lt, lf, nullptr); };
+        check_rows_cols<uint8_t, 32>({37, 0, 300, 1, 100, 129}, D, 64, 34 + lt * 4 + lf, launch, oracle, false);
+        if (HasFatalFailure()) return;
+      }
 }
 
 TEST(QuantizeFp8Blockwise, RowsAndColumnsMatchTheOracleInEveryRegionShape) {
@@ -476,18 +456,16 @@ TEST(QuantizeFp8Blockwise, RowsAndColumnsMatchTheOracleInEveryRegionShape) {
   auto oracle = [](const HostBf16& h, const Groups& g) {
     return oracle_rows_cols<128, float>(h, g, nm::fp8_blockwise_quantize_act, fp8_blockwise_quantize_cols);
   };
-  for_each_variant([&] {
-    for (int lt = 0; lt <= 3; ++lt)
-      for (int lf = 0; lt + lf <= 3; ++lf) {
-        SCOPED_TRACE("region 2^" + std::to_string(lt) + " x 2^" + std::to_string(lf));
-        auto launch = [&](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Fp8BlockwiseOut& r,
-                          const quant::Fp8BlockwiseOut& c) {
-          quant::fp8_blockwise_quantize_rows_cols_in_regions(x, g, r, c, lt, lf, nullptr);
-        };
-        check_rows_cols<float, 128>({37, 0, 300, 1, 100, 129}, 1152, 128, 43 + lt * 4 + lf, launch, oracle, true);
-        if (HasFatalFailure()) return;
-      }
-  });
+  for (int lt = 0; lt <= 3; ++lt)
+    for (int lf = 0; lt + lf <= 3; ++lf) {
+      SCOPED_TRACE("region 2^" + std::to_string(lt) + " x 2^" + std::to_string(lf));
+      auto launch = [&](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Fp8BlockwiseOut& r,
+                        const quant::Fp8BlockwiseOut& c) {
+        quant::fp8_blockwise_quantize_rows_cols_in_regions(x, g, r, c, lt, lf, nullptr);
+      };
+      check_rows_cols<float, 128>({37, 0, 300, 1, 100, 129}, 1152, 128, 43 + lt * 4 + lf, launch, oracle, true);
+      if (HasFatalFailure()) return;
+    }
 }
 
 // ---- weights ---------------------------------------------------------------------------------------
@@ -643,40 +621,38 @@ TEST(QuantizeFp8Blockwise, CheckpointWeightsArePreparedAsTheyAre) {
 TEST(QuantizeNvfp4, WeightsMatchTheOracleAndOwnTheirInverseGlobalScale) {
   DMOE_REQUIRE_SM90();
   struct Shape { int64_t E, N, K; };
-  // The last shape has 128 chunks of 8192 elements per expert: Variant::kNew's quantize CTAs of one
-  // expert run beside the amax CTAs of the next ones.
-  for_each_variant([&] {
-    for (const Shape& sh : {Shape{2, 128, 256}, Shape{3, 96, 528}, Shape{5, 256, 4096}}) {
-      HostBf16 w = random_weight(sh.E, sh.N, sh.K, 91 + sh.K, true);
-      for (int64_t i = 0; i < sh.N * sh.K; ++i) w.set(1 * sh.N * sh.K + i, 0.0f);  // an all-zero expert
-      if (sh.E > 2) w.set(2 * sh.N * sh.K + 17, INFINITY);                           // a poisoned expert
-      const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kNVFP4, false, sh.E, sh.N, sh.K);
-      EXPECT_TRUE(spec.inference);
-      DeviceBuffer<uint16_t> dw(w.bits);
-      DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes()), ds(spec.fprop_scale.bytes());
-      DeviceBuffer<float> dgs(sh.E), dgi(sh.E);
-      dq.poison(kPoison);
-      ds.poison(kPoison);
-      for (int rep = 0; rep < 2; ++rep) {  // a refill of the same buffers gives the same bytes
-        prepare_block_scaled_weight(dw.get(), spec, {dq.get(), ds.get(), nullptr, nullptr, dgs.get(), dgi.get()}, nullptr);
-        DMOE_CUDA_CHECK(cudaDeviceSynchronize());
-        const auto q = dq.download(), s = ds.download();
-        const auto gs = dgs.download(), gi = dgi.download();
-        const int64_t per = sh.N * sh.K;
-        for (int64_t e = 0; e < sh.E; ++e) {
-          std::vector<uint8_t> rq(per / 2), rs(per / 16);
-          float rgs = 0, rgi = 0;
-          nm::nvfp4_quantize_weight(w.f.data() + e * per, sh.N, sh.K, rq.data(), rs.data(), &rgs, &rgi);
-          for (int64_t i = 0; i < per / 2; ++i) ASSERT_EQ(q[e * per / 2 + i], rq[i]) << "expert " << e << " byte " << i;
-          for (int64_t i = 0; i < per / 16; ++i) ASSERT_EQ(s[e * per / 16 + i], rs[i]) << "expert " << e << " scale " << i;
-          ASSERT_TRUE(same_float(gs[e], rgs)) << e;
-          ASSERT_TRUE(same_float(gi[e], rgi)) << e;
-          if (!std::isnan(gs[e])) ASSERT_EQ(gi[e], 1.0f / gs[e]) << "the inverse is the exact FP32 reciprocal";
-        }
-        if (sh.E > 2) EXPECT_TRUE(std::isnan(gs[2]));
+  // The last shape has 128 chunks of 8192 elements per expert: the quantize CTAs of one expert run
+  // beside the amax CTAs of the next ones.
+  for (const Shape& sh : {Shape{2, 128, 256}, Shape{3, 96, 528}, Shape{5, 256, 4096}}) {
+    HostBf16 w = random_weight(sh.E, sh.N, sh.K, 91 + sh.K, true);
+    for (int64_t i = 0; i < sh.N * sh.K; ++i) w.set(1 * sh.N * sh.K + i, 0.0f);  // an all-zero expert
+    if (sh.E > 2) w.set(2 * sh.N * sh.K + 17, INFINITY);                           // a poisoned expert
+    const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kNVFP4, false, sh.E, sh.N, sh.K);
+    EXPECT_TRUE(spec.inference);
+    DeviceBuffer<uint16_t> dw(w.bits);
+    DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes()), ds(spec.fprop_scale.bytes());
+    DeviceBuffer<float> dgs(sh.E), dgi(sh.E);
+    dq.poison(kPoison);
+    ds.poison(kPoison);
+    for (int rep = 0; rep < 2; ++rep) {  // a refill of the same buffers gives the same bytes
+      prepare_block_scaled_weight(dw.get(), spec, {dq.get(), ds.get(), nullptr, nullptr, dgs.get(), dgi.get()}, nullptr);
+      DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto q = dq.download(), s = ds.download();
+      const auto gs = dgs.download(), gi = dgi.download();
+      const int64_t per = sh.N * sh.K;
+      for (int64_t e = 0; e < sh.E; ++e) {
+        std::vector<uint8_t> rq(per / 2), rs(per / 16);
+        float rgs = 0, rgi = 0;
+        nm::nvfp4_quantize_weight(w.f.data() + e * per, sh.N, sh.K, rq.data(), rs.data(), &rgs, &rgi);
+        for (int64_t i = 0; i < per / 2; ++i) ASSERT_EQ(q[e * per / 2 + i], rq[i]) << "expert " << e << " byte " << i;
+        for (int64_t i = 0; i < per / 16; ++i) ASSERT_EQ(s[e * per / 16 + i], rs[i]) << "expert " << e << " scale " << i;
+        ASSERT_TRUE(same_float(gs[e], rgs)) << e;
+        ASSERT_TRUE(same_float(gi[e], rgi)) << e;
+        if (!std::isnan(gs[e])) ASSERT_EQ(gi[e], 1.0f / gs[e]) << "the inverse is the exact FP32 reciprocal";
       }
+      if (sh.E > 2) EXPECT_TRUE(std::isnan(gs[2]));
     }
-  });
+  }
 }
 
 TEST(QuantizeNvfp4, TokenRowsIntoStridedPackedRowsMatchTheOracle) {
