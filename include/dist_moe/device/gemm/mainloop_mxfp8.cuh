@@ -68,7 +68,8 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
       return;
     }
     const ScaleWords words = scale_words(p, t, wg, num_k_blocks);
-    // Scales two k blocks ahead of their wgmmas (an L2 round trip is longer than one k block).
+    // Scale codes two k blocks ahead of their wgmmas (an L2 round trip is longer than one k block),
+    // turned into FP32 once per k block.
     const int32_t last_kb = num_k_blocks - 1;
     Packed cur = load_packed(words, 0);
     Packed ahead = load_packed(words, min(1, last_kb));
@@ -81,7 +82,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     // around a wgmma (a divergent-looking path makes ptxas serialize them, C7518).
     for (; kb < last_kb; ++kb) {
       const int stage = st.stage;
-      const Packed now = cur;
+      const Scales now = to_fp32(cur);
       cur = ahead;
       ahead = load_packed(words, min(kb + 2, last_kb));
 #pragma unroll
@@ -100,15 +101,16 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
       hook(kb);
       issue_unit(smem, st.stage, wg, 1, 0, s1);
     }
+    const Scales last = to_fp32(cur);
 #pragma unroll
     for (int j = 0; j < kSteps - 1; ++j) {
-      fold_unit(acc, s0, 0, j, cur, 1);
+      fold_unit(acc, s0, 0, j, last, 1);
       issue_unit(smem, st.stage, wg, 0, j + 1, s0);
-      fold_unit(acc, s1, 1, j, cur, 1);
+      fold_unit(acc, s1, 1, j, last, 1);
       issue_unit(smem, st.stage, wg, 1, j + 1, s1);
     }
-    fold_unit(acc, s0, 0, kSteps - 1, cur, 1);
-    fold_unit(acc, s1, 1, kSteps - 1, cur, 0);
+    fold_unit(acc, s0, 0, kSteps - 1, last, 1);
+    fold_unit(acc, s1, 1, kSteps - 1, last, 0);
     pipe.consumer_release(st.stage);
     hook(kb);
     st.advance();
@@ -126,6 +128,10 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
   // One k block's scales, four E8M0 codes (k32 steps 0..3, low byte first) per word.
   struct Packed {
     uint32_t lo, hi, b[kGroups];
+  };
+  // The same as FP32 powers of two, [k32 step].
+  struct Scales {
+    float lo[kSteps], hi[kSteps], b[kGroups][kSteps];
   };
 
   DMOE_DEVICE static ScaleWords scale_words(const MainloopParams& p, const WorkTile& t, int wg, int32_t num_k_blocks) {
@@ -163,11 +169,51 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     return s;
   }
 
-  // 2^(e - 127) for the E8M0 code in byte `j` of `word`.
+  // 2^(e - 127) for the E8M0 code in byte `j` of `word`, exactly (code 0: the subnormal 2^-127;
+  // code 255: NaN).
   DMOE_DEVICE static float e8m0(uint32_t word, int j) {
     const uint32_t e = (word >> (8 * j)) & 0xFFu;
     const uint32_t bits = e == 0 ? 0x00400000u : (e == 0xFFu ? 0x7FC00000u : e << 23);
     return __uint_as_float(bits);
+  }
+  // The same for codes 1 .. 254: the code moved into the FP32 exponent field (two instructions).
+  DMOE_DEVICE static float e8m0_normal(uint32_t word, int j) {
+    const uint32_t field = j == 3 ? word >> 1 : word << (23 - 8 * j);
+    return __uint_as_float(field & 0x7F800000u);
+  }
+  // Whether a byte of `word` is 0x00 or 0xFF (the codes e8m0_normal gets wrong).
+  DMOE_DEVICE static uint32_t has_special_code(uint32_t word) {
+    const uint32_t zero = (word - 0x01010101u) & ~word & 0x80808080u;
+    const uint32_t ones = (~word - 0x01010101u) & word & 0x80808080u;
+    return zero | ones;
+  }
+
+  // One k block's codes as FP32. The shift-and-mask path is exact for every normal code; a block
+  // with code 0 or 255 anywhere in the warp takes the exact conversion (a warp-uniform branch: no
+  // divergence next to the wgmmas in flight). Code 0 appears in all-zero blocks (padding rows).
+  DMOE_DEVICE static Scales to_fp32(const Packed& w) {
+    Scales s;
+    uint32_t special = has_special_code(w.lo) | has_special_code(w.hi);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) special |= has_special_code(w.b[g]);
+    if (__any_sync(0xFFFFFFFFu, special != 0)) {
+#pragma unroll
+      for (int j = 0; j < kSteps; ++j) {
+        s.lo[j] = e8m0(w.lo, j);
+        s.hi[j] = e8m0(w.hi, j);
+#pragma unroll
+        for (int g = 0; g < kGroups; ++g) s.b[g][j] = e8m0(w.b[g], j);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kSteps; ++j) {
+        s.lo[j] = e8m0_normal(w.lo, j);
+        s.hi[j] = e8m0_normal(w.hi, j);
+#pragma unroll
+        for (int g = 0; g < kGroups; ++g) s.b[g][j] = e8m0_normal(w.b[g], j);
+      }
+    }
+    return s;
   }
 
   // Slice s of k32 step j of the stage into `scratch`: one m64n64k32 wgmma (scale-d = 0).
@@ -185,10 +231,9 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
   // fragment is row lo / hi by bit 1 and column 8 (i / 4) + 2 (lane % 4) + i % 2 of the slice, so
   // registers 0-15 lie in the slice's first 32-column group and 16-31 in its second.
   DMOE_DEVICE static void fold_unit(float (&acc)[kMmaPerWg][kAccPerMma], float (&scratch)[kSliceAcc], int s, int j,
-                                    const Packed& sc, int pending) {
-    const float a_lo = e8m0(sc.lo, j), a_hi = e8m0(sc.hi, j);
-    const float b0 = e8m0(sc.b[2 * s], j), b1 = e8m0(sc.b[2 * s + 1], j);
-    const float lo0 = a_lo * b0, hi0 = a_hi * b0, lo1 = a_lo * b1, hi1 = a_hi * b1;
+                                    const Scales& sc, int pending) {
+    const float b0 = sc.b[2 * s][j], b1 = sc.b[2 * s + 1][j];
+    const float lo0 = sc.lo[j] * b0, hi0 = sc.hi[j] * b0, lo1 = sc.lo[j] * b1, hi1 = sc.hi[j] * b1;
     if (pending) ptx::wgmma_wait<1>();
     else ptx::wgmma_wait<0>();
     ptx::wgmma_fence_operands(scratch);
