@@ -22,8 +22,8 @@ const char* to_string(GroupedGemmOp op);
 // How an operand's values are scaled, per block of consecutive elements along K (rows x columns of
 // the block in the operand's [rows, K] view). kNone (BF16), FP8 blockwise (kFp8BlockwiseRows x
 // kFp8BlockwiseWeight for FPROP and W13 FPROP, x kFp8BlockwiseWeightT for DGRAD, kFp8BlockwiseRowsT
-// for WGRAD) and MXFP8 (kMxfp8Rows x kMxfp8Weight, FPROP and W13 FPROP) have kernels; MXFP8 DGRAD /
-// WGRAD and NVFP4 GEMMs are still to come (docs/formats.md).
+// for WGRAD) and MXFP8 (kMxfp8Rows x kMxfp8Weight for FPROP and W13 FPROP, x kMxfp8WeightT for
+// DGRAD) have kernels; MXFP8 WGRAD and NVFP4 GEMMs are still to come (docs/formats.md).
 enum class ScaleKind {
   kNone,
   kE8M0_1x32,             // MXFP8 activations: one E8M0 power of two per 1 x 32
@@ -68,6 +68,9 @@ inline constexpr OperandFormat kFp8BlockwiseWeightT{DType::kFloat8E4M3, ScaleKin
 // [E * N, K/32] (what mxfp8_quantize_weight_tiles / prepare_block_scaled_weight write).
 inline constexpr OperandFormat kMxfp8Rows{DType::kFloat8E4M3, ScaleKind::kE8M0_1x32, OperandLayout::kRowMajor};
 inline constexpr OperandFormat kMxfp8Weight{DType::kFloat8E4M3, ScaleKind::kE8M0_32x32, OperandLayout::kRowMajor};
+// Its transposed copy [e, k, n] with the DGRAD scale view [E * K, N/32]: what MXFP8 DGRAD reads
+// (E4M3 wgmma takes K-major operands only; upstream's one qdata serves MN-major MMAs on SM100).
+inline constexpr OperandFormat kMxfp8WeightT{DType::kFloat8E4M3, ScaleKind::kE8M0_32x32, OperandLayout::kColumnMajor};
 // Row buffers given transposed, [features, tokens] with 1 x 128 blocks along tokens (the
 // quantizers' WGRAD columns; scales [tokens / 128, features]): both operands of FP8 WGRAD.
 inline constexpr OperandFormat kFp8BlockwiseRowsT{DType::kFloat8E4M3, ScaleKind::kFP32_1x128,

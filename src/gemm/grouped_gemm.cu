@@ -504,9 +504,11 @@ const std::vector<GemmKernelEntry>& gemm_kernels() {
 
 std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_dtype, bool gather,
                                                     const OperandFormat& a_format, const OperandFormat& b_format) {
-  // FP8-blockwise DGRAD runs the FPROP kernels on the weight's transposed copy: their configurations.
+  // E4M3 DGRAD runs the FPROP kernels on the weight's transposed copy: their configurations.
   if (op == GroupedGemmOp::kDgrad && b_format == kFp8BlockwiseWeightT)
     return grouped_gemm_configs(GroupedGemmOp::kFprop, out_dtype, gather, a_format, kFp8BlockwiseWeight);
+  if (op == GroupedGemmOp::kDgrad && b_format == kMxfp8WeightT)
+    return grouped_gemm_configs(GroupedGemmOp::kFprop, out_dtype, gather, a_format, kMxfp8Weight);
   std::vector<GroupedGemmConfig> v;
   for (const GemmKernelEntry& e : gemm::gemm_kernels())
     if (entry_matches(e, op, out_dtype, gather, a_format, b_format)) v.push_back(config_of(e, 0));
@@ -580,16 +582,19 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
   run(GroupedGemmOp::kFpropSwiglu, a.common, DType::kBFloat16, gather, L, oc, stream);
 }
 
-// FP8-blockwise DGRAD is the FPROP kernel on the weight's transposed copy: grad_a[m, :] =
-// grad_out[m, :] . wt[e(m)]^T with wt = [e_local, k, n] K-major over the contraction n, so the
-// FPROP problem has n and k swapped (weight rows k, contraction n).
-void dgrad_fp8_blockwise(const DgradArgs& a, cudaStream_t stream) {
+// E4M3 DGRAD (FP8 blockwise, MXFP8) is the FPROP kernel on the weight's transposed copy:
+// grad_a[m, :] = grad_out[m, :] . wt[e(m)]^T with wt = [e_local, k, n] K-major over the contraction
+// n, so the FPROP problem has n and k swapped (weight rows k, contraction n) and reads the weight's
+// DGRAD scales as the FPROP scales of wt.
+void dgrad_transposed_weight(const DgradArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_dgrad";
+  const bool mx = a.common.b_format == kMxfp8WeightT;
+  const OperandFormat rows = mx ? kMxfp8Rows : kFp8BlockwiseRows;
+  const char* recipe = mx ? "MXFP8" : "FP8-blockwise";
   check_common(a.common, op);  // the call's own n, k
-  DMOE_CHECK_ARG(a.common.a_format == kFp8BlockwiseRows, op, ": B=", a.common.b_format.name(),
-                 " (the FP8-blockwise transposed weight) needs A=", kFp8BlockwiseRows.name(), ", got A=",
-                 a.common.a_format.name());
-  DMOE_CHECK_ARG(a.out_dtype == DType::kBFloat16, op, ": FP8-blockwise DGRAD writes bfloat16 output, got ",
+  DMOE_CHECK_ARG(a.common.a_format == rows, op, ": B=", a.common.b_format.name(), " (the ", recipe,
+                 " transposed weight) needs A=", rows.name(), ", got A=", a.common.a_format.name());
+  DMOE_CHECK_ARG(a.out_dtype == DType::kBFloat16, op, ": ", recipe, " DGRAD writes bfloat16 output, got ",
                  to_string(a.out_dtype));
   DMOE_CHECK_ARG(a.common.e_local * a.common.k <= kInt32Max, op, ": e_local * k = ", a.common.e_local * a.common.k,
                  " rows of the transposed weight exceed the int32 TMA coordinate range");
@@ -597,7 +602,7 @@ void dgrad_fp8_blockwise(const DgradArgs& a, cudaStream_t stream) {
   GroupedGemmCommon c = a.common;
   c.n = a.common.k;
   c.k = a.common.n;
-  c.b_format = kFp8BlockwiseWeight;  // the transposed copy is a row-major [e, k, n] weight
+  c.b_format = mx ? kMxfp8Weight : kFp8BlockwiseWeight;  // the transposed copy is a row-major [e, k, n] weight
   check_formats(GroupedGemmOp::kFprop, DType::kBFloat16, c, op);
   check_ptr(a.w, op, "w");
   check_ptr(a.grad_out, op, "grad_out");
@@ -614,11 +619,15 @@ void dgrad_fp8_blockwise(const DgradArgs& a, cudaStream_t stream) {
 
 void grouped_gemm_dgrad(const DgradArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_dgrad";
-  if (a.common.b_format == kFp8BlockwiseWeightT) return dgrad_fp8_blockwise(a, stream);
+  if (a.common.b_format == kFp8BlockwiseWeightT || a.common.b_format == kMxfp8WeightT)
+    return dgrad_transposed_weight(a, stream);
   DMOE_CHECK_ARG(!(a.common.a_format == kFp8BlockwiseRows && a.common.b_format == kFp8BlockwiseWeight), op,
                  ": FP8-blockwise DGRAD reads the weight's transposed copy: B must be kFp8BlockwiseWeightT (",
                  kFp8BlockwiseWeightT.name(), ": E4M3 [e_local, k, n], scales [e_local, k/128, n/128]), got B=",
                  a.common.b_format.name());
+  DMOE_CHECK_ARG(!(a.common.a_format == kMxfp8Rows && a.common.b_format == kMxfp8Weight), op,
+                 ": MXFP8 DGRAD reads the weight's transposed copy: B must be kMxfp8WeightT (", kMxfp8WeightT.name(),
+                 ": E4M3 [e_local, k, n], E8M0 scales [e_local * k, n/32]), got B=", a.common.b_format.name());
   check_common(a.common, op);
   check_out_dtype(a.out_dtype, op);
   check_formats(GroupedGemmOp::kDgrad, a.out_dtype, a.common, op);

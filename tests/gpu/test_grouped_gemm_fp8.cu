@@ -115,6 +115,7 @@ struct Mxfp8Rows {
 };
 struct Mxfp8Weight {
   DeviceBuffer<uint8_t> q, s, s_dgrad;
+  DeviceBuffer<uint8_t> q_t;  // [E, K, N]: q transposed per expert (DGRAD's B), made on the host
   std::vector<float> vals;
 };
 
@@ -144,8 +145,15 @@ Mxfp8Weight mxfp8_weight(const HostBf16& w, int64_t E, int64_t N, int64_t K) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<uint8_t> q = o.q.download(), sc = o.s.download();
   o.vals.resize(q.size());
-  for (int64_t r = 0; r < E * N; ++r)
-    for (int64_t c = 0; c < K; ++c) o.vals[r * K + c] = numeric::mxfp8_dequantize_value(q[r * K + c], sc[r * (K / 32) + c / 32]);
+  std::vector<uint8_t> q_t(q.size());
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t r = e * N + n;
+        o.vals[r * K + k] = numeric::mxfp8_dequantize_value(q[r * K + k], sc[r * (K / 32) + k / 32]);
+        q_t[(e * K + k) * N + n] = q[r * K + k];
+      }
+  o.q_t = DeviceBuffer<uint8_t>(q_t);
   return o;
 }
 
@@ -376,17 +384,32 @@ void run_fp8_w13(const Fp8Case& cs, bool clamped, const GroupedGemmConfig* cfg, 
 // DGRAD: grad_a [cap, K] = grad_out [cap, N] . W[e] through the weight's transposed copy
 // (kFp8BlockwiseWeightT, written by the weight quantizer next to q); the reference multiplies the
 // dequantized grad_out rows with the dequantized untransposed weight.
-void run_fp8_dgrad(const Fp8Case& cs, const GroupedGemmConfig* cfg, bool accumulate) {
+void run_fp8_dgrad(const Fp8Case& cs, const GroupedGemmConfig* cfg, bool accumulate,
+                   Recipe recipe = Recipe::kFp8Blockwise) {
   std::mt19937 rng(cs.seed);
   const std::vector<int32_t> counts = fp8_counts(cs.e_local, cs.max_rows, rng);
   const int64_t M = total_rows(counts), cap = M + kSlack, N = cs.n, K = cs.k, E = cs.e_local;
-  std::printf("fp8 dgrad E=%lld n=%lld k=%lld rows=%lld%s (%s)\n", static_cast<long long>(E), static_cast<long long>(N),
-              static_cast<long long>(K), static_cast<long long>(M), accumulate ? " accumulate" : "",
-              cfg ? cfg->name().c_str() : "heuristic pick");
-  const Fp8Rows g = quantize_rows(spread_bf16(cap, N, 1, 1.0f, rng), cap, N);  // 1x128 along N
-  const Fp8Weight w = quantize_weight(spread_bf16(E * N, K, 128, 1.0f / std::sqrt(float(N)), rng), E, N, K);
-  std::vector<float> ref = ref_dgrad(g.vals, w.vals, counts, N, K);
-  const std::vector<float> sum_abs = ref_dgrad(absolute(g.vals), absolute(w.vals), counts, N, K);
+  std::printf("%s dgrad E=%lld n=%lld k=%lld rows=%lld%s (%s)\n", recipe_name(recipe), static_cast<long long>(E),
+              static_cast<long long>(N), static_cast<long long>(K), static_cast<long long>(M),
+              accumulate ? " accumulate" : "", cfg ? cfg->name().c_str() : "heuristic pick");
+  const HostBf16 g_bf16 = spread_bf16(cap, N, 1, 1.0f, rng);  // blocks along N
+  const HostBf16 w_bf16 = spread_bf16(E * N, K, 128, 1.0f / std::sqrt(float(N)), rng);
+  const bool mx = recipe == Recipe::kMxfp8;
+  Fp8Rows g;
+  Fp8Weight w;
+  Mxfp8Rows mg;
+  Mxfp8Weight mw;
+  if (mx) {
+    mg = mxfp8_rows(g_bf16, cap, N);
+    mw = mxfp8_weight(w_bf16, E, N, K);
+  } else {
+    g = quantize_rows(g_bf16, cap, N);
+    w = quantize_weight(w_bf16, E, N, K);
+  }
+  const std::vector<float>& g_vals = mx ? mg.vals : g.vals;
+  const std::vector<float>& w_vals = mx ? mw.vals : w.vals;
+  std::vector<float> ref = ref_dgrad(g_vals, w_vals, counts, N, K);
+  const std::vector<float> sum_abs = ref_dgrad(absolute(g_vals), absolute(w_vals), counts, N, K);
   const HostBf16 prev = random_bf16(static_cast<size_t>(cap * K), 4.0f, rng);
   const std::vector<float> prev_vals(prev.vals.begin(), prev.vals.begin() + M * K);
   apply_output_store(ref, prev_vals, accumulate, false);
@@ -401,17 +424,27 @@ void run_fp8_dgrad(const Fp8Case& cs, const GroupedGemmConfig* cfg, bool accumul
     d_out.poison();
   }
   DgradArgs args;
-  args.common = fp8_common(d_counts, cs, cap, g, w.s_t, cfg);
-  args.common.b_format = kFp8BlockwiseWeightT;
-  args.grad_out = g.q.get();
-  args.w = w.q_t.get();
+  args.common = fp8_common(d_counts, cs, cap, cfg);
+  if (mx) {
+    args.common.a_format = kMxfp8Rows;
+    args.common.b_format = kMxfp8WeightT;
+    args.common.scales = OperandScales{mg.s.get(), N / 32, mw.s_dgrad.get()};
+    args.grad_out = mg.q.get();
+    args.w = mw.q_t.get();
+  } else {
+    args.common = fp8_common(d_counts, cs, cap, g, w.s_t, cfg);
+    args.common.b_format = kFp8BlockwiseWeightT;
+    args.grad_out = g.q.get();
+    args.w = w.q_t.get();
+  }
   args.grad_a = d_out.get();
   args.accumulate = accumulate;
   grouped_gemm_dgrad(args, nullptr);
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<uint16_t> out = d_out.download();
-  expect_close_fp8("fp8 dgrad grad_a", [&](int64_t i) { return bf16_value(out, i); }, ref, sum_abs);
-  expect_rows_untouched("fp8 dgrad grad_a", out, M, K);
+  const std::string what = std::string(recipe_name(recipe)) + " dgrad grad_a";
+  expect_close_fp8(what, [&](int64_t i) { return bf16_value(out, i); }, ref, sum_abs);
+  expect_rows_untouched(what, out, M, K);
 }
 
 // sum over the k32 steps of out[e, n, k] of the step's largest |g[m, n] x[m, k]| (steps of 32
@@ -749,6 +782,16 @@ TEST_P(GroupedGemmMxfp8W13, ClampedOddF) {
 // the weight's per 32x32 tile), so every k32 sum is exact in the tensor cores and every scaled
 // FP32 sum (multiples of 2^-4 below 2^18) exact too: the output is the exact result rounded once
 // to BF16. One A block carries the NaN code 0xFF: its row must come out NaN in every column.
+// DGRAD runs the FPROP kernel on the weight's transposed copy (its DGRAD scale view).
+TEST_P(GroupedGemmMxfp8Fprop, Dgrad) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_dgrad({10, 512, 768, 300, 58u}, &GetParam().config, false, Recipe::kMxfp8);
+}
+TEST_P(GroupedGemmMxfp8Fprop, DgradAccumulate) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_dgrad({9, 1024, 384, 260, 59u}, &GetParam().config, true, Recipe::kMxfp8);
+}
+
 TEST(GroupedGemmMxfp8, FpropExact) {
   DMOE_REQUIRE_SM90();
   const std::vector<int32_t> counts = {200, 0, 129, 1, 256};
@@ -810,10 +853,11 @@ TEST(GroupedGemmMxfp8, HeuristicPicksCompiledKernels) {
   DMOE_REQUIRE_SM90();
   run_fp8_fprop({10, 1024, 512, 300, 56u}, nullptr, Recipe::kMxfp8);
   run_fp8_w13({10, 512, 512, 300, 57u}, false, nullptr, Recipe::kMxfp8);
+  run_fp8_dgrad({10, 512, 384, 300, 60u}, nullptr, false, Recipe::kMxfp8);
 }
 
 // What the MXFP8 kernels do not take: wrong scale strides and missing scales (argument errors),
-// and the ops they do not compile (DGRAD: E4M3 wgmma needs the weight transposed).
+// DGRAD on the untransposed weight (E4M3 wgmma needs it transposed) or with other rows, and WGRAD.
 TEST(GroupedGemmMxfp8, RejectsWhatItCannotDo) {
   DMOE_REQUIRE_SM90();
   DeviceBuffer<int32_t> counts(std::vector<int32_t>{4});
@@ -845,7 +889,16 @@ TEST(GroupedGemmMxfp8, RejectsWhatItCannotDo) {
   d.grad_out = a.get();
   d.w = w.get();
   d.grad_a = out.get();
-  expect_error([&] { grouped_gemm_dgrad(d, nullptr); }, "no grouped GEMM kernel for A=" + kMxfp8Rows.name());
+  expect_error([&] { grouped_gemm_dgrad(d, nullptr); }, "MXFP8 DGRAD reads the weight's transposed copy");
+  d.common.b_format = kMxfp8WeightT;
+  d.common.a_format = kFp8BlockwiseRows;
+  expect_error([&] { grouped_gemm_dgrad(d, nullptr); }, "needs A=" + kMxfp8Rows.name());
+  WgradArgs wg;  // MXFP8 WGRAD: no kernel (it dequantizes its column operands to BF16)
+  wg.common = args.common;
+  wg.grad_out = a.get();
+  wg.a = a.get();
+  wg.grad_w = out.get();
+  expect_error([&] { grouped_gemm_wgrad(wg, nullptr); }, "no grouped GEMM kernel");
 }
 
 // Missing or unneeded scales are argument errors, before any launch.
