@@ -184,9 +184,12 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     wgrad_kernel(128, 128, 5).tma().fp8_blockwise_cols(),
     wgrad_kernel(128, 128, 5).fp32_out().tma().fp8_blockwise_cols(),
     // MXFP8 FPROP with per-32 promotion (device/gemm/mainloop_mxfp8.cuh): 128x128, the FP8-blockwise
-    // stages. grouped_gemm_sm90_fprop.cu / _w13.cu.
+    // stages. Six stages: the consumers convert their E8M0 codes; five: the producer warpgroup's
+    // scale warps do, into the stages (an A/B, session 18). grouped_gemm_sm90_fprop.cu / _w13.cu.
     fprop_kernel(128, 128, 6).tma().mxfp8(),
     w13_kernel(128, 128, 6).tma().mxfp8(),
+    fprop_kernel(128, 128, 5).tma().mxfp8(),
+    w13_kernel(128, 128, 5).tma().mxfp8(),
 };
 inline constexpr size_t kNumGemmKernels = sizeof(kGemmKernelSpecs) / sizeof(kGemmKernelSpecs[0]);
 

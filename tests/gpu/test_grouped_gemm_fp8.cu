@@ -792,7 +792,7 @@ TEST_P(GroupedGemmMxfp8Fprop, DgradAccumulate) {
   run_fp8_dgrad({9, 1024, 384, 260, 59u}, &GetParam().config, true, Recipe::kMxfp8);
 }
 
-TEST(GroupedGemmMxfp8, FpropExact) {
+TEST_P(GroupedGemmMxfp8Fprop, Exact) {
   DMOE_REQUIRE_SM90();
   const std::vector<int32_t> counts = {200, 0, 129, 1, 256};
   const int64_t E = static_cast<int64_t>(counts.size()), N = 384, K = 512, M = total_rows(counts), cap = M + kSlack;
@@ -824,7 +824,7 @@ TEST(GroupedGemmMxfp8, FpropExact) {
   DeviceBuffer<uint16_t> d_out(static_cast<size_t>(cap * N));
   d_out.poison();
   FpropArgs args;
-  args.common = fp8_common(d_counts, Fp8Case{E, N, K, 0, 0u}, cap, nullptr);
+  args.common = fp8_common(d_counts, Fp8Case{E, N, K, 0, 0u}, cap, &GetParam().config);
   args.common.a_format = kMxfp8Rows;
   args.common.b_format = kMxfp8Weight;
   args.common.scales = OperandScales{d_as.get(), K / 32, d_ws.get()};

@@ -141,8 +141,9 @@ struct GroupedGemmKernel {
   // 16-byte loads per lane in flight next to the scheduler state, so the gather variants give the
   // producer more (below 96 ptxas spills them; 200 still holds a consumer's 128 accumulators and
   // its epilogue).
-  static constexpr uint32_t kProducerRegs = kGather ? 96 : 40;
-  static constexpr uint32_t kConsumerRegs = kGather ? 200 : 232;
+  // The MXFP8 scale warps hold a stage's codes and their FP32 values: 56, leaving the consumers 224.
+  static constexpr uint32_t kProducerRegs = kGather ? 96 : (Mainloop::kScaleWarps > 0 ? 56 : 40);
+  static constexpr uint32_t kConsumerRegs = kGather ? 200 : (Mainloop::kScaleWarps > 0 ? 224 : 232);
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kLaunchRegs * kThreads, "launch register allocation");
 
   struct Params {
@@ -186,9 +187,12 @@ struct GroupedGemmKernel {
     if (threadIdx.x == 32) {
       for (int i = 0; i < kTileRing; ++i) {
         ptx::mbarrier_init(ptx::smem_addr(&ring.full[i]), 1);
-        ptx::mbarrier_init(ptx::smem_addr(&ring.empty[i]), 8);  // every consumer warp reads every entry
+        // Every consumer warp reads every entry, and so does every scale warp.
+        ptx::mbarrier_init(ptx::smem_addr(&ring.empty[i]), 8 + Mainloop::kScaleWarps);
       }
-      Pipeline::init(pipe_storage, Mainloop::kConsumerWarpsPerTile);  // its fence covers the ring too
+      // A slot is full after the TMA bytes and the arrival of the one scale warp that fills it.
+      Pipeline::init(pipe_storage, Mainloop::kConsumerWarpsPerTile, Mainloop::kScaleWarps > 0 ? 2 : 1);
+      // (its fence covers the ring too)
       cta_counts[0] = cta_counts[1] = cta_counts[2] = 0;
     }
     // Prefix sums of the counts (and their validation); ends with __syncthreads(), which also
@@ -232,6 +236,23 @@ struct GroupedGemmKernel {
       } else if constexpr (kGather) {
         Gather::run(params.mainloop, resolved.base[kMapA], sched, params.scheduler.fixed_n_blocks,
                     static_cast<int>(threadIdx.x) - 32);
+      } else if constexpr (Mainloop::kScaleWarps > 0) {
+        // The scale warps walk the CTA's tiles as the TMA thread does: the static sequence, or the
+        // dynamic one from the ring (they read every entry, after producing the previous tile).
+        if (warp <= Mainloop::kScaleWarps) {
+          typename Mainloop::ScaleProducer producer(params.mainloop, smem, warp - 1);
+          if (sched.dynamic()) {
+            for (int32_t seq = 0;; ++seq) {
+              const int32_t lin = tile_ring_read(ring, seq);
+              if (lin < 0) break;
+              const WorkTile t = sched.at(lin);
+              producer.tile(t, sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK), pipe);
+            }
+          } else {
+            for (WorkTile t = sched.first(); t.valid; t = sched.next())
+              producer.tile(t, sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK), pipe);
+          }
+        }
       }
     } else {
       ptx::setmaxnreg_inc<kConsumerRegs>();

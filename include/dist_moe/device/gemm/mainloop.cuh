@@ -98,6 +98,9 @@ struct Sm90Mainloop {
   static constexpr int kMmaPerWg = kPingPong ? kBlockM / 64 : kBlockM / 128;  // m64 blocks per warpgroup
   static constexpr int kAccPerMma = kBlockN / 2;    // FP32 registers of one m64 x kBlockN fragment
   static constexpr int kConsumerWarpsPerTile = kPingPong ? 4 : 8;
+  // Producer warps besides the TMA thread that fill part of each stage (the MXFP8 scale warps);
+  // the BF16 and FP8-blockwise mainloops have none.
+  static constexpr int kScaleWarps = 0;
 
   static_assert(kBlockM == 128 || (kBlockM == 256 && kKind == GemmKind::kFpropSwapAB),
                 "BM is 128 (two m64 warpgroups), or 256 for swap-AB decode");

@@ -14,6 +14,15 @@
 // mainloop's (a stage holds one 128-deep E4M3 k block: four k32 steps); 128x128 tiles only (the
 // 128x256 accumulators leave no room for two scratch buffers).
 //
+// Where the E8M0 codes become FP32 scales (kConvertInProducer, an A/B of session 18 told apart by
+// the stage count: 5 stages convert in the producer, 6 in the consumers): either each consumer
+// thread loads its codes from global memory two k blocks ahead and converts them (~90 instructions
+// per k block next to the 256 promotion FFMAs), or the producer warpgroup's three idle warps do it
+// for the whole tile -- warp s % 3 takes stage s: loads the 128 rows' and 4 column groups' codes,
+// writes FP32 scales [128 rows][4 steps] + [4 groups][4 steps] (2112 bytes) next to the stage and
+// arrives on the stage's full barrier (two arrivals: the TMA thread's and its own), so consumers
+// read 6 vectors from shared memory per k block.
+//
 // E8M0 to FP32: code e is 2^(e - 127); e = 0 is the FP32 subnormal 2^-127 and e = 255 is NaN
 // (a NaN block). Scale products are FP32 products, exact unless they fall below 2^-149 (two codes
 // summing below 105), where they flush to zero (docs/grouped_gemm.md).
@@ -26,7 +35,7 @@
 
 namespace dist_moe::gemm {
 
-template <class Config>
+template <class Config, bool kConvertInProducer = false>
 struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
   using Fp8 = Sm90Fp8BlockwiseMainloop<Config>;
   using Base = typename Fp8::Base;
@@ -47,6 +56,18 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
   static_assert(kKind == GemmKind::kFprop && kBlockN == 128 && Fp8::kSlices == 2,
                 "MXFP8: FPROP kinds on 128x128 tiles (two 64-column slices)");
   static_assert(kSteps == 4, "a stage's four E8M0 scales per row are one 32-bit word");
+
+  static constexpr int kScaleWarps = kConvertInProducer ? 3 : 0;
+  // Per stage with kConvertInProducer: FP32 A scales [BM rows][kSteps], then B [kGroups][kSteps].
+  static constexpr uint32_t kScaleStageBytes = kConvertInProducer ? (Base::kBlockM + kGroups) * kSteps * 4 : 0;
+  static_assert(kScaleStageBytes % 16 == 0, "16-byte vectors");
+  // Rounded to 1 KiB: the epilogue's swizzled staging buffers follow.
+  static constexpr int smem_bytes() {
+    return Fp8::smem_bytes() + (kStages * static_cast<int>(kScaleStageBytes) + 1023) / 1024 * 1024;
+  }
+  DMOE_DEVICE static uint32_t smem_scales(uint32_t smem, int stage) {
+    return smem + static_cast<uint32_t>(Fp8::smem_bytes()) + stage * kScaleStageBytes;
+  }
 
 #if defined(__CUDACC__)
 
@@ -69,10 +90,15 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     }
     const ScaleWords words = scale_words(p, t, wg, num_k_blocks);
     // Scale codes two k blocks ahead of their wgmmas (an L2 round trip is longer than one k block),
-    // turned into FP32 once per k block.
+    // turned into FP32 once per k block -- or the producer's FP32 scales from the stage.
     const int32_t last_kb = num_k_blocks - 1;
-    Packed cur = load_packed(words, 0);
-    Packed ahead = load_packed(words, min(1, last_kb));
+    Packed cur{}, ahead{};
+    if constexpr (!kConvertInProducer) {
+      cur = load_packed(words, 0);
+      ahead = load_packed(words, min(1, last_kb));
+    }
+    const uint32_t lane = threadIdx.x % 32;
+    const uint32_t a_row = static_cast<uint32_t>(Base::tile_row(wg, 0)) + ((threadIdx.x / 32) % 4) * 16 + lane / 4;
     float s0[kSliceAcc], s1[kSliceAcc];
     pipe.consumer_wait(st);
     issue_unit(smem, st.stage, wg, 0, 0, s0);
@@ -82,9 +108,14 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     // around a wgmma (a divergent-looking path makes ptxas serialize them, C7518).
     for (; kb < last_kb; ++kb) {
       const int stage = st.stage;
-      const Scales now = to_fp32(cur);
-      cur = ahead;
-      ahead = load_packed(words, min(kb + 2, last_kb));
+      Scales now;
+      if constexpr (kConvertInProducer) {
+        now = read_scales(smem, stage, a_row);
+      } else {
+        now = to_fp32(cur);
+        cur = ahead;
+        ahead = load_packed(words, min(kb + 2, last_kb));
+      }
 #pragma unroll
       for (int j = 0; j < kSteps - 1; ++j) {
         fold_unit(acc, s0, 0, j, now, /*pending=*/1);
@@ -101,7 +132,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
       hook(kb);
       issue_unit(smem, st.stage, wg, 1, 0, s1);
     }
-    const Scales last = to_fp32(cur);
+    const Scales last = kConvertInProducer ? read_scales(smem, st.stage, a_row) : to_fp32(cur);
 #pragma unroll
     for (int j = 0; j < kSteps - 1; ++j) {
       fold_unit(acc, s0, 0, j, last, 1);
@@ -116,6 +147,61 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     st.advance();
     ptx::wgmma_fence_operands(acc[0]);
   }
+
+  // ---- the scale warps (kConvertInProducer) ------------------------------------------------------
+  // Warp `which` (0 .. 2) of the producer warpgroup's warps 1-3 fills the scale region of every
+  // third stage: lane l converts the codes of rows l, l + 32, l + 64, l + 96 and lanes 0-3 those
+  // of the tile's four column groups. Codes are loaded before the slot is acquired, so the global
+  // latency overlaps the wait.
+  struct ScaleProducer {
+    const MainloopParams& p;
+    uint32_t smem;
+    int which;
+    PipelineState<kStages> st;
+    int32_t seq = 0;  // stages walked so far (all warps walk all of them)
+
+    DMOE_DEVICE ScaleProducer(const MainloopParams& params, uint32_t smem_base, int warp_index)
+        : p(params), smem(smem_base), which(warp_index) {}
+
+    DMOE_DEVICE void tile(const WorkTile& t, int32_t num_k_blocks, const Pipeline& pipe) {
+      const uint32_t lane = threadIdx.x % 32;
+      const auto* a = static_cast<const uint8_t*>(p.a_scales);
+      const auto* b = static_cast<const uint8_t*>(p.b_scales);
+      const int32_t ld_a = static_cast<int32_t>(p.a_scale_ld), ld_b = num_k_blocks * kSteps;
+      const int32_t last_row = p.a_scale_rows - 1;
+      int32_t row_off[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        row_off[i] = min(t.row_begin + t.m_block * Base::kBlockM + static_cast<int32_t>(lane) + 32 * i, last_row) * ld_a;
+      int32_t group_off = 0;
+      if (lane < kGroups) {
+        int32_t w_row;
+        if constexpr (kSplit) {
+          const int32_t half = lane < kGroups / 2 ? 0 : p.split_offset;
+          w_row = half + t.n_block * (kBlockN / 2) + 32 * (static_cast<int32_t>(lane) % (kGroups / 2));
+        } else {
+          w_row = min(t.n_block * kBlockN + 32 * static_cast<int32_t>(lane), p.weight_rows - 32);
+        }
+        group_off = (t.expert * p.weight_rows + w_row) * ld_b;
+      }
+      for (int32_t kb = 0; kb < num_k_blocks; ++kb, ++seq, st.advance()) {
+        if (seq % kScaleWarps != which) continue;
+        uint32_t words[4], gword = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) words[i] = __ldg(reinterpret_cast<const uint32_t*>(a + row_off[i] + 4 * kb));
+        if (lane < kGroups) gword = __ldg(reinterpret_cast<const uint32_t*>(b + group_off + 4 * kb));
+        pipe.producer_acquire(st);
+        const uint32_t region = smem_scales(smem, st.stage);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          ptx::st_shared_v4(region + (lane + 32 * i) * kSteps * 4, e8m0x4(words[i]));
+        if (lane < kGroups)
+          ptx::st_shared_v4(region + (Base::kBlockM + lane) * kSteps * 4, e8m0x4(gword));
+        __syncwarp();
+        if (lane == 0) pipe.producer_arrive(st);
+      }
+    }
+  };
 
  private:
   // Element offsets (bytes) of this thread's scale words at k block 0: its two A rows and the
@@ -242,6 +328,26 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
       const float scale = i < 16 ? ((i / 2) % 2 == 0 ? lo0 : hi0) : ((i / 2) % 2 == 0 ? lo1 : hi1);
       acc[0][s * kSliceAcc + i] = fmaf(scratch[i], scale, acc[0][s * kSliceAcc + i]);
     }
+  }
+
+  // A consumer thread's scales of one stage: its rows a_row and a_row + 8, all four groups.
+  DMOE_DEVICE static Scales read_scales(uint32_t smem, int stage, uint32_t a_row) {
+    const uint32_t region = smem_scales(smem, stage);
+    Scales s;
+    unpack(ptx::ld_shared_v4(region + a_row * kSteps * 4), s.lo);
+    unpack(ptx::ld_shared_v4(region + (a_row + 8) * kSteps * 4), s.hi);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) unpack(ptx::ld_shared_v4(region + (Base::kBlockM + g) * kSteps * 4), s.b[g]);
+    return s;
+  }
+
+  DMOE_DEVICE static void unpack(uint4 v, float (&f)[kSteps]) {
+    f[0] = __uint_as_float(v.x), f[1] = __uint_as_float(v.y), f[2] = __uint_as_float(v.z), f[3] = __uint_as_float(v.w);
+  }
+  // The four FP32 scales of an E8M0 word, as one 16-byte vector.
+  DMOE_DEVICE static uint4 e8m0x4(uint32_t word) {
+    return make_uint4(__float_as_uint(e8m0(word, 0)), __float_as_uint(e8m0(word, 1)), __float_as_uint(e8m0(word, 2)),
+                      __float_as_uint(e8m0(word, 3)));
   }
 
 #endif  // __CUDACC__

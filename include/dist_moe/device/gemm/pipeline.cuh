@@ -72,11 +72,13 @@ class TmaPipeline {
     uint64_t empty[kStages];
   };
 
-  // One thread, before the block-wide barrier that precedes any use.
-  DMOE_DEVICE static void init(SharedStorage& s, uint32_t consumer_arrivals) {
+  // One thread, before the block-wide barrier that precedes any use. `producer_arrivals`: the TMA
+  // thread's arrive.expect_tx, plus one per other producer that fills part of a slot (the MXFP8
+  // scale warps: mainloop_mxfp8.cuh).
+  DMOE_DEVICE static void init(SharedStorage& s, uint32_t consumer_arrivals, uint32_t producer_arrivals = 1) {
 #pragma unroll
     for (int i = 0; i < kStages; ++i) {
-      ptx::mbarrier_init(ptx::smem_addr(&s.full[i]), 1);
+      ptx::mbarrier_init(ptx::smem_addr(&s.full[i]), producer_arrivals);
       ptx::mbarrier_init(ptx::smem_addr(&s.empty[i]), consumer_arrivals * kClusterM);
     }
     ptx::fence_mbarrier_init();
@@ -98,6 +100,10 @@ class TmaPipeline {
     ptx::mbarrier_arrive_expect_tx(bar, bytes);
     return bar;
   }
+
+  // A producer that writes part of the slot with ordinary stores: its arrival (release) publishes
+  // them. One thread per arriving producer, after its warp's stores (__syncwarp).
+  DMOE_DEVICE void producer_arrive(const PipelineState<kStages>& s) const { ptx::mbarrier_arrive(full_ + 8 * s.stage); }
 
   // ---- consumers ------------------------------------------------------------------------------
   DMOE_DEVICE void consumer_wait(const PipelineState<kStages>& s) const {
