@@ -2,9 +2,11 @@
 // sizes of the reference workloads (EP2 by default, balanced rows), on random inputs:
 //   activations  x_TD (T rows, the inference source) and the gathered rows x_MD (M = T*K, training)
 //     mxfp8_rows, mxfp8_rows_cols (both orientations, one read), fp8bw_rows, fp8bw_rows_cols,
-//     nvfp4_token_rows (packed rows)
+//     nvfp4_token_rows (packed rows), mxfp8_dequant_cols (the columns back to BF16 rows [M, D], the
+//     BF16 WGRAD's operand: reads 1 + 1/32, writes 2 bytes per element)
 //   weights      the rank's W13 [E/ep, 2F, D]
-//     mxfp8_w_train (32x32 tiles, FPROP + DGRAD scales), mxfp8_w_infer (1x32 rows),
+//     mxfp8_w_train (32x32 tiles, FPROP + DGRAD scales), mxfp8_w_train_t (the same + the transposed
+//     copy [E, K, N] DGRAD reads), mxfp8_w_infer (1x32 rows),
 //     fp8bw_w (128x128 + the transposed copy), nvfp4_w (reads the weight twice: amax, then quantize)
 //
 //   bench_quantize [--shapes dsv3_prefill,qwen3_30b] [--ep N] [--iters N] [--sustain-ms MS]
@@ -93,6 +95,10 @@ void run_activations(const Workload& w, cudaStream_t s) {
   DeviceBuffer<float> sf(cap * D / 128), stf(cap * D / 128);
   const int64_t packed = nvfp4_packed_row_bytes(D);
   DeviceBuffer<uint8_t> rows_nv(T * packed);
+  DeviceBuffer<uint16_t> y(cap * D);
+  // The dequantizer's input: this x's columns (qt, st8), written once here; mxfp8_rows_cols rewrites
+  // the same bytes.
+  quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, quant::Mxfp8Out{}, {qt.get(), cap, st8.get(), cap / 32, 1}, s);
   const double xT = double(T * D) * 2, xM = double(cap * D) * 2;
   const std::vector<Case> cases = {
       {"mxfp8_rows", xT + T * D + T * D / 32,
@@ -111,6 +117,10 @@ void run_activations(const Workload& w, cudaStream_t s) {
        }},
       {"nvfp4_token_rows", xT + double(T * packed),
        [&] { quantize_nvfp4_token_rows(x.get(), T, D, D, rows_nv.get(), packed, s); }},
+      {"mxfp8_dequant_cols", double(cap * D) + cap * D / 32 + xM,
+       [&] {
+         quant::mxfp8_dequantize_columns({qt.get(), cap, st8.get(), cap / 32, 1}, groups, {y.get(), cap, D, D}, s);
+       }},
   };
   char title[256];
   std::snprintf(title, sizeof title, "%s activations (per rank at EP%d: T=%lld D=%lld, M=%lld gathered rows)",
@@ -133,6 +143,8 @@ void run_weights(const Workload& w, cudaStream_t s) {
   const std::vector<Case> cases = {
       {"mxfp8_w_train", 2 * n + n + 2 * n / 32,
        [&] { prepare_block_scaled_weight(wt.get(), spec_train, {q.get(), s1.get(), q.get(), s2.get()}, s); }},
+      {"mxfp8_w_train_t", 2 * n + 2 * n + 2 * n / 32,
+       [&] { quant::mxfp8_quantize_weight_tiles(wt.get(), E, N, K, q.get(), s1.get(), qt.get(), s2.get(), s); }},
       {"mxfp8_w_infer", 2 * n + n + n / 32,
        [&] { prepare_block_scaled_weight(wt.get(), spec_infer, {q.get(), s1.get()}, s); }},
       {"fp8bw_w", 2 * n + 2 * n,

@@ -61,15 +61,55 @@ void mxfp8_quantize_rows(const Bf16Matrix& x, const Mxfp8Out& out, cudaStream_t 
 void mxfp8_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Mxfp8Out& rows,
                               const Mxfp8Out& cols, cudaStream_t stream);
 
-// Training weights w [E, N, K] as 32x32 tiles: one qdata [E*N, K] (FPROP and DGRAD share it),
-// FPROP scales [E*N, K/32] and DGRAD scales [E*K, N/32] (natural row-major). N, K % 32 == 0.
+// Training weights w [E, N, K] as 32x32 tiles: one qdata [E*N, K], FPROP scales [E*N, K/32] and
+// DGRAD scales [E*K, N/32] (natural row-major); and, when q_t_EKN is given (16-byte aligned), the
+// same E4M3 bytes transposed per expert, q_t [E*K, N] (per expert [K, N]), from the same read: the
+// K-major B operand the MXFP8 DGRAD reads with the DGRAD scales as they are (no requantization, no
+// scale of its own; the FP8-blockwise argument order: data, scales, transposed data, its scales).
+// N, K % 32 == 0.
+void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
+                                 uint8_t* fprop_scales, uint8_t* q_t_EKN, uint8_t* dgrad_scales, cudaStream_t stream);
+// Without the transposed copy (FPROP and DGRAD share qdata).
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
                                  uint8_t* fprop_scales, uint8_t* dgrad_scales, cudaStream_t stream);
 // The same with a fixed CTA region of 2^log2_region_n x 2^log2_region_k 128x128 tiles (each side
-// 1 .. 8 tiles); the launcher above picks it from the shape and the device (tests sweep all).
+// 1 .. 8 tiles); the launchers above pick it from the shape and the device (tests sweep all).
+void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k,
+                                            uint8_t* q_ENK, uint8_t* fprop_scales, uint8_t* q_t_EKN,
+                                            uint8_t* dgrad_scales, int log2_region_n, int log2_region_k,
+                                            cudaStream_t stream);
 void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k,
                                             uint8_t* q_ENK, uint8_t* fprop_scales, uint8_t* dgrad_scales,
                                             int log2_region_n, int log2_region_k, cudaStream_t stream);
+
+// The WGRAD column operand back to BF16 rows: `cols` as mxfp8_quantize_rows_cols writes it (q
+// [D, capacity] at q[d * q_row_stride + m], q_row_stride % 16 == 0 and q 16-byte aligned; the E8M0
+// scale of feature d, token block m / 32 at scales[d * scale_row_stride + (m / 32) *
+// scale_block_stride]) -> y [capacity, D] (y.rows = capacity, y.cols = D, row stride in elements, a
+// multiple of 8, 16-byte aligned). A real row's element is
+// float_to_bf16(mxfp8_dequantize_value(q, scale)) (RNE; exact -- the BF16 value is the FP32 product
+// itself -- for every code the quantizer writes from BF16 input, except the products >= 2^128, which
+// are +-Inf in FP32 and in BF16 both: docs/formats.md "GPU layouts"); a padding row (past its
+// expert's count) is +0 whatever its block holds (a NaN block's padding too); rows at or past
+// offsets_G1[G] are not touched (neither read nor written). Group offsets multiples of 32 (checked
+// on the device: a trap with a message), 1 .. 1024 groups. D % 32 == 0.
+struct Bf16MatrixOut {
+  void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_stride = 0;
+};
+template <class Scale>
+struct QuantizedIn {
+  const uint8_t* q = nullptr;
+  int64_t q_row_stride = 0;
+  const Scale* scales = nullptr;
+  int64_t scale_row_stride = 0;
+  int64_t scale_block_stride = 0;
+};
+using Mxfp8In = QuantizedIn<uint8_t>;
+void mxfp8_dequantize_columns(const Mxfp8In& cols, const RowGroups& groups, const Bf16MatrixOut& y,
+                              cudaStream_t stream);
 
 // ---- FP8 blockwise (DeepSeek-V3: 1x128 activations, 128x128 weights, FP32 scales) --------------
 

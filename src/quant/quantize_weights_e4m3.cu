@@ -3,7 +3,9 @@
 //   mxfp8_weight_tiles_kernel   32x32 tiles (upstream's training weights): one qdata, the FPROP
 //                               scales [E*N, K/32] and the DGRAD scales [E*K, N/32]; a CTA covers a
 //                               region of up to 8 x 8 tiles and writes both scale layouts once at
-//                               its end, in whole rows of the region
+//                               its end, in whole rows of the region; optionally (kTransposed) the
+//                               same bytes transposed per expert [E, K, N], which the MXFP8 DGRAD
+//                               reads through the DGRAD scales
 //   fp8_blockwise_weight_kernel one 128x128 block, a band of up to 8 tiles per CTA: qdata, and the
 //                               transposed copy DGRAD reads
 //   transpose_e4m3_kernel       a checkpoint's E4M3 block transposed (bytes unchanged)
@@ -74,9 +76,18 @@ __device__ __forceinline__ void store_region_scales(const uint8_t (*grid)[kRegio
 }
 
 // Grid: x = region along K, y = region along N, z = expert. log2_rn / log2_rk: region tiles per side.
-__global__ void __launch_bounds__(kThreads) mxfp8_weight_tiles_kernel(const uint16_t* w, int64_t n, int64_t k,
-                                                                      int log2_rn, int log2_rk, uint8_t* q,
-                                                                      uint8_t* fprop_scales, uint8_t* dgrad_scales) {
+// kTransposed: also q_t [E, K, N]. Warp w takes the 32 N-rows of band w % 4 (one 32x32 tile's rows)
+// and 64 K-columns (two per lane, one 4-byte shared load per row: a warp reads 128 contiguous
+// bytes) of the landed tile, in registers before the tile's first barrier; once the tile scales
+// are known it quantizes them with the scale of its one 32x32 tile (the row pass's arithmetic on
+// the same values: the same bytes), stages them transposed in the tile's own stage (free: every
+// thread has read it) and the tile goes out as whole 128-byte rows of q_t (store_byte_tile). Both
+// instances fit two CTAs per SM (the 96 KiB ring is the limit): at most 128 registers.
+template <bool kTransposed>
+__global__ void __launch_bounds__(kThreads, 2) mxfp8_weight_tiles_kernel(const uint16_t* w, int64_t n, int64_t k,
+                                                                         int log2_rn, int log2_rk, uint8_t* q,
+                                                                         uint8_t* fprop_scales, uint8_t* dgrad_scales,
+                                                                         uint8_t* q_t) {
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
   __shared__ uint32_t amax_bits[kSubTiles][kSubTiles];
@@ -101,6 +112,15 @@ __global__ void __launch_bounds__(kThreads) mxfp8_weight_tiles_kernel(const uint
     const int64_t n0 = n_first + tn * kTile, k0 = k_first + tk * kTile;
     uint4 raw[kTileLoads];
     read_own_vectors(raw, tile);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int band = warp % kSubTiles;              // transposed pass: the thread's 32-row band
+    const int f0 = (warp / kSubTiles) * 64 + 2 * lane;  // and its two tile columns
+    uint32_t pair[kTransposed ? numeric::kMXBlock : 1];
+    if constexpr (kTransposed) {
+#pragma unroll
+      for (int r = 0; r < numeric::kMXBlock; ++r)
+        pair[r] = *reinterpret_cast<const uint32_t*>(&tile[band * numeric::kMXBlock + r][f0]);
+    }
     if (threadIdx.x < kSubTiles * kSubTiles) amax_bits[threadIdx.x / kSubTiles][threadIdx.x % kSubTiles] = 0;
     float sub_amax[kSubTiles] = {};  // this thread's amax per 32-row band (vectors 2j and 2j+1 share band j)
 #pragma unroll
@@ -129,6 +149,30 @@ __global__ void __launch_bounds__(kThreads) mxfp8_weight_tiles_kernel(const uint
       if (r >= n || c >= k) continue;
       const uint8_t s = scale_nk[tn * kSubTiles + i / 2][tk * kSubTiles + slot / 4];
       *reinterpret_cast<uint2*>(q + (e * n + r) * k + c) = e4m3x8(unpack_bf16x8(raw[i]), numeric::e8m0_reciprocal(s));
+    }
+    if constexpr (kTransposed) {
+      // Every thread read its tile values before the first barrier above: the stage is scratch.
+      const float mult =
+          numeric::e8m0_reciprocal(scale_nk[tn * kSubTiles + band][tk * kSubTiles + f0 / numeric::kMXBlock]);
+      auto* qt = reinterpret_cast<uint8_t (*)[kTile]>(&tile[0][0]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t wv[numeric::kMXBlock / 4];
+#pragma unroll
+        for (int r = 0; r < numeric::kMXBlock; r += 4) {
+          float f[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            f[j] = numeric::mul_rn(h == 0 ? ptx::bf16_lo_to_float(pair[r + j]) : ptx::bf16_hi_to_float(pair[r + j]), mult);
+          wv[r / 4] = numeric::float2_to_e4m3x2(f[0], f[1]) |
+                      (static_cast<uint32_t>(numeric::float2_to_e4m3x2(f[2], f[3])) << 16);
+        }
+        const int col = f0 + h;
+        *reinterpret_cast<uint4*>(&qt[col][staged_piece(col, 2 * band) * 16]) = make_uint4(wv[0], wv[1], wv[2], wv[3]);
+        *reinterpret_cast<uint4*>(&qt[col][staged_piece(col, 2 * band + 1) * 16]) = make_uint4(wv[4], wv[5], wv[6], wv[7]);
+      }
+      __syncthreads();
+      store_byte_tile(qt, q_t + (e * k + k0) * n + n0, n, [&](int col, int off) { return k0 + col < k && n0 + off < n; });
     }
     // amax_bits is rewritten only after for_each_tile's barrier that starts the next tile; each tile owns
     // its own cells of the scale grids.
@@ -241,12 +285,14 @@ dim3 tile_grid(int64_t num_experts, int64_t n, int64_t k, int band_tiles) {
               static_cast<unsigned>(num_experts));
 }
 
-// The MXFP8 weight-tile region: per tile 256 loads and 128 data stores of a 128x128 tile plus
-// 128 * (1/rn + 1/rk) scale rows (choose_region divides by the wave efficiency: 8 x 8 at
-// dsv3_prefill; 4 x 4 at qwen3_30b's 64 x [1536, 2048], where 8 x 8 would leave 27% of a wave idle).
-RegionShape choose_weight_region(int64_t tiles_n, int64_t tiles_k, int64_t experts, int64_t slots) {
+// The MXFP8 weight-tile region: per tile 256 loads and 128 data stores of a 128x128 tile (another
+// 128 with the transposed copy) plus 128 * (1/rn + 1/rk) scale rows (choose_region divides by the
+// wave efficiency: 8 x 8 at dsv3_prefill; 4 x 4 at qwen3_30b's 64 x [1536, 2048], where 8 x 8 would
+// leave 27% of a wave idle).
+RegionShape choose_weight_region(int64_t tiles_n, int64_t tiles_k, int64_t experts, int64_t slots, bool transposed) {
+  const double data_requests = transposed ? 512.0 : 384.0;
   return choose_region(tiles_n, tiles_k, experts, slots, kRegionMax, kRegionMax * kRegionMax,
-                       [](int64_t rn, int64_t rk) { return 384.0 + 128.0 / double(rn) + 128.0 / double(rk); });
+                       [&](int64_t rn, int64_t rk) { return data_requests + 128.0 / double(rn) + 128.0 / double(rk); });
 }
 
 void check_weight(const char* name, int64_t num_experts, int64_t n, int64_t k, int64_t multiple) {
@@ -258,31 +304,55 @@ void check_weight(const char* name, int64_t num_experts, int64_t n, int64_t k, i
 }  // namespace
 
 void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k,
-                                            uint8_t* q_ENK, uint8_t* fprop_scales, uint8_t* dgrad_scales,
-                                            int log2_region_n, int log2_region_k, cudaStream_t stream) {
+                                            uint8_t* q_ENK, uint8_t* fprop_scales, uint8_t* q_t_EKN,
+                                            uint8_t* dgrad_scales, int log2_region_n, int log2_region_k,
+                                            cudaStream_t stream) {
   check_weight("mxfp8_quantize_weight_tiles", num_experts, n, k, numeric::kMXBlock);
   DMOE_CHECK_ARG(log2_region_n >= 0 && (1 << log2_region_n) <= kRegionMax && log2_region_k >= 0 &&
                      (1 << log2_region_k) <= kRegionMax,
                  "mxfp8_quantize_weight_tiles: region 2^", log2_region_n, " x 2^", log2_region_k, " tiles (at most ",
                  kRegionMax, " per side)");
-  allow_dynamic_smem<mxfp8_weight_tiles_kernel>(kTileRingBytes);
+  DMOE_CHECK_ARG(q_t_EKN == nullptr || reinterpret_cast<uintptr_t>(q_t_EKN) % 16 == 0,
+                 "mxfp8_quantize_weight_tiles: the transposed copy must be 16-byte aligned");
   const int64_t region_n = int64_t{kTile} << log2_region_n, region_k = int64_t{kTile} << log2_region_k;
   const dim3 grid(static_cast<unsigned>((k + region_k - 1) / region_k), static_cast<unsigned>((n + region_n - 1) / region_n),
                   static_cast<unsigned>(num_experts));
-  mxfp8_weight_tiles_kernel<<<grid, kThreads, kTileRingBytes, stream>>>(
-      static_cast<const uint16_t*>(w_ENK), n, k, log2_region_n, log2_region_k, q_ENK, fprop_scales, dgrad_scales);
+  const auto* w = static_cast<const uint16_t*>(w_ENK);
+  if (q_t_EKN != nullptr) {
+    allow_dynamic_smem<mxfp8_weight_tiles_kernel<true>>(kTileRingBytes);
+    mxfp8_weight_tiles_kernel<true><<<grid, kThreads, kTileRingBytes, stream>>>(
+        w, n, k, log2_region_n, log2_region_k, q_ENK, fprop_scales, dgrad_scales, q_t_EKN);
+  } else {
+    allow_dynamic_smem<mxfp8_weight_tiles_kernel<false>>(kTileRingBytes);
+    mxfp8_weight_tiles_kernel<false><<<grid, kThreads, kTileRingBytes, stream>>>(
+        w, n, k, log2_region_n, log2_region_k, q_ENK, fprop_scales, dgrad_scales, nullptr);
+  }
   DMOE_CUDA_CHECK_LAUNCH();
+}
+
+void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k,
+                                            uint8_t* q_ENK, uint8_t* fprop_scales, uint8_t* dgrad_scales,
+                                            int log2_region_n, int log2_region_k, cudaStream_t stream) {
+  mxfp8_quantize_weight_tiles_in_regions(w_ENK, num_experts, n, k, q_ENK, fprop_scales, nullptr, dgrad_scales,
+                                         log2_region_n, log2_region_k, stream);
+}
+
+void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
+                                 uint8_t* fprop_scales, uint8_t* q_t_EKN, uint8_t* dgrad_scales, cudaStream_t stream) {
+  check_weight("mxfp8_quantize_weight_tiles", num_experts, n, k, numeric::kMXBlock);
+  // Both instances hold two CTAs per SM (the ring's shared memory bounds them): one wave size.
+  allow_dynamic_smem<mxfp8_weight_tiles_kernel<false>>(kTileRingBytes);
+  const RegionShape region = choose_weight_region(
+      (n + kTile - 1) / kTile, (k + kTile - 1) / kTile, num_experts,
+      resident_ctas(reinterpret_cast<const void*>(&mxfp8_weight_tiles_kernel<false>), kThreads, kTileRingBytes),
+      q_t_EKN != nullptr);
+  mxfp8_quantize_weight_tiles_in_regions(w_ENK, num_experts, n, k, q_ENK, fprop_scales, q_t_EKN, dgrad_scales,
+                                         region.log2_a, region.log2_b, stream);
 }
 
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
                                  uint8_t* fprop_scales, uint8_t* dgrad_scales, cudaStream_t stream) {
-  check_weight("mxfp8_quantize_weight_tiles", num_experts, n, k, numeric::kMXBlock);
-  allow_dynamic_smem<mxfp8_weight_tiles_kernel>(kTileRingBytes);
-  const RegionShape region = choose_weight_region(
-      (n + kTile - 1) / kTile, (k + kTile - 1) / kTile, num_experts,
-      resident_ctas(reinterpret_cast<const void*>(&mxfp8_weight_tiles_kernel), kThreads, kTileRingBytes));
-  mxfp8_quantize_weight_tiles_in_regions(w_ENK, num_experts, n, k, q_ENK, fprop_scales, dgrad_scales,
-                                         region.log2_a, region.log2_b, stream);
+  mxfp8_quantize_weight_tiles(w_ENK, num_experts, n, k, q_ENK, fprop_scales, nullptr, dgrad_scales, stream);
 }
 
 void fp8_blockwise_quantize_weight(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,

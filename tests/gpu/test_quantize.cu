@@ -433,6 +433,160 @@ TEST(QuantizeFp8Blockwise, RowsAndColumnsFromOneReadMatchTheOracle) {
   check_rows_cols<float, 128>({300, 5, 0, 129}, 2048, 0, 42, launch, oracle, true);
 }
 
+// ---- MXFP8 columns back to BF16 rows (the BF16 WGRAD's operand) --------------------------------------
+
+bool bf16_is_nan(uint16_t b) { return (b & 0x7fffu) > 0x7f80u; }
+
+// mxfp8_dequantize_columns of column data qt [D, q_stride] (tokens contiguous) with scales at
+// st[d * srs + (m / 32) * sbs] against the host: a real row's element is
+// float_to_bf16(mxfp8_dequantize_value(q, s)) bit for bit (any NaN for a NaN), a padding row +0,
+// rows past the groups and the output rows' padding columns untouched. exact: the BF16 values must
+// also equal the FP32 products (docs/formats.md: every code the quantizer writes from BF16 input).
+struct DequantizedKinds {
+  int64_t nans = 0, infs = 0, zeros = 0;  // real elements that are NaN, +-Inf, +-0
+};
+
+DequantizedKinds check_dequantize_columns(const Groups& g, int64_t cap, int64_t D, const std::vector<uint8_t>& qt,
+                                          int64_t q_stride, const std::vector<uint8_t>& st, int64_t srs, int64_t sbs,
+                                          bool exact) {
+  const int64_t used = g.offsets.back(), y_stride = D + 8;
+  DeviceBuffer<uint8_t> dqt(qt), dst(st);
+  DeviceBuffer<int32_t> dcounts(g.counts), doffsets(g.offsets);
+  DeviceBuffer<uint16_t> dy(cap * y_stride);
+  dy.poison(kPoison);
+  const quant::RowGroups groups{dcounts.get(), doffsets.get(), static_cast<int32_t>(g.counts.size())};
+  quant::mxfp8_dequantize_columns({dqt.get(), q_stride, dst.get(), srs, sbs}, groups, {dy.get(), cap, D, y_stride}, nullptr);
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto y = dy.download();
+  std::vector<bool> real(cap, false);
+  for (size_t e = 0; e < g.counts.size(); ++e)
+    for (int64_t r = 0; r < g.counts[e]; ++r) real[g.offsets[e] + r] = true;
+  const uint16_t poison16 = kPoison * 0x0101;
+  DequantizedKinds kinds;
+  for (int64_t m = 0; m < cap; ++m)
+    for (int64_t d = 0; d < y_stride; ++d) {
+      const uint16_t got = y[m * y_stride + d];
+      if (m >= used || d >= D) {
+        EXPECT_EQ(got, poison16) << "token " << m << " feature " << d << " was written";
+        if (got != poison16) return kinds;
+        continue;
+      }
+      if (!real[m]) {
+        EXPECT_EQ(got, 0u) << "padding token " << m << " feature " << d;
+        if (got != 0u) return kinds;
+        continue;
+      }
+      const uint8_t q = qt[d * q_stride + m], sc = st[d * srs + (m / 32) * sbs];
+      const float v = nm::mxfp8_dequantize_value(q, sc);
+      const uint16_t want = nm::float_to_bf16(v).bits;
+      const bool same = got == want || (std::isnan(v) && bf16_is_nan(got));
+      EXPECT_TRUE(same) << "token " << m << " feature " << d << ": q 0x" << std::hex << int(q) << " scale 0x" << int(sc)
+                        << " gave 0x" << got << ", want 0x" << want;
+      if (!same) return kinds;
+      if (exact && !std::isnan(v)) {
+        EXPECT_EQ(nm::float_bits(nm::bf16_to_float(nm::bf16_t{got})), nm::float_bits(v)) << "inexact: " << m << "," << d;
+        if (nm::float_bits(nm::bf16_to_float(nm::bf16_t{got})) != nm::float_bits(v)) return kinds;
+      }
+      kinds.nans += std::isnan(v);
+      kinds.infs += std::isinf(v);
+      kinds.zeros += (got & 0x7fffu) == 0;
+    }
+  return kinds;
+}
+
+// The quantizer's own column output (ragged groups, padding rows holding NaN that the quantizer
+// zeroes, spare capacity past the groups, capacities that are not multiples of 128) dequantized,
+// bit for bit against the host, and every value exact. Crafted: a NaN block that holds padding rows
+// (its real rows NaN, its padding +0); rows of BF16's maximum, whose blocks get scale 2^120 and whose
+// top elements quantize to 256: 2^128, +-Inf in FP32 and in BF16 both (the one inexact case from
+// BF16 input); and where the first expert has 64 rows, feature blocks along tokens 32..63 that are
+// all zero, all BF16 subnormals (E8M0 byte 0: products down to 2^-133), E4M3 subnormal codes.
+TEST(QuantizeMxfp8, DequantizedColumnsMatchTheHostBitForBit) {
+  DMOE_REQUIRE_SM90();
+  struct Case {
+    std::vector<int32_t> counts;
+    int64_t D, spare;
+  };
+  std::vector<int32_t> many(1024);
+  for (size_t g = 0; g < many.size(); ++g) many[g] = static_cast<int32_t>(g * 7 % 41);
+  for (const Case& c : {Case{{37, 0, 64, 1, 100}, 256, 32}, Case{{300, 5, 0, 129}, 2080, 64}, Case{{1}, 160, 0},
+                        Case{{40, 96, 33}, 1184, 96}, Case{many, 128, 32}}) {
+    const Groups g = make_groups(c.counts, 32);
+    const int64_t used = g.offsets.back(), cap = used + c.spare, D = c.D;
+    SCOPED_TRACE("D=" + std::to_string(D) + " capacity=" + std::to_string(cap) + " groups=" + std::to_string(c.counts.size()));
+    HostBf16 h = random_bf16(cap, D, 131 + D + cap);
+    const bool crafted = c.counts[0] >= 37 && D >= 256;
+    if (crafted) {
+      add_crafted_rows(h);
+      for (int64_t d = 0; d < D; ++d) h.set(10 * D + d, nm::bf16_to_float(nm::bf16_t{static_cast<uint16_t>(d % 2 ? 0xff7f : 0x7f7f)}));
+      h.set(33 * D + 7, std::nanf(""));  // block (feature 7, tokens 32..63): with 37 rows, 37..63 are padding
+    }
+    if (c.counts[0] >= 64 && D >= 256)
+      for (int64_t m = 32; m < 64; ++m) {
+        h.set(m * D + 100, 0.0f);
+        h.set(m * D + 101, std::ldexp(static_cast<float>(m % 7 + 1), -133));
+        h.set(m * D + 102, m == 32 ? 1000.0f : std::ldexp(1.0f, -12));
+      }
+    for (size_t e = 0; e < c.counts.size(); ++e)
+      for (int64_t r = g.offsets[e] + c.counts[e]; r < g.offsets[e + 1]; ++r)
+        for (int64_t d = 0; d < D; ++d) h.set(r * D + d, std::nanf(""));
+    DeviceBuffer<uint16_t> dx(h.bits);
+    DeviceBuffer<int32_t> dcounts(g.counts), doffsets(g.offsets);
+    const int64_t q_stride = (cap + 15) / 16 * 16 + 16, nb = cap / 32;
+    DeviceBuffer<uint8_t> dqt(D * q_stride), dst(D * nb);
+    dqt.poison(0);  // bytes the quantizer does not write are read by nobody
+    dst.poison(0);
+    quant::mxfp8_quantize_rows_cols({dx.get(), cap, D, D}, {dcounts.get(), doffsets.get(), static_cast<int32_t>(c.counts.size())},
+                                    quant::Mxfp8Out{}, {dqt.get(), q_stride, dst.get(), nb, 1}, nullptr);
+    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto qt = dqt.download(), st = dst.download();
+    if (crafted) {
+      EXPECT_EQ(st[7 * nb + 1], 0xff) << "the NaN block";
+      EXPECT_EQ(st[0 * nb + 0], 0xf7) << "feature 0's first block holds BF16's maximum: scale 2^120";
+      EXPECT_EQ(qt[0 * q_stride + 10], 0x78) << "BF16's maximum quantizes to 256";
+    }
+    if (c.counts[0] >= 64 && D >= 256) {
+      EXPECT_EQ(st[100 * nb + 1], 0x00) << "all zero";
+      EXPECT_EQ(st[101 * nb + 1], 0x00) << "BF16 subnormals";
+    }
+    const DequantizedKinds kinds = check_dequantize_columns(g, cap, D, qt, q_stride, st, nb, 1, true);
+    if (HasFailure()) return;
+    if (crafted) {
+      EXPECT_GT(kinds.nans, 0);
+      EXPECT_GT(kinds.infs, 0);
+    }
+  }
+}
+
+// Any bytes: every E4M3 code (NaN codes, -0, subnormals) under every E8M0 code (0x00: products down
+// to 2^-136, BF16-subnormal and rounded; 0xFE: products up to 448 * 2^127, +-Inf; 0xFF: NaN), plus an
+// all-zero block under scale 0x00 and a NaN-scale block over padding rows; natural scales and a
+// block-major layout (one scale per lane), data rows longer than the capacity.
+TEST(QuantizeMxfp8, DequantizedColumnsOfAnyBytesMatchTheHost) {
+  DMOE_REQUIRE_SM90();
+  const Groups g = make_groups({45, 0, 128, 7, 61}, 32);
+  const int64_t used = g.offsets.back(), cap = used + 64, D = 288, q_stride = cap + 48, nb = cap / 32;
+  reference::Rng rng(141);
+  std::vector<uint8_t> qt(D * q_stride);
+  for (auto& b : qt) b = static_cast<uint8_t>(rng.below(256));
+  std::vector<uint8_t> natural(D * nb);
+  for (auto& b : natural) b = static_cast<uint8_t>(rng.below(256));
+  for (int64_t d = 0; d < 8; ++d) natural[d * nb + 0] = static_cast<uint8_t>(d < 4 ? d : 0xfa + d);  // 0, 1, 2, 3, 0xFE, 0xFF, ...
+  for (int64_t m = 0; m < 32; ++m) qt[0 * q_stride + m] = m % 2 ? 0x80 : 0x00;                        // zeros under scale 0x00
+  natural[9 * nb + 1] = 0xff;  // tokens 32..63: rows 45..63 are padding (+0), 32..44 real (NaN)
+  SCOPED_TRACE("natural scales");
+  const DequantizedKinds kinds = check_dequantize_columns(g, cap, D, qt, q_stride, natural, nb, 1, false);
+  if (HasFailure()) return;
+  EXPECT_GT(kinds.nans, 0);
+  EXPECT_GT(kinds.infs, 0);
+  EXPECT_GT(kinds.zeros, 0);
+  std::vector<uint8_t> block_major(nb * D);
+  for (int64_t d = 0; d < D; ++d)
+    for (int64_t b = 0; b < nb; ++b) block_major[b * D + d] = natural[d * nb + b];
+  SCOPED_TRACE("block-major scales");
+  check_dequantize_columns(g, cap, D, qt, q_stride, block_major, 1, D, false);
+}
+
 // Every CTA region shape (up to 8 tiles, tokens x features), over ragged groups whose tile grid the
 // regions cover partly, with MXFP8 scale rows that are (36 bytes) and are not (37) whole words.
 TEST(QuantizeMxfp8, RowsAndColumnsMatchTheOracleInEveryRegionShape) {
@@ -476,16 +630,19 @@ HostBf16 random_weight(int64_t E, int64_t N, int64_t K, uint64_t seed, bool craf
   return w;
 }
 
-// MXFP8 training weight tiles by `launch(w, q, fprop_scales, dgrad_scales)` against the oracle's tiles.
+// MXFP8 training weight tiles by `launch(w, q, fprop_scales, q_t, dgrad_scales)` against the
+// oracle's tiles; with_t: q_t (else nullptr) must be transpose(q) per expert, byte for byte.
 template <class Launch>
-void check_mxfp8_weight_tiles(int64_t E, int64_t N, int64_t K, const HostBf16& w, Launch launch) {
+void check_mxfp8_weight_tiles(int64_t E, int64_t N, int64_t K, const HostBf16& w, Launch launch, bool with_t = false) {
   const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, false, E, N, K);
   DeviceBuffer<uint16_t> dw(w.bits);
   DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes()), dfs(spec.fprop_scale.bytes()), dds(spec.dgrad_scale.bytes());
+  DeviceBuffer<uint8_t> dqt(with_t ? spec.fprop_data.bytes() : 0);
   dq.poison(kPoison);
   dfs.poison(kPoison);
   dds.poison(kPoison);
-  launch(dw.get(), dq.get(), dfs.get(), dds.get());
+  if (with_t) dqt.poison(kPoison);
+  launch(dw.get(), dq.get(), dfs.get(), with_t ? dqt.get() : nullptr, dds.get());
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
   const auto q = dq.download(), fs = dfs.download(), ds = dds.download();
   const int64_t per = N * K, nbr = N / 32, nbc = K / 32;
@@ -498,6 +655,20 @@ void check_mxfp8_weight_tiles(int64_t E, int64_t N, int64_t K, const HostBf16& w
     for (int64_t i = 0; i < N * nbc; ++i) ASSERT_EQ(fs[e * N * nbc + i], rows[i]) << "FPROP scale " << i;
     for (int64_t i = 0; i < K * nbr; ++i) ASSERT_EQ(ds[e * K * nbr + i], cols[i]) << "DGRAD scale " << i;
   }
+  if (!with_t) return;
+  const auto qt = dqt.download();
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t n = 0; n < N; ++n)
+        ASSERT_EQ(qt[(e * K + k) * N + n], q[(e * N + n) * K + k]) << "q_t: expert " << e << " k " << k << " n " << n;
+  // The copy with the DGRAD scales dequantizes to transpose of the FPROP view's values (what the
+  // DGRAD kernel will read): checked on expert E - 1 through the oracle's row dequantization.
+  const int64_t e = E - 1;
+  std::vector<float> fwd(per), bwd(per);
+  nm::mxfp8_dequantize_rows(q.data() + e * per, fs.data() + e * N * nbc, N, K, fwd.data());
+  nm::mxfp8_dequantize_rows(qt.data() + e * per, ds.data() + e * K * nbr, K, N, bwd.data());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) ASSERT_TRUE(same_float(bwd[k * N + n], fwd[n * K + k])) << n << "," << k;
 }
 
 TEST(QuantizeMxfp8, TrainingWeightTilesMatchTheOracle) {
@@ -507,29 +678,59 @@ TEST(QuantizeMxfp8, TrainingWeightTilesMatchTheOracle) {
     SCOPED_TRACE("E=" + std::to_string(sh.E) + " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K));
     const HostBf16 w = random_weight(sh.E, sh.N, sh.K, 51 + sh.N, true);
     const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, false, sh.E, sh.N, sh.K);
-    check_mxfp8_weight_tiles(sh.E, sh.N, sh.K, w, [&](const uint16_t* dw, uint8_t* dq, uint8_t* dfs, uint8_t* dds) {
+    check_mxfp8_weight_tiles(sh.E, sh.N, sh.K, w, [&](const uint16_t* dw, uint8_t* dq, uint8_t* dfs, uint8_t*, uint8_t* dds) {
       prepare_block_scaled_weight(dw, spec, {dq, dfs, dq, dds, nullptr, nullptr}, nullptr);
     });
   }
 }
 
+// The transposed copy for DGRAD: odd multiples of 32 (partial 128x128 tiles at both edges) and of
+// 128, square and not, a NaN block and the crafted rows in expert 0, through the launcher's region.
+TEST(QuantizeMxfp8, TrainingWeightTransposedCopyIsTheSameBytesTransposed) {
+  DMOE_REQUIRE_SM90();
+  struct Shape { int64_t E, N, K; };
+  for (const Shape& sh : {Shape{2, 96, 160}, Shape{3, 384, 640}, Shape{2, 1056, 352}, Shape{4, 288, 288},
+                          Shape{2, 32, 1152}, Shape{3, 1152, 32}}) {
+    SCOPED_TRACE("E=" + std::to_string(sh.E) + " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K));
+    HostBf16 w = random_weight(sh.E, sh.N, sh.K, 57 + sh.N + sh.K, true);
+    w.set((sh.E - 1) * sh.N * sh.K + (sh.N - 1) * sh.K + sh.K - 3, std::nanf(""));  // the last expert's last tile
+    check_mxfp8_weight_tiles(
+        sh.E, sh.N, sh.K, w,
+        [&](const uint16_t* dw, uint8_t* dq, uint8_t* dfs, uint8_t* dqt, uint8_t* dds) {
+          quant::mxfp8_quantize_weight_tiles(dw, sh.E, sh.N, sh.K, dq, dfs, dqt, dds, nullptr);
+        },
+        true);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // Every CTA region shape (1 .. 8 tiles per side), on weights whose tile grid the regions cover
 // partly at the edges, with scale rows that are (40 and 36 bytes) and are not (35 and 33 bytes)
-// whole 4-byte words.
+// whole 4-byte words; with and without the transposed copy.
 TEST(QuantizeMxfp8, TrainingWeightTilesMatchTheOracleInEveryRegionShape) {
   DMOE_REQUIRE_SM90();
   struct Shape { int64_t E, N, K; };
   for (const Shape& sh : {Shape{1, 1152, 1280}, Shape{2, 1056, 1120}}) {
     const HostBf16 w = random_weight(sh.E, sh.N, sh.K, 71 + sh.N, true);
     for (int log2_rn = 0; log2_rn <= 3; ++log2_rn)
-      for (int log2_rk = 0; log2_rk <= 3; ++log2_rk) {
-        SCOPED_TRACE("E=" + std::to_string(sh.E) + " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K) +
-                     " region 2^" + std::to_string(log2_rn) + " x 2^" + std::to_string(log2_rk));
-        check_mxfp8_weight_tiles(sh.E, sh.N, sh.K, w, [&](const uint16_t* dw, uint8_t* dq, uint8_t* dfs, uint8_t* dds) {
-          quant::mxfp8_quantize_weight_tiles_in_regions(dw, sh.E, sh.N, sh.K, dq, dfs, dds, log2_rn, log2_rk, nullptr);
-        });
-        if (HasFatalFailure()) return;
-      }
+      for (int log2_rk = 0; log2_rk <= 3; ++log2_rk)
+        for (bool with_t : {false, true}) {
+          SCOPED_TRACE("E=" + std::to_string(sh.E) + " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K) +
+                       " region 2^" + std::to_string(log2_rn) + " x 2^" + std::to_string(log2_rk) +
+                       (with_t ? " with q_t" : ""));
+          check_mxfp8_weight_tiles(
+              sh.E, sh.N, sh.K, w,
+              [&](const uint16_t* dw, uint8_t* dq, uint8_t* dfs, uint8_t* dqt, uint8_t* dds) {
+                if (with_t)
+                  quant::mxfp8_quantize_weight_tiles_in_regions(dw, sh.E, sh.N, sh.K, dq, dfs, dqt, dds, log2_rn,
+                                                                log2_rk, nullptr);
+                else
+                  quant::mxfp8_quantize_weight_tiles_in_regions(dw, sh.E, sh.N, sh.K, dq, dfs, dds, log2_rn, log2_rk,
+                                                                nullptr);
+              },
+              with_t);
+          if (HasFatalFailure()) return;
+        }
   }
 }
 
