@@ -30,7 +30,7 @@
 // --ops a,b: only these ops (names as printed: w13_fprop, w13_fprop_noh1, w2_fprop, w13_gather,
 // w2_scatter, w13_dgrad, w2_dgrad, w13_wgrad, w2_wgrad, w13_wgrad_fp32, w2_wgrad_fp32,
 // w13_fprop_fp8, w2_fprop_fp8, w13_dgrad_fp8, w2_dgrad_fp8, w13_wgrad_fp8, w2_wgrad_fp8, w13_fprop_mxfp8,
-// w2_fprop_mxfp8; FP8 WGRAD: the pick only, FP32 output, tokens padded to 128 per expert, target
+// w2_fprop_mxfp8, w13_dgrad_mxfp8, w2_dgrad_mxfp8; FP8 WGRAD: the pick only, FP32 output, tokens padded to 128 per expert, target
 // >= 1.3x). The FP8 and MXFP8 FPROP / DGRAD ops ("fp8" lines) time every compiled configuration of
 // their format against our BF16 kernel's pick of the same op on the same rows, interleaved over
 // --rounds, and print the ratio x bf16 (target: FP8 blockwise >= 1.6, MXFP8 >= 0.95) and x cuBLAS
@@ -571,7 +571,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   // BF16 pick are timed in interleaved rounds (--rounds). DGRAD's picks and configurations come
   // from the library as for any op (they are the FPROP kernels', n and k swapped).
   if (want("w13_fprop_fp8") || want("w2_fprop_fp8") || want("w13_dgrad_fp8") || want("w2_dgrad_fp8") ||
-      want("w13_fprop_mxfp8") || want("w2_fprop_mxfp8")) {
+      want("w13_fprop_mxfp8") || want("w2_fprop_mxfp8") || want("w13_dgrad_mxfp8") || want("w2_dgrad_mxfp8")) {
     const int64_t ld = (M + 3) / 4 * 4;
     Buffer xq(static_cast<size_t>(M * D)), xs(static_cast<size_t>(D / 128 * ld) * 4),
         h2q(static_cast<size_t>(M * F)), h2s(static_cast<size_t>(F / 128 * ld) * 4),
@@ -667,12 +667,14 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
          },
          D, F, kFp8BlockwiseWeightT},
     };
-    // MXFP8 (per-32 promotion): x and h2 in 1x32 rows, W13 and W2 in 32x32 tiles.
+    // MXFP8 (per-32 promotion): x, h2, grad_h1 and grad_h3 in 1x32 rows, W13 and W2 in 32x32 tiles
+    // with the transposed copies DGRAD reads.
     std::vector<Fp8Op> ops = fp8_ops;
-    Buffer mxq, mxs, mh2q, mh2s, mw13q, mw13s, mw13d, mw2q, mw2s, mw2d;
+    Buffer mxq, mxs, mh2q, mh2s, mh1q, mh1s, mh3q, mh3s, mw13q, mw13s, mw13t, mw13d, mw2q, mw2s, mw2t, mw2d;
     W13FpropArgs m13 = w13a;
     FpropArgs m2 = w2a;
-    if (want("w13_fprop_mxfp8") || want("w2_fprop_mxfp8")) {
+    DgradArgs md13 = d13, md2 = d2;
+    if (want("w13_fprop_mxfp8") || want("w2_fprop_mxfp8") || want("w13_dgrad_mxfp8") || want("w2_dgrad_mxfp8")) {
       auto rows = [&](const Buffer& src, int64_t cols, Buffer& q, Buffer& sc) {
         q = Buffer(static_cast<size_t>(M * cols));
         sc = Buffer(static_cast<size_t>(M * (cols / 32)));
@@ -681,17 +683,20 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
                                                    cols / 32, 1},
                                    nullptr);
       };
-      auto tiles = [&](const Buffer& src, int64_t n, int64_t k, Buffer& q, Buffer& sc, Buffer& dg) {
+      auto tiles = [&](const Buffer& src, int64_t n, int64_t k, Buffer& q, Buffer& sc, Buffer& qt, Buffer& dg) {
         q = Buffer(static_cast<size_t>(E * n * k));
         sc = Buffer(static_cast<size_t>(E * n * (k / 32)));
+        qt = Buffer(q.bytes);
         dg = Buffer(static_cast<size_t>(E * k * (n / 32)));
         quant::mxfp8_quantize_weight_tiles(src.p, E, n, k, static_cast<uint8_t*>(q.p), static_cast<uint8_t*>(sc.p),
-                                           static_cast<uint8_t*>(dg.p), nullptr);
+                                           static_cast<uint8_t*>(qt.p), static_cast<uint8_t*>(dg.p), nullptr);
       };
       rows(x, D, mxq, mxs);
       rows(h2, F, mh2q, mh2s);
-      tiles(w13, 2 * F, D, mw13q, mw13s, mw13d);
-      tiles(w2, D, F, mw2q, mw2s, mw2d);
+      rows(h1, 2 * F, mh1q, mh1s);
+      rows(h3, D, mh3q, mh3s);
+      tiles(w13, 2 * F, D, mw13q, mw13s, mw13t, mw13d);
+      tiles(w2, D, F, mw2q, mw2s, mw2t, mw2d);
       BENCH_CUDA(cudaDeviceSynchronize());
       auto mx_common = [&](int64_t n, int64_t k, const Buffer& as, const Buffer& bs) {
         GroupedGemmCommon c = common(n, k);
@@ -722,6 +727,33 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
                        grouped_gemm_fprop(a, nullptr);
                      },
                      D, F, kMxfp8Weight, kMxfp8Rows, 0.95});
+      // DGRAD through the transposed copies (grad_x = grad_h1 . W13[e], grad_h2 = grad_h3 . W2[e]).
+      md13.common = mx_common(2 * F, D, mh1s, mw13d);
+      md13.common.scales.a_ld = 2 * F / 32;
+      md13.common.b_format = kMxfp8WeightT;
+      md13.grad_out = mh1q.p;
+      md13.w = mw13t.p;
+      md13.grad_out_offset = nullptr;
+      md2.common = mx_common(D, F, mh3s, mw2d);
+      md2.common.scales.a_ld = D / 32;
+      md2.common.b_format = kMxfp8WeightT;
+      md2.grad_out = mh3q.p;
+      md2.w = mw2t.p;
+      md2.grad_out_offset = nullptr;
+      ops.push_back({"w13_dgrad_mxfp8", GroupedGemmOp::kDgrad, w13_flops, cb13, run_d13,
+                     [&](const GroupedGemmConfig* cfg) {
+                       DgradArgs a = md13;
+                       a.common.config = cfg;
+                       grouped_gemm_dgrad(a, nullptr);
+                     },
+                     2 * F, D, kMxfp8WeightT, kMxfp8Rows, 0.95});
+      ops.push_back({"w2_dgrad_mxfp8", GroupedGemmOp::kDgrad, w2_flops, cb2, run_d2,
+                     [&](const GroupedGemmConfig* cfg) {
+                       DgradArgs a = md2;
+                       a.common.config = cfg;
+                       grouped_gemm_dgrad(a, nullptr);
+                     },
+                     D, F, kMxfp8WeightT, kMxfp8Rows, 0.95});
     }
     for (const Fp8Op& op : ops) {
       if (!want(op.name)) continue;

@@ -107,7 +107,7 @@ Fp8Weight quantize_weight(const HostBf16& w, int64_t E, int64_t N, int64_t K) {
 }
 
 // The MXFP8 operands: A rows [cap, C] in 1x32 blocks (E8M0 scales [cap, C/32]) and W [E, N, K] in
-// 32x32 tiles (one qdata; the FPROP scale view [E*N, K/32] the GEMM reads), quantized on the GPU
+// 32x32 tiles (the FPROP scale view [E*N, K/32] the GEMM reads; the transposed copy DGRAD reads), quantized on the GPU
 // and dequantized on the host (exact in FP32: E4M3 value x 2^(e - 127)).
 struct Mxfp8Rows {
   DeviceBuffer<uint8_t> q, s;
@@ -115,7 +115,7 @@ struct Mxfp8Rows {
 };
 struct Mxfp8Weight {
   DeviceBuffer<uint8_t> q, s, s_dgrad;
-  DeviceBuffer<uint8_t> q_t;  // [E, K, N]: q transposed per expert (DGRAD's B), made on the host
+  DeviceBuffer<uint8_t> q_t;  // [E, K, N]: q transposed per expert (DGRAD's B)
   std::vector<float> vals;
 };
 
@@ -141,19 +141,13 @@ Mxfp8Weight mxfp8_weight(const HostBf16& w, int64_t E, int64_t N, int64_t K) {
   o.q = DeviceBuffer<uint8_t>(static_cast<size_t>(E * N * K));
   o.s = DeviceBuffer<uint8_t>(static_cast<size_t>(E * N * (K / 32)));
   o.s_dgrad = DeviceBuffer<uint8_t>(static_cast<size_t>(E * K * (N / 32)));
-  quant::mxfp8_quantize_weight_tiles(d_w.get(), E, N, K, o.q.get(), o.s.get(), o.s_dgrad.get(), nullptr);
+  o.q_t = DeviceBuffer<uint8_t>(o.q.size());
+  quant::mxfp8_quantize_weight_tiles(d_w.get(), E, N, K, o.q.get(), o.s.get(), o.q_t.get(), o.s_dgrad.get(), nullptr);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<uint8_t> q = o.q.download(), sc = o.s.download();
   o.vals.resize(q.size());
-  std::vector<uint8_t> q_t(q.size());
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t r = e * N + n;
-        o.vals[r * K + k] = numeric::mxfp8_dequantize_value(q[r * K + k], sc[r * (K / 32) + k / 32]);
-        q_t[(e * K + k) * N + n] = q[r * K + k];
-      }
-  o.q_t = DeviceBuffer<uint8_t>(q_t);
+  for (int64_t r = 0; r < E * N; ++r)
+    for (int64_t c = 0; c < K; ++c) o.vals[r * K + c] = numeric::mxfp8_dequantize_value(q[r * K + c], sc[r * (K / 32) + c / 32]);
   return o;
 }
 
