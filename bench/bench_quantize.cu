@@ -140,6 +140,7 @@ void run_weights(const Workload& w, cudaStream_t s) {
   DeviceBuffer<uint8_t> q(E * N * K), qt(E * N * K), s1(spec_train.fprop_scale.bytes()),
       s2(spec_train.dgrad_scale.bytes());
   DeviceBuffer<float> f1(spec_fp8.fprop_scale.numel()), f2(spec_fp8.dgrad_scale.numel()), gs(E), gsi(E);
+  DeviceBuffer<uint8_t> nv_scales(spec_nv.fprop_scale.bytes());  // 1 per 16: twice MXFP8's s1
   const std::vector<Case> cases = {
       {"mxfp8_w_train", 2 * n + n + 2 * n / 32,
        [&] { prepare_block_scaled_weight(wt.get(), spec_train, {q.get(), s1.get(), q.get(), s2.get()}, s); }},
@@ -150,7 +151,10 @@ void run_weights(const Workload& w, cudaStream_t s) {
       {"fp8bw_w", 2 * n + 2 * n,
        [&] { prepare_block_scaled_weight(wt.get(), spec_fp8, {q.get(), f1.get(), qt.get(), f2.get()}, s); }},
       {"nvfp4_w", 2 * n + 2 * n + n / 2 + n / 16,
-       [&] { prepare_block_scaled_weight(wt.get(), spec_nv, {q.get(), s1.get(), nullptr, nullptr, gs.get(), gsi.get()}, s); }},
+       [&] {
+         prepare_block_scaled_weight(wt.get(), spec_nv, {q.get(), nv_scales.get(), nullptr, nullptr, gs.get(), gsi.get()},
+                                     s);
+       }},
   };
   char title[256];
   std::snprintf(title, sizeof title, "%s W13 weights (per rank at EP%d: %lld experts x [%lld, %lld])", w.name.c_str(),

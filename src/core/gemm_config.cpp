@@ -204,9 +204,10 @@ GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
   return tile(128, 256, 4, p, sms, false, true);
 }
 
-// MXFP8 (FPROP and W13 FPROP, per-32 promotion): the one compiled tile, 128x128 with six stages
-// (its two scratch buffers leave no registers for 128x256's accumulators).
-GroupedGemmConfig select_mxfp8(const GroupedGemmProblem& p, int sms) { return tile(128, 128, 6, p, sms, false, true); }
+// MXFP8 (FPROP, W13 FPROP, and DGRAD on the transposed weight; per-32 promotion): the one compiled
+// tile, 128x128 with five stages (two scratch buffers leave no registers for 128x256's accumulators;
+// the stages' FP32 scales take the sixth stage's shared memory).
+GroupedGemmConfig select_mxfp8(const GroupedGemmProblem& p, int sms) { return tile(128, 128, 5, p, sms, false, true); }
 
 }  // namespace
 

@@ -251,7 +251,7 @@ using SpecMainloopConfig = gemm::MainloopConfig<
 
 template <size_t I>
 using SpecMainloop = std::conditional_t<
-    kSpecMxfp8<I>, gemm::Sm90Mxfp8Mainloop<SpecMainloopConfig<I>, /*kConvertInProducer=*/kSpec<I>.stages == 5>,
+    kSpecMxfp8<I>, gemm::Sm90Mxfp8Mainloop<SpecMainloopConfig<I>>,
     std::conditional_t<kSpecFp8Blockwise<I>, gemm::Sm90Fp8BlockwiseMainloop<SpecMainloopConfig<I>>,
                        gemm::Sm90Mainloop<SpecMainloopConfig<I>>>>;
 

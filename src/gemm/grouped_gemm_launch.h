@@ -183,11 +183,9 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     // stages to leave room for the stages' scale copies). grouped_gemm_sm90_wgrad.cu.
     wgrad_kernel(128, 128, 5).tma().fp8_blockwise_cols(),
     wgrad_kernel(128, 128, 5).fp32_out().tma().fp8_blockwise_cols(),
-    // MXFP8 FPROP with per-32 promotion (device/gemm/mainloop_mxfp8.cuh): 128x128, the FP8-blockwise
-    // stages. Six stages: the consumers convert their E8M0 codes; five: the producer warpgroup's
-    // scale warps do, into the stages (an A/B, session 18). grouped_gemm_sm90_fprop.cu / _w13.cu.
-    fprop_kernel(128, 128, 6).tma().mxfp8(),
-    w13_kernel(128, 128, 6).tma().mxfp8(),
+    // MXFP8 FPROP with per-32 promotion (device/gemm/mainloop_mxfp8.cuh): 128x128, five 32 KiB E4M3
+    // stages, each with the FP32 scales the producer warpgroup's scale warps convert next to it.
+    // MXFP8 DGRAD runs these on the transposed weight. grouped_gemm_sm90_fprop.cu / _w13.cu.
     fprop_kernel(128, 128, 5).tma().mxfp8(),
     w13_kernel(128, 128, 5).tma().mxfp8(),
 };

@@ -2,7 +2,7 @@
 // scale per 1 x 32 ([a_scale_rows, K/32], row-major), B = E4M3 weights [E, N, K] with one E8M0
 // scale per 32 x 32 tile, read through the FPROP view [E * N, K/32] (each tile's scale on each of
 // its 32 rows) -- so 1 x 32 inference weights, whose rows each have their own scales, are not
-// this kernel's operand.
+// this kernel's operand. DGRAD runs it on the weight's transposed copy (grouped_gemm.cu).
 //
 // The scales change every 32 of K, so each k32 wgmma gets its own scratch accumulator and is
 // folded in by itself (per-32 promotion; upstream_kernels_and_formats.md §7.3 sizes it):
@@ -10,18 +10,17 @@
 // A unit of work is one (k32 step, 64-column slice): one m64n64k32 wgmma and 32 FFMAs per thread
 // against four scale products (rows lo / hi x the slice's two 32-column groups). Units run through
 // two scratch buffers, one folded while the other's wgmma runs, as the FP8-blockwise 128x128 loop
-// does with whole k blocks. The stages, the producer and the slice descriptors are that
+// does with whole k blocks. The stages, the TMA producer and the slice descriptors are that
 // mainloop's (a stage holds one 128-deep E4M3 k block: four k32 steps); 128x128 tiles only (the
 // 128x256 accumulators leave no room for two scratch buffers).
 //
-// Where the E8M0 codes become FP32 scales (kConvertInProducer, an A/B of session 18 told apart by
-// the stage count: 5 stages convert in the producer, 6 in the consumers): either each consumer
-// thread loads its codes from global memory two k blocks ahead and converts them (~90 instructions
-// per k block next to the 256 promotion FFMAs), or the producer warpgroup's three idle warps do it
-// for the whole tile -- warp s % 3 takes stage s: loads the 128 rows' and 4 column groups' codes,
-// writes FP32 scales [128 rows][4 steps] + [4 groups][4 steps] (2112 bytes) next to the stage and
-// arrives on the stage's full barrier (two arrivals: the TMA thread's and its own), so consumers
-// read 6 vectors from shared memory per k block.
+// The E8M0 codes become FP32 scales in the producer warpgroup, whose warps 1-3 are otherwise idle
+// (ScaleProducer): warp s % 3 takes stage s, loads the tile's 128 row words and 4 column-group
+// words (four codes each: the stage's k32 steps), writes FP32 scales [128 rows][4 steps] +
+// [4 groups][4 steps] (2112 bytes) next to the stage and arrives on the stage's full barrier (two
+// arrivals per slot: the TMA thread's and its own). Consumers read 6 vectors per k block; doing
+// the conversion there instead cost ~90 issue slots per k block next to the 256 promotion FFMAs
+// and ran 5-10% slower (docs/perf_history.md G43).
 //
 // E8M0 to FP32: code e is 2^(e - 127); e = 0 is the FP32 subnormal 2^-127 and e = 255 is NaN
 // (a NaN block). Scale products are FP32 products, exact unless they fall below 2^-149 (two codes
@@ -35,12 +34,13 @@
 
 namespace dist_moe::gemm {
 
-template <class Config, bool kConvertInProducer = false>
+template <class Config>
 struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
   using Fp8 = Sm90Fp8BlockwiseMainloop<Config>;
   using Base = typename Fp8::Base;
   using typename Base::Pipeline;
   using Base::kBlockK;
+  using Base::kBlockM;
   using Base::kBlockN;
   using Base::kKind;
   using Base::kMmaPerWg;
@@ -55,11 +55,11 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
   static constexpr int kGroups = kBlockN / 32;           // 32-column groups of the tile: one B scale each
   static_assert(kKind == GemmKind::kFprop && kBlockN == 128 && Fp8::kSlices == 2,
                 "MXFP8: FPROP kinds on 128x128 tiles (two 64-column slices)");
-  static_assert(kSteps == 4, "a stage's four E8M0 scales per row are one 32-bit word");
+  static_assert(kSteps == 4, "a stage's four E8M0 codes per row are one 32-bit word");
 
-  static constexpr int kScaleWarps = kConvertInProducer ? 3 : 0;
-  // Per stage with kConvertInProducer: FP32 A scales [BM rows][kSteps], then B [kGroups][kSteps].
-  static constexpr uint32_t kScaleStageBytes = kConvertInProducer ? (Base::kBlockM + kGroups) * kSteps * 4 : 0;
+  static constexpr int kScaleWarps = 3;  // producer warps 1-3 (kernel.cuh)
+  // Per stage: FP32 A scales [BM rows][kSteps], then B [kGroups][kSteps].
+  static constexpr uint32_t kScaleStageBytes = (kBlockM + kGroups) * kSteps * 4;
   static_assert(kScaleStageBytes % 16 == 0, "16-byte vectors");
   // Rounded to 1 KiB: the epilogue's swizzled staging buffers follow.
   static constexpr int smem_bytes() {
@@ -73,7 +73,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
 
   // The interface of Sm90Mainloop::mma_tile (the hook runs after each k block is folded in).
   template <class Hook = typename Base::NoHook>
-  DMOE_DEVICE static void mma_tile(const MainloopParams& p, const WorkTile& t, int32_t num_k_blocks,
+  DMOE_DEVICE static void mma_tile(const MainloopParams& /*p*/, const WorkTile& t, int32_t num_k_blocks,
                                    int /*rows_in_last*/, const Pipeline& pipe, PipelineState<kStages>& st,
                                    uint32_t smem, int wg, float (&acc)[kMmaPerWg][kAccPerMma], Hook&& hook = Hook{}) {
 #pragma unroll
@@ -88,17 +88,9 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
       }
       return;
     }
-    const ScaleWords words = scale_words(p, t, wg, num_k_blocks);
-    // Scale codes two k blocks ahead of their wgmmas (an L2 round trip is longer than one k block),
-    // turned into FP32 once per k block -- or the producer's FP32 scales from the stage.
-    const int32_t last_kb = num_k_blocks - 1;
-    Packed cur{}, ahead{};
-    if constexpr (!kConvertInProducer) {
-      cur = load_packed(words, 0);
-      ahead = load_packed(words, min(1, last_kb));
-    }
     const uint32_t lane = threadIdx.x % 32;
     const uint32_t a_row = static_cast<uint32_t>(Base::tile_row(wg, 0)) + ((threadIdx.x / 32) % 4) * 16 + lane / 4;
+    const int32_t last_kb = num_k_blocks - 1;
     float s0[kSliceAcc], s1[kSliceAcc];
     pipe.consumer_wait(st);
     issue_unit(smem, st.stage, wg, 0, 0, s0);
@@ -108,14 +100,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     // around a wgmma (a divergent-looking path makes ptxas serialize them, C7518).
     for (; kb < last_kb; ++kb) {
       const int stage = st.stage;
-      Scales now;
-      if constexpr (kConvertInProducer) {
-        now = read_scales(smem, stage, a_row);
-      } else {
-        now = to_fp32(cur);
-        cur = ahead;
-        ahead = load_packed(words, min(kb + 2, last_kb));
-      }
+      const Scales now = read_scales(smem, stage, a_row);
 #pragma unroll
       for (int j = 0; j < kSteps - 1; ++j) {
         fold_unit(acc, s0, 0, j, now, /*pending=*/1);
@@ -132,7 +117,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
       hook(kb);
       issue_unit(smem, st.stage, wg, 1, 0, s1);
     }
-    const Scales last = kConvertInProducer ? read_scales(smem, st.stage, a_row) : to_fp32(cur);
+    const Scales last = read_scales(smem, st.stage, a_row);
 #pragma unroll
     for (int j = 0; j < kSteps - 1; ++j) {
       fold_unit(acc, s0, 0, j, last, 1);
@@ -148,7 +133,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     ptx::wgmma_fence_operands(acc[0]);
   }
 
-  // ---- the scale warps (kConvertInProducer) ------------------------------------------------------
+  // ---- the scale warps ------------------------------------------------------------------------
   // Warp `which` (0 .. 2) of the producer warpgroup's warps 1-3 fills the scale region of every
   // third stage: lane l converts the codes of rows l, l + 32, l + 64, l + 96 and lanes 0-3 those
   // of the tile's four column groups. Codes are loaded before the slot is acquired, so the global
@@ -158,7 +143,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     uint32_t smem;
     int which;
     PipelineState<kStages> st;
-    int32_t seq = 0;  // stages walked so far (all warps walk all of them)
+    int32_t seq = 0;  // stages walked so far (every scale warp walks all of them)
 
     DMOE_DEVICE ScaleProducer(const MainloopParams& params, uint32_t smem_base, int warp_index)
         : p(params), smem(smem_base), which(warp_index) {}
@@ -167,16 +152,17 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
       const uint32_t lane = threadIdx.x % 32;
       const auto* a = static_cast<const uint8_t*>(p.a_scales);
       const auto* b = static_cast<const uint8_t*>(p.b_scales);
-      const int32_t ld_a = static_cast<int32_t>(p.a_scale_ld), ld_b = num_k_blocks * kSteps;
+      const int32_t ld_a = static_cast<int32_t>(p.a_scale_ld), ld_b = num_k_blocks * kSteps;  // K / 32
+      // Rows past the buffer (a tile's tail) read the last row's codes; their results are not stored.
       const int32_t last_row = p.a_scale_rows - 1;
       int32_t row_off[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        row_off[i] = min(t.row_begin + t.m_block * Base::kBlockM + static_cast<int32_t>(lane) + 32 * i, last_row) * ld_a;
+        row_off[i] = min(t.row_begin + t.m_block * kBlockM + static_cast<int32_t>(lane) + 32 * i, last_row) * ld_a;
       int32_t group_off = 0;
       if (lane < kGroups) {
         int32_t w_row;
-        if constexpr (kSplit) {
+        if constexpr (kSplit) {  // gate columns from rows [0, F), up columns from [F, 2F)
           const int32_t half = lane < kGroups / 2 ? 0 : p.split_offset;
           w_row = half + t.n_block * (kBlockN / 2) + 32 * (static_cast<int32_t>(lane) % (kGroups / 2));
         } else {
@@ -193,66 +179,33 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
         pipe.producer_acquire(st);
         const uint32_t region = smem_scales(smem, st.stage);
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          ptx::st_shared_v4(region + (lane + 32 * i) * kSteps * 4, e8m0x4(words[i]));
-        if (lane < kGroups)
-          ptx::st_shared_v4(region + (Base::kBlockM + lane) * kSteps * 4, e8m0x4(gword));
-        __syncwarp();
+        for (int i = 0; i < 4; ++i) ptx::st_shared_v4(region + (lane + 32 * i) * kSteps * 4, e8m0x4(words[i]));
+        if (lane < kGroups) ptx::st_shared_v4(region + (kBlockM + lane) * kSteps * 4, e8m0x4(gword));
+        __syncwarp();  // the warp's stores before lane 0's arrival (release) publishes them
         if (lane == 0) pipe.producer_arrive(st);
       }
     }
   };
 
  private:
-  // Element offsets (bytes) of this thread's scale words at k block 0: its two A rows and the
-  // first row of each 32-column group of the tile in W's FPROP scale view. Word kb is 4 kb further.
-  struct ScaleWords {
-    const uint8_t* a;
-    const uint8_t* b;
-    int32_t a_lo, a_hi, b_row[kGroups];
-  };
-  // One k block's scales, four E8M0 codes (k32 steps 0..3, low byte first) per word.
-  struct Packed {
-    uint32_t lo, hi, b[kGroups];
-  };
-  // The same as FP32 powers of two, [k32 step].
+  // One stage's scales for a consumer thread, [k32 step]: its rows a_row and a_row + 8, and the
+  // tile's four column groups.
   struct Scales {
     float lo[kSteps], hi[kSteps], b[kGroups][kSteps];
   };
 
-  DMOE_DEVICE static ScaleWords scale_words(const MainloopParams& p, const WorkTile& t, int wg, int32_t num_k_blocks) {
-    ScaleWords w;
-    w.a = static_cast<const uint8_t*>(p.a_scales);
-    w.b = static_cast<const uint8_t*>(p.b_scales);
-    const int lane = static_cast<int>(threadIdx.x % 32);
-    const int frag_row = static_cast<int>((threadIdx.x / 32) % 4) * 16 + lane / 4;
-    // Rows past the buffer (a tile's tail) read the last row's scales; their results are not stored.
-    const int32_t row0 = t.row_begin + t.m_block * Base::kBlockM + Base::tile_row(wg, 0) + frag_row;
-    const int32_t last_row = p.a_scale_rows - 1;
-    const int32_t ld_a = static_cast<int32_t>(p.a_scale_ld), ld_b = num_k_blocks * kSteps;  // K / 32
-    w.a_lo = min(row0, last_row) * ld_a;
-    w.a_hi = min(row0 + 8, last_row) * ld_a;
+  DMOE_DEVICE static Scales read_scales(uint32_t smem, int stage, uint32_t a_row) {
+    const uint32_t region = smem_scales(smem, stage);
+    Scales s;
+    unpack(ptx::ld_shared_v4(region + a_row * kSteps * 4), s.lo);
+    unpack(ptx::ld_shared_v4(region + (a_row + 8) * kSteps * 4), s.hi);
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      int32_t w_row;
-      if constexpr (kSplit) {  // gate columns from rows [0, F), up columns from [F, 2F)
-        const int32_t half = g < kGroups / 2 ? 0 : p.split_offset;
-        w_row = half + t.n_block * (kBlockN / 2) + 32 * (g % (kGroups / 2));
-      } else {
-        w_row = min(t.n_block * kBlockN + 32 * g, p.weight_rows - 32);
-      }
-      w.b_row[g] = (t.expert * p.weight_rows + w_row) * ld_b;
-    }
-    return w;
+    for (int g = 0; g < kGroups; ++g) unpack(ptx::ld_shared_v4(region + (kBlockM + g) * kSteps * 4), s.b[g]);
+    return s;
   }
 
-  DMOE_DEVICE static Packed load_packed(const ScaleWords& w, int32_t kb) {
-    Packed s;
-    s.lo = __ldg(reinterpret_cast<const uint32_t*>(w.a + w.a_lo + 4 * kb));
-    s.hi = __ldg(reinterpret_cast<const uint32_t*>(w.a + w.a_hi + 4 * kb));
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) s.b[g] = __ldg(reinterpret_cast<const uint32_t*>(w.b + w.b_row[g] + 4 * kb));
-    return s;
+  DMOE_DEVICE static void unpack(uint4 v, float (&f)[kSteps]) {
+    f[0] = __uint_as_float(v.x), f[1] = __uint_as_float(v.y), f[2] = __uint_as_float(v.z), f[3] = __uint_as_float(v.w);
   }
 
   // 2^(e - 127) for the E8M0 code in byte `j` of `word`, exactly (code 0: the subnormal 2^-127;
@@ -262,44 +215,10 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     const uint32_t bits = e == 0 ? 0x00400000u : (e == 0xFFu ? 0x7FC00000u : e << 23);
     return __uint_as_float(bits);
   }
-  // The same for codes 1 .. 254: the code moved into the FP32 exponent field (two instructions).
-  DMOE_DEVICE static float e8m0_normal(uint32_t word, int j) {
-    const uint32_t field = j == 3 ? word >> 1 : word << (23 - 8 * j);
-    return __uint_as_float(field & 0x7F800000u);
-  }
-  // Whether a byte of `word` is 0x00 or 0xFF (the codes e8m0_normal gets wrong).
-  DMOE_DEVICE static uint32_t has_special_code(uint32_t word) {
-    const uint32_t zero = (word - 0x01010101u) & ~word & 0x80808080u;
-    const uint32_t ones = (~word - 0x01010101u) & word & 0x80808080u;
-    return zero | ones;
-  }
-
-  // One k block's codes as FP32. The shift-and-mask path is exact for every normal code; a block
-  // with code 0 or 255 anywhere in the warp takes the exact conversion (a warp-uniform branch: no
-  // divergence next to the wgmmas in flight). Code 0 appears in all-zero blocks (padding rows).
-  DMOE_DEVICE static Scales to_fp32(const Packed& w) {
-    Scales s;
-    uint32_t special = has_special_code(w.lo) | has_special_code(w.hi);
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) special |= has_special_code(w.b[g]);
-    if (__any_sync(0xFFFFFFFFu, special != 0)) {
-#pragma unroll
-      for (int j = 0; j < kSteps; ++j) {
-        s.lo[j] = e8m0(w.lo, j);
-        s.hi[j] = e8m0(w.hi, j);
-#pragma unroll
-        for (int g = 0; g < kGroups; ++g) s.b[g][j] = e8m0(w.b[g], j);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < kSteps; ++j) {
-        s.lo[j] = e8m0_normal(w.lo, j);
-        s.hi[j] = e8m0_normal(w.hi, j);
-#pragma unroll
-        for (int g = 0; g < kGroups; ++g) s.b[g][j] = e8m0_normal(w.b[g], j);
-      }
-    }
-    return s;
+  // The four FP32 scales of an E8M0 word (k32 steps 0..3, low byte first), as one 16-byte vector.
+  DMOE_DEVICE static uint4 e8m0x4(uint32_t word) {
+    return make_uint4(__float_as_uint(e8m0(word, 0)), __float_as_uint(e8m0(word, 1)), __float_as_uint(e8m0(word, 2)),
+                      __float_as_uint(e8m0(word, 3)));
   }
 
   // Slice s of k32 step j of the stage into `scratch`: one m64n64k32 wgmma (scale-d = 0).
@@ -328,26 +247,6 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
       const float scale = i < 16 ? ((i / 2) % 2 == 0 ? lo0 : hi0) : ((i / 2) % 2 == 0 ? lo1 : hi1);
       acc[0][s * kSliceAcc + i] = fmaf(scratch[i], scale, acc[0][s * kSliceAcc + i]);
     }
-  }
-
-  // A consumer thread's scales of one stage: its rows a_row and a_row + 8, all four groups.
-  DMOE_DEVICE static Scales read_scales(uint32_t smem, int stage, uint32_t a_row) {
-    const uint32_t region = smem_scales(smem, stage);
-    Scales s;
-    unpack(ptx::ld_shared_v4(region + a_row * kSteps * 4), s.lo);
-    unpack(ptx::ld_shared_v4(region + (a_row + 8) * kSteps * 4), s.hi);
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) unpack(ptx::ld_shared_v4(region + (Base::kBlockM + g) * kSteps * 4), s.b[g]);
-    return s;
-  }
-
-  DMOE_DEVICE static void unpack(uint4 v, float (&f)[kSteps]) {
-    f[0] = __uint_as_float(v.x), f[1] = __uint_as_float(v.y), f[2] = __uint_as_float(v.z), f[3] = __uint_as_float(v.w);
-  }
-  // The four FP32 scales of an E8M0 word, as one 16-byte vector.
-  DMOE_DEVICE static uint4 e8m0x4(uint32_t word) {
-    return make_uint4(__float_as_uint(e8m0(word, 0)), __float_as_uint(e8m0(word, 1)), __float_as_uint(e8m0(word, 2)),
-                      __float_as_uint(e8m0(word, 3)));
   }
 
 #endif  // __CUDACC__
