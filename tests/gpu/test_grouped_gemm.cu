@@ -998,7 +998,7 @@ TEST(GroupedGemmArgs, RejectsBadArguments) {
   expect_error([&] { grouped_gemm_w13_fprop(w, nullptr); }, "F a multiple of 128");
 }
 
-// Operand formats without kernels (MXFP8, NVFP4, FP8 blockwise, or a transposed BF16 operand) are
+// Operand formats without kernels (MXFP8 rows against 1x32 inference weights, NVFP4, a transposed BF16 operand) are
 // refused by name before anything runs; no BF16 kernel runs in their place.
 TEST(GroupedGemmArgs, RejectsFormatsWithoutKernels) {
   FpropArgs a;
@@ -1006,10 +1006,11 @@ TEST(GroupedGemmArgs, RejectsFormatsWithoutKernels) {
   a.a = reinterpret_cast<const void*>(256);
   a.w = reinterpret_cast<const void*>(256);
   a.out = reinterpret_cast<void*>(256);
-  a.common.a_format = {DType::kFloat8E4M3, ScaleKind::kE8M0_1x32, OperandLayout::kRowMajor};
-  a.common.b_format = {DType::kFloat8E4M3, ScaleKind::kE8M0_32x32, OperandLayout::kRowMajor};
+  // MXFP8 rows against a 1x32-row (inference) weight: the MXFP8 kernels read 32x32 tiles only.
+  a.common.a_format = kMxfp8Rows;
+  a.common.b_format = {DType::kFloat8E4M3, ScaleKind::kE8M0_1x32, OperandLayout::kRowMajor};
   expect_error([&] { grouped_gemm_fprop(a, nullptr); },
-               "no grouped GEMM kernel for A=e4m3_e8m0_1x32, B=e4m3_e8m0_32x32 (fprop, bfloat16 output)");
+               "no grouped GEMM kernel for A=e4m3_e8m0_1x32, B=e4m3_e8m0_1x32 (fprop, bfloat16 output)");
   WgradArgs w;
   w.common = a.common;
   w.common.a_format = {};
