@@ -108,17 +108,7 @@ __global__ void __launch_bounds__(kDqThreads, 4)
     for (int g = threadIdx.x; g <= groups.num_groups; g += kDqThreads)
       if (offsets[g] % numeric::kMXBlock != 0) layout_trap("an expert's first row", offsets[g], numeric::kMXBlock);
   if (threadIdx.x < kTile) {  // warps 0..3, whole
-    const int64_t m = m0 + threadIdx.x;
-    bool is_real = false;
-    if (m < end) {
-      int lo = 0, hi = groups.num_groups - 1;  // last group with offsets[g] <= m
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if (offsets[mid] <= m) lo = mid;
-        else hi = mid - 1;
-      }
-      is_real = m - offsets[lo] < groups.counts_G[lo];
-    }
+    const bool is_real = row_is_real(offsets, groups, m0 + threadIdx.x, end);
     const uint32_t bits = __ballot_sync(0xffffffffu, is_real);
     if (threadIdx.x % 32 == 0) real_bits[threadIdx.x / 32] = bits;
   }

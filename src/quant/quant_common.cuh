@@ -15,6 +15,7 @@
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "dist_moe/device/ptx/cp_async.cuh"
 #include "dist_moe/device/ptx/cvt.cuh"
+#include "quant/quantize.h"
 
 namespace dist_moe::quant {
 
@@ -299,6 +300,20 @@ RegionShape choose_region(int64_t tiles_a, int64_t tiles_b, int64_t batches, int
 __device__ __noinline__ inline void layout_trap(const char* what, long long value, long long multiple) {
   printf("Dist-MoE quantize: %s = %lld is not a multiple of %lld\n", what, value, multiple);
   __trap();
+}
+
+// Whether row m (below `end`, the last group's padded end) is one of its expert's real rows rather
+// than padding: the last group g with offsets_G1[g] <= m (a copy in shared memory), then m's place
+// in it against counts_G[g].
+__device__ __forceinline__ bool row_is_real(const int32_t* offsets, const RowGroups& groups, int64_t m, int64_t end) {
+  if (m >= end) return false;
+  int lo = 0, hi = groups.num_groups - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (offsets[mid] <= m) lo = mid;
+    else hi = mid - 1;
+  }
+  return m - offsets[lo] < groups.counts_G[lo];
 }
 
 }  // namespace dist_moe::quant

@@ -156,17 +156,7 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
       for (int g = threadIdx.x; g <= groups.num_groups; g += kTileThreads)
         if (offsets[g] % F::kBlock != 0) layout_trap("an expert's first row", offsets[g], F::kBlock);
     for (int i = threadIdx.x; i < tiles_t * kTile; i += kTileThreads) {  // warp-uniform: tiles_t * kTile % 32 == 0
-      const int64_t m = m_first + i;
-      bool is_real = false;
-      if (m < end) {
-        int lo = 0, hi = groups.num_groups - 1;  // last group with offsets[g] <= m
-        while (lo < hi) {
-          const int mid = (lo + hi + 1) >> 1;
-          if (offsets[mid] <= m) lo = mid;
-          else hi = mid - 1;
-        }
-        is_real = m - offsets[lo] < groups.counts_G[lo];
-      }
+      const bool is_real = row_is_real(offsets, groups, m_first + i, end);
       const uint32_t bits = __ballot_sync(0xffffffffu, is_real);
       if (i % 32 == 0) real_bits[i / 32] = bits;
     }

@@ -259,18 +259,22 @@ struct Fp8Case {
   uint32_t seed;
 };
 
-std::vector<GemmParam> fp8_params(GroupedGemmOp op) {
+// Every compiled configuration of `op` on these operand formats, as test parameters.
+std::vector<GemmParam> format_params(GroupedGemmOp op, DType out, const OperandFormat& a, const OperandFormat& b) {
   std::vector<GemmParam> v;
-  for (const GroupedGemmConfig& c :
-       grouped_gemm_configs(op, DType::kBFloat16, false, kFp8BlockwiseRows, kFp8BlockwiseWeight)) {
+  for (const GroupedGemmConfig& c : grouped_gemm_configs(op, out, false, a, b)) {
     GemmParam p;
     p.op = op;
-    p.a_format = kFp8BlockwiseRows;
-    p.b_format = kFp8BlockwiseWeight;
+    p.out = out;
+    p.a_format = a;
+    p.b_format = b;
     p.config = c;
     v.push_back(p);
   }
   return v;
+}
+std::vector<GemmParam> fp8_params(GroupedGemmOp op) {
+  return format_params(op, DType::kBFloat16, kFp8BlockwiseRows, kFp8BlockwiseWeight);
 }
 
 // The call's sizes and configuration (formats and scales: FpropOperands::fill or the overload
@@ -670,18 +674,7 @@ TEST_P(GroupedGemmFp8Fprop, DgradAccumulate) {
 }
 
 std::vector<GemmParam> fp8_wgrad_params(DType out) {
-  std::vector<GemmParam> v;
-  for (const GroupedGemmConfig& c :
-       grouped_gemm_configs(GroupedGemmOp::kWgrad, out, false, kFp8BlockwiseRowsT, kFp8BlockwiseRowsT)) {
-    GemmParam p;
-    p.op = GroupedGemmOp::kWgrad;
-    p.out = out;
-    p.a_format = kFp8BlockwiseRowsT;
-    p.b_format = kFp8BlockwiseRowsT;
-    p.config = c;
-    v.push_back(p);
-  }
-  return v;
+  return format_params(GroupedGemmOp::kWgrad, out, kFp8BlockwiseRowsT, kFp8BlockwiseRowsT);
 }
 class GroupedGemmFp8WgradBf16 : public ::testing::TestWithParam<GemmParam> {};
 class GroupedGemmFp8WgradFp32 : public ::testing::TestWithParam<GemmParam> {};
@@ -737,16 +730,7 @@ TEST(GroupedGemmFp8, HeuristicPicksCompiledKernels) {
 // ---- MXFP8 (per-32 promotion: device/gemm/mainloop_mxfp8.cuh) --------------------------------
 
 std::vector<GemmParam> mxfp8_params(GroupedGemmOp op) {
-  std::vector<GemmParam> v;
-  for (const GroupedGemmConfig& c : grouped_gemm_configs(op, DType::kBFloat16, false, kMxfp8Rows, kMxfp8Weight)) {
-    GemmParam p;
-    p.op = op;
-    p.a_format = kMxfp8Rows;
-    p.b_format = kMxfp8Weight;
-    p.config = c;
-    v.push_back(p);
-  }
-  return v;
+  return format_params(op, DType::kBFloat16, kMxfp8Rows, kMxfp8Weight);
 }
 class GroupedGemmMxfp8Fprop : public ::testing::TestWithParam<GemmParam> {};
 class GroupedGemmMxfp8W13 : public ::testing::TestWithParam<GemmParam> {};
