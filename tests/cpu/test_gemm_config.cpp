@@ -220,6 +220,22 @@ TEST(GemmConfig, OperandFormats) {
   EXPECT_EQ(pick(fp8).name(), "128x128x128_s6_tma_dyn");
   fp8.k = 7168;
   EXPECT_EQ(pick(fp8).name(), "128x256x128_s4_tma_dyn");
+  // MXFP8: the one compiled tile (128x128, five stages with the producer-converted scales) for
+  // FPROP, W13 and DGRAD (which runs as FPROP on the transposed weight), whatever the width.
+  GroupedGemmProblem mx8 = problem(GroupedGemmOp::kFprop, 32768, 7168, 2048);
+  mx8.a_format = kMxfp8Rows;
+  mx8.b_format = kMxfp8Weight;
+  EXPECT_EQ(mx8.a_format.name(), "e4m3_e8m0_1x32");
+  EXPECT_EQ(pick(mx8).name(), "128x128x128_s5_tma_dyn");
+  mx8.op = GroupedGemmOp::kFpropSwiglu;
+  mx8.n = 4096;
+  EXPECT_EQ(pick(mx8).name(), "128x128x128_s5_tma_dyn");
+  mx8.op = GroupedGemmOp::kFprop;  // DGRAD's FPROP problem: n and k swapped
+  mx8.n = 7168;
+  mx8.k = 4096;
+  mx8.b_format = kMxfp8Weight;
+  EXPECT_EQ(pick(mx8).name(), "128x128x128_s5_tma_dyn");
+  EXPECT_EQ(kMxfp8WeightT.name(), "e4m3_e8m0_32x32_col");
 }
 
 }  // namespace
