@@ -474,6 +474,30 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   e.launch(L);
 }
 
+// The E4M3 recipes whose DGRAD runs the FPROP kernel on the weight's transposed copy (E4M3 wgmma
+// takes K-major operands only, and DGRAD contracts over the weight's rows).
+struct TransposedWeightRecipe {
+  const char* name;
+  OperandFormat rows;      // grad_out
+  OperandFormat weight;    // the row-major weight FPROP reads
+  OperandFormat weight_t;  // its transposed copy, DGRAD's B
+  const char* weight_t_constant;
+  const char* weight_t_layout;
+};
+constexpr TransposedWeightRecipe kTransposedWeightRecipes[] = {
+    {"FP8-blockwise", kFp8BlockwiseRows, kFp8BlockwiseWeight, kFp8BlockwiseWeightT, "kFp8BlockwiseWeightT",
+     "E4M3 [e_local, k, n], scales [e_local, k/128, n/128]"},
+    {"MXFP8", kMxfp8Rows, kMxfp8Weight, kMxfp8WeightT, "kMxfp8WeightT",
+     "E4M3 [e_local, k, n], E8M0 scales [e_local * k, n/32]"},
+};
+
+// The recipe whose transposed weight format is `b`, or nullptr.
+const TransposedWeightRecipe* transposed_weight_recipe(const OperandFormat& b) {
+  for (const TransposedWeightRecipe& r : kTransposedWeightRecipes)
+    if (b == r.weight_t) return &r;
+  return nullptr;
+}
+
 }  // namespace
 
 // ---- kernel registry ----------------------------------------------------------------------------
@@ -505,10 +529,8 @@ const std::vector<GemmKernelEntry>& gemm_kernels() {
 std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_dtype, bool gather,
                                                     const OperandFormat& a_format, const OperandFormat& b_format) {
   // E4M3 DGRAD runs the FPROP kernels on the weight's transposed copy: their configurations.
-  if (op == GroupedGemmOp::kDgrad && b_format == kFp8BlockwiseWeightT)
-    return grouped_gemm_configs(GroupedGemmOp::kFprop, out_dtype, gather, a_format, kFp8BlockwiseWeight);
-  if (op == GroupedGemmOp::kDgrad && b_format == kMxfp8WeightT)
-    return grouped_gemm_configs(GroupedGemmOp::kFprop, out_dtype, gather, a_format, kMxfp8Weight);
+  if (const TransposedWeightRecipe* r = transposed_weight_recipe(b_format); op == GroupedGemmOp::kDgrad && r)
+    return grouped_gemm_configs(GroupedGemmOp::kFprop, out_dtype, gather, a_format, r->weight);
   std::vector<GroupedGemmConfig> v;
   for (const GemmKernelEntry& e : gemm::gemm_kernels())
     if (entry_matches(e, op, out_dtype, gather, a_format, b_format)) v.push_back(config_of(e, 0));
@@ -582,19 +604,18 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
   run(GroupedGemmOp::kFpropSwiglu, a.common, DType::kBFloat16, gather, L, oc, stream);
 }
 
+namespace {
+
 // E4M3 DGRAD (FP8 blockwise, MXFP8) is the FPROP kernel on the weight's transposed copy:
 // grad_a[m, :] = grad_out[m, :] . wt[e(m)]^T with wt = [e_local, k, n] K-major over the contraction
 // n, so the FPROP problem has n and k swapped (weight rows k, contraction n) and reads the weight's
 // DGRAD scales as the FPROP scales of wt.
-void dgrad_transposed_weight(const DgradArgs& a, cudaStream_t stream) {
+void dgrad_transposed_weight(const DgradArgs& a, const TransposedWeightRecipe& r, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_dgrad";
-  const bool mx = a.common.b_format == kMxfp8WeightT;
-  const OperandFormat rows = mx ? kMxfp8Rows : kFp8BlockwiseRows;
-  const char* recipe = mx ? "MXFP8" : "FP8-blockwise";
   check_common(a.common, op);  // the call's own n, k
-  DMOE_CHECK_ARG(a.common.a_format == rows, op, ": B=", a.common.b_format.name(), " (the ", recipe,
-                 " transposed weight) needs A=", rows.name(), ", got A=", a.common.a_format.name());
-  DMOE_CHECK_ARG(a.out_dtype == DType::kBFloat16, op, ": ", recipe, " DGRAD writes bfloat16 output, got ",
+  DMOE_CHECK_ARG(a.common.a_format == r.rows, op, ": B=", a.common.b_format.name(), " (the ", r.name,
+                 " transposed weight) needs A=", r.rows.name(), ", got A=", a.common.a_format.name());
+  DMOE_CHECK_ARG(a.out_dtype == DType::kBFloat16, op, ": ", r.name, " DGRAD writes bfloat16 output, got ",
                  to_string(a.out_dtype));
   DMOE_CHECK_ARG(a.common.e_local * a.common.k <= kInt32Max, op, ": e_local * k = ", a.common.e_local * a.common.k,
                  " rows of the transposed weight exceed the int32 TMA coordinate range");
@@ -602,7 +623,7 @@ void dgrad_transposed_weight(const DgradArgs& a, cudaStream_t stream) {
   GroupedGemmCommon c = a.common;
   c.n = a.common.k;
   c.k = a.common.n;
-  c.b_format = mx ? kMxfp8Weight : kFp8BlockwiseWeight;  // the transposed copy is a row-major [e, k, n] weight
+  c.b_format = r.weight;  // the transposed copy is a row-major [e, k, n] weight
   check_formats(GroupedGemmOp::kFprop, DType::kBFloat16, c, op);
   check_ptr(a.w, op, "w");
   check_ptr(a.grad_out, op, "grad_out");
@@ -617,17 +638,16 @@ void dgrad_transposed_weight(const DgradArgs& a, cudaStream_t stream) {
   run(GroupedGemmOp::kFprop, c, DType::kBFloat16, false, L, oc, stream, GroupedGemmOp::kDgrad);
 }
 
+}  // namespace
+
 void grouped_gemm_dgrad(const DgradArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_dgrad";
-  if (a.common.b_format == kFp8BlockwiseWeightT || a.common.b_format == kMxfp8WeightT)
-    return dgrad_transposed_weight(a, stream);
-  DMOE_CHECK_ARG(!(a.common.a_format == kFp8BlockwiseRows && a.common.b_format == kFp8BlockwiseWeight), op,
-                 ": FP8-blockwise DGRAD reads the weight's transposed copy: B must be kFp8BlockwiseWeightT (",
-                 kFp8BlockwiseWeightT.name(), ": E4M3 [e_local, k, n], scales [e_local, k/128, n/128]), got B=",
-                 a.common.b_format.name());
-  DMOE_CHECK_ARG(!(a.common.a_format == kMxfp8Rows && a.common.b_format == kMxfp8Weight), op,
-                 ": MXFP8 DGRAD reads the weight's transposed copy: B must be kMxfp8WeightT (", kMxfp8WeightT.name(),
-                 ": E4M3 [e_local, k, n], E8M0 scales [e_local * k, n/32]), got B=", a.common.b_format.name());
+  if (const TransposedWeightRecipe* r = transposed_weight_recipe(a.common.b_format))
+    return dgrad_transposed_weight(a, *r, stream);
+  for (const TransposedWeightRecipe& r : kTransposedWeightRecipes)
+    DMOE_CHECK_ARG(!(a.common.a_format == r.rows && a.common.b_format == r.weight), op, ": ", r.name,
+                   " DGRAD reads the weight's transposed copy: B must be ", r.weight_t_constant, " (", r.weight_t.name(),
+                   ": ", r.weight_t_layout, "), got B=", a.common.b_format.name());
   check_common(a.common, op);
   check_out_dtype(a.out_dtype, op);
   check_formats(GroupedGemmOp::kDgrad, a.out_dtype, a.common, op);

@@ -18,6 +18,7 @@
 
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "grouped_gemm_test_util.h"
+#include "mxfp8_test_util.h"
 #include "quant/quantize.h"
 
 namespace dist_moe::testing {
@@ -114,8 +115,7 @@ struct Mxfp8Rows {
   std::vector<float> vals;
 };
 struct Mxfp8Weight {
-  DeviceBuffer<uint8_t> q, s, s_dgrad;
-  DeviceBuffer<uint8_t> q_t;  // [E, K, N]: q transposed per expert (DGRAD's B)
+  Mxfp8TileWeight w;
   std::vector<float> vals;
 };
 
@@ -127,27 +127,14 @@ Mxfp8Rows mxfp8_rows(const HostBf16& a, int64_t cap, int64_t C) {
   quant::mxfp8_quantize_rows(quant::Bf16Matrix{d_a.get(), cap, C, C}, quant::Mxfp8Out{o.q.get(), C, o.s.get(), C / 32, 1},
                              nullptr);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<uint8_t> q = o.q.download(), sc = o.s.download();
-  o.vals.resize(q.size());
-  for (int64_t r = 0; r < cap; ++r)
-    for (int64_t c = 0; c < C; ++c)
-      o.vals[r * C + c] = numeric::mxfp8_dequantize_value(q[r * C + c], sc[r * (C / 32) + c / 32]);
+  o.vals = mxfp8_row_values(o.q, o.s, cap, C);
   return o;
 }
 
 Mxfp8Weight mxfp8_weight(const HostBf16& w, int64_t E, int64_t N, int64_t K) {
   Mxfp8Weight o;
-  DeviceBuffer<uint16_t> d_w(w.bits);
-  o.q = DeviceBuffer<uint8_t>(static_cast<size_t>(E * N * K));
-  o.s = DeviceBuffer<uint8_t>(static_cast<size_t>(E * N * (K / 32)));
-  o.s_dgrad = DeviceBuffer<uint8_t>(static_cast<size_t>(E * K * (N / 32)));
-  o.q_t = DeviceBuffer<uint8_t>(o.q.size());
-  quant::mxfp8_quantize_weight_tiles(d_w.get(), E, N, K, o.q.get(), o.s.get(), o.q_t.get(), o.s_dgrad.get(), nullptr);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<uint8_t> q = o.q.download(), sc = o.s.download();
-  o.vals.resize(q.size());
-  for (int64_t r = 0; r < E * N; ++r)
-    for (int64_t c = 0; c < K; ++c) o.vals[r * K + c] = numeric::mxfp8_dequantize_value(q[r * K + c], sc[r * (K / 32) + c / 32]);
+  o.w = quantize_mxfp8_weight(w.bits, E, N, K);
+  o.vals = o.w.values();
   return o;
 }
 
@@ -163,14 +150,14 @@ struct FpropOperands {
   Mxfp8Rows mx_a;
   Mxfp8Weight mx_w;
   const void* a_q() const { return recipe == Recipe::kMxfp8 ? mx_a.q.get() : a.q.get(); }
-  const void* w_q() const { return recipe == Recipe::kMxfp8 ? mx_w.q.get() : w.q.get(); }
+  const void* w_q() const { return recipe == Recipe::kMxfp8 ? mx_w.w.q.get() : w.q.get(); }
   const std::vector<float>& a_vals() const { return recipe == Recipe::kMxfp8 ? mx_a.vals : a.vals; }
   const std::vector<float>& w_vals() const { return recipe == Recipe::kMxfp8 ? mx_w.vals : w.vals; }
   void fill(GroupedGemmCommon& c) const {
     if (recipe == Recipe::kMxfp8) {
       c.a_format = kMxfp8Rows;
       c.b_format = kMxfp8Weight;
-      c.scales = OperandScales{mx_a.s.get(), c.k / 32, mx_w.s.get()};
+      c.scales = OperandScales{mx_a.s.get(), c.k / 32, mx_w.w.s.get()};
     } else {
       c.a_format = kFp8BlockwiseRows;
       c.b_format = kFp8BlockwiseWeight;
@@ -426,9 +413,9 @@ void run_fp8_dgrad(const Fp8Case& cs, const GroupedGemmConfig* cfg, bool accumul
   if (mx) {
     args.common.a_format = kMxfp8Rows;
     args.common.b_format = kMxfp8WeightT;
-    args.common.scales = OperandScales{mg.s.get(), N / 32, mw.s_dgrad.get()};
+    args.common.scales = OperandScales{mg.s.get(), N / 32, mw.w.s_dgrad.get()};
     args.grad_out = mg.q.get();
-    args.w = mw.q_t.get();
+    args.w = mw.w.q_t.get();
   } else {
     args.common = fp8_common(d_counts, cs, cap, g, w.s_t, cfg);
     args.common.b_format = kFp8BlockwiseWeightT;
@@ -443,6 +430,55 @@ void run_fp8_dgrad(const Fp8Case& cs, const GroupedGemmConfig* cfg, bool accumul
   const std::string what = std::string(recipe_name(recipe)) + " dgrad grad_a";
   expect_close_fp8(what, [&](int64_t i) { return bf16_value(out, i); }, ref, sum_abs);
   expect_rows_untouched(what, out, M, K);
+}
+
+// One FP8-blockwise WGRAD call over transposed columns (g [N, cap], x [K, cap], scales
+// [cap/128, N] and [cap/128, K]), its output first holding `prev` (accumulate) or poison; returns
+// the output's bytes.
+struct Fp8WgradCall {
+  const int32_t* counts;
+  int64_t e_local, cap, n, k;
+  const GroupedGemmConfig* cfg;
+  const DeviceBuffer<uint8_t>& g_q;
+  const DeviceBuffer<float>& g_s;
+  const DeviceBuffer<uint8_t>& x_q;
+  const DeviceBuffer<float>& x_s;
+  DType out_dtype;
+  bool accumulate;
+};
+
+std::vector<uint8_t> fp8_wgrad_call(const Fp8WgradCall& c, const HostBf16& prev) {
+  const bool fp32 = c.out_dtype == DType::kFloat32;
+  const size_t out_bytes = static_cast<size_t>(c.e_local * c.n * c.k) * (fp32 ? 4 : 2);
+  DeviceBuffer<uint8_t> d_out(out_bytes);
+  if (c.accumulate) {
+    std::vector<uint8_t> init(out_bytes);
+    for (size_t i = 0; i < prev.vals.size(); ++i) {
+      if (fp32) std::memcpy(&init[4 * i], &prev.vals[i], 4);
+      else std::memcpy(&init[2 * i], &prev.bits[i], 2);
+    }
+    d_out.upload(init);
+  } else {
+    d_out.poison();
+  }
+  WgradArgs args;
+  args.common.counts = c.counts;
+  args.common.e_local = c.e_local;
+  args.common.m_capacity = c.cap;
+  args.common.n = c.n;
+  args.common.k = c.k;
+  args.common.config = c.cfg;
+  args.common.a_format = kFp8BlockwiseRowsT;
+  args.common.b_format = kFp8BlockwiseRowsT;
+  args.common.scales = OperandScales{c.g_s.get(), c.n, c.x_s.get()};
+  args.grad_out = c.g_q.get();
+  args.a = c.x_q.get();
+  args.grad_w = d_out.get();
+  args.out_dtype = c.out_dtype;
+  args.accumulate = c.accumulate;
+  grouped_gemm_wgrad(args, nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return d_out.download();
 }
 
 // sum over the k32 steps of out[e, n, k] of the step's largest |g[m, n] x[m, k]| (steps of 32
@@ -520,36 +556,8 @@ void run_fp8_wgrad(const std::vector<int32_t>& counts, int64_t N, int64_t K, uin
   const HostBf16 prev = random_bf16(static_cast<size_t>(E * N * K), 4.0f, rng);
   apply_output_store(ref, prev.vals, accumulate, fp32);
 
-  const size_t out_bytes = static_cast<size_t>(E * N * K) * (fp32 ? 4 : 2);
-  DeviceBuffer<uint8_t> d_out(out_bytes);
-  if (accumulate) {
-    std::vector<uint8_t> init(out_bytes);
-    for (size_t i = 0; i < prev.vals.size(); ++i) {
-      if (fp32) std::memcpy(&init[4 * i], &prev.vals[i], 4);
-      else std::memcpy(&init[2 * i], &prev.bits[i], 2);
-    }
-    d_out.upload(init);
-  } else {
-    d_out.poison();
-  }
-  WgradArgs args;
-  args.common.counts = d_padded.get();
-  args.common.e_local = E;
-  args.common.m_capacity = cap;
-  args.common.n = N;
-  args.common.k = K;
-  args.common.config = cfg;
-  args.common.a_format = kFp8BlockwiseRowsT;
-  args.common.b_format = kFp8BlockwiseRowsT;
-  args.common.scales = OperandScales{g_s.get(), N, x_s.get()};
-  args.grad_out = g_q.get();
-  args.a = x_q.get();
-  args.grad_w = d_out.get();
-  args.out_dtype = out_dtype;
-  args.accumulate = accumulate;
-  grouped_gemm_wgrad(args, nullptr);
-  CUDA_OK(cudaDeviceSynchronize());
-  const std::vector<uint8_t> got = d_out.download();
+  const std::vector<uint8_t> got =
+      fp8_wgrad_call({d_padded.get(), E, cap, N, K, cfg, g_q, g_s, x_q, x_s, out_dtype, accumulate}, prev);
   expect_close_fp8("fp8 wgrad grad_w", [&](int64_t i) { return out_at(got, 0, i, fp32); }, ref, sum_abs, &step_max);
 }
 
@@ -595,37 +603,9 @@ void run_fp8_wgrad_exact(const std::vector<int32_t>& counts, int64_t N, int64_t 
   const HostBf16 prev = random_bf16(static_cast<size_t>(E * N * K), 4.0f, rng);
   apply_output_store(ref, prev.vals, accumulate, fp32);
 
-  const size_t out_bytes = static_cast<size_t>(E * N * K) * (fp32 ? 4 : 2);
-  DeviceBuffer<uint8_t> d_out(out_bytes);
-  if (accumulate) {
-    std::vector<uint8_t> init(out_bytes);
-    for (size_t i = 0; i < prev.vals.size(); ++i) {
-      if (fp32) std::memcpy(&init[4 * i], &prev.vals[i], 4);
-      else std::memcpy(&init[2 * i], &prev.bits[i], 2);
-    }
-    d_out.upload(init);
-  } else {
-    d_out.poison();
-  }
-  DeviceBuffer<int32_t> d_counts(counts);
-  WgradArgs args;
-  args.common.counts = d_counts.get();
-  args.common.e_local = E;
-  args.common.m_capacity = cap;
-  args.common.n = N;
-  args.common.k = K;
-  args.common.config = cfg;
-  args.common.a_format = kFp8BlockwiseRowsT;
-  args.common.b_format = kFp8BlockwiseRowsT;
-  args.common.scales = OperandScales{g_s.get(), N, x_s.get()};
-  args.grad_out = g_q.get();
-  args.a = x_q.get();
-  args.grad_w = d_out.get();
-  args.out_dtype = out_dtype;
-  args.accumulate = accumulate;
-  grouped_gemm_wgrad(args, nullptr);
-  CUDA_OK(cudaDeviceSynchronize());
-  const std::vector<uint8_t> got = d_out.download();
+  const DeviceBuffer<int32_t> d_counts(counts);
+  const std::vector<uint8_t> got =
+      fp8_wgrad_call({d_counts.get(), E, cap, N, K, cfg, g_q, g_s, x_q, x_s, out_dtype, accumulate}, prev);
   int64_t wrong = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     const double v = out_at(got, 0, static_cast<int64_t>(i), fp32);

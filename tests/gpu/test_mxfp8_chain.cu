@@ -18,6 +18,7 @@
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "dist_moe/grouped_gemm.h"
 #include "gpu_test_util.h"
+#include "mxfp8_test_util.h"
 #include "quant/quantize.h"
 #include "reference/oracle.h"
 #include "testing/device_buffer.h"
@@ -51,11 +52,8 @@ Bundles quantize_rows_cols(const DeviceBuffer<uint16_t>& x, int64_t cap, int64_t
 
 // The row bundle's values, dequantized on the host.
 TensorF row_values(const Bundles& b, int64_t cap, int64_t C) {
-  const std::vector<uint8_t> q = b.q.download(), s = b.s.download();
   TensorF t({cap, C});
-  for (int64_t r = 0; r < cap; ++r)
-    for (int64_t c = 0; c < C; ++c)
-      t.data[r * C + c] = numeric::mxfp8_dequantize_value(q[r * C + c], s[r * (C / 32) + c / 32]);
+  t.data = mxfp8_row_values(b.q, b.s, cap, C);
   return t;
 }
 
@@ -68,29 +66,9 @@ DeviceBuffer<uint16_t> column_rows(const Bundles& b, int64_t cap, int64_t C, con
   return y;
 }
 
-// Weights [E, N, K] in 32x32 tiles: q with its FPROP scale view, the transposed copy with the
-// DGRAD view.
-struct Weight {
-  DeviceBuffer<uint8_t> q, s, qt, sd;
-};
-
-Weight quantize_weight(const TensorF& w, int64_t E, int64_t N, int64_t K) {
-  Weight o;
-  const DeviceBuffer<uint16_t> d = upload_bf16(w);
-  o.q = DeviceBuffer<uint8_t>(static_cast<size_t>(E * N * K));
-  o.s = DeviceBuffer<uint8_t>(static_cast<size_t>(E * N * K / 32));
-  o.qt = DeviceBuffer<uint8_t>(o.q.size());
-  o.sd = DeviceBuffer<uint8_t>(static_cast<size_t>(E * K * N / 32));
-  quant::mxfp8_quantize_weight_tiles(d.get(), E, N, K, o.q.get(), o.s.get(), o.qt.get(), o.sd.get(), nullptr);
-  sync();
-  return o;
-}
-
-TensorF weight_values(const Weight& w, int64_t E, int64_t N, int64_t K) {
-  const std::vector<uint8_t> q = w.q.download(), s = w.s.download();
+TensorF weight_values(const Mxfp8TileWeight& w, int64_t E, int64_t N, int64_t K) {
   TensorF t({E, N, K});
-  for (int64_t r = 0; r < E * N; ++r)
-    for (int64_t c = 0; c < K; ++c) t.data[r * K + c] = numeric::mxfp8_dequantize_value(q[r * K + c], s[r * (K / 32) + c / 32]);
+  t.data = w.values();
   return t;
 }
 
@@ -135,6 +113,37 @@ GroupedGemmCommon bf16_common(const DeviceBuffer<int32_t>& counts, int64_t E, in
   return c;
 }
 
+// MXFP8 DGRAD of a row bundle of grad_out [M, n] through the weight's transposed copy: BF16 [M, k].
+TensorF mxfp8_dgrad(const DeviceBuffer<int32_t>& counts, int64_t E, int64_t M, int64_t n, int64_t k, const Bundles& g,
+                    const Mxfp8TileWeight& w) {
+  DeviceBuffer<uint16_t> out(static_cast<size_t>(M * k));
+  DgradArgs d;
+  d.common = mx_common(counts, E, M, n, k, kMxfp8WeightT, g.s.get(), n / 32, w.s_dgrad.get());
+  d.grad_out = g.q.get();
+  d.w = w.q_t.get();
+  d.grad_a = out.get();
+  grouped_gemm_dgrad(d, nullptr);
+  sync();
+  return bf16_tensor(out, {M, k});
+}
+
+// Our BF16 WGRAD of two BF16 row buffers (grad_out [M, n], a [M, k]), FP32 [E, n, k].
+TensorF bf16_wgrad(const DeviceBuffer<int32_t>& counts, int64_t E, int64_t M, int64_t n, int64_t k,
+                   const DeviceBuffer<uint16_t>& grad_out, const DeviceBuffer<uint16_t>& a) {
+  DeviceBuffer<float> dw(static_cast<size_t>(E * n * k));
+  WgradArgs w;
+  w.common = bf16_common(counts, E, M, n, k);
+  w.grad_out = grad_out.get();
+  w.a = a.get();
+  w.grad_w = dw.get();
+  w.out_dtype = DType::kFloat32;
+  grouped_gemm_wgrad(w, nullptr);
+  sync();
+  TensorF t({E, n, k});
+  t.data = dw.download();
+  return t;
+}
+
 void run_chain(const reference::RandomProblemSpec& spec) {
   const reference::Problem p = reference::make_random_problem(spec);
   reference::ForwardOptions fo;
@@ -171,8 +180,8 @@ void run_chain(const reference::RandomProblemSpec& spec) {
   expect_bitwise("x rows (W13 FPROP operand)", row_values(xb, M, D), rf.quantized.x_row_MD);
   const DeviceBuffer<uint16_t> x_cols = column_rows(xb, M, D, groups);
   expect_bitwise("x columns (W13 WGRAD operand)", bf16_tensor(x_cols, {M, D}), rf.quantized.x_col_MD);
-  const Weight w13 = quantize_weight(p.local_w13(0), L, 2 * F, D);
-  const Weight w2 = quantize_weight(p.local_w2(0), L, D, F);
+  const Mxfp8TileWeight w13 = quantize_mxfp8_weight(to_bf16_bits(p.local_w13(0).data), L, 2 * F, D);
+  const Mxfp8TileWeight w2 = quantize_mxfp8_weight(to_bf16_bits(p.local_w2(0).data), L, D, F);
   expect_bitwise("w13 32x32 tiles", weight_values(w13, L, 2 * F, D), rf.quantized.w13_EFD);
   expect_bitwise("w2 32x32 tiles", weight_values(w2, L, D, F), rf.quantized.w2_EDF);
 
@@ -207,28 +216,11 @@ void run_chain(const reference::RandomProblemSpec& spec) {
   expect_bitwise("grad_h3 rows (W2 DGRAD operand)", row_values(g3b, M, D), rb.quantized.grad_h3_row_MD);
   const DeviceBuffer<uint16_t> g3_cols = column_rows(g3b, M, D, groups);
   expect_bitwise("grad_h3 columns (W2 WGRAD operand)", bf16_tensor(g3_cols, {M, D}), rb.quantized.grad_h3_col_MD);
-  DeviceBuffer<uint16_t> grad_h2(static_cast<size_t>(M * F));
-  DgradArgs d2;
-  d2.common = mx_common(d_padded, L, M, D, F, kMxfp8WeightT, g3b.s.get(), D / 32, w2.sd.get());
-  d2.grad_out = g3b.q.get();
-  d2.w = w2.qt.get();
-  d2.grad_a = grad_h2.get();
-  grouped_gemm_dgrad(d2, nullptr);
-  sync();
-  expect_within("grad_h2 = grad_h3_row . w2", bf16_tensor(grad_h2, {M, F}), rb.grad_h2_MF, reference::kBf16GradTolerance);
+  expect_within("grad_h2 = grad_h3_row . w2", mxfp8_dgrad(d_padded, L, M, D, F, g3b, w2), rb.grad_h2_MF,
+                reference::kBf16GradTolerance);
   const DeviceBuffer<uint16_t> h2_cols = column_rows(h2b, M, F, groups);
-  DeviceBuffer<float> dw2(static_cast<size_t>(L * D * F));
-  WgradArgs g2;
-  g2.common = bf16_common(d_padded, L, M, D, F);
-  g2.grad_out = g3_cols.get();
-  g2.a = h2_cols.get();
-  g2.grad_w = dw2.get();
-  g2.out_dtype = DType::kFloat32;
-  grouped_gemm_wgrad(g2, nullptr);
-  sync();
-  TensorF dw2_t({L, D, F});
-  dw2_t.data = dw2.download();
-  expect_within("dw2 = grad_h3_col^T . h2_col", dw2_t, rb.dw2_EDF, reference::kBf16GradTolerance);
+  expect_within("dw2 = grad_h3_col^T . h2_col", bf16_wgrad(d_padded, L, M, D, F, g3_cols, h2_cols), rb.dw2_EDF,
+                reference::kBf16GradTolerance);
 
   // W13 backward from the oracle's grad_h1 (SwiGLU backward's output).
   const DeviceBuffer<uint16_t> g1 = upload_bf16(rb.grad_h1_M2F);
@@ -237,28 +229,10 @@ void run_chain(const reference::RandomProblemSpec& spec) {
   const DeviceBuffer<uint16_t> g1_cols = column_rows(g1b, M, 2 * F, groups);
   expect_bitwise("grad_h1 columns (W13 WGRAD operand)", bf16_tensor(g1_cols, {M, 2 * F}),
                  rb.quantized.grad_h1_col_M2F);
-  DeviceBuffer<uint16_t> grad_x(static_cast<size_t>(M * D));
-  DgradArgs d13;
-  d13.common = mx_common(d_padded, L, M, 2 * F, D, kMxfp8WeightT, g1b.s.get(), 2 * F / 32, w13.sd.get());
-  d13.grad_out = g1b.q.get();
-  d13.w = w13.qt.get();
-  d13.grad_a = grad_x.get();
-  grouped_gemm_dgrad(d13, nullptr);
-  sync();
-  expect_within("grad_x routes = grad_h1_row . w13", bf16_tensor(grad_x, {M, D}), rb.grad_x_route_MD,
+  expect_within("grad_x routes = grad_h1_row . w13", mxfp8_dgrad(d_padded, L, M, 2 * F, D, g1b, w13),
+                rb.grad_x_route_MD, reference::kBf16GradTolerance);
+  expect_within("dw13 = grad_h1_col^T . x_col", bf16_wgrad(d_padded, L, M, 2 * F, D, g1_cols, x_cols), rb.dw13_EFD,
                 reference::kBf16GradTolerance);
-  DeviceBuffer<float> dw13(static_cast<size_t>(L * 2 * F * D));
-  WgradArgs g13;
-  g13.common = bf16_common(d_padded, L, M, 2 * F, D);
-  g13.grad_out = g1_cols.get();
-  g13.a = x_cols.get();
-  g13.grad_w = dw13.get();
-  g13.out_dtype = DType::kFloat32;
-  grouped_gemm_wgrad(g13, nullptr);
-  sync();
-  TensorF dw13_t({L, 2 * F, D});
-  dw13_t.data = dw13.download();
-  expect_within("dw13 = grad_h1_col^T . x_col", dw13_t, rb.dw13_EFD, reference::kBf16GradTolerance);
 }
 
 // K = 6 of E = 8 with -1 routes, so experts get ragged row counts padded to 128.

@@ -22,8 +22,8 @@
 // the conversion there instead cost ~90 issue slots per k block next to the 256 promotion FFMAs
 // and ran 5-10% slower (docs/perf_history.md G43).
 //
-// E8M0 to FP32: code e is 2^(e - 127); e = 0 is the FP32 subnormal 2^-127 and e = 255 is NaN
-// (a NaN block). Scale products are FP32 products, exact unless they fall below 2^-149 (two codes
+// E8M0 to FP32 (numeric::e8m0_to_float, the oracle's): code e is 2^(e - 127); e = 0 is the FP32
+// subnormal 2^-127 and e = 255 is NaN (a NaN block). Scale products are FP32 products, exact unless they fall below 2^-149 (two codes
 // summing below 105), where they flush to zero (docs/grouped_gemm.md).
 #pragma once
 
@@ -31,6 +31,7 @@
 
 #include "dist_moe/device/common/macros.cuh"
 #include "dist_moe/device/gemm/mainloop_fp8_blockwise.cuh"
+#include "dist_moe/device/numeric/e8m0.cuh"
 
 namespace dist_moe::gemm {
 
@@ -208,17 +209,12 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     f[0] = __uint_as_float(v.x), f[1] = __uint_as_float(v.y), f[2] = __uint_as_float(v.z), f[3] = __uint_as_float(v.w);
   }
 
-  // 2^(e - 127) for the E8M0 code in byte `j` of `word`, exactly (code 0: the subnormal 2^-127;
-  // code 255: NaN).
-  DMOE_DEVICE static float e8m0(uint32_t word, int j) {
-    const uint32_t e = (word >> (8 * j)) & 0xFFu;
-    const uint32_t bits = e == 0 ? 0x00400000u : (e == 0xFFu ? 0x7FC00000u : e << 23);
-    return __uint_as_float(bits);
-  }
   // The four FP32 scales of an E8M0 word (k32 steps 0..3, low byte first), as one 16-byte vector.
   DMOE_DEVICE static uint4 e8m0x4(uint32_t word) {
-    return make_uint4(__float_as_uint(e8m0(word, 0)), __float_as_uint(e8m0(word, 1)), __float_as_uint(e8m0(word, 2)),
-                      __float_as_uint(e8m0(word, 3)));
+    const auto scale = [word](int j) {
+      return __float_as_uint(numeric::e8m0_to_float(static_cast<uint8_t>(word >> (8 * j))));
+    };
+    return make_uint4(scale(0), scale(1), scale(2), scale(3));
   }
 
   // Slice s of k32 step j of the stage into `scratch`: one m64n64k32 wgmma (scale-d = 0).
