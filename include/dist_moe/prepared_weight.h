@@ -9,13 +9,17 @@
 // and the call is CUDA-graph capturable (no host synchronization, no allocation).
 //
 //   format / mode              fprop_data          fprop_scale               dgrad_data          dgrad_scale               global_scale(_inv)
-//   MXFP8 training             E4M3 [E, N, K]      E8M0 [E*N, K/32]          = fprop_data        E8M0 [E*K, N/32]          -
+//   MXFP8 training             E4M3 [E, N, K]      E8M0 [E*N, K/32]          E4M3 [E, K, N]      E8M0 [E*K, N/32]          -
 //   MXFP8 inference            E4M3 [E, N, K]      E8M0 [E*N, K/32]          -                   -                         -
 //   NVFP4 (inference only)     E2M1x2 [E, N, K/2]  E4M3 [E, N, K/16]         -                   -                         FP32 [E] each
 //   FP8 blockwise training     E4M3 [E, N, K]      FP32 [E, N/128, K/128]    E4M3 [E, K, N]      FP32 [E, K/128, N/128]    -
 //   FP8 blockwise inference    E4M3 [E, N, K]      FP32 [E, N/128, K/128]    -                   -                         -
-// MXFP8 training uses 32x32 tiles (one qdata serves FPROP and DGRAD), MXFP8 inference 1x32 rows;
-// the byte-level rules and layouts are in docs/formats.md.
+// MXFP8 training uses 32x32 tiles, MXFP8 inference 1x32 rows; the byte-level rules and layouts are
+// in docs/formats.md. MXFP8 training's dgrad_data is the fprop_data bytes transposed per expert (the
+// same E4M3 codes; the DGRAD scales are the tiles' as they are): a Hopper departure from upstream,
+// whose Blackwell kernels read one qdata for FPROP and DGRAD. Hopper's E4M3 wgmma reads K-major
+// operands only and DGRAD contracts over the weight's N, so the DGRAD GEMM reads this copy (+1 byte
+// per weight element, training preparations only; docs/block_scaled_layer.md, decision 1).
 #pragma once
 
 #include <cstdint>
@@ -39,7 +43,6 @@ struct PreparedWeightSpec {
   bool inference = false;
   int64_t num_experts = 0, rows = 0, cols = 0;  // the source weight [E, N, K]
   PreparedTensorSpec fprop_data, fprop_scale, dgrad_data, dgrad_scale, global_scale, global_scale_inv;
-  bool dgrad_data_is_fprop_data = false;  // MXFP8 training: one qdata, two scale layouts
 };
 
 // The fields of a prepared weight of `format` for a [num_experts, rows, cols] BF16 weight.
@@ -49,8 +52,8 @@ struct PreparedWeightSpec {
 PreparedWeightSpec prepared_weight_spec(BlockScaledFormat format, bool inference, int64_t num_experts, int64_t rows,
                                         int64_t cols);
 
-// Device buffers of the fields the spec marks present (dgrad_data may equal fprop_data, and must
-// for MXFP8 training); each sized and aligned (16 bytes) as the spec says.
+// Device buffers of the fields the spec marks present, each its own (dgrad_data is never
+// fprop_data), sized and aligned (16 bytes) as the spec says.
 struct PreparedWeightBuffers {
   void* fprop_data = nullptr;
   void* fprop_scale = nullptr;

@@ -118,9 +118,13 @@ class PreparedWeight:
     """Quantized expert weights made by ``prepare_block_scaled_weight`` (factory-only, frozen).
 
     ``source`` is the BF16 weight it was quantized from (WGRAD flows to it); ``format`` the
-    ``BlockScaledFormat``. MXFP8 training: one E4M3 qdata shared by FPROP and DGRAD
-    (``dgrad_data is fprop_data``), E8M0 ``fprop_scale [G*N, K/32]`` and ``dgrad_scale
-    [G*K, N/32]``. MXFP8 inference: ``fprop_*`` only (1x32 rows). NVFP4: packed E2M1 ``fprop_data
+    ``BlockScaledFormat``. MXFP8 training: E4M3 ``fprop_data [G, N, K]`` and its own
+    ``dgrad_data [G, K, N]`` (the same codes transposed per expert), E8M0 ``fprop_scale
+    [G*N, K/32]`` and ``dgrad_scale [G*K, N/32]``. The transposed copy is a Hopper departure from
+    upstream, whose Blackwell kernels share one qdata between FPROP and DGRAD: Hopper's E4M3 wgmma
+    reads K-major operands only, so the DGRAD GEMM (reducing over N) reads ``dgrad_data``; it costs
+    one more byte per weight element, for training preparations only. MXFP8 inference: ``fprop_*``
+    only (1x32 rows). NVFP4: packed E2M1 ``fprop_data
     [G, N, K/2]``, E4M3 ``fprop_scale [G, N, K/16]``, FP32 ``global_scale [G]`` and its exact
     reciprocal ``global_scale_inv [G]``.
     """
@@ -160,9 +164,10 @@ class PreparedWeight:
         return PreparedWeight._create(**values)
 
     def storage_tensors(self) -> tuple:
-        """One tensor per unique untyped storage among the operands, in field order (``dgrad_data``
-        shares ``fprop_data``'s storage for MXFP8 training). Uniqueness is by storage identity, so
-        the result is the same after a storage is released with ``resize_(0)``."""
+        """One tensor per unique untyped storage among the operands, in field order (the factory
+        gives every present field its own storage; views sharing one would be listed once).
+        Uniqueness is by storage identity, so the result is the same after a storage is released
+        with ``resize_(0)``."""
         seen, out = set(), []
         for name in _OPERAND_FIELDS:
             t = getattr(self, name)

@@ -18,10 +18,11 @@ op                             use
 ``bf16_backward_accumulate_``  backward that adds WGRAD into existing gradient buffers (args 3
                                and 4); returns (grad_x, grad_scores)
 ``prepare_mxfp8_weight``       MXFP8 training weight preparation (``torch.library.custom_op``,
-                               functional): BF16 [G, N, K] -> (qdata E4M3 [G, N, K], FPROP
-                               scales E8M0 [G*N, K/32], DGRAD scales E8M0 [G*K, N/32])
+                               functional): BF16 [G, N, K] -> (fprop_data E4M3 [G, N, K], FPROP
+                               scales E8M0 [G*N, K/32], dgrad_data E4M3 [G, K, N] (the same
+                               codes transposed per expert), DGRAD scales E8M0 [G*K, N/32])
 ``prepare_mxfp8_weight_refill_``  the same into existing operands (``custom_op`` mutating its
-                               last three arguments): ``prepare_block_scaled_weight(out=...)``
+                               last four arguments): ``prepare_block_scaled_weight(out=...)``
 =============================  =============================================================
 """
 
@@ -326,8 +327,8 @@ _PREPARED_DTYPES = {
 
 
 def prepared_weight_spec(fmt: str, inference: bool, shape) -> dict:
-    """The C++ layout of a prepared weight: per field None or (torch dtype, shape tuple), plus
-    ``dgrad_data_is_fprop_data``. ValueError (the C++ text) on dims the format cannot take."""
+    """The C++ layout of a prepared weight: per field None or (torch dtype, shape tuple), each
+    present field its own tensor. ValueError (the C++ text) on dims the format cannot take."""
     if len(shape) != 3:
         raise ValueError(f"block-scaled weight must be 3D [G, N, K], got shape {tuple(shape)}")
     raw = _native().prepared_weight_spec(fmt, bool(inference), *(int(d) for d in shape))
@@ -368,25 +369,30 @@ def launch_prepare(weight: torch.Tensor, fmt: str, inference: bool, operands: di
     )
 
 
+# The MXFP8 training operands, in the order the ops below return and take them.
+MXFP8_TRAINING_FIELDS = ("fprop_data", "fprop_scale", "dgrad_data", "dgrad_scale")
+
+
 def _mxfp8_training_fake(weight):
     spec = prepared_weight_spec("mxfp8_e4m3", False, weight.shape)
-    return tuple(weight.new_empty(spec[n][1], dtype=spec[n][0]) for n in ("fprop_data", "fprop_scale", "dgrad_scale"))
+    return tuple(weight.new_empty(spec[n][1], dtype=spec[n][0]) for n in MXFP8_TRAINING_FIELDS)
 
 
 @torch.library.custom_op(
     "dist_moe::prepare_mxfp8_weight",
     mutates_args=(),
     device_types="cuda",
-    schema="(Tensor weight) -> (Tensor, Tensor, Tensor)",
+    schema="(Tensor weight) -> (Tensor, Tensor, Tensor, Tensor)",
 )
 def prepare_mxfp8_weight(weight):
-    """MXFP8 training weight: (qdata, fprop_scale, dgrad_scale) from 32x32 tiles of ``weight``."""
+    """MXFP8 training weight: (fprop_data [G, N, K], fprop_scale, dgrad_data [G, K, N], dgrad_scale)
+    from 32x32 tiles of ``weight``, one pass. dgrad_data is fprop_data's E4M3 codes transposed per
+    expert, a tensor of its own: a Hopper departure from upstream (one qdata for both), as E4M3
+    wgmma reads K-major operands only."""
     spec = prepared_weight_spec("mxfp8_e4m3", False, weight.shape)
-    qdata, fprop_scale, dgrad_scale = (empty_prepared(spec[n], weight.device)
-                                       for n in ("fprop_data", "fprop_scale", "dgrad_scale"))
-    launch_prepare(weight, "mxfp8_e4m3", False,
-                   {"fprop_data": qdata, "fprop_scale": fprop_scale, "dgrad_data": qdata, "dgrad_scale": dgrad_scale})
-    return qdata, fprop_scale, dgrad_scale
+    operands = {n: empty_prepared(spec[n], weight.device) for n in MXFP8_TRAINING_FIELDS}
+    launch_prepare(weight, "mxfp8_e4m3", False, operands)
+    return tuple(operands[n] for n in MXFP8_TRAINING_FIELDS)
 
 
 @prepare_mxfp8_weight.register_fake
@@ -396,16 +402,18 @@ def _prepare_mxfp8_weight_fake(weight):
 
 @torch.library.custom_op(
     "dist_moe::prepare_mxfp8_weight_refill_",
-    mutates_args=("qdata", "fprop_scale", "dgrad_scale"),
+    mutates_args=("fprop_data", "fprop_scale", "dgrad_data", "dgrad_scale"),
     device_types="cuda",
-    schema="(Tensor weight, Tensor(a!) qdata, Tensor(b!) fprop_scale, Tensor(c!) dgrad_scale) -> ()",
+    schema="(Tensor weight, Tensor(a!) fprop_data, Tensor(b!) fprop_scale, Tensor(c!) dgrad_data, "
+    "Tensor(d!) dgrad_scale) -> ()",
 )
-def prepare_mxfp8_weight_refill_(weight, qdata, fprop_scale, dgrad_scale):
-    """Requantizes ``weight`` into an MXFP8 training weight's existing operands (same storages)."""
-    launch_prepare(weight, "mxfp8_e4m3", False,
-                   {"fprop_data": qdata, "fprop_scale": fprop_scale, "dgrad_data": qdata, "dgrad_scale": dgrad_scale})
+def prepare_mxfp8_weight_refill_(weight, fprop_data, fprop_scale, dgrad_data, dgrad_scale):
+    """Requantizes ``weight`` into an MXFP8 training weight's existing operands (same storages, the
+    transposed dgrad_data included)."""
+    launch_prepare(weight, "mxfp8_e4m3", False, {"fprop_data": fprop_data, "fprop_scale": fprop_scale,
+                                                 "dgrad_data": dgrad_data, "dgrad_scale": dgrad_scale})
 
 
 @prepare_mxfp8_weight_refill_.register_fake
-def _prepare_mxfp8_weight_refill_fake(weight, qdata, fprop_scale, dgrad_scale):
+def _prepare_mxfp8_weight_refill_fake(weight, fprop_data, fprop_scale, dgrad_data, dgrad_scale):
     return None

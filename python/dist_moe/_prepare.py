@@ -7,6 +7,12 @@ The layouts are the C++ core's (``_native.prepared_weight_spec``); the GPU work 
 ``dist_moe::prepare_mxfp8_weight_refill_``. MXFP8 inference, NVFP4 and the private FP8 blockwise
 format run eagerly.
 
+Every field of a PreparedWeight is a tensor of its own. MXFP8 training's ``dgrad_data`` is the
+``fprop_data`` codes transposed per expert, ``[G, K, N]``: a Hopper departure from upstream, which
+shares one qdata between FPROP and DGRAD on Blackwell. Hopper's E4M3 wgmma reads K-major operands
+only, and DGRAD reduces over the weight's N, so its GEMM reads this copy (one more byte per weight
+element, training preparations only; inference preparations have no DGRAD fields).
+
 Imported by ``api.prepare_block_scaled_weight`` on first use (this module imports torch).
 """
 
@@ -55,6 +61,12 @@ def _check_operand(name: str, t, field, device) -> None:
         raise ValueError(f"out.{name}'s storage was released (resize_(0)); prepare a new weight instead")
 
 
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two contiguous tensors share any byte."""
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
+
+
 def prepare_block_scaled_weight(weight, fmt: str, inference: bool = False, out=None) -> PreparedWeight:
     """The body of ``dist_moe.prepare_block_scaled_weight`` (``fmt`` a format name; the private
     ``"fp8_blockwise"`` included)."""
@@ -69,21 +81,20 @@ def prepare_block_scaled_weight(weight, fmt: str, inference: bool = False, out=N
     source = weight
     if fmt == _MXFP8 and not inference:
         with torch.no_grad():
-            qdata, fprop_scale, dgrad_scale = torch.ops.dist_moe.prepare_mxfp8_weight(weight.detach())
-        return PreparedWeight._create(source=source, format=_format_value(fmt), fprop_data=qdata,
-                                      fprop_scale=fprop_scale, dgrad_data=qdata, dgrad_scale=dgrad_scale)
+            tensors = torch.ops.dist_moe.prepare_mxfp8_weight(weight.detach())
+        return PreparedWeight._create(source=source, format=_format_value(fmt),
+                                      **dict(zip(_ops.MXFP8_TRAINING_FIELDS, tensors)))
     with torch.no_grad():
         operands = {name: None if spec[name] is None else _ops.empty_prepared(spec[name], weight.device)
                     for name in _ops.PREPARED_FIELDS}
-        if spec["dgrad_data_is_fprop_data"]:
-            operands["dgrad_data"] = operands["fprop_data"]
         _ops.launch_prepare(weight.detach(), fmt, inference, operands)
     return PreparedWeight._create(source=source, format=_format_value(fmt), **operands)
 
 
 def _refill(weight, fmt: str, inference: bool, out) -> PreparedWeight:
-    """``out=``: requantizes into ``out``'s storages (MXFP8 training only) and returns a
-    PreparedWeight that shares them, with ``weight`` as its source."""
+    """``out=``: requantizes into ``out``'s storages (MXFP8 training only: fprop_data, fprop_scale,
+    the transposed dgrad_data and dgrad_scale, every pointer kept) and returns a PreparedWeight that
+    shares them, with ``weight`` as its source."""
     if not isinstance(out, PreparedWeight):
         raise TypeError(f"out must be a PreparedWeight or None, got {type(out).__name__}")
     if fmt != _MXFP8 or inference:
@@ -96,15 +107,14 @@ def _refill(weight, fmt: str, inference: bool, out) -> PreparedWeight:
     if not isinstance(source, torch.Tensor) or source.shape != weight.shape or source.dtype != weight.dtype:
         raise ValueError("out source shape and dtype must match weight")
     spec = _ops.prepared_weight_spec(fmt, False, weight.shape)
-    if out.dgrad_data is not out.fprop_data and (
-        out.dgrad_data.data_ptr() != out.fprop_data.data_ptr() or out.dgrad_data.shape != out.fprop_data.shape
-    ):
-        raise ValueError("out.dgrad_data must be out.fprop_data (MXFP8 training weights share one qdata)")
-    for name in ("fprop_data", "fprop_scale", "dgrad_scale"):
+    for name in _ops.MXFP8_TRAINING_FIELDS:
         _check_operand(name, getattr(out, name), spec[name], weight.device)
+    if _overlap(out.fprop_data, out.dgrad_data):
+        raise ValueError("out.dgrad_data must be its own tensor (fprop_data transposed per expert, [G, K, N]), not "
+                         "out.fprop_data or a view overlapping it")
     with torch.no_grad():
-        torch.ops.dist_moe.prepare_mxfp8_weight_refill_(weight.detach(), out.fprop_data, out.fprop_scale,
-                                                        out.dgrad_scale)
+        torch.ops.dist_moe.prepare_mxfp8_weight_refill_(weight.detach(), *(getattr(out, name)
+                                                                           for name in _ops.MXFP8_TRAINING_FIELDS))
     return out._with_source(weight)
 
 

@@ -271,15 +271,19 @@ def prepare_block_scaled_weight(weight, config: BlockScaledConfig, *, inference:
     """Quantizes a contiguous CUDA BF16 expert weight ``[G, N, K]`` (W13 ``[E, 2F, D]`` or W2
     ``[E, D, F]``) once into a ``PreparedWeight`` for ``config.format``.
 
-    - MXFP8 training: the registered op ``dist_moe::prepare_mxfp8_weight`` (traceable); one E4M3
-      qdata for FPROP and DGRAD (``dgrad_data is fprop_data``), E8M0 ``fprop_scale [G*N, K/32]``
-      and ``dgrad_scale [G*K, N/32]`` from 32x32 tiles. N and K must be multiples of 32.
+    - MXFP8 training: the registered op ``dist_moe::prepare_mxfp8_weight`` (traceable); E4M3
+      ``fprop_data [G, N, K]``, E8M0 ``fprop_scale [G*N, K/32]`` and ``dgrad_scale [G*K, N/32]``
+      from 32x32 tiles, and ``dgrad_data [G, K, N]``: the same E4M3 codes transposed per expert, a
+      tensor of its own. That copy is a Hopper departure from upstream, which shares one qdata
+      between FPROP and DGRAD: Hopper's E4M3 wgmma reads K-major operands only, so DGRAD (reducing
+      over N) reads the transposed copy, one more byte per weight element (training preparations
+      only). N and K must be multiples of 32.
     - MXFP8 inference (``inference=True``): 1x32 row blocks, ``dgrad_*`` None.
     - NVFP4 (``inference`` irrelevant): packed E2M1 ``[G, N, K/2]``, E4M3 scales ``[G, N, K/16]``,
       FP32 ``global_scale [G]`` and ``global_scale_inv [G]`` = fl(1 / global_scale); K % 16 == 0.
-    - ``out=`` (MXFP8 training only): requantizes into ``out``'s storages under no-grad on the
-      current stream (CUDA-graph capturable) and returns a PreparedWeight sharing them, with
-      ``weight`` as its source.
+    - ``out=`` (MXFP8 training only): requantizes into ``out``'s storages (all four operands,
+      ``dgrad_data`` included) under no-grad on the current stream (CUDA-graph capturable) and
+      returns a PreparedWeight sharing them, every data pointer kept, with ``weight`` as its source.
     """
     if not isinstance(config, BlockScaledConfig):
         raise TypeError("config must be a dist_moe.BlockScaledConfig")

@@ -37,8 +37,7 @@ PreparedWeightSpec prepared_weight_spec(BlockScaledFormat format, bool inference
       s.fprop_data = tensor(DType::kFloat8E4M3, {e, n, k});
       s.fprop_scale = tensor(DType::kFloat8E8M0, {e * n, k / 32});
       if (!s.inference) {
-        s.dgrad_data = s.fprop_data;
-        s.dgrad_data_is_fprop_data = true;
+        s.dgrad_data = tensor(DType::kFloat8E4M3, {e, k, n});  // fprop_data transposed per expert
         s.dgrad_scale = tensor(DType::kFloat8E8M0, {e * k, n / 32});
       }
       break;

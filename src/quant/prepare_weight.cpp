@@ -20,8 +20,16 @@ void check_buffers(const PreparedWeightSpec& spec, const PreparedWeightBuffers& 
   need(spec.dgrad_scale, out.dgrad_scale, "dgrad_scale");
   need(spec.global_scale, out.global_scale, "global_scale");
   need(spec.global_scale_inv, out.global_scale_inv, "global_scale_inv");
-  DMOE_CHECK_ARG(!spec.dgrad_data_is_fprop_data || out.dgrad_data == out.fprop_data, who,
-                 ": MXFP8 training weights share one qdata (dgrad_data must be fprop_data)");
+  // Training: dgrad_data is the transposed copy, written in the same pass as fprop_data, so the two
+  // must not share bytes (MXFP8 as FP8 blockwise: on Hopper DGRAD reads its own [E, K, N] E4M3).
+  if (spec.dgrad_data.present) {
+    const auto f = reinterpret_cast<uintptr_t>(out.fprop_data), d = reinterpret_cast<uintptr_t>(out.dgrad_data);
+    const auto f_bytes = static_cast<uintptr_t>(spec.fprop_data.bytes());
+    const auto d_bytes = static_cast<uintptr_t>(spec.dgrad_data.bytes());
+    DMOE_CHECK_ARG(d + d_bytes <= f || f + f_bytes <= d, who,
+                   ": dgrad_data must be its own buffer (the weight transposed per expert, [E, K, N]), not fprop_data "
+                   "or overlapping it");
+  }
 }
 
 }  // namespace
@@ -41,7 +49,9 @@ void prepare_block_scaled_weight(const void* weight_bf16, const PreparedWeightSp
         quant::mxfp8_quantize_rows({weight_bf16, e * n, k, k}, {q, k, static_cast<uint8_t*>(out.fprop_scale), k / 32, 1},
                                    stream);
       } else {
+        // 32x32 tiles: fprop_data, its scales, the transposed copy DGRAD reads and the DGRAD scales.
         quant::mxfp8_quantize_weight_tiles(weight_bf16, e, n, k, q, static_cast<uint8_t*>(out.fprop_scale),
+                                           static_cast<uint8_t*>(out.dgrad_data),
                                            static_cast<uint8_t*>(out.dgrad_scale), stream);
       }
       break;

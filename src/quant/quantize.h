@@ -69,7 +69,8 @@ void mxfp8_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, cons
 // N, K % 32 == 0.
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
                                  uint8_t* fprop_scales, uint8_t* q_t_EKN, uint8_t* dgrad_scales, cudaStream_t stream);
-// Without the transposed copy (FPROP and DGRAD share qdata).
+// Without the transposed copy (upstream's one qdata for FPROP and DGRAD; the prepared training
+// weight, prepare_block_scaled_weight, always writes the copy: the tests and benches use this).
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
                                  uint8_t* fprop_scales, uint8_t* dgrad_scales, cudaStream_t stream);
 // The same with a fixed CTA region of 2^log2_region_n x 2^log2_region_k 128x128 tiles (each side

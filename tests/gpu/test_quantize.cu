@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dist_moe/device/numeric/numeric.cuh"
+#include "dist_moe/error.h"
 #include "dist_moe/prepare_weight.h"
 #include "dist_moe/quantize_rows.h"
 #include "gpu_test_util.h"
@@ -637,7 +638,7 @@ void check_mxfp8_weight_tiles(int64_t E, int64_t N, int64_t K, const HostBf16& w
   const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, false, E, N, K);
   DeviceBuffer<uint16_t> dw(w.bits);
   DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes()), dfs(spec.fprop_scale.bytes()), dds(spec.dgrad_scale.bytes());
-  DeviceBuffer<uint8_t> dqt(with_t ? spec.fprop_data.bytes() : 0);
+  DeviceBuffer<uint8_t> dqt(with_t ? spec.dgrad_data.bytes() : 0);
   dq.poison(kPoison);
   dfs.poison(kPoison);
   dds.poison(kPoison);
@@ -671,6 +672,10 @@ void check_mxfp8_weight_tiles(int64_t E, int64_t N, int64_t K, const HostBf16& w
     for (int64_t k = 0; k < K; ++k) ASSERT_TRUE(same_float(bwd[k * N + n], fwd[n * K + k])) << n << "," << k;
 }
 
+// The prepared MXFP8 training weight: the oracle's tiles in fprop_data and both scale layouts, and
+// its own dgrad_data [E, K, N] holding fprop_data's bytes transposed per expert, bit for bit (what
+// the Hopper DGRAD reads; upstream shares one qdata). Twice into the same buffers: a refill gives
+// the same bytes.
 TEST(QuantizeMxfp8, TrainingWeightTilesMatchTheOracle) {
   DMOE_REQUIRE_SM90();
   struct Shape { int64_t E, N, K; };
@@ -678,10 +683,42 @@ TEST(QuantizeMxfp8, TrainingWeightTilesMatchTheOracle) {
     SCOPED_TRACE("E=" + std::to_string(sh.E) + " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K));
     const HostBf16 w = random_weight(sh.E, sh.N, sh.K, 51 + sh.N, true);
     const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, false, sh.E, sh.N, sh.K);
-    check_mxfp8_weight_tiles(sh.E, sh.N, sh.K, w, [&](const uint16_t* dw, uint8_t* dq, uint8_t* dfs, uint8_t*, uint8_t* dds) {
-      prepare_block_scaled_weight(dw, spec, {dq, dfs, dq, dds, nullptr, nullptr}, nullptr);
-    });
+    ASSERT_TRUE(spec.dgrad_data.present);
+    ASSERT_EQ(spec.dgrad_data.shape, (std::vector<int64_t>{sh.E, sh.K, sh.N}));
+    check_mxfp8_weight_tiles(
+        sh.E, sh.N, sh.K, w,
+        [&](const uint16_t* dw, uint8_t* dq, uint8_t* dfs, uint8_t* dqt, uint8_t* dds) {
+          for (int rep = 0; rep < 2; ++rep)
+            prepare_block_scaled_weight(dw, spec, {dq, dfs, dqt, dds, nullptr, nullptr}, nullptr);
+        },
+        true);
+    if (HasFatalFailure()) return;
   }
+}
+
+// dgrad_data must be a buffer of its own: fprop_data itself, or one overlapping it, is an argument
+// error before anything is enqueued.
+TEST(QuantizeMxfp8, TrainingWeightRejectsDgradDataSharingFpropData) {
+  DMOE_REQUIRE_SM90();
+  const int64_t E = 2, N = 64, K = 96;
+  const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, false, E, N, K);
+  DeviceBuffer<uint16_t> dw(E * N * K);
+  dw.poison(0);  // zeros
+  DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes() + spec.dgrad_data.bytes()), dfs(spec.fprop_scale.bytes()), dds(spec.dgrad_scale.bytes());
+  for (uint8_t* dgrad : {dq.get(), dq.get() + 16 * K, dq.get() + spec.fprop_data.bytes() - 16}) {
+    try {
+      prepare_block_scaled_weight(dw.get(), spec, {dq.get(), dfs.get(), dgrad, dds.get(), nullptr, nullptr}, nullptr);
+      ADD_FAILURE() << "dgrad_data at fprop_data + " << (dgrad - dq.get()) << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidValue);
+      EXPECT_NE(std::string(e.what()).find("dgrad_data must be its own buffer"), std::string::npos) << e.what();
+    }
+  }
+  // Right after fprop_data is fine.
+  prepare_block_scaled_weight(dw.get(), spec, {dq.get(), dfs.get(), dq.get() + spec.fprop_data.bytes(), dds.get(),
+                                               nullptr, nullptr},
+                              nullptr);
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 // The transposed copy for DGRAD: odd multiples of 32 (partial 128x128 tiles at both edges) and of

@@ -18,19 +18,21 @@ def fields(s):
     return {name: s[name] for name in FIELDS}
 
 
-def test_mxfp8_training_shares_one_qdata_with_two_scale_layouts():
-    """[2, 128, 256]: qdata E4M3 of the weight's shape serves FPROP and DGRAD; E8M0 scales
-    [G*N, K/32] and [G*K, N/32] (upstream's fake-tracing shapes)."""
+def test_mxfp8_training_carries_the_transposed_copy_dgrad_reads():
+    """[2, 128, 256]: E4M3 fprop_data of the weight's shape, and its own dgrad_data [G, K, N] (the
+    same codes transposed per expert: Hopper's E4M3 wgmma reads K-major operands only, where
+    upstream's Blackwell kernels share one qdata); E8M0 scales [G*N, K/32] and [G*K, N/32]
+    (upstream's fake-tracing shapes)."""
     s = spec("mxfp8_e4m3", False, 2, 128, 256)
     assert fields(s) == {
         "fprop_data": ("float8_e4m3fn", (2, 128, 256)),
         "fprop_scale": ("float8_e8m0fnu", (256, 8)),
-        "dgrad_data": ("float8_e4m3fn", (2, 128, 256)),
+        "dgrad_data": ("float8_e4m3fn", (2, 256, 128)),
         "dgrad_scale": ("float8_e8m0fnu", (512, 4)),
         "global_scale": None,
         "global_scale_inv": None,
     }
-    assert s["dgrad_data_is_fprop_data"] is True
+    assert "dgrad_data_is_fprop_data" not in s
     assert s["format"] == "mxfp8_e4m3" and s["inference"] is False
     assert (s["num_experts"], s["rows"], s["cols"]) == (2, 128, 256)
 
@@ -45,7 +47,7 @@ def test_mxfp8_inference_has_rows_only():
         "global_scale": None,
         "global_scale_inv": None,
     }
-    assert s["dgrad_data_is_fprop_data"] is False and s["inference"] is True
+    assert s["inference"] is True
 
 
 @pytest.mark.parametrize("inference", [False, True])
@@ -74,7 +76,6 @@ def test_fp8_blockwise_training_and_inference():
         "global_scale": None,
         "global_scale_inv": None,
     }
-    assert s["dgrad_data_is_fprop_data"] is False
     s = spec("fp8_blockwise", True, 2, 256, 384)
     assert s["dgrad_data"] is None and s["dgrad_scale"] is None
     assert s["fprop_scale"] == ("float32", (2, 2, 3))

@@ -72,7 +72,8 @@ def e8m0_reciprocal(byte):
 
 
 def ref_mxfp8(w, inference):
-    """(qdata, fprop_scale, dgrad_scale or None) as uint8 tensors."""
+    """(fprop_data, fprop_scale, dgrad_scale or None) as uint8 tensors (training's dgrad_data is
+    fprop_data transposed per expert)."""
     G, N, K = w.shape
     x = w.float()
     if inference:
@@ -137,15 +138,17 @@ def ref_fp8_blockwise(w):
 
 
 def test_mxfp8_weight_preparation_supports_fake_tensor_tracing():
-    """Under FakeTensorMode the registered op's fake gives the spec's shapes and dtypes."""
+    """Under FakeTensorMode the registered op's fake gives the spec's shapes and dtypes: dgrad_data
+    its own E4M3 [G, K, N] (the Hopper DGRAD's transposed copy)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
         w = torch.empty((2, 128, 256), dtype=torch.bfloat16, device="cuda")
         p = dist_moe.prepare_block_scaled_weight(w, MXFP8)
     assert p.source is w
-    assert p.fprop_data is p.dgrad_data
+    assert p.fprop_data is not p.dgrad_data
     assert p.fprop_data.shape == w.shape and p.fprop_data.dtype == torch.float8_e4m3fn
+    assert tuple(p.dgrad_data.shape) == (2, 256, 128) and p.dgrad_data.dtype == torch.float8_e4m3fn
     assert tuple(p.fprop_scale.shape) == (256, 8) and p.fprop_scale.dtype == torch.float8_e8m0fnu
     assert tuple(p.dgrad_scale.shape) == (512, 4) and p.dgrad_scale.dtype == torch.float8_e8m0fnu
     assert p.format == dist_moe.BlockScaledFormat.MXFP8_E4M3
@@ -157,16 +160,20 @@ def test_mxfp8_preparation_is_one_op_under_make_fx(tracing_mode):
     """make_fx records dist_moe::prepare_mxfp8_weight as one opaque op; the graph replays the eager bytes."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    fields = ("fprop_data", "fprop_scale", "dgrad_data", "dgrad_scale")
+
     def fn(w):
         p = dist_moe.prepare_block_scaled_weight(w, MXFP8)
-        return p.fprop_data, p.fprop_scale, p.dgrad_scale
+        return tuple(getattr(p, name) for name in fields)
 
     w = weight((2, 128, 256), seed=3)
     gm = make_fx(fn, tracing_mode=tracing_mode)(w)
     ops = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
     assert ops.count("dist_moe.prepare_mxfp8_weight.default") == 1, ops
-    for got, want, name in zip(gm(w), fn(w), ("qdata", "fprop_scale", "dgrad_scale")):
-        assert_same_bytes(got, want, name)
+    got, want = gm(w), fn(w)
+    assert len(got) == len(want) == 4
+    for a, b, name in zip(got, want, fields):
+        assert_same_bytes(a, b, name)
 
 
 @pytest.mark.parametrize("inference", [False, True], ids=["training_32x32", "inference_1x32"])
@@ -183,24 +190,33 @@ def test_mxfp8_bytes_match_torch_reference(inference):
     if inference:
         assert p.dgrad_data is None and p.dgrad_scale is None
     else:
-        assert p.dgrad_data is p.fprop_data
+        # Hopper: dgrad_data is a tensor of its own, fprop_data's codes transposed per expert
+        assert p.dgrad_data.dtype == torch.float8_e4m3fn and tuple(p.dgrad_data.shape) == (2, 256, 128)
+        assert p.dgrad_data.is_contiguous()
+        assert p.dgrad_data.untyped_storage().data_ptr() != p.fprop_data.untyped_storage().data_ptr()
+        assert torch.equal(raw(p.dgrad_data), raw(p.fprop_data).transpose(-1, -2).contiguous())
+        assert torch.equal(raw(p.dgrad_data), q.transpose(-1, -2).contiguous())
         assert torch.equal(raw(p.dgrad_scale), dgrad)
 
 
 def test_prepared_mxfp8_weight_refill_is_allocation_stable():
-    """[2, 128, 128]: a refill after weight += 0.25 keeps every data_ptr and equals a fresh prepare."""
-    w = weight((2, 128, 128), seed=5)
+    """[2, 128, 256]: a refill after weight += 0.25 keeps every data_ptr (the transposed dgrad_data's
+    too) and equals a fresh prepare."""
+    w = weight((2, 128, 256), seed=5)
     p = dist_moe.prepare_block_scaled_weight(w, MXFP8)
     ptrs = {n: getattr(p, n).data_ptr() for n in ("fprop_data", "fprop_scale", "dgrad_data", "dgrad_scale")}
-    before = raw(p.fprop_data).clone()
+    assert len(set(ptrs.values())) == 4
+    before = {n: raw(getattr(p, n)).clone() for n in ("fprop_data", "dgrad_data")}
     w += 0.25
     r = dist_moe.prepare_block_scaled_weight(w, MXFP8, out=p)
     assert r.source is w and r.format == p.format
     for n, ptr in ptrs.items():
         assert getattr(r, n).data_ptr() == ptr, n
         assert getattr(p, n).data_ptr() == ptr, n
-    assert r.dgrad_data is r.fprop_data
-    assert not torch.equal(raw(r.fprop_data), before)
+    assert r.dgrad_data is p.dgrad_data and r.dgrad_data is not r.fprop_data
+    for n, b in before.items():
+        assert not torch.equal(raw(getattr(r, n)), b), n
+    assert torch.equal(raw(r.dgrad_data), raw(r.fprop_data).transpose(-1, -2).contiguous())
     assert_prepared_equal(r, dist_moe.prepare_block_scaled_weight(w, MXFP8))
 
 
@@ -223,22 +239,23 @@ def test_mxfp8_refill_replays_in_a_cuda_graph():
         torch.cuda.synchronize()
         assert_prepared_equal(r, dist_moe.prepare_block_scaled_weight(w, MXFP8))
         assert r.fprop_data.data_ptr() == p.fprop_data.data_ptr()
+        assert r.dgrad_data.data_ptr() == p.dgrad_data.data_ptr()
 
 
 def test_prepared_weight_storage_membership_survives_release():
-    """dgrad_data shares fprop_data's storage, so storage_tensors() = (qdata, fprop_scale, dgrad_scale),
-    the same storages in the same order after resize_(0); a released owner cannot be refilled."""
+    """Every operand has its own storage (dgrad_data, the transposed copy, included), so
+    storage_tensors() = (fprop_data, fprop_scale, dgrad_data, dgrad_scale), the same storages in the
+    same order after resize_(0); a released owner cannot be refilled."""
     w = weight((2, 128, 256), seed=1)
     p = dist_moe.prepare_block_scaled_weight(w, MXFP8)
     st = p.storage_tensors()
-    assert isinstance(st, tuple) and len(st) == 3
-    assert st[0] is p.fprop_data and st[1] is p.fprop_scale and st[2] is p.dgrad_scale
-    assert p.dgrad_data.untyped_storage().data_ptr() == p.fprop_data.untyped_storage().data_ptr()
+    assert isinstance(st, tuple) and len(st) == 4
+    assert st[0] is p.fprop_data and st[1] is p.fprop_scale and st[2] is p.dgrad_data and st[3] is p.dgrad_scale
     torch.cuda.synchronize()
     for t in st:
         t.untyped_storage().resize_(0)
     after = p.storage_tensors()
-    assert len(after) == 3 and all(a is b for a, b in zip(after, st))
+    assert len(after) == 4 and all(a is b for a, b in zip(after, st))
     with pytest.raises(ValueError, match="released"):
         dist_moe.prepare_block_scaled_weight(w, MXFP8, out=p)
 
@@ -260,6 +277,17 @@ def test_refill_errors():
         dist_moe.prepare_block_scaled_weight(weight((2, 128, 256)), MXFP8, out=train)
     with pytest.raises(TypeError, match="out must be a PreparedWeight"):
         dist_moe.prepare_block_scaled_weight(w, MXFP8, out=w)
+    # the old shared-qdata layout: dgrad_data must be its own [G, K, N] tensor (here N == K, so the
+    # shape passes and the overlap is what is refused)
+    fields = {n: getattr(train, n) for n in ("source", "format", "fprop_data", "fprop_scale", "dgrad_scale")}
+    shared = dist_moe.PreparedWeight._create(dgrad_data=train.fprop_data, **fields)
+    with pytest.raises(ValueError, match="must be its own tensor"):
+        dist_moe.prepare_block_scaled_weight(w, MXFP8, out=shared)
+    wide = dist_moe.prepare_block_scaled_weight(weight((2, 128, 256)), MXFP8)
+    fields = {n: getattr(wide, n) for n in ("source", "format", "fprop_data", "fprop_scale", "dgrad_scale")}
+    untransposed = dist_moe.PreparedWeight._create(dgrad_data=wide.fprop_data, **fields)
+    with pytest.raises(ValueError, match=r"out.dgrad_data must be a contiguous"):
+        dist_moe.prepare_block_scaled_weight(weight((2, 128, 256)), MXFP8, out=untransposed)
 
 
 def test_weight_validation_errors():

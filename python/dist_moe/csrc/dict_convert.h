@@ -115,9 +115,9 @@ inline py::dict plan_to_dict(const MemoryPlan& p) {
   return d;
 }
 
-// A prepared weight's layout: {"format", "inference", "num_experts", "rows", "cols",
-// "dgrad_data_is_fprop_data", and per field (fprop_data, fprop_scale, dgrad_data, dgrad_scale,
-// global_scale, global_scale_inv) None or (dtype name, shape tuple)}.
+// A prepared weight's layout: {"format", "inference", "num_experts", "rows", "cols", and per field
+// (fprop_data, fprop_scale, dgrad_data, dgrad_scale, global_scale, global_scale_inv) None or (dtype
+// name, shape tuple)}. Every present field is its own tensor.
 inline py::dict prepared_spec_to_dict(const PreparedWeightSpec& s) {
   auto field = [](const PreparedTensorSpec& t) -> py::object {
     if (!t.present) return py::none();
@@ -135,7 +135,6 @@ inline py::dict prepared_spec_to_dict(const PreparedWeightSpec& s) {
   d["dgrad_scale"] = field(s.dgrad_scale);
   d["global_scale"] = field(s.global_scale);
   d["global_scale_inv"] = field(s.global_scale_inv);
-  d["dgrad_data_is_fprop_data"] = s.dgrad_data_is_fprop_data;
   return d;
 }
 

@@ -240,8 +240,9 @@ PYBIND11_MODULE(_C, m) {
   });
   // Prepared block-scaled weights (dist_moe/prepare_weight.h): the BF16 weight [E, N, K] at
   // weight_ptr is quantized into caller-owned buffers laid out as _native.prepared_weight_spec
-  // says. Enqueued on `stream` (on `device`), no allocation and no synchronization, so a refill of
-  // the same buffers can be captured in a CUDA graph.
+  // says, each its own (training: dgrad_data is the transposed copy [E, K, N], MXFP8 included; one
+  // overlapping fprop_data is a ValueError). Enqueued on `stream` (on `device`), no allocation and no
+  // synchronization, so a refill of the same buffers can be captured in a CUDA graph.
   m.def("prepare_block_scaled_weight",
         [](uintptr_t weight, const std::string& format, bool inference, int64_t num_experts, int64_t rows,
            int64_t cols, uintptr_t fprop_data, uintptr_t fprop_scale, uintptr_t dgrad_data, uintptr_t dgrad_scale,
