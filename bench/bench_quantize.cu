@@ -5,8 +5,9 @@
 //     nvfp4_token_rows (packed rows), mxfp8_dequant_cols (the columns back to BF16 rows [M, D], the
 //     BF16 WGRAD's operand: reads 1 + 1/32, writes 2 bytes per element)
 //   weights      the rank's W13 [E/ep, 2F, D]
-//     mxfp8_w_train (32x32 tiles, FPROP + DGRAD scales), mxfp8_w_train_t (the same + the transposed
-//     copy [E, K, N] DGRAD reads), mxfp8_w_infer (1x32 rows),
+//     mxfp8_w_train (32x32 tiles, FPROP + DGRAD scales: the quantizer without the transposed copy),
+//     mxfp8_w_train_t (the same + the transposed copy [E, K, N] DGRAD reads: the prepared training
+//     weight, prepare_block_scaled_weight), mxfp8_w_infer (1x32 rows),
 //     fp8bw_w (128x128 + the transposed copy), nvfp4_w (reads the weight twice: amax, then quantize)
 //
 //   bench_quantize [--shapes dsv3_prefill,qwen3_30b] [--ep N] [--iters N] [--sustain-ms MS]
@@ -143,9 +144,9 @@ void run_weights(const Workload& w, cudaStream_t s) {
   DeviceBuffer<uint8_t> nv_scales(spec_nv.fprop_scale.bytes());  // 1 per 16: twice MXFP8's s1
   const std::vector<Case> cases = {
       {"mxfp8_w_train", 2 * n + n + 2 * n / 32,
-       [&] { prepare_block_scaled_weight(wt.get(), spec_train, {q.get(), s1.get(), q.get(), s2.get()}, s); }},
+       [&] { quant::mxfp8_quantize_weight_tiles(wt.get(), E, N, K, q.get(), s1.get(), s2.get(), s); }},
       {"mxfp8_w_train_t", 2 * n + 2 * n + 2 * n / 32,
-       [&] { quant::mxfp8_quantize_weight_tiles(wt.get(), E, N, K, q.get(), s1.get(), qt.get(), s2.get(), s); }},
+       [&] { prepare_block_scaled_weight(wt.get(), spec_train, {q.get(), s1.get(), qt.get(), s2.get()}, s); }},
       {"mxfp8_w_infer", 2 * n + n + n / 32,
        [&] { prepare_block_scaled_weight(wt.get(), spec_infer, {q.get(), s1.get()}, s); }},
       {"fp8bw_w", 2 * n + 2 * n,
