@@ -4,7 +4,10 @@
 //
 //   dist-moe bench --shape dsv3_prefill|qwen3_30b|mixtral|dsv3_decode [--mode train|infer]
 //                  [--gpus N] [--iters N] [--slot-factor F] [--device-factor F] [--no-baseline]
-//                  [--wgrad accumulate|write] [--sustain-ms MS]
+//                  [--wgrad accumulate|write] [--sustain-ms MS] [--format bf16|mxfp8]
+// --format mxfp8: the layer under test is the MXFP8 staged layer (weights prepared once); our BF16
+// layer on the same inputs is timed in alternation with it, and the GEMM-only column is the BF16
+// GEMMs' (what the MXFP8 GEMMs replace).
 // --sustain-ms (default 300): every timed measurement, ours and the stock layer's, follows MS ms of
 // a local GEMM load, so both are timed at the power-limited clocks of a GPU in training rather than
 // at boost clocks after a pause (docs/perf.md G22); 0 restores the earlier protocol.
@@ -58,8 +61,11 @@ double json_number(const std::string& json, const std::string& key) {
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& argv) {
-  Args args(argv, {"shape", "mode", "gpus", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms"},
+  Args args(argv, {"shape", "mode", "gpus", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format"},
             {"no-baseline"});
+  const std::string format = args.str("format").value_or("bf16");
+  if (format != "bf16" && format != "mxfp8")
+    detail::fail(ErrorCode::kInvalidValue, "--format must be bf16 or mxfp8, got '", format, "'");
   const std::string shape = args.str("shape").value_or("dsv3_prefill");
   const Workload& w = find_workload(shape);
   const std::string mode = args.str("mode").value_or("train");
@@ -89,14 +95,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (mode == "train")
     std::printf("WGRAD %s (the stock layer's autograd accumulates into .grad across its timed calls)\n",
                 wgrad == "accumulate" ? "accumulates into the gradient buffers" : "overwrites the gradient buffers");
-  std::printf("[1/2] Dist-MoE fused layer ...\n");
+  std::printf("[1/2] Dist-MoE fused layer (%s) ...\n", format.c_str());
   std::fflush(stdout);
   std::ostringstream cmd;
   cmd << launcher_path() << " -n " << gpus << " --timeout 900 -- " << self_dir() << "/dist-moe bench-rank --shape "
       << shape << " --mode " << mode << " --iters " << iters;
   if (auto f = args.real("slot-factor")) cmd << " --slot-factor " << *f;
   if (auto f = args.real("device-factor")) cmd << " --device-factor " << *f;
-  cmd << " --wgrad " << wgrad << " --sustain-ms " << sustain_ms;
+  cmd << " --wgrad " << wgrad << " --sustain-ms " << sustain_ms << " --format " << format;
   std::vector<std::string> results;
   if (run_and_collect(cmd.str(), "RESULT@", &results, true) != 0 || results.empty())
     detail::fail(ErrorCode::kRuntime, "the benchmark ranks failed (output above)");
@@ -155,7 +161,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
   // contiguous operands), timed in alternation with it (medians of 3 rounds). With several ranks,
   // the range over ranks: a stage that ends in an EP barrier is long on a rank that waits there.
   const bool multi = gpus > 1;
-  std::printf("\n%-24s %10s %12s %8s", "stage (eager)", "rank 0 ms", "GEMM-only ms", "ratio");
+  std::printf("\n%-24s %10s %12s %8s", "stage (eager)", "rank 0 ms",
+              format == "bf16" ? "GEMM-only ms" : "BF16 GEMM ms", "ratio");
   if (multi) std::printf(" %17s %17s", "ms over ranks", "GEMM-only ranks");
   std::printf("\n");
   for (size_t i = 0; i < ranks[0].stages.size(); ++i) {
@@ -187,6 +194,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (mode == "train")
     std::printf("%-28s %10.3f %12.3f %12.3f %13.2fx\n", "forward+backward", fb, ours["gemm_fwd_bwd_ms"], torch_fb,
                 ratio(torch_fb, fb));
+  if (format != "bf16") {
+    const double bf = ours["bf16_fwd_ms"], bfb = ours["bf16_fwd_bwd_ms"];
+    std::printf("%-28s %10.3f %12s %12s %13.2fx  (our BF16 layer, alternated with the %s layer)\n",
+                mode == "train" ? "BF16 layer forward" : "BF16 layer inference", bf, "", "", ratio(bf, fwd),
+                format.c_str());
+    if (mode == "train")
+      std::printf("%-28s %10.3f %12s %12s %13.2fx\n", "BF16 layer forward+backward", bfb, "", "", ratio(bfb, fb));
+  }
   std::printf("GEMM-only forward with exactly balanced expert rows: %.3f ms\n", ours["gemm_fwd_even_ms"]);
   std::printf("fused layer / GEMM-only: forward %.2fx%s\n", ours["gemm_fwd_ms"] > 0 ? fwd / ours["gemm_fwd_ms"] : 0.0,
               mode == "train" ? (", forward+backward " + std::to_string(fb / ours["gemm_fwd_bwd_ms"]) + "x").c_str()

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "dist_moe/check.h"
 #include "dist_moe/context.h"
 #include "dist_moe/memory_plan.h"
+#include "dist_moe/prepare_weight.h"
 #include "dist_moe/routed_experts.h"
 #include "testing/random_fill.h"
 #endif
@@ -50,7 +52,11 @@ using testing::run_for_ms;
 }  // namespace
 
 int cmd_bench_rank(const std::vector<std::string>& argv) {
-  Args args(argv, {"shape", "mode", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms"}, {});
+  Args args(argv, {"shape", "mode", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format"}, {});
+  const std::string format = args.str("format").value_or("bf16");
+  if (format != "bf16" && format != "mxfp8")
+    detail::fail(ErrorCode::kInvalidValue, "--format must be bf16 or mxfp8, got '", format, "'");
+  const bool mxfp8 = format == "mxfp8";
   const Workload& w = find_workload(args.str("shape").value_or("dsv3_prefill"));
   const bool train = args.str("mode").value_or("train") == "train";
   const bool wgrad_accumulate = args.str("wgrad").value_or("accumulate") == "accumulate";
@@ -86,6 +92,15 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   } else {  // default: a slot that holds any routing, so the backward never recomputes (as autograd)
     cfg.activation_slot_bytes = plan_memory(cfg, R).maximum_useful_activation_slot_bytes;
   }
+  // --format mxfp8: the layer under test runs MXFP8 with prepared weights; our BF16 layer (the
+  // same config without block_scaled, its own context) is timed in alternation with it.
+  std::unique_ptr<Context> bf16_ctx;
+  if (mxfp8) {
+    bf16_ctx = Context::create(cfg, nccl);
+    cfg.block_scaled = BlockScaledConfig{};
+    if (train && !args.real("slot-factor"))
+      cfg.activation_slot_bytes = plan_memory(cfg, R).maximum_useful_activation_slot_bytes;
+  }
   auto ctx = Context::create(cfg, nccl);
 
   // Inputs: random BF16 activations and weights (device-generated), balanced random routing.
@@ -113,6 +128,25 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   DMOE_CUDA_CHECK(cudaMemcpy(d_ids.p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
   DMOE_CUDA_CHECK(cudaMemcpy(d_scores.p, scores.data(), scores.size() * 4, cudaMemcpyHostToDevice));
 
+  // MXFP8: the weights prepared once (32x32 tiles and the transposed copies DGRAD reads).
+  struct Prepared {
+    std::unique_ptr<DevBuf> fd, fs, dd, ds;
+    PreparedExpertWeight w;
+  };
+  auto prepare = [&](const void* bf16, int64_t n, int64_t k) {
+    Prepared p;
+    p.w.spec = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, /*inference=*/false, L, n, k);
+    p.fd = std::make_unique<DevBuf>(p.w.spec.fprop_data.bytes());
+    p.fs = std::make_unique<DevBuf>(p.w.spec.fprop_scale.bytes());
+    p.dd = std::make_unique<DevBuf>(p.w.spec.dgrad_data.bytes());
+    p.ds = std::make_unique<DevBuf>(p.w.spec.dgrad_scale.bytes());
+    p.w.buffers = {p.fd->p, p.fs->p, p.dd->p, p.ds->p, nullptr, nullptr};
+    prepare_block_scaled_weight(bf16, p.w.spec, p.w.buffers, stream);
+    return p;
+  };
+  Prepared pw13, pw2;
+  if (mxfp8) pw13 = prepare(w13.p, 2 * F, D), pw2 = prepare(w2.p, D, F);
+
   RoutedExpertsInputs in;
   in.x_TD = x.p;
   in.num_tokens = T;
@@ -122,6 +156,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   in.w13_shape = {L, 2 * F, D};
   in.w2 = w2.p;
   in.w2_shape = {L, D, F};
+  if (mxfp8) in.w13_prepared = &pw13.w, in.w2_prepared = &pw2.w;
   RoutedExpertsGradients g;
   g.grad_x_TD = gx.p;
   g.grad_scores_TK = gs.p;
@@ -141,6 +176,19 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     fwd();
     if (train) bwd();
   };
+  // Our BF16 layer on the same inputs (--format mxfp8 only).
+  std::unique_ptr<SavedState> bf16_saved = bf16_ctx ? std::make_unique<SavedState>(*bf16_ctx) : nullptr;
+  RoutedExpertsInputs bf16_in = in;
+  bf16_in.w13_prepared = bf16_in.w2_prepared = nullptr;
+  auto bf16_fwd = [&] {
+    if (train) routed_experts_forward(*bf16_ctx, bf16_in, out.p, bf16_saved.get(), opts, stream);
+    else routed_experts_inference(*bf16_ctx, bf16_in, out.p, opts, stream);
+  };
+  auto bf16_layer_call = [&] {
+    bf16_fwd();
+    if (train) routed_experts_backward(*bf16_ctx, bf16_in, *bf16_saved, gout.p, g, opts, stream);
+  };
+  if (bf16_ctx) bf16_layer_call();
   // GEMM-only: the same grouped GEMMs on the same per-expert rows, local contiguous buffers.
   const int64_t cap = ctx->capacity_rows();
   // (Run once first: the routing tables hold this call's counts afterwards.)
@@ -206,7 +254,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   // measurement after the sustained load, so a fused/GEMM-only ratio compares times taken at the
   // same clocks; each total is the median over the rounds of its per-round medians.
   constexpr int kTotalRounds = 3;
-  std::vector<double> fwd_r, layer_r, host_r, gemm_fwd_r, gemm_fb_r;
+  std::vector<double> fwd_r, layer_r, host_r, gemm_fwd_r, gemm_fb_r, bf16_fwd_r, bf16_layer_r;
   for (int r = 0; r < kTotalRounds; ++r) {
     preheat();
     if (train) {
@@ -222,6 +270,21 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     layer_r.push_back(layer.ms);
     host_r.push_back(layer.host_ms);
     if (!train) fwd_r.push_back(layer.ms);
+    if (bf16_ctx) {
+      preheat();
+      bf16_layer_r.push_back(median_event_ms(bf16_layer_call, iters, stream).ms);
+      if (train) {
+        preheat();
+        std::vector<double> f;
+        for (int i = 0; i < iters; ++i) {
+          f.push_back(median_event_ms(bf16_fwd, 1, stream).ms);
+          routed_experts_backward(*bf16_ctx, bf16_in, *bf16_saved, gout.p, g, opts, stream);
+        }
+        bf16_fwd_r.push_back(median(f));
+      } else {
+        bf16_fwd_r.push_back(bf16_layer_r.back());
+      }
+    }
     preheat();
     gemm_fwd_r.push_back(median_event_ms(gemm_fwd, iters, stream).ms);
     if (train) {
@@ -304,7 +367,9 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
       {"layer_host_ms", layer_host_ms},
       {"gemm_fwd_ms", gemm_fwd_ms},
       {"gemm_fwd_bwd_ms", gemm_fb_ms},
-      {"gemm_fwd_even_ms", gemm_fwd_even_ms}};
+      {"gemm_fwd_even_ms", gemm_fwd_even_ms},
+      {"bf16_fwd_ms", bf16_ctx ? median(bf16_fwd_r) : 0.0},
+      {"bf16_fwd_bwd_ms", bf16_ctx && train ? median(bf16_layer_r) : 0.0}};
   const size_t nt = totals_kv.size();
   std::vector<float> mine;
   for (const auto& kv : totals_kv) mine.push_back(static_cast<float>(kv.second));
@@ -332,6 +397,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     std::fflush(stdout);
   }
   ctx->close();
+  if (bf16_ctx) bf16_ctx->close();
   DMOE_NCCL_CHECK(ncclCommDestroy(nccl));
   return 0;
 }

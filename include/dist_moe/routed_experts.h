@@ -22,8 +22,16 @@
 #include "dist_moe/config.h"
 #include "dist_moe/context.h"
 #include "dist_moe/dtype.h"
+#include "dist_moe/prepared_weight.h"
 
 namespace dist_moe {
+
+// A prepared block-scaled weight as the layer reads it: the spec it was prepared with
+// (prepared_weight_spec) and its device buffers (filled by prepare_block_scaled_weight).
+struct PreparedExpertWeight {
+  PreparedWeightSpec spec;
+  PreparedWeightBuffers buffers;
+};
 
 // One layer's inputs (device pointers, contiguous, row-major).
 struct RoutedExpertsInputs {
@@ -39,6 +47,12 @@ struct RoutedExpertsInputs {
   std::vector<int64_t> w13_shape;
   const void* w2 = nullptr;
   std::vector<int64_t> w2_shape;
+  // Block-scaled contexts (Config::block_scaled, MXFP8): the weights prepared for the context's
+  // format, [E_local, 2F, D] and [E_local, D, F], as training preparations (32x32 tiles, with the
+  // DGRAD fields the backward reads; inference contexts read only their FPROP fields). The BF16
+  // w13 / w2 fields are then unused; a block-scaled call without them is an argument error.
+  const PreparedExpertWeight* w13_prepared = nullptr;
+  const PreparedExpertWeight* w2_prepared = nullptr;
 };
 
 // Where the backward writes. grad_w13 / grad_w2 take the logical weight shapes of the inputs.

@@ -27,6 +27,17 @@ stage_pipeline() {
   return $fail
 }
 
+# The MXFP8 staged layer suite (dist_moe_mxfp8_pipeline_tests) on every GPU.
+stage_mxfp8() {
+  build_targets mxfp8 dmoe_launch dist_moe_mxfp8_pipeline_tests || return 1
+  x timeout 900 "$BUILD/dmoe_launch" -n "$NGPU" --timeout 800 -- "$BUILD/tests/dist_moe_mxfp8_pipeline_tests" \
+    > "$OUT/mxfp8.log" 2>&1
+  local rc=$?
+  say "mxfp8 pipeline tests (rc=$rc): $(grep -E 'ALL PASS|FAILED:|ERROR' "$OUT/mxfp8.log" | head -4 | tr '\n' ' ')"
+  grep -E "FAIL case" "$OUT/mxfp8.log" | head -10 | tee -a "$SUMMARY"
+  return $rc
+}
+
 # A hook for the quantization kernels: runs what is built, says what is not.
 stage_quant() {
   local rc fail=0 ran=0

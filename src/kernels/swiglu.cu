@@ -102,9 +102,11 @@ __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(DeviceAddress 
 __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(DeviceAddress h1_addr, DeviceAddress gh2_addr,
                                                                   DeviceAddress gh1_addr, int64_t F,
                                                                   ExpertRowsView rows, activation::SwigluParams p) {
-  const __nv_bfloat16* __restrict__ h1 = resolve<const __nv_bfloat16>(h1_addr);
+  // gh1 may be h1 itself (the MXFP8 pipeline writes dxy over h1): every element is read before the
+  // same thread writes it, so no __restrict__ on these two.
+  const __nv_bfloat16* h1 = resolve<const __nv_bfloat16>(h1_addr);
   const __nv_bfloat16* __restrict__ gh2 = resolve<const __nv_bfloat16>(gh2_addr);
-  __nv_bfloat16* __restrict__ gh1 = resolve<__nv_bfloat16>(gh1_addr);
+  __nv_bfloat16* gh1 = resolve<__nv_bfloat16>(gh1_addr);
   const int64_t end = min(rows.max_rows, static_cast<int64_t>(rows.offsets_E1[rows.num_local_experts]));
   const int lane = static_cast<int>(threadIdx.x % 32);
   for (int64_t m = row_of_warp(); m < end; m += warps_in_grid()) {

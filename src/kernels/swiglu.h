@@ -21,6 +21,7 @@ void swiglu_forward(common::DeviceAddress h1_M2F, common::DeviceAddress h2_MF, i
                     const int64_t* enable = nullptr, bool when = true);
 
 // grad_h1[m] = BF16([dg | du]) from BF16 h1 and grad_h2 for valid rows; padding rows get zeros.
+// grad_h1 may be h1 (in place).
 void swiglu_backward(common::DeviceAddress h1_M2F, common::DeviceAddress grad_h2_MF,
                      common::DeviceAddress grad_h1_M2F, int64_t F, const ExpertRowsView& rows,
                      const activation::SwigluParams& p, cudaStream_t stream);

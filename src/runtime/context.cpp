@@ -11,6 +11,7 @@
 #include "comm/ep_kernels.h"
 #include "kernels/planner.h"
 #include "runtime/context_impl.h"
+#include "runtime/mxfp8_pipeline.h"
 
 namespace dist_moe::runtime {
 
@@ -52,6 +53,29 @@ namespace dist_moe {
 
 namespace {
 
+// The MXFP8 static scratch (planner::mxfp8_scratch) at the receive capacity, top down from the
+// buffer's end: it must fit above the slots (plan_memory sizes the scratch by the same terms), and
+// the WGRAD operands dequantized to BF16 rows must fit in the regions dead by then.
+void lay_out_mxfp8_scratch(Context::Impl& c) {
+  const int64_t cap = c.capacity_rows(), D = c.config.hidden_dim, F = c.config.intermediate_dim;
+  const planner::Mxfp8Scratch s = planner::mxfp8_scratch(cap, D, F, c.config.inference, c.geometry.buffer_bytes);
+  const int64_t floor = c.geometry.num_slots * c.geometry.slot_bytes;
+  if (s.bottom < floor)
+    detail::fail(ErrorCode::kInternal, "MXFP8 scratch layout needs ", c.geometry.buffer_bytes - s.bottom,
+                 " bytes, the plan gives ", c.geometry.buffer_bytes - floor);
+  if (!c.config.inference) {
+    const int64_t w2_views = s.row + planner::align128(cap * D * 2) + planner::align128(cap * F * 2);
+    const int64_t w13_views = s.row + planner::align128(cap * 2 * F * 2) + planner::align128(cap * D * 2);
+    if (w2_views > s.w2_views_end || w13_views > s.w13_views_end)
+      detail::fail(ErrorCode::kInvalidValue, "MXFP8 training on Hopper runs the WGRADs on BF16 copies of the column "
+                   "bundles, placed in scratch regions dead by then; at hidden_dim=", D, " and intermediate_dim=", F,
+                   " they do not fit (hidden_dim larger than about 4.5 x intermediate_dim)");
+  }
+  c.mxfp8_scratch = s;
+  c.mxfp8_homes = {s.x_col, s.h1, s.h2_col};
+  c.mxfp8_h2_bf16 = c.config.inference ? s.h1 : s.grad_h2;
+}
+
 std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm::Communicator> comm,
                                      const ContextOptions& options) {
   auto c = std::make_unique<Context::Impl>();
@@ -65,6 +89,7 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
     detail::fail(ErrorCode::kInvalidValue, "num_experts=", config.num_experts, " must be divisible by world_size=",
                  c->world);
   c->local_experts = config.num_experts / c->world;
+  if (config.block_scaled) runtime::check_block_scaled_context(config, c->world);
   PlanOptions plan_options;
   if (config.vmm) {
     const MemoryPlan logical = plan_memory(config, c->world);
@@ -74,7 +99,9 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
   c->comm = std::move(comm);
 
   // Symmetric windows and routing tables (collective).
-  comm::EpConfig ep = comm::EpConfig::from(config, c->plan, /*row_alignment=*/1, /*validate_expert_ids=*/false);
+  // Block-scaled layouts pad every local expert to 128 rows (32-row column blocks, FP8 tiles).
+  const int row_alignment = config.block_scaled ? static_cast<int>(kBlockScaledRowMultiple) : 1;
+  comm::EpConfig ep = comm::EpConfig::from(config, c->plan, row_alignment, /*validate_expert_ids=*/false);
   c->ep = std::make_unique<comm::EpGroup>(*c->comm, ep);
   c->rows_window = c->comm->alloc_window(static_cast<size_t>(c->world) * sizeof(int32_t));
 
@@ -84,6 +111,7 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
   c->activations = runtime::ActivationBuffer::create(c->plan, config.vmm.has_value(), c->device, guard);
   const int64_t N = c->plan.num_activation_slots;
   c->geometry = {N, c->plan.activation_slot_bytes, c->activations->size()};
+  if (config.block_scaled) lay_out_mxfp8_scratch(*c);
 
   // Small device state, one allocation.
   const int64_t R = c->world, L = c->local_experts, TK = config.max_num_local_input_tokens * config.top_k;
@@ -93,7 +121,8 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
                o_bases = a.reserve(sizeof(int32_t*) * R), o_call = a.reserve(sizeof(int64_t) * planner::layer_state_size(R)),
                o_bwd = a.reserve(sizeof(int64_t) * 8), o_counts = a.reserve(sizeof(int32_t) * L),
                o_gs = a.reserve(sizeof(float) * TK), o_rstd = a.reserve(sizeof(float) * TK),
-               o_ws = a.reserve(grouped_gemm_gather_workspace_bytes(c->ep->capacity_rows(), L));
+               o_ws = a.reserve(grouped_gemm_gather_workspace_bytes(c->ep->capacity_rows(), L)),
+               o_offs = a.reserve(sizeof(int32_t) * (L + 1));
   a.allocate();
   c->planner_state = {a.at<int64_t>(o_saved), a.at<int64_t>(o_layer), a.at<int64_t>(o_peak)};
   c->slot_ids = a.at<int64_t>(o_slots);
@@ -104,6 +133,7 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
   c->grad_scores_f32 = a.at<float>(o_gs);
   c->rstd_scratch = a.at<float>(o_rstd);
   c->gather_workspace = a.at<int32_t>(o_ws);
+  c->offsets_gated = a.at<int32_t>(o_offs);
 
   std::vector<int64_t> ids(N > 0 ? N : 1);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);

@@ -2,6 +2,7 @@
 // calls, backward snapshots, and agreement with plan_memory's byte formulas.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -318,6 +319,130 @@ TEST(ActivationPlanner, PlainForwardsBeyondTheSlotDepthOverflow) {
             PlanStatus::kOk);
   EXPECT_EQ(planner::plan_bf16_forward(hp.g, shape_of(c, 1, 0), hp.state(), 0, 1, rows, false, b.data()),
             PlanStatus::kSlotOverflow);
+}
+
+
+// ---- MXFP8 layers --------------------------------------------------------------------------------
+
+Config mxfp8_config(int64_t T, int64_t D, int64_t F, int64_t K, int64_t E, int64_t layers, bool inference) {
+  Config c = make_config(T, D, F, K, E, layers);
+  c.block_scaled = BlockScaledConfig{};
+  c.inference = inference;
+  if (inference) c.num_activation_slots = 0;
+  return c;
+}
+
+// The static MXFP8 scratch the context lays out is exactly the scratch plan_memory sizes (device +
+// host, at the routing capacity), its regions tile it without overlap, and the WGRAD views fit.
+TEST(ActivationPlanner, Mxfp8ScratchIsThePlannedScratchTermForTerm) {
+  struct Shape { int64_t T, D, F, K, E, R; };
+  for (const Shape& s : {Shape{64, 256, 256, 2, 8, 1}, Shape{96, 384, 640, 8, 64, 2}, Shape{4096, 7168, 2048, 8, 256, 8},
+                         Shape{1024, 2048, 768, 8, 128, 4}, Shape{512, 4096, 14336, 2, 8, 2}}) {
+    for (bool inference : {false, true}) {
+      const Config c = mxfp8_config(s.T, s.D, s.F, s.K, s.E, 1, inference);
+      const MemoryPlan p = plan_memory(c, s.R);
+      const int64_t top = p.total_device_buffer_bytes + p.host_scratch_bytes;
+      const int64_t cap = p.total_scratch_capacity_rows;
+      const planner::Mxfp8Scratch m = planner::mxfp8_scratch(cap, s.D, s.F, inference, top);
+      EXPECT_EQ(top - m.bottom, p.device_scratch_bytes + p.host_scratch_bytes)
+          << "T=" << s.T << " D=" << s.D << " F=" << s.F << " inference=" << inference;
+      EXPECT_EQ(m.bottom, p.total_activation_bytes);
+      EXPECT_EQ(m.row, m.bottom);
+      if (inference) {
+        EXPECT_EQ(m.h1 + planner::align128(cap * 2 * s.F * 2), top);
+        continue;
+      }
+      // low to high: row | h1 | grad_h2 | h2_col | grad_h3_col | dxy_col | x_col
+      const int64_t order[] = {m.row, m.h1, m.grad_h2, m.h2_col, m.grad_h3_col, m.dxy_col, m.x_col, top};
+      for (int i = 0; i + 1 < 8; ++i) EXPECT_LT(order[i], order[i + 1]);
+      EXPECT_EQ(m.grad_h2 - m.h1, planner::align128(cap * 2 * s.F * 2));
+      EXPECT_EQ(m.h2_col - m.grad_h2, planner::align128(cap * s.F * 2));
+      EXPECT_EQ(top - m.x_col, planner::mxfp8_col_bytes(cap, s.D));
+      // The dequantized WGRAD operands fit the regions dead by then (D <= ~4.5 F at these shapes).
+      EXPECT_LE(m.row + planner::align128(cap * s.D * 2) + planner::align128(cap * s.F * 2), m.w2_views_end);
+      EXPECT_LE(m.row + planner::align128(cap * 4 * s.F) + planner::align128(cap * s.D * 2), m.w13_views_end);
+    }
+  }
+}
+
+// The MXFP8 accounting agrees with plan_memory: the maximum useful slot never recomputes at the
+// routing capacity, the minimum always recomputes, the balanced full-save slot holds balanced
+// (padded) routing; every forward + backward pair leaves the slot as it found it.
+TEST(ActivationPlanner, Mxfp8AccountingAgreesWithThePlan) {
+  const int64_t R = 2;
+  Config c = mxfp8_config(96, 256, 384, 2, 8, 2, false);
+  c.device_scratch_capacity_factor = 2.0;
+  const MemoryPlan base = plan_memory(c, R);
+  const planner::Mxfp8Homes homes{1000 * 128, 2000 * 128, 3000 * 128};
+  struct Budget { std::optional<int64_t> bytes; std::vector<int32_t> recv; int expect; };
+  const int32_t cap = static_cast<int32_t>(base.total_scratch_capacity_rows);
+  // Balanced rows per rank, padded like routing pads them: T*K spread over L=4 experts, 128 each.
+  const int32_t balanced = static_cast<int32_t>(plan_max_recv_rows(96, 2, 1.0, 4, R, kBlockScaledRowMultiple));
+  for (const Budget& b : {Budget{base.maximum_useful_activation_slot_bytes, {cap, cap}, 0},
+                          Budget{std::nullopt, {balanced, balanced}, 1},
+                          Budget{base.balanced_full_save_activation_slot_bytes, {balanced, balanced}, 0}}) {
+    Config cc = c;
+    cc.activation_slot_bytes = b.bytes;
+    const MemoryPlan p = plan_memory(cc, R);
+    for (int64_t rank = 0; rank < R; ++rank) {
+      HostPlanner hp(geometry_of(p), R);
+      const HostPlanner empty = hp;
+      const CallShape cs = shape_of(cc, R, rank);
+      auto l0 = layer_buffer(R), l1 = layer_buffer(R);
+      ASSERT_EQ(planner::plan_mxfp8_forward(hp.g, cs, hp.state(), 0, 2, b.recv.data(), false, homes, l0.data()),
+                PlanStatus::kOk);
+      ASSERT_EQ(planner::plan_mxfp8_forward(hp.g, cs, hp.state(), 0, 2, b.recv.data(), false, homes, l1.data()),
+                PlanStatus::kOk);
+      EXPECT_EQ(l0[planner::kNeedRecompute], b.expect);
+      if (b.expect) {  // the operands stay at their scratch homes; the slot keeps x
+        EXPECT_EQ(l0[planner::kXCol], homes.x_col);
+        EXPECT_EQ(l0[planner::kH1], homes.h1);
+        EXPECT_EQ(l0[planner::kH2Col], homes.h2_col);
+        EXPECT_EQ(l1[planner::kX], l0[planner::kX] + planner::x_bytes(cs));
+      } else {  // x_col | h1 | h2_col | h3 contiguous, the second layer right after the first
+        const int64_t rows = b.recv[rank];
+        EXPECT_EQ(l0[planner::kXCol], 0);
+        EXPECT_EQ(l0[planner::kH1], planner::mxfp8_col_bytes(rows, cs.D));
+        EXPECT_EQ(l0[planner::kH2Col], l0[planner::kH1] + planner::h1_bytes(cs, rows));
+        EXPECT_EQ(l0[planner::kH3], l0[planner::kH2Col] + planner::mxfp8_col_bytes(rows, cs.F));
+        EXPECT_EQ(l1[planner::kXCol], planner::mxfp8_saved_full_bytes(cs, rows));
+      }
+      int64_t x = -1;
+      EXPECT_EQ(planner::plan_mxfp8_backward(hp.g, cs, hp.state(), l0.data(), kCallerX, &x), PlanStatus::kLayerOrder)
+          << "popping the lower layer first is caught";
+      hp = HostPlanner(geometry_of(p), R);
+      ASSERT_EQ(planner::plan_mxfp8_forward(hp.g, cs, hp.state(), 0, 2, b.recv.data(), false, homes, l0.data()),
+                PlanStatus::kOk);
+      ASSERT_EQ(planner::plan_mxfp8_forward(hp.g, cs, hp.state(), 0, 2, b.recv.data(), false, homes, l1.data()),
+                PlanStatus::kOk);
+      ASSERT_EQ(planner::plan_mxfp8_backward(hp.g, cs, hp.state(), l1.data(), kCallerX, &x), PlanStatus::kOk);
+      EXPECT_EQ(x, b.expect ? l1[planner::kX] : -1);
+      ASSERT_EQ(planner::plan_mxfp8_backward(hp.g, cs, hp.state(), l0.data(), kCallerX, &x), PlanStatus::kOk);
+      EXPECT_TRUE(hp == empty);
+    }
+  }
+}
+
+// A scratch-only MXFP8 forward (inference, no-grad, recompute_from_inputs) takes no slot space and
+// its backward recomputes from the caller's x.
+TEST(ActivationPlanner, Mxfp8ScratchOnlyPlansKeepTheSlots) {
+  const Config c = mxfp8_config(64, 256, 256, 2, 8, 1, false);
+  const MemoryPlan p = plan_memory(c, 1);
+  HostPlanner hp(geometry_of(p), 1);
+  const HostPlanner empty = hp;
+  auto l = layer_buffer(1);
+  const int32_t rows[1] = {512};
+  const planner::Mxfp8Homes homes{384, 256, 128};
+  ASSERT_EQ(planner::plan_mxfp8_forward(hp.g, shape_of(c, 1, 0), hp.state(), 0, 1, rows, true, homes, l.data()),
+            PlanStatus::kOk);
+  EXPECT_EQ(l[planner::kNeedRecompute], 1);
+  EXPECT_EQ(l[planner::kSlot], -1);
+  EXPECT_EQ(l[planner::kXCol], homes.x_col);
+  EXPECT_TRUE(hp == empty);
+  int64_t x = 0;
+  ASSERT_EQ(planner::plan_mxfp8_backward(hp.g, shape_of(c, 1, 0), hp.state(), l.data(), kCallerX, &x), PlanStatus::kOk);
+  EXPECT_EQ(x, kCallerX);
+  EXPECT_TRUE(hp == empty);
 }
 
 }  // namespace

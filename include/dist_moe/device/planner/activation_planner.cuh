@@ -212,6 +212,145 @@ DMOE_HOST_DEVICE PlanStatus plan_bf16_backward(const BufferGeometry& g, const Ca
   return PlanStatus::kOk;
 }
 
+// ---- block-scaled (MXFP8) layers ------------------------------------------------------------------
+// The slot keeps what upstream's staged MXFP8 layer keeps (memory_plan.cpp saved_full): the WGRAD
+// column bundles of x_gathered and h2, BF16 h1 and h3, contiguously:
+//   alloc[r] = col(recv[r], D) + A(recv[r]*2F*2) + col(recv[r], F) + A(T*K*D*2)
+// with the compact column bundle col(R, C) = A(C*R) + A(C*R/32) (E4M3 [C, R], then E8M0 [C, R/32]).
+// Scratch has a static layout sized at the receive capacity (Mxfp8Scratch, host-computed): a layer
+// that recomputes keeps its x_col, h1 and h2_col at their scratch homes, which the forward writes
+// into the snapshot in place of slot offsets; the backward then reads the operands from wherever
+// the snapshot says, on both paths. The snapshot fields: kXGathered holds x_col, kH2 holds h2_col.
+inline constexpr int kXCol = kXGathered;
+inline constexpr int kH2Col = kH2;
+
+DMOE_HOST_DEVICE int64_t mxfp8_col_bytes(int64_t rows, int64_t C) { return align128(C * rows) + align128(C * rows / 32); }
+DMOE_HOST_DEVICE int64_t mxfp8_saved_full_bytes(const CallShape& c, int64_t rows) {
+  return mxfp8_col_bytes(rows, c.D) + h1_bytes(c, rows) + mxfp8_col_bytes(rows, c.F) + h3_bytes(c);
+}
+
+// Scratch homes of a recomputing layer's forward operands (offsets into the activation buffer).
+struct Mxfp8Homes {
+  int64_t x_col = -1, h1 = -1, h2_col = -1;
+};
+
+// Row bundle of [rows, C] (1x32 blocks along C: the FPROP / DGRAD A operand): E4M3 [rows, C], then
+// its E8M0 scales [rows, C/32] at align128(rows * C); upstream reserves 4x the scale bytes.
+DMOE_HOST_DEVICE int64_t mxfp8_row_bytes(int64_t rows, int64_t C) {
+  return align128(rows * C) + align128(rows * 4 * (C / 32));
+}
+
+// The static scratch of an MXFP8 context at `cap` received rows (the routing capacity), as offsets
+// into the activation buffer, top down from `top`. Training (upstream's staged recompute peak,
+// memory_plan.cpp training_scratch_peak, term for term), low to high:
+//   row | h1 | grad_h2 | h2_col | grad_h3_col | dxy_col | x_col
+// row: one row bundle at a time (x, h2, grad_h3, dxy); h1 / h2_col / x_col: a recomputing layer's
+// homes. Transients with no term of their own reuse dead regions: BF16 h2 (forward) in grad_h2;
+// BF16 dxy (SwiGLU backward) in h1's home; the WGRAD operands dequantized to BF16 rows from the
+// column bundles, [grad_h3 | h2] over row..grad_h2 (after W13 DGRAD, when all three are dead) and
+// [dxy | x] over row..grad_h3_col. Inference: row | h1 (BF16 h2 in h1's region; h1 is not kept).
+struct Mxfp8Scratch {
+  int64_t bottom = 0;  // lowest byte used: top - bottom is the scratch plan_memory sizes
+  int64_t row = 0, h1 = 0, grad_h2 = 0, h2_col = 0, grad_h3_col = 0, dxy_col = 0, x_col = 0;
+  int64_t w2_views_end = 0, w13_views_end = 0;  // where the dequantized WGRAD operands must end
+};
+DMOE_HOST_DEVICE Mxfp8Scratch mxfp8_scratch(int64_t cap, int64_t D, int64_t F, bool inference, int64_t top) {
+  const int64_t r_x = mxfp8_row_bytes(cap, D), r_h2 = mxfp8_row_bytes(cap, F), r_dxy = mxfp8_row_bytes(cap, 2 * F);
+  const int64_t h1 = align128(cap * 2 * F * 2);
+  Mxfp8Scratch s;
+  int64_t low = top;
+  if (inference) {
+    s.h1 = low -= h1;
+    s.row = low -= (r_x > r_h2 ? r_x : r_h2);
+    s.bottom = low;
+    return s;
+  }
+  s.x_col = low -= mxfp8_col_bytes(cap, D);
+  s.dxy_col = low -= mxfp8_col_bytes(cap, 2 * F);
+  s.grad_h3_col = low -= mxfp8_col_bytes(cap, D);
+  s.h2_col = low -= mxfp8_col_bytes(cap, F);
+  s.grad_h2 = low -= align128(cap * F * 2);
+  s.h1 = low -= h1;
+  const int64_t row = r_x > r_h2 ? r_x : r_h2;
+  s.row = low -= (row > r_dxy ? row : r_dxy);
+  s.bottom = low;
+  s.w2_views_end = s.h2_col;
+  s.w13_views_end = s.dxy_col;
+  return s;
+}
+
+// Plans the forward of one MXFP8 layer: plan_bf16_forward's decision with the MXFP8 accounting.
+// Scratch is static (checked against the buffer when the context is built), so only the slot can
+// overflow.
+DMOE_HOST_DEVICE PlanStatus plan_mxfp8_forward(const BufferGeometry& g, const CallShape& c, PlannerState st,
+                                               int64_t slot_selector, int64_t depth, const int32_t* recv_R,
+                                               bool scratch_only, const Mxfp8Homes& homes, int64_t* layer_out) {
+  const int64_t R = c.ep_size;
+  for (int i = 0; i < kLayerStateFixed; ++i) layer_out[i] = -1;
+  layer_out[kTokens] = c.T;
+  for (int64_t r = 0; r < R; ++r) layer_out[kRecvRows + r] = recv_R[r];
+  const bool train = !scratch_only && g.num_slots > 0;
+  const int64_t s = train ? slot_selector % g.num_slots : -1;
+  bool recompute = true;
+  if (train) {
+    const int64_t layers_after = (depth - 1) - st.layer_id_N[s];
+    if (layers_after < 0) return PlanStatus::kSlotOverflow;
+    int64_t need = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t v = st.saved_bytes_NR[s * R + r] + mxfp8_saved_full_bytes(c, recv_R[r]);
+      need = v > need ? v : need;
+    }
+    recompute = need + layers_after * x_bytes(c) > g.slot_bytes;
+  }
+  layer_out[kNeedRecompute] = recompute ? 1 : 0;
+  layer_out[kXCol] = homes.x_col;
+  layer_out[kH1] = homes.h1;
+  layer_out[kH2Col] = homes.h2_col;
+  if (!train) return PlanStatus::kOk;
+
+  const int64_t rows = recv_R[c.rank];
+  const int64_t free_start = s * g.slot_bytes + st.saved_bytes_NR[s * R + c.rank];
+  if (recompute) {
+    layer_out[kX] = free_start;
+  } else {
+    layer_out[kXCol] = free_start;
+    layer_out[kH1] = layer_out[kXCol] + mxfp8_col_bytes(rows, c.D);
+    layer_out[kH2Col] = layer_out[kH1] + h1_bytes(c, rows);
+    layer_out[kH3] = layer_out[kH2Col] + mxfp8_col_bytes(rows, c.F);
+  }
+  int64_t fullest = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    int64_t& saved = st.saved_bytes_NR[s * R + r];
+    saved += recompute ? x_bytes(c) : mxfp8_saved_full_bytes(c, recv_R[r]);
+    fullest = saved > fullest ? saved : fullest;
+  }
+  if (fullest > g.slot_bytes) return PlanStatus::kSlotOverflow;
+  note_peak(&st.peak_min_free_N1[s], g.slot_bytes - fullest);
+  st.layer_id_N[s] += 1;
+  layer_out[kSlot] = s;
+  return PlanStatus::kOk;
+}
+
+// Pops an MXFP8 layer from its slot (its operands stay where the snapshot says until the backward
+// ends). Returns where the recompute reads the layer input: the slot's x save, or the caller's x.
+DMOE_HOST_DEVICE PlanStatus plan_mxfp8_backward(const BufferGeometry& g, const CallShape& c, PlannerState st,
+                                                const int64_t* layer, int64_t caller_x, int64_t* x_out) {
+  const int64_t R = c.ep_size;
+  CallShape fc = c;
+  fc.T = layer[kTokens];
+  const bool recompute = layer[kNeedRecompute] != 0;
+  *x_out = layer[kX] >= 0 ? layer[kX] : caller_x;
+  const int64_t s = layer[kSlot];
+  if (s < 0) return PlanStatus::kOk;
+  for (int64_t r = 0; r < R; ++r)
+    st.saved_bytes_NR[s * R + r] -= recompute ? x_bytes(fc) : mxfp8_saved_full_bytes(fc, layer[kRecvRows + r]);
+  const int64_t first = recompute ? layer[kX] : layer[kXCol];
+  if (st.layer_id_N[s] <= 0 || st.saved_bytes_NR[s * R + c.rank] != first - s * g.slot_bytes)
+    return PlanStatus::kLayerOrder;
+  st.layer_id_N[s] -= 1;
+  return PlanStatus::kOk;
+}
+
 // Initial state: empty slots, all free.
 DMOE_HOST_DEVICE void reset_planner(const BufferGeometry& g, int64_t ep_size, PlannerState st) {
   for (int64_t i = 0; i < g.num_slots * ep_size; ++i) st.saved_bytes_NR[i] = 0;

@@ -1,0 +1,319 @@
+// The MXFP8 staged pipeline, per rank (docs/block_scaled_layer.md has the plan and the departures):
+//
+// Forward:  [validate ids] publish -> route (rows padded to 128 per local expert) -> [rows exchange
+//   + EP barrier] -> plan -> [save x] -> quantize x rows + columns, reading the rows from the peers'
+//   dispatch windows -> W13 FPROP + SwiGLU (BF16 h1, h2) -> quantize h2 rows + columns -> W2 FPROP
+//   scattering BF16 h3 route rows into the owners' combine windows -> EP barrier + top-k reduction
+//   (or RMSNorm) -> [save h3]
+// Backward: plan -> recompute block under need_recompute (the forward's expert part) -> top-k
+//   backward -> barrier -> quantize grad_h3 rows + columns, reading the owners' dispatch windows ->
+//   W2 DGRAD (transposed W2 copy) -> SwiGLU backward (BF16 dxy) -> quantize dxy rows + columns ->
+//   W13 DGRAD (transposed W13 copy) scattering grad_x routes -> W2 WGRAD and W13 WGRAD as BF16
+//   WGRADs of the column bundles dequantized exactly to BF16 rows -> barrier -> K reduction.
+//
+// Row bundles live one at a time in the static scratch's row region; the column bundles of x and
+// h2 (the saved state) sit where the planner put them and take the compact layout, sized by the
+// call's received rows; everything else is at a static scratch place (planner::Mxfp8Scratch).
+#include "runtime/mxfp8_pipeline.h"
+
+#include "dist_moe/check.h"
+#include "dist_moe/grouped_gemm.h"
+#include "dist_moe/memory_plan.h"
+#include "kernels/pipeline_glue.h"
+#include "kernels/planner.h"
+#include "kernels/swiglu.h"
+#include "quant/quantize.h"
+#include "runtime/layer_gemms.h"
+#include "runtime/pipeline_common.h"
+
+namespace dist_moe::runtime {
+namespace {
+
+using planner::align128;
+
+// ---- checks -------------------------------------------------------------------------------------
+
+void check_prepared(const Context::Impl& c, const PreparedExpertWeight* w, const char* name, int64_t n, int64_t k,
+                    bool training) {
+  const char* fmt = to_string(c.config.block_scaled->format);
+  if (w == nullptr)
+    detail::fail(ErrorCode::kInvalidValue, "block-scaled (", fmt, ") contexts need prepared weights: ", name,
+                 "_prepared is not set (prepare_block_scaled_weight)");
+  const PreparedWeightSpec& s = w->spec;
+  if (s.format != c.config.block_scaled->format)
+    detail::fail(ErrorCode::kInvalidValue, name, " was prepared for ", to_string(s.format), ", the context runs ", fmt);
+  if (s.num_experts != c.local_experts || s.rows != n || s.cols != k)
+    detail::fail(ErrorCode::kInvalidValue, name, " must be prepared from a [", c.local_experts, ", ", n, ", ", k,
+                 "] weight, got [", s.num_experts, ", ", s.rows, ", ", s.cols, "]");
+  if (s.inference)
+    detail::fail(ErrorCode::kInvalidValue, name,
+                 " is an MXFP8 inference preparation (1x32 row scales), which has no Hopper GEMM yet; prepare it with "
+                 "inference=False (32x32 tiles): inference contexts read its FPROP fields");
+  const PreparedWeightBuffers& b = w->buffers;
+  DMOE_CHECK_ARG(b.fprop_data && b.fprop_scale, name, "_prepared needs fprop_data and fprop_scale");
+  if (training)
+    DMOE_CHECK_ARG(b.dgrad_data && b.dgrad_scale && b.dgrad_data != b.fprop_data, name,
+                   "_prepared needs dgrad_data (the transposed E4M3 copy, not fprop_data) and dgrad_scale for the "
+                   "backward");
+}
+
+void check_weights(const Context::Impl& c, const RoutedExpertsInputs& in, bool training) {
+  const int64_t D = c.config.hidden_dim, F = c.config.intermediate_dim;
+  check_prepared(c, in.w13_prepared, "w13", 2 * F, D, training);
+  check_prepared(c, in.w2_prepared, "w2", D, F, training);
+}
+
+// ---- operands -----------------------------------------------------------------------------------
+
+uint8_t* at(const Context::Impl& c, int64_t offset) { return c.activation_base() + offset; }
+
+// The row bundle of a [cap, C] operand in the scratch's row region: E4M3 rows, then E8M0 scales.
+struct RowBundle {
+  uint8_t* q;
+  uint8_t* scales;
+};
+RowBundle row_bundle(const Context::Impl& c, int64_t C) {
+  uint8_t* q = at(c, c.mxfp8_scratch.row);
+  return {q, q + align128(c.capacity_rows() * C)};
+}
+
+// Which rows a quantizer reads and how they are grouped by expert.
+struct RowSource {
+  const void* rows = nullptr;             // contiguous [cap, C] BF16, or
+  const void* const* row_ptrs = nullptr;  // one address per expert-major row (routing's tables)
+};
+
+// Quantizes expert-major rows into the row bundle and, when `cols` is set, the compact column
+// bundle at cols.base + *cols.offset. `offsets` may be gated (all zero: nothing happens).
+void quantize_rows_cols(const Context::Impl& c, const RowSource& src, int64_t C, const int32_t* real_counts,
+                        const int32_t* offsets, common::DeviceAddress cols, cudaStream_t stream) {
+  const int64_t cap = c.capacity_rows();
+  quant::Bf16Matrix x{src.rows, cap, C, C};
+  x.row_ptrs = src.row_ptrs;
+  const RowBundle rb = row_bundle(c, C);
+  const quant::Mxfp8Out rows{rb.q, C, rb.scales, C / 32, 1};
+  quant::Mxfp8Out col_out;
+  if (cols.base) {
+    col_out.q = static_cast<uint8_t*>(cols.base);
+    col_out.compact = true;
+    col_out.q_offset = cols.offset;
+  }
+  const quant::RowGroups groups{real_counts, offsets, static_cast<int32_t>(c.local_experts)};
+  quant::mxfp8_quantize_rows_cols(x, groups, rows, col_out, stream);
+}
+
+// A compact column bundle back to BF16 rows [cap, C] at `rows` (a WGRAD operand).
+void dequantize_columns(const Context::Impl& c, common::DeviceAddress cols, int64_t C, const SavedState::Buffers& s,
+                        void* rows, cudaStream_t stream) {
+  quant::Mxfp8In in;
+  in.q = static_cast<const uint8_t*>(cols.base);
+  in.compact = true;
+  in.q_offset = cols.offset;
+  const quant::RowGroups groups{s.expert_rows_unpadded, s.expert_offsets, static_cast<int32_t>(c.local_experts)};
+  quant::mxfp8_dequantize_columns(in, groups, quant::Bf16MatrixOut{rows, c.capacity_rows(), C, C}, stream);
+}
+
+// The GEMM fields of an MXFP8 row bundle (A) against a prepared weight's FPROP or DGRAD fields.
+GroupedGemmCommon mxfp8_common(const Context::Impl& c, const int32_t* counts, int64_t n, int64_t k,
+                               const RowBundle& a, int64_t a_cols, const void* b_scales, bool transposed_weight) {
+  GroupedGemmCommon g = layer_gemm_common(c, counts, n, k);
+  g.a_format = kMxfp8Rows;
+  g.b_format = transposed_weight ? kMxfp8WeightT : kMxfp8Weight;
+  g.scales = OperandScales{a.scales, a_cols / 32, b_scales};
+  return g;
+}
+
+// ---- the expert part of the forward (also the backward's recompute) ------------------------------
+
+struct ExpertTables {
+  const int32_t* counts;        // padded rows per expert (gated in the recompute)
+  const int32_t* offsets;       // [L + 1] (gated in the recompute)
+  const int32_t* real_counts;   // unpadded rows per expert
+  const void* const* gather_src;
+  void* const* scatter_dst;
+};
+
+// x rows + columns -> W13 FPROP + SwiGLU -> h2 rows + columns -> W2 FPROP scattering h3 routes.
+// `keep`: write the WGRAD columns and h1 where the snapshot says (else only the FPROP operands).
+void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const ExpertTables& t, const int64_t* layer,
+                    bool keep, float* clip_stats, float clip_limit, bool recompute, cudaStream_t stream) {
+  const int64_t D = c.config.hidden_dim, F = c.config.intermediate_dim;
+  uint8_t* act = c.activation_base();
+  const PreparedWeightBuffers& w13 = in.w13_prepared->buffers;
+  const PreparedWeightBuffers& w2 = in.w2_prepared->buffers;
+  const common::DeviceAddress none;
+  void* h2_bf16 = at(c, c.mxfp8_h2_bf16);
+
+  RowSource x;
+  x.row_ptrs = t.gather_src;
+  quantize_rows_cols(c, x, D, t.real_counts, t.offsets, keep ? common::DeviceAddress{act, layer + planner::kXCol} : none,
+                     stream);
+  c.stage(recompute ? "recompute_quantize_x" : "quantize_x", stream);
+
+  W13FpropArgs f13 = w13_fprop_args(c, in, t.counts);
+  const RowBundle xr = row_bundle(c, D);
+  f13.common = mxfp8_common(c, t.counts, 2 * F, D, xr, D, w13.fprop_scale, false);
+  f13.a = xr.q;
+  f13.w13 = w13.fprop_data;
+  f13.h1 = keep ? act : nullptr;
+  f13.h1_offset = keep ? layer + planner::kH1 : nullptr;
+  f13.h2 = h2_bf16;
+  f13.clip_stats = clip_stats;
+  f13.clip_limit = clip_limit;
+  grouped_gemm_w13_fprop(f13, stream);
+  c.stage(recompute ? "recompute_w13" : "w13", stream);
+
+  RowSource h2;
+  h2.rows = h2_bf16;
+  quantize_rows_cols(c, h2, F, t.real_counts, t.offsets,
+                     keep ? common::DeviceAddress{act, layer + planner::kH2Col} : none, stream);
+  c.stage(recompute ? "recompute_quantize_h2" : "quantize_h2", stream);
+
+  FpropArgs f2 = w2_fprop_args(c, in, t.counts);
+  const RowBundle hr = row_bundle(c, F);
+  f2.common = mxfp8_common(c, t.counts, D, F, hr, F, w2.fprop_scale, false);
+  f2.a = hr.q;
+  f2.w = w2.fprop_data;
+  f2.scatter.row_ptrs = t.scatter_dst;
+  grouped_gemm_fprop(f2, stream);
+  c.stage(recompute ? "recompute_w2" : "w2", stream);
+}
+
+}  // namespace
+
+// ---- creation checks ------------------------------------------------------------------------------
+
+void check_block_scaled_context(const Config& config, int world) {
+  const BlockScaledConfig& bs = *config.block_scaled;
+  if (bs.format != BlockScaledFormat::kMXFP8_E4M3)
+    detail::fail(ErrorCode::kInvalidValue, "block-scaled format ", to_string(bs.format),
+                 " has no Hopper execution yet (MXFP8 staged is built); its weights can be prepared with "
+                 "prepare_block_scaled_weight");
+  if (bs.pipeline != BlockScaledPipeline::kStaged)
+    detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' has no Hopper execution yet; use "
+                 "pipeline='staged'");
+  if (bs.fast_math)
+    detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.fast_math has no Hopper execution yet; use "
+                 "fast_math=False");
+  if (bs.kernel_config)
+    detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.kernel_config has no Hopper execution yet (the MXFP8 "
+                 "GEMMs pick their tiles by shape); leave it None");
+  if (config.num_experts < world)
+    detail::fail(ErrorCode::kInvalidValue, "block-scaled DistMoE requires num_experts >= world_size, got num_experts=",
+                 config.num_experts, " and world_size=", world);
+  if (config.hidden_dim % 128 != 0 || config.intermediate_dim % 128 != 0)
+    detail::fail(ErrorCode::kInvalidValue, "MXFP8 DistMoE requires hidden_dim and intermediate_dim to be multiples of "
+                 "128, got hidden_dim=", config.hidden_dim, " and intermediate_dim=", config.intermediate_dim);
+}
+
+// ---- forward ------------------------------------------------------------------------------------
+
+void mxfp8_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,
+                   const ExecutionOptions& o, cudaStream_t stream) {
+  check_token_inputs(c, in);
+  check_weights(c, in, /*training=*/false);
+  o.validate();
+  DMOE_CHECK_ARG(out_TD, "out_TD is required");
+  const ForwardHead head = forward_head(c, in, saved, o, &c.mxfp8_homes, stream);
+  const comm::RoutingTables& tb = c.ep->tables();
+  const ExpertTables t{tb.expert_rows, tb.expert_offsets, tb.expert_rows_unpadded, tb.gather_src, tb.scatter_dst};
+  expert_forward(c, in, t, head.layer, /*keep=*/!head.scratch_only, o.swiglu_clip_stats_out_3,
+                 static_cast<float>(o.swiglu_clip_limit), /*recompute=*/false, stream);
+  forward_reduce(c, in, out_TD, saved, o, head, stream);
+}
+
+// ---- backward -----------------------------------------------------------------------------------
+
+void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
+                    const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
+                    cudaStream_t stream) {
+  check_token_inputs(c, in);
+  check_weights(c, in, /*training=*/true);
+  o.validate();
+  const DType wgrad = check_backward(c, s, grad_out_TD, g, o);
+  const int64_t T = in.num_tokens, D = c.config.hidden_dim, F = c.config.intermediate_dim, cap = c.capacity_rows();
+  const int L = static_cast<int>(c.local_experts);
+  uint8_t* act = c.activation_base();
+  const planner::Mxfp8Scratch& S = c.mxfp8_scratch;
+  const PreparedWeightBuffers& w13 = in.w13_prepared->buffers;
+  const PreparedWeightBuffers& w2 = in.w2_prepared->buffers;
+  const int64_t* layer = s.layer_state;
+  const int64_t* need_recompute = layer + planner::kNeedRecompute;
+  int64_t* bo = c.backward_offsets;  // [6]: where the recompute reads x; [7]: h3
+  const int64_t caller_x = static_cast<const uint8_t*>(in.x_TD) - act;
+  kernels::plan_mxfp8_backward(c.geometry, c.call_shape(T), c.planner_state, layer, caller_x, bo + 6, stream);
+
+  // Recompute block: a fixed launch sequence whose stages do nothing on the saved path (gated row
+  // counts and group offsets; the two EP barriers only when recomputing, as in the BF16 pipeline).
+  kernels::copy_if(c.dispatch_routes(), {act, bo + 6}, T * D * 2, need_recompute, true, stream);
+  c.ep->barrier(stream, need_recompute);
+  kernels::predicated_counts(s.expert_rows, c.counts_gated, L, need_recompute, true, stream);
+  kernels::predicated_counts(s.expert_offsets, c.offsets_gated, L + 1, need_recompute, true, stream);
+  const ExpertTables rt{c.counts_gated, c.offsets_gated, s.expert_rows_unpadded, s.gather_src, s.scatter_dst};
+  expert_forward(c, in, rt, layer, /*keep=*/true, nullptr, 0.f, /*recompute=*/true, stream);
+  c.ep->barrier(stream, need_recompute);  // recomputed h3 rows are in their owners' combine windows
+
+  backward_topk(c, in, s, grad_out_TD, g, o, bo + 7, stream);
+
+  // grad_h3 rows + columns straight from the owners' dispatch windows.
+  RowSource g3;
+  g3.row_ptrs = s.grad_gather_src;
+  quantize_rows_cols(c, g3, D, s.expert_rows_unpadded, s.expert_offsets, at(c, S.grad_h3_col), stream);
+  c.stage("quantize_grad_h3", stream);
+
+  void* grad_h2 = at(c, S.grad_h2);
+  DgradArgs d2 = w2_dgrad_args(c, in, s.expert_rows);
+  const RowBundle g3r = row_bundle(c, D);
+  d2.common = mxfp8_common(c, s.expert_rows, D, F, g3r, D, w2.dgrad_scale, true);
+  d2.grad_out = g3r.q;
+  d2.w = w2.dgrad_data;
+  d2.grad_a = grad_h2;
+  grouped_gemm_dgrad(d2, stream);
+  c.stage("w2_dgrad", stream);
+
+  // dxy = SwiGLU'(h1) * grad_h2 in BF16 at h1's scratch home (in place on the recompute path).
+  const kernels::ExpertRowsView rows{s.expert_rows_unpadded, s.expert_offsets, L, cap};
+  void* dxy = at(c, S.h1);
+  kernels::swiglu_backward({act, layer + planner::kH1}, grad_h2, dxy, F, rows, swiglu_params(c.config), stream);
+  c.stage("swiglu_backward", stream);
+
+  RowSource dx;
+  dx.rows = dxy;
+  quantize_rows_cols(c, dx, 2 * F, s.expert_rows_unpadded, s.expert_offsets, at(c, S.dxy_col), stream);
+  c.stage("quantize_dxy", stream);
+
+  DgradArgs d13 = w13_dgrad_args(c, in, s.expert_rows);
+  const RowBundle dxr = row_bundle(c, 2 * F);
+  d13.common = mxfp8_common(c, s.expert_rows, 2 * F, D, dxr, 2 * F, w13.dgrad_scale, true);
+  d13.grad_out = dxr.q;
+  d13.w = w13.dgrad_data;
+  d13.scatter.row_ptrs = s.scatter_dst;
+  grouped_gemm_dgrad(d13, stream);
+  c.stage("w13_dgrad", stream);
+
+  // WGRADs: the column bundles back to BF16 rows (exact) over the dead row / h1 / grad_h2 regions,
+  // then our BF16 WGRAD: the products of the MXFP8 operands, accumulated in FP32.
+  void* g3_rows = at(c, S.row);
+  void* h2_rows = at(c, S.row + align128(cap * D * 2));
+  dequantize_columns(c, at(c, S.grad_h3_col), D, s, g3_rows, stream);
+  dequantize_columns(c, {act, layer + planner::kH2Col}, F, s, h2_rows, stream);
+  WgradArgs w2g = w2_wgrad_args(c, s.expert_rows, g.grad_w2, wgrad, g.accumulate);
+  w2g.grad_out = g3_rows;
+  w2g.a = h2_rows;
+  grouped_gemm_wgrad(w2g, stream);
+  c.stage("w2_wgrad", stream);
+
+  void* dxy_rows = at(c, S.row);
+  void* x_rows = at(c, S.row + align128(cap * 2 * F * 2));
+  dequantize_columns(c, at(c, S.dxy_col), 2 * F, s, dxy_rows, stream);
+  dequantize_columns(c, {act, layer + planner::kXCol}, D, s, x_rows, stream);
+  WgradArgs w13g = w13_wgrad_args(c, s.expert_rows, g.grad_w13, wgrad, g.accumulate);
+  w13g.grad_out = dxy_rows;
+  w13g.a = x_rows;
+  grouped_gemm_wgrad(w13g, stream);
+  c.stage("w13_wgrad", stream);
+
+  backward_reduce(c, in, g, stream);
+}
+
+}  // namespace dist_moe::runtime

@@ -1,0 +1,208 @@
+#include "runtime/pipeline_common.h"
+
+#include <cuda_runtime.h>
+
+#include "dist_moe/check.h"
+#include "kernels/pipeline_glue.h"
+#include "kernels/planner.h"
+
+namespace dist_moe::runtime {
+
+// ---- argument checks (upstream's routed_experts validation, C++ part) ---------------------------
+
+void check_bf16_weights(const Context::Impl& c, const RoutedExpertsInputs& in) {
+  const int64_t L = c.local_experts, D = c.config.hidden_dim, F = c.config.intermediate_dim;
+  const auto& a = in.w13_shape;
+  const auto& b = in.w2_shape;
+  DMOE_CHECK_ARG(in.w13 && in.w2, "w13 and w2 must be device pointers");
+  const bool three_d = (a.size() == 3 || a.size() == 4) && b.size() == 3;
+  const bool flat = a.size() == 2 && b.size() == 2;
+  if (!three_d && !flat) detail::fail(ErrorCode::kInvalidValue, "w13 and w2 use incompatible expert-weight layouts");
+  if (a.size() == 4 && a[1] != 2) detail::fail(ErrorCode::kInvalidValue, "gate-axis w13 must have shape [E, 2, F, D]");
+  const int64_t w13_rows = flat ? a[0] : (a.size() == 4 ? a[0] * 2 * a[2] : a[0] * a[1]);
+  const int64_t w13_cols = a.back(), w2_rows = flat ? b[0] : b[0] * b[1], w2_cols = b.back();
+  if (!flat && (a[0] != L || b[0] != L))
+    detail::fail(ErrorCode::kInvalidValue, "weights must contain ", L, " local experts, got w13 ", a[0], " and w2 ",
+                 b[0]);
+  if (w13_rows != L * 2 * F || w13_cols != D)
+    detail::fail(ErrorCode::kInvalidValue, "w13 must hold [", L, ", ", 2 * F, ", ", D, "] elements");
+  if (w2_rows != L * D || w2_cols != F)
+    detail::fail(ErrorCode::kInvalidValue, "w2 must hold [", L, ", ", D, ", ", F, "] elements");
+}
+
+void check_token_inputs(const Context::Impl& c, const RoutedExpertsInputs& in) {
+  const int64_t T_max = c.config.max_num_local_input_tokens;
+  if (in.num_tokens < 1 || in.num_tokens > T_max)
+    detail::fail(ErrorCode::kInvalidValue, "local input token count must be in [1, context.max_num_local_input_tokens=",
+                 T_max, "], got ", in.num_tokens);
+  DMOE_CHECK_ARG(in.x_TD && in.topk_ids_TK && in.topk_scores_TK, "x_TD, topk_ids_TK and topk_scores_TK are required");
+  if (in.id_dtype != DType::kInt32 && in.id_dtype != DType::kInt64)
+    detail::fail(ErrorCode::kInvalidType, "topk_expert_ids_TK must be int32 or int64, got ", to_string(in.id_dtype));
+  if (in.score_dtype != DType::kFloat32 && in.score_dtype != DType::kBFloat16)
+    detail::fail(ErrorCode::kInvalidType, "topk_scores_TK must be float32 or bfloat16, got ",
+                 to_string(in.score_dtype));
+}
+
+kernels::TopkRoutes routes_of(const Context::Impl& c, const RoutedExpertsInputs& in) {
+  kernels::TopkRoutes r;
+  r.ids_TK = in.topk_ids_TK;
+  r.id_dtype = in.id_dtype;
+  r.scores_TK = in.topk_scores_TK;
+  r.score_dtype = in.score_dtype;
+  r.T = in.num_tokens;
+  r.K = c.config.top_k;
+  r.D = c.config.hidden_dim;
+  return r;
+}
+
+// ---- forward ------------------------------------------------------------------------------------
+
+ForwardHead forward_head(Context::Impl& c, const RoutedExpertsInputs& in, SavedState::Buffers* saved,
+                         const ExecutionOptions& o, const planner::Mxfp8Homes* mxfp8, cudaStream_t stream) {
+  const int64_t T = in.num_tokens, D = c.config.hidden_dim, K = c.config.top_k;
+  if (o.experts_output_postprocess)
+    o.experts_output_postprocess->validate(DType::kBFloat16, in.score_dtype, K, D, saved != nullptr);
+  // `saving`: a backward will read this call's SavedState. `pushes`: the layer also takes its place
+  // in the selected activation slot; a forward whose saved state the caller will discard
+  // (recompute_from_inputs: an activation checkpoint's first forward) plans scratch-only instead.
+  ForwardHead h;
+  h.saving = saved != nullptr && !c.config.inference;
+  h.pushes = h.saving && !o.recompute_from_inputs;
+  h.scratch_only = !h.pushes;
+  if (o.validate_expert_ids)
+    kernels::validate_expert_ids(in.topk_ids_TK, in.id_dtype, T * K, c.config.num_experts, c.rank, stream);
+
+  // Publish, barrier, routing tables (one kernel for decode-sized problems). No dispatch: the
+  // expert side reads the rows itself (a gathering GEMM producer or quantizer).
+  c.ep->publish_route_dispatch(in.x_TD, in.topk_ids_TK, in.id_dtype, T, /*x_gathered_MD=*/nullptr, stream);
+  c.stage("publish+route", stream);
+  const comm::RoutingTables& tb = c.ep->tables();
+
+  // Plan: every rank's rows decide saved vs recompute identically on all ranks.
+  h.layer = h.saving ? saved->layer_state : c.call_layer_state;
+  const int32_t* all_rows = nullptr;
+  if (h.pushes) {
+    kernels::publish_to_peers(tb.total_rows, c.rows_peer_bases, c.rank, c.world, stream);
+    c.ep->barrier(stream);
+    all_rows = static_cast<const int32_t*>(c.rows_window->local_ptr());
+  }
+  kernels::plan_forward(c.geometry, c.call_shape(T), c.planner_state, c.slot_ids + c.selected_slot, c.slot_depth,
+                        all_rows, tb.total_rows, h.scratch_only, h.layer, stream, mxfp8);
+
+  if (h.saving) {  // the backward's copy of this call's routing tables
+    const int64_t L = c.local_experts, cap = c.capacity_rows();
+    kernels::CopyBatch tables;  // one launch for the six arrays
+    tables.add(saved->expert_rows, tb.expert_rows, L * sizeof(int32_t));
+    tables.add(saved->expert_rows_unpadded, tb.expert_rows_unpadded, L * sizeof(int32_t));
+    tables.add(saved->expert_offsets, tb.expert_offsets, (L + 1) * sizeof(int32_t));
+    tables.add(saved->gather_src, tb.gather_src, cap * sizeof(void*));
+    tables.add(saved->scatter_dst, tb.scatter_dst, cap * sizeof(void*));
+    tables.add(saved->grad_gather_src, tb.grad_gather_src, cap * sizeof(void*));
+    kernels::copy_batch(tables, stream);
+    // Recompute path: keep the layer input (the published dispatch copy) in the slot.
+    if (h.pushes)
+      kernels::copy_if({c.activation_base(), h.layer + planner::kX}, c.dispatch_routes(), T * D * 2,
+                       h.layer + planner::kNeedRecompute, true, stream);
+    saved->used = true;
+  }
+  c.stage("plan", stream);
+  return h;
+}
+
+void forward_reduce(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,
+                    const ExecutionOptions& o, const ForwardHead& head, cudaStream_t stream) {
+  const int64_t T = in.num_tokens, D = c.config.hidden_dim, K = c.config.top_k;
+  uint8_t* act = c.activation_base();
+  const int64_t* need_recompute = head.layer + planner::kNeedRecompute;
+  // Every route row is in its owner's combine window after the barrier; reduce over k.
+  const kernels::TopkRoutes routes = routes_of(c, in);
+  if (o.experts_output_postprocess) {
+    const RMSNormPostprocess& pp = *o.experts_output_postprocess;
+    c.ep->barrier(stream);
+    kernels::RMSNormArgs a;
+    a.eps = static_cast<float>(pp.eps);
+    a.gamma_D = static_cast<const __nv_bfloat16*>(pp.weight);
+    a.gain_center = static_cast<float>(pp.gain_center);
+    kernels::rmsnorm_topk_reduce(routes, static_cast<const __nv_bfloat16*>(c.combine_routes()), a,
+                                 static_cast<__nv_bfloat16*>(out_TD), saved ? saved->rstd : c.rstd_scratch, stream);
+    // Saved path: keep h3 (this rank's route rows) for the score gradients.
+    if (head.pushes)
+      kernels::copy_if({act, head.layer + planner::kH3}, c.combine_routes(), T * K * D * 2, need_recompute, false,
+                       stream);
+  } else {
+    // Saved path: the reduction keeps h3 (this rank's route rows) for the score gradients as it
+    // reads them (routed slots only: the backward reads no other).
+    comm::KeepRoutes keep;
+    if (head.pushes) keep = {act, head.layer + planner::kH3, need_recompute};
+    c.ep->reduce(in.topk_scores_TK, in.score_dtype, out_TD, T, stream, {}, keep);
+  }
+  // Route rows for a postprocess the caller runs (the reduction above already made them final here).
+  if (o.expert_output_TKD)
+    DMOE_CUDA_CHECK(cudaMemcpyAsync(o.expert_output_TKD, c.combine_routes(), T * K * D * 2, cudaMemcpyDeviceToDevice,
+                                    stream));
+  c.stage("reduce", stream);
+}
+
+// ---- backward -----------------------------------------------------------------------------------
+
+DType check_backward(const Context::Impl& c, const SavedState::Buffers& s, const void* grad_out_TD,
+                     const RoutedExpertsGradients& g, const ExecutionOptions& o) {
+  if (c.config.inference) throw Error(ErrorCode::kRuntime, "inference contexts do not support autograd");
+  if (!s.used) throw Error(ErrorCode::kRuntime, "backward needs the SavedState of a training forward");
+  const bool route_grads = o.grad_expert_output_TKD != nullptr;  // the caller differentiated its reduction
+  DMOE_CHECK_ARG(g.grad_x_TD && g.grad_w13 && g.grad_w2 && (route_grads || (grad_out_TD && g.grad_scores_TK)),
+                 "backward needs grad_out_TD (or grad_expert_output_TKD) and every gradient destination");
+  DType wgrad = c.config.wgrad_dtype.value_or(g.wgrad_dtype);
+  if (c.config.wgrad_dtype && *c.config.wgrad_dtype != g.wgrad_dtype)
+    detail::fail(ErrorCode::kRuntime, "wgrad_dtype conflicts with the gradient buffers: Config says ",
+                 to_string(*c.config.wgrad_dtype), ", buffers are ", to_string(g.wgrad_dtype));
+  if (wgrad != DType::kBFloat16 && wgrad != DType::kFloat32)
+    detail::fail(ErrorCode::kInvalidType, "WGRAD dtype must be bfloat16 or float32, got ", to_string(wgrad));
+  return wgrad;
+}
+
+void backward_topk(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
+                   const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
+                   int64_t* h3_offset, cudaStream_t stream) {
+  const int64_t T = in.num_tokens, D = c.config.hidden_dim, K = c.config.top_k;
+  uint8_t* act = c.activation_base();
+  const int64_t* layer = s.layer_state;
+  const bool route_grads = o.grad_expert_output_TKD != nullptr;
+  // Owner side: h3 is in the slot (saved) or back in the combine window (recomputed).
+  kernels::select_offset(h3_offset, layer + planner::kNeedRecompute,
+                         static_cast<int64_t>(static_cast<uint8_t*>(c.combine_routes()) - act), layer + planner::kH3,
+                         stream);
+  const kernels::TopkRoutes routes = routes_of(c, in);
+  float* gscores = in.score_dtype == DType::kFloat32 ? static_cast<float*>(g.grad_scores_TK) : c.grad_scores_f32;
+  auto* grad_h3_routes = static_cast<__nv_bfloat16*>(c.dispatch_routes());
+  if (route_grads) {  // published as given: the W2 DGRAD gathers only valid routes' rows
+    DMOE_CUDA_CHECK(cudaMemcpyAsync(grad_h3_routes, o.grad_expert_output_TKD, T * K * D * 2, cudaMemcpyDeviceToDevice,
+                                    stream));
+  } else if (o.experts_output_postprocess) {
+    o.experts_output_postprocess->validate(DType::kBFloat16, in.score_dtype, K, D, /*training=*/true);
+    kernels::rmsnorm_topk_reduce_backward(routes, {act, h3_offset}, s.rstd,
+                                          static_cast<const __nv_bfloat16*>(grad_out_TD), grad_h3_routes, gscores,
+                                          stream);
+  } else {
+    kernels::topk_reduce_backward(routes, {act, h3_offset}, static_cast<const __nv_bfloat16*>(grad_out_TD),
+                                  grad_h3_routes, gscores, stream);
+  }
+  if (!route_grads && in.score_dtype == DType::kBFloat16)
+    kernels::convert_f32_to_bf16(gscores, g.grad_scores_TK, T * K, stream);
+  if (o.grad_expert_output_out_TKD)  // for observers; peers only read these rows, so no ordering needed
+    DMOE_CUDA_CHECK(cudaMemcpyAsync(o.grad_expert_output_out_TKD, grad_h3_routes, T * K * D * 2,
+                                    cudaMemcpyDeviceToDevice, stream));
+  c.ep->barrier(stream);  // grad_h3 published; every owner is done reading its combine window
+  c.stage("topk_backward", stream);
+}
+
+void backward_reduce(Context::Impl& c, const RoutedExpertsInputs& in, const RoutedExpertsGradients& g,
+                     cudaStream_t stream) {
+  c.ep->barrier(stream);  // every grad_x route row is in its owner's combine window
+  c.stage("grad_x_barrier", stream);
+  kernels::reduce_from_topk(routes_of(c, in), static_cast<const __nv_bfloat16*>(c.combine_routes()),
+                            static_cast<__nv_bfloat16*>(g.grad_x_TD), stream);
+  c.stage("reduce_grad_x", stream);
+}
+
+}  // namespace dist_moe::runtime

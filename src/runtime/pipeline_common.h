@@ -1,0 +1,61 @@
+// The steps every routed-experts pipeline (BF16: bf16_pipeline.cpp; MXFP8: mxfp8_pipeline.cpp)
+// shares around its expert GEMMs: argument checks, publish + route + plan, the top-k reduction
+// (or RMSNorm) of the forward, the top-k backward and the final grad_x reduction. Only what
+// happens between the routing tables and the owners' combine windows differs by format.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "dist_moe/routed_experts.h"
+#include "kernels/topk.h"
+#include "runtime/context_impl.h"
+
+namespace dist_moe::runtime {
+
+// Upstream's routed_experts validation of T, x, ids and scores (the weights are the format's).
+void check_token_inputs(const Context::Impl& c, const RoutedExpertsInputs& in);
+// The BF16 weights' shapes (every documented W13 / W2 layout).
+void check_bf16_weights(const Context::Impl& c, const RoutedExpertsInputs& in);
+
+kernels::TopkRoutes routes_of(const Context::Impl& c, const RoutedExpertsInputs& in);
+
+// What the head of a forward decided (host-visible flags; the device decisions are in `layer`).
+struct ForwardHead {
+  bool saving = false;        // a backward will read this call's SavedState
+  bool pushes = false;        // the layer takes its place in the selected activation slot
+  bool scratch_only = true;   // !pushes
+  int64_t* layer = nullptr;   // the planner's snapshot (SavedState's or the context's scratch copy)
+};
+
+// Validates ids (when asked), publishes x and ids, routes (EP barrier + tables), exchanges every
+// rank's rows and plans the layer (BF16 planner, or the MXFP8 one with these scratch homes), copies
+// the routing tables into `saved` and keeps x in the slot on the recompute path.
+ForwardHead forward_head(Context::Impl& c, const RoutedExpertsInputs& in, SavedState::Buffers* saved,
+                         const ExecutionOptions& o, const planner::Mxfp8Homes* mxfp8, cudaStream_t stream);
+
+// After the expert GEMMs scattered every h3 route row into its owner's combine window: the top-k
+// reduction or the RMSNorm postprocess into out_TD, h3 kept in the slot on the saved path, route
+// rows for the caller's postprocess.
+void forward_reduce(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,
+                    const ExecutionOptions& o, const ForwardHead& head, cudaStream_t stream);
+
+// The backward's argument checks; returns the WGRAD dtype of the call.
+DType check_backward(const Context::Impl& c, const SavedState::Buffers& s, const void* grad_out_TD,
+                     const RoutedExpertsGradients& g, const ExecutionOptions& o);
+
+// Top-k (or RMSNorm) backward: grad_h3 route rows published in the dispatch window and the score
+// gradients, then the EP barrier after which the expert ranks may gather grad_h3. `h3_offset` is a
+// device int64 the call fills with where h3 lives (the slot when saved, the combine window when
+// recomputed).
+void backward_topk(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
+                   const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
+                   int64_t* h3_offset, cudaStream_t stream);
+
+// After the W13 DGRAD scattered every grad_x route row into its owner's combine window: the EP
+// barrier, then the sum over k into grad_x_TD.
+void backward_reduce(Context::Impl& c, const RoutedExpertsInputs& in, const RoutedExpertsGradients& g,
+                     cudaStream_t stream);
+
+}  // namespace dist_moe::runtime

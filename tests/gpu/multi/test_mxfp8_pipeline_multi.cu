@@ -1,0 +1,543 @@
+// The MXFP8 staged routed-experts layer end to end (issue 25), one process per GPU through
+// dmoe_launch, as the BF16 suite (test_pipeline_multi.cu) does it: every rank builds the same
+// global problem from a seed, runs the CPU oracle's MXFP8 pipeline (upstream's quantization
+// points, rows padded to 128 per expert) and the plain BF16 oracle, runs its part of the layer with
+// weights prepared on the GPU, and checks
+//   - against the MXFP8 oracle: the BF16 suite's tolerances (the same quantized operands; only the
+//     GEMMs' accumulation order differs);
+//   - against the BF16 oracle: upstream's MXFP8 tolerances (reference/compare.h kMxfp8*);
+//   - the saved path (slot = maximum useful) bitwise equal to the all-recompute path, graph replay
+//     bitwise equal to eager, an inference context and a no-grad forward equal to the training
+//     forward bitwise, WGRAD accumulation, and the validation texts.
+// Prints one line per case and "ALL PASS: N cases" at the end.
+//
+//   dmoe_launch -n 1 -- dist_moe_mxfp8_pipeline_tests [--filter NAME]
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dist_moe/check.h"
+#include "dist_moe/context.h"
+#include "dist_moe/prepare_weight.h"
+#include "dist_moe/routed_experts.h"
+#include "reference/oracle.h"
+#include "testing/device_buffer.h"
+#include "testing/dist_env.h"
+
+namespace {
+
+using namespace dist_moe;
+using reference::TensorF;
+
+int g_rank = 0;
+#define LOG(...)                       \
+  do {                                 \
+    std::printf("[rank %d] ", g_rank); \
+    std::printf(__VA_ARGS__);          \
+    std::printf("\n");                 \
+    std::fflush(stdout);               \
+  } while (0)
+
+template <class T>
+using Dev = testing::DeviceBuffer<T>;
+
+std::vector<uint16_t> bf16_bits(const TensorF& t) { return reference::to_bf16_bits(t); }
+
+struct Case {
+  std::string name;
+  int64_t T_max = 96, T = 96, D = 256, F = 256, K = 2, E = 8;
+  Activation activation = Activation::kSwiGLU;
+  bool rmsnorm = false;
+  int padded_rank = -1;  // this rank's routes are all -1
+  DType wgrad = DType::kFloat32;
+  bool int64_ids = false, bf16_scores = false;
+  uint64_t seed = 1;
+};
+
+struct Result {
+  TensorF out, grad_x, grad_scores, dw13, dw2;
+};
+
+// The problem, the MXFP8 oracle (`q`) and the BF16 oracle (`ref`).
+struct Problem {
+  reference::Problem p;
+  reference::ForwardResult q_fwd, ref_fwd;
+  reference::BackwardResult q_bwd, ref_bwd;
+  std::vector<TensorF> grad_out;
+};
+
+Problem make_problem(const Case& c, int world) {
+  reference::RandomProblemSpec s;
+  s.num_ranks = world;
+  s.tokens_per_rank = c.T;
+  s.hidden_dim = c.D;
+  s.intermediate_dim = c.F;
+  s.top_k = c.K;
+  s.num_experts = c.E;
+  s.swiglu.activation = c.activation;
+  if (c.activation == Activation::kSwiGLUClamped) s.swiglu.alpha = 1.5, s.swiglu.limit = 5.0;
+  s.padding_route_probability = 0.05;
+  s.bf16_scores = c.bf16_scores;
+  s.seed = c.seed;
+  if (c.padded_rank >= 0)
+    for (int64_t t = 0; t < c.T; ++t) s.all_padding_tokens.push_back(c.padded_rank * c.T + t);
+  Problem pr;
+  pr.p = reference::make_random_problem(s);
+  pr.grad_out = reference::make_random_grad_out(pr.p, c.seed + 99);
+  reference::BackwardOptions bo;
+  bo.wgrad_dtype = c.wgrad;
+  reference::ForwardOptions fo;
+  if (c.rmsnorm) fo.rmsnorm = reference::RMSNormSpec{1e-6, {}, 0.0};
+  pr.ref_fwd = reference::forward(pr.p, fo);
+  pr.ref_bwd = reference::backward(pr.p, pr.ref_fwd, pr.grad_out, bo);
+  fo.row_alignment = 128;
+  fo.quantization = reference::Quantization::kMXFP8;
+  pr.q_fwd = reference::forward(pr.p, fo);
+  pr.q_bwd = reference::backward(pr.p, pr.q_fwd, pr.grad_out, bo);
+  return pr;
+}
+
+Config config_of(const Case& c, int world, bool full_slot) {
+  Config cfg;
+  cfg.max_num_local_input_tokens = c.T_max;
+  cfg.hidden_dim = c.D;
+  cfg.intermediate_dim = c.F;
+  cfg.top_k = c.K;
+  cfg.num_experts = c.E;
+  cfg.max_moe_layers_per_activation_slot = 1;
+  cfg.device_scratch_capacity_factor = static_cast<double>(world);  // any routing fits
+  cfg.activation = c.activation;
+  if (c.activation == Activation::kSwiGLUClamped) cfg.swiglu_alpha = 1.5, cfg.swiglu_limit = 5.0;
+  cfg.wgrad_dtype = c.wgrad;
+  cfg.block_scaled = BlockScaledConfig{};
+  if (full_slot) cfg.activation_slot_bytes = plan_memory(cfg, world).maximum_useful_activation_slot_bytes;
+  return cfg;
+}
+
+void sync(cudaStream_t stream) { DMOE_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+
+// One expert weight [L, N, K] prepared on the GPU for MXFP8 training (32x32 tiles, transposed copy).
+struct Prepared {
+  Dev<uint8_t> fprop_data, fprop_scale, dgrad_data, dgrad_scale;
+  PreparedExpertWeight w;
+  Prepared(const TensorF& weight, int64_t L, int64_t N, int64_t K, bool inference, cudaStream_t stream) {
+    w.spec = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, inference, L, N, K);
+    const Dev<uint16_t> src(bf16_bits(weight));
+    fprop_data = Dev<uint8_t>(w.spec.fprop_data.bytes());
+    fprop_scale = Dev<uint8_t>(w.spec.fprop_scale.bytes());
+    w.buffers.fprop_data = fprop_data.get();
+    w.buffers.fprop_scale = fprop_scale.get();
+    if (w.spec.dgrad_data.present) {
+      dgrad_data = Dev<uint8_t>(w.spec.dgrad_data.bytes());
+      dgrad_scale = Dev<uint8_t>(w.spec.dgrad_scale.bytes());
+      w.buffers.dgrad_data = dgrad_data.get();
+      w.buffers.dgrad_scale = dgrad_scale.get();
+    }
+    prepare_block_scaled_weight(src.get(), w.spec, w.buffers, stream);
+    sync(stream);
+  }
+};
+
+struct Inputs {
+  Dev<uint16_t> x, gout, scores16;
+  Dev<float> scores32;
+  Dev<int32_t> ids32;
+  Dev<int64_t> ids64;
+  Prepared w13, w2;
+  RoutedExpertsInputs in;
+  Inputs(const Case& c, const reference::Problem& p, const TensorF& grad_out, int rank, cudaStream_t stream,
+         bool inference_weights = false)
+      : x(bf16_bits(p.x_TD[rank])), gout(bf16_bits(grad_out)), scores16(bf16_bits(p.scores_TK[rank])),
+        scores32(p.scores_TK[rank].data), ids32(p.ids_TK[rank]),
+        ids64(std::vector<int64_t>(p.ids_TK[rank].begin(), p.ids_TK[rank].end())),
+        w13(p.local_w13(rank), p.num_local_experts(), 2 * c.F, c.D, inference_weights, stream),
+        w2(p.local_w2(rank), p.num_local_experts(), c.D, c.F, inference_weights, stream) {
+    in.x_TD = x.get();
+    in.num_tokens = c.T;
+    in.topk_ids_TK = c.int64_ids ? static_cast<const void*>(ids64.get()) : ids32.get();
+    in.id_dtype = c.int64_ids ? DType::kInt64 : DType::kInt32;
+    in.topk_scores_TK = c.bf16_scores ? static_cast<const void*>(scores16.get()) : scores32.get();
+    in.score_dtype = c.bf16_scores ? DType::kBFloat16 : DType::kFloat32;
+    in.w13_prepared = &w13.w;
+    in.w2_prepared = &w2.w;
+  }
+};
+
+struct Outputs {
+  Dev<uint16_t> out, gx, gs16;
+  Dev<float> gs32;
+  Dev<uint8_t> dw13, dw2;
+  RoutedExpertsGradients g;
+  Outputs(const Case& c, int64_t L)
+      : out(c.T * c.D), gx(c.T * c.D), gs16(c.T * c.K), gs32(c.T * c.K),
+        dw13(L * 2 * c.F * c.D * (c.wgrad == DType::kFloat32 ? 4 : 2)),
+        dw2(L * c.D * c.F * (c.wgrad == DType::kFloat32 ? 4 : 2)) {
+    out.poison(), gx.poison(), gs16.poison(), gs32.poison(), dw13.poison(), dw2.poison();
+    g.grad_x_TD = gx.get();
+    g.grad_scores_TK = c.bf16_scores ? static_cast<void*>(gs16.get()) : gs32.get();
+    g.grad_w13 = dw13.get();
+    g.grad_w2 = dw2.get();
+    g.wgrad_dtype = c.wgrad;
+  }
+  Result read(const Case& c, int64_t L) const {
+    Result r;
+    r.out = testing::tensor_from_bf16(out.download(), {c.T, c.D});
+    r.grad_x = testing::tensor_from_bf16(gx.download(), {c.T, c.D});
+    r.grad_scores = TensorF({c.T, c.K});
+    if (c.bf16_scores) r.grad_scores = testing::tensor_from_bf16(gs16.download(), {c.T, c.K});
+    else r.grad_scores.data = gs32.download();
+    auto wread = [&](const Dev<uint8_t>& d, std::vector<int64_t> shape) {
+      const auto bytes = d.download();
+      TensorF t(std::move(shape));
+      if (c.wgrad == DType::kFloat32) {
+        std::memcpy(t.data.data(), bytes.data(), bytes.size());
+        return t;
+      }
+      std::vector<uint16_t> bits(bytes.size() / 2);
+      std::memcpy(bits.data(), bytes.data(), bytes.size());
+      return testing::tensor_from_bf16(bits, t.shape);
+    };
+    r.dw13 = wread(dw13, {L, 2 * c.F, c.D});
+    r.dw2 = wread(dw2, {L, c.D, c.F});
+    return r;
+  }
+};
+
+ExecutionOptions options_of(const Case& c) {
+  ExecutionOptions o;
+  o.validate_expert_ids = true;
+  if (c.rmsnorm) {
+    RMSNormPostprocess r;
+    r.eps = 1e-6;
+    r.require_bitwise = false;
+    o.experts_output_postprocess = r;
+  }
+  return o;
+}
+
+Result run_layer(ncclComm_t nccl, const Case& c, const Problem& pr, int rank, int world, bool full_slot,
+                 cudaStream_t stream) {
+  auto ctx = Context::create(config_of(c, world, full_slot), nccl);
+  const int64_t L = ctx->local_experts();
+  Inputs inp(c, pr.p, pr.grad_out[rank], rank, stream);
+  Outputs o(c, L);
+  const ExecutionOptions opts = options_of(c);
+  SavedState st(*ctx);
+  routed_experts_forward(*ctx, inp.in, o.out.get(), &st, opts, stream);
+  routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), o.g, opts, stream);
+  sync(stream);
+  Result r = o.read(c, L);
+  ctx->close();
+  return r;
+}
+
+bool check(const std::string& what, const TensorF& got, const TensorF& want, const reference::Tolerance& tol,
+           std::string* why) {
+  const auto cmp = reference::compare(got, want, tol);
+  if (!cmp.passed) *why += " " + what + ": " + cmp.summary() + ";";
+  return cmp.passed;
+}
+
+// The BF16 suite's tolerances against the MXFP8 oracle.
+const reference::Tolerance kFwd{2e-2, 2e-2, 5e-3, 0.999};
+const reference::Tolerance kGrad{3e-2, 3e-2, 1e-2, 0.995};
+const reference::Tolerance kWgrad{3e-2, 1.0, 1.5e-2, 0.995};
+
+bool check_forward(const Problem& pr, const TensorF& out, int rank, const std::string& tag, std::string* why) {
+  bool ok = check(tag + "out vs mxfp8 oracle", out, pr.q_fwd.ranks[rank].out_TD, kFwd, why);
+  ok &= check(tag + "out vs bf16 (upstream mxfp8 tol)", out, pr.ref_fwd.ranks[rank].out_TD,
+              reference::kMxfp8ForwardTolerance, why);
+  return ok;
+}
+
+bool check_all(const Case& c, const Problem& pr, const Result& r, int rank, std::string* why) {
+  const auto& qb = pr.q_bwd.ranks[rank];
+  const auto& rb = pr.ref_bwd.ranks[rank];
+  bool ok = check_forward(pr, r.out, rank, "", why);
+  ok &= check("grad_x vs mxfp8 oracle", r.grad_x, qb.grad_x_TD, kGrad, why);
+  ok &= check("grad_scores vs mxfp8 oracle", r.grad_scores, qb.grad_scores_TK, kGrad, why);
+  ok &= check("dW13 vs mxfp8 oracle", r.dw13, qb.dw13_EFD, kWgrad, why);
+  ok &= check("dW2 vs mxfp8 oracle", r.dw2, qb.dw2_EDF, kWgrad, why);
+  ok &= check("grad_x vs bf16", r.grad_x, rb.grad_x_TD, reference::kMxfp8GradTolerance, why);
+  ok &= check("grad_scores vs bf16", r.grad_scores, rb.grad_scores_TK, reference::kMxfp8GradTolerance, why);
+  ok &= check("dW13 vs bf16", r.dw13, rb.dw13_EFD, reference::kMxfp8WgradTolerance, why);
+  ok &= check("dW2 vs bf16", r.dw2, rb.dw2_EDF, reference::kMxfp8WgradTolerance, why);
+  if (c.padded_rank == rank) {  // a fully padded rank: exact zeros
+    bool zeros = true;
+    for (float v : r.out.data) zeros &= v == 0.f;
+    for (float v : r.grad_x.data) zeros &= v == 0.f;
+    for (float v : r.grad_scores.data) zeros &= v == 0.f;
+    if (!zeros) ok = false, *why += " padded rank not exactly zero;";
+  }
+  return ok;
+}
+
+bool bitwise(const Result& a, const Result& b) {
+  return reference::bitwise_equal(a.out, b.out) && reference::bitwise_equal(a.grad_x, b.grad_x) &&
+         reference::bitwise_equal(a.grad_scores, b.grad_scores) && reference::bitwise_equal(a.dw13, b.dw13) &&
+         reference::bitwise_equal(a.dw2, b.dw2);
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  v.push_back({"basic"});
+  Case c;
+  c = {"bounded_T"}; c.T_max = 96; c.T = 40; v.push_back(c);
+  c = {"padded_rank1"}; c.padded_rank = 1; v.push_back(c);
+  c = {"k6_e8"}; c.K = 6; c.E = 8; v.push_back(c);
+  c = {"clamped_swiglu"}; c.activation = Activation::kSwiGLUClamped; v.push_back(c);
+  c = {"rmsnorm_k2"}; c.rmsnorm = true; v.push_back(c);
+  c = {"bf16_wgrad_int64_ids_bf16_scores"}; c.wgrad = DType::kBFloat16; c.int64_ids = true; c.bf16_scores = true;
+  v.push_back(c);
+  c = {"t1"}; c.T_max = 8; c.T = 1; v.push_back(c);
+  c = {"wide_e64_d384_f640"}; c.E = 64; c.K = 8; c.D = 384; c.F = 640; c.T = 64; c.T_max = 64; v.push_back(c);
+  return v;
+}
+
+// ---- cases with their own flow ----------------------------------------------------------------
+
+std::vector<int64_t> planner_snapshot(const Context& ctx) {
+  const Context::PlannerView v = ctx.planner_view();
+  const int64_t N = v.num_slots, R = ctx.ep_size();
+  std::vector<int64_t> h(N * R + N);
+  DMOE_CUDA_CHECK(cudaMemcpy(h.data(), v.saved_bytes_NR, N * R * 8, cudaMemcpyDeviceToHost));
+  DMOE_CUDA_CHECK(cudaMemcpy(h.data() + N * R, v.layer_id_N, N * 8, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// Forward + backward captured in one CUDA graph (global capture mode), replayed twice: bitwise
+// equal to eager, the planner back to its initial state after each replay.
+bool case_graph(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  Case c{"graph"};
+  c.seed = 7;
+  const Problem pr = make_problem(c, world);
+  auto ctx = Context::create(config_of(c, world, false), nccl);
+  const int64_t L = ctx->local_experts();
+  Inputs inp(c, pr.p, pr.grad_out[rank], rank, stream);
+  Outputs eager(c, L), graphed(c, L);
+  SavedState st(*ctx);
+  const ExecutionOptions o = options_of(c);
+  const auto before = planner_snapshot(*ctx);
+  routed_experts_forward(*ctx, inp.in, eager.out.get(), &st, o, stream);
+  routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), eager.g, o, stream);
+  sync(stream);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  DMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  routed_experts_forward(*ctx, inp.in, graphed.out.get(), &st, o, stream);
+  routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), graphed.g, o, stream);
+  DMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  DMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  bool ok = true;
+  const Result want = eager.read(c, L);
+  for (int replay = 0; replay < 2; ++replay) {
+    DMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    sync(stream);
+    if (!bitwise(graphed.read(c, L), want)) ok = false, *why += " replay " + std::to_string(replay) + " != eager;";
+    if (planner_snapshot(*ctx) != before) ok = false, *why += " planner not restored after replay;";
+  }
+  ok &= check_all(c, pr, want, rank, why);
+  DMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  DMOE_CUDA_CHECK(cudaGraphDestroy(graph));
+  ctx->close();
+  return ok;
+}
+
+// An inference context and a training context under no-grad (no SavedState) give the training
+// forward's output bit for bit; the no-grad forward leaves the slot stacks untouched.
+bool case_inference_and_no_grad(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  Case c{"inference"};
+  c.seed = 11;
+  const Problem pr = make_problem(c, world);
+  const ExecutionOptions o = options_of(c);
+  const Result trained = run_layer(nccl, c, pr, rank, world, false, stream);
+  bool ok = true;
+  Config inf = config_of(c, world, false);
+  inf.inference = true;
+  inf.num_activation_slots = 0;
+  inf.wgrad_dtype.reset();
+  {
+    auto ctx = Context::create(inf, nccl);
+    Inputs inp(c, pr.p, pr.grad_out[rank], rank, stream);
+    Outputs out(c, ctx->local_experts());
+    routed_experts_inference(*ctx, inp.in, out.out.get(), o, stream);
+    sync(stream);
+    const TensorF got = out.read(c, ctx->local_experts()).out;
+    ok &= check_forward(pr, got, rank, "inference ", why);
+    if (!reference::bitwise_equal(got, trained.out)) ok = false, *why += " inference out != training out;";
+    // A weight prepared for inference (1x32 rows) has no Hopper GEMM: a clear error, nothing run.
+    Inputs inf_w(c, pr.p, pr.grad_out[rank], rank, stream, /*inference_weights=*/true);
+    try {
+      routed_experts_inference(*ctx, inf_w.in, out.out.get(), o, stream);
+      ok = false, *why += " inference-prepared weights were accepted;";
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("no Hopper GEMM yet") == std::string::npos)
+        ok = false, *why += std::string(" unexpected error: ") + e.what() + ";";
+    }
+    ctx->close();
+  }
+  {
+    auto ctx = Context::create(config_of(c, world, false), nccl);
+    Inputs inp(c, pr.p, pr.grad_out[rank], rank, stream);
+    Outputs out(c, ctx->local_experts());
+    const auto before = planner_snapshot(*ctx);
+    routed_experts_forward(*ctx, inp.in, out.out.get(), nullptr, o, stream);
+    sync(stream);
+    const TensorF got = out.read(c, ctx->local_experts()).out;
+    if (!reference::bitwise_equal(got, trained.out)) ok = false, *why += " no-grad out != training out;";
+    if (planner_snapshot(*ctx) != before) ok = false, *why += " no-grad forward changed the slot state;";
+    ctx->close();
+  }
+  return ok;
+}
+
+// WGRAD accumulation: two backward calls into the same buffers leave twice one call's gradient.
+bool case_accumulate(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  bool ok = true;
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    Case c{"accumulate"};
+    c.seed = 23;
+    c.wgrad = dt;
+    const Problem pr = make_problem(c, world);
+    auto ctx = Context::create(config_of(c, world, false), nccl);
+    const int64_t L = ctx->local_experts();
+    Inputs inp(c, pr.p, pr.grad_out[rank], rank, stream);
+    Outputs out(c, L);
+    const ExecutionOptions o = options_of(c);
+    SavedState st(*ctx);
+    routed_experts_forward(*ctx, inp.in, out.out.get(), &st, o, stream);
+    routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), out.g, o, stream);
+    sync(stream);
+    const Result first = out.read(c, L);
+    RoutedExpertsGradients acc = out.g;
+    acc.accumulate = true;
+    routed_experts_forward(*ctx, inp.in, out.out.get(), &st, o, stream);
+    routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), acc, o, stream);
+    sync(stream);
+    const Result second = out.read(c, L);
+    TensorF twice13 = first.dw13, twice2 = first.dw2;
+    for (auto& v : twice13.data) v *= 2.f;
+    for (auto& v : twice2.data) v *= 2.f;
+    const std::string tag = dt == DType::kFloat32 ? "fp32 " : "bf16 ";
+    ok &= check(tag + "dW13 x2", second.dw13, twice13, {5e-2, 2e-2, -1, -2}, why);
+    ok &= check(tag + "dW2 x2", second.dw2, twice2, {5e-2, 2e-2, -1, -2}, why);
+    ctx->close();
+  }
+  return ok;
+}
+
+// Upstream's creation and call checks on block-scaled contexts, with their texts.
+bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  Case c{"validation"};
+  bool ok = true;
+  auto expect_error = [&](const char* what, const std::string& text, auto&& fn) {
+    try {
+      fn();
+      ok = false, *why += std::string(" ") + what + ": no error;";
+    } catch (const Error& e) {
+      if (std::string(e.what()).find(text) == std::string::npos)
+        ok = false, *why += std::string(" ") + what + ": unexpected text '" + e.what() + "';";
+    }
+  };
+  expect_error("mega", "pipeline='mega' has no Hopper execution yet", [&] {
+    Config cfg = config_of(c, world, false);
+    cfg.block_scaled->pipeline = BlockScaledPipeline::kMega;
+    Context::create(cfg, nccl);
+  });
+  expect_error("dims", "multiples of 128", [&] {
+    Case d = c;
+    d.D = 288;
+    Context::create(config_of(d, world, false), nccl);
+  });
+  const Problem pr = make_problem(c, world);
+  auto ctx = Context::create(config_of(c, world, false), nccl);
+  Inputs inp(c, pr.p, pr.grad_out[rank], rank, stream);
+  Outputs out(c, ctx->local_experts());
+  RoutedExpertsInputs bare = inp.in;
+  bare.w13_prepared = nullptr;
+  expect_error("unprepared", "need prepared weights", [&] {
+    routed_experts_forward(*ctx, bare, out.out.get(), nullptr, options_of(c), stream);
+  });
+  RoutedExpertsInputs swapped = inp.in;
+  swapped.w13_prepared = inp.in.w2_prepared;
+  expect_error("shape", "must be prepared from a [", [&] {
+    routed_experts_forward(*ctx, swapped, out.out.get(), nullptr, options_of(c), stream);
+  });
+  ctx->close();
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string filter;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--filter" && i + 1 < argc) filter = argv[++i];
+  try {
+    const auto env = dist_moe::testing::dist_env_from_environment();
+    g_rank = env.rank;
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+      LOG("SKIP: no usable CUDA device");
+      return 0;
+    }
+    DMOE_CUDA_CHECK(cudaSetDevice(env.local_rank % ndev));
+    int major = 0;
+    DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, env.local_rank % ndev));
+    if (major != 9) {
+      LOG("SKIP: needs an SM90 GPU");
+      return 0;
+    }
+    const ncclUniqueId id = dist_moe::testing::exchange_unique_id(env, "mxfp8_pipeline_tests");
+    ncclComm_t nccl = nullptr;
+    DMOE_NCCL_CHECK(ncclCommInitRank(&nccl, env.world, id, env.rank));
+    cudaStream_t stream;
+    DMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    int run = 0, failed = 0;
+    for (const Case& c : cases()) {
+      if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+      if (c.E % env.world != 0 || c.padded_rank >= env.world) continue;
+      ++run;
+      const Problem pr = make_problem(c, env.world);
+      std::string why;
+      const Result r = run_layer(nccl, c, pr, env.rank, env.world, /*full_slot=*/false, stream);
+      bool ok = check_all(c, pr, r, env.rank, &why);
+      // The saved path (slot = maximum useful) gives the same bits as the all-recompute minimum.
+      if (c.name == "basic" || c.name == "k6_e8") {
+        const Result full = run_layer(nccl, c, pr, env.rank, env.world, /*full_slot=*/true, stream);
+        if (!bitwise(r, full)) ok = false, why += " saved path differs from the recompute path bitwise;";
+      }
+      LOG("%s case %s%s", ok ? "PASS" : "FAIL", c.name.c_str(), why.c_str());
+      failed += !ok;
+    }
+    using Special = bool (*)(ncclComm_t, int, int, cudaStream_t, std::string*);
+    const std::pair<const char*, Special> specials[] = {
+        {"graph", case_graph},
+        {"inference_and_no_grad", case_inference_and_no_grad},
+        {"accumulate", case_accumulate},
+        {"validation", case_validation},
+    };
+    for (const auto& [name, fn] : specials) {
+      if (!filter.empty() && std::string(name).find(filter) == std::string::npos) continue;
+      ++run;
+      std::string why;
+      const bool ok = fn(nccl, env.rank, env.world, stream, &why);
+      LOG("%s case %s%s", ok ? "PASS" : "FAIL", name, why.c_str());
+      failed += !ok;
+    }
+    DMOE_NCCL_CHECK(ncclCommDestroy(nccl));
+    if (failed) {
+      LOG("FAILED: %d of %d cases", failed, run);
+      return 1;
+    }
+    LOG("ALL PASS: %d cases", run);
+    return 0;
+  } catch (const std::exception& e) {
+    LOG("ERROR: %s", e.what());
+    return 1;
+  }
+}
