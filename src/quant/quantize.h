@@ -26,6 +26,12 @@ struct Bf16Matrix {
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t row_stride = 0;
+  // Gathered rows (the rows+cols quantizers only: mxfp8_ and fp8_blockwise_quantize_rows_cols, one
+  // kernel): when set, row r is read from row_ptrs[r] (`cols` BF16 values, 16-byte aligned, in this
+  // GPU's or a peer's memory; nullptr = a zero row); `data` and `row_stride` are then unused. The
+  // routing table's gather_src / grad_gather_src: [rows] device pointers, padding rows nullptr;
+  // entries at or past offsets_G1[G] are not read. Every other launcher rejects it.
+  const void* const* row_ptrs = nullptr;
 };
 
 template <class Scale>
@@ -58,6 +64,7 @@ void mxfp8_quantize_rows(const Bf16Matrix& x, const Mxfp8Out& out, cudaStream_t 
 // `cols` (32x1 along tokens, written transposed: q [D, capacity], scales per (feature, 32 tokens)).
 // Either output may be absent. Padding rows quantize as zeros; rows at or past offsets_G1[G] are
 // not touched. Group offsets must be multiples of 32 (checked on the device: a trap with a message).
+// x may be gathered (x.row_ptrs: row r from row_ptrs[r], the same bytes out as from a contiguous x).
 void mxfp8_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Mxfp8Out& rows,
                               const Mxfp8Out& cols, cudaStream_t stream);
 
@@ -117,7 +124,7 @@ void mxfp8_dequantize_columns(const Mxfp8In& cols, const RowGroups& groups, cons
 void fp8_blockwise_quantize_rows(const Bf16Matrix& x, const Fp8BlockwiseOut& out, cudaStream_t stream);
 
 // Both orientations from one read, as mxfp8_quantize_rows_cols with 128-token column blocks
-// (group offsets multiples of 128).
+// (group offsets multiples of 128); x may be gathered.
 void fp8_blockwise_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Fp8BlockwiseOut& rows,
                                       const Fp8BlockwiseOut& cols, cudaStream_t stream);
 

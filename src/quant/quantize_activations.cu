@@ -7,7 +7,8 @@
 //                             thread's own vectors, the token-axis (WGRAD) blocks from shared memory,
 //                             staged transposed in the tile's own stage and written as whole 128-byte
 //                             rows; both orientations' scales are staged for the region and written
-//                             at its end
+//                             at its end. Gathered x: a tile's rows come through the row-pointer
+//                             table (one pointer per row per tile, shuffled to the row's threads)
 // Memory-bound: the prediction and the measurements are in docs/perf_history.md (G37, G38).
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
@@ -57,6 +58,7 @@ template <class F>
 void launch_rows(const Bf16Matrix& x, const QuantizedOut<typename F::Scale>& out, cudaStream_t stream,
                  const char* name) {
   DMOE_CHECK_ARG(x.cols % F::kBlock == 0, name, ": cols=", x.cols, " must be a multiple of ", F::kBlock);
+  DMOE_CHECK_ARG(x.row_ptrs == nullptr, name, ": gathered rows (row_ptrs) are not supported (rows+cols only)");
   DMOE_CHECK_ARG(x.row_stride % kVec == 0 && out.q_row_stride % 8 == 0, name,
                  ": row strides must keep 16-byte (input) and 8-byte (output) alignment");
   const int64_t vecs = x.rows * (x.cols / kVec);
@@ -163,9 +165,11 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
   };
 
   // Tile t of the region: token tile t / tiles_f, feature tile t % tiles_f (along the features first).
+  // Rows at or past `end` are neither read nor (gathered) looked up: their real-row bits are clear.
   auto issue = [&](int t, Bf16Tile& stage) {
-    issue_tile(stage, base, x.row_stride, x.rows, x.cols, m_first + (t / tiles_f) * kTile,
-               c_first + (t % tiles_f) * kTile);
+    const int64_t r0 = m_first + (t / tiles_f) * kTile, c0 = c_first + (t % tiles_f) * kTile;
+    if (x.row_ptrs != nullptr) issue_gathered_tile(stage, x.row_ptrs, end, x.cols, r0, c0);
+    else issue_tile(stage, base, x.row_stride, end, x.cols, r0, c0);
   };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int chunk = warp % kChunks;
@@ -328,7 +332,8 @@ void launch_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Quanti
                       int log2_rt = -1, int log2_rf = -1) {
   DMOE_CHECK_ARG(x.cols % F::kBlock == 0, name, ": cols=", x.cols, " must be a multiple of ", F::kBlock);
   DMOE_CHECK_ARG(x.rows % F::kBlock == 0, name, ": the row capacity ", x.rows, " must be a multiple of ", F::kBlock);
-  DMOE_CHECK_ARG(x.row_stride % kVec == 0, name, ": the input row stride must keep 16-byte alignment");
+  DMOE_CHECK_ARG(x.row_ptrs != nullptr || x.row_stride % kVec == 0, name,
+                 ": the input row stride must keep 16-byte alignment");
   DMOE_CHECK_ARG(groups.num_groups >= 1 && groups.num_groups <= kMaxGroups, name, ": ", groups.num_groups,
                  " groups (1 .. ", kMaxGroups, " supported)");
   DMOE_CHECK_ARG(!cols.present() || cols.q_row_stride % 16 == 0, name, ": the transposed row stride ",
