@@ -1,7 +1,8 @@
 // Every GPU block quantizer (src/quant) against the HBM ceiling for the same bytes, at the per-rank
 // sizes of the reference workloads (EP2 by default, balanced rows), on random inputs:
 //   activations  x_TD (T rows, the inference source) and the gathered rows x_MD (M = T*K, training)
-//     mxfp8_rows, mxfp8_rows_cols (both orientations, one read), fp8bw_rows, fp8bw_rows_cols,
+//     mxfp8_rows, mxfp8_rows_cols (both orientations, one read), mxfp8_rows_cols_g (the same from a
+//     row-pointer table to x's rows shuffled: routing's gather_src), fp8bw_rows, fp8bw_rows_cols,
 //     nvfp4_token_rows (packed rows), mxfp8_dequant_cols (the columns back to BF16 rows [M, D], the
 //     BF16 WGRAD's operand: reads 1 + 1/32, writes 2 bytes per element)
 //   weights      the rank's W13 [E/ep, 2F, D]
@@ -22,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -100,6 +102,18 @@ void run_activations(const Workload& w, cudaStream_t s) {
   // The dequantizer's input: this x's columns (qt, st8), written once here; mxfp8_rows_cols rewrites
   // the same bytes.
   quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, quant::Mxfp8Out{}, {qt.get(), cap, st8.get(), cap / 32, 1}, s);
+  // The gathered twin of x: a row-pointer table (as routing's gather_src) to x's rows in a shuffled
+  // order, nullptr for the padding rows.
+  std::vector<uint64_t> order(cap), table(cap, 0);
+  for (int64_t m = 0; m < cap; ++m) order[m] = static_cast<uint64_t>(m);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t r = 0; r < counts[e]; ++r) {
+      const int64_t m = offsets[e] + r;
+      table[m] = reinterpret_cast<uint64_t>(x.get() + static_cast<int64_t>(order[m]) * D);
+    }
+  DeviceBuffer<uint64_t> row_ptrs(table);
+  quant::Bf16Matrix x_gathered{nullptr, cap, D, 0, reinterpret_cast<const void* const*>(row_ptrs.get())};
   const double xT = double(T * D) * 2, xM = double(cap * D) * 2;
   const std::vector<Case> cases = {
       {"mxfp8_rows", xT + T * D + T * D / 32,
@@ -107,6 +121,11 @@ void run_activations(const Workload& w, cudaStream_t s) {
       {"mxfp8_rows_cols", xM + 2.0 * (cap * D + cap * D / 32),
        [&] {
          quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, {q.get(), D, s8.get(), D / 32, 1},
+                                         {qt.get(), cap, st8.get(), cap / 32, 1}, s);
+       }},
+      {"mxfp8_rows_cols_g", xM + 8.0 * cap + 2.0 * (cap * D + cap * D / 32),
+       [&] {
+         quant::mxfp8_quantize_rows_cols(x_gathered, groups, {q.get(), D, s8.get(), D / 32, 1},
                                          {qt.get(), cap, st8.get(), cap / 32, 1}, s);
        }},
       {"fp8bw_rows", xT + T * D + T * D / 128 * 4.0,

@@ -66,6 +66,15 @@ __global__ void __launch_bounds__(kDqThreads, 4)
   const int64_t used = __ldg(groups.offsets_G1 + groups.num_groups);
   const int64_t end = used < y.rows ? used : y.rows;
   if (m0 >= end) return;  // CTA-uniform: past the groups nothing is read or written
+  // Compact columns: the bundle's base and strides follow from R = used (quantize.h).
+  const int64_t in_offset = in.compact && in.q_offset != nullptr ? __ldg(in.q_offset) : 0;
+  if (in.compact) {
+    in.q += in_offset;
+    in.q_row_stride = used;
+    in.scales = in.q + mxfp8_compact_columns_scales_offset(y.cols, used);
+    in.scale_row_stride = used / numeric::kMXBlock;
+    in.scale_block_stride = 1;
+  }
   const int tokens = static_cast<int>(end - m0 < kTile ? end - m0 : kTile);  // a multiple of 32
   const int64_t D = y.cols;
   const int64_t d_first = static_cast<int64_t>(blockIdx.x) * (kFeatureTiles * kTile);
@@ -104,9 +113,11 @@ __global__ void __launch_bounds__(kDqThreads, 4)
 
   for (int g = threadIdx.x; g <= groups.num_groups; g += kDqThreads) offsets[g] = groups.offsets_G1[g];
   __syncthreads();
-  if (blockIdx.x == 0 && blockIdx.y == 0)
+  if (blockIdx.x == 0 && blockIdx.y == 0) {
     for (int g = threadIdx.x; g <= groups.num_groups; g += kDqThreads)
       if (offsets[g] % numeric::kMXBlock != 0) layout_trap("an expert's first row", offsets[g], numeric::kMXBlock);
+    if (threadIdx.x == 0 && in_offset % 128 != 0) layout_trap("the compact columns' q_offset", in_offset, 128);
+  }
   if (threadIdx.x < kTile) {  // warps 0..3, whole
     const bool is_real = row_is_real(offsets, groups, m0 + threadIdx.x, end);
     const uint32_t bits = __ballot_sync(0xffffffffu, is_real);
@@ -175,9 +186,10 @@ void mxfp8_dequantize_columns(const Mxfp8In& cols, const RowGroups& groups, cons
   DMOE_CHECK_ARG(y.rows % numeric::kMXBlock == 0, name, ": the row capacity ", y.rows, " must be a multiple of 32");
   DMOE_CHECK_ARG(y.row_stride >= y.cols && y.row_stride % 8 == 0 && reinterpret_cast<uintptr_t>(y.data) % 16 == 0,
                  name, ": the BF16 rows need a row stride >= D, a multiple of 8 elements, and 16-byte alignment");
-  DMOE_CHECK_ARG(cols.q_row_stride >= y.rows && cols.q_row_stride % 16 == 0 &&
+  DMOE_CHECK_ARG((cols.compact || (cols.q_row_stride >= y.rows && cols.q_row_stride % 16 == 0)) &&
                      reinterpret_cast<uintptr_t>(cols.q) % 16 == 0,
                  name, ": the transposed data need a row stride >= capacity, a multiple of 16 bytes, and 16-byte alignment");
+  DMOE_CHECK_ARG(cols.compact || cols.q_offset == nullptr, name, ": q_offset is set but compact is not");
   DMOE_CHECK_ARG(groups.num_groups >= 1 && groups.num_groups <= kMaxGroups, name, ": ", groups.num_groups,
                  " groups (1 .. ", kMaxGroups, " supported)");
   if (y.rows == 0 || y.cols == 0) return;

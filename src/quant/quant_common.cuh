@@ -164,6 +164,26 @@ __device__ __forceinline__ void issue_tile(Bf16Tile& tile, const uint16_t* base,
   }
 }
 
+// The same for a gathered matrix: row r at row_ptrs[r] (nullptr = a zero row, never read). A warp
+// copies 16 rows, two per pass (tile_row: one per half-warp); lane l loads the pointer of pass
+// l / 2 % 8's row of half-warp l % 2 -- one load per lane, not one per vector -- and each thread
+// takes its rows' pointers by shuffles. Every thread of the warp must call it.
+__device__ __forceinline__ void issue_gathered_tile(Bf16Tile& tile, const void* const* row_ptrs, int64_t rows,
+                                                    int64_t cols, int64_t r0, int64_t c0) {
+  const int slot = threadIdx.x % kTileSlots, lane = threadIdx.x % 32;
+  const int64_t c = c0 + slot * kVec;
+  const int64_t own = r0 + (threadIdx.x / 32) * 2 + (lane & 1) + kTileRowStep * ((lane >> 1) & (kTileLoads - 1));
+  const auto* table = reinterpret_cast<const unsigned long long*>(row_ptrs);
+  const unsigned long long loaded = own < rows ? __ldg(table + own) : 0ull;
+#pragma unroll
+  for (int i = 0; i < kTileLoads; ++i) {
+    const int r = tile_row(i);
+    const auto* row = reinterpret_cast<const uint16_t*>(__shfl_sync(0xffffffffu, loaded, 2 * i + lane / kTileSlots));
+    const bool valid = row != nullptr && c < cols;
+    ptx::cp_async_16_zfill(&tile[r][slot * kVec], valid ? static_cast<const void*>(row + c) : row_ptrs, valid);
+  }
+}
+
 // This thread's kTileLoads vectors of a landed tile (row tile_row(i), slot threadIdx.x % kTileSlots).
 __device__ __forceinline__ void read_own_vectors(uint4 (&raw)[kTileLoads], const Bf16Tile& tile) {
 #pragma unroll

@@ -26,7 +26,23 @@ struct Bf16Matrix {
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t row_stride = 0;
+  // Gathered rows (the rows+cols quantizers only: mxfp8_ and fp8_blockwise_quantize_rows_cols, one
+  // kernel): when set, row r is read from row_ptrs[r] (`cols` BF16 values, 16-byte aligned, in this
+  // GPU's or a peer's memory; nullptr = a zero row); `data` and `row_stride` are then unused. The
+  // routing table's gather_src / grad_gather_src: [rows] device pointers, padding rows nullptr;
+  // entries at or past offsets_G1[G] are not read. Every other launcher rejects it.
+  const void* const* row_ptrs = nullptr;
 };
+
+// Compact MXFP8 column bundle of C features x R rows (QuantizedOut / QuantizedIn::compact): q [C, R]
+// (row stride R), then its E8M0 scales [C, R / 32] (row stride R / 32) at the next 128-byte
+// boundary; memory_plan's Bundles::col(R, C) for MXFP8 (docs/formats.md "GPU layouts").
+DMOE_HOST_DEVICE constexpr int64_t mxfp8_compact_columns_scales_offset(int64_t c, int64_t r) {
+  return (c * r + 127) / 128 * 128;
+}
+DMOE_HOST_DEVICE constexpr int64_t mxfp8_compact_columns_bytes(int64_t c, int64_t r) {
+  return mxfp8_compact_columns_scales_offset(c, r) + (c * (r / 32) + 127) / 128 * 128;
+}
 
 template <class Scale>
 struct QuantizedOut {
@@ -35,6 +51,14 @@ struct QuantizedOut {
   Scale* scales = nullptr;
   int64_t scale_row_stride = 0;
   int64_t scale_block_stride = 0;
+  // Compact columns: the layout of upstream's column bundle, sized by the rows actually used,
+  // R = offsets_G1[num_groups] (read on the device): q [C, R] (row stride R) at q + *q_offset, its
+  // scales [C, R / 32] (row stride R / 32, block stride 1) at q + *q_offset + align128(C * R); the
+  // stride and scale fields are ignored. q_offset: device int64 byte offset (nullptr = 0, a multiple
+  // of 128; q 16-byte aligned). MXFP8 column outputs and inputs only (mxfp8_quantize_rows_cols'
+  // `cols`, mxfp8_dequantize_columns' `cols`); every other operand rejects it.
+  bool compact = false;
+  const int64_t* q_offset = nullptr;
   DMOE_HOST_DEVICE bool present() const { return q != nullptr; }
 };
 using Mxfp8Out = QuantizedOut<uint8_t>;        // E4M3 data, E8M0 scales
@@ -58,6 +82,9 @@ void mxfp8_quantize_rows(const Bf16Matrix& x, const Mxfp8Out& out, cudaStream_t 
 // `cols` (32x1 along tokens, written transposed: q [D, capacity], scales per (feature, 32 tokens)).
 // Either output may be absent. Padding rows quantize as zeros; rows at or past offsets_G1[G] are
 // not touched. Group offsets must be multiples of 32 (checked on the device: a trap with a message).
+// x may be gathered (x.row_ptrs: row r from row_ptrs[r], the same bytes out as from a contiguous
+// x); `cols` may be compact (cols.compact: the bundle [C, R] + scales at a device offset, sized by
+// R = offsets_G1[G] <= capacity; a q_offset that is not a multiple of 128 traps); `rows` may not.
 void mxfp8_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Mxfp8Out& rows,
                               const Mxfp8Out& cols, cudaStream_t stream);
 
@@ -93,7 +120,8 @@ void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_exper
 // are +-Inf in FP32 and in BF16 both: docs/formats.md "GPU layouts"); a padding row (past its
 // expert's count) is +0 whatever its block holds (a NaN block's padding too); rows at or past
 // offsets_G1[G] are not touched (neither read nor written). Group offsets multiples of 32 (checked
-// on the device: a trap with a message), 1 .. 1024 groups. D % 32 == 0.
+// on the device: a trap with a message), 1 .. 1024 groups. D % 32 == 0. `cols` may be compact
+// (QuantizedIn::compact: the bundle mxfp8_quantize_rows_cols writes with a compact `cols`).
 struct Bf16MatrixOut {
   void* data = nullptr;
   int64_t rows = 0;
@@ -107,6 +135,10 @@ struct QuantizedIn {
   const Scale* scales = nullptr;
   int64_t scale_row_stride = 0;
   int64_t scale_block_stride = 0;
+  // Compact columns, as QuantizedOut's: q [C, R] at q + *q_offset, scales [C, R / 32] after it at
+  // align128(C * R), R = offsets_G1[num_groups] read on the device; strides and scales ignored.
+  bool compact = false;
+  const int64_t* q_offset = nullptr;
 };
 using Mxfp8In = QuantizedIn<uint8_t>;
 void mxfp8_dequantize_columns(const Mxfp8In& cols, const RowGroups& groups, const Bf16MatrixOut& y,
@@ -118,7 +150,7 @@ void mxfp8_dequantize_columns(const Mxfp8In& cols, const RowGroups& groups, cons
 void fp8_blockwise_quantize_rows(const Bf16Matrix& x, const Fp8BlockwiseOut& out, cudaStream_t stream);
 
 // Both orientations from one read, as mxfp8_quantize_rows_cols with 128-token column blocks
-// (group offsets multiples of 128).
+// (group offsets multiples of 128); x may be gathered, neither output compact.
 void fp8_blockwise_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Fp8BlockwiseOut& rows,
                                       const Fp8BlockwiseOut& cols, cudaStream_t stream);
 

@@ -7,8 +7,12 @@
 //                             thread's own vectors, the token-axis (WGRAD) blocks from shared memory,
 //                             staged transposed in the tile's own stage and written as whole 128-byte
 //                             rows; both orientations' scales are staged for the region and written
-//                             at its end
+//                             at its end. Gathered x: a tile's rows come through the row-pointer
+//                             table (one pointer per row per tile, shuffled to the row's threads);
+//                             compact columns (MXFP8): their own instantiation
 // Memory-bound: the prediction and the measurements are in docs/perf_history.md (G37, G38).
+#include <type_traits>
+
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "quant/quant_common.cuh"
@@ -57,6 +61,9 @@ template <class F>
 void launch_rows(const Bf16Matrix& x, const QuantizedOut<typename F::Scale>& out, cudaStream_t stream,
                  const char* name) {
   DMOE_CHECK_ARG(x.cols % F::kBlock == 0, name, ": cols=", x.cols, " must be a multiple of ", F::kBlock);
+  DMOE_CHECK_ARG(x.row_ptrs == nullptr, name, ": gathered rows (row_ptrs) are not supported (rows+cols only)");
+  DMOE_CHECK_ARG(!out.compact && out.q_offset == nullptr, name,
+                 ": compact outputs (compact, q_offset) are for MXFP8 columns only");
   DMOE_CHECK_ARG(x.row_stride % kVec == 0 && out.q_row_stride % 8 == 0, name,
                  ": row strides must keep 16-byte (input) and 8-byte (output) alignment");
   const int64_t vecs = x.rows * (x.cols / kVec);
@@ -115,7 +122,9 @@ constexpr int kRowsColsStages = 2;
 constexpr int kRowsColsCtasPerSm = 3;
 constexpr size_t kRowsColsRingBytes = sizeof(Bf16Tile) * kRowsColsStages;
 
-template <class F>
+// kCompactCols: `cols` is a compact column bundle (MXFP8), in an instantiation of its own: the
+// strided kernel keeps its stores' addresses in constant-bank parameters, with no register to spare.
+template <class F, bool kCompactCols>
 __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
     quantize_rows_cols_kernel(Bf16Matrix x, RowGroups groups, QuantizedOut<typename F::Scale> rows,
                               QuantizedOut<typename F::Scale> cols, int log2_rt, int log2_rf) {
@@ -133,6 +142,9 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
   // The region's scales: row scales [token][feature block], column scales [feature][token block].
   __shared__ __align__(16) Scale row_scale[kRegionTiles * kTile * kBlocksPerTile];
   __shared__ __align__(16) Scale col_scale[kRegionTiles * kTile * kBlocksPerTile];
+  // Compact columns: the bundle's byte offset and its row stride R = used (quantize.h), which reach
+  // their uses through shared memory (in registers through the walk, at 80, they spilled).
+  __shared__ int64_t compact_offset, compact_ld;
 
   const int64_t m_first = (static_cast<int64_t>(blockIdx.y) * kTile) << log2_rt;
   const int64_t c_first = (static_cast<int64_t>(blockIdx.x) * kTile) << log2_rf;
@@ -151,6 +163,14 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
     auto* offsets = reinterpret_cast<int32_t*>(&ring[kRowsColsStages - 1][0][0]);
     for (int g = threadIdx.x; g <= groups.num_groups; g += kTileThreads) offsets[g] = groups.offsets_G1[g];
     F::fill_tables(factor_tables);
+    if constexpr (kCompactCols) {
+      if (threadIdx.x == 0) {
+        compact_offset = cols.q_offset != nullptr ? *cols.q_offset : 0;
+        compact_ld = used;
+        if (blockIdx.x == 0 && blockIdx.y == 0 && compact_offset % 128 != 0)
+          layout_trap("the compact columns' q_offset", compact_offset, 128);
+      }
+    }
     __syncthreads();
     if (blockIdx.x == 0 && blockIdx.y == 0)
       for (int g = threadIdx.x; g <= groups.num_groups; g += kTileThreads)
@@ -163,9 +183,11 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
   };
 
   // Tile t of the region: token tile t / tiles_f, feature tile t % tiles_f (along the features first).
+  // Rows at or past `end` are neither read nor (gathered) looked up: their real-row bits are clear.
   auto issue = [&](int t, Bf16Tile& stage) {
-    issue_tile(stage, base, x.row_stride, x.rows, x.cols, m_first + (t / tiles_f) * kTile,
-               c_first + (t % tiles_f) * kTile);
+    const int64_t r0 = m_first + (t / tiles_f) * kTile, c0 = c_first + (t % tiles_f) * kTile;
+    if (x.row_ptrs != nullptr) issue_gathered_tile(stage, x.row_ptrs, end, x.cols, r0, c0);
+    else issue_tile(stage, base, x.row_stride, end, x.cols, r0, c0);
   };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int chunk = warp % kChunks;
@@ -295,8 +317,9 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
         col_scale[(tf * kTile + f) * ld_col + tt * kBlocksPerTile + chunk / kChunksPerBlock] = scale;
     }
     __syncthreads();
-    store_byte_tile(qt, cols.q + c0 * cols.q_row_stride + m0, cols.q_row_stride,
-                    [&](int f, int off) { return c0 + f < x.cols && m0 + off < end; });
+    const auto keep = [&](int f, int off) { return c0 + f < x.cols && m0 + off < end; };
+    if constexpr (kCompactCols) store_byte_tile(qt, cols.q + compact_offset + c0 * compact_ld + m0, compact_ld, keep);
+    else store_byte_tile(qt, cols.q + c0 * cols.q_row_stride + m0, cols.q_row_stride, keep);
   }, prologue);
   // for_each_tile ended on a barrier: the region's scales are all staged.
   const int64_t tokens = (end - m_first < int64_t{tiles_t} * kTile) ? end - m_first : int64_t{tiles_t} * kTile;
@@ -305,10 +328,17 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
     store_scale_grid(row_scale, ld_row, static_cast<int>(tokens), static_cast<int>(features / F::kBlock),
                      rows.scales + m_first * rows.scale_row_stride + (c_first / F::kBlock) * rows.scale_block_stride,
                      rows.scale_row_stride, rows.scale_block_stride);
-  if (cols.present())
+  if (cols.present()) {
+    if constexpr (kCompactCols) {  // [C, R / 32] after the data
+      static_assert(sizeof(Scale) == 1, "compact columns: MXFP8's byte scales");
+      cols.scales = cols.q + compact_offset + mxfp8_compact_columns_scales_offset(x.cols, compact_ld);
+      cols.scale_row_stride = compact_ld / F::kBlock;
+      cols.scale_block_stride = 1;
+    }
     store_scale_grid(col_scale, ld_col, static_cast<int>(features), static_cast<int>(tokens / F::kBlock),
                      cols.scales + c_first * cols.scale_row_stride + (m_first / F::kBlock) * cols.scale_block_stride,
                      cols.scale_row_stride, cols.scale_block_stride);
+  }
 }
 
 // The region shape (rt x rf tiles, rt * rf <= kRegionTiles) with the least estimated time per
@@ -322,19 +352,41 @@ RegionShape choose_rows_cols_region(int64_t tiles_t, int64_t tiles_f, bool byte_
   });
 }
 
+template <class F, bool kCompactCols>
+void launch_rows_cols_kernel(const Bf16Matrix& x, const RowGroups& groups, const QuantizedOut<typename F::Scale>& rows,
+                             const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name,
+                             int log2_rt, int log2_rf);
+
 template <class F>
 void launch_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const QuantizedOut<typename F::Scale>& rows,
                       const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name,
                       int log2_rt = -1, int log2_rf = -1) {
   DMOE_CHECK_ARG(x.cols % F::kBlock == 0, name, ": cols=", x.cols, " must be a multiple of ", F::kBlock);
   DMOE_CHECK_ARG(x.rows % F::kBlock == 0, name, ": the row capacity ", x.rows, " must be a multiple of ", F::kBlock);
-  DMOE_CHECK_ARG(x.row_stride % kVec == 0, name, ": the input row stride must keep 16-byte alignment");
+  DMOE_CHECK_ARG(x.row_ptrs != nullptr || x.row_stride % kVec == 0, name,
+                 ": the input row stride must keep 16-byte alignment");
   DMOE_CHECK_ARG(groups.num_groups >= 1 && groups.num_groups <= kMaxGroups, name, ": ", groups.num_groups,
                  " groups (1 .. ", kMaxGroups, " supported)");
-  DMOE_CHECK_ARG(!cols.present() || cols.q_row_stride % 16 == 0, name, ": the transposed row stride ",
+  DMOE_CHECK_ARG(!rows.compact && rows.q_offset == nullptr, name,
+                 ": the row output cannot be compact (compact, q_offset are for the column output)");
+  DMOE_CHECK_ARG(cols.compact || cols.q_offset == nullptr, name, ": q_offset is set but compact is not");
+  DMOE_CHECK_ARG(!cols.compact || F::kBlock == numeric::kMXBlock, name,
+                 ": compact columns are MXFP8's layout only");
+  DMOE_CHECK_ARG(!cols.present() || cols.compact || cols.q_row_stride % 16 == 0, name, ": the transposed row stride ",
                  cols.q_row_stride, " must be a multiple of 16 bytes");
+  DMOE_CHECK_ARG(!cols.compact || reinterpret_cast<uintptr_t>(cols.q) % 16 == 0, name,
+                 ": compact columns need q 16-byte aligned");
   if (x.rows == 0 || (!rows.present() && !cols.present())) return;
-  constexpr auto kernel = quantize_rows_cols_kernel<F>;
+  if constexpr (std::is_same_v<F, Mxfp8Format>)
+    if (cols.compact) return launch_rows_cols_kernel<F, true>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
+  launch_rows_cols_kernel<F, false>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
+}
+
+template <class F, bool kCompactCols>
+void launch_rows_cols_kernel(const Bf16Matrix& x, const RowGroups& groups, const QuantizedOut<typename F::Scale>& rows,
+                             const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name,
+                             int log2_rt, int log2_rf) {
+  constexpr auto kernel = quantize_rows_cols_kernel<F, kCompactCols>;
   allow_dynamic_smem<kernel>(kRowsColsRingBytes);
   const int64_t tiles_t = (x.rows + kTile - 1) / kTile, tiles_f = (x.cols + kTile - 1) / kTile;
   if (log2_rt < 0) {

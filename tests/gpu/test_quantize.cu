@@ -8,6 +8,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "dist_moe/device/numeric/numeric.cuh"
@@ -621,6 +624,328 @@ TEST(QuantizeFp8Blockwise, RowsAndColumnsMatchTheOracleInEveryRegionShape) {
       check_rows_cols<float, 128>({37, 0, 300, 1, 100, 129}, 1152, 128, 43 + lt * 4 + lf, launch, oracle, true);
       if (HasFatalFailure()) return;
     }
+}
+
+// ---- gathered rows, compact column bundles -------------------------------------------------------------
+
+// The first byte at which two downloads differ (-1: none; 0 when the sizes differ).
+template <class T>
+int64_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return 0;
+  const auto* pa = reinterpret_cast<const uint8_t*>(a.data());
+  const auto* pb = reinterpret_cast<const uint8_t*>(b.data());
+  for (size_t i = 0; i < a.size() * sizeof(T); ++i)
+    if (pa[i] != pb[i]) return static_cast<int64_t>(i);
+  return -1;
+}
+
+// Expert-major rows x [cap, D] twice: as a contiguous buffer, whose padding rows and capacity past
+// the groups hold random nonzero garbage (the quantizer masks the one and leaves the other alone),
+// and as a row-pointer table (Bf16Matrix::row_ptrs) into a second buffer that holds the real rows
+// in a shuffled order, with a wider row stride and NaN rows and gaps nobody points at. Padding rows
+// point nowhere (nullptr); the entries past the groups hold an unmapped address: a read of one faults.
+struct GatheredInput {
+  Groups g;
+  int64_t cap = 0, D = 0;
+  DeviceBuffer<uint16_t> contiguous, shuffled;
+  DeviceBuffer<uint64_t> table;  // const void* per row
+  quant::Bf16Matrix x() const { return {contiguous.get(), cap, D, D}; }
+  quant::Bf16Matrix gathered() const {
+    return {nullptr, cap, D, 0, reinterpret_cast<const void* const*>(table.get())};
+  }
+  quant::RowGroups groups(const DeviceBuffer<int32_t>& counts, const DeviceBuffer<int32_t>& offsets) const {
+    return {counts.get(), offsets.get(), static_cast<int32_t>(g.counts.size())};
+  }
+};
+
+GatheredInput make_gathered_input(const std::vector<int32_t>& counts, int32_t align, int64_t D, int64_t spare,
+                                  uint64_t seed) {
+  GatheredInput in;
+  in.g = make_groups(counts, align);
+  const int64_t used = in.g.offsets.back();
+  in.cap = used + spare;
+  in.D = D;
+  HostBf16 h = random_bf16(in.cap, D, seed);
+  if (!counts.empty() && counts[0] >= 10 && D >= 256) add_crafted_rows(h);
+  const int64_t stride = D + 24, src_rows = used + 5;  // rows stay 16-byte aligned (D % 32 == 0)
+  std::vector<int64_t> slot(src_rows);
+  for (int64_t i = 0; i < src_rows; ++i) slot[i] = i;
+  reference::Rng rng(seed + 1);
+  for (int64_t i = src_rows - 1; i > 0; --i) std::swap(slot[i], slot[rng.below(i + 1)]);
+  std::vector<uint16_t> src(src_rows * stride, 0x7fc0);
+  in.contiguous = DeviceBuffer<uint16_t>(h.bits);
+  in.shuffled = DeviceBuffer<uint16_t>(src.size());
+  std::vector<uint64_t> table(in.cap, 0);
+  for (size_t e = 0; e < counts.size(); ++e)
+    for (int64_t m = in.g.offsets[e]; m < in.g.offsets[e] + counts[e]; ++m) {
+      std::memcpy(&src[slot[m] * stride], &h.bits[m * D], D * sizeof(uint16_t));
+      table[m] = reinterpret_cast<uint64_t>(in.shuffled.get() + slot[m] * stride);
+    }
+  for (int64_t m = used; m < in.cap; ++m) table[m] = 0x10;  // unmapped
+  in.shuffled.upload(src);
+  in.table = DeviceBuffer<uint64_t>(table);
+  return in;
+}
+
+// launch(x, groups, rows, cols) on the contiguous x and on its gathered twin, into outputs poisoned
+// alike (the layouts of check_rows_cols): every byte of every output, the untouched ones included,
+// must agree.
+template <class Scale, int kBlock, class Launch>
+void check_gathered_equals_contiguous(const std::vector<int32_t>& counts, int64_t D, int64_t spare, uint64_t seed,
+                                      bool scales_kblock_major, Launch launch) {
+  const GatheredInput in = make_gathered_input(counts, kBlock, D, spare, seed);
+  const int64_t cap = in.cap;
+  SCOPED_TRACE("D=" + std::to_string(D) + " capacity=" + std::to_string(cap) + " groups=" + std::to_string(counts.size()));
+  DeviceBuffer<int32_t> dcounts(in.g.counts), doffsets(in.g.offsets);
+  struct Outputs {
+    std::vector<uint8_t> q, qt;
+    std::vector<Scale> s, st;
+  };
+  auto run = [&](const quant::Bf16Matrix& x) {
+    DeviceBuffer<uint8_t> dq(cap * D), dqt(D * cap);
+    DeviceBuffer<Scale> ds(cap * D / kBlock), dst(cap / kBlock * D);
+    dq.poison(kPoison);
+    dqt.poison(kPoison);
+    ds.poison(kPoison);
+    dst.poison(kPoison);
+    const quant::QuantizedOut<Scale> rows_out =
+        scales_kblock_major ? quant::QuantizedOut<Scale>{dq.get(), D, ds.get(), 1, cap}
+                            : quant::QuantizedOut<Scale>{dq.get(), D, ds.get(), D / kBlock, 1};
+    const quant::QuantizedOut<Scale> cols_out =
+        scales_kblock_major ? quant::QuantizedOut<Scale>{dqt.get(), cap, dst.get(), 1, D}
+                            : quant::QuantizedOut<Scale>{dqt.get(), cap, dst.get(), cap / kBlock, 1};
+    launch(x, in.groups(dcounts, doffsets), rows_out, cols_out);
+    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    return Outputs{dq.download(), dqt.download(), ds.download(), dst.download()};
+  };
+  const Outputs want = run(in.x()), got = run(in.gathered());
+  EXPECT_EQ(first_difference(got.q, want.q), -1) << "row data";
+  EXPECT_EQ(first_difference(got.s, want.s), -1) << "row scales";
+  EXPECT_EQ(first_difference(got.qt, want.qt), -1) << "transposed data";
+  EXPECT_EQ(first_difference(got.st, want.st), -1) << "column scales";
+}
+
+// Ragged and empty experts, capacities that are not multiples of 128 (320, 544), spare capacity
+// past the groups (table entries that fault if read), one row, an all-empty batch, 1024 groups.
+TEST(QuantizeMxfp8Gathered, RowsAndColumnsEqualTheContiguousRowsBitForBit) {
+  DMOE_REQUIRE_SM90();
+  auto launch = [](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Mxfp8Out& r,
+                   const quant::Mxfp8Out& c) { quant::mxfp8_quantize_rows_cols(x, g, r, c, nullptr); };
+  check_gathered_equals_contiguous<uint8_t, 32>({37, 0, 64, 1, 100}, 256, 32, 201, false, launch);
+  check_gathered_equals_contiguous<uint8_t, 32>({300, 5, 0, 129}, 2080, 32, 202, false, launch);
+  check_gathered_equals_contiguous<uint8_t, 32>({1}, 128, 0, 203, false, launch);
+  check_gathered_equals_contiguous<uint8_t, 32>({0, 0}, 160, 64, 204, false, launch);
+  std::vector<int32_t> many(1024);
+  for (size_t g = 0; g < many.size(); ++g) many[g] = static_cast<int32_t>(g * 7 % 41);
+  check_gathered_equals_contiguous<uint8_t, 32>(many, 128, 32, 205, false, launch);
+}
+
+// Every CTA region shape: the row pointers of a region's later token tiles.
+TEST(QuantizeMxfp8Gathered, RowsAndColumnsEqualTheContiguousRowsInEveryRegionShape) {
+  DMOE_REQUIRE_SM90();
+  for (int lt = 0; lt <= 3; ++lt)
+    for (int lf = 0; lt + lf <= 3; ++lf) {
+      SCOPED_TRACE("region 2^" + std::to_string(lt) + " x 2^" + std::to_string(lf));
+      auto launch = [&](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Mxfp8Out& r,
+                        const quant::Mxfp8Out& c) { quant::mxfp8_quantize_rows_cols_in_regions(x, g, r, c, lt, lf, nullptr); };
+      check_gathered_equals_contiguous<uint8_t, 32>({37, 0, 300, 1, 100, 129}, 1184, 64, 211 + lt * 4 + lf, false, launch);
+      if (HasFailure()) return;
+    }
+}
+
+// The FP8-blockwise rows+cols quantizer shares the kernel, and the gather with it.
+TEST(QuantizeFp8BlockwiseGathered, RowsAndColumnsEqualTheContiguousRowsBitForBit) {
+  DMOE_REQUIRE_SM90();
+  auto launch = [](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Fp8BlockwiseOut& r,
+                   const quant::Fp8BlockwiseOut& c) { quant::fp8_blockwise_quantize_rows_cols(x, g, r, c, nullptr); };
+  check_gathered_equals_contiguous<float, 128>({37, 0, 200, 1, 100}, 256, 128, 221, true, launch);
+  check_gathered_equals_contiguous<float, 128>({300, 5, 0, 129}, 1152, 0, 222, true, launch);
+}
+
+// The compact column bundle (C = D features, R = offsets_G1[G] tokens) at a device offset inside a
+// sentinel-filled buffer, against the strided columns of the same input (one rows+cols call each,
+// the rows output present in both; the compact call reads the gathered twin when `gathered`): q
+// [D, R] and scales [D, R / 32] hold the strided bytes of tokens < R, every other byte of the
+// buffer -- before the offset, the gap up to the scales' 128-byte boundary, past the bundle -- keeps
+// its sentinel, and the rows output equals the strided call's. Then both bundles dequantize
+// (mxfp8_dequantize_columns) to the same BF16 rows.
+void check_compact_columns(const std::vector<int32_t>& counts, int64_t D, int64_t spare, uint64_t seed, bool gathered,
+                           int log2_rt = -1, int log2_rf = -1) {
+  const GatheredInput in = make_gathered_input(counts, 32, D, spare, seed);
+  const int64_t cap = in.cap, R = in.g.offsets.back(), nb = cap / 32;
+  SCOPED_TRACE("D=" + std::to_string(D) + " capacity=" + std::to_string(cap) + " R=" + std::to_string(R) +
+               (gathered ? " gathered" : ""));
+  DeviceBuffer<int32_t> dcounts(in.g.counts), doffsets(in.g.offsets);
+  const quant::RowGroups groups = in.groups(dcounts, doffsets);
+  auto quantize = [&](const quant::Bf16Matrix& x, const quant::Mxfp8Out& rows, const quant::Mxfp8Out& cols) {
+    if (log2_rt < 0) quant::mxfp8_quantize_rows_cols(x, groups, rows, cols, nullptr);
+    else quant::mxfp8_quantize_rows_cols_in_regions(x, groups, rows, cols, log2_rt, log2_rf, nullptr);
+    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  };
+  // Strided reference.
+  DeviceBuffer<uint8_t> dq(cap * D), ds(cap * D / 32), dqt(D * cap), dst(D * nb);
+  for (auto* b : {&dq, &ds, &dqt, &dst}) b->poison(kPoison);
+  const quant::Mxfp8In strided_in{dqt.get(), cap, dst.get(), nb, 1};
+  quantize(in.x(), {dq.get(), D, ds.get(), D / 32, 1}, {dqt.get(), cap, dst.get(), nb, 1});
+  // Compact, 384 bytes into the buffer, 256 sentinel bytes past the bundle.
+  const int64_t offset = 384, bundle = quant::mxfp8_compact_columns_bytes(D, R);
+  const int64_t scales_at = offset + quant::mxfp8_compact_columns_scales_offset(D, R);
+  EXPECT_EQ(bundle, (D * R + 127) / 128 * 128 + (D * R / 32 + 127) / 128 * 128) << "Bundles::col(R, D) of MXFP8";
+  DeviceBuffer<uint8_t> dbuf(offset + bundle + 256), dq2(cap * D), ds2(cap * D / 32);
+  for (auto* b : {&dbuf, &dq2, &ds2}) b->poison(kPoison);
+  DeviceBuffer<int64_t> doffset(std::vector<int64_t>{offset});
+  quant::Mxfp8Out compact_out;
+  compact_out.q = dbuf.get();
+  compact_out.compact = true;
+  compact_out.q_offset = doffset.get();
+  quantize(gathered ? in.gathered() : in.x(), {dq2.get(), D, ds2.get(), D / 32, 1}, compact_out);
+
+  const auto qt = dqt.download(), st = dst.download(), buf = dbuf.download();
+  std::vector<uint8_t> want(buf.size(), kPoison);
+  for (int64_t d = 0; d < D; ++d) {
+    for (int64_t m = 0; m < R; ++m) want[offset + d * R + m] = qt[d * cap + m];
+    for (int64_t b = 0; b < R / 32; ++b) want[scales_at + d * (R / 32) + b] = st[d * nb + b];
+  }
+  const int64_t at = first_difference(buf, want);
+  EXPECT_EQ(at, -1) << "compact bundle byte " << at - offset << " (data: [0, " << D * R << "), scales: from "
+                    << scales_at - offset << ", bundle " << bundle << " bytes)";
+  EXPECT_EQ(first_difference(dq2.download(), dq.download()), -1) << "row data beside compact columns";
+  EXPECT_EQ(first_difference(ds2.download(), ds.download()), -1) << "row scales beside compact columns";
+  if (::testing::Test::HasFailure()) return;
+
+  const int64_t y_stride = D + 8;
+  DeviceBuffer<uint16_t> y(cap * y_stride), y2(cap * y_stride);
+  y.poison(kPoison);
+  y2.poison(kPoison);
+  quant::Mxfp8In compact_in;
+  compact_in.q = dbuf.get();
+  compact_in.compact = true;
+  compact_in.q_offset = doffset.get();
+  quant::mxfp8_dequantize_columns(strided_in, groups, {y.get(), cap, D, y_stride}, nullptr);
+  quant::mxfp8_dequantize_columns(compact_in, groups, {y2.get(), cap, D, y_stride}, nullptr);
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(first_difference(y2.download(), y.download()), -1) << "dequantized from the compact bundle";
+}
+
+// R = 288 (scale rows of 9 bytes: one per lane) and 512 / 1024 (whole 4-byte words), D not a
+// multiple of 128, one row, 1024 groups, and R = 0 (all experts empty: nothing written anywhere).
+TEST(QuantizeMxfp8Compact, ColumnsEqualTheStridedColumnsRelaidOut) {
+  DMOE_REQUIRE_SM90();
+  check_compact_columns({37, 0, 64, 1, 100}, 256, 32, 301, false);
+  check_compact_columns({300, 5, 0, 129}, 2080, 64, 302, false);
+  check_compact_columns({1}, 160, 0, 303, false);
+  check_compact_columns({0, 0, 0}, 128, 64, 304, false);
+  std::vector<int32_t> many(1024);
+  for (size_t g = 0; g < many.size(); ++g) many[g] = static_cast<int32_t>(g * 7 % 41);
+  check_compact_columns(many, 128, 32, 305, false);
+}
+
+TEST(QuantizeMxfp8Compact, ColumnsEqualTheStridedColumnsInEveryRegionShape) {
+  DMOE_REQUIRE_SM90();
+  for (int lt = 0; lt <= 3; ++lt)
+    for (int lf = 0; lt + lf <= 3; ++lf) {
+      SCOPED_TRACE("region 2^" + std::to_string(lt) + " x 2^" + std::to_string(lf));
+      check_compact_columns({37, 0, 300, 1, 100, 129}, 1184, 64, 311 + lt * 4 + lf, false, lt, lf);
+      if (HasFailure()) return;
+    }
+}
+
+// Any bytes (every E4M3 and E8M0 code, NaN scales over padding rows) dequantize from a compact
+// bundle as from the strided columns they were laid out from, with scale rows that are (R = 256)
+// and are not (R = 288) whole 4-byte words.
+TEST(QuantizeMxfp8Compact, DequantizedAnyBytesEqualTheStridedColumns) {
+  DMOE_REQUIRE_SM90();
+  for (const std::vector<int32_t>& counts : {std::vector<int32_t>{45, 0, 128, 7, 61}, std::vector<int32_t>{128, 96, 32}}) {
+    const Groups g = make_groups(counts, 32);
+    const int64_t R = g.offsets.back(), cap = R + 64, D = 288, nb = cap / 32;
+    SCOPED_TRACE("R=" + std::to_string(R));
+    reference::Rng rng(321 + R);
+    std::vector<uint8_t> qt(D * cap), st(D * nb);
+    for (auto& b : qt) b = static_cast<uint8_t>(rng.below(256));
+    for (auto& b : st) b = static_cast<uint8_t>(rng.below(256));
+    const int64_t offset = 128, scales_at = offset + quant::mxfp8_compact_columns_scales_offset(D, R);
+    std::vector<uint8_t> buf(offset + quant::mxfp8_compact_columns_bytes(D, R), kPoison);
+    for (int64_t d = 0; d < D; ++d) {
+      for (int64_t m = 0; m < R; ++m) buf[offset + d * R + m] = qt[d * cap + m];
+      for (int64_t b = 0; b < R / 32; ++b) buf[scales_at + d * (R / 32) + b] = st[d * nb + b];
+    }
+    DeviceBuffer<uint8_t> dqt(qt), dst(st), dbuf(buf);
+    DeviceBuffer<int64_t> doffset(std::vector<int64_t>{offset});
+    DeviceBuffer<int32_t> dcounts(g.counts), doffsets(g.offsets);
+    const quant::RowGroups groups{dcounts.get(), doffsets.get(), static_cast<int32_t>(counts.size())};
+    DeviceBuffer<uint16_t> y(cap * D), y2(cap * D);
+    y.poison(kPoison);
+    y2.poison(kPoison);
+    quant::Mxfp8In compact_in;
+    compact_in.q = dbuf.get();
+    compact_in.compact = true;
+    compact_in.q_offset = doffset.get();
+    quant::mxfp8_dequantize_columns({dqt.get(), cap, dst.get(), nb, 1}, groups, {y.get(), cap, D, D}, nullptr);
+    quant::mxfp8_dequantize_columns(compact_in, groups, {y2.get(), cap, D, D}, nullptr);
+    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto want = y.download();
+    EXPECT_EQ(first_difference(y2.download(), want), -1);
+    size_t written = 0;
+    for (uint16_t v : want) written += v != kPoison * 0x0101;
+    EXPECT_GT(written, 0u);
+  }
+}
+
+// Gathered rows in, compact columns out, in one call (the staged layer's x and grad_h3 quantization).
+TEST(QuantizeMxfp8GatheredCompact, RowsAndCompactColumnsOfGatheredRowsInOneCall) {
+  DMOE_REQUIRE_SM90();
+  check_compact_columns({37, 0, 64, 1, 100}, 256, 32, 401, true);
+  check_compact_columns({300, 5, 0, 129}, 2080, 64, 402, true);
+  check_compact_columns({0, 0}, 128, 32, 403, true);
+  for (int lt = 0; lt <= 3; lt += 3) {
+    check_compact_columns({37, 0, 300, 1, 100, 129}, 1184, 64, 404 + lt, true, lt, 0);
+    if (HasFailure()) return;
+  }
+}
+
+// Where gathered rows and compact bundles are not supported, the launchers say so (host checks,
+// before any device work: no GPU needed).
+void expect_invalid(const std::function<void()>& f, const std::string& fragment) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error mentioning '" << fragment << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidValue) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(QuantizeMxfp8Compact, UnsupportedOperandsAreArgumentErrors) {
+  auto* p = reinterpret_cast<uint8_t*>(uintptr_t{0x1000});  // never dereferenced: the checks come first
+  const void* const* table = reinterpret_cast<const void* const*>(p);
+  const int64_t offset_value = 0;
+  const int64_t* q_offset = &offset_value;
+  const quant::Bf16Matrix x{p, 128, 256, 256}, gathered{nullptr, 128, 256, 0, table};
+  const quant::RowGroups groups{reinterpret_cast<const int32_t*>(p), reinterpret_cast<const int32_t*>(p), 2};
+  const quant::Mxfp8Out rows{p, 256, p, 8, 1}, cols{p, 128, p, 4, 1};
+  quant::Mxfp8Out compact{p};
+  compact.compact = true;
+  quant::Mxfp8Out rows_compact = rows, cols_offset_only = cols;
+  rows_compact.compact = true;
+  cols_offset_only.q_offset = q_offset;
+  expect_invalid([&] { quant::mxfp8_quantize_rows(gathered, rows, nullptr); }, "mxfp8_quantize_rows: gathered rows");
+  expect_invalid([&] { quant::mxfp8_quantize_rows(x, compact, nullptr); }, "mxfp8_quantize_rows: compact");
+  expect_invalid([&] { quant::fp8_blockwise_quantize_rows(gathered, {p, 256, nullptr, 1, 128}, nullptr); },
+                 "fp8_blockwise_quantize_rows: gathered rows");
+  expect_invalid([&] { quant::nvfp4_quantize_rows(gathered, {p, 128, p, 16, p, 4}, nullptr); },
+                 "nvfp4_quantize_rows: gathered rows");
+  expect_invalid([&] { quant::mxfp8_quantize_rows_cols(x, groups, rows_compact, cols, nullptr); },
+                 "mxfp8_quantize_rows_cols: the row output cannot be compact");
+  expect_invalid([&] { quant::mxfp8_quantize_rows_cols(x, groups, rows, cols_offset_only, nullptr); },
+                 "mxfp8_quantize_rows_cols: q_offset is set but compact is not");
+  quant::Fp8BlockwiseOut fp8_compact{p};
+  fp8_compact.compact = true;
+  expect_invalid([&] { quant::fp8_blockwise_quantize_rows_cols(x, groups, {}, fp8_compact, nullptr); },
+                 "fp8_blockwise_quantize_rows_cols: compact columns are MXFP8's layout only");
+  quant::Mxfp8In in_offset_only{p, 128, p, 4, 1};
+  in_offset_only.q_offset = q_offset;
+  expect_invalid([&] { quant::mxfp8_dequantize_columns(in_offset_only, groups, {p, 128, 256, 256}, nullptr); },
+                 "mxfp8_dequantize_columns: q_offset is set but compact is not");
 }
 
 // ---- weights ---------------------------------------------------------------------------------------
