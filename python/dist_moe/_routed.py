@@ -236,8 +236,8 @@ class _BlockScaledFunction(torch.autograd.Function):
             return gx, gs, g13.view(w13.shape), g2.view(w2.shape)
 
         def accumulate(acc13, acc2, dtype):
-            return torch.ops.dist_moe.block_scaled_backward_accumulate_(grad_out, x, ids, acc13, acc2, scores, *operands,
-                                                                        state, *rms, dtype, cid)
+            return torch.ops.dist_moe.block_scaled_backward_accumulate_(grad_out, x, ids, acc13, acc2, scores,
+                                                                        *operands, state, *rms, dtype, cid)
 
         gx, gs, g13, g2 = _layer_backward(ctx.context, ctx.options, w13, w2, functional, accumulate)
         return (gx, None, gs, g13, g2, None, None, None, *(None for _ in operands))
