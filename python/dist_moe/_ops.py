@@ -17,6 +17,14 @@ op                             use
                                grad_w2) in the inputs' logical shapes
 ``bf16_backward_accumulate_``  backward that adds WGRAD into existing gradient buffers (args 3
                                and 4); returns (grad_x, grad_scores)
+``block_scaled_forward``       block-scaled (MXFP8) forward on prepared operands (4 per weight):
+                               training with saved state, or forward only (inference contexts,
+                               training contexts under no-grad); returns (out, saved state, empty
+                               when nothing is saved)
+``block_scaled_backward``      functional block-scaled backward; returns (grad_x, grad_scores,
+                               grad_w13 [E, 2F, D], grad_w2 [E, D, F])
+``block_scaled_backward_accumulate_``  the same adding WGRAD into existing gradient buffers (args 3
+                               and 4); returns (grad_x, grad_scores)
 ``prepare_mxfp8_weight``       MXFP8 training weight preparation (``torch.library.custom_op``,
                                functional): BF16 [G, N, K] -> (fprop_data E4M3 [G, N, K], FPROP
                                scales E8M0 [G*N, K/32], dgrad_data E4M3 [G, K, N] (the same
@@ -27,6 +35,8 @@ op                             use
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -71,6 +81,35 @@ SCHEMAS = {
         "str context_id) -> (Tensor, Tensor)"
     ),
 }
+
+# Block-scaled ops take the prepared operands of both weights (PreparedWeight's fields, MXFP8: E4M3
+# data and E8M0 scales); the forward's DGRAD operands are optional (None: an inference preparation).
+_BLOCK_SCALED_OPERANDS = (
+    "Tensor w13_fprop_data, Tensor w13_fprop_scale, Tensor{opt} w13_dgrad_data, Tensor{opt} w13_dgrad_scale, "
+    "Tensor w2_fprop_data, Tensor w2_fprop_scale, Tensor{opt} w2_dgrad_data, Tensor{opt} w2_dgrad_scale"
+)
+_BS_FORWARD_OPERANDS = _BLOCK_SCALED_OPERANDS.format(opt="?")
+_BS_BACKWARD_OPERANDS = _BLOCK_SCALED_OPERANDS.format(opt="")
+_TOKEN_ARGS = "Tensor x_TD, Tensor topk_expert_ids_TK, Tensor topk_scores_TK"
+
+SCHEMAS.update({
+    # save_for_backward False: forward only (inference contexts; training contexts under no-grad,
+    # scratch only) and an empty saved state. activation_slot -1 as in bf16_forward.
+    "block_scaled_forward": (
+        f"block_scaled_forward({_TOKEN_ARGS}, {_BS_FORWARD_OPERANDS}, {_RMSNORM_ARGS}, bool save_for_backward, "
+        "int activation_slot, int num_moe_layers_in_slot, bool validate_expert_ids, str context_id) -> (Tensor, Tensor)"
+    ),
+    "block_scaled_backward": (
+        f"block_scaled_backward(Tensor grad_out_TD, {_TOKEN_ARGS}, {_BS_BACKWARD_OPERANDS}, Tensor saved_state, "
+        f"{_RMSNORM_ARGS}, ScalarType wgrad_dtype, str context_id) -> (Tensor, Tensor, Tensor, Tensor)"
+    ),
+    "block_scaled_backward_accumulate_": (
+        "block_scaled_backward_accumulate_(Tensor grad_out_TD, Tensor x_TD, Tensor topk_expert_ids_TK, "
+        "Tensor(a!) accumulator_grad_w13_EFD, Tensor(b!) accumulator_grad_w2_EDF, Tensor topk_scores_TK, "
+        f"{_BS_BACKWARD_OPERANDS}, Tensor saved_state, {_RMSNORM_ARGS}, ScalarType wgrad_dtype, str context_id) "
+        "-> (Tensor, Tensor)"
+    ),
+})
 
 _lib = torch.library.Library("dist_moe", "DEF")
 for _schema in SCHEMAS.values():
@@ -216,8 +255,9 @@ def _bf16_forward_with_clip_stats_fake(x, ids, scores, w13, w2, *args):
 # ---- backward ------------------------------------------------------------------------------------
 
 
-def _run_backward(grad_out, x, ids, scores, w13, w2, state, rms, wgrad_dtype, context_id, gw13, gw2, accumulate):
-    ctx = _context.get_context(context_id)
+def _run_backward(ctx, grad_out, x, scores, inputs, state, rms, wgrad_dtype, gw13, gw2, accumulate):
+    """One backward of ``ctx`` on ``inputs`` (a call's input dict) into gw13 / gw2 (added to them
+    with ``accumulate``); returns (grad_x, grad_scores)."""
     grad_x = torch.empty_like(x)
     grad_scores = torch.empty_like(scores)
     grads = {
@@ -229,7 +269,7 @@ def _run_backward(grad_out, x, ids, scores, w13, w2, state, rms, wgrad_dtype, co
         "accumulate": accumulate,
     }
     ctx._native_context().backward(
-        _inputs(x, ids, scores, w13, w2),
+        inputs,
         state.data_ptr(),
         grad_out.data_ptr(),
         grads,
@@ -243,7 +283,8 @@ def _bf16_backward_cuda(grad_out, x, ids, scores, w13, w2, state, *args):
     rms, (wgrad_dtype, context_id) = args[:9], args[9:]
     gw13 = torch.empty(w13.shape, dtype=wgrad_dtype, device=w13.device)
     gw2 = torch.empty(w2.shape, dtype=wgrad_dtype, device=w2.device)
-    gx, gs = _run_backward(grad_out, x, ids, scores, w13, w2, state, rms, wgrad_dtype, context_id, gw13, gw2, False)
+    gx, gs = _run_backward(_context.get_context(context_id), grad_out, x, scores, _inputs(x, ids, scores, w13, w2),
+                           state, rms, wgrad_dtype, gw13, gw2, False)
     return gx, gs, gw13, gw2
 
 
@@ -270,11 +311,131 @@ def _bf16_backward_accumulate_cuda(grad_out, x, ids, acc_w13, acc_w2, scores, w1
     rms, (wgrad_dtype, context_id) = args[:9], args[9:]
     _check_accumulator("accumulator_grad_w13_EFD", acc_w13, w13, wgrad_dtype)
     _check_accumulator("accumulator_grad_w2_EDF", acc_w2, w2, wgrad_dtype)
-    return _run_backward(grad_out, x, ids, scores, w13, w2, state, rms, wgrad_dtype, context_id, acc_w13, acc_w2, True)
+    return _run_backward(_context.get_context(context_id), grad_out, x, scores, _inputs(x, ids, scores, w13, w2), state,
+                         rms, wgrad_dtype, acc_w13, acc_w2, True)
 
 
 @torch.library.register_fake("dist_moe::bf16_backward_accumulate_", lib=_lib)
 def _bf16_backward_accumulate_fake(grad_out, x, ids, acc_w13, acc_w2, scores, *args):
+    return torch.empty_like(x), torch.empty_like(scores)
+
+
+# ---- block-scaled (MXFP8) layer ops ------------------------------------------------------------------
+# The operands are PreparedWeight fields (fprop_data, fprop_scale, dgrad_data, dgrad_scale) of W13,
+# then of W2; the binding builds the C++ PreparedExpertWeight from them (prepared_weight_spec of the
+# context's format for fprop_data's [E, N, K]; an operand set without DGRAD fields is an inference
+# preparation) and the layer checks them against the context.
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_spec(fmt: str, inference: bool, shape: tuple) -> dict:
+    return prepared_weight_spec(fmt, inference, shape)
+
+
+def _check_operands(name: str, operands, fmt: str, device) -> bool:
+    """The four operands of one weight have the layout the spec of their fprop_data's [E, N, K]
+    gives (contiguous, on ``device``); returns whether they are an inference preparation."""
+    data = operands[0]
+    if data.dim() != 3:
+        raise ValueError(f"{name}_fprop_data must be 3D [E, N, K], got shape {tuple(data.shape)}")
+    inference = operands[2] is None
+    spec = _cached_spec(fmt, inference, tuple(int(d) for d in data.shape))
+    for field, t in zip(MXFP8_TRAINING_FIELDS, operands):
+        want = spec[field]
+        if want is None:
+            if t is not None:
+                raise ValueError(f"{name}_{field} must be None in an inference preparation (no {name}_dgrad_data)")
+            continue
+        dtype, shape = want
+        if t is None or t.dtype != dtype or tuple(t.shape) != shape or not t.is_contiguous() or t.device != device:
+            got = None if t is None else f"{t.dtype} {tuple(t.shape)} on {t.device}"
+            raise ValueError(f"{name}_{field} must be a contiguous {dtype} {list(shape)} tensor on {device}, got {got}")
+    return inference
+
+
+def _block_scaled_inputs(ctx, x, ids, scores, operands) -> dict:
+    """The call's input dict with the prepared weights of a block-scaled context (no BF16 weights)."""
+    if ctx.config.block_scaled is None:
+        raise ValueError("block-scaled ops need a block-scaled context (Config.block_scaled is None)")
+    fmt = str(ctx.config.block_scaled.format)
+    inputs = _inputs(x, ids, scores, operands[0], operands[4])
+    for name, ops in (("w13", operands[:4]), ("w2", operands[4:])):
+        inference = _check_operands(name, ops, fmt, x.device)
+        inputs[name] = 0
+        inputs[f"{name}_prepared"] = {
+            "format": fmt,
+            "inference": inference,
+            "shape": list(ops[0].shape),
+            **{field: 0 if t is None else t.data_ptr() for field, t in zip(MXFP8_TRAINING_FIELDS, ops)},
+        }
+    return inputs
+
+
+def _block_scaled_forward_cuda(x, ids, scores, *args):
+    operands, rms = args[:8], args[8:17]
+    save, slot, depth, validate, context_id = args[17:]
+    ctx = _context.get_context(context_id)
+    native = ctx._native_context()
+    inputs = _block_scaled_inputs(ctx, x, ids, scores, operands)
+    out = torch.empty((x.shape[0], x.shape[1]), dtype=torch.bfloat16, device=x.device)
+    stream = _stream(x.device)
+    if not save:
+        opts = _options(rms, 0, 7.0, validate)
+        if ctx.config.inference:
+            native.inference(inputs, out.data_ptr(), opts, stream)
+        else:
+            native.select_activation_slot(slot, depth)
+            native.forward(inputs, out.data_ptr(), 0, opts, stream)
+        return out, torch.empty((0,), dtype=torch.uint8, device=x.device)
+    if ctx.config.inference:
+        raise RuntimeError("inference contexts do not support autograd")
+    state = torch.empty((ctx._saved_state_bytes,), dtype=torch.uint8, device=x.device)
+    opts = _options(rms, 0, 7.0, validate, recompute_from_inputs=slot < 0)
+    if slot >= 0:
+        native.select_activation_slot(slot, depth)
+    native.forward(inputs, out.data_ptr(), state.data_ptr(), opts, stream)
+    return out, state
+
+
+@torch.library.register_fake("dist_moe::block_scaled_forward", lib=_lib)
+def _block_scaled_forward_fake(x, ids, scores, *args):
+    save, context_id = args[17], args[-1]
+    state_bytes = _context.get_context(context_id)._saved_state_bytes if save else 0
+    return x.new_empty((x.shape[0], x.shape[1]), dtype=torch.bfloat16), x.new_empty((state_bytes,), dtype=torch.uint8)
+
+
+def _block_scaled_backward_cuda(grad_out, x, ids, scores, *args):
+    operands, state, rms, (wgrad_dtype, context_id) = args[:8], args[8], args[9:18], args[18:]
+    ctx = _context.get_context(context_id)
+    inputs = _block_scaled_inputs(ctx, x, ids, scores, operands)
+    gw13 = torch.empty(operands[0].shape, dtype=wgrad_dtype, device=x.device)
+    gw2 = torch.empty(operands[4].shape, dtype=wgrad_dtype, device=x.device)
+    gx, gs = _run_backward(ctx, grad_out, x, scores, inputs, state, rms, wgrad_dtype, gw13, gw2, False)
+    return gx, gs, gw13, gw2
+
+
+@torch.library.register_fake("dist_moe::block_scaled_backward", lib=_lib)
+def _block_scaled_backward_fake(grad_out, x, ids, scores, *args):
+    w13_data, w2_data, wgrad_dtype = args[0], args[4], args[18]
+    return (
+        torch.empty_like(x),
+        torch.empty_like(scores),
+        x.new_empty(w13_data.shape, dtype=wgrad_dtype),
+        x.new_empty(w2_data.shape, dtype=wgrad_dtype),
+    )
+
+
+def _block_scaled_backward_accumulate_cuda(grad_out, x, ids, acc_w13, acc_w2, scores, *args):
+    operands, state, rms, (wgrad_dtype, context_id) = args[:8], args[8], args[9:18], args[18:]
+    _check_accumulator("accumulator_grad_w13_EFD", acc_w13, operands[0], wgrad_dtype)
+    _check_accumulator("accumulator_grad_w2_EDF", acc_w2, operands[4], wgrad_dtype)
+    ctx = _context.get_context(context_id)
+    inputs = _block_scaled_inputs(ctx, x, ids, scores, operands)
+    return _run_backward(ctx, grad_out, x, scores, inputs, state, rms, wgrad_dtype, acc_w13, acc_w2, True)
+
+
+@torch.library.register_fake("dist_moe::block_scaled_backward_accumulate_", lib=_lib)
+def _block_scaled_backward_accumulate_fake(grad_out, x, ids, acc_w13, acc_w2, scores, *args):
     return torch.empty_like(x), torch.empty_like(scores)
 
 
@@ -284,11 +445,15 @@ for _name, _fn in (
     ("bf16_forward_with_clip_stats", _bf16_forward_with_clip_stats_cuda),
     ("bf16_backward", _bf16_backward_cuda),
     ("bf16_backward_accumulate_", _bf16_backward_accumulate_cuda),
+    ("block_scaled_forward", _block_scaled_forward_cuda),
+    ("block_scaled_backward", _block_scaled_backward_cuda),
+    ("block_scaled_backward_accumulate_", _block_scaled_backward_accumulate_cuda),
 ):
     _lib.impl(_name, _fn, "CUDA")
 
 
-_EFFECTFUL = ("bf16_forward", "bf16_forward_with_clip_stats", "bf16_backward")
+_EFFECTFUL = ("bf16_forward", "bf16_forward_with_clip_stats", "bf16_backward", "block_scaled_forward",
+              "block_scaled_backward")
 
 
 def _register_effects() -> None:

@@ -3,7 +3,14 @@
 Paths (upstream §1.10):
   - no gradient needed (inference context, no-grad, or no input requires grad): ``dist_moe::bf16``;
   - training: ``_Bf16Function`` over ``dist_moe::bf16_forward`` / ``bf16_backward`` or, with
-    ``inplace_wgrad_accum`` and existing ``.grad`` buffers, ``bf16_backward_accumulate_``.
+    ``inplace_wgrad_accum`` and existing ``.grad`` buffers, ``bf16_backward_accumulate_``;
+  - block-scaled (MXFP8) contexts: the same over ``dist_moe::block_scaled_forward`` /
+    ``block_scaled_backward`` / ``block_scaled_backward_accumulate_`` (``_BlockScaledFunction``),
+    on the prepared operands of ``PreparedWeight`` arguments or of BF16 weights quantized in the
+    call (``dist_moe::prepare_mxfp8_weight``); the WGRADs flow to the BF16 weights (dynamic) or to
+    ``PreparedWeight.source``;
+  - Python callbacks (callable postprocess, RMSNorm observers): eager route-level functions over
+    the native context, for both kinds of context.
 """
 
 from __future__ import annotations
@@ -185,35 +192,83 @@ class _Bf16Function(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, _grad_stats):
         x, ids, scores, w13, w2, state = ctx.saved_tensors
-        context, options, rms = ctx.context, ctx.options, ctx.rms
+        rms, cid = ctx.rms, ctx.context.context_id
         grad_out = grad_out.to(torch.bfloat16).contiguous()
-        cid = context.context_id
-        config_dtype = context.config.wgrad_dtype
-        if options.wgrad_destination_fn is not None:
-            return _backward_to_destinations(grad_out, x, ids, scores, w13, w2, state, context, options, rms)
-        if options.inplace_wgrad_accum:
-            owners = options.wgrad_parameter_owners or (None, None)
-            p13, p2 = _owner(w13, owners[0]), _owner(w2, owners[1])
-            d13, d2 = resolve_wgrad_dtype(p13, config_dtype), resolve_wgrad_dtype(p2, config_dtype)
-            if d13 != d2:
-                raise RuntimeError(f"W13 and W2 resolve to different WGRAD dtypes ({d13} vs {d2})")
-            if p13.grad is not None and p2.grad is not None:
-                gx, gs = torch.ops.dist_moe.bf16_backward_accumulate_(
-                    grad_out, x, ids, _accumulator(p13, w13), _accumulator(p2, w2), scores, w13, w2, state,
-                    *rms, d13, cid,
-                )  # fmt: skip
-                return gx, None, gs, None, None, None, None, None, None
-            wgrad_dtype = d13
-        else:
-            wgrad_dtype = _config_wgrad_dtype(context, w13)
-        gx, gs, g13, g2 = torch.ops.dist_moe.bf16_backward(
-            grad_out, x, ids, scores, w13, w2, state, *rms, wgrad_dtype, cid
-        )
-        g13, g2 = _postprocessed_wgrads(options, g13, g2)
+
+        def functional(dtype):
+            return torch.ops.dist_moe.bf16_backward(grad_out, x, ids, scores, w13, w2, state, *rms, dtype, cid)
+
+        def accumulate(acc13, acc2, dtype):
+            return torch.ops.dist_moe.bf16_backward_accumulate_(grad_out, x, ids, acc13, acc2, scores, w13, w2, state,
+                                                                *rms, dtype, cid)
+
+        gx, gs, g13, g2 = _layer_backward(ctx.context, ctx.options, w13, w2, functional, accumulate)
         return gx, None, gs, g13, g2, None, None, None, None
 
 
-def _backward_to_destinations(grad_out, x, ids, scores, w13, w2, state, context, options, rms):
+class _BlockScaledFunction(torch.autograd.Function):
+    """Block-scaled training over ``block_scaled_forward`` / ``block_scaled_backward(_accumulate_)``.
+
+    ``w13`` / ``w2`` are the BF16 tensors the WGRADs flow to (dynamic weights in their logical
+    shapes, or ``PreparedWeight.source``); ``operands`` the eight prepared tensors the ops read
+    (W13's fprop_data, fprop_scale, dgrad_data, dgrad_scale, then W2's), never differentiated."""
+
+    @staticmethod
+    def forward(ctx, x, ids, scores, w13, w2, context, options, rms, *operands):
+        op = torch.ops.dist_moe.block_scaled_forward.default
+        args = [x, ids, scores, *operands, *rms, True, *context.selected_activation_slot, options.validate_expert_ids,
+                context.context_id]
+        args[21], args[22] = _forward_slot(context, op, args)
+        out, state = op(*args)
+        ctx.save_for_backward(x, ids, scores, w13, w2, state, *operands)
+        ctx.context, ctx.options, ctx.rms = context, options, rms
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, ids, scores, w13, w2, state, *operands = ctx.saved_tensors
+        rms, cid = ctx.rms, ctx.context.context_id
+        grad_out = grad_out.to(torch.bfloat16).contiguous()
+
+        def functional(dtype):
+            gx, gs, g13, g2 = torch.ops.dist_moe.block_scaled_backward(grad_out, x, ids, scores, *operands, state, *rms,
+                                                                       dtype, cid)
+            return gx, gs, g13.view(w13.shape), g2.view(w2.shape)
+
+        def accumulate(acc13, acc2, dtype):
+            return torch.ops.dist_moe.block_scaled_backward_accumulate_(grad_out, x, ids, acc13, acc2, scores,
+                                                                        *operands, state, *rms, dtype, cid)
+
+        gx, gs, g13, g2 = _layer_backward(ctx.context, ctx.options, w13, w2, functional, accumulate)
+        return (gx, None, gs, g13, g2, None, None, None, *(None for _ in operands))
+
+
+def _layer_backward(context, options, w13, w2, functional, accumulate):
+    """A training backward's WGRAD policy over the layer's backward ops: ``functional(dtype)`` ->
+    (gx, gs, g13, g2) in the weights' logical shapes, ``accumulate(acc13, acc2, dtype)`` -> (gx, gs)
+    adding into the accumulators. Returns (gx, gs, g13, g2); the WGRADs are None when they went into
+    ``.grad`` or a destination instead of autograd."""
+    if options.wgrad_destination_fn is not None:
+        return _backward_to_destinations(context, options, w13, w2, functional, accumulate)
+    if options.inplace_wgrad_accum:
+        config_dtype = context.config.wgrad_dtype
+        owners = options.wgrad_parameter_owners or (None, None)
+        p13, p2 = _owner(w13, owners[0]), _owner(w2, owners[1])
+        d13, d2 = resolve_wgrad_dtype(p13, config_dtype), resolve_wgrad_dtype(p2, config_dtype)
+        if d13 != d2:
+            raise RuntimeError(f"W13 and W2 resolve to different WGRAD dtypes ({d13} vs {d2})")
+        if p13.grad is not None and p2.grad is not None:
+            gx, gs = accumulate(_accumulator(p13, w13), _accumulator(p2, w2), d13)
+            return gx, gs, None, None
+        wgrad_dtype = d13
+    else:
+        wgrad_dtype = _config_wgrad_dtype(context, w13)
+    gx, gs, g13, g2 = functional(wgrad_dtype)
+    g13, g2 = _postprocessed_wgrads(options, g13, g2)
+    return gx, gs, g13, g2
+
+
+def _backward_to_destinations(context, options, w13, w2, functional, accumulate):
     """``wgrad_destination_fn``: the integration owns both WGRAD buffers (eager only)."""
     dtype = _config_wgrad_dtype(context, w13)
     dests = []
@@ -226,14 +281,13 @@ def _backward_to_destinations(grad_out, x, ids, scores, w13, w2, state, context,
             raise RuntimeError(f"wgrad_destination_fn must return a contiguous tensor of the requested shape, dtype, and device for {name}")
         dests.append(got)
     (d13, acc13), (d2, acc2) = dests
-    cid = context.context_id
     if acc13 and acc2:
-        gx, gs = torch.ops.dist_moe.bf16_backward_accumulate_(grad_out, x, ids, d13, d2, scores, w13, w2, state, *rms, dtype, cid)
+        gx, gs = accumulate(d13, d2, dtype)
     else:
-        gx, gs, g13, g2 = torch.ops.dist_moe.bf16_backward(grad_out, x, ids, scores, w13, w2, state, *rms, dtype, cid)
+        gx, gs, g13, g2 = functional(dtype)
         for dest, acc, g in ((d13, acc13, g13), (d2, acc2, g2)):
             dest.add_(g) if acc else dest.copy_(g)
-    return gx, None, gs, None, None, None, None, None, None
+    return gx, gs, None, None
 
 
 # ---- callable postprocess (eager): the experts give route rows, torch does the rest ----------------
@@ -255,10 +309,18 @@ def _postprocessed_wgrads(options, g13, g2):
 # ---- route-level I/O of the native context (eager) -------------------------------------------------
 
 
-def _native_forward_with_routes(x, ids, scores, w13, w2, context, options, rms, save):
+def _layer_inputs(context, x, ids, scores, w13, w2, operands):
+    """A call's input dict: the BF16 weights, or the prepared operands of a block-scaled context."""
+    if operands:
+        return _ops._block_scaled_inputs(context, x, ids, scores, operands)
+    return _ops._inputs(x, ids, scores, w13, w2)
+
+
+def _native_forward_with_routes(x, ids, scores, w13, w2, context, options, rms, save, operands=()):
     """One eager forward (or inference) of the native context that also exports this rank's route
-    rows h3 [T, K, D] BF16. Returns (out [T, D], h3, state); state is the saved-state buffer when
-    ``save`` outside inference, else None."""
+    rows h3 [T, K, D] BF16 (``operands``: the prepared operands of a block-scaled context, else
+    empty). Returns (out [T, D], h3, state); state is the saved-state buffer when ``save`` outside
+    inference, else None."""
     native = context._native_context()
     T, K, D = x.shape[0], ids.shape[1], x.shape[1]
     out = torch.empty((T, D), dtype=torch.bfloat16, device=x.device)
@@ -267,7 +329,7 @@ def _native_forward_with_routes(x, ids, scores, w13, w2, context, options, rms, 
     opts = _ops._options(rms, 0 if stats is None else stats.data_ptr(), float(options.swiglu_clip_limit),
                          options.validate_expert_ids)
     opts["expert_output"] = h3.data_ptr()
-    inputs = _ops._inputs(x, ids, scores, w13, w2)
+    inputs = _layer_inputs(context, x, ids, scores, w13, w2, operands)
     stream = _ops._stream(x.device)
     if context.config.inference:
         native.inference(inputs, out.data_ptr(), opts, stream)
@@ -283,10 +345,11 @@ def _native_forward_with_routes(x, ids, scores, w13, w2, context, options, rms, 
 
 def _native_backward_with_routes(ctx, rms, grad_out, route_opts, with_grad_scores):
     """One eager backward of the native context for the route-level functions below (ctx holds the
-    saved x, ids, scores, w13, w2, state and context, options). grad_out: the BF16 [T, D] output
+    saved x, ids, scores, w13, w2, state, then the prepared operands if any, and context, options;
+    the WGRADs take w13 / w2's shapes). grad_out: the BF16 [T, D] output
     gradient, or None when the route gradient comes in through ``route_opts``; route_opts: the
     route-level entries of the options. Returns (gx, gs or None, g13, g2), WGRAD not postprocessed."""
-    x, ids, scores, w13, w2, state = ctx.saved_tensors
+    x, ids, scores, w13, w2, state, *operands = ctx.saved_tensors
     context = ctx.context
     dtype = _config_wgrad_dtype(context, w13)
     gx = torch.empty_like(x)
@@ -297,7 +360,7 @@ def _native_backward_with_routes(ctx, rms, grad_out, route_opts, with_grad_score
              "grad_w2": g2.data_ptr(), "wgrad_dtype": _ops._dtype_name(dtype), "accumulate": False}
     opts = _ops._options(rms, 0, 7.0, False)
     opts.update(route_opts)
-    context._native_context().backward(_ops._inputs(x, ids, scores, w13, w2), state.data_ptr(),
+    context._native_context().backward(_layer_inputs(context, x, ids, scores, w13, w2, operands), state.data_ptr(),
                                        0 if grad_out is None else grad_out.data_ptr(), grads, opts,
                                        _ops._stream(x.device))
     return gx, gs, g13, g2
@@ -309,11 +372,12 @@ class _ExpertRoutesFunction(torch.autograd.Function):
     backward (route-level I/O of the C++ pipeline); score gradients come from the caller's reduction."""
 
     @staticmethod
-    def forward(ctx, x, ids, scores, w13, w2, context, options, save):
+    def forward(ctx, x, ids, scores, w13, w2, context, options, save, *operands):
         # out: the library's reduction, unused
-        _out, h3, state = _native_forward_with_routes(x, ids, scores, w13, w2, context, options, _NO_RMSNORM, save)
+        _out, h3, state = _native_forward_with_routes(x, ids, scores, w13, w2, context, options, _NO_RMSNORM, save,
+                                                      operands)
         if save and not context.config.inference:
-            ctx.save_for_backward(x, ids, scores, w13, w2, state)
+            ctx.save_for_backward(x, ids, scores, w13, w2, state, *operands)
             ctx.context, ctx.options = context, options
         return h3
 
@@ -323,7 +387,7 @@ class _ExpertRoutesFunction(torch.autograd.Function):
         gx, _gs, g13, g2 = _native_backward_with_routes(ctx, _NO_RMSNORM, None,
                                                         {"grad_expert_output": grad_h3.data_ptr()}, False)
         g13, g2 = _postprocessed_wgrads(ctx.options, g13, g2)
-        return gx, None, None, g13, g2, None, None, None
+        return (gx, None, None, g13, g2, None, None, None, *(None for _ in ctx.saved_tensors[6:]))
 
 
 class _ObservedRmsnormFunction(torch.autograd.Function):
@@ -332,13 +396,13 @@ class _ObservedRmsnormFunction(torch.autograd.Function):
     (route-level export of the C++ pipeline; the reduction stays fused)."""
 
     @staticmethod
-    def forward(ctx, x, ids, scores, w13, w2, context, options, rms, save):
+    def forward(ctx, x, ids, scores, w13, w2, context, options, rms, save, *operands):
         post = options.experts_output_postprocess
-        out, h3, state = _native_forward_with_routes(x, ids, scores, w13, w2, context, options, rms, save)
+        out, h3, state = _native_forward_with_routes(x, ids, scores, w13, w2, context, options, rms, save, operands)
         if post.observe_expert_output_fn is not None:
             post.observe_expert_output_fn(_padded_rows_zeroed(h3, ids, options))
         if save:
-            ctx.save_for_backward(x, ids, scores, w13, w2, state)
+            ctx.save_for_backward(x, ids, scores, w13, w2, state, *operands)
             ctx.context, ctx.options, ctx.rms = context, options, rms
         return out
 
@@ -353,7 +417,7 @@ class _ObservedRmsnormFunction(torch.autograd.Function):
         if post.observe_expert_output_grad_fn is not None:
             post.observe_expert_output_grad_fn(gh3)
         g13, g2 = _postprocessed_wgrads(ctx.options, g13, g2)
-        return gx, None, gs, g13, g2, None, None, None, None
+        return (gx, None, gs, g13, g2, None, None, None, None, *(None for _ in ctx.saved_tensors[6:]))
 
 
 def _padded_rows_zeroed(h3, ids, options):
@@ -376,19 +440,63 @@ def _check_callback_output(y, h3) -> None:
         raise TypeError(f"experts_output_postprocess must return float16, bfloat16, or float32, got {y.dtype}")
 
 
-def _routed_with_callable(x, ids, scores, w13, w2, context, options, save):
+def _routed_with_callable(x, ids, scores, w13, w2, context, options, save, operands=()):
     """out[t] = sum_k s[t,k] * f(h3[t,k]) in FP32 over valid routes, f the caller's postprocess."""
     if save and (options.inplace_wgrad_accum or options.wgrad_destination_fn is not None):
         raise ValueError(
             "a callable experts_output_postprocess supports functional WGRAD (optionally wgrad_postprocess_fn) only"
         )
-    h3 = _ExpertRoutesFunction.apply(x, ids, scores, w13, w2, context, options, save)
+    h3 = _ExpertRoutesFunction.apply(x, ids, scores, w13, w2, context, options, save, *operands)
     valid = (ids >= 0).unsqueeze(-1)
     h3 = _padded_rows_zeroed(h3, ids, options)
     y = options.experts_output_postprocess(h3)
     _check_callback_output(y, h3)
     y = torch.where(valid, y.float(), torch.zeros((), dtype=torch.float32, device=y.device))
     return (y * scores.float().unsqueeze(-1)).sum(dim=1).to(x.dtype)
+
+
+# ---- block-scaled weights ----------------------------------------------------------------------------
+
+
+def _prepared_operands(w) -> tuple:
+    """A PreparedWeight's operands in the block-scaled ops' order."""
+    return w.fprop_data, w.fprop_scale, w.dgrad_data, w.dgrad_scale
+
+
+def _expert_weights_3d(w13, w2, context):
+    """Dynamic BF16 weights in any of upstream's layouts as [E_local, 2F, D] and [E_local, D, F]
+    (views; upstream's _reshape_weights and the C++ layout checks, with their messages)."""
+    cfg = context.config
+    L, D, F = context._native_context().local_experts, cfg.hidden_dim, cfg.intermediate_dim
+    if w13.dim() == 2 and w2.dim() == 2:
+        if w13.numel() != L * 2 * F * D or w13.shape[-1] != D:
+            raise ValueError(f"w13 must hold [{L}, {2 * F}, {D}] elements")
+        if w2.numel() != L * D * F or w2.shape[-1] != F:
+            raise ValueError(f"w2 must hold [{L}, {D}, {F}] elements")
+        return w13.view(L, 2 * F, D), w2.view(L, D, F)
+    if w13.dim() == 4 and w2.dim() == 3:
+        if w13.shape[1] != 2:
+            raise ValueError("gate-axis w13 must have shape [E, 2, F, D]")
+        w13 = w13.reshape(w13.shape[0], 2 * w13.shape[2], w13.shape[3])
+    elif not (w13.dim() == 3 and w2.dim() == 3):
+        raise ValueError("w13 and w2 use incompatible expert-weight layouts")
+    if w13.shape[0] != L or w2.shape[0] != L:
+        raise ValueError(f"weights must contain {L} local experts, got w13 {w13.shape[0]} and w2 {w2.shape[0]}")
+    if tuple(w13.shape) != (L, 2 * F, D):
+        raise ValueError(f"w13 must hold [{L}, {2 * F}, {D}] elements")
+    if tuple(w2.shape) != (L, D, F):
+        raise ValueError(f"w2 must hold [{L}, {D}, {F}] elements")
+    return w13, w2
+
+
+def _dynamic_operands(w13, w2, context) -> tuple:
+    """BF16 weights quantized for this call (MXFP8 training preparations, through the registered
+    ``prepare_mxfp8_weight``: traceable, graph-capturable); the operands are kept for the backward."""
+    a, b = _expert_weights_3d(w13, w2, context)
+    with torch.no_grad():
+        q13 = torch.ops.dist_moe.prepare_mxfp8_weight(a.detach())
+        q2 = torch.ops.dist_moe.prepare_mxfp8_weight(b.detach())
+    return (*q13, *q2)
 
 
 # ---- the public entry point ------------------------------------------------------------------------
@@ -419,6 +527,9 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
     stats = options.swiglu_clip_stats_out_3
     if stats is not None and stats.device != x.device:
         raise ValueError("swiglu_clip_stats_out_3 must be on the Dist-MoE input device")
+    block_scaled = cfg.block_scaled is not None
+    if stats is not None and block_scaled:
+        raise ValueError("SwiGLU clip statistics are supported only by BF16")
     D, K, T_max = cfg.hidden_dim, cfg.top_k, cfg.max_num_local_input_tokens
     if x.dim() != 2 or x.shape[1] != D:
         raise ValueError(f"x_TD must have shape [T, {D}], got {tuple(x.shape)}")
@@ -444,21 +555,33 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
     if options.weights_preprocess_fn is not None:
         w13_weight = options.weights_preprocess_fn(w13_weight)
         w2_weight = options.weights_preprocess_fn(w2_weight)
-    w13, w2 = w13_weight, w2_weight
+    if all(prepared):
+        # WGRAD flows to the sources. Inference contexts read only the operands (no autograd state):
+        # a source that requires grad (a parameter) does not make the call an autograd call there.
+        fmt = str(cfg.block_scaled.format)
+        for name, w in (("w13", w13_weight), ("w2", w2_weight)):
+            if str(w.format) != fmt:
+                raise ValueError(f"{name} was prepared for {w.format!s}, the context runs {fmt}")
+        w13, w2 = w13_weight.source, w2_weight.source
+        grad_weights = [] if cfg.inference else [w13, w2]
+    else:
+        w13, w2 = w13_weight, w2_weight
+        grad_weights = [w13, w2]
     _check_tensors(x, ids, scores, w13, w2, context)
 
-    if post is not None and not isinstance(post, RMSNormPostprocess):  # a callable (eager, checked above)
-        grad_inputs = [x, scores, w13, w2]
-        if cfg.inference and any(t.requires_grad for t in grad_inputs):
-            raise RuntimeError("inference contexts do not support autograd")
-        save = torch.is_grad_enabled() and any(t.requires_grad for t in grad_inputs)
-        return _routed_with_callable(x, ids, scores, w13, w2, context, options, save)
-
     rms_weight = post.weight if isinstance(post, RMSNormPostprocess) else None
-    grad_inputs = [t for t in (x, scores, w13, w2, rms_weight) if t is not None]
+    grad_inputs = [t for t in (x, scores, *grad_weights, rms_weight) if t is not None]
     if cfg.inference and any(t.requires_grad for t in grad_inputs):
         raise RuntimeError("inference contexts do not support autograd")
     save = torch.is_grad_enabled() and any(t.requires_grad for t in grad_inputs)
+    operands = ()  # block-scaled: the prepared operands the ops read (W13's four, then W2's)
+    if block_scaled:
+        operands = (*_prepared_operands(w13_weight), *_prepared_operands(w2_weight)) if all(prepared) else \
+            _dynamic_operands(w13, w2, context)
+
+    if post is not None and not isinstance(post, RMSNormPostprocess):  # a callable (eager, checked above)
+        return _routed_with_callable(x, ids, scores, w13, w2, context, options, save, operands)
+
     if isinstance(post, RMSNormPostprocess):
         validate_rmsnorm_postprocess(post, input_dtype=x.dtype, score_dtype=scores.dtype, topk=K, dim=D, training=save)
     rms = _rmsnorm_args(post)
@@ -466,7 +589,16 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
     if isinstance(post, RMSNormPostprocess) and (post.observe_expert_output_fn or post.observe_expert_output_grad_fn):
         if save and (options.inplace_wgrad_accum or options.wgrad_destination_fn is not None):
             raise ValueError("RMSNormPostprocess observers support functional WGRAD (optionally wgrad_postprocess_fn) only")
-        return _ObservedRmsnormFunction.apply(x, ids, scores, w13, w2, context, options, rms, save)
+        return _ObservedRmsnormFunction.apply(x, ids, scores, w13, w2, context, options, rms, save, *operands)
+
+    if block_scaled:
+        if not save:  # forward only: inference, or a training context's scratch-only call
+            out, _state = torch.ops.dist_moe.block_scaled_forward(
+                x, ids, scores, *operands, *rms, False, *context.selected_activation_slot, options.validate_expert_ids,
+                context.context_id,
+            )
+            return out
+        return _BlockScaledFunction.apply(x, ids, scores, w13, w2, context, options, rms, *operands)
 
     if not save:
         slot, depth = context.selected_activation_slot

@@ -249,14 +249,14 @@ def create_context(*, group, config: Config, device=None, emulate_peer_buffers=N
     order, same config): an NCCL communicator bootstrapped over ``group`` (unique id broadcast),
     symmetric windows, the activation buffer and the planner state. Create contexts before tracing
     or graph capture; ``context.close()`` releases them.
+
+    Block-scaled contexts: ``BlockScaledConfig(format=MXFP8_E4M3, pipeline="staged")`` (training
+    and inference; hidden_dim and intermediate_dim multiples of 128, num_experts >= world size).
+    NVFP4, ``pipeline="mega"``, ``fast_math`` and ``kernel_config`` have no Hopper execution yet: the
+    C++ context raises ValueError saying so.
     """
     if not isinstance(config, Config):
         raise TypeError("config must be a dist_moe.Config")
-    if config.block_scaled is not None:
-        raise NotImplementedError(
-            "block-scaled (MXFP8/NVFP4) contexts are not implemented on Hopper yet; use block_scaled=None (BF16) "
-            "(their weights can already be prepared with prepare_block_scaled_weight)"
-        )
     try:
         import torch  # noqa: F401
     except ImportError as e:
@@ -302,7 +302,9 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
     """out[t] = sum_k score[t,k] * W2_e(SwiGLU(W13_e x_t)) over the EP group; collective.
 
     Returns a fresh BF16 [T, D]. Every rank calls it in the same order with the same T. Gradients
-    flow to x, scores, w13 and w2 (in their logical shapes); ids get none.
+    flow to x, scores, w13 and w2 (in their logical shapes); ids get none. On a block-scaled (MXFP8)
+    context the weights are either both ``PreparedWeight`` (training preparations; WGRAD flows to
+    their ``source``) or both BF16 tensors, quantized in the call and kept for the backward.
     """
     options = resolve_options(options)
     if not isinstance(context, Context):

@@ -47,7 +47,7 @@ stage_torch() {
   (cd /tmp && x python "$ROOT/examples/memory_planning.py" >> "$OUT/examples.log" 2>&1)
   rc=$?; [ $rc = 0 ] || fail=1
   say "examples/memory_planning.py: rc=$rc"
-  for ex in bf16_training bf16_inference; do
+  for ex in bf16_training bf16_inference mxfp8_training; do
     x timeout 300 torchrun --standalone --nproc-per-node="$NGPU" "examples/$ex.py" >> "$OUT/examples.log" 2>&1
     rc=$?; [ $rc = 0 ] || fail=1
     say "examples/$ex.py on $NGPU GPU(s): rc=$rc | $(grep -E "^$ex: OK|us/call" "$OUT/examples.log" | tail -2 | tr '\n' ' ')"

@@ -12,6 +12,7 @@ EXAMPLES = {
     "memory_planning": "python",
     "bf16_training": "torchrun --standalone --nproc-per-node=2",
     "bf16_inference": "torchrun --standalone --nproc-per-node=2",
+    "mxfp8_training": "torchrun --standalone --nproc-per-node=2",
 }
 
 

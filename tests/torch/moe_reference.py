@@ -107,3 +107,131 @@ def assert_planner_reset(ctx):
     ab = ctx.activation_buffer
     assert ab.buffer_offsets.tolist() == ab.initial_buffer_offsets.tolist()
     assert not ab.saved_activation_bytes_per_rank.any() and not ab.moe_layer_id.any()
+
+
+# ---- MXFP8 (docs/formats.md "MXFP8 E4M3") ------------------------------------------------------------
+
+# Upstream's block-scaled tolerances, (rtol, atol, relL2 max, cos min) per direction. The layer vs the
+# BF16 reference is compared on the aggregate metrics (upstream's single-rank MXFP8 checks); the
+# elementwise rtol/atol are kept for reference.
+MXFP8_FWD_TOL = dict(rtol=0.05, atol=0.002, rel_l2=0.075, cos=0.9975)
+MXFP8_GRAD_TOL = dict(rtol=0.05, atol=0.04, rel_l2=0.075, cos=0.9975)
+MXFP8_WGRAD_TOL = dict(rtol=0.05, atol=0.025, rel_l2=0.075, cos=0.9975)
+
+
+def f32(x64):
+    """One FP32 rounding of a float64 result."""
+    return x64.to(torch.float32)
+
+
+def e4m3_satfinite(y32):
+    """E4M3 RNE with saturation to ±448 (torch's conversion is RNE but not saturating)."""
+    return y32.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+
+
+def e8m0_rceil(amax32):
+    """MXFP8 scale byte: ceil_pow2(fl(amax · fl(1/448))) + 127 (amax 0 -> byte 0)."""
+    inv448 = f32(torch.tensor(1.0, dtype=torch.float64) / 448.0).to(amax32.device)
+    prod = f32(amax32.double() * inv448.double())
+    mant, exp = torch.frexp(prod)  # prod = mant · 2^exp, mant in [0.5, 1)
+    e = torch.where(mant == 0.5, exp - 1, exp)
+    byte = torch.where(prod == 0, torch.zeros_like(e), (e + 127).clamp(0, 254))
+    return byte.to(torch.uint8)
+
+
+def e8m0_reciprocal(byte):
+    """2^(127 - byte) as FP32, from its bits."""
+    return ((254 - byte.to(torch.int32)) << 23).view(torch.float32)
+
+
+def e8m0_value(byte):
+    """2^(byte - 127) as float64, from its bits (exact; 2^-127 for byte 0, a normal float64)."""
+    return ((byte.to(torch.int64) + (1023 - 127)) << 52).view(torch.float64)
+
+
+def mxfp8_rows(t):
+    """The values of the MXFP8 1x32 row quantization of ``t [..., C]`` (what the layer's FPROP and DGRAD
+    A operands hold: E4M3 codes times their E8M0 block scale), float64; a row of zeros stays zero."""
+    shape = t.shape
+    blocks = t.float().reshape(-1, shape[-1] // 32, 32)
+    byte = e8m0_rceil(blocks.abs().amax(-1))
+    q = e4m3_satfinite(blocks * e8m0_reciprocal(byte)[..., None])
+    return (q.float().double() * e8m0_value(byte)[..., None]).reshape(shape)
+
+
+def dequantize_mxfp8_weight(prepared):
+    """A PreparedWeight's FPROP operand as float64 [E, N, K] (its E4M3 codes times the E8M0 scales of
+    their 32-wide blocks along K); the DGRAD copy holds the same values transposed."""
+    data = prepared.fprop_data
+    E, N, K = data.shape
+    scale = prepared.fprop_scale.view(torch.uint8).view(E, N, K // 32)
+    return (data.float().double().view(E, N, K // 32, 32) * e8m0_value(scale)[..., None]).view(E, N, K)
+
+
+def _swiglu_f32(h1, activation, alpha, limit):
+    g, u = h1.chunk(2, dim=-1)
+    if activation == "swiglu_clamped":
+        g = g.clamp(max=limit)
+        u = u.clamp(-limit, limit)
+        return g * torch.sigmoid(alpha * g) * (u + 1)
+    return g * torch.sigmoid(g) * u
+
+
+def mxfp8_emulated_moe(x, ids, scores, grad_out, w13_prepared, w2_prepared, *, activation="swiglu", alpha=1.702,
+                       limit=7.0):
+    """The MXFP8 staged layer emulated in torch at upstream's quantization points, for what depends on
+    per-row quantization only: (out, grad_x, grad_scores) of one rank's tokens against the prepared
+    weights of ALL experts (weights [E, ...]).
+
+    Forward: h1 = rows(x) · W13ᵀ (BF16), h2 = SwiGLU(h1) in FP32 (BF16), h3 = rows(h2) · W2ᵀ (BF16),
+    out = Σ_k s·h3 in FP32 (BF16). Backward: grad_h3 = s·g (BF16), grad_h2 = rows(grad_h3) · W2 (BF16),
+    dxy = SwiGLU'(h1)·grad_h2 in FP32 (BF16), grad_x = Σ_k rows(dxy) · W13 in FP32 (BF16),
+    grad_s = <g, h3>. rows() is the 1x32 MXFP8 row quantization, W the dequantized prepared weights;
+    the products are summed in float64. The WGRADs read 32-token column blocks whose grouping follows
+    the routing order inside the layer, so they are compared with the BF16 reference only."""
+    T, K = ids.shape
+    w13, w2 = dequantize_mxfp8_weight(w13_prepared), dequantize_mxfp8_weight(w2_prepared)
+    h3 = torch.zeros(T, K, x.shape[1], dtype=torch.bfloat16, device=x.device)
+    gx_routes = torch.zeros(T, K, x.shape[1], dtype=torch.bfloat16, device=x.device)
+    xq = mxfp8_rows(x)
+    for e in range(w13.shape[0]):
+        t, k = (ids == e).nonzero(as_tuple=True)
+        if t.numel() == 0:
+            continue
+        h1 = (xq[t] @ w13[e].T).to(torch.bfloat16)
+        h1f = h1.float().requires_grad_()
+        with torch.enable_grad():
+            h2f = _swiglu_f32(h1f, activation, alpha, limit)
+        h2 = h2f.detach().to(torch.bfloat16)
+        h3[t, k] = (mxfp8_rows(h2) @ w2[e].T).to(torch.bfloat16)
+        grad_h3 = (scores[t, k].float().unsqueeze(-1) * grad_out[t].float()).to(torch.bfloat16)
+        grad_h2 = (mxfp8_rows(grad_h3) @ w2[e]).to(torch.bfloat16)
+        (dxy,) = torch.autograd.grad(h2f, h1f, grad_h2.float())
+        gx_routes[t, k] = (mxfp8_rows(dxy.to(torch.bfloat16)) @ w13[e]).to(torch.bfloat16)
+    out = (h3.float() * scores.float().unsqueeze(-1)).sum(dim=1).to(x.dtype)
+    grad_x = gx_routes.float().sum(dim=1).to(x.dtype)
+    grad_scores = (h3.float() * grad_out.float().unsqueeze(1)).sum(dim=-1).to(scores.dtype)
+    return out, grad_x, grad_scores
+
+
+def assert_aggregate_close(actual, expected, *, rel_l2, cos, name="tensor", **_elementwise):
+    """Upstream's aggregate checks (relative L2 and cosine, FP32); exact zeros where expected is zero."""
+    a, e = actual.detach().float().flatten(), expected.detach().float().flatten()
+    assert a.shape == e.shape, f"{name}: shape {tuple(actual.shape)} vs {tuple(expected.shape)}"
+    if e.norm() == 0:
+        assert a.abs().max() == 0, f"{name}: expected exact zeros"
+        return
+    rel = ((a - e).norm() / e.norm().clamp_min(1e-12)).item()
+    c = F.cosine_similarity(a, e, dim=0).item()
+    assert rel < rel_l2, f"{name}: relative L2 {rel:.3e} >= {rel_l2}"
+    assert c > cos, f"{name}: cosine {c:.6f} <= {cos}"
+
+
+def assert_mxfp8_train_close(got, want):
+    """(out, grad_x, grad_scores, grad_w13, grad_w2) of an MXFP8 layer against the BF16 reference with
+    upstream's MXFP8 aggregate tolerances (each result in the reference's shape)."""
+    names = ("out", "grad_x", "grad_scores", "grad_w13", "grad_w2")
+    tols = (MXFP8_FWD_TOL, MXFP8_GRAD_TOL, MXFP8_GRAD_TOL, MXFP8_WGRAD_TOL, MXFP8_WGRAD_TOL)
+    for name, g, w, tol in zip(names, got, want, tols):
+        assert g is not None, f"{name} is missing"
+        assert_aggregate_close(g.reshape(w.shape), w, name=name, **tol)

@@ -350,7 +350,8 @@ def test_ops_are_registered_by_import_without_initializing_cuda():
     and initializes no CUDA context."""
     code = (
         "import torch, dist_moe\n"
-        "names = ['bf16', 'bf16_forward', 'bf16_forward_with_clip_stats', 'bf16_backward', 'bf16_backward_accumulate_']\n"
+        "names = ['bf16', 'bf16_forward', 'bf16_forward_with_clip_stats', 'bf16_backward', 'bf16_backward_accumulate_',\n"
+        "         'block_scaled_forward', 'block_scaled_backward', 'block_scaled_backward_accumulate_']\n"
         "assert all(hasattr(torch.ops.dist_moe, n) and getattr(torch.ops.dist_moe, n).default for n in names)\n"
         "assert not torch.cuda.is_initialized(), 'import initialized CUDA'\n"
         "print('REGISTERED_OK')\n"

@@ -10,6 +10,7 @@ reference does not depend on how torch's CUDA kernels divide.
 
 import pytest
 import torch
+from moe_reference import e4m3_satfinite, e8m0_rceil, e8m0_reciprocal, f32
 
 import dist_moe
 from dist_moe import _prepare
@@ -43,32 +44,8 @@ def assert_prepared_equal(got, want):
             assert_same_bytes(a, b, name)
 
 
-# ---- pure-torch references ------------------------------------------------------------------------
-
-
-def f32(x64):
-    """One FP32 rounding of a float64 result."""
-    return x64.to(torch.float32)
-
-
-def e4m3_satfinite(y32):
-    """E4M3 RNE with saturation to ±448 (torch's conversion is RNE but not saturating)."""
-    return y32.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
-
-
-def e8m0_rceil(amax32):
-    """MXFP8 scale byte: ceil_pow2(fl(amax · fl(1/448))) + 127 (amax 0 -> byte 0)."""
-    inv448 = f32(torch.tensor(1.0, dtype=torch.float64) / 448.0).to(amax32.device)
-    prod = f32(amax32.double() * inv448.double())
-    mant, exp = torch.frexp(prod)  # prod = mant · 2^exp, mant in [0.5, 1)
-    e = torch.where(mant == 0.5, exp - 1, exp)
-    byte = torch.where(prod == 0, torch.zeros_like(e), (e + 127).clamp(0, 254))
-    return byte.to(torch.uint8)
-
-
-def e8m0_reciprocal(byte):
-    """2^(127 - byte) as FP32, from its bits."""
-    return ((254 - byte.to(torch.int32)) << 23).view(torch.float32)
+# ---- pure-torch references (the format rules f32, e4m3_satfinite, e8m0_rceil, e8m0_reciprocal are
+# shared with the MXFP8 layer emulation in moe_reference.py) ---------------------------------------
 
 
 def ref_mxfp8(w, inference):

@@ -27,7 +27,10 @@ import torch.multiprocessing as mp
 sys.path.insert(0, os.path.dirname(__file__))
 from moe_reference import (  # noqa: E402
     FWD_TOL,
+    MXFP8_FWD_TOL,
+    assert_aggregate_close,
     assert_moe_close,
+    assert_mxfp8_train_close,
     assert_planner_reset,
     assert_train_close,
     reference_moe,
@@ -86,12 +89,14 @@ class Harness:
         return out.detach()[rows], x.grad[rows], s.grad[rows], w13.grad[exp], w2.grad[exp]
 
     def run(self, ctx, w13, w2, options=None):
+        """One step; prepared weights report their sources' gradients."""
         r = self.rank
         x = self.xs[r].clone().requires_grad_()
         s = self.scores[r].clone().requires_grad_()
         out = dist_moe.routed_experts(x, self.ids[r], s, w13, w2, ctx, options=options)
         out.backward(self.grads[r])
-        return out.detach(), x.grad, s.grad, w13.grad, w2.grad
+        g13, g2 = (w.source.grad if isinstance(w, dist_moe.PreparedWeight) else w.grad for w in (w13, w2))
+        return out.detach(), x.grad, s.grad, g13, g2
 
 
 def leaf(t):
@@ -261,23 +266,25 @@ def case_no_grad_is_scratch_only(rank, world, dev, group):
     assert_train_close(got, h.reference())
 
 
-def case_min_slot_recompute_equals_full_save(rank, world, dev, group):
-    """Two chained layers sharing a slot: minimum slot (recompute) vs maximum useful (saved) bitwise."""
+def case_min_slot_recompute_equals_full_save(rank, world, dev, group, block_scaled=None):
+    """Two chained layers sharing a slot: minimum slot (recompute) vs maximum useful (saved) bitwise
+    (block-scaled: prepared weights, WGRAD to their sources)."""
     h = Harness(rank, world, dev)
     results = []
     for factor in (0.0, None):
-        kw = dict(activation_slot_capacity_factor=factor)
+        kw = dict(activation_slot_capacity_factor=factor, block_scaled=block_scaled)
         if factor is None:
-            plan = dist_moe.plan_memory(h.config(), world)
+            plan = dist_moe.plan_memory(h.config(block_scaled=block_scaled), world)
             kw["activation_slot_bytes"] = plan.maximum_useful_activation_slot_bytes
         ctx = dist_moe.create_context(group=group, config=h.config(**kw), device=dev)
         (a13, a2), (b13, b2) = h.local_weights(), h.local_weights()
         ws = [leaf(a13), leaf(a2), leaf(b13 * 0.5), leaf(b2)]
+        layer = ws if block_scaled is None else [dist_moe.prepare_block_scaled_weight(w, block_scaled) for w in ws]
         x = h.xs[rank].clone().requires_grad_()
         s = h.scores[rank].clone().requires_grad_()
         ids = h.ids[rank]
-        y = x + dist_moe.routed_experts(x, ids, s, ws[0], ws[1], ctx)
-        z = y + dist_moe.routed_experts(y, ids, s, ws[2], ws[3], ctx)
+        y = x + dist_moe.routed_experts(x, ids, s, layer[0], layer[1], ctx)
+        z = y + dist_moe.routed_experts(y, ids, s, layer[2], layer[3], ctx)
         z.backward(h.grads[rank])
         assert_planner_reset(ctx)
         ctx.close()
@@ -306,6 +313,127 @@ def case_expert_and_wgrad_postprocess(rank, world, dev, group):
     ctx.close()
     assert_train_close(got, h.reference(postprocess=lambda h3: h3 * 0.5))
     assert post == ["w2", "w13"] and len(pre) == 2, (pre, post)
+
+
+# ---- MXFP8 staged (upstream's MXFP8 two-rank rows; aggregate tolerances vs the BF16 reference) -----------------
+
+MXFP8 = dist_moe.BlockScaledConfig(format=dist_moe.BlockScaledFormat.MXFP8_E4M3, pipeline="staged")
+
+
+def prepared_leaves(h):
+    """This rank's weights as leaves and their MXFP8 training preparations."""
+    w13, w2 = (leaf(w) for w in h.local_weights())
+    return w13, w2, dist_moe.prepare_block_scaled_weight(w13, MXFP8), dist_moe.prepare_block_scaled_weight(w2, MXFP8)
+
+
+def case_mxfp8_e4m3_forward_and_backward_exercise_peer_paths(rank, world, dev, group):
+    """Prepared weights (minimum slot: the backward recomputes), a repeated step bitwise identical,
+    dynamic weights bitwise equal to prepared ones; all within the MXFP8 tolerances."""
+    h = Harness(rank, world, dev)
+    ctx = dist_moe.create_context(group=group, config=h.config(block_scaled=MXFP8, wgrad_dtype=torch.float32),
+                                  device=dev)
+    first = h.run(ctx, *prepared_leaves(h)[2:])
+    second = h.run(ctx, *prepared_leaves(h)[2:])
+    dynamic = h.run(ctx, *(leaf(w) for w in h.local_weights()))
+    snapshot = ctx.planner_snapshot()
+    ctx.close()
+    assert_mxfp8_train_close(first, h.reference())
+    for a, b, c in zip(first, second, dynamic):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+        torch.testing.assert_close(a, c, rtol=0, atol=0)
+    assert all(v == 0 for v in snapshot["layer_ids"])
+
+
+def case_mxfp8_bounded_token_shape(rank, world, dev, group):
+    h = Harness(rank, world, dev, T_max=2 * T)
+    ctx = dist_moe.create_context(group=group, config=h.config(block_scaled=MXFP8), device=dev)
+    got = h.run(ctx, *prepared_leaves(h)[2:])
+    ctx.close()
+    assert_mxfp8_train_close(got, h.reference())
+
+
+def case_mxfp8_fully_padded_rank(rank, world, dev, group):
+    pad = world - 1
+
+    def ids_fn(r, gtok):
+        ids = torch.cat([gtok % E, (gtok + 2) % E], dim=1)
+        return torch.full_like(ids, -1) if r == pad else ids
+
+    h = Harness(rank, world, dev, ids_fn=ids_fn)
+    ctx = dist_moe.create_context(group=group, config=h.config(block_scaled=MXFP8), device=dev)
+    got = h.run(ctx, *prepared_leaves(h)[2:])
+    ctx.close()
+    assert_mxfp8_train_close(got, h.reference())
+    if rank == pad:
+        assert got[0].abs().max() == 0 and got[1].abs().max() == 0 and got[2].abs().max() == 0
+
+
+def _mxfp8_accumulate(rank, world, dev, group, grad_dtype):
+    h = Harness(rank, world, dev)
+    ctx = dist_moe.create_context(group=group, config=h.config(block_scaled=MXFP8), device=dev)
+    w13, w2 = h.local_weights()
+    p13, p2 = torch.nn.Parameter(w13.clone()), torch.nn.Parameter(w2.clone())
+    if grad_dtype == torch.float32:
+        p13.grad_dtype = p2.grad_dtype = torch.float32
+    pw13, pw2 = (dist_moe.prepare_block_scaled_weight(p, MXFP8) for p in (p13, p2))
+    opts = dist_moe.ExecutionOptions(inplace_wgrad_accum=True)
+    first = h.run(ctx, pw13, pw2, options=opts)
+    g13_first, g2_first = p13.grad.clone(), p2.grad.clone()
+    ptrs = (p13.grad.data_ptr(), p2.grad.data_ptr())
+    h.run(ctx, pw13, pw2, options=opts)
+    ctx.close()
+    assert_mxfp8_train_close((first[0], first[1], first[2], g13_first, g2_first), h.reference())
+    assert p13.grad.dtype == grad_dtype and p2.grad.dtype == grad_dtype
+    assert (p13.grad.data_ptr(), p2.grad.data_ptr()) == ptrs, "accumulation must keep the .grad storages"
+    torch.testing.assert_close(p13.grad.float(), 2 * g13_first.float(), rtol=5e-2, atol=2e-2)
+    torch.testing.assert_close(p2.grad.float(), 2 * g2_first.float(), rtol=5e-2, atol=2e-2)
+
+
+def case_prepared_mxfp8_staged_accumulates_parameter_grad_bf16(rank, world, dev, group):
+    _mxfp8_accumulate(rank, world, dev, group, torch.bfloat16)
+
+
+def case_prepared_mxfp8_staged_accumulates_parameter_grad_fp32(rank, world, dev, group):
+    if not hasattr(torch.Tensor, "grad_dtype"):
+        return  # FP32 .grad of BF16 parameters needs Tensor.grad_dtype
+    _mxfp8_accumulate(rank, world, dev, group, torch.float32)
+
+
+def case_mxfp8_post_expert_rmsnorm(rank, world, dev, group):
+    h = Harness(rank, world, dev)
+    ctx = dist_moe.create_context(group=group, config=h.config(block_scaled=MXFP8), device=dev)
+    post = dist_moe.RMSNormPostprocess(eps=1e-6, norm_output_dtype=torch.float32, output_dtype=torch.bfloat16,
+                                       require_bitwise=False, recompute_rstd=True)
+    got = h.run(ctx, *prepared_leaves(h)[2:], options=dist_moe.ExecutionOptions(experts_output_postprocess=post))
+    ctx.close()
+    assert_mxfp8_train_close(got, h.reference(rmsnorm_eps=1e-6))
+
+
+def case_mxfp8_clamped_swiglu(rank, world, dev, group):
+    h = Harness(rank, world, dev)
+    h.xs = [x * 4 for x in h.xs]
+    cfg = h.config(block_scaled=MXFP8, activation="swiglu_clamped", swiglu_alpha=1.5, swiglu_limit=5.0)
+    ctx = dist_moe.create_context(group=group, config=cfg, device=dev)
+    got = h.run(ctx, *prepared_leaves(h)[2:])
+    ctx.close()
+    assert_mxfp8_train_close(got, h.reference(activation="swiglu_clamped", alpha=1.5, limit=5.0))
+
+
+def case_mxfp8_inference(rank, world, dev, group):
+    """Inference with prepared (training) and dynamic weights: the same bits, within tolerance."""
+    h = Harness(rank, world, dev)
+    ctx = dist_moe.create_context(group=group, config=h.config(block_scaled=MXFP8, inference=True), device=dev)
+    w13, w2 = h.local_weights()
+    p13, p2 = (dist_moe.prepare_block_scaled_weight(w, MXFP8) for w in (w13, w2))
+    out = dist_moe.routed_experts(h.xs[rank], h.ids[rank], h.scores[rank], p13, p2, ctx)
+    dynamic = dist_moe.routed_experts(h.xs[rank], h.ids[rank], h.scores[rank], w13, w2, ctx)
+    ctx.close()
+    torch.testing.assert_close(out, dynamic, rtol=0, atol=0)
+    assert_aggregate_close(out, h.reference()[0], name="out", **MXFP8_FWD_TOL)
+
+
+def case_mxfp8_min_slot_recompute_equals_full_save(rank, world, dev, group):
+    case_min_slot_recompute_equals_full_save(rank, world, dev, group, block_scaled=MXFP8)
 
 
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}

@@ -30,22 +30,65 @@ using platform::DeviceGuard;
 cudaStream_t as_stream(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
 const void* as_ptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
 
-// {"x": ptr, "num_tokens": T, "ids": ptr, "id_dtype": name, "scores": ptr, "score_dtype": name,
-//  "w13": ptr, "w13_shape": [...], "w2": ptr, "w2_shape": [...]}
-RoutedExpertsInputs inputs_from_dict(const py::dict& d) {
-  RoutedExpertsInputs in;
-  in.x_TD = as_ptr(d["x"].cast<uintptr_t>());
-  in.num_tokens = d["num_tokens"].cast<int64_t>();
-  in.topk_ids_TK = as_ptr(d["ids"].cast<uintptr_t>());
-  in.id_dtype = parse_dtype(d["id_dtype"].cast<std::string>());
-  in.topk_scores_TK = as_ptr(d["scores"].cast<uintptr_t>());
-  in.score_dtype = parse_dtype(d["score_dtype"].cast<std::string>());
-  in.w13 = as_ptr(d["w13"].cast<uintptr_t>());
-  in.w13_shape = d["w13_shape"].cast<std::vector<int64_t>>();
-  in.w2 = as_ptr(d["w2"].cast<uintptr_t>());
-  in.w2_shape = d["w2_shape"].cast<std::vector<int64_t>>();
-  return in;
+// The prepared weight's device buffers (0 = absent), in PreparedWeightBuffers' field order.
+PreparedWeightBuffers prepared_buffers(uintptr_t fprop_data, uintptr_t fprop_scale, uintptr_t dgrad_data,
+                                       uintptr_t dgrad_scale, uintptr_t global_scale, uintptr_t global_scale_inv) {
+  PreparedWeightBuffers b;
+  b.fprop_data = reinterpret_cast<void*>(fprop_data);
+  b.fprop_scale = reinterpret_cast<void*>(fprop_scale);
+  b.dgrad_data = reinterpret_cast<void*>(dgrad_data);
+  b.dgrad_scale = reinterpret_cast<void*>(dgrad_scale);
+  b.global_scale = reinterpret_cast<float*>(global_scale);
+  b.global_scale_inv = reinterpret_cast<float*>(global_scale_inv);
+  return b;
 }
+
+// {"format": name, "inference": bool, "shape": [E, N, K] (the source weight's), "fprop_data",
+//  "fprop_scale", "dgrad_data", "dgrad_scale": ptrs (0 = absent)} -> the layer's prepared weight; the
+// spec is prepared_weight_spec's for that format, mode and shape (the layer checks it against the
+// context: format, local experts, N and K, training preparation).
+PreparedExpertWeight prepared_from_dict(const py::dict& d) {
+  const auto shape = d["shape"].cast<std::vector<int64_t>>();
+  DMOE_CHECK_ARG(shape.size() == 3, "a prepared weight's shape must be [E, N, K], got ", shape.size(), " dims");
+  PreparedExpertWeight w;
+  w.spec = prepared_weight_spec(parse_block_scaled_format(d["format"].cast<std::string>()), d["inference"].cast<bool>(),
+                                shape[0], shape[1], shape[2]);
+  w.buffers = prepared_buffers(d["fprop_data"].cast<uintptr_t>(), d["fprop_scale"].cast<uintptr_t>(),
+                               d["dgrad_data"].cast<uintptr_t>(), d["dgrad_scale"].cast<uintptr_t>(), 0, 0);
+  return w;
+}
+
+// One call's inputs: {"x": ptr, "num_tokens": T, "ids": ptr, "id_dtype": name, "scores": ptr,
+// "score_dtype": name, "w13": ptr, "w13_shape": [...], "w2": ptr, "w2_shape": [...], and for
+// block-scaled contexts "w13_prepared" / "w2_prepared" (prepared_from_dict; w13 / w2 are then 0)}.
+// RoutedExpertsInputs points at the prepared weights held here, so this object is not copied.
+struct CallInputs {
+  RoutedExpertsInputs in;
+  PreparedExpertWeight w13_prepared, w2_prepared;
+
+  explicit CallInputs(const py::dict& d) {
+    in.x_TD = as_ptr(d["x"].cast<uintptr_t>());
+    in.num_tokens = d["num_tokens"].cast<int64_t>();
+    in.topk_ids_TK = as_ptr(d["ids"].cast<uintptr_t>());
+    in.id_dtype = parse_dtype(d["id_dtype"].cast<std::string>());
+    in.topk_scores_TK = as_ptr(d["scores"].cast<uintptr_t>());
+    in.score_dtype = parse_dtype(d["score_dtype"].cast<std::string>());
+    in.w13 = as_ptr(d["w13"].cast<uintptr_t>());
+    in.w13_shape = d["w13_shape"].cast<std::vector<int64_t>>();
+    in.w2 = as_ptr(d["w2"].cast<uintptr_t>());
+    in.w2_shape = d["w2_shape"].cast<std::vector<int64_t>>();
+    if (auto p = opt<py::dict>(d, "w13_prepared")) {
+      w13_prepared = prepared_from_dict(*p);
+      in.w13_prepared = &w13_prepared;
+    }
+    if (auto p = opt<py::dict>(d, "w2_prepared")) {
+      w2_prepared = prepared_from_dict(*p);
+      in.w2_prepared = &w2_prepared;
+    }
+  }
+  CallInputs(const CallInputs&) = delete;
+  CallInputs& operator=(const CallInputs&) = delete;
+};
 
 // {"clip_stats": ptr or 0, "clip_limit": float, "validate_expert_ids": bool, "rmsnorm": None or
 //  {"eps", "norm_output_dtype", "output_dtype", "require_bitwise", "weight" (ptr or 0),
@@ -75,19 +118,6 @@ ExecutionOptions options_from_dict(const py::dict& d) {
     o.experts_output_postprocess = p;
   }
   return o;
-}
-
-// The prepared weight's device buffers (0 = absent), in PreparedWeightBuffers' field order.
-PreparedWeightBuffers prepared_buffers(uintptr_t fprop_data, uintptr_t fprop_scale, uintptr_t dgrad_data,
-                                       uintptr_t dgrad_scale, uintptr_t global_scale, uintptr_t global_scale_inv) {
-  PreparedWeightBuffers b;
-  b.fprop_data = reinterpret_cast<void*>(fprop_data);
-  b.fprop_scale = reinterpret_cast<void*>(fprop_scale);
-  b.dgrad_data = reinterpret_cast<void*>(dgrad_data);
-  b.dgrad_scale = reinterpret_cast<void*>(dgrad_scale);
-  b.global_scale = reinterpret_cast<float*>(global_scale);
-  b.global_scale_inv = reinterpret_cast<float*>(global_scale_inv);
-  return b;
 }
 
 // One rank's context as Python sees it.
@@ -171,21 +201,21 @@ class GpuContext {
   void forward(const py::dict& inputs, uintptr_t out, uintptr_t state, const py::dict& options, uintptr_t stream) {
     Context& c = ctx();
     DeviceGuard guard(c.device());
-    const RoutedExpertsInputs in = inputs_from_dict(inputs);
+    const CallInputs call(inputs);
     const ExecutionOptions o = options_from_dict(options);
     if (state == 0) {
-      routed_experts_forward(c, in, reinterpret_cast<void*>(out), nullptr, o, as_stream(stream));
+      routed_experts_forward(c, call.in, reinterpret_cast<void*>(out), nullptr, o, as_stream(stream));
       return;
     }
     SavedState saved(c, reinterpret_cast<void*>(state));
-    routed_experts_forward(c, in, reinterpret_cast<void*>(out), &saved, o, as_stream(stream));
+    routed_experts_forward(c, call.in, reinterpret_cast<void*>(out), &saved, o, as_stream(stream));
   }
 
   void inference(const py::dict& inputs, uintptr_t out, const py::dict& options, uintptr_t stream) {
     Context& c = ctx();
     DeviceGuard guard(c.device());
-    routed_experts_inference(c, inputs_from_dict(inputs), reinterpret_cast<void*>(out), options_from_dict(options),
-                             as_stream(stream));
+    const CallInputs call(inputs);
+    routed_experts_inference(c, call.in, reinterpret_cast<void*>(out), options_from_dict(options), as_stream(stream));
   }
 
   // grads: {"grad_x", "grad_scores", "grad_w13", "grad_w2": ptrs, "wgrad_dtype": name, "accumulate": bool}
@@ -201,8 +231,8 @@ class GpuContext {
     g.wgrad_dtype = parse_dtype(grads["wgrad_dtype"].cast<std::string>());
     g.accumulate = grads["accumulate"].cast<bool>();
     const SavedState saved(c, reinterpret_cast<void*>(state));
-    routed_experts_backward(c, inputs_from_dict(inputs), saved, as_ptr(grad_out), g, options_from_dict(options),
-                            as_stream(stream));
+    const CallInputs call(inputs);
+    routed_experts_backward(c, call.in, saved, as_ptr(grad_out), g, options_from_dict(options), as_stream(stream));
   }
 
   void reset(uintptr_t stream) {
@@ -226,7 +256,7 @@ class GpuContext {
 }  // namespace dist_moe::python
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "Dist-MoE GPU runtime: contexts, the BF16 routed-experts pipeline and block-scaled weight preparation (raw pointers, no torch)";
+  m.doc() = "Dist-MoE GPU runtime: contexts, the BF16 and MXFP8 routed-experts pipelines and block-scaled weight preparation (raw pointers, no torch)";
   register_error_translator();
   m.def("unique_id", [] {
     ncclUniqueId id;

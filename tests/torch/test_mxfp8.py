@@ -1,0 +1,622 @@
+"""One-rank GPU tests of the MXFP8 staged layer's PyTorch face (upstream's DistMoeKernelTest rows for
+MXFP8 staged, and the ops block_scaled_forward / block_scaled_backward /
+block_scaled_backward_accumulate_).
+
+Numerics: the layer against (a) a torch emulation of the MXFP8 pipeline at upstream's quantization
+points (moe_reference.mxfp8_emulated_moe: out, grad_x and grad_scores, which depend on per-row
+quantization only) with the BF16 tolerances, and (b) the BF16 reference with upstream's MXFP8
+aggregate tolerances (relative L2 0.075, cosine 0.9975) for everything, the WGRADs included.
+Prepared and dynamically quantized weights, eager and traced, eager and graphed, checkpointed and
+not, are compared bitwise.
+"""
+
+import pytest
+import torch
+import torch.utils.checkpoint as ckpt
+from moe_reference import (
+    FWD_TOL,
+    GRAD_TOL,
+    MXFP8_FWD_TOL,
+    assert_aggregate_close,
+    assert_moe_close,
+    assert_mxfp8_train_close,
+    assert_planner_reset,
+    make_tokens,
+    make_weights,
+    mxfp8_emulated_moe,
+    reference_moe,
+    upstream_case_ids,
+)
+
+import dist_moe
+
+T, D, FF, E, K = 32, 256, 256, 4, 2
+DEV = torch.device("cuda", 0)
+MXFP8 = dist_moe.BlockScaledConfig(format=dist_moe.BlockScaledFormat.MXFP8_E4M3, pipeline="staged")
+NAMES = ("out", "grad_x", "grad_scores", "grad_w13", "grad_w2")
+
+
+def config(**kw):
+    base = dict(max_num_local_input_tokens=T, hidden_dim=D, intermediate_dim=FF, top_k=K, num_experts=E,
+                max_moe_layers_per_activation_slot=1, activation_slot_capacity_factor=1.0, block_scaled=MXFP8)
+    base.update(kw)
+    if base.get("inference"):
+        base.update(num_activation_slots=0, activation_slot_capacity_factor=None)
+    return dist_moe.Config(**base)
+
+
+@pytest.fixture
+def make_ctx(world1):
+    made = []
+
+    def make(**kw):
+        ctx = dist_moe.create_context(group=world1, config=config(**kw), device=DEV)
+        made.append(ctx)
+        return ctx
+
+    yield make
+    for ctx in made:
+        ctx.close()
+
+
+def case(seed=43, shift=0, t=T, ids=None):
+    x, ids, scores = make_tokens(t, D, K, seed=seed, device=DEV,
+                                 ids=upstream_case_ids(t, K, E, shift=shift) if ids is None else ids)
+    w13, w2 = make_weights(E, D, FF, seed=seed + 1, device=DEV)
+    return x, ids, scores, w13, w2
+
+
+def leaves(*tensors):
+    return [t.detach().clone().requires_grad_(t.is_floating_point()) for t in tensors]
+
+
+def prepared(w13, w2):
+    """Two leaf BF16 weights and their MXFP8 training preparations (WGRAD flows to the leaves)."""
+    a, b = leaves(w13, w2)
+    return a, b, dist_moe.prepare_block_scaled_weight(a, MXFP8), dist_moe.prepare_block_scaled_weight(b, MXFP8)
+
+
+def run_train(ctx, x, ids, scores, w13, w2, grad_out, options=None, *, prepare=False):
+    """One training step. w13 / w2: BF16 weights (any layout) copied into fresh leaves and quantized
+    in the call or, with ``prepare``, prepared first; or PreparedWeights, used as they are (their
+    sources' .grad is cleared first). Returns (out, grad_x, grad_scores, grad_w13, grad_w2)."""
+    x, scores = leaves(x, scores)
+    if isinstance(w13, dist_moe.PreparedWeight):
+        a, b = w13, w2
+        w13, w2 = a.source, b.source
+        w13.grad = w2.grad = None
+    elif prepare:
+        w13, w2, a, b = prepared(w13, w2)
+    else:
+        w13, w2 = leaves(w13, w2)
+        a, b = w13, w2
+    out = dist_moe.routed_experts(x, ids, scores, a, b, ctx, options=options)
+    out.backward(grad_out)
+    return out.detach(), x.grad, scores.grad, w13.grad, w2.grad
+
+
+def run_reference(x, ids, scores, w13, w2, grad_out, **kw):
+    x, scores, w13, w2 = leaves(x, scores, w13, w2)
+    out = reference_moe(x, ids, scores, w13, w2, **kw)
+    out.backward(grad_out)
+    return out.detach(), x.grad, scores.grad, w13.grad, w2.grad
+
+
+def assert_emulated(got, x, ids, scores, w13, w2, grad_out, **kw):
+    """out, grad_x and grad_scores equal the torch MXFP8 emulation within the BF16 tolerances."""
+    p13 = dist_moe.prepare_block_scaled_weight(w13, MXFP8)
+    p2 = dist_moe.prepare_block_scaled_weight(w2, MXFP8)
+    want = mxfp8_emulated_moe(x, ids, scores, grad_out, p13, p2, **kw)
+    for name, g, w, tol in zip(NAMES, got, want, (FWD_TOL, GRAD_TOL, GRAD_TOL)):
+        assert_moe_close(g, w, name=f"{name} vs MXFP8 emulation", **tol)
+
+
+def assert_bitwise(a, b, names=NAMES, what=""):
+    for name, u, v in zip(names, a, b):
+        assert (u is None) == (v is None), f"{what} {name}"
+        if u is not None:
+            assert u.shape == v.shape, f"{what} {name}: {tuple(u.shape)} vs {tuple(v.shape)}"
+            torch.testing.assert_close(u, v, rtol=0, atol=0, msg=lambda m, n=name: f"{what} {n}: {m}")
+
+
+# ---- ops ------------------------------------------------------------------------------------------------------
+
+
+def test_block_scaled_schemas_carry_upstreams_names_and_ownership():
+    """block_scaled_forward takes the eight prepared operands (DGRAD ones optional), save_for_backward,
+    slot, depth, validate_expert_ids and the context id (25 arguments); forward and backward are
+    functional and registered as effects; the accumulate op write-aliases exactly args 3 and 4."""
+    fwd = torch.ops.dist_moe.block_scaled_forward.default._schema
+    names = [a.name for a in fwd.arguments]
+    assert len(names) == 25 and names[-2:] == ["validate_expert_ids", "context_id"], names
+    assert names[3:11] == ["w13_fprop_data", "w13_fprop_scale", "w13_dgrad_data", "w13_dgrad_scale",
+                           "w2_fprop_data", "w2_fprop_scale", "w2_dgrad_data", "w2_dgrad_scale"]
+    assert names[20:23] == ["save_for_backward", "activation_slot", "num_moe_layers_in_slot"]
+    assert "!" not in str(fwd) and "!" not in str(torch.ops.dist_moe.block_scaled_backward.default._schema)
+    acc = torch.ops.dist_moe.block_scaled_backward_accumulate_.default._schema
+    written = [i for i, a in enumerate(acc.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    assert written == [3, 4]
+    assert [acc.arguments[i].name for i in written] == ["accumulator_grad_w13_EFD", "accumulator_grad_w2_EDF"]
+    assert acc.arguments[-2].name == "wgrad_dtype" and all(r.alias_info is None for r in acc.returns)
+    from dist_moe import _ops
+
+    assert torch.ops.dist_moe.block_scaled_forward.default in _ops.EFFECTFUL_OPS
+    assert torch.ops.dist_moe.block_scaled_backward.default in _ops.EFFECTFUL_OPS
+
+
+# ---- contexts and validation ----------------------------------------------------------------------------------
+
+
+def test_mxfp8_staged_contexts_and_unsupported_block_scaled_configs(world1):
+    """MXFP8 staged training and inference contexts are created with plan_memory's plan; NVFP4, Mega,
+    fast_math, kernel_config and dims not multiple of 128 raise the C++ context's ValueError."""
+    for inference in (False, True):
+        cfg = config(inference=inference)
+        ctx = dist_moe.create_context(group=world1, config=cfg, device=DEV)
+        try:
+            assert ctx.memory_plan == dist_moe.plan_memory(cfg, 1)
+        finally:
+            ctx.close()
+    kernel = dist_moe.BlockScaledKernelConfig(num_ctas=1, block_m=128, block_n=128, block_k=128, num_smem_buffers=4,
+                                              epilogue_subtile=32, kloop_unroll=1, swap_ab=False)
+    nvfp4 = dist_moe.BlockScaledConfig(format=dist_moe.BlockScaledFormat.NVFP4)
+    rejected = [
+        (config(block_scaled=nvfp4, inference=True), "nvfp4 has no Hopper execution yet"),
+        (config(block_scaled=dist_moe.BlockScaledConfig(pipeline="mega")), "mega"),
+        (config(block_scaled=dist_moe.BlockScaledConfig(fast_math=True)), "fast_math"),
+        (config(block_scaled=dist_moe.BlockScaledConfig(kernel_config=kernel)), "kernel_config"),
+        (config(hidden_dim=192, intermediate_dim=192), "multiples of 128"),
+    ]
+    for cfg, message in rejected:
+        with pytest.raises(ValueError, match=message):
+            dist_moe.create_context(group=world1, config=cfg, device=DEV)
+
+
+def test_block_scaled_validation_texts(make_ctx):
+    """Clip statistics, mixed / foreign / inference preparations, wrong expert counts and layouts
+    fail with their messages before (or, for the C++ checks, at) the layer."""
+    ctx = make_ctx()
+    x, ids, scores, w13, w2 = case(seed=3)
+    p13 = dist_moe.prepare_block_scaled_weight(w13, MXFP8)
+    p2 = dist_moe.prepare_block_scaled_weight(w2, MXFP8)
+    stats = torch.zeros(3, device=DEV)
+    with pytest.raises(ValueError, match="SwiGLU clip statistics are supported only by BF16"):
+        dist_moe.routed_experts(x, ids, scores, p13, p2, ctx,
+                                options=dist_moe.ExecutionOptions(swiglu_clip_stats_out_3=stats))
+    with pytest.raises(TypeError, match="both be PreparedWeight or both be tensors"):
+        dist_moe.routed_experts(x, ids, scores, p13, w2, ctx)
+    with pytest.raises(ValueError, match="weights_preprocess_fn"):
+        dist_moe.routed_experts(x, ids, scores, p13, p2, ctx,
+                                options=dist_moe.ExecutionOptions(weights_preprocess_fn=torch.clone))
+    nv13 = dist_moe.prepare_block_scaled_weight(w13, dist_moe.BlockScaledConfig(format="nvfp4"))
+    nv2 = dist_moe.prepare_block_scaled_weight(w2, dist_moe.BlockScaledConfig(format="nvfp4"))
+    with pytest.raises(ValueError, match="w13 was prepared for nvfp4, the context runs mxfp8_e4m3"):
+        dist_moe.routed_experts(x, ids, scores, nv13, nv2, ctx)
+    i13 = dist_moe.prepare_block_scaled_weight(w13, MXFP8, inference=True)
+    i2 = dist_moe.prepare_block_scaled_weight(w2, MXFP8, inference=True)
+    for grad in (False, True):  # the C++ layer: no Hopper GEMM reads 1x32 row-scaled weights yet
+        with torch.set_grad_enabled(grad), pytest.raises(ValueError, match="no Hopper GEMM yet"):
+            dist_moe.routed_experts(x.clone().requires_grad_(grad), ids, scores, i13, i2, ctx)
+    half13 = dist_moe.prepare_block_scaled_weight(w13[:2].contiguous(), MXFP8)
+    half2 = dist_moe.prepare_block_scaled_weight(w2[:2].contiguous(), MXFP8)
+    with pytest.raises(ValueError, match=r"must be prepared from a \[4, 512, 256\] weight"):
+        with torch.no_grad():
+            dist_moe.routed_experts(x, ids, scores, half13, half2, ctx)
+    with pytest.raises(ValueError, match="weights must contain 4 local experts"):
+        dist_moe.routed_experts(x, ids, scores, w13[:2], w2[:2], ctx)
+    with pytest.raises(ValueError, match="incompatible expert-weight layouts"):
+        dist_moe.routed_experts(x, ids, scores, w13.reshape(-1, D), w2, ctx)
+    bf16_ctx = make_ctx(block_scaled=None)
+    with pytest.raises(ValueError, match="cannot be used with a BF16 context"):
+        dist_moe.routed_experts(x, ids, scores, p13, p2, bf16_ctx)
+    torch.cuda.synchronize()
+    assert_planner_reset(ctx)  # nothing above reached a kernel that pushes to a slot
+
+
+# ---- numerics -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("weights", ["prepared", "dynamic"])
+def test_mxfp8_forward_and_backward_match_references(make_ctx, weights):
+    """Training with prepared (WGRAD to their sources) or dynamically quantized weights: out, grad_x
+    and grad_scores within the BF16 tolerances of the torch MXFP8 emulation; everything within
+    upstream's MXFP8 tolerances of the BF16 reference; the planner is empty afterwards."""
+    ctx = make_ctx(wgrad_dtype=torch.float32)
+    x, ids, scores, w13, w2 = case(seed=29)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    got = run_train(ctx, x, ids, scores, w13, w2, g, prepare=weights == "prepared")
+    assert got[3].shape == w13.shape and got[4].shape == w2.shape
+    assert_emulated(got, x, ids, scores, w13, w2, g)
+    assert_mxfp8_train_close(got, run_reference(x, ids, scores, w13, w2, g))
+    assert_planner_reset(ctx)
+
+
+def test_prepared_and_dynamic_weights_are_bitwise_equal(make_ctx):
+    """Prepared weights and the same BF16 weights quantized in the call (3D, gate-axis 4D and flat
+    layouts) give bitwise-equal outputs and gradients, each WGRAD in its weight's logical shape."""
+    ctx = make_ctx()
+    x, ids, scores, w13, w2 = case(seed=31)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    want = run_train(ctx, x, ids, scores, w13, w2, g, prepare=True)
+    for a, b in ((w13, w2), (w13.view(E, 2, FF, D), w2), (w13.reshape(E * 2 * FF, D), w2.reshape(E * D, FF))):
+        got = run_train(ctx, x, ids, scores, a, b, g)
+        assert got[3].shape == a.shape and got[4].shape == b.shape
+        assert_bitwise(want, [got[0], got[1], got[2], got[3].reshape(w13.shape), got[4].reshape(w2.shape)],
+                       what=f"w13 {tuple(a.shape)}")
+    assert_planner_reset(ctx)
+
+
+def test_mxfp8_clamped_swiglu_matches_references(make_ctx):
+    """Clamped SwiGLU (alpha 1.5, limit 5.0) with h1 pushed past the limit: the emulation within BF16
+    tolerances, the BF16 reference within the MXFP8 ones."""
+    ctx = make_ctx(activation="swiglu_clamped", swiglu_alpha=1.5, swiglu_limit=5.0)
+    x, ids, scores, w13, w2 = case(seed=7)
+    x = x * 4
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    kw = dict(activation="swiglu_clamped", alpha=1.5, limit=5.0)
+    got = run_train(ctx, x, ids, scores, w13, w2, g, prepare=True)
+    assert_emulated(got, x, ids, scores, w13, w2, g, **kw)
+    assert_mxfp8_train_close(got, run_reference(x, ids, scores, w13, w2, g, **kw))
+
+
+def test_mxfp8_padding_routes_match_reference(make_ctx):
+    """ids[0] = -1 (whole row), ids[1, 1] = -1, validate_expert_ids: row 0 of out and x.grad exactly
+    zero, score grads of -1 routes zero, the rest within tolerance; the planner is empty afterwards."""
+    ctx = make_ctx()
+    ids = upstream_case_ids(T, K, E)
+    ids[0] = -1
+    ids[1, 1] = -1
+    x, ids, scores, w13, w2 = case(seed=11, ids=ids)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    got = run_train(ctx, x, ids, scores, w13, w2, g, dist_moe.ExecutionOptions(validate_expert_ids=True),
+                    prepare=True)
+    assert got[0][0].abs().max() == 0 and got[1][0].abs().max() == 0
+    assert got[2][0].abs().max() == 0 and got[2][1, 1] == 0
+    assert_emulated(got, x, ids, scores, w13, w2, g)
+    assert_mxfp8_train_close(got, run_reference(x, ids, scores, w13, w2, g))
+    assert_planner_reset(ctx)
+
+
+def test_mxfp8_bounded_token_shapes(make_ctx):
+    """T in {1, 8, 32} of T_max 32 on one context, prepared weights, against the emulation."""
+    ctx = make_ctx()
+    for t in (1, 8, 32):
+        x, ids, scores, w13, w2 = case(seed=100 + t, t=t)
+        g = torch.randn(t, D, device=DEV, dtype=torch.bfloat16)
+        got = run_train(ctx, x, ids, scores, w13, w2, g, prepare=True)
+        assert_emulated(got, x, ids, scores, w13, w2, g)
+    assert_planner_reset(ctx)
+
+
+def test_mxfp8_rmsnorm_postprocess_matches_reference(make_ctx):
+    """The fused RMSNorm postprocess (eps 1e-6, non-bitwise, recompute_rstd) on MXFP8 experts vs
+    F.rms_norm over the BF16 reference, with a fully padded row (exact zero)."""
+    ctx = make_ctx()
+    ids = upstream_case_ids(T, K, E)
+    ids[0] = -1
+    x, ids, scores, w13, w2 = case(seed=13, ids=ids)
+    post = dist_moe.RMSNormPostprocess(eps=1e-6, norm_output_dtype=torch.float32, output_dtype=torch.bfloat16,
+                                       require_bitwise=False, recompute_rstd=True)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    got = run_train(ctx, x, ids, scores, w13, w2, g, dist_moe.ExecutionOptions(experts_output_postprocess=post),
+                    prepare=True)
+    assert got[0][0].abs().max() == 0
+    assert_mxfp8_train_close(got, run_reference(x, ids, scores, w13, w2, g, rmsnorm_eps=1e-6))
+    assert_planner_reset(ctx)
+
+
+def test_mxfp8_eager_callbacks(make_ctx):
+    """A callable postprocess (h3 * 0.5) and a wgrad_postprocess_fn (sees w2, then w13) run eagerly on
+    an MXFP8 context: within tolerance of the reference, and the WGRAD hook's grads equal the plain
+    call's bitwise."""
+    ctx = make_ctx()
+    x, ids, scores, w13, w2 = case(seed=17)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    got = run_train(ctx, x, ids, scores, w13, w2, g,
+                    dist_moe.ExecutionOptions(experts_output_postprocess=lambda h3: h3 * 0.5), prepare=True)
+    assert_mxfp8_train_close(got, run_reference(x, ids, scores, w13, w2, g, postprocess=lambda h3: h3 * 0.5))
+    seen = []
+
+    def hook(name, grad):
+        seen.append(name)
+        return grad
+
+    plain = run_train(ctx, x, ids, scores, w13, w2, g, prepare=True)
+    hooked = run_train(ctx, x, ids, scores, w13, w2, g, dist_moe.ExecutionOptions(wgrad_postprocess_fn=hook),
+                       prepare=True)
+    assert seen == ["w2", "w13"]
+    assert_bitwise(plain, hooked, what="wgrad_postprocess_fn")
+    assert_planner_reset(ctx)
+
+
+# ---- no-grad, inference -----------------------------------------------------------------------------------------
+
+
+def test_mxfp8_no_grad_on_training_context_is_scratch_only(make_ctx):
+    """Under no_grad (prepared weights whose sources require grad, and dynamic weights) the slots are
+    untouched, the output does not require grad and equals the training forward bitwise."""
+    ctx = make_ctx()
+    x, ids, scores, w13, w2 = case(seed=19)
+    a, b, p13, p2 = prepared(w13, w2)
+    before = ctx.planner_snapshot()
+    with torch.no_grad():
+        out_prepared = dist_moe.routed_experts(x, ids, scores, p13, p2, ctx)
+        out_dynamic = dist_moe.routed_experts(x, ids, scores, a, b, ctx)
+    assert ctx.planner_snapshot() == before
+    assert not out_prepared.requires_grad
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    got = run_train(ctx, x, ids, scores, w13, w2, g, prepare=True)
+    torch.testing.assert_close(out_prepared, got[0], rtol=0, atol=0)
+    torch.testing.assert_close(out_dynamic, got[0], rtol=0, atol=0)
+    assert_planner_reset(ctx)
+
+
+def test_mxfp8_inference_context(make_ctx):
+    """Inference reads training preparations (their FPROP fields): prepared and dynamic weights give
+    the same bits, within tolerance of the emulation and the BF16 reference; sources that require grad
+    do not make an inference call an autograd call, x requiring grad raises."""
+    ctx = make_ctx(inference=True)
+    x, ids, scores, w13, w2 = case(seed=23)
+    a, b, p13, p2 = prepared(w13, w2)  # a, b require grad
+    out = dist_moe.routed_experts(x, ids, scores, p13, p2, ctx)
+    assert out.grad_fn is None
+    dynamic = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx)
+    torch.testing.assert_close(out, dynamic, rtol=0, atol=0)
+    g = torch.zeros(T, D, device=DEV, dtype=torch.bfloat16)
+    want = mxfp8_emulated_moe(x, ids, scores, g, p13, p2)[0]
+    assert_moe_close(out, want, name="inference out vs MXFP8 emulation", **FWD_TOL)
+    assert_aggregate_close(out, reference_moe(x, ids, scores, w13, w2), name="inference out", **MXFP8_FWD_TOL)
+    with pytest.raises(RuntimeError, match="inference contexts do not support autograd"):
+        dist_moe.routed_experts(x.clone().requires_grad_(), ids, scores, p13, p2, ctx)
+
+
+# ---- tracing, graphs, checkpointing, accumulation -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("weights", ["prepared", "dynamic"])
+def test_mxfp8_modes_are_visible_to_non_strict_tracing(make_ctx, weights):
+    """make_fx of a training call, a no-grad call on the training context and an inference call: one
+    block_scaled_forward each (save_for_backward True / False / False; validate_expert_ids at
+    args[-2]), dynamic weights add two prepare_mxfp8_weight; traced == eager bitwise."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    for mode in ("train", "no_grad", "inference"):
+        ctx = make_ctx(inference=mode == "inference")
+        x, ids, scores, w13, w2 = case(seed=37)
+        a, b, p13, p2 = prepared(w13, w2)
+        if mode == "inference":
+            a, b = w13, w2  # the inference context takes no weights that require grad
+        w = (p13, p2) if weights == "prepared" else (a, b)
+
+        def fn(x, scores):
+            with torch.set_grad_enabled(mode == "train"):
+                return dist_moe.routed_experts(x, ids, scores, *w, ctx)
+
+        xs = x.clone().requires_grad_(mode == "train")
+        gm = make_fx(fn)(xs, scores)
+        nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+        fwd = [n for n in nodes if n.target == torch.ops.dist_moe.block_scaled_forward.default]
+        assert len(fwd) == 1, gm.graph
+        assert fwd[0].args[20] is (mode == "train") and fwd[0].args[-2] is False, fwd[0].args
+        preps = [n for n in nodes if n.target == torch.ops.dist_moe.prepare_mxfp8_weight.default]
+        assert len(preps) == (2 if weights == "dynamic" else 0), gm.graph
+        ctx.reset()
+        traced = gm(xs, scores)
+        ctx.reset()
+        eager = fn(xs, scores)
+        torch.testing.assert_close(traced, eager, rtol=0, atol=0)
+        ctx.reset()
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "prepared", "dynamic_accumulate_bf16", "prepared_accumulate_fp32"])
+def test_mxfp8_training_cuda_graph_matches_eager(make_ctx, mode):
+    """make_graphed_callables over an MXFP8 training call (weights quantized inside the graph, or
+    prepared outside it with the parameters as their sources; functional or accumulating WGRAD): the
+    output and all four grads equal eager bitwise on two different cases."""
+    accumulate = "accumulate" in mode
+    grad_dtype = torch.float32 if mode.endswith("fp32") else torch.bfloat16
+    if grad_dtype == torch.float32 and not hasattr(torch.Tensor, "grad_dtype"):
+        pytest.skip("FP32 gradients of BF16 parameters need Tensor.grad_dtype (torch >= 2.10)")
+    ctx = make_ctx(wgrad_dtype=grad_dtype if accumulate else None)
+    opts = dist_moe.ExecutionOptions(inplace_wgrad_accum=accumulate)
+    x0, ids0, s0, w13_0, w2_0 = case(seed=41)
+    w13 = torch.nn.Parameter(w13_0.clone())
+    w2 = torch.nn.Parameter(w2_0.clone())
+    if grad_dtype == torch.float32:
+        w13.grad_dtype = w2.grad_dtype = torch.float32
+    pw = (dist_moe.prepare_block_scaled_weight(w13, MXFP8), dist_moe.prepare_block_scaled_weight(w2, MXFP8))
+
+    def fn(x, ids, scores, w13, w2):
+        weights = pw if mode.startswith("prepared") else (w13, w2)  # pw's sources are w13 and w2
+        return dist_moe.routed_experts(x, ids, scores, *weights, ctx, options=opts)
+
+    def fresh_grads():
+        for p in (w13, w2):
+            if not accumulate:
+                p.grad = None
+            elif p.grad is None:
+                p.grad = torch.zeros(p.shape, dtype=grad_dtype, device=DEV)
+            else:
+                p.grad.zero_()
+
+    fresh_grads()
+    graphed = torch.cuda.make_graphed_callables(fn, (x0.clone().requires_grad_(), ids0, s0.clone().requires_grad_(),
+                                                     w13, w2), num_warmup_iters=1, allow_unused_input=True)
+    for seed, shift in ((41, 0), (43, 1)):
+        x, ids, s, _, _ = case(seed=seed, shift=shift)
+        g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+        results = []
+        for f in (fn, graphed):
+            fresh_grads()
+            xi, si = x.clone().requires_grad_(), s.clone().requires_grad_()
+            out = f(xi, ids, si, w13, w2)
+            out.backward(g)
+            results.append([out.detach().clone(), xi.grad.clone(), si.grad.clone(), w13.grad.clone(), w2.grad.clone()])
+        assert_bitwise(*results, what=mode)
+    assert_planner_reset(ctx)
+
+
+def test_mxfp8_inference_cuda_graph_replays_bounded_shapes(make_ctx):
+    """Inference graphs captured at T=8 and T=32 with prepared weights replay within tolerance of the
+    emulation on new inputs (a padded case included); the output has no autograd state."""
+    ctx = make_ctx(inference=True)
+    w13, w2 = make_weights(E, D, FF, seed=51, device=DEV)
+    p13 = dist_moe.prepare_block_scaled_weight(w13, MXFP8)
+    p2 = dist_moe.prepare_block_scaled_weight(w2, MXFP8)
+    graphs = {}
+    for t in (8, 32):
+        x, ids, s = make_tokens(t, D, K, seed=50 + t, device=DEV, ids=upstream_case_ids(t, K, E))
+        static = [x, ids, s]
+        torch.cuda.synchronize()
+        dist_moe.routed_experts(x, ids, s, p13, p2, ctx)  # warm up outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = dist_moe.routed_experts(*static, p13, p2, ctx)
+        assert out.grad_fn is None
+        graphs[t] = (graph, static, out)
+    for t, (graph, static, out) in graphs.items():
+        for padded in (False, True):
+            ids = upstream_case_ids(t, K, E, shift=1)
+            if padded:
+                ids[-1] = -1
+            x, ids, s = make_tokens(t, D, K, seed=60 + t, device=DEV, ids=ids)
+            for dst, src in zip(static, (x, ids, s)):
+                dst.copy_(src)
+            graph.replay()
+            want = mxfp8_emulated_moe(x, ids, s, torch.zeros_like(x), p13, p2)[0]
+            assert_moe_close(out, want, name=f"T={t}", **FWD_TOL)
+            if padded:
+                assert out[-1].abs().max() == 0
+
+
+@pytest.mark.parametrize("weights", ["prepared", "dynamic"])
+def test_mxfp8_activation_checkpointing_matches_eager_bitwise(make_ctx, weights):
+    """Non-reentrant checkpoint around the layer (its first forward keeps nothing in the slot) and
+    selective checkpointing with block_scaled_forward MUST_SAVE (the forward runs once, its slot is
+    popped although slot 1 is selected meanwhile): bitwise == eager, the planner empty afterwards."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    ctx = make_ctx(num_activation_slots=2)
+    x, ids, scores, w13, w2 = case(seed=73)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    a, b, p13, p2 = prepared(w13, w2)
+    calls = []
+
+    def fn(x, scores):
+        ctx.select_activation_slot(min(len(calls), 1), 1)
+        calls.append(1)
+        return dist_moe.routed_experts(x, ids, scores, *((p13, p2) if weights == "prepared" else (a, b)), ctx)
+
+    def run(wrap):
+        calls.clear()
+        for p in (a, b):
+            p.grad = None
+        xs, ss = leaves(x, scores)
+        out = wrap(xs, ss)
+        slot_layers = ctx.activation_buffer.moe_layer_id.tolist()
+        out.backward(g)
+        assert_planner_reset(ctx)
+        return (out.detach(), xs.grad, ss.grad, a.grad.clone(), b.grad.clone()), slot_layers, len(calls)
+
+    def policy(_ctx, op, *args, **kwargs):
+        if op == torch.ops.dist_moe.block_scaled_forward.default:
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    eager, layers, n = run(fn)
+    assert layers == [1, 0] and n == 1
+    plain, layers, n = run(lambda *t: ckpt.checkpoint(fn, *t, use_reentrant=False))
+    assert layers == [0, 0] and n == 2  # nothing kept by the first forward; recomputed for the backward
+    assert_bitwise(eager, plain, what="checkpoint")
+    sac, layers, n = run(lambda *t: ckpt.checkpoint(
+        fn, *t, use_reentrant=False, context_fn=lambda: create_selective_checkpoint_contexts(policy)))
+    assert layers == [1, 0] and n == 2  # the cached forward's state stays on slot 0 until its backward
+    assert_bitwise(eager, sac, what="selective checkpoint")
+
+
+@pytest.mark.parametrize("grad_dtype", [torch.bfloat16, torch.float32])
+def test_mxfp8_wgrad_accumulates_into_source_grad(make_ctx, grad_dtype):
+    """inplace_wgrad_accum with prepared weights: the first backward attaches .grad to the sources
+    (functional op), the second adds into the same storages (block_scaled_backward_accumulate_):
+    .grad = 2x the first contribution, pointers kept, hooks fired on the first."""
+    if grad_dtype == torch.float32 and not hasattr(torch.Tensor, "grad_dtype"):
+        pytest.skip("FP32 gradients of BF16 parameters need Tensor.grad_dtype (torch >= 2.10)")
+    ctx = make_ctx(wgrad_dtype=grad_dtype)
+    x, ids, scores, w13, w2 = case(seed=79)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    p13, p2 = torch.nn.Parameter(w13.clone()), torch.nn.Parameter(w2.clone())
+    if grad_dtype == torch.float32:
+        p13.grad_dtype = p2.grad_dtype = torch.float32
+    fired = []
+    for p in (p13, p2):
+        p.register_post_accumulate_grad_hook(lambda p: fired.append(p))
+    pw13, pw2 = (dist_moe.prepare_block_scaled_weight(p, MXFP8) for p in (p13, p2))
+    opts = dist_moe.ExecutionOptions(inplace_wgrad_accum=True)
+    firsts = []
+    for _ in range(2):
+        xs, ss = leaves(x, scores)
+        dist_moe.routed_experts(xs, ids, ss, pw13, pw2, ctx, options=opts).backward(g)
+        firsts.append((p13.grad.clone(), p2.grad.clone(), p13.grad.data_ptr(), p2.grad.data_ptr()))
+    (g13, g2, ptr13, ptr2), (_, _, ptr13b, ptr2b) = firsts
+    assert p13.grad.dtype == grad_dtype and p2.grad.dtype == grad_dtype
+    assert (ptr13, ptr2) == (ptr13b, ptr2b), "accumulation must keep the .grad storages"
+    torch.testing.assert_close(p13.grad.float(), 2 * g13.float(), rtol=5e-2, atol=2e-2)
+    torch.testing.assert_close(p2.grad.float(), 2 * g2.float(), rtol=5e-2, atol=2e-2)
+    assert len(fired) >= 2
+    want = run_reference(x, ids, scores, w13, w2, g)
+    assert_aggregate_close(g13, want[3], name="grad_w13", rel_l2=0.075, cos=0.9975)
+    assert_aggregate_close(g2, want[4], name="grad_w2", rel_l2=0.075, cos=0.9975)
+    assert_planner_reset(ctx)
+
+
+def test_mxfp8_wgrad_accumulators_are_visible_to_joint_make_fx(make_ctx):
+    """A joint forward+backward trace with preset .grad buffers on the prepared weights' sources holds
+    one block_scaled_backward_accumulate_ whose args 3 and 4 are views of the gradient placeholders and
+    whose args[-2] is the WGRAD dtype."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    ctx = make_ctx(wgrad_dtype=torch.bfloat16)
+    x, ids, scores, w13_0, w2_0 = case(seed=83)
+    p13, p2 = torch.nn.Parameter(w13_0.clone()), torch.nn.Parameter(w2_0.clone())
+    pw13, pw2 = (dist_moe.prepare_block_scaled_weight(p, MXFP8) for p in (p13, p2))
+    opts = dist_moe.ExecutionOptions(inplace_wgrad_accum=True)
+
+    def joint(x, scores, g13, g2, grad_out):
+        p13.grad, p2.grad = g13, g2
+        out = dist_moe.routed_experts(x, ids, scores, pw13, pw2, ctx, options=opts)
+        out.backward(grad_out)
+        return out.detach()
+
+    g13, g2 = torch.zeros_like(w13_0), torch.zeros_like(w2_0)
+    grad_out = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    gm = make_fx(joint)(x.clone().requires_grad_(), scores.clone().requires_grad_(), g13, g2, grad_out)
+    op = torch.ops.dist_moe.block_scaled_backward_accumulate_.default
+    nodes = [n for n in gm.graph.nodes if n.target == op]
+    assert len(nodes) == 1, gm.graph
+    assert nodes[0].args[-2] == torch.bfloat16
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for arg, ph in zip(nodes[0].args[3:5], placeholders[2:4]):
+        assert arg.target == torch.ops.aten.view.default and arg.args[0] is ph, (arg, ph)
+    ctx.reset()
+
+
+def test_mxfp8_refilled_weights_train_like_fresh_preparations(make_ctx):
+    """A training loop that re-prepares with out= after each optimizer step computes what fresh
+    preparations of the updated parameters compute, bitwise (the examples/mxfp8_training.py pattern)."""
+    ctx = make_ctx()
+    x, ids, scores, w13, w2 = case(seed=89)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    p13, p2 = torch.nn.Parameter(w13.clone()), torch.nn.Parameter(w2.clone())
+    pw13, pw2 = (dist_moe.prepare_block_scaled_weight(p, MXFP8) for p in (p13, p2))
+    opt = torch.optim.SGD([p13, p2], lr=0.5)
+    for _ in range(3):
+        opt.zero_grad()
+        dist_moe.routed_experts(x, ids, scores, pw13, pw2, ctx).backward(g)
+        opt.step()
+        with torch.no_grad():
+            pw13 = dist_moe.prepare_block_scaled_weight(p13, MXFP8, out=pw13)
+            pw2 = dist_moe.prepare_block_scaled_weight(p2, MXFP8, out=pw2)
+    refilled = run_train(ctx, x, ids, scores, pw13, pw2, g)[:3]
+    fresh = run_train(ctx, x, ids, scores, p13.detach(), p2.detach(), g, prepare=True)[:3]
+    assert_bitwise(refilled, fresh, NAMES[:3], what="refilled vs fresh")
+    assert_planner_reset(ctx)
