@@ -3,6 +3,8 @@
 # stages import the package `install` put in the environment when that stage runs, otherwise the
 # modules the build leaves in python/dist_moe (built here when missing), so one call builds once.
 #   TORCH_BENCH_SHAPES [qwen3_30b,dsv3_prefill,dsv3_decode]  torchbench: the shapes
+#   TORCH_TESTS [tests/torch]          torch: the pytest paths (repo-relative, space-separated)
+#   TORCH_EXAMPLES [bf16_training bf16_inference mxfp8_training]  torch: the torchrun examples
 
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 TORCH_READY=""  # "", ok or failed: which package the torch stages import, decided once
@@ -36,9 +38,11 @@ torch_package() {  # the installed package (stage install) or the in-place modul
 stage_torch() {
   local rc fail=0 ex
   torch_package || return 1
-  (cd /tmp && x timeout 1500 python -m pytest -q -p no:cacheprovider -rfE "$ROOT/tests/torch" > "$OUT/torch_tests.log" 2>&1)
+  local paths=() p
+  for p in ${TORCH_TESTS:-tests/torch}; do paths+=("$ROOT/$p"); done
+  (cd /tmp && x timeout 1500 python -m pytest -q -p no:cacheprovider -rfE "${paths[@]}" > "$OUT/torch_tests.log" 2>&1)
   rc=$?; [ $rc = 0 ] || fail=1
-  say "pytest tests/torch (rc=$rc): $(tail -1 "$OUT/torch_tests.log")"
+  say "pytest ${TORCH_TESTS:-tests/torch} (rc=$rc): $(tail -1 "$OUT/torch_tests.log")"
   grep -E "^(FAILED|ERROR)" "$OUT/torch_tests.log" | head -20 | tee -a "$SUMMARY"
   (cd /tmp && x timeout 300 python -m pytest -q -p no:cacheprovider "$ROOT/tests/python" > "$OUT/python_tests.log" 2>&1)
   rc=$?; [ $rc = 0 ] || fail=1
@@ -47,7 +51,7 @@ stage_torch() {
   (cd /tmp && x python "$ROOT/examples/memory_planning.py" >> "$OUT/examples.log" 2>&1)
   rc=$?; [ $rc = 0 ] || fail=1
   say "examples/memory_planning.py: rc=$rc"
-  for ex in bf16_training bf16_inference mxfp8_training; do
+  for ex in ${TORCH_EXAMPLES:-bf16_training bf16_inference mxfp8_training}; do
     x timeout 300 torchrun --standalone --nproc-per-node="$NGPU" "examples/$ex.py" >> "$OUT/examples.log" 2>&1
     rc=$?; [ $rc = 0 ] || fail=1
     say "examples/$ex.py on $NGPU GPU(s): rc=$rc | $(grep -E "^$ex: OK|us/call" "$OUT/examples.log" | tail -2 | tr '\n' ' ')"

@@ -16,7 +16,9 @@
 #include <nccl.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -235,9 +237,23 @@ Result run_layer(ncclComm_t nccl, const Case& c, const Problem& pr, int rank, in
   return r;
 }
 
+// The worst relL2 of each kind of check in the current case (printed with its PASS / FAIL line, so
+// a run shows the margins).
+struct Margins {
+  double oracle = 0, bf16 = 0;
+  std::string line() const {
+    char b[96];
+    std::snprintf(b, sizeof(b), " [max relL2 vs mxfp8 oracle %.2e, vs bf16 %.2e]", oracle, bf16);
+    return b;
+  }
+};
+Margins g_margins;
+
 bool check(const std::string& what, const TensorF& got, const TensorF& want, const reference::Tolerance& tol,
            std::string* why) {
   const auto cmp = reference::compare(got, want, tol);
+  double& worst = what.find("bf16") != std::string::npos ? g_margins.bf16 : g_margins.oracle;
+  worst = std::max(worst, cmp.rel_l2);
   if (!cmp.passed) *why += " " + what + ": " + cmp.summary() + ";";
   return cmp.passed;
 }
@@ -247,10 +263,18 @@ const reference::Tolerance kFwd{2e-2, 2e-2, 5e-3, 0.999};
 const reference::Tolerance kGrad{3e-2, 3e-2, 1e-2, 0.995};
 const reference::Tolerance kWgrad{3e-2, 1.0, 1.5e-2, 0.995};
 
+// Against the BF16 reference upstream judges MXFP8 by relL2 and cosine only (its test catalog:
+// "relL2 and cos per the fwd/grad/wgrad table"); the table's element-wise pair is not applied there,
+// nor here.
+reference::Tolerance aggregate(const reference::Tolerance& t) {
+  constexpr double kAny = std::numeric_limits<double>::infinity();
+  return {kAny, kAny, t.max_rel_l2, t.min_cosine};
+}
+
 bool check_forward(const Problem& pr, const TensorF& out, int rank, const std::string& tag, std::string* why) {
   bool ok = check(tag + "out vs mxfp8 oracle", out, pr.q_fwd.ranks[rank].out_TD, kFwd, why);
   ok &= check(tag + "out vs bf16 (upstream mxfp8 tol)", out, pr.ref_fwd.ranks[rank].out_TD,
-              reference::kMxfp8ForwardTolerance, why);
+              aggregate(reference::kMxfp8ForwardTolerance), why);
   return ok;
 }
 
@@ -262,10 +286,10 @@ bool check_all(const Case& c, const Problem& pr, const Result& r, int rank, std:
   ok &= check("grad_scores vs mxfp8 oracle", r.grad_scores, qb.grad_scores_TK, kGrad, why);
   ok &= check("dW13 vs mxfp8 oracle", r.dw13, qb.dw13_EFD, kWgrad, why);
   ok &= check("dW2 vs mxfp8 oracle", r.dw2, qb.dw2_EDF, kWgrad, why);
-  ok &= check("grad_x vs bf16", r.grad_x, rb.grad_x_TD, reference::kMxfp8GradTolerance, why);
-  ok &= check("grad_scores vs bf16", r.grad_scores, rb.grad_scores_TK, reference::kMxfp8GradTolerance, why);
-  ok &= check("dW13 vs bf16", r.dw13, rb.dw13_EFD, reference::kMxfp8WgradTolerance, why);
-  ok &= check("dW2 vs bf16", r.dw2, rb.dw2_EDF, reference::kMxfp8WgradTolerance, why);
+  ok &= check("grad_x vs bf16", r.grad_x, rb.grad_x_TD, aggregate(reference::kMxfp8GradTolerance), why);
+  ok &= check("grad_scores vs bf16", r.grad_scores, rb.grad_scores_TK, aggregate(reference::kMxfp8GradTolerance), why);
+  ok &= check("dW13 vs bf16", r.dw13, rb.dw13_EFD, aggregate(reference::kMxfp8WgradTolerance), why);
+  ok &= check("dW2 vs bf16", r.dw2, rb.dw2_EDF, aggregate(reference::kMxfp8WgradTolerance), why);
   if (c.padded_rank == rank) {  // a fully padded rank: exact zeros
     bool zeros = true;
     for (float v : r.out.data) zeros &= v == 0.f;
@@ -291,6 +315,8 @@ std::vector<Case> cases() {
   c = {"k6_e8"}; c.K = 6; c.E = 8; v.push_back(c);
   c = {"clamped_swiglu"}; c.activation = Activation::kSwiGLUClamped; v.push_back(c);
   c = {"rmsnorm_k2"}; c.rmsnorm = true; v.push_back(c);
+  c = {"rmsnorm_k2_seed2"}; c.rmsnorm = true; c.seed = 2; v.push_back(c);
+  c = {"rmsnorm_k6_seed3"}; c.rmsnorm = true; c.K = 6; c.seed = 3; v.push_back(c);
   c = {"bf16_wgrad_int64_ids_bf16_scores"}; c.wgrad = DType::kBFloat16; c.int64_ids = true; c.bf16_scores = true;
   v.push_back(c);
   c = {"t1"}; c.T_max = 8; c.T = 1; v.push_back(c);
@@ -422,7 +448,7 @@ bool case_accumulate(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
     TensorF twice13 = first.dw13, twice2 = first.dw2;
     for (auto& v : twice13.data) v *= 2.f;
     for (auto& v : twice2.data) v *= 2.f;
-    const std::string tag = dt == DType::kFloat32 ? "fp32 " : "bf16 ";
+    const std::string tag = dt == DType::kFloat32 ? "float32 " : "bfloat16 ";
     ok &= check(tag + "dW13 x2", second.dw13, twice13, {5e-2, 2e-2, -1, -2}, why);
     ok &= check(tag + "dW2 x2", second.dw2, twice2, {5e-2, 2e-2, -1, -2}, why);
     ctx->close();
@@ -502,6 +528,7 @@ int main(int argc, char** argv) {
       if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
       if (c.E % env.world != 0 || c.padded_rank >= env.world) continue;
       ++run;
+      g_margins = {};
       const Problem pr = make_problem(c, env.world);
       std::string why;
       const Result r = run_layer(nccl, c, pr, env.rank, env.world, /*full_slot=*/false, stream);
@@ -511,7 +538,7 @@ int main(int argc, char** argv) {
         const Result full = run_layer(nccl, c, pr, env.rank, env.world, /*full_slot=*/true, stream);
         if (!bitwise(r, full)) ok = false, why += " saved path differs from the recompute path bitwise;";
       }
-      LOG("%s case %s%s", ok ? "PASS" : "FAIL", c.name.c_str(), why.c_str());
+      LOG("%s case %s%s%s", ok ? "PASS" : "FAIL", c.name.c_str(), g_margins.line().c_str(), why.c_str());
       failed += !ok;
     }
     using Special = bool (*)(ncclComm_t, int, int, cudaStream_t, std::string*);
@@ -524,9 +551,10 @@ int main(int argc, char** argv) {
     for (const auto& [name, fn] : specials) {
       if (!filter.empty() && std::string(name).find(filter) == std::string::npos) continue;
       ++run;
+      g_margins = {};
       std::string why;
       const bool ok = fn(nccl, env.rank, env.world, stream, &why);
-      LOG("%s case %s%s", ok ? "PASS" : "FAIL", name, why.c_str());
+      LOG("%s case %s%s%s", ok ? "PASS" : "FAIL", name, g_margins.line().c_str(), why.c_str());
       failed += !ok;
     }
     DMOE_NCCL_CHECK(ncclCommDestroy(nccl));
