@@ -257,7 +257,11 @@ bool check(const std::string& what, const TensorF& got, const TensorF& want, con
   return cmp.passed;
 }
 
-// The BF16 suite's tolerances against the MXFP8 oracle.
+// The BF16 suite's relL2 and cosine bounds against the MXFP8 oracle (issue 25: forward relL2 < 5e-3,
+// gradients < 1e-2, cos > 0.995), applied through aggregate(): element-wise bounds do not hold here,
+// because where the GPU's BF16 h2 / dxy / grad_h3 differ from the oracle's in the last bit (GEMM
+// accumulation order) an E4M3 rounding may land one E4M3 step apart (a handful of elements per
+// case; with RMSNorm, outputs of magnitude ~1, such a step is 0.03-0.07 absolute).
 const reference::Tolerance kFwd{2e-2, 2e-2, 5e-3, 0.999};
 const reference::Tolerance kGrad{3e-2, 3e-2, 1e-2, 0.995};
 const reference::Tolerance kWgrad{3e-2, 1.0, 1.5e-2, 0.995};
@@ -271,7 +275,7 @@ reference::Tolerance aggregate(const reference::Tolerance& t) {
 }
 
 bool check_forward(const Problem& pr, const TensorF& out, int rank, const std::string& tag, std::string* why) {
-  bool ok = check(tag + "out vs mxfp8 oracle", out, pr.q_fwd.ranks[rank].out_TD, kFwd, why);
+  bool ok = check(tag + "out vs mxfp8 oracle", out, pr.q_fwd.ranks[rank].out_TD, aggregate(kFwd), why);
   ok &= check(tag + "out vs bf16 (upstream mxfp8 tol)", out, pr.ref_fwd.ranks[rank].out_TD,
               aggregate(reference::kMxfp8ForwardTolerance), why);
   return ok;
@@ -281,7 +285,7 @@ bool check_all(const Case& c, const Problem& pr, const Result& r, int rank, std:
   const auto& qb = pr.q_bwd.ranks[rank];
   const auto& rb = pr.ref_bwd.ranks[rank];
   bool ok = check_forward(pr, r.out, rank, "", why);
-  ok &= check("grad_scores vs mxfp8 oracle", r.grad_scores, qb.grad_scores_TK, kGrad, why);
+  ok &= check("grad_scores vs mxfp8 oracle", r.grad_scores, qb.grad_scores_TK, aggregate(kGrad), why);
   // With the RMSNorm postprocess, grad_h3 depends on h3 (n = h3 / rms), whose last bits differ from
   // the oracle's (GEMM accumulation order); about one E4M3 rounding of grad_h3 in twenty then
   // differs by an E4M3 step, which puts end-to-end grad_x / WGRAD at relL2 ~1e-2 from the oracle
@@ -291,9 +295,9 @@ bool check_all(const Case& c, const Problem& pr, const Result& r, int rank, std:
   // tolerances. End to end they are reported (the margins line) and held to upstream's bounds
   // against the BF16 reference below.
   if (!c.rmsnorm) {
-    ok &= check("grad_x vs mxfp8 oracle", r.grad_x, qb.grad_x_TD, kGrad, why);
-    ok &= check("dW13 vs mxfp8 oracle", r.dw13, qb.dw13_EFD, kWgrad, why);
-    ok &= check("dW2 vs mxfp8 oracle", r.dw2, qb.dw2_EDF, kWgrad, why);
+    ok &= check("grad_x vs mxfp8 oracle", r.grad_x, qb.grad_x_TD, aggregate(kGrad), why);
+    ok &= check("dW13 vs mxfp8 oracle", r.dw13, qb.dw13_EFD, aggregate(kWgrad), why);
+    ok &= check("dW2 vs mxfp8 oracle", r.dw2, qb.dw2_EDF, aggregate(kWgrad), why);
   } else {
     const double worst = g_margins.oracle;
     for (const auto& [got, want] : {std::pair{&r.grad_x, &qb.grad_x_TD}, {&r.dw13, &qb.dw13_EFD}, {&r.dw2, &qb.dw2_EDF}})
@@ -367,9 +371,11 @@ bool case_rmsnorm_routes(ncclComm_t nccl, int rank, int world, cudaStream_t stre
     sync(stream);
     const std::string tag = "K=" + std::to_string(K) + " ";
     ok &= check(tag + "route gradients vs mxfp8 oracle", testing::tensor_from_bf16(routes_out.download(), {c.T * c.K, c.D}),
-                qb.grad_h3_TKD, kGrad, why);
+                qb.grad_h3_TKD, aggregate(kGrad), why);
 
-    ExecutionOptions given = options_of(c);
+    // The caller differentiates its own reduction: no fused postprocess in this call.
+    ExecutionOptions given;
+    given.validate_expert_ids = true;
     const Dev<uint16_t> oracle_routes(bf16_bits(qb.grad_h3_TKD));
     given.grad_expert_output_TKD = oracle_routes.get();
     Outputs out2(c, L);
@@ -377,9 +383,9 @@ bool case_rmsnorm_routes(ncclComm_t nccl, int rank, int world, cudaStream_t stre
     routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), out2.g, given, stream);
     sync(stream);
     const Result r = out2.read(c, L);
-    ok &= check(tag + "grad_x from oracle routes vs mxfp8 oracle", r.grad_x, qb.grad_x_TD, kGrad, why);
-    ok &= check(tag + "dW13 from oracle routes vs mxfp8 oracle", r.dw13, qb.dw13_EFD, kWgrad, why);
-    ok &= check(tag + "dW2 from oracle routes vs mxfp8 oracle", r.dw2, qb.dw2_EDF, kWgrad, why);
+    ok &= check(tag + "grad_x from oracle routes vs mxfp8 oracle", r.grad_x, qb.grad_x_TD, aggregate(kGrad), why);
+    ok &= check(tag + "dW13 from oracle routes vs mxfp8 oracle", r.dw13, qb.dw13_EFD, aggregate(kWgrad), why);
+    ok &= check(tag + "dW2 from oracle routes vs mxfp8 oracle", r.dw2, qb.dw2_EDF, aggregate(kWgrad), why);
     ctx->close();
   }
   return ok;
@@ -515,6 +521,31 @@ bool case_accumulate(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
   return ok;
 }
 
+// T changes between calls on one context (T_max 96): 96, 1, 40, 96, each against its own oracle.
+bool case_varying_t(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  Case base{"varying_t"};
+  auto ctx = Context::create(config_of(base, world, false), nccl);
+  const int64_t L = ctx->local_experts();
+  bool ok = true;
+  for (int64_t T : {96, 1, 40, 96}) {
+    Case c = base;
+    c.T = T;
+    c.seed = 57 + T;
+    const Problem pr = make_problem(c, world);
+    Inputs inp(c, pr.p, pr.grad_out[rank], rank, stream);
+    Outputs out(c, L);
+    SavedState st(*ctx);
+    const ExecutionOptions o = options_of(c);
+    routed_experts_forward(*ctx, inp.in, out.out.get(), &st, o, stream);
+    routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), out.g, o, stream);
+    sync(stream);
+    std::string w;
+    if (!check_all(c, pr, out.read(c, L), rank, &w)) ok = false, *why += " T=" + std::to_string(T) + w;
+  }
+  ctx->close();
+  return ok;
+}
+
 // Upstream's creation and call checks on block-scaled contexts, with their texts.
 bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
   Case c{"validation"};
@@ -606,6 +637,7 @@ int main(int argc, char** argv) {
         {"rmsnorm_routes", case_rmsnorm_routes},
         {"inference_and_no_grad", case_inference_and_no_grad},
         {"accumulate", case_accumulate},
+        {"varying_t", case_varying_t},
         {"validation", case_validation},
     };
     for (const auto& [name, fn] : specials) {
