@@ -99,8 +99,12 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
   c->comm = std::move(comm);
 
   // Symmetric windows and routing tables (collective).
-  // Block-scaled layouts pad every local expert to 128 rows (32-row column blocks, FP8 tiles).
-  const int row_alignment = config.block_scaled ? static_cast<int>(kBlockScaledRowMultiple) : 1;
+  // Block-scaled layouts pad every local expert to whole 32-row column blocks (the WGRAD operands'
+  // MXFP8 blocks run along tokens and restart at each expert). Upstream pads to 128
+  // (kBlockScaledRowMultiple, its tile height), and the plan's capacity keeps that bound; the Hopper
+  // kernels need only 32, which computes the same blocks on fewer padding rows (at qwen3_30b about
+  // 6% padding instead of 25%).
+  const int row_alignment = config.block_scaled ? 32 : 1;
   comm::EpConfig ep = comm::EpConfig::from(config, c->plan, row_alignment, /*validate_expert_ids=*/false);
   c->ep = std::make_unique<comm::EpGroup>(*c->comm, ep);
   c->rows_window = c->comm->alloc_window(static_cast<size_t>(c->world) * sizeof(int32_t));
