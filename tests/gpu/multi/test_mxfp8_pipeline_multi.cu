@@ -566,7 +566,7 @@ bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
   });
   expect_error("dims", "multiples of 128", [&] {
     Case d = c;
-    d.D = 288;
+    d.D = 320;  // a multiple of 64 (Config) but not of 128
     Context::create(config_of(d, world, false), nccl);
   });
   const Problem pr = make_problem(c, world);
