@@ -4,6 +4,7 @@ Single-rank tests share one NCCL process group of world size 1 in the pytest pro
 tests spawn their own processes (test_two_rank.py).
 """
 
+import gc
 import os
 import sys
 import tempfile
@@ -46,3 +47,18 @@ def world1():
     yield dist.group.WORLD
     dist.destroy_process_group()
     os.unlink(store)
+
+
+@pytest.fixture(autouse=True)
+def _collect_cyclic_garbage():
+    """Collects the cyclic garbage of earlier tests before each test, outside any capture.
+
+    ``make_graphed_callables`` leaves its graphs in a reference cycle (the autograd Function class
+    it builds holds them, and a class is always in a cycle), and with them whatever their static
+    outputs' autograd nodes hold (a closed context's native object). Only the cyclic collector frees
+    them, at whatever allocation triggers it; if that happens in the middle of a later capture, the
+    ``CUDAGraph`` destruction (cudaGraphExecDestroy) or the context's cudaFree is a prohibited call
+    under the global capture mode and invalidates that capture (torch.cuda.graph collected first by
+    default until torch made it opt-in: torch.compiler.config.force_cudagraph_gc)."""
+    gc.collect()
+    yield
