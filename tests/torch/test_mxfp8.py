@@ -33,7 +33,7 @@ import dist_moe
 T, D, FF, E, K = 32, 256, 256, 4, 2
 # Upstream's MXFP8 single-rank token count (T=128, D=F=256, E=4, K=2): the comparisons against the
 # BF16 reference, aggregate statistics, use it (at T=32 a 64-element grad_scores is too few samples
-# for upstream's relL2 / cosine bounds: measured 8.7e-2 there, seed 17).
+# for upstream's relL2 / cosine bounds: measured 8.7e-2 and 9.9e-2 there, cosines 0.99747).
 T_UPSTREAM = 128
 DEV = torch.device("cuda", 0)
 MXFP8 = dist_moe.BlockScaledConfig(format=dist_moe.BlockScaledFormat.MXFP8_E4M3, pipeline="staged")
@@ -68,6 +68,13 @@ def case(seed=43, shift=0, t=T, ids=None):
                                  ids=upstream_case_ids(t, K, E, shift=shift) if ids is None else ids)
     w13, w2 = make_weights(E, D, FF, seed=seed + 1, device=DEV)
     return x, ids, scores, w13, w2
+
+
+def grad_out(t, *, seed):
+    """The output gradient of a case, from its own generator (the comparisons against the BF16
+    reference are statistics near upstream's bounds: the data must not depend on test order)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed + 1000)
+    return torch.randn(t, D, generator=gen).to(torch.bfloat16).to(DEV)
 
 
 def leaves(*tensors):
@@ -236,9 +243,9 @@ def test_mxfp8_forward_and_backward_match_references(make_ctx, weights):
     """Training with prepared (WGRAD to their sources) or dynamically quantized weights: out, grad_x
     and grad_scores within the BF16 tolerances of the torch MXFP8 emulation; everything within
     upstream's MXFP8 tolerances of the BF16 reference; the planner is empty afterwards."""
-    ctx = make_ctx(wgrad_dtype=torch.float32)
-    x, ids, scores, w13, w2 = case(seed=29)
-    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    ctx = make_ctx(wgrad_dtype=torch.float32, max_num_local_input_tokens=T_UPSTREAM)
+    x, ids, scores, w13, w2 = case(seed=29, t=T_UPSTREAM)
+    g = grad_out(T_UPSTREAM, seed=29)
     got = run_train(ctx, x, ids, scores, w13, w2, g, prepare=weights == "prepared")
     assert got[3].shape == w13.shape and got[4].shape == w2.shape
     assert_emulated(got, x, ids, scores, w13, w2, g)
@@ -290,12 +297,12 @@ def test_mxfp8_clamped_swiglu_matches_references(make_ctx):
 def test_mxfp8_padding_routes_match_reference(make_ctx):
     """ids[0] = -1 (whole row), ids[1, 1] = -1, validate_expert_ids: row 0 of out and x.grad exactly
     zero, score grads of -1 routes zero, the rest within tolerance; the planner is empty afterwards."""
-    ctx = make_ctx()
-    ids = upstream_case_ids(T, K, E)
+    ctx = make_ctx(max_num_local_input_tokens=T_UPSTREAM)
+    ids = upstream_case_ids(T_UPSTREAM, K, E)
     ids[0] = -1
     ids[1, 1] = -1
-    x, ids, scores, w13, w2 = case(seed=11, ids=ids)
-    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    x, ids, scores, w13, w2 = case(seed=11, ids=ids, t=T_UPSTREAM)
+    g = grad_out(T_UPSTREAM, seed=11)
     got = run_train(ctx, x, ids, scores, w13, w2, g, dist_moe.ExecutionOptions(validate_expert_ids=True),
                     prepare=True)
     assert got[0][0].abs().max() == 0 and got[1][0].abs().max() == 0
@@ -352,7 +359,7 @@ def test_mxfp8_rmsnorm_postprocess_matches_reference(make_ctx):
     x, ids, scores, w13, w2 = case(seed=13, ids=ids, t=T_UPSTREAM)
     post = dist_moe.RMSNormPostprocess(eps=1e-6, norm_output_dtype=torch.float32, output_dtype=torch.bfloat16,
                                        require_bitwise=False, recompute_rstd=True)
-    g = torch.randn(T_UPSTREAM, D, device=DEV, dtype=torch.bfloat16)
+    g = grad_out(T_UPSTREAM, seed=13)
     got = run_train(ctx, x, ids, scores, w13, w2, g, dist_moe.ExecutionOptions(experts_output_postprocess=post),
                     prepare=True)
     assert got[0][0].abs().max() == 0
@@ -366,7 +373,7 @@ def test_mxfp8_eager_callbacks(make_ctx):
     call's bitwise."""
     ctx = make_ctx(max_num_local_input_tokens=T_UPSTREAM)
     x, ids, scores, w13, w2 = case(seed=17, t=T_UPSTREAM)
-    g = torch.randn(T_UPSTREAM, D, device=DEV, dtype=torch.bfloat16)
+    g = grad_out(T_UPSTREAM, seed=17)
     got = run_train(ctx, x, ids, scores, w13, w2, g,
                     dist_moe.ExecutionOptions(experts_output_postprocess=lambda h3: h3 * 0.5), prepare=True)
     assert_mxfp8_train_close(got, run_reference(x, ids, scores, w13, w2, g, postprocess=lambda h3: h3 * 0.5))
