@@ -89,6 +89,73 @@ DMOE_HOST_DEVICE void note_peak(int64_t* peak, int64_t free_bytes) {
   if (free_bytes < *peak) *peak = free_bytes;
 }
 
+// ---- the slot stack, shared by the BF16 and MXFP8 layers: `Saved` is the format's saved_full(c, rows) ----
+
+struct Bf16Saved {
+  DMOE_HOST_DEVICE int64_t operator()(const CallShape& c, int64_t rows) const { return saved_full_bytes(c, rows); }
+};
+
+// The snapshot's fixed fields unset, T and every rank's rows recorded.
+DMOE_HOST_DEVICE void begin_layer_state(const CallShape& c, const int32_t* recv_R, int64_t* layer_out) {
+  for (int i = 0; i < kLayerStateFixed; ++i) layer_out[i] = -1;
+  layer_out[kTokens] = c.T;
+  for (int64_t r = 0; r < c.ep_size; ++r) layer_out[kRecvRows + r] = recv_R[r];
+}
+
+// Whether a layer pushed to slot s recomputes: the fullest rank's saved bytes plus this layer's full
+// save, plus an x save for every layer still to come in the slot, exceed the slot.
+template <class Saved>
+DMOE_HOST_DEVICE PlanStatus decide_recompute(const BufferGeometry& g, const CallShape& c, PlannerState st, int64_t s,
+                                             int64_t depth, const int32_t* recv_R, Saved saved_full, bool* recompute) {
+  const int64_t R = c.ep_size;
+  const int64_t layers_after = (depth - 1) - st.layer_id_N[s];
+  if (layers_after < 0) return PlanStatus::kSlotOverflow;
+  int64_t need = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t v = st.saved_bytes_NR[s * R + r] + saved_full(c, recv_R[r]);
+    need = v > need ? v : need;
+  }
+  *recompute = need + layers_after * x_bytes(c) > g.slot_bytes;
+  return PlanStatus::kOk;
+}
+
+// Pushes the layer onto slot s (the same accounting for every rank).
+template <class Saved>
+DMOE_HOST_DEVICE PlanStatus push_layer(const BufferGeometry& g, const CallShape& c, PlannerState st, int64_t s,
+                                       bool recompute, const int32_t* recv_R, Saved saved_full, int64_t* layer_out) {
+  const int64_t R = c.ep_size;
+  int64_t fullest = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    int64_t& saved = st.saved_bytes_NR[s * R + r];
+    saved += recompute ? x_bytes(c) : saved_full(c, recv_R[r]);
+    fullest = saved > fullest ? saved : fullest;
+  }
+  if (fullest > g.slot_bytes) return PlanStatus::kSlotOverflow;
+  note_peak(&st.peak_min_free_N1[s], g.slot_bytes - fullest);
+  st.layer_id_N[s] += 1;
+  layer_out[kSlot] = s;
+  return PlanStatus::kOk;
+}
+
+// Pops the layer whose snapshot is `layer` from its slot; `first` is its first saved byte (its x
+// save, or its first saved operand). A layer that is not the slot's top is a kLayerOrder error.
+template <class Saved>
+DMOE_HOST_DEVICE PlanStatus pop_layer(const BufferGeometry& g, const CallShape& c, PlannerState st,
+                                      const int64_t* layer, int64_t first, Saved saved_full) {
+  const int64_t R = c.ep_size;
+  const int64_t s = layer[kSlot];
+  if (s < 0) return PlanStatus::kOk;  // scratch-only forward: nothing to pop
+  CallShape fc = c;
+  fc.T = layer[kTokens];
+  const bool recompute = layer[kNeedRecompute] != 0;
+  for (int64_t r = 0; r < R; ++r)
+    st.saved_bytes_NR[s * R + r] -= recompute ? x_bytes(fc) : saved_full(fc, layer[kRecvRows + r]);
+  if (st.layer_id_N[s] <= 0 || st.saved_bytes_NR[s * R + c.rank] != first - s * g.slot_bytes)
+    return PlanStatus::kLayerOrder;
+  st.layer_id_N[s] -= 1;
+  return PlanStatus::kOk;
+}
+
 // Plans the forward of one layer. `recv_R` holds every rank's received rows for this call.
 // `scratch_only` (inference, or a training context under no-grad) puts everything in scratch,
 // reports need_recompute and leaves slot state untouched. Writes the snapshot to `layer_out`.
@@ -99,22 +166,13 @@ DMOE_HOST_DEVICE PlanStatus plan_bf16_forward(const BufferGeometry& g, const Cal
   const int64_t rows = recv_R[c.rank];
   const int64_t scratch_floor = g.num_slots * g.slot_bytes;
   const int64_t top = g.buffer_bytes;
-  for (int i = 0; i < kLayerStateFixed; ++i) layer_out[i] = -1;
-  layer_out[kTokens] = c.T;
-  for (int64_t r = 0; r < R; ++r) layer_out[kRecvRows + r] = recv_R[r];
-
+  begin_layer_state(c, recv_R, layer_out);
   const bool train = !scratch_only && g.num_slots > 0;
   const int64_t s = train ? slot_selector % g.num_slots : -1;
   bool recompute = true;
   if (train) {
-    const int64_t layers_after = (depth - 1) - st.layer_id_N[s];
-    if (layers_after < 0) return PlanStatus::kSlotOverflow;
-    int64_t need = 0;
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t v = st.saved_bytes_NR[s * R + r] + saved_full_bytes(c, recv_R[r]);
-      need = v > need ? v : need;
-    }
-    recompute = need + layers_after * x_bytes(c) > g.slot_bytes;
+    const PlanStatus d = decide_recompute(g, c, st, s, depth, recv_R, Bf16Saved{}, &recompute);
+    if (d != PlanStatus::kOk) return d;
   }
 
   // Scratch, top down: h2 always; h1 and x_gathered too when they are not saved in the slot.
@@ -141,17 +199,7 @@ DMOE_HOST_DEVICE PlanStatus plan_bf16_forward(const BufferGeometry& g, const Cal
     layer_out[kH1] = free_start + xg_bytes(c, rows);
     layer_out[kH3] = layer_out[kH1] + h1_bytes(c, rows);
   }
-  int64_t fullest = 0;
-  for (int64_t r = 0; r < R; ++r) {
-    int64_t& saved = st.saved_bytes_NR[s * R + r];
-    saved += recompute ? x_bytes(c) : saved_full_bytes(c, recv_R[r]);
-    fullest = saved > fullest ? saved : fullest;
-  }
-  if (fullest > g.slot_bytes) return PlanStatus::kSlotOverflow;
-  note_peak(&st.peak_min_free_N1[s], g.slot_bytes - fullest);
-  st.layer_id_N[s] += 1;
-  layer_out[kSlot] = s;
-  return PlanStatus::kOk;
+  return push_layer(g, c, st, s, recompute, recv_R, Bf16Saved{}, layer_out);
 }
 
 // Offsets of the backward temporaries of one layer (all in scratch).
@@ -167,7 +215,6 @@ struct Bf16BackwardOffsets {
 // ExecutionOptions::recompute_from_inputs) recomputes from it.
 DMOE_HOST_DEVICE PlanStatus plan_bf16_backward(const BufferGeometry& g, const CallShape& c, PlannerState st,
                                                const int64_t* layer, int64_t caller_x, Bf16BackwardOffsets* out) {
-  const int64_t R = c.ep_size;
   const int64_t rows = layer[kRecvRows + c.rank];
   CallShape fc = c;
   fc.T = layer[kTokens];
@@ -200,16 +247,7 @@ DMOE_HOST_DEVICE PlanStatus plan_bf16_backward(const BufferGeometry& g, const Ca
   out->x = layer[kX] >= 0 ? layer[kX] : caller_x;
   if (low < scratch_floor) return PlanStatus::kScratchOverflow;
   note_peak(&st.peak_min_free_N1[g.num_slots], low - scratch_floor);
-
-  const int64_t s = layer[kSlot];
-  if (s < 0) return PlanStatus::kOk;  // scratch-only forward: nothing to pop
-  for (int64_t r = 0; r < R; ++r)
-    st.saved_bytes_NR[s * R + r] -= recompute ? x_bytes(fc) : saved_full_bytes(fc, layer[kRecvRows + r]);
-  const int64_t first = recompute ? layer[kX] : layer[kXGathered];
-  if (st.layer_id_N[s] <= 0 || st.saved_bytes_NR[s * R + c.rank] != first - s * g.slot_bytes)
-    return PlanStatus::kLayerOrder;
-  st.layer_id_N[s] -= 1;
-  return PlanStatus::kOk;
+  return pop_layer(g, c, st, layer, recompute ? layer[kX] : layer[kXGathered], Bf16Saved{});
 }
 
 // ---- block-scaled (MXFP8) layers ------------------------------------------------------------------
@@ -228,6 +266,9 @@ DMOE_HOST_DEVICE int64_t mxfp8_col_bytes(int64_t rows, int64_t C) { return align
 DMOE_HOST_DEVICE int64_t mxfp8_saved_full_bytes(const CallShape& c, int64_t rows) {
   return mxfp8_col_bytes(rows, c.D) + h1_bytes(c, rows) + mxfp8_col_bytes(rows, c.F) + h3_bytes(c);
 }
+struct Mxfp8Saved {
+  DMOE_HOST_DEVICE int64_t operator()(const CallShape& c, int64_t rows) const { return mxfp8_saved_full_bytes(c, rows); }
+};
 
 // Scratch homes of a recomputing layer's forward operands (offsets into the activation buffer).
 struct Mxfp8Homes {
@@ -285,22 +326,13 @@ DMOE_HOST_DEVICE Mxfp8Scratch mxfp8_scratch(int64_t cap, int64_t D, int64_t F, b
 DMOE_HOST_DEVICE PlanStatus plan_mxfp8_forward(const BufferGeometry& g, const CallShape& c, PlannerState st,
                                                int64_t slot_selector, int64_t depth, const int32_t* recv_R,
                                                bool scratch_only, const Mxfp8Homes& homes, int64_t* layer_out) {
-  const int64_t R = c.ep_size;
-  for (int i = 0; i < kLayerStateFixed; ++i) layer_out[i] = -1;
-  layer_out[kTokens] = c.T;
-  for (int64_t r = 0; r < R; ++r) layer_out[kRecvRows + r] = recv_R[r];
+  begin_layer_state(c, recv_R, layer_out);
   const bool train = !scratch_only && g.num_slots > 0;
   const int64_t s = train ? slot_selector % g.num_slots : -1;
   bool recompute = true;
   if (train) {
-    const int64_t layers_after = (depth - 1) - st.layer_id_N[s];
-    if (layers_after < 0) return PlanStatus::kSlotOverflow;
-    int64_t need = 0;
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t v = st.saved_bytes_NR[s * R + r] + mxfp8_saved_full_bytes(c, recv_R[r]);
-      need = v > need ? v : need;
-    }
-    recompute = need + layers_after * x_bytes(c) > g.slot_bytes;
+    const PlanStatus d = decide_recompute(g, c, st, s, depth, recv_R, Mxfp8Saved{}, &recompute);
+    if (d != PlanStatus::kOk) return d;
   }
   layer_out[kNeedRecompute] = recompute ? 1 : 0;
   layer_out[kXCol] = homes.x_col;
@@ -309,7 +341,7 @@ DMOE_HOST_DEVICE PlanStatus plan_mxfp8_forward(const BufferGeometry& g, const Ca
   if (!train) return PlanStatus::kOk;
 
   const int64_t rows = recv_R[c.rank];
-  const int64_t free_start = s * g.slot_bytes + st.saved_bytes_NR[s * R + c.rank];
+  const int64_t free_start = s * g.slot_bytes + st.saved_bytes_NR[s * c.ep_size + c.rank];
   if (recompute) {
     layer_out[kX] = free_start;
   } else {
@@ -318,37 +350,15 @@ DMOE_HOST_DEVICE PlanStatus plan_mxfp8_forward(const BufferGeometry& g, const Ca
     layer_out[kH2Col] = layer_out[kH1] + h1_bytes(c, rows);
     layer_out[kH3] = layer_out[kH2Col] + mxfp8_col_bytes(rows, c.F);
   }
-  int64_t fullest = 0;
-  for (int64_t r = 0; r < R; ++r) {
-    int64_t& saved = st.saved_bytes_NR[s * R + r];
-    saved += recompute ? x_bytes(c) : mxfp8_saved_full_bytes(c, recv_R[r]);
-    fullest = saved > fullest ? saved : fullest;
-  }
-  if (fullest > g.slot_bytes) return PlanStatus::kSlotOverflow;
-  note_peak(&st.peak_min_free_N1[s], g.slot_bytes - fullest);
-  st.layer_id_N[s] += 1;
-  layer_out[kSlot] = s;
-  return PlanStatus::kOk;
+  return push_layer(g, c, st, s, recompute, recv_R, Mxfp8Saved{}, layer_out);
 }
 
 // Pops an MXFP8 layer from its slot (its operands stay where the snapshot says until the backward
 // ends). Returns where the recompute reads the layer input: the slot's x save, or the caller's x.
 DMOE_HOST_DEVICE PlanStatus plan_mxfp8_backward(const BufferGeometry& g, const CallShape& c, PlannerState st,
                                                 const int64_t* layer, int64_t caller_x, int64_t* x_out) {
-  const int64_t R = c.ep_size;
-  CallShape fc = c;
-  fc.T = layer[kTokens];
-  const bool recompute = layer[kNeedRecompute] != 0;
   *x_out = layer[kX] >= 0 ? layer[kX] : caller_x;
-  const int64_t s = layer[kSlot];
-  if (s < 0) return PlanStatus::kOk;
-  for (int64_t r = 0; r < R; ++r)
-    st.saved_bytes_NR[s * R + r] -= recompute ? x_bytes(fc) : mxfp8_saved_full_bytes(fc, layer[kRecvRows + r]);
-  const int64_t first = recompute ? layer[kX] : layer[kXCol];
-  if (st.layer_id_N[s] <= 0 || st.saved_bytes_NR[s * R + c.rank] != first - s * g.slot_bytes)
-    return PlanStatus::kLayerOrder;
-  st.layer_id_N[s] -= 1;
-  return PlanStatus::kOk;
+  return pop_layer(g, c, st, layer, layer[kNeedRecompute] != 0 ? layer[kX] : layer[kXCol], Mxfp8Saved{});
 }
 
 // Initial state: empty slots, all free.
