@@ -27,6 +27,7 @@
 #include "dist_moe/prepare_weight.h"
 #include "dist_moe/routed_experts.h"
 #include "reference/oracle.h"
+#include "layer_suite.h"
 #include "testing/device_buffer.h"
 #include "testing/dist_env.h"
 
@@ -35,19 +36,7 @@ namespace {
 using namespace dist_moe;
 using reference::TensorF;
 
-int g_rank = 0;
-#define LOG(...)                       \
-  do {                                 \
-    std::printf("[rank %d] ", g_rank); \
-    std::printf(__VA_ARGS__);          \
-    std::printf("\n");                 \
-    std::fflush(stdout);               \
-  } while (0)
-
-template <class T>
-using Dev = testing::DeviceBuffer<T>;
-
-std::vector<uint16_t> bf16_bits(const TensorF& t) { return reference::to_bf16_bits(t); }
+using namespace layer_suite;
 
 struct Case {
   std::string name;
@@ -59,10 +48,6 @@ struct Case {
   bool int64_ids = false, bf16_scores = false;
   bool cyclic_ids = false;  // upstream's single-rank routes: id = (t*K + k) % E on every rank
   uint64_t seed = 1;
-};
-
-struct Result {
-  TensorF out, grad_x, grad_scores, dw13, dw2;
 };
 
 // The problem, the MXFP8 oracle (`q`) and the BF16 oracle (`ref`).
@@ -170,46 +155,6 @@ struct Inputs {
     in.score_dtype = c.bf16_scores ? DType::kBFloat16 : DType::kFloat32;
     in.w13_prepared = &w13.w;
     in.w2_prepared = &w2.w;
-  }
-};
-
-struct Outputs {
-  Dev<uint16_t> out, gx, gs16;
-  Dev<float> gs32;
-  Dev<uint8_t> dw13, dw2;
-  RoutedExpertsGradients g;
-  Outputs(const Case& c, int64_t L)
-      : out(c.T * c.D), gx(c.T * c.D), gs16(c.T * c.K), gs32(c.T * c.K),
-        dw13(L * 2 * c.F * c.D * (c.wgrad == DType::kFloat32 ? 4 : 2)),
-        dw2(L * c.D * c.F * (c.wgrad == DType::kFloat32 ? 4 : 2)) {
-    out.poison(), gx.poison(), gs16.poison(), gs32.poison(), dw13.poison(), dw2.poison();
-    g.grad_x_TD = gx.get();
-    g.grad_scores_TK = c.bf16_scores ? static_cast<void*>(gs16.get()) : gs32.get();
-    g.grad_w13 = dw13.get();
-    g.grad_w2 = dw2.get();
-    g.wgrad_dtype = c.wgrad;
-  }
-  Result read(const Case& c, int64_t L) const {
-    Result r;
-    r.out = testing::tensor_from_bf16(out.download(), {c.T, c.D});
-    r.grad_x = testing::tensor_from_bf16(gx.download(), {c.T, c.D});
-    r.grad_scores = TensorF({c.T, c.K});
-    if (c.bf16_scores) r.grad_scores = testing::tensor_from_bf16(gs16.download(), {c.T, c.K});
-    else r.grad_scores.data = gs32.download();
-    auto wread = [&](const Dev<uint8_t>& d, std::vector<int64_t> shape) {
-      const auto bytes = d.download();
-      TensorF t(std::move(shape));
-      if (c.wgrad == DType::kFloat32) {
-        std::memcpy(t.data.data(), bytes.data(), bytes.size());
-        return t;
-      }
-      std::vector<uint16_t> bits(bytes.size() / 2);
-      std::memcpy(bits.data(), bytes.data(), bytes.size());
-      return testing::tensor_from_bf16(bits, t.shape);
-    };
-    r.dw13 = wread(dw13, {L, 2 * c.F, c.D});
-    r.dw2 = wread(dw2, {L, c.D, c.F});
-    return r;
   }
 };
 
@@ -354,12 +299,6 @@ bool check_all(const Case& c, const Problem& pr, const Result& r, int rank, std:
   return ok;
 }
 
-bool bitwise(const Result& a, const Result& b) {
-  return reference::bitwise_equal(a.out, b.out) && reference::bitwise_equal(a.grad_x, b.grad_x) &&
-         reference::bitwise_equal(a.grad_scores, b.grad_scores) && reference::bitwise_equal(a.dw13, b.dw13) &&
-         reference::bitwise_equal(a.dw2, b.dw2);
-}
-
 std::vector<Case> cases() {
   std::vector<Case> v;
   v.push_back({"basic"});
@@ -426,15 +365,6 @@ bool case_rmsnorm_routes(ncclComm_t nccl, int rank, int world, cudaStream_t stre
     ctx->close();
   }
   return ok;
-}
-
-std::vector<int64_t> planner_snapshot(const Context& ctx) {
-  const Context::PlannerView v = ctx.planner_view();
-  const int64_t N = v.num_slots, R = ctx.ep_size();
-  std::vector<int64_t> h(N * R + N);
-  DMOE_CUDA_CHECK(cudaMemcpy(h.data(), v.saved_bytes_NR, N * R * 8, cudaMemcpyDeviceToHost));
-  DMOE_CUDA_CHECK(cudaMemcpy(h.data() + N * R, v.layer_id_N, N * 8, cudaMemcpyDeviceToHost));
-  return h;
 }
 
 // Forward + backward captured in one CUDA graph (global capture mode), replayed twice: bitwise
@@ -632,7 +562,7 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--filter" && i + 1 < argc) filter = argv[++i];
   try {
     const auto env = dist_moe::testing::dist_env_from_environment();
-    g_rank = env.rank;
+    layer_suite::g_rank = env.rank;
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
       LOG("SKIP: no usable CUDA device");
