@@ -12,6 +12,7 @@
 // Prints one line per case and "ALL PASS: N cases" at the end.
 //
 //   dmoe_launch -n 1 -- dist_moe_mxfp8_pipeline_tests [--filter NAME]
+//   dmoe_launch -n 1 ... -- dist_moe_mxfp8_pipeline_tests --case overflow|bad_id   (must trap)
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -554,12 +555,49 @@ bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
   return ok;
 }
 
+// Upstream's trap scenarios on an MXFP8 inference context with prepared weights, each expected to end
+// in its diagnostic (no illegal access): `overflow` (T=512, D=F=256, K=1, one expert per rank, device
+// factor 0.5: 256 rows of capacity, every token to expert 0) and `bad_id` (T=128, K=1, E=4, every id
+// 4, validate_expert_ids).
+int run_scenario(ncclComm_t nccl, int rank, int world, const std::string& scenario, cudaStream_t stream) {
+  Case c{"scenario"};
+  c.T_max = c.T = scenario == "overflow" ? 512 : 128;
+  c.D = c.F = 256;
+  c.K = 1;
+  c.E = (scenario == "overflow" ? 1 : 4) * world;
+  const Problem pr = make_problem(c, world);
+  Config cfg = config_of(c, world, false);
+  cfg.inference = true;
+  cfg.num_activation_slots = 0;
+  cfg.wgrad_dtype.reset();
+  if (scenario == "overflow") cfg.device_scratch_capacity_factor = 0.5;
+  ContextOptions options;
+  options.comm_timeout_ms = 5000;
+  auto ctx = Context::create(cfg, nccl, options);
+  Inputs inp(c, pr.p, pr.grad_out[rank], rank, stream);
+  Outputs out(c, ctx->local_experts());
+  std::vector<int32_t> ids(c.T * c.K, scenario == "bad_id" ? static_cast<int32_t>(c.E) : 0);
+  inp.ids32.upload(ids);
+  RoutedExpertsInputs in = inp.in;
+  in.id_dtype = DType::kInt32;
+  in.topk_ids_TK = inp.ids32.get();
+  ExecutionOptions o;
+  o.validate_expert_ids = true;
+  LOG("EXPECTED_TRAP scenario %s", scenario.c_str());
+  routed_experts_inference(*ctx, in, out.out.get(), o, stream);
+  DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  LOG("UNEXPECTED: scenario %s finished without a trap", scenario.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string filter;
-  for (int i = 1; i < argc; ++i)
+  std::string filter, scenario;
+  for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--filter" && i + 1 < argc) filter = argv[++i];
+    else if (std::string(argv[i]) == "--case" && i + 1 < argc) scenario = argv[++i];
+  }
   try {
     const auto env = dist_moe::testing::dist_env_from_environment();
     layer_suite::g_rank = env.rank;
@@ -580,6 +618,7 @@ int main(int argc, char** argv) {
     DMOE_NCCL_CHECK(ncclCommInitRank(&nccl, env.world, id, env.rank));
     cudaStream_t stream;
     DMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    if (!scenario.empty()) return run_scenario(nccl, env.rank, env.world, scenario, stream);
     int run = 0, failed = 0;
     for (const Case& c : cases()) {
       if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
