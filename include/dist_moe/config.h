@@ -102,6 +102,11 @@ struct Config {
   void validate() const;
 };
 
+// What a block-scaled context checks at creation, after Config::validate(), for `ep_size` ranks
+// (upstream's execution-time checks, then what the Hopper build executes: MXFP8 staged without
+// fast_math or a kernel_config override). Throws kInvalidValue naming the reason.
+void validate_block_scaled_execution(const Config& config, int64_t ep_size);
+
 // Post-expert RMSNorm fused into the top-k reduction: every route row is normalized in FP32,
 // then weighted by its score, then summed.
 struct RMSNormPostprocess {

@@ -89,7 +89,7 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
     detail::fail(ErrorCode::kInvalidValue, "num_experts=", config.num_experts, " must be divisible by world_size=",
                  c->world);
   c->local_experts = config.num_experts / c->world;
-  if (config.block_scaled) runtime::check_block_scaled_context(config, c->world);
+  if (config.block_scaled) validate_block_scaled_execution(config, c->world);
   PlanOptions plan_options;
   if (config.vmm) {
     const MemoryPlan logical = plan_memory(config, c->world);

@@ -181,31 +181,6 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Exper
 
 }  // namespace
 
-// ---- creation checks ------------------------------------------------------------------------------
-
-void check_block_scaled_context(const Config& config, int world) {
-  const BlockScaledConfig& bs = *config.block_scaled;
-  if (bs.format != BlockScaledFormat::kMXFP8_E4M3)
-    detail::fail(ErrorCode::kInvalidValue, "block-scaled format ", to_string(bs.format),
-                 " has no Hopper execution yet (MXFP8 staged is built); its weights can be prepared with "
-                 "prepare_block_scaled_weight");
-  if (bs.pipeline != BlockScaledPipeline::kStaged)
-    detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' has no Hopper execution yet; use "
-                 "pipeline='staged'");
-  if (bs.fast_math)
-    detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.fast_math has no Hopper execution yet; use "
-                 "fast_math=False");
-  if (bs.kernel_config)
-    detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.kernel_config has no Hopper execution yet (the MXFP8 "
-                 "GEMMs pick their tiles by shape); leave it None");
-  if (config.num_experts < world)
-    detail::fail(ErrorCode::kInvalidValue, "block-scaled DistMoE requires num_experts >= world_size, got num_experts=",
-                 config.num_experts, " and world_size=", world);
-  if (config.hidden_dim % 128 != 0 || config.intermediate_dim % 128 != 0)
-    detail::fail(ErrorCode::kInvalidValue, "MXFP8 DistMoE requires hidden_dim and intermediate_dim to be multiples of "
-                 "128, got hidden_dim=", config.hidden_dim, " and intermediate_dim=", config.intermediate_dim);
-}
-
 // ---- forward ------------------------------------------------------------------------------------
 
 void mxfp8_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,

@@ -11,10 +11,6 @@
 
 namespace dist_moe::runtime {
 
-// Creation-time checks of a block-scaled Config at this EP size (upstream's execution checks, and
-// what the Hopper build runs: MXFP8 staged); throws with the reason.
-void check_block_scaled_context(const Config& config, int world);
-
 void mxfp8_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,
                    const ExecutionOptions& o, cudaStream_t stream);
 void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,

@@ -289,5 +289,41 @@ TEST(ExecutionOptionsValidation, RouteIoAndFusedRmsnorm) {
   EXPECT_NO_THROW(o.validate());
 }
 
+// What a block-scaled context checks at creation (validate_block_scaled_execution): upstream's
+// execution checks, then what Hopper executes (MXFP8 staged), each with its text.
+TEST(BlockScaledExecution, Mxfp8StagedRunsAndTheRestSaysWhy) {
+  Config c = test_helpers::make_config(8, 256, 384, 2, 4, 1);
+  c.block_scaled = BlockScaledConfig{};
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_NO_THROW(validate_block_scaled_execution(c, 4));
+  EXPECT_NO_THROW(validate_block_scaled_execution(test_helpers::make_config(8, 200, 384, 2, 4, 1), 4))
+      << "BF16 contexts have nothing to check";
+  auto expect_execution_error = [](const Config& cfg, int64_t ep, std::initializer_list<std::string> fragments) {
+    EXPECT_NO_THROW(cfg.validate());
+    expect_error([&] { validate_block_scaled_execution(cfg, ep); }, ErrorCode::kInvalidValue, fragments);
+  };
+  Config nvfp4 = c;
+  nvfp4.block_scaled->format = BlockScaledFormat::kNVFP4;
+  nvfp4.inference = true;
+  nvfp4.num_activation_slots = 0;
+  nvfp4.intermediate_dim = 512;  // NVFP4's Config rule: multiples of 256
+  expect_execution_error(nvfp4, 1, {"block-scaled format nvfp4 has no Hopper execution yet"});
+  Config mega = c;
+  mega.block_scaled->pipeline = BlockScaledPipeline::kMega;
+  expect_execution_error(mega, 1, {"pipeline='mega' has no Hopper execution yet"});
+  Config fast = c;
+  fast.block_scaled->fast_math = true;
+  expect_execution_error(fast, 1, {"fast_math has no Hopper execution yet"});
+  Config tuned = c;
+  tuned.block_scaled->kernel_config = BlockScaledKernelConfig{};
+  expect_execution_error(tuned, 1, {"kernel_config has no Hopper execution yet"});
+  Config few = c;
+  few.num_experts = 2;
+  expect_execution_error(few, 4, {"requires num_experts >= world_size", "num_experts=2", "world_size=4"});
+  Config odd = c;
+  odd.hidden_dim = 320;  // a multiple of 64 (Config) and of 32 (MXFP8's vector), not of 128
+  expect_execution_error(odd, 1, {"multiples of 128", "hidden_dim=320"});
+}
+
 }  // namespace
 }  // namespace dist_moe
