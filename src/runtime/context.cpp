@@ -39,6 +39,12 @@ void DeviceArena::allocate() {
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+void DeviceArena::release() {
+  if (base_ && owned_) DMOE_CUDA_CHECK(cudaFree(base_));
+  base_ = nullptr;
+  owned_ = false;
+}
+
 void DeviceArena::adopt(void* base) {
   DMOE_ASSERT(base_ == nullptr);
   DMOE_CHECK_ARG(base != nullptr || size_ == 0, "DeviceArena::adopt needs device memory");
@@ -216,6 +222,7 @@ void Context::close() {
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
   c.closed = true;
   c.activations->close();
+  c.arena.release();
   c.rows_window.reset();  // collective window deregistration, then the group's windows
   c.ep.reset();
   c.comm.reset();

@@ -26,6 +26,9 @@ class DeviceArena {
   // Reserves `bytes` (before allocate()); returns the piece's offset.
   size_t reserve(size_t bytes);
   void allocate();  // cudaMalloc + zero fill
+  // Frees owned memory now (checked) rather than in the destructor: a destructor that runs while
+  // another stream captures a graph (a Python object collected then) would invalidate the capture.
+  void release();
   // Uses caller-owned device memory of bytes() bytes instead of allocating (never freed here).
   void adopt(void* base);
   size_t bytes() const { return size_; }
