@@ -73,7 +73,19 @@
 
 namespace {
 
+
 using namespace dist_moe;
+
+// A benchmarked call: `args` (read when called, so later edits count) with the configuration under
+// test (nullptr: the heuristic's pick), on the default stream.
+template <class Args>
+auto with_config(const Args& args, void (*gemm)(const Args&, cudaStream_t)) {
+  return [&args, gemm](const GroupedGemmConfig* cfg) {
+    Args a = args;
+    a.common.config = cfg;
+    gemm(a, nullptr);
+  };
+}
 
 #define BENCH_CUDA(expr)                                                                            \
   do {                                                                                              \
@@ -469,11 +481,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   w13a.h1 = h1.p;
   w13a.h2 = h2.p;
   w13a.a_offset = w13a.h1_offset = w13a.h2_offset = zoff;
-  auto run_w13 = [&](const GroupedGemmConfig* cfg) {
-    W13FpropArgs a = w13a;
-    a.common.config = cfg;
-    grouped_gemm_w13_fprop(a, nullptr);
-  };
+  auto run_w13 = with_config(w13a, grouped_gemm_w13_fprop);
   auto run_w13_drop = [&](const GroupedGemmConfig* cfg) {
     W13FpropArgs a = w13a;
     a.common.config = cfg;
@@ -486,11 +494,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   w2a.w = w2.p;
   w2a.out = h3.p;
   w2a.a_offset = w2a.out_offset = zoff;
-  auto run_w2 = [&](const GroupedGemmConfig* cfg) {
-    FpropArgs a = w2a;
-    a.common.config = cfg;
-    grouped_gemm_fprop(a, nullptr);
-  };
+  auto run_w2 = with_config(w2a, grouped_gemm_fprop);
 
   if (decode) {
     measure("w13_fprop", GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, w13_flops, w13_bytes, 0, run_w13);
@@ -546,11 +550,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   d13.w = w13.p;
   d13.grad_a = gx.p;
   d13.grad_out_offset = d13.grad_a_offset = zoff;
-  auto run_d13 = [&](const GroupedGemmConfig* cfg) {
-    DgradArgs a = d13;
-    a.common.config = cfg;
-    grouped_gemm_dgrad(a, nullptr);
-  };
+  auto run_d13 = with_config(d13, grouped_gemm_dgrad);
   measure("w13_dgrad", GroupedGemmOp::kDgrad, DType::kBFloat16, w13_flops, 0, cb13, run_d13);
   DgradArgs d2;  // grad_h2[M, F] = grad_h3[M, D] . W2[e]
   d2.common = common(D, F);
@@ -558,11 +558,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   d2.w = w2.p;
   d2.grad_a = h2.p;
   d2.grad_out_offset = d2.grad_a_offset = zoff;
-  auto run_d2 = [&](const GroupedGemmConfig* cfg) {
-    DgradArgs a = d2;
-    a.common.config = cfg;
-    grouped_gemm_dgrad(a, nullptr);
-  };
+  auto run_d2 = with_config(d2, grouped_gemm_dgrad);
   measure("w2_dgrad", GroupedGemmOp::kDgrad, DType::kBFloat16, w2_flops, 0, cb2, run_d2);
 
   // ---- FP8 blockwise FPROP and DGRAD next to our BF16 kernels on the same rows (issue: >= 1.6x) ----
@@ -639,32 +635,16 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     fd2.grad_out_offset = nullptr;
     const std::vector<Fp8Op> fp8_ops = {
         {"w13_fprop_fp8", GroupedGemmOp::kFpropSwiglu, w13_flops, cb13, run_w13,
-         [&](const GroupedGemmConfig* cfg) {
-           W13FpropArgs a = f13;
-           a.common.config = cfg;
-           grouped_gemm_w13_fprop(a, nullptr);
-         },
+         with_config(f13, grouped_gemm_w13_fprop),
          2 * F, D},
         {"w2_fprop_fp8", GroupedGemmOp::kFprop, w2_flops, cb2, run_w2,
-         [&](const GroupedGemmConfig* cfg) {
-           FpropArgs a = f2;
-           a.common.config = cfg;
-           grouped_gemm_fprop(a, nullptr);
-         },
+         with_config(f2, grouped_gemm_fprop),
          D, F},
         {"w13_dgrad_fp8", GroupedGemmOp::kDgrad, w13_flops, cb13, run_d13,
-         [&](const GroupedGemmConfig* cfg) {
-           DgradArgs a = fd13;
-           a.common.config = cfg;
-           grouped_gemm_dgrad(a, nullptr);
-         },
+         with_config(fd13, grouped_gemm_dgrad),
          2 * F, D, kFp8BlockwiseWeightT},
         {"w2_dgrad_fp8", GroupedGemmOp::kDgrad, w2_flops, cb2, run_d2,
-         [&](const GroupedGemmConfig* cfg) {
-           DgradArgs a = fd2;
-           a.common.config = cfg;
-           grouped_gemm_dgrad(a, nullptr);
-         },
+         with_config(fd2, grouped_gemm_dgrad),
          D, F, kFp8BlockwiseWeightT},
     };
     // MXFP8 (per-32 promotion): x, h2, grad_h1 and grad_h3 in 1x32 rows, W13 and W2 in 32x32 tiles
@@ -714,18 +694,10 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       m2.w = mw2q.p;
       m2.a_offset = nullptr;
       ops.push_back({"w13_fprop_mxfp8", GroupedGemmOp::kFpropSwiglu, w13_flops, cb13, run_w13,
-                     [&](const GroupedGemmConfig* cfg) {
-                       W13FpropArgs a = m13;
-                       a.common.config = cfg;
-                       grouped_gemm_w13_fprop(a, nullptr);
-                     },
+                     with_config(m13, grouped_gemm_w13_fprop),
                      2 * F, D, kMxfp8Weight, kMxfp8Rows, 0.95});
       ops.push_back({"w2_fprop_mxfp8", GroupedGemmOp::kFprop, w2_flops, cb2, run_w2,
-                     [&](const GroupedGemmConfig* cfg) {
-                       FpropArgs a = m2;
-                       a.common.config = cfg;
-                       grouped_gemm_fprop(a, nullptr);
-                     },
+                     with_config(m2, grouped_gemm_fprop),
                      D, F, kMxfp8Weight, kMxfp8Rows, 0.95});
       // DGRAD through the transposed copies (grad_x = grad_h1 . W13[e], grad_h2 = grad_h3 . W2[e]).
       md13.common = mx_common(2 * F, D, mh1s, mw13d);
@@ -741,18 +713,10 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       md2.w = mw2t.p;
       md2.grad_out_offset = nullptr;
       ops.push_back({"w13_dgrad_mxfp8", GroupedGemmOp::kDgrad, w13_flops, cb13, run_d13,
-                     [&](const GroupedGemmConfig* cfg) {
-                       DgradArgs a = md13;
-                       a.common.config = cfg;
-                       grouped_gemm_dgrad(a, nullptr);
-                     },
+                     with_config(md13, grouped_gemm_dgrad),
                      2 * F, D, kMxfp8WeightT, kMxfp8Rows, 0.95});
       ops.push_back({"w2_dgrad_mxfp8", GroupedGemmOp::kDgrad, w2_flops, cb2, run_d2,
-                     [&](const GroupedGemmConfig* cfg) {
-                       DgradArgs a = md2;
-                       a.common.config = cfg;
-                       grouped_gemm_dgrad(a, nullptr);
-                     },
+                     with_config(md2, grouped_gemm_dgrad),
                      D, F, kMxfp8WeightT, kMxfp8Rows, 0.95});
     }
     for (const Fp8Op& op : ops) {
@@ -817,11 +781,8 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     g13.out_dtype = out;
     g13.accumulate = g_wgrad_accumulate;
     g13.grad_out_offset = g13.a_offset = zoff;
-    measure("w13_wgrad" + suffix, GroupedGemmOp::kWgrad, out, w13_flops, 0, cb13, [&](const GroupedGemmConfig* cfg) {
-      WgradArgs a = g13;
-      a.common.config = cfg;
-      grouped_gemm_wgrad(a, nullptr);
-    }, bb13);
+    measure("w13_wgrad" + suffix, GroupedGemmOp::kWgrad, out, w13_flops, 0, cb13,
+            with_config(g13, grouped_gemm_wgrad), bb13);
     WgradArgs g2;  // grad_W2[e] = grad_h3^T . h2
     g2.common = common(D, F);
     g2.grad_out = h3.p;
@@ -830,11 +791,8 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     g2.out_dtype = out;
     g2.accumulate = g_wgrad_accumulate;
     g2.grad_out_offset = g2.a_offset = zoff;
-    measure("w2_wgrad" + suffix, GroupedGemmOp::kWgrad, out, w2_flops, 0, cb2, [&](const GroupedGemmConfig* cfg) {
-      WgradArgs a = g2;
-      a.common.config = cfg;
-      grouped_gemm_wgrad(a, nullptr);
-    }, bb2);
+    measure("w2_wgrad" + suffix, GroupedGemmOp::kWgrad, out, w2_flops, 0, cb2,
+            with_config(g2, grouped_gemm_wgrad), bb2);
   }
 
   // ---- FP8-blockwise WGRAD next to our BF16 WGRAD (FP32 output, the layer's) ----

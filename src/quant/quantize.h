@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "dist_moe/device/common/macros.cuh"
+#include "dist_moe/device/numeric/mxfp8.cuh"
 
 namespace dist_moe::quant {
 
@@ -34,15 +35,9 @@ struct Bf16Matrix {
   const void* const* row_ptrs = nullptr;
 };
 
-// Compact MXFP8 column bundle of C features x R rows (QuantizedOut / QuantizedIn::compact): q [C, R]
-// (row stride R), then its E8M0 scales [C, R / 32] (row stride R / 32) at the next 128-byte
-// boundary; memory_plan's Bundles::col(R, C) for MXFP8 (docs/formats.md "GPU layouts").
-DMOE_HOST_DEVICE constexpr int64_t mxfp8_compact_columns_scales_offset(int64_t c, int64_t r) {
-  return (c * r + 127) / 128 * 128;
-}
-DMOE_HOST_DEVICE constexpr int64_t mxfp8_compact_columns_bytes(int64_t c, int64_t r) {
-  return mxfp8_compact_columns_scales_offset(c, r) + (c * (r / 32) + 127) / 128 * 128;
-}
+// The compact MXFP8 column bundle's layout (QuantizedOut / QuantizedIn::compact): numeric/mxfp8.cuh.
+using numeric::mxfp8_compact_columns_bytes;
+using numeric::mxfp8_compact_columns_scales_offset;
 
 template <class Scale>
 struct QuantizedOut {

@@ -78,8 +78,6 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
                    " they do not fit (hidden_dim larger than about 4.5 x intermediate_dim)");
   }
   c.mxfp8_scratch = s;
-  c.mxfp8_homes = {s.x_col, s.h1, s.h2_col};
-  c.mxfp8_h2_bf16 = c.config.inference ? s.h1 : s.grad_h2;
 }
 
 std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm::Communicator> comm,

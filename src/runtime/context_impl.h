@@ -78,11 +78,8 @@ struct Context::Impl {
   float* grad_scores_f32 = nullptr;     // [T_max * K]
   float* rstd_scratch = nullptr;        // [T_max * K] RMSNorm rstd of calls that save nothing
   int32_t* gather_workspace = nullptr;
-  // MXFP8 contexts: the static scratch layout, the recompute homes the planner hands out, where the
-  // BF16 h2 goes, and the group offsets gated like counts_gated.
+  // MXFP8 contexts: the static scratch layout, and the group offsets gated like counts_gated.
   planner::Mxfp8Scratch mxfp8_scratch;
-  planner::Mxfp8Homes mxfp8_homes;
-  int64_t mxfp8_h2_bf16 = 0;
   int32_t* offsets_gated = nullptr;     // [L + 1]
 
   // Called after each pipeline stage when set (benchmarks record events here; eager use only).

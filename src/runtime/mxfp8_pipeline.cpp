@@ -77,19 +77,21 @@ RowBundle row_bundle(const Context::Impl& c, int64_t C) {
   return {q, q + align128(c.capacity_rows() * C)};
 }
 
-// Which rows a quantizer reads and how they are grouped by expert.
-struct RowSource {
-  const void* rows = nullptr;             // contiguous [cap, C] BF16, or
-  const void* const* row_ptrs = nullptr;  // one address per expert-major row (routing's tables)
-};
+// Expert-major BF16 rows [cap, C] in scratch, or read through routing's row-address tables.
+quant::Bf16Matrix scratch_rows(const Context::Impl& c, const void* rows, int64_t C) {
+  return {rows, c.capacity_rows(), C, C};
+}
+quant::Bf16Matrix routed_rows(const Context::Impl& c, const void* const* row_ptrs, int64_t C) {
+  quant::Bf16Matrix x{nullptr, c.capacity_rows(), C, C};
+  x.row_ptrs = row_ptrs;
+  return x;
+}
 
 // Quantizes expert-major rows into the row bundle and, when `cols` is set, the compact column
 // bundle at cols.base + *cols.offset. `offsets` may be gated (all zero: nothing happens).
-void quantize_rows_cols(const Context::Impl& c, const RowSource& src, int64_t C, const int32_t* real_counts,
+void quantize_rows_cols(const Context::Impl& c, const quant::Bf16Matrix& x, const int32_t* real_counts,
                         const int32_t* offsets, common::DeviceAddress cols, cudaStream_t stream) {
-  const int64_t cap = c.capacity_rows();
-  quant::Bf16Matrix x{src.rows, cap, C, C};
-  x.row_ptrs = src.row_ptrs;
+  const int64_t C = x.cols;
   const RowBundle rb = row_bundle(c, C);
   const quant::Mxfp8Out rows{rb.q, C, rb.scales, C / 32, 1};
   quant::Mxfp8Out col_out;
@@ -113,14 +115,13 @@ void dequantize_columns(const Context::Impl& c, common::DeviceAddress cols, int6
   quant::mxfp8_dequantize_columns(in, groups, quant::Bf16MatrixOut{rows, c.capacity_rows(), C, C}, stream);
 }
 
-// The GEMM fields of an MXFP8 row bundle (A) against a prepared weight's FPROP or DGRAD fields.
-GroupedGemmCommon mxfp8_common(const Context::Impl& c, const int32_t* counts, int64_t n, int64_t k,
-                               const RowBundle& a, int64_t a_cols, const void* b_scales, bool transposed_weight) {
-  GroupedGemmCommon g = layer_gemm_common(c, counts, n, k);
+// A layer GEMM's operands made MXFP8: the row bundle A ([cap, a_cols]) against a prepared
+// weight's FPROP fields, or (DGRAD) its transposed copy with the DGRAD scales.
+void use_mxfp8_operands(GroupedGemmCommon& g, const RowBundle& a, int64_t a_cols, const void* b_scales,
+                        bool transposed_weight) {
   g.a_format = kMxfp8Rows;
   g.b_format = transposed_weight ? kMxfp8WeightT : kMxfp8Weight;
   g.scales = OperandScales{a.scales, a_cols / 32, b_scales};
-  return g;
 }
 
 // ---- the expert part of the forward (also the backward's recompute) ------------------------------
@@ -142,17 +143,15 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Exper
   const PreparedWeightBuffers& w13 = in.w13_prepared->buffers;
   const PreparedWeightBuffers& w2 = in.w2_prepared->buffers;
   const common::DeviceAddress none;
-  void* h2_bf16 = at(c, c.mxfp8_h2_bf16);
+  void* h2_bf16 = at(c, c.mxfp8_scratch.h2_bf16());
 
-  RowSource x;
-  x.row_ptrs = t.gather_src;
-  quantize_rows_cols(c, x, D, t.real_counts, t.offsets, keep ? common::DeviceAddress{act, layer + planner::kXCol} : none,
-                     stream);
+  quantize_rows_cols(c, routed_rows(c, t.gather_src, D), t.real_counts, t.offsets,
+                     keep ? common::DeviceAddress{act, layer + planner::kXCol} : none, stream);
   c.stage(recompute ? "recompute_quantize_x" : "quantize_x", stream);
 
   W13FpropArgs f13 = w13_fprop_args(c, in, t.counts);
   const RowBundle xr = row_bundle(c, D);
-  f13.common = mxfp8_common(c, t.counts, 2 * F, D, xr, D, w13.fprop_scale, false);
+  use_mxfp8_operands(f13.common, xr, D, w13.fprop_scale, false);
   f13.a = xr.q;
   f13.w13 = w13.fprop_data;
   f13.h1 = keep ? act : nullptr;
@@ -163,15 +162,13 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Exper
   grouped_gemm_w13_fprop(f13, stream);
   c.stage(recompute ? "recompute_w13" : "w13", stream);
 
-  RowSource h2;
-  h2.rows = h2_bf16;
-  quantize_rows_cols(c, h2, F, t.real_counts, t.offsets,
+  quantize_rows_cols(c, scratch_rows(c, h2_bf16, F), t.real_counts, t.offsets,
                      keep ? common::DeviceAddress{act, layer + planner::kH2Col} : none, stream);
   c.stage(recompute ? "recompute_quantize_h2" : "quantize_h2", stream);
 
   FpropArgs f2 = w2_fprop_args(c, in, t.counts);
   const RowBundle hr = row_bundle(c, F);
-  f2.common = mxfp8_common(c, t.counts, D, F, hr, F, w2.fprop_scale, false);
+  use_mxfp8_operands(f2.common, hr, F, w2.fprop_scale, false);
   f2.a = hr.q;
   f2.w = w2.fprop_data;
   f2.scatter.row_ptrs = t.scatter_dst;
@@ -189,7 +186,8 @@ void mxfp8_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD
   check_weights(c, in, /*training=*/false);
   o.validate();
   DMOE_CHECK_ARG(out_TD, "out_TD is required");
-  const ForwardHead head = forward_head(c, in, saved, o, &c.mxfp8_homes, stream);
+  const planner::Mxfp8Homes homes = c.mxfp8_scratch.homes();
+  const ForwardHead head = forward_head(c, in, saved, o, &homes, stream);
   const comm::RoutingTables& tb = c.ep->tables();
   const ExpertTables t{tb.expert_rows, tb.expert_offsets, tb.expert_rows_unpadded, tb.gather_src, tb.scatter_dst};
   expert_forward(c, in, t, head.layer, /*keep=*/!head.scratch_only, o.swiglu_clip_stats_out_3,
@@ -231,15 +229,14 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
   backward_topk(c, in, s, grad_out_TD, g, o, bo + 7, stream);
 
   // grad_h3 rows + columns straight from the owners' dispatch windows.
-  RowSource g3;
-  g3.row_ptrs = s.grad_gather_src;
-  quantize_rows_cols(c, g3, D, s.expert_rows_unpadded, s.expert_offsets, at(c, S.grad_h3_col), stream);
+  quantize_rows_cols(c, routed_rows(c, s.grad_gather_src, D), s.expert_rows_unpadded, s.expert_offsets,
+                     at(c, S.grad_h3_col), stream);
   c.stage("quantize_grad_h3", stream);
 
   void* grad_h2 = at(c, S.grad_h2);
   DgradArgs d2 = w2_dgrad_args(c, in, s.expert_rows);
   const RowBundle g3r = row_bundle(c, D);
-  d2.common = mxfp8_common(c, s.expert_rows, D, F, g3r, D, w2.dgrad_scale, true);
+  use_mxfp8_operands(d2.common, g3r, D, w2.dgrad_scale, true);
   d2.grad_out = g3r.q;
   d2.w = w2.dgrad_data;
   d2.grad_a = grad_h2;
@@ -252,14 +249,13 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
   kernels::swiglu_backward({act, layer + planner::kH1}, grad_h2, dxy, F, rows, swiglu_params(c.config), stream);
   c.stage("swiglu_backward", stream);
 
-  RowSource dx;
-  dx.rows = dxy;
-  quantize_rows_cols(c, dx, 2 * F, s.expert_rows_unpadded, s.expert_offsets, at(c, S.dxy_col), stream);
+  quantize_rows_cols(c, scratch_rows(c, dxy, 2 * F), s.expert_rows_unpadded, s.expert_offsets, at(c, S.dxy_col),
+                     stream);
   c.stage("quantize_dxy", stream);
 
   DgradArgs d13 = w13_dgrad_args(c, in, s.expert_rows);
   const RowBundle dxr = row_bundle(c, 2 * F);
-  d13.common = mxfp8_common(c, s.expert_rows, 2 * F, D, dxr, 2 * F, w13.dgrad_scale, true);
+  use_mxfp8_operands(d13.common, dxr, 2 * F, w13.dgrad_scale, true);
   d13.grad_out = dxr.q;
   d13.w = w13.dgrad_data;
   d13.scatter.row_ptrs = s.scatter_dst;

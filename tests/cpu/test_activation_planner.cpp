@@ -357,7 +357,7 @@ TEST(ActivationPlanner, Mxfp8ScratchIsThePlannedScratchTermForTerm) {
       for (int i = 0; i + 1 < 8; ++i) EXPECT_LT(order[i], order[i + 1]);
       EXPECT_EQ(m.grad_h2 - m.h1, planner::align128(cap * 2 * s.F * 2));
       EXPECT_EQ(m.h2_col - m.grad_h2, planner::align128(cap * s.F * 2));
-      EXPECT_EQ(top - m.x_col, planner::mxfp8_col_bytes(cap, s.D));
+      EXPECT_EQ(top - m.x_col, numeric::mxfp8_compact_columns_bytes(s.D, cap));
       // The dequantized WGRAD operands fit the regions dead by then (D <= ~4.5 F at these shapes).
       EXPECT_LE(m.row + planner::align128(cap * s.D * 2) + planner::align128(cap * s.F * 2), m.w2_views_end);
       EXPECT_LE(m.row + planner::align128(cap * 4 * s.F) + planner::align128(cap * s.D * 2), m.w13_views_end);
@@ -402,9 +402,9 @@ TEST(ActivationPlanner, Mxfp8AccountingAgreesWithThePlan) {
       } else {  // x_col | h1 | h2_col | h3 contiguous, the second layer right after the first
         const int64_t rows = b.recv[rank];
         EXPECT_EQ(l0[planner::kXCol], 0);
-        EXPECT_EQ(l0[planner::kH1], planner::mxfp8_col_bytes(rows, cs.D));
+        EXPECT_EQ(l0[planner::kH1], numeric::mxfp8_compact_columns_bytes(cs.D, rows));
         EXPECT_EQ(l0[planner::kH2Col], l0[planner::kH1] + planner::h1_bytes(cs, rows));
-        EXPECT_EQ(l0[planner::kH3], l0[planner::kH2Col] + planner::mxfp8_col_bytes(rows, cs.F));
+        EXPECT_EQ(l0[planner::kH3], l0[planner::kH2Col] + numeric::mxfp8_compact_columns_bytes(cs.F, rows));
         EXPECT_EQ(l1[planner::kXCol], planner::mxfp8_saved_full_bytes(cs, rows));
       }
       int64_t x = -1;

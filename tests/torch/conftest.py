@@ -49,6 +49,25 @@ def world1():
     os.unlink(store)
 
 
+@pytest.fixture
+def contexts(world1):
+    """``make(config)``: a context of ``config`` over ``world1`` on GPU 0, closed after the test."""
+    import torch
+
+    import dist_moe
+
+    made = []
+
+    def make(config):
+        ctx = dist_moe.create_context(group=world1, config=config, device=torch.device("cuda", 0))
+        made.append(ctx)
+        return ctx
+
+    yield make
+    for ctx in made:
+        ctx.close()
+
+
 @pytest.fixture(autouse=True)
 def _collect_cyclic_garbage():
     """Collects the cyclic garbage of earlier tests before each test, outside any capture.

@@ -82,6 +82,40 @@ def make_tokens(T, D, K, *, seed, device, ids=None, E=None):
     return x, ids, scores
 
 
+def single_rank_config(T, D, F_, K, E, **kw):
+    """The suites' one-rank Config: T_max = T, one MoE layer per slot, slot factor 1.0 (inference:
+    no slots), then ``kw`` on top."""
+    import dist_moe
+
+    base = dict(max_num_local_input_tokens=T, hidden_dim=D, intermediate_dim=F_, top_k=K, num_experts=E,
+                max_moe_layers_per_activation_slot=1, activation_slot_capacity_factor=1.0)
+    base.update(kw)
+    if base.get("inference"):
+        base.update(num_activation_slots=0, activation_slot_capacity_factor=None)
+    return dist_moe.Config(**base)
+
+
+def make_case(t, D, F_, E, K, *, seed, device, shift=0, ids=None):
+    """x, ids (upstream's cyclic routes unless given), scores, w13, w2 of a seeded case."""
+    x, ids, scores = make_tokens(t, D, K, seed=seed, device=device,
+                                 ids=upstream_case_ids(t, K, E, shift=shift) if ids is None else ids)
+    w13, w2 = make_weights(E, D, F_, seed=seed + 1, device=device)
+    return x, ids, scores, w13, w2
+
+
+def leaves(*tensors):
+    """Fresh leaf copies of the tensors; the floating ones require grad."""
+    return [t.detach().clone().requires_grad_(t.is_floating_point()) for t in tensors]
+
+
+def run_reference(x, ids, scores, w13, w2, grad_out, **kw):
+    """(out, grad_x, grad_scores, grad_w13, grad_w2) of ``reference_moe`` on leaf copies."""
+    x, scores, w13, w2 = leaves(x, scores, w13, w2)
+    out = reference_moe(x, ids, scores, w13, w2, **kw)
+    out.backward(grad_out)
+    return out.detach(), x.grad, scores.grad, w13.grad, w2.grad
+
+
 def upstream_case_ids(T, K, E, *, shift=0):
     """Upstream's deterministic single-rank routes: (t*K + k + shift) % E."""
     t = torch.arange(T).unsqueeze(1)

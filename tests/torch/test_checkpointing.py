@@ -16,7 +16,14 @@ import sys
 import pytest
 import torch
 import torch.utils.checkpoint as ckpt
-from moe_reference import assert_planner_reset, make_tokens, make_weights, upstream_case_ids
+from moe_reference import (
+    assert_planner_reset,
+    leaves,
+    make_tokens,
+    make_weights,
+    single_rank_config,
+    upstream_case_ids,
+)
 
 import dist_moe
 
@@ -26,29 +33,13 @@ HERE = os.path.dirname(__file__)
 
 
 @pytest.fixture
-def make_ctx(world1):
-    made = []
-
-    def make(**kw):
-        base = dict(max_num_local_input_tokens=T, hidden_dim=D, intermediate_dim=FF, top_k=K, num_experts=E,
-                    max_moe_layers_per_activation_slot=1, activation_slot_capacity_factor=1.0)
-        base.update(kw)
-        ctx = dist_moe.create_context(group=world1, config=dist_moe.Config(**base), device=DEV)
-        made.append(ctx)
-        return ctx
-
-    yield make
-    for ctx in made:
-        ctx.close()
+def make_ctx(contexts):
+    return lambda **kw: contexts(single_rank_config(T, D, FF, K, E, **kw))
 
 
 def case(seed, shift=0):
     x, ids, scores = make_tokens(T, D, K, seed=seed, device=DEV, ids=upstream_case_ids(T, K, E, shift=shift))
     return x, ids, scores
-
-
-def leaves(*tensors):
-    return [t.detach().clone().requires_grad_() for t in tensors]
 
 
 def assert_bitwise(a, b, names):

@@ -14,9 +14,13 @@ from moe_reference import (
     assert_moe_close,
     assert_planner_reset,
     assert_train_close,
+    leaves,
+    make_case,
     make_tokens,
     make_weights,
     reference_moe,
+    run_reference,
+    single_rank_config,
     upstream_case_ids,
 )
 
@@ -27,49 +31,21 @@ DEV = torch.device("cuda", 0)
 
 
 def config(**kw):
-    base = dict(max_num_local_input_tokens=T, hidden_dim=D, intermediate_dim=FF, top_k=K, num_experts=E,
-                max_moe_layers_per_activation_slot=1, activation_slot_capacity_factor=1.0)
-    base.update(kw)
-    if base.get("inference"):
-        base.update(num_activation_slots=0, activation_slot_capacity_factor=None)
-    return dist_moe.Config(**base)
+    return single_rank_config(T, D, FF, K, E, **kw)
 
 
 @pytest.fixture
-def make_ctx(world1):
-    made = []
-
-    def make(**kw):
-        ctx = dist_moe.create_context(group=world1, config=config(**kw), device=DEV)
-        made.append(ctx)
-        return ctx
-
-    yield make
-    for ctx in made:
-        ctx.close()
+def make_ctx(contexts):
+    return lambda **kw: contexts(config(**kw))
 
 
 def case(seed=43, shift=0, t=T, ids=None):
-    x, ids, scores = make_tokens(t, D, K, seed=seed, device=DEV,
-                                 ids=upstream_case_ids(t, K, E, shift=shift) if ids is None else ids)
-    w13, w2 = make_weights(E, D, FF, seed=seed + 1, device=DEV)
-    return x, ids, scores, w13, w2
-
-
-def leaves(*tensors):
-    return [t.detach().clone().requires_grad_(t.is_floating_point()) for t in tensors]
+    return make_case(t, D, FF, E, K, seed=seed, device=DEV, shift=shift, ids=ids)
 
 
 def run_train(ctx, x, ids, scores, w13, w2, grad_out, options=None):
     x, scores, w13, w2 = leaves(x, scores, w13, w2)
     out = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx, options=options)
-    out.backward(grad_out)
-    return out.detach(), x.grad, scores.grad, w13.grad, w2.grad
-
-
-def run_reference(x, ids, scores, w13, w2, grad_out, **kw):
-    x, scores, w13, w2 = leaves(x, scores, w13, w2)
-    out = reference_moe(x, ids, scores, w13, w2, **kw)
     out.backward(grad_out)
     return out.detach(), x.grad, scores.grad, w13.grad, w2.grad
 

@@ -1,20 +1,29 @@
 // What the layer suites (test_pipeline_multi.cu: BF16; test_mxfp8_pipeline_multi.cu: MXFP8) share:
 // the per-rank log line, a rank's results (output, input / score / weight gradients) read back from
-// the device, bitwise equality of two results, and the planner's slot state.
+// the device, bitwise equality of two results, the planner's slot state, and the driver (arguments,
+// device, communicator, one line per case, the closing line and exit code).
 #pragma once
 
 #include <cuda_runtime.h>
+#include <nccl.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "dist_moe/check.h"
+#include "dist_moe/config.h"
 #include "dist_moe/context.h"
+#include "dist_moe/memory_plan.h"
 #include "dist_moe/routed_experts.h"
 #include "reference/oracle.h"
 #include "testing/device_buffer.h"
+#include "testing/dist_env.h"
 
 namespace dist_moe::layer_suite {
 
@@ -42,6 +51,48 @@ inline bool bitwise(const Result& a, const Result& b) {
   return reference::bitwise_equal(a.out, b.out) && reference::bitwise_equal(a.grad_x, b.grad_x) &&
          reference::bitwise_equal(a.grad_scores, b.grad_scores) && reference::bitwise_equal(a.dw13, b.dw13) &&
          reference::bitwise_equal(a.dw2, b.dw2);
+}
+
+// The random global problem of a Case (T, D, F, K, E, activation, bf16_scores, seed, padded_rank):
+// 5% of routes -1, clamped SwiGLU at alpha 1.5 / limit 5, a padded rank's tokens all -1.
+template <class Case>
+reference::RandomProblemSpec problem_spec(const Case& c, int world) {
+  reference::RandomProblemSpec s;
+  s.num_ranks = world;
+  s.tokens_per_rank = c.T;
+  s.hidden_dim = c.D;
+  s.intermediate_dim = c.F;
+  s.top_k = c.K;
+  s.num_experts = c.E;
+  s.swiglu.activation = c.activation;
+  if (c.activation == Activation::kSwiGLUClamped) s.swiglu.alpha = 1.5, s.swiglu.limit = 5.0;
+  s.padding_route_probability = 0.05;
+  s.bf16_scores = c.bf16_scores;
+  s.seed = c.seed;
+  if (c.padded_rank >= 0)
+    for (int64_t t = 0; t < c.T; ++t) s.all_padding_tokens.push_back(c.padded_rank * c.T + t);
+  return s;
+}
+
+// The context Config of a Case: one layer per slot, device scratch for any routing, the case's
+// activation and WGRAD dtype; block_scaled as given; with `full_slot`, the maximum useful slot (the
+// saved path) instead of the minimum (recompute).
+template <class Case>
+Config suite_config(const Case& c, int world, bool full_slot, std::optional<BlockScaledConfig> block_scaled) {
+  Config cfg;
+  cfg.max_num_local_input_tokens = c.T_max;
+  cfg.hidden_dim = c.D;
+  cfg.intermediate_dim = c.F;
+  cfg.top_k = c.K;
+  cfg.num_experts = c.E;
+  cfg.max_moe_layers_per_activation_slot = 1;
+  cfg.device_scratch_capacity_factor = static_cast<double>(world);  // any routing fits
+  cfg.activation = c.activation;
+  if (c.activation == Activation::kSwiGLUClamped) cfg.swiglu_alpha = 1.5, cfg.swiglu_limit = 5.0;
+  cfg.wgrad_dtype = c.wgrad;
+  cfg.block_scaled = block_scaled;
+  if (full_slot) cfg.activation_slot_bytes = plan_memory(cfg, world).maximum_useful_activation_slot_bytes;
+  return cfg;
 }
 
 // A rank's output and gradient buffers (poisoned, so an unwritten byte shows), for a Case with T, D,
@@ -103,6 +154,68 @@ inline std::vector<int64_t> planner_snapshot(const Context& ctx) {
   DMOE_CUDA_CHECK(cudaMemcpy(h.data(), v.saved_bytes_NR, N * R * 8, cudaMemcpyDeviceToHost));
   DMOE_CUDA_CHECK(cudaMemcpy(h.data() + N * R, v.layer_id_N, N * 8, cudaMemcpyDeviceToHost));
   return h;
+}
+
+// One rank of a suite run: its communicator and stream, the arguments (--filter NAME: only cases
+// whose name contains it; --case NAME: a scenario expected to trap) and the case counters.
+struct Suite {
+  int rank = 0, world = 1;
+  ncclComm_t nccl = nullptr;
+  cudaStream_t stream = nullptr;
+  std::string filter, scenario;
+  int run = 0, failed = 0;
+
+  bool wants(const std::string& name) const { return filter.empty() || name.find(filter) != std::string::npos; }
+  // Counts a case and prints its line: "PASS case NAME<detail>" or "FAIL case ...".
+  void report(const std::string& name, bool ok, const std::string& detail) {
+    ++run;
+    failed += !ok;
+    LOG("%s case %s%s", ok ? "PASS" : "FAIL", name.c_str(), detail.c_str());
+  }
+};
+
+// The suites' main: picks this rank's SM90 GPU (SKIP, exit 0, without one), creates the
+// communicator over every rank (`id_name` keys the unique-id exchange) and a stream, runs `body`
+// (its return value is the scenario's exit code when --case was given), then prints
+// "ALL PASS: N cases" or "FAILED: F of N cases" and returns 0 or 1; an exception prints ERROR.
+inline int suite_main(int argc, char** argv, const char* id_name, const std::function<int(Suite&)>& body) {
+  Suite s;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--filter" && i + 1 < argc) s.filter = argv[++i];
+    else if (std::string(argv[i]) == "--case" && i + 1 < argc) s.scenario = argv[++i];
+  }
+  try {
+    const auto env = testing::dist_env_from_environment();
+    g_rank = s.rank = env.rank;
+    s.world = env.world;
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+      LOG("SKIP: no usable CUDA device");
+      return 0;
+    }
+    DMOE_CUDA_CHECK(cudaSetDevice(env.local_rank % ndev));
+    int major = 0;
+    DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, env.local_rank % ndev));
+    if (major != 9) {
+      LOG("SKIP: needs an SM90 GPU");
+      return 0;
+    }
+    const ncclUniqueId id = testing::exchange_unique_id(env, id_name);
+    DMOE_NCCL_CHECK(ncclCommInitRank(&s.nccl, env.world, id, env.rank));
+    DMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+    const int scenario_rc = body(s);
+    if (!s.scenario.empty()) return scenario_rc;
+    DMOE_NCCL_CHECK(ncclCommDestroy(s.nccl));
+    if (s.failed) {
+      LOG("FAILED: %d of %d cases", s.failed, s.run);
+      return 1;
+    }
+    LOG("ALL PASS: %d cases", s.run);
+    return 0;
+  } catch (const std::exception& e) {
+    LOG("ERROR: %s", e.what());
+    return 1;
+  }
 }
 
 }  // namespace dist_moe::layer_suite

@@ -55,22 +55,8 @@ struct Problem {
 };
 
 Problem make_problem(const Case& c, int world) {
-  reference::RandomProblemSpec s;
-  s.num_ranks = world;
-  s.tokens_per_rank = c.T;
-  s.hidden_dim = c.D;
-  s.intermediate_dim = c.F;
-  s.top_k = c.K;
-  s.num_experts = c.E;
-  s.swiglu.activation = c.activation;
-  if (c.activation == Activation::kSwiGLUClamped) s.swiglu.alpha = 1.5, s.swiglu.limit = 5.0;
-  s.padding_route_probability = 0.05;
-  s.bf16_scores = c.bf16_scores;
-  s.seed = c.seed;
-  if (c.padded_rank >= 0)
-    for (int64_t t = 0; t < c.T; ++t) s.all_padding_tokens.push_back(c.padded_rank * c.T + t);
   Problem pr;
-  pr.p = reference::make_random_problem(s);
+  pr.p = reference::make_random_problem(problem_spec(c, world));
   reference::ForwardOptions fo;
   if (c.rmsnorm) fo.rmsnorm = reference::RMSNormSpec{1e-6, {}, 0.0};
   pr.fwd = reference::forward(pr.p, fo);
@@ -82,19 +68,7 @@ Problem make_problem(const Case& c, int world) {
 }
 
 Config config_of(const Case& c, int world, bool full_slot) {
-  Config cfg;
-  cfg.max_num_local_input_tokens = c.T_max;
-  cfg.hidden_dim = c.D;
-  cfg.intermediate_dim = c.F;
-  cfg.top_k = c.K;
-  cfg.num_experts = c.E;
-  cfg.max_moe_layers_per_activation_slot = 1;
-  cfg.device_scratch_capacity_factor = static_cast<double>(world);  // any routing fits
-  cfg.activation = c.activation;
-  if (c.activation == Activation::kSwiGLUClamped) cfg.swiglu_alpha = 1.5, cfg.swiglu_limit = 5.0;
-  cfg.wgrad_dtype = c.wgrad;
-  if (full_slot) cfg.activation_slot_bytes = plan_memory(cfg, world).maximum_useful_activation_slot_bytes;
-  return cfg;
+  return suite_config(c, world, full_slot, std::nullopt);
 }
 
 // Device copies of one rank's inputs.
@@ -532,48 +506,20 @@ bool case_route_io(ncclComm_t nccl, int rank, int world, cudaStream_t stream, st
 }
 
 int main(int argc, char** argv) {
-  std::string filter, scenario;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--filter" && i + 1 < argc) filter = argv[++i];
-    else if (std::string(argv[i]) == "--case" && i + 1 < argc) scenario = argv[++i];
-  }
-  try {
-    const auto env = dist_moe::testing::dist_env_from_environment();
-    layer_suite::g_rank = env.rank;
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-      LOG("SKIP: no usable CUDA device");
-      return 0;
-    }
-    DMOE_CUDA_CHECK(cudaSetDevice(env.local_rank % ndev));
-    int major = 0;
-    DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, env.local_rank % ndev));
-    if (major != 9) {
-      LOG("SKIP: needs an SM90 GPU");
-      return 0;
-    }
-    const ncclUniqueId id = dist_moe::testing::exchange_unique_id(env, "pipeline_tests");
-    ncclComm_t nccl = nullptr;
-    DMOE_NCCL_CHECK(ncclCommInitRank(&nccl, env.world, id, env.rank));
-    cudaStream_t stream;
-    DMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    if (!scenario.empty()) return run_scenario(nccl, env.rank, env.world, scenario, stream);
-    int run = 0, failed = 0;
+  return layer_suite::suite_main(argc, argv, "pipeline_tests", [](layer_suite::Suite& s) {
+    if (!s.scenario.empty()) return run_scenario(s.nccl, s.rank, s.world, s.scenario, s.stream);
     for (const Case& c : cases()) {
-      if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
-      if (c.E % env.world != 0 || c.padded_rank >= env.world) continue;
-      ++run;
-      const Problem pr = make_problem(c, env.world);
+      if (!s.wants(c.name) || c.E % s.world != 0 || c.padded_rank >= s.world) continue;
+      const Problem pr = make_problem(c, s.world);
       std::string why;
-      const Result r = run_layer(nccl, c, pr, env.rank, env.world, c.full_slot, stream);
-      bool ok = check_against_oracle(c, pr, r, env.rank, &why);
+      const Result r = run_layer(s.nccl, c, pr, s.rank, s.world, c.full_slot, s.stream);
+      bool ok = check_against_oracle(c, pr, r, s.rank, &why);
       // The saved path (slot = maximum useful) gives the same bits as the all-recompute minimum.
       if (ok && c.name == "basic") {
-        const Result full = run_layer(nccl, c, pr, env.rank, env.world, /*full_slot=*/true, stream);
+        const Result full = run_layer(s.nccl, c, pr, s.rank, s.world, /*full_slot=*/true, s.stream);
         if (!bitwise(r, full)) ok = false, why += " saved path differs from the recompute path bitwise;";
       }
-      LOG("%s case %s%s", ok ? "PASS" : "FAIL", c.name.c_str(), why.c_str());
-      failed += !ok;
+      s.report(c.name, ok, why);
     }
     using Special = bool (*)(ncclComm_t, int, int, cudaStream_t, std::string*);
     const std::pair<const char*, Special> specials[] = {
@@ -587,22 +533,11 @@ int main(int argc, char** argv) {
         {"saved_state_legacy_stream", case_saved_state_legacy_stream},
     };
     for (const auto& [name, fn] : specials) {
-      if (!filter.empty() && std::string(name).find(filter) == std::string::npos) continue;
-      ++run;
+      if (!s.wants(name)) continue;
       std::string why;
-      const bool ok = fn(nccl, env.rank, env.world, stream, &why);
-      LOG("%s case %s%s", ok ? "PASS" : "FAIL", name, why.c_str());
-      failed += !ok;
+      const bool ok = fn(s.nccl, s.rank, s.world, s.stream, &why);
+      s.report(name, ok, why);
     }
-    DMOE_NCCL_CHECK(ncclCommDestroy(nccl));
-    if (failed) {
-      LOG("FAILED: %d of %d cases", failed, run);
-      return 1;
-    }
-    LOG("ALL PASS: %d cases", run);
     return 0;
-  } catch (const std::exception& e) {
-    LOG("ERROR: %s", e.what());
-    return 1;
-  }
+  });
 }

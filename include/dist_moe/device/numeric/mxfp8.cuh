@@ -23,6 +23,17 @@ namespace dist_moe::numeric {
 
 constexpr int kMXBlock = 32;
 
+// The compact column bundle of C features x R tokens (R a multiple of 32; the WGRAD operand as the
+// layer saves it): E4M3 q [C, R] (row stride R), then its E8M0 scales [C, R / 32] (row stride R / 32)
+// from the next 128-byte boundary -- upstream's column bundle, memory_plan.cpp Bundles::col(R, C)
+// (docs/formats.md "GPU layouts").
+DMOE_HOST_DEVICE constexpr int64_t mxfp8_compact_columns_scales_offset(int64_t c, int64_t r) {
+  return (c * r + 127) / 128 * 128;
+}
+DMOE_HOST_DEVICE constexpr int64_t mxfp8_compact_columns_bytes(int64_t c, int64_t r) {
+  return mxfp8_compact_columns_scales_offset(c, r) + (c * (r / kMXBlock) + 127) / 128 * 128;
+}
+
 // One element: e4m3_rn_satfinite(x * exact reciprocal of the E8M0 scale).
 DMOE_HOST_DEVICE uint8_t mxfp8_quantize_value(float x, uint8_t scale) {
   return float_to_e4m3(mul_rn(x, e8m0_reciprocal(scale)));

@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "dist_moe/device/common/macros.cuh"
+#include "dist_moe/device/numeric/mxfp8.cuh"
 
 namespace dist_moe::planner {
 
@@ -254,7 +255,8 @@ DMOE_HOST_DEVICE PlanStatus plan_bf16_backward(const BufferGeometry& g, const Ca
 // The slot keeps what upstream's staged MXFP8 layer keeps (memory_plan.cpp saved_full): the WGRAD
 // column bundles of x_gathered and h2, BF16 h1 and h3, contiguously:
 //   alloc[r] = col(recv[r], D) + A(recv[r]*2F*2) + col(recv[r], F) + A(T*K*D*2)
-// with the compact column bundle col(R, C) = A(C*R) + A(C*R/32) (E4M3 [C, R], then E8M0 [C, R/32]).
+// with the compact column bundle col(R, C) = A(C*R) + A(C*R/32) (E4M3 [C, R], then E8M0 [C, R/32]:
+// numeric::mxfp8_compact_columns_bytes).
 // Scratch has a static layout sized at the receive capacity (Mxfp8Scratch, host-computed): a layer
 // that recomputes keeps its x_col, h1 and h2_col at their scratch homes, which the forward writes
 // into the snapshot in place of slot offsets; the backward then reads the operands from wherever
@@ -262,9 +264,9 @@ DMOE_HOST_DEVICE PlanStatus plan_bf16_backward(const BufferGeometry& g, const Ca
 inline constexpr int kXCol = kXGathered;
 inline constexpr int kH2Col = kH2;
 
-DMOE_HOST_DEVICE int64_t mxfp8_col_bytes(int64_t rows, int64_t C) { return align128(C * rows) + align128(C * rows / 32); }
 DMOE_HOST_DEVICE int64_t mxfp8_saved_full_bytes(const CallShape& c, int64_t rows) {
-  return mxfp8_col_bytes(rows, c.D) + h1_bytes(c, rows) + mxfp8_col_bytes(rows, c.F) + h3_bytes(c);
+  return numeric::mxfp8_compact_columns_bytes(c.D, rows) + h1_bytes(c, rows) +
+         numeric::mxfp8_compact_columns_bytes(c.F, rows) + h3_bytes(c);
 }
 struct Mxfp8Saved {
   DMOE_HOST_DEVICE int64_t operator()(const CallShape& c, int64_t rows) const { return mxfp8_saved_full_bytes(c, rows); }
@@ -291,14 +293,20 @@ DMOE_HOST_DEVICE int64_t mxfp8_row_bytes(int64_t rows, int64_t C) {
 // column bundles, [grad_h3 | h2] over row..grad_h2 (after W13 DGRAD, when all three are dead) and
 // [dxy | x] over row..grad_h3_col. Inference: row | h1 (BF16 h2 in h1's region; h1 is not kept).
 struct Mxfp8Scratch {
+  bool inference = false;
   int64_t bottom = 0;  // lowest byte used: top - bottom is the scratch plan_memory sizes
   int64_t row = 0, h1 = 0, grad_h2 = 0, h2_col = 0, grad_h3_col = 0, dxy_col = 0, x_col = 0;
   int64_t w2_views_end = 0, w13_views_end = 0;  // where the dequantized WGRAD operands must end
+  // Where the forward's BF16 h2 goes: grad_h2's region (training), h1's (inference: h1 not kept).
+  DMOE_HOST_DEVICE int64_t h2_bf16() const { return inference ? h1 : grad_h2; }
+  // A recomputing layer's homes for its x_col, h1 and h2_col.
+  DMOE_HOST_DEVICE Mxfp8Homes homes() const { return {x_col, h1, h2_col}; }
 };
 DMOE_HOST_DEVICE Mxfp8Scratch mxfp8_scratch(int64_t cap, int64_t D, int64_t F, bool inference, int64_t top) {
   const int64_t r_x = mxfp8_row_bytes(cap, D), r_h2 = mxfp8_row_bytes(cap, F), r_dxy = mxfp8_row_bytes(cap, 2 * F);
   const int64_t h1 = align128(cap * 2 * F * 2);
   Mxfp8Scratch s;
+  s.inference = inference;
   int64_t low = top;
   if (inference) {
     s.h1 = low -= h1;
@@ -306,10 +314,10 @@ DMOE_HOST_DEVICE Mxfp8Scratch mxfp8_scratch(int64_t cap, int64_t D, int64_t F, b
     s.bottom = low;
     return s;
   }
-  s.x_col = low -= mxfp8_col_bytes(cap, D);
-  s.dxy_col = low -= mxfp8_col_bytes(cap, 2 * F);
-  s.grad_h3_col = low -= mxfp8_col_bytes(cap, D);
-  s.h2_col = low -= mxfp8_col_bytes(cap, F);
+  s.x_col = low -= numeric::mxfp8_compact_columns_bytes(D, cap);
+  s.dxy_col = low -= numeric::mxfp8_compact_columns_bytes(2 * F, cap);
+  s.grad_h3_col = low -= numeric::mxfp8_compact_columns_bytes(D, cap);
+  s.h2_col = low -= numeric::mxfp8_compact_columns_bytes(F, cap);
   s.grad_h2 = low -= align128(cap * F * 2);
   s.h1 = low -= h1;
   const int64_t row = r_x > r_h2 ? r_x : r_h2;
@@ -346,9 +354,9 @@ DMOE_HOST_DEVICE PlanStatus plan_mxfp8_forward(const BufferGeometry& g, const Ca
     layer_out[kX] = free_start;
   } else {
     layer_out[kXCol] = free_start;
-    layer_out[kH1] = layer_out[kXCol] + mxfp8_col_bytes(rows, c.D);
+    layer_out[kH1] = layer_out[kXCol] + numeric::mxfp8_compact_columns_bytes(c.D, rows);
     layer_out[kH2Col] = layer_out[kH1] + h1_bytes(c, rows);
-    layer_out[kH3] = layer_out[kH2Col] + mxfp8_col_bytes(rows, c.F);
+    layer_out[kH3] = layer_out[kH2Col] + numeric::mxfp8_compact_columns_bytes(c.F, rows);
   }
   return push_layer(g, c, st, s, recompute, recv_R, Mxfp8Saved{}, layer_out);
 }
