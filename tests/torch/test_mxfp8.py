@@ -57,6 +57,27 @@ def case(seed=43, shift=0, t=T, ids=None):
     return make_case(t, D, FF, E, K, seed=seed, device=DEV, shift=shift, ids=ids)
 
 
+# Upstream's two-rank harness (_run_two_rank_numerics), where its MXFP8 RMSNorm and peer-path rows
+# live, at world size 1: T=128, D=F=1024, E=4, K=2, routes (g % 4, (g + 2) % 4), x from seed 1000
+# scaled by 0.1 for block-scaled formats, weights from seed 2027 scaled D^-1/2 and F^-1/2.
+HARNESS_D = 1024
+
+
+def harness_ctx(contexts, **kw):
+    return contexts(single_rank_config(T_UPSTREAM, HARNESS_D, HARNESS_D, K, E, **{"block_scaled": MXFP8, **kw}))
+
+
+def harness_case():
+    """(x, ids, scores, w13, w2, grad_out) of upstream's two-rank harness for rank 0 of world 1."""
+    t = torch.arange(T_UPSTREAM)
+    ids = torch.stack([t % 4, (t + 2) % 4], dim=1)
+    x, ids, scores = make_tokens(T_UPSTREAM, HARNESS_D, K, seed=1000, device=DEV, ids=ids)
+    w13, w2 = make_weights(E, HARNESS_D, HARNESS_D, seed=2027, device=DEV)
+    gen = torch.Generator(device="cpu").manual_seed(2028)
+    g = torch.randn(T_UPSTREAM, HARNESS_D, generator=gen).to(torch.bfloat16).to(DEV)
+    return (x * 0.1).to(torch.bfloat16), ids, scores, w13, w2, g
+
+
 def grad_out(t, *, seed):
     """The output gradient of a case, from its own generator (the comparisons against the BF16
     reference are statistics near upstream's bounds: the data must not depend on test order)."""
@@ -294,12 +315,19 @@ def rel_l2(a, b) -> float:
 
 
 def test_mxfp8_bounded_token_shapes(make_ctx):
-    """T in {1, 8, 32} of T_max 32 on one context, in that order, prepared weights. Each T against
-    the emulation, and bitwise against the same call on a fresh context (a layer that carried state
-    from an earlier T over would differ there; the emulation does not depend on T or T_max). Every T
-    is checked; the failures are reported together, each with its T, and every T's relative L2
-    against the emulation (with out's worst token rows) is printed."""
+    """T in {1, 8} of T_max 32, then T = 32, on one context, prepared weights. Every per-token result
+    (out, grad_x, grad_scores) of a bounded call equals bitwise the same tokens' rows of the T = 32
+    call (the tokens are the first T of one case; quantization is per row and each row's GEMM sums
+    run in the same order wherever the row lands in a tile), and each call equals bitwise the same
+    call on a fresh context (state carried over from a smaller T would differ there). The T = 32
+    call is checked against the emulation. The small T are not judged against the emulation alone:
+    the layer's BF16 h1 differs from the exact one in the last bit where the FP8 accumulation
+    crosses a rounding midpoint, and ~0.4% of its h2 E4M3 codes land one step apart (session 20,
+    W2 = identity, measured: 16 of 4096 codes at T = 8); one such step on a large element moves
+    that token's out by up to ~5%, so a relative L2 over eight tokens is a coin toss."""
     ctx = make_ctx()
+    x, ids, scores, w13, w2 = case(seed=132, t=T)
+    g = torch.randn(T, D, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16).to(DEV)
     failures = []
 
     def check(assertion, *args, **kw):
@@ -308,34 +336,32 @@ def test_mxfp8_bounded_token_shapes(make_ctx):
         except AssertionError as e:
             failures.append(str(e))
 
-    for t in (1, 8, 32):
-        x, ids, scores, w13, w2 = case(seed=100 + t, t=t)
-        g = torch.randn(t, D, device=DEV, dtype=torch.bfloat16)
-        got = run_train(ctx, x, ids, scores, w13, w2, g, prepare=True)
-        fresh = run_train(make_ctx(), x, ids, scores, w13, w2, g, prepare=True)
-        want = emulate(x, ids, scores, w13, w2, g)
-        out, out_want = got[0].float(), want[0].float()
-        rows = (out - out_want).norm(dim=1) / out_want.norm(dim=1).clamp_min(1e-12)
-        worst = rows.topk(min(3, t))
-        metrics = ", ".join(f"{n} {rel_l2(a, b):.2e}" for n, a, b in zip(NAMES, got, want))
-        worst_rows = ", ".join(f"{i}: {v:.2e}" for v, i in zip(worst.values.tolist(), worst.indices.tolist()))
-        print(f"T={t}: relL2 vs MXFP8 emulation: {metrics}; out's worst token rows {worst_rows}")
-        check(assert_bitwise, fresh, got, what=f"T={t}: one context (after the smaller T) vs a fresh context:")
-        check(assert_emulated, got, x, ids, scores, w13, w2, g, what=f"T={t}: ", want=want)
+    calls = {}
+    for t in (1, 8, T):
+        args = (x[:t], ids[:t], scores[:t], w13, w2, g[:t])
+        calls[t] = run_train(ctx, *args, prepare=True)
+        fresh = run_train(make_ctx(), *args, prepare=True)
+        check(assert_bitwise, fresh, calls[t], what=f"T={t}: one context (after the smaller T) vs a fresh context:")
+    for t in (1, 8):
+        check(assert_bitwise, calls[t][:3], [r[:t] for r in calls[T][:3]],
+              what=f"T={t}: the bounded call vs the first {t} tokens of T={T}:")
+    want = emulate(x, ids, scores, w13, w2, g)
+    print("T=32 relL2 vs MXFP8 emulation: " + ", ".join(f"{n} {rel_l2(a, b):.2e}" for n, a, b in zip(NAMES, calls[T], want)))
+    check(assert_emulated, calls[T], x, ids, scores, w13, w2, g, what=f"T={T}: ", want=want)
     assert_planner_reset(ctx)
     assert not failures, "\n".join(failures)
 
 
-def test_mxfp8_rmsnorm_postprocess_matches_reference(make_ctx):
+def test_mxfp8_rmsnorm_postprocess_matches_reference(contexts):
     """The fused RMSNorm postprocess (eps 1e-6, non-bitwise, recompute_rstd) on MXFP8 experts vs
-    F.rms_norm over the BF16 reference, with a fully padded row (exact zero)."""
-    ctx = make_ctx(max_num_local_input_tokens=T_UPSTREAM)
-    ids = upstream_case_ids(T_UPSTREAM, K, E)
+    F.rms_norm over the BF16 reference, with a fully padded row (exact zero), on upstream's two-rank
+    harness data (test_post_expert_rmsnorm_exercises_peer_paths; see harness_case)."""
+    ctx = harness_ctx(contexts)
+    x, ids, scores, w13, w2, g = harness_case()
     ids[0] = -1
-    x, ids, scores, w13, w2 = case(seed=13, ids=ids, t=T_UPSTREAM)
+    scores = torch.where(ids >= 0, scores, torch.zeros_like(scores))
     post = dist_moe.RMSNormPostprocess(eps=1e-6, norm_output_dtype=torch.float32, output_dtype=torch.bfloat16,
                                        require_bitwise=False, recompute_rstd=True)
-    g = grad_out(T_UPSTREAM, seed=13)
     got = run_train(ctx, x, ids, scores, w13, w2, g, dist_moe.ExecutionOptions(experts_output_postprocess=post),
                     prepare=True)
     assert got[0][0].abs().max() == 0
@@ -343,13 +369,13 @@ def test_mxfp8_rmsnorm_postprocess_matches_reference(make_ctx):
     assert_planner_reset(ctx)
 
 
-def test_mxfp8_eager_callbacks(make_ctx):
+def test_mxfp8_eager_callbacks(contexts):
     """A callable postprocess (h3 * 0.5) and a wgrad_postprocess_fn (sees w2, then w13) run eagerly on
-    an MXFP8 context: within tolerance of the reference, and the WGRAD hook's grads equal the plain
-    call's bitwise."""
-    ctx = make_ctx(max_num_local_input_tokens=T_UPSTREAM)
-    x, ids, scores, w13, w2 = case(seed=17, t=T_UPSTREAM)
-    g = grad_out(T_UPSTREAM, seed=17)
+    an MXFP8 context: within tolerance of the reference on upstream's two-rank harness data (its
+    test_expert_and_wgrad_postprocess_exercise_peer_paths row, BF16 there), and the WGRAD hook's
+    grads equal the plain call's bitwise."""
+    ctx = harness_ctx(contexts)
+    x, ids, scores, w13, w2, g = harness_case()
     got = run_train(ctx, x, ids, scores, w13, w2, g,
                     dist_moe.ExecutionOptions(experts_output_postprocess=lambda h3: h3 * 0.5), prepare=True)
     assert_mxfp8_train_close(got, run_reference(x, ids, scores, w13, w2, g, postprocess=lambda h3: h3 * 0.5))
