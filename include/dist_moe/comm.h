@@ -199,6 +199,12 @@ struct DispatchOptions {
   // protocol-error line). Ignored when the three separate ops run.
   const void* scores_TK = nullptr;
   DType score_dtype = DType::kFloat32;
+  // publish_route_dispatch only: this rank's rows are in local_dispatch_routes() already (row t at
+  // t * route_slot_bytes(), written earlier on the stream, e.g. quantized at the source into packed
+  // rows); x_TD must then be nullptr and the publish moves only the ids. The rows' bytes are opaque
+  // to the routing: tables().gather_src points at them as at BF16 rows, and a dispatch into
+  // x_gathered_MD copies route_slot_bytes() of each.
+  bool rows_in_window = false;
 };
 
 struct CombineOptions {
@@ -256,7 +262,7 @@ class EpGroup {
   void barrier(cudaStream_t stream, const int64_t* run_if = nullptr);
 
   // publish + route (+ dispatch when x_gathered_MD is not null) with the same results as the three
-  // calls. When fused_route_supported() (R * T_max * K <= fused_route_max_routes()), one cooperative
+  // calls (x_TD nullptr with options.rows_in_window). When fused_route_supported() (R * T_max * K <= fused_route_max_routes()), one cooperative
   // kernel: CTA 0 pushes this rank's ids into every peer's routing window and sends a one-way ids
   // arrival; every CTA publishes a slice of the x rows (the last one sends a rows arrival); every CTA
   // waits for all ids arrivals, builds the whole routing in shared memory (redundantly) from local
@@ -319,6 +325,12 @@ class EpGroup {
   void routing_launch_shape(int64_t num_tokens, int64_t* chunk_routes, int* num_ctas) const;
 
  private:
+  void check_publish(const void* x_TD, const void* ids_TK, DType ids_dtype, int64_t num_tokens,
+                     bool rows_in_window) const;
+  // The publish kernel (x_TD nullptr: ids only), after check_publish.
+  void launch_publish_rows(const void* x_TD, const void* ids_TK, DType ids_dtype, int64_t num_tokens,
+                           cudaStream_t stream);
+
   const Communicator& comm_;
   EpConfig config_;
   EpDeviceLayout layout_{};

@@ -313,13 +313,28 @@ void EpGroup::routing_launch_shape(int64_t num_tokens, int64_t* chunk_routes, in
   *num_ctas = static_cast<int>(std::max<int64_t>(1, ceil_div(total, chunk)));
 }
 
-void EpGroup::publish(const void* x_TD, const void* ids_TK, DType ids_dtype, int64_t num_tokens, cudaStream_t stream) {
+// The publish arguments of publish() and publish_route_dispatch(); x_TD is nullptr exactly when the
+// rows are in the dispatch window already.
+void EpGroup::check_publish(const void* x_TD, const void* ids_TK, DType ids_dtype, int64_t num_tokens,
+                            bool rows_in_window) const {
   DMOE_CHECK_ARG(num_tokens >= 1 && num_tokens <= config_.max_tokens, "num_tokens=", num_tokens, " must be in [1, ",
                  config_.max_tokens, "] (max_num_local_input_tokens)");
-  DMOE_CHECK_ARG(x_TD != nullptr && aligned16(x_TD), "x_TD must be a non-null 16-byte aligned BF16 [T, D] pointer");
+  if (rows_in_window)
+    DMOE_CHECK_ARG(x_TD == nullptr, "x_TD must be nullptr with rows_in_window (the rows are in the dispatch window)");
+  else
+    DMOE_CHECK_ARG(x_TD != nullptr && aligned16(x_TD), "x_TD must be a non-null 16-byte aligned BF16 [T, D] pointer");
   DMOE_CHECK_ARG(ids_TK != nullptr, "topk_expert_ids_TK must not be null");
   if (ids_dtype != DType::kInt32 && ids_dtype != DType::kInt64)
     detail::fail(ErrorCode::kInvalidType, "topk_expert_ids_TK must be int32 or int64, got ", to_string(ids_dtype));
+}
+
+void EpGroup::publish(const void* x_TD, const void* ids_TK, DType ids_dtype, int64_t num_tokens, cudaStream_t stream) {
+  check_publish(x_TD, ids_TK, ids_dtype, num_tokens, /*rows_in_window=*/false);
+  launch_publish_rows(x_TD, ids_TK, ids_dtype, num_tokens, stream);
+}
+
+void EpGroup::launch_publish_rows(const void* x_TD, const void* ids_TK, DType ids_dtype, int64_t num_tokens,
+                                  cudaStream_t stream) {
   const int64_t n_vec = num_tokens * layout_.row_bytes / 16;
   const int ctas = static_cast<int>(
       std::clamp<int64_t>(ceil_div(n_vec, int64_t{comm::kPublishThreads} * 4), 1, 2 * comm_.num_sms()));
@@ -449,18 +464,13 @@ void EpGroup::publish_route_dispatch(const void* x_TD, const void* ids_TK, DType
     DMOE_CHECK_ARG(fused, "the fused route kernel does not support this group: EP size * max_tokens * top_k = ",
                    comm_.world_size() * config_.max_tokens * config_.top_k, " routes (limit ", fused_max_routes_,
                    ", DMOE_FUSED_MAX_ROUTES) or its shared memory does not fit");
+  check_publish(x_TD, ids_TK, ids_dtype, num_tokens, options.rows_in_window);
   if (!fused) {
-    publish(x_TD, ids_TK, ids_dtype, num_tokens, stream);  // no scores pushed
+    launch_publish_rows(x_TD, ids_TK, ids_dtype, num_tokens, stream);  // no scores pushed
     route(num_tokens, stream);
     if (x_gathered_MD != nullptr) dispatch(x_gathered_MD, num_tokens, stream, options);
     return;
   }
-  DMOE_CHECK_ARG(num_tokens >= 1 && num_tokens <= config_.max_tokens, "num_tokens=", num_tokens, " must be in [1, ",
-                 config_.max_tokens, "] (max_num_local_input_tokens)");
-  DMOE_CHECK_ARG(x_TD != nullptr && aligned16(x_TD), "x_TD must be a non-null 16-byte aligned BF16 [T, D] pointer");
-  DMOE_CHECK_ARG(ids_TK != nullptr, "topk_expert_ids_TK must not be null");
-  if (ids_dtype != DType::kInt32 && ids_dtype != DType::kInt64)
-    detail::fail(ErrorCode::kInvalidType, "topk_expert_ids_TK must be int32 or int64, got ", to_string(ids_dtype));
   DMOE_CHECK_ARG(x_gathered_MD == nullptr || aligned16(x_gathered_MD),
                  "x_gathered must be a 16-byte aligned BF16 [capacity_rows, D] pointer");
   comm::FusedArgs a{};

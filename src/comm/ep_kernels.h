@@ -46,7 +46,7 @@ void launch_routing(const EpDeviceLayout& L, const RoutingTables& tables, const 
 // ---- fused publish + route + dispatch (one cooperative kernel; routing.cu) -------------------------
 inline constexpr int kFusedThreads = 1024;  // == 32 warps (routing::kFusedRouteWarps)
 struct FusedArgs {
-  const void* x;       // BF16 [T, D]
+  const void* x;       // BF16 [T, D], or nullptr: the rows are in this rank's dispatch window already
   const void* ids;     // [T, K] int32 or int64
   char* x_gathered;    // BF16 [capacity, D], or nullptr (publish + route only)
   int num_tokens;

@@ -41,9 +41,10 @@ __global__ void __launch_bounds__(kPublishThreads) publish_kernel(const EpDevice
     ids_out[i] = static_cast<IdT>(id);
   }
 
-  // x rows [T, D] -> dispatch window rows 0..T-1 (16-byte vectors, 4 in flight per thread).
+  // x rows [T, D] -> dispatch window rows 0..T-1 (16-byte vectors, 4 in flight per thread); none
+  // when x is null (the rows are in the window already: DispatchOptions::rows_in_window).
   int4* xo = reinterpret_cast<int4*>(local_ptr(L.dispatch_win, 0));
-  const int64_t n_vec = static_cast<int64_t>(num_tokens) * (L.row_bytes / 16);
+  const int64_t n_vec = x == nullptr ? 0 : static_cast<int64_t>(num_tokens) * (L.row_bytes / 16);
   constexpr int kUnroll = 4;
   for (int64_t base = tid; base < n_vec; base += nthreads * kUnroll) {
     int4 buf[kUnroll];

@@ -569,7 +569,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     // This call's rank-partials signal counters start at zero (combine_rank_partials.cu, kPartialsSignal): before
     // the rows arrival, after which the peers' combine increments them.
     zero_partial_counters(L, slot, gtid, nthreads);
-    const int64_t n_vec = static_cast<int64_t>(T) * (row_bytes / 16);
+    const int64_t n_vec = x == nullptr ? 0 : static_cast<int64_t>(T) * (row_bytes / 16);  // null: rows_in_window
     constexpr int kU = 4;
     for (int64_t base = gtid; base < n_vec; base += nthreads * kU) {
       int4 buf[kU];
@@ -713,8 +713,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
       const int32_t my_row = lane < K ? s_f[static_cast<int64_t>(s) * N + t * K + lane] : -1;
       const unsigned mask = __ballot_sync(kFullMask, my_row >= 0);
       if (mask == 0u) continue;
-      const char* src = s == me ? static_cast<const char*>(a.x) + t * row_bytes
-                                : s_dbase[s] + dispatch_row_offset(t, row_bytes);
+      const char* src = s == me && a.x != nullptr ? static_cast<const char*>(a.x) + t * row_bytes
+                                                  : s_dbase[s] + dispatch_row_offset(t, row_bytes);
       warp_copy_segment_to_rows(src, out, row_bytes, my_row, mask, seg, nvec, lane);
     }
     if (a.zero_fill && a.alignment > 1) {

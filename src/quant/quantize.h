@@ -139,6 +139,20 @@ using Mxfp8In = QuantizedIn<uint8_t>;
 void mxfp8_dequantize_columns(const Mxfp8In& cols, const RowGroups& groups, const Bf16MatrixOut& y,
                               cudaStream_t stream);
 
+// Packed MXFP8 rows (numeric::mxfp8_packed_row_bytes: C codes, then C / 32 scales): the output of
+// mxfp8_quantize_rows that writes rows of `cols` features at `base` + r * row_stride_bytes (16-byte
+// aligned, row_stride_bytes >= the packed row and a multiple of 16), e.g. a rank's dispatch window.
+Mxfp8Out mxfp8_packed_rows_out(void* base, int64_t row_stride_bytes, int64_t cols);
+
+// Packed rows gathered into expert-major row-bundle rows: row m of `rows` (q [capacity, C] and
+// scales [capacity, C / 32] at their row strides, block stride 1) from the packed row at
+// row_ptrs[m] (this GPU's or a peer's memory, 16-byte aligned; nullptr: a zero row, scales 0);
+// rows at or past offsets_G1[G] are neither read nor written. The same bytes mxfp8_quantize_rows
+// writes for the BF16 rows the packed rows were made from. C % 128 == 0; q 16-byte and scales
+// 4-byte aligned, their row strides multiples of 16 and 4.
+void mxfp8_gather_packed_rows(const void* const* row_ptrs, const RowGroups& groups, int64_t capacity, int64_t cols,
+                              const Mxfp8Out& rows, cudaStream_t stream);
+
 // ---- FP8 blockwise (DeepSeek-V3: 1x128 activations, 128x128 weights, FP32 scales) --------------
 
 // 1x128 blocks along cols. cols % 128 == 0.

@@ -1,8 +1,10 @@
 // The MXFP8 staged pipeline, per rank (docs/block_scaled_layer.md has the plan and the departures):
 //
-// Forward:  [validate ids] publish -> route (rows padded to 128 per local expert) -> [rows exchange
+// Forward:  [validate ids] publish -> route (rows padded to 32 per local expert) -> [rows exchange
 //   + EP barrier] -> plan -> [save x] -> quantize x rows + columns, reading the rows from the peers'
-//   dispatch windows -> W13 FPROP + SwiGLU (BF16 h1, h2) -> quantize h2 rows + columns -> W2 FPROP
+//   dispatch windows (inference: x quantized at the source into packed rows of this rank's dispatch
+//   window before the publish, which then moves only the ids; the expert side gathers the packed
+//   rows into the row bundle) -> W13 FPROP + SwiGLU (BF16 h1, h2) -> quantize h2 rows + columns -> W2 FPROP
 //   scattering BF16 h3 route rows into the owners' combine windows -> EP barrier + top-k reduction
 //   (or RMSNorm) -> [save h3]
 // Backward: plan -> recompute block under need_recompute (the forward's expert part) -> top-k
@@ -89,11 +91,15 @@ quant::Bf16Matrix routed_rows(const Context::Impl& c, const void* const* row_ptr
 
 // Quantizes expert-major rows into the row bundle and, when `cols` is set, the compact column
 // bundle at cols.base + *cols.offset. `offsets` may be gated (all zero: nothing happens).
+quant::Mxfp8Out row_bundle_out(const Context::Impl& c, int64_t C) {
+  const RowBundle rb = row_bundle(c, C);
+  return {rb.q, C, rb.scales, C / 32, 1};
+}
+
 void quantize_rows_cols(const Context::Impl& c, const quant::Bf16Matrix& x, const int32_t* real_counts,
                         const int32_t* offsets, common::DeviceAddress cols, cudaStream_t stream) {
   const int64_t C = x.cols;
-  const RowBundle rb = row_bundle(c, C);
-  const quant::Mxfp8Out rows{rb.q, C, rb.scales, C / 32, 1};
+  const quant::Mxfp8Out rows = row_bundle_out(c, C);
   quant::Mxfp8Out col_out;
   if (cols.base) {
     col_out.q = static_cast<uint8_t*>(cols.base);
@@ -132,6 +138,7 @@ struct ExpertTables {
   const int32_t* real_counts;   // unpadded rows per expert
   const void* const* gather_src;
   void* const* scatter_dst;
+  bool packed_rows = false;     // gather_src points at packed MXFP8 rows (quantized at the source)
 };
 
 // x rows + columns -> W13 FPROP + SwiGLU -> h2 rows + columns -> W2 FPROP scattering h3 routes.
@@ -145,9 +152,15 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Exper
   const common::DeviceAddress none;
   void* h2_bf16 = at(c, c.mxfp8_scratch.h2_bf16());
 
-  quantize_rows_cols(c, routed_rows(c, t.gather_src, D), t.real_counts, t.offsets,
-                     keep ? common::DeviceAddress{act, layer + planner::kXCol} : none, stream);
-  c.stage(recompute ? "recompute_quantize_x" : "quantize_x", stream);
+  if (t.packed_rows) {  // inference: the rows arrive quantized; no WGRAD columns
+    const quant::RowGroups groups{t.real_counts, t.offsets, static_cast<int32_t>(c.local_experts)};
+    quant::mxfp8_gather_packed_rows(t.gather_src, groups, c.capacity_rows(), D, row_bundle_out(c, D), stream);
+    c.stage("gather_x_rows", stream);
+  } else {
+    quantize_rows_cols(c, routed_rows(c, t.gather_src, D), t.real_counts, t.offsets,
+                       keep ? common::DeviceAddress{act, layer + planner::kXCol} : none, stream);
+    c.stage(recompute ? "recompute_quantize_x" : "quantize_x", stream);
+  }
 
   W13FpropArgs f13 = w13_fprop_args(c, in, t.counts);
   const RowBundle xr = row_bundle(c, D);
@@ -187,9 +200,21 @@ void mxfp8_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD
   o.validate();
   DMOE_CHECK_ARG(out_TD, "out_TD is required");
   const planner::Mxfp8Homes homes = c.mxfp8_scratch.homes();
-  const ForwardHead head = forward_head(c, in, saved, o, &homes, stream);
+  // Inference quantizes each token once, at the source, into a packed row of the dispatch window
+  // (D + D/32 bytes instead of 2D cross NVLink; T rows quantized instead of T*K routed rows).
+  // Training quantizes after the gather: its WGRAD column blocks need the BF16 rows.
+  const bool source = c.config.inference;
+  if (source) {
+    const int64_t T = in.num_tokens, D = c.config.hidden_dim;
+    quant::mxfp8_quantize_rows(quant::Bf16Matrix{in.x_TD, T, D, D},
+                               quant::mxfp8_packed_rows_out(c.ep->local_dispatch_routes(), c.ep->route_slot_bytes(), D),
+                               stream);
+    c.stage("quantize_x_source", stream);
+  }
+  const ForwardHead head = forward_head(c, in, saved, o, &homes, stream, /*rows_in_window=*/source);
   const comm::RoutingTables& tb = c.ep->tables();
-  const ExpertTables t{tb.expert_rows, tb.expert_offsets, tb.expert_rows_unpadded, tb.gather_src, tb.scatter_dst};
+  const ExpertTables t{tb.expert_rows,  tb.expert_offsets, tb.expert_rows_unpadded,
+                       tb.gather_src,   tb.scatter_dst,    /*packed_rows=*/source};
   expert_forward(c, in, t, head.layer, /*keep=*/!head.scratch_only, o.swiglu_clip_stats_out_3,
                  static_cast<float>(o.swiglu_clip_limit), /*recompute=*/false, stream);
   forward_reduce(c, in, out_TD, saved, o, head, stream);

@@ -58,7 +58,8 @@ kernels::TopkRoutes routes_of(const Context::Impl& c, const RoutedExpertsInputs&
 // ---- forward ------------------------------------------------------------------------------------
 
 ForwardHead forward_head(Context::Impl& c, const RoutedExpertsInputs& in, SavedState::Buffers* saved,
-                         const ExecutionOptions& o, const planner::Mxfp8Homes* mxfp8, cudaStream_t stream) {
+                         const ExecutionOptions& o, const planner::Mxfp8Homes* mxfp8, cudaStream_t stream,
+                         bool rows_in_window) {
   const int64_t T = in.num_tokens, D = c.config.hidden_dim, K = c.config.top_k;
   if (o.experts_output_postprocess)
     o.experts_output_postprocess->validate(DType::kBFloat16, in.score_dtype, K, D, saved != nullptr);
@@ -67,6 +68,7 @@ ForwardHead forward_head(Context::Impl& c, const RoutedExpertsInputs& in, SavedS
   // (recompute_from_inputs: an activation checkpoint's first forward) plans scratch-only instead.
   ForwardHead h;
   h.saving = saved != nullptr && !c.config.inference;
+  DMOE_CHECK_ARG(!rows_in_window || c.config.inference, "rows quantized at the source are for inference contexts");
   h.pushes = h.saving && !o.recompute_from_inputs;
   h.scratch_only = !h.pushes;
   if (o.validate_expert_ids)
@@ -74,7 +76,10 @@ ForwardHead forward_head(Context::Impl& c, const RoutedExpertsInputs& in, SavedS
 
   // Publish, barrier, routing tables (one kernel for decode-sized problems). No dispatch: the
   // expert side reads the rows itself (a gathering GEMM producer or quantizer).
-  c.ep->publish_route_dispatch(in.x_TD, in.topk_ids_TK, in.id_dtype, T, /*x_gathered_MD=*/nullptr, stream);
+  comm::DispatchOptions dispatch;
+  dispatch.rows_in_window = rows_in_window;
+  c.ep->publish_route_dispatch(rows_in_window ? nullptr : in.x_TD, in.topk_ids_TK, in.id_dtype, T,
+                               /*x_gathered_MD=*/nullptr, stream, dispatch);
   c.stage("publish+route", stream);
   const comm::RoutingTables& tb = c.ep->tables();
 

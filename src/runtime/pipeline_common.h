@@ -32,8 +32,11 @@ struct ForwardHead {
 // Validates ids (when asked), publishes x and ids, routes (EP barrier + tables), exchanges every
 // rank's rows and plans the layer (BF16 planner, or the MXFP8 one with these scratch homes), copies
 // the routing tables into `saved` and keeps x in the slot on the recompute path.
+// `rows_in_window`: the caller wrote this rank's rows into the dispatch window already (packed
+// rows quantized at the source; inference only), so the publish moves only the ids.
 ForwardHead forward_head(Context::Impl& c, const RoutedExpertsInputs& in, SavedState::Buffers* saved,
-                         const ExecutionOptions& o, const planner::Mxfp8Homes* mxfp8, cudaStream_t stream);
+                         const ExecutionOptions& o, const planner::Mxfp8Homes* mxfp8, cudaStream_t stream,
+                         bool rows_in_window = false);
 
 // After the expert GEMMs scattered every h3 route row into its owner's combine window: the top-k
 // reduction or the RMSNorm postprocess into out_TD, h3 kept in the slot on the saved path, route

@@ -753,6 +753,62 @@ TEST(QuantizeMxfp8Gathered, RowsAndColumnsEqualTheContiguousRowsInEveryRegionSha
     }
 }
 
+// Inference's source quantization: every source row quantized once into a packed row ([D codes |
+// D/32 scales] at a 2D-byte stride, as in a dispatch window), then the routed rows gathered from
+// the packed rows into the row bundle. Real rows equal, byte for byte, the row quantizer on the
+// contiguous expert-major rows; padding rows are zeros (codes and scales); rows past the groups
+// keep their poison, and their table entries (unmapped addresses) are never read.
+void check_gather_packed_rows(const std::vector<int32_t>& counts, int64_t D, int64_t spare, uint64_t seed) {
+  const GatheredInput in = make_gathered_input(counts, 32, D, spare, seed);
+  const int64_t cap = in.cap, used = in.g.offsets.back(), nb = D / 32;
+  SCOPED_TRACE("D=" + std::to_string(D) + " capacity=" + std::to_string(cap) + " groups=" + std::to_string(counts.size()));
+  // The shuffled source rows (stride D + 24 elements, used + 5 rows) -> packed rows.
+  const int64_t src_stride = D + 24, src_rows = used + 5, packed_stride = 2 * D;
+  DeviceBuffer<uint8_t> packed(src_rows * packed_stride);
+  packed.poison(kPoison);
+  quant::mxfp8_quantize_rows({in.shuffled.get(), src_rows, D, src_stride},
+                             quant::mxfp8_packed_rows_out(packed.get(), packed_stride, D), nullptr);
+  // The same table, pointing at the packed twin of each source row.
+  std::vector<uint64_t> table = in.table.download();
+  const auto src_base = reinterpret_cast<uint64_t>(in.shuffled.get());
+  for (int64_t m = 0; m < used; ++m)
+    if (table[m] != 0) {
+      const uint64_t slot = (table[m] - src_base) / (src_stride * sizeof(uint16_t));
+      table[m] = reinterpret_cast<uint64_t>(packed.get() + slot * packed_stride);
+    }
+  DeviceBuffer<uint64_t> dtable(table);
+  DeviceBuffer<int32_t> dcounts(in.g.counts), doffsets(in.g.offsets);
+  DeviceBuffer<uint8_t> q(cap * D), sc(cap * nb), q_want(cap * D), sc_want(cap * nb);
+  q.poison(kPoison);
+  sc.poison(kPoison);
+  quant::mxfp8_gather_packed_rows(reinterpret_cast<const void* const*>(dtable.get()), in.groups(dcounts, doffsets),
+                                  cap, D, {q.get(), D, sc.get(), nb, 1}, nullptr);
+  quant::mxfp8_quantize_rows(in.x(), {q_want.get(), D, sc_want.get(), nb, 1}, nullptr);
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto got_q = q.download(), got_s = sc.download(), want_q = q_want.download(), want_s = sc_want.download();
+  for (size_t e = 0; e < counts.size(); ++e)
+    for (int64_t m = in.g.offsets[e]; m < in.g.offsets[e + 1]; ++m) {
+      const bool real = m < in.g.offsets[e] + counts[e];
+      for (int64_t c = 0; c < D; ++c)
+        ASSERT_EQ(got_q[m * D + c], real ? want_q[m * D + c] : 0) << "row " << m << " code " << c;
+      for (int64_t b = 0; b < nb; ++b)
+        ASSERT_EQ(got_s[m * nb + b], real ? want_s[m * nb + b] : 0) << "row " << m << " scale " << b;
+    }
+  for (int64_t i = used * D; i < cap * D; ++i) ASSERT_EQ(got_q[i], kPoison) << "code past the groups at " << i;
+  for (int64_t i = used * nb; i < cap * nb; ++i) ASSERT_EQ(got_s[i], kPoison) << "scale past the groups at " << i;
+}
+
+TEST(QuantizeMxfp8Gathered, PackedSourceRowsGatherIntoTheRowBundleBitForBit) {
+  DMOE_REQUIRE_SM90();
+  check_gather_packed_rows({37, 0, 64, 1, 100}, 256, 32, 231);  // crafted rows (NaN, zero, extreme blocks)
+  check_gather_packed_rows({300, 5, 0, 129}, 2048, 64, 232);
+  check_gather_packed_rows({1}, 7168, 0, 233);
+  check_gather_packed_rows({0, 0}, 128, 64, 234);
+  std::vector<int32_t> many(1024);
+  for (size_t g = 0; g < many.size(); ++g) many[g] = static_cast<int32_t>(g * 5 % 37);
+  check_gather_packed_rows(many, 128, 32, 235);
+}
+
 // The FP8-blockwise rows+cols quantizer shares the kernel, and the gather with it.
 TEST(QuantizeFp8BlockwiseGathered, RowsAndColumnsEqualTheContiguousRowsBitForBit) {
   DMOE_REQUIRE_SM90();

@@ -34,6 +34,12 @@ DMOE_HOST_DEVICE constexpr int64_t mxfp8_compact_columns_bytes(int64_t c, int64_
   return mxfp8_compact_columns_scales_offset(c, r) + (c * (r / kMXBlock) + 127) / 128 * 128;
 }
 
+// A packed MXFP8 row of C features (C a multiple of 128): its C E4M3 codes, then their C / 32 E8M0
+// scales -- what an MXFP8 inference rank sends instead of a BF16 row (C + C / 32 bytes of 2C; the
+// scales start 16-byte aligned). docs/formats.md "GPU layouts".
+DMOE_HOST_DEVICE constexpr int64_t mxfp8_packed_row_bytes(int64_t c) { return c + c / kMXBlock; }
+DMOE_HOST_DEVICE constexpr int64_t mxfp8_packed_row_scales_offset(int64_t c) { return c; }
+
 // One element: e4m3_rn_satfinite(x * exact reciprocal of the E8M0 scale).
 DMOE_HOST_DEVICE uint8_t mxfp8_quantize_value(float x, uint8_t scale) {
   return float_to_e4m3(mul_rn(x, e8m0_reciprocal(scale)));
