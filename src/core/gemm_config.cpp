@@ -204,10 +204,14 @@ GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
   return tile(128, 256, 4, p, sms, false, true);
 }
 
-// MXFP8 (FPROP, W13 FPROP, and DGRAD on the transposed weight; per-32 promotion): the one compiled
-// tile, 128x128 with five stages (two scratch buffers leave no registers for 128x256's accumulators;
-// the stages' FP32 scales take the sixth stage's shared memory).
-GroupedGemmConfig select_mxfp8(const GroupedGemmProblem& p, int sms) { return tile(128, 128, 5, p, sms, false, true); }
+// MXFP8 (FPROP, W13 FPROP, and DGRAD on the transposed weight; per-32 promotion): 128x128 with five
+// stages (two scratch buffers leave no registers for 128x256's accumulators; the stages' FP32 scales
+// take the sixth stage's shared memory); decode-sized FPROP (is_decode) the swap-AB tile, which
+// streams the E4M3 weights as the BF16 one streams BF16 (DGRAD keeps 128x128: not measured there).
+GroupedGemmConfig select_mxfp8(const GroupedGemmProblem& p, int sms) {
+  if (p.op != GroupedGemmOp::kDgrad && is_decode(p)) return swap_ab_tile(p, sms);
+  return tile(128, 128, 5, p, sms, false, true);
+}
 
 }  // namespace
 

@@ -528,9 +528,13 @@ const std::vector<GemmKernelEntry>& gemm_kernels() {
 
 std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_dtype, bool gather,
                                                     const OperandFormat& a_format, const OperandFormat& b_format) {
-  // E4M3 DGRAD runs the FPROP kernels on the weight's transposed copy: their configurations.
-  if (const TransposedWeightRecipe* r = transposed_weight_recipe(b_format); op == GroupedGemmOp::kDgrad && r)
-    return grouped_gemm_configs(GroupedGemmOp::kFprop, out_dtype, gather, a_format, r->weight);
+  // E4M3 DGRAD runs the FPROP kernels on the weight's transposed copy: their configurations, but
+  // not the swap-AB (decode) ones, whose epilogue neither accumulates nor is picked for DGRAD.
+  if (const TransposedWeightRecipe* r = transposed_weight_recipe(b_format); op == GroupedGemmOp::kDgrad && r) {
+    std::vector<GroupedGemmConfig> v = grouped_gemm_configs(GroupedGemmOp::kFprop, out_dtype, gather, a_format, r->weight);
+    v.erase(std::remove_if(v.begin(), v.end(), [](const GroupedGemmConfig& c) { return c.swap_ab; }), v.end());
+    return v;
+  }
   std::vector<GroupedGemmConfig> v;
   for (const GemmKernelEntry& e : gemm::gemm_kernels())
     if (entry_matches(e, op, out_dtype, gather, a_format, b_format)) v.push_back(config_of(e, 0));
@@ -620,6 +624,9 @@ void dgrad_transposed_weight(const DgradArgs& a, const TransposedWeightRecipe& r
   DMOE_CHECK_ARG(a.common.e_local * a.common.k <= kInt32Max, op, ": e_local * k = ", a.common.e_local * a.common.k,
                  " rows of the transposed weight exceed the int32 TMA coordinate range");
   check_block_scaled_rows(a.common, a.gather, a.grad_out_offset, op, "grad_out_offset");
+  DMOE_CHECK_ARG(a.common.config == nullptr || !a.common.config->swap_ab, op, ": ", r.name,
+                 " DGRAD has no swap-AB (decode) kernel; config ", a.common.config ? a.common.config->name() : "",
+                 " is an FPROP decode tile");
   GroupedGemmCommon c = a.common;
   c.n = a.common.k;
   c.k = a.common.n;

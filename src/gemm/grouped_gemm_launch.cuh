@@ -16,6 +16,7 @@
 #include "dist_moe/device/gemm/kernel.cuh"
 #include "dist_moe/device/gemm/mainloop_fp8_blockwise.cuh"
 #include "dist_moe/device/gemm/mainloop_mxfp8.cuh"
+#include "dist_moe/device/gemm/mainloop_mxfp8_swap_ab.cuh"
 #include "gemm/grouped_gemm_launch.h"
 
 namespace dist_moe::gemm {
@@ -119,6 +120,10 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     set_map(om, gemm::kMapB, make_tma_2d(rows_a, kIn, L.m_capacity, L.k, L.k, Mainloop::kBoxBOuter, "A rows"));
     ml.num_k_blocks = L.k / Mainloop::kBlockK;
     ml.split_offset = L.n / 2;
+    ml.a_scales = L.a_scales;  // block-scaled: the token rows' scales (the op's A), then the weights'
+    ml.a_scale_ld = L.a_scale_ld;
+    ml.a_scale_rows = L.m_capacity;
+    ml.b_scales = L.b_scales;
     sc.fixed_m_blocks = Mainloop::kSplit ? (L.n / 2) / (BM / 2) : ceil_div_i32(L.n, BM);
     sc.group_m = 1;  // token tiles of one weight tile back to back: the weight tile stays in L2
     tiles_upper_bound = static_cast<int64_t>(sc.fixed_m_blocks) * ((L.m_capacity + BN - 1) / BN + L.e_local);
@@ -250,8 +255,13 @@ using SpecMainloopConfig = gemm::MainloopConfig<
     kSpec<I>.cluster_m, typename SpecOperands<I>::type>;
 
 template <size_t I>
+using SpecMxfp8Mainloop =
+    std::conditional_t<kSpec<I>.kind == gemm::GemmKind::kFpropSwapAB, gemm::Sm90Mxfp8SwapABMainloop<SpecMainloopConfig<I>>,
+                       gemm::Sm90Mxfp8Mainloop<SpecMainloopConfig<I>>>;
+
+template <size_t I>
 using SpecMainloop = std::conditional_t<
-    kSpecMxfp8<I>, gemm::Sm90Mxfp8Mainloop<SpecMainloopConfig<I>>,
+    kSpecMxfp8<I>, SpecMxfp8Mainloop<I>,
     std::conditional_t<kSpecFp8Blockwise<I>, gemm::Sm90Fp8BlockwiseMainloop<SpecMainloopConfig<I>>,
                        gemm::Sm90Mainloop<SpecMainloopConfig<I>>>>;
 

@@ -236,6 +236,19 @@ TEST(GemmConfig, OperandFormats) {
   mx8.b_format = kMxfp8Weight;
   EXPECT_EQ(pick(mx8).name(), "128x128x128_s5_tma_dyn");
   EXPECT_EQ(kMxfp8WeightT.name(), "e4m3_e8m0_32x32_col");
+  // Decode-sized MXFP8 FPROP and W13 (at most 64 rows per local expert): the swap-AB tile with
+  // 128-deep E4M3 stages, static schedule; DGRAD of the same size keeps 128x128.
+  GroupedGemmProblem dec = problem(GroupedGemmOp::kFprop, 8192, 7168, 2048, 256);
+  dec.a_format = kMxfp8Rows;
+  dec.b_format = kMxfp8Weight;
+  EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
+  dec.op = GroupedGemmOp::kFpropSwiglu;
+  dec.n = 4096;
+  dec.k = 7168;
+  EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
+  dec.op = GroupedGemmOp::kDgrad;
+  dec.b_format = kMxfp8WeightT;
+  EXPECT_EQ(pick(dec).name(), "128x128x128_s5_tma_dyn");
 }
 
 }  // namespace

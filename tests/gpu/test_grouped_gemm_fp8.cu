@@ -741,12 +741,15 @@ TEST_P(GroupedGemmMxfp8W13, ClampedOddF) {
 // FP32 sum (multiples of 2^-4 below 2^18) exact too: the output is the exact result rounded once
 // to BF16. One A block carries the NaN code 0xFF: its row must come out NaN in every column.
 // DGRAD runs the FPROP kernel on the weight's transposed copy (its DGRAD scale view).
+// The swap-AB (decode) tile is FPROP only: DGRAD neither lists nor takes it (RejectsWhatItCannotDo).
 TEST_P(GroupedGemmMxfp8Fprop, Dgrad) {
   DMOE_REQUIRE_SM90();
+  if (GetParam().config.swap_ab) GTEST_SKIP() << "DGRAD has no swap-AB kernel";
   run_fp8_dgrad({10, 512, 768, 300, 58u}, &GetParam().config, false, Recipe::kMxfp8);
 }
 TEST_P(GroupedGemmMxfp8Fprop, DgradAccumulate) {
   DMOE_REQUIRE_SM90();
+  if (GetParam().config.swap_ab) GTEST_SKIP() << "DGRAD has no swap-AB kernel";
   run_fp8_dgrad({9, 1024, 384, 260, 59u}, &GetParam().config, true, Recipe::kMxfp8);
 }
 
@@ -812,6 +815,9 @@ TEST(GroupedGemmMxfp8, HeuristicPicksCompiledKernels) {
   run_fp8_fprop({10, 1024, 512, 300, 56u}, nullptr, Recipe::kMxfp8);
   run_fp8_w13({10, 512, 512, 300, 57u}, false, nullptr, Recipe::kMxfp8);
   run_fp8_dgrad({10, 512, 384, 300, 60u}, nullptr, false, Recipe::kMxfp8);
+  // Decode-sized (at most 8 rows per expert): the swap-AB tile (tests/cpu/test_gemm_config.cpp).
+  run_fp8_fprop({16, 1024, 512, 8, 61u}, nullptr, Recipe::kMxfp8);
+  run_fp8_w13({16, 512, 768, 8, 62u}, true, nullptr, Recipe::kMxfp8);
 }
 
 // What the MXFP8 kernels do not take: wrong scale strides and missing scales (argument errors),
@@ -851,6 +857,18 @@ TEST(GroupedGemmMxfp8, RejectsWhatItCannotDo) {
   d.common.b_format = kMxfp8WeightT;
   d.common.a_format = kFp8BlockwiseRows;
   expect_error([&] { grouped_gemm_dgrad(d, nullptr); }, "needs A=" + kMxfp8Rows.name());
+  d.common.a_format = kMxfp8Rows;
+  GroupedGemmConfig decode;  // the FPROP decode tile is not a DGRAD kernel
+  for (const GroupedGemmConfig& c : grouped_gemm_configs(GroupedGemmOp::kFprop, DType::kBFloat16, false, kMxfp8Rows,
+                                                         kMxfp8Weight))
+    if (c.swap_ab) decode = c;
+  ASSERT_TRUE(decode.swap_ab) << "the MXFP8 swap-AB decode tile is compiled";
+  for (const GroupedGemmConfig& c : grouped_gemm_configs(GroupedGemmOp::kDgrad, DType::kBFloat16, false, kMxfp8Rows,
+                                                         kMxfp8WeightT))
+    EXPECT_FALSE(c.swap_ab) << c.name() << " listed for DGRAD";
+  d.common.config = &decode;
+  expect_error([&] { grouped_gemm_dgrad(d, nullptr); }, "DGRAD has no swap-AB (decode) kernel");
+  d.common.config = nullptr;
   WgradArgs wg;  // MXFP8 WGRAD: no kernel (it dequantizes its column operands to BF16)
   wg.common = args.common;
   wg.grad_out = a.get();
