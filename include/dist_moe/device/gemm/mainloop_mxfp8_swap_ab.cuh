@@ -12,8 +12,10 @@
 // Per-32 promotion as the 128x128 MXFP8 kernel does it (mainloop_mxfp8.cuh): each k32 step of each
 // m64 block is one m64n32k32 wgmma into a scratch fragment (scale-d = 0), folded in by
 //   acc += scratch * (w_scale[row group, k32] * x_scale[token, k32])
-// with two scratch sets, one folded while the other's wgmmas run. Decode is bound by streaming the
-// weights (~2000 cycles of HBM time per stage and SM); a stage's four steps take a few hundred.
+// with two scratch sets, one folded while the other's wgmmas run, continuously across stages (the
+// first version drained both at every stage's end and streamed the weights at ~64% of the copy
+// rate: perf_history G47). Decode is bound by streaming the weights (~2000 cycles of HBM time per
+// stage and SM).
 // The consumers read the scale codes themselves (10 words per thread and stage, loaded one stage
 // ahead): the producer warpgroup's scale warps of the 128x128 kernel are not needed here.
 #pragma once
@@ -85,28 +87,45 @@ struct Sm90Mxfp8SwapABMainloop : Sm90Mainloop<Config> {
 
     const auto* w_codes = static_cast<const uint8_t*>(p.b_scales);
     const auto* x_codes = static_cast<const uint8_t*>(p.a_scales);
-    Words next = load_words(w_codes, x_codes, w_off, x_off, 0);
+    // Two scratch sets in one continuous stream of steps: step j of a stage uses set j % 2, each set
+    // is refilled (the step two ahead, across the stage boundary too) right after its fold, so one
+    // commit group is always in flight behind the one being folded and the stage boundary leaves
+    // no bubble. (Four sets, one per step, need 128 scratch registers: with the accumulators that
+    // is more than the 168 ptxas allocates per thread, and it serialized the wgmmas, C7514.)
     float s0[kMmaPerWg][kAccPerMma], s1[kMmaPerWg][kAccPerMma];
-    for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
-      const Words now = next;
-      next = load_words(w_codes, x_codes, w_off, x_off, min(kb + 1, num_k_blocks - 1));
-      pipe.consumer_wait(st);
-      uint64_t da[kMmaPerWg];
-#pragma unroll
-      for (int b = 0; b < kMmaPerWg; ++b) da[b] = Base::desc_a(smem, st.stage, wg, b);
-      const uint64_t db = Base::desc_b(smem, st.stage);
-      issue_step(da, db, 0, s0);
-      issue_step(da, db, 1, s1);
-      fold_step(acc, s0, now, 0, /*pending=*/1);
-      issue_step(da, db, 2, s0);
-      fold_step(acc, s1, now, 1, 1);
-      issue_step(da, db, 3, s1);
-      fold_step(acc, s0, now, 2, 1);
-      fold_step(acc, s1, now, 3, 0);
-      pipe.consumer_release(st.stage);
-      hook(kb);
+    Words now = load_words(w_codes, x_codes, w_off, x_off, 0);
+    pipe.consumer_wait(st);
+    issue_step(smem, st.stage, wg, 0, s0);
+    issue_step(smem, st.stage, wg, 1, s1);
+    const int32_t last_kb = num_k_blocks - 1;
+    // Every block but the last (no branch around a wgmma: a divergent-looking path makes ptxas
+    // serialize them, C7518).
+    for (int32_t kb = 0; kb < last_kb; ++kb) {
+      const int stage = st.stage;
+      const Words next = load_words(w_codes, x_codes, w_off, x_off, kb + 1);
+      fold_step<1>(acc, s0, now, 0);
+      issue_step(smem, stage, wg, 2, s0);
+      fold_step<1>(acc, s1, now, 1);
+      issue_step(smem, stage, wg, 3, s1);
+      fold_step<1>(acc, s0, now, 2);
       st.advance();
+      pipe.consumer_wait(st);
+      issue_step(smem, st.stage, wg, 0, s0);
+      fold_step<1>(acc, s1, now, 3);
+      pipe.consumer_release(stage);  // its four steps are folded
+      issue_step(smem, st.stage, wg, 1, s1);
+      hook(kb);
+      now = next;
     }
+    fold_step<1>(acc, s0, now, 0);
+    issue_step(smem, st.stage, wg, 2, s0);
+    fold_step<1>(acc, s1, now, 1);
+    issue_step(smem, st.stage, wg, 3, s1);
+    fold_step<1>(acc, s0, now, 2);
+    fold_step<0>(acc, s1, now, 3);
+    pipe.consumer_release(st.stage);
+    hook(last_kb);
+    st.advance();
 #pragma unroll
     for (int b = 0; b < kMmaPerWg; ++b) ptx::wgmma_fence_operands(acc[b]);
   }
@@ -133,26 +152,26 @@ struct Sm90Mxfp8SwapABMainloop : Sm90Mainloop<Config> {
     return numeric::e8m0_to_float(static_cast<uint8_t>(word >> (8 * step)));
   }
 
-  // k32 step j of both m64 blocks into `scratch` (scale-d = 0), one commit group.
-  DMOE_DEVICE static void issue_step(const uint64_t (&da)[kMmaPerWg], uint64_t db, int j,
-                                     float (&scratch)[kMmaPerWg][kAccPerMma]) {
+  // k32 step j of the stage, both m64 blocks, into `scratch` (scale-d = 0): one commit group.
+  DMOE_DEVICE static void issue_step(uint32_t smem, int stage, int wg, int j, float (&scratch)[kMmaPerWg][kAccPerMma]) {
+    const uint64_t db = ptx::desc_advance(Base::desc_b(smem, stage), static_cast<uint32_t>(j * Base::kStepB));
     ptx::wgmma_fence();  // the scratch registers were read by the last fold
 #pragma unroll
     for (int b = 0; b < kMmaPerWg; ++b)
-      StepMma::mma(scratch[b], ptx::desc_advance(da[b], static_cast<uint32_t>(j * Base::kStepA)),
-                   ptx::desc_advance(db, static_cast<uint32_t>(j * Base::kStepB)), 0u);
+      StepMma::mma(scratch[b], ptx::desc_advance(Base::desc_a(smem, stage, wg, b), static_cast<uint32_t>(j * Base::kStepA)),
+                   db, 0u);
     ptx::wgmma_commit();
   }
 
-  // Waits until at most `pending` groups are in flight (step j's is then done) and folds it.
+  // Waits until at most kPending commit groups are in flight (step j's is then done) and folds it.
   // Register 4 c + i of a block is token 8 c + 2 (lane % 4) + i % 2 (epilogue_swap_ab.cuh).
+  template <int kPending>
   DMOE_DEVICE static void fold_step(float (&acc)[kMmaPerWg][kAccPerMma], float (&scratch)[kMmaPerWg][kAccPerMma],
-                                    const Words& s, int j, int pending) {
+                                    const Words& s, int j) {
     float x[kTokenScales];
 #pragma unroll
     for (int q = 0; q < kTokenScales; ++q) x[q] = code(s.x[q], j);
-    if (pending) ptx::wgmma_wait<1>();
-    else ptx::wgmma_wait<0>();
+    ptx::wgmma_wait<kPending>();
 #pragma unroll
     for (int b = 0; b < kMmaPerWg; ++b) {
       ptx::wgmma_fence_operands(scratch[b]);
