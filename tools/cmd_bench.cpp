@@ -4,10 +4,11 @@
 //
 //   dist-moe bench --shape dsv3_prefill|qwen3_30b|mixtral|dsv3_decode [--mode train|infer]
 //                  [--gpus N] [--iters N] [--slot-factor F] [--device-factor F] [--no-baseline]
-//                  [--wgrad accumulate|write] [--sustain-ms MS] [--format bf16|mxfp8]
-// --format mxfp8: the layer under test is the MXFP8 staged layer (weights prepared once); our BF16
-// layer on the same inputs is timed in alternation with it, and the GEMM-only column is the BF16
-// GEMMs' (what the MXFP8 GEMMs replace).
+//                  [--wgrad accumulate|write] [--sustain-ms MS] [--format bf16|mxfp8|fp8_blockwise]
+// --format mxfp8 / fp8_blockwise: the layer under test is the MXFP8 staged layer or the FP8-blockwise
+// one (inference only), weights prepared once; our BF16 layer on the same inputs is timed in
+// alternation with it, and the GEMM-only column is the BF16 GEMMs' (what the block-scaled GEMMs
+// replace).
 // --sustain-ms (default 300): every timed measurement, ours and the stock layer's, follows MS ms of
 // a local GEMM load, so both are timed at the power-limited clocks of a GPU in training rather than
 // at boost clocks after a pause (docs/perf.md G22); 0 restores the earlier protocol.
@@ -64,13 +65,16 @@ int cmd_bench(const std::vector<std::string>& argv) {
   Args args(argv, {"shape", "mode", "gpus", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format"},
             {"no-baseline"});
   const std::string format = args.str("format").value_or("bf16");
-  if (format != "bf16" && format != "mxfp8")
-    detail::fail(ErrorCode::kInvalidValue, "--format must be bf16 or mxfp8, got '", format, "'");
+  if (format != "bf16" && format != "mxfp8" && format != "fp8_blockwise")
+    detail::fail(ErrorCode::kInvalidValue, "--format must be bf16, mxfp8 or fp8_blockwise, got '", format, "'");
   const std::string shape = args.str("shape").value_or("dsv3_prefill");
   const Workload& w = find_workload(shape);
   const std::string mode = args.str("mode").value_or("train");
   if (mode != "train" && mode != "infer")
     detail::fail(ErrorCode::kInvalidValue, "--mode must be train or infer, got '", mode, "'");
+  if (format == "fp8_blockwise" && mode != "infer")
+    detail::fail(ErrorCode::kInvalidValue, "--format fp8_blockwise runs --mode infer only (its training execution is "
+                 "not built yet)");
   const std::string wgrad = args.str("wgrad").value_or("accumulate");
   if (wgrad != "accumulate" && wgrad != "write")
     detail::fail(ErrorCode::kInvalidValue, "--wgrad must be accumulate or write, got '", wgrad, "'");

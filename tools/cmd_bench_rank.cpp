@@ -54,9 +54,9 @@ using testing::run_for_ms;
 int cmd_bench_rank(const std::vector<std::string>& argv) {
   Args args(argv, {"shape", "mode", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format"}, {});
   const std::string format = args.str("format").value_or("bf16");
-  if (format != "bf16" && format != "mxfp8")
-    detail::fail(ErrorCode::kInvalidValue, "--format must be bf16 or mxfp8, got '", format, "'");
-  const bool mxfp8 = format == "mxfp8";
+  if (format != "bf16" && format != "mxfp8" && format != "fp8_blockwise")
+    detail::fail(ErrorCode::kInvalidValue, "--format must be bf16, mxfp8 or fp8_blockwise, got '", format, "'");
+  const bool block_scaled = format != "bf16";
   const Workload& w = find_workload(args.str("shape").value_or("dsv3_prefill"));
   const bool train = args.str("mode").value_or("train") == "train";
   const bool wgrad_accumulate = args.str("wgrad").value_or("accumulate") == "accumulate";
@@ -92,12 +92,13 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   } else {  // default: a slot that holds any routing, so the backward never recomputes (as autograd)
     cfg.activation_slot_bytes = plan_memory(cfg, R).maximum_useful_activation_slot_bytes;
   }
-  // --format mxfp8: the layer under test runs MXFP8 with prepared weights; our BF16 layer (the
-  // same config without block_scaled, its own context) is timed in alternation with it.
+  // --format mxfp8 / fp8_blockwise: the layer under test runs that format with prepared weights; our
+  // BF16 layer (the same config without block_scaled, its own context) is timed in alternation with it.
   std::unique_ptr<Context> bf16_ctx;
-  if (mxfp8) {
+  if (block_scaled) {
     bf16_ctx = Context::create(cfg, nccl);
     cfg.block_scaled = BlockScaledConfig{};
+    cfg.block_scaled->format = parse_block_scaled_format(format);
     if (train && !args.real("slot-factor"))
       cfg.activation_slot_bytes = plan_memory(cfg, R).maximum_useful_activation_slot_bytes;
   }
@@ -128,24 +129,29 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   DMOE_CUDA_CHECK(cudaMemcpy(d_ids.p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
   DMOE_CUDA_CHECK(cudaMemcpy(d_scores.p, scores.data(), scores.size() * 4, cudaMemcpyHostToDevice));
 
-  // MXFP8: the weights prepared once (32x32 tiles and the transposed copies DGRAD reads).
+  // Block-scaled: the weights prepared once. MXFP8 in 32x32 tiles with the transposed copies DGRAD
+  // reads (its inference preparation has no Hopper GEMM); FP8 blockwise in 128x128 blocks, the
+  // transposed copies only for training.
   struct Prepared {
     std::unique_ptr<DevBuf> fd, fs, dd, ds;
     PreparedExpertWeight w;
   };
   auto prepare = [&](const void* bf16, int64_t n, int64_t k) {
     Prepared p;
-    p.w.spec = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, /*inference=*/false, L, n, k);
+    const BlockScaledFormat f = cfg.block_scaled->format;
+    p.w.spec = prepared_weight_spec(f, f == BlockScaledFormat::kFP8Blockwise && !train, L, n, k);
     p.fd = std::make_unique<DevBuf>(p.w.spec.fprop_data.bytes());
     p.fs = std::make_unique<DevBuf>(p.w.spec.fprop_scale.bytes());
-    p.dd = std::make_unique<DevBuf>(p.w.spec.dgrad_data.bytes());
-    p.ds = std::make_unique<DevBuf>(p.w.spec.dgrad_scale.bytes());
-    p.w.buffers = {p.fd->p, p.fs->p, p.dd->p, p.ds->p, nullptr, nullptr};
+    if (p.w.spec.dgrad_data.present) {
+      p.dd = std::make_unique<DevBuf>(p.w.spec.dgrad_data.bytes());
+      p.ds = std::make_unique<DevBuf>(p.w.spec.dgrad_scale.bytes());
+    }
+    p.w.buffers = {p.fd->p, p.fs->p, p.dd ? p.dd->p : nullptr, p.ds ? p.ds->p : nullptr, nullptr, nullptr};
     prepare_block_scaled_weight(bf16, p.w.spec, p.w.buffers, stream);
     return p;
   };
   Prepared pw13, pw2;
-  if (mxfp8) pw13 = prepare(w13.p, 2 * F, D), pw2 = prepare(w2.p, D, F);
+  if (block_scaled) pw13 = prepare(w13.p, 2 * F, D), pw2 = prepare(w2.p, D, F);
 
   RoutedExpertsInputs in;
   in.x_TD = x.p;
@@ -156,7 +162,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   in.w13_shape = {L, 2 * F, D};
   in.w2 = w2.p;
   in.w2_shape = {L, D, F};
-  if (mxfp8) in.w13_prepared = &pw13.w, in.w2_prepared = &pw2.w;
+  if (block_scaled) in.w13_prepared = &pw13.w, in.w2_prepared = &pw2.w;
   RoutedExpertsGradients g;
   g.grad_x_TD = gx.p;
   g.grad_scores_TK = gs.p;
@@ -176,7 +182,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     fwd();
     if (train) bwd();
   };
-  // Our BF16 layer on the same inputs (--format mxfp8 only).
+  // Our BF16 layer on the same inputs (block-scaled formats only).
   std::unique_ptr<SavedState> bf16_saved = bf16_ctx ? std::make_unique<SavedState>(*bf16_ctx) : nullptr;
   RoutedExpertsInputs bf16_in = in;
   bf16_in.w13_prepared = bf16_in.w2_prepared = nullptr;

@@ -58,7 +58,8 @@ const Command kCommands[] = {
      "\n"
      "  --shape dsv3_prefill|qwen3_30b|mixtral|dsv3_decode   (default dsv3_prefill)\n"
      "  --mode train|infer     (default train)\n"
-     "  --format bf16|mxfp8    the layer's format (default bf16); mxfp8 also times our BF16 layer\n"
+     "  --format bf16|mxfp8|fp8_blockwise   the layer's format (default bf16); a block-scaled one\n"
+     "                         also times our BF16 layer (fp8_blockwise: --mode infer only)\n"
      "  --gpus N               ranks (default: every GPU)\n"
      "  --iters N              calls per measurement (default 20)\n"
      "  --slot-factor F        activation slot factor (default: a slot that never recomputes)\n"
@@ -74,7 +75,7 @@ const Command kCommands[] = {
     {"bench-rank", dist_moe::cli::cmd_bench_rank, nullptr,  // internal: one rank of `bench`
      "usage: dist-moe bench-rank [--shape NAME] [--mode train|infer] [--iters N] [--slot-factor F]\n"
      "                           [--device-factor F] [--wgrad accumulate|write] [--sustain-ms MS]\n"
-     "                           [--format bf16|mxfp8]\n"
+     "                           [--format bf16|mxfp8|fp8_blockwise]\n"
      "\n"
      "One rank of `dist-moe bench`, started by dmoe_launch (internal).\n"},
 };

@@ -36,8 +36,8 @@ enum class BlockScaledFormat {
   kMXFP8_E4M3,     // E4M3 data, E8M0 scale per 32 values; training and inference
   kNVFP4,          // E2M1 data (2 per byte), E4M3 scale per 16 values, FP32 global scale; inference
   kFP8Blockwise,   // beyond upstream: E4M3 data, FP32 scale per 1x128 (activations) / 128x128
-                   // (weights), DeepSeek-V3's recipe. Weights can be prepared; a context with this
-                   // format is rejected until its execution exists.
+                   // (weights), DeepSeek-V3's recipe. Inference contexts run it (staged); a
+                   // training context is rejected until its backward exists.
 };
 const char* to_string(BlockScaledFormat f);                // "mxfp8_e4m3", "nvfp4", "fp8_blockwise"
 BlockScaledFormat parse_block_scaled_format(const std::string& s);

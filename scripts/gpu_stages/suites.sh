@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Stages tests, pipeline, quant, bench of scripts/gpu_check.sh (sourced; see its header).
+# Stages tests, pipeline, mxfp8, fp8bw, quant, bench of scripts/gpu_check.sh (sourced; see its header).
 #   DMOE_BENCH_SHAPES [dsv3_prefill qwen3_30b mixtral]  bench: the train shapes (dsv3_decode runs infer)
 
 stage_tests() {
@@ -27,20 +27,25 @@ stage_pipeline() {
   return $fail
 }
 
-# The MXFP8 staged layer suite (dist_moe_mxfp8_pipeline_tests) on every GPU.
-stage_mxfp8() {
-  build_targets mxfp8 dmoe_launch dist_moe_mxfp8_pipeline_tests || return 1
-  x timeout 900 "$BUILD/dmoe_launch" -n "$NGPU" --timeout 800 -- "$BUILD/tests/dist_moe_mxfp8_pipeline_tests" \
-    > "$OUT/mxfp8.log" 2>&1
-  local rc=$?
-  say "mxfp8 pipeline tests (rc=$rc): $(grep -E 'ALL PASS|FAILED:|ERROR' "$OUT/mxfp8.log" | head -4 | tr '\n' ' ')"
-  grep -E "FAIL case" "$OUT/mxfp8.log" | head -10 | tee -a "$SUMMARY"
-  local fail=0; [ $rc = 0 ] || fail=1
-  x timeout 300 ctest --test-dir "$BUILD" -R mxfp8_trap --output-on-failure >> "$OUT/mxfp8.log" 2>&1
+# A block-scaled layer suite on every GPU, then its one-GPU trap tests: <stage> <suite target> <label>.
+run_block_scaled_suite() {
+  local stage=$1 target=$2 label=$3 rc fail=0
+  build_targets "$stage" dmoe_launch "$target" || return 1
+  x timeout 900 "$BUILD/dmoe_launch" -n "$NGPU" --timeout 800 -- "$BUILD/tests/$target" > "$OUT/$stage.log" 2>&1
   rc=$?; [ $rc = 0 ] || fail=1
-  say "mxfp8 trap tests (rc=$rc): $(grep -E 'tests passed|tests failed' "$OUT/mxfp8.log" | tail -1)"
+  say "$label pipeline tests (rc=$rc): $(grep -E 'ALL PASS|FAILED:|ERROR' "$OUT/$stage.log" | head -4 | tr '\n' ' ')"
+  grep -E "FAIL case" "$OUT/$stage.log" | head -10 | tee -a "$SUMMARY"
+  x timeout 300 ctest --test-dir "$BUILD" -R "${label}_trap" --output-on-failure >> "$OUT/$stage.log" 2>&1
+  rc=$?; [ $rc = 0 ] || fail=1
+  say "$label trap tests (rc=$rc): $(grep -E 'tests passed|tests failed' "$OUT/$stage.log" | tail -1)"
   return $fail
 }
+
+# The MXFP8 staged layer suite (dist_moe_mxfp8_pipeline_tests).
+stage_mxfp8() { run_block_scaled_suite mxfp8 dist_moe_mxfp8_pipeline_tests mxfp8; }
+
+# The FP8-blockwise inference layer suite (dist_moe_fp8_blockwise_pipeline_tests).
+stage_fp8bw() { run_block_scaled_suite fp8bw dist_moe_fp8_blockwise_pipeline_tests fp8_blockwise; }
 
 # A hook for the quantization kernels: runs what is built, says what is not.
 stage_quant() {

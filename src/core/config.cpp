@@ -108,10 +108,8 @@ void BlockScaledKernelConfig::validate(BlockScaledFormat format) const {
 }
 
 void BlockScaledConfig::validate() const {
-  if (format == BlockScaledFormat::kFP8Blockwise)
-    value_error("unsupported DistMoE block-scaled format for execution: fp8_blockwise (its weights can be prepared "
-                "with prepare_block_scaled_weight; contexts are not built yet)");
-  if (format != BlockScaledFormat::kMXFP8_E4M3 && format != BlockScaledFormat::kNVFP4)
+  if (format != BlockScaledFormat::kMXFP8_E4M3 && format != BlockScaledFormat::kNVFP4 &&
+      format != BlockScaledFormat::kFP8Blockwise)
     value_error("unsupported DistMoE block-scaled format");
   if (fast_math && format == BlockScaledFormat::kNVFP4)
     value_error("fast_math is supported only by the MXFP8 fused path (format=nvfp4)");
@@ -270,9 +268,13 @@ void ExecutionOptions::validate() const {
 void validate_block_scaled_execution(const Config& config, int64_t ep_size) {
   if (!config.block_scaled) return;
   const BlockScaledConfig& bs = *config.block_scaled;
-  if (bs.format != BlockScaledFormat::kMXFP8_E4M3)
+  if (bs.format == BlockScaledFormat::kNVFP4)
     detail::fail(ErrorCode::kInvalidValue, "block-scaled format ", to_string(bs.format),
-                 " has no Hopper execution yet (MXFP8 staged is built); its weights can be prepared with "
+                 " has no Hopper execution yet (MXFP8 staged and FP8-blockwise inference are built); its weights can "
+                 "be prepared with prepare_block_scaled_weight");
+  if (bs.format == BlockScaledFormat::kFP8Blockwise && !config.inference)
+    detail::fail(ErrorCode::kInvalidValue, "block-scaled format fp8_blockwise has no Hopper training execution yet "
+                 "(inference is built: Config.inference=True); its weights can be prepared with "
                  "prepare_block_scaled_weight");
   if (bs.pipeline != BlockScaledPipeline::kStaged)
     detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' has no Hopper execution yet; use "

@@ -1,12 +1,15 @@
-// Packed MXFP8 rows (a rank's tokens quantized at the source) gathered into the expert-major row
-// bundle the MXFP8 GEMMs read: one warp per routed row, 16-byte copies of the codes and 4-byte
-// copies of the scales. A pure copy: C + C / 32 bytes read (over NVLink for a peer's row) and
-// written per routed row, against 2C read + C + C / 32 written by quantizing gathered BF16 rows.
+// Packed rows (a rank's tokens quantized at the source: [C E4M3 codes | C / block scales]) gathered
+// into the expert-major row bundle the block-scaled GEMMs read: one warp per routed row, 16-byte
+// copies of the codes, then the scales -- 4-byte words into MXFP8's row-major E8M0 scales, single
+// FP32 scales into FP8-blockwise's k-block-major scale grid. A pure copy: C + C / 32 bytes read (over
+// NVLink for a peer's row) and written per routed row, against 2C read + C + C / 32 written by
+// quantizing gathered BF16 rows.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
 #include "dist_moe/check.h"
+#include "dist_moe/device/numeric/fp8_blockwise.cuh"
 #include "dist_moe/device/numeric/mxfp8.cuh"
 #include "quant/quantize.h"
 
@@ -16,62 +19,99 @@ namespace {
 constexpr int kGatherThreads = 256;
 constexpr int kWarps = kGatherThreads / 32;
 
+template <class Scale, int kBlock>
 __global__ void __launch_bounds__(kGatherThreads)
     gather_packed_rows_kernel(const void* const* __restrict__ row_ptrs, const int32_t* __restrict__ offsets_G1,
-                              int32_t num_groups, int64_t capacity, int64_t cols, Mxfp8Out rows) {
+                              int32_t num_groups, int64_t capacity, int64_t cols, QuantizedOut<Scale> rows) {
   const int lane = threadIdx.x & 31;
   const int64_t total = min(static_cast<int64_t>(offsets_G1[num_groups]), capacity);
-  const int64_t code_vecs = cols / 16, scale_words = cols / numeric::kMXBlock / 4;
-  const int64_t scales_at = numeric::mxfp8_packed_row_scales_offset(cols);
+  const int64_t code_vecs = cols / 16, blocks = cols / kBlock;
+  // Both packed layouts put the scales right after the C codes (numeric::*_packed_row_scales_offset).
+  constexpr bool kWords = sizeof(Scale) == 1;  // MXFP8: row-major scale bytes, copied 4 at a time
   for (int64_t m = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); m < total;
        m += static_cast<int64_t>(gridDim.x) * kWarps) {
     const char* src = static_cast<const char*>(row_ptrs[m]);
     uint4* q = reinterpret_cast<uint4*>(rows.q + m * rows.q_row_stride);
-    uint32_t* sc = reinterpret_cast<uint32_t*>(rows.scales + m * rows.scale_row_stride);
-    if (src == nullptr) {  // a padding row
+    Scale* sc = rows.scales + m * rows.scale_row_stride;
+    if (src == nullptr) {  // a padding row: what the quantizers write for a zero row
       for (int64_t i = lane; i < code_vecs; i += 32) q[i] = make_uint4(0, 0, 0, 0);
-      for (int64_t i = lane; i < scale_words; i += 32) sc[i] = 0u;
+      if constexpr (kWords)  // E8M0 0x00
+        for (int64_t i = lane; i < blocks / 4; i += 32) reinterpret_cast<uint32_t*>(sc)[i] = 0u;
+      else  // FP32 1.0 (numeric/fp8_blockwise.cuh: amax 0 -> scale 1)
+        for (int64_t b = lane; b < blocks; b += 32) sc[b * rows.scale_block_stride] = 1.0f;
       continue;
     }
     const uint4* src_q = reinterpret_cast<const uint4*>(src);
-    const uint32_t* src_sc = reinterpret_cast<const uint32_t*>(src + scales_at);
     for (int64_t i = lane; i < code_vecs; i += 32) q[i] = src_q[i];
-    for (int64_t i = lane; i < scale_words; i += 32) sc[i] = src_sc[i];
+    if constexpr (kWords) {
+      const uint32_t* src_sc = reinterpret_cast<const uint32_t*>(src + cols);
+      for (int64_t i = lane; i < blocks / 4; i += 32) reinterpret_cast<uint32_t*>(sc)[i] = src_sc[i];
+    } else {
+      const Scale* src_sc = reinterpret_cast<const Scale*>(src + cols);
+      for (int64_t b = lane; b < blocks; b += 32) sc[b * rows.scale_block_stride] = src_sc[b];
+    }
   }
 }
 
-}  // namespace
-
-Mxfp8Out mxfp8_packed_rows_out(void* base, int64_t row_stride_bytes, int64_t cols) {
-  DMOE_CHECK_ARG(cols % 128 == 0, "mxfp8_packed_rows_out: cols=", cols, " must be a multiple of 128");
+template <class Scale>
+QuantizedOut<Scale> packed_rows_out(const char* name, void* base, int64_t row_stride_bytes, int64_t cols,
+                                    int64_t packed_bytes) {
+  DMOE_CHECK_ARG(cols % 128 == 0, name, ": cols=", cols, " must be a multiple of 128");
   DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(base) % 16 == 0 && row_stride_bytes % 16 == 0 &&
-                     row_stride_bytes >= numeric::mxfp8_packed_row_bytes(cols),
-                 "mxfp8_packed_rows_out: rows need 16-byte alignment and a stride of at least ",
-                 numeric::mxfp8_packed_row_bytes(cols), " bytes, a multiple of 16 (got ", row_stride_bytes, ")");
+                     row_stride_bytes >= packed_bytes,
+                 name, ": rows need 16-byte alignment and a stride of at least ", packed_bytes,
+                 " bytes, a multiple of 16 (got ", row_stride_bytes, ")");
   uint8_t* q = static_cast<uint8_t*>(base);
-  return Mxfp8Out{q, row_stride_bytes, q + numeric::mxfp8_packed_row_scales_offset(cols), row_stride_bytes, 1};
+  return QuantizedOut<Scale>{q, row_stride_bytes, reinterpret_cast<Scale*>(q + cols),
+                             row_stride_bytes / static_cast<int64_t>(sizeof(Scale)), 1};
 }
 
-void mxfp8_gather_packed_rows(const void* const* row_ptrs, const RowGroups& groups, int64_t capacity, int64_t cols,
-                              const Mxfp8Out& rows, cudaStream_t stream) {
-  const char* name = "mxfp8_gather_packed_rows";
+template <class Scale, int kBlock>
+void gather_packed_rows(const char* name, const void* const* row_ptrs, const RowGroups& groups, int64_t capacity,
+                        int64_t cols, const QuantizedOut<Scale>& rows, cudaStream_t stream) {
   DMOE_CHECK_ARG(cols % 128 == 0, name, ": cols=", cols, " must be a multiple of 128");
   DMOE_CHECK_ARG(row_ptrs != nullptr && groups.offsets_G1 != nullptr && groups.num_groups >= 1, name,
                  ": row_ptrs and the group offsets are required");
-  DMOE_CHECK_ARG(!rows.compact && rows.q_offset == nullptr && rows.scale_block_stride == 1, name,
-                 ": the row bundle must be plain rows (block stride 1, not compact)");
+  DMOE_CHECK_ARG(!rows.compact && rows.q_offset == nullptr, name, ": the row bundle cannot be compact");
   DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(rows.q) % 16 == 0 && rows.q_row_stride % 16 == 0 &&
-                     rows.q_row_stride >= cols && reinterpret_cast<uintptr_t>(rows.scales) % 4 == 0 &&
-                     rows.scale_row_stride % 4 == 0 && rows.scale_row_stride >= cols / numeric::kMXBlock,
-                 name, ": codes need 16-byte alignment and stride, scales 4-byte alignment and stride");
+                     rows.q_row_stride >= cols,
+                 name, ": codes need 16-byte alignment and a row stride of at least cols, a multiple of 16");
+  if constexpr (sizeof(Scale) == 1)
+    DMOE_CHECK_ARG(rows.scale_block_stride == 1 && reinterpret_cast<uintptr_t>(rows.scales) % 4 == 0 &&
+                       rows.scale_row_stride % 4 == 0 && rows.scale_row_stride >= cols / kBlock,
+                   name, ": the scales must be plain rows (block stride 1), 4-byte aligned with a stride of 4");
   if (capacity == 0) return;
   int device = 0, sms = 0;
   DMOE_CUDA_CHECK(cudaGetDevice(&device));
   DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t blocks = std::min<int64_t>((capacity + kWarps - 1) / kWarps, int64_t{sms} * 8);
-  gather_packed_rows_kernel<<<static_cast<unsigned>(blocks), kGatherThreads, 0, stream>>>(
+  gather_packed_rows_kernel<Scale, kBlock><<<static_cast<unsigned>(blocks), kGatherThreads, 0, stream>>>(
       row_ptrs, groups.offsets_G1, groups.num_groups, capacity, cols, rows);
   DMOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+Mxfp8Out mxfp8_packed_rows_out(void* base, int64_t row_stride_bytes, int64_t cols) {
+  return packed_rows_out<uint8_t>("mxfp8_packed_rows_out", base, row_stride_bytes, cols,
+                                  numeric::mxfp8_packed_row_bytes(cols));
+}
+
+Fp8BlockwiseOut fp8_blockwise_packed_rows_out(void* base, int64_t row_stride_bytes, int64_t cols) {
+  return packed_rows_out<float>("fp8_blockwise_packed_rows_out", base, row_stride_bytes, cols,
+                                numeric::fp8_blockwise_packed_row_bytes(cols));
+}
+
+void mxfp8_gather_packed_rows(const void* const* row_ptrs, const RowGroups& groups, int64_t capacity, int64_t cols,
+                              const Mxfp8Out& rows, cudaStream_t stream) {
+  gather_packed_rows<uint8_t, numeric::kMXBlock>("mxfp8_gather_packed_rows", row_ptrs, groups, capacity, cols, rows,
+                                                 stream);
+}
+
+void fp8_blockwise_gather_packed_rows(const void* const* row_ptrs, const RowGroups& groups, int64_t capacity,
+                                      int64_t cols, const Fp8BlockwiseOut& rows, cudaStream_t stream) {
+  gather_packed_rows<float, numeric::kFP8BlockwiseBlock>("fp8_blockwise_gather_packed_rows", row_ptrs, groups,
+                                                         capacity, cols, rows, stream);
 }
 
 }  // namespace dist_moe::quant

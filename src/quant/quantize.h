@@ -159,7 +159,8 @@ void mxfp8_gather_packed_rows(const void* const* row_ptrs, const RowGroups& grou
 void fp8_blockwise_quantize_rows(const Bf16Matrix& x, const Fp8BlockwiseOut& out, cudaStream_t stream);
 
 // Both orientations from one read, as mxfp8_quantize_rows_cols with 128-token column blocks
-// (group offsets multiples of 128); x may be gathered, neither output compact.
+// (group offsets and the row capacity multiples of 128; without `cols`, multiples of 32 will do:
+// the routed rows of an inference layer); x may be gathered, neither output compact.
 void fp8_blockwise_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Fp8BlockwiseOut& rows,
                                       const Fp8BlockwiseOut& cols, cudaStream_t stream);
 
@@ -183,6 +184,19 @@ void fp8_blockwise_quantize_weight(const void* w_ENK, int64_t num_experts, int64
 // DGRAD reads (q_t [E*K, N], scales_t [E, K/128, N/128]). Bytes move unchanged.
 void fp8_blockwise_transpose_weight(const uint8_t* q_ENK, const float* scales, int64_t num_experts, int64_t n,
                                     int64_t k, uint8_t* q_t_EKN, float* scales_t, cudaStream_t stream);
+
+// Packed FP8-blockwise rows (numeric::fp8_blockwise_packed_row_bytes: C codes, then C / 128 FP32
+// scales): the output of fp8_blockwise_quantize_rows that writes rows at `base` + r *
+// row_stride_bytes (16-byte aligned; row_stride_bytes >= the packed row, a multiple of 16).
+Fp8BlockwiseOut fp8_blockwise_packed_rows_out(void* base, int64_t row_stride_bytes, int64_t cols);
+
+// Packed FP8-blockwise rows gathered into the row bundle: as mxfp8_gather_packed_rows, with the
+// scales at any strides (the GEMMs' k-block-major grid: scale_row_stride 1, scale_block_stride =
+// the grid's leading dimension). The same bytes fp8_blockwise_quantize_rows_cols writes into its
+// rows output from the BF16 rows the packed rows were made from, padding rows included (zero codes,
+// scale 1.0). C % 128 == 0.
+void fp8_blockwise_gather_packed_rows(const void* const* row_ptrs, const RowGroups& groups, int64_t capacity,
+                                      int64_t cols, const Fp8BlockwiseOut& rows, cudaStream_t stream);
 
 // ---- NVFP4 (E2M1 data, E4M3 per-16 scales, FP32 global / per-token scales) ----------------------
 

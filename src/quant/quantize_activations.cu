@@ -172,9 +172,12 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
       }
     }
     __syncthreads();
+    // Column blocks restart at every expert; row blocks run along features, so without the column
+    // output 32-row groups (the block-scaled routing's padding) will do.
+    const int group_multiple = cols.present() ? F::kBlock : numeric::kMXBlock;
     if (blockIdx.x == 0 && blockIdx.y == 0)
       for (int g = threadIdx.x; g <= groups.num_groups; g += kTileThreads)
-        if (offsets[g] % F::kBlock != 0) layout_trap("an expert's first row", offsets[g], F::kBlock);
+        if (offsets[g] % group_multiple != 0) layout_trap("an expert's first row", offsets[g], group_multiple);
     for (int i = threadIdx.x; i < tiles_t * kTile; i += kTileThreads) {  // warp-uniform: tiles_t * kTile % 32 == 0
       const bool is_real = row_is_real(offsets, groups, m_first + i, end);
       const uint32_t bits = __ballot_sync(0xffffffffu, is_real);
@@ -362,7 +365,9 @@ void launch_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Quanti
                       const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name,
                       int log2_rt = -1, int log2_rf = -1) {
   DMOE_CHECK_ARG(x.cols % F::kBlock == 0, name, ": cols=", x.cols, " must be a multiple of ", F::kBlock);
-  DMOE_CHECK_ARG(x.rows % F::kBlock == 0, name, ": the row capacity ", x.rows, " must be a multiple of ", F::kBlock);
+  const int64_t row_multiple = cols.present() ? F::kBlock : numeric::kMXBlock;
+  DMOE_CHECK_ARG(x.rows % row_multiple == 0, name, ": the row capacity ", x.rows, " must be a multiple of ",
+                 row_multiple);
   DMOE_CHECK_ARG(x.row_ptrs != nullptr || x.row_stride % kVec == 0, name,
                  ": the input row stride must keep 16-byte alignment");
   DMOE_CHECK_ARG(groups.num_groups >= 1 && groups.num_groups <= kMaxGroups, name, ": ", groups.num_groups,

@@ -18,6 +18,7 @@
 #include "kernels/swiglu.h"
 #include "kernels/topk.h"
 #include "runtime/context_impl.h"
+#include "runtime/fp8_blockwise_pipeline.h"
 #include "runtime/layer_gemms.h"
 #include "runtime/mxfp8_pipeline.h"
 #include "runtime/pipeline_common.h"
@@ -223,7 +224,9 @@ void routed_experts_forward(Context& ctx, const RoutedExpertsInputs& in, void* o
   Context::Impl& c = context_impl(ctx);
   if (c.config.inference && saved)
     throw Error(ErrorCode::kRuntime, "inference contexts do not support autograd (no SavedState)");
-  if (c.config.block_scaled)
+  if (c.config.block_scaled && c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise)
+    runtime::fp8_blockwise_forward(c, in, out_TD, options, stream);  // inference contexts only
+  else if (c.config.block_scaled)
     runtime::mxfp8_forward(c, in, out_TD, saved ? &saved->buffers() : nullptr, options, stream);
   else
     forward_impl(c, in, out_TD, saved ? &saved->buffers() : nullptr, options, stream);
@@ -233,6 +236,8 @@ void routed_experts_backward(Context& ctx, const RoutedExpertsInputs& in, const 
                              const void* grad_out_TD, const RoutedExpertsGradients& grads,
                              const ExecutionOptions& options, cudaStream_t stream) {
   Context::Impl& c = context_impl(ctx);
+  // Before the format's weight checks (an FP8-blockwise context is an inference context).
+  if (c.config.inference) throw Error(ErrorCode::kRuntime, "inference contexts do not support autograd");
   if (c.config.block_scaled)
     runtime::mxfp8_backward(c, in, saved.buffers(), grad_out_TD, grads, options, stream);
   else
@@ -242,7 +247,9 @@ void routed_experts_backward(Context& ctx, const RoutedExpertsInputs& in, const 
 void routed_experts_inference(Context& ctx, const RoutedExpertsInputs& in, void* out_TD,
                               const ExecutionOptions& options, cudaStream_t stream) {
   Context::Impl& c = context_impl(ctx);
-  if (c.config.block_scaled)
+  if (c.config.block_scaled && c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise)
+    runtime::fp8_blockwise_forward(c, in, out_TD, options, stream);
+  else if (c.config.block_scaled)
     runtime::mxfp8_forward(c, in, out_TD, nullptr, options, stream);
   else
     forward_impl(c, in, out_TD, nullptr, options, stream);

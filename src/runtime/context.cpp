@@ -11,6 +11,7 @@
 #include "comm/ep_kernels.h"
 #include "kernels/planner.h"
 #include "runtime/context_impl.h"
+#include "runtime/fp8_blockwise_pipeline.h"
 #include "runtime/mxfp8_pipeline.h"
 
 namespace dist_moe::runtime {
@@ -69,6 +70,13 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
   if (s.bottom < floor)
     detail::fail(ErrorCode::kInternal, "MXFP8 scratch layout needs ", c.geometry.buffer_bytes - s.bottom,
                  " bytes, the plan gives ", c.geometry.buffer_bytes - floor);
+  if (c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise) {  // its row bundles share the row region
+    const int64_t need =
+        std::max(runtime::fp8_blockwise_row_bundle_bytes(cap, D), runtime::fp8_blockwise_row_bundle_bytes(cap, F));
+    if (need > s.h1 - s.row)
+      detail::fail(ErrorCode::kInternal, "FP8-blockwise row bundle needs ", need, " bytes, the scratch row region has ",
+                   s.h1 - s.row);
+  }
   if (!c.config.inference) {
     const int64_t w2_views = s.row + planner::align128(cap * D * 2) + planner::align128(cap * F * 2);
     const int64_t w13_views = s.row + planner::align128(cap * 2 * F * 2) + planner::align128(cap * D * 2);

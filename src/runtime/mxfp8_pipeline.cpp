@@ -33,41 +33,7 @@ namespace {
 
 using planner::align128;
 
-// ---- checks -------------------------------------------------------------------------------------
-
-void check_prepared(const Context::Impl& c, const PreparedExpertWeight* w, const char* name, int64_t n, int64_t k,
-                    bool training) {
-  const char* fmt = to_string(c.config.block_scaled->format);
-  if (w == nullptr)
-    detail::fail(ErrorCode::kInvalidValue, "block-scaled (", fmt, ") contexts need prepared weights: ", name,
-                 "_prepared is not set (prepare_block_scaled_weight)");
-  const PreparedWeightSpec& s = w->spec;
-  if (s.format != c.config.block_scaled->format)
-    detail::fail(ErrorCode::kInvalidValue, name, " was prepared for ", to_string(s.format), ", the context runs ", fmt);
-  if (s.num_experts != c.local_experts || s.rows != n || s.cols != k)
-    detail::fail(ErrorCode::kInvalidValue, name, " must be prepared from a [", c.local_experts, ", ", n, ", ", k,
-                 "] weight, got [", s.num_experts, ", ", s.rows, ", ", s.cols, "]");
-  if (s.inference)
-    detail::fail(ErrorCode::kInvalidValue, name,
-                 " is an MXFP8 inference preparation (1x32 row scales), which has no Hopper GEMM yet; prepare it with "
-                 "inference=False (32x32 tiles): inference contexts read its FPROP fields");
-  const PreparedWeightBuffers& b = w->buffers;
-  DMOE_CHECK_ARG(b.fprop_data && b.fprop_scale, name, "_prepared needs fprop_data and fprop_scale");
-  if (training)
-    DMOE_CHECK_ARG(b.dgrad_data && b.dgrad_scale && b.dgrad_data != b.fprop_data, name,
-                   "_prepared needs dgrad_data (the transposed E4M3 copy, not fprop_data) and dgrad_scale for the "
-                   "backward");
-}
-
-void check_weights(const Context::Impl& c, const RoutedExpertsInputs& in, bool training) {
-  const int64_t D = c.config.hidden_dim, F = c.config.intermediate_dim;
-  check_prepared(c, in.w13_prepared, "w13", 2 * F, D, training);
-  check_prepared(c, in.w2_prepared, "w2", D, F, training);
-}
-
 // ---- operands -----------------------------------------------------------------------------------
-
-uint8_t* at(const Context::Impl& c, int64_t offset) { return c.activation_base() + offset; }
 
 // The row bundle of a [cap, C] operand in the scratch's row region: E4M3 rows, then E8M0 scales.
 struct RowBundle {
@@ -77,16 +43,6 @@ struct RowBundle {
 RowBundle row_bundle(const Context::Impl& c, int64_t C) {
   uint8_t* q = at(c, c.mxfp8_scratch.row);
   return {q, q + align128(c.capacity_rows() * C)};
-}
-
-// Expert-major BF16 rows [cap, C] in scratch, or read through routing's row-address tables.
-quant::Bf16Matrix scratch_rows(const Context::Impl& c, const void* rows, int64_t C) {
-  return {rows, c.capacity_rows(), C, C};
-}
-quant::Bf16Matrix routed_rows(const Context::Impl& c, const void* const* row_ptrs, int64_t C) {
-  quant::Bf16Matrix x{nullptr, c.capacity_rows(), C, C};
-  x.row_ptrs = row_ptrs;
-  return x;
 }
 
 // Quantizes expert-major rows into the row bundle and, when `cols` is set, the compact column
@@ -196,7 +152,7 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Exper
 void mxfp8_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,
                    const ExecutionOptions& o, cudaStream_t stream) {
   check_token_inputs(c, in);
-  check_weights(c, in, /*training=*/false);
+  check_block_scaled_weights(c, in, /*training=*/false);
   o.validate();
   DMOE_CHECK_ARG(out_TD, "out_TD is required");
   const planner::Mxfp8Homes homes = c.mxfp8_scratch.homes();
@@ -226,7 +182,7 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
                     const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
                     cudaStream_t stream) {
   check_token_inputs(c, in);
-  check_weights(c, in, /*training=*/true);
+  check_block_scaled_weights(c, in, /*training=*/true);
   o.validate();
   const DType wgrad = check_backward(c, s, grad_out_TD, g, o);
   const int64_t T = in.num_tokens, D = c.config.hidden_dim, F = c.config.intermediate_dim, cap = c.capacity_rows();

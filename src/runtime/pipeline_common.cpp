@@ -43,6 +43,48 @@ void check_token_inputs(const Context::Impl& c, const RoutedExpertsInputs& in) {
                  to_string(in.score_dtype));
 }
 
+namespace {
+void check_prepared(const Context::Impl& c, const PreparedExpertWeight* w, const char* name, int64_t n, int64_t k,
+                    bool training) {
+  const BlockScaledFormat format = c.config.block_scaled->format;
+  const char* fmt = to_string(format);
+  if (w == nullptr)
+    detail::fail(ErrorCode::kInvalidValue, "block-scaled (", fmt, ") contexts need prepared weights: ", name,
+                 "_prepared is not set (prepare_block_scaled_weight)");
+  const PreparedWeightSpec& s = w->spec;
+  if (s.format != format)
+    detail::fail(ErrorCode::kInvalidValue, name, " was prepared for ", to_string(s.format), ", the context runs ", fmt);
+  if (s.num_experts != c.local_experts || s.rows != n || s.cols != k)
+    detail::fail(ErrorCode::kInvalidValue, name, " must be prepared from a [", c.local_experts, ", ", n, ", ", k,
+                 "] weight, got [", s.num_experts, ", ", s.rows, ", ", s.cols, "]");
+  if (s.inference && format == BlockScaledFormat::kMXFP8_E4M3)
+    detail::fail(ErrorCode::kInvalidValue, name,
+                 " is an MXFP8 inference preparation (1x32 row scales), which has no Hopper GEMM yet; prepare it with "
+                 "inference=False (32x32 tiles): inference contexts read its FPROP fields");
+  const PreparedWeightBuffers& b = w->buffers;
+  DMOE_CHECK_ARG(b.fprop_data && b.fprop_scale, name, "_prepared needs fprop_data and fprop_scale");
+  if (training)
+    DMOE_CHECK_ARG(b.dgrad_data && b.dgrad_scale && b.dgrad_data != b.fprop_data, name,
+                   "_prepared needs dgrad_data (the transposed E4M3 copy, not fprop_data) and dgrad_scale for the "
+                   "backward");
+}
+}  // namespace
+
+void check_block_scaled_weights(const Context::Impl& c, const RoutedExpertsInputs& in, bool training) {
+  const int64_t D = c.config.hidden_dim, F = c.config.intermediate_dim;
+  check_prepared(c, in.w13_prepared, "w13", 2 * F, D, training);
+  check_prepared(c, in.w2_prepared, "w2", D, F, training);
+}
+
+quant::Bf16Matrix scratch_rows(const Context::Impl& c, const void* rows, int64_t C) {
+  return {rows, c.capacity_rows(), C, C};
+}
+quant::Bf16Matrix routed_rows(const Context::Impl& c, const void* const* row_ptrs, int64_t C) {
+  quant::Bf16Matrix x{nullptr, c.capacity_rows(), C, C};
+  x.row_ptrs = row_ptrs;
+  return x;
+}
+
 kernels::TopkRoutes routes_of(const Context::Impl& c, const RoutedExpertsInputs& in) {
   kernels::TopkRoutes r;
   r.ids_TK = in.topk_ids_TK;

@@ -1,5 +1,5 @@
-// The steps every routed-experts pipeline (BF16: bf16_pipeline.cpp; MXFP8: mxfp8_pipeline.cpp)
-// shares around its expert GEMMs: argument checks, publish + route + plan, the top-k reduction
+// The steps every routed-experts pipeline (BF16: bf16_pipeline.cpp; MXFP8: mxfp8_pipeline.cpp;
+// FP8 blockwise: fp8_blockwise_pipeline.cpp) shares around its expert GEMMs: argument checks, publish + route + plan, the top-k reduction
 // (or RMSNorm) of the forward, the top-k backward and the final grad_x reduction. Only what
 // happens between the routing tables and the owners' combine windows differs by format.
 #pragma once
@@ -10,6 +10,7 @@
 
 #include "dist_moe/routed_experts.h"
 #include "kernels/topk.h"
+#include "quant/quantize.h"
 #include "runtime/context_impl.h"
 
 namespace dist_moe::runtime {
@@ -18,6 +19,16 @@ namespace dist_moe::runtime {
 void check_token_inputs(const Context::Impl& c, const RoutedExpertsInputs& in);
 // The BF16 weights' shapes (every documented W13 / W2 layout).
 void check_bf16_weights(const Context::Impl& c, const RoutedExpertsInputs& in);
+
+// Block-scaled layers: the prepared W13 and W2 of the context's format, shape and purpose (the
+// training backward needs the DGRAD fields).
+void check_block_scaled_weights(const Context::Impl& c, const RoutedExpertsInputs& in, bool training);
+
+// Block-scaled layers' operands: a byte of the activation buffer; expert-major BF16 rows [cap, C]
+// in scratch, or read through routing's row-address tables.
+inline uint8_t* at(const Context::Impl& c, int64_t offset) { return c.activation_base() + offset; }
+quant::Bf16Matrix scratch_rows(const Context::Impl& c, const void* rows, int64_t C);
+quant::Bf16Matrix routed_rows(const Context::Impl& c, const void* const* row_ptrs, int64_t C);
 
 kernels::TopkRoutes routes_of(const Context::Impl& c, const RoutedExpertsInputs& in);
 

@@ -290,7 +290,8 @@ TEST(ExecutionOptionsValidation, RouteIoAndFusedRmsnorm) {
 }
 
 // What a block-scaled context checks at creation (validate_block_scaled_execution): upstream's
-// execution checks, then what Hopper executes (MXFP8 staged), each with its text.
+// execution checks, then what Hopper executes (MXFP8 staged, FP8-blockwise inference), each with its
+// text.
 TEST(BlockScaledExecution, Mxfp8StagedRunsAndTheRestSaysWhy) {
   Config c = test_helpers::make_config(8, 256, 384, 2, 4, 1);
   c.block_scaled = BlockScaledConfig{};
@@ -308,6 +309,17 @@ TEST(BlockScaledExecution, Mxfp8StagedRunsAndTheRestSaysWhy) {
   nvfp4.num_activation_slots = 0;
   nvfp4.intermediate_dim = 512;  // NVFP4's Config rule: multiples of 256
   expect_execution_error(nvfp4, 1, {"block-scaled format nvfp4 has no Hopper execution yet"});
+  // FP8 blockwise (beyond upstream): inference contexts run; training ones say what is missing.
+  Config fp8bw = c;
+  fp8bw.block_scaled->format = BlockScaledFormat::kFP8Blockwise;
+  expect_execution_error(fp8bw, 1, {"fp8_blockwise has no Hopper training execution yet", "Config.inference=True"});
+  fp8bw.inference = true;
+  fp8bw.num_activation_slots = 0;
+  EXPECT_NO_THROW(fp8bw.validate());
+  EXPECT_NO_THROW(validate_block_scaled_execution(fp8bw, 4));
+  fp8bw.intermediate_dim = 320;  // Config itself asks for multiples of the format's 128-element vector
+  expect_error([&] { fp8bw.validate(); }, ErrorCode::kInvalidValue,
+               {"fp8_blockwise requires hidden_dim and intermediate_dim divisible by its vector size 128"});
   Config mega = c;
   mega.block_scaled->pipeline = BlockScaledPipeline::kMega;
   expect_execution_error(mega, 1, {"pipeline='mega' has no Hopper execution yet"});

@@ -754,20 +754,56 @@ TEST(QuantizeMxfp8Gathered, RowsAndColumnsEqualTheContiguousRowsInEveryRegionSha
 }
 
 // Inference's source quantization: every source row quantized once into a packed row ([D codes |
-// D/32 scales] at a 2D-byte stride, as in a dispatch window), then the routed rows gathered from
-// the packed rows into the row bundle. Real rows equal, byte for byte, the row quantizer on the
-// contiguous expert-major rows; padding rows are zeros (codes and scales); rows past the groups
-// keep their poison, and their table entries (unmapped addresses) are never read.
+// D / block scales] at a 2D-byte stride, as in a dispatch window), then the routed rows gathered
+// from the packed rows into the row bundle. The bundle equals, byte for byte, the rows output of the
+// rows+cols quantizer on the contiguous expert-major rows (groups padded to 32 rows, no column
+// output), padding rows included; rows past the groups keep their poison in both, and their table
+// entries (unmapped addresses) are never read. The real rows also equal the plain row quantizer's.
+struct Mxfp8Packed {
+  using Scale = uint8_t;
+  static constexpr int kBlock = 32;
+  static constexpr bool kBlockMajor = false;  // row-major scales [cap, D / 32]
+  static quant::Mxfp8Out packed(void* base, int64_t stride, int64_t D) {
+    return quant::mxfp8_packed_rows_out(base, stride, D);
+  }
+  static void rows(const quant::Bf16Matrix& x, const quant::Mxfp8Out& o) { quant::mxfp8_quantize_rows(x, o, nullptr); }
+  static void rows_cols(const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Mxfp8Out& o) {
+    quant::mxfp8_quantize_rows_cols(x, g, o, {}, nullptr);
+  }
+  static void gather(const void* const* t, const quant::RowGroups& g, int64_t cap, int64_t D, const quant::Mxfp8Out& o) {
+    quant::mxfp8_gather_packed_rows(t, g, cap, D, o, nullptr);
+  }
+};
+struct Fp8BlockwisePacked {
+  using Scale = float;
+  static constexpr int kBlock = 128;
+  static constexpr bool kBlockMajor = true;  // the GEMMs' k-block-major grid [D / 128, cap]
+  static quant::Fp8BlockwiseOut packed(void* base, int64_t stride, int64_t D) {
+    return quant::fp8_blockwise_packed_rows_out(base, stride, D);
+  }
+  static void rows(const quant::Bf16Matrix& x, const quant::Fp8BlockwiseOut& o) {
+    quant::fp8_blockwise_quantize_rows(x, o, nullptr);
+  }
+  static void rows_cols(const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Fp8BlockwiseOut& o) {
+    quant::fp8_blockwise_quantize_rows_cols(x, g, o, {}, nullptr);
+  }
+  static void gather(const void* const* t, const quant::RowGroups& g, int64_t cap, int64_t D,
+                     const quant::Fp8BlockwiseOut& o) {
+    quant::fp8_blockwise_gather_packed_rows(t, g, cap, D, o, nullptr);
+  }
+};
+
+template <class Fmt>
 void check_gather_packed_rows(const std::vector<int32_t>& counts, int64_t D, int64_t spare, uint64_t seed) {
+  using Scale = typename Fmt::Scale;
   const GatheredInput in = make_gathered_input(counts, 32, D, spare, seed);
-  const int64_t cap = in.cap, used = in.g.offsets.back(), nb = D / 32;
+  const int64_t cap = in.cap, used = in.g.offsets.back(), nb = D / Fmt::kBlock;
   SCOPED_TRACE("D=" + std::to_string(D) + " capacity=" + std::to_string(cap) + " groups=" + std::to_string(counts.size()));
   // The shuffled source rows (stride D + 24 elements, used + 5 rows) -> packed rows.
   const int64_t src_stride = D + 24, src_rows = used + 5, packed_stride = 2 * D;
   DeviceBuffer<uint8_t> packed(src_rows * packed_stride);
   packed.poison(kPoison);
-  quant::mxfp8_quantize_rows({in.shuffled.get(), src_rows, D, src_stride},
-                             quant::mxfp8_packed_rows_out(packed.get(), packed_stride, D), nullptr);
+  Fmt::rows({in.shuffled.get(), src_rows, D, src_stride}, Fmt::packed(packed.get(), packed_stride, D));
   // The same table, pointing at the packed twin of each source row.
   std::vector<uint64_t> table = in.table.download();
   const auto src_base = reinterpret_cast<uint64_t>(in.shuffled.get());
@@ -778,35 +814,55 @@ void check_gather_packed_rows(const std::vector<int32_t>& counts, int64_t D, int
     }
   DeviceBuffer<uint64_t> dtable(table);
   DeviceBuffer<int32_t> dcounts(in.g.counts), doffsets(in.g.offsets);
-  DeviceBuffer<uint8_t> q(cap * D), sc(cap * nb), q_want(cap * D), sc_want(cap * nb);
-  q.poison(kPoison);
-  sc.poison(kPoison);
-  quant::mxfp8_gather_packed_rows(reinterpret_cast<const void* const*>(dtable.get()), in.groups(dcounts, doffsets),
-                                  cap, D, {q.get(), D, sc.get(), nb, 1}, nullptr);
-  quant::mxfp8_quantize_rows(in.x(), {q_want.get(), D, sc_want.get(), nb, 1}, nullptr);
+  auto bundle = [&](DeviceBuffer<uint8_t>& q, DeviceBuffer<Scale>& sc) {
+    q.poison(kPoison);
+    sc.poison(kPoison);
+    return Fmt::kBlockMajor ? quant::QuantizedOut<Scale>{q.get(), D, sc.get(), 1, cap}
+                            : quant::QuantizedOut<Scale>{q.get(), D, sc.get(), nb, 1};
+  };
+  DeviceBuffer<uint8_t> q(cap * D), q_want(cap * D), q_plain(cap * D);
+  DeviceBuffer<Scale> sc(cap * nb), sc_want(cap * nb), sc_plain(cap * nb);
+  Fmt::gather(reinterpret_cast<const void* const*>(dtable.get()), in.groups(dcounts, doffsets), cap, D,
+              bundle(q, sc));
+  Fmt::rows_cols(in.x(), in.groups(dcounts, doffsets), bundle(q_want, sc_want));
+  Fmt::rows(in.x(), bundle(q_plain, sc_plain));
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
-  const auto got_q = q.download(), got_s = sc.download(), want_q = q_want.download(), want_s = sc_want.download();
+  EXPECT_EQ(first_difference(q.download(), q_want.download()), -1) << "codes";
+  EXPECT_EQ(first_difference(sc.download(), sc_want.download()), -1) << "scales";
+  const auto got_q = q.download(), plain_q = q_plain.download();
+  const auto got_s = sc.download(), plain_s = sc_plain.download();
+  auto scale_at = [&](int64_t m, int64_t b) { return Fmt::kBlockMajor ? b * cap + m : m * nb + b; };
   for (size_t e = 0; e < counts.size(); ++e)
-    for (int64_t m = in.g.offsets[e]; m < in.g.offsets[e + 1]; ++m) {
-      const bool real = m < in.g.offsets[e] + counts[e];
-      for (int64_t c = 0; c < D; ++c)
-        ASSERT_EQ(got_q[m * D + c], real ? want_q[m * D + c] : 0) << "row " << m << " code " << c;
+    for (int64_t m = in.g.offsets[e]; m < in.g.offsets[e] + counts[e]; ++m) {
+      for (int64_t c = 0; c < D; ++c) ASSERT_EQ(got_q[m * D + c], plain_q[m * D + c]) << "row " << m << " code " << c;
       for (int64_t b = 0; b < nb; ++b)
-        ASSERT_EQ(got_s[m * nb + b], real ? want_s[m * nb + b] : 0) << "row " << m << " scale " << b;
+        ASSERT_EQ(std::memcmp(&got_s[scale_at(m, b)], &plain_s[scale_at(m, b)], sizeof(Scale)), 0)
+            << "row " << m << " scale " << b;
     }
   for (int64_t i = used * D; i < cap * D; ++i) ASSERT_EQ(got_q[i], kPoison) << "code past the groups at " << i;
-  for (int64_t i = used * nb; i < cap * nb; ++i) ASSERT_EQ(got_s[i], kPoison) << "scale past the groups at " << i;
+}
+
+template <class Fmt>
+void check_gather_packed_rows_cases(uint64_t seed) {
+  check_gather_packed_rows<Fmt>({37, 0, 64, 1, 100}, 256, 32, seed);  // crafted rows (NaN, zero, extreme blocks)
+  check_gather_packed_rows<Fmt>({300, 5, 0, 129}, 2048, 64, seed + 1);
+  check_gather_packed_rows<Fmt>({1}, 7168, 0, seed + 2);
+  check_gather_packed_rows<Fmt>({0, 0}, 128, 64, seed + 3);
+  std::vector<int32_t> many(1024);
+  for (size_t g = 0; g < many.size(); ++g) many[g] = static_cast<int32_t>(g * 5 % 37);
+  check_gather_packed_rows<Fmt>(many, 128, 32, seed + 4);
 }
 
 TEST(QuantizeMxfp8Gathered, PackedSourceRowsGatherIntoTheRowBundleBitForBit) {
   DMOE_REQUIRE_SM90();
-  check_gather_packed_rows({37, 0, 64, 1, 100}, 256, 32, 231);  // crafted rows (NaN, zero, extreme blocks)
-  check_gather_packed_rows({300, 5, 0, 129}, 2048, 64, 232);
-  check_gather_packed_rows({1}, 7168, 0, 233);
-  check_gather_packed_rows({0, 0}, 128, 64, 234);
-  std::vector<int32_t> many(1024);
-  for (size_t g = 0; g < many.size(); ++g) many[g] = static_cast<int32_t>(g * 5 % 37);
-  check_gather_packed_rows(many, 128, 32, 235);
+  check_gather_packed_rows_cases<Mxfp8Packed>(231);
+}
+
+// FP8 blockwise: FP32 scales into the GEMMs' k-block-major grid; the want side is the rows+cols
+// quantizer without columns on 32-row groups.
+TEST(QuantizeFp8BlockwiseGathered, PackedSourceRowsGatherIntoTheRowBundleBitForBit) {
+  DMOE_REQUIRE_SM90();
+  check_gather_packed_rows_cases<Fp8BlockwisePacked>(241);
 }
 
 // The FP8-blockwise rows+cols quantizer shares the kernel, and the gather with it.

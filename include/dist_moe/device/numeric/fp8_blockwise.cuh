@@ -30,6 +30,12 @@ namespace dist_moe::numeric {
 constexpr int kFP8BlockwiseBlock = 128;
 constexpr float kFP8BlockwiseAmaxFloor = 448.0f * 1.1754943508222875e-38f;  // 448 * 2^-126, exact
 
+// A packed FP8-blockwise row of C features (C a multiple of 128): its C E4M3 codes, then their
+// C / 128 FP32 scales -- what an FP8-blockwise inference rank sends instead of a BF16 row (C + C / 32
+// bytes of 2C; the scales start 16-byte aligned). docs/formats.md "GPU layouts".
+DMOE_HOST_DEVICE constexpr int64_t fp8_blockwise_packed_row_bytes(int64_t c) { return c + c / kFP8BlockwiseBlock * 4; }
+DMOE_HOST_DEVICE constexpr int64_t fp8_blockwise_packed_row_scales_offset(int64_t c) { return c; }
+
 namespace detail {
 // |amax| with the floor applied; NaN for a non-finite amax, 0 for an all-zero block.
 DMOE_HOST_DEVICE float fp8_blockwise_amax(float amax) {

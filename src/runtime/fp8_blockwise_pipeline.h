@@ -1,0 +1,21 @@
+// The FP8-blockwise staged routed-experts pipeline (DeepSeek-V3's recipe, beyond upstream;
+// docs/block_scaled_layer.md): the BF16 pipeline's communication, planner and reductions
+// (pipeline_common.h) around FP8-blockwise expert GEMMs -- 1x128 activation blocks and 128x128
+// weight blocks with FP32 scales, FP8 wgmma promoted into FP32 every 128 of K. Inference only so
+// far: a training context is rejected when it is created (validate_block_scaled_execution).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "dist_moe/routed_experts.h"
+#include "runtime/context_impl.h"
+
+namespace dist_moe::runtime {
+
+// Bytes of the row bundle of a [cap, C] operand (the context checks they fit the scratch's row region).
+int64_t fp8_blockwise_row_bundle_bytes(int64_t cap, int64_t C);
+
+void fp8_blockwise_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, const ExecutionOptions& o,
+                           cudaStream_t stream);
+
+}  // namespace dist_moe::runtime
