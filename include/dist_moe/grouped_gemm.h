@@ -119,6 +119,9 @@ struct GroupedGemmCommon {
   OperandFormat a_format;
   OperandFormat b_format;
   OperandScales scales;  // the operands' block scales, where their formats have them
+  // The rows a call can use at most, when less than m_capacity (0: m_capacity); the heuristic's
+  // size class reads it (GroupedGemmProblem::m_bound).
+  int64_t m_bound = 0;
 };
 
 struct FpropArgs {
@@ -148,6 +151,9 @@ struct W13FpropArgs {
   float* clip_stats = nullptr;
   float clip_limit = static_cast<float>(kSwigluClampLimitDefault);
   bool accumulate_clip_stats = false;
+  // Device [e_local]: the rows of each expert the statistics count, when `counts` include padding
+  // rows (block-scaled layers: routing's unpadded counts); nullptr = all `counts` rows.
+  const int32_t* clip_rows = nullptr;
   GatherArgs gather;
   // Device byte offsets (see the top of this file); nullptr = 0. a_offset is unused with gather.
   const int64_t* a_offset = nullptr;

@@ -110,6 +110,10 @@ struct GroupedGemmConfig {
 struct GroupedGemmProblem {
   GroupedGemmOp op = GroupedGemmOp::kFprop;
   int64_t m_capacity = 0;
+  // The rows the call may use at most, when the caller knows a bound below m_capacity (block-scaled
+  // layers: their buffers keep upstream's 128-row padding per expert, routing pads to 32); 0 =
+  // m_capacity. The size class (decode or not) is decided on it.
+  int64_t m_bound = 0;
   int64_t n = 0;
   int64_t k = 0;
   int64_t e_local = 0;

@@ -20,6 +20,7 @@
 //    ping-pong kernel (4 stages).
 // DMOE_GEMM_LEGACY=1 restores the first version's choices (synchronous epilogues), for A/B runs
 // and as an escape hatch.
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -104,7 +105,8 @@ int64_t tiles_estimate(int64_t rows, int64_t cols, int64_t bn) { return ((rows +
 // the few tokens on N (32-wide token tiles) wastes no tensor-core work and keeps 32 KiB of weights
 // per stage in flight. Not for the gather producer (decode dispatch is tiny; gather first).
 bool is_decode(const GroupedGemmProblem& p) {
-  return !p.gather && p.e_local > 0 && p.m_capacity <= 64 * p.e_local;
+  const int64_t rows = p.m_bound > 0 ? std::min(p.m_bound, p.m_capacity) : p.m_capacity;
+  return !p.gather && p.e_local > 0 && rows <= 64 * p.e_local;
 }
 
 // 256 weight rows x 32 tokens, 36 KiB stages.
@@ -195,10 +197,12 @@ GroupedGemmConfig select_wgrad(const GroupedGemmProblem& p, int sms) {
 // than 128x128 in every case of session 17 runs 3-4 (dsv3_prefill, qwen3_30b, mixtral at EP2,
 // balanced and random rows; W13 1.26-1.44x our BF16 kernel against 1.19-1.34x, W2 1.21-1.37x
 // against 1.10-1.27x; docs/perf_history.md G39). 128x128 when the width is an odd multiple of
-// 128 (no half-empty last tile).
+// 128 (no half-empty last tile). Decode-sized FPROP (is_decode): the swap-AB tile.
 GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
   // WGRAD over the transposed columns: the one compiled tile (128x128, five stages).
   if (p.op == GroupedGemmOp::kWgrad) return tile(128, 128, 5, p, sms, false, true);
+  // Decode-sized FPROP and W13: the swap-AB tile streaming the E4M3 weights (as MXFP8's).
+  if (p.op != GroupedGemmOp::kDgrad && is_decode(p)) return swap_ab_tile(p, sms);
   const int64_t width = p.op == GroupedGemmOp::kDgrad ? p.k : p.n;  // output columns
   if (width % 256 != 0) return tile(128, 128, 6, p, sms, false, true);
   return tile(128, 256, 4, p, sms, false, true);

@@ -435,6 +435,7 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   GroupedGemmProblem problem;
   problem.op = op;
   problem.m_capacity = c.m_capacity;
+  problem.m_bound = c.m_bound;
   problem.n = c.n;
   problem.k = c.k;
   problem.e_local = c.e_local;
@@ -603,6 +604,7 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
   L.epilogue.limit = a.swiglu_limit;
   L.epilogue.clip_stats = a.clip_stats;
   L.epilogue.clip_limit = a.clip_limit;
+  L.epilogue.clip_rows = a.clip_rows;
   const OffsetChecks oc = offset_checks(
       {{L.a_offset, gather ? kOffGathered : kOffA}, {L.h1_offset, kOffH1}, {L.h2_offset, kOffH2}});
   run(GroupedGemmOp::kFpropSwiglu, a.common, DType::kBFloat16, gather, L, oc, stream);

@@ -16,7 +16,7 @@
 #include "dist_moe/device/gemm/kernel.cuh"
 #include "dist_moe/device/gemm/mainloop_fp8_blockwise.cuh"
 #include "dist_moe/device/gemm/mainloop_mxfp8.cuh"
-#include "dist_moe/device/gemm/mainloop_mxfp8_swap_ab.cuh"
+#include "dist_moe/device/gemm/mainloop_block_scaled_swap_ab.cuh"
 #include "gemm/grouped_gemm_launch.h"
 
 namespace dist_moe::gemm {
@@ -260,10 +260,15 @@ using SpecMxfp8Mainloop =
                        gemm::Sm90Mxfp8Mainloop<SpecMainloopConfig<I>>>;
 
 template <size_t I>
+using SpecFp8BlockwiseMainloop =
+    std::conditional_t<kSpec<I>.kind == gemm::GemmKind::kFpropSwapAB,
+                       gemm::Sm90Fp8BlockwiseSwapABMainloop<SpecMainloopConfig<I>>,
+                       gemm::Sm90Fp8BlockwiseMainloop<SpecMainloopConfig<I>>>;
+
+template <size_t I>
 using SpecMainloop = std::conditional_t<
     kSpecMxfp8<I>, SpecMxfp8Mainloop<I>,
-    std::conditional_t<kSpecFp8Blockwise<I>, gemm::Sm90Fp8BlockwiseMainloop<SpecMainloopConfig<I>>,
-                       gemm::Sm90Mainloop<SpecMainloopConfig<I>>>>;
+    std::conditional_t<kSpecFp8Blockwise<I>, SpecFp8BlockwiseMainloop<I>, gemm::Sm90Mainloop<SpecMainloopConfig<I>>>>;
 
 template <GemmWriter kWriter>
 struct WriterOf;

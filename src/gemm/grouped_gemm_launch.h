@@ -188,10 +188,13 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     // MXFP8 DGRAD runs these on the transposed weight. grouped_gemm_sm90_fprop.cu / _w13.cu.
     fprop_kernel(128, 128, 5).tma().mxfp8(),
     w13_kernel(128, 128, 5).tma().mxfp8(),
-    // MXFP8 swap-AB decode (device/gemm/mainloop_mxfp8_swap_ab.cuh): the BF16 decode tile with
+    // MXFP8 swap-AB decode (device/gemm/mainloop_block_scaled_swap_ab.cuh): the BF16 decode tile with
     // 128-deep E4M3 stages (same 36 KiB), per-32 promotion in the consumers. _decode.cu.
     decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 32, 5).mxfp8(),
     decode_kernel(GemmEpilogueKind::kSwiglu, 256, 32, 5).mxfp8(),
+    // FP8-blockwise swap-AB decode (the same mainloop with FP32 scales, one per 128-deep stage).
+    decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 32, 5).fp8_blockwise(),
+    decode_kernel(GemmEpilogueKind::kSwiglu, 256, 32, 5).fp8_blockwise(),
 };
 inline constexpr size_t kNumGemmKernels = sizeof(kGemmKernelSpecs) / sizeof(kGemmKernelSpecs[0]);
 

@@ -116,7 +116,7 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
   // (kBlockScaledRowMultiple, its tile height), and the plan's capacity keeps that bound; the Hopper
   // kernels need only 32, which computes the same blocks on fewer padding rows (at qwen3_30b about
   // 6% padding instead of 25%).
-  const int row_alignment = config.block_scaled ? 32 : 1;
+  const int row_alignment = config.block_scaled ? runtime::kBlockScaledRoutingRows : 1;
   comm::EpConfig ep = comm::EpConfig::from(config, c->plan, row_alignment, /*validate_expert_ids=*/false);
   c->ep = std::make_unique<comm::EpGroup>(*c->comm, ep);
   c->rows_window = c->comm->alloc_window(static_cast<size_t>(c->world) * sizeof(int32_t));

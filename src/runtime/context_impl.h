@@ -16,6 +16,11 @@
 
 namespace dist_moe::runtime {
 
+// Block-scaled layouts pad every local expert to whole 32-row column blocks (the WGRAD operands'
+// MXFP8 blocks run along tokens and restart at each expert); the plan's capacity keeps upstream's
+// 128-row bound (memory_plan.h kBlockScaledRowMultiple). context.cpp says more.
+inline constexpr int kBlockScaledRoutingRows = 32;
+
 // One device allocation of small int64/int32 arrays, carved in 128-byte aligned pieces.
 class DeviceArena {
  public:

@@ -80,6 +80,7 @@ void fp8_blockwise_forward(Context::Impl& c, const RoutedExpertsInputs& in, void
   f13.h2 = h2_bf16;
   f13.clip_stats = o.swiglu_clip_stats_out_3;
   f13.clip_limit = static_cast<float>(o.swiglu_clip_limit);
+  f13.clip_rows = tb.expert_rows_unpadded;  // not the padding rows
   grouped_gemm_w13_fprop(f13, stream);
   c.stage("w13", stream);
 

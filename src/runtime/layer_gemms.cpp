@@ -1,6 +1,9 @@
 #include "runtime/layer_gemms.h"
 
+#include <algorithm>
+
 #include "dist_moe/check.h"
+#include "dist_moe/memory_plan.h"
 
 namespace dist_moe::runtime {
 
@@ -18,6 +21,12 @@ GroupedGemmCommon layer_gemm_common(const Context::Impl& c, const int32_t* count
   g.n = n;
   g.k = k;
   g.validate_counts = false;  // routing already checked the rows against the capacity
+  // Block-scaled buffers keep upstream's 128-row padding bound per expert, routing pads to 32: the
+  // rows a call can use are fewer, which decides the GEMMs' size class (decode or not).
+  if (c.config.block_scaled)
+    g.m_bound = std::min(g.m_capacity, plan_max_recv_rows(c.config.max_num_local_input_tokens, c.config.top_k,
+                                                          c.plan.total_scratch_capacity_factor, c.local_experts,
+                                                          c.world, kBlockScaledRoutingRows));
   return g;
 }
 

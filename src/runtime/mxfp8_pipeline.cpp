@@ -128,6 +128,7 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Exper
   f13.h2 = h2_bf16;
   f13.clip_stats = clip_stats;
   f13.clip_limit = clip_limit;
+  f13.clip_rows = t.real_counts;  // not the padding rows
   grouped_gemm_w13_fprop(f13, stream);
   c.stage(recompute ? "recompute_w13" : "w13", stream);
 

@@ -249,6 +249,31 @@ TEST(GemmConfig, OperandFormats) {
   dec.op = GroupedGemmOp::kDgrad;
   dec.b_format = kMxfp8WeightT;
   EXPECT_EQ(pick(dec).name(), "128x128x128_s5_tma_dyn");
+  // FP8 blockwise the same way: decode-sized FPROP and W13 take its swap-AB tile, DGRAD does not.
+  dec.a_format = kFp8BlockwiseRows;
+  dec.b_format = kFp8BlockwiseWeight;
+  dec.op = GroupedGemmOp::kFprop;
+  dec.n = 7168;
+  dec.k = 2048;
+  EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
+  dec.op = GroupedGemmOp::kFpropSwiglu;
+  dec.n = 4096;
+  dec.k = 7168;
+  EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
+  dec.op = GroupedGemmOp::kDgrad;
+  dec.b_format = kFp8BlockwiseWeightT;
+  EXPECT_EQ(pick(dec).name(), "128x256x128_s4_tma_dyn");
+  // A block-scaled layer's buffers keep upstream's 128-row padding bound (dsv3_decode at EP1: 33536
+  // rows for 256 experts, past the decode class); m_bound, the rows it can use with its 32-row
+  // padding (8960), decides the class.
+  dec.op = GroupedGemmOp::kFpropSwiglu;
+  dec.b_format = kFp8BlockwiseWeight;
+  dec.m_capacity = 33536;
+  EXPECT_EQ(pick(dec).name(), "128x256x128_s4_tma_dyn");
+  dec.m_bound = 8960;
+  EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
+  dec.m_bound = 64 * 256 + 32;
+  EXPECT_EQ(pick(dec).name(), "128x256x128_s4_tma_dyn");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 // tile multiples and rows past sum(counts) that must stay untouched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <cstdio>
@@ -643,13 +644,16 @@ TEST_P(GroupedGemmFp8W13, ClampedOddF) {
   run_fp8_w13({9, 2 * 384, 512, 260, 14u}, true, &GetParam().config);
 }
 
-// DGRAD runs the FPROP kernels (n and k swapped), so it takes their configurations.
+// DGRAD runs the FPROP kernels (n and k swapped), so it takes their configurations (not the
+// swap-AB decode tile's).
 TEST_P(GroupedGemmFp8Fprop, Dgrad) {
   DMOE_REQUIRE_SM90();
+  if (GetParam().config.swap_ab) GTEST_SKIP() << "DGRAD has no swap-AB kernel";
   run_fp8_dgrad({10, 512, 768, 300, 15u}, &GetParam().config, false);
 }
 TEST_P(GroupedGemmFp8Fprop, DgradAccumulate) {
   DMOE_REQUIRE_SM90();
+  if (GetParam().config.swap_ab) GTEST_SKIP() << "DGRAD has no swap-AB kernel";
   run_fp8_dgrad({9, 1024, 384, 260, 16u}, &GetParam().config, true);
 }
 
@@ -964,13 +968,15 @@ TEST(GroupedGemmFp8Args, RejectsWhatTheKernelsCannotDo) {
   d.out_dtype = DType::kBFloat16;
   d.common.n = 200;  // the call's own n is checked before the FPROP view swaps n and k
   expect_error([&] { grouped_gemm_dgrad(d, nullptr); }, "n (weight rows) must be a positive multiple of 128, got 200");
-  // DGRAD lists the FPROP configurations it runs on.
-  EXPECT_EQ(grouped_gemm_configs(GroupedGemmOp::kDgrad, DType::kBFloat16, false, kFp8BlockwiseRows,
-                                 kFp8BlockwiseWeightT)
-                .size(),
-            grouped_gemm_configs(GroupedGemmOp::kFprop, DType::kBFloat16, false, kFp8BlockwiseRows,
-                                 kFp8BlockwiseWeight)
-                .size());
+  // DGRAD lists the FPROP configurations it runs on, all but the swap-AB (decode) tile.
+  const auto fprop = grouped_gemm_configs(GroupedGemmOp::kFprop, DType::kBFloat16, false, kFp8BlockwiseRows,
+                                          kFp8BlockwiseWeight);
+  const auto dgrad = grouped_gemm_configs(GroupedGemmOp::kDgrad, DType::kBFloat16, false, kFp8BlockwiseRows,
+                                          kFp8BlockwiseWeightT);
+  const auto decode = std::count_if(fprop.begin(), fprop.end(), [](const GroupedGemmConfig& c) { return c.swap_ab; });
+  EXPECT_EQ(decode, 1) << "the FP8-blockwise swap-AB decode tile is compiled";
+  EXPECT_EQ(dgrad.size() + decode, fprop.size());
+  for (const GroupedGemmConfig& c : dgrad) EXPECT_FALSE(c.swap_ab) << c.name() << " listed for DGRAD";
 }
 
 }  // namespace

@@ -154,6 +154,7 @@ struct SwapABSwigluEpilogue {
       Staging::write(staging, bar, acc[1], ones, token_ptr, p.f + col0, 2 * p.f);
     }
     const int tok = static_cast<int>(2 * (threadIdx.x % 4));
+    const int32_t stat_rows = clip_stat_rows(p, t);
     with_swiglu_flavour(p, [&](auto clamped, auto stats) {
       constexpr bool kClamped = decltype(clamped)::value, kStats = decltype(stats)::value;
 #pragma unroll
@@ -162,7 +163,7 @@ struct SwapABSwigluEpilogue {
         for (int i = 0; i < 4; ++i) {
           const int c = Staging::first_token(t) + 8 * j + tok + (i % 2);
           acc[0][4 * j + i] =
-              swiglu_element<kClamped, kStats>(acc[0][4 * j + i], acc[1][4 * j + i], p, c < t.num_rows, counts);
+              swiglu_element<kClamped, kStats>(acc[0][4 * j + i], acc[1][4 * j + i], p, c < stat_rows, counts);
         }
       }
     });

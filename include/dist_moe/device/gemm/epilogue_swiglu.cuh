@@ -50,6 +50,11 @@ DMOE_DEVICE float swiglu_element(float gate_acc, float up_acc, const EpiloguePar
   return activation::swiglu_plain(g, u);
 }
 
+// The rows of tile t's expert that the clip statistics count (EpilogueParams::clip_rows).
+DMOE_DEVICE int32_t clip_stat_rows(const EpilogueParams& p, const WorkTile& t) {
+  return p.clip_stats != nullptr && p.clip_rows != nullptr ? p.clip_rows[t.expert] : t.num_rows;
+}
+
 // Calls f(clamped, stats) with both as std::bool_constant: the flavour is decided once per block
 // rather than branched on for each of a thread's 64 outputs (docs/perf.md G35).
 template <class F>
@@ -124,8 +129,9 @@ struct SwigluEpilogue {
 
     // z in place of the gate registers.
     const int frag_row = row0 + static_cast<int>((threadIdx.x / 32) % 4) * 16 + static_cast<int>(threadIdx.x % 32) / 4;
-    const bool lo_valid = frag_row < t.num_rows;
-    const bool hi_valid = frag_row + 8 < t.num_rows;
+    const int32_t stat_rows = clip_stat_rows(p, t);
+    const bool lo_valid = frag_row < stat_rows;
+    const bool hi_valid = frag_row + 8 < stat_rows;
     with_swiglu_flavour(p, [&](auto clamped, auto stats) {
       constexpr bool kClamped = decltype(clamped)::value, kStats = decltype(stats)::value;
 #pragma unroll

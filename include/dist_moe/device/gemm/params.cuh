@@ -116,6 +116,9 @@ struct EpilogueParams {
   float limit = 7.0f;               // clamped only
   float* clip_stats = nullptr;      // FP32 [3] counters (accumulated), or nullptr
   float clip_limit = 7.0f;          // strict threshold of the clip statistics
+  // [e_local] rows per expert the statistics count (the real rows when the counts include
+  // block-scaled padding), or nullptr: every row of the expert's count.
+  const int32_t* clip_rows = nullptr;
 };
 
 // Per-thread clip counters, summed per CTA at the end of the kernel.
