@@ -96,12 +96,8 @@ struct Fp8BlockwiseSwapABScales {
     for (int q = 0; q < kTokens; ++q) s.x[q] = __ldg(x_scales + kb * x_ld + x_off[q]);
     return s;
   }
-  DMOE_DEVICE static float w(const Stage& s, int b, int /*j*/) { return sel(s.w[b]); }
-  DMOE_DEVICE static float x(const Stage& s, int q, int /*j*/) { return sel(s.x[q]); }
-  DMOE_DEVICE static float sel(float v) {
-    const uint32_t b = __float_as_uint(v);
-    return b == 0xFFFFFFFFu ? __uint_as_float(0x7FC00000u) : v;
-  }
+  DMOE_DEVICE static float w(const Stage& s, int b, int /*j*/) { return s.w[b]; }
+  DMOE_DEVICE static float x(const Stage& s, int q, int /*j*/) { return s.x[q]; }
 };
 
 template <class Config, template <int, int> class ScalesOf>
