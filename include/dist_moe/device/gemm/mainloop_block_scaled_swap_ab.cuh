@@ -32,7 +32,8 @@
 namespace dist_moe::gemm {
 
 // Scale policies: constructed per tile from the thread's weight rows (one per m64 block) and token
-// rows (eight), clamped to the tensors; load(kb) reads stage kb's scales, w / x give step j's.
+// rows (eight), clamped to the tensors; load(kb) reads stage kb's scales, products(s, j, f) gives
+// step j's (weight scale x token scale) per m64 block and token column.
 template <int kBlocks, int kTokens>
 struct Mxfp8SwapABScales {
   struct Stage {
@@ -60,12 +61,31 @@ struct Mxfp8SwapABScales {
     for (int q = 0; q < kTokens; ++q) s.x[q] = __ldg(reinterpret_cast<const uint32_t*>(x_codes + x_off[q] + 4 * kb));
     return s;
   }
-  DMOE_DEVICE static float w(const Stage& s, int b, int j) { return code(s.w[b], j); }
-  DMOE_DEVICE static float x(const Stage& s, int q, int j) { return code(s.x[q], j); }
-  // numeric::e8m0_to_float without its branches (selects instead: four folds per stage decode 40
-  // codes, and branching on each made the kernel issue-bound, at half the copy rate; s21 r2).
-  DMOE_DEVICE static float code(uint32_t word, int j) {
-    const uint32_t byte = (word >> (8 * j)) & 0xFFu;
+  // Step j's scale products. Codes in [64, 190] (every block of ordinary data: 2^-63 .. 2^63) add
+  // in the exponent: 2^(w-127) * 2^(x-127) is the FP32 with biased exponent w + x - 127 in [1, 253],
+  // exactly the product of the decoded scales. Any other code (0xFF NaN blocks, 0, extremes) takes
+  // the decoded product.
+  DMOE_DEVICE static void products(const Stage& s, int j, float (&f)[kBlocks][kTokens]) {
+    uint32_t wb[kBlocks], xb[kTokens], outside = 0;
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b) wb[b] = (s.w[b] >> (8 * j)) & 0xFFu, outside |= (wb[b] - 64u) > 126u;
+#pragma unroll
+    for (int q = 0; q < kTokens; ++q) xb[q] = (s.x[q] >> (8 * j)) & 0xFFu, outside |= (xb[q] - 64u) > 126u;
+    if (outside == 0) {
+#pragma unroll
+      for (int b = 0; b < kBlocks; ++b)
+#pragma unroll
+        for (int q = 0; q < kTokens; ++q) f[b][q] = __uint_as_float((wb[b] + xb[q] - 127u) << 23);
+    } else {
+#pragma unroll
+      for (int b = 0; b < kBlocks; ++b)
+#pragma unroll
+        for (int q = 0; q < kTokens; ++q) f[b][q] = decode(wb[b]) * decode(xb[q]);
+    }
+  }
+  // numeric::e8m0_to_float without its branches (selects instead: branching on each of a stage's
+  // 40 codes made the kernel issue-bound, at half the copy rate; perf_history G49).
+  DMOE_DEVICE static float decode(uint32_t byte) {
     uint32_t bits = byte << 23;
     bits = byte == 0u ? 0x00400000u : bits;                       // 2^-127, a subnormal
     bits = byte == numeric::kE8M0NaN ? 0x7FC00000u : bits;        // NaN
@@ -102,8 +122,13 @@ struct Fp8BlockwiseSwapABScales {
     for (int q = 0; q < kTokens; ++q) s.x[q] = __ldg(x_scales + kb * x_ld + x_off[q]);
     return s;
   }
-  DMOE_DEVICE static float w(const Stage& s, int b, int /*j*/) { return s.w[b]; }
-  DMOE_DEVICE static float x(const Stage& s, int q, int /*j*/) { return s.x[q]; }
+  // Step j's scale products: the stage's, whatever the step.
+  DMOE_DEVICE static void products(const Stage& s, int /*j*/, float (&f)[kBlocks][kTokens]) {
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b)
+#pragma unroll
+      for (int q = 0; q < kTokens; ++q) f[b][q] = s.w[b] * s.x[q];
+  }
 };
 
 template <class Config, template <int, int> class ScalesOf>
@@ -224,17 +249,14 @@ struct Sm90BlockScaledSwapABMainloop : Sm90Mainloop<Config> {
   template <int kPending>
   DMOE_DEVICE static void fold_step(float (&acc)[kMmaPerWg][kAccPerMma], float (&scratch)[kMmaPerWg][kAccPerMma],
                                     const Stage& s, int j) {
-    float x[kTokenScales];
-#pragma unroll
-    for (int q = 0; q < kTokenScales; ++q) x[q] = Scales::x(s, q, j);
+    float f[kMmaPerWg][kTokenScales];  // (weight scale x token scale) of step j, before the wait
+    Scales::products(s, j, f);
     ptx::wgmma_wait<kPending>();
 #pragma unroll
     for (int b = 0; b < kMmaPerWg; ++b) {
       ptx::wgmma_fence_operands(scratch[b]);
-      const float w = Scales::w(s, b, j);
 #pragma unroll
-      for (int i = 0; i < kAccPerMma; ++i)
-        acc[b][i] = fmaf(scratch[b][i], w * x[2 * (i / 4) + i % 2], acc[b][i]);
+      for (int i = 0; i < kAccPerMma; ++i) acc[b][i] = fmaf(scratch[b][i], f[b][2 * (i / 4) + i % 2], acc[b][i]);
     }
   }
 
