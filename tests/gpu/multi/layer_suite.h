@@ -1,17 +1,22 @@
-// What the layer suites (test_pipeline_multi.cu: BF16; test_mxfp8_pipeline_multi.cu: MXFP8) share:
-// the per-rank log line, a rank's results (output, input / score / weight gradients) read back from
-// the device, bitwise equality of two results, the planner's slot state, and the driver (arguments,
-// device, communicator, one line per case, the closing line and exit code).
+// What the layer suites (test_pipeline_multi.cu: BF16; test_mxfp8_pipeline_multi.cu: MXFP8;
+// test_fp8_blockwise_pipeline_multi.cu: FP8-blockwise inference) share: the per-rank log line, a
+// rank's results (output, input / score / weight gradients) read back from the device, bitwise
+// equality of two results, the planner's slot state, the block-scaled suites' weights prepared on
+// the GPU, comparison helpers and trap call, and the driver (arguments, device, communicator, one
+// line per case, the cases with their own flow, the closing line and exit code).
 #pragma once
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +25,7 @@
 #include "dist_moe/config.h"
 #include "dist_moe/context.h"
 #include "dist_moe/memory_plan.h"
+#include "dist_moe/prepare_weight.h"
 #include "dist_moe/routed_experts.h"
 #include "reference/oracle.h"
 #include "testing/device_buffer.h"
@@ -156,6 +162,69 @@ inline std::vector<int64_t> planner_snapshot(const Context& ctx) {
   return h;
 }
 
+// The largest relL2 of one token's output row against the reference's (an aggregate over many tokens
+// could hide one wrong row).
+inline double worst_token_rel_l2(const TensorF& got, const TensorF& want) {
+  const int64_t T = want.shape[0], D = want.shape[1];
+  double worst = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    double d2 = 0, e2 = 0;
+    for (int64_t i = t * D; i < (t + 1) * D; ++i) {
+      const double d = double(got.data[i]) - double(want.data[i]);
+      d2 += d * d;
+      e2 += double(want.data[i]) * double(want.data[i]);
+    }
+    if (e2 > 0) worst = std::max(worst, std::sqrt(d2 / e2));
+  }
+  return worst;
+}
+
+// A tolerance's relL2 and cosine bounds only (block-scaled suites: element-wise bounds do not hold
+// where an E4M3 rounding lands one step apart).
+inline reference::Tolerance aggregate(const reference::Tolerance& t) {
+  constexpr double kAny = 1e300;  // finite: compare() tests d <= atol + rtol * |e|, and inf * 0 is NaN
+  return {kAny, kAny, t.max_rel_l2, t.min_cosine};
+}
+
+// One expert weight [L, N, K] prepared on the GPU (prepare_block_scaled_weight) in `format`, for
+// inference or training (with the transposed copy DGRAD reads).
+struct PreparedOnGpu {
+  Dev<uint8_t> fprop_data, fprop_scale, dgrad_data, dgrad_scale;
+  PreparedExpertWeight w;
+  PreparedOnGpu(const TensorF& weight, BlockScaledFormat format, bool inference, int64_t L, int64_t N, int64_t K,
+                cudaStream_t stream) {
+    w.spec = prepared_weight_spec(format, inference, L, N, K);
+    const Dev<uint16_t> src(bf16_bits(weight));
+    fprop_data = Dev<uint8_t>(w.spec.fprop_data.bytes());
+    fprop_scale = Dev<uint8_t>(w.spec.fprop_scale.bytes());
+    w.buffers.fprop_data = fprop_data.get();
+    w.buffers.fprop_scale = fprop_scale.get();
+    if (w.spec.dgrad_data.present) {
+      dgrad_data = Dev<uint8_t>(w.spec.dgrad_data.bytes());
+      dgrad_scale = Dev<uint8_t>(w.spec.dgrad_scale.bytes());
+      w.buffers.dgrad_data = dgrad_data.get();
+      w.buffers.dgrad_scale = dgrad_scale.get();
+    }
+    prepare_block_scaled_weight(src.get(), w.spec, w.buffers, stream);
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+};
+
+// The trap scenarios' call: every route of `in` set to expert id `id` (device ids32, T * K of them),
+// validate_expert_ids on, one inference call that must end in the diagnostic (logged around it).
+inline void call_expecting_trap(Context& ctx, RoutedExpertsInputs in, Dev<int32_t>& ids32, int64_t routes, int32_t id,
+                                void* out, const std::string& scenario, cudaStream_t stream) {
+  ids32.upload(std::vector<int32_t>(routes, id));
+  in.id_dtype = DType::kInt32;
+  in.topk_ids_TK = ids32.get();
+  ExecutionOptions o;
+  o.validate_expert_ids = true;
+  LOG("EXPECTED_TRAP scenario %s", scenario.c_str());
+  routed_experts_inference(ctx, in, out, o, stream);
+  DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  LOG("UNEXPECTED: scenario %s finished without a trap", scenario.c_str());
+}
+
 // One rank of a suite run: its communicator and stream, the arguments (--filter NAME: only cases
 // whose name contains it; --case NAME: a scenario expected to trap) and the case counters.
 struct Suite {
@@ -171,6 +240,20 @@ struct Suite {
     ++run;
     failed += !ok;
     LOG("%s case %s%s", ok ? "PASS" : "FAIL", name.c_str(), detail.c_str());
+  }
+  // The cases with their own flow, in order: fn(nccl, rank, world, stream, &why) for each wanted
+  // name; `before` runs first (the suite resets its margins), `detail` ends the case's line.
+  using Special = bool (*)(ncclComm_t, int, int, cudaStream_t, std::string*);
+  void run_specials(std::initializer_list<std::pair<const char*, Special>> specials,
+                    const std::function<void()>& before = [] {},
+                    const std::function<std::string()>& detail = [] { return std::string(); }) {
+    for (const auto& [name, fn] : specials) {
+      if (!wants(name)) continue;
+      before();
+      std::string why;
+      const bool ok = fn(nccl, rank, world, stream, &why);
+      report(name, ok, detail() + why);
+    }
   }
 };
 

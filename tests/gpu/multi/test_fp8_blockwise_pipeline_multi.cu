@@ -25,7 +25,6 @@
 
 #include "dist_moe/check.h"
 #include "dist_moe/context.h"
-#include "dist_moe/prepare_weight.h"
 #include "dist_moe/routed_experts.h"
 #include "layer_suite.h"
 #include "reference/oracle.h"
@@ -107,43 +106,19 @@ Config config_of(const Case& c, int world) {
 
 void sync(cudaStream_t stream) { DMOE_CUDA_CHECK(cudaStreamSynchronize(stream)); }
 
-// One expert weight [L, N, K] prepared on the GPU in 128x128 blocks (`inference`: without the
-// transposed copy DGRAD reads).
-struct Prepared {
-  Dev<uint8_t> fprop_data, fprop_scale, dgrad_data, dgrad_scale;
-  PreparedExpertWeight w;
-  Prepared(const TensorF& weight, int64_t L, int64_t N, int64_t K, bool inference, cudaStream_t stream,
-           BlockScaledFormat format = BlockScaledFormat::kFP8Blockwise) {
-    w.spec = prepared_weight_spec(format, inference, L, N, K);
-    const Dev<uint16_t> src(bf16_bits(weight));
-    fprop_data = Dev<uint8_t>(w.spec.fprop_data.bytes());
-    fprop_scale = Dev<uint8_t>(w.spec.fprop_scale.bytes());
-    w.buffers.fprop_data = fprop_data.get();
-    w.buffers.fprop_scale = fprop_scale.get();
-    if (w.spec.dgrad_data.present) {
-      dgrad_data = Dev<uint8_t>(w.spec.dgrad_data.bytes());
-      dgrad_scale = Dev<uint8_t>(w.spec.dgrad_scale.bytes());
-      w.buffers.dgrad_data = dgrad_data.get();
-      w.buffers.dgrad_scale = dgrad_scale.get();
-    }
-    prepare_block_scaled_weight(src.get(), w.spec, w.buffers, stream);
-    sync(stream);
-  }
-};
-
 struct Inputs {
   Dev<uint16_t> x, scores16;
   Dev<float> scores32;
   Dev<int32_t> ids32;
   Dev<int64_t> ids64;
-  Prepared w13, w2;
+  PreparedOnGpu w13, w2;  // 128x128 blocks (`inference`: without the transposed copy DGRAD reads)
   RoutedExpertsInputs in;
   Inputs(const Case& c, const reference::Problem& p, int rank, cudaStream_t stream, bool inference_weights = true,
          BlockScaledFormat format = BlockScaledFormat::kFP8Blockwise)
       : x(bf16_bits(p.x_TD[rank])), scores16(bf16_bits(p.scores_TK[rank])), scores32(p.scores_TK[rank].data),
         ids32(p.ids_TK[rank]), ids64(std::vector<int64_t>(p.ids_TK[rank].begin(), p.ids_TK[rank].end())),
-        w13(p.local_w13(rank), p.num_local_experts(), 2 * c.F, c.D, inference_weights, stream, format),
-        w2(p.local_w2(rank), p.num_local_experts(), c.D, c.F, inference_weights, stream, format) {
+        w13(p.local_w13(rank), format, inference_weights, p.num_local_experts(), 2 * c.F, c.D, stream),
+        w2(p.local_w2(rank), format, inference_weights, p.num_local_experts(), c.D, c.F, stream) {
     in.x_TD = x.get();
     in.num_tokens = c.T;
     in.topk_ids_TK = c.int64_ids ? static_cast<const void*>(ids64.get()) : ids32.get();
@@ -196,25 +171,6 @@ Margins g_margins;
 //     rarely moves. Measured 3.4e-3 .. 5.5e-3 (session 21) against 1.8e-3 .. 3.8e-3 for MXFP8.
 const reference::Tolerance kFwdExact{2e-2, 2e-2, 5e-3, 0.999};
 const reference::Tolerance kFwd{2e-2, 2e-2, 1e-2, 0.999};
-reference::Tolerance aggregate(const reference::Tolerance& t) {
-  constexpr double kAny = 1e300;
-  return {kAny, kAny, t.max_rel_l2, t.min_cosine};
-}
-
-double worst_token_rel_l2(const TensorF& got, const TensorF& want) {
-  const int64_t T = want.shape[0], D = want.shape[1];
-  double worst = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    double d2 = 0, e2 = 0;
-    for (int64_t i = t * D; i < (t + 1) * D; ++i) {
-      const double d = double(got.data[i]) - double(want.data[i]);
-      d2 += d * d;
-      e2 += double(want.data[i]) * double(want.data[i]);
-    }
-    if (e2 > 0) worst = std::max(worst, std::sqrt(d2 / e2));
-  }
-  return worst;
-}
 
 // Against the BF16 reference the statistics need enough tokens (the MXFP8 suite's rule).
 bool judged_against_bf16(const Case& c) { return c.T >= 32; }
@@ -407,17 +363,8 @@ int run_scenario(ncclComm_t nccl, int rank, int world, const std::string& scenar
   auto ctx = Context::create(cfg, nccl, options);
   Inputs inp(c, pr.p, rank, stream);
   Outputs out(c, ctx->local_experts());
-  std::vector<int32_t> ids(c.T * c.K, scenario == "bad_id" ? static_cast<int32_t>(c.E) : 0);
-  inp.ids32.upload(ids);
-  RoutedExpertsInputs in = inp.in;
-  in.id_dtype = DType::kInt32;
-  in.topk_ids_TK = inp.ids32.get();
-  ExecutionOptions o;
-  o.validate_expert_ids = true;
-  LOG("EXPECTED_TRAP scenario %s", scenario.c_str());
-  routed_experts_inference(*ctx, in, out.out.get(), o, stream);
-  DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  LOG("UNEXPECTED: scenario %s finished without a trap", scenario.c_str());
+  call_expecting_trap(*ctx, inp.in, inp.ids32, c.T * c.K, scenario == "bad_id" ? static_cast<int32_t>(c.E) : 0,
+                      out.out.get(), scenario, stream);
   return 0;
 }
 
@@ -437,20 +384,11 @@ int main(int argc, char** argv) {
       ctx->close();
       s.report(c.name, ok, g_margins.line() + why);
     }
-    using Special = bool (*)(ncclComm_t, int, int, cudaStream_t, std::string*);
-    const std::pair<const char*, Special> specials[] = {
-        {"graph", case_graph},
-        {"varying_t", case_varying_t},
-        {"preparations", case_preparations},
-        {"validation", case_validation},
-    };
-    for (const auto& [name, fn] : specials) {
-      if (!s.wants(name)) continue;
-      g_margins = {};
-      std::string why;
-      const bool ok = fn(s.nccl, s.rank, s.world, s.stream, &why);
-      s.report(name, ok, g_margins.line() + why);
-    }
+    s.run_specials({{"graph", case_graph},
+                    {"varying_t", case_varying_t},
+                    {"preparations", case_preparations},
+                    {"validation", case_validation}},
+                   [] { g_margins = {}; }, [] { return g_margins.line(); });
     return 0;
   });
 }

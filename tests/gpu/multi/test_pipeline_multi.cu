@@ -521,23 +521,14 @@ int main(int argc, char** argv) {
       }
       s.report(c.name, ok, why);
     }
-    using Special = bool (*)(ncclComm_t, int, int, cudaStream_t, std::string*);
-    const std::pair<const char*, Special> specials[] = {
-        {"graph", case_graph},
-        {"inference_and_no_grad", case_inference_and_no_grad},
-        {"accumulate", case_accumulate},
-        {"varying_t", case_varying_t},
-        {"selected_slot", case_selected_slot},
-        {"checkpoint", case_checkpoint},
-        {"route_io", case_route_io},
-        {"saved_state_legacy_stream", case_saved_state_legacy_stream},
-    };
-    for (const auto& [name, fn] : specials) {
-      if (!s.wants(name)) continue;
-      std::string why;
-      const bool ok = fn(s.nccl, s.rank, s.world, s.stream, &why);
-      s.report(name, ok, why);
-    }
+    s.run_specials({{"graph", case_graph},
+                    {"inference_and_no_grad", case_inference_and_no_grad},
+                    {"accumulate", case_accumulate},
+                    {"varying_t", case_varying_t},
+                    {"selected_slot", case_selected_slot},
+                    {"checkpoint", case_checkpoint},
+                    {"route_io", case_route_io},
+                    {"saved_state_legacy_stream", case_saved_state_legacy_stream}});
     return 0;
   });
 }
