@@ -54,8 +54,9 @@ stage_gemm() {
     if build_targets gemm dist_moe_gemm dist_moe_gpu_tests bench_grouped_gemm; then
       if $py scripts/gemm_ptxas_report.py "$WORK/build_gemm.log" > "$report" 2>&1; then result[ptxas]=PASS; else result[ptxas]=FAIL; fi
       # Known and measured: the block-scaled swap-AB decode mainloop (mainloop_block_scaled_swap_ab.cuh)
-      # draws C7514/C7517 (a copy of one scratch set at the loop entry) and still streams the weights
-      # at 90-93% of the copy rate (FP8 blockwise, perf_history G49); every other C75xx fails the step.
+      # with FP32 scales draws C7514/C7517 (a copy of one scratch set at the loop entry) and still
+      # streams the weights at 97% of the copy rate (s21 r4, perf_history G49); every other C75xx
+      # fails the step.
       local known="Sm90BlockScaledSwapABMainloop"
       if grep "C75[0-9][0-9]" "$WORK/build_gemm.log" | grep -vq "$known"; then
         { echo "ptxas performance warnings (C75xx):"; grep "C75[0-9][0-9]" "$WORK/build_gemm.log" | grep -v "$known" | sort -u | head -20; } >> "$report"

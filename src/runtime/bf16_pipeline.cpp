@@ -219,24 +219,32 @@ size_t SavedState::storage_bytes(const Context& ctx) {
 
 SavedState::~SavedState() { delete buffers_; }
 
+namespace {
+// The context's format's forward (FP8 blockwise: inference contexts only, so never `saved`).
+void forward_of_format(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,
+                       const ExecutionOptions& options, cudaStream_t stream) {
+  if (c.config.block_scaled && c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise)
+    runtime::fp8_blockwise_forward(c, in, out_TD, options, stream);
+  else if (c.config.block_scaled)
+    runtime::mxfp8_forward(c, in, out_TD, saved, options, stream);
+  else
+    forward_impl(c, in, out_TD, saved, options, stream);
+}
+}  // namespace
+
 void routed_experts_forward(Context& ctx, const RoutedExpertsInputs& in, void* out_TD, SavedState* saved,
                             const ExecutionOptions& options, cudaStream_t stream) {
   Context::Impl& c = context_impl(ctx);
   if (c.config.inference && saved)
     throw Error(ErrorCode::kRuntime, "inference contexts do not support autograd (no SavedState)");
-  if (c.config.block_scaled && c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise)
-    runtime::fp8_blockwise_forward(c, in, out_TD, options, stream);  // inference contexts only
-  else if (c.config.block_scaled)
-    runtime::mxfp8_forward(c, in, out_TD, saved ? &saved->buffers() : nullptr, options, stream);
-  else
-    forward_impl(c, in, out_TD, saved ? &saved->buffers() : nullptr, options, stream);
+  forward_of_format(c, in, out_TD, saved ? &saved->buffers() : nullptr, options, stream);
 }
 
 void routed_experts_backward(Context& ctx, const RoutedExpertsInputs& in, const SavedState& saved,
                              const void* grad_out_TD, const RoutedExpertsGradients& grads,
                              const ExecutionOptions& options, cudaStream_t stream) {
   Context::Impl& c = context_impl(ctx);
-  // Before the format's weight checks (an FP8-blockwise context is an inference context).
+  // Before any format's checks (an FP8-blockwise context is an inference context).
   if (c.config.inference) throw Error(ErrorCode::kRuntime, "inference contexts do not support autograd");
   if (c.config.block_scaled)
     runtime::mxfp8_backward(c, in, saved.buffers(), grad_out_TD, grads, options, stream);
@@ -246,13 +254,7 @@ void routed_experts_backward(Context& ctx, const RoutedExpertsInputs& in, const 
 
 void routed_experts_inference(Context& ctx, const RoutedExpertsInputs& in, void* out_TD,
                               const ExecutionOptions& options, cudaStream_t stream) {
-  Context::Impl& c = context_impl(ctx);
-  if (c.config.block_scaled && c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise)
-    runtime::fp8_blockwise_forward(c, in, out_TD, options, stream);
-  else if (c.config.block_scaled)
-    runtime::mxfp8_forward(c, in, out_TD, nullptr, options, stream);
-  else
-    forward_impl(c, in, out_TD, nullptr, options, stream);
+  forward_of_format(context_impl(ctx), in, out_TD, nullptr, options, stream);
 }
 
 }  // namespace dist_moe

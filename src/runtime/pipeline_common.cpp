@@ -194,7 +194,6 @@ void forward_reduce(Context::Impl& c, const RoutedExpertsInputs& in, void* out_T
 
 DType check_backward(const Context::Impl& c, const SavedState::Buffers& s, const void* grad_out_TD,
                      const RoutedExpertsGradients& g, const ExecutionOptions& o) {
-  if (c.config.inference) throw Error(ErrorCode::kRuntime, "inference contexts do not support autograd");
   if (!s.used) throw Error(ErrorCode::kRuntime, "backward needs the SavedState of a training forward");
   const bool route_grads = o.grad_expert_output_TKD != nullptr;  // the caller differentiated its reduction
   DMOE_CHECK_ARG(g.grad_x_TD && g.grad_w13 && g.grad_w2 && (route_grads || (grad_out_TD && g.grad_scores_TK)),

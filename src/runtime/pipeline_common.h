@@ -55,7 +55,8 @@ ForwardHead forward_head(Context::Impl& c, const RoutedExpertsInputs& in, SavedS
 void forward_reduce(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,
                     const ExecutionOptions& o, const ForwardHead& head, cudaStream_t stream);
 
-// The backward's argument checks; returns the WGRAD dtype of the call.
+// The backward's argument checks (an inference context is rejected before, by
+// routed_experts_backward); returns the WGRAD dtype of the call.
 DType check_backward(const Context::Impl& c, const SavedState::Buffers& s, const void* grad_out_TD,
                      const RoutedExpertsGradients& g, const ExecutionOptions& o);
 
