@@ -162,6 +162,42 @@ inline std::vector<int64_t> planner_snapshot(const Context& ctx) {
   return h;
 }
 
+// One rank's token operands of a Case (x, int32 and int64 ids, FP32 and BF16 scores) on the device;
+// point() sets the RoutedExpertsInputs fields that read them, in the Case's dtypes.
+struct TokenInputs {
+  Dev<uint16_t> x, scores16;
+  Dev<float> scores32;
+  Dev<int32_t> ids32;
+  Dev<int64_t> ids64;
+  TokenInputs(const reference::Problem& p, int rank)
+      : x(bf16_bits(p.x_TD[rank])), scores16(bf16_bits(p.scores_TK[rank])), scores32(p.scores_TK[rank].data),
+        ids32(p.ids_TK[rank]), ids64(std::vector<int64_t>(p.ids_TK[rank].begin(), p.ids_TK[rank].end())) {}
+  template <class Case>
+  void point(const Case& c, RoutedExpertsInputs& in) const {
+    in.x_TD = x.get();
+    in.num_tokens = c.T;
+    in.topk_ids_TK = c.int64_ids ? static_cast<const void*>(ids64.get()) : ids32.get();
+    in.id_dtype = c.int64_ids ? DType::kInt64 : DType::kInt32;
+    in.topk_scores_TK = c.bf16_scores ? static_cast<const void*>(scores16.get()) : scores32.get();
+    in.score_dtype = c.bf16_scores ? DType::kBFloat16 : DType::kFloat32;
+  }
+};
+
+// The suites' execution options for a Case: ids validated; the fused RMSNorm postprocess (eps 1e-6,
+// not bitwise) for rmsnorm cases.
+template <class Case>
+ExecutionOptions suite_options(const Case& c) {
+  ExecutionOptions o;
+  o.validate_expert_ids = true;
+  if (c.rmsnorm) {
+    RMSNormPostprocess r;
+    r.eps = 1e-6;
+    r.require_bitwise = false;
+    o.experts_output_postprocess = r;
+  }
+  return o;
+}
+
 // The largest relL2 of one token's output row against the reference's (an aggregate over many tokens
 // could hide one wrong row).
 inline double worst_token_rel_l2(const TensorF& got, const TensorF& want) {

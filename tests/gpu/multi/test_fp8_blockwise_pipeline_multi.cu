@@ -106,45 +106,23 @@ Config config_of(const Case& c, int world) {
 
 void sync(cudaStream_t stream) { DMOE_CUDA_CHECK(cudaStreamSynchronize(stream)); }
 
-struct Inputs {
-  Dev<uint16_t> x, scores16;
-  Dev<float> scores32;
-  Dev<int32_t> ids32;
-  Dev<int64_t> ids64;
+struct Inputs : TokenInputs {
   PreparedOnGpu w13, w2;  // 128x128 blocks (`inference`: without the transposed copy DGRAD reads)
   RoutedExpertsInputs in;
   Inputs(const Case& c, const reference::Problem& p, int rank, cudaStream_t stream, bool inference_weights = true,
          BlockScaledFormat format = BlockScaledFormat::kFP8Blockwise)
-      : x(bf16_bits(p.x_TD[rank])), scores16(bf16_bits(p.scores_TK[rank])), scores32(p.scores_TK[rank].data),
-        ids32(p.ids_TK[rank]), ids64(std::vector<int64_t>(p.ids_TK[rank].begin(), p.ids_TK[rank].end())),
+      : TokenInputs(p, rank),
         w13(p.local_w13(rank), format, inference_weights, p.num_local_experts(), 2 * c.F, c.D, stream),
         w2(p.local_w2(rank), format, inference_weights, p.num_local_experts(), c.D, c.F, stream) {
-    in.x_TD = x.get();
-    in.num_tokens = c.T;
-    in.topk_ids_TK = c.int64_ids ? static_cast<const void*>(ids64.get()) : ids32.get();
-    in.id_dtype = c.int64_ids ? DType::kInt64 : DType::kInt32;
-    in.topk_scores_TK = c.bf16_scores ? static_cast<const void*>(scores16.get()) : scores32.get();
-    in.score_dtype = c.bf16_scores ? DType::kBFloat16 : DType::kFloat32;
+    point(c, in);
     in.w13_prepared = &w13.w;
     in.w2_prepared = &w2.w;
   }
 };
 
-ExecutionOptions options_of(const Case& c) {
-  ExecutionOptions o;
-  o.validate_expert_ids = true;
-  if (c.rmsnorm) {
-    RMSNormPostprocess r;
-    r.eps = 1e-6;
-    r.require_bitwise = false;
-    o.experts_output_postprocess = r;
-  }
-  return o;
-}
-
 TensorF run_layer(Context& ctx, const Case& c, const RoutedExpertsInputs& in, cudaStream_t stream) {
   Outputs o(c, ctx.local_experts());
-  routed_experts_inference(ctx, in, o.out.get(), options_of(c), stream);
+  routed_experts_inference(ctx, in, o.out.get(), suite_options(c), stream);
   sync(stream);
   return o.read(c, ctx.local_experts()).out;
 }
@@ -234,7 +212,7 @@ bool case_graph(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   DMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  routed_experts_inference(*ctx, inp.in, graphed.out.get(), options_of(c), stream);
+  routed_experts_inference(*ctx, inp.in, graphed.out.get(), suite_options(c), stream);
   DMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   DMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   bool ok = check_out(c, pr, want, rank, why);
@@ -281,7 +259,7 @@ bool case_preparations(ncclComm_t nccl, int rank, int world, cudaStream_t stream
   bool ok = check_out(c, pr, a, rank, why);
   if (!reference::bitwise_equal(a, b)) ok = false, *why += " training-prepared weights give other bits;";
   Outputs o(c, ctx->local_experts());
-  ExecutionOptions opts = options_of(c);
+  ExecutionOptions opts = suite_options(c);
   Dev<float> stats(3);
   opts.swiglu_clip_stats_out_3 = stats.get();
   opts.swiglu_clip_limit = 1.0;
@@ -332,16 +310,16 @@ bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
   RoutedExpertsInputs bare = inp.in;
   bare.w13_prepared = nullptr;
   expect_error("unprepared", "need prepared weights", [&] {
-    routed_experts_inference(*ctx, bare, out.out.get(), options_of(c), stream);
+    routed_experts_inference(*ctx, bare, out.out.get(), suite_options(c), stream);
   });
   RoutedExpertsInputs swapped = inp.in;
   swapped.w13_prepared = inp.in.w2_prepared;
   expect_error("shape", "must be prepared from a [", [&] {
-    routed_experts_inference(*ctx, swapped, out.out.get(), options_of(c), stream);
+    routed_experts_inference(*ctx, swapped, out.out.get(), suite_options(c), stream);
   });
   Inputs mx(c, pr.p, rank, stream, false, BlockScaledFormat::kMXFP8_E4M3);
   expect_error("format", "was prepared for mxfp8_e4m3, the context runs fp8_blockwise", [&] {
-    routed_experts_inference(*ctx, mx.in, out.out.get(), options_of(c), stream);
+    routed_experts_inference(*ctx, mx.in, out.out.get(), suite_options(c), stream);
   });
   ctx->close();
   return ok;

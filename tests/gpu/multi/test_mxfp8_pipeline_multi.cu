@@ -85,43 +85,21 @@ Config config_of(const Case& c, int world, bool full_slot) {
 
 void sync(cudaStream_t stream) { DMOE_CUDA_CHECK(cudaStreamSynchronize(stream)); }
 
-struct Inputs {
-  Dev<uint16_t> x, gout, scores16;
-  Dev<float> scores32;
-  Dev<int32_t> ids32;
-  Dev<int64_t> ids64;
+struct Inputs : TokenInputs {
+  Dev<uint16_t> gout;
   PreparedOnGpu w13, w2;  // 32x32 tiles (`inference_weights`: 1x32 rows)
   RoutedExpertsInputs in;
   Inputs(const Case& c, const reference::Problem& p, const TensorF& grad_out, int rank, cudaStream_t stream,
          bool inference_weights = false)
-      : x(bf16_bits(p.x_TD[rank])), gout(bf16_bits(grad_out)), scores16(bf16_bits(p.scores_TK[rank])),
-        scores32(p.scores_TK[rank].data), ids32(p.ids_TK[rank]),
-        ids64(std::vector<int64_t>(p.ids_TK[rank].begin(), p.ids_TK[rank].end())),
+      : TokenInputs(p, rank), gout(bf16_bits(grad_out)),
         w13(p.local_w13(rank), BlockScaledFormat::kMXFP8_E4M3, inference_weights, p.num_local_experts(), 2 * c.F, c.D,
             stream),
         w2(p.local_w2(rank), BlockScaledFormat::kMXFP8_E4M3, inference_weights, p.num_local_experts(), c.D, c.F, stream) {
-    in.x_TD = x.get();
-    in.num_tokens = c.T;
-    in.topk_ids_TK = c.int64_ids ? static_cast<const void*>(ids64.get()) : ids32.get();
-    in.id_dtype = c.int64_ids ? DType::kInt64 : DType::kInt32;
-    in.topk_scores_TK = c.bf16_scores ? static_cast<const void*>(scores16.get()) : scores32.get();
-    in.score_dtype = c.bf16_scores ? DType::kBFloat16 : DType::kFloat32;
+    point(c, in);
     in.w13_prepared = &w13.w;
     in.w2_prepared = &w2.w;
   }
 };
-
-ExecutionOptions options_of(const Case& c) {
-  ExecutionOptions o;
-  o.validate_expert_ids = true;
-  if (c.rmsnorm) {
-    RMSNormPostprocess r;
-    r.eps = 1e-6;
-    r.require_bitwise = false;
-    o.experts_output_postprocess = r;
-  }
-  return o;
-}
 
 Result run_layer(ncclComm_t nccl, const Case& c, const Problem& pr, int rank, int world, bool full_slot,
                  cudaStream_t stream) {
@@ -129,7 +107,7 @@ Result run_layer(ncclComm_t nccl, const Case& c, const Problem& pr, int rank, in
   const int64_t L = ctx->local_experts();
   Inputs inp(c, pr.p, pr.grad_out[rank], rank, stream);
   Outputs o(c, L);
-  const ExecutionOptions opts = options_of(c);
+  const ExecutionOptions opts = suite_options(c);
   SavedState st(*ctx);
   routed_experts_forward(*ctx, inp.in, o.out.get(), &st, opts, stream);
   routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), o.g, opts, stream);
@@ -269,7 +247,7 @@ bool case_rmsnorm_routes(ncclComm_t nccl, int rank, int world, cudaStream_t stre
     const int64_t L = ctx->local_experts();
     Inputs inp(c, pr.p, pr.grad_out[rank], rank, stream);
     Outputs out(c, L);
-    ExecutionOptions o = options_of(c);
+    ExecutionOptions o = suite_options(c);
     Dev<uint16_t> routes_out(c.T * c.K * c.D);
     o.grad_expert_output_out_TKD = routes_out.get();
     SavedState st(*ctx);
@@ -309,7 +287,7 @@ bool case_graph(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::
   Inputs inp(c, pr.p, pr.grad_out[rank], rank, stream);
   Outputs eager(c, L), graphed(c, L);
   SavedState st(*ctx);
-  const ExecutionOptions o = options_of(c);
+  const ExecutionOptions o = suite_options(c);
   const auto before = planner_snapshot(*ctx);
   routed_experts_forward(*ctx, inp.in, eager.out.get(), &st, o, stream);
   routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), eager.g, o, stream);
@@ -342,7 +320,7 @@ bool case_inference_and_no_grad(ncclComm_t nccl, int rank, int world, cudaStream
   Case c{"inference"};
   c.seed = 11;
   const Problem pr = make_problem(c, world);
-  const ExecutionOptions o = options_of(c);
+  const ExecutionOptions o = suite_options(c);
   const Result trained = run_layer(nccl, c, pr, rank, world, false, stream);
   bool ok = true;
   Config inf = config_of(c, world, false);
@@ -396,7 +374,7 @@ bool case_accumulate(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
     const int64_t L = ctx->local_experts();
     Inputs inp(c, pr.p, pr.grad_out[rank], rank, stream);
     Outputs out(c, L);
-    const ExecutionOptions o = options_of(c);
+    const ExecutionOptions o = suite_options(c);
     SavedState st(*ctx);
     routed_experts_forward(*ctx, inp.in, out.out.get(), &st, o, stream);
     routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), out.g, o, stream);
@@ -433,7 +411,7 @@ bool case_varying_t(ncclComm_t nccl, int rank, int world, cudaStream_t stream, s
     Inputs inp(c, pr.p, pr.grad_out[rank], rank, stream);
     Outputs out(c, L);
     SavedState st(*ctx);
-    const ExecutionOptions o = options_of(c);
+    const ExecutionOptions o = suite_options(c);
     routed_experts_forward(*ctx, inp.in, out.out.get(), &st, o, stream);
     routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), out.g, o, stream);
     sync(stream);
@@ -474,12 +452,12 @@ bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
   RoutedExpertsInputs bare = inp.in;
   bare.w13_prepared = nullptr;
   expect_error("unprepared", "need prepared weights", [&] {
-    routed_experts_forward(*ctx, bare, out.out.get(), nullptr, options_of(c), stream);
+    routed_experts_forward(*ctx, bare, out.out.get(), nullptr, suite_options(c), stream);
   });
   RoutedExpertsInputs swapped = inp.in;
   swapped.w13_prepared = inp.in.w2_prepared;
   expect_error("shape", "must be prepared from a [", [&] {
-    routed_experts_forward(*ctx, swapped, out.out.get(), nullptr, options_of(c), stream);
+    routed_experts_forward(*ctx, swapped, out.out.get(), nullptr, suite_options(c), stream);
   });
   ctx->close();
   return ok;

@@ -72,23 +72,14 @@ Config config_of(const Case& c, int world, bool full_slot) {
 }
 
 // Device copies of one rank's inputs.
-struct Inputs {
-  Dev<uint16_t> x, w13, w2, gout, scores16;
-  Dev<float> scores32;
-  Dev<int32_t> ids32;
-  Dev<int64_t> ids64;
+struct Inputs : TokenInputs {
+  Dev<uint16_t> w13, w2, gout;
   RoutedExpertsInputs in;
   Inputs(const Case& c, const reference::Problem& p, const TensorF& grad_out, int rank)
-      : x(bf16_bits(p.x_TD[rank])), w13(bf16_bits(p.local_w13(rank))), w2(bf16_bits(p.local_w2(rank))),
-        gout(bf16_bits(grad_out)), scores16(bf16_bits(p.scores_TK[rank])), scores32(p.scores_TK[rank].data),
-        ids32(p.ids_TK[rank]), ids64(std::vector<int64_t>(p.ids_TK[rank].begin(), p.ids_TK[rank].end())) {
+      : TokenInputs(p, rank), w13(bf16_bits(p.local_w13(rank))), w2(bf16_bits(p.local_w2(rank))),
+        gout(bf16_bits(grad_out)) {
     const int64_t L = p.num_local_experts();
-    in.x_TD = x.get();
-    in.num_tokens = c.T;
-    in.topk_ids_TK = c.int64_ids ? static_cast<const void*>(ids64.get()) : ids32.get();
-    in.id_dtype = c.int64_ids ? DType::kInt64 : DType::kInt32;
-    in.topk_scores_TK = c.bf16_scores ? static_cast<const void*>(scores16.get()) : scores32.get();
-    in.score_dtype = c.bf16_scores ? DType::kBFloat16 : DType::kFloat32;
+    point(c, in);
     in.w13 = w13.get();
     in.w13_shape = {L, 2 * c.F, c.D};
     in.w2 = w2.get();
@@ -102,14 +93,7 @@ Result run_layer(ncclComm_t nccl, const Case& c, const Problem& pr, int rank, in
   const int64_t L = ctx->local_experts();
   Inputs inp(c, pr.p, pr.grad_out[rank], rank);
   Outputs o(c, L);
-  ExecutionOptions opts;
-  opts.validate_expert_ids = true;
-  if (c.rmsnorm) {
-    RMSNormPostprocess r;
-    r.eps = 1e-6;
-    r.require_bitwise = false;
-    opts.experts_output_postprocess = r;
-  }
+  const ExecutionOptions opts = suite_options(c);
   SavedState st(*ctx);
   routed_experts_forward(*ctx, inp.in, o.out.get(), &st, opts, stream);
   routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), o.g, opts, stream);
