@@ -9,7 +9,7 @@
 //                             rows; both orientations' scales are staged for the region and written
 //                             at its end. Gathered x: a tile's rows come through the row-pointer
 //                             table (one pointer per row per tile, shuffled to the row's threads);
-//                             compact columns (MXFP8): their own instantiation
+//                             compact columns (both formats): their own instantiation
 // Memory-bound: the prediction and the measurements are in docs/perf_history.md (G37, G38).
 #include <type_traits>
 
@@ -63,7 +63,7 @@ void launch_rows(const Bf16Matrix& x, const QuantizedOut<typename F::Scale>& out
   DMOE_CHECK_ARG(x.cols % F::kBlock == 0, name, ": cols=", x.cols, " must be a multiple of ", F::kBlock);
   DMOE_CHECK_ARG(x.row_ptrs == nullptr, name, ": gathered rows (row_ptrs) are not supported (rows+cols only)");
   DMOE_CHECK_ARG(!out.compact && out.q_offset == nullptr, name,
-                 ": compact outputs (compact, q_offset) are for MXFP8 columns only");
+                 ": compact outputs (compact, q_offset) are for the rows+columns quantizers' columns only");
   DMOE_CHECK_ARG(x.row_stride % kVec == 0 && out.q_row_stride % 8 == 0, name,
                  ": row strides must keep 16-byte (input) and 8-byte (output) alignment");
   const int64_t vecs = x.rows * (x.cols / kVec);
@@ -122,8 +122,8 @@ constexpr int kRowsColsStages = 2;
 constexpr int kRowsColsCtasPerSm = 3;
 constexpr size_t kRowsColsRingBytes = sizeof(Bf16Tile) * kRowsColsStages;
 
-// kCompactCols: `cols` is a compact column bundle (MXFP8), in an instantiation of its own: the
-// strided kernel keeps its stores' addresses in constant-bank parameters, with no register to spare.
+// kCompactCols: `cols` is a compact column bundle (MXFP8 or FP8 blockwise), in an instantiation
+// of its own: the strided kernel keeps its stores' addresses in constant-bank parameters, with no register to spare.
 template <class F, bool kCompactCols>
 __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
     quantize_rows_cols_kernel(Bf16Matrix x, RowGroups groups, QuantizedOut<typename F::Scale> rows,
@@ -333,10 +333,15 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
                      rows.scale_row_stride, rows.scale_block_stride);
   if (cols.present()) {
     if constexpr (kCompactCols) {  // [C, R / 32] after the data
-      static_assert(sizeof(Scale) == 1, "compact columns: MXFP8's byte scales");
-      cols.scales = cols.q + compact_offset + mxfp8_compact_columns_scales_offset(x.cols, compact_ld);
-      cols.scale_row_stride = compact_ld / F::kBlock;
-      cols.scale_block_stride = 1;
+      // MXFP8: E8M0 [C, R / 32]; FP8 blockwise: FP32 [R / 128, C] (the WGRAD GEMM's layout). Both
+      // start at align128(C * R).
+      static_assert(numeric::mxfp8_compact_columns_scales_offset(1000, 128) ==
+                    numeric::fp8_blockwise_compact_columns_scales_offset(1000, 128));
+      cols.scales = reinterpret_cast<Scale*>(cols.q + compact_offset +
+                                             mxfp8_compact_columns_scales_offset(x.cols, compact_ld));
+      const bool byte_scales = sizeof(Scale) == 1;
+      cols.scale_row_stride = byte_scales ? compact_ld / F::kBlock : 1;
+      cols.scale_block_stride = byte_scales ? 1 : x.cols;
     }
     store_scale_grid(col_scale, ld_col, static_cast<int>(features), static_cast<int>(tokens / F::kBlock),
                      cols.scales + c_first * cols.scale_row_stride + (m_first / F::kBlock) * cols.scale_block_stride,
@@ -375,15 +380,12 @@ void launch_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Quanti
   DMOE_CHECK_ARG(!rows.compact && rows.q_offset == nullptr, name,
                  ": the row output cannot be compact (compact, q_offset are for the column output)");
   DMOE_CHECK_ARG(cols.compact || cols.q_offset == nullptr, name, ": q_offset is set but compact is not");
-  DMOE_CHECK_ARG(!cols.compact || F::kBlock == numeric::kMXBlock, name,
-                 ": compact columns are MXFP8's layout only");
   DMOE_CHECK_ARG(!cols.present() || cols.compact || cols.q_row_stride % 16 == 0, name, ": the transposed row stride ",
                  cols.q_row_stride, " must be a multiple of 16 bytes");
   DMOE_CHECK_ARG(!cols.compact || reinterpret_cast<uintptr_t>(cols.q) % 16 == 0, name,
                  ": compact columns need q 16-byte aligned");
   if (x.rows == 0 || (!rows.present() && !cols.present())) return;
-  if constexpr (std::is_same_v<F, Mxfp8Format>)
-    if (cols.compact) return launch_rows_cols_kernel<F, true>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
+  if (cols.compact) return launch_rows_cols_kernel<F, true>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
   launch_rows_cols_kernel<F, false>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
 }
 

@@ -1026,6 +1026,101 @@ TEST(QuantizeMxfp8GatheredCompact, RowsAndCompactColumnsOfGatheredRowsInOneCall)
   }
 }
 
+// FP8 blockwise's compact bundle, as check_compact_columns (offset 384 into a sentinel buffer,
+// against the strided columns of the same input: q [D, R], then the FP32 scales [R / 128, D] at the
+// 128-byte boundary, every other byte its sentinel, the rows output unchanged), then expanded back
+// (fp8_blockwise_expand_columns) into poisoned strided columns: tokens < R and scale rows < R / 128
+// equal the strided call's, the rest untouched.
+void check_fp8_blockwise_compact_columns(const std::vector<int32_t>& counts, int64_t D, int64_t spare, uint64_t seed,
+                                         bool gathered, int log2_rt = -1, int log2_rf = -1) {
+  const GatheredInput in = make_gathered_input(counts, 128, D, spare, seed);
+  const int64_t cap = in.cap, R = in.g.offsets.back(), nb = cap / 128;
+  SCOPED_TRACE("D=" + std::to_string(D) + " capacity=" + std::to_string(cap) + " R=" + std::to_string(R) +
+               (gathered ? " gathered" : ""));
+  DeviceBuffer<int32_t> dcounts(in.g.counts), doffsets(in.g.offsets);
+  const quant::RowGroups groups = in.groups(dcounts, doffsets);
+  auto quantize = [&](const quant::Bf16Matrix& x, const quant::Fp8BlockwiseOut& rows,
+                      const quant::Fp8BlockwiseOut& cols) {
+    if (log2_rt < 0) quant::fp8_blockwise_quantize_rows_cols(x, groups, rows, cols, nullptr);
+    else quant::fp8_blockwise_quantize_rows_cols_in_regions(x, groups, rows, cols, log2_rt, log2_rf, nullptr);
+    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  };
+  DeviceBuffer<uint8_t> dq(cap * D), dqt(D * cap);
+  DeviceBuffer<float> ds(D / 128 * cap), dst(nb * D);
+  dq.poison(kPoison);
+  dqt.poison(kPoison);
+  ds.poison(kPoison);
+  dst.poison(kPoison);
+  quantize(in.x(), {dq.get(), D, ds.get(), 1, cap}, {dqt.get(), cap, dst.get(), 1, D});
+  const int64_t offset = 384, bundle = nm::fp8_blockwise_compact_columns_bytes(D, R);
+  const int64_t scales_at = offset + nm::fp8_blockwise_compact_columns_scales_offset(D, R);
+  EXPECT_EQ(bundle, quant::mxfp8_compact_columns_bytes(D, R)) << "the planner sizes both formats' bundles alike";
+  DeviceBuffer<uint8_t> dbuf(offset + bundle + 256), dq2(cap * D);
+  DeviceBuffer<float> ds2(D / 128 * cap);
+  dbuf.poison(kPoison);
+  dq2.poison(kPoison);
+  ds2.poison(kPoison);
+  DeviceBuffer<int64_t> doffset(std::vector<int64_t>{offset});
+  quant::Fp8BlockwiseOut compact_out;
+  compact_out.q = dbuf.get();
+  compact_out.compact = true;
+  compact_out.q_offset = doffset.get();
+  quantize(gathered ? in.gathered() : in.x(), {dq2.get(), D, ds2.get(), 1, cap}, compact_out);
+
+  const auto qt = dqt.download();
+  const auto st = dst.download();
+  const auto buf = dbuf.download();
+  std::vector<uint8_t> want(buf.size(), kPoison);
+  for (int64_t d = 0; d < D; ++d)
+    for (int64_t m = 0; m < R; ++m) want[offset + d * R + m] = qt[d * cap + m];
+  std::memcpy(&want[scales_at], st.data(), R / 128 * D * sizeof(float));
+  const int64_t at = first_difference(buf, want);
+  EXPECT_EQ(at, -1) << "compact bundle byte " << at - offset << " (data: [0, " << D * R << "), scales: from "
+                    << scales_at - offset << ", bundle " << bundle << " bytes)";
+  EXPECT_EQ(first_difference(dq2.download(), dq.download()), -1) << "row data beside compact columns";
+  EXPECT_EQ(first_difference(ds2.download(), ds.download()), -1) << "row scales beside compact columns";
+  if (::testing::Test::HasFailure()) return;
+
+  const int64_t ld = cap + 16;
+  DeviceBuffer<uint8_t> eq(D * ld);
+  DeviceBuffer<float> es(nb * D);
+  eq.poison(kPoison);
+  es.poison(kPoison);
+  quant::Fp8BlockwiseIn compact_in;
+  compact_in.q = dbuf.get();
+  compact_in.compact = true;
+  compact_in.q_offset = doffset.get();
+  quant::fp8_blockwise_expand_columns(compact_in, groups, D, cap, {eq.get(), ld, es.get(), 1, D}, nullptr);
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> want_q(D * ld, kPoison);
+  for (int64_t d = 0; d < D; ++d)
+    for (int64_t m = 0; m < R; ++m) want_q[d * ld + m] = qt[d * cap + m];
+  std::vector<float> want_s(nb * D);
+  std::memset(want_s.data(), kPoison, want_s.size() * sizeof(float));
+  std::memcpy(want_s.data(), st.data(), R / 128 * D * sizeof(float));
+  EXPECT_EQ(first_difference(eq.download(), want_q), -1) << "expanded data";
+  EXPECT_EQ(first_difference(es.download(), want_s), -1) << "expanded scales";
+}
+
+// Ragged and empty experts, spare capacity, one 128-row group, R = 0, 200 groups; every region shape.
+TEST(QuantizeFp8BlockwiseCompact, ColumnsEqualTheStridedColumnsAndExpandBack) {
+  DMOE_REQUIRE_SM90();
+  check_fp8_blockwise_compact_columns({37, 0, 200, 1, 100}, 256, 128, 501, false);
+  check_fp8_blockwise_compact_columns({300, 5, 0, 129}, 1152, 256, 502, true);
+  check_fp8_blockwise_compact_columns({1}, 128, 0, 503, false);
+  check_fp8_blockwise_compact_columns({0, 0, 0}, 128, 128, 504, true);
+  std::vector<int32_t> many(200);
+  for (size_t g = 0; g < many.size(); ++g) many[g] = static_cast<int32_t>(g * 7 % 41);
+  check_fp8_blockwise_compact_columns(many, 128, 128, 505, true);
+  for (int lt = 0; lt <= 3; ++lt)
+    for (int lf = 0; lt + lf <= 3; ++lf) {
+      SCOPED_TRACE("region 2^" + std::to_string(lt) + " x 2^" + std::to_string(lf));
+      check_fp8_blockwise_compact_columns({37, 0, 300, 1, 100, 129}, 1152, 128, 511 + lt * 4 + lf, lt % 2 == 1, lt,
+                                          lf);
+      if (HasFailure()) return;
+    }
+}
+
 // Where gathered rows and compact bundles are not supported, the launchers say so (host checks,
 // before any device work: no GPU needed).
 void expect_invalid(const std::function<void()>& f, const std::string& fragment) {
@@ -1063,8 +1158,14 @@ TEST(QuantizeMxfp8Compact, UnsupportedOperandsAreArgumentErrors) {
                  "mxfp8_quantize_rows_cols: q_offset is set but compact is not");
   quant::Fp8BlockwiseOut fp8_compact{p};
   fp8_compact.compact = true;
-  expect_invalid([&] { quant::fp8_blockwise_quantize_rows_cols(x, groups, {}, fp8_compact, nullptr); },
-                 "fp8_blockwise_quantize_rows_cols: compact columns are MXFP8's layout only");
+  expect_invalid([&] { quant::fp8_blockwise_quantize_rows_cols(x, groups, fp8_compact, {}, nullptr); },
+                 "fp8_blockwise_quantize_rows_cols: the row output cannot be compact");
+  quant::Fp8BlockwiseIn fp8_in{p};
+  fp8_in.compact = true;
+  expect_invalid([&] { quant::fp8_blockwise_expand_columns(fp8_in, groups, 256, 128, {p, 128, nullptr, 1, 256}, nullptr); },
+                 "fp8_blockwise_expand_columns: the output is the strided columns");
+  expect_invalid([&] { quant::fp8_blockwise_expand_columns(fp8_in, groups, 256, 128, {p, 128, reinterpret_cast<float*>(p), 2, 1}, nullptr); },
+                 "fp8_blockwise_expand_columns: the output scales must be");
   quant::Mxfp8In in_offset_only{p, 128, p, 4, 1};
   in_offset_only.q_offset = q_offset;
   expect_invalid([&] { quant::mxfp8_dequantize_columns(in_offset_only, groups, {p, 128, 256, 256}, nullptr); },

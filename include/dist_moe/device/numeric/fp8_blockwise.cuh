@@ -36,6 +36,19 @@ constexpr float kFP8BlockwiseAmaxFloor = 448.0f * 1.1754943508222875e-38f;  // 4
 DMOE_HOST_DEVICE constexpr int64_t fp8_blockwise_packed_row_bytes(int64_t c) { return c + c / kFP8BlockwiseBlock * 4; }
 DMOE_HOST_DEVICE constexpr int64_t fp8_blockwise_packed_row_scales_offset(int64_t c) { return c; }
 
+// The compact FP8-blockwise column bundle (the WGRAD operand a training layer saves) of C features
+// over R tokens, R a multiple of 128 (each expert's rows padded to 128): E4M3 [C, R] (tokens
+// contiguous, row stride R), then the FP32 scales [R / 128, C] (token-block-major, the WGRAD GEMM's
+// scale layout) at the next 128-byte boundary. Its C * R / 32 scale bytes make it exactly as large
+// as MXFP8's compact bundle (mxfp8_compact_columns_bytes), so the activation planner sizes both
+// with one formula. docs/formats.md "GPU layouts".
+DMOE_HOST_DEVICE constexpr int64_t fp8_blockwise_compact_columns_scales_offset(int64_t c, int64_t r) {
+  return (c * r + 127) / 128 * 128;
+}
+DMOE_HOST_DEVICE constexpr int64_t fp8_blockwise_compact_columns_bytes(int64_t c, int64_t r) {
+  return fp8_blockwise_compact_columns_scales_offset(c, r) + (r / kFP8BlockwiseBlock * c * 4 + 127) / 128 * 128;
+}
+
 namespace detail {
 // |amax| with the floor applied; NaN for a non-finite amax, 0 for an all-zero block.
 DMOE_HOST_DEVICE float fp8_blockwise_amax(float amax) {
