@@ -8,7 +8,7 @@
 #   tests       dist_moe_gpu_tests                                                   gpu_tests.log
 #   pipeline    the pipeline suite, the two-layer example on every GPU, trap tests   pipeline.log
 #   mxfp8       the MXFP8 staged layer suite on every GPU                            mxfp8.log
-#   fp8bw       the FP8-blockwise inference layer suite on every GPU                 fp8bw.log
+#   fp8bw       the FP8-blockwise inference and training layer suites on every GPU   fp8bw.log, fp8bw_train.log
 #   quant       bench_quantize and the Quantize* GPU tests, where built              quant.log
 #   bench       `dist-moe bench`: $DMOE_BENCH_SHAPES train, dsv3_decode infer        bench.log
 #   torch       tests/torch, tests/python, the examples (the package `install` put in place, else

@@ -59,7 +59,7 @@ const Command kCommands[] = {
      "  --shape dsv3_prefill|qwen3_30b|mixtral|dsv3_decode   (default dsv3_prefill)\n"
      "  --mode train|infer     (default train)\n"
      "  --format bf16|mxfp8|fp8_blockwise   the layer's format (default bf16); a block-scaled one\n"
-     "                         also times our BF16 layer (fp8_blockwise: --mode infer only)\n"
+     "                         also times our BF16 layer\n"
      "  --gpus N               ranks (default: every GPU)\n"
      "  --iters N              calls per measurement (default 20)\n"
      "  --slot-factor F        activation slot factor (default: a slot that never recomputes)\n"

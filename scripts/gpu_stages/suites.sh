@@ -27,25 +27,33 @@ stage_pipeline() {
   return $fail
 }
 
-# A block-scaled layer suite on every GPU, then its one-GPU trap tests: <stage> <suite target> <label>.
+# A block-scaled layer suite on every GPU, then its one-GPU trap tests (ctest -R <traps>_trap; none
+# when <traps> is empty): <stage> <suite target> <label> <traps>.
 run_block_scaled_suite() {
-  local stage=$1 target=$2 label=$3 rc fail=0
+  local stage=$1 target=$2 label=$3 traps=$4 rc fail=0
   build_targets "$stage" dmoe_launch "$target" || return 1
   x timeout 900 "$BUILD/dmoe_launch" -n "$NGPU" --timeout 800 -- "$BUILD/tests/$target" > "$OUT/$stage.log" 2>&1
   rc=$?; [ $rc = 0 ] || fail=1
   say "$label pipeline tests (rc=$rc): $(grep -E 'ALL PASS|FAILED:|ERROR' "$OUT/$stage.log" | head -4 | tr '\n' ' ')"
   grep -E "FAIL case" "$OUT/$stage.log" | head -10 | tee -a "$SUMMARY"
-  x timeout 300 ctest --test-dir "$BUILD" -R "${label}_trap" --output-on-failure >> "$OUT/$stage.log" 2>&1
+  [ -n "$traps" ] || return $fail
+  x timeout 300 ctest --test-dir "$BUILD" -R "${traps}_trap" --output-on-failure >> "$OUT/$stage.log" 2>&1
   rc=$?; [ $rc = 0 ] || fail=1
   say "$label trap tests (rc=$rc): $(grep -E 'tests passed|tests failed' "$OUT/$stage.log" | tail -1)"
   return $fail
 }
 
 # The MXFP8 staged layer suite (dist_moe_mxfp8_pipeline_tests).
-stage_mxfp8() { run_block_scaled_suite mxfp8 dist_moe_mxfp8_pipeline_tests mxfp8; }
+stage_mxfp8() { run_block_scaled_suite mxfp8 dist_moe_mxfp8_pipeline_tests mxfp8 mxfp8; }
 
-# The FP8-blockwise inference layer suite (dist_moe_fp8_blockwise_pipeline_tests).
-stage_fp8bw() { run_block_scaled_suite fp8bw dist_moe_fp8_blockwise_pipeline_tests fp8_blockwise; }
+# The FP8-blockwise layer suites: inference (dist_moe_fp8_blockwise_pipeline_tests, fp8bw.log) and
+# training (dist_moe_fp8_blockwise_training_tests, fp8bw_train.log).
+stage_fp8bw() {
+  local fail=0
+  run_block_scaled_suite fp8bw dist_moe_fp8_blockwise_pipeline_tests fp8_blockwise fp8_blockwise || fail=1
+  run_block_scaled_suite fp8bw_train dist_moe_fp8_blockwise_training_tests "fp8_blockwise training" "" || fail=1
+  return $fail
+}
 
 # A hook for the quantization kernels: runs what is built, says what is not.
 stage_quant() {

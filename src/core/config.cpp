@@ -270,12 +270,8 @@ void validate_block_scaled_execution(const Config& config, int64_t ep_size) {
   const BlockScaledConfig& bs = *config.block_scaled;
   if (bs.format == BlockScaledFormat::kNVFP4)
     detail::fail(ErrorCode::kInvalidValue, "block-scaled format ", to_string(bs.format),
-                 " has no Hopper execution yet (MXFP8 staged and FP8-blockwise inference are built); its weights can "
+                 " has no Hopper execution yet (MXFP8 staged and FP8 blockwise are built); its weights can "
                  "be prepared with prepare_block_scaled_weight");
-  if (bs.format == BlockScaledFormat::kFP8Blockwise && !config.inference)
-    detail::fail(ErrorCode::kInvalidValue, "block-scaled format fp8_blockwise has no Hopper training execution yet "
-                 "(inference is built: Config.inference=True); its weights can be prepared with "
-                 "prepare_block_scaled_weight");
   if (bs.pipeline != BlockScaledPipeline::kStaged)
     detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' has no Hopper execution yet; use "
                  "pipeline='staged'");

@@ -220,11 +220,15 @@ size_t SavedState::storage_bytes(const Context& ctx) {
 SavedState::~SavedState() { delete buffers_; }
 
 namespace {
-// The context's format's forward (FP8 blockwise: inference contexts only, so never `saved`).
+bool fp8_blockwise(const Context::Impl& c) {
+  return c.config.block_scaled && c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise;
+}
+
+// The context's format's forward.
 void forward_of_format(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,
                        const ExecutionOptions& options, cudaStream_t stream) {
-  if (c.config.block_scaled && c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise)
-    runtime::fp8_blockwise_forward(c, in, out_TD, options, stream);
+  if (fp8_blockwise(c))
+    runtime::fp8_blockwise_forward(c, in, out_TD, saved, options, stream);
   else if (c.config.block_scaled)
     runtime::mxfp8_forward(c, in, out_TD, saved, options, stream);
   else
@@ -244,9 +248,11 @@ void routed_experts_backward(Context& ctx, const RoutedExpertsInputs& in, const 
                              const void* grad_out_TD, const RoutedExpertsGradients& grads,
                              const ExecutionOptions& options, cudaStream_t stream) {
   Context::Impl& c = context_impl(ctx);
-  // Before any format's checks (an FP8-blockwise context is an inference context).
+  // Before any format's checks.
   if (c.config.inference) throw Error(ErrorCode::kRuntime, "inference contexts do not support autograd");
-  if (c.config.block_scaled)
+  if (fp8_blockwise(c))
+    runtime::fp8_blockwise_backward(c, in, saved.buffers(), grad_out_TD, grads, options, stream);
+  else if (c.config.block_scaled)
     runtime::mxfp8_backward(c, in, saved.buffers(), grad_out_TD, grads, options, stream);
   else
     backward_impl(c, in, saved.buffers(), grad_out_TD, grads, options, stream);

@@ -9,6 +9,7 @@
 #include "core/env_knobs.h"
 #include "dist_moe/check.h"
 #include "comm/ep_kernels.h"
+#include "dist_moe/device/numeric/fp8_blockwise.cuh"
 #include "kernels/planner.h"
 #include "runtime/context_impl.h"
 #include "runtime/fp8_blockwise_pipeline.h"
@@ -70,14 +71,17 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
   if (s.bottom < floor)
     detail::fail(ErrorCode::kInternal, "MXFP8 scratch layout needs ", c.geometry.buffer_bytes - s.bottom,
                  " bytes, the plan gives ", c.geometry.buffer_bytes - floor);
-  if (c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise) {  // its row bundles share the row region
-    const int64_t need =
-        std::max(runtime::fp8_blockwise_row_bundle_bytes(cap, D), runtime::fp8_blockwise_row_bundle_bytes(cap, F));
+  if (c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise) {
+    // Its row bundles share the row region, and so (training) do the saved column bundles expanded
+    // for the WGRADs (row region dead by then: fp8_blockwise_pipeline.cpp).
+    int64_t need = std::max(runtime::fp8_blockwise_row_bundle_bytes(cap, D), runtime::fp8_blockwise_row_bundle_bytes(cap, F));
+    if (!c.config.inference)
+      need = std::max({need, runtime::fp8_blockwise_row_bundle_bytes(cap, 2 * F),
+                       numeric::fp8_blockwise_compact_columns_bytes(std::max(D, F), cap)});
     if (need > s.h1 - s.row)
       detail::fail(ErrorCode::kInternal, "FP8-blockwise row bundle needs ", need, " bytes, the scratch row region has ",
                    s.h1 - s.row);
-  }
-  if (!c.config.inference) {
+  } else if (!c.config.inference) {
     const int64_t w2_views = s.row + planner::align128(cap * D * 2) + planner::align128(cap * F * 2);
     const int64_t w13_views = s.row + planner::align128(cap * 2 * F * 2) + planner::align128(cap * D * 2);
     if (w2_views > s.w2_views_end || w13_views > s.w13_views_end)
@@ -111,12 +115,12 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
   c->comm = std::move(comm);
 
   // Symmetric windows and routing tables (collective).
-  // Block-scaled layouts pad every local expert to whole 32-row column blocks (the WGRAD operands'
-  // MXFP8 blocks run along tokens and restart at each expert). Upstream pads to 128
-  // (kBlockScaledRowMultiple, its tile height), and the plan's capacity keeps that bound; the Hopper
-  // kernels need only 32, which computes the same blocks on fewer padding rows (at qwen3_30b about
-  // 6% padding instead of 25%).
-  const int row_alignment = config.block_scaled ? runtime::kBlockScaledRoutingRows : 1;
+  // Block-scaled layouts pad every local expert to whole column blocks (the WGRAD operands' blocks
+  // run along tokens and restart at each expert). Upstream pads to 128 (kBlockScaledRowMultiple, its
+  // tile height), and the plan's capacity keeps that bound; MXFP8's Hopper kernels need only 32,
+  // which computes the same blocks on fewer padding rows (at qwen3_30b about 6% padding instead of
+  // 25%); FP8-blockwise training needs 128 (its token blocks).
+  const int row_alignment = runtime::routing_row_alignment(config);
   comm::EpConfig ep = comm::EpConfig::from(config, c->plan, row_alignment, /*validate_expert_ids=*/false);
   c->ep = std::make_unique<comm::EpGroup>(*c->comm, ep);
   c->rows_window = c->comm->alloc_window(static_cast<size_t>(c->world) * sizeof(int32_t));

@@ -16,10 +16,17 @@
 
 namespace dist_moe::runtime {
 
-// Block-scaled layouts pad every local expert to whole 32-row column blocks (the WGRAD operands'
-// MXFP8 blocks run along tokens and restart at each expert); the plan's capacity keeps upstream's
-// 128-row bound (memory_plan.h kBlockScaledRowMultiple). context.cpp says more.
+// Rows routing pads every local expert to. Block-scaled layouts pad to whole column blocks (the
+// WGRAD operands' blocks run along tokens and restart at each expert): 32 for MXFP8 (and for every
+// inference layer, which has no columns: 32 keeps the row quantizers' groups whole), 128 for
+// FP8-blockwise training (1x128 blocks along tokens). The plan's capacity keeps upstream's 128-row
+// bound (memory_plan.h kBlockScaledRowMultiple) for all of them. context.cpp says more.
 inline constexpr int kBlockScaledRoutingRows = 32;
+inline int routing_row_alignment(const Config& config) {
+  if (!config.block_scaled) return 1;
+  const bool fp8_columns = config.block_scaled->format == BlockScaledFormat::kFP8Blockwise && !config.inference;
+  return fp8_columns ? 128 : kBlockScaledRoutingRows;
+}
 
 // One device allocation of small int64/int32 arrays, carved in 128-byte aligned pieces.
 class DeviceArena {

@@ -1,20 +1,31 @@
-// The FP8-blockwise inference pipeline, per rank:
+// The FP8-blockwise staged pipeline, per rank (docs/block_scaled_layer.md has the plan):
 //
-//   [validate ids] quantize x at the source into packed rows [D E4M3 | D/128 FP32] of this rank's
-//   dispatch window -> publish (ids only) -> route (rows padded to 32 per local expert) -> [EP
-//   barrier] -> gather the routed packed rows into the row bundle -> W13 FPROP + SwiGLU (BF16 h2) ->
-//   quantize h2 rows -> W2 FPROP scattering BF16 h3 route rows into the owners' combine windows ->
-//   EP barrier + top-k reduction (or RMSNorm)
+// Forward:  [validate ids] publish -> route (rows padded to 128 per local expert in training, 32 in
+//   inference) -> [rows exchange + EP barrier] -> plan -> [save x] -> quantize x rows + columns,
+//   reading the rows from the peers' dispatch windows (inference: x quantized at the source into
+//   packed rows [D E4M3 | D/128 FP32] of this rank's dispatch window before the publish, which then
+//   moves only the ids; the expert side gathers the packed rows into the row bundle) -> W13 FPROP +
+//   SwiGLU (BF16 h1, h2) -> quantize h2 rows + columns -> W2 FPROP scattering BF16 h3 route rows into
+//   the owners' combine windows -> EP barrier + top-k reduction (or RMSNorm) -> [save h3]
+// Backward: the MXFP8 pipeline's sequence (recompute block, top-k backward, grad_h3 and dxy
+//   quantized into rows + columns, W2 / W13 DGRAD on the weights' transposed copies, W13 DGRAD
+//   scattering grad_x routes), with FP8-blockwise WGRADs on the column bundles themselves: the
+//   products of the 1x128-along-tokens blocks, accumulated in FP32.
 //
-// The row bundle [cap, C] E4M3 with its FP32 scales k-block-major [C/128, ld] (the layout the FP8
-// GEMMs read; ld = cap rounded up to 4) lives in the static scratch's row region, BF16 h2 in the h1
-// region (planner::Mxfp8Scratch's inference layout: its row region, sized for MXFP8's 4x-reserved
-// scale bytes, holds this bundle too; checked when the context is built).
+// Operands: the row bundle [cap, C] E4M3 with its FP32 scales k-block-major [C/128, ld] (ld = cap
+// rounded up to 4) lives in the static scratch's row region, one at a time. Column bundles: x's and
+// h2's (the saved state) are compact (numeric::fp8_blockwise_compact_columns_bytes: MXFP8's size,
+// so planner::Mxfp8Scratch and the MXFP8 planner place them) wherever the planner put them;
+// grad_h3's and dxy's are strided [C, cap] + [cap/128, C] at their scratch homes. The WGRAD's TMA
+// maps take a host row stride, so the saved compact bundles are expanded into the dead row region
+// before their WGRAD (fp8_blockwise_expand_columns; perf_history G50).
 #include "runtime/fp8_blockwise_pipeline.h"
 
 #include "dist_moe/check.h"
 #include "dist_moe/grouped_gemm.h"
+#include "kernels/pipeline_glue.h"
 #include "kernels/planner.h"
+#include "kernels/swiglu.h"
 #include "quant/quantize.h"
 #include "runtime/layer_gemms.h"
 #include "runtime/pipeline_common.h"
@@ -26,6 +37,8 @@ using planner::align128;
 
 int64_t scale_ld(int64_t cap) { return (cap + 3) / 4 * 4; }
 
+// ---- operands -----------------------------------------------------------------------------------
+
 // The row bundle of a [cap, C] operand: E4M3 rows, then the k-block-major FP32 scale grid.
 quant::Fp8BlockwiseOut row_bundle(const Context::Impl& c, int64_t C) {
   const int64_t cap = c.capacity_rows();
@@ -33,12 +46,107 @@ quant::Fp8BlockwiseOut row_bundle(const Context::Impl& c, int64_t C) {
   return {q, C, reinterpret_cast<float*>(q + align128(cap * C)), 1, scale_ld(cap)};
 }
 
+// Strided columns of C features at a scratch offset: E4M3 [C, cap], then FP32 [cap/128, C] (the
+// WGRAD's operand layout; the same bytes as a compact bundle of cap rows).
+quant::Fp8BlockwiseOut strided_columns(const Context::Impl& c, int64_t offset, int64_t C) {
+  const int64_t cap = c.capacity_rows();
+  uint8_t* q = at(c, offset);
+  return {q, cap, reinterpret_cast<float*>(q + align128(C * cap)), 1, C};
+}
+
+// A compact column bundle at a device address (the planner's slot or scratch home).
+quant::Fp8BlockwiseOut compact_columns(common::DeviceAddress a) {
+  quant::Fp8BlockwiseOut o;
+  o.q = static_cast<uint8_t*>(a.base);
+  o.compact = true;
+  o.q_offset = a.offset;
+  return o;
+}
+
+// Rows quantized from expert-major BF16 rows; columns too when `cols` is present.
+void quantize(const quant::Bf16Matrix& x, const quant::RowGroups& groups, const quant::Fp8BlockwiseOut& rows,
+              const quant::Fp8BlockwiseOut& cols, cudaStream_t stream) {
+  quant::fp8_blockwise_quantize_rows_cols(x, groups, rows, cols, stream);
+}
+
 // A layer GEMM's operands made FP8 blockwise: the row bundle A against a prepared weight's FPROP
-// fields.
-void use_fp8_blockwise_operands(GroupedGemmCommon& g, const quant::Fp8BlockwiseOut& a, const void* b_scales) {
+// fields, or (DGRAD) its transposed copy with the DGRAD scales.
+void use_row_operands(GroupedGemmCommon& g, const quant::Fp8BlockwiseOut& a, const void* b_scales,
+                      bool transposed_weight) {
   g.a_format = kFp8BlockwiseRows;
-  g.b_format = kFp8BlockwiseWeight;
+  g.b_format = transposed_weight ? kFp8BlockwiseWeightT : kFp8BlockwiseWeight;
   g.scales = OperandScales{a.scales, a.scale_block_stride, b_scales};
+}
+
+// A WGRAD on two strided column operands: grad_out [n, cap] and a [k, cap].
+void run_wgrad(WgradArgs w, const quant::Fp8BlockwiseOut& grad_out, const quant::Fp8BlockwiseOut& a,
+               cudaStream_t stream) {
+  w.common.a_format = w.common.b_format = kFp8BlockwiseRowsT;
+  w.common.scales = OperandScales{grad_out.scales, grad_out.scale_block_stride, a.scales};
+  w.grad_out = grad_out.q;
+  w.a = a.q;
+  grouped_gemm_wgrad(w, stream);
+}
+
+// ---- the expert part of the forward (also the backward's recompute) ------------------------------
+
+struct ExpertTables {
+  const int32_t* counts;        // padded rows per expert (gated in the recompute)
+  const int32_t* offsets;       // [L + 1] (gated in the recompute)
+  const int32_t* real_counts;   // unpadded rows per expert
+  const void* const* gather_src;
+  void* const* scatter_dst;
+  bool packed_rows = false;     // gather_src points at packed rows quantized at the source (inference)
+};
+
+// x rows (+ columns) -> W13 FPROP + SwiGLU -> h2 rows (+ columns) -> W2 FPROP scattering h3 routes.
+// `keep`: write the WGRAD columns and h1 where the snapshot says (else only the FPROP operands).
+void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const ExpertTables& t, const int64_t* layer,
+                    bool keep, float* clip_stats, float clip_limit, bool recompute, cudaStream_t stream) {
+  const int64_t D = c.config.hidden_dim, F = c.config.intermediate_dim;
+  uint8_t* act = c.activation_base();
+  const PreparedWeightBuffers& w13 = in.w13_prepared->buffers;
+  const PreparedWeightBuffers& w2 = in.w2_prepared->buffers;
+  const quant::RowGroups groups{t.real_counts, t.offsets, static_cast<int32_t>(c.local_experts)};
+  const quant::Fp8BlockwiseOut none;
+  void* h2_bf16 = at(c, c.mxfp8_scratch.h2_bf16());
+
+  const quant::Fp8BlockwiseOut xr = row_bundle(c, D);
+  if (t.packed_rows) {  // inference: the rows arrive quantized; no WGRAD columns
+    quant::fp8_blockwise_gather_packed_rows(t.gather_src, groups, c.capacity_rows(), D, xr, stream);
+    c.stage("gather_x_rows", stream);
+  } else {
+    quantize(routed_rows(c, t.gather_src, D), groups, xr, keep ? compact_columns({act, layer + planner::kXCol}) : none,
+             stream);
+    c.stage(recompute ? "recompute_quantize_x" : "quantize_x", stream);
+  }
+
+  W13FpropArgs f13 = w13_fprop_args(c, in, t.counts);
+  use_row_operands(f13.common, xr, w13.fprop_scale, false);
+  f13.a = xr.q;
+  f13.w13 = w13.fprop_data;
+  f13.h1 = keep ? act : nullptr;
+  f13.h1_offset = keep ? layer + planner::kH1 : nullptr;
+  f13.h2 = h2_bf16;
+  f13.clip_stats = clip_stats;
+  f13.clip_limit = clip_limit;
+  f13.clip_rows = t.real_counts;  // not the padding rows
+  grouped_gemm_w13_fprop(f13, stream);
+  c.stage(recompute ? "recompute_w13" : "w13", stream);
+
+  // Padding rows quantize as zeros; rows past the groups are not touched.
+  const quant::Fp8BlockwiseOut hr = row_bundle(c, F);
+  quantize(scratch_rows(c, h2_bf16, F), groups, hr, keep ? compact_columns({act, layer + planner::kH2Col}) : none,
+           stream);
+  c.stage(recompute ? "recompute_quantize_h2" : "quantize_h2", stream);
+
+  FpropArgs f2 = w2_fprop_args(c, in, t.counts);
+  use_row_operands(f2.common, hr, w2.fprop_scale, false);
+  f2.a = hr.q;
+  f2.w = w2.fprop_data;
+  f2.scatter.row_ptrs = t.scatter_dst;
+  grouped_gemm_fprop(f2, stream);
+  c.stage(recompute ? "recompute_w2" : "w2", stream);
 }
 
 }  // namespace
@@ -47,57 +155,121 @@ int64_t fp8_blockwise_row_bundle_bytes(int64_t cap, int64_t C) {
   return align128(cap * C) + align128(C / 128 * scale_ld(cap) * 4);
 }
 
-void fp8_blockwise_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, const ExecutionOptions& o,
-                           cudaStream_t stream) {
+// ---- forward ------------------------------------------------------------------------------------
+
+void fp8_blockwise_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,
+                           const ExecutionOptions& o, cudaStream_t stream) {
   check_token_inputs(c, in);
   check_block_scaled_weights(c, in, /*training=*/false);
   o.validate();
   DMOE_CHECK_ARG(out_TD, "out_TD is required");
-  DMOE_ASSERT(c.config.inference);  // validate_block_scaled_execution rejects training contexts
-  const int64_t T = in.num_tokens, D = c.config.hidden_dim, F = c.config.intermediate_dim;
+  // Inference quantizes each token once, at the source (D + D/32 bytes cross NVLink instead of 2D);
+  // training after the gather: its WGRAD column blocks need the BF16 rows.
+  const bool source = c.config.inference;
+  if (source) {
+    const int64_t T = in.num_tokens, D = c.config.hidden_dim;
+    quant::fp8_blockwise_quantize_rows(
+        quant::Bf16Matrix{in.x_TD, T, D, D},
+        quant::fp8_blockwise_packed_rows_out(c.ep->local_dispatch_routes(), c.ep->route_slot_bytes(), D), stream);
+    c.stage("quantize_x_source", stream);
+  }
+  const planner::Mxfp8Homes homes = c.mxfp8_scratch.homes();
+  const ForwardHead head = forward_head(c, in, saved, o, &homes, stream, /*rows_in_window=*/source);
+  const comm::RoutingTables& tb = c.ep->tables();
+  const ExpertTables t{tb.expert_rows,  tb.expert_offsets, tb.expert_rows_unpadded,
+                       tb.gather_src,   tb.scatter_dst,    /*packed_rows=*/source};
+  expert_forward(c, in, t, head.layer, /*keep=*/!head.scratch_only, o.swiglu_clip_stats_out_3,
+                 static_cast<float>(o.swiglu_clip_limit), /*recompute=*/false, stream);
+  forward_reduce(c, in, out_TD, saved, o, head, stream);
+}
+
+// ---- backward -----------------------------------------------------------------------------------
+
+void fp8_blockwise_backward(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
+                            const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
+                            cudaStream_t stream) {
+  check_token_inputs(c, in);
+  check_block_scaled_weights(c, in, /*training=*/true);
+  o.validate();
+  const DType wgrad = check_backward(c, s, grad_out_TD, g, o);
+  const int64_t T = in.num_tokens, D = c.config.hidden_dim, F = c.config.intermediate_dim, cap = c.capacity_rows();
+  const int L = static_cast<int>(c.local_experts);
+  uint8_t* act = c.activation_base();
+  const planner::Mxfp8Scratch& S = c.mxfp8_scratch;
   const PreparedWeightBuffers& w13 = in.w13_prepared->buffers;
   const PreparedWeightBuffers& w2 = in.w2_prepared->buffers;
+  const int64_t* layer = s.layer_state;
+  const int64_t* need_recompute = layer + planner::kNeedRecompute;
+  int64_t* bo = c.backward_offsets;  // [6]: where the recompute reads x; [7]: h3
+  const int64_t caller_x = static_cast<const uint8_t*>(in.x_TD) - act;
+  kernels::plan_mxfp8_backward(c.geometry, c.call_shape(T), c.planner_state, layer, caller_x, bo + 6, stream);
 
-  // Each token once, at the source (D + D/32 bytes cross NVLink instead of 2D).
-  quant::fp8_blockwise_quantize_rows(
-      quant::Bf16Matrix{in.x_TD, T, D, D},
-      quant::fp8_blockwise_packed_rows_out(c.ep->local_dispatch_routes(), c.ep->route_slot_bytes(), D), stream);
-  c.stage("quantize_x_source", stream);
-  const planner::Mxfp8Homes homes = c.mxfp8_scratch.homes();
-  const ForwardHead head = forward_head(c, in, nullptr, o, &homes, stream, /*rows_in_window=*/true);
-  const comm::RoutingTables& tb = c.ep->tables();
-  const quant::RowGroups groups{tb.expert_rows_unpadded, tb.expert_offsets, static_cast<int32_t>(c.local_experts)};
+  // Recompute block: a fixed launch sequence whose stages do nothing on the saved path (gated row
+  // counts and group offsets; the two EP barriers only when recomputing, as in the BF16 pipeline).
+  kernels::copy_if(c.dispatch_routes(), {act, bo + 6}, T * D * 2, need_recompute, true, stream);
+  c.ep->barrier(stream, need_recompute);
+  kernels::predicated_counts(s.expert_rows, c.counts_gated, L, need_recompute, true, stream);
+  kernels::predicated_counts(s.expert_offsets, c.offsets_gated, L + 1, need_recompute, true, stream);
+  const ExpertTables rt{c.counts_gated, c.offsets_gated, s.expert_rows_unpadded, s.gather_src, s.scatter_dst};
+  expert_forward(c, in, rt, layer, /*keep=*/true, nullptr, 0.f, /*recompute=*/true, stream);
+  c.ep->barrier(stream, need_recompute);  // recomputed h3 rows are in their owners' combine windows
 
-  const quant::Fp8BlockwiseOut xr = row_bundle(c, D);
-  quant::fp8_blockwise_gather_packed_rows(tb.gather_src, groups, c.capacity_rows(), D, xr, stream);
-  c.stage("gather_x_rows", stream);
+  backward_topk(c, in, s, grad_out_TD, g, o, bo + 7, stream);
 
-  void* h2_bf16 = at(c, c.mxfp8_scratch.h2_bf16());
-  W13FpropArgs f13 = w13_fprop_args(c, in, tb.expert_rows);
-  use_fp8_blockwise_operands(f13.common, xr, w13.fprop_scale);
-  f13.a = xr.q;
-  f13.w13 = w13.fprop_data;
-  f13.h2 = h2_bf16;
-  f13.clip_stats = o.swiglu_clip_stats_out_3;
-  f13.clip_limit = static_cast<float>(o.swiglu_clip_limit);
-  f13.clip_rows = tb.expert_rows_unpadded;  // not the padding rows
-  grouped_gemm_w13_fprop(f13, stream);
-  c.stage("w13", stream);
+  // grad_h3 rows + columns straight from the owners' dispatch windows.
+  const quant::RowGroups groups{s.expert_rows_unpadded, s.expert_offsets, L};
+  const quant::Fp8BlockwiseOut g3r = row_bundle(c, D), g3c = strided_columns(c, S.grad_h3_col, D);
+  quantize(routed_rows(c, s.grad_gather_src, D), groups, g3r, g3c, stream);
+  c.stage("quantize_grad_h3", stream);
 
-  // Padding rows quantize as zeros; rows past the groups are not touched.
-  const quant::Fp8BlockwiseOut hr = row_bundle(c, F);
-  quant::fp8_blockwise_quantize_rows_cols(scratch_rows(c, h2_bf16, F), groups, hr, {}, stream);
-  c.stage("quantize_h2", stream);
+  void* grad_h2 = at(c, S.grad_h2);
+  DgradArgs d2 = w2_dgrad_args(c, in, s.expert_rows);
+  use_row_operands(d2.common, g3r, w2.dgrad_scale, true);
+  d2.grad_out = g3r.q;
+  d2.w = w2.dgrad_data;
+  d2.grad_a = grad_h2;
+  grouped_gemm_dgrad(d2, stream);
+  c.stage("w2_dgrad", stream);
 
-  FpropArgs f2 = w2_fprop_args(c, in, tb.expert_rows);
-  use_fp8_blockwise_operands(f2.common, hr, w2.fprop_scale);
-  f2.a = hr.q;
-  f2.w = w2.fprop_data;
-  f2.scatter.row_ptrs = tb.scatter_dst;
-  grouped_gemm_fprop(f2, stream);
-  c.stage("w2", stream);
+  // dxy = SwiGLU'(h1) * grad_h2 in BF16 at h1's scratch home (in place on the recompute path).
+  const kernels::ExpertRowsView rows{s.expert_rows_unpadded, s.expert_offsets, L, cap};
+  void* dxy = at(c, S.h1);
+  kernels::swiglu_backward({act, layer + planner::kH1}, grad_h2, dxy, F, rows, swiglu_params(c.config), stream);
+  c.stage("swiglu_backward", stream);
 
-  forward_reduce(c, in, out_TD, nullptr, o, head, stream);
+  const quant::Fp8BlockwiseOut dxr = row_bundle(c, 2 * F), dxc = strided_columns(c, S.dxy_col, 2 * F);
+  quantize(scratch_rows(c, dxy, 2 * F), groups, dxr, dxc, stream);
+  c.stage("quantize_dxy", stream);
+
+  DgradArgs d13 = w13_dgrad_args(c, in, s.expert_rows);
+  use_row_operands(d13.common, dxr, w13.dgrad_scale, true);
+  d13.grad_out = dxr.q;
+  d13.w = w13.dgrad_data;
+  d13.scatter.row_ptrs = s.scatter_dst;
+  grouped_gemm_dgrad(d13, stream);
+  c.stage("w13_dgrad", stream);
+
+  // WGRADs on the column bundles; the saved ones expanded into the row region, dead from here on.
+  auto expand = [&](int64_t field, int64_t C) {
+    quant::Fp8BlockwiseIn saved_cols;
+    saved_cols.q = act;
+    saved_cols.compact = true;
+    saved_cols.q_offset = layer + field;
+    const quant::Fp8BlockwiseOut out = strided_columns(c, S.row, C);
+    quant::fp8_blockwise_expand_columns(saved_cols, groups, C, cap, out, stream);
+    return out;
+  };
+  const quant::Fp8BlockwiseOut h2c = expand(planner::kH2Col, F);
+  c.stage("expand_h2_columns", stream);
+  run_wgrad(w2_wgrad_args(c, s.expert_rows, g.grad_w2, wgrad, g.accumulate), g3c, h2c, stream);
+  c.stage("w2_wgrad", stream);
+
+  const quant::Fp8BlockwiseOut xc = expand(planner::kXCol, D);
+  c.stage("expand_x_columns", stream);
+  run_wgrad(w13_wgrad_args(c, s.expert_rows, g.grad_w13, wgrad, g.accumulate), dxc, xc, stream);
+  c.stage("w13_wgrad", stream);
+
+  backward_reduce(c, in, g, stream);
 }
 
 }  // namespace dist_moe::runtime

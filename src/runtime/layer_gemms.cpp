@@ -21,12 +21,12 @@ GroupedGemmCommon layer_gemm_common(const Context::Impl& c, const int32_t* count
   g.n = n;
   g.k = k;
   g.validate_counts = false;  // routing already checked the rows against the capacity
-  // Block-scaled buffers keep upstream's 128-row padding bound per expert, routing pads to 32: the
-  // rows a call can use are fewer, which decides the GEMMs' size class (decode or not).
+  // Block-scaled buffers keep upstream's 128-row padding bound per expert, routing may pad to 32:
+  // the rows a call can use are then fewer, which decides the GEMMs' size class (decode or not).
   if (c.config.block_scaled)
     g.m_bound = std::min(g.m_capacity, plan_max_recv_rows(c.config.max_num_local_input_tokens, c.config.top_k,
                                                           c.plan.total_scratch_capacity_factor, c.local_experts,
-                                                          c.world, kBlockScaledRoutingRows));
+                                                          c.world, routing_row_alignment(c.config)));
   return g;
 }
 

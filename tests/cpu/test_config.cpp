@@ -309,10 +309,11 @@ TEST(BlockScaledExecution, Mxfp8StagedRunsAndTheRestSaysWhy) {
   nvfp4.num_activation_slots = 0;
   nvfp4.intermediate_dim = 512;  // NVFP4's Config rule: multiples of 256
   expect_execution_error(nvfp4, 1, {"block-scaled format nvfp4 has no Hopper execution yet"});
-  // FP8 blockwise (beyond upstream): inference contexts run; training ones say what is missing.
+  // FP8 blockwise (beyond upstream): training and inference contexts run.
   Config fp8bw = c;
   fp8bw.block_scaled->format = BlockScaledFormat::kFP8Blockwise;
-  expect_execution_error(fp8bw, 1, {"fp8_blockwise has no Hopper training execution yet", "Config.inference=True"});
+  EXPECT_NO_THROW(fp8bw.validate());
+  EXPECT_NO_THROW(validate_block_scaled_execution(fp8bw, 4));
   fp8bw.inference = true;
   fp8bw.num_activation_slots = 0;
   EXPECT_NO_THROW(fp8bw.validate());

@@ -1,5 +1,5 @@
-// What the layer suites (test_pipeline_multi.cu: BF16; test_mxfp8_pipeline_multi.cu: MXFP8;
-// test_fp8_blockwise_pipeline_multi.cu: FP8-blockwise inference) share: the per-rank log line, a
+// What the layer suites (test_pipeline_multi.cu: BF16; test_block_scaled_pipeline_multi.cu: MXFP8
+// and FP8-blockwise training; test_fp8_blockwise_pipeline_multi.cu: FP8-blockwise inference) share: the per-rank log line, a
 // rank's results (output, input / score / weight gradients) read back from the device, bitwise
 // equality of two results, the planner's slot state, the block-scaled suites' weights prepared on
 // the GPU, comparison helpers and trap call, and the driver (arguments, device, communicator, one

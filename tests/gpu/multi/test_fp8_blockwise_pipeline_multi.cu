@@ -295,9 +295,6 @@ bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
         ok = false, *why += std::string(" ") + what + ": unexpected text '" + e.what() + "';";
     }
   };
-  expect_error("training", "fp8_blockwise has no Hopper training execution yet", [&] {
-    Context::create(suite_config(c, world, false, fp8_blockwise()), nccl);
-  });
   expect_error("dims", "fp8_blockwise requires hidden_dim and intermediate_dim divisible by its vector size 128", [&] {
     Case d = c;
     d.D = 320;

@@ -1,17 +1,20 @@
-// The MXFP8 staged routed-experts layer end to end (issue 25), one process per GPU through
+// A block-scaled staged training layer end to end, compiled once per format: MXFP8 (issue 25;
+// DMOE_SUITE_MXFP8, dist_moe_mxfp8_pipeline_tests) and FP8 blockwise (issue 27;
+// DMOE_SUITE_FP8_BLOCKWISE, dist_moe_fp8_blockwise_training_tests). One process per GPU through
 // dmoe_launch, as the BF16 suite (test_pipeline_multi.cu) does it: every rank builds the same
-// global problem from a seed, runs the CPU oracle's MXFP8 pipeline (upstream's quantization
-// points, rows padded to 128 per expert) and the plain BF16 oracle, runs its part of the layer with
-// weights prepared on the GPU, and checks
-//   - against the MXFP8 oracle: the BF16 suite's tolerances (the same quantized operands; only the
-//     GEMMs' accumulation order differs);
-//   - against the BF16 oracle: upstream's MXFP8 tolerances (reference/compare.h kMxfp8*);
+// global problem from a seed, runs the CPU oracle's pipeline of the format (upstream's
+// quantization points, rows padded to 128 per expert) and the plain BF16 oracle, runs its part of
+// the layer with weights prepared on the GPU, and checks
+//   - against the format's oracle: the BF16 suite's tolerances (the same quantized operands; only
+//     the GEMMs' accumulation order differs; FP8 blockwise's forward: see kFwd);
+//   - against the BF16 oracle: upstream's MXFP8 tolerances (reference/compare.h kMxfp8*; issue 27
+//     holds FP8 blockwise to them);
 //   - the saved path (slot = maximum useful) bitwise equal to the all-recompute path, graph replay
 //     bitwise equal to eager, an inference context and a no-grad forward equal to the training
 //     forward bitwise, WGRAD accumulation, and the validation texts.
 // Prints one line per case and "ALL PASS: N cases" at the end.
 //
-//   dmoe_launch -n 1 -- dist_moe_mxfp8_pipeline_tests [--filter NAME]
+//   dmoe_launch -n 1 -- dist_moe_mxfp8_pipeline_tests [--filter NAME]   (or _fp8_blockwise_training_)
 //   dmoe_launch -n 1 ... -- dist_moe_mxfp8_pipeline_tests --case overflow|bad_id   (must trap)
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -39,6 +42,20 @@ using reference::TensorF;
 
 using namespace layer_suite;
 
+#if defined(DMOE_SUITE_FP8_BLOCKWISE)
+constexpr BlockScaledFormat kFormat = BlockScaledFormat::kFP8Blockwise, kOtherFormat = BlockScaledFormat::kMXFP8_E4M3;
+constexpr reference::Quantization kQuantization = reference::Quantization::kFP8Blockwise;
+constexpr const char* kSuiteName = "fp8_blockwise_training_tests";
+#elif defined(DMOE_SUITE_MXFP8)
+constexpr BlockScaledFormat kFormat = BlockScaledFormat::kMXFP8_E4M3, kOtherFormat = BlockScaledFormat::kFP8Blockwise;
+constexpr reference::Quantization kQuantization = reference::Quantization::kMXFP8;
+constexpr const char* kSuiteName = "mxfp8_pipeline_tests";
+#else
+#error "define DMOE_SUITE_MXFP8 or DMOE_SUITE_FP8_BLOCKWISE (tests/CMakeLists.txt)"
+#endif
+constexpr bool kFp8Blockwise = kFormat == BlockScaledFormat::kFP8Blockwise;
+const std::string kOracle = std::string(to_string(kFormat)) + " oracle";
+
 struct Case {
   std::string name;
   int64_t T_max = 96, T = 96, D = 256, F = 256, K = 2, E = 8;
@@ -51,7 +68,7 @@ struct Case {
   uint64_t seed = 1;
 };
 
-// The problem, the MXFP8 oracle (`q`) and the BF16 oracle (`ref`).
+// The problem, the format's oracle (`q`) and the BF16 oracle (`ref`).
 struct Problem {
   reference::Problem p;
   reference::ForwardResult q_fwd, ref_fwd;
@@ -73,28 +90,31 @@ Problem make_problem(const Case& c, int world) {
   pr.ref_fwd = reference::forward(pr.p, fo);
   pr.ref_bwd = reference::backward(pr.p, pr.ref_fwd, pr.grad_out, bo);
   fo.row_alignment = 128;
-  fo.quantization = reference::Quantization::kMXFP8;
+  fo.quantization = kQuantization;
   pr.q_fwd = reference::forward(pr.p, fo);
   pr.q_bwd = reference::backward(pr.p, pr.q_fwd, pr.grad_out, bo);
   return pr;
 }
 
 Config config_of(const Case& c, int world, bool full_slot) {
-  return suite_config(c, world, full_slot, BlockScaledConfig{});
+  BlockScaledConfig b;
+  b.format = kFormat;
+  return suite_config(c, world, full_slot, b);
 }
 
 void sync(cudaStream_t stream) { DMOE_CUDA_CHECK(cudaStreamSynchronize(stream)); }
 
 struct Inputs : TokenInputs {
   Dev<uint16_t> gout;
-  PreparedOnGpu w13, w2;  // 32x32 tiles (`inference_weights`: 1x32 rows)
+  // MXFP8: 32x32 tiles (`inference_weights`: 1x32 rows); FP8 blockwise: 128x128 blocks with the
+  // transposed copy DGRAD reads (`inference_weights`: without it).
+  PreparedOnGpu w13, w2;
   RoutedExpertsInputs in;
   Inputs(const Case& c, const reference::Problem& p, const TensorF& grad_out, int rank, cudaStream_t stream,
-         bool inference_weights = false)
+         bool inference_weights = false, BlockScaledFormat format = kFormat)
       : TokenInputs(p, rank), gout(bf16_bits(grad_out)),
-        w13(p.local_w13(rank), BlockScaledFormat::kMXFP8_E4M3, inference_weights, p.num_local_experts(), 2 * c.F, c.D,
-            stream),
-        w2(p.local_w2(rank), BlockScaledFormat::kMXFP8_E4M3, inference_weights, p.num_local_experts(), c.D, c.F, stream) {
+        w13(p.local_w13(rank), format, inference_weights, p.num_local_experts(), 2 * c.F, c.D, stream),
+        w2(p.local_w2(rank), format, inference_weights, p.num_local_experts(), c.D, c.F, stream) {
     point(c, in);
     in.w13_prepared = &w13.w;
     in.w2_prepared = &w2.w;
@@ -123,8 +143,8 @@ struct Margins {
   double oracle = 0, bf16 = 0, token = 0;
   std::string line() const {
     char b[128];
-    std::snprintf(b, sizeof(b), " [max relL2 vs mxfp8 oracle %.2e, vs bf16 %.2e; worst token's out vs oracle %.2e]",
-                  oracle, bf16, token);
+    std::snprintf(b, sizeof(b), " [max relL2 vs %s %.2e, vs bf16 %.2e; worst token's out vs oracle %.2e]",
+                  kOracle.c_str(), oracle, bf16, token);
     return b;
   }
 };
@@ -139,12 +159,16 @@ bool check(const std::string& what, const TensorF& got, const TensorF& want, con
   return cmp.passed;
 }
 
-// The BF16 suite's relL2 and cosine bounds against the MXFP8 oracle (issue 25: forward relL2 < 5e-3,
-// gradients < 1e-2, cos > 0.995), applied through aggregate(): element-wise bounds do not hold here,
-// because where the GPU's BF16 h2 / dxy / grad_h3 differ from the oracle's in the last bit (GEMM
-// accumulation order) an E4M3 rounding may land one E4M3 step apart (a handful of elements per
-// case; with RMSNorm, outputs of magnitude ~1, such a step is 0.03-0.07 absolute).
-const reference::Tolerance kFwd{2e-2, 2e-2, 5e-3, 0.999};
+// The BF16 suite's relL2 and cosine bounds against the format's oracle (issues 25 and 27: forward
+// relL2 < 5e-3, gradients < 1e-2, cos > 0.995), applied through aggregate(): element-wise bounds do
+// not hold here, because where the GPU's BF16 h2 / dxy / grad_h3 differ from the oracle's in the
+// last bit (GEMM accumulation order) an E4M3 rounding may land one E4M3 step apart (a handful of
+// elements per case; with RMSNorm, outputs of magnitude ~1, such a step is 0.03-0.07 absolute).
+// FP8 blockwise's forward is held to 1e-2, as in its inference suite: there a last-bit difference
+// of the BF16 element that is its block's amax moves the block's FP32 scale (amax / 448) and with
+// it the E4M3 rounding of all 128 values of the block (MXFP8's power-of-two scale rarely moves);
+// test_fp8_blockwise_pipeline_multi.cu holds exact-h1 cases to 5e-3.
+const reference::Tolerance kFwd{2e-2, 2e-2, kFp8Blockwise ? 1e-2 : 5e-3, 0.999};
 const reference::Tolerance kGrad{3e-2, 3e-2, 1e-2, 0.995};
 const reference::Tolerance kWgrad{3e-2, 1.0, 1.5e-2, 0.995};
 // Against the BF16 reference upstream judges MXFP8 by relL2 and cosine only (its test catalog:
@@ -154,13 +178,16 @@ const reference::Tolerance kWgrad{3e-2, 1.0, 1.5e-2, 0.995};
 // The comparisons against the BF16 reference are statistics of the quantization noise (relL2 ~0.06
 // against upstream's 0.075): upstream makes them at T=128; with a few tokens (T=8: 16 score
 // gradients) they measure the sample, not the layer (measured: grad_scores relL2 0.091 at T=8).
-// Small cases are judged against the MXFP8 oracle only.
-bool judged_against_bf16(const Case& c) { return c.T >= 32; }
+// Small cases are judged against the format's oracle only. FP8 blockwise from T = 64: at T = 40 the
+// recipe itself (the CPU oracle, no GPU involved) measured grad_scores relL2 0.058-0.079 against the
+// BF16 oracle over four seeds (0.079 at varying_t's seed 97), at T = 96 and 128 0.061-0.065
+// (session 22; MXFP8's oracle 0.055-0.066).
+bool judged_against_bf16(const Case& c) { return c.T >= (kFp8Blockwise ? 64 : 32); }
 
 bool check_forward(const Case& c, const Problem& pr, const TensorF& out, int rank, const std::string& tag,
                    std::string* why) {
   g_margins.token = std::max(g_margins.token, worst_token_rel_l2(out, pr.q_fwd.ranks[rank].out_TD));
-  bool ok = check(tag + "out vs mxfp8 oracle", out, pr.q_fwd.ranks[rank].out_TD, aggregate(kFwd), why);
+  bool ok = check(tag + "out vs " + kOracle, out, pr.q_fwd.ranks[rank].out_TD, aggregate(kFwd), why);
   if (judged_against_bf16(c))
     ok &= check(tag + "out vs bf16 (upstream mxfp8 tol)", out, pr.ref_fwd.ranks[rank].out_TD,
                 aggregate(reference::kMxfp8ForwardTolerance), why);
@@ -171,7 +198,7 @@ bool check_all(const Case& c, const Problem& pr, const Result& r, int rank, std:
   const auto& qb = pr.q_bwd.ranks[rank];
   const auto& rb = pr.ref_bwd.ranks[rank];
   bool ok = check_forward(c, pr, r.out, rank, "", why);
-  ok &= check("grad_scores vs mxfp8 oracle", r.grad_scores, qb.grad_scores_TK, aggregate(kGrad), why);
+  ok &= check("grad_scores vs " + kOracle, r.grad_scores, qb.grad_scores_TK, aggregate(kGrad), why);
   // With the RMSNorm postprocess, grad_h3 depends on h3 (n = h3 / rms), whose last bits differ from
   // the oracle's (GEMM accumulation order); about one E4M3 rounding of grad_h3 in twenty then
   // differs by an E4M3 step, which puts end-to-end grad_x / WGRAD at relL2 ~1e-2 from the oracle
@@ -181,9 +208,9 @@ bool check_all(const Case& c, const Problem& pr, const Result& r, int rank, std:
   // tolerances. End to end they are reported (the margins line) and held to upstream's bounds
   // against the BF16 reference below.
   if (!c.rmsnorm) {
-    ok &= check("grad_x vs mxfp8 oracle", r.grad_x, qb.grad_x_TD, aggregate(kGrad), why);
-    ok &= check("dW13 vs mxfp8 oracle", r.dw13, qb.dw13_EFD, aggregate(kWgrad), why);
-    ok &= check("dW2 vs mxfp8 oracle", r.dw2, qb.dw2_EDF, aggregate(kWgrad), why);
+    ok &= check("grad_x vs " + kOracle, r.grad_x, qb.grad_x_TD, aggregate(kGrad), why);
+    ok &= check("dW13 vs " + kOracle, r.dw13, qb.dw13_EFD, aggregate(kWgrad), why);
+    ok &= check("dW2 vs " + kOracle, r.dw2, qb.dw2_EDF, aggregate(kWgrad), why);
   } else {
     const double worst = g_margins.oracle;
     for (const auto& [got, want] : {std::pair{&r.grad_x, &qb.grad_x_TD}, {&r.dw13, &qb.dw13_EFD}, {&r.dw2, &qb.dw2_EDF}})
@@ -255,7 +282,7 @@ bool case_rmsnorm_routes(ncclComm_t nccl, int rank, int world, cudaStream_t stre
     routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), out.g, o, stream);
     sync(stream);
     const std::string tag = "K=" + std::to_string(K) + " ";
-    ok &= check(tag + "route gradients vs mxfp8 oracle", testing::tensor_from_bf16(routes_out.download(), {c.T * c.K, c.D}),
+    ok &= check(tag + "route gradients vs " + kOracle, testing::tensor_from_bf16(routes_out.download(), {c.T * c.K, c.D}),
                 qb.grad_h3_TKD, aggregate(kGrad), why);
 
     // The caller differentiates its own reduction: no fused postprocess in this call.
@@ -268,9 +295,9 @@ bool case_rmsnorm_routes(ncclComm_t nccl, int rank, int world, cudaStream_t stre
     routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), out2.g, given, stream);
     sync(stream);
     const Result r = out2.read(c, L);
-    ok &= check(tag + "grad_x from oracle routes vs mxfp8 oracle", r.grad_x, qb.grad_x_TD, aggregate(kGrad), why);
-    ok &= check(tag + "dW13 from oracle routes vs mxfp8 oracle", r.dw13, qb.dw13_EFD, aggregate(kWgrad), why);
-    ok &= check(tag + "dW2 from oracle routes vs mxfp8 oracle", r.dw2, qb.dw2_EDF, aggregate(kWgrad), why);
+    ok &= check(tag + "grad_x from oracle routes vs " + kOracle, r.grad_x, qb.grad_x_TD, aggregate(kGrad), why);
+    ok &= check(tag + "dW13 from oracle routes vs " + kOracle, r.dw13, qb.dw13_EFD, aggregate(kWgrad), why);
+    ok &= check(tag + "dW2 from oracle routes vs " + kOracle, r.dw2, qb.dw2_EDF, aggregate(kWgrad), why);
     ctx->close();
   }
   return ok;
@@ -315,7 +342,10 @@ bool case_graph(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::
 }
 
 // An inference context and a training context under no-grad (no SavedState) give the training
-// forward's output bit for bit; the no-grad forward leaves the slot stacks untouched.
+// forward's output bit for bit; the no-grad forward leaves the slot stacks untouched. FP8 blockwise:
+// the inference context pads experts to 32 rows, not 128, which makes these calls decode-sized
+// (GroupedGemmProblem::m_bound): its swap-AB tile promotes every 32 of K, the training context's
+// prefill tiles every 128, so the two outputs agree within the forward bounds, not bit for bit.
 bool case_inference_and_no_grad(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
   Case c{"inference"};
   c.seed = 11;
@@ -335,15 +365,25 @@ bool case_inference_and_no_grad(ncclComm_t nccl, int rank, int world, cudaStream
     sync(stream);
     const TensorF got = out.read(c, ctx->local_experts()).out;
     ok &= check_forward(c, pr, got, rank, "inference ", why);
-    if (!reference::bitwise_equal(got, trained.out)) ok = false, *why += " inference out != training out;";
-    // A weight prepared for inference (1x32 rows) has no Hopper GEMM: a clear error, nothing run.
+    if (kFp8Blockwise)
+      ok &= check("inference out vs training out", got, trained.out, aggregate(kFwd), why);
+    else if (!reference::bitwise_equal(got, trained.out))
+      ok = false, *why += " inference out != training out;";
     Inputs inf_w(c, pr.p, pr.grad_out[rank], rank, stream, /*inference_weights=*/true);
-    try {
-      routed_experts_inference(*ctx, inf_w.in, out.out.get(), o, stream);
-      ok = false, *why += " inference-prepared weights were accepted;";
-    } catch (const Error& e) {
-      if (std::string(e.what()).find("no Hopper GEMM yet") == std::string::npos)
-        ok = false, *why += std::string(" unexpected error: ") + e.what() + ";";
+    if (kFp8Blockwise) {  // weights prepared for inference (no transposed copy): the same bits
+      Outputs out_w(c, ctx->local_experts());
+      routed_experts_inference(*ctx, inf_w.in, out_w.out.get(), o, stream);
+      sync(stream);
+      if (!reference::bitwise_equal(out_w.read(c, ctx->local_experts()).out, got))
+        ok = false, *why += " inference-prepared weights give other bits;";
+    } else {  // MXFP8: a weight prepared for inference (1x32 rows) has no Hopper GEMM: a clear error
+      try {
+        routed_experts_inference(*ctx, inf_w.in, out.out.get(), o, stream);
+        ok = false, *why += " inference-prepared weights were accepted;";
+      } catch (const Error& e) {
+        if (std::string(e.what()).find("no Hopper GEMM yet") == std::string::npos)
+          ok = false, *why += std::string(" unexpected error: ") + e.what() + ";";
+      }
     }
     ctx->close();
   }
@@ -440,7 +480,7 @@ bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
     cfg.block_scaled->pipeline = BlockScaledPipeline::kMega;
     Context::create(cfg, nccl);
   });
-  expect_error("dims", "multiples of 128", [&] {
+  expect_error("dims", kFp8Blockwise ? "divisible by its vector size 128" : "multiples of 128", [&] {
     Case d = c;
     d.D = 320;  // a multiple of 64 (Config) but not of 128
     Context::create(config_of(d, world, false), nccl);
@@ -459,11 +499,26 @@ bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
   expect_error("shape", "must be prepared from a [", [&] {
     routed_experts_forward(*ctx, swapped, out.out.get(), nullptr, suite_options(c), stream);
   });
+  Inputs other(c, pr.p, pr.grad_out[rank], rank, stream, false, kOtherFormat);
+  const std::string wrong = std::string("was prepared for ") + to_string(kOtherFormat) + ", the context runs " +
+                            to_string(kFormat);
+  expect_error("format", wrong, [&] {
+    routed_experts_forward(*ctx, other.in, out.out.get(), nullptr, suite_options(c), stream);
+  });
+  if (kFp8Blockwise) {  // the training backward needs the transposed copy DGRAD reads
+    Inputs inf_w(c, pr.p, pr.grad_out[rank], rank, stream, /*inference_weights=*/true);
+    SavedState st(*ctx);
+    routed_experts_forward(*ctx, inf_w.in, out.out.get(), &st, suite_options(c), stream);
+    expect_error("inference weights in backward", "dgrad", [&] {
+      routed_experts_backward(*ctx, inf_w.in, st, inp.gout.get(), out.g, suite_options(c), stream);
+    });
+    sync(stream);
+  }
   ctx->close();
   return ok;
 }
 
-// Upstream's trap scenarios on an MXFP8 inference context with prepared weights, each expected to end
+// Upstream's trap scenarios on an inference context of the format with prepared weights, each expected to end
 // in its diagnostic (no illegal access): `overflow` (T=512, D=F=256, K=1, one expert per rank, device
 // factor 0.5: 256 rows of capacity, every token to expert 0) and `bad_id` (T=128, K=1, E=4, every id
 // 4, validate_expert_ids).
@@ -492,7 +547,7 @@ int run_scenario(ncclComm_t nccl, int rank, int world, const std::string& scenar
 }  // namespace
 
 int main(int argc, char** argv) {
-  return layer_suite::suite_main(argc, argv, "mxfp8_pipeline_tests", [](layer_suite::Suite& s) {
+  return layer_suite::suite_main(argc, argv, kSuiteName, [](layer_suite::Suite& s) {
     if (!s.scenario.empty()) return run_scenario(s.nccl, s.rank, s.world, s.scenario, s.stream);
     for (const Case& c : cases()) {
       if (!s.wants(c.name) || c.E % s.world != 0 || c.padded_rank >= s.world) continue;
