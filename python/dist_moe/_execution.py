@@ -11,10 +11,13 @@ from ._postprocess import RMSNormPostprocess
 
 
 class BlockScaledFormat(enum.StrEnum):
-    """The two public block-scaled formats."""
+    """The block-scaled formats: upstream's two, and FP8 blockwise (beyond upstream)."""
 
     MXFP8_E4M3 = "mxfp8_e4m3"  # E4M3 data, E8M0 scale per 32 values; training and inference
     NVFP4 = "nvfp4"  # packed E2M1, E4M3 scale per 16 values, FP32 per-expert scale; inference
+    # Beyond upstream: DeepSeek-V3's recipe, Hopper's native FP8 one. E4M3 data, FP32 scale per
+    # 1x128 activation block and per 128x128 weight block; training and inference.
+    FP8_BLOCKWISE = "fp8_blockwise"
 
 
 def _is_tensor(x) -> bool:

@@ -534,51 +534,66 @@ def launch_prepare(weight: torch.Tensor, fmt: str, inference: bool, operands: di
     )
 
 
-# The MXFP8 training operands, in the order the ops below return and take them.
+# The training operands of a block-scaled weight (MXFP8, FP8 blockwise), in the order the ops
+# below return and take them.
 MXFP8_TRAINING_FIELDS = ("fprop_data", "fprop_scale", "dgrad_data", "dgrad_scale")
 
 
-def _mxfp8_training_fake(weight):
-    spec = prepared_weight_spec("mxfp8_e4m3", False, weight.shape)
-    return tuple(weight.new_empty(spec[n][1], dtype=spec[n][0]) for n in MXFP8_TRAINING_FIELDS)
+def _define_training_prepare_ops(fmt: str, name: str, doc: str):
+    """Registers ``dist_moe::<name>`` (weight -> the four training operands, with a fake
+    implementation: FakeTensor / make_fx) and ``dist_moe::<name>_refill_`` (requantizes into
+    existing operands, every storage kept) for the format ``fmt``."""
+
+    def prepare(weight):
+        spec = prepared_weight_spec(fmt, False, weight.shape)
+        operands = {n: empty_prepared(spec[n], weight.device) for n in MXFP8_TRAINING_FIELDS}
+        launch_prepare(weight, fmt, False, operands)
+        return tuple(operands[n] for n in MXFP8_TRAINING_FIELDS)
+
+    def fake(weight):
+        spec = prepared_weight_spec(fmt, False, weight.shape)
+        return tuple(weight.new_empty(spec[n][1], dtype=spec[n][0]) for n in MXFP8_TRAINING_FIELDS)
+
+    def refill(weight, fprop_data, fprop_scale, dgrad_data, dgrad_scale):
+        launch_prepare(weight, fmt, False, {"fprop_data": fprop_data, "fprop_scale": fprop_scale,
+                                            "dgrad_data": dgrad_data, "dgrad_scale": dgrad_scale})
+
+    prepare.__doc__ = doc
+    refill.__doc__ = f"Requantizes ``weight`` into a {fmt} training weight's existing operands (same storages)."
+    op = torch.library.custom_op(f"dist_moe::{name}", prepare, mutates_args=(), device_types="cuda",
+                                 schema="(Tensor weight) -> (Tensor, Tensor, Tensor, Tensor)")
+    op.register_fake(fake)
+    refill_op = torch.library.custom_op(
+        f"dist_moe::{name}_refill_", refill, mutates_args=MXFP8_TRAINING_FIELDS, device_types="cuda",
+        schema="(Tensor weight, Tensor(a!) fprop_data, Tensor(b!) fprop_scale, Tensor(c!) dgrad_data, "
+        "Tensor(d!) dgrad_scale) -> ()")
+    @refill_op.register_fake
+    def _(weight, fprop_data, fprop_scale, dgrad_data, dgrad_scale):
+        return None
+
+    return op, refill_op
 
 
-@torch.library.custom_op(
-    "dist_moe::prepare_mxfp8_weight",
-    mutates_args=(),
-    device_types="cuda",
-    schema="(Tensor weight) -> (Tensor, Tensor, Tensor, Tensor)",
-)
-def prepare_mxfp8_weight(weight):
+prepare_mxfp8_weight, prepare_mxfp8_weight_refill_ = _define_training_prepare_ops(
+    "mxfp8_e4m3", "prepare_mxfp8_weight",
     """MXFP8 training weight: (fprop_data [G, N, K], fprop_scale, dgrad_data [G, K, N], dgrad_scale)
     from 32x32 tiles of ``weight``, one pass. dgrad_data is fprop_data's E4M3 codes transposed per
     expert, a tensor of its own: a Hopper departure from upstream (one qdata for both), as E4M3
-    wgmma reads K-major operands only."""
-    spec = prepared_weight_spec("mxfp8_e4m3", False, weight.shape)
-    operands = {n: empty_prepared(spec[n], weight.device) for n in MXFP8_TRAINING_FIELDS}
-    launch_prepare(weight, "mxfp8_e4m3", False, operands)
-    return tuple(operands[n] for n in MXFP8_TRAINING_FIELDS)
+    wgmma reads K-major operands only.""")
+
+prepare_fp8_blockwise_weight, prepare_fp8_blockwise_weight_refill_ = _define_training_prepare_ops(
+    "fp8_blockwise", "prepare_fp8_blockwise_weight",
+    """FP8-blockwise training weight (beyond upstream): (fprop_data [G, N, K] E4M3, fprop_scale
+    [G, N/128, K/128] FP32, dgrad_data [G, K, N]: the same codes transposed per expert, dgrad_scale
+    [G, K/128, N/128]: the scale grid transposed) from 128x128 blocks of ``weight``, one pass.""")
+
+# The registered training preparation of each format that trains.
+TRAINING_PREPARE_OPS = {"mxfp8_e4m3": "prepare_mxfp8_weight", "fp8_blockwise": "prepare_fp8_blockwise_weight"}
 
 
-@prepare_mxfp8_weight.register_fake
-def _prepare_mxfp8_weight_fake(weight):
-    return _mxfp8_training_fake(weight)
+def training_prepare_op(fmt: str):
+    return getattr(torch.ops.dist_moe, TRAINING_PREPARE_OPS[fmt])
 
 
-@torch.library.custom_op(
-    "dist_moe::prepare_mxfp8_weight_refill_",
-    mutates_args=("fprop_data", "fprop_scale", "dgrad_data", "dgrad_scale"),
-    device_types="cuda",
-    schema="(Tensor weight, Tensor(a!) fprop_data, Tensor(b!) fprop_scale, Tensor(c!) dgrad_data, "
-    "Tensor(d!) dgrad_scale) -> ()",
-)
-def prepare_mxfp8_weight_refill_(weight, fprop_data, fprop_scale, dgrad_data, dgrad_scale):
-    """Requantizes ``weight`` into an MXFP8 training weight's existing operands (same storages, the
-    transposed dgrad_data included)."""
-    launch_prepare(weight, "mxfp8_e4m3", False, {"fprop_data": fprop_data, "fprop_scale": fprop_scale,
-                                                 "dgrad_data": dgrad_data, "dgrad_scale": dgrad_scale})
-
-
-@prepare_mxfp8_weight_refill_.register_fake
-def _prepare_mxfp8_weight_refill_fake(weight, fprop_data, fprop_scale, dgrad_data, dgrad_scale):
-    return None
+def training_refill_op(fmt: str):
+    return getattr(torch.ops.dist_moe, TRAINING_PREPARE_OPS[fmt] + "_refill_")

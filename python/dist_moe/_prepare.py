@@ -2,10 +2,10 @@
 
 The layouts are the C++ core's (``_native.prepared_weight_spec``); the GPU work is
 ``_C.prepare_block_scaled_weight`` on the current CUDA stream, with no host synchronization, so an
-``out=`` refill can be captured in a CUDA graph. MXFP8 training goes through the registered op
-``dist_moe::prepare_mxfp8_weight`` (traceable: FakeTensor, ``make_fx``); its refill through
-``dist_moe::prepare_mxfp8_weight_refill_``. MXFP8 inference, NVFP4 and the private FP8 blockwise
-format run eagerly.
+``out=`` refill can be captured in a CUDA graph. MXFP8 and FP8-blockwise training go through the
+registered ops ``dist_moe::prepare_mxfp8_weight`` / ``prepare_fp8_blockwise_weight`` (traceable:
+FakeTensor, ``make_fx``); their refills through the ``..._refill_`` twins. Inference preparations
+and NVFP4 run eagerly.
 
 Every field of a PreparedWeight is a tensor of its own. MXFP8 training's ``dgrad_data`` is the
 ``fprop_data`` codes transposed per expert, ``[G, K, N]``: a Hopper departure from upstream, which
@@ -25,13 +25,13 @@ from ._execution import BlockScaledFormat, PreparedWeight
 
 _MXFP8 = "mxfp8_e4m3"
 _NVFP4 = "nvfp4"
-_FP8_BLOCKWISE = "fp8_blockwise"  # beyond upstream's enum; reachable only through this module for now
+_FP8_BLOCKWISE = "fp8_blockwise"  # beyond upstream (BlockScaledFormat.FP8_BLOCKWISE)
 _FORMATS = (_MXFP8, _NVFP4, _FP8_BLOCKWISE)
 
 
 def _format_value(fmt: str):
-    """What ``PreparedWeight.format`` holds: the public enum member, or the private format's name."""
-    return BlockScaledFormat(fmt) if fmt in (_MXFP8, _NVFP4) else fmt
+    """What ``PreparedWeight.format`` holds: the enum member."""
+    return BlockScaledFormat(fmt)
 
 
 def _check_weight(weight) -> None:
@@ -68,8 +68,7 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def prepare_block_scaled_weight(weight, fmt: str, inference: bool = False, out=None) -> PreparedWeight:
-    """The body of ``dist_moe.prepare_block_scaled_weight`` (``fmt`` a format name; the private
-    ``"fp8_blockwise"`` included)."""
+    """The body of ``dist_moe.prepare_block_scaled_weight`` (``fmt`` a format name)."""
     if fmt not in _FORMATS:
         raise ValueError(f"unsupported DistMoE block-scaled format: {fmt!r}")
     if not isinstance(inference, bool):
@@ -79,9 +78,9 @@ def prepare_block_scaled_weight(weight, fmt: str, inference: bool = False, out=N
         return _refill(weight, fmt, inference, out)
     spec = _ops.prepared_weight_spec(fmt, inference, weight.shape)  # ValueError on indivisible dims
     source = weight
-    if fmt == _MXFP8 and not inference:
+    if fmt in _ops.TRAINING_PREPARE_OPS and not inference:
         with torch.no_grad():
-            tensors = torch.ops.dist_moe.prepare_mxfp8_weight(weight.detach())
+            tensors = _ops.training_prepare_op(fmt)(weight.detach())
         return PreparedWeight._create(source=source, format=_format_value(fmt),
                                       **dict(zip(_ops.MXFP8_TRAINING_FIELDS, tensors)))
     with torch.no_grad():
@@ -92,17 +91,17 @@ def prepare_block_scaled_weight(weight, fmt: str, inference: bool = False, out=N
 
 
 def _refill(weight, fmt: str, inference: bool, out) -> PreparedWeight:
-    """``out=``: requantizes into ``out``'s storages (MXFP8 training only: fprop_data, fprop_scale,
-    the transposed dgrad_data and dgrad_scale, every pointer kept) and returns a PreparedWeight that
-    shares them, with ``weight`` as its source."""
+    """``out=``: requantizes into ``out``'s storages (MXFP8 and FP8-blockwise training weights:
+    fprop_data, fprop_scale, the transposed dgrad_data and dgrad_scale, every pointer kept) and
+    returns a PreparedWeight that shares them, with ``weight`` as its source."""
     if not isinstance(out, PreparedWeight):
         raise TypeError(f"out must be a PreparedWeight or None, got {type(out).__name__}")
-    if fmt != _MXFP8 or inference:
-        raise ValueError("caller-owned refill supports MXFP8 training weights")
+    if fmt not in _ops.TRAINING_PREPARE_OPS or inference:
+        raise ValueError("caller-owned refill supports MXFP8 training weights (and FP8-blockwise ones, beyond upstream)")
     if str(out.format) != fmt:
         raise ValueError(f"out format {out.format!s} does not match the config's format {fmt}")
     if out.dgrad_data is None or out.dgrad_scale is None:
-        raise ValueError("caller-owned refill needs an MXFP8 training PreparedWeight: out has no DGRAD operands")
+        raise ValueError("caller-owned refill needs a training PreparedWeight: out has no DGRAD operands")
     source = out.source
     if not isinstance(source, torch.Tensor) or source.shape != weight.shape or source.dtype != weight.dtype:
         raise ValueError("out source shape and dtype must match weight")
@@ -113,8 +112,7 @@ def _refill(weight, fmt: str, inference: bool, out) -> PreparedWeight:
         raise ValueError("out.dgrad_data must be its own tensor (fprop_data transposed per expert, [G, K, N]), not "
                          "out.fprop_data or a view overlapping it")
     with torch.no_grad():
-        torch.ops.dist_moe.prepare_mxfp8_weight_refill_(weight.detach(), *(getattr(out, name)
-                                                                           for name in _ops.MXFP8_TRAINING_FIELDS))
+        _ops.training_refill_op(fmt)(weight.detach(), *(getattr(out, name) for name in _ops.MXFP8_TRAINING_FIELDS))
     return out._with_source(weight)
 
 
@@ -153,7 +151,7 @@ def prepare_fp8_blockwise_weight_from_checkpoint(data, scale_inv, *, inference: 
         _ops._gpu().prepare_fp8_blockwise_weight_from_checkpoint(
             data.data_ptr(), scale_inv.data_ptr(), inference, E, N, K, ptr("fprop_data"), ptr("fprop_scale"),
             ptr("dgrad_data"), ptr("dgrad_scale"), _ops._stream(data.device), data.device.index)
-    return PreparedWeight._create(source=data, format=_FP8_BLOCKWISE, **operands)
+    return PreparedWeight._create(source=data, format=_format_value(_FP8_BLOCKWISE), **operands)
 
 
 def nvfp4_packed_row_bytes(hidden: int) -> int:

@@ -4,11 +4,11 @@ Paths (upstream §1.10):
   - no gradient needed (inference context, no-grad, or no input requires grad): ``dist_moe::bf16``;
   - training: ``_Bf16Function`` over ``dist_moe::bf16_forward`` / ``bf16_backward`` or, with
     ``inplace_wgrad_accum`` and existing ``.grad`` buffers, ``bf16_backward_accumulate_``;
-  - block-scaled (MXFP8) contexts: the same over ``dist_moe::block_scaled_forward`` /
-    ``block_scaled_backward`` / ``block_scaled_backward_accumulate_`` (``_BlockScaledFunction``),
+  - block-scaled (MXFP8, FP8 blockwise) contexts: the same over ``dist_moe::block_scaled_forward``
+    / ``block_scaled_backward`` / ``block_scaled_backward_accumulate_`` (``_BlockScaledFunction``),
     on the prepared operands of ``PreparedWeight`` arguments or of BF16 weights quantized in the
-    call (``dist_moe::prepare_mxfp8_weight``); the WGRADs flow to the BF16 weights (dynamic) or to
-    ``PreparedWeight.source``;
+    call (``dist_moe::prepare_mxfp8_weight`` / ``prepare_fp8_blockwise_weight``); the WGRADs flow to
+    the BF16 weights (dynamic) or to ``PreparedWeight.source``;
   - Python callbacks (callable postprocess, RMSNorm observers): eager route-level functions over
     the native context, for both kinds of context.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from . import _ops  # noqa: F401  (registers the torch.ops.dist_moe ops used below)
+from ._ops import training_prepare_op
 from ._context import Context
 from ._execution import PreparedWeight
 from ._postprocess import RMSNormPostprocess, validate_rmsnorm_postprocess
@@ -490,12 +491,14 @@ def _expert_weights_3d(w13, w2, context):
 
 
 def _dynamic_operands(w13, w2, context) -> tuple:
-    """BF16 weights quantized for this call (MXFP8 training preparations, through the registered
-    ``prepare_mxfp8_weight``: traceable, graph-capturable); the operands are kept for the backward."""
+    """BF16 weights quantized for this call (training preparations of the context's format, through
+    the registered ``prepare_mxfp8_weight`` / ``prepare_fp8_blockwise_weight``: traceable,
+    graph-capturable); the operands are kept for the backward."""
     a, b = _expert_weights_3d(w13, w2, context)
+    prepare = training_prepare_op(str(context.config.block_scaled.format))
     with torch.no_grad():
-        q13 = torch.ops.dist_moe.prepare_mxfp8_weight(a.detach())
-        q2 = torch.ops.dist_moe.prepare_mxfp8_weight(b.detach())
+        q13 = prepare(a.detach())
+        q2 = prepare(b.detach())
     return (*q13, *q2)
 
 

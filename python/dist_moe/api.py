@@ -250,8 +250,9 @@ def create_context(*, group, config: Config, device=None, emulate_peer_buffers=N
     symmetric windows, the activation buffer and the planner state. Create contexts before tracing
     or graph capture; ``context.close()`` releases them.
 
-    Block-scaled contexts: ``BlockScaledConfig(format=MXFP8_E4M3, pipeline="staged")`` (training
-    and inference; hidden_dim and intermediate_dim multiples of 128, num_experts >= world size).
+    Block-scaled contexts: ``BlockScaledConfig(format=MXFP8_E4M3 or FP8_BLOCKWISE,
+    pipeline="staged")`` (training and inference; hidden_dim and intermediate_dim multiples of 128,
+    num_experts >= world size; FP8_BLOCKWISE is beyond upstream: DeepSeek-V3's recipe).
     NVFP4, ``pipeline="mega"``, ``fast_math`` and ``kernel_config`` have no Hopper execution yet: the
     C++ context raises ValueError saying so.
     """
@@ -279,9 +280,13 @@ def prepare_block_scaled_weight(weight, config: BlockScaledConfig, *, inference:
       over N) reads the transposed copy, one more byte per weight element (training preparations
       only). N and K must be multiples of 32.
     - MXFP8 inference (``inference=True``): 1x32 row blocks, ``dgrad_*`` None.
+    - FP8 blockwise (beyond upstream; the registered op ``dist_moe::prepare_fp8_blockwise_weight``
+      for training): E4M3 ``fprop_data [G, N, K]``, FP32 ``fprop_scale [G, N/128, K/128]`` from
+      128x128 blocks; training adds ``dgrad_data [G, K, N]`` (the codes transposed per expert) and
+      ``dgrad_scale [G, K/128, N/128]`` (the scale grid transposed). N and K multiples of 128.
     - NVFP4 (``inference`` irrelevant): packed E2M1 ``[G, N, K/2]``, E4M3 scales ``[G, N, K/16]``,
       FP32 ``global_scale [G]`` and ``global_scale_inv [G]`` = fl(1 / global_scale); K % 16 == 0.
-    - ``out=`` (MXFP8 training only): requantizes into ``out``'s storages (all four operands,
+    - ``out=`` (MXFP8 and FP8-blockwise training only): requantizes into ``out``'s storages (all four operands,
       ``dgrad_data`` included) under no-grad on the current stream (CUDA-graph capturable) and
       returns a PreparedWeight sharing them, every data pointer kept, with ``weight`` as its source.
     """

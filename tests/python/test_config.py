@@ -138,8 +138,10 @@ def test_rejects_invalid_clamped_swiglu_parameters(bad):
 
 
 def test_blockscaled_public_formats_are_explicit():
-    """Exactly two public formats; MXFP8 is the default; NVFP4 has no fast_math."""
-    assert {f.value for f in dm.BlockScaledFormat} == {"mxfp8_e4m3", "nvfp4"}
+    """Upstream's two formats and FP8 blockwise (beyond upstream); MXFP8 is the default; NVFP4 has
+    no fast_math."""
+    assert {f.value for f in dm.BlockScaledFormat} == {"mxfp8_e4m3", "nvfp4", "fp8_blockwise"}
+    assert dm.BlockScaledConfig(format="fp8_blockwise").format is dm.BlockScaledFormat.FP8_BLOCKWISE
     assert dm.BlockScaledConfig().format is dm.BlockScaledFormat.MXFP8_E4M3
     with pytest.raises(ValueError, match="fast_math"):
         dm.BlockScaledConfig(format=dm.BlockScaledFormat.NVFP4, fast_math=True)

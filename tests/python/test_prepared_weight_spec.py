@@ -109,12 +109,12 @@ def test_unknown_format_raises_value_error():
         spec("int4", False, 1, 128, 128)
 
 
-def test_public_format_enum_keeps_upstream_members():
-    """FP8 blockwise is reachable only through the private helpers: the public enum stays
-    {MXFP8_E4M3, NVFP4}, and a BlockScaledConfig cannot name it."""
-    assert {m.name for m in dist_moe.BlockScaledFormat} == {"MXFP8_E4M3", "NVFP4"}
-    with pytest.raises(ValueError, match="unsupported DistMoE block-scaled format"):
-        dist_moe.BlockScaledConfig(format="fp8_blockwise")
+def test_public_format_enum_has_upstreams_members_and_fp8_blockwise():
+    """Upstream's two members keep their names and values; FP8_BLOCKWISE (beyond upstream) is the
+    third, and a BlockScaledConfig can name it."""
+    assert {m.name: m.value for m in dist_moe.BlockScaledFormat} == {
+        "MXFP8_E4M3": "mxfp8_e4m3", "NVFP4": "nvfp4", "FP8_BLOCKWISE": "fp8_blockwise"}
+    assert dist_moe.BlockScaledConfig(format="fp8_blockwise").format is dist_moe.BlockScaledFormat.FP8_BLOCKWISE
 
 
 def test_prepared_weight_is_factory_only_and_frozen():

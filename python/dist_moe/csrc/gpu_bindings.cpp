@@ -256,7 +256,7 @@ class GpuContext {
 }  // namespace dist_moe::python
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "Dist-MoE GPU runtime: contexts, the BF16 and MXFP8 routed-experts pipelines and block-scaled weight preparation (raw pointers, no torch)";
+  m.doc() = "Dist-MoE GPU runtime: contexts, the BF16, MXFP8 and FP8-blockwise routed-experts pipelines and block-scaled weight preparation (raw pointers, no torch)";
   register_error_translator();
   m.def("unique_id", [] {
     ncclUniqueId id;
