@@ -5,10 +5,12 @@
 //   dist-moe bench --shape dsv3_prefill|qwen3_30b|mixtral|dsv3_decode [--mode train|infer]
 //                  [--gpus N] [--iters N] [--slot-factor F] [--device-factor F] [--no-baseline]
 //                  [--wgrad accumulate|write] [--sustain-ms MS] [--format bf16|mxfp8|fp8_blockwise]
-// --format mxfp8 / fp8_blockwise: the layer under test is the MXFP8 staged layer or the FP8-blockwise
-// one (inference only), weights prepared once; our BF16 layer on the same inputs is timed in
-// alternation with it, and the GEMM-only column is the BF16 GEMMs' (what the block-scaled GEMMs
-// replace).
+//                  [--experts E]
+// --format mxfp8 / fp8_blockwise: the layer under test is the MXFP8 or the FP8-blockwise staged
+// layer, weights prepared once; our BF16 layer on the same inputs is timed in alternation with it,
+// and the GEMM-only column is the BF16 GEMMs' (what the block-scaled GEMMs replace).
+// --experts E: the shape with E global experts instead of its own (e.g. dsv3_prefill --experts 128
+// on one GPU: the expert GEMMs one rank of EP2 runs, without the NVLink traffic); no stock layer.
 // --sustain-ms (default 300): every timed measurement, ours and the stock layer's, follows MS ms of
 // a local GEMM load, so both are timed at the power-limited clocks of a GPU in training rather than
 // at boost clocks after a pause (docs/perf.md G22); 0 restores the earlier protocol.
@@ -62,13 +64,21 @@ double json_number(const std::string& json, const std::string& key) {
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& argv) {
-  Args args(argv, {"shape", "mode", "gpus", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format"},
+  Args args(argv, {"shape", "mode", "gpus", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format",
+                   "experts"},
             {"no-baseline"});
   const std::string format = args.str("format").value_or("bf16");
   if (format != "bf16" && format != "mxfp8" && format != "fp8_blockwise")
     detail::fail(ErrorCode::kInvalidValue, "--format must be bf16, mxfp8 or fp8_blockwise, got '", format, "'");
   const std::string shape = args.str("shape").value_or("dsv3_prefill");
-  const Workload& w = find_workload(shape);
+  Workload w = find_workload(shape);
+  if (auto e = args.integer("experts")) {
+    if (*e < w.top_k) detail::fail(ErrorCode::kInvalidValue, "--experts must be >= the shape's top_k ", w.top_k, ", got ", *e);
+    if (!args.flag("no-baseline"))
+      detail::fail(ErrorCode::kInvalidValue, "--experts changes the shape: add --no-baseline (the stock layer runs the "
+                   "reference shapes only)");
+    w.experts = *e;
+  }
   const std::string mode = args.str("mode").value_or("train");
   if (mode != "train" && mode != "infer")
     detail::fail(ErrorCode::kInvalidValue, "--mode must be train or infer, got '", mode, "'");
@@ -103,7 +113,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
       << shape << " --mode " << mode << " --iters " << iters;
   if (auto f = args.real("slot-factor")) cmd << " --slot-factor " << *f;
   if (auto f = args.real("device-factor")) cmd << " --device-factor " << *f;
-  cmd << " --wgrad " << wgrad << " --sustain-ms " << sustain_ms << " --format " << format;
+  cmd << " --wgrad " << wgrad << " --sustain-ms " << sustain_ms << " --format " << format << " --experts " << w.experts;
   std::vector<std::string> results;
   if (run_and_collect(cmd.str(), "RESULT@", &results, true) != 0 || results.empty())
     detail::fail(ErrorCode::kRuntime, "the benchmark ranks failed (output above)");

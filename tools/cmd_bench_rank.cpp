@@ -52,12 +52,14 @@ using testing::run_for_ms;
 }  // namespace
 
 int cmd_bench_rank(const std::vector<std::string>& argv) {
-  Args args(argv, {"shape", "mode", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format"}, {});
+  Args args(argv, {"shape", "mode", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format", "experts"},
+            {});
   const std::string format = args.str("format").value_or("bf16");
   if (format != "bf16" && format != "mxfp8" && format != "fp8_blockwise")
     detail::fail(ErrorCode::kInvalidValue, "--format must be bf16, mxfp8 or fp8_blockwise, got '", format, "'");
   const bool block_scaled = format != "bf16";
-  const Workload& w = find_workload(args.str("shape").value_or("dsv3_prefill"));
+  Workload w = find_workload(args.str("shape").value_or("dsv3_prefill"));
+  if (auto e = args.integer("experts")) w.experts = *e;
   const bool train = args.str("mode").value_or("train") == "train";
   const bool wgrad_accumulate = args.str("wgrad").value_or("accumulate") == "accumulate";
   const int iters = static_cast<int>(args.integer("iters").value_or(20));

@@ -61,6 +61,8 @@ const Command kCommands[] = {
      "  --format bf16|mxfp8|fp8_blockwise   the layer's format (default bf16); a block-scaled one\n"
      "                         also times our BF16 layer\n"
      "  --gpus N               ranks (default: every GPU)\n"
+     "  --experts E            the shape with E global experts (one GPU, E/2: one EP2 rank's GEMMs);\n"
+     "                         needs --no-baseline\n"
      "  --iters N              calls per measurement (default 20)\n"
      "  --slot-factor F        activation slot factor (default: a slot that never recomputes)\n"
      "  --device-factor F      device scratch capacity factor\n"

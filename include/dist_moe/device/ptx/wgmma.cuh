@@ -157,6 +157,17 @@ DMOE_DEVICE void wgmma_fence_operands(float (&d)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The same for the A fragments of register-sourced (RS) wgmmas, which read them asynchronously:
+// called after the wgmma_wait() that retires their last reader, it keeps them live until then, so
+// the compiler gives no other value their registers while a wgmma may still read them.
+template <int kN>
+DMOE_DEVICE void wgmma_fence_operands(uint32_t (&a)[kN][4]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
+}
+
 // ---- instruction families ---------------------------------------------------------------------------
 // One wrapper template per operand type, specialized per N; all have the same interface:
 //   Wgmma<kN, kTransA, kTransB>::mma(d, desc_a, desc_b, accumulate)
