@@ -23,8 +23,6 @@
 
 #include "dist_moe/check.h"
 #include "dist_moe/grouped_gemm.h"
-#include "kernels/pipeline_glue.h"
-#include "kernels/planner.h"
 #include "kernels/swiglu.h"
 #include "quant/quantize.h"
 #include "runtime/layer_gemms.h"
@@ -90,14 +88,7 @@ void run_wgrad(WgradArgs w, const quant::Fp8BlockwiseOut& grad_out, const quant:
 
 // ---- the expert part of the forward (also the backward's recompute) ------------------------------
 
-struct ExpertTables {
-  const int32_t* counts;        // padded rows per expert (gated in the recompute)
-  const int32_t* offsets;       // [L + 1] (gated in the recompute)
-  const int32_t* real_counts;   // unpadded rows per expert
-  const void* const* gather_src;
-  void* const* scatter_dst;
-  bool packed_rows = false;     // gather_src points at packed rows quantized at the source (inference)
-};
+using ExpertTables = BlockScaledTables;
 
 // x rows (+ columns) -> W13 FPROP + SwiGLU -> h2 rows (+ columns) -> W2 FPROP scattering h3 routes.
 // `keep`: write the WGRAD columns and h1 where the snapshot says (else only the FPROP operands).
@@ -159,28 +150,16 @@ int64_t fp8_blockwise_row_bundle_bytes(int64_t cap, int64_t C) {
 
 void fp8_blockwise_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,
                            const ExecutionOptions& o, cudaStream_t stream) {
-  check_token_inputs(c, in);
-  check_block_scaled_weights(c, in, /*training=*/false);
-  o.validate();
-  DMOE_CHECK_ARG(out_TD, "out_TD is required");
-  // Inference quantizes each token once, at the source (D + D/32 bytes cross NVLink instead of 2D);
-  // training after the gather: its WGRAD column blocks need the BF16 rows.
-  const bool source = c.config.inference;
-  if (source) {
-    const int64_t T = in.num_tokens, D = c.config.hidden_dim;
-    quant::fp8_blockwise_quantize_rows(
-        quant::Bf16Matrix{in.x_TD, T, D, D},
-        quant::fp8_blockwise_packed_rows_out(c.ep->local_dispatch_routes(), c.ep->route_slot_bytes(), D), stream);
-    c.stage("quantize_x_source", stream);
-  }
-  const planner::Mxfp8Homes homes = c.mxfp8_scratch.homes();
-  const ForwardHead head = forward_head(c, in, saved, o, &homes, stream, /*rows_in_window=*/source);
-  const comm::RoutingTables& tb = c.ep->tables();
-  const ExpertTables t{tb.expert_rows,  tb.expert_offsets, tb.expert_rows_unpadded,
-                       tb.gather_src,   tb.scatter_dst,    /*packed_rows=*/source};
-  expert_forward(c, in, t, head.layer, /*keep=*/!head.scratch_only, o.swiglu_clip_stats_out_3,
-                 static_cast<float>(o.swiglu_clip_limit), /*recompute=*/false, stream);
-  forward_reduce(c, in, out_TD, saved, o, head, stream);
+  block_scaled_forward(
+      c, in, out_TD, saved, o,
+      [&](const quant::Bf16Matrix& x, void* rows, int64_t row_stride) {
+        quant::fp8_blockwise_quantize_rows(x, quant::fp8_blockwise_packed_rows_out(rows, row_stride, x.cols), stream);
+      },
+      [&](const ExpertTables& t, const ForwardHead& head) {
+        expert_forward(c, in, t, head.layer, /*keep=*/!head.scratch_only, o.swiglu_clip_stats_out_3,
+                       static_cast<float>(o.swiglu_clip_limit), /*recompute=*/false, stream);
+      },
+      stream);
 }
 
 // ---- backward -----------------------------------------------------------------------------------
@@ -188,33 +167,19 @@ void fp8_blockwise_forward(Context::Impl& c, const RoutedExpertsInputs& in, void
 void fp8_blockwise_backward(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
                             const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
                             cudaStream_t stream) {
-  check_token_inputs(c, in);
-  check_block_scaled_weights(c, in, /*training=*/true);
-  o.validate();
-  const DType wgrad = check_backward(c, s, grad_out_TD, g, o);
-  const int64_t T = in.num_tokens, D = c.config.hidden_dim, F = c.config.intermediate_dim, cap = c.capacity_rows();
+  const DType wgrad = block_scaled_backward_head(
+      c, in, s, grad_out_TD, g, o,
+      [&](const ExpertTables& rt) {
+        expert_forward(c, in, rt, s.layer_state, /*keep=*/true, nullptr, 0.f, /*recompute=*/true, stream);
+      },
+      stream);
+  const int64_t D = c.config.hidden_dim, F = c.config.intermediate_dim, cap = c.capacity_rows();
   const int L = static_cast<int>(c.local_experts);
   uint8_t* act = c.activation_base();
   const planner::Mxfp8Scratch& S = c.mxfp8_scratch;
   const PreparedWeightBuffers& w13 = in.w13_prepared->buffers;
   const PreparedWeightBuffers& w2 = in.w2_prepared->buffers;
   const int64_t* layer = s.layer_state;
-  const int64_t* need_recompute = layer + planner::kNeedRecompute;
-  int64_t* bo = c.backward_offsets;  // [6]: where the recompute reads x; [7]: h3
-  const int64_t caller_x = static_cast<const uint8_t*>(in.x_TD) - act;
-  kernels::plan_mxfp8_backward(c.geometry, c.call_shape(T), c.planner_state, layer, caller_x, bo + 6, stream);
-
-  // Recompute block: a fixed launch sequence whose stages do nothing on the saved path (gated row
-  // counts and group offsets; the two EP barriers only when recomputing, as in the BF16 pipeline).
-  kernels::copy_if(c.dispatch_routes(), {act, bo + 6}, T * D * 2, need_recompute, true, stream);
-  c.ep->barrier(stream, need_recompute);
-  kernels::predicated_counts(s.expert_rows, c.counts_gated, L, need_recompute, true, stream);
-  kernels::predicated_counts(s.expert_offsets, c.offsets_gated, L + 1, need_recompute, true, stream);
-  const ExpertTables rt{c.counts_gated, c.offsets_gated, s.expert_rows_unpadded, s.gather_src, s.scatter_dst};
-  expert_forward(c, in, rt, layer, /*keep=*/true, nullptr, 0.f, /*recompute=*/true, stream);
-  c.ep->barrier(stream, need_recompute);  // recomputed h3 rows are in their owners' combine windows
-
-  backward_topk(c, in, s, grad_out_TD, g, o, bo + 7, stream);
 
   // grad_h3 rows + columns straight from the owners' dispatch windows.
   const quant::RowGroups groups{s.expert_rows_unpadded, s.expert_offsets, L};

@@ -251,4 +251,53 @@ void backward_reduce(Context::Impl& c, const RoutedExpertsInputs& in, const Rout
   c.stage("reduce_grad_x", stream);
 }
 
+// ---- block-scaled pipelines ------------------------------------------------------------------------
+
+void block_scaled_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,
+                          const ExecutionOptions& o, const SourceQuantizer& quantize_source,
+                          const BlockScaledExperts& experts, cudaStream_t stream) {
+  check_token_inputs(c, in);
+  check_block_scaled_weights(c, in, /*training=*/false);
+  o.validate();
+  DMOE_CHECK_ARG(out_TD, "out_TD is required");
+  const bool source = c.config.inference;
+  if (source) {
+    const int64_t T = in.num_tokens, D = c.config.hidden_dim;
+    quantize_source(quant::Bf16Matrix{in.x_TD, T, D, D}, c.ep->local_dispatch_routes(), c.ep->route_slot_bytes());
+    c.stage("quantize_x_source", stream);
+  }
+  const planner::Mxfp8Homes homes = c.mxfp8_scratch.homes();
+  const ForwardHead head = forward_head(c, in, saved, o, &homes, stream, /*rows_in_window=*/source);
+  const comm::RoutingTables& tb = c.ep->tables();
+  experts({tb.expert_rows, tb.expert_offsets, tb.expert_rows_unpadded, tb.gather_src, tb.scatter_dst, source}, head);
+  forward_reduce(c, in, out_TD, saved, o, head, stream);
+}
+
+DType block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
+                                 const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
+                                 const std::function<void(const BlockScaledTables&)>& recompute, cudaStream_t stream) {
+  check_token_inputs(c, in);
+  check_block_scaled_weights(c, in, /*training=*/true);
+  o.validate();
+  const DType wgrad = check_backward(c, s, grad_out_TD, g, o);
+  const int64_t T = in.num_tokens, D = c.config.hidden_dim;
+  const int L = static_cast<int>(c.local_experts);
+  uint8_t* act = c.activation_base();
+  const int64_t* layer = s.layer_state;
+  const int64_t* need_recompute = layer + planner::kNeedRecompute;
+  int64_t* bo = c.backward_offsets;  // [6]: where the recompute reads x; [7]: h3
+  const int64_t caller_x = static_cast<const uint8_t*>(in.x_TD) - act;
+  kernels::plan_mxfp8_backward(c.geometry, c.call_shape(T), c.planner_state, layer, caller_x, bo + 6, stream);
+
+  kernels::copy_if(c.dispatch_routes(), {act, bo + 6}, T * D * 2, need_recompute, true, stream);
+  c.ep->barrier(stream, need_recompute);
+  kernels::predicated_counts(s.expert_rows, c.counts_gated, L, need_recompute, true, stream);
+  kernels::predicated_counts(s.expert_offsets, c.offsets_gated, L + 1, need_recompute, true, stream);
+  recompute({c.counts_gated, c.offsets_gated, s.expert_rows_unpadded, s.gather_src, s.scatter_dst});
+  c.ep->barrier(stream, need_recompute);  // recomputed h3 rows are in their owners' combine windows
+
+  backward_topk(c, in, s, grad_out_TD, g, o, bo + 7, stream);
+  return wgrad;
+}
+
 }  // namespace dist_moe::runtime

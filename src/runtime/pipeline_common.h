@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "dist_moe/routed_experts.h"
 #include "kernels/topk.h"
@@ -67,6 +68,40 @@ DType check_backward(const Context::Impl& c, const SavedState::Buffers& s, const
 void backward_topk(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
                    const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
                    int64_t* h3_offset, cudaStream_t stream);
+
+// ---- block-scaled pipelines (MXFP8, FP8 blockwise) ---------------------------------------------
+
+// The routing tables a block-scaled expert part reads (the forward's, or the backward's recompute
+// with gated row counts and group offsets).
+struct BlockScaledTables {
+  const int32_t* counts;        // padded rows per expert (gated in the recompute)
+  const int32_t* offsets;       // [L + 1] (gated in the recompute)
+  const int32_t* real_counts;   // unpadded rows per expert
+  const void* const* gather_src;
+  void* const* scatter_dst;
+  bool packed_rows = false;     // gather_src points at packed rows quantized at the source (inference)
+};
+
+// A block-scaled forward around the format's expert part: the checks; inference quantizes each
+// token once, at the source, with `quantize_source(x, dispatch window rows, row stride)` (D + D/32
+// bytes cross NVLink instead of 2D; T rows quantized instead of T*K routed rows), so the publish
+// moves only the ids (training quantizes after the gather: its WGRAD column blocks need the BF16
+// rows); publish + route + plan with the scratch homes; `experts(tables, head)` (the W13 -> W2 part,
+// scattering h3 route rows into the owners' combine windows); the top-k reduction or RMSNorm.
+using SourceQuantizer = std::function<void(const quant::Bf16Matrix& x, void* rows, int64_t row_stride_bytes)>;
+using BlockScaledExperts = std::function<void(const BlockScaledTables&, const ForwardHead&)>;
+void block_scaled_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,
+                          const ExecutionOptions& o, const SourceQuantizer& quantize_source,
+                          const BlockScaledExperts& experts, cudaStream_t stream);
+
+// The head of a block-scaled backward: the checks, the planner's pop, the recompute block -- a fixed
+// launch sequence whose stages do nothing on the saved path (gated row counts and group offsets; the
+// two EP barriers only when recomputing, as in the BF16 pipeline): x back from the slot's save or
+// the caller's, `recompute(tables)` (the format's expert part keeping its operands), the h3 rows in
+// their owners' combine windows -- then the top-k backward. Returns the WGRAD dtype of the call.
+DType block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
+                                 const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
+                                 const std::function<void(const BlockScaledTables&)>& recompute, cudaStream_t stream);
 
 // After the W13 DGRAD scattered every grad_x route row into its owner's combine window: the EP
 // barrier, then the sum over k into grad_x_TD.
