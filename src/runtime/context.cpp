@@ -74,9 +74,9 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
   if (c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise) {
     // Its row bundles share the row region, and so (training) do the saved column bundles expanded
     // for the WGRADs (row region dead by then: fp8_blockwise_pipeline.cpp).
-    int64_t need = std::max(runtime::fp8_blockwise_row_bundle_bytes(cap, D), runtime::fp8_blockwise_row_bundle_bytes(cap, F));
+    int64_t need = std::max(planner::fp8_blockwise_row_bytes(cap, D), planner::fp8_blockwise_row_bytes(cap, F));
     if (!c.config.inference)
-      need = std::max({need, runtime::fp8_blockwise_row_bundle_bytes(cap, 2 * F),
+      need = std::max({need, planner::fp8_blockwise_row_bytes(cap, 2 * F),
                        numeric::fp8_blockwise_compact_columns_bytes(std::max(D, F), cap)});
     if (need > s.h1 - s.row)
       detail::fail(ErrorCode::kInternal, "FP8-blockwise row bundle needs ", need, " bytes, the scratch row region has ",

@@ -33,15 +33,13 @@ namespace {
 
 using planner::align128;
 
-int64_t scale_ld(int64_t cap) { return (cap + 3) / 4 * 4; }
-
 // ---- operands -----------------------------------------------------------------------------------
 
 // The row bundle of a [cap, C] operand: E4M3 rows, then the k-block-major FP32 scale grid.
 quant::Fp8BlockwiseOut row_bundle(const Context::Impl& c, int64_t C) {
   const int64_t cap = c.capacity_rows();
   uint8_t* q = at(c, c.mxfp8_scratch.row);
-  return {q, C, reinterpret_cast<float*>(q + align128(cap * C)), 1, scale_ld(cap)};
+  return {q, C, reinterpret_cast<float*>(q + align128(cap * C)), 1, planner::fp8_blockwise_scale_ld(cap)};
 }
 
 // Strided columns of C features at a scratch offset: E4M3 [C, cap], then FP32 [cap/128, C] (the
@@ -141,10 +139,6 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Exper
 }
 
 }  // namespace
-
-int64_t fp8_blockwise_row_bundle_bytes(int64_t cap, int64_t C) {
-  return align128(cap * C) + align128(C / 128 * scale_ld(cap) * 4);
-}
 
 // ---- forward ------------------------------------------------------------------------------------
 

@@ -13,9 +13,6 @@
 
 namespace dist_moe::runtime {
 
-// Bytes of the row bundle of a [cap, C] operand (the context checks they fit the scratch's row region).
-int64_t fp8_blockwise_row_bundle_bytes(int64_t cap, int64_t C);
-
 void fp8_blockwise_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,
                            const ExecutionOptions& o, cudaStream_t stream);
 void fp8_blockwise_backward(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "dist_moe/device/numeric/fp8_blockwise.cuh"
 #include "dist_moe/device/planner/activation_planner.cuh"
 #include "dist_moe/memory_plan.h"
 #include "test_helpers.h"
@@ -361,6 +362,42 @@ TEST(ActivationPlanner, Mxfp8ScratchIsThePlannedScratchTermForTerm) {
       // The dequantized WGRAD operands fit the regions dead by then (D <= ~4.5 F at these shapes).
       EXPECT_LE(m.row + planner::align128(cap * s.D * 2) + planner::align128(cap * s.F * 2), m.w2_views_end);
       EXPECT_LE(m.row + planner::align128(cap * 4 * s.F) + planner::align128(cap * s.D * 2), m.w13_views_end);
+    }
+  }
+}
+
+// FP8 blockwise runs on the MXFP8 layouts (runtime/fp8_blockwise_pipeline.cpp): plan_memory sizes
+// both formats alike, a compact FP8-blockwise column bundle of R = 128 n rows has the MXFP8 bundle's
+// bytes, and the FP8-blockwise row bundles (x, h2 and, training, dxy) and the expanded saved columns
+// fit the scratch's row region.
+TEST(ActivationPlanner, Fp8BlockwiseFitsTheMxfp8Layouts) {
+  struct Shape { int64_t T, D, F, K, E, R; };
+  for (const Shape& s : {Shape{64, 256, 256, 2, 8, 1}, Shape{96, 384, 640, 8, 64, 2}, Shape{4096, 7168, 2048, 8, 256, 2},
+                         Shape{8192, 2048, 768, 8, 128, 1}, Shape{4096, 4096, 14336, 2, 8, 1}}) {
+    for (bool inference : {false, true}) {
+      SCOPED_TRACE("T=" + std::to_string(s.T) + " D=" + std::to_string(s.D) + " inference=" + std::to_string(inference));
+      const Config mx = mxfp8_config(s.T, s.D, s.F, s.K, s.E, 1, inference);
+      Config fp8 = mx;
+      fp8.block_scaled->format = BlockScaledFormat::kFP8Blockwise;
+      const MemoryPlan p = plan_memory(fp8, s.R), q = plan_memory(mx, s.R);
+      EXPECT_EQ(p.device_scratch_bytes, q.device_scratch_bytes);
+      EXPECT_EQ(p.host_scratch_bytes, q.host_scratch_bytes);
+      EXPECT_EQ(p.maximum_useful_activation_slot_bytes, q.maximum_useful_activation_slot_bytes);
+      EXPECT_EQ(p.total_scratch_capacity_rows % 128, 0);
+      for (int64_t rows : {int64_t{128}, 128 * s.E, p.total_scratch_capacity_rows})
+        for (int64_t C : {s.D, s.F})
+          EXPECT_EQ(numeric::fp8_blockwise_compact_columns_bytes(C, rows), numeric::mxfp8_compact_columns_bytes(C, rows));
+      const int64_t cap = p.total_scratch_capacity_rows;
+      const planner::Mxfp8Scratch m =
+          planner::mxfp8_scratch(cap, s.D, s.F, inference, p.total_device_buffer_bytes + p.host_scratch_bytes);
+      const int64_t row_region = m.h1 - m.row;
+      for (int64_t C : {s.D, s.F, 2 * s.F}) {
+        if (inference && C == 2 * s.F) continue;
+        EXPECT_LE(planner::fp8_blockwise_row_bytes(cap, C), row_region) << "row bundle of " << C;
+        EXPECT_LE(planner::fp8_blockwise_row_bytes(cap, C), planner::mxfp8_row_bytes(cap, C));
+      }
+      if (!inference)
+        EXPECT_LE(numeric::fp8_blockwise_compact_columns_bytes(std::max(s.D, s.F), cap), row_region);
     }
   }
 }

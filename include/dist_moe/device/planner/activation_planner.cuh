@@ -283,6 +283,15 @@ DMOE_HOST_DEVICE int64_t mxfp8_row_bytes(int64_t rows, int64_t C) {
   return align128(rows * C) + align128(rows * 4 * (C / 32));
 }
 
+// FP8 blockwise's row bundle of [rows, C] (the FP8-blockwise layer's FPROP / DGRAD A operand):
+// E4M3 [rows, C], then its FP32 scales k-block-major [C/128, ld] (ld = rows rounded up to 4: the
+// GEMMs' layout) at align128(rows * C). About a quarter of MXFP8's reserved scale bytes, so the
+// MXFP8 layouts hold it (the context checks; tests/cpu/test_activation_planner.cpp too).
+DMOE_HOST_DEVICE int64_t fp8_blockwise_scale_ld(int64_t rows) { return (rows + 3) / 4 * 4; }
+DMOE_HOST_DEVICE int64_t fp8_blockwise_row_bytes(int64_t rows, int64_t C) {
+  return align128(rows * C) + align128(C / 128 * fp8_blockwise_scale_ld(rows) * 4);
+}
+
 // The static scratch of an MXFP8 context at `cap` received rows (the routing capacity), as offsets
 // into the activation buffer, top down from `top`. Training (upstream's staged recompute peak,
 // memory_plan.cpp training_scratch_peak, term for term), low to high:
