@@ -36,8 +36,7 @@ enum class BlockScaledFormat {
   kMXFP8_E4M3,     // E4M3 data, E8M0 scale per 32 values; training and inference
   kNVFP4,          // E2M1 data (2 per byte), E4M3 scale per 16 values, FP32 global scale; inference
   kFP8Blockwise,   // beyond upstream: E4M3 data, FP32 scale per 1x128 (activations) / 128x128
-                   // (weights), DeepSeek-V3's recipe. Inference contexts run it (staged); a
-                   // training context is rejected until its backward exists.
+                   // (weights), DeepSeek-V3's recipe; training and inference (staged).
 };
 const char* to_string(BlockScaledFormat f);                // "mxfp8_e4m3", "nvfp4", "fp8_blockwise"
 BlockScaledFormat parse_block_scaled_format(const std::string& s);
@@ -103,8 +102,8 @@ struct Config {
 };
 
 // What a block-scaled context checks at creation, after Config::validate(), for `ep_size` ranks
-// (upstream's execution-time checks, then what the Hopper build executes: MXFP8 staged without
-// fast_math or a kernel_config override). Throws kInvalidValue naming the reason.
+// (upstream's execution-time checks, then what the Hopper build executes: MXFP8 and FP8 blockwise
+// staged, without fast_math or a kernel_config override). Throws kInvalidValue naming the reason.
 void validate_block_scaled_execution(const Config& config, int64_t ep_size);
 
 // Post-expert RMSNorm fused into the top-k reduction: every route row is normalized in FP32,
