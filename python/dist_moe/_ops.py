@@ -340,7 +340,7 @@ def _check_operands(name: str, operands, fmt: str, device) -> bool:
         raise ValueError(f"{name}_fprop_data must be 3D [E, N, K], got shape {tuple(data.shape)}")
     inference = operands[2] is None
     spec = _cached_spec(fmt, inference, tuple(int(d) for d in data.shape))
-    for field, t in zip(MXFP8_TRAINING_FIELDS, operands):
+    for field, t in zip(TRAINING_FIELDS, operands):
         want = spec[field]
         if want is None:
             if t is not None:
@@ -366,7 +366,7 @@ def _block_scaled_inputs(ctx, x, ids, scores, operands) -> dict:
             "format": fmt,
             "inference": inference,
             "shape": list(ops[0].shape),
-            **{field: 0 if t is None else t.data_ptr() for field, t in zip(MXFP8_TRAINING_FIELDS, ops)},
+            **{field: 0 if t is None else t.data_ptr() for field, t in zip(TRAINING_FIELDS, ops)},
         }
     return inputs
 
@@ -536,7 +536,7 @@ def launch_prepare(weight: torch.Tensor, fmt: str, inference: bool, operands: di
 
 # The training operands of a block-scaled weight (MXFP8, FP8 blockwise), in the order the ops
 # below return and take them.
-MXFP8_TRAINING_FIELDS = ("fprop_data", "fprop_scale", "dgrad_data", "dgrad_scale")
+TRAINING_FIELDS = ("fprop_data", "fprop_scale", "dgrad_data", "dgrad_scale")
 
 
 def _define_training_prepare_ops(fmt: str, name: str, doc: str):
@@ -546,13 +546,13 @@ def _define_training_prepare_ops(fmt: str, name: str, doc: str):
 
     def prepare(weight):
         spec = prepared_weight_spec(fmt, False, weight.shape)
-        operands = {n: empty_prepared(spec[n], weight.device) for n in MXFP8_TRAINING_FIELDS}
+        operands = {n: empty_prepared(spec[n], weight.device) for n in TRAINING_FIELDS}
         launch_prepare(weight, fmt, False, operands)
-        return tuple(operands[n] for n in MXFP8_TRAINING_FIELDS)
+        return tuple(operands[n] for n in TRAINING_FIELDS)
 
     def fake(weight):
         spec = prepared_weight_spec(fmt, False, weight.shape)
-        return tuple(weight.new_empty(spec[n][1], dtype=spec[n][0]) for n in MXFP8_TRAINING_FIELDS)
+        return tuple(weight.new_empty(spec[n][1], dtype=spec[n][0]) for n in TRAINING_FIELDS)
 
     def refill(weight, fprop_data, fprop_scale, dgrad_data, dgrad_scale):
         launch_prepare(weight, fmt, False, {"fprop_data": fprop_data, "fprop_scale": fprop_scale,
@@ -564,7 +564,7 @@ def _define_training_prepare_ops(fmt: str, name: str, doc: str):
                                  schema="(Tensor weight) -> (Tensor, Tensor, Tensor, Tensor)")
     op.register_fake(fake)
     refill_op = torch.library.custom_op(
-        f"dist_moe::{name}_refill_", refill, mutates_args=MXFP8_TRAINING_FIELDS, device_types="cuda",
+        f"dist_moe::{name}_refill_", refill, mutates_args=TRAINING_FIELDS, device_types="cuda",
         schema="(Tensor weight, Tensor(a!) fprop_data, Tensor(b!) fprop_scale, Tensor(c!) dgrad_data, "
         "Tensor(d!) dgrad_scale) -> ()")
     @refill_op.register_fake

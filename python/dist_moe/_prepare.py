@@ -82,7 +82,7 @@ def prepare_block_scaled_weight(weight, fmt: str, inference: bool = False, out=N
         with torch.no_grad():
             tensors = _ops.training_prepare_op(fmt)(weight.detach())
         return PreparedWeight._create(source=source, format=_format_value(fmt),
-                                      **dict(zip(_ops.MXFP8_TRAINING_FIELDS, tensors)))
+                                      **dict(zip(_ops.TRAINING_FIELDS, tensors)))
     with torch.no_grad():
         operands = {name: None if spec[name] is None else _ops.empty_prepared(spec[name], weight.device)
                     for name in _ops.PREPARED_FIELDS}
@@ -106,13 +106,13 @@ def _refill(weight, fmt: str, inference: bool, out) -> PreparedWeight:
     if not isinstance(source, torch.Tensor) or source.shape != weight.shape or source.dtype != weight.dtype:
         raise ValueError("out source shape and dtype must match weight")
     spec = _ops.prepared_weight_spec(fmt, False, weight.shape)
-    for name in _ops.MXFP8_TRAINING_FIELDS:
+    for name in _ops.TRAINING_FIELDS:
         _check_operand(name, getattr(out, name), spec[name], weight.device)
     if _overlap(out.fprop_data, out.dgrad_data):
         raise ValueError("out.dgrad_data must be its own tensor (fprop_data transposed per expert, [G, K, N]), not "
                          "out.fprop_data or a view overlapping it")
     with torch.no_grad():
-        _ops.training_refill_op(fmt)(weight.detach(), *(getattr(out, name) for name in _ops.MXFP8_TRAINING_FIELDS))
+        _ops.training_refill_op(fmt)(weight.detach(), *(getattr(out, name) for name in _ops.TRAINING_FIELDS))
     return out._with_source(weight)
 
 

@@ -59,12 +59,6 @@ quant::Fp8BlockwiseOut compact_columns(common::DeviceAddress a) {
   return o;
 }
 
-// Rows quantized from expert-major BF16 rows; columns too when `cols` is present.
-void quantize(const quant::Bf16Matrix& x, const quant::RowGroups& groups, const quant::Fp8BlockwiseOut& rows,
-              const quant::Fp8BlockwiseOut& cols, cudaStream_t stream) {
-  quant::fp8_blockwise_quantize_rows_cols(x, groups, rows, cols, stream);
-}
-
 // A layer GEMM's operands made FP8 blockwise: the row bundle A against a prepared weight's FPROP
 // fields, or (DGRAD) its transposed copy with the DGRAD scales.
 void use_row_operands(GroupedGemmCommon& g, const quant::Fp8BlockwiseOut& a, const void* b_scales,
@@ -86,11 +80,9 @@ void run_wgrad(WgradArgs w, const quant::Fp8BlockwiseOut& grad_out, const quant:
 
 // ---- the expert part of the forward (also the backward's recompute) ------------------------------
 
-using ExpertTables = BlockScaledTables;
-
 // x rows (+ columns) -> W13 FPROP + SwiGLU -> h2 rows (+ columns) -> W2 FPROP scattering h3 routes.
 // `keep`: write the WGRAD columns and h1 where the snapshot says (else only the FPROP operands).
-void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const ExpertTables& t, const int64_t* layer,
+void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const BlockScaledTables& t, const int64_t* layer,
                     bool keep, float* clip_stats, float clip_limit, bool recompute, cudaStream_t stream) {
   const int64_t D = c.config.hidden_dim, F = c.config.intermediate_dim;
   uint8_t* act = c.activation_base();
@@ -105,8 +97,8 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Exper
     quant::fp8_blockwise_gather_packed_rows(t.gather_src, groups, c.capacity_rows(), D, xr, stream);
     c.stage("gather_x_rows", stream);
   } else {
-    quantize(routed_rows(c, t.gather_src, D), groups, xr, keep ? compact_columns({act, layer + planner::kXCol}) : none,
-             stream);
+    quant::fp8_blockwise_quantize_rows_cols(routed_rows(c, t.gather_src, D), groups, xr,
+                                            keep ? compact_columns({act, layer + planner::kXCol}) : none, stream);
     c.stage(recompute ? "recompute_quantize_x" : "quantize_x", stream);
   }
 
@@ -125,8 +117,8 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Exper
 
   // Padding rows quantize as zeros; rows past the groups are not touched.
   const quant::Fp8BlockwiseOut hr = row_bundle(c, F);
-  quantize(scratch_rows(c, h2_bf16, F), groups, hr, keep ? compact_columns({act, layer + planner::kH2Col}) : none,
-           stream);
+  quant::fp8_blockwise_quantize_rows_cols(scratch_rows(c, h2_bf16, F), groups, hr,
+                                          keep ? compact_columns({act, layer + planner::kH2Col}) : none, stream);
   c.stage(recompute ? "recompute_quantize_h2" : "quantize_h2", stream);
 
   FpropArgs f2 = w2_fprop_args(c, in, t.counts);
@@ -149,11 +141,7 @@ void fp8_blockwise_forward(Context::Impl& c, const RoutedExpertsInputs& in, void
       [&](const quant::Bf16Matrix& x, void* rows, int64_t row_stride) {
         quant::fp8_blockwise_quantize_rows(x, quant::fp8_blockwise_packed_rows_out(rows, row_stride, x.cols), stream);
       },
-      [&](const ExpertTables& t, const ForwardHead& head) {
-        expert_forward(c, in, t, head.layer, /*keep=*/!head.scratch_only, o.swiglu_clip_stats_out_3,
-                       static_cast<float>(o.swiglu_clip_limit), /*recompute=*/false, stream);
-      },
-      stream);
+      expert_forward, stream);
 }
 
 // ---- backward -----------------------------------------------------------------------------------
@@ -161,12 +149,7 @@ void fp8_blockwise_forward(Context::Impl& c, const RoutedExpertsInputs& in, void
 void fp8_blockwise_backward(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
                             const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
                             cudaStream_t stream) {
-  const DType wgrad = block_scaled_backward_head(
-      c, in, s, grad_out_TD, g, o,
-      [&](const ExpertTables& rt) {
-        expert_forward(c, in, rt, s.layer_state, /*keep=*/true, nullptr, 0.f, /*recompute=*/true, stream);
-      },
-      stream);
+  const DType wgrad = block_scaled_backward_head(c, in, s, grad_out_TD, g, o, expert_forward, stream);
   const int64_t D = c.config.hidden_dim, F = c.config.intermediate_dim, cap = c.capacity_rows();
   const int L = static_cast<int>(c.local_experts);
   uint8_t* act = c.activation_base();
@@ -178,7 +161,7 @@ void fp8_blockwise_backward(Context::Impl& c, const RoutedExpertsInputs& in, con
   // grad_h3 rows + columns straight from the owners' dispatch windows.
   const quant::RowGroups groups{s.expert_rows_unpadded, s.expert_offsets, L};
   const quant::Fp8BlockwiseOut g3r = row_bundle(c, D), g3c = strided_columns(c, S.grad_h3_col, D);
-  quantize(routed_rows(c, s.grad_gather_src, D), groups, g3r, g3c, stream);
+  quant::fp8_blockwise_quantize_rows_cols(routed_rows(c, s.grad_gather_src, D), groups, g3r, g3c, stream);
   c.stage("quantize_grad_h3", stream);
 
   void* grad_h2 = at(c, S.grad_h2);
@@ -197,7 +180,7 @@ void fp8_blockwise_backward(Context::Impl& c, const RoutedExpertsInputs& in, con
   c.stage("swiglu_backward", stream);
 
   const quant::Fp8BlockwiseOut dxr = row_bundle(c, 2 * F), dxc = strided_columns(c, S.dxy_col, 2 * F);
-  quantize(scratch_rows(c, dxy, 2 * F), groups, dxr, dxc, stream);
+  quant::fp8_blockwise_quantize_rows_cols(scratch_rows(c, dxy, 2 * F), groups, dxr, dxc, stream);
   c.stage("quantize_dxy", stream);
 
   DgradArgs d13 = w13_dgrad_args(c, in, s.expert_rows);

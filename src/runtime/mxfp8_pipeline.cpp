@@ -86,11 +86,9 @@ void use_mxfp8_operands(GroupedGemmCommon& g, const RowBundle& a, int64_t a_cols
 
 // ---- the expert part of the forward (also the backward's recompute) ------------------------------
 
-using ExpertTables = BlockScaledTables;
-
 // x rows + columns -> W13 FPROP + SwiGLU -> h2 rows + columns -> W2 FPROP scattering h3 routes.
 // `keep`: write the WGRAD columns and h1 where the snapshot says (else only the FPROP operands).
-void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const ExpertTables& t, const int64_t* layer,
+void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const BlockScaledTables& t, const int64_t* layer,
                     bool keep, float* clip_stats, float clip_limit, bool recompute, cudaStream_t stream) {
   const int64_t D = c.config.hidden_dim, F = c.config.intermediate_dim;
   uint8_t* act = c.activation_base();
@@ -148,11 +146,7 @@ void mxfp8_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD
       [&](const quant::Bf16Matrix& x, void* rows, int64_t row_stride) {
         quant::mxfp8_quantize_rows(x, quant::mxfp8_packed_rows_out(rows, row_stride, x.cols), stream);
       },
-      [&](const ExpertTables& t, const ForwardHead& head) {
-        expert_forward(c, in, t, head.layer, /*keep=*/!head.scratch_only, o.swiglu_clip_stats_out_3,
-                       static_cast<float>(o.swiglu_clip_limit), /*recompute=*/false, stream);
-      },
-      stream);
+      expert_forward, stream);
 }
 
 // ---- backward -----------------------------------------------------------------------------------
@@ -160,12 +154,7 @@ void mxfp8_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD
 void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
                     const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
                     cudaStream_t stream) {
-  const DType wgrad = block_scaled_backward_head(
-      c, in, s, grad_out_TD, g, o,
-      [&](const ExpertTables& rt) {
-        expert_forward(c, in, rt, s.layer_state, /*keep=*/true, nullptr, 0.f, /*recompute=*/true, stream);
-      },
-      stream);
+  const DType wgrad = block_scaled_backward_head(c, in, s, grad_out_TD, g, o, expert_forward, stream);
   const int64_t D = c.config.hidden_dim, F = c.config.intermediate_dim, cap = c.capacity_rows();
   const int L = static_cast<int>(c.local_experts);
   uint8_t* act = c.activation_base();

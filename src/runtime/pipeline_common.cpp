@@ -255,7 +255,7 @@ void backward_reduce(Context::Impl& c, const RoutedExpertsInputs& in, const Rout
 
 void block_scaled_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,
                           const ExecutionOptions& o, const SourceQuantizer& quantize_source,
-                          const BlockScaledExperts& experts, cudaStream_t stream) {
+                          BlockScaledExpertPart experts, cudaStream_t stream) {
   check_token_inputs(c, in);
   check_block_scaled_weights(c, in, /*training=*/false);
   o.validate();
@@ -269,13 +269,15 @@ void block_scaled_forward(Context::Impl& c, const RoutedExpertsInputs& in, void*
   const planner::Mxfp8Homes homes = c.mxfp8_scratch.homes();
   const ForwardHead head = forward_head(c, in, saved, o, &homes, stream, /*rows_in_window=*/source);
   const comm::RoutingTables& tb = c.ep->tables();
-  experts({tb.expert_rows, tb.expert_offsets, tb.expert_rows_unpadded, tb.gather_src, tb.scatter_dst, source}, head);
+  experts(c, in, {tb.expert_rows, tb.expert_offsets, tb.expert_rows_unpadded, tb.gather_src, tb.scatter_dst, source},
+          head.layer, /*keep=*/!head.scratch_only, o.swiglu_clip_stats_out_3, static_cast<float>(o.swiglu_clip_limit),
+          /*recompute=*/false, stream);
   forward_reduce(c, in, out_TD, saved, o, head, stream);
 }
 
 DType block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
                                  const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
-                                 const std::function<void(const BlockScaledTables&)>& recompute, cudaStream_t stream) {
+                                 BlockScaledExpertPart experts, cudaStream_t stream) {
   check_token_inputs(c, in);
   check_block_scaled_weights(c, in, /*training=*/true);
   o.validate();
@@ -293,7 +295,8 @@ DType block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in
   c.ep->barrier(stream, need_recompute);
   kernels::predicated_counts(s.expert_rows, c.counts_gated, L, need_recompute, true, stream);
   kernels::predicated_counts(s.expert_offsets, c.offsets_gated, L + 1, need_recompute, true, stream);
-  recompute({c.counts_gated, c.offsets_gated, s.expert_rows_unpadded, s.gather_src, s.scatter_dst});
+  experts(c, in, {c.counts_gated, c.offsets_gated, s.expert_rows_unpadded, s.gather_src, s.scatter_dst}, layer,
+          /*keep=*/true, nullptr, 0.f, /*recompute=*/true, stream);
   c.ep->barrier(stream, need_recompute);  // recomputed h3 rows are in their owners' combine windows
 
   backward_topk(c, in, s, grad_out_TD, g, o, bo + 7, stream);

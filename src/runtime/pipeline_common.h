@@ -82,26 +82,32 @@ struct BlockScaledTables {
   bool packed_rows = false;     // gather_src points at packed rows quantized at the source (inference)
 };
 
+// The format's expert part: x rows (+ the WGRAD columns and h1 where the snapshot `layer` says,
+// when `keep`) -> W13 FPROP + SwiGLU -> h2 rows (+ columns) -> W2 FPROP scattering h3 route rows
+// into the owners' combine windows. `recompute` names the stages of the backward's recompute.
+using BlockScaledExpertPart = void (*)(Context::Impl& c, const RoutedExpertsInputs& in, const BlockScaledTables& t,
+                                       const int64_t* layer, bool keep, float* clip_stats, float clip_limit,
+                                       bool recompute, cudaStream_t stream);
+
 // A block-scaled forward around the format's expert part: the checks; inference quantizes each
 // token once, at the source, with `quantize_source(x, dispatch window rows, row stride)` (D + D/32
 // bytes cross NVLink instead of 2D; T rows quantized instead of T*K routed rows), so the publish
 // moves only the ids (training quantizes after the gather: its WGRAD column blocks need the BF16
-// rows); publish + route + plan with the scratch homes; `experts(tables, head)` (the W13 -> W2 part,
-// scattering h3 route rows into the owners' combine windows); the top-k reduction or RMSNorm.
+// rows); publish + route + plan with the scratch homes; `experts`, keeping the saved operands when
+// the call saves; the top-k reduction or RMSNorm.
 using SourceQuantizer = std::function<void(const quant::Bf16Matrix& x, void* rows, int64_t row_stride_bytes)>;
-using BlockScaledExperts = std::function<void(const BlockScaledTables&, const ForwardHead&)>;
 void block_scaled_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD, SavedState::Buffers* saved,
                           const ExecutionOptions& o, const SourceQuantizer& quantize_source,
-                          const BlockScaledExperts& experts, cudaStream_t stream);
+                          BlockScaledExpertPart experts, cudaStream_t stream);
 
 // The head of a block-scaled backward: the checks, the planner's pop, the recompute block -- a fixed
 // launch sequence whose stages do nothing on the saved path (gated row counts and group offsets; the
 // two EP barriers only when recomputing, as in the BF16 pipeline): x back from the slot's save or
-// the caller's, `recompute(tables)` (the format's expert part keeping its operands), the h3 rows in
-// their owners' combine windows -- then the top-k backward. Returns the WGRAD dtype of the call.
+// the caller's, `experts` on the gated tables keeping its operands, the h3 rows in their owners'
+// combine windows -- then the top-k backward. Returns the WGRAD dtype of the call.
 DType block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
                                  const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
-                                 const std::function<void(const BlockScaledTables&)>& recompute, cudaStream_t stream);
+                                 BlockScaledExpertPart experts, cudaStream_t stream);
 
 // After the W13 DGRAD scattered every grad_x route row into its owner's combine window: the EP
 // barrier, then the sum over k into grad_x_TD.

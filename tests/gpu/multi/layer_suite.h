@@ -246,6 +246,23 @@ struct PreparedOnGpu {
   }
 };
 
+// The validation cases' checks: each call runs `fn`, which must throw a dist_moe::Error whose text
+// contains `text`; otherwise `ok` turns false and `why` says which check (`what`) and how.
+struct ErrorExpectations {
+  std::string* why;
+  bool ok = true;
+  template <class Fn>
+  void operator()(const char* what, const std::string& text, Fn&& fn) {
+    try {
+      fn();
+      ok = false, *why += std::string(" ") + what + ": no error;";
+    } catch (const Error& e) {
+      if (std::string(e.what()).find(text) == std::string::npos)
+        ok = false, *why += std::string(" ") + what + ": unexpected text '" + e.what() + "';";
+    }
+  }
+};
+
 // The trap scenarios' call: every route of `in` set to expert id `id` (device ids32, T * K of them),
 // validate_expert_ids on, one inference call that must end in the diagnostic (logged around it).
 inline void call_expecting_trap(Context& ctx, RoutedExpertsInputs in, Dev<int32_t>& ids32, int64_t routes, int32_t id,

@@ -465,16 +465,7 @@ bool case_varying_t(ncclComm_t nccl, int rank, int world, cudaStream_t stream, s
 // Upstream's creation and call checks on block-scaled contexts, with their texts.
 bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
   Case c{"validation"};
-  bool ok = true;
-  auto expect_error = [&](const char* what, const std::string& text, auto&& fn) {
-    try {
-      fn();
-      ok = false, *why += std::string(" ") + what + ": no error;";
-    } catch (const Error& e) {
-      if (std::string(e.what()).find(text) == std::string::npos)
-        ok = false, *why += std::string(" ") + what + ": unexpected text '" + e.what() + "';";
-    }
-  };
+  ErrorExpectations expect_error{why};
   expect_error("mega", "pipeline='mega' has no Hopper execution yet", [&] {
     Config cfg = config_of(c, world, false);
     cfg.block_scaled->pipeline = BlockScaledPipeline::kMega;
@@ -515,7 +506,7 @@ bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
     sync(stream);
   }
   ctx->close();
-  return ok;
+  return expect_error.ok;
 }
 
 // Upstream's trap scenarios on an inference context of the format with prepared weights, each expected to end

@@ -285,16 +285,7 @@ bool case_preparations(ncclComm_t nccl, int rank, int world, cudaStream_t stream
 // The creation and call checks of an FP8-blockwise context, with their texts.
 bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
   Case c{"validation"};
-  bool ok = true;
-  auto expect_error = [&](const char* what, const std::string& text, auto&& fn) {
-    try {
-      fn();
-      ok = false, *why += std::string(" ") + what + ": no error;";
-    } catch (const Error& e) {
-      if (std::string(e.what()).find(text) == std::string::npos)
-        ok = false, *why += std::string(" ") + what + ": unexpected text '" + e.what() + "';";
-    }
-  };
+  ErrorExpectations expect_error{why};
   expect_error("dims", "fp8_blockwise requires hidden_dim and intermediate_dim divisible by its vector size 128", [&] {
     Case d = c;
     d.D = 320;
@@ -319,7 +310,7 @@ bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
     routed_experts_inference(*ctx, mx.in, out.out.get(), suite_options(c), stream);
   });
   ctx->close();
-  return ok;
+  return expect_error.ok;
 }
 
 // The MXFP8 suite's trap scenarios on an FP8-blockwise inference context: `overflow` (T=512,
