@@ -9,6 +9,7 @@
 #   pipeline    the pipeline suite, the two-layer example on every GPU, trap tests   pipeline.log
 #   mxfp8       the MXFP8 staged layer suite on every GPU                            mxfp8.log
 #   fp8bw       the FP8-blockwise inference and training layer suites on every GPU   fp8bw.log, fp8bw_train.log
+#   nvfp4       the NVFP4 inference layer suite on every GPU, its trap tests          nvfp4.log
 #   quant       bench_quantize and the Quantize* GPU tests, where built              quant.log
 #   bench       `dist-moe bench`: $DMOE_BENCH_SHAPES train, dsv3_decode infer        bench.log
 #   torch       tests/torch, tests/python, the examples (the package `install` put in place, else
@@ -43,7 +44,7 @@ STAGES=${DMOE_STAGES:-env build tests}
 BUILD=${BUILD_DIR:-build-gpu}
 NCCL_ROOT=${DIST_MOE_NCCL_ROOT:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl}
 DRY_RUN=${DMOE_DRY_RUN:-0}
-ALL_STAGES="env build install tests pipeline mxfp8 fp8bw quant bench torch torchbench gemm comm ep treeab ab patchab delay contention ncu"
+ALL_STAGES="env build install tests pipeline mxfp8 fp8bw nvfp4 quant bench torch torchbench gemm comm ep treeab ab patchab delay contention ncu"
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }

@@ -68,8 +68,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
                    "experts"},
             {"no-baseline"});
   const std::string format = args.str("format").value_or("bf16");
-  if (format != "bf16" && format != "mxfp8" && format != "fp8_blockwise")
-    detail::fail(ErrorCode::kInvalidValue, "--format must be bf16, mxfp8 or fp8_blockwise, got '", format, "'");
+  if (format != "bf16" && format != "mxfp8" && format != "fp8_blockwise" && format != "nvfp4")
+    detail::fail(ErrorCode::kInvalidValue, "--format must be bf16, mxfp8, fp8_blockwise or nvfp4, got '", format, "'");
+  if (format == "nvfp4" && args.str("mode").value_or("train") != "infer")
+    detail::fail(ErrorCode::kInvalidValue, "--format nvfp4 needs --mode infer (NVFP4 DistMoE is inference-only)");
   const std::string shape = args.str("shape").value_or("dsv3_prefill");
   Workload w = find_workload(shape);
   if (auto e = args.integer("experts")) {

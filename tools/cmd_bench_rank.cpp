@@ -55,8 +55,10 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   Args args(argv, {"shape", "mode", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format", "experts"},
             {});
   const std::string format = args.str("format").value_or("bf16");
-  if (format != "bf16" && format != "mxfp8" && format != "fp8_blockwise")
-    detail::fail(ErrorCode::kInvalidValue, "--format must be bf16, mxfp8 or fp8_blockwise, got '", format, "'");
+  if (format != "bf16" && format != "mxfp8" && format != "fp8_blockwise" && format != "nvfp4")
+    detail::fail(ErrorCode::kInvalidValue, "--format must be bf16, mxfp8, fp8_blockwise or nvfp4, got '", format, "'");
+  if (format == "nvfp4" && args.str("mode").value_or("train") != "infer")
+    detail::fail(ErrorCode::kInvalidValue, "--format nvfp4 needs --mode infer (NVFP4 DistMoE is inference-only)");
   const bool block_scaled = format != "bf16";
   Workload w = find_workload(args.str("shape").value_or("dsv3_prefill"));
   if (auto e = args.integer("experts")) w.experts = *e;
@@ -94,7 +96,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   } else {  // default: a slot that holds any routing, so the backward never recomputes (as autograd)
     cfg.activation_slot_bytes = plan_memory(cfg, R).maximum_useful_activation_slot_bytes;
   }
-  // --format mxfp8 / fp8_blockwise: the layer under test runs that format with prepared weights; our
+  // --format mxfp8 / fp8_blockwise / nvfp4: the layer under test runs that format with prepared weights; our
   // BF16 layer (the same config without block_scaled, its own context) is timed in alternation with it.
   std::unique_ptr<Context> bf16_ctx;
   if (block_scaled) {
@@ -133,22 +135,28 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
 
   // Block-scaled: the weights prepared once. MXFP8 in 32x32 tiles with the transposed copies DGRAD
   // reads (its inference preparation has no Hopper GEMM); FP8 blockwise in 128x128 blocks, the
-  // transposed copies only for training.
+  // transposed copies only for training; NVFP4 for inference (global scales per expert).
   struct Prepared {
-    std::unique_ptr<DevBuf> fd, fs, dd, ds;
+    std::unique_ptr<DevBuf> fd, fs, dd, ds, gs, gsi;
     PreparedExpertWeight w;
   };
   auto prepare = [&](const void* bf16, int64_t n, int64_t k) {
     Prepared p;
     const BlockScaledFormat f = cfg.block_scaled->format;
-    p.w.spec = prepared_weight_spec(f, f == BlockScaledFormat::kFP8Blockwise && !train, L, n, k);
+    // (NVFP4 is inference-only: its one preparation)
+    p.w.spec = prepared_weight_spec(f, f != BlockScaledFormat::kMXFP8_E4M3 && !train, L, n, k);
     p.fd = std::make_unique<DevBuf>(p.w.spec.fprop_data.bytes());
     p.fs = std::make_unique<DevBuf>(p.w.spec.fprop_scale.bytes());
     if (p.w.spec.dgrad_data.present) {
       p.dd = std::make_unique<DevBuf>(p.w.spec.dgrad_data.bytes());
       p.ds = std::make_unique<DevBuf>(p.w.spec.dgrad_scale.bytes());
     }
-    p.w.buffers = {p.fd->p, p.fs->p, p.dd ? p.dd->p : nullptr, p.ds ? p.ds->p : nullptr, nullptr, nullptr};
+    if (p.w.spec.global_scale.present) {  // NVFP4: the per-expert FP32 global scale and its inverse
+      p.gs = std::make_unique<DevBuf>(p.w.spec.global_scale.bytes());
+      p.gsi = std::make_unique<DevBuf>(p.w.spec.global_scale_inv.bytes());
+    }
+    p.w.buffers = {p.fd->p, p.fs->p, p.dd ? p.dd->p : nullptr, p.ds ? p.ds->p : nullptr,
+                   p.gs ? static_cast<float*>(p.gs->p) : nullptr, p.gsi ? static_cast<float*>(p.gsi->p) : nullptr};
     prepare_block_scaled_weight(bf16, p.w.spec, p.w.buffers, stream);
     return p;
   };

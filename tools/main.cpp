@@ -58,7 +58,7 @@ const Command kCommands[] = {
      "\n"
      "  --shape dsv3_prefill|qwen3_30b|mixtral|dsv3_decode   (default dsv3_prefill)\n"
      "  --mode train|infer     (default train)\n"
-     "  --format bf16|mxfp8|fp8_blockwise   the layer's format (default bf16); a block-scaled one\n"
+     "  --format bf16|mxfp8|fp8_blockwise|nvfp4   the layer's format (default bf16); a block-scaled one\n"
      "                         also times our BF16 layer\n"
      "  --gpus N               ranks (default: every GPU)\n"
      "  --experts E            the shape with E global experts (one GPU, E/2: one EP2 rank's GEMMs);\n"
@@ -77,7 +77,7 @@ const Command kCommands[] = {
     {"bench-rank", dist_moe::cli::cmd_bench_rank, nullptr,  // internal: one rank of `bench`
      "usage: dist-moe bench-rank [--shape NAME] [--mode train|infer] [--iters N] [--slot-factor F]\n"
      "                           [--device-factor F] [--wgrad accumulate|write] [--sustain-ms MS]\n"
-     "                           [--format bf16|mxfp8|fp8_blockwise]\n"
+     "                           [--format bf16|mxfp8|fp8_blockwise|nvfp4]\n"
      "\n"
      "One rank of `dist-moe bench`, started by dmoe_launch (internal).\n"},
 };

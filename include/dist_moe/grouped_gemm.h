@@ -99,6 +99,9 @@ struct OperandScales {
   const void* a = nullptr;  // FP32 (FP8 blockwise) or E8M0 bytes (MXFP8), as the format says
   int64_t a_ld = 0;
   const void* b = nullptr;
+  // NVFP4: the weight's FP32 global_scale_inv [e_local] (b: its E4M3 scales [e_local * n, k/16];
+  // the token rows carry theirs, a stays nullptr).
+  const float* b_global = nullptr;
 };
 
 // Fields every call has.

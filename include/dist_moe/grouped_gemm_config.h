@@ -23,7 +23,8 @@ const char* to_string(GroupedGemmOp op);
 // the block in the operand's [rows, K] view). kNone (BF16), FP8 blockwise (kFp8BlockwiseRows x
 // kFp8BlockwiseWeight for FPROP and W13 FPROP, x kFp8BlockwiseWeightT for DGRAD, kFp8BlockwiseRowsT
 // for WGRAD) and MXFP8 (kMxfp8Rows x kMxfp8Weight for FPROP and W13 FPROP, x kMxfp8WeightT for
-// DGRAD) have kernels; MXFP8 WGRAD and NVFP4 GEMMs are still to come (docs/formats.md).
+// DGRAD) and NVFP4 (kNvfp4Rows x kNvfp4Weight, FPROP and W13 FPROP, swap-AB tiles) have kernels;
+// MXFP8 WGRAD is still to come (docs/formats.md).
 enum class ScaleKind {
   kNone,
   kE8M0_1x32,             // MXFP8 activations: one E8M0 power of two per 1 x 32
@@ -37,7 +38,9 @@ const char* to_string(ScaleKind scale);
 // Memory order of an operand as the op's arguments describe it (grouped_gemm.h): row-major is the
 // documented shape with its last dimension contiguous ([m, k] rows, [e, n, k] weights). Which of
 // the GEMM's dimensions that makes contiguous (K-major or MN-major) follows from the op.
-enum class OperandLayout { kRowMajor, kColumnMajor };
+// kPackedRows: NVFP4 token rows packed as [K/2 E2M1 | K/16 E4M3 | FP32 token_scale_inv | pad to 16]
+// (quant::nvfp4_packed_row_bytes apart), scales and the row's FP32 inside the row.
+enum class OperandLayout { kRowMajor, kColumnMajor, kPackedRows };
 
 // What an operand holds: element type, block scales, memory order.
 struct OperandFormat {
@@ -73,6 +76,12 @@ inline constexpr OperandFormat kMxfp8Weight{DType::kFloat8E4M3, ScaleKind::kE8M0
 inline constexpr OperandFormat kMxfp8WeightT{DType::kFloat8E4M3, ScaleKind::kE8M0_32x32, OperandLayout::kColumnMajor};
 // Row buffers given transposed, [features, tokens] with 1 x 128 blocks along tokens (the
 // quantizers' WGRAD columns; scales [tokens / 128, features]): both operands of FP8 WGRAD.
+// NVFP4 inference (mainloop_nvfp4_swap_ab.cuh): the tokens' packed rows, and the prepared weight
+// [e, n, k/2] E2M1 with E4M3 scales [e, n, k/16] and the per-expert FP32 global_scale_inv.
+inline constexpr OperandFormat kNvfp4Rows{DType::kFloat4E2M1x2, ScaleKind::kE4M3_1x16_FP32Global,
+                                          OperandLayout::kPackedRows};
+inline constexpr OperandFormat kNvfp4Weight{DType::kFloat4E2M1x2, ScaleKind::kE4M3_1x16_FP32Global,
+                                            OperandLayout::kRowMajor};
 inline constexpr OperandFormat kFp8BlockwiseRowsT{DType::kFloat8E4M3, ScaleKind::kFP32_1x128,
                                                   OperandLayout::kColumnMajor};
 

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Stages tests, pipeline, mxfp8, fp8bw, quant, bench of scripts/gpu_check.sh (sourced; see its header).
+# Stages tests, pipeline, mxfp8, fp8bw, nvfp4, quant, bench of scripts/gpu_check.sh (sourced; see its header).
 #   DMOE_BENCH_SHAPES [dsv3_prefill qwen3_30b mixtral]  bench: the train shapes (dsv3_decode runs infer)
 
 stage_tests() {
@@ -54,6 +54,9 @@ stage_fp8bw() {
   run_block_scaled_suite fp8bw_train dist_moe_fp8_blockwise_training_tests "fp8_blockwise training" "" || fail=1
   return $fail
 }
+
+# The NVFP4 inference layer suite (dist_moe_nvfp4_pipeline_tests, nvfp4.log) and its traps.
+stage_nvfp4() { run_block_scaled_suite nvfp4 dist_moe_nvfp4_pipeline_tests nvfp4 nvfp4; }
 
 # A hook for the quantization kernels: runs what is built, says what is not.
 stage_quant() {

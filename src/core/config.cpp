@@ -268,10 +268,6 @@ void ExecutionOptions::validate() const {
 void validate_block_scaled_execution(const Config& config, int64_t ep_size) {
   if (!config.block_scaled) return;
   const BlockScaledConfig& bs = *config.block_scaled;
-  if (bs.format == BlockScaledFormat::kNVFP4)
-    detail::fail(ErrorCode::kInvalidValue, "block-scaled format ", to_string(bs.format),
-                 " has no Hopper execution yet (MXFP8 staged and FP8 blockwise are built); its weights can "
-                 "be prepared with prepare_block_scaled_weight");
   if (bs.pipeline != BlockScaledPipeline::kStaged)
     detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' has no Hopper execution yet; use "
                  "pipeline='staged'");

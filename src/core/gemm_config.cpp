@@ -266,6 +266,7 @@ std::string OperandFormat::name() const {
   std::string s = short_name(data);
   if (scale != ScaleKind::kNone) s += std::string("_") + to_string(scale);
   if (layout == OperandLayout::kColumnMajor) s += "_col";
+  if (layout == OperandLayout::kPackedRows) s += "_packed";
   return s;
 }
 
@@ -283,7 +284,17 @@ std::string GroupedGemmConfig::name() const {
 
 namespace {
 
+// NVFP4 (inference FPROP and W13 FPROP): always the swap-AB kernels (weights dequantized in the
+// consumers' registers); 32-token tiles when decode-sized, 64 otherwise (half the weight
+// conversions per token).
+GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {
+  GroupedGemmConfig c = is_decode(p) ? tile(256, 32, 4, p, sms) : tile(256, 64, 3, p, sms);
+  c.swap_ab = true;
+  return c;
+}
+
 GroupedGemmConfig select_default(const GroupedGemmProblem& p, int device_num_sms) {
+  if (p.a_format == kNvfp4Rows) return select_nvfp4(p, device_num_sms);
   if (p.a_format == kFp8BlockwiseRows || p.a_format == kFp8BlockwiseRowsT) return select_fp8_blockwise(p, device_num_sms);
   if (p.a_format == kMxfp8Rows) return select_mxfp8(p, device_num_sms);
   switch (p.op) {

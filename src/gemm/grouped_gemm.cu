@@ -182,6 +182,20 @@ bool entry_matches(const GemmKernelEntry& e, GroupedGemmOp op, DType out, bool g
 // The block scales a call's formats need are given (and only those).
 void check_scales(const GroupedGemmCommon& c, const char* op) {
   const OperandScales& s = c.scales;
+  if (c.a_format == kNvfp4Rows) {
+    // The packed token rows carry their E4M3 scales and FP32 token_scale_inv; the weight's E4M3
+    // scales [e_local * n, k/16] and FP32 global_scale_inv [e_local] come separately.
+    DMOE_CHECK_ARG(s.a == nullptr, op, ": scales.a must be nullptr for A=", c.a_format.name(),
+                   " (the packed rows carry their scales)");
+    DMOE_CHECK_ARG(s.b != nullptr && s.b_global != nullptr, op, ": B (", c.b_format.name(),
+                   ") needs its E4M3 scales in scales.b and its global_scale_inv in scales.b_global");
+    DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(s.b) % 16 == 0, op, ": scales.b must be 16-byte aligned");
+    DMOE_CHECK_ARG(c.k % 256 == 0, op, ": NVFP4 needs k to be a multiple of 256 (the kernels' stage), got ", c.k);
+    DMOE_CHECK_ARG(c.e_local * c.n * (c.k / 16) <= kInt32Max, op,
+                   ": the B scale grid exceeds 2^31 bytes (the kernels index it in int32)");
+    return;
+  }
+  DMOE_CHECK_ARG(s.b_global == nullptr, op, ": scales.b_global is for NVFP4 weights only");
   if (c.a_format.scale == ScaleKind::kNone) {
     DMOE_CHECK_ARG(s.a == nullptr, op, ": scales.a is set but A (", c.a_format.name(), ") has no block scales");
   } else if (c.a_format == kMxfp8Rows) {
@@ -465,6 +479,7 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   L.a_scales = c.scales.a;
   L.a_scale_ld = c.scales.a_ld;
   L.b_scales = c.scales.b;
+  L.b_global = c.scales.b_global;
   if (L.has_offsets()) L.tensormap_workspace = tensormap_workspace(stream, dev.num_sms);
   if (cfg.dynamic_schedule) L.tile_counter = tile_counter_slot(stream);
   if (c.validate_counts) {

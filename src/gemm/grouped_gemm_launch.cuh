@@ -17,6 +17,7 @@
 #include "dist_moe/device/gemm/mainloop_fp8_blockwise.cuh"
 #include "dist_moe/device/gemm/mainloop_mxfp8.cuh"
 #include "dist_moe/device/gemm/mainloop_block_scaled_swap_ab.cuh"
+#include "dist_moe/device/gemm/mainloop_nvfp4_swap_ab.cuh"
 #include "gemm/grouped_gemm_launch.h"
 
 namespace dist_moe::gemm {
@@ -33,6 +34,12 @@ inline void set_map(gemm::OperandMaps& m, int i, const CUtensorMap& map) {
   m.map[i] = map;
   m.encoded_mask |= 1u << i;
 }
+
+// Whether a mainloop is the NVFP4 one (its kNvfp4 member).
+template <class Mainloop, class = void>
+struct IsNvfp4 : std::false_type {};
+template <class Mainloop>
+struct IsNvfp4<Mainloop, std::void_t<decltype(Mainloop::kNvfp4)>> : std::bool_constant<Mainloop::kNvfp4> {};
 
 template <class Kernel>
 void launch_grouped_gemm(const GemmLaunch& L) {
@@ -113,6 +120,26 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     sc.group_m = 8;
     sc.tiles_for_empty_experts = L.tiles_for_empty_experts ? 1 : 0;
     tiles_upper_bound = static_cast<int64_t>(L.e_local) * sc.fixed_m_blocks * kCluster * sc.fixed_n_blocks;
+  } else if constexpr (IsNvfp4<Mainloop>::value) {
+    // NVFP4 swap-AB: TMA brings the packed weight rows [E*N, K/2] bytes; the producer warps read
+    // the packed token rows (no map), the epilogue their FP32 token_scale_inv.
+    const int64_t packed = (L.k / 2 + L.k / 16 + 4 + 15) / 16 * 16;  // quant::nvfp4_packed_row_bytes
+    set_operand(om, gemm::kMapA, L.b, nullptr);
+    set_map(om, gemm::kMapA, make_tma_2d(L.b, 1, weight_total_rows, L.k / 2, L.k / 2, Mainloop::kBoxAOuter,
+                                         "NVFP4 weights"));
+    set_operand(om, gemm::kMapB, rows_a, nullptr);
+    ml.num_k_blocks = L.k / Mainloop::kBlockK;
+    ml.split_offset = L.n / 2;
+    ml.b_scales = L.b_scales;
+    ml.packed_rows = static_cast<const uint8_t*>(rows_a);
+    ml.packed_row_bytes = packed;
+    p.epilogue.token_scale_inv = reinterpret_cast<const float*>(static_cast<const uint8_t*>(rows_a) + L.k / 2 + L.k / 16);
+    p.epilogue.token_scale_stride = packed / 4;
+    p.epilogue.expert_scale_inv = L.b_global;
+    p.epilogue.acc_scale = kNvfp4AccScale;
+    sc.fixed_m_blocks = Mainloop::kSplit ? (L.n / 2) / (BM / 2) : ceil_div_i32(L.n, BM);
+    sc.group_m = 1;
+    tiles_upper_bound = static_cast<int64_t>(sc.fixed_m_blocks) * ((L.m_capacity + BN - 1) / BN + L.e_local);
   } else {  // kFpropSwapAB: A = weights, B = the token rows
     set_operand(om, gemm::kMapA, L.b, nullptr);
     set_map(om, gemm::kMapA, make_tma_2d(L.b, kIn, weight_total_rows, L.k, L.k, Mainloop::kBoxAOuter, "weights"));
@@ -238,13 +265,19 @@ inline constexpr bool kSpecFp8Blockwise = (kSpec<I>.a == kFp8BlockwiseRows && kS
 template <size_t I>
 inline constexpr bool kSpecMxfp8 = kSpec<I>.a == kMxfp8Rows && kSpec<I>.b == kMxfp8Weight;
 
-// The operand type of an entry's wgmma: BF16 without scales, or an E4M3 pair.
+// Whether entry I is an NVFP4 kernel (packed token rows x NVFP4 weights, FP16 RS wgmma).
+template <size_t I>
+inline constexpr bool kSpecNvfp4 = kSpec<I>.a == kNvfp4Rows && kSpec<I>.b == kNvfp4Weight;
+
+// The operand type of an entry's wgmma: BF16 without scales, an E4M3 pair, or NVFP4's FP16.
 template <size_t I>
 struct SpecOperands {
   static_assert((kSpec<I>.a == OperandFormat{} && kSpec<I>.b == OperandFormat{}) || kSpecFp8Blockwise<I> ||
-                    kSpecMxfp8<I>,
-                "only BF16 operands without scales, FP8-blockwise and MXFP8 operands have a mainloop");
-  using type = std::conditional_t<kSpecFp8Blockwise<I> || kSpecMxfp8<I>, ptx::WgmmaTypeE4m3, ptx::WgmmaTypeBf16>;
+                    kSpecMxfp8<I> || kSpecNvfp4<I>,
+                "only BF16 operands without scales, FP8-blockwise, MXFP8 and NVFP4 operands have a mainloop");
+  using type = std::conditional_t<kSpecNvfp4<I>, ptx::WgmmaTypeF16Rs,
+                                  std::conditional_t<kSpecFp8Blockwise<I> || kSpecMxfp8<I>, ptx::WgmmaTypeE4m3,
+                                                     ptx::WgmmaTypeBf16>>;
 };
 
 template <size_t I>
@@ -267,8 +300,10 @@ using SpecFp8BlockwiseMainloop =
 
 template <size_t I>
 using SpecMainloop = std::conditional_t<
-    kSpecMxfp8<I>, SpecMxfp8Mainloop<I>,
-    std::conditional_t<kSpecFp8Blockwise<I>, SpecFp8BlockwiseMainloop<I>, gemm::Sm90Mainloop<SpecMainloopConfig<I>>>>;
+    kSpecNvfp4<I>, gemm::Sm90Nvfp4SwapABMainloop<SpecMainloopConfig<I>>,
+    std::conditional_t<kSpecMxfp8<I>, SpecMxfp8Mainloop<I>,
+                       std::conditional_t<kSpecFp8Blockwise<I>, SpecFp8BlockwiseMainloop<I>,
+                                          gemm::Sm90Mainloop<SpecMainloopConfig<I>>>>>;
 
 template <GemmWriter kWriter>
 struct WriterOf;

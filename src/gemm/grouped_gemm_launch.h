@@ -76,6 +76,12 @@ struct GemmKernelSpec {
     s.b = kMxfp8Weight;
     return s;
   }
+  constexpr GemmKernelSpec nvfp4() const {  // packed NVFP4 token rows x NVFP4 weights (swap-AB only)
+    GemmKernelSpec s = *this;
+    s.a = kNvfp4Rows;
+    s.b = kNvfp4Weight;
+    return s;
+  }
   constexpr GemmKernelSpec fp8_blockwise_cols() const {  // WGRAD: both operands transposed E4M3 columns
     GemmKernelSpec s = *this;
     s.a = kFp8BlockwiseRowsT;
@@ -195,6 +201,13 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     // FP8-blockwise swap-AB decode (the same mainloop with FP32 scales, one per 128-deep stage).
     decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 32, 5).fp8_blockwise(),
     decode_kernel(GemmEpilogueKind::kSwiglu, 256, 32, 5).fp8_blockwise(),
+    // NVFP4 inference (device/gemm/mainloop_nvfp4_swap_ab.cuh): weights dequantized to FP16 in the
+    // consumers' registers, token boxes in the producer warps; 256 K values per stage (32 KiB of
+    // weights + 4 token boxes). 32 tokens (decode; 48 KiB stages) or 64 (64 KiB).
+    decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 32, 4).nvfp4(),
+    decode_kernel(GemmEpilogueKind::kSwiglu, 256, 32, 4).nvfp4(),
+    decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 64, 3).nvfp4(),
+    decode_kernel(GemmEpilogueKind::kSwiglu, 256, 64, 3).nvfp4(),
 };
 inline constexpr size_t kNumGemmKernels = sizeof(kGemmKernelSpecs) / sizeof(kGemmKernelSpecs[0]);
 
@@ -236,6 +249,7 @@ struct GemmLaunch {
   const void* a_scales = nullptr;
   int64_t a_scale_ld = 0;
   const void* b_scales = nullptr;
+  const float* b_global = nullptr;  // NVFP4: the weight's global_scale_inv [e_local]
   gemm::EpilogueParams epilogue;  // filled by the caller except the tile-independent fields
   bool tiles_for_empty_experts = false;  // WGRAD overwrite
   int num_sms = 0;

@@ -1,4 +1,5 @@
-// Packed rows (a rank's tokens quantized at the source: [C E4M3 codes | C / block scales]) gathered
+// Packed rows (a rank's tokens quantized at the source: [C E4M3 codes | C / block scales]; NVFP4's
+// [C/2 E2M1 | C/16 E4M3 | FP32 token_scale_inv | pad], copied whole) gathered
 // into the expert-major row bundle the block-scaled GEMMs read: one warp per routed row, 16-byte
 // copies of the codes, then the scales -- 4-byte words into MXFP8's row-major E8M0 scales, single
 // FP32 scales into FP8-blockwise's k-block-major scale grid. A pure copy: C + C / 32 bytes read (over
@@ -90,7 +91,40 @@ void gather_packed_rows(const char* name, const void* const* row_ptrs, const Row
   DMOE_CUDA_CHECK_LAUNCH();
 }
 
+// NVFP4 packed rows are self-contained ([C/2 | C/16 | FP32 | pad]): a routed row is one copy of
+// its bytes; a padding row is all zeros (zero codes, scales and token_scale_inv: its products are 0).
+__global__ void __launch_bounds__(kGatherThreads)
+    gather_nvfp4_rows_kernel(const void* const* __restrict__ row_ptrs, const int32_t* __restrict__ offsets_G1,
+                             int32_t num_groups, int64_t capacity, int64_t row_vecs, uint4* __restrict__ rows) {
+  const int lane = threadIdx.x & 31;
+  const int64_t total = min(static_cast<int64_t>(offsets_G1[num_groups]), capacity);
+  for (int64_t m = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); m < total;
+       m += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const uint4* src = static_cast<const uint4*>(row_ptrs[m]);
+    uint4* dst = rows + m * row_vecs;
+    for (int64_t i = lane; i < row_vecs; i += 32) dst[i] = src != nullptr ? src[i] : make_uint4(0, 0, 0, 0);
+  }
+}
+
 }  // namespace
+
+void nvfp4_gather_packed_rows(const void* const* row_ptrs, const RowGroups& groups, int64_t capacity, int64_t cols,
+                              void* rows, cudaStream_t stream) {
+  constexpr const char* name = "nvfp4_gather_packed_rows";
+  DMOE_CHECK_ARG(cols % 256 == 0, name, ": cols=", cols, " must be a multiple of 256");
+  DMOE_CHECK_ARG(row_ptrs != nullptr && groups.offsets_G1 != nullptr && groups.num_groups >= 1 && rows != nullptr,
+                 name, ": row_ptrs, the group offsets and rows are required");
+  DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(rows) % 16 == 0, name, ": rows must be 16-byte aligned");
+  if (capacity == 0) return;
+  int device = 0, sms = 0;
+  DMOE_CUDA_CHECK(cudaGetDevice(&device));
+  DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t blocks = std::min<int64_t>((capacity + kWarps - 1) / kWarps, int64_t{sms} * 8);
+  gather_nvfp4_rows_kernel<<<static_cast<unsigned>(blocks), kGatherThreads, 0, stream>>>(
+      row_ptrs, groups.offsets_G1, groups.num_groups, capacity, nvfp4_packed_row_bytes(cols) / 16,
+      static_cast<uint4*>(rows));
+  DMOE_CUDA_CHECK_LAUNCH();
+}
 
 Mxfp8Out mxfp8_packed_rows_out(void* base, int64_t row_stride_bytes, int64_t cols) {
   return packed_rows_out<uint8_t>("mxfp8_packed_rows_out", base, row_stride_bytes, cols,

@@ -238,4 +238,16 @@ void nvfp4_quantize_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStrea
 // Bytes of one packed NVFP4 row of D elements: D/2 + D/16 + 4, rounded up to 16.
 inline int64_t nvfp4_packed_row_bytes(int64_t d) { return (d / 2 + d / 16 + 4 + 15) / 16 * 16; }
 
+// The packed-row output of nvfp4_quantize_rows: rows at `base` + r * row_stride_bytes.
+inline Nvfp4RowsOut nvfp4_packed_rows_out(void* base, int64_t row_stride_bytes, int64_t cols) {
+  uint8_t* q = static_cast<uint8_t*>(base);
+  return {q, row_stride_bytes, q + cols / 2, row_stride_bytes, q + cols / 2 + cols / 16, row_stride_bytes};
+}
+
+// Packed NVFP4 rows (quantized at the source) gathered into a dense [capacity, nvfp4_packed_row_bytes(C)]
+// buffer in expert-major order, what the NVFP4 GEMMs read: a copy per routed row (row_ptrs[m]),
+// zeros for padding rows (nullptr). C % 256 == 0.
+void nvfp4_gather_packed_rows(const void* const* row_ptrs, const RowGroups& groups, int64_t capacity, int64_t cols,
+                              void* rows, cudaStream_t stream);
+
 }  // namespace dist_moe::quant

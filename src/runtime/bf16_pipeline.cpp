@@ -21,6 +21,7 @@
 #include "runtime/fp8_blockwise_pipeline.h"
 #include "runtime/layer_gemms.h"
 #include "runtime/mxfp8_pipeline.h"
+#include "runtime/nvfp4_pipeline.h"
 #include "runtime/pipeline_common.h"
 
 namespace dist_moe {
@@ -229,6 +230,8 @@ void forward_of_format(Context::Impl& c, const RoutedExpertsInputs& in, void* ou
                        const ExecutionOptions& options, cudaStream_t stream) {
   if (fp8_blockwise(c))
     runtime::fp8_blockwise_forward(c, in, out_TD, saved, options, stream);
+  else if (c.config.block_scaled && c.config.block_scaled->format == BlockScaledFormat::kNVFP4)
+    runtime::nvfp4_forward(c, in, out_TD, saved, options, stream);
   else if (c.config.block_scaled)
     runtime::mxfp8_forward(c, in, out_TD, saved, options, stream);
   else

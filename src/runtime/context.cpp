@@ -11,6 +11,7 @@
 #include "comm/ep_kernels.h"
 #include "dist_moe/device/numeric/fp8_blockwise.cuh"
 #include "kernels/planner.h"
+#include "quant/quantize.h"
 #include "runtime/context_impl.h"
 #include "runtime/fp8_blockwise_pipeline.h"
 #include "runtime/mxfp8_pipeline.h"
@@ -64,12 +65,27 @@ namespace {
 // The MXFP8 static scratch (planner::mxfp8_scratch) at the receive capacity, top down from the
 // buffer's end: it must fit above the slots (plan_memory sizes the scratch by the same terms), and
 // the WGRAD operands dequantized to BF16 rows must fit in the regions dead by then.
+// NVFP4 (inference only) lays out its own two regions the same way: the packed rows (x, then h2:
+// nvfp4_pipeline.cpp) under BF16 h1's region (which holds the BF16 h2), within upstream's NVFP4
+// row bundle.
+planner::Mxfp8Scratch nvfp4_scratch(int64_t cap, int64_t D, int64_t F, int64_t top) {
+  planner::Mxfp8Scratch s;
+  s.inference = true;
+  s.h1 = top - planner::align128(cap * 2 * F * 2);
+  s.row = s.h1 - planner::align128(cap * quant::nvfp4_packed_row_bytes(std::max(D, F)));
+  s.bottom = s.row;
+  return s;
+}
+
 void lay_out_mxfp8_scratch(Context::Impl& c) {
   const int64_t cap = c.capacity_rows(), D = c.config.hidden_dim, F = c.config.intermediate_dim;
-  const planner::Mxfp8Scratch s = planner::mxfp8_scratch(cap, D, F, c.config.inference, c.geometry.buffer_bytes);
+  const bool nvfp4 = c.config.block_scaled->format == BlockScaledFormat::kNVFP4;
+  const planner::Mxfp8Scratch s = nvfp4 ? nvfp4_scratch(cap, D, F, c.geometry.buffer_bytes)
+                                        : planner::mxfp8_scratch(cap, D, F, c.config.inference, c.geometry.buffer_bytes);
   const int64_t floor = c.geometry.num_slots * c.geometry.slot_bytes;
   if (s.bottom < floor)
-    detail::fail(ErrorCode::kInternal, "MXFP8 scratch layout needs ", c.geometry.buffer_bytes - s.bottom,
+    detail::fail(ErrorCode::kInternal, to_string(c.config.block_scaled->format), " scratch layout needs ",
+                 c.geometry.buffer_bytes - s.bottom,
                  " bytes, the plan gives ", c.geometry.buffer_bytes - floor);
   if (c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise) {
     // Its row bundles share the row region, and so (training) do the saved column bundles expanded
@@ -81,7 +97,7 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
     if (need > s.h1 - s.row)
       detail::fail(ErrorCode::kInternal, "FP8-blockwise row bundle needs ", need, " bytes, the scratch row region has ",
                    s.h1 - s.row);
-  } else if (!c.config.inference) {
+  } else if (!nvfp4 && !c.config.inference) {
     const int64_t w2_views = s.row + planner::align128(cap * D * 2) + planner::align128(cap * F * 2);
     const int64_t w13_views = s.row + planner::align128(cap * 2 * F * 2) + planner::align128(cap * D * 2);
     if (w2_views > s.w2_views_end || w13_views > s.w13_views_end)

@@ -63,6 +63,8 @@ void check_prepared(const Context::Impl& c, const PreparedExpertWeight* w, const
                  "inference=False (32x32 tiles): inference contexts read its FPROP fields");
   const PreparedWeightBuffers& b = w->buffers;
   DMOE_CHECK_ARG(b.fprop_data && b.fprop_scale, name, "_prepared needs fprop_data and fprop_scale");
+  if (format == BlockScaledFormat::kNVFP4)
+    DMOE_CHECK_ARG(b.global_scale_inv, name, "_prepared needs global_scale_inv (the NVFP4 epilogue's expert scale)");
   if (training)
     DMOE_CHECK_ARG(b.dgrad_data && b.dgrad_scale && b.dgrad_data != b.fprop_data, name,
                    "_prepared needs dgrad_data (the transposed E4M3 copy, not fprop_data) and dgrad_scale for the "

@@ -62,7 +62,8 @@ TEST(Cli, BadInputPrintsOneErrorLineAndFails) {
       {"bench --shape qwen3_30b --mode fast", "--mode must be train or infer"},
       {"bench --shape qwen3_30b --wgrad sometimes", "--wgrad must be accumulate or write"},
       {"bench --shape qwen3_30b --sustain-ms -5", "--sustain-ms must be >= 0"},
-      {"bench --shape qwen3_30b --format nvfp4", "--format must be bf16, mxfp8 or fp8_blockwise"},
+      {"bench --shape qwen3_30b --format fp4", "--format must be bf16, mxfp8, fp8_blockwise or nvfp4"},
+      {"bench --shape qwen3_30b --format nvfp4", "--format nvfp4 needs --mode infer"},
       {"bench --shape qwen3_30b --experts 64", "--experts changes the shape: add --no-baseline"},
       {"bench --shape dsv3_prefill --experts 4 --no-baseline", "--experts must be >= the shape's top_k 8"},
   };

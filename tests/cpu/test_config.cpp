@@ -290,8 +290,8 @@ TEST(ExecutionOptionsValidation, RouteIoAndFusedRmsnorm) {
 }
 
 // What a block-scaled context checks at creation (validate_block_scaled_execution): upstream's
-// execution checks, then what Hopper executes (MXFP8 staged, FP8-blockwise inference), each with its
-// text.
+// execution checks, then what Hopper executes (MXFP8 staged, FP8 blockwise, NVFP4 inference), each
+// with its text.
 TEST(BlockScaledExecution, Mxfp8StagedRunsAndTheRestSaysWhy) {
   Config c = test_helpers::make_config(8, 256, 384, 2, 4, 1);
   c.block_scaled = BlockScaledConfig{};
@@ -308,7 +308,11 @@ TEST(BlockScaledExecution, Mxfp8StagedRunsAndTheRestSaysWhy) {
   nvfp4.inference = true;
   nvfp4.num_activation_slots = 0;
   nvfp4.intermediate_dim = 512;  // NVFP4's Config rule: multiples of 256
-  expect_execution_error(nvfp4, 1, {"block-scaled format nvfp4 has no Hopper execution yet"});
+  EXPECT_NO_THROW(validate_block_scaled_execution(nvfp4, 1));  // NVFP4 inference runs (issue 26)
+  Config nvfp4_train = nvfp4;
+  nvfp4_train.inference = false;
+  nvfp4_train.num_activation_slots = 1;
+  expect_error([&] { nvfp4_train.validate(); }, ErrorCode::kInvalidValue, {"NVFP4 DistMoE is inference-only"});
   // FP8 blockwise (beyond upstream): training and inference contexts run.
   Config fp8bw = c;
   fp8bw.block_scaled->format = BlockScaledFormat::kFP8Blockwise;

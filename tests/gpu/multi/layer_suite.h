@@ -1,5 +1,5 @@
 // What the layer suites (test_pipeline_multi.cu: BF16; test_block_scaled_pipeline_multi.cu: MXFP8
-// and FP8-blockwise training; test_fp8_blockwise_pipeline_multi.cu: FP8-blockwise inference) share: the per-rank log line, a
+// and FP8-blockwise training; test_block_scaled_inference_multi.cu: FP8-blockwise inference) share: the per-rank log line, a
 // rank's results (output, input / score / weight gradients) read back from the device, bitwise
 // equality of two results, the planner's slot state, the block-scaled suites' weights prepared on
 // the GPU, comparison helpers and trap call, and the driver (arguments, device, communicator, one
@@ -226,6 +226,7 @@ inline reference::Tolerance aggregate(const reference::Tolerance& t) {
 // inference or training (with the transposed copy DGRAD reads).
 struct PreparedOnGpu {
   Dev<uint8_t> fprop_data, fprop_scale, dgrad_data, dgrad_scale;
+  Dev<float> global_scale, global_scale_inv;  // NVFP4: per expert
   PreparedExpertWeight w;
   PreparedOnGpu(const TensorF& weight, BlockScaledFormat format, bool inference, int64_t L, int64_t N, int64_t K,
                 cudaStream_t stream) {
@@ -240,6 +241,12 @@ struct PreparedOnGpu {
       dgrad_scale = Dev<uint8_t>(w.spec.dgrad_scale.bytes());
       w.buffers.dgrad_data = dgrad_data.get();
       w.buffers.dgrad_scale = dgrad_scale.get();
+    }
+    if (w.spec.global_scale.present) {
+      global_scale = Dev<float>(w.spec.global_scale.bytes() / 4);
+      global_scale_inv = Dev<float>(w.spec.global_scale_inv.bytes() / 4);
+      w.buffers.global_scale = global_scale.get();
+      w.buffers.global_scale_inv = global_scale_inv.get();
     }
     prepare_block_scaled_weight(src.get(), w.spec, w.buffers, stream);
     DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -167,7 +167,7 @@ bool check(const std::string& what, const TensorF& got, const TensorF& want, con
 // FP8 blockwise's forward is held to 1e-2, as in its inference suite: there a last-bit difference
 // of the BF16 element that is its block's amax moves the block's FP32 scale (amax / 448) and with
 // it the E4M3 rounding of all 128 values of the block (MXFP8's power-of-two scale rarely moves);
-// test_fp8_blockwise_pipeline_multi.cu holds exact-h1 cases to 5e-3.
+// test_block_scaled_inference_multi.cu holds exact-h1 cases to 5e-3.
 const reference::Tolerance kFwd{2e-2, 2e-2, kFp8Blockwise ? 1e-2 : 5e-3, 0.999};
 const reference::Tolerance kGrad{3e-2, 3e-2, 1e-2, 0.995};
 const reference::Tolerance kWgrad{3e-2, 1.0, 1.5e-2, 0.995};

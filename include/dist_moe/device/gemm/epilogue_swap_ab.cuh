@@ -73,6 +73,29 @@ struct SwapABStaging {
     store(staging, token_ptr, col0, cols_valid);
   }
 
+  // NVFP4 (EpilogueParams::expert_scale_inv set): acc = fl(fl(acc * acc_scale * token_scale_inv)
+  // * expert_scale_inv[e]) in place, upstream's order (acc_scale, a power of two, is exact).
+  template <int kBlocks, int kN>
+  DMOE_DEVICE static void apply_nvfp4_scales(const EpilogueParams& p, const WorkTile& t, float (&acc)[kBlocks][kN]) {
+    if (p.expert_scale_inv == nullptr) return;
+    const float expert = p.expert_scale_inv[t.expert];
+    const int tok = static_cast<int>(2 * (threadIdx.x % 4));
+    float token[kN / 2];
+#pragma unroll
+    for (int j = 0; j < kN / 4; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int c = first_token(t) + 8 * j + tok + h;
+        token[2 * j + h] = c < t.num_rows ? p.token_scale_inv[(static_cast<int64_t>(t.row_begin) + c) * p.token_scale_stride]
+                                          : 0.0f;  // past the expert: never stored
+      }
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b)
+#pragma unroll
+      for (int i = 0; i < kN; ++i)
+        acc[b][i] = (acc[b][i] * p.acc_scale * token[2 * (i / 4) + i % 2]) * expert;
+  }
+
   // First token (counted from the expert's first row) of the tile's column `c` range.
   DMOE_DEVICE static int first_token(const WorkTile& t) { return t.n_block * kTokens; }
 
@@ -108,6 +131,7 @@ struct SwapABStoreEpilogue {
                                 ClipCounts& /*unused*/) {
     constexpr int kN = Mainloop::kAccPerMma;
     const uint32_t staging = w.buf, bar = w.bar;
+    Staging::apply_nvfp4_scales(p, t, acc);
     char* token_ptr[Staging::kTokens / 16];
     Staging::token_rows(t, ops.base[kMapOut], p.ld_out * 2, p.scatter_rows, token_ptr);
     float scale[kN / 2];
@@ -141,6 +165,7 @@ struct SwapABSwigluEpilogue {
                                 float (&acc)[2][Mainloop::kAccPerMma], int wg, Writer& w, ClipCounts& counts) {
     constexpr int kN = Mainloop::kAccPerMma;
     const uint32_t staging = w.buf, bar = w.bar;
+    Staging::apply_nvfp4_scales(p, t, acc);
     char* const h1 = ops.base[kMapH1];
     char* const h2 = ops.base[kMapH2];
     const int col0 = t.m_block * (Mainloop::kBlockM / 2) + 64 * wg;  // gate (= h2) feature of row 0

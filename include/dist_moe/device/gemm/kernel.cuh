@@ -141,9 +141,14 @@ struct GroupedGemmKernel {
   // 16-byte loads per lane in flight next to the scheduler state, so the gather variants give the
   // producer more (below 96 ptxas spills them; 200 still holds a consumer's 128 accumulators and
   // its epilogue).
-  // The MXFP8 scale warps hold a stage's codes and their FP32 values: 56, leaving the consumers 224.
-  static constexpr uint32_t kProducerRegs = kGather ? 96 : (Mainloop::kScaleWarps > 0 ? 56 : 40);
-  static constexpr uint32_t kConsumerRegs = kGather ? 200 : (Mainloop::kScaleWarps > 0 ? 224 : 232);
+  // The MXFP8 scale warps hold a stage's codes and their FP32 values: 56, leaving the consumers 224
+  // (the NVFP4 producer warps, which fill the token boxes, take the same slot).
+  // The NVFP4 producer warps convert the token boxes: 88, leaving the consumers 208
+  // (Mainloop::kStageWarpRegs).
+  static constexpr uint32_t kProducerRegs =
+      kGather ? 96 : (Mainloop::kScaleWarps > 0 ? static_cast<uint32_t>(Mainloop::kStageWarpRegs) : 40);
+  static constexpr uint32_t kConsumerRegs =
+      kGather ? 200 : (Mainloop::kScaleWarps > 0 ? ((3 * kLaunchRegs - kProducerRegs) / 2) & ~7u : 232);
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kLaunchRegs * kThreads, "launch register allocation");
 
   struct Params {
@@ -208,7 +213,8 @@ struct GroupedGemmKernel {
         if (threadIdx.x == 0) {
           acquire_patched_maps(params.maps, resolved, (1u << kMapA) | (1u << kMapB));
           ptx::prefetch_tensormap(resolved.map[kMapA]);
-          ptx::prefetch_tensormap(resolved.map[kMapB]);
+          // (NVFP4: the producer warps read the token rows; B has no map)
+          if ((params.maps.encoded_mask >> kMapB) & 1u) ptx::prefetch_tensormap(resolved.map[kMapB]);
           PipelineState<Mainloop::kStages> st;
           if (sched.dynamic()) {
             // Draw a tile only when this CTA is about to load it (right after issuing the previous

@@ -101,6 +101,8 @@ struct Sm90Mainloop {
   // Producer warps besides the TMA thread that fill part of each stage (the MXFP8 scale warps);
   // the BF16 and FP8-blockwise mainloops have none.
   static constexpr int kScaleWarps = 0;
+  // Registers of those warps (setmaxnreg; the consumers get the rest of the launch allocation).
+  static constexpr int kStageWarpRegs = 56;
 
   static_assert(kBlockM == 128 || (kBlockM == 256 && kKind == GemmKind::kFpropSwapAB),
                 "BM is 128 (two m64 warpgroups), or 256 for swap-AB decode");

@@ -99,6 +99,11 @@ struct MainloopParams {
   int32_t a_scale_rows = 0;
   const void* b_scales = nullptr;
   int64_t b_scale_ld = 0;
+  // NVFP4 (mainloop_nvfp4_swap_ab.cuh): the token rows, packed [K/2 E2M1 | K/16 E4M3 | FP32 | pad]
+  // (quant::nvfp4_packed_row_bytes apart), which the producer warps dequantize into each stage;
+  // the weight's E4M3 scales [E * N, K/16] are b_scales.
+  const uint8_t* packed_rows = nullptr;
+  int64_t packed_row_bytes = 0;
 };
 
 struct EpilogueParams {
@@ -119,6 +124,13 @@ struct EpilogueParams {
   // [e_local] rows per expert the statistics count (the real rows when the counts include
   // block-scaled padding), or nullptr: every row of the expert's count.
   const int32_t* clip_rows = nullptr;
+  // NVFP4 (swap-AB epilogues): acc = fl(fl(acc * acc_scale * token_scale_inv[row]) *
+  // expert_scale_inv[e]) before anything else -- upstream's order, with the exact power of two
+  // the FP16 operands carry (nvfp4_operands.cuh). expert_scale_inv == nullptr: none of it.
+  const float* token_scale_inv = nullptr;  // row r's at token_scale_inv[r * token_scale_stride]
+  int64_t token_scale_stride = 0;
+  const float* expert_scale_inv = nullptr;  // [e_local]
+  float acc_scale = 1.0f;
 };
 
 // Per-thread clip counters, summed per CTA at the end of the kernel.

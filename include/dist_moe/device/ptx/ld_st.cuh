@@ -109,6 +109,12 @@ DMOE_DEVICE uint4 ld_shared_v4(uint32_t addr) {
   return v;
 }
 
+DMOE_DEVICE uint2 ld_shared_v2(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+
 DMOE_DEVICE float ld_shared_f32(uint32_t addr) {
   float v;
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");

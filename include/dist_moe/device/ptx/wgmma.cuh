@@ -73,6 +73,8 @@ template <int kN, int kTransA, int kTransB>
 struct WgmmaBf16;
 template <int kN, int kTransA = 0, int kTransB = 0>
 struct WgmmaE4m3;
+template <int kN, int kTransA = 0, int kTransB = 0>
+struct WgmmaF16Rs;
 
 // What a mainloop needs to know of an operand type: bytes per element, the K of one instruction,
 // whether MN-major (transposed) shared-memory operands are allowed, and the instruction per N.
@@ -90,6 +92,16 @@ struct WgmmaTypeE4m3 {
   static constexpr bool kTransposable = false;
   template <int kN, int kTransA, int kTransB>
   using Mma = WgmmaE4m3<kN, kTransA, kTransB>;
+};
+
+// FP16 with A from registers (the NVFP4 GEMMs: both operands dequantized exactly to FP16 by the
+// kernel; mainloop_nvfp4_swap_ab.cuh). Only the RS form exists, K-major B.
+struct WgmmaTypeF16Rs {
+  static constexpr int kElemBytes = 2;
+  static constexpr int kK = 16;
+  static constexpr bool kTransposable = false;
+  template <int kN, int kTransA, int kTransB>
+  using Mma = WgmmaF16Rs<kN, kTransA, kTransB>;
 };
 
 // ---- accumulator operands, shared by every wgmma family ------------------------------------------
@@ -339,6 +351,39 @@ struct WgmmaE4m3Rs64 {
       ".reg .pred p;\n"
       "setp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" DMOE_WGMMA_ACC_32 "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n"
+      "}\n"
+      : DMOE_WGMMA_OUT_32
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+// FP16 x FP16 -> FP32, m64nNk16 with A from registers: a[0..3] hold this thread's 8 A values as
+// FP16 pairs -- a[0] row l/4 of its warp's 16, K {2(l%4), 2(l%4)+1}; a[1] the same K of row l/4 + 8;
+// a[2] and a[3] those rows at K + 8 (PTX ISA: wgmma register fragment A for 16-bit types). B K-major.
+template <>
+struct WgmmaF16Rs<32, 0, 0> {
+  static constexpr int kRegs = 16;
+  DMOE_DEVICE static void mma(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {" DMOE_WGMMA_ACC_16 "}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n"
+      "}\n"
+      : DMOE_WGMMA_OUT_16
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+template <>
+struct WgmmaF16Rs<64, 0, 0> {
+  static constexpr int kRegs = 32;
+  DMOE_DEVICE static void mma(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" DMOE_WGMMA_ACC_32 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
       "}\n"
       : DMOE_WGMMA_OUT_32
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));

@@ -1,18 +1,25 @@
-// The FP8-blockwise inference layer end to end (issue 27; DeepSeek-V3's recipe, beyond upstream), one
-// process per GPU through dmoe_launch, as the MXFP8 suite does it: every rank builds the same global
-// problem from a seed, runs the CPU oracle's FP8-blockwise forward (x and h2 in 1x128 row blocks,
-// weights in 128x128 blocks, FP32 scales) and the plain BF16 oracle, runs its part of the layer on
-// an inference context with weights prepared on the GPU, and checks
-//   - against the FP8-blockwise oracle: the BF16 suite's forward bounds (the same quantized
-//     operands; only the GEMMs' accumulation order differs);
-//   - against the BF16 oracle: upstream's MXFP8 forward tolerances (issue 27 holds FP8 blockwise to
-//     them);
-//   - graph replay bitwise equal to eager, T changing between calls, weights prepared for inference
-//     equal to training preparations bitwise, and the validation texts.
+// The block-scaled inference layers end to end, one process per GPU through dmoe_launch, compiled
+// once per format (tests/CMakeLists.txt):
+//   DMOE_SUITE_FP8_BLOCKWISE  dist_moe_fp8_blockwise_pipeline_tests (issue 27; DeepSeek-V3's recipe,
+//                             beyond upstream): x and h2 in 1x128 row blocks, weights in 128x128
+//                             blocks, FP32 scales; judged against the BF16 oracle with upstream's
+//                             MXFP8 forward tolerances (issue 27 holds FP8 blockwise to them)
+//   DMOE_SUITE_NVFP4          dist_moe_nvfp4_pipeline_tests (issue 26): tokens quantized per row at the
+//                             source, h2 re-quantized per row, weights per expert (E2M1, E4M3 per 16,
+//                             FP32 global scales); judged against the BF16 oracle with upstream's NVFP4
+//                             tolerance
+// Every rank builds the same global problem from a seed, runs the CPU oracle's quantized forward
+// (the same quantization points) and the plain BF16 oracle, runs its part of the layer on an
+// inference context with weights prepared on the GPU, and checks
+//   - against the quantized oracle: the bounds below (the same quantized operands; only the GEMMs'
+//     accumulation order differs);
+//   - against the BF16 oracle: the format's upstream tolerance;
+//   - graph replay bitwise equal to eager, T changing between calls, (FP8 blockwise) weights prepared
+//     for inference equal to training preparations bitwise, and the validation texts.
 // Prints one line per case and "ALL PASS: N cases" at the end.
 //
-//   dmoe_launch -n 1 -- dist_moe_fp8_blockwise_pipeline_tests [--filter NAME]
-//   dmoe_launch -n 1 ... -- dist_moe_fp8_blockwise_pipeline_tests --case overflow|bad_id   (must trap)
+//   dmoe_launch -n 1 -- dist_moe_<format>_pipeline_tests [--filter NAME]
+//   dmoe_launch -n 1 ... -- dist_moe_<format>_pipeline_tests --case overflow|bad_id   (must trap)
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -36,6 +43,25 @@ namespace {
 using namespace dist_moe;
 using namespace layer_suite;
 using reference::TensorF;
+
+#if defined(DMOE_SUITE_NVFP4)
+constexpr BlockScaledFormat kFormat = BlockScaledFormat::kNVFP4;
+constexpr reference::Quantization kQuantization = reference::Quantization::kNVFP4;
+constexpr const char* kSuiteName = "nvfp4_pipeline_tests";
+constexpr int64_t kOracleRowAlignment = 32;  // the layer's padding (runtime::routing_row_alignment)
+constexpr int64_t kDimStep = 256;            // NVFP4 dims are multiples of 256
+const reference::Tolerance& kUpstreamTolerance = reference::kNvfp4ForwardTolerance;
+#elif defined(DMOE_SUITE_FP8_BLOCKWISE)
+constexpr BlockScaledFormat kFormat = BlockScaledFormat::kFP8Blockwise;
+constexpr reference::Quantization kQuantization = reference::Quantization::kFP8Blockwise;
+constexpr const char* kSuiteName = "fp8_blockwise_pipeline_tests";
+constexpr int64_t kOracleRowAlignment = 128;  // padding rows only; the oracle wants whole 128-row groups
+constexpr int64_t kDimStep = 128;
+const reference::Tolerance& kUpstreamTolerance = reference::kMxfp8ForwardTolerance;
+#else
+#error "compile with DMOE_SUITE_FP8_BLOCKWISE or DMOE_SUITE_NVFP4"
+#endif
+constexpr bool kNvfp4 = kFormat == BlockScaledFormat::kNVFP4;
 
 struct Case {
   std::string name;
@@ -84,20 +110,20 @@ Problem make_problem(const Case& c, int world) {
   reference::ForwardOptions fo;
   if (c.rmsnorm) fo.rmsnorm = reference::RMSNormSpec{1e-6, {}, 0.0};
   pr.ref_fwd = reference::forward(pr.p, fo);
-  fo.row_alignment = 128;  // padding rows only; the oracle's column blocks want whole 128-row groups
-  fo.quantization = reference::Quantization::kFP8Blockwise;
+  fo.row_alignment = kOracleRowAlignment;
+  fo.quantization = kQuantization;
   pr.q_fwd = reference::forward(pr.p, fo);
   return pr;
 }
 
-BlockScaledConfig fp8_blockwise() {
+BlockScaledConfig block_scaled() {
   BlockScaledConfig b;
-  b.format = BlockScaledFormat::kFP8Blockwise;
+  b.format = kFormat;
   return b;
 }
 
 Config config_of(const Case& c, int world) {
-  Config cfg = suite_config(c, world, false, fp8_blockwise());
+  Config cfg = suite_config(c, world, false, block_scaled());
   cfg.inference = true;
   cfg.num_activation_slots = 0;
   cfg.wgrad_dtype.reset();
@@ -110,7 +136,7 @@ struct Inputs : TokenInputs {
   PreparedOnGpu w13, w2;  // 128x128 blocks (`inference`: without the transposed copy DGRAD reads)
   RoutedExpertsInputs in;
   Inputs(const Case& c, const reference::Problem& p, int rank, cudaStream_t stream, bool inference_weights = true,
-         BlockScaledFormat format = BlockScaledFormat::kFP8Blockwise)
+         BlockScaledFormat format = kFormat)
       : TokenInputs(p, rank),
         w13(p.local_w13(rank), format, inference_weights, p.num_local_experts(), 2 * c.F, c.D, stream),
         w2(p.local_w2(rank), format, inference_weights, p.num_local_experts(), c.D, c.F, stream) {
@@ -133,8 +159,8 @@ struct Margins {
   std::string line() const {
     char b[160];
     std::snprintf(b, sizeof(b),
-                  " [max relL2 vs fp8_blockwise oracle %.2e, vs bf16 %.2e; worst token's out vs oracle %.2e]", oracle,
-                  bf16, token);
+                  " [max relL2 vs %s oracle %.2e, vs bf16 %.2e; worst token's out vs oracle %.2e]",
+                  to_string(kFormat), oracle, bf16, token);
     return b;
   }
 };
@@ -159,12 +185,11 @@ bool check_out(const Case& c, const Problem& pr, const TensorF& out, int rank, s
   bool ok = true;
   const auto vs_oracle = reference::compare(out, want, aggregate(c.exact_h1 ? kFwdExact : kFwd));
   g_margins.oracle = std::max(g_margins.oracle, vs_oracle.rel_l2);
-  if (!vs_oracle.passed) ok = false, *why += " out vs fp8_blockwise oracle: " + vs_oracle.summary() + ";";
+  if (!vs_oracle.passed) ok = false, *why += std::string(" out vs ") + to_string(kFormat) + " oracle: " + vs_oracle.summary() + ";";
   if (judged_against_bf16(c)) {
-    const auto vs_bf16 =
-        reference::compare(out, pr.ref_fwd.ranks[rank].out_TD, aggregate(reference::kMxfp8ForwardTolerance));
+    const auto vs_bf16 = reference::compare(out, pr.ref_fwd.ranks[rank].out_TD, aggregate(kUpstreamTolerance));
     g_margins.bf16 = std::max(g_margins.bf16, vs_bf16.rel_l2);
-    if (!vs_bf16.passed) ok = false, *why += " out vs bf16 (upstream mxfp8 tol): " + vs_bf16.summary() + ";";
+    if (!vs_bf16.passed) ok = false, *why += " out vs bf16 (upstream tol): " + vs_bf16.summary() + ";";
   }
   if (c.padded_rank == rank) {
     bool zeros = true;
@@ -186,15 +211,21 @@ std::vector<Case> cases() {
   c = {"rmsnorm_k8_seed3"}; c.rmsnorm = true; c.K = 8; c.seed = 3; v.push_back(c);
   c = {"int64_ids_bf16_scores"}; c.int64_ids = true; c.bf16_scores = true; v.push_back(c);
   c = {"t1"}; c.T_max = 8; c.T = 1; v.push_back(c);
-  c = {"wide_e64_d384_f640"}; c.E = 64; c.K = 8; c.D = 384; c.F = 640; c.T = 64; c.T_max = 64; v.push_back(c);
-  c = {"exact_h1"}; c.exact_h1 = true; c.seed = 41; v.push_back(c);
-  c = {"exact_h1_rmsnorm_k8"}; c.exact_h1 = true; c.rmsnorm = true; c.K = 8; c.seed = 42; v.push_back(c);
-  c = {"exact_h1_d384_e64"}; c.exact_h1 = true; c.E = 64; c.K = 8; c.D = 384; c.F = 640; c.T = c.T_max = 64; c.seed = 43;
-  v.push_back(c);
-  // Several 128-row tiles per expert and K blocks per GEMM.
+  // Dims of three steps (FP8 blockwise 384 x 640; NVFP4 768 x 1280).
+  const int64_t d3 = 3 * kDimStep, f5 = 5 * kDimStep;
+  c = {"wide_e64_d3_f5"}; c.E = 64; c.K = 8; c.D = d3; c.F = f5; c.T = 64; c.T_max = 64; v.push_back(c);
+  if (!kNvfp4) {  // make_h1_exact builds FP8-blockwise blocks (amax 448 per 128)
+    c = {"exact_h1"}; c.exact_h1 = true; c.seed = 41; v.push_back(c);
+    c = {"exact_h1_rmsnorm_k8"}; c.exact_h1 = true; c.rmsnorm = true; c.K = 8; c.seed = 42; v.push_back(c);
+    c = {"exact_h1_d384_e64"}; c.exact_h1 = true; c.E = 64; c.K = 8; c.D = 384; c.F = 640; c.T = c.T_max = 64; c.seed = 43;
+    v.push_back(c);
+  }
+  // Several tiles per expert and K blocks per GEMM.
   c = {"t512_d1024_f768_e16_k4"}; c.T_max = c.T = 512; c.D = 1024; c.F = 768; c.E = 16; c.K = 4; c.seed = 5;
   v.push_back(c);
-  c.name = "exact_h1_t512_d1024_f768_e16_k4"; c.exact_h1 = true; c.seed = 44; v.push_back(c);
+  if (!kNvfp4) {
+    c.name = "exact_h1_t512_d1024_f768_e16_k4"; c.exact_h1 = true; c.seed = 44; v.push_back(c);
+  }
   return v;
 }
 
@@ -254,10 +285,14 @@ bool case_preparations(ncclComm_t nccl, int rank, int world, cudaStream_t stream
   c.seed = 13;
   const Problem pr = make_problem(c, world);
   auto ctx = Context::create(config_of(c, world), nccl);
-  Inputs inf(c, pr.p, rank, stream, /*inference_weights=*/true), train(c, pr.p, rank, stream, false);
-  const TensorF a = run_layer(*ctx, c, inf.in, stream), b = run_layer(*ctx, c, train.in, stream);
+  Inputs inf(c, pr.p, rank, stream, /*inference_weights=*/true);
+  const TensorF a = run_layer(*ctx, c, inf.in, stream);
   bool ok = check_out(c, pr, a, rank, why);
-  if (!reference::bitwise_equal(a, b)) ok = false, *why += " training-prepared weights give other bits;";
+  if (!kNvfp4) {  // (NVFP4 has one preparation, for inference)
+    Inputs train(c, pr.p, rank, stream, false);
+    if (!reference::bitwise_equal(a, run_layer(*ctx, c, train.in, stream)))
+      ok = false, *why += " training-prepared weights give other bits;";
+  }
   Outputs o(c, ctx->local_experts());
   ExecutionOptions opts = suite_options(c);
   Dev<float> stats(3);
@@ -267,8 +302,8 @@ bool case_preparations(ncclComm_t nccl, int rank, int world, cudaStream_t stream
   sync(stream);
   const std::vector<float> got = stats.download();
   reference::ForwardOptions fo;
-  fo.row_alignment = 128;
-  fo.quantization = reference::Quantization::kFP8Blockwise;
+  fo.row_alignment = kOracleRowAlignment;
+  fo.quantization = kQuantization;
   fo.swiglu_clip_limit = 1.0;
   const auto want = reference::forward(pr.p, fo).ranks[rank].clip_stats;
   // Counts of h1 elements past the limit: a BF16 h1 element at the limit's edge may fall either way.
@@ -282,15 +317,40 @@ bool case_preparations(ncclComm_t nccl, int rank, int world, cudaStream_t stream
   return ok;
 }
 
-// The creation and call checks of an FP8-blockwise context, with their texts.
+// The creation and call checks of the format's context, with their texts.
 bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
   Case c{"validation"};
   ErrorExpectations expect_error{why};
-  expect_error("dims", "fp8_blockwise requires hidden_dim and intermediate_dim divisible by its vector size 128", [&] {
-    Case d = c;
-    d.D = 320;
-    Context::create(config_of(d, world), nccl);
-  });
+  if (kNvfp4) {
+    expect_error("dims", "NVFP4 requires hidden_dim to be a multiple of 256 and at most 16384", [&] {
+      Case d = c;
+      d.D = 384;
+      Context::create(config_of(d, world), nccl);
+    });
+    expect_error("intermediate", "intermediate_dim a multiple of 256 and at most 8192", [&] {
+      Case d = c;
+      d.F = 8448;
+      Context::create(config_of(d, world), nccl);
+    });
+    expect_error("training", "NVFP4 DistMoE is inference-only", [&] {
+      Config t = config_of(c, world);
+      t.inference = false;
+      t.num_activation_slots = 1;
+      t.wgrad_dtype = DType::kFloat32;
+      Context::create(t, nccl);
+    });
+    expect_error("fast_math", "fast_math is supported only by the MXFP8 fused path", [&] {
+      Config t = config_of(c, world);
+      t.block_scaled->fast_math = true;
+      Context::create(t, nccl);
+    });
+  } else {
+    expect_error("dims", "fp8_blockwise requires hidden_dim and intermediate_dim divisible by its vector size 128", [&] {
+      Case d = c;
+      d.D = 320;
+      Context::create(config_of(d, world), nccl);
+    });
+  }
   const Problem pr = make_problem(c, world);
   auto ctx = Context::create(config_of(c, world), nccl);
   Inputs inp(c, pr.p, rank, stream);
@@ -306,14 +366,14 @@ bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
     routed_experts_inference(*ctx, swapped, out.out.get(), suite_options(c), stream);
   });
   Inputs mx(c, pr.p, rank, stream, false, BlockScaledFormat::kMXFP8_E4M3);
-  expect_error("format", "was prepared for mxfp8_e4m3, the context runs fp8_blockwise", [&] {
+  expect_error("format", std::string("was prepared for mxfp8_e4m3, the context runs ") + to_string(kFormat), [&] {
     routed_experts_inference(*ctx, mx.in, out.out.get(), suite_options(c), stream);
   });
   ctx->close();
   return expect_error.ok;
 }
 
-// The MXFP8 suite's trap scenarios on an FP8-blockwise inference context: `overflow` (T=512,
+// The MXFP8 suite's trap scenarios on the format's inference context: `overflow` (T=512,
 // D=F=256, K=1, one expert per rank, device factor 0.5: every token to expert 0) and `bad_id`
 // (T=128, K=1, E=4, every id 4, validate_expert_ids); each must end in its diagnostic.
 int run_scenario(ncclComm_t nccl, int rank, int world, const std::string& scenario, cudaStream_t stream) {
@@ -337,7 +397,7 @@ int run_scenario(ncclComm_t nccl, int rank, int world, const std::string& scenar
 }  // namespace
 
 int main(int argc, char** argv) {
-  return layer_suite::suite_main(argc, argv, "fp8_blockwise_pipeline_tests", [](layer_suite::Suite& s) {
+  return layer_suite::suite_main(argc, argv, kSuiteName, [](layer_suite::Suite& s) {
     if (!s.scenario.empty()) return run_scenario(s.nccl, s.rank, s.world, s.scenario, s.stream);
     for (const Case& c : cases()) {
       if (!s.wants(c.name) || c.E % s.world != 0 || c.padded_rank >= s.world) continue;

@@ -1,0 +1,65 @@
+// NVFP4 operands of the swap-AB GEMM (mainloop_nvfp4_swap_ab.cuh), made exact FP16 in the kernel.
+//
+// Hopper has no FP4 tensor cores, so both operands -- the packed E2M1 weights with their E4M3 block
+// scales, and the tokens' packed NVFP4 rows -- become FP16 values for FP16 wgmma (FP32 accumulate);
+// the FP32 scales (per-token inverse, per-expert inverse global) are applied in the epilogue.
+// Exactness: an element is e2m1 * s (E2M1 magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6}, E4M3 scales s in
+// [2^-9, 448]): at most 6 significant bits, lowest bit >= 2^-10, largest 2688. The kernel forms
+// e2m1 * s * 2^-7 (largest 21, lowest bit >= 2^-17 >= FP16's 2^-24): exact in FP16, and the
+// product of two such carries 2^-14, which the epilogue removes exactly (`kNvfp4AccScale`).
+//
+// The conversion, per packed 32-bit word w (E2M1 codes c0..c7, c0 in the low nibble) and j in 0..3:
+//   fp16x2 bits {(cj & 7) << 9 | (cj & 8) << 12, the same of c(j+4)} are e2m1 * 2^-14 (the three
+//   magnitude bits are FP16's low two exponent bits and its top mantissa bit; code 1 is the
+//   subnormal 2^-15), multiplied (FP16, exact) by t = s * 2^7, formed from the E4M3 byte as
+//   bits (s << 7) = s * 2^-8 times 2^15.
+// Four shifts / logic ops and one HMUL2 per two values.
+//
+// The K order. A stage is 256 K values (128 packed bytes of a weight row, 16 scale blocks). Thread
+// q = lane % 4 of a quad supplies, per k16 step, the RS A fragment's K pairs {2q, 2q + 1} and
+// {2q + 8, 2q + 9}. A contraction may take K in any order that both operands share, so the weights
+// keep upstream's layout and each thread reads whole scale blocks: in piece i (0..3) of a stage,
+// thread q reads scale block nvfp4_piece_block(q, i) -- 8 bytes, 16 codes, one scale -- of its rows
+// (one ld.shared.v2 per row: the 16-byte units 4 (q & 1) + i of the 128B-swizzled row, conflict-free
+// across the warp's rows). Its 16 codes make 8 FP16 pairs P_r (r = 0..7: word r / 4 of the block,
+// codes j = r % 4 and j + 4); step s of the piece takes P_{2s} as the {2q, 2q+1} pair and P_{2s+1}
+// as {2q+8, 2q+9}. The tokens' B stage holds the same order: box i (64 FP16 of K per token row),
+// 16-byte unit r = [P_r of block nvfp4_piece_block(0, i) | of nvfp4_piece_block(1, i) | of (2, i) | of (3, i)].
+#pragma once
+
+#include <cstdint>
+
+#include "dist_moe/device/common/macros.cuh"
+
+namespace dist_moe::gemm {
+
+inline constexpr int kNvfp4StageK = 256;          // K values per stage
+inline constexpr int kNvfp4StageBytes = 128;      // packed bytes of one row per stage
+inline constexpr int kNvfp4StageBlocks = 16;      // scale blocks of one row per stage
+inline constexpr int kNvfp4Pieces = 4;            // 64-deep pieces per stage
+inline constexpr float kNvfp4AccScale = 16384.0f; // 2^14: what the FP16 operands' 2^-7 each take off
+
+// The scale block (0..15 within a stage) thread q takes in piece i.
+DMOE_HOST_DEVICE constexpr int nvfp4_piece_block(int q, int i) { return 8 * (q & 1) + 2 * i + (q >> 1); }
+
+#if defined(__CUDACC__)
+
+DMOE_DEVICE uint32_t hmul2_f16(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// s * 2^7 in both FP16 halves, s an E4M3 scale byte (block scales are positive; the NaN code 0x7F
+// gives a finite factor: NaN reaches the output through the NaN FP32 scale of that expert or row).
+DMOE_DEVICE uint32_t nvfp4_scale_x2(uint32_t s) { return hmul2_f16(s * 0x00800080u, 0x78007800u); }
+
+// Codes j (low half) and j + 4 (high half) of the packed word w, times t: FP16 e2m1 * s * 2^-7.
+DMOE_DEVICE uint32_t nvfp4_values_x2(uint32_t w, int j, uint32_t t) {
+  const uint32_t m = w >> (4 * j);
+  return hmul2_f16(((m << 9) & 0x0E000E00u) | ((m << 12) & 0x80008000u), t);
+}
+
+#endif  // __CUDACC__
+
+}  // namespace dist_moe::gemm

@@ -1,0 +1,260 @@
+// The NVFP4 grouped GEMMs (device/gemm/mainloop_nvfp4_swap_ab.cuh: weights and token rows made
+// exact FP16 in the kernel, FP32 token and expert scales in the epilogue) against the host reference
+// on the operands they read. Token rows are quantized on the GPU into packed rows (the quantizer is
+// bitwise equal to the oracle: test_quantize.cu) and weights prepared on the GPU
+// (prepare_block_scaled_weight), both downloaded and dequantized on the host -- e2m1 * s * the FP32
+// scale -- and multiplied with double sums rounded once to FP32, then BF16. Rows get per-row
+// magnitudes over 2^-6 .. 2^6 (so their token scales differ) and each expert another (so do the
+// global scales): a scale applied to the wrong row, expert or block fails by orders of magnitude.
+// Every compiled configuration runs, on ragged counts with empty experts and tails that are not tile
+// multiples, and rows past sum(counts) must stay untouched.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dist_moe/check.h"
+#include "dist_moe/device/numeric/numeric.cuh"
+#include "dist_moe/prepare_weight.h"
+#include "dist_moe/prepared_weight.h"
+#include "grouped_gemm_test_util.h"
+#include "quant/quantize.h"
+
+namespace dist_moe::testing {
+namespace {
+
+constexpr int64_t kSlack = 37;  // rows past sum(counts): never written
+
+std::vector<int32_t> nvfp4_counts(int64_t e_local, int max_rows, std::mt19937& rng) {
+  static const int32_t kAwkward[] = {0, 1, 31, 32, 33, 0, 64, 100};
+  std::uniform_int_distribution<int> size(0, max_rows);
+  std::vector<int32_t> c(static_cast<size_t>(e_local));
+  for (int64_t e = 0; e < e_local; ++e) c[e] = e < 8 && kAwkward[e] <= max_rows ? kAwkward[e] : size(rng);
+  return c;
+}
+
+// U(-1, 1) * base, every `rows_per_scale` rows scaled by a random power of two in 2^-6 .. 2^6.
+HostBf16 spread_bf16(int64_t rows, int64_t cols, int64_t rows_per_scale, float base, std::mt19937& rng) {
+  HostBf16 t = random_bf16(static_cast<size_t>(rows * cols), base, rng);
+  std::uniform_int_distribution<int> ex(-6, 6);
+  for (int64_t r0 = 0; r0 < rows; r0 += rows_per_scale) {
+    const float s = std::ldexp(1.0f, ex(rng));
+    for (int64_t i = r0 * cols; i < std::min(rows, r0 + rows_per_scale) * cols; ++i) {
+      const numeric::bf16_t b = numeric::float_to_bf16(t.vals[i] * s);
+      t.bits[i] = b.bits;
+      t.vals[i] = numeric::bf16_to_float(b);
+    }
+  }
+  return t;
+}
+
+uint8_t nibble(const uint8_t* packed, int64_t c) { return c % 2 == 0 ? packed[c / 2] & 0xF : packed[c / 2] >> 4; }
+
+// Packed NVFP4 token rows [cap, nvfp4_packed_row_bytes(K)] and the values the GEMM multiplies by
+// (e2m1 * s * token_scale_inv, in double then float).
+struct Nvfp4Rows {
+  DeviceBuffer<uint8_t> packed;
+  std::vector<float> vals;
+};
+Nvfp4Rows nvfp4_rows(const HostBf16& a, int64_t cap, int64_t K) {
+  const int64_t pk = quant::nvfp4_packed_row_bytes(K);
+  DeviceBuffer<uint16_t> src(a.bits);
+  Nvfp4Rows r{DeviceBuffer<uint8_t>(static_cast<size_t>(cap * pk)), {}};
+  quant::nvfp4_quantize_rows(quant::Bf16Matrix{src.get(), cap, K, K}, quant::nvfp4_packed_rows_out(r.packed.get(), pk, K),
+                             nullptr);
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> bytes = r.packed.download();
+  r.vals.resize(static_cast<size_t>(cap * K));
+  for (int64_t m = 0; m < cap; ++m) {
+    const uint8_t* row = &bytes[m * pk];
+    float tsi;
+    std::memcpy(&tsi, row + K / 2 + K / 16, 4);
+    for (int64_t c = 0; c < K; ++c)
+      r.vals[m * K + c] = static_cast<float>(double(numeric::e2m1_to_float(nibble(row, c))) *
+                                             numeric::e4m3_to_float(row[K / 2 + c / 16]) * tsi);
+  }
+  return r;
+}
+
+// An NVFP4 weight [E, N, K] prepared on the GPU, and its values e2m1 * s * global_scale_inv.
+struct Nvfp4Weight {
+  DeviceBuffer<uint8_t> q, s;
+  DeviceBuffer<float> gs, gsi;
+  std::vector<float> vals;
+};
+Nvfp4Weight nvfp4_weight(const HostBf16& w, int64_t E, int64_t N, int64_t K) {
+  const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kNVFP4, true, E, N, K);
+  Nvfp4Weight o{DeviceBuffer<uint8_t>(spec.fprop_data.bytes()), DeviceBuffer<uint8_t>(spec.fprop_scale.bytes()),
+                DeviceBuffer<float>(static_cast<size_t>(E)), DeviceBuffer<float>(static_cast<size_t>(E)), {}};
+  DeviceBuffer<uint16_t> src(w.bits);
+  PreparedWeightBuffers b;
+  b.fprop_data = o.q.get();
+  b.fprop_scale = o.s.get();
+  b.global_scale = o.gs.get();
+  b.global_scale_inv = o.gsi.get();
+  prepare_block_scaled_weight(src.get(), spec, b, nullptr);
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> q = o.q.download(), s = o.s.download();
+  const std::vector<float> gsi = o.gsi.download();
+  o.vals.resize(static_cast<size_t>(E * N * K));
+  for (int64_t r = 0; r < E * N; ++r)
+    for (int64_t c = 0; c < K; ++c)
+      o.vals[r * K + c] = static_cast<float>(double(numeric::e2m1_to_float(nibble(&q[r * K / 2], c))) *
+                                             numeric::e4m3_to_float(s[r * (K / 16) + c / 16]) * gsi[r / N]);
+  return o;
+}
+
+double bf16_value(const std::vector<uint16_t>& v, int64_t i) { return numeric::bf16_to_float(numeric::bf16_t{v[i]}); }
+
+void expect_rows_untouched(const std::string& what, const std::vector<uint16_t>& out, int64_t M, int64_t cols) {
+  int64_t touched = 0;
+  for (size_t i = static_cast<size_t>(M * cols); i < out.size(); ++i) touched += out[i] != 0xFFFF;
+  EXPECT_EQ(touched, 0) << what << ": values written past sum(counts)";
+}
+
+struct Nvfp4Case {
+  int64_t e_local, n, k;
+  int max_rows;
+  uint32_t seed;
+};
+
+struct Operands {
+  std::vector<int32_t> counts;
+  int64_t M = 0, cap = 0;
+  Nvfp4Rows a;
+  Nvfp4Weight w;
+};
+Operands operands(const Nvfp4Case& cs) {
+  std::mt19937 rng(cs.seed);
+  Operands o;
+  o.counts = nvfp4_counts(cs.e_local, cs.max_rows, rng);
+  o.M = total_rows(o.counts);
+  o.cap = o.M + kSlack;
+  o.a = nvfp4_rows(spread_bf16(o.cap, cs.k, 1, 1.0f, rng), o.cap, cs.k);
+  o.w = nvfp4_weight(spread_bf16(cs.e_local * cs.n, cs.k, cs.n, 1.0f / std::sqrt(float(cs.k)), rng), cs.e_local,
+                     cs.n, cs.k);
+  return o;
+}
+
+GroupedGemmCommon common_of(const Operands& o, const DeviceBuffer<int32_t>& counts, const Nvfp4Case& cs,
+                            const GroupedGemmConfig* cfg) {
+  GroupedGemmCommon c;
+  c.counts = counts.get();
+  c.e_local = cs.e_local;
+  c.m_capacity = o.cap;
+  c.n = cs.n;
+  c.k = cs.k;
+  c.config = cfg;
+  c.a_format = kNvfp4Rows;
+  c.b_format = kNvfp4Weight;
+  c.scales = OperandScales{nullptr, 0, o.w.s.get(), o.w.gsi.get()};
+  return c;
+}
+
+void run_nvfp4_fprop(const Nvfp4Case& cs, const GroupedGemmConfig* cfg) {
+  const Operands o = operands(cs);
+  std::printf("nvfp4 fprop E=%lld n=%lld k=%lld rows=%lld (%s)\n", static_cast<long long>(cs.e_local),
+              static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(o.M),
+              cfg ? cfg->name().c_str() : "heuristic pick");
+  const std::vector<float> ref = rounded_bf16(ref_fprop(o.a.vals, o.w.vals, o.counts, cs.n, cs.k));
+  DeviceBuffer<int32_t> d_counts(o.counts);
+  DeviceBuffer<uint16_t> d_out(static_cast<size_t>(o.cap * cs.n));
+  d_out.poison();
+  FpropArgs args;
+  args.common = common_of(o, d_counts, cs, cfg);
+  args.a = o.a.packed.get();
+  args.w = o.w.q.get();
+  args.out = d_out.get();
+  grouped_gemm_fprop(args, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> out = d_out.download();
+  expect_close("nvfp4 fprop out", [&](int64_t i) { return bf16_value(out, i); }, ref);
+  expect_rows_untouched("nvfp4 fprop out", out, o.M, cs.n);
+}
+
+// h1 against the reference GEMM; h2 against SwiGLU of the h1 the GPU stored.
+void run_nvfp4_w13(const Nvfp4Case& cs, bool clamped, const GroupedGemmConfig* cfg) {
+  const Operands o = operands(cs);
+  const int64_t F = cs.n / 2;
+  std::printf("nvfp4 w13 E=%lld 2F=%lld D=%lld rows=%lld %s (%s)\n", static_cast<long long>(cs.e_local),
+              static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(o.M),
+              clamped ? "clamped" : "plain", cfg ? cfg->name().c_str() : "heuristic pick");
+  reference::SwigluParams act;
+  act.activation = clamped ? Activation::kSwiGLUClamped : Activation::kSwiGLU;
+  act.alpha = 1.702f;
+  act.limit = 0.6f;
+  const std::vector<float> ref_h1 = rounded_bf16(ref_fprop(o.a.vals, o.w.vals, o.counts, cs.n, cs.k));
+  DeviceBuffer<int32_t> d_counts(o.counts);
+  DeviceBuffer<uint16_t> d_h1(static_cast<size_t>(o.cap * cs.n)), d_h2(static_cast<size_t>(o.cap * F));
+  d_h1.poison();
+  d_h2.poison();
+  W13FpropArgs args;
+  args.common = common_of(o, d_counts, cs, cfg);
+  args.a = o.a.packed.get();
+  args.w13 = o.w.q.get();
+  args.h1 = d_h1.get();
+  args.h2 = d_h2.get();
+  args.activation = act.activation;
+  args.swiglu_alpha = act.alpha;
+  args.swiglu_limit = act.limit;
+  grouped_gemm_w13_fprop(args, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> h1 = d_h1.download(), h2 = d_h2.download();
+  expect_close("nvfp4 w13 h1", [&](int64_t i) { return bf16_value(h1, i); }, ref_h1);
+  std::vector<float> gpu_h1(static_cast<size_t>(o.M * cs.n));
+  for (int64_t i = 0; i < o.M * cs.n; ++i) gpu_h1[i] = static_cast<float>(bf16_value(h1, i));
+  expect_close("nvfp4 w13 h2 = swiglu(gpu h1)", [&](int64_t i) { return bf16_value(h2, i); },
+               ref_swiglu_h2(gpu_h1, F, act));
+  expect_rows_untouched("nvfp4 w13 h1", h1, o.M, cs.n);
+  expect_rows_untouched("nvfp4 w13 h2", h2, o.M, F);
+}
+
+std::vector<GemmParam> nvfp4_params(GroupedGemmOp op) {
+  std::vector<GemmParam> v;
+  for (const GroupedGemmConfig& c : grouped_gemm_configs(op, DType::kBFloat16, false, kNvfp4Rows, kNvfp4Weight)) {
+    GemmParam p;
+    p.op = op;
+    p.out = DType::kBFloat16;
+    p.a_format = kNvfp4Rows;
+    p.b_format = kNvfp4Weight;
+    p.config = c;
+    v.push_back(p);
+  }
+  return v;
+}
+
+class GroupedGemmNvfp4Fprop : public ::testing::TestWithParam<GemmParam> {};
+class GroupedGemmNvfp4W13 : public ::testing::TestWithParam<GemmParam> {};
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmNvfp4Fprop, ::testing::ValuesIn(nvfp4_params(GroupedGemmOp::kFprop)),
+                         GemmParamName());
+INSTANTIATE_TEST_SUITE_P(, GroupedGemmNvfp4W13, ::testing::ValuesIn(nvfp4_params(GroupedGemmOp::kFpropSwiglu)),
+                         GemmParamName());
+
+TEST_P(GroupedGemmNvfp4Fprop, Ragged) {
+  DMOE_REQUIRE_SM90();
+  run_nvfp4_fprop({10, 768, 512, 100, 61u}, &GetParam().config);
+}
+TEST_P(GroupedGemmNvfp4Fprop, LongK) {
+  DMOE_REQUIRE_SM90();
+  run_nvfp4_fprop({9, 256, 2048, 70, 62u}, &GetParam().config);
+}
+TEST_P(GroupedGemmNvfp4W13, Plain) {
+  DMOE_REQUIRE_SM90();
+  run_nvfp4_w13({10, 512, 768, 100, 63u}, false, &GetParam().config);
+}
+TEST_P(GroupedGemmNvfp4W13, Clamped) {
+  DMOE_REQUIRE_SM90();
+  run_nvfp4_w13({9, 2 * 384, 512, 70, 64u}, true, &GetParam().config);
+}
+TEST(GroupedGemmNvfp4, HeuristicPicksCompiledKernels) {
+  DMOE_REQUIRE_SM90();
+  run_nvfp4_fprop({10, 512, 512, 300, 65u}, nullptr);
+  run_nvfp4_w13({10, 512, 512, 20, 66u}, false, nullptr);
+}
+
+}  // namespace
+}  // namespace dist_moe::testing
