@@ -17,10 +17,10 @@ op                             use
                                grad_w2) in the inputs' logical shapes
 ``bf16_backward_accumulate_``  backward that adds WGRAD into existing gradient buffers (args 3
                                and 4); returns (grad_x, grad_scores)
-``block_scaled_forward``       block-scaled (MXFP8) forward on prepared operands (4 per weight):
-                               training with saved state, or forward only (inference contexts,
-                               training contexts under no-grad); returns (out, saved state, empty
-                               when nothing is saved)
+``block_scaled_forward``       block-scaled (MXFP8, FP8 blockwise, NVFP4) forward on prepared
+                               operands (5 per weight): training with saved state, or forward
+                               only (inference contexts, training contexts under no-grad);
+                               returns (out, saved state, empty when nothing is saved)
 ``block_scaled_backward``      functional block-scaled backward; returns (grad_x, grad_scores,
                                grad_w13 [E, 2F, D], grad_w2 [E, D, F])
 ``block_scaled_backward_accumulate_``  the same adding WGRAD into existing gradient buffers (args 3
@@ -82,11 +82,16 @@ SCHEMAS = {
     ),
 }
 
-# Block-scaled ops take the prepared operands of both weights (PreparedWeight's fields, MXFP8: E4M3
-# data and E8M0 scales); the forward's DGRAD operands are optional (None: an inference preparation).
+# Block-scaled ops take the prepared operands of both weights, five per weight (PreparedWeight's
+# fields in LAYER_OPERAND_FIELDS' order: MXFP8 E4M3 data and E8M0 scales, FP8 blockwise E4M3 data and
+# FP32 scales, NVFP4 packed E2M1 data, E4M3 scales and the FP32 inverse expert scale); the forward's
+# DGRAD operands are optional (None: an inference preparation, NVFP4 included), global_scale_inv is
+# optional everywhere (None except for NVFP4).
 _BLOCK_SCALED_OPERANDS = (
     "Tensor w13_fprop_data, Tensor w13_fprop_scale, Tensor{opt} w13_dgrad_data, Tensor{opt} w13_dgrad_scale, "
-    "Tensor w2_fprop_data, Tensor w2_fprop_scale, Tensor{opt} w2_dgrad_data, Tensor{opt} w2_dgrad_scale"
+    "Tensor? w13_global_scale_inv, "
+    "Tensor w2_fprop_data, Tensor w2_fprop_scale, Tensor{opt} w2_dgrad_data, Tensor{opt} w2_dgrad_scale, "
+    "Tensor? w2_global_scale_inv"
 )
 _BS_FORWARD_OPERANDS = _BLOCK_SCALED_OPERANDS.format(opt="?")
 _BS_BACKWARD_OPERANDS = _BLOCK_SCALED_OPERANDS.format(opt="")
@@ -320,11 +325,32 @@ def _bf16_backward_accumulate_fake(grad_out, x, ids, acc_w13, acc_w2, scores, *a
     return torch.empty_like(x), torch.empty_like(scores)
 
 
-# ---- block-scaled (MXFP8) layer ops ------------------------------------------------------------------
-# The operands are PreparedWeight fields (fprop_data, fprop_scale, dgrad_data, dgrad_scale) of W13,
-# then of W2; the binding builds the C++ PreparedExpertWeight from them (prepared_weight_spec of the
-# context's format for fprop_data's [E, N, K]; an operand set without DGRAD fields is an inference
-# preparation) and the layer checks them against the context.
+# ---- block-scaled (MXFP8, FP8 blockwise, NVFP4) layer ops ----------------------------------------------
+# The operands are PreparedWeight fields (LAYER_OPERAND_FIELDS: fprop_data, fprop_scale, dgrad_data,
+# dgrad_scale, global_scale_inv) of W13, then of W2; the binding builds the C++ PreparedExpertWeight
+# from them (prepared_weight_spec of the context's format for the source weight's [E, N, K]; an
+# operand set without DGRAD fields is an inference preparation) and the layer checks them against
+# the context.
+
+# The operands of one weight the layer ops take, in order (five per weight, W13's then W2's).
+LAYER_OPERAND_FIELDS = ("fprop_data", "fprop_scale", "dgrad_data", "dgrad_scale", "global_scale_inv")
+OPERANDS_PER_WEIGHT = len(LAYER_OPERAND_FIELDS)
+NUM_LAYER_OPERANDS = 2 * OPERANDS_PER_WEIGHT
+
+# Formats whose fprop_data packs several values per element along K (NVFP4: two E2M1 per byte).
+_VALUES_PER_ELEMENT = {"nvfp4": 2}
+
+
+def split_operands(operands) -> tuple:
+    """The block-scaled ops' operand list as (W13's five, W2's five)."""
+    return tuple(operands[:OPERANDS_PER_WEIGHT]), tuple(operands[OPERANDS_PER_WEIGHT:NUM_LAYER_OPERANDS])
+
+
+def source_shape(fmt: str, data) -> tuple:
+    """The [E, N, K] of the BF16 weight a prepared ``fprop_data`` was made from (NVFP4 packs two
+    values per element along K)."""
+    G, N, K = (int(d) for d in data.shape)
+    return G, N, K * _VALUES_PER_ELEMENT.get(fmt, 1)
 
 
 @functools.lru_cache(maxsize=64)
@@ -333,17 +359,20 @@ def _cached_spec(fmt: str, inference: bool, shape: tuple) -> dict:
 
 
 def _check_operands(name: str, operands, fmt: str, device) -> bool:
-    """The four operands of one weight have the layout the spec of their fprop_data's [E, N, K]
-    gives (contiguous, on ``device``); returns whether they are an inference preparation."""
+    """The five operands of one weight have the layout the spec of their source weight's [E, N, K]
+    gives (contiguous, on ``device``; global_scale_inv present iff the format has it: FP32 [E] for
+    NVFP4); returns whether they are an inference preparation."""
     data = operands[0]
     if data.dim() != 3:
         raise ValueError(f"{name}_fprop_data must be 3D [E, N, K], got shape {tuple(data.shape)}")
     inference = operands[2] is None
-    spec = _cached_spec(fmt, inference, tuple(int(d) for d in data.shape))
-    for field, t in zip(TRAINING_FIELDS, operands):
+    spec = _cached_spec(fmt, inference, source_shape(fmt, data))
+    for field, t in zip(LAYER_OPERAND_FIELDS, operands):
         want = spec[field]
         if want is None:
             if t is not None:
+                if field == "global_scale_inv":
+                    raise ValueError(f"{name}_global_scale_inv must be None: {fmt} weights have no global scale")
                 raise ValueError(f"{name}_{field} must be None in an inference preparation (no {name}_dgrad_data)")
             continue
         dtype, shape = want
@@ -357,23 +386,28 @@ def _block_scaled_inputs(ctx, x, ids, scores, operands) -> dict:
     """The call's input dict with the prepared weights of a block-scaled context (no BF16 weights)."""
     if ctx.config.block_scaled is None:
         raise ValueError("block-scaled ops need a block-scaled context (Config.block_scaled is None)")
+    if len(operands) != NUM_LAYER_OPERANDS:
+        raise ValueError(f"block-scaled ops take {NUM_LAYER_OPERANDS} prepared operands "
+                         f"({OPERANDS_PER_WEIGHT} per weight), got {len(operands)}")
     fmt = str(ctx.config.block_scaled.format)
-    inputs = _inputs(x, ids, scores, operands[0], operands[4])
-    for name, ops in (("w13", operands[:4]), ("w2", operands[4:])):
+    w13_ops, w2_ops = split_operands(operands)
+    inputs = _inputs(x, ids, scores, w13_ops[0], w2_ops[0])
+    for name, ops in (("w13", w13_ops), ("w2", w2_ops)):
         inference = _check_operands(name, ops, fmt, x.device)
         inputs[name] = 0
         inputs[f"{name}_prepared"] = {
             "format": fmt,
             "inference": inference,
-            "shape": list(ops[0].shape),
-            **{field: 0 if t is None else t.data_ptr() for field, t in zip(TRAINING_FIELDS, ops)},
+            "shape": list(source_shape(fmt, ops[0])),
+            **{field: 0 if t is None else t.data_ptr() for field, t in zip(LAYER_OPERAND_FIELDS, ops)},
         }
     return inputs
 
 
 def _block_scaled_forward_cuda(x, ids, scores, *args):
-    operands, rms = args[:8], args[8:17]
-    save, slot, depth, validate, context_id = args[17:]
+    n = NUM_LAYER_OPERANDS
+    operands, rms = args[:n], args[n:n + 9]
+    save, slot, depth, validate, context_id = args[n + 9:]
     ctx = _context.get_context(context_id)
     native = ctx._native_context()
     inputs = _block_scaled_inputs(ctx, x, ids, scores, operands)
@@ -399,24 +433,34 @@ def _block_scaled_forward_cuda(x, ids, scores, *args):
 
 @torch.library.register_fake("dist_moe::block_scaled_forward", lib=_lib)
 def _block_scaled_forward_fake(x, ids, scores, *args):
-    save, context_id = args[17], args[-1]
+    save, context_id = args[NUM_LAYER_OPERANDS + 9], args[-1]
     state_bytes = _context.get_context(context_id)._saved_state_bytes if save else 0
     return x.new_empty((x.shape[0], x.shape[1]), dtype=torch.bfloat16), x.new_empty((state_bytes,), dtype=torch.uint8)
 
 
+def _split_backward_args(args) -> tuple:
+    """A block-scaled backward's arguments after the scores: (operands, saved state, RMSNorm
+    scalars, wgrad_dtype, context_id)."""
+    n = NUM_LAYER_OPERANDS
+    operands, state, rms, (wgrad_dtype, context_id) = args[:n], args[n], args[n + 1:n + 10], args[n + 10:]
+    return operands, state, rms, wgrad_dtype, context_id
+
+
 def _block_scaled_backward_cuda(grad_out, x, ids, scores, *args):
-    operands, state, rms, (wgrad_dtype, context_id) = args[:8], args[8], args[9:18], args[18:]
+    operands, state, rms, wgrad_dtype, context_id = _split_backward_args(args)
     ctx = _context.get_context(context_id)
     inputs = _block_scaled_inputs(ctx, x, ids, scores, operands)
-    gw13 = torch.empty(operands[0].shape, dtype=wgrad_dtype, device=x.device)
-    gw2 = torch.empty(operands[4].shape, dtype=wgrad_dtype, device=x.device)
+    w13_ops, w2_ops = split_operands(operands)
+    gw13 = torch.empty(w13_ops[0].shape, dtype=wgrad_dtype, device=x.device)
+    gw2 = torch.empty(w2_ops[0].shape, dtype=wgrad_dtype, device=x.device)
     gx, gs = _run_backward(ctx, grad_out, x, scores, inputs, state, rms, wgrad_dtype, gw13, gw2, False)
     return gx, gs, gw13, gw2
 
 
 @torch.library.register_fake("dist_moe::block_scaled_backward", lib=_lib)
 def _block_scaled_backward_fake(grad_out, x, ids, scores, *args):
-    w13_data, w2_data, wgrad_dtype = args[0], args[4], args[18]
+    operands, _state, _rms, wgrad_dtype, _context_id = _split_backward_args(args)
+    (w13_data, *_), (w2_data, *_) = split_operands(operands)
     return (
         torch.empty_like(x),
         torch.empty_like(scores),
@@ -426,9 +470,10 @@ def _block_scaled_backward_fake(grad_out, x, ids, scores, *args):
 
 
 def _block_scaled_backward_accumulate_cuda(grad_out, x, ids, acc_w13, acc_w2, scores, *args):
-    operands, state, rms, (wgrad_dtype, context_id) = args[:8], args[8], args[9:18], args[18:]
-    _check_accumulator("accumulator_grad_w13_EFD", acc_w13, operands[0], wgrad_dtype)
-    _check_accumulator("accumulator_grad_w2_EDF", acc_w2, operands[4], wgrad_dtype)
+    operands, state, rms, wgrad_dtype, context_id = _split_backward_args(args)
+    w13_ops, w2_ops = split_operands(operands)
+    _check_accumulator("accumulator_grad_w13_EFD", acc_w13, w13_ops[0], wgrad_dtype)
+    _check_accumulator("accumulator_grad_w2_EDF", acc_w2, w2_ops[0], wgrad_dtype)
     ctx = _context.get_context(context_id)
     inputs = _block_scaled_inputs(ctx, x, ids, scores, operands)
     return _run_backward(ctx, grad_out, x, scores, inputs, state, rms, wgrad_dtype, acc_w13, acc_w2, True)

@@ -9,6 +9,8 @@ Paths (upstream §1.10):
     on the prepared operands of ``PreparedWeight`` arguments or of BF16 weights quantized in the
     call (``dist_moe::prepare_mxfp8_weight`` / ``prepare_fp8_blockwise_weight``); the WGRADs flow to
     the BF16 weights (dynamic) or to ``PreparedWeight.source``;
+  - NVFP4 contexts (inference only): ``block_scaled_forward`` without saved state, on the operands
+    of ``PreparedWeight`` arguments only (BF16 weights raise: NVFP4 needs prepared weights);
   - Python callbacks (callable postprocess, RMSNorm observers): eager route-level functions over
     the native context, for both kinds of context.
 """
@@ -18,12 +20,19 @@ from __future__ import annotations
 import torch
 
 from . import _ops  # noqa: F401  (registers the torch.ops.dist_moe ops used below)
-from ._ops import training_prepare_op
+from ._ops import NUM_LAYER_OPERANDS, training_prepare_op
 from ._context import Context
 from ._execution import PreparedWeight
 from ._postprocess import RMSNormPostprocess, validate_rmsnorm_postprocess
 
 _NO_RMSNORM = (None, False, 0.0, torch.float32, torch.float32, True, 0.0, False, False)
+_NVFP4 = "nvfp4"
+# BF16 weights on an NVFP4 context: NVFP4 is inference with prepared weights only (no registered,
+# traceable NVFP4 weight quantizer to run in the call); the C++ layer's text for a call without them.
+_NVFP4_NEEDS_PREPARED = (
+    "block-scaled (nvfp4) contexts need prepared weights: pass w13 and w2 as PreparedWeight from "
+    "prepare_block_scaled_weight(weight, BlockScaledConfig(format=BlockScaledFormat.NVFP4))"
+)
 _WGRAD_DTYPES = (torch.bfloat16, torch.float32)
 
 
@@ -211,15 +220,17 @@ class _BlockScaledFunction(torch.autograd.Function):
     """Block-scaled training over ``block_scaled_forward`` / ``block_scaled_backward(_accumulate_)``.
 
     ``w13`` / ``w2`` are the BF16 tensors the WGRADs flow to (dynamic weights in their logical
-    shapes, or ``PreparedWeight.source``); ``operands`` the eight prepared tensors the ops read
-    (W13's fprop_data, fprop_scale, dgrad_data, dgrad_scale, then W2's), never differentiated."""
+    shapes, or ``PreparedWeight.source``); ``operands`` the ten prepared tensors (or None) the ops
+    read (W13's fprop_data, fprop_scale, dgrad_data, dgrad_scale, global_scale_inv, then W2's),
+    never differentiated."""
 
     @staticmethod
     def forward(ctx, x, ids, scores, w13, w2, context, options, rms, *operands):
         op = torch.ops.dist_moe.block_scaled_forward.default
         args = [x, ids, scores, *operands, *rms, True, *context.selected_activation_slot, options.validate_expert_ids,
                 context.context_id]
-        args[21], args[22] = _forward_slot(context, op, args)
+        slot = 3 + NUM_LAYER_OPERANDS + len(rms) + 1  # after x, ids, scores, the operands, RMSNorm, save
+        args[slot], args[slot + 1] = _forward_slot(context, op, args)
         out, state = op(*args)
         ctx.save_for_backward(x, ids, scores, w13, w2, state, *operands)
         ctx.context, ctx.options, ctx.rms = context, options, rms
@@ -460,8 +471,9 @@ def _routed_with_callable(x, ids, scores, w13, w2, context, options, save, opera
 
 
 def _prepared_operands(w) -> tuple:
-    """A PreparedWeight's operands in the block-scaled ops' order."""
-    return w.fprop_data, w.fprop_scale, w.dgrad_data, w.dgrad_scale
+    """A PreparedWeight's operands in the block-scaled ops' order (``_ops.LAYER_OPERAND_FIELDS``;
+    global_scale_inv None except for NVFP4)."""
+    return w.fprop_data, w.fprop_scale, w.dgrad_data, w.dgrad_scale, w.global_scale_inv
 
 
 def _expert_weights_3d(w13, w2, context):
@@ -493,13 +505,14 @@ def _expert_weights_3d(w13, w2, context):
 def _dynamic_operands(w13, w2, context) -> tuple:
     """BF16 weights quantized for this call (training preparations of the context's format, through
     the registered ``prepare_mxfp8_weight`` / ``prepare_fp8_blockwise_weight``: traceable,
-    graph-capturable); the operands are kept for the backward."""
+    graph-capturable), in the block-scaled ops' order (no global scales); the operands are kept for
+    the backward. NVFP4 has no in-call quantization (``routed_experts`` rejects BF16 weights there)."""
     a, b = _expert_weights_3d(w13, w2, context)
     prepare = training_prepare_op(str(context.config.block_scaled.format))
     with torch.no_grad():
         q13 = prepare(a.detach())
         q2 = prepare(b.detach())
-    return (*q13, *q2)
+    return (*q13, None, *q2, None)
 
 
 # ---- the public entry point ------------------------------------------------------------------------
@@ -550,6 +563,8 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
             raise ValueError("prepared block-scaled weights cannot be used with a BF16 context")
         if options.weights_preprocess_fn is not None:
             raise ValueError("prepared block-scaled weights cannot be combined with weights_preprocess_fn")
+    elif block_scaled and str(cfg.block_scaled.format) == _NVFP4:
+        raise ValueError(_NVFP4_NEEDS_PREPARED)
 
     post = options.experts_output_postprocess
     if options.requires_eager:
@@ -577,7 +592,7 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
     if cfg.inference and any(t.requires_grad for t in grad_inputs):
         raise RuntimeError("inference contexts do not support autograd")
     save = torch.is_grad_enabled() and any(t.requires_grad for t in grad_inputs)
-    operands = ()  # block-scaled: the prepared operands the ops read (W13's four, then W2's)
+    operands = ()  # block-scaled: the prepared operands the ops read (W13's five, then W2's)
     if block_scaled:
         operands = (*_prepared_operands(w13_weight), *_prepared_operands(w2_weight)) if all(prepared) else \
             _dynamic_operands(w13, w2, context)

@@ -252,9 +252,12 @@ def create_context(*, group, config: Config, device=None, emulate_peer_buffers=N
 
     Block-scaled contexts: ``BlockScaledConfig(format=MXFP8_E4M3 or FP8_BLOCKWISE,
     pipeline="staged")`` (training and inference; hidden_dim and intermediate_dim multiples of 128,
-    num_experts >= world size; FP8_BLOCKWISE is beyond upstream: DeepSeek-V3's recipe).
-    NVFP4, ``pipeline="mega"``, ``fast_math`` and ``kernel_config`` have no Hopper execution yet: the
-    C++ context raises ValueError saying so.
+    num_experts >= world size; FP8_BLOCKWISE is beyond upstream: DeepSeek-V3's recipe), and
+    ``BlockScaledConfig(format=NVFP4, pipeline="staged")``: inference contexts only (``Config``
+    raises "NVFP4 DistMoE is inference-only" otherwise), with prepared weights only (NVFP4
+    ``prepare_block_scaled_weight`` results), hidden_dim and intermediate_dim multiples of 256,
+    hidden_dim <= 16384 and intermediate_dim <= 8192. ``pipeline="mega"``, ``fast_math`` and
+    ``kernel_config`` have no Hopper execution yet: the C++ context raises ValueError saying so.
     """
     if not isinstance(config, Config):
         raise TypeError("config must be a dist_moe.Config")
@@ -307,9 +310,11 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
     """out[t] = sum_k score[t,k] * W2_e(SwiGLU(W13_e x_t)) over the EP group; collective.
 
     Returns a fresh BF16 [T, D]. Every rank calls it in the same order with the same T. Gradients
-    flow to x, scores, w13 and w2 (in their logical shapes); ids get none. On a block-scaled (MXFP8)
-    context the weights are either both ``PreparedWeight`` (training preparations; WGRAD flows to
-    their ``source``) or both BF16 tensors, quantized in the call and kept for the backward.
+    flow to x, scores, w13 and w2 (in their logical shapes); ids get none. On a block-scaled (MXFP8,
+    FP8 blockwise) context the weights are either both ``PreparedWeight`` (training preparations;
+    WGRAD flows to their ``source``) or both BF16 tensors, quantized in the call and kept for the
+    backward. NVFP4 (inference) contexts take ``PreparedWeight``s only (BF16 weights raise
+    ValueError "block-scaled (nvfp4) contexts need prepared weights ...").
     """
     options = resolve_options(options)
     if not isinstance(context, Context):

@@ -4,7 +4,7 @@
 # modules the build leaves in python/dist_moe (built here when missing), so one call builds once.
 #   TORCH_BENCH_SHAPES [qwen3_30b,dsv3_prefill,dsv3_decode]  torchbench: the shapes
 #   TORCH_TESTS [tests/torch]          torch: the pytest paths (repo-relative, space-separated)
-#   TORCH_EXAMPLES [bf16_training bf16_inference mxfp8_training]  torch: the torchrun examples
+#   TORCH_EXAMPLES [bf16_training bf16_inference mxfp8_training block_scaled_inference]  torch: the torchrun examples
 
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 TORCH_READY=""  # "", ok or failed: which package the torch stages import, decided once
@@ -51,7 +51,7 @@ stage_torch() {
   (cd /tmp && x python "$ROOT/examples/memory_planning.py" >> "$OUT/examples.log" 2>&1)
   rc=$?; [ $rc = 0 ] || fail=1
   say "examples/memory_planning.py: rc=$rc"
-  for ex in ${TORCH_EXAMPLES:-bf16_training bf16_inference mxfp8_training}; do
+  for ex in ${TORCH_EXAMPLES:-bf16_training bf16_inference mxfp8_training block_scaled_inference}; do
     x timeout 300 torchrun --standalone --nproc-per-node="$NGPU" "examples/$ex.py" >> "$OUT/examples.log" 2>&1
     rc=$?; [ $rc = 0 ] || fail=1
     say "examples/$ex.py on $NGPU GPU(s): rc=$rc | $(grep -E "^$ex: OK|us/call" "$OUT/examples.log" | tail -2 | tr '\n' ' ')"

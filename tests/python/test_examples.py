@@ -13,6 +13,7 @@ EXAMPLES = {
     "bf16_training": "torchrun --standalone --nproc-per-node=2",
     "bf16_inference": "torchrun --standalone --nproc-per-node=2",
     "mxfp8_training": "torchrun --standalone --nproc-per-node=2",
+    "block_scaled_inference": "torchrun --standalone --nproc-per-node=2",
 }
 
 

@@ -148,7 +148,7 @@ def test_fp8_blockwise_training_is_visible_to_make_fx(make_ctx, weights):
     gm = make_fx(fn)(xs, scores)
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
     fwd = [n for n in nodes if n.target == torch.ops.dist_moe.block_scaled_forward.default]
-    assert len(fwd) == 1 and fwd[0].args[20] is True, gm.graph
+    assert len(fwd) == 1 and fwd[0].args[22] is True, gm.graph
     preps = [n for n in nodes if n.target == torch.ops.dist_moe.prepare_fp8_blockwise_weight.default]
     assert len(preps) == (2 if weights == "dynamic" else 0), gm.graph
     ctx.reset()

@@ -142,15 +142,17 @@ def assert_bitwise(a, b, names=NAMES, what=""):
 
 
 def test_block_scaled_schemas_carry_upstreams_names_and_ownership():
-    """block_scaled_forward takes the eight prepared operands (DGRAD ones optional), save_for_backward,
-    slot, depth, validate_expert_ids and the context id (25 arguments); forward and backward are
+    """block_scaled_forward takes the ten prepared operands (five per weight: DGRAD ones and the
+    NVFP4 global_scale_inv optional), save_for_backward, slot, depth, validate_expert_ids and the
+    context id (27 arguments); forward and backward are
     functional and registered as effects; the accumulate op write-aliases exactly args 3 and 4."""
     fwd = torch.ops.dist_moe.block_scaled_forward.default._schema
     names = [a.name for a in fwd.arguments]
-    assert len(names) == 25 and names[-2:] == ["validate_expert_ids", "context_id"], names
-    assert names[3:11] == ["w13_fprop_data", "w13_fprop_scale", "w13_dgrad_data", "w13_dgrad_scale",
-                           "w2_fprop_data", "w2_fprop_scale", "w2_dgrad_data", "w2_dgrad_scale"]
-    assert names[20:23] == ["save_for_backward", "activation_slot", "num_moe_layers_in_slot"]
+    assert len(names) == 27 and names[-2:] == ["validate_expert_ids", "context_id"], names
+    assert names[3:13] == ["w13_fprop_data", "w13_fprop_scale", "w13_dgrad_data", "w13_dgrad_scale",
+                           "w13_global_scale_inv", "w2_fprop_data", "w2_fprop_scale", "w2_dgrad_data",
+                           "w2_dgrad_scale", "w2_global_scale_inv"]
+    assert names[22:25] == ["save_for_backward", "activation_slot", "num_moe_layers_in_slot"]
     assert "!" not in str(fwd) and "!" not in str(torch.ops.dist_moe.block_scaled_backward.default._schema)
     acc = torch.ops.dist_moe.block_scaled_backward_accumulate_.default._schema
     written = [i for i, a in enumerate(acc.arguments) if a.alias_info is not None and a.alias_info.is_write]
@@ -167,8 +169,9 @@ def test_block_scaled_schemas_carry_upstreams_names_and_ownership():
 
 
 def test_mxfp8_staged_contexts_and_unsupported_block_scaled_configs(world1):
-    """MXFP8 staged training and inference contexts are created with plan_memory's plan; NVFP4, Mega,
-    fast_math, kernel_config and dims not multiple of 128 raise the C++ context's ValueError."""
+    """MXFP8 staged training and inference contexts are created with plan_memory's plan; Mega,
+    fast_math, kernel_config and dims not multiple of 128 raise the C++ context's ValueError (NVFP4
+    inference runs: test_nvfp4.py)."""
     for inference in (False, True):
         cfg = config(inference=inference)
         ctx = dist_moe.create_context(group=world1, config=cfg, device=DEV)
@@ -178,9 +181,7 @@ def test_mxfp8_staged_contexts_and_unsupported_block_scaled_configs(world1):
             ctx.close()
     kernel = dist_moe.BlockScaledKernelConfig(num_ctas=1, block_m=128, block_n=128, block_k=128, num_smem_buffers=4,
                                               epilogue_subtile=32, kloop_unroll=1, swap_ab=False)
-    nvfp4 = dist_moe.BlockScaledConfig(format=dist_moe.BlockScaledFormat.NVFP4)
     rejected = [
-        (config(block_scaled=nvfp4, inference=True), "nvfp4 has no Hopper execution yet"),
         (config(block_scaled=dist_moe.BlockScaledConfig(pipeline="mega")), "mega"),
         (config(block_scaled=dist_moe.BlockScaledConfig(fast_math=True)), "fast_math"),
         (config(block_scaled=dist_moe.BlockScaledConfig(kernel_config=kernel)), "kernel_config"),
@@ -461,7 +462,7 @@ def test_mxfp8_modes_are_visible_to_non_strict_tracing(make_ctx, weights):
         nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
         fwd = [n for n in nodes if n.target == torch.ops.dist_moe.block_scaled_forward.default]
         assert len(fwd) == 1, gm.graph
-        assert fwd[0].args[20] is (mode == "train") and fwd[0].args[-2] is False, fwd[0].args
+        assert fwd[0].args[22] is (mode == "train") and fwd[0].args[-2] is False, fwd[0].args
         preps = [n for n in nodes if n.target == torch.ops.dist_moe.prepare_mxfp8_weight.default]
         assert len(preps) == (2 if weights == "dynamic" else 0), gm.graph
         ctx.reset()

@@ -44,9 +44,11 @@ PreparedWeightBuffers prepared_buffers(uintptr_t fprop_data, uintptr_t fprop_sca
 }
 
 // {"format": name, "inference": bool, "shape": [E, N, K] (the source weight's), "fprop_data",
-//  "fprop_scale", "dgrad_data", "dgrad_scale": ptrs (0 = absent)} -> the layer's prepared weight; the
-// spec is prepared_weight_spec's for that format, mode and shape (the layer checks it against the
-// context: format, local experts, N and K, training preparation).
+//  "fprop_scale", "dgrad_data", "dgrad_scale": ptrs (0 = absent), optional "global_scale",
+//  "global_scale_inv": ptrs (absent, None or 0 = absent; NVFP4 needs global_scale_inv)} -> the
+// layer's prepared weight; the spec is prepared_weight_spec's for that format, mode and shape (the
+// layer checks it against the context: format, local experts, N and K, training preparation, the
+// NVFP4 expert scale).
 PreparedExpertWeight prepared_from_dict(const py::dict& d) {
   const auto shape = d["shape"].cast<std::vector<int64_t>>();
   DMOE_CHECK_ARG(shape.size() == 3, "a prepared weight's shape must be [E, N, K], got ", shape.size(), " dims");
@@ -54,7 +56,9 @@ PreparedExpertWeight prepared_from_dict(const py::dict& d) {
   w.spec = prepared_weight_spec(parse_block_scaled_format(d["format"].cast<std::string>()), d["inference"].cast<bool>(),
                                 shape[0], shape[1], shape[2]);
   w.buffers = prepared_buffers(d["fprop_data"].cast<uintptr_t>(), d["fprop_scale"].cast<uintptr_t>(),
-                               d["dgrad_data"].cast<uintptr_t>(), d["dgrad_scale"].cast<uintptr_t>(), 0, 0);
+                               d["dgrad_data"].cast<uintptr_t>(), d["dgrad_scale"].cast<uintptr_t>(),
+                               opt<uintptr_t>(d, "global_scale").value_or(0),
+                               opt<uintptr_t>(d, "global_scale_inv").value_or(0));
   return w;
 }
 
