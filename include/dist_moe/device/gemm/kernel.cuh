@@ -150,6 +150,10 @@ struct GroupedGemmKernel {
   static constexpr uint32_t kConsumerRegs =
       kGather ? 200 : (Mainloop::kScaleWarps > 0 ? ((3 * kLaunchRegs - kProducerRegs) / 2) & ~7u : 232);
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kLaunchRegs * kThreads, "launch register allocation");
+  // Producer warps that take the stages in turn must not outnumber the stages: a warp would wait on
+  // a slot two ring turns ahead, which a parity wait cannot tell from the turn before (an NVFP4
+  // 2-stage tile with the three warps deadlocked at 8+ k blocks, session 23).
+  static_assert(Mainloop::kScaleWarps <= Mainloop::kStages, "stage-filling warps: at most one per stage");
 
   struct Params {
     OperandMaps maps;  // first: the tensor maps keep their 64-byte alignment
