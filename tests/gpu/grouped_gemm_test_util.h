@@ -295,4 +295,46 @@ inline std::vector<GemmParam> gemm_params(GroupedGemmOp op, DType out, bool gath
   return v;
 }
 
+// ---- shared by the block-scaled GEMM tests (test_grouped_gemm_fp8.cu, _nvfp4.cu) --------------------
+
+// BF16 [rows, cols] whose row r (or 128-row block of rows, `rows_per_scale`) is scaled by a random
+// power of two in 2^-6 .. 2^6 on top of U(-1, 1) * base.
+inline HostBf16 spread_bf16(int64_t rows, int64_t cols, int64_t rows_per_scale, float base, std::mt19937& rng) {
+  HostBf16 t = random_bf16(static_cast<size_t>(rows * cols), base, rng);
+  std::uniform_int_distribution<int> ex(-6, 6);
+  for (int64_t r0 = 0; r0 < rows; r0 += rows_per_scale) {
+    const float s = std::ldexp(1.0f, ex(rng));
+    for (int64_t i = r0 * cols; i < std::min(rows, r0 + rows_per_scale) * cols; ++i) {
+      const numeric::bf16_t b = numeric::float_to_bf16(t.vals[i] * s);  // exact: a power of two
+      t.bits[i] = b.bits;
+      t.vals[i] = numeric::bf16_to_float(b);
+    }
+  }
+  return t;
+}
+
+inline double bf16_value(const std::vector<uint16_t>& v, int64_t i) { return numeric::bf16_to_float(numeric::bf16_t{v[i]}); }
+
+// Rows [M, cap) of a BF16 output must still hold the poison (0xFFFF).
+inline void expect_rows_untouched(const std::string& what, const std::vector<uint16_t>& out, int64_t M, int64_t cols) {
+  int64_t touched = 0;
+  for (size_t i = static_cast<size_t>(M * cols); i < out.size(); ++i) touched += out[i] != 0xFFFF;
+  EXPECT_EQ(touched, 0) << what << ": values written past sum(counts)";
+}
+
+// Every compiled configuration of `op` on these operand formats, as test parameters.
+inline std::vector<GemmParam> format_params(GroupedGemmOp op, DType out, const OperandFormat& a, const OperandFormat& b) {
+  std::vector<GemmParam> v;
+  for (const GroupedGemmConfig& c : grouped_gemm_configs(op, out, false, a, b)) {
+    GemmParam p;
+    p.op = op;
+    p.out = out;
+    p.a_format = a;
+    p.b_format = b;
+    p.config = c;
+    v.push_back(p);
+  }
+  return v;
+}
+
 }  // namespace dist_moe::testing

@@ -36,22 +36,6 @@ std::vector<int32_t> fp8_counts(int64_t e_local, int max_rows, std::mt19937& rng
   return c;
 }
 
-// BF16 [rows, cols] whose row r (or 128-row block of rows, `rows_per_scale`) is scaled by a random
-// power of two in 2^-6 .. 2^6 on top of U(-1, 1) * base.
-HostBf16 spread_bf16(int64_t rows, int64_t cols, int64_t rows_per_scale, float base, std::mt19937& rng) {
-  HostBf16 t = random_bf16(static_cast<size_t>(rows * cols), base, rng);
-  std::uniform_int_distribution<int> ex(-6, 6);
-  for (int64_t r0 = 0; r0 < rows; r0 += rows_per_scale) {
-    const float s = std::ldexp(1.0f, ex(rng));
-    for (int64_t i = r0 * cols; i < std::min(rows, r0 + rows_per_scale) * cols; ++i) {
-      const numeric::bf16_t b = numeric::float_to_bf16(t.vals[i] * s);  // exact: a power of two
-      t.bits[i] = b.bits;
-      t.vals[i] = numeric::bf16_to_float(b);
-    }
-  }
-  return t;
-}
-
 struct Fp8Rows {
   DeviceBuffer<uint8_t> q;
   DeviceBuffer<float> s;
@@ -239,28 +223,12 @@ void expect_close_fp8(const std::string& what, const std::function<double(int64_
               (bad || unwritten || rel_l2 >= tol.rel_l2) ? "FAIL" : "PASS");
 }
 
-double bf16_value(const std::vector<uint16_t>& v, int64_t i) { return numeric::bf16_to_float(numeric::bf16_t{v[i]}); }
-
 struct Fp8Case {
   int64_t e_local, n, k;
   int max_rows;
   uint32_t seed;
 };
 
-// Every compiled configuration of `op` on these operand formats, as test parameters.
-std::vector<GemmParam> format_params(GroupedGemmOp op, DType out, const OperandFormat& a, const OperandFormat& b) {
-  std::vector<GemmParam> v;
-  for (const GroupedGemmConfig& c : grouped_gemm_configs(op, out, false, a, b)) {
-    GemmParam p;
-    p.op = op;
-    p.out = out;
-    p.a_format = a;
-    p.b_format = b;
-    p.config = c;
-    v.push_back(p);
-  }
-  return v;
-}
 std::vector<GemmParam> fp8_params(GroupedGemmOp op) {
   return format_params(op, DType::kBFloat16, kFp8BlockwiseRows, kFp8BlockwiseWeight);
 }
@@ -286,13 +254,6 @@ GroupedGemmCommon fp8_common(const DeviceBuffer<int32_t>& counts, const Fp8Case&
   c.b_format = kFp8BlockwiseWeight;
   c.scales = OperandScales{a.s.get(), a.ld, w_scales.get()};
   return c;
-}
-
-// Rows [M, cap) of a BF16 output must still hold the poison (0xFFFF).
-void expect_rows_untouched(const std::string& what, const std::vector<uint16_t>& out, int64_t M, int64_t cols) {
-  int64_t touched = 0;
-  for (size_t i = static_cast<size_t>(M * cols); i < out.size(); ++i) touched += out[i] != 0xFFFF;
-  EXPECT_EQ(touched, 0) << what << ": values written past sum(counts)";
 }
 
 void run_fp8_fprop(const Fp8Case& cs, const GroupedGemmConfig* cfg, Recipe recipe = Recipe::kFp8Blockwise) {

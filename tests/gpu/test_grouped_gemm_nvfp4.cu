@@ -37,21 +37,6 @@ std::vector<int32_t> nvfp4_counts(int64_t e_local, int max_rows, std::mt19937& r
   return c;
 }
 
-// U(-1, 1) * base, every `rows_per_scale` rows scaled by a random power of two in 2^-6 .. 2^6.
-HostBf16 spread_bf16(int64_t rows, int64_t cols, int64_t rows_per_scale, float base, std::mt19937& rng) {
-  HostBf16 t = random_bf16(static_cast<size_t>(rows * cols), base, rng);
-  std::uniform_int_distribution<int> ex(-6, 6);
-  for (int64_t r0 = 0; r0 < rows; r0 += rows_per_scale) {
-    const float s = std::ldexp(1.0f, ex(rng));
-    for (int64_t i = r0 * cols; i < std::min(rows, r0 + rows_per_scale) * cols; ++i) {
-      const numeric::bf16_t b = numeric::float_to_bf16(t.vals[i] * s);
-      t.bits[i] = b.bits;
-      t.vals[i] = numeric::bf16_to_float(b);
-    }
-  }
-  return t;
-}
-
 uint8_t nibble(const uint8_t* packed, int64_t c) { return c % 2 == 0 ? packed[c / 2] & 0xF : packed[c / 2] >> 4; }
 
 // Packed NVFP4 token rows [cap, nvfp4_packed_row_bytes(K)] and the values the GEMM multiplies by
@@ -106,14 +91,6 @@ Nvfp4Weight nvfp4_weight(const HostBf16& w, int64_t E, int64_t N, int64_t K) {
       o.vals[r * K + c] = static_cast<float>(double(numeric::e2m1_to_float(nibble(&q[r * K / 2], c))) *
                                              numeric::e4m3_to_float(s[r * (K / 16) + c / 16]) * gsi[r / N]);
   return o;
-}
-
-double bf16_value(const std::vector<uint16_t>& v, int64_t i) { return numeric::bf16_to_float(numeric::bf16_t{v[i]}); }
-
-void expect_rows_untouched(const std::string& what, const std::vector<uint16_t>& out, int64_t M, int64_t cols) {
-  int64_t touched = 0;
-  for (size_t i = static_cast<size_t>(M * cols); i < out.size(); ++i) touched += out[i] != 0xFFFF;
-  EXPECT_EQ(touched, 0) << what << ": values written past sum(counts)";
 }
 
 struct Nvfp4Case {
@@ -214,17 +191,7 @@ void run_nvfp4_w13(const Nvfp4Case& cs, bool clamped, const GroupedGemmConfig* c
 }
 
 std::vector<GemmParam> nvfp4_params(GroupedGemmOp op) {
-  std::vector<GemmParam> v;
-  for (const GroupedGemmConfig& c : grouped_gemm_configs(op, DType::kBFloat16, false, kNvfp4Rows, kNvfp4Weight)) {
-    GemmParam p;
-    p.op = op;
-    p.out = DType::kBFloat16;
-    p.a_format = kNvfp4Rows;
-    p.b_format = kNvfp4Weight;
-    p.config = c;
-    v.push_back(p);
-  }
-  return v;
+  return format_params(op, DType::kBFloat16, kNvfp4Rows, kNvfp4Weight);
 }
 
 class GroupedGemmNvfp4Fprop : public ::testing::TestWithParam<GemmParam> {};
