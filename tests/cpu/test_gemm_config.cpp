@@ -276,5 +276,22 @@ TEST(GemmConfig, OperandFormats) {
   EXPECT_EQ(pick(dec).name(), "128x256x128_s4_tma_dyn");
 }
 
+// NVFP4 runs swap-AB tiles only (inference FPROP and W13 FPROP): 32 tokens when decode-sized, 64
+// otherwise; 256 K values per stage.
+TEST(GemmConfig, Nvfp4TakesSwapABTiles) {
+  GroupedGemmProblem p = problem(GroupedGemmOp::kFpropSwiglu, 8960, 4096, 7168, 256);
+  p.a_format = kNvfp4Rows;
+  p.b_format = kNvfp4Weight;
+  EXPECT_EQ(pick(p).name(), "256x32x256_s4_swapab");
+  p.m_capacity = 65536 + 256 * 31;  // dsv3_prefill at EP1
+  EXPECT_EQ(pick(p).name(), "256x64x256_s3_swapab");
+  p.op = GroupedGemmOp::kFprop;
+  p.n = 7168;
+  p.k = 2048;
+  EXPECT_EQ(pick(p).name(), "256x64x256_s3_swapab");
+  p.m_capacity = 1024;
+  EXPECT_EQ(pick(p).name(), "256x32x256_s4_swapab");
+}
+
 }  // namespace
 }  // namespace dist_moe
