@@ -18,6 +18,7 @@
 #include "dist_moe/device/gemm/mainloop_mxfp8.cuh"
 #include "dist_moe/device/gemm/mainloop_block_scaled_swap_ab.cuh"
 #include "dist_moe/device/gemm/mainloop_nvfp4_swap_ab.cuh"
+#include "dist_moe/device/numeric/nvfp4.cuh"
 #include "gemm/grouped_gemm_launch.h"
 
 namespace dist_moe::gemm {
@@ -123,7 +124,7 @@ void launch_grouped_gemm(const GemmLaunch& L) {
   } else if constexpr (IsNvfp4<Mainloop>::value) {
     // NVFP4 swap-AB: TMA brings the packed weight rows [E*N, K/2] bytes; the producer warps read
     // the packed token rows (no map), the epilogue their FP32 token_scale_inv.
-    const int64_t packed = (L.k / 2 + L.k / 16 + 4 + 15) / 16 * 16;  // quant::nvfp4_packed_row_bytes
+    const int64_t packed = numeric::nvfp4_packed_row_bytes(L.k);
     set_operand(om, gemm::kMapA, L.b, nullptr);
     set_map(om, gemm::kMapA, make_tma_2d(L.b, 1, weight_total_rows, L.k / 2, L.k / 2, Mainloop::kBoxAOuter,
                                          "NVFP4 weights"));
@@ -133,7 +134,8 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     ml.b_scales = L.b_scales;
     ml.packed_rows = static_cast<const uint8_t*>(rows_a);
     ml.packed_row_bytes = packed;
-    p.epilogue.token_scale_inv = reinterpret_cast<const float*>(static_cast<const uint8_t*>(rows_a) + L.k / 2 + L.k / 16);
+    p.epilogue.token_scale_inv = reinterpret_cast<const float*>(static_cast<const uint8_t*>(rows_a) +
+                                                                numeric::nvfp4_packed_row_token_scale_offset(L.k));
     p.epilogue.token_scale_stride = packed / 4;
     p.epilogue.expert_scale_inv = L.b_global;
     p.epilogue.acc_scale = kNvfp4AccScale;

@@ -18,6 +18,7 @@
 
 #include "dist_moe/device/common/macros.cuh"
 #include "dist_moe/device/numeric/mxfp8.cuh"
+#include "dist_moe/device/numeric/nvfp4.cuh"
 
 namespace dist_moe::quant {
 
@@ -236,12 +237,13 @@ struct Nvfp4RowsOut {
 void nvfp4_quantize_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStream_t stream);
 
 // Bytes of one packed NVFP4 row of D elements: D/2 + D/16 + 4, rounded up to 16.
-inline int64_t nvfp4_packed_row_bytes(int64_t d) { return (d / 2 + d / 16 + 4 + 15) / 16 * 16; }
+inline int64_t nvfp4_packed_row_bytes(int64_t d) { return numeric::nvfp4_packed_row_bytes(d); }
 
 // The packed-row output of nvfp4_quantize_rows: rows at `base` + r * row_stride_bytes.
 inline Nvfp4RowsOut nvfp4_packed_rows_out(void* base, int64_t row_stride_bytes, int64_t cols) {
   uint8_t* q = static_cast<uint8_t*>(base);
-  return {q, row_stride_bytes, q + cols / 2, row_stride_bytes, q + cols / 2 + cols / 16, row_stride_bytes};
+  return {q, row_stride_bytes, q + numeric::nvfp4_packed_row_scales_offset(cols), row_stride_bytes,
+          q + numeric::nvfp4_packed_row_token_scale_offset(cols), row_stride_bytes};
 }
 
 // Packed NVFP4 rows (quantized at the source) gathered into a dense [capacity, nvfp4_packed_row_bytes(C)]

@@ -65,22 +65,11 @@ namespace {
 // The MXFP8 static scratch (planner::mxfp8_scratch) at the receive capacity, top down from the
 // buffer's end: it must fit above the slots (plan_memory sizes the scratch by the same terms), and
 // the WGRAD operands dequantized to BF16 rows must fit in the regions dead by then.
-// NVFP4 (inference only) lays out its own two regions the same way: the packed rows (x, then h2:
-// nvfp4_pipeline.cpp) under BF16 h1's region (which holds the BF16 h2), within upstream's NVFP4
-// row bundle.
-planner::Mxfp8Scratch nvfp4_scratch(int64_t cap, int64_t D, int64_t F, int64_t top) {
-  planner::Mxfp8Scratch s;
-  s.inference = true;
-  s.h1 = top - planner::align128(cap * 2 * F * 2);
-  s.row = s.h1 - planner::align128(cap * quant::nvfp4_packed_row_bytes(std::max(D, F)));
-  s.bottom = s.row;
-  return s;
-}
-
+// NVFP4 (inference only) lays out its own two regions the same way (planner::nvfp4_scratch).
 void lay_out_mxfp8_scratch(Context::Impl& c) {
   const int64_t cap = c.capacity_rows(), D = c.config.hidden_dim, F = c.config.intermediate_dim;
   const bool nvfp4 = c.config.block_scaled->format == BlockScaledFormat::kNVFP4;
-  const planner::Mxfp8Scratch s = nvfp4 ? nvfp4_scratch(cap, D, F, c.geometry.buffer_bytes)
+  const planner::Mxfp8Scratch s = nvfp4 ? planner::nvfp4_scratch(cap, D, F, c.geometry.buffer_bytes)
                                         : planner::mxfp8_scratch(cap, D, F, c.config.inference, c.geometry.buffer_bytes);
   const int64_t floor = c.geometry.num_slots * c.geometry.slot_bytes;
   if (s.bottom < floor)

@@ -477,3 +477,16 @@ TEST(NumericNVFP4, ReciprocalFormsOfTheWeightRulesGiveTheSameCodes) {
     }
   }
 }
+
+namespace {
+// The packed token row (upstream's dispatch row): D/2 E2M1 bytes, D/16 E4M3 scales, FP32
+// token_scale_inv, padded to 16 bytes -- the geometry the quantizer, the gather, the GEMM and the
+// planner all read from nvfp4.cuh.
+TEST(Nvfp4PackedRow, Geometry) {
+  EXPECT_EQ(nm::nvfp4_packed_row_scales_offset(256), 128);
+  EXPECT_EQ(nm::nvfp4_packed_row_token_scale_offset(256), 144);
+  EXPECT_EQ(nm::nvfp4_packed_row_bytes(256), 160);     // 148 -> 160
+  EXPECT_EQ(nm::nvfp4_packed_row_bytes(7168), 4048);   // dsv3: 3584 + 448 + 4 = 4036 -> 4048
+  EXPECT_EQ(nm::nvfp4_packed_row_token_scale_offset(7168) % 4, 0);  // the FP32 is aligned
+}
+}  // namespace

@@ -37,8 +37,6 @@ std::vector<int32_t> nvfp4_counts(int64_t e_local, int max_rows, std::mt19937& r
   return c;
 }
 
-uint8_t nibble(const uint8_t* packed, int64_t c) { return c % 2 == 0 ? packed[c / 2] & 0xF : packed[c / 2] >> 4; }
-
 // Packed NVFP4 token rows [cap, nvfp4_packed_row_bytes(K)] and the values the GEMM multiplies by
 // (e2m1 * s * token_scale_inv, in double then float).
 struct Nvfp4Rows {
@@ -56,11 +54,12 @@ Nvfp4Rows nvfp4_rows(const HostBf16& a, int64_t cap, int64_t K) {
   r.vals.resize(static_cast<size_t>(cap * K));
   for (int64_t m = 0; m < cap; ++m) {
     const uint8_t* row = &bytes[m * pk];
+    const uint8_t* scales = row + numeric::nvfp4_packed_row_scales_offset(K);
     float tsi;
-    std::memcpy(&tsi, row + K / 2 + K / 16, 4);
+    std::memcpy(&tsi, row + numeric::nvfp4_packed_row_token_scale_offset(K), 4);
     for (int64_t c = 0; c < K; ++c)
-      r.vals[m * K + c] = static_cast<float>(double(numeric::e2m1_to_float(nibble(row, c))) *
-                                             numeric::e4m3_to_float(row[K / 2 + c / 16]) * tsi);
+      r.vals[m * K + c] = static_cast<float>(double(numeric::e2m1_to_float(numeric::detail::nvfp4_load_nibble(row, 0, 0, c))) *
+                                             numeric::e4m3_to_float(scales[c / 16]) * tsi);
   }
   return r;
 }
@@ -88,7 +87,7 @@ Nvfp4Weight nvfp4_weight(const HostBf16& w, int64_t E, int64_t N, int64_t K) {
   o.vals.resize(static_cast<size_t>(E * N * K));
   for (int64_t r = 0; r < E * N; ++r)
     for (int64_t c = 0; c < K; ++c)
-      o.vals[r * K + c] = static_cast<float>(double(numeric::e2m1_to_float(nibble(&q[r * K / 2], c))) *
+      o.vals[r * K + c] = static_cast<float>(double(numeric::e2m1_to_float(numeric::detail::nvfp4_load_nibble(q.data(), K / 2, r, c))) *
                                              numeric::e4m3_to_float(s[r * (K / 16) + c / 16]) * gsi[r / N]);
   return o;
 }

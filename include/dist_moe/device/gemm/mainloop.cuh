@@ -148,6 +148,17 @@ struct Sm90Mainloop {
     return kPingPong ? 64 * b : b * (kBlockM / 2) + 64 * wg;
   }
 
+  // Swap-AB: the weight row (inside the expert's [N, K]) of tile row `tile_row` of M tile m_block.
+  // SwiGLU split: the first half of the tile is gate rows [0, F), the second the matching up rows
+  // [F, 2F); otherwise rows past the weight read the last one (never stored).
+  DMOE_DEVICE static int32_t swap_ab_weight_row(const MainloopParams& p, int32_t m_block, int tile_row) {
+    if constexpr (kSplit) {
+      return (tile_row < kBlockM / 2 ? 0 : p.split_offset) + m_block * (kBlockM / 2) + tile_row % (kBlockM / 2);
+    } else {
+      return min(m_block * kBlockM + tile_row, p.weight_rows - 1);
+    }
+  }
+
   // m64 blocks of warpgroup `wg` that hold rows of the expert (kM grouping: the last M tile of an
   // expert may end early); every block for the other groupings.
   DMOE_DEVICE static int active_blocks(const WorkTile& t, int wg) {

@@ -174,16 +174,8 @@ struct Sm90BlockScaledSwapABMainloop : Sm90Mainloop<Config> {
     const int frag_row = static_cast<int>((threadIdx.x / 32) % 4) * 16 + lane / 4;
     int32_t w_rows[kMmaPerWg], tokens[kTokenScales];
 #pragma unroll
-    for (int b = 0; b < kMmaPerWg; ++b) {
-      int32_t row;
-      if constexpr (kSplit) {  // block 0: gate rows [0, F); block 1: the matching up rows [F, 2F)
-        const int in_half = Base::tile_row(wg, b) % (kBlockM / 2) + frag_row;
-        row = (b == 0 ? 0 : p.split_offset) + t.m_block * (kBlockM / 2) + in_half;
-      } else {
-        row = min(t.m_block * kBlockM + Base::tile_row(wg, b) + frag_row, p.weight_rows - 1);
-      }
-      w_rows[b] = t.expert * p.weight_rows + row;
-    }
+    for (int b = 0; b < kMmaPerWg; ++b)
+      w_rows[b] = t.expert * p.weight_rows + Base::swap_ab_weight_row(p, t.m_block, Base::tile_row(wg, b) + frag_row);
     const int32_t token0 = t.row_begin + t.n_block * kBlockN + 2 * (lane % 4), last_token = p.a_scale_rows - 1;
 #pragma unroll
     for (int q = 0; q < kTokenScales; ++q) tokens[q] = min(token0 + 8 * (q / 2) + q % 2, last_token);

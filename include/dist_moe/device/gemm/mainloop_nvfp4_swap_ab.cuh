@@ -25,6 +25,7 @@
 #include "dist_moe/device/common/macros.cuh"
 #include "dist_moe/device/gemm/mainloop.cuh"
 #include "dist_moe/device/gemm/nvfp4_operands.cuh"
+#include "dist_moe/device/numeric/nvfp4.cuh"
 
 namespace dist_moe::gemm {
 
@@ -112,7 +113,7 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
       const int32_t first = t.n_block * kBlockN;
       const int valid = max(0, min(kBlockN, t.num_rows - first));  // tokens of the tile that exist
       const int pairs = valid * kPieces;
-      const int64_t scales_at = static_cast<int64_t>(num_k_blocks) * (kNvfp4StageK / 2);  // K/2 bytes
+      const int64_t scales_at = numeric::nvfp4_packed_row_scales_offset(static_cast<int64_t>(num_k_blocks) * kNvfp4StageK);
       const uint8_t* rows = p.packed_rows + (static_cast<int64_t>(t.row_begin) + first) * p.packed_row_bytes;
       for (int32_t kb = 0; kb < num_k_blocks; ++kb, ++seq, st.advance()) {
         if (seq % kScaleWarps != which) continue;
@@ -196,12 +197,7 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
       for (int h = 0; h < 2; ++h) {
         const int tile_row = Base::tile_row(wg, b) + frag_row + 8 * h;
         row_off[b][h] = static_cast<uint32_t>(tile_row * kNvfp4StageBytes + 8 * (q >> 1));
-        int32_t row;
-        if constexpr (kSplit) {  // block 0: gate rows [0, F); block 1: the matching up rows [F, 2F)
-          row = (b == 0 ? 0 : p.split_offset) + t.m_block * (kBlockM / 2) + tile_row % (kBlockM / 2);
-        } else {
-          row = min(t.m_block * kBlockM + tile_row, p.weight_rows - 1);
-        }
+        const int32_t row = Base::swap_ab_weight_row(p, t.m_block, tile_row);
         scale_row[b][h] = w_scales + static_cast<int64_t>(t.expert * p.weight_rows + row) * scale_ld + 8 * (q & 1);
       }
 

@@ -33,6 +33,14 @@ constexpr float kNVFP4ActAmaxFloor = 1e-8f;          // activations: max(row_ama
 constexpr float kNVFP4ScaleFloor = kE4M3MinSubnormal;  // block scale clamp [2^-9, 448]
 constexpr float kE2M1MaxReciprocal = 1.0f / 6.0f;    // fl(1/6)
 
+// A packed NVFP4 token row of C features (upstream's dispatch row): C/2 bytes of E2M1 pairs, the
+// C/16 E4M3 block scales, the FP32 token_scale_inv, padded to 16 bytes. docs/formats.md.
+DMOE_HOST_DEVICE constexpr int64_t nvfp4_packed_row_scales_offset(int64_t c) { return c / 2; }
+DMOE_HOST_DEVICE constexpr int64_t nvfp4_packed_row_token_scale_offset(int64_t c) { return c / 2 + c / kNVFP4Block; }
+DMOE_HOST_DEVICE constexpr int64_t nvfp4_packed_row_bytes(int64_t c) {
+  return (nvfp4_packed_row_token_scale_offset(c) + 4 + 15) / 16 * 16;
+}
+
 namespace detail {
 // 2688 * fl(1 / max(|amax|, floor)) (reciprocal-then-multiply); non-finite amax -> NaN.
 DMOE_HOST_DEVICE float nvfp4_global_scale(float amax, float floor) {

@@ -28,6 +28,7 @@
 
 #include "dist_moe/device/common/macros.cuh"
 #include "dist_moe/device/numeric/mxfp8.cuh"
+#include "dist_moe/device/numeric/nvfp4.cuh"
 
 namespace dist_moe::planner {
 
@@ -334,6 +335,18 @@ DMOE_HOST_DEVICE Mxfp8Scratch mxfp8_scratch(int64_t cap, int64_t D, int64_t F, b
   s.bottom = low;
   s.w2_views_end = s.h2_col;
   s.w13_views_end = s.dxy_col;
+  return s;
+}
+
+// NVFP4 (inference only) in the same struct: the packed rows (x, then h2: nvfp4_pipeline.cpp) under
+// BF16 h1's region, which holds the BF16 h2 -- within upstream's NVFP4 plan (its row bundle is at
+// least the packed rows).
+DMOE_HOST_DEVICE Mxfp8Scratch nvfp4_scratch(int64_t cap, int64_t D, int64_t F, int64_t top) {
+  Mxfp8Scratch s;
+  s.inference = true;
+  s.h1 = top - align128(cap * 2 * F * 2);
+  s.row = s.h1 - align128(cap * numeric::nvfp4_packed_row_bytes(D > F ? D : F));
+  s.bottom = s.row;
   return s;
 }
 
