@@ -104,9 +104,13 @@ int64_t tiles_estimate(int64_t rows, int64_t cols, int64_t bn) { return ((rows +
 // padding and the GEMM is bound by streaming weights from HBM. Putting the weight rows on M and
 // the few tokens on N (32-wide token tiles) wastes no tensor-core work and keeps 32 KiB of weights
 // per stage in flight. Not for the gather producer (decode dispatch is tiny; gather first).
+// The rows the GEMM can see: m_bound when the caller knows it, else the buffer's capacity.
+int64_t usable_rows(const GroupedGemmProblem& p) {
+  return p.m_bound > 0 ? std::min(p.m_bound, p.m_capacity) : p.m_capacity;
+}
+
 bool is_decode(const GroupedGemmProblem& p) {
-  const int64_t rows = p.m_bound > 0 ? std::min(p.m_bound, p.m_capacity) : p.m_capacity;
-  return !p.gather && p.e_local > 0 && rows <= 64 * p.e_local;
+  return !p.gather && p.e_local > 0 && usable_rows(p) <= 64 * p.e_local;
 }
 
 // 256 weight rows x 32 tokens, 36 KiB stages.
@@ -286,9 +290,13 @@ namespace {
 
 // NVFP4 (inference FPROP and W13 FPROP): always the swap-AB kernels (weights dequantized in the
 // consumers' registers); 32-token tiles when decode-sized, 64 otherwise (half the weight
-// conversions per token).
+// conversions per token). The 128-token tile (a quarter) is picked from 128 rows per expert only
+// with DMOE_GEMM_EXPERIMENTAL: one A register set and spilling consumers made it slower (G54).
 GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {
-  GroupedGemmConfig c = is_decode(p) ? tile(256, 32, 4, p, sms) : tile(256, 64, 3, p, sms);
+  const bool wide = grouped_gemm_experimental_requested() && usable_rows(p) >= 128 * p.e_local;
+  GroupedGemmConfig c = is_decode(p) ? tile(256, 32, 4, p, sms)
+                        : wide       ? tile(256, 128, 2, p, sms)
+                                     : tile(256, 64, 3, p, sms);
   c.swap_ab = true;
   return c;
 }
@@ -316,7 +324,9 @@ bool grouped_gemm_experimental_requested() {
 // DMOE_GEMM_EXPERIMENTAL=1 (and not DMOE_GEMM_LEGACY): the schemes still waiting for their
 // first measurement -- the dynamic tile schedule (G9) for every M- and K-grouped op (swap-AB decode
 // keeps the static one: its tiles all cost the same), and for short-K WGRAD the deep-staging
-// ping-pong kernel (G10). Without the variable the picks are exactly the measured ones. The 2-CTA
+// ping-pong kernel (G10) -- and the NVFP4 128-token tile, measured slower than the 64-token one
+// (select_nvfp4, G54), kept for A/B runs. Without the variable the picks are exactly the measured
+// ones. The 2-CTA
 // cluster kernels (`_c2`, G15) are never picked: measured slower than or equal to the unclustered
 // ones at dsv3_prefill (FPROP and WGRAD); they stay compiled for A/B runs and overrides.
 GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int device_num_sms) {

@@ -122,13 +122,15 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     sc.tiles_for_empty_experts = L.tiles_for_empty_experts ? 1 : 0;
     tiles_upper_bound = static_cast<int64_t>(L.e_local) * sc.fixed_m_blocks * kCluster * sc.fixed_n_blocks;
   } else if constexpr (IsNvfp4<Mainloop>::value) {
-    // NVFP4 swap-AB: TMA brings the packed weight rows [E*N, K/2] bytes; the producer warps read
-    // the packed token rows (no map), the epilogue their FP32 token_scale_inv.
+    // NVFP4 swap-AB: TMA brings the packed weight rows [E*N, K/2] bytes and the codes of the packed
+    // token rows [m_capacity, K/2] (rows nvfp4_packed_row_bytes apart); the producer warps read the
+    // rows' E4M3 scales, the epilogue their FP32 token_scale_inv.
     const int64_t packed = numeric::nvfp4_packed_row_bytes(L.k);
     set_operand(om, gemm::kMapA, L.b, nullptr);
     set_map(om, gemm::kMapA, make_tma_2d(L.b, 1, weight_total_rows, L.k / 2, L.k / 2, Mainloop::kBoxAOuter,
                                          "NVFP4 weights"));
     set_operand(om, gemm::kMapB, rows_a, nullptr);
+    set_map(om, gemm::kMapB, make_tma_2d(rows_a, 1, L.m_capacity, L.k / 2, packed, BN, "NVFP4 token rows"));
     ml.num_k_blocks = L.k / Mainloop::kBlockK;
     ml.split_offset = L.n / 2;
     ml.b_scales = L.b_scales;

@@ -203,11 +203,14 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     decode_kernel(GemmEpilogueKind::kSwiglu, 256, 32, 5).fp8_blockwise(),
     // NVFP4 inference (device/gemm/mainloop_nvfp4_swap_ab.cuh): weights dequantized to FP16 in the
     // consumers' registers, token boxes in the producer warps; 256 K values per stage (32 KiB of
-    // weights + 4 token boxes). 32 tokens (decode; 48 KiB stages) or 64 (64 KiB).
+    // weights + 4 token boxes). 32 tokens (decode; 48 KiB stages), 64 (64 KiB) or 128 (96 KiB, one
+    // A register set).
     decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 32, 4).nvfp4(),
     decode_kernel(GemmEpilogueKind::kSwiglu, 256, 32, 4).nvfp4(),
     decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 64, 3).nvfp4(),
     decode_kernel(GemmEpilogueKind::kSwiglu, 256, 64, 3).nvfp4(),
+    decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 128, 2).nvfp4(),
+    decode_kernel(GemmEpilogueKind::kSwiglu, 256, 128, 2).nvfp4(),
 };
 inline constexpr size_t kNumGemmKernels = sizeof(kGemmKernelSpecs) / sizeof(kGemmKernelSpecs[0]);
 

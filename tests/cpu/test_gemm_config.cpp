@@ -277,7 +277,8 @@ TEST(GemmConfig, OperandFormats) {
 }
 
 // NVFP4 runs swap-AB tiles only (inference FPROP and W13 FPROP): 32 tokens when decode-sized, 64
-// otherwise; 256 K values per stage.
+// otherwise (128 from 128 rows per expert only with DMOE_GEMM_EXPERIMENTAL: measured slower, G54);
+// 256 K values per stage.
 TEST(GemmConfig, Nvfp4TakesSwapABTiles) {
   GroupedGemmProblem p = problem(GroupedGemmOp::kFpropSwiglu, 8960, 4096, 7168, 256);
   p.a_format = kNvfp4Rows;

@@ -28,49 +28,56 @@ struct SwapABStaging {
   static_assert(Mainloop::kKind == GemmKind::kFpropSwapAB, "swap-AB mainloop");
   static constexpr int kTokens = Mainloop::kBlockN;
   static constexpr int kStride = 144;  // 128 bytes of BF16 features + 16 bytes of padding
-  static_assert(kTokens % 16 == 0 && kTokens * kStride <= PaddedStagingWriter::kBytesPerWg,
-                "token tile fits the staging buffer");
+  // Tokens staged at a time: the whole tile, or 64 (NVFP4's 128-token tiles stage in two passes).
+  static constexpr int kChunk = kTokens < 64 ? kTokens : 64;
+  static_assert(kTokens % 16 == 0 && kTokens % kChunk == 0 && kChunk * kStride <= PaddedStagingWriter::kBytesPerWg,
+                "token chunk fits the staging buffer");
 
 #if defined(__CUDACC__)
-  // Writes one m64 x kTokens fragment, transposed and scaled per token, as BF16.
+  // Writes tokens [kChunk h, kChunk (h + 1)) of one m64 x kTokens fragment, transposed, as BF16.
   template <int kN>
-  DMOE_DEVICE static void stage(uint32_t staging, const float (&acc)[kN], const float (&token_scale)[kN / 2]) {
+  DMOE_DEVICE static void stage(uint32_t staging, const float (&acc)[kN], int h) {
     const int lane = static_cast<int>(threadIdx.x % 32);
     const int row = static_cast<int>((threadIdx.x / 32) % 4) * 16 + lane / 4;  // weight row (+8 for i >= 2)
     const int tok = 2 * (lane % 4);
 #pragma unroll
     for (int j = 0; j < kN / 4; ++j) {
+      if (j / (kChunk / 8) != h) continue;  // (compile-time after unrolling both loops)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c = 8 * j + tok + (i % 2);
+        const int c = 8 * j + tok + (i % 2) - kChunk * h;
         const int r = row + 8 * (i / 2);
-        const float v = acc[4 * j + i] * token_scale[2 * j + (i % 2)];
-        ptx::st_shared_b16(staging + c * kStride + r * 2, numeric::float_to_bf16(v).bits);
+        ptx::st_shared_b16(staging + c * kStride + r * 2, numeric::float_to_bf16(acc[4 * j + i]).bits);
       }
     }
   }
 
-  // Stores the staged tokens: thread t writes 16-byte segment t % 8 of token rows 16 p + t / 8.
-  DMOE_DEVICE static void store(uint32_t staging, char* const (&token_ptr)[kTokens / 16], int col0, int cols_valid) {
+  // Stores the staged chunk h: thread t writes 16-byte segment t % 8 of its token rows 16 p + t / 8.
+  DMOE_DEVICE static void store(uint32_t staging, char* const (&token_ptr)[kTokens / 16], int col0, int cols_valid,
+                                int h) {
     const int t = static_cast<int>(threadIdx.x % 128);
     const int seg = t % 8;
     const int col = col0 + seg * 8;
     if (col >= cols_valid) return;
 #pragma unroll
-    for (int p = 0; p < kTokens / 16; ++p) {
-      if (token_ptr[p] == nullptr) continue;
+    for (int p = 0; p < kChunk / 16; ++p) {
+      char* const row = token_ptr[h * (kChunk / 16) + p];
+      if (row == nullptr) continue;
       const uint4 v = ptx::ld_shared_v4(staging + (16 * p + t / 8) * kStride + seg * 16);
-      ptx::st_global_v4(token_ptr[p] + static_cast<int64_t>(col) * 2, v);
+      ptx::st_global_v4(row + static_cast<int64_t>(col) * 2, v);
     }
   }
 
   template <int kN>
-  DMOE_DEVICE static void write(uint32_t staging, uint32_t bar, const float (&acc)[kN], const float (&token_scale)[kN / 2],
+  DMOE_DEVICE static void write(uint32_t staging, uint32_t bar, const float (&acc)[kN],
                                 char* const (&token_ptr)[kTokens / 16], int col0, int cols_valid) {
-    ptx::named_barrier_sync(bar, 128);
-    stage(staging, acc, token_scale);
-    ptx::named_barrier_sync(bar, 128);
-    store(staging, token_ptr, col0, cols_valid);
+#pragma unroll
+    for (int h = 0; h < kTokens / kChunk; ++h) {
+      ptx::named_barrier_sync(bar, 128);
+      stage(staging, acc, h);
+      ptx::named_barrier_sync(bar, 128);
+      store(staging, token_ptr, col0, cols_valid, h);
+    }
   }
 
   // NVFP4 (EpilogueParams::expert_scale_inv set): acc = fl(fl(acc * acc_scale * token_scale_inv)
@@ -80,20 +87,22 @@ struct SwapABStaging {
     if (p.expert_scale_inv == nullptr) return;
     const float expert = p.expert_scale_inv[t.expert];
     const int tok = static_cast<int>(2 * (threadIdx.x % 4));
-    float token[kN / 2];
 #pragma unroll
     for (int j = 0; j < kN / 4; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int c = first_token(t) + 8 * j + tok + h;
-        token[2 * j + h] = c < t.num_rows ? p.token_scale_inv[(static_cast<int64_t>(t.row_begin) + c) * p.token_scale_stride]
-                                          : 0.0f;  // past the expert: never stored
+        const float token = c < t.num_rows  // past the expert: never stored
+                                ? p.token_scale_inv[(static_cast<int64_t>(t.row_begin) + c) * p.token_scale_stride]
+                                : 0.0f;
+#pragma unroll
+        for (int b = 0; b < kBlocks; ++b)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {  // the column's two rows (registers 4j + h and 4j + 2 + h)
+            float& v = acc[b][4 * j + 2 * r + h];
+            v = (v * p.acc_scale * token) * expert;
+          }
       }
-#pragma unroll
-    for (int b = 0; b < kBlocks; ++b)
-#pragma unroll
-      for (int i = 0; i < kN; ++i)
-        acc[b][i] = (acc[b][i] * p.acc_scale * token[2 * (i / 4) + i % 2]) * expert;
   }
 
   // First token (counted from the expert's first row) of the tile's column `c` range.
@@ -134,19 +143,25 @@ struct SwapABStoreEpilogue {
     Staging::apply_nvfp4_scales(p, t, acc);
     char* token_ptr[Staging::kTokens / 16];
     Staging::token_rows(t, ops.base[kMapOut], p.ld_out * 2, p.scatter_rows, token_ptr);
-    float scale[kN / 2];
-    const int tok = static_cast<int>(2 * (threadIdx.x % 4));
+    if (p.row_scale != nullptr) {  // acc * row_scale[token], one rounding to BF16 after it
+      const int tok = static_cast<int>(2 * (threadIdx.x % 4));
 #pragma unroll
-    for (int j = 0; j < kN / 4; ++j)
+      for (int j = 0; j < kN / 4; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int c = Staging::first_token(t) + 8 * j + tok + h;
-        scale[2 * j + h] = (p.row_scale != nullptr && c < t.num_rows) ? p.row_scale[t.row_begin + c] : 1.0f;
-      }
+        for (int h = 0; h < 2; ++h) {
+          const int c = Staging::first_token(t) + 8 * j + tok + h;
+          const float scale = c < t.num_rows ? p.row_scale[t.row_begin + c] : 1.0f;
+#pragma unroll
+          for (int b = 0; b < Mainloop::kMmaPerWg; ++b) {
+            acc[b][4 * j + h] *= scale;
+            acc[b][4 * j + 2 + h] *= scale;
+          }
+        }
+    }
 #pragma unroll
     for (int b = 0; b < Mainloop::kMmaPerWg; ++b) {
       const int col0 = t.m_block * Mainloop::kBlockM + Mainloop::tile_row(wg, b);
-      Staging::write(staging, bar, acc[b], scale, token_ptr, col0, p.out_cols);
+      Staging::write(staging, bar, acc[b], token_ptr, col0, p.out_cols);
     }
   }
 #endif  // __CUDACC__
@@ -169,14 +184,11 @@ struct SwapABSwigluEpilogue {
     char* const h1 = ops.base[kMapH1];
     char* const h2 = ops.base[kMapH2];
     const int col0 = t.m_block * (Mainloop::kBlockM / 2) + 64 * wg;  // gate (= h2) feature of row 0
-    float ones[kN / 2];
-#pragma unroll
-    for (int i = 0; i < kN / 2; ++i) ones[i] = 1.0f;
     char* token_ptr[Staging::kTokens / 16];
     if (h1 != nullptr) {
       Staging::token_rows(t, h1, 2 * static_cast<int64_t>(p.f) * 2, nullptr, token_ptr);
-      Staging::write(staging, bar, acc[0], ones, token_ptr, col0, 2 * p.f);
-      Staging::write(staging, bar, acc[1], ones, token_ptr, p.f + col0, 2 * p.f);
+      Staging::write(staging, bar, acc[0], token_ptr, col0, 2 * p.f);
+      Staging::write(staging, bar, acc[1], token_ptr, p.f + col0, 2 * p.f);
     }
     const int tok = static_cast<int>(2 * (threadIdx.x % 4));
     const int32_t stat_rows = clip_stat_rows(p, t);
@@ -193,7 +205,7 @@ struct SwapABSwigluEpilogue {
       }
     });
     Staging::token_rows(t, h2, static_cast<int64_t>(p.f) * 2, nullptr, token_ptr);
-    Staging::write(staging, bar, acc[0], ones, token_ptr, col0, p.f);
+    Staging::write(staging, bar, acc[0], token_ptr, col0, p.f);
   }
 #endif  // __CUDACC__
 };

@@ -143,8 +143,8 @@ struct GroupedGemmKernel {
   // its epilogue).
   // The MXFP8 scale warps hold a stage's codes and their FP32 values: 56, leaving the consumers 224
   // (the NVFP4 producer warps, which fill the token boxes, take the same slot).
-  // The NVFP4 producer warps convert the token boxes: 88, leaving the consumers 208
-  // (Mainloop::kStageWarpRegs).
+  // The NVFP4 producer warps convert the token boxes: 72 (88 at 128 tokens), leaving the consumers
+  // 216 (208) (Mainloop::kStageWarpRegs).
   static constexpr uint32_t kProducerRegs =
       kGather ? 96 : (Mainloop::kScaleWarps > 0 ? static_cast<uint32_t>(Mainloop::kStageWarpRegs) : 40);
   static constexpr uint32_t kConsumerRegs =
@@ -153,7 +153,8 @@ struct GroupedGemmKernel {
   // Producer warps that take the stages in turn must not outnumber the stages: a warp would wait on
   // a slot two ring turns ahead, which a parity wait cannot tell from the turn before (an NVFP4
   // 2-stage tile with the three warps deadlocked at 8+ k blocks, session 23).
-  static_assert(Mainloop::kScaleWarps <= Mainloop::kStages, "stage-filling warps: at most one per stage");
+  static_assert(Mainloop::kFillArrivals != 1 || Mainloop::kScaleWarps <= Mainloop::kStages,
+                "stage-filling warps taking turns: at most one per stage");
 
   struct Params {
     OperandMaps maps;  // first: the tensor maps keep their 64-byte alignment
@@ -199,8 +200,9 @@ struct GroupedGemmKernel {
         // Every consumer warp reads every entry, and so does every scale warp.
         ptx::mbarrier_init(ptx::smem_addr(&ring.empty[i]), 8 + Mainloop::kScaleWarps);
       }
-      // A slot is full after the TMA bytes and the arrival of the one scale warp that fills it.
-      Pipeline::init(pipe_storage, Mainloop::kConsumerWarpsPerTile, Mainloop::kScaleWarps > 0 ? 2 : 1);
+      Mainloop::init_shared(smem);  // (the pipeline's init fences it)
+      // A slot is full after the TMA bytes and the arrivals of the scale warps that fill it.
+      Pipeline::init(pipe_storage, Mainloop::kConsumerWarpsPerTile, 1 + Mainloop::kFillArrivals);
       // (its fence covers the ring too)
       cta_counts[0] = cta_counts[1] = cta_counts[2] = 0;
     }
@@ -217,7 +219,6 @@ struct GroupedGemmKernel {
         if (threadIdx.x == 0) {
           acquire_patched_maps(params.maps, resolved, (1u << kMapA) | (1u << kMapB));
           ptx::prefetch_tensormap(resolved.map[kMapA]);
-          // (NVFP4: the producer warps read the token rows; B has no map)
           if ((params.maps.encoded_mask >> kMapB) & 1u) ptx::prefetch_tensormap(resolved.map[kMapB]);
           PipelineState<Mainloop::kStages> st;
           if (sched.dynamic()) {

@@ -49,7 +49,7 @@ namespace dist_moe::gemm {
 enum NamedBarrier : uint32_t {
   kBarrierConsumers = 1,     // both consumer warpgroups (256 threads)
   kBarrierEpilogueWg0 = 2,   // consumer warpgroup 0 (128), then 3 for warpgroup 1
-  kBarrierGather = 4,        // the producer warpgroup's gather warps (96)
+  kBarrierGather = 4,        // the producer warpgroup's gather warps, or NVFP4's token-filling warps (96)
   kBarrierMathOrder0 = 5,    // ping-pong: warpgroup 0 finished a mainloop, 1 may start (128 + 128)
                              // then 6: warpgroup 1 finished, 0 may start
 };
@@ -101,6 +101,9 @@ struct Sm90Mainloop {
   // Producer warps besides the TMA thread that fill part of each stage (the MXFP8 scale warps);
   // the BF16 and FP8-blockwise mainloops have none.
   static constexpr int kScaleWarps = 0;
+  // Arrivals of those warps on each stage's full barrier (next to the TMA thread's): 1 when they
+  // take the stages in turn (MXFP8), kScaleWarps when they share every stage (NVFP4).
+  static constexpr int kFillArrivals = 0;
   // Registers of those warps (setmaxnreg; the consumers get the rest of the launch allocation).
   static constexpr int kStageWarpRegs = 56;
 
@@ -171,6 +174,10 @@ struct Sm90Mainloop {
   }
 
 #if defined(__CUDACC__)
+
+  // Barriers of the mainloop's own (none here), initialized by one thread before the kernel's
+  // first block-wide barrier, next to the pipeline's.
+  DMOE_DEVICE static void init_shared(uint32_t /*smem*/) {}
 
   // ---- producer: one thread issues every TMA copy of a tile -------------------------------------
   DMOE_DEVICE static void load_tile(const MainloopParams& p, const ResolvedOperands& ops, const WorkTile& t,

@@ -59,6 +59,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
   static_assert(kSteps == 4, "a stage's four E8M0 codes per row are one 32-bit word");
 
   static constexpr int kScaleWarps = 3;  // producer warps 1-3 (kernel.cuh)
+  static constexpr int kFillArrivals = 1;  // they take the stages in turn
   // Per stage: FP32 A scales [BM rows][kSteps], then B [kGroups][kSteps].
   static constexpr uint32_t kScaleStageBytes = (kBlockM + kGroups) * kSteps * 4;
   static_assert(kScaleStageBytes % 16 == 0, "16-byte vectors");

@@ -1,21 +1,22 @@
 // SM90 swap-AB mainloop for NVFP4 inference: packed E2M1 weights [E, N, K/2] with E4M3 scales per
 // 16 on the wgmma M side (256 rows per tile, or 128 gate + 128 up rows with the SwiGLU split), the
-// tokens' packed NVFP4 rows on N (32 or 64 per tile). Hopper has no FP4 MMA: both operands are
+// tokens' packed NVFP4 rows on N (32, 64 or 128 per tile). Hopper has no FP4 MMA: both operands are
 // made exact FP16 in the kernel and multiplied by FP16 wgmma with A from registers
 // (nvfp4_operands.cuh has the numerics and the K order). Decode streams the weights: 4.5 bits
 // per weight instead of BF16's 16.
 //
 // Roles (kernel.cuh):
-//   TMA thread       the weight rows of a stage: 256 rows x 128 packed bytes (256 K values), 32 KiB
-//   producer warps   warp s % 3 of 1-3 fills stage s's token boxes: its lanes take the (token,
-//   1-3 (the MXFP8  piece) pairs of the tile's existing tokens, read their packed codes and scales
-//   scale warps'    from the gathered rows, write 4 boxes [tokens][64 FP16] in the 128B swizzle,
-//   slot)           fence them for the async proxy, and the warp arrives (two arrivals per slot:
-//                    the TMA thread's and its own)
+//   TMA thread       per stage, the weight rows (256 rows x 128 packed bytes = 256 K values, 32 KiB)
+//                    and the tile's token rows' packed codes (128 bytes each) into the last box
+//   producer warps   warps 1-3 (the MXFP8 scale warps' slot) fill every stage's token boxes: the
+//   1-3              (token, piece) items of the existing tokens, converted from the staged codes
+//                    with the scales read from the gathered rows into 4 boxes [tokens][64 FP16] in
+//                    the 128B swizzle; fenced for the async proxy, each warp arrives (four arrivals
+//                    per slot: the TMA thread's and the three warps')
 //   consumers        per 64-deep piece of a stage: one ld.shared.v2 per weight row (8 bytes = one
 //                    scale block), FP16 A fragments in registers, four m64nNk16 RS wgmmas per m64
-//                    block; the A registers are double-buffered by piece, so a piece's conversion
-//                    runs while the previous piece's wgmmas execute
+//                    block; the A registers are double-buffered by piece (32 and 64 tokens), so a
+//                    piece's conversion runs while the previous piece's wgmmas execute
 // The weights' E4M3 scales come straight from global memory (8 bytes per row and stage, one stage
 // ahead); the epilogue applies the FP32 token and expert scales (params.cuh EpilogueParams).
 #pragma once
@@ -50,28 +51,47 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   static constexpr uint32_t kBBytes = kPieces * kBoxBytes;
   static constexpr uint32_t kStageBytes = kABytes + kBBytes;
   static constexpr int kBoxAOuter = kSplit ? kBlockM / 2 : kBlockM;  // weight rows per TMA box
-  static constexpr int kScaleWarps = 3;  // the producer warps that fill the token boxes
-  static constexpr int kStageWarpRegs = 104;  // their registers: a token's codes, scales and addresses
-  static constexpr int kTokenSlots = kBlockN / 32;  // tokens per producer lane
+  // The producer warps that fill the token boxes: all three share every stage, and each arrives.
+  static constexpr int kScaleWarps = 3;
+  static constexpr int kFillArrivals = kScaleWarps;
+  // Their registers: each item's scale bytes, the last box's staged units, one item's FP16 values.
+  // 72 leaves the consumers 216 (at 104 the 32-token consumers spilled, session 24); the 128-token
+  // tile's producers hold more items (88, consumers 208).
+  static constexpr int kStageWarpRegs = kBlockN >= 128 ? 88 : 72;
   using Mma = ptx::WgmmaF16Rs<kBlockN>;
 
   static_assert(kKind == GemmKind::kFpropSwapAB && kBlockM == 256 && kMmaPerWg == 2,
                 "256 weight rows (two m64 blocks per warpgroup) per tile");
-  static_assert(kBlockN == 32 || kBlockN == 64, "32 or 64 tokens per tile");
+  static_assert(kBlockN == 32 || kBlockN == 64 || kBlockN == 128, "32, 64 or 128 tokens per tile");
+  // A register sets: two (a piece converts while the previous piece's wgmmas run), or one at 128
+  // tokens, whose 128 accumulators leave no room for the second (the other warpgroup's wgmmas then
+  // keep the tensor cores busy while this one converts).
+  static constexpr int kSets = kBlockN >= 128 ? 1 : 2;
   static_assert(kABytes % 1024 == 0 && kBoxBytes % 1024 == 0, "stage buffers keep 1024-byte alignment");
 
-  static constexpr int smem_bytes() { return kStages * static_cast<int>(kStageBytes); }
+  static constexpr uint32_t kTokenBytes = kBlockN * kNvfp4StageBytes;  // the TMA'd packed codes of a stage
+  static_assert(kTokenBytes == kBoxBytes, "a stage's packed token codes fill exactly one box");
+
+  // The stages, then one mbarrier per stage: staged[s], the tokens' packed codes landed.
+  static constexpr int smem_bytes() { return kStages * static_cast<int>(kStageBytes) + 128; }
   DMOE_DEVICE static uint32_t smem_a(uint32_t base, int stage) { return base + stage * kABytes; }
   DMOE_DEVICE static uint32_t smem_b(uint32_t base, int stage) { return base + kStages * kABytes + stage * kBBytes; }
+  DMOE_DEVICE static uint32_t staged_bar(uint32_t base, int stage) { return base + kStages * kStageBytes + 8 * stage; }
 
 #if defined(__CUDACC__)
 
-  // ---- the TMA thread: weight rows ------------------------------------------------------------
+  DMOE_DEVICE static void init_shared(uint32_t smem) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) ptx::mbarrier_init(staged_bar(smem, s), 1);
+  }
+
+  // ---- the TMA thread: weight rows and the tokens' packed codes -------------------------------
   DMOE_DEVICE static void load_tile(const MainloopParams& p, const ResolvedOperands& ops, const WorkTile& t,
                                     int32_t num_k_blocks, const Pipeline& pipe, PipelineState<kStages>& st,
                                     uint32_t smem) {
     const int32_t w_row0 = t.expert * p.weight_rows;
     const CUtensorMap* map_a = ops.map[kMapA];
+    const CUtensorMap* map_b = ops.map[kMapB];
     for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
       pipe.producer_acquire(st);
       const uint32_t bar = pipe.producer_expect(st, kABytes);
@@ -84,88 +104,122 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
       } else {
         ptx::tma_load_2d(a, map_a, bar, k0, w_row0 + t.m_block * kBlockM);
       }
+      // The tokens' packed codes for the producer warps, into the last box (which they overwrite).
+      const uint32_t staged = staged_bar(smem, st.stage);
+      ptx::mbarrier_arrive_expect_tx(staged, kTokenBytes);
+      ptx::tma_load_2d(smem_b(smem, st.stage) + (kPieces - 1) * kBoxBytes, map_b, staged, k0,
+                       t.row_begin + t.n_block * kBlockN);
       st.advance();
     }
   }
 
   // ---- producer warps 1-3: the tokens' FP16 boxes ---------------------------------------------------
-  // A stage's work is (token, piece) pairs of the tile's tokens that exist (decode tiles hold a few):
-  // pair p is piece p / valid of token p % valid (consecutive lanes write the rows of one box, whose
-  // swizzle spreads them over the banks). A lane loads its pairs' 16 + 16 code bytes and 4 scale
-  // bytes in rounds of kRound, the first round before waiting for the slot.
+  // The TMA thread brings the stage's packed codes of the tile's kBlockN token rows (128 bytes per
+  // row, 128B-swizzled) into the last box and completes staged[stage]. All three warps fill every
+  // stage: its work is (token, piece) items of the tokens that exist, consecutive lanes on
+  // consecutive tokens of one piece (rows 128 bytes apart, spread over the banks by the swizzle).
+  // An item reads the row's two staged units of its piece, converts them with the scales (read
+  // from the gathered rows in global memory before the waits) and writes the row of box i. The
+  // last box is the staging area: its items read first and store after a barrier of the three
+  // warps, once every item of pieces 0-2 has read the units they overwrite.
   struct ScaleProducer {
-    static constexpr int kRound = 2;  // pairs per lane whose loads are in flight together
-    struct Pair {
-      uint4 lo, hi;   // blocks 2i, 2i + 1 and 8 + 2i, 9 + 2i of the piece (q = 0, 2 and 1, 3)
-      uint32_t s02, s13;  // their scale bytes: q = 0, 2 and q = 1, 3
-    };
+    static constexpr int kLanes = 32 * kScaleWarps;
+    static constexpr int kFrontItems = (3 * kBlockN + kLanes - 1) / kLanes;  // pieces 0-2, per lane
+    static constexpr int kLastItems = (kBlockN + kLanes - 1) / kLanes;       // piece 3, per lane
     const MainloopParams& p;
     uint32_t smem;
-    int which;
+    int lane_index;  // among the kLanes
     PipelineState<kStages> st;
-    int32_t seq = 0;  // stages walked so far (every producer warp walks all of them)
 
     DMOE_DEVICE ScaleProducer(const MainloopParams& params, uint32_t smem_base, int warp_index)
-        : p(params), smem(smem_base), which(warp_index) {}
+        : p(params), smem(smem_base), lane_index(32 * warp_index + static_cast<int>(threadIdx.x % 32)) {}
 
     DMOE_DEVICE void tile(const WorkTile& t, int32_t num_k_blocks, const Pipeline& pipe) {
-      const int lane = static_cast<int>(threadIdx.x % 32);
       const int32_t first = t.n_block * kBlockN;
       const int valid = max(0, min(kBlockN, t.num_rows - first));  // tokens of the tile that exist
-      const int pairs = valid * kPieces;
       const int64_t scales_at = numeric::nvfp4_packed_row_scales_offset(static_cast<int64_t>(num_k_blocks) * kNvfp4StageK);
       const uint8_t* rows = p.packed_rows + (static_cast<int64_t>(t.row_begin) + first) * p.packed_row_bytes;
-      for (int32_t kb = 0; kb < num_k_blocks; ++kb, ++seq, st.advance()) {
-        if (seq % kScaleWarps != which) continue;
+      for (int32_t kb = 0; kb < num_k_blocks; ++kb, st.advance()) {
+        const uint8_t* sc = rows + scales_at + kb * kNvfp4StageBlocks;
+        uint32_t front_sc[kFrontItems][2], last_sc[kLastItems][2];
+#pragma unroll
+        for (int r = 0; r < kFrontItems; ++r) {
+          const int x = lane_index + kLanes * r;
+          if (x < 3 * valid) load_scales(sc, x % valid, x / valid, front_sc[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < kLastItems; ++r) {
+          const int n = lane_index + kLanes * r;
+          if (n < valid) load_scales(sc, n, kPieces - 1, last_sc[r]);
+        }
+        // Each warp walks every stage in order, so staged[] is at most one phase behind the one
+        // waited for once the slot's previous turn is consumed (a parity wait cannot tell two apart).
+        pipe.producer_acquire(st);
+        mbarrier_wait(staged_bar(smem, st.stage), st.phase);
         const uint32_t b = smem_b(smem, st.stage);
-        bool acquired = false;
-        for (int p0 = 0; p0 < pairs; p0 += 32 * kRound) {
-          Pair ld[kRound];
+        uint4 last_lo[kLastItems], last_hi[kLastItems];
 #pragma unroll
-          for (int r = 0; r < kRound; ++r) {
-            const int pair = p0 + 32 * r + lane;
-            if (pair < pairs) load(rows, scales_at, kb, pair % valid, pair / valid, ld[r]);
-          }
-          if (!acquired) pipe.producer_acquire(st), acquired = true;
+        for (int r = 0; r < kLastItems; ++r) {
+          const int n = lane_index + kLanes * r;
+          if (n < valid) read_units(b, n, kPieces - 1, last_lo[r], last_hi[r]);
+        }
 #pragma unroll
-          for (int r = 0; r < kRound; ++r) {
-            const int pair = p0 + 32 * r + lane;
-            if (pair < pairs) store(b, pair % valid, pair / valid, ld[r]);
+        for (int r = 0; r < kFrontItems; ++r) {
+          const int x = lane_index + kLanes * r;
+          if (x < 3 * valid) {
+            const int n = x % valid, i = x / valid;
+            uint4 lo, hi;
+            read_units(b, n, i, lo, hi);
+            store(b, n, i, lo, hi, front_sc[r]);
           }
+        }
+        ptx::named_barrier_sync(kBarrierGather, kLanes);  // the staged units are read
+#pragma unroll
+        for (int r = 0; r < kLastItems; ++r) {
+          const int n = lane_index + kLanes * r;
+          if (n < valid) store(b, n, kPieces - 1, last_lo[r], last_hi[r], last_sc[r]);
         }
         // Tokens past the expert get no values: their columns are never stored (the epilogue), and
         // a column of the product depends on its own token only.
-        if (!acquired) pipe.producer_acquire(st);
         ptx::fence_proxy_async_shared();  // the generic stores, before the wgmmas (async proxy) read them
         __syncwarp();
-        if (lane == 0) pipe.producer_arrive(st);
+        if (threadIdx.x % 32 == 0) pipe.producer_arrive(st);
       }
     }
 
    private:
-    DMOE_DEVICE void load(const uint8_t* rows, int64_t scales_at, int32_t kb, int n, int i, Pair& o) const {
-      const uint8_t* row = rows + n * p.packed_row_bytes;
-      const uint8_t* codes = row + kb * kNvfp4StageBytes;
-      o.lo = __ldg(reinterpret_cast<const uint4*>(codes + 16 * i));
-      o.hi = __ldg(reinterpret_cast<const uint4*>(codes + 64 + 16 * i));
-      const uint8_t* sc = row + scales_at + kb * kNvfp4StageBlocks;
-      o.s02 = __ldg(reinterpret_cast<const uint16_t*>(sc + 2 * i));
-      o.s13 = __ldg(reinterpret_cast<const uint16_t*>(sc + 8 + 2 * i));
+    // The scale bytes of token n's piece i: blocks 2i, 2i + 1 (q = 0, 2) and 8 + 2i, 9 + 2i (q = 1, 3).
+    DMOE_DEVICE void load_scales(const uint8_t* sc, int n, int i, uint32_t (&out)[2]) const {
+      const uint8_t* row = sc + n * p.packed_row_bytes;
+      out[0] = __ldg(reinterpret_cast<const uint16_t*>(row + 2 * i));
+      out[1] = __ldg(reinterpret_cast<const uint16_t*>(row + 8 + 2 * i));
+    }
+
+    // Staged row n (the last box), units i (blocks 2i, 2i + 1) and 4 + i (blocks 8 + 2i, 9 + 2i);
+    // 128B swizzle: unit u of row n at u ^ (n % 8).
+    DMOE_DEVICE static void read_units(uint32_t b, int n, int i, uint4& lo, uint4& hi) {
+      const uint32_t staged = b + (kPieces - 1) * kBoxBytes + n * 128, sw = static_cast<uint32_t>(n % 8);
+      lo = ptx::ld_shared_v4(staged + 16u * (static_cast<uint32_t>(i) ^ sw));
+      hi = ptx::ld_shared_v4(staged + 16u * (static_cast<uint32_t>(4 + i) ^ sw));
     }
 
     // Box i, token row n: unit r = the FP16 pairs P_r of blocks q = 0..3 (nvfp4_operands.cuh).
-    DMOE_DEVICE static void store(uint32_t b, int n, int i, const Pair& o) {
-      const uint32_t t0 = nvfp4_scale_x2(o.s02 & 0xFFu), t2 = nvfp4_scale_x2(o.s02 >> 8);
-      const uint32_t t1 = nvfp4_scale_x2(o.s13 & 0xFFu), t3 = nvfp4_scale_x2(o.s13 >> 8);
-      const uint32_t box = b + i * kBoxBytes + n * 128;
+    DMOE_DEVICE static void store(uint32_t b, int n, int i, const uint4& lo, const uint4& hi, const uint32_t (&s)[2]) {
+      const uint32_t t0 = nvfp4_scale_x2(s[0] & 0xFFu), t2 = nvfp4_scale_x2(s[0] >> 8);
+      const uint32_t t1 = nvfp4_scale_x2(s[1] & 0xFFu), t3 = nvfp4_scale_x2(s[1] >> 8);
+      const uint32_t box = b + i * kBoxBytes + n * 128, sw = static_cast<uint32_t>(n % 8);
 #pragma unroll
-      for (int r = 0; r < 8; ++r) {
-        uint4 unit;
-        unit.x = nvfp4_values_x2(r < 4 ? o.lo.x : o.lo.y, r % 4, t0);
-        unit.y = nvfp4_values_x2(r < 4 ? o.hi.x : o.hi.y, r % 4, t1);
-        unit.z = nvfp4_values_x2(r < 4 ? o.lo.z : o.lo.w, r % 4, t2);
-        unit.w = nvfp4_values_x2(r < 4 ? o.hi.z : o.hi.w, r % 4, t3);
-        ptx::st_shared_v4(box + 16 * (r ^ (n % 8)), unit);
+      for (int half = 0; half < 2; ++half) {  // words 0 and 1 of each block: P_0..3, then P_4..7
+        uint32_t p0[4], p1[4], p2[4], p3[4];
+        nvfp4_word_x2(half == 0 ? lo.x : lo.y, t0, p0);
+        nvfp4_word_x2(half == 0 ? hi.x : hi.y, t1, p1);
+        nvfp4_word_x2(half == 0 ? lo.z : lo.w, t2, p2);
+        nvfp4_word_x2(half == 0 ? hi.z : hi.w, t3, p3);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t r = static_cast<uint32_t>(4 * half + j);
+          ptx::st_shared_v4(box + 16u * (r ^ sw), make_uint4(p0[j], p1[j], p2[j], p3[j]));
+        }
       }
     }
   };
@@ -202,34 +256,42 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
       }
 
     uint32_t set0[kMmaPerWg][kStepsPerPiece][4] = {}, set1[kMmaPerWg][kStepsPerPiece][4] = {};
+    auto& odd = kSets > 1 ? set1 : set0;  // the set of pieces 1 and 3 (set1 unused with one set)
     uint2 sc_now[kMmaPerWg][2];
-    load_scales(scale_row, 0, sc_now);
+    if constexpr (kSets > 1) load_scales(scale_row, 0, sc_now);
     int32_t prev_stage = 0;
     for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
-      uint2 sc_next[kMmaPerWg][2];
-      load_scales(scale_row, min(kb + 1, num_k_blocks - 1), sc_next);
+      // The next stage's scales, one stage ahead (two sets: at 128 tokens they are loaded for this
+      // stage here instead, their latency under the full-barrier wait: registers).
+      uint2 sc_next[kSets > 1 ? kMmaPerWg : 1][2];
+      if constexpr (kSets > 1) load_scales(scale_row, min(kb + 1, num_k_blocks - 1), sc_next);
+      else load_scales(scale_row, kb, sc_now);
       pipe.consumer_wait(st);
       const uint32_t a = smem_a(smem, st.stage), b = smem_b(smem, st.stage);
       uint2 raw[kMmaPerWg][2];
       load_piece<0>(a, row_off, g, q, raw);
       piece<0>(a, b, row_off, g, q, sc_now, set0, acc, raw);
-      piece<1>(a, b, row_off, g, q, sc_now, set1, acc, raw);
-      if (kb > 0) pipe.consumer_release(prev_stage);  // its last piece finished in piece<1>'s wait
+      if (kSets == 1 && kb > 0) pipe.consumer_release(prev_stage);  // done by piece<0>'s wait
+      piece<1>(a, b, row_off, g, q, sc_now, odd, acc, raw);
+      if (kSets == 2 && kb > 0) pipe.consumer_release(prev_stage);  // its last piece: piece<1>'s wait
       piece<2>(a, b, row_off, g, q, sc_now, set0, acc, raw);
-      piece<3>(a, b, row_off, g, q, sc_now, set1, acc, raw);
+      piece<3>(a, b, row_off, g, q, sc_now, odd, acc, raw);
       hook(kb);
       prev_stage = st.stage;
       st.advance();
+      if constexpr (kSets > 1) {
 #pragma unroll
-      for (int bb = 0; bb < kMmaPerWg; ++bb)
+        for (int bb = 0; bb < kMmaPerWg; ++bb)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) sc_now[bb][h] = sc_next[bb][h];
+          for (int h = 0; h < 2; ++h) sc_now[bb][h] = sc_next[bb][h];
+      }
     }
     ptx::wgmma_wait<0>();
 #pragma unroll
-    for (int b = 0; b < kMmaPerWg; ++b) {
-      ptx::wgmma_fence_operands(set0[b]);
-      ptx::wgmma_fence_operands(set1[b]);
+    for (int b = 0; b < kMmaPerWg; ++b) ptx::wgmma_fence_operands(set0[b]);
+    if constexpr (kSets > 1) {
+#pragma unroll
+      for (int b = 0; b < kMmaPerWg; ++b) ptx::wgmma_fence_operands(set1[b]);
     }
     pipe.consumer_release(prev_stage);
 #pragma unroll
@@ -259,14 +321,17 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   }
 
   // Piece i of the stage (its blocks in `raw`): read the next piece's blocks, wait until the set's
-  // previous wgmmas (two pieces back) are done, convert into the set, issue its four k16 steps per
+  // previous wgmmas (kSets pieces back) are done, convert into the set, issue its four k16 steps per
   // m64 block as one group; `raw` then holds the next piece's blocks.
   template <int kPiece>
   DMOE_DEVICE static void piece(uint32_t a, uint32_t b, const uint32_t (&row_off)[kMmaPerWg][2], int g, int q,
                                 const uint2 (&sc)[kMmaPerWg][2], uint32_t (&set)[kMmaPerWg][kStepsPerPiece][4],
                                 float (&acc)[kMmaPerWg][kAccPerMma], uint2 (&raw)[kMmaPerWg][2]) {
-    uint2 next[kMmaPerWg][2];
-    if constexpr (kPiece + 1 < kPieces) load_piece<kPiece + 1>(a, row_off, g, q, next);
+    // The next piece's blocks now (two sets; at 128 tokens each piece loads its own: registers).
+    constexpr bool kPrefetch = kSets > 1 && kPiece + 1 < kPieces;
+    uint2 next[kPrefetch ? kMmaPerWg : 1][2];
+    if constexpr (kPrefetch) load_piece<kPiece + 1>(a, row_off, g, q, next);
+    if constexpr (kSets == 1 && kPiece > 0) load_piece<kPiece>(a, row_off, g, q, raw);
     const uint2 (&w)[kMmaPerWg][2] = raw;
     // Block nvfp4_piece_block(q, i) = 8 (q & 1) + 2 i + (q >> 1): byte 2 i + (q >> 1) of the 8 loaded.
     const int byte = 2 * kPiece + (q >> 1);
@@ -278,20 +343,23 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
         const uint32_t word = byte < 4 ? sc[bb][h].x : sc[bb][h].y;
         t[bb][h] = nvfp4_scale_x2((word >> (8 * (byte % 4))) & 0xFFu);
       }
-    ptx::wgmma_wait<1>();
-    // The set's registers stay allocated until here: its wgmmas (two pieces back) read them late.
+    ptx::wgmma_wait<kSets - 1>();
+    // The set's registers stay allocated until here: its wgmmas (kSets pieces back) read them late.
 #pragma unroll
     for (int bb = 0; bb < kMmaPerWg; ++bb) ptx::wgmma_fence_operands(set[bb]);
 #pragma unroll
     for (int bb = 0; bb < kMmaPerWg; ++bb) {
+      // P_{2s} is the {2q, 2q+1} pair, P_{2s+1} the {2q+8, 2q+9} pair; regs 0/2 row g, 1/3 row g+8.
+      // Word 0 of the block holds P_0..3 (steps 0, 1), word 1 P_4..7 (steps 2, 3).
+      const Nvfp4Bytes b00 = nvfp4_high_bytes(w[bb][0].x), b01 = nvfp4_high_bytes(w[bb][0].y);
+      const Nvfp4Bytes b10 = nvfp4_high_bytes(w[bb][1].x), b11 = nvfp4_high_bytes(w[bb][1].y);
 #pragma unroll
       for (int s = 0; s < kStepsPerPiece; ++s) {
-        // P_{2s} is the {2q, 2q+1} pair, P_{2s+1} the {2q+8, 2q+9} pair; regs 0/2 row g, 1/3 row g+8.
-        const int r0 = 2 * s, r1 = 2 * s + 1;
-        set[bb][s][0] = nvfp4_values_x2(r0 < 4 ? w[bb][0].x : w[bb][0].y, r0 % 4, t[bb][0]);
-        set[bb][s][1] = nvfp4_values_x2(r0 < 4 ? w[bb][1].x : w[bb][1].y, r0 % 4, t[bb][1]);
-        set[bb][s][2] = nvfp4_values_x2(r1 < 4 ? w[bb][0].x : w[bb][0].y, r1 % 4, t[bb][0]);
-        set[bb][s][3] = nvfp4_values_x2(r1 < 4 ? w[bb][1].x : w[bb][1].y, r1 % 4, t[bb][1]);
+        const int j0 = (2 * s) % 4, j1 = (2 * s + 1) % 4;
+        set[bb][s][0] = nvfp4_pair_x2(s < 2 ? b00 : b01, j0, t[bb][0]);
+        set[bb][s][1] = nvfp4_pair_x2(s < 2 ? b10 : b11, j0, t[bb][1]);
+        set[bb][s][2] = nvfp4_pair_x2(s < 2 ? b00 : b01, j1, t[bb][0]);
+        set[bb][s][3] = nvfp4_pair_x2(s < 2 ? b10 : b11, j1, t[bb][1]);
       }
     }
     const uint64_t box = ptx::make_kmajor_desc(b + kPiece * kBoxBytes);
@@ -301,7 +369,7 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
 #pragma unroll
       for (int bb = 0; bb < kMmaPerWg; ++bb) Mma::mma(acc[bb], set[bb][s], ptx::desc_advance(box, 32u * s), 1u);
     ptx::wgmma_commit();
-    if constexpr (kPiece + 1 < kPieces) {
+    if constexpr (kPrefetch) {
 #pragma unroll
       for (int bb = 0; bb < kMmaPerWg; ++bb)
 #pragma unroll

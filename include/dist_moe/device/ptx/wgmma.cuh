@@ -376,6 +376,21 @@ struct WgmmaF16Rs<32, 0, 0> {
 };
 
 template <>
+struct WgmmaF16Rs<128, 0, 0> {
+  static constexpr int kRegs = 64;
+  DMOE_DEVICE static void mma(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" DMOE_WGMMA_ACC_64 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n"
+      "}\n"
+      : DMOE_WGMMA_OUT_64
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+template <>
 struct WgmmaF16Rs<64, 0, 0> {
   static constexpr int kRegs = 32;
   DMOE_DEVICE static void mma(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, uint32_t accumulate) {
