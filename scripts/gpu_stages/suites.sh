@@ -1,6 +1,10 @@
 # shellcheck shell=bash
 # Stages tests, pipeline, mxfp8, fp8bw, nvfp4, quant, bench of scripts/gpu_check.sh (sourced; see its header).
 #   DMOE_BENCH_SHAPES [dsv3_prefill qwen3_30b mixtral]  bench: the train shapes (dsv3_decode runs infer)
+#   DMOE_BENCH_FORMAT [bf16]  bench: mxfp8 | fp8_blockwise | nvfp4 runs that layer against our BF16 layer
+#     (--no-baseline --iters 10 --sustain-ms 50, DMOE_BENCH_MODE [infer] for every shape of
+#     DMOE_BENCH_SHAPES [dsv3_decode dsv3_prefill qwen3_30b]) and keeps each shape's ratio and GEMM
+#     stage lines in the summary.
 
 stage_tests() {
   build_targets tests dist_moe_gpu_tests || return 1
@@ -88,9 +92,24 @@ stage_quant() {
   return $fail
 }
 
+# One block-scaled format against our BF16 layer, per shape (stage_bench with DMOE_BENCH_FORMAT).
+bench_format() {
+  local rc fail=0 shape fmt=$1 mode=${DMOE_BENCH_MODE:-infer} log="$WORK/bench_shape.log"
+  for shape in ${DMOE_BENCH_SHAPES:-dsv3_decode dsv3_prefill qwen3_30b}; do
+    x timeout 300 "$BUILD/dist-moe" bench --shape "$shape" --mode "$mode" --format "$fmt" --no-baseline --iters 10 \
+      --sustain-ms 50 > "$log" 2>&1
+    rc=$?; [ $rc = 0 ] || fail=1
+    cat "$log" >> "$OUT/bench.log"
+    say "bench $shape $fmt $mode (rc=$rc)"
+    grep -E "^fwd:w13 |^fwd:w2 |BF16 layer" "$log" | tee -a "$SUMMARY" > /dev/null
+  done
+  return $fail
+}
+
 stage_bench() {
   local rc fail=0 shape
   build_targets bench dist-moe || return 1
+  if [ "${DMOE_BENCH_FORMAT:-bf16}" != bf16 ]; then bench_format "$DMOE_BENCH_FORMAT"; return $?; fi
   for shape in ${DMOE_BENCH_SHAPES:-dsv3_prefill qwen3_30b mixtral}; do
     x timeout 600 "$BUILD/dist-moe" bench --shape "$shape" --mode train --iters 10 >> "$OUT/bench.log" 2>&1
     rc=$?; [ $rc = 0 ] || fail=1
