@@ -179,6 +179,17 @@ struct Sm90Mainloop {
   // first block-wide barrier, next to the pipeline's.
   DMOE_DEVICE static void init_shared(uint32_t /*smem*/) {}
 
+  // Every mma_tile starts here. Zero the accumulators explicitly (rather than relying on scale-d = 0
+  // for the first slice): leaving them undefined lets the compiler carry the previous tile's
+  // registers through copies that serialize the wgmma pipeline (ptxas C7515) and spill. It also
+  // gives WGRAD of an empty expert (num_k_blocks == 0) its zero result.
+  DMOE_DEVICE static void zero_acc(float (&acc)[kMmaPerWg][kAccPerMma]) {
+#pragma unroll
+    for (int b = 0; b < kMmaPerWg; ++b)
+#pragma unroll
+      for (int i = 0; i < kAccPerMma; ++i) acc[b][i] = 0.0f;
+  }
+
   // ---- producer: one thread issues every TMA copy of a tile -------------------------------------
   DMOE_DEVICE static void load_tile(const MainloopParams& p, const ResolvedOperands& ops, const WorkTile& t,
                                     int32_t num_k_blocks, const Pipeline& pipe, PipelineState<kStages>& st,
@@ -313,14 +324,7 @@ struct Sm90Mainloop {
   DMOE_DEVICE static void mma_tile(const MainloopParams& /*p*/, const WorkTile& t, int32_t num_k_blocks, int rows_in_last,
                                    const Pipeline& pipe, PipelineState<kStages>& st, uint32_t smem, int wg,
                                    float (&acc)[kMmaPerWg][kAccPerMma], Hook&& hook = Hook{}) {
-    // Zero the accumulators explicitly (rather than relying on scale-d = 0 for the first slice):
-    // leaving them undefined lets the compiler carry the previous tile's registers through copies
-    // that serialize the wgmma pipeline (ptxas C7515) and spill. It also gives WGRAD of an empty
-    // expert (num_k_blocks == 0) its zero result.
-#pragma unroll
-    for (int b = 0; b < kMmaPerWg; ++b)
-#pragma unroll
-      for (int i = 0; i < kAccPerMma; ++i) acc[b][i] = 0.0f;
+    zero_acc(acc);
     if (num_k_blocks == 0) return;
     const int active = active_blocks(t, wg);
     if (active == kMmaPerWg) {

@@ -162,10 +162,7 @@ struct Sm90BlockScaledSwapABMainloop : Sm90Mainloop<Config> {
   DMOE_DEVICE static void mma_tile(const MainloopParams& p, const WorkTile& t, int32_t num_k_blocks,
                                    int /*rows_in_last*/, const Pipeline& pipe, PipelineState<kStages>& st,
                                    uint32_t smem, int wg, float (&acc)[kMmaPerWg][kAccPerMma], Hook&& hook = Hook{}) {
-#pragma unroll
-    for (int b = 0; b < kMmaPerWg; ++b)
-#pragma unroll
-      for (int i = 0; i < kAccPerMma; ++i) acc[b][i] = 0.0f;
+    Base::zero_acc(acc);
     if (num_k_blocks == 0) return;
 
     // This thread's scale rows: one weight row per m64 block (its global row in [E * N]), eight

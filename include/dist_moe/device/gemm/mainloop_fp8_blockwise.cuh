@@ -119,8 +119,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   DMOE_DEVICE static void mma_tile(const MainloopParams& p, const WorkTile& t, int32_t num_k_blocks,
                                    int /*rows_in_last*/, const Pipeline& pipe, PipelineState<kStages>& st,
                                    uint32_t smem, int wg, float (&acc)[kMmaPerWg][kAccPerMma], Hook&& hook = Hook{}) {
-#pragma unroll
-    for (int i = 0; i < kAccPerMma; ++i) acc[0][i] = 0.0f;
+    Base::zero_acc(acc);
     if (num_k_blocks == 0) return;
     if constexpr (kKind == GemmKind::kWgrad) {
       mma_tile_wgrad(num_k_blocks, pipe, st, smem, wg, acc, hook);

@@ -78,8 +78,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
   DMOE_DEVICE static void mma_tile(const MainloopParams& /*p*/, const WorkTile& t, int32_t num_k_blocks,
                                    int /*rows_in_last*/, const Pipeline& pipe, PipelineState<kStages>& st,
                                    uint32_t smem, int wg, float (&acc)[kMmaPerWg][kAccPerMma], Hook&& hook = Hook{}) {
-#pragma unroll
-    for (int i = 0; i < kAccPerMma; ++i) acc[0][i] = 0.0f;
+    Base::zero_acc(acc);
     if (num_k_blocks == 0) return;
     if (Base::active_blocks(t, wg) == 0) {
       for (int32_t kb = 0; kb < num_k_blocks; ++kb) {

@@ -230,10 +230,7 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   DMOE_DEVICE static void mma_tile(const MainloopParams& p, const WorkTile& t, int32_t num_k_blocks,
                                    int /*rows_in_last*/, const Pipeline& pipe, PipelineState<kStages>& st,
                                    uint32_t smem, int wg, float (&acc)[kMmaPerWg][kAccPerMma], Hook&& hook = Hook{}) {
-#pragma unroll
-    for (int b = 0; b < kMmaPerWg; ++b)
-#pragma unroll
-      for (int i = 0; i < kAccPerMma; ++i) acc[b][i] = 0.0f;
+    Base::zero_acc(acc);
     if (num_k_blocks == 0) return;
 
     // This thread's four weight rows: tile rows tile_row(wg, b) + 16 warp + g + 8 h. Every tile row
