@@ -143,6 +143,20 @@ def assert_planner_reset(ctx):
     assert not ab.saved_activation_bytes_per_rank.any() and not ab.moe_layer_id.any()
 
 
+def capture_inference(x, ids, scores, w13, w2, ctx):
+    """dist_moe.routed_experts on (x, ids, scores) run once outside a CUDA graph (warm-up), then
+    captured into one: (graph, its static inputs [x, ids, scores], its output)."""
+    import dist_moe
+
+    static = [x, ids, scores]
+    torch.cuda.synchronize()
+    dist_moe.routed_experts(x, ids, scores, w13, w2, ctx)  # warm up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = dist_moe.routed_experts(*static, w13, w2, ctx)
+    return graph, static, out
+
+
 # ---- MXFP8 (docs/formats.md "MXFP8 E4M3") ------------------------------------------------------------
 
 # Upstream's block-scaled tolerances, (rtol, atol, relL2 max, cos min) per direction. The layer vs the

@@ -21,6 +21,7 @@ from moe_reference import (
     assert_moe_close,
     assert_mxfp8_train_close,
     assert_planner_reset,
+    capture_inference,
     leaves,
     make_case,
     make_tokens,
@@ -531,12 +532,7 @@ def test_mxfp8_inference_cuda_graph_replays_bounded_shapes(make_ctx):
     graphs = {}
     for t in (8, 32):
         x, ids, s = make_tokens(t, D, K, seed=50 + t, device=DEV, ids=upstream_case_ids(t, K, E))
-        static = [x, ids, s]
-        torch.cuda.synchronize()
-        dist_moe.routed_experts(x, ids, s, p13, p2, ctx)  # warm up outside the capture
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = dist_moe.routed_experts(*static, p13, p2, ctx)
+        graph, static, out = capture_inference(x, ids, s, p13, p2, ctx)
         assert out.grad_fn is None
         graphs[t] = (graph, static, out)
     for t, (graph, static, out) in graphs.items():

@@ -17,6 +17,7 @@ import pytest
 import torch
 from moe_reference import (
     assert_aggregate_close,
+    capture_inference,
     make_case,
     make_tokens,
     make_weights,
@@ -183,12 +184,7 @@ def test_nvfp4_inference_cuda_graph_matches_eager(make_ctx, activation):
     p13, p2 = prepare(w13, w2)
     for t in (T, 8):
         x, ids, s = make_tokens(t, D, K, seed=50 + t, device=DEV, ids=upstream_case_ids(t, K, E))
-        static = [x, ids, s]
-        torch.cuda.synchronize()
-        dist_moe.routed_experts(x, ids, s, p13, p2, ctx)  # warm up outside the capture
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = dist_moe.routed_experts(*static, p13, p2, ctx)
+        graph, static, out = capture_inference(x, ids, s, p13, p2, ctx)
         assert out.grad_fn is None
         replays = {}
         for name, seed, shift, padded in (("a", 61, 0, False), ("b", 62, 1, False), ("padded", 63, 2, True)):

@@ -14,6 +14,7 @@ from moe_reference import (
     assert_moe_close,
     assert_planner_reset,
     assert_train_close,
+    capture_inference,
     leaves,
     make_case,
     make_tokens,
@@ -336,12 +337,7 @@ def test_inference_cuda_graphs_replay_bounded_shapes(make_ctx):
     graphs = {}
     for t in (4, 8):
         x, ids, s, w13, w2 = case(seed=50 + t, t=t)
-        static = [x, ids, s]
-        torch.cuda.synchronize()
-        dist_moe.routed_experts(x, ids, s, w13, w2, ctx)  # warm up outside the capture
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = dist_moe.routed_experts(*static, w13, w2, ctx)
+        graph, static, out = capture_inference(x, ids, s, w13, w2, ctx)
         graphs[t] = (graph, static, out, w13, w2)
     for t, (graph, static, out, w13, w2) in graphs.items():
         for padded in (False, True):
