@@ -23,7 +23,8 @@ const char* to_string(GroupedGemmOp op);
 // the block in the operand's [rows, K] view). kNone (BF16), FP8 blockwise (kFp8BlockwiseRows x
 // kFp8BlockwiseWeight for FPROP and W13 FPROP, x kFp8BlockwiseWeightT for DGRAD, kFp8BlockwiseRowsT
 // for WGRAD) and MXFP8 (kMxfp8Rows x kMxfp8Weight for FPROP and W13 FPROP, x kMxfp8WeightT for
-// DGRAD) and NVFP4 (kNvfp4Rows x kNvfp4Weight, FPROP and W13 FPROP, swap-AB tiles) have kernels;
+// DGRAD) and NVFP4 (kNvfp4Rows or kNvfp4ExpandedRows x kNvfp4Weight, FPROP and W13 FPROP, swap-AB
+// tiles) have kernels;
 // MXFP8 WGRAD is still to come (docs/formats.md).
 enum class ScaleKind {
   kNone,
@@ -40,7 +41,10 @@ const char* to_string(ScaleKind scale);
 // the GEMM's dimensions that makes contiguous (K-major or MN-major) follows from the op.
 // kPackedRows: NVFP4 token rows packed as [K/2 E2M1 | K/16 E4M3 | FP32 token_scale_inv | pad to 16]
 // (quant::nvfp4_packed_row_bytes apart), scales and the row's FP32 inside the row.
-enum class OperandLayout { kRowMajor, kColumnMajor, kPackedRows };
+// kExpandedRows: NVFP4 token rows expanded to FP16 [m_capacity, K] -- each element e2m1 x s x 2^-7
+// exactly, K permuted within every 256 in the NVFP4 kernels' order (quant::nvfp4_expand_rows) --
+// with the FP32 token_scale_inv [m_capacity] in scales.a.
+enum class OperandLayout { kRowMajor, kColumnMajor, kPackedRows, kExpandedRows };
 
 // What an operand holds: element type, block scales, memory order.
 struct OperandFormat {
@@ -82,6 +86,10 @@ inline constexpr OperandFormat kNvfp4Rows{DType::kFloat4E2M1x2, ScaleKind::kE4M3
                                           OperandLayout::kPackedRows};
 inline constexpr OperandFormat kNvfp4Weight{DType::kFloat4E2M1x2, ScaleKind::kE4M3_1x16_FP32Global,
                                             OperandLayout::kRowMajor};
+// The same token rows expanded once per call (prefill-sized NVFP4 contexts): the GEMM's TMA loads
+// them as they are and no producer warp converts tokens (kExpandedRows above).
+inline constexpr OperandFormat kNvfp4ExpandedRows{DType::kFloat16, ScaleKind::kE4M3_1x16_FP32Global,
+                                                  OperandLayout::kExpandedRows};
 inline constexpr OperandFormat kFp8BlockwiseRowsT{DType::kFloat8E4M3, ScaleKind::kFP32_1x128,
                                                   OperandLayout::kColumnMajor};
 
@@ -144,5 +152,7 @@ struct GroupedGemmProblem {
 // with dynamic_schedule), for A/B runs; unset, the picks are the measured defaults.
 GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& problem, int device_num_sms);
 bool grouped_gemm_experimental_requested();
+// GroupedGemmConfig::block_k of the kernels for operand formats a x b: the K values of one stage row.
+int grouped_gemm_block_k(const OperandFormat& a, const OperandFormat& b);
 
 }  // namespace dist_moe

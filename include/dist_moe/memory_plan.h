@@ -23,6 +23,13 @@ inline constexpr int64_t kBlockScaledRowMultiple = 128;
 // 32 rows take a whole 128-row scale atom (upstream's ACTIVATION_ROW_SCALE_STORAGE_MULTIPLE).
 inline constexpr int64_t kRowScaleStorageMultiple = 4;
 inline constexpr int64_t kRoutingHeaderBytes = 128;
+// Rows routing pads every local expert to in block-scaled inference (and MXFP8 training): whole
+// 32-row quantizer groups. The plan's capacity keeps kBlockScaledRowMultiple.
+inline constexpr int64_t kBlockScaledRoutingRows = 32;
+// NVFP4 inference on Hopper: a context whose calls can reach this many rows per local expert on
+// average (prefill-sized) gives its GEMMs the routed tokens as FP16 rows, expanded once per call,
+// and its scratch holds them (docs/memory_planner.md); smaller ones convert tokens in the GEMM.
+inline constexpr int64_t kNvfp4ExpandRowsPerExpert = 128;
 
 inline int64_t align_up(int64_t bytes, int64_t alignment = kMemoryAlignment) {
   return (bytes + alignment - 1) / alignment * alignment;
@@ -84,6 +91,11 @@ MemoryPlan plan_memory(const Config& config, int64_t ep_size, const PlanOptions&
 // multiple m (1 for BF16): min(int(T*K*f + 0.5), T*R*min(K, L)), then padded per expert.
 int64_t plan_max_recv_rows(int64_t tokens, int64_t top_k, double factor, int64_t local_experts,
                            int64_t ep_size, int64_t row_multiple);
+
+// Whether an NVFP4 inference context expands its tokens to FP16 rows (kNvfp4ExpandRowsPerExpert):
+// the rows a call can use -- T*K*f with kBlockScaledRoutingRows padding per local expert, f the
+// plan's total scratch capacity factor -- reach 128 per local expert. False for every other config.
+bool nvfp4_expands_token_rows(const Config& config, int64_t ep_size, double total_scratch_capacity_factor);
 
 // "0.000 GiB (16,384 bytes)": the size format of explain().
 std::string format_bytes(int64_t bytes);

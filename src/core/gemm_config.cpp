@@ -33,12 +33,7 @@ namespace {
 
 constexpr int kSmemOptin = 232448;  // H100/H200 dynamic shared memory per block (227 KiB)
 
-// Bits of one value (a packed E2M1 pair is two values of 4 bits).
-int value_bits(DType d) { return d == DType::kFloat4E2M1x2 ? 4 : 8 * static_cast<int>(element_size(d)); }
-
-// A stage row is one 128-byte swizzle row of the contraction, so the k block holds 1024 bits /
-// value bits: 64 BF16, 128 FP8, 256 FP4.
-int block_k_of(const GroupedGemmProblem& p) { return 1024 / value_bits(p.a_format.data); }
+int block_k_of(const GroupedGemmProblem& p) { return grouped_gemm_block_k(p.a_format, p.b_format); }
 
 GroupedGemmConfig tile(int bm, int bn, int stages, const GroupedGemmProblem& p, int sms, bool pingpong = false,
                        bool tma_store = false) {
@@ -271,6 +266,7 @@ std::string OperandFormat::name() const {
   if (scale != ScaleKind::kNone) s += std::string("_") + to_string(scale);
   if (layout == OperandLayout::kColumnMajor) s += "_col";
   if (layout == OperandLayout::kPackedRows) s += "_packed";
+  if (layout == OperandLayout::kExpandedRows) s += "_expanded";
   return s;
 }
 
@@ -292,7 +288,14 @@ namespace {
 // consumers' registers); 32-token tiles when decode-sized, 64 otherwise (half the weight
 // conversions per token). The 128-token tile (a quarter) is picked from 128 rows per expert only
 // with DMOE_GEMM_EXPERIMENTAL: one A register set and spilling consumers made it slower (G54).
+// Expanded token rows (prefill-sized contexts, memory_plan.h): the 128-token tile, whose consumers
+// have the registers the producer warps no longer need.
 GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {
+  if (p.a_format == kNvfp4ExpandedRows) {  // prefill-sized contexts: 128 tokens, no token conversion
+    GroupedGemmConfig c = tile(256, 128, 2, p, sms);
+    c.swap_ab = true;
+    return c;
+  }
   const bool wide = grouped_gemm_experimental_requested() && usable_rows(p) >= 128 * p.e_local;
   GroupedGemmConfig c = is_decode(p) ? tile(256, 32, 4, p, sms)
                         : wide       ? tile(256, 128, 2, p, sms)
@@ -302,7 +305,7 @@ GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {
 }
 
 GroupedGemmConfig select_default(const GroupedGemmProblem& p, int device_num_sms) {
-  if (p.a_format == kNvfp4Rows) return select_nvfp4(p, device_num_sms);
+  if (p.a_format == kNvfp4Rows || p.a_format == kNvfp4ExpandedRows) return select_nvfp4(p, device_num_sms);
   if (p.a_format == kFp8BlockwiseRows || p.a_format == kFp8BlockwiseRowsT) return select_fp8_blockwise(p, device_num_sms);
   if (p.a_format == kMxfp8Rows) return select_mxfp8(p, device_num_sms);
   switch (p.op) {
@@ -315,6 +318,15 @@ GroupedGemmConfig select_default(const GroupedGemmProblem& p, int device_num_sms
 }
 
 }  // namespace
+
+// A stage row is one 128-byte swizzle row of the contraction, so the k block holds 1024 bits /
+// value bits of A: 64 BF16, 128 FP8, 256 FP4. NVFP4 kernels stage 128 packed weight bytes (256
+// values) whatever form the tokens take (expanded FP16 rows included).
+int grouped_gemm_block_k(const OperandFormat& a, const OperandFormat& b) {
+  if (b == kNvfp4Weight) return 256;
+  const int bits = a.data == DType::kFloat4E2M1x2 ? 4 : 8 * static_cast<int>(element_size(a.data));
+  return 1024 / bits;
+}
 
 bool grouped_gemm_experimental_requested() {
   static const bool on = core::env_flag("DMOE_GEMM_EXPERIMENTAL");

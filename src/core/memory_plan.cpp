@@ -84,15 +84,17 @@ i64 training_scratch_peak(const Dims& d, i64 R) {
          b.col(R, 2 * d.F) /*dxy*/;
 }
 
-// Inference (forward-only) scratch for R received rows.
-i64 inference_scratch(const Dims& d, i64 R) {
+// Inference (forward-only) scratch for R received rows. `expand`: NVFP4's FP16 token rows (x, then
+// h2) and their FP32 token_scale_inv, beyond upstream's plan (nvfp4_expands_token_rows).
+i64 inference_scratch(const Dims& d, i64 R, bool expand) {
   const i64 h1 = A(R * 2 * d.F * 2);
   if (!d.bs) return A(R * d.D * 2) + h1 + A(R * d.F * 2);
   // Row-quant scratch (x_gathered and h2 row bundles: one max-size slot staged, adjacent for Mega)
   // plus BF16 h1.
   const Bundles b = bundles(*d.bs);
   const i64 x_row = b.row(R, d.D), h2_row = b.row(R, d.F);
-  return (d.mega() ? x_row + h2_row : std::max(x_row, h2_row)) + h1;
+  const i64 expanded = expand ? A(R * std::max(d.D, d.F) * 2) + A(R * 4) : 0;
+  return (d.mega() ? x_row + h2_row : std::max(x_row, h2_row)) + h1 + expanded;
 }
 
 }  // namespace
@@ -117,6 +119,15 @@ int64_t plan_max_recv_rows(int64_t tokens, int64_t top_k, double factor, int64_t
   if (row_multiple > 1)  // every local expert is padded independently
     cap = (cap + local_experts * (row_multiple - 1)) / row_multiple * row_multiple;
   return cap;
+}
+
+bool nvfp4_expands_token_rows(const Config& config, int64_t ep_size, double total_scratch_capacity_factor) {
+  if (!config.inference || !config.block_scaled || config.block_scaled->format != BlockScaledFormat::kNVFP4 ||
+      ep_size <= 0 || config.num_experts % ep_size != 0)
+    return false;
+  const i64 L = config.num_experts / ep_size;
+  return plan_max_recv_rows(config.max_num_local_input_tokens, config.top_k, total_scratch_capacity_factor, L, ep_size,
+                            kBlockScaledRoutingRows) >= kNvfp4ExpandRowsPerExpert * L;
 }
 
 MemoryPlan plan_memory(const Config& config, int64_t ep_size, const PlanOptions& options) {
@@ -169,9 +180,10 @@ MemoryPlan plan_memory(const Config& config, int64_t ep_size, const PlanOptions&
 
   // ---- scratch ----
   if (config.inference) {
-    p.device_scratch_bytes = A(inference_scratch(d, p.device_scratch_capacity_rows));
+    const bool expand = nvfp4_expands_token_rows(config, ep_size, f_tot);
+    p.device_scratch_bytes = A(inference_scratch(d, p.device_scratch_capacity_rows, expand));
     p.host_scratch_bytes =
-        std::max<i64>(0, A(inference_scratch(d, p.total_scratch_capacity_rows)) - p.device_scratch_bytes);
+        std::max<i64>(0, A(inference_scratch(d, p.total_scratch_capacity_rows, expand)) - p.device_scratch_bytes);
   } else {
     p.device_scratch_bytes = A(training_scratch_peak(d, p.device_scratch_capacity_rows));
     p.host_scratch_bytes =

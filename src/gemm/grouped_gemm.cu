@@ -146,17 +146,11 @@ GemmEpilogueKind epilogue_of(GroupedGemmOp op, DType out) {
   return out == DType::kFloat32 ? GemmEpilogueKind::kStoreFp32 : GemmEpilogueKind::kStoreBf16;
 }
 
-// Values per 128-byte k block of a format (64 BF16): what GroupedGemmConfig::block_k names.
-int block_k_of(const OperandFormat& f) {
-  const int bits = f.data == DType::kFloat4E2M1x2 ? 4 : 8 * static_cast<int>(element_size(f.data));
-  return 1024 / bits;
-}
-
 GroupedGemmConfig config_of(const GemmKernelEntry& e, int sms) {
   GroupedGemmConfig c;
   c.block_m = e.block_m;
   c.block_n = e.block_n;
-  c.block_k = block_k_of(e.a);
+  c.block_k = grouped_gemm_block_k(e.a, e.b);
   c.stages = e.stages;
   c.num_sms = sms;
   c.swap_ab = e.kind == GemmKind::kFpropSwapAB;
@@ -182,11 +176,16 @@ bool entry_matches(const GemmKernelEntry& e, GroupedGemmOp op, DType out, bool g
 // The block scales a call's formats need are given (and only those).
 void check_scales(const GroupedGemmCommon& c, const char* op) {
   const OperandScales& s = c.scales;
-  if (c.a_format == kNvfp4Rows) {
-    // The packed token rows carry their E4M3 scales and FP32 token_scale_inv; the weight's E4M3
-    // scales [e_local * n, k/16] and FP32 global_scale_inv [e_local] come separately.
-    DMOE_CHECK_ARG(s.a == nullptr, op, ": scales.a must be nullptr for A=", c.a_format.name(),
-                   " (the packed rows carry their scales)");
+  if (c.a_format == kNvfp4Rows || c.a_format == kNvfp4ExpandedRows) {
+    // The packed token rows carry their E4M3 scales and FP32 token_scale_inv; expanded rows have
+    // their scales folded in and the FP32 token_scale_inv [m_capacity] in scales.a. The weight's
+    // E4M3 scales [e_local * n, k/16] and FP32 global_scale_inv [e_local] come separately.
+    if (c.a_format == kNvfp4Rows)
+      DMOE_CHECK_ARG(s.a == nullptr, op, ": scales.a must be nullptr for A=", c.a_format.name(),
+                     " (the packed rows carry their scales)");
+    else
+      DMOE_CHECK_ARG(s.a != nullptr && reinterpret_cast<uintptr_t>(s.a) % 4 == 0, op, ": A=", c.a_format.name(),
+                     " needs its FP32 token_scale_inv [m_capacity] in scales.a (4-byte aligned)");
     DMOE_CHECK_ARG(s.b != nullptr && s.b_global != nullptr, op, ": B (", c.b_format.name(),
                    ") needs its E4M3 scales in scales.b and its global_scale_inv in scales.b_global");
     DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(s.b) % 16 == 0, op, ": scales.b must be 16-byte aligned");
@@ -295,7 +294,7 @@ void check_common(const GroupedGemmCommon& c, const char* op) {
   DMOE_CHECK_ARG(c.e_local * c.n <= kInt32Max, op, ": e_local * n = ", c.e_local * c.n,
                  " weight rows exceed the int32 TMA coordinate range");
   if (c.config != nullptr) {
-    const int block_k = block_k_of(c.a_format);  // one 128-byte k block
+    const int block_k = grouped_gemm_block_k(c.a_format, c.b_format);  // one stage row of k
     DMOE_CHECK_ARG(c.config->block_k == block_k, op, ": config.block_k must be ", block_k, ", got ",
                    c.config->block_k);
     DMOE_CHECK_ARG(c.config->cluster_m == 1 || c.config->cluster_m == 2, op, ": config.cluster_m must be 1 or 2, got ",

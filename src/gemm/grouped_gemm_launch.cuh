@@ -122,23 +122,30 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     sc.tiles_for_empty_experts = L.tiles_for_empty_experts ? 1 : 0;
     tiles_upper_bound = static_cast<int64_t>(L.e_local) * sc.fixed_m_blocks * kCluster * sc.fixed_n_blocks;
   } else if constexpr (IsNvfp4<Mainloop>::value) {
-    // NVFP4 swap-AB: TMA brings the packed weight rows [E*N, K/2] bytes and the codes of the packed
-    // token rows [m_capacity, K/2] (rows nvfp4_packed_row_bytes apart); the producer warps read the
-    // rows' E4M3 scales, the epilogue their FP32 token_scale_inv.
-    const int64_t packed = numeric::nvfp4_packed_row_bytes(L.k);
+    // NVFP4 swap-AB: TMA brings the packed weight rows [E*N, K/2] bytes and either the codes of the
+    // packed token rows [m_capacity, K/2] (rows nvfp4_packed_row_bytes apart; the producer warps read
+    // the rows' E4M3 scales, the epilogue their FP32 token_scale_inv) or the expanded FP16 rows
+    // [m_capacity, K] with the token_scale_inv array [m_capacity] in scales.a.
     set_operand(om, gemm::kMapA, L.b, nullptr);
     set_map(om, gemm::kMapA, make_tma_2d(L.b, 1, weight_total_rows, L.k / 2, L.k / 2, Mainloop::kBoxAOuter,
                                          "NVFP4 weights"));
     set_operand(om, gemm::kMapB, rows_a, nullptr);
-    set_map(om, gemm::kMapB, make_tma_2d(rows_a, 1, L.m_capacity, L.k / 2, packed, BN, "NVFP4 token rows"));
     ml.num_k_blocks = L.k / Mainloop::kBlockK;
     ml.split_offset = L.n / 2;
     ml.b_scales = L.b_scales;
-    ml.packed_rows = static_cast<const uint8_t*>(rows_a);
-    ml.packed_row_bytes = packed;
-    p.epilogue.token_scale_inv = reinterpret_cast<const float*>(static_cast<const uint8_t*>(rows_a) +
-                                                                numeric::nvfp4_packed_row_token_scale_offset(L.k));
-    p.epilogue.token_scale_stride = packed / 4;
+    if constexpr (Mainloop::kExpandedTokens) {
+      set_map(om, gemm::kMapB, make_tma_2d(rows_a, 2, L.m_capacity, L.k, L.k, BN, "NVFP4 expanded token rows"));
+      p.epilogue.token_scale_inv = static_cast<const float*>(L.a_scales);
+      p.epilogue.token_scale_stride = 1;
+    } else {
+      const int64_t packed = numeric::nvfp4_packed_row_bytes(L.k);
+      set_map(om, gemm::kMapB, make_tma_2d(rows_a, 1, L.m_capacity, L.k / 2, packed, BN, "NVFP4 token rows"));
+      ml.packed_rows = static_cast<const uint8_t*>(rows_a);
+      ml.packed_row_bytes = packed;
+      p.epilogue.token_scale_inv = reinterpret_cast<const float*>(static_cast<const uint8_t*>(rows_a) +
+                                                                  numeric::nvfp4_packed_row_token_scale_offset(L.k));
+      p.epilogue.token_scale_stride = packed / 4;
+    }
     p.epilogue.expert_scale_inv = L.b_global;
     p.epilogue.acc_scale = kNvfp4AccScale;
     sc.fixed_m_blocks = Mainloop::kSplit ? (L.n / 2) / (BM / 2) : ceil_div_i32(L.n, BM);
@@ -269,9 +276,10 @@ inline constexpr bool kSpecFp8Blockwise = (kSpec<I>.a == kFp8BlockwiseRows && kS
 template <size_t I>
 inline constexpr bool kSpecMxfp8 = kSpec<I>.a == kMxfp8Rows && kSpec<I>.b == kMxfp8Weight;
 
-// Whether entry I is an NVFP4 kernel (packed token rows x NVFP4 weights, FP16 RS wgmma).
+// Whether entry I is an NVFP4 kernel (packed or expanded token rows x NVFP4 weights, FP16 RS wgmma).
 template <size_t I>
-inline constexpr bool kSpecNvfp4 = kSpec<I>.a == kNvfp4Rows && kSpec<I>.b == kNvfp4Weight;
+inline constexpr bool kSpecNvfp4 =
+    (kSpec<I>.a == kNvfp4Rows || kSpec<I>.a == kNvfp4ExpandedRows) && kSpec<I>.b == kNvfp4Weight;
 
 // The operand type of an entry's wgmma: BF16 without scales, an E4M3 pair, or NVFP4's FP16.
 template <size_t I>
@@ -304,7 +312,7 @@ using SpecFp8BlockwiseMainloop =
 
 template <size_t I>
 using SpecMainloop = std::conditional_t<
-    kSpecNvfp4<I>, gemm::Sm90Nvfp4SwapABMainloop<SpecMainloopConfig<I>>,
+    kSpecNvfp4<I>, gemm::Sm90Nvfp4SwapABMainloop<SpecMainloopConfig<I>, kSpec<I>.a == kNvfp4ExpandedRows>,
     std::conditional_t<kSpecMxfp8<I>, SpecMxfp8Mainloop<I>,
                        std::conditional_t<kSpecFp8Blockwise<I>, SpecFp8BlockwiseMainloop<I>,
                                           gemm::Sm90Mainloop<SpecMainloopConfig<I>>>>>;

@@ -82,6 +82,12 @@ struct GemmKernelSpec {
     s.b = kNvfp4Weight;
     return s;
   }
+  constexpr GemmKernelSpec nvfp4_expanded() const {  // expanded FP16 token rows x NVFP4 weights (swap-AB)
+    GemmKernelSpec s = *this;
+    s.a = kNvfp4ExpandedRows;
+    s.b = kNvfp4Weight;
+    return s;
+  }
   constexpr GemmKernelSpec fp8_blockwise_cols() const {  // WGRAD: both operands transposed E4M3 columns
     GemmKernelSpec s = *this;
     s.a = kFp8BlockwiseRowsT;
@@ -211,6 +217,10 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     decode_kernel(GemmEpilogueKind::kSwiglu, 256, 64, 3).nvfp4(),
     decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 128, 2).nvfp4(),
     decode_kernel(GemmEpilogueKind::kSwiglu, 256, 128, 2).nvfp4(),
+    // The token rows expanded to FP16 once per call (prefill-sized contexts): TMA brings them, no
+    // producer warp converts tokens, the consumers get 232 registers.
+    decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 128, 2).nvfp4_expanded(),
+    decode_kernel(GemmEpilogueKind::kSwiglu, 256, 128, 2).nvfp4_expanded(),
 };
 inline constexpr size_t kNumGemmKernels = sizeof(kGemmKernelSpecs) / sizeof(kGemmKernelSpecs[0]);
 

@@ -12,6 +12,7 @@
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/fp8_blockwise.cuh"
 #include "dist_moe/device/numeric/mxfp8.cuh"
+#include "quant/quant_common.cuh"
 #include "quant/quantize.h"
 
 namespace dist_moe::quant {
@@ -82,11 +83,7 @@ void gather_packed_rows(const char* name, const void* const* row_ptrs, const Row
                        rows.scale_row_stride % 4 == 0 && rows.scale_row_stride >= cols / kBlock,
                    name, ": the scales must be plain rows (block stride 1), 4-byte aligned with a stride of 4");
   if (capacity == 0) return;
-  int device = 0, sms = 0;
-  DMOE_CUDA_CHECK(cudaGetDevice(&device));
-  DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t blocks = std::min<int64_t>((capacity + kWarps - 1) / kWarps, int64_t{sms} * 8);
-  gather_packed_rows_kernel<Scale, kBlock><<<static_cast<unsigned>(blocks), kGatherThreads, 0, stream>>>(
+  gather_packed_rows_kernel<Scale, kBlock><<<row_grid(capacity, kWarps), kGatherThreads, 0, stream>>>(
       row_ptrs, groups.offsets_G1, groups.num_groups, capacity, cols, rows);
   DMOE_CUDA_CHECK_LAUNCH();
 }
@@ -116,11 +113,7 @@ void nvfp4_gather_packed_rows(const void* const* row_ptrs, const RowGroups& grou
                  name, ": row_ptrs, the group offsets and rows are required");
   DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(rows) % 16 == 0, name, ": rows must be 16-byte aligned");
   if (capacity == 0) return;
-  int device = 0, sms = 0;
-  DMOE_CUDA_CHECK(cudaGetDevice(&device));
-  DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t blocks = std::min<int64_t>((capacity + kWarps - 1) / kWarps, int64_t{sms} * 8);
-  gather_nvfp4_rows_kernel<<<static_cast<unsigned>(blocks), kGatherThreads, 0, stream>>>(
+  gather_nvfp4_rows_kernel<<<row_grid(capacity, kWarps), kGatherThreads, 0, stream>>>(
       row_ptrs, groups.offsets_G1, groups.num_groups, capacity, nvfp4_packed_row_bytes(cols) / 16,
       static_cast<uint4*>(rows));
   DMOE_CUDA_CHECK_LAUNCH();

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -261,6 +262,17 @@ __device__ __forceinline__ void store_byte_tile(uint8_t (*staged)[kTile], uint8_
       *reinterpret_cast<uint4*>(dst + f * dst_row_stride + p * 16) =
           *reinterpret_cast<const uint4*>(&staged[f][staged_piece(f, p) * 16]);
   }
+}
+
+// ---- grids (host side) ------------------------------------------------------------------------------
+
+// CTAs of a grid-stride launch over `rows` rows, `rows_per_cta` at a time: enough to cover them, at
+// most 8 per SM of the current device.
+inline unsigned row_grid(int64_t rows, int rows_per_cta) {
+  int device = 0, sms = 0;
+  DMOE_CUDA_CHECK(cudaGetDevice(&device));
+  DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return static_cast<unsigned>(std::min<int64_t>((rows + rows_per_cta - 1) / rows_per_cta, int64_t{sms} * 8));
 }
 
 // ---- CTA regions of tiles (host side) -------------------------------------------------------------

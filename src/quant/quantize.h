@@ -252,4 +252,13 @@ inline Nvfp4RowsOut nvfp4_packed_rows_out(void* base, int64_t row_stride_bytes, 
 void nvfp4_gather_packed_rows(const void* const* row_ptrs, const RowGroups& groups, int64_t capacity, int64_t cols,
                               void* rows, cudaStream_t stream);
 
+// Packed NVFP4 rows expanded to FP16 for the prefill-sized GEMMs (kNvfp4ExpandedRows): row m of
+// `out` [capacity, cols] (16-byte aligned) from packed row m -- row_ptrs[m] (a gather; nullptr: a
+// padding row, zeros) or, with row_ptrs == nullptr, packed + m * packed_stride -- for the groups'
+// rows (offsets_G1[num_groups] of them): elements e2m1 x s x 2^-7 in FP16, exact, K permuted within
+// every 256 as the NVFP4 kernels' token boxes (gemm/nvfp4_operands.cuh); the row's FP32
+// token_scale_inv into token_scale_inv[m] (0 for padding rows). cols % 256 == 0.
+void nvfp4_expand_rows(const void* const* row_ptrs, const void* packed, int64_t packed_stride, const RowGroups& groups,
+                       int64_t capacity, int64_t cols, void* out, float* token_scale_inv, cudaStream_t stream);
+
 }  // namespace dist_moe::quant

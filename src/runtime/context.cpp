@@ -65,11 +65,13 @@ namespace {
 // The MXFP8 static scratch (planner::mxfp8_scratch) at the receive capacity, top down from the
 // buffer's end: it must fit above the slots (plan_memory sizes the scratch by the same terms), and
 // the WGRAD operands dequantized to BF16 rows must fit in the regions dead by then.
-// NVFP4 (inference only) lays out its own two regions the same way (planner::nvfp4_scratch).
+// NVFP4 (inference only) lays out its own regions the same way (planner::nvfp4_scratch), with the
+// expanded FP16 token rows when its calls are prefill-sized (nvfp4_expands_token_rows).
 void lay_out_mxfp8_scratch(Context::Impl& c) {
   const int64_t cap = c.capacity_rows(), D = c.config.hidden_dim, F = c.config.intermediate_dim;
   const bool nvfp4 = c.config.block_scaled->format == BlockScaledFormat::kNVFP4;
-  const planner::Mxfp8Scratch s = nvfp4 ? planner::nvfp4_scratch(cap, D, F, c.geometry.buffer_bytes)
+  const bool expand = nvfp4_expands_token_rows(c.config, c.world, c.plan.total_scratch_capacity_factor);
+  const planner::Mxfp8Scratch s = nvfp4 ? planner::nvfp4_scratch(cap, D, F, c.geometry.buffer_bytes, expand)
                                         : planner::mxfp8_scratch(cap, D, F, c.config.inference, c.geometry.buffer_bytes);
   const int64_t floor = c.geometry.num_slots * c.geometry.slot_bytes;
   if (s.bottom < floor)

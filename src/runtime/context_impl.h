@@ -10,6 +10,7 @@
 #include "dist_moe/device/planner/activation_planner.cuh"
 #include "dist_moe/routed_experts.h"
 #include "dist_moe/grouped_gemm.h"
+#include "dist_moe/memory_plan.h"
 #include "core/debug_env.h"
 #include "kernels/pipeline_glue.h"
 #include "runtime/activation_buffer.h"
@@ -20,12 +21,12 @@ namespace dist_moe::runtime {
 // WGRAD operands' blocks run along tokens and restart at each expert): 32 for MXFP8 (and for every
 // inference layer, which has no columns: 32 keeps the row quantizers' groups whole), 128 for
 // FP8-blockwise training (1x128 blocks along tokens). The plan's capacity keeps upstream's 128-row
-// bound (memory_plan.h kBlockScaledRowMultiple) for all of them. context.cpp says more.
-inline constexpr int kBlockScaledRoutingRows = 32;
+// bound (memory_plan.h kBlockScaledRowMultiple) for all of them (kBlockScaledRoutingRows: 32).
+// context.cpp says more.
 inline int routing_row_alignment(const Config& config) {
   if (!config.block_scaled) return 1;
   const bool fp8_columns = config.block_scaled->format == BlockScaledFormat::kFP8Blockwise && !config.inference;
-  return fp8_columns ? 128 : kBlockScaledRoutingRows;
+  return fp8_columns ? 128 : static_cast<int>(kBlockScaledRoutingRows);
 }
 
 // One device allocation of small int64/int32 arrays, carved in 128-byte aligned pieces.

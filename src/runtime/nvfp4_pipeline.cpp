@@ -11,6 +11,11 @@
 // Scratch (planner::Mxfp8Scratch, inference): the row region holds the packed x rows, then the
 // packed h2 rows (each at most upstream's row bundle: C/2 + C/16 + 4 bytes per row against the
 // C + C/32 the MXFP8 layout reserves); h1's region holds the BF16 h2 (h1 is not kept).
+//
+// Prefill-sized contexts (memory_plan.h nvfp4_expands_token_rows) expand the tokens to FP16 once
+// instead of letting every weight tile's producer warps convert them: the routed rows straight from
+// the dispatch windows into the expanded region (x), and the packed h2 rows after their
+// quantization (h2, over x's dead rows); the GEMMs read kNvfp4ExpandedRows with the 128-token tile.
 #include "runtime/nvfp4_pipeline.h"
 
 #include "dist_moe/check.h"
@@ -22,11 +27,12 @@
 namespace dist_moe::runtime {
 namespace {
 
-// A layer GEMM's operands made NVFP4: packed token rows against a prepared weight.
-void use_nvfp4_operands(GroupedGemmCommon& g, const PreparedWeightBuffers& w) {
-  g.a_format = kNvfp4Rows;
+// A layer GEMM's operands made NVFP4: packed token rows (or expanded ones, with their FP32
+// token_scale_inv) against a prepared weight.
+void use_nvfp4_operands(GroupedGemmCommon& g, const PreparedWeightBuffers& w, const float* expanded_scales) {
+  g.a_format = expanded_scales != nullptr ? kNvfp4ExpandedRows : kNvfp4Rows;
   g.b_format = kNvfp4Weight;
-  g.scales = OperandScales{nullptr, 0, w.fprop_scale, w.global_scale_inv};
+  g.scales = OperandScales{expanded_scales, 0, w.fprop_scale, w.global_scale_inv};
 }
 
 // Gathered x rows -> W13 FPROP + SwiGLU -> packed h2 rows -> W2 FPROP scattering h3 routes.
@@ -40,13 +46,21 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   const quant::RowGroups groups{t.real_counts, t.offsets, static_cast<int32_t>(c.local_experts)};
   uint8_t* rows = at(c, c.mxfp8_scratch.row);
   void* h2_bf16 = at(c, c.mxfp8_scratch.h2_bf16());
+  const bool expand = c.mxfp8_scratch.expanded != 0;
+  void* expanded = expand ? at(c, c.mxfp8_scratch.expanded) : nullptr;
+  float* expanded_scales = expand ? reinterpret_cast<float*>(at(c, c.mxfp8_scratch.expanded_scales)) : nullptr;
 
-  quant::nvfp4_gather_packed_rows(t.gather_src, groups, cap, D, rows, stream);
-  c.stage("gather_x_rows", stream);
+  if (expand) {
+    quant::nvfp4_expand_rows(t.gather_src, nullptr, 0, groups, cap, D, expanded, expanded_scales, stream);
+    c.stage("expand_x_rows", stream);
+  } else {
+    quant::nvfp4_gather_packed_rows(t.gather_src, groups, cap, D, rows, stream);
+    c.stage("gather_x_rows", stream);
+  }
 
   W13FpropArgs f13 = w13_fprop_args(c, in, t.counts);
-  use_nvfp4_operands(f13.common, w13);
-  f13.a = rows;
+  use_nvfp4_operands(f13.common, w13, expanded_scales);
+  f13.a = expand ? expanded : rows;
   f13.w13 = w13.fprop_data;
   f13.h1 = nullptr;
   f13.h2 = h2_bf16;
@@ -60,10 +74,15 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   quant::nvfp4_quantize_rows(scratch_rows(c, h2_bf16, F),
                              quant::nvfp4_packed_rows_out(rows, quant::nvfp4_packed_row_bytes(F), F), stream);
   c.stage("quantize_h2", stream);
+  if (expand) {
+    quant::nvfp4_expand_rows(nullptr, rows, quant::nvfp4_packed_row_bytes(F), groups, cap, F, expanded,
+                             expanded_scales, stream);
+    c.stage("expand_h2_rows", stream);
+  }
 
   FpropArgs f2 = w2_fprop_args(c, in, t.counts);
-  use_nvfp4_operands(f2.common, w2);
-  f2.a = rows;
+  use_nvfp4_operands(f2.common, w2, expanded_scales);
+  f2.a = expand ? expanded : rows;
   f2.w = w2.fprop_data;
   f2.scatter.row_ptrs = t.scatter_dst;
   grouped_gemm_fprop(f2, stream);

@@ -462,6 +462,33 @@ TEST(ActivationPlanner, Mxfp8AccountingAgreesWithThePlan) {
 
 // A scratch-only MXFP8 forward (inference, no-grad, recompute_from_inputs) takes no slot space and
 // its backward recomputes from the caller's x.
+// NVFP4's scratch (inference): h1 | row at the top, and for prefill-sized contexts the expanded FP16
+// token rows and their scales below, all within the plan's scratch (which adds exactly that term).
+TEST(ActivationPlanner, Nvfp4ScratchFitsThePlan) {
+  struct Shape { int64_t T, D, F, K, E, R; bool expands; };
+  for (const Shape& s : {Shape{16, 7168, 2048, 8, 256, 1, false}, Shape{4096, 7168, 2048, 8, 256, 8, true},
+                         Shape{512, 1024, 768, 4, 16, 1, true}, Shape{96, 256, 256, 2, 8, 1, false}}) {
+    Config c = mxfp8_config(s.T, s.D, s.F, s.K, s.E, 1, true);
+    c.block_scaled->format = BlockScaledFormat::kNVFP4;
+    const MemoryPlan p = plan_memory(c, s.R);
+    const bool expand = nvfp4_expands_token_rows(c, s.R, p.total_scratch_capacity_factor);
+    EXPECT_EQ(expand, s.expands) << "T=" << s.T << " E=" << s.E;
+    const int64_t top = p.total_device_buffer_bytes + p.host_scratch_bytes;
+    const int64_t cap = p.total_scratch_capacity_rows;
+    const planner::Mxfp8Scratch m = planner::nvfp4_scratch(cap, s.D, s.F, top, expand);
+    EXPECT_GE(m.bottom, p.total_activation_bytes) << "T=" << s.T;
+    EXPECT_EQ(m.h1 + planner::align128(cap * 2 * s.F * 2), top);
+    if (!expand) {
+      EXPECT_EQ(m.expanded, 0);
+      EXPECT_EQ(m.bottom, m.row);
+      continue;
+    }
+    EXPECT_EQ(m.bottom, m.expanded);
+    EXPECT_EQ(m.expanded_scales - m.expanded, planner::align128(cap * std::max(s.D, s.F) * 2));
+    EXPECT_EQ(m.row - m.expanded_scales, planner::align128(cap * 4));
+  }
+}
+
 TEST(ActivationPlanner, Mxfp8ScratchOnlyPlansKeepTheSlots) {
   const Config c = mxfp8_config(64, 256, 256, 2, 8, 1, false);
   const MemoryPlan p = plan_memory(c, 1);

@@ -292,6 +292,11 @@ TEST(GemmConfig, Nvfp4TakesSwapABTiles) {
   EXPECT_EQ(pick(p).name(), "256x64x256_s3_swapab");
   p.m_capacity = 1024;
   EXPECT_EQ(pick(p).name(), "256x32x256_s4_swapab");
+  // Expanded FP16 token rows (prefill-sized contexts): the 128-token tile.
+  p.a_format = kNvfp4ExpandedRows;
+  p.m_capacity = 65536 + 256 * 31;
+  EXPECT_EQ(pick(p).name(), "256x128x256_s2_swapab");
+  EXPECT_EQ(kNvfp4ExpandedRows.name(), "f16_e4m3_1x16_fp32g_expanded");
 }
 
 }  // namespace

@@ -325,11 +325,16 @@ TEST(MemoryPlan, BlockScaledInferenceBytesFollowUpstreamFormulas) {
   };
   // MXFP8 rows: x = 98304 + 12288, h2 = 196608 + 24576. NVFP4 rows (packed E2M1, 4x E4M3 scales,
   // FP32 inverse token scale per row): x = 49152 + 26112, h2 = 98304 + 50688. h1 = 786432.
+  // These NVFP4 calls reach 128 rows per local expert, so Hopper's expanded token rows come on top
+  // of upstream's terms (Nvfp4ExpandedTokenRows below): FP16 [rows, max(D, F)] + FP32 [rows],
+  // 393216 + 1536 at the 384 device rows, 655360 + 2560 at the 640 total rows (+263168 host).
+  const int64_t expanded = 393216 + 1536, expanded_host = 655360 + 2560 - expanded;
   const Case cases[] = {
       {BlockScaledFormat::kMXFP8_E4M3, BlockScaledPipeline::kStaged, 221184 + 786432, 671744},
       {BlockScaledFormat::kMXFP8_E4M3, BlockScaledPipeline::kMega, 110592 + 221184 + 786432, 745472},
-      {BlockScaledFormat::kNVFP4, BlockScaledPipeline::kStaged, 148992 + 786432, 623616},
-      {BlockScaledFormat::kNVFP4, BlockScaledPipeline::kMega, 75264 + 148992 + 786432, 673792},
+      {BlockScaledFormat::kNVFP4, BlockScaledPipeline::kStaged, 148992 + 786432 + expanded, 623616 + expanded_host},
+      {BlockScaledFormat::kNVFP4, BlockScaledPipeline::kMega, 75264 + 148992 + 786432 + expanded,
+       673792 + expanded_host},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(std::string(to_string(k.pipeline)) + (k.format == BlockScaledFormat::kNVFP4 ? " nvfp4" : " mxfp8"));
@@ -347,6 +352,34 @@ TEST(MemoryPlan, BlockScaledInferenceBytesFollowUpstreamFormulas) {
     EXPECT_EQ(p.host_scratch_bytes, k.host);
     EXPECT_EQ(p.total_device_buffer_bytes, k.device);
   }
+}
+
+// NVFP4 inference expands its tokens to FP16 rows (scratch beyond upstream's plan) exactly when a
+// call's rows -- T*K*f padded to 32 per local expert -- reach 128 per local expert.
+TEST(MemoryPlan, Nvfp4ExpandedTokenRows) {
+  Config c = make_config(128, 256, 512, 2, 4, 1);
+  c.inference = true;
+  c.num_activation_slots = 0;
+  c.block_scaled = BlockScaledConfig{};
+  c.block_scaled->format = BlockScaledFormat::kNVFP4;
+  // ep2, f = 1: L = 2, rows min(128 * 2, 128 * 2 * 2) = 256, padded: 256 >= 2 * 128.
+  EXPECT_TRUE(nvfp4_expands_token_rows(c, 2, 1.0));
+  c.max_num_local_input_tokens = 64;  // 128 rows: 64 per local expert
+  EXPECT_FALSE(nvfp4_expands_token_rows(c, 2, 1.0));
+  EXPECT_TRUE(nvfp4_expands_token_rows(c, 2, 2.0));  // the total factor doubles them
+  // Without expansion the plan is upstream's: the larger row bundle (h2: A(R * 256) + A(R * 128 +
+  // R * 4)) plus h1 = A(R * 2048) at the R device rows.
+  const MemoryPlan small = plan_memory(c, 2);
+  EXPECT_FALSE(nvfp4_expands_token_rows(c, 2, small.total_scratch_capacity_factor));
+  const int64_t R = small.device_scratch_capacity_rows;
+  EXPECT_EQ(small.device_scratch_bytes, align_up(R * 256) + align_up(R * 128 + R * 4) + align_up(R * 2048));
+  // MXFP8 and training never expand.
+  c.max_num_local_input_tokens = 128;
+  c.block_scaled->format = BlockScaledFormat::kMXFP8_E4M3;
+  EXPECT_FALSE(nvfp4_expands_token_rows(c, 2, 1.0));
+  c.block_scaled->format = BlockScaledFormat::kNVFP4;
+  c.inference = false;
+  EXPECT_FALSE(nvfp4_expands_token_rows(c, 2, 1.0));
 }
 
 TEST(MemoryPlan, VmmSectionsResolveWithGranularity) {

@@ -7,7 +7,10 @@
 // magnitudes over 2^-6 .. 2^6 (so their token scales differ) and each expert another (so do the
 // global scales): a scale applied to the wrong row, expert or block fails by orders of magnitude.
 // Every compiled configuration runs, on ragged counts with empty experts and tails that are not tile
-// multiples, and rows past sum(counts) must stay untouched.
+// multiples, and rows past sum(counts) must stay untouched; the kernels that read expanded FP16 token
+// rows (kNvfp4ExpandedRows) get them from quant::nvfp4_expand_rows on the same packed rows, whose
+// FP16 values are checked bitwise against the host (Nvfp4ExpandRows).
+#include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "dist_moe/check.h"
+#include "dist_moe/device/gemm/nvfp4_operands.cuh"
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "dist_moe/prepare_weight.h"
 #include "dist_moe/prepared_weight.h"
@@ -116,33 +120,71 @@ Operands operands(const Nvfp4Case& cs) {
   return o;
 }
 
+// Exclusive prefix sums of the counts, [e_local + 1] (what RowGroups::offsets_G1 holds).
+std::vector<int32_t> offsets_of(const std::vector<int32_t>& counts) {
+  std::vector<int32_t> o(counts.size() + 1, 0);
+  for (size_t e = 0; e < counts.size(); ++e) o[e + 1] = o[e] + counts[e];
+  return o;
+}
+
+// The A operand a kernel reads: the packed rows as they are, or (kNvfp4ExpandedRows) expanded to
+// FP16 rows [cap, K] with their FP32 token_scale_inv [cap].
+struct TokenOperand {
+  const void* rows = nullptr;
+  DeviceBuffer<uint16_t> expanded;
+  DeviceBuffer<float> token_scale_inv;
+  DeviceBuffer<int32_t> offsets;
+};
+TokenOperand token_operand(const Operands& o, const Nvfp4Case& cs, const OperandFormat& a) {
+  TokenOperand t;
+  t.rows = o.a.packed.get();
+  if (a != kNvfp4ExpandedRows) return t;
+  t.expanded = DeviceBuffer<uint16_t>(static_cast<size_t>(o.cap * cs.k));
+  t.token_scale_inv = DeviceBuffer<float>(static_cast<size_t>(o.cap));
+  t.offsets = DeviceBuffer<int32_t>(offsets_of(o.counts));
+  const quant::RowGroups groups{nullptr, t.offsets.get(), static_cast<int32_t>(cs.e_local)};
+  quant::nvfp4_expand_rows(nullptr, o.a.packed.get(), quant::nvfp4_packed_row_bytes(cs.k), groups, o.cap, cs.k,
+                           t.expanded.get(), t.token_scale_inv.get(), nullptr);
+  t.rows = t.expanded.get();
+  return t;
+}
+
 GroupedGemmCommon common_of(const Operands& o, const DeviceBuffer<int32_t>& counts, const Nvfp4Case& cs,
-                            const GroupedGemmConfig* cfg) {
+                            const GemmParam* param, const TokenOperand& t) {
   GroupedGemmCommon c;
   c.counts = counts.get();
   c.e_local = cs.e_local;
   c.m_capacity = o.cap;
   c.n = cs.n;
   c.k = cs.k;
-  c.config = cfg;
-  c.a_format = kNvfp4Rows;
+  c.config = param ? &param->config : nullptr;
+  c.a_format = param ? param->a_format : kNvfp4Rows;
   c.b_format = kNvfp4Weight;
-  c.scales = OperandScales{nullptr, 0, o.w.s.get(), o.w.gsi.get()};
+  const float* token_scales = c.a_format == kNvfp4ExpandedRows ? t.token_scale_inv.get() : nullptr;
+  c.scales = OperandScales{token_scales, 0, o.w.s.get(), o.w.gsi.get()};
   return c;
 }
 
-void run_nvfp4_fprop(const Nvfp4Case& cs, const GroupedGemmConfig* cfg) {
+const char* config_name(const GemmParam* param, std::string& buf) {
+  if (param == nullptr) return "heuristic pick";
+  buf = param->config.name() + " " + param->a_format.name();
+  return buf.c_str();
+}
+
+void run_nvfp4_fprop(const Nvfp4Case& cs, const GemmParam* param) {
   const Operands o = operands(cs);
+  std::string name;
   std::printf("nvfp4 fprop E=%lld n=%lld k=%lld rows=%lld (%s)\n", static_cast<long long>(cs.e_local),
               static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(o.M),
-              cfg ? cfg->name().c_str() : "heuristic pick");
+              config_name(param, name));
   const std::vector<float> ref = rounded_bf16(ref_fprop(o.a.vals, o.w.vals, o.counts, cs.n, cs.k));
   DeviceBuffer<int32_t> d_counts(o.counts);
   DeviceBuffer<uint16_t> d_out(static_cast<size_t>(o.cap * cs.n));
   d_out.poison();
+  const TokenOperand t = token_operand(o, cs, param ? param->a_format : kNvfp4Rows);
   FpropArgs args;
-  args.common = common_of(o, d_counts, cs, cfg);
-  args.a = o.a.packed.get();
+  args.common = common_of(o, d_counts, cs, param, t);
+  args.a = t.rows;
   args.w = o.w.q.get();
   args.out = d_out.get();
   grouped_gemm_fprop(args, nullptr);
@@ -153,12 +195,13 @@ void run_nvfp4_fprop(const Nvfp4Case& cs, const GroupedGemmConfig* cfg) {
 }
 
 // h1 against the reference GEMM; h2 against SwiGLU of the h1 the GPU stored.
-void run_nvfp4_w13(const Nvfp4Case& cs, bool clamped, const GroupedGemmConfig* cfg) {
+void run_nvfp4_w13(const Nvfp4Case& cs, bool clamped, const GemmParam* param) {
   const Operands o = operands(cs);
   const int64_t F = cs.n / 2;
+  std::string name;
   std::printf("nvfp4 w13 E=%lld 2F=%lld D=%lld rows=%lld %s (%s)\n", static_cast<long long>(cs.e_local),
               static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(o.M),
-              clamped ? "clamped" : "plain", cfg ? cfg->name().c_str() : "heuristic pick");
+              clamped ? "clamped" : "plain", config_name(param, name));
   reference::SwigluParams act;
   act.activation = clamped ? Activation::kSwiGLUClamped : Activation::kSwiGLU;
   act.alpha = 1.702f;
@@ -168,9 +211,10 @@ void run_nvfp4_w13(const Nvfp4Case& cs, bool clamped, const GroupedGemmConfig* c
   DeviceBuffer<uint16_t> d_h1(static_cast<size_t>(o.cap * cs.n)), d_h2(static_cast<size_t>(o.cap * F));
   d_h1.poison();
   d_h2.poison();
+  const TokenOperand t = token_operand(o, cs, param ? param->a_format : kNvfp4Rows);
   W13FpropArgs args;
-  args.common = common_of(o, d_counts, cs, cfg);
-  args.a = o.a.packed.get();
+  args.common = common_of(o, d_counts, cs, param, t);
+  args.a = t.rows;
   args.w13 = o.w.q.get();
   args.h1 = d_h1.get();
   args.h2 = d_h2.get();
@@ -189,8 +233,11 @@ void run_nvfp4_w13(const Nvfp4Case& cs, bool clamped, const GroupedGemmConfig* c
   expect_rows_untouched("nvfp4 w13 h2", h2, o.M, F);
 }
 
+// The packed-row kernels, then the expanded-row ones.
 std::vector<GemmParam> nvfp4_params(GroupedGemmOp op) {
-  return format_params(op, DType::kBFloat16, kNvfp4Rows, kNvfp4Weight);
+  std::vector<GemmParam> v = format_params(op, DType::kBFloat16, kNvfp4Rows, kNvfp4Weight);
+  for (const GemmParam& p : format_params(op, DType::kBFloat16, kNvfp4ExpandedRows, kNvfp4Weight)) v.push_back(p);
+  return v;
 }
 
 class GroupedGemmNvfp4Fprop : public ::testing::TestWithParam<GemmParam> {};
@@ -202,19 +249,84 @@ INSTANTIATE_TEST_SUITE_P(, GroupedGemmNvfp4W13, ::testing::ValuesIn(nvfp4_params
 
 TEST_P(GroupedGemmNvfp4Fprop, Ragged) {
   DMOE_REQUIRE_SM90();
-  run_nvfp4_fprop({10, 768, 512, 100, 61u}, &GetParam().config);
+  run_nvfp4_fprop({10, 768, 512, 100, 61u}, &GetParam());
 }
 TEST_P(GroupedGemmNvfp4Fprop, LongK) {
   DMOE_REQUIRE_SM90();
-  run_nvfp4_fprop({9, 256, 2048, 70, 62u}, &GetParam().config);
+  run_nvfp4_fprop({9, 256, 2048, 70, 62u}, &GetParam());
+}
+TEST_P(GroupedGemmNvfp4Fprop, ManyRows) {  // several 128-token tiles per expert
+  DMOE_REQUIRE_SM90();
+  run_nvfp4_fprop({4, 512, 1024, 400, 67u}, &GetParam());
 }
 TEST_P(GroupedGemmNvfp4W13, Plain) {
   DMOE_REQUIRE_SM90();
-  run_nvfp4_w13({10, 512, 768, 100, 63u}, false, &GetParam().config);
+  run_nvfp4_w13({10, 512, 768, 100, 63u}, false, &GetParam());
 }
 TEST_P(GroupedGemmNvfp4W13, Clamped) {
   DMOE_REQUIRE_SM90();
-  run_nvfp4_w13({9, 2 * 384, 512, 70, 64u}, true, &GetParam().config);
+  run_nvfp4_w13({9, 2 * 384, 512, 70, 64u}, true, &GetParam());
+}
+
+// quant::nvfp4_expand_rows, bitwise: element p of stage kb's piece i (box i of the NVFP4 kernels'
+// token stage; nvfp4_operands.cuh) is code k of the packed row times its block scale times 2^-7 in
+// FP16 (exact), k = 256 kb + 16 nvfp4_piece_block(q, i) + 8 (r / 4) + r % 4 + 4 h for p = 64 i + 8 r +
+// 2 q + h; the row's token_scale_inv copied; padding rows (a null row pointer) all zeros.
+TEST(Nvfp4ExpandRows, BitwiseAgainstHost) {
+  DMOE_REQUIRE_SM90();
+  const int64_t K = 768, cap = 45;
+  std::mt19937 rng(68u);
+  const Nvfp4Rows a = nvfp4_rows(spread_bf16(cap, K, 1, 1.0f, rng), cap, K);
+  const int64_t pk = quant::nvfp4_packed_row_bytes(K);
+  const std::vector<uint8_t> bytes = a.packed.download();
+  const std::vector<int32_t> counts = {20, 0, 17};  // 37 rows of the 45
+  DeviceBuffer<int32_t> offsets(offsets_of(counts));
+  const quant::RowGroups groups{nullptr, offsets.get(), 3};
+  for (const bool gather : {false, true}) {
+    SCOPED_TRACE(gather ? "gathered rows" : "dense rows");
+    // Gathered: row m reads packed row (m * 7) % cap; rows 5 and 30 are padding.
+    std::vector<const void*> ptrs(static_cast<size_t>(cap));
+    std::vector<int64_t> src(static_cast<size_t>(cap));
+    for (int64_t m = 0; m < cap; ++m) {
+      src[m] = gather ? (m * 7) % cap : m;
+      ptrs[m] = gather && (m == 5 || m == 30) ? nullptr : a.packed.get() + src[m] * pk;
+      if (ptrs[m] == nullptr) src[m] = -1;
+    }
+    DeviceBuffer<const void*> d_ptrs(ptrs);
+    DeviceBuffer<uint16_t> out(static_cast<size_t>(cap * K));
+    DeviceBuffer<float> tsi(static_cast<size_t>(cap));
+    out.poison();
+    quant::nvfp4_expand_rows(gather ? d_ptrs.get() : nullptr, gather ? nullptr : a.packed.get(), gather ? 0 : pk, groups,
+                             cap, K, out.get(), tsi.get(), nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> got = out.download();
+    const std::vector<float> got_tsi = tsi.download();
+    int64_t bad = 0;
+    for (int64_t m = 0; m < 37; ++m) {
+      const uint8_t* row = src[m] < 0 ? nullptr : &bytes[src[m] * pk];
+      float want_tsi = 0.0f;
+      if (row) std::memcpy(&want_tsi, row + numeric::nvfp4_packed_row_token_scale_offset(K), 4);
+      if (std::memcmp(&want_tsi, &got_tsi[m], 4) != 0) ++bad;
+      for (int64_t p = 0; p < K; ++p) {
+        const int64_t kb = p / 256, i = (p % 256) / 64, r = (p % 64) / 8, q = (p % 8) / 2, h = p % 2;
+        const int64_t k = 256 * kb + 16 * gemm::nvfp4_piece_block(static_cast<int>(q), static_cast<int>(i)) +
+                          8 * (r / 4) + r % 4 + 4 * h;
+        uint16_t want = 0;
+        if (row) {
+          const float v = numeric::e2m1_to_float(numeric::detail::nvfp4_load_nibble(row, 0, 0, k)) *
+                          numeric::e4m3_to_float(row[numeric::nvfp4_packed_row_scales_offset(K) + k / 16]) / 128.0f;
+          const __half hv = __float2half_rn(v);
+          std::memcpy(&want, &hv, 2);
+        }
+        if (got[m * K + p] != want && bad++ < 5)
+          ADD_FAILURE() << "row " << m << " element " << p << " (k " << k << "): got 0x" << std::hex << got[m * K + p]
+                        << " want 0x" << want << std::dec;
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    std::printf("nvfp4_expand_rows %s: %lld rows x %lld bitwise, %lld mismatches\n", gather ? "gathered" : "dense", 37LL,
+                static_cast<long long>(K), static_cast<long long>(bad));
+  }
 }
 TEST(GroupedGemmNvfp4, HeuristicPicksCompiledKernels) {
   DMOE_REQUIRE_SM90();

@@ -199,6 +199,18 @@ bool check_out(const Case& c, const Problem& pr, const TensorF& out, int rank, s
   return ok;
 }
 
+// A prefill-sized problem: 128 rows per expert, so an NVFP4 context expands its tokens to FP16 rows
+// (memory_plan.h nvfp4_expands_token_rows) and its GEMMs take the 128-token tiles.
+Case prefill_case(const char* name) {
+  Case c{name};
+  c.T_max = c.T = 512;
+  c.D = 1024;
+  c.F = 768;
+  c.E = 16;
+  c.K = 4;
+  return c;
+}
+
 std::vector<Case> cases() {
   std::vector<Case> v;
   v.push_back({"basic"});
@@ -220,8 +232,8 @@ std::vector<Case> cases() {
     c = {"exact_h1_d384_e64"}; c.exact_h1 = true; c.E = 64; c.K = 8; c.D = 384; c.F = 640; c.T = c.T_max = 64; c.seed = 43;
     v.push_back(c);
   }
-  // Several tiles per expert and K blocks per GEMM.
-  c = {"t512_d1024_f768_e16_k4"}; c.T_max = c.T = 512; c.D = 1024; c.F = 768; c.E = 16; c.K = 4; c.seed = 5;
+  // Several tiles per expert and K blocks per GEMM (NVFP4: expanded token rows, 128-token tiles).
+  c = prefill_case("t512_d1024_f768_e16_k4"); c.seed = 5;
   v.push_back(c);
   if (!kNvfp4) {
     c.name = "exact_h1_t512_d1024_f768_e16_k4"; c.exact_h1 = true; c.seed = 44; v.push_back(c);
@@ -232,8 +244,7 @@ std::vector<Case> cases() {
 // ---- cases with their own flow ----------------------------------------------------------------
 
 // Inference captured in one CUDA graph (global capture mode), replayed twice: bitwise equal to eager.
-bool case_graph(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
-  Case c{"graph"};
+bool graph_matches_eager(Case c, ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
   c.seed = 7;
   const Problem pr = make_problem(c, world);
   auto ctx = Context::create(config_of(c, world), nccl);
@@ -258,13 +269,20 @@ bool case_graph(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::
   ctx->close();
   return ok;
 }
+bool case_graph(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  return graph_matches_eager(Case{"graph"}, nccl, rank, world, stream, why);
+}
+bool case_graph_prefill(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  return graph_matches_eager(prefill_case("graph_prefill"), nccl, rank, world, stream, why);
+}
 
-// T changes between calls on one context (T_max 96): 96, 1, 40, 96, each against its own oracle.
-bool case_varying_t(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
-  Case base{"varying_t"};
+// T changes between calls on one context, each call against its own oracle: T_max 96 (96, 1, 40,
+// 96), and a prefill-sized context (512, 1, 40, 512).
+bool varying_t(const Case& base, std::initializer_list<int64_t> ts, ncclComm_t nccl, int world, int rank,
+               cudaStream_t stream, std::string* why) {
   auto ctx = Context::create(config_of(base, world), nccl);
   bool ok = true;
-  for (int64_t T : {96, 1, 40, 96}) {
+  for (int64_t T : ts) {
     Case c = base;
     c.T = T;
     c.seed = 57 + T;
@@ -275,6 +293,12 @@ bool case_varying_t(ncclComm_t nccl, int rank, int world, cudaStream_t stream, s
   }
   ctx->close();
   return ok;
+}
+bool case_varying_t(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  return varying_t(Case{"varying_t"}, {96, 1, 40, 96}, nccl, world, rank, stream, why);
+}
+bool case_varying_t_prefill(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  return varying_t(prefill_case("varying_t_prefill"), {512, 1, 40, 512}, nccl, world, rank, stream, why);
 }
 
 // Weights prepared for training (with the transposed copy) give the same output bits as weights
@@ -411,7 +435,9 @@ int main(int argc, char** argv) {
       s.report(c.name, ok, g_margins.line() + why);
     }
     s.run_specials({{"graph", case_graph},
+                    {"graph_prefill", case_graph_prefill},
                     {"varying_t", case_varying_t},
+                    {"varying_t_prefill", case_varying_t_prefill},
                     {"preparations", case_preparations},
                     {"validation", case_validation}},
                    [] { g_margins = {}; }, [] { return g_margins.line(); });

@@ -12,7 +12,8 @@
 //   1-3              (token, piece) items of the existing tokens, converted from the staged codes
 //                    with the scales read from the gathered rows into 4 boxes [tokens][64 FP16] in
 //                    the 128B swizzle; fenced for the async proxy, each warp arrives (four arrivals
-//                    per slot: the TMA thread's and the three warps')
+//                    per slot: the TMA thread's and the three warps'). Expanded token rows
+//                    (kExpanded): the TMA thread loads the four boxes instead and the warps idle.
 //   consumers        per 64-deep piece of a stage: one ld.shared.v2 per weight row (8 bytes = one
 //                    scale block), FP16 A fragments in registers, four m64nNk16 RS wgmmas per m64
 //                    block; the A registers are double-buffered by piece (32 and 64 tokens), so a
@@ -30,7 +31,9 @@
 
 namespace dist_moe::gemm {
 
-template <class Config>
+// kExpanded: the tokens arrive as expanded FP16 rows (kNvfp4ExpandedRows, quant::nvfp4_expand_rows),
+// which TMA loads into the token boxes as they are; no producer warp converts tokens.
+template <class Config, bool kExpanded = false>
 struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   using Base = Sm90Mainloop<Config>;
   using typename Base::Pipeline;
@@ -43,6 +46,7 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   using Base::kSplit;
 
   static constexpr bool kNvfp4 = true;
+  static constexpr bool kExpandedTokens = kExpanded;
   static constexpr int kBlockK = kNvfp4StageK;  // K values per stage (Base's is 64 FP16)
   static constexpr int kPieces = kNvfp4Pieces;
   static constexpr int kStepsPerPiece = 4;        // k16 steps of a 64-deep piece
@@ -51,8 +55,10 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   static constexpr uint32_t kBBytes = kPieces * kBoxBytes;
   static constexpr uint32_t kStageBytes = kABytes + kBBytes;
   static constexpr int kBoxAOuter = kSplit ? kBlockM / 2 : kBlockM;  // weight rows per TMA box
-  // The producer warps that fill the token boxes: all three share every stage, and each arrives.
-  static constexpr int kScaleWarps = 3;
+  // The producer warps that fill the token boxes from packed rows: all three share every stage, and
+  // each arrives. None for expanded rows.
+  static constexpr int kProducerWarps = 3;
+  static constexpr int kScaleWarps = kExpanded ? 0 : kProducerWarps;
   static constexpr int kFillArrivals = kScaleWarps;
   // Their registers: each item's scale bytes, the last box's staged units, one item's FP16 values.
   // 72 leaves the consumers 216 (at 104 the 32-token consumers spilled, session 24); the 128-token
@@ -65,15 +71,16 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   static_assert(kBlockN == 32 || kBlockN == 64 || kBlockN == 128, "32, 64 or 128 tokens per tile");
   // A register sets: two (a piece converts while the previous piece's wgmmas run), or one at 128
   // tokens, whose 128 accumulators leave no room for the second (the other warpgroup's wgmmas then
-  // keep the tensor cores busy while this one converts).
+  // keep the tensor cores busy while this one converts). With expanded tokens the consumers' 232
+  // registers hold one set without spilling; two spill ~350 bytes (ptxas, session 24).
   static constexpr int kSets = kBlockN >= 128 ? 1 : 2;
   static_assert(kABytes % 1024 == 0 && kBoxBytes % 1024 == 0, "stage buffers keep 1024-byte alignment");
 
   static constexpr uint32_t kTokenBytes = kBlockN * kNvfp4StageBytes;  // the TMA'd packed codes of a stage
   static_assert(kTokenBytes == kBoxBytes, "a stage's packed token codes fill exactly one box");
 
-  // The stages, then one mbarrier per stage: staged[s], the tokens' packed codes landed.
-  static constexpr int smem_bytes() { return kStages * static_cast<int>(kStageBytes) + 128; }
+  // The stages, then (packed rows) one mbarrier per stage: staged[s], the tokens' packed codes landed.
+  static constexpr int smem_bytes() { return kStages * static_cast<int>(kStageBytes) + (kExpanded ? 0 : 128); }
   DMOE_DEVICE static uint32_t smem_a(uint32_t base, int stage) { return base + stage * kABytes; }
   DMOE_DEVICE static uint32_t smem_b(uint32_t base, int stage) { return base + kStages * kABytes + stage * kBBytes; }
   DMOE_DEVICE static uint32_t staged_bar(uint32_t base, int stage) { return base + kStages * kStageBytes + 8 * stage; }
@@ -81,8 +88,10 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
 #if defined(__CUDACC__)
 
   DMOE_DEVICE static void init_shared(uint32_t smem) {
+    if constexpr (!kExpanded) {
 #pragma unroll
-    for (int s = 0; s < kStages; ++s) ptx::mbarrier_init(staged_bar(smem, s), 1);
+      for (int s = 0; s < kStages; ++s) ptx::mbarrier_init(staged_bar(smem, s), 1);
+    }
   }
 
   // ---- the TMA thread: weight rows and the tokens' packed codes -------------------------------
@@ -94,7 +103,7 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
     const CUtensorMap* map_b = ops.map[kMapB];
     for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
       pipe.producer_acquire(st);
-      const uint32_t bar = pipe.producer_expect(st, kABytes);
+      const uint32_t bar = pipe.producer_expect(st, kExpanded ? kStageBytes : kABytes);
       const uint32_t a = smem_a(smem, st.stage);
       const int32_t k0 = kb * kNvfp4StageBytes;  // packed bytes
       if constexpr (kSplit) {
@@ -104,11 +113,16 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
       } else {
         ptx::tma_load_2d(a, map_a, bar, k0, w_row0 + t.m_block * kBlockM);
       }
-      // The tokens' packed codes for the producer warps, into the last box (which they overwrite).
-      const uint32_t staged = staged_bar(smem, st.stage);
-      ptx::mbarrier_arrive_expect_tx(staged, kTokenBytes);
-      ptx::tma_load_2d(smem_b(smem, st.stage) + (kPieces - 1) * kBoxBytes, map_b, staged, k0,
-                       t.row_begin + t.n_block * kBlockN);
+      const int32_t token0 = t.row_begin + t.n_block * kBlockN;
+      if constexpr (kExpanded) {  // the four token boxes, 64 FP16 of K each, on the same barrier
+#pragma unroll
+        for (int i = 0; i < kPieces; ++i)
+          ptx::tma_load_2d(smem_b(smem, st.stage) + i * kBoxBytes, map_b, bar, kb * kNvfp4StageK + 64 * i, token0);
+      } else {  // the packed codes for the producer warps, into the last box (which they overwrite)
+        const uint32_t staged = staged_bar(smem, st.stage);
+        ptx::mbarrier_arrive_expect_tx(staged, kTokenBytes);
+        ptx::tma_load_2d(smem_b(smem, st.stage) + (kPieces - 1) * kBoxBytes, map_b, staged, k0, token0);
+      }
       st.advance();
     }
   }
@@ -123,7 +137,7 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   // last box is the staging area: its items read first and store after a barrier of the three
   // warps, once every item of pieces 0-2 has read the units they overwrite.
   struct ScaleProducer {
-    static constexpr int kLanes = 32 * kScaleWarps;
+    static constexpr int kLanes = 32 * kProducerWarps;
     static constexpr int kFrontItems = (3 * kBlockN + kLanes - 1) / kLanes;  // pieces 0-2, per lane
     static constexpr int kLastItems = (kBlockN + kLanes - 1) / kLanes;       // piece 3, per lane
     const MainloopParams& p;

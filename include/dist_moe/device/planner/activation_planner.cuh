@@ -307,6 +307,9 @@ struct Mxfp8Scratch {
   int64_t bottom = 0;  // lowest byte used: top - bottom is the scratch plan_memory sizes
   int64_t row = 0, h1 = 0, grad_h2 = 0, h2_col = 0, grad_h3_col = 0, dxy_col = 0, x_col = 0;
   int64_t w2_views_end = 0, w13_views_end = 0;  // where the dequantized WGRAD operands must end
+  // NVFP4 with expanded tokens (memory_plan.h nvfp4_expands_token_rows): FP16 token rows
+  // [cap, max(D, F)] (x, then h2), then their FP32 token_scale_inv [cap] at expanded_scales; 0: none.
+  int64_t expanded = 0, expanded_scales = 0;
   // Where the forward's BF16 h2 goes: grad_h2's region (training), h1's (inference: h1 not kept).
   DMOE_HOST_DEVICE int64_t h2_bf16() const { return inference ? h1 : grad_h2; }
   // A recomputing layer's homes for its x_col, h1 and h2_col.
@@ -340,13 +343,19 @@ DMOE_HOST_DEVICE Mxfp8Scratch mxfp8_scratch(int64_t cap, int64_t D, int64_t F, b
 
 // NVFP4 (inference only) in the same struct: the packed rows (x, then h2: nvfp4_pipeline.cpp) under
 // BF16 h1's region, which holds the BF16 h2 -- within upstream's NVFP4 plan (its row bundle is at
-// least the packed rows).
-DMOE_HOST_DEVICE Mxfp8Scratch nvfp4_scratch(int64_t cap, int64_t D, int64_t F, int64_t top) {
+// least the packed rows). `expand`: the FP16 token rows and their scales below (plan_memory's
+// expanded term, beyond upstream's plan).
+DMOE_HOST_DEVICE Mxfp8Scratch nvfp4_scratch(int64_t cap, int64_t D, int64_t F, int64_t top, bool expand) {
   Mxfp8Scratch s;
   s.inference = true;
   s.h1 = top - align128(cap * 2 * F * 2);
   s.row = s.h1 - align128(cap * numeric::nvfp4_packed_row_bytes(D > F ? D : F));
   s.bottom = s.row;
+  if (expand) {
+    s.expanded_scales = s.row - align128(cap * 4);
+    s.expanded = s.expanded_scales - align128(cap * (D > F ? D : F) * 2);
+    s.bottom = s.expanded;
+  }
   return s;
 }
 
