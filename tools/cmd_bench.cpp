@@ -4,13 +4,15 @@
 //
 //   dist-moe bench --shape dsv3_prefill|qwen3_30b|mixtral|dsv3_decode [--mode train|infer]
 //                  [--gpus N] [--iters N] [--slot-factor F] [--device-factor F] [--no-baseline]
-//                  [--wgrad accumulate|write] [--sustain-ms MS] [--format bf16|mxfp8|fp8_blockwise]
+//                  [--wgrad accumulate|write] [--sustain-ms MS] [--format bf16|mxfp8|fp8_blockwise|nvfp4]
 //                  [--experts E]
-// --format mxfp8 / fp8_blockwise: the layer under test is the MXFP8 or the FP8-blockwise staged
-// layer, weights prepared once; our BF16 layer on the same inputs is timed in alternation with it,
+// --format mxfp8 / fp8_blockwise / nvfp4 (--mode infer only): the layer under test is the MXFP8,
+// FP8-blockwise or NVFP4 staged layer, weights prepared once; our BF16 layer on the same inputs is timed in alternation with it,
 // and the GEMM-only column is the BF16 GEMMs' (what the block-scaled GEMMs replace).
 // --experts E: the shape with E global experts instead of its own (e.g. dsv3_prefill --experts 128
 // on one GPU: the expert GEMMs one rank of EP2 runs, without the NVLink traffic); no stock layer.
+// --mode infer also prints the expert weights each forward GEMM stage streams against the HBM copy
+// rate measured in the same run.
 // --sustain-ms (default 300): every timed measurement, ours and the stock layer's, follows MS ms of
 // a local GEMM load, so both are timed at the power-limited clocks of a GPU in training rather than
 // at boost clocks after a pause (docs/perf.md G22); 0 restores the earlier protocol.
@@ -54,6 +56,16 @@ std::map<std::string, double> parse_kv(const std::string& s) {
     if (eq != std::string::npos) m[tok.substr(0, eq)] = std::atof(tok.c_str() + eq + 1);
   }
   return m;
+}
+
+// Bytes of a prepared expert weight [e_local, n, k] that a forward GEMM reads: its data and the
+// scales it streams (docs/formats.md; MXFP8 through the FPROP scale view, one code per 1 x 32).
+double weight_bytes(const std::string& format, int64_t e_local, int64_t n, int64_t k) {
+  const double values = static_cast<double>(e_local) * static_cast<double>(n) * static_cast<double>(k);
+  if (format == "mxfp8") return values * (1.0 + 1.0 / 32);
+  if (format == "fp8_blockwise") return values * (1.0 + 4.0 / (128 * 128));
+  if (format == "nvfp4") return values * (0.5 + 1.0 / 16) + 8.0 * static_cast<double>(e_local);
+  return values * 2.0;
 }
 
 double json_number(const std::string& json, const std::string& key) {
@@ -197,6 +209,30 @@ int cmd_bench(const std::vector<std::string>& argv) {
       }
     }
     std::printf("\n");
+  }
+  // Inference: the expert weights each forward GEMM streams (rank 0's eager stage times), against
+  // the HBM copy rate measured in the same run; the BF16 GEMMs on the same rows beside them.
+  if (mode == "infer") {
+    const double copy = ours["copy_gbps"];
+    const int64_t e_local = w.experts / gpus;
+    const struct { const char* stage; int64_t n, k; } gemms[] = {{"fwd:w13", 2 * w.intermediate, w.hidden},
+                                                                 {"fwd:w2", w.hidden, w.intermediate}};
+    std::printf("\nexpert weights streamed (copy rate in this run: %.0f GB/s, read + write)\n", copy);
+    for (const auto& g : gemms) {
+      const auto it = std::find_if(ranks[0].stages.begin(), ranks[0].stages.end(),
+                                   [&](const auto& st) { return st.first == g.stage; });
+      if (it == ranks[0].stages.end() || it->second <= 0) continue;
+      const double gb = weight_bytes(format, e_local, g.n, g.k) / 1e9, gbps = gb / (it->second * 1e-3);
+      std::printf("%-24s %7.3f GB in %7.3f ms = %6.0f GB/s (%.0f%% of copy)", g.stage, gb, it->second, gbps,
+                  copy > 0 ? 100.0 * gbps / copy : 0.0);
+      const auto twin = std::find_if(ranks[0].gemm_stages.begin(), ranks[0].gemm_stages.end(),
+                                     [&](const auto& st) { return st.first == g.stage; });
+      if (format != "bf16" && twin != ranks[0].gemm_stages.end() && twin->second > 0) {
+        const double bf16_gbps = weight_bytes("bf16", e_local, g.n, g.k) / 1e9 / (twin->second * 1e-3);
+        std::printf("; BF16 GEMM %6.0f GB/s (%.0f%%)", bf16_gbps, copy > 0 ? 100.0 * bf16_gbps / copy : 0.0);
+      }
+      std::printf("\n");
+    }
   }
   auto ratio = [](double base, double ours_ms) { return base > 0 && ours_ms > 0 ? base / ours_ms : 0.0; };
   std::printf("\n%-28s %10s %12s %12s %14s\n", "measure (rank 0)", "ours ms", "GEMM-only ms", "torch EP ms",

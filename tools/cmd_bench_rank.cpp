@@ -375,6 +375,18 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   const double gemm_fwd_even_ms = median_event_ms(gemm_fwd, iters, stream).ms;
   counts = routed_counts;
 
+  // Inference: the HBM copy rate in this run (a device-to-device copy of 1 GiB, read + write bytes
+  // over time, after the same sustained load), what the CLI sets the expert-weight streams against.
+  double copy_gbps = 0.0;
+  if (!train) {
+    constexpr size_t kCopyBytes = size_t{1} << 30;
+    DevBuf src(kCopyBytes), dst(kCopyBytes);
+    DMOE_CUDA_CHECK(cudaMemsetAsync(src.p, 0x3C, kCopyBytes, stream));  // not zeros
+    auto copy = [&] { DMOE_CUDA_CHECK(cudaMemcpyAsync(dst.p, src.p, kCopyBytes, cudaMemcpyDeviceToDevice, stream)); };
+    preheat();
+    copy_gbps = 2.0 * static_cast<double>(kCopyBytes) / (median_event_ms(copy, iters, stream).ms * 1e6);
+  }
+
   // Every rank's numbers to rank 0 (one all-gather; every rank ran the same stages): the layer ends
   // when its slowest rank does, so "GEMM-only for the same rows" at EP > 1 is the slowest rank's.
   const std::vector<std::pair<const char*, double>> totals_kv = {
@@ -385,7 +397,8 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
       {"gemm_fwd_bwd_ms", gemm_fb_ms},
       {"gemm_fwd_even_ms", gemm_fwd_even_ms},
       {"bf16_fwd_ms", bf16_ctx ? median(bf16_fwd_r) : 0.0},
-      {"bf16_fwd_bwd_ms", bf16_ctx && train ? median(bf16_layer_r) : 0.0}};
+      {"bf16_fwd_bwd_ms", bf16_ctx && train ? median(bf16_layer_r) : 0.0},
+      {"copy_gbps", copy_gbps}};
   const size_t nt = totals_kv.size();
   std::vector<float> mine;
   for (const auto& kv : totals_kv) mine.push_back(static_cast<float>(kv.second));
