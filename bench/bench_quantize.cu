@@ -4,7 +4,9 @@
 //     mxfp8_rows, mxfp8_rows_cols (both orientations, one read), mxfp8_rows_cols_g (the same from a
 //     row-pointer table to x's rows shuffled: routing's gather_src), fp8bw_rows, fp8bw_rows_cols,
 //     nvfp4_token_rows (packed rows), mxfp8_dequant_cols (the columns back to BF16 rows [M, D], the
-//     BF16 WGRAD's operand: reads 1 + 1/32, writes 2 bytes per element)
+//     BF16 WGRAD's operand: reads 1 + 1/32, writes 2 bytes per element), nvfp4_expand_rows (packed
+//     NVFP4 rows [M] to the FP16 rows of the prefill NVFP4 GEMMs, as h2) and nvfp4_expand_rows_g (the
+//     same through a row-pointer table to the T token rows, each token K times, as x)
 //   weights      the rank's W13 [E/ep, 2F, D]
 //     mxfp8_w_train (32x32 tiles, FPROP + DGRAD scales: the quantizer without the transposed copy),
 //     mxfp8_w_train_t (the same + the transposed copy [E, K, N] DGRAD reads: the prepared training
@@ -97,7 +99,8 @@ void run_activations(const Workload& w, cudaStream_t s) {
   DeviceBuffer<uint8_t> q(cap * D), qt(cap * D), s8(cap * D / 32), st8(cap * D / 32);
   DeviceBuffer<float> sf(cap * D / 128), stf(cap * D / 128);
   const int64_t packed = nvfp4_packed_row_bytes(D);
-  DeviceBuffer<uint8_t> rows_nv(T * packed);
+  DeviceBuffer<uint8_t> rows_nv(T * packed), rows_nv_m(cap * packed);
+  DeviceBuffer<float> token_scale_inv(cap);
   DeviceBuffer<uint16_t> y(cap * D);
   // The dequantizer's input: this x's columns (qt, st8), written once here; mxfp8_rows_cols rewrites
   // the same bytes.
@@ -113,6 +116,16 @@ void run_activations(const Workload& w, cudaStream_t s) {
       table[m] = reinterpret_cast<uint64_t>(x.get() + static_cast<int64_t>(order[m]) * D);
     }
   DeviceBuffer<uint64_t> row_ptrs(table);
+  // NVFP4 packed rows: the T token rows (each routed K times through nv_table) and M rows of their own.
+  quantize_nvfp4_token_rows(x.get(), T, D, D, rows_nv.get(), packed, s);
+  quantize_nvfp4_token_rows(x.get(), cap, D, D, rows_nv_m.get(), packed, s);
+  std::vector<uint64_t> nv_table(cap, 0);
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t r = 0; r < counts[e]; ++r) {
+      const int64_t m = offsets[e] + r;
+      nv_table[m] = reinterpret_cast<uint64_t>(rows_nv.get() + static_cast<int64_t>(order[m] % T) * packed);
+    }
+  DeviceBuffer<uint64_t> nv_row_ptrs(nv_table);
   quant::Bf16Matrix x_gathered{nullptr, cap, D, 0, reinterpret_cast<const void* const*>(row_ptrs.get())};
   const double xT = double(T * D) * 2, xM = double(cap * D) * 2;
   const std::vector<Case> cases = {
@@ -140,6 +153,15 @@ void run_activations(const Workload& w, cudaStream_t s) {
       {"mxfp8_dequant_cols", double(cap * D) + cap * D / 32 + xM,
        [&] {
          quant::mxfp8_dequantize_columns({qt.get(), cap, st8.get(), cap / 32, 1}, groups, {y.get(), cap, D, D}, s);
+       }},
+      {"nvfp4_expand_rows", double(cap * packed) + xM + 4.0 * cap,
+       [&] {
+         quant::nvfp4_expand_rows(nullptr, rows_nv_m.get(), packed, groups, cap, D, y.get(), token_scale_inv.get(), s);
+       }},
+      {"nvfp4_expand_rows_g", 8.0 * cap + double(cap * packed) + xM + 4.0 * cap,
+       [&] {
+         quant::nvfp4_expand_rows(reinterpret_cast<const void* const*>(nv_row_ptrs.get()), nullptr, 0, groups, cap, D,
+                                  y.get(), token_scale_inv.get(), s);
        }},
   };
   char title[256];

@@ -1,8 +1,10 @@
 // NVFP4 token rows expanded to FP16 for the prefill-sized NVFP4 GEMMs (kNvfp4ExpandedRows): the
 // conversion the GEMM's producer warps otherwise repeat for every weight tile, done once per call.
-// A warp per row; lane items are (stage, piece) pairs of the row, each reading two 16-byte code
-// units and four scale bytes and writing the 128 bytes of the piece's token-box row (the NVFP4
-// kernels' K order, gemm/nvfp4_operands.cuh; TMA applies the swizzle when the GEMM loads them).
+// A warp takes up to kStagesPerItem stages of a row at a time; in every stage lane L writes the
+// stage's 16-byte unit L (piece L / 8, unit L % 8 of the piece's token-box row in the NVFP4 kernels'
+// K order, gemm/nvfp4_operands.cuh), so each store instruction writes 512 contiguous bytes. The
+// item's loads all issue before its first store (the rows may alias the output as far as the
+// compiler knows, so nothing would be hoisted past a store otherwise).
 // Bytes: C/2 + C/16 + 4 read (over NVLink for a peer's row), 2C written per row.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -20,48 +22,58 @@ namespace {
 
 constexpr int kExpandThreads = 256;
 constexpr int kWarps = kExpandThreads / 32;
+constexpr int kStagesPerItem = 4;  // loads in flight per warp: 4 x 144 bytes
 
 __global__ void __launch_bounds__(kExpandThreads)
     expand_nvfp4_rows_kernel(const void* const* __restrict__ row_ptrs, const uint8_t* __restrict__ packed,
                              int64_t packed_stride, const int32_t* __restrict__ offsets_G1, int32_t num_groups,
                              int64_t capacity, int64_t cols, uint4* __restrict__ out, float* __restrict__ token_scale_inv) {
   const int lane = threadIdx.x & 31;
+  // Unit r = 4 half + j of piece i holds pair j of word `half` of the blocks nvfp4_piece_block(q, i),
+  // q = 0..3 (nvfp4_operands.cuh).
+  const int piece = lane / 8, half = (lane % 8) / 4, j = lane % 4;
+  int block[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) block[q] = gemm::nvfp4_piece_block(q, piece);
   const int64_t total = min(static_cast<int64_t>(offsets_G1[num_groups]), capacity);
   const int64_t scales_at = numeric::nvfp4_packed_row_scales_offset(cols);
-  const int64_t items = cols / gemm::kNvfp4StageK * gemm::kNvfp4Pieces;
-  for (int64_t m = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); m < total;
-       m += static_cast<int64_t>(gridDim.x) * kWarps) {
+  const int64_t stages = cols / gemm::kNvfp4StageK;
+  const int64_t items_per_row = (stages + kStagesPerItem - 1) / kStagesPerItem;
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < total * items_per_row;
+       item += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const int64_t m = item / items_per_row, kb0 = (item % items_per_row) * kStagesPerItem;
+    const int count = static_cast<int>(min(static_cast<int64_t>(kStagesPerItem), stages - kb0));
     const uint8_t* src = row_ptrs != nullptr ? static_cast<const uint8_t*>(row_ptrs[m]) : packed + m * packed_stride;
-    uint4* row = out + m * (cols / 8);  // 8 FP16 per uint4
+    uint4* units = out + m * (cols / 8) + kb0 * (gemm::kNvfp4StageK / 8) + lane;  // 8 FP16 per uint4
     if (src == nullptr) {  // a padding row: its products are 0
-      for (int64_t i = lane; i < cols / 8; i += 32) row[i] = make_uint4(0, 0, 0, 0);
-      if (lane == 0) token_scale_inv[m] = 0.0f;
+      for (int s = 0; s < count; ++s) units[s * (gemm::kNvfp4StageK / 8)] = make_uint4(0, 0, 0, 0);
+      if (kb0 == 0 && lane == 0) token_scale_inv[m] = 0.0f;
       continue;
     }
-    for (int64_t x = lane; x < items; x += 32) {
-      const int64_t kb = x / gemm::kNvfp4Pieces;
-      const int i = static_cast<int>(x % gemm::kNvfp4Pieces);
-      const uint8_t* codes = src + kb * gemm::kNvfp4StageBytes;
-      const uint4 lo = *reinterpret_cast<const uint4*>(codes + 16 * i);       // blocks 2i, 2i + 1 (q = 0, 2)
-      const uint4 hi = *reinterpret_cast<const uint4*>(codes + 64 + 16 * i);  // blocks 8 + 2i, 9 + 2i (q = 1, 3)
-      const uint8_t* sc = src + scales_at + kb * gemm::kNvfp4StageBlocks;
-      const uint32_t s02 = *reinterpret_cast<const uint16_t*>(sc + 2 * i);
-      const uint32_t s13 = *reinterpret_cast<const uint16_t*>(sc + 8 + 2 * i);
-      const uint32_t t0 = gemm::nvfp4_scale_x2(s02 & 0xFFu), t2 = gemm::nvfp4_scale_x2(s02 >> 8);
-      const uint32_t t1 = gemm::nvfp4_scale_x2(s13 & 0xFFu), t3 = gemm::nvfp4_scale_x2(s13 >> 8);
-      uint4* box = row + (kb * gemm::kNvfp4StageK + 64 * i) / 8;
+    uint32_t word[kStagesPerItem][4], scale[kStagesPerItem][4];
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {  // words 0 and 1 of each block: units 0-3, then 4-7
-        uint32_t p0[4], p1[4], p2[4], p3[4];
-        gemm::nvfp4_word_x2(half == 0 ? lo.x : lo.y, t0, p0);
-        gemm::nvfp4_word_x2(half == 0 ? hi.x : hi.y, t1, p1);
-        gemm::nvfp4_word_x2(half == 0 ? lo.z : lo.w, t2, p2);
-        gemm::nvfp4_word_x2(half == 0 ? hi.z : hi.w, t3, p3);
+    for (int s = 0; s < kStagesPerItem; ++s) {
+      if (s < count) {
+        const uint8_t* codes = src + (kb0 + s) * gemm::kNvfp4StageBytes + 4 * half;
+        const uint8_t* sc = src + scales_at + (kb0 + s) * gemm::kNvfp4StageBlocks;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) box[4 * half + j] = make_uint4(p0[j], p1[j], p2[j], p3[j]);
+        for (int q = 0; q < 4; ++q) {
+          word[s][q] = *reinterpret_cast<const uint32_t*>(codes + 8 * block[q]);
+          scale[s][q] = sc[block[q]];
+        }
       }
     }
-    if (lane == 0)
+#pragma unroll
+    for (int s = 0; s < kStagesPerItem; ++s) {
+      if (s < count) {
+        uint32_t pair[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          pair[q] = gemm::nvfp4_pair_x2(gemm::nvfp4_high_bytes(word[s][q]), j, gemm::nvfp4_scale_x2(scale[s][q]));
+        units[s * (gemm::kNvfp4StageK / 8)] = make_uint4(pair[0], pair[1], pair[2], pair[3]);
+      }
+    }
+    if (kb0 == 0 && lane == 0)
       token_scale_inv[m] = *reinterpret_cast<const float*>(src + numeric::nvfp4_packed_row_token_scale_offset(cols));
   }
 }
@@ -81,7 +93,8 @@ void nvfp4_expand_rows(const void* const* row_ptrs, const void* packed, int64_t 
                  name, ": the group offsets, out and token_scale_inv are required");
   DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(out) % 16 == 0, name, ": out must be 16-byte aligned");
   if (capacity == 0) return;
-  expand_nvfp4_rows_kernel<<<row_grid(capacity, kWarps), kExpandThreads, 0, stream>>>(
+  const int64_t items = capacity * ((cols / gemm::kNvfp4StageK + kStagesPerItem - 1) / kStagesPerItem);
+  expand_nvfp4_rows_kernel<<<row_grid(items, kWarps), kExpandThreads, 0, stream>>>(
       row_ptrs, static_cast<const uint8_t*>(packed), packed_stride, groups.offsets_G1, groups.num_groups, capacity,
       cols, static_cast<uint4*>(out), token_scale_inv);
   DMOE_CUDA_CHECK_LAUNCH();

@@ -274,60 +274,65 @@ TEST_P(GroupedGemmNvfp4W13, Clamped) {
 // 2 q + h; the row's token_scale_inv copied; padding rows (a null row pointer) all zeros.
 TEST(Nvfp4ExpandRows, BitwiseAgainstHost) {
   DMOE_REQUIRE_SM90();
-  const int64_t K = 768, cap = 45;
-  std::mt19937 rng(68u);
-  const Nvfp4Rows a = nvfp4_rows(spread_bf16(cap, K, 1, 1.0f, rng), cap, K);
-  const int64_t pk = quant::nvfp4_packed_row_bytes(K);
-  const std::vector<uint8_t> bytes = a.packed.download();
-  const std::vector<int32_t> counts = {20, 0, 17};  // 37 rows of the 45
-  DeviceBuffer<int32_t> offsets(offsets_of(counts));
-  const quant::RowGroups groups{nullptr, offsets.get(), 3};
-  for (const bool gather : {false, true}) {
-    SCOPED_TRACE(gather ? "gathered rows" : "dense rows");
-    // Gathered: row m reads packed row (m * 7) % cap; rows 5 and 30 are padding.
-    std::vector<const void*> ptrs(static_cast<size_t>(cap));
-    std::vector<int64_t> src(static_cast<size_t>(cap));
-    for (int64_t m = 0; m < cap; ++m) {
-      src[m] = gather ? (m * 7) % cap : m;
-      ptrs[m] = gather && (m == 5 || m == 30) ? nullptr : a.packed.get() + src[m] * pk;
-      if (ptrs[m] == nullptr) src[m] = -1;
-    }
-    DeviceBuffer<const void*> d_ptrs(ptrs);
-    DeviceBuffer<uint16_t> out(static_cast<size_t>(cap * K));
-    DeviceBuffer<float> tsi(static_cast<size_t>(cap));
-    out.poison();
-    quant::nvfp4_expand_rows(gather ? d_ptrs.get() : nullptr, gather ? nullptr : a.packed.get(), gather ? 0 : pk, groups,
-                             cap, K, out.get(), tsi.get(), nullptr);
-    CUDA_OK(cudaDeviceSynchronize());
-    const std::vector<uint16_t> got = out.download();
-    const std::vector<float> got_tsi = tsi.download();
-    int64_t bad = 0;
-    for (int64_t m = 0; m < 37; ++m) {
-      const uint8_t* row = src[m] < 0 ? nullptr : &bytes[src[m] * pk];
-      float want_tsi = 0.0f;
-      if (row) std::memcpy(&want_tsi, row + numeric::nvfp4_packed_row_token_scale_offset(K), 4);
-      if (std::memcmp(&want_tsi, &got_tsi[m], 4) != 0) ++bad;
-      for (int64_t p = 0; p < K; ++p) {
-        const int64_t kb = p / 256, i = (p % 256) / 64, r = (p % 64) / 8, q = (p % 8) / 2, h = p % 2;
-        const int64_t k = 256 * kb + 16 * gemm::nvfp4_piece_block(static_cast<int>(q), static_cast<int>(i)) +
-                          8 * (r / 4) + r % 4 + 4 * h;
-        uint16_t want = 0;
-        if (row) {
-          const float v = numeric::e2m1_to_float(numeric::detail::nvfp4_load_nibble(row, 0, 0, k)) *
-                          numeric::e4m3_to_float(row[numeric::nvfp4_packed_row_scales_offset(K) + k / 16]) / 128.0f;
-          const __half hv = __float2half_rn(v);
-          std::memcpy(&want, &hv, 2);
-        }
-        if (got[m * K + p] != want && bad++ < 5)
-          ADD_FAILURE() << "row " << m << " element " << p << " (k " << k << "): got 0x" << std::hex << got[m * K + p]
-                        << " want 0x" << want << std::dec;
+  // 3 stages (one partial item of the kernel's 4), 9 (two full and one partial).
+  for (const int64_t K : {int64_t{768}, int64_t{2304}}) {
+    SCOPED_TRACE(K);
+    const int64_t cap = 45;
+    std::mt19937 rng(68u + static_cast<unsigned>(K));
+    const Nvfp4Rows a = nvfp4_rows(spread_bf16(cap, K, 1, 1.0f, rng), cap, K);
+    const int64_t pk = quant::nvfp4_packed_row_bytes(K);
+    const std::vector<uint8_t> bytes = a.packed.download();
+    const std::vector<int32_t> counts = {20, 0, 17};  // 37 rows of the 45
+    DeviceBuffer<int32_t> offsets(offsets_of(counts));
+    const quant::RowGroups groups{nullptr, offsets.get(), 3};
+    for (const bool gather : {false, true}) {
+      SCOPED_TRACE(gather ? "gathered rows" : "dense rows");
+      // Gathered: row m reads packed row (m * 7) % cap; rows 5 and 30 are padding.
+      std::vector<const void*> ptrs(static_cast<size_t>(cap));
+      std::vector<int64_t> src(static_cast<size_t>(cap));
+      for (int64_t m = 0; m < cap; ++m) {
+        src[m] = gather ? (m * 7) % cap : m;
+        ptrs[m] = gather && (m == 5 || m == 30) ? nullptr : a.packed.get() + src[m] * pk;
+        if (ptrs[m] == nullptr) src[m] = -1;
       }
+      DeviceBuffer<const void*> d_ptrs(ptrs);
+      DeviceBuffer<uint16_t> out(static_cast<size_t>(cap * K));
+      DeviceBuffer<float> tsi(static_cast<size_t>(cap));
+      out.poison();
+      quant::nvfp4_expand_rows(gather ? d_ptrs.get() : nullptr, gather ? nullptr : a.packed.get(), gather ? 0 : pk, groups,
+                               cap, K, out.get(), tsi.get(), nullptr);
+      CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<uint16_t> got = out.download();
+      const std::vector<float> got_tsi = tsi.download();
+      int64_t bad = 0;
+      for (int64_t m = 0; m < 37; ++m) {
+        const uint8_t* row = src[m] < 0 ? nullptr : &bytes[src[m] * pk];
+        float want_tsi = 0.0f;
+        if (row) std::memcpy(&want_tsi, row + numeric::nvfp4_packed_row_token_scale_offset(K), 4);
+        if (std::memcmp(&want_tsi, &got_tsi[m], 4) != 0) ++bad;
+        for (int64_t p = 0; p < K; ++p) {
+          const int64_t kb = p / 256, i = (p % 256) / 64, r = (p % 64) / 8, q = (p % 8) / 2, h = p % 2;
+          const int64_t k = 256 * kb + 16 * gemm::nvfp4_piece_block(static_cast<int>(q), static_cast<int>(i)) +
+                            8 * (r / 4) + r % 4 + 4 * h;
+          uint16_t want = 0;
+          if (row) {
+            const float v = numeric::e2m1_to_float(numeric::detail::nvfp4_load_nibble(row, 0, 0, k)) *
+                            numeric::e4m3_to_float(row[numeric::nvfp4_packed_row_scales_offset(K) + k / 16]) / 128.0f;
+            const __half hv = __float2half_rn(v);
+            std::memcpy(&want, &hv, 2);
+          }
+          if (got[m * K + p] != want && bad++ < 5)
+            ADD_FAILURE() << "row " << m << " element " << p << " (k " << k << "): got 0x" << std::hex << got[m * K + p]
+                          << " want 0x" << want << std::dec;
+        }
+      }
+      EXPECT_EQ(bad, 0);
+      std::printf("nvfp4_expand_rows %s: %lld rows x %lld bitwise, %lld mismatches\n", gather ? "gathered" : "dense", 37LL,
+                  static_cast<long long>(K), static_cast<long long>(bad));
     }
-    EXPECT_EQ(bad, 0);
-    std::printf("nvfp4_expand_rows %s: %lld rows x %lld bitwise, %lld mismatches\n", gather ? "gathered" : "dense", 37LL,
-                static_cast<long long>(K), static_cast<long long>(bad));
   }
 }
+
 TEST(GroupedGemmNvfp4, HeuristicPicksCompiledKernels) {
   DMOE_REQUIRE_SM90();
   run_nvfp4_fprop({10, 512, 512, 300, 65u}, nullptr);
