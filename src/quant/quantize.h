@@ -234,7 +234,11 @@ struct Nvfp4RowsOut {
   uint8_t* token_scale_inv = nullptr;
   int64_t inv_row_stride = 0;
 };
-void nvfp4_quantize_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStream_t stream);
+// rows_bound (device, optional): rows at or past *rows_bound are neither read nor written -- the
+// layer's h2 passes offsets_G1[G], the end of the rows its GEMMs read, so a capacity sized for the
+// worst routing costs only the rows routed.
+void nvfp4_quantize_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStream_t stream,
+                         const int32_t* rows_bound = nullptr);
 
 // Bytes of one packed NVFP4 row of D elements: D/2 + D/16 + 4, rounded up to 16.
 inline int64_t nvfp4_packed_row_bytes(int64_t d) { return numeric::nvfp4_packed_row_bytes(d); }

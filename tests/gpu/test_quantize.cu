@@ -1472,5 +1472,26 @@ TEST(QuantizeNvfp4, TokenRowsIntoStridedPackedRowsMatchTheOracle) {
   }
 }
 
+// The layer's h2 quantization bounds the rows by the groups' end on the device: rows below the bound
+// are the unbounded call's bytes, rows at or past it untouched.
+TEST(QuantizeNvfp4, RowsBoundOnTheDeviceLeavesLaterRowsUntouched) {
+  DMOE_REQUIRE_SM90();
+  const int64_t T = 133, D = 2048, bound = 77;
+  HostBf16 x = random_bf16(T, D, 977);
+  const int64_t stride = nvfp4_packed_row_bytes(D);
+  DeviceBuffer<uint16_t> dx(x.bits);
+  DeviceBuffer<uint8_t> all(T * stride), bounded(T * stride);
+  DeviceBuffer<int32_t> dbound(std::vector<int32_t>{static_cast<int32_t>(bound)});
+  all.poison(kPoison);
+  bounded.poison(kPoison);
+  const quant::Bf16Matrix in{dx.get(), T, D, D};
+  quant::nvfp4_quantize_rows(in, quant::nvfp4_packed_rows_out(all.get(), stride, D), nullptr);
+  quant::nvfp4_quantize_rows(in, quant::nvfp4_packed_rows_out(bounded.get(), stride, D), nullptr, dbound.get());
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto want = all.download(), got = bounded.download();
+  for (int64_t i = 0; i < T * stride; ++i)
+    ASSERT_EQ(got[i], i / stride < bound ? want[i] : kPoison) << "row " << i / stride << " byte " << i % stride;
+}
+
 }  // namespace
 }  // namespace dist_moe
