@@ -125,6 +125,11 @@ struct GroupedGemmCommon {
   // The rows a call can use at most, when less than m_capacity (0: m_capacity); the heuristic's
   // size class reads it (GroupedGemmProblem::m_bound).
   int64_t m_bound = 0;
+  // Swap-AB kernels (tokens on N): device [e_local] rows of each expert's segment that are tokens,
+  // when fewer than counts (a layout padded per expert; tile_rows[e] <= counts[e], or the kernel
+  // traps). The tiles cover only those rows: the rows after them in the segment are neither read as
+  // tokens nor written. nullptr: counts. Other kernels ignore it.
+  const int32_t* tile_rows = nullptr;
 };
 
 struct FpropArgs {

@@ -296,8 +296,11 @@ GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {
     c.swap_ab = true;
     return c;
   }
-  const bool wide = grouped_gemm_experimental_requested() && usable_rows(p) >= 128 * p.e_local;
-  GroupedGemmConfig c = is_decode(p) ? tile(256, 32, 4, p, sms)
+  const bool experimental = grouped_gemm_experimental_requested();
+  const bool wide = experimental && usable_rows(p) >= 128 * p.e_local;
+  // Decode: 16 tokens per tile (the layer's tiles cover each expert's real rows, GroupedGemmCommon::
+  // tile_rows; s25 r4); the 32-token tile stays behind DMOE_GEMM_EXPERIMENTAL for A/B runs.
+  GroupedGemmConfig c = is_decode(p) ? (experimental ? tile(256, 32, 4, p, sms) : tile(256, 16, 5, p, sms))
                         : wide       ? tile(256, 128, 2, p, sms)
                                      : tile(256, 64, 3, p, sms);
   c.swap_ab = true;

@@ -469,6 +469,7 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
 
   L.kind = e.kind;
   L.counts = c.counts;
+  L.tile_rows = c.tile_rows;
   L.e_local = static_cast<int32_t>(c.e_local);
   L.m_capacity = static_cast<int32_t>(c.m_capacity);
   L.n = static_cast<int32_t>(c.n);

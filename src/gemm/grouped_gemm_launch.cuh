@@ -196,6 +196,7 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     ml.gather_row_elems = kKind == GemmKind::kDgrad ? L.n : L.k;
   }
   sc.counts = L.counts;
+  sc.tile_rows = L.tile_rows;
   sc.num_experts = L.e_local;
   sc.m_capacity = L.m_capacity;
   sc.tile_counter = L.tile_counter;

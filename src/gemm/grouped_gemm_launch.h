@@ -209,8 +209,11 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     decode_kernel(GemmEpilogueKind::kSwiglu, 256, 32, 5).fp8_blockwise(),
     // NVFP4 inference (device/gemm/mainloop_nvfp4_swap_ab.cuh): weights dequantized to FP16 in the
     // consumers' registers, token boxes in the producer warps; 256 K values per stage (32 KiB of
-    // weights + 4 token boxes). 32 tokens (decode; 48 KiB stages), 64 (64 KiB) or 128 (96 KiB, one
+    // weights + 4 token boxes). 16 tokens (decode, 40 KiB stages: half the tensor time of 32 when
+    // an expert has at most 16 rows), 32 (decode; 48 KiB stages), 64 (64 KiB) or 128 (96 KiB, one
     // A register set).
+    decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 16, 5).nvfp4(),
+    decode_kernel(GemmEpilogueKind::kSwiglu, 256, 16, 5).nvfp4(),
     decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 32, 4).nvfp4(),
     decode_kernel(GemmEpilogueKind::kSwiglu, 256, 32, 4).nvfp4(),
     decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 64, 3).nvfp4(),
@@ -229,6 +232,7 @@ inline constexpr size_t kNumGemmKernels = sizeof(kGemmKernelSpecs) / sizeof(kGem
 struct GemmLaunch {
   gemm::GemmKind kind = gemm::GemmKind::kFprop;
   const int32_t* counts = nullptr;
+  const int32_t* tile_rows = nullptr;  // swap-AB: token rows of each segment (GroupedGemmCommon)
   int32_t e_local = 0;
   int32_t m_capacity = 0;
   int32_t n = 0;  // weight rows

@@ -28,8 +28,12 @@ namespace dist_moe::runtime {
 namespace {
 
 // A layer GEMM's operands made NVFP4: packed token rows (or expanded ones, with their FP32
-// token_scale_inv) against a prepared weight.
-void use_nvfp4_operands(GroupedGemmCommon& g, const PreparedWeightBuffers& w, const float* expanded_scales) {
+// token_scale_inv) against a prepared weight. The tiles cover each expert's real rows, not its
+// 32-row padded segment: a decode expert of <= 16 rows is then one pass over its weights with the
+// 16-token tile, and the padding rows are neither read nor written.
+void use_nvfp4_operands(GroupedGemmCommon& g, const PreparedWeightBuffers& w, const float* expanded_scales,
+                        const int32_t* real_counts) {
+  g.tile_rows = real_counts;
   g.a_format = expanded_scales != nullptr ? kNvfp4ExpandedRows : kNvfp4Rows;
   g.b_format = kNvfp4Weight;
   g.scales = OperandScales{expanded_scales, 0, w.fprop_scale, w.global_scale_inv};
@@ -59,7 +63,7 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   }
 
   W13FpropArgs f13 = w13_fprop_args(c, in, t.counts);
-  use_nvfp4_operands(f13.common, w13, expanded_scales);
+  use_nvfp4_operands(f13.common, w13, expanded_scales, t.real_counts);
   f13.a = expand ? expanded : rows;
   f13.w13 = w13.fprop_data;
   f13.h1 = nullptr;
@@ -70,9 +74,11 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   grouped_gemm_w13_fprop(f13, stream);
   c.stage("w13", stream);
 
-  // Every row of the capacity (padding rows hold SwiGLU(0) = 0; rows past the groups are never read).
+  // The rows of the groups (padding rows hold whatever they held: W2's tiles skip them, like W13's);
+  // rows past the groups are never read.
   quant::nvfp4_quantize_rows(scratch_rows(c, h2_bf16, F),
-                             quant::nvfp4_packed_rows_out(rows, quant::nvfp4_packed_row_bytes(F), F), stream);
+                             quant::nvfp4_packed_rows_out(rows, quant::nvfp4_packed_row_bytes(F), F), stream,
+                             t.offsets + c.local_experts);
   c.stage("quantize_h2", stream);
   if (expand) {
     quant::nvfp4_expand_rows(nullptr, rows, quant::nvfp4_packed_row_bytes(F), groups, cap, F, expanded,
@@ -81,7 +87,7 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   }
 
   FpropArgs f2 = w2_fprop_args(c, in, t.counts);
-  use_nvfp4_operands(f2.common, w2, expanded_scales);
+  use_nvfp4_operands(f2.common, w2, expanded_scales, t.real_counts);
   f2.a = expand ? expanded : rows;
   f2.w = w2.fprop_data;
   f2.scatter.row_ptrs = t.scatter_dst;

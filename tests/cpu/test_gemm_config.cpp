@@ -283,7 +283,7 @@ TEST(GemmConfig, Nvfp4TakesSwapABTiles) {
   GroupedGemmProblem p = problem(GroupedGemmOp::kFpropSwiglu, 8960, 4096, 7168, 256);
   p.a_format = kNvfp4Rows;
   p.b_format = kNvfp4Weight;
-  EXPECT_EQ(pick(p).name(), "256x32x256_s4_swapab");
+  EXPECT_EQ(pick(p).name(), "256x16x256_s5_swapab");
   p.m_capacity = 65536 + 256 * 31;  // dsv3_prefill at EP1
   EXPECT_EQ(pick(p).name(), "256x64x256_s3_swapab");
   p.op = GroupedGemmOp::kFprop;
@@ -291,7 +291,7 @@ TEST(GemmConfig, Nvfp4TakesSwapABTiles) {
   p.k = 2048;
   EXPECT_EQ(pick(p).name(), "256x64x256_s3_swapab");
   p.m_capacity = 1024;
-  EXPECT_EQ(pick(p).name(), "256x32x256_s4_swapab");
+  EXPECT_EQ(pick(p).name(), "256x16x256_s5_swapab");
   // Expanded FP16 token rows (prefill-sized contexts): the 128-token tile.
   p.a_format = kNvfp4ExpandedRows;
   p.m_capacity = 65536 + 256 * 31;

@@ -1,6 +1,6 @@
 // SM90 swap-AB mainloop for NVFP4 inference: packed E2M1 weights [E, N, K/2] with E4M3 scales per
 // 16 on the wgmma M side (256 rows per tile, or 128 gate + 128 up rows with the SwiGLU split), the
-// tokens' packed NVFP4 rows on N (32, 64 or 128 per tile). Hopper has no FP4 MMA: both operands are
+// tokens' packed NVFP4 rows on N (16, 32, 64 or 128 per tile). Hopper has no FP4 MMA: both operands are
 // made exact FP16 in the kernel and multiplied by FP16 wgmma with A from registers
 // (nvfp4_operands.cuh has the numerics and the K order). Decode streams the weights: 4.5 bits
 // per weight instead of BF16's 16.
@@ -16,7 +16,7 @@
 //                    (kExpanded): the TMA thread loads the four boxes instead and the warps idle.
 //   consumers        per 64-deep piece of a stage: one ld.shared.v2 per weight row (8 bytes = one
 //                    scale block), FP16 A fragments in registers, four m64nNk16 RS wgmmas per m64
-//                    block; the A registers are double-buffered by piece (32 and 64 tokens), so a
+//                    block; the A registers are double-buffered by piece (16 to 64 tokens), so a
 //                    piece's conversion runs while the previous piece's wgmmas execute
 // The weights' E4M3 scales come straight from global memory (8 bytes per row and stage, one stage
 // ahead); the epilogue applies the FP32 token and expert scales (params.cuh EpilogueParams).
@@ -68,7 +68,7 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
 
   static_assert(kKind == GemmKind::kFpropSwapAB && kBlockM == 256 && kMmaPerWg == 2,
                 "256 weight rows (two m64 blocks per warpgroup) per tile");
-  static_assert(kBlockN == 32 || kBlockN == 64 || kBlockN == 128, "32, 64 or 128 tokens per tile");
+  static_assert(kBlockN == 16 || kBlockN == 32 || kBlockN == 64 || kBlockN == 128, "16 to 128 tokens per tile");
   // A register sets: two (a piece converts while the previous piece's wgmmas run), or one at 128
   // tokens, whose 128 accumulators leave no room for the second (the other warpgroup's wgmmas then
   // keep the tensor cores busy while this one converts). With expanded tokens the consumers' 232

@@ -67,6 +67,8 @@ struct ResolvedOperands {
 
 struct SchedulerParams {
   const int32_t* counts = nullptr;  // [num_experts] rows per expert, on the device
+  // Grouping kN: [num_experts] token rows of each expert's segment (<= counts; nullptr = counts).
+  const int32_t* tile_rows = nullptr;
   int32_t num_experts = 0;
   int32_t m_capacity = 0;           // rows the row buffers hold; sum(counts) must not exceed it
   int32_t fixed_m_blocks = 0;       // Grouping kN, kK: M tiles per expert

@@ -7,6 +7,7 @@
 // An expert's tiles depend on the grouping (params.cuh):
 //   kM (FPROP, DGRAD)  ceil(count / BM) M tiles x fixed N tiles   -- empty experts: no tiles
 //   kN (swap-AB)       fixed M tiles x ceil(count / BN) N tiles   -- empty experts: no tiles
+//                      (count: tile_rows[e] when set -- the token rows of a padded segment)
 //   kK (WGRAD)         fixed M x N tiles, contraction = the rows  -- empty experts: tiles only when
 //                      their output must be overwritten with zeros
 // Static persistent schedule (no atomics: nothing to reset between launches, deterministic order).
@@ -77,6 +78,19 @@ class GroupedTileScheduler {
     return (2 * (num_experts + 1) + (kSorted ? num_experts : 0)) * 4;
   }
 
+  // The rows expert e's tiles cover: its segment, or (kN with tile_rows) the token rows at its start,
+  // which must fit the segment.
+  DMOE_DEVICE static int32_t tile_count(const SchedulerParams& p, int e, int32_t segment) {
+    if constexpr (kGrouping == Grouping::kN) {
+      if (p.tile_rows != nullptr) {
+        const int32_t rows = p.tile_rows[e];
+        if (rows < 0 || rows > segment) ptx::trap();
+        return rows;
+      }
+    }
+    return segment;
+  }
+
   DMOE_DEVICE static int32_t tiles_of(int32_t count, const SchedulerParams& p) {
     if constexpr (kGrouping == Grouping::kM)
       return ((count + kBlockM * kClusterM - 1) / (kBlockM * kClusterM)) * p.fixed_n_blocks;
@@ -136,7 +150,7 @@ class GroupedTileScheduler {
         int32_t tiles = 0;
         if (pos < E) {
           const int e = kSorted ? order[pos] : pos;
-          tiles = tiles_of(row_offset[e + 1] - row_offset[e], p);
+          tiles = tiles_of(tile_count(p, e, row_offset[e + 1] - row_offset[e]), p);
         }
 #pragma unroll
         for (int s = 1; s < 32; s <<= 1) {
@@ -245,7 +259,7 @@ class GroupedTileScheduler {
     // Linear tiles only grow, so the position cursor only moves forward.
     while (tile_offset_[pos_ + 1] <= lin) ++pos_;
     const int32_t e = kSorted ? order_[pos_] : pos_;
-    const int32_t count = row_offset_[e + 1] - row_offset_[e];
+    const int32_t count = tile_count(p_, e, row_offset_[e + 1] - row_offset_[e]);
     int32_t m_blocks, n_blocks;
     if constexpr (kGrouping == Grouping::kM) {
       m_blocks = (count + kBlockM * kClusterM - 1) / (kBlockM * kClusterM);  // pairs with clusters

@@ -361,6 +361,21 @@ struct WgmmaE4m3Rs64 {
 // FP16 pairs -- a[0] row l/4 of its warp's 16, K {2(l%4), 2(l%4)+1}; a[1] the same K of row l/4 + 8;
 // a[2] and a[3] those rows at K + 8 (PTX ISA: wgmma register fragment A for 16-bit types). B K-major.
 template <>
+struct WgmmaF16Rs<16, 0, 0> {
+  static constexpr int kRegs = 8;
+  DMOE_DEVICE static void mma(float (&d)[8], const uint32_t (&a)[4], uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %13, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {" DMOE_WGMMA_ACC_8 "}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n"
+      "}\n"
+      : DMOE_WGMMA_OUT_8
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+template <>
 struct WgmmaF16Rs<32, 0, 0> {
   static constexpr int kRegs = 16;
   DMOE_DEVICE static void mma(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b, uint32_t accumulate) {
