@@ -110,22 +110,18 @@ void run_activations(const Workload& w, cudaStream_t s) {
   std::vector<uint64_t> order(cap), table(cap, 0);
   for (int64_t m = 0; m < cap; ++m) order[m] = static_cast<uint64_t>(m);
   std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t r = 0; r < counts[e]; ++r) {
-      const int64_t m = offsets[e] + r;
-      table[m] = reinterpret_cast<uint64_t>(x.get() + static_cast<int64_t>(order[m]) * D);
-    }
-  DeviceBuffer<uint64_t> row_ptrs(table);
-  // NVFP4 packed rows: the T token rows (each routed K times through nv_table) and M rows of their own.
-  quantize_nvfp4_token_rows(x.get(), T, D, D, rows_nv.get(), packed, s);
-  quantize_nvfp4_token_rows(x.get(), cap, D, D, rows_nv_m.get(), packed, s);
+  // nv_table: the same order over the T packed NVFP4 token rows (each routed K times).
   std::vector<uint64_t> nv_table(cap, 0);
   for (int64_t e = 0; e < E; ++e)
     for (int64_t r = 0; r < counts[e]; ++r) {
       const int64_t m = offsets[e] + r;
+      table[m] = reinterpret_cast<uint64_t>(x.get() + static_cast<int64_t>(order[m]) * D);
       nv_table[m] = reinterpret_cast<uint64_t>(rows_nv.get() + static_cast<int64_t>(order[m] % T) * packed);
     }
-  DeviceBuffer<uint64_t> nv_row_ptrs(nv_table);
+  DeviceBuffer<uint64_t> row_ptrs(table), nv_row_ptrs(nv_table);
+  // NVFP4 packed rows: the T token rows and M rows of their own (nvfp4_expand_rows' dense input).
+  quantize_nvfp4_token_rows(x.get(), T, D, D, rows_nv.get(), packed, s);
+  quantize_nvfp4_token_rows(x.get(), cap, D, D, rows_nv_m.get(), packed, s);
   quant::Bf16Matrix x_gathered{nullptr, cap, D, 0, reinterpret_cast<const void* const*>(row_ptrs.get())};
   const double xT = double(T * D) * 2, xM = double(cap * D) * 2;
   const std::vector<Case> cases = {

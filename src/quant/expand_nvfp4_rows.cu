@@ -23,6 +23,12 @@ namespace {
 constexpr int kExpandThreads = 256;
 constexpr int kWarps = kExpandThreads / 32;
 constexpr int kStagesPerItem = 4;  // loads in flight per warp: 4 x 144 bytes
+constexpr int kUnitsPerStage = gemm::kNvfp4StageK / 8;  // 16-byte units (8 FP16) of a stage: a lane each
+
+// A row's items: its stages in groups of kStagesPerItem (the last one partial).
+__host__ __device__ constexpr int64_t items_per_row(int64_t cols) {
+  return (cols / gemm::kNvfp4StageK + kStagesPerItem - 1) / kStagesPerItem;
+}
 
 __global__ void __launch_bounds__(kExpandThreads)
     expand_nvfp4_rows_kernel(const void* const* __restrict__ row_ptrs, const uint8_t* __restrict__ packed,
@@ -38,15 +44,15 @@ __global__ void __launch_bounds__(kExpandThreads)
   const int64_t total = min(static_cast<int64_t>(offsets_G1[num_groups]), capacity);
   const int64_t scales_at = numeric::nvfp4_packed_row_scales_offset(cols);
   const int64_t stages = cols / gemm::kNvfp4StageK;
-  const int64_t items_per_row = (stages + kStagesPerItem - 1) / kStagesPerItem;
-  for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < total * items_per_row;
+  const int64_t row_items = items_per_row(cols);
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < total * row_items;
        item += static_cast<int64_t>(gridDim.x) * kWarps) {
-    const int64_t m = item / items_per_row, kb0 = (item % items_per_row) * kStagesPerItem;
+    const int64_t m = item / row_items, kb0 = (item % row_items) * kStagesPerItem;
     const int count = static_cast<int>(min(static_cast<int64_t>(kStagesPerItem), stages - kb0));
     const uint8_t* src = row_ptrs != nullptr ? static_cast<const uint8_t*>(row_ptrs[m]) : packed + m * packed_stride;
-    uint4* units = out + m * (cols / 8) + kb0 * (gemm::kNvfp4StageK / 8) + lane;  // 8 FP16 per uint4
+    uint4* units = out + m * (cols / 8) + kb0 * kUnitsPerStage + lane;  // 8 FP16 per uint4
     if (src == nullptr) {  // a padding row: its products are 0
-      for (int s = 0; s < count; ++s) units[s * (gemm::kNvfp4StageK / 8)] = make_uint4(0, 0, 0, 0);
+      for (int s = 0; s < count; ++s) units[s * kUnitsPerStage] = make_uint4(0, 0, 0, 0);
       if (kb0 == 0 && lane == 0) token_scale_inv[m] = 0.0f;
       continue;
     }
@@ -70,7 +76,7 @@ __global__ void __launch_bounds__(kExpandThreads)
 #pragma unroll
         for (int q = 0; q < 4; ++q)
           pair[q] = gemm::nvfp4_pair_x2(gemm::nvfp4_high_bytes(word[s][q]), j, gemm::nvfp4_scale_x2(scale[s][q]));
-        units[s * (gemm::kNvfp4StageK / 8)] = make_uint4(pair[0], pair[1], pair[2], pair[3]);
+        units[s * kUnitsPerStage] = make_uint4(pair[0], pair[1], pair[2], pair[3]);
       }
     }
     if (kb0 == 0 && lane == 0)
@@ -93,7 +99,7 @@ void nvfp4_expand_rows(const void* const* row_ptrs, const void* packed, int64_t 
                  name, ": the group offsets, out and token_scale_inv are required");
   DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(out) % 16 == 0, name, ": out must be 16-byte aligned");
   if (capacity == 0) return;
-  const int64_t items = capacity * ((cols / gemm::kNvfp4StageK + kStagesPerItem - 1) / kStagesPerItem);
+  const int64_t items = capacity * items_per_row(cols);
   expand_nvfp4_rows_kernel<<<row_grid(items, kWarps), kExpandThreads, 0, stream>>>(
       row_ptrs, static_cast<const uint8_t*>(packed), packed_stride, groups.offsets_G1, groups.num_groups, capacity,
       cols, static_cast<uint4*>(out), token_scale_inv);
