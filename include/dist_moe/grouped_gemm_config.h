@@ -143,6 +143,10 @@ struct GroupedGemmProblem {
   // and DGRAD.
   OperandFormat a_format;
   OperandFormat b_format;
+  // The call gives its experts' token rows (GroupedGemmCommon::tile_rows): a swap-AB tile then
+  // covers the real rows of a padded segment, so a 16-token tile costs one pass per small expert
+  // (MXFP8 picks its 16-token decode tile only then: its training layers pad without giving them).
+  bool tile_rows = false;
 };
 
 // The one place tile shapes are chosen (src/core/gemm_config.cpp; each branch says why), one

@@ -212,7 +212,14 @@ GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
 // take the sixth stage's shared memory); decode-sized FPROP (is_decode) the swap-AB tile, which
 // streams the E4M3 weights as the BF16 one streams BF16 (DGRAD keeps 128x128: not measured there).
 GroupedGemmConfig select_mxfp8(const GroupedGemmProblem& p, int sms) {
-  if (p.op != GroupedGemmOp::kDgrad && is_decode(p)) return swap_ab_tile(p, sms);
+  if (p.op != GroupedGemmOp::kDgrad && is_decode(p)) {
+    // 16 tokens when the tiles cover the real rows (inference layers give them): half the wgmma and
+    // fold work of 32 (G60); the 32-token tile behind DMOE_GEMM_EXPERIMENTAL for A/B runs.
+    if (!p.tile_rows || grouped_gemm_experimental_requested()) return swap_ab_tile(p, sms);
+    GroupedGemmConfig c = tile(256, 16, 5, p, sms);
+    c.swap_ab = true;
+    return c;
+  }
   return tile(128, 128, 5, p, sms, false, true);
 }
 

@@ -457,6 +457,7 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   problem.scatter = scatter;
   problem.accumulate = L.epilogue.accumulate != 0;
   problem.a_format = c.a_format;
+  problem.tile_rows = c.tile_rows != nullptr;
   problem.b_format = c.b_format;
   GroupedGemmConfig cfg = c.config != nullptr ? *c.config : select_grouped_gemm_config(problem, dev.num_sms);
   cfg.gather = gather;

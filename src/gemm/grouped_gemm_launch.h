@@ -204,6 +204,9 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     // 128-deep E4M3 stages (same 36 KiB), per-32 promotion in the consumers. _decode.cu.
     decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 32, 5).mxfp8(),
     decode_kernel(GemmEpilogueKind::kSwiglu, 256, 32, 5).mxfp8(),
+    // 16 tokens (34 KiB stages) for inference layers, whose tiles cover the real rows (G60).
+    decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 16, 5).mxfp8(),
+    decode_kernel(GemmEpilogueKind::kSwiglu, 256, 16, 5).mxfp8(),
     // FP8-blockwise swap-AB decode (the same mainloop with FP32 scales, one per 128-deep stage).
     decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 32, 5).fp8_blockwise(),
     decode_kernel(GemmEpilogueKind::kSwiglu, 256, 32, 5).fp8_blockwise(),

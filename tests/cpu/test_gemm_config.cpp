@@ -246,6 +246,9 @@ TEST(GemmConfig, OperandFormats) {
   dec.n = 4096;
   dec.k = 7168;
   EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
+  dec.tile_rows = true;  // inference: the tiles cover the real rows -> 16 tokens
+  EXPECT_EQ(pick(dec).name(), "256x16x128_s5_swapab");
+  dec.tile_rows = false;
   dec.op = GroupedGemmOp::kDgrad;
   dec.b_format = kMxfp8WeightT;
   EXPECT_EQ(pick(dec).name(), "128x128x128_s5_tma_dyn");

@@ -1,7 +1,8 @@
 // SM90 swap-AB (decode) mainloop for block-scaled E4M3 operands (MXFP8 and FP8 blockwise): the
 // weights [E, N, K] E4M3 on the wgmma M side (256 rows per tile, or 128 gate + 128 up rows with the
 // SwiGLU split), 32 tokens of E4M3 rows on N -- the BF16 decode tile (mainloop.cuh) with a 128-deep
-// E4M3 k block per stage, so a stage is the same 36 KiB and the GEMM streams half the weight bytes.
+// E4M3 k block per stage, so a stage is the same 36 KiB and the GEMM streams half the weight bytes
+// -- or 16 tokens (MXFP8 inference, whose tiles cover the real rows: half the wgmma and fold work).
 //
 // Promotion per k32 step, as the 128x128 MXFP8 kernel does it (mainloop_mxfp8.cuh): each k32 step
 // of each m64 block is one m64n32k32 wgmma into a scratch fragment (scale-d = 0), folded in by
@@ -146,14 +147,14 @@ struct Sm90BlockScaledSwapABMainloop : Sm90Mainloop<Config> {
   using Operands = typename Config::Operands;
 
   static constexpr int kSteps = kBlockK / Operands::kK;  // k32 steps per stage: 4
-  static constexpr int kTokenScales = kAccPerMma / 2;    // token columns of one thread: 8
+  static constexpr int kTokenScales = kAccPerMma / 2;    // token columns of one thread: 8 (4 at 16 tokens)
   using Scales = ScalesOf<kMmaPerWg, kTokenScales>;
   using Stage = typename Scales::Stage;
   static_assert(kKind == GemmKind::kFpropSwapAB && Operands::kElemBytes == 1, "block-scaled swap-AB: E4M3 decode tiles");
-  static_assert(kSteps == 4 && kBlockM == 256 && kMmaPerWg == 2 && kBlockN == 32,
-                "256 weight rows (two m64 blocks per warpgroup) x 32 tokens, four k32 steps per stage");
+  static_assert(kSteps == 4 && kBlockM == 256 && kMmaPerWg == 2 && (kBlockN == 32 || kBlockN == 16),
+                "256 weight rows (two m64 blocks per warpgroup) x 32 or 16 tokens, four k32 steps per stage");
 
-  using StepMma = typename Operands::template Mma<kBlockN, 0, 0>;  // m64n32k32
+  using StepMma = typename Operands::template Mma<kBlockN, 0, 0>;  // m64n32k32 or m64n16k32
 
 #if defined(__CUDACC__)
 
