@@ -315,6 +315,30 @@ inline HostBf16 spread_bf16(int64_t rows, int64_t cols, int64_t rows_per_scale, 
 
 inline double bf16_value(const std::vector<uint16_t>& v, int64_t i) { return numeric::bf16_to_float(numeric::bf16_t{v[i]}); }
 
+// GroupedGemmCommon::tile_rows below the counts (the inference layers' padded segments: the swap-AB
+// tiles cover only an expert's first tile_rows[e] rows): with `drop`, expert e keeps counts[e] -
+// counts[e] * (e % 3) / 4 rows; without, all of them. token_row[m]: row m of the groups is kept.
+struct TileRowsCase {
+  std::vector<int32_t> tiles;
+  std::vector<char> token_row;
+};
+inline TileRowsCase tile_rows_case(const std::vector<int32_t>& counts, bool drop) {
+  TileRowsCase c{counts, std::vector<char>(static_cast<size_t>(std::accumulate(counts.begin(), counts.end(), int64_t{0})), 1)};
+  for (size_t e = 0, m0 = 0; e < counts.size(); m0 += static_cast<size_t>(counts[e]), ++e) {
+    if (drop) c.tiles[e] -= counts[e] * static_cast<int32_t>(e % 3) / 4;
+    for (int32_t r = c.tiles[e]; r < counts[e]; ++r) c.token_row[m0 + static_cast<size_t>(r)] = 0;
+  }
+  return c;
+}
+
+// Rows of `out` [M, cols] that tile_rows dropped must still hold the poison (0xFFFF).
+inline void expect_dropped_rows_untouched(const std::vector<uint16_t>& out, const TileRowsCase& c, int64_t cols) {
+  int64_t written = 0;
+  for (size_t i = 0; i < c.token_row.size() * static_cast<size_t>(cols); ++i)
+    written += !c.token_row[i / static_cast<size_t>(cols)] && out[i] != 0xFFFF;
+  EXPECT_EQ(written, 0) << "values written to rows past an expert's tile_rows";
+}
+
 // Rows [M, cap) of a BF16 output must still hold the poison (0xFFFF).
 inline void expect_rows_untouched(const std::string& what, const std::vector<uint16_t>& out, int64_t M, int64_t cols) {
   int64_t touched = 0;

@@ -256,7 +256,10 @@ GroupedGemmCommon fp8_common(const DeviceBuffer<int32_t>& counts, const Fp8Case&
   return c;
 }
 
-void run_fp8_fprop(const Fp8Case& cs, const GroupedGemmConfig* cfg, Recipe recipe = Recipe::kFp8Blockwise) {
+// token_rows_only: tile_rows below the counts (tile_rows_case); the swap-AB tiles leave the dropped
+// rows unwritten.
+void run_fp8_fprop(const Fp8Case& cs, const GroupedGemmConfig* cfg, Recipe recipe = Recipe::kFp8Blockwise,
+                   bool token_rows_only = false) {
   std::mt19937 rng(cs.seed);
   const std::vector<int32_t> counts = fp8_counts(cs.e_local, cs.max_rows, rng);
   const int64_t M = total_rows(counts), cap = M + kSlack;
@@ -276,11 +279,17 @@ void run_fp8_fprop(const Fp8Case& cs, const GroupedGemmConfig* cfg, Recipe recip
   args.a = ops.a_q();
   args.w = ops.w_q();
   args.out = d_out.get();
+  const TileRowsCase rows = tile_rows_case(counts, token_rows_only);
+  DeviceBuffer<int32_t> d_tiles(rows.tiles);
+  if (token_rows_only) args.common.tile_rows = d_tiles.get();
   grouped_gemm_fprop(args, nullptr);
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<uint16_t> out = d_out.download();
   const std::string what = std::string(recipe_name(recipe)) + " fprop out";
-  expect_close_fp8(what, [&](int64_t i) { return bf16_value(out, i); }, ref, sum_abs);
+  expect_close_fp8(
+      what, [&](int64_t i) { return rows.token_row[static_cast<size_t>(i / cs.n)] ? bf16_value(out, i) : double(ref[i]); },
+      ref, sum_abs);
+  expect_dropped_rows_untouched(out, rows, cs.n);
   expect_rows_untouched(what, out, M, cs.n);
 }
 
@@ -691,6 +700,12 @@ TEST_P(GroupedGemmMxfp8Fprop, Ragged) {
 TEST_P(GroupedGemmMxfp8Fprop, OddWidthLongK) {
   DMOE_REQUIRE_SM90();
   run_fp8_fprop({9, 384, 2048, 260, 52u}, &GetParam().config, Recipe::kMxfp8);
+}
+// The decode tiles over the inference layer's real counts (tile_rows, perf_history G60).
+TEST_P(GroupedGemmMxfp8Fprop, TileRowsCoverOnlyTheTokenRows) {
+  DMOE_REQUIRE_SM90();
+  if (!GetParam().config.swap_ab) GTEST_SKIP() << "tile_rows is taken by the swap-AB (decode) tiles";
+  run_fp8_fprop({9, 512, 512, 40, 59u}, &GetParam().config, Recipe::kMxfp8, true);
 }
 TEST_P(GroupedGemmMxfp8W13, Plain) {
   DMOE_REQUIRE_SM90();

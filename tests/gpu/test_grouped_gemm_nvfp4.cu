@@ -189,24 +189,16 @@ void run_nvfp4_fprop(const Nvfp4Case& cs, const GemmParam* param, bool token_row
   args.a = t.rows;
   args.w = o.w.q.get();
   args.out = d_out.get();
-  // Row m is a token row unless token_rows_only drops it: expert e keeps counts[e] - counts[e] (e % 3) / 4.
-  std::vector<int32_t> tiles(o.counts);
-  std::vector<char> token_row(static_cast<size_t>(o.M), 1);
-  for (size_t e = 0, m0 = 0; e < tiles.size(); m0 += static_cast<size_t>(o.counts[e]), ++e) {
-    if (token_rows_only) tiles[e] -= o.counts[e] * static_cast<int32_t>(e % 3) / 4;
-    for (int32_t r = tiles[e]; r < o.counts[e]; ++r) token_row[m0 + static_cast<size_t>(r)] = 0;
-  }
-  DeviceBuffer<int32_t> d_tiles(tiles);
+  const TileRowsCase rows = tile_rows_case(o.counts, token_rows_only);
+  DeviceBuffer<int32_t> d_tiles(rows.tiles);
   if (token_rows_only) args.common.tile_rows = d_tiles.get();
   grouped_gemm_fprop(args, nullptr);
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<uint16_t> out = d_out.download();
   expect_close("nvfp4 fprop out",
-               [&](int64_t i) { return token_row[static_cast<size_t>(i / cs.n)] ? bf16_value(out, i) : double(ref[i]); },
+               [&](int64_t i) { return rows.token_row[static_cast<size_t>(i / cs.n)] ? bf16_value(out, i) : double(ref[i]); },
                ref);
-  int64_t dropped_written = 0;
-  for (int64_t i = 0; i < o.M * cs.n; ++i) dropped_written += !token_row[static_cast<size_t>(i / cs.n)] && out[i] != 0xFFFF;
-  EXPECT_EQ(dropped_written, 0) << "values written to rows past an expert's tile_rows";
+  expect_dropped_rows_untouched(out, rows, cs.n);
   expect_rows_untouched("nvfp4 fprop out", out, o.M, cs.n);
 }
 
