@@ -5,12 +5,14 @@
 //   dist-moe bench --shape dsv3_prefill|qwen3_30b|mixtral|dsv3_decode [--mode train|infer]
 //                  [--gpus N] [--iters N] [--slot-factor F] [--device-factor F] [--no-baseline]
 //                  [--wgrad accumulate|write] [--sustain-ms MS] [--format bf16|mxfp8|fp8_blockwise|nvfp4]
-//                  [--experts E]
+//                  [--experts E] [--tokens T]
 // --format mxfp8 / fp8_blockwise / nvfp4 (--mode infer only): the layer under test is the MXFP8,
 // FP8-blockwise or NVFP4 staged layer, weights prepared once; our BF16 layer on the same inputs is timed in alternation with it,
 // and the GEMM-only column is the BF16 GEMMs' (what the block-scaled GEMMs replace).
 // --experts E: the shape with E global experts instead of its own (e.g. dsv3_prefill --experts 128
 // on one GPU: the expert GEMMs one rank of EP2 runs, without the NVLink traffic); no stock layer.
+// --tokens T: the shape with T tokens per rank instead of its own (e.g. dsv3_decode --tokens 512: the
+// mid-sized batches between decode and prefill); no stock layer.
 // --mode infer also prints the expert weights each forward GEMM stage streams against the HBM copy
 // rate measured in the same run.
 // --sustain-ms (default 300): every timed measurement, ours and the stock layer's, follows MS ms of
@@ -77,7 +79,7 @@ double json_number(const std::string& json, const std::string& key) {
 
 int cmd_bench(const std::vector<std::string>& argv) {
   Args args(argv, {"shape", "mode", "gpus", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format",
-                   "experts"},
+                   "experts", "tokens"},
             {"no-baseline"});
   const std::string format = args.str("format").value_or("bf16");
   if (format != "bf16" && format != "mxfp8" && format != "fp8_blockwise" && format != "nvfp4")
@@ -92,6 +94,13 @@ int cmd_bench(const std::vector<std::string>& argv) {
       detail::fail(ErrorCode::kInvalidValue, "--experts changes the shape: add --no-baseline (the stock layer runs the "
                    "reference shapes only)");
     w.experts = *e;
+  }
+  if (auto t = args.integer("tokens")) {
+    if (*t < 1) detail::fail(ErrorCode::kInvalidValue, "--tokens must be >= 1, got ", *t);
+    if (!args.flag("no-baseline"))
+      detail::fail(ErrorCode::kInvalidValue, "--tokens changes the shape: add --no-baseline (the stock layer runs the "
+                   "reference shapes only)");
+    w.tokens = *t;
   }
   const std::string mode = args.str("mode").value_or("train");
   if (mode != "train" && mode != "infer")
@@ -127,7 +136,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
       << shape << " --mode " << mode << " --iters " << iters;
   if (auto f = args.real("slot-factor")) cmd << " --slot-factor " << *f;
   if (auto f = args.real("device-factor")) cmd << " --device-factor " << *f;
-  cmd << " --wgrad " << wgrad << " --sustain-ms " << sustain_ms << " --format " << format << " --experts " << w.experts;
+  cmd << " --wgrad " << wgrad << " --sustain-ms " << sustain_ms << " --format " << format << " --experts " << w.experts
+      << " --tokens " << w.tokens;
   std::vector<std::string> results;
   if (run_and_collect(cmd.str(), "RESULT@", &results, true) != 0 || results.empty())
     detail::fail(ErrorCode::kRuntime, "the benchmark ranks failed (output above)");

@@ -52,7 +52,8 @@ using testing::run_for_ms;
 }  // namespace
 
 int cmd_bench_rank(const std::vector<std::string>& argv) {
-  Args args(argv, {"shape", "mode", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format", "experts"},
+  Args args(argv, {"shape", "mode", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format", "experts",
+                   "tokens"},
             {});
   const std::string format = args.str("format").value_or("bf16");
   if (format != "bf16" && format != "mxfp8" && format != "fp8_blockwise" && format != "nvfp4")
@@ -62,6 +63,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   const bool block_scaled = format != "bf16";
   Workload w = find_workload(args.str("shape").value_or("dsv3_prefill"));
   if (auto e = args.integer("experts")) w.experts = *e;
+  if (auto t = args.integer("tokens")) w.tokens = *t;
   const bool train = args.str("mode").value_or("train") == "train";
   const bool wgrad_accumulate = args.str("wgrad").value_or("accumulate") == "accumulate";
   const int iters = static_cast<int>(args.integer("iters").value_or(20));

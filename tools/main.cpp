@@ -63,6 +63,8 @@ const Command kCommands[] = {
      "  --gpus N               ranks (default: every GPU)\n"
      "  --experts E            the shape with E global experts (one GPU, E/2: one EP2 rank's GEMMs);\n"
      "                         needs --no-baseline\n"
+     "  --tokens T             the shape with T tokens per rank (e.g. the batches between decode and\n"
+     "                         prefill); needs --no-baseline\n"
      "  --iters N              calls per measurement (default 20)\n"
      "  --slot-factor F        activation slot factor (default: a slot that never recomputes)\n"
      "  --device-factor F      device scratch capacity factor\n"
@@ -77,7 +79,7 @@ const Command kCommands[] = {
     {"bench-rank", dist_moe::cli::cmd_bench_rank, nullptr,  // internal: one rank of `bench`
      "usage: dist-moe bench-rank [--shape NAME] [--mode train|infer] [--iters N] [--slot-factor F]\n"
      "                           [--device-factor F] [--wgrad accumulate|write] [--sustain-ms MS]\n"
-     "                           [--format bf16|mxfp8|fp8_blockwise|nvfp4]\n"
+     "                           [--format bf16|mxfp8|fp8_blockwise|nvfp4] [--experts E] [--tokens T]\n"
      "\n"
      "One rank of `dist-moe bench`, started by dmoe_launch (internal).\n"},
 };

@@ -66,6 +66,8 @@ TEST(Cli, BadInputPrintsOneErrorLineAndFails) {
       {"bench --shape qwen3_30b --format nvfp4", "--format nvfp4 needs --mode infer"},
       {"bench --shape qwen3_30b --experts 64", "--experts changes the shape: add --no-baseline"},
       {"bench --shape dsv3_prefill --experts 4 --no-baseline", "--experts must be >= the shape's top_k 8"},
+      {"bench --shape dsv3_decode --tokens 512", "--tokens changes the shape: add --no-baseline"},
+      {"bench --shape dsv3_decode --tokens 0 --no-baseline", "--tokens must be >= 1, got 0"},
   };
   for (const auto& c : cases) {
     const Result r = run_cli(c.args);
