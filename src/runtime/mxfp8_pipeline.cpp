@@ -107,12 +107,13 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
     c.stage(recompute ? "recompute_quantize_x" : "quantize_x", stream);
   }
 
+  // Inference: the swap-AB tiles of W13 and W2 cover each expert's real rows, not its 32-row padded
+  // segment (h2's padding rows are then not written, and nothing reads them: no WGRAD columns here).
+  const int32_t* tile_rows = t.packed_rows ? t.real_counts : nullptr;
   W13FpropArgs f13 = w13_fprop_args(c, in, t.counts);
   const RowBundle xr = row_bundle(c, D);
   use_mxfp8_operands(f13.common, xr, D, w13.fprop_scale, false);
-  // Inference: the swap-AB tiles cover each expert's real rows, not its 32-row padded segment (h2's
-  // padding rows are then not written, and nothing reads them: no WGRAD columns here).
-  if (t.packed_rows) f13.common.tile_rows = t.real_counts;
+  f13.common.tile_rows = tile_rows;
   f13.a = xr.q;
   f13.w13 = w13.fprop_data;
   f13.h1 = keep ? act : nullptr;
@@ -131,7 +132,7 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   FpropArgs f2 = w2_fprop_args(c, in, t.counts);
   const RowBundle hr = row_bundle(c, F);
   use_mxfp8_operands(f2.common, hr, F, w2.fprop_scale, false);
-  if (t.packed_rows) f2.common.tile_rows = t.real_counts;
+  f2.common.tile_rows = tile_rows;
   f2.a = hr.q;
   f2.w = w2.fprop_data;
   f2.scatter.row_ptrs = t.scatter_dst;
