@@ -125,6 +125,9 @@ struct GroupedGemmCommon {
   // The rows a call can use at most, when less than m_capacity (0: m_capacity); the heuristic's
   // size class reads it (GroupedGemmProblem::m_bound).
   int64_t m_bound = 0;
+  // The token rows a call can route at most, without any per-expert padding (0: not known); the
+  // width of a decode tile is chosen on it (GroupedGemmProblem::routed_rows_bound).
+  int64_t routed_rows_bound = 0;
   // Swap-AB kernels (tokens on N): device [e_local] rows of each expert's segment that are tokens,
   // when fewer than counts (a layout padded per expert; tile_rows[e] <= counts[e], or the kernel
   // traps). The tiles cover only those rows: the rows after them in the segment are neither read as

@@ -131,6 +131,10 @@ struct GroupedGemmProblem {
   // layers: their buffers keep upstream's 128-row padding per expert, routing pads to 32); 0 =
   // m_capacity. The size class (decode or not) is decided on it.
   int64_t m_bound = 0;
+  // The token rows the call can route at most, without the per-expert padding (block-scaled
+  // inference layers: T * K * capacity factor); 0 = not known. Divided by e_local it is the average
+  // token count per expert that decides how wide a block-scaled decode tile is (gemm_config.cpp).
+  int64_t routed_rows_bound = 0;
   int64_t n = 0;
   int64_t k = 0;
   int64_t e_local = 0;

@@ -115,6 +115,24 @@ GroupedGemmConfig swap_ab_tile(const GroupedGemmProblem& p, int sms) {
   return c;
 }
 
+// Rows per local expert a decode tile covers, on average: with tile_rows the token rows (the
+// caller's bound without padding when it gives one), else the usable rows.
+double routed_rows_per_expert(const GroupedGemmProblem& p) {
+  const int64_t rows =
+      p.tile_rows && p.routed_rows_bound > 0 ? std::min(p.routed_rows_bound, usable_rows(p)) : usable_rows(p);
+  return static_cast<double>(rows) / static_cast<double>(p.e_local);
+}
+
+// Block-scaled decode tiles over the real rows (GroupedGemmProblem::tile_rows) take 16 tokens up to
+// this average per expert, 32 above it. A stage of the block-scaled swap-AB kernels costs about the
+// same SM time per tile whatever the tokens (they are bound by their per-stage work, not the
+// tensor cores), so an expert needing a second tile costs a second pass over its weights. s27 r2,
+// dsv3 dims at EP1 (16 / 32 tokens): 8 rows per expert MXFP8 2.986 / 3.619 ms, NVFP4 2.637 /
+// 2.819; 16 rows MXFP8 4.084 / 3.625, NVFP4 3.519 / 2.831; 32 rows MXFP8 6.747 / 5.245, NVFP4 5.791 /
+// 3.938. With Poisson counts, at 12 per expert ~10% of the experts need a second 16-token tile,
+// about what the wider tile costs per pass (1.07x NVFP4, 1.21x MXFP8).
+constexpr double kNarrowDecodeRowsPerExpert = 12.0;
+
 // FPROP (W2) and DGRAD with BF16 output: the M-grouped GEMMs, `width` output columns and
 // `k_blocks` 64-deep contraction steps.
 GroupedGemmConfig m_grouped_tile(int64_t width, int64_t k_blocks, const GroupedGemmProblem& p, int sms) {
@@ -212,15 +230,22 @@ GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
 // take the sixth stage's shared memory); decode-sized FPROP (is_decode) the swap-AB tile, which
 // streams the E4M3 weights as the BF16 one streams BF16 (DGRAD keeps 128x128: not measured there).
 GroupedGemmConfig select_mxfp8(const GroupedGemmProblem& p, int sms) {
-  if (p.op != GroupedGemmOp::kDgrad && is_decode(p)) {
-    // 16 tokens when the tiles cover the real rows (inference layers give them): half the wgmma and
-    // fold work of 32 (G60); the 32-token tile behind DMOE_GEMM_EXPERIMENTAL for A/B runs.
-    if (!p.tile_rows || grouped_gemm_experimental_requested()) return swap_ab_tile(p, sms);
-    GroupedGemmConfig c = tile(256, 16, 5, p, sms);
-    c.swap_ab = true;
-    return c;
-  }
-  return tile(128, 128, 5, p, sms, false, true);
+  const GroupedGemmConfig regular = tile(128, 128, 5, p, sms, false, true);
+  if (p.op == GroupedGemmOp::kDgrad || !is_decode(p)) return regular;
+  // Training layers' decode-sized FPROPs: padded segments (no tile_rows), the 32-token tile.
+  if (!p.tile_rows) return swap_ab_tile(p, sms);
+  // Inference, tiles over the real rows: 16 tokens while few experts need a second tile
+  // (kNarrowDecodeRowsPerExpert; half the wgmma and fold work of 32, G60), then 32. Past 16 rows
+  // per expert the 128x128 tile, which runs one M tile per expert up to 128 rows where the swap-AB
+  // kernel runs its per-stage work once per 32 tokens: s27 r3, dsv3 dims at EP1, 32-token tile /
+  // 128x128, layer ms: 24 rows per expert 4.262 / 3.792 and 4.143 / 3.895, 32 rows 5.818 / 3.966
+  // and 5.673 / 3.960 (BF16 layer 5.45-5.53).
+  const double rows = routed_rows_per_expert(p);
+  if (rows > 16.0) return regular;
+  if (rows > kNarrowDecodeRowsPerExpert) return swap_ab_tile(p, sms);
+  GroupedGemmConfig c = tile(256, 16, 5, p, sms);
+  c.swap_ab = true;
+  return c;
 }
 
 }  // namespace
@@ -292,8 +317,8 @@ std::string GroupedGemmConfig::name() const {
 namespace {
 
 // NVFP4 (inference FPROP and W13 FPROP): always the swap-AB kernels (weights dequantized in the
-// consumers' registers); 32-token tiles when decode-sized, 64 otherwise (half the weight
-// conversions per token). The 128-token tile (a quarter) is picked from 128 rows per expert only
+// consumers' registers); 16- or 32-token tiles when decode-sized (by the routed rows per expert),
+// 64 otherwise (half the weight conversions per token). The 128-token tile (a quarter) is picked from 128 rows per expert only
 // with DMOE_GEMM_EXPERIMENTAL: one A register set and spilling consumers made it slower (G54).
 // Expanded token rows (prefill-sized contexts, memory_plan.h): the 128-token tile, whose consumers
 // have the registers the producer warps no longer need.
@@ -306,10 +331,13 @@ GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {
   const bool experimental = grouped_gemm_experimental_requested();
   const bool wide = experimental && usable_rows(p) >= 128 * p.e_local;
   // Decode: 16 tokens per tile (the layer's tiles cover each expert's real rows, GroupedGemmCommon::
-  // tile_rows; s25 r4); the 32-token tile stays behind DMOE_GEMM_EXPERIMENTAL for A/B runs.
-  GroupedGemmConfig c = is_decode(p) ? (experimental ? tile(256, 32, 4, p, sms) : tile(256, 16, 5, p, sms))
-                        : wide       ? tile(256, 128, 2, p, sms)
-                                     : tile(256, 64, 3, p, sms);
+  // tile_rows; s25 r4) while few experts need a second one (kNarrowDecodeRowsPerExpert), then 32
+  // up to the decode bound: the 64-token tile measured slower at 24 rows per expert (s27 r3, layer
+  // 3.856 / 3.835 vs 3.154 / 3.181 ms) and 2-3% faster at 32 (4.211 / 4.170 vs 4.282 / 4.308).
+  const bool narrow = routed_rows_per_expert(p) <= kNarrowDecodeRowsPerExpert;
+  GroupedGemmConfig c = !is_decode(p) ? (wide ? tile(256, 128, 2, p, sms) : tile(256, 64, 3, p, sms))
+                        : narrow      ? tile(256, 16, 5, p, sms)
+                                      : tile(256, 32, 4, p, sms);
   c.swap_ab = true;
   return c;
 }

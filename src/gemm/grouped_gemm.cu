@@ -449,6 +449,7 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   problem.op = op;
   problem.m_capacity = c.m_capacity;
   problem.m_bound = c.m_bound;
+  problem.routed_rows_bound = c.routed_rows_bound;
   problem.n = c.n;
   problem.k = c.k;
   problem.e_local = c.e_local;

@@ -23,10 +23,17 @@ GroupedGemmCommon layer_gemm_common(const Context::Impl& c, const int32_t* count
   g.validate_counts = false;  // routing already checked the rows against the capacity
   // Block-scaled buffers keep upstream's 128-row padding bound per expert, routing may pad to 32:
   // the rows a call can use are then fewer, which decides the GEMMs' size class (decode or not).
-  if (c.config.block_scaled)
-    g.m_bound = std::min(g.m_capacity, plan_max_recv_rows(c.config.max_num_local_input_tokens, c.config.top_k,
-                                                          c.plan.total_scratch_capacity_factor, c.local_experts,
-                                                          c.world, routing_row_alignment(c.config)));
+  // Without the padding, the same bound is the token rows the call can route: its average per
+  // expert decides how wide the block-scaled decode tiles are.
+  if (c.config.block_scaled) {
+    const auto recv_rows = [&](int64_t row_multiple) {
+      return std::min(g.m_capacity, plan_max_recv_rows(c.config.max_num_local_input_tokens, c.config.top_k,
+                                                       c.plan.total_scratch_capacity_factor, c.local_experts, c.world,
+                                                       row_multiple));
+    };
+    g.m_bound = recv_rows(routing_row_alignment(c.config));
+    g.routed_rows_bound = recv_rows(1);
+  }
   return g;
 }
 

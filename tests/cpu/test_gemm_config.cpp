@@ -246,9 +246,27 @@ TEST(GemmConfig, OperandFormats) {
   dec.n = 4096;
   dec.k = 7168;
   EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
-  dec.tile_rows = true;  // inference: the tiles cover the real rows -> 16 tokens
+  // Inference (the tiles cover the real rows): 16 tokens while the routed rows average at most 12
+  // per expert (the layer's routed_rows_bound; without it the usable rows), 32 up to 16, then the
+  // 128x128 tile.
+  dec.tile_rows = true;
+  dec.routed_rows_bound = 256 * 12;  // dsv3 at 384 tokens per rank
   EXPECT_EQ(pick(dec).name(), "256x16x128_s5_swapab");
+  dec.routed_rows_bound = 256 * 12 + 1;
+  EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
+  dec.routed_rows_bound = 256 * 16;
+  EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
+  dec.routed_rows_bound = 256 * 16 + 1;
+  EXPECT_EQ(pick(dec).name(), "128x128x128_s5_tma_dyn");
+  dec.routed_rows_bound = 0;  // the usable rows: 32 per expert
+  EXPECT_EQ(pick(dec).name(), "128x128x128_s5_tma_dyn");
+  dec.m_capacity = 256 * 8;
+  EXPECT_EQ(pick(dec).name(), "256x16x128_s5_swapab");
+  dec.m_capacity = 8192;
   dec.tile_rows = false;
+  dec.routed_rows_bound = 256 * 8;  // taken only with tile_rows: training's segments are padded
+  EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
+  dec.routed_rows_bound = 0;
   dec.op = GroupedGemmOp::kDgrad;
   dec.b_format = kMxfp8WeightT;
   EXPECT_EQ(pick(dec).name(), "128x128x128_s5_tma_dyn");
@@ -286,7 +304,17 @@ TEST(GemmConfig, Nvfp4TakesSwapABTiles) {
   GroupedGemmProblem p = problem(GroupedGemmOp::kFpropSwiglu, 8960, 4096, 7168, 256);
   p.a_format = kNvfp4Rows;
   p.b_format = kNvfp4Weight;
+  // Decode-sized: 16 tokens up to 12 rows per expert on average, 32 above: the routed rows when the
+  // tiles cover them (tile_rows), else the usable rows (35 per expert here).
+  EXPECT_EQ(pick(p).name(), "256x32x256_s4_swapab");
+  p.tile_rows = true;
+  EXPECT_EQ(pick(p).name(), "256x32x256_s4_swapab");
+  p.routed_rows_bound = 2048;  // dsv3_decode: 256 tokens x top 8
   EXPECT_EQ(pick(p).name(), "256x16x256_s5_swapab");
+  p.routed_rows_bound = 8192;  // 1024 tokens
+  EXPECT_EQ(pick(p).name(), "256x32x256_s4_swapab");
+  p.routed_rows_bound = 0;
+  p.tile_rows = false;
   p.m_capacity = 65536 + 256 * 31;  // dsv3_prefill at EP1
   EXPECT_EQ(pick(p).name(), "256x64x256_s3_swapab");
   p.op = GroupedGemmOp::kFprop;
