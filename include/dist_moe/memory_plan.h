@@ -26,10 +26,12 @@ inline constexpr int64_t kRoutingHeaderBytes = 128;
 // Rows routing pads every local expert to in block-scaled inference (and MXFP8 training): whole
 // 32-row quantizer groups. The plan's capacity keeps kBlockScaledRowMultiple.
 inline constexpr int64_t kBlockScaledRoutingRows = 32;
-// NVFP4 inference on Hopper: a context whose calls can reach this many rows per local expert on
-// average (prefill-sized) gives its GEMMs the routed tokens as FP16 rows, expanded once per call,
-// and its scratch holds them (docs/memory_planner.md); smaller ones convert tokens in the GEMM.
-inline constexpr int64_t kNvfp4ExpandRowsPerExpert = 128;
+// NVFP4 inference on Hopper: a context whose calls can route this many token rows per local expert
+// on average gives its GEMMs the routed tokens as FP16 rows, expanded once per call, and its scratch
+// holds them (docs/memory_planner.md); smaller ones convert tokens in the GEMM. Measured (dsv3 dims
+// at EP1, perf_history G63): expanding wins from 64 rows per expert (1.05x vs 0.85x our BF16 layer)
+// and loses at 32 and 48 (1.09-1.12x vs 1.33-1.34x, 1.02x vs 1.15x).
+inline constexpr int64_t kNvfp4ExpandRowsPerExpert = 64;
 
 inline int64_t align_up(int64_t bytes, int64_t alignment = kMemoryAlignment) {
   return (bytes + alignment - 1) / alignment * alignment;
@@ -93,8 +95,9 @@ int64_t plan_max_recv_rows(int64_t tokens, int64_t top_k, double factor, int64_t
                            int64_t ep_size, int64_t row_multiple);
 
 // Whether an NVFP4 inference context expands its tokens to FP16 rows (kNvfp4ExpandRowsPerExpert):
-// the rows a call can use -- T*K*f with kBlockScaledRoutingRows padding per local expert, f the
-// plan's total scratch capacity factor -- reach 128 per local expert. False for every other config.
+// the token rows a call can route -- T*K*f (no padding), f the plan's total scratch capacity factor,
+// capped by the topology -- reach kNvfp4ExpandRowsPerExpert per local expert. False for every other
+// config.
 bool nvfp4_expands_token_rows(const Config& config, int64_t ep_size, double total_scratch_capacity_factor);
 
 // "0.000 GiB (16,384 bytes)": the size format of explain().

@@ -124,7 +124,7 @@ double routed_rows_per_expert(const GroupedGemmProblem& p) {
 }
 
 // Block-scaled decode tiles over the real rows (GroupedGemmProblem::tile_rows) take 16 tokens up to
-// this average per expert, 32 above it. A stage of the block-scaled swap-AB kernels costs about the
+// this average per expert, a wider tile above it (NVFP4 32 tokens, MXFP8 128x128: select_*). A stage of the block-scaled swap-AB kernels costs about the
 // same SM time per tile whatever the tokens (they are bound by their per-stage work, not the
 // tensor cores), so an expert needing a second tile costs a second pass over its weights. s27 r2,
 // dsv3 dims at EP1 (16 / 32 tokens): 8 rows per expert MXFP8 2.986 / 3.619 ms, NVFP4 2.637 /
@@ -235,14 +235,12 @@ GroupedGemmConfig select_mxfp8(const GroupedGemmProblem& p, int sms) {
   // Training layers' decode-sized FPROPs: padded segments (no tile_rows), the 32-token tile.
   if (!p.tile_rows) return swap_ab_tile(p, sms);
   // Inference, tiles over the real rows: 16 tokens while few experts need a second tile
-  // (kNarrowDecodeRowsPerExpert; half the wgmma and fold work of 32, G60), then 32. Past 16 rows
-  // per expert the 128x128 tile, which runs one M tile per expert up to 128 rows where the swap-AB
-  // kernel runs its per-stage work once per 32 tokens: s27 r3, dsv3 dims at EP1, 32-token tile /
-  // 128x128, layer ms: 24 rows per expert 4.262 / 3.792 and 4.143 / 3.895, 32 rows 5.818 / 3.966
-  // and 5.673 / 3.960 (BF16 layer 5.45-5.53).
-  const double rows = routed_rows_per_expert(p);
-  if (rows > 16.0) return regular;
-  if (rows > kNarrowDecodeRowsPerExpert) return swap_ab_tile(p, sms);
+  // (kNarrowDecodeRowsPerExpert; half the wgmma and fold work of 32, G60), then the 128x128 tile,
+  // which runs one M tile per expert up to 128 rows where the swap-AB kernel runs its per-stage work
+  // once per 32 tokens. s27 r3-r4, dsv3 dims at EP1, layer ms with the 32-token tile / 128x128: 14
+  // rows per expert 3.787 / 3.781, 16 rows 3.783 and 3.778 / 3.773 and 3.675, 24 rows 4.262 and
+  // 4.143 / 3.792 and 3.895, 32 rows 5.818 and 5.673 / 3.966 and 3.960 (BF16 layer 5.34-5.53).
+  if (routed_rows_per_expert(p) > kNarrowDecodeRowsPerExpert) return regular;
   GroupedGemmConfig c = tile(256, 16, 5, p, sms);
   c.swap_ab = true;
   return c;

@@ -127,7 +127,7 @@ bool nvfp4_expands_token_rows(const Config& config, int64_t ep_size, double tota
     return false;
   const i64 L = config.num_experts / ep_size;
   return plan_max_recv_rows(config.max_num_local_input_tokens, config.top_k, total_scratch_capacity_factor, L, ep_size,
-                            kBlockScaledRoutingRows) >= kNvfp4ExpandRowsPerExpert * L;
+                            /*row_multiple=*/1) >= kNvfp4ExpandRowsPerExpert * L;
 }
 
 MemoryPlan plan_memory(const Config& config, int64_t ep_size, const PlanOptions& options) {

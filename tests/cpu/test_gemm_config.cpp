@@ -247,16 +247,11 @@ TEST(GemmConfig, OperandFormats) {
   dec.k = 7168;
   EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
   // Inference (the tiles cover the real rows): 16 tokens while the routed rows average at most 12
-  // per expert (the layer's routed_rows_bound; without it the usable rows), 32 up to 16, then the
-  // 128x128 tile.
+  // per expert (the layer's routed_rows_bound; without it the usable rows), then the 128x128 tile.
   dec.tile_rows = true;
   dec.routed_rows_bound = 256 * 12;  // dsv3 at 384 tokens per rank
   EXPECT_EQ(pick(dec).name(), "256x16x128_s5_swapab");
   dec.routed_rows_bound = 256 * 12 + 1;
-  EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
-  dec.routed_rows_bound = 256 * 16;
-  EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
-  dec.routed_rows_bound = 256 * 16 + 1;
   EXPECT_EQ(pick(dec).name(), "128x128x128_s5_tma_dyn");
   dec.routed_rows_bound = 0;  // the usable rows: 32 per expert
   EXPECT_EQ(pick(dec).name(), "128x128x128_s5_tma_dyn");

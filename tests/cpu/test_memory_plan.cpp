@@ -355,16 +355,18 @@ TEST(MemoryPlan, BlockScaledInferenceBytesFollowUpstreamFormulas) {
 }
 
 // NVFP4 inference expands its tokens to FP16 rows (scratch beyond upstream's plan) exactly when a
-// call's rows -- T*K*f padded to 32 per local expert -- reach 128 per local expert.
+// call's token rows -- T*K*f, without padding -- reach 64 per local expert.
 TEST(MemoryPlan, Nvfp4ExpandedTokenRows) {
   Config c = make_config(128, 256, 512, 2, 4, 1);
   c.inference = true;
   c.num_activation_slots = 0;
   c.block_scaled = BlockScaledConfig{};
   c.block_scaled->format = BlockScaledFormat::kNVFP4;
-  // ep2, f = 1: L = 2, rows min(128 * 2, 128 * 2 * 2) = 256, padded: 256 >= 2 * 128.
+  // ep2, f = 1: L = 2, rows min(128 * 2, 128 * 2 * 2) = 256 >= 2 * 64.
   EXPECT_TRUE(nvfp4_expands_token_rows(c, 2, 1.0));
-  c.max_num_local_input_tokens = 64;  // 128 rows: 64 per local expert
+  c.max_num_local_input_tokens = 64;  // 128 rows: 64 per local expert, the threshold
+  EXPECT_TRUE(nvfp4_expands_token_rows(c, 2, 1.0));
+  c.max_num_local_input_tokens = 63;  // 126 rows (padded to 32 per expert they would be 128)
   EXPECT_FALSE(nvfp4_expands_token_rows(c, 2, 1.0));
   EXPECT_TRUE(nvfp4_expands_token_rows(c, 2, 2.0));  // the total factor doubles them
   // Without expansion the plan is upstream's: the larger row bundle (h2: A(R * 256) + A(R * 128 +
