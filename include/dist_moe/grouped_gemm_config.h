@@ -132,8 +132,9 @@ struct GroupedGemmProblem {
   // m_capacity. The size class (decode or not) is decided on it.
   int64_t m_bound = 0;
   // The token rows the call can route at most, without the per-expert padding (block-scaled
-  // inference layers: T * K * capacity factor); 0 = not known. Divided by e_local it is the average
-  // token count per expert that decides how wide a block-scaled decode tile is (gemm_config.cpp).
+  // layers: T * K * capacity factor); 0 = not known. Divided by e_local it is the average token
+  // count per expert that decides how wide a block-scaled decode tile over the real rows is
+  // (with tile_rows; gemm_config.cpp).
   int64_t routed_rows_bound = 0;
   int64_t n = 0;
   int64_t k = 0;

@@ -124,9 +124,10 @@ double routed_rows_per_expert(const GroupedGemmProblem& p) {
 }
 
 // Block-scaled decode tiles over the real rows (GroupedGemmProblem::tile_rows) take 16 tokens up to
-// this average per expert, a wider tile above it (NVFP4 32 tokens, MXFP8 128x128: select_*). A stage of the block-scaled swap-AB kernels costs about the
-// same SM time per tile whatever the tokens (they are bound by their per-stage work, not the
-// tensor cores), so an expert needing a second tile costs a second pass over its weights. s27 r2,
+// this average per expert, a wider tile above it (NVFP4 32 tokens, MXFP8 128x128: select_*). A
+// stage of the block-scaled swap-AB kernels costs about the same SM time whatever the tokens (they
+// are bound by their per-stage work, not the tensor cores or the bytes), so an expert needing a
+// second tile costs a second pass over its weights. s27 r2,
 // dsv3 dims at EP1 (16 / 32 tokens): 8 rows per expert MXFP8 2.986 / 3.619 ms, NVFP4 2.637 /
 // 2.819; 16 rows MXFP8 4.084 / 3.625, NVFP4 3.519 / 2.831; 32 rows MXFP8 6.747 / 5.245, NVFP4 5.791 /
 // 3.938. With Poisson counts, at 12 per expert ~10% of the experts need a second 16-token tile,
@@ -316,12 +317,13 @@ namespace {
 
 // NVFP4 (inference FPROP and W13 FPROP): always the swap-AB kernels (weights dequantized in the
 // consumers' registers); 16- or 32-token tiles when decode-sized (by the routed rows per expert),
-// 64 otherwise (half the weight conversions per token). The 128-token tile (a quarter) is picked from 128 rows per expert only
-// with DMOE_GEMM_EXPERIMENTAL: one A register set and spilling consumers made it slower (G54).
-// Expanded token rows (prefill-sized contexts, memory_plan.h): the 128-token tile, whose consumers
-// have the registers the producer warps no longer need.
+// 64 otherwise (half the weight conversions per token). The 128-token tile (a quarter) is picked
+// from 128 rows per expert only with DMOE_GEMM_EXPERIMENTAL: one A register set and spilling
+// consumers made it slower (G54). Expanded token rows (contexts from 64 routed rows per expert,
+// memory_plan.h kNvfp4ExpandRowsPerExpert): the 128-token tile, whose consumers have the registers
+// the producer warps no longer need.
 GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {
-  if (p.a_format == kNvfp4ExpandedRows) {  // prefill-sized contexts: 128 tokens, no token conversion
+  if (p.a_format == kNvfp4ExpandedRows) {  // 128 tokens, no token conversion
     GroupedGemmConfig c = tile(256, 128, 2, p, sms);
     c.swap_ab = true;
     return c;
