@@ -34,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -88,20 +89,18 @@ int cmd_bench(const std::vector<std::string>& argv) {
     detail::fail(ErrorCode::kInvalidValue, "--format nvfp4 needs --mode infer (NVFP4 DistMoE is inference-only)");
   const std::string shape = args.str("shape").value_or("dsv3_prefill");
   Workload w = find_workload(shape);
-  if (auto e = args.integer("experts")) {
-    if (*e < w.top_k) detail::fail(ErrorCode::kInvalidValue, "--experts must be >= the shape's top_k ", w.top_k, ", got ", *e);
+  // --experts / --tokens: the shape with another value; the stock layer runs the reference shapes only.
+  const auto shape_override = [&](const char* name, int64_t minimum, const char* what) -> std::optional<int64_t> {
+    const auto v = args.integer(name);
+    if (!v) return std::nullopt;
+    if (*v < minimum) detail::fail(ErrorCode::kInvalidValue, "--", name, " must be >= ", what, minimum, ", got ", *v);
     if (!args.flag("no-baseline"))
-      detail::fail(ErrorCode::kInvalidValue, "--experts changes the shape: add --no-baseline (the stock layer runs the "
-                   "reference shapes only)");
-    w.experts = *e;
-  }
-  if (auto t = args.integer("tokens")) {
-    if (*t < 1) detail::fail(ErrorCode::kInvalidValue, "--tokens must be >= 1, got ", *t);
-    if (!args.flag("no-baseline"))
-      detail::fail(ErrorCode::kInvalidValue, "--tokens changes the shape: add --no-baseline (the stock layer runs the "
-                   "reference shapes only)");
-    w.tokens = *t;
-  }
+      detail::fail(ErrorCode::kInvalidValue, "--", name, " changes the shape: add --no-baseline (the stock layer runs "
+                   "the reference shapes only)");
+    return v;
+  };
+  if (auto e = shape_override("experts", w.top_k, "the shape's top_k ")) w.experts = *e;
+  if (auto t = shape_override("tokens", 1, "")) w.tokens = *t;
   const std::string mode = args.str("mode").value_or("train");
   if (mode != "train" && mode != "infer")
     detail::fail(ErrorCode::kInvalidValue, "--mode must be train or infer, got '", mode, "'");

@@ -108,9 +108,9 @@ bool is_decode(const GroupedGemmProblem& p) {
   return !p.gather && p.e_local > 0 && usable_rows(p) <= 64 * p.e_local;
 }
 
-// 256 weight rows x 32 tokens, 36 KiB stages.
-GroupedGemmConfig swap_ab_tile(const GroupedGemmProblem& p, int sms) {
-  GroupedGemmConfig c = tile(256, 32, 5, p, sms);
+// 256 weight rows x `tokens` tokens (BF16 and E4M3 default: 32 tokens, 5 x 36 KiB stages).
+GroupedGemmConfig swap_ab_tile(const GroupedGemmProblem& p, int sms, int tokens = 32, int stages = 5) {
+  GroupedGemmConfig c = tile(256, tokens, stages, p, sms);
   c.swap_ab = true;
   return c;
 }
@@ -242,9 +242,7 @@ GroupedGemmConfig select_mxfp8(const GroupedGemmProblem& p, int sms) {
   // rows per expert 3.787 / 3.781, 16 rows 3.783 and 3.778 / 3.773 and 3.675, 24 rows 4.262 and
   // 4.143 / 3.792 and 3.895, 32 rows 5.818 and 5.673 / 3.966 and 3.960 (BF16 layer 5.34-5.53).
   if (routed_rows_per_expert(p) > kNarrowDecodeRowsPerExpert) return regular;
-  GroupedGemmConfig c = tile(256, 16, 5, p, sms);
-  c.swap_ab = true;
-  return c;
+  return swap_ab_tile(p, sms, 16);
 }
 
 }  // namespace
@@ -323,23 +321,16 @@ namespace {
 // memory_plan.h kNvfp4ExpandRowsPerExpert): the 128-token tile, whose consumers have the registers
 // the producer warps no longer need.
 GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {
-  if (p.a_format == kNvfp4ExpandedRows) {  // 128 tokens, no token conversion
-    GroupedGemmConfig c = tile(256, 128, 2, p, sms);
-    c.swap_ab = true;
-    return c;
-  }
+  if (p.a_format == kNvfp4ExpandedRows) return swap_ab_tile(p, sms, 128, 2);  // no token conversion
   const bool experimental = grouped_gemm_experimental_requested();
   const bool wide = experimental && usable_rows(p) >= 128 * p.e_local;
   // Decode: 16 tokens per tile (the layer's tiles cover each expert's real rows, GroupedGemmCommon::
   // tile_rows; s25 r4) while few experts need a second one (kNarrowDecodeRowsPerExpert), then 32
   // up to the decode bound: the 64-token tile measured slower at 24 rows per expert (s27 r3, layer
   // 3.856 / 3.835 vs 3.154 / 3.181 ms) and 2-3% faster at 32 (4.211 / 4.170 vs 4.282 / 4.308).
-  const bool narrow = routed_rows_per_expert(p) <= kNarrowDecodeRowsPerExpert;
-  GroupedGemmConfig c = !is_decode(p) ? (wide ? tile(256, 128, 2, p, sms) : tile(256, 64, 3, p, sms))
-                        : narrow      ? tile(256, 16, 5, p, sms)
-                                      : tile(256, 32, 4, p, sms);
-  c.swap_ab = true;
-  return c;
+  if (!is_decode(p)) return wide ? swap_ab_tile(p, sms, 128, 2) : swap_ab_tile(p, sms, 64, 3);
+  if (routed_rows_per_expert(p) <= kNarrowDecodeRowsPerExpert) return swap_ab_tile(p, sms, 16, 5);
+  return swap_ab_tile(p, sms, 32, 4);
 }
 
 GroupedGemmConfig select_default(const GroupedGemmProblem& p, int device_num_sms) {
