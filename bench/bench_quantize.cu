@@ -13,7 +13,9 @@
 //     weight, prepare_block_scaled_weight), mxfp8_w_infer (1x32 rows),
 //     fp8bw_w (128x128 + the transposed copy), nvfp4_w (reads the weight twice: amax, then quantize)
 //
-//   bench_quantize [--shapes dsv3_prefill,qwen3_30b] [--ep N] [--iters N] [--sustain-ms MS]
+//   bench_quantize [--shapes dsv3_prefill,qwen3_30b] [--ep N] [--iters N] [--sustain-ms MS] [--regions]
+//   (--regions: also both rows + columns quantizers at every region shape, rows "rt x rf" tiles;
+//   --streams: plain streaming kernels of the 1:1 and 1:2 read:write mixes, each mix's ceiling)
 //
 // Ceiling: a device-to-device cudaMemcpyAsync of half the bytes the kernel moves (so the copy reads
 // and writes the same total), timed right after the kernel in the same run; "x copy" = copy time /
@@ -28,6 +30,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dist_moe/check.h"
@@ -48,6 +51,8 @@ using testing::DeviceBuffer;
 
 int g_iters = 20;
 int g_ep = 2;
+bool g_regions = false;  // --regions: the rows + columns quantizers at every region shape
+bool g_streams = false;  // --streams: plain streaming kernels of each read:write mix (the mix's ceiling)
 double g_sustain_ms = 100;
 
 double time_ms(const std::function<void()>& fn, cudaStream_t s) {
@@ -67,7 +72,8 @@ struct Row {
 };
 std::vector<Row> g_rows;
 
-void run_cases(const std::string& title, const std::vector<Case>& cases, cudaStream_t s) {
+// summarize: the rows go into the closing summary (the region sweep's do not).
+void run_cases(const std::string& title, const std::vector<Case>& cases, cudaStream_t s, bool summarize = true) {
   double most = 0;
   for (const Case& c : cases) most = std::max(most, c.moved_bytes);
   DeviceBuffer<uint8_t> src(static_cast<size_t>(most / 2) + 16), dst(static_cast<size_t>(most / 2) + 16);
@@ -81,9 +87,61 @@ void run_cases(const std::string& title, const std::vector<Case>& cases, cudaStr
         time_ms([&] { DMOE_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), half, cudaMemcpyDeviceToDevice, s)); }, s);
     std::printf("%-18s %10.1f %10.4f %10.1f %10.4f %7.2fx\n", c.name, c.moved_bytes / 1e6, ms,
                 c.moved_bytes / ms / 1e6, copy_ms, copy_ms / ms);
-    g_rows.push_back({title.substr(0, title.find(' ')) + " " + c.name, c.moved_bytes / 1e6, ms, copy_ms});
+    if (summarize) g_rows.push_back({title.substr(0, title.find(' ')) + " " + c.name, c.moved_bytes / 1e6, ms, copy_ms});
   }
   DMOE_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+// The ceiling of a read:write mix, next to the copy: a grid-stride kernel whose lanes read
+// kInBytes (8 or 16) and write 16 bytes each, consecutive lanes on consecutive addresses (every
+// warp access whole lines): kInBytes = 8: each byte zero-extended to 16 bits, the 1:2 mix of the
+// column dequantizer and the NVFP4 row expansion; 16: a copy.
+template <int kInBytes>
+__global__ void __launch_bounds__(256) stream_kernel(const uint8_t* in, uint4* out, int64_t units) {
+  constexpr int kLoads = 4;
+  using In = std::conditional_t<kInBytes == 8, uint2, uint4>;
+  const auto* src = reinterpret_cast<const In*>(in);
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * 256 * kLoads + threadIdx.x; base < units;
+       base += static_cast<int64_t>(gridDim.x) * 256 * kLoads) {
+    In v[kLoads];
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) v[j] = base + j * 256 < units ? __ldg(src + base + j * 256) : In{};
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      const int64_t i = base + j * 256;
+      if (i >= units) break;
+      if constexpr (kInBytes == 16)
+        out[i] = v[j];
+      else
+        out[i] = make_uint4(__byte_perm(v[j].x, 0, 0x4140), __byte_perm(v[j].x, 0, 0x4342),
+                            __byte_perm(v[j].y, 0, 0x4140), __byte_perm(v[j].y, 0, 0x4342));
+    }
+  }
+}
+
+void run_streams(const Workload& w, cudaStream_t s) {
+  const int64_t T = w.tokens, D = w.hidden, K = w.top_k, E = w.experts / g_ep;
+  const int64_t cap = ((T * K / E + 127) / 128 * 128) * E;
+  const int64_t bytes = cap * D;  // the dequantizer's input: cap x D bytes
+  DeviceBuffer<uint8_t> in(bytes);
+  DeviceBuffer<uint4> out(bytes / 8);  // 2 bytes out per byte in
+  testing::fill_uniform_bf16(reinterpret_cast<uint16_t*>(in.get()), bytes / 2, 5, 1.0f, s);
+  int sms = 0;
+  DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const unsigned grid = static_cast<unsigned>(sms) * 8;
+  const std::vector<Case> cases = {
+      {"stream_r1_w1", 2.0 * bytes,
+       [&] {
+         stream_kernel<16><<<grid, 256, 0, s>>>(in.get(), out.get(), bytes / 16);
+         DMOE_CUDA_CHECK(cudaGetLastError());
+       }},
+      {"stream_r1_w2", 3.0 * bytes,
+       [&] {
+         stream_kernel<8><<<grid, 256, 0, s>>>(in.get(), out.get(), bytes / 8);
+         DMOE_CUDA_CHECK(cudaGetLastError());
+       }},
+  };
+  run_cases(w.name + " streaming kernels (M x D bytes in)", cases, s, false);
 }
 
 void run_activations(const Workload& w, cudaStream_t s) {
@@ -164,6 +222,58 @@ void run_activations(const Workload& w, cudaStream_t s) {
   std::snprintf(title, sizeof title, "%s activations (per rank at EP%d: T=%lld D=%lld, M=%lld gathered rows)",
                 w.name.c_str(), g_ep, (long long)T, (long long)D, (long long)cap);
   run_cases(title, cases, s);
+  if (!g_regions) return;
+  // Every region shape (rt x rf tiles, rt * rf <= 8) of both rows + columns quantizers; the shape
+  // the launcher picks is the plain case above.
+  std::vector<Case> sweep;
+  std::vector<std::string> names;
+  for (int lt = 0; lt <= 3; ++lt)
+    for (int lf = 0; lt + lf <= 3; ++lf) names.push_back(std::to_string(1 << lt) + "x" + std::to_string(1 << lf));
+  int n = 0;
+  for (int lt = 0; lt <= 3; ++lt)
+    for (int lf = 0; lt + lf <= 3; ++lf, ++n) {
+      sweep.push_back({names[n].c_str(), xM + 2.0 * (cap * D + cap * D / 32), [&, lt, lf] {
+                         quant::mxfp8_quantize_rows_cols_in_regions({x.get(), cap, D, D}, groups,
+                                                                    {q.get(), D, s8.get(), D / 32, 1},
+                                                                    {qt.get(), cap, st8.get(), cap / 32, 1}, lt, lf, s);
+                       }});
+    }
+  run_cases(w.name + " mxfp8_rows_cols by region (tokens x features tiles)", sweep, s, false);
+  for (Case& c : sweep) c.moved_bytes = xM + 2.0 * (cap * D + cap * D / 128 * 4);
+  n = 0;
+  for (int lt = 0; lt <= 3; ++lt)
+    for (int lf = 0; lt + lf <= 3; ++lf, ++n)
+      sweep[n].fn = [&, lt, lf] {
+        quant::fp8_blockwise_quantize_rows_cols_in_regions({x.get(), cap, D, D}, groups, {q.get(), D, sf.get(), 1, cap},
+                                                           {qt.get(), cap, stf.get(), 1, D}, lt, lf, s);
+      };
+  run_cases(w.name + " fp8bw_rows_cols by region (tokens x features tiles)", sweep, s, false);
+  // One orientation at a time through the same kernel (1 x 2 regions): where the formats differ.
+  const double rows_mx = xM + cap * D + cap * D / 32, rows_bw = xM + cap * D + cap * D / 128 * 4;
+  const std::vector<Case> split = {
+      {"mxfp8_rows_only", rows_mx,
+       [&] {
+         quant::mxfp8_quantize_rows_cols_in_regions({x.get(), cap, D, D}, groups, {q.get(), D, s8.get(), D / 32, 1},
+                                                    quant::Mxfp8Out{}, 0, 1, s);
+       }},
+      {"mxfp8_cols_only", rows_mx,
+       [&] {
+         quant::mxfp8_quantize_rows_cols_in_regions({x.get(), cap, D, D}, groups, quant::Mxfp8Out{},
+                                                    {qt.get(), cap, st8.get(), cap / 32, 1}, 0, 1, s);
+       }},
+      {"fp8bw_rows_only", rows_bw,
+       [&] {
+         quant::fp8_blockwise_quantize_rows_cols_in_regions({x.get(), cap, D, D}, groups,
+                                                            {q.get(), D, sf.get(), 1, cap}, quant::Fp8BlockwiseOut{}, 0,
+                                                            1, s);
+       }},
+      {"fp8bw_cols_only", rows_bw,
+       [&] {
+         quant::fp8_blockwise_quantize_rows_cols_in_regions({x.get(), cap, D, D}, groups, quant::Fp8BlockwiseOut{},
+                                                            {qt.get(), cap, stf.get(), 1, D}, 0, 1, s);
+       }},
+  };
+  run_cases(w.name + " one orientation (1 x 2 regions)", split, s, false);
 }
 
 void run_weights(const Workload& w, cudaStream_t s) {
@@ -198,18 +308,33 @@ void run_weights(const Workload& w, cudaStream_t s) {
   std::snprintf(title, sizeof title, "%s W13 weights (per rank at EP%d: %lld experts x [%lld, %lld])", w.name.c_str(),
                 g_ep, (long long)E, (long long)N, (long long)K);
   run_cases(title, cases, s);
+  if (!g_regions) return;
+  // The training weight with its transposed copy at every region shape (rn x rk tiles).
+  std::vector<Case> sweep;
+  std::vector<std::string> names;
+  for (int ln = 0; ln <= 3; ++ln)
+    for (int lk = 0; lk <= 3; ++lk) names.push_back(std::to_string(1 << ln) + "x" + std::to_string(1 << lk));
+  for (int ln = 0; ln <= 3; ++ln)
+    for (int lk = 0; lk <= 3; ++lk)
+      sweep.push_back({names[sweep.size()].c_str(), 2 * n + 2 * n + 2 * n / 32, [&, ln, lk] {
+                         quant::mxfp8_quantize_weight_tiles_in_regions(wt.get(), E, N, K, q.get(), s1.get(), qt.get(),
+                                                                       s2.get(), ln, lk, s);
+                       }});
+  run_cases(w.name + " mxfp8_w_train_t by region (N x K tiles)", sweep, s, false);
 }
 
 }  // namespace
 
 int bench_main(int argc, char** argv) {
   std::string shapes = "dsv3_prefill,qwen3_30b";
-  const int rc = testing::walk_bench_args(argc, argv, "[--shapes a,b] [--ep N] [--iters N] [--sustain-ms MS]",
+  const int rc = testing::walk_bench_args(argc, argv, "[--shapes a,b] [--ep N] [--iters N] [--sustain-ms MS] [--regions] [--streams]",
                                           [&](const std::string& a, auto value) {
                                             if (a == "--shapes") shapes = value();
                                             else if (a == "--ep") g_ep = std::max(1, std::atoi(value().c_str()));
                                             else if (a == "--iters") g_iters = std::max(1, std::atoi(value().c_str()));
                                             else if (a == "--sustain-ms") g_sustain_ms = std::max(0.0, std::atof(value().c_str()));
+                                            else if (a == "--regions") g_regions = true;
+                                            else if (a == "--streams") g_streams = true;
                                             else return false;
                                             return true;
                                           });
@@ -223,6 +348,7 @@ int bench_main(int argc, char** argv) {
   for (std::string name; std::getline(is, name, ',');) {
     run_activations(find_workload(name), s);
     run_weights(find_workload(name), s);
+    if (g_streams) run_streams(find_workload(name), s);
   }
   int below = 0;
   std::printf("\nsummary (x copy >= 0.85 is the target)\n%-36s %9s %9s %7s\n", "quantizer", "ms", "copy ms", "x copy");
