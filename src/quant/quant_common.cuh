@@ -281,6 +281,15 @@ inline unsigned row_grid(int64_t rows, int rows_per_cta) {
 // divided by the wave efficiency, tiles / (waves * slots * tiles per region) -- a large region
 // leaves SMs idle in the last wave when there are few of them.
 
+// Time per tile of the tile kernels by tiles per CTA region, relative to a 2-tile region, with the
+// waves factored out (s28 r2-r3: every region shape of the rows + columns quantizers and of the
+// MXFP8 training weight, perf_history G64). A 1-tile CTA pays its setup (group table, real-row
+// search, the ring's fill) alone; from 4 tiles on a CTA's drain (its scale grids stored with no load
+// in flight, the last tiles' stores) grows with the region.
+inline double region_tile_cost(int64_t tiles) {
+  return tiles <= 1 ? 1.12 : tiles == 2 ? 1.0 : tiles <= 4 ? 1.01 : tiles <= 8 ? 1.03 : tiles <= 16 ? 1.05 : 1.07;
+}
+
 // CTAs of `kernel` (threads, dynamic shared memory) the device holds at once: the slots of a wave.
 // Asked once per (device, kernel, launch shape) and remembered: launchers call it every time.
 inline int64_t resident_ctas(const void* kernel, int threads, size_t dynamic_smem) {

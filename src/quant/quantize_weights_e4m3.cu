@@ -21,21 +21,21 @@ namespace dist_moe::quant {
 namespace {
 
 constexpr int kThreads = kTileThreads;
-constexpr int kBandTiles = 8;  // column tiles one CTA walks through the ring
+constexpr int kBandTiles = 8;  // at most this many column tiles per CTA (choose_weight_band)
 
-// The CTA's band: expert e (grid z), rows n0.. (grid y), up to kBandTiles column tiles from k0.
+// The CTA's band: expert e (grid z), rows n0.. (grid y), up to `band` column tiles from k0.
 struct TileCoords {
   int64_t e, n0, k0;
 };
 
-__device__ __forceinline__ TileCoords band_coords() {
+__device__ __forceinline__ TileCoords band_coords(int band) {
   return {static_cast<int64_t>(blockIdx.z), static_cast<int64_t>(blockIdx.y) * kTile,
-          static_cast<int64_t>(blockIdx.x) * kBandTiles * kTile};
+          static_cast<int64_t>(blockIdx.x) * band * kTile};
 }
 
-__device__ __forceinline__ int band_tiles(const TileCoords& band, int64_t k) {
-  const int64_t left = (k - band.k0 + kTile - 1) / kTile;
-  return static_cast<int>(left < kBandTiles ? left : kBandTiles);
+__device__ __forceinline__ int band_tiles(const TileCoords& coords, int64_t k, int band) {
+  const int64_t left = (k - coords.k0 + kTile - 1) / kTile;
+  return static_cast<int>(left < band ? left : band);
 }
 
 // ---- MXFP8 training weights: a region of up to 8 x 8 tiles per CTA ------------------------------
@@ -187,17 +187,17 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp8_weight_tiles_kernel(const u
 }
 
 __global__ void __launch_bounds__(kThreads) fp8_blockwise_weight_kernel(const uint16_t* w, int64_t n, int64_t k,
-                                                                        uint8_t* q, float* scales, uint8_t* q_t,
-                                                                        float* scales_t) {
+                                                                        int band_width, uint8_t* q, float* scales,
+                                                                        uint8_t* q_t, float* scales_t) {
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
   __shared__ uint32_t amax_bits;
-  const TileCoords band = band_coords();
+  const TileCoords band = band_coords(band_width);
   const int slot = threadIdx.x % kTileSlots;
   const int64_t tn = n / kTile, tk = k / kTile;
   const uint16_t* expert = w + band.e * n * k;
   auto issue = [&](int t, Bf16Tile& stage) { issue_tile(stage, expert, k, n, k, band.n0, band.k0 + t * kTile); };
-  for_each_tile(band_tiles(band, k), ring, issue, [&](int t, Bf16Tile& tile) {
+  for_each_tile(band_tiles(band, k, band_width), ring, issue, [&](int t, Bf16Tile& tile) {
     const int64_t k0 = band.k0 + t * kTile;
     uint4 raw[kTileLoads];
     read_own_vectors(raw, tile);
@@ -285,14 +285,23 @@ dim3 tile_grid(int64_t num_experts, int64_t n, int64_t k, int band_tiles) {
               static_cast<unsigned>(num_experts));
 }
 
-// The MXFP8 weight-tile region: per tile 256 loads and 128 data stores of a 128x128 tile (another
-// 128 with the transposed copy) plus 128 * (1/rn + 1/rk) scale rows (choose_region divides by the
-// wave efficiency: 8 x 8 at dsv3_prefill; 4 x 4 at qwen3_30b's 64 x [1536, 2048], where 8 x 8 would
-// leave 27% of a wave idle).
-RegionShape choose_weight_region(int64_t tiles_n, int64_t tiles_k, int64_t experts, int64_t slots, bool transposed) {
-  const double data_requests = transposed ? 512.0 : 384.0;
+// The MXFP8 weight-tile region: region_tile_cost divided by the wave efficiency, the scale rows
+// (128 * (1/rn + 1/rk) L2 requests per tile) breaking ties. The estimate by L2 requests alone chose
+// 8 x 8 at dsv3_prefill (0.81x the copy with the transposed copy; 1 x 2: 0.84x) and 4 x 4 at
+// qwen3_30b (0.78x; 1 x 2: 0.88x), s28 r3.
+RegionShape choose_weight_region(int64_t tiles_n, int64_t tiles_k, int64_t experts, int64_t slots) {
   return choose_region(tiles_n, tiles_k, experts, slots, kRegionMax, kRegionMax * kRegionMax,
-                       [&](int64_t rn, int64_t rk) { return data_requests + 128.0 / double(rn) + 128.0 / double(rk); });
+                       [&](int64_t rn, int64_t rk) {
+                         return region_tile_cost(rn * rk) + (128.0 / double(rn) + 128.0 / double(rk)) / 20000.0;
+                       });
+}
+
+// FP8 blockwise weights: the band (1 x b tiles along K) the same way; its two scales per tile are
+// single floats.
+int choose_weight_band(int64_t tiles_n, int64_t tiles_k, int64_t experts, int64_t slots) {
+  const RegionShape r = choose_region(1, tiles_k, tiles_n * experts, slots, kBandTiles, kBandTiles,
+                                      [](int64_t, int64_t b) { return region_tile_cost(b); });
+  return 1 << r.log2_b;
 }
 
 void check_weight(const char* name, int64_t num_experts, int64_t n, int64_t k, int64_t multiple) {
@@ -344,8 +353,7 @@ void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t
   allow_dynamic_smem<mxfp8_weight_tiles_kernel<false>>(kTileRingBytes);
   const RegionShape region = choose_weight_region(
       (n + kTile - 1) / kTile, (k + kTile - 1) / kTile, num_experts,
-      resident_ctas(reinterpret_cast<const void*>(&mxfp8_weight_tiles_kernel<false>), kThreads, kTileRingBytes),
-      q_t_EKN != nullptr);
+      resident_ctas(reinterpret_cast<const void*>(&mxfp8_weight_tiles_kernel<false>), kThreads, kTileRingBytes));
   mxfp8_quantize_weight_tiles_in_regions(w_ENK, num_experts, n, k, q_ENK, fprop_scales, q_t_EKN, dgrad_scales,
                                          region.log2_a, region.log2_b, stream);
 }
@@ -361,8 +369,11 @@ void fp8_blockwise_quantize_weight(const void* w_ENK, int64_t num_experts, int64
   DMOE_CHECK_ARG((q_t_EKN == nullptr) == (scales_t == nullptr),
                  "fp8_blockwise_quantize_weight: the transposed data and scales come together");
   allow_dynamic_smem<fp8_blockwise_weight_kernel>(kTileRingBytes);
-  fp8_blockwise_weight_kernel<<<tile_grid(num_experts, n, k, kBandTiles), kThreads, kTileRingBytes, stream>>>(
-      static_cast<const uint16_t*>(w_ENK), n, k, q_ENK, scales, q_t_EKN, scales_t);
+  const int band = choose_weight_band(
+      n / kTile, k / kTile, num_experts,
+      resident_ctas(reinterpret_cast<const void*>(&fp8_blockwise_weight_kernel), kThreads, kTileRingBytes));
+  fp8_blockwise_weight_kernel<<<tile_grid(num_experts, n, k, band), kThreads, kTileRingBytes, stream>>>(
+      static_cast<const uint16_t*>(w_ENK), n, k, band, q_ENK, scales, q_t_EKN, scales_t);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 
