@@ -277,17 +277,21 @@ inline unsigned row_grid(int64_t rows, int rows_per_cta) {
 
 // ---- CTA regions of tiles (host side) -------------------------------------------------------------
 // Kernels whose CTA covers a region of 2^log2_a x 2^log2_b tiles (scales staged per region) pick
-// the region shape here: the least per-tile cost (the caller's estimate of L2 requests and setup)
-// divided by the wave efficiency, tiles / (waves * slots * tiles per region) -- a large region
-// leaves SMs idle in the last wave when there are few of them.
+// the region shape here: the least per-tile cost (region_tile_cost, measured) divided by the wave
+// efficiency, tiles / (waves * slots * tiles per region) -- a large region leaves SMs idle in the
+// last wave when there are few of them.
 
 // Time per tile of the tile kernels by tiles per CTA region, relative to a 2-tile region, with the
 // waves factored out (s28 r2-r3: every region shape of the rows + columns quantizers and of the
 // MXFP8 training weight, perf_history G64). A 1-tile CTA pays its setup (group table, real-row
 // search, the ring's fill) alone; from 4 tiles on a CTA's drain (its scale grids stored with no load
-// in flight, the last tiles' stores) grows with the region.
-inline double region_tile_cost(int64_t tiles) {
-  return tiles <= 1 ? 1.12 : tiles == 2 ? 1.0 : tiles <= 4 ? 1.01 : tiles <= 8 ? 1.03 : tiles <= 16 ? 1.05 : 1.07;
+// in flight, the last tiles' stores) grows with the region. scale_requests: the region's partly
+// written scale-row L2 requests per tile (MXFP8's byte scales), which only order shapes of one size
+// (~1% per 200: at 1 x 2 and 2 x 4 both formats' times moved alike).
+inline double region_tile_cost(int64_t tiles, double scale_requests = 0.0) {
+  const double by_size =
+      tiles <= 1 ? 1.12 : tiles == 2 ? 1.0 : tiles <= 4 ? 1.01 : tiles <= 8 ? 1.03 : tiles <= 16 ? 1.05 : 1.07;
+  return by_size + scale_requests / 20000.0;
 }
 
 // CTAs of `kernel` (threads, dynamic shared memory) the device holds at once: the slots of a wave.
