@@ -144,6 +144,21 @@ void run_streams(const Workload& w, cudaStream_t s) {
   run_cases(w.name + " streaming kernels (M x D bytes in)", cases, s, false);
 }
 
+// Every region shape 2^la x 2^lb of one tile kernel (at most 8 tiles a side and max_tiles in all),
+// rows "a x b"; not in the closing summary.
+void run_region_sweep(const std::string& title, int max_tiles, double moved_bytes,
+                      const std::function<void(int, int)>& launch, cudaStream_t s) {
+  std::vector<std::string> names;
+  names.reserve(16);  // the cases keep pointers to the names
+  std::vector<Case> cases;
+  for (int la = 0; la <= 3; ++la)
+    for (int lb = 0; lb <= 3 && (1 << (la + lb)) <= max_tiles; ++lb) {
+      names.push_back(std::to_string(1 << la) + "x" + std::to_string(1 << lb));
+      cases.push_back({names.back().c_str(), moved_bytes, [&launch, la, lb] { launch(la, lb); }});
+    }
+  run_cases(title, cases, s, false);
+}
+
 void run_activations(const Workload& w, cudaStream_t s) {
   const int64_t T = w.tokens, D = w.hidden, K = w.top_k, E = w.experts / g_ep;
   const int64_t M = T * K;  // balanced: M / E rows per local expert
@@ -182,22 +197,23 @@ void run_activations(const Workload& w, cudaStream_t s) {
   quantize_nvfp4_token_rows(x.get(), cap, D, D, rows_nv_m.get(), packed, s);
   quant::Bf16Matrix x_gathered{nullptr, cap, D, 0, reinterpret_cast<const void* const*>(row_ptrs.get())};
   const double xT = double(T * D) * 2, xM = double(cap * D) * 2;
+  const double mx_rows_cols = xM + 2.0 * (cap * D + cap * D / 32), bw_rows_cols = xM + 2.0 * (cap * D + cap * D / 128 * 4);
   const std::vector<Case> cases = {
       {"mxfp8_rows", xT + T * D + T * D / 32,
        [&] { quant::mxfp8_quantize_rows({x.get(), T, D, D}, {q.get(), D, s8.get(), D / 32, 1}, s); }},
-      {"mxfp8_rows_cols", xM + 2.0 * (cap * D + cap * D / 32),
+      {"mxfp8_rows_cols", mx_rows_cols,
        [&] {
          quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, {q.get(), D, s8.get(), D / 32, 1},
                                          {qt.get(), cap, st8.get(), cap / 32, 1}, s);
        }},
-      {"mxfp8_rows_cols_g", xM + 8.0 * cap + 2.0 * (cap * D + cap * D / 32),
+      {"mxfp8_rows_cols_g", 8.0 * cap + mx_rows_cols,
        [&] {
          quant::mxfp8_quantize_rows_cols(x_gathered, groups, {q.get(), D, s8.get(), D / 32, 1},
                                          {qt.get(), cap, st8.get(), cap / 32, 1}, s);
        }},
       {"fp8bw_rows", xT + T * D + T * D / 128 * 4.0,
        [&] { quant::fp8_blockwise_quantize_rows({x.get(), T, D, D}, {q.get(), D, sf.get(), 1, T}, s); }},
-      {"fp8bw_rows_cols", xM + 2.0 * (cap * D + cap * D / 128 * 4),
+      {"fp8bw_rows_cols", bw_rows_cols,
        [&] {
          quant::fp8_blockwise_quantize_rows_cols({x.get(), cap, D, D}, groups, {q.get(), D, sf.get(), 1, cap},
                                                  {qt.get(), cap, stf.get(), 1, D}, s);
@@ -223,31 +239,22 @@ void run_activations(const Workload& w, cudaStream_t s) {
                 w.name.c_str(), g_ep, (long long)T, (long long)D, (long long)cap);
   run_cases(title, cases, s);
   if (!g_regions) return;
-  // Every region shape (rt x rf tiles, rt * rf <= 8) of both rows + columns quantizers; the shape
+  // Both rows + columns quantizers at every region shape (rt x rf tiles, rt * rf <= 8); the shape
   // the launcher picks is the plain case above.
-  std::vector<Case> sweep;
-  std::vector<std::string> names;
-  for (int lt = 0; lt <= 3; ++lt)
-    for (int lf = 0; lt + lf <= 3; ++lf) names.push_back(std::to_string(1 << lt) + "x" + std::to_string(1 << lf));
-  int n = 0;
-  for (int lt = 0; lt <= 3; ++lt)
-    for (int lf = 0; lt + lf <= 3; ++lf, ++n) {
-      sweep.push_back({names[n].c_str(), xM + 2.0 * (cap * D + cap * D / 32), [&, lt, lf] {
-                         quant::mxfp8_quantize_rows_cols_in_regions({x.get(), cap, D, D}, groups,
-                                                                    {q.get(), D, s8.get(), D / 32, 1},
-                                                                    {qt.get(), cap, st8.get(), cap / 32, 1}, lt, lf, s);
-                       }});
-    }
-  run_cases(w.name + " mxfp8_rows_cols by region (tokens x features tiles)", sweep, s, false);
-  for (Case& c : sweep) c.moved_bytes = xM + 2.0 * (cap * D + cap * D / 128 * 4);
-  n = 0;
-  for (int lt = 0; lt <= 3; ++lt)
-    for (int lf = 0; lt + lf <= 3; ++lf, ++n)
-      sweep[n].fn = [&, lt, lf] {
-        quant::fp8_blockwise_quantize_rows_cols_in_regions({x.get(), cap, D, D}, groups, {q.get(), D, sf.get(), 1, cap},
-                                                           {qt.get(), cap, stf.get(), 1, D}, lt, lf, s);
-      };
-  run_cases(w.name + " fp8bw_rows_cols by region (tokens x features tiles)", sweep, s, false);
+  run_region_sweep(w.name + " mxfp8_rows_cols by region (tokens x features tiles)", 8, mx_rows_cols,
+                   [&](int lt, int lf) {
+                     quant::mxfp8_quantize_rows_cols_in_regions({x.get(), cap, D, D}, groups,
+                                                                {q.get(), D, s8.get(), D / 32, 1},
+                                                                {qt.get(), cap, st8.get(), cap / 32, 1}, lt, lf, s);
+                   },
+                   s);
+  run_region_sweep(w.name + " fp8bw_rows_cols by region (tokens x features tiles)", 8, bw_rows_cols,
+                   [&](int lt, int lf) {
+                     quant::fp8_blockwise_quantize_rows_cols_in_regions({x.get(), cap, D, D}, groups,
+                                                                        {q.get(), D, sf.get(), 1, cap},
+                                                                        {qt.get(), cap, stf.get(), 1, D}, lt, lf, s);
+                   },
+                   s);
   // One orientation at a time through the same kernel (1 x 2 regions): where the formats differ.
   const double rows_mx = xM + cap * D + cap * D / 32, rows_bw = xM + cap * D + cap * D / 128 * 4;
   const std::vector<Case> split = {
@@ -279,6 +286,7 @@ void run_activations(const Workload& w, cudaStream_t s) {
 void run_weights(const Workload& w, cudaStream_t s) {
   const int64_t E = w.experts / g_ep, N = 2 * w.intermediate, K = w.hidden;
   const double n = double(E) * N * K;
+  const double w_train_t = 2 * n + 2 * n + 2 * n / 32;  // the weight read, both copies and both scale layouts written
   DeviceBuffer<uint16_t> wt(E * N * K);
   testing::fill_uniform_bf16(wt.get(), E * N * K, 2, 0.05f, s);
   const auto spec_train = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, false, E, N, K);
@@ -292,7 +300,7 @@ void run_weights(const Workload& w, cudaStream_t s) {
   const std::vector<Case> cases = {
       {"mxfp8_w_train", 2 * n + n + 2 * n / 32,
        [&] { quant::mxfp8_quantize_weight_tiles(wt.get(), E, N, K, q.get(), s1.get(), s2.get(), s); }},
-      {"mxfp8_w_train_t", 2 * n + 2 * n + 2 * n / 32,
+      {"mxfp8_w_train_t", w_train_t,
        [&] { prepare_block_scaled_weight(wt.get(), spec_train, {q.get(), s1.get(), qt.get(), s2.get()}, s); }},
       {"mxfp8_w_infer", 2 * n + n + n / 32,
        [&] { prepare_block_scaled_weight(wt.get(), spec_infer, {q.get(), s1.get()}, s); }},
@@ -310,17 +318,9 @@ void run_weights(const Workload& w, cudaStream_t s) {
   run_cases(title, cases, s);
   if (!g_regions) return;
   // The training weight with its transposed copy at every region shape (rn x rk tiles).
-  std::vector<Case> sweep;
-  std::vector<std::string> names;
-  for (int ln = 0; ln <= 3; ++ln)
-    for (int lk = 0; lk <= 3; ++lk) names.push_back(std::to_string(1 << ln) + "x" + std::to_string(1 << lk));
-  for (int ln = 0; ln <= 3; ++ln)
-    for (int lk = 0; lk <= 3; ++lk)
-      sweep.push_back({names[sweep.size()].c_str(), 2 * n + 2 * n + 2 * n / 32, [&, ln, lk] {
-                         quant::mxfp8_quantize_weight_tiles_in_regions(wt.get(), E, N, K, q.get(), s1.get(), qt.get(),
-                                                                       s2.get(), ln, lk, s);
-                       }});
-  run_cases(w.name + " mxfp8_w_train_t by region (N x K tiles)", sweep, s, false);
+  run_region_sweep(w.name + " mxfp8_w_train_t by region (N x K tiles)", 64, w_train_t, [&](int ln, int lk) {
+    quant::mxfp8_quantize_weight_tiles_in_regions(wt.get(), E, N, K, q.get(), s1.get(), qt.get(), s2.get(), ln, lk, s);
+  }, s);
 }
 
 }  // namespace
