@@ -5,7 +5,7 @@
 //   dist-moe bench --shape dsv3_prefill|qwen3_30b|mixtral|dsv3_decode [--mode train|infer]
 //                  [--gpus N] [--iters N] [--slot-factor F] [--device-factor F] [--no-baseline]
 //                  [--wgrad accumulate|write] [--sustain-ms MS] [--format bf16|mxfp8|fp8_blockwise|nvfp4]
-//                  [--experts E] [--tokens T]
+//                  [--experts E] [--tokens T] [--preheat self|gemm]
 // --format mxfp8 / fp8_blockwise / nvfp4 (--mode infer only): the layer under test is the MXFP8,
 // FP8-blockwise or NVFP4 staged layer, weights prepared once; our BF16 layer on the same inputs is timed in alternation with it,
 // and the GEMM-only column is the BF16 GEMMs' (what the block-scaled GEMMs replace).
@@ -18,6 +18,12 @@
 // --sustain-ms (default 300): every timed measurement, ours and the stock layer's, follows MS ms of
 // a local GEMM load, so both are timed at the power-limited clocks of a GPU in training rather than
 // at boost clocks after a pause (docs/perf.md G22); 0 restores the earlier protocol.
+// --preheat self|gemm: what that load is for our layers. self (default): the call about to be timed
+// (each layer, and the GEMM-only twin, at the clocks its own kernel mix settles to: FP8 GEMMs draw
+// less power per cycle than BF16 ones and hold higher clocks, so under a BF16 GEMM load a block-
+// scaled layer ran at BF16's clocks, up to 15% slower; docs/perf_history.md G65). gemm: our BF16
+// GEMM-only forward before every measurement (the protocol before session 29; for a BF16 layer
+// the two agree within run-to-run noise).
 // Protocol: the fused layer's totals and the GEMM-only totals alternate over 3 rounds (each total
 // the median over rounds of its --iters-call median), the stage table over 3 more; every rank's
 // numbers are shown (ranges), and the layer is also divided by the slowest rank's GEMM-only time.
@@ -80,7 +86,7 @@ double json_number(const std::string& json, const std::string& key) {
 
 int cmd_bench(const std::vector<std::string>& argv) {
   Args args(argv, {"shape", "mode", "gpus", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format",
-                   "experts", "tokens"},
+                   "experts", "tokens", "preheat"},
             {"no-baseline"});
   const std::string format = args.str("format").value_or("bf16");
   if (format != "bf16" && format != "mxfp8" && format != "fp8_blockwise" && format != "nvfp4")
@@ -112,6 +118,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
   // state the GPU is in (the earlier protocol).
   const double sustain_ms = args.real("sustain-ms").value_or(300.0);
   if (!(sustain_ms >= 0)) detail::fail(ErrorCode::kInvalidValue, "--sustain-ms must be >= 0, got ", sustain_ms);
+  const std::string preheat = args.str("preheat").value_or("self");
+  if (preheat != "gemm" && preheat != "self")
+    detail::fail(ErrorCode::kInvalidValue, "--preheat must be self or gemm, got '", preheat, "'");
   const int iters = static_cast<int>(args.integer("iters").value_or(20));
   if (iters < 1) detail::fail(ErrorCode::kInvalidValue, "--iters must be >= 1, got ", iters);
   (void)args.real("slot-factor");  // malformed numbers fail here, before looking for GPUs
@@ -122,9 +131,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
     detail::fail(ErrorCode::kInvalidValue, shape, " has ", w.experts, " experts, not divisible by ", gpus, " GPUs");
 
   std::printf("dist-moe bench: %s (T=%lld D=%lld F=%lld E=%lld K=%lld per rank), %s, %d GPU(s), %d iterations, "
-              "each measurement after %.0f ms of sustained GEMM load\n",
+              "each measurement after %.0f ms of sustained %s load\n",
               shape.c_str(), (long long)w.tokens, (long long)w.hidden, (long long)w.intermediate,
-              (long long)w.experts, (long long)w.top_k, mode.c_str(), gpus, iters, sustain_ms);
+              (long long)w.experts, (long long)w.top_k, mode.c_str(), gpus, iters, sustain_ms,
+              preheat == "self" ? "self (the timed call's own)" : "GEMM");
   if (mode == "train")
     std::printf("WGRAD %s (the stock layer's autograd accumulates into .grad across its timed calls)\n",
                 wgrad == "accumulate" ? "accumulates into the gradient buffers" : "overwrites the gradient buffers");
@@ -135,8 +145,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
       << shape << " --mode " << mode << " --iters " << iters;
   if (auto f = args.real("slot-factor")) cmd << " --slot-factor " << *f;
   if (auto f = args.real("device-factor")) cmd << " --device-factor " << *f;
-  cmd << " --wgrad " << wgrad << " --sustain-ms " << sustain_ms << " --format " << format << " --experts " << w.experts
-      << " --tokens " << w.tokens;
+  cmd << " --wgrad " << wgrad << " --sustain-ms " << sustain_ms << " --preheat " << preheat << " --format " << format
+      << " --experts " << w.experts << " --tokens " << w.tokens;
   std::vector<std::string> results;
   if (run_and_collect(cmd.str(), "RESULT@", &results, true) != 0 || results.empty())
     detail::fail(ErrorCode::kRuntime, "the benchmark ranks failed (output above)");

@@ -53,7 +53,7 @@ using testing::run_for_ms;
 
 int cmd_bench_rank(const std::vector<std::string>& argv) {
   Args args(argv, {"shape", "mode", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format", "experts",
-                   "tokens"},
+                   "tokens", "preheat"},
             {});
   const std::string format = args.str("format").value_or("bf16");
   if (format != "bf16" && format != "mxfp8" && format != "fp8_blockwise" && format != "nvfp4")
@@ -68,6 +68,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   const bool wgrad_accumulate = args.str("wgrad").value_or("accumulate") == "accumulate";
   const int iters = static_cast<int>(args.integer("iters").value_or(20));
   const double sustain_ms = args.real("sustain-ms").value_or(0.0);
+  const bool preheat_self = args.str("preheat").value_or("self") == "self";
   const auto env = testing::dist_env_from_environment();
   int ndev = 0;
   DMOE_CUDA_CHECK(cudaGetDeviceCount(&ndev));
@@ -245,25 +246,42 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   };
   gemm_layer();
 
-  // Before each timed measurement: the GEMM-only forward with balanced rows (local, no cross-rank
-  // dependency) for sustain_ms, so that every measurement -- ours here, the stock layer's in
-  // bench/peers/torch_ep_shape.py with its own local GEMM load -- starts at the power-limited
-  // clocks a GPU in training runs at (docs/perf.md G22: ~20% above boost-clock times).
-  // The ranks leave it together (align: an all-reduce of one value, then a stream sync): otherwise
-  // the first stage after it, publish+route, would time the other rank's remaining preheat at its EP
-  // barrier.
+  // Before each timed measurement, sustain_ms of load (`preheat` below), so that every measurement
+  // -- ours here, the stock layer's in bench/peers/torch_ep_shape.py with its own local GEMM load --
+  // starts at the power-limited clocks a GPU in training runs at (docs/perf.md G22: ~20% above
+  // boost-clock times). The ranks leave it together (align: an all-reduce of one value, then a stream
+  // sync): otherwise the first stage after it, publish+route, would time the other rank's remaining
+  // preheat at its EP barrier.
   DevBuf sync_word(4);
   DMOE_CUDA_CHECK(cudaMemset(sync_word.p, 0, 4));
   auto align = [&] {
     DMOE_NCCL_CHECK(ncclAllReduce(sync_word.p, sync_word.p, 1, ncclInt32, ncclSum, nccl, stream));
     DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   };
-  auto preheat = [&] {
-    if (sustain_ms > 0) {
+  // The load before a measurement of `fn`: fn itself (--preheat self, the default: each layer at the
+  // clocks its own kernel mix settles to; G65), or the GEMM-only forward with balanced rows, local,
+  // with no cross-rank dependency (--preheat gemm). Layer calls meet every rank at their EP
+  // barriers, so every rank makes the same number of them: enough for sustain_ms on the slowest
+  // rank (one call timed, max over ranks).
+  auto preheat = [&](const std::function<void()>& fn) {
+    if (sustain_ms > 0 && !preheat_self) {
       const int32_t* keep = counts;
       counts = static_cast<const int32_t*>(d_even.p);
       run_for_ms(gemm_fwd, sustain_ms, stream);
       counts = keep;
+    } else if (sustain_ms > 0) {
+      const double one_ms = std::max(median_event_ms(fn, 1, stream).ms, 1e-3);
+      const int32_t calls = static_cast<int32_t>(std::ceil(sustain_ms / one_ms));
+      DMOE_CUDA_CHECK(cudaMemcpy(sync_word.p, &calls, 4, cudaMemcpyHostToDevice));
+      DMOE_NCCL_CHECK(ncclAllReduce(sync_word.p, sync_word.p, 1, ncclInt32, ncclMax, nccl, stream));
+      int32_t all_calls = 0;
+      DMOE_CUDA_CHECK(cudaMemcpyAsync(&all_calls, sync_word.p, 4, cudaMemcpyDeviceToHost, stream));
+      DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      for (int32_t i = 0; i < all_calls; ++i) {
+        fn();
+        DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));  // as run_for_ms: the queue stays short
+      }
+      DMOE_CUDA_CHECK(cudaMemsetAsync(sync_word.p, 0, 4, stream));
     }
     align();
   };
@@ -274,7 +292,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   constexpr int kTotalRounds = 3;
   std::vector<double> fwd_r, layer_r, host_r, gemm_fwd_r, gemm_fb_r, bf16_fwd_r, bf16_layer_r;
   for (int r = 0; r < kTotalRounds; ++r) {
-    preheat();
+    preheat(layer_call);
     if (train) {
       std::vector<double> f;
       for (int i = 0; i < iters; ++i) {
@@ -282,17 +300,17 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
         bwd();
       }
       fwd_r.push_back(median(f));
-      preheat();
+      preheat(layer_call);
     }
     const EventTiming layer = median_event_ms(layer_call, iters, stream);
     layer_r.push_back(layer.ms);
     host_r.push_back(layer.host_ms);
     if (!train) fwd_r.push_back(layer.ms);
     if (bf16_ctx) {
-      preheat();
+      preheat(bf16_layer_call);
       bf16_layer_r.push_back(median_event_ms(bf16_layer_call, iters, stream).ms);
       if (train) {
-        preheat();
+        preheat(bf16_layer_call);
         std::vector<double> f;
         for (int i = 0; i < iters; ++i) {
           f.push_back(median_event_ms(bf16_fwd, 1, stream).ms);
@@ -303,10 +321,10 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
         bf16_fwd_r.push_back(bf16_layer_r.back());
       }
     }
-    preheat();
+    preheat(gemm_fwd);
     gemm_fwd_r.push_back(median_event_ms(gemm_fwd, iters, stream).ms);
     if (train) {
-      preheat();
+      preheat(gemm_layer);
       gemm_fb_r.push_back(median_event_ms(gemm_layer, iters, stream).ms);
     }
   }
@@ -349,12 +367,12 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   // sustained load run slow (measured in session 11: a 25 us publish+route took 0.17-0.29 ms as the
   // first call after the preheat, 0.03 ms after a short GEMM), which would land in the first stage.
   for (int r = 0; r < kStagedRounds; ++r) {
-    preheat();
+    preheat(layer_call);
     layer_call();
     align();
     staged("fwd:", fwd, layer_rounds[r]);
     if (train) staged("bwd:", bwd, layer_rounds[r]);
-    preheat();
+    preheat(gemm_layer);
     gemm_layer();
     align();
     staged("fwd:", gemm_fwd, gemm_rounds[r]);
@@ -373,7 +391,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   const StageTimes stage_ms = medians(layer_rounds), gemm_stage_ms = medians(gemm_rounds);
 
   counts = static_cast<const int32_t*>(d_even.p);
-  preheat();
+  preheat(gemm_fwd);
   const double gemm_fwd_even_ms = median_event_ms(gemm_fwd, iters, stream).ms;
   counts = routed_counts;
 
@@ -385,7 +403,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     DevBuf src(kCopyBytes), dst(kCopyBytes);
     DMOE_CUDA_CHECK(cudaMemsetAsync(src.p, 0x3C, kCopyBytes, stream));  // not zeros
     auto copy = [&] { DMOE_CUDA_CHECK(cudaMemcpyAsync(dst.p, src.p, kCopyBytes, cudaMemcpyDeviceToDevice, stream)); };
-    preheat();
+    preheat(copy);
     copy_gbps = 2.0 * static_cast<double>(kCopyBytes) / (median_event_ms(copy, iters, stream).ms * 1e6);
   }
 

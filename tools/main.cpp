@@ -69,7 +69,9 @@ const Command kCommands[] = {
      "  --slot-factor F        activation slot factor (default: a slot that never recomputes)\n"
      "  --device-factor F      device scratch capacity factor\n"
      "  --wgrad accumulate|write   add weight gradients into the buffers (default) or overwrite them\n"
-     "  --sustain-ms MS        GEMM load before each measurement, for sustained clocks (default 300)\n"
+     "  --sustain-ms MS        load before each measurement, for sustained clocks (default 300)\n"
+     "  --preheat self|gemm    that load for our layers: the timed call itself (default: each format at\n"
+     "                         the clocks its own kernels settle to), or our BF16 GEMMs\n"
      "  --no-baseline          skip the stock-PyTorch layer\n"},
     {"info", dist_moe::cli::cmd_info, "devices visible to this process, the NCCL in use, build facts",
      "usage: dist-moe info\n"
@@ -78,7 +80,7 @@ const Command kCommands[] = {
      "time (path, version, whether it fits), and the GPUs visible to this process. Takes no options.\n"},
     {"bench-rank", dist_moe::cli::cmd_bench_rank, nullptr,  // internal: one rank of `bench`
      "usage: dist-moe bench-rank [--shape NAME] [--mode train|infer] [--iters N] [--slot-factor F]\n"
-     "                           [--device-factor F] [--wgrad accumulate|write] [--sustain-ms MS]\n"
+     "                           [--device-factor F] [--wgrad accumulate|write] [--sustain-ms MS] [--preheat self|gemm]\n"
      "                           [--format bf16|mxfp8|fp8_blockwise|nvfp4] [--experts E] [--tokens T]\n"
      "\n"
      "One rank of `dist-moe bench`, started by dmoe_launch (internal).\n"},

@@ -18,12 +18,13 @@
 #               the same per-expert GEMMs. Files: ncu.txt, ncu_sass.txt; the key metrics in the summary.
 #     NCU_KERNELS (required)  label=regex pairs separated by ';', over demangled kernel names
 #         (`nm -C $BUILD_DIR/libdist_moe_gemm.a | grep MainloopConfig` shows them: the mainloop's
-#         MainloopConfig<(dist_moe::gemm::GemmKind)K, BM, BN, stages, (...ConsumerSchedule)S,
-#         (...WeightSplit)W, cluster, operands>; kind 0 FPROP, 1 DGRAD, 2 WGRAD, 3 swap-AB decode)
+#         MainloopConfig<(dist_moe::gemm::GemmKind)K, (int)BM, (int)BN, (int)stages,
+#         (...ConsumerSchedule)S, (...WeightSplit)W, (int)cluster, operands>; kind 0 FPROP, 1 DGRAD,
+#         2 WGRAD, 3 swap-AB decode; the integers print with their "(int)" casts, s29 r5)
 #     NCU_NAME_BASE [demangled]  what the regexes match: demangled, mangled or function
 #     NCU_SHAPE [dsv3_prefill]  NCU_OPS [w13_wgrad]  NCU_CUBLAS [0]
 #   The BF16 WGRAD cooperative 128x256 kernels at dsv3_prefill, and cuBLAS:
-#     NCU_KERNELS='coop=GemmKind\)2, 128, 256, 4, \(dist_moe::gemm::ConsumerSchedule\)0' NCU_CUBLAS=1 \
+#     NCU_KERNELS='coop=GemmKind\)2, \(int\)128, \(int\)256, \(int\)4, \(dist_moe::gemm::ConsumerSchedule\)0' NCU_CUBLAS=1 \
 #       DMOE_STAGES="build ncu" scripts/gpu_check.sh
 
 # One run of the delay / contention checks: PASS, or FAIL with the first diagnostic lines.

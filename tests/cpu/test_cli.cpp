@@ -62,6 +62,7 @@ TEST(Cli, BadInputPrintsOneErrorLineAndFails) {
       {"bench --shape qwen3_30b --mode fast", "--mode must be train or infer"},
       {"bench --shape qwen3_30b --wgrad sometimes", "--wgrad must be accumulate or write"},
       {"bench --shape qwen3_30b --sustain-ms -5", "--sustain-ms must be >= 0"},
+      {"bench --shape qwen3_30b --preheat warm", "--preheat must be self or gemm"},
       {"bench --shape qwen3_30b --format fp4", "--format must be bf16, mxfp8, fp8_blockwise or nvfp4"},
       {"bench --shape qwen3_30b --format nvfp4", "--format nvfp4 needs --mode infer"},
       {"bench --shape qwen3_30b --experts 64", "--experts changes the shape: add --no-baseline"},
@@ -120,6 +121,7 @@ TEST(Cli, HelpPrintsEachCommandsUsage) {
   EXPECT_NE(late.out.find("--slot-factor"), std::string::npos) << late.out;
   const Result bench = run_cli("bench --help", "2>/dev/null");
   EXPECT_NE(bench.out.find("--sustain-ms"), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("--preheat"), std::string::npos) << bench.out;
   for (const char* top : {"--help", "-h", "help"}) {
     const Result r = run_cli(top, "2>/dev/null");
     EXPECT_EQ(r.exit_code, 0) << top;
