@@ -16,8 +16,9 @@
 // --mode infer also prints the expert weights each forward GEMM stage streams against the HBM copy
 // rate measured in the same run.
 // --sustain-ms (default 300): every timed measurement, ours and the stock layer's, follows MS ms of
-// a local GEMM load, so both are timed at the power-limited clocks of a GPU in training rather than
-// at boost clocks after a pause (docs/perf.md G22); 0 restores the earlier protocol.
+// load (the stock layer: its GEMMs; ours: --preheat), so both are timed at the power-limited clocks
+// of a GPU in training rather than at boost clocks after a pause (docs/perf.md G22); 0 restores the
+// earlier protocol.
 // --preheat self|gemm: what that load is for our layers. self (default): the call about to be timed
 // (each layer, and the GEMM-only twin, at the clocks its own kernel mix settles to: FP8 GEMMs draw
 // less power per cycle than BF16 ones and hold higher clocks, so under a BF16 GEMM load a block-
@@ -113,9 +114,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const std::string wgrad = args.str("wgrad").value_or("accumulate");
   if (wgrad != "accumulate" && wgrad != "write")
     detail::fail(ErrorCode::kInvalidValue, "--wgrad must be accumulate or write, got '", wgrad, "'");
-  // Every timed measurement (ours and the stock layer's) starts after this long under a local GEMM
-  // load, at the power-limited clocks of a GPU in training (docs/perf.md G23); 0: from whatever
-  // state the GPU is in (the earlier protocol).
+  // Every timed measurement (ours and the stock layer's) starts after this long under load
+  // (--preheat), at the power-limited clocks of a GPU in training (docs/perf.md G23); 0: from
+  // whatever state the GPU is in (the earlier protocol).
   const double sustain_ms = args.real("sustain-ms").value_or(300.0);
   if (!(sustain_ms >= 0)) detail::fail(ErrorCode::kInvalidValue, "--sustain-ms must be >= 0, got ", sustain_ms);
   const std::string preheat = args.str("preheat").value_or("self");
