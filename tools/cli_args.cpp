@@ -75,4 +75,14 @@ int64_t Args::required_integer(const std::string& name) const {
   return *v;
 }
 
+std::string Args::choice(const std::string& name, const std::vector<std::string>& values) const {
+  const std::string v = str(name).value_or(values.front());
+  for (const std::string& allowed : values)
+    if (v == allowed) return v;
+  std::string list;
+  for (size_t i = 0; i < values.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == values.size() ? " or " : ", ") + values[i];
+  detail::fail(ErrorCode::kInvalidValue, "--", name, " must be ", list, ", got '", v, "'");
+}
+
 }  // namespace dist_moe::cli

@@ -23,6 +23,9 @@ class Args {
   std::optional<double> real(const std::string& name) const;
   // The value of a required integer option, or an error naming it.
   int64_t required_integer(const std::string& name) const;
+  // The value of an option that takes one of `values` (the first when absent), or an error naming
+  // them: "--mode must be train or infer, got 'fast'".
+  std::string choice(const std::string& name, const std::vector<std::string>& values) const;
 
  private:
   std::map<std::string, std::string> values_;

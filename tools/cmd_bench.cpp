@@ -89,9 +89,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   Args args(argv, {"shape", "mode", "gpus", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format",
                    "experts", "tokens", "preheat"},
             {"no-baseline"});
-  const std::string format = args.str("format").value_or("bf16");
-  if (format != "bf16" && format != "mxfp8" && format != "fp8_blockwise" && format != "nvfp4")
-    detail::fail(ErrorCode::kInvalidValue, "--format must be bf16, mxfp8, fp8_blockwise or nvfp4, got '", format, "'");
+  const std::string format = args.choice("format", {"bf16", "mxfp8", "fp8_blockwise", "nvfp4"});
   if (format == "nvfp4" && args.str("mode").value_or("train") != "infer")
     detail::fail(ErrorCode::kInvalidValue, "--format nvfp4 needs --mode infer (NVFP4 DistMoE is inference-only)");
   const std::string shape = args.str("shape").value_or("dsv3_prefill");
@@ -108,20 +106,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
   };
   if (auto e = shape_override("experts", w.top_k, "the shape's top_k ")) w.experts = *e;
   if (auto t = shape_override("tokens", 1, "")) w.tokens = *t;
-  const std::string mode = args.str("mode").value_or("train");
-  if (mode != "train" && mode != "infer")
-    detail::fail(ErrorCode::kInvalidValue, "--mode must be train or infer, got '", mode, "'");
-  const std::string wgrad = args.str("wgrad").value_or("accumulate");
-  if (wgrad != "accumulate" && wgrad != "write")
-    detail::fail(ErrorCode::kInvalidValue, "--wgrad must be accumulate or write, got '", wgrad, "'");
+  const std::string mode = args.choice("mode", {"train", "infer"});
+  const std::string wgrad = args.choice("wgrad", {"accumulate", "write"});
   // Every timed measurement (ours and the stock layer's) starts after this long under load
   // (--preheat), at the power-limited clocks of a GPU in training (docs/perf.md G23); 0: from
   // whatever state the GPU is in (the earlier protocol).
   const double sustain_ms = args.real("sustain-ms").value_or(300.0);
   if (!(sustain_ms >= 0)) detail::fail(ErrorCode::kInvalidValue, "--sustain-ms must be >= 0, got ", sustain_ms);
-  const std::string preheat = args.str("preheat").value_or("self");
-  if (preheat != "gemm" && preheat != "self")
-    detail::fail(ErrorCode::kInvalidValue, "--preheat must be self or gemm, got '", preheat, "'");
+  const std::string preheat = args.choice("preheat", {"self", "gemm"});
   const int iters = static_cast<int>(args.integer("iters").value_or(20));
   if (iters < 1) detail::fail(ErrorCode::kInvalidValue, "--iters must be >= 1, got ", iters);
   (void)args.real("slot-factor");  // malformed numbers fail here, before looking for GPUs

@@ -55,9 +55,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   Args args(argv, {"shape", "mode", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format", "experts",
                    "tokens", "preheat"},
             {});
-  const std::string format = args.str("format").value_or("bf16");
-  if (format != "bf16" && format != "mxfp8" && format != "fp8_blockwise" && format != "nvfp4")
-    detail::fail(ErrorCode::kInvalidValue, "--format must be bf16, mxfp8, fp8_blockwise or nvfp4, got '", format, "'");
+  const std::string format = args.choice("format", {"bf16", "mxfp8", "fp8_blockwise", "nvfp4"});
   if (format == "nvfp4" && args.str("mode").value_or("train") != "infer")
     detail::fail(ErrorCode::kInvalidValue, "--format nvfp4 needs --mode infer (NVFP4 DistMoE is inference-only)");
   const bool block_scaled = format != "bf16";

@@ -294,6 +294,11 @@ inline double region_tile_cost(int64_t tiles, double scale_requests = 0.0) {
   return by_size + scale_requests / 20000.0;
 }
 
+// The partly written L2 requests per tile of a region's MXFP8 byte scales, staged per region and
+// stored as rows: a 128x128 tile has 4 scale bytes in each of its 128 rows along both axes, written
+// as rows of 4 * ra and 4 * rb bytes (the region is ra x rb tiles).
+inline double mxfp8_scale_row_requests(int64_t ra, int64_t rb) { return 128.0 / double(rb) + 128.0 / double(ra); }
+
 // CTAs of `kernel` (threads, dynamic shared memory) the device holds at once: the slots of a wave.
 // Asked once per (device, kernel, launch shape) and remembered: launchers call it every time.
 inline int64_t resident_ctas(const void* kernel, int threads, size_t dynamic_smem) {

@@ -356,7 +356,7 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
 // 0.81x at 1 x 2 (s28 r2-r3).
 RegionShape choose_rows_cols_region(int64_t tiles_t, int64_t tiles_f, bool byte_scales, int64_t slots) {
   return choose_region(tiles_t, tiles_f, 1, slots, kRegionTiles, kRegionTiles, [&](int64_t rt, int64_t rf) {
-    return region_tile_cost(rt * rf, byte_scales ? 128.0 / double(rf) + 128.0 / double(rt) : 0.0);
+    return region_tile_cost(rt * rf, byte_scales ? mxfp8_scale_row_requests(rt, rf) : 0.0);
   });
 }
 

@@ -291,7 +291,9 @@ dim3 tile_grid(int64_t num_experts, int64_t n, int64_t k, int band_tiles) {
 // qwen3_30b (0.78x; 1 x 2: 0.88x), s28 r3.
 RegionShape choose_weight_region(int64_t tiles_n, int64_t tiles_k, int64_t experts, int64_t slots) {
   return choose_region(tiles_n, tiles_k, experts, slots, kRegionMax, kRegionMax * kRegionMax,
-                       [&](int64_t rn, int64_t rk) { return region_tile_cost(rn * rk, 128.0 / double(rn) + 128.0 / double(rk)); });
+                       [](int64_t rn, int64_t rk) {
+                         return region_tile_cost(rn * rk, mxfp8_scale_row_requests(rn, rk));
+                       });
 }
 
 // FP8 blockwise weights: the band (1 x b tiles along K) the same way; its two scales per tile are
