@@ -7,7 +7,15 @@
 // the fraction of the family's best row in the same run (the measured peak). The decode GEMMs issue
 // small-N wgmmas: this says what one costs (docs/perf_history.md G61).
 //
-//   bench_wgmma_rate [--iters N]
+// --promotion measures the FP8-blockwise consumers' pattern instead (G66): per 128-deep k block a
+// warpgroup contracts its m64 x kTileN tile in slices of kSliceN columns, each slice four k32 E4M3
+// wgmmas into a scratch accumulator, waits for them and folds the scratch into the FP32 tile
+// accumulator (one FFMA per element); one or two warpgroups, the second optionally started a few
+// hundred cycles late, A from shared memory or registers, and the mainloop's other pieces added one
+// at a time (kMode below). It prints SM cycles per k block and the fraction of the E4M3 peak (4096
+// MACs per cycle): what a mainloop of that shape can reach, so the rest of a kernel's gap is elsewhere.
+//
+//   bench_wgmma_rate [--iters N] [--promotion]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,7 +25,12 @@
 #include <vector>
 
 #include "dist_moe/check.h"
+#include "dist_moe/device/ptx/barrier.cuh"
 #include "dist_moe/device/ptx/fence.cuh"
+#include "dist_moe/device/ptx/ld_st.cuh"
+#include "dist_moe/device/ptx/mbarrier.cuh"
+#include "dist_moe/device/ptx/setmaxnreg.cuh"
+#include "dist_moe/device/ptx/tma.cuh"
 #include "dist_moe/device/ptx/wgmma.cuh"
 #include "testing/bench_args.h"
 #include "testing/main_guard.h"
@@ -108,13 +121,250 @@ __global__ void __launch_bounds__(kN >= 128 ? 256 : 512, 1) wgmma_rate_kernel(in
   sink[blockIdx.x * blockDim.x + threadIdx.x] = s;  // keeps the products live
 }
 
+int g_iters = 4000;
+
+// ---- promotion patterns (--promotion) ---------------------------------------------------------------
+// One k block of a warpgroup's m64 x kTileN tile: kTileN / kSliceN slices of four m64 x kSliceN x k32
+// E4M3 wgmmas into scratch (the first overwriting), each waited for and folded into acc with a scale
+// read from shared memory (as the mainloop reads its scales). kRs: A from registers (the n64 RS form).
+template <int kTileN, int kSliceN, bool kRs>
+struct PromotionPattern {
+  static constexpr int kSlices = kTileN / kSliceN;
+  static_assert(!kRs || kSliceN == 64, "the E4M3 RS wrapper is m64n64k32");
+};
+
+template <int kSliceN, bool kRs>
+DMOE_DEVICE void issue_slice(float (&scratch)[kSliceN / 2], const uint32_t (&a)[4][4], uint64_t da, uint64_t db) {
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if constexpr (kRs) ptx::WgmmaE4m3Rs64::mma(scratch, a[kk], ptx::desc_advance(db, kk * 32), kk > 0 ? 1u : 0u);
+    else
+      ptx::WgmmaE4m3<kSliceN>::mma(scratch, ptx::desc_advance(da, kk * 32), ptx::desc_advance(db, kk * 32),
+                                   kk > 0 ? 1u : 0u);
+  }
+  ptx::wgmma_commit();
+}
+
+template <int kTileN, int kSliceN>
+DMOE_DEVICE void fold_slice(float (&acc)[kTileN / 2], const float (&scratch)[kSliceN / 2], int s, float lo, float hi) {
+#pragma unroll
+  for (int i = 0; i < kSliceN / 2; ++i)
+    acc[s * kSliceN / 2 + i] = fmaf(scratch[i], (i / 2) % 2 == 0 ? lo : hi, acc[s * kSliceN / 2 + i]);
+}
+
+// kMode (the mainloop's per-k-block work, added one piece at a time): 0 resident operands and
+// scales in shared memory; 1 a ring of four 128x256 E4M3 stages (48 KiB each) whose index is a
+// run-time value, A fragments loaded from the stage by ldmatrix each k block (RS) and the B
+// descriptors built from the stage's address; 2 as 1 with the scales read from global memory one k
+// block ahead (two A rows and four B groups per thread, as the mainloop's load_scales); 3 as 2 with
+// the mainloop's pipeline: a third warpgroup's thread fills each stage from global memory (three
+// 16 KiB bulk copies, completing on the stage's full barrier) once the consumers' warps have
+// released it (empty barrier), and the consumers wait for the full barrier before reading it.
+constexpr int kRingStages = 4, kRingStageBytes = 48 * 1024;
+constexpr int promotion_smem_bytes(int mode) {
+  return mode == 0 ? kSmemBytes : kRingStages * kRingStageBytes + (mode == 3 ? 1024 : 0);
+}
+constexpr int promotion_threads(int mode, int wgs) { return 128 * wgs + (mode == 3 ? 128 : 0); }
+
+template <int kTileN, int kSliceN, bool kRs, int kMode>
+__global__ void __launch_bounds__(kMode == 3 ? 384 : 256, 1)
+    promotion_kernel(int iters, int delay, const float* __restrict__ g_data, long long* cycles, float* sink) {
+  using P = PromotionPattern<kTileN, kSliceN, kRs>;
+  static_assert(kMode == 0 || kRs || kSliceN >= 128, "ring modes: RS n64 slices or SS n128 slices");
+  // Ring stage: A (128 rows) then B (kTileN rows), 128 bytes of K each; kRingStageBytes apart.
+  constexpr int kStageUsed = (128 + kTileN) * 128;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  constexpr int kOperandBytes = kMode == 0 ? kSmemBytes : kRingStages * kRingStageBytes;  // not the barriers
+  for (int i = threadIdx.x; i < kOperandBytes / 4; i += blockDim.x)
+    reinterpret_cast<uint32_t*>(smem)[i] = operand_word(static_cast<uint32_t>(i) * 2654435761u + blockIdx.x);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t full = base + kRingStages * kRingStageBytes, empty = full + 8 * kRingStages;  // kMode 3
+  const int consumer_wgs = kMode == 3 ? static_cast<int>(blockDim.x / 128) - 1 : static_cast<int>(blockDim.x / 128);
+  if (kMode == 3 && threadIdx.x == 0) {
+    for (int st = 0; st < kRingStages; ++st) {
+      ptx::mbarrier_init(full + 8 * st, 1);
+      ptx::mbarrier_init(empty + 8 * st, 4 * consumer_wgs);  // one arrival per consumer warp
+    }
+    ptx::fence_mbarrier_init();
+  }
+  ptx::fence_proxy_async_shared();
+  __syncthreads();
+  if (kMode == 3 && threadIdx.x >= 128 * consumer_wgs) {  // the producer warpgroup
+    ptx::setmaxnreg_dec<40>();
+    if (threadIdx.x == 128 * consumer_wgs) {
+      for (int it = 0; it < iters; ++it) {
+        const uint32_t st = static_cast<uint32_t>(it % kRingStages), round = static_cast<uint32_t>(it / kRingStages);
+        while (!ptx::mbarrier_try_wait_parity(empty + 8 * st, (round & 1u) ^ 1u)) {
+        }
+        ptx::mbarrier_arrive_expect_tx(full + 8 * st, kStageUsed);
+        const uint8_t* src = reinterpret_cast<const uint8_t*>(g_data) + (it % 64) * kRingStageBytes;
+        for (int part = 0; part < kStageUsed / 16384; ++part)
+          ptx::bulk_load_1d(base + st * kRingStageBytes + part * 16384, src + part * 16384, 16384, full + 8 * st);
+      }
+    }
+    return;  // the roles never meet again (setmaxnreg: the producer keeps 40 registers)
+  }
+  // The GEMM kernel's split (kernel.cuh): 384 threads launch at 168 registers.
+  if constexpr (kMode == 3) ptx::setmaxnreg_inc<232>();
+  const uint64_t da = ptx::make_kmajor_desc(base), db = ptx::make_kmajor_desc(base + kBOffset);
+  const float* scales = reinterpret_cast<const float*>(smem + kBOffset - 1024);  // 256 finite values
+  uint32_t a[4][4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) a[kk][j] = operand_word(threadIdx.x * 16 + kk * 4 + j + 77);
+  float acc[kTileN / 2];
+#pragma unroll
+  for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
+  if constexpr (kMode == 3) ptx::named_barrier_sync(1, 128 * consumer_wgs);  // the producer has left: not bar 0
+  else __syncthreads();
+  const long long t0 = clock64();
+  if (threadIdx.x >= 128)  // the second warpgroup starts `delay` cycles late
+    while (clock64() - t0 < delay) {
+    }
+  const int lane_row = (threadIdx.x % 128) / 4;
+  if constexpr (kMode == 0) {
+    float scratch[kSliceN / 2];
+    for (int it = 0; it < iters; ++it) {
+      const float lo = scales[(it + lane_row) & 127], hi = scales[(it + lane_row + 8) & 127];
+#pragma unroll
+      for (int s = 0; s < P::kSlices; ++s) {
+        issue_slice<kSliceN, kRs>(scratch, a, da, ptx::desc_advance(db, s * kSliceN * 128));
+        ptx::wgmma_wait<0>();
+        ptx::wgmma_fence_operands(scratch);
+        fold_slice<kTileN, kSliceN>(acc, scratch, s, lo, hi);
+      }
+    }
+  } else {
+    float scratch[kSliceN / 2];
+    const uint32_t lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4, wg = threadIdx.x / 128;
+    const uint32_t j = lane / 8, i8 = lane % 8;
+    const uint32_t a_row = wg * 64 + 16 * warp + i8 + 8 * (j % 2);
+    // Global scale offsets as the mainloop's (k-block-major A rows, B rows per 64-column group).
+    const int32_t row0 = static_cast<int32_t>(blockIdx.x * 128 + wg * 64 + warp * 16 + lane / 4);
+    float nlo = 1.0f, nhi = 1.0f, nb[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    auto load = [&](int it) {
+      if constexpr (kMode >= 2) {
+        const int32_t off = (it % 16) * 32768;
+        nlo = __ldg(g_data + off + row0);
+        nhi = __ldg(g_data + off + row0 + 8);
+#pragma unroll
+        for (int g = 0; g < 4; ++g) nb[g] = __ldg(g_data + 524288 + (blockIdx.x * 4 + g) * 16 + it % 16);
+      }
+    };
+    load(0);
+    for (int it = 0; it < iters; ++it) {
+      const float lo = nlo, hi = nhi;
+      float b[4];
+#pragma unroll
+      for (int g = 0; g < 4; ++g) b[g] = nb[g];
+      load(it + 1);
+      const uint32_t stage = base + static_cast<uint32_t>(it % kRingStages) * kRingStageBytes;
+      if constexpr (kMode == 3) {
+        const uint32_t bar = full + 8 * static_cast<uint32_t>(it % kRingStages);
+        while (!ptx::mbarrier_try_wait_parity(bar, static_cast<uint32_t>(it / kRingStages) & 1u)) {
+        }
+      }
+      if constexpr (kRs) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) ptx::ldmatrix_x4(stage + a_row * 128 + (((2 * kk + j / 2) ^ i8) << 4), a[kk]);
+      }
+      const uint64_t da_stage = ptx::make_kmajor_desc(stage + wg * 64 * 128);
+      const uint64_t db_stage = ptx::make_kmajor_desc(stage + 16 * 1024);
+#pragma unroll
+      for (int s = 0; s < P::kSlices; ++s) {
+        issue_slice<kSliceN, kRs>(scratch, a, da_stage, ptx::desc_advance(db_stage, s * kSliceN * 128));
+        ptx::wgmma_wait<0>();
+        ptx::wgmma_fence_operands(scratch);
+        if (kMode == 3 && s == P::kSlices - 1 && lane == 0)
+          ptx::mbarrier_arrive(empty + 8 * static_cast<uint32_t>(it % kRingStages));  // the stage is read
+        fold_slice<kTileN, kSliceN>(acc, scratch, s, lo * b[s % 4], hi * b[s % 4]);
+      }
+      if constexpr (kRs) ptx::wgmma_fence_operands(a);
+    }
+  }
+  ptx::wgmma_fence_operands(acc);
+  if constexpr (kMode == 3) ptx::named_barrier_sync(1, 128 * consumer_wgs);  // the consumers only
+  else __syncthreads();
+  const long long t1 = clock64();
+  if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kTileN / 2; ++i) sum += acc[i];
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+}
+
+struct PromotionRow {
+  int tile_n, slice_n, wgs, delay, mode;
+  bool rs;
+  double cycles_per_kblock, x_peak;
+};
+
+// 1M FP32 values 0x3F3F3F3F (0.747): the scales of modes 2-3, and as E4M3 bytes (1.875) the stages
+// mode 3's producer copies in.
+const float* g_data_d = nullptr;
+
+template <int kTileN, int kSliceN, bool kRs, int kMode = 0>
+PromotionRow measure_promotion(int wgs, int delay, int sms, long long* cycles_d, float* sink_d) {
+  auto kernel = promotion_kernel<kTileN, kSliceN, kRs, kMode>;
+  constexpr int kBytes = promotion_smem_bytes(kMode);
+  DMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+  const int iters = std::max(1, g_iters / 4);
+  for (int warm = 0; warm < 2; ++warm) {
+    kernel<<<sms, promotion_threads(kMode, wgs), kBytes>>>(iters, delay, g_data_d, cycles_d, sink_d);
+    DMOE_CUDA_CHECK_LAUNCH();
+  }
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<long long> cycles(sms);
+  DMOE_CUDA_CHECK(cudaMemcpy(cycles.data(), cycles_d, sizeof(long long) * sms, cudaMemcpyDeviceToHost));
+  std::sort(cycles.begin(), cycles.end());
+  const double per_kblock = static_cast<double>(cycles[sms / 2]) / iters;
+  const double macs = 64.0 * kTileN * 128 * wgs;  // per k block, all warpgroups
+  return {kTileN, kSliceN, wgs, delay, kMode, kRs, per_kblock, macs / per_kblock / 4096.0};
+}
+
+int promotion_main(int sms, long long* cycles_d, float* sink_d) {
+  float* scales = nullptr;
+  DMOE_CUDA_CHECK(cudaMalloc(&scales, sizeof(float) << 20));
+  DMOE_CUDA_CHECK(cudaMemset(scales, 0x3F, sizeof(float) << 20));  // 0x3F3F3F3F = 0.747; as E4M3 bytes 1.875
+  g_data_d = scales;
+  std::printf("\n%-7s %-7s %-3s %4s %6s %4s %16s %8s\n", "tile_n", "slice_n", "A", "wgs", "delay", "mode",
+              "cycles/k block", "x peak");
+  auto print = [](const PromotionRow& r) {  // each row as it is measured
+    std::printf("%-7d %-7d %-3s %4d %6d %4d %16.1f %7.2fx\n", r.tile_n, r.slice_n, r.rs ? "RS" : "SS", r.wgs, r.delay,
+                r.mode, r.cycles_per_kblock, r.x_peak);
+    std::fflush(stdout);
+  };
+  for (int wgs : {1, 2}) {
+    for (int delay : wgs == 1 ? std::vector<int>{0} : std::vector<int>{0, 100, 300}) {
+      print(measure_promotion<256, 64, true>(wgs, delay, sms, cycles_d, sink_d));   // main's 128x256
+      print(measure_promotion<256, 64, false>(wgs, delay, sms, cycles_d, sink_d));
+      print(measure_promotion<256, 128, false>(wgs, delay, sms, cycles_d, sink_d));
+      print(measure_promotion<128, 128, false>(wgs, delay, sms, cycles_d, sink_d));  // DeepGEMM's shape
+    }
+  }
+  for (int wgs : {1, 2}) {
+    print(measure_promotion<256, 64, true, 1>(wgs, 0, sms, cycles_d, sink_d));
+    print(measure_promotion<256, 64, true, 2>(wgs, 0, sms, cycles_d, sink_d));
+    print(measure_promotion<256, 64, true, 3>(wgs, 0, sms, cycles_d, sink_d));
+  }
+  // The candidates of G66 with the pipeline: 128x256 as two 128-column SS slices, 128x128 as one.
+  for (int delay : {0, 100, 300}) {
+    print(measure_promotion<256, 64, true, 3>(2, delay, sms, cycles_d, sink_d));
+    print(measure_promotion<256, 128, false, 3>(2, delay, sms, cycles_d, sink_d));
+    print(measure_promotion<128, 128, false, 3>(2, delay, sms, cycles_d, sink_d));
+  }
+  DMOE_CUDA_CHECK(cudaFree(scales));
+  return 0;
+}
+
 struct Row {
   std::string family;
   int n, wgs, chains;
   double cycles_per_wgmma, macs_per_cycle;
 };
 
-int g_iters = 4000;
 
 template <template <int> class Op, int kN, int kChains>
 Row measure(int wgs, int sms, long long* cycles_d, float* sink_d) {
@@ -134,8 +384,10 @@ Row measure(int wgs, int sms, long long* cycles_d, float* sink_d) {
 }
 
 int bench_main(int argc, char** argv) {
-  const int rc = testing::walk_bench_args(argc, argv, "[--iters N]", [&](const std::string& a, auto value) {
+  bool promotion = false;
+  const int rc = testing::walk_bench_args(argc, argv, "[--iters N] [--promotion]", [&](const std::string& a, auto value) {
     if (a == "--iters") g_iters = std::max(1, std::atoi(value().c_str()));
+    else if (a == "--promotion") promotion = true;
     else return false;
     return true;
   });
@@ -147,6 +399,14 @@ int bench_main(int argc, char** argv) {
   float* sink_d = nullptr;
   DMOE_CUDA_CHECK(cudaMalloc(&cycles_d, sizeof(long long) * sms));
   DMOE_CUDA_CHECK(cudaMalloc(&sink_d, sizeof(float) * sms * 512));
+  if (promotion) {
+    std::printf("bench_wgmma_rate --promotion on %s (%d SMs): %d k blocks per warpgroup\n", prop.name, sms,
+                std::max(1, g_iters / 4));
+    const int prc = promotion_main(sms, cycles_d, sink_d);
+    DMOE_CUDA_CHECK(cudaFree(cycles_d));
+    DMOE_CUDA_CHECK(cudaFree(sink_d));
+    return prc;
+  }
   std::printf("bench_wgmma_rate on %s (%d SMs): %d groups of %d wgmmas per warpgroup\n", prop.name, sms, g_iters,
               kGroup);
   std::vector<Row> rows;
