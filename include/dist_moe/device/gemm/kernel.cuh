@@ -145,10 +145,16 @@ struct GroupedGemmKernel {
   // (the NVFP4 producer warps, which fill the token boxes, take the same slot).
   // The NVFP4 producer warps convert the token boxes: 72 (88 at 128 tokens), leaving the consumers
   // 216 (208) (Mainloop::kStageWarpRegs).
+  // The FP8-blockwise 128x256 consumers hold 128 accumulators and a 64-register scratch: the
+  // producer keeps 24 (its one TMA thread's loop), the consumers 240 (Mainloop::kWideConsumers).
   static constexpr uint32_t kProducerRegs =
-      kGather ? 96 : (Mainloop::kScaleWarps > 0 ? static_cast<uint32_t>(Mainloop::kStageWarpRegs) : 40);
+      kGather ? 96
+              : (Mainloop::kScaleWarps > 0 ? static_cast<uint32_t>(Mainloop::kStageWarpRegs)
+                                           : (Mainloop::kWideConsumers ? 24 : 40));
   static constexpr uint32_t kConsumerRegs =
-      kGather ? 200 : (Mainloop::kScaleWarps > 0 ? ((3 * kLaunchRegs - kProducerRegs) / 2) & ~7u : 232);
+      kGather ? 200
+              : (Mainloop::kScaleWarps > 0 || Mainloop::kWideConsumers ? ((3 * kLaunchRegs - kProducerRegs) / 2) & ~7u
+                                                                      : 232);
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kLaunchRegs * kThreads, "launch register allocation");
   // Producer warps that take the stages in turn must not outnumber the stages: a warp would wait on
   // a slot two ring turns ahead, which a parity wait cannot tell from the turn before (an NVFP4

@@ -106,6 +106,8 @@ struct Sm90Mainloop {
   static constexpr int kFillArrivals = 0;
   // Registers of those warps (setmaxnreg; the consumers get the rest of the launch allocation).
   static constexpr int kStageWarpRegs = 56;
+  // Consumers that need 240 registers: the producer warpgroup keeps the minimum, 24 (kernel.cuh).
+  static constexpr bool kWideConsumers = false;
 
   static_assert(kBlockM == 128 || (kBlockM == 256 && kKind == GemmKind::kFpropSwapAB),
                 "BM is 128 (two m64 warpgroups), or 256 for swap-AB decode");

@@ -12,17 +12,18 @@
 // cores meanwhile, so the promotion's FP32 work hides behind them when it is shorter than one
 // warpgroup's k block of wgmma.
 //
-// Scratch: 64-column slices (32 registers each; kSliceN below says why 64). 128x128 keeps two and
-// pipelines them -- slice 0 of a k block is folded in while slice 1 runs, slice 1 while the next
-// block's slice 0 runs -- so a warpgroup never waits with an empty wgmma queue. 128x256 runs its
-// four slices one after another, with A loaded once per k block into registers (ldmatrix; RS
-// wgmma), so each slice reads only its B rows from shared memory (perf_history G39).
+// Scratch: 128x128 keeps two 64-column slices (32 registers each) and pipelines them -- slice 0 of a
+// k block is folded in while slice 1 runs, slice 1 while the next block's slice 0 runs -- so a
+// warpgroup never waits with an empty wgmma queue. 128x256 runs two 128-column slices (64
+// registers) one after another, A and B from shared memory; with the 128 accumulators that takes
+// 240 registers per consumer thread (kWideConsumers). Four 64-column slices with A in registers
+// (perf_history G39) issue twice the waits and folds: 7-10% slower (G66).
 //
 // Scale lookups per k block and thread: the A scales of its two fragment rows (row r and r + 8 of
-// its m64 block) and one B scale per 64 tile columns. A 64-column group of the tile always lies
-// inside one 128-row block of W: tile columns start at multiples of 64 of W's rows (n_block * BN,
-// or with the SwiGLU split n_block * BN / 2 and F + n_block * BN / 2; the kernel needs F % 64 == 0,
-// the API requires F % 128 == 0). Scales are read from global memory (L2) ahead of the wgmmas that
+// its m64 block) and one B scale per kScaleCols tile columns, which always lie inside one 128-row
+// block of W: tile columns start at multiples of kScaleCols of W's rows (n_block * BN, or with the
+// SwiGLU split n_block * BN / 2 and F + n_block * BN / 2; 128x128 needs F % 64 == 0, 128x256 F %
+// 128 == 0, which the API requires). Scales are read from global memory (L2) ahead of the wgmmas that
 // use them (see load_scales' callers); rows past the buffer read row m_capacity - 1 and a last tile
 // past N reads W's last scale row (those results are never stored).
 #pragma once
@@ -50,14 +51,18 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   using Operands = typename Config::Operands;
 
   static constexpr int kScaleBlock = 128;  // K elements per scale (A: 1 x 128, B: 128 x 128)
-  // Scratch slices are 64 columns wide: 128x256's 128 accumulators leave room for one 32-register
-  // slice (plus 16 A-fragment registers) in the consumers' 232 (setmaxnreg); 128-column slices
-  // spill 270 bytes. 128x128 pipelines two (kDoubleBuffer).
-  static constexpr int kSliceN = 64;
+  // Scratch slice width: 128x256 FPROP two of 128 columns (two B scales per tile, 240 registers;
+  // ptxas still reports 58-92 bytes of spill stores, and the tile is 7-10% faster than four RS
+  // slices all the same: G66), WGRAD and 128x128 64 columns, pipelined in pairs (kDoubleBuffer).
+  static constexpr int kSliceN = kBlockN == 256 && kKind != GemmKind::kWgrad ? 128 : 64;
   static constexpr bool kDoubleBuffer = kBlockN == 128;
+  static constexpr bool kWideConsumers = kSliceN == 128;
   static constexpr int kSlices = kBlockN / kSliceN;
   static constexpr int kSliceAcc = kSliceN / 2;  // FP32 registers of one m64 x kSliceN fragment
-  static constexpr int kGroups = kBlockN / 64;   // 64-column groups: one B scale each
+  // Columns that share one B scale: a 128x256 tile's halves each lie in one 128-row block of W, so
+  // it keeps two; 128x128 one per 64 columns (its SwiGLU split puts 64 gate and 64 up columns).
+  static constexpr int kScaleCols = kBlockN == 256 ? 128 : 64;
+  static constexpr int kGroups = kBlockN / kScaleCols;  // B scales per tile and k block
   static_assert(Operands::kElemBytes == 1 && kBlockK == kScaleBlock, "one 128-byte E4M3 k block = one scale block");
   static_assert(kKind == GemmKind::kFprop || kKind == GemmKind::kWgrad,
                 "FP8 blockwise: FPROP (DGRAD runs as FPROP on the transposed weight) and WGRAD");
@@ -65,7 +70,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
                 "FP8 WGRAD: 128x128 tiles (per-element scale products need the registers), no clusters");
   static_assert(!Base::kPingPong && kMmaPerWg == 1,
                 "cooperative 128-row tiles: the other warpgroup's wgmmas hide this one's promotion");
-  static_assert(kBlockN % kSliceN == 0, "BN: whole 64-column slices, one B scale group each");
+  static_assert(kBlockN % kSliceN == 0 && kSliceN == kScaleCols, "BN: whole slices, one B scale each");
   static_assert(!kDoubleBuffer || kSlices == 2, "the pipelined loop runs two slices per k block");
 
   using SliceMma = typename Operands::template Mma<kSliceN, 0, 0>;
@@ -135,7 +140,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       return;
     }
     // This thread's two fragment rows, as rows of the A buffer (clamped: see the top of the file),
-    // and one B scale row per 64-column group (W's [E * N / 128, K / 128] grid). Element offsets
+    // and one B scale row per kScaleCols columns (W's [E * N / 128, K / 128] grid). Element offsets
     // in int32 (the host checks both scale grids have fewer than 2^31 elements): registers are
     // scarce next to 128x256's accumulators.
     const int lane = static_cast<int>(threadIdx.x % 32);
@@ -150,18 +155,18 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       int32_t w_row;
       if constexpr (kSplit) {
         const int32_t half = g < kGroups / 2 ? 0 : p.split_offset;
-        w_row = half + t.n_block * (kBlockN / 2) + 64 * (g % (kGroups / 2));
+        w_row = half + t.n_block * (kBlockN / 2) + kScaleCols * (g % (kGroups / 2));
       } else {
         // A last tile past N (N an odd multiple of 128 at BN = 256): its columns are never
         // stored; read the last scale row rather than past the expert (or the array).
-        w_row = min(t.n_block * kBlockN + 64 * g, p.weight_rows - 64);
+        w_row = min(t.n_block * kBlockN + kScaleCols * g, p.weight_rows - kScaleCols);
       }
       rows.b[g] = (t.expert * p.weight_rows + w_row) / kScaleBlock * num_k_blocks;
     }
 
     // Scales are loaded ahead of the wgmmas that use them: 128x128 two k blocks ahead (an L2 round
     // trip under full load is longer than one k block of both warpgroups' wgmma), 128x256 one (no
-    // registers to spare next to its A fragments; its k block is twice as long). Indices past the
+    // registers to spare next to its scratch slice; its k block is twice as long). Indices past the
     // last block load the last block's scales again (no branch in the loop).
     const int32_t last_kb = num_k_blocks - 1;
     Scales cur = load_scales(p, rows, 0);
@@ -206,15 +211,13 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       st.advance();
     } else {
       float scratch[kSliceAcc];
-      uint32_t a_frag[kBlockK / Operands::kK][4];  // this k block's A, loaded once for all slices
       for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
         const Scales now = cur;
         cur = load_scales(p, rows, min(kb + 1, last_kb));
         pipe.consumer_wait(st);
-        load_a_fragments(smem, st.stage, wg, a_frag);
 #pragma unroll
         for (int s = 0; s < kSlices; ++s) {
-          issue_slice_rs(a_frag, smem, st.stage, s, scratch);
+          issue_slice(smem, st.stage, wg, s, scratch);
           ptx::wgmma_wait<0>();
           ptx::wgmma_fence_operands(scratch);
           if (s == kSlices - 1) pipe.consumer_release(st.stage);  // the stage's last reader is done
@@ -301,11 +304,11 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   DMOE_DEVICE static const float* fp32(const void* scales) { return static_cast<const float*>(scales); }
 
   // Where this thread's scales are: element offsets of its two A rows (k block 0) and of its
-  // B scale row per 64-column group (k block 0).
+  // B scale row per scale group (k block 0).
   struct ScaleRows {
     int32_t a_lo, a_hi, b[kGroups];
   };
-  // The scales of one k block for this thread: its two A rows and one B scale per 64-column group.
+  // The scales of one k block for this thread: its two A rows and one B scale per scale group.
   struct Scales {
     float lo, hi, b[kGroups];
   };
@@ -323,11 +326,11 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   // apart) into `scratch` as one wgmma group: four k32 steps, the first overwriting.
   DMOE_DEVICE static void issue_slice(uint32_t smem, int stage, int wg, int s, float (&scratch)[kSliceAcc]) {
     const uint64_t da = Base::desc_a(smem, stage, wg, 0);
-    const uint64_t db = ptx::desc_advance(Base::desc_b(smem, stage), static_cast<uint32_t>(s * kSliceN * 128));
+    const uint64_t db = ptx::desc_advance32(Base::desc_b(smem, stage), static_cast<uint32_t>(s * kSliceN * 128));
     ptx::wgmma_fence();  // the scratch registers were read by the last fold
 #pragma unroll
     for (int kk = 0; kk < kBlockK / Operands::kK; ++kk)
-      SliceMma::mma(scratch, ptx::desc_advance(da, kk * Base::kStepA), ptx::desc_advance(db, kk * Base::kStepB),
+      SliceMma::mma(scratch, ptx::desc_advance32(da, kk * Base::kStepA), ptx::desc_advance32(db, kk * Base::kStepB),
                     kk > 0 ? 1u : 0u);
     ptx::wgmma_commit();
   }
@@ -362,7 +365,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   // lo / hi by bit 1 and column 8 (i / 4) + (lane % 4) * 2 + i % 2 of the slice.
   DMOE_DEVICE static void fold(float (&acc)[kMmaPerWg][kAccPerMma], const float (&scratch)[kSliceAcc], int s,
                                const Scales& sc) {
-    // A slice is one 64-column group: two scale products (rows lo and hi).
+    // A slice is one B scale group: two scale products (rows lo and hi).
     const float scale_lo = sc.lo * sc.b[s];
     const float scale_hi = sc.hi * sc.b[s];
 #pragma unroll

@@ -66,6 +66,12 @@ DMOE_HOST_DEVICE constexpr uint64_t make_mnmajor_desc(uint32_t smem_byte_addr, u
 // Adds a byte offset to the start-address field (the offset keeps the address inside the
 // 256 KiB window, so no carry leaves the 14-bit field).
 DMOE_HOST_DEVICE constexpr uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+// The same in 32-bit arithmetic: the start address field (bits 0-13, shared address / 16 < 2^14)
+// never carries into the high word, which stays the compile-time constant of make_smem_desc, so
+// the compiler keeps one register per descriptor instead of two.
+DMOE_HOST_DEVICE constexpr uint64_t desc_advance32(uint64_t desc, uint32_t bytes) {
+  return (desc & 0xFFFFFFFF00000000ull) | static_cast<uint32_t>(static_cast<uint32_t>(desc) + (bytes >> 4));
+}
 
 // ---- wgmma families by operand type ---------------------------------------------------------------
 // The wrappers (CUDA-only part below) are declared here so the tags can name them in host passes.
