@@ -180,9 +180,10 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     decode_kernel(GemmEpilogueKind::kSwiglu, 256, 32, 5),
     // FP8 blockwise (device/gemm/mainloop_fp8_blockwise.cuh): cooperative tiles, a 128-deep E4M3 k
     // block per stage (the same 32 / 48 KiB stages as BF16's 64-deep ones), TMA stores; 128x256
-    // runs its k block as four 64-column slices with A in registers, 128x128 as two pipelined
-    // slices. The _c2 twins spill 12-16 bytes and are compiled for A/B only. FP8 DGRAD runs the
-    // FPROP entries. grouped_gemm_sm90_fprop.cu / _w13.cu.
+    // runs its k block as two 128-column slices (240 consumer registers; ptxas: 44-58 bytes of
+    // spill stores), 128x128 as two pipelined 64-column slices. The _c2 twins spill 92-100 bytes
+    // and are compiled for A/B only. FP8 DGRAD runs the FPROP entries. grouped_gemm_sm90_fprop.cu /
+    // _w13.cu.
     fprop_kernel(128, 128, 6).tma().fp8_blockwise(),
     fprop_kernel(128, 256, 4).tma().fp8_blockwise(),
     fprop_kernel(128, 128, 6).tma().cluster(2).fp8_blockwise(),

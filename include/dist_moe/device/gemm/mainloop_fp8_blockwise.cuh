@@ -52,8 +52,9 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
 
   static constexpr int kScaleBlock = 128;  // K elements per scale (A: 1 x 128, B: 128 x 128)
   // Scratch slice width: 128x256 FPROP two of 128 columns (two B scales per tile, 240 registers;
-  // ptxas still reports 58-92 bytes of spill stores, and the tile is 7-10% faster than four RS
-  // slices all the same: G66), WGRAD and 128x128 64 columns, pipelined in pairs (kDoubleBuffer).
+  // ptxas still reports 44-58 bytes of spill stores, 92-100 for the _c2 twins, and the tile is
+  // 3-11% faster than four RS slices all the same: G66), WGRAD and 128x128 64 columns, pipelined
+  // in pairs (kDoubleBuffer).
   static constexpr int kSliceN = kBlockN == 256 && kKind != GemmKind::kWgrad ? 128 : 64;
   static constexpr bool kDoubleBuffer = kBlockN == 128;
   static constexpr bool kWideConsumers = kSliceN == 128;
