@@ -17,7 +17,7 @@
 // warpgroup never waits with an empty wgmma queue. 128x256 runs two 128-column slices (64
 // registers) one after another, A and B from shared memory; with the 128 accumulators that takes
 // 240 registers per consumer thread (kWideConsumers). Four 64-column slices with A in registers
-// (perf_history G39) issue twice the waits and folds: 7-10% slower (G66).
+// (perf_history G39) issue twice the waits and folds: 3-11% slower (G66).
 //
 // Scale lookups per k block and thread: the A scales of its two fragment rows (row r and r + 8 of
 // its m64 block) and one B scale per kScaleCols tile columns, which always lie inside one 128-row
