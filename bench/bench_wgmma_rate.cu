@@ -81,11 +81,16 @@ DMOE_DEVICE uint32_t operand_word(uint32_t seed) {
   return (h & 0x83FF83FFu) | 0x38003800u;
 }
 
+// The first `bytes` of the CTA's shared memory as operand words (every thread of the CTA).
+DMOE_DEVICE void fill_operands(uint8_t* smem, int bytes) {
+  for (int i = threadIdx.x; i < bytes / 4; i += blockDim.x)
+    reinterpret_cast<uint32_t*>(smem)[i] = operand_word(static_cast<uint32_t>(i) * 2654435761u + blockIdx.x);
+}
+
 template <template <int> class Op, int kN, int kChains>
 __global__ void __launch_bounds__(kN >= 128 ? 256 : 512, 1) wgmma_rate_kernel(int iters, long long* cycles, float* sink) {
   extern __shared__ __align__(1024) uint8_t smem[];
-  for (int i = threadIdx.x; i < kSmemBytes / 4; i += blockDim.x)
-    reinterpret_cast<uint32_t*>(smem)[i] = operand_word(static_cast<uint32_t>(i) * 2654435761u + blockIdx.x);
+  fill_operands(smem, kSmemBytes);
   ptx::fence_proxy_async_shared();  // the generic stores, before the wgmmas (async proxy) read them
   __syncthreads();
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -123,18 +128,27 @@ __global__ void __launch_bounds__(kN >= 128 ? 256 : 512, 1) wgmma_rate_kernel(in
 
 int g_iters = 4000;
 
+// Launches twice (the first warms the clock; the second is kept) and returns the median SM's cycles.
+template <class Launch>
+double median_sm_cycles(int sms, const long long* cycles_d, Launch launch) {
+  for (int warm = 0; warm < 2; ++warm) {
+    launch();
+    DMOE_CUDA_CHECK_LAUNCH();
+  }
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<long long> cycles(sms);
+  DMOE_CUDA_CHECK(cudaMemcpy(cycles.data(), cycles_d, sizeof(long long) * sms, cudaMemcpyDeviceToHost));
+  std::sort(cycles.begin(), cycles.end());
+  return static_cast<double>(cycles[sms / 2]);
+}
+
 // ---- promotion patterns (--promotion) ---------------------------------------------------------------
 // One k block of a warpgroup's m64 x kTileN tile: kTileN / kSliceN slices of four m64 x kSliceN x k32
 // E4M3 wgmmas into scratch (the first overwriting), each waited for and folded into acc with a scale
 // read from shared memory (as the mainloop reads its scales). kRs: A from registers (the n64 RS form).
-template <int kTileN, int kSliceN, bool kRs>
-struct PromotionPattern {
-  static constexpr int kSlices = kTileN / kSliceN;
-  static_assert(!kRs || kSliceN == 64, "the E4M3 RS wrapper is m64n64k32");
-};
-
 template <int kSliceN, bool kRs>
 DMOE_DEVICE void issue_slice(float (&scratch)[kSliceN / 2], const uint32_t (&a)[4][4], uint64_t da, uint64_t db) {
+  static_assert(!kRs || kSliceN == 64, "the E4M3 RS wrapper is m64n64k32");
   ptx::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
@@ -170,14 +184,12 @@ constexpr int promotion_threads(int mode, int wgs) { return 128 * wgs + (mode ==
 template <int kTileN, int kSliceN, bool kRs, int kMode>
 __global__ void __launch_bounds__(kMode == 3 ? 384 : 256, 1)
     promotion_kernel(int iters, int delay, const float* __restrict__ g_data, long long* cycles, float* sink) {
-  using P = PromotionPattern<kTileN, kSliceN, kRs>;
+  constexpr int kSlices = kTileN / kSliceN;
   static_assert(kMode == 0 || kRs || kSliceN >= 128, "ring modes: RS n64 slices or SS n128 slices");
   // Ring stage: A (128 rows) then B (kTileN rows), 128 bytes of K each; kRingStageBytes apart.
   constexpr int kStageUsed = (128 + kTileN) * 128;
   extern __shared__ __align__(1024) uint8_t smem[];
-  constexpr int kOperandBytes = kMode == 0 ? kSmemBytes : kRingStages * kRingStageBytes;  // not the barriers
-  for (int i = threadIdx.x; i < kOperandBytes / 4; i += blockDim.x)
-    reinterpret_cast<uint32_t*>(smem)[i] = operand_word(static_cast<uint32_t>(i) * 2654435761u + blockIdx.x);
+  fill_operands(smem, kMode == 0 ? kSmemBytes : kRingStages * kRingStageBytes);  // not the barriers
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t full = base + kRingStages * kRingStageBytes, empty = full + 8 * kRingStages;  // kMode 3
   const int consumer_wgs = kMode == 3 ? static_cast<int>(blockDim.x / 128) - 1 : static_cast<int>(blockDim.x / 128);
@@ -229,7 +241,7 @@ __global__ void __launch_bounds__(kMode == 3 ? 384 : 256, 1)
     for (int it = 0; it < iters; ++it) {
       const float lo = scales[(it + lane_row) & 127], hi = scales[(it + lane_row + 8) & 127];
 #pragma unroll
-      for (int s = 0; s < P::kSlices; ++s) {
+      for (int s = 0; s < kSlices; ++s) {
         issue_slice<kSliceN, kRs>(scratch, a, da, ptx::desc_advance(db, s * kSliceN * 128));
         ptx::wgmma_wait<0>();
         ptx::wgmma_fence_operands(scratch);
@@ -273,11 +285,11 @@ __global__ void __launch_bounds__(kMode == 3 ? 384 : 256, 1)
       const uint64_t da_stage = ptx::make_kmajor_desc(stage + wg * 64 * 128);
       const uint64_t db_stage = ptx::make_kmajor_desc(stage + 16 * 1024);
 #pragma unroll
-      for (int s = 0; s < P::kSlices; ++s) {
+      for (int s = 0; s < kSlices; ++s) {
         issue_slice<kSliceN, kRs>(scratch, a, da_stage, ptx::desc_advance(db_stage, s * kSliceN * 128));
         ptx::wgmma_wait<0>();
         ptx::wgmma_fence_operands(scratch);
-        if (kMode == 3 && s == P::kSlices - 1 && lane == 0)
+        if (kMode == 3 && s == kSlices - 1 && lane == 0)
           ptx::mbarrier_arrive(empty + 8 * static_cast<uint32_t>(it % kRingStages));  // the stage is read
         fold_slice<kTileN, kSliceN>(acc, scratch, s, lo * b[s % 4], hi * b[s % 4]);
       }
@@ -311,15 +323,9 @@ PromotionRow measure_promotion(int wgs, int delay, int sms, long long* cycles_d,
   constexpr int kBytes = promotion_smem_bytes(kMode);
   DMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
   const int iters = std::max(1, g_iters / 4);
-  for (int warm = 0; warm < 2; ++warm) {
+  const double per_kblock = median_sm_cycles(sms, cycles_d, [&] {
     kernel<<<sms, promotion_threads(kMode, wgs), kBytes>>>(iters, delay, g_data_d, cycles_d, sink_d);
-    DMOE_CUDA_CHECK_LAUNCH();
-  }
-  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<long long> cycles(sms);
-  DMOE_CUDA_CHECK(cudaMemcpy(cycles.data(), cycles_d, sizeof(long long) * sms, cudaMemcpyDeviceToHost));
-  std::sort(cycles.begin(), cycles.end());
-  const double per_kblock = static_cast<double>(cycles[sms / 2]) / iters;
+  }) / iters;
   const double macs = 64.0 * kTileN * 128 * wgs;  // per k block, all warpgroups
   return {kTileN, kSliceN, wgs, delay, kMode, kRs, per_kblock, macs / per_kblock / 4096.0};
 }
@@ -370,15 +376,8 @@ template <template <int> class Op, int kN, int kChains>
 Row measure(int wgs, int sms, long long* cycles_d, float* sink_d) {
   auto kernel = wgmma_rate_kernel<Op, kN, kChains>;
   DMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  for (int warm = 0; warm < 2; ++warm) {  // the first launch warms the clock; the second is kept
-    kernel<<<sms, 128 * wgs, kSmemBytes>>>(g_iters, cycles_d, sink_d);
-    DMOE_CUDA_CHECK_LAUNCH();
-  }
-  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<long long> cycles(sms);
-  DMOE_CUDA_CHECK(cudaMemcpy(cycles.data(), cycles_d, sizeof(long long) * sms, cudaMemcpyDeviceToHost));
-  std::sort(cycles.begin(), cycles.end());
-  const double per_sm = static_cast<double>(cycles[sms / 2]);  // the median SM
+  const double per_sm =
+      median_sm_cycles(sms, cycles_d, [&] { kernel<<<sms, 128 * wgs, kSmemBytes>>>(g_iters, cycles_d, sink_d); });
   const double wgmmas = static_cast<double>(g_iters) * kGroup * wgs;
   return {Op<kN>::kName, kN, wgs, kChains, per_sm / wgmmas, Op<kN>::kMacs * wgmmas / per_sm};
 }

@@ -20,8 +20,8 @@
 // (perf_history G39) issue twice the waits and folds: 3-11% slower (G66).
 //
 // Scale lookups per k block and thread: the A scales of its two fragment rows (row r and r + 8 of
-// its m64 block) and one B scale per kScaleCols tile columns, which always lie inside one 128-row
-// block of W: tile columns start at multiples of kScaleCols of W's rows (n_block * BN, or with the
+// its m64 block) and one B scale per slice (kSliceN tile columns), which always lie inside one 128-row
+// block of W: tile columns start at multiples of kSliceN of W's rows (n_block * BN, or with the
 // SwiGLU split n_block * BN / 2 and F + n_block * BN / 2; 128x128 needs F % 64 == 0, 128x256 F %
 // 128 == 0, which the API requires). Scales are read from global memory (L2) ahead of the wgmmas that
 // use them (see load_scales' callers); rows past the buffer read row m_capacity - 1 and a last tile
@@ -60,10 +60,9 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   static constexpr bool kWideConsumers = kSliceN == 128;
   static constexpr int kSlices = kBlockN / kSliceN;
   static constexpr int kSliceAcc = kSliceN / 2;  // FP32 registers of one m64 x kSliceN fragment
-  // Columns that share one B scale: a 128x256 tile's halves each lie in one 128-row block of W, so
-  // it keeps two; 128x128 one per 64 columns (its SwiGLU split puts 64 gate and 64 up columns).
-  static constexpr int kScaleCols = kBlockN == 256 ? 128 : 64;
-  static constexpr int kGroups = kBlockN / kScaleCols;  // B scales per tile and k block
+  // One B scale per slice: a 128x256 tile's 128-column halves each lie in one 128-row block of W,
+  // and so does each 64-column slice of 128x128 (its SwiGLU split puts 64 gate and 64 up columns).
+  static constexpr int kGroups = kSlices;  // B scales per tile and k block
   static_assert(Operands::kElemBytes == 1 && kBlockK == kScaleBlock, "one 128-byte E4M3 k block = one scale block");
   static_assert(kKind == GemmKind::kFprop || kKind == GemmKind::kWgrad,
                 "FP8 blockwise: FPROP (DGRAD runs as FPROP on the transposed weight) and WGRAD");
@@ -71,7 +70,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
                 "FP8 WGRAD: 128x128 tiles (per-element scale products need the registers), no clusters");
   static_assert(!Base::kPingPong && kMmaPerWg == 1,
                 "cooperative 128-row tiles: the other warpgroup's wgmmas hide this one's promotion");
-  static_assert(kBlockN % kSliceN == 0 && kSliceN == kScaleCols, "BN: whole slices, one B scale each");
+  static_assert(kBlockN % kSliceN == 0, "BN: whole slices, one B scale each");
   static_assert(!kDoubleBuffer || kSlices == 2, "the pipelined loop runs two slices per k block");
 
   using SliceMma = typename Operands::template Mma<kSliceN, 0, 0>;
@@ -141,7 +140,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       return;
     }
     // This thread's two fragment rows, as rows of the A buffer (clamped: see the top of the file),
-    // and one B scale row per kScaleCols columns (W's [E * N / 128, K / 128] grid). Element offsets
+    // and one B scale row per slice (W's [E * N / 128, K / 128] grid). Element offsets
     // in int32 (the host checks both scale grids have fewer than 2^31 elements): registers are
     // scarce next to 128x256's accumulators.
     const int lane = static_cast<int>(threadIdx.x % 32);
@@ -156,11 +155,11 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       int32_t w_row;
       if constexpr (kSplit) {
         const int32_t half = g < kGroups / 2 ? 0 : p.split_offset;
-        w_row = half + t.n_block * (kBlockN / 2) + kScaleCols * (g % (kGroups / 2));
+        w_row = half + t.n_block * (kBlockN / 2) + kSliceN * (g % (kGroups / 2));
       } else {
         // A last tile past N (N an odd multiple of 128 at BN = 256): its columns are never
         // stored; read the last scale row rather than past the expert (or the array).
-        w_row = min(t.n_block * kBlockN + kScaleCols * g, p.weight_rows - kScaleCols);
+        w_row = min(t.n_block * kBlockN + kSliceN * g, p.weight_rows - kSliceN);
       }
       rows.b[g] = (t.expert * p.weight_rows + w_row) / kScaleBlock * num_k_blocks;
     }
