@@ -230,127 +230,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     ptx::wgmma_fence_operands(acc[0]);
   }
 
-  // WGRAD k loop. Shared-memory reads bound the SS form (per k block and CTA, at 128 B/clock: 64
-  // KiB of wgmma operands when both slices read A from shared memory, plus ~160 warp loads of
-  // scales, about 670 clocks against ~500 of FP8 wgmma), so A is loaded once per k block into
-  // registers (ldmatrix) and both 64-column slices run register-sourced (RS): 16 KiB less per k
-  // block (perf_history G51).
-  //
-  // Software pipeline (G67): the fragments are double-buffered, so the next block's stage wait and
-  // ldmatrix happen while this block's slices run, and its slice 0 is issued as soon as this
-  // block's slice 0 is folded: this warpgroup's wgmma queue is never empty between k blocks (the
-  // session 22 loop drained it to reuse one fragment buffer). The scales are per element and live
-  // in the stage's scale copy, so a stage is released only after its second fold has read them.
-#if !defined(DMOE_FP8_WGRAD_SERIAL_LOOP)
-  using AFragments = uint32_t[kBlockK / 32][4];  // four k32 steps of RS wgmma fragments
-
-  // A slice's scales for this thread, from the stage's scale copy: A's at its rows a_row and
-  // a_row + 8, B's at its columns 8 c + 2 (lane % 4) + {0, 1} of the slice (register i = 4 c + j of
-  // an m64 fragment: row lo / hi by bit 1, column by bit 0). Read right after the slice's wait:
-  // read earlier, or as the 32 products, they stay live next to both fragment buffers and the
-  // deferred epilogue's chunk, and the BF16-output kernel spilled 206 bytes (56 as it is).
-  struct SliceScales {
-    float lo, hi;
-    float2 b[kSliceN / 8];
-  };
-  DMOE_DEVICE static void load_slice_scales(uint32_t scales, int s, uint32_t a_row, uint32_t lane, SliceScales& sc) {
-    sc.lo = ptx::ld_shared_f32(scales + a_row * 4);
-    sc.hi = ptx::ld_shared_f32(scales + (a_row + 8) * 4);
-#pragma unroll
-    for (int c = 0; c < kSliceN / 8; ++c)
-      sc.b[c] = ptx::ld_shared_f32x2(scales + (kBlockM + s * kSliceN + 8 * c + 2 * (lane % 4)) * 4);
-  }
-
-  // acc[slice s] += scratch * (a_scale[row] * b_scale[column]): an FMUL and an FFMA per element.
-  DMOE_DEVICE static void fold_slice(float (&acc)[kMmaPerWg][kAccPerMma], const float (&scratch)[kSliceAcc], int s,
-                                     const SliceScales& sc) {
-#pragma unroll
-    for (int i = 0; i < kSliceAcc; ++i) {
-      const float2 b = sc.b[i / 4];
-      const float scale = ((i / 2) % 2 == 0 ? sc.lo : sc.hi) * (i % 2 == 0 ? b.x : b.y);
-      acc[0][s * kSliceAcc + i] = fmaf(scratch[i], scale, acc[0][s * kSliceAcc + i]);
-    }
-  }
-
-  template <class Hook>
-  DMOE_DEVICE static void mma_tile_wgrad(int32_t num_k_blocks, const Pipeline& pipe, PipelineState<kStages>& st,
-                                         uint32_t smem, int wg, float (&acc)[kMmaPerWg][kAccPerMma], Hook& hook) {
-    static_assert(kSlices == 2 && kBlockK / Operands::kK == kBlockK / 32, "two 64-column slices, k32 steps");
-    const uint32_t lane = threadIdx.x % 32;
-    const uint32_t a_row = static_cast<uint32_t>(Base::tile_row(wg, 0)) + ((threadIdx.x / 32) % 4) * 16 + lane / 4;
-    float s0[kSliceAcc], s1[kSliceAcc];
-    SliceScales sc;
-    AFragments frag_a, frag_b;  // block kb's and block kb + 1's (names swap every block)
-    pipe.consumer_wait(st);
-    load_a_fragments(smem, st.stage, wg, frag_a);
-    issue_slice_rs(frag_a, smem, st.stage, 0, s0);
-    issue_slice_rs(frag_a, smem, st.stage, 1, s1);
-    // Two blocks per iteration so that both fragment buffers keep static register names; every
-    // block but the last issues the next one's slices (no branch around a wgmma: C7518).
-    const int32_t last_kb = num_k_blocks - 1;
-    int32_t kb = 0;
-    for (; kb + 2 <= last_kb; kb += 2) {
-      wgrad_block(pipe, st, smem, wg, a_row, lane, frag_a, frag_b, s0, s1, sc, acc, hook, kb);
-      wgrad_block(pipe, st, smem, wg, a_row, lane, frag_b, frag_a, s0, s1, sc, acc, hook, kb + 1);
-    }
-    if (kb < last_kb) {
-      wgrad_block(pipe, st, smem, wg, a_row, lane, frag_a, frag_b, s0, s1, sc, acc, hook, kb);
-      wgrad_last_block(pipe, st, smem, a_row, lane, frag_b, s0, s1, sc, acc);
-    } else {
-      wgrad_last_block(pipe, st, smem, a_row, lane, frag_a, s0, s1, sc, acc);
-    }
-    hook(last_kb);
-    ptx::wgmma_fence_operands(acc[0]);
-  }
-
-  // One k block that has a successor. In flight on entry: slices 0 and 1 of this block (fragments
-  // `cur`); on exit: slices 0 and 1 of the next block (fragments `next`), `st` at the next stage.
-  template <class Hook>
-  DMOE_DEVICE static void wgrad_block(const Pipeline& pipe, PipelineState<kStages>& st, uint32_t smem, int wg,
-                                      uint32_t a_row, uint32_t lane, AFragments& cur, AFragments& next,
-                                      float (&s0)[kSliceAcc], float (&s1)[kSliceAcc], SliceScales& sc,
-                                      float (&acc)[kMmaPerWg][kAccPerMma], Hook& hook, int32_t kb) {
-    const int stage = st.stage;
-    const uint32_t scales = smem_scales(smem, stage);
-    st.advance();
-    pipe.consumer_wait(st);
-    load_a_fragments(smem, st.stage, wg, next);
-    ptx::wgmma_wait<1>();  // slice 0 of this block
-    ptx::wgmma_fence_operands(s0);
-    load_slice_scales(scales, 0, a_row, lane, sc);
-    fold_slice(acc, s0, 0, sc);
-    issue_slice_rs(next, smem, st.stage, 0, s0);
-    ptx::wgmma_wait<1>();  // slice 1 of this block: its fragments are free
-    ptx::wgmma_fence_operands(s1);
-    ptx::wgmma_fence_operands(cur);
-    load_slice_scales(scales, 1, a_row, lane, sc);
-    pipe.consumer_release(stage);  // data and scales of this block all read
-    fold_slice(acc, s1, 1, sc);
-    issue_slice_rs(next, smem, st.stage, 1, s1);
-    hook(kb);
-  }
-
-  // The tile's last k block: fold both slices, release the stage, leave `st` past it.
-  DMOE_DEVICE static void wgrad_last_block(const Pipeline& pipe, PipelineState<kStages>& st, uint32_t smem,
-                                           uint32_t a_row, uint32_t lane, AFragments& cur, float (&s0)[kSliceAcc],
-                                           float (&s1)[kSliceAcc], SliceScales& sc,
-                                           float (&acc)[kMmaPerWg][kAccPerMma]) {
-    const uint32_t scales = smem_scales(smem, st.stage);
-    load_slice_scales(scales, 0, a_row, lane, sc);
-    ptx::wgmma_wait<1>();
-    ptx::wgmma_fence_operands(s0);
-    fold_slice(acc, s0, 0, sc);
-    load_slice_scales(scales, 1, a_row, lane, sc);
-    ptx::wgmma_wait<0>();
-    ptx::wgmma_fence_operands(s1);
-    ptx::wgmma_fence_operands(cur);
-    pipe.consumer_release(st.stage);
-    fold_slice(acc, s1, 1, sc);
-    st.advance();
-  }
-
-#else
-  // (A/B twin, G67) WGRAD k loop, session 22 form. Shared-memory reads, not the tensor pipe, bound it (per k block and CTA, at 128
+  // WGRAD k loop. Shared-memory reads, not the tensor pipe, bound it (per k block and CTA, at 128
   // B/clock: 64 KiB of wgmma operands when both slices read A from shared memory, plus ~160 warp
   // loads of scales, about 670 clocks against ~500 of FP8 wgmma), so A is loaded once per k block
   // into registers (ldmatrix) and both 64-column slices run register-sourced (RS): 16 KiB less per
@@ -366,35 +246,39 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     const uint32_t a_row = static_cast<uint32_t>(Base::tile_row(wg, 0)) + ((threadIdx.x / 32) % 4) * 16 + lane / 4;
     float s0[kSliceAcc], s1[kSliceAcc];
     uint32_t a_frag[kBlockK / Operands::kK][4];
+    AFragOffsets frag_off;
+    a_frag_offsets(wg, frag_off);
+    const uint32_t scale_off = (kBlockM + 2 * (lane % 4)) * 4;  // this thread's first B scale in a stage's copy
+    const uint64_t desc_b0 = Base::desc_b(smem, 0);
     pipe.consumer_wait(st);
-    load_a_fragments(smem, st.stage, wg, a_frag);
-    issue_slice_rs(a_frag, smem, st.stage, 0, s0);
-    issue_slice_rs(a_frag, smem, st.stage, 1, s1);
+    load_a_fragments(smem, st.stage, frag_off, a_frag);
+    issue_slice_rs(a_frag, desc_b0, st.stage, 0, s0);
+    issue_slice_rs(a_frag, desc_b0, st.stage, 1, s1);
     int32_t kb = 0;
     for (; kb < num_k_blocks - 1; ++kb) {  // no branch around a wgmma (C7518)
       const int stage = st.stage;
       ptx::wgmma_wait<1>();  // slice 0 of block kb
       ptx::wgmma_fence_operands(s0);
-      fold_wgrad(acc, s0, 0, smem_scales(smem, stage), a_row, lane);
+      fold_wgrad(acc, s0, 0, smem_scales(smem, stage), a_row, scale_off);
       ptx::wgmma_wait<0>();  // slice 1 of block kb: the fragments are free
       ptx::wgmma_fence_operands(s1);
       ptx::wgmma_fence_operands(a_frag);
       st.advance();
       pipe.consumer_wait(st);
-      load_a_fragments(smem, st.stage, wg, a_frag);
-      issue_slice_rs(a_frag, smem, st.stage, 0, s0);
-      fold_wgrad(acc, s1, 1, smem_scales(smem, stage), a_row, lane);
+      load_a_fragments(smem, st.stage, frag_off, a_frag);
+      issue_slice_rs(a_frag, desc_b0, st.stage, 0, s0);
+      fold_wgrad(acc, s1, 1, smem_scales(smem, stage), a_row, scale_off);
       pipe.consumer_release(stage);  // data and scales of block kb all read
       hook(kb);
-      issue_slice_rs(a_frag, smem, st.stage, 1, s1);
+      issue_slice_rs(a_frag, desc_b0, st.stage, 1, s1);
     }
     ptx::wgmma_wait<1>();
     ptx::wgmma_fence_operands(s0);
-    fold_wgrad(acc, s0, 0, smem_scales(smem, st.stage), a_row, lane);
+    fold_wgrad(acc, s0, 0, smem_scales(smem, st.stage), a_row, scale_off);
     ptx::wgmma_wait<0>();
     ptx::wgmma_fence_operands(s1);
     ptx::wgmma_fence_operands(a_frag);
-    fold_wgrad(acc, s1, 1, smem_scales(smem, st.stage), a_row, lane);
+    fold_wgrad(acc, s1, 1, smem_scales(smem, st.stage), a_row, scale_off);
     pipe.consumer_release(st.stage);
     hook(kb);
     st.advance();
@@ -402,14 +286,16 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   }
 
   // acc[slice s] += scratch * a_scale[row] * b_scale[column], from the stage's scale copy: A's at
-  // this thread's rows a_row and a_row + 8, B's at its columns 8 c + 2 (lane % 4) + {0, 1}.
+  // this thread's rows a_row and a_row + 8, B's at its columns 8 c + 2 (lane % 4) + {0, 1}, from
+  // byte b_off (c = 0 of slice 0, computed once per tile: the loads take immediate offsets).
   DMOE_DEVICE static void fold_wgrad(float (&acc)[kMmaPerWg][kAccPerMma], const float (&scratch)[kSliceAcc], int s,
-                                     uint32_t scales, uint32_t a_row, uint32_t lane) {
+                                     uint32_t scales, uint32_t a_row, uint32_t b_off) {
     const float sa_lo = ptx::ld_shared_f32(scales + a_row * 4);
     const float sa_hi = ptx::ld_shared_f32(scales + (a_row + 8) * 4);
+    const uint32_t b = scales + b_off;
 #pragma unroll
     for (int c = 0; c < kSliceN / 8; ++c) {
-      const float2 sb = ptx::ld_shared_f32x2(scales + (kBlockM + s * kSliceN + 8 * c + 2 * (lane % 4)) * 4);
+      const float2 sb = ptx::ld_shared_f32x2(b + (s * kSliceN + 8 * c) * 4);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int i = 4 * c + j;
@@ -418,8 +304,6 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       }
     }
   }
-
-#endif  // DMOE_FP8_WGRAD_SERIAL_LOOP
 
  protected:
   // The FP32 scale grids (MainloopParams holds the format's scale pointers untyped).
@@ -460,26 +344,36 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   // The warpgroup's A block of the stage into registers, as four k32 wgmma fragments: the warp's
   // 16 rows, row r at byte 128 r with 16-byte chunk c stored at chunk c ^ (r % 8) (128B swizzle;
   // the block starts at a multiple of 64 rows of a 1024-aligned stage). Lanes 8j .. 8j + 7 address
-  // rows (j % 2) * 8 + [0, 8) at chunk 2 kk + j / 2: matrices a0..a3 of the fragment.
-  DMOE_DEVICE static void load_a_fragments(uint32_t smem, int stage, int wg,
-                                           uint32_t (&frag)[kBlockK / Operands::kK][4]) {
+  // rows (j % 2) * 8 + [0, 8) at chunk 2 kk + j / 2: matrices a0..a3 of the fragment. The byte
+  // offsets inside the A block depend only on the lane: a_frag_offsets computes them once per tile
+  // (recomputed per k block, from threadIdx, they were ~20 integer instructions per block).
+  using AFragOffsets = uint32_t[kBlockK / 32];
+  DMOE_DEVICE static void a_frag_offsets(int wg, AFragOffsets& off) {
     const uint32_t lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
     const uint32_t j = lane / 8, i = lane % 8;
     const uint32_t row = static_cast<uint32_t>(Base::tile_row(wg, 0)) + 16 * warp + i + 8 * (j % 2);
-    const uint32_t base = Base::smem_a(smem, stage) + row * 128;
 #pragma unroll
-    for (uint32_t kk = 0; kk < kBlockK / Operands::kK; ++kk) ptx::ldmatrix_x4(base + (((2 * kk + j / 2) ^ i) << 4), frag[kk]);
+    for (uint32_t kk = 0; kk < kBlockK / 32; ++kk) off[kk] = row * 128 + (((2 * kk + j / 2) ^ i) << 4);
+  }
+  DMOE_DEVICE static void load_a_fragments(uint32_t smem, int stage, const AFragOffsets& off,
+                                           uint32_t (&frag)[kBlockK / Operands::kK][4]) {
+    const uint32_t base = Base::smem_a(smem, stage);
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / Operands::kK; ++kk) ptx::ldmatrix_x4(base + off[kk], frag[kk]);
   }
 
   // issue_slice with A from registers (RS wgmma): only B is read from shared memory per slice.
-  DMOE_DEVICE static void issue_slice_rs(const uint32_t (&a_frag)[kBlockK / Operands::kK][4], uint32_t smem, int stage,
-                                         int s, float (&scratch)[kSliceAcc]) {
+  // desc_b0 is stage 0's B descriptor (built once per tile); the stage and slice offsets advance
+  // its 14-bit address field, which cannot carry below 256 KiB of shared memory.
+  DMOE_DEVICE static void issue_slice_rs(const uint32_t (&a_frag)[kBlockK / Operands::kK][4], uint64_t desc_b0,
+                                         int stage, int s, float (&scratch)[kSliceAcc]) {
     static_assert(kSliceN == 64, "the RS wrapper is m64n64k32");
-    const uint64_t db = ptx::desc_advance(Base::desc_b(smem, stage), static_cast<uint32_t>(s * kSliceN * 128));
+    const uint64_t db = ptx::desc_advance32(desc_b0, static_cast<uint32_t>(stage) * Base::kBBytes +
+                                                         static_cast<uint32_t>(s * kSliceN * 128));
     ptx::wgmma_fence();  // the fragments were just loaded, the scratch read by the last fold
 #pragma unroll
     for (int kk = 0; kk < kBlockK / Operands::kK; ++kk)
-      ptx::WgmmaE4m3Rs64::mma(scratch, a_frag[kk], ptx::desc_advance(db, kk * Base::kStepB), kk > 0 ? 1u : 0u);
+      ptx::WgmmaE4m3Rs64::mma(scratch, a_frag[kk], ptx::desc_advance32(db, kk * Base::kStepB), kk > 0 ? 1u : 0u);
     ptx::wgmma_commit();
   }
 

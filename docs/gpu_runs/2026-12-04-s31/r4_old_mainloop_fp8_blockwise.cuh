@@ -1,0 +1,501 @@
+// SM90 mainloop for FP8-blockwise operands (DeepSeek-V3 recipe; docs/formats.md "GPU layouts"):
+// A = E4M3 rows with one FP32 scale per 1 x 128 (k-block-major [K/128, a_scale_ld]), B = E4M3
+// weights [E, N, K] with one FP32 scale per 128 x 128 ([E, N/128, K/128]).
+//
+// The E4M3 wgmma accumulates in FP32 but cannot apply the scales, which change every 128 of K. So
+// each k block (one stage: 128 E4M3 = 128 bytes of K, exactly one scale block) is contracted into
+// a scratch accumulator (four m64nNk32 wgmmas, the first with scale-d = 0), the warpgroup waits for
+// it, and folds it into the tile's accumulator with one FFMA per element:
+//   acc += scratch * (a_scale[row] * b_scale[column's 128-row block of W])
+// (the "promotion" of DeepGEMM's SM90 kernels). The wait stalls this warpgroup's tensor work; the
+// other consumer warpgroup's wgmmas (cooperative schedule: both share every tile) fill the tensor
+// cores meanwhile, so the promotion's FP32 work hides behind them when it is shorter than one
+// warpgroup's k block of wgmma.
+//
+// Scratch: 128x128 keeps two 64-column slices (32 registers each) and pipelines them -- slice 0 of a
+// k block is folded in while slice 1 runs, slice 1 while the next block's slice 0 runs -- so a
+// warpgroup never waits with an empty wgmma queue. 128x256 runs two 128-column slices (64
+// registers) one after another, A and B from shared memory; with the 128 accumulators that takes
+// 240 registers per consumer thread (kWideConsumers). Four 64-column slices with A in registers
+// (perf_history G39) issue twice the waits and folds: 3-11% slower (G66).
+//
+// Scale lookups per k block and thread: the A scales of its two fragment rows (row r and r + 8 of
+// its m64 block) and one B scale per slice (kSliceN tile columns), which always lie inside one 128-row
+// block of W: tile columns start at multiples of kSliceN of W's rows (n_block * BN, or with the
+// SwiGLU split n_block * BN / 2 and F + n_block * BN / 2; 128x128 needs F % 64 == 0, 128x256 F %
+// 128 == 0, which the API requires). Scales are read from global memory (L2) ahead of the wgmmas that
+// use them (see load_scales' callers); rows past the buffer read row m_capacity - 1 and a last tile
+// past N reads W's last scale row (those results are never stored).
+#pragma once
+
+#include <cstdint>
+
+#include "dist_moe/device/common/macros.cuh"
+#include "dist_moe/device/gemm/mainloop.cuh"
+#include "dist_moe/device/gemm/params.cuh"
+
+namespace dist_moe::gemm {
+
+template <class Config>
+struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
+  using Base = Sm90Mainloop<Config>;
+  using typename Base::Pipeline;
+  using Base::kBlockK;
+  using Base::kBlockM;
+  using Base::kBlockN;
+  using Base::kKind;
+  using Base::kMmaPerWg;
+  using Base::kAccPerMma;
+  using Base::kStages;
+  using Base::kSplit;
+  using Operands = typename Config::Operands;
+
+  static constexpr int kScaleBlock = 128;  // K elements per scale (A: 1 x 128, B: 128 x 128)
+  // Scratch slice width: 128x256 FPROP two of 128 columns (two B scales per tile, 240 registers;
+  // ptxas still reports 44-58 bytes of spill stores, 92-100 for the _c2 twins, and the tile is
+  // 3-11% faster than four RS slices all the same: G66), WGRAD and 128x128 64 columns, pipelined
+  // in pairs (kDoubleBuffer).
+  static constexpr int kSliceN = kBlockN == 256 && kKind != GemmKind::kWgrad ? 128 : 64;
+  static constexpr bool kDoubleBuffer = kBlockN == 128;
+  static constexpr bool kWideConsumers = kSliceN == 128;
+  static constexpr int kSlices = kBlockN / kSliceN;
+  static constexpr int kSliceAcc = kSliceN / 2;  // FP32 registers of one m64 x kSliceN fragment
+  // One B scale per slice: a 128x256 tile's 128-column halves each lie in one 128-row block of W,
+  // and so does each 64-column slice of 128x128 (its SwiGLU split puts 64 gate and 64 up columns).
+  static constexpr int kGroups = kSlices;  // B scales per tile and k block
+  static_assert(Operands::kElemBytes == 1 && kBlockK == kScaleBlock, "one 128-byte E4M3 k block = one scale block");
+  static_assert(kKind == GemmKind::kFprop || kKind == GemmKind::kWgrad,
+                "FP8 blockwise: FPROP (DGRAD runs as FPROP on the transposed weight) and WGRAD");
+  static_assert(kKind != GemmKind::kWgrad || (kBlockN == 128 && Config::kClusterM == 1),
+                "FP8 WGRAD: 128x128 tiles (per-element scale products need the registers), no clusters");
+  static_assert(!Base::kPingPong && kMmaPerWg == 1,
+                "cooperative 128-row tiles: the other warpgroup's wgmmas hide this one's promotion");
+  static_assert(kBlockN % kSliceN == 0, "BN: whole slices, one B scale each");
+  static_assert(!kDoubleBuffer || kSlices == 2, "the pipelined loop runs two slices per k block");
+
+  using SliceMma = typename Operands::template Mma<kSliceN, 0, 0>;
+
+  // ---- WGRAD (1 x 128 blocks along tokens on both operands) ------------------------------------
+  // A = grad_out^T [N, tokens] and B = x^T [K, tokens] (the quantizers' transposed columns), scales
+  // [tokens / 128, N] and [tokens / 128, K]: every element of a k block has its own scale product
+  // a_scale[n] * b_scale[k]. The producer copies the tile's BM + BN scales of each k block next to
+  // the stage (two bulk copies completing on the stage's barrier), so the consumers read them from
+  // shared memory. Experts' token segments start at multiples of 128 (the padded column layout), so
+  // token block kb of a tile is global block row_begin / 128 + kb.
+  static constexpr uint32_t kScaleStageBytes = kKind == GemmKind::kWgrad ? (kBlockM + kBlockN) * 4 : 0;
+  static constexpr uint32_t kScaleRegionBytes = (kStages * kScaleStageBytes + 1023) / 1024 * 1024;
+  static constexpr int smem_bytes() { return Base::smem_bytes() + static_cast<int>(kScaleRegionBytes); }
+  DMOE_DEVICE static uint32_t smem_scales(uint32_t smem, int stage) {
+    return smem + static_cast<uint32_t>(Base::smem_bytes()) + stage * kScaleStageBytes;
+  }
+
+#if defined(__CUDACC__)
+
+  // Producer: FPROP loads as the BF16 mainloop; WGRAD also copies each k block's scales.
+  DMOE_DEVICE static void load_tile(const MainloopParams& p, const ResolvedOperands& ops, const WorkTile& t,
+                                    int32_t num_k_blocks, const Pipeline& pipe, PipelineState<kStages>& st,
+                                    uint32_t smem) {
+    if constexpr (kKind != GemmKind::kWgrad) {
+      Base::load_tile(p, ops, t, num_k_blocks, pipe, st, smem);
+    } else {
+      const CUtensorMap* map_a = ops.map[kMapA];
+      const CUtensorMap* map_b = ops.map[kMapB];
+      const int32_t first_block = t.row_begin / kScaleBlock;
+      for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
+        pipe.producer_acquire(st);
+        const uint32_t bar = pipe.producer_expect(st, Base::kStageBytes + kScaleStageBytes);
+        const int32_t r0 = t.row_begin + kb * kBlockK;
+        ptx::tma_load_2d(Base::smem_a(smem, st.stage), map_a, bar, r0, t.m_block * kBlockM);
+        ptx::tma_load_2d(Base::smem_b(smem, st.stage), map_b, bar, r0, t.n_block * kBlockN);
+        const int64_t block = first_block + kb;
+        const uint32_t scales = smem_scales(smem, st.stage);
+        ptx::bulk_load_1d(scales, fp32(p.a_scales) + block * p.a_scale_ld + t.m_block * kBlockM, kBlockM * 4, bar);
+        ptx::bulk_load_1d(scales + kBlockM * 4, fp32(p.b_scales) + block * p.b_scale_ld + t.n_block * kBlockN, kBlockN * 4,
+                          bar);
+        st.advance();
+      }
+    }
+  }
+
+  // Contracts one tile for warpgroup `wg` into acc (interface of Sm90Mainloop::mma_tile; the hook
+  // runs after each k block is folded in). Blocks past the expert's end issue no wgmma but still
+  // wait for and release every stage, so the ring keeps its phase.
+  template <class Hook = typename Base::NoHook>
+  DMOE_DEVICE static void mma_tile(const MainloopParams& p, const WorkTile& t, int32_t num_k_blocks,
+                                   int /*rows_in_last*/, const Pipeline& pipe, PipelineState<kStages>& st,
+                                   uint32_t smem, int wg, float (&acc)[kMmaPerWg][kAccPerMma], Hook&& hook = Hook{}) {
+    Base::zero_acc(acc);
+    if (num_k_blocks == 0) return;
+    if constexpr (kKind == GemmKind::kWgrad) {
+      mma_tile_wgrad(num_k_blocks, pipe, st, smem, wg, acc, hook);
+      return;
+    }
+    if (Base::active_blocks(t, wg) == 0) {
+      for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
+        pipe.consumer_wait(st);
+        pipe.consumer_release(st.stage);
+        hook(kb);
+        st.advance();
+      }
+      return;
+    }
+    // This thread's two fragment rows, as rows of the A buffer (clamped: see the top of the file),
+    // and one B scale row per slice (W's [E * N / 128, K / 128] grid). Element offsets
+    // in int32 (the host checks both scale grids have fewer than 2^31 elements): registers are
+    // scarce next to 128x256's accumulators.
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const int frag_row = static_cast<int>((threadIdx.x / 32) % 4) * 16 + lane / 4;
+    const int32_t row0 = t.row_begin + t.m_block * kBlockM + Base::tile_row(wg, 0) + frag_row;
+    const int32_t last_row = p.a_scale_rows - 1;
+    ScaleRows rows;
+    rows.a_lo = min(row0, last_row);
+    rows.a_hi = min(row0 + 8, last_row);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      int32_t w_row;
+      if constexpr (kSplit) {
+        const int32_t half = g < kGroups / 2 ? 0 : p.split_offset;
+        w_row = half + t.n_block * (kBlockN / 2) + kSliceN * (g % (kGroups / 2));
+      } else {
+        // A last tile past N (N an odd multiple of 128 at BN = 256): its columns are never
+        // stored; read the last scale row rather than past the expert (or the array).
+        w_row = min(t.n_block * kBlockN + kSliceN * g, p.weight_rows - kSliceN);
+      }
+      rows.b[g] = (t.expert * p.weight_rows + w_row) / kScaleBlock * num_k_blocks;
+    }
+
+    // Scales are loaded ahead of the wgmmas that use them: 128x128 two k blocks ahead (an L2 round
+    // trip under full load is longer than one k block of both warpgroups' wgmma), 128x256 one (no
+    // registers to spare next to its scratch slice; its k block is twice as long). Indices past the
+    // last block load the last block's scales again (no branch in the loop).
+    const int32_t last_kb = num_k_blocks - 1;
+    Scales cur = load_scales(p, rows, 0);
+    if constexpr (kDoubleBuffer) {
+      Scales ahead = load_scales(p, rows, min(1, last_kb));
+      // Two slices per k block, scratch s0 / s1. In flight at the top of iteration kb: slice 0 and
+      // slice 1 of block kb. Slice 0 is folded while slice 1 runs, slice 1 while the next block's
+      // slice 0 runs, so this warpgroup always has wgmma queued while it promotes.
+      float s0[kSliceAcc], s1[kSliceAcc];
+      pipe.consumer_wait(st);
+      issue_slice(smem, st.stage, wg, 0, s0);
+      issue_slice(smem, st.stage, wg, 1, s1);
+      // Every block but the last: no branch around a wgmma (a divergent-looking path makes ptxas
+      // serialize them, C7518).
+      int32_t kb = 0;
+      for (; kb < last_kb; ++kb) {
+        const int stage = st.stage;
+        const Scales now = cur;
+        cur = ahead;
+        ahead = load_scales(p, rows, min(kb + 2, last_kb));
+        ptx::wgmma_wait<1>();  // slice 0 of block kb
+        ptx::wgmma_fence_operands(s0);
+        fold(acc, s0, 0, now);
+        st.advance();
+        pipe.consumer_wait(st);
+        issue_slice(smem, st.stage, wg, 0, s0);
+        ptx::wgmma_wait<1>();  // slice 1 of block kb
+        ptx::wgmma_fence_operands(s1);
+        pipe.consumer_release(stage);  // both slices of block kb are done with the stage
+        fold(acc, s1, 1, now);
+        hook(kb);
+        issue_slice(smem, st.stage, wg, 1, s1);
+      }
+      ptx::wgmma_wait<1>();
+      ptx::wgmma_fence_operands(s0);
+      fold(acc, s0, 0, cur);
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_fence_operands(s1);
+      pipe.consumer_release(st.stage);
+      fold(acc, s1, 1, cur);
+      hook(kb);
+      st.advance();
+    } else {
+      float scratch[kSliceAcc];
+      for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
+        const Scales now = cur;
+        cur = load_scales(p, rows, min(kb + 1, last_kb));
+        pipe.consumer_wait(st);
+#pragma unroll
+        for (int s = 0; s < kSlices; ++s) {
+          issue_slice(smem, st.stage, wg, s, scratch);
+          ptx::wgmma_wait<0>();
+          ptx::wgmma_fence_operands(scratch);
+          if (s == kSlices - 1) pipe.consumer_release(st.stage);  // the stage's last reader is done
+          fold(acc, scratch, s, now);
+        }
+        hook(kb);
+        st.advance();
+      }
+    }
+    ptx::wgmma_fence_operands(acc[0]);
+  }
+
+  // WGRAD k loop. Shared-memory reads bound the SS form (per k block and CTA, at 128 B/clock: 64
+  // KiB of wgmma operands when both slices read A from shared memory, plus ~160 warp loads of
+  // scales, about 670 clocks against ~500 of FP8 wgmma), so A is loaded once per k block into
+  // registers (ldmatrix) and both 64-column slices run register-sourced (RS): 16 KiB less per k
+  // block (perf_history G51).
+  //
+  // Software pipeline (G67): the fragments are double-buffered, so the next block's stage wait and
+  // ldmatrix happen while this block's slices run, and its slice 0 is issued as soon as this
+  // block's slice 0 is folded: this warpgroup's wgmma queue is never empty between k blocks (the
+  // session 22 loop drained it to reuse one fragment buffer). The scales are per element and live
+  // in the stage's scale copy, so a stage is released only after its second fold has read them.
+#if !defined(DMOE_FP8_WGRAD_SERIAL_LOOP)
+  using AFragments = uint32_t[kBlockK / 32][4];  // four k32 steps of RS wgmma fragments
+
+  // A slice's scales for this thread, from the stage's scale copy: A's at its rows a_row and
+  // a_row + 8, B's at its columns 8 c + 2 (lane % 4) + {0, 1} of the slice (register i = 4 c + j of
+  // an m64 fragment: row lo / hi by bit 1, column by bit 0). Read right after the slice's wait:
+  // read earlier, or as the 32 products, they stay live next to both fragment buffers and the
+  // deferred epilogue's chunk, and the BF16-output kernel spilled 206 bytes (56 as it is).
+  struct SliceScales {
+    float lo, hi;
+    float2 b[kSliceN / 8];
+  };
+  DMOE_DEVICE static void load_slice_scales(uint32_t scales, int s, uint32_t a_row, uint32_t lane, SliceScales& sc) {
+    sc.lo = ptx::ld_shared_f32(scales + a_row * 4);
+    sc.hi = ptx::ld_shared_f32(scales + (a_row + 8) * 4);
+#pragma unroll
+    for (int c = 0; c < kSliceN / 8; ++c)
+      sc.b[c] = ptx::ld_shared_f32x2(scales + (kBlockM + s * kSliceN + 8 * c + 2 * (lane % 4)) * 4);
+  }
+
+  // acc[slice s] += scratch * (a_scale[row] * b_scale[column]): an FMUL and an FFMA per element.
+  DMOE_DEVICE static void fold_slice(float (&acc)[kMmaPerWg][kAccPerMma], const float (&scratch)[kSliceAcc], int s,
+                                     const SliceScales& sc) {
+#pragma unroll
+    for (int i = 0; i < kSliceAcc; ++i) {
+      const float2 b = sc.b[i / 4];
+      const float scale = ((i / 2) % 2 == 0 ? sc.lo : sc.hi) * (i % 2 == 0 ? b.x : b.y);
+      acc[0][s * kSliceAcc + i] = fmaf(scratch[i], scale, acc[0][s * kSliceAcc + i]);
+    }
+  }
+
+  template <class Hook>
+  DMOE_DEVICE static void mma_tile_wgrad(int32_t num_k_blocks, const Pipeline& pipe, PipelineState<kStages>& st,
+                                         uint32_t smem, int wg, float (&acc)[kMmaPerWg][kAccPerMma], Hook& hook) {
+    static_assert(kSlices == 2 && kBlockK / Operands::kK == kBlockK / 32, "two 64-column slices, k32 steps");
+    const uint32_t lane = threadIdx.x % 32;
+    const uint32_t a_row = static_cast<uint32_t>(Base::tile_row(wg, 0)) + ((threadIdx.x / 32) % 4) * 16 + lane / 4;
+    float s0[kSliceAcc], s1[kSliceAcc];
+    SliceScales sc;
+    AFragments frag_a, frag_b;  // block kb's and block kb + 1's (names swap every block)
+    pipe.consumer_wait(st);
+    load_a_fragments(smem, st.stage, wg, frag_a);
+    issue_slice_rs(frag_a, smem, st.stage, 0, s0);
+    issue_slice_rs(frag_a, smem, st.stage, 1, s1);
+    // Two blocks per iteration so that both fragment buffers keep static register names; every
+    // block but the last issues the next one's slices (no branch around a wgmma: C7518).
+    const int32_t last_kb = num_k_blocks - 1;
+    int32_t kb = 0;
+    for (; kb + 2 <= last_kb; kb += 2) {
+      wgrad_block(pipe, st, smem, wg, a_row, lane, frag_a, frag_b, s0, s1, sc, acc, hook, kb);
+      wgrad_block(pipe, st, smem, wg, a_row, lane, frag_b, frag_a, s0, s1, sc, acc, hook, kb + 1);
+    }
+    if (kb < last_kb) {
+      wgrad_block(pipe, st, smem, wg, a_row, lane, frag_a, frag_b, s0, s1, sc, acc, hook, kb);
+      wgrad_last_block(pipe, st, smem, a_row, lane, frag_b, s0, s1, sc, acc);
+    } else {
+      wgrad_last_block(pipe, st, smem, a_row, lane, frag_a, s0, s1, sc, acc);
+    }
+    hook(last_kb);
+    ptx::wgmma_fence_operands(acc[0]);
+  }
+
+  // One k block that has a successor. In flight on entry: slices 0 and 1 of this block (fragments
+  // `cur`); on exit: slices 0 and 1 of the next block (fragments `next`), `st` at the next stage.
+  template <class Hook>
+  DMOE_DEVICE static void wgrad_block(const Pipeline& pipe, PipelineState<kStages>& st, uint32_t smem, int wg,
+                                      uint32_t a_row, uint32_t lane, AFragments& cur, AFragments& next,
+                                      float (&s0)[kSliceAcc], float (&s1)[kSliceAcc], SliceScales& sc,
+                                      float (&acc)[kMmaPerWg][kAccPerMma], Hook& hook, int32_t kb) {
+    const int stage = st.stage;
+    const uint32_t scales = smem_scales(smem, stage);
+    st.advance();
+    pipe.consumer_wait(st);
+    load_a_fragments(smem, st.stage, wg, next);
+    ptx::wgmma_wait<1>();  // slice 0 of this block
+    ptx::wgmma_fence_operands(s0);
+    load_slice_scales(scales, 0, a_row, lane, sc);
+    fold_slice(acc, s0, 0, sc);
+    issue_slice_rs(next, smem, st.stage, 0, s0);
+    ptx::wgmma_wait<1>();  // slice 1 of this block: its fragments are free
+    ptx::wgmma_fence_operands(s1);
+    ptx::wgmma_fence_operands(cur);
+    load_slice_scales(scales, 1, a_row, lane, sc);
+    pipe.consumer_release(stage);  // data and scales of this block all read
+    fold_slice(acc, s1, 1, sc);
+    issue_slice_rs(next, smem, st.stage, 1, s1);
+    hook(kb);
+  }
+
+  // The tile's last k block: fold both slices, release the stage, leave `st` past it.
+  DMOE_DEVICE static void wgrad_last_block(const Pipeline& pipe, PipelineState<kStages>& st, uint32_t smem,
+                                           uint32_t a_row, uint32_t lane, AFragments& cur, float (&s0)[kSliceAcc],
+                                           float (&s1)[kSliceAcc], SliceScales& sc,
+                                           float (&acc)[kMmaPerWg][kAccPerMma]) {
+    const uint32_t scales = smem_scales(smem, st.stage);
+    load_slice_scales(scales, 0, a_row, lane, sc);
+    ptx::wgmma_wait<1>();
+    ptx::wgmma_fence_operands(s0);
+    fold_slice(acc, s0, 0, sc);
+    load_slice_scales(scales, 1, a_row, lane, sc);
+    ptx::wgmma_wait<0>();
+    ptx::wgmma_fence_operands(s1);
+    ptx::wgmma_fence_operands(cur);
+    pipe.consumer_release(st.stage);
+    fold_slice(acc, s1, 1, sc);
+    st.advance();
+  }
+
+#else
+  // (A/B twin, G67) WGRAD k loop, session 22 form. Shared-memory reads, not the tensor pipe, bound it (per k block and CTA, at 128
+  // B/clock: 64 KiB of wgmma operands when both slices read A from shared memory, plus ~160 warp
+  // loads of scales, about 670 clocks against ~500 of FP8 wgmma), so A is loaded once per k block
+  // into registers (ldmatrix) and both 64-column slices run register-sourced (RS): 16 KiB less per
+  // k block (perf_history G51). Slice 0 of a block is folded while slice 1 runs, slice 1 while the
+  // next block's slice 0 runs; the next block's fragments replace this block's only after slice 1
+  // retired. The scales are per element (this thread's two A rows x its B columns) and live in the
+  // stage's scale copy, so a stage is released only after its second fold has read them.
+  template <class Hook>
+  DMOE_DEVICE static void mma_tile_wgrad(int32_t num_k_blocks, const Pipeline& pipe, PipelineState<kStages>& st,
+                                         uint32_t smem, int wg, float (&acc)[kMmaPerWg][kAccPerMma], Hook& hook) {
+    static_assert(kSlices == 2, "two 64-column slices per 128x128 tile");
+    const uint32_t lane = threadIdx.x % 32;
+    const uint32_t a_row = static_cast<uint32_t>(Base::tile_row(wg, 0)) + ((threadIdx.x / 32) % 4) * 16 + lane / 4;
+    float s0[kSliceAcc], s1[kSliceAcc];
+    uint32_t a_frag[kBlockK / Operands::kK][4];
+    pipe.consumer_wait(st);
+    load_a_fragments(smem, st.stage, wg, a_frag);
+    issue_slice_rs(a_frag, smem, st.stage, 0, s0);
+    issue_slice_rs(a_frag, smem, st.stage, 1, s1);
+    int32_t kb = 0;
+    for (; kb < num_k_blocks - 1; ++kb) {  // no branch around a wgmma (C7518)
+      const int stage = st.stage;
+      ptx::wgmma_wait<1>();  // slice 0 of block kb
+      ptx::wgmma_fence_operands(s0);
+      fold_wgrad(acc, s0, 0, smem_scales(smem, stage), a_row, lane);
+      ptx::wgmma_wait<0>();  // slice 1 of block kb: the fragments are free
+      ptx::wgmma_fence_operands(s1);
+      ptx::wgmma_fence_operands(a_frag);
+      st.advance();
+      pipe.consumer_wait(st);
+      load_a_fragments(smem, st.stage, wg, a_frag);
+      issue_slice_rs(a_frag, smem, st.stage, 0, s0);
+      fold_wgrad(acc, s1, 1, smem_scales(smem, stage), a_row, lane);
+      pipe.consumer_release(stage);  // data and scales of block kb all read
+      hook(kb);
+      issue_slice_rs(a_frag, smem, st.stage, 1, s1);
+    }
+    ptx::wgmma_wait<1>();
+    ptx::wgmma_fence_operands(s0);
+    fold_wgrad(acc, s0, 0, smem_scales(smem, st.stage), a_row, lane);
+    ptx::wgmma_wait<0>();
+    ptx::wgmma_fence_operands(s1);
+    ptx::wgmma_fence_operands(a_frag);
+    fold_wgrad(acc, s1, 1, smem_scales(smem, st.stage), a_row, lane);
+    pipe.consumer_release(st.stage);
+    hook(kb);
+    st.advance();
+    ptx::wgmma_fence_operands(acc[0]);
+  }
+
+  // acc[slice s] += scratch * a_scale[row] * b_scale[column], from the stage's scale copy: A's at
+  // this thread's rows a_row and a_row + 8, B's at its columns 8 c + 2 (lane % 4) + {0, 1}.
+  DMOE_DEVICE static void fold_wgrad(float (&acc)[kMmaPerWg][kAccPerMma], const float (&scratch)[kSliceAcc], int s,
+                                     uint32_t scales, uint32_t a_row, uint32_t lane) {
+    const float sa_lo = ptx::ld_shared_f32(scales + a_row * 4);
+    const float sa_hi = ptx::ld_shared_f32(scales + (a_row + 8) * 4);
+#pragma unroll
+    for (int c = 0; c < kSliceN / 8; ++c) {
+      const float2 sb = ptx::ld_shared_f32x2(scales + (kBlockM + s * kSliceN + 8 * c + 2 * (lane % 4)) * 4);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = 4 * c + j;
+        const float scale = (j / 2 == 0 ? sa_lo : sa_hi) * (j % 2 == 0 ? sb.x : sb.y);
+        acc[0][s * kSliceAcc + i] = fmaf(scratch[i], scale, acc[0][s * kSliceAcc + i]);
+      }
+    }
+  }
+
+#endif  // DMOE_FP8_WGRAD_SERIAL_LOOP
+
+ protected:
+  // The FP32 scale grids (MainloopParams holds the format's scale pointers untyped).
+  DMOE_DEVICE static const float* fp32(const void* scales) { return static_cast<const float*>(scales); }
+
+  // Where this thread's scales are: element offsets of its two A rows (k block 0) and of its
+  // B scale row per scale group (k block 0).
+  struct ScaleRows {
+    int32_t a_lo, a_hi, b[kGroups];
+  };
+  // The scales of one k block for this thread: its two A rows and one B scale per scale group.
+  struct Scales {
+    float lo, hi, b[kGroups];
+  };
+  DMOE_DEVICE static Scales load_scales(const MainloopParams& p, const ScaleRows& rows, int32_t kb) {
+    Scales sc;
+    const int32_t a_off = kb * static_cast<int32_t>(p.a_scale_ld);
+    sc.lo = __ldg(fp32(p.a_scales) + (a_off + rows.a_lo));
+    sc.hi = __ldg(fp32(p.a_scales) + (a_off + rows.a_hi));
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) sc.b[g] = __ldg(fp32(p.b_scales) + (rows.b[g] + kb));
+    return sc;
+  }
+
+  // Issues slice s of the stage (B rows [s * kSliceN, (s + 1) * kSliceN): K-major rows 128 bytes
+  // apart) into `scratch` as one wgmma group: four k32 steps, the first overwriting.
+  DMOE_DEVICE static void issue_slice(uint32_t smem, int stage, int wg, int s, float (&scratch)[kSliceAcc]) {
+    const uint64_t da = Base::desc_a(smem, stage, wg, 0);
+    const uint64_t db = ptx::desc_advance32(Base::desc_b(smem, stage), static_cast<uint32_t>(s * kSliceN * 128));
+    ptx::wgmma_fence();  // the scratch registers were read by the last fold
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / Operands::kK; ++kk)
+      SliceMma::mma(scratch, ptx::desc_advance32(da, kk * Base::kStepA), ptx::desc_advance32(db, kk * Base::kStepB),
+                    kk > 0 ? 1u : 0u);
+    ptx::wgmma_commit();
+  }
+
+  // The warpgroup's A block of the stage into registers, as four k32 wgmma fragments: the warp's
+  // 16 rows, row r at byte 128 r with 16-byte chunk c stored at chunk c ^ (r % 8) (128B swizzle;
+  // the block starts at a multiple of 64 rows of a 1024-aligned stage). Lanes 8j .. 8j + 7 address
+  // rows (j % 2) * 8 + [0, 8) at chunk 2 kk + j / 2: matrices a0..a3 of the fragment.
+  DMOE_DEVICE static void load_a_fragments(uint32_t smem, int stage, int wg,
+                                           uint32_t (&frag)[kBlockK / Operands::kK][4]) {
+    const uint32_t lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+    const uint32_t j = lane / 8, i = lane % 8;
+    const uint32_t row = static_cast<uint32_t>(Base::tile_row(wg, 0)) + 16 * warp + i + 8 * (j % 2);
+    const uint32_t base = Base::smem_a(smem, stage) + row * 128;
+#pragma unroll
+    for (uint32_t kk = 0; kk < kBlockK / Operands::kK; ++kk) ptx::ldmatrix_x4(base + (((2 * kk + j / 2) ^ i) << 4), frag[kk]);
+  }
+
+  // issue_slice with A from registers (RS wgmma): only B is read from shared memory per slice.
+  DMOE_DEVICE static void issue_slice_rs(const uint32_t (&a_frag)[kBlockK / Operands::kK][4], uint32_t smem, int stage,
+                                         int s, float (&scratch)[kSliceAcc]) {
+    static_assert(kSliceN == 64, "the RS wrapper is m64n64k32");
+    const uint64_t db = ptx::desc_advance(Base::desc_b(smem, stage), static_cast<uint32_t>(s * kSliceN * 128));
+    ptx::wgmma_fence();  // the fragments were just loaded, the scratch read by the last fold
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / Operands::kK; ++kk)
+      ptx::WgmmaE4m3Rs64::mma(scratch, a_frag[kk], ptx::desc_advance(db, kk * Base::kStepB), kk > 0 ? 1u : 0u);
+    ptx::wgmma_commit();
+  }
+
+  // acc[slice s] += scratch * (A row scale x B group scale). Register i of an m64 fragment is row
+  // lo / hi by bit 1 and column 8 (i / 4) + (lane % 4) * 2 + i % 2 of the slice.
+  DMOE_DEVICE static void fold(float (&acc)[kMmaPerWg][kAccPerMma], const float (&scratch)[kSliceAcc], int s,
+                               const Scales& sc) {
+    // A slice is one B scale group: two scale products (rows lo and hi).
+    const float scale_lo = sc.lo * sc.b[s];
+    const float scale_hi = sc.hi * sc.b[s];
+#pragma unroll
+    for (int i = 0; i < kSliceAcc; ++i)
+      acc[0][s * kSliceAcc + i] = fmaf(scratch[i], (i / 2) % 2 == 0 ? scale_lo : scale_hi, acc[0][s * kSliceAcc + i]);
+  }
+
+#endif  // __CUDACC__
+};
+
+}  // namespace dist_moe::gemm
