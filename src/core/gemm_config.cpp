@@ -217,8 +217,11 @@ GroupedGemmConfig select_wgrad(const GroupedGemmProblem& p, int sms) {
 // against 1.10-1.27x; docs/perf_history.md G39). 128x128 when the width is an odd multiple of
 // 128 (no half-empty last tile). Decode-sized FPROP (is_decode): the swap-AB tile.
 GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
-  // WGRAD over the transposed columns: the one compiled tile (128x128, five stages).
-  if (p.op == GroupedGemmOp::kWgrad) return tile(128, 128, 5, p, sms, false, true);
+  // WGRAD over the transposed columns: 128x256 (two 128-column slices, three stages: the stages'
+  // scale copies and the staging leave no room for a fourth) where the output width k is a
+  // multiple of 256 (the stage's B scale copy is 256 columns; G69), else 128x128 (five stages).
+  if (p.op == GroupedGemmOp::kWgrad)
+    return p.k % 256 == 0 ? tile(128, 256, 3, p, sms, false, true) : tile(128, 128, 5, p, sms, false, true);
   // Decode-sized FPROP and W13: the swap-AB tile streaming the E4M3 weights (as MXFP8's).
   if (p.op != GroupedGemmOp::kDgrad && is_decode(p)) return swap_ab_tile(p, sms);
   const int64_t width = p.op == GroupedGemmOp::kDgrad ? p.k : p.n;  // output columns

@@ -196,6 +196,8 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     // stages to leave room for the stages' scale copies). grouped_gemm_sm90_wgrad.cu.
     wgrad_kernel(128, 128, 5).tma().fp8_blockwise_cols(),
     wgrad_kernel(128, 128, 5).fp32_out().tma().fp8_blockwise_cols(),
+    wgrad_kernel(128, 256, 3).tma().fp8_blockwise_cols(),
+    wgrad_kernel(128, 256, 3).fp32_out().tma().fp8_blockwise_cols(),
     // MXFP8 FPROP with per-32 promotion (device/gemm/mainloop_mxfp8.cuh): 128x128, five 32 KiB E4M3
     // stages, each with the FP32 scales the producer warpgroup's scale warps convert next to it.
     // MXFP8 DGRAD runs these on the transposed weight. grouped_gemm_sm90_fprop.cu / _w13.cu.

@@ -220,6 +220,16 @@ TEST(GemmConfig, OperandFormats) {
   EXPECT_EQ(pick(fp8).name(), "128x128x128_s6_tma_dyn");
   fp8.k = 7168;
   EXPECT_EQ(pick(fp8).name(), "128x256x128_s4_tma_dyn");
+  // FP8-blockwise WGRAD (transposed columns): 128x256 with three stages where the output width k is
+  // a multiple of 256, 128x128 with five otherwise.
+  GroupedGemmProblem fw = problem(GroupedGemmOp::kWgrad, 32768, 1536, 2048, 64);
+  fw.a_format = kFp8BlockwiseRowsT;
+  fw.b_format = kFp8BlockwiseRowsT;
+  EXPECT_EQ(pick(fw).name(), "128x256x128_s3_tma");
+  fw.k = 768;  // qwen3_30b W2: F = 3 x 256
+  EXPECT_EQ(pick(fw).name(), "128x256x128_s3_tma");
+  fw.k = 640;
+  EXPECT_EQ(pick(fw).name(), "128x128x128_s5_tma");
   // MXFP8: the one compiled tile (128x128, five stages with the producer-converted scales) for
   // FPROP, W13 and DGRAD (which runs as FPROP on the transposed weight), whatever the width.
   GroupedGemmProblem mx8 = problem(GroupedGemmOp::kFprop, 32768, 7168, 2048);

@@ -59,7 +59,9 @@ struct StoreEpilogue {
   // packed values stay in registers next to the next tile's accumulators (measured: 2 of 4, -3% at
   // dsv3; 3 of 4 does not spill either but was not measured).
   static constexpr int kChunks = Mainloop::kBlockN / Staging<bf16_t>::kCols;
-  static constexpr int kDeferChunks = kChunks / 2;
+  // The FP8-blockwise 128x256 WGRAD (kWideConsumers: 128 accumulators next to a 64-register
+  // scratch slice) defers one chunk of four (G69).
+  static constexpr int kDeferChunks = Mainloop::kWideConsumers ? 1 : kChunks / 2;
   static constexpr int kFirstDeferred = kChunks - kDeferChunks;
   static constexpr int kPackedPerChunk = Staging<bf16_t>::kCols / 4;  // BF16 pairs of a thread per chunk
 

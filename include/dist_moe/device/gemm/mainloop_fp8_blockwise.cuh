@@ -51,11 +51,11 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   using Operands = typename Config::Operands;
 
   static constexpr int kScaleBlock = 128;  // K elements per scale (A: 1 x 128, B: 128 x 128)
-  // Scratch slice width: 128x256 FPROP two of 128 columns (two B scales per tile, 240 registers;
+  // Scratch slice width: 128x256 two of 128 columns (FPROP: two B scales per tile; 240 registers:
   // ptxas still reports 44-58 bytes of spill stores, 92-100 for the _c2 twins, and the tile is
-  // 3-11% faster than four RS slices all the same: G66), WGRAD and 128x128 64 columns, pipelined
-  // in pairs (kDoubleBuffer).
-  static constexpr int kSliceN = kBlockN == 256 && kKind != GemmKind::kWgrad ? 128 : 64;
+  // 3-11% faster than four RS slices all the same: G66; WGRAD likewise, G69), 128x128 64 columns,
+  // pipelined in pairs (kDoubleBuffer).
+  static constexpr int kSliceN = kBlockN == 256 ? 128 : 64;
   static constexpr bool kDoubleBuffer = kBlockN == 128;
   static constexpr bool kWideConsumers = kSliceN == 128;
   static constexpr int kSlices = kBlockN / kSliceN;
@@ -66,8 +66,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   static_assert(Operands::kElemBytes == 1 && kBlockK == kScaleBlock, "one 128-byte E4M3 k block = one scale block");
   static_assert(kKind == GemmKind::kFprop || kKind == GemmKind::kWgrad,
                 "FP8 blockwise: FPROP (DGRAD runs as FPROP on the transposed weight) and WGRAD");
-  static_assert(kKind != GemmKind::kWgrad || (kBlockN == 128 && Config::kClusterM == 1),
-                "FP8 WGRAD: 128x128 tiles (per-element scale products need the registers), no clusters");
+  static_assert(kKind != GemmKind::kWgrad || Config::kClusterM == 1, "FP8 WGRAD: no clusters");
   static_assert(!Base::kPingPong && kMmaPerWg == 1,
                 "cooperative 128-row tiles: the other warpgroup's wgmmas hide this one's promotion");
   static_assert(kBlockN % kSliceN == 0, "BN: whole slices, one B scale each");
@@ -79,8 +78,8 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   // A = grad_out^T [N, tokens] and B = x^T [K, tokens] (the quantizers' transposed columns), scales
   // [tokens / 128, N] and [tokens / 128, K]: every element of a k block has its own scale product
   // a_scale[n] * b_scale[k]. The producer copies the tile's BM + BN scales of each k block next to
-  // the stage (two bulk copies completing on the stage's barrier), so the consumers read them from
-  // shared memory. Experts' token segments start at multiples of 128 (the padded column layout), so
+  // the stage (two bulk copies completing on the stage's barrier; the B copy stops at K), so the
+  // consumers read them from shared memory. Experts' token segments start at multiples of 128 (the padded column layout), so
   // token block kb of a tile is global block row_begin / 128 + kb.
   static constexpr uint32_t kScaleStageBytes = kKind == GemmKind::kWgrad ? (kBlockM + kBlockN) * 4 : 0;
   static constexpr uint32_t kScaleRegionBytes = (kStages * kScaleStageBytes + 1023) / 1024 * 1024;
@@ -101,17 +100,21 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       const CUtensorMap* map_a = ops.map[kMapA];
       const CUtensorMap* map_b = ops.map[kMapB];
       const int32_t first_block = t.row_begin / kScaleBlock;
+      // B scales that exist for this tile's columns (a 128x256 tile can end 128 columns past K; the
+      // TMA zero-fills that data, and its columns are never stored).
+      const int64_t b_cols = min(static_cast<int64_t>(kBlockN), p.b_scale_ld - static_cast<int64_t>(t.n_block) * kBlockN);
+      const uint32_t b_scale_bytes = static_cast<uint32_t>(b_cols) * 4;
       for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
         pipe.producer_acquire(st);
-        const uint32_t bar = pipe.producer_expect(st, Base::kStageBytes + kScaleStageBytes);
+        const uint32_t bar = pipe.producer_expect(st, Base::kStageBytes + kBlockM * 4 + b_scale_bytes);
         const int32_t r0 = t.row_begin + kb * kBlockK;
         ptx::tma_load_2d(Base::smem_a(smem, st.stage), map_a, bar, r0, t.m_block * kBlockM);
         ptx::tma_load_2d(Base::smem_b(smem, st.stage), map_b, bar, r0, t.n_block * kBlockN);
         const int64_t block = first_block + kb;
         const uint32_t scales = smem_scales(smem, st.stage);
         ptx::bulk_load_1d(scales, fp32(p.a_scales) + block * p.a_scale_ld + t.m_block * kBlockM, kBlockM * 4, bar);
-        ptx::bulk_load_1d(scales + kBlockM * 4, fp32(p.b_scales) + block * p.b_scale_ld + t.n_block * kBlockN, kBlockN * 4,
-                          bar);
+        ptx::bulk_load_1d(scales + kBlockM * 4, fp32(p.b_scales) + block * p.b_scale_ld + t.n_block * kBlockN,
+                          b_scale_bytes, bar);
         st.advance();
       }
     }
@@ -127,7 +130,8 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     Base::zero_acc(acc);
     if (num_k_blocks == 0) return;
     if constexpr (kKind == GemmKind::kWgrad) {
-      mma_tile_wgrad(num_k_blocks, pipe, st, smem, wg, acc, hook);
+      if constexpr (kWideConsumers) mma_tile_wgrad_wide(num_k_blocks, pipe, st, smem, wg, acc, hook);
+      else mma_tile_wgrad(num_k_blocks, pipe, st, smem, wg, acc, hook);
       return;
     }
     if (Base::active_blocks(t, wg) == 0) {
@@ -282,6 +286,34 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     pipe.consumer_release(st.stage);
     hook(kb);
     st.advance();
+    ptx::wgmma_fence_operands(acc[0]);
+  }
+
+  // WGRAD k loop of the 128x256 tile (G69): two 128-column slices from shared memory (SS), each
+  // waited for and folded before the next is issued, as the 128x256 FPROP loop (the other warpgroup's
+  // wgmmas fill the tensor pipe meanwhile). Against 128x128: half the wgmma instructions, descriptor
+  // chains and A scale loads per FLOP, and 25% fewer operand bytes from L2 per FLOP. The stage is
+  // released after the second fold, which reads its scale copy.
+  template <class Hook>
+  DMOE_DEVICE static void mma_tile_wgrad_wide(int32_t num_k_blocks, const Pipeline& pipe, PipelineState<kStages>& st,
+                                              uint32_t smem, int wg, float (&acc)[kMmaPerWg][kAccPerMma], Hook& hook) {
+    const uint32_t lane = threadIdx.x % 32;
+    const uint32_t a_row = static_cast<uint32_t>(Base::tile_row(wg, 0)) + ((threadIdx.x / 32) % 4) * 16 + lane / 4;
+    const uint32_t scale_off = (kBlockM + 2 * (lane % 4)) * 4;  // this thread's first B scale in a stage's copy
+    float scratch[kSliceAcc];
+    for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
+      pipe.consumer_wait(st);
+#pragma unroll
+      for (int s = 0; s < kSlices; ++s) {
+        issue_slice(smem, st.stage, wg, s, scratch);
+        ptx::wgmma_wait<0>();
+        ptx::wgmma_fence_operands(scratch);
+        fold_wgrad(acc, scratch, s, smem_scales(smem, st.stage), a_row, scale_off);
+      }
+      pipe.consumer_release(st.stage);  // data and scales of block kb all read
+      hook(kb);
+      st.advance();
+    }
     ptx::wgmma_fence_operands(acc[0]);
   }
 
