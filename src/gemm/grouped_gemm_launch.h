@@ -192,8 +192,10 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     w13_kernel(128, 256, 4).tma().fp8_blockwise(),
     w13_kernel(128, 128, 6).tma().cluster(2).fp8_blockwise(),
     w13_kernel(128, 256, 4).tma().cluster(2).fp8_blockwise(),
-    // FP8-blockwise WGRAD over the transposed columns (per-element scale products; 128x128, five
-    // stages to leave room for the stages' scale copies). grouped_gemm_sm90_wgrad.cu.
+    // FP8-blockwise WGRAD over the transposed columns (per-element scale products): 128x256 with
+    // two 128-column slices and three stages (the pick where k % 256 == 0; G69), 128x128 with two
+    // register-sourced 64-column slices and five (the stages' scale copies take the sixth's room).
+    // grouped_gemm_sm90_wgrad.cu.
     wgrad_kernel(128, 128, 5).tma().fp8_blockwise_cols(),
     wgrad_kernel(128, 128, 5).fp32_out().tma().fp8_blockwise_cols(),
     wgrad_kernel(128, 256, 3).tma().fp8_blockwise_cols(),
