@@ -17,7 +17,8 @@
 // it replaces made dsv3's accumulating W13 WGRAD 3.4x slower than writing it; DGRAD, whose tail
 // rows need ordinary stores, keeps FP32 staging so old + acc is rounded once.
 //
-// Deferred epilogue (kDeferred: cooperative WGRAD, BF16 output, TMA writer; docs/perf.md G19): at
+// Deferred epilogue (kDeferred: cooperative WGRAD, BF16 output, TMA writer, not the FP8-blockwise
+// 128x256 tile; docs/perf.md G19): at
 // dsv3 a WGRAD tile has 4 k blocks and removing its epilogue made the kernel 35% faster; the
 // cooperative schedule cannot overlap it with math (both warpgroups share each tile). So the first
 // half of a tile's chunks is stored at once and the second half is packed to BF16 in registers
@@ -52,16 +53,16 @@ struct StoreEpilogue {
   // Whether a call may add into the output: DGRAD and WGRAD, and the E4M3 FPROP kernels (which
   // also run FP8-blockwise DGRAD); BF16 FPROP never accumulates, so it compiles no FP32 staging.
   static constexpr bool kMayAccumulate = kKind != GemmKind::kFprop || Mainloop::kElemBytes == 1;
-  static constexpr bool kDeferred =
-      kKind == GemmKind::kWgrad && kBf16Out && Writer::kTma && !Mainloop::kPingPong && Mainloop::kMmaPerWg == 1;
+  // Not for the FP8-blockwise 128x256 WGRAD (kWideConsumers: 128 accumulators next to a 64-register
+  // scratch slice): one deferred chunk of four made its layer stages 1-6% slower than none (G69).
+  static constexpr bool kDeferred = kKind == GemmKind::kWgrad && kBf16Out && Writer::kTma && !Mainloop::kPingPong &&
+                                    Mainloop::kMmaPerWg == 1 && !Mainloop::kWideConsumers;
 
   // Chunks (64 BF16 columns) per tile, and how many of them wait for the next tile's k loop: the
   // packed values stay in registers next to the next tile's accumulators (measured: 2 of 4, -3% at
   // dsv3; 3 of 4 does not spill either but was not measured).
   static constexpr int kChunks = Mainloop::kBlockN / Staging<bf16_t>::kCols;
-  // The FP8-blockwise 128x256 WGRAD (kWideConsumers: 128 accumulators next to a 64-register
-  // scratch slice) defers one chunk of four (G69).
-  static constexpr int kDeferChunks = Mainloop::kWideConsumers ? 1 : kChunks / 2;
+  static constexpr int kDeferChunks = kChunks / 2;
   static constexpr int kFirstDeferred = kChunks - kDeferChunks;
   static constexpr int kPackedPerChunk = Staging<bf16_t>::kCols / 4;  // BF16 pairs of a thread per chunk
 
