@@ -18,14 +18,13 @@
 // rows need ordinary stores, keeps FP32 staging so old + acc is rounded once.
 //
 // Deferred epilogue (kDeferred: cooperative WGRAD, BF16 output, TMA writer, not the FP8-blockwise
-// 128x256 tile; docs/perf.md G19): at
-// dsv3 a WGRAD tile has 4 k blocks and removing its epilogue made the kernel 35% faster; the
-// cooperative schedule cannot overlap it with math (both warpgroups share each tile). So the first
-// half of a tile's chunks is stored at once and the second half is packed to BF16 in registers
-// (defer) and staged and stored one chunk per k block of the *next* tile, while that k block's
-// wgmmas run (store_chunk, called by the mainloop's hook); what is left is flushed after the k loop
-// and at the end. Deferring more than half spills at 168 registers. Same values, same TMA stores
-// (or BF16 reduce-adds), in the same order per warpgroup.
+// 128x256 tile; docs/perf.md G19): at dsv3 a WGRAD tile has 4 k blocks and removing its epilogue
+// made the kernel 35% faster; the cooperative schedule cannot overlap it with math (both
+// warpgroups share each tile). So the first half of a tile's chunks is stored at once and the
+// second half is packed to BF16 in registers (defer) and staged and stored one chunk per k block of
+// the *next* tile, while that k block's wgmmas run (store_chunk, called by the mainloop's hook);
+// what is left is flushed after the k loop and at the end. Deferring more than half spills at 168
+// registers. Same values, same TMA stores (or BF16 reduce-adds), in the same order per warpgroup.
 #pragma once
 
 #include <cstdint>

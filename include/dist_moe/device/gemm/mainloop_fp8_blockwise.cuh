@@ -79,8 +79,8 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   // [tokens / 128, N] and [tokens / 128, K]: every element of a k block has its own scale product
   // a_scale[n] * b_scale[k]. The producer copies the tile's BM + BN scales of each k block next to
   // the stage (two bulk copies completing on the stage's barrier; the B copy stops at K), so the
-  // consumers read them from shared memory. Experts' token segments start at multiples of 128 (the padded column layout), so
-  // token block kb of a tile is global block row_begin / 128 + kb.
+  // consumers read them from shared memory. Experts' token segments start at multiples of 128 (the
+  // padded column layout), so token block kb of a tile is global block row_begin / 128 + kb.
   static constexpr uint32_t kScaleStageBytes = kKind == GemmKind::kWgrad ? (kBlockM + kBlockN) * 4 : 0;
   static constexpr uint32_t kScaleRegionBytes = (kStages * kScaleStageBytes + 1023) / 1024 * 1024;
   static constexpr int smem_bytes() { return Base::smem_bytes() + static_cast<int>(kScaleRegionBytes); }
