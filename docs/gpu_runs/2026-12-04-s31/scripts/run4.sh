@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # s31 r4: the FP8-blockwise WGRAD k loop with its per-block integer work hoisted (G68: fragment and
-# scale offsets once per tile, B descriptors by 32-bit advance from stage 0's) against main's loop
-# (r4_old_mainloop_fp8_blockwise.cuh in a copy of the tree, build-old), alternated in one run.
+# scale offsets once per tile, B descriptors by 32-bit advance from stage 0's) against what was meant
+# to be main's loop (it was r1's pipelined loop: see below and G68)
+# (r4_baseline_header.patch applied to a copy of the tree, build-old), alternated in one run.
 # Correctness on the new loop: the FP8 grouped GEMM tests and the FP8-blockwise training suite.
 # Also: Nsight Compute's per-instruction counts of the new kernel (mixtral EP2 W13, FP32 out).
 O=${OUT:-/tmp/o}; L=/tmp/s31r4; mkdir -p $O $L
@@ -13,7 +14,10 @@ trap finish EXIT
 NCCL=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
 RUN=docs/gpu_runs/2026-12-04-s31
 mkdir -p /tmp/oldsrc && tar -cf - --exclude='./build*' . | tar -xf - -C /tmp/oldsrc
-cp $RUN/r4_old_mainloop_fp8_blockwise.cuh /tmp/oldsrc/include/dist_moe/device/gemm/mainloop_fp8_blockwise.cuh
+# As run, this line copied a full copy of the baseline header (r4_old_mainloop_fp8_blockwise.cuh, since
+# replaced by the patch that turns the run's header into it). That baseline was 5fa700c's header --
+# r1's pipelined loop as the default -- not session 22's loop as intended (G68).
+patch -s -p1 -d /tmp/oldsrc < $RUN/r4_baseline_header.patch
 cfg() { cmake -S $1 -B $2 -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$(command -v python3)" -DDIST_MOE_NCCL_ROOT=$NCCL; }
 ( cfg . build-gpu && cmake --build build-gpu -j 10 --target dist_moe_gpu_tests bench_grouped_gemm dist-moe dmoe_launch \
     dist_moe_fp8_blockwise_training_tests ) > $L/build.log 2>&1 &

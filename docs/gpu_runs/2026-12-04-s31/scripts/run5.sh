@@ -2,7 +2,7 @@
 # s31 r5: the FP8-blockwise 128x256 WGRAD tile (G69: two 128-column SS slices, three stages, the B
 # scale copy clamped at K, one deferred BF16 chunk) picked where k % 256 == 0, against the 128x128
 # tile: GEMMs with --sweep (every compiled FP8 WGRAD configuration, interleaved rounds), layers
-# against a copy of the tree whose heuristic keeps 128x128 (r5_old_gemm_config.cpp, build-old).
+# against a copy of the tree whose heuristic keeps 128x128 (r5_baseline_heuristic.patch, build-old).
 # Correctness: the FP8 grouped GEMM tests (every compiled WGRAD configuration; K = 384 / 640 end a
 # 128x256 tile half past K) and the FP8-blockwise training suite.
 O=${OUT:-/tmp/o}; L=/tmp/s31r5; mkdir -p $O $L
@@ -14,7 +14,8 @@ trap finish EXIT
 NCCL=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
 RUN=docs/gpu_runs/2026-12-04-s31
 mkdir -p /tmp/oldsrc && tar -cf - --exclude='./build*' . | tar -xf - -C /tmp/oldsrc
-cp $RUN/r5_old_gemm_config.cpp /tmp/oldsrc/src/core/gemm_config.cpp
+# As run, a full copy of the baseline gemm_config.cpp was copied here (since replaced by the patch).
+patch -s -p1 -d /tmp/oldsrc < $RUN/r5_baseline_heuristic.patch
 cfg() { cmake -S $1 -B $2 -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$(command -v python3)" -DDIST_MOE_NCCL_ROOT=$NCCL; }
 ( cfg . build-gpu && cmake --build build-gpu -j 10 --target dist_moe_gpu_tests bench_grouped_gemm dist-moe dmoe_launch \
     dist_moe_fp8_blockwise_training_tests ) > $L/build.log 2>&1 &
