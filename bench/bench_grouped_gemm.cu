@@ -320,12 +320,13 @@ std::set<std::string> g_ops;  // empty: every op
 bool want(const std::string& op) { return g_ops.empty() || g_ops.count(op) != 0; }
 
 // The configurations an op is timed with besides the heuristic's pick (`chosen`): with --sweep
-// every other compiled configuration of (op, out, gather). Swap-AB runs only at decode shapes (a
-// 32-token tile at prefill sizes is just slow).
+// every other compiled configuration of (op, out, gather, formats). Swap-AB runs only at decode
+// shapes (a 32-token tile at prefill sizes is just slow).
 std::vector<GroupedGemmConfig> sweep_configs(GroupedGemmOp op, DType out, bool gather, bool decode,
-                                             const std::string& chosen) {
+                                             const std::string& chosen, const OperandFormat& a_format = {},
+                                             const OperandFormat& b_format = {}) {
   std::vector<GroupedGemmConfig> cfgs;
-  for (const GroupedGemmConfig& cfg : grouped_gemm_configs(op, out, gather))
+  for (const GroupedGemmConfig& cfg : grouped_gemm_configs(op, out, gather, a_format, b_format))
     if (g_sweep && cfg.name() != chosen && (!cfg.swap_ab || decode) && cfg.name().find(g_sweep_match) != std::string::npos)
       cfgs.push_back(cfg);
   for (const int sms : g_sms)
@@ -847,11 +848,10 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       b.out_dtype = DType::kFloat32;
       b.accumulate = g_wgrad_accumulate;
       const double ms_bf16 = time_ms([&] { grouped_gemm_wgrad(b, nullptr); }, iters);
-      // The pick, and with --sweep every compiled FP8 WGRAD configuration, in interleaved rounds.
-      const std::vector<GroupedGemmConfig> sweep =
-          g_sweep ? grouped_gemm_configs(GroupedGemmOp::kWgrad, DType::kFloat32, false, kFp8BlockwiseRowsT,
-                                         kFp8BlockwiseRowsT)
-                  : std::vector<GroupedGemmConfig>{};
+      // The pick, and with --sweep every compiled FP8 WGRAD configuration (the pick's too: its name
+      // is not known here), in interleaved rounds.
+      const std::vector<GroupedGemmConfig> sweep = sweep_configs(GroupedGemmOp::kWgrad, DType::kFloat32, false, false,
+                                                                 "", kFp8BlockwiseRowsT, kFp8BlockwiseRowsT);
       std::vector<const GroupedGemmConfig*> cfgs{nullptr};
       for (const GroupedGemmConfig& cfg : sweep) cfgs.push_back(&cfg);
       const std::vector<double> ms = time_configs(cfgs, iters, with_config(f, grouped_gemm_wgrad));
