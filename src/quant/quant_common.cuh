@@ -134,6 +134,15 @@ struct Fp8BlockwiseFormat {
   }
 };
 
+// A thread's index among the 256 threads of a tile: the CTA's (CtaThread) or, in a CTA of 512 running
+// two tiles at once, its half's (HalfCtaThread).
+struct CtaThread {
+  __device__ __forceinline__ unsigned operator()() const { return threadIdx.x; }
+};
+struct HalfCtaThread {
+  __device__ __forceinline__ unsigned operator()() const { return threadIdx.x % 256; }
+};
+
 // ---- 128x128 BF16 tiles through a ring of shared-memory stages ----------------------------------
 // The tile kernels (both activation orientations, weight tiles) are memory-bound with a barrier or
 // two per tile; a ring of cp.async stages keeps the next kTileStages - 1 tiles' loads in flight
@@ -148,8 +157,9 @@ constexpr int kTileLoads = kTile / kTileRowStep;         // 16-byte vectors per 
 using Bf16Tile = uint16_t[kTile][kTile];
 constexpr size_t kTileRingBytes = sizeof(Bf16Tile) * kTileStages;
 
-// Row of tile vector i of this thread (its slot is threadIdx.x % kTileSlots).
-__device__ __forceinline__ int tile_row(int i) { return threadIdx.x / kTileSlots + i * kTileRowStep; }
+// Row of tile vector i of thread `tid` of a tile's 256 (its slot is tid % kTileSlots). A CTA of
+// 512 threads runs two tiles at once, each with its own 256 (tid = threadIdx.x % kTileThreads).
+__device__ __forceinline__ int tile_row(int i, unsigned tid = threadIdx.x) { return tid / kTileSlots + i * kTileRowStep; }
 
 // Issues the copies of the tile at (r0, c0) of the row-major BF16 matrix [rows, cols] into `tile`;
 // what lies outside the matrix is zero-filled.
@@ -185,14 +195,16 @@ __device__ __forceinline__ void issue_gathered_tile(Bf16Tile& tile, const void* 
   }
 }
 
-// This thread's kTileLoads vectors of a landed tile (row tile_row(i), slot threadIdx.x % kTileSlots).
-__device__ __forceinline__ void read_own_vectors(uint4 (&raw)[kTileLoads], const Bf16Tile& tile) {
+// Thread tid's kTileLoads vectors of a landed tile (row tile_row(i, tid), slot tid % kTileSlots).
+__device__ __forceinline__ void read_own_vectors(uint4 (&raw)[kTileLoads], const Bf16Tile& tile,
+                                                 unsigned tid = threadIdx.x) {
 #pragma unroll
   for (int i = 0; i < kTileLoads; ++i)
-    raw[i] = *reinterpret_cast<const uint4*>(&tile[tile_row(i)][(threadIdx.x % kTileSlots) * kVec]);
+    raw[i] = *reinterpret_cast<const uint4*>(&tile[tile_row(i, tid)][(tid % kTileSlots) * kVec]);
 }
 
-// Walks n tiles through a ring of kStages stages: issue(t, stage) starts tile t's copies, body(t,
+// Walks n tiles through a ring of kStages stages (a stage: one Bf16Tile, or an array of them for a
+// kernel that reads several inputs per tile): issue(t, stage) starts tile t's copies, body(t,
 // stage) runs once they have landed and are visible to the whole CTA (the body may reuse its stage
 // as scratch after a barrier of its own). One barrier per tile: tile t + kStages - 1 is issued right
 // after the barrier that publishes tile t, into the stage tile t - 1 used -- every thread has left
@@ -206,8 +218,8 @@ struct NoPrologue {
   __device__ void operator()() const {}
 };
 
-template <int kStages = kTileStages, class Issue, class Body, class Prologue = NoPrologue>
-__device__ __forceinline__ void for_each_tile(int n, Bf16Tile* ring, Issue issue, Body body, Prologue prologue = {}) {
+template <int kStages = kTileStages, class Stage, class Issue, class Body, class Prologue = NoPrologue>
+__device__ __forceinline__ void for_each_tile(int n, Stage* ring, Issue issue, Body body, Prologue prologue = {}) {
   static_assert(kStages >= 2, "a stage in use and one loading");
 #pragma unroll
   for (int t = 0; t < kStages - 1; ++t) {
@@ -252,11 +264,11 @@ __device__ __forceinline__ int staged_piece(int f, int p) { return p ^ ((f ^ (f 
 
 template <class Keep>
 __device__ __forceinline__ void store_byte_tile(uint8_t (*staged)[kTile], uint8_t* dst, int64_t dst_row_stride,
-                                                Keep keep) {
+                                                Keep keep, unsigned tid = threadIdx.x) {
   constexpr int kPieces = kTile * kTile / 16 / kTileThreads;  // 4 per thread
 #pragma unroll
   for (int i = 0; i < kPieces; ++i) {
-    const int idx = threadIdx.x + i * kTileThreads;
+    const int idx = tid + i * kTileThreads;
     const int f = idx / (kTile / 16), p = idx % (kTile / 16);
     if (keep(f, p * 16))
       *reinterpret_cast<uint4*>(dst + f * dst_row_stride + p * 16) =
