@@ -12,6 +12,8 @@
 //     mxfp8_w_train_t (the same + the transposed copy [E, K, N] DGRAD reads: the prepared training
 //     weight, prepare_block_scaled_weight), mxfp8_w_infer (1x32 rows),
 //     fp8bw_w (128x128 + the transposed copy), nvfp4_w (reads the weight twice: amax, then quantize)
+//   the backward's dxy  SwiGLU backward fused with the rows + columns quantization (mxfp8_fused,
+//     fp8bw_fused) next to the two passes it replaces and the BF16 SwiGLU backward alone
 //
 //   bench_quantize [--shapes dsv3_prefill,qwen3_30b] [--ep N] [--iters N] [--sustain-ms MS] [--regions]
 //   (--regions: also both rows + columns quantizers at every region shape, rows "rt x rf" tiles;
@@ -37,6 +39,7 @@
 #include "dist_moe/prepare_weight.h"
 #include "dist_moe/quantize_rows.h"
 #include "dist_moe/workloads.h"
+#include "kernels/swiglu.h"
 #include "quant/quantize.h"
 #include "testing/bench_args.h"
 #include "testing/device_buffer.h"
@@ -71,9 +74,17 @@ struct Row {
   double mb, ms, copy_ms;
 };
 std::vector<Row> g_rows;
+struct FusedRow {
+  std::string shape;
+  double mxfp8, fp8bw;  // the two passes' time / the fused kernel's
+};
+std::vector<FusedRow> g_fused;
 
 // summarize: the rows go into the closing summary (the region sweep's do not).
-void run_cases(const std::string& title, const std::vector<Case>& cases, cudaStream_t s, bool summarize = true) {
+// Returns each case's row (its title's first word and the case name, MB, ms, copy ms).
+std::vector<Row> run_cases(const std::string& title, const std::vector<Case>& cases, cudaStream_t s,
+                           bool summarize = true) {
+  std::vector<Row> rows;
   double most = 0;
   for (const Case& c : cases) most = std::max(most, c.moved_bytes);
   DeviceBuffer<uint8_t> src(static_cast<size_t>(most / 2) + 16), dst(static_cast<size_t>(most / 2) + 16);
@@ -87,9 +98,11 @@ void run_cases(const std::string& title, const std::vector<Case>& cases, cudaStr
         time_ms([&] { DMOE_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), half, cudaMemcpyDeviceToDevice, s)); }, s);
     std::printf("%-18s %10.1f %10.4f %10.1f %10.4f %7.2fx\n", c.name, c.moved_bytes / 1e6, ms,
                 c.moved_bytes / ms / 1e6, copy_ms, copy_ms / ms);
-    if (summarize) g_rows.push_back({title.substr(0, title.find(' ')) + " " + c.name, c.moved_bytes / 1e6, ms, copy_ms});
+    rows.push_back({title.substr(0, title.find(' ')) + " " + c.name, c.moved_bytes / 1e6, ms, copy_ms});
+    if (summarize) g_rows.push_back(rows.back());
   }
   DMOE_CUDA_CHECK(cudaStreamSynchronize(s));
+  return rows;
 }
 
 // The ceiling of a read:write mix, next to the copy: a grid-stride kernel whose lanes read
@@ -283,6 +296,61 @@ void run_activations(const Workload& w, cudaStream_t s) {
   run_cases(w.name + " one orientation (1 x 2 regions)", split, s, false);
 }
 
+// The backward's dxy: SwiGLU backward fused with the rows + columns quantization
+// (quant::*_swiglu_backward_quantize: reads h1 [M, 2F] and grad_h2 [M, F], writes E4M3 rows and
+// columns of [M, 2F]) next to the two passes it replaces (kernels::swiglu_backward writes dxy in
+// BF16, then *_quantize_rows_cols reads it back), alternated in one run; "fused x two passes" =
+// the two passes' time / the fused time. MXFP8 columns compact, as the layer writes them.
+void run_swiglu_backward(const Workload& w, cudaStream_t s) {
+  const int64_t T = w.tokens, F = w.intermediate, K = w.top_k, E = w.experts / g_ep;
+  const int64_t M = T * K, rows_per_expert = (M / E + 127) / 128 * 128, cap = rows_per_expert * E, C = 2 * F;
+  DeviceBuffer<uint16_t> h1(cap * C), gh2(cap * F), dxy(cap * C);
+  testing::fill_uniform_bf16(h1.get(), cap * C, 11, 4.0f, s);
+  testing::fill_uniform_bf16(gh2.get(), cap * F, 12, 0.01f, s);
+  std::vector<int32_t> counts(E, static_cast<int32_t>(M / E)), offsets(E + 1);
+  for (int64_t e = 0; e <= E; ++e) offsets[e] = static_cast<int32_t>(e * rows_per_expert);
+  DeviceBuffer<int32_t> dcounts(counts), doffsets(offsets);
+  const quant::RowGroups groups{dcounts.get(), doffsets.get(), static_cast<int32_t>(E)};
+  const kernels::ExpertRowsView rows_view{dcounts.get(), doffsets.get(), static_cast<int32_t>(E), cap};
+  DeviceBuffer<uint8_t> q(cap * C), qt(quant::mxfp8_compact_columns_bytes(C, cap)), s8(cap * C / 32);
+  DeviceBuffer<float> sf(cap * C / 128), stf(cap * C / 128);
+  quant::Mxfp8Out mx_cols;
+  mx_cols.q = qt.get();
+  mx_cols.compact = true;
+  const quant::Mxfp8Out mx_rows{q.get(), C, s8.get(), C / 32, 1};
+  const quant::Fp8BlockwiseOut bw_rows{q.get(), C, sf.get(), 1, cap}, bw_cols{qt.get(), cap, stf.get(), 1, C};
+  const activation::SwigluParams p;
+  const quant::SwigluBackwardSource src{h1.get(), gh2.get(), cap, F, p};
+  const double rf = double(cap) * F;
+  const double swiglu = 10 * rf, out_mx = 4 * rf + 4 * rf / 32, out_bw = 4 * rf + 4 * rf / 128 * 4;
+  auto swiglu_bwd = [&] { kernels::swiglu_backward(h1.get(), gh2.get(), dxy.get(), F, rows_view, p, s); };
+  const std::vector<Case> cases = {
+      {"mxfp8_fused", 6 * rf + out_mx, [&] { quant::mxfp8_swiglu_backward_quantize(src, groups, mx_rows, mx_cols, s); }},
+      {"mxfp8_two_passes", swiglu + 4 * rf + out_mx,
+       [&] {
+         swiglu_bwd();
+         quant::mxfp8_quantize_rows_cols({dxy.get(), cap, C, C}, groups, mx_rows, mx_cols, s);
+       }},
+      {"fp8bw_fused", 6 * rf + out_bw,
+       [&] { quant::fp8_blockwise_swiglu_backward_quantize(src, groups, bw_rows, bw_cols, s); }},
+      {"fp8bw_two_passes", swiglu + 4 * rf + out_bw,
+       [&] {
+         swiglu_bwd();
+         quant::fp8_blockwise_quantize_rows_cols({dxy.get(), cap, C, C}, groups, bw_rows, bw_cols, s);
+       }},
+      {"swiglu_bwd_bf16", swiglu, swiglu_bwd},
+  };
+  char title[256];
+  std::snprintf(title, sizeof title, "%s dxy (per rank at EP%d: M=%lld rows, F=%lld)", w.name.c_str(), g_ep,
+                (long long)cap, (long long)F);
+  const std::vector<Row> r = run_cases(title, cases, s, false);
+  const double mx = r[1].ms / r[0].ms, bw = r[3].ms / r[2].ms;
+  std::printf("fused x two passes: mxfp8 %.2fx, fp8bw %.2fx\n", mx, bw);
+  g_rows.push_back(r[0]);  // the fused kernels are quantizers: in the summary
+  g_rows.push_back(r[2]);
+  g_fused.push_back({w.name, mx, bw});
+}
+
 void run_weights(const Workload& w, cudaStream_t s) {
   const int64_t E = w.experts / g_ep, N = 2 * w.intermediate, K = w.hidden;
   const double n = double(E) * N * K;
@@ -348,6 +416,7 @@ int bench_main(int argc, char** argv) {
   for (std::string name; std::getline(is, name, ',');) {
     run_activations(find_workload(name), s);
     run_weights(find_workload(name), s);
+    run_swiglu_backward(find_workload(name), s);
     if (g_streams) run_streams(find_workload(name), s);
   }
   int below = 0;
@@ -358,6 +427,9 @@ int bench_main(int argc, char** argv) {
     below += r.copy_ms / r.ms < 0.85;
   }
   std::printf("%d of %zu quantizers at >= 0.85x the copy rate\n", static_cast<int>(g_rows.size()) - below, g_rows.size());
+  for (const FusedRow& f : g_fused)
+    std::printf("%s dxy: SwiGLU backward + rows/cols quantization fused x two passes: mxfp8 %.2fx, fp8bw %.2fx\n",
+                f.shape.c_str(), f.mxfp8, f.fp8bw);
   DMOE_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }

@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "dist_moe/device/activation/swiglu.cuh"
+#include "dist_moe/device/common/device_address.h"
 #include "dist_moe/device/common/macros.cuh"
 #include "dist_moe/device/numeric/mxfp8.cuh"
 #include "dist_moe/device/numeric/nvfp4.cuh"
@@ -212,6 +214,30 @@ Fp8BlockwiseOut fp8_blockwise_packed_rows_out(void* base, int64_t row_stride_byt
 // scale 1.0). C % 128 == 0.
 void fp8_blockwise_gather_packed_rows(const void* const* row_ptrs, const RowGroups& groups, int64_t capacity,
                                       int64_t cols, const Fp8BlockwiseOut& rows, cudaStream_t stream);
+
+// ---- SwiGLU backward fused with the rows + columns quantization of its output ------------------
+
+// The inputs of SwiGLU backward over expert-major rows: h1 = [gate | up] [capacity, 2F] (row stride
+// 2F, at a device-chosen address) and grad_h2 [capacity, F] (row stride F), both BF16, 16-byte
+// aligned; F = intermediate.
+struct SwigluBackwardSource {
+  common::DeviceAddress h1;
+  const void* grad_h2 = nullptr;
+  int64_t capacity = 0;
+  int64_t intermediate = 0;
+  activation::SwigluParams params;
+};
+
+// dxy = [dgate | dup] [capacity, 2F] as kernels::swiglu_backward computes it (BF16), quantized as
+// *_quantize_rows_cols(dxy, groups, rows, cols) quantizes it -- the same bytes, every output
+// optional, `cols` strided or compact -- without dxy being written: one pass over h1 and grad_h2.
+// F a multiple of the format's block (32 / 128); the capacity a multiple of it with `cols` (32
+// without). Padding rows quantize as zeros, rows at or past offsets_G1[G] are neither read nor written.
+void mxfp8_swiglu_backward_quantize(const SwigluBackwardSource& src, const RowGroups& groups, const Mxfp8Out& rows,
+                                    const Mxfp8Out& cols, cudaStream_t stream);
+void fp8_blockwise_swiglu_backward_quantize(const SwigluBackwardSource& src, const RowGroups& groups,
+                                            const Fp8BlockwiseOut& rows, const Fp8BlockwiseOut& cols,
+                                            cudaStream_t stream);
 
 // ---- NVFP4 (E2M1 data, E4M3 per-16 scales, FP32 global / per-token scales) ----------------------
 

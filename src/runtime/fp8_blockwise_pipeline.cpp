@@ -173,15 +173,11 @@ void fp8_blockwise_backward(Context::Impl& c, const RoutedExpertsInputs& in, con
   grouped_gemm_dgrad(d2, stream);
   c.stage("w2_dgrad", stream);
 
-  // dxy = SwiGLU'(h1) * grad_h2 in BF16 at h1's scratch home (in place on the recompute path).
-  const kernels::ExpertRowsView rows{s.expert_rows_unpadded, s.expert_offsets, L, cap};
-  void* dxy = at(c, S.h1);
-  kernels::swiglu_backward({act, layer + planner::kH1}, grad_h2, dxy, F, rows, swiglu_params(c.config), stream);
-  c.stage("swiglu_backward", stream);
-
+  // dxy = SwiGLU'(h1) * grad_h2 straight to E4M3 rows + columns, never stored in BF16 (G70).
   const quant::Fp8BlockwiseOut dxr = row_bundle(c, 2 * F), dxc = strided_columns(c, S.dxy_col, 2 * F);
-  quant::fp8_blockwise_quantize_rows_cols(scratch_rows(c, dxy, 2 * F), groups, dxr, dxc, stream);
-  c.stage("quantize_dxy", stream);
+  const quant::SwigluBackwardSource dxy{{act, layer + planner::kH1}, grad_h2, cap, F, swiglu_params(c.config)};
+  quant::fp8_blockwise_swiglu_backward_quantize(dxy, groups, dxr, dxc, stream);
+  c.stage("swiglu_backward_quantize_dxy", stream);
 
   DgradArgs d13 = w13_dgrad_args(c, in, s.expert_rows);
   use_row_operands(d13.common, dxr, w13.dgrad_scale, true);

@@ -43,25 +43,28 @@ RowBundle row_bundle(const Context::Impl& c, int64_t C) {
   return {q, q + align128(c.capacity_rows() * C)};
 }
 
-// Quantizes expert-major rows into the row bundle and, when `cols` is set, the compact column
-// bundle at cols.base + *cols.offset. `offsets` may be gated (all zero: nothing happens).
 quant::Mxfp8Out row_bundle_out(const Context::Impl& c, int64_t C) {
   const RowBundle rb = row_bundle(c, C);
   return {rb.q, C, rb.scales, C / 32, 1};
 }
 
+// The compact column bundle at cols.base + *cols.offset (absent where cols.base is null).
+quant::Mxfp8Out compact_columns_out(common::DeviceAddress cols) {
+  quant::Mxfp8Out out;
+  if (cols.base) {
+    out.q = static_cast<uint8_t*>(cols.base);
+    out.compact = true;
+    out.q_offset = cols.offset;
+  }
+  return out;
+}
+
+// Quantizes expert-major rows into the row bundle and, when `cols` is set, the compact column
+// bundle at cols.base + *cols.offset. `offsets` may be gated (all zero: nothing happens).
 void quantize_rows_cols(const Context::Impl& c, const quant::Bf16Matrix& x, const int32_t* real_counts,
                         const int32_t* offsets, common::DeviceAddress cols, cudaStream_t stream) {
-  const int64_t C = x.cols;
-  const quant::Mxfp8Out rows = row_bundle_out(c, C);
-  quant::Mxfp8Out col_out;
-  if (cols.base) {
-    col_out.q = static_cast<uint8_t*>(cols.base);
-    col_out.compact = true;
-    col_out.q_offset = cols.offset;
-  }
   const quant::RowGroups groups{real_counts, offsets, static_cast<int32_t>(c.local_experts)};
-  quant::mxfp8_quantize_rows_cols(x, groups, rows, col_out, stream);
+  quant::mxfp8_quantize_rows_cols(x, groups, row_bundle_out(c, x.cols), compact_columns_out(cols), stream);
 }
 
 // A compact column bundle back to BF16 rows [cap, C] at `rows` (a WGRAD operand).
@@ -183,15 +186,11 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
   grouped_gemm_dgrad(d2, stream);
   c.stage("w2_dgrad", stream);
 
-  // dxy = SwiGLU'(h1) * grad_h2 in BF16 at h1's scratch home (in place on the recompute path).
-  const kernels::ExpertRowsView rows{s.expert_rows_unpadded, s.expert_offsets, L, cap};
-  void* dxy = at(c, S.h1);
-  kernels::swiglu_backward({act, layer + planner::kH1}, grad_h2, dxy, F, rows, swiglu_params(c.config), stream);
-  c.stage("swiglu_backward", stream);
-
-  quantize_rows_cols(c, scratch_rows(c, dxy, 2 * F), s.expert_rows_unpadded, s.expert_offsets, at(c, S.dxy_col),
-                     stream);
-  c.stage("quantize_dxy", stream);
+  // dxy = SwiGLU'(h1) * grad_h2 straight to E4M3 rows + compact columns, never stored in BF16 (G70).
+  const quant::SwigluBackwardSource dxy{{act, layer + planner::kH1}, grad_h2, cap, F, swiglu_params(c.config)};
+  quant::mxfp8_swiglu_backward_quantize(dxy, {s.expert_rows_unpadded, s.expert_offsets, L}, row_bundle_out(c, 2 * F),
+                                        compact_columns_out(at(c, S.dxy_col)), stream);
+  c.stage("swiglu_backward_quantize_dxy", stream);
 
   DgradArgs d13 = w13_dgrad_args(c, in, s.expert_rows);
   const RowBundle dxr = row_bundle(c, 2 * F);
