@@ -349,6 +349,12 @@ void run_swiglu_backward(const Workload& w, cudaStream_t s) {
   g_rows.push_back(r[0]);  // the fused kernels are quantizers: in the summary
   g_rows.push_back(r[2]);
   g_fused.push_back({w.name, mx, bw});
+  if (!g_regions) return;
+  run_region_sweep(w.name + " fp8bw_fused by region (tokens x features tiles)", 8, cases[2].moved_bytes,
+                   [&](int lt, int lf) {
+                     quant::fp8_blockwise_swiglu_backward_quantize_in_regions(src, groups, bw_rows, bw_cols, lt, lf, s);
+                   },
+                   s);
 }
 
 void run_weights(const Workload& w, cudaStream_t s) {

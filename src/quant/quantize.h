@@ -238,6 +238,14 @@ void mxfp8_swiglu_backward_quantize(const SwigluBackwardSource& src, const RowGr
 void fp8_blockwise_swiglu_backward_quantize(const SwigluBackwardSource& src, const RowGroups& groups,
                                             const Fp8BlockwiseOut& rows, const Fp8BlockwiseOut& cols,
                                             cudaStream_t stream);
+// The same with a fixed CTA region of 2^log2_region_t token tiles x 2^log2_region_f feature tiles of
+// F (128 each, at most 8 tiles in all); the launchers above pick it (tests and benches sweep all).
+void mxfp8_swiglu_backward_quantize_in_regions(const SwigluBackwardSource& src, const RowGroups& groups,
+                                               const Mxfp8Out& rows, const Mxfp8Out& cols, int log2_region_t,
+                                               int log2_region_f, cudaStream_t stream);
+void fp8_blockwise_swiglu_backward_quantize_in_regions(const SwigluBackwardSource& src, const RowGroups& groups,
+                                                       const Fp8BlockwiseOut& rows, const Fp8BlockwiseOut& cols,
+                                                       int log2_region_t, int log2_region_f, cudaStream_t stream);
 
 // ---- NVFP4 (E2M1 data, E4M3 per-16 scales, FP32 global / per-token scales) ----------------------
 

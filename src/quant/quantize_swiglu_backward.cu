@@ -48,6 +48,21 @@ __device__ __forceinline__ void issue_triple(TileTriple& stage, const uint16_t* 
   }
 }
 
+// Tile (r0, c0)'s rows of gate, up and grad_h2 into L2 (one 256-byte row segment per thread of the
+// first 384): issued with the copies of the tile before it, so that tile's copies find their bytes
+// in L2. With one CTA per SM and one stage loading while another is processed, the copies alone
+// keep too few bytes in flight to cover DRAM latency.
+__device__ __forceinline__ void prefetch_triple(const uint16_t* h1, const uint16_t* grad_h2, int64_t f_dim, int64_t end,
+                                                int64_t r0, int64_t c0) {
+  if (threadIdx.x >= 3 * kTile) return;
+  const int which = threadIdx.x / kTile;
+  const int64_t row = r0 + threadIdx.x % kTile;
+  if (row >= end) return;
+  const int64_t cols = f_dim - c0 < kTile ? f_dim - c0 : kTile;
+  const uint16_t* src = which == kGradH2 ? grad_h2 + row * f_dim + c0 : h1 + row * 2 * f_dim + which * f_dim + c0;
+  ptx::prefetch_l2_bulk(src, static_cast<uint32_t>(cols * 2));
+}
+
 // dgate over the gate tile and dup over the up tile, in place, element by element as
 // kernels::swiglu_backward (FP32 from the BF16 inputs, rounded to nearest even BF16). Rows that are
 // not real tokens get whatever their inputs give: the tile body reads them as zeros.
@@ -122,10 +137,14 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
       }
     });
   };
+  const int tiles = tiles_t * tiles_f;
   auto issue = [&](int t, TileTriple& stage) {
     issue_triple(stage, h1, grad_h2, f_dim, end, m_first + (t / tiles_f) * kTile, c_first + (t % tiles_f) * kTile);
+    if (t + 1 < tiles)
+      prefetch_triple(h1, grad_h2, f_dim, end, m_first + ((t + 1) / tiles_f) * kTile,
+                      c_first + ((t + 1) % tiles_f) * kTile);
   };
-  for_each_tile<kFusedStages>(tiles_t * tiles_f, ring, issue, [&](int t, TileTriple& stage) {
+  for_each_tile<kFusedStages>(tiles, ring, issue, [&](int t, TileTriple& stage) {
     const int tt = t / tiles_f, tf = t % tiles_f;
     swiglu_backward_in_place(stage, params);
     __syncthreads();  // the tile body reads other threads' vectors
@@ -137,25 +156,43 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
                                        tiles_f, out_col0, 2 * f_dim, rows, cols, compact_offset, compact_ld);
 }
 
+// One CTA per SM: a CTA's first tile loads with nothing else in flight on its SM (about a tile's
+// time lost per CTA), so the region is as large as the waves allow: cost 1 + 1 / tiles per region
+// over the wave efficiency (choose_region); MXFP8's partial scale rows break ties as in
+// choose_rows_cols_region.
+RegionShape choose_fused_region(int64_t tiles_t, int64_t tiles_f, bool byte_scales, int64_t slots) {
+  return choose_region(tiles_t, tiles_f, 1, slots, kRegionTiles, kRegionTiles, [&](int64_t rt, int64_t rf) {
+    return 1.0 + 1.0 / double(rt * rf) + (byte_scales ? mxfp8_scale_row_requests(rt, rf) / 20000.0 : 0.0);
+  });
+}
+
 template <class F, bool kCompactCols>
 void launch_kernel(const SwigluBackwardSource& src, const RowGroups& groups, const QuantizedOut<typename F::Scale>& rows,
-                   const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream) {
+                   const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name, int log2_rt,
+                   int log2_rf) {
   constexpr auto kernel = swiglu_backward_quantize_kernel<F, kCompactCols>;
   allow_dynamic_smem<kernel>(kFusedRingBytes);
   const int64_t tiles_t = (src.capacity + kTile - 1) / kTile, tiles_f = (src.intermediate + kTile - 1) / kTile;
-  const RegionShape r =
-      choose_rows_cols_region(tiles_t, tiles_f, sizeof(typename F::Scale) == 1,
-                              resident_ctas(reinterpret_cast<const void*>(kernel), kFusedThreads, kFusedRingBytes));
-  const dim3 grid(static_cast<unsigned>((tiles_f + (1 << r.log2_b) - 1) >> r.log2_b),
-                  static_cast<unsigned>((tiles_t + (1 << r.log2_a) - 1) >> r.log2_a));
+  if (log2_rt < 0) {
+    const RegionShape r =
+        choose_fused_region(tiles_t, tiles_f, sizeof(typename F::Scale) == 1,
+                            resident_ctas(reinterpret_cast<const void*>(kernel), kFusedThreads, kFusedRingBytes));
+    log2_rt = r.log2_a;
+    log2_rf = r.log2_b;
+  }
+  DMOE_CHECK_ARG(log2_rt >= 0 && log2_rf >= 0 && (1 << (log2_rt + log2_rf)) <= kRegionTiles, name, ": region 2^",
+                 log2_rt, " x 2^", log2_rf, " tiles (at most ", kRegionTiles, ")");
+  const dim3 grid(static_cast<unsigned>((tiles_f + (1 << log2_rf) - 1) >> log2_rf),
+                  static_cast<unsigned>((tiles_t + (1 << log2_rt) - 1) >> log2_rt));
   kernel<<<grid, kFusedThreads, kFusedRingBytes, stream>>>(src.h1, src.grad_h2, src.capacity, src.intermediate,
-                                                           src.params, groups, rows, cols, r.log2_a, r.log2_b);
+                                                           src.params, groups, rows, cols, log2_rt, log2_rf);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 
 template <class F>
 void launch(const SwigluBackwardSource& src, const RowGroups& groups, const QuantizedOut<typename F::Scale>& rows,
-            const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name) {
+            const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name, int log2_rt = -1,
+            int log2_rf = -1) {
   const int64_t f = src.intermediate;
   DMOE_CHECK_ARG(f > 0 && f % F::kBlock == 0, name, ": intermediate_dim=", f, " must be a positive multiple of ",
                  F::kBlock);
@@ -173,8 +210,8 @@ void launch(const SwigluBackwardSource& src, const RowGroups& groups, const Quan
   DMOE_CHECK_ARG(!cols.compact || reinterpret_cast<uintptr_t>(cols.q) % 16 == 0, name,
                  ": compact columns need q 16-byte aligned");
   if (src.capacity == 0 || (!rows.present() && !cols.present())) return;
-  if (cols.compact) return launch_kernel<F, true>(src, groups, rows, cols, stream);
-  launch_kernel<F, false>(src, groups, rows, cols, stream);
+  if (cols.compact) return launch_kernel<F, true>(src, groups, rows, cols, stream, name, log2_rt, log2_rf);
+  launch_kernel<F, false>(src, groups, rows, cols, stream, name, log2_rt, log2_rf);
 }
 
 }  // namespace
@@ -188,6 +225,21 @@ void fp8_blockwise_swiglu_backward_quantize(const SwigluBackwardSource& src, con
                                             const Fp8BlockwiseOut& rows, const Fp8BlockwiseOut& cols,
                                             cudaStream_t stream) {
   launch<Fp8BlockwiseFormat>(src, groups, rows, cols, stream, "fp8_blockwise_swiglu_backward_quantize");
+}
+
+void mxfp8_swiglu_backward_quantize_in_regions(const SwigluBackwardSource& src, const RowGroups& groups,
+                                               const Mxfp8Out& rows, const Mxfp8Out& cols, int log2_region_t,
+                                               int log2_region_f, cudaStream_t stream) {
+  DMOE_CHECK_ARG(log2_region_t >= 0 && log2_region_f >= 0, "mxfp8_swiglu_backward_quantize: negative region");
+  launch<Mxfp8Format>(src, groups, rows, cols, stream, "mxfp8_swiglu_backward_quantize", log2_region_t, log2_region_f);
+}
+
+void fp8_blockwise_swiglu_backward_quantize_in_regions(const SwigluBackwardSource& src, const RowGroups& groups,
+                                                       const Fp8BlockwiseOut& rows, const Fp8BlockwiseOut& cols,
+                                                       int log2_region_t, int log2_region_f, cudaStream_t stream) {
+  DMOE_CHECK_ARG(log2_region_t >= 0 && log2_region_f >= 0, "fp8_blockwise_swiglu_backward_quantize: negative region");
+  launch<Fp8BlockwiseFormat>(src, groups, rows, cols, stream, "fp8_blockwise_swiglu_backward_quantize", log2_region_t,
+                             log2_region_f);
 }
 
 }  // namespace dist_moe::quant

@@ -58,8 +58,9 @@ struct Fp8Blockwise {
   static quant::QuantizedOut<Scale> rows(uint8_t* q, Scale* s, int64_t cap, int64_t C) { return {q, C, s, 1, cap}; }
   static quant::QuantizedOut<Scale> cols(uint8_t* q, Scale* s, int64_t cap, int64_t C) { return {q, cap, s, 1, C}; }
   static void fused(const quant::SwigluBackwardSource& src, const quant::RowGroups& g, const quant::QuantizedOut<Scale>& r,
-                    const quant::QuantizedOut<Scale>& c) {
-    quant::fp8_blockwise_swiglu_backward_quantize(src, g, r, c, nullptr);
+                    const quant::QuantizedOut<Scale>& c, int lt, int lf) {
+    if (lt < 0) quant::fp8_blockwise_swiglu_backward_quantize(src, g, r, c, nullptr);
+    else quant::fp8_blockwise_swiglu_backward_quantize_in_regions(src, g, r, c, lt, lf, nullptr);
   }
   static void two_passes(const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::QuantizedOut<Scale>& r,
                          const quant::QuantizedOut<Scale>& c) {
@@ -72,8 +73,9 @@ struct Mxfp8 {
   static quant::QuantizedOut<Scale> rows(uint8_t* q, Scale* s, int64_t, int64_t C) { return {q, C, s, C / 32, 1}; }
   static quant::QuantizedOut<Scale> cols(uint8_t* q, Scale* s, int64_t cap, int64_t) { return {q, cap, s, cap / 32, 1}; }
   static void fused(const quant::SwigluBackwardSource& src, const quant::RowGroups& g, const quant::QuantizedOut<Scale>& r,
-                    const quant::QuantizedOut<Scale>& c) {
-    quant::mxfp8_swiglu_backward_quantize(src, g, r, c, nullptr);
+                    const quant::QuantizedOut<Scale>& c, int lt, int lf) {
+    if (lt < 0) quant::mxfp8_swiglu_backward_quantize(src, g, r, c, nullptr);
+    else quant::mxfp8_swiglu_backward_quantize_in_regions(src, g, r, c, lt, lf, nullptr);
   }
   static void two_passes(const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::QuantizedOut<Scale>& r,
                          const quant::QuantizedOut<Scale>& c) {
@@ -112,13 +114,14 @@ struct Outputs {
 
 template <class Fmt>
 void check_fused(const std::vector<int32_t>& counts, int64_t F, int64_t spare, bool clamped, Columns columns,
-                 uint64_t seed) {
+                 uint64_t seed, int log2_rt = -1, int log2_rf = -1) {
   const int64_t C = 2 * F;
   std::vector<int32_t> offsets{0};
   for (int32_t c : counts) offsets.push_back(offsets.back() + (c + Fmt::kBlock - 1) / Fmt::kBlock * Fmt::kBlock);
   const int64_t used = offsets.back(), cap = used + spare;
   SCOPED_TRACE("F=" + std::to_string(F) + " capacity=" + std::to_string(cap) + " used=" + std::to_string(used) +
-               (clamped ? " clamped" : " plain") + (columns == Columns::kCompact ? " compact" : " strided"));
+               (clamped ? " clamped" : " plain") + (columns == Columns::kCompact ? " compact" : " strided") +
+               (log2_rt < 0 ? "" : " region " + std::to_string(1 << log2_rt) + "x" + std::to_string(1 << log2_rf)));
   reference::Rng rng(seed);
   // Gate and up spread around the clamp limit (7): some past it on both sides.
   std::vector<uint16_t> h1 = random_rows(cap, C, 10.0f, 1, rng), gh2 = random_rows(cap, F, 1.0f, 20, rng);
@@ -149,7 +152,8 @@ void check_fused(const std::vector<int32_t>& counts, int64_t F, int64_t spare, b
                            p, nullptr);
   Fmt::two_passes(quant::Bf16Matrix{ddxy.get(), cap, C, C}, groups, want.rows_out, want.cols_out);
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
-  Fmt::fused(quant::SwigluBackwardSource{h1_at, dgh2.get(), cap, F, p}, groups, got.rows_out, got.cols_out);
+  Fmt::fused(quant::SwigluBackwardSource{h1_at, dgh2.get(), cap, F, p}, groups, got.rows_out, got.cols_out, log2_rt,
+             log2_rf);
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
 
   EXPECT_EQ(first_difference(got.q.download(), want.q.download()), -1) << "row data";
@@ -162,9 +166,10 @@ void check_fused(const std::vector<int32_t>& counts, int64_t F, int64_t spare, b
   }
   // Not vacuous: the reference wrote real rows' codes.
   const auto q = want.q.download();
-  int64_t nonzero = 0;
+  int64_t nonzero = 0, real = 0;
   for (int64_t i = 0; i < used * C; ++i) nonzero += q[i] != 0 && q[i] != kPoison;
-  EXPECT_GT(nonzero, used * C / 4) << "the reference rows are mostly zero or unwritten";
+  for (int32_t c : counts) real += c;
+  EXPECT_GT(nonzero, real * C / 4) << "the reference's real rows are mostly zero or unwritten";
 }
 
 TEST(SwigluBackwardQuantize, Fp8BlockwiseEqualsTheTwoPassesBitForBit) {
@@ -186,6 +191,17 @@ TEST(SwigluBackwardQuantize, Mxfp8EqualsTheTwoPassesBitForBit) {
   std::vector<int32_t> many(1024);  // the largest group table
   for (size_t g = 0; g < many.size(); ++g) many[g] = static_cast<int32_t>(g * 7 % 41);
   check_fused<Mxfp8>(many, 128, 32, false, Columns::kCompact, 84);
+}
+
+// Every region shape (rt x rf tiles, at most 8), regions cut by the last expert and by F.
+TEST(SwigluBackwardQuantize, EveryRegionShapeEqualsTheTwoPasses) {
+  DMOE_REQUIRE_SM90();
+  for (int lt = 0; lt <= 3; ++lt)
+    for (int lf = 0; lt + lf <= 3; ++lf) {
+      check_fused<Fp8Blockwise>({300, 5, 0, 129, 77}, 640, 128, lt % 2 == 1, Columns::kStrided, 90 + 4 * lt + lf, lt, lf);
+      check_fused<Mxfp8>({300, 5, 0, 129, 77}, 352, 64, lf % 2 == 1, Columns::kCompact, 110 + 4 * lt + lf, lt, lf);
+      if (::testing::Test::HasFailure()) return;
+    }
 }
 
 // Host checks, before any device work (no GPU needed).
