@@ -48,21 +48,6 @@ __device__ __forceinline__ void issue_triple(TileTriple& stage, const uint16_t* 
   }
 }
 
-// Tile (r0, c0)'s rows of gate, up and grad_h2 into L2 (one 256-byte row segment per thread of the
-// first 384): issued with the copies of the tile before it, so that tile's copies find their bytes
-// in L2. With one CTA per SM and one stage loading while another is processed, the copies alone
-// keep too few bytes in flight to cover DRAM latency.
-__device__ __forceinline__ void prefetch_triple(const uint16_t* h1, const uint16_t* grad_h2, int64_t f_dim, int64_t end,
-                                                int64_t r0, int64_t c0) {
-  if (threadIdx.x >= 3 * kTile) return;
-  const int which = threadIdx.x / kTile;
-  const int64_t row = r0 + threadIdx.x % kTile;
-  if (row >= end) return;
-  const int64_t cols = f_dim - c0 < kTile ? f_dim - c0 : kTile;
-  const uint16_t* src = which == kGradH2 ? grad_h2 + row * f_dim + c0 : h1 + row * 2 * f_dim + which * f_dim + c0;
-  ptx::prefetch_l2_bulk(src, static_cast<uint32_t>(cols * 2));
-}
-
 // dgate over the gate tile and dup over the up tile, in place, element by element as
 // kernels::swiglu_backward (FP32 from the BF16 inputs, rounded to nearest even BF16). Rows that are
 // not real tokens get whatever their inputs give: the tile body reads them as zeros.
@@ -140,9 +125,6 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   const int tiles = tiles_t * tiles_f;
   auto issue = [&](int t, TileTriple& stage) {
     issue_triple(stage, h1, grad_h2, f_dim, end, m_first + (t / tiles_f) * kTile, c_first + (t % tiles_f) * kTile);
-    if (t + 1 < tiles)
-      prefetch_triple(h1, grad_h2, f_dim, end, m_first + ((t + 1) / tiles_f) * kTile,
-                      c_first + ((t + 1) % tiles_f) * kTile);
   };
   for_each_tile<kFusedStages>(tiles, ring, issue, [&](int t, TileTriple& stage) {
     const int tt = t / tiles_f, tf = t % tiles_f;

@@ -20,12 +20,6 @@ DMOE_DEVICE void cp_async_16_zfill(void* dst, const void* src, bool valid) {
                : "memory");
 }
 
-// Starts moving `bytes` (a multiple of 16) from global `src` (16-byte aligned) into L2, with nothing
-// to wait for: a later load of the range finds it there (cp.async.bulk.prefetch.L2, SM90).
-DMOE_DEVICE void prefetch_l2_bulk(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
-
 // Closes the group of this thread's cp.async issued since the last commit.
 DMOE_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
