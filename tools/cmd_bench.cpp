@@ -198,7 +198,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
   // contiguous operands), timed in alternation with it (medians of 3 rounds). With several ranks,
   // the range over ranks: a stage that ends in an EP barrier is long on a rank that waits there.
   const bool multi = gpus > 1;
-  std::printf("\n%-24s %10s %12s %8s", "stage (eager)", "rank 0 ms",
+  int name_width = 24;  // the longest stage name
+  for (const auto& stage : ranks[0].stages) name_width = std::max(name_width, static_cast<int>(stage.first.size()));
+  std::printf("\n%-*s %10s %12s %8s", name_width, "stage (eager)", "rank 0 ms",
               format == "bf16" ? "GEMM-only ms" : "BF16 GEMM ms", "ratio");
   if (multi) std::printf(" %17s %17s", "ms over ranks", "GEMM-only ranks");
   std::printf("\n");
@@ -209,7 +211,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
       return t == rr.gemm_stages.end() ? -1.0 : t->second;
     };
     const double twin = twin_of(ranks[0]);
-    std::printf("%-24s %10.3f", name.c_str(), ms);
+    std::printf("%-*s %10.3f", name_width, name.c_str(), ms);
     if (twin > 0) std::printf(" %12.3f %7.2fx", twin, ms / twin);
     else std::printf(" %12s %8s", "", "");
     if (multi) {
