@@ -191,7 +191,7 @@ struct DgradArgs {
 // transposed columns, E4M3 [n, m_capacity] and [k, m_capacity] with scales.a [m_capacity/128, n]
 // (scales.a_ld = n) and scales.b [m_capacity/128, k]; every expert's token segment is whole
 // 128-token blocks, so counts are the padded counts (multiples of 128, checked on the device) and
-// m_capacity a multiple of 128; no device offsets.
+// m_capacity a multiple of 128; no device offsets, except for a compact `a` (a_compact_rows).
 struct WgradArgs {
   GroupedGemmCommon common;
   const void* grad_out = nullptr;  // [m_capacity, n] BF16 (FP8 blockwise: see above)
@@ -203,6 +203,12 @@ struct WgradArgs {
   // Device byte offsets of the two row buffers (see the top of this file); nullptr = 0.
   const int64_t* grad_out_offset = nullptr;
   const int64_t* a_offset = nullptr;
+  // FP8 blockwise: `a` is a compact column bundle (quant::QuantizedOut::compact, the layer's saved
+  // x / h2 columns) at a + *a_offset: E4M3 [k, R], R = *a_compact_rows read on the device (the sum
+  // of the padded counts, a multiple of 128), then its FP32 scales [R / 128, k] at
+  // align128(k * R); scales.b must be nullptr. The kernel's tensor map takes R as its row length
+  // at run time, so no host read is needed (graph-safe).
+  const int32_t* a_compact_rows = nullptr;
 };
 
 void grouped_gemm_fprop(const FpropArgs& args, cudaStream_t stream);

@@ -173,8 +173,9 @@ bool entry_matches(const GemmKernelEntry& e, GroupedGemmOp op, DType out, bool g
   return entry_computes(e, op, out, a, b) && e.gather == gather;
 }
 
-// The block scales a call's formats need are given (and only those).
-void check_scales(const GroupedGemmCommon& c, const char* op) {
+// The block scales a call's formats need are given (and only those). b_in_bundle: B is a compact
+// FP8-blockwise column bundle, whose scales follow its data (WgradArgs::a_compact_rows).
+void check_scales(const GroupedGemmCommon& c, const char* op, bool b_in_bundle) {
   const OperandScales& s = c.scales;
   if (c.a_format == kNvfp4Rows || c.a_format == kNvfp4ExpandedRows) {
     // The packed token rows carry their E4M3 scales and FP32 token_scale_inv; expanded rows have
@@ -210,9 +211,15 @@ void check_scales(const GroupedGemmCommon& c, const char* op) {
                    ": the scale grids exceed 2^31 bytes (the kernels index them in int32)");
     return;
   } else if (c.a_format == kFp8BlockwiseRowsT) {
-    // WGRAD's transposed columns: A scales [m_capacity / 128, n], B scales [m_capacity / 128, k].
-    DMOE_CHECK_ARG(s.a != nullptr && s.b != nullptr, op, ": A and B (", c.a_format.name(),
-                   ") need their block scales in scales.a and scales.b");
+    // WGRAD's transposed columns: A scales [m_capacity / 128, n], B scales [m_capacity / 128, k]
+    // (a compact B bundle: after its data).
+    if (b_in_bundle) {
+      DMOE_CHECK_ARG(s.a != nullptr && s.b == nullptr, op, ": A (", c.a_format.name(),
+                     ") needs its block scales in scales.a; a compact B bundle holds its own (scales.b must be nullptr)");
+    } else {
+      DMOE_CHECK_ARG(s.a != nullptr && s.b != nullptr, op, ": A and B (", c.a_format.name(),
+                     ") need their block scales in scales.a and scales.b");
+    }
     DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(s.a) % 16 == 0 && reinterpret_cast<uintptr_t>(s.b) % 16 == 0, op,
                    ": scales.a and scales.b must be 16-byte aligned");
     DMOE_CHECK_ARG(s.a_ld == c.n, op, ": scales.a_ld must be n = ", c.n, " (the A scale grid is [m_capacity / 128, n]), got ",
@@ -252,10 +259,11 @@ void check_block_scaled_rows(const GroupedGemmCommon& c, const GatherArgs& g, co
 
 // Fails unless some kernel computes `op` on these operand formats: checked before any heuristic
 // or launch, so an unsupported format is never run by a kernel of another one.
-void check_formats(GroupedGemmOp op, DType out, const GroupedGemmCommon& c, const char* op_name) {
+void check_formats(GroupedGemmOp op, DType out, const GroupedGemmCommon& c, const char* op_name,
+                   bool b_in_bundle = false) {
   std::set<std::string> compiled;
   for (const GemmKernelEntry& e : gemm::gemm_kernels()) {
-    if (entry_computes(e, op, out, c.a_format, c.b_format)) return check_scales(c, op_name);
+    if (entry_computes(e, op, out, c.a_format, c.b_format)) return check_scales(c, op_name, b_in_bundle);
     if (entry_computes(e, op, out, e.a, e.b)) compiled.insert("A=" + e.a.name() + ", B=" + e.b.name());
   }
   std::ostringstream have;
@@ -697,7 +705,10 @@ void grouped_gemm_wgrad(const WgradArgs& a, cudaStream_t stream) {
   constexpr const char* op = "grouped_gemm_wgrad";
   check_common(a.common, op);
   check_out_dtype(a.out_dtype, op);
-  check_formats(GroupedGemmOp::kWgrad, a.out_dtype, a.common, op);
+  const bool fp8 = a.common.a_format == kFp8BlockwiseRowsT;
+  DMOE_CHECK_ARG(a.a_compact_rows == nullptr || fp8, op, ": a_compact_rows is for FP8-blockwise column bundles (A=",
+                 a.common.a_format.name(), ")");
+  check_formats(GroupedGemmOp::kWgrad, a.out_dtype, a.common, op, a.a_compact_rows != nullptr);
   check_ptr(a.grad_w, op, "grad_w");
   if (a.common.m_capacity == 0) {  // no rows at all: every expert's gradient is zero
     if (!a.accumulate)
@@ -709,13 +720,16 @@ void grouped_gemm_wgrad(const WgradArgs& a, cudaStream_t stream) {
   }
   check_ptr(a.grad_out, op, "grad_out");
   check_ptr(a.a, op, "a");
-  const bool fp8 = a.common.a_format == kFp8BlockwiseRowsT;
-  if (fp8)
-    DMOE_CHECK_ARG(a.grad_out_offset == nullptr && a.a_offset == nullptr, op,
-                   ": device offsets would move the FP8 columns but not their scales; block-scaled operands take none");
+  if (fp8)  // a compact bundle's scales move with it; strided columns' scales would not
+    DMOE_CHECK_ARG(a.grad_out_offset == nullptr && (a.a_offset == nullptr || a.a_compact_rows != nullptr), op,
+                   ": device offsets would move the FP8 columns but not their scales; block-scaled operands take none "
+                   "(except a compact bundle: a_compact_rows)");
+  DMOE_CHECK_ARG(a.a_compact_rows == nullptr || reinterpret_cast<uintptr_t>(a.a) % 16 == 0, op,
+                 ": a compact bundle needs a 16-byte aligned");
   GemmLaunch L;
   L.a = a.grad_out;
   L.b = a.a;
+  L.b_compact_rows = a.a_compact_rows;
   L.out = a.grad_w;
   L.a_offset = a.grad_out_offset;
   L.b_offset = a.a_offset;

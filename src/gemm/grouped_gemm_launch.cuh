@@ -97,12 +97,16 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     // E4M3 WGRAD: the transposed copies grad_out^T [n, m_capacity] and x^T [k, m_capacity].
     set_operand(om, gemm::kMapA, L.a, nullptr);
     set_map(om, gemm::kMapA, make_tma_2d(L.a, kIn, L.n, L.m_capacity, L.m_capacity, Mainloop::kBoxAOuter, "grad_out^T"));
-    set_operand(om, gemm::kMapB, L.b, nullptr);
+    // x^T may be a compact bundle [k, R] (R known on the device: the map's row length is patched,
+    // the scales follow the data) at a device offset.
+    set_operand(om, gemm::kMapB, L.b, L.b_offset);
     set_map(om, gemm::kMapB, make_tma_2d(L.b, kIn, L.k, L.m_capacity, L.m_capacity, Mainloop::kBoxBOuter, "x^T"));
+    om.row_length[gemm::kMapB] = L.b_compact_rows;
     ml.a_scales = L.a_scales;
     ml.a_scale_ld = L.n;
     ml.b_scales = L.b_scales;
     ml.b_scale_ld = L.k;
+    ml.b_compact_rows = L.b_compact_rows;
     sc.m_blocks = L.n / BM;
     sc.fixed_m_blocks = sc.m_blocks;
     sc.fixed_n_blocks = ceil_div_i32(L.k, BN);

@@ -274,13 +274,19 @@ struct GemmLaunch {
   const void* a_scales = nullptr;
   int64_t a_scale_ld = 0;
   const void* b_scales = nullptr;
+  // FP8-blockwise WGRAD: b (x) is a compact column bundle [k, R], R = *b_compact_rows on the device,
+  // its scales after the data (WgradArgs::a_compact_rows); b_scales unused.
+  const int32_t* b_compact_rows = nullptr;
   const float* b_global = nullptr;  // NVFP4: the weight's global_scale_inv [e_local]
   gemm::EpilogueParams epilogue;  // filled by the caller except the tile-independent fields
   bool tiles_for_empty_experts = false;  // WGRAD overwrite
   int num_sms = 0;
   cudaStream_t stream = nullptr;
 
-  bool has_offsets() const { return a_offset || b_offset || out_offset || h1_offset || h2_offset; }
+  // Whether any tensor map is patched on the device (an offset, or a compact bundle's row length).
+  bool has_offsets() const {
+    return a_offset || b_offset || out_offset || h1_offset || h2_offset || b_compact_rows;
+  }
 };
 
 using GemmLaunchFn = void (*)(const GemmLaunch&);

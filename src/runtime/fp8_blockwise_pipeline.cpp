@@ -68,13 +68,16 @@ void use_row_operands(GroupedGemmCommon& g, const quant::Fp8BlockwiseOut& a, con
   g.scales = OperandScales{a.scales, a.scale_block_stride, b_scales};
 }
 
-// A WGRAD on two strided column operands: grad_out [n, cap] and a [k, cap].
-void run_wgrad(WgradArgs w, const quant::Fp8BlockwiseOut& grad_out, const quant::Fp8BlockwiseOut& a,
+// A WGRAD on the strided grad_out columns [n, cap] and the compact column bundle of a ([k, R] at a
+// device address, R = *rows: the routed rows), which the kernel reads where it was saved.
+void run_wgrad(WgradArgs w, const quant::Fp8BlockwiseOut& grad_out, common::DeviceAddress a, const int32_t* rows,
                cudaStream_t stream) {
   w.common.a_format = w.common.b_format = kFp8BlockwiseRowsT;
-  w.common.scales = OperandScales{grad_out.scales, grad_out.scale_block_stride, a.scales};
+  w.common.scales = OperandScales{grad_out.scales, grad_out.scale_block_stride, nullptr};
   w.grad_out = grad_out.q;
-  w.a = a.q;
+  w.a = a.base;
+  w.a_offset = a.offset;
+  w.a_compact_rows = rows;
   grouped_gemm_wgrad(w, stream);
 }
 
@@ -187,24 +190,14 @@ void fp8_blockwise_backward(Context::Impl& c, const RoutedExpertsInputs& in, con
   grouped_gemm_dgrad(d13, stream);
   c.stage("w13_dgrad", stream);
 
-  // WGRADs on the column bundles; the saved ones expanded into the row region, dead from here on.
-  auto expand = [&](int64_t field, int64_t C) {
-    quant::Fp8BlockwiseIn saved_cols;
-    saved_cols.q = act;
-    saved_cols.compact = true;
-    saved_cols.q_offset = layer + field;
-    const quant::Fp8BlockwiseOut out = strided_columns(c, S.row, C);
-    quant::fp8_blockwise_expand_columns(saved_cols, groups, C, cap, out, stream);
-    return out;
-  };
-  const quant::Fp8BlockwiseOut h2c = expand(planner::kH2Col, F);
-  c.stage("expand_h2_columns", stream);
-  run_wgrad(w2_wgrad_args(c, s.expert_rows, g.grad_w2, wgrad, g.accumulate), g3c, h2c, stream);
+  // WGRADs on the column bundles: grad_h3's and dxy's strided in scratch, h2's and x's compact where
+  // the forward saved them (their row length R = the routed rows, read on the device).
+  const int32_t* routed = s.expert_offsets + L;
+  run_wgrad(w2_wgrad_args(c, s.expert_rows, g.grad_w2, wgrad, g.accumulate), g3c, {act, layer + planner::kH2Col},
+            routed, stream);
   c.stage("w2_wgrad", stream);
-
-  const quant::Fp8BlockwiseOut xc = expand(planner::kXCol, D);
-  c.stage("expand_x_columns", stream);
-  run_wgrad(w13_wgrad_args(c, s.expert_rows, g.grad_w13, wgrad, g.accumulate), dxc, xc, stream);
+  run_wgrad(w13_wgrad_args(c, s.expert_rows, g.grad_w13, wgrad, g.accumulate), dxc, {act, layer + planner::kXCol},
+            routed, stream);
   c.stage("w13_wgrad", stream);
 
   backward_reduce(c, in, g, stream);

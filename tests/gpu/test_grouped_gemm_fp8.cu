@@ -416,6 +416,11 @@ struct Fp8WgradCall {
   const DeviceBuffer<float>& x_s;
   DType out_dtype;
   bool accumulate;
+  // x as a compact column bundle instead ([K, R] then its scales, at x_bundle + *x_offset; R =
+  // *x_rows): x_q and x_s unused.
+  const uint8_t* x_bundle = nullptr;
+  const int64_t* x_offset = nullptr;
+  const int32_t* x_rows = nullptr;
 };
 
 std::vector<uint8_t> fp8_wgrad_call(const Fp8WgradCall& c, const HostBf16& prev) {
@@ -441,9 +446,11 @@ std::vector<uint8_t> fp8_wgrad_call(const Fp8WgradCall& c, const HostBf16& prev)
   args.common.config = c.cfg;
   args.common.a_format = kFp8BlockwiseRowsT;
   args.common.b_format = kFp8BlockwiseRowsT;
-  args.common.scales = OperandScales{c.g_s.get(), c.n, c.x_s.get()};
+  args.common.scales = OperandScales{c.g_s.get(), c.n, c.x_bundle ? nullptr : c.x_s.get()};
   args.grad_out = c.g_q.get();
-  args.a = c.x_q.get();
+  args.a = c.x_bundle ? static_cast<const void*>(c.x_bundle) : c.x_q.get();
+  args.a_offset = c.x_offset;
+  args.a_compact_rows = c.x_rows;
   args.grad_w = d_out.get();
   args.out_dtype = c.out_dtype;
   args.accumulate = c.accumulate;
@@ -530,6 +537,27 @@ void run_fp8_wgrad(const std::vector<int32_t>& counts, int64_t N, int64_t K, uin
   const std::vector<uint8_t> got =
       fp8_wgrad_call({d_padded.get(), E, cap, N, K, cfg, g_q, g_s, x_q, x_s, out_dtype, accumulate}, prev);
   expect_close_fp8("fp8 wgrad grad_w", [&](int64_t i) { return out_at(got, 0, i, fp32); }, ref, sum_abs, &step_max);
+
+  // x again as the layer saves it, a compact bundle at a device offset (its rows R = used tokens,
+  // its scales after the data): the same bytes out, bit for bit.
+  const int64_t offset = 384, scales_at = offset + numeric::fp8_blockwise_compact_columns_scales_offset(K, used);
+  const std::vector<uint8_t> xq = x_q.download();
+  const std::vector<float> xs = x_s.download();
+  std::vector<uint8_t> bundle(static_cast<size_t>(offset + numeric::fp8_blockwise_compact_columns_bytes(K, used) + 256),
+                              0xA5);
+  for (int64_t k = 0; k < K; ++k) std::memcpy(&bundle[offset + k * used], &xq[k * cap], static_cast<size_t>(used));
+  std::memcpy(&bundle[scales_at], xs.data(), static_cast<size_t>(used / 128 * K) * sizeof(float));
+  DeviceBuffer<uint8_t> d_bundle(bundle);
+  DeviceBuffer<int64_t> d_offset(std::vector<int64_t>{offset});
+  Fp8WgradCall compact{d_padded.get(), E, cap, N, K, cfg, g_q, g_s, x_q, x_s, out_dtype, accumulate};
+  compact.x_bundle = d_bundle.get();
+  compact.x_offset = d_offset.get();
+  compact.x_rows = d_offsets.get() + E;
+  const std::vector<uint8_t> got_compact = fp8_wgrad_call(compact, prev);
+  size_t first = got.size();
+  for (size_t i = 0; i < got.size() && first == got.size(); ++i)
+    if (got[i] != got_compact[i]) first = i;
+  EXPECT_EQ(first, got.size()) << "fp8 wgrad with a compact x bundle: byte " << first << " differs from strided x";
 }
 
 // WGRAD bit for bit: E4M3 operands written directly (integers in [-4, 4], exact in E4M3) with

@@ -33,6 +33,7 @@
 #include "dist_moe/device/common/macros.cuh"
 #include "dist_moe/device/gemm/mainloop.cuh"
 #include "dist_moe/device/gemm/params.cuh"
+#include "dist_moe/device/numeric/fp8_blockwise.cuh"
 
 namespace dist_moe::gemm {
 
@@ -113,7 +114,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
         const int64_t block = first_block + kb;
         const uint32_t scales = smem_scales(smem, st.stage);
         ptx::bulk_load_1d(scales, fp32(p.a_scales) + block * p.a_scale_ld + t.m_block * kBlockM, kBlockM * 4, bar);
-        ptx::bulk_load_1d(scales + kBlockM * 4, fp32(p.b_scales) + block * p.b_scale_ld + t.n_block * kBlockN,
+        ptx::bulk_load_1d(scales + kBlockM * 4, b_scales(p, ops) + block * p.b_scale_ld + t.n_block * kBlockN,
                           b_scale_bytes, bar);
         st.advance();
       }
@@ -340,6 +341,14 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
  protected:
   // The FP32 scale grids (MainloopParams holds the format's scale pointers untyped).
   DMOE_DEVICE static const float* fp32(const void* scales) { return static_cast<const float*>(scales); }
+  // WGRAD's B scales: b_scales, or after a compact B bundle's data ([K, R] then [R / 128, K] at
+  // align128(K * R)). Evaluated at each use: a pointer held across the producer's loop cost the
+  // 128x256 kernel 24 bytes of spills.
+  DMOE_DEVICE static const float* b_scales(const MainloopParams& p, const ResolvedOperands& ops) {
+    if (p.b_compact_rows == nullptr) return fp32(p.b_scales);
+    return reinterpret_cast<const float*>(
+        ops.base[kMapB] + numeric::fp8_blockwise_compact_columns_scales_offset(p.b_scale_ld, *p.b_compact_rows));
+  }
 
   // Where this thread's scales are: element offsets of its two A rows (k block 0) and of its
   // B scale row per scale group (k block 0).

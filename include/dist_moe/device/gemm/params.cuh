@@ -55,6 +55,10 @@ struct OperandMaps {
   uint64_t base[kNumMaps] = {};     // device address of the tensor (0: unused or dropped)
   const int64_t* offset[kNumMaps] = {};  // device byte offset added to base at run time, or nullptr (= 0)
   uint32_t encoded_mask = 0;        // bit i: map[i] was encoded (TMA uses it)
+  // A compact bundle of 1-byte elements whose row length is a device value (the FP8-blockwise
+  // WGRAD's saved columns [rows, R], R = the routed rows): map i's inner extent and row stride
+  // become *row_length[i] at run time (nullptr: as encoded).
+  const int32_t* row_length[kNumMaps] = {};
   CUtensorMap* patched = nullptr;   // [gridDim.x][kNumMaps] global workspace; set when any offset is
 };
 
@@ -101,6 +105,9 @@ struct MainloopParams {
   int32_t a_scale_rows = 0;
   const void* b_scales = nullptr;
   int64_t b_scale_ld = 0;
+  // FP8-blockwise WGRAD with B a compact column bundle ([K, R] E4M3 at the resolved B base, R =
+  // *b_compact_rows): its scales follow the data at align128(K * R) instead of b_scales.
+  const int32_t* b_compact_rows = nullptr;
   // NVFP4 (mainloop_nvfp4_swap_ab.cuh): the token rows, packed [K/2 E2M1 | K/16 E4M3 | FP32 | pad]
   // (quant::nvfp4_packed_row_bytes apart), which the producer warps dequantize into each stage;
   // the weight's E4M3 scales [E * N, K/16] are b_scales.

@@ -1,5 +1,6 @@
 // Tensor maps modified on the device (sm_90a): the global address of a host-encoded CUtensorMap is
-// replaced at run time, so a kernel can follow a buffer whose position inside a larger allocation
+// replaced at run time (and, for a compact bundle whose row length is a device value, its inner
+// extent and row stride), so a kernel can follow a buffer whose position inside a larger allocation
 // is only known on the device (the activation planner's offsets) without any host read.
 //
 // Memory model (PTX ISA "tensormap.replace", "fence.proxy.tensormap"; CUDA programming guide
@@ -26,6 +27,23 @@ namespace dist_moe::ptx {
 DMOE_DEVICE void tensormap_replace_global_address(void* map, uint64_t new_address) {
   const uint64_t g = static_cast<uint64_t>(__cvta_generic_to_global(map));
   asm volatile("tensormap.replace.tile.global_address.global.b1024.b64 [%0], %1;" ::"l"(g), "l"(new_address)
+               : "memory");
+}
+
+// Replaces the extent of dimension kOrd (0: the innermost) of the map at `map` (as above).
+template <int kOrd>
+DMOE_DEVICE void tensormap_replace_global_dim(void* map, uint32_t extent) {
+  const uint64_t g = static_cast<uint64_t>(__cvta_generic_to_global(map));
+  asm volatile("tensormap.replace.tile.global_dim.global.b1024.b32 [%0], %1, %2;" ::"l"(g), "n"(kOrd), "r"(extent)
+               : "memory");
+}
+
+// Replaces the byte stride of dimension kOrd + 1 (kOrd = 0: the stride between rows of a 2D map).
+template <int kOrd>
+DMOE_DEVICE void tensormap_replace_global_stride(void* map, uint64_t stride_bytes) {
+  const uint64_t g = static_cast<uint64_t>(__cvta_generic_to_global(map));
+  asm volatile("tensormap.replace.tile.global_stride.global.b1024.b64 [%0], %1, %2;" ::"l"(g), "n"(kOrd),
+               "l"(stride_bytes)
                : "memory");
 }
 
