@@ -79,12 +79,9 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
                  c.geometry.buffer_bytes - s.bottom,
                  " bytes, the plan gives ", c.geometry.buffer_bytes - floor);
   if (c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise) {
-    // Its row bundles share the row region, and so (training) do the saved column bundles expanded
-    // for the WGRADs (row region dead by then: fp8_blockwise_pipeline.cpp).
+    // Its row bundles share the row region (the WGRADs read the saved column bundles where they lie).
     int64_t need = std::max(planner::fp8_blockwise_row_bytes(cap, D), planner::fp8_blockwise_row_bytes(cap, F));
-    if (!c.config.inference)
-      need = std::max({need, planner::fp8_blockwise_row_bytes(cap, 2 * F),
-                       numeric::fp8_blockwise_compact_columns_bytes(std::max(D, F), cap)});
+    if (!c.config.inference) need = std::max(need, planner::fp8_blockwise_row_bytes(cap, 2 * F));
     if (need > s.h1 - s.row)
       detail::fail(ErrorCode::kInternal, "FP8-blockwise row bundle needs ", need, " bytes, the scratch row region has ",
                    s.h1 - s.row);

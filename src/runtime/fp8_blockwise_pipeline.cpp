@@ -7,8 +7,8 @@
 //   moves only the ids; the expert side gathers the packed rows into the row bundle) -> W13 FPROP +
 //   SwiGLU (BF16 h1, h2) -> quantize h2 rows + columns -> W2 FPROP scattering BF16 h3 route rows into
 //   the owners' combine windows -> EP barrier + top-k reduction (or RMSNorm) -> [save h3]
-// Backward: the MXFP8 pipeline's sequence (recompute block, top-k backward, grad_h3 and dxy
-//   quantized into rows + columns, W2 / W13 DGRAD on the weights' transposed copies, W13 DGRAD
+// Backward: the MXFP8 pipeline's sequence (recompute block, top-k backward, grad_h3 quantized into
+//   rows + columns, SwiGLU backward fused with dxy's rows + columns quantization, W2 / W13 DGRAD on the weights' transposed copies, W13 DGRAD
 //   scattering grad_x routes), with FP8-blockwise WGRADs on the column bundles themselves: the
 //   products of the 1x128-along-tokens blocks, accumulated in FP32.
 //
@@ -16,9 +16,9 @@
 // rounded up to 4) lives in the static scratch's row region, one at a time. Column bundles: x's and
 // h2's (the saved state) are compact (numeric::fp8_blockwise_compact_columns_bytes: MXFP8's size,
 // so planner::Mxfp8Scratch and the MXFP8 planner place them) wherever the planner put them;
-// grad_h3's and dxy's are strided [C, cap] + [cap/128, C] at their scratch homes. The WGRAD's TMA
-// maps take a host row stride, so the saved compact bundles are expanded into the dead row region
-// before their WGRAD (fp8_blockwise_expand_columns; perf_history G50).
+// grad_h3's and dxy's are strided [C, cap] + [cap/128, C] at their scratch homes. The WGRAD reads
+// the saved compact bundles where they lie (WgradArgs::a_compact_rows: their row length R is patched
+// into its tensor map on the device; perf_history G71).
 #include "runtime/fp8_blockwise_pipeline.h"
 
 #include "dist_moe/check.h"
