@@ -10,7 +10,7 @@
 #   mxfp8       the MXFP8 staged layer suite on every GPU                            mxfp8.log
 #   fp8bw       the FP8-blockwise inference and training layer suites on every GPU   fp8bw.log, fp8bw_train.log
 #   nvfp4       the NVFP4 inference layer suite on every GPU, its trap tests          nvfp4.log
-#   quant       bench_quantize and the Quantize* GPU tests, where built              quant.log
+#   quant       bench_quantize and the Quantize* + SwigluBackwardQuantize* GPU tests  quant.log
 #   bench       `dist-moe bench`: $DMOE_BENCH_SHAPES train, dsv3_decode infer        bench.log
 #               (DMOE_BENCH_FORMAT=nvfp4 etc.: that layer against our BF16 layer per shape)
 #   torch       tests/torch, tests/python, the examples (the package `install` put in place, else

@@ -76,15 +76,16 @@ stage_quant() {
     say "quant: no $BUILD/bench/bench_quantize (not built in this tree): skipped"
   fi
   if [ -x "$BUILD/tests/dist_moe_gpu_tests" ] || [ "$DRY_RUN" = 1 ]; then
-    echo "##### dist_moe_gpu_tests --gtest_filter='Quantize*'" >> "$OUT/quant.log"
-    x timeout 900 "$BUILD/tests/dist_moe_gpu_tests" --gtest_color=no --gtest_filter='Quantize*' > "$WORK/quant_tests.log" 2>&1
+    echo "##### dist_moe_gpu_tests --gtest_filter='Quantize*:SwigluBackwardQuantize*'" >> "$OUT/quant.log"
+    x timeout 900 "$BUILD/tests/dist_moe_gpu_tests" --gtest_color=no --gtest_filter='Quantize*:SwigluBackwardQuantize*' \
+      > "$WORK/quant_tests.log" 2>&1
     rc=$?
     cat "$WORK/quant_tests.log" >> "$OUT/quant.log"
     if grep -qE "^\[==========\] 0 tests" "$WORK/quant_tests.log"; then
-      say "quant: no Quantize* GPU tests in this tree: skipped"
+      say "quant: no Quantize* / SwigluBackwardQuantize* GPU tests in this tree: skipped"
     else
       [ $rc = 0 ] || fail=1; ran=1
-      say "quant: Quantize* GPU tests (rc=$rc): $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$WORK/quant_tests.log" | tr '\n' ' ')"
+      say "quant: Quantize* + SwigluBackwardQuantize* GPU tests (rc=$rc): $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$WORK/quant_tests.log" | tr '\n' ' ')"
       grep -E "^\[  FAILED  \]" "$WORK/quant_tests.log" | head -20 | tee -a "$SUMMARY"
     fi
   else
