@@ -121,17 +121,8 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
   // the format's tables and the region's real-row bits (for_each_tile's first barrier publishes them).
   auto prologue = [&] {
     auto* offsets = reinterpret_cast<int32_t*>(&ring[kRowsColsStages - 1][0][0]);
-    rows_cols_region_prologue<F, kTileThreads>(offsets, groups, cols.present(), m_first, end, tiles_t, factor_tables,
-                                               real_bits, [&] {
-      if constexpr (kCompactCols) {
-        if (threadIdx.x == 0) {
-          compact_offset = cols.q_offset != nullptr ? *cols.q_offset : 0;
-          compact_ld = used;
-          if (blockIdx.x == 0 && blockIdx.y == 0 && compact_offset % 128 != 0)
-            layout_trap("the compact columns' q_offset", compact_offset, 128);
-        }
-      }
-    });
+    rows_cols_region_prologue<F, kTileThreads, kCompactCols>(offsets, groups, cols, used, m_first, end, tiles_t,
+                                                             factor_tables, real_bits, compact_offset, compact_ld);
   };
 
   // Tile t of the region: token tile t / tiles_f, feature tile t % tiles_f (along the features first).
@@ -162,20 +153,9 @@ void launch_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Quanti
                       const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name,
                       int log2_rt = -1, int log2_rf = -1) {
   DMOE_CHECK_ARG(x.cols % F::kBlock == 0, name, ": cols=", x.cols, " must be a multiple of ", F::kBlock);
-  const int64_t row_multiple = cols.present() ? F::kBlock : numeric::kMXBlock;
-  DMOE_CHECK_ARG(x.rows % row_multiple == 0, name, ": the row capacity ", x.rows, " must be a multiple of ",
-                 row_multiple);
+  check_rows_cols_outputs(name, F::kBlock, x.rows, groups, rows, cols);
   DMOE_CHECK_ARG(x.row_ptrs != nullptr || x.row_stride % kVec == 0, name,
                  ": the input row stride must keep 16-byte alignment");
-  DMOE_CHECK_ARG(groups.num_groups >= 1 && groups.num_groups <= kMaxGroups, name, ": ", groups.num_groups,
-                 " groups (1 .. ", kMaxGroups, " supported)");
-  DMOE_CHECK_ARG(!rows.compact && rows.q_offset == nullptr, name,
-                 ": the row output cannot be compact (compact, q_offset are for the column output)");
-  DMOE_CHECK_ARG(cols.compact || cols.q_offset == nullptr, name, ": q_offset is set but compact is not");
-  DMOE_CHECK_ARG(!cols.present() || cols.compact || cols.q_row_stride % 16 == 0, name, ": the transposed row stride ",
-                 cols.q_row_stride, " must be a multiple of 16 bytes");
-  DMOE_CHECK_ARG(!cols.compact || reinterpret_cast<uintptr_t>(cols.q) % 16 == 0, name,
-                 ": compact columns need q 16-byte aligned");
   if (x.rows == 0 || (!rows.present() && !cols.present())) return;
   if (cols.compact) return launch_rows_cols_kernel<F, true>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
   launch_rows_cols_kernel<F, false>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
@@ -195,10 +175,7 @@ void launch_rows_cols_kernel(const Bf16Matrix& x, const RowGroups& groups, const
     log2_rt = r.log2_a;
     log2_rf = r.log2_b;
   }
-  DMOE_CHECK_ARG(log2_rt >= 0 && log2_rf >= 0 && (1 << (log2_rt + log2_rf)) <= kRegionTiles, name, ": region 2^",
-                 log2_rt, " x 2^", log2_rf, " tiles (at most ", kRegionTiles, ")");
-  const dim3 grid(static_cast<unsigned>((tiles_f + (1 << log2_rf) - 1) >> log2_rf),
-                  static_cast<unsigned>((tiles_t + (1 << log2_rt) - 1) >> log2_rt));
+  const dim3 grid = rows_cols_grid(name, tiles_t, tiles_f, log2_rt, log2_rf);
   kernel<<<grid, kTileThreads, kRowsColsRingBytes, stream>>>(x, groups, rows, cols, log2_rt, log2_rf);
   DMOE_CUDA_CHECK_LAUNCH();
 }

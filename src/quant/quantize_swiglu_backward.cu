@@ -110,17 +110,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
                                    kBlocksPerTile << log2_rt};
   auto prologue = [&] {
     auto* offsets = reinterpret_cast<int32_t*>(&ring[kFusedStages - 1][0][0][0]);
-    rows_cols_region_prologue<F, kFusedThreads>(offsets, groups, cols.present(), m_first, end, tiles_t, factor_tables,
-                                                real_bits, [&] {
-      if constexpr (kCompactCols) {
-        if (threadIdx.x == 0) {
-          compact_offset = cols.q_offset != nullptr ? *cols.q_offset : 0;
-          compact_ld = used;
-          if (blockIdx.x == 0 && blockIdx.y == 0 && compact_offset % 128 != 0)
-            layout_trap("the compact columns' q_offset", compact_offset, 128);
-        }
-      }
-    });
+    rows_cols_region_prologue<F, kFusedThreads, kCompactCols>(offsets, groups, cols, used, m_first, end, tiles_t,
+                                                              factor_tables, real_bits, compact_offset, compact_ld);
   };
   const int tiles = tiles_t * tiles_f;
   auto issue = [&](int t, TileTriple& stage) {
@@ -162,10 +153,7 @@ void launch_kernel(const SwigluBackwardSource& src, const RowGroups& groups, con
     log2_rt = r.log2_a;
     log2_rf = r.log2_b;
   }
-  DMOE_CHECK_ARG(log2_rt >= 0 && log2_rf >= 0 && (1 << (log2_rt + log2_rf)) <= kRegionTiles, name, ": region 2^",
-                 log2_rt, " x 2^", log2_rf, " tiles (at most ", kRegionTiles, ")");
-  const dim3 grid(static_cast<unsigned>((tiles_f + (1 << log2_rf) - 1) >> log2_rf),
-                  static_cast<unsigned>((tiles_t + (1 << log2_rt) - 1) >> log2_rt));
+  const dim3 grid = rows_cols_grid(name, tiles_t, tiles_f, log2_rt, log2_rf);
   kernel<<<grid, kFusedThreads, kFusedRingBytes, stream>>>(src.h1, src.grad_h2, src.capacity, src.intermediate,
                                                            src.params, groups, rows, cols, log2_rt, log2_rf);
   DMOE_CUDA_CHECK_LAUNCH();
@@ -179,18 +167,8 @@ void launch(const SwigluBackwardSource& src, const RowGroups& groups, const Quan
   DMOE_CHECK_ARG(f > 0 && f % F::kBlock == 0, name, ": intermediate_dim=", f, " must be a positive multiple of ",
                  F::kBlock);
   DMOE_CHECK_ARG(src.h1.base != nullptr && src.grad_h2 != nullptr, name, ": h1 and grad_h2 are required");
-  const int64_t row_multiple = cols.present() ? F::kBlock : numeric::kMXBlock;
-  DMOE_CHECK_ARG(src.capacity >= 0 && src.capacity % row_multiple == 0, name, ": the row capacity ", src.capacity,
-                 " must be a multiple of ", row_multiple);
-  DMOE_CHECK_ARG(groups.num_groups >= 1 && groups.num_groups <= kMaxGroups, name, ": ", groups.num_groups,
-                 " groups (1 .. ", kMaxGroups, " supported)");
-  DMOE_CHECK_ARG(!rows.compact && rows.q_offset == nullptr, name,
-                 ": the row output cannot be compact (compact, q_offset are for the column output)");
-  DMOE_CHECK_ARG(cols.compact || cols.q_offset == nullptr, name, ": q_offset is set but compact is not");
-  DMOE_CHECK_ARG(!cols.present() || cols.compact || cols.q_row_stride % 16 == 0, name, ": the transposed row stride ",
-                 cols.q_row_stride, " must be a multiple of 16 bytes");
-  DMOE_CHECK_ARG(!cols.compact || reinterpret_cast<uintptr_t>(cols.q) % 16 == 0, name,
-                 ": compact columns need q 16-byte aligned");
+  DMOE_CHECK_ARG(src.capacity >= 0, name, ": negative row capacity ", src.capacity);
+  check_rows_cols_outputs(name, F::kBlock, src.capacity, groups, rows, cols);
   if (src.capacity == 0 || (!rows.present() && !cols.present())) return;
   if (cols.compact) return launch_kernel<F, true>(src, groups, rows, cols, stream, name, log2_rt, log2_rf);
   launch_kernel<F, false>(src, groups, rows, cols, stream, name, log2_rt, log2_rf);

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "quant/quant_common.cuh"
 #include "quant/quantize.h"
@@ -68,22 +69,58 @@ inline RegionShape choose_rows_cols_region(int64_t tiles_t, int64_t tiles_f, boo
   });
 }
 
-// A region's rows: the group table copied to `offsets` (shared memory), the format's tables, then
-// (after a barrier) the layout check and bit k of real_bits[i] = "row m_first + 32 i + k is one of
-// its expert's real tokens" for the region's tiles_t * 128 rows. before_barrier() runs between the
-// two (the compact columns' offsets). Every one of the CTA's kThreads threads calls it.
-template <class F, int kThreads, class BeforeBarrier>
-__device__ __forceinline__ void rows_cols_region_prologue(int32_t* offsets, const RowGroups& groups, bool with_cols,
+// The checks of both rows + columns launchers (name: the API function's) on the groups, the row
+// capacity (a multiple of the block with columns, of 32 without) and the outputs.
+template <class Scale>
+void check_rows_cols_outputs(const char* name, int block, int64_t capacity, const RowGroups& groups,
+                             const QuantizedOut<Scale>& rows, const QuantizedOut<Scale>& cols) {
+  const int64_t row_multiple = cols.present() ? block : numeric::kMXBlock;
+  DMOE_CHECK_ARG(capacity % row_multiple == 0, name, ": the row capacity ", capacity, " must be a multiple of ",
+                 row_multiple);
+  DMOE_CHECK_ARG(groups.num_groups >= 1 && groups.num_groups <= kMaxGroups, name, ": ", groups.num_groups,
+                 " groups (1 .. ", kMaxGroups, " supported)");
+  DMOE_CHECK_ARG(!rows.compact && rows.q_offset == nullptr, name,
+                 ": the row output cannot be compact (compact, q_offset are for the column output)");
+  DMOE_CHECK_ARG(cols.compact || cols.q_offset == nullptr, name, ": q_offset is set but compact is not");
+  DMOE_CHECK_ARG(!cols.present() || cols.compact || cols.q_row_stride % 16 == 0, name, ": the transposed row stride ",
+                 cols.q_row_stride, " must be a multiple of 16 bytes");
+  DMOE_CHECK_ARG(!cols.compact || reinterpret_cast<uintptr_t>(cols.q) % 16 == 0, name,
+                 ": compact columns need q 16-byte aligned");
+}
+
+// The grid of a rows + columns kernel over tiles_t x tiles_f tiles in regions of 2^log2_rt x 2^log2_rf.
+inline dim3 rows_cols_grid(const char* name, int64_t tiles_t, int64_t tiles_f, int log2_rt, int log2_rf) {
+  DMOE_CHECK_ARG(log2_rt >= 0 && log2_rf >= 0 && (1 << (log2_rt + log2_rf)) <= kRegionTiles, name, ": region 2^",
+                 log2_rt, " x 2^", log2_rf, " tiles (at most ", kRegionTiles, ")");
+  return dim3(static_cast<unsigned>((tiles_f + (1 << log2_rf) - 1) >> log2_rf),
+              static_cast<unsigned>((tiles_t + (1 << log2_rt) - 1) >> log2_rt));
+}
+
+// A region's rows: the group table copied to `offsets` (shared memory), the format's tables and
+// (kCompactCols) the compact columns' offset and row stride R = used into compact_offset /
+// compact_ld, then (after a barrier) the layout checks and bit k of real_bits[i] = "row m_first +
+// 32 i + k is one of its expert's real tokens" for the region's tiles_t * 128 rows. Every one of the
+// CTA's kThreads threads calls it.
+template <class F, int kThreads, bool kCompactCols>
+__device__ __forceinline__ void rows_cols_region_prologue(int32_t* offsets, const RowGroups& groups,
+                                                          const QuantizedOut<typename F::Scale>& cols, int64_t used,
                                                           int64_t m_first, int64_t end, int tiles_t,
                                                           float* factor_tables, uint32_t* real_bits,
-                                                          BeforeBarrier before_barrier) {
+                                                          int64_t& compact_offset, int64_t& compact_ld) {
   for (int g = threadIdx.x; g <= groups.num_groups; g += kThreads) offsets[g] = groups.offsets_G1[g];
   F::fill_tables(factor_tables);
-  before_barrier();
+  if constexpr (kCompactCols) {
+    if (threadIdx.x == 0) {
+      compact_offset = cols.q_offset != nullptr ? *cols.q_offset : 0;
+      compact_ld = used;
+      if (blockIdx.x == 0 && blockIdx.y == 0 && compact_offset % 128 != 0)
+        layout_trap("the compact columns' q_offset", compact_offset, 128);
+    }
+  }
   __syncthreads();
   // Column blocks restart at every expert; row blocks run along features, so without the column
   // output 32-row groups (the block-scaled routing's padding) will do.
-  const int group_multiple = with_cols ? F::kBlock : numeric::kMXBlock;
+  const int group_multiple = cols.present() ? F::kBlock : numeric::kMXBlock;
   if (blockIdx.x == 0 && blockIdx.y == 0)
     for (int g = threadIdx.x; g <= groups.num_groups; g += kThreads)
       if (offsets[g] % group_multiple != 0) layout_trap("an expert's first row", offsets[g], group_multiple);

@@ -1,5 +1,6 @@
-// Helpers of the gtest GPU suites: SM90 detection with a printed skip reason, plus device_buffer.h
-// (RAII device buffers, BF16 conversion of oracle tensors, output poisoning).
+// Helpers of the gtest GPU suites: SM90 detection with a printed skip reason, byte comparison of
+// downloads, plus device_buffer.h (RAII device buffers, BF16 conversion of oracle tensors, output
+// poisoning).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,5 +35,16 @@ inline std::string sm90_unavailable_reason() {
     const std::string dmoe_why_ = ::dist_moe::testing::sm90_unavailable_reason();   \
     if (!dmoe_why_.empty()) GTEST_SKIP() << "needs an SM90 GPU: " << dmoe_why_;     \
   } while (0)
+
+// The first byte at which two downloads differ (-1: none; 0 when the sizes differ).
+template <class T>
+int64_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return 0;
+  const auto* pa = reinterpret_cast<const uint8_t*>(a.data());
+  const auto* pb = reinterpret_cast<const uint8_t*>(b.data());
+  for (size_t i = 0; i < a.size() * sizeof(T); ++i)
+    if (pa[i] != pb[i]) return static_cast<int64_t>(i);
+  return -1;
+}
 
 }  // namespace dist_moe::testing

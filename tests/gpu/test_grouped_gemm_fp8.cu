@@ -553,11 +553,8 @@ void run_fp8_wgrad(const std::vector<int32_t>& counts, int64_t N, int64_t K, uin
   compact.x_bundle = d_bundle.get();
   compact.x_offset = d_offset.get();
   compact.x_rows = d_offsets.get() + E;
-  const std::vector<uint8_t> got_compact = fp8_wgrad_call(compact, prev);
-  size_t first = got.size();
-  for (size_t i = 0; i < got.size() && first == got.size(); ++i)
-    if (got[i] != got_compact[i]) first = i;
-  EXPECT_EQ(first, got.size()) << "fp8 wgrad with a compact x bundle: byte " << first << " differs from strided x";
+  const int64_t first = testing::first_difference(fp8_wgrad_call(compact, prev), got);
+  EXPECT_EQ(first, -1) << "fp8 wgrad with a compact x bundle: byte " << first << " differs from strided x";
 }
 
 // WGRAD bit for bit: E4M3 operands written directly (integers in [-4, 4], exact in E4M3) with

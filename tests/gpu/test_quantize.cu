@@ -26,6 +26,7 @@ namespace {
 
 namespace nm = numeric;
 using testing::DeviceBuffer;
+using testing::first_difference;
 
 constexpr uint8_t kPoison = 0xA5;
 
@@ -627,17 +628,6 @@ TEST(QuantizeFp8Blockwise, RowsAndColumnsMatchTheOracleInEveryRegionShape) {
 }
 
 // ---- gathered rows, compact column bundles -------------------------------------------------------------
-
-// The first byte at which two downloads differ (-1: none; 0 when the sizes differ).
-template <class T>
-int64_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
-  if (a.size() != b.size()) return 0;
-  const auto* pa = reinterpret_cast<const uint8_t*>(a.data());
-  const auto* pb = reinterpret_cast<const uint8_t*>(b.data());
-  for (size_t i = 0; i < a.size() * sizeof(T); ++i)
-    if (pa[i] != pb[i]) return static_cast<int64_t>(i);
-  return -1;
-}
 
 // Expert-major rows x [cap, D] twice: as a contiguous buffer, whose padding rows and capacity past
 // the groups hold random nonzero garbage (the quantizer masks the one and leaves the other alone),

@@ -24,18 +24,9 @@ namespace {
 
 namespace nm = numeric;
 using testing::DeviceBuffer;
+using testing::first_difference;
 
 constexpr uint8_t kPoison = 0xA5;
-
-template <class T>
-int64_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
-  if (a.size() != b.size()) return 0;
-  const auto* pa = reinterpret_cast<const uint8_t*>(a.data());
-  const auto* pb = reinterpret_cast<const uint8_t*>(b.data());
-  for (size_t i = 0; i < a.size() * sizeof(T); ++i)
-    if (pa[i] != pb[i]) return static_cast<int64_t>(i);
-  return -1;
-}
 
 // Random BF16 bits: values in [-range, range) times 2^e with e per row in [-spread, spread].
 std::vector<uint16_t> random_rows(int64_t rows, int64_t cols, float range, int spread, reference::Rng& rng) {
