@@ -13,7 +13,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release > $L/build.log 2>&1 
   cmake --build build-gpu -j 16 --target bench_quantize >> $L/build.log 2>&1 || { tail -20 $L/build.log; exit 1; }
 echo "build done at $((SECONDS-T0)) s"
 for k in swiglu_backward_quantize_kernel quantize_rows_cols_kernel; do
-  timeout 200 ncu --kernel-name regex:"$k.*Fp8Blockwise" --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+  timeout 200 ncu --kernel-name-base demangled --kernel-name regex:"$k<.*Fp8BlockwiseFormat" --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section Occupancy --section LaunchStats \
     build-gpu/bench/bench_quantize --shapes qwen3_30b --ep 2 --iters 1 --sustain-ms 0 > $L/ncu_$k.txt 2>&1
   echo "ncu $k rc=$? at $((SECONDS-T0)) s"
