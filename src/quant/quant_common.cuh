@@ -300,10 +300,11 @@ inline unsigned row_grid(int64_t rows, int rows_per_cta) {
 // in flight, the last tiles' stores) grows with the region. scale_requests: the region's partly
 // written scale-row L2 requests per tile (MXFP8's byte scales), which only order shapes of one size
 // (~1% per 200: at 1 x 2 and 2 x 4 both formats' times moved alike).
+inline double scale_request_cost(double scale_requests) { return scale_requests / 20000.0; }
 inline double region_tile_cost(int64_t tiles, double scale_requests = 0.0) {
   const double by_size =
       tiles <= 1 ? 1.12 : tiles == 2 ? 1.0 : tiles <= 4 ? 1.01 : tiles <= 8 ? 1.03 : tiles <= 16 ? 1.05 : 1.07;
-  return by_size + scale_requests / 20000.0;
+  return by_size + scale_request_cost(scale_requests);
 }
 
 // The partly written L2 requests per tile of a region's MXFP8 byte scales, staged per region and

@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
 // choose_rows_cols_region.
 RegionShape choose_fused_region(int64_t tiles_t, int64_t tiles_f, bool byte_scales, int64_t slots) {
   return choose_region(tiles_t, tiles_f, 1, slots, kRegionTiles, kRegionTiles, [&](int64_t rt, int64_t rf) {
-    return 1.0 + 1.0 / double(rt * rf) + (byte_scales ? mxfp8_scale_row_requests(rt, rf) / 20000.0 : 0.0);
+    return 1.0 + 1.0 / double(rt * rf) + (byte_scales ? scale_request_cost(mxfp8_scale_row_requests(rt, rf)) : 0.0);
   });
 }
 

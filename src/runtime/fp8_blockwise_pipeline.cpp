@@ -50,15 +50,6 @@ quant::Fp8BlockwiseOut strided_columns(const Context::Impl& c, int64_t offset, i
   return {q, cap, reinterpret_cast<float*>(q + align128(C * cap)), 1, C};
 }
 
-// A compact column bundle at a device address (the planner's slot or scratch home).
-quant::Fp8BlockwiseOut compact_columns(common::DeviceAddress a) {
-  quant::Fp8BlockwiseOut o;
-  o.q = static_cast<uint8_t*>(a.base);
-  o.compact = true;
-  o.q_offset = a.offset;
-  return o;
-}
-
 // A layer GEMM's operands made FP8 blockwise: the row bundle A against a prepared weight's FPROP
 // fields, or (DGRAD) its transposed copy with the DGRAD scales.
 void use_row_operands(GroupedGemmCommon& g, const quant::Fp8BlockwiseOut& a, const void* b_scales,
@@ -101,7 +92,7 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
     c.stage("gather_x_rows", stream);
   } else {
     quant::fp8_blockwise_quantize_rows_cols(routed_rows(c, t.gather_src, D), groups, xr,
-                                            keep ? compact_columns({act, layer + planner::kXCol}) : none, stream);
+                                            keep ? compact_columns<float>({act, layer + planner::kXCol}) : none, stream);
     c.stage(recompute ? "recompute_quantize_x" : "quantize_x", stream);
   }
 
@@ -121,7 +112,7 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   // Padding rows quantize as zeros; rows past the groups are not touched.
   const quant::Fp8BlockwiseOut hr = row_bundle(c, F);
   quant::fp8_blockwise_quantize_rows_cols(scratch_rows(c, h2_bf16, F), groups, hr,
-                                          keep ? compact_columns({act, layer + planner::kH2Col}) : none, stream);
+                                          keep ? compact_columns<float>({act, layer + planner::kH2Col}) : none, stream);
   c.stage(recompute ? "recompute_quantize_h2" : "quantize_h2", stream);
 
   FpropArgs f2 = w2_fprop_args(c, in, t.counts);

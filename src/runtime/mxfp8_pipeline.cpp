@@ -48,23 +48,12 @@ quant::Mxfp8Out row_bundle_out(const Context::Impl& c, int64_t C) {
   return {rb.q, C, rb.scales, C / 32, 1};
 }
 
-// The compact column bundle at cols.base + *cols.offset (absent where cols.base is null).
-quant::Mxfp8Out compact_columns_out(common::DeviceAddress cols) {
-  quant::Mxfp8Out out;
-  if (cols.base) {
-    out.q = static_cast<uint8_t*>(cols.base);
-    out.compact = true;
-    out.q_offset = cols.offset;
-  }
-  return out;
-}
-
 // Quantizes expert-major rows into the row bundle and, when `cols` is set, the compact column
 // bundle at cols.base + *cols.offset. `offsets` may be gated (all zero: nothing happens).
 void quantize_rows_cols(const Context::Impl& c, const quant::Bf16Matrix& x, const int32_t* real_counts,
                         const int32_t* offsets, common::DeviceAddress cols, cudaStream_t stream) {
   const quant::RowGroups groups{real_counts, offsets, static_cast<int32_t>(c.local_experts)};
-  quant::mxfp8_quantize_rows_cols(x, groups, row_bundle_out(c, x.cols), compact_columns_out(cols), stream);
+  quant::mxfp8_quantize_rows_cols(x, groups, row_bundle_out(c, x.cols), compact_columns<uint8_t>(cols), stream);
 }
 
 // A compact column bundle back to BF16 rows [cap, C] at `rows` (a WGRAD operand).
@@ -189,7 +178,7 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
   // dxy = SwiGLU'(h1) * grad_h2 straight to E4M3 rows + compact columns, never stored in BF16 (G70).
   const quant::SwigluBackwardSource dxy{{act, layer + planner::kH1}, grad_h2, cap, F, swiglu_params(c.config)};
   quant::mxfp8_swiglu_backward_quantize(dxy, {s.expert_rows_unpadded, s.expert_offsets, L}, row_bundle_out(c, 2 * F),
-                                        compact_columns_out(at(c, S.dxy_col)), stream);
+                                        compact_columns<uint8_t>(at(c, S.dxy_col)), stream);
   c.stage("swiglu_backward_quantize_dxy", stream);
 
   DgradArgs d13 = w13_dgrad_args(c, in, s.expert_rows);

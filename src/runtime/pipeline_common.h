@@ -31,6 +31,19 @@ inline uint8_t* at(const Context::Impl& c, int64_t offset) { return c.activation
 quant::Bf16Matrix scratch_rows(const Context::Impl& c, const void* rows, int64_t C);
 quant::Bf16Matrix routed_rows(const Context::Impl& c, const void* const* row_ptrs, int64_t C);
 
+// A compact column bundle (either E4M3 format) at a device address, the planner's slot or scratch
+// home (absent where a.base is null).
+template <class Scale>
+quant::QuantizedOut<Scale> compact_columns(common::DeviceAddress a) {
+  quant::QuantizedOut<Scale> out;
+  if (a.base) {
+    out.q = static_cast<uint8_t*>(a.base);
+    out.compact = true;
+    out.q_offset = a.offset;
+  }
+  return out;
+}
+
 kernels::TopkRoutes routes_of(const Context::Impl& c, const RoutedExpertsInputs& in);
 
 // What the head of a forward decided (host-visible flags; the device decisions are in `layer`).
