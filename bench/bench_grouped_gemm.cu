@@ -30,8 +30,8 @@
 // --ops a,b: only these ops (names as printed: w13_fprop, w13_fprop_noh1, w2_fprop, w13_gather,
 // w2_scatter, w13_dgrad, w2_dgrad, w13_wgrad, w2_wgrad, w13_wgrad_fp32, w2_wgrad_fp32,
 // w13_fprop_fp8, w2_fprop_fp8, w13_dgrad_fp8, w2_dgrad_fp8, w13_wgrad_fp8, w2_wgrad_fp8, w13_fprop_mxfp8,
-// w2_fprop_mxfp8, w13_dgrad_mxfp8, w2_dgrad_mxfp8; FP8 WGRAD: the pick only, FP32 output, tokens padded to 128 per expert, target
-// >= 1.3x). The FP8 and MXFP8 FPROP / DGRAD ops ("fp8" lines) time every compiled configuration of
+// w2_fprop_mxfp8, w13_dgrad_mxfp8, w2_dgrad_mxfp8; FP8 WGRAD: the pick and with --sweep every compiled
+// configuration, FP32 output unless --fp8-wgrad-bf16, tokens padded to 128 per expert, target >= 1.3x). The FP8 and MXFP8 FPROP / DGRAD ops ("fp8" lines) time every compiled configuration of
 // their format against our BF16 kernel's pick of the same op on the same rows, interleaved over
 // --rounds, and print the ratio x bf16 (target: FP8 blockwise >= 1.6, MXFP8 >= 0.95) and x cuBLAS
 // dense BF16.
@@ -41,6 +41,8 @@
 // boost clocks (a 1.4 ms GEMM measured 1.42 ms cold and 1.65-1.7 ms sustained).
 // --wgrad-accumulate: WGRAD adds into its output instead of writing it (the fused layer's case when
 // the caller accumulates gradients; the output's old values are read as well).
+// --fp8-wgrad-bf16: the FP8 WGRAD and its BF16 peer write (or add into) BF16 gradients, the training
+// layer's output, instead of FP32.
 // --device-offsets: the row operands carry device-side offsets (value 0), as in the fused layer:
 // the kernels then patch a per-CTA copy of each moved tensor map (grouped_gemm.h).
 // WGRAD rows also print cuBLAS strided-batched BF16 at the same per-expert GEMMs (balanced rows:
@@ -315,6 +317,7 @@ std::string g_sweep_match;  // --sweep-match S: sweep only configurations whose 
 int g_rounds = 1;
 bool g_wgrad_accumulate = false;  // --wgrad-accumulate: WGRAD adds into its output (the layer's case)
 bool g_device_offsets = false;    // --device-offsets: row operands through device offsets (the layer's case)
+bool g_fp8_wgrad_bf16 = false;    // --fp8-wgrad-bf16: FP8 WGRAD (and its BF16 peer) into BF16 gradients
 std::vector<int> g_sms;        // --sms N,M: the pick also on N, M persistent CTAs (rows "<config>@Nsm")
 std::set<std::string> g_ops;  // empty: every op
 bool want(const std::string& op) { return g_ops.empty() || g_ops.count(op) != 0; }
@@ -838,19 +841,20 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       f.grad_out = gq.p;
       f.a = xq.p;
       f.grad_w = gw.p;
-      f.out_dtype = DType::kFloat32;
+      const DType wgrad_out = g_fp8_wgrad_bf16 ? DType::kBFloat16 : DType::kFloat32;
+      f.out_dtype = wgrad_out;
       f.accumulate = g_wgrad_accumulate;
       WgradArgs b;  // our BF16 WGRAD on the unpadded rows
       b.common = common(n, k);
       b.grad_out = w13 ? h1.p : h3.p;
       b.a = w13 ? x.p : h2.p;
       b.grad_w = gw.p;
-      b.out_dtype = DType::kFloat32;
+      b.out_dtype = wgrad_out;
       b.accumulate = g_wgrad_accumulate;
       const double ms_bf16 = time_ms([&] { grouped_gemm_wgrad(b, nullptr); }, iters);
       // The pick, and with --sweep every compiled FP8 WGRAD configuration (the pick's too: its name
       // is not known here), in interleaved rounds.
-      const std::vector<GroupedGemmConfig> sweep = sweep_configs(GroupedGemmOp::kWgrad, DType::kFloat32, false, false,
+      const std::vector<GroupedGemmConfig> sweep = sweep_configs(GroupedGemmOp::kWgrad, wgrad_out, false, false,
                                                                  "", kFp8BlockwiseRowsT, kFp8BlockwiseRowsT);
       std::vector<const GroupedGemmConfig*> cfgs{nullptr};
       for (const GroupedGemmConfig& cfg : sweep) cfgs.push_back(&cfg);
@@ -858,7 +862,8 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       const double ms_fp8 = ms[0];
       const double flops = w13 ? w13_flops : w2_flops, tf = flops / (ms_fp8 * 1e9);
       std::printf("fp8 %-13s %-8s %-14s %-30s %8.3f ms %7.1f TFLOP/s  bf16 %8.3f ms  x bf16 %.2f  %s\n", name.c_str(),
-                  routing.c_str(), op_name.c_str(), "pick (fp32 out, padded tokens)", ms_fp8, tf, ms_bf16,
+                  routing.c_str(), op_name.c_str(),
+                  g_fp8_wgrad_bf16 ? "pick (bf16 out, padded tokens)" : "pick (fp32 out, padded tokens)", ms_fp8, tf, ms_bf16,
                   ms_bf16 / ms_fp8, ms_bf16 / ms_fp8 >= 1.3 ? "MET(>=1.3)" : "MISSED(>=1.3)");
       for (size_t i = 1; i < cfgs.size(); ++i)
         if (ms[i] > 0)
@@ -884,7 +889,8 @@ int bench_main(int argc, char** argv) {
   const int rc = testing::walk_bench_args(
       argc, argv,
       "[--shapes a,b] [--routing balanced,random,zipf] [--iters N] [--csv FILE] [--sweep] [--ep N] [--sweep-match S] "
-      "[--rounds R] [--ops a,b] [--wgrad-accumulate] [--device-offsets] [--sustain-ms MS] [--sms N,M]",
+      "[--rounds R] [--ops a,b] [--wgrad-accumulate] [--fp8-wgrad-bf16] [--device-offsets] [--sustain-ms MS] "
+      "[--sms N,M]",
       [&](const std::string& a, auto value) {
         if (a == "--shapes") shapes = split(value());
         else if (a == "--routing") routings = split(value());
@@ -896,6 +902,7 @@ int bench_main(int argc, char** argv) {
         else if (a == "--rounds") g_rounds = std::max(1, std::atoi(value().c_str()));
         else if (a == "--wgrad-accumulate") g_wgrad_accumulate = true;
         else if (a == "--device-offsets") g_device_offsets = true;
+        else if (a == "--fp8-wgrad-bf16") g_fp8_wgrad_bf16 = true;
         else if (a == "--sms") {
           for (const std::string& v : split(value())) g_sms.push_back(std::atoi(v.c_str()));
         } else if (a == "--sustain-ms") g_sustain_ms = std::max(0, std::atoi(value().c_str()));
