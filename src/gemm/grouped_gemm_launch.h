@@ -195,12 +195,11 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     // FP8-blockwise WGRAD over the transposed columns (per-element scale products): 128x256 with
     // two 128-column slices and three stages (the pick where k % 256 == 0; G69), 128x128 with two
     // register-sourced 64-column slices and five (the stages' scale copies take the sixth's room).
-    // 128x256 stages through four TMA buffers per warpgroup (deep staging: a tile's chunks wait for
-    // the previous tile's, not for their own; G72). grouped_gemm_sm90_wgrad.cu.
+    // grouped_gemm_sm90_wgrad.cu.
     wgrad_kernel(128, 128, 5).tma().fp8_blockwise_cols(),
     wgrad_kernel(128, 128, 5).fp32_out().tma().fp8_blockwise_cols(),
-    wgrad_kernel(128, 256, 3).tma_deep().fp8_blockwise_cols(),
-    wgrad_kernel(128, 256, 3).fp32_out().tma_deep().fp8_blockwise_cols(),
+    wgrad_kernel(128, 256, 3).tma().fp8_blockwise_cols(),
+    wgrad_kernel(128, 256, 3).fp32_out().tma().fp8_blockwise_cols(),
     // MXFP8 FPROP with per-32 promotion (device/gemm/mainloop_mxfp8.cuh): 128x128, five 32 KiB E4M3
     // stages, each with the FP32 scales the producer warpgroup's scale warps convert next to it.
     // MXFP8 DGRAD runs these on the transposed weight. grouped_gemm_sm90_fprop.cu / _w13.cu.

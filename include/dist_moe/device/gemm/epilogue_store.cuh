@@ -95,6 +95,29 @@ struct StoreEpilogue {
     }
   }
 
+  // WGRAD adding into its output by TMA reduce-add: every add reads an old gradient, from HBM at the
+  // reference shapes (qwen3_30b's W13 gradients are 805 MB), and the adds leave at the tile's end,
+  // where nothing else hides their latency. The producer thread pulls the tile's old output boxes
+  // into L2 when it starts loading the tile (`prefetch_out`), a whole k loop before they are added
+  // to (G72). Same adds, same results.
+  static constexpr bool kPrefetchOut = kKind == GemmKind::kWgrad && Writer::kTma;
+
+  DMOE_DEVICE static void prefetch_out(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t) {
+    static_assert(kPrefetchOut, "WGRAD with the TMA writer");
+    if (p.accumulate == 0 || t.phantom) return;
+    // The output map's box: 64 weight rows x 128 bytes (the staged chunk: BF16 reduce-adds stage
+    // BF16, FP32 ones FP32).
+    constexpr int kBoxCols = Staging<OutT>::kCols;
+    // Not unrolled: the producer thread of the wide FP8 tiles runs on 24 registers.
+    const int col_end = min(p.out_cols, (t.n_block + 1) * Mainloop::kBlockN);
+#pragma unroll 1
+    for (int col0 = t.n_block * Mainloop::kBlockN; col0 < col_end; col0 += kBoxCols) {
+#pragma unroll
+      for (int r = 0; r < Mainloop::kBlockM; r += 64)
+        ptx::tma_prefetch_l2_3d(ops.map[kMapOut], col0, t.m_block * Mainloop::kBlockM + r, t.expert);
+    }
+  }
+
   // ---- deferred epilogue (kDeferred) ------------------------------------------------------------
   // Stores the tile's first chunks now and packs the others (the writer's BF16 pair order) for
   // store_chunk, recording where they go.

@@ -223,7 +223,9 @@ struct GroupedGemmKernel {
       ptx::setmaxnreg_dec<kProducerRegs>();
       if (warp == 0) {
         if (threadIdx.x == 0) {
-          acquire_patched_maps(params.maps, resolved, (1u << kMapA) | (1u << kMapB));
+          constexpr bool kPrefetchOut = Mainloop::kKind == GemmKind::kWgrad && Writer::kTma;
+          acquire_patched_maps(params.maps, resolved,
+                               (1u << kMapA) | (1u << kMapB) | (kPrefetchOut ? (1u << kMapOut) : 0u));
           ptx::prefetch_tensormap(resolved.map[kMapA]);
           if ((params.maps.encoded_mask >> kMapB) & 1u) ptx::prefetch_tensormap(resolved.map[kMapB]);
           PipelineState<Mainloop::kStages> st;
@@ -238,6 +240,7 @@ struct GroupedGemmKernel {
               const WorkTile t = sched.at(cur);
               if constexpr (kGather) Gather::wait_tile_ready(params.mainloop, t.m_tile_index);
               const int32_t num_k = sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK);
+              if constexpr (kPrefetchOut) Epilogue::prefetch_out(params.epilogue, resolved, t);
               Mainloop::load_tile(params.mainloop, resolved, t, num_k, pipe, st, smem);
               cur = sched.draw();
               tile_ring_publish(ring, seq++, cur);
@@ -246,6 +249,7 @@ struct GroupedGemmKernel {
             for (WorkTile t = sched.first(); t.valid; t = sched.next()) {
               if constexpr (kGather) Gather::wait_tile_ready(params.mainloop, t.m_tile_index);
               const int32_t num_k = sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK);
+              if constexpr (kPrefetchOut) Epilogue::prefetch_out(params.epilogue, resolved, t);
               Mainloop::load_tile(params.mainloop, resolved, t, num_k, pipe, st, smem);
             }
           }

@@ -35,6 +35,14 @@ DMOE_DEVICE void tma_load_2d(uint32_t smem_dst, const void* tensor_map, uint32_t
       : "memory");
 }
 
+// Pulls a 3D box of the tensor into L2, nothing into shared memory and nothing to wait for: the
+// lines a later copy or reduction will touch leave HBM ahead of it.
+DMOE_DEVICE void tma_prefetch_l2_3d(const void* tensor_map, int32_t c0, int32_t c1, int32_t c2) {
+  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];" ::"l"(tensor_map), "r"(c0),
+               "r"(c1), "r"(c2)
+               : "memory");
+}
+
 // Contiguous bulk copy (no tensor map): `bytes` (a multiple of 16) from 16-byte aligned global
 // `src` to shared `smem_dst`, completion reported on the mbarrier at `bar`.
 DMOE_DEVICE void bulk_load_1d(uint32_t smem_dst, const void* src, uint32_t bytes, uint32_t bar) {
