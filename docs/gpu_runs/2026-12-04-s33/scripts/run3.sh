@@ -32,7 +32,8 @@ for t in fp8_blockwise_training pipeline; do
   echo "$t rc=$? at $((SECONDS-T0)) s: $(grep -E 'ALL PASS|FAILED:|FAIL case|ERROR' $L/$t.log | head -2 | tr '\n' ' ')"
 done
 G="--ops w13_wgrad,w2_wgrad,w13_wgrad_fp8,w2_wgrad_fp8 --routing balanced --iters 10 --sustain-ms 100 --wgrad-accumulate --fp8-wgrad-bf16"
-row() { grep -E '^fp8 |^ *(qwen3_30b|mixtral|dsv3_prefill) +balanced +w(13|2)_wgrad +128' $1 | tr -s ' ' | cut -d' ' -f1-7 | tr '\n' '|'; }
+row() { grep -E '^fp8 |^ *(qwen3_30b|mixtral|dsv3_prefill) +balanced +w(13|2)_wgrad +128' $1 | sed 's/pick ([a-z0-9]* out, padded tokens)//' |
+  tr -s ' ' | cut -d' ' -f1-7 | tr '\n' '|'; }
 for v in A B A B; do
   timeout 90 build-$v/bench/bench_grouped_gemm --ep 2 --shapes dsv3_prefill,qwen3_30b $G > $L/gg_ep2_${v}_$SECONDS.log 2>&1
   echo "ep2 $v: $(row $(newest gg_ep2_$v))"
