@@ -234,38 +234,42 @@ struct GroupedGemmKernel {
             // tile's loads), so tiles start in draw order: the M tiles of one weight panel, drawn
             // back to back by different CTAs, run at the same time.
             // A WGRAD adding into its output draws one tile ahead instead, so that the old output
-            // of a tile is prefetched a whole tile before its loads start (G72).
+            // of a tile is prefetched a whole tile before its loads start (G72). Tiles are decoded
+            // once each, in draw order (the scheduler's expert cursor only moves forward).
             int32_t seq = 0;
             int32_t cur = sched.draw();
             tile_ring_publish(ring, seq++, cur);
+            WorkTile t = sched.at(cur);
             bool ahead = false;
-            int32_t after = -1;  // ahead: the tile drawn after cur
+            [[maybe_unused]] WorkTile after;  // ahead: the tile drawn after t
             if constexpr (kPrefetchOut) {
               ahead = params.epilogue.accumulate != 0 && cur >= 0;
               if (ahead) {
-                Epilogue::prefetch_out(params.epilogue, resolved, sched.at(cur));
-                after = sched.draw();
-                tile_ring_publish(ring, seq++, after);
-                if (after >= 0) Epilogue::prefetch_out(params.epilogue, resolved, sched.at(after));
+                Epilogue::prefetch_out(params.epilogue, resolved, t);
+                const int32_t lin = sched.draw();
+                tile_ring_publish(ring, seq++, lin);
+                after = sched.at(lin);
+                if (after.valid) Epilogue::prefetch_out(params.epilogue, resolved, after);
               }
             }
-            while (cur >= 0) {
-              const WorkTile t = sched.at(cur);
+            while (t.valid) {
               if constexpr (kGather) Gather::wait_tile_ready(params.mainloop, t.m_tile_index);
               const int32_t num_k = sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK);
               Mainloop::load_tile(params.mainloop, resolved, t, num_k, pipe, st, smem);
               if (ahead) {
                 if constexpr (kPrefetchOut) {
-                  cur = after;
-                  if (cur >= 0) {
-                    after = sched.draw();
-                    tile_ring_publish(ring, seq++, after);
-                    if (after >= 0) Epilogue::prefetch_out(params.epilogue, resolved, sched.at(after));
+                  t = after;
+                  if (t.valid) {
+                    const int32_t lin = sched.draw();
+                    tile_ring_publish(ring, seq++, lin);
+                    after = sched.at(lin);
+                    if (after.valid) Epilogue::prefetch_out(params.epilogue, resolved, after);
                   }
                 }
               } else {
                 cur = sched.draw();
                 tile_ring_publish(ring, seq++, cur);
+                t = sched.at(cur);
               }
             }
           } else {
