@@ -233,44 +233,17 @@ struct GroupedGemmKernel {
             // Draw a tile only when this CTA is about to load it (right after issuing the previous
             // tile's loads), so tiles start in draw order: the M tiles of one weight panel, drawn
             // back to back by different CTAs, run at the same time.
-            // A WGRAD adding into its output draws one tile ahead instead, so that the old output
-            // of a tile is prefetched a whole tile before its loads start (G72). Tiles are decoded
-            // once each, in draw order (the scheduler's expert cursor only moves forward).
             int32_t seq = 0;
             int32_t cur = sched.draw();
             tile_ring_publish(ring, seq++, cur);
-            WorkTile t = sched.at(cur);
-            bool ahead = false;
-            [[maybe_unused]] WorkTile after;  // ahead: the tile drawn after t
-            if constexpr (kPrefetchOut) {
-              ahead = params.epilogue.accumulate != 0 && cur >= 0;
-              if (ahead) {
-                Epilogue::prefetch_out(params.epilogue, resolved, t);
-                const int32_t lin = sched.draw();
-                tile_ring_publish(ring, seq++, lin);
-                after = sched.at(lin);
-                if (after.valid) Epilogue::prefetch_out(params.epilogue, resolved, after);
-              }
-            }
-            while (t.valid) {
+            while (cur >= 0) {
+              const WorkTile t = sched.at(cur);
               if constexpr (kGather) Gather::wait_tile_ready(params.mainloop, t.m_tile_index);
               const int32_t num_k = sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK);
+              if constexpr (kPrefetchOut) Epilogue::prefetch_out(params.epilogue, resolved, t);
               Mainloop::load_tile(params.mainloop, resolved, t, num_k, pipe, st, smem);
-              if (ahead) {
-                if constexpr (kPrefetchOut) {
-                  t = after;
-                  if (t.valid) {
-                    const int32_t lin = sched.draw();
-                    tile_ring_publish(ring, seq++, lin);
-                    after = sched.at(lin);
-                    if (after.valid) Epilogue::prefetch_out(params.epilogue, resolved, after);
-                  }
-                }
-              } else {
-                cur = sched.draw();
-                tile_ring_publish(ring, seq++, cur);
-                t = sched.at(cur);
-              }
+              cur = sched.draw();
+              tile_ring_publish(ring, seq++, cur);
             }
           } else {
             for (WorkTile t = sched.first(); t.valid; t = sched.next()) {
