@@ -31,7 +31,8 @@
 // w2_scatter, w13_dgrad, w2_dgrad, w13_wgrad, w2_wgrad, w13_wgrad_fp32, w2_wgrad_fp32,
 // w13_fprop_fp8, w2_fprop_fp8, w13_dgrad_fp8, w2_dgrad_fp8, w13_wgrad_fp8, w2_wgrad_fp8, w13_fprop_mxfp8,
 // w2_fprop_mxfp8, w13_dgrad_mxfp8, w2_dgrad_mxfp8; FP8 WGRAD: the pick and with --sweep every compiled
-// configuration, FP32 output unless --fp8-wgrad-bf16, tokens padded to 128 per expert, target >= 1.3x). The FP8 and MXFP8 FPROP / DGRAD ops ("fp8" lines) time every compiled configuration of
+// configuration, FP32 output unless --fp8-wgrad-bf16, tokens padded to 128 per expert, target
+// >= 1.3x). The FP8 and MXFP8 FPROP / DGRAD ops ("fp8" lines) time every compiled configuration of
 // their format against our BF16 kernel's pick of the same op on the same rows, interleaved over
 // --rounds, and print the ratio x bf16 (target: FP8 blockwise >= 1.6, MXFP8 >= 0.95) and x cuBLAS
 // dense BF16.
@@ -863,8 +864,8 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       const double flops = w13 ? w13_flops : w2_flops, tf = flops / (ms_fp8 * 1e9);
       std::printf("fp8 %-13s %-8s %-14s %-30s %8.3f ms %7.1f TFLOP/s  bf16 %8.3f ms  x bf16 %.2f  %s\n", name.c_str(),
                   routing.c_str(), op_name.c_str(),
-                  g_fp8_wgrad_bf16 ? "pick (bf16 out, padded tokens)" : "pick (fp32 out, padded tokens)", ms_fp8, tf, ms_bf16,
-                  ms_bf16 / ms_fp8, ms_bf16 / ms_fp8 >= 1.3 ? "MET(>=1.3)" : "MISSED(>=1.3)");
+                  g_fp8_wgrad_bf16 ? "pick (bf16 out, padded tokens)" : "pick (fp32 out, padded tokens)", ms_fp8, tf,
+                  ms_bf16, ms_bf16 / ms_fp8, ms_bf16 / ms_fp8 >= 1.3 ? "MET(>=1.3)" : "MISSED(>=1.3)");
       for (size_t i = 1; i < cfgs.size(); ++i)
         if (ms[i] > 0)
           std::printf("fp8 %-13s %-8s %-14s sweep %-24s %8.3f ms %7.1f TFLOP/s  bf16 %8.3f ms  x bf16 %.2f\n",
