@@ -112,17 +112,6 @@ struct StoreChunkHook {
   DMOE_DEVICE void operator()(int32_t /*kb*/) const { Epilogue::store_chunk(p, ops, d, w); }
 };
 
-// The mainloop hook with which warpgroup 0 tells warpgroup 1 that it has finished the first k block
-// of its `value`-th tile (one thread of it stores; kStaggered below).
-struct TileStartedHook {
-  volatile uint32_t* started;
-  uint32_t value;
-  bool publisher;
-  DMOE_DEVICE void operator()(int32_t kb) const {
-    if (kb == 0 && publisher) *started = value;
-  }
-};
-
 // Where A's rows come from: TMA straight from the row buffer, or the gather producer's local copy
 // of rows named by a row-address table (gather.cuh).
 enum class RowSource { kTma, kGather };
@@ -180,10 +169,6 @@ struct GroupedGemmKernel {
     SchedulerParams scheduler;
   };
 
-  // The FP8-blockwise 128x256 WGRAD: at 4 k blocks per tile (qwen3_30b) both warpgroups storing
-  // together after every tile idle the tensor pipes for ~29% of the kernel (G72's diagnostic run).
-  static constexpr bool kStaggered = Mainloop::kKind == GemmKind::kWgrad && Mainloop::kWideConsumers;
-
   // ---- shared memory layout ---------------------------------------------------------------------
   static constexpr int kStagingOffset = Mainloop::smem_bytes();
   static constexpr int kBarrierOffset = kStagingOffset + 2 * Writer::kBytesPerWg;
@@ -225,7 +210,7 @@ struct GroupedGemmKernel {
       // A slot is full after the TMA bytes and the arrivals of the scale warps that fill it.
       Pipeline::init(pipe_storage, Mainloop::kConsumerWarpsPerTile, 1 + Mainloop::kFillArrivals);
       // (its fence covers the ring too)
-      cta_counts[0] = cta_counts[1] = cta_counts[2] = cta_counts[3] = 0;
+      cta_counts[0] = cta_counts[1] = cta_counts[2] = 0;
     }
     // Prefix sums of the counts (and their validation); ends with __syncthreads(), which also
     // publishes the barrier initialization and the resolved operands above.
@@ -323,22 +308,7 @@ struct GroupedGemmKernel {
           if (kPingPong && index > 0) ptx::named_barrier_sync(kBarrierMathOrder0 + (1 - wg), 256);
           const int rows_in_last =
               Mainloop::kGrouping == Grouping::kK ? t.num_rows - (num_k - 1) * Mainloop::kBlockK : Mainloop::kBlockK;
-          if constexpr (kStaggered) {
-            // Warpgroup 1 starts a tile once warpgroup 0 has finished its first k block, so each
-            // one's epilogue runs beside the other's wgmmas (G73).
-            volatile uint32_t* started = &cta_counts[3];
-            const uint32_t value = static_cast<uint32_t>(index) + 1u;
-            if (wg == 1) {
-              if (consumer_tid == 128) {
-                while (*started < value) {
-                }
-              }
-              ptx::named_barrier_sync(kBarrierEpilogueWg0 + 1, 128);
-            }
-            Mainloop::mma_tile(params.mainloop, t, num_k, rows_in_last, pipe, st, smem, wg, acc,
-                               TileStartedHook{started, value, consumer_tid == 0});
-            if (consumer_tid == 0) *started = value;  // also when the tile had no k block
-          } else if constexpr (kDeferred) {
+          if constexpr (kDeferred) {
             // The previous tile's chunks leave during this tile's k loop (one per k block).
             StoreChunkHook<Epilogue> hook{params.epilogue, resolved, deferred.d, writer};
             Mainloop::mma_tile(params.mainloop, t, num_k, rows_in_last, pipe, st, smem, wg, acc, hook);
