@@ -132,6 +132,7 @@ struct SwapABStoreEpilogue {
   using Writer = PaddedStagingWriter;
   static_assert(!Mainloop::kSplit, "plain store");
   static constexpr bool kClipStats = false;
+  static constexpr bool kPrefetchOut = false;  // only WGRAD adds into its output (epilogue_store.cuh)
   static constexpr int kOutBytes = 2;
 
 #if defined(__CUDACC__)
@@ -173,6 +174,7 @@ struct SwapABSwigluEpilogue {
   using Writer = PaddedStagingWriter;
   static_assert(Mainloop::kSplit && Mainloop::kMmaPerWg == 2, "block 0 = gate rows, block 1 = up rows");
   static constexpr bool kClipStats = true;
+  static constexpr bool kPrefetchOut = false;
   static constexpr int kOutBytes = 2;
 
 #if defined(__CUDACC__)

@@ -80,6 +80,7 @@ struct SwigluEpilogue {
   static_assert(kHalf % kCols == 0, "each half is whole chunks");
   static constexpr int kHalfChunks = kHalf / kCols;
   static constexpr bool kClipStats = true;
+  static constexpr bool kPrefetchOut = false;  // only WGRAD adds into its output (epilogue_store.cuh)
   static constexpr int kOutBytes = 2;
 
 #if defined(__CUDACC__)

@@ -223,7 +223,7 @@ struct GroupedGemmKernel {
       ptx::setmaxnreg_dec<kProducerRegs>();
       if (warp == 0) {
         if (threadIdx.x == 0) {
-          constexpr bool kPrefetchOut = Mainloop::kKind == GemmKind::kWgrad && Writer::kTma;
+          constexpr bool kPrefetchOut = Epilogue::kPrefetchOut;  // WGRAD: the old output into L2 (G72)
           acquire_patched_maps(params.maps, resolved,
                                (1u << kMapA) | (1u << kMapB) | (kPrefetchOut ? (1u << kMapOut) : 0u));
           ptx::prefetch_tensormap(resolved.map[kMapA]);
