@@ -195,6 +195,39 @@ __device__ __forceinline__ void issue_gathered_tile(Bf16Tile& tile, const void* 
   }
 }
 
+// With issue_gathered_tile: the FP32 that row r0 + r's scale pointer names into scales[r] (0 for
+// rows past `rows` and null pointers), copied with the tile by the lane that loaded the row's
+// pointer (lanes 0-15 of each warp: lanes 16-31 load the same rows).
+__device__ __forceinline__ void issue_gathered_scales(float (&scales)[kTile], const void* const* scale_ptrs,
+                                                      int64_t rows, int64_t r0) {
+  const int lane = threadIdx.x % 32;
+  if (lane >= 16) return;
+  const int r = (threadIdx.x / 32) * 2 + (lane & 1) + kTileRowStep * ((lane >> 1) & (kTileLoads - 1));
+  const void* src = r0 + r < rows ? scale_ptrs[r0 + r] : nullptr;
+  ptx::cp_async_4_zfill(&scales[r], src != nullptr ? src : static_cast<const void*>(scale_ptrs), src != nullptr);
+}
+
+// Every value of a landed tile times its row's scale, rounded to BF16 (as the top-k backward rounds
+// grad_h3 = score * grad_out), in place: each thread its own vectors. The caller's barrier must
+// follow before any thread reads another's vectors.
+__device__ __forceinline__ void scale_tile_rows(Bf16Tile& tile, const float (&scales)[kTile]) {
+#pragma unroll
+  for (int i = 0; i < kTileLoads; ++i) {
+    const int r = tile_row(i);
+    uint4* v = reinterpret_cast<uint4*>(&tile[r][(threadIdx.x % kTileSlots) * kVec]);
+    const float s = scales[r];
+    uint4 raw = *v;
+    uint32_t* w = &raw.x;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float lo = s * ptx::bf16_lo_to_float(w[j]), hi = s * ptx::bf16_hi_to_float(w[j]);
+      const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+      w[j] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+    *v = raw;
+  }
+}
+
 // Thread tid's kTileLoads vectors of a landed tile (row tile_row(i, tid), slot tid % kTileSlots).
 __device__ __forceinline__ void read_own_vectors(uint4 (&raw)[kTileLoads], const Bf16Tile& tile,
                                                  unsigned tid = threadIdx.x) {

@@ -63,8 +63,10 @@ __device__ __forceinline__ void store_scale_grid(const Scale* staged, int ld, in
 // (128 * (1/rf + 1/rt) L2 requests per tile next to 512 for the data) only break ties. The estimate
 // by L2 requests alone chose 2 x 4 for MXFP8: 4.5 waves at dsv3_prefill, 0.77x the copy against
 // 0.81x at 1 x 2 (s28 r2-r3).
-inline RegionShape choose_rows_cols_region(int64_t tiles_t, int64_t tiles_f, bool byte_scales, int64_t slots) {
-  return choose_region(tiles_t, tiles_f, 1, slots, kRegionTiles, kRegionTiles, [&](int64_t rt, int64_t rf) {
+// `max_tiles`: the kernel's region capacity (kRegionTiles, or less where its shared memory is short).
+inline RegionShape choose_rows_cols_region(int64_t tiles_t, int64_t tiles_f, bool byte_scales, int64_t slots,
+                                           int max_tiles = kRegionTiles) {
+  return choose_region(tiles_t, tiles_f, 1, slots, max_tiles, max_tiles, [&](int64_t rt, int64_t rf) {
     return region_tile_cost(rt * rf, byte_scales ? mxfp8_scale_row_requests(rt, rf) : 0.0);
   });
 }
@@ -88,10 +90,12 @@ void check_rows_cols_outputs(const char* name, int block, int64_t capacity, cons
                  ": compact columns need q 16-byte aligned");
 }
 
-// The grid of a rows + columns kernel over tiles_t x tiles_f tiles in regions of 2^log2_rt x 2^log2_rf.
-inline dim3 rows_cols_grid(const char* name, int64_t tiles_t, int64_t tiles_f, int log2_rt, int log2_rf) {
-  DMOE_CHECK_ARG(log2_rt >= 0 && log2_rf >= 0 && (1 << (log2_rt + log2_rf)) <= kRegionTiles, name, ": region 2^",
-                 log2_rt, " x 2^", log2_rf, " tiles (at most ", kRegionTiles, ")");
+// The grid of a rows + columns kernel over tiles_t x tiles_f tiles in regions of 2^log2_rt x 2^log2_rf
+// (at most max_tiles, the kernel's region capacity).
+inline dim3 rows_cols_grid(const char* name, int64_t tiles_t, int64_t tiles_f, int log2_rt, int log2_rf,
+                           int max_tiles = kRegionTiles) {
+  DMOE_CHECK_ARG(log2_rt >= 0 && log2_rf >= 0 && (1 << (log2_rt + log2_rf)) <= max_tiles, name, ": region 2^",
+                 log2_rt, " x 2^", log2_rf, " tiles (at most ", max_tiles, ")");
   return dim3(static_cast<unsigned>((tiles_f + (1 << log2_rf) - 1) >> log2_rf),
               static_cast<unsigned>((tiles_t + (1 << log2_rt) - 1) >> log2_rt));
 }
