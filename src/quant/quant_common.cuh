@@ -207,25 +207,14 @@ __device__ __forceinline__ void issue_gathered_scales(float (&scales)[kTile], co
   ptx::cp_async_4_zfill(&scales[r], src != nullptr ? src : static_cast<const void*>(scale_ptrs), src != nullptr);
 }
 
-// Every value of a landed tile times its row's scale, rounded to BF16 (as the top-k backward rounds
-// grad_h3 = score * grad_out), in place: each thread its own vectors. The caller's barrier must
-// follow before any thread reads another's vectors.
-__device__ __forceinline__ void scale_tile_rows(Bf16Tile& tile, const float (&scales)[kTile]) {
-#pragma unroll
-  for (int i = 0; i < kTileLoads; ++i) {
-    const int r = tile_row(i);
-    uint4* v = reinterpret_cast<uint4*>(&tile[r][(threadIdx.x % kTileSlots) * kVec]);
-    const float s = scales[r];
-    uint4 raw = *v;
-    uint32_t* w = &raw.x;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float lo = s * ptx::bf16_lo_to_float(w[j]), hi = s * ptx::bf16_hi_to_float(w[j]);
-      const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
-      w[j] = *reinterpret_cast<const uint32_t*>(&b);
-    }
-    *v = raw;
-  }
+// s * (two / eight BF16 values), each product rounded to BF16 (as the top-k backward rounds grad_h3 =
+// score * grad_out: one FP32 product, then RNE).
+__device__ __forceinline__ uint32_t scale_bf16x2(uint32_t w, float s) {
+  const __nv_bfloat162 b = __floats2bfloat162_rn(s * ptx::bf16_lo_to_float(w), s * ptx::bf16_hi_to_float(w));
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+__device__ __forceinline__ uint4 scale_bf16x8(uint4 v, float s) {
+  return make_uint4(scale_bf16x2(v.x, s), scale_bf16x2(v.y, s), scale_bf16x2(v.z, s), scale_bf16x2(v.w, s));
 }
 
 // Thread tid's kTileLoads vectors of a landed tile (row tile_row(i, tid), slot tid % kTileSlots).

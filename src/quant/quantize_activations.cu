@@ -90,9 +90,9 @@ constexpr int kMaxRegionTiles = kScaledRows ? kScaledRegionTiles : kRegionTiles;
 
 // kCompactCols: `cols` is a compact column bundle (MXFP8 or FP8 blockwise), in an instantiation
 // of its own: the strided kernel keeps its stores' addresses in constant-bank parameters, with no register to spare.
-// kScaledRows: gathered rows times their row scales (Bf16Matrix::row_scale_ptrs), scaled in place
-// once each tile lands (one more barrier per tile); the stages' scales take the shared memory of
-// half the region (kScaledRegionTiles), which keeps three CTAs per SM.
+// kScaledRows: gathered rows times their row scales (Bf16Matrix::row_scale_ptrs, copied with each
+// tile into its stage's scales; quantize_rows_cols_tile applies them); the stages' scales take the
+// shared memory of half the region (kScaledRegionTiles), which keeps three CTAs per SM.
 template <class F, bool kCompactCols, bool kScaledRows>
 __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
     quantize_rows_cols_kernel(Bf16Matrix x, RowGroups groups, QuantizedOut<typename F::Scale> rows,
@@ -144,13 +144,10 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
   };
   for_each_tile<kRowsColsStages>(tiles_t * tiles_f, ring, issue, [&](int t, Bf16Tile& tile) {
     const int tt = t / tiles_f, tf = t % tiles_f;
-    if constexpr (kScaledRows) {
-      scale_tile_rows(tile, stage_row_scales[t % kRowsColsStages]);
-      __syncthreads();
-    }
     quantize_rows_cols_tile<F, kCompactCols>(tile, CtaThread{}, tt, tf, m_first + tt * kTile, c_first + tf * kTile,
                                              end, x.cols, 0, real_bits + tt * (kTile / 32), factor_tables, staging,
-                                             rows, cols, compact_offset, compact_ld);
+                                             rows, cols, compact_offset, compact_ld,
+                                             kScaledRows ? stage_row_scales[t % kRowsColsStages] : nullptr);
   }, prologue);
   // for_each_tile ended on a barrier: the region's scales are all staged.
   store_region_scales<F, kCompactCols>(threadIdx.x, staging, m_first, c_first, end, x.cols, tiles_t, tiles_f, 0,

@@ -152,7 +152,9 @@ struct RowsColsStaging {
 // in_cols; rows whose real-bit (tile_real) is clear quantize as zeros. Its two barriers are
 // __syncthreads: in a CTA running two tiles at once, both run this in step. `tile` is scratch
 // after the first. compact_offset / compact_ld: the compact columns' offset and row stride (shared
-// memory, read at their uses).
+// memory, read at their uses). `row_scales` (shared memory, the tile's 128 rows; nullptr: none):
+// every value is BF16(row scale * value) before it is quantized -- scaled where each pass holds it in
+// registers, so the tile needs no barrier of its own for it.
 template <class F, bool kCompactCols, class Tid>
 __device__ __forceinline__ void quantize_rows_cols_tile(Bf16Tile& tile, Tid tid, int tt, int tf, int64_t m0, int64_t c0,
                                                         int64_t end, int64_t in_cols, int64_t out_col0,
@@ -160,7 +162,8 @@ __device__ __forceinline__ void quantize_rows_cols_tile(Bf16Tile& tile, Tid tid,
                                                         const RowsColsStaging<F>& st,
                                                         const QuantizedOut<typename F::Scale>& rows,
                                                         const QuantizedOut<typename F::Scale>& cols,
-                                                        const int64_t& compact_offset, const int64_t& compact_ld) {
+                                                        const int64_t& compact_offset, const int64_t& compact_ld,
+                                                        const float* row_scales = nullptr) {
   using Scale = typename F::Scale;
   constexpr int kGroup = (F::kBlock < kTile ? F::kBlock : kTile) / kVec;
   constexpr int kChunk = 32;                           // tokens per column-pass thread
@@ -180,6 +183,10 @@ __device__ __forceinline__ void quantize_rows_cols_tile(Bf16Tile& tile, Tid tid,
     const bool col_in = c < in_cols;
     uint4 raw[kTileLoads];
     read_own_vectors(raw, tile, tid());
+    if (row_scales != nullptr) {
+#pragma unroll
+      for (int i = 0; i < kTileLoads; ++i) raw[i] = scale_bf16x8(raw[i], row_scales[tile_row(i, tid())]);
+    }
     if (!all_real) {
 #pragma unroll
       for (int i = 0; i < kTileLoads; ++i)
@@ -252,6 +259,10 @@ __device__ __forceinline__ void quantize_rows_cols_tile(Bf16Tile& tile, Tid tid,
 #pragma unroll
     for (int k = 0; k < kChunk; ++k)
       pair[k] = (chunk_real >> k) & 1u ? *reinterpret_cast<const uint32_t*>(&tile[chunk * kChunk + k][f0]) : 0u;
+  }
+  if (row_scales != nullptr) {
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) pair[k] = scale_bf16x2(pair[k], row_scales[chunk * kChunk + k]);
   }
 #pragma unroll
   for (int k = 0; k < kChunk; ++k) amax2 = __vmaxu2(amax2, abs_bf16x2(pair[k]));

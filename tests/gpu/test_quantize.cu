@@ -685,7 +685,7 @@ GatheredInput make_gathered_input(const std::vector<int32_t>& counts, int32_t al
   // Scales: random of both signs and wide range, and the crafted 0, +-1, a subnormal, 2^100 (past
   // E4M3's range after rounding, to Inf for the big rows); stored shuffled, one gap per row.
   static const float crafted[] = {0.0f, 1.0f, -1.0f, 1.0e-39f, 0x1p100f, 0.7f};
-  std::vector<float> value(used), stored(2 * used + 1, std::nanf(""));
+  std::vector<float> value(used), stored(2 * src_rows, std::nanf(""));  // slot i's scale at 2 i + 1
   for (int64_t m = 0; m < used; ++m)
     value[m] = m % 3 == 0 ? crafted[m / 3 % 6]
                           : std::ldexp(static_cast<float>(rng.uniform(-1, 1)), static_cast<int>(rng.below(17)) - 8);
