@@ -27,16 +27,6 @@ struct TopkRoutes {
 void topk_reduce_backward(const TopkRoutes& r, common::DeviceAddress h3_TKD, const __nv_bfloat16* grad_out_TD,
                           __nv_bfloat16* grad_h3_TKD, float* grad_scores_TK, cudaStream_t stream);
 
-// The same score gradients, for consumers that form grad_h3 where they read it (the block-scaled
-// pipelines' quantizers: quant::Bf16Matrix::row_scale_ptrs): instead of the T*K grad_h3 rows, grad_out's
-// T rows to grad_out_rows_TD (the dispatch window, where the forward published x: the routing
-// tables' gather_src) and each route's FP32 score (0 for -1 routes) to the first 4 bytes of its
-// route slot in score_slots_TKD ([T, K, D] BF16 slots: the combine window, scatter_dst; h3's own
-// slot when h3 lives there, written after it is read). K * D * 2 bytes per token instead of 2 * K * D * 2.
-void topk_backward_publish(const TopkRoutes& r, common::DeviceAddress h3_TKD, const __nv_bfloat16* grad_out_TD,
-                           __nv_bfloat16* grad_out_rows_TD, void* score_slots_TKD, float* grad_scores_TK,
-                           cudaStream_t stream);
-
 // grad_x[t] = BF16(sum over valid k, in k order, of FP32 grad_x_routes[t,k]); all -1 rows give 0.
 void reduce_from_topk(const TopkRoutes& r, const __nv_bfloat16* grad_x_TKD, __nv_bfloat16* grad_x_TD,
                       cudaStream_t stream);

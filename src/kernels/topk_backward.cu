@@ -22,14 +22,10 @@ using namespace detail;
 
 constexpr int kUnroll = 4;
 
-// kPublish: instead of the grad_h3 rows, grad_out's rows to `gh3` ([T, D]: the warps of k = 0) and
-// each route's FP32 score to the first 4 bytes of its [T, K, D] slot in `score_slots` (after the
-// warp has read the slot's h3, when h3 lives there).
-template <bool kPublish>
 __global__ void __launch_bounds__(kThreads) topk_reduce_backward_kernel(TopkRoutes r, DeviceAddress h3_addr,
                                                                        const __nv_bfloat16* __restrict__ gout,
                                                                        __nv_bfloat16* __restrict__ gh3,
-                                                                       float* gscores, char* score_slots) {
+                                                                       float* gscores) {
   const __nv_bfloat16* h3 = resolve<const __nv_bfloat16>(h3_addr);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);
@@ -54,18 +50,6 @@ __global__ void __launch_bounds__(kThreads) topk_reduce_backward_kernel(TopkRout
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c0 + u * 32 * kVec;
         if (c >= r.D) break;
-        if constexpr (kPublish) {
-          if (route % r.K == 0) *reinterpret_cast<Bf16x8*>(gh3 + t * r.D + c) = graw[u];
-          if (valid) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const float2 g = __bfloat1622float2(graw[u].v[q]), h = __bfloat1622float2(hraw[u].v[q]);
-              dot = fmaf(g.x, h.x, dot);
-              dot = fmaf(g.y, h.y, dot);
-            }
-          }
-          continue;
-        }
         float out[kVec];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -84,8 +68,6 @@ __global__ void __launch_bounds__(kThreads) topk_reduce_backward_kernel(TopkRout
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
     if (lane == 0) gscores[route] = valid ? dot : 0.f;
-    if constexpr (kPublish)
-      if (lane == 0) *reinterpret_cast<float*>(score_slots + route * r.D * 2) = s;
   }
 }
 
@@ -145,23 +127,8 @@ void topk_reduce_backward(const TopkRoutes& r, DeviceAddress h3_TKD, const __nv_
   DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t warps_needed = r.T * r.K;
   const int64_t blocks = std::min<int64_t>((warps_needed + kThreads / 32 - 1) / (kThreads / 32), int64_t{sms} * 8);
-  topk_reduce_backward_kernel<false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      r, h3_TKD, grad_out_TD, grad_h3_TKD, grad_scores_TK, nullptr);
-  DMOE_CUDA_CHECK_LAUNCH();
-}
-
-void topk_backward_publish(const TopkRoutes& r, DeviceAddress h3_TKD, const __nv_bfloat16* grad_out_TD,
-                           __nv_bfloat16* grad_out_rows_TD, void* score_slots_TKD, float* grad_scores_TK,
-                           cudaStream_t stream) {
-  check_routes(r);
-  if (r.T == 0) return;
-  int device = 0, sms = 0;
-  DMOE_CUDA_CHECK(cudaGetDevice(&device));
-  DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t warps_needed = r.T * r.K;
-  const int64_t blocks = std::min<int64_t>((warps_needed + kThreads / 32 - 1) / (kThreads / 32), int64_t{sms} * 8);
-  topk_reduce_backward_kernel<true><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      r, h3_TKD, grad_out_TD, grad_out_rows_TD, grad_scores_TK, static_cast<char*>(score_slots_TKD));
+  topk_reduce_backward_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(r, h3_TKD, grad_out_TD,
+                                                                                     grad_h3_TKD, grad_scores_TK);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

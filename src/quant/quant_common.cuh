@@ -195,28 +195,6 @@ __device__ __forceinline__ void issue_gathered_tile(Bf16Tile& tile, const void* 
   }
 }
 
-// With issue_gathered_tile: the FP32 that row r0 + r's scale pointer names into scales[r] (0 for
-// rows past `rows` and null pointers), copied with the tile by the lane that loaded the row's
-// pointer (lanes 0-15 of each warp: lanes 16-31 load the same rows).
-__device__ __forceinline__ void issue_gathered_scales(float (&scales)[kTile], const void* const* scale_ptrs,
-                                                      int64_t rows, int64_t r0) {
-  const int lane = threadIdx.x % 32;
-  if (lane >= 16) return;
-  const int r = (threadIdx.x / 32) * 2 + (lane & 1) + kTileRowStep * ((lane >> 1) & (kTileLoads - 1));
-  const void* src = r0 + r < rows ? scale_ptrs[r0 + r] : nullptr;
-  ptx::cp_async_4_zfill(&scales[r], src != nullptr ? src : static_cast<const void*>(scale_ptrs), src != nullptr);
-}
-
-// s * (two / eight BF16 values), each product rounded to BF16 (as the top-k backward rounds grad_h3 =
-// score * grad_out: one FP32 product, then RNE).
-__device__ __forceinline__ uint32_t scale_bf16x2(uint32_t w, float s) {
-  const __nv_bfloat162 b = __floats2bfloat162_rn(s * ptx::bf16_lo_to_float(w), s * ptx::bf16_hi_to_float(w));
-  return *reinterpret_cast<const uint32_t*>(&b);
-}
-__device__ __forceinline__ uint4 scale_bf16x8(uint4 v, float s) {
-  return make_uint4(scale_bf16x2(v.x, s), scale_bf16x2(v.y, s), scale_bf16x2(v.z, s), scale_bf16x2(v.w, s));
-}
-
 // Thread tid's kTileLoads vectors of a landed tile (row tile_row(i, tid), slot tid % kTileSlots).
 __device__ __forceinline__ void read_own_vectors(uint4 (&raw)[kTileLoads], const Bf16Tile& tile,
                                                  unsigned tid = threadIdx.x) {

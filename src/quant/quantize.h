@@ -36,10 +36,6 @@ struct Bf16Matrix {
   // routing table's gather_src / grad_gather_src: [rows] device pointers, padding rows nullptr;
   // entries at or past offsets_G1[G] are not read. Every other launcher rejects it.
   const void* const* row_ptrs = nullptr;
-  // With row_ptrs, the rows + columns quantizers only: row r's values are BF16(s * v), s the FP32
-  // at row_scale_ptrs[r] (nullptr for padding rows) -- the top-k backward's grad_h3 route row
-  // formed from grad_out's token row where it is read (kernels/topk.h, topk_backward_publish).
-  const void* const* row_scale_ptrs = nullptr;
 };
 
 // The compact MXFP8 column bundle's layout (QuantizedOut / QuantizedIn::compact): numeric/mxfp8.cuh.

@@ -62,8 +62,7 @@ template <class F>
 void launch_rows(const Bf16Matrix& x, const QuantizedOut<typename F::Scale>& out, cudaStream_t stream,
                  const char* name) {
   DMOE_CHECK_ARG(x.cols % F::kBlock == 0, name, ": cols=", x.cols, " must be a multiple of ", F::kBlock);
-  DMOE_CHECK_ARG(x.row_ptrs == nullptr && x.row_scale_ptrs == nullptr, name,
-                 ": gathered rows (row_ptrs, row_scale_ptrs) are not supported (rows+cols only)");
+  DMOE_CHECK_ARG(x.row_ptrs == nullptr, name, ": gathered rows (row_ptrs) are not supported (rows+cols only)");
   DMOE_CHECK_ARG(!out.compact && out.q_offset == nullptr, name,
                  ": compact outputs (compact, q_offset) are for the rows+columns quantizers' columns only");
   DMOE_CHECK_ARG(x.row_stride % kVec == 0 && out.q_row_stride % 8 == 0, name,
@@ -84,16 +83,10 @@ void launch_rows(const Bf16Matrix& x, const QuantizedOut<typename F::Scale>& out
 constexpr int kRowsColsStages = 2;
 constexpr int kRowsColsCtasPerSm = 3;
 constexpr size_t kRowsColsRingBytes = sizeof(Bf16Tile) * kRowsColsStages;
-constexpr int kScaledRegionTiles = kRegionTiles / 2;
-template <bool kScaledRows>
-constexpr int kMaxRegionTiles = kScaledRows ? kScaledRegionTiles : kRegionTiles;
 
 // kCompactCols: `cols` is a compact column bundle (MXFP8 or FP8 blockwise), in an instantiation
 // of its own: the strided kernel keeps its stores' addresses in constant-bank parameters, with no register to spare.
-// kScaledRows: gathered rows times their row scales (Bf16Matrix::row_scale_ptrs, copied with each
-// tile into its stage's scales; quantize_rows_cols_tile applies them); the stages' scales take the
-// shared memory of half the region (kScaledRegionTiles), which keeps three CTAs per SM.
-template <class F, bool kCompactCols, bool kScaledRows>
+template <class F, bool kCompactCols>
 __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
     quantize_rows_cols_kernel(Bf16Matrix x, RowGroups groups, QuantizedOut<typename F::Scale> rows,
                               QuantizedOut<typename F::Scale> cols, int log2_rt, int log2_rf) {
@@ -102,17 +95,15 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
   constexpr int kBlocksPerTile = kTile / F::kBlock;
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
-  constexpr int kMaxTiles = kMaxRegionTiles<kScaledRows>;
-  __shared__ uint32_t real_bits[kMaxTiles * kTile / 32];  // bit k of word i: row 32 i + k is a real token
+  __shared__ uint32_t real_bits[kRegionTiles * kTile / 32];  // bit k of word i: row 32 i + k is a real token
   __shared__ float factor_tables[F::kTableEntries];           // FP8 blockwise: scale and multiplier by table
   __shared__ uint16_t chunk_amax[kChunks][kTile];  // column pass: |bf16| bits per (chunk, feature)
   // The region's scales: row scales [token][feature block], column scales [feature][token block].
-  __shared__ __align__(16) Scale row_scale[kMaxTiles * kTile * kBlocksPerTile];
-  __shared__ __align__(16) Scale col_scale[kMaxTiles * kTile * kBlocksPerTile];
+  __shared__ __align__(16) Scale row_scale[kRegionTiles * kTile * kBlocksPerTile];
+  __shared__ __align__(16) Scale col_scale[kRegionTiles * kTile * kBlocksPerTile];
   // Compact columns: the bundle's byte offset and its row stride R = used (quantize.h), which reach
   // their uses through shared memory (in registers through the walk, at 80, they spilled).
   __shared__ int64_t compact_offset, compact_ld;
-  __shared__ float stage_row_scales[kScaledRows ? kRowsColsStages : 1][kTile];  // per stage, with its tile
 
   const int64_t m_first = (static_cast<int64_t>(blockIdx.y) * kTile) << log2_rt;
   const int64_t c_first = (static_cast<int64_t>(blockIdx.x) * kTile) << log2_rf;
@@ -140,21 +131,19 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
     const int64_t r0 = m_first + (t / tiles_f) * kTile, c0 = c_first + (t % tiles_f) * kTile;
     if (x.row_ptrs != nullptr) issue_gathered_tile(stage, x.row_ptrs, end, x.cols, r0, c0);
     else issue_tile(stage, base, x.row_stride, end, x.cols, r0, c0);
-    if constexpr (kScaledRows) issue_gathered_scales(stage_row_scales[t % kRowsColsStages], x.row_scale_ptrs, end, r0);
   };
   for_each_tile<kRowsColsStages>(tiles_t * tiles_f, ring, issue, [&](int t, Bf16Tile& tile) {
     const int tt = t / tiles_f, tf = t % tiles_f;
     quantize_rows_cols_tile<F, kCompactCols>(tile, CtaThread{}, tt, tf, m_first + tt * kTile, c_first + tf * kTile,
                                              end, x.cols, 0, real_bits + tt * (kTile / 32), factor_tables, staging,
-                                             rows, cols, compact_offset, compact_ld,
-                                             kScaledRows ? stage_row_scales[t % kRowsColsStages] : nullptr);
+                                             rows, cols, compact_offset, compact_ld);
   }, prologue);
   // for_each_tile ended on a barrier: the region's scales are all staged.
   store_region_scales<F, kCompactCols>(threadIdx.x, staging, m_first, c_first, end, x.cols, tiles_t, tiles_f, 0,
                                        x.cols, rows, cols, compact_offset, compact_ld);
 }
 
-template <class F, bool kCompactCols, bool kScaledRows>
+template <class F, bool kCompactCols>
 void launch_rows_cols_kernel(const Bf16Matrix& x, const RowGroups& groups, const QuantizedOut<typename F::Scale>& rows,
                              const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name,
                              int log2_rt, int log2_rf);
@@ -167,33 +156,26 @@ void launch_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Quanti
   check_rows_cols_outputs(name, F::kBlock, x.rows, groups, rows, cols);
   DMOE_CHECK_ARG(x.row_ptrs != nullptr || x.row_stride % kVec == 0, name,
                  ": the input row stride must keep 16-byte alignment");
-  DMOE_CHECK_ARG(x.row_scale_ptrs == nullptr || x.row_ptrs != nullptr, name,
-                 ": row scales (row_scale_ptrs) need gathered rows (row_ptrs)");
   if (x.rows == 0 || (!rows.present() && !cols.present())) return;
-  const bool scaled = x.row_scale_ptrs != nullptr;
-  if (cols.compact)
-    return scaled ? launch_rows_cols_kernel<F, true, true>(x, groups, rows, cols, stream, name, log2_rt, log2_rf)
-                  : launch_rows_cols_kernel<F, true, false>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
-  if (scaled) return launch_rows_cols_kernel<F, false, true>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
-  launch_rows_cols_kernel<F, false, false>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
+  if (cols.compact) return launch_rows_cols_kernel<F, true>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
+  launch_rows_cols_kernel<F, false>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
 }
 
-template <class F, bool kCompactCols, bool kScaledRows>
+template <class F, bool kCompactCols>
 void launch_rows_cols_kernel(const Bf16Matrix& x, const RowGroups& groups, const QuantizedOut<typename F::Scale>& rows,
                              const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name,
                              int log2_rt, int log2_rf) {
-  constexpr auto kernel = quantize_rows_cols_kernel<F, kCompactCols, kScaledRows>;
+  constexpr auto kernel = quantize_rows_cols_kernel<F, kCompactCols>;
   allow_dynamic_smem<kernel>(kRowsColsRingBytes);
   const int64_t tiles_t = (x.rows + kTile - 1) / kTile, tiles_f = (x.cols + kTile - 1) / kTile;
   if (log2_rt < 0) {
     const RegionShape r =
         choose_rows_cols_region(tiles_t, tiles_f, sizeof(typename F::Scale) == 1,
-                                resident_ctas(reinterpret_cast<const void*>(kernel), kTileThreads, kRowsColsRingBytes),
-                                kMaxRegionTiles<kScaledRows>);
+                                resident_ctas(reinterpret_cast<const void*>(kernel), kTileThreads, kRowsColsRingBytes));
     log2_rt = r.log2_a;
     log2_rf = r.log2_b;
   }
-  const dim3 grid = rows_cols_grid(name, tiles_t, tiles_f, log2_rt, log2_rf, kMaxRegionTiles<kScaledRows>);
+  const dim3 grid = rows_cols_grid(name, tiles_t, tiles_f, log2_rt, log2_rf);
   kernel<<<grid, kTileThreads, kRowsColsRingBytes, stream>>>(x, groups, rows, cols, log2_rt, log2_rf);
   DMOE_CUDA_CHECK_LAUNCH();
 }

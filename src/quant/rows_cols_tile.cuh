@@ -63,10 +63,8 @@ __device__ __forceinline__ void store_scale_grid(const Scale* staged, int ld, in
 // (128 * (1/rf + 1/rt) L2 requests per tile next to 512 for the data) only break ties. The estimate
 // by L2 requests alone chose 2 x 4 for MXFP8: 4.5 waves at dsv3_prefill, 0.77x the copy against
 // 0.81x at 1 x 2 (s28 r2-r3).
-// `max_tiles`: the kernel's region capacity (kRegionTiles, or less where its shared memory is short).
-inline RegionShape choose_rows_cols_region(int64_t tiles_t, int64_t tiles_f, bool byte_scales, int64_t slots,
-                                           int max_tiles = kRegionTiles) {
-  return choose_region(tiles_t, tiles_f, 1, slots, max_tiles, max_tiles, [&](int64_t rt, int64_t rf) {
+inline RegionShape choose_rows_cols_region(int64_t tiles_t, int64_t tiles_f, bool byte_scales, int64_t slots) {
+  return choose_region(tiles_t, tiles_f, 1, slots, kRegionTiles, kRegionTiles, [&](int64_t rt, int64_t rf) {
     return region_tile_cost(rt * rf, byte_scales ? mxfp8_scale_row_requests(rt, rf) : 0.0);
   });
 }
@@ -90,12 +88,10 @@ void check_rows_cols_outputs(const char* name, int block, int64_t capacity, cons
                  ": compact columns need q 16-byte aligned");
 }
 
-// The grid of a rows + columns kernel over tiles_t x tiles_f tiles in regions of 2^log2_rt x 2^log2_rf
-// (at most max_tiles, the kernel's region capacity).
-inline dim3 rows_cols_grid(const char* name, int64_t tiles_t, int64_t tiles_f, int log2_rt, int log2_rf,
-                           int max_tiles = kRegionTiles) {
-  DMOE_CHECK_ARG(log2_rt >= 0 && log2_rf >= 0 && (1 << (log2_rt + log2_rf)) <= max_tiles, name, ": region 2^",
-                 log2_rt, " x 2^", log2_rf, " tiles (at most ", max_tiles, ")");
+// The grid of a rows + columns kernel over tiles_t x tiles_f tiles in regions of 2^log2_rt x 2^log2_rf.
+inline dim3 rows_cols_grid(const char* name, int64_t tiles_t, int64_t tiles_f, int log2_rt, int log2_rf) {
+  DMOE_CHECK_ARG(log2_rt >= 0 && log2_rf >= 0 && (1 << (log2_rt + log2_rf)) <= kRegionTiles, name, ": region 2^",
+                 log2_rt, " x 2^", log2_rf, " tiles (at most ", kRegionTiles, ")");
   return dim3(static_cast<unsigned>((tiles_f + (1 << log2_rf) - 1) >> log2_rf),
               static_cast<unsigned>((tiles_t + (1 << log2_rt) - 1) >> log2_rt));
 }
@@ -152,9 +148,7 @@ struct RowsColsStaging {
 // in_cols; rows whose real-bit (tile_real) is clear quantize as zeros. Its two barriers are
 // __syncthreads: in a CTA running two tiles at once, both run this in step. `tile` is scratch
 // after the first. compact_offset / compact_ld: the compact columns' offset and row stride (shared
-// memory, read at their uses). `row_scales` (shared memory, the tile's 128 rows; nullptr: none):
-// every value is BF16(row scale * value) before it is quantized -- scaled where each pass holds it in
-// registers, so the tile needs no barrier of its own for it.
+// memory, read at their uses).
 template <class F, bool kCompactCols, class Tid>
 __device__ __forceinline__ void quantize_rows_cols_tile(Bf16Tile& tile, Tid tid, int tt, int tf, int64_t m0, int64_t c0,
                                                         int64_t end, int64_t in_cols, int64_t out_col0,
@@ -162,8 +156,7 @@ __device__ __forceinline__ void quantize_rows_cols_tile(Bf16Tile& tile, Tid tid,
                                                         const RowsColsStaging<F>& st,
                                                         const QuantizedOut<typename F::Scale>& rows,
                                                         const QuantizedOut<typename F::Scale>& cols,
-                                                        const int64_t& compact_offset, const int64_t& compact_ld,
-                                                        const float* row_scales = nullptr) {
+                                                        const int64_t& compact_offset, const int64_t& compact_ld) {
   using Scale = typename F::Scale;
   constexpr int kGroup = (F::kBlock < kTile ? F::kBlock : kTile) / kVec;
   constexpr int kChunk = 32;                           // tokens per column-pass thread
@@ -183,10 +176,6 @@ __device__ __forceinline__ void quantize_rows_cols_tile(Bf16Tile& tile, Tid tid,
     const bool col_in = c < in_cols;
     uint4 raw[kTileLoads];
     read_own_vectors(raw, tile, tid());
-    if (row_scales != nullptr) {
-#pragma unroll
-      for (int i = 0; i < kTileLoads; ++i) raw[i] = scale_bf16x8(raw[i], row_scales[tile_row(i, tid())]);
-    }
     if (!all_real) {
 #pragma unroll
       for (int i = 0; i < kTileLoads; ++i)
@@ -259,10 +248,6 @@ __device__ __forceinline__ void quantize_rows_cols_tile(Bf16Tile& tile, Tid tid,
 #pragma unroll
     for (int k = 0; k < kChunk; ++k)
       pair[k] = (chunk_real >> k) & 1u ? *reinterpret_cast<const uint32_t*>(&tile[chunk * kChunk + k][f0]) : 0u;
-  }
-  if (row_scales != nullptr) {
-#pragma unroll
-    for (int k = 0; k < kChunk; ++k) pair[k] = scale_bf16x2(pair[k], row_scales[chunk * kChunk + k]);
   }
 #pragma unroll
   for (int k = 0; k < kChunk; ++k) amax2 = __vmaxu2(amax2, abs_bf16x2(pair[k]));

@@ -122,7 +122,7 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   kernels::swiglu_forward({act, bo + 4}, {act, bo + 1}, F, rows, sp, nullptr, 0.f, stream, need_recompute, false);
   c.stage("h2_from_saved_h1", stream);
 
-  runtime::backward_topk(c, in, s, grad_out_TD, g, o, bo + 7, /*scaled_rows=*/false, stream);
+  runtime::backward_topk(c, in, s, grad_out_TD, g, o, bo + 7, stream);
 
   // W2 DGRAD gathers grad_h3 rows from the owners' dispatch windows.
   DgradArgs d2 = runtime::w2_dgrad_args(c, in, s.expert_rows);

@@ -151,8 +151,7 @@ void mxfp8_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD
 void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
                     const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
                     cudaStream_t stream) {
-  const BlockScaledBackwardHead head = block_scaled_backward_head(c, in, s, grad_out_TD, g, o, expert_forward, stream);
-  const DType wgrad = head.wgrad;
+  const DType wgrad = block_scaled_backward_head(c, in, s, grad_out_TD, g, o, expert_forward, stream);
   const int64_t D = c.config.hidden_dim, F = c.config.intermediate_dim, cap = c.capacity_rows();
   const int L = static_cast<int>(c.local_experts);
   uint8_t* act = c.activation_base();
@@ -161,9 +160,9 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
   const PreparedWeightBuffers& w2 = in.w2_prepared->buffers;
   const int64_t* layer = s.layer_state;
 
-  // grad_h3 rows + columns straight from the owners' dispatch windows (formed there from grad_out's
-  // rows and the route scores where the top-k backward published those: G75).
-  quantize_rows_cols(c, head.grad_h3, s.expert_rows_unpadded, s.expert_offsets, at(c, S.grad_h3_col), stream);
+  // grad_h3 rows + columns straight from the owners' dispatch windows.
+  quantize_rows_cols(c, routed_rows(c, s.grad_gather_src, D), s.expert_rows_unpadded, s.expert_offsets,
+                     at(c, S.grad_h3_col), stream);
   c.stage("quantize_grad_h3", stream);
 
   void* grad_h2 = at(c, S.grad_h2);

@@ -209,9 +209,9 @@ DType check_backward(const Context::Impl& c, const SavedState::Buffers& s, const
   return wgrad;
 }
 
-bool backward_topk(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
+void backward_topk(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
                    const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
-                   int64_t* h3_offset, bool scaled_rows, cudaStream_t stream) {
+                   int64_t* h3_offset, cudaStream_t stream) {
   const int64_t T = in.num_tokens, D = c.config.hidden_dim, K = c.config.top_k;
   uint8_t* act = c.activation_base();
   const int64_t* layer = s.layer_state;
@@ -223,11 +223,7 @@ bool backward_topk(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   const kernels::TopkRoutes routes = routes_of(c, in);
   float* gscores = in.score_dtype == DType::kFloat32 ? static_cast<float*>(g.grad_scores_TK) : c.grad_scores_f32;
   auto* grad_h3_routes = static_cast<__nv_bfloat16*>(c.dispatch_routes());
-  const bool publish = scaled_rows && !route_grads && !o.experts_output_postprocess && !o.grad_expert_output_out_TKD;
-  if (publish) {  // grad_out's rows where x's were, the scores in the combine slots (G75)
-    kernels::topk_backward_publish(routes, {act, h3_offset}, static_cast<const __nv_bfloat16*>(grad_out_TD),
-                                   grad_h3_routes, c.combine_routes(), gscores, stream);
-  } else if (route_grads) {  // published as given: the W2 DGRAD gathers only valid routes' rows
+  if (route_grads) {  // published as given: the W2 DGRAD gathers only valid routes' rows
     DMOE_CUDA_CHECK(cudaMemcpyAsync(grad_h3_routes, o.grad_expert_output_TKD, T * K * D * 2, cudaMemcpyDeviceToDevice,
                                     stream));
   } else if (o.experts_output_postprocess) {
@@ -246,7 +242,6 @@ bool backward_topk(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
                                     cudaMemcpyDeviceToDevice, stream));
   c.ep->barrier(stream);  // grad_h3 published; every owner is done reading its combine window
   c.stage("topk_backward", stream);
-  return publish;
 }
 
 void backward_reduce(Context::Impl& c, const RoutedExpertsInputs& in, const RoutedExpertsGradients& g,
@@ -282,8 +277,7 @@ void block_scaled_forward(Context::Impl& c, const RoutedExpertsInputs& in, void*
   forward_reduce(c, in, out_TD, saved, o, head, stream);
 }
 
-BlockScaledBackwardHead block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in,
-                                                   const SavedState::Buffers& s,
+DType block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
                                  const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
                                  BlockScaledExpertPart experts, cudaStream_t stream) {
   check_token_inputs(c, in);
@@ -307,12 +301,8 @@ BlockScaledBackwardHead block_scaled_backward_head(Context::Impl& c, const Route
           /*keep=*/true, nullptr, 0.f, /*recompute=*/true, stream);
   c.ep->barrier(stream, need_recompute);  // recomputed h3 rows are in their owners' combine windows
 
-  BlockScaledBackwardHead head{wgrad, routed_rows(c, s.grad_gather_src, D)};
-  if (backward_topk(c, in, s, grad_out_TD, g, o, bo + 7, /*scaled_rows=*/true, stream)) {
-    head.grad_h3.row_ptrs = s.gather_src;       // grad_out's token rows, where x's were
-    head.grad_h3.row_scale_ptrs = const_cast<const void* const*>(s.scatter_dst);  // the route's score
-  }
-  return head;
+  backward_topk(c, in, s, grad_out_TD, g, o, bo + 7, stream);
+  return wgrad;
 }
 
 }  // namespace dist_moe::runtime

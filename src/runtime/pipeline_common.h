@@ -77,13 +77,10 @@ DType check_backward(const Context::Impl& c, const SavedState::Buffers& s, const
 // Top-k (or RMSNorm) backward: grad_h3 route rows published in the dispatch window and the score
 // gradients, then the EP barrier after which the expert ranks may gather grad_h3. `h3_offset` is a
 // device int64 the call fills with where h3 lives (the slot when saved, the combine window when
-// recomputed). `scaled_rows`: the caller's consumers can form grad_h3 where they read it (the
-// block-scaled quantizers); then, for the plain top-k reduction with nobody observing the grad_h3
-// rows, it publishes grad_out's rows and the route scores instead (kernels::topk_backward_publish)
-// and returns true.
-bool backward_topk(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
+// recomputed).
+void backward_topk(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
                    const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
-                   int64_t* h3_offset, bool scaled_rows, cudaStream_t stream);
+                   int64_t* h3_offset, cudaStream_t stream);
 
 // ---- block-scaled pipelines (MXFP8, FP8 blockwise) ---------------------------------------------
 
@@ -120,18 +117,10 @@ void block_scaled_forward(Context::Impl& c, const RoutedExpertsInputs& in, void*
 // launch sequence whose stages do nothing on the saved path (gated row counts and group offsets; the
 // two EP barriers only when recomputing, as in the BF16 pipeline): x back from the slot's save or
 // the caller's, `experts` on the gated tables keeping its operands, the h3 rows in their owners'
-// combine windows -- then the top-k backward. Returns the WGRAD dtype of the call and where the
-// owner reads grad_h3's routed rows [cap, D]: the published route rows (grad_gather_src), or grad_out's
-// token rows (gather_src) times each route's score (row_scale_ptrs: scatter_dst, the route's combine
-// slot, where the top-k backward left its score).
-struct BlockScaledBackwardHead {
-  DType wgrad;
-  quant::Bf16Matrix grad_h3;
-};
-BlockScaledBackwardHead block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in,
-                                                   const SavedState::Buffers& s, const void* grad_out_TD,
-                                                   const RoutedExpertsGradients& g, const ExecutionOptions& o,
-                                                   BlockScaledExpertPart experts, cudaStream_t stream);
+// combine windows -- then the top-k backward. Returns the WGRAD dtype of the call.
+DType block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
+                                 const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
+                                 BlockScaledExpertPart experts, cudaStream_t stream);
 
 // After the W13 DGRAD scattered every grad_x route row into its owner's combine window: the EP
 // barrier, then the sum over k into grad_x_TD.

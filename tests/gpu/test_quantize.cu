@@ -634,21 +634,14 @@ TEST(QuantizeFp8Blockwise, RowsAndColumnsMatchTheOracleInEveryRegionShape) {
 // and as a row-pointer table (Bf16Matrix::row_ptrs) into a second buffer that holds the real rows
 // in a shuffled order, with a wider row stride and NaN rows and gaps nobody points at. Padding rows
 // point nowhere (nullptr); the entries past the groups hold an unmapped address: a read of one faults.
-// `scaled`: each real row also has an FP32 scale (Bf16Matrix::row_scale_ptrs: pointers into a
-// shuffled buffer of them, with the same nullptr / unmapped entries), and the contiguous rows hold
-// BF16(scale * row) as the top-k backward rounds grad_h3.
 struct GatheredInput {
   Groups g;
   int64_t cap = 0, D = 0;
   DeviceBuffer<uint16_t> contiguous, shuffled;
   DeviceBuffer<uint64_t> table;  // const void* per row
-  DeviceBuffer<float> scales;
-  DeviceBuffer<uint64_t> scale_table;  // const void* per row, when scaled
   quant::Bf16Matrix x() const { return {contiguous.get(), cap, D, D}; }
   quant::Bf16Matrix gathered() const {
-    quant::Bf16Matrix m{nullptr, cap, D, 0, reinterpret_cast<const void* const*>(table.get())};
-    if (scale_table.size() > 0) m.row_scale_ptrs = reinterpret_cast<const void* const*>(scale_table.get());
-    return m;
+    return {nullptr, cap, D, 0, reinterpret_cast<const void* const*>(table.get())};
   }
   quant::RowGroups groups(const DeviceBuffer<int32_t>& counts, const DeviceBuffer<int32_t>& offsets) const {
     return {counts.get(), offsets.get(), static_cast<int32_t>(g.counts.size())};
@@ -656,7 +649,7 @@ struct GatheredInput {
 };
 
 GatheredInput make_gathered_input(const std::vector<int32_t>& counts, int32_t align, int64_t D, int64_t spare,
-                                  uint64_t seed, bool scaled = false) {
+                                  uint64_t seed) {
   GatheredInput in;
   in.g = make_groups(counts, align);
   const int64_t used = in.g.offsets.back();
@@ -681,30 +674,6 @@ GatheredInput make_gathered_input(const std::vector<int32_t>& counts, int32_t al
   for (int64_t m = used; m < in.cap; ++m) table[m] = 0x10;  // unmapped
   in.shuffled.upload(src);
   in.table = DeviceBuffer<uint64_t>(table);
-  if (!scaled) return in;
-  // Scales: random of both signs and wide range, and the crafted 0, +-1, a subnormal, 2^100 (past
-  // E4M3's range after rounding, to Inf for the big rows); stored shuffled, one gap per row.
-  static const float crafted[] = {0.0f, 1.0f, -1.0f, 1.0e-39f, 0x1p100f, 0.7f};
-  std::vector<float> value(used), stored(2 * src_rows, std::nanf(""));  // slot i's scale at 2 i + 1
-  for (int64_t m = 0; m < used; ++m)
-    value[m] = m % 3 == 0 ? crafted[m / 3 % 6]
-                          : std::ldexp(static_cast<float>(rng.uniform(-1, 1)), static_cast<int>(rng.below(17)) - 8);
-  in.scales = DeviceBuffer<float>(stored.size());
-  std::vector<uint64_t> stable(in.cap, 0);
-  for (size_t e = 0; e < counts.size(); ++e)
-    for (int64_t m = in.g.offsets[e]; m < in.g.offsets[e] + counts[e]; ++m) {
-      stored[2 * slot[m] + 1] = value[m];
-      stable[m] = reinterpret_cast<uint64_t>(in.scales.get() + 2 * slot[m] + 1);
-      for (int64_t c = 0; c < D; ++c) {  // the contiguous twin: BF16(scale * value), one rounding
-        const float p = value[m] * nm::bf16_to_float(nm::bf16_t{h.bits[m * D + c]});
-        // The device's BF16 rounding (cvt.rn.bf16x2.f32) makes every NaN the canonical 0x7fff.
-        h.bits[m * D + c] = std::isnan(p) ? uint16_t{0x7fff} : nm::float_to_bf16(p).bits;
-      }
-    }
-  for (int64_t m = used; m < in.cap; ++m) stable[m] = 0x10;  // unmapped
-  in.scales.upload(stored);
-  in.scale_table = DeviceBuffer<uint64_t>(stable);
-  in.contiguous.upload(h.bits);
   return in;
 }
 
@@ -713,8 +682,8 @@ GatheredInput make_gathered_input(const std::vector<int32_t>& counts, int32_t al
 // must agree.
 template <class Scale, int kBlock, class Launch>
 void check_gathered_equals_contiguous(const std::vector<int32_t>& counts, int64_t D, int64_t spare, uint64_t seed,
-                                      bool scales_kblock_major, Launch launch, bool scaled = false) {
-  const GatheredInput in = make_gathered_input(counts, kBlock, D, spare, seed, scaled);
+                                      bool scales_kblock_major, Launch launch) {
+  const GatheredInput in = make_gathered_input(counts, kBlock, D, spare, seed);
   const int64_t cap = in.cap;
   SCOPED_TRACE("D=" + std::to_string(D) + " capacity=" + std::to_string(cap) + " groups=" + std::to_string(counts.size()));
   DeviceBuffer<int32_t> dcounts(in.g.counts), doffsets(in.g.offsets);
@@ -904,41 +873,6 @@ TEST(QuantizeFp8BlockwiseGathered, RowsAndColumnsEqualTheContiguousRowsBitForBit
                    const quant::Fp8BlockwiseOut& c) { quant::fp8_blockwise_quantize_rows_cols(x, g, r, c, nullptr); };
   check_gathered_equals_contiguous<float, 128>({37, 0, 200, 1, 100}, 256, 128, 221, true, launch);
   check_gathered_equals_contiguous<float, 128>({300, 5, 0, 129}, 1152, 0, 222, true, launch);
-}
-
-// Gathered rows times their row scales (Bf16Matrix::row_scale_ptrs: the backward's grad_h3 formed
-// from grad_out's rows and the route scores where the quantizer reads them, perf_history G75) equal
-// the rows scaled and rounded to BF16 on the host, quantized contiguous: both formats, strided and
-// (MXFP8, as its pipeline uses them) compact columns, every region shape the scaled kernel takes.
-TEST(QuantizeGatheredScaled, RowsAndColumnsEqualTheHostScaledRowsBitForBit) {
-  DMOE_REQUIRE_SM90();
-  auto fp8 = [](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Fp8BlockwiseOut& r,
-                const quant::Fp8BlockwiseOut& c) { quant::fp8_blockwise_quantize_rows_cols(x, g, r, c, nullptr); };
-  auto mx = [](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Mxfp8Out& r,
-               const quant::Mxfp8Out& c) { quant::mxfp8_quantize_rows_cols(x, g, r, c, nullptr); };
-  check_gathered_equals_contiguous<float, 128>({37, 0, 200, 1, 100}, 256, 128, 251, true, fp8, true);
-  check_gathered_equals_contiguous<float, 128>({300, 5, 0, 129}, 1152, 0, 252, true, fp8, true);
-  check_gathered_equals_contiguous<uint8_t, 32>({37, 0, 64, 1, 100}, 256, 32, 253, false, mx, true);
-  check_gathered_equals_contiguous<uint8_t, 32>({300, 5, 0, 129}, 2080, 32, 254, false, mx, true);
-  for (int lt = 0; lt <= 2; ++lt)
-    for (int lf = 0; lt + lf <= 2; ++lf) {
-      SCOPED_TRACE("region 2^" + std::to_string(lt) + " x 2^" + std::to_string(lf));
-      auto fp8_in = [&](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Fp8BlockwiseOut& r,
-                        const quant::Fp8BlockwiseOut& c) {
-        quant::fp8_blockwise_quantize_rows_cols_in_regions(x, g, r, c, lt, lf, nullptr);
-      };
-      check_gathered_equals_contiguous<float, 128>({37, 0, 300, 1, 100, 129}, 1152, 128, 261 + lt * 4 + lf, true,
-                                                   fp8_in, true);
-      if (HasFailure()) return;
-    }
-  // A region wider than the scaled kernel holds (4 tiles) is an argument error.
-  const GatheredInput in = make_gathered_input({128}, 128, 1024, 0, 270, true);
-  DeviceBuffer<int32_t> dcounts(in.g.counts), doffsets(in.g.offsets);
-  DeviceBuffer<uint8_t> q(128 * 1024);
-  DeviceBuffer<float> sc(1024);
-  EXPECT_THROW(quant::fp8_blockwise_quantize_rows_cols_in_regions(in.gathered(), in.groups(dcounts, doffsets),
-                                                                  {q.get(), 1024, sc.get(), 1, 128}, {}, 1, 2, nullptr),
-               Error);
 }
 
 // The compact column bundle (C = D features, R = offsets_G1[G] tokens) at a device offset inside a

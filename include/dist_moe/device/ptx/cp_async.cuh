@@ -20,12 +20,6 @@ DMOE_DEVICE void cp_async_16_zfill(void* dst, const void* src, bool valid) {
                : "memory");
 }
 
-// Copies 4 bytes from `src` to `dst` (shared), or writes 4 zero bytes when !valid.
-DMOE_DEVICE void cp_async_4_zfill(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0)
-               : "memory");
-}
-
 // Closes the group of this thread's cp.async issued since the last commit.
 DMOE_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
