@@ -31,7 +31,7 @@ for t in fp8_blockwise_training mxfp8_pipeline; do
 done
 for v in A B A B; do
   timeout 120 build-$v/bench/bench_quantize --shapes dsv3_prefill,qwen3_30b > $L/bq_${v}_$SECONDS.log 2>&1
-  echo "bench_quantize $v rc=$?: $(grep -iE 'rows \+ (transposed )?columns' $(newest bq_$v) | tr -s ' ' | cut -c1-150 | tr '\n' '|')"
+  echo "bench_quantize $v rc=$?: $(grep -E '^(mxfp8|fp8bw)_rows_cols' $(newest bq_$v) | tr -s ' ' | cut -c1-150 | tr '\n' '|')"
 done
 sel='quantize_x|quantize_h2|quantize_grad_h3|^forward\+backward|BF16 layer forward\+backward'
 layer() {  # arm shape format [extra]
