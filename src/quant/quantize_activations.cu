@@ -11,7 +11,6 @@
 //                             table (one pointer per row per tile, shuffled to the row's threads);
 //                             compact columns (both formats): their own instantiation
 // Memory-bound: the prediction and the measurements are in docs/perf_history.md (G37, G38).
-#include <algorithm>
 #include <type_traits>
 
 #include "dist_moe/check.h"
@@ -106,55 +105,42 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
   // their uses through shared memory (in registers through the walk, at 80, they spilled).
   __shared__ int64_t compact_offset, compact_ld;
 
-  // The routed rows and where the walk ends, read at their uses from shared memory (in registers
-  // through the region loop, at 80, they spilled).
-  __shared__ int64_t used_rows, end_rows;
-  if (threadIdx.x == 0) {
-    used_rows = __ldg(groups.offsets_G1 + groups.num_groups);
-    end_rows = used_rows < x.rows ? used_rows : x.rows;
-  }
-  __syncthreads();
-  const int64_t &used = used_rows, &end = end_rows;
+  const int64_t m_first = (static_cast<int64_t>(blockIdx.y) * kTile) << log2_rt;
   const int64_t c_first = (static_cast<int64_t>(blockIdx.x) * kTile) << log2_rf;
   const auto* base = static_cast<const uint16_t*>(x.data);
-  // Persistent over the token regions blockIdx.y, + gridDim.y, ... (rows increasing): a CTA stops at
-  // the first region past the routed rows, so unused capacity -- and the whole grid of a call whose
-  // groups are gated to nothing (the backward's recompute on the saved path) -- costs one wave of
-  // CTA starts, not one per region (perf_history G76).
-  for (unsigned ry = blockIdx.y;; ry += gridDim.y) {
-    const int64_t m_first = (static_cast<int64_t>(ry) * kTile) << log2_rt;
-    if (m_first >= end) return;  // CTA-uniform, before any copy: unused capacity is never read
-    const int64_t t_left = (end - m_first + kTile - 1) / kTile, f_left = (x.cols - c_first + kTile - 1) / kTile;
-    const int tiles_t = static_cast<int>(t_left < (1 << log2_rt) ? t_left : (1 << log2_rt));
-    const int tiles_f = static_cast<int>(f_left < (1 << log2_rf) ? f_left : (1 << log2_rf));
-    const RowsColsStaging<F> staging{chunk_amax, row_scale, col_scale, kBlocksPerTile << log2_rf,
-                                     kBlocksPerTile << log2_rt};
-    // While the first tiles load: the group table (in the last stage, free until the first barrier),
-    // the format's tables and the region's real-row bits (for_each_tile's first barrier publishes them).
-    auto prologue = [&] {
-      auto* offsets = reinterpret_cast<int32_t*>(&ring[kRowsColsStages - 1][0][0]);
-      rows_cols_region_prologue<F, kTileThreads, kCompactCols>(offsets, groups, cols, used, m_first, end, tiles_t,
-                                                               factor_tables, real_bits, compact_offset, compact_ld);
-    };
 
-    // Tile t of the region: token tile t / tiles_f, feature tile t % tiles_f (along the features first).
-    // Rows at or past `end` are neither read nor (gathered) looked up: their real-row bits are clear.
-    auto issue = [&](int t, Bf16Tile& stage) {
-      const int64_t r0 = m_first + (t / tiles_f) * kTile, c0 = c_first + (t % tiles_f) * kTile;
-      if (x.row_ptrs != nullptr) issue_gathered_tile(stage, x.row_ptrs, end, x.cols, r0, c0);
-      else issue_tile(stage, base, x.row_stride, end, x.cols, r0, c0);
-    };
-    for_each_tile<kRowsColsStages>(tiles_t * tiles_f, ring, issue, [&](int t, Bf16Tile& tile) {
-      const int tt = t / tiles_f, tf = t % tiles_f;
-      quantize_rows_cols_tile<F, kCompactCols>(tile, CtaThread{}, tt, tf, m_first + tt * kTile, c_first + tf * kTile,
-                                               end, x.cols, 0, real_bits + tt * (kTile / 32), factor_tables, staging,
-                                               rows, cols, compact_offset, compact_ld);
-    }, prologue);
-    // for_each_tile ended on a barrier: the region's scales are all staged.
-    store_region_scales<F, kCompactCols>(threadIdx.x, staging, m_first, c_first, end, x.cols, tiles_t, tiles_f, 0,
-                                         x.cols, rows, cols, compact_offset, compact_ld);
-    __syncthreads();  // the next region's prologue and bodies rewrite what the scale stores read
-  }
+  const int64_t used = __ldg(groups.offsets_G1 + groups.num_groups);
+  const int64_t end = used < x.rows ? used : x.rows;
+  if (m_first >= end) return;  // CTA-uniform, before any copy: unused capacity is never read
+  const int64_t t_left = (end - m_first + kTile - 1) / kTile, f_left = (x.cols - c_first + kTile - 1) / kTile;
+  const int tiles_t = static_cast<int>(t_left < (1 << log2_rt) ? t_left : (1 << log2_rt));
+  const int tiles_f = static_cast<int>(f_left < (1 << log2_rf) ? f_left : (1 << log2_rf));
+  const RowsColsStaging<F> staging{chunk_amax, row_scale, col_scale, kBlocksPerTile << log2_rf,
+                                   kBlocksPerTile << log2_rt};
+  // While the first tiles load: the group table (in the last stage, free until the first barrier),
+  // the format's tables and the region's real-row bits (for_each_tile's first barrier publishes them).
+  auto prologue = [&] {
+    auto* offsets = reinterpret_cast<int32_t*>(&ring[kRowsColsStages - 1][0][0]);
+    rows_cols_region_prologue<F, kTileThreads, kCompactCols>(offsets, groups, cols, used, m_first, end, tiles_t,
+                                                             factor_tables, real_bits, compact_offset, compact_ld);
+  };
+
+  // Tile t of the region: token tile t / tiles_f, feature tile t % tiles_f (along the features first).
+  // Rows at or past `end` are neither read nor (gathered) looked up: their real-row bits are clear.
+  auto issue = [&](int t, Bf16Tile& stage) {
+    const int64_t r0 = m_first + (t / tiles_f) * kTile, c0 = c_first + (t % tiles_f) * kTile;
+    if (x.row_ptrs != nullptr) issue_gathered_tile(stage, x.row_ptrs, end, x.cols, r0, c0);
+    else issue_tile(stage, base, x.row_stride, end, x.cols, r0, c0);
+  };
+  for_each_tile<kRowsColsStages>(tiles_t * tiles_f, ring, issue, [&](int t, Bf16Tile& tile) {
+    const int tt = t / tiles_f, tf = t % tiles_f;
+    quantize_rows_cols_tile<F, kCompactCols>(tile, CtaThread{}, tt, tf, m_first + tt * kTile, c_first + tf * kTile,
+                                             end, x.cols, 0, real_bits + tt * (kTile / 32), factor_tables, staging,
+                                             rows, cols, compact_offset, compact_ld);
+  }, prologue);
+  // for_each_tile ended on a barrier: the region's scales are all staged.
+  store_region_scales<F, kCompactCols>(threadIdx.x, staging, m_first, c_first, end, x.cols, tiles_t, tiles_f, 0,
+                                       x.cols, rows, cols, compact_offset, compact_ld);
 }
 
 template <class F, bool kCompactCols>
@@ -182,15 +168,14 @@ void launch_rows_cols_kernel(const Bf16Matrix& x, const RowGroups& groups, const
   constexpr auto kernel = quantize_rows_cols_kernel<F, kCompactCols>;
   allow_dynamic_smem<kernel>(kRowsColsRingBytes);
   const int64_t tiles_t = (x.rows + kTile - 1) / kTile, tiles_f = (x.cols + kTile - 1) / kTile;
-  const int64_t slots = resident_ctas(reinterpret_cast<const void*>(kernel), kTileThreads, kRowsColsRingBytes);
   if (log2_rt < 0) {
-    const RegionShape r = choose_rows_cols_region(tiles_t, tiles_f, sizeof(typename F::Scale) == 1, slots);
+    const RegionShape r =
+        choose_rows_cols_region(tiles_t, tiles_f, sizeof(typename F::Scale) == 1,
+                                resident_ctas(reinterpret_cast<const void*>(kernel), kTileThreads, kRowsColsRingBytes));
     log2_rt = r.log2_a;
     log2_rf = r.log2_b;
   }
-  // One wave of persistent CTAs: the token regions of a feature column are walked by gridDim.y CTAs.
-  dim3 grid = rows_cols_grid(name, tiles_t, tiles_f, log2_rt, log2_rf);
-  grid.y = static_cast<unsigned>(std::min<int64_t>(grid.y, std::max<int64_t>(1, slots / grid.x)));
+  const dim3 grid = rows_cols_grid(name, tiles_t, tiles_f, log2_rt, log2_rf);
   kernel<<<grid, kTileThreads, kRowsColsRingBytes, stream>>>(x, groups, rows, cols, log2_rt, log2_rf);
   DMOE_CUDA_CHECK_LAUNCH();
 }
