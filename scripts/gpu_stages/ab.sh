@@ -4,7 +4,12 @@
 #   treeab   an older source tree (A) against this checkout (B), for changes no environment variable
 #            can switch (behaviour-unchanged refactors: every layer time within a few percent). A_TREE
 #            [.abtree]: the older tree unpacked into an ignored folder (`git archive BASE | tar -x -C
-#            .abtree`, carried with the call). Files: treeab_build.log, treeab.txt.
+#            .abtree`, carried with the call); or A_PATCH: a patch this checkout contains, and A is the
+#            checkout copied to A_TREE with it reversed (the kept-or-drop A/B of one change). Files:
+#            treeab_build.log, treeab.txt.
+#     DMOE_AB_LAYER_ARGS [--iters 10]  more `dist-moe bench` flags for both sides, e.g. "--format
+#                               fp8_blockwise --iters 5 --sustain-ms 100" (each block-scaled run also
+#                               prints its BF16 layer's time: the speedup lines are kept)
 #     DMOE_AB_BENCHES [layer]   layer: `dist-moe bench` per shape; gemm: bench_grouped_gemm, median ms of
 #                               each side per shape, routing and op, B / A and B x cuBLAS
 #     DMOE_AB_SHAPES [dsv3_prefill qwen3_30b mixtral dsv3_decode]  DMOE_AB_ROUNDS [2]   (layer)
@@ -33,12 +38,14 @@ layer_ab() {  # shape rounds a_build b_build a_env b_env full
     for side in A B; do
       envs=$a_env; bin=$a_build; [ "$side" = B ] && envs=$b_env && bin=$b_build
       echo "==== $shape round $r side $side build $bin env [$envs]" >> "$full"
-      # shellcheck disable=SC2086  # envs: VAR=value words
-      text=$(x env $envs timeout 300 "$bin/dist-moe" bench --shape "$shape" --mode "$mode" --iters 10 --no-baseline 2>&1)
+      # shellcheck disable=SC2086  # envs (VAR=value) and DMOE_AB_LAYER_ARGS (flags): words
+      text=$(x env $envs timeout 300 "$bin/dist-moe" bench --shape "$shape" --mode "$mode" \
+               ${DMOE_AB_LAYER_ARGS:---iters 10} --no-baseline 2>&1)
       echo "$text" >> "$full"
       f=$(echo "$text" | awk '$1 == "forward" || ($1 == "inference" && $2 == "forward") {print ($1 == "forward" ? $2 : $3)}' | head -1)
       fb=$(echo "$text" | awk '$1 == "forward+backward" {print $2}' | head -1)
-      echo "round $r $side: forward ${f:-?} ms, forward+backward ${fb:-?} ms"
+      echo "round $r $side: forward ${f:-?} ms, forward+backward ${fb:-?} ms$(echo "$text" |
+        awk '$1 == "BF16" && $2 == "layer" && $3 == "forward+backward" {printf " (%s our BF16 layer)", $5}')"
       if [ "$side" = A ]; then af+=("${f:-nan}"); afb+=("${fb:-nan}"); else bf+=("${f:-nan}"); bfb+=("${fb:-nan}"); fi
     done
   done
@@ -100,6 +107,17 @@ stage_treeab() {
   local -a a_targets=(dist-moe dmoe_launch) b_targets=(dist-moe dmoe_launch)
   if [[ " $benches " == *" gemm "* ]]; then bench_opt=ON; a_targets+=(bench_grouped_gemm); b_targets+=(bench_grouped_gemm); fi
   start=$(date +%s)
+  if [ -n "${A_PATCH:-}" ] && [ "$DRY_RUN" != 1 ]; then  # A = this checkout with the patch reversed
+    local patch_file
+    patch_file=$(realpath "$A_PATCH") || { say "treeab: no A_PATCH $A_PATCH"; return 1; }
+    rm -rf "$a_tree" && mkdir -p "$a_tree"
+    tar -cf - --exclude='./build*' --exclude="./$a_tree" . | tar -xf - -C "$a_tree"
+    if ! (cd "$a_tree" && patch -s -R -p1 < "$patch_file") > "$OUT/treeab_patch.log" 2>&1; then
+      say "treeab: A_PATCH $A_PATCH does not reverse on this checkout"; tee -a "$SUMMARY" < "$OUT/treeab_patch.log"
+      return 1
+    fi
+    say "treeab: A = this checkout without $A_PATCH"
+  fi
   if [ ! -f "$a_tree/CMakeLists.txt" ] && [ "$DRY_RUN" != 1 ]; then
     say "treeab: no source tree in $a_tree"; return 1
   fi
