@@ -9,7 +9,9 @@
 #            treeab_build.log, treeab.txt.
 #     DMOE_AB_LAYER_ARGS [--iters 10]  more `dist-moe bench` flags for both sides, e.g. "--format
 #                               fp8_blockwise --iters 5 --sustain-ms 100" (each block-scaled run also
-#                               prints its BF16 layer's time: the speedup lines are kept)
+#                               prints its BF16 layer's time: the speedup lines are kept);
+#                               DMOE_AB_ARGS_<shape> adds flags for one shape (DMOE_AB_ARGS_dsv3_prefill=
+#                               "--experts 128": the block-scaled prefill kernels' limit on one GPU)
 #     DMOE_AB_BENCHES [layer]   layer: `dist-moe bench` per shape; gemm: bench_grouped_gemm, median ms of
 #                               each side per shape, routing and op, B / A and B x cuBLAS
 #     DMOE_AB_SHAPES [dsv3_prefill qwen3_30b mixtral dsv3_decode]  DMOE_AB_ROUNDS [2]   (layer)
@@ -33,6 +35,8 @@
 layer_ab() {  # shape rounds a_build b_build a_env b_env full
   local shape=$1 rounds=$2 a_build=$3 b_build=$4 a_env=$5 b_env=$6 full=$7 mode=train r side envs bin text f fb
   local -a af=() afb=() bf=() bfb=()
+  local shape_args_var="DMOE_AB_ARGS_$shape"
+  local shape_args=${!shape_args_var:-}
   [ "$shape" = dsv3_decode ] && mode=infer
   for r in $(seq 1 "$rounds"); do
     for side in A B; do
@@ -40,7 +44,7 @@ layer_ab() {  # shape rounds a_build b_build a_env b_env full
       echo "==== $shape round $r side $side build $bin env [$envs]" >> "$full"
       # shellcheck disable=SC2086  # envs (VAR=value) and DMOE_AB_LAYER_ARGS (flags): words
       text=$(x env $envs timeout 300 "$bin/dist-moe" bench --shape "$shape" --mode "$mode" \
-               ${DMOE_AB_LAYER_ARGS:---iters 10} --no-baseline 2>&1)
+               ${DMOE_AB_LAYER_ARGS:---iters 10} $shape_args --no-baseline 2>&1)
       echo "$text" >> "$full"
       f=$(echo "$text" | awk '$1 == "forward" || ($1 == "inference" && $2 == "forward") {print ($1 == "forward" ? $2 : $3)}' | head -1)
       fb=$(echo "$text" | awk '$1 == "forward+backward" {print $2}' | head -1)
