@@ -8,9 +8,9 @@
 //   SwiGLU (BF16 h1, h2) -> quantize h2 rows + columns -> W2 FPROP scattering BF16 h3 route rows into
 //   the owners' combine windows -> EP barrier + top-k reduction (or RMSNorm) -> [save h3]
 // Backward: the MXFP8 pipeline's sequence (recompute block, top-k backward, grad_h3 quantized into
-//   rows + columns, SwiGLU backward fused with dxy's rows + columns quantization, W2 / W13 DGRAD on the weights' transposed copies, W13 DGRAD
-//   scattering grad_x routes), with FP8-blockwise WGRADs on the column bundles themselves: the
-//   products of the 1x128-along-tokens blocks, accumulated in FP32.
+//   rows + columns, SwiGLU backward fused with dxy's rows + columns quantization, W2 / W13 DGRAD on
+//   the weights' transposed copies, W13 DGRAD scattering grad_x routes), with FP8-blockwise WGRADs on
+//   the column bundles themselves: the products of the 1x128-along-tokens blocks, accumulated in FP32.
 //
 // Operands: the row bundle [cap, C] E4M3 with its FP32 scales k-block-major [C/128, ld] (ld = cap
 // rounded up to 4) lives in the static scratch's row region, one at a time. Column bundles: x's and
@@ -91,8 +91,8 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
     quant::fp8_blockwise_gather_packed_rows(t.gather_src, groups, c.capacity_rows(), D, xr, stream);
     c.stage("gather_x_rows", stream);
   } else {
-    quant::fp8_blockwise_quantize_rows_cols(routed_rows(c, t.gather_src, D), groups, xr,
-                                            keep ? compact_columns<float>({act, layer + planner::kXCol}) : none, stream);
+    const quant::Fp8BlockwiseOut xc = keep ? compact_columns<float>({act, layer + planner::kXCol}) : none;
+    quant::fp8_blockwise_quantize_rows_cols(routed_rows(c, t.gather_src, D), groups, xr, xc, stream);
     c.stage(recompute ? "recompute_quantize_x" : "quantize_x", stream);
   }
 
