@@ -224,9 +224,13 @@ GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
     return p.k % 256 == 0 ? tile(128, 256, 3, p, sms, false, true) : tile(128, 128, 5, p, sms, false, true);
   // Decode-sized FPROP and W13: the swap-AB tile streaming the E4M3 weights (as MXFP8's).
   if (p.op != GroupedGemmOp::kDgrad && is_decode(p)) return swap_ab_tile(p, sms);
+  // Beyond ~220 local experts the scheduler tables push both picks past the shared memory (by 280
+  // bytes at 256): the same tile with one stage fewer.
   const int64_t width = p.op == GroupedGemmOp::kDgrad ? p.k : p.n;  // output columns
-  if (width % 256 != 0) return tile(128, 128, 6, p, sms, false, true);
-  return tile(128, 256, 4, p, sms, false, true);
+  const int bn = width % 256 != 0 ? 128 : 256;
+  const GroupedGemmConfig preferred = tile(128, bn, bn == 256 ? 4 : 6, p, sms, false, true);
+  if (smem_estimate(preferred, p) <= kSmemOptin) return preferred;
+  return tile(128, bn, preferred.stages - 1, p, sms, false, true);
 }
 
 // MXFP8 (FPROP, W13 FPROP, and DGRAD on the transposed weight; per-32 promotion): 128x128 with five

@@ -192,6 +192,12 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     w13_kernel(128, 256, 4).tma().fp8_blockwise(),
     w13_kernel(128, 128, 6).tma().cluster(2).fp8_blockwise(),
     w13_kernel(128, 256, 4).tma().cluster(2).fp8_blockwise(),
+    // One stage fewer where the scheduler tables of more than ~220 local experts (dsv3 on one GPU:
+    // 256) crowd the picks above out of shared memory (up to ~4000 experts fit next to these).
+    fprop_kernel(128, 128, 5).tma().fp8_blockwise(),
+    fprop_kernel(128, 256, 3).tma().fp8_blockwise(),
+    w13_kernel(128, 128, 5).tma().fp8_blockwise(),
+    w13_kernel(128, 256, 3).tma().fp8_blockwise(),
     // FP8-blockwise WGRAD over the transposed columns (per-element scale products): 128x256 with
     // two 128-column slices and three stages (the pick where k % 256 == 0; G69), 128x128 with two
     // register-sourced 64-column slices and five (the stages' scale copies take the sixth's room).

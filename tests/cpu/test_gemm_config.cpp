@@ -163,6 +163,29 @@ TEST(GemmConfig, ManyExpertsFallBack) {
   EXPECT_FALSE(pick(wgrad).tma_store) << pick(wgrad).name();
   const GroupedGemmConfig fprop = pick(problem(GroupedGemmOp::kFprop, 32768, 7168, 2048, 256));
   EXPECT_EQ(fprop.name(), "128x256x64_s4_dyn");
+  // FP8 blockwise: one stage fewer past ~220 experts (the tables need 8 bytes per expert; at 256
+  // the preferred tiles are 280 bytes over), for FPROP, W13 and DGRAD, whatever the width.
+  GroupedGemmProblem fp8 = problem(GroupedGemmOp::kFprop, 32768, 7168, 2048, 220);
+  fp8.a_format = kFp8BlockwiseRows;
+  fp8.b_format = kFp8BlockwiseWeight;
+  EXPECT_EQ(pick(fp8).name(), "128x256x128_s4_tma_dyn");
+  fp8.e_local = 256;
+  EXPECT_EQ(pick(fp8).name(), "128x256x128_s3_tma_dyn");
+  fp8.e_local = 1024;
+  fp8.m_capacity = 1 << 20;  // prefill-sized for 1024 experts
+  EXPECT_EQ(pick(fp8).name(), "128x256x128_s3_tma_dyn");
+  fp8.n = 7168 + 128;
+  EXPECT_EQ(pick(fp8).name(), "128x128x128_s5_tma_dyn");
+  fp8.e_local = 220;
+  EXPECT_EQ(pick(fp8).name(), "128x128x128_s6_tma_dyn");
+  fp8.op = GroupedGemmOp::kFpropSwiglu;
+  fp8.n = 4096;
+  fp8.e_local = 256;
+  EXPECT_EQ(pick(fp8).name(), "128x256x128_s3_tma_dyn");
+  fp8.op = GroupedGemmOp::kDgrad;
+  fp8.b_format = kFp8BlockwiseWeightT;
+  fp8.k = 7168;
+  EXPECT_EQ(pick(fp8).name(), "128x256x128_s3_tma_dyn");
 }
 
 TEST(GemmConfig, NamesListEveryOption) {
@@ -288,18 +311,18 @@ TEST(GemmConfig, OperandFormats) {
   EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
   dec.op = GroupedGemmOp::kDgrad;
   dec.b_format = kFp8BlockwiseWeightT;
-  EXPECT_EQ(pick(dec).name(), "128x256x128_s4_tma_dyn");
+  EXPECT_EQ(pick(dec).name(), "128x256x128_s3_tma_dyn");  // 256 experts: s4 does not fit (ManyExpertsFallBack)
   // A block-scaled layer's buffers keep upstream's 128-row padding bound (dsv3_decode at EP1: 33536
   // rows for 256 experts, past the decode class); m_bound, the rows it can use with its 32-row
   // padding (8960), decides the class.
   dec.op = GroupedGemmOp::kFpropSwiglu;
   dec.b_format = kFp8BlockwiseWeight;
   dec.m_capacity = 33536;
-  EXPECT_EQ(pick(dec).name(), "128x256x128_s4_tma_dyn");
+  EXPECT_EQ(pick(dec).name(), "128x256x128_s3_tma_dyn");
   dec.m_bound = 8960;
   EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
   dec.m_bound = 64 * 256 + 32;
-  EXPECT_EQ(pick(dec).name(), "128x256x128_s4_tma_dyn");
+  EXPECT_EQ(pick(dec).name(), "128x256x128_s3_tma_dyn");
 }
 
 // NVFP4 runs swap-AB tiles only (inference FPROP and W13 FPROP): 32 tokens when decode-sized, 64

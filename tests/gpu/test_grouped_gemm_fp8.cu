@@ -706,6 +706,16 @@ TEST(GroupedGemmFp8, HeuristicPicksCompiledKernels) {
   run_fp8_wgrad({200, 0, 129}, 256, 256, 24u, DType::kFloat32, false, nullptr);
 }
 
+// DeepSeek-V3's 256 experts on one GPU: the scheduler tables push the preferred tiles past the
+// shared memory, and the heuristic's one-stage-shallower picks run them (odd and even widths).
+TEST(GroupedGemmFp8, HeuristicPicksFitManyExperts) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_fprop({256, 256, 256, 24, 25u}, nullptr);
+  run_fp8_fprop({300, 384, 256, 24, 26u}, nullptr);
+  run_fp8_w13({256, 512, 256, 24, 27u}, false, nullptr);
+  run_fp8_dgrad({256, 256, 384, 24, 28u}, nullptr, false);
+}
+
 // ---- MXFP8 (per-32 promotion: device/gemm/mainloop_mxfp8.cuh) --------------------------------
 
 std::vector<GemmParam> mxfp8_params(GroupedGemmOp op) {

@@ -252,6 +252,9 @@ std::vector<Case> cases() {
   // The torch suite's bounded-T shape: T = 8 of 32, D = F = 256, E = 4, cyclic routes.
   c = {"t8_of_32_e4_cyclic"}; c.T_max = 32; c.T = 8; c.E = 4; c.cyclic_ids = true; c.seed = 108; v.push_back(c);
   c = {"wide_e64_d384_f640"}; c.E = 64; c.K = 8; c.D = 384; c.F = 640; c.T = 64; c.T_max = 64; v.push_back(c);
+  // DeepSeek-V3's 256 experts on one rank: the GEMMs' scheduler tables at their largest (FP8
+  // blockwise DGRAD on its one-stage-shallower tile, session 35).
+  c = {"e256_k8"}; c.E = 256; c.K = 8; c.T = 256; c.T_max = 256; v.push_back(c);
   return v;
 }
 
