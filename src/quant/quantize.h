@@ -54,8 +54,8 @@ struct QuantizedOut {
   // scales at q + *q_offset + align128(C * R) -- MXFP8: [C, R / 32] (row stride R / 32, block
   // stride 1); FP8 blockwise: [R / 128, C] --; the stride and scale fields are ignored. q_offset:
   // device int64 byte offset (nullptr = 0, a multiple of 128; q 16-byte aligned). Column outputs
-  // and inputs only (the rows+columns quantizers' `cols`, mxfp8_dequantize_columns' and
-  // fp8_blockwise_expand_columns' input); every other operand rejects it.
+  // and inputs only (the rows+columns quantizers' `cols`, mxfp8_dequantize_columns' input); every
+  // other operand rejects it.
   bool compact = false;
   const int64_t* q_offset = nullptr;
   DMOE_HOST_DEVICE bool present() const { return q != nullptr; }
@@ -181,15 +181,6 @@ void fp8_blockwise_quantize_rows_cols_in_regions(const Bf16Matrix& x, const RowG
 // Compact columns (cols.compact, as mxfp8_quantize_rows_cols' with FP8 blockwise's scale layout):
 // q [C, R] (row stride R) at cols.q + *cols.q_offset, then the FP32 scales [R / 128, C] at
 // numeric::fp8_blockwise_compact_columns_scales_offset(C, R); R = offsets_G1[G], a multiple of 128.
-
-// A compact FP8-blockwise column bundle back to the strided columns the FP8-blockwise WGRAD reads:
-// q [C, R] -> out.q [C, *] at out.q_row_stride (a multiple of 16; out.q 16-byte aligned), scales
-// [R / 128, C] -> out.scales [*, C] (scale_row_stride 1, scale_block_stride C; 16-byte aligned),
-// R = offsets_G1[G] read on the device (at most `capacity`, which sizes the grid). Bytes move
-// unchanged; tokens at or past R are not written. C % 128 == 0.
-using Fp8BlockwiseIn = QuantizedIn<float>;
-void fp8_blockwise_expand_columns(const Fp8BlockwiseIn& compact, const RowGroups& groups, int64_t cols,
-                                  int64_t capacity, const Fp8BlockwiseOut& out, cudaStream_t stream);
 
 // Weights w [E, N, K] in 128x128 blocks: q [E*N, K], scales [E, N/128, K/128]; and, when q_t is
 // given, the transposed data DGRAD reads, q_t [E*K, N] (per expert [K, N]) with the transposed

@@ -1018,9 +1018,8 @@ TEST(QuantizeMxfp8GatheredCompact, RowsAndCompactColumnsOfGatheredRowsInOneCall)
 
 // FP8 blockwise's compact bundle, as check_compact_columns (offset 384 into a sentinel buffer,
 // against the strided columns of the same input: q [D, R], then the FP32 scales [R / 128, D] at the
-// 128-byte boundary, every other byte its sentinel, the rows output unchanged), then expanded back
-// (fp8_blockwise_expand_columns) into poisoned strided columns: tokens < R and scale rows < R / 128
-// equal the strided call's, the rest untouched.
+// 128-byte boundary, every other byte its sentinel, the rows output unchanged). The FP8-blockwise
+// WGRAD reads this bundle where it lies (perf_history G71).
 void check_fp8_blockwise_compact_columns(const std::vector<int32_t>& counts, int64_t D, int64_t spare, uint64_t seed,
                                          bool gathered, int log2_rt = -1, int log2_rf = -1) {
   const GatheredInput in = make_gathered_input(counts, 128, D, spare, seed);
@@ -1069,31 +1068,10 @@ void check_fp8_blockwise_compact_columns(const std::vector<int32_t>& counts, int
                     << scales_at - offset << ", bundle " << bundle << " bytes)";
   EXPECT_EQ(first_difference(dq2.download(), dq.download()), -1) << "row data beside compact columns";
   EXPECT_EQ(first_difference(ds2.download(), ds.download()), -1) << "row scales beside compact columns";
-  if (::testing::Test::HasFailure()) return;
-
-  const int64_t ld = cap + 16;
-  DeviceBuffer<uint8_t> eq(D * ld);
-  DeviceBuffer<float> es(nb * D);
-  eq.poison(kPoison);
-  es.poison(kPoison);
-  quant::Fp8BlockwiseIn compact_in;
-  compact_in.q = dbuf.get();
-  compact_in.compact = true;
-  compact_in.q_offset = doffset.get();
-  quant::fp8_blockwise_expand_columns(compact_in, groups, D, cap, {eq.get(), ld, es.get(), 1, D}, nullptr);
-  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<uint8_t> want_q(D * ld, kPoison);
-  for (int64_t d = 0; d < D; ++d)
-    for (int64_t m = 0; m < R; ++m) want_q[d * ld + m] = qt[d * cap + m];
-  std::vector<float> want_s(nb * D);
-  std::memset(want_s.data(), kPoison, want_s.size() * sizeof(float));
-  std::memcpy(want_s.data(), st.data(), R / 128 * D * sizeof(float));
-  EXPECT_EQ(first_difference(eq.download(), want_q), -1) << "expanded data";
-  EXPECT_EQ(first_difference(es.download(), want_s), -1) << "expanded scales";
 }
 
 // Ragged and empty experts, spare capacity, one 128-row group, R = 0, 200 groups; every region shape.
-TEST(QuantizeFp8BlockwiseCompact, ColumnsEqualTheStridedColumnsAndExpandBack) {
+TEST(QuantizeFp8BlockwiseCompact, ColumnsEqualTheStridedColumns) {
   DMOE_REQUIRE_SM90();
   check_fp8_blockwise_compact_columns({37, 0, 200, 1, 100}, 256, 128, 501, false);
   check_fp8_blockwise_compact_columns({300, 5, 0, 129}, 1152, 256, 502, true);
@@ -1150,12 +1128,6 @@ TEST(QuantizeMxfp8Compact, UnsupportedOperandsAreArgumentErrors) {
   fp8_compact.compact = true;
   expect_invalid([&] { quant::fp8_blockwise_quantize_rows_cols(x, groups, fp8_compact, {}, nullptr); },
                  "fp8_blockwise_quantize_rows_cols: the row output cannot be compact");
-  quant::Fp8BlockwiseIn fp8_in{p};
-  fp8_in.compact = true;
-  expect_invalid([&] { quant::fp8_blockwise_expand_columns(fp8_in, groups, 256, 128, {p, 128, nullptr, 1, 256}, nullptr); },
-                 "fp8_blockwise_expand_columns: the output is the strided columns");
-  expect_invalid([&] { quant::fp8_blockwise_expand_columns(fp8_in, groups, 256, 128, {p, 128, reinterpret_cast<float*>(p), 2, 1}, nullptr); },
-                 "fp8_blockwise_expand_columns: the output scales must be");
   quant::Mxfp8In in_offset_only{p, 128, p, 4, 1};
   in_offset_only.q_offset = q_offset;
   expect_invalid([&] { quant::mxfp8_dequantize_columns(in_offset_only, groups, {p, 128, 256, 256}, nullptr); },
