@@ -342,32 +342,44 @@ std::vector<GroupedGemmConfig> sweep_configs(GroupedGemmOp op, DType out, bool g
   return cfgs;
 }
 
-// Median milliseconds of each configuration, over g_rounds interleaved rounds (see --rounds); a
-// configuration that cannot run here (shared memory for this many experts) is reported and gets
-// a negative time.
-std::vector<double> time_configs(const std::vector<const GroupedGemmConfig*>& cfgs, int iters,
-                                 const std::function<void(const GroupedGemmConfig*)>& run) {
-  std::vector<std::vector<double>> per(cfgs.size());
-  std::vector<bool> skip(cfgs.size(), false);
+// Median milliseconds of each run, over g_rounds interleaved rounds (see --rounds). A run past the
+// first `required` that cannot run here (a configuration's shared memory for this many experts) is
+// reported under its name and gets a negative time; one of the first `required` rethrows.
+std::vector<double> time_runs(const std::vector<std::function<void()>>& runs, const std::vector<std::string>& names,
+                              size_t required, int iters) {
+  std::vector<std::vector<double>> per(runs.size());
+  std::vector<bool> skip(runs.size(), false);
   for (int round = 0; round < g_rounds; ++round) {
-    for (size_t i = 0; i < cfgs.size(); ++i) {
+    for (size_t i = 0; i < runs.size(); ++i) {
       if (skip[i]) continue;
       try {
-        per[i].push_back(time_ms([&] { run(cfgs[i]); }, iters));
+        per[i].push_back(time_ms(runs[i], iters));
       } catch (const dist_moe::Error& e) {
-        if (cfgs[i] == nullptr) throw;
-        std::printf("  sweep %-27s skipped: %s\n", cfgs[i]->name().c_str(), e.what());
+        if (i < required) throw;
+        std::printf("  sweep %-27s skipped: %s\n", names[i].c_str(), e.what());
         skip[i] = true;
       }
     }
   }
-  std::vector<double> ms(cfgs.size(), -1.0);
-  for (size_t i = 0; i < cfgs.size(); ++i) {
+  std::vector<double> ms(runs.size(), -1.0);
+  for (size_t i = 0; i < runs.size(); ++i) {
     if (skip[i]) continue;
     std::sort(per[i].begin(), per[i].end());
     ms[i] = per[i][per[i].size() / 2];
   }
   return ms;
+}
+
+// time_runs over configurations (nullptr: the heuristic's pick, which must run).
+std::vector<double> time_configs(const std::vector<const GroupedGemmConfig*>& cfgs, int iters,
+                                 const std::function<void(const GroupedGemmConfig*)>& run) {
+  std::vector<std::function<void()>> runs;
+  std::vector<std::string> names;
+  for (const GroupedGemmConfig* cfg : cfgs) {
+    runs.push_back([&run, cfg] { run(cfg); });
+    names.push_back(cfg != nullptr ? cfg->name() : "pick");
+  }
+  return time_runs(runs, names, cfgs.empty() || cfgs[0] != nullptr ? 0 : 1, iters);
 }
 
 // Times an op with its heuristic's configuration and (--sweep) every other one, reports the
@@ -747,29 +759,9 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
         runs.push_back([&op, &c] { op.fp8(&c); });
         names.push_back(c.name());
       }
-      // A configuration that cannot run here (shared memory for this many experts) is reported and
-      // skipped, as in time_configs; the two picks must run.
-      std::vector<std::vector<double>> per(runs.size());
-      std::vector<bool> skip(runs.size(), false);
-      for (int round = 0; round < g_rounds; ++round)
-        for (size_t i = 0; i < runs.size(); ++i) {
-          if (skip[i]) continue;
-          try {
-            per[i].push_back(time_ms(runs[i], iters));
-          } catch (const dist_moe::Error& e) {
-            if (i < 2) throw;
-            std::printf("  sweep %-27s skipped: %s\n", names[i].c_str(), e.what());
-            skip[i] = true;
-          }
-        }
-      std::vector<double> ms(runs.size());
-      for (size_t i = 0; i < runs.size(); ++i) {
-        if (skip[i]) continue;
-        std::sort(per[i].begin(), per[i].end());
-        ms[i] = per[i][per[i].size() / 2];
-      }
+      const std::vector<double> ms = time_runs(runs, names, 2, iters);  // both picks must run
       for (size_t i = 1; i < runs.size(); ++i) {
-        if (skip[i]) continue;
+        if (ms[i] < 0) continue;  // skipped
         const double tf = op.flops / (ms[i] * 1e9), x_bf16 = ms[0] / ms[i];
         char verdict[32];
         std::snprintf(verdict, sizeof verdict, "%s(>=%.2g)", x_bf16 >= op.target ? "MET" : "MISSED", op.target);

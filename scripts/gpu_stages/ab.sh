@@ -11,7 +11,7 @@
 #                               fp8_blockwise --iters 5 --sustain-ms 100" (each block-scaled run also
 #                               prints its BF16 layer's time: the speedup lines are kept);
 #                               DMOE_AB_ARGS_<shape> adds flags for one shape (DMOE_AB_ARGS_dsv3_prefill=
-#                               "--experts 128": the block-scaled prefill kernels' limit on one GPU)
+#                               "--experts 128": one EP2 rank's expert GEMMs on one GPU)
 #     DMOE_AB_BENCHES [layer]   layer: `dist-moe bench` per shape; gemm: bench_grouped_gemm, median ms of
 #                               each side per shape, routing and op, B / A and B x cuBLAS
 #     DMOE_AB_SHAPES [dsv3_prefill qwen3_30b mixtral dsv3_decode]  DMOE_AB_ROUNDS [2]   (layer)

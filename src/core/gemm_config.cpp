@@ -70,10 +70,14 @@ bool legacy_requested() {
   return legacy;
 }
 
-// The preferred configuration when it fits next to this many experts' tables, else the fallback.
+// Whether a configuration's shared memory fits next to this many experts' scheduler tables.
+bool fits(const GroupedGemmConfig& c, const GroupedGemmProblem& p) { return smem_estimate(c, p) <= kSmemOptin; }
+
+// The preferred configuration when it fits, else the fallback (always the fallback under
+// DMOE_GEMM_LEGACY: BF16's padded-staging A/B).
 GroupedGemmConfig fitting(const GroupedGemmConfig& preferred, const GroupedGemmConfig& fallback,
                           const GroupedGemmProblem& p) {
-  if (legacy_requested() || smem_estimate(preferred, p) > kSmemOptin) return fallback;
+  if (legacy_requested() || !fits(preferred, p)) return fallback;
   return preferred;
 }
 
@@ -229,7 +233,7 @@ GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
   const int64_t width = p.op == GroupedGemmOp::kDgrad ? p.k : p.n;  // output columns
   const int bn = width % 256 != 0 ? 128 : 256;
   const GroupedGemmConfig preferred = tile(128, bn, bn == 256 ? 4 : 6, p, sms, false, true);
-  if (smem_estimate(preferred, p) <= kSmemOptin) return preferred;
+  if (fits(preferred, p)) return preferred;
   return tile(128, bn, preferred.stages - 1, p, sms, false, true);
 }
 
@@ -402,7 +406,7 @@ GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int de
   if (p.op == GroupedGemmOp::kWgrad && c.pingpong && c.tma_store && c.block_n == 128) {
     GroupedGemmConfig deep = c;
     deep.stages = 4;
-    if (smem_estimate(deep, p) <= kSmemOptin) c = deep;
+    if (fits(deep, p)) c = deep;
   }
   // G9: the dynamic tile schedule.
   if (!c.swap_ab) c.dynamic_schedule = true;
