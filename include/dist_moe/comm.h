@@ -85,6 +85,12 @@ class Communicator {
   static std::unique_ptr<Communicator> from_unique_id(const ncclUniqueId& id, int rank, int world_size,
                                                       const CommunicatorOptions& options = {});
   static ncclUniqueId make_unique_id();
+  // Emulated peers (upstream's emulate_peer_buffers): rank `rank` of `world_size` in this process
+  // alone, on a one-rank NCCL communicator it owns. Not collective. Every peer's window copy
+  // aliases this rank's, and EP groups on it wait only for this rank; routes owned by absent ranks
+  // read as exact zeros (EpGroup::prepare_scatter). It validates shapes, memory and the kernels of
+  // an EP size on one GPU, not the numerics of other ranks' experts (docs/communication.md §9).
+  static std::unique_ptr<Communicator> emulated(int rank, int world_size, const CommunicatorOptions& options = {});
 
   ~Communicator();
   Communicator(const Communicator&) = delete;
@@ -98,9 +104,13 @@ class Communicator {
   const ncclDevComm& dev_comm() const { return dev_comm_; }
   int64_t timeout_ms() const { return timeout_ms_; }
   uint64_t timeout_cycles() const { return timeout_cycles_; }
+  bool emulated() const { return emulated_; }
 
   // Collective: allocates and registers one symmetric window of at least `bytes` bytes.
   std::unique_ptr<SymmetricWindow> alloc_window(size_t bytes) const;
+  // This process's address of byte 0 of every rank's copy of `window` (index: rank); with emulated
+  // peers, this rank's copy for every rank.
+  std::vector<uintptr_t> peer_bases(const SymmetricWindow& window) const;
   // Collective host-side barrier (an NCCL all-reduce of one int, then a stream sync). Setup only.
   void host_barrier() const;
   // Device-side NCCL LSA barrier (ncclDevComm's lsaBarrier[index]) with the timeout, on `stream`.
@@ -110,6 +120,7 @@ class Communicator {
   Communicator(ncclComm_t comm, bool owned, const CommunicatorOptions& options);
   ncclComm_t comm_ = nullptr;
   bool owned_ = false;
+  bool emulated_ = false;
   int rank_ = 0;
   int world_ = 1;
   int device_ = 0;
@@ -260,6 +271,11 @@ class EpGroup {
   // *run_if != 0 -- every rank must see the same value at this barrier (e.g. a plan all ranks
   // computed from the same inputs), or the ranks that run it wait for the others until the timeout.
   void barrier(cudaStream_t stream, const int64_t* run_if = nullptr);
+  // Call before kernels that store route rows into their owners' combine windows (scatter_dst), after
+  // the last read of this rank's combine window. Emulated peers: zeroes this rank's route slots of
+  // num_tokens tokens, so the routes absent ranks own read as exact zeros (upstream's fake process
+  // groups zero them likewise). A no-op with real peers. combine() calls it itself.
+  void prepare_scatter(int64_t num_tokens, cudaStream_t stream);
 
   // publish + route (+ dispatch when x_gathered_MD is not null) with the same results as the three
   // calls (x_TD nullptr with options.rows_in_window). When fused_route_supported() (R * T_max * K <= fused_route_max_routes()), one cooperative

@@ -38,6 +38,14 @@ class Context {
   // Collective: creates (and owns) an NCCL communicator of `world_size` ranks on the current device.
   static std::unique_ptr<Context> create(const Config& config, const ncclUniqueId& id, int rank, int world_size,
                                          const ContextOptions& options = {});
+  // Not collective: rank `rank` of `world_size` with emulated peers (upstream's emulate_peer_buffers,
+  // comm::Communicator::emulated). Only this rank runs: every peer window aliases this rank's, the
+  // EP barriers wait for this rank alone, and the routes other ranks' experts own come back as exact
+  // zeros, so a call computes this rank's experts for every virtual rank's tokens -- this rank's own
+  // tokens, as each virtual peer reads this rank's windows. For shapes, memory and the kernels of an
+  // EP size on one GPU; the other ranks' expert outputs are not computed.
+  static std::unique_ptr<Context> create_emulated(const Config& config, int rank, int world_size,
+                                                  const ContextOptions& options = {});
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;

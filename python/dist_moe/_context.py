@@ -299,17 +299,19 @@ def create_context(*, group, config, plan_memory, device=None, emulate_peer_buff
     backend = str(dist.get_backend(group))
     if emulate_peer_buffers is None:
         emulate_peer_buffers = backend == "fake"
-    if emulate_peer_buffers:
-        raise RuntimeError(
-            "emulated peer buffers (fake process groups) are not supported: Dist-MoE's Hopper runtime "
-            "needs real NCCL symmetric memory on every rank"
-        )
     plan = plan_memory(config, world_size, device=device)
     _log.info("%s", plan.explain())
 
+    gpu = _native_loader.gpu()
+    if emulate_peer_buffers:
+        # Every virtual peer aliases this rank's windows; only this rank runs (not collective: no
+        # unique id travels). Validates shapes and memory; routes other ranks own come back as zeros.
+        with torch.cuda.device(device):
+            native = gpu.Context(config._as_dict(), b"", rank, world_size, device.index, emulate_peer_buffers=True)
+        return Context._create(group=group, config=config, memory_plan=plan, device=device, native=native)
+
     # The NCCL unique id travels over the caller's process group; the group's own backend does the
     # broadcast (a CUDA tensor for NCCL groups, CPU for gloo).
-    gpu = _native_loader.gpu()
     on_cuda = "nccl" in backend
     uid = torch.zeros(128, dtype=torch.uint8, device=device if on_cuda else "cpu")
     if rank == 0:

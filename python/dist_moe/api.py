@@ -250,6 +250,13 @@ def create_context(*, group, config: Config, device=None, emulate_peer_buffers=N
     symmetric windows, the activation buffer and the planner state. Create contexts before tracing
     or graph capture; ``context.close()`` releases them.
 
+    ``emulate_peer_buffers`` (None: True exactly when ``dist.get_backend(group) == "fake"``): this
+    process alone is rank r of the group's size, on a one-rank communicator, with every peer's
+    window aliasing its own (not collective). Each virtual peer then holds this rank's tokens, the
+    EP barriers wait for this rank alone, and routes to other ranks' experts come back as exact
+    zeros: it validates shapes, memory and an EP size's kernels on one GPU, not other ranks'
+    numerics. A fake process group of size 1 is a real single-rank context.
+
     Block-scaled contexts: ``BlockScaledConfig(format=MXFP8_E4M3 or FP8_BLOCKWISE,
     pipeline="staged")`` (training and inference; hidden_dim and intermediate_dim multiples of 128,
     num_experts >= world size; FP8_BLOCKWISE is beyond upstream: DeepSeek-V3's recipe), and

@@ -93,6 +93,17 @@ std::unique_ptr<Communicator> Communicator::from_unique_id(const ncclUniqueId& i
   }
 }
 
+std::unique_ptr<Communicator> Communicator::emulated(int rank, int world_size, const CommunicatorOptions& options) {
+  DMOE_CHECK_ARG(world_size >= 1 && world_size <= kMaxEpRanks, "world_size must be in [1, ", kMaxEpRanks, "], got ",
+                 world_size);
+  DMOE_CHECK_ARG(rank >= 0 && rank < world_size, "rank=", rank, " must be in [0, ", world_size, ")");
+  std::unique_ptr<Communicator> c = from_unique_id(make_unique_id(), 0, 1, options);
+  c->rank_ = rank;
+  c->world_ = world_size;
+  c->emulated_ = true;
+  return c;
+}
+
 Communicator::Communicator(ncclComm_t comm, bool owned, const CommunicatorOptions& options)
     : comm_(comm), owned_(owned) {
   DMOE_CHECK_ARG(options.lsa_barrier_count >= 1, "lsa_barrier_count must be at least 1");
@@ -152,6 +163,24 @@ Communicator::~Communicator() {
 
 std::unique_ptr<SymmetricWindow> Communicator::alloc_window(size_t bytes) const {
   return std::make_unique<SymmetricWindow>(*this, bytes);
+}
+
+std::vector<uintptr_t> Communicator::peer_bases(const SymmetricWindow& window) const {
+  if (emulated_) return std::vector<uintptr_t>(world_, reinterpret_cast<uintptr_t>(window.local_ptr()));
+  uintptr_t* d_bases = nullptr;
+  DMOE_CUDA_CHECK(cudaMalloc(&d_bases, world_ * sizeof(uintptr_t)));
+  std::vector<uintptr_t> h(world_);
+  try {
+    launch_window_bases(window.handle(), world_, d_bases, setup_stream_);
+    DMOE_CUDA_CHECK(cudaMemcpyAsync(h.data(), d_bases, h.size() * sizeof(uintptr_t), cudaMemcpyDeviceToHost,
+                                    setup_stream_));
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(setup_stream_));
+  } catch (...) {
+    warn_cuda(cudaFree(d_bases), "cudaFree");
+    throw;
+  }
+  DMOE_CUDA_CHECK(cudaFree(d_bases));
+  return h;
 }
 
 void Communicator::host_barrier() const {

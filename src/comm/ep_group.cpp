@@ -191,16 +191,12 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
 
   // Every rank's base of each window (this process's mapping), and the linear layout the kernels
   // address them by (EpWindow); dispatch and combine bases also serve the host (window bases).
+  // Emulated peers: every base is this rank's copy (stride 0).
   {
     const SymmetricWindow* wins[4] = {routing_win_.get(), dispatch_win_.get(), combine_win_.get(), signal_win_.get()};
     EpWindow* dst[4] = {&layout_.routing_win, &layout_.dispatch_win, &layout_.combine_win, &layout_.signal_win};
-    uintptr_t* d_bases = device_alloc<uintptr_t>(4 * static_cast<size_t>(R), 0);
-    for (int w = 0; w < 4; ++w) comm::launch_window_bases(wins[w]->handle(), R, d_bases + w * R, nullptr);
-    std::vector<uintptr_t> h(4 * static_cast<size_t>(R));
-    DMOE_CUDA_CHECK(cudaMemcpy(h.data(), d_bases, h.size() * sizeof(uintptr_t), cudaMemcpyDeviceToHost));
-    free_quietly(d_bases);
     for (int w = 0; w < 4; ++w) {
-      const uintptr_t* b = h.data() + w * R;
+      const std::vector<uintptr_t> b = comm.peer_bases(*wins[w]);
       EpWindow& ew = *dst[w];
       ew.handle = wins[w]->handle();
       ew.base = reinterpret_cast<char*>(b[0]);
@@ -210,12 +206,13 @@ EpGroup::EpGroup(const Communicator& comm, const EpConfig& config) : comm_(comm)
         if (b[p] != b[0] + static_cast<uintptr_t>(p * ew.stride))
           detail::fail(ErrorCode::kInternal, "symmetric window ", w, ": rank ", p,
                        "'s copy is not at base + rank * stride (NCCL LSA layout changed?)");
+      if (w == 1) dispatch_bases_ = b;
+      if (w == 2) combine_bases_ = b;
     }
-    dispatch_bases_.assign(h.begin() + R, h.begin() + 2 * R);
-    combine_bases_.assign(h.begin() + 2 * R, h.begin() + 3 * R);
   }
   layout_.rank = comm.rank();
   layout_.world = R;
+  layout_.emulated = comm.emulated() ? 1 : 0;
   layout_.local_experts = static_cast<int>(L);
   layout_.num_experts = static_cast<int>(c.num_experts);
   layout_.top_k = static_cast<int>(c.top_k);
@@ -379,6 +376,10 @@ void EpGroup::combine(const void* y_MD, const void* scores_TK, DType score_dtype
     detail::fail(ErrorCode::kInvalidType, "topk_scores_TK must be float32 or bfloat16, got ", to_string(score_dtype));
   const bool bf16 = score_dtype == DType::kBFloat16;
   const CombineAlgorithm algo = resolve_algorithm(options.algorithm);
+  // Emulated peers: the route slots absent owners would fill read as zeros, and only the barrier
+  // sync completes (signal mode counts arrivals from every owner of a token's routes).
+  prepare_scatter(num_tokens, stream);
+  const CombineSync sync = layout_.emulated ? CombineSync::kBarrier : options.sync;
   if (algo == CombineAlgorithm::kRankPartials) {
     DMOE_CHECK_ARG(config_.hidden % 16 == 0, "CombineAlgorithm::kRankPartials needs hidden % 16 == 0 (got ",
                    config_.hidden, "): an FP32 partial row is split into halves of whole 16-byte vectors");
@@ -388,7 +389,7 @@ void EpGroup::combine(const void* y_MD, const void* scores_TK, DType score_dtype
     a.out = static_cast<char*>(out_TD);
     a.num_tokens = static_cast<int>(num_tokens);
     a.scores_pushed = scores_pushed_ ? 1 : 0;
-    a.partials_sync = options.sync == CombineSync::kSignal ? comm::kPartialsSignal
+    a.partials_sync = sync == CombineSync::kSignal ? comm::kPartialsSignal
                       : own_partials_late()               ? comm::kPartialsBarrierOwnLate
                                                           : comm::kPartialsBarrier;
     const int ctas = combine_grid(comm_, rank_partials_ctas_[bf16 ? 1 : 0], options.num_sms);
@@ -397,12 +398,12 @@ void EpGroup::combine(const void* y_MD, const void* scores_TK, DType score_dtype
   }
   if (algo == CombineAlgorithm::kV2) {
     combine_v2(y_MD, scores_TK, bf16, out_TD, num_tokens,
-               options.sync == CombineSync::kSignal ? comm::kRemoteSignal : comm::kRemoteBarrier, options, stream);
+               sync == CombineSync::kSignal ? comm::kRemoteSignal : comm::kRemoteBarrier, options, stream);
     return;
   }
   const int ctas = combine_grid(comm_, bf16 ? combine_ctas_bf16_ : combine_ctas_f32_, options.num_sms);
   comm::launch_combine_every_route(layout_, tables_, y_MD, scores_TK, bf16, out_TD, static_cast<int>(num_tokens),
-                          options.sync == CombineSync::kSignal, ctas, stream);
+                          sync == CombineSync::kSignal, ctas, stream);
 }
 
 void EpGroup::reduce(const void* scores_TK, DType score_dtype, void* out_TD, int64_t num_tokens, cudaStream_t stream,
@@ -504,6 +505,14 @@ void EpGroup::enable_trace(bool on) {
 
 void EpGroup::barrier(cudaStream_t stream, const int64_t* run_if) {
   comm::launch_ep_barrier(layout_, 0, stream, run_if);
+}
+
+void EpGroup::prepare_scatter(int64_t num_tokens, cudaStream_t stream) {
+  if (!layout_.emulated) return;
+  DMOE_CHECK_ARG(num_tokens >= 1 && num_tokens <= config_.max_tokens, "num_tokens=", num_tokens, " must be in [1, ",
+                 config_.max_tokens, "]");
+  DMOE_CUDA_CHECK(cudaMemsetAsync(combine_win_->local_ptr(), 0, num_tokens * config_.top_k * layout_.row_bytes,
+                                  stream));
 }
 
 }  // namespace dist_moe::comm

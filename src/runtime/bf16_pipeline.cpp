@@ -108,6 +108,7 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   // The layer input comes back from the slot's x save, or from the caller's x when none was kept.
   kernels::copy_if(c.dispatch_routes(), {act, bo + 6}, T * D * 2, need_recompute, true, stream);
   c.ep->barrier(stream, need_recompute);
+  c.ep->prepare_scatter(T, stream);  // before the recompute's W2 scatters h3
   kernels::predicated_counts(s.expert_rows, c.counts_gated, static_cast<int>(c.local_experts), need_recompute, true,
                              stream);
   const ForwardTables t{s.expert_rows, s.gather_src, s.scatter_dst};

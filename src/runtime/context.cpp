@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include "core/env_knobs.h"
 #include "dist_moe/check.h"
@@ -163,8 +164,9 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
   DMOE_CUDA_CHECK(cudaMemcpy(const_cast<int64_t*>(c->slot_ids), ids.data(), ids.size() * sizeof(int64_t),
                              cudaMemcpyHostToDevice));
-  comm::launch_window_bases(c->rows_window->handle(), c->world, reinterpret_cast<uintptr_t*>(c->rows_peer_bases),
-                               nullptr);
+  const std::vector<uintptr_t> rows_bases = c->comm->peer_bases(*c->rows_window);
+  DMOE_CUDA_CHECK(cudaMemcpy(c->rows_peer_bases, rows_bases.data(), rows_bases.size() * sizeof(uintptr_t),
+                             cudaMemcpyHostToDevice));
   kernels::reset_planner(c->geometry, R, c->planner_state, nullptr);
   c->slot_depth = config.max_moe_layers_per_activation_slot;
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
@@ -193,6 +195,13 @@ std::unique_ptr<Context> Context::create(const Config& config, const ncclUniqueI
   config.validate();
   return std::unique_ptr<Context>(new Context(
       build(config, comm::Communicator::from_unique_id(id, rank, world_size, comm_options(options)), options)));
+}
+
+std::unique_ptr<Context> Context::create_emulated(const Config& config, int rank, int world_size,
+                                                  const ContextOptions& options) {
+  config.validate();
+  return std::unique_ptr<Context>(
+      new Context(build(config, comm::Communicator::emulated(rank, world_size, comm_options(options)), options)));
 }
 
 Context::~Context() {

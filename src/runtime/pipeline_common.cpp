@@ -124,6 +124,7 @@ ForwardHead forward_head(Context::Impl& c, const RoutedExpertsInputs& in, SavedS
   dispatch.rows_in_window = rows_in_window;
   c.ep->publish_route_dispatch(rows_in_window ? nullptr : in.x_TD, in.topk_ids_TK, in.id_dtype, T,
                                /*x_gathered_MD=*/nullptr, stream, dispatch);
+  c.ep->prepare_scatter(T, stream);  // emulated peers: absent owners' routes read as zeros
   c.stage("publish+route", stream);
   const comm::RoutingTables& tb = c.ep->tables();
 
@@ -241,6 +242,7 @@ void backward_topk(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
     DMOE_CUDA_CHECK(cudaMemcpyAsync(o.grad_expert_output_out_TKD, grad_h3_routes, T * K * D * 2,
                                     cudaMemcpyDeviceToDevice, stream));
   c.ep->barrier(stream);  // grad_h3 published; every owner is done reading its combine window
+  c.ep->prepare_scatter(T, stream);  // before the W13 DGRAD scatters grad_x
   c.stage("topk_backward", stream);
 }
 
@@ -295,6 +297,7 @@ DType block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in
 
   kernels::copy_if(c.dispatch_routes(), {act, bo + 6}, T * D * 2, need_recompute, true, stream);
   c.ep->barrier(stream, need_recompute);
+  c.ep->prepare_scatter(T, stream);  // before the recompute's W2 scatters h3
   kernels::predicated_counts(s.expert_rows, c.counts_gated, L, need_recompute, true, stream);
   kernels::predicated_counts(s.expert_offsets, c.offsets_gated, L + 1, need_recompute, true, stream);
   experts(c, in, {c.counts_gated, c.offsets_gated, s.expert_rows_unpadded, s.gather_src, s.scatter_dst}, layer,

@@ -1,5 +1,9 @@
 """Two-rank GPU tests of the torch front end: one spawned process group runs every numerics case of
-two_rank_worker.py; each case is one test here. Trap scenarios run in their own process groups."""
+two_rank_worker.py; each case is one test here. Trap scenarios run in their own process groups.
+
+On one GPU the same cases also run as one rank of an EP group whose peers are emulated (a fake
+process group: ``emulate_peer_buffers``), at EP 2 and EP 4, with the emulation's own reference
+(two_rank_worker.py's docstring), plus upstream's fake-process-group rows."""
 
 import json
 import os
@@ -9,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from two_rank_worker import CASES
+from two_rank_worker import CASES, EMULATED_CASES
 
 WORKER = os.path.join(os.path.dirname(__file__), "two_rank_worker.py")
 RANKS = int(os.environ.get("DMOE_TEST_RANKS", "2"))
@@ -58,3 +62,31 @@ def test_traps_end_with_their_diagnostic(scenario, message):
     assert "illegal memory access" not in text, text[-3000:]
     if scenario == "overflow":
         assert "required_receive_rows:" in text and "total_scratch_capacity_rows:" in text
+
+
+# (EP size, the emulated rank): a rank past 0, and the last one of four.
+EMULATIONS = [(2, 1), (4, 3)]
+
+
+@pytest.fixture(scope="module")
+def emulated_results(tmp_path_factory):
+    per_setting = {}
+    for world, rank in EMULATIONS:
+        out = tmp_path_factory.mktemp(f"emulated_ep{world}_rank{rank}")
+        proc = subprocess.run([sys.executable, WORKER, "--ranks", str(world), "--emulate", str(rank), "--out", str(out)],
+                              capture_output=True, text=True, timeout=900)
+        print(proc.stdout[-4000:], proc.stderr[-4000:])
+        died = f"did not run: the worker exited with rc={proc.returncode}:\n{proc.stderr[-3000:]}"
+        path = out / f"rank{rank}.json"
+        got = json.loads(path.read_text()) if path.exists() else {}
+        per_setting[(world, rank)] = {case: got.get(case, died) for case in {**CASES, **EMULATED_CASES}}
+    return per_setting
+
+
+@pytest.mark.parametrize("setting", EMULATIONS, ids=[f"ep{w}_rank{r}" for w, r in EMULATIONS])
+@pytest.mark.parametrize("case", sorted({**CASES, **EMULATED_CASES}))
+def test_emulated_peers_case(emulated_results, setting, case):
+    """One rank of EP size R on this GPU with emulated peers passes the case against the emulation's
+    reference (bitwise where stated)."""
+    res = emulated_results[setting]
+    assert res.get(case) == "ok", f"EP{setting[0]} rank {setting[1]}: {res.get(case)}"

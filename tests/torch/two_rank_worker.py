@@ -3,12 +3,19 @@ applies to BF16, run in one process group so NCCL and context setup are paid onc
 
     python tests/torch/two_rank_worker.py --out DIR [--ranks 2] [--cases a,b]   # numerics cases
     python tests/torch/two_rank_worker.py --trap unequal_t|overflow|bad_id      # must trap
+    python tests/torch/two_rank_worker.py --out DIR --ranks R --emulate RANK      # one GPU, fake peers
 
 Each rank writes DIR/rank<r>.json: {case: "ok" | "FAIL: message"}. Collective work of a case finishes
 on every rank before its checks run, so a failed check on one rank cannot strand the other.
 Numerics harness (upstream's ``_run_two_rank_numerics``): T=128, D=F=1024, E=4, K=2, routes
 (g % 4, (g + 2) % 4) for global token g (every token crosses ranks), x seeded 1000+rank, global
 weights seeded 2027; the reference runs on the global batch on every rank.
+
+With ``--emulate RANK`` one process runs rank RANK of R on GPU 0 over a fake process group, so the
+context emulates its peers (``emulate_peer_buffers``): every virtual peer reads this rank's windows,
+i.e. holds this rank's tokens, and the routes other ranks' experts own come back as zeros. The
+harness then gives every rank this rank's inputs, and its reference disables the routes to other
+ranks' experts: the same cases check an EP-size-R rank's kernels on one GPU.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from moe_reference import (  # noqa: E402
 import dist_moe  # noqa: E402
 
 T, D, FF, E, K = 128, 1024, 1024, 4, 2
+EMULATED = False  # --emulate: this process is the only real rank (see the module docstring)
 
 
 class Harness:
@@ -62,6 +70,9 @@ class Harness:
             self.ids.append(ids.to(torch.int32).to(device))
             self.scores.append(scores.to(device))
             self.grads.append(torch.randn(T, D, generator=gr).to(torch.bfloat16).to(device))
+        if EMULATED:  # every virtual peer reads this rank's published tokens
+            for inputs in (self.xs, self.ids, self.scores, self.grads):
+                inputs[:] = [inputs[rank]] * world
 
     def local_weights(self):
         s = slice(self.rank * self.L, (self.rank + 1) * self.L)
@@ -82,11 +93,15 @@ class Harness:
         s = torch.cat(self.scores).requires_grad_()
         w13 = self.w13_global.clone().requires_grad_()
         w2 = self.w2_global.clone().requires_grad_()
-        out = reference_moe(x, torch.cat(self.ids), s, w13, w2, **kw)
+        ids = torch.cat(self.ids)
+        if EMULATED:  # absent ranks compute nothing: their experts' routes are zeros here
+            ids = torch.where((ids >= 0) & (ids // self.L != self.rank), torch.full_like(ids, -1), ids)
+        out = reference_moe(x, ids, s, w13, w2, **kw)
         out.backward(torch.cat(self.grads))
         rows = slice(self.rank * self.T, (self.rank + 1) * self.T)
         exp = slice(self.rank * self.L, (self.rank + 1) * self.L)
-        return out.detach()[rows], x.grad[rows], s.grad[rows], w13.grad[exp], w2.grad[exp]
+        grads = [torch.zeros_like(t) if t.grad is None else t.grad for t in (x, s, w13, w2)]  # no route: no graph
+        return out.detach()[rows], grads[0][rows], grads[1][rows], grads[2][exp], grads[3][exp]
 
     def run(self, ctx, w13, w2, options=None):
         """One step; prepared weights report their sources' gradients."""
@@ -439,6 +454,56 @@ def case_mxfp8_min_slot_recompute_equals_full_save(rank, world, dev, group):
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
+# ---- emulated peers only (upstream's fake-process-group rows) ----------------------------------------------
+
+
+def emulated_context_plan(rank, world, dev, group):
+    """Upstream's test_multi_rank_fake_context_supports_bf16_and_mxfp8: T=128, D=F=128, K=2, E=4, two
+    layers per slot, BF16 and MXFP8: the context's plan is plan_memory(config, R) and it is rank r of R;
+    its windows have the R-rank sizes; a forward runs."""
+    for block_scaled in (None, MXFP8):
+        cfg = dist_moe.Config(max_num_local_input_tokens=128, hidden_dim=128, intermediate_dim=128, top_k=2,
+                              num_experts=4 * world, max_moe_layers_per_activation_slot=2,
+                              block_scaled=block_scaled)
+        ctx = dist_moe.create_context(group=group, config=cfg, device=dev)
+        plan = dist_moe.plan_memory(cfg, world)
+        assert ctx.memory_plan == plan, (ctx.memory_plan, plan)
+        assert (ctx.rank, ctx.ep_size) == (rank, world)
+        assert ctx.dispatch_storage.numel() >= plan.dispatch_window_bytes
+        assert ctx.combine_storage.numel() >= plan.combine_window_bytes
+        x = torch.randn(128, 128, device=dev, dtype=torch.bfloat16)
+        ids = torch.randint(0, 4 * world, (128, 2), device=dev, dtype=torch.int32)
+        scores = torch.rand(128, 2, device=dev)
+        w13 = torch.randn(4, 256, 128, device=dev, dtype=torch.bfloat16) * 0.1
+        w2 = torch.randn(4, 128, 128, device=dev, dtype=torch.bfloat16) * 0.1
+        with torch.no_grad():
+            out = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx)
+        local = ((ids // 4) == rank).any(dim=1)  # tokens with a route to this rank's experts
+        assert out[local].abs().max() > 0
+        assert not (~local).any() or out[~local].abs().max() == 0, "tokens routed only to absent ranks"
+        ctx.close()
+
+
+def emulated_explicit_flag_does_not_depend_on_backend_name(rank, world, dev, group):
+    """Upstream's test_explicit_peer_emulation_does_not_depend_on_backend_name: the backend reported as
+    "custom_fake" with emulate_peer_buffers=True gives the same emulated context."""
+    real = dist.get_backend
+    dist.get_backend = lambda group=None: "custom_fake"
+    try:
+        cfg = dist_moe.Config(max_num_local_input_tokens=16, hidden_dim=256, intermediate_dim=256, top_k=1,
+                              num_experts=2 * world, max_moe_layers_per_activation_slot=1)
+        ctx = dist_moe.create_context(group=group, config=cfg, device=dev, emulate_peer_buffers=True)
+    finally:
+        dist.get_backend = real
+    assert (ctx.rank, ctx.ep_size) == (rank, world)
+    ctx.close()
+
+
+EMULATED_CASES = {"emulated_context_plan": emulated_context_plan,
+                  "emulated_explicit_flag_does_not_depend_on_backend_name":
+                  emulated_explicit_flag_does_not_depend_on_backend_name}
+
+
 # ---- traps (each in its own process group: a trap ends the CUDA context) ---------------------------------
 
 
@@ -472,10 +537,25 @@ def worker(rank, world, store, out_dir, cases, trap_scenario):
     if trap_scenario:
         trap(rank, world, dev, group, trap_scenario)
         return
+    run_cases(rank, world, dev, group, out_dir, cases)
+
+
+def emulate(rank, world, out_dir, cases):
+    """Rank `rank` of `world` alone on GPU 0: a fake process group, so the contexts emulate their peers."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
+
+    global EMULATED
+    EMULATED = True
+    torch.cuda.set_device(0)
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    run_cases(rank, world, torch.device("cuda", 0), dist.group.WORLD, out_dir, cases)
+
+
+def run_cases(rank, world, dev, group, out_dir, cases):
     results = {}
     for name in cases:
         try:
-            CASES[name](rank, world, dev, group)
+            {**CASES, **EMULATED_CASES}[name](rank, world, dev, group)
             results[name] = "ok"
         except Exception as e:  # recorded per case; the suite goes on
             results[name] = f"FAIL: {type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"
@@ -492,9 +572,17 @@ def main():
     p.add_argument("--out", default=None)
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--trap", default=None, choices=["unequal_t", "overflow", "bad_id"])
+    p.add_argument("--emulate", type=int, default=None, metavar="RANK",
+                   help="run only rank RANK of --ranks, on GPU 0, with emulated peers (adds the emulation cases)")
     a = p.parse_args()
     out = a.out or tempfile.mkdtemp(prefix="dmoe_two_rank_")
     os.makedirs(out, exist_ok=True)
+    if a.emulate is not None:
+        os.environ.setdefault("DMOE_COMM_TIMEOUT_MS", "30000")
+        cases = [c for c in a.cases.split(",") if c] + list(EMULATED_CASES)
+        emulate(a.emulate, a.ranks, out, cases)
+        print(f"results in {out}")
+        return
     store = tempfile.NamedTemporaryFile(prefix="dmoe_pg_", delete=False).name
     os.unlink(store)
     cases = [c for c in a.cases.split(",") if c]

@@ -127,16 +127,22 @@ ExecutionOptions options_from_dict(const py::dict& d) {
 // One rank's context as Python sees it.
 class GpuContext {
  public:
+  // emulate_peer_buffers: Context::create_emulated (unique_id unused, not collective).
   GpuContext(const py::dict& config, const py::bytes& unique_id, int rank, int world_size, int device,
-             int64_t comm_timeout_ms) {
-    const std::string id = unique_id;
-    DMOE_CHECK_ARG(id.size() == sizeof(ncclUniqueId), "unique_id must hold ", sizeof(ncclUniqueId), " bytes");
-    ncclUniqueId uid;
-    std::memcpy(uid.internal, id.data(), sizeof uid.internal);
+             int64_t comm_timeout_ms, bool emulate_peer_buffers) {
     const Config c = config_from_dict(config);
     DeviceGuard guard(device);
     ContextOptions options;
     options.comm_timeout_ms = comm_timeout_ms;
+    if (emulate_peer_buffers) {
+      py::gil_scoped_release release;
+      ctx_ = Context::create_emulated(c, rank, world_size, options);
+      return;
+    }
+    const std::string id = unique_id;
+    DMOE_CHECK_ARG(id.size() == sizeof(ncclUniqueId), "unique_id must hold ", sizeof(ncclUniqueId), " bytes");
+    ncclUniqueId uid;
+    std::memcpy(uid.internal, id.data(), sizeof uid.internal);
     py::gil_scoped_release release;  // NCCL bootstrap waits for every rank
     ctx_ = Context::create(c, uid, rank, world_size, options);
   }
@@ -322,9 +328,9 @@ PYBIND11_MODULE(_C, m) {
         py::arg("out_row_stride"), py::arg("stream"), py::arg("device"));
   m.def("nvfp4_packed_row_bytes", [](int64_t hidden) { return nvfp4_packed_row_bytes(hidden); }, py::arg("hidden"));
   py::class_<GpuContext>(m, "Context")
-      .def(py::init<const py::dict&, const py::bytes&, int, int, int, int64_t>(), py::arg("config"),
+      .def(py::init<const py::dict&, const py::bytes&, int, int, int, int64_t, bool>(), py::arg("config"),
            py::arg("unique_id"), py::arg("rank"), py::arg("world_size"), py::arg("device"),
-           py::arg("comm_timeout_ms") = 0)
+           py::arg("comm_timeout_ms") = 0, py::arg("emulate_peer_buffers") = false)
       .def_property_readonly("rank", [](const GpuContext& g) { return g.ctx().rank(); })
       .def_property_readonly("ep_size", [](const GpuContext& g) { return g.ctx().ep_size(); })
       .def_property_readonly("local_experts", [](const GpuContext& g) { return g.ctx().local_experts(); })

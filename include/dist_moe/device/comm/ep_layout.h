@@ -93,6 +93,10 @@ struct EpDeviceLayout {
   EpWindow signal_win;
   int rank;
   int world;
+  // 1: the peers are emulated (Communicator::emulated, one process): only this rank runs, every
+  // window's peer copies alias this rank's (stride 0), and the signal words peers would write are
+  // remapped (window.cuh, remap_emulated_peer_word).
+  int emulated;
   int local_experts;  // L; rank r owns experts [r*L, (r+1)*L)
   int num_experts;    // E = world * L
   int top_k;          // K

@@ -48,14 +48,29 @@ DMOE_DEVICE char* routing_slot_ptr(const EpDeviceLayout& L, int slot, int peer) 
   return peer_ptr(L.routing_win, static_cast<int64_t>(slot) * L.routing_slot_bytes, peer);
 }
 
+// Emulated peers (EpDeviceLayout::emulated): only this rank runs, and each absent peer p acts as
+// this rank's clone. The words a rank writes into a peer, indexed by the writer ([.][source]), are
+// remapped: this rank's store into peer p's word [.][rank] becomes this rank's own word [.][p] --
+// the store p's clone would make here. Waits on any peer then complete once this rank arrived, and
+// the ids this rank "pushed" to p are what it reads back as p's. Data windows simply alias this
+// rank's copy (stride 0).
+DMOE_DEVICE void remap_emulated_peer_word(const EpDeviceLayout& L, int& owner, int& source) {
+  if (L.emulated && owner != L.rank) {
+    source = owner;
+    owner = L.rank;
+  }
+}
+
 // Pushed routing slot [parity][source] of rank `owner` (fused route kernel; routing_push_offset > 0).
 DMOE_DEVICE char* routing_push_ptr(const EpDeviceLayout& L, int parity, int source, int owner) {
+  remap_emulated_peer_word(L, owner, source);
   const int64_t index = static_cast<int64_t>(parity) * L.world + source;
   return peer_ptr(L.routing_win, L.routing_push_offset + index * L.routing_push_slot_bytes, owner);
 }
 
 // Barrier inbox word [slot][src] of rank `owner` (src writes it, owner polls it).
 DMOE_DEVICE uint32_t* barrier_inbox_ptr(const EpDeviceLayout& L, int owner, int slot, int src) {
+  remap_emulated_peer_word(L, owner, src);
   const int64_t off = L.barrier_inbox_offset + (static_cast<int64_t>(slot) * kMaxEpRanks + src) * 4;
   return reinterpret_cast<uint32_t*>(peer_ptr(L.signal_win, off, owner));
 }
