@@ -202,6 +202,8 @@ std::vector<EmulatedCase> emulated_cases() {
   c = {"bf16_ep2_rank0_rmsnorm_clamped"}; c.rank = 0; c.rmsnorm = true;
   c.activation = Activation::kSwiGLUClamped; v.push_back(c);
   c = {"mxfp8_ep2_rank1"}; c.format = BlockScaledFormat::kMXFP8_E4M3; c.T_max = c.T = 96; v.push_back(c);
+  c = {"mxfp8_ep2_rank0_clamped_rmsnorm"}; c.format = BlockScaledFormat::kMXFP8_E4M3; c.rank = 0;
+  c.activation = Activation::kSwiGLUClamped; c.rmsnorm = true; v.push_back(c);
   c = {"mxfp8_ep4_rank2"}; c.format = BlockScaledFormat::kMXFP8_E4M3; c.world = 4; c.rank = 2; v.push_back(c);
   c = {"fp8_blockwise_ep2_rank1"}; c.format = BlockScaledFormat::kFP8Blockwise; c.T_max = c.T = 96; v.push_back(c);
   c = {"fp8_blockwise_ep4_rank3"}; c.format = BlockScaledFormat::kFP8Blockwise; c.world = 4; c.rank = 3; v.push_back(c);

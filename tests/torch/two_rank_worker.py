@@ -460,22 +460,25 @@ CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.start
 def emulated_context_plan(rank, world, dev, group):
     """Upstream's test_multi_rank_fake_context_supports_bf16_and_mxfp8: T=128, D=F=128, K=2, E=4, two
     layers per slot, BF16 and MXFP8: the context's plan is plan_memory(config, R) and it is rank r of R;
-    its windows have the R-rank sizes; a forward runs."""
+    its windows have the R-rank sizes; a forward runs. Random routes: the scratch holds the topology
+    maximum (an emulated rank receives R copies of its own local routes; T*K rows overflow about half
+    the time, which the routing traps)."""
+    g = torch.Generator(device="cpu").manual_seed(4242 + rank)
     for block_scaled in (None, MXFP8):
         cfg = dist_moe.Config(max_num_local_input_tokens=128, hidden_dim=128, intermediate_dim=128, top_k=2,
                               num_experts=4 * world, max_moe_layers_per_activation_slot=2,
-                              block_scaled=block_scaled)
+                              device_scratch_capacity_factor=float(world), block_scaled=block_scaled)
         ctx = dist_moe.create_context(group=group, config=cfg, device=dev)
         plan = dist_moe.plan_memory(cfg, world)
         assert ctx.memory_plan == plan, (ctx.memory_plan, plan)
         assert (ctx.rank, ctx.ep_size) == (rank, world)
         assert ctx.dispatch_storage.numel() >= plan.dispatch_window_bytes
         assert ctx.combine_storage.numel() >= plan.combine_window_bytes
-        x = torch.randn(128, 128, device=dev, dtype=torch.bfloat16)
-        ids = torch.randint(0, 4 * world, (128, 2), device=dev, dtype=torch.int32)
-        scores = torch.rand(128, 2, device=dev)
-        w13 = torch.randn(4, 256, 128, device=dev, dtype=torch.bfloat16) * 0.1
-        w2 = torch.randn(4, 128, 128, device=dev, dtype=torch.bfloat16) * 0.1
+        x = torch.randn(128, 128, generator=g).to(dev, torch.bfloat16)
+        ids = torch.randint(0, 4 * world, (128, 2), generator=g).to(dev, torch.int32)
+        scores = torch.rand(128, 2, generator=g).to(dev)
+        w13 = (torch.randn(4, 256, 128, generator=g) * 0.1).to(dev, torch.bfloat16)
+        w2 = (torch.randn(4, 128, 128, generator=g) * 0.1).to(dev, torch.bfloat16)
         with torch.no_grad():
             out = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx)
         local = ((ids // 4) == rank).any(dim=1)  # tokens with a route to this rank's experts
@@ -498,6 +501,15 @@ def emulated_explicit_flag_does_not_depend_on_backend_name(rank, world, dev, gro
     assert (ctx.rank, ctx.ep_size) == (rank, world)
     ctx.close()
 
+
+# Two-rank cases that do not apply to an emulated rank, and why (test_two_rank.py reports them skipped).
+EMULATION_SKIPS = {
+    "mxfp8_clamped_swiglu": "its bound against the BF16 reference (upstream's 0.075) holds on the two-rank data, where "
+    "every token has both routes; an emulated rank keeps only the routes to its own experts, and on that data the "
+    "MXFP8 recipe itself (the torch model of its quantization points) is 0.146 from BF16 in grad_x, as one real "
+    "rank given the same routes is (s36 r3; the layer is 8.4e-3 from the model). test_emulated_peers.cu holds "
+    "emulated MXFP8 clamped SwiGLU to the CPU oracle instead.",
+}
 
 EMULATED_CASES = {"emulated_context_plan": emulated_context_plan,
                   "emulated_explicit_flag_does_not_depend_on_backend_name":
@@ -579,7 +591,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     if a.emulate is not None:
         os.environ.setdefault("DMOE_COMM_TIMEOUT_MS", "30000")
-        cases = [c for c in a.cases.split(",") if c] + list(EMULATED_CASES)
+        cases = [c for c in a.cases.split(",") if c and c not in EMULATION_SKIPS] + list(EMULATED_CASES)
         emulate(a.emulate, a.ranks, out, cases)
         print(f"results in {out}")
         return
