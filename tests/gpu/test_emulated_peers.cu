@@ -112,6 +112,18 @@ struct EmulatedInputs : TokenInputs {
   }
 };
 
+// One call of the case on `stream`: a training forward + backward, or an inference forward.
+void issue_calls(Context& ctx, const EmulatedCase& c, const EmulatedInputs& inp, SavedState* st, Outputs& o,
+                 cudaStream_t stream) {
+  const ExecutionOptions opts = suite_options(c);
+  if (c.inference) {
+    routed_experts_inference(ctx, inp.in, o.out.get(), opts, stream);
+  } else {
+    routed_experts_forward(ctx, inp.in, o.out.get(), st, opts, stream);
+    routed_experts_backward(ctx, inp.in, *st, inp.gout.get(), o.g, opts, stream);
+  }
+}
+
 Result run_emulated(const EmulatedCase& c, const reference::Problem& p, const TensorF& grad_out, bool full_slot,
                     cudaStream_t stream) {
   auto ctx = Context::create_emulated(config_of(c, full_slot), c.rank, c.world);
@@ -124,14 +136,9 @@ Result run_emulated(const EmulatedCase& c, const reference::Problem& p, const Te
   const int64_t L = ctx->local_experts();
   EmulatedInputs inp(c, p, grad_out, stream);
   Outputs o(c, L);
-  const ExecutionOptions opts = suite_options(c);
-  if (c.inference) {
-    routed_experts_inference(*ctx, inp.in, o.out.get(), opts, stream);
-  } else {
-    SavedState st(*ctx);
-    routed_experts_forward(*ctx, inp.in, o.out.get(), &st, opts, stream);
-    routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), o.g, opts, stream);
-  }
+  std::optional<SavedState> st;
+  if (!c.inference) st.emplace(*ctx);
+  issue_calls(*ctx, c, inp, st ? &*st : nullptr, o, stream);
   DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   Result r = o.read(L);
   ctx->close();
@@ -217,6 +224,55 @@ std::vector<EmulatedCase> emulated_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, EmulatedPeersLayer, ::testing::ValuesIn(emulated_cases()), case_name);
+
+// The case's calls captured in one CUDA graph (global capture mode: a host synchronization inside
+// fails the capture; the emulation's route-slot zeroing is a captured memset), replayed twice:
+// bitwise equal to the eager calls.
+class EmulatedPeersGraph : public ::testing::TestWithParam<EmulatedCase> {};
+
+TEST_P(EmulatedPeersGraph, ReplayEqualsEagerBitwise) {
+  DMOE_REQUIRE_SM90();
+  const EmulatedCase& c = GetParam();
+  const reference::Problem p = reference::make_random_problem(problem_spec(c, c.world));
+  const std::vector<TensorF> grad_out = reference::make_random_grad_out(p, c.seed + 99);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  auto ctx = Context::create_emulated(config_of(c, /*full_slot=*/false), c.rank, c.world);
+  const int64_t L = ctx->local_experts();
+  EmulatedInputs inp(c, p, grad_out[c.rank], stream);
+  Outputs eager(c, L), graphed(c, L);
+  std::optional<SavedState> st;
+  if (!c.inference) st.emplace(*ctx);
+  issue_calls(*ctx, c, inp, st ? &*st : nullptr, eager, stream);
+  DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const Result want = eager.read(L);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  issue_calls(*ctx, c, inp, st ? &*st : nullptr, graphed, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 2; ++replay) {
+    DMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_TRUE(bitwise(graphed.read(L), want)) << "replay " << replay << " differs from eager";
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  ctx->close();
+  cudaStreamDestroy(stream);
+}
+
+std::vector<EmulatedCase> graph_cases() {
+  std::vector<EmulatedCase> v;
+  EmulatedCase c;
+  c = {"bf16_ep2_rank1"}; v.push_back(c);
+  c = {"fp8_blockwise_ep4_rank3"}; c.format = BlockScaledFormat::kFP8Blockwise; c.world = 4; c.rank = 3; v.push_back(c);
+  c = {"nvfp4_inference_ep2_rank1"}; c.format = BlockScaledFormat::kNVFP4; c.inference = true; v.push_back(c);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, EmulatedPeersGraph, ::testing::ValuesIn(graph_cases()), case_name);
 
 // The EP group alone: publish + route + dispatch (fused and as three ops), then each combine
 // algorithm with identity experts (y = the dispatched rows). Rank 1 of 2 keeps its routes to its
