@@ -79,7 +79,11 @@ def emulated_results(tmp_path_factory):
         died = f"did not run: the worker exited with rc={proc.returncode}:\n{proc.stderr[-3000:]}"
         path = out / f"rank{rank}.json"
         got = json.loads(path.read_text()) if path.exists() else {}
-        per_setting[(world, rank)] = {case: got.get(case, died) for case in {**CASES, **EMULATED_CASES}}
+        # Device diagnostics (a trap's "DistMoE ..." line) go to the worker's stdout: keep them for the
+        # failure messages (r1 of session 36 lost one that way).
+        device_lines = "\n".join(line for line in proc.stdout.splitlines() if "DistMoE" in line)[-2000:]
+        per_setting[(world, rank)] = {case: got.get(case, died) + (f"\n{device_lines}" if got.get(case) != "ok" else "")
+                                      for case in {**CASES, **EMULATED_CASES}}
     return per_setting
 
 
