@@ -56,6 +56,7 @@ int g_iters = 20;
 int g_ep = 2;
 bool g_regions = false;  // --regions: the rows + columns quantizers at every region shape
 bool g_streams = false;  // --streams: plain streaming kernels of each read:write mix (the mix's ceiling)
+bool g_layouts = false;  // --layouts: the MXFP8 rows + columns quantizer's scale layouts side by side
 double g_sustain_ms = 100;
 
 double time_ms(const std::function<void()>& fn, cudaStream_t s) {
@@ -190,7 +191,7 @@ void run_activations(const Workload& w, cudaStream_t s) {
   DeviceBuffer<uint16_t> y(cap * D);
   // The dequantizer's input: this x's columns (qt, st8), written once here; mxfp8_rows_cols rewrites
   // the same bytes.
-  quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, quant::Mxfp8Out{}, {qt.get(), cap, st8.get(), cap / 32, 1}, s);
+  quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, quant::Mxfp8Out{}, {qt.get(), cap, st8.get(), 1, D}, s);
   // The gathered twin of x: a row-pointer table (as routing's gather_src) to x's rows in a shuffled
   // order, nullptr for the padding rows.
   std::vector<uint64_t> order(cap), table(cap, 0);
@@ -217,12 +218,12 @@ void run_activations(const Workload& w, cudaStream_t s) {
       {"mxfp8_rows_cols", mx_rows_cols,
        [&] {
          quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, {q.get(), D, s8.get(), D / 32, 1},
-                                         {qt.get(), cap, st8.get(), cap / 32, 1}, s);
+                                         {qt.get(), cap, st8.get(), 1, D}, s);
        }},
       {"mxfp8_rows_cols_g", 8.0 * cap + mx_rows_cols,
        [&] {
          quant::mxfp8_quantize_rows_cols(x_gathered, groups, {q.get(), D, s8.get(), D / 32, 1},
-                                         {qt.get(), cap, st8.get(), cap / 32, 1}, s);
+                                         {qt.get(), cap, st8.get(), 1, D}, s);
        }},
       {"fp8bw_rows", xT + T * D + T * D / 128 * 4.0,
        [&] { quant::fp8_blockwise_quantize_rows({x.get(), T, D, D}, {q.get(), D, sf.get(), 1, T}, s); }},
@@ -235,7 +236,7 @@ void run_activations(const Workload& w, cudaStream_t s) {
        [&] { quantize_nvfp4_token_rows(x.get(), T, D, D, rows_nv.get(), packed, s); }},
       {"mxfp8_dequant_cols", double(cap * D) + cap * D / 32 + xM,
        [&] {
-         quant::mxfp8_dequantize_columns({qt.get(), cap, st8.get(), cap / 32, 1}, groups, {y.get(), cap, D, D}, s);
+         quant::mxfp8_dequantize_columns({qt.get(), cap, st8.get(), 1, D}, groups, {y.get(), cap, D, D}, s);
        }},
       {"nvfp4_expand_rows", double(cap * packed) + xM + 4.0 * cap,
        [&] {
@@ -251,6 +252,58 @@ void run_activations(const Workload& w, cudaStream_t s) {
   std::snprintf(title, sizeof title, "%s activations (per rank at EP%d: T=%lld D=%lld, M=%lld gathered rows)",
                 w.name.c_str(), g_ep, (long long)T, (long long)D, (long long)cap);
   run_cases(title, cases, s);
+  if (g_layouts) {
+    // MXFP8 scale layouts (G82): the rows + columns quantizer's column scales feature-major
+    // [D, M/32] against token-block-major [M/32, D] (the compact bundles' layout since session 37,
+    // FP8 blockwise's), its row scales [M, D/32] against [D/32, M], and the column dequantizer
+    // reading either (timing only: the bytes are the block-major columns').
+    const std::vector<Case> layouts = {
+        {"cols_fm", mx_rows_cols,
+         [&] {
+           quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, {q.get(), D, s8.get(), D / 32, 1},
+                                           {qt.get(), cap, st8.get(), cap / 32, 1}, s);
+         }},
+        {"cols_bm", mx_rows_cols,
+         [&] {
+           quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, {q.get(), D, s8.get(), D / 32, 1},
+                                           {qt.get(), cap, st8.get(), 1, D}, s);
+         }},
+        {"cols_bm_rows_bm", mx_rows_cols,
+         [&] {
+           quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, {q.get(), D, s8.get(), 1, cap},
+                                           {qt.get(), cap, st8.get(), 1, D}, s);
+         }},
+        {"g_cols_fm", 8.0 * cap + mx_rows_cols,
+         [&] {
+           quant::mxfp8_quantize_rows_cols(x_gathered, groups, {q.get(), D, s8.get(), D / 32, 1},
+                                           {qt.get(), cap, st8.get(), cap / 32, 1}, s);
+         }},
+        {"g_cols_bm", 8.0 * cap + mx_rows_cols,
+         [&] {
+           quant::mxfp8_quantize_rows_cols(x_gathered, groups, {q.get(), D, s8.get(), D / 32, 1},
+                                           {qt.get(), cap, st8.get(), 1, D}, s);
+         }},
+        {"cols_only_fm", xM + cap * D + cap * D / 32,
+         [&] {
+           quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, quant::Mxfp8Out{},
+                                           {qt.get(), cap, st8.get(), cap / 32, 1}, s);
+         }},
+        {"cols_only_bm", xM + cap * D + cap * D / 32,
+         [&] {
+           quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, quant::Mxfp8Out{},
+                                           {qt.get(), cap, st8.get(), 1, D}, s);
+         }},
+        {"dequant_cols_fm", double(cap * D) + cap * D / 32 + xM,
+         [&] {
+           quant::mxfp8_dequantize_columns({qt.get(), cap, st8.get(), cap / 32, 1}, groups, {y.get(), cap, D, D}, s);
+         }},
+        {"dequant_cols_bm", double(cap * D) + cap * D / 32 + xM,
+         [&] {
+           quant::mxfp8_dequantize_columns({qt.get(), cap, st8.get(), 1, D}, groups, {y.get(), cap, D, D}, s);
+         }},
+    };
+    run_cases(w.name + " MXFP8 scale layouts (fm: feature-major, bm: block-major)", layouts, s, false);
+  }
   if (!g_regions) return;
   // Both rows + columns quantizers at every region shape (rt x rf tiles, rt * rf <= 8); the shape
   // the launcher picks is the plain case above.
@@ -258,7 +311,7 @@ void run_activations(const Workload& w, cudaStream_t s) {
                    [&](int lt, int lf) {
                      quant::mxfp8_quantize_rows_cols_in_regions({x.get(), cap, D, D}, groups,
                                                                 {q.get(), D, s8.get(), D / 32, 1},
-                                                                {qt.get(), cap, st8.get(), cap / 32, 1}, lt, lf, s);
+                                                                {qt.get(), cap, st8.get(), 1, D}, lt, lf, s);
                    },
                    s);
   run_region_sweep(w.name + " fp8bw_rows_cols by region (tokens x features tiles)", 8, bw_rows_cols,
@@ -279,7 +332,7 @@ void run_activations(const Workload& w, cudaStream_t s) {
       {"mxfp8_cols_only", rows_mx,
        [&] {
          quant::mxfp8_quantize_rows_cols_in_regions({x.get(), cap, D, D}, groups, quant::Mxfp8Out{},
-                                                    {qt.get(), cap, st8.get(), cap / 32, 1}, 0, 1, s);
+                                                    {qt.get(), cap, st8.get(), 1, D}, 0, 1, s);
        }},
       {"fp8bw_rows_only", rows_bw,
        [&] {
@@ -409,6 +462,7 @@ int bench_main(int argc, char** argv) {
                                             else if (a == "--sustain-ms") g_sustain_ms = std::max(0.0, std::atof(value().c_str()));
                                             else if (a == "--regions") g_regions = true;
                                             else if (a == "--streams") g_streams = true;
+                                            else if (a == "--layouts") g_layouts = true;
                                             else return false;
                                             return true;
                                           });

@@ -6,10 +6,11 @@
 // through two shared-memory stages filled by cp.async (no registers hold the next tile):
 //   copy    4 x 16-byte copies per thread (whole 128-byte runs of tokens per feature row) into
 //           [feature][token], 16-byte pieces XOR-swizzled by the row's 8-row group (conflict-free
-//           both ways, see dq_piece), and on threads 0..127 the feature's four scale bytes (one
-//           4-byte copy in the natural layout)
-//   convert a thread takes 8 features x 4 tokens (eight 4-byte shared loads, two 16-byte loads of
-//           the eight features' scale words), transposes the bytes with byte permutes and writes
+//           both ways, see dq_piece), and the tile's scales as [token block][feature]: with the
+//           token-block-major scales the layer saves (compact bundles) 32 16-byte copies, in any
+//           other layout plain loads
+//   convert a thread takes 8 features x 4 tokens (eight 4-byte shared loads, one 8-byte load of
+//           the eight features' scales), transposes the bytes with byte permutes and writes
 //           each token's 8 BF16 features as one 16-byte store: eight lanes cover 128 contiguous
 //           bytes of a row
 // Per element: half an E4M3x2 -> F16x2 conversion, one F16 -> F32 widening, one FMUL (the oracle's
@@ -35,13 +36,6 @@ constexpr int kMaxGroups = 1024;
 // banks; the staging copies of eight lanes (one row, pieces 0 .. 7) fill them as well.
 __device__ __forceinline__ int dq_piece(int f, int p) { return p ^ ((f >> 3) & 7); }
 
-// cp.async of 4 bytes (cp_async.cuh has the 16-byte form only).
-__device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src)
-               : "memory");
-}
-
 // Two E4M3 codes (low byte: the first) -> two exact floats (the hardware decode, as
 // numeric::e4m3_to_float_fast: every E4M3 value is an FP16 value, the widening is exact).
 __device__ __forceinline__ void e4m3x2_to_float2(uint32_t codes16, float& lo, float& hi) {
@@ -52,8 +46,8 @@ __device__ __forceinline__ void e4m3x2_to_float2(uint32_t codes16, float& lo, fl
 }
 
 struct DqStage {
-  uint8_t q[kTile][kTile];   // [feature][token], swizzled pieces
-  uint32_t scales[kTile];    // per feature: byte b = token block b of the tile
+  uint8_t q[kTile][kTile];                // [feature][token], swizzled pieces
+  uint8_t scales[kTokenBlocks][kTile];    // [token block][feature]
 };
 
 __global__ void __launch_bounds__(kDqThreads, 4)
@@ -72,17 +66,18 @@ __global__ void __launch_bounds__(kDqThreads, 4)
     in.q += in_offset;
     in.q_row_stride = used;
     in.scales = in.q + mxfp8_compact_columns_scales_offset(y.cols, used);
-    in.scale_row_stride = used / numeric::kMXBlock;
-    in.scale_block_stride = 1;
+    in.scale_row_stride = 1;
+    in.scale_block_stride = y.cols;
   }
   const int tokens = static_cast<int>(end - m0 < kTile ? end - m0 : kTile);  // a multiple of 32
   const int64_t D = y.cols;
   const int64_t d_first = static_cast<int64_t>(blockIdx.x) * (kFeatureTiles * kTile);
   const int64_t f_left = (D - d_first + kTile - 1) / kTile;
   const int tiles = static_cast<int>(f_left < kFeatureTiles ? f_left : kFeatureTiles);
-  // A tile row's scale bytes as one aligned 4-byte copy (natural layout, the whole tile in range).
-  const bool scale_words = in.scale_block_stride == 1 && in.scale_row_stride % 4 == 0 &&
-                           reinterpret_cast<uintptr_t>(in.scales) % 4 == 0 && tokens == kTile;
+  // Token-block-major scales (the compact bundle's): a token block's 128 feature scales as eight
+  // aligned 16-byte copies.
+  const bool scale_pieces = in.scale_row_stride == 1 && in.scale_block_stride % 16 == 0 &&
+                            reinterpret_cast<uintptr_t>(in.scales) % 16 == 0;
 
   // Tile t's copies into `stage`; what lies past D or the last row is not copied (never read back:
   // those rows and tokens are not stored).
@@ -95,16 +90,15 @@ __global__ void __launch_bounds__(kDqThreads, 4)
       if (d0 + f < D && p * 16 < tokens)
         ptx::cp_async_16_zfill(&stage.q[f][dq_piece(f, p) * 16], in.q + (d0 + f) * in.q_row_stride + m0 + p * 16, true);
     }
-    if (threadIdx.x < kTile && d0 + threadIdx.x < D) {
-      const uint8_t* s = in.scales + (d0 + threadIdx.x) * in.scale_row_stride + (m0 / numeric::kMXBlock) * in.scale_block_stride;
-      if (scale_words) {
-        cp_async_4(&stage.scales[threadIdx.x], s);
-      } else {  // any other layout: plain loads (published by the same barrier)
-        uint32_t word = 0;
-        for (int b = 0; b < kTokenBlocks && b * numeric::kMXBlock < tokens; ++b)
-          word |= static_cast<uint32_t>(s[b * in.scale_block_stride]) << (8 * b);
-        stage.scales[threadIdx.x] = word;
-      }
+    if (scale_pieces) {
+      const int b = threadIdx.x / 8, p = threadIdx.x % 8;  // threads 0..31: block b, features 16p ..
+      if (threadIdx.x < kTokenBlocks * 8 && b * numeric::kMXBlock < tokens && d0 + p * 16 < D)
+        ptx::cp_async_16_zfill(&stage.scales[b][p * 16],
+                               in.scales + (m0 / numeric::kMXBlock + b) * in.scale_block_stride + d0 + p * 16, true);
+    } else if (threadIdx.x < kTile && d0 + threadIdx.x < D) {  // plain loads (published by the same barrier)
+      const uint8_t* s = in.scales + (m0 / numeric::kMXBlock) * in.scale_block_stride + (d0 + threadIdx.x) * in.scale_row_stride;
+      for (int b = 0; b < kTokenBlocks && b * numeric::kMXBlock < tokens; ++b)
+        stage.scales[b][threadIdx.x] = s[b * in.scale_block_stride];
     }
   };
 
@@ -149,13 +143,10 @@ __global__ void __launch_bounds__(kDqThreads, 4)
 #pragma unroll
       for (int j = 0; j < 8; ++j)
         w[j] = *reinterpret_cast<const uint32_t*>(&stage.q[f0 + j][dq_piece(f0 + j, piece) * 16 + 4 * tw]);
-      const uint4 sw0 = *reinterpret_cast<const uint4*>(&stage.scales[f0]);
-      const uint4 sw1 = *reinterpret_cast<const uint4*>(&stage.scales[f0 + 4]);
-      const int shift = 8 * (piece / 2);  // the unit's token block
-      const uint32_t sw[8] = {sw0.x, sw0.y, sw0.z, sw0.w, sw1.x, sw1.y, sw1.z, sw1.w};
+      const uint2 sw = *reinterpret_cast<const uint2*>(&stage.scales[piece / 2][f0]);  // the unit's token block
       float s[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) s[j] = numeric::e8m0_to_float(static_cast<uint8_t>(sw[j] >> shift));
+      for (int j = 0; j < 8; ++j) s[j] = numeric::e8m0_to_float(static_cast<uint8_t>((j < 4 ? sw.x : sw.y) >> (8 * (j % 4))));
       const uint32_t real = real_bits[tok / 32] >> (tok % 32);  // bits 0..3: the thread's tokens
       uint16_t* out = static_cast<uint16_t*>(y.data) + (m0 + tok) * y.row_stride + d0 + f0;
 #pragma unroll

@@ -51,8 +51,9 @@ struct QuantizedOut {
   int64_t scale_block_stride = 0;
   // Compact columns: the layout of upstream's column bundle, sized by the rows actually used,
   // R = offsets_G1[num_groups] (read on the device): q [C, R] (row stride R) at q + *q_offset, its
-  // scales at q + *q_offset + align128(C * R) -- MXFP8: [C, R / 32] (row stride R / 32, block
-  // stride 1); FP8 blockwise: [R / 128, C] --; the stride and scale fields are ignored. q_offset:
+  // scales at q + *q_offset + align128(C * R), token-block-major -- MXFP8: E8M0 [R / 32, C] (row
+  // stride 1, block stride C); FP8 blockwise: FP32 [R / 128, C] --; the stride and scale fields are
+  // ignored. q_offset:
   // device int64 byte offset (nullptr = 0, a multiple of 128; q 16-byte aligned). Column outputs
   // and inputs only (the rows+columns quantizers' `cols`, mxfp8_dequantize_columns' input); every
   // other operand rejects it.
@@ -78,7 +79,8 @@ struct RowGroups {
 void mxfp8_quantize_rows(const Bf16Matrix& x, const Mxfp8Out& out, cudaStream_t stream);
 
 // Both orientations from one read of expert-major rows x [capacity, D]: `rows` (1x32 along D) and
-// `cols` (32x1 along tokens, written transposed: q [D, capacity], scales per (feature, 32 tokens)).
+// `cols` (32x1 along tokens, written transposed: q [D, capacity], scales per (feature, 32 tokens) at
+// any strides; token-block-major [capacity / 32, D], the compact bundle's, stores whole lines).
 // Either output may be absent. Padding rows quantize as zeros; rows at or past offsets_G1[G] are
 // not touched. Group offsets must be multiples of 32 (checked on the device: a trap with a message).
 // x may be gathered (x.row_ptrs: row r from row_ptrs[r], the same bytes out as from a contiguous
@@ -134,7 +136,7 @@ struct QuantizedIn {
   const Scale* scales = nullptr;
   int64_t scale_row_stride = 0;
   int64_t scale_block_stride = 0;
-  // Compact columns, as QuantizedOut's: q [C, R] at q + *q_offset, scales [C, R / 32] after it at
+  // Compact columns, as QuantizedOut's: q [C, R] at q + *q_offset, scales [R / 32, C] after it at
   // align128(C * R), R = offsets_G1[num_groups] read on the device; strides and scales ignored.
   bool compact = false;
   const int64_t* q_offset = nullptr;

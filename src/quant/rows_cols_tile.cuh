@@ -8,8 +8,9 @@
 // Why regions: a tile holds 4 MXFP8 scale bytes of each of its 128 token rows and 4 of each of its
 // 128 feature rows, and stored per tile those were 256 lines of 4 bytes (partly written sectors);
 // per region they are rows of 4 * rf and 4 * rt bytes, 128 * (1/rf + 1/rt) requests per tile (96
-// at 2 x 4). FP8 blockwise scales (one per tile row and column) go out as contiguous runs in the
-// k-block-major layouts.
+// at 2 x 4). Token-block-major column scales (the compact bundles', since session 37: G82) go out
+// as whole lines instead, 4 * rt rows of 128 * rf bytes, as do FP8 blockwise scales (one per tile
+// row and column) in the k-block-major layouts.
 //
 // Output features: a body writes its tile's features at out_col0 + (input feature), so one input
 // feature range can feed a slice of a wider output (the fused kernel's dgate at 0, dup at F).
@@ -28,19 +29,30 @@ constexpr int kRegionTiles = 8;   // tiles per CTA region, rt * rf
 constexpr int kMaxGroups = 1024;  // expert groups the group table (in a ring stage) holds
 
 // A [rows][blocks] grid of scales staged in shared memory (`ld` per row) to
-// dst[i * row_stride + j * block_stride], lanes along dst's contiguous direction: 4-byte words of a
-// row where the bytes of a row are contiguous and aligned, else one scale per lane. The tile's 256
-// threads (tid) store it.
+// dst[i * row_stride + j * block_stride], lanes along dst's contiguous direction: 4-byte words
+// where the bytes of a row (or, block-major, of a block) are contiguous and aligned, else one scale
+// per lane. The tile's 256 threads (tid) store it.
 template <class Scale>
 __device__ __forceinline__ void store_scale_grid(const Scale* staged, int ld, int rows, int blocks, Scale* dst,
                                                  int64_t row_stride, int64_t block_stride, unsigned tid = threadIdx.x) {
   if constexpr (sizeof(Scale) == 1) {
-    if (block_stride == 1 && row_stride % 4 == 0 && reinterpret_cast<uintptr_t>(dst) % 4 == 0 && blocks % 4 == 0) {
+    const bool aligned = reinterpret_cast<uintptr_t>(dst) % 4 == 0;
+    if (block_stride == 1 && row_stride % 4 == 0 && aligned && blocks % 4 == 0) {
       const int words = blocks / 4;
       for (int idx = tid; idx < rows * words; idx += kTileThreads) {
         const int i = idx / words, w = idx % words;
         *reinterpret_cast<uint32_t*>(dst + i * row_stride + 4 * w) =
             *reinterpret_cast<const uint32_t*>(staged + i * ld + 4 * w);
+      }
+      return;
+    }
+    if (row_stride == 1 && block_stride % 4 == 0 && aligned && rows % 4 == 0) {  // block-major: 4 rows a word
+      const int words = rows / 4;
+      for (int idx = tid; idx < blocks * words; idx += kTileThreads) {
+        const int j = idx / words, i = 4 * (idx % words);
+        const uint32_t word = staged[i * ld + j] | staged[(i + 1) * ld + j] << 8 | staged[(i + 2) * ld + j] << 16 |
+                              static_cast<uint32_t>(staged[(i + 3) * ld + j]) << 24;
+        *reinterpret_cast<uint32_t*>(dst + i + j * block_stride) = word;
       }
       return;
     }
@@ -313,16 +325,15 @@ __device__ __forceinline__ void store_region_scales(unsigned tid, const RowsCols
                      rows.scales + m_first * rows.scale_row_stride + (out_c / F::kBlock) * rows.scale_block_stride,
                      rows.scale_row_stride, rows.scale_block_stride, tid);
   if (cols.present()) {
-    if constexpr (kCompactCols) {  // [C, R / 32] after the data
-      // MXFP8: E8M0 [C, R / 32]; FP8 blockwise: FP32 [R / 128, C] (the WGRAD GEMM's layout). Both
+    if constexpr (kCompactCols) {  // token-block-major [R / block, C] after the data
+      // MXFP8: E8M0 [R / 32, C]; FP8 blockwise: FP32 [R / 128, C] (the WGRAD GEMM's layout). Both
       // start at align128(C * R).
       static_assert(numeric::mxfp8_compact_columns_scales_offset(1000, 128) ==
                     numeric::fp8_blockwise_compact_columns_scales_offset(1000, 128));
       cols.scales = reinterpret_cast<Scale*>(cols.q + compact_offset +
                                              mxfp8_compact_columns_scales_offset(out_cols, compact_ld));
-      const bool byte_scales = sizeof(Scale) == 1;
-      cols.scale_row_stride = byte_scales ? compact_ld / F::kBlock : 1;
-      cols.scale_block_stride = byte_scales ? 1 : out_cols;
+      cols.scale_row_stride = 1;
+      cols.scale_block_stride = out_cols;
     }
     store_scale_grid(st.col_scale, st.ld_col, static_cast<int>(features), static_cast<int>(tokens / F::kBlock),
                      cols.scales + out_c * cols.scale_row_stride + (m_first / F::kBlock) * cols.scale_block_stride,

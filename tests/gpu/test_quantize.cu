@@ -371,8 +371,9 @@ void check_rows_cols(const std::vector<int32_t>& counts, int64_t D, int64_t spar
   ds.poison(kPoison);
   dst.poison(kPoison);
   const quant::RowGroups groups{dcounts.get(), doffsets.get(), static_cast<int32_t>(counts.size())};
-  // Row scales: natural [cap, D/B] (MXFP8) or k-block-major [D/B, cap] (FP8 blockwise); transposed
-  // scales: [D, cap/B] (MXFP8) or [cap/B, D] (FP8 blockwise).
+  // Row scales: natural [cap, D/B] or k-block-major [D/B, cap] (FP8 blockwise's); transposed
+  // scales: feature-major [D, cap/B] or token-block-major [cap/B, D] (FP8 blockwise's, and every
+  // compact bundle's).
   const quant::QuantizedOut<Scale> rows_out =
       scales_kblock_major ? quant::QuantizedOut<Scale>{dq.get(), D, ds.get(), 1, cap}
                           : quant::QuantizedOut<Scale>{dq.get(), D, ds.get(), D / kBlock, 1};
@@ -425,6 +426,10 @@ TEST(QuantizeMxfp8, RowsAndColumnsFromOneReadMatchTheOracle) {
   std::vector<int32_t> many(1024);
   for (size_t g = 0; g < many.size(); ++g) many[g] = static_cast<int32_t>(g * 7 % 41);
   check_rows_cols<uint8_t, 32>(many, 128, 32, 35, launch, oracle, false);
+  // Token-block-major scales (the compact bundles' column layout; rows likewise): 4-byte words of
+  // four features, D = 160 ending mid-tile.
+  check_rows_cols<uint8_t, 32>({37, 0, 64, 1, 100}, 256, 96, 36, launch, oracle, true);
+  check_rows_cols<uint8_t, 32>({300, 5, 0, 129}, 160, 32, 37, launch, oracle, true);
 }
 
 TEST(QuantizeFp8Blockwise, RowsAndColumnsFromOneReadMatchTheOracle) {
@@ -878,7 +883,7 @@ TEST(QuantizeFp8BlockwiseGathered, RowsAndColumnsEqualTheContiguousRowsBitForBit
 // The compact column bundle (C = D features, R = offsets_G1[G] tokens) at a device offset inside a
 // sentinel-filled buffer, against the strided columns of the same input (one rows+cols call each,
 // the rows output present in both; the compact call reads the gathered twin when `gathered`): q
-// [D, R] and scales [D, R / 32] hold the strided bytes of tokens < R, every other byte of the
+// [D, R] and scales [R / 32, D] hold the strided bytes of tokens < R, every other byte of the
 // buffer -- before the offset, the gap up to the scales' 128-byte boundary, past the bundle -- keeps
 // its sentinel, and the rows output equals the strided call's. Then both bundles dequantize
 // (mxfp8_dequantize_columns) to the same BF16 rows.
@@ -917,7 +922,7 @@ void check_compact_columns(const std::vector<int32_t>& counts, int64_t D, int64_
   std::vector<uint8_t> want(buf.size(), kPoison);
   for (int64_t d = 0; d < D; ++d) {
     for (int64_t m = 0; m < R; ++m) want[offset + d * R + m] = qt[d * cap + m];
-    for (int64_t b = 0; b < R / 32; ++b) want[scales_at + d * (R / 32) + b] = st[d * nb + b];
+    for (int64_t b = 0; b < R / 32; ++b) want[scales_at + b * D + d] = st[d * nb + b];
   }
   const int64_t at = first_difference(buf, want);
   EXPECT_EQ(at, -1) << "compact bundle byte " << at - offset << " (data: [0, " << D * R << "), scales: from "
@@ -940,8 +945,9 @@ void check_compact_columns(const std::vector<int32_t>& counts, int64_t D, int64_
   EXPECT_EQ(first_difference(y2.download(), y.download()), -1) << "dequantized from the compact bundle";
 }
 
-// R = 288 (scale rows of 9 bytes: one per lane) and 512 / 1024 (whole 4-byte words), D not a
-// multiple of 128, one row, 1024 groups, and R = 0 (all experts empty: nothing written anywhere).
+// R = 288 (a last 128-token tile of one scale block) and 512 / 1024, D not a multiple of 128 (a
+// last feature tile of 32 features: scale rows of D bytes end mid-tile), one row, 1024 groups, and
+// R = 0 (all experts empty: nothing written anywhere).
 TEST(QuantizeMxfp8Compact, ColumnsEqualTheStridedColumnsRelaidOut) {
   DMOE_REQUIRE_SM90();
   check_compact_columns({37, 0, 64, 1, 100}, 256, 32, 301, false);
@@ -964,8 +970,9 @@ TEST(QuantizeMxfp8Compact, ColumnsEqualTheStridedColumnsInEveryRegionShape) {
 }
 
 // Any bytes (every E4M3 and E8M0 code, NaN scales over padding rows) dequantize from a compact
-// bundle as from the strided columns they were laid out from, with scale rows that are (R = 256)
-// and are not (R = 288) whole 4-byte words.
+// bundle (token-block-major scales: the dequantizer's 16-byte scale copies) as from the strided
+// feature-major columns they were laid out from (its plain scale loads), R = 256 and R = 288 (a
+// last tile of 32 tokens).
 TEST(QuantizeMxfp8Compact, DequantizedAnyBytesEqualTheStridedColumns) {
   DMOE_REQUIRE_SM90();
   for (const std::vector<int32_t>& counts : {std::vector<int32_t>{45, 0, 128, 7, 61}, std::vector<int32_t>{128, 96, 32}}) {
@@ -980,7 +987,7 @@ TEST(QuantizeMxfp8Compact, DequantizedAnyBytesEqualTheStridedColumns) {
     std::vector<uint8_t> buf(offset + quant::mxfp8_compact_columns_bytes(D, R), kPoison);
     for (int64_t d = 0; d < D; ++d) {
       for (int64_t m = 0; m < R; ++m) buf[offset + d * R + m] = qt[d * cap + m];
-      for (int64_t b = 0; b < R / 32; ++b) buf[scales_at + d * (R / 32) + b] = st[d * nb + b];
+      for (int64_t b = 0; b < R / 32; ++b) buf[scales_at + b * D + d] = st[d * nb + b];
     }
     DeviceBuffer<uint8_t> dqt(qt), dst(st), dbuf(buf);
     DeviceBuffer<int64_t> doffset(std::vector<int64_t>{offset});

@@ -24,9 +24,10 @@ namespace dist_moe::numeric {
 constexpr int kMXBlock = 32;
 
 // The compact column bundle of C features x R tokens (R a multiple of 32; the WGRAD operand as the
-// layer saves it): E4M3 q [C, R] (row stride R), then its E8M0 scales [C, R / 32] (row stride R / 32)
-// from the next 128-byte boundary -- upstream's column bundle, memory_plan.cpp Bundles::col(R, C)
-// (docs/formats.md "GPU layouts").
+// layer saves it): E4M3 q [C, R] (row stride R), then its E8M0 scales token-block-major [R / 32, C]
+// (row stride C: a 32-token block's scales of consecutive features are contiguous, as FP8
+// blockwise's) from the next 128-byte boundary -- the bytes of upstream's column bundle,
+// memory_plan.cpp Bundles::col(R, C) (docs/formats.md "GPU layouts").
 DMOE_HOST_DEVICE constexpr int64_t mxfp8_compact_columns_scales_offset(int64_t c, int64_t r) {
   return (c * r + 127) / 128 * 128;
 }
