@@ -303,6 +303,20 @@ void run_activations(const Workload& w, cudaStream_t s) {
          }},
     };
     run_cases(w.name + " MXFP8 scale layouts (fm: feature-major, bm: block-major)", layouts, s, false);
+    // The gathered rows at every region shape: a CTA's first copies wait for its row pointers (G83).
+    run_region_sweep(w.name + " mxfp8_rows_cols_g by region (tokens x features tiles)", 8, 8.0 * cap + mx_rows_cols,
+                     [&](int lt, int lf) {
+                       quant::mxfp8_quantize_rows_cols_in_regions(x_gathered, groups, {q.get(), D, s8.get(), D / 32, 1},
+                                                                  {qt.get(), cap, st8.get(), 1, D}, lt, lf, s);
+                     },
+                     s);
+    run_region_sweep(w.name + " fp8bw_rows_cols_g by region (tokens x features tiles)", 8, 8.0 * cap + bw_rows_cols,
+                     [&](int lt, int lf) {
+                       quant::fp8_blockwise_quantize_rows_cols_in_regions(x_gathered, groups,
+                                                                          {q.get(), D, sf.get(), 1, cap},
+                                                                          {qt.get(), cap, stf.get(), 1, D}, lt, lf, s);
+                     },
+                     s);
   }
   if (!g_regions) return;
   // Both rows + columns quantizers at every region shape (rt x rf tiles, rt * rf <= 8); the shape

@@ -306,18 +306,17 @@ def create_context(*, group, config, plan_memory, device=None, emulate_peer_buff
     if emulate_peer_buffers:
         # Every virtual peer aliases this rank's windows; only this rank runs (not collective: no
         # unique id travels). Validates shapes and memory; routes other ranks own come back as zeros.
-        with torch.cuda.device(device):
-            native = gpu.Context(config._as_dict(), b"", rank, world_size, device.index, emulate_peer_buffers=True)
-        return Context._create(group=group, config=config, memory_plan=plan, device=device, native=native)
-
-    # The NCCL unique id travels over the caller's process group; the group's own backend does the
-    # broadcast (a CUDA tensor for NCCL groups, CPU for gloo).
-    on_cuda = "nccl" in backend
-    uid = torch.zeros(128, dtype=torch.uint8, device=device if on_cuda else "cpu")
-    if rank == 0:
-        uid.copy_(torch.frombuffer(bytearray(gpu.unique_id()), dtype=torch.uint8))
-    dist.broadcast(uid, src=dist.get_process_group_ranks(group)[0], group=group)
-    unique_id = bytes(uid.cpu().tolist())
+        unique_id = b""
+    else:
+        # The NCCL unique id travels over the caller's process group; the group's own backend does
+        # the broadcast (a CUDA tensor for NCCL groups, CPU for gloo).
+        on_cuda = "nccl" in backend
+        uid = torch.zeros(128, dtype=torch.uint8, device=device if on_cuda else "cpu")
+        if rank == 0:
+            uid.copy_(torch.frombuffer(bytearray(gpu.unique_id()), dtype=torch.uint8))
+        dist.broadcast(uid, src=dist.get_process_group_ranks(group)[0], group=group)
+        unique_id = bytes(uid.cpu().tolist())
     with torch.cuda.device(device):
-        native = gpu.Context(config._as_dict(), unique_id, rank, world_size, device.index)
+        native = gpu.Context(config._as_dict(), unique_id, rank, world_size, device.index,
+                             emulate_peer_buffers=bool(emulate_peer_buffers))
     return Context._create(group=group, config=config, memory_plan=plan, device=device, native=native)

@@ -94,7 +94,7 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   o.validate();
   const DType wgrad = runtime::check_backward(c, s, grad_out_TD, g, o);
 
-  const int64_t T = in.num_tokens, D = c.config.hidden_dim, F = c.config.intermediate_dim;
+  const int64_t T = in.num_tokens, F = c.config.intermediate_dim;
   uint8_t* act = c.activation_base();
   const int64_t* layer = s.layer_state;
   const int64_t* need_recompute = layer + planner::kNeedRecompute;
@@ -105,12 +105,7 @@ void backward_impl(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   // Recompute block: a fixed launch sequence whose data stages do nothing on the saved path. Its two
   // EP barriers run only when recomputing (every rank's plan agrees; on the saved path no peer reads
   // or writes a window between the last op's final barrier and the barrier after top-k backward).
-  // The layer input comes back from the slot's x save, or from the caller's x when none was kept.
-  kernels::copy_if(c.dispatch_routes(), {act, bo + 6}, T * D * 2, need_recompute, true, stream);
-  c.ep->barrier(stream, need_recompute);
-  c.ep->prepare_scatter(T, stream);  // before the recompute's W2 scatters h3
-  kernels::predicated_counts(s.expert_rows, c.counts_gated, static_cast<int>(c.local_experts), need_recompute, true,
-                             stream);
+  runtime::begin_recompute(c, T, bo + 6, need_recompute, s.expert_rows, stream);
   const ForwardTables t{s.expert_rows, s.gather_src, s.scatter_dst};
   expert_forward(c, in, t, c.counts_gated, bo + 5, bo + 4, bo + 1, /*keep_h1=*/true, nullptr, 0.f,
                  /*recompute=*/true, stream);

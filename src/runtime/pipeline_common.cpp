@@ -279,6 +279,16 @@ void block_scaled_forward(Context::Impl& c, const RoutedExpertsInputs& in, void*
   forward_reduce(c, in, out_TD, saved, o, head, stream);
 }
 
+void begin_recompute(Context::Impl& c, int64_t num_tokens, const int64_t* x_offset, const int64_t* need_recompute,
+                     const int32_t* expert_rows, cudaStream_t stream) {
+  kernels::copy_if(c.dispatch_routes(), {c.activation_base(), x_offset}, num_tokens * c.config.hidden_dim * 2,
+                   need_recompute, true, stream);
+  c.ep->barrier(stream, need_recompute);
+  c.ep->prepare_scatter(num_tokens, stream);  // before the recompute's W2 scatters h3
+  kernels::predicated_counts(expert_rows, c.counts_gated, static_cast<int>(c.local_experts), need_recompute, true,
+                             stream);
+}
+
 DType block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
                                  const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
                                  BlockScaledExpertPart experts, cudaStream_t stream) {
@@ -286,7 +296,7 @@ DType block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in
   check_block_scaled_weights(c, in, /*training=*/true);
   o.validate();
   const DType wgrad = check_backward(c, s, grad_out_TD, g, o);
-  const int64_t T = in.num_tokens, D = c.config.hidden_dim;
+  const int64_t T = in.num_tokens;
   const int L = static_cast<int>(c.local_experts);
   uint8_t* act = c.activation_base();
   const int64_t* layer = s.layer_state;
@@ -295,10 +305,7 @@ DType block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in
   const int64_t caller_x = static_cast<const uint8_t*>(in.x_TD) - act;
   kernels::plan_mxfp8_backward(c.geometry, c.call_shape(T), c.planner_state, layer, caller_x, bo + 6, stream);
 
-  kernels::copy_if(c.dispatch_routes(), {act, bo + 6}, T * D * 2, need_recompute, true, stream);
-  c.ep->barrier(stream, need_recompute);
-  c.ep->prepare_scatter(T, stream);  // before the recompute's W2 scatters h3
-  kernels::predicated_counts(s.expert_rows, c.counts_gated, L, need_recompute, true, stream);
+  begin_recompute(c, T, bo + 6, need_recompute, s.expert_rows, stream);
   kernels::predicated_counts(s.expert_offsets, c.offsets_gated, L + 1, need_recompute, true, stream);
   experts(c, in, {c.counts_gated, c.offsets_gated, s.expert_rows_unpadded, s.gather_src, s.scatter_dst}, layer,
           /*keep=*/true, nullptr, 0.f, /*recompute=*/true, stream);

@@ -74,6 +74,15 @@ void forward_reduce(Context::Impl& c, const RoutedExpertsInputs& in, void* out_T
 DType check_backward(const Context::Impl& c, const SavedState::Buffers& s, const void* grad_out_TD,
                      const RoutedExpertsGradients& g, const ExecutionOptions& o);
 
+// The backward recompute block's opening, the same for every format: a fixed launch sequence whose
+// data stages do nothing on the saved path (`need_recompute` false). The layer input comes back
+// into the dispatch window's routes from the slot's x save or the caller's x (`x_offset`: device
+// int64, the planner's); its EP barrier runs only when recomputing (every rank's plan agrees);
+// the combine routes are made ready for the recompute's W2 scatter; `counts_gated` gets the saved
+// expert rows, or zeros on the saved path (every expert GEMM of the block then does nothing).
+void begin_recompute(Context::Impl& c, int64_t num_tokens, const int64_t* x_offset, const int64_t* need_recompute,
+                     const int32_t* expert_rows, cudaStream_t stream);
+
 // Top-k (or RMSNorm) backward: grad_h3 route rows published in the dispatch window and the score
 // gradients, then the EP barrier after which the expert ranks may gather grad_h3. `h3_offset` is a
 // device int64 the call fills with where h3 lives (the slot when saved, the combine window when
