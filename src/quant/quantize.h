@@ -53,10 +53,9 @@ struct QuantizedOut {
   // R = offsets_G1[num_groups] (read on the device): q [C, R] (row stride R) at q + *q_offset, its
   // scales at q + *q_offset + align128(C * R), token-block-major -- MXFP8: E8M0 [R / 32, C] (row
   // stride 1, block stride C); FP8 blockwise: FP32 [R / 128, C] --; the stride and scale fields are
-  // ignored. q_offset:
-  // device int64 byte offset (nullptr = 0, a multiple of 128; q 16-byte aligned). Column outputs
-  // and inputs only (the rows+columns quantizers' `cols`, mxfp8_dequantize_columns' input); every
-  // other operand rejects it.
+  // ignored. q_offset: device int64 byte offset (nullptr = 0, a multiple of 128; q 16-byte
+  // aligned). Column outputs and inputs only (the rows+columns quantizers' `cols`,
+  // mxfp8_dequantize_columns' input); every other operand rejects it.
   bool compact = false;
   const int64_t* q_offset = nullptr;
   DMOE_HOST_DEVICE bool present() const { return q != nullptr; }
