@@ -212,18 +212,20 @@ void run_activations(const Workload& w, cudaStream_t s) {
   quant::Bf16Matrix x_gathered{nullptr, cap, D, 0, reinterpret_cast<const void* const*>(row_ptrs.get())};
   const double xT = double(T * D) * 2, xM = double(cap * D) * 2;
   const double mx_rows_cols = xM + 2.0 * (cap * D + cap * D / 32), bw_rows_cols = xM + 2.0 * (cap * D + cap * D / 128 * 4);
+  // The layer's MXFP8 row bundles: scales as k-block-major words (G86; D % 128 == 0 at every shape).
+  quant::Mxfp8Out mx_word_rows{q.get(), D, s8.get(), 0, 0};
+  mx_word_rows.scale_word_ld = cap;
   const std::vector<Case> cases = {
       {"mxfp8_rows", xT + T * D + T * D / 32,
        [&] { quant::mxfp8_quantize_rows({x.get(), T, D, D}, {q.get(), D, s8.get(), D / 32, 1}, s); }},
       {"mxfp8_rows_cols", mx_rows_cols,
        [&] {
-         quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, {q.get(), D, s8.get(), D / 32, 1},
-                                         {qt.get(), cap, st8.get(), 1, D}, s);
+         quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, mx_word_rows, {qt.get(), cap, st8.get(), 1, D},
+                                         s);
        }},
       {"mxfp8_rows_cols_g", 8.0 * cap + mx_rows_cols,
        [&] {
-         quant::mxfp8_quantize_rows_cols(x_gathered, groups, {q.get(), D, s8.get(), D / 32, 1},
-                                         {qt.get(), cap, st8.get(), 1, D}, s);
+         quant::mxfp8_quantize_rows_cols(x_gathered, groups, mx_word_rows, {qt.get(), cap, st8.get(), 1, D}, s);
        }},
       {"fp8bw_rows", xT + T * D + T * D / 128 * 4.0,
        [&] { quant::fp8_blockwise_quantize_rows({x.get(), T, D, D}, {q.get(), D, sf.get(), 1, T}, s); }},
@@ -253,10 +255,11 @@ void run_activations(const Workload& w, cudaStream_t s) {
                 w.name.c_str(), g_ep, (long long)T, (long long)D, (long long)cap);
   run_cases(title, cases, s);
   if (g_layouts) {
-    // MXFP8 scale layouts (G82): the rows + columns quantizer's column scales feature-major
+    // MXFP8 scale layouts (G82, G86): the rows + columns quantizer's column scales feature-major
     // [D, M/32] against token-block-major [M/32, D] (the compact bundles' layout since session 37,
-    // FP8 blockwise's), its row scales [M, D/32] against [D/32, M], and the column dequantizer
-    // reading either (timing only: the bytes are the block-major columns').
+    // FP8 blockwise's), its row scales [M, D/32] against k-block-major words (the layer's since
+    // session 37) and [D/32, M], and the column dequantizer reading either column layout (timing
+    // only: the bytes are the block-major columns').
     const std::vector<Case> layouts = {
         {"cols_fm", mx_rows_cols,
          [&] {
@@ -267,6 +270,15 @@ void run_activations(const Workload& w, cudaStream_t s) {
          [&] {
            quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, {q.get(), D, s8.get(), D / 32, 1},
                                            {qt.get(), cap, st8.get(), 1, D}, s);
+         }},
+        {"cols_bm_rows_words", mx_rows_cols,
+         [&] {
+           quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, mx_word_rows,
+                                           {qt.get(), cap, st8.get(), 1, D}, s);
+         }},
+        {"g_cols_bm_rows_words", 8.0 * cap + mx_rows_cols,
+         [&] {
+           quant::mxfp8_quantize_rows_cols(x_gathered, groups, mx_word_rows, {qt.get(), cap, st8.get(), 1, D}, s);
          }},
         {"cols_bm_rows_bm", mx_rows_cols,
          [&] {
@@ -384,7 +396,8 @@ void run_swiglu_backward(const Workload& w, cudaStream_t s) {
   quant::Mxfp8Out mx_cols;
   mx_cols.q = qt.get();
   mx_cols.compact = true;
-  const quant::Mxfp8Out mx_rows{q.get(), C, s8.get(), C / 32, 1};
+  quant::Mxfp8Out mx_rows{q.get(), C, s8.get(), 0, 0};  // the layer's: k-block-major scale words
+  mx_rows.scale_word_ld = cap;
   const quant::Fp8BlockwiseOut bw_rows{q.get(), C, sf.get(), 1, cap}, bw_cols{qt.get(), cap, stf.get(), 1, C};
   const activation::SwigluParams p;
   const quant::SwigluBackwardSource src{h1.get(), gh2.get(), cap, F, p};

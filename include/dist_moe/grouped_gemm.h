@@ -102,6 +102,10 @@ struct OperandScales {
   // NVFP4: the weight's FP32 global_scale_inv [e_local] (b: its E4M3 scales [e_local * n, k/16];
   // the token rows carry theirs, a stays nullptr).
   const float* b_global = nullptr;
+  // MXFP8 rows: A's E8M0 codes as k-block-major words -- the four codes of row r's 128-deep k block
+  // kb at a + 4 (kb * a_ld + r), a_ld >= m_capacity (what the rows + columns quantizers write for
+  // the layer, G86) -- instead of [m_capacity, k/32] bytes (a_ld = k/32).
+  bool a_kblock_words = false;
 };
 
 // Fields every call has.

@@ -196,6 +196,7 @@ void check_scales(const GroupedGemmCommon& c, const char* op, bool b_in_bundle) 
     return;
   }
   DMOE_CHECK_ARG(s.b_global == nullptr, op, ": scales.b_global is for NVFP4 weights only");
+  DMOE_CHECK_ARG(!s.a_kblock_words || c.a_format == kMxfp8Rows, op, ": scales.a_kblock_words is for MXFP8 rows only");
   if (c.a_format.scale == ScaleKind::kNone) {
     DMOE_CHECK_ARG(s.a == nullptr, op, ": scales.a is set but A (", c.a_format.name(), ") has no block scales");
   } else if (c.a_format == kMxfp8Rows) {
@@ -205,8 +206,16 @@ void check_scales(const GroupedGemmCommon& c, const char* op, bool b_in_bundle) 
                    ") need their E8M0 scales in scales.a and scales.b");
     DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(s.a) % 16 == 0 && reinterpret_cast<uintptr_t>(s.b) % 16 == 0, op,
                    ": scales.a and scales.b must be 16-byte aligned");
-    DMOE_CHECK_ARG(s.a_ld == c.k / 32, op, ": scales.a_ld must be k/32 = ", c.k / 32,
-                   " (the A scale grid is [m_capacity, k/32] bytes), got ", s.a_ld);
+    if (s.a_kblock_words) {
+      DMOE_CHECK_ARG(c.k % 128 == 0 && s.a_ld >= c.m_capacity, op,
+                     ": k-block-major A scale words need k % 128 == 0 and scales.a_ld >= m_capacity = ", c.m_capacity,
+                     " (k = ", c.k, ", a_ld = ", s.a_ld, ")");
+      DMOE_CHECK_ARG((c.k / 128) * s.a_ld * 4 <= kInt32Max, op,
+                     ": the A scale grid exceeds 2^31 bytes (the kernels index it in int32)");
+    } else {
+      DMOE_CHECK_ARG(s.a_ld == c.k / 32, op, ": scales.a_ld must be k/32 = ", c.k / 32,
+                     " (the A scale grid is [m_capacity, k/32] bytes), got ", s.a_ld);
+    }
     DMOE_CHECK_ARG(c.m_capacity * (c.k / 32) <= kInt32Max && c.e_local * c.n * (c.k / 32) <= kInt32Max, op,
                    ": the scale grids exceed 2^31 bytes (the kernels index them in int32)");
     return;
@@ -488,6 +497,7 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   L.stream = stream;
   L.a_scales = c.scales.a;
   L.a_scale_ld = c.scales.a_ld;
+  L.a_scale_kblock_words = c.scales.a_kblock_words;
   L.b_scales = c.scales.b;
   L.b_global = c.scales.b_global;
   if (L.has_offsets()) L.tensormap_workspace = tensormap_workspace(stream, dev.num_sms);

@@ -78,6 +78,7 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     ml.split_offset = L.n / 2;
     ml.a_scales = L.a_scales;
     ml.a_scale_ld = L.a_scale_ld;
+    ml.a_scale_kblock_words = L.a_scale_kblock_words;
     ml.a_scale_rows = L.m_capacity;
     ml.b_scales = L.b_scales;
     // Split (SwiGLU): each N tile covers BN/2 gate and the matching BN/2 up columns.
@@ -164,6 +165,7 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     ml.split_offset = L.n / 2;
     ml.a_scales = L.a_scales;  // block-scaled: the token rows' scales (the op's A), then the weights'
     ml.a_scale_ld = L.a_scale_ld;
+    ml.a_scale_kblock_words = L.a_scale_kblock_words;
     ml.a_scale_rows = L.m_capacity;
     ml.b_scales = L.b_scales;
     sc.fixed_m_blocks = Mainloop::kSplit ? (L.n / 2) / (BM / 2) : ceil_div_i32(L.n, BM);

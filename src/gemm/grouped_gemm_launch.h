@@ -279,6 +279,7 @@ struct GemmLaunch {
   // B's [e_local * n / 128, k / 128] FP32.
   const void* a_scales = nullptr;
   int64_t a_scale_ld = 0;
+  bool a_scale_kblock_words = false;  // MXFP8 A: OperandScales::a_kblock_words
   const void* b_scales = nullptr;
   // FP8-blockwise WGRAD: b (x) is a compact column bundle [k, R], R = *b_compact_rows on the device,
   // its scales after the data (WgradArgs::a_compact_rows); b_scales unused.

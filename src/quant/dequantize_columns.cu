@@ -96,7 +96,8 @@ __global__ void __launch_bounds__(kDqThreads, 4)
         ptx::cp_async_16_zfill(&stage.scales[b][p * 16],
                                in.scales + (m0 / numeric::kMXBlock + b) * in.scale_block_stride + d0 + p * 16, true);
     } else if (threadIdx.x < kTile && d0 + threadIdx.x < D) {  // plain loads (published by the same barrier)
-      const uint8_t* s = in.scales + (m0 / numeric::kMXBlock) * in.scale_block_stride + (d0 + threadIdx.x) * in.scale_row_stride;
+      const uint8_t* s =
+          in.scales + (m0 / numeric::kMXBlock) * in.scale_block_stride + (d0 + threadIdx.x) * in.scale_row_stride;
       for (int b = 0; b < kTokenBlocks && b * numeric::kMXBlock < tokens; ++b)
         stage.scales[b][threadIdx.x] = s[b * in.scale_block_stride];
     }
@@ -146,7 +147,8 @@ __global__ void __launch_bounds__(kDqThreads, 4)
       const uint2 sw = *reinterpret_cast<const uint2*>(&stage.scales[piece / 2][f0]);  // the unit's token block
       float s[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) s[j] = numeric::e8m0_to_float(static_cast<uint8_t>((j < 4 ? sw.x : sw.y) >> (8 * (j % 4))));
+      for (int j = 0; j < 8; ++j)
+        s[j] = numeric::e8m0_to_float(static_cast<uint8_t>((j < 4 ? sw.x : sw.y) >> (8 * (j % 4))));
       const uint32_t real = real_bits[tok / 32] >> (tok % 32);  // bits 0..3: the thread's tokens
       uint16_t* out = static_cast<uint16_t*>(y.data) + (m0 + tok) * y.row_stride + d0 + f0;
 #pragma unroll

@@ -75,6 +75,7 @@ void gather_packed_rows(const char* name, const void* const* row_ptrs, const Row
   DMOE_CHECK_ARG(row_ptrs != nullptr && groups.offsets_G1 != nullptr && groups.num_groups >= 1, name,
                  ": row_ptrs and the group offsets are required");
   DMOE_CHECK_ARG(!rows.compact && rows.q_offset == nullptr, name, ": the row bundle cannot be compact");
+  DMOE_CHECK_ARG(rows.scale_word_ld == 0, name, ": the row bundle's scales are [rows, D / block] (no scale_word_ld)");
   DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(rows.q) % 16 == 0 && rows.q_row_stride % 16 == 0 &&
                      rows.q_row_stride >= cols,
                  name, ": codes need 16-byte alignment and a row stride of at least cols, a multiple of 16");

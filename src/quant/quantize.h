@@ -58,6 +58,12 @@ struct QuantizedOut {
   // mxfp8_dequantize_columns' input); every other operand rejects it.
   bool compact = false;
   const int64_t* q_offset = nullptr;
+  // MXFP8 row outputs of the rows + columns quantizers only (mxfp8_quantize_rows_cols, the fused
+  // SwiGLU backward): when > 0, the scales are k-block-major words, the four codes of row r's
+  // 128-column block j at scales[4 (j * scale_word_ld + r) + 0..3] (scale_word_ld >= the row
+  // capacity; the stride fields are ignored) -- the MXFP8 GEMMs' OperandScales::a_kblock_words
+  // (G86). Every other output rejects it.
+  int64_t scale_word_ld = 0;
   DMOE_HOST_DEVICE bool present() const { return q != nullptr; }
 };
 using Mxfp8Out = QuantizedOut<uint8_t>;        // E4M3 data, E8M0 scales

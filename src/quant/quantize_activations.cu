@@ -65,6 +65,8 @@ void launch_rows(const Bf16Matrix& x, const QuantizedOut<typename F::Scale>& out
   DMOE_CHECK_ARG(x.row_ptrs == nullptr, name, ": gathered rows (row_ptrs) are not supported (rows+cols only)");
   DMOE_CHECK_ARG(!out.compact && out.q_offset == nullptr, name,
                  ": compact outputs (compact, q_offset) are for the rows+columns quantizers' columns only");
+  DMOE_CHECK_ARG(out.scale_word_ld == 0, name,
+                 ": k-block-major scale words (scale_word_ld) are for the rows+columns quantizers' rows only");
   DMOE_CHECK_ARG(x.row_stride % kVec == 0 && out.q_row_stride % 8 == 0, name,
                  ": row strides must keep 16-byte (input) and 8-byte (output) alignment");
   const int64_t vecs = x.rows * (x.cols / kVec);

@@ -98,6 +98,11 @@ void check_rows_cols_outputs(const char* name, int block, int64_t capacity, cons
                  cols.q_row_stride, " must be a multiple of 16 bytes");
   DMOE_CHECK_ARG(!cols.compact || reinterpret_cast<uintptr_t>(cols.q) % 16 == 0, name,
                  ": compact columns need q 16-byte aligned");
+  DMOE_CHECK_ARG(cols.scale_word_ld == 0, name, ": scale_word_ld is for the row output");
+  DMOE_CHECK_ARG(rows.scale_word_ld == 0 || (sizeof(Scale) == 1 && rows.scale_word_ld >= capacity &&
+                                             reinterpret_cast<uintptr_t>(rows.scales) % 4 == 0),
+                 name, ": k-block-major row scale words (scale_word_ld ", rows.scale_word_ld,
+                 ") are MXFP8's, need scale_word_ld >= the row capacity ", capacity, " and 4-byte aligned scales");
 }
 
 // The grid of a rows + columns kernel over tiles_t x tiles_f tiles in regions of 2^log2_rt x 2^log2_rf.
@@ -305,6 +310,27 @@ __device__ __forceinline__ void quantize_rows_cols_tile(Bf16Tile& tile, Tid tid,
   else store_byte_tile(qt, cols.q + (out_col0 + c0) * cols.q_row_stride + m0, cols.q_row_stride, keep, tid());
 }
 
+// A region's staged MXFP8 row scales ([token][ld] bytes, ld = 4 rf) to the k-block-major word grid
+// (QuantizedOut::scale_word_ld): token i's codes of blocks out_b0 + jb. Whole words (lanes along the
+// tokens: 128-byte runs) where the region's blocks are whole 128-column blocks, else byte stores.
+__device__ __forceinline__ void store_scale_words(const uint8_t* staged, int ld, int tokens, int blocks, uint8_t* dst,
+                                                  int64_t word_ld, int64_t out_b0, unsigned tid) {
+  if (out_b0 % 4 == 0 && blocks % 4 == 0) {
+    const int words = blocks / 4;
+    for (int idx = tid; idx < tokens * words; idx += kTileThreads) {
+      const int w = idx / tokens, i = idx % tokens;
+      reinterpret_cast<uint32_t*>(dst)[(out_b0 / 4 + w) * word_ld + i] =
+          *reinterpret_cast<const uint32_t*>(staged + i * ld + 4 * w);
+    }
+    return;
+  }
+  for (int idx = tid; idx < tokens * blocks; idx += kTileThreads) {
+    const int jb = idx / tokens, i = idx % tokens;
+    const int64_t b = out_b0 + jb;
+    dst[4 * ((b / 4) * word_ld + i) + b % 4] = staged[i * ld + jb];
+  }
+}
+
 // The region's staged scales out (after the walk's closing barrier), by a tile's 256 threads:
 // tokens [m_first, min(end, m_first + tiles_t * 128)), input features [c_first, min(in_cols, ...)),
 // written at output feature out_col0 + the input feature. Compact columns: their scales follow
@@ -320,10 +346,19 @@ __device__ __forceinline__ void store_region_scales(unsigned tid, const RowsCols
   const int64_t tokens = (end - m_first < int64_t{tiles_t} * kTile) ? end - m_first : int64_t{tiles_t} * kTile;
   const int64_t features = (in_cols - c_first < int64_t{tiles_f} * kTile) ? in_cols - c_first : int64_t{tiles_f} * kTile;
   const int64_t out_c = out_col0 + c_first;
-  if (rows.present())
-    store_scale_grid(st.row_scale, st.ld_row, static_cast<int>(tokens), static_cast<int>(features / F::kBlock),
-                     rows.scales + m_first * rows.scale_row_stride + (out_c / F::kBlock) * rows.scale_block_stride,
-                     rows.scale_row_stride, rows.scale_block_stride, tid);
+  if (rows.present()) {
+    bool words = false;
+    if constexpr (sizeof(Scale) == 1) {
+      words = rows.scale_word_ld > 0;
+      if (words)
+        store_scale_words(st.row_scale, st.ld_row, static_cast<int>(tokens), static_cast<int>(features / F::kBlock),
+                          rows.scales + 4 * m_first, rows.scale_word_ld, out_c / F::kBlock, tid);
+    }
+    if (!words)
+      store_scale_grid(st.row_scale, st.ld_row, static_cast<int>(tokens), static_cast<int>(features / F::kBlock),
+                       rows.scales + m_first * rows.scale_row_stride + (out_c / F::kBlock) * rows.scale_block_stride,
+                       rows.scale_row_stride, rows.scale_block_stride, tid);
+  }
   if (cols.present()) {
     if constexpr (kCompactCols) {  // token-block-major [R / block, C] after the data
       // MXFP8: E8M0 [R / 32, C]; FP8 blockwise: FP32 [R / 128, C] (the WGRAD GEMM's layout). Both

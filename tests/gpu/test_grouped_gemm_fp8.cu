@@ -823,6 +823,22 @@ TEST_P(GroupedGemmMxfp8Fprop, Exact) {
   expect_rows_untouched("mxfp8 exact", out, M, N);
   std::printf("  mxfp8 fprop exact        n=%-9lld %lld differ %s\n", static_cast<long long>(M * N),
               static_cast<long long>(wrong), wrong ? "FAIL" : "PASS");
+
+  // The same A scales as k-block-major words (OperandScales::a_kblock_words, what the rows +
+  // columns quantizers write for the layer), with a row stride past the capacity: the same bits.
+  const int64_t word_ld = cap + 32;
+  std::vector<uint8_t> a_words(static_cast<size_t>((K / 128) * word_ld * 4), 0xEE);
+  for (int64_t r = 0; r < cap; ++r)
+    for (int64_t b = 0; b < K / 32; ++b) a_words[4 * ((b / 4) * word_ld + r) + b % 4] = a_s[r * (K / 32) + b];
+  DeviceBuffer<uint8_t> d_aw(a_words);
+  DeviceBuffer<uint16_t> d_out2(static_cast<size_t>(cap * N));
+  d_out2.poison();
+  args.common.scales = OperandScales{d_aw.get(), word_ld, d_ws.get()};
+  args.common.scales.a_kblock_words = true;
+  args.out = d_out2.get();
+  grouped_gemm_fprop(args, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(d_out2.download(), out) << "mxfp8 exact: k-block-major A scale words";
 }
 
 TEST(GroupedGemmMxfp8, HeuristicPicksCompiledKernels) {
@@ -859,6 +875,10 @@ TEST(GroupedGemmMxfp8, RejectsWhatItCannotDo) {
   };
   args.common.scales.a_ld = 8;
   expect_error([&] { grouped_gemm_fprop(args, nullptr); }, "scales.a_ld must be k/32 = 4");
+  args.common.scales.a_kblock_words = true;  // k-block-major words need a_ld >= m_capacity (4)
+  args.common.scales.a_ld = 2;
+  expect_error([&] { grouped_gemm_fprop(args, nullptr); }, "need k % 128 == 0 and scales.a_ld >= m_capacity");
+  args.common.scales.a_kblock_words = false;
   args.common.scales.a_ld = 4;
   args.common.scales.b = nullptr;
   expect_error([&] { grouped_gemm_fprop(args, nullptr); }, "need their E8M0 scales");

@@ -969,6 +969,59 @@ TEST(QuantizeMxfp8Compact, ColumnsEqualTheStridedColumnsInEveryRegionShape) {
     }
 }
 
+// The MXFP8 row output with k-block-major scale words (QuantizedOut::scale_word_ld: the layer's row
+// bundles, which the MXFP8 GEMMs read as OperandScales::a_kblock_words; G86), against the natural
+// [cap, D/32] grid of the same call: the same data bytes (rows and columns), each row's code of block
+// b at 4 ((b / 4) ld + r) + b % 4 with ld past the capacity, and nothing else written (the partial
+// last word when D % 128 != 0, the rows past the groups, the gap up to ld). Regions whose blocks are
+// whole 128-column blocks store words, the others bytes (D = 160; D = 2080's last tile).
+void check_row_scale_words(const std::vector<int32_t>& counts, int64_t D, int64_t spare, uint64_t seed, bool gathered,
+                           int log2_rt = -1, int log2_rf = -1) {
+  const GatheredInput in = make_gathered_input(counts, 32, D, spare, seed);
+  const int64_t cap = in.cap, nb = D / 32, ld = cap + 32, words = (nb + 3) / 4;
+  SCOPED_TRACE("D=" + std::to_string(D) + " capacity=" + std::to_string(cap) + (gathered ? " gathered" : ""));
+  DeviceBuffer<int32_t> dcounts(in.g.counts), doffsets(in.g.offsets);
+  const quant::RowGroups groups = in.groups(dcounts, doffsets);
+  auto quantize = [&](const quant::Mxfp8Out& rows, const quant::Mxfp8Out& cols) {
+    const quant::Bf16Matrix x = gathered ? in.gathered() : in.x();
+    if (log2_rt < 0) quant::mxfp8_quantize_rows_cols(x, groups, rows, cols, nullptr);
+    else quant::mxfp8_quantize_rows_cols_in_regions(x, groups, rows, cols, log2_rt, log2_rf, nullptr);
+    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  };
+  DeviceBuffer<uint8_t> dq(cap * D), ds(cap * nb), dqt(D * cap), dst(D * cap / 32);
+  DeviceBuffer<uint8_t> dq2(cap * D), dw(words * ld * 4), dqt2(D * cap), dst2(D * cap / 32);
+  for (auto* b : {&dq, &ds, &dqt, &dst, &dq2, &dw, &dqt2, &dst2}) b->poison(kPoison);
+  quantize({dq.get(), D, ds.get(), nb, 1}, {dqt.get(), cap, dst.get(), 1, D});
+  quant::Mxfp8Out word_rows{dq2.get(), D, dw.get(), 0, 0};
+  word_rows.scale_word_ld = ld;
+  quantize(word_rows, {dqt2.get(), cap, dst2.get(), 1, D});
+  EXPECT_EQ(first_difference(dq2.download(), dq.download()), -1) << "row data";
+  EXPECT_EQ(first_difference(dqt2.download(), dqt.download()), -1) << "column data";
+  EXPECT_EQ(first_difference(dst2.download(), dst.download()), -1) << "column scales";
+  const auto natural = ds.download();
+  std::vector<uint8_t> want(dw.size(), kPoison);
+  const int64_t used = in.g.offsets.back();
+  for (int64_t r = 0; r < used; ++r)
+    for (int64_t b = 0; b < nb; ++b) want[4 * ((b / 4) * ld + r) + b % 4] = natural[r * nb + b];
+  const int64_t at = first_difference(dw.download(), want);
+  EXPECT_EQ(at, -1) << "scale word byte " << at << ": k block " << at / 4 / ld << ", row " << at / 4 % ld
+                    << ", code " << at % 4;
+}
+
+TEST(QuantizeMxfp8, RowScaleWordsEqualTheNaturalGridRelaidOut) {
+  DMOE_REQUIRE_SM90();
+  check_row_scale_words({37, 0, 64, 1, 100}, 256, 32, 351, false);
+  check_row_scale_words({300, 5, 0, 129}, 2080, 64, 352, false);
+  check_row_scale_words({45, 96, 33}, 160, 0, 353, true);
+  check_row_scale_words({300, 5, 0, 129}, 2080, 64, 354, true);
+  for (int lt = 0; lt <= 3; ++lt)
+    for (int lf = 0; lt + lf <= 3; ++lf) {
+      SCOPED_TRACE("region 2^" + std::to_string(lt) + " x 2^" + std::to_string(lf));
+      check_row_scale_words({37, 0, 300, 1, 100, 129}, 1184, 64, 361 + lt * 4 + lf, lt % 2 == 1, lt, lf);
+      if (HasFailure()) return;
+    }
+}
+
 // Any bytes (every E4M3 and E8M0 code, NaN scales over padding rows) dequantize from a compact
 // bundle (token-block-major scales: the dequantizer's 16-byte scale copies) as from the strided
 // feature-major columns they were laid out from (its plain scale loads), R = 256 and R = 288 (a
@@ -1106,6 +1159,25 @@ void expect_invalid(const std::function<void()>& f, const std::string& fragment)
     EXPECT_EQ(e.code(), ErrorCode::kInvalidValue) << e.what();
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
   }
+}
+
+// Where k-block-major row scale words are not taken, the launchers say so.
+TEST(QuantizeMxfp8, RowScaleWordsAreArgumentErrorsElsewhere) {
+  DMOE_REQUIRE_SM90();
+  DeviceBuffer<uint16_t> x(128 * 128);
+  DeviceBuffer<uint8_t> q(128 * 128), s(128 * 128);
+  DeviceBuffer<int32_t> counts(std::vector<int32_t>{128}), offsets(std::vector<int32_t>{0, 128});
+  const quant::RowGroups groups{counts.get(), offsets.get(), 1};
+  quant::Mxfp8Out words{q.get(), 128, s.get(), 0, 0};
+  words.scale_word_ld = 128;
+  expect_invalid([&] { quant::mxfp8_quantize_rows({x.get(), 128, 128, 128}, words, nullptr); },
+                 "mxfp8_quantize_rows: k-block-major scale words");
+  quant::Mxfp8Out short_ld = words;
+  short_ld.scale_word_ld = 64;
+  expect_invalid([&] { quant::mxfp8_quantize_rows_cols({x.get(), 128, 128, 128}, groups, short_ld, {}, nullptr); },
+                 "scale_word_ld >= the row capacity 128");
+  expect_invalid([&] { quant::mxfp8_quantize_rows_cols({x.get(), 128, 128, 128}, groups, {}, words, nullptr); },
+                 "scale_word_ld is for the row output");
 }
 
 TEST(QuantizeMxfp8Compact, UnsupportedOperandsAreArgumentErrors) {

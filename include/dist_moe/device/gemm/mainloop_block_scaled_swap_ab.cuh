@@ -17,7 +17,8 @@
 // The scale policy says where a stage's scales are and what each k32 step's are
 // (docs/formats.md "GPU layouts"; a_scales are the token rows', the op's A, b_scales the weights'):
 //   Mxfp8SwapABScales         E8M0 codes, the weight's FPROP view [E * N, K/32] and the tokens'
-//                             [a_scale_rows, K/32]: one 4-code word per row and stage, a code per step
+//                             [a_scale_rows, K/32] (or k-block-major words [K/128, a_scale_ld]): one
+//                             4-code word per row and stage, a code per step
 //   Fp8BlockwiseSwapABScales  FP32, the weight's [E, N/128, K/128] and the tokens' k-block-major
 //                             [K/128, a_scale_ld]: one scale per row and stage, the same for its steps
 // The consumers load them themselves (10 loads per thread and stage, one stage ahead): the producer
@@ -44,22 +45,25 @@ struct Mxfp8SwapABScales {
   const uint8_t* w_codes;
   const uint8_t* x_codes;
   int32_t w_off[kBlocks], x_off[kTokens];  // byte offsets of the rows; stage kb's word at + 4 kb
+  int32_t x_kb_bytes;                      // (tokens' k-block-major words: + 4 a_scale_ld kb)
 
   DMOE_DEVICE Mxfp8SwapABScales(const MainloopParams& p, int32_t num_k_blocks, const int32_t (&w_rows)[kBlocks],
                                 const int32_t (&tokens)[kTokens])
-      : w_codes(static_cast<const uint8_t*>(p.b_scales)), x_codes(static_cast<const uint8_t*>(p.a_scales)) {
-    const int32_t ld = num_k_blocks * 4;  // K / 32 codes per row, both grids
+      : w_codes(static_cast<const uint8_t*>(p.b_scales)), x_codes(static_cast<const uint8_t*>(p.a_scales)),
+        x_kb_bytes(p.a_scale_kblock_words ? 4 * static_cast<int32_t>(p.a_scale_ld) : 4) {
+    const int32_t ld = num_k_blocks * 4;  // K / 32 codes per row of the weight's grid
+    const int32_t x_row_bytes = p.a_scale_kblock_words ? 4 : static_cast<int32_t>(p.a_scale_ld);
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b) w_off[b] = w_rows[b] * ld;
 #pragma unroll
-    for (int q = 0; q < kTokens; ++q) x_off[q] = tokens[q] * static_cast<int32_t>(p.a_scale_ld);
+    for (int q = 0; q < kTokens; ++q) x_off[q] = tokens[q] * x_row_bytes;
   }
   DMOE_DEVICE Stage load(int32_t kb) const {
     Stage s;
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b) s.w[b] = __ldg(reinterpret_cast<const uint32_t*>(w_codes + w_off[b] + 4 * kb));
 #pragma unroll
-    for (int q = 0; q < kTokens; ++q) s.x[q] = __ldg(reinterpret_cast<const uint32_t*>(x_codes + x_off[q] + 4 * kb));
+    for (int q = 0; q < kTokens; ++q) s.x[q] = __ldg(reinterpret_cast<const uint32_t*>(x_codes + x_off[q] + x_kb_bytes * kb));
     return s;
   }
   // Step j's scale products. Codes in [64, 190] (every block of ordinary data: 2^-63 .. 2^63) add

@@ -1,5 +1,6 @@
 // SM90 mainloop for MXFP8 operands (docs/formats.md "GPU layouts"): A = E4M3 rows with one E8M0
-// scale per 1 x 32 ([a_scale_rows, K/32], row-major), B = E4M3 weights [E, N, K] with one E8M0
+// scale per 1 x 32 ([a_scale_rows, K/32] row-major, or k-block-major words of four codes
+// [K/128, a_scale_ld]: MainloopParams::a_scale_kblock_words), B = E4M3 weights [E, N, K] with one E8M0
 // scale per 32 x 32 tile, read through the FPROP view [E * N, K/32] (each tile's scale on each of
 // its 32 rows) -- so 1 x 32 inference weights, whose rows each have their own scales, are not
 // this kernel's operand. DGRAD runs it on the weight's transposed copy (grouped_gemm.cu).
@@ -154,12 +155,17 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
       const auto* a = static_cast<const uint8_t*>(p.a_scales);
       const auto* b = static_cast<const uint8_t*>(p.b_scales);
       const int32_t ld_a = static_cast<int32_t>(p.a_scale_ld), ld_b = num_k_blocks * kSteps;  // K / 32
+      // A row's word of k block kb: at 4 kb past the row ([rows, K/32] bytes) or 4 ld_a kb past it
+      // (k-block-major words, whose consecutive rows the warp's lanes read as consecutive words).
+      const int32_t a_row_bytes = p.a_scale_kblock_words ? 4 : ld_a;
+      const int32_t a_kb_bytes = p.a_scale_kblock_words ? 4 * ld_a : 4;
       // Rows past the buffer (a tile's tail) read the last row's codes; their results are not stored.
       const int32_t last_row = p.a_scale_rows - 1;
       int32_t row_off[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        row_off[i] = min(t.row_begin + t.m_block * kBlockM + static_cast<int32_t>(lane) + 32 * i, last_row) * ld_a;
+        row_off[i] =
+            min(t.row_begin + t.m_block * kBlockM + static_cast<int32_t>(lane) + 32 * i, last_row) * a_row_bytes;
       int32_t group_off = 0;
       if (lane < kGroups) {
         int32_t w_row;
@@ -175,7 +181,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
         if (seq % kScaleWarps != which) continue;
         uint32_t words[4], gword = 0;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) words[i] = __ldg(reinterpret_cast<const uint32_t*>(a + row_off[i] + 4 * kb));
+        for (int i = 0; i < 4; ++i) words[i] = __ldg(reinterpret_cast<const uint32_t*>(a + row_off[i] + a_kb_bytes * kb));
         if (lane < kGroups) gword = __ldg(reinterpret_cast<const uint32_t*>(b + group_off + 4 * kb));
         pipe.producer_acquire(st);
         const uint32_t region = smem_scales(smem, st.stage);

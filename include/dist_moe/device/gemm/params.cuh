@@ -99,9 +99,12 @@ struct MainloopParams {
   // Block scales, typed by the operand format. FP8 blockwise (mainloop_fp8_blockwise.cuh), FP32:
   // FPROP A [K/128, a_scale_ld] (k-block-major; rows [0, a_scale_rows) exist), B [E * N / 128,
   // K / 128]; WGRAD A [tokens/128, a_scale_ld = N], B [tokens/128, b_scale_ld = K]. MXFP8
-  // (mainloop_mxfp8.cuh), E8M0 bytes: A [a_scale_rows, a_scale_ld = K/32], B [E * N, K/32].
+  // (mainloop_mxfp8.cuh), E8M0 bytes: A [a_scale_rows, a_scale_ld = K/32] or, with
+  // a_scale_kblock_words, words of four codes [K/128, a_scale_ld] (row r's k block kb at byte
+  // 4 (kb * a_scale_ld + r)), B [E * N, K/32].
   const void* a_scales = nullptr;
   int64_t a_scale_ld = 0;
+  bool a_scale_kblock_words = false;
   int32_t a_scale_rows = 0;
   const void* b_scales = nullptr;
   int64_t b_scale_ld = 0;
