@@ -347,17 +347,16 @@ __device__ __forceinline__ void store_region_scales(unsigned tid, const RowsCols
   const int64_t features = (in_cols - c_first < int64_t{tiles_f} * kTile) ? in_cols - c_first : int64_t{tiles_f} * kTile;
   const int64_t out_c = out_col0 + c_first;
   if (rows.present()) {
-    bool words = false;
-    if constexpr (sizeof(Scale) == 1) {
-      words = rows.scale_word_ld > 0;
-      if (words)
-        store_scale_words(st.row_scale, st.ld_row, static_cast<int>(tokens), static_cast<int>(features / F::kBlock),
-                          rows.scales + 4 * m_first, rows.scale_word_ld, out_c / F::kBlock, tid);
-    }
-    if (!words)
-      store_scale_grid(st.row_scale, st.ld_row, static_cast<int>(tokens), static_cast<int>(features / F::kBlock),
+    const int row_blocks = static_cast<int>(features / F::kBlock);
+    if (rows.scale_word_ld > 0) {  // MXFP8 only (check_rows_cols_outputs)
+      if constexpr (sizeof(Scale) == 1)
+        store_scale_words(st.row_scale, st.ld_row, static_cast<int>(tokens), row_blocks, rows.scales + 4 * m_first,
+                          rows.scale_word_ld, out_c / F::kBlock, tid);
+    } else {
+      store_scale_grid(st.row_scale, st.ld_row, static_cast<int>(tokens), row_blocks,
                        rows.scales + m_first * rows.scale_row_stride + (out_c / F::kBlock) * rows.scale_block_stride,
                        rows.scale_row_stride, rows.scale_block_stride, tid);
+    }
   }
   if (cols.present()) {
     if constexpr (kCompactCols) {  // token-block-major [R / block, C] after the data

@@ -34,22 +34,21 @@ using planner::align128;
 // ---- operands -----------------------------------------------------------------------------------
 
 // The row bundle of a [cap, C] operand in the scratch's row region: E4M3 rows, then E8M0 scales --
-// as k-block-major words [C/128, cap] where the rows + columns quantizers write them (`words`: their
-// region's scales go out as whole lines; G86), else [cap, C/32] (the inference x gathered from
-// packed rows). Both grids are cap * C / 32 bytes (C a multiple of 128).
+// as k-block-major words [C/128, cap] where the rows + columns quantizers write them (their region's
+// scales go out as whole lines; G86), as [cap, C/32] where the rows are gathered from packed rows
+// (the inference x: `packed_source`). Both grids are cap * C / 32 bytes (C a multiple of 128).
 struct RowBundle {
   uint8_t* q;
   uint8_t* scales;
   int64_t word_ld;  // > 0: k-block-major scale words with this row stride (the capacity)
 };
-constexpr bool kScaleWords = true;
-RowBundle row_bundle(const Context::Impl& c, int64_t C, bool words) {
+RowBundle row_bundle(const Context::Impl& c, int64_t C, bool packed_source = false) {
   uint8_t* q = at(c, c.mxfp8_scratch.row);
-  return {q, q + align128(c.capacity_rows() * C), words ? c.capacity_rows() : 0};
+  return {q, q + align128(c.capacity_rows() * C), packed_source ? 0 : c.capacity_rows()};
 }
 
-quant::Mxfp8Out row_bundle_out(const Context::Impl& c, int64_t C, bool words) {
-  const RowBundle rb = row_bundle(c, C, words);
+quant::Mxfp8Out row_bundle_out(const Context::Impl& c, int64_t C, bool packed_source = false) {
+  const RowBundle rb = row_bundle(c, C, packed_source);
   quant::Mxfp8Out out{rb.q, C, rb.scales, C / 32, 1};
   out.scale_word_ld = rb.word_ld;
   return out;
@@ -60,8 +59,7 @@ quant::Mxfp8Out row_bundle_out(const Context::Impl& c, int64_t C, bool words) {
 void quantize_rows_cols(const Context::Impl& c, const quant::Bf16Matrix& x, const int32_t* real_counts,
                         const int32_t* offsets, common::DeviceAddress cols, cudaStream_t stream) {
   const quant::RowGroups groups{real_counts, offsets, static_cast<int32_t>(c.local_experts)};
-  quant::mxfp8_quantize_rows_cols(x, groups, row_bundle_out(c, x.cols, kScaleWords), compact_columns<uint8_t>(cols),
-                                  stream);
+  quant::mxfp8_quantize_rows_cols(x, groups, row_bundle_out(c, x.cols), compact_columns<uint8_t>(cols), stream);
 }
 
 // A compact column bundle back to BF16 rows [cap, C] at `rows` (a WGRAD operand).
@@ -100,8 +98,8 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
 
   if (t.packed_rows) {  // inference: the rows arrive quantized; no WGRAD columns
     const quant::RowGroups groups{t.real_counts, t.offsets, static_cast<int32_t>(c.local_experts)};
-    quant::mxfp8_gather_packed_rows(t.gather_src, groups, c.capacity_rows(), D, row_bundle_out(c, D, !kScaleWords),
-                                    stream);
+    quant::mxfp8_gather_packed_rows(t.gather_src, groups, c.capacity_rows(), D,
+                                    row_bundle_out(c, D, /*packed_source=*/true), stream);
     c.stage("gather_x_rows", stream);
   } else {
     quantize_rows_cols(c, routed_rows(c, t.gather_src, D), t.real_counts, t.offsets,
@@ -113,7 +111,7 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   // segment (h2's padding rows are then not written, and nothing reads them: no WGRAD columns here).
   const int32_t* tile_rows = t.packed_rows ? t.real_counts : nullptr;
   W13FpropArgs f13 = w13_fprop_args(c, in, t.counts);
-  const RowBundle xr = row_bundle(c, D, /*words=*/!t.packed_rows);
+  const RowBundle xr = row_bundle(c, D, t.packed_rows);
   use_mxfp8_operands(f13.common, xr, D, w13.fprop_scale, false);
   f13.common.tile_rows = tile_rows;
   f13.a = xr.q;
@@ -132,7 +130,7 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   c.stage(recompute ? "recompute_quantize_h2" : "quantize_h2", stream);
 
   FpropArgs f2 = w2_fprop_args(c, in, t.counts);
-  const RowBundle hr = row_bundle(c, F, kScaleWords);
+  const RowBundle hr = row_bundle(c, F);
   use_mxfp8_operands(f2.common, hr, F, w2.fprop_scale, false);
   f2.common.tile_rows = tile_rows;
   f2.a = hr.q;
@@ -177,7 +175,7 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
 
   void* grad_h2 = at(c, S.grad_h2);
   DgradArgs d2 = w2_dgrad_args(c, in, s.expert_rows);
-  const RowBundle g3r = row_bundle(c, D, kScaleWords);
+  const RowBundle g3r = row_bundle(c, D);
   use_mxfp8_operands(d2.common, g3r, D, w2.dgrad_scale, true);
   d2.grad_out = g3r.q;
   d2.w = w2.dgrad_data;
@@ -187,13 +185,12 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
 
   // dxy = SwiGLU'(h1) * grad_h2 straight to E4M3 rows + compact columns, never stored in BF16 (G70).
   const quant::SwigluBackwardSource dxy{{act, layer + planner::kH1}, grad_h2, cap, F, swiglu_params(c.config)};
-  quant::mxfp8_swiglu_backward_quantize(dxy, {s.expert_rows_unpadded, s.expert_offsets, L},
-                                        row_bundle_out(c, 2 * F, kScaleWords),
+  quant::mxfp8_swiglu_backward_quantize(dxy, {s.expert_rows_unpadded, s.expert_offsets, L}, row_bundle_out(c, 2 * F),
                                         compact_columns<uint8_t>(at(c, S.dxy_col)), stream);
   c.stage("swiglu_backward_quantize_dxy", stream);
 
   DgradArgs d13 = w13_dgrad_args(c, in, s.expert_rows);
-  const RowBundle dxr = row_bundle(c, 2 * F, kScaleWords);
+  const RowBundle dxr = row_bundle(c, 2 * F);
   use_mxfp8_operands(d13.common, dxr, 2 * F, w13.dgrad_scale, true);
   d13.grad_out = dxr.q;
   d13.w = w13.dgrad_data;

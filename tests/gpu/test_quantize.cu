@@ -880,6 +880,21 @@ TEST(QuantizeFp8BlockwiseGathered, RowsAndColumnsEqualTheContiguousRowsBitForBit
   check_gathered_equals_contiguous<float, 128>({300, 5, 0, 129}, 1152, 0, 222, true, launch);
 }
 
+// One rows + columns call, synchronized: the launcher's region pick (log2_rt < 0) or the region
+// 2^log2_rt x 2^log2_rf tiles.
+void rows_cols_call(const quant::Bf16Matrix& x, const quant::RowGroups& groups, const quant::Mxfp8Out& rows,
+                    const quant::Mxfp8Out& cols, int log2_rt, int log2_rf) {
+  if (log2_rt < 0) quant::mxfp8_quantize_rows_cols(x, groups, rows, cols, nullptr);
+  else quant::mxfp8_quantize_rows_cols_in_regions(x, groups, rows, cols, log2_rt, log2_rf, nullptr);
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+}
+void rows_cols_call(const quant::Bf16Matrix& x, const quant::RowGroups& groups, const quant::Fp8BlockwiseOut& rows,
+                    const quant::Fp8BlockwiseOut& cols, int log2_rt, int log2_rf) {
+  if (log2_rt < 0) quant::fp8_blockwise_quantize_rows_cols(x, groups, rows, cols, nullptr);
+  else quant::fp8_blockwise_quantize_rows_cols_in_regions(x, groups, rows, cols, log2_rt, log2_rf, nullptr);
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 // The compact column bundle (C = D features, R = offsets_G1[G] tokens) at a device offset inside a
 // sentinel-filled buffer, against the strided columns of the same input (one rows+cols call each,
 // the rows output present in both; the compact call reads the gathered twin when `gathered`): q
@@ -896,9 +911,7 @@ void check_compact_columns(const std::vector<int32_t>& counts, int64_t D, int64_
   DeviceBuffer<int32_t> dcounts(in.g.counts), doffsets(in.g.offsets);
   const quant::RowGroups groups = in.groups(dcounts, doffsets);
   auto quantize = [&](const quant::Bf16Matrix& x, const quant::Mxfp8Out& rows, const quant::Mxfp8Out& cols) {
-    if (log2_rt < 0) quant::mxfp8_quantize_rows_cols(x, groups, rows, cols, nullptr);
-    else quant::mxfp8_quantize_rows_cols_in_regions(x, groups, rows, cols, log2_rt, log2_rf, nullptr);
-    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    rows_cols_call(x, groups, rows, cols, log2_rt, log2_rf);
   };
   // Strided reference.
   DeviceBuffer<uint8_t> dq(cap * D), ds(cap * D / 32), dqt(D * cap), dst(D * nb);
@@ -983,10 +996,7 @@ void check_row_scale_words(const std::vector<int32_t>& counts, int64_t D, int64_
   DeviceBuffer<int32_t> dcounts(in.g.counts), doffsets(in.g.offsets);
   const quant::RowGroups groups = in.groups(dcounts, doffsets);
   auto quantize = [&](const quant::Mxfp8Out& rows, const quant::Mxfp8Out& cols) {
-    const quant::Bf16Matrix x = gathered ? in.gathered() : in.x();
-    if (log2_rt < 0) quant::mxfp8_quantize_rows_cols(x, groups, rows, cols, nullptr);
-    else quant::mxfp8_quantize_rows_cols_in_regions(x, groups, rows, cols, log2_rt, log2_rf, nullptr);
-    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    rows_cols_call(gathered ? in.gathered() : in.x(), groups, rows, cols, log2_rt, log2_rf);
   };
   DeviceBuffer<uint8_t> dq(cap * D), ds(cap * nb), dqt(D * cap), dst(D * cap / 32);
   DeviceBuffer<uint8_t> dq2(cap * D), dw(words * ld * 4), dqt2(D * cap), dst2(D * cap / 32);
@@ -1089,11 +1099,7 @@ void check_fp8_blockwise_compact_columns(const std::vector<int32_t>& counts, int
   DeviceBuffer<int32_t> dcounts(in.g.counts), doffsets(in.g.offsets);
   const quant::RowGroups groups = in.groups(dcounts, doffsets);
   auto quantize = [&](const quant::Bf16Matrix& x, const quant::Fp8BlockwiseOut& rows,
-                      const quant::Fp8BlockwiseOut& cols) {
-    if (log2_rt < 0) quant::fp8_blockwise_quantize_rows_cols(x, groups, rows, cols, nullptr);
-    else quant::fp8_blockwise_quantize_rows_cols_in_regions(x, groups, rows, cols, log2_rt, log2_rf, nullptr);
-    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
-  };
+                      const quant::Fp8BlockwiseOut& cols) { rows_cols_call(x, groups, rows, cols, log2_rt, log2_rf); };
   DeviceBuffer<uint8_t> dq(cap * D), dqt(D * cap);
   DeviceBuffer<float> ds(D / 128 * cap), dst(nb * D);
   dq.poison(kPoison);
