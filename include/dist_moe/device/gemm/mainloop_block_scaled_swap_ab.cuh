@@ -44,15 +44,15 @@ struct Mxfp8SwapABScales {
   };
   const uint8_t* w_codes;
   const uint8_t* x_codes;
-  int32_t w_off[kBlocks], x_off[kTokens];  // byte offsets of the rows; stage kb's word at + 4 kb
-  int32_t x_kb_bytes;                      // (tokens' k-block-major words: + 4 a_scale_ld kb)
+  int32_t w_off[kBlocks], x_off[kTokens];  // byte offsets of the rows; a weight's stage kb word at + 4 kb
+  int32_t x_kb_bytes;                      // stage kb's token word at x_off + x_kb_bytes kb
 
   DMOE_DEVICE Mxfp8SwapABScales(const MainloopParams& p, int32_t num_k_blocks, const int32_t (&w_rows)[kBlocks],
                                 const int32_t (&tokens)[kTokens])
       : w_codes(static_cast<const uint8_t*>(p.b_scales)), x_codes(static_cast<const uint8_t*>(p.a_scales)),
-        x_kb_bytes(p.a_scale_kblock_words ? 4 * static_cast<int32_t>(p.a_scale_ld) : 4) {
+        x_kb_bytes(mxfp8_a_scale_strides(p).kblock) {
     const int32_t ld = num_k_blocks * 4;  // K / 32 codes per row of the weight's grid
-    const int32_t x_row_bytes = p.a_scale_kblock_words ? 4 : static_cast<int32_t>(p.a_scale_ld);
+    const int32_t x_row_bytes = mxfp8_a_scale_strides(p).row;
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b) w_off[b] = w_rows[b] * ld;
 #pragma unroll

@@ -154,18 +154,16 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
       const uint32_t lane = threadIdx.x % 32;
       const auto* a = static_cast<const uint8_t*>(p.a_scales);
       const auto* b = static_cast<const uint8_t*>(p.b_scales);
-      const int32_t ld_a = static_cast<int32_t>(p.a_scale_ld), ld_b = num_k_blocks * kSteps;  // K / 32
-      // A row's word of k block kb: at 4 kb past the row ([rows, K/32] bytes) or 4 ld_a kb past it
-      // (k-block-major words, whose consecutive rows the warp's lanes read as consecutive words).
-      const int32_t a_row_bytes = p.a_scale_kblock_words ? 4 : ld_a;
-      const int32_t a_kb_bytes = p.a_scale_kblock_words ? 4 * ld_a : 4;
+      const int32_t ld_b = num_k_blocks * kSteps;  // K / 32
+      // (k-block-major words: the warp's lanes read consecutive rows as consecutive words.)
+      const Mxfp8AScaleStrides a_stride = mxfp8_a_scale_strides(p);
       // Rows past the buffer (a tile's tail) read the last row's codes; their results are not stored.
       const int32_t last_row = p.a_scale_rows - 1;
       int32_t row_off[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         row_off[i] =
-            min(t.row_begin + t.m_block * kBlockM + static_cast<int32_t>(lane) + 32 * i, last_row) * a_row_bytes;
+            min(t.row_begin + t.m_block * kBlockM + static_cast<int32_t>(lane) + 32 * i, last_row) * a_stride.row;
       int32_t group_off = 0;
       if (lane < kGroups) {
         int32_t w_row;
@@ -181,7 +179,8 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
         if (seq % kScaleWarps != which) continue;
         uint32_t words[4], gword = 0;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) words[i] = __ldg(reinterpret_cast<const uint32_t*>(a + row_off[i] + a_kb_bytes * kb));
+        for (int i = 0; i < 4; ++i)
+          words[i] = __ldg(reinterpret_cast<const uint32_t*>(a + row_off[i] + a_stride.kblock * kb));
         if (lane < kGroups) gword = __ldg(reinterpret_cast<const uint32_t*>(b + group_off + 4 * kb));
         pipe.producer_acquire(st);
         const uint32_t region = smem_scales(smem, st.stage);

@@ -118,6 +118,20 @@ struct MainloopParams {
   int64_t packed_row_bytes = 0;
 };
 
+// Where MXFP8 A's scale word of row r and k block kb (four E8M0 codes: the block's k32 steps) lies in
+// a_scales: at byte r * row + kb * kblock -- [rows, K/32] bytes, or k-block-major words
+// (a_scale_kblock_words). The readers: the 128x128 kernel's scale warps and the swap-AB decode scales.
+struct Mxfp8AScaleStrides {
+  int32_t row, kblock;
+};
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline Mxfp8AScaleStrides mxfp8_a_scale_strides(const MainloopParams& p) {
+  const int32_t ld = static_cast<int32_t>(p.a_scale_ld);
+  return p.a_scale_kblock_words ? Mxfp8AScaleStrides{4, 4 * ld} : Mxfp8AScaleStrides{ld, 4};
+}
+
 struct EpilogueParams {
   // Store epilogue: the kMapOut tensor (row-major, ld elements), or through a per-row address table.
   int64_t ld_out = 0;               // elements between rows of the output (and of scatter rows' width)
