@@ -61,6 +61,12 @@ std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_
                                                     const OperandFormat& a_format = {},
                                                     const OperandFormat& b_format = {});
 
+// Dynamic shared memory the compiled kernel of `config` requests for `e_local` experts (the number
+// the call checks against the device's opt-in limit before launching; it grows with the experts'
+// scheduler tables). Throws kInvalidValue when no kernel of those formats has that configuration.
+int grouped_gemm_smem_bytes(GroupedGemmOp op, DType out_dtype, bool gather, const OperandFormat& a_format,
+                            const OperandFormat& b_format, const GroupedGemmConfig& config, int64_t e_local);
+
 // Optional fused-dispatch producer: A's row m is read from row_ptrs[m] (k BF16 values, 16-byte
 // aligned; nullptr = a zero row), written once to `gathered[m]` ([m_capacity, k] BF16, which then
 // holds A, e.g. the x that WGRAD needs) and consumed from there.

@@ -226,8 +226,10 @@ GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
   // multiple of 256 (the stage's B scale copy is 256 columns; G69), else 128x128 (five stages).
   if (p.op == GroupedGemmOp::kWgrad)
     return p.k % 256 == 0 ? tile(128, 256, 3, p, sms, false, true) : tile(128, 128, 5, p, sms, false, true);
-  // Decode-sized FPROP and W13: the swap-AB tile streaming the E4M3 weights (as MXFP8's).
-  if (p.op != GroupedGemmOp::kDgrad && is_decode(p)) return swap_ab_tile(p, sms);
+  // Decode-sized FPROP and W13: the swap-AB tile streaming the E4M3 weights (as MXFP8's). Not when
+  // the output accumulates: DGRAD reaches here as an FPROP on the transposed weight, and the swap-AB
+  // epilogue only stores.
+  if (p.op != GroupedGemmOp::kDgrad && !p.accumulate && is_decode(p)) return swap_ab_tile(p, sms);
   // Beyond ~220 local experts the scheduler tables push both picks past the shared memory (by 280
   // bytes at 256): the same tile with one stage fewer.
   const int64_t width = p.op == GroupedGemmOp::kDgrad ? p.k : p.n;  // output columns
@@ -243,7 +245,9 @@ GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
 // streams the E4M3 weights as the BF16 one streams BF16 (DGRAD keeps 128x128: not measured there).
 GroupedGemmConfig select_mxfp8(const GroupedGemmProblem& p, int sms) {
   const GroupedGemmConfig regular = tile(128, 128, 5, p, sms, false, true);
-  if (p.op == GroupedGemmOp::kDgrad || !is_decode(p)) return regular;
+  // (An accumulating output -- DGRAD, which reaches here as an FPROP on the transposed weight -- keeps
+  // the regular tile: the swap-AB epilogue only stores.)
+  if (p.op == GroupedGemmOp::kDgrad || p.accumulate || !is_decode(p)) return regular;
   // Training layers' decode-sized FPROPs: padded segments (no tile_rows), the 32-token tile.
   if (!p.tile_rows) return swap_ab_tile(p, sms);
   // Inference, tiles over the real rows: 16 tokens while few experts need a second tile
@@ -331,6 +335,8 @@ namespace {
 // consumers made it slower (G54). Expanded token rows (contexts from 64 routed rows per expert,
 // memory_plan.h kNvfp4ExpandRowsPerExpert): the 128-token tile, whose consumers have the registers
 // the producer warps no longer need.
+constexpr int64_t kNvfp4NarrowTileMaxExperts = 719;  // the 256x16 s5 kernel's smem (grouped_gemm_smem_bytes)
+
 GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {
   if (p.a_format == kNvfp4ExpandedRows) return swap_ab_tile(p, sms, 128, 2);  // no token conversion
   const bool experimental = grouped_gemm_experimental_requested();
@@ -340,7 +346,11 @@ GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {
   // up to the decode bound: the 64-token tile measured slower at 24 rows per expert (s27 r3, layer
   // 3.856 / 3.835 vs 3.154 / 3.181 ms) and 2-3% faster at 32 (4.211 / 4.170 vs 4.282 / 4.308).
   if (!is_decode(p)) return wide ? swap_ab_tile(p, sms, 128, 2) : swap_ab_tile(p, sms, 64, 3);
-  if (routed_rows_per_expert(p) <= kNarrowDecodeRowsPerExpert) return swap_ab_tile(p, sms, 16, 5);
+  // The 16-token tile's five 40 KiB stages leave room for the scheduler tables of at most 719 local
+  // experts (8 bytes each); past them the 32-token tile (four 48 KiB stages; fits every e_local the
+  // API takes).
+  if (routed_rows_per_expert(p) <= kNarrowDecodeRowsPerExpert && p.e_local <= kNvfp4NarrowTileMaxExperts)
+    return swap_ab_tile(p, sms, 16, 5);
   return swap_ab_tile(p, sms, 32, 4);
 }
 

@@ -480,6 +480,8 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   GroupedGemmConfig cfg = c.config != nullptr ? *c.config : select_grouped_gemm_config(problem, dev.num_sms);
   cfg.gather = gather;
   cfg.num_sms = cfg.num_sms > 0 ? std::min(cfg.num_sms, dev.num_sms) : dev.num_sms;
+  DMOE_CHECK_ARG(!(cfg.swap_ab && problem.accumulate), to_string(named), ": configuration ", cfg.name(),
+                 " (swap-AB) stores its output and cannot accumulate into it");
   const GemmKernelEntry& e = find_kernel(op, out, c, cfg);
   const int smem = e.smem_bytes(static_cast<int>(c.e_local));
   DMOE_CHECK_ARG(smem <= dev.smem_optin, to_string(named), ": e_local = ", c.e_local, " needs ", smem,
@@ -582,6 +584,20 @@ std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_
     v.push_back(d);
   }
   return v;
+}
+
+int grouped_gemm_smem_bytes(GroupedGemmOp op, DType out_dtype, bool gather, const OperandFormat& a_format,
+                            const OperandFormat& b_format, const GroupedGemmConfig& config, int64_t e_local) {
+  GroupedGemmCommon c;
+  c.a_format = a_format;
+  c.b_format = b_format;
+  if (const TransposedWeightRecipe* r = transposed_weight_recipe(b_format); op == GroupedGemmOp::kDgrad && r) {
+    op = GroupedGemmOp::kFprop;  // E4M3 DGRAD runs the FPROP kernels (grouped_gemm_configs)
+    c.b_format = r->weight;
+  }
+  GroupedGemmConfig cfg = config;
+  cfg.gather = gather;
+  return find_kernel(op, out_dtype, c, cfg).smem_bytes(static_cast<int>(e_local));
 }
 
 size_t grouped_gemm_gather_workspace_bytes(int64_t m_capacity, int64_t e_local) {

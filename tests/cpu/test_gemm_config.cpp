@@ -298,6 +298,23 @@ TEST(GemmConfig, OperandFormats) {
   dec.op = GroupedGemmOp::kDgrad;
   dec.b_format = kMxfp8WeightT;
   EXPECT_EQ(pick(dec).name(), "128x128x128_s5_tma_dyn");
+  // The host API hands E4M3 DGRAD to the heuristic as an FPROP on the transposed weight (n and k
+  // swapped, b = the weight format): decode-sized, it may take the swap-AB tile only when it does
+  // not accumulate, since the swap-AB epilogue only stores (the call rejects the pair).
+  dec.op = GroupedGemmOp::kFprop;
+  dec.b_format = kMxfp8Weight;
+  dec.accumulate = true;
+  EXPECT_EQ(pick(dec).name(), "128x128x128_s5_tma_dyn");
+  dec.a_format = kFp8BlockwiseRows;
+  dec.b_format = kFp8BlockwiseWeight;
+  EXPECT_EQ(pick(dec).name(), "128x256x128_s3_tma_dyn");
+  dec.accumulate = false;
+  EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
+  dec.a_format = kMxfp8Rows;
+  dec.b_format = kMxfp8Weight;
+  EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
+  dec.op = GroupedGemmOp::kDgrad;
+  dec.b_format = kMxfp8WeightT;
   // FP8 blockwise the same way: decode-sized FPROP and W13 take its swap-AB tile, DGRAD does not.
   dec.a_format = kFp8BlockwiseRows;
   dec.b_format = kFp8BlockwiseWeight;
@@ -351,6 +368,16 @@ TEST(GemmConfig, Nvfp4TakesSwapABTiles) {
   EXPECT_EQ(pick(p).name(), "256x64x256_s3_swapab");
   p.m_capacity = 1024;
   EXPECT_EQ(pick(p).name(), "256x16x256_s5_swapab");
+  // The 16-token tile's stages leave room for the scheduler tables of 719 local experts at most
+  // (GemmKernelTable.HeuristicPicksFitTheirSharedMemory checks it against the kernel); past them the
+  // 32-token tile.
+  p.e_local = 719;
+  p.m_capacity = 719 * 4;
+  EXPECT_EQ(pick(p).name(), "256x16x256_s5_swapab");
+  p.e_local = 720;
+  p.m_capacity = 720 * 4;
+  EXPECT_EQ(pick(p).name(), "256x32x256_s4_swapab");
+  p.e_local = 256;
   // Expanded FP16 token rows (prefill-sized contexts): the 128-token tile.
   p.a_format = kNvfp4ExpandedRows;
   p.m_capacity = 65536 + 256 * 31;

@@ -716,6 +716,16 @@ TEST(GroupedGemmFp8, HeuristicPicksFitManyExperts) {
   run_fp8_dgrad({256, 256, 384, 24, 28u}, nullptr, false);
 }
 
+// Decode-sized DGRAD that accumulates, as the heuristic picks it: the host API hands E4M3 DGRAD to
+// the heuristic as an FPROP on the transposed weight, and decode-sized FPROPs take the swap-AB tile,
+// whose epilogue only stores -- so it must not be picked here (until session 38 it was: the host
+// code shows the pick, and the swap-AB epilogue has no accumulating path).
+TEST(GroupedGemmFp8, DecodeSizedDgradAccumulates) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_dgrad({16, 512, 768, 24, 29u}, nullptr, true);
+  run_fp8_dgrad({16, 512, 768, 24, 30u}, nullptr, true, Recipe::kMxfp8);
+}
+
 // ---- MXFP8 (per-32 promotion: device/gemm/mainloop_mxfp8.cuh) --------------------------------
 
 std::vector<GemmParam> mxfp8_params(GroupedGemmOp op) {

@@ -1,0 +1,128 @@
+// The heuristic (src/core/gemm_config.cpp) against the compiled kernel table (src/gemm): every pick
+// must launch. A kernel's shared memory grows with the local experts (8-12 bytes of scheduler tables
+// each), so a tile that fits at 256 experts can miss the device's opt-in limit at 1024, where the
+// call would fail naming the bytes; each selector falls back before that. Host code only (the table
+// and its smem_bytes() are host functions), so it runs in CI; built where the CUDA kernels are.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dist_moe/grouped_gemm.h"
+#include "dist_moe/grouped_gemm_config.h"
+
+namespace dist_moe {
+namespace {
+
+#if defined(DIST_MOE_TEST_GEMM_TABLE)
+
+constexpr int kSms = 132;
+constexpr int kSmemOptin = 232448;  // H100/H200 dynamic shared memory per block (227 KiB)
+
+struct Family {
+  const char* name;
+  GroupedGemmOp op;  // as the host API hands it to the heuristic (E4M3 DGRAD: an FPROP)
+  DType out;
+  OperandFormat a, b;
+  bool accumulate;
+  bool tile_rows;  // inference's decode tiles over the real rows
+};
+
+struct Dims {
+  int64_t d, f;
+};
+
+// n and k of the op's GEMM (W13 for FPROP-like ops, W2's DGRAD, W13's WGRAD) at model dims.
+std::pair<int64_t, int64_t> gemm_nk(GroupedGemmOp op, bool w2, const Dims& m) {
+  switch (op) {
+    case GroupedGemmOp::kFpropSwiglu: return {2 * m.f, m.d};
+    case GroupedGemmOp::kFprop: return w2 ? std::make_pair(m.d, m.f) : std::make_pair(m.f, m.d);
+    case GroupedGemmOp::kDgrad: return {m.d, m.f};
+    case GroupedGemmOp::kWgrad: return {2 * m.f, m.d};
+  }
+  return {0, 0};
+}
+
+TEST(GemmKernelTable, HeuristicPicksFitTheirSharedMemory) {
+  if (grouped_gemm_experimental_requested()) GTEST_SKIP() << "DMOE_GEMM_EXPERIMENTAL changes the picks";
+  const std::vector<Family> families = {
+      {"BF16 FPROP", GroupedGemmOp::kFprop, DType::kBFloat16, {}, {}, false, false},
+      {"BF16 W13", GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, {}, {}, false, false},
+      {"BF16 DGRAD", GroupedGemmOp::kDgrad, DType::kBFloat16, {}, {}, false, false},
+      {"BF16 DGRAD accumulating", GroupedGemmOp::kDgrad, DType::kBFloat16, {}, {}, true, false},
+      {"BF16 DGRAD FP32", GroupedGemmOp::kDgrad, DType::kFloat32, {}, {}, false, false},
+      {"BF16 WGRAD", GroupedGemmOp::kWgrad, DType::kBFloat16, {}, {}, false, false},
+      {"BF16 WGRAD accumulating", GroupedGemmOp::kWgrad, DType::kBFloat16, {}, {}, true, false},
+      {"BF16 WGRAD FP32", GroupedGemmOp::kWgrad, DType::kFloat32, {}, {}, true, false},
+      {"FP8 blockwise FPROP", GroupedGemmOp::kFprop, DType::kBFloat16, kFp8BlockwiseRows, kFp8BlockwiseWeight, false,
+       false},
+      {"FP8 blockwise W13", GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, kFp8BlockwiseRows, kFp8BlockwiseWeight,
+       false, false},
+      {"FP8 blockwise DGRAD (as FPROP)", GroupedGemmOp::kFprop, DType::kBFloat16, kFp8BlockwiseRows,
+       kFp8BlockwiseWeight, true, false},
+      {"FP8 blockwise WGRAD", GroupedGemmOp::kWgrad, DType::kBFloat16, kFp8BlockwiseRowsT, kFp8BlockwiseRowsT, true,
+       false},
+      {"FP8 blockwise WGRAD FP32", GroupedGemmOp::kWgrad, DType::kFloat32, kFp8BlockwiseRowsT, kFp8BlockwiseRowsT,
+       true, false},
+      {"MXFP8 FPROP", GroupedGemmOp::kFprop, DType::kBFloat16, kMxfp8Rows, kMxfp8Weight, false, false},
+      {"MXFP8 W13 inference", GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, kMxfp8Rows, kMxfp8Weight, false, true},
+      {"MXFP8 DGRAD (as FPROP)", GroupedGemmOp::kFprop, DType::kBFloat16, kMxfp8Rows, kMxfp8Weight, true, false},
+      {"NVFP4 FPROP", GroupedGemmOp::kFprop, DType::kBFloat16, kNvfp4Rows, kNvfp4Weight, false, true},
+      {"NVFP4 W13", GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, kNvfp4Rows, kNvfp4Weight, false, true},
+      {"NVFP4 W13 expanded", GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, kNvfp4ExpandedRows, kNvfp4Weight, false,
+       false},
+  };
+  const Dims dims[] = {{7168, 2048}, {2048, 768}};  // dsv3, qwen3_30b
+  int checked = 0;
+  std::vector<std::string> misses;
+  for (const Family& fam : families) {
+    ASSERT_FALSE(grouped_gemm_configs(fam.op, fam.out, false, fam.a, fam.b).empty()) << fam.name << ": no kernels";
+    for (const Dims& m : dims) {
+      for (bool w2 : {false, true}) {
+        if (w2 && fam.op != GroupedGemmOp::kFprop) continue;
+        const auto [n, k] = gemm_nk(fam.op, w2, m);
+        for (int64_t e : {1, 8, 64, 128, 256, 384, 512, 640, 719, 720, 800, 1024}) {
+          for (int64_t rows_per_expert : {4, 12, 32, 64, 512}) {
+            GroupedGemmProblem p;
+            p.op = fam.op;
+            p.m_capacity = e * rows_per_expert;
+            p.n = n;
+            p.k = k;
+            p.e_local = e;
+            p.out_dtype = fam.out;
+            p.accumulate = fam.accumulate;
+            p.a_format = fam.a;
+            p.b_format = fam.b;
+            p.tile_rows = fam.tile_rows;
+            if (fam.tile_rows) p.routed_rows_bound = p.m_capacity;
+            const GroupedGemmConfig c = select_grouped_gemm_config(p, kSms);
+            const int smem = grouped_gemm_smem_bytes(fam.op, fam.out, false, fam.a, fam.b, c, e);
+            ++checked;
+            if (smem > kSmemOptin) {
+              std::ostringstream os;
+              os << fam.name << " n=" << n << " k=" << k << " e_local=" << e << " rows/expert=" << rows_per_expert
+                 << " -> " << c.name() << ": " << smem << " bytes";
+              misses.push_back(os.str());
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000);
+  std::string list;
+  for (const std::string& s : misses) list += "\n  " + s;
+  EXPECT_TRUE(misses.empty()) << misses.size() << " picks exceed " << kSmemOptin << " bytes:" << list;
+}
+
+#else
+
+TEST(GemmKernelTable, HeuristicPicksFitTheirSharedMemory) {
+  GTEST_SKIP() << "built without the CUDA kernels (DIST_MOE_ENABLE_CUDA off): no kernel table to check";
+}
+
+#endif
+
+}  // namespace
+}  // namespace dist_moe
