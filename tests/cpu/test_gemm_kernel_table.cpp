@@ -27,6 +27,7 @@ struct Family {
   OperandFormat a, b;
   bool accumulate;
   bool tile_rows;  // inference's decode tiles over the real rows
+  bool gather = false;  // A rows from the gather producer (the fused dispatch)
 };
 
 struct Dims {
@@ -49,7 +50,10 @@ TEST(GemmKernelTable, HeuristicPicksFitTheirSharedMemory) {
   const std::vector<Family> families = {
       {"BF16 FPROP", GroupedGemmOp::kFprop, DType::kBFloat16, {}, {}, false, false},
       {"BF16 W13", GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, {}, {}, false, false},
+      {"BF16 FPROP gathered", GroupedGemmOp::kFprop, DType::kBFloat16, {}, {}, false, false, true},
+      {"BF16 W13 gathered", GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, {}, {}, false, false, true},
       {"BF16 DGRAD", GroupedGemmOp::kDgrad, DType::kBFloat16, {}, {}, false, false},
+      {"BF16 DGRAD gathered", GroupedGemmOp::kDgrad, DType::kBFloat16, {}, {}, false, false, true},
       {"BF16 DGRAD accumulating", GroupedGemmOp::kDgrad, DType::kBFloat16, {}, {}, true, false},
       {"BF16 DGRAD FP32", GroupedGemmOp::kDgrad, DType::kFloat32, {}, {}, false, false},
       {"BF16 WGRAD", GroupedGemmOp::kWgrad, DType::kBFloat16, {}, {}, false, false},
@@ -77,7 +81,7 @@ TEST(GemmKernelTable, HeuristicPicksFitTheirSharedMemory) {
   int checked = 0;
   std::vector<std::string> misses;
   for (const Family& fam : families) {
-    ASSERT_FALSE(grouped_gemm_configs(fam.op, fam.out, false, fam.a, fam.b).empty()) << fam.name << ": no kernels";
+    ASSERT_FALSE(grouped_gemm_configs(fam.op, fam.out, fam.gather, fam.a, fam.b).empty()) << fam.name << ": no kernels";
     for (const Dims& m : dims) {
       for (bool w2 : {false, true}) {
         if (w2 && fam.op != GroupedGemmOp::kFprop) continue;
@@ -95,9 +99,10 @@ TEST(GemmKernelTable, HeuristicPicksFitTheirSharedMemory) {
             p.a_format = fam.a;
             p.b_format = fam.b;
             p.tile_rows = fam.tile_rows;
+            p.gather = fam.gather;
             if (fam.tile_rows) p.routed_rows_bound = p.m_capacity;
             const GroupedGemmConfig c = select_grouped_gemm_config(p, kSms);
-            const int smem = grouped_gemm_smem_bytes(fam.op, fam.out, false, fam.a, fam.b, c, e);
+            const int smem = grouped_gemm_smem_bytes(fam.op, fam.out, fam.gather, fam.a, fam.b, c, e);
             ++checked;
             if (smem > kSmemOptin) {
               std::ostringstream os;
