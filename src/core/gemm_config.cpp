@@ -102,14 +102,16 @@ int64_t tiles_estimate(int64_t rows, int64_t cols, int64_t bn) { return ((rows +
 // Swap-AB decode: with at most 64 rows per expert on average, a 128-row M tile would be mostly
 // padding and the GEMM is bound by streaming weights from HBM. Putting the weight rows on M and
 // the few tokens on N (32-wide token tiles) wastes no tensor-core work and keeps 32 KiB of weights
-// per stage in flight. Not for the gather producer (decode dispatch is tiny; gather first).
+// per stage in flight. Not for the gather producer (decode dispatch is tiny; gather first), nor for
+// an output that accumulates: the swap-AB epilogue only stores (E4M3 DGRAD reaches the heuristic as
+// an FPROP on the transposed weight, so the op alone does not say it; the host API rejects the pair).
 // The rows the GEMM can see: m_bound when the caller knows it, else the buffer's capacity.
 int64_t usable_rows(const GroupedGemmProblem& p) {
   return p.m_bound > 0 ? std::min(p.m_bound, p.m_capacity) : p.m_capacity;
 }
 
 bool is_decode(const GroupedGemmProblem& p) {
-  return !p.gather && p.e_local > 0 && usable_rows(p) <= 64 * p.e_local;
+  return !p.gather && !p.accumulate && p.e_local > 0 && usable_rows(p) <= 64 * p.e_local;
 }
 
 // 256 weight rows x `tokens` tokens (BF16 and E4M3 default: 32 tokens, 5 x 36 KiB stages).
@@ -226,10 +228,8 @@ GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
   // multiple of 256 (the stage's B scale copy is 256 columns; G69), else 128x128 (five stages).
   if (p.op == GroupedGemmOp::kWgrad)
     return p.k % 256 == 0 ? tile(128, 256, 3, p, sms, false, true) : tile(128, 128, 5, p, sms, false, true);
-  // Decode-sized FPROP and W13: the swap-AB tile streaming the E4M3 weights (as MXFP8's). Not when
-  // the output accumulates: DGRAD reaches here as an FPROP on the transposed weight, and the swap-AB
-  // epilogue only stores.
-  if (p.op != GroupedGemmOp::kDgrad && !p.accumulate && is_decode(p)) return swap_ab_tile(p, sms);
+  // Decode-sized FPROP and W13: the swap-AB tile streaming the E4M3 weights (as MXFP8's).
+  if (p.op != GroupedGemmOp::kDgrad && is_decode(p)) return swap_ab_tile(p, sms);
   // Beyond ~220 local experts the scheduler tables push both picks past the shared memory (by 280
   // bytes at 256): the same tile with one stage fewer.
   const int64_t width = p.op == GroupedGemmOp::kDgrad ? p.k : p.n;  // output columns
@@ -245,9 +245,7 @@ GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
 // streams the E4M3 weights as the BF16 one streams BF16 (DGRAD keeps 128x128: not measured there).
 GroupedGemmConfig select_mxfp8(const GroupedGemmProblem& p, int sms) {
   const GroupedGemmConfig regular = tile(128, 128, 5, p, sms, false, true);
-  // (An accumulating output -- DGRAD, which reaches here as an FPROP on the transposed weight -- keeps
-  // the regular tile: the swap-AB epilogue only stores.)
-  if (p.op == GroupedGemmOp::kDgrad || p.accumulate || !is_decode(p)) return regular;
+  if (p.op == GroupedGemmOp::kDgrad || !is_decode(p)) return regular;
   // Training layers' decode-sized FPROPs: padded segments (no tile_rows), the 32-token tile.
   if (!p.tile_rows) return swap_ab_tile(p, sms);
   // Inference, tiles over the real rows: 16 tokens while few experts need a second tile

@@ -536,6 +536,19 @@ const TransposedWeightRecipe* transposed_weight_recipe(const OperandFormat& b) {
   return nullptr;
 }
 
+// The op and weight format whose kernels a call runs: E4M3 DGRAD (B = a transposed weight format)
+// runs the FPROP kernels on the row-major copy; everything else itself.
+struct KernelForm {
+  GroupedGemmOp op;
+  OperandFormat b;
+  bool transposed_dgrad;
+};
+KernelForm kernel_form(GroupedGemmOp op, const OperandFormat& b) {
+  if (const TransposedWeightRecipe* r = transposed_weight_recipe(b); op == GroupedGemmOp::kDgrad && r)
+    return {GroupedGemmOp::kFprop, r->weight, true};
+  return {op, b, false};
+}
+
 }  // namespace
 
 // ---- kernel registry ----------------------------------------------------------------------------
@@ -567,9 +580,10 @@ const std::vector<GemmKernelEntry>& gemm_kernels() {
 std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_dtype, bool gather,
                                                     const OperandFormat& a_format, const OperandFormat& b_format) {
   // E4M3 DGRAD runs the FPROP kernels on the weight's transposed copy: their configurations, but
-  // not the swap-AB (decode) ones, whose epilogue neither accumulates nor is picked for DGRAD.
-  if (const TransposedWeightRecipe* r = transposed_weight_recipe(b_format); op == GroupedGemmOp::kDgrad && r) {
-    std::vector<GroupedGemmConfig> v = grouped_gemm_configs(GroupedGemmOp::kFprop, out_dtype, gather, a_format, r->weight);
+  // not the swap-AB (decode) ones, whose epilogue cannot accumulate (the heuristic takes them only
+  // for a decode-sized DGRAD that writes its output).
+  if (const KernelForm f = kernel_form(op, b_format); f.transposed_dgrad) {
+    std::vector<GroupedGemmConfig> v = grouped_gemm_configs(f.op, out_dtype, gather, a_format, f.b);
     v.erase(std::remove_if(v.begin(), v.end(), [](const GroupedGemmConfig& c) { return c.swap_ab; }), v.end());
     return v;
   }
@@ -588,16 +602,13 @@ std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_
 
 int grouped_gemm_smem_bytes(GroupedGemmOp op, DType out_dtype, bool gather, const OperandFormat& a_format,
                             const OperandFormat& b_format, const GroupedGemmConfig& config, int64_t e_local) {
+  const KernelForm f = kernel_form(op, b_format);
   GroupedGemmCommon c;
   c.a_format = a_format;
-  c.b_format = b_format;
-  if (const TransposedWeightRecipe* r = transposed_weight_recipe(b_format); op == GroupedGemmOp::kDgrad && r) {
-    op = GroupedGemmOp::kFprop;  // E4M3 DGRAD runs the FPROP kernels (grouped_gemm_configs)
-    c.b_format = r->weight;
-  }
+  c.b_format = f.b;
   GroupedGemmConfig cfg = config;
   cfg.gather = gather;
-  return find_kernel(op, out_dtype, c, cfg).smem_bytes(static_cast<int>(e_local));
+  return find_kernel(f.op, out_dtype, c, cfg).smem_bytes(static_cast<int>(e_local));
 }
 
 size_t grouped_gemm_gather_workspace_bytes(int64_t m_capacity, int64_t e_local) {
