@@ -1,11 +1,18 @@
 // Benchmark of the SM90 grouped GEMMs on the reference shapes, per EP rank at EP = 2 (--ep N: at EP N,
-// i.e. E / N local experts sharing the T * K routed rows a rank receives).
+// i.e. E / N local experts sharing the T * K routed rows a rank receives; --tokens T: T tokens per
+// rank instead of the shape's, the shape then printed as "<shape>@T<T>" so that its rows never join
+// another run's at the shape's own T).
+//
+// A shape is decode-sized when its routed rows per local expert are at most 64 (T * K <= 64 * E_local,
+// the heuristic's is_decode): dsv3_decode at EP <= 16; every other reference shape is prefill-sized
+// unless --tokens makes it small. Decode shapes run the forward only.
 //
 // For every (shape, routing, op) it prints, in one run:
 //   our time and TFLOP/s, cuBLAS dense BF16 TFLOP/s for the same FLOPs (one M x N x K GEMM with
 //   M = all routed rows), and the ratio ours / cuBLAS (target >= 0.80);
 //   decode shapes: weight bytes streamed per second against the device-to-device copy bandwidth
-//   measured in the same run (target >= 0.80);
+//   measured in the same run (target >= 0.80), for the BF16 FPROPs and for the block-scaled decode
+//   GEMMs (the swap-AB kernels; "bs" lines, below);
 //   gather / scatter variants against the contiguous kernel on local rows (target >= 0.90).
 // A CSV (--csv FILE) carries the same rows; bench/grouped_mm_peer.py writes the torch._grouped_mm
 // numbers for the same shapes and counts, and the gemm stage of scripts/gpu_check.sh joins both.
@@ -30,12 +37,21 @@
 // --ops a,b: only these ops (names as printed: w13_fprop, w13_fprop_noh1, w2_fprop, w13_gather,
 // w2_scatter, w13_dgrad, w2_dgrad, w13_wgrad, w2_wgrad, w13_wgrad_fp32, w2_wgrad_fp32,
 // w13_fprop_fp8, w2_fprop_fp8, w13_dgrad_fp8, w2_dgrad_fp8, w13_wgrad_fp8, w2_wgrad_fp8, w13_fprop_mxfp8,
-// w2_fprop_mxfp8, w13_dgrad_mxfp8, w2_dgrad_mxfp8; FP8 WGRAD: the pick and with --sweep every compiled
-// configuration, FP32 output unless --fp8-wgrad-bf16, tokens padded to 128 per expert, target
-// >= 1.3x). The FP8 and MXFP8 FPROP / DGRAD ops ("fp8" lines) time every compiled configuration of
-// their format against our BF16 kernel's pick of the same op on the same rows, interleaved over
-// --rounds, and print the ratio x bf16 (target: FP8 blockwise >= 1.6, MXFP8 >= 0.95) and x cuBLAS
-// dense BF16.
+// w2_fprop_mxfp8, w13_dgrad_mxfp8, w2_dgrad_mxfp8, w13_fprop_nvfp4, w2_fprop_nvfp4, w13_fprop_nvfp4x,
+// w2_fprop_nvfp4x; FP8 WGRAD: the pick and with --sweep every compiled configuration, FP32 output
+// unless --fp8-wgrad-bf16, tokens padded to 128 per expert, target >= 1.3x). At prefill shapes the FP8 and MXFP8 FPROP / DGRAD ops ("fp8"
+// lines) time every compiled configuration of their format against our BF16 kernel's pick of the
+// same op on the same rows, interleaved over --rounds, and print the ratio x bf16 (target: FP8
+// blockwise >= 1.6, MXFP8 >= 0.95) and x cuBLAS dense BF16.
+// At decode shapes w13_fprop_{mxfp8,nvfp4,nvfp4x,fp8} and w2_fprop_{...} ("bs" lines, CSV kind
+// "bs_decode", with --sweep "bs_decode_sweep") are the block-scaled decode GEMMs as the inference
+// layers call them: tokens quantized on the GPU (MXFP8 1x32 rows, NVFP4 packed rows -- nvfp4x: then
+// expanded to FP16 rows, the expansion timed on its own --, FP8 1x128 rows), inference weights from
+// prepare_block_scaled_weight, tiles over the real rows (tile_rows) with m_bound = routed_rows_bound = the routed rows, h1 dropped, W2 without scatter. Each is timed
+// in interleaved rounds with our BF16 pick of the same op (h1 dropped too) and, with --sweep, every
+// compiled swap-AB configuration of its formats; a line gives the format's weight bytes (data +
+// scales) per second, x HBM copy (target >= 0.80, in the final table), the BF16 pick's ms and weight
+// GB/s, and x bf16.
 // --sustain-ms MS: before timing any call (ours, cuBLAS, the HBM copy), run it MS milliseconds
 // untimed, so that every measurement starts from the same power-limited state; the torch peer
 // (bench/grouped_mm_peer.py) takes the same flag. Without it, the first calls after a pause run at
@@ -51,7 +67,8 @@
 // whose output is as large as its inputs.
 //
 //   bench_grouped_gemm [--shapes dsv3_prefill,qwen3_30b,mixtral,dsv3_decode] [--iters 10] [--ep 2]
-//                      [--routing balanced,random,zipf] [--csv FILE] [--sweep] [--rounds R] [--ops a,b]
+//                      [--tokens T] [--routing balanced,random,zipf] [--csv FILE] [--sweep] [--rounds R]
+//                      [--ops a,b]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -71,6 +88,7 @@
 #include "testing/main_guard.h"
 #include "dist_moe/error.h"
 #include "dist_moe/grouped_gemm.h"
+#include "dist_moe/prepare_weight.h"
 #include "dist_moe/workloads.h"
 #include "quant/quantize.h"
 
@@ -108,7 +126,8 @@ auto with_config(const Args& args, void (*gemm)(const Args&, cudaStream_t)) {
     }                                                                                               \
   } while (0)
 
-int64_t g_ep = 2;  // per-rank sizes of an EP = g_ep run (--ep)
+int64_t g_ep = 2;      // per-rank sizes of an EP = g_ep run (--ep)
+int64_t g_tokens = 0;  // --tokens T: every shape's tokens per rank (0: the shape's own)
 
 // splitmix64 (identical in grouped_mm_peer.py).
 uint64_t splitmix64(uint64_t& state) {
@@ -202,6 +221,28 @@ struct Buffer {
   }
 };
 
+// Token rows [rows, cols] of BF16 `src` quantized on the GPU into fresh buffers q (E4M3 rows) and sc:
+// MXFP8 E8M0 scales [rows, cols / 32] (scales.a_ld = cols / 32, not k-block-major words); FP8
+// blockwise FP32 scales k-block-major [cols / 128, ld], ld = fp8_scale_ld(rows) (scales.a_ld).
+int64_t fp8_scale_ld(int64_t rows) { return (rows + 3) / 4 * 4; }  // >= the rows, a multiple of 4
+
+void quantize_mxfp8_rows(const Buffer& src, int64_t rows, int64_t cols, Buffer& q, Buffer& sc) {
+  q = Buffer(static_cast<size_t>(rows * cols));
+  sc = Buffer(static_cast<size_t>(rows * (cols / 32)));
+  quant::mxfp8_quantize_rows(quant::Bf16Matrix{src.p, rows, cols, cols},
+                             quant::Mxfp8Out{static_cast<uint8_t*>(q.p), cols, static_cast<uint8_t*>(sc.p), cols / 32, 1},
+                             nullptr);
+}
+
+void quantize_fp8_blockwise_rows(const Buffer& src, int64_t rows, int64_t cols, Buffer& q, Buffer& sc) {
+  const int64_t ld = fp8_scale_ld(rows);
+  q = Buffer(static_cast<size_t>(rows * cols));
+  sc = Buffer(static_cast<size_t>(cols / 128 * ld) * 4);
+  quant::fp8_blockwise_quantize_rows(
+      quant::Bf16Matrix{src.p, rows, cols, cols},
+      quant::Fp8BlockwiseOut{static_cast<uint8_t*>(q.p), cols, static_cast<float*>(sc.p), 1, ld}, nullptr);
+}
+
 // Median milliseconds of `iters` timed calls after `warmup` untimed ones.
 int g_sustain_ms = 0;  // --sustain-ms: run each measured call this long untimed first
 
@@ -215,16 +256,26 @@ double time_ms(const std::function<void()>& fn, int iters, int warmup = 3) {
 struct Row {
   std::string shape, routing, op, config;
   double ms = 0, tflops = 0, cublas_tflops = 0, gbps = 0, ceiling_gbps = 0, baseline_ms = 0;
-  std::string kind;  // "compute", "decode", "variant"; "sweep" for --sweep rows (any of the three)
+  // "compute", "decode", "variant"; "sweep" for --sweep rows (any of the three); "bs_decode" (a
+  // block-scaled decode GEMM's pick, against the copy bandwidth and our BF16 pick in baseline_ms)
+  // and "bs_decode_sweep" (its other configurations)
+  std::string kind;
   double batched_tflops = 0;  // WGRAD: cuBLAS strided-batched at the same per-expert GEMMs
+  double baseline_gbps = 0;   // bs_decode: our BF16 pick's weight bytes per second
 };
 
 std::vector<Row> g_rows;
 FILE* g_csv = nullptr;
 
 void report(const Row& r) {
-  if (r.kind != "sweep") g_rows.push_back(r);
-  if (r.kind == "sweep") {
+  if (r.kind != "sweep" && r.kind != "bs_decode_sweep") g_rows.push_back(r);
+  if (r.kind == "bs_decode" || r.kind == "bs_decode_sweep") {
+    const double ratio = r.gbps / r.ceiling_gbps;
+    std::printf("bs  %-13s %-8s %-15s %-30s %8.3f ms  weights %6.0f GB/s  x HBM copy %.2f %-14s  bf16 %8.3f ms %6.0f GB/s"
+                "  x bf16 %.2f\n",
+                r.shape.c_str(), r.routing.c_str(), r.op.c_str(), r.config.c_str(), r.ms, r.gbps, ratio,
+                ratio >= 0.80 ? "MET(>=0.80)" : "MISSED(>=0.80)", r.baseline_ms, r.baseline_gbps, r.baseline_ms / r.ms);
+  } else if (r.kind == "sweep") {
     std::printf("  sweep %-13s %-8s %-14s %-27s %8.3f ms %7.1f TFLOP/s", r.shape.c_str(), r.routing.c_str(),
                 r.op.c_str(), r.config.c_str(), r.ms, r.tflops);
     if (r.cublas_tflops > 0) std::printf("  x cuBLAS %.2f", r.tflops / r.cublas_tflops);
@@ -404,6 +455,121 @@ double time_and_report(GroupedGemmOp op, DType out, bool gather, bool decode, co
   return ms[0];
 }
 
+int device_sms() {
+  int dev = 0, sms = 0;
+  BENCH_CUDA(cudaGetDevice(&dev));
+  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
+// The heuristic's view of a call, filled from its common fields the way grouped_gemm.cu fills it
+// (BF16 output, no gather, scatter or accumulation: the decode FPROPs), so that the printed pick is
+// the configuration the call runs.
+GroupedGemmProblem problem_of(GroupedGemmOp op, const GroupedGemmCommon& c) {
+  GroupedGemmProblem p;
+  p.op = op;
+  p.m_capacity = c.m_capacity;
+  p.m_bound = c.m_bound;
+  p.routed_rows_bound = c.routed_rows_bound;
+  p.n = c.n;
+  p.k = c.k;
+  p.e_local = c.e_local;
+  p.a_format = c.a_format;
+  p.b_format = c.b_format;
+  p.tile_rows = c.tile_rows != nullptr;
+  return p;
+}
+
+// The block-scaled decode GEMMs (swap-AB kernels) of the inference layers: op name suffix, the
+// prepared weight's format, the operand formats of the call.
+struct BlockScaledDecode {
+  const char* suffix;
+  BlockScaledFormat format;
+  OperandFormat a, b;
+};
+const BlockScaledDecode kBlockScaledDecodes[] = {
+    {"mxfp8", BlockScaledFormat::kMXFP8_E4M3, kMxfp8Rows, kMxfp8Weight},
+    {"nvfp4", BlockScaledFormat::kNVFP4, kNvfp4Rows, kNvfp4Weight},
+    // NVFP4 on the token rows expanded to FP16 once per call (nvfp4_expand_rows; its own time is
+    // printed beside the GEMM's, the layer pays it once per operand).
+    {"nvfp4x", BlockScaledFormat::kNVFP4, kNvfp4ExpandedRows, kNvfp4Weight},
+    {"fp8", BlockScaledFormat::kFP8Blockwise, kFp8BlockwiseRows, kFp8BlockwiseWeight},
+};
+
+// An inference weight prepared on the GPU from BF16 [E, n, k] (prepare_block_scaled_weight), in
+// buffers of its own that go when it does.
+struct PreparedWeight {
+  Buffer data, scale, global_scale, global_scale_inv;
+  PreparedWeightBuffers fields;
+  double gemm_bytes = 0;  // what a GEMM streams: data + scales (+ NVFP4's FP32 global_scale_inv)
+
+  PreparedWeight(const void* bf16, const PreparedWeightSpec& spec) {
+    auto alloc = [](const PreparedTensorSpec& t, Buffer& b) -> void* {
+      if (!t.present) return nullptr;
+      b = Buffer(static_cast<size_t>(t.bytes()));
+      return b.p;
+    };
+    fields.fprop_data = alloc(spec.fprop_data, data);
+    fields.fprop_scale = alloc(spec.fprop_scale, scale);
+    fields.global_scale = static_cast<float*>(alloc(spec.global_scale, global_scale));
+    fields.global_scale_inv = static_cast<float*>(alloc(spec.global_scale_inv, global_scale_inv));
+    prepare_block_scaled_weight(bf16, spec, fields, nullptr);
+    BENCH_CUDA(cudaGetLastError());
+    gemm_bytes = static_cast<double>(spec.fprop_data.bytes() + spec.fprop_scale.bytes() +
+                                     (spec.global_scale_inv.present ? spec.global_scale_inv.bytes() : 0));
+  }
+};
+
+// Token rows [rows, k] of BF16 `src` quantized on the GPU as the inference layers hand them to the
+// decode GEMMs, with the A half of the call's scales (the weight's are the caller's): MXFP8 1x32
+// rows with [rows, k/32] E8M0 bytes, NVFP4 packed rows carrying their own scales, FP8 1x128 rows
+// with k-block-major FP32 scales.
+struct TokenRows {
+  Buffer q, sc, packed;
+  OperandScales scales;
+  double expand_ms = 0;  // expanded NVFP4 rows: nvfp4_expand_rows' time for these rows
+};
+TokenRows quantize_token_rows(BlockScaledFormat format, const OperandFormat& a, const Buffer& src, int64_t rows,
+                              int64_t k, const int32_t* offsets_G1, int32_t groups, int iters) {
+  TokenRows t;
+  if (a == kNvfp4ExpandedRows) {  // packed rows, then FP16 rows [rows, k] and token_scale_inv [rows]
+    const int64_t row_bytes = quant::nvfp4_packed_row_bytes(k);
+    t.packed = Buffer(static_cast<size_t>(rows * row_bytes));
+    t.q = Buffer(static_cast<size_t>(rows * k) * 2);
+    t.sc = Buffer(static_cast<size_t>(rows) * 4);
+    quant::nvfp4_quantize_rows(quant::Bf16Matrix{src.p, rows, k, k},
+                               quant::nvfp4_packed_rows_out(t.packed.p, row_bytes, k), nullptr);
+    const quant::RowGroups g{nullptr, offsets_G1, groups};
+    auto expand = [&] {
+      quant::nvfp4_expand_rows(nullptr, t.packed.p, row_bytes, g, rows, k, t.q.p, static_cast<float*>(t.sc.p), nullptr);
+    };
+    expand();
+    BENCH_CUDA(cudaGetLastError());
+    t.expand_ms = time_ms(expand, iters);
+    t.scales = OperandScales{t.sc.p, 0, nullptr};
+    return t;
+  }
+  switch (format) {
+    case BlockScaledFormat::kMXFP8_E4M3:
+      quantize_mxfp8_rows(src, rows, k, t.q, t.sc);
+      t.scales = OperandScales{t.sc.p, k / 32, nullptr};
+      break;
+    case BlockScaledFormat::kNVFP4: {
+      const int64_t row_bytes = quant::nvfp4_packed_row_bytes(k);
+      t.q = Buffer(static_cast<size_t>(rows * row_bytes));
+      quant::nvfp4_quantize_rows(quant::Bf16Matrix{src.p, rows, k, k}, quant::nvfp4_packed_rows_out(t.q.p, row_bytes, k),
+                                 nullptr);
+      break;  // scales.a stays nullptr: the packed rows carry theirs
+    }
+    case BlockScaledFormat::kFP8Blockwise:
+      quantize_fp8_blockwise_rows(src, rows, k, t.q, t.sc);
+      t.scales = OperandScales{t.sc.p, fp8_scale_ld(rows), nullptr};
+      break;
+  }
+  BENCH_CUDA(cudaGetLastError());
+  return t;
+}
+
 void bench_shape(const Workload& w, const std::string& routing, int iters, cublasHandle_t cublas, double copy_bw) {
   if (w.experts % g_ep != 0) {
     std::printf("\n== %s: %lld experts do not split over EP %lld, skipped\n", w.name.c_str(),
@@ -412,7 +578,8 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   }
   const int64_t E = w.experts / g_ep, D = w.hidden, F = w.intermediate;
   const int64_t M = w.tokens * w.top_k;  // balanced EP: each rank receives T*K routed rows
-  const bool decode = w.tokens <= 256;
+  // Decode-sized: at most 64 routed rows per local expert (the heuristic's is_decode).
+  const bool decode = M <= 64 * E;
   const std::string name = w.name;
   const auto counts = counts_for(M, E, routing, w.top_k);
   std::printf("\n== %s routing=%s  E_local=%lld rows=%lld D=%lld F=%lld  counts: max %d min %d checksum %lld\n",
@@ -422,6 +589,10 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
 
   Buffer d_counts(counts.size() * 4);
   BENCH_CUDA(cudaMemcpy(d_counts.p, counts.data(), counts.size() * 4, cudaMemcpyHostToDevice));
+  std::vector<int32_t> offsets(counts.size() + 1, 0);  // exclusive prefix sums [E + 1] (quant::RowGroups)
+  for (size_t e = 0; e < counts.size(); ++e) offsets[e + 1] = offsets[e] + counts[e];
+  Buffer d_offsets(offsets.size() * 4);
+  BENCH_CUDA(cudaMemcpy(d_offsets.p, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
   // --device-offsets: every row operand gets a device offset of 0 (the kernels then patch their
   // tensor maps per CTA, as in the fused layer, where the planner's offsets live on the device).
   Buffer d_zero(8);
@@ -516,6 +687,71 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   if (decode) {
     measure("w13_fprop", GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, w13_flops, w13_bytes, 0, run_w13);
     measure("w2_fprop", GroupedGemmOp::kFprop, DType::kBFloat16, w2_flops, w2_bytes, 0, run_w2);
+    // The block-scaled decode GEMMs, each beside our BF16 pick of the same op on the same rows (h1
+    // dropped in both, as the inference layers drop it). One op's quantized operands at a time: they
+    // go before the next are made (dsv3 at EP1: the BF16 weights alone are ~22.5 GB).
+    for (const BlockScaledDecode& f : kBlockScaledDecodes) {
+      for (const bool is_w13 : {true, false}) {
+        const std::string op_name = std::string(is_w13 ? "w13_fprop_" : "w2_fprop_") + f.suffix;
+        if (!want(op_name)) continue;
+        const GroupedGemmOp op = is_w13 ? GroupedGemmOp::kFpropSwiglu : GroupedGemmOp::kFprop;
+        const int64_t n = is_w13 ? 2 * F : D, k = is_w13 ? D : F;
+        const PreparedWeight wq(is_w13 ? w13.p : w2.p, prepared_weight_spec(f.format, /*inference=*/true, E, n, k));
+        const TokenRows rows = quantize_token_rows(f.format, f.a, is_w13 ? x : h2, M, k,
+                                                   static_cast<const int32_t*>(d_offsets.p), static_cast<int32_t>(E),
+                                                   iters);
+        if (rows.expand_ms > 0)
+          std::printf("bs  %-13s %-8s %-15s nvfp4_expand_rows (the call's operand) %8.3f ms\n", name.c_str(),
+                      routing.c_str(), op_name.c_str(), rows.expand_ms);
+        BENCH_CUDA(cudaDeviceSynchronize());
+        // The inference layers' call (layer_gemm_common + use_*_operands): tiles over each expert's
+        // real rows (tile_rows: here the counts, which have no padding), and the row bounds that size
+        // the decode tile (no padding either: both are the routed rows).
+        GroupedGemmCommon c = common(n, k);
+        c.a_format = f.a;
+        c.b_format = f.b;
+        c.scales = rows.scales;
+        c.scales.b = wq.fields.fprop_scale;
+        c.scales.b_global = wq.fields.global_scale_inv;
+        c.tile_rows = c.counts;
+        c.m_bound = c.routed_rows_bound = M;
+        W13FpropArgs a13;  // h1 dropped; no device offsets (block-scaled A takes none)
+        a13.common = c;
+        a13.a = rows.q.p;
+        a13.w13 = wq.fields.fprop_data;
+        a13.h2 = h2.p;
+        FpropArgs a2;  // h3 in place of the layer's scatter into the combine windows
+        a2.common = c;
+        a2.a = rows.q.p;
+        a2.w = wq.fields.fprop_data;
+        a2.out = h3.p;
+        std::function<void(const GroupedGemmConfig*)> run_bs = with_config(a2, grouped_gemm_fprop), run_bf16 = run_w2;
+        if (is_w13) run_bs = with_config(a13, grouped_gemm_w13_fprop), run_bf16 = run_w13_drop;
+
+        // Slot 0: our BF16 pick; slot 1: the block-scaled pick; with --sweep every other compiled
+        // swap-AB configuration of the formats (their other tiles are prefill tiles).
+        const std::string pick = select_grouped_gemm_config(problem_of(op, c), device_sms()).name();
+        const std::vector<GroupedGemmConfig> all = grouped_gemm_configs(op, DType::kBFloat16, false, f.a, f.b);
+        std::vector<std::function<void()>> runs = {[&] { run_bf16(nullptr); }, [&] { run_bs(nullptr); }};
+        std::vector<std::string> names = {"bf16 pick", pick + " (pick)"};
+        for (const GroupedGemmConfig& cfg : all)
+          if (g_sweep && cfg.swap_ab && cfg.name() != pick && cfg.name().find(g_sweep_match) != std::string::npos) {
+            runs.push_back([&run_bs, &cfg] { run_bs(&cfg); });
+            names.push_back(cfg.name());
+          }
+        // Only the BF16 pick must run: a block-scaled configuration that cannot run here (the pick
+        // included) is reported skipped, and the other shapes still run.
+        const std::vector<double> ms = time_runs(runs, names, 1, iters);
+        const double flops = is_w13 ? w13_flops : w2_flops, bf16_bytes = is_w13 ? w13_bytes : w2_bytes;
+        for (size_t i = 1; i < runs.size(); ++i) {
+          if (ms[i] < 0) continue;  // skipped
+          Row r{name, routing, op_name, names[i], ms[i], flops / (ms[i] * 1e9), 0, wq.gemm_bytes / (ms[i] * 1e6),
+                copy_bw, ms[0], i == 1 ? "bs_decode" : "bs_decode_sweep"};
+          r.baseline_gbps = bf16_bytes / (ms[0] * 1e6);
+          report(r);
+        }
+      }
+    }
     return;  // decode is inference: no backward
   }
   const double cb13 = cublas_tflops(cublas, M, 2 * F, D, iters);
@@ -585,24 +821,15 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   // from the library as for any op (they are the FPROP kernels', n and k swapped).
   if (want("w13_fprop_fp8") || want("w2_fprop_fp8") || want("w13_dgrad_fp8") || want("w2_dgrad_fp8") ||
       want("w13_fprop_mxfp8") || want("w2_fprop_mxfp8") || want("w13_dgrad_mxfp8") || want("w2_dgrad_mxfp8")) {
-    const int64_t ld = (M + 3) / 4 * 4;
-    Buffer xq(static_cast<size_t>(M * D)), xs(static_cast<size_t>(D / 128 * ld) * 4),
-        h2q(static_cast<size_t>(M * F)), h2s(static_cast<size_t>(F / 128 * ld) * 4),
-        w13q(static_cast<size_t>(E * 2 * F * D)), w13s(static_cast<size_t>(E * 2 * F / 128 * (D / 128)) * 4),
-        w2q(static_cast<size_t>(E * D * F)), w2s(static_cast<size_t>(E * D / 128 * (F / 128)) * 4),
-        h1q(static_cast<size_t>(M * 2 * F)), h1s(static_cast<size_t>(2 * F / 128 * ld) * 4),
-        h3q(static_cast<size_t>(M * D)), h3s(static_cast<size_t>(D / 128 * ld) * 4), w13t(w13q.bytes), w13ts(w13s.bytes),
-        w2t(w2q.bytes), w2ts(w2s.bytes);
-    auto quantize_rows = [&](const Buffer& src, int64_t cols, Buffer& q, Buffer& sc) {
-      quant::fp8_blockwise_quantize_rows(quant::Bf16Matrix{src.p, M, cols, cols},
-                                         quant::Fp8BlockwiseOut{static_cast<uint8_t*>(q.p), cols,
-                                                                static_cast<float*>(sc.p), 1, ld},
-                                         nullptr);
-    };
-    quantize_rows(x, D, xq, xs);
-    quantize_rows(h2, F, h2q, h2s);
-    quantize_rows(h1, 2 * F, h1q, h1s);
-    quantize_rows(h3, D, h3q, h3s);
+    const int64_t ld = fp8_scale_ld(M);
+    Buffer w13q(static_cast<size_t>(E * 2 * F * D)), w13s(static_cast<size_t>(E * 2 * F / 128 * (D / 128)) * 4),
+        w2q(static_cast<size_t>(E * D * F)), w2s(static_cast<size_t>(E * D / 128 * (F / 128)) * 4), w13t(w13q.bytes),
+        w13ts(w13s.bytes), w2t(w2q.bytes), w2ts(w2s.bytes);
+    Buffer xq, xs, h2q, h2s, h1q, h1s, h3q, h3s;
+    quantize_fp8_blockwise_rows(x, M, D, xq, xs);
+    quantize_fp8_blockwise_rows(h2, M, F, h2q, h2s);
+    quantize_fp8_blockwise_rows(h1, M, 2 * F, h1q, h1s);
+    quantize_fp8_blockwise_rows(h3, M, D, h3q, h3s);
     quant::fp8_blockwise_quantize_weight(w13.p, E, 2 * F, D, static_cast<uint8_t*>(w13q.p),
                                          static_cast<float*>(w13s.p), static_cast<uint8_t*>(w13t.p),
                                          static_cast<float*>(w13ts.p), nullptr);
@@ -672,14 +899,6 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     FpropArgs m2 = w2a;
     DgradArgs md13 = d13, md2 = d2;
     if (want("w13_fprop_mxfp8") || want("w2_fprop_mxfp8") || want("w13_dgrad_mxfp8") || want("w2_dgrad_mxfp8")) {
-      auto rows = [&](const Buffer& src, int64_t cols, Buffer& q, Buffer& sc) {
-        q = Buffer(static_cast<size_t>(M * cols));
-        sc = Buffer(static_cast<size_t>(M * (cols / 32)));
-        quant::mxfp8_quantize_rows(quant::Bf16Matrix{src.p, M, cols, cols},
-                                   quant::Mxfp8Out{static_cast<uint8_t*>(q.p), cols, static_cast<uint8_t*>(sc.p),
-                                                   cols / 32, 1},
-                                   nullptr);
-      };
       auto tiles = [&](const Buffer& src, int64_t n, int64_t k, Buffer& q, Buffer& sc, Buffer& qt, Buffer& dg) {
         q = Buffer(static_cast<size_t>(E * n * k));
         sc = Buffer(static_cast<size_t>(E * n * (k / 32)));
@@ -688,10 +907,10 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
         quant::mxfp8_quantize_weight_tiles(src.p, E, n, k, static_cast<uint8_t*>(q.p), static_cast<uint8_t*>(sc.p),
                                            static_cast<uint8_t*>(qt.p), static_cast<uint8_t*>(dg.p), nullptr);
       };
-      rows(x, D, mxq, mxs);
-      rows(h2, F, mh2q, mh2s);
-      rows(h1, 2 * F, mh1q, mh1s);
-      rows(h3, D, mh3q, mh3s);
+      quantize_mxfp8_rows(x, M, D, mxq, mxs);
+      quantize_mxfp8_rows(h2, M, F, mh2q, mh2s);
+      quantize_mxfp8_rows(h1, M, 2 * F, mh1q, mh1s);
+      quantize_mxfp8_rows(h3, M, D, mh3q, mh3s);
       tiles(w13, 2 * F, D, mw13q, mw13s, mw13t, mw13d);
       tiles(w2, D, F, mw2q, mw2s, mw2t, mw2d);
       BENCH_CUDA(cudaDeviceSynchronize());
@@ -895,14 +1114,15 @@ int bench_main(int argc, char** argv) {
   std::string csv;
   const int rc = testing::walk_bench_args(
       argc, argv,
-      "[--shapes a,b] [--routing balanced,random,zipf] [--iters N] [--csv FILE] [--sweep] [--ep N] [--sweep-match S] "
-      "[--rounds R] [--ops a,b] [--wgrad-accumulate] [--fp8-wgrad-bf16] [--device-offsets] [--sustain-ms MS] "
-      "[--sms N,M]",
+      "[--shapes a,b] [--tokens T] [--routing balanced,random,zipf] [--iters N] [--csv FILE] [--sweep] [--ep N] "
+      "[--sweep-match S] [--rounds R] [--ops a,b] [--wgrad-accumulate] [--fp8-wgrad-bf16] [--device-offsets] "
+      "[--sustain-ms MS] [--sms N,M]",
       [&](const std::string& a, auto value) {
         if (a == "--shapes") shapes = split(value());
         else if (a == "--routing") routings = split(value());
         else if (a == "--iters") iters = std::atoi(value().c_str());
         else if (a == "--ep") g_ep = std::max(1, std::atoi(value().c_str()));
+        else if (a == "--tokens") g_tokens = std::max(1, std::atoi(value().c_str()));
         else if (a == "--csv") csv = value();
         else if (a == "--sweep") g_sweep = true;
         else if (a == "--sweep-match") g_sweep_match = value();
@@ -947,7 +1167,11 @@ int bench_main(int argc, char** argv) {
               prop.multiProcessorCount, copy_bw);
   try {
     for (const std::string& name : shapes) {
-      const Workload& w = find_workload(name);
+      Workload w = find_workload(name);
+      if (g_tokens > 0 && g_tokens != w.tokens) {  // a batch size of its own: a name of its own
+        w.tokens = g_tokens;
+        w.name += "@T" + std::to_string(g_tokens);
+      }
       for (const std::string& r : routings) bench_shape(w, r, iters, cublas, copy_bw);
     }
   } catch (const dist_moe::Error& e) {
@@ -966,7 +1190,7 @@ int bench_main(int argc, char** argv) {
     const char* vs;
     double target;
     if (r.kind == "compute") ratio = r.tflops / r.cublas_tflops, vs = "cuBLAS dense", target = 0.80;
-    else if (r.kind == "decode") ratio = r.gbps / r.ceiling_gbps, vs = "HBM copy", target = 0.80;
+    else if (r.kind == "decode" || r.kind == "bs_decode") ratio = r.gbps / r.ceiling_gbps, vs = "HBM copy", target = 0.80;
     else ratio = r.baseline_ms / r.ms, vs = "contiguous", target = 0.90;
     ++total;
     met += ratio >= target;

@@ -32,6 +32,9 @@ inline constexpr int64_t kBlockScaledRoutingRows = 32;
 // at EP1, perf_history G63): expanding wins from 64 rows per expert (1.05x vs 0.85x our BF16 layer)
 // and loses at 32 and 48 (1.09-1.12x vs 1.33-1.34x, 1.02x vs 1.15x).
 inline constexpr int64_t kNvfp4ExpandRowsPerExpert = 64;
+// At or below this many routed rows per local expert (the 16-token decode tile's range), a context
+// expands its tokens too when DMOE_GEMM_EXPERIMENTAL is set (G91, being measured).
+inline constexpr int64_t kNvfp4ExpandDecodeRowsPerExpert = 12;
 
 inline int64_t align_up(int64_t bytes, int64_t alignment = kMemoryAlignment) {
   return (bytes + alignment - 1) / alignment * alignment;

@@ -336,7 +336,10 @@ namespace {
 constexpr int64_t kNvfp4NarrowTileMaxExperts = 719;  // the 256x16 s5 kernel's smem (grouped_gemm_smem_bytes)
 
 GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {
-  if (p.a_format == kNvfp4ExpandedRows) return swap_ab_tile(p, sms, 128, 2);  // no token conversion
+  const bool narrow = is_decode(p) && routed_rows_per_expert(p) <= kNarrowDecodeRowsPerExpert &&
+                      p.e_local <= kNvfp4NarrowTileMaxExperts;
+  if (p.a_format == kNvfp4ExpandedRows)  // no token conversion
+    return narrow ? swap_ab_tile(p, sms, 16, 5) : swap_ab_tile(p, sms, 128, 2);
   const bool experimental = grouped_gemm_experimental_requested();
   const bool wide = experimental && usable_rows(p) >= 128 * p.e_local;
   // Decode: 16 tokens per tile (the layer's tiles cover each expert's real rows, GroupedGemmCommon::
@@ -347,8 +350,7 @@ GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {
   // The 16-token tile's five 40 KiB stages leave room for the scheduler tables of at most 719 local
   // experts (8 bytes each); past them the 32-token tile (four 48 KiB stages; fits every e_local the
   // API takes).
-  if (routed_rows_per_expert(p) <= kNarrowDecodeRowsPerExpert && p.e_local <= kNvfp4NarrowTileMaxExperts)
-    return swap_ab_tile(p, sms, 16, 5);
+  if (narrow) return swap_ab_tile(p, sms, 16, 5);
   return swap_ab_tile(p, sms, 32, 4);
 }
 

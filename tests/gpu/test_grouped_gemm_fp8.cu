@@ -725,6 +725,14 @@ TEST(GroupedGemmFp8, DecodeSizedDgradAccumulates) {
   run_fp8_dgrad({16, 512, 768, 24, 29u}, nullptr, true);
   run_fp8_dgrad({16, 512, 768, 24, 30u}, nullptr, true, Recipe::kMxfp8);
 }
+// The same call writing its output: the heuristic's swap-AB tile runs DGRAD as an FPROP on the
+// transposed weight (the small-T training layers' DGRADs), which the DGRAD tests' configuration
+// lists leave out.
+TEST(GroupedGemmFp8, DecodeSizedDgradOnTheSwapABTile) {
+  DMOE_REQUIRE_SM90();
+  run_fp8_dgrad({16, 512, 768, 24, 35u}, nullptr, false);
+  run_fp8_dgrad({16, 512, 768, 24, 36u}, nullptr, false, Recipe::kMxfp8);
+}
 
 // ---- MXFP8 (per-32 promotion: device/gemm/mainloop_mxfp8.cuh) --------------------------------
 
