@@ -33,8 +33,8 @@ __host__ __device__ constexpr int64_t items_per_row(int64_t cols) {
 
 __global__ void __launch_bounds__(kExpandThreads)
     expand_nvfp4_rows_kernel(const void* const* __restrict__ row_ptrs, const uint8_t* __restrict__ packed,
-                             int64_t packed_stride, const int32_t* __restrict__ offsets_G1, int32_t num_groups,
-                             int64_t capacity, int64_t cols, uint4* __restrict__ out, float* __restrict__ token_scale_inv) {
+                             int64_t packed_stride, RowGroups groups, int64_t capacity, int64_t cols,
+                             uint4* __restrict__ out, float* __restrict__ token_scale_inv) {
   const int lane = threadIdx.x & 31;
   // Unit r = 4 half + j of piece i holds pair j of word `half` of the blocks nvfp4_piece_block(q, i),
   // q = 0..3 (nvfp4_operands.cuh).
@@ -43,13 +43,14 @@ __global__ void __launch_bounds__(kExpandThreads)
   // those of block q = j and shuffles share them (a quarter of the load instructions: with one
   // load per word and scale, ncu s28 r4 showed the warps stalled on a full load queue).
   const int own_block = gemm::nvfp4_piece_block(j, piece), group = lane & ~3;
-  const int64_t total = min(static_cast<int64_t>(offsets_G1[num_groups]), capacity);
+  const int64_t total = min(static_cast<int64_t>(groups.offsets_G1[groups.num_groups]), capacity);
   const int64_t scales_at = numeric::nvfp4_packed_row_scales_offset(cols);
   const int64_t stages = cols / gemm::kNvfp4StageK;
   const int64_t row_items = items_per_row(cols);
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < total * row_items;
        item += static_cast<int64_t>(gridDim.x) * kWarps) {
     const int64_t m = item / row_items, kb0 = (item % row_items) * kStagesPerItem;
+    if (groups.counts_G != nullptr && !is_token_row(groups, m)) continue;  // a group's padding: untouched
     const int count = static_cast<int>(min(static_cast<int64_t>(kStagesPerItem), stages - kb0));
     const uint8_t* src = row_ptrs != nullptr ? static_cast<const uint8_t*>(row_ptrs[m]) : packed + m * packed_stride;
     uint4* units = out + m * (cols / 8) + kb0 * kUnitsPerStage + lane;  // 8 FP16 per uint4
@@ -102,8 +103,8 @@ void nvfp4_expand_rows(const void* const* row_ptrs, const void* packed, int64_t 
   if (capacity == 0) return;
   const int64_t items = capacity * items_per_row(cols);
   expand_nvfp4_rows_kernel<<<row_grid(items, kWarps), kExpandThreads, 0, stream>>>(
-      row_ptrs, static_cast<const uint8_t*>(packed), packed_stride, groups.offsets_G1, groups.num_groups, capacity,
-      cols, static_cast<uint4*>(out), token_scale_inv);
+      row_ptrs, static_cast<const uint8_t*>(packed), packed_stride, groups, capacity, cols, static_cast<uint4*>(out),
+      token_scale_inv);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

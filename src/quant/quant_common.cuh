@@ -22,6 +22,22 @@ namespace dist_moe::quant {
 
 constexpr int kVec = 8;  // BF16 elements per 16-byte load
 
+// Whether `row` is one of the groups' token rows: below offsets_G1[num_groups] and, when counts_G
+// is set, among the first counts_G[g] rows of its group g (the rest of a group's segment is the
+// padding of a layout padded per group). A binary search over the offsets.
+__device__ __forceinline__ bool is_token_row(const RowGroups& groups, int64_t row) {
+  const int32_t* off = groups.offsets_G1;
+  if (row >= off[groups.num_groups]) return false;
+  if (groups.counts_G == nullptr) return true;
+  int lo = 0, hi = groups.num_groups - 1;  // the last group g with off[g] <= row
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (off[mid] <= row) lo = mid;
+    else hi = mid - 1;
+  }
+  return row - off[lo] < groups.counts_G[lo];
+}
+
 // 8 BF16 values (one uint4) as floats, element 0 first.
 struct Vec8 {
   float v[kVec];

@@ -266,11 +266,13 @@ struct Nvfp4RowsOut {
   uint8_t* token_scale_inv = nullptr;
   int64_t inv_row_stride = 0;
 };
-// rows_bound (device, optional): rows at or past *rows_bound are neither read nor written -- the
-// layer's h2 passes offsets_G1[G], the end of the rows its GEMMs read, so a capacity sized for the
-// worst routing costs only the rows routed.
+// rows_bound (device, optional): rows at or past *rows_bound are neither read nor written, so a
+// capacity sized for the worst routing costs only the rows routed. token_rows (optional: offsets_G1
+// and counts_G): only the groups' token rows -- the first counts_G[g] rows of each group's segment --
+// are read and written: the layer's h2, whose groups are padded to 32 rows while its GEMM tiles
+// cover the routed rows alone.
 void nvfp4_quantize_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStream_t stream,
-                         const int32_t* rows_bound = nullptr);
+                         const int32_t* rows_bound = nullptr, const RowGroups& token_rows = {});
 
 // Bytes of one packed NVFP4 row of D elements: D/2 + D/16 + 4, rounded up to 16.
 inline int64_t nvfp4_packed_row_bytes(int64_t d) { return numeric::nvfp4_packed_row_bytes(d); }
@@ -293,7 +295,10 @@ void nvfp4_gather_packed_rows(const void* const* row_ptrs, const RowGroups& grou
 // padding row, zeros) or, with row_ptrs == nullptr, packed + m * packed_stride -- for the groups'
 // rows (offsets_G1[num_groups] of them): elements e2m1 x s x 2^-7 in FP16, exact, K permuted within
 // every 256 as the NVFP4 kernels' token boxes (gemm/nvfp4_operands.cuh); the row's FP32
-// token_scale_inv into token_scale_inv[m] (0 for padding rows). cols % 256 == 0.
+// token_scale_inv into token_scale_inv[m] (0 for padding rows). cols % 256 == 0. With groups.counts_G
+// set, only the first counts_G[g] rows of each group are expanded; the rest of its segment (the
+// padding of a layout padded per group, which GEMM tiles over tile_rows never read) is neither read
+// nor written.
 void nvfp4_expand_rows(const void* const* row_ptrs, const void* packed, int64_t packed_stride, const RowGroups& groups,
                        int64_t capacity, int64_t cols, void* out, float* token_scale_inv, cudaStream_t stream);
 

@@ -184,10 +184,11 @@ __global__ void nvfp4_global_scales_kernel(float* global_scale, float* global_sc
 
 template <int kN, int kRowThreads>
 __global__ void __launch_bounds__(kRowThreads) nvfp4_rows_kernel(Bf16Matrix x, Nvfp4RowsOut out,
-                                                                  const int32_t* rows_bound) {
+                                                                  const int32_t* rows_bound, RowGroups token_rows) {
   __shared__ float warp_amax[kRowThreads / 32];
   const int64_t t = blockIdx.x;
   if (rows_bound != nullptr && t >= *rows_bound) return;  // CTA-uniform
+  if (token_rows.offsets_G1 != nullptr && !is_token_row(token_rows, t)) return;
   const int vecs = static_cast<int>(x.cols / kVec);
   const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x.data) + t * x.row_stride);
   uint4 raw[kN];
@@ -240,8 +241,10 @@ __global__ void __launch_bounds__(kRowThreads) nvfp4_rows_kernel(Bf16Matrix x, N
 }
 
 template <int kN, int kRowThreads>
-void launch_nvfp4_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, const int32_t* rows_bound, cudaStream_t stream) {
-  nvfp4_rows_kernel<kN, kRowThreads><<<static_cast<unsigned>(x.rows), kRowThreads, 0, stream>>>(x, out, rows_bound);
+void launch_nvfp4_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, const int32_t* rows_bound,
+                       const RowGroups& token_rows, cudaStream_t stream) {
+  nvfp4_rows_kernel<kN, kRowThreads>
+      <<<static_cast<unsigned>(x.rows), kRowThreads, 0, stream>>>(x, out, rows_bound, token_rows);
 }
 
 }  // namespace
@@ -273,7 +276,8 @@ void nvfp4_quantize_weight(const void* w_ENK, int64_t num_experts, int64_t n, in
   DMOE_CUDA_CHECK_LAUNCH();
 }
 
-void nvfp4_quantize_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStream_t stream, const int32_t* rows_bound) {
+void nvfp4_quantize_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStream_t stream, const int32_t* rows_bound,
+                         const RowGroups& token_rows) {
   DMOE_CHECK_ARG(x.cols > 0 && x.cols % numeric::kNVFP4Block == 0 && x.cols <= 16384,
                  "nvfp4_quantize_rows: D=", x.cols, " must be a positive multiple of 16 up to 16384");
   DMOE_CHECK_ARG(x.row_ptrs == nullptr, "nvfp4_quantize_rows: gathered rows (row_ptrs) are not supported");
@@ -281,13 +285,15 @@ void nvfp4_quantize_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStrea
                  "nvfp4_quantize_rows: strides must keep 16-byte input, 4-byte data and 4-byte scale alignment");
   if (x.rows == 0) return;
   DMOE_CHECK_ARG(x.rows <= 0x7fffffff, "nvfp4_quantize_rows: too many rows (", x.rows, ")");
+  DMOE_CHECK_ARG(token_rows.offsets_G1 == nullptr || (token_rows.counts_G != nullptr && token_rows.num_groups >= 1),
+                 "nvfp4_quantize_rows: token_rows needs offsets_G1, counts_G and at least one group");
   const int64_t vecs = x.cols / kVec;  // 2 .. 2048
-  if (vecs <= 64) launch_nvfp4_rows<1, 64>(x, out, rows_bound, stream);
-  else if (vecs <= 128) launch_nvfp4_rows<2, 64>(x, out, rows_bound, stream);
-  else if (vecs <= 256) launch_nvfp4_rows<4, 64>(x, out, rows_bound, stream);
-  else if (vecs <= 512) launch_nvfp4_rows<4, 128>(x, out, rows_bound, stream);
-  else if (vecs <= 1024) launch_nvfp4_rows<8, 128>(x, out, rows_bound, stream);
-  else launch_nvfp4_rows<16, 128>(x, out, rows_bound, stream);
+  if (vecs <= 64) launch_nvfp4_rows<1, 64>(x, out, rows_bound, token_rows, stream);
+  else if (vecs <= 128) launch_nvfp4_rows<2, 64>(x, out, rows_bound, token_rows, stream);
+  else if (vecs <= 256) launch_nvfp4_rows<4, 64>(x, out, rows_bound, token_rows, stream);
+  else if (vecs <= 512) launch_nvfp4_rows<4, 128>(x, out, rows_bound, token_rows, stream);
+  else if (vecs <= 1024) launch_nvfp4_rows<8, 128>(x, out, rows_bound, token_rows, stream);
+  else launch_nvfp4_rows<16, 128>(x, out, rows_bound, token_rows, stream);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -74,11 +74,11 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   grouped_gemm_w13_fprop(f13, stream);
   c.stage("w13", stream);
 
-  // The rows of the groups (padding rows hold whatever they held: W2's tiles skip them, like W13's);
-  // rows past the groups are never read.
+  // The token rows of the groups only: W13 wrote no h2 for the padding rows, and W2's tiles, like
+  // the expansion, skip them (at decode most of each 32-row segment is padding).
   quant::nvfp4_quantize_rows(scratch_rows(c, h2_bf16, F),
                              quant::nvfp4_packed_rows_out(rows, quant::nvfp4_packed_row_bytes(F), F), stream,
-                             t.offsets + c.local_experts);
+                             t.offsets + c.local_experts, groups);
   c.stage("quantize_h2", stream);
   if (expand) {
     quant::nvfp4_expand_rows(nullptr, rows, quant::nvfp4_packed_row_bytes(F), groups, cap, F, expanded,

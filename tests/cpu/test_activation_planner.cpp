@@ -462,11 +462,12 @@ TEST(ActivationPlanner, Mxfp8AccountingAgreesWithThePlan) {
 
 // A scratch-only MXFP8 forward (inference, no-grad, recompute_from_inputs) takes no slot space and
 // its backward recomputes from the caller's x.
-// NVFP4's scratch (inference): h1 | row at the top, and for prefill-sized contexts the expanded FP16
-// token rows and their scales below, all within the plan's scratch (which adds exactly that term).
+// NVFP4's scratch (inference): h1 | row at the top, and for prefill- and decode-sized contexts the
+// expanded FP16 token rows and their scales below, all within the plan's scratch (which adds exactly
+// that term).
 TEST(ActivationPlanner, Nvfp4ScratchFitsThePlan) {
   struct Shape { int64_t T, D, F, K, E, R; bool expands; };
-  for (const Shape& s : {Shape{16, 7168, 2048, 8, 256, 1, false}, Shape{4096, 7168, 2048, 8, 256, 8, true},
+  for (const Shape& s : {Shape{16, 7168, 2048, 8, 256, 1, true}, Shape{4096, 7168, 2048, 8, 256, 8, true},
                          Shape{512, 1024, 768, 4, 16, 1, true}, Shape{96, 256, 256, 2, 8, 1, false}}) {
     Config c = mxfp8_config(s.T, s.D, s.F, s.K, s.E, 1, true);
     c.block_scaled->format = BlockScaledFormat::kNVFP4;

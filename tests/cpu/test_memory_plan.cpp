@@ -355,7 +355,8 @@ TEST(MemoryPlan, BlockScaledInferenceBytesFollowUpstreamFormulas) {
 }
 
 // NVFP4 inference expands its tokens to FP16 rows (scratch beyond upstream's plan) exactly when a
-// call's token rows -- T*K*f, without padding -- reach 64 per local expert.
+// call's token rows -- T*K*f, without padding -- reach 64 per local expert or stay at or below 12
+// (decode).
 TEST(MemoryPlan, Nvfp4ExpandedTokenRows) {
   Config c = make_config(128, 256, 512, 2, 4, 1);
   c.inference = true;
@@ -369,6 +370,11 @@ TEST(MemoryPlan, Nvfp4ExpandedTokenRows) {
   c.max_num_local_input_tokens = 63;  // 126 rows (padded to 32 per expert they would be 128)
   EXPECT_FALSE(nvfp4_expands_token_rows(c, 2, 1.0));
   EXPECT_TRUE(nvfp4_expands_token_rows(c, 2, 2.0));  // the total factor doubles them
+  c.max_num_local_input_tokens = 13;  // 26 rows: 13 per local expert, past the decode bound
+  EXPECT_FALSE(nvfp4_expands_token_rows(c, 2, 1.0));
+  c.max_num_local_input_tokens = 12;  // 24 rows: 12 per local expert, decode-sized
+  EXPECT_TRUE(nvfp4_expands_token_rows(c, 2, 1.0));
+  c.max_num_local_input_tokens = 63;
   // Without expansion the plan is upstream's: the larger row bundle (h2: A(R * 256) + A(R * 128 +
   // R * 4)) plus h1 = A(R * 2048) at the R device rows.
   const MemoryPlan small = plan_memory(c, 2);

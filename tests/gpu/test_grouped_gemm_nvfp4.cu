@@ -296,10 +296,14 @@ TEST(Nvfp4ExpandRows, BitwiseAgainstHost) {
     const int64_t pk = quant::nvfp4_packed_row_bytes(K);
     const std::vector<uint8_t> bytes = a.packed.download();
     const std::vector<int32_t> counts = {20, 0, 17};  // 37 rows of the 45
-    DeviceBuffer<int32_t> offsets(offsets_of(counts));
-    const quant::RowGroups groups{nullptr, offsets.get(), 3};
-    for (const bool gather : {false, true}) {
-      SCOPED_TRACE(gather ? "gathered rows" : "dense rows");
+    // The token rows of each segment when the groups give them (the layer's padded segments): rows
+    // 15-19 and 31-36 are then padding, never written.
+    const std::vector<int32_t> tokens = {15, 0, 11};
+    DeviceBuffer<int32_t> offsets(offsets_of(counts)), d_tokens(tokens);
+    for (const int mode : {0, 1, 2}) {
+      const bool gather = mode == 1, token_rows_only = mode == 2;
+      SCOPED_TRACE(gather ? "gathered rows" : token_rows_only ? "dense rows, token rows only" : "dense rows");
+      const quant::RowGroups groups{token_rows_only ? d_tokens.get() : nullptr, offsets.get(), 3};
       // Gathered: row m reads packed row (m * 7) % cap; rows 5 and 30 are padding.
       std::vector<const void*> ptrs(static_cast<size_t>(cap));
       std::vector<int64_t> src(static_cast<size_t>(cap));
@@ -312,6 +316,7 @@ TEST(Nvfp4ExpandRows, BitwiseAgainstHost) {
       DeviceBuffer<uint16_t> out(static_cast<size_t>(cap * K));
       DeviceBuffer<float> tsi(static_cast<size_t>(cap));
       out.poison();
+      tsi.poison();
       quant::nvfp4_expand_rows(gather ? d_ptrs.get() : nullptr, gather ? nullptr : a.packed.get(), gather ? 0 : pk, groups,
                                cap, K, out.get(), tsi.get(), nullptr);
       CUDA_OK(cudaDeviceSynchronize());
@@ -319,6 +324,13 @@ TEST(Nvfp4ExpandRows, BitwiseAgainstHost) {
       const std::vector<float> got_tsi = tsi.download();
       int64_t bad = 0;
       for (int64_t m = 0; m < 37; ++m) {
+        if (token_rows_only && ((m >= 15 && m < 20) || m >= 31)) {  // padding: the 0xFF poison stays
+          uint32_t tsi_bits;
+          std::memcpy(&tsi_bits, &got_tsi[m], 4);
+          bad += tsi_bits != 0xFFFFFFFFu;
+          for (int64_t p = 0; p < K; ++p) bad += got[m * K + p] != 0xFFFF;
+          continue;
+        }
         const uint8_t* row = src[m] < 0 ? nullptr : &bytes[src[m] * pk];
         float want_tsi = 0.0f;
         if (row) std::memcpy(&want_tsi, row + numeric::nvfp4_packed_row_token_scale_offset(K), 4);
@@ -340,7 +352,8 @@ TEST(Nvfp4ExpandRows, BitwiseAgainstHost) {
         }
       }
       EXPECT_EQ(bad, 0);
-      std::printf("nvfp4_expand_rows %s: %lld rows x %lld bitwise, %lld mismatches\n", gather ? "gathered" : "dense", 37LL,
+      std::printf("nvfp4_expand_rows %s: %lld rows x %lld bitwise, %lld mismatches\n",
+                  gather ? "gathered" : token_rows_only ? "dense, token rows only" : "dense", 37LL,
                   static_cast<long long>(K), static_cast<long long>(bad));
     }
   }

@@ -1540,5 +1540,34 @@ TEST(QuantizeNvfp4, RowsBoundOnTheDeviceLeavesLaterRowsUntouched) {
     ASSERT_EQ(got[i], i / stride < bound ? want[i] : kPoison) << "row " << i / stride << " byte " << i % stride;
 }
 
+// With token_rows, only the first counts_G[g] rows of each group's segment are quantized (the layer's
+// h2 at decode: 32-row segments, a few token rows each): those rows are the plain call's bytes, the
+// segments' padding rows and the rows past the groups untouched.
+TEST(QuantizeNvfp4, TokenRowsLeavePaddingRowsUntouched) {
+  DMOE_REQUIRE_SM90();
+  const int64_t T = 133, D = 768;
+  const std::vector<int32_t> segments = {32, 0, 32, 45}, tokens = {5, 0, 32, 1};  // 109 rows in groups
+  std::vector<int32_t> offsets(segments.size() + 1, 0);
+  for (size_t g = 0; g < segments.size(); ++g) offsets[g + 1] = offsets[g] + segments[g];
+  std::vector<bool> token_row(static_cast<size_t>(T), false);
+  for (size_t g = 0; g < segments.size(); ++g)
+    for (int32_t r = 0; r < tokens[g]; ++r) token_row[offsets[g] + r] = true;
+  HostBf16 x = random_bf16(T, D, 978);
+  const int64_t stride = nvfp4_packed_row_bytes(D);
+  DeviceBuffer<uint16_t> dx(x.bits);
+  DeviceBuffer<uint8_t> all(T * stride), only(T * stride);
+  DeviceBuffer<int32_t> d_offsets(offsets), d_tokens(tokens);
+  all.poison(kPoison);
+  only.poison(kPoison);
+  const quant::Bf16Matrix in{dx.get(), T, D, D};
+  quant::nvfp4_quantize_rows(in, quant::nvfp4_packed_rows_out(all.get(), stride, D), nullptr);
+  quant::nvfp4_quantize_rows(in, quant::nvfp4_packed_rows_out(only.get(), stride, D), nullptr, nullptr,
+                             quant::RowGroups{d_tokens.get(), d_offsets.get(), static_cast<int32_t>(segments.size())});
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto want = all.download(), got = only.download();
+  for (int64_t i = 0; i < T * stride; ++i)
+    ASSERT_EQ(got[i], token_row[i / stride] ? want[i] : kPoison) << "row " << i / stride << " byte " << i % stride;
+}
+
 }  // namespace
 }  // namespace dist_moe
