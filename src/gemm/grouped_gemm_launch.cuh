@@ -138,8 +138,7 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     ml.num_k_blocks = L.k / Mainloop::kBlockK;
     ml.split_offset = L.n / 2;
     ml.b_scales = L.b_scales;
-    ml.prefetch_b_scales = grouped_gemm_experimental_requested() &&
-                           reinterpret_cast<uintptr_t>(L.b_scales) % 16 == 0;  // G92, being measured
+    ml.stagger_consumers = grouped_gemm_experimental_requested();  // G93, being measured
     if constexpr (Mainloop::kExpandedTokens) {
       set_map(om, gemm::kMapB, make_tma_2d(rows_a, 2, L.m_capacity, L.k, L.k, BN, "NVFP4 expanded token rows"));
       p.epilogue.token_scale_inv = static_cast<const float*>(L.a_scales);

@@ -47,6 +47,9 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
 
   static constexpr bool kNvfp4 = true;
   static constexpr bool kExpandedTokens = kExpanded;
+  // The warpgroups own halves of every stage and store their halves on their own (per-warpgroup
+  // epilogue barriers), so warpgroup 1 may run a k block behind (MainloopParams::stagger_consumers).
+  static constexpr bool kStaggerable = true;
   static constexpr int kBlockK = kNvfp4StageK;  // K values per stage (Base's is 64 FP16)
   static constexpr int kPieces = kNvfp4Pieces;
   static constexpr int kStepsPerPiece = 4;        // k16 steps of a 64-deep piece
@@ -101,7 +104,6 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
     const int32_t w_row0 = t.expert * p.weight_rows;
     const CUtensorMap* map_a = ops.map[kMapA];
     const CUtensorMap* map_b = ops.map[kMapB];
-    if (p.prefetch_b_scales && num_k_blocks > 0) prefetch_scales(p, t, w_row0, num_k_blocks);
     for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
       pipe.producer_acquire(st);
       const uint32_t bar = pipe.producer_expect(st, kExpanded ? kStageBytes : kABytes);
@@ -125,25 +127,6 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
         ptx::tma_load_2d(smem_b(smem, st.stage) + (kPieces - 1) * kBoxBytes, map_b, staged, k0, token0);
       }
       st.advance();
-    }
-  }
-
-  // The tile's weight scales into L2: its rows' K/16 bytes lie back to back ([E * N, K/16]), one run
-  // of rows, or two with the SwiGLU split (gate rows, then the matching up rows); the expert's last
-  // tile stops at its last row.
-  DMOE_DEVICE static void prefetch_scales(const MainloopParams& p, const WorkTile& t, int32_t w_row0,
-                                          int32_t num_k_blocks) {
-    const uint32_t row_bytes = static_cast<uint32_t>(num_k_blocks) * kNvfp4StageBlocks;  // a multiple of 16
-    const uint8_t* scales = static_cast<const uint8_t*>(p.b_scales);
-    if constexpr (kSplit) {
-      const int32_t n0 = t.m_block * (kBlockM / 2);
-      const uint32_t rows = static_cast<uint32_t>(min(kBlockM / 2, p.split_offset - n0));
-      ptx::bulk_prefetch_l2(scales + static_cast<int64_t>(w_row0 + n0) * row_bytes, rows * row_bytes);
-      ptx::bulk_prefetch_l2(scales + static_cast<int64_t>(w_row0 + p.split_offset + n0) * row_bytes, rows * row_bytes);
-    } else {
-      const int32_t n0 = t.m_block * kBlockM;
-      const uint32_t rows = static_cast<uint32_t>(min(kBlockM, p.weight_rows - n0));
-      ptx::bulk_prefetch_l2(scales + static_cast<int64_t>(w_row0 + n0) * row_bytes, rows * row_bytes);
     }
   }
 

@@ -43,12 +43,6 @@ DMOE_DEVICE void tma_prefetch_l2_3d(const void* tensor_map, int32_t c0, int32_t 
                : "memory");
 }
 
-// Pulls `bytes` (a multiple of 16) of contiguous global memory from 16-byte aligned `src` into L2:
-// nothing to wait for, no shared memory.
-DMOE_DEVICE void bulk_prefetch_l2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
-
 // Contiguous bulk copy (no tensor map): `bytes` (a multiple of 16) from 16-byte aligned global
 // `src` to shared `smem_dst`, completion reported on the mbarrier at `bar`.
 DMOE_DEVICE void bulk_load_1d(uint32_t smem_dst, const void* src, uint32_t bytes, uint32_t bar) {
