@@ -330,9 +330,10 @@ namespace {
 // consumers' registers); 16- or 32-token tiles when decode-sized (by the routed rows per expert),
 // 64 otherwise (half the weight conversions per token). The 128-token tile (a quarter) is picked
 // from 128 rows per expert only with DMOE_GEMM_EXPERIMENTAL: one A register set and spilling
-// consumers made it slower (G54). Expanded token rows (contexts from 64 routed rows per expert,
-// memory_plan.h kNvfp4ExpandRowsPerExpert): the 128-token tile, whose consumers have the registers
-// the producer warps no longer need.
+// consumers made it slower (G54). Expanded token rows (contexts from 64 routed rows per expert or
+// at most 12, memory_plan.h nvfp4_expands_token_rows): the 128-token tile, or the 16-token one at
+// decode sizes, whose consumers have the registers the producer warps no longer need and share
+// the schedulers with no token-converting warp (G91).
 constexpr int64_t kNvfp4NarrowTileMaxExperts = 719;  // the 256x16 s5 kernel's smem (grouped_gemm_smem_bytes)
 
 GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {

@@ -138,7 +138,6 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     ml.num_k_blocks = L.k / Mainloop::kBlockK;
     ml.split_offset = L.n / 2;
     ml.b_scales = L.b_scales;
-    ml.stagger_consumers = grouped_gemm_experimental_requested();  // G93, being measured
     if constexpr (Mainloop::kExpandedTokens) {
       set_map(om, gemm::kMapB, make_tma_2d(rows_a, 2, L.m_capacity, L.k, L.k, BN, "NVFP4 expanded token rows"));
       p.epilogue.token_scale_inv = static_cast<const float*>(L.a_scales);

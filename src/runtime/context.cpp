@@ -67,7 +67,7 @@ namespace {
 // buffer's end: it must fit above the slots (plan_memory sizes the scratch by the same terms), and
 // the WGRAD operands dequantized to BF16 rows must fit in the regions dead by then.
 // NVFP4 (inference only) lays out its own regions the same way (planner::nvfp4_scratch), with the
-// expanded FP16 token rows when its calls are prefill-sized (nvfp4_expands_token_rows).
+// expanded FP16 token rows when its calls are prefill- or decode-sized (nvfp4_expands_token_rows).
 void lay_out_mxfp8_scratch(Context::Impl& c) {
   const int64_t cap = c.capacity_rows(), D = c.config.hidden_dim, F = c.config.intermediate_dim;
   const bool nvfp4 = c.config.block_scaled->format == BlockScaledFormat::kNVFP4;

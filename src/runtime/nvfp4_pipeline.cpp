@@ -12,10 +12,11 @@
 // packed h2 rows (each at most upstream's row bundle: C/2 + C/16 + 4 bytes per row against the
 // C + C/32 the MXFP8 layout reserves); h1's region holds the BF16 h2 (h1 is not kept).
 //
-// Prefill-sized contexts (memory_plan.h nvfp4_expands_token_rows) expand the tokens to FP16 once
-// instead of letting every weight tile's producer warps convert them: the routed rows straight from
-// the dispatch windows into the expanded region (x), and the packed h2 rows after their
-// quantization (h2, over x's dead rows); the GEMMs read kNvfp4ExpandedRows with the 128-token tile.
+// Prefill- and decode-sized contexts (memory_plan.h nvfp4_expands_token_rows) expand the tokens to
+// FP16 once instead of letting every weight tile's producer warps convert them: the routed rows
+// straight from the dispatch windows into the expanded region (x), and the packed h2 rows after
+// their quantization (h2, over x's dead rows); the GEMMs read kNvfp4ExpandedRows with the 128-token
+// tile, or the 16-token one at decode.
 #include "runtime/nvfp4_pipeline.h"
 
 #include "dist_moe/check.h"

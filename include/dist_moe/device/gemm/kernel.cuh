@@ -102,22 +102,6 @@ struct DeferredSlot<Epilogue, true> {
   typename Epilogue::Deferred d;
 };
 
-// Whether a mainloop lets warpgroup 1 run behind warpgroup 0 (its kStaggerable member).
-template <class Mainloop, class = void>
-struct IsStaggerable : std::false_type {};
-template <class Mainloop>
-struct IsStaggerable<Mainloop, std::void_t<decltype(Mainloop::kStaggerable)>>
-    : std::bool_constant<Mainloop::kStaggerable> {};
-
-// The staggerable mainloops' hook: on warpgroup 0's first tile (`release`), after its first k block,
-// let warpgroup 1 start.
-struct StaggerHook {
-  bool release;
-  DMOE_DEVICE void operator()(int32_t kb) const {
-    if (release && kb == 0) ptx::named_barrier_arrive(kBarrierStagger, 256);
-  }
-};
-
 // The mainloop hook that stores one deferred chunk per k block.
 template <class Epilogue>
 struct StoreChunkHook {
@@ -307,16 +291,6 @@ struct GroupedGemmKernel {
       int32_t index = 0;  // position of the tile in this CTA's sequence
       const bool dynamic = sched.dynamic();
       WorkTile t = dynamic ? sched.at(tile_ring_read(ring, 0)) : sched.first();
-      // Staggered consumers (G93): warpgroup 1 starts once warpgroup 0 has issued its first k block,
-      // and stays about that far behind, so one warpgroup's epilogue and tile start overlap the
-      // other's k loop instead of both idling the SM's issue slots at once.
-      [[maybe_unused]] bool stagger_pending = false;
-      if constexpr (IsStaggerable<Mainloop>::value && !kPingPong && !kDeferred) {
-        if (params.mainloop.stagger_consumers && t.valid) {
-          if (wg == 1) ptx::named_barrier_sync(kBarrierStagger, 256);
-          else stagger_pending = true;
-        }
-      }
       while (t.valid) {
         // Look-ahead: does a tile follow this one? Dynamic: read only once this tile's stages are
         // consumed (or skipped) -- the producer draws the next tile after issuing this one's loads.
@@ -340,11 +314,6 @@ struct GroupedGemmKernel {
             Mainloop::mma_tile(params.mainloop, t, num_k, rows_in_last, pipe, st, smem, wg, acc, hook);
             Epilogue::flush(params.epilogue, resolved, deferred.d, writer);
             Epilogue::defer(params.epilogue, resolved, t, acc, wg, deferred.d, writer);
-          } else if constexpr (IsStaggerable<Mainloop>::value) {
-            Mainloop::mma_tile(params.mainloop, t, num_k, rows_in_last, pipe, st, smem, wg, acc,
-                               StaggerHook{stagger_pending});
-            if (stagger_pending && num_k == 0) StaggerHook{true}(0);  // no k block: let warpgroup 1 go
-            stagger_pending = false;
           } else {
             Mainloop::mma_tile(params.mainloop, t, num_k, rows_in_last, pipe, st, smem, wg, acc);
           }

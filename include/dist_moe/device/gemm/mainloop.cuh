@@ -52,7 +52,6 @@ enum NamedBarrier : uint32_t {
   kBarrierGather = 4,        // the producer warpgroup's gather warps, or NVFP4's token-filling warps (96)
   kBarrierMathOrder0 = 5,    // ping-pong: warpgroup 0 finished a mainloop, 1 may start (128 + 128)
                              // then 6: warpgroup 1 finished, 0 may start
-  kBarrierStagger = 7,       // staggered consumers: warpgroup 0 finished its first k block (128 + 128)
 };
 
 // How the consumer warpgroups share the tiles (see the top of this file).

@@ -47,9 +47,6 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
 
   static constexpr bool kNvfp4 = true;
   static constexpr bool kExpandedTokens = kExpanded;
-  // The warpgroups own halves of every stage and store their halves on their own (per-warpgroup
-  // epilogue barriers), so warpgroup 1 may run a k block behind (MainloopParams::stagger_consumers).
-  static constexpr bool kStaggerable = true;
   static constexpr int kBlockK = kNvfp4StageK;  // K values per stage (Base's is 64 FP16)
   static constexpr int kPieces = kNvfp4Pieces;
   static constexpr int kStepsPerPiece = 4;        // k16 steps of a 64-deep piece

@@ -116,10 +116,6 @@ struct MainloopParams {
   // the weight's E4M3 scales [E * N, K/16] are b_scales.
   const uint8_t* packed_rows = nullptr;
   int64_t packed_row_bytes = 0;
-  // Staggered consumers (mainloops with kStaggerable): warpgroup 1 starts its first tile one k block
-  // after warpgroup 0, so that one's epilogue and next-tile start overlap the other's k loop (G93,
-  // being measured: DMOE_GEMM_EXPERIMENTAL).
-  bool stagger_consumers = false;
 };
 
 // Where MXFP8 A's scale word of row r and k block kb (four E8M0 codes: the block's k32 steps) lies in
