@@ -462,24 +462,6 @@ int device_sms() {
   return sms;
 }
 
-// The heuristic's view of a call, filled from its common fields the way grouped_gemm.cu fills it
-// (BF16 output, no gather, scatter or accumulation: the decode FPROPs), so that the printed pick is
-// the configuration the call runs.
-GroupedGemmProblem problem_of(GroupedGemmOp op, const GroupedGemmCommon& c) {
-  GroupedGemmProblem p;
-  p.op = op;
-  p.m_capacity = c.m_capacity;
-  p.m_bound = c.m_bound;
-  p.routed_rows_bound = c.routed_rows_bound;
-  p.n = c.n;
-  p.k = c.k;
-  p.e_local = c.e_local;
-  p.a_format = c.a_format;
-  p.b_format = c.b_format;
-  p.tile_rows = c.tile_rows != nullptr;
-  return p;
-}
-
 // The block-scaled decode GEMMs (swap-AB kernels) of the inference layers: op name suffix, the
 // prepared weight's format, the operand formats of the call.
 struct BlockScaledDecode {
@@ -730,7 +712,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
 
         // Slot 0: our BF16 pick; slot 1: the block-scaled pick; with --sweep every other compiled
         // swap-AB configuration of the formats (their other tiles are prefill tiles).
-        const std::string pick = select_grouped_gemm_config(problem_of(op, c), device_sms()).name();
+        const std::string pick = select_grouped_gemm_config(grouped_gemm_problem(op, c), device_sms()).name();
         const std::vector<GroupedGemmConfig> all = grouped_gemm_configs(op, DType::kBFloat16, false, f.a, f.b);
         std::vector<std::function<void()>> runs = {[&] { run_bf16(nullptr); }, [&] { run_bs(nullptr); }};
         std::vector<std::string> names = {"bf16 pick", pick + " (pick)"};

@@ -221,6 +221,13 @@ struct WgradArgs {
   const int32_t* a_compact_rows = nullptr;
 };
 
+// The heuristic's view of a call (what select_grouped_gemm_config reads): its common fields, the
+// output dtype and the options that change the pick -- the problem every call above builds before
+// it chooses a configuration (benchmarks and tools print that pick with it).
+GroupedGemmProblem grouped_gemm_problem(GroupedGemmOp op, const GroupedGemmCommon& common,
+                                        DType out_dtype = DType::kBFloat16, bool gather = false,
+                                        bool scatter = false, bool accumulate = false);
+
 void grouped_gemm_fprop(const FpropArgs& args, cudaStream_t stream);
 void grouped_gemm_w13_fprop(const W13FpropArgs& args, cudaStream_t stream);
 void grouped_gemm_dgrad(const DgradArgs& args, cudaStream_t stream);

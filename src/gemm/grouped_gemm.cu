@@ -453,6 +453,30 @@ void maybe_print_config(const GroupedGemmProblem& p, const GroupedGemmConfig& c,
   if (seen.insert(os.str()).second) std::fprintf(stderr, "%s\n", os.str().c_str());
 }
 
+}  // namespace
+
+GroupedGemmProblem grouped_gemm_problem(GroupedGemmOp op, const GroupedGemmCommon& c, DType out_dtype, bool gather,
+                                        bool scatter, bool accumulate) {
+  GroupedGemmProblem p;
+  p.op = op;
+  p.m_capacity = c.m_capacity;
+  p.m_bound = c.m_bound;
+  p.routed_rows_bound = c.routed_rows_bound;
+  p.n = c.n;
+  p.k = c.k;
+  p.e_local = c.e_local;
+  p.out_dtype = out_dtype;
+  p.gather = gather;
+  p.scatter = scatter;
+  p.accumulate = accumulate;
+  p.a_format = c.a_format;
+  p.b_format = c.b_format;
+  p.tile_rows = c.tile_rows != nullptr;
+  return p;
+}
+
+namespace {
+
 // Fills the launch's common fields, picks the kernel, validates the counts (and offsets) and
 // launches. `offsets` names the offset fields the call uses, for the validation message.
 // `shown`: the op the caller called, for messages (FP8-blockwise DGRAD runs as kFprop).
@@ -460,23 +484,9 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
          const OffsetChecks& offsets, cudaStream_t stream, std::optional<GroupedGemmOp> shown = std::nullopt,
          int32_t count_multiple = 1) {
   const GroupedGemmOp named = shown.value_or(op);
-  const bool scatter = L.epilogue.scatter_rows != nullptr;
   const DeviceFacts dev = device_facts();
-  GroupedGemmProblem problem;
-  problem.op = op;
-  problem.m_capacity = c.m_capacity;
-  problem.m_bound = c.m_bound;
-  problem.routed_rows_bound = c.routed_rows_bound;
-  problem.n = c.n;
-  problem.k = c.k;
-  problem.e_local = c.e_local;
-  problem.out_dtype = out;
-  problem.gather = gather;
-  problem.scatter = scatter;
-  problem.accumulate = L.epilogue.accumulate != 0;
-  problem.a_format = c.a_format;
-  problem.tile_rows = c.tile_rows != nullptr;
-  problem.b_format = c.b_format;
+  const GroupedGemmProblem problem =
+      grouped_gemm_problem(op, c, out, gather, L.epilogue.scatter_rows != nullptr, L.epilogue.accumulate != 0);
   GroupedGemmConfig cfg = c.config != nullptr ? *c.config : select_grouped_gemm_config(problem, dev.num_sms);
   cfg.gather = gather;
   cfg.num_sms = cfg.num_sms > 0 ? std::min(cfg.num_sms, dev.num_sms) : dev.num_sms;
