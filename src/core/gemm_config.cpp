@@ -26,6 +26,7 @@
 
 #include "dist_moe/dtype.h"
 #include "dist_moe/grouped_gemm_config.h"
+#include "dist_moe/memory_plan.h"
 #include "env_knobs.h"
 
 namespace dist_moe {
@@ -139,6 +140,10 @@ double routed_rows_per_expert(const GroupedGemmProblem& p) {
 // 3.938. With Poisson counts, at 12 per expert ~10% of the experts need a second 16-token tile,
 // about what the wider tile costs per pass (1.07x NVFP4, 1.21x MXFP8).
 constexpr double kNarrowDecodeRowsPerExpert = 12.0;
+// NVFP4 layers expand their tokens up to the same average, where the expanded 16-token tile is picked
+// (select_nvfp4); past it expanded rows would run the 128-token tile.
+static_assert(kNvfp4ExpandDecodeRowsPerExpert == kNarrowDecodeRowsPerExpert,
+              "NVFP4 decode contexts expand their tokens exactly where the 16-token tile is picked");
 
 // FPROP (W2) and DGRAD with BF16 output: the M-grouped GEMMs, `width` output columns and
 // `k_blocks` 64-deep contraction steps.
