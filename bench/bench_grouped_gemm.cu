@@ -601,20 +601,10 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     return c;
   };
   auto config_name = [&](GroupedGemmOp op, int64_t n, int64_t k, DType out, bool gather, bool scatter = false) {
-    GroupedGemmProblem p;
-    p.scatter = scatter;
-    p.op = op;
-    p.m_capacity = M;
-    p.n = n;
-    p.k = k;
-    p.e_local = E;
-    p.out_dtype = out;
-    p.gather = gather;
-    p.accumulate = op == GroupedGemmOp::kWgrad && g_wgrad_accumulate;
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    return select_grouped_gemm_config(p, sms).name();
+    const bool accumulate = op == GroupedGemmOp::kWgrad && g_wgrad_accumulate;
+    return select_grouped_gemm_config(grouped_gemm_problem(op, common(n, k), out, gather, scatter, accumulate),
+                                      device_sms())
+        .name();
   };
   const double w13_flops = 2.0 * M * 2 * F * D;
   const double w2_flops = 2.0 * M * D * F;
@@ -939,18 +929,10 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     }
     for (const Fp8Op& op : ops) {
       if (!want(op.name)) continue;
-      GroupedGemmProblem p;
-      p.op = op.op;
-      p.m_capacity = M;
-      p.n = op.n;
-      p.k = op.k;
-      p.e_local = E;
-      p.a_format = op.a;
-      p.b_format = op.b;
-      int dev = 0, sms = 0;
-      BENCH_CUDA(cudaGetDevice(&dev));
-      BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-      const std::string pick = select_grouped_gemm_config(p, sms).name();
+      GroupedGemmCommon fc = common(op.n, op.k);
+      fc.a_format = op.a;
+      fc.b_format = op.b;
+      const std::string pick = select_grouped_gemm_config(grouped_gemm_problem(op.op, fc), device_sms()).name();
       const std::vector<GroupedGemmConfig> all =
           grouped_gemm_configs(op.op, DType::kBFloat16, false, op.a, op.b);
       // Slot 0: our BF16 kernel (heuristic pick); slot 1: the FP8 pick; then every FP8 configuration.

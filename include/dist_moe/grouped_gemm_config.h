@@ -154,6 +154,12 @@ struct GroupedGemmProblem {
   bool tile_rows = false;
 };
 
+// Block-scaled decode tiles over the real rows (GroupedGemmProblem::tile_rows) take 16 tokens up to
+// this average of routed rows per local expert, a wider tile above it (gemm_config.cpp says why);
+// NVFP4 inference contexts expand their tokens to FP16 rows up to the same average
+// (nvfp4_expands_token_rows), where the 16-token tile on expanded rows is picked.
+inline constexpr int64_t kNarrowDecodeRowsPerExpert = 12;
+
 // The one place tile shapes are chosen (src/core/gemm_config.cpp; each branch says why), one
 // function per op. The picks are the BF16 kernels' (the only operand formats compiled); the host
 // API rejects any other format before choosing.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dist_moe/config.h"
+#include "dist_moe/grouped_gemm_config.h"
 
 namespace dist_moe {
 
@@ -32,10 +33,6 @@ inline constexpr int64_t kBlockScaledRoutingRows = 32;
 // at EP1, perf_history G63): expanding wins from 64 rows per expert (1.05x vs 0.85x our BF16 layer)
 // and loses at 32 and 48 (1.09-1.12x vs 1.33-1.34x, 1.02x vs 1.15x).
 inline constexpr int64_t kNvfp4ExpandRowsPerExpert = 64;
-// Decode-sized contexts -- at most this many token rows per local expert, the 16-token tile's range
-// -- expand too: that tile on FP16 rows runs without the token-converting producer warps (perf_history
-// G91, dsv3_decode EP1: the layer 2.52-2.54 -> 2.37-2.38 ms).
-inline constexpr int64_t kNvfp4ExpandDecodeRowsPerExpert = 12;
 
 inline int64_t align_up(int64_t bytes, int64_t alignment = kMemoryAlignment) {
   return (bytes + alignment - 1) / alignment * alignment;
@@ -100,8 +97,9 @@ int64_t plan_max_recv_rows(int64_t tokens, int64_t top_k, double factor, int64_t
 
 // Whether an NVFP4 inference context expands its tokens to FP16 rows: the token rows a call can
 // route -- T*K*f (no padding), f the plan's total scratch capacity factor, capped by the topology --
-// reach kNvfp4ExpandRowsPerExpert per local expert, or stay at or below
-// kNvfp4ExpandDecodeRowsPerExpert. False for every other config.
+// reach kNvfp4ExpandRowsPerExpert per local expert, or stay at or below kNarrowDecodeRowsPerExpert
+// (grouped_gemm_config.h: decode, where the 16-token tile on FP16 rows runs without the
+// token-converting producer warps; perf_history G91). False for every other config.
 bool nvfp4_expands_token_rows(const Config& config, int64_t ep_size, double total_scratch_capacity_factor);
 
 // "0.000 GiB (16,384 bytes)": the size format of explain().

@@ -26,7 +26,6 @@
 
 #include "dist_moe/dtype.h"
 #include "dist_moe/grouped_gemm_config.h"
-#include "dist_moe/memory_plan.h"
 #include "env_knobs.h"
 
 namespace dist_moe {
@@ -130,8 +129,9 @@ double routed_rows_per_expert(const GroupedGemmProblem& p) {
   return static_cast<double>(rows) / static_cast<double>(p.e_local);
 }
 
-// Block-scaled decode tiles over the real rows (GroupedGemmProblem::tile_rows) take 16 tokens up to
-// this average per expert, a wider tile above it (NVFP4 32 tokens, MXFP8 128x128: select_*). A
+// kNarrowDecodeRowsPerExpert (grouped_gemm_config.h): block-scaled decode tiles over the real rows
+// take 16 tokens up to that average per expert, a wider tile above it (NVFP4 32 tokens, MXFP8
+// 128x128: select_*). A
 // stage of the block-scaled swap-AB kernels costs about the same SM time whatever the tokens (they
 // are bound by their per-stage work, not the tensor cores or the bytes), so an expert needing a
 // second tile costs a second pass over its weights. s27 r2,
@@ -139,11 +139,6 @@ double routed_rows_per_expert(const GroupedGemmProblem& p) {
 // 2.819; 16 rows MXFP8 4.084 / 3.625, NVFP4 3.519 / 2.831; 32 rows MXFP8 6.747 / 5.245, NVFP4 5.791 /
 // 3.938. With Poisson counts, at 12 per expert ~10% of the experts need a second 16-token tile,
 // about what the wider tile costs per pass (1.07x NVFP4, 1.21x MXFP8).
-constexpr double kNarrowDecodeRowsPerExpert = 12.0;
-// NVFP4 layers expand their tokens up to the same average, where the expanded 16-token tile is picked
-// (select_nvfp4); past it expanded rows would run the 128-token tile.
-static_assert(kNvfp4ExpandDecodeRowsPerExpert == kNarrowDecodeRowsPerExpert,
-              "NVFP4 decode contexts expand their tokens exactly where the 16-token tile is picked");
 
 // FPROP (W2) and DGRAD with BF16 output: the M-grouped GEMMs, `width` output columns and
 // `k_blocks` 64-deep contraction steps.

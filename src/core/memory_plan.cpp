@@ -128,7 +128,7 @@ bool nvfp4_expands_token_rows(const Config& config, int64_t ep_size, double tota
   const i64 L = config.num_experts / ep_size;
   const i64 rows = plan_max_recv_rows(config.max_num_local_input_tokens, config.top_k, total_scratch_capacity_factor,
                                       L, ep_size, /*row_multiple=*/1);
-  return rows >= kNvfp4ExpandRowsPerExpert * L || rows <= kNvfp4ExpandDecodeRowsPerExpert * L;
+  return rows >= kNvfp4ExpandRowsPerExpert * L || rows <= kNarrowDecodeRowsPerExpert * L;
 }
 
 MemoryPlan plan_memory(const Config& config, int64_t ep_size, const PlanOptions& options) {
