@@ -2,10 +2,8 @@
 // conversion the GEMM's producer warps otherwise repeat for every weight tile, done once per call.
 // A warp takes up to kStagesPerItem stages of a row at a time; in every stage lane L writes the
 // stage's 16-byte unit L (piece L / 8, unit L % 8 of the piece's token-box row in the NVFP4 kernels'
-// K order, gemm/nvfp4_operands.cuh), so each store instruction writes 512 contiguous bytes. The
-// item's loads all issue before its first store (the rows may alias the output as far as the
-// compiler knows, so nothing would be hoisted past a store otherwise): one word and one scale per
-// lane and stage, which the four lanes needing them share by shuffles.
+// K order, gemm/nvfp4_operands.cuh), so each store instruction writes 512 contiguous bytes
+// (nvfp4_expand_row_stages, device/quant/nvfp4_rows.cuh: shared with the Mega h2 hand-off).
 // Bytes: C/2 + C/16 + 4 read (over NVLink for a peer's row), 2C written per row.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -15,6 +13,7 @@
 #include "dist_moe/check.h"
 #include "dist_moe/device/gemm/nvfp4_operands.cuh"
 #include "dist_moe/device/numeric/nvfp4.cuh"
+#include "dist_moe/device/quant/nvfp4_rows.cuh"
 #include "quant/quant_common.cuh"
 #include "quant/quantize.h"
 
@@ -36,13 +35,7 @@ __global__ void __launch_bounds__(kExpandThreads)
                              int64_t packed_stride, RowGroups groups, int64_t capacity, int64_t cols,
                              uint4* __restrict__ out, float* __restrict__ token_scale_inv) {
   const int lane = threadIdx.x & 31;
-  // Unit r = 4 half + j of piece i holds pair j of word `half` of the blocks nvfp4_piece_block(q, i),
-  // q = 0..3 (nvfp4_operands.cuh).
-  const int piece = lane / 8, half = (lane % 8) / 4, j = lane % 4;
-  // The four lanes j = 0..3 of a (piece, half) need the same four words and scales: lane j loads
-  // those of block q = j and shuffles share them (a quarter of the load instructions: with one
-  // load per word and scale, ncu s28 r4 showed the warps stalled on a full load queue).
-  const int own_block = gemm::nvfp4_piece_block(j, piece), group = lane & ~3;
+  const Nvfp4ExpandLane l(lane);
   const int64_t total = min(static_cast<int64_t>(groups.offsets_G1[groups.num_groups]), capacity);
   const int64_t scales_at = numeric::nvfp4_packed_row_scales_offset(cols);
   const int64_t stages = cols / gemm::kNvfp4StageK;
@@ -59,28 +52,7 @@ __global__ void __launch_bounds__(kExpandThreads)
       if (kb0 == 0 && lane == 0) token_scale_inv[m] = 0.0f;
       continue;
     }
-    uint32_t word[kStagesPerItem], scale[kStagesPerItem];  // block own_block's, per stage
-#pragma unroll
-    for (int s = 0; s < kStagesPerItem; ++s) {
-      if (s < count) {  // warp-uniform
-        const uint8_t* stage = src + (kb0 + s) * gemm::kNvfp4StageBytes;
-        word[s] = *reinterpret_cast<const uint32_t*>(stage + 8 * own_block + 4 * half);
-        scale[s] = src[scales_at + (kb0 + s) * gemm::kNvfp4StageBlocks + own_block];
-      }
-    }
-#pragma unroll
-    for (int s = 0; s < kStagesPerItem; ++s) {
-      if (s < count) {
-        uint32_t pair[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const uint32_t w = __shfl_sync(0xffffffffu, word[s], group | q);
-          const uint32_t sc = __shfl_sync(0xffffffffu, scale[s], group | q);
-          pair[q] = gemm::nvfp4_pair_x2(gemm::nvfp4_high_bytes(w), j, gemm::nvfp4_scale_x2(sc));
-        }
-        units[s * kUnitsPerStage] = make_uint4(pair[0], pair[1], pair[2], pair[3]);
-      }
-    }
+    nvfp4_expand_row_stages<kStagesPerItem>(l, src, scales_at, kb0, count, units);
     if (kb0 == 0 && lane == 0)
       token_scale_inv[m] = *reinterpret_cast<const float*>(src + numeric::nvfp4_packed_row_token_scale_offset(cols));
   }

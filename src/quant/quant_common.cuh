@@ -16,11 +16,10 @@
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "dist_moe/device/ptx/cp_async.cuh"
 #include "dist_moe/device/ptx/cvt.cuh"
+#include "dist_moe/device/quant/nvfp4_rows.cuh"  // kVec, amax_bf16x8, group_amax
 #include "quant/quantize.h"
 
 namespace dist_moe::quant {
-
-constexpr int kVec = 8;  // BF16 elements per 16-byte load
 
 // Whether `row` is one of the groups' token rows: below offsets_G1[num_groups] and, when counts_G
 // is set, among the first counts_G[g] rows of its group g (the rest of a group's segment is the
@@ -54,16 +53,6 @@ __device__ __forceinline__ Vec8 unpack_bf16x8(const uint4& u) {
   return r;
 }
 
-// NaN-propagating max |x| of the 8 BF16 values of one 16-byte load, on the packed bits: with the
-// sign cleared, unsigned order is magnitude order and every NaN sits above Inf (numeric::amax_nan's
-// rule), so two-lane 16-bit integer maxima give exactly amax_nan's result in a quarter of the
-// instructions.
-__device__ __forceinline__ float amax_bf16x8(const uint4& u) {
-  constexpr uint32_t kAbs = 0x7fff7fffu;
-  const uint32_t m = __vmaxu2(__vmaxu2(u.x & kAbs, u.y & kAbs), __vmaxu2(u.z & kAbs, u.w & kAbs));
-  return __uint_as_float(max(m & 0xffffu, m >> 16) << 16);
-}
-
 // The |x| bits maxima of two 16-byte loads packed in one word: a's in the low 16 bits, b's in the
 // high 16 (amax_bf16x8's value is either half shifted to the top of a float). Packed, the group
 // maxima below take one shuffle and one 16-bit max for two vectors (group_amax16x2).
@@ -87,15 +76,6 @@ __device__ __forceinline__ float amax16_hi(uint32_t packed) { return __uint_as_f
 
 // The same over a register pair (two BF16 values).
 __device__ __forceinline__ uint32_t abs_bf16x2(uint32_t w) { return w & 0x7fff7fffu; }
-
-// NaN-propagating amax over `kWidth` consecutive lanes (kWidth a power of two <= 32). Every lane
-// of the warp must call it.
-template <int kWidth>
-__device__ __forceinline__ float group_amax(float a) {
-#pragma unroll
-  for (int o = kWidth / 2; o > 0; o >>= 1) a = numeric::amax_nan(a, __shfl_xor_sync(0xffffffffu, a, o));
-  return a;
-}
 
 // 8 values -> 8 E4M3 bytes, each e4m3_rn_satfinite(fl(x * mult)) (the shared numeric rules).
 __device__ __forceinline__ uint2 e4m3x8(const Vec8& x, float mult) {

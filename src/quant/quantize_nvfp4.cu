@@ -3,7 +3,8 @@
 //                                  expert after all its amax CTAs, its bytes still in L2 where it fits
 //   nvfp4_global_scales_kernel     global_scale and global_scale_inv from the amax
 //   nvfp4_rows_kernel              per-token rows: one CTA per token, the row held in registers
-// Hopper has no FP4 conversion instruction: E2M1 rounding is the shared portable rule.
+// Hopper has no FP4 conversion instruction: E2M1 rounding is the shared portable rule. The per-word
+// and per-vector pieces live in device/quant/nvfp4_rows.cuh (shared with the Mega h2 hand-off).
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "quant/quant_common.cuh"
@@ -13,44 +14,8 @@ namespace dist_moe::quant {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kLanesPerBlock = numeric::kNVFP4Block / kVec;  // 2
+constexpr int kLanesPerBlock = kNvfp4LanesPerBlock;  // 2
 constexpr int kLoads = 4;  // 16-byte loads per thread, issued together (bytes in flight)
-
-// 8 nibbles (element 0 in the low nibble of byte 0): the E2M1 code of magnitude(|x_i|) = |y_i| with
-// x_i's sign bit. That is float_to_e2m1(y_i) whenever y_i = x_i * (a finite positive factor), the
-// quantizers' case when the block's factor is finite (sign of a product or quotient, zeros and
-// underflows included); a block whose factor is NaN is all 0x7, which the callers write themselves.
-// The codes come from FP32 arithmetic (numeric::e2m1_magnitude_code_bits: the code in the low byte
-// of each result), and the nibbles and signs are assembled for all eight at once with byte
-// permutes: ~15 instructions per 8 elements instead of ~5 per element (mask, sign shift and mask,
-// nibble shift, or).
-constexpr uint32_t kE2M1NaNx8 = 0x77777777u;
-// The smallest normal E4M3 code (2^-6): a block scale at or above it keeps every scaled magnitude of
-// its block below 7 (numeric::e2m1_magnitude_code_bits_below7), a subnormal one may not (v = 1.49 *
-// 2^-9 rounds to s = 2^-9: magnitudes up to ~8.9).
-constexpr uint8_t kE4M3MinNormalCode = 0x08;
-
-// kBelow7: every magnitude is known to be below 7 (the warp's block scales are normal E4M3
-// values), so the clamp at 6 is left out (numeric::e2m1_magnitude_code_bits_below7).
-template <bool kBelow7 = false, class Magnitude>
-__device__ __forceinline__ uint32_t e2m1x8_signed(const uint4& raw, Magnitude magnitude) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  uint32_t code[kVec];  // float bits with element i's magnitude code in the low byte
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    const uint32_t word = w[i / 2];
-    const float x = __uint_as_float((i & 1) ? word & 0xffff0000u : word << 16);
-    const float y = magnitude(fabsf(x));  // |x|: a free operand modifier
-    code[i] = kBelow7 ? numeric::e2m1_magnitude_code_bits_below7(y) : numeric::e2m1_magnitude_code_bits(y);
-  }
-  // Even elements' codes in the low nibbles of bytes 0..3, odd ones' in the high nibbles.
-  const uint32_t even = __byte_perm(__byte_perm(code[0], code[2], 0x0040), __byte_perm(code[4], code[6], 0x0040), 0x5410);
-  const uint32_t odd = __byte_perm(__byte_perm(code[1], code[3], 0x0040), __byte_perm(code[5], code[7], 0x0040), 0x5410);
-  // Signs: element 2j's is bit 15 of word j (bit 7 of its byte 1), element 2j+1's bit 31 (byte 3).
-  const uint32_t high01 = __byte_perm(w[0], w[1], 0x7531), high23 = __byte_perm(w[2], w[3], 0x7531);
-  const uint32_t sign_even = __byte_perm(high01, high23, 0x6420), sign_odd = __byte_perm(high01, high23, 0x7531);
-  return even | (odd << 4) | ((sign_even >> 4) & 0x08080808u) | (sign_odd & 0x80808080u);
-}
 
 // A chunk of an expert: 4 x 256 vectors, slice j = vectors base + j * 256 (base = the chunk's first
 // vector + threadIdx.x), zeros past the expert's `vecs`.
@@ -175,13 +140,7 @@ __global__ void nvfp4_global_scales_kernel(float* global_scale, float* global_sc
 // blocks from registers. Rows of up to 2048 elements take 64 threads (at least 4 vectors each from
 // D > 1024): a thread's fixed work per row (the row amax reduction, two IEEE divisions) was a third
 // of its instructions with 2 vectors. Lanes 2b, 2b+1 hold block b's halves.
-// Per block no division and no software decode: the block scale is clamped below and converted
-// with satfinite (the upper clamp at 448 is satfinite's own, the NaN case a row-uniform select),
-// decoded by the hardware cvt, and the multiplier fl(row_scale / s) comes from the row's eight
-// quotients fl(row_scale / (1 + i/8)) (one IEEE division per thread and row, lane l holding
-// i = l % 8) by a shuffle on s's significand and an exact exponent step
-// (nvfp4_activation_multiplier_from_quotient).
-
+// The blocks: nvfp4_row_vector (device/quant/nvfp4_rows.cuh), one IEEE division per thread and row.
 template <int kN, int kRowThreads>
 __global__ void __launch_bounds__(kRowThreads) nvfp4_rows_kernel(Bf16Matrix x, Nvfp4RowsOut out,
                                                                   const int32_t* rows_bound, RowGroups token_rows) {
@@ -221,21 +180,10 @@ __global__ void __launch_bounds__(kRowThreads) nvfp4_rows_kernel(Bf16Matrix x, N
   for (int j = 0; j < kN; ++j) {
     const int idx = threadIdx.x + j * kRowThreads;
     if (j * kRowThreads >= vecs) break;  // CTA-uniform
-    const float bamax = group_amax<kLanesPerBlock>(vamax[j]);
-    // s = nvfp4_activation_block_scale(bamax, row_scale): finite and >= 0 when the row is.
-    const float v = numeric::mul_rn(numeric::mul_rn(bamax, row_scale), numeric::kE2M1MaxReciprocal);
-    const uint8_t s = row_nan ? numeric::kE4M3NaN : numeric::float_to_e4m3(fmaxf(v, numeric::kNVFP4ScaleFloor));
-    const float sf = numeric::e4m3_to_float_fast(s);
-    // Every lane shuffles (lanes past the row's end included): the source lane's low three bits
-    // are s's significand index, the rest of the five bits don't matter (lane l holds i = l % 8).
-    const float qi = __shfl_sync(0xffffffffu, quotient, static_cast<int>(__float_as_uint(sf) >> 20));
-    const bool below7 = __all_sync(0xffffffffu, s >= kE4M3MinNormalCode);  // warp-uniform
+    uint8_t s;
+    const uint32_t word = nvfp4_row_vector(raw[j], vamax[j], row_scale, row_nan, quotient, idx < vecs, s);
     if (idx >= vecs) continue;
-    const float mult = numeric::nvfp4_activation_multiplier_from_quotient(qi, sf);
-    // q = e2m1(fl(x * mult)) (nvfp4_activation_quantize_value, with the sign taken from x).
-    const auto product = [&](float abs_x) { return numeric::mul_rn(abs_x, mult); };
-    *reinterpret_cast<uint32_t*>(q_row + idx * (kVec / 2)) =
-        row_nan ? kE2M1NaNx8 : (below7 ? e2m1x8_signed<true>(raw[j], product) : e2m1x8_signed<false>(raw[j], product));
+    *reinterpret_cast<uint32_t*>(q_row + idx * (kVec / 2)) = word;
     if (idx % kLanesPerBlock == 0) s_row[idx / kLanesPerBlock] = s;
   }
 }

@@ -1,0 +1,192 @@
+// NVFP4 token rows on the GPU: the pieces every producer of them shares, so that the quantizer
+// kernels (src/quant) and the Mega pipeline's h2 hand-off (device/gemm/mega_swap_ab.cuh) write the
+// same bits by running the same code.
+//
+//   amax_bf16x8, group_amax       NaN-propagating maxima of BF16 vectors and over lanes
+//   e2m1x8_signed                 8 scaled values -> 8 E2M1 nibbles (one 32-bit word)
+//   nvfp4_row_vector              one 16-byte vector of a token row, given the row's scale: its
+//                                 E2M1 word and its block's E4M3 scale
+//   nvfp4_quantize_row_warp       a whole row by one warp (two passes over it): the packed row
+//   Nvfp4ExpandLane,              stages of a packed row made FP16 in the NVFP4 GEMMs' K order
+//   nvfp4_expand_row_stages       (kNvfp4ExpandedRows, gemm/nvfp4_operands.cuh)
+//
+// Numerics: numeric/nvfp4.cuh (the activation recipe, reference section 4.4); the packed row is
+// [C/2 E2M1 | C/16 E4M3 | FP32 token_scale_inv | pad] (docs/formats.md).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "dist_moe/device/gemm/nvfp4_operands.cuh"
+#include "dist_moe/device/numeric/nvfp4.cuh"
+
+namespace dist_moe::quant {
+
+constexpr int kVec = 8;  // BF16 elements per 16-byte load
+
+// NaN-propagating max |x| of the 8 BF16 values of one 16-byte load, on the packed bits: with the
+// sign cleared, unsigned order is magnitude order and every NaN sits above Inf (numeric::amax_nan's
+// rule), so two-lane 16-bit integer maxima give exactly amax_nan's result in a quarter of the
+// instructions.
+__device__ __forceinline__ float amax_bf16x8(const uint4& u) {
+  constexpr uint32_t kAbs = 0x7fff7fffu;
+  const uint32_t m = __vmaxu2(__vmaxu2(u.x & kAbs, u.y & kAbs), __vmaxu2(u.z & kAbs, u.w & kAbs));
+  return __uint_as_float(max(m & 0xffffu, m >> 16) << 16);
+}
+
+// NaN-propagating amax over `kWidth` consecutive lanes (kWidth a power of two <= 32). Every lane
+// of the warp must call it.
+template <int kWidth>
+__device__ __forceinline__ float group_amax(float a) {
+#pragma unroll
+  for (int o = kWidth / 2; o > 0; o >>= 1) a = numeric::amax_nan(a, __shfl_xor_sync(0xffffffffu, a, o));
+  return a;
+}
+
+// ---- E2M1 words -----------------------------------------------------------------------------------
+
+constexpr int kNvfp4LanesPerBlock = numeric::kNVFP4Block / kVec;  // 2: lanes 2b, 2b+1 hold block b
+constexpr uint32_t kE2M1NaNx8 = 0x77777777u;
+// The smallest normal E4M3 code (2^-6): a block scale at or above it keeps every scaled magnitude of
+// its block below 7 (numeric::e2m1_magnitude_code_bits_below7), a subnormal one may not (v = 1.49 *
+// 2^-9 rounds to s = 2^-9: magnitudes up to ~8.9).
+constexpr uint8_t kE4M3MinNormalCode = 0x08;
+
+// 8 nibbles (element 0 in the low nibble of byte 0): the E2M1 code of magnitude(|x_i|) = |y_i| with
+// x_i's sign bit. That is float_to_e2m1(y_i) whenever y_i = x_i * (a finite positive factor), the
+// quantizers' case when the block's factor is finite (sign of a product or quotient, zeros and
+// underflows included); a block whose factor is NaN is all 0x7, which the callers write themselves.
+// The codes come from FP32 arithmetic (numeric::e2m1_magnitude_code_bits: the code in the low byte
+// of each result), and the nibbles and signs are assembled for all eight at once with byte
+// permutes: ~15 instructions per 8 elements instead of ~5 per element (mask, sign shift and mask,
+// nibble shift, or).
+// kBelow7: every magnitude is known to be below 7 (the warp's block scales are normal E4M3
+// values), so the clamp at 6 is left out (numeric::e2m1_magnitude_code_bits_below7).
+template <bool kBelow7 = false, class Magnitude>
+__device__ __forceinline__ uint32_t e2m1x8_signed(const uint4& raw, Magnitude magnitude) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  uint32_t code[kVec];  // float bits with element i's magnitude code in the low byte
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    const uint32_t word = w[i / 2];
+    const float x = __uint_as_float((i & 1) ? word & 0xffff0000u : word << 16);
+    const float y = magnitude(fabsf(x));  // |x|: a free operand modifier
+    code[i] = kBelow7 ? numeric::e2m1_magnitude_code_bits_below7(y) : numeric::e2m1_magnitude_code_bits(y);
+  }
+  // Even elements' codes in the low nibbles of bytes 0..3, odd ones' in the high nibbles.
+  const uint32_t even = __byte_perm(__byte_perm(code[0], code[2], 0x0040), __byte_perm(code[4], code[6], 0x0040), 0x5410);
+  const uint32_t odd = __byte_perm(__byte_perm(code[1], code[3], 0x0040), __byte_perm(code[5], code[7], 0x0040), 0x5410);
+  // Signs: element 2j's is bit 15 of word j (bit 7 of its byte 1), element 2j+1's bit 31 (byte 3).
+  const uint32_t high01 = __byte_perm(w[0], w[1], 0x7531), high23 = __byte_perm(w[2], w[3], 0x7531);
+  const uint32_t sign_even = __byte_perm(high01, high23, 0x6420), sign_odd = __byte_perm(high01, high23, 0x7531);
+  return even | (odd << 4) | ((sign_even >> 4) & 0x08080808u) | (sign_odd & 0x80808080u);
+}
+
+// ---- token rows -------------------------------------------------------------------------------------
+
+// One 16-byte vector (8 BF16 values, `raw`, with its amax `vamax`) of a token row whose scale is
+// row_scale = nvfp4_activation_row_scale(row amax) (row_nan: that scale is NaN). Lanes 2b, 2b+1 of
+// the warp hold the two halves of block b; `quotient` is fl(row_scale / (1 + i/8)) with i = lane % 8.
+// Returns the vector's E2M1 word and sets `s` to its block's E4M3 scale; `valid`: the vector exists
+// (lanes past the row's end return 0 but must call it: shuffles and a vote). Per block no division
+// and no software decode: the block scale is clamped below and converted with satfinite (the upper
+// clamp at 448 is satfinite's own, the NaN case a row-uniform select), decoded by the hardware cvt,
+// and the multiplier fl(row_scale / s) comes from the row's eight quotients by a shuffle on s's
+// significand and an exact exponent step (nvfp4_activation_multiplier_from_quotient).
+__device__ __forceinline__ uint32_t nvfp4_row_vector(const uint4& raw, float vamax, float row_scale, bool row_nan,
+                                                     float quotient, bool valid, uint8_t& s) {
+  const float bamax = group_amax<kNvfp4LanesPerBlock>(vamax);
+  // s = nvfp4_activation_block_scale(bamax, row_scale): finite and >= 0 when the row is.
+  const float v = numeric::mul_rn(numeric::mul_rn(bamax, row_scale), numeric::kE2M1MaxReciprocal);
+  s = row_nan ? numeric::kE4M3NaN : numeric::float_to_e4m3(fmaxf(v, numeric::kNVFP4ScaleFloor));
+  const float sf = numeric::e4m3_to_float_fast(s);
+  // Every lane shuffles (lanes past the row's end included): the source lane's low three bits
+  // are s's significand index, the rest of the five bits don't matter (lane l holds i = l % 8).
+  const float qi = __shfl_sync(0xffffffffu, quotient, static_cast<int>(__float_as_uint(sf) >> 20));
+  const bool below7 = __all_sync(0xffffffffu, s >= kE4M3MinNormalCode);  // warp-uniform
+  if (!valid) return 0u;
+  const float mult = numeric::nvfp4_activation_multiplier_from_quotient(qi, sf);
+  // q = e2m1(fl(x * mult)) (nvfp4_activation_quantize_value, with the sign taken from x).
+  const auto product = [&](float abs_x) { return numeric::mul_rn(abs_x, mult); };
+  return row_nan ? kE2M1NaNx8 : (below7 ? e2m1x8_signed<true>(raw, product) : e2m1x8_signed<false>(raw, product));
+}
+
+// A whole token row of `cols` BF16 values (a multiple of 16) by one warp, into the packed row at
+// `packed` (16-byte aligned): pass 1 reads the row for its amax, pass 2 reads it again (from L2)
+// and writes the E2M1 words, the block scales and token_scale_inv. Any row length, a few registers:
+// the Mega pipeline's h2 hand-off, where one warpgroup quantizes a chunk's rows as they complete.
+// The loads are L2-only (ld.global.cg): the rows were written by other SMs of the same launch.
+// Every lane of the warp must call it.
+__device__ __forceinline__ void nvfp4_quantize_row_warp(const uint16_t* row, int64_t cols, uint8_t* packed, int lane) {
+  const int vecs = static_cast<int>(cols / kVec);
+  const uint4* src = reinterpret_cast<const uint4*>(row);
+  float a = 0.0f;
+  for (int i = lane; i < vecs; i += 32) a = numeric::amax_nan(a, amax_bf16x8(__ldcg(src + i)));
+  a = group_amax<32>(a);
+  const float row_scale = numeric::nvfp4_activation_row_scale(a);
+  const bool row_nan = numeric::is_nan(row_scale);
+  if (lane == 0)
+    *reinterpret_cast<float*>(packed + numeric::nvfp4_packed_row_token_scale_offset(cols)) =
+        numeric::nvfp4_activation_token_scale_inv(row_scale);
+  const float quotient = numeric::div_rn(row_scale, numeric::e4m3_significand(lane % 8));
+  uint8_t* scales = packed + numeric::nvfp4_packed_row_scales_offset(cols);
+  for (int base = 0; base < vecs; base += 32) {  // warp-uniform trip count
+    const int idx = base + lane;
+    const bool valid = idx < vecs;
+    const uint4 raw = valid ? __ldcg(src + idx) : make_uint4(0, 0, 0, 0);
+    uint8_t s;
+    const uint32_t word = nvfp4_row_vector(raw, amax_bf16x8(raw), row_scale, row_nan, quotient, valid, s);
+    if (!valid) continue;
+    *reinterpret_cast<uint32_t*>(packed + idx * (kVec / 2)) = word;
+    if (idx % kNvfp4LanesPerBlock == 0) scales[idx / kNvfp4LanesPerBlock] = s;
+  }
+}
+
+// ---- expansion to FP16 in the GEMMs' K order ----------------------------------------------------------
+
+// A warp writes a stage (256 K values) of a row as 32 16-byte units, lane L unit L: unit r = 4 half
+// + j of piece i = L / 8 holds pair j of word `half` of the blocks nvfp4_piece_block(q, i), q = 0..3
+// (gemm/nvfp4_operands.cuh). The four lanes j = 0..3 of a (piece, half) need the same four words and
+// scales: lane j loads those of block q = j and shuffles share them (a quarter of the load
+// instructions: with one load per word and scale, ncu s28 r4 showed the warps stalled on a full load
+// queue).
+struct Nvfp4ExpandLane {
+  int j, half, own_block, group;
+  __device__ __forceinline__ explicit Nvfp4ExpandLane(int lane)
+      : j(lane % 4), half((lane % 8) / 4), own_block(gemm::nvfp4_piece_block(lane % 4, lane / 8)), group(lane & ~3) {}
+};
+
+// Stages [kb0, kb0 + count) (count <= kMaxStages, warp-uniform) of the packed row `src` (its scales
+// at src + scales_at) into `units` (this lane's unit of stage kb0; a stage is 32 units further).
+// The loads all issue before the first store (the rows may alias the output as far as the compiler
+// knows, so nothing would be hoisted past a store otherwise). Every lane of the warp must call it.
+template <int kMaxStages>
+__device__ __forceinline__ void nvfp4_expand_row_stages(const Nvfp4ExpandLane& l, const uint8_t* src, int64_t scales_at,
+                                                        int64_t kb0, int count, uint4* units) {
+  constexpr int kUnitsPerStage = gemm::kNvfp4StageK / 8;
+  uint32_t word[kMaxStages], scale[kMaxStages];  // block own_block's, per stage
+#pragma unroll
+  for (int s = 0; s < kMaxStages; ++s) {
+    if (s < count) {  // warp-uniform
+      const uint8_t* stage = src + (kb0 + s) * gemm::kNvfp4StageBytes;
+      word[s] = *reinterpret_cast<const uint32_t*>(stage + 8 * l.own_block + 4 * l.half);
+      scale[s] = src[scales_at + (kb0 + s) * gemm::kNvfp4StageBlocks + l.own_block];
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < kMaxStages; ++s) {
+    if (s < count) {
+      uint32_t pair[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint32_t w = __shfl_sync(0xffffffffu, word[s], l.group | q);
+        const uint32_t sc = __shfl_sync(0xffffffffu, scale[s], l.group | q);
+        pair[q] = gemm::nvfp4_pair_x2(gemm::nvfp4_high_bytes(w), l.j, gemm::nvfp4_scale_x2(sc));
+      }
+      units[s * kUnitsPerStage] = make_uint4(pair[0], pair[1], pair[2], pair[3]);
+    }
+  }
+}
+
+}  // namespace dist_moe::quant
