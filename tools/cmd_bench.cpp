@@ -5,10 +5,13 @@
 //   dist-moe bench --shape dsv3_prefill|qwen3_30b|mixtral|dsv3_decode [--mode train|infer]
 //                  [--gpus N] [--iters N] [--slot-factor F] [--device-factor F] [--no-baseline]
 //                  [--wgrad accumulate|write] [--sustain-ms MS] [--format bf16|mxfp8|fp8_blockwise|nvfp4]
-//                  [--experts E] [--tokens T] [--preheat self|gemm]
+//                  [--experts E] [--tokens T] [--preheat self|gemm] [--pipeline staged|mega]
 // --format mxfp8 / fp8_blockwise / nvfp4 (--mode infer only): the layer under test is the MXFP8,
 // FP8-blockwise or NVFP4 staged layer, weights prepared once; our BF16 layer on the same inputs is timed in alternation with it,
 // and the GEMM-only column is the BF16 GEMMs' (what the block-scaled GEMMs replace).
+// --pipeline mega (with --format nvfp4 --mode infer, decode-sized shapes; DMOE_EXPERIMENTAL_MEGA=1 until
+// the Mega kernel is verified on a GPU): the layer under test is the Mega pipeline, and the staged
+// layer of the same format is timed in alternation with it too ("staged layer" line, Mega's speedup).
 // --experts E: the shape with E global experts instead of its own (e.g. dsv3_prefill --experts 128
 // on one GPU: the expert GEMMs one rank of EP2 runs, without the NVLink traffic); no stock layer.
 // --tokens T: the shape with T tokens per rank instead of its own (e.g. dsv3_decode --tokens 512: the
@@ -87,9 +90,12 @@ double json_number(const std::string& json, const std::string& key) {
 
 int cmd_bench(const std::vector<std::string>& argv) {
   Args args(argv, {"shape", "mode", "gpus", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format",
-                   "experts", "tokens", "preheat"},
+                   "experts", "tokens", "preheat", "pipeline"},
             {"no-baseline"});
   const std::string format = args.choice("format", {"bf16", "mxfp8", "fp8_blockwise", "nvfp4"});
+  const std::string pipeline = args.choice("pipeline", {"staged", "mega"});
+  if (pipeline == "mega" && (format == "bf16" || args.str("mode").value_or("train") != "infer"))
+    detail::fail(ErrorCode::kInvalidValue, "--pipeline mega needs a block-scaled --format and --mode infer");
   if (format == "nvfp4" && args.str("mode").value_or("train") != "infer")
     detail::fail(ErrorCode::kInvalidValue, "--format nvfp4 needs --mode infer (NVFP4 DistMoE is inference-only)");
   const std::string shape = args.str("shape").value_or("dsv3_prefill");
@@ -131,7 +137,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (mode == "train")
     std::printf("WGRAD %s (the stock layer's autograd accumulates into .grad across its timed calls)\n",
                 wgrad == "accumulate" ? "accumulates into the gradient buffers" : "overwrites the gradient buffers");
-  std::printf("[1/2] Dist-MoE fused layer (%s) ...\n", format.c_str());
+  std::printf("[1/2] Dist-MoE fused layer (%s%s) ...\n", format.c_str(), pipeline == "mega" ? ", Mega" : "");
   std::fflush(stdout);
   std::ostringstream cmd;
   cmd << launcher_path() << " -n " << gpus << " --timeout 900 -- " << self_dir() << "/dist-moe bench-rank --shape "
@@ -139,7 +145,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (auto f = args.real("slot-factor")) cmd << " --slot-factor " << *f;
   if (auto f = args.real("device-factor")) cmd << " --device-factor " << *f;
   cmd << " --wgrad " << wgrad << " --sustain-ms " << sustain_ms << " --preheat " << preheat << " --format " << format
-      << " --experts " << w.experts << " --tokens " << w.tokens;
+      << " --experts " << w.experts << " --tokens " << w.tokens << " --pipeline " << pipeline;
   std::vector<std::string> results;
   if (run_and_collect(cmd.str(), "RESULT@", &results, true) != 0 || results.empty())
     detail::fail(ErrorCode::kRuntime, "the benchmark ranks failed (output above)");
@@ -229,8 +235,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (mode == "infer") {
     const double copy = ours["copy_gbps"];
     const int64_t e_local = w.experts / gpus;
+    // (Mega streams both weights in its one stage.)
     const struct { const char* stage; int64_t n, k; } gemms[] = {{"fwd:w13", 2 * w.intermediate, w.hidden},
-                                                                 {"fwd:w2", w.hidden, w.intermediate}};
+                                                                 {"fwd:w2", w.hidden, w.intermediate},
+                                                                 {"fwd:mega", 3 * w.intermediate, w.hidden}};
     std::printf("\nexpert weights streamed (copy rate in this run: %.0f GB/s, read + write)\n", copy);
     for (const auto& g : gemms) {
       const auto it = std::find_if(ranks[0].stages.begin(), ranks[0].stages.end(),
@@ -267,6 +275,11 @@ int cmd_bench(const std::vector<std::string>& argv) {
                 format.c_str());
     if (mode == "train")
       std::printf("%-28s %10.3f %12s %12s %13.2fx\n", "BF16 layer forward+backward", bfb, "", "", ratio(bfb, fb));
+  }
+  if (pipeline == "mega") {
+    const double st = ours["staged_fwd_ms"];
+    std::printf("%-28s %10.3f %12s %12s %13.2fx  (the staged %s layer, alternated with Mega: Mega's speedup)\n",
+                "staged layer inference", st, "", "", ratio(st, fwd), format.c_str());
   }
   std::printf("GEMM-only forward with exactly balanced expert rows: %.3f ms\n", ours["gemm_fwd_even_ms"]);
   std::printf("fused layer / GEMM-only: forward %.2fx", ratio(fwd, ours["gemm_fwd_ms"]));

@@ -53,7 +53,7 @@ using testing::run_for_ms;
 
 int cmd_bench_rank(const std::vector<std::string>& argv) {
   Args args(argv, {"shape", "mode", "iters", "slot-factor", "device-factor", "wgrad", "sustain-ms", "format", "experts",
-                   "tokens", "preheat"},
+                   "tokens", "preheat", "pipeline"},
             {});
   const std::string format = args.choice("format", {"bf16", "mxfp8", "fp8_blockwise", "nvfp4"});
   if (format == "nvfp4" && args.str("mode").value_or("train") != "infer")
@@ -106,6 +106,14 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     cfg.block_scaled->format = parse_block_scaled_format(format);
     if (train && !args.real("slot-factor"))
       cfg.activation_slot_bytes = plan_memory(cfg, R).maximum_useful_activation_slot_bytes;
+  }
+  // --pipeline mega: the layer under test is Mega; the staged layer of the same format (its own
+  // context, the same prepared weights) is timed in alternation with it as well.
+  std::unique_ptr<Context> staged_ctx;
+  if (args.str("pipeline").value_or("staged") == "mega") {
+    if (!block_scaled) detail::fail(ErrorCode::kInvalidValue, "--pipeline mega needs a block-scaled --format");
+    staged_ctx = Context::create(cfg, nccl);
+    cfg.block_scaled->pipeline = BlockScaledPipeline::kMega;
   }
   auto ctx = Context::create(cfg, nccl);
 
@@ -206,6 +214,12 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     if (train) routed_experts_backward(*bf16_ctx, bf16_in, *bf16_saved, gout.p, g, opts, stream);
   };
   if (bf16_ctx) bf16_layer_call();
+  // The staged twin of a Mega layer (inference: Mega has no training execution yet).
+  auto staged_call = [&] { routed_experts_inference(*staged_ctx, in, out.p, opts, stream); };
+  if (staged_ctx) {
+    if (train) detail::fail(ErrorCode::kInvalidValue, "--pipeline mega needs --mode infer");
+    staged_call();
+  }
   // GEMM-only: the same grouped GEMMs on the same per-expert rows, local contiguous buffers.
   const int64_t cap = ctx->capacity_rows();
   // (Run once first: the routing tables hold this call's counts afterwards.)
@@ -288,7 +302,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   // measurement after the sustained load, so a fused/GEMM-only ratio compares times taken at the
   // same clocks; each total is the median over the rounds of its per-round medians.
   constexpr int kTotalRounds = 3;
-  std::vector<double> fwd_r, layer_r, host_r, gemm_fwd_r, gemm_fb_r, bf16_fwd_r, bf16_layer_r;
+  std::vector<double> fwd_r, layer_r, host_r, gemm_fwd_r, gemm_fb_r, bf16_fwd_r, bf16_layer_r, staged_r;
   for (int r = 0; r < kTotalRounds; ++r) {
     preheat(layer_call);
     if (train) {
@@ -318,6 +332,10 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
       } else {
         bf16_fwd_r.push_back(bf16_layer_r.back());
       }
+    }
+    if (staged_ctx) {
+      preheat(staged_call);
+      staged_r.push_back(median_event_ms(staged_call, iters, stream).ms);
     }
     preheat(gemm_fwd);
     gemm_fwd_r.push_back(median_event_ms(gemm_fwd, iters, stream).ms);
@@ -416,6 +434,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
       {"gemm_fwd_even_ms", gemm_fwd_even_ms},
       {"bf16_fwd_ms", bf16_ctx ? median(bf16_fwd_r) : 0.0},
       {"bf16_fwd_bwd_ms", bf16_ctx && train ? median(bf16_layer_r) : 0.0},
+      {"staged_fwd_ms", staged_ctx ? median(staged_r) : 0.0},
       {"copy_gbps", copy_gbps}};
   const size_t nt = totals_kv.size();
   std::vector<float> mine;

@@ -233,4 +233,23 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& args, cudaStream_t stream);
 void grouped_gemm_dgrad(const DgradArgs& args, cudaStream_t stream);
 void grouped_gemm_wgrad(const WgradArgs& args, cudaStream_t stream);
 
+// ---- the Mega pipeline's NVFP4 decode launch (issue #28; docs/grouped_gemm.md "Mega") --------------
+// W13 FPROP + SwiGLU, the h2 hand-off and W2 FPROP in one persistent kernel: the two calls the NVFP4
+// staged pipeline makes at decode (expanded token rows, 16-token swap-AB tiles), with the h2
+// quantization and expansion between them done per chunk (an expert's 16-token tile) by the
+// warpgroup that finishes the chunk's last W13 tile, and each W2 tile waiting only for its chunk.
+// The outputs are the staged pipeline's bit for bit: h3 (w2's out or scatter rows), the packed h2
+// rows, the clip statistics. Requirements beyond the two calls' own (a clear error otherwise):
+// A = kNvfp4ExpandedRows and B = kNvfp4Weight in both; the same counts, tile_rows (set), e_local and
+// m_capacity; w2.a == w13.h2 (the BF16 h2 [m_capacity, F] becomes the expanded FP16 h2 in place) and
+// w2.common.scales.a == w13.common.scales.a (the token_scale_inv array [m_capacity]: h2's replace x's
+// chunk by chunk); no h1, gather, device offsets or configuration override. The tiles cover the
+// tile_rows of each expert only, so rows past them are neither read nor written.
+struct MegaNvfp4Handoff {
+  uint8_t* packed_h2 = nullptr;  // [m_capacity] packed NVFP4 h2 rows, packed_stride bytes apart
+  int64_t packed_stride = 0;     // >= nvfp4_packed_row_bytes(F), a multiple of 16
+};
+void grouped_gemm_mega_nvfp4_decode(const W13FpropArgs& w13, const FpropArgs& w2, const MegaNvfp4Handoff& handoff,
+                                    cudaStream_t stream);
+
 }  // namespace dist_moe

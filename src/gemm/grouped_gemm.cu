@@ -18,6 +18,7 @@
 
 #include "core/env_knobs.h"
 #include "dist_moe/check.h"
+#include "dist_moe/device/numeric/nvfp4.cuh"
 #include "dist_moe/device/ptx/special_registers.cuh"
 #include "dist_moe/error.h"
 #include "dist_moe/grouped_gemm.h"
@@ -477,6 +478,24 @@ GroupedGemmProblem grouped_gemm_problem(GroupedGemmOp op, const GroupedGemmCommo
 
 namespace {
 
+// The launch fields every op takes from its common arguments.
+void fill_launch(GemmLaunch& L, const GroupedGemmCommon& c, int num_sms, int device_sms, cudaStream_t stream) {
+  L.counts = c.counts;
+  L.tile_rows = c.tile_rows;
+  L.e_local = static_cast<int32_t>(c.e_local);
+  L.m_capacity = static_cast<int32_t>(c.m_capacity);
+  L.n = static_cast<int32_t>(c.n);
+  L.k = static_cast<int32_t>(c.k);
+  L.num_sms = num_sms;
+  L.stream = stream;
+  L.a_scales = c.scales.a;
+  L.a_scale_ld = c.scales.a_ld;
+  L.a_scale_kblock_words = c.scales.a_kblock_words;
+  L.b_scales = c.scales.b;
+  L.b_global = c.scales.b_global;
+  if (L.has_offsets()) L.tensormap_workspace = tensormap_workspace(stream, device_sms);
+}
+
 // Fills the launch's common fields, picks the kernel, validates the counts (and offsets) and
 // launches. `offsets` names the offset fields the call uses, for the validation message.
 // `shown`: the op the caller called, for messages (FP8-blockwise DGRAD runs as kFprop).
@@ -499,20 +518,7 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   maybe_print_config(problem, cfg, c.config != nullptr);
 
   L.kind = e.kind;
-  L.counts = c.counts;
-  L.tile_rows = c.tile_rows;
-  L.e_local = static_cast<int32_t>(c.e_local);
-  L.m_capacity = static_cast<int32_t>(c.m_capacity);
-  L.n = static_cast<int32_t>(c.n);
-  L.k = static_cast<int32_t>(c.k);
-  L.num_sms = cfg.num_sms;
-  L.stream = stream;
-  L.a_scales = c.scales.a;
-  L.a_scale_ld = c.scales.a_ld;
-  L.a_scale_kblock_words = c.scales.a_kblock_words;
-  L.b_scales = c.scales.b;
-  L.b_global = c.scales.b_global;
-  if (L.has_offsets()) L.tensormap_workspace = tensormap_workspace(stream, dev.num_sms);
+  fill_launch(L, c, cfg.num_sms, dev.num_sms, stream);
   if (cfg.dynamic_schedule) L.tile_counter = tile_counter_slot(stream);
   if (c.validate_counts) {
     validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity, static_cast<int>(named), offsets,
@@ -627,27 +633,26 @@ size_t grouped_gemm_gather_workspace_bytes(int64_t m_capacity, int64_t e_local) 
 }
 
 // ---- the four operations --------------------------------------------------------------------------
-void grouped_gemm_fprop(const FpropArgs& a, cudaStream_t stream) {
-  constexpr const char* op = "grouped_gemm_fprop";
+namespace {
+
+// Checks an FPROP call and fills its launch's operands and epilogue; false: no rows, nothing to run.
+bool prepare_fprop(const FpropArgs& a, GemmLaunch& L, cudaStream_t stream, const char* op) {
   check_common(a.common, op);
   check_formats(GroupedGemmOp::kFprop, DType::kBFloat16, a.common, op);
   check_block_scaled_rows(a.common, a.gather, a.a_offset, op, "a_offset");
   check_ptr(a.w, op, "w");
   check_row_input(a.gather, a.a, op, "a");
   check_row_output(a.scatter, a.out, op, "out");
-  if (a.common.m_capacity == 0) return;  // no rows: nothing to compute or store
+  if (a.common.m_capacity == 0) return false;  // no rows: nothing to compute or store
   zero_gather_workspace(a, stream);
-  const bool gather = a.gather.row_ptrs != nullptr;
-  GemmLaunch L;
   set_row_input(L, a.a, a.a_offset, a.gather);
   L.b = a.w;
   set_row_output(L, a.out, a.out_offset, a.scatter, a.common.n);
-  const OffsetChecks oc = offset_checks({{L.a_offset, gather ? kOffGathered : kOffA}, {L.out_offset, kOffOut}});
-  run(GroupedGemmOp::kFprop, a.common, DType::kBFloat16, gather, L, oc, stream);
+  return true;
 }
 
-void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
-  constexpr const char* op = "grouped_gemm_w13_fprop";
+// The same for W13 FPROP + SwiGLU (the clip statistics are zeroed first unless they accumulate).
+bool prepare_w13_fprop(const W13FpropArgs& a, GemmLaunch& L, cudaStream_t stream, const char* op) {
   check_common(a.common, op);
   check_formats(GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, a.common, op);
   check_block_scaled_rows(a.common, a.gather, a.a_offset, op, "a_offset");
@@ -660,10 +665,8 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
                  ": swiglu_limit must be > 0 for the clamped SwiGLU, got ", a.swiglu_limit);
   if (a.clip_stats != nullptr && !a.accumulate_clip_stats)
     DMOE_CUDA_CHECK(cudaMemsetAsync(a.clip_stats, 0, 3 * sizeof(float), stream));
-  if (a.common.m_capacity == 0) return;
+  if (a.common.m_capacity == 0) return false;
   zero_gather_workspace(a, stream);
-  const bool gather = a.gather.row_ptrs != nullptr;
-  GemmLaunch L;
   set_row_input(L, a.a, a.a_offset, a.gather);
   L.b = a.w13;
   L.h1 = a.h1;
@@ -677,9 +680,112 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
   L.epilogue.clip_stats = a.clip_stats;
   L.epilogue.clip_limit = a.clip_limit;
   L.epilogue.clip_rows = a.clip_rows;
+  return true;
+}
+
+}  // namespace
+
+void grouped_gemm_fprop(const FpropArgs& a, cudaStream_t stream) {
+  GemmLaunch L;
+  if (!prepare_fprop(a, L, stream, "grouped_gemm_fprop")) return;
+  const bool gather = a.gather.row_ptrs != nullptr;
+  const OffsetChecks oc = offset_checks({{L.a_offset, gather ? kOffGathered : kOffA}, {L.out_offset, kOffOut}});
+  run(GroupedGemmOp::kFprop, a.common, DType::kBFloat16, gather, L, oc, stream);
+}
+
+void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
+  GemmLaunch L;
+  if (!prepare_w13_fprop(a, L, stream, "grouped_gemm_w13_fprop")) return;
+  const bool gather = a.gather.row_ptrs != nullptr;
   const OffsetChecks oc = offset_checks(
       {{L.a_offset, gather ? kOffGathered : kOffA}, {L.h1_offset, kOffH1}, {L.h2_offset, kOffH2}});
   run(GroupedGemmOp::kFpropSwiglu, a.common, DType::kBFloat16, gather, L, oc, stream);
+}
+
+namespace {
+
+// ---- the Mega decode kernel's chunk counters -------------------------------------------------------
+// [chunk_done | chunk_ready] int32 arrays per (device, stream, host thread for cudaStreamPerThread),
+// zeroed on the stream before every launch (one memset node in a graph). Grown by a new allocation
+// when a launch needs more chunks; the old one stays (a captured graph may still use it). Allocated
+// with relaxed capture mode, like tensormap_workspace.
+int32_t* mega_chunk_workspace(cudaStream_t stream, int64_t chunks) {
+  int dev = 0;
+  DMOE_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::thread::id tid = stream == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id();
+  const auto key = std::make_tuple(dev, reinterpret_cast<uintptr_t>(stream), tid);
+  static std::mutex mu;
+  static std::map<std::tuple<int, uintptr_t, std::thread::id>, std::pair<int32_t*, int64_t>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end() && it->second.second >= chunks) return it->second.first;
+  void* p = nullptr;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  const cudaError_t err = cudaMalloc(&p, static_cast<size_t>(2 * chunks) * sizeof(int32_t));
+  DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  DMOE_CUDA_CHECK(err);
+  cache[key] = {static_cast<int32_t*>(p), chunks};
+  return static_cast<int32_t*>(p);
+}
+
+}  // namespace
+
+void grouped_gemm_mega_nvfp4_decode(const W13FpropArgs& w13, const FpropArgs& w2, const MegaNvfp4Handoff& h,
+                                    cudaStream_t stream) {
+  constexpr const char* op = "grouped_gemm_mega_nvfp4_decode";
+  const GroupedGemmCommon& c13 = w13.common;
+  const GroupedGemmCommon& c2 = w2.common;
+  for (const GroupedGemmCommon* c : {&c13, &c2})
+    DMOE_CHECK_ARG(c->a_format == kNvfp4ExpandedRows && c->b_format == kNvfp4Weight, op,
+                   ": both GEMMs take A=", kNvfp4ExpandedRows.name(), " and B=", kNvfp4Weight.name(), ", got A=",
+                   c->a_format.name(), " B=", c->b_format.name());
+  DMOE_CHECK_ARG(c13.counts == c2.counts && c13.tile_rows == c2.tile_rows && c13.tile_rows != nullptr &&
+                     c13.e_local == c2.e_local && c13.m_capacity == c2.m_capacity,
+                 op, ": both GEMMs need the same counts, tile_rows (set), e_local and m_capacity");
+  DMOE_CHECK_ARG(c13.n == 2 * c2.k && c2.n == c13.k, op, ": W13 [2F, D] and W2 [D, F] do not match: W13 n=", c13.n,
+                 " k=", c13.k, ", W2 n=", c2.n, " k=", c2.k);
+  DMOE_CHECK_ARG(c13.k % 256 == 0 && c2.k % 256 == 0, op, ": D and F must be multiples of 256, got D=", c13.k,
+                 " F=", c2.k);
+  DMOE_CHECK_ARG(c13.config == nullptr && c2.config == nullptr, op, ": no configuration override (one fixed tile)");
+  DMOE_CHECK_ARG(w13.h1 == nullptr && w13.h2_offset == nullptr && w13.a_offset == nullptr && w2.a_offset == nullptr &&
+                     w2.out_offset == nullptr && w13.gather.row_ptrs == nullptr && w2.gather.row_ptrs == nullptr,
+                 op, ": no h1, device offsets or gather producer");
+  DMOE_CHECK_ARG(w2.a == w13.h2 && c2.scales.a == c13.scales.a && c13.scales.a != nullptr, op,
+                 ": w2.a must be w13.h2 and both token_scale_inv arrays the same (the hand-off writes h2's in place)");
+  DMOE_CHECK_ARG(h.packed_h2 != nullptr && reinterpret_cast<uintptr_t>(h.packed_h2) % 16 == 0 &&
+                     h.packed_stride % 16 == 0 && h.packed_stride >= numeric::nvfp4_packed_row_bytes(c2.k),
+                 op, ": handoff.packed_h2 needs 16-byte alignment and a stride of at least ",
+                 numeric::nvfp4_packed_row_bytes(c2.k), " bytes, a multiple of 16");
+  GemmLaunch L13, L2;
+  const bool run13 = prepare_w13_fprop(w13, L13, stream, op);
+  const bool run2 = prepare_fprop(w2, L2, stream, op);
+  if (!run13 || !run2) return;  // no rows
+  const DeviceFacts dev = device_facts();
+  const int smem = gemm::mega_nvfp4_decode_smem_bytes(static_cast<int>(c13.e_local));
+  DMOE_CHECK_ARG(smem <= dev.smem_optin, op, ": e_local = ", c13.e_local, " needs ", smem,
+                 " bytes of shared memory; the device allows ", dev.smem_optin);
+  fill_launch(L13, c13, dev.num_sms, dev.num_sms, stream);
+  fill_launch(L2, c2, dev.num_sms, dev.num_sms, stream);
+  L13.kind = L2.kind = gemm::GemmKind::kFpropSwapAB;
+  if (c13.validate_counts) {
+    validate_counts_kernel<<<1, 32, 0, stream>>>(c13.counts, L13.e_local, c13.m_capacity,
+                                                 static_cast<int>(GroupedGemmOp::kFpropSwiglu), OffsetChecks{}, 1);
+    DMOE_CUDA_CHECK_LAUNCH();
+  }
+  // Chunks: the 16-token tiles of all experts, at most m_capacity / 16 + e_local.
+  const int64_t chunks = c13.m_capacity / 16 + c13.e_local + 1;
+  int32_t* counters = mega_chunk_workspace(stream, chunks);
+  DMOE_CUDA_CHECK(cudaMemsetAsync(counters, 0, static_cast<size_t>(2 * chunks) * sizeof(int32_t), stream));
+  gemm::MegaParams m;
+  m.tile_counter = tile_counter_slot(stream);
+  m.chunk_done = counters;
+  m.chunk_ready = counters + chunks;
+  m.packed_h2 = h.packed_h2;
+  m.packed_stride = h.packed_stride;
+  m.token_scale_inv = static_cast<float*>(const_cast<void*>(c13.scales.a));
+  m.f = static_cast<int32_t>(c2.k);
+  gemm::launch_mega_nvfp4_decode(L13, L2, m);
 }
 
 namespace {

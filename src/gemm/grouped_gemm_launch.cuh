@@ -42,8 +42,34 @@ struct IsNvfp4 : std::false_type {};
 template <class Mainloop>
 struct IsNvfp4<Mainloop, std::void_t<decltype(Mainloop::kNvfp4)>> : std::bool_constant<Mainloop::kNvfp4> {};
 
+// Once per device for `kernel` (`configured_devices`: the kernel's own bit mask of devices done):
+// raise its dynamic shared memory limit to the device's opt-in maximum (the largest size any launch
+// can need, the E_local bound), then `extra(device, optin)` (cudaError_t). Relaxed capture mode: the
+// first call may come inside a CUDA graph capture, and neither is a stream operation. Returns the
+// current device.
+template <class KernelFn, class Extra>
+int configure_kernel_once(KernelFn* kernel, std::atomic<uint64_t>& configured_devices, Extra&& extra) {
+  int dev = 0;
+  DMOE_CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = uint64_t(1) << (dev & 63);
+  if ((configured_devices.load(std::memory_order_acquire) & bit) == 0) {
+    int optin = 0;
+    DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    if (err == cudaSuccess) err = extra(dev, optin);
+    DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    DMOE_CUDA_CHECK(err);
+    configured_devices.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  return dev;
+}
+
+// A launch's kernel parameters (maps, mainloop, epilogue, scheduler) and, in *tiles_upper_bound, a
+// host-side bound on its tile count (which sizes the grid).
 template <class Kernel>
-void launch_grouped_gemm(const GemmLaunch& L) {
+typename Kernel::Params grouped_gemm_params(const GemmLaunch& L, int64_t* tiles_upper_bound_out) {
   using Mainloop = typename Kernel::Mainloop;
   using Epilogue = typename Kernel::Epilogue;
   using gemm::GemmKind;
@@ -206,6 +232,15 @@ void launch_grouped_gemm(const GemmLaunch& L) {
   sc.num_experts = L.e_local;
   sc.m_capacity = L.m_capacity;
   sc.tile_counter = L.tile_counter;
+  *tiles_upper_bound_out = tiles_upper_bound;
+  return p;
+}
+
+template <class Kernel>
+void launch_grouped_gemm(const GemmLaunch& L) {
+  constexpr int kCluster = Kernel::kClusterM;
+  int64_t tiles_upper_bound = 0;
+  const typename Kernel::Params p = grouped_gemm_params<Kernel>(L, &tiles_upper_bound);
 
   // Persistent grid: at most one CTA per SM, and no more CTAs than tiles can exist. The gather
   // variants keep every CTA: each one also gathers its share of the rows. Clusters: whole clusters,
@@ -227,33 +262,21 @@ void launch_grouped_gemm(const GemmLaunch& L) {
     config.attrs = attr;
     config.numAttrs = 1;
   }
-  // Once per device: raise the kernel's dynamic shared memory limit to the largest size any launch
-  // can need (the E_local bound) and, for clusters, count how many fit at once at that size.
-  // Relaxed capture mode: the first call may come inside a CUDA graph capture, and neither is a
-  // stream operation.
+  // For clusters, how many fit at once at the largest shared memory size (counted once per device).
   static std::atomic<uint64_t> configured_devices{0};
   static std::atomic<int> max_clusters[64];
-  int dev = 0;
-  DMOE_CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = uint64_t(1) << (dev & 63);
-  if ((configured_devices.load(std::memory_order_acquire) & bit) == 0) {
-    int optin = 0;
-    DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-    if (err == cudaSuccess && kCluster > 1) {
+  const int dev = configure_kernel_once(kernel, configured_devices, [&](int device, int optin) {
+    cudaError_t err = cudaSuccess;
+    if constexpr (kCluster > 1) {
       cudaLaunchConfig_t probe = config;
       probe.gridDim = dim3(kCluster);
       probe.dynamicSmemBytes = static_cast<size_t>(optin);
       int n = 0;
       err = cudaOccupancyMaxActiveClusters(&n, kernel, &probe);
-      max_clusters[dev & 63].store(n, std::memory_order_relaxed);
+      max_clusters[device & 63].store(n, std::memory_order_relaxed);
     }
-    DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    DMOE_CUDA_CHECK(err);
-    configured_devices.fetch_or(bit, std::memory_order_acq_rel);
-  }
+    return err;
+  });
   if constexpr (kCluster > 1) {
     const int resident = max_clusters[dev & 63].load(std::memory_order_relaxed);
     DMOE_CHECK_ARG(resident >= 1, "grouped_gemm: no ", kCluster,

@@ -302,6 +302,12 @@ struct GemmLaunch {
 
 using GemmLaunchFn = void (*)(const GemmLaunch&);
 
+// The Mega pipeline's NVFP4 decode kernel (grouped_gemm_sm90_mega.cu, device/gemm/mega_swap_ab.cuh):
+// L13 and L2 are the W13 FPROP's and the W2 FPROP's launches as run() fills them (16-token swap-AB
+// tiles on expanded token rows), `m` its counters and hand-off (tile_counter set, chunk arrays zero).
+void launch_mega_nvfp4_decode(const GemmLaunch& L13, const GemmLaunch& L2, const gemm::MegaParams& m);
+int mega_nvfp4_decode_smem_bytes(int num_experts);
+
 // What an instantiation file provides for one list entry.
 struct GemmKernelFns {
   GemmLaunchFn launch = nullptr;

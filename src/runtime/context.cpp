@@ -11,6 +11,8 @@
 #include "dist_moe/check.h"
 #include "comm/ep_kernels.h"
 #include "dist_moe/device/numeric/fp8_blockwise.cuh"
+#include "dist_moe/memory_plan.h"
+#include "dist_moe/grouped_gemm_config.h"
 #include "kernels/planner.h"
 #include "quant/quantize.h"
 #include "runtime/context_impl.h"
@@ -72,6 +74,16 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
   const int64_t cap = c.capacity_rows(), D = c.config.hidden_dim, F = c.config.intermediate_dim;
   const bool nvfp4 = c.config.block_scaled->format == BlockScaledFormat::kNVFP4;
   const bool expand = nvfp4_expands_token_rows(c.config, c.world, c.plan.total_scratch_capacity_factor);
+  if (c.config.block_scaled->pipeline == BlockScaledPipeline::kMega) {
+    // Mega's Hopper kernel so far: the 16-token swap-AB tile on expanded token rows (decode).
+    const int64_t L = c.local_experts;
+    const int64_t rows = plan_max_recv_rows(c.config.max_num_local_input_tokens, c.config.top_k,
+                                            c.plan.total_scratch_capacity_factor, L, c.world, /*row_multiple=*/1);
+    if (!nvfp4 || !expand || rows > kNarrowDecodeRowsPerExpert * L)
+      detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' runs decode-sized NVFP4 inference on "
+                   "Hopper so far (at most ", kNarrowDecodeRowsPerExpert, " routed rows per local expert); this "
+                   "context can route ", rows, " rows to its ", L, " local experts; use pipeline='staged'");
+  }
   const planner::Mxfp8Scratch s = nvfp4 ? planner::nvfp4_scratch(cap, D, F, c.geometry.buffer_bytes, expand)
                                         : planner::mxfp8_scratch(cap, D, F, c.config.inference, c.geometry.buffer_bytes);
   const int64_t floor = c.geometry.num_slots * c.geometry.slot_bytes;

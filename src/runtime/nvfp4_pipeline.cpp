@@ -72,6 +72,21 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   f13.clip_stats = clip_stats;
   f13.clip_limit = clip_limit;
   f13.clip_rows = t.real_counts;  // not the padding rows
+  FpropArgs f2 = w2_fprop_args(c, in, t.counts);
+  use_nvfp4_operands(f2.common, w2, expanded_scales, t.real_counts);
+  f2.w = w2.fprop_data;
+  f2.scatter.row_ptrs = t.scatter_dst;
+
+  if (c.config.block_scaled->pipeline == BlockScaledPipeline::kMega) {
+    // One launch (decode contexts; context.cpp): each chunk's h2 is quantized into the packed rows
+    // and expanded in place of its BF16 rows as soon as its last W13 tile is done.
+    DMOE_ASSERT(expand);
+    f2.a = h2_bf16;
+    grouped_gemm_mega_nvfp4_decode(f13, f2, MegaNvfp4Handoff{rows, quant::nvfp4_packed_row_bytes(F)}, stream);
+    c.stage("mega", stream);
+    return;
+  }
+
   grouped_gemm_w13_fprop(f13, stream);
   c.stage("w13", stream);
 
@@ -87,11 +102,7 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
     c.stage("expand_h2_rows", stream);
   }
 
-  FpropArgs f2 = w2_fprop_args(c, in, t.counts);
-  use_nvfp4_operands(f2.common, w2, expanded_scales, t.real_counts);
   f2.a = expand ? expanded : rows;
-  f2.w = w2.fprop_data;
-  f2.scatter.row_ptrs = t.scatter_dst;
   grouped_gemm_fprop(f2, stream);
   c.stage("w2", stream);
 }

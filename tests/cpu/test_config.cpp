@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "dist_moe/config.h"
@@ -328,6 +329,17 @@ TEST(BlockScaledExecution, Mxfp8StagedRunsAndTheRestSaysWhy) {
   Config mega = c;
   mega.block_scaled->pipeline = BlockScaledPipeline::kMega;
   expect_execution_error(mega, 1, {"pipeline='mega' has no Hopper execution yet"});
+  // Mega's first kernel (NVFP4 decode inference, not yet run on a GPU) only under the experimental
+  // flag; MXFP8 Mega and NVFP4 Mega without the flag keep the refusal (the decode size is the
+  // context's check, tests/gpu/multi).
+  Config nvfp4_mega = nvfp4;
+  nvfp4_mega.block_scaled->pipeline = BlockScaledPipeline::kMega;
+  ::unsetenv("DMOE_EXPERIMENTAL_MEGA");
+  expect_execution_error(nvfp4_mega, 1, {"pipeline='mega' has no Hopper execution yet", "DMOE_EXPERIMENTAL_MEGA=1"});
+  ::setenv("DMOE_EXPERIMENTAL_MEGA", "1", 1);
+  EXPECT_NO_THROW(validate_block_scaled_execution(nvfp4_mega, 1));
+  expect_execution_error(mega, 1, {"pipeline='mega' has no Hopper execution yet"});
+  ::unsetenv("DMOE_EXPERIMENTAL_MEGA");
   Config fast = c;
   fast.block_scaled->fast_math = true;
   expect_execution_error(fast, 1, {"fast_math has no Hopper execution yet"});

@@ -373,5 +373,157 @@ TEST(GroupedGemmNvfp4, HeuristicPicksFitManyExperts) {
   run_nvfp4_fprop({800, 256, 256, 8, 68u}, nullptr);
 }
 
+// ---- Mega (grouped_gemm_mega_nvfp4_decode, device/gemm/mega_swap_ab.cuh) ------------------------
+// One launch of W13 + SwiGLU, the per-chunk h2 hand-off and W2 against the staged sequence it
+// replaces -- W13 FPROP, nvfp4_quantize_rows over the token rows, nvfp4_expand_rows, W2 FPROP, each
+// on the same 16-token decode tile -- on the same operands, bit for bit: h3, the packed h2 rows, the
+// expanded h2 rows and their token_scale_inv, the clip statistics. Segments are padded to 32 rows
+// with 0..12 token rows each (the layer's decode layout; empty experts included); rows past the
+// token rows must stay untouched. Run twice (the chunk counters start from zero again).
+
+// The 16-token swap-AB configuration on expanded rows for `op`.
+GroupedGemmConfig decode16_config(GroupedGemmOp op) {
+  for (const GemmParam& p : format_params(op, DType::kBFloat16, kNvfp4ExpandedRows, kNvfp4Weight))
+    if (p.config.swap_ab && p.config.block_n == 16) return p.config;
+  ADD_FAILURE() << "no 16-token expanded decode configuration";
+  return {};
+}
+
+void run_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uint32_t seed) {
+  std::printf("nvfp4 mega E=%lld D=%lld F=%lld %s\n", static_cast<long long>(E), static_cast<long long>(D),
+              static_cast<long long>(F), clamped ? "clamped" : "plain");
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> real(0, 12);
+  std::vector<int32_t> counts(static_cast<size_t>(E), 32), tiles(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) tiles[e] = e % 5 == 1 ? 0 : real(rng);
+  const std::vector<int32_t> offsets = offsets_of(counts);
+  const int64_t M = offsets.back(), cap = M + kSlack;
+  const Nvfp4Rows x = nvfp4_rows(spread_bf16(cap, D, 1, 1.0f, rng), cap, D);
+  const Nvfp4Weight w13 = nvfp4_weight(spread_bf16(E * 2 * F, D, 2 * F, 1.0f / std::sqrt(float(D)), rng), E, 2 * F, D);
+  const Nvfp4Weight w2 = nvfp4_weight(spread_bf16(E * D, F, D, 1.0f / std::sqrt(float(F)), rng), E, D, F);
+  DeviceBuffer<int32_t> d_counts(counts), d_tiles(tiles), d_offsets(offsets);
+  const quant::RowGroups groups{d_tiles.get(), d_offsets.get(), static_cast<int32_t>(E)};
+  const int64_t pk_x = quant::nvfp4_packed_row_bytes(D), pk_h = quant::nvfp4_packed_row_bytes(F);
+  const GroupedGemmConfig cfg13 = decode16_config(GroupedGemmOp::kFpropSwiglu);
+  const GroupedGemmConfig cfg2 = decode16_config(GroupedGemmOp::kFprop);
+
+  // What each path owns: the expanded x rows are only read; the token scales, h2 and the rows are
+  // written by both.
+  DeviceBuffer<uint16_t> x_exp(static_cast<size_t>(cap * std::max(D, F)));
+  x_exp.poison();
+  struct Path {
+    DeviceBuffer<float> scales;
+    DeviceBuffer<uint16_t> h2, h2_exp, out;
+    DeviceBuffer<uint8_t> packed_h2;
+    DeviceBuffer<float> clip;
+  };
+  auto make_path = [&] {
+    Path p{DeviceBuffer<float>(static_cast<size_t>(cap)), DeviceBuffer<uint16_t>(static_cast<size_t>(cap * F)),
+           DeviceBuffer<uint16_t>(static_cast<size_t>(cap * F)), DeviceBuffer<uint16_t>(static_cast<size_t>(cap * D)),
+           DeviceBuffer<uint8_t>(static_cast<size_t>(cap * pk_h)), DeviceBuffer<float>(3)};
+    p.h2.poison();
+    p.h2_exp.poison();
+    p.out.poison();
+    DMOE_CUDA_CHECK(cudaMemset(p.packed_h2.get(), 0xAB, static_cast<size_t>(cap * pk_h)));
+    quant::nvfp4_expand_rows(nullptr, x.packed.get(), pk_x, groups, cap, D, x_exp.get(), p.scales.get(), nullptr);
+    return p;
+  };
+  auto common = [&](const Path& p, int64_t n, int64_t k, const Nvfp4Weight& w) {
+    GroupedGemmCommon c;
+    c.counts = d_counts.get();
+    c.tile_rows = d_tiles.get();
+    c.e_local = E;
+    c.m_capacity = cap;
+    c.n = n;
+    c.k = k;
+    c.a_format = kNvfp4ExpandedRows;
+    c.b_format = kNvfp4Weight;
+    c.scales = OperandScales{p.scales.get(), 0, w.s.get(), w.gsi.get()};
+    return c;
+  };
+  auto args = [&](const Path& p, void* h2, W13FpropArgs& a13, FpropArgs& a2) {
+    a13.common = common(p, 2 * F, D, w13);
+    a13.a = x_exp.get();
+    a13.w13 = w13.q.get();
+    a13.h2 = h2;
+    a13.activation = clamped ? Activation::kSwiGLUClamped : Activation::kSwiGLU;
+    a13.swiglu_limit = 0.6f;
+    a13.clip_stats = p.clip.get();
+    a13.clip_limit = 0.5f;
+    a13.clip_rows = d_tiles.get();
+    a2.common = common(p, D, F, w2);
+    a2.w = w2.q.get();
+    a2.out = p.out.get();
+  };
+
+  Path staged = make_path();
+  {
+    W13FpropArgs a13;
+    FpropArgs a2;
+    args(staged, staged.h2.get(), a13, a2);
+    a13.common.config = &cfg13;
+    a2.common.config = &cfg2;
+    grouped_gemm_w13_fprop(a13, nullptr);
+    quant::nvfp4_quantize_rows(quant::Bf16Matrix{staged.h2.get(), cap, F, F},
+                               quant::nvfp4_packed_rows_out(staged.packed_h2.get(), pk_h, F), nullptr,
+                               d_offsets.get() + E, groups);
+    quant::nvfp4_expand_rows(nullptr, staged.packed_h2.get(), pk_h, groups, cap, F, staged.h2_exp.get(),
+                             staged.scales.get(), nullptr);
+    a2.a = staged.h2_exp.get();
+    grouped_gemm_fprop(a2, nullptr);
+  }
+  Path mega = make_path();
+  for (int call = 0; call < 2; ++call) {
+    SCOPED_TRACE(call);
+    if (call == 1) {  // fresh inputs for the second call: x's token scales and the poisoned h2
+      mega.h2.poison();
+      mega.out.poison();
+      quant::nvfp4_expand_rows(nullptr, x.packed.get(), pk_x, groups, cap, D, x_exp.get(), mega.scales.get(), nullptr);
+    }
+    W13FpropArgs a13;
+    FpropArgs a2;
+    args(mega, mega.h2.get(), a13, a2);
+    a2.a = mega.h2.get();
+    grouped_gemm_mega_nvfp4_decode(a13, a2, MegaNvfp4Handoff{mega.packed_h2.get(), pk_h}, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<char> token(static_cast<size_t>(cap), 0);
+    for (int64_t e = 0; e < E; ++e)
+      for (int32_t r = 0; r < tiles[e]; ++r) token[static_cast<size_t>(offsets[e] + r)] = 1;
+    auto diff_rows = [&](const char* what, const auto& got, const auto& want, int64_t row_elems) {
+      int64_t bad = 0, touched = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const size_t m = i / static_cast<size_t>(row_elems);
+        if (token[m]) bad += got[i] != want[i];
+        else touched += got[i] != want[i];  // both untouched (poison / fill) where no token row lies
+      }
+      EXPECT_EQ(bad, 0) << what << ": elements of token rows differ from the staged pipeline";
+      EXPECT_EQ(touched, 0) << what << ": rows past the token rows differ (written by one path only)";
+    };
+    diff_rows("h3", mega.out.download(), staged.out.download(), D);
+    diff_rows("packed h2", mega.packed_h2.download(), staged.packed_h2.download(), pk_h);
+    diff_rows("expanded h2", mega.h2.download(), staged.h2_exp.download(), F);
+    const std::vector<float> ms = mega.scales.download(), ss = staged.scales.download();
+    int64_t bad_scale = 0;
+    for (int64_t m = 0; m < cap; ++m) bad_scale += token[m] && std::memcmp(&ms[m], &ss[m], 4) != 0;
+    EXPECT_EQ(bad_scale, 0) << "h2 token_scale_inv differs";
+    EXPECT_EQ(mega.clip.download(), staged.clip.download()) << "clip statistics differ";
+  }
+}
+
+TEST(MegaNvfp4Decode, MatchesTheStagedSequenceBitwise) {
+  DMOE_REQUIRE_SM90();
+  run_mega_vs_staged(16, 512, 768, false, 91u);
+}
+TEST(MegaNvfp4Decode, ClampedManyExpertsLongK) {
+  DMOE_REQUIRE_SM90();
+  run_mega_vs_staged(72, 1024, 1280, true, 92u);  // more chunks than CTAs: W2 tiles wait on the W13 tail
+}
+TEST(MegaNvfp4Decode, RefusesWhatItCannotRun) {
+  DMOE_REQUIRE_SM90();
+  W13FpropArgs a13;
+  FpropArgs a2;
+  EXPECT_THROW(grouped_gemm_mega_nvfp4_decode(a13, a2, MegaNvfp4Handoff{}, nullptr), Error);
+}
+
 }  // namespace
 }  // namespace dist_moe::testing

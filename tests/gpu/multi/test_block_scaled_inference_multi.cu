@@ -397,6 +397,99 @@ bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
   return expect_error.ok;
 }
 
+// ---- Mega (NVFP4 decode; issue #28) ------------------------------------------------------------
+// The Mega pipeline runs the staged pipeline's kernels' numerics in one launch, so its output must
+// equal the staged context's bit for bit (and pass the same oracle checks). Decode-sized cases only
+// (at most 12 routed rows per local expert: the contexts Mega accepts), ragged by random routing.
+// Mega waits for its first GPU run behind DMOE_EXPERIMENTAL_MEGA, which these cases set.
+Case mega_case(const char* name) {
+  Case c{name};
+  c.T_max = c.T = 24;
+  c.K = 4;
+  c.E = 16;  // 96 routes: 6 rows per expert on average
+  c.D = 512;
+  c.F = 768;
+  return c;
+}
+
+Config mega_config(const Case& c, int world) {
+  Config cfg = config_of(c, world);
+  cfg.block_scaled->pipeline = BlockScaledPipeline::kMega;
+  return cfg;
+}
+
+// Staged vs Mega on the same inputs (eager), and Mega against the oracle; with `graph`, Mega
+// captured once and replayed twice, each replay == eager.
+bool mega_matches_staged(const Case& c, bool graph, ncclComm_t nccl, int rank, int world, cudaStream_t stream,
+                         std::string* why) {
+  ::setenv("DMOE_EXPERIMENTAL_MEGA", "1", 1);
+  const Problem pr = make_problem(c, world);
+  auto staged = Context::create(config_of(c, world), nccl);
+  auto mega = Context::create(mega_config(c, world), nccl);
+  Inputs inp(c, pr.p, rank, stream);
+  const TensorF want = run_layer(*staged, c, inp.in, stream);
+  const TensorF got = run_layer(*mega, c, inp.in, stream);
+  bool ok = check_out(c, pr, got, rank, why);
+  if (!reference::bitwise_equal(got, want)) ok = false, *why += " mega != staged;";
+  const TensorF again = run_layer(*mega, c, inp.in, stream);  // the counters start from zero again
+  if (!reference::bitwise_equal(again, want)) ok = false, *why += " second mega call != staged;";
+  if (graph) {
+    Outputs graphed(c, mega->local_experts());
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    DMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    routed_experts_inference(*mega, inp.in, graphed.out.get(), suite_options(c), stream);
+    DMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+    DMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    for (int replay = 0; replay < 2; ++replay) {
+      DMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      sync(stream);
+      if (!reference::bitwise_equal(graphed.read(c, mega->local_experts()).out, want))
+        ok = false, *why += " mega replay " + std::to_string(replay) + " != staged;";
+    }
+    DMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    DMOE_CUDA_CHECK(cudaGraphDestroy(g));
+  }
+  staged->close();
+  mega->close();
+  return ok;
+}
+
+bool case_mega(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  const Case base = mega_case("mega");
+  std::vector<Case> v{base};
+  Case c = base; c.name = "clamped"; c.activation = Activation::kSwiGLUClamped; c.seed = 3; v.push_back(c);
+  c = base; c.name = "rmsnorm_k8"; c.rmsnorm = true; c.K = 8; c.T = c.T_max = 12; c.seed = 4; v.push_back(c);
+  c = base; c.name = "t1"; c.T = 1; c.seed = 5; v.push_back(c);
+  c = base; c.name = "bounded_T"; c.T = 9; c.seed = 6; v.push_back(c);
+  c = base; c.name = "e64_d3_f5"; c.E = 64; c.K = 8; c.T = c.T_max = 64; c.D = 3 * kDimStep; c.F = 5 * kDimStep;
+  c.seed = 8; v.push_back(c);
+  if (world > 1) { c = base; c.name = "padded_rank1"; c.padded_rank = 1; v.push_back(c); }
+  bool ok = true;
+  for (const Case& k : v) {
+    std::string w;
+    if (k.E % world != 0 || !mega_matches_staged(k, false, nccl, rank, world, stream, &w)) ok = false, *why += " " + k.name + ":" + w;
+  }
+  return ok;
+}
+bool case_mega_graph(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  Case c = mega_case("mega_graph");
+  c.seed = 9;
+  return mega_matches_staged(c, true, nccl, rank, world, stream, why);
+}
+
+// Without the flag, and on a context that is not decode-sized, pipeline='mega' is refused clearly.
+bool case_mega_validation(ncclComm_t nccl, int /*rank*/, int world, cudaStream_t /*stream*/, std::string* why) {
+  ErrorExpectations expect_error{why};
+  ::unsetenv("DMOE_EXPERIMENTAL_MEGA");
+  expect_error("unflagged", "pipeline='mega' has no Hopper execution yet",
+               [&] { Context::create(mega_config(mega_case("v"), world), nccl); });
+  ::setenv("DMOE_EXPERIMENTAL_MEGA", "1", 1);
+  expect_error("prefill", "runs decode-sized NVFP4 inference on Hopper so far",
+               [&] { Context::create(mega_config(prefill_case("v"), world), nccl); });
+  return expect_error.ok;
+}
+
 // The MXFP8 suite's trap scenarios on the format's inference context: `overflow` (T=512,
 // D=F=256, K=1, one expert per rank, device factor 0.5: every token to expert 0) and `bad_id`
 // (T=128, K=1, E=4, every id 4, validate_expert_ids); each must end in its diagnostic.
@@ -441,6 +534,9 @@ int main(int argc, char** argv) {
                     {"preparations", case_preparations},
                     {"validation", case_validation}},
                    [] { g_margins = {}; }, [] { return g_margins.line(); });
+    if (kNvfp4)
+      s.run_specials({{"mega", case_mega}, {"mega_graph", case_mega_graph}, {"mega_validation", case_mega_validation}},
+                     [] { g_margins = {}; }, [] { return g_margins.line(); });
     return 0;
   });
 }

@@ -81,7 +81,9 @@ struct SwapABStaging {
   }
 
   // NVFP4 (EpilogueParams::expert_scale_inv set): acc = fl(fl(acc * acc_scale * token_scale_inv)
-  // * expert_scale_inv[e]) in place, upstream's order (acc_scale, a power of two, is exact).
+  // * expert_scale_inv[e]) in place, upstream's order (acc_scale, a power of two, is exact). The
+  // token scales are read from L2 (ld.global.cg): in the Mega kernel other SMs write them during the
+  // launch (mega_swap_ab.cuh), and a line this SM read earlier could be stale in its L1.
   template <int kBlocks, int kN>
   DMOE_DEVICE static void apply_nvfp4_scales(const EpilogueParams& p, const WorkTile& t, float (&acc)[kBlocks][kN]) {
     if (p.expert_scale_inv == nullptr) return;
@@ -93,7 +95,7 @@ struct SwapABStaging {
       for (int h = 0; h < 2; ++h) {
         const int c = first_token(t) + 8 * j + tok + h;
         const float token = c < t.num_rows  // past the expert: never stored
-                                ? p.token_scale_inv[(static_cast<int64_t>(t.row_begin) + c) * p.token_scale_stride]
+                                ? __ldcg(p.token_scale_inv + (static_cast<int64_t>(t.row_begin) + c) * p.token_scale_stride)
                                 : 0.0f;
 #pragma unroll
         for (int b = 0; b < kBlocks; ++b)

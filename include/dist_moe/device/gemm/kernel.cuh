@@ -84,6 +84,24 @@ DMOE_DEVICE int32_t tile_ring_read(TileRingStorage& r, int32_t seq) {
   if (threadIdx.x % 32 == 0) ptx::mbarrier_arrive(ptx::smem_addr(&r.empty[slot]));
   return lin;
 }
+// Warp sums -> CTA sums in shared memory -> one FP32 atomicAdd per counter per CTA. Every thread of
+// both consumer warpgroups calls it (consumer_tid 0..255).
+DMOE_DEVICE void flush_clip_counts(const EpilogueParams& p, const ClipCounts& c, uint32_t* cta_counts, int consumer_tid) {
+  const uint32_t gate = __reduce_add_sync(0xffffffffu, c.gate_over);
+  const uint32_t up = __reduce_add_sync(0xffffffffu, c.up_over);
+  const uint32_t elems = __reduce_add_sync(0xffffffffu, c.elems);
+  if (consumer_tid % 32 == 0) {
+    atomicAdd(&cta_counts[0], gate);
+    atomicAdd(&cta_counts[1], up);
+    atomicAdd(&cta_counts[2], elems);
+  }
+  ptx::named_barrier_sync(kBarrierConsumers, 256);
+  if (consumer_tid == 0) {
+    atomicAdd(&p.clip_stats[0], static_cast<float>(cta_counts[0]));
+    atomicAdd(&p.clip_stats[1], static_cast<float>(cta_counts[1]));
+    atomicAdd(&p.clip_stats[2], static_cast<float>(cta_counts[2]));
+  }
+}
 #endif  // __CUDACC__
 
 // Whether an epilogue stores deferred (epilogue_store.cuh: StoreEpilogue::kDeferred; others never).
@@ -336,26 +354,6 @@ struct GroupedGemmKernel {
     // Every thread of both CTAs: the peer's last multicasts into this CTA, and this CTA's last
     // arrivals on the peer's barriers, are complete before either CTA exits.
     if constexpr (kClusterM > 1) ptx::cluster_sync();
-  }
-
- private:
-  // Warp sums -> CTA sums in shared memory -> one FP32 atomicAdd per counter per CTA.
-  DMOE_DEVICE static void flush_clip_counts(const EpilogueParams& p, const ClipCounts& c, uint32_t* cta_counts,
-                                            int consumer_tid) {
-    const uint32_t gate = __reduce_add_sync(0xffffffffu, c.gate_over);
-    const uint32_t up = __reduce_add_sync(0xffffffffu, c.up_over);
-    const uint32_t elems = __reduce_add_sync(0xffffffffu, c.elems);
-    if (consumer_tid % 32 == 0) {
-      atomicAdd(&cta_counts[0], gate);
-      atomicAdd(&cta_counts[1], up);
-      atomicAdd(&cta_counts[2], elems);
-    }
-    ptx::named_barrier_sync(kBarrierConsumers, 256);
-    if (consumer_tid == 0) {
-      atomicAdd(&p.clip_stats[0], static_cast<float>(cta_counts[0]));
-      atomicAdd(&p.clip_stats[1], static_cast<float>(cta_counts[1]));
-      atomicAdd(&p.clip_stats[2], static_cast<float>(cta_counts[2]));
-    }
   }
 
 #endif  // __CUDACC__

@@ -159,6 +159,19 @@ struct EpilogueParams {
   float acc_scale = 1.0f;
 };
 
+// The Mega decode kernel's own state (mega_swap_ab.cuh).
+struct MegaParams {
+  int32_t* tile_counter = nullptr;  // [2] the dynamic schedule's pair over both GEMMs' tiles
+  int32_t* chunk_done = nullptr;    // [max chunks] W13 warpgroup arrivals; zero at launch
+  int32_t* chunk_ready = nullptr;   // [max chunks] 1 once the chunk's W2 operand rows exist; zero at launch
+  // NVFP4 hand-off: the chunk's packed h2 rows (packed_stride bytes apart), then FP16 rows in place of
+  // the BF16 h2 [rows, f] (W13's kMapH2), their token_scale_inv [rows] over x's.
+  uint8_t* packed_h2 = nullptr;
+  int64_t packed_stride = 0;
+  float* token_scale_inv = nullptr;
+  int32_t f = 0;
+};
+
 // Per-thread clip counters, summed per CTA at the end of the kernel.
 struct ClipCounts {
   uint32_t gate_over = 0;

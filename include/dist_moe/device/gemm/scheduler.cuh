@@ -172,6 +172,8 @@ class GroupedTileScheduler {
         order_(tables + 2 * (p.num_experts + 1)) {}
 
   DMOE_DEVICE int32_t total_tiles() const { return tile_offset_[p_.num_experts]; }
+  // The first linear tile of the expert visited p-th (unsorted groupings: expert p).
+  DMOE_DEVICE int32_t tile_offset(int32_t p) const { return tile_offset_[p]; }
   DMOE_DEVICE int32_t total_rows() const { return row_offset_[p_.num_experts]; }
 
   DMOE_DEVICE WorkTile first() {

@@ -1,0 +1,294 @@
+// The Mega pipeline on Hopper, decode form (issue #28): W13 FPROP + SwiGLU, the h2 hand-off and W2
+// FPROP in one persistent launch, one tile stream, per-chunk done counters -- the reduced FC13 ->
+// FC2 chunk pipeline of upstream_kernels_and_formats.md §7.2 (a producer warpgroup and two consumer
+// warpgroups; no room for upstream's separate gather and quant warpgroups).
+//
+// Tiles: both GEMMs run the swap-AB decode tile (weights on the wgmma M side, 16 tokens on N) of
+// the same mainloop family and stage size, so they share one stage ring. The linear tile space is
+// every W13 tile (expert-major, scheduler.cuh's kN order), then every W2 tile; the producer draws
+// tiles from one global counter (the dynamic schedule), so every W13 tile is drawn before any W2
+// tile and the W2 tiles start as the W13 tail still runs.
+//
+// Chunks: a chunk is one expert's 16-token tile, (e, n_block); chunk c = (token tiles of the experts
+// before e) + n_block, the same number in both GEMMs. Its W13 tiles (F / 128 of them) each end with
+// both consumer warpgroups' epilogues; each warpgroup then counts itself in chunk_done[c] (release),
+// and the warpgroup that completes the count (2 F / 128 arrivals; acquire) is the chunk's finisher:
+// it turns the chunk's BF16 h2 rows into W2's operand rows (the Handoff), fences them for the async
+// proxy and publishes chunk_ready[c] = 1 (release). The TMA thread waits for chunk_ready of a W2
+// tile's chunk (acquire, then the proxy fence) before loading it.
+//
+// No deadlock: a W2 tile waits only for W13 tiles drawn before it, which CTAs are running; a CTA's
+// producer draws its next tile only after issuing all loads of the current one, so its consumers
+// always finish (and, if last, hand off) the tiles it already drew, whatever the producer waits for.
+//
+// Counters: chunk_done and chunk_ready are zero at launch (the host memsets them, one node in a
+// graph); the tile counter pair resets itself (scheduler.cuh).
+//
+// Handoff (NVFP4 with expanded token rows, Nvfp4ExpandedHandoff): each of the finisher's four warps
+// takes a token row of the chunk at a time: nvfp4_quantize_row_warp into the packed h2 row (the
+// bytes of the staged pipeline's h2 quantization), then the packed row expanded to FP16 in place of
+// the BF16 row (the bytes of nvfp4_expand_rows) and its token_scale_inv over x's (x's rows of the
+// chunk are dead: all W13 tiles of the chunk are done). W2 then reads what the staged W2 reads.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "dist_moe/device/common/macros.cuh"
+#include "dist_moe/device/common/spin_wait.cuh"
+#include "dist_moe/device/gemm/epilogue_swap_ab.cuh"
+#include "dist_moe/device/gemm/kernel.cuh"
+#include "dist_moe/device/numeric/nvfp4.cuh"
+#include "dist_moe/device/ptx/fence.cuh"
+#include "dist_moe/device/ptx/ld_st.cuh"
+#include "dist_moe/device/quant/nvfp4_rows.cuh"
+
+namespace dist_moe::gemm {
+
+#if defined(__CUDACC__)
+
+// The chunk's rows [row0, row0 + rows) of h2 (BF16 at h2, f per row) into expanded NVFP4 rows in
+// place, as nvfp4_quantize_rows then nvfp4_expand_rows would (numerics: device/quant/nvfp4_rows.cuh).
+// Every thread of the finisher warpgroup calls it (tid: 0..127).
+struct Nvfp4ExpandedHandoff {
+  static constexpr int kMaxStagesPerPass = 8;
+  DMOE_DEVICE static void run(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int tid) {
+    const int warp = tid / 32, lane = tid % 32;
+    const int64_t f = p.f;
+    const int64_t stages = f / kNvfp4StageK;
+    const quant::Nvfp4ExpandLane l(lane);
+    for (int32_t r = warp; r < rows; r += 4) {
+      const int64_t m = static_cast<int64_t>(row0) + r;
+      char* row = h2 + m * f * 2;
+      uint8_t* packed = p.packed_h2 + m * p.packed_stride;
+      quant::nvfp4_quantize_row_warp(reinterpret_cast<const uint16_t*>(row), f, packed, lane);
+      __syncwarp();  // the packed row (other lanes' stores) before it is read back
+      uint4* units = reinterpret_cast<uint4*>(row) + lane;
+      for (int64_t kb0 = 0; kb0 < stages; kb0 += kMaxStagesPerPass) {
+        const int count = static_cast<int>(min(static_cast<int64_t>(kMaxStagesPerPass), stages - kb0));
+        quant::nvfp4_expand_row_stages<kMaxStagesPerPass>(l, packed, numeric::nvfp4_packed_row_scales_offset(f), kb0,
+                                                          count, units + kb0 * (kNvfp4StageK / 8));
+      }
+      if (lane == 0)
+        p.token_scale_inv[m] = *reinterpret_cast<const float*>(packed + numeric::nvfp4_packed_row_token_scale_offset(f));
+    }
+  }
+};
+
+template <class Mainloop13_, class Mainloop2_, class Handoff>
+struct MegaSwapABKernel {
+  using Mainloop13 = Mainloop13_;
+  using Mainloop2 = Mainloop2_;
+  using Epilogue13 = SwapABSwigluEpilogue<Mainloop13>;
+  using Epilogue2 = SwapABStoreEpilogue<Mainloop2>;
+  using Writer = PaddedStagingWriter;
+  using Pipeline = typename Mainloop13::Pipeline;
+  static constexpr int kBlockM = Mainloop13::kBlockM;
+  static constexpr int kBlockN = Mainloop13::kBlockN;
+  static constexpr int kStages = Mainloop13::kStages;
+  using Scheduler = GroupedTileScheduler<Grouping::kN, kBlockM, kBlockN>;
+
+  static_assert(Mainloop13::kKind == GemmKind::kFpropSwapAB && Mainloop2::kKind == GemmKind::kFpropSwapAB,
+                "both GEMMs are swap-AB decode tiles");
+  static_assert(Mainloop13::kSplit && !Mainloop2::kSplit, "W13 splits gate / up rows, W2 does not");
+  static_assert(Mainloop2::kBlockM == kBlockM && Mainloop2::kBlockN == kBlockN && Mainloop2::kStages == kStages &&
+                    Mainloop13::smem_bytes() == Mainloop2::smem_bytes() &&
+                    std::is_same<Pipeline, typename Mainloop2::Pipeline>::value,
+                "one stage ring for both GEMMs");
+  static_assert(Mainloop13::kScaleWarps == 0 && Mainloop2::kScaleWarps == 0 && !Mainloop13::kPingPong &&
+                    !Mainloop2::kPingPong && Mainloop13::kMmaPerWg == Mainloop2::kMmaPerWg &&
+                    Mainloop13::kAccPerMma == Mainloop2::kAccPerMma,
+                "cooperative consumers, the TMA thread alone fills the stages");
+
+  static constexpr int kThreads = 384;
+  static constexpr uint32_t kLaunchRegs = (65536u / kThreads) & ~7u;
+  static constexpr uint32_t kProducerRegs = 40;
+  static constexpr uint32_t kConsumerRegs = 232;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kLaunchRegs * kThreads, "launch register allocation");
+
+  struct Params {
+    OperandMaps maps13;  // W13 weights (A), x expanded rows (B), h2 (kMapH2); maps first: 64-byte alignment
+    OperandMaps maps2;   // W2 weights (A), h2 expanded rows (B), out (or scatter rows)
+    MainloopParams ml13, ml2;
+    EpilogueParams ep13, ep2;
+    SchedulerParams sc13, sc2;  // the same counts and tile rows; their own M tiles per expert
+    MegaParams mega;
+  };
+
+  // ---- shared memory: [stages][staging x 2][pipeline][resolved x 2][counters][ring][tables x 2] -----
+  static constexpr int kStagingOffset = Mainloop13::smem_bytes();
+  static constexpr int kBarrierOffset = kStagingOffset + 2 * Writer::kBytesPerWg;
+  static constexpr int kResolvedOffset = kBarrierOffset + static_cast<int>(sizeof(typename Pipeline::SharedStorage));
+  static constexpr int kCountersOffset = kResolvedOffset + 2 * static_cast<int>(sizeof(ResolvedOperands));
+  static constexpr int kRingOffset = kCountersOffset + 32;  // clip counters [3], finisher flags [2]
+  static constexpr int kTablesOffset = kRingOffset + static_cast<int>(sizeof(TileRingStorage));
+  static_assert(kBarrierOffset % 8 == 0 && kResolvedOffset % 8 == 0 && kTablesOffset % 4 == 0, "alignment");
+
+  static constexpr int smem_bytes(int num_experts) {
+    return 1024 + kTablesOffset + 2 * Scheduler::smem_bytes(num_experts);
+  }
+
+  DMOE_DEVICE static void run(const Params& params, uint8_t* smem_raw) {
+    const uint32_t raw = ptx::smem_addr(smem_raw);
+    const uint32_t smem = (raw + 1023u) & ~1023u;
+    uint8_t* base = smem_raw + (smem - raw);
+    auto& pipe_storage = *reinterpret_cast<typename Pipeline::SharedStorage*>(base + kBarrierOffset);
+    auto* resolved = reinterpret_cast<ResolvedOperands*>(base + kResolvedOffset);  // [0] W13, [1] W2
+    uint32_t* cta_counts = reinterpret_cast<uint32_t*>(base + kCountersOffset);
+    volatile uint32_t* finisher = cta_counts + 4;  // per consumer warpgroup
+    auto& ring = *reinterpret_cast<TileRingStorage*>(base + kRingOffset);
+    int32_t* tables13 = reinterpret_cast<int32_t*>(base + kTablesOffset);
+    int32_t* tables2 = tables13 + Scheduler::smem_bytes(params.sc13.num_experts) / 4;
+
+    const auto role = static_cast<WarpGroupRole>(threadIdx.x / 128);
+    if (threadIdx.x < kNumMaps) resolve_operand(params.maps13, static_cast<int>(threadIdx.x), resolved[0]);
+    if (threadIdx.x >= 64 && threadIdx.x < 64 + kNumMaps)
+      resolve_operand(params.maps2, static_cast<int>(threadIdx.x) - 64, resolved[1]);
+    if (threadIdx.x == 32) {
+      for (int i = 0; i < kTileRing; ++i) {
+        ptx::mbarrier_init(ptx::smem_addr(&ring.full[i]), 1);
+        ptx::mbarrier_init(ptx::smem_addr(&ring.empty[i]), 8);  // every consumer warp reads every entry
+      }
+      Mainloop13::init_shared(smem);  // (both mainloops' shared state is the same)
+      Pipeline::init(pipe_storage, Mainloop13::kConsumerWarpsPerTile, 1);
+      cta_counts[0] = cta_counts[1] = cta_counts[2] = 0;
+    }
+    Scheduler::build(params.sc13, tables13);  // each ends with __syncthreads()
+    Scheduler::build(params.sc2, tables2);
+    const Pipeline pipe(pipe_storage);
+    // Linear tiles [0, tiles13) are W13's, then W2's: every role walks them in two loops, each with
+    // its own scheduler (fewer live registers next to the wgmmas).
+    const int32_t tiles13 = tables13[params.sc13.num_experts + 1 + params.sc13.num_experts];
+    const int32_t total = tiles13 + tables2[params.sc2.num_experts + 1 + params.sc2.num_experts];
+
+    if (role == WarpGroupRole::kProducer) {
+      ptx::setmaxnreg_dec<kProducerRegs>();
+      if (threadIdx.x == 0) {
+        ptx::prefetch_tensormap(resolved[0].map[kMapA]);
+        ptx::prefetch_tensormap(resolved[0].map[kMapB]);
+        ptx::prefetch_tensormap(resolved[1].map[kMapA]);
+        ptx::prefetch_tensormap(resolved[1].map[kMapB]);
+        PipelineState<kStages> st;
+        int32_t seq = 0;
+        int32_t cur = draw(params.mega, total);
+        tile_ring_publish(ring, seq++, cur);
+        {
+          Scheduler s13(params.sc13, tables13);
+          for (; cur >= 0 && cur < tiles13; tile_ring_publish(ring, seq++, cur)) {
+            Mainloop13::load_tile(params.ml13, resolved[0], s13.at(cur), params.ml13.num_k_blocks, pipe, st, smem);
+            cur = draw(params.mega, total);
+          }
+        }
+        Scheduler s2(params.sc2, tables2);
+        for (; cur >= 0; tile_ring_publish(ring, seq++, cur)) {
+          const WorkTile t = s2.at(cur - tiles13);
+          wait_chunk_ready(params.mega.chunk_ready + chunk_of(s2, params.sc2, t));
+          Mainloop2::load_tile(params.ml2, resolved[1], t, params.ml2.num_k_blocks, pipe, st, smem);
+          cur = draw(params.mega, total);
+        }
+      }
+    } else {
+      ptx::setmaxnreg_inc<kConsumerRegs>();
+      const int wg = static_cast<int>(role) - 1;
+      const int tid = static_cast<int>(threadIdx.x % 128);
+      Writer writer(smem + kStagingOffset + wg * Writer::kBytesPerWg, kBarrierEpilogueWg0 + wg);
+      PipelineState<kStages> st;
+      ClipCounts counts;
+      float acc[Mainloop13::kMmaPerWg][Mainloop13::kAccPerMma];
+      // A CTA's tiles are all its W13 tiles, then all its W2 tiles (linear order): two loops.
+      int32_t index = 0;
+      int32_t lin = tile_ring_read(ring, 0);
+      {
+        Scheduler s13(params.sc13, tables13);
+        while (lin >= 0 && lin < tiles13) {
+        const WorkTile t = s13.at(lin);
+        Mainloop13::mma_tile(params.ml13, t, params.ml13.num_k_blocks, Mainloop13::kBlockK, pipe, st, smem, wg, acc);
+        lin = tile_ring_read(ring, ++index);  // only after this tile's stages (kernel.cuh)
+        Epilogue13::store(params.ep13, resolved[0], t, acc, wg, writer, counts);
+        arrive(params, resolved[0], s13, t, writer.bar, tid, finisher + wg);
+        }
+      }
+      Scheduler s2(params.sc2, tables2);
+      while (lin >= 0) {
+        const WorkTile t = s2.at(lin - tiles13);
+        Mainloop2::mma_tile(params.ml2, t, params.ml2.num_k_blocks, Mainloop2::kBlockK, pipe, st, smem, wg, acc);
+        lin = tile_ring_read(ring, ++index);
+        Epilogue2::store(params.ep2, resolved[1], t, acc, wg, writer, counts);
+      }
+      writer.finish();
+      if (params.ep13.clip_stats != nullptr)
+        flush_clip_counts(params.ep13, counts, cta_counts, static_cast<int>(threadIdx.x) - 128);
+    }
+  }
+
+ private:
+  // The chunk of a tile: the token tiles of the experts before its expert, plus its own n block.
+  DMOE_DEVICE static int32_t chunk_of(const Scheduler& s, const SchedulerParams& p, const WorkTile& t) {
+    return s.tile_offset(t.expert) / p.fixed_m_blocks + t.n_block;
+  }
+
+  // The producer thread's next linear tile of both GEMMs (the dynamic schedule of scheduler.cuh over
+  // `total` tiles), or -1 past the end; the last CTA to get there resets the pair.
+  DMOE_DEVICE static int32_t draw(const MegaParams& p, int32_t total) {
+    const int32_t lin = atomicAdd(&p.tile_counter[0], 1);
+    if (lin < total) return lin;
+    __threadfence();
+    if (atomicAdd(&p.tile_counter[1], 1) == static_cast<int32_t>(gridDim.x) - 1) {
+      __threadfence();
+      atomicExch(&p.tile_counter[0], 0);
+      atomicExch(&p.tile_counter[1], 0);
+    }
+    return -1;
+  }
+
+  // TMA thread: until the chunk's W2 operand rows are published.
+  DMOE_DEVICE static void wait_chunk_ready(const int32_t* flag) {
+    if (ptx::ld_acquire_gpu(flag) == 0) {
+      common::SpinTimer timer;
+      while (ptx::ld_acquire_gpu(flag) == 0) {
+        if (timer.expired()) ptx::trap();  // trap-only: see mbarrier_wait in pipeline.cuh
+      }
+    }
+    ptx::fence_proxy_async_global();  // the TMA that follows must see the generic-proxy stores
+  }
+
+  // A consumer warpgroup after its W13 epilogue: counts itself in the chunk; the one completing the
+  // count hands the chunk off and publishes it. Every thread of the warpgroup calls it.
+  DMOE_DEVICE static void arrive(const Params& params, const ResolvedOperands& ops, const Scheduler& s13,
+                                 const WorkTile& t, uint32_t bar, int tid, volatile uint32_t* finisher) {
+    const MegaParams& m = params.mega;
+    const int32_t chunk = chunk_of(s13, params.sc13, t);
+    ptx::named_barrier_sync(bar, 128);  // every thread's h2 stores come before the count
+    if (tid == 0) {
+      ptx::fence_acq_rel_gpu();  // release: this warpgroup's stores (cumulative through the barrier)
+      const int32_t arrivals = 2 * params.sc13.fixed_m_blocks;  // two warpgroups per W13 tile
+      const bool last = atomicAdd(m.chunk_done + chunk, 1) == arrivals - 1;
+      if (last) ptx::fence_acq_rel_gpu();  // acquire: every other warpgroup's h2 stores
+      *finisher = last ? 1u : 0u;
+    }
+    ptx::named_barrier_sync(bar, 128);
+    if (*finisher == 0u) return;
+    const int32_t first = t.n_block * kBlockN;
+    const int32_t rows = min(kBlockN, t.num_rows - first);
+    Handoff::run(m, ops.base[kMapH2], t.row_begin + first, rows, tid);
+    ptx::fence_proxy_async_global();  // W2's TMA reads the rows through the async proxy
+    ptx::named_barrier_sync(bar, 128);
+    if (tid == 0) {
+      ptx::fence_acq_rel_gpu();
+      ptx::red_add_release_gpu(m.chunk_ready + chunk, 1);
+    }
+  }
+};
+
+// One kernel entry point for every instantiation (Params with the TMA descriptors in parameter space).
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::kThreads, 1) sm90_mega_swap_ab(const __grid_constant__ typename Kernel::Params params) {
+  extern __shared__ __align__(1024) uint8_t dmoe_mega_smem[];
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  Kernel::run(params, dmoe_mega_smem);
+#endif
+}
+
+#endif  // __CUDACC__
+
+}  // namespace dist_moe::gemm
