@@ -233,7 +233,7 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& args, cudaStream_t stream);
 void grouped_gemm_dgrad(const DgradArgs& args, cudaStream_t stream);
 void grouped_gemm_wgrad(const WgradArgs& args, cudaStream_t stream);
 
-// ---- the Mega pipeline's NVFP4 decode launch (issue #28; docs/grouped_gemm.md "Mega") --------------
+// ---- the Mega pipeline's decode launches (issue #28; docs/grouped_gemm.md "Mega") ------------------
 // W13 FPROP + SwiGLU, the h2 hand-off and W2 FPROP in one persistent kernel: the two calls the NVFP4
 // staged pipeline makes at decode (expanded token rows, 16-token swap-AB tiles), with the h2
 // quantization and expansion between them done per chunk (an expert's 16-token tile) by the
@@ -251,5 +251,11 @@ struct MegaNvfp4Handoff {
 };
 void grouped_gemm_mega_nvfp4_decode(const W13FpropArgs& w13, const FpropArgs& w2, const MegaNvfp4Handoff& handoff,
                                     cudaStream_t stream);
+// The same for MXFP8 (A = kMxfp8Rows, B = kMxfp8Weight; the 16-token swap-AB tiles on E4M3 rows):
+// each chunk's h2 rows are quantized in place of the BF16 rows -- row m's E4M3 bytes at
+// (uint8_t*)h2 + 2F m, its F/32 E8M0 codes right after them -- so w2.a == w13.h2 and w2.common.scales
+// = {a: (uint8_t*)w13.h2 + F, a_ld: 2F, a_kblock_words: false}; the bytes are the MXFP8 row
+// quantizer's (h3 is the staged pipeline's bit for bit).
+void grouped_gemm_mega_mxfp8_decode(const W13FpropArgs& w13, const FpropArgs& w2, cudaStream_t stream);
 
 }  // namespace dist_moe

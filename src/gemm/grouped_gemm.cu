@@ -729,17 +729,15 @@ int32_t* mega_chunk_workspace(cudaStream_t stream, int64_t chunks) {
   return static_cast<int32_t*>(p);
 }
 
-}  // namespace
-
-void grouped_gemm_mega_nvfp4_decode(const W13FpropArgs& w13, const FpropArgs& w2, const MegaNvfp4Handoff& h,
-                                    cudaStream_t stream) {
-  constexpr const char* op = "grouped_gemm_mega_nvfp4_decode";
+// A Mega decode call's checks common to the formats, both launches filled (false: no rows) and the
+// kernel state: counters zeroed on the stream, f. `a` / `b`: the format's operands (both GEMMs).
+bool prepare_mega(const W13FpropArgs& w13, const FpropArgs& w2, const OperandFormat& a, const OperandFormat& b,
+                  int smem, const char* op, GemmLaunch& L13, GemmLaunch& L2, gemm::MegaParams& m, cudaStream_t stream) {
   const GroupedGemmCommon& c13 = w13.common;
   const GroupedGemmCommon& c2 = w2.common;
   for (const GroupedGemmCommon* c : {&c13, &c2})
-    DMOE_CHECK_ARG(c->a_format == kNvfp4ExpandedRows && c->b_format == kNvfp4Weight, op,
-                   ": both GEMMs take A=", kNvfp4ExpandedRows.name(), " and B=", kNvfp4Weight.name(), ", got A=",
-                   c->a_format.name(), " B=", c->b_format.name());
+    DMOE_CHECK_ARG(c->a_format == a && c->b_format == b, op, ": both GEMMs take A=", a.name(), " and B=", b.name(),
+                   ", got A=", c->a_format.name(), " B=", c->b_format.name());
   DMOE_CHECK_ARG(c13.counts == c2.counts && c13.tile_rows == c2.tile_rows && c13.tile_rows != nullptr &&
                      c13.e_local == c2.e_local && c13.m_capacity == c2.m_capacity,
                  op, ": both GEMMs need the same counts, tile_rows (set), e_local and m_capacity");
@@ -751,18 +749,11 @@ void grouped_gemm_mega_nvfp4_decode(const W13FpropArgs& w13, const FpropArgs& w2
   DMOE_CHECK_ARG(w13.h1 == nullptr && w13.h2_offset == nullptr && w13.a_offset == nullptr && w2.a_offset == nullptr &&
                      w2.out_offset == nullptr && w13.gather.row_ptrs == nullptr && w2.gather.row_ptrs == nullptr,
                  op, ": no h1, device offsets or gather producer");
-  DMOE_CHECK_ARG(w2.a == w13.h2 && c2.scales.a == c13.scales.a && c13.scales.a != nullptr, op,
-                 ": w2.a must be w13.h2 and both token_scale_inv arrays the same (the hand-off writes h2's in place)");
-  DMOE_CHECK_ARG(h.packed_h2 != nullptr && reinterpret_cast<uintptr_t>(h.packed_h2) % 16 == 0 &&
-                     h.packed_stride % 16 == 0 && h.packed_stride >= numeric::nvfp4_packed_row_bytes(c2.k),
-                 op, ": handoff.packed_h2 needs 16-byte alignment and a stride of at least ",
-                 numeric::nvfp4_packed_row_bytes(c2.k), " bytes, a multiple of 16");
-  GemmLaunch L13, L2;
+  DMOE_CHECK_ARG(w2.a == w13.h2, op, ": w2.a must be w13.h2 (the hand-off writes W2's rows in place of h2's)");
   const bool run13 = prepare_w13_fprop(w13, L13, stream, op);
   const bool run2 = prepare_fprop(w2, L2, stream, op);
-  if (!run13 || !run2) return;  // no rows
+  if (!run13 || !run2) return false;  // no rows
   const DeviceFacts dev = device_facts();
-  const int smem = gemm::mega_nvfp4_decode_smem_bytes(static_cast<int>(c13.e_local));
   DMOE_CHECK_ARG(smem <= dev.smem_optin, op, ": e_local = ", c13.e_local, " needs ", smem,
                  " bytes of shared memory; the device allows ", dev.smem_optin);
   fill_launch(L13, c13, dev.num_sms, dev.num_sms, stream);
@@ -777,15 +768,50 @@ void grouped_gemm_mega_nvfp4_decode(const W13FpropArgs& w13, const FpropArgs& w2
   const int64_t chunks = c13.m_capacity / 16 + c13.e_local + 1;
   int32_t* counters = mega_chunk_workspace(stream, chunks);
   DMOE_CUDA_CHECK(cudaMemsetAsync(counters, 0, static_cast<size_t>(2 * chunks) * sizeof(int32_t), stream));
-  gemm::MegaParams m;
   m.tile_counter = tile_counter_slot(stream);
   m.chunk_done = counters;
   m.chunk_ready = counters + chunks;
+  m.f = static_cast<int32_t>(c2.k);
+  return true;
+}
+
+}  // namespace
+
+void grouped_gemm_mega_nvfp4_decode(const W13FpropArgs& w13, const FpropArgs& w2, const MegaNvfp4Handoff& h,
+                                    cudaStream_t stream) {
+  constexpr const char* op = "grouped_gemm_mega_nvfp4_decode";
+  const int64_t F = w2.common.k;
+  DMOE_CHECK_ARG(w2.common.scales.a == w13.common.scales.a && w13.common.scales.a != nullptr, op,
+                 ": both token_scale_inv arrays must be the same (the hand-off writes h2's over x's)");
+  DMOE_CHECK_ARG(h.packed_h2 != nullptr && reinterpret_cast<uintptr_t>(h.packed_h2) % 16 == 0 &&
+                     h.packed_stride % 16 == 0 && h.packed_stride >= numeric::nvfp4_packed_row_bytes(F),
+                 op, ": handoff.packed_h2 needs 16-byte alignment and a stride of at least ",
+                 numeric::nvfp4_packed_row_bytes(F), " bytes, a multiple of 16");
+  GemmLaunch L13, L2;
+  gemm::MegaParams m;
+  if (!prepare_mega(w13, w2, kNvfp4ExpandedRows, kNvfp4Weight,
+                    gemm::mega_nvfp4_decode_smem_bytes(static_cast<int>(w13.common.e_local)), op, L13, L2, m, stream))
+    return;
   m.packed_h2 = h.packed_h2;
   m.packed_stride = h.packed_stride;
-  m.token_scale_inv = static_cast<float*>(const_cast<void*>(c13.scales.a));
-  m.f = static_cast<int32_t>(c2.k);
+  m.token_scale_inv = static_cast<float*>(const_cast<void*>(w13.common.scales.a));
   gemm::launch_mega_nvfp4_decode(L13, L2, m);
+}
+
+void grouped_gemm_mega_mxfp8_decode(const W13FpropArgs& w13, const FpropArgs& w2, cudaStream_t stream) {
+  constexpr const char* op = "grouped_gemm_mega_mxfp8_decode";
+  const int64_t F = w2.common.k;
+  const OperandScales& s2 = w2.common.scales;
+  DMOE_CHECK_ARG(s2.a == static_cast<const uint8_t*>(w13.h2) + F && s2.a_ld == 2 * F && !s2.a_kblock_words, op,
+                 ": w2.common.scales must name h2's codes in place: a = (uint8_t*)w13.h2 + F, a_ld = 2F, "
+                 "a_kblock_words = false");
+  GemmLaunch L13, L2;
+  gemm::MegaParams m;
+  if (!prepare_mega(w13, w2, kMxfp8Rows, kMxfp8Weight,
+                    gemm::mega_mxfp8_decode_smem_bytes(static_cast<int>(w13.common.e_local)), op, L13, L2, m, stream))
+    return;
+  L2.a_ld = 2 * F;  // h2's E4M3 rows in place of its BF16 rows
+  gemm::launch_mega_mxfp8_decode(L13, L2, m);
 }
 
 namespace {

@@ -186,7 +186,8 @@ typename Kernel::Params grouped_gemm_params(const GemmLaunch& L, int64_t* tiles_
     set_operand(om, gemm::kMapA, L.b, nullptr);
     set_map(om, gemm::kMapA, make_tma_2d(L.b, kIn, weight_total_rows, L.k, L.k, Mainloop::kBoxAOuter, "weights"));
     set_operand(om, gemm::kMapB, rows_a, L.a_offset);
-    set_map(om, gemm::kMapB, make_tma_2d(rows_a, kIn, L.m_capacity, L.k, L.k, Mainloop::kBoxBOuter, "A rows"));
+    set_map(om, gemm::kMapB, make_tma_2d(rows_a, kIn, L.m_capacity, L.k, L.a_ld > 0 ? L.a_ld : L.k, Mainloop::kBoxBOuter,
+                                         "A rows"));
     ml.num_k_blocks = L.k / Mainloop::kBlockK;
     ml.split_offset = L.n / 2;
     ml.a_scales = L.a_scales;  // block-scaled: the token rows' scales (the op's A), then the weights'

@@ -259,6 +259,7 @@ struct GemmLaunch {
   // kWgrad: a = grad_out [m_cap, n], b = x [m_cap, k].
   const void* a = nullptr;
   const void* b = nullptr;
+  int64_t a_ld = 0;  // swap-AB E4M3 rows: elements between a's rows (0: k; the Mega MXFP8 h2 in place)
   // Outputs: out (FPROP / DGRAD / WGRAD; unused with scatter), h1 (nullptr: dropped) and h2 (W13).
   void* out = nullptr;
   void* h1 = nullptr;
@@ -307,6 +308,9 @@ using GemmLaunchFn = void (*)(const GemmLaunch&);
 // tiles on expanded token rows), `m` its counters and hand-off (tile_counter set, chunk arrays zero).
 void launch_mega_nvfp4_decode(const GemmLaunch& L13, const GemmLaunch& L2, const gemm::MegaParams& m);
 int mega_nvfp4_decode_smem_bytes(int num_experts);
+// The same for MXFP8 (16-token swap-AB tiles on E4M3 rows; h2 quantized in place, L2.a_ld = 2F).
+void launch_mega_mxfp8_decode(const GemmLaunch& L13, const GemmLaunch& L2, const gemm::MegaParams& m);
+int mega_mxfp8_decode_smem_bytes(int num_experts);
 
 // What an instantiation file provides for one list entry.
 struct GemmKernelFns {

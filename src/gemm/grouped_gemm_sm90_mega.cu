@@ -1,8 +1,7 @@
-// The Mega pipeline's NVFP4 decode kernel (device/gemm/mega_swap_ab.cuh): the 16-token swap-AB tile
-// on expanded token rows for both GEMMs -- the same mainloop as kGemmKernelSpecs' decode_kernel(...,
-// 256, 16, 5).nvfp4_expanded() entries, W13 with the gate / up split -- and the NVFP4 h2 hand-off.
-// Each GEMM's parameters come from grouped_gemm_params of its staged kernel type, so the Mega kernel
-// reads its operands exactly as those kernels do.
+// The Mega pipeline's decode kernels (device/gemm/mega_swap_ab.cuh): NVFP4 (the 16-token swap-AB
+// tile on expanded token rows, the NVFP4 h2 hand-off) and MXFP8 (the 16-token swap-AB tile on E4M3
+// rows, h2 quantized in place). Each GEMM's parameters come from grouped_gemm_params of its staged
+// kernel type, so the Mega kernel reads its operands exactly as those kernels do.
 #include <atomic>
 
 #include "dist_moe/device/gemm/mega_swap_ab.cuh"
@@ -11,44 +10,62 @@
 namespace dist_moe::gemm {
 namespace {
 
+// The decode tile of each format (the kGemmKernelSpecs entries decode_kernel(..., 256, 16, 5) with
+// .nvfp4_expanded() / .mxfp8()), W13 with the gate / up split.
 template <WeightSplit kSplit>
 using Nvfp4DecodeMainloop =
     Sm90Nvfp4SwapABMainloop<MainloopConfig<GemmKind::kFpropSwapAB, 256, 16, 5, ConsumerSchedule::kCooperative, kSplit,
                                            1, ptx::WgmmaTypeF16Rs>,
                             /*kExpanded=*/true>;
-using Mainloop13 = Nvfp4DecodeMainloop<WeightSplit::kGateUp>;
-using Mainloop2 = Nvfp4DecodeMainloop<WeightSplit::kNone>;
-using Kernel13 = GroupedGemmKernel<Mainloop13, SwapABSwigluEpilogue<Mainloop13>>;  // the staged twins
-using Kernel2 = GroupedGemmKernel<Mainloop2, SwapABStoreEpilogue<Mainloop2>>;
-using Mega = MegaSwapABKernel<Mainloop13, Mainloop2, Nvfp4ExpandedHandoff>;
+template <WeightSplit kSplit>
+using Mxfp8DecodeMainloop = Sm90Mxfp8SwapABMainloop<
+    MainloopConfig<GemmKind::kFpropSwapAB, 256, 16, 5, ConsumerSchedule::kCooperative, kSplit, 1, ptx::WgmmaTypeE4m3>>;
+
+// The Mega kernel of a mainloop family and hand-off, with its staged twins (whose parameters it takes).
+template <template <WeightSplit> class DecodeMainloop, class Handoff>
+struct MegaOf {
+  using Mainloop13 = DecodeMainloop<WeightSplit::kGateUp>;
+  using Mainloop2 = DecodeMainloop<WeightSplit::kNone>;
+  using Kernel13 = GroupedGemmKernel<Mainloop13, SwapABSwigluEpilogue<Mainloop13>>;
+  using Kernel2 = GroupedGemmKernel<Mainloop2, SwapABStoreEpilogue<Mainloop2>>;
+  using Mega = MegaSwapABKernel<Mainloop13, Mainloop2, Handoff>;
+
+  static void launch(const GemmLaunch& L13, const GemmLaunch& L2, const MegaParams& m) {
+    DMOE_ASSERT(!L13.has_offsets() && !L2.has_offsets() && m.tile_counter != nullptr);
+    int64_t bound13 = 0, bound2 = 0;
+    const typename Kernel13::Params p13 = grouped_gemm_params<Kernel13>(L13, &bound13);
+    const typename Kernel2::Params p2 = grouped_gemm_params<Kernel2>(L2, &bound2);
+    typename Mega::Params p{};
+    p.maps13 = p13.maps;
+    p.maps2 = p2.maps;
+    p.ml13 = p13.mainloop;
+    p.ml2 = p2.mainloop;
+    p.ep13 = p13.epilogue;
+    p.ep2 = p2.epilogue;
+    p.sc13 = p13.scheduler;
+    p.sc2 = p2.scheduler;
+    p.mega = m;
+    const auto kernel = sm90_mega_swap_ab<Mega>;
+    static std::atomic<uint64_t> configured_devices{0};
+    configure_kernel_once(kernel, configured_devices, [](int, int) { return cudaSuccess; });
+    // Persistent: one CTA per SM, no more CTAs than both GEMMs can have tiles.
+    const int grid = static_cast<int>(std::min<int64_t>(L13.num_sms, std::max<int64_t>(bound13 + bound2, 1)));
+    kernel<<<grid, Mega::kThreads, Mega::smem_bytes(L13.e_local), L13.stream>>>(p);
+    DMOE_CUDA_CHECK_LAUNCH();
+  }
+};
+using MegaNvfp4 = MegaOf<Nvfp4DecodeMainloop, Nvfp4ExpandedHandoff>;
+using MegaMxfp8 = MegaOf<Mxfp8DecodeMainloop, Mxfp8InPlaceHandoff>;
 
 }  // namespace
 
-int mega_nvfp4_decode_smem_bytes(int num_experts) { return Mega::smem_bytes(num_experts); }
-
+int mega_nvfp4_decode_smem_bytes(int num_experts) { return MegaNvfp4::Mega::smem_bytes(num_experts); }
 void launch_mega_nvfp4_decode(const GemmLaunch& L13, const GemmLaunch& L2, const MegaParams& m) {
-  DMOE_ASSERT(!L13.has_offsets() && !L2.has_offsets() && m.tile_counter != nullptr);
-  int64_t bound13 = 0, bound2 = 0;
-  const Kernel13::Params p13 = grouped_gemm_params<Kernel13>(L13, &bound13);
-  const Kernel2::Params p2 = grouped_gemm_params<Kernel2>(L2, &bound2);
-  Mega::Params p{};
-  p.maps13 = p13.maps;
-  p.maps2 = p2.maps;
-  p.ml13 = p13.mainloop;
-  p.ml2 = p2.mainloop;
-  p.ep13 = p13.epilogue;
-  p.ep2 = p2.epilogue;
-  p.sc13 = p13.scheduler;
-  p.sc2 = p2.scheduler;
-  p.mega = m;
-  const auto kernel = sm90_mega_swap_ab<Mega>;
-  const int smem = Mega::smem_bytes(L13.e_local);
-  static std::atomic<uint64_t> configured_devices{0};
-  configure_kernel_once(kernel, configured_devices, [](int, int) { return cudaSuccess; });
-  // Persistent: one CTA per SM, no more CTAs than both GEMMs can have tiles.
-  const int grid = static_cast<int>(std::min<int64_t>(L13.num_sms, std::max<int64_t>(bound13 + bound2, 1)));
-  kernel<<<grid, Mega::kThreads, smem, L13.stream>>>(p);
-  DMOE_CUDA_CHECK_LAUNCH();
+  MegaNvfp4::launch(L13, L2, m);
+}
+int mega_mxfp8_decode_smem_bytes(int num_experts) { return MegaMxfp8::Mega::smem_bytes(num_experts); }
+void launch_mega_mxfp8_decode(const GemmLaunch& L13, const GemmLaunch& L2, const MegaParams& m) {
+  MegaMxfp8::launch(L13, L2, m);
 }
 
 }  // namespace dist_moe::gemm

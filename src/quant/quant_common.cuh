@@ -16,7 +16,7 @@
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "dist_moe/device/ptx/cp_async.cuh"
 #include "dist_moe/device/ptx/cvt.cuh"
-#include "dist_moe/device/quant/nvfp4_rows.cuh"  // kVec, amax_bf16x8, group_amax
+#include "dist_moe/device/quant/vectors.cuh"  // kVec, Vec8, amax_bf16x8, group_amax, e4m3x8
 #include "quant/quantize.h"
 
 namespace dist_moe::quant {
@@ -35,22 +35,6 @@ __device__ __forceinline__ bool is_token_row(const RowGroups& groups, int64_t ro
     else hi = mid - 1;
   }
   return row - off[lo] < groups.counts_G[lo];
-}
-
-// 8 BF16 values (one uint4) as floats, element 0 first.
-struct Vec8 {
-  float v[kVec];
-};
-
-__device__ __forceinline__ Vec8 unpack_bf16x8(const uint4& u) {
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-  Vec8 r;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    r.v[2 * i] = ptx::bf16_lo_to_float(w[i]);
-    r.v[2 * i + 1] = ptx::bf16_hi_to_float(w[i]);
-  }
-  return r;
 }
 
 // The |x| bits maxima of two 16-byte loads packed in one word: a's in the low 16 bits, b's in the
@@ -76,19 +60,6 @@ __device__ __forceinline__ float amax16_hi(uint32_t packed) { return __uint_as_f
 
 // The same over a register pair (two BF16 values).
 __device__ __forceinline__ uint32_t abs_bf16x2(uint32_t w) { return w & 0x7fff7fffu; }
-
-// 8 values -> 8 E4M3 bytes, each e4m3_rn_satfinite(fl(x * mult)) (the shared numeric rules).
-__device__ __forceinline__ uint2 e4m3x8(const Vec8& x, float mult) {
-  uint32_t w[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t lo = numeric::float2_to_e4m3x2(numeric::mul_rn(x.v[4 * h], mult), numeric::mul_rn(x.v[4 * h + 1], mult));
-    const uint32_t hi =
-        numeric::float2_to_e4m3x2(numeric::mul_rn(x.v[4 * h + 2], mult), numeric::mul_rn(x.v[4 * h + 3], mult));
-    w[h] = lo | (hi << 16);
-  }
-  return make_uint2(w[0], w[1]);
-}
 
 // The E4M3 formats with one scale per block, as the generic kernels see them: a block's stored
 // scale and its quantization multiplier, both from the block's amax.

@@ -7,6 +7,7 @@
 // and per-vector pieces live in device/quant/nvfp4_rows.cuh (shared with the Mega h2 hand-off).
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
+#include "dist_moe/device/quant/nvfp4_rows.cuh"
 #include "quant/quant_common.cuh"
 #include "quant/quantize.h"
 

@@ -75,12 +75,13 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
   const bool nvfp4 = c.config.block_scaled->format == BlockScaledFormat::kNVFP4;
   const bool expand = nvfp4_expands_token_rows(c.config, c.world, c.plan.total_scratch_capacity_factor);
   if (c.config.block_scaled->pipeline == BlockScaledPipeline::kMega) {
-    // Mega's Hopper kernel so far: the 16-token swap-AB tile on expanded token rows (decode).
+    // Mega's Hopper kernels so far: the staged decode tiles (16 tokens, over the real rows; NVFP4 on
+    // expanded token rows) in one launch.
     const int64_t L = c.local_experts;
     const int64_t rows = plan_max_recv_rows(c.config.max_num_local_input_tokens, c.config.top_k,
                                             c.plan.total_scratch_capacity_factor, L, c.world, /*row_multiple=*/1);
-    if (!nvfp4 || !expand || rows > kNarrowDecodeRowsPerExpert * L)
-      detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' runs decode-sized NVFP4 inference on "
+    if ((nvfp4 && !expand) || rows > kNarrowDecodeRowsPerExpert * L)
+      detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' runs decode-sized inference on "
                    "Hopper so far (at most ", kNarrowDecodeRowsPerExpert, " routed rows per local expert); this "
                    "context can route ", rows, " rows to its ", L, " local experts; use pipeline='staged'");
   }

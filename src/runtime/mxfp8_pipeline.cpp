@@ -122,6 +122,24 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   f13.clip_stats = clip_stats;
   f13.clip_limit = clip_limit;
   f13.clip_rows = t.real_counts;  // not the padding rows
+
+  if (c.config.block_scaled->pipeline == BlockScaledPipeline::kMega) {
+    // Inference at decode (context.cpp): one launch; each chunk's h2 rows are quantized in place of
+    // its BF16 rows (E4M3 at the row's start, the codes F bytes in) as soon as its W13 tiles are done.
+    DMOE_ASSERT(t.packed_rows && !keep);
+    FpropArgs f2 = w2_fprop_args(c, in, t.counts);
+    f2.common.a_format = kMxfp8Rows;
+    f2.common.b_format = kMxfp8Weight;
+    f2.common.scales = OperandScales{static_cast<uint8_t*>(h2_bf16) + F, 2 * F, w2.fprop_scale};
+    f2.common.tile_rows = tile_rows;
+    f2.a = h2_bf16;
+    f2.w = w2.fprop_data;
+    f2.scatter.row_ptrs = t.scatter_dst;
+    grouped_gemm_mega_mxfp8_decode(f13, f2, stream);
+    c.stage("mega", stream);
+    return;
+  }
+
   grouped_gemm_w13_fprop(f13, stream);
   c.stage(recompute ? "recompute_w13" : "w13", stream);
 

@@ -405,6 +405,86 @@ bool case_inference_and_no_grad(ncclComm_t nccl, int rank, int world, cudaStream
   return ok;
 }
 
+// Mega (MXFP8 decode inference; issue #28): on decode-sized inference contexts (at most 12 routed
+// rows per local expert, the 16-token tiles) Mega runs the staged kernels' numerics in one launch,
+// so its output equals the staged context's bit for bit, eager, on a second call and in graph
+// replays, and passes the same oracle checks. Ragged by random routing; T < T_max, clamped SwiGLU
+// and RMSNorm too. Mega waits for its first GPU run behind DMOE_EXPERIMENTAL_MEGA, set here.
+bool case_mega_inference(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  ::setenv("DMOE_EXPERIMENTAL_MEGA", "1", 1);
+  Case base{"mega"};
+  base.T_max = base.T = 24;
+  base.K = 4;
+  base.E = 16;  // 96 routes: 6 rows per expert on average
+  base.D = 512;
+  base.F = 768;
+  std::vector<Case> cases{base};
+  Case c = base; c.name = "mega_clamped_bounded_T"; c.activation = Activation::kSwiGLUClamped; c.T = 9; c.seed = 3;
+  cases.push_back(c);
+  c = base; c.name = "mega_rmsnorm_k8"; c.rmsnorm = true; c.K = 8; c.T = c.T_max = 12; c.seed = 4; cases.push_back(c);
+  c = base; c.name = "mega_e64"; c.E = 64; c.K = 8; c.T = c.T_max = 64; c.seed = 5; cases.push_back(c);
+  bool ok = true;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& k = cases[i];
+    if (k.E % world != 0) continue;
+    const Problem pr = make_problem(k, world);
+    const ExecutionOptions o = suite_options(k);
+    Config inf = config_of(k, world, false);
+    inf.inference = true;
+    inf.num_activation_slots = 0;
+    inf.wgrad_dtype.reset();
+    Config mega_cfg = inf;
+    mega_cfg.block_scaled->pipeline = BlockScaledPipeline::kMega;
+    auto staged = Context::create(inf, nccl);
+    auto mega = Context::create(mega_cfg, nccl);
+    Inputs inp(k, pr.p, pr.grad_out[rank], rank, stream);
+    auto run = [&](Context& ctx) {
+      Outputs out(k, ctx.local_experts());
+      routed_experts_inference(ctx, inp.in, out.out.get(), o, stream);
+      sync(stream);
+      return out.read(k, ctx.local_experts()).out;
+    };
+    const TensorF want = run(*staged);
+    const TensorF got = run(*mega);
+    ok &= check_forward(k, pr, got, rank, k.name + " ", why);
+    if (!reference::bitwise_equal(got, want)) ok = false, *why += " " + k.name + ": mega != staged;";
+    if (!reference::bitwise_equal(run(*mega), want)) ok = false, *why += " " + k.name + ": second mega call != staged;";
+    if (i == 0) {  // graph replays
+      Outputs graphed(k, mega->local_experts());
+      cudaGraph_t g;
+      cudaGraphExec_t exec;
+      DMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      routed_experts_inference(*mega, inp.in, graphed.out.get(), o, stream);
+      DMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+      DMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+      for (int replay = 0; replay < 2; ++replay) {
+        DMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+        sync(stream);
+        if (!reference::bitwise_equal(graphed.read(k, mega->local_experts()).out, want))
+          ok = false, *why += " mega replay " + std::to_string(replay) + " != staged;";
+      }
+      DMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      DMOE_CUDA_CHECK(cudaGraphDestroy(g));
+    }
+    staged->close();
+    mega->close();
+  }
+  // A context that can route more than 12 rows per local expert is refused.
+  ErrorExpectations expect_error{why};
+  expect_error("mega prefill", "runs decode-sized inference on Hopper so far", [&] {
+    Case big = base;
+    big.T = big.T_max = 512;
+    Config cfg = config_of(big, world, false);
+    cfg.inference = true;
+    cfg.num_activation_slots = 0;
+    cfg.wgrad_dtype.reset();
+    cfg.block_scaled->pipeline = BlockScaledPipeline::kMega;
+    Context::create(cfg, nccl);
+  });
+  ::unsetenv("DMOE_EXPERIMENTAL_MEGA");
+  return ok && expect_error.ok;
+}
+
 // WGRAD accumulation: two backward calls into the same buffers leave twice one call's gradient.
 bool case_accumulate(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
   bool ok = true;
@@ -564,6 +644,9 @@ int main(int argc, char** argv) {
                     {"varying_t", case_varying_t},
                     {"validation", case_validation}},
                    [] { g_margins = {}; }, [] { return g_margins.line(); });
+    if (!kFp8Blockwise)
+      s.run_specials({{"mega_inference", case_mega_inference}}, [] { g_margins = {}; },
+                     [] { return g_margins.line(); });
     return 0;
   });
 }

@@ -14,7 +14,7 @@ trap finish EXIT
 NCCL=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
 ( cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$(command -v python3)" \
     -DDIST_MOE_NCCL_ROOT=$NCCL && cmake --build build-gpu -j 16 ) > $L/build.log 2>&1
-for b in dist-moe tests/dist_moe_gpu_tests tests/dist_moe_nvfp4_pipeline_tests dmoe_launch; do
+for b in dist-moe tests/dist_moe_gpu_tests tests/dist_moe_nvfp4_pipeline_tests tests/dist_moe_mxfp8_pipeline_tests dmoe_launch; do
   [ -x build-gpu/$b ] || { echo "missing $b"; tail -30 $L/build.log; exit 1; }; done
 echo "build done at $((SECONDS-T0)) s"
 # Mega first (a hang traps within the spin timeout; the timeout bounds the rest).
@@ -29,10 +29,15 @@ grep -E "^\[  FAILED" $L/gpu_tests.log | head -10
 timeout 120 build-gpu/dmoe_launch -n 1 --timeout 110 -- build-gpu/tests/dist_moe_nvfp4_pipeline_tests > $L/nvfp4_suite.log 2>&1
 echo "nvfp4 suite rc=$? at $((SECONDS-T0)) s: $(grep -E 'ALL PASS|FAIL' $L/nvfp4_suite.log | head -5 | tr '\n' ' ')"
 grep -E "mega" $L/nvfp4_suite.log | head -5
-for s in "dsv3_decode" "qwen3_30b --tokens 128"; do
-  f=$L/layer_mega_$(echo $s | tr ' -' '__').log
-  DMOE_EXPERIMENTAL_MEGA=1 timeout 90 build-gpu/dist-moe bench --shape $s --format nvfp4 --mode infer --pipeline mega \
-    --no-baseline --iters 5 --sustain-ms 100 > $f 2>&1
-  echo "layer $s mega rc=$?: $(grep -E '^inference forward' $f | awk '{print $3}') ms; $(grep -E '^staged layer' $f | awk '{print $4, $5}') staged/mega; $(grep -E '^BF16 layer' $f | awk '{print $4, $5}') bf16/mega"
-  grep -E '^fwd:' $f | head -12
+timeout 150 build-gpu/dmoe_launch -n 1 --timeout 140 -- build-gpu/tests/dist_moe_mxfp8_pipeline_tests --filter mega_inference \
+  > $L/mxfp8_mega.log 2>&1
+echo "mxfp8 suite (mega) rc=$? at $((SECONDS-T0)) s: $(grep -E 'ALL PASS|FAIL|mega' $L/mxfp8_mega.log | head -4 | tr '\n' ' ')"
+for fmt in nvfp4 mxfp8; do
+  for s in "dsv3_decode" "qwen3_30b --tokens 128"; do
+    f=$L/layer_mega_${fmt}_$(echo $s | tr ' -' '__').log
+    DMOE_EXPERIMENTAL_MEGA=1 timeout 90 build-gpu/dist-moe bench --shape $s --format $fmt --mode infer --pipeline mega \
+      --no-baseline --iters 5 --sustain-ms 100 > $f 2>&1
+    echo "layer $fmt $s mega rc=$?: $(grep -E '^inference forward' $f | awk '{print $3}') ms; $(grep -E '^staged layer' $f | awk '{print $4, $5}') staged/mega; $(grep -E '^BF16 layer' $f | awk '{print $4, $5}') bf16/mega"
+    grep -E '^fwd:' $f | head -12
+  done
 done

@@ -58,12 +58,14 @@ struct Mxfp8SwapABScales {
 #pragma unroll
     for (int q = 0; q < kTokens; ++q) x_off[q] = tokens[q] * x_row_bytes;
   }
+  // The weights' codes through the read-only path, the tokens' from L2 (ld.global.cg): in the Mega
+  // kernel other SMs write them during the launch (mega_swap_ab.cuh), which ld.global.nc forbids.
   DMOE_DEVICE Stage load(int32_t kb) const {
     Stage s;
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b) s.w[b] = __ldg(reinterpret_cast<const uint32_t*>(w_codes + w_off[b] + 4 * kb));
 #pragma unroll
-    for (int q = 0; q < kTokens; ++q) s.x[q] = __ldg(reinterpret_cast<const uint32_t*>(x_codes + x_off[q] + x_kb_bytes * kb));
+    for (int q = 0; q < kTokens; ++q) s.x[q] = __ldcg(reinterpret_cast<const uint32_t*>(x_codes + x_off[q] + x_kb_bytes * kb));
     return s;
   }
   // Step j's scale products. Codes in [64, 190] (every block of ordinary data: 2^-63 .. 2^63) add

@@ -41,18 +41,22 @@
 #include "dist_moe/device/numeric/nvfp4.cuh"
 #include "dist_moe/device/ptx/fence.cuh"
 #include "dist_moe/device/ptx/ld_st.cuh"
+#include "dist_moe/device/quant/mxfp8_rows.cuh"
 #include "dist_moe/device/quant/nvfp4_rows.cuh"
 
 namespace dist_moe::gemm {
 
 #if defined(__CUDACC__)
 
-// The chunk's rows [row0, row0 + rows) of h2 (BF16 at h2, f per row) into expanded NVFP4 rows in
-// place, as nvfp4_quantize_rows then nvfp4_expand_rows would (numerics: device/quant/nvfp4_rows.cuh).
-// Every thread of the finisher warpgroup calls it (tid: 0..127).
+// The hand-offs: the chunk's rows [row0, row0 + rows) of h2 (BF16 at h2, f per row) into W2's A
+// operand rows, in place. Every thread of the finisher warpgroup calls them (tid: 0..127; scratch:
+// the warpgroup's staging buffer, Writer::kBytesPerWg bytes, free between its epilogues).
+
+// NVFP4 with expanded token rows: as nvfp4_quantize_rows then nvfp4_expand_rows would (numerics:
+// device/quant/nvfp4_rows.cuh); the packed rows also land in p.packed_h2.
 struct Nvfp4ExpandedHandoff {
   static constexpr int kMaxStagesPerPass = 8;
-  DMOE_DEVICE static void run(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int tid) {
+  DMOE_DEVICE static void run(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int tid, uint8_t* /*scratch*/) {
     const int warp = tid / 32, lane = tid % 32;
     const int64_t f = p.f;
     const int64_t stages = f / kNvfp4StageK;
@@ -71,6 +75,25 @@ struct Nvfp4ExpandedHandoff {
       }
       if (lane == 0)
         p.token_scale_inv[m] = *reinterpret_cast<const float*>(packed + numeric::nvfp4_packed_row_token_scale_offset(f));
+    }
+  }
+};
+
+// MXFP8: row m's E4M3 bytes at its start and its f / 32 E8M0 codes right after them, f bytes in (so
+// W2 reads A with a row stride of 2 f bytes and its scales at h2 + f, the same stride); the bytes are
+// the row quantizer's (device/quant/mxfp8_rows.cuh). The codes wait in `scratch` until the row's
+// values are all read.
+struct Mxfp8InPlaceHandoff {
+  DMOE_DEVICE static void run(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int tid, uint8_t* scratch) {
+    const int warp = tid / 32, lane = tid % 32;
+    const int64_t f = p.f;
+    uint8_t* codes = scratch + warp * (f / numeric::kMXBlock);
+    for (int32_t r = warp; r < rows; r += 4) {
+      uint8_t* row = reinterpret_cast<uint8_t*>(h2) + (static_cast<int64_t>(row0) + r) * f * 2;
+      quant::mxfp8_quantize_row_warp(reinterpret_cast<const uint16_t*>(row), f, row, codes, lane);
+      __syncwarp();
+      for (int64_t i = lane; i < f / numeric::kMXBlock; i += 32) row[f + i] = codes[i];
+      __syncwarp();  // the codes are copied before the next row's overwrite them
     }
   }
 };
@@ -123,6 +146,7 @@ struct MegaSwapABKernel {
   static constexpr int kRingOffset = kCountersOffset + 32;  // clip counters [3], finisher flags [2]
   static constexpr int kTablesOffset = kRingOffset + static_cast<int>(sizeof(TileRingStorage));
   static_assert(kBarrierOffset % 8 == 0 && kResolvedOffset % 8 == 0 && kTablesOffset % 4 == 0, "alignment");
+  static_assert(Writer::kBytesPerWg >= 4 * 2048, "the hand-off scratch: four rows' MXFP8 codes (F <= 65536)");
 
   static constexpr int smem_bytes(int num_experts) {
     return 1024 + kTablesOffset + 2 * Scheduler::smem_bytes(num_experts);
@@ -205,7 +229,7 @@ struct MegaSwapABKernel {
         Mainloop13::mma_tile(params.ml13, t, params.ml13.num_k_blocks, Mainloop13::kBlockK, pipe, st, smem, wg, acc);
         lin = tile_ring_read(ring, ++index);  // only after this tile's stages (kernel.cuh)
         Epilogue13::store(params.ep13, resolved[0], t, acc, wg, writer, counts);
-        arrive(params, resolved[0], s13, t, writer.bar, tid, finisher + wg);
+        arrive(params, resolved[0], s13, t, writer.bar, tid, finisher + wg, base + kStagingOffset + wg * Writer::kBytesPerWg);
         }
       }
       Scheduler s2(params.sc2, tables2);
@@ -255,7 +279,8 @@ struct MegaSwapABKernel {
   // A consumer warpgroup after its W13 epilogue: counts itself in the chunk; the one completing the
   // count hands the chunk off and publishes it. Every thread of the warpgroup calls it.
   DMOE_DEVICE static void arrive(const Params& params, const ResolvedOperands& ops, const Scheduler& s13,
-                                 const WorkTile& t, uint32_t bar, int tid, volatile uint32_t* finisher) {
+                                 const WorkTile& t, uint32_t bar, int tid, volatile uint32_t* finisher,
+                                 uint8_t* scratch) {
     const MegaParams& m = params.mega;
     const int32_t chunk = chunk_of(s13, params.sc13, t);
     ptx::named_barrier_sync(bar, 128);  // every thread's h2 stores come before the count
@@ -270,7 +295,7 @@ struct MegaSwapABKernel {
     if (*finisher == 0u) return;
     const int32_t first = t.n_block * kBlockN;
     const int32_t rows = min(kBlockN, t.num_rows - first);
-    Handoff::run(m, ops.base[kMapH2], t.row_begin + first, rows, tid);
+    Handoff::run(m, ops.base[kMapH2], t.row_begin + first, rows, tid, scratch);
     ptx::fence_proxy_async_global();  // W2's TMA reads the rows through the async proxy
     ptx::named_barrier_sync(bar, 128);
     if (tid == 0) {

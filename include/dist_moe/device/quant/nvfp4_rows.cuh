@@ -2,7 +2,6 @@
 // kernels (src/quant) and the Mega pipeline's h2 hand-off (device/gemm/mega_swap_ab.cuh) write the
 // same bits by running the same code.
 //
-//   amax_bf16x8, group_amax       NaN-propagating maxima of BF16 vectors and over lanes
 //   e2m1x8_signed                 8 scaled values -> 8 E2M1 nibbles (one 32-bit word)
 //   nvfp4_row_vector              one 16-byte vector of a token row, given the row's scale: its
 //                                 E2M1 word and its block's E4M3 scale
@@ -20,29 +19,9 @@
 
 #include "dist_moe/device/gemm/nvfp4_operands.cuh"
 #include "dist_moe/device/numeric/nvfp4.cuh"
+#include "dist_moe/device/quant/vectors.cuh"
 
 namespace dist_moe::quant {
-
-constexpr int kVec = 8;  // BF16 elements per 16-byte load
-
-// NaN-propagating max |x| of the 8 BF16 values of one 16-byte load, on the packed bits: with the
-// sign cleared, unsigned order is magnitude order and every NaN sits above Inf (numeric::amax_nan's
-// rule), so two-lane 16-bit integer maxima give exactly amax_nan's result in a quarter of the
-// instructions.
-__device__ __forceinline__ float amax_bf16x8(const uint4& u) {
-  constexpr uint32_t kAbs = 0x7fff7fffu;
-  const uint32_t m = __vmaxu2(__vmaxu2(u.x & kAbs, u.y & kAbs), __vmaxu2(u.z & kAbs, u.w & kAbs));
-  return __uint_as_float(max(m & 0xffffu, m >> 16) << 16);
-}
-
-// NaN-propagating amax over `kWidth` consecutive lanes (kWidth a power of two <= 32). Every lane
-// of the warp must call it.
-template <int kWidth>
-__device__ __forceinline__ float group_amax(float a) {
-#pragma unroll
-  for (int o = kWidth / 2; o > 0; o >>= 1) a = numeric::amax_nan(a, __shfl_xor_sync(0xffffffffu, a, o));
-  return a;
-}
 
 // ---- E2M1 words -----------------------------------------------------------------------------------
 

@@ -1,0 +1,41 @@
+// An MXFP8 row (1 x 32 blocks: E4M3 data, one E8M0 RCEIL scale per block) by one warp: the bytes
+// src/quant's row quantizers write (the rows + columns tile's row blocks: the block's NaN-propagating
+// amax, numeric::e8m0_rceil_from_bf16_amax, e4m3x8), for the Mega pipeline's h2 hand-off
+// (device/gemm/mega_swap_ab.cuh), where one warpgroup quantizes a chunk's rows as they complete.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "dist_moe/device/numeric/e8m0.cuh"
+#include "dist_moe/device/numeric/mxfp8.cuh"
+#include "dist_moe/device/quant/vectors.cuh"
+
+namespace dist_moe::quant {
+
+constexpr int kMxfp8LanesPerBlock = numeric::kMXBlock / kVec;  // 4: lanes 4b .. 4b+3 hold block b
+
+// `cols` BF16 values at `src` (a multiple of 256, 16-byte aligned) into E4M3 bytes at `q` and
+// cols / 32 E8M0 codes at `scales`, 256 values (one vector per lane) per step, read from L2
+// (ld.global.cg: the rows were written by other SMs of the same launch). `q` may be `src` itself
+// (the rows quantized in place): step i's bytes land on values steps <= i read, and the warp
+// synchronizes between reading a step and writing it; `scales` must not overlap the values still
+// unread. Every lane of the warp must call it.
+__device__ __forceinline__ void mxfp8_quantize_row_warp(const uint16_t* src, int64_t cols, uint8_t* q, uint8_t* scales,
+                                                        int lane) {
+  const int vecs = static_cast<int>(cols / kVec);
+  for (int idx = lane; idx < vecs; idx += 32) {  // cols % 256 == 0: every lane has a vector per step
+    const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(src) + idx);
+    const float amax = group_amax<kMxfp8LanesPerBlock>(amax_bf16x8(raw));
+    uint8_t s;
+    float mult;
+    numeric::e8m0_rceil_from_bf16_amax(amax, s, mult);
+    const uint2 bytes = e4m3x8(unpack_bf16x8(raw), mult);
+    __syncwarp();  // every lane's values of this step are read before any lane overwrites them
+    *reinterpret_cast<uint2*>(q + idx * kVec) = bytes;
+    if (idx % kMxfp8LanesPerBlock == 0) scales[idx / kMxfp8LanesPerBlock] = s;
+  }
+}
+
+}  // namespace dist_moe::quant
