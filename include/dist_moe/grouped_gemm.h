@@ -110,7 +110,8 @@ struct OperandScales {
   const float* b_global = nullptr;
   // MXFP8 rows: A's E8M0 codes as k-block-major words -- the four codes of row r's 128-deep k block
   // kb at a + 4 (kb * a_ld + r), a_ld >= m_capacity (what the rows + columns quantizers write for
-  // the layer, G86) -- instead of [m_capacity, k/32] bytes (a_ld = k/32).
+  // the layer, G86) -- instead of [m_capacity, k/32] bytes, rows a_ld >= k/32 bytes apart (a
+  // multiple of 4; k/32 for a dense grid, 2F for the Mega MXFP8 h2 in place).
   bool a_kblock_words = false;
 };
 

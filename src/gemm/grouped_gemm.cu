@@ -214,11 +214,13 @@ void check_scales(const GroupedGemmCommon& c, const char* op, bool b_in_bundle) 
       DMOE_CHECK_ARG((c.k / 128) * s.a_ld * 4 <= kInt32Max, op,
                      ": the A scale grid exceeds 2^31 bytes (the kernels index it in int32)");
     } else {
-      DMOE_CHECK_ARG(s.a_ld == c.k / 32, op, ": scales.a_ld must be k/32 = ", c.k / 32,
-                     " (the A scale grid is [m_capacity, k/32] bytes), got ", s.a_ld);
+      DMOE_CHECK_ARG(s.a_ld >= c.k / 32 && s.a_ld % 4 == 0, op, ": scales.a_ld must be at least k/32 = ", c.k / 32,
+                     " and a multiple of 4 (the A scale grid is [m_capacity, k/32] bytes, rows a_ld apart), got ",
+                     s.a_ld);
     }
-    DMOE_CHECK_ARG(c.m_capacity * (c.k / 32) <= kInt32Max && c.e_local * c.n * (c.k / 32) <= kInt32Max, op,
-                   ": the scale grids exceed 2^31 bytes (the kernels index them in int32)");
+    DMOE_CHECK_ARG(c.m_capacity * std::max<int64_t>(c.k / 32, s.a_ld) <= kInt32Max &&
+                       c.e_local * c.n * (c.k / 32) <= kInt32Max,
+                   op, ": the scale grids exceed 2^31 bytes (the kernels index them in int32)");
     return;
   } else if (c.a_format == kFp8BlockwiseRowsT) {
     // WGRAD's transposed columns: A scales [m_capacity / 128, n], B scales [m_capacity / 128, k]

@@ -84,6 +84,9 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
       detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' runs decode-sized inference on "
                    "Hopper so far (at most ", kNarrowDecodeRowsPerExpert, " routed rows per local expert); this "
                    "context can route ", rows, " rows to its ", L, " local experts; use pipeline='staged'");
+    if (D % 256 != 0 || F % 256 != 0)  // the hand-off's row quantizers take 256 values per warp step
+      detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' needs hidden_dim and intermediate_dim "
+                   "to be multiples of 256 on Hopper, got hidden_dim=", D, " and intermediate_dim=", F);
   }
   const planner::Mxfp8Scratch s = nvfp4 ? planner::nvfp4_scratch(cap, D, F, c.geometry.buffer_bytes, expand)
                                         : planner::mxfp8_scratch(cap, D, F, c.config.inference, c.geometry.buffer_bytes);

@@ -13,6 +13,10 @@
 //   W13 DGRAD (transposed W13 copy) scattering grad_x routes -> W2 WGRAD and W13 WGRAD as BF16
 //   WGRADs of the column bundles dequantized exactly to BF16 rows -> barrier -> K reduction.
 //
+// Mega (pipeline="mega", decode-sized inference; docs/block_scaled_layer.md "Mega"): W13, the h2
+// quantization and W2 are one launch (grouped_gemm_mega_mxfp8_decode), h2 quantized in place of its
+// BF16 rows (E4M3 at a row's start, its codes F bytes in).
+//
 // Row bundles live one at a time in the static scratch's row region; the column bundles of x and
 // h2 (the saved state) sit where the planner put them and take the compact layout, sized by the
 // call's received rows; everything else is at a static scratch place (planner::Mxfp8Scratch).

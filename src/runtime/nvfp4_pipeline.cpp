@@ -17,6 +17,10 @@
 // straight from the dispatch windows into the expanded region (x), and the packed h2 rows after
 // their quantization (h2, over x's dead rows); the GEMMs read kNvfp4ExpandedRows with the 128-token
 // tile, or the 16-token one at decode.
+//
+// Mega (pipeline="mega", decode contexts; docs/block_scaled_layer.md "Mega"): after the x expansion,
+// W13, the h2 quantization and expansion, and W2 are one launch (grouped_gemm_mega_nvfp4_decode):
+// each chunk's expanded h2 rows replace its BF16 ones in h1's region.
 #include "runtime/nvfp4_pipeline.h"
 
 #include "dist_moe/check.h"

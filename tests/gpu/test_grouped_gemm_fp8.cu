@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <cstdio>
 #include <random>
@@ -891,8 +892,10 @@ TEST(GroupedGemmMxfp8, RejectsWhatItCannotDo) {
       EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
     }
   };
-  args.common.scales.a_ld = 8;
-  expect_error([&] { grouped_gemm_fprop(args, nullptr); }, "scales.a_ld must be k/32 = 4");
+  args.common.scales.a_ld = 2;  // rows closer than k/32 codes (a wider stride is allowed: the Mega h2)
+  expect_error([&] { grouped_gemm_fprop(args, nullptr); }, "scales.a_ld must be at least k/32 = 4");
+  args.common.scales.a_ld = 6;  // not a multiple of 4 (the kernels read 32-bit words)
+  expect_error([&] { grouped_gemm_fprop(args, nullptr); }, "scales.a_ld must be at least k/32 = 4");
   args.common.scales.a_kblock_words = true;  // k-block-major words need a_ld >= m_capacity (4)
   args.common.scales.a_ld = 2;
   expect_error([&] { grouped_gemm_fprop(args, nullptr); }, "need k % 128 == 0 and scales.a_ld >= m_capacity");
@@ -1026,6 +1029,139 @@ TEST(GroupedGemmFp8Args, RejectsWhatTheKernelsCannotDo) {
   EXPECT_EQ(decode, 1) << "the FP8-blockwise swap-AB decode tile is compiled";
   EXPECT_EQ(dgrad.size() + decode, fprop.size());
   for (const GroupedGemmConfig& c : dgrad) EXPECT_FALSE(c.swap_ab) << c.name() << " listed for DGRAD";
+}
+
+// ---- Mega (grouped_gemm_mega_mxfp8_decode, device/gemm/mega_swap_ab.cuh) ------------------------
+// One launch of W13 + SwiGLU, the per-chunk h2 quantization in place and W2 against the staged
+// sequence it replaces -- W13 FPROP, mxfp8_quantize_rows, W2 FPROP, each on the same 16-token decode
+// tile -- on the same operands, bit for bit: h3, h2's E4M3 bytes and E8M0 codes (in place: row m's
+// bytes at 2F m, its codes F bytes in), the clip statistics. Segments are padded to 32 rows with 0..12
+// token rows each (the inference layer's decode layout; empty experts included); rows past the
+// token rows must stay untouched. Run twice (the chunk counters start from zero again).
+
+GroupedGemmConfig mxfp8_decode16_config(GroupedGemmOp op) {
+  for (const GemmParam& p : mxfp8_params(op))
+    if (p.config.swap_ab && p.config.block_n == 16) return p.config;
+  ADD_FAILURE() << "no 16-token MXFP8 decode configuration";
+  return {};
+}
+
+void run_mxfp8_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uint32_t seed) {
+  std::printf("mxfp8 mega E=%lld D=%lld F=%lld %s\n", static_cast<long long>(E), static_cast<long long>(D),
+              static_cast<long long>(F), clamped ? "clamped" : "plain");
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> real(0, 12);
+  std::vector<int32_t> counts(static_cast<size_t>(E), 32), tiles(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) tiles[e] = e % 5 == 1 ? 0 : real(rng);
+  std::vector<int32_t> offsets(static_cast<size_t>(E + 1), 0);
+  for (int64_t e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + counts[e];
+  const int64_t cap = offsets.back() + kSlack;
+  std::vector<char> token(static_cast<size_t>(cap), 0);
+  for (int64_t e = 0; e < E; ++e)
+    for (int32_t r = 0; r < tiles[e]; ++r) token[static_cast<size_t>(offsets[e] + r)] = 1;
+  const Mxfp8Rows x = mxfp8_rows(spread_bf16(cap, D, 1, 1.0f, rng), cap, D);
+  const Mxfp8Weight w13 = mxfp8_weight(spread_bf16(E * 2 * F, D, 128, 1.0f / std::sqrt(float(D)), rng), E, 2 * F, D);
+  const Mxfp8Weight w2 = mxfp8_weight(spread_bf16(E * D, F, 128, 1.0f / std::sqrt(float(F)), rng), E, D, F);
+  DeviceBuffer<int32_t> d_counts(counts), d_tiles(tiles);
+  const GroupedGemmConfig cfg13 = mxfp8_decode16_config(GroupedGemmOp::kFpropSwiglu);
+  const GroupedGemmConfig cfg2 = mxfp8_decode16_config(GroupedGemmOp::kFprop);
+  auto common = [&](int64_t n, int64_t k) {
+    GroupedGemmCommon c;
+    c.counts = d_counts.get();
+    c.tile_rows = d_tiles.get();
+    c.e_local = E;
+    c.m_capacity = cap;
+    c.n = n;
+    c.k = k;
+    c.a_format = kMxfp8Rows;
+    c.b_format = kMxfp8Weight;
+    return c;
+  };
+  auto w13_args = [&](void* h2, float* clip) {
+    W13FpropArgs a;
+    a.common = common(2 * F, D);
+    a.common.scales = OperandScales{x.s.get(), D / 32, w13.w.s.get()};
+    a.a = x.q.get();
+    a.w13 = w13.w.q.get();
+    a.h2 = h2;
+    a.activation = clamped ? Activation::kSwiGLUClamped : Activation::kSwiGLU;
+    a.swiglu_limit = 0.6f;
+    a.clip_stats = clip;
+    a.clip_limit = 0.5f;
+    a.clip_rows = d_tiles.get();
+    return a;
+  };
+
+  // Staged: W13, the row quantizer over h2, W2 on the row bundle.
+  DeviceBuffer<uint16_t> h2(static_cast<size_t>(cap * F)), out(static_cast<size_t>(cap * D));
+  DeviceBuffer<uint8_t> hq(static_cast<size_t>(cap * F)), hs(static_cast<size_t>(cap * (F / 32)));
+  DeviceBuffer<float> clip(3);
+  h2.poison();
+  out.poison();
+  {
+    W13FpropArgs a13 = w13_args(h2.get(), clip.get());
+    a13.common.config = &cfg13;
+    grouped_gemm_w13_fprop(a13, nullptr);
+    quant::mxfp8_quantize_rows(quant::Bf16Matrix{h2.get(), cap, F, F},
+                               quant::Mxfp8Out{hq.get(), F, hs.get(), F / 32, 1}, nullptr);
+    FpropArgs a2;
+    a2.common = common(D, F);
+    a2.common.scales = OperandScales{hs.get(), F / 32, w2.w.s.get()};
+    a2.common.config = &cfg2;
+    a2.a = hq.get();
+    a2.w = w2.w.q.get();
+    a2.out = out.get();
+    grouped_gemm_fprop(a2, nullptr);
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> want = out.download();
+  const std::vector<uint8_t> want_q = hq.download(), want_s = hs.download();
+  const std::vector<float> want_clip = clip.download();
+
+  DeviceBuffer<uint16_t> mh2(static_cast<size_t>(cap * F)), mout(static_cast<size_t>(cap * D));
+  DeviceBuffer<float> mclip(3);
+  for (int call = 0; call < 2; ++call) {
+    SCOPED_TRACE(call);
+    mh2.poison();
+    mout.poison();
+    W13FpropArgs a13 = w13_args(mh2.get(), mclip.get());
+    FpropArgs a2;
+    a2.common = common(D, F);
+    a2.common.scales = OperandScales{reinterpret_cast<uint8_t*>(mh2.get()) + F, 2 * F, w2.w.s.get()};
+    a2.a = mh2.get();
+    a2.w = w2.w.q.get();
+    a2.out = mout.get();
+    grouped_gemm_mega_mxfp8_decode(a13, a2, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> got = mout.download();
+    int64_t bad = 0, touched = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (token[i / static_cast<size_t>(D)]) bad += got[i] != want[i];
+      else touched += got[i] != 0xFFFF;
+    }
+    EXPECT_EQ(bad, 0) << "h3 elements of token rows differ from the staged pipeline";
+    EXPECT_EQ(touched, 0) << "h3 rows past the token rows were written";
+    std::vector<uint8_t> bytes(static_cast<size_t>(cap * F * 2));
+    CUDA_OK(cudaMemcpy(bytes.data(), mh2.get(), bytes.size(), cudaMemcpyDeviceToHost));
+    int64_t bad_q = 0, bad_s = 0;
+    for (int64_t m = 0; m < cap; ++m) {
+      if (!token[static_cast<size_t>(m)]) continue;
+      bad_q += std::memcmp(&bytes[m * 2 * F], &want_q[m * F], static_cast<size_t>(F)) != 0;
+      bad_s += std::memcmp(&bytes[m * 2 * F + F], &want_s[m * (F / 32)], static_cast<size_t>(F / 32)) != 0;
+    }
+    EXPECT_EQ(bad_q, 0) << "rows whose E4M3 h2 differs from the row quantizer's";
+    EXPECT_EQ(bad_s, 0) << "rows whose E8M0 codes differ from the row quantizer's";
+    EXPECT_EQ(mclip.download(), want_clip) << "clip statistics differ";
+  }
+}
+
+TEST(MegaMxfp8Decode, MatchesTheStagedSequenceBitwise) {
+  DMOE_REQUIRE_SM90();
+  run_mxfp8_mega_vs_staged(16, 512, 768, false, 93u);
+}
+TEST(MegaMxfp8Decode, ClampedManyExpertsLongK) {
+  DMOE_REQUIRE_SM90();
+  run_mxfp8_mega_vs_staged(72, 1024, 1280, true, 94u);  // more chunks than CTAs: W2 tiles wait on the W13 tail
 }
 
 }  // namespace

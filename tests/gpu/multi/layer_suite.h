@@ -253,6 +253,25 @@ struct PreparedOnGpu {
   }
 };
 
+// Captures `call` in one CUDA graph (global capture mode) and replays it twice; after each replay
+// (stream synchronized) `check(replay)` compares what it produced. The graph is destroyed after.
+template <class Call, class Check>
+void replay_graph(cudaStream_t stream, Call&& call, Check&& check) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  DMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  call();
+  DMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  DMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    DMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    DMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    check(replay);
+  }
+  DMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  DMOE_CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
 // The validation cases' checks: each call runs `fn`, which must throw a dist_moe::Error whose text
 // contains `text`; otherwise `ok` turns false and `why` says which check (`what`) and how.
 struct ErrorExpectations {

@@ -251,21 +251,13 @@ bool graph_matches_eager(Case c, ncclComm_t nccl, int rank, int world, cudaStrea
   Inputs inp(c, pr.p, rank, stream);
   const TensorF want = run_layer(*ctx, c, inp.in, stream);
   Outputs graphed(c, ctx->local_experts());
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  DMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  routed_experts_inference(*ctx, inp.in, graphed.out.get(), suite_options(c), stream);
-  DMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  DMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   bool ok = check_out(c, pr, want, rank, why);
-  for (int replay = 0; replay < 2; ++replay) {
-    DMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    sync(stream);
-    if (!reference::bitwise_equal(graphed.read(c, ctx->local_experts()).out, want))
-      ok = false, *why += " replay " + std::to_string(replay) + " != eager;";
-  }
-  DMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  DMOE_CUDA_CHECK(cudaGraphDestroy(graph));
+  replay_graph(
+      stream, [&] { routed_experts_inference(*ctx, inp.in, graphed.out.get(), suite_options(c), stream); },
+      [&](int replay) {
+        if (!reference::bitwise_equal(graphed.read(c, ctx->local_experts()).out, want))
+          ok = false, *why += " replay " + std::to_string(replay) + " != eager;";
+      });
   ctx->close();
   return ok;
 }
@@ -435,20 +427,12 @@ bool mega_matches_staged(const Case& c, bool graph, ncclComm_t nccl, int rank, i
   if (!reference::bitwise_equal(again, want)) ok = false, *why += " second mega call != staged;";
   if (graph) {
     Outputs graphed(c, mega->local_experts());
-    cudaGraph_t g;
-    cudaGraphExec_t exec;
-    DMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    routed_experts_inference(*mega, inp.in, graphed.out.get(), suite_options(c), stream);
-    DMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
-    DMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-    for (int replay = 0; replay < 2; ++replay) {
-      DMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-      sync(stream);
-      if (!reference::bitwise_equal(graphed.read(c, mega->local_experts()).out, want))
-        ok = false, *why += " mega replay " + std::to_string(replay) + " != staged;";
-    }
-    DMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    DMOE_CUDA_CHECK(cudaGraphDestroy(g));
+    replay_graph(
+        stream, [&] { routed_experts_inference(*mega, inp.in, graphed.out.get(), suite_options(c), stream); },
+        [&](int replay) {
+          if (!reference::bitwise_equal(graphed.read(c, mega->local_experts()).out, want))
+            ok = false, *why += " mega replay " + std::to_string(replay) + " != staged;";
+        });
   }
   staged->close();
   mega->close();

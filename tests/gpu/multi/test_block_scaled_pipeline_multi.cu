@@ -322,24 +322,19 @@ bool case_graph(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::
   routed_experts_forward(*ctx, inp.in, eager.out.get(), &st, o, stream);
   routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), eager.g, o, stream);
   sync(stream);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  DMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  routed_experts_forward(*ctx, inp.in, graphed.out.get(), &st, o, stream);
-  routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), graphed.g, o, stream);
-  DMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  DMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   bool ok = true;
   const Result want = eager.read(c, L);
-  for (int replay = 0; replay < 2; ++replay) {
-    DMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    sync(stream);
-    if (!bitwise(graphed.read(c, L), want)) ok = false, *why += " replay " + std::to_string(replay) + " != eager;";
-    if (planner_snapshot(*ctx) != before) ok = false, *why += " planner not restored after replay;";
-  }
+  replay_graph(
+      stream,
+      [&] {
+        routed_experts_forward(*ctx, inp.in, graphed.out.get(), &st, o, stream);
+        routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), graphed.g, o, stream);
+      },
+      [&](int replay) {
+        if (!bitwise(graphed.read(c, L), want)) ok = false, *why += " replay " + std::to_string(replay) + " != eager;";
+        if (planner_snapshot(*ctx) != before) ok = false, *why += " planner not restored after replay;";
+      });
   ok &= check_all(c, pr, want, rank, why);
-  DMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  DMOE_CUDA_CHECK(cudaGraphDestroy(graph));
   ctx->close();
   return ok;
 }
@@ -451,20 +446,12 @@ bool case_mega_inference(ncclComm_t nccl, int rank, int world, cudaStream_t stre
     if (!reference::bitwise_equal(run(*mega), want)) ok = false, *why += " " + k.name + ": second mega call != staged;";
     if (i == 0) {  // graph replays
       Outputs graphed(k, mega->local_experts());
-      cudaGraph_t g;
-      cudaGraphExec_t exec;
-      DMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-      routed_experts_inference(*mega, inp.in, graphed.out.get(), o, stream);
-      DMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
-      DMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-      for (int replay = 0; replay < 2; ++replay) {
-        DMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-        sync(stream);
-        if (!reference::bitwise_equal(graphed.read(k, mega->local_experts()).out, want))
-          ok = false, *why += " mega replay " + std::to_string(replay) + " != staged;";
-      }
-      DMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      DMOE_CUDA_CHECK(cudaGraphDestroy(g));
+      replay_graph(
+          stream, [&] { routed_experts_inference(*mega, inp.in, graphed.out.get(), o, stream); },
+          [&](int replay) {
+            if (!reference::bitwise_equal(graphed.read(k, mega->local_experts()).out, want))
+              ok = false, *why += " mega replay " + std::to_string(replay) + " != staged;";
+          });
     }
     staged->close();
     mega->close();
