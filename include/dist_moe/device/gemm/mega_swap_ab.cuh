@@ -24,11 +24,16 @@
 // Counters: chunk_done and chunk_ready are zero at launch (the host memsets them, one node in a
 // graph); the tile counter pair resets itself (scheduler.cuh).
 //
-// Handoff (NVFP4 with expanded token rows, Nvfp4ExpandedHandoff): each of the finisher's four warps
-// takes a token row of the chunk at a time: nvfp4_quantize_row_warp into the packed h2 row (the
-// bytes of the staged pipeline's h2 quantization), then the packed row expanded to FP16 in place of
-// the BF16 row (the bytes of nvfp4_expand_rows) and its token_scale_inv over x's (x's rows of the
-// chunk are dead: all W13 tiles of the chunk are done). W2 then reads what the staged W2 reads.
+// Hand-offs (each of the finisher's four warps takes a token row of the chunk at a time; W2 then
+// reads what the staged W2 reads):
+//   Nvfp4ExpandedHandoff  nvfp4_quantize_row_warp into the packed h2 row (the bytes of the staged
+//                         h2 quantization), the packed row expanded to FP16 in place of the BF16 row
+//                         (the bytes of nvfp4_expand_rows), its token_scale_inv over x's (x's rows of
+//                         the chunk are dead: all W13 tiles of the chunk are done)
+//   Mxfp8InPlaceHandoff   mxfp8_quantize_row_warp in place of the BF16 row: E4M3 bytes at the row's
+//                         start, the E8M0 codes F bytes in (the staged row quantizer's bytes)
+// The swap-AB mainloops and epilogues read every token-side value the hand-off writes through L2
+// (TMA, ld.global.cg), never through the non-coherent path.
 #pragma once
 
 #include <cstdint>
@@ -55,7 +60,8 @@ namespace dist_moe::gemm {
 // NVFP4 with expanded token rows: as nvfp4_quantize_rows then nvfp4_expand_rows would (numerics:
 // device/quant/nvfp4_rows.cuh); the packed rows also land in p.packed_h2.
 struct Nvfp4ExpandedHandoff {
-  static constexpr int kMaxStagesPerPass = 8;
+  // Stages per expansion pass: 4 (the expansion kernel's 8 made ptxas spill 24 bytes in this kernel).
+  static constexpr int kMaxStagesPerPass = 4;
   DMOE_DEVICE static void run(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int tid, uint8_t* /*scratch*/) {
     const int warp = tid / 32, lane = tid % 32;
     const int64_t f = p.f;
@@ -143,7 +149,7 @@ struct MegaSwapABKernel {
   static constexpr int kBarrierOffset = kStagingOffset + 2 * Writer::kBytesPerWg;
   static constexpr int kResolvedOffset = kBarrierOffset + static_cast<int>(sizeof(typename Pipeline::SharedStorage));
   static constexpr int kCountersOffset = kResolvedOffset + 2 * static_cast<int>(sizeof(ResolvedOperands));
-  static constexpr int kRingOffset = kCountersOffset + 32;  // clip counters [3], finisher flags [2]
+  static constexpr int kRingOffset = kCountersOffset + 32;  // clip counters [3], finisher flags [2] at [4]
   static constexpr int kTablesOffset = kRingOffset + static_cast<int>(sizeof(TileRingStorage));
   static_assert(kBarrierOffset % 8 == 0 && kResolvedOffset % 8 == 0 && kTablesOffset % 4 == 0, "alignment");
   static_assert(Writer::kBytesPerWg >= 4 * 2048, "the hand-off scratch: four rows' MXFP8 codes (F <= 65536)");
@@ -159,7 +165,6 @@ struct MegaSwapABKernel {
     auto& pipe_storage = *reinterpret_cast<typename Pipeline::SharedStorage*>(base + kBarrierOffset);
     auto* resolved = reinterpret_cast<ResolvedOperands*>(base + kResolvedOffset);  // [0] W13, [1] W2
     uint32_t* cta_counts = reinterpret_cast<uint32_t*>(base + kCountersOffset);
-    volatile uint32_t* finisher = cta_counts + 4;  // per consumer warpgroup
     auto& ring = *reinterpret_cast<TileRingStorage*>(base + kRingOffset);
     int32_t* tables13 = reinterpret_cast<int32_t*>(base + kTablesOffset);
     int32_t* tables2 = tables13 + Scheduler::smem_bytes(params.sc13.num_experts) / 4;
@@ -225,11 +230,12 @@ struct MegaSwapABKernel {
       {
         Scheduler s13(params.sc13, tables13);
         while (lin >= 0 && lin < tiles13) {
-        const WorkTile t = s13.at(lin);
-        Mainloop13::mma_tile(params.ml13, t, params.ml13.num_k_blocks, Mainloop13::kBlockK, pipe, st, smem, wg, acc);
-        lin = tile_ring_read(ring, ++index);  // only after this tile's stages (kernel.cuh)
-        Epilogue13::store(params.ep13, resolved[0], t, acc, wg, writer, counts);
-        arrive(params, resolved[0], s13, t, writer.bar, tid, finisher + wg, base + kStagingOffset + wg * Writer::kBytesPerWg);
+          const WorkTile t = s13.at(lin);
+          Mainloop13::mma_tile(params.ml13, t, params.ml13.num_k_blocks, Mainloop13::kBlockK, pipe, st, smem, wg,
+                               acc);
+          lin = tile_ring_read(ring, ++index);  // only after this tile's stages (kernel.cuh)
+          Epilogue13::store(params.ep13, resolved[0], t, acc, wg, writer, counts);
+          arrive(params, resolved[0], s13, t, writer.bar, tid, base, wg);
         }
       }
       Scheduler s2(params.sc2, tables2);
@@ -279,9 +285,10 @@ struct MegaSwapABKernel {
   // A consumer warpgroup after its W13 epilogue: counts itself in the chunk; the one completing the
   // count hands the chunk off and publishes it. Every thread of the warpgroup calls it.
   DMOE_DEVICE static void arrive(const Params& params, const ResolvedOperands& ops, const Scheduler& s13,
-                                 const WorkTile& t, uint32_t bar, int tid, volatile uint32_t* finisher,
-                                 uint8_t* scratch) {
+                                 const WorkTile& t, uint32_t bar, int tid, uint8_t* base, int wg) {
     const MegaParams& m = params.mega;
+    volatile uint32_t* finisher = reinterpret_cast<uint32_t*>(base + kCountersOffset) + 4 + wg;
+    uint8_t* scratch = base + kStagingOffset + wg * Writer::kBytesPerWg;  // the writer's buffer, generic
     const int32_t chunk = chunk_of(s13, params.sc13, t);
     ptx::named_barrier_sync(bar, 128);  // every thread's h2 stores come before the count
     if (tid == 0) {
