@@ -448,7 +448,9 @@ bool case_mega(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::s
   c = base; c.name = "bounded_T"; c.T = 9; c.seed = 6; v.push_back(c);
   c = base; c.name = "e64_d3_f5"; c.E = 64; c.K = 8; c.T = c.T_max = 64; c.D = 3 * kDimStep; c.F = 5 * kDimStep;
   c.seed = 8; v.push_back(c);
-  if (world > 1) { c = base; c.name = "padded_rank1"; c.padded_rank = 1; v.push_back(c); }
+  // A rank whose tokens are all -1 (exact zeros; on one GPU no chunk at all: an empty tile stream).
+  c = base; c.name = world > 1 ? "padded_rank1" : "all_padding"; c.padded_rank = world > 1 ? 1 : 0; c.seed = 10;
+  v.push_back(c);
   bool ok = true;
   for (const Case& k : v) {
     std::string w;

@@ -418,6 +418,10 @@ bool case_mega_inference(ncclComm_t nccl, int rank, int world, cudaStream_t stre
   cases.push_back(c);
   c = base; c.name = "mega_rmsnorm_k8"; c.rmsnorm = true; c.K = 8; c.T = c.T_max = 12; c.seed = 4; cases.push_back(c);
   c = base; c.name = "mega_e64"; c.E = 64; c.K = 8; c.T = c.T_max = 64; c.seed = 5; cases.push_back(c);
+  // A rank whose tokens are all -1 (exact zeros; on one GPU no chunk at all: an empty tile stream).
+  c = base; c.name = world > 1 ? "mega_padded_rank1" : "mega_all_padding"; c.padded_rank = world > 1 ? 1 : 0;
+  c.seed = 6;
+  cases.push_back(c);
   bool ok = true;
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& k = cases[i];
@@ -442,6 +446,9 @@ bool case_mega_inference(ncclComm_t nccl, int rank, int world, cudaStream_t stre
     const TensorF want = run(*staged);
     const TensorF got = run(*mega);
     ok &= check_forward(k, pr, got, rank, k.name + " ", why);
+    if (k.padded_rank == rank)
+      for (float v : got.data)
+        if (v != 0.f) { ok = false, *why += " " + k.name + ": padded rank not exactly zero;"; break; }
     if (!reference::bitwise_equal(got, want)) ok = false, *why += " " + k.name + ": mega != staged;";
     if (!reference::bitwise_equal(run(*mega), want)) ok = false, *why += " " + k.name + ": second mega call != staged;";
     if (i == 0) {  // graph replays
