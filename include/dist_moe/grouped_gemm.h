@@ -249,6 +249,11 @@ void grouped_gemm_wgrad(const WgradArgs& args, cudaStream_t stream);
 struct MegaNvfp4Handoff {
   uint8_t* packed_h2 = nullptr;  // [m_capacity] packed NVFP4 h2 rows, packed_stride bytes apart
   int64_t packed_stride = 0;     // >= nvfp4_packed_row_bytes(F), a multiple of 16
+  // The gather of x inside the launch (nullptr: w13.a already holds the expanded x rows): row m's
+  // packed NVFP4 row at x_rows[m] [m_capacity] (a dispatch window; nullptr: a zero row, never read
+  // for token rows), expanded into w13.a and its token_scale_inv into scales.a, chunk by chunk, as
+  // nvfp4_expand_rows would; each chunk's W13 tiles wait only for their chunk's rows.
+  const void* const* x_rows = nullptr;
 };
 void grouped_gemm_mega_nvfp4_decode(const W13FpropArgs& w13, const FpropArgs& w2, const MegaNvfp4Handoff& handoff,
                                     cudaStream_t stream);
@@ -257,6 +262,10 @@ void grouped_gemm_mega_nvfp4_decode(const W13FpropArgs& w13, const FpropArgs& w2
 // (uint8_t*)h2 + 2F m, its F/32 E8M0 codes right after them -- so w2.a == w13.h2 and w2.common.scales
 // = {a: (uint8_t*)w13.h2 + F, a_ld: 2F, a_kblock_words: false}; the bytes are the MXFP8 row
 // quantizer's (h3 is the staged pipeline's bit for bit).
-void grouped_gemm_mega_mxfp8_decode(const W13FpropArgs& w13, const FpropArgs& w2, cudaStream_t stream);
+// x_rows: the gather of x inside the launch, as for NVFP4 (row m's packed MXFP8 row [D E4M3 | D/32
+// E8M0] copied into w13.a and its scales.a rows, as mxfp8_gather_packed_rows would; scales.a then
+// [m_capacity, D/32] bytes); nullptr: w13.a already holds the row bundle.
+void grouped_gemm_mega_mxfp8_decode(const W13FpropArgs& w13, const FpropArgs& w2, cudaStream_t stream,
+                                    const void* const* x_rows = nullptr);
 
 }  // namespace dist_moe

@@ -707,7 +707,7 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
 namespace {
 
 // ---- the Mega decode kernel's chunk counters -------------------------------------------------------
-// [chunk_done | chunk_ready] int32 arrays per (device, stream, host thread for cudaStreamPerThread),
+// [chunk_done | chunk_ready | x_ready] int32 arrays per (device, stream, host thread for cudaStreamPerThread),
 // zeroed on the stream before every launch (one memset node in a graph). Grown by a new allocation
 // when a launch needs more chunks; the old one stays (a captured graph may still use it). Allocated
 // with relaxed capture mode, like tensormap_workspace.
@@ -724,7 +724,7 @@ int32_t* mega_chunk_workspace(cudaStream_t stream, int64_t chunks) {
   void* p = nullptr;
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-  const cudaError_t err = cudaMalloc(&p, static_cast<size_t>(2 * chunks) * sizeof(int32_t));
+  const cudaError_t err = cudaMalloc(&p, static_cast<size_t>(3 * chunks) * sizeof(int32_t));
   DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
   DMOE_CUDA_CHECK(err);
   cache[key] = {static_cast<int32_t*>(p), chunks};
@@ -734,7 +734,8 @@ int32_t* mega_chunk_workspace(cudaStream_t stream, int64_t chunks) {
 // A Mega decode call's checks common to the formats, both launches filled (false: no rows) and the
 // kernel state: counters zeroed on the stream, f. `a` / `b`: the format's operands (both GEMMs).
 bool prepare_mega(const W13FpropArgs& w13, const FpropArgs& w2, const OperandFormat& a, const OperandFormat& b,
-                  int smem, const char* op, GemmLaunch& L13, GemmLaunch& L2, gemm::MegaParams& m, cudaStream_t stream) {
+                  const void* const* x_rows, int smem, const char* op, GemmLaunch& L13, GemmLaunch& L2,
+                  gemm::MegaParams& m, cudaStream_t stream) {
   const GroupedGemmCommon& c13 = w13.common;
   const GroupedGemmCommon& c2 = w2.common;
   for (const GroupedGemmCommon* c : {&c13, &c2})
@@ -766,13 +767,16 @@ bool prepare_mega(const W13FpropArgs& w13, const FpropArgs& w2, const OperandFor
                                                  static_cast<int>(GroupedGemmOp::kFpropSwiglu), OffsetChecks{}, 1);
     DMOE_CUDA_CHECK_LAUNCH();
   }
-  // Chunks: the 16-token tiles of all experts, at most m_capacity / 16 + e_local.
+  // Chunks: the 16-token tiles of all experts, at most m_capacity / 16 + e_local; three counters each.
   const int64_t chunks = c13.m_capacity / 16 + c13.e_local + 1;
   int32_t* counters = mega_chunk_workspace(stream, chunks);
-  DMOE_CUDA_CHECK(cudaMemsetAsync(counters, 0, static_cast<size_t>(2 * chunks) * sizeof(int32_t), stream));
+  DMOE_CUDA_CHECK(cudaMemsetAsync(counters, 0, static_cast<size_t>(3 * chunks) * sizeof(int32_t), stream));
   m.tile_counter = tile_counter_slot(stream);
   m.chunk_done = counters;
   m.chunk_ready = counters + chunks;
+  m.x_ready = counters + 2 * chunks;
+  m.x_rows = x_rows;
+  m.d = static_cast<int32_t>(c13.k);
   m.f = static_cast<int32_t>(c2.k);
   return true;
 }
@@ -791,7 +795,7 @@ void grouped_gemm_mega_nvfp4_decode(const W13FpropArgs& w13, const FpropArgs& w2
                  numeric::nvfp4_packed_row_bytes(F), " bytes, a multiple of 16");
   GemmLaunch L13, L2;
   gemm::MegaParams m;
-  if (!prepare_mega(w13, w2, kNvfp4ExpandedRows, kNvfp4Weight,
+  if (!prepare_mega(w13, w2, kNvfp4ExpandedRows, kNvfp4Weight, h.x_rows,
                     gemm::mega_nvfp4_decode_smem_bytes(static_cast<int>(w13.common.e_local)), op, L13, L2, m, stream))
     return;
   m.packed_h2 = h.packed_h2;
@@ -800,16 +804,21 @@ void grouped_gemm_mega_nvfp4_decode(const W13FpropArgs& w13, const FpropArgs& w2
   gemm::launch_mega_nvfp4_decode(L13, L2, m);
 }
 
-void grouped_gemm_mega_mxfp8_decode(const W13FpropArgs& w13, const FpropArgs& w2, cudaStream_t stream) {
+void grouped_gemm_mega_mxfp8_decode(const W13FpropArgs& w13, const FpropArgs& w2, cudaStream_t stream,
+                                    const void* const* x_rows) {
   constexpr const char* op = "grouped_gemm_mega_mxfp8_decode";
   const int64_t F = w2.common.k;
   const OperandScales& s2 = w2.common.scales;
   DMOE_CHECK_ARG(s2.a == static_cast<const uint8_t*>(w13.h2) + F && s2.a_ld == 2 * F && !s2.a_kblock_words, op,
                  ": w2.common.scales must name h2's codes in place: a = (uint8_t*)w13.h2 + F, a_ld = 2F, "
                  "a_kblock_words = false");
+  const OperandScales& s13 = w13.common.scales;
+  DMOE_CHECK_ARG(x_rows == nullptr || (s13.a_ld == w13.common.k / 32 && !s13.a_kblock_words), op,
+                 ": gathering x in the launch writes its scales as [m_capacity, D/32] bytes: w13.common.scales.a_ld "
+                 "must be D/32 and a_kblock_words false");
   GemmLaunch L13, L2;
   gemm::MegaParams m;
-  if (!prepare_mega(w13, w2, kMxfp8Rows, kMxfp8Weight,
+  if (!prepare_mega(w13, w2, kMxfp8Rows, kMxfp8Weight, x_rows,
                     gemm::mega_mxfp8_decode_smem_bytes(static_cast<int>(w13.common.e_local)), op, L13, L2, m, stream))
     return;
   L2.a_ld = 2 * F;  // h2's E4M3 rows in place of its BF16 rows

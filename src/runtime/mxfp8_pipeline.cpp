@@ -13,9 +13,9 @@
 //   W13 DGRAD (transposed W13 copy) scattering grad_x routes -> W2 WGRAD and W13 WGRAD as BF16
 //   WGRADs of the column bundles dequantized exactly to BF16 rows -> barrier -> K reduction.
 //
-// Mega (pipeline="mega", decode-sized inference; docs/block_scaled_layer.md "Mega"): W13, the h2
-// quantization and W2 are one launch (grouped_gemm_mega_mxfp8_decode), h2 quantized in place of its
-// BF16 rows (E4M3 at a row's start, its codes F bytes in).
+// Mega (pipeline="mega", decode-sized inference; docs/block_scaled_layer.md "Mega"): the x gather,
+// W13, the h2 quantization and W2 are one launch (grouped_gemm_mega_mxfp8_decode), h2 quantized in
+// place of its BF16 rows (E4M3 at a row's start, its codes F bytes in).
 //
 // Row bundles live one at a time in the static scratch's row region; the column bundles of x and
 // h2 (the saved state) sit where the planner put them and take the compact layout, sized by the
@@ -100,7 +100,10 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   const common::DeviceAddress none;
   void* h2_bf16 = at(c, c.mxfp8_scratch.h2_bf16());
 
-  if (t.packed_rows) {  // inference: the rows arrive quantized; no WGRAD columns
+  const bool mega = c.config.block_scaled->pipeline == BlockScaledPipeline::kMega;
+  if (mega) {
+    // (inference at decode: the launch below gathers each chunk's packed x rows itself)
+  } else if (t.packed_rows) {  // inference: the rows arrive quantized; no WGRAD columns
     const quant::RowGroups groups{t.real_counts, t.offsets, static_cast<int32_t>(c.local_experts)};
     quant::mxfp8_gather_packed_rows(t.gather_src, groups, c.capacity_rows(), D,
                                     row_bundle_out(c, D, /*packed_source=*/true), stream);
@@ -127,9 +130,10 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   f13.clip_limit = clip_limit;
   f13.clip_rows = t.real_counts;  // not the padding rows
 
-  if (c.config.block_scaled->pipeline == BlockScaledPipeline::kMega) {
-    // Inference at decode (context.cpp): one launch; each chunk's h2 rows are quantized in place of
-    // its BF16 rows (E4M3 at the row's start, the codes F bytes in) as soon as its W13 tiles are done.
+  if (mega) {
+    // Inference at decode (context.cpp): one launch; each chunk's x rows gathered from the dispatch
+    // windows, its W13 tiles, its h2 rows quantized in place of their BF16 rows (E4M3 at the row's
+    // start, the codes F bytes in) as soon as its W13 tiles are done, its W2 tiles.
     DMOE_ASSERT(t.packed_rows && !keep);
     FpropArgs f2 = w2_fprop_args(c, in, t.counts);
     f2.common.a_format = kMxfp8Rows;
@@ -139,7 +143,7 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
     f2.a = h2_bf16;
     f2.w = w2.fprop_data;
     f2.scatter.row_ptrs = t.scatter_dst;
-    grouped_gemm_mega_mxfp8_decode(f13, f2, stream);
+    grouped_gemm_mega_mxfp8_decode(f13, f2, stream, t.gather_src);
     c.stage("mega", stream);
     return;
   }

@@ -18,9 +18,9 @@
 // their quantization (h2, over x's dead rows); the GEMMs read kNvfp4ExpandedRows with the 128-token
 // tile, or the 16-token one at decode.
 //
-// Mega (pipeline="mega", decode contexts; docs/block_scaled_layer.md "Mega"): after the x expansion,
-// W13, the h2 quantization and expansion, and W2 are one launch (grouped_gemm_mega_nvfp4_decode):
-// each chunk's expanded h2 rows replace its BF16 ones in h1's region.
+// Mega (pipeline="mega", decode contexts; docs/block_scaled_layer.md "Mega"): the x expansion, W13,
+// the h2 quantization and expansion, and W2 are one launch (grouped_gemm_mega_nvfp4_decode): each
+// chunk's expanded h2 rows replace its BF16 ones in h1's region.
 #include "runtime/nvfp4_pipeline.h"
 
 #include "dist_moe/check.h"
@@ -59,7 +59,10 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   void* expanded = expand ? at(c, c.mxfp8_scratch.expanded) : nullptr;
   float* expanded_scales = expand ? reinterpret_cast<float*>(at(c, c.mxfp8_scratch.expanded_scales)) : nullptr;
 
-  if (expand) {
+  const bool mega = c.config.block_scaled->pipeline == BlockScaledPipeline::kMega;
+  if (mega) {
+    // (the launch below expands each chunk's x rows itself)
+  } else if (expand) {
     quant::nvfp4_expand_rows(t.gather_src, nullptr, 0, groups, cap, D, expanded, expanded_scales, stream);
     c.stage("expand_x_rows", stream);
   } else {
@@ -81,12 +84,14 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   f2.w = w2.fprop_data;
   f2.scatter.row_ptrs = t.scatter_dst;
 
-  if (c.config.block_scaled->pipeline == BlockScaledPipeline::kMega) {
-    // One launch (decode contexts; context.cpp): each chunk's h2 is quantized into the packed rows
-    // and expanded in place of its BF16 rows as soon as its last W13 tile is done.
+  if (mega) {
+    // One launch (decode contexts; context.cpp): each chunk's x rows expanded from the dispatch
+    // windows, its W13 tiles, its h2 quantized into the packed rows and expanded in place of its BF16
+    // rows as soon as its last W13 tile is done, its W2 tiles.
     DMOE_ASSERT(expand);
     f2.a = h2_bf16;
-    grouped_gemm_mega_nvfp4_decode(f13, f2, MegaNvfp4Handoff{rows, quant::nvfp4_packed_row_bytes(F)}, stream);
+    grouped_gemm_mega_nvfp4_decode(f13, f2, MegaNvfp4Handoff{rows, quant::nvfp4_packed_row_bytes(F), t.gather_src},
+                                   stream);
     c.stage("mega", stream);
     return;
   }

@@ -1037,7 +1037,8 @@ TEST(GroupedGemmFp8Args, RejectsWhatTheKernelsCannotDo) {
 // tile -- on the same operands, bit for bit: h3, h2's E4M3 bytes and E8M0 codes (in place: row m's
 // bytes at 2F m, its codes F bytes in), the clip statistics. Segments are padded to 32 rows with 0..12
 // token rows each (the inference layer's decode layout; empty experts included); rows past the
-// token rows must stay untouched. Run twice (the chunk counters start from zero again).
+// token rows must stay untouched. Run twice (the chunk counters start from zero again), the second
+// time gathering x in the launch from packed rows (x_rows), checked against the row quantizer's x.
 
 GroupedGemmConfig mxfp8_decode16_config(GroupedGemmOp op) {
   for (const GemmParam& p : mxfp8_params(op))
@@ -1059,7 +1060,8 @@ void run_mxfp8_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uin
   std::vector<char> token(static_cast<size_t>(cap), 0);
   for (int64_t e = 0; e < E; ++e)
     for (int32_t r = 0; r < tiles[e]; ++r) token[static_cast<size_t>(offsets[e] + r)] = 1;
-  const Mxfp8Rows x = mxfp8_rows(spread_bf16(cap, D, 1, 1.0f, rng), cap, D);
+  const HostBf16 x_bf16 = spread_bf16(cap, D, 1, 1.0f, rng);
+  const Mxfp8Rows x = mxfp8_rows(x_bf16, cap, D);
   const Mxfp8Weight w13 = mxfp8_weight(spread_bf16(E * 2 * F, D, 128, 1.0f / std::sqrt(float(D)), rng), E, 2 * F, D);
   const Mxfp8Weight w2 = mxfp8_weight(spread_bf16(E * D, F, 128, 1.0f / std::sqrt(float(F)), rng), E, D, F);
   DeviceBuffer<int32_t> d_counts(counts), d_tiles(tiles);
@@ -1077,11 +1079,11 @@ void run_mxfp8_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uin
     c.b_format = kMxfp8Weight;
     return c;
   };
-  auto w13_args = [&](void* h2, float* clip) {
+  auto w13_args = [&](void* h2, float* clip, const uint8_t* xq, const uint8_t* xs) {
     W13FpropArgs a;
     a.common = common(2 * F, D);
-    a.common.scales = OperandScales{x.s.get(), D / 32, w13.w.s.get()};
-    a.a = x.q.get();
+    a.common.scales = OperandScales{xs, D / 32, w13.w.s.get()};
+    a.a = xq;
     a.w13 = w13.w.q.get();
     a.h2 = h2;
     a.activation = clamped ? Activation::kSwiGLUClamped : Activation::kSwiGLU;
@@ -1099,7 +1101,7 @@ void run_mxfp8_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uin
   h2.poison();
   out.poison();
   {
-    W13FpropArgs a13 = w13_args(h2.get(), clip.get());
+    W13FpropArgs a13 = w13_args(h2.get(), clip.get(), x.q.get(), x.s.get());
     a13.common.config = &cfg13;
     grouped_gemm_w13_fprop(a13, nullptr);
     quant::mxfp8_quantize_rows(quant::Bf16Matrix{h2.get(), cap, F, F},
@@ -1118,21 +1120,50 @@ void run_mxfp8_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uin
   const std::vector<uint8_t> want_q = hq.download(), want_s = hs.download();
   const std::vector<float> want_clip = clip.download();
 
+  // Call 0 takes the x row bundle made beforehand; call 1 gathers it in the launch (x_rows: packed
+  // rows [D E4M3 | D/32 E8M0] by row pointer, as from the dispatch windows) into buffers of its own.
+  const int64_t pk_x = (numeric::mxfp8_packed_row_bytes(D) + 15) / 16 * 16;
+  DeviceBuffer<uint8_t> x_packed(static_cast<size_t>(cap * pk_x));
+  {
+    DeviceBuffer<uint16_t> d_x(x_bf16.bits);
+    quant::mxfp8_quantize_rows(quant::Bf16Matrix{d_x.get(), cap, D, D}, quant::mxfp8_packed_rows_out(x_packed.get(), pk_x, D),
+                               nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+  }
+  std::vector<uint64_t> row_ptrs(static_cast<size_t>(cap), 0);
+  for (int64_t m = 0; m < cap; ++m)
+    if (token[static_cast<size_t>(m)]) row_ptrs[m] = reinterpret_cast<uint64_t>(x_packed.get() + m * pk_x);
+  DeviceBuffer<uint64_t> d_row_ptrs(row_ptrs);
+  DeviceBuffer<uint8_t> mxq(static_cast<size_t>(cap * D)), mxs(static_cast<size_t>(cap * (D / 32)));
   DeviceBuffer<uint16_t> mh2(static_cast<size_t>(cap * F)), mout(static_cast<size_t>(cap * D));
   DeviceBuffer<float> mclip(3);
   for (int call = 0; call < 2; ++call) {
     SCOPED_TRACE(call);
+    const bool gather = call == 1;
     mh2.poison();
     mout.poison();
-    W13FpropArgs a13 = w13_args(mh2.get(), mclip.get());
+    DMOE_CUDA_CHECK(cudaMemset(mxq.get(), 0x7F, mxq.size()));
+    DMOE_CUDA_CHECK(cudaMemset(mxs.get(), 0xFF, mxs.size()));
+    W13FpropArgs a13 = gather ? w13_args(mh2.get(), mclip.get(), mxq.get(), mxs.get())
+                              : w13_args(mh2.get(), mclip.get(), x.q.get(), x.s.get());
     FpropArgs a2;
     a2.common = common(D, F);
     a2.common.scales = OperandScales{reinterpret_cast<uint8_t*>(mh2.get()) + F, 2 * F, w2.w.s.get()};
     a2.a = mh2.get();
     a2.w = w2.w.q.get();
     a2.out = mout.get();
-    grouped_gemm_mega_mxfp8_decode(a13, a2, nullptr);
+    grouped_gemm_mega_mxfp8_decode(a13, a2, nullptr,
+                                   gather ? reinterpret_cast<const void* const*>(d_row_ptrs.get()) : nullptr);
     CUDA_OK(cudaDeviceSynchronize());
+    if (gather) {  // x gathered in the launch: the token rows as the row quantizer wrote them
+      const std::vector<uint8_t> gq = mxq.download(), gs = mxs.download(), wq = x.q.download(), ws = x.s.download();
+      int64_t bad_x = 0;
+      for (int64_t m = 0; m < cap; ++m)
+        if (token[static_cast<size_t>(m)])
+          bad_x += std::memcmp(&gq[m * D], &wq[m * D], static_cast<size_t>(D)) != 0 ||
+                   std::memcmp(&gs[m * (D / 32)], &ws[m * (D / 32)], static_cast<size_t>(D / 32)) != 0;
+      EXPECT_EQ(bad_x, 0) << "x rows gathered in the launch differ from the row quantizer's";
+    }
     const std::vector<uint16_t> got = mout.download();
     int64_t bad = 0, touched = 0;
     for (size_t i = 0; i < got.size(); ++i) {

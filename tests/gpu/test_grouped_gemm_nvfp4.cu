@@ -379,7 +379,8 @@ TEST(GroupedGemmNvfp4, HeuristicPicksFitManyExperts) {
 // on the same 16-token decode tile -- on the same operands, bit for bit: h3, the packed h2 rows, the
 // expanded h2 rows and their token_scale_inv, the clip statistics. Segments are padded to 32 rows
 // with 0..12 token rows each (the layer's decode layout; empty experts included); rows past the
-// token rows must stay untouched. Run twice (the chunk counters start from zero again).
+// token rows must stay untouched. Run twice (the chunk counters start from zero again), the second
+// time gathering x in the launch (x_rows) and checked against nvfp4_expand_rows' x too.
 
 // The 16-token swap-AB configuration on expanded rows for `op`.
 GroupedGemmConfig decode16_config(GroupedGemmOp op) {
@@ -472,23 +473,34 @@ void run_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uint32_t 
     a2.a = staged.h2_exp.get();
     grouped_gemm_fprop(a2, nullptr);
   }
+  // Call 0 takes the x rows expanded beforehand; call 1 gathers them in the launch (x_rows: the
+  // packed rows by row pointer, as from the dispatch windows) into a poisoned buffer of its own.
   Path mega = make_path();
+  std::vector<char> token(static_cast<size_t>(cap), 0);
+  for (int64_t e = 0; e < E; ++e)
+    for (int32_t r = 0; r < tiles[e]; ++r) token[static_cast<size_t>(offsets[e] + r)] = 1;
+  std::vector<uint64_t> row_ptrs(static_cast<size_t>(cap), 0);
+  for (int64_t m = 0; m < cap; ++m)
+    if (token[static_cast<size_t>(m)]) row_ptrs[m] = reinterpret_cast<uint64_t>(x.packed.get() + m * pk_x);
+  DeviceBuffer<uint64_t> d_row_ptrs(row_ptrs);
+  DeviceBuffer<uint16_t> mx_exp(static_cast<size_t>(cap * std::max(D, F)));
   for (int call = 0; call < 2; ++call) {
     SCOPED_TRACE(call);
-    if (call == 1) {  // fresh inputs for the second call: x's token scales and the poisoned h2
+    const bool gather = call == 1;
+    if (gather) {  // fresh state: poisoned h2, h3, x and token scales
       mega.h2.poison();
       mega.out.poison();
-      quant::nvfp4_expand_rows(nullptr, x.packed.get(), pk_x, groups, cap, D, x_exp.get(), mega.scales.get(), nullptr);
+      mx_exp.poison();
+      DMOE_CUDA_CHECK(cudaMemset(mega.scales.get(), 0xFF, static_cast<size_t>(cap) * 4));
     }
     W13FpropArgs a13;
     FpropArgs a2;
     args(mega, mega.h2.get(), a13, a2);
+    if (gather) a13.a = mx_exp.get();
     a2.a = mega.h2.get();
-    grouped_gemm_mega_nvfp4_decode(a13, a2, MegaNvfp4Handoff{mega.packed_h2.get(), pk_h}, nullptr);
+    const auto* x_rows = gather ? reinterpret_cast<const void* const*>(d_row_ptrs.get()) : nullptr;
+    grouped_gemm_mega_nvfp4_decode(a13, a2, MegaNvfp4Handoff{mega.packed_h2.get(), pk_h, x_rows}, nullptr);
     CUDA_OK(cudaDeviceSynchronize());
-    std::vector<char> token(static_cast<size_t>(cap), 0);
-    for (int64_t e = 0; e < E; ++e)
-      for (int32_t r = 0; r < tiles[e]; ++r) token[static_cast<size_t>(offsets[e] + r)] = 1;
     auto diff_rows = [&](const char* what, const auto& got, const auto& want, int64_t row_elems) {
       int64_t bad = 0, touched = 0;
       for (size_t i = 0; i < got.size(); ++i) {
@@ -502,6 +514,14 @@ void run_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uint32_t 
     diff_rows("h3", mega.out.download(), staged.out.download(), D);
     diff_rows("packed h2", mega.packed_h2.download(), staged.packed_h2.download(), pk_h);
     diff_rows("expanded h2", mega.h2.download(), staged.h2_exp.download(), F);
+    if (gather) {  // x expanded in the launch: the token rows as nvfp4_expand_rows writes them
+      const std::vector<uint16_t> got_x = mx_exp.download(), want_x = x_exp.download();
+      int64_t bad_x = 0;
+      for (int64_t m = 0; m < cap; ++m)
+        if (token[static_cast<size_t>(m)])
+          bad_x += std::memcmp(&got_x[m * D], &want_x[m * D], static_cast<size_t>(D) * 2) != 0;
+      EXPECT_EQ(bad_x, 0) << "x rows expanded in the launch differ from nvfp4_expand_rows'";
+    }
     const std::vector<float> ms = mega.scales.download(), ss = staged.scales.download();
     int64_t bad_scale = 0;
     for (int64_t m = 0; m < cap; ++m) bad_scale += token[m] && std::memcmp(&ms[m], &ss[m], 4) != 0;

@@ -5,9 +5,10 @@
 //
 // Tiles: both GEMMs run the swap-AB decode tile (weights on the wgmma M side, 16 tokens on N) of
 // the same mainloop family and stage size, so they share one stage ring. The linear tile space is
-// every W13 tile (expert-major, scheduler.cuh's kN order), then every W2 tile; the producer draws
-// tiles from one global counter (the dynamic schedule), so every W13 tile is drawn before any W2
-// tile and the W2 tiles start as the W13 tail still runs.
+// one x task per chunk when the launch gathers x (MegaParams::x_rows), then every W13 tile
+// (expert-major, scheduler.cuh's kN order), then every W2 tile; the producer draws tiles from one
+// global counter (the dynamic schedule), so every x task is drawn before any W13 tile and every W13
+// tile before any W2 tile, and each kind starts while the one before still runs.
 //
 // Chunks: a chunk is one expert's 16-token tile, (e, n_block); chunk c = (token tiles of the experts
 // before e) + n_block, the same number in both GEMMs. Its W13 tiles (F / 128 of them) each end with
@@ -17,12 +18,19 @@
 // proxy and publishes chunk_ready[c] = 1 (release). The TMA thread waits for chunk_ready of a W2
 // tile's chunk (acquire, then the proxy fence) before loading it.
 //
-// No deadlock: a W2 tile waits only for W13 tiles drawn before it, which CTAs are running; a CTA's
-// producer draws its next tile only after issuing all loads of the current one, so its consumers
-// always finish (and, if last, hand off) the tiles it already drew, whatever the producer waits for.
+// x tasks: both consumer warpgroups of the CTA that drew chunk c's task copy its token rows from the
+// packed rows (the dispatch windows) into W13's A rows -- NVFP4 expanded to FP16 as
+// nvfp4_expand_rows does, MXFP8 into the row bundle as mxfp8_gather_packed_rows does -- fence them
+// for the async proxy and count themselves in x_ready[c]; the TMA thread loads a W13 tile of chunk
+// c once both have (the stages are untouched: a task is no tile of the ring).
 //
-// Counters: chunk_done and chunk_ready are zero at launch (the host memsets them, one node in a
-// graph); the tile counter pair resets itself (scheduler.cuh).
+// No deadlock: a tile waits only for tasks and tiles drawn before it, which CTAs are running (a task
+// waits for nothing); a CTA's producer draws its next tile only after issuing all loads of the
+// current one, so its consumers always finish (and, if last, hand off) the tiles it already drew,
+// whatever the producer waits for.
+//
+// Counters: chunk_done, chunk_ready and x_ready are zero at launch (the host memsets them, one node
+// in a graph); the tile counter pair resets itself (scheduler.cuh).
 //
 // Hand-offs (each of the finisher's four warps takes a token row of the chunk at a time; W2 then
 // reads what the staged W2 reads):
@@ -60,8 +68,32 @@ namespace dist_moe::gemm {
 // NVFP4 with expanded token rows: as nvfp4_quantize_rows then nvfp4_expand_rows would (numerics:
 // device/quant/nvfp4_rows.cuh); the packed rows also land in p.packed_h2.
 struct Nvfp4ExpandedHandoff {
-  // Stages per expansion pass: 4 (the expansion kernel's 8 made ptxas spill 24 bytes in this kernel).
-  static constexpr int kMaxStagesPerPass = 4;
+  // Stages per expansion pass (loads in flight per warp): 2, where the expansion kernel takes 8 --
+  // more made ptxas spill in this kernel (8: 24 bytes; 4 with the x tasks: 8 bytes).
+  static constexpr int kMaxStagesPerPass = 2;
+
+  // The x task's row m, by one warp: the packed row at p.x_rows[m] expanded into W13's A row (x,
+  // FP16 at ops.base[kMapB]) and its token_scale_inv, as nvfp4_expand_rows does (a null row: zeros).
+  DMOE_DEVICE static void x_row(const MegaParams& p, const ResolvedOperands& ops, const MainloopParams& /*ml*/,
+                                int64_t m, int lane) {
+    const int64_t d = p.d, stages = d / kNvfp4StageK;
+    const uint8_t* src = static_cast<const uint8_t*>(p.x_rows[m]);
+    uint4* units = reinterpret_cast<uint4*>(ops.base[kMapB] + m * d * 2) + lane;
+    if (src == nullptr) {
+      for (int64_t s = 0; s < stages; ++s) units[s * (kNvfp4StageK / 8)] = make_uint4(0, 0, 0, 0);
+      if (lane == 0) p.token_scale_inv[m] = 0.0f;
+      return;
+    }
+    const quant::Nvfp4ExpandLane l(lane);
+    for (int64_t kb0 = 0; kb0 < stages; kb0 += kMaxStagesPerPass) {
+      const int count = static_cast<int>(min(static_cast<int64_t>(kMaxStagesPerPass), stages - kb0));
+      quant::nvfp4_expand_row_stages<kMaxStagesPerPass>(l, src, numeric::nvfp4_packed_row_scales_offset(d), kb0, count,
+                                                      units + kb0 * (kNvfp4StageK / 8));
+    }
+    if (lane == 0)
+      p.token_scale_inv[m] = *reinterpret_cast<const float*>(src + numeric::nvfp4_packed_row_token_scale_offset(d));
+  }
+
   DMOE_DEVICE static void run(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int tid, uint8_t* /*scratch*/) {
     const int warp = tid / 32, lane = tid % 32;
     const int64_t f = p.f;
@@ -90,6 +122,19 @@ struct Nvfp4ExpandedHandoff {
 // the row quantizer's (device/quant/mxfp8_rows.cuh). The codes wait in `scratch` until the row's
 // values are all read.
 struct Mxfp8InPlaceHandoff {
+  // The x task's row m, by one warp: the packed row [D E4M3 | D/32 E8M0] at p.x_rows[m] copied into
+  // W13's A row bundle (codes at ops.base[kMapB], scales [rows, D/32] at ml.a_scales), as
+  // mxfp8_gather_packed_rows does (a null row: zero codes, scales 0).
+  DMOE_DEVICE static void x_row(const MegaParams& p, const ResolvedOperands& ops, const MainloopParams& ml, int64_t m,
+                                int lane) {
+    const int64_t d = p.d;
+    const char* src = static_cast<const char*>(p.x_rows[m]);
+    uint4* q = reinterpret_cast<uint4*>(ops.base[kMapB] + m * d);
+    uint32_t* sc = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(const_cast<void*>(ml.a_scales)) + m * ml.a_scale_ld);
+    for (int64_t i = lane; i < d / 16; i += 32) q[i] = src ? reinterpret_cast<const uint4*>(src)[i] : make_uint4(0, 0, 0, 0);
+    for (int64_t i = lane; i < d / 128; i += 32) sc[i] = src ? reinterpret_cast<const uint32_t*>(src + d)[i] : 0u;
+  }
+
   DMOE_DEVICE static void run(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int tid, uint8_t* scratch) {
     const int warp = tid / 32, lane = tid % 32;
     const int64_t f = p.f;
@@ -185,10 +230,13 @@ struct MegaSwapABKernel {
     Scheduler::build(params.sc13, tables13);  // each ends with __syncthreads()
     Scheduler::build(params.sc2, tables2);
     const Pipeline pipe(pipe_storage);
-    // Linear tiles [0, tiles13) are W13's, then W2's: every role walks them in two loops, each with
-    // its own scheduler (fewer live registers next to the wgmmas).
+    // Linear tiles: [0, xt) the chunks' x tasks (when the launch gathers x), [xt, w2_first) W13's,
+    // then W2's. Every role walks them in that order, in one loop per kind, each with its own
+    // scheduler (fewer live registers next to the wgmmas).
     const int32_t tiles13 = tables13[params.sc13.num_experts + 1 + params.sc13.num_experts];
-    const int32_t total = tiles13 + tables2[params.sc2.num_experts + 1 + params.sc2.num_experts];
+    const int32_t xt = params.mega.x_rows != nullptr ? tiles13 / params.sc13.fixed_m_blocks : 0;
+    const int32_t w2_first = xt + tiles13;
+    const int32_t total = w2_first + tables2[params.sc2.num_experts + 1 + params.sc2.num_experts];
 
     if (role == WarpGroupRole::kProducer) {
       ptx::setmaxnreg_dec<kProducerRegs>();
@@ -201,17 +249,20 @@ struct MegaSwapABKernel {
         int32_t seq = 0;
         int32_t cur = draw(params.mega, total);
         tile_ring_publish(ring, seq++, cur);
+        for (; cur >= 0 && cur < xt; tile_ring_publish(ring, seq++, cur)) cur = draw(params.mega, total);  // no loads
         {
           Scheduler s13(params.sc13, tables13);
-          for (; cur >= 0 && cur < tiles13; tile_ring_publish(ring, seq++, cur)) {
-            Mainloop13::load_tile(params.ml13, resolved[0], s13.at(cur), params.ml13.num_k_blocks, pipe, st, smem);
+          for (; cur >= 0 && cur < w2_first; tile_ring_publish(ring, seq++, cur)) {
+            const WorkTile t = s13.at(cur - xt);
+            if (xt > 0) wait_count(params.mega.x_ready + chunk_of(s13, params.sc13, t), 2);
+            Mainloop13::load_tile(params.ml13, resolved[0], t, params.ml13.num_k_blocks, pipe, st, smem);
             cur = draw(params.mega, total);
           }
         }
         Scheduler s2(params.sc2, tables2);
         for (; cur >= 0; tile_ring_publish(ring, seq++, cur)) {
-          const WorkTile t = s2.at(cur - tiles13);
-          wait_chunk_ready(params.mega.chunk_ready + chunk_of(s2, params.sc2, t));
+          const WorkTile t = s2.at(cur - w2_first);
+          wait_count(params.mega.chunk_ready + chunk_of(s2, params.sc2, t), 1);
           Mainloop2::load_tile(params.ml2, resolved[1], t, params.ml2.num_k_blocks, pipe, st, smem);
           cur = draw(params.mega, total);
         }
@@ -224,13 +275,14 @@ struct MegaSwapABKernel {
       PipelineState<kStages> st;
       ClipCounts counts;
       float acc[Mainloop13::kMmaPerWg][Mainloop13::kAccPerMma];
-      // A CTA's tiles are all its W13 tiles, then all its W2 tiles (linear order): two loops.
       int32_t index = 0;
       int32_t lin = tile_ring_read(ring, 0);
       {
         Scheduler s13(params.sc13, tables13);
-        while (lin >= 0 && lin < tiles13) {
-          const WorkTile t = s13.at(lin);
+        for (; lin >= 0 && lin < xt; lin = tile_ring_read(ring, ++index))
+          x_task(params, resolved[0], s13, lin, writer.bar, wg, tid);
+        while (lin >= 0 && lin < w2_first) {
+          const WorkTile t = s13.at(lin - xt);
           Mainloop13::mma_tile(params.ml13, t, params.ml13.num_k_blocks, Mainloop13::kBlockK, pipe, st, smem, wg,
                                acc);
           lin = tile_ring_read(ring, ++index);  // only after this tile's stages (kernel.cuh)
@@ -240,7 +292,7 @@ struct MegaSwapABKernel {
       }
       Scheduler s2(params.sc2, tables2);
       while (lin >= 0) {
-        const WorkTile t = s2.at(lin - tiles13);
+        const WorkTile t = s2.at(lin - w2_first);
         Mainloop2::mma_tile(params.ml2, t, params.ml2.num_k_blocks, Mainloop2::kBlockK, pipe, st, smem, wg, acc);
         lin = tile_ring_read(ring, ++index);
         Epilogue2::store(params.ep2, resolved[1], t, acc, wg, writer, counts);
@@ -271,15 +323,33 @@ struct MegaSwapABKernel {
     return -1;
   }
 
-  // TMA thread: until the chunk's W2 operand rows are published.
-  DMOE_DEVICE static void wait_chunk_ready(const int32_t* flag) {
-    if (ptx::ld_acquire_gpu(flag) == 0) {
+  // TMA thread: until *flag reaches `target` (a chunk's operand rows published), then the proxy fence.
+  DMOE_DEVICE static void wait_count(const int32_t* flag, int32_t target) {
+    if (ptx::ld_acquire_gpu(flag) < target) {
       common::SpinTimer timer;
-      while (ptx::ld_acquire_gpu(flag) == 0) {
+      while (ptx::ld_acquire_gpu(flag) < target) {
         if (timer.expired()) ptx::trap();  // trap-only: see mbarrier_wait in pipeline.cuh
       }
     }
     ptx::fence_proxy_async_global();  // the TMA that follows must see the generic-proxy stores
+  }
+
+  // Chunk c's x task, both consumer warpgroups: warpgroup w's warps take the chunk's token rows
+  // 8 w .. 8 w + 7 (a row each at a time) into W13's A rows; each warpgroup then publishes its half
+  // (x_ready[c] counts to 2). Every thread of both warpgroups calls it.
+  DMOE_DEVICE static void x_task(const Params& params, const ResolvedOperands& ops, const Scheduler& s13, int32_t c,
+                                 uint32_t bar, int wg, int tid) {
+    int32_t expert, row0, rows;
+    s13.locate_n_tile(c, expert, row0, rows);
+    const int warp = tid / 32, lane = tid % 32;
+    for (int32_t r = kBlockN / 2 * wg + warp; r < min(rows, kBlockN / 2 * (wg + 1)); r += 4)
+      Handoff::x_row(params.mega, ops, params.ml13, static_cast<int64_t>(row0) + r, lane);
+    ptx::fence_proxy_async_global();  // W13's TMA reads the rows through the async proxy
+    ptx::named_barrier_sync(bar, 128);
+    if (tid == 0) {
+      ptx::fence_acq_rel_gpu();
+      ptx::red_add_release_gpu(params.mega.x_ready + c, 1);
+    }
   }
 
   // A consumer warpgroup after its W13 epilogue: counts itself in the chunk; the one completing the

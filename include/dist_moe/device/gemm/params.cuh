@@ -164,6 +164,12 @@ struct MegaParams {
   int32_t* tile_counter = nullptr;  // [2] the dynamic schedule's pair over both GEMMs' tiles
   int32_t* chunk_done = nullptr;    // [max chunks] W13 warpgroup arrivals; zero at launch
   int32_t* chunk_ready = nullptr;   // [max chunks] 1 once the chunk's W2 operand rows exist; zero at launch
+  // The x rows gathered in the launch (nullptr: W13's A rows are in place already): row m's packed
+  // row at x_rows[m] (a dispatch window, this GPU's or a peer's; nullptr: a zero row), made W13's A
+  // operand rows by the chunk's x task; x_ready[c] counts the two warpgroups that published them.
+  const void* const* x_rows = nullptr;
+  int32_t* x_ready = nullptr;       // [max chunks]; zero at launch
+  int32_t d = 0;                    // D (x's row length)
   // NVFP4 hand-off: the chunk's packed h2 rows (packed_stride bytes apart), then FP16 rows in place of
   // the BF16 h2 [rows, f] (W13's kMapH2), their token_scale_inv [rows] over x's.
   uint8_t* packed_h2 = nullptr;

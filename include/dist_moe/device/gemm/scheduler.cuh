@@ -222,18 +222,10 @@ class GroupedTileScheduler {
   // kM only: the expert, first row and row count of global M tile `m_tile` (gather producer).
   // Returns false past the last M tile.
   DMOE_DEVICE bool locate_m_tile(int32_t m_tile, int32_t& expert, int32_t& row0, int32_t& rows) const {
-    static_assert(!kSorted && kClusterM == 1, "M tiles are numbered in expert order, one per linear tile");
+    static_assert(kGrouping == Grouping::kM && kClusterM == 1, "M tiles are numbered in expert order, one per linear tile");
     const int32_t nb = p_.fixed_n_blocks;
     if (m_tile * nb >= total_tiles()) return false;
-    int32_t e = 0;
-    int32_t lo = 0, hi = p_.num_experts - 1;  // largest e with tile_offset[e] <= m_tile * nb
-    while (lo < hi) {
-      const int32_t mid = (lo + hi + 1) / 2;
-      if (tile_offset_[mid] <= m_tile * nb) lo = mid; else hi = mid - 1;
-    }
-    e = lo;
-    // Empty experts share their tile_offset with the next one: move to the expert that has tiles.
-    while (tile_offset_[e + 1] <= m_tile * nb) ++e;
+    const int32_t e = expert_with_tile(m_tile * nb);
     const int32_t m_block = m_tile - tile_offset_[e] / nb;
     const int32_t count = row_offset_[e + 1] - row_offset_[e];
     expert = e;
@@ -242,7 +234,34 @@ class GroupedTileScheduler {
     return true;
   }
 
+  // kN only: the expert, first row and token rows of global N tile `n_tile` (the token tiles of all
+  // experts in expert order; the Mega kernel's chunks). Returns false past the last one.
+  DMOE_DEVICE bool locate_n_tile(int32_t n_tile, int32_t& expert, int32_t& row0, int32_t& rows) const {
+    static_assert(kGrouping == Grouping::kN, "N tiles of the swap-AB grouping");
+    const int32_t mb = p_.fixed_m_blocks;
+    if (n_tile * mb >= total_tiles()) return false;
+    const int32_t e = expert_with_tile(n_tile * mb);
+    const int32_t n_block = n_tile - tile_offset_[e] / mb;
+    expert = e;
+    row0 = row_offset_[e] + n_block * kBlockN;
+    rows = min(kBlockN, tile_count(p_, e, row_offset_[e + 1] - row_offset_[e]) - n_block * kBlockN);
+    return true;
+  }
+
  private:
+  // The expert (unsorted order) whose tiles include linear tile `lin` < total_tiles().
+  DMOE_DEVICE int32_t expert_with_tile(int32_t lin) const {
+    static_assert(!kSorted, "experts in index order");
+    int32_t lo = 0, hi = p_.num_experts - 1;  // largest e with tile_offset[e] <= lin
+    while (lo < hi) {
+      const int32_t mid = (lo + hi + 1) / 2;
+      if (tile_offset_[mid] <= lin) lo = mid; else hi = mid - 1;
+    }
+    // Empty experts share their tile_offset with the next one: move to the expert that has tiles.
+    while (tile_offset_[lo + 1] <= lin) ++lo;
+    return lo;
+  }
+
   // Linear tile (cluster: tile pair) of this CTA in round `round_`. A one-dimensional cluster of
   // kClusterM CTAs is blockIdx.x / kClusterM, its rank blockIdx.x % kClusterM.
   DMOE_DEVICE int32_t linear() const {
