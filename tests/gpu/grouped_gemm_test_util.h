@@ -346,6 +346,29 @@ inline void expect_rows_untouched(const std::string& what, const std::vector<uin
   EXPECT_EQ(touched, 0) << what << ": values written past sum(counts)";
 }
 
+// The inference layers' decode layout (the Mega tests): every expert's segment padded to 32 rows,
+// of which 0..12 are token rows (tile_rows; every fifth expert empty), `slack` rows past the
+// segments; token[m]: row m is a token row.
+struct DecodeSegments {
+  std::vector<int32_t> counts, tiles, offsets;  // offsets: [E + 1] exclusive prefix sums of counts
+  int64_t cap = 0;
+  std::vector<char> token;
+};
+inline DecodeSegments decode_segments(int64_t E, int64_t slack, std::mt19937& rng) {
+  DecodeSegments s;
+  std::uniform_int_distribution<int> real(0, 12);
+  s.counts.assign(static_cast<size_t>(E), 32);
+  s.tiles.resize(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) s.tiles[e] = e % 5 == 1 ? 0 : real(rng);
+  s.offsets.assign(static_cast<size_t>(E + 1), 0);
+  for (int64_t e = 0; e < E; ++e) s.offsets[e + 1] = s.offsets[e] + s.counts[e];
+  s.cap = s.offsets.back() + slack;
+  s.token.assign(static_cast<size_t>(s.cap), 0);
+  for (int64_t e = 0; e < E; ++e)
+    for (int32_t r = 0; r < s.tiles[e]; ++r) s.token[static_cast<size_t>(s.offsets[e] + r)] = 1;
+  return s;
+}
+
 // Every compiled configuration of `op` on these operand formats, as test parameters.
 inline std::vector<GemmParam> format_params(GroupedGemmOp op, DType out, const OperandFormat& a, const OperandFormat& b) {
   std::vector<GemmParam> v;
@@ -359,6 +382,14 @@ inline std::vector<GemmParam> format_params(GroupedGemmOp op, DType out, const O
     v.push_back(p);
   }
   return v;
+}
+
+// The 16-token swap-AB (decode) configuration of `op` on these operand formats.
+inline GroupedGemmConfig decode16_config(GroupedGemmOp op, const OperandFormat& a, const OperandFormat& b) {
+  for (const GemmParam& p : format_params(op, DType::kBFloat16, a, b))
+    if (p.config.swap_ab && p.config.block_n == 16) return p.config;
+  ADD_FAILURE() << "no 16-token decode configuration for A=" << a.name() << " B=" << b.name();
+  return {};
 }
 
 }  // namespace dist_moe::testing

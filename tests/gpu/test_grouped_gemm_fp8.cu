@@ -1040,33 +1040,21 @@ TEST(GroupedGemmFp8Args, RejectsWhatTheKernelsCannotDo) {
 // token rows must stay untouched. Run twice (the chunk counters start from zero again), the second
 // time gathering x in the launch from packed rows (x_rows), checked against the row quantizer's x.
 
-GroupedGemmConfig mxfp8_decode16_config(GroupedGemmOp op) {
-  for (const GemmParam& p : mxfp8_params(op))
-    if (p.config.swap_ab && p.config.block_n == 16) return p.config;
-  ADD_FAILURE() << "no 16-token MXFP8 decode configuration";
-  return {};
-}
-
 void run_mxfp8_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uint32_t seed) {
   std::printf("mxfp8 mega E=%lld D=%lld F=%lld %s\n", static_cast<long long>(E), static_cast<long long>(D),
               static_cast<long long>(F), clamped ? "clamped" : "plain");
   std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> real(0, 12);
-  std::vector<int32_t> counts(static_cast<size_t>(E), 32), tiles(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e) tiles[e] = e % 5 == 1 ? 0 : real(rng);
-  std::vector<int32_t> offsets(static_cast<size_t>(E + 1), 0);
-  for (int64_t e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + counts[e];
-  const int64_t cap = offsets.back() + kSlack;
-  std::vector<char> token(static_cast<size_t>(cap), 0);
-  for (int64_t e = 0; e < E; ++e)
-    for (int32_t r = 0; r < tiles[e]; ++r) token[static_cast<size_t>(offsets[e] + r)] = 1;
+  const DecodeSegments seg = decode_segments(E, kSlack, rng);
+  const std::vector<int32_t>&counts = seg.counts, &tiles = seg.tiles;
+  const std::vector<char>& token = seg.token;
+  const int64_t cap = seg.cap;
   const HostBf16 x_bf16 = spread_bf16(cap, D, 1, 1.0f, rng);
   const Mxfp8Rows x = mxfp8_rows(x_bf16, cap, D);
   const Mxfp8Weight w13 = mxfp8_weight(spread_bf16(E * 2 * F, D, 128, 1.0f / std::sqrt(float(D)), rng), E, 2 * F, D);
   const Mxfp8Weight w2 = mxfp8_weight(spread_bf16(E * D, F, 128, 1.0f / std::sqrt(float(F)), rng), E, D, F);
   DeviceBuffer<int32_t> d_counts(counts), d_tiles(tiles);
-  const GroupedGemmConfig cfg13 = mxfp8_decode16_config(GroupedGemmOp::kFpropSwiglu);
-  const GroupedGemmConfig cfg2 = mxfp8_decode16_config(GroupedGemmOp::kFprop);
+  const GroupedGemmConfig cfg13 = decode16_config(GroupedGemmOp::kFpropSwiglu, kMxfp8Rows, kMxfp8Weight);
+  const GroupedGemmConfig cfg2 = decode16_config(GroupedGemmOp::kFprop, kMxfp8Rows, kMxfp8Weight);
   auto common = [&](int64_t n, int64_t k) {
     GroupedGemmCommon c;
     c.counts = d_counts.get();

@@ -382,31 +382,22 @@ TEST(GroupedGemmNvfp4, HeuristicPicksFitManyExperts) {
 // token rows must stay untouched. Run twice (the chunk counters start from zero again), the second
 // time gathering x in the launch (x_rows) and checked against nvfp4_expand_rows' x too.
 
-// The 16-token swap-AB configuration on expanded rows for `op`.
-GroupedGemmConfig decode16_config(GroupedGemmOp op) {
-  for (const GemmParam& p : format_params(op, DType::kBFloat16, kNvfp4ExpandedRows, kNvfp4Weight))
-    if (p.config.swap_ab && p.config.block_n == 16) return p.config;
-  ADD_FAILURE() << "no 16-token expanded decode configuration";
-  return {};
-}
-
 void run_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uint32_t seed) {
   std::printf("nvfp4 mega E=%lld D=%lld F=%lld %s\n", static_cast<long long>(E), static_cast<long long>(D),
               static_cast<long long>(F), clamped ? "clamped" : "plain");
   std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> real(0, 12);
-  std::vector<int32_t> counts(static_cast<size_t>(E), 32), tiles(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e) tiles[e] = e % 5 == 1 ? 0 : real(rng);
-  const std::vector<int32_t> offsets = offsets_of(counts);
-  const int64_t M = offsets.back(), cap = M + kSlack;
+  const DecodeSegments seg = decode_segments(E, kSlack, rng);
+  const std::vector<int32_t>&counts = seg.counts, &tiles = seg.tiles, &offsets = seg.offsets;
+  const std::vector<char>& token = seg.token;
+  const int64_t cap = seg.cap;
   const Nvfp4Rows x = nvfp4_rows(spread_bf16(cap, D, 1, 1.0f, rng), cap, D);
   const Nvfp4Weight w13 = nvfp4_weight(spread_bf16(E * 2 * F, D, 2 * F, 1.0f / std::sqrt(float(D)), rng), E, 2 * F, D);
   const Nvfp4Weight w2 = nvfp4_weight(spread_bf16(E * D, F, D, 1.0f / std::sqrt(float(F)), rng), E, D, F);
   DeviceBuffer<int32_t> d_counts(counts), d_tiles(tiles), d_offsets(offsets);
   const quant::RowGroups groups{d_tiles.get(), d_offsets.get(), static_cast<int32_t>(E)};
   const int64_t pk_x = quant::nvfp4_packed_row_bytes(D), pk_h = quant::nvfp4_packed_row_bytes(F);
-  const GroupedGemmConfig cfg13 = decode16_config(GroupedGemmOp::kFpropSwiglu);
-  const GroupedGemmConfig cfg2 = decode16_config(GroupedGemmOp::kFprop);
+  const GroupedGemmConfig cfg13 = decode16_config(GroupedGemmOp::kFpropSwiglu, kNvfp4ExpandedRows, kNvfp4Weight);
+  const GroupedGemmConfig cfg2 = decode16_config(GroupedGemmOp::kFprop, kNvfp4ExpandedRows, kNvfp4Weight);
 
   // What each path owns: the expanded x rows are only read; the token scales, h2 and the rows are
   // written by both.
@@ -476,9 +467,6 @@ void run_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uint32_t 
   // Call 0 takes the x rows expanded beforehand; call 1 gathers them in the launch (x_rows: the
   // packed rows by row pointer, as from the dispatch windows) into a poisoned buffer of its own.
   Path mega = make_path();
-  std::vector<char> token(static_cast<size_t>(cap), 0);
-  for (int64_t e = 0; e < E; ++e)
-    for (int32_t r = 0; r < tiles[e]; ++r) token[static_cast<size_t>(offsets[e] + r)] = 1;
   std::vector<uint64_t> row_ptrs(static_cast<size_t>(cap), 0);
   for (int64_t m = 0; m < cap; ++m)
     if (token[static_cast<size_t>(m)]) row_ptrs[m] = reinterpret_cast<uint64_t>(x.packed.get() + m * pk_x);
