@@ -12,7 +12,8 @@
 #   nvfp4       the NVFP4 inference layer suite on every GPU, its trap tests          nvfp4.log
 #   quant       bench_quantize and the Quantize* + SwigluBackwardQuantize* GPU tests  quant.log
 #   bench       `dist-moe bench`: $DMOE_BENCH_SHAPES train, dsv3_decode infer        bench.log
-#               (DMOE_BENCH_FORMAT=nvfp4 etc.: that layer against our BF16 layer per shape)
+#               (DMOE_BENCH_FORMAT=nvfp4 etc.: that layer against our BF16 layer per shape;
+#               DMOE_BENCH_PIPELINE=mega: the Mega layer, the staged one alternated too)
 #   torch       tests/torch, tests/python, the examples (the package `install` put in place, else
 #               the build's in-place modules)        torch_tests.log python_tests.log examples.log
 #   torchbench  bench/torch_layer_bench.py                                           torch_bench.log

@@ -95,11 +95,14 @@ MemoryPlan plan_memory(const Config& config, int64_t ep_size, const PlanOptions&
 int64_t plan_max_recv_rows(int64_t tokens, int64_t top_k, double factor, int64_t local_experts,
                            int64_t ep_size, int64_t row_multiple);
 
-// Whether an NVFP4 inference context expands its tokens to FP16 rows: the token rows a call can
-// route -- T*K*f (no padding), f the plan's total scratch capacity factor, capped by the topology --
-// reach kNvfp4ExpandRowsPerExpert per local expert, or stay at or below kNarrowDecodeRowsPerExpert
-// (grouped_gemm_config.h: decode, where the 16-token tile on FP16 rows runs without the
-// token-converting producer warps; perf_history G91). False for every other config.
+// The token rows one call can route to a rank's local experts: T*K*f (no padding), f the plan's
+// total scratch capacity factor, capped by the topology (plan_max_recv_rows with row multiple 1).
+int64_t plan_max_routed_rows(const Config& config, int64_t ep_size, double total_scratch_capacity_factor);
+
+// Whether an NVFP4 inference context expands its tokens to FP16 rows: its routed token rows
+// (plan_max_routed_rows) reach kNvfp4ExpandRowsPerExpert per local expert, or stay at or below
+// kNarrowDecodeRowsPerExpert (grouped_gemm_config.h: decode, where the 16-token tile on FP16 rows
+// runs without the token-converting producer warps; perf_history G91). False for every other config.
 bool nvfp4_expands_token_rows(const Config& config, int64_t ep_size, double total_scratch_capacity_factor);
 
 // "0.000 GiB (16,384 bytes)": the size format of explain().

@@ -7,6 +7,8 @@
 #     stage lines in the summary.
 #   DMOE_BENCH_TOKENS [the shape's own]  bench with a format: each shape at each of these tokens per
 #     rank (`--tokens T`; e.g. "256 512 1024" for the mid-sized batches, perf.md).
+#   DMOE_BENCH_PIPELINE [staged]  bench with a format: mega runs the Mega layer, the staged layer of
+#     the format alternated with it (`--pipeline mega`; its "staged layer" line kept in the summary).
 
 stage_tests() {
   build_targets tests dist_moe_gpu_tests || return 1
@@ -98,16 +100,16 @@ stage_quant() {
 # One block-scaled format against our BF16 layer, per shape (stage_bench with DMOE_BENCH_FORMAT).
 bench_format() {
   local rc fail=0 shape fmt=$1 mode=${DMOE_BENCH_MODE:-infer} log="$WORK/bench_shape.log"
-  local tokens t
+  local pipeline=${DMOE_BENCH_PIPELINE:-staged} tokens t
   for shape in ${DMOE_BENCH_SHAPES:-dsv3_decode dsv3_prefill qwen3_30b}; do
     for t in ${DMOE_BENCH_TOKENS:-own}; do
       tokens=(); [ "$t" = own ] || tokens=(--tokens "$t")
       x timeout 300 "$BUILD/dist-moe" bench --shape "$shape" "${tokens[@]}" --mode "$mode" --format "$fmt" --no-baseline \
-        --iters 10 --sustain-ms 50 > "$log" 2>&1
+        --iters 10 --sustain-ms 50 --pipeline "$pipeline" > "$log" 2>&1
       rc=$?; [ $rc = 0 ] || fail=1
       cat "$log" >> "$OUT/bench.log"
-      say "bench $shape ${tokens[*]} $fmt $mode (rc=$rc)"
-      grep -E "^fwd:w13 |^fwd:w2 |BF16 layer" "$log" | tee -a "$SUMMARY" > /dev/null
+      say "bench $shape ${tokens[*]} $fmt $mode $pipeline (rc=$rc)"
+      grep -E "^fwd:w13 |^fwd:w2 |^fwd:mega |^inference forward|BF16 layer|staged layer" "$log" | tee -a "$SUMMARY" > /dev/null
     done
   done
   return $fail

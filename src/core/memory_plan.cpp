@@ -121,13 +121,17 @@ int64_t plan_max_recv_rows(int64_t tokens, int64_t top_k, double factor, int64_t
   return cap;
 }
 
+int64_t plan_max_routed_rows(const Config& config, int64_t ep_size, double total_scratch_capacity_factor) {
+  return plan_max_recv_rows(config.max_num_local_input_tokens, config.top_k, total_scratch_capacity_factor,
+                            config.num_experts / ep_size, ep_size, /*row_multiple=*/1);
+}
+
 bool nvfp4_expands_token_rows(const Config& config, int64_t ep_size, double total_scratch_capacity_factor) {
   if (!config.inference || !config.block_scaled || config.block_scaled->format != BlockScaledFormat::kNVFP4 ||
       ep_size <= 0 || config.num_experts % ep_size != 0)
     return false;
   const i64 L = config.num_experts / ep_size;
-  const i64 rows = plan_max_recv_rows(config.max_num_local_input_tokens, config.top_k, total_scratch_capacity_factor,
-                                      L, ep_size, /*row_multiple=*/1);
+  const i64 rows = plan_max_routed_rows(config, ep_size, total_scratch_capacity_factor);
   return rows >= kNvfp4ExpandRowsPerExpert * L || rows <= kNarrowDecodeRowsPerExpert * L;
 }
 

@@ -23,7 +23,6 @@ namespace {
 constexpr int kExpandThreads = 256;
 constexpr int kWarps = kExpandThreads / 32;
 constexpr int kStagesPerItem = 8;  // loads in flight per warp: 8 x 144 bytes (4: 2-5% slower, s28 r6)
-constexpr int kUnitsPerStage = gemm::kNvfp4StageK / 8;  // 16-byte units (8 FP16) of a stage: a lane each
 
 // A row's items: its stages in groups of kStagesPerItem (the last one partial).
 __host__ __device__ constexpr int64_t items_per_row(int64_t cols) {
@@ -37,7 +36,6 @@ __global__ void __launch_bounds__(kExpandThreads)
   const int lane = threadIdx.x & 31;
   const Nvfp4ExpandLane l(lane);
   const int64_t total = min(static_cast<int64_t>(groups.offsets_G1[groups.num_groups]), capacity);
-  const int64_t scales_at = numeric::nvfp4_packed_row_scales_offset(cols);
   const int64_t stages = cols / gemm::kNvfp4StageK;
   const int64_t row_items = items_per_row(cols);
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < total * row_items;
@@ -46,15 +44,8 @@ __global__ void __launch_bounds__(kExpandThreads)
     if (groups.counts_G != nullptr && !is_token_row(groups, m)) continue;  // a group's padding: untouched
     const int count = static_cast<int>(min(static_cast<int64_t>(kStagesPerItem), stages - kb0));
     const uint8_t* src = row_ptrs != nullptr ? static_cast<const uint8_t*>(row_ptrs[m]) : packed + m * packed_stride;
-    uint4* units = out + m * (cols / 8) + kb0 * kUnitsPerStage + lane;  // 8 FP16 per uint4
-    if (src == nullptr) {  // a padding row: its products are 0
-      for (int s = 0; s < count; ++s) units[s * kUnitsPerStage] = make_uint4(0, 0, 0, 0);
-      if (kb0 == 0 && lane == 0) token_scale_inv[m] = 0.0f;
-      continue;
-    }
-    nvfp4_expand_row_stages<kStagesPerItem>(l, src, scales_at, kb0, count, units);
-    if (kb0 == 0 && lane == 0)
-      token_scale_inv[m] = *reinterpret_cast<const float*>(src + numeric::nvfp4_packed_row_token_scale_offset(cols));
+    uint4* units = out + m * (cols / 8) + kb0 * kNvfp4UnitsPerStage + lane;  // 8 FP16 per uint4
+    nvfp4_expand_row_stages<kStagesPerItem>(l, src, cols, kb0, count, units, token_scale_inv + m);
   }
 }
 

@@ -12,6 +12,7 @@
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/fp8_blockwise.cuh"
 #include "dist_moe/device/numeric/mxfp8.cuh"
+#include "dist_moe/device/quant/mxfp8_rows.cuh"
 #include "quant/quant_common.cuh"
 #include "quant/quantize.h"
 
@@ -35,20 +36,15 @@ __global__ void __launch_bounds__(kGatherThreads)
     const char* src = static_cast<const char*>(row_ptrs[m]);
     uint4* q = reinterpret_cast<uint4*>(rows.q + m * rows.q_row_stride);
     Scale* sc = rows.scales + m * rows.scale_row_stride;
-    if (src == nullptr) {  // a padding row: what the quantizers write for a zero row
+    if constexpr (kWords) {  // MXFP8 (the Mega kernel's x tasks copy with the same function)
+      mxfp8_copy_packed_row(src, cols, q, reinterpret_cast<uint32_t*>(sc), lane);
+    } else if (src == nullptr) {  // a padding row: what the quantizers write for a zero row
       for (int64_t i = lane; i < code_vecs; i += 32) q[i] = make_uint4(0, 0, 0, 0);
-      if constexpr (kWords)  // E8M0 0x00
-        for (int64_t i = lane; i < blocks / 4; i += 32) reinterpret_cast<uint32_t*>(sc)[i] = 0u;
-      else  // FP32 1.0 (numeric/fp8_blockwise.cuh: amax 0 -> scale 1)
-        for (int64_t b = lane; b < blocks; b += 32) sc[b * rows.scale_block_stride] = 1.0f;
-      continue;
-    }
-    const uint4* src_q = reinterpret_cast<const uint4*>(src);
-    for (int64_t i = lane; i < code_vecs; i += 32) q[i] = src_q[i];
-    if constexpr (kWords) {
-      const uint32_t* src_sc = reinterpret_cast<const uint32_t*>(src + cols);
-      for (int64_t i = lane; i < blocks / 4; i += 32) reinterpret_cast<uint32_t*>(sc)[i] = src_sc[i];
+      // FP32 1.0 (numeric/fp8_blockwise.cuh: amax 0 -> scale 1)
+      for (int64_t b = lane; b < blocks; b += 32) sc[b * rows.scale_block_stride] = 1.0f;
     } else {
+      const uint4* src_q = reinterpret_cast<const uint4*>(src);
+      for (int64_t i = lane; i < code_vecs; i += 32) q[i] = src_q[i];
       const Scale* src_sc = reinterpret_cast<const Scale*>(src + cols);
       for (int64_t b = lane; b < blocks; b += 32) sc[b * rows.scale_block_stride] = src_sc[b];
     }

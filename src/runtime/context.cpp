@@ -78,8 +78,7 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
     // Mega's Hopper kernels so far: the staged decode tiles (16 tokens, over the real rows; NVFP4 on
     // expanded token rows) in one launch.
     const int64_t L = c.local_experts;
-    const int64_t rows = plan_max_recv_rows(c.config.max_num_local_input_tokens, c.config.top_k,
-                                            c.plan.total_scratch_capacity_factor, L, c.world, /*row_multiple=*/1);
+    const int64_t rows = plan_max_routed_rows(c.config, c.world, c.plan.total_scratch_capacity_factor);
     if ((nvfp4 && !expand) || rows > kNarrowDecodeRowsPerExpert * L)
       detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' runs decode-sized inference on "
                    "Hopper so far (at most ", kNarrowDecodeRowsPerExpert, " routed rows per local expert); this "

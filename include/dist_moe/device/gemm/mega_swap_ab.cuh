@@ -76,43 +76,22 @@ struct Nvfp4ExpandedHandoff {
   // FP16 at ops.base[kMapB]) and its token_scale_inv, as nvfp4_expand_rows does (a null row: zeros).
   DMOE_DEVICE static void x_row(const MegaParams& p, const ResolvedOperands& ops, const MainloopParams& /*ml*/,
                                 int64_t m, int lane) {
-    const int64_t d = p.d, stages = d / kNvfp4StageK;
-    const uint8_t* src = static_cast<const uint8_t*>(p.x_rows[m]);
-    uint4* units = reinterpret_cast<uint4*>(ops.base[kMapB] + m * d * 2) + lane;
-    if (src == nullptr) {
-      for (int64_t s = 0; s < stages; ++s) units[s * (kNvfp4StageK / 8)] = make_uint4(0, 0, 0, 0);
-      if (lane == 0) p.token_scale_inv[m] = 0.0f;
-      return;
-    }
-    const quant::Nvfp4ExpandLane l(lane);
-    for (int64_t kb0 = 0; kb0 < stages; kb0 += kMaxStagesPerPass) {
-      const int count = static_cast<int>(min(static_cast<int64_t>(kMaxStagesPerPass), stages - kb0));
-      quant::nvfp4_expand_row_stages<kMaxStagesPerPass>(l, src, numeric::nvfp4_packed_row_scales_offset(d), kb0, count,
-                                                      units + kb0 * (kNvfp4StageK / 8));
-    }
-    if (lane == 0)
-      p.token_scale_inv[m] = *reinterpret_cast<const float*>(src + numeric::nvfp4_packed_row_token_scale_offset(d));
+    quant::nvfp4_expand_row<kMaxStagesPerPass>(quant::Nvfp4ExpandLane(lane), static_cast<const uint8_t*>(p.x_rows[m]),
+                                               p.d, reinterpret_cast<uint4*>(ops.base[kMapB] + m * p.d * 2),
+                                               p.token_scale_inv + m);
   }
 
   DMOE_DEVICE static void run(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int tid, uint8_t* /*scratch*/) {
     const int warp = tid / 32, lane = tid % 32;
     const int64_t f = p.f;
-    const int64_t stages = f / kNvfp4StageK;
-    const quant::Nvfp4ExpandLane l(lane);
     for (int32_t r = warp; r < rows; r += 4) {
       const int64_t m = static_cast<int64_t>(row0) + r;
       char* row = h2 + m * f * 2;
       uint8_t* packed = p.packed_h2 + m * p.packed_stride;
       quant::nvfp4_quantize_row_warp(reinterpret_cast<const uint16_t*>(row), f, packed, lane);
       __syncwarp();  // the packed row (other lanes' stores) before it is read back
-      uint4* units = reinterpret_cast<uint4*>(row) + lane;
-      for (int64_t kb0 = 0; kb0 < stages; kb0 += kMaxStagesPerPass) {
-        const int count = static_cast<int>(min(static_cast<int64_t>(kMaxStagesPerPass), stages - kb0));
-        quant::nvfp4_expand_row_stages<kMaxStagesPerPass>(l, packed, numeric::nvfp4_packed_row_scales_offset(f), kb0,
-                                                          count, units + kb0 * (kNvfp4StageK / 8));
-      }
-      if (lane == 0)
-        p.token_scale_inv[m] = *reinterpret_cast<const float*>(packed + numeric::nvfp4_packed_row_token_scale_offset(f));
+      quant::nvfp4_expand_row<kMaxStagesPerPass>(quant::Nvfp4ExpandLane(lane), packed, f, reinterpret_cast<uint4*>(row),
+                                                 p.token_scale_inv + m);
     }
   }
 };
@@ -127,12 +106,9 @@ struct Mxfp8InPlaceHandoff {
   // mxfp8_gather_packed_rows does (a null row: zero codes, scales 0).
   DMOE_DEVICE static void x_row(const MegaParams& p, const ResolvedOperands& ops, const MainloopParams& ml, int64_t m,
                                 int lane) {
-    const int64_t d = p.d;
-    const char* src = static_cast<const char*>(p.x_rows[m]);
-    uint4* q = reinterpret_cast<uint4*>(ops.base[kMapB] + m * d);
-    uint32_t* sc = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(const_cast<void*>(ml.a_scales)) + m * ml.a_scale_ld);
-    for (int64_t i = lane; i < d / 16; i += 32) q[i] = src ? reinterpret_cast<const uint4*>(src)[i] : make_uint4(0, 0, 0, 0);
-    for (int64_t i = lane; i < d / 128; i += 32) sc[i] = src ? reinterpret_cast<const uint32_t*>(src + d)[i] : 0u;
+    quant::mxfp8_copy_packed_row(
+        static_cast<const char*>(p.x_rows[m]), p.d, reinterpret_cast<uint4*>(ops.base[kMapB] + m * p.d),
+        reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(const_cast<void*>(ml.a_scales)) + m * ml.a_scale_ld), lane);
   }
 
   DMOE_DEVICE static void run(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int tid, uint8_t* scratch) {

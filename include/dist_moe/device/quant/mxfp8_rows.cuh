@@ -38,4 +38,14 @@ __device__ __forceinline__ void mxfp8_quantize_row_warp(const uint16_t* src, int
   }
 }
 
+// A packed MXFP8 row [cols E4M3 | cols / 32 E8M0] (a rank's token quantized at the source; nullptr:
+// a padding row -- zero codes, scales 0, what the quantizers write for a zero row) copied by one warp
+// into a row bundle row: codes at `q` (16-byte aligned), scales at `scales` (4-byte aligned). 16-byte
+// copies of the codes, 4-byte words of the scales. cols % 128 == 0.
+__device__ __forceinline__ void mxfp8_copy_packed_row(const char* src, int64_t cols, uint4* q, uint32_t* scales,
+                                                      int lane) {
+  for (int64_t i = lane; i < cols / 16; i += 32) q[i] = src ? reinterpret_cast<const uint4*>(src)[i] : make_uint4(0, 0, 0, 0);
+  for (int64_t i = lane; i < cols / 128; i += 32) scales[i] = src ? reinterpret_cast<const uint32_t*>(src + cols)[i] : 0u;
+}
+
 }  // namespace dist_moe::quant

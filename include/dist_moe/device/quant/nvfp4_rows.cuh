@@ -131,19 +131,29 @@ __device__ __forceinline__ void nvfp4_quantize_row_warp(const uint16_t* row, int
 // instructions: with one load per word and scale, ncu s28 r4 showed the warps stalled on a full load
 // queue).
 struct Nvfp4ExpandLane {
-  int j, half, own_block, group;
-  __device__ __forceinline__ explicit Nvfp4ExpandLane(int lane)
-      : j(lane % 4), half((lane % 8) / 4), own_block(gemm::nvfp4_piece_block(lane % 4, lane / 8)), group(lane & ~3) {}
+  int lane, j, half, own_block, group;
+  __device__ __forceinline__ explicit Nvfp4ExpandLane(int lane_)
+      : lane(lane_), j(lane_ % 4), half((lane_ % 8) / 4), own_block(gemm::nvfp4_piece_block(lane_ % 4, lane_ / 8)),
+        group(lane_ & ~3) {}
 };
+constexpr int kNvfp4UnitsPerStage = gemm::kNvfp4StageK / 8;  // 16-byte units (8 FP16) of a stage: a lane each
 
-// Stages [kb0, kb0 + count) (count <= kMaxStages, warp-uniform) of the packed row `src` (its scales
-// at src + scales_at) into `units` (this lane's unit of stage kb0; a stage is 32 units further).
-// The loads all issue before the first store (the rows may alias the output as far as the compiler
-// knows, so nothing would be hoisted past a store otherwise). Every lane of the warp must call it.
+// Stages [kb0, kb0 + count) (count <= kMaxStages, warp-uniform) of the packed row `src` of `cols`
+// values -- nullptr: a padding row, zeros -- into `units` (this lane's unit of stage kb0; a stage is
+// kNvfp4UnitsPerStage units further); with kb0 == 0 also the row's token_scale_inv into
+// *token_scale_inv (0 for a padding row). The loads all issue before the first store (the rows may
+// alias the output as far as the compiler knows, so nothing would be hoisted past a store
+// otherwise). Every lane of the warp must call it.
 template <int kMaxStages>
-__device__ __forceinline__ void nvfp4_expand_row_stages(const Nvfp4ExpandLane& l, const uint8_t* src, int64_t scales_at,
-                                                        int64_t kb0, int count, uint4* units) {
-  constexpr int kUnitsPerStage = gemm::kNvfp4StageK / 8;
+__device__ __forceinline__ void nvfp4_expand_row_stages(const Nvfp4ExpandLane& l, const uint8_t* src, int64_t cols,
+                                                        int64_t kb0, int count, uint4* units, float* token_scale_inv) {
+  if (src == nullptr) {  // a padding row: its products are 0
+    for (int s = 0; s < count; ++s) units[s * kNvfp4UnitsPerStage] = make_uint4(0, 0, 0, 0);
+    if (kb0 == 0 && l.lane == 0) *token_scale_inv = 0.0f;
+    return;
+  }
+  constexpr int kUnitsPerStage = kNvfp4UnitsPerStage;
+  const int64_t scales_at = numeric::nvfp4_packed_row_scales_offset(cols);
   uint32_t word[kMaxStages], scale[kMaxStages];  // block own_block's, per stage
 #pragma unroll
   for (int s = 0; s < kMaxStages; ++s) {
@@ -166,6 +176,19 @@ __device__ __forceinline__ void nvfp4_expand_row_stages(const Nvfp4ExpandLane& l
       units[s * kUnitsPerStage] = make_uint4(pair[0], pair[1], pair[2], pair[3]);
     }
   }
+  if (kb0 == 0 && l.lane == 0)
+    *token_scale_inv = *reinterpret_cast<const float*>(src + numeric::nvfp4_packed_row_token_scale_offset(cols));
+}
+
+// A whole row: every stage, kPass at a time (the loads in flight per warp), into `row_units` (the
+// expanded row, cols FP16 values), and its token_scale_inv.
+template <int kPass>
+__device__ __forceinline__ void nvfp4_expand_row(const Nvfp4ExpandLane& l, const uint8_t* src, int64_t cols,
+                                                 uint4* row_units, float* token_scale_inv) {
+  const int64_t stages = cols / gemm::kNvfp4StageK;
+  for (int64_t kb0 = 0; kb0 < stages; kb0 += kPass)
+    nvfp4_expand_row_stages<kPass>(l, src, cols, kb0, static_cast<int>(min(static_cast<int64_t>(kPass), stages - kb0)),
+                                   row_units + kb0 * kNvfp4UnitsPerStage + l.lane, token_scale_inv);
 }
 
 }  // namespace dist_moe::quant
