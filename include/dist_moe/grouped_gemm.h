@@ -234,7 +234,7 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& args, cudaStream_t stream);
 void grouped_gemm_dgrad(const DgradArgs& args, cudaStream_t stream);
 void grouped_gemm_wgrad(const WgradArgs& args, cudaStream_t stream);
 
-// ---- the Mega pipeline's decode launches (issue #28; docs/grouped_gemm.md "Mega") ------------------
+// ---- the Mega pipeline's launches (issue #28; docs/grouped_gemm.md "Mega") -------------------------
 // W13 FPROP + SwiGLU, the h2 hand-off and W2 FPROP in one persistent kernel: the two calls the NVFP4
 // staged pipeline makes at decode (expanded token rows, 16-token swap-AB tiles), with the h2
 // quantization and expansion between them done per chunk (an expert's 16-token tile) by the
@@ -267,5 +267,14 @@ void grouped_gemm_mega_nvfp4_decode(const W13FpropArgs& w13, const FpropArgs& w2
 // [m_capacity, D/32] bytes); nullptr: w13.a already holds the row bundle.
 void grouped_gemm_mega_mxfp8_decode(const W13FpropArgs& w13, const FpropArgs& w2, cudaStream_t stream,
                                     const void* const* x_rows = nullptr);
+// MXFP8 on the 128x128 tiles (the staged FPROPs' tile beyond decode: mid-sized and prefill-sized
+// inference): a chunk is an expert's 128-row M tile, and the W13 epilogue writes h2 as MXFP8 rows
+// straight into W2's operand (no BF16 h2, no hand-off): w13.h2 == w2.a, E4M3 [m_capacity, F], its codes
+// at w2.common.scales (a_ld F/32 bytes per row, or k-block-major words of four codes [F/128, a_ld]
+// with a_kblock_words); the bytes are the row quantizer's on the BF16 h2 the staged W13 writes, and
+// h3 is the staged pipeline's bit for bit. The tiles cover each expert's whole segment (tile_rows is
+// not used); rows past a segment's count are not written. x_rows as for the decode form.
+void grouped_gemm_mega_mxfp8(const W13FpropArgs& w13, const FpropArgs& w2, cudaStream_t stream,
+                             const void* const* x_rows = nullptr);
 
 }  // namespace dist_moe

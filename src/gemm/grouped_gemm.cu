@@ -731,19 +731,31 @@ int32_t* mega_chunk_workspace(cudaStream_t stream, int64_t chunks) {
   return static_cast<int32_t*>(p);
 }
 
-// A Mega decode call's checks common to the formats, both launches filled (false: no rows) and the
-// kernel state: counters zeroed on the stream, f. `a` / `b`: the format's operands (both GEMMs).
+// The Mega kernel forms (device/gemm/mega.cuh): the decode form's swap-AB tiles (chunks of 16 token
+// rows, tile_rows required) or the rows form's 128x128 tiles (chunks of 128 rows).
+struct MegaForm {
+  gemm::GemmKind kind;
+  int64_t chunk_rows;
+  bool needs_tile_rows;
+};
+constexpr MegaForm kMegaDecode{gemm::GemmKind::kFpropSwapAB, 16, true};
+constexpr MegaForm kMegaRows{gemm::GemmKind::kFprop, 128, false};
+
+// A Mega call's checks common to the formats, both launches filled (false: no rows) and the kernel
+// state: counters zeroed on the stream, f. `a` / `b`: the format's operands (both GEMMs).
 bool prepare_mega(const W13FpropArgs& w13, const FpropArgs& w2, const OperandFormat& a, const OperandFormat& b,
-                  const void* const* x_rows, int smem, const char* op, GemmLaunch& L13, GemmLaunch& L2,
-                  gemm::MegaParams& m, cudaStream_t stream) {
+                  const MegaForm& form, const void* const* x_rows, int smem, const char* op, GemmLaunch& L13,
+                  GemmLaunch& L2, gemm::MegaParams& m, cudaStream_t stream) {
   const GroupedGemmCommon& c13 = w13.common;
   const GroupedGemmCommon& c2 = w2.common;
   for (const GroupedGemmCommon* c : {&c13, &c2})
     DMOE_CHECK_ARG(c->a_format == a && c->b_format == b, op, ": both GEMMs take A=", a.name(), " and B=", b.name(),
                    ", got A=", c->a_format.name(), " B=", c->b_format.name());
-  DMOE_CHECK_ARG(c13.counts == c2.counts && c13.tile_rows == c2.tile_rows && c13.tile_rows != nullptr &&
-                     c13.e_local == c2.e_local && c13.m_capacity == c2.m_capacity,
-                 op, ": both GEMMs need the same counts, tile_rows (set), e_local and m_capacity");
+  DMOE_CHECK_ARG(c13.counts == c2.counts && c13.tile_rows == c2.tile_rows &&
+                     (c13.tile_rows != nullptr || !form.needs_tile_rows) && c13.e_local == c2.e_local &&
+                     c13.m_capacity == c2.m_capacity,
+                 op, ": both GEMMs need the same counts, tile_rows", form.needs_tile_rows ? " (set)" : "",
+                 ", e_local and m_capacity");
   DMOE_CHECK_ARG(c13.n == 2 * c2.k && c2.n == c13.k, op, ": W13 [2F, D] and W2 [D, F] do not match: W13 n=", c13.n,
                  " k=", c13.k, ", W2 n=", c2.n, " k=", c2.k);
   DMOE_CHECK_ARG(c13.k % 256 == 0 && c2.k % 256 == 0, op, ": D and F must be multiples of 256, got D=", c13.k,
@@ -761,14 +773,14 @@ bool prepare_mega(const W13FpropArgs& w13, const FpropArgs& w2, const OperandFor
                  " bytes of shared memory; the device allows ", dev.smem_optin);
   fill_launch(L13, c13, dev.num_sms, dev.num_sms, stream);
   fill_launch(L2, c2, dev.num_sms, dev.num_sms, stream);
-  L13.kind = L2.kind = gemm::GemmKind::kFpropSwapAB;
+  L13.kind = L2.kind = form.kind;
   if (c13.validate_counts) {
     validate_counts_kernel<<<1, 32, 0, stream>>>(c13.counts, L13.e_local, c13.m_capacity,
                                                  static_cast<int>(GroupedGemmOp::kFpropSwiglu), OffsetChecks{}, 1);
     DMOE_CUDA_CHECK_LAUNCH();
   }
-  // Chunks: the 16-token tiles of all experts, at most m_capacity / 16 + e_local; three counters each.
-  const int64_t chunks = c13.m_capacity / 16 + c13.e_local + 1;
+  // Chunks: the token tiles of all experts, at most m_capacity / chunk_rows + e_local; three counters each.
+  const int64_t chunks = c13.m_capacity / form.chunk_rows + c13.e_local + 1;
   int32_t* counters = mega_chunk_workspace(stream, chunks);
   DMOE_CUDA_CHECK(cudaMemsetAsync(counters, 0, static_cast<size_t>(3 * chunks) * sizeof(int32_t), stream));
   m.tile_counter = tile_counter_slot(stream);
@@ -779,6 +791,14 @@ bool prepare_mega(const W13FpropArgs& w13, const FpropArgs& w2, const OperandFor
   m.d = static_cast<int32_t>(c13.k);
   m.f = static_cast<int32_t>(c2.k);
   return true;
+}
+
+// The MXFP8 Mega calls' x gather (x_rows) writes x's scales as [m_capacity, D/32] bytes.
+void check_mxfp8_x_gather(const W13FpropArgs& w13, const void* const* x_rows, const char* op) {
+  const OperandScales& s13 = w13.common.scales;
+  DMOE_CHECK_ARG(x_rows == nullptr || (s13.a_ld == w13.common.k / 32 && !s13.a_kblock_words), op,
+                 ": gathering x in the launch writes its scales as [m_capacity, D/32] bytes: w13.common.scales.a_ld "
+                 "must be D/32 and a_kblock_words false");
 }
 
 }  // namespace
@@ -795,7 +815,7 @@ void grouped_gemm_mega_nvfp4_decode(const W13FpropArgs& w13, const FpropArgs& w2
                  numeric::nvfp4_packed_row_bytes(F), " bytes, a multiple of 16");
   GemmLaunch L13, L2;
   gemm::MegaParams m;
-  if (!prepare_mega(w13, w2, kNvfp4ExpandedRows, kNvfp4Weight, h.x_rows,
+  if (!prepare_mega(w13, w2, kNvfp4ExpandedRows, kNvfp4Weight, kMegaDecode, h.x_rows,
                     gemm::mega_nvfp4_decode_smem_bytes(static_cast<int>(w13.common.e_local)), op, L13, L2, m, stream))
     return;
   m.packed_h2 = h.packed_h2;
@@ -812,17 +832,38 @@ void grouped_gemm_mega_mxfp8_decode(const W13FpropArgs& w13, const FpropArgs& w2
   DMOE_CHECK_ARG(s2.a == static_cast<const uint8_t*>(w13.h2) + F && s2.a_ld == 2 * F && !s2.a_kblock_words, op,
                  ": w2.common.scales must name h2's codes in place: a = (uint8_t*)w13.h2 + F, a_ld = 2F, "
                  "a_kblock_words = false");
-  const OperandScales& s13 = w13.common.scales;
-  DMOE_CHECK_ARG(x_rows == nullptr || (s13.a_ld == w13.common.k / 32 && !s13.a_kblock_words), op,
-                 ": gathering x in the launch writes its scales as [m_capacity, D/32] bytes: w13.common.scales.a_ld "
-                 "must be D/32 and a_kblock_words false");
+  check_mxfp8_x_gather(w13, x_rows, op);
   GemmLaunch L13, L2;
   gemm::MegaParams m;
-  if (!prepare_mega(w13, w2, kMxfp8Rows, kMxfp8Weight, x_rows,
+  if (!prepare_mega(w13, w2, kMxfp8Rows, kMxfp8Weight, kMegaDecode, x_rows,
                     gemm::mega_mxfp8_decode_smem_bytes(static_cast<int>(w13.common.e_local)), op, L13, L2, m, stream))
     return;
   L2.a_ld = 2 * F;  // h2's E4M3 rows in place of its BF16 rows
   gemm::launch_mega_mxfp8_decode(L13, L2, m);
+}
+
+void grouped_gemm_mega_mxfp8(const W13FpropArgs& w13, const FpropArgs& w2, cudaStream_t stream,
+                             const void* const* x_rows) {
+  constexpr const char* op = "grouped_gemm_mega_mxfp8";
+  const OperandScales& s2 = w2.common.scales;
+  DMOE_CHECK_ARG(w13.h2 != nullptr && w2.a == w13.h2 && s2.a != nullptr, op,
+                 ": w13.h2 must be w2.a (the W13 epilogue writes h2's E4M3 rows there) and w2.common.scales.a "
+                 "must name their codes");
+  DMOE_CHECK_ARG(w2.common.k % 128 == 0 && w13.common.k % 128 == 0, op,
+                 ": D and F must be multiples of 128, got D=", w13.common.k, " F=", w2.common.k);
+  check_mxfp8_x_gather(w13, x_rows, op);
+  GemmLaunch L13, L2;
+  gemm::MegaParams m;
+  if (!prepare_mega(w13, w2, kMxfp8Rows, kMxfp8Weight, kMegaRows, x_rows,
+                    gemm::mega_mxfp8_rows_smem_bytes(static_cast<int>(w13.common.e_local)), op, L13, L2, m, stream))
+    return;
+  // h2's codes where W2's scale warps read them (the same strides).
+  gemm::MainloopParams w2_scales;
+  w2_scales.a_scale_ld = L2.a_scale_ld;
+  w2_scales.a_scale_kblock_words = L2.a_scale_kblock_words;
+  L13.epilogue.h2_scales = static_cast<uint8_t*>(const_cast<void*>(L2.a_scales));
+  L13.epilogue.h2_scale_strides = gemm::mxfp8_a_scale_strides(w2_scales);
+  gemm::launch_mega_mxfp8_rows(L13, L2, m);
 }
 
 namespace {

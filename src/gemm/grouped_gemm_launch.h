@@ -303,7 +303,7 @@ struct GemmLaunch {
 
 using GemmLaunchFn = void (*)(const GemmLaunch&);
 
-// The Mega pipeline's NVFP4 decode kernel (grouped_gemm_sm90_mega.cu, device/gemm/mega_swap_ab.cuh):
+// The Mega pipeline's NVFP4 decode kernel (grouped_gemm_sm90_mega.cu, device/gemm/mega.cuh):
 // L13 and L2 are the W13 FPROP's and the W2 FPROP's launches as run() fills them (16-token swap-AB
 // tiles on expanded token rows), `m` its counters and hand-off (tile_counter set, chunk arrays zero).
 void launch_mega_nvfp4_decode(const GemmLaunch& L13, const GemmLaunch& L2, const gemm::MegaParams& m);
@@ -311,6 +311,10 @@ int mega_nvfp4_decode_smem_bytes(int num_experts);
 // The same for MXFP8 (16-token swap-AB tiles on E4M3 rows; h2 quantized in place, L2.a_ld = 2F).
 void launch_mega_mxfp8_decode(const GemmLaunch& L13, const GemmLaunch& L2, const gemm::MegaParams& m);
 int mega_mxfp8_decode_smem_bytes(int num_experts);
+// The rows form for MXFP8 (128x128 tiles; L13.h2 is W2's E4M3 A rows [m_capacity, F] and
+// L13.epilogue.h2_scales / h2_scale_strides their codes, which the W13 epilogue writes).
+void launch_mega_mxfp8_rows(const GemmLaunch& L13, const GemmLaunch& L2, const gemm::MegaParams& m);
+int mega_mxfp8_rows_smem_bytes(int num_experts);
 
 // What an instantiation file provides for one list entry.
 struct GemmKernelFns {

@@ -1,10 +1,13 @@
-// The Mega pipeline's decode kernels (device/gemm/mega_swap_ab.cuh): NVFP4 (the 16-token swap-AB
+// The Mega pipeline's kernels (device/gemm/mega.cuh): the decode form -- NVFP4 (the 16-token swap-AB
 // tile on expanded token rows, the NVFP4 h2 hand-off) and MXFP8 (the 16-token swap-AB tile on E4M3
-// rows, h2 quantized in place). Each GEMM's parameters come from grouped_gemm_params of its staged
-// kernel type, so the Mega kernel reads its operands exactly as those kernels do.
+// rows, h2 quantized in place) -- and the rows form, MXFP8 on the 128x128 tile with h2 quantized by
+// the W13 epilogue. Each GEMM's parameters come from grouped_gemm_params of its staged kernel type,
+// so the Mega kernel reads its operands exactly as those kernels do.
 #include <atomic>
 
-#include "dist_moe/device/gemm/mega_swap_ab.cuh"
+#include "dist_moe/device/gemm/epilogue_store.cuh"
+#include "dist_moe/device/gemm/epilogue_swiglu_mxfp8.cuh"
+#include "dist_moe/device/gemm/mega.cuh"
 #include "gemm/grouped_gemm_launch.cuh"
 
 namespace dist_moe::gemm {
@@ -20,15 +23,18 @@ using Nvfp4DecodeMainloop =
 template <WeightSplit kSplit>
 using Mxfp8DecodeMainloop = Sm90Mxfp8SwapABMainloop<
     MainloopConfig<GemmKind::kFpropSwapAB, 256, 16, 5, ConsumerSchedule::kCooperative, kSplit, 1, ptx::WgmmaTypeE4m3>>;
+// The MXFP8 128x128 tile (the entries fprop_kernel / w13_kernel(128, 128, 5).tma().mxfp8()).
+template <WeightSplit kSplit>
+using Mxfp8RowsMainloop = Sm90Mxfp8Mainloop<
+    MainloopConfig<GemmKind::kFprop, 128, 128, 5, ConsumerSchedule::kCooperative, kSplit, 1, ptx::WgmmaTypeE4m3>>;
 
-// The Mega kernel of a mainloop family and hand-off, with its staged twins (whose parameters it takes).
-template <template <WeightSplit> class DecodeMainloop, class Handoff>
+// A Mega kernel and its staged twins (whose parameters it takes): Kernel13 / Kernel2 are the
+// GroupedGemmKernel types of the two GEMMs with the Mega kernel's epilogues.
+template <class Mainloop13, class Mainloop2, class Epilogue13, class Epilogue2, class Handoff>
 struct MegaOf {
-  using Mainloop13 = DecodeMainloop<WeightSplit::kGateUp>;
-  using Mainloop2 = DecodeMainloop<WeightSplit::kNone>;
-  using Kernel13 = GroupedGemmKernel<Mainloop13, SwapABSwigluEpilogue<Mainloop13>>;
-  using Kernel2 = GroupedGemmKernel<Mainloop2, SwapABStoreEpilogue<Mainloop2>>;
-  using Mega = MegaSwapABKernel<Mainloop13, Mainloop2, Handoff>;
+  using Kernel13 = GroupedGemmKernel<Mainloop13, Epilogue13>;
+  using Kernel2 = GroupedGemmKernel<Mainloop2, Epilogue2>;
+  using Mega = MegaKernel<Mainloop13, Mainloop2, Epilogue13, Epilogue2, Handoff>;
 
   static void launch(const GemmLaunch& L13, const GemmLaunch& L2, const MegaParams& m) {
     DMOE_ASSERT(!L13.has_offsets() && !L2.has_offsets() && m.tile_counter != nullptr);
@@ -45,7 +51,7 @@ struct MegaOf {
     p.sc13 = p13.scheduler;
     p.sc2 = p2.scheduler;
     p.mega = m;
-    const auto kernel = sm90_mega_swap_ab<Mega>;
+    const auto kernel = sm90_mega<Mega>;
     static std::atomic<uint64_t> configured_devices{0};
     configure_kernel_once(kernel, configured_devices, [](int, int) { return cudaSuccess; });
     // Persistent: one CTA per SM, no more CTAs than both GEMMs can have tiles.
@@ -54,8 +60,16 @@ struct MegaOf {
     DMOE_CUDA_CHECK_LAUNCH();
   }
 };
-using MegaNvfp4 = MegaOf<Nvfp4DecodeMainloop, Nvfp4ExpandedHandoff>;
-using MegaMxfp8 = MegaOf<Mxfp8DecodeMainloop, Mxfp8InPlaceHandoff>;
+template <template <WeightSplit> class DecodeMainloop, class Handoff>
+using MegaDecodeOf = MegaOf<DecodeMainloop<WeightSplit::kGateUp>, DecodeMainloop<WeightSplit::kNone>,
+                            SwapABSwigluEpilogue<DecodeMainloop<WeightSplit::kGateUp>>,
+                            SwapABStoreEpilogue<DecodeMainloop<WeightSplit::kNone>>, Handoff>;
+using MegaNvfp4 = MegaDecodeOf<Nvfp4DecodeMainloop, Nvfp4ExpandedHandoff>;
+using MegaMxfp8 = MegaDecodeOf<Mxfp8DecodeMainloop, Mxfp8InPlaceHandoff>;
+using MegaMxfp8Rows =
+    MegaOf<Mxfp8RowsMainloop<WeightSplit::kGateUp>, Mxfp8RowsMainloop<WeightSplit::kNone>,
+           SwigluMxfp8RowsEpilogue<Mxfp8RowsMainloop<WeightSplit::kGateUp>>,
+           StoreEpilogue<Mxfp8RowsMainloop<WeightSplit::kNone>, numeric::bf16_t, SwizzledTmaWriter>, Mxfp8EpilogueRows>;
 
 }  // namespace
 
@@ -66,6 +80,10 @@ void launch_mega_nvfp4_decode(const GemmLaunch& L13, const GemmLaunch& L2, const
 int mega_mxfp8_decode_smem_bytes(int num_experts) { return MegaMxfp8::Mega::smem_bytes(num_experts); }
 void launch_mega_mxfp8_decode(const GemmLaunch& L13, const GemmLaunch& L2, const MegaParams& m) {
   MegaMxfp8::launch(L13, L2, m);
+}
+int mega_mxfp8_rows_smem_bytes(int num_experts) { return MegaMxfp8Rows::Mega::smem_bytes(num_experts); }
+void launch_mega_mxfp8_rows(const GemmLaunch& L13, const GemmLaunch& L2, const MegaParams& m) {
+  MegaMxfp8Rows::launch(L13, L2, m);
 }
 
 }  // namespace dist_moe::gemm

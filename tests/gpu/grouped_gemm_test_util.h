@@ -346,20 +346,24 @@ inline void expect_rows_untouched(const std::string& what, const std::vector<uin
   EXPECT_EQ(touched, 0) << what << ": values written past sum(counts)";
 }
 
-// The inference layers' decode layout (the Mega tests): every expert's segment padded to 32 rows,
-// of which 0..12 are token rows (tile_rows; every fifth expert empty), `slack` rows past the
-// segments; token[m]: row m is a token row.
-struct DecodeSegments {
+// The inference layers' token segments (the Mega tests): expert e has tiles[e] token rows, 0 to
+// max_rows (every fifth expert none), in a segment padded to a multiple of 32 rows and at least 32
+// (counts); `slack` rows past the segments; token[m]: row m is a token row. max_rows 12: the decode
+// layout (every segment 32 rows).
+struct TokenSegments {
   std::vector<int32_t> counts, tiles, offsets;  // offsets: [E + 1] exclusive prefix sums of counts
   int64_t cap = 0;
   std::vector<char> token;
 };
-inline DecodeSegments decode_segments(int64_t E, int64_t slack, std::mt19937& rng) {
-  DecodeSegments s;
-  std::uniform_int_distribution<int> real(0, 12);
-  s.counts.assign(static_cast<size_t>(E), 32);
+inline TokenSegments token_segments(int64_t E, int max_rows, int64_t slack, std::mt19937& rng) {
+  TokenSegments s;
+  std::uniform_int_distribution<int> real(0, max_rows);
+  s.counts.resize(static_cast<size_t>(E));
   s.tiles.resize(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e) s.tiles[e] = e % 5 == 1 ? 0 : real(rng);
+  for (int64_t e = 0; e < E; ++e) {
+    s.tiles[e] = e % 5 == 1 ? 0 : real(rng);
+    s.counts[e] = std::max(32, (s.tiles[e] + 31) / 32 * 32);
+  }
   s.offsets.assign(static_cast<size_t>(E + 1), 0);
   for (int64_t e = 0; e < E; ++e) s.offsets[e + 1] = s.offsets[e] + s.counts[e];
   s.cap = s.offsets.back() + slack;
@@ -367,6 +371,9 @@ inline DecodeSegments decode_segments(int64_t E, int64_t slack, std::mt19937& rn
   for (int64_t e = 0; e < E; ++e)
     for (int32_t r = 0; r < s.tiles[e]; ++r) s.token[static_cast<size_t>(s.offsets[e] + r)] = 1;
   return s;
+}
+inline TokenSegments decode_segments(int64_t E, int64_t slack, std::mt19937& rng) {
+  return token_segments(E, 12, slack, rng);
 }
 
 // Every compiled configuration of `op` on these operand formats, as test parameters.

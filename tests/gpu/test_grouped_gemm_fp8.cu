@@ -1031,34 +1031,53 @@ TEST(GroupedGemmFp8Args, RejectsWhatTheKernelsCannotDo) {
   for (const GroupedGemmConfig& c : dgrad) EXPECT_FALSE(c.swap_ab) << c.name() << " listed for DGRAD";
 }
 
-// ---- Mega (grouped_gemm_mega_mxfp8_decode, device/gemm/mega_swap_ab.cuh) ------------------------
-// One launch of W13 + SwiGLU, the per-chunk h2 quantization in place and W2 against the staged
-// sequence it replaces -- W13 FPROP, mxfp8_quantize_rows, W2 FPROP, each on the same 16-token decode
-// tile -- on the same operands, bit for bit: h3, h2's E4M3 bytes and E8M0 codes (in place: row m's
-// bytes at 2F m, its codes F bytes in), the clip statistics. Segments are padded to 32 rows with 0..12
-// token rows each (the inference layer's decode layout; empty experts included); rows past the
-// token rows must stay untouched. Run twice (the chunk counters start from zero again), the second
-// time gathering x in the launch from packed rows (x_rows), checked against the row quantizer's x.
+// ---- Mega (grouped_gemm_mega_mxfp8_decode / grouped_gemm_mega_mxfp8, device/gemm/mega.cuh) ------
+// One launch of W13 + SwiGLU, the h2 quantization and W2 against the staged sequence it replaces --
+// W13 FPROP, mxfp8_quantize_rows, W2 FPROP, each on the same tile -- on the same operands, bit for
+// bit: h3, h2's E4M3 bytes and E8M0 codes of the token rows, the clip statistics (over the token rows).
+//   decode form  the 16-token decode tiles over each expert's token rows; h2 quantized in place (row
+//                m's bytes at 2F m, its codes F bytes in); segments padded to 32 rows with 0..12 token
+//                rows (the inference layer's decode layout); rows past the token rows untouched
+//   rows form    the 128x128 tiles over each expert's segment; h2 quantized in the W13 epilogue into
+//                E4M3 rows [cap, F] and codes as [cap, F/32] bytes or k-block words [F/128, cap] (the
+//                layer's); segments of 0..max_rows token rows padded to 32 (whole, partial and
+//                token-less chunks); nothing written past the segments
+// Every fifth expert has no token rows. Run twice (the chunk counters start from zero again), the
+// second time gathering x in the launch from packed rows (x_rows), checked against the row quantizer's x.
+enum class MegaMxfp8Form { kDecode, kRowsBytes, kRowsWords };
 
-void run_mxfp8_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uint32_t seed) {
-  std::printf("mxfp8 mega E=%lld D=%lld F=%lld %s\n", static_cast<long long>(E), static_cast<long long>(D),
-              static_cast<long long>(F), clamped ? "clamped" : "plain");
+GroupedGemmConfig mxfp8_128x128_config(GroupedGemmOp op) {
+  for (const GemmParam& p : format_params(op, DType::kBFloat16, kMxfp8Rows, kMxfp8Weight))
+    if (!p.config.swap_ab && p.config.block_m == 128 && p.config.block_n == 128) return p.config;
+  ADD_FAILURE() << "no 128x128 MXFP8 configuration for " << to_string(op);
+  return {};
+}
+
+void run_mxfp8_mega_vs_staged(MegaMxfp8Form form, int64_t E, int64_t D, int64_t F, int max_rows, bool clamped,
+                              uint32_t seed) {
+  const bool decode = form == MegaMxfp8Form::kDecode, words = form == MegaMxfp8Form::kRowsWords;
+  std::printf("mxfp8 mega %s E=%lld D=%lld F=%lld %s\n",
+              decode ? "decode" : (words ? "rows, k-block word codes" : "rows, [cap, F/32] codes"),
+              static_cast<long long>(E), static_cast<long long>(D), static_cast<long long>(F),
+              clamped ? "clamped" : "plain");
   std::mt19937 rng(seed);
-  const DecodeSegments seg = decode_segments(E, kSlack, rng);
+  const TokenSegments seg = token_segments(E, max_rows, kSlack, rng);
   const std::vector<int32_t>&counts = seg.counts, &tiles = seg.tiles;
   const std::vector<char>& token = seg.token;
-  const int64_t cap = seg.cap;
+  const int64_t cap = seg.cap, M = seg.offsets.back();
   const HostBf16 x_bf16 = spread_bf16(cap, D, 1, 1.0f, rng);
   const Mxfp8Rows x = mxfp8_rows(x_bf16, cap, D);
   const Mxfp8Weight w13 = mxfp8_weight(spread_bf16(E * 2 * F, D, 128, 1.0f / std::sqrt(float(D)), rng), E, 2 * F, D);
   const Mxfp8Weight w2 = mxfp8_weight(spread_bf16(E * D, F, 128, 1.0f / std::sqrt(float(F)), rng), E, D, F);
   DeviceBuffer<int32_t> d_counts(counts), d_tiles(tiles);
-  const GroupedGemmConfig cfg13 = decode16_config(GroupedGemmOp::kFpropSwiglu, kMxfp8Rows, kMxfp8Weight);
-  const GroupedGemmConfig cfg2 = decode16_config(GroupedGemmOp::kFprop, kMxfp8Rows, kMxfp8Weight);
+  const GroupedGemmConfig cfg13 = decode ? decode16_config(GroupedGemmOp::kFpropSwiglu, kMxfp8Rows, kMxfp8Weight)
+                                         : mxfp8_128x128_config(GroupedGemmOp::kFpropSwiglu);
+  const GroupedGemmConfig cfg2 = decode ? decode16_config(GroupedGemmOp::kFprop, kMxfp8Rows, kMxfp8Weight)
+                                        : mxfp8_128x128_config(GroupedGemmOp::kFprop);
   auto common = [&](int64_t n, int64_t k) {
     GroupedGemmCommon c;
     c.counts = d_counts.get();
-    c.tile_rows = d_tiles.get();
+    c.tile_rows = d_tiles.get();  // (the 128x128 tiles cover whole segments whatever it says)
     c.e_local = E;
     c.m_capacity = cap;
     c.n = n;
@@ -1123,25 +1142,40 @@ void run_mxfp8_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uin
     if (token[static_cast<size_t>(m)]) row_ptrs[m] = reinterpret_cast<uint64_t>(x_packed.get() + m * pk_x);
   DeviceBuffer<uint64_t> d_row_ptrs(row_ptrs);
   DeviceBuffer<uint8_t> mxq(static_cast<size_t>(cap * D)), mxs(static_cast<size_t>(cap * (D / 32)));
-  DeviceBuffer<uint16_t> mh2(static_cast<size_t>(cap * F)), mout(static_cast<size_t>(cap * D));
+  // h2 as the launch leaves it: decode, in place of the BF16 rows [cap, 2F bytes]; rows, E4M3 [cap, F]
+  // then the codes (bytes or words), both cap F (1 + 1/32) bytes at most.
+  DeviceBuffer<uint8_t> mh2(static_cast<size_t>(cap * F * 2));
+  DeviceBuffer<uint16_t> mout(static_cast<size_t>(cap * D));
   DeviceBuffer<float> mclip(3);
+  uint8_t* const mh2q = mh2.get();
+  uint8_t* const mh2s = decode ? mh2.get() + F : mh2.get() + cap * F;
+  const int64_t s_ld = decode ? 2 * F : (words ? cap : F / 32);
+  // Row m's E4M3 bytes and its code of 32-column block c as the launch left them.
+  const auto q_at = [&](const std::vector<uint8_t>& b, int64_t m) { return &b[static_cast<size_t>(m * (decode ? 2 * F : F))]; };
+  const auto code_at = [&](const std::vector<uint8_t>& b, int64_t m, int64_t c) {
+    const size_t base = static_cast<size_t>(mh2s - mh2q);
+    return words ? b[base + static_cast<size_t>(4 * ((c / 4) * cap + m) + c % 4)]
+                 : b[base + static_cast<size_t>(m * s_ld + c)];
+  };
   for (int call = 0; call < 2; ++call) {
     SCOPED_TRACE(call);
     const bool gather = call == 1;
-    mh2.poison();
     mout.poison();
+    DMOE_CUDA_CHECK(cudaMemset(mh2.get(), 0x7E, mh2.size()));
     DMOE_CUDA_CHECK(cudaMemset(mxq.get(), 0x7F, mxq.size()));
     DMOE_CUDA_CHECK(cudaMemset(mxs.get(), 0xFF, mxs.size()));
-    W13FpropArgs a13 = gather ? w13_args(mh2.get(), mclip.get(), mxq.get(), mxs.get())
-                              : w13_args(mh2.get(), mclip.get(), x.q.get(), x.s.get());
+    W13FpropArgs a13 = gather ? w13_args(mh2q, mclip.get(), mxq.get(), mxs.get())
+                              : w13_args(mh2q, mclip.get(), x.q.get(), x.s.get());
     FpropArgs a2;
     a2.common = common(D, F);
-    a2.common.scales = OperandScales{reinterpret_cast<uint8_t*>(mh2.get()) + F, 2 * F, w2.w.s.get()};
-    a2.a = mh2.get();
+    a2.common.scales = OperandScales{mh2s, s_ld, w2.w.s.get()};
+    a2.common.scales.a_kblock_words = words;
+    a2.a = mh2q;
     a2.w = w2.w.q.get();
     a2.out = mout.get();
-    grouped_gemm_mega_mxfp8_decode(a13, a2, nullptr,
-                                   gather ? reinterpret_cast<const void* const*>(d_row_ptrs.get()) : nullptr);
+    const void* const* x_rows = gather ? reinterpret_cast<const void* const*>(d_row_ptrs.get()) : nullptr;
+    if (decode) grouped_gemm_mega_mxfp8_decode(a13, a2, nullptr, x_rows);
+    else grouped_gemm_mega_mxfp8(a13, a2, nullptr, x_rows);
     CUDA_OK(cudaDeviceSynchronize());
     if (gather) {  // x gathered in the launch: the token rows as the row quantizer wrote them
       const std::vector<uint8_t> gq = mxq.download(), gs = mxs.download(), wq = x.q.download(), ws = x.s.download();
@@ -1152,35 +1186,60 @@ void run_mxfp8_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uin
                    std::memcmp(&gs[m * (D / 32)], &ws[m * (D / 32)], static_cast<size_t>(D / 32)) != 0;
       EXPECT_EQ(bad_x, 0) << "x rows gathered in the launch differ from the row quantizer's";
     }
+    // h3: token rows bitwise; decode tiles write nothing else, the 128x128 tiles nothing past the segments.
     const std::vector<uint16_t> got = mout.download();
     int64_t bad = 0, touched = 0;
     for (size_t i = 0; i < got.size(); ++i) {
-      if (token[i / static_cast<size_t>(D)]) bad += got[i] != want[i];
-      else touched += got[i] != 0xFFFF;
+      const int64_t m = static_cast<int64_t>(i / static_cast<size_t>(D));
+      if (token[static_cast<size_t>(m)]) bad += got[i] != want[i];
+      else if (decode || m >= M) touched += got[i] != 0xFFFF;
     }
     EXPECT_EQ(bad, 0) << "h3 elements of token rows differ from the staged pipeline";
-    EXPECT_EQ(touched, 0) << "h3 rows past the token rows were written";
-    std::vector<uint8_t> bytes(static_cast<size_t>(cap * F * 2));
-    CUDA_OK(cudaMemcpy(bytes.data(), mh2.get(), bytes.size(), cudaMemcpyDeviceToHost));
-    int64_t bad_q = 0, bad_s = 0;
+    EXPECT_EQ(touched, 0) << "h3 rows the launch must not write were written";
+    const std::vector<uint8_t> bytes = mh2.download();
+    int64_t bad_q = 0, bad_s = 0, touched_h2 = 0;
     for (int64_t m = 0; m < cap; ++m) {
+      if (!decode && m >= M) {
+        for (int64_t c = 0; c < F; ++c) touched_h2 += q_at(bytes, m)[c] != 0x7E;
+        for (int64_t c = 0; c < F / 32; ++c) touched_h2 += code_at(bytes, m, c) != 0x7E;
+      }
       if (!token[static_cast<size_t>(m)]) continue;
-      bad_q += std::memcmp(&bytes[m * 2 * F], &want_q[m * F], static_cast<size_t>(F)) != 0;
-      bad_s += std::memcmp(&bytes[m * 2 * F + F], &want_s[m * (F / 32)], static_cast<size_t>(F / 32)) != 0;
+      bad_q += std::memcmp(q_at(bytes, m), &want_q[m * F], static_cast<size_t>(F)) != 0;
+      for (int64_t c = 0; c < F / 32; ++c) bad_s += code_at(bytes, m, c) != want_s[static_cast<size_t>(m * (F / 32) + c)];
     }
     EXPECT_EQ(bad_q, 0) << "rows whose E4M3 h2 differs from the row quantizer's";
-    EXPECT_EQ(bad_s, 0) << "rows whose E8M0 codes differ from the row quantizer's";
+    EXPECT_EQ(bad_s, 0) << "E8M0 codes that differ from the row quantizer's";
+    EXPECT_EQ(touched_h2, 0) << "h2 bytes or codes past the segments were written";
     EXPECT_EQ(mclip.download(), want_clip) << "clip statistics differ";
   }
 }
 
 TEST(MegaMxfp8Decode, MatchesTheStagedSequenceBitwise) {
   DMOE_REQUIRE_SM90();
-  run_mxfp8_mega_vs_staged(16, 512, 768, false, 93u);
+  run_mxfp8_mega_vs_staged(MegaMxfp8Form::kDecode, 16, 512, 768, 12, false, 93u);
 }
 TEST(MegaMxfp8Decode, ClampedManyExpertsLongK) {
   DMOE_REQUIRE_SM90();
-  run_mxfp8_mega_vs_staged(72, 1024, 1280, true, 94u);  // more chunks than CTAs: W2 tiles wait on the W13 tail
+  // more chunks than CTAs: W2 tiles wait on the W13 tail
+  run_mxfp8_mega_vs_staged(MegaMxfp8Form::kDecode, 72, 1024, 1280, 12, true, 94u);
+}
+TEST(MegaMxfp8Rows, MatchesTheStagedSequenceBitwise) {
+  DMOE_REQUIRE_SM90();
+  run_mxfp8_mega_vs_staged(MegaMxfp8Form::kRowsBytes, 16, 512, 768, 300, false, 95u);
+}
+TEST(MegaMxfp8Rows, KBlockWordCodesClamped) {
+  DMOE_REQUIRE_SM90();
+  run_mxfp8_mega_vs_staged(MegaMxfp8Form::kRowsWords, 12, 1024, 640, 200, true, 96u);
+}
+TEST(MegaMxfp8Rows, ManyExpertsMoreChunksThanCtas) {
+  DMOE_REQUIRE_SM90();
+  run_mxfp8_mega_vs_staged(MegaMxfp8Form::kRowsWords, 96, 512, 384, 260, false, 97u);  // W2 waits on the W13 tail
+}
+TEST(MegaMxfp8Rows, RefusesWhatItCannotRun) {
+  DMOE_REQUIRE_SM90();
+  W13FpropArgs a13;
+  FpropArgs a2;
+  EXPECT_THROW(grouped_gemm_mega_mxfp8(a13, a2, nullptr), Error);  // w13.h2 != w2.a (both unset)
 }
 
 }  // namespace

@@ -373,7 +373,7 @@ TEST(GroupedGemmNvfp4, HeuristicPicksFitManyExperts) {
   run_nvfp4_fprop({800, 256, 256, 8, 68u}, nullptr);
 }
 
-// ---- Mega (grouped_gemm_mega_nvfp4_decode, device/gemm/mega_swap_ab.cuh) ------------------------
+// ---- Mega (grouped_gemm_mega_nvfp4_decode, device/gemm/mega.cuh) ------------------------
 // One launch of W13 + SwiGLU, the per-chunk h2 hand-off and W2 against the staged sequence it
 // replaces -- W13 FPROP, nvfp4_quantize_rows over the token rows, nvfp4_expand_rows, W2 FPROP, each
 // on the same 16-token decode tile -- on the same operands, bit for bit: h3, the packed h2 rows, the
@@ -386,7 +386,7 @@ void run_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uint32_t 
   std::printf("nvfp4 mega E=%lld D=%lld F=%lld %s\n", static_cast<long long>(E), static_cast<long long>(D),
               static_cast<long long>(F), clamped ? "clamped" : "plain");
   std::mt19937 rng(seed);
-  const DecodeSegments seg = decode_segments(E, kSlack, rng);
+  const TokenSegments seg = decode_segments(E, kSlack, rng);
   const std::vector<int32_t>&counts = seg.counts, &tiles = seg.tiles, &offsets = seg.offsets;
   const std::vector<char>& token = seg.token;
   const int64_t cap = seg.cap;

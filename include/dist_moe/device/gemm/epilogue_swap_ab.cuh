@@ -83,7 +83,7 @@ struct SwapABStaging {
   // NVFP4 (EpilogueParams::expert_scale_inv set): acc = fl(fl(acc * acc_scale * token_scale_inv)
   // * expert_scale_inv[e]) in place, upstream's order (acc_scale, a power of two, is exact). The
   // token scales are read from L2 (ld.global.cg): in the Mega kernel other SMs write them during the
-  // launch (mega_swap_ab.cuh), and a line this SM read earlier could be stale in its L1.
+  // launch (mega.cuh), and a line this SM read earlier could be stale in its L1.
   template <int kBlocks, int kN>
   DMOE_DEVICE static void apply_nvfp4_scales(const EpilogueParams& p, const WorkTile& t, float (&acc)[kBlocks][kN]) {
     if (p.expert_scale_inv == nullptr) return;

@@ -69,6 +69,28 @@ DMOE_DEVICE void with_swiglu_flavour(const EpilogueParams& p, F&& f) {
   }
 }
 
+// z in place of the gate registers of a split tile's m64 block (this thread's rows frag_row, registers
+// 4 j + i with i < 2, and frag_row + 8, i >= 2): gate j < kHalf / 8, its up partner j + kHalf / 8;
+// the clip statistics count rows below stat_rows. Every SwiGLU epilogue of the M-grouped tiles.
+template <int kHalf, int kAcc>
+DMOE_DEVICE void swiglu_gate_in_place(const EpilogueParams& p, float (&a)[kAcc], int frag_row, int32_t stat_rows,
+                                      ClipCounts& counts) {
+  static_assert(kAcc >= kHalf / 2, "gate and up registers of the block");
+  const bool lo_valid = frag_row < stat_rows;
+  const bool hi_valid = frag_row + 8 < stat_rows;
+  with_swiglu_flavour(p, [&](auto clamped, auto stats) {
+    constexpr bool kClamped = decltype(clamped)::value, kStats = decltype(stats)::value;
+#pragma unroll
+    for (int j = 0; j < kHalf / 8; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const bool valid = i < 2 ? lo_valid : hi_valid;
+        a[4 * j + i] = swiglu_element<kClamped, kStats>(a[4 * j + i], a[4 * (j + kHalf / 8) + i], p, valid, counts);
+      }
+    }
+  });
+}
+
 #endif  // __CUDACC__
 
 template <class Mainloop, class Writer_>
@@ -130,20 +152,7 @@ struct SwigluEpilogue {
 
     // z in place of the gate registers.
     const int frag_row = row0 + static_cast<int>((threadIdx.x / 32) % 4) * 16 + static_cast<int>(threadIdx.x % 32) / 4;
-    const int32_t stat_rows = clip_stat_rows(p, t);
-    const bool lo_valid = frag_row < stat_rows;
-    const bool hi_valid = frag_row + 8 < stat_rows;
-    with_swiglu_flavour(p, [&](auto clamped, auto stats) {
-      constexpr bool kClamped = decltype(clamped)::value, kStats = decltype(stats)::value;
-#pragma unroll
-      for (int j = 0; j < kHalf / 8; ++j) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const bool valid = i < 2 ? lo_valid : hi_valid;
-          a[4 * j + i] = swiglu_element<kClamped, kStats>(a[4 * j + i], a[4 * (j + kHalf / 8) + i], p, valid, counts);
-        }
-      }
-    });
+    swiglu_gate_in_place<kHalf>(p, a, frag_row, clip_stat_rows(p, t), counts);
 
     char* row_ptr[4];
 #pragma unroll

@@ -59,7 +59,7 @@ struct Mxfp8SwapABScales {
     for (int q = 0; q < kTokens; ++q) x_off[q] = tokens[q] * x_row_bytes;
   }
   // The weights' codes through the read-only path, the tokens' from L2 (ld.global.cg): in the Mega
-  // kernel other SMs write them during the launch (mega_swap_ab.cuh), which ld.global.nc forbids.
+  // kernel other SMs write them during the launch (mega.cuh), which ld.global.nc forbids.
   DMOE_DEVICE Stage load(int32_t kb) const {
     Stage s;
 #pragma unroll

@@ -139,7 +139,8 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
   // Warp `which` (0 .. 2) of the producer warpgroup's warps 1-3 fills the scale region of every
   // third stage: lane l converts the codes of rows l, l + 32, l + 64, l + 96 and lanes 0-3 those
   // of the tile's four column groups. Codes are loaded before the slot is acquired, so the global
-  // latency overlaps the wait.
+  // latency overlaps the wait. The token rows' codes go through L2 (ld.global.cg): the Mega kernel
+  // writes them in the same launch (device/gemm/mega.cuh), which the non-coherent path forbids.
   struct ScaleProducer {
     const MainloopParams& p;
     uint32_t smem;
@@ -180,7 +181,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
         uint32_t words[4], gword = 0;
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          words[i] = __ldg(reinterpret_cast<const uint32_t*>(a + row_off[i] + a_stride.kblock * kb));
+          words[i] = __ldcg(reinterpret_cast<const uint32_t*>(a + row_off[i] + a_stride.kblock * kb));
         if (lane < kGroups) gword = __ldg(reinterpret_cast<const uint32_t*>(b + group_off + 4 * kb));
         pipe.producer_acquire(st);
         const uint32_t region = smem_scales(smem, st.stage);

@@ -157,9 +157,15 @@ struct EpilogueParams {
   int64_t token_scale_stride = 0;
   const float* expert_scale_inv = nullptr;  // [e_local]
   float acc_scale = 1.0f;
+  // The SwiGLU epilogue that writes h2 as MXFP8 rows (epilogue_swiglu_mxfp8.cuh; the Mega kernel's
+  // 128x128 W13): E4M3 at kMapH2's base ([rows, F]), the E8M0 codes here, row r's code of 32-column
+  // block c at byte r * h2_scale_strides.row + (c / 4) * h2_scale_strides.kblock + c % 4 -- the
+  // layout W2's A scales take (mxfp8_a_scale_strides of its MainloopParams).
+  uint8_t* h2_scales = nullptr;
+  Mxfp8AScaleStrides h2_scale_strides{0, 0};
 };
 
-// The Mega decode kernel's own state (mega_swap_ab.cuh).
+// The Mega decode kernel's own state (mega.cuh).
 struct MegaParams {
   int32_t* tile_counter = nullptr;  // [2] the dynamic schedule's pair over both GEMMs' tiles
   int32_t* chunk_done = nullptr;    // [max chunks] W13 warpgroup arrivals; zero at launch

@@ -1,7 +1,7 @@
 // An MXFP8 row (1 x 32 blocks: E4M3 data, one E8M0 RCEIL scale per block) by one warp: the bytes
 // src/quant's row quantizers write (the rows + columns tile's row blocks: the block's NaN-propagating
 // amax, numeric::e8m0_rceil_from_bf16_amax, e4m3x8), for the Mega pipeline's h2 hand-off
-// (device/gemm/mega_swap_ab.cuh), where one warpgroup quantizes a chunk's rows as they complete.
+// (device/gemm/mega.cuh), where one warpgroup quantizes a chunk's rows as they complete.
 #pragma once
 
 #include <cuda_runtime.h>

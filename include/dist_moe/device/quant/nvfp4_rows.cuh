@@ -1,5 +1,5 @@
 // NVFP4 token rows on the GPU: the pieces every producer of them shares, so that the quantizer
-// kernels (src/quant) and the Mega pipeline's h2 hand-off (device/gemm/mega_swap_ab.cuh) write the
+// kernels (src/quant) and the Mega pipeline's h2 hand-off (device/gemm/mega.cuh) write the
 // same bits by running the same code.
 //
 //   e2m1x8_signed                 8 scaled values -> 8 E2M1 nibbles (one 32-bit word)

@@ -1,5 +1,5 @@
 // BF16 vectors in registers, as every block quantizer handles them (src/quant and the Mega
-// hand-offs, device/gemm/mega_swap_ab.cuh): 16-byte loads of 8 values, their NaN-propagating
+// hand-offs, device/gemm/mega.cuh): 16-byte loads of 8 values, their NaN-propagating
 // maxima (over a vector and over lanes), and 8 values to 8 E4M3 bytes.
 #pragma once
 
