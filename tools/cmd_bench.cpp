@@ -9,8 +9,9 @@
 // --format mxfp8 / fp8_blockwise / nvfp4 (--mode infer only): the layer under test is the MXFP8,
 // FP8-blockwise or NVFP4 staged layer, weights prepared once; our BF16 layer on the same inputs is timed in alternation with it,
 // and the GEMM-only column is the BF16 GEMMs' (what the block-scaled GEMMs replace).
-// --pipeline mega (with --format nvfp4 or mxfp8 --mode infer, decode-sized shapes: at most 12 routed
-// rows per local expert; DMOE_EXPERIMENTAL_MEGA=1 until the Mega kernels are verified on a GPU): the
+// --pipeline mega (with --format nvfp4 --mode infer at decode-sized shapes -- at most 12 routed rows
+// per local expert -- or --format mxfp8 --mode infer at any size; DMOE_EXPERIMENTAL_MEGA=1 until the
+// Mega kernels are verified on a GPU): the
 // layer under test is the Mega pipeline, and the staged layer of the same format is timed in
 // alternation with it too ("staged layer" line: Mega's speedup).
 // --experts E: the shape with E global experts instead of its own (e.g. dsv3_prefill --experts 128

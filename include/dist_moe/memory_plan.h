@@ -105,6 +105,12 @@ int64_t plan_max_routed_rows(const Config& config, int64_t ep_size, double total
 // runs without the token-converting producer warps; perf_history G91). False for every other config.
 bool nvfp4_expands_token_rows(const Config& config, int64_t ep_size, double total_scratch_capacity_factor);
 
+// Whether a block-scaled inference context runs decode-sized tiles: its routed token rows
+// (plan_max_routed_rows) stay at or below kNarrowDecodeRowsPerExpert per local expert, where the
+// staged GEMMs take the 16-token swap-AB tile and the Mega pipeline its decode form
+// (device/gemm/mega.cuh). False for training configs.
+bool runs_decode_tiles(const Config& config, int64_t ep_size, double total_scratch_capacity_factor);
+
 // "0.000 GiB (16,384 bytes)": the size format of explain().
 std::string format_bytes(int64_t bytes);
 

@@ -132,7 +132,13 @@ bool nvfp4_expands_token_rows(const Config& config, int64_t ep_size, double tota
     return false;
   const i64 L = config.num_experts / ep_size;
   const i64 rows = plan_max_routed_rows(config, ep_size, total_scratch_capacity_factor);
-  return rows >= kNvfp4ExpandRowsPerExpert * L || rows <= kNarrowDecodeRowsPerExpert * L;
+  return rows >= kNvfp4ExpandRowsPerExpert * L || runs_decode_tiles(config, ep_size, total_scratch_capacity_factor);
+}
+
+bool runs_decode_tiles(const Config& config, int64_t ep_size, double total_scratch_capacity_factor) {
+  if (!config.inference || !config.block_scaled || ep_size <= 0 || config.num_experts % ep_size != 0) return false;
+  const i64 L = config.num_experts / ep_size;
+  return plan_max_routed_rows(config, ep_size, total_scratch_capacity_factor) <= kNarrowDecodeRowsPerExpert * L;
 }
 
 MemoryPlan plan_memory(const Config& config, int64_t ep_size, const PlanOptions& options) {

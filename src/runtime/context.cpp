@@ -75,17 +75,20 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
   const bool nvfp4 = c.config.block_scaled->format == BlockScaledFormat::kNVFP4;
   const bool expand = nvfp4_expands_token_rows(c.config, c.world, c.plan.total_scratch_capacity_factor);
   if (c.config.block_scaled->pipeline == BlockScaledPipeline::kMega) {
-    // Mega's Hopper kernels so far: the staged decode tiles (16 tokens, over the real rows; NVFP4 on
-    // expanded token rows) in one launch.
-    const int64_t L = c.local_experts;
-    const int64_t rows = plan_max_routed_rows(c.config, c.world, c.plan.total_scratch_capacity_factor);
-    if ((nvfp4 && !expand) || rows > kNarrowDecodeRowsPerExpert * L)
-      detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' runs decode-sized inference on "
+    // Mega's Hopper kernels so far (inference; config.cpp refuses training): the staged tiles in one
+    // launch -- the decode form (16 tokens over the real rows; NVFP4 on expanded token rows) at decode
+    // sizes, and for MXFP8 the rows form (128x128) at every other size.
+    const bool decode = runs_decode_tiles(c.config, c.world, c.plan.total_scratch_capacity_factor);
+    if (nvfp4 && !(decode && expand)) {
+      const int64_t L = c.local_experts;
+      const int64_t rows = plan_max_routed_rows(c.config, c.world, c.plan.total_scratch_capacity_factor);
+      detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' runs NVFP4 at decode sizes on "
                    "Hopper so far (at most ", kNarrowDecodeRowsPerExpert, " routed rows per local expert); this "
                    "context can route ", rows, " rows to its ", L, " local experts; use pipeline='staged'");
-    if (D % 256 != 0 || F % 256 != 0)  // the hand-off's row quantizers take 256 values per warp step
+    }
+    if (decode && (D % 256 != 0 || F % 256 != 0))  // the hand-off's row quantizers take 256 values per warp step
       detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' needs hidden_dim and intermediate_dim "
-                   "to be multiples of 256 on Hopper, got hidden_dim=", D, " and intermediate_dim=", F);
+                   "to be multiples of 256 at decode sizes on Hopper, got hidden_dim=", D, " and intermediate_dim=", F);
   }
   const planner::Mxfp8Scratch s = nvfp4 ? planner::nvfp4_scratch(cap, D, F, c.geometry.buffer_bytes, expand)
                                         : planner::mxfp8_scratch(cap, D, F, c.config.inference, c.geometry.buffer_bytes);

@@ -13,9 +13,10 @@
 //   W13 DGRAD (transposed W13 copy) scattering grad_x routes -> W2 WGRAD and W13 WGRAD as BF16
 //   WGRADs of the column bundles dequantized exactly to BF16 rows -> barrier -> K reduction.
 //
-// Mega (pipeline="mega", decode-sized inference; docs/block_scaled_layer.md "Mega"): the x gather,
-// W13, the h2 quantization and W2 are one launch (grouped_gemm_mega_mxfp8_decode), h2 quantized in
-// place of its BF16 rows (E4M3 at a row's start, its codes F bytes in).
+// Mega (pipeline="mega", inference; docs/block_scaled_layer.md "Mega"): the x gather, W13, the h2
+// quantization and W2 are one launch -- at decode sizes grouped_gemm_mega_mxfp8_decode (h2 quantized
+// in place of its BF16 rows: E4M3 at a row's start, its codes F bytes in), beyond them
+// grouped_gemm_mega_mxfp8 (128x128 tiles; the W13 epilogue writes h2 as MXFP8 rows).
 //
 // Row bundles live one at a time in the static scratch's row region; the column bundles of x and
 // h2 (the saved state) sit where the planner put them and take the compact layout, sized by the
@@ -131,19 +132,32 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   f13.clip_rows = t.real_counts;  // not the padding rows
 
   if (mega) {
-    // Inference at decode (context.cpp): one launch; each chunk's x rows gathered from the dispatch
-    // windows, its W13 tiles, its h2 rows quantized in place of their BF16 rows (E4M3 at the row's
-    // start, the codes F bytes in) as soon as its W13 tiles are done, its W2 tiles.
+    // Inference (context.cpp): one launch; each chunk's x rows gathered from the dispatch windows,
+    // its W13 tiles, its h2 as MXFP8 rows, its W2 tiles. Decode sizes: the 16-token tiles, a chunk's
+    // h2 rows quantized in place of their BF16 rows (E4M3 at the row's start, the codes F bytes in)
+    // as soon as its W13 tiles are done. Larger: the 128x128 tiles, the W13 epilogue writing h2's
+    // E4M3 rows [cap, F] and their codes (k-block-major words) into h1's region, which BF16 h2 would
+    // take (2 cap F bytes; x's row bundle stays in the row region, still read by later chunks).
     DMOE_ASSERT(t.packed_rows && !keep);
     FpropArgs f2 = w2_fprop_args(c, in, t.counts);
     f2.common.a_format = kMxfp8Rows;
     f2.common.b_format = kMxfp8Weight;
-    f2.common.scales = OperandScales{static_cast<uint8_t*>(h2_bf16) + F, 2 * F, w2.fprop_scale};
     f2.common.tile_rows = tile_rows;
-    f2.a = h2_bf16;
     f2.w = w2.fprop_data;
     f2.scatter.row_ptrs = t.scatter_dst;
-    grouped_gemm_mega_mxfp8_decode(f13, f2, stream, t.gather_src);
+    if (runs_decode_tiles(c.config, c.world, c.plan.total_scratch_capacity_factor)) {
+      f2.common.scales = OperandScales{static_cast<uint8_t*>(h2_bf16) + F, 2 * F, w2.fprop_scale};
+      f2.a = h2_bf16;
+      grouped_gemm_mega_mxfp8_decode(f13, f2, stream, t.gather_src);
+    } else {
+      const int64_t cap = c.capacity_rows();
+      uint8_t* h2q = static_cast<uint8_t*>(h2_bf16);
+      f2.common.scales = OperandScales{h2q + align128(cap * F), cap, w2.fprop_scale};
+      f2.common.scales.a_kblock_words = true;
+      f2.a = h2q;
+      f13.h2 = h2q;
+      grouped_gemm_mega_mxfp8(f13, f2, stream, t.gather_src);
+    }
     c.stage("mega", stream);
     return;
   }

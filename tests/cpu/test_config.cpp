@@ -329,9 +329,9 @@ TEST(BlockScaledExecution, Mxfp8StagedRunsAndTheRestSaysWhy) {
   Config mega = c;
   mega.block_scaled->pipeline = BlockScaledPipeline::kMega;
   expect_execution_error(mega, 1, {"pipeline='mega' has no Hopper execution yet"});
-  // Mega's first kernel (NVFP4 decode inference, not yet run on a GPU) only under the experimental
-  // flag; MXFP8 Mega and NVFP4 Mega without the flag keep the refusal (the decode size is the
-  // context's check, tests/gpu/multi).
+  // Mega's first kernels (NVFP4 decode and MXFP8 inference, not yet run on a GPU) only under the
+  // experimental flag; without it, and for training, the refusal stays (the sizes are the context's
+  // check, tests/gpu/multi).
   Config nvfp4_mega = nvfp4;
   nvfp4_mega.block_scaled->pipeline = BlockScaledPipeline::kMega;
   ::unsetenv("DMOE_EXPERIMENTAL_MEGA");

@@ -390,6 +390,30 @@ TEST(MemoryPlan, Nvfp4ExpandedTokenRows) {
   EXPECT_FALSE(nvfp4_expands_token_rows(c, 2, 1.0));
 }
 
+// Decode-sized tiles (the staged 16-token swap-AB tile, Mega's decode form) exactly when a block-scaled
+// inference call's token rows stay at or below 12 per local expert; never for training or BF16.
+TEST(MemoryPlan, DecodeTilesByRoutedRowsPerExpert) {
+  Config c = make_config(12, 256, 512, 2, 4, 1);  // ep2: L = 2, 24 rows = 12 per local expert
+  c.inference = true;
+  c.num_activation_slots = 0;
+  c.block_scaled = BlockScaledConfig{};
+  c.block_scaled->format = BlockScaledFormat::kMXFP8_E4M3;
+  EXPECT_TRUE(runs_decode_tiles(c, 2, 1.0));
+  EXPECT_FALSE(runs_decode_tiles(c, 2, 1.5));  // the total factor: 36 rows
+  c.max_num_local_input_tokens = 13;
+  EXPECT_FALSE(runs_decode_tiles(c, 2, 1.0));
+  EXPECT_TRUE(runs_decode_tiles(c, 1, 1.0));  // ep1: L = 4, the same 26 rows are 6.5 per expert
+  c.max_num_local_input_tokens = 12;
+  c.block_scaled->format = BlockScaledFormat::kNVFP4;
+  EXPECT_TRUE(runs_decode_tiles(c, 2, 1.0));
+  EXPECT_EQ(nvfp4_expands_token_rows(c, 2, 1.0), true);  // the decode half of the expansion rule
+  c.inference = false;
+  EXPECT_FALSE(runs_decode_tiles(c, 2, 1.0));
+  c.inference = true;
+  c.block_scaled.reset();
+  EXPECT_FALSE(runs_decode_tiles(c, 2, 1.0));
+}
+
 TEST(MemoryPlan, VmmSectionsResolveWithGranularity) {
   Config c = small_config();
   c.activation_slot_capacity_factor = 1.0;

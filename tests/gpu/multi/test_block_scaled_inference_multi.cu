@@ -471,7 +471,7 @@ bool case_mega_validation(ncclComm_t nccl, int /*rank*/, int world, cudaStream_t
   expect_error("unflagged", "pipeline='mega' has no Hopper execution yet",
                [&] { Context::create(mega_config(mega_case("v"), world), nccl); });
   ::setenv("DMOE_EXPERIMENTAL_MEGA", "1", 1);
-  expect_error("prefill", "runs decode-sized inference on Hopper so far",
+  expect_error("prefill", "runs NVFP4 at decode sizes on Hopper so far",
                [&] { Context::create(mega_config(prefill_case("v"), world), nccl); });
   return expect_error.ok;
 }
