@@ -5,7 +5,8 @@
 # test (the staged kernels changed too: device/quant/ pieces, ld.global.cg token loads in the swap-AB
 # epilogues and the MXFP8 scale warps), the NVFP4 and MXFP8 layer suites with their Mega cases, and
 # Mega against the staged layer (alternated in the same run): NVFP4 at dsv3_decode and qwen3_30b
-# T = 128; MXFP8 there and at qwen3_30b T = 512 and 1024 (the rows form). Device time: ~9-11 min.
+# T = 128; MXFP8 there and at qwen3_30b T = 512 and 1024 (the rows form); the torch package's Mega
+# tests (tests/torch/test_mega.py). Device time: ~10-12 min.
 export DMOE_EXPERIMENTAL_MEGA=1 OUT=${OUT:-/tmp/dmoe-out}
 mkdir -p "$OUT/mega"
 DMOE_STAGES="build" OUT="$OUT/mega" scripts/gpu_check.sh
@@ -14,6 +15,7 @@ DMOE_COMM_TIMEOUT_MS=10000 timeout 150 build-gpu/tests/dist_moe_gpu_tests --gtes
 echo "mega GEMM tests rc=$?: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' "$OUT/mega/mega_gemm_tests.log" | tr '\n' ' ')"
 DMOE_STAGES="tests nvfp4 mxfp8 bench" DMOE_BENCH_FORMAT=nvfp4 DMOE_BENCH_PIPELINE=mega \
   DMOE_BENCH_SHAPES="dsv3_decode qwen3_30b" DMOE_BENCH_TOKENS=128 OUT="$OUT/nvfp4" scripts/gpu_check.sh
+DMOE_STAGES="torch" TORCH_TESTS=tests/torch/test_mega.py TORCH_EXAMPLES=" " OUT="$OUT/torch" scripts/gpu_check.sh
 DMOE_STAGES="bench" DMOE_BENCH_FORMAT=mxfp8 DMOE_BENCH_PIPELINE=mega DMOE_BENCH_SHAPES="dsv3_decode" \
   DMOE_BENCH_TOKENS=128 OUT="$OUT/mxfp8_decode" scripts/gpu_check.sh
 DMOE_STAGES="bench" DMOE_BENCH_FORMAT=mxfp8 DMOE_BENCH_PIPELINE=mega DMOE_BENCH_SHAPES="qwen3_30b" \

@@ -1,0 +1,107 @@
+"""One-rank GPU tests of the Mega pipeline through the PyTorch face (issue #28; docs/block_scaled_layer.md
+"Mega"): ``BlockScaledConfig(pipeline="mega")`` inference contexts -- NVFP4 at decode sizes, MXFP8 at
+decode sizes (the 16-token tiles) and beyond (the rows form, 128x128 tiles) -- give the staged
+context's output bit for bit on the same prepared weights, eagerly and in CUDA graph replays, and
+refuse what is not built with their texts. Mega waits for its first GPU run behind
+``DMOE_EXPERIMENTAL_MEGA=1``, which each test sets.
+
+Numerics: Mega runs the staged kernels' tiles and per-row code, so the comparison is bitwise; the
+staged contexts' own checks against the BF16 reference are test_nvfp4.py's and test_mxfp8.py's.
+"""
+
+import pytest
+import torch
+from moe_reference import capture_inference, make_tokens, make_weights, single_rank_config, upstream_case_ids
+
+import dist_moe
+
+DEV = torch.device("cuda", 0)
+D, FF, E, K = 512, 256, 4, 2  # multiples of 256: the decode form's hand-off takes 256 values per step
+NVFP4 = dist_moe.BlockScaledFormat.NVFP4
+MXFP8 = dist_moe.BlockScaledFormat.MXFP8_E4M3
+CLAMPED = dict(activation="swiglu_clamped", swiglu_alpha=1.5, swiglu_limit=5.0)
+# (format, tokens per call = the context's T): at most 12 routed rows per local expert is the decode
+# form (T = 8: 4 per expert); T = 128 (64 per expert) MXFP8's rows form.
+CASES = [(NVFP4, 8), (MXFP8, 8), (MXFP8, 128)]
+
+
+@pytest.fixture(autouse=True)
+def mega_flag(monkeypatch):
+    monkeypatch.setenv("DMOE_EXPERIMENTAL_MEGA", "1")
+
+
+def config(fmt, t, pipeline, inference=True, **kw):
+    bs = dist_moe.BlockScaledConfig(format=fmt, pipeline=pipeline)
+    return single_rank_config(t, D, FF, K, E, block_scaled=bs, inference=inference, **kw)
+
+
+def prepared(fmt, seed):
+    """Prepared weights an inference context of `fmt` takes (MXFP8: the training preparation's 32x32
+    tiles, docs/block_scaled_layer.md)."""
+    w13, w2 = make_weights(E, D, FF, seed=seed, device=DEV)
+    cfg = dist_moe.BlockScaledConfig(format=fmt)
+    return dist_moe.prepare_block_scaled_weight(w13, cfg), dist_moe.prepare_block_scaled_weight(w2, cfg)
+
+
+def fmt_name(fmt):
+    return "nvfp4" if fmt == NVFP4 else "mxfp8"
+
+
+@pytest.mark.parametrize("clamped", [False, True], ids=["swiglu", "swiglu_clamped"])
+@pytest.mark.parametrize("fmt,t", CASES, ids=[f"{fmt_name(f)}_T{t}" for f, t in CASES])
+def test_mega_inference_matches_staged_bitwise(contexts, fmt, t, clamped):
+    """Mega and staged contexts of the same config on the same inputs: equal outputs, on two calls
+    (the chunk counters start from zero again), with fewer tokens than the context's T, and with a
+    fully padded token (all routes -1: an exact zero row)."""
+    kw = CLAMPED if clamped else {}
+    staged = contexts(config(fmt, t, "staged", **kw))
+    mega = contexts(config(fmt, t, "mega", **kw))
+    p13, p2 = prepared(fmt, seed=71)
+    for calls, (n, shift, padded) in enumerate(((t, 0, False), (t, 1, True), (max(t // 2, 1), 2, False))):
+        ids = upstream_case_ids(n, K, E, shift=shift)
+        if padded:
+            ids[-1] = -1
+        x, ids, s = make_tokens(n, D, K, seed=80 + calls, device=DEV, ids=ids)
+        want = dist_moe.routed_experts(x, ids, s, p13, p2, staged)
+        for repeat in range(2):
+            got = dist_moe.routed_experts(x, ids, s, p13, p2, mega)
+            torch.testing.assert_close(got, want, rtol=0, atol=0,
+                                       msg=lambda m: f"{fmt_name(fmt)} T={t} call {calls}.{repeat}: mega vs staged: {m}")
+        if padded:
+            assert got[-1].abs().max() == 0
+
+
+@pytest.mark.parametrize("fmt,t", CASES, ids=[f"{fmt_name(f)}_T{t}" for f, t in CASES])
+def test_mega_inference_cuda_graph_matches_staged(contexts, fmt, t):
+    """A Mega inference call captured once: replays on new inputs equal the staged context's eager
+    output bitwise (the counters' memset is a node of the graph)."""
+    staged = contexts(config(fmt, t, "staged"))
+    mega = contexts(config(fmt, t, "mega"))
+    p13, p2 = prepared(fmt, seed=72)
+    x, ids, s = make_tokens(t, D, K, seed=90, device=DEV, ids=upstream_case_ids(t, K, E))
+    graph, static, out = capture_inference(x, ids, s, p13, p2, mega)
+    for replay, shift in enumerate((1, 2, 3)):
+        x, ids, s = make_tokens(t, D, K, seed=91 + replay, device=DEV, ids=upstream_case_ids(t, K, E, shift=shift))
+        for dst, src in zip(static, (x, ids, s)):
+            dst.copy_(src)
+        graph.replay()
+        want = dist_moe.routed_experts(x, ids, s, p13, p2, staged)
+        torch.testing.assert_close(out, want, rtol=0, atol=0,
+                                   msg=lambda m: f"{fmt_name(fmt)} T={t} replay {replay} vs staged eager: {m}")
+    del graph
+
+
+def test_mega_refusals(world1, monkeypatch):
+    """What Mega does not run on Hopper yet raises the C++ context's ValueError: NVFP4 past decode
+    sizes, training, and anything without the experimental flag."""
+
+    def create(cfg):
+        dist_moe.create_context(group=world1, config=cfg, device=DEV).close()
+
+    with pytest.raises(ValueError, match="runs NVFP4 at decode sizes on Hopper so far"):
+        create(config(NVFP4, 128, "mega"))
+    with pytest.raises(ValueError, match="pipeline='mega' has no Hopper execution yet"):
+        create(config(MXFP8, 128, "mega", inference=False))
+    monkeypatch.delenv("DMOE_EXPERIMENTAL_MEGA")
+    with pytest.raises(ValueError, match="pipeline='mega' has no Hopper execution yet"):
+        create(config(MXFP8, 8, "mega"))
