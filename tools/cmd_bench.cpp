@@ -10,10 +10,10 @@
 // FP8-blockwise or NVFP4 staged layer, weights prepared once; our BF16 layer on the same inputs is timed in alternation with it,
 // and the GEMM-only column is the BF16 GEMMs' (what the block-scaled GEMMs replace).
 // --pipeline mega (with --format nvfp4 --mode infer at decode-sized shapes -- at most 12 routed rows
-// per local expert -- or --format mxfp8 --mode infer at any size; DMOE_EXPERIMENTAL_MEGA=1 until the
-// Mega kernels are verified on a GPU): the
-// layer under test is the Mega pipeline, and the staged layer of the same format is timed in
-// alternation with it too ("staged layer" line: Mega's speedup).
+// per local expert -- or --format mxfp8 at any size, inference or training; DMOE_EXPERIMENTAL_MEGA=1
+// until the Mega kernels are verified on a GPU): the layer under test is the Mega pipeline, and the
+// staged layer of the same format (inference, or forward+backward) is timed in alternation with it
+// too ("staged layer" line: Mega's speedup).
 // --experts E: the shape with E global experts instead of its own (e.g. dsv3_prefill --experts 128
 // on one GPU: the expert GEMMs one rank of EP2 runs, without the NVLink traffic); no stock layer.
 // --tokens T: the shape with T tokens per rank instead of its own (e.g. dsv3_decode --tokens 512: the
@@ -96,8 +96,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
             {"no-baseline"});
   const std::string format = args.choice("format", {"bf16", "mxfp8", "fp8_blockwise", "nvfp4"});
   const std::string pipeline = args.choice("pipeline", {"staged", "mega"});
-  if (pipeline == "mega" && (format == "bf16" || args.str("mode").value_or("train") != "infer"))
-    detail::fail(ErrorCode::kInvalidValue, "--pipeline mega needs a block-scaled --format and --mode infer");
+  if (pipeline == "mega" && (format == "bf16" || (format != "mxfp8" && args.str("mode").value_or("train") != "infer")))
+    detail::fail(ErrorCode::kInvalidValue, "--pipeline mega needs a block-scaled --format, and --mode infer except for "
+                 "mxfp8");
   if (format == "nvfp4" && args.str("mode").value_or("train") != "infer")
     detail::fail(ErrorCode::kInvalidValue, "--format nvfp4 needs --mode infer (NVFP4 DistMoE is inference-only)");
   const std::string shape = args.str("shape").value_or("dsv3_prefill");
@@ -279,9 +280,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
       std::printf("%-28s %10.3f %12s %12s %13.2fx\n", "BF16 layer forward+backward", bfb, "", "", ratio(bfb, fb));
   }
   if (pipeline == "mega") {
-    const double st = ours["staged_fwd_ms"];
+    const double st = ours["staged_ms"];
     std::printf("%-28s %10.3f %12s %12s %13.2fx  (the staged %s layer, alternated with Mega: Mega's speedup)\n",
-                "staged layer inference", st, "", "", ratio(st, fwd), format.c_str());
+                mode == "train" ? "staged layer fwd+bwd" : "staged layer inference", st, "", "",
+                ratio(st, mode == "train" ? fb : fwd), format.c_str());
   }
   std::printf("GEMM-only forward with exactly balanced expert rows: %.3f ms\n", ours["gemm_fwd_even_ms"]);
   std::printf("fused layer / GEMM-only: forward %.2fx", ratio(fwd, ours["gemm_fwd_ms"]));

@@ -214,12 +214,18 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
     if (train) routed_experts_backward(*bf16_ctx, bf16_in, *bf16_saved, gout.p, g, opts, stream);
   };
   if (bf16_ctx) bf16_layer_call();
-  // The staged twin of a Mega layer (inference: Mega has no training execution yet).
-  auto staged_call = [&] { routed_experts_inference(*staged_ctx, in, out.p, opts, stream); };
-  if (staged_ctx) {
-    if (train) detail::fail(ErrorCode::kInvalidValue, "--pipeline mega needs --mode infer");
-    staged_call();
-  }
+  // The staged twin of a Mega layer: the same call (inference, or forward+backward with its own
+  // saved state) on a staged context of the same config.
+  std::unique_ptr<SavedState> staged_saved = staged_ctx && train ? std::make_unique<SavedState>(*staged_ctx) : nullptr;
+  auto staged_call = [&] {
+    if (!train) {
+      routed_experts_inference(*staged_ctx, in, out.p, opts, stream);
+      return;
+    }
+    routed_experts_forward(*staged_ctx, in, out.p, staged_saved.get(), opts, stream);
+    routed_experts_backward(*staged_ctx, in, *staged_saved, gout.p, g, opts, stream);
+  };
+  if (staged_ctx) staged_call();
   // GEMM-only: the same grouped GEMMs on the same per-expert rows, local contiguous buffers.
   const int64_t cap = ctx->capacity_rows();
   // (Run once first: the routing tables hold this call's counts afterwards.)
@@ -434,7 +440,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
       {"gemm_fwd_even_ms", gemm_fwd_even_ms},
       {"bf16_fwd_ms", bf16_ctx ? median(bf16_fwd_r) : 0.0},
       {"bf16_fwd_bwd_ms", bf16_ctx && train ? median(bf16_layer_r) : 0.0},
-      {"staged_fwd_ms", staged_ctx ? median(staged_r) : 0.0},
+      {"staged_ms", staged_ctx ? median(staged_r) : 0.0},
       {"copy_gbps", copy_gbps}};
   const size_t nt = totals_kv.size();
   std::vector<float> mine;

@@ -109,7 +109,7 @@ bench_format() {
       rc=$?; [ $rc = 0 ] || fail=1
       cat "$log" >> "$OUT/bench.log"
       say "bench $shape ${tokens[*]} $fmt $mode $pipeline (rc=$rc)"
-      grep -E "^fwd:w13 |^fwd:w2 |^fwd:mega |^inference forward|BF16 layer|staged layer" "$log" | tee -a "$SUMMARY" > /dev/null
+      grep -E "^fwd:w13 |^fwd:w2 |^fwd:mega |^inference forward|^forward|BF16 layer|staged layer" "$log" | tee -a "$SUMMARY" > /dev/null
     done
   done
   return $fail

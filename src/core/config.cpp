@@ -269,14 +269,14 @@ void ExecutionOptions::validate() const {
 void validate_block_scaled_execution(const Config& config, int64_t ep_size) {
   if (!config.block_scaled) return;
   const BlockScaledConfig& bs = *config.block_scaled;
-  // Mega's first Hopper kernels (inference: NVFP4 at decode sizes, MXFP8 at every size; issue #28)
-  // wait for their first GPU run behind DMOE_EXPERIMENTAL_MEGA; the context checks the sizes
-  // (context.cpp).
-  const bool mega_built = config.inference && (bs.format == BlockScaledFormat::kNVFP4 ||
-                                               bs.format == BlockScaledFormat::kMXFP8_E4M3);
+  // Mega's first Hopper kernels (NVFP4 inference at decode sizes; MXFP8 inference at every size and
+  // MXFP8 training's forward; issue #28) wait for their first GPU run behind DMOE_EXPERIMENTAL_MEGA;
+  // the context checks the sizes (context.cpp).
+  const bool mega_built = bs.format == BlockScaledFormat::kMXFP8_E4M3 ||
+                          (config.inference && bs.format == BlockScaledFormat::kNVFP4);
   if (bs.pipeline != BlockScaledPipeline::kStaged && !(mega_built && core::env_flag("DMOE_EXPERIMENTAL_MEGA")))
     detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' has no Hopper execution yet; use "
-                 "pipeline='staged' (NVFP4 and MXFP8 inference run it under DMOE_EXPERIMENTAL_MEGA=1 until it is "
+                 "pipeline='staged' (NVFP4 inference and MXFP8 run it under DMOE_EXPERIMENTAL_MEGA=1 until it is "
                  "verified on a GPU)");
   if (bs.fast_math)
     detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.fast_math has no Hopper execution yet; use "

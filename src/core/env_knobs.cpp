@@ -25,7 +25,7 @@ const std::vector<EnvKnob>& env_knobs() {
       {"DMOE_GEMM_LEGACY", "1", "grouped GEMM heuristic: the first version's choices (synchronous epilogues), for A/B runs"},
       {"DMOE_GEMM_EXPERIMENTAL", "1", "grouped GEMM heuristic: the schemes still waiting for their first measurement"},
       {"DMOE_PRINT_GEMM_CONFIG", "1", "print each distinct grouped GEMM problem and its configuration once"},
-      {"DMOE_EXPERIMENTAL_MEGA", "1", "accept BlockScaledConfig.pipeline='mega' for NVFP4 decode and MXFP8 inference (not yet verified on a GPU)"},
+      {"DMOE_EXPERIMENTAL_MEGA", "1", "accept BlockScaledConfig.pipeline='mega' for NVFP4 decode inference and MXFP8 (not yet verified on a GPU)"},
   };
   return table;
 }

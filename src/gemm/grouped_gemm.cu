@@ -732,14 +732,16 @@ int32_t* mega_chunk_workspace(cudaStream_t stream, int64_t chunks) {
 }
 
 // The Mega kernel forms (device/gemm/mega.cuh): the decode form's swap-AB tiles (chunks of 16 token
-// rows, tile_rows required) or the rows form's 128x128 tiles (chunks of 128 rows).
+// rows, tile_rows required) or the rows form's 128x128 tiles (chunks of 128 rows; h1 may be stored,
+// at a device offset too: ordinary stores through a resolved base, no tensor map).
 struct MegaForm {
   gemm::GemmKind kind;
   int64_t chunk_rows;
   bool needs_tile_rows;
+  bool takes_h1;
 };
-constexpr MegaForm kMegaDecode{gemm::GemmKind::kFpropSwapAB, 16, true};
-constexpr MegaForm kMegaRows{gemm::GemmKind::kFprop, 128, false};
+constexpr MegaForm kMegaDecode{gemm::GemmKind::kFpropSwapAB, 16, true, false};
+constexpr MegaForm kMegaRows{gemm::GemmKind::kFprop, 128, false, true};
 
 // A Mega call's checks common to the formats, both launches filled (false: no rows) and the kernel
 // state: counters zeroed on the stream, f. `a` / `b`: the format's operands (both GEMMs).
@@ -761,9 +763,11 @@ bool prepare_mega(const W13FpropArgs& w13, const FpropArgs& w2, const OperandFor
   DMOE_CHECK_ARG(c13.k % 256 == 0 && c2.k % 256 == 0, op, ": D and F must be multiples of 256, got D=", c13.k,
                  " F=", c2.k);
   DMOE_CHECK_ARG(c13.config == nullptr && c2.config == nullptr, op, ": no configuration override (one fixed tile)");
-  DMOE_CHECK_ARG(w13.h1 == nullptr && w13.h2_offset == nullptr && w13.a_offset == nullptr && w2.a_offset == nullptr &&
-                     w2.out_offset == nullptr && w13.gather.row_ptrs == nullptr && w2.gather.row_ptrs == nullptr,
-                 op, ": no h1, device offsets or gather producer");
+  DMOE_CHECK_ARG((w13.h1 == nullptr || form.takes_h1) && w13.h2_offset == nullptr && w13.a_offset == nullptr &&
+                     w2.a_offset == nullptr && w2.out_offset == nullptr && w13.gather.row_ptrs == nullptr &&
+                     w2.gather.row_ptrs == nullptr,
+                 op, form.takes_h1 ? ": no device offsets but h1's, no gather producer"
+                                   : ": no h1, device offsets or gather producer");
   DMOE_CHECK_ARG(w2.a == w13.h2, op, ": w2.a must be w13.h2 (the hand-off writes W2's rows in place of h2's)");
   const bool run13 = prepare_w13_fprop(w13, L13, stream, op);
   const bool run2 = prepare_fprop(w2, L2, stream, op);
@@ -843,7 +847,7 @@ void grouped_gemm_mega_mxfp8_decode(const W13FpropArgs& w13, const FpropArgs& w2
 }
 
 void grouped_gemm_mega_mxfp8(const W13FpropArgs& w13, const FpropArgs& w2, cudaStream_t stream,
-                             const void* const* x_rows) {
+                             const void* const* x_rows, const MegaMxfp8Columns& h2_columns) {
   constexpr const char* op = "grouped_gemm_mega_mxfp8";
   const OperandScales& s2 = w2.common.scales;
   DMOE_CHECK_ARG(w13.h2 != nullptr && w2.a == w13.h2 && s2.a != nullptr, op,
@@ -851,6 +855,9 @@ void grouped_gemm_mega_mxfp8(const W13FpropArgs& w13, const FpropArgs& w2, cudaS
                  "must name their codes");
   DMOE_CHECK_ARG(w2.common.k % 128 == 0 && w13.common.k % 128 == 0, op,
                  ": D and F must be multiples of 128, got D=", w13.common.k, " F=", w2.common.k);
+  DMOE_CHECK_ARG(h2_columns.base == nullptr ||
+                     (h2_columns.rows != nullptr && reinterpret_cast<uintptr_t>(h2_columns.base) % 16 == 0),
+                 op, ": h2_columns needs rows (the device count R) and a 16-byte aligned base");
   check_mxfp8_x_gather(w13, x_rows, op);
   GemmLaunch L13, L2;
   gemm::MegaParams m;
@@ -863,6 +870,9 @@ void grouped_gemm_mega_mxfp8(const W13FpropArgs& w13, const FpropArgs& w2, cudaS
   w2_scales.a_scale_kblock_words = L2.a_scale_kblock_words;
   L13.epilogue.h2_scales = static_cast<uint8_t*>(const_cast<void*>(L2.a_scales));
   L13.epilogue.h2_scale_strides = gemm::mxfp8_a_scale_strides(w2_scales);
+  L13.epilogue.h2_col = h2_columns.base;
+  L13.epilogue.h2_col_offset = h2_columns.offset;
+  L13.epilogue.h2_col_rows = h2_columns.rows;
   gemm::launch_mega_mxfp8_rows(L13, L2, m);
 }
 

@@ -37,7 +37,10 @@ struct MegaOf {
   using Mega = MegaKernel<Mainloop13, Mainloop2, Epilogue13, Epilogue2, Handoff>;
 
   static void launch(const GemmLaunch& L13, const GemmLaunch& L2, const MegaParams& m) {
-    DMOE_ASSERT(!L13.has_offsets() && !L2.has_offsets() && m.tile_counter != nullptr);
+    // Device offsets only where no tensor map reads (h1's ordinary stores, resolved per CTA): the two
+    // GEMMs' patched maps would share one workspace slot per CTA.
+    DMOE_ASSERT(!L13.a_offset && !L13.b_offset && !L13.out_offset && !L13.h2_offset && !L13.b_compact_rows &&
+                !L2.has_offsets() && m.tile_counter != nullptr);
     int64_t bound13 = 0, bound2 = 0;
     const typename Kernel13::Params p13 = grouped_gemm_params<Kernel13>(L13, &bound13);
     const typename Kernel2::Params p2 = grouped_gemm_params<Kernel2>(L2, &bound2);

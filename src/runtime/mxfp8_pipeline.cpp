@@ -102,8 +102,8 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   void* h2_bf16 = at(c, c.mxfp8_scratch.h2_bf16());
 
   const bool mega = c.config.block_scaled->pipeline == BlockScaledPipeline::kMega;
-  if (mega) {
-    // (inference at decode: the launch below gathers each chunk's packed x rows itself)
+  if (mega && t.packed_rows) {
+    // (inference: the launch below gathers each chunk's packed x rows itself)
   } else if (t.packed_rows) {  // inference: the rows arrive quantized; no WGRAD columns
     const quant::RowGroups groups{t.real_counts, t.offsets, static_cast<int32_t>(c.local_experts)};
     quant::mxfp8_gather_packed_rows(t.gather_src, groups, c.capacity_rows(), D,
@@ -132,13 +132,13 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   f13.clip_rows = t.real_counts;  // not the padding rows
 
   if (mega) {
-    // Inference (context.cpp): one launch; each chunk's x rows gathered from the dispatch windows,
-    // its W13 tiles, its h2 as MXFP8 rows, its W2 tiles. Decode sizes: the 16-token tiles, a chunk's
-    // h2 rows quantized in place of their BF16 rows (E4M3 at the row's start, the codes F bytes in)
-    // as soon as its W13 tiles are done. Larger: the 128x128 tiles, the W13 epilogue writing h2's
-    // E4M3 rows [cap, F] and their codes (k-block-major words) into h1's region, which BF16 h2 would
-    // take (2 cap F bytes; x's row bundle stays in the row region, still read by later chunks).
-    DMOE_ASSERT(t.packed_rows && !keep);
+    // One launch (context.cpp): each chunk's W13 tiles, its h2 as MXFP8 rows, its W2 tiles; at
+    // inference each chunk's x rows gathered from the dispatch windows first. Decode sizes: the
+    // 16-token tiles, a chunk's h2 rows quantized in place of their BF16 rows (E4M3 at the row's
+    // start, the codes F bytes in) as soon as its W13 tiles are done. Larger, and training: the
+    // 128x128 tiles, the W13 epilogue writing h2's E4M3 rows [cap, F] and their codes (k-block-major
+    // words) where BF16 h2 would lie (2 cap F bytes; x's row bundle stays in the row region, still
+    // read by later chunks), and when the layer keeps its state h1 and h2's column bundle too.
     FpropArgs f2 = w2_fprop_args(c, in, t.counts);
     f2.common.a_format = kMxfp8Rows;
     f2.common.b_format = kMxfp8Weight;
@@ -146,6 +146,7 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
     f2.w = w2.fprop_data;
     f2.scatter.row_ptrs = t.scatter_dst;
     if (runs_decode_tiles(c.config, c.world, c.plan.total_scratch_capacity_factor)) {
+      DMOE_ASSERT(t.packed_rows && !keep);
       f2.common.scales = OperandScales{static_cast<uint8_t*>(h2_bf16) + F, 2 * F, w2.fprop_scale};
       f2.a = h2_bf16;
       grouped_gemm_mega_mxfp8_decode(f13, f2, stream, t.gather_src);
@@ -156,9 +157,11 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
       f2.common.scales.a_kblock_words = true;
       f2.a = h2q;
       f13.h2 = h2q;
-      grouped_gemm_mega_mxfp8(f13, f2, stream, t.gather_src);
+      MegaMxfp8Columns h2_col;  // the forward's saved h2 columns, where the staged quantizer puts them
+      if (keep) h2_col = MegaMxfp8Columns{act, layer + planner::kH2Col, t.offsets + c.local_experts};
+      grouped_gemm_mega_mxfp8(f13, f2, stream, t.packed_rows ? t.gather_src : nullptr, h2_col);
     }
-    c.stage("mega", stream);
+    c.stage(recompute ? "recompute_mega" : "mega", stream);
     return;
   }
 

@@ -1042,9 +1042,13 @@ TEST(GroupedGemmFp8Args, RejectsWhatTheKernelsCannotDo) {
 //                E4M3 rows [cap, F] and codes as [cap, F/32] bytes or k-block words [F/128, cap] (the
 //                layer's); segments of 0..max_rows token rows padded to 32 (whole, partial and
 //                token-less chunks); nothing written past the segments
+//   rows form, training  also h1 and h2's compact column bundle (the saved state), against the staged
+//                W13's h1 and the rows + columns quantizer's columns over the segments (padding rows
+//                zero, as the layer's x rows + columns quantizer leaves them: x's padding rows are
+//                zero here)
 // Every fifth expert has no token rows. Run twice (the chunk counters start from zero again), the
 // second time gathering x in the launch from packed rows (x_rows), checked against the row quantizer's x.
-enum class MegaMxfp8Form { kDecode, kRowsBytes, kRowsWords };
+enum class MegaMxfp8Form { kDecode, kRowsBytes, kRowsWords, kRowsTraining };
 
 GroupedGemmConfig mxfp8_128x128_config(GroupedGemmOp op) {
   for (const GemmParam& p : format_params(op, DType::kBFloat16, kMxfp8Rows, kMxfp8Weight))
@@ -1055,9 +1059,10 @@ GroupedGemmConfig mxfp8_128x128_config(GroupedGemmOp op) {
 
 void run_mxfp8_mega_vs_staged(MegaMxfp8Form form, int64_t E, int64_t D, int64_t F, int max_rows, bool clamped,
                               uint32_t seed) {
-  const bool decode = form == MegaMxfp8Form::kDecode, words = form == MegaMxfp8Form::kRowsWords;
+  const bool decode = form == MegaMxfp8Form::kDecode, training = form == MegaMxfp8Form::kRowsTraining;
+  const bool words = form == MegaMxfp8Form::kRowsWords || training;
   std::printf("mxfp8 mega %s E=%lld D=%lld F=%lld %s\n",
-              decode ? "decode" : (words ? "rows, k-block word codes" : "rows, [cap, F/32] codes"),
+              decode ? "decode" : (training ? "rows, training (h1, h2 columns)" : words ? "rows, k-block word codes" : "rows, [cap, F/32] codes"),
               static_cast<long long>(E), static_cast<long long>(D), static_cast<long long>(F),
               clamped ? "clamped" : "plain");
   std::mt19937 rng(seed);
@@ -1065,11 +1070,16 @@ void run_mxfp8_mega_vs_staged(MegaMxfp8Form form, int64_t E, int64_t D, int64_t 
   const std::vector<int32_t>&counts = seg.counts, &tiles = seg.tiles;
   const std::vector<char>& token = seg.token;
   const int64_t cap = seg.cap, M = seg.offsets.back();
-  const HostBf16 x_bf16 = spread_bf16(cap, D, 1, 1.0f, rng);
+  HostBf16 x_bf16 = spread_bf16(cap, D, 1, 1.0f, rng);
+  if (training)  // the layer's x rows + columns quantizer leaves padding rows zero
+    for (int64_t m = 0; m < cap; ++m)
+      if (!token[static_cast<size_t>(m)]) std::fill_n(x_bf16.bits.begin() + m * D, D, uint16_t{0});
   const Mxfp8Rows x = mxfp8_rows(x_bf16, cap, D);
   const Mxfp8Weight w13 = mxfp8_weight(spread_bf16(E * 2 * F, D, 128, 1.0f / std::sqrt(float(D)), rng), E, 2 * F, D);
   const Mxfp8Weight w2 = mxfp8_weight(spread_bf16(E * D, F, 128, 1.0f / std::sqrt(float(F)), rng), E, D, F);
-  DeviceBuffer<int32_t> d_counts(counts), d_tiles(tiles);
+  DeviceBuffer<int32_t> d_counts(counts), d_tiles(tiles), d_offsets(seg.offsets);
+  const quant::RowGroups groups{d_tiles.get(), d_offsets.get(), static_cast<int32_t>(E)};
+  const int64_t col_bytes = numeric::mxfp8_compact_columns_bytes(F, M);
   const GroupedGemmConfig cfg13 = decode ? decode16_config(GroupedGemmOp::kFpropSwiglu, kMxfp8Rows, kMxfp8Weight)
                                          : mxfp8_128x128_config(GroupedGemmOp::kFpropSwiglu);
   const GroupedGemmConfig cfg2 = decode ? decode16_config(GroupedGemmOp::kFprop, kMxfp8Rows, kMxfp8Weight)
@@ -1101,18 +1111,30 @@ void run_mxfp8_mega_vs_staged(MegaMxfp8Form form, int64_t E, int64_t D, int64_t 
     return a;
   };
 
-  // Staged: W13, the row quantizer over h2, W2 on the row bundle.
+  // Staged: W13, the row quantizer over h2 (training: the rows + columns quantizer), W2 on the row bundle.
   DeviceBuffer<uint16_t> h2(static_cast<size_t>(cap * F)), out(static_cast<size_t>(cap * D));
+  DeviceBuffer<uint16_t> h1(static_cast<size_t>(training ? cap * 2 * F : 1));
   DeviceBuffer<uint8_t> hq(static_cast<size_t>(cap * F)), hs(static_cast<size_t>(cap * (F / 32)));
+  DeviceBuffer<uint8_t> hcol(static_cast<size_t>(training ? col_bytes : 1));
   DeviceBuffer<float> clip(3);
   h2.poison();
+  h1.poison();
   out.poison();
   {
     W13FpropArgs a13 = w13_args(h2.get(), clip.get(), x.q.get(), x.s.get());
     a13.common.config = &cfg13;
+    if (training) a13.h1 = h1.get();
     grouped_gemm_w13_fprop(a13, nullptr);
-    quant::mxfp8_quantize_rows(quant::Bf16Matrix{h2.get(), cap, F, F},
-                               quant::Mxfp8Out{hq.get(), F, hs.get(), F / 32, 1}, nullptr);
+    const quant::Bf16Matrix h2m{h2.get(), cap, F, F};
+    const quant::Mxfp8Out rows_out{hq.get(), F, hs.get(), F / 32, 1};
+    if (training) {
+      quant::Mxfp8Out cols_out;
+      cols_out.q = hcol.get();
+      cols_out.compact = true;
+      quant::mxfp8_quantize_rows_cols(h2m, groups, rows_out, cols_out, nullptr);
+    } else {
+      quant::mxfp8_quantize_rows(h2m, rows_out, nullptr);
+    }
     FpropArgs a2;
     a2.common = common(D, F);
     a2.common.scales = OperandScales{hs.get(), F / 32, w2.w.s.get()};
@@ -1126,6 +1148,8 @@ void run_mxfp8_mega_vs_staged(MegaMxfp8Form form, int64_t E, int64_t D, int64_t 
   const std::vector<uint16_t> want = out.download();
   const std::vector<uint8_t> want_q = hq.download(), want_s = hs.download();
   const std::vector<float> want_clip = clip.download();
+  const std::vector<uint16_t> want_h1 = training ? h1.download() : std::vector<uint16_t>{};
+  const std::vector<uint8_t> want_col = training ? hcol.download() : std::vector<uint8_t>{};
 
   // Call 0 takes the x row bundle made beforehand; call 1 gathers it in the launch (x_rows: packed
   // rows [D E4M3 | D/32 E8M0] by row pointer, as from the dispatch windows) into buffers of its own.
@@ -1145,7 +1169,8 @@ void run_mxfp8_mega_vs_staged(MegaMxfp8Form form, int64_t E, int64_t D, int64_t 
   // h2 as the launch leaves it: decode, in place of the BF16 rows [cap, 2F bytes]; rows, E4M3 [cap, F]
   // then the codes (bytes or words), both cap F (1 + 1/32) bytes at most.
   DeviceBuffer<uint8_t> mh2(static_cast<size_t>(cap * F * 2));
-  DeviceBuffer<uint16_t> mout(static_cast<size_t>(cap * D));
+  DeviceBuffer<uint16_t> mout(static_cast<size_t>(cap * D)), mh1(static_cast<size_t>(training ? cap * 2 * F : 1));
+  DeviceBuffer<uint8_t> mcol(static_cast<size_t>(training ? col_bytes : 1));
   DeviceBuffer<float> mclip(3);
   uint8_t* const mh2q = mh2.get();
   uint8_t* const mh2s = decode ? mh2.get() + F : mh2.get() + cap * F;
@@ -1161,6 +1186,8 @@ void run_mxfp8_mega_vs_staged(MegaMxfp8Form form, int64_t E, int64_t D, int64_t 
     SCOPED_TRACE(call);
     const bool gather = call == 1;
     mout.poison();
+    mh1.poison();
+    DMOE_CUDA_CHECK(cudaMemset(mcol.get(), 0x5A, mcol.size()));
     DMOE_CUDA_CHECK(cudaMemset(mh2.get(), 0x7E, mh2.size()));
     DMOE_CUDA_CHECK(cudaMemset(mxq.get(), 0x7F, mxq.size()));
     DMOE_CUDA_CHECK(cudaMemset(mxs.get(), 0xFF, mxs.size()));
@@ -1174,9 +1201,32 @@ void run_mxfp8_mega_vs_staged(MegaMxfp8Form form, int64_t E, int64_t D, int64_t 
     a2.w = w2.w.q.get();
     a2.out = mout.get();
     const void* const* x_rows = gather ? reinterpret_cast<const void* const*>(d_row_ptrs.get()) : nullptr;
-    if (decode) grouped_gemm_mega_mxfp8_decode(a13, a2, nullptr, x_rows);
-    else grouped_gemm_mega_mxfp8(a13, a2, nullptr, x_rows);
+    if (decode) {
+      grouped_gemm_mega_mxfp8_decode(a13, a2, nullptr, x_rows);
+    } else {
+      MegaMxfp8Columns cols;
+      if (training) {
+        a13.h1 = mh1.get();
+        cols = MegaMxfp8Columns{mcol.get(), nullptr, d_offsets.get() + E};
+      }
+      grouped_gemm_mega_mxfp8(a13, a2, nullptr, x_rows, cols);
+    }
     CUDA_OK(cudaDeviceSynchronize());
+    if (training) {  // the saved state: h1 of the segments' rows, h2's whole column bundle
+      const std::vector<uint16_t> got_h1 = mh1.download();
+      int64_t bad_h1 = 0;
+      for (size_t i = 0; i < static_cast<size_t>(M * 2 * F); ++i) bad_h1 += got_h1[i] != want_h1[i];
+      EXPECT_EQ(bad_h1, 0) << "h1 elements differ from the staged W13's";
+      expect_rows_untouched("h1", got_h1, M, 2 * F);
+      const std::vector<uint8_t> got_col = mcol.download();
+      int64_t bad_col = 0;
+      const int64_t scales_at = numeric::mxfp8_compact_columns_scales_offset(F, M);
+      for (int64_t i = 0; i < col_bytes; ++i) {  // the data [F, M] and the codes [M / 32, F], not the padding
+        const bool used = i < F * M || (i >= scales_at && i < scales_at + F * (M / 32));
+        if (used) bad_col += got_col[static_cast<size_t>(i)] != want_col[static_cast<size_t>(i)];
+      }
+      EXPECT_EQ(bad_col, 0) << "bytes of h2's column bundle differ from the rows + columns quantizer's";
+    }
     if (gather) {  // x gathered in the launch: the token rows as the row quantizer wrote them
       const std::vector<uint8_t> gq = mxq.download(), gs = mxs.download(), wq = x.q.download(), ws = x.s.download();
       int64_t bad_x = 0;
@@ -1230,6 +1280,14 @@ TEST(MegaMxfp8Rows, MatchesTheStagedSequenceBitwise) {
 TEST(MegaMxfp8Rows, KBlockWordCodesClamped) {
   DMOE_REQUIRE_SM90();
   run_mxfp8_mega_vs_staged(MegaMxfp8Form::kRowsWords, 12, 1024, 640, 200, true, 96u);
+}
+TEST(MegaMxfp8Rows, TrainingSavesH1AndTheColumnBundle) {
+  DMOE_REQUIRE_SM90();
+  run_mxfp8_mega_vs_staged(MegaMxfp8Form::kRowsTraining, 24, 512, 768, 300, false, 98u);
+}
+TEST(MegaMxfp8Rows, TrainingClampedLongK) {
+  DMOE_REQUIRE_SM90();
+  run_mxfp8_mega_vs_staged(MegaMxfp8Form::kRowsTraining, 8, 1536, 384, 200, true, 99u);
 }
 TEST(MegaMxfp8Rows, ManyExpertsMoreChunksThanCtas) {
   DMOE_REQUIRE_SM90();

@@ -1,8 +1,9 @@
 """One-rank GPU tests of the Mega pipeline through the PyTorch face (issue #28; docs/block_scaled_layer.md
 "Mega"): ``BlockScaledConfig(pipeline="mega")`` inference contexts -- NVFP4 at decode sizes, MXFP8 at
 decode sizes (the 16-token tiles) and beyond (the rows form, 128x128 tiles) -- give the staged
-context's output bit for bit on the same prepared weights, eagerly and in CUDA graph replays, and
-refuse what is not built with their texts. Mega waits for its first GPU run behind
+context's output bit for bit on the same prepared weights, eagerly and in CUDA graph replays; MXFP8
+training contexts (the forward in one launch) give the staged output and all four gradients bit for
+bit; what is not built is refused with its text. Mega waits for its first GPU run behind
 ``DMOE_EXPERIMENTAL_MEGA=1``, which each test sets.
 
 Numerics: Mega runs the staged kernels' tiles and per-row code, so the comparison is bitwise; the
@@ -91,9 +92,39 @@ def test_mega_inference_cuda_graph_matches_staged(contexts, fmt, t):
     del graph
 
 
+@pytest.mark.parametrize("clamped", [False, True], ids=["swiglu", "swiglu_clamped"])
+def test_mega_training_matches_staged_bitwise(contexts, clamped):
+    """MXFP8 training at 128 routed rows per expert (the staged GEMMs' 128x128 tiles): one step on a
+    Mega context and on a staged one -- output, grad_x, grad_scores and both weight gradients (through
+    the preparations' sources) -- equal bitwise, twice."""
+    kw = CLAMPED if clamped else {}
+    t = 256
+    staged = contexts(config(MXFP8, t, "staged", inference=False, **kw))
+    mega = contexts(config(MXFP8, t, "mega", inference=False, **kw))
+    w13, w2 = make_weights(E, D, FF, seed=73, device=DEV)
+    cfg = dist_moe.BlockScaledConfig(format=MXFP8)
+
+    def step(ctx, x, ids, s, g):
+        x, s = x.clone().requires_grad_(), s.clone().requires_grad_()
+        a, b = w13.clone().requires_grad_(), w2.clone().requires_grad_()
+        p13, p2 = dist_moe.prepare_block_scaled_weight(a, cfg), dist_moe.prepare_block_scaled_weight(b, cfg)
+        out = dist_moe.routed_experts(x, ids, s, p13, p2, ctx)
+        out.backward(g)
+        return out.detach(), x.grad, s.grad, a.grad, b.grad
+
+    names = ("out", "grad_x", "grad_scores", "grad_w13", "grad_w2")
+    for call in range(2):
+        x, ids, s = make_tokens(t, D, K, seed=100 + call, device=DEV, ids=upstream_case_ids(t, K, E, shift=call))
+        gen = torch.Generator(device="cpu").manual_seed(200 + call)
+        g = torch.randn(t, D, generator=gen).to(torch.bfloat16).to(DEV)
+        want, got = step(staged, x, ids, s, g), step(mega, x, ids, s, g)
+        for name, a, b in zip(names, got, want):
+            torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m, n=name: f"call {call} {n}: mega vs staged: {m}")
+
+
 def test_mega_refusals(world1, monkeypatch):
     """What Mega does not run on Hopper yet raises the C++ context's ValueError: NVFP4 past decode
-    sizes, training, and anything without the experimental flag."""
+    sizes, FP8 blockwise, and anything without the experimental flag."""
 
     def create(cfg):
         dist_moe.create_context(group=world1, config=cfg, device=DEV).close()
@@ -101,7 +132,7 @@ def test_mega_refusals(world1, monkeypatch):
     with pytest.raises(ValueError, match="runs NVFP4 at decode sizes on Hopper so far"):
         create(config(NVFP4, 128, "mega"))
     with pytest.raises(ValueError, match="pipeline='mega' has no Hopper execution yet"):
-        create(config(MXFP8, 128, "mega", inference=False))
+        create(config(dist_moe.BlockScaledFormat.FP8_BLOCKWISE, 128, "mega"))
     monkeypatch.delenv("DMOE_EXPERIMENTAL_MEGA")
     with pytest.raises(ValueError, match="pipeline='mega' has no Hopper execution yet"):
         create(config(MXFP8, 8, "mega"))

@@ -96,9 +96,11 @@ Problem make_problem(const Case& c, int world) {
   return pr;
 }
 
-Config config_of(const Case& c, int world, bool full_slot) {
+Config config_of(const Case& c, int world, bool full_slot,
+                 BlockScaledPipeline pipeline = BlockScaledPipeline::kStaged) {
   BlockScaledConfig b;
   b.format = kFormat;
+  b.pipeline = pipeline;
   return suite_config(c, world, full_slot, b);
 }
 
@@ -122,8 +124,8 @@ struct Inputs : TokenInputs {
 };
 
 Result run_layer(ncclComm_t nccl, const Case& c, const Problem& pr, int rank, int world, bool full_slot,
-                 cudaStream_t stream) {
-  auto ctx = Context::create(config_of(c, world, full_slot), nccl);
+                 cudaStream_t stream, BlockScaledPipeline pipeline = BlockScaledPipeline::kStaged) {
+  auto ctx = Context::create(config_of(c, world, full_slot, pipeline), nccl);
   const int64_t L = ctx->local_experts();
   Inputs inp(c, pr.p, pr.grad_out[rank], rank, stream);
   Outputs o(c, L);
@@ -405,7 +407,7 @@ bool case_inference_and_no_grad(ncclComm_t nccl, int rank, int world, cudaStream
 // larger ones the 128x128 tiles with h2 quantized in the W13 epilogue -- so its output equals the
 // staged context's bit for bit, eager, on a second call and in graph replays, and passes the same
 // oracle checks. Ragged by random routing; T < T_max, clamped SwiGLU, RMSNorm and an all-padding
-// rank in both forms. Training contexts refuse it. Mega waits for its first GPU run behind
+// rank in both forms (training: case_mega_training). Mega waits for its first GPU run behind
 // DMOE_EXPERIMENTAL_MEGA, set here.
 bool case_mega_inference(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
   ::setenv("DMOE_EXPERIMENTAL_MEGA", "1", 1);
@@ -474,18 +476,45 @@ bool case_mega_inference(ncclComm_t nccl, int rank, int world, cudaStream_t stre
     staged->close();
     mega->close();
   }
-  // A training context is refused (no Hopper Mega for training yet), the flag notwithstanding.
-  ErrorExpectations expect_error{why};
-  expect_error("mega training", "pipeline='mega' has no Hopper execution yet", [&] {
-    Config cfg = config_of(rows, world, false);
-    cfg.block_scaled->pipeline = BlockScaledPipeline::kMega;
-    Context::create(cfg, nccl);
-  });
   ::unsetenv("DMOE_EXPERIMENTAL_MEGA");
-  return ok && expect_error.ok;
+  return ok;
 }
 
 // WGRAD accumulation: two backward calls into the same buffers leave twice one call's gradient.
+// Mega for MXFP8 training (issue #28; the forward's W13, h2 quantization and W2 in one launch, x's
+// rows + columns quantization and the backward staged): on the 128x128 tiles the staged GEMMs take at
+// these sizes, with the W13 epilogue writing the quantizers' bytes (h2 rows, h2's saved column
+// bundle) and h1, so forward and backward equal the staged context's bit for bit -- with the saved
+// state (a full slot) and with the backward's recompute (the default slot) -- and pass the oracle
+// checks. Plain, clamped, RMSNorm (K = 8), a padded rank. DMOE_EXPERIMENTAL_MEGA is set here.
+bool case_mega_training(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
+  ::setenv("DMOE_EXPERIMENTAL_MEGA", "1", 1);
+  Case base{"mega_train"};
+  base.T = base.T_max = 256;
+  base.K = 4;  // 128 routed rows per expert of 8: the 128x128 tiles (no decode-sized GEMM)
+  std::vector<Case> cases{base};
+  Case c = base; c.name = "mega_train_clamped"; c.activation = Activation::kSwiGLUClamped; c.seed = 3; cases.push_back(c);
+  c = base; c.name = "mega_train_rmsnorm_k8_e16"; c.rmsnorm = true; c.K = 8; c.E = 16; c.seed = 4; cases.push_back(c);
+  c = base; c.name = world > 1 ? "mega_train_padded_rank1" : "mega_train_all_padding"; c.padded_rank = world > 1 ? 1 : 0;
+  c.seed = 5;
+  cases.push_back(c);
+  bool ok = true;
+  for (const Case& k : cases) {
+    if (k.E % world != 0) continue;
+    const Problem pr = make_problem(k, world);
+    for (const bool full_slot : {true, false}) {
+      const std::string tag = k.name + (full_slot ? " (saved)" : " (recompute)");
+      const Result want = run_layer(nccl, k, pr, rank, world, full_slot, stream);
+      const Result got = run_layer(nccl, k, pr, rank, world, full_slot, stream, BlockScaledPipeline::kMega);
+      if (!bitwise(got, want)) ok = false, *why += " " + tag + ": mega != staged;";
+      std::string w;
+      if (!check_all(k, pr, got, rank, &w)) ok = false, *why += " " + tag + w;
+    }
+  }
+  ::unsetenv("DMOE_EXPERIMENTAL_MEGA");
+  return ok;
+}
+
 bool case_accumulate(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
   bool ok = true;
   for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
@@ -645,8 +674,8 @@ int main(int argc, char** argv) {
                     {"validation", case_validation}},
                    [] { g_margins = {}; }, [] { return g_margins.line(); });
     if (!kFp8Blockwise)
-      s.run_specials({{"mega_inference", case_mega_inference}}, [] { g_margins = {}; },
-                     [] { return g_margins.line(); });
+      s.run_specials({{"mega_inference", case_mega_inference}, {"mega_training", case_mega_training}},
+                     [] { g_margins = {}; }, [] { return g_margins.line(); });
     return 0;
   });
 }

@@ -5,8 +5,9 @@
 # test (the staged kernels changed too: device/quant/ pieces, ld.global.cg token loads in the swap-AB
 # epilogues and the MXFP8 scale warps), the NVFP4 and MXFP8 layer suites with their Mega cases, and
 # Mega against the staged layer (alternated in the same run): NVFP4 at dsv3_decode and qwen3_30b
-# T = 128; MXFP8 there and at qwen3_30b T = 512 and 1024 (the rows form); the torch package's Mega
-# tests (tests/torch/test_mega.py). Device time: ~10-12 min.
+# T = 128; MXFP8 there and at qwen3_30b T = 512 and 1024 (the rows form) and MXFP8 training at
+# qwen3_30b (forward in one launch); the torch package's Mega tests (tests/torch/test_mega.py).
+# Device time: ~11-13 min.
 export DMOE_EXPERIMENTAL_MEGA=1 OUT=${OUT:-/tmp/dmoe-out}
 mkdir -p "$OUT/mega"
 DMOE_STAGES="build" OUT="$OUT/mega" scripts/gpu_check.sh
@@ -20,3 +21,6 @@ DMOE_STAGES="bench" DMOE_BENCH_FORMAT=mxfp8 DMOE_BENCH_PIPELINE=mega DMOE_BENCH_
   DMOE_BENCH_TOKENS=128 OUT="$OUT/mxfp8_decode" scripts/gpu_check.sh
 DMOE_STAGES="bench" DMOE_BENCH_FORMAT=mxfp8 DMOE_BENCH_PIPELINE=mega DMOE_BENCH_SHAPES="qwen3_30b" \
   DMOE_BENCH_TOKENS="128 512 1024" OUT="$OUT/mxfp8_rows" scripts/gpu_check.sh
+DMOE_STAGES="bench" DMOE_BENCH_MODE=train DMOE_BENCH_FORMAT=mxfp8 DMOE_BENCH_PIPELINE=mega DMOE_BENCH_SHAPES="qwen3_30b" \
+  OUT="$OUT/mxfp8_train" scripts/gpu_check.sh
+

@@ -165,6 +165,14 @@ struct PaddedStagingWriter {
   }
 
   DMOE_DEVICE void finish() const {}
+
+  // The warpgroup's kBytesPerWg staging bytes for other use until its next write (which begins with
+  // the barrier that orders it after that use): every read of the last chunk is done on return.
+  // Every thread of the warpgroup calls it.
+  DMOE_DEVICE uint32_t borrow() const {
+    ptx::named_barrier_sync(bar, 128);
+    return buf;
+  }
 };
 
 // ---- the asynchronous TMA writer ------------------------------------------------------------------
@@ -312,6 +320,15 @@ struct SwizzledTmaWriterN {
   // outlive the copies that read them).
   DMOE_DEVICE void finish() const {
     if (elected) ptx::bulk_wait_group<0>();
+  }
+
+  // The warpgroup's kBytesPerWg staging bytes for other use until its next write (whose
+  // begin_chunk barrier orders it after that use): no TMA store and no thread reads them on return.
+  // Every thread of the warpgroup calls it.
+  DMOE_DEVICE uint32_t borrow() const {
+    if (elected) ptx::bulk_wait_group_read<0>();
+    ptx::named_barrier_sync(bar, 128);
+    return buf0;
   }
 };
 

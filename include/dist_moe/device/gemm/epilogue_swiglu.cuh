@@ -91,6 +91,37 @@ DMOE_DEVICE void swiglu_gate_in_place(const EpilogueParams& p, float (&a)[kAcc],
   });
 }
 
+// h1 = [gate | up] of a split tile's m64 block -- its rows row0 .. row0 + 63 (those below t.num_rows),
+// gate columns n0 .. n0 + kHalf - 1 (registers 4 j + i, j < kHalf / 8) and their up partners F + n0 ..
+// (j + kHalf / 8) -- rounded to BF16 by the writer's staging, in 64-column chunks; by TMA through
+// h1's map when `tma` (whole blocks only), else by ordinary stores. Every thread of the warpgroup.
+template <int kHalf, class Writer, int kAcc>
+DMOE_DEVICE void store_h1_block(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
+                                const float (&a)[kAcc], int row0, int n0, bool tma, Writer& w) {
+  constexpr int kCols = Staging<bf16_t>::kCols;
+  constexpr int kHalfChunks = kHalf / kCols;
+  const int tid = static_cast<int>(threadIdx.x % 128);
+  const int64_t two_f = 2 * static_cast<int64_t>(p.f);
+  char* const h1 = ops.base[kMapH1];
+  char* row_ptr[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int r = row0 + 16 * q + tid / 8;
+    row_ptr[q] = r < t.num_rows ? h1 + (static_cast<int64_t>(t.row_begin) + r) * two_f * 2 : nullptr;
+  }
+#pragma unroll
+  for (int c = 0; c < 2 * kHalfChunks; ++c) {
+    const int col0 = c < kHalfChunks ? n0 + c * kCols : p.f + n0 + (c - kHalfChunks) * kCols;
+    TmaTarget target;
+    if (tma) {
+      target.map = ops.map[kMapH1];
+      target.c0 = col0;
+      target.c1 = t.row_begin + row0;
+    }
+    w.template write<bf16_t, bf16_t>(a, c, 1.0f, 1.0f, row_ptr, col0, static_cast<int>(two_f), false, target);
+  }
+}
+
 #endif  // __CUDACC__
 
 template <class Mainloop, class Writer_>
@@ -124,31 +155,11 @@ struct SwigluEpilogue {
                                       ClipCounts& counts) {
     const int tid = static_cast<int>(threadIdx.x % 128);
     const int n0 = t.n_block * kHalf;  // first gate column of the tile
-    const int64_t two_f = 2 * static_cast<int64_t>(p.f);
     const bool tma = Writer::kTma && rows == 64;
-    char* const h1 = ops.base[kMapH1];
     char* const h2 = ops.base[kMapH2];
 
     // h1 = [gate | up], rounded to BF16 by the staging (the same rounding as below).
-    if (h1 != nullptr) {
-      char* row_ptr[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int r = row0 + 16 * q + tid / 8;
-        row_ptr[q] = r < t.num_rows ? h1 + (static_cast<int64_t>(t.row_begin) + r) * two_f * 2 : nullptr;
-      }
-#pragma unroll
-      for (int c = 0; c < 2 * kHalfChunks; ++c) {
-        const int col0 = c < kHalfChunks ? n0 + c * kCols : p.f + n0 + (c - kHalfChunks) * kCols;
-        TmaTarget target;
-        if (tma) {
-          target.map = ops.map[kMapH1];
-          target.c0 = col0;
-          target.c1 = t.row_begin + row0;
-        }
-        w.template write<bf16_t, bf16_t>(a, c, 1.0f, 1.0f, row_ptr, col0, static_cast<int>(two_f), false, target);
-      }
-    }
+    if (ops.base[kMapH1] != nullptr) store_h1_block<kHalf>(p, ops, t, a, row0, n0, tma, w);
 
     // z in place of the gate registers.
     const int frag_row = row0 + static_cast<int>((threadIdx.x / 32) % 4) * 16 + static_cast<int>(threadIdx.x % 32) / 4;

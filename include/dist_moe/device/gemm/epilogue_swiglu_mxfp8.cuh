@@ -1,7 +1,10 @@
 // SwiGLU epilogue of the MXFP8 W13 FPROP that writes h2 as MXFP8 rows (1 x 32 blocks: E4M3 data, one
 // E8M0 RCEIL code per block) instead of BF16 -- upstream's quantization point (the SwiGLU epilogue
 // quantizes what W2 reads; upstream_kernels_and_formats.md §2.5, §5.3), for the Mega kernel's
-// 128x128 tiles (device/gemm/mega.cuh), where nothing else may stand between W13 and W2.
+// 128x128 tiles (device/gemm/mega.cuh), where nothing else may stand between W13 and W2. Training
+// also saves h1 (BF16, when kMapH1 is set) and h2's compact column bundle (32 x 1 blocks along the
+// rows, when EpilogueParams::h2_col is set): the staged W13's h1 and the rows + columns quantizer's
+// columns, bit for bit (padding rows: zero x rows give zero h2).
 //
 // Tile: the MXFP8 mainloop's cooperative 128x128 split tile, 64 gate + 64 up columns; warpgroup w
 // owns rows 64 w .. 64 w + 63. Register 4 j + i of a thread (j < 8) is gate column 8 j + 2 (lane % 4)
@@ -31,7 +34,9 @@
 #include "dist_moe/device/gemm/params.cuh"
 #include "dist_moe/device/gemm/scheduler.cuh"
 #include "dist_moe/device/numeric/e8m0.cuh"
+#include "dist_moe/device/numeric/mxfp8.cuh"
 #include "dist_moe/device/ptx/cvt.cuh"
+#include "dist_moe/device/ptx/ld_st.cuh"
 #include "dist_moe/device/quant/vectors.cuh"
 
 namespace dist_moe::gemm {
@@ -50,10 +55,11 @@ struct SwigluMxfp8RowsEpilogue {
 
 #if defined(__CUDACC__)
 
-  // (Any writer: the kernel's, whose buffers this epilogue leaves alone.)
+  // (Any writer: the kernel's. It stages h1 when h1 is stored; its bytes hold the h2 columns on their
+  // way to the column bundle.)
   template <class AnyWriter>
   DMOE_DEVICE static void store(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
-                                float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, AnyWriter& /*w*/,
+                                float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, AnyWriter& w,
                                 ClipCounts& counts) {
     float(&a)[Mainloop::kAccPerMma] = acc[0];
     const int row0 = t.m_block * Mainloop::kBlockM + Mainloop::tile_row(wg, 0);
@@ -61,8 +67,13 @@ struct SwigluMxfp8RowsEpilogue {
     const int lane = static_cast<int>(threadIdx.x % 32);
     const int quad_lane = lane % 4;
     const int frag_row = row0 + static_cast<int>((threadIdx.x / 32) % 4) * 16 + lane / 4;
+    const int n0 = t.n_block * kHalf;  // the tile's first gate (= h2) column
+    // h1 = [gate | up] (training saves it), by ordinary stores: nothing in the launch reads it.
+    if (ops.base[kMapH1] != nullptr) store_h1_block<kHalf>(p, ops, t, a, row0, n0, false, w);
     swiglu_gate_in_place<kHalf>(p, a, frag_row, clip_stat_rows(p, t), counts);
 
+    const bool columns = p.h2_col != nullptr;
+    const uint32_t staged = columns ? w.borrow() : 0u;  // z as BF16, column-major [64][kColStride]
     const int64_t f = p.f;
     const int32_t c32 = t.n_block * kBlocks;  // the tile's first 32-column block of h2
     uint8_t* const q = reinterpret_cast<uint8_t*>(ops.base[kMapH2]);
@@ -80,6 +91,7 @@ struct SwigluMxfp8RowsEpilogue {
           return ptx::pack_bf16x2(a[base], a[base + 1]);
         };
         const uint4 packed = make_uint4(pair(0), pair(1), pair(2), pair(3));
+        if (columns) stage_column_values(staged, packed, b, r - row0, quad_lane);
         const float amax = quant::group_amax<4>(quant::amax_bf16x8(packed));
         uint8_t code;
         float mult;
@@ -95,9 +107,59 @@ struct SwigluMxfp8RowsEpilogue {
         *reinterpret_cast<uint16_t*>(p.h2_scales + at) = static_cast<uint16_t>(codes);
       }
     }
+    if (columns) store_columns(p, t, staged, row0, n0, w.bar);
   }
 
  private:
+  static constexpr int kColStride = 64 + 8;  // BF16 values per staged column (the padding spreads the banks)
+  static_assert(kHalf * kColStride * 2 <= PaddedStagingWriter::kBytesPerWg, "the staged columns fit the writers");
+
+  // This thread's BF16 pairs of h2 block b (row r of the warpgroup's 64: columns 8 (4 b + jj) +
+  // 2 quad_lane + 0, 1 in pair jj) into the column-major staging.
+  DMOE_DEVICE static void stage_column_values(uint32_t staged, const uint4& packed, int b, int r, int quad_lane) {
+    const uint32_t w[4] = {packed.x, packed.y, packed.z, packed.w};
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int c = 8 * (4 * b + jj) + 2 * quad_lane;
+      ptx::st_shared_b16(staged + static_cast<uint32_t>((c * kColStride + r) * 2), static_cast<uint16_t>(w[jj]));
+      ptx::st_shared_b16(staged + static_cast<uint32_t>(((c + 1) * kColStride + r) * 2),
+                         static_cast<uint16_t>(w[jj] >> 16));
+    }
+  }
+
+  // h2's 32 x 1 column blocks of the warpgroup's 64 rows (two blocks), from the staging: thread tid
+  // takes column tid % 64 of block tid / 64 -- its 32 values, their NaN-propagating amax, the RCEIL
+  // code and 32 E4M3 bytes (the rows + columns quantizer's steps) -- into the compact bundle. Blocks
+  // past the segment are not written (segments are whole 32-row blocks). Every thread of the
+  // warpgroup calls it.
+  DMOE_DEVICE static void store_columns(const EpilogueParams& p, const WorkTile& t, uint32_t staged, int row0, int n0,
+                                        uint32_t bar) {
+    ptx::named_barrier_sync(bar, 128);  // every thread's values staged
+    const int tid = static_cast<int>(threadIdx.x % 128);
+    const int c = tid % kHalf, b = tid / kHalf;
+    if (row0 + 32 * b >= t.num_rows) return;
+    uint4 raw[4];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      raw[i] = ptx::ld_shared_v4(staged + static_cast<uint32_t>((c * kColStride + 32 * b) * 2 + 16 * i));
+      amax = numeric::amax_nan(amax, quant::amax_bf16x8(raw[i]));
+    }
+    uint8_t code;
+    float mult;
+    numeric::e8m0_rceil_from_bf16_amax(amax, code, mult);
+    uint2 bytes[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) bytes[i] = quant::e4m3x8(quant::unpack_bf16x8(raw[i]), mult);
+    const int64_t rows = *p.h2_col_rows;
+    uint8_t* const base = p.h2_col + (p.h2_col_offset != nullptr ? *p.h2_col_offset : 0);
+    const int64_t m0 = static_cast<int64_t>(t.row_begin) + row0 + 32 * b, col = n0 + c;
+    uint4* dst = reinterpret_cast<uint4*>(base + col * rows + m0);
+    dst[0] = make_uint4(bytes[0].x, bytes[0].y, bytes[1].x, bytes[1].y);
+    dst[1] = make_uint4(bytes[2].x, bytes[2].y, bytes[3].x, bytes[3].y);
+    base[numeric::mxfp8_compact_columns_scales_offset(p.f, rows) + (m0 / 32) * p.f + col] = code;
+  }
+
   // The quad's 4 x 4 transpose of E4M3 pairs: lane l holds pairs p_l[0..3] (pair jj: columns 8 jj +
   // 2 l + 0, 1 of the block); lane l gets piece l, the 8 bytes of columns 8 l .. 8 l + 7 =
   // p_0[l] p_1[l] p_2[l] p_3[l]. Round d: lane l sends its pair (l + d) % 4 to lane (l + d) % 4 and

@@ -163,6 +163,12 @@ struct EpilogueParams {
   // layout W2's A scales take (mxfp8_a_scale_strides of its MainloopParams).
   uint8_t* h2_scales = nullptr;
   Mxfp8AScaleStrides h2_scale_strides{0, 0};
+  // ... and, when h2_col is set (training saves it for W2 WGRAD), h2's compact MXFP8 column bundle
+  // (32 x 1 blocks along the rows; numeric::mxfp8_compact_columns_*): E4M3 [F, R] at h2_col +
+  // *h2_col_offset, R = *h2_col_rows (the rows of all segments), E8M0 [R / 32, F] after it.
+  uint8_t* h2_col = nullptr;
+  const int64_t* h2_col_offset = nullptr;  // device byte offset (nullptr: none)
+  const int32_t* h2_col_rows = nullptr;    // device: R
 };
 
 // The Mega decode kernel's own state (mega.cuh).
