@@ -486,7 +486,9 @@ bool case_mega_inference(ncclComm_t nccl, int rank, int world, cudaStream_t stre
 // these sizes, with the W13 epilogue writing the quantizers' bytes (h2 rows, h2's saved column
 // bundle) and h1, so forward and backward equal the staged context's bit for bit -- with the saved
 // state (a full slot) and with the backward's recompute (the default slot) -- and pass the oracle
-// checks. Plain, clamped, RMSNorm (K = 8), a padded rank. DMOE_EXPERIMENTAL_MEGA is set here.
+// checks. Plain, clamped, RMSNorm (K = 8), a padded rank; and a second step accumulating the weight
+// gradients (BF16 and FP32) equal to the staged context's second step. DMOE_EXPERIMENTAL_MEGA is set
+// here.
 bool case_mega_training(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
   ::setenv("DMOE_EXPERIMENTAL_MEGA", "1", 1);
   Case base{"mega_train"};
@@ -510,6 +512,33 @@ bool case_mega_training(ncclComm_t nccl, int rank, int world, cudaStream_t strea
       std::string w;
       if (!check_all(k, pr, got, rank, &w)) ok = false, *why += " " + tag + w;
     }
+  }
+  // Two steps, the second accumulating into the first's weight gradients.
+  const auto two_steps = [&](const Case& k, const Problem& pr, BlockScaledPipeline pipeline) {
+    auto ctx = Context::create(config_of(k, world, false, pipeline), nccl);
+    const int64_t L = ctx->local_experts();
+    Inputs inp(k, pr.p, pr.grad_out[rank], rank, stream);
+    Outputs out(k, L);
+    const ExecutionOptions o = suite_options(k);
+    SavedState st(*ctx);
+    RoutedExpertsGradients g = out.g;
+    for (int step = 0; step < 2; ++step, g.accumulate = true) {
+      routed_experts_forward(*ctx, inp.in, out.out.get(), &st, o, stream);
+      routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), g, o, stream);
+    }
+    sync(stream);
+    const Result r = out.read(k, L);
+    ctx->close();
+    return r;
+  };
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    Case k = base;
+    k.name = std::string("mega_train_accumulate_") + (dt == DType::kFloat32 ? "fp32" : "bf16");
+    k.wgrad = dt;
+    k.seed = 23;
+    const Problem pr = make_problem(k, world);
+    if (!bitwise(two_steps(k, pr, BlockScaledPipeline::kMega), two_steps(k, pr, BlockScaledPipeline::kStaged)))
+      ok = false, *why += " " + k.name + ": mega != staged;";
   }
   ::unsetenv("DMOE_EXPERIMENTAL_MEGA");
   return ok;
