@@ -92,6 +92,24 @@ def test_mega_inference_cuda_graph_matches_staged(contexts, fmt, t):
     del graph
 
 
+@pytest.mark.parametrize("fmt,t", CASES, ids=[f"{fmt_name(f)}_T{t}" for f, t in CASES])
+def test_mega_inference_make_fx_matches_staged(contexts, fmt, t):
+    """make_fx of a Mega inference call: the one block_scaled_forward op a staged call records (the
+    pipeline is the context's), and the traced call equals the staged context's eager output."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    staged = contexts(config(fmt, t, "staged"))
+    mega = contexts(config(fmt, t, "mega"))
+    p13, p2 = prepared(fmt, seed=74)
+    x, ids, s = make_tokens(t, D, K, seed=110, device=DEV, ids=upstream_case_ids(t, K, E))
+    gm = make_fx(lambda x, s: dist_moe.routed_experts(x, ids, s, p13, p2, mega))(x, s)
+    ops = [n for n in gm.graph.nodes if n.op == "call_function" and n.target == torch.ops.dist_moe.block_scaled_forward.default]
+    assert len(ops) == 1, gm.graph
+    mega.reset()
+    traced = gm(x, s)
+    torch.testing.assert_close(traced, dist_moe.routed_experts(x, ids, s, p13, p2, staged), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("clamped", [False, True], ids=["swiglu", "swiglu_clamped"])
 def test_mega_training_matches_staged_bitwise(contexts, clamped):
     """MXFP8 training at 128 routed rows per expert (the staged GEMMs' 128x128 tiles): one step on a
