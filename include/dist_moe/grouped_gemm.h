@@ -277,8 +277,9 @@ void grouped_gemm_mega_mxfp8_decode(const W13FpropArgs& w13, const FpropArgs& w2
 // Training (the forward's saved state, as the staged pipeline writes it): w13.h1 (at w13.h1_offset
 // too) is stored, and h2_columns names h2's compact MXFP8 column bundle (32 x 1 blocks along the
 // rows, quant::QuantizedOut::compact's layout: E4M3 [F, R] at base + *offset, its E8M0 codes
-// [R / 32, F] after it; R = *rows, the rows of all segments, whose padding rows must hold zero x
-// rows), the bytes of the rows + columns quantizer on the BF16 h2.
+// [R / 32, F] after it; R = *rows, the rows of all segments -- each a multiple of 32 rows, as the
+// layer pads them, whose padding rows must hold zero x rows), the bytes of the rows + columns
+// quantizer on the BF16 h2.
 struct MegaMxfp8Columns {
   uint8_t* base = nullptr;          // nullptr: no columns
   const int64_t* offset = nullptr;  // device byte offset (nullptr: none)
