@@ -382,29 +382,42 @@ void set_row_output(GemmLaunch& L, void* out, const int64_t* out_offset, const S
   L.epilogue.row_scale = s.row_scale;
 }
 
-// ---- tensor-map workspace for device-side offsets -----------------------------------------------
-// Kernels whose operands move at run time patch their tensor maps in global memory, one slot per
-// (CTA, map) (device/gemm/operands.cuh). A buffer per (device, stream) keeps kernels that may run
-// concurrently apart; kernels on one stream run one after another, so they can share it. Allocated
-// on first use, with relaxed capture mode so the first call may happen inside a graph capture
-// (the allocation is not a stream operation); never freed: 5 x 128 bytes per SM (82 KiB) per stream.
-CUtensorMap* tensormap_workspace(cudaStream_t stream, int num_sms) {
+// ---- per-stream state ------------------------------------------------------------------------------
+// The GEMMs' per-stream buffers are kept per (device, stream, host thread): cudaStreamPerThread names a
+// different stream in every host thread.
+using StreamKey = std::tuple<int, uintptr_t, std::thread::id>;
+StreamKey stream_key(cudaStream_t stream) {
   int dev = 0;
   DMOE_CUDA_CHECK(cudaGetDevice(&dev));
-  // cudaStreamPerThread names a different stream in every host thread.
   const std::thread::id tid = stream == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id();
-  const auto key = std::make_tuple(dev, reinterpret_cast<uintptr_t>(stream), tid);
+  return std::make_tuple(dev, reinterpret_cast<uintptr_t>(stream), tid);
+}
+
+// `call()` (a cudaError_t) in relaxed capture mode: the first use may come inside a graph capture, and
+// allocations and symbol lookups are no stream operations.
+template <class Call>
+void outside_capture(Call&& call) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  const cudaError_t err = call();
+  DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  DMOE_CUDA_CHECK(err);
+}
+
+// ---- tensor-map workspace for device-side offsets -----------------------------------------------
+// Kernels whose operands move at run time patch their tensor maps in global memory, one slot per
+// (CTA, map) (device/gemm/operands.cuh). A buffer per stream (stream_key) keeps kernels that may run
+// concurrently apart; kernels on one stream run one after another, so they can share it. Allocated
+// on first use (outside_capture); never freed: 5 x 128 bytes per SM (82 KiB) per stream.
+CUtensorMap* tensormap_workspace(cudaStream_t stream, int num_sms) {
+  const StreamKey key = stream_key(stream);
   static std::mutex mu;
-  static std::map<std::tuple<int, uintptr_t, std::thread::id>, CUtensorMap*> cache;
+  static std::map<StreamKey, CUtensorMap*> cache;
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   void* p = nullptr;
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-  const cudaError_t err = cudaMalloc(&p, static_cast<size_t>(num_sms) * gemm::kNumMaps * sizeof(CUtensorMap));
-  DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-  DMOE_CUDA_CHECK(err);
+  outside_capture([&] { return cudaMalloc(&p, static_cast<size_t>(num_sms) * gemm::kNumMaps * sizeof(CUtensorMap)); });
   cache.emplace(key, static_cast<CUtensorMap*>(p));
   return static_cast<CUtensorMap*>(p);
 }
@@ -417,25 +430,18 @@ constexpr int kTileCounterSlots = 256;
 __device__ int32_t g_tile_counters[kTileCounterSlots * 32];
 
 int32_t* tile_counter_slot(cudaStream_t stream) {
-  int dev = 0;
-  DMOE_CUDA_CHECK(cudaGetDevice(&dev));
-  const std::thread::id tid = stream == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id();
-  const auto key = std::make_tuple(dev, reinterpret_cast<uintptr_t>(stream), tid);
+  const StreamKey key = stream_key(stream);
   static std::mutex mu;
-  static std::map<std::tuple<int, uintptr_t, std::thread::id>, int32_t*> cache;
+  static std::map<StreamKey, int32_t*> cache;
   static std::map<int, int> used;  // slots handed out per device
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  int& n = used[dev];
+  int& n = used[std::get<0>(key)];
   DMOE_CHECK_ARG(n < kTileCounterSlots, "grouped_gemm: config.dynamic_schedule supports at most ", kTileCounterSlots,
                  " streams per device");
   void* base = nullptr;
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-  const cudaError_t err = cudaGetSymbolAddress(&base, g_tile_counters);
-  DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-  DMOE_CUDA_CHECK(err);
+  outside_capture([&] { return cudaGetSymbolAddress(&base, g_tile_counters); });
   int32_t* slot = static_cast<int32_t*>(base) + 32 * n++;
   cache.emplace(key, slot);
   return slot;
@@ -707,26 +713,18 @@ void grouped_gemm_w13_fprop(const W13FpropArgs& a, cudaStream_t stream) {
 namespace {
 
 // ---- the Mega decode kernel's chunk counters -------------------------------------------------------
-// [chunk_done | chunk_ready | x_ready] int32 arrays per (device, stream, host thread for cudaStreamPerThread),
-// zeroed on the stream before every launch (one memset node in a graph). Grown by a new allocation
-// when a launch needs more chunks; the old one stays (a captured graph may still use it). Allocated
-// with relaxed capture mode, like tensormap_workspace.
+// [chunk_done | chunk_ready | x_ready] int32 arrays per stream (stream_key), zeroed on the stream
+// before every launch (one memset node in a graph). Grown by a new allocation when a launch needs more
+// chunks; the old one stays (a captured graph may still use it). Allocated outside_capture.
 int32_t* mega_chunk_workspace(cudaStream_t stream, int64_t chunks) {
-  int dev = 0;
-  DMOE_CUDA_CHECK(cudaGetDevice(&dev));
-  const std::thread::id tid = stream == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id();
-  const auto key = std::make_tuple(dev, reinterpret_cast<uintptr_t>(stream), tid);
+  const StreamKey key = stream_key(stream);
   static std::mutex mu;
-  static std::map<std::tuple<int, uintptr_t, std::thread::id>, std::pair<int32_t*, int64_t>> cache;
+  static std::map<StreamKey, std::pair<int32_t*, int64_t>> cache;
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end() && it->second.second >= chunks) return it->second.first;
   void* p = nullptr;
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-  const cudaError_t err = cudaMalloc(&p, static_cast<size_t>(3 * chunks) * sizeof(int32_t));
-  DMOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-  DMOE_CUDA_CHECK(err);
+  outside_capture([&] { return cudaMalloc(&p, static_cast<size_t>(3 * chunks) * sizeof(int32_t)); });
   cache[key] = {static_cast<int32_t*>(p), chunks};
   return static_cast<int32_t*>(p);
 }
@@ -865,11 +863,8 @@ void grouped_gemm_mega_mxfp8(const W13FpropArgs& w13, const FpropArgs& w2, cudaS
                     gemm::mega_mxfp8_rows_smem_bytes(static_cast<int>(w13.common.e_local)), op, L13, L2, m, stream))
     return;
   // h2's codes where W2's scale warps read them (the same strides).
-  gemm::MainloopParams w2_scales;
-  w2_scales.a_scale_ld = L2.a_scale_ld;
-  w2_scales.a_scale_kblock_words = L2.a_scale_kblock_words;
   L13.epilogue.h2_scales = static_cast<uint8_t*>(const_cast<void*>(L2.a_scales));
-  L13.epilogue.h2_scale_strides = gemm::mxfp8_a_scale_strides(w2_scales);
+  L13.epilogue.h2_scale_strides = gemm::mxfp8_a_scale_strides(L2.a_scale_ld, L2.a_scale_kblock_words);
   L13.epilogue.h2_col = h2_columns.base;
   L13.epilogue.h2_col_offset = h2_columns.offset;
   L13.epilogue.h2_col_rows = h2_columns.rows;

@@ -75,9 +75,10 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
   const bool nvfp4 = c.config.block_scaled->format == BlockScaledFormat::kNVFP4;
   const bool expand = nvfp4_expands_token_rows(c.config, c.world, c.plan.total_scratch_capacity_factor);
   if (c.config.block_scaled->pipeline == BlockScaledPipeline::kMega) {
-    // Mega's Hopper kernels so far (inference; config.cpp refuses training): the staged tiles in one
-    // launch -- the decode form (16 tokens over the real rows; NVFP4 on expanded token rows) at decode
-    // sizes, and for MXFP8 the rows form (128x128) at every other size.
+    // Mega's Hopper kernels so far (config.cpp: NVFP4 inference, MXFP8 inference and training): the
+    // staged tiles in one launch -- the decode form (16 tokens over the real rows; NVFP4 on expanded
+    // token rows) at decode-sized inference, and for MXFP8 the rows form (128x128) at every other size
+    // and in training.
     const bool decode = runs_decode_tiles(c.config, c.world, c.plan.total_scratch_capacity_factor);
     if (nvfp4 && !(decode && expand)) {
       const int64_t L = c.local_experts;

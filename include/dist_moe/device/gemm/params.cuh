@@ -127,9 +127,15 @@ struct Mxfp8AScaleStrides {
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
+inline Mxfp8AScaleStrides mxfp8_a_scale_strides(int64_t a_scale_ld, bool kblock_words) {
+  const int32_t ld = static_cast<int32_t>(a_scale_ld);
+  return kblock_words ? Mxfp8AScaleStrides{4, 4 * ld} : Mxfp8AScaleStrides{ld, 4};
+}
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
 inline Mxfp8AScaleStrides mxfp8_a_scale_strides(const MainloopParams& p) {
-  const int32_t ld = static_cast<int32_t>(p.a_scale_ld);
-  return p.a_scale_kblock_words ? Mxfp8AScaleStrides{4, 4 * ld} : Mxfp8AScaleStrides{ld, 4};
+  return mxfp8_a_scale_strides(p.a_scale_ld, p.a_scale_kblock_words);
 }
 
 struct EpilogueParams {
