@@ -280,12 +280,40 @@ void grouped_gemm_mega_mxfp8_decode(const W13FpropArgs& w13, const FpropArgs& w2
 // [R / 32, F] after it; R = *rows, the rows of all segments -- each a multiple of 32 rows, as the
 // layer pads them, whose padding rows must hold zero x rows), the bytes of the rows + columns
 // quantizer on the BF16 h2.
-struct MegaMxfp8Columns {
+struct Mxfp8Columns {
   uint8_t* base = nullptr;          // nullptr: no columns
   const int64_t* offset = nullptr;  // device byte offset (nullptr: none)
   const int32_t* rows = nullptr;    // device: R
 };
 void grouped_gemm_mega_mxfp8(const W13FpropArgs& w13, const FpropArgs& w2, cudaStream_t stream,
-                             const void* const* x_rows = nullptr, const MegaMxfp8Columns& h2_columns = {});
+                             const void* const* x_rows = nullptr, const Mxfp8Columns& h2_columns = {});
+
+// The Mega pipeline's MXFP8 backward (so far): W2 DGRAD with the SwiGLU backward and dxy's MXFP8
+// quantization in its epilogue, on the MXFP8 128x128 tile. It replaces the staged pair
+// grouped_gemm_dgrad (A = kMxfp8Rows: grad_h3's row bundle; B = kMxfp8WeightT: W2's transposed copy;
+// n = D, k = F) -> quant::mxfp8_swiglu_backward_quantize, bit for bit: dxy = [dgate | dup] from the BF16
+// grad_h2 that DGRAD would write and h1, as E4M3 rows [m_capacity, 2F] and their E8M0 codes, and, when
+// columns.base is set, dxy's compact column bundle (2F columns; segments of whole 32-row blocks). Rows
+// of a segment past real_rows[e] are quantized as zeros (the padding); rows past the segments are not
+// written. grad_h2 is never stored: `dgrad` takes no grad_a, scatter, gather, accumulation, device
+// offset or configuration override.
+struct SwigluBackwardMxfp8Args {
+  const void* h1 = nullptr;            // [m_capacity, 2F] BF16, [gate | up] (the forward's)
+  const int64_t* h1_offset = nullptr;  // device byte offset of h1 (nullptr: none)
+  const int32_t* real_rows = nullptr;  // device [e_local] token rows per segment (nullptr: counts)
+  Activation activation = Activation::kSwiGLU;
+  float swiglu_alpha = static_cast<float>(kSwigluClampAlphaDefault);
+  float swiglu_limit = static_cast<float>(kSwigluClampLimitDefault);
+  void* dxy = nullptr;                 // E4M3 [m_capacity, 2F]
+  // dxy's codes: [m_capacity, scale_ld] bytes (scale_ld >= 2F/32, a multiple of 4), or with
+  // scale_kblock_words k-block-major words [2F/128, scale_ld] (scale_ld >= m_capacity), as
+  // OperandScales::a_kblock_words -- the layout W13 DGRAD then reads.
+  uint8_t* dxy_scales = nullptr;
+  int64_t scale_ld = 0;
+  bool scale_kblock_words = false;
+  Mxfp8Columns columns;                // dxy's column bundle (training's W13 WGRAD operand)
+};
+void grouped_gemm_dgrad_swiglu_mxfp8(const DgradArgs& dgrad, const SwigluBackwardMxfp8Args& swiglu,
+                                     cudaStream_t stream);
 
 }  // namespace dist_moe

@@ -687,7 +687,7 @@ bool prepare_w13_fprop(const W13FpropArgs& a, GemmLaunch& L, cudaStream_t stream
   L.epilogue.limit = a.swiglu_limit;
   L.epilogue.clip_stats = a.clip_stats;
   L.epilogue.clip_limit = a.clip_limit;
-  L.epilogue.clip_rows = a.clip_rows;
+  L.epilogue.real_rows = a.clip_rows;
   return true;
 }
 
@@ -845,7 +845,7 @@ void grouped_gemm_mega_mxfp8_decode(const W13FpropArgs& w13, const FpropArgs& w2
 }
 
 void grouped_gemm_mega_mxfp8(const W13FpropArgs& w13, const FpropArgs& w2, cudaStream_t stream,
-                             const void* const* x_rows, const MegaMxfp8Columns& h2_columns) {
+                             const void* const* x_rows, const Mxfp8Columns& h2_columns) {
   constexpr const char* op = "grouped_gemm_mega_mxfp8";
   const OperandScales& s2 = w2.common.scales;
   DMOE_CHECK_ARG(w13.h2 != nullptr && w2.a == w13.h2 && s2.a != nullptr, op,
@@ -863,12 +863,78 @@ void grouped_gemm_mega_mxfp8(const W13FpropArgs& w13, const FpropArgs& w2, cudaS
                     gemm::mega_mxfp8_rows_smem_bytes(static_cast<int>(w13.common.e_local)), op, L13, L2, m, stream))
     return;
   // h2's codes where W2's scale warps read them (the same strides).
-  L13.epilogue.h2_scales = static_cast<uint8_t*>(const_cast<void*>(L2.a_scales));
-  L13.epilogue.h2_scale_strides = gemm::mxfp8_a_scale_strides(L2.a_scale_ld, L2.a_scale_kblock_words);
-  L13.epilogue.h2_col = h2_columns.base;
-  L13.epilogue.h2_col_offset = h2_columns.offset;
-  L13.epilogue.h2_col_rows = h2_columns.rows;
+  L13.epilogue.mx_scales = static_cast<uint8_t*>(const_cast<void*>(L2.a_scales));
+  L13.epilogue.mx_scale_strides = gemm::mxfp8_a_scale_strides(L2.a_scale_ld, L2.a_scale_kblock_words);
+  L13.epilogue.mx_col = h2_columns.base;
+  L13.epilogue.mx_col_offset = h2_columns.offset;
+  L13.epilogue.mx_col_rows = h2_columns.rows;
   gemm::launch_mega_mxfp8_rows(L13, L2, m);
+}
+
+void grouped_gemm_dgrad_swiglu_mxfp8(const DgradArgs& d, const SwigluBackwardMxfp8Args& s, cudaStream_t stream) {
+  constexpr const char* op = "grouped_gemm_dgrad_swiglu_mxfp8";
+  check_common(d.common, op);  // n = D, k = F
+  DMOE_CHECK_ARG(d.common.a_format == kMxfp8Rows && d.common.b_format == kMxfp8WeightT, op,
+                 ": A must be kMxfp8Rows (grad_h3) and B kMxfp8WeightT (W2's transposed copy), got A=",
+                 d.common.a_format.name(), " B=", d.common.b_format.name());
+  DMOE_CHECK_ARG(d.grad_a == nullptr && d.scatter.row_ptrs == nullptr && d.gather.row_ptrs == nullptr && !d.accumulate &&
+                     d.grad_out_offset == nullptr && d.grad_a_offset == nullptr && d.common.config == nullptr,
+                 op, ": grad_h2 is not stored: no grad_a, scatter, gather, accumulate, device offsets or config");
+  const int64_t F = d.common.k, cap = d.common.m_capacity;
+  check_ptr(d.grad_out, op, "grad_out");
+  check_ptr(d.w, op, "w");
+  check_ptr(s.h1, op, "swiglu.h1");
+  check_ptr(s.dxy, op, "swiglu.dxy");
+  check_ptr(s.dxy_scales, op, "swiglu.dxy_scales");
+  DMOE_CHECK_ARG(s.activation == Activation::kSwiGLU || s.swiglu_limit > 0.0f, op,
+                 ": swiglu_limit must be > 0 for the clamped SwiGLU, got ", s.swiglu_limit);
+  if (s.scale_kblock_words)
+    DMOE_CHECK_ARG(s.scale_ld >= cap && (2 * F / 128) * s.scale_ld * 4 <= kInt32Max, op,
+                   ": k-block-major dxy code words need scale_ld >= m_capacity = ", cap, " (and fewer than 2^31 bytes), got ",
+                   s.scale_ld);
+  else
+    DMOE_CHECK_ARG(s.scale_ld >= 2 * F / 32 && s.scale_ld % 4 == 0, op,
+                   ": dxy code rows need scale_ld >= 2F/32 = ", 2 * F / 32, " bytes, a multiple of 4, got ", s.scale_ld);
+  DMOE_CHECK_ARG(s.columns.base == nullptr ||
+                     (s.columns.rows != nullptr && reinterpret_cast<uintptr_t>(s.columns.base) % 16 == 0),
+                 op, ": columns needs rows (the device count R) and a 16-byte aligned base");
+  GroupedGemmCommon c = d.common;  // the FPROP problem on the transposed copy
+  c.n = F;
+  c.k = d.common.n;
+  c.b_format = kMxfp8Weight;
+  check_formats(GroupedGemmOp::kFprop, DType::kBFloat16, c, op);
+  if (cap == 0) return;
+  const DeviceFacts dev = device_facts();
+  const int smem = gemm::dgrad_swiglu_mxfp8_smem_bytes(static_cast<int>(c.e_local));
+  DMOE_CHECK_ARG(smem <= dev.smem_optin, op, ": e_local = ", c.e_local, " needs ", smem,
+                 " bytes of shared memory; the device allows ", dev.smem_optin);
+  GemmLaunch L;
+  L.kind = GemmKind::kFprop;
+  L.a = d.grad_out;
+  L.b = d.w;
+  L.out = s.dxy;
+  L.h1 = const_cast<void*>(s.h1);  // (read only: the prefetch map and the epilogue's loads)
+  L.h1_offset = s.h1_offset;
+  L.epilogue.ld_out = 2 * F;
+  L.epilogue.out_cols = static_cast<int32_t>(2 * F);
+  L.epilogue.f = static_cast<int32_t>(F);
+  L.epilogue.clamped = s.activation == Activation::kSwiGLUClamped ? 1 : 0;
+  L.epilogue.alpha = s.swiglu_alpha;
+  L.epilogue.limit = s.swiglu_limit;
+  L.epilogue.real_rows = s.real_rows;
+  L.epilogue.mx_scales = s.dxy_scales;
+  L.epilogue.mx_scale_strides = gemm::mxfp8_a_scale_strides(s.scale_ld, s.scale_kblock_words);
+  L.epilogue.mx_col = s.columns.base;
+  L.epilogue.mx_col_offset = s.columns.offset;
+  L.epilogue.mx_col_rows = s.columns.rows;
+  fill_launch(L, c, dev.num_sms, dev.num_sms, stream);  // (the static schedule, as select_mxfp8's DGRAD pick)
+  if (c.validate_counts) {
+    validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity,
+                                                 static_cast<int>(GroupedGemmOp::kDgrad),
+                                                 offset_checks({{L.h1_offset, kOffH1}}), 1);
+    DMOE_CUDA_CHECK_LAUNCH();
+  }
+  gemm::launch_dgrad_swiglu_mxfp8(L);
 }
 
 namespace {

@@ -205,6 +205,11 @@ typename Kernel::Params grouped_gemm_params(const GemmLaunch& L, int64_t* tiles_
   set_operand(om, gemm::kMapOut, L.out, L.out_offset);
   set_operand(om, gemm::kMapH1, L.h1, L.h1_offset);
   set_operand(om, gemm::kMapH2, L.h2, L.h2_offset);
+  if constexpr (Epilogue::kPrefetchL2 && kKind == GemmKind::kFprop) {
+    // The SwiGLU backward's h1 [m_capacity, 2F], whose boxes the producer pulls into L2 per tile.
+    const int64_t two_f = 2 * static_cast<int64_t>(L.epilogue.f);
+    set_map(om, gemm::kMapH1, make_tma_2d(L.h1, 2, L.m_capacity, two_f, two_f, 64, "h1"));
+  }
   if constexpr (kTmaStore) {
     const int f = L.n / 2;
     if (Epilogue::kClipStats) {  // the SwiGLU epilogue: h1 [m_cap, 2F] (optional), h2 [m_cap, F]
@@ -347,6 +352,12 @@ using SpecMainloop = std::conditional_t<
     std::conditional_t<kSpecMxfp8<I>, SpecMxfp8Mainloop<I>,
                        std::conditional_t<kSpecFp8Blockwise<I>, SpecFp8BlockwiseMainloop<I>,
                                           gemm::Sm90Mainloop<SpecMainloopConfig<I>>>>>;
+
+// The MXFP8 128x128 tile (the entries fprop_kernel / w13_kernel(128, 128, 5).tma().mxfp8()), for the
+// kernels built outside the list on it: the Mega rows form, the W2 DGRAD with SwiGLU backward.
+template <gemm::WeightSplit kSplit>
+using Mxfp8RowsMainloop = gemm::Sm90Mxfp8Mainloop<gemm::MainloopConfig<
+    gemm::GemmKind::kFprop, 128, 128, 5, gemm::ConsumerSchedule::kCooperative, kSplit, 1, ptx::WgmmaTypeE4m3>>;
 
 template <GemmWriter kWriter>
 struct WriterOf;

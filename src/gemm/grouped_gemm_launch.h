@@ -312,9 +312,15 @@ int mega_nvfp4_decode_smem_bytes(int num_experts);
 void launch_mega_mxfp8_decode(const GemmLaunch& L13, const GemmLaunch& L2, const gemm::MegaParams& m);
 int mega_mxfp8_decode_smem_bytes(int num_experts);
 // The rows form for MXFP8 (128x128 tiles; L13.h2 is W2's E4M3 A rows [m_capacity, F] and
-// L13.epilogue.h2_scales / h2_scale_strides their codes, which the W13 epilogue writes).
+// L13.epilogue.mx_scales / mx_scale_strides their codes, which the W13 epilogue writes).
 void launch_mega_mxfp8_rows(const GemmLaunch& L13, const GemmLaunch& L2, const gemm::MegaParams& m);
 int mega_mxfp8_rows_smem_bytes(int num_experts);
+// The MXFP8 W2 DGRAD with SwiGLU backward and dxy's quantization in its epilogue
+// (grouped_gemm_sm90_swiglu_backward.cu): L as run() fills a transposed-weight DGRAD (kind kFprop, n =
+// F, k = D), L.out dxy's E4M3 rows [m_capacity, 2F], L.h1 (at L.h1_offset) and L.epilogue's f, SwiGLU,
+// real_rows and mx_* fields.
+void launch_dgrad_swiglu_mxfp8(const GemmLaunch& L);
+int dgrad_swiglu_mxfp8_smem_bytes(int num_experts);
 
 // What an instantiation file provides for one list entry.
 struct GemmKernelFns {

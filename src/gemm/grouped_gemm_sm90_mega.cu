@@ -23,11 +23,6 @@ using Nvfp4DecodeMainloop =
 template <WeightSplit kSplit>
 using Mxfp8DecodeMainloop = Sm90Mxfp8SwapABMainloop<
     MainloopConfig<GemmKind::kFpropSwapAB, 256, 16, 5, ConsumerSchedule::kCooperative, kSplit, 1, ptx::WgmmaTypeE4m3>>;
-// The MXFP8 128x128 tile (the entries fprop_kernel / w13_kernel(128, 128, 5).tma().mxfp8()).
-template <WeightSplit kSplit>
-using Mxfp8RowsMainloop = Sm90Mxfp8Mainloop<
-    MainloopConfig<GemmKind::kFprop, 128, 128, 5, ConsumerSchedule::kCooperative, kSplit, 1, ptx::WgmmaTypeE4m3>>;
-
 // A Mega kernel and its staged twins (whose parameters it takes): Kernel13 / Kernel2 are the
 // GroupedGemmKernel types of the two GEMMs with the Mega kernel's epilogues.
 template <class Mainloop13, class Mainloop2, class Epilogue13, class Epilogue2, class Handoff>

@@ -157,8 +157,8 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
       f2.common.scales.a_kblock_words = true;
       f2.a = h2q;
       f13.h2 = h2q;
-      MegaMxfp8Columns h2_col;  // the forward's saved h2 columns, where the staged quantizer puts them
-      if (keep) h2_col = MegaMxfp8Columns{act, layer + planner::kH2Col, t.offsets + c.local_experts};
+      Mxfp8Columns h2_col;  // the forward's saved h2 columns, where the staged quantizer puts them
+      if (keep) h2_col = Mxfp8Columns{act, layer + planner::kH2Col, t.offsets + c.local_experts};
       grouped_gemm_mega_mxfp8(f13, f2, stream, t.packed_rows ? t.gather_src : nullptr, h2_col);
     }
     c.stage(recompute ? "recompute_mega" : "mega", stream);

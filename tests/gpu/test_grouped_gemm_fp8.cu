@@ -1204,10 +1204,10 @@ void run_mxfp8_mega_vs_staged(MegaMxfp8Form form, int64_t E, int64_t D, int64_t 
     if (decode) {
       grouped_gemm_mega_mxfp8_decode(a13, a2, nullptr, x_rows);
     } else {
-      MegaMxfp8Columns cols;
+      Mxfp8Columns cols;
       if (training) {
         a13.h1 = mh1.get();
-        cols = MegaMxfp8Columns{mcol.get(), nullptr, d_offsets.get() + E};
+        cols = Mxfp8Columns{mcol.get(), nullptr, d_offsets.get() + E};
       }
       grouped_gemm_mega_mxfp8(a13, a2, nullptr, x_rows, cols);
     }
@@ -1298,6 +1298,149 @@ TEST(MegaMxfp8Rows, RefusesWhatItCannotRun) {
   W13FpropArgs a13;
   FpropArgs a2;
   EXPECT_THROW(grouped_gemm_mega_mxfp8(a13, a2, nullptr), Error);  // w13.h2 != w2.a (both unset)
+}
+
+// ---- W2 DGRAD with the SwiGLU backward in its epilogue (grouped_gemm_dgrad_swiglu_mxfp8) -----------
+// Against the staged pair it replaces -- grouped_gemm_dgrad (BF16 grad_h2) then
+// quant::mxfp8_swiglu_backward_quantize -- on the same operands, bit for bit: dxy's E4M3 rows and codes
+// (bytes [cap, 2F/32] or k-block words) of every segment row, and in training its compact column
+// bundle. Segments of 0..max_rows token rows padded to 32 (every fifth expert none); grad_h3's padding
+// rows are not zero (the kernel must quantize them as zeros, as the quantizer does); rows past the
+// segments untouched. Run twice, the second time with h1 at a device offset.
+void run_dgrad_swiglu_vs_staged(int64_t E, int64_t D, int64_t F, int max_rows, bool clamped, bool words, bool columns,
+                                uint32_t seed) {
+  std::printf("mxfp8 dgrad + swiglu backward E=%lld D=%lld F=%lld %s, %s codes%s\n", static_cast<long long>(E),
+              static_cast<long long>(D), static_cast<long long>(F), clamped ? "clamped" : "plain",
+              words ? "k-block word" : "[cap, 2F/32]", columns ? ", column bundle" : "");
+  std::mt19937 rng(seed);
+  const TokenSegments seg = token_segments(E, max_rows, 64, rng);  // cap: a multiple of 32 (the quantizer's)
+  const int64_t cap = seg.cap, M = seg.offsets.back(), C = 2 * F;
+  const Mxfp8Rows g = mxfp8_rows(spread_bf16(cap, D, 1, 1.0f, rng), cap, D);
+  const Mxfp8Weight w2 = mxfp8_weight(spread_bf16(E * D, F, 128, 1.0f / std::sqrt(float(F)), rng), E, D, F);
+  const HostBf16 h1_bf16 = spread_bf16(cap, C, 1, 2.0f, rng);
+  DeviceBuffer<int32_t> d_counts(seg.counts), d_real(seg.tiles), d_offsets(seg.offsets);
+  constexpr int64_t kH1Offset = 4096;  // the second call's device offset of h1
+  DeviceBuffer<uint16_t> d_h1(static_cast<size_t>(cap * C + kH1Offset / 2));
+  {
+    std::vector<uint16_t> bits(d_h1.size(), 0);
+    std::copy(h1_bf16.bits.begin(), h1_bf16.bits.end(), bits.begin());
+    d_h1.upload(bits);
+  }
+  DeviceBuffer<uint16_t> d_h1_moved(static_cast<size_t>(cap * C + kH1Offset / 2));
+  {
+    std::vector<uint16_t> bits(d_h1_moved.size(), 0);
+    std::copy(h1_bf16.bits.begin(), h1_bf16.bits.end(), bits.begin() + kH1Offset / 2);
+    d_h1_moved.upload(bits);
+  }
+  DeviceBuffer<int64_t> d_h1_offset(std::vector<int64_t>{kH1Offset});
+  const activation::SwigluParams sp{clamped, 1.702f, 0.9f};
+  const int64_t s_ld = words ? cap : C / 32, s_bytes = cap * (C / 32);
+  const int64_t col_bytes = numeric::mxfp8_compact_columns_bytes(C, M);
+
+  DgradArgs d;
+  d.common.counts = d_counts.get();
+  d.common.e_local = E;
+  d.common.m_capacity = cap;
+  d.common.n = D;
+  d.common.k = F;
+  d.common.a_format = kMxfp8Rows;
+  d.common.b_format = kMxfp8WeightT;
+  d.common.scales = OperandScales{g.s.get(), D / 32, w2.w.s_dgrad.get()};
+  d.grad_out = g.q.get();
+  d.w = w2.w.q_t.get();
+
+  // Staged: W2 DGRAD to BF16 grad_h2, then the fused SwiGLU backward quantizer.
+  DeviceBuffer<uint16_t> grad_h2(static_cast<size_t>(cap * F));
+  DeviceBuffer<uint8_t> want_q(static_cast<size_t>(cap * C)), want_s(static_cast<size_t>(s_bytes)),
+      want_col(static_cast<size_t>(columns ? col_bytes : 1));
+  {
+    DgradArgs staged = d;
+    staged.grad_a = grad_h2.get();
+    grouped_gemm_dgrad(staged, nullptr);
+    quant::Mxfp8Out rows_out{want_q.get(), C, want_s.get(), C / 32, 1};
+    if (words) rows_out.scale_word_ld = cap;
+    quant::Mxfp8Out cols_out;
+    if (columns) {
+      cols_out.q = want_col.get();
+      cols_out.compact = true;
+    }
+    quant::mxfp8_swiglu_backward_quantize(quant::SwigluBackwardSource{{d_h1.get(), nullptr}, grad_h2.get(), cap, F, sp},
+                                          quant::RowGroups{d_real.get(), d_offsets.get(), static_cast<int32_t>(E)},
+                                          rows_out, cols_out, nullptr);
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> wq = want_q.download(), ws = want_s.download(), wc = want_col.download();
+
+  DeviceBuffer<uint8_t> got_q(static_cast<size_t>(cap * C)), got_s(static_cast<size_t>(s_bytes)),
+      got_col(static_cast<size_t>(columns ? col_bytes : 1));
+  for (int call = 0; call < 2; ++call) {
+    SCOPED_TRACE(call);
+    DMOE_CUDA_CHECK(cudaMemset(got_q.get(), 0x7E, got_q.size()));
+    DMOE_CUDA_CHECK(cudaMemset(got_s.get(), 0x7E, got_s.size()));
+    DMOE_CUDA_CHECK(cudaMemset(got_col.get(), 0x5A, got_col.size()));
+    SwigluBackwardMxfp8Args s;
+    s.h1 = call == 0 ? d_h1.get() : d_h1_moved.get();
+    s.h1_offset = call == 0 ? nullptr : d_h1_offset.get();
+    s.real_rows = d_real.get();
+    s.activation = clamped ? Activation::kSwiGLUClamped : Activation::kSwiGLU;
+    s.swiglu_alpha = sp.alpha;
+    s.swiglu_limit = sp.limit;
+    s.dxy = got_q.get();
+    s.dxy_scales = got_s.get();
+    s.scale_ld = s_ld;
+    s.scale_kblock_words = words;
+    if (columns) s.columns = Mxfp8Columns{got_col.get(), nullptr, d_offsets.get() + E};
+    grouped_gemm_dgrad_swiglu_mxfp8(d, s, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> q = got_q.download(), sc = got_s.download(), col = got_col.download();
+    // A row's code of 32-column block c in either layout.
+    const auto code = [&](const std::vector<uint8_t>& b, int64_t m, int64_t c) {
+      return words ? b[static_cast<size_t>(4 * ((c / 4) * cap + m) + c % 4)] : b[static_cast<size_t>(m * s_ld + c)];
+    };
+    int64_t bad_q = 0, bad_s = 0, touched = 0;
+    for (int64_t m = 0; m < cap; ++m) {
+      for (int64_t c = 0; c < C; ++c) {
+        const size_t i = static_cast<size_t>(m * C + c);
+        if (m < M) bad_q += q[i] != wq[i];
+        else touched += q[i] != 0x7E;
+      }
+      for (int64_t c = 0; c < C / 32; ++c) {
+        if (m < M) bad_s += code(sc, m, c) != code(ws, m, c);
+        else touched += code(sc, m, c) != 0x7E;
+      }
+    }
+    EXPECT_EQ(bad_q, 0) << "dxy E4M3 bytes that differ from the staged pair's";
+    EXPECT_EQ(bad_s, 0) << "dxy E8M0 codes that differ from the staged pair's";
+    EXPECT_EQ(touched, 0) << "dxy bytes or codes past the segments were written";
+    if (columns) {
+      int64_t bad_col = 0;
+      const int64_t scales_at = numeric::mxfp8_compact_columns_scales_offset(C, M);
+      for (int64_t i = 0; i < col_bytes; ++i) {  // the data [2F, M] and the codes [M / 32, 2F]
+        const bool used = i < C * M || (i >= scales_at && i < scales_at + C * (M / 32));
+        if (used) bad_col += col[static_cast<size_t>(i)] != wc[static_cast<size_t>(i)];
+      }
+      EXPECT_EQ(bad_col, 0) << "bytes of dxy's column bundle differ from the staged pair's";
+    }
+  }
+}
+
+TEST(DgradSwigluMxfp8, MatchesTheStagedPairBitwise) {
+  DMOE_REQUIRE_SM90();
+  run_dgrad_swiglu_vs_staged(16, 512, 768, 300, false, true, true, 101u);
+}
+TEST(DgradSwigluMxfp8, ClampedByteCodesLongK) {
+  DMOE_REQUIRE_SM90();
+  run_dgrad_swiglu_vs_staged(10, 1536, 384, 260, true, false, true, 102u);
+}
+TEST(DgradSwigluMxfp8, RowsOnlyManyExperts) {
+  DMOE_REQUIRE_SM90();
+  run_dgrad_swiglu_vs_staged(96, 512, 640, 200, false, true, false, 103u);
+}
+TEST(DgradSwigluMxfp8, RefusesWhatItCannotDo) {
+  DMOE_REQUIRE_SM90();
+  DgradArgs d;
+  SwigluBackwardMxfp8Args s;
+  EXPECT_THROW(grouped_gemm_dgrad_swiglu_mxfp8(d, s, nullptr), Error);  // no counts, formats, pointers
 }
 
 }  // namespace

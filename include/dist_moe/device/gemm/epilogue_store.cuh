@@ -98,12 +98,12 @@ struct StoreEpilogue {
   // WGRAD adding into its output by TMA reduce-add: every add reads an old gradient, from HBM at the
   // reference shapes (qwen3_30b's W13 gradients are 805 MB), and the adds leave at the tile's end,
   // where nothing else hides their latency. The producer thread pulls the tile's old output boxes
-  // into L2 when it starts loading the tile (`prefetch_out`), a whole k loop before they are added
+  // into L2 when it starts loading the tile (`prefetch_l2`), a whole k loop before they are added
   // to (G72). Same adds, same results.
-  static constexpr bool kPrefetchOut = kKind == GemmKind::kWgrad && Writer::kTma;
+  static constexpr bool kPrefetchL2 = kKind == GemmKind::kWgrad && Writer::kTma;
 
-  DMOE_DEVICE static void prefetch_out(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t) {
-    static_assert(kPrefetchOut, "WGRAD with the TMA writer");
+  DMOE_DEVICE static void prefetch_l2(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t) {
+    static_assert(kPrefetchL2, "WGRAD with the TMA writer");
     if (p.accumulate == 0 || t.phantom) return;
     // The output map's box: 64 weight rows x 128 bytes (the staged chunk: BF16 reduce-adds stage
     // BF16, FP32 ones FP32).

@@ -134,7 +134,7 @@ struct SwapABStoreEpilogue {
   using Writer = PaddedStagingWriter;
   static_assert(!Mainloop::kSplit, "plain store");
   static constexpr bool kClipStats = false;
-  static constexpr bool kPrefetchOut = false;  // only WGRAD adds into its output (epilogue_store.cuh)
+  static constexpr bool kPrefetchL2 = false;  // (kernel.cuh: operands pulled into L2 ahead of the epilogue)
   static constexpr int kOutBytes = 2;
 
 #if defined(__CUDACC__)
@@ -176,7 +176,7 @@ struct SwapABSwigluEpilogue {
   using Writer = PaddedStagingWriter;
   static_assert(Mainloop::kSplit && Mainloop::kMmaPerWg == 2, "block 0 = gate rows, block 1 = up rows");
   static constexpr bool kClipStats = true;
-  static constexpr bool kPrefetchOut = false;
+  static constexpr bool kPrefetchL2 = false;
   static constexpr int kOutBytes = 2;
 
 #if defined(__CUDACC__)

@@ -50,9 +50,9 @@ DMOE_DEVICE float swiglu_element(float gate_acc, float up_acc, const EpiloguePar
   return activation::swiglu_plain(g, u);
 }
 
-// The rows of tile t's expert that the clip statistics count (EpilogueParams::clip_rows).
+// The rows of tile t's expert that the clip statistics count (EpilogueParams::real_rows).
 DMOE_DEVICE int32_t clip_stat_rows(const EpilogueParams& p, const WorkTile& t) {
-  return p.clip_stats != nullptr && p.clip_rows != nullptr ? p.clip_rows[t.expert] : t.num_rows;
+  return p.clip_stats != nullptr && p.real_rows != nullptr ? p.real_rows[t.expert] : t.num_rows;
 }
 
 // Calls f(clamped, stats) with both as std::bool_constant: the flavour is decided once per block
@@ -133,7 +133,7 @@ struct SwigluEpilogue {
   static_assert(kHalf % kCols == 0, "each half is whole chunks");
   static constexpr int kHalfChunks = kHalf / kCols;
   static constexpr bool kClipStats = true;
-  static constexpr bool kPrefetchOut = false;  // only WGRAD adds into its output (epilogue_store.cuh)
+  static constexpr bool kPrefetchL2 = false;  // (kernel.cuh: operands pulled into L2 ahead of the epilogue)
   static constexpr int kOutBytes = 2;
 
 #if defined(__CUDACC__)

@@ -241,9 +241,11 @@ struct GroupedGemmKernel {
       ptx::setmaxnreg_dec<kProducerRegs>();
       if (warp == 0) {
         if (threadIdx.x == 0) {
-          constexpr bool kPrefetchOut = Epilogue::kPrefetchOut;  // WGRAD: the old output into L2 (G72)
+          // Epilogues that pull a tile's epilogue operands into L2 as its loads start (prefetch_l2):
+          // WGRAD its old output (G72), the SwiGLU backward its h1.
+          constexpr bool kPrefetchL2 = Epilogue::kPrefetchL2;
           acquire_patched_maps(params.maps, resolved,
-                               (1u << kMapA) | (1u << kMapB) | (kPrefetchOut ? (1u << kMapOut) : 0u));
+                               (1u << kMapA) | (1u << kMapB) | (kPrefetchL2 ? (1u << kMapOut) | (1u << kMapH1) : 0u));
           ptx::prefetch_tensormap(resolved.map[kMapA]);
           if ((params.maps.encoded_mask >> kMapB) & 1u) ptx::prefetch_tensormap(resolved.map[kMapB]);
           PipelineState<Mainloop::kStages> st;
@@ -258,7 +260,7 @@ struct GroupedGemmKernel {
               const WorkTile t = sched.at(cur);
               if constexpr (kGather) Gather::wait_tile_ready(params.mainloop, t.m_tile_index);
               const int32_t num_k = sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK);
-              if constexpr (kPrefetchOut) Epilogue::prefetch_out(params.epilogue, resolved, t);
+              if constexpr (kPrefetchL2) Epilogue::prefetch_l2(params.epilogue, resolved, t);
               Mainloop::load_tile(params.mainloop, resolved, t, num_k, pipe, st, smem);
               cur = sched.draw();
               tile_ring_publish(ring, seq++, cur);
@@ -267,7 +269,7 @@ struct GroupedGemmKernel {
             for (WorkTile t = sched.first(); t.valid; t = sched.next()) {
               if constexpr (kGather) Gather::wait_tile_ready(params.mainloop, t.m_tile_index);
               const int32_t num_k = sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK);
-              if constexpr (kPrefetchOut) Epilogue::prefetch_out(params.epilogue, resolved, t);
+              if constexpr (kPrefetchL2) Epilogue::prefetch_l2(params.epilogue, resolved, t);
               Mainloop::load_tile(params.mainloop, resolved, t, num_k, pipe, st, smem);
             }
           }

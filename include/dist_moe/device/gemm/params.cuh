@@ -153,9 +153,10 @@ struct EpilogueParams {
   float limit = 7.0f;               // clamped only
   float* clip_stats = nullptr;      // FP32 [3] counters (accumulated), or nullptr
   float clip_limit = 7.0f;          // strict threshold of the clip statistics
-  // [e_local] rows per expert the statistics count (the real rows when the counts include
-  // block-scaled padding), or nullptr: every row of the expert's count.
-  const int32_t* clip_rows = nullptr;
+  // [e_local] real rows of each expert, when the counts include block-scaled padding rows, or
+  // nullptr: every row of the count. The clip statistics count only these; the SwiGLU backward
+  // epilogue quantizes the others as zeros (as the quantizers read padding rows).
+  const int32_t* real_rows = nullptr;
   // NVFP4 (swap-AB epilogues): acc = fl(fl(acc * acc_scale * token_scale_inv[row]) *
   // expert_scale_inv[e]) before anything else -- upstream's order, with the exact power of two
   // the FP16 operands carry (nvfp4_operands.cuh). expert_scale_inv == nullptr: none of it.
@@ -163,18 +164,20 @@ struct EpilogueParams {
   int64_t token_scale_stride = 0;
   const float* expert_scale_inv = nullptr;  // [e_local]
   float acc_scale = 1.0f;
-  // The SwiGLU epilogue that writes h2 as MXFP8 rows (epilogue_swiglu_mxfp8.cuh; the Mega kernel's
-  // 128x128 W13): E4M3 at kMapH2's base ([rows, F]), the E8M0 codes here, row r's code of 32-column
-  // block c at byte r * h2_scale_strides.row + (c / 4) * h2_scale_strides.kblock + c % 4 -- the
-  // layout W2's A scales take (mxfp8_a_scale_strides of its MainloopParams).
-  uint8_t* h2_scales = nullptr;
-  Mxfp8AScaleStrides h2_scale_strides{0, 0};
-  // ... and, when h2_col is set (training saves it for W2 WGRAD), h2's compact MXFP8 column bundle
-  // (32 x 1 blocks along the rows; numeric::mxfp8_compact_columns_*): E4M3 [F, R] at h2_col +
-  // *h2_col_offset, R = *h2_col_rows (the rows of all segments), E8M0 [R / 32, F] after it.
-  uint8_t* h2_col = nullptr;
-  const int64_t* h2_col_offset = nullptr;  // device byte offset (nullptr: none)
-  const int32_t* h2_col_rows = nullptr;    // device: R
+  // The epilogues that write their result as MXFP8 rows (epilogue_mxfp8_blocks.cuh): h2 in the Mega
+  // kernel's 128x128 W13 (epilogue_swiglu_mxfp8.cuh; E4M3 at kMapH2's base, [rows, F]) and dxy in the
+  // W2 DGRAD with SwiGLU backward (epilogue_swiglu_backward_mxfp8.cuh; E4M3 at kMapOut's base,
+  // [rows, 2F]). Row r's E8M0 code of 32-column block c at byte r * mx_scale_strides.row + (c / 4) *
+  // mx_scale_strides.kblock + c % 4 -- the layout the next GEMM's A scales take
+  // (mxfp8_a_scale_strides of its MainloopParams).
+  uint8_t* mx_scales = nullptr;
+  Mxfp8AScaleStrides mx_scale_strides{0, 0};
+  // ... and, when mx_col is set (training: the WGRAD operand), the same values' compact MXFP8 column
+  // bundle (32 x 1 blocks along the rows; numeric::mxfp8_compact_columns_*): E4M3 [C, R] at mx_col +
+  // *mx_col_offset, R = *mx_col_rows (the rows of all segments), E8M0 [R / 32, C] after it (C: F, 2F).
+  uint8_t* mx_col = nullptr;
+  const int64_t* mx_col_offset = nullptr;  // device byte offset (nullptr: none)
+  const int32_t* mx_col_rows = nullptr;    // device: R
 };
 
 // The Mega decode kernel's own state (mega.cuh).

@@ -35,6 +35,12 @@ DMOE_DEVICE void tma_load_2d(uint32_t smem_dst, const void* tensor_map, uint32_t
       : "memory");
 }
 
+// Pulls a 2D box of the tensor into L2 (as tma_prefetch_l2_3d).
+DMOE_DEVICE void tma_prefetch_l2_2d(const void* tensor_map, int32_t c0, int32_t c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(tensor_map), "r"(c0), "r"(c1)
+               : "memory");
+}
+
 // Pulls a 3D box of the tensor into L2, nothing into shared memory and nothing to wait for: the
 // lines a later copy or reduction will touch leave HBM ahead of it.
 DMOE_DEVICE void tma_prefetch_l2_3d(const void* tensor_map, int32_t c0, int32_t c1, int32_t c2) {
