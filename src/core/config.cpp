@@ -269,8 +269,9 @@ void ExecutionOptions::validate() const {
 void validate_block_scaled_execution(const Config& config, int64_t ep_size) {
   if (!config.block_scaled) return;
   const BlockScaledConfig& bs = *config.block_scaled;
-  // Mega's first Hopper kernels (NVFP4 inference at decode sizes; MXFP8 inference at every size and
-  // MXFP8 training's forward; issue #28) wait for their first GPU run behind DMOE_EXPERIMENTAL_MEGA;
+  // Mega's first Hopper kernels (NVFP4 inference at decode sizes; MXFP8 inference at every size,
+  // MXFP8 training's forward and its W2 DGRAD + SwiGLU backward; issue #28) wait for their first GPU
+  // run behind DMOE_EXPERIMENTAL_MEGA;
   // the context checks the sizes (context.cpp).
   const bool mega_built = bs.format == BlockScaledFormat::kMXFP8_E4M3 ||
                           (config.inference && bs.format == BlockScaledFormat::kNVFP4);

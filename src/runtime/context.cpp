@@ -78,7 +78,7 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
     // Mega's Hopper kernels so far (config.cpp: NVFP4 inference, MXFP8 inference and training): the
     // staged tiles in one launch -- the decode form (16 tokens over the real rows; NVFP4 on expanded
     // token rows) at decode-sized inference, and for MXFP8 the rows form (128x128) at every other size
-    // and in training.
+    // and in training, whose backward fuses W2 DGRAD with the SwiGLU backward.
     const bool decode = runs_decode_tiles(c.config, c.world, c.plan.total_scratch_capacity_factor);
     if (nvfp4 && !(decode && expand)) {
       const int64_t L = c.local_experts;
@@ -112,6 +112,10 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
       detail::fail(ErrorCode::kInvalidValue, "MXFP8 training on Hopper runs the WGRADs on BF16 copies of the column "
                    "bundles, placed in scratch regions dead by then; at hidden_dim=", D, " and intermediate_dim=", F,
                    " they do not fit (hidden_dim larger than about 4.5 x intermediate_dim)");
+    // Mega's backward writes dxy's rows beside grad_h3's (Mxfp8Scratch::fused_dxy_codes).
+    if (c.config.block_scaled->pipeline == BlockScaledPipeline::kMega && !s.fused_dxy_fits(cap, D, F))
+      detail::fail(ErrorCode::kInternal, "the Mega backward's dxy codes do not fit the scratch row region at hidden_dim=",
+                   D, " and intermediate_dim=", F);
   }
   c.mxfp8_scratch = s;
 }

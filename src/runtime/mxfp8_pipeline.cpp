@@ -13,12 +13,15 @@
 //   W13 DGRAD (transposed W13 copy) scattering grad_x routes -> W2 WGRAD and W13 WGRAD as BF16
 //   WGRADs of the column bundles dequantized exactly to BF16 rows -> barrier -> K reduction.
 //
-// Mega (pipeline="mega", inference; docs/block_scaled_layer.md "Mega"): the x gather, W13, the h2
+// Mega (pipeline="mega"; docs/block_scaled_layer.md "Mega"): the x gather (inference), W13, the h2
 // quantization and W2 are one launch -- at decode sizes grouped_gemm_mega_mxfp8_decode (h2 quantized
-// in place of its BF16 rows: E4M3 at a row's start, its codes F bytes in), beyond them
-// grouped_gemm_mega_mxfp8 (128x128 tiles; the W13 epilogue writes h2 as MXFP8 rows).
+// in place of its BF16 rows: E4M3 at a row's start, its codes F bytes in), beyond them and in training
+// grouped_gemm_mega_mxfp8 (128x128 tiles; the W13 epilogue writes h2 as MXFP8 rows, and in training
+// h1 and h2's columns). Its backward fuses W2 DGRAD, SwiGLU backward and the dxy quantization into one
+// launch (grouped_gemm_dgrad_swiglu_mxfp8); the rest of the backward is the staged sequence.
 //
-// Row bundles live one at a time in the static scratch's row region; the column bundles of x and
+// Row bundles live one at a time in the static scratch's row region (but the Mega backward's dxy rows:
+// Mxfp8Scratch::fused_dxy_codes); the column bundles of x and
 // h2 (the saved state) sit where the planner put them and take the compact layout, sized by the
 // call's received rows; everything else is at a static scratch place (planner::Mxfp8Scratch).
 #include "runtime/mxfp8_pipeline.h"
@@ -222,18 +225,42 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
   use_mxfp8_operands(d2.common, g3r, D, w2.dgrad_scale, true);
   d2.grad_out = g3r.q;
   d2.w = w2.dgrad_data;
-  d2.grad_a = grad_h2;
-  grouped_gemm_dgrad(d2, stream);
-  c.stage("w2_dgrad", stream);
+  RowBundle dxr = row_bundle(c, 2 * F);  // W13 DGRAD's A: dxy's rows
+  const bool mega = c.config.block_scaled->pipeline == BlockScaledPipeline::kMega;
+  if (mega) {
+    // W2 DGRAD with SwiGLU backward and dxy's rows + columns in its epilogue: grad_h2 is never
+    // stored. dxy's rows cannot share the row region with grad_h3's, which the launch reads: E4M3 over
+    // grad_h2's region, the code words after grad_h3's codes (planner::Mxfp8Scratch::fused_dxy_codes).
+    DMOE_ASSERT(S.fused_dxy_fits(cap, D, F));
+    dxr = RowBundle{static_cast<uint8_t*>(grad_h2), at(c, S.fused_dxy_codes(cap, D)), cap};
+    const activation::SwigluParams sp = swiglu_params(c.config);
+    SwigluBackwardMxfp8Args sb;
+    sb.h1 = act;
+    sb.h1_offset = layer + planner::kH1;
+    sb.real_rows = s.expert_rows_unpadded;
+    sb.activation = sp.clamped ? Activation::kSwiGLUClamped : Activation::kSwiGLU;
+    sb.swiglu_alpha = sp.alpha;
+    sb.swiglu_limit = sp.limit;
+    sb.dxy = dxr.q;
+    sb.dxy_scales = dxr.scales;
+    sb.scale_ld = dxr.word_ld;
+    sb.scale_kblock_words = true;
+    sb.columns = Mxfp8Columns{at(c, S.dxy_col), nullptr, s.expert_offsets + L};
+    grouped_gemm_dgrad_swiglu_mxfp8(d2, sb, stream);
+    c.stage("mega_w2_dgrad_swiglu", stream);
+  } else {
+    d2.grad_a = grad_h2;
+    grouped_gemm_dgrad(d2, stream);
+    c.stage("w2_dgrad", stream);
 
-  // dxy = SwiGLU'(h1) * grad_h2 straight to E4M3 rows + compact columns, never stored in BF16 (G70).
-  const quant::SwigluBackwardSource dxy{{act, layer + planner::kH1}, grad_h2, cap, F, swiglu_params(c.config)};
-  quant::mxfp8_swiglu_backward_quantize(dxy, {s.expert_rows_unpadded, s.expert_offsets, L}, row_bundle_out(c, 2 * F),
-                                        compact_columns<uint8_t>(at(c, S.dxy_col)), stream);
-  c.stage("swiglu_backward_quantize_dxy", stream);
+    // dxy = SwiGLU'(h1) * grad_h2 straight to E4M3 rows + compact columns, never stored in BF16 (G70).
+    const quant::SwigluBackwardSource dxy{{act, layer + planner::kH1}, grad_h2, cap, F, swiglu_params(c.config)};
+    quant::mxfp8_swiglu_backward_quantize(dxy, {s.expert_rows_unpadded, s.expert_offsets, L}, row_bundle_out(c, 2 * F),
+                                          compact_columns<uint8_t>(at(c, S.dxy_col)), stream);
+    c.stage("swiglu_backward_quantize_dxy", stream);
+  }
 
   DgradArgs d13 = w13_dgrad_args(c, in, s.expert_rows);
-  const RowBundle dxr = row_bundle(c, 2 * F);
   use_mxfp8_operands(d13.common, dxr, 2 * F, w13.dgrad_scale, true);
   d13.grad_out = dxr.q;
   d13.w = w13.dgrad_data;

@@ -362,6 +362,10 @@ TEST(ActivationPlanner, Mxfp8ScratchIsThePlannedScratchTermForTerm) {
       // The dequantized WGRAD operands fit the regions dead by then (D <= ~4.5 F at these shapes).
       EXPECT_LE(m.row + planner::align128(cap * s.D * 2) + planner::align128(cap * s.F * 2), m.w2_views_end);
       EXPECT_LE(m.row + planner::align128(cap * 4 * s.F) + planner::align128(cap * s.D * 2), m.w13_views_end);
+      // The Mega backward's dxy rows: E4M3 exactly over grad_h2's region, the code words after
+      // grad_h3's codes, inside the row region.
+      EXPECT_EQ(m.h2_col - m.grad_h2, planner::align128(cap * 2 * s.F));
+      EXPECT_TRUE(m.fused_dxy_fits(cap, s.D, s.F));
     }
   }
 }

@@ -314,6 +314,16 @@ struct Mxfp8Scratch {
   DMOE_HOST_DEVICE int64_t h2_bf16() const { return inference ? h1 : grad_h2; }
   // A recomputing layer's homes for its x_col, h1 and h2_col.
   DMOE_HOST_DEVICE Mxfp8Homes homes() const { return {x_col, h1, h2_col}; }
+  // The Mega backward's dxy row bundle, written by the W2 DGRAD epilogue while grad_h3's row bundle
+  // (in the row region) is still read: E4M3 [cap, 2F] over grad_h2's region (2 cap F bytes: exactly
+  // it), the code words [2F/128, cap] in the row region's reserved scale bytes after grad_h3's codes
+  // (fused_dxy_fits checks; no byte beyond the staged plan).
+  DMOE_HOST_DEVICE int64_t fused_dxy_codes(int64_t cap, int64_t D) const {
+    return row + align128(cap * D) + align128(cap * D / 32);
+  }
+  DMOE_HOST_DEVICE bool fused_dxy_fits(int64_t cap, int64_t D, int64_t F) const {
+    return !inference && fused_dxy_codes(cap, D) + align128(cap * 2 * F / 32) <= h1;
+  }
 };
 DMOE_HOST_DEVICE Mxfp8Scratch mxfp8_scratch(int64_t cap, int64_t D, int64_t F, bool inference, int64_t top) {
   const int64_t r_x = mxfp8_row_bytes(cap, D), r_h2 = mxfp8_row_bytes(cap, F), r_dxy = mxfp8_row_bytes(cap, 2 * F);
