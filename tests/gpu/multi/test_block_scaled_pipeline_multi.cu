@@ -482,9 +482,11 @@ bool case_mega_inference(ncclComm_t nccl, int rank, int world, cudaStream_t stre
 
 // WGRAD accumulation: two backward calls into the same buffers leave twice one call's gradient.
 // Mega for MXFP8 training (issue #28; the forward's W13, h2 quantization and W2 in one launch, x's
-// rows + columns quantization and the backward staged): on the 128x128 tiles the staged GEMMs take at
-// these sizes, with the W13 epilogue writing the quantizers' bytes (h2 rows, h2's saved column
-// bundle) and h1, so forward and backward equal the staged context's bit for bit -- with the saved
+// rows + columns quantization staged; the backward's W2 DGRAD, SwiGLU backward and dxy quantization
+// in one launch, the rest staged): on the 128x128 tiles the staged GEMMs take at these sizes, with
+// the W13 epilogue writing the quantizers' bytes (h2 rows, h2's saved column bundle) and h1 and the
+// W2 DGRAD epilogue dxy's rows and columns, so forward and backward equal the staged context's bit
+// for bit -- with the saved
 // state (a full slot) and with the backward's recompute (the default slot) -- and pass the oracle
 // checks. Plain, clamped, RMSNorm (K = 8), a padded rank; and a second step accumulating the weight
 // gradients (BF16 and FP32) equal to the staged context's second step. DMOE_EXPERIMENTAL_MEGA is set
