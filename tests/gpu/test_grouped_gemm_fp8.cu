@@ -1398,19 +1398,24 @@ void run_dgrad_swiglu_vs_staged(int64_t E, int64_t D, int64_t F, int max_rows, b
       return words ? b[static_cast<size_t>(4 * ((c / 4) * cap + m) + c % 4)] : b[static_cast<size_t>(m * s_ld + c)];
     };
     int64_t bad_q = 0, bad_s = 0, touched = 0;
+    std::string first_q, first_s;  // the first difference of each kind, for the log
     for (int64_t m = 0; m < cap; ++m) {
       for (int64_t c = 0; c < C; ++c) {
         const size_t i = static_cast<size_t>(m * C + c);
-        if (m < M) bad_q += q[i] != wq[i];
-        else touched += q[i] != 0x7E;
+        if (m < M && q[i] != wq[i] && bad_q++ == 0)
+          first_q = " (first: row " + std::to_string(m) + " col " + std::to_string(c) + ": " + std::to_string(q[i]) +
+                    " vs " + std::to_string(wq[i]) + ")";
+        if (m >= M) touched += q[i] != 0x7E;
       }
       for (int64_t c = 0; c < C / 32; ++c) {
-        if (m < M) bad_s += code(sc, m, c) != code(ws, m, c);
-        else touched += code(sc, m, c) != 0x7E;
+        if (m < M && code(sc, m, c) != code(ws, m, c) && bad_s++ == 0)
+          first_s = " (first: row " + std::to_string(m) + " block " + std::to_string(c) + ": " +
+                    std::to_string(code(sc, m, c)) + " vs " + std::to_string(code(ws, m, c)) + ")";
+        if (m >= M) touched += code(sc, m, c) != 0x7E;
       }
     }
-    EXPECT_EQ(bad_q, 0) << "dxy E4M3 bytes that differ from the staged pair's";
-    EXPECT_EQ(bad_s, 0) << "dxy E8M0 codes that differ from the staged pair's";
+    EXPECT_EQ(bad_q, 0) << "dxy E4M3 bytes that differ from the staged pair's" << first_q;
+    EXPECT_EQ(bad_s, 0) << "dxy E8M0 codes that differ from the staged pair's" << first_s;
     EXPECT_EQ(touched, 0) << "dxy bytes or codes past the segments were written";
     if (columns) {
       int64_t bad_col = 0;
