@@ -803,6 +803,18 @@ void check_mxfp8_x_gather(const W13FpropArgs& w13, const void* const* x_rows, co
                  "must be D/32 and a_kblock_words false");
 }
 
+// The column bundle an MXFP8 epilogue writes beside its rows (optional: base == nullptr skips it).
+void check_mxfp8_columns(const Mxfp8Columns& cols, const char* op, const char* name) {
+  DMOE_CHECK_ARG(cols.base == nullptr || (cols.rows != nullptr && reinterpret_cast<uintptr_t>(cols.base) % 16 == 0),
+                 op, ": ", name, " needs rows (the device count R) and a 16-byte aligned base");
+}
+
+void set_mxfp8_columns(gemm::EpilogueParams& e, const Mxfp8Columns& cols) {
+  e.mx_col = cols.base;
+  e.mx_col_offset = cols.offset;
+  e.mx_col_rows = cols.rows;
+}
+
 }  // namespace
 
 void grouped_gemm_mega_nvfp4_decode(const W13FpropArgs& w13, const FpropArgs& w2, const MegaNvfp4Handoff& h,
@@ -853,9 +865,7 @@ void grouped_gemm_mega_mxfp8(const W13FpropArgs& w13, const FpropArgs& w2, cudaS
                  "must name their codes");
   DMOE_CHECK_ARG(w2.common.k % 128 == 0 && w13.common.k % 128 == 0, op,
                  ": D and F must be multiples of 128, got D=", w13.common.k, " F=", w2.common.k);
-  DMOE_CHECK_ARG(h2_columns.base == nullptr ||
-                     (h2_columns.rows != nullptr && reinterpret_cast<uintptr_t>(h2_columns.base) % 16 == 0),
-                 op, ": h2_columns needs rows (the device count R) and a 16-byte aligned base");
+  check_mxfp8_columns(h2_columns, op, "h2_columns");
   check_mxfp8_x_gather(w13, x_rows, op);
   GemmLaunch L13, L2;
   gemm::MegaParams m;
@@ -865,9 +875,7 @@ void grouped_gemm_mega_mxfp8(const W13FpropArgs& w13, const FpropArgs& w2, cudaS
   // h2's codes where W2's scale warps read them (the same strides).
   L13.epilogue.mx_scales = static_cast<uint8_t*>(const_cast<void*>(L2.a_scales));
   L13.epilogue.mx_scale_strides = gemm::mxfp8_a_scale_strides(L2.a_scale_ld, L2.a_scale_kblock_words);
-  L13.epilogue.mx_col = h2_columns.base;
-  L13.epilogue.mx_col_offset = h2_columns.offset;
-  L13.epilogue.mx_col_rows = h2_columns.rows;
+  set_mxfp8_columns(L13.epilogue, h2_columns);
   gemm::launch_mega_mxfp8_rows(L13, L2, m);
 }
 
@@ -895,9 +903,7 @@ void grouped_gemm_dgrad_swiglu_mxfp8(const DgradArgs& d, const SwigluBackwardMxf
   else
     DMOE_CHECK_ARG(s.scale_ld >= 2 * F / 32 && s.scale_ld % 4 == 0, op,
                    ": dxy code rows need scale_ld >= 2F/32 = ", 2 * F / 32, " bytes, a multiple of 4, got ", s.scale_ld);
-  DMOE_CHECK_ARG(s.columns.base == nullptr ||
-                     (s.columns.rows != nullptr && reinterpret_cast<uintptr_t>(s.columns.base) % 16 == 0),
-                 op, ": columns needs rows (the device count R) and a 16-byte aligned base");
+  check_mxfp8_columns(s.columns, op, "swiglu.columns");
   GroupedGemmCommon c = d.common;  // the FPROP problem on the transposed copy
   c.n = F;
   c.k = d.common.n;
@@ -924,9 +930,7 @@ void grouped_gemm_dgrad_swiglu_mxfp8(const DgradArgs& d, const SwigluBackwardMxf
   L.epilogue.real_rows = s.real_rows;
   L.epilogue.mx_scales = s.dxy_scales;
   L.epilogue.mx_scale_strides = gemm::mxfp8_a_scale_strides(s.scale_ld, s.scale_kblock_words);
-  L.epilogue.mx_col = s.columns.base;
-  L.epilogue.mx_col_offset = s.columns.offset;
-  L.epilogue.mx_col_rows = s.columns.rows;
+  set_mxfp8_columns(L.epilogue, s.columns);
   fill_launch(L, c, dev.num_sms, dev.num_sms, stream);  // (the static schedule, as select_mxfp8's DGRAD pick)
   if (c.validate_counts) {
     validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity,

@@ -35,6 +35,12 @@ struct Mxfp8ColumnBundle {
 
 #if defined(__CUDACC__)
 
+// The bundle an epilogue's EpilogueParams name (mx_col, mx_col_offset, mx_col_rows) for C columns.
+template <class Params>
+DMOE_DEVICE Mxfp8ColumnBundle mxfp8_column_bundle(const Params& p, int64_t cols) {
+  return Mxfp8ColumnBundle{p.mx_col + (p.mx_col_offset != nullptr ? *p.mx_col_offset : 0), *p.mx_col_rows, cols};
+}
+
 // This thread's part of row block b of fragment row h (0: lo, 1: hi): its four pairs rounded to BF16
 // (round to nearest even: the value a BF16 store of the accumulator holds).
 template <int kAcc>

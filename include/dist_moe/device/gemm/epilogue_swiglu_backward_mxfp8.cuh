@@ -137,8 +137,7 @@ struct SwigluBackwardMxfp8Epilogue {
 
     // Column blocks (training): 64 columns per pass, dgate's two then dup's two.
     if (p.mx_col == nullptr) return;
-    const Mxfp8ColumnBundle bundle{p.mx_col + (p.mx_col_offset != nullptr ? *p.mx_col_offset : 0), *p.mx_col_rows,
-                                   two_f};
+    const Mxfp8ColumnBundle bundle = mxfp8_column_bundle(p, two_f);
 #pragma unroll
     for (int pass = 0; pass < 4; ++pass) {
       const int half = pass / 2, c64 = pass % 2;

@@ -91,7 +91,7 @@ struct SwigluMxfp8RowsEpilogue {
       }
     }
     if (columns) {
-      const Mxfp8ColumnBundle bundle{p.mx_col + (p.mx_col_offset != nullptr ? *p.mx_col_offset : 0), *p.mx_col_rows, f};
+      const Mxfp8ColumnBundle bundle = mxfp8_column_bundle(p, f);
       Mxfp8ColumnStaging::store(staged, w.bar, bundle, n0, static_cast<int64_t>(t.row_begin) + row0, t.num_rows - row0);
     }
   }
