@@ -211,16 +211,15 @@ void check_scales(const GroupedGemmCommon& c, const char* op, bool b_in_bundle) 
       DMOE_CHECK_ARG(c.k % 128 == 0 && s.a_ld >= c.m_capacity, op,
                      ": k-block-major A scale words need k % 128 == 0 and scales.a_ld >= m_capacity = ", c.m_capacity,
                      " (k = ", c.k, ", a_ld = ", s.a_ld, ")");
-      DMOE_CHECK_ARG((c.k / 128) * s.a_ld * 4 <= kInt32Max, op,
-                     ": the A scale grid exceeds 2^31 bytes (the kernels index it in int32)");
     } else {
       DMOE_CHECK_ARG(s.a_ld >= c.k / 32 && s.a_ld % 4 == 0, op, ": scales.a_ld must be at least k/32 = ", c.k / 32,
                      " and a multiple of 4 (the A scale grid is [m_capacity, k/32] bytes, rows a_ld apart), got ",
                      s.a_ld);
     }
-    DMOE_CHECK_ARG(c.m_capacity * std::max<int64_t>(c.k / 32, s.a_ld) <= kInt32Max &&
-                       c.e_local * c.n * (c.k / 32) <= kInt32Max,
-                   op, ": the scale grids exceed 2^31 bytes (the kernels index them in int32)");
+    // (k-block words: [k/128, a_ld] words, a_ld the rows; bytes: [m_capacity, a_ld] bytes)
+    const int64_t a_grid_bytes = s.a_kblock_words ? (c.k / 128) * s.a_ld * 4 : c.m_capacity * s.a_ld;
+    DMOE_CHECK_ARG(a_grid_bytes <= kInt32Max && c.e_local * c.n * (c.k / 32) <= kInt32Max, op,
+                   ": the scale grids exceed 2^31 bytes (the kernels index them in int32)");
     return;
   } else if (c.a_format == kFp8BlockwiseRowsT) {
     // WGRAD's transposed columns: A scales [m_capacity / 128, n], B scales [m_capacity / 128, k]
@@ -737,9 +736,10 @@ struct MegaForm {
   int64_t chunk_rows;
   bool needs_tile_rows;
   bool takes_h1;
+  int64_t dim_multiple;  // of D and F: the decode hand-off's row quantizers take 256 values per warp step
 };
-constexpr MegaForm kMegaDecode{gemm::GemmKind::kFpropSwapAB, 16, true, false};
-constexpr MegaForm kMegaRows{gemm::GemmKind::kFprop, 128, false, true};
+constexpr MegaForm kMegaDecode{gemm::GemmKind::kFpropSwapAB, 16, true, false, 256};
+constexpr MegaForm kMegaRows{gemm::GemmKind::kFprop, 128, false, true, 128};
 
 // A Mega call's checks common to the formats, both launches filled (false: no rows) and the kernel
 // state: counters zeroed on the stream, f. `a` / `b`: the format's operands (both GEMMs).
@@ -758,8 +758,8 @@ bool prepare_mega(const W13FpropArgs& w13, const FpropArgs& w2, const OperandFor
                  ", e_local and m_capacity");
   DMOE_CHECK_ARG(c13.n == 2 * c2.k && c2.n == c13.k, op, ": W13 [2F, D] and W2 [D, F] do not match: W13 n=", c13.n,
                  " k=", c13.k, ", W2 n=", c2.n, " k=", c2.k);
-  DMOE_CHECK_ARG(c13.k % 256 == 0 && c2.k % 256 == 0, op, ": D and F must be multiples of 256, got D=", c13.k,
-                 " F=", c2.k);
+  DMOE_CHECK_ARG(c13.k % form.dim_multiple == 0 && c2.k % form.dim_multiple == 0, op, ": D and F must be multiples of ",
+                 form.dim_multiple, ", got D=", c13.k, " F=", c2.k);
   DMOE_CHECK_ARG(c13.config == nullptr && c2.config == nullptr, op, ": no configuration override (one fixed tile)");
   DMOE_CHECK_ARG((w13.h1 == nullptr || form.takes_h1) && w13.h2_offset == nullptr && w13.a_offset == nullptr &&
                      w2.a_offset == nullptr && w2.out_offset == nullptr && w13.gather.row_ptrs == nullptr &&
@@ -863,8 +863,6 @@ void grouped_gemm_mega_mxfp8(const W13FpropArgs& w13, const FpropArgs& w2, cudaS
   DMOE_CHECK_ARG(w13.h2 != nullptr && w2.a == w13.h2 && s2.a != nullptr, op,
                  ": w13.h2 must be w2.a (the W13 epilogue writes h2's E4M3 rows there) and w2.common.scales.a "
                  "must name their codes");
-  DMOE_CHECK_ARG(w2.common.k % 128 == 0 && w13.common.k % 128 == 0, op,
-                 ": D and F must be multiples of 128, got D=", w13.common.k, " F=", w2.common.k);
   check_mxfp8_columns(h2_columns, op, "h2_columns");
   check_mxfp8_x_gather(w13, x_rows, op);
   GemmLaunch L13, L2;

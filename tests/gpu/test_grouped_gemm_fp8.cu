@@ -1066,7 +1066,8 @@ void run_mxfp8_mega_vs_staged(MegaMxfp8Form form, int64_t E, int64_t D, int64_t 
               static_cast<long long>(E), static_cast<long long>(D), static_cast<long long>(F),
               clamped ? "clamped" : "plain");
   std::mt19937 rng(seed);
-  const TokenSegments seg = token_segments(E, max_rows, kSlack, rng);
+  // (training: a capacity that is a multiple of 32, as the rows + columns quantizer needs)
+  const TokenSegments seg = token_segments(E, max_rows, training ? 64 : kSlack, rng);
   const std::vector<int32_t>&counts = seg.counts, &tiles = seg.tiles;
   const std::vector<char>& token = seg.token;
   const int64_t cap = seg.cap, M = seg.offsets.back();

@@ -34,8 +34,8 @@
 namespace dist_moe::gemm {
 
 // Scale policies: constructed per tile from the thread's weight rows (one per m64 block) and token
-// rows (eight), clamped to the tensors; load(kb) reads stage kb's scales, products(s, j, f) gives
-// step j's (weight scale x token scale) per m64 block and token column.
+// rows (eight), clamped to the tensors; load_weights(kb, s) and load_tokens(kb, s) read stage kb's
+// scales, products(s, j, f) gives step j's (weight scale x token scale) per m64 block and token column.
 template <int kBlocks, int kTokens>
 struct Mxfp8SwapABScales {
   struct Stage {
@@ -60,13 +60,13 @@ struct Mxfp8SwapABScales {
   }
   // The weights' codes through the read-only path, the tokens' from L2 (ld.global.cg): in the Mega
   // kernel other SMs write them during the launch (mega.cuh), which ld.global.nc forbids.
-  DMOE_DEVICE Stage load(int32_t kb) const {
-    Stage s;
+  DMOE_DEVICE void load_weights(int32_t kb, Stage& s) const {
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b) s.w[b] = __ldg(reinterpret_cast<const uint32_t*>(w_codes + w_off[b] + 4 * kb));
+  }
+  DMOE_DEVICE void load_tokens(int32_t kb, Stage& s) const {
 #pragma unroll
     for (int q = 0; q < kTokens; ++q) s.x[q] = __ldcg(reinterpret_cast<const uint32_t*>(x_codes + x_off[q] + x_kb_bytes * kb));
-    return s;
   }
   // Step j's scale products. Codes in [64, 190] (every block of ordinary data: 2^-63 .. 2^63) add
   // in the exponent: 2^(w-127) * 2^(x-127) is the FP32 with biased exponent w + x - 127 in [1, 253],
@@ -121,13 +121,13 @@ struct Fp8BlockwiseSwapABScales {
 #pragma unroll
     for (int q = 0; q < kTokens; ++q) x_off[q] = tokens[q];
   }
-  DMOE_DEVICE Stage load(int32_t kb) const {
-    Stage s;
+  DMOE_DEVICE void load_weights(int32_t kb, Stage& s) const {
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b) s.w[b] = __ldg(w_scales + w_off[b] + kb);
+  }
+  DMOE_DEVICE void load_tokens(int32_t kb, Stage& s) const {
 #pragma unroll
     for (int q = 0; q < kTokens; ++q) s.x[q] = __ldg(x_scales + kb * x_ld + x_off[q]);
-    return s;
   }
   // Step j's scale products: the stage's, whatever the step.
   DMOE_DEVICE static void products(const Stage& s, int /*j*/, float (&f)[kBlocks][kTokens]) {
@@ -191,8 +191,12 @@ struct Sm90BlockScaledSwapABMainloop : Sm90Mainloop<Config> {
     // no bubble. (Four sets, one per step, need 128 scratch registers: with the accumulators that
     // is more than the 168 ptxas allocates per thread, and it serialized the wgmmas, C7514.)
     float s0[kMmaPerWg][kAccPerMma], s1[kMmaPerWg][kAccPerMma];
-    Stage now = scales.load(0);
+    // The tokens' first scales only once the first stage is full: in the Mega kernel the token rows
+    // are written during the launch and published before the tile's loads start (mega.cuh).
+    Stage now;
+    scales.load_weights(0, now);
     pipe.consumer_wait(st);
+    scales.load_tokens(0, now);
     issue_step(smem, st.stage, wg, 0, s0);
     issue_step(smem, st.stage, wg, 1, s1);
     const int32_t last_kb = num_k_blocks - 1;
@@ -200,7 +204,9 @@ struct Sm90BlockScaledSwapABMainloop : Sm90Mainloop<Config> {
     // serialize them, C7518).
     for (int32_t kb = 0; kb < last_kb; ++kb) {
       const int stage = st.stage;
-      const Stage next = scales.load(kb + 1);
+      Stage next;
+      scales.load_weights(kb + 1, next);
+      scales.load_tokens(kb + 1, next);
       fold_step<1>(acc, s0, now, 0);
       issue_step(smem, stage, wg, 2, s0);
       fold_step<1>(acc, s1, now, 1);
