@@ -470,6 +470,7 @@ int cmd_bench_rank(const std::vector<std::string>& argv) {
   }
   ctx->close();
   if (bf16_ctx) bf16_ctx->close();
+  if (staged_ctx) staged_ctx->close();  // (before the communicator: its windows are registered on it)
   DMOE_NCCL_CHECK(ncclCommDestroy(nccl));
   return 0;
 }
