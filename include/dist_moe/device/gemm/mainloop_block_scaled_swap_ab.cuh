@@ -191,12 +191,14 @@ struct Sm90BlockScaledSwapABMainloop : Sm90Mainloop<Config> {
     // no bubble. (Four sets, one per step, need 128 scratch registers: with the accumulators that
     // is more than the 168 ptxas allocates per thread, and it serialized the wgmmas, C7514.)
     float s0[kMmaPerWg][kAccPerMma], s1[kMmaPerWg][kAccPerMma];
-    // The tokens' first scales only once the first stage is full: in the Mega kernel the token rows
-    // are written during the launch and published before the tile's loads start (mega.cuh).
+    // The first scales ahead of the first stage, but the Mega kernel's token scales only once it is
+    // full: the launch writes the token rows and publishes them before the tile's loads start.
     Stage now;
     scales.load_weights(0, now);
+    const bool late = p.token_scales_after_first_stage;
+    if (!late) scales.load_tokens(0, now);
     pipe.consumer_wait(st);
-    scales.load_tokens(0, now);
+    if (late) scales.load_tokens(0, now);
     issue_step(smem, st.stage, wg, 0, s0);
     issue_step(smem, st.stage, wg, 1, s1);
     const int32_t last_kb = num_k_blocks - 1;

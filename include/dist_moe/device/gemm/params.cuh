@@ -108,6 +108,9 @@ struct MainloopParams {
   int32_t a_scale_rows = 0;
   const void* b_scales = nullptr;
   int64_t b_scale_ld = 0;
+  // The swap-AB decode tiles read the token rows' first scales once the tile's first stage is full,
+  // not before (the Mega kernel writes the token rows during the launch, mega.cuh).
+  bool token_scales_after_first_stage = false;
   // FP8-blockwise WGRAD with B a compact column bundle ([K, R] E4M3 at the resolved B base, R =
   // *b_compact_rows): its scales follow the data at align128(K * R) instead of b_scales.
   const int32_t* b_compact_rows = nullptr;
