@@ -15,10 +15,11 @@ bench() {  # name pipeline shape format [tokens]
   local f=$L/layer_$1_$2.log tok=()
   [ -n "${5:-}" ] && tok=(--tokens "$5")
   [ "$(left)" -gt 40 ] || { echo "skip $1 $2"; return; }
-  timeout 90 build-gpu/dist-moe bench --shape "$3" "${tok[@]}" --mode infer --format "$4" --no-baseline --iters 10 \
+  DMOE_PRINT_GEMM_CONFIG=1 timeout 90 build-gpu/dist-moe bench --shape "$3" "${tok[@]}" --mode infer --format "$4" --no-baseline --iters 10 \
     --sustain-ms 50 --pipeline $2 > $f 2>&1
   echo "$1 $2 rc=$? at $((SECONDS-T0)) s: $(grep -E '^fwd:' $f | awk '{printf "%s %s; ", $1, $2}')"
   grep -E "^(inference forward|BF16 layer|staged layer)|teardown|error" $f | head -4
+  grep -E "grouped_gemm .* -> " $f | sed 's/.*grouped_gemm //' | sort -u | head -4
 }
 for p in mega staged; do
   bench qwen3_t128_mxfp8 $p qwen3_30b mxfp8 128
