@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Unrun (for the next session, after run3.sh's build): why Mega's one launch at qwen3_30b T = 128
+# (MXFP8, the 16-token decode tiles) takes ~0.213 ms where the staged W13 + W2 take ~0.200 (s43 r0b,
+# perf_history G98): per kernel the duration, DRAM throughput and warp stall reasons of the Mega
+# launch and of the staged W13 / W2 decode GEMMs, on the same routing (one bench process each).
+O=${OUT:-/tmp/o}; L=/tmp/next_ncu_mega; mkdir -p $O $L
+export LD_LIBRARY_PATH=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
+export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0 DMOE_EXPERIMENTAL_MEGA=1
+reasons=""; for r in barrier long_scoreboard wait math_pipe_throttle membar sleeping mio_throttle short_scoreboard selected no_instructions lg_throttle; do reasons+="${reasons:+,}smsp__pcsamp_warps_issue_stalled_$r"; done
+for p in mega staged; do
+  timeout 200 ncu --target-processes all --kernel-name-base demangled -k "regex:sm90_mega|sm90_grouped_gemm" -s 6 -c 3 \
+    --section SpeedOfLight --section WarpStateStats --section LaunchStats --metrics "$reasons" -o $L/$p \
+    build-gpu/dist-moe bench --shape qwen3_30b --tokens 128 --mode infer --format mxfp8 --no-baseline --iters 2 \
+    --sustain-ms 0 --pipeline $p > $L/ncu_$p.txt 2>&1
+  echo "ncu $p rc=$?"
+  timeout 60 ncu --import $L/$p.ncu-rep --print-summary per-kernel > $L/summary_$p.txt 2>&1
+  grep -E "Duration|DRAM Throughput|Registers Per|sm90_" $L/summary_$p.txt | head -24
+done
+tar -czf $O/logs.tar.gz -C $L .
