@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# s43 r1+r2 in one call (device starts are scarce): after s43's fixes (swap-AB token scales loaded after the first full stage; the rows form's
-# D/F multiple; the k-block-word scale grid check; the training test's capacity): build, the Mega and
-# DgradSwigluMxfp8 GEMM tests, every other GPU test, the layer suites' Mega cases, the torch Mega
-# tests, then Mega vs staged MXFP8 training at qwen3_30b (stage table). Stops new steps past ~540 s.
+# s43's next run (unrun), after its fixes (swap-AB token scales read after the first full stage in
+# the Mega launch; the rows form's D/F multiple; the k-block-word scale grid check; the training
+# test's capacity): build; the Mega and DgradSwigluMxfp8 GEMM tests; the layer suites' Mega cases;
+# the torch Mega tests; Mega vs staged MXFP8 training at qwen3_30b (stage table); Mega and staged
+# inference with stage tables and GEMM configurations; every other GPU test. One device call: stops
+# starting steps past ~540 s.
 O=${OUT:-/tmp/o}; L=/tmp/s43r3; mkdir -p $O $L
 export LD_LIBRARY_PATH=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
