@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Configure + build the named targets in $BUILD_DIR (default build-gpu) on the GPU machine, NCCL from
 # the torch venv; log to $OUT/build.log (tail printed on failure). Used by one-off device commands:
-#   scripts/quick_build.sh dmoe_launch bench_dispatch_combine dist_moe_gpu_tests ...
+#   scripts/quick_build.sh dmoe_launch bench_dispatch_combine dist_moe_gpu_tests ...   (or: all)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 BUILD_DIR=${BUILD_DIR:-build-gpu}
@@ -9,7 +9,9 @@ NCCL_ROOT=${DIST_MOE_NCCL_ROOT:-/opt/torch/.venv/lib/python3.12/site-packages/nv
 LOG=${OUT:-/tmp}/build.log
 export PATH=/usr/local/cuda/bin:$PATH
 start=$(date +%s)
-if cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDIST_MOE_NCCL_ROOT="$NCCL_ROOT" >"$LOG" 2>&1 &&
+# (the python3 on PATH: the torch venv's, whose torch the extension targets build against)
+if cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDIST_MOE_NCCL_ROOT="$NCCL_ROOT" \
+     -DPython_EXECUTABLE="$(command -v python3)" >"$LOG" 2>&1 &&
    cmake --build "$BUILD_DIR" -j "$(nproc)" --target "$@" >>"$LOG" 2>&1; then
   echo "build OK ($(( $(date +%s) - start )) s): $*"
 else

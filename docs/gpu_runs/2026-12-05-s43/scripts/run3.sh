@@ -12,12 +12,7 @@ T0=$SECONDS
 finish() { tar -czf $O/logs.tar.gz -C $L . ; echo "all done at $((SECONDS-T0)) s"; }
 trap finish EXIT
 left() { echo $((540 - (SECONDS - T0))); }
-NCCL=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
-( cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$(command -v python3)" \
-    -DDIST_MOE_NCCL_ROOT=$NCCL && cmake --build build-gpu -j 16 ) > $L/build.log 2>&1
-for b in dist-moe tests/dist_moe_gpu_tests dmoe_launch; do
-  [ -x build-gpu/$b ] || { echo "missing $b"; grep -E "error|FAILED" $L/build.log | head -20; exit 1; }; done
-echo "build done at $((SECONDS-T0)) s"
+OUT=$L scripts/quick_build.sh all || exit 1  # (build-gpu, its log in $L/build.log)
 DMOE_COMM_TIMEOUT_MS=10000 timeout 150 build-gpu/tests/dist_moe_gpu_tests --gtest_filter='Mega*:DgradSwigluMxfp8*' \
   > $L/mega_gemm_tests.log 2>&1
 echo "mega GEMM tests rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/mega_gemm_tests.log | tr '\n' ' ')"
