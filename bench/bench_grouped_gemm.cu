@@ -701,13 +701,16 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
         if (is_w13) run_bs = with_config(a13, grouped_gemm_w13_fprop), run_bf16 = run_w13_drop;
 
         // Slot 0: our BF16 pick; slot 1: the block-scaled pick; with --sweep every other compiled
-        // swap-AB configuration of the formats (their other tiles are prefill tiles).
+        // swap-AB configuration of the formats (their other tiles are prefill tiles), and with
+        // --sweep-match also the other tiles the match names (e.g. "_nosplit": the MXFP8 128x128
+        // pick beyond 12 rows per expert, narrow tiles on one warpgroup).
         const std::string pick = select_grouped_gemm_config(grouped_gemm_problem(op, c), device_sms()).name();
         const std::vector<GroupedGemmConfig> all = grouped_gemm_configs(op, DType::kBFloat16, false, f.a, f.b);
         std::vector<std::function<void()>> runs = {[&] { run_bf16(nullptr); }, [&] { run_bs(nullptr); }};
         std::vector<std::string> names = {"bf16 pick", pick + " (pick)"};
         for (const GroupedGemmConfig& cfg : all)
-          if (g_sweep && cfg.swap_ab && cfg.name() != pick && cfg.name().find(g_sweep_match) != std::string::npos) {
+          if (g_sweep && (cfg.swap_ab || !g_sweep_match.empty()) && cfg.name() != pick &&
+              cfg.name().find(g_sweep_match) != std::string::npos) {
             runs.push_back([&run_bs, &cfg] { run_bs(&cfg); });
             names.push_back(cfg.name());
           }

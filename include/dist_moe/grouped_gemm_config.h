@@ -117,9 +117,14 @@ struct GroupedGemmConfig {
   // (docs/perf.md G8/G9). Same kernels (a run-time switch); the counter is a per-(device, stream)
   // slot the library keeps, so calls that may overlap must be on different streams.
   bool dynamic_schedule = false;
+  // MXFP8 128x128 tiles holding at most 64 rows of their expert: both warpgroups contract those
+  // rows, one 64-column slice each, instead of warpgroup 0 alone (mainloop_mxfp8.cuh; G99). Same
+  // kernels (a run-time switch), the same bits; false only for A/B runs ("_nosplit"). Other
+  // kernels ignore it.
+  bool narrow_split = true;
 
-  // "128x256x64_s4" (+ "_c2", "_pp", "_tma", "_dyn", "_swapab", "_gather"); what overrides and the
-  // benchmark print.
+  // "128x256x64_s4" (+ "_c2", "_pp", "_tma", "_dyn", "_nosplit", "_swapab", "_gather"); what
+  // overrides and the benchmark print.
   std::string name() const;
 };
 
@@ -167,6 +172,9 @@ inline constexpr int64_t kNarrowDecodeRowsPerExpert = 12;
 // with dynamic_schedule), for A/B runs; unset, the picks are the measured defaults.
 GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& problem, int device_num_sms);
 bool grouped_gemm_experimental_requested();
+// GroupedGemmConfig::narrow_split of the heuristic's picks and of the Mega launches: true unless
+// DMOE_MXFP8_NARROW_SPLIT=0 (A/B runs of whole layers).
+bool mxfp8_narrow_split_enabled();
 // GroupedGemmConfig::block_k of the kernels for operand formats a x b: the K values of one stage row.
 int grouped_gemm_block_k(const OperandFormat& a, const OperandFormat& b);
 

@@ -319,6 +319,7 @@ std::string GroupedGemmConfig::name() const {
   if (pingpong) s += "_pp";
   if (tma_store) s += "_tma";
   if (dynamic_schedule) s += "_dyn";
+  if (!narrow_split) s += "_nosplit";
   if (swap_ab) s += "_swapab";
   if (gather) s += "_gather";
   return s;
@@ -384,6 +385,11 @@ bool grouped_gemm_experimental_requested() {
   return on;
 }
 
+bool mxfp8_narrow_split_enabled() {
+  static const bool on = core::env_int64_or("DMOE_MXFP8_NARROW_SPLIT", 1) != 0;
+  return on;
+}
+
 // DMOE_GEMM_EXPERIMENTAL=1 (and not DMOE_GEMM_LEGACY): the schemes still waiting for their
 // first measurement -- the dynamic tile schedule (G9) for every M- and K-grouped op (swap-AB decode
 // keeps the static one: its tiles all cost the same), and for short-K WGRAD the deep-staging
@@ -394,6 +400,7 @@ bool grouped_gemm_experimental_requested() {
 // ones at dsv3_prefill (FPROP and WGRAD); they stay compiled for A/B runs and overrides.
 GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int device_num_sms) {
   GroupedGemmConfig c = select_default(p, device_num_sms);
+  c.narrow_split = mxfp8_narrow_split_enabled();
   // G9 measured (2026-11-30 A/B, dsv3_prefill, same run): the dynamic schedule makes FPROP faster
   // on every routing (W13 1.07-1.33x, W2 1.05-1.34x; random top-k rows 1.33x) with balanced rows
   // unchanged. DGRAD: 1.01-1.73x in five of six A/B cases (0.89 once, where the same run's sweep

@@ -527,6 +527,7 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   L.kind = e.kind;
   fill_launch(L, c, cfg.num_sms, dev.num_sms, stream);
   if (cfg.dynamic_schedule) L.tile_counter = tile_counter_slot(stream);
+  L.narrow_split = cfg.narrow_split;
   if (c.validate_counts) {
     validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity, static_cast<int>(named), offsets,
                                                  count_multiple);
@@ -619,6 +620,16 @@ std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_
     GroupedGemmConfig d = v[i];
     d.dynamic_schedule = true;
     v.push_back(d);
+  }
+  // MXFP8 128x128: each schedule also with narrow tiles on warpgroup 0 alone (the A/B twin).
+  if (a_format == kMxfp8Rows && b_format == kMxfp8Weight) {
+    const size_t scheduled = v.size();
+    for (size_t i = 0; i < scheduled; ++i) {
+      if (v[i].swap_ab) continue;
+      GroupedGemmConfig w = v[i];
+      w.narrow_split = false;
+      v.push_back(w);
+    }
   }
   return v;
 }
@@ -776,6 +787,7 @@ bool prepare_mega(const W13FpropArgs& w13, const FpropArgs& w2, const OperandFor
   fill_launch(L13, c13, dev.num_sms, dev.num_sms, stream);
   fill_launch(L2, c2, dev.num_sms, dev.num_sms, stream);
   L13.kind = L2.kind = form.kind;
+  L13.narrow_split = L2.narrow_split = mxfp8_narrow_split_enabled();
   if (c13.validate_counts) {
     validate_counts_kernel<<<1, 32, 0, stream>>>(c13.counts, L13.e_local, c13.m_capacity,
                                                  static_cast<int>(GroupedGemmOp::kFpropSwiglu), OffsetChecks{}, 1);

@@ -107,6 +107,7 @@ typename Kernel::Params grouped_gemm_params(const GemmLaunch& L, int64_t* tiles_
     ml.a_scale_kblock_words = L.a_scale_kblock_words;
     ml.a_scale_rows = L.m_capacity;
     ml.b_scales = L.b_scales;
+    ml.narrow_split = L.narrow_split;
     // Split (SwiGLU): each N tile covers BN/2 gate and the matching BN/2 up columns.
     sc.fixed_n_blocks = Mainloop::kSplit ? (L.n / 2) / (BN / 2) : ceil_div_i32(L.n, BN);
     sc.group_m = 8;

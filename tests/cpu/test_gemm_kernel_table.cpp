@@ -121,6 +121,44 @@ TEST(GemmKernelTable, HeuristicPicksFitTheirSharedMemory) {
   EXPECT_TRUE(misses.empty()) << misses.size() << " picks exceed " << kSmemOptin << " bytes:" << list;
 }
 
+// MXFP8 128x128 narrow tiles (perf_history G99): every configuration the heuristic may pick splits
+// them across both warpgroups, and each has its "_nosplit" twin (warpgroup 0 alone, the A/B and the
+// bitwise test's reference); the swap-AB tiles have none, and neither have other formats.
+TEST(GemmKernelTable, Mxfp8ConfigurationsHaveNosplitTwins) {
+  for (const GroupedGemmOp op : {GroupedGemmOp::kFprop, GroupedGemmOp::kFpropSwiglu}) {
+    const std::vector<GroupedGemmConfig> v = grouped_gemm_configs(op, DType::kBFloat16, false, kMxfp8Rows, kMxfp8Weight);
+    int split = 0, alone = 0;
+    for (const GroupedGemmConfig& c : v) {
+      if (c.swap_ab) {
+        EXPECT_TRUE(c.narrow_split) << c.name();
+        continue;
+      }
+      (c.narrow_split ? split : alone) += 1;
+      const bool suffixed = c.name().size() > 8 && c.name().compare(c.name().size() - 8, 8, "_nosplit") == 0;
+      EXPECT_EQ(suffixed, !c.narrow_split) << c.name();
+      GroupedGemmConfig twin = c;
+      twin.narrow_split = !c.narrow_split;
+      bool found = false;
+      for (const GroupedGemmConfig& o : v) found = found || o.name() == twin.name();
+      EXPECT_TRUE(found) << c.name() << " has no twin " << twin.name();
+    }
+    EXPECT_GT(split, 0);
+    EXPECT_EQ(split, alone);
+  }
+  for (const GroupedGemmConfig& c :
+       grouped_gemm_configs(GroupedGemmOp::kFprop, DType::kBFloat16, false, kFp8BlockwiseRows, kFp8BlockwiseWeight))
+    EXPECT_TRUE(c.narrow_split) << c.name();
+  GroupedGemmProblem p;
+  p.op = GroupedGemmOp::kFprop;
+  p.m_capacity = 128 * 32;
+  p.n = 2048;
+  p.k = 768;
+  p.e_local = 128;
+  p.a_format = kMxfp8Rows;
+  p.b_format = kMxfp8Weight;
+  EXPECT_TRUE(select_grouped_gemm_config(p, kSms).narrow_split);  // (DMOE_MXFP8_NARROW_SPLIT unset)
+}
+
 #else
 
 TEST(GemmKernelTable, HeuristicPicksFitTheirSharedMemory) {

@@ -336,6 +336,7 @@ struct GroupedGemmKernel {
             Epilogue::defer(params.epilogue, resolved, t, acc, wg, deferred.d, writer);
           } else {
             Mainloop::mma_tile(params.mainloop, t, num_k, rows_in_last, pipe, st, smem, wg, acc);
+            Mainloop::join_tile(params.mainloop, t, wg, acc, writer, smem + kStagingOffset + Writer::kBytesPerWg);
           }
           if (dynamic) next = sched.at(tile_ring_read(ring, index + 1));
           // Signal only when the other warpgroup has a tile to wait for: every arrival is matched.

@@ -318,6 +318,13 @@ struct Sm90Mainloop {
     DMOE_DEVICE void operator()(int32_t /*kb*/) const {}
   };
 
+  // What the kernels call between mma_tile and the epilogue, both warpgroups (`staging1`: warpgroup
+  // 1's staging buffer): nothing here; the MXFP8 mainloop joins its narrow tiles' slices.
+  template <class Writer>
+  DMOE_DEVICE static void join_tile(const MainloopParams& /*p*/, const WorkTile& /*t*/, int /*wg*/,
+                                    float (&/*acc*/)[kMmaPerWg][kAccPerMma], const Writer& /*writer*/,
+                                    uint32_t /*staging1*/) {}
+
   // Runs the contraction of one tile for warpgroup `wg` into acc. `rows_in_last` is the number of
   // valid rows of the last k block (WGRAD only; 64 when it is full). Blocks past the expert's end
   // get no wgmma (their accumulators stay zero and the epilogue stores none of their rows), but the

@@ -76,11 +76,15 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
 
   // The interface of Sm90Mainloop::mma_tile (the hook runs after each k block is folded in).
   template <class Hook = typename Base::NoHook>
-  DMOE_DEVICE static void mma_tile(const MainloopParams& /*p*/, const WorkTile& t, int32_t num_k_blocks,
+  DMOE_DEVICE static void mma_tile(const MainloopParams& p, const WorkTile& t, int32_t num_k_blocks,
                                    int /*rows_in_last*/, const Pipeline& pipe, PipelineState<kStages>& st,
                                    uint32_t smem, int wg, float (&acc)[kMmaPerWg][kAccPerMma], Hook&& hook = Hook{}) {
     Base::zero_acc(acc);
     if (num_k_blocks == 0) return;
+    if (narrow(p, t)) {
+      mma_tile_narrow(num_k_blocks, pipe, st, smem, wg, acc, hook);
+      return;
+    }
     if (Base::active_blocks(t, wg) == 0) {
       for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
         pipe.consumer_wait(st);
@@ -133,6 +137,55 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     hook(kb);
     st.advance();
     ptx::wgmma_fence_operands(acc[0]);
+  }
+
+  // A narrow tile: at most 64 rows of its expert, all in warpgroup 0's m64 block; split by slice
+  // unless the launch says not to (MainloopParams::narrow_split: A/B runs).
+  DMOE_DEVICE static bool narrow(const MainloopParams& p, const WorkTile& t) {
+    const int32_t rows_left = t.num_rows - t.m_block * kBlockM;
+    return p.narrow_split && rows_left > 0 && rows_left <= 64;
+  }
+
+  // After mma_tile and before the epilogue, every thread of both warpgroups: a narrow tile's slice 1
+  // (warpgroup 1's acc[0][0, kSliceAcc), mma_tile_narrow) moves to warpgroup 0's acc[0][kSliceAcc,
+  // 2 kSliceAcc) through warpgroup 1's staging buffer (`staging1`, taken from its writer), and
+  // warpgroup 1's accumulators become zeros, as for any m64 block past the expert's end: the
+  // epilogue sees what the full loop leaves. Thread i of one warpgroup holds the fragment positions
+  // thread i of the other would, so the move is positional: 16-byte vectors, [vector][thread], so a
+  // warp's stores and loads are 512 contiguous bytes.
+  template <class Writer>
+  DMOE_DEVICE static void join_tile(const MainloopParams& p, const WorkTile& t, int wg,
+                                    float (&acc)[kMmaPerWg][kAccPerMma], const Writer& writer, uint32_t staging1) {
+    if (!narrow(p, t)) return;
+    // Registers per round: the slice at once where the buffer holds it, else halves.
+    constexpr int kRound = Writer::kBytesPerWg >= 128 * kSliceAcc * 4 ? kSliceAcc : kSliceAcc / 2;
+    static_assert(Writer::kBytesPerWg >= 128 * kRound * 4 && kRound % 4 == 0, "a round fits the staging buffer");
+    const uint32_t tid = threadIdx.x % 128;
+    if (wg == 1) writer.borrow();  // no TMA store reads the buffer any more; warpgroup 1 meets
+#pragma unroll
+    for (int r = 0; r < kSliceAcc; r += kRound) {
+      if (wg == 1) {
+#pragma unroll
+        for (int v = 0; v < kRound / 4; ++v) {
+          const float* f = &acc[0][r + 4 * v];
+          ptx::st_shared_v4(staging1 + (v * 128 + tid) * 16,
+                            make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]),
+                                       __float_as_uint(f[3])));
+        }
+      }
+      ptx::named_barrier_sync(kBarrierConsumers, 256);
+      if (wg == 0) {
+#pragma unroll
+        for (int v = 0; v < kRound / 4; ++v) {
+          const uint4 q = ptx::ld_shared_v4(staging1 + (v * 128 + tid) * 16);
+          float* f = &acc[0][kSliceAcc + r + 4 * v];
+          f[0] = __uint_as_float(q.x), f[1] = __uint_as_float(q.y), f[2] = __uint_as_float(q.z),
+          f[3] = __uint_as_float(q.w);
+        }
+      }
+      ptx::named_barrier_sync(kBarrierConsumers, 256);  // read before warpgroup 1 writes again
+    }
+    if (wg == 1) Base::zero_acc(acc);
   }
 
   // ---- the scale warps ------------------------------------------------------------------------
@@ -195,6 +248,53 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
   };
 
  private:
+  // The k loop of a narrow tile: both warpgroups contract warpgroup 0's rows, warpgroup w only
+  // slice w (into acc[0][0, kSliceAcc)), its k32 steps alternating between the two scratch buffers.
+  // The loop is bound by each warpgroup's serial chain -- wait for the oldest unit, fold it, issue
+  // the next (docs/perf_history.md G89) -- so with one warpgroup running both slices of the 64 rows
+  // (the full loop with warpgroup 1 idle) a tile took ~0.75 of a full one; split by slice, each
+  // chain is half as long (G99). Every accumulator gets the same wgmmas, products and FFMAs in the
+  // same order as in the full loop: the results are bitwise the same.
+  template <class Hook>
+  DMOE_DEVICE static void mma_tile_narrow(int32_t num_k_blocks, const Pipeline& pipe, PipelineState<kStages>& st,
+                                          uint32_t smem, int wg, float (&acc)[kMmaPerWg][kAccPerMma], Hook& hook) {
+    const uint32_t lane = threadIdx.x % 32;
+    const uint32_t a_row = static_cast<uint32_t>(Base::tile_row(0, 0)) + ((threadIdx.x / 32) % 4) * 16 + lane / 4;
+    const int32_t last_kb = num_k_blocks - 1;
+    float s0[kSliceAcc], s1[kSliceAcc];
+    pipe.consumer_wait(st);
+    issue_unit(smem, st.stage, 0, wg, 0, s0);
+    issue_unit(smem, st.stage, 0, wg, 1, s1);
+    int32_t kb = 0;
+    for (; kb < last_kb; ++kb) {
+      const int stage = st.stage;
+      const Scales now = read_slice_scales(smem, stage, a_row, wg);
+      fold_narrow(acc, s0, 0, now, 1);
+      issue_unit(smem, stage, 0, wg, 2, s0);
+      fold_narrow(acc, s1, 1, now, 1);
+      issue_unit(smem, stage, 0, wg, 3, s1);
+      fold_narrow(acc, s0, 2, now, 1);
+      st.advance();
+      pipe.consumer_wait(st);
+      issue_unit(smem, st.stage, 0, wg, 0, s0);
+      fold_narrow(acc, s1, 3, now, 1);
+      pipe.consumer_release(stage);  // every step of block kb is done with the stage
+      hook(kb);
+      issue_unit(smem, st.stage, 0, wg, 1, s1);
+    }
+    const Scales last = read_slice_scales(smem, st.stage, a_row, wg);
+    fold_narrow(acc, s0, 0, last, 1);
+    issue_unit(smem, st.stage, 0, wg, 2, s0);
+    fold_narrow(acc, s1, 1, last, 1);
+    issue_unit(smem, st.stage, 0, wg, 3, s1);
+    fold_narrow(acc, s0, 2, last, 1);
+    fold_narrow(acc, s1, 3, last, 0);
+    pipe.consumer_release(st.stage);
+    hook(kb);
+    st.advance();
+    ptx::wgmma_fence_operands(acc[0]);
+  }
+
   // One stage's scales for a consumer thread, [k32 step]: its rows a_row and a_row + 8, and the
   // tile's four column groups.
   struct Scales {
@@ -208,6 +308,20 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     unpack(ptx::ld_shared_v4(region + (a_row + 8) * kSteps * 4), s.hi);
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) unpack(ptx::ld_shared_v4(region + (kBlockM + g) * kSteps * 4), s.b[g]);
+    return s;
+  }
+
+  // The same for a narrow tile's slice `slice`: its two column groups as groups 0 and 1 (fold_unit
+  // of slice 0 reads only those).
+  DMOE_DEVICE static Scales read_slice_scales(uint32_t smem, int stage, uint32_t a_row, int slice) {
+    const uint32_t region = smem_scales(smem, stage);
+    Scales s;
+    unpack(ptx::ld_shared_v4(region + a_row * kSteps * 4), s.lo);
+    unpack(ptx::ld_shared_v4(region + (a_row + 8) * kSteps * 4), s.hi);
+#pragma unroll
+    for (int g = 0; g < 2; ++g) unpack(ptx::ld_shared_v4(region + (kBlockM + 2 * slice + g) * kSteps * 4), s.b[g]);
+#pragma unroll
+    for (int g = 2; g < kGroups; ++g) unpack(make_uint4(0, 0, 0, 0), s.b[g]);  // (unread)
     return s;
   }
 
@@ -249,6 +363,16 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
       const float scale = i < 16 ? ((i / 2) % 2 == 0 ? lo0 : hi0) : ((i / 2) % 2 == 0 ? lo1 : hi1);
       acc[0][s * kSliceAcc + i] = fmaf(scratch[i], scale, acc[0][s * kSliceAcc + i]);
     }
+  }
+
+  // fold_unit of a narrow tile's step j, its FFMAs pinned ahead of the next wgmma issue: the folds
+  // of a narrow tile add into the same accumulators one after another, and without the pin the
+  // compiler sinks one past the next issue of its scratch buffer (a copy of registers a wgmma is
+  // writing, which serializes the wgmmas: ptxas C7514 / C7517).
+  DMOE_DEVICE static void fold_narrow(float (&acc)[kMmaPerWg][kAccPerMma], float (&scratch)[kSliceAcc], int j,
+                                      const Scales& sc, int pending) {
+    fold_unit(acc, scratch, 0, j, sc, pending);
+    ptx::wgmma_fence_operands(acc[0]);
   }
 
 #endif  // __CUDACC__

@@ -297,6 +297,7 @@ struct MegaKernel {
           Mainloop13::mma_tile(params.ml13, t, params.ml13.num_k_blocks, Mainloop13::kBlockK, pipe, st, smem, wg,
                                acc);
           lin = tile_ring_read(ring, ++index);  // only after this tile's stages (kernel.cuh)
+          Mainloop13::join_tile(params.ml13, t, wg, acc, writer, smem + kStagingOffset + Writer::kBytesPerWg);
           Epilogue13::store(params.ep13, resolved[0], t, acc, wg, writer, counts);
           arrive(params, resolved[0], s13, t, writer.bar, tid, base, wg);
         }
@@ -306,6 +307,7 @@ struct MegaKernel {
         const WorkTile t = s2.at(lin - w2_first);
         Mainloop2::mma_tile(params.ml2, t, params.ml2.num_k_blocks, Mainloop2::kBlockK, pipe, st, smem, wg, acc);
         lin = tile_ring_read(ring, ++index);
+        Mainloop2::join_tile(params.ml2, t, wg, acc, writer, smem + kStagingOffset + Writer::kBytesPerWg);
         Epilogue2::store(params.ep2, resolved[1], t, acc, wg, writer, counts);
       }
       writer.finish();

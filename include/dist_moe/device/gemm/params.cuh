@@ -111,6 +111,9 @@ struct MainloopParams {
   // The swap-AB decode tiles read the token rows' first scales once the tile's first stage is full,
   // not before (the Mega kernel writes the token rows during the launch, mega.cuh).
   bool token_scales_after_first_stage = false;
+  // MXFP8 128x128: narrow tiles split by column slice across both warpgroups
+  // (GroupedGemmConfig::narrow_split; mainloop_mxfp8.cuh).
+  bool narrow_split = true;
   // FP8-blockwise WGRAD with B a compact column bundle ([K, R] E4M3 at the resolved B base, R =
   // *b_compact_rows): its scales follow the data at align128(K * R) instead of b_scales.
   const int32_t* b_compact_rows = nullptr;
