@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Unrun (for the next session, after run3.sh's build): why Mega's one launch at qwen3_30b T = 128
+# Unrun (for the next session, after ../../2026-12-05-s44/scripts/run1.sh's build): why Mega's one launch at qwen3_30b T = 128
 # (MXFP8, the 16-token decode tiles) takes ~0.213 ms where the staged W13 + W2 take ~0.200 (s43 r0b,
 # perf_history G98): per kernel the duration, DRAM throughput and warp stall reasons of the Mega
 # launch and of the staged W13 / W2 decode GEMMs, on the same routing (one bench process each).

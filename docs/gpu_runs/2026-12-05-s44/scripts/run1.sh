@@ -1,18 +1,12 @@
 #!/usr/bin/env bash
-# s44 run 1 (s43's run3 plus the MXFP8 GEMM tests, which now include the narrow-tile split of G99 and its
+# s44 run 1 (s43's unrun run3 plus the MXFP8 GEMM tests, which now include the narrow-tile split of G99 and its
 # "_nosplit" twins), after s43's fixes (swap-AB token scales read after the first full stage in
 # the Mega launch; the rows form's D/F multiple; the k-block-word scale grid check; the training
 # test's capacity): build; the Mega and DgradSwigluMxfp8 GEMM tests; the layer suites' Mega cases;
 # the torch Mega tests; Mega vs staged MXFP8 training at qwen3_30b (stage table); Mega and staged
 # inference with stage tables and GEMM configurations; every other GPU test. One device call: stops
 # starting steps past ~540 s.
-O=${OUT:-/tmp/o}; L=/tmp/s44r1; mkdir -p $O $L
-export LD_LIBRARY_PATH=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
-export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
-T0=$SECONDS
-finish() { tar -czf $O/logs.tar.gz -C $L . ; echo "all done at $((SECONDS-T0)) s"; }
-trap finish EXIT
-left() { echo $((540 - (SECONDS - T0))); }
+RUN_NAME=s44r1; source scripts/device_run_prelude.sh
 OUT=$L scripts/quick_build.sh all || exit 1  # (build-gpu, its log in $L/build.log)
 DMOE_COMM_TIMEOUT_MS=10000 timeout 200 build-gpu/tests/dist_moe_gpu_tests --gtest_filter='Mega*:DgradSwigluMxfp8*:GroupedGemmMxfp8*' \
   > $L/mega_mxfp8_gemm_tests.log 2>&1

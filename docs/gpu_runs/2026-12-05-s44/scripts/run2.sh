@@ -4,13 +4,7 @@
 # DMOE_MXFP8_NARROW_SPLIT=0), the same bits. GEMMs: the pick and its twin interleaved in one process
 # (3 rounds); layers: the two settings in alternating processes. Run after run1 (the tests, the
 # twins' bitwise test included). One device call; stops starting steps past ~540 s.
-O=${OUT:-/tmp/o}; L=/tmp/s44r2; mkdir -p $O $L
-export LD_LIBRARY_PATH=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
-export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
-T0=$SECONDS
-finish() { tar -czf $O/logs.tar.gz -C $L . ; echo "all done at $((SECONDS-T0)) s"; }
-trap finish EXIT
-left() { echo $((540 - (SECONDS - T0))); }
+RUN_NAME=s44r2; source scripts/device_run_prelude.sh
 OUT=$L scripts/quick_build.sh bench_grouped_gemm dist-moe || exit 1
 gemm() {  # name shape ep tokens [sweep-match]
   local f=$L/gemm_$1.log
