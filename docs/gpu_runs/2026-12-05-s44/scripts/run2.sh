@@ -16,6 +16,10 @@ gemm() {  # name shape ep tokens [sweep-match]
 }
 gemm qwen3_t512 qwen3_30b 1 512
 gemm qwen3_t1024 qwen3_30b 1 1024
+# 8 and 16 rows per expert at qwen3_30b dims, every MXFP8 tile (16- / 32-token swap-AB, 128x128 split
+# and not): where does the split 128x128 tile overtake the swap-AB picks (kNarrowDecodeRowsPerExpert)?
+gemm qwen3_t128_all qwen3_30b 1 128 _s
+gemm qwen3_t256_all qwen3_30b 1 256 _s
 # dsv3 dims (EP2 sizes, 128 local experts): 8 rows per expert (the 16-token swap-AB pick, every
 # other tile beside it: does the split 128x128 tile now beat it?) and 32 (the 128x128 pick).
 gemm dsv3_t128_ep2 dsv3_decode 2 128 _s

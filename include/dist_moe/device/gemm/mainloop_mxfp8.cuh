@@ -162,6 +162,9 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     static_assert(Writer::kBytesPerWg >= 128 * kRound * 4 && kRound % 4 == 0, "a round fits the staging buffer");
     const uint32_t tid = threadIdx.x % 128;
     if (wg == 1) writer.borrow();  // no TMA store reads the buffer any more; warpgroup 1 meets
+    // Both warpgroups load and select rather than branch around the loads: one select per register
+    // (a branch kept two versions of the accumulators live and spilled in the Mega kernel).
+    const bool keep = wg == 0;
 #pragma unroll
     for (int r = 0; r < kSliceAcc; r += kRound) {
       if (wg == 1) {
@@ -174,18 +177,19 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
         }
       }
       ptx::named_barrier_sync(kBarrierConsumers, 256);
-      if (wg == 0) {
 #pragma unroll
-        for (int v = 0; v < kRound / 4; ++v) {
-          const uint4 q = ptx::ld_shared_v4(staging1 + (v * 128 + tid) * 16);
-          float* f = &acc[0][kSliceAcc + r + 4 * v];
-          f[0] = __uint_as_float(q.x), f[1] = __uint_as_float(q.y), f[2] = __uint_as_float(q.z),
-          f[3] = __uint_as_float(q.w);
-        }
+      for (int v = 0; v < kRound / 4; ++v) {
+        const uint4 q = ptx::ld_shared_v4(staging1 + (v * 128 + tid) * 16);
+        float* f = &acc[0][kSliceAcc + r + 4 * v];
+        f[0] = keep ? __uint_as_float(q.x) : 0.0f;
+        f[1] = keep ? __uint_as_float(q.y) : 0.0f;
+        f[2] = keep ? __uint_as_float(q.z) : 0.0f;
+        f[3] = keep ? __uint_as_float(q.w) : 0.0f;
       }
       ptx::named_barrier_sync(kBarrierConsumers, 256);  // read before warpgroup 1 writes again
     }
-    if (wg == 1) Base::zero_acc(acc);
+#pragma unroll
+    for (int i = 0; i < kSliceAcc; ++i) acc[0][i] = keep ? acc[0][i] : 0.0f;
   }
 
   // ---- the scale warps ------------------------------------------------------------------------
