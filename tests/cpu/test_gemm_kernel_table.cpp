@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "dist_moe/grouped_gemm.h"
 #include "dist_moe/grouped_gemm_config.h"
+#if defined(DIST_MOE_TEST_GEMM_TABLE)
+#include "dist_moe/grouped_gemm.h"  // (CUDA runtime headers: only where the kernels are built)
+#endif
 
 namespace dist_moe {
 namespace {
