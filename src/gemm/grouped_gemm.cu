@@ -942,6 +942,7 @@ void grouped_gemm_dgrad_swiglu_mxfp8(const DgradArgs& d, const SwigluBackwardMxf
   L.epilogue.mx_scale_strides = gemm::mxfp8_a_scale_strides(s.scale_ld, s.scale_kblock_words);
   set_mxfp8_columns(L.epilogue, s.columns);
   fill_launch(L, c, dev.num_sms, dev.num_sms, stream);  // (the static schedule, as select_mxfp8's DGRAD pick)
+  L.narrow_split = mxfp8_narrow_split_enabled();
   if (c.validate_counts) {
     validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity,
                                                  static_cast<int>(GroupedGemmOp::kDgrad),
