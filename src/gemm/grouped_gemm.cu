@@ -493,6 +493,7 @@ void fill_launch(GemmLaunch& L, const GroupedGemmCommon& c, int num_sms, int dev
   L.m_capacity = static_cast<int32_t>(c.m_capacity);
   L.n = static_cast<int32_t>(c.n);
   L.k = static_cast<int32_t>(c.k);
+  L.narrow_split = mxfp8_narrow_split_enabled();  // (run() takes its configuration's instead)
   L.num_sms = num_sms;
   L.stream = stream;
   L.a_scales = c.scales.a;
@@ -787,7 +788,6 @@ bool prepare_mega(const W13FpropArgs& w13, const FpropArgs& w2, const OperandFor
   fill_launch(L13, c13, dev.num_sms, dev.num_sms, stream);
   fill_launch(L2, c2, dev.num_sms, dev.num_sms, stream);
   L13.kind = L2.kind = form.kind;
-  L13.narrow_split = L2.narrow_split = mxfp8_narrow_split_enabled();
   if (c13.validate_counts) {
     validate_counts_kernel<<<1, 32, 0, stream>>>(c13.counts, L13.e_local, c13.m_capacity,
                                                  static_cast<int>(GroupedGemmOp::kFpropSwiglu), OffsetChecks{}, 1);
@@ -942,7 +942,6 @@ void grouped_gemm_dgrad_swiglu_mxfp8(const DgradArgs& d, const SwigluBackwardMxf
   L.epilogue.mx_scale_strides = gemm::mxfp8_a_scale_strides(s.scale_ld, s.scale_kblock_words);
   set_mxfp8_columns(L.epilogue, s.columns);
   fill_launch(L, c, dev.num_sms, dev.num_sms, stream);  // (the static schedule, as select_mxfp8's DGRAD pick)
-  L.narrow_split = mxfp8_narrow_split_enabled();
   if (c.validate_counts) {
     validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity,
                                                  static_cast<int>(GroupedGemmOp::kDgrad),

@@ -285,7 +285,7 @@ struct GemmLaunch {
   const void* a_scales = nullptr;
   int64_t a_scale_ld = 0;
   bool a_scale_kblock_words = false;  // MXFP8 A: OperandScales::a_kblock_words
-  bool narrow_split = true;           // MXFP8 128x128: GroupedGemmConfig::narrow_split
+  bool narrow_split = true;           // MXFP8 128x128: GroupedGemmConfig::narrow_split (fill_launch: the knob's)
   const void* b_scales = nullptr;
   // FP8-blockwise WGRAD: b (x) is a compact column bundle [k, R], R = *b_compact_rows on the device,
   // its scales after the data (WgradArgs::a_compact_rows); b_scales unused.

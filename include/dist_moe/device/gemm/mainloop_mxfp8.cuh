@@ -272,7 +272,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     int32_t kb = 0;
     for (; kb < last_kb; ++kb) {
       const int stage = st.stage;
-      const Scales now = read_slice_scales(smem, stage, a_row, wg);
+      const Scales now = read_scales<2>(smem, stage, a_row, 2 * wg);
       fold_narrow(acc, s0, 0, now, 1);
       issue_unit(smem, stage, 0, wg, 2, s0);
       fold_narrow(acc, s1, 1, now, 1);
@@ -286,7 +286,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
       hook(kb);
       issue_unit(smem, st.stage, 0, wg, 1, s1);
     }
-    const Scales last = read_slice_scales(smem, st.stage, a_row, wg);
+    const Scales last = read_scales<2>(smem, st.stage, a_row, 2 * wg);
     fold_narrow(acc, s0, 0, last, 1);
     issue_unit(smem, st.stage, 0, wg, 2, s0);
     fold_narrow(acc, s1, 1, last, 1);
@@ -300,32 +300,22 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
   }
 
   // One stage's scales for a consumer thread, [k32 step]: its rows a_row and a_row + 8, and the
-  // tile's four column groups.
+  // tile's four column groups -- or, for a narrow tile's slice (kReadGroups = 2, group0 = 2 slice),
+  // that slice's two groups as groups 0 and 1 (fold_unit of slice 0 reads only those).
   struct Scales {
     float lo[kSteps], hi[kSteps], b[kGroups][kSteps];
   };
 
-  DMOE_DEVICE static Scales read_scales(uint32_t smem, int stage, uint32_t a_row) {
+  template <int kReadGroups = kGroups>
+  DMOE_DEVICE static Scales read_scales(uint32_t smem, int stage, uint32_t a_row, int group0 = 0) {
     const uint32_t region = smem_scales(smem, stage);
     Scales s;
     unpack(ptx::ld_shared_v4(region + a_row * kSteps * 4), s.lo);
     unpack(ptx::ld_shared_v4(region + (a_row + 8) * kSteps * 4), s.hi);
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g) unpack(ptx::ld_shared_v4(region + (kBlockM + g) * kSteps * 4), s.b[g]);
-    return s;
-  }
-
-  // The same for a narrow tile's slice `slice`: its two column groups as groups 0 and 1 (fold_unit
-  // of slice 0 reads only those).
-  DMOE_DEVICE static Scales read_slice_scales(uint32_t smem, int stage, uint32_t a_row, int slice) {
-    const uint32_t region = smem_scales(smem, stage);
-    Scales s;
-    unpack(ptx::ld_shared_v4(region + a_row * kSteps * 4), s.lo);
-    unpack(ptx::ld_shared_v4(region + (a_row + 8) * kSteps * 4), s.hi);
-#pragma unroll
-    for (int g = 0; g < 2; ++g) unpack(ptx::ld_shared_v4(region + (kBlockM + 2 * slice + g) * kSteps * 4), s.b[g]);
-#pragma unroll
-    for (int g = 2; g < kGroups; ++g) unpack(make_uint4(0, 0, 0, 0), s.b[g]);  // (unread)
+    for (int g = 0; g < kGroups; ++g)
+      unpack(g < kReadGroups ? ptx::ld_shared_v4(region + (kBlockM + group0 + g) * kSteps * 4) : make_uint4(0, 0, 0, 0),
+             s.b[g]);
     return s;
   }
 
