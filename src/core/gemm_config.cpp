@@ -400,7 +400,9 @@ bool mxfp8_narrow_split_enabled() {
 // ones at dsv3_prefill (FPROP and WGRAD); they stay compiled for A/B runs and overrides.
 GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int device_num_sms) {
   GroupedGemmConfig c = select_default(p, device_num_sms);
-  c.narrow_split = mxfp8_narrow_split_enabled();
+  // The knob's A/B switch reaches the MXFP8 128x128 picks only (the other kernels ignore the flag, and
+  // a "_nosplit" name on them would misname the kernel that runs).
+  c.narrow_split = mxfp8_narrow_split_enabled() || p.a_format != kMxfp8Rows || c.swap_ab;
   // G9 measured (2026-11-30 A/B, dsv3_prefill, same run): the dynamic schedule makes FPROP faster
   // on every routing (W13 1.07-1.33x, W2 1.05-1.34x; random top-k rows 1.33x) with balanced rows
   // unchanged. DGRAD: 1.01-1.73x in five of six A/B cases (0.89 once, where the same run's sweep

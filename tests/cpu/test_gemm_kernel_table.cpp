@@ -152,13 +152,21 @@ TEST(GemmKernelTable, Mxfp8ConfigurationsHaveNosplitTwins) {
     EXPECT_TRUE(c.narrow_split) << c.name();
   GroupedGemmProblem p;
   p.op = GroupedGemmOp::kFprop;
-  p.m_capacity = 128 * 32;
+  p.m_capacity = 128 * 512;  // training-sized: the 128x128 tile
   p.n = 2048;
   p.k = 768;
   p.e_local = 128;
   p.a_format = kMxfp8Rows;
   p.b_format = kMxfp8Weight;
-  EXPECT_TRUE(select_grouped_gemm_config(p, kSms).narrow_split);  // (DMOE_MXFP8_NARROW_SPLIT unset)
+  // The heuristic's MXFP8 128x128 pick follows DMOE_MXFP8_NARROW_SPLIT; every other pick keeps the flag
+  // (and its name) whatever the knob says.
+  EXPECT_FALSE(select_grouped_gemm_config(p, kSms).swap_ab);
+  EXPECT_EQ(select_grouped_gemm_config(p, kSms).narrow_split, mxfp8_narrow_split_enabled());
+  p.a_format = p.b_format = OperandFormat{};  // BF16
+  EXPECT_TRUE(select_grouped_gemm_config(p, kSms).narrow_split);
+  p.a_format = kFp8BlockwiseRows;
+  p.b_format = kFp8BlockwiseWeight;
+  EXPECT_TRUE(select_grouped_gemm_config(p, kSms).narrow_split);
 }
 
 #else

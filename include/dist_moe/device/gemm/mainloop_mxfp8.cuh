@@ -161,7 +161,10 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     constexpr int kRound = Writer::kBytesPerWg >= 128 * kSliceAcc * 4 ? kSliceAcc : kSliceAcc / 2;
     static_assert(Writer::kBytesPerWg >= 128 * kRound * 4 && kRound % 4 == 0, "a round fits the staging buffer");
     const uint32_t tid = threadIdx.x % 128;
-    if (wg == 1) writer.borrow();  // no TMA store reads the buffer any more; warpgroup 1 meets
+    // No TMA store reads the buffer any more; warpgroup 1 meets. `staging1` must be the buffer warpgroup
+    // 1's writer owns (the kernels pass kStagingOffset + Writer::kBytesPerWg; warpgroup 0 has no handle
+    // on it). Not checked here: a compare and trap made ptxas spill 322 bytes in the FPROP kernel.
+    if (wg == 1) writer.borrow();
     // Both warpgroups load and select rather than branch around the loads: one select per register
     // (a branch kept two versions of the accumulators live and spilled in the Mega kernel).
     const bool keep = wg == 0;
