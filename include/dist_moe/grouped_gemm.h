@@ -246,6 +246,10 @@ void grouped_gemm_wgrad(const WgradArgs& args, cudaStream_t stream);
 // w2.common.scales.a == w13.common.scales.a (the token_scale_inv array [m_capacity]: h2's replace x's
 // chunk by chunk); no h1, gather, device offsets or configuration override. The tiles cover the
 // tile_rows of each expert only, so rows past them are neither read nor written.
+// Every Mega launch keeps its chunk counters and tile counter in a per-(device, stream) slot the
+// library owns (reset by a memset node before each launch, so graph replays are safe in stream
+// order): launches that may run at the same time -- graphs captured on one stream and replayed
+// concurrently on others included -- must be issued on different streams.
 struct MegaNvfp4Handoff {
   uint8_t* packed_h2 = nullptr;  // [m_capacity] packed NVFP4 h2 rows, packed_stride bytes apart
   int64_t packed_stride = 0;     // >= nvfp4_packed_row_bytes(F), a multiple of 16

@@ -790,7 +790,8 @@ bool prepare_mega(const W13FpropArgs& w13, const FpropArgs& w2, const OperandFor
   L13.kind = L2.kind = form.kind;
   if (c13.validate_counts) {
     validate_counts_kernel<<<1, 32, 0, stream>>>(c13.counts, L13.e_local, c13.m_capacity,
-                                                 static_cast<int>(GroupedGemmOp::kFpropSwiglu), OffsetChecks{}, 1);
+                                                 static_cast<int>(GroupedGemmOp::kFpropSwiglu),
+                                                 offset_checks({{L13.h1_offset, kOffH1}}), 1);  // (the rows form's)
     DMOE_CUDA_CHECK_LAUNCH();
   }
   // Chunks: the token tiles of all experts, at most m_capacity / chunk_rows + e_local; three counters each.
@@ -859,6 +860,8 @@ void grouped_gemm_mega_mxfp8_decode(const W13FpropArgs& w13, const FpropArgs& w2
                  ": w2.common.scales must name h2's codes in place: a = (uint8_t*)w13.h2 + F, a_ld = 2F, "
                  "a_kblock_words = false");
   check_mxfp8_x_gather(w13, x_rows, op);
+  // The finisher's four warps keep a row's F / 32 codes each in its staging buffer (mega.cuh).
+  DMOE_CHECK_ARG(F <= 65536, op, ": F = ", F, " is more than the decode hand-off holds (65536)");
   GemmLaunch L13, L2;
   gemm::MegaParams m;
   if (!prepare_mega(w13, w2, kMxfp8Rows, kMxfp8Weight, kMegaDecode, x_rows,

@@ -44,7 +44,9 @@ struct MegaOf {
     p.maps2 = p2.maps;
     p.ml13 = p13.mainloop;
     p.ml2 = p2.mainloop;
-    p.ml13.token_scales_after_first_stage = p.ml2.token_scales_after_first_stage = true;
+    // W2's token rows (h2) are always written in the launch; W13's (x) only when the launch gathers them.
+    p.ml13.token_scales_after_first_stage = m.x_rows != nullptr;
+    p.ml2.token_scales_after_first_stage = true;
     p.ep13 = p13.epilogue;
     p.ep2 = p2.epilogue;
     p.sc13 = p13.scheduler;

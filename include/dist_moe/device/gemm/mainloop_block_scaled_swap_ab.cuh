@@ -125,6 +125,8 @@ struct Fp8BlockwiseSwapABScales {
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b) s.w[b] = __ldg(w_scales + w_off[b] + kb);
   }
+  // Non-coherent loads: no Mega launch runs FP8 blockwise, so its token rows never change in a launch
+  // (one that did would read them through L2, as the MXFP8 scales above do).
   DMOE_DEVICE void load_tokens(int32_t kb, Stage& s) const {
 #pragma unroll
     for (int q = 0; q < kTokens; ++q) s.x[q] = __ldg(x_scales + kb * x_ld + x_off[q]);

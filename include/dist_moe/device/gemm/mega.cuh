@@ -352,6 +352,14 @@ struct MegaKernel {
     }
   }
 
+  // A whole warp (the scale warps): lane 0 polls, then every lane acquires the count once (already
+  // reached), so a waiting CTA puts one poller per warp on the counter's L2 line, not 32.
+  DMOE_DEVICE static void spin_until_warp(const int32_t* flag, int32_t target) {
+    if (threadIdx.x % 32 == 0) spin_until(flag, target);
+    __syncwarp();
+    spin_until(flag, target);
+  }
+
   // TMA thread: a chunk's operand rows published, then the proxy fence.
   DMOE_DEVICE static void wait_count(const int32_t* flag, int32_t target) {
     spin_until(flag, target);
@@ -366,7 +374,7 @@ struct MegaKernel {
 
   // A scale warp (rows form): converts the A / B codes of every third stage of each tile the ring
   // names, as kernel.cuh's scale warps do, once the tile's token-side codes exist (x_ready for W13
-  // when the launch gathers x, the chunk's count for W2; every lane acquires). One stage sequence
+  // when the launch gathers x, the chunk's count for W2; lane 0 polls, every lane acquires). One stage sequence
   // across both GEMMs: W2's producer takes over W13's state.
   DMOE_DEVICE static void scale_warp(const Params& params, TileRingStorage& ring, const Pipeline& pipe, uint32_t smem,
                                      const int32_t* tables13, const int32_t* tables2, int32_t xt, int32_t w2_first,
@@ -380,7 +388,7 @@ struct MegaKernel {
       Scheduler s13(params.sc13, tables13);
       for (; lin >= 0 && lin < w2_first; lin = tile_ring_read(ring, seq++)) {
         const WorkTile t = s13.at(lin - xt);
-        if (xt > 0) spin_until(params.mega.x_ready + chunk_of(s13, params.sc13, t), 2);
+        if (xt > 0) spin_until_warp(params.mega.x_ready + chunk_of(s13, params.sc13, t), 2);
         p13.tile(t, params.ml13.num_k_blocks, pipe);
       }
     }
@@ -391,8 +399,8 @@ struct MegaKernel {
     for (; lin >= 0; lin = tile_ring_read(ring, seq++)) {
       const WorkTile t = s2.at(lin - w2_first);
       const int32_t c = chunk_of(s2, params.sc2, t);
-      if constexpr (Handoff::kFinisher) spin_until(params.mega.chunk_ready + c, 1);
-      else spin_until(params.mega.chunk_done + c, 2 * tiles_per_chunk(params.sc13));
+      if constexpr (Handoff::kFinisher) spin_until_warp(params.mega.chunk_ready + c, 1);
+      else spin_until_warp(params.mega.chunk_done + c, 2 * tiles_per_chunk(params.sc13));
       p2.tile(t, params.ml2.num_k_blocks, pipe);
     }
   }
