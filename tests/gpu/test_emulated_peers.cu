@@ -7,11 +7,13 @@
 // weight gradients count every routed row R times. Checked at R = 2 and 4, ranks other than 0,
 // through the fused route kernel and the routing kernel, in BF16 and every block-scaled format,
 // with the layer suites' tolerances; plus the EP group's three combine algorithms bit for bit, and
-// saved vs recomputed activations bitwise.
+// saved vs recomputed activations bitwise; and the Mega pipeline's launches (decode and rows forms)
+// bit for bit against the same rank's staged pipeline.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <random>
 #include <string>
@@ -34,6 +36,7 @@ struct EmulatedCase {
   std::string name;
   std::optional<BlockScaledFormat> format;  // none: BF16
   bool inference = false;
+  bool mega = false;  // BlockScaledConfig.pipeline = "mega" (its output must equal the staged one's bitwise)
   int world = 2, rank = 1;
   int64_t T_max = 64, T = 64, D = 256, F = 256, K = 2, E = 8;
   // The suites' Case fields layer_suite's helpers read.
@@ -75,6 +78,7 @@ reference::Quantization quantization_of(const EmulatedCase& c) {
 Config config_of(const EmulatedCase& c, bool full_slot) {
   std::optional<BlockScaledConfig> b;
   if (c.format) b = BlockScaledConfig{}, b->format = *c.format;
+  if (c.mega) b->pipeline = BlockScaledPipeline::kMega;
   Config cfg = suite_config(c, c.world, full_slot && !c.inference, b);
   if (c.inference) {
     cfg.inference = true;
@@ -126,6 +130,7 @@ void issue_calls(Context& ctx, const EmulatedCase& c, const EmulatedInputs& inp,
 
 Result run_emulated(const EmulatedCase& c, const reference::Problem& p, const TensorF& grad_out, bool full_slot,
                     cudaStream_t stream) {
+  if (c.mega) ::setenv("DMOE_EXPERIMENTAL_MEGA", "1", 1);  // (Mega's kernels wait for their first green run)
   auto ctx = Context::create_emulated(config_of(c, full_slot), c.rank, c.world);
   EXPECT_EQ(ctx->rank(), c.rank);
   EXPECT_EQ(ctx->ep_size(), c.world);
@@ -177,6 +182,12 @@ TEST_P(EmulatedPeersLayer, MatchesTheOracleOfItsView) {
   };
   const auto& f = fwd.ranks[c.rank];
   expect_close("out", got.out, f.out_TD, fwd_tol);
+  if (c.mega) {  // the same rank's staged pipeline, bit for bit (the Mega launch's x gather reads the peers' windows)
+    EmulatedCase staged = c;
+    staged.mega = false;
+    const Result want = run_emulated(staged, p, grad_out[c.rank], /*full_slot=*/false, stream);
+    EXPECT_TRUE(bitwise(got, want)) << "mega differs from staged";
+  }
   if (!c.inference) {
     reference::BackwardOptions bo;
     bo.wgrad_dtype = c.wgrad;
@@ -197,6 +208,26 @@ TEST_P(EmulatedPeersLayer, MatchesTheOracleOfItsView) {
     EXPECT_TRUE(bitwise(saved, got)) << "saved activations vs recompute differ";
   }
   cudaStreamDestroy(stream);
+}
+
+// Mega (issue #28) at EP 4 and 2: the decode form (8 local experts, at most 4 ranks x 8 tokens x 2
+// routes = 64 routed rows: <= 12 per expert) for NVFP4 and MXFP8 inference, the rows form for MXFP8
+// inference and training.
+std::vector<EmulatedCase> mega_cases() {
+  std::vector<EmulatedCase> v;
+  EmulatedCase c;
+  c = {"nvfp4_mega_decode_ep4_rank2"}; c.format = BlockScaledFormat::kNVFP4; c.inference = true; c.mega = true;
+  c.world = 4; c.rank = 2; c.E = 32; c.T_max = c.T = 8; v.push_back(c);
+  c = {"mxfp8_mega_decode_ep4_rank1"}; c.format = BlockScaledFormat::kMXFP8_E4M3; c.inference = true; c.mega = true;
+  c.world = 4; c.rank = 1; c.E = 32; c.T_max = c.T = 8; c.activation = Activation::kSwiGLUClamped; v.push_back(c);
+  c = {"mxfp8_mega_rows_inference_ep2_rank1"}; c.format = BlockScaledFormat::kMXFP8_E4M3; c.inference = true;
+  c.mega = true; v.push_back(c);
+  c = {"mxfp8_mega_training_ep4_rank3"}; c.format = BlockScaledFormat::kMXFP8_E4M3; c.mega = true; c.world = 4;
+  c.rank = 3; c.rmsnorm = true; v.push_back(c);
+  // 16 local experts for ~32 routed rows: some experts get none (the rows form's empty experts).
+  c = {"mxfp8_mega_training_empty_experts_ep2_rank0"}; c.format = BlockScaledFormat::kMXFP8_E4M3; c.mega = true;
+  c.rank = 0; c.E = 32; c.T_max = c.T = 16; v.push_back(c);
+  return v;
 }
 
 std::vector<EmulatedCase> emulated_cases() {
@@ -220,6 +251,7 @@ std::vector<EmulatedCase> emulated_cases() {
   c = {"nvfp4_inference_ep2_rank1"}; c.format = BlockScaledFormat::kNVFP4; c.inference = true; v.push_back(c);
   c = {"nvfp4_inference_ep4_rank2"}; c.format = BlockScaledFormat::kNVFP4; c.inference = true; c.world = 4;
   c.rank = 2; v.push_back(c);
+  for (const EmulatedCase& m : mega_cases()) v.push_back(m);
   return v;
 }
 
@@ -237,6 +269,7 @@ TEST_P(EmulatedPeersGraph, ReplayEqualsEagerBitwise) {
   const std::vector<TensorF> grad_out = reference::make_random_grad_out(p, c.seed + 99);
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  if (c.mega) ::setenv("DMOE_EXPERIMENTAL_MEGA", "1", 1);
   auto ctx = Context::create_emulated(config_of(c, /*full_slot=*/false), c.rank, c.world);
   const int64_t L = ctx->local_experts();
   EmulatedInputs inp(c, p, grad_out[c.rank], stream);
@@ -269,6 +302,7 @@ std::vector<EmulatedCase> graph_cases() {
   c = {"bf16_ep2_rank1"}; v.push_back(c);
   c = {"fp8_blockwise_ep4_rank3"}; c.format = BlockScaledFormat::kFP8Blockwise; c.world = 4; c.rank = 3; v.push_back(c);
   c = {"nvfp4_inference_ep2_rank1"}; c.format = BlockScaledFormat::kNVFP4; c.inference = true; v.push_back(c);
+  for (const EmulatedCase& m : mega_cases()) v.push_back(m);
   return v;
 }
 
