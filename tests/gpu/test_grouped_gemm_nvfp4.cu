@@ -526,6 +526,11 @@ TEST(MegaNvfp4Decode, ClampedManyExpertsLongK) {
   DMOE_REQUIRE_SM90();
   run_mega_vs_staged(72, 1024, 1280, true, 92u);  // more chunks than CTAs: W2 tiles wait on the W13 tail
 }
+TEST(MegaNvfp4Decode, HandoffRowsLongerThanTheSlice) {
+  DMOE_REQUIRE_SM90();
+  // F = 2304: a hand-off row takes two slice-fulls (1280 + 1024 values) in each pass (G100).
+  run_mega_vs_staged(8, 512, 2304, false, 93u);
+}
 TEST(MegaNvfp4Decode, RefusesWhatItCannotRun) {
   DMOE_REQUIRE_SM90();
   W13FpropArgs a13;

@@ -5,10 +5,11 @@
 # test's capacity): build; the Mega and DgradSwigluMxfp8 GEMM tests; the layer suites' Mega cases;
 # the torch Mega tests; Mega vs staged MXFP8 training at qwen3_30b (stage table); Mega and staged
 # inference with stage tables and GEMM configurations; every other GPU test. One device call: stops
-# starting steps past ~540 s.
+# starting steps past ~540 s. Session 45 added the emulated-peer Mega cases (EP 2 / 4, bitwise against
+# staged) to the first test step and G100's hand-off (its Mega/staged ratios in the inference benches).
 RUN_NAME=s44r1; source scripts/device_run_prelude.sh
 OUT=$L scripts/quick_build.sh all || exit 1  # (build-gpu, its log in $L/build.log)
-DMOE_COMM_TIMEOUT_MS=10000 timeout 200 build-gpu/tests/dist_moe_gpu_tests --gtest_filter='Mega*:DgradSwigluMxfp8*:GroupedGemmMxfp8*' \
+DMOE_COMM_TIMEOUT_MS=10000 timeout 200 build-gpu/tests/dist_moe_gpu_tests --gtest_filter='Mega*:DgradSwigluMxfp8*:GroupedGemmMxfp8*:*EmulatedPeers*mega*' \
   > $L/mega_mxfp8_gemm_tests.log 2>&1
 echo "mega + mxfp8 GEMM tests rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/mega_mxfp8_gemm_tests.log | tr '\n' ' ')"
 grep -E "^\[  FAILED|Failure|differ|Which is|exception" $L/mega_mxfp8_gemm_tests.log | head -20
@@ -44,7 +45,7 @@ for p in mega staged; do
   bench dsv3_decode_nvfp4 $p dsv3_decode nvfp4
 done
 [ "$(left)" -gt 100 ] || exit 0
-DMOE_COMM_TIMEOUT_MS=10000 timeout $(( $(left) - 20 )) build-gpu/tests/dist_moe_gpu_tests --gtest_filter='-Mega*:DgradSwigluMxfp8*:GroupedGemmMxfp8*' \
+DMOE_COMM_TIMEOUT_MS=10000 timeout $(( $(left) - 20 )) build-gpu/tests/dist_moe_gpu_tests --gtest_filter='-Mega*:DgradSwigluMxfp8*:GroupedGemmMxfp8*:*EmulatedPeers*mega*' \
   > $L/gpu_tests.log 2>&1
 echo "gpu tests rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/gpu_tests.log | tr '\n' ' ')"
 grep -E "^\[  FAILED" $L/gpu_tests.log | head -10

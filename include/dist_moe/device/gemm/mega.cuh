@@ -42,10 +42,10 @@
 //
 // Finisher hand-offs (each of the finisher's four warps takes a token row of the chunk at a time; W2
 // then reads what the staged W2 reads):
-//   Nvfp4ExpandedHandoff  nvfp4_quantize_row_warp into the packed h2 row (the bytes of the staged
-//                         h2 quantization), the packed row expanded to FP16 in place of the BF16 row
-//                         (the bytes of nvfp4_expand_rows), its token_scale_inv over x's (x's rows of
-//                         the chunk are dead: all W13 tiles of the chunk are done)
+//   Nvfp4ExpandedHandoff  nvfp4_quantize_expand_row_warp: the packed h2 row (the bytes of the staged
+//                         h2 quantization) and, from the same registers, the row expanded to FP16 in
+//                         place of the BF16 row (the bytes of nvfp4_expand_rows), its token_scale_inv
+//                         over x's (x's rows of the chunk are dead: all W13 tiles of the chunk are done)
 //   Mxfp8InPlaceHandoff   mxfp8_quantize_row_warp in place of the BF16 row: E4M3 bytes at the row's
 //                         start, the E8M0 codes F bytes in (the staged row quantizer's bytes)
 // Mxfp8EpilogueRows is the rows form's: no finisher, the x task of Mxfp8InPlaceHandoff.
@@ -78,8 +78,8 @@ namespace dist_moe::gemm {
 // NVFP4 with expanded token rows: as nvfp4_quantize_rows then nvfp4_expand_rows would (numerics:
 // device/quant/nvfp4_rows.cuh); the packed rows also land in p.packed_h2.
 struct Nvfp4ExpandedHandoff {
-  // Stages per expansion pass (loads in flight per warp): 2, where the expansion kernel takes 8 --
-  // more made ptxas spill in this kernel (8: 24 bytes; 4 with the x tasks: 8 bytes).
+  // Stages per expansion pass of the x task (loads in flight per warp): 2, where the expansion kernel
+  // takes 8 -- more made ptxas spill in this kernel (8: 24 bytes; 4 with the x tasks: 8 bytes).
   static constexpr int kMaxStagesPerPass = 2;
 
   static constexpr bool kFinisher = true;
@@ -92,17 +92,19 @@ struct Nvfp4ExpandedHandoff {
                                                p.token_scale_inv + m);
   }
 
-  DMOE_DEVICE static void run(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int tid, uint8_t* /*scratch*/) {
+  // scratch: the finisher's staging buffer (kScratchBytes), a quarter per warp for its rows' values.
+  template <int kScratchBytes>
+  DMOE_DEVICE static void run(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int tid, uint8_t* scratch) {
+    constexpr int kSliceVecs = kScratchBytes / 4 / 16;
+    static_assert(kSliceVecs >= 32, "a warp's slice holds at least one 256-value stage");
     const int warp = tid / 32, lane = tid % 32;
     const int64_t f = p.f;
+    uint4* slice = reinterpret_cast<uint4*>(scratch) + warp * kSliceVecs;
     for (int32_t r = warp; r < rows; r += 4) {
       const int64_t m = static_cast<int64_t>(row0) + r;
-      char* row = h2 + m * f * 2;
-      uint8_t* packed = p.packed_h2 + m * p.packed_stride;
-      quant::nvfp4_quantize_row_warp(reinterpret_cast<const uint16_t*>(row), f, packed, lane);
-      __syncwarp();  // the packed row (other lanes' stores) before it is read back
-      quant::nvfp4_expand_row<kMaxStagesPerPass>(quant::Nvfp4ExpandLane(lane), packed, f, reinterpret_cast<uint4*>(row),
-                                                 p.token_scale_inv + m);
+      quant::nvfp4_quantize_expand_row_warp(reinterpret_cast<uint16_t*>(h2 + m * f * 2), f,
+                                            p.packed_h2 + m * p.packed_stride, p.token_scale_inv + m, slice, kSliceVecs,
+                                            lane);
     }
   }
 };
@@ -129,14 +131,16 @@ struct Mxfp8EpilogueRows : Mxfp8XRows {
 // `scratch` until the row's values are all read.
 struct Mxfp8InPlaceHandoff : Mxfp8XRows {
   static constexpr bool kFinisher = true;
+  static constexpr int kHandoffBatch = 4;  // 256-value steps loaded at once per warp (G100)
 
+  template <int kScratchBytes>  // (the codes take 4 F / 32 bytes of it: kernel's static_assert)
   DMOE_DEVICE static void run(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int tid, uint8_t* scratch) {
     const int warp = tid / 32, lane = tid % 32;
     const int64_t f = p.f;
     uint8_t* codes = scratch + warp * (f / numeric::kMXBlock);
     for (int32_t r = warp; r < rows; r += 4) {
       uint8_t* row = reinterpret_cast<uint8_t*>(h2) + (static_cast<int64_t>(row0) + r) * f * 2;
-      quant::mxfp8_quantize_row_warp(reinterpret_cast<const uint16_t*>(row), f, row, codes, lane);
+      quant::mxfp8_quantize_row_warp<kHandoffBatch>(reinterpret_cast<const uint16_t*>(row), f, row, codes, lane);
       __syncwarp();
       for (int64_t i = lane; i < f / numeric::kMXBlock; i += 32) row[f + i] = codes[i];
       __syncwarp();  // the codes are copied before the next row's overwrite them
@@ -454,7 +458,7 @@ struct MegaKernel {
       if (*finisher == 0u) return;
       const int32_t first = t.n_block * kBlockN;
       const int32_t rows = min(kBlockN, t.num_rows - first);
-      Handoff::run(m, ops.base[kMapH2], t.row_begin + first, rows, tid, scratch);
+      Handoff::template run<Writer::kBytesPerWg>(m, ops.base[kMapH2], t.row_begin + first, rows, tid, scratch);
       ptx::fence_proxy_async_global();  // W2's TMA reads the rows through the async proxy
       ptx::named_barrier_sync(bar, 128);
       if (tid == 0) {

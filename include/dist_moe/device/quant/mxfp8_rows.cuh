@@ -17,24 +17,38 @@ namespace dist_moe::quant {
 constexpr int kMxfp8LanesPerBlock = numeric::kMXBlock / kVec;  // 4: lanes 4b .. 4b+3 hold block b
 
 // `cols` BF16 values at `src` (a multiple of 256, 16-byte aligned) into E4M3 bytes at `q` and
-// cols / 32 E8M0 codes at `scales`, 256 values (one vector per lane) per step, read from L2
-// (ld.global.cg: the rows were written by other SMs of the same launch). `q` may be `src` itself
-// (the rows quantized in place): step i's bytes land on values steps <= i read, and the warp
-// synchronizes between reading a step and writing it; `scales` must not overlap the values still
-// unread. Every lane of the warp must call it.
+// cols / 32 E8M0 codes at `scales`, 256 values (one vector per lane) per step, kBatch steps' loads
+// in flight at once, read from L2 (ld.global.cg: the rows were written by other SMs of the same
+// launch). `q` may be `src` itself (the rows quantized in place): a step's bytes land on values of
+// steps no later than it, all read by the time the warp synchronizes before a batch's stores;
+// `scales` must not overlap the values still unread. Every lane of the warp must call it.
+template <int kBatch>
 __device__ __forceinline__ void mxfp8_quantize_row_warp(const uint16_t* src, int64_t cols, uint8_t* q, uint8_t* scales,
                                                         int lane) {
-  const int vecs = static_cast<int>(cols / kVec);
-  for (int idx = lane; idx < vecs; idx += 32) {  // cols % 256 == 0: every lane has a vector per step
-    const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(src) + idx);
-    const float amax = group_amax<kMxfp8LanesPerBlock>(amax_bf16x8(raw));
-    uint8_t s;
-    float mult;
-    numeric::e8m0_rceil_from_bf16_amax(amax, s, mult);
-    const uint2 bytes = e4m3x8(unpack_bf16x8(raw), mult);
-    __syncwarp();  // every lane's values of this step are read before any lane overwrites them
-    *reinterpret_cast<uint2*>(q + idx * kVec) = bytes;
-    if (idx % kMxfp8LanesPerBlock == 0) scales[idx / kMxfp8LanesPerBlock] = s;
+  const int steps = static_cast<int>(cols / (32 * kVec));
+  for (int s0 = 0; s0 < steps; s0 += kBatch) {
+    uint4 raw[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (s0 + b < steps) raw[b] = __ldcg(reinterpret_cast<const uint4*>(src) + (s0 + b) * 32 + lane);  // warp-uniform
+    uint2 bytes[kBatch];
+    uint8_t s[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (s0 + b >= steps) break;
+      const float amax = group_amax<kMxfp8LanesPerBlock>(amax_bf16x8(raw[b]));
+      float mult;
+      numeric::e8m0_rceil_from_bf16_amax(amax, s[b], mult);
+      bytes[b] = e4m3x8(unpack_bf16x8(raw[b]), mult);
+    }
+    __syncwarp();  // every lane's values of the batch are read before any lane overwrites them
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (s0 + b >= steps) break;
+      const int idx = (s0 + b) * 32 + lane;
+      *reinterpret_cast<uint2*>(q + idx * kVec) = bytes[b];
+      if (idx % kMxfp8LanesPerBlock == 0) scales[idx / kMxfp8LanesPerBlock] = s[b];
+    }
   }
 }
 

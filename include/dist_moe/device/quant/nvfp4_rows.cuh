@@ -5,9 +5,10 @@
 //   e2m1x8_signed                 8 scaled values -> 8 E2M1 nibbles (one 32-bit word)
 //   nvfp4_row_vector              one 16-byte vector of a token row, given the row's scale: its
 //                                 E2M1 word and its block's E4M3 scale
-//   nvfp4_quantize_row_warp       a whole row by one warp (two passes over it): the packed row
 //   Nvfp4ExpandLane,              stages of a packed row made FP16 in the NVFP4 GEMMs' K order
 //   nvfp4_expand_row_stages       (kNvfp4ExpandedRows, gemm/nvfp4_operands.cuh)
+//   nvfp4_quantize_expand_row_warp  a whole row by one warp: the packed row, and the row expanded
+//                                 in place (the Mega h2 hand-off)
 //
 // Numerics: numeric/nvfp4.cuh (the activation recipe, reference section 4.4); the packed row is
 // [C/2 E2M1 | C/16 E4M3 | FP32 token_scale_inv | pad] (docs/formats.md).
@@ -19,6 +20,7 @@
 
 #include "dist_moe/device/gemm/nvfp4_operands.cuh"
 #include "dist_moe/device/numeric/nvfp4.cuh"
+#include "dist_moe/device/ptx/cp_async.cuh"
 #include "dist_moe/device/quant/vectors.cuh"
 
 namespace dist_moe::quant {
@@ -91,37 +93,6 @@ __device__ __forceinline__ uint32_t nvfp4_row_vector(const uint4& raw, float vam
   return row_nan ? kE2M1NaNx8 : (below7 ? e2m1x8_signed<true>(raw, product) : e2m1x8_signed<false>(raw, product));
 }
 
-// A whole token row of `cols` BF16 values (a multiple of 16) by one warp, into the packed row at
-// `packed` (16-byte aligned): pass 1 reads the row for its amax, pass 2 reads it again (from L2)
-// and writes the E2M1 words, the block scales and token_scale_inv. Any row length, a few registers:
-// the Mega pipeline's h2 hand-off, where one warpgroup quantizes a chunk's rows as they complete.
-// The loads are L2-only (ld.global.cg): the rows were written by other SMs of the same launch.
-// Every lane of the warp must call it.
-__device__ __forceinline__ void nvfp4_quantize_row_warp(const uint16_t* row, int64_t cols, uint8_t* packed, int lane) {
-  const int vecs = static_cast<int>(cols / kVec);
-  const uint4* src = reinterpret_cast<const uint4*>(row);
-  float a = 0.0f;
-  for (int i = lane; i < vecs; i += 32) a = numeric::amax_nan(a, amax_bf16x8(__ldcg(src + i)));
-  a = group_amax<32>(a);
-  const float row_scale = numeric::nvfp4_activation_row_scale(a);
-  const bool row_nan = numeric::is_nan(row_scale);
-  if (lane == 0)
-    *reinterpret_cast<float*>(packed + numeric::nvfp4_packed_row_token_scale_offset(cols)) =
-        numeric::nvfp4_activation_token_scale_inv(row_scale);
-  const float quotient = numeric::div_rn(row_scale, numeric::e4m3_significand(lane % 8));
-  uint8_t* scales = packed + numeric::nvfp4_packed_row_scales_offset(cols);
-  for (int base = 0; base < vecs; base += 32) {  // warp-uniform trip count
-    const int idx = base + lane;
-    const bool valid = idx < vecs;
-    const uint4 raw = valid ? __ldcg(src + idx) : make_uint4(0, 0, 0, 0);
-    uint8_t s;
-    const uint32_t word = nvfp4_row_vector(raw, amax_bf16x8(raw), row_scale, row_nan, quotient, valid, s);
-    if (!valid) continue;
-    *reinterpret_cast<uint32_t*>(packed + idx * (kVec / 2)) = word;
-    if (idx % kNvfp4LanesPerBlock == 0) scales[idx / kNvfp4LanesPerBlock] = s;
-  }
-}
-
 // ---- expansion to FP16 in the GEMMs' K order ----------------------------------------------------------
 
 // A warp writes a stage (256 K values) of a row as 32 16-byte units, lane L unit L: unit r = 4 half
@@ -189,6 +160,78 @@ __device__ __forceinline__ void nvfp4_expand_row(const Nvfp4ExpandLane& l, const
   for (int64_t kb0 = 0; kb0 < stages; kb0 += kPass)
     nvfp4_expand_row_stages<kPass>(l, src, cols, kb0, static_cast<int>(min(static_cast<int64_t>(kPass), stages - kb0)),
                                    row_units + kb0 * kNvfp4UnitsPerStage + l.lane, token_scale_inv);
+}
+
+// A whole token row of `cols` BF16 values (a multiple of 256) by one warp: quantized to NVFP4 into the
+// packed row at `packed` (16-byte aligned) and expanded to FP16 in place of the BF16 row (the GEMMs'
+// K order), with its token_scale_inv at *token_scale_inv -- the bytes nvfp4_quantize_rows writes,
+// then nvfp4_expand_rows from them. For the Mega pipeline's h2 hand-off, where one warpgroup turns
+// a chunk's rows over while the other soon waits for the stages it holds, so it is built for
+// latency: the row comes into the warp's shared-memory slice (`slice`, slice_vecs 16-byte vectors)
+// by cp.async, a slice-full at a time, no registers held (L2 only: the rows were written by other
+// SMs of the same launch) -- one L2 round trip for the amax and, for a row longer than the slice,
+// one more per slice-full for the second pass; a row that fits is read once. In the second pass a
+// stage (256 values) is one vector per lane, so the lanes that made a stage's E2M1 words and block
+// scales hand them to the lanes that expand them by shuffles (what nvfp4_expand_row_stages does
+// after loading them back from the packed row), and each lane stores its unit where its own vector
+// was: the row's values are read (into the slice) before any unit of them is stored. Every lane of
+// the warp must call it.
+__device__ __forceinline__ void nvfp4_quantize_expand_row_warp(uint16_t* row, int64_t cols, uint8_t* packed,
+                                                              float* token_scale_inv, uint4* slice, int slice_vecs,
+                                                              int lane) {
+  const int vecs_total = static_cast<int>(cols / kVec);
+  const int piece = (slice_vecs / 32) * 32;  // whole stages (32 vectors) per slice-full
+  uint4* vecs = reinterpret_cast<uint4*>(row);
+  // Vectors [v0, v0 + n) of the row into the slice.
+  const auto fetch = [&](int v0, int n) {
+    for (int v = lane; v < n; v += 32) ptx::cp_async_16_zfill(slice + v, vecs + v0 + v, true);
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<0>();
+    __syncwarp();
+  };
+  float a = 0.0f;
+  for (int v0 = 0; v0 < vecs_total; v0 += piece) {
+    const int n = min(piece, vecs_total - v0);
+    fetch(v0, n);
+    for (int v = lane; v < n; v += 32) a = numeric::amax_nan(a, amax_bf16x8(slice[v]));
+    __syncwarp();  // the slice is read before the next fetch overwrites it
+  }
+  a = group_amax<32>(a);
+  const float row_scale = numeric::nvfp4_activation_row_scale(a);
+  const bool row_nan = numeric::is_nan(row_scale);
+  if (lane == 0) {
+    const float inv = numeric::nvfp4_activation_token_scale_inv(row_scale);
+    *reinterpret_cast<float*>(packed + numeric::nvfp4_packed_row_token_scale_offset(cols)) = inv;
+    *token_scale_inv = inv;
+  }
+  const float quotient = numeric::div_rn(row_scale, numeric::e4m3_significand(lane % 8));
+  uint8_t* scales = packed + numeric::nvfp4_packed_row_scales_offset(cols);
+  // This lane's unit takes, for q = 0..3, word `half` of block nvfp4_piece_block(q, i) of the stage
+  // (i = lane / 8): vector 2 block + half of the stage, made by that lane, which also holds the
+  // block's scale (both lanes of a block do).
+  const Nvfp4ExpandLane l(lane);
+  for (int v0 = 0; v0 < vecs_total; v0 += piece) {
+    const int n = min(piece, vecs_total - v0);
+    if (vecs_total > piece) fetch(v0, n);  // (else the row is still in the slice)
+    for (int v = lane; v < n; v += 32) {  // n % 32 == 0: every lane has a vector per stage
+      const int idx = v0 + v;
+      const uint4 raw = slice[v];
+      uint8_t s;
+      const uint32_t word = nvfp4_row_vector(raw, amax_bf16x8(raw), row_scale, row_nan, quotient, true, s);
+      *reinterpret_cast<uint32_t*>(packed + idx * (kVec / 2)) = word;
+      if (idx % kNvfp4LanesPerBlock == 0) scales[idx / kNvfp4LanesPerBlock] = s;
+      uint32_t pair[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int from = 2 * gemm::nvfp4_piece_block(q, lane / 8) + l.half;
+        const uint32_t w = __shfl_sync(0xffffffffu, word, from);
+        const uint32_t sc = __shfl_sync(0xffffffffu, static_cast<uint32_t>(s), from);
+        pair[q] = gemm::nvfp4_pair_x2(gemm::nvfp4_high_bytes(w), l.j, gemm::nvfp4_scale_x2(sc));
+      }
+      vecs[idx] = make_uint4(pair[0], pair[1], pair[2], pair[3]);
+    }
+    __syncwarp();  // the slice is read before the next fetch overwrites it
+  }
 }
 
 }  // namespace dist_moe::quant
