@@ -382,7 +382,15 @@ TEST(GroupedGemmNvfp4, HeuristicPicksFitManyExperts) {
 // token rows must stay untouched. Run twice (the chunk counters start from zero again), the second
 // time gathering x in the launch (x_rows) and checked against nvfp4_expand_rows' x too.
 
-void run_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uint32_t seed) {
+// A NaN in the first token row's x and BF16's largest finite value in the second (its W13 products
+// overflow): h2 rows with NaN and +-Inf for the hand-off's NaN and overflow paths.
+void poke_special_rows(HostBf16& x, const std::vector<char>& token, int64_t D) {
+  int found = 0;
+  for (size_t m = 0; m < token.size() && found < 2; ++m)
+    if (token[m]) x.bits[m * static_cast<size_t>(D) + 7] = found++ == 0 ? uint16_t{0x7FC0} : uint16_t{0x7F7F};
+}
+
+void run_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uint32_t seed, bool special_rows = false) {
   std::printf("nvfp4 mega E=%lld D=%lld F=%lld %s\n", static_cast<long long>(E), static_cast<long long>(D),
               static_cast<long long>(F), clamped ? "clamped" : "plain");
   std::mt19937 rng(seed);
@@ -390,7 +398,9 @@ void run_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uint32_t 
   const std::vector<int32_t>&counts = seg.counts, &tiles = seg.tiles, &offsets = seg.offsets;
   const std::vector<char>& token = seg.token;
   const int64_t cap = seg.cap;
-  const Nvfp4Rows x = nvfp4_rows(spread_bf16(cap, D, 1, 1.0f, rng), cap, D);
+  HostBf16 x_bf16 = spread_bf16(cap, D, 1, 1.0f, rng);
+  if (special_rows) poke_special_rows(x_bf16, token, D);
+  const Nvfp4Rows x = nvfp4_rows(x_bf16, cap, D);
   const Nvfp4Weight w13 = nvfp4_weight(spread_bf16(E * 2 * F, D, 2 * F, 1.0f / std::sqrt(float(D)), rng), E, 2 * F, D);
   const Nvfp4Weight w2 = nvfp4_weight(spread_bf16(E * D, F, D, 1.0f / std::sqrt(float(F)), rng), E, D, F);
   DeviceBuffer<int32_t> d_counts(counts), d_tiles(tiles), d_offsets(offsets);
@@ -530,6 +540,16 @@ TEST(MegaNvfp4Decode, HandoffRowsLongerThanTheSlice) {
   DMOE_REQUIRE_SM90();
   // F = 2304: a hand-off row takes two slice-fulls (1280 + 1024 values) in each pass (G100).
   run_mega_vs_staged(8, 512, 2304, false, 93u);
+}
+TEST(MegaNvfp4Decode, NanAndOverflowRows) {
+  DMOE_REQUIRE_SM90();
+  run_mega_vs_staged(16, 512, 768, false, 95u, /*special_rows=*/true);
+}
+TEST(MegaNvfp4Decode, XRowsLongerThanTheSlice) {
+  DMOE_REQUIRE_SM90();
+  // D = 4608: a packed x row (2608 bytes) does not fit a warp's 2560-byte slice, so the x task expands
+  // it from the dispatch rows directly (G100); the rows above take the slice.
+  run_mega_vs_staged(8, 4608, 512, false, 94u);
 }
 TEST(MegaNvfp4Decode, RefusesWhatItCannotRun) {
   DMOE_REQUIRE_SM90();

@@ -62,6 +62,7 @@
 #include "dist_moe/device/gemm/epilogue_swiglu_mxfp8.cuh"
 #include "dist_moe/device/gemm/kernel.cuh"
 #include "dist_moe/device/numeric/nvfp4.cuh"
+#include "dist_moe/device/ptx/cp_async.cuh"
 #include "dist_moe/device/ptx/fence.cuh"
 #include "dist_moe/device/ptx/ld_st.cuh"
 #include "dist_moe/device/quant/mxfp8_rows.cuh"
@@ -85,36 +86,51 @@ struct Nvfp4ExpandedHandoff {
   static constexpr bool kFinisher = true;
 
   // The x task's row m, by one warp: the packed row at p.x_rows[m] expanded into W13's token row (x,
-  // FP16 at `tokens`) and its token_scale_inv, as nvfp4_expand_rows does (a null row: zeros).
-  DMOE_DEVICE static void x_row(const MegaParams& p, char* tokens, const MainloopParams& /*ml*/, int64_t m, int lane) {
-    quant::nvfp4_expand_row<kMaxStagesPerPass>(quant::Nvfp4ExpandLane(lane), static_cast<const uint8_t*>(p.x_rows[m]),
-                                               p.d, reinterpret_cast<uint4*>(tokens + m * p.d * 2),
-                                               p.token_scale_inv + m);
+  // FP16 at `tokens`) and its token_scale_inv, as nvfp4_expand_rows does (a null row: zeros). A packed
+  // row that fits the warp's slice of shared memory (2560 bytes: D <= 4352; qwen3_30b's 2048 takes
+  // 1168 bytes, dsv3's 7168 does not fit) comes in by cp.async first, one round trip to the dispatch
+  // window (over NVLink for a peer's), and the expansion reads it there instead of making a round
+  // trip per kMaxStagesPerPass stages (G100).
+  DMOE_DEVICE static void x_row(const MegaParams& p, char* tokens, const MainloopParams& /*ml*/, int64_t m, int lane,
+                                uint8_t* slice, int slice_bytes) {
+    const uint8_t* src = static_cast<const uint8_t*>(p.x_rows[m]);
+    const int64_t bytes = numeric::nvfp4_packed_row_bytes(p.d);  // a multiple of 16
+    const bool staged = src != nullptr && bytes <= slice_bytes;  // warp-uniform
+    if (staged) {
+      for (int64_t v = lane; v < bytes / 16; v += 32) ptx::cp_async_16_zfill(slice + 16 * v, src + 16 * v, true);
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<0>();
+      __syncwarp();
+    }
+    quant::nvfp4_expand_row<kMaxStagesPerPass>(quant::Nvfp4ExpandLane(lane), staged ? slice : src, p.d,
+                                               reinterpret_cast<uint4*>(tokens + m * p.d * 2), p.token_scale_inv + m);
+    __syncwarp();  // the slice is read before the warp's next row overwrites it
   }
 
   // scratch: the finisher's staging buffer (kScratchBytes), a quarter per warp for its rows' values.
   template <int kScratchBytes>
   DMOE_DEVICE static void run(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int tid, uint8_t* scratch) {
     constexpr int kSliceVecs = kScratchBytes / 4 / 16;
-    static_assert(kSliceVecs >= 32, "a warp's slice holds at least one 256-value stage");
     const int warp = tid / 32, lane = tid % 32;
     const int64_t f = p.f;
     uint4* slice = reinterpret_cast<uint4*>(scratch) + warp * kSliceVecs;
     for (int32_t r = warp; r < rows; r += 4) {
       const int64_t m = static_cast<int64_t>(row0) + r;
-      quant::nvfp4_quantize_expand_row_warp(reinterpret_cast<uint16_t*>(h2 + m * f * 2), f,
-                                            p.packed_h2 + m * p.packed_stride, p.token_scale_inv + m, slice, kSliceVecs,
-                                            lane);
+      quant::nvfp4_quantize_expand_row_warp<kSliceVecs>(reinterpret_cast<uint16_t*>(h2 + m * f * 2), f,
+                                                        p.packed_h2 + m * p.packed_stride, p.token_scale_inv + m, slice,
+                                                        lane);
     }
   }
 };
 
 // The MXFP8 x task of both forms: the packed row [D E4M3 | D/32 E8M0] at p.x_rows[m] copied by one
 // warp into W13's token row bundle (codes at `tokens`, scales [rows, D/32] at ml.a_scales), as
-// mxfp8_gather_packed_rows does (a null row: zero codes, scales 0).
+// mxfp8_gather_packed_rows does (a null row: zero codes, scales 0), four 16-byte loads per lane in
+// flight (G100).
 struct Mxfp8XRows {
-  DMOE_DEVICE static void x_row(const MegaParams& p, char* tokens, const MainloopParams& ml, int64_t m, int lane) {
-    quant::mxfp8_copy_packed_row(
+  DMOE_DEVICE static void x_row(const MegaParams& p, char* tokens, const MainloopParams& ml, int64_t m, int lane,
+                                uint8_t* /*slice*/, int /*slice_bytes*/) {
+    quant::mxfp8_copy_packed_row<4>(
         static_cast<const char*>(p.x_rows[m]), p.d, reinterpret_cast<uint4*>(tokens + m * p.d),
         reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(const_cast<void*>(ml.a_scales)) + m * ml.a_scale_ld), lane);
   }
@@ -133,8 +149,9 @@ struct Mxfp8InPlaceHandoff : Mxfp8XRows {
   static constexpr bool kFinisher = true;
   static constexpr int kHandoffBatch = 4;  // 256-value steps loaded at once per warp (G100)
 
-  template <int kScratchBytes>  // (the codes take 4 F / 32 bytes of it: kernel's static_assert)
+  template <int kScratchBytes>
   DMOE_DEVICE static void run(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int tid, uint8_t* scratch) {
+    static_assert(kScratchBytes >= 4 * 2048, "four rows' codes: F <= 65536 (the host checks F)");
     const int warp = tid / 32, lane = tid % 32;
     const int64_t f = p.f;
     uint8_t* codes = scratch + warp * (f / numeric::kMXBlock);
@@ -181,8 +198,8 @@ struct MegaKernel {
                     Mainloop13::kAccPerMma == Mainloop2::kAccPerMma && Mainloop13::kClusterM == 1,
                 "cooperative consumers; the TMA thread, and the same scale warps taking turns, fill the stages");
   static_assert(Handoff::kFinisher == kDecode, "finisher hand-offs run the decode form, the epilogue one the rows form");
-  static_assert(!Handoff::kFinisher || Writer::kBytesPerWg >= 4 * 2048,
-                "the hand-off scratch: four rows' MXFP8 codes (F <= 65536)");
+  static_assert(!Handoff::kFinisher || !Writer::kTma,
+                "the finisher's hand-off overwrites its staging buffer: no TMA store may still read it");
 
   static constexpr int kThreads = 384;
   static constexpr uint32_t kLaunchRegs = (65536u / kThreads) & ~7u;
@@ -295,7 +312,7 @@ struct MegaKernel {
       {
         Scheduler s13(params.sc13, tables13);
         for (; lin >= 0 && lin < xt; lin = tile_ring_read(ring, ++index))
-          x_task(params, resolved[0], s13, lin, writer.bar, wg, tid);
+          x_task(params, resolved[0], s13, lin, writer.bar, wg, tid, base + kStagingOffset + wg * Writer::kBytesPerWg);
         while (lin >= 0 && lin < w2_first) {
           const WorkTile t = s13.at(lin - xt);
           Mainloop13::mma_tile(params.ml13, t, params.ml13.num_k_blocks, Mainloop13::kBlockK, pipe, st, smem, wg,
@@ -412,14 +429,17 @@ struct MegaKernel {
   // Chunk c's x task, both consumer warpgroups: warpgroup w's warps take the chunk's token rows
   // kChunkRows / 2 w .. kChunkRows / 2 (w + 1) - 1 (a row each at a time) into W13's token rows; each
   // warpgroup then publishes its half (x_ready[c] counts to 2). Every thread of both warpgroups calls it.
+  // `scratch`: the warpgroup's staging buffer, free before its first epilogue (x tasks come first), a
+  // quarter per warp.
   DMOE_DEVICE static void x_task(const Params& params, const ResolvedOperands& ops, const Scheduler& s13, int32_t c,
-                                 uint32_t bar, int wg, int tid) {
+                                 uint32_t bar, int wg, int tid, uint8_t* scratch) {
     int32_t expert, row0, rows;
     if constexpr (kDecode) s13.locate_n_tile(c, expert, row0, rows);
     else s13.locate_m_tile(c, expert, row0, rows);
     const int warp = tid / 32, lane = tid % 32;
     for (int32_t r = kChunkRows / 2 * wg + warp; r < min(rows, kChunkRows / 2 * (wg + 1)); r += 4)
-      Handoff::x_row(params.mega, ops.base[kTokenMap], params.ml13, static_cast<int64_t>(row0) + r, lane);
+      Handoff::x_row(params.mega, ops.base[kTokenMap], params.ml13, static_cast<int64_t>(row0) + r, lane,
+                     scratch + warp * (Writer::kBytesPerWg / 4), Writer::kBytesPerWg / 4);
     ptx::fence_proxy_async_global();  // W13's TMA reads the rows through the async proxy
     ptx::named_barrier_sync(bar, 128);
     if (tid == 0) {

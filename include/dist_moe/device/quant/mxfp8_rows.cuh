@@ -55,10 +55,23 @@ __device__ __forceinline__ void mxfp8_quantize_row_warp(const uint16_t* src, int
 // A packed MXFP8 row [cols E4M3 | cols / 32 E8M0] (a rank's token quantized at the source; nullptr:
 // a padding row -- zero codes, scales 0, what the quantizers write for a zero row) copied by one warp
 // into a row bundle row: codes at `q` (16-byte aligned), scales at `scales` (4-byte aligned). 16-byte
-// copies of the codes, 4-byte words of the scales. cols % 128 == 0.
+// copies of the codes, kBatch loads per lane issued before their stores (the Mega x task, one warp
+// per row, wants them in flight; the gather kernel has warps enough), 4-byte words of the scales.
+// cols % 128 == 0.
+template <int kBatch = 1>
 __device__ __forceinline__ void mxfp8_copy_packed_row(const char* src, int64_t cols, uint4* q, uint32_t* scales,
                                                       int lane) {
-  for (int64_t i = lane; i < cols / 16; i += 32) q[i] = src ? reinterpret_cast<const uint4*>(src)[i] : make_uint4(0, 0, 0, 0);
+  const int64_t n = cols / 16;
+  const uint4* codes = reinterpret_cast<const uint4*>(src);
+  for (int64_t i0 = lane; i0 < n; i0 += 32 * kBatch) {
+    uint4 v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (i0 + 32 * b < n) v[b] = src ? codes[i0 + 32 * b] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (i0 + 32 * b < n) q[i0 + 32 * b] = v[b];
+  }
   for (int64_t i = lane; i < cols / 128; i += 32) scales[i] = src ? reinterpret_cast<const uint32_t*>(src + cols)[i] : 0u;
 }
 

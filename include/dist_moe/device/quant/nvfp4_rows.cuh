@@ -169,18 +169,20 @@ __device__ __forceinline__ void nvfp4_expand_row(const Nvfp4ExpandLane& l, const
 // a chunk's rows over while the other soon waits for the stages it holds, so it is built for
 // latency: the row comes into the warp's shared-memory slice (`slice`, slice_vecs 16-byte vectors)
 // by cp.async, a slice-full at a time, no registers held (L2 only: the rows were written by other
-// SMs of the same launch) -- one L2 round trip for the amax and, for a row longer than the slice,
-// one more per slice-full for the second pass; a row that fits is read once. In the second pass a
+// SMs of the same launch) -- one L2 round trip per slice-full for the amax and, for a row longer
+// than the slice, one per slice-full but the last for the second pass, which takes the last first
+// (still in the slice); a row that fits is read once. kSliceVecs >= 32 (one stage). In the second pass a
 // stage (256 values) is one vector per lane, so the lanes that made a stage's E2M1 words and block
 // scales hand them to the lanes that expand them by shuffles (what nvfp4_expand_row_stages does
 // after loading them back from the packed row), and each lane stores its unit where its own vector
 // was: the row's values are read (into the slice) before any unit of them is stored. Every lane of
 // the warp must call it.
+template <int kSliceVecs>
 __device__ __forceinline__ void nvfp4_quantize_expand_row_warp(uint16_t* row, int64_t cols, uint8_t* packed,
-                                                              float* token_scale_inv, uint4* slice, int slice_vecs,
-                                                              int lane) {
-  const int vecs_total = static_cast<int>(cols / kVec);
-  const int piece = (slice_vecs / 32) * 32;  // whole stages (32 vectors) per slice-full
+                                                              float* token_scale_inv, uint4* slice, int lane) {
+  static_assert(kSliceVecs >= 32, "a slice holds at least one 256-value stage (32 vectors)");
+  constexpr int piece = kSliceVecs / 32 * 32;  // whole stages per slice-full
+  const int vecs_total = static_cast<int>(cols / kVec);  // cols % 256 == 0: whole stages
   uint4* vecs = reinterpret_cast<uint4*>(row);
   // Vectors [v0, v0 + n) of the row into the slice.
   const auto fetch = [&](int v0, int n) {
@@ -210,9 +212,11 @@ __device__ __forceinline__ void nvfp4_quantize_expand_row_warp(uint16_t* row, in
   // (i = lane / 8): vector 2 block + half of the stage, made by that lane, which also holds the
   // block's scale (both lanes of a block do).
   const Nvfp4ExpandLane l(lane);
-  for (int v0 = 0; v0 < vecs_total; v0 += piece) {
+  const int last = (vecs_total - 1) / piece * piece;  // pass 1 left this slice-full in the slice
+  for (int k = 0; k * piece < vecs_total; ++k) {
+    const int v0 = k == 0 ? last : (k - 1) * piece;  // the last slice-full first, then the others
     const int n = min(piece, vecs_total - v0);
-    if (vecs_total > piece) fetch(v0, n);  // (else the row is still in the slice)
+    if (k > 0) fetch(v0, n);
     for (int v = lane; v < n; v += 32) {  // n % 32 == 0: every lane has a vector per stage
       const int idx = v0 + v;
       const uint4 raw = slice[v];
