@@ -167,7 +167,7 @@ __device__ __forceinline__ void nvfp4_expand_row(const Nvfp4ExpandLane& l, const
 // K order), with its token_scale_inv at *token_scale_inv -- the bytes nvfp4_quantize_rows writes,
 // then nvfp4_expand_rows from them. For the Mega pipeline's h2 hand-off, where one warpgroup turns
 // a chunk's rows over while the other soon waits for the stages it holds, so it is built for
-// latency: the row comes into the warp's shared-memory slice (`slice`, slice_vecs 16-byte vectors)
+// latency: the row comes into the warp's shared-memory slice (`slice`, kSliceVecs 16-byte vectors)
 // by cp.async, a slice-full at a time, no registers held (L2 only: the rows were written by other
 // SMs of the same launch) -- one L2 round trip per slice-full for the amax and, for a row longer
 // than the slice, one per slice-full but the last for the second pass, which takes the last first
