@@ -62,7 +62,7 @@ DeviceFacts device_facts() {
 // The offset fields of the API, by name (the device prints the name; host strings are not
 // addressable there).
 enum OffsetName : int {
-  kOffA, kOffOut, kOffH1, kOffH2, kOffGathered, kOffGradOut, kOffGradA, kOffWgradA, kNumOffsetNames
+  kOffA, kOffOut, kOffH1, kOffH2, kOffGathered, kOffGradOut, kOffGradA, kOffWgradA, kOffColumns, kNumOffsetNames
 };
 
 struct OffsetChecks {
@@ -92,7 +92,8 @@ __global__ void validate_counts_kernel(const int32_t* counts, int32_t num_expert
   const char* const names[] = {"fprop", "w13_fprop_swiglu", "dgrad", "wgrad"};
   const char* const offset_names[kNumOffsetNames] = {"a_offset",        "out_offset",      "h1_offset",
                                                      "h2_offset",       "gather.gathered_offset",
-                                                     "grad_out_offset", "grad_a_offset",   "a_offset"};
+                                                     "grad_out_offset", "grad_a_offset",   "a_offset",
+                                                     "columns.offset"};
   const char* name = names[op];
   const int lane = static_cast<int>(threadIdx.x);
   if (lane < gemm::kNumMaps && offsets.ptr[lane] != nullptr) {
@@ -755,9 +756,11 @@ constexpr MegaForm kMegaRows{gemm::GemmKind::kFprop, 128, false, true, 128};
 
 // A Mega call's checks common to the formats, both launches filled (false: no rows) and the kernel
 // state: counters zeroed on the stream, f. `a` / `b`: the format's operands (both GEMMs).
+// h2_columns (the rows form in training): its offset is validated, and the segments must be whole
+// 32-row column blocks.
 bool prepare_mega(const W13FpropArgs& w13, const FpropArgs& w2, const OperandFormat& a, const OperandFormat& b,
                   const MegaForm& form, const void* const* x_rows, int smem, const char* op, GemmLaunch& L13,
-                  GemmLaunch& L2, gemm::MegaParams& m, cudaStream_t stream) {
+                  GemmLaunch& L2, gemm::MegaParams& m, cudaStream_t stream, const Mxfp8Columns& h2_columns = {}) {
   const GroupedGemmCommon& c13 = w13.common;
   const GroupedGemmCommon& c2 = w2.common;
   for (const GroupedGemmCommon* c : {&c13, &c2})
@@ -791,7 +794,8 @@ bool prepare_mega(const W13FpropArgs& w13, const FpropArgs& w2, const OperandFor
   if (c13.validate_counts) {
     validate_counts_kernel<<<1, 32, 0, stream>>>(c13.counts, L13.e_local, c13.m_capacity,
                                                  static_cast<int>(GroupedGemmOp::kFpropSwiglu),
-                                                 offset_checks({{L13.h1_offset, kOffH1}}), 1);  // (the rows form's)
+                                                 offset_checks({{L13.h1_offset, kOffH1}, {h2_columns.offset, kOffColumns}}),
+                                                 h2_columns.base != nullptr ? 32 : 1);  // (the rows form's)
     DMOE_CUDA_CHECK_LAUNCH();
   }
   // Chunks: the token tiles of all experts, at most m_capacity / chunk_rows + e_local; three counters each.
@@ -883,7 +887,8 @@ void grouped_gemm_mega_mxfp8(const W13FpropArgs& w13, const FpropArgs& w2, cudaS
   GemmLaunch L13, L2;
   gemm::MegaParams m;
   if (!prepare_mega(w13, w2, kMxfp8Rows, kMxfp8Weight, kMegaRows, x_rows,
-                    gemm::mega_mxfp8_rows_smem_bytes(static_cast<int>(w13.common.e_local)), op, L13, L2, m, stream))
+                    gemm::mega_mxfp8_rows_smem_bytes(static_cast<int>(w13.common.e_local)), op, L13, L2, m, stream,
+                    h2_columns))
     return;
   // h2's codes where W2's scale warps read them (the same strides).
   L13.epilogue.mx_scales = static_cast<uint8_t*>(const_cast<void*>(L2.a_scales));
@@ -948,7 +953,8 @@ void grouped_gemm_dgrad_swiglu_mxfp8(const DgradArgs& d, const SwigluBackwardMxf
   if (c.validate_counts) {
     validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity,
                                                  static_cast<int>(GroupedGemmOp::kDgrad),
-                                                 offset_checks({{L.h1_offset, kOffH1}}), 1);
+                                                 offset_checks({{L.h1_offset, kOffH1}, {s.columns.offset, kOffColumns}}),
+                                                 s.columns.base != nullptr ? 32 : 1);  // whole column blocks
     DMOE_CUDA_CHECK_LAUNCH();
   }
   gemm::launch_dgrad_swiglu_mxfp8(L);

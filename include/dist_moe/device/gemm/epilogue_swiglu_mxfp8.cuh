@@ -4,7 +4,8 @@
 // 128x128 tiles (device/gemm/mega.cuh), where nothing else may stand between W13 and W2. Training
 // also saves h1 (BF16, when kMapH1 is set) and h2's compact column bundle (32 x 1 blocks along the
 // rows, when EpilogueParams::mx_col is set): the staged W13's h1 and the rows + columns quantizer's
-// columns, bit for bit (padding rows: zero x rows give zero h2).
+// columns, bit for bit (rows of a segment past its real rows, EpilogueParams::real_rows, quantize as
+// zeros, as the quantizer makes them, whatever W13 gave them: 0 x NaN is NaN).
 //
 // Tile: the MXFP8 mainloop's cooperative 128x128 split tile, 64 gate + 64 up columns; warpgroup w
 // owns rows 64 w .. 64 w + 63. Register 4 j + i of a thread (j < 8) is gate column 8 j + 2 (lane % 4)
@@ -48,8 +49,7 @@ struct SwigluMxfp8RowsEpilogue {
   static constexpr int kOutBytes = 1;
 
 #if defined(__CUDACC__)
-  static_assert(kHalf == Mxfp8ColumnStaging::kCols && Mxfp8ColumnStaging::kBytes <= PaddedStagingWriter::kBytesPerWg,
-                "the tile's h2 columns are one staging of the writers' bytes");
+  static_assert(kHalf == Mxfp8ColumnStaging::kCols, "the tile's h2 columns are one column staging");
 
   // (Any writer: the kernel's. It stages h1 when h1 is stored; its bytes hold the h2 columns on their
   // way to the column bundle.)
@@ -57,6 +57,7 @@ struct SwigluMxfp8RowsEpilogue {
   DMOE_DEVICE static void store(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
                                 float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, AnyWriter& w,
                                 ClipCounts& counts) {
+    static_assert(Mxfp8ColumnStaging::kBytes <= AnyWriter::kBytesPerWg, "the column staging fits the writer's bytes");
     float(&a)[Mainloop::kAccPerMma] = acc[0];
     const int row0 = t.m_block * Mainloop::kBlockM + Mainloop::tile_row(wg, 0);
     if (row0 >= t.num_rows) return;  // uniform per warpgroup
@@ -67,6 +68,11 @@ struct SwigluMxfp8RowsEpilogue {
     // h1 = [gate | up] (training saves it), by ordinary stores: nothing in the launch reads it.
     if (ops.base[kMapH1] != nullptr) store_h1_block<kHalf>(p, ops, t, a, row0, n0, false, w);
     swiglu_gate_in_place<kHalf>(p, a, frag_row, clip_stat_rows(p, t), counts);
+    const int32_t real = p.real_rows != nullptr ? p.real_rows[t.expert] : t.num_rows;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)  // gate registers 4 j + 2 h + {0, 1} hold row lo (h = 0) or hi's h2
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[4 * j + i] = frag_row + 8 * (i / 2) < real ? a[4 * j + i] : 0.0f;
 
     const bool columns = p.mx_col != nullptr;
     const uint32_t staged = columns ? w.borrow() : 0u;  // z as BF16, column-major (Mxfp8ColumnStaging)
