@@ -1362,6 +1362,24 @@ TEST(MegaMxfp8Rows, ManyExpertsMoreChunksThanCtas) {
   DMOE_REQUIRE_SM90();
   run_mxfp8_mega_vs_staged(MegaMxfp8Form::kRowsWords, 96, 512, 384, 260, false, 97u);  // W2 waits on the W13 tail
 }
+TEST(MegaMxfp8Decode, RefusesRowsLongerThanItsHandoffHolds) {
+  DMOE_REQUIRE_SM90();
+  // The finisher's four warps keep a row's F / 32 codes each in its staging buffer: F <= 65536. An
+  // argument error, raised before anything touches the device (fake device addresses).
+  constexpr int64_t F = 65536 + 256;
+  W13FpropArgs a13;
+  FpropArgs a2;
+  a13.h2 = reinterpret_cast<void*>(uintptr_t{1} << 24);
+  a2.common.k = F;
+  a2.common.scales.a = static_cast<const uint8_t*>(a13.h2) + F;
+  a2.common.scales.a_ld = 2 * F;
+  try {
+    grouped_gemm_mega_mxfp8_decode(a13, a2, nullptr);
+    ADD_FAILURE() << "no error for F = " << F;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than the decode hand-off holds"), std::string::npos) << e.what();
+  }
+}
 TEST(MegaMxfp8Rows, RefusesWhatItCannotRun) {
   DMOE_REQUIRE_SM90();
   W13FpropArgs a13;
