@@ -174,7 +174,10 @@ struct W13FpropArgs {
   float clip_limit = static_cast<float>(kSwigluClampLimitDefault);
   bool accumulate_clip_stats = false;
   // Device [e_local]: the rows of each expert the statistics count, when `counts` include padding
-  // rows (block-scaled layers: routing's unpadded counts); nullptr = all `counts` rows.
+  // rows (block-scaled layers: routing's unpadded counts); nullptr = all `counts` rows. The Mega
+  // rows form (grouped_gemm_mega_mxfp8) also takes them as the real rows: h2 past them quantizes as
+  // zeros there, as the staged quantizer makes padding rows -- so they must not be fewer than the
+  // token rows W2 reads.
   const int32_t* clip_rows = nullptr;
   GatherArgs gather;
   // Device byte offsets (see the top of this file); nullptr = 0. a_offset is unused with gather.
@@ -254,9 +257,9 @@ struct MegaNvfp4Handoff {
   uint8_t* packed_h2 = nullptr;  // [m_capacity] packed NVFP4 h2 rows, packed_stride bytes apart
   int64_t packed_stride = 0;     // >= nvfp4_packed_row_bytes(F), a multiple of 16
   // The gather of x inside the launch (nullptr: w13.a already holds the expanded x rows): row m's
-  // packed NVFP4 row at x_rows[m] [m_capacity] (a dispatch window; nullptr: a zero row, never read
-  // for token rows), expanded into w13.a and its token_scale_inv into scales.a, chunk by chunk, as
-  // nvfp4_expand_rows would; each chunk's W13 tiles wait only for their chunk's rows.
+  // packed NVFP4 row at x_rows[m] [m_capacity] (a dispatch window, 16-byte aligned; nullptr: a zero
+  // row, never read for token rows), expanded into w13.a and its token_scale_inv into scales.a, chunk
+  // by chunk, as nvfp4_expand_rows would; each chunk's W13 tiles wait only for their chunk's rows.
   const void* const* x_rows = nullptr;
 };
 void grouped_gemm_mega_nvfp4_decode(const W13FpropArgs& w13, const FpropArgs& w2, const MegaNvfp4Handoff& handoff,
@@ -267,7 +270,7 @@ void grouped_gemm_mega_nvfp4_decode(const W13FpropArgs& w13, const FpropArgs& w2
 // = {a: (uint8_t*)w13.h2 + F, a_ld: 2F, a_kblock_words: false}; the bytes are the MXFP8 row
 // quantizer's (h3 is the staged pipeline's bit for bit).
 // x_rows: the gather of x inside the launch, as for NVFP4 (row m's packed MXFP8 row [D E4M3 | D/32
-// E8M0] copied into w13.a and its scales.a rows, as mxfp8_gather_packed_rows would; scales.a then
+// E8M0], 16-byte aligned, copied into w13.a and its scales.a rows, as mxfp8_gather_packed_rows would; scales.a then
 // [m_capacity, D/32] bytes); nullptr: w13.a already holds the row bundle.
 void grouped_gemm_mega_mxfp8_decode(const W13FpropArgs& w13, const FpropArgs& w2, cudaStream_t stream,
                                     const void* const* x_rows = nullptr);
@@ -282,8 +285,8 @@ void grouped_gemm_mega_mxfp8_decode(const W13FpropArgs& w13, const FpropArgs& w2
 // too) is stored, and h2_columns names h2's compact MXFP8 column bundle (32 x 1 blocks along the
 // rows, quant::QuantizedOut::compact's layout: E4M3 [F, R] at base + *offset, its E8M0 codes
 // [R / 32, F] after it; R = *rows, the rows of all segments -- each a multiple of 32 rows, as the
-// layer pads them, whose padding rows must hold zero x rows), the bytes of the rows + columns
-// quantizer on the BF16 h2.
+// layer pads them), the bytes of the rows + columns quantizer on the BF16 h2 with w13.clip_rows as
+// the real rows (rows past them quantize as zeros, in the rows and the columns).
 struct Mxfp8Columns {
   uint8_t* base = nullptr;          // nullptr: no columns
   const int64_t* offset = nullptr;  // device byte offset (nullptr: none)

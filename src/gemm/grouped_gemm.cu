@@ -93,7 +93,7 @@ __global__ void validate_counts_kernel(const int32_t* counts, int32_t num_expert
   const char* const offset_names[kNumOffsetNames] = {"a_offset",        "out_offset",      "h1_offset",
                                                      "h2_offset",       "gather.gathered_offset",
                                                      "grad_out_offset", "grad_a_offset",   "a_offset",
-                                                     "columns.offset"};
+                                                     "the column bundle's offset"};
   const char* name = names[op];
   const int lane = static_cast<int>(threadIdx.x);
   if (lane < gemm::kNumMaps && offsets.ptr[lane] != nullptr) {
@@ -792,10 +792,11 @@ bool prepare_mega(const W13FpropArgs& w13, const FpropArgs& w2, const OperandFor
   fill_launch(L2, c2, dev.num_sms, dev.num_sms, stream);
   L13.kind = L2.kind = form.kind;
   if (c13.validate_counts) {
+    // (h1 and the columns: the rows form's; with columns, segments of whole 32-row column blocks)
     validate_counts_kernel<<<1, 32, 0, stream>>>(c13.counts, L13.e_local, c13.m_capacity,
                                                  static_cast<int>(GroupedGemmOp::kFpropSwiglu),
                                                  offset_checks({{L13.h1_offset, kOffH1}, {h2_columns.offset, kOffColumns}}),
-                                                 h2_columns.base != nullptr ? 32 : 1);  // (the rows form's)
+                                                 h2_columns.base != nullptr ? 32 : 1);
     DMOE_CUDA_CHECK_LAUNCH();
   }
   // Chunks: the token tiles of all experts, at most m_capacity / chunk_rows + e_local; three counters each.
@@ -954,7 +955,7 @@ void grouped_gemm_dgrad_swiglu_mxfp8(const DgradArgs& d, const SwigluBackwardMxf
     validate_counts_kernel<<<1, 32, 0, stream>>>(c.counts, L.e_local, c.m_capacity,
                                                  static_cast<int>(GroupedGemmOp::kDgrad),
                                                  offset_checks({{L.h1_offset, kOffH1}, {s.columns.offset, kOffColumns}}),
-                                                 s.columns.base != nullptr ? 32 : 1);  // whole column blocks
+                                                 s.columns.base != nullptr ? 32 : 1);  // (whole column blocks)
     DMOE_CUDA_CHECK_LAUNCH();
   }
   gemm::launch_dgrad_swiglu_mxfp8(L);
