@@ -313,6 +313,14 @@ inline HostBf16 spread_bf16(int64_t rows, int64_t cols, int64_t rows_per_scale, 
   return t;
 }
 
+// The Mega decode tests' special rows: a NaN in the first token row's x and BF16's largest finite value
+// in the second (its W13 products overflow), so h2 holds NaN and +-Inf rows for the hand-offs.
+inline void poke_special_rows(HostBf16& x, const std::vector<char>& token, int64_t D) {
+  int found = 0;
+  for (size_t m = 0; m < token.size() && found < 2; ++m)
+    if (token[m]) x.bits[m * static_cast<size_t>(D) + 7] = found++ == 0 ? uint16_t{0x7FC0} : uint16_t{0x7F7F};
+}
+
 inline double bf16_value(const std::vector<uint16_t>& v, int64_t i) { return numeric::bf16_to_float(numeric::bf16_t{v[i]}); }
 
 // GroupedGemmCommon::tile_rows below the counts (the inference layers' padded segments: the swap-AB

@@ -1134,11 +1134,7 @@ void run_mxfp8_mega_vs_staged(MegaMxfp8Form form, int64_t E, int64_t D, int64_t 
   if (training)  // the layer's x rows + columns quantizer leaves padding rows zero
     for (int64_t m = 0; m < cap; ++m)
       if (!token[static_cast<size_t>(m)]) std::fill_n(x_bf16.bits.begin() + m * D, D, uint16_t{0});
-  if (special_rows) {  // a NaN in the first token row, BF16's largest finite value in the second (h2 NaN, +-Inf)
-    int found = 0;
-    for (int64_t m = 0; m < cap && found < 2; ++m)
-      if (token[static_cast<size_t>(m)]) x_bf16.bits[m * D + 7] = found++ == 0 ? uint16_t{0x7FC0} : uint16_t{0x7F7F};
-  }
+  if (special_rows) poke_special_rows(x_bf16, token, D);
   const Mxfp8Rows x = mxfp8_rows(x_bf16, cap, D);
   const Mxfp8Weight w13 = mxfp8_weight(spread_bf16(E * 2 * F, D, 128, 1.0f / std::sqrt(float(D)), rng), E, 2 * F, D);
   const Mxfp8Weight w2 = mxfp8_weight(spread_bf16(E * D, F, 128, 1.0f / std::sqrt(float(F)), rng), E, D, F);

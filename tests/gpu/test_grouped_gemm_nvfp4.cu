@@ -382,14 +382,6 @@ TEST(GroupedGemmNvfp4, HeuristicPicksFitManyExperts) {
 // token rows must stay untouched. Run twice (the chunk counters start from zero again), the second
 // time gathering x in the launch (x_rows) and checked against nvfp4_expand_rows' x too.
 
-// A NaN in the first token row's x and BF16's largest finite value in the second (its W13 products
-// overflow): h2 rows with NaN and +-Inf for the hand-off's NaN and overflow paths.
-void poke_special_rows(HostBf16& x, const std::vector<char>& token, int64_t D) {
-  int found = 0;
-  for (size_t m = 0; m < token.size() && found < 2; ++m)
-    if (token[m]) x.bits[m * static_cast<size_t>(D) + 7] = found++ == 0 ? uint16_t{0x7FC0} : uint16_t{0x7F7F};
-}
-
 void run_mega_vs_staged(int64_t E, int64_t D, int64_t F, bool clamped, uint32_t seed, bool special_rows = false) {
   std::printf("nvfp4 mega E=%lld D=%lld F=%lld %s\n", static_cast<long long>(E), static_cast<long long>(D),
               static_cast<long long>(F), clamped ? "clamped" : "plain");

@@ -189,6 +189,8 @@ struct GroupedGemmKernel {
 
   // ---- shared memory layout ---------------------------------------------------------------------
   static constexpr int kStagingOffset = Mainloop::smem_bytes();
+  // Warpgroup wg's staging buffer (its writer's; warpgroup 1's is also the narrow-tile join's).
+  DMOE_HOST_DEVICE static constexpr int staging_offset(int wg) { return kStagingOffset + wg * Writer::kBytesPerWg; }
   static constexpr int kBarrierOffset = kStagingOffset + 2 * Writer::kBytesPerWg;
   static constexpr int kResolvedOffset = kBarrierOffset + static_cast<int>(sizeof(typename Pipeline::SharedStorage));
   static constexpr int kCountersOffset = kResolvedOffset + static_cast<int>(sizeof(ResolvedOperands));
@@ -299,7 +301,7 @@ struct GroupedGemmKernel {
       ptx::setmaxnreg_inc<kConsumerRegs>();
       const int wg = static_cast<int>(role) - 1;
       const int consumer_tid = static_cast<int>(threadIdx.x) - 128;
-      Writer writer(smem + kStagingOffset + wg * Writer::kBytesPerWg, kBarrierEpilogueWg0 + wg);
+      Writer writer(smem + staging_offset(wg), kBarrierEpilogueWg0 + wg);
       if constexpr (Writer::kTma) {
         if (threadIdx.x % 128 == 0)
           acquire_patched_maps(params.maps, resolved, (1u << kMapOut) | (1u << kMapH1) | (1u << kMapH2));
@@ -336,7 +338,7 @@ struct GroupedGemmKernel {
             Epilogue::defer(params.epilogue, resolved, t, acc, wg, deferred.d, writer);
           } else {
             Mainloop::mma_tile(params.mainloop, t, num_k, rows_in_last, pipe, st, smem, wg, acc);
-            Mainloop::join_tile(params.mainloop, t, wg, acc, writer, smem + kStagingOffset + Writer::kBytesPerWg);
+            Mainloop::join_tile(params.mainloop, t, wg, acc, writer, smem + staging_offset(1));
           }
           if (dynamic) next = sched.at(tile_ring_read(ring, index + 1));
           // Signal only when the other warpgroup has a tile to wait for: every arrival is matched.

@@ -162,7 +162,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     static_assert(Writer::kBytesPerWg >= 128 * kRound * 4 && kRound % 4 == 0, "a round fits the staging buffer");
     const uint32_t tid = threadIdx.x % 128;
     // No TMA store reads the buffer any more; warpgroup 1 meets. `staging1` must be the buffer warpgroup
-    // 1's writer owns (the kernels pass kStagingOffset + Writer::kBytesPerWg; warpgroup 0 has no handle
+    // 1's writer owns (the kernels pass their staging_offset(1); warpgroup 0 has no handle
     // on it). Not checked here: a compare and trap made ptxas spill 322 bytes in the FPROP kernel.
     if (wg == 1) writer.borrow();
     // Both warpgroups load and select rather than branch around the loads: one select per register

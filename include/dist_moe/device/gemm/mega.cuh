@@ -96,12 +96,7 @@ struct Nvfp4ExpandedHandoff {
     const uint8_t* src = static_cast<const uint8_t*>(p.x_rows[m]);
     const int64_t bytes = numeric::nvfp4_packed_row_bytes(p.d);  // a multiple of 16
     const bool staged = src != nullptr && bytes <= slice_bytes;  // warp-uniform
-    if (staged) {
-      for (int64_t v = lane; v < bytes / 16; v += 32) ptx::cp_async_16_zfill(slice + 16 * v, src + 16 * v, true);
-      ptx::cp_async_commit();
-      ptx::cp_async_wait<0>();
-      __syncwarp();
-    }
+    if (staged) ptx::warp_copy_to_shared(slice, src, static_cast<int>(bytes / 16), lane);
     quant::nvfp4_expand_row<kMaxStagesPerPass>(quant::Nvfp4ExpandLane(lane), staged ? slice : src, p.d,
                                                reinterpret_cast<uint4*>(tokens + m * p.d * 2), p.token_scale_inv + m);
     __syncwarp();  // the slice is read before the warp's next row overwrites it
@@ -219,6 +214,8 @@ struct MegaKernel {
 
   // ---- shared memory: [stages][staging x 2][pipeline][resolved x 2][counters][ring][tables x 2] -----
   static constexpr int kStagingOffset = Mainloop13::smem_bytes();
+  // Warpgroup wg's staging buffer (its writer's; warpgroup 1's is also the narrow-tile join's).
+  DMOE_HOST_DEVICE static constexpr int staging_offset(int wg) { return kStagingOffset + wg * Writer::kBytesPerWg; }
   static constexpr int kBarrierOffset = kStagingOffset + 2 * Writer::kBytesPerWg;
   static constexpr int kResolvedOffset = kBarrierOffset + static_cast<int>(sizeof(typename Pipeline::SharedStorage));
   static constexpr int kCountersOffset = kResolvedOffset + 2 * static_cast<int>(sizeof(ResolvedOperands));
@@ -303,7 +300,7 @@ struct MegaKernel {
       ptx::setmaxnreg_inc<kConsumerRegs>();
       const int wg = static_cast<int>(role) - 1;
       const int tid = static_cast<int>(threadIdx.x % 128);
-      Writer writer(smem + kStagingOffset + wg * Writer::kBytesPerWg, kBarrierEpilogueWg0 + wg);
+      Writer writer(smem + staging_offset(wg), kBarrierEpilogueWg0 + wg);
       PipelineState<kStages> st;
       ClipCounts counts;
       float acc[Mainloop13::kMmaPerWg][Mainloop13::kAccPerMma];
@@ -312,13 +309,13 @@ struct MegaKernel {
       {
         Scheduler s13(params.sc13, tables13);
         for (; lin >= 0 && lin < xt; lin = tile_ring_read(ring, ++index))
-          x_task(params, resolved[0], s13, lin, writer.bar, wg, tid, base + kStagingOffset + wg * Writer::kBytesPerWg);
+          x_task(params, resolved[0], s13, lin, writer.bar, wg, tid, base + staging_offset(wg));
         while (lin >= 0 && lin < w2_first) {
           const WorkTile t = s13.at(lin - xt);
           Mainloop13::mma_tile(params.ml13, t, params.ml13.num_k_blocks, Mainloop13::kBlockK, pipe, st, smem, wg,
                                acc);
           lin = tile_ring_read(ring, ++index);  // only after this tile's stages (kernel.cuh)
-          Mainloop13::join_tile(params.ml13, t, wg, acc, writer, smem + kStagingOffset + Writer::kBytesPerWg);
+          Mainloop13::join_tile(params.ml13, t, wg, acc, writer, smem + staging_offset(1));
           Epilogue13::store(params.ep13, resolved[0], t, acc, wg, writer, counts);
           arrive(params, resolved[0], s13, t, writer.bar, tid, base, wg);
         }
@@ -328,7 +325,7 @@ struct MegaKernel {
         const WorkTile t = s2.at(lin - w2_first);
         Mainloop2::mma_tile(params.ml2, t, params.ml2.num_k_blocks, Mainloop2::kBlockK, pipe, st, smem, wg, acc);
         lin = tile_ring_read(ring, ++index);
-        Mainloop2::join_tile(params.ml2, t, wg, acc, writer, smem + kStagingOffset + Writer::kBytesPerWg);
+        Mainloop2::join_tile(params.ml2, t, wg, acc, writer, smem + staging_offset(1));
         Epilogue2::store(params.ep2, resolved[1], t, acc, wg, writer, counts);
       }
       writer.finish();
@@ -465,7 +462,7 @@ struct MegaKernel {
       return;
     } else {
       volatile uint32_t* finisher = reinterpret_cast<uint32_t*>(base + kCountersOffset) + 4 + wg;
-      uint8_t* scratch = base + kStagingOffset + wg * Writer::kBytesPerWg;  // the writer's buffer, generic
+      uint8_t* scratch = base + staging_offset(wg);  // the writer's buffer, generic
       ptx::named_barrier_sync(bar, 128);  // every thread's h2 stores come before the count
       if (tid == 0) {
         ptx::fence_acq_rel_gpu();  // release: this warpgroup's stores (cumulative through the barrier)

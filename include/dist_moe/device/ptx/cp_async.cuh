@@ -29,6 +29,16 @@ DMOE_DEVICE void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
+// One warp: `vecs` 16-byte vectors from `src` (global, 16-byte aligned) into `dst` (shared), waited
+// for: when it returns, every lane may read any of them. Every lane of the warp must call it.
+DMOE_DEVICE void warp_copy_to_shared(void* dst, const void* src, int vecs, int lane) {
+  for (int v = lane; v < vecs; v += 32)
+    cp_async_16_zfill(static_cast<uint4*>(dst) + v, static_cast<const uint4*>(src) + v, true);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncwarp();
+}
+
 #endif  // __CUDACC__
 
 }  // namespace dist_moe::ptx

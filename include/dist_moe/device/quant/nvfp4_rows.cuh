@@ -185,12 +185,7 @@ __device__ __forceinline__ void nvfp4_quantize_expand_row_warp(uint16_t* row, in
   const int vecs_total = static_cast<int>(cols / kVec);  // cols % 256 == 0: whole stages
   uint4* vecs = reinterpret_cast<uint4*>(row);
   // Vectors [v0, v0 + n) of the row into the slice.
-  const auto fetch = [&](int v0, int n) {
-    for (int v = lane; v < n; v += 32) ptx::cp_async_16_zfill(slice + v, vecs + v0 + v, true);
-    ptx::cp_async_commit();
-    ptx::cp_async_wait<0>();
-    __syncwarp();
-  };
+  const auto fetch = [&](int v0, int n) { ptx::warp_copy_to_shared(slice, vecs + v0, n, lane); };
   float a = 0.0f;
   for (int v0 = 0; v0 < vecs_total; v0 += piece) {
     const int n = min(piece, vecs_total - v0);
