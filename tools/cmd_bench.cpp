@@ -10,10 +10,9 @@
 // FP8-blockwise or NVFP4 staged layer, weights prepared once; our BF16 layer on the same inputs is timed in alternation with it,
 // and the GEMM-only column is the BF16 GEMMs' (what the block-scaled GEMMs replace).
 // --pipeline mega (with --format nvfp4 --mode infer at decode-sized shapes -- at most 12 routed rows
-// per local expert -- or --format mxfp8 at any size, inference or training; DMOE_EXPERIMENTAL_MEGA=1
-// until the Mega kernels are verified on a GPU): the layer under test is the Mega pipeline, and the
-// staged layer of the same format (inference, or forward+backward) is timed in alternation with it
-// too ("staged layer" line: Mega's speedup).
+// per local expert -- or --format mxfp8 at any size, inference or training): the layer under test is
+// the Mega pipeline, and the staged layer of the same format (inference, or forward+backward) is
+// timed in alternation with it too ("staged layer" line: Mega's speedup).
 // --experts E: the shape with E global experts instead of its own (e.g. dsv3_prefill --experts 128
 // on one GPU: the expert GEMMs one rank of EP2 runs, without the NVLink traffic); no stock layer.
 // --tokens T: the shape with T tokens per rank instead of its own (e.g. dsv3_decode --tokens 512: the

@@ -265,8 +265,7 @@ def create_context(*, group, config: Config, device=None, emulate_peer_buffers=N
     ``prepare_block_scaled_weight`` results), hidden_dim and intermediate_dim multiples of 256,
     hidden_dim <= 16384 and intermediate_dim <= 8192. ``fast_math`` and ``kernel_config`` have no
     Hopper execution yet, nor has ``pipeline="mega"`` except for decode-sized NVFP4 inference
-    contexts and MXFP8 contexts (inference of any size; training, whose forward runs in one launch)
-    under the environment variable ``DMOE_EXPERIMENTAL_MEGA=1`` (written, not yet verified on a GPU):
+    contexts and MXFP8 contexts (inference of any size; training, whose forward runs in one launch):
     the C++ context raises ValueError saying so.
     """
     if not isinstance(config, Config):

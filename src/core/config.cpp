@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "dist_moe/error.h"
-#include "env_knobs.h"
 
 namespace dist_moe {
 namespace {
@@ -269,16 +268,14 @@ void ExecutionOptions::validate() const {
 void validate_block_scaled_execution(const Config& config, int64_t ep_size) {
   if (!config.block_scaled) return;
   const BlockScaledConfig& bs = *config.block_scaled;
-  // Mega's first Hopper kernels (NVFP4 inference at decode sizes; MXFP8 inference at every size,
-  // MXFP8 training's forward and its W2 DGRAD + SwiGLU backward; issue #28) wait for their first GPU
-  // run behind DMOE_EXPERIMENTAL_MEGA;
-  // the context checks the sizes (context.cpp).
+  // Mega on Hopper (issue #28): NVFP4 inference (decode sizes), MXFP8 inference of every size and
+  // MXFP8 training (the forward and the W2 DGRAD + SwiGLU backward in one launch each); the context
+  // checks the sizes (context.cpp).
   const bool mega_built = bs.format == BlockScaledFormat::kMXFP8_E4M3 ||
                           (config.inference && bs.format == BlockScaledFormat::kNVFP4);
-  if (bs.pipeline != BlockScaledPipeline::kStaged && !(mega_built && core::env_flag("DMOE_EXPERIMENTAL_MEGA")))
-    detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' has no Hopper execution yet; use "
-                 "pipeline='staged' (NVFP4 inference and MXFP8 run it under DMOE_EXPERIMENTAL_MEGA=1 until it is "
-                 "verified on a GPU)");
+  if (bs.pipeline != BlockScaledPipeline::kStaged && !mega_built)
+    detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.pipeline='mega' has no Hopper execution yet for ",
+                 to_string(bs.format), "; use pipeline='staged' (Mega runs MXFP8, and NVFP4 inference)");
   if (bs.fast_math)
     detail::fail(ErrorCode::kInvalidValue, "BlockScaledConfig.fast_math has no Hopper execution yet; use "
                  "fast_math=False");

@@ -27,7 +27,6 @@ const std::vector<EnvKnob>& env_knobs() {
       {"DMOE_PRINT_GEMM_CONFIG", "1", "print each distinct grouped GEMM problem and its configuration once"},
       {"DMOE_MXFP8_NARROW_SPLIT", "0 | 1",
        "MXFP8 128x128 tiles of at most 64 expert rows: both warpgroups, a column slice each; 0: warpgroup 0 alone (A/B); default 1"},
-      {"DMOE_EXPERIMENTAL_MEGA", "1", "accept BlockScaledConfig.pipeline='mega' for NVFP4 decode inference and MXFP8 (not yet verified on a GPU)"},
   };
   return table;
 }

@@ -326,17 +326,12 @@ TEST(BlockScaledExecution, Mxfp8StagedRunsAndTheRestSaysWhy) {
   fp8bw.intermediate_dim = 320;  // Config itself asks for multiples of the format's 128-element vector
   expect_error([&] { fp8bw.validate(); }, ErrorCode::kInvalidValue,
                {"fp8_blockwise requires hidden_dim and intermediate_dim divisible by its vector size 128"});
+  // Mega: NVFP4 inference, MXFP8 inference and training; FP8 blockwise and NVFP4 training refused
+  // (the sizes are the context's check, tests/gpu/multi).
   Config mega = c;
   mega.block_scaled->pipeline = BlockScaledPipeline::kMega;
-  expect_execution_error(mega, 1, {"pipeline='mega' has no Hopper execution yet"});
-  // Mega's first kernels (NVFP4 decode inference, MXFP8 inference and training; not yet run on a
-  // GPU) only under the experimental flag; without it, and for FP8 blockwise, the refusal stays (the
-  // sizes are the context's check, tests/gpu/multi).
   Config nvfp4_mega = nvfp4;
   nvfp4_mega.block_scaled->pipeline = BlockScaledPipeline::kMega;
-  ::unsetenv("DMOE_EXPERIMENTAL_MEGA");
-  expect_execution_error(nvfp4_mega, 1, {"pipeline='mega' has no Hopper execution yet", "DMOE_EXPERIMENTAL_MEGA=1"});
-  ::setenv("DMOE_EXPERIMENTAL_MEGA", "1", 1);
   EXPECT_NO_THROW(validate_block_scaled_execution(nvfp4_mega, 1));
   Config mxfp8_mega = mega;  // MXFP8 Mega runs inference and training (the forward in one launch)
   mxfp8_mega.inference = true;
@@ -346,8 +341,7 @@ TEST(BlockScaledExecution, Mxfp8StagedRunsAndTheRestSaysWhy) {
   Config fp8bw_mega = fp8bw;  // FP8 blockwise has no Mega
   fp8bw_mega.intermediate_dim = 256;
   fp8bw_mega.block_scaled->pipeline = BlockScaledPipeline::kMega;
-  expect_execution_error(fp8bw_mega, 4, {"pipeline='mega' has no Hopper execution yet"});
-  ::unsetenv("DMOE_EXPERIMENTAL_MEGA");
+  expect_execution_error(fp8bw_mega, 4, {"pipeline='mega' has no Hopper execution yet for fp8_blockwise"});
   Config fast = c;
   fast.block_scaled->fast_math = true;
   expect_execution_error(fast, 1, {"fast_math has no Hopper execution yet"});

@@ -13,7 +13,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <optional>
 #include <random>
 #include <string>
@@ -130,7 +129,6 @@ void issue_calls(Context& ctx, const EmulatedCase& c, const EmulatedInputs& inp,
 
 Result run_emulated(const EmulatedCase& c, const reference::Problem& p, const TensorF& grad_out, bool full_slot,
                     cudaStream_t stream) {
-  if (c.mega) ::setenv("DMOE_EXPERIMENTAL_MEGA", "1", 1);  // (Mega's kernels wait for their first green run)
   auto ctx = Context::create_emulated(config_of(c, full_slot), c.rank, c.world);
   EXPECT_EQ(ctx->rank(), c.rank);
   EXPECT_EQ(ctx->ep_size(), c.world);
@@ -269,7 +267,6 @@ TEST_P(EmulatedPeersGraph, ReplayEqualsEagerBitwise) {
   const std::vector<TensorF> grad_out = reference::make_random_grad_out(p, c.seed + 99);
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  if (c.mega) ::setenv("DMOE_EXPERIMENTAL_MEGA", "1", 1);
   auto ctx = Context::create_emulated(config_of(c, /*full_slot=*/false), c.rank, c.world);
   const int64_t L = ctx->local_experts();
   EmulatedInputs inp(c, p, grad_out[c.rank], stream);

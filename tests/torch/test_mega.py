@@ -3,8 +3,7 @@
 decode sizes (the 16-token tiles) and beyond (the rows form, 128x128 tiles) -- give the staged
 context's output bit for bit on the same prepared weights, eagerly and in CUDA graph replays; MXFP8
 training contexts (the forward in one launch) give the staged output and all four gradients bit for
-bit; what is not built is refused with its text. Mega waits for its first GPU run behind
-``DMOE_EXPERIMENTAL_MEGA=1``, which each test sets.
+bit; what is not built is refused with its text.
 
 Numerics: Mega runs the staged kernels' tiles and per-row code, so the comparison is bitwise; the
 staged contexts' own checks against the BF16 reference are test_nvfp4.py's and test_mxfp8.py's.
@@ -24,11 +23,6 @@ CLAMPED = dict(activation="swiglu_clamped", swiglu_alpha=1.5, swiglu_limit=5.0)
 # (format, tokens per call = the context's T): at most 12 routed rows per local expert is the decode
 # form (T = 8: 4 per expert); T = 128 (64 per expert) MXFP8's rows form.
 CASES = [(NVFP4, 8), (MXFP8, 8), (MXFP8, 128)]
-
-
-@pytest.fixture(autouse=True)
-def mega_flag(monkeypatch):
-    monkeypatch.setenv("DMOE_EXPERIMENTAL_MEGA", "1")
 
 
 def config(fmt, t, pipeline, inference=True, **kw):
@@ -140,17 +134,14 @@ def test_mega_training_matches_staged_bitwise(contexts, clamped):
             torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m, n=name: f"call {call} {n}: mega vs staged: {m}")
 
 
-def test_mega_refusals(world1, monkeypatch):
+def test_mega_refusals(world1):
     """What Mega does not run on Hopper yet raises the C++ context's ValueError: NVFP4 past decode
-    sizes, FP8 blockwise, and anything without the experimental flag."""
+    sizes, FP8 blockwise."""
 
     def create(cfg):
         dist_moe.create_context(group=world1, config=cfg, device=DEV).close()
 
     with pytest.raises(ValueError, match="runs NVFP4 at decode sizes on Hopper so far"):
         create(config(NVFP4, 128, "mega"))
-    with pytest.raises(ValueError, match="pipeline='mega' has no Hopper execution yet"):
+    with pytest.raises(ValueError, match="pipeline='mega' has no Hopper execution yet for fp8_blockwise"):
         create(config(dist_moe.BlockScaledFormat.FP8_BLOCKWISE, 128, "mega"))
-    monkeypatch.delenv("DMOE_EXPERIMENTAL_MEGA")
-    with pytest.raises(ValueError, match="pipeline='mega' has no Hopper execution yet"):
-        create(config(MXFP8, 8, "mega"))

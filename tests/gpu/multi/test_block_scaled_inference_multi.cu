@@ -393,7 +393,6 @@ bool case_validation(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
 // The Mega pipeline runs the staged pipeline's kernels' numerics in one launch, so its output must
 // equal the staged context's bit for bit (and pass the same oracle checks). Decode-sized cases only
 // (at most 12 routed rows per local expert: the contexts Mega accepts), ragged by random routing.
-// Mega waits for its first GPU run behind DMOE_EXPERIMENTAL_MEGA, which these cases set.
 Case mega_case(const char* name) {
   Case c{name};
   c.T_max = c.T = 24;
@@ -414,7 +413,6 @@ Config mega_config(const Case& c, int world) {
 // captured once and replayed twice, each replay == eager.
 bool mega_matches_staged(const Case& c, bool graph, ncclComm_t nccl, int rank, int world, cudaStream_t stream,
                          std::string* why) {
-  ::setenv("DMOE_EXPERIMENTAL_MEGA", "1", 1);
   const Problem pr = make_problem(c, world);
   auto staged = Context::create(config_of(c, world), nccl);
   auto mega = Context::create(mega_config(c, world), nccl);
@@ -464,13 +462,9 @@ bool case_mega_graph(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
   return mega_matches_staged(c, true, nccl, rank, world, stream, why);
 }
 
-// Without the flag, and on a context that is not decode-sized, pipeline='mega' is refused clearly.
+// On a context that is not decode-sized, NVFP4's pipeline='mega' is refused clearly.
 bool case_mega_validation(ncclComm_t nccl, int /*rank*/, int world, cudaStream_t /*stream*/, std::string* why) {
   ErrorExpectations expect_error{why};
-  ::unsetenv("DMOE_EXPERIMENTAL_MEGA");
-  expect_error("unflagged", "pipeline='mega' has no Hopper execution yet",
-               [&] { Context::create(mega_config(mega_case("v"), world), nccl); });
-  ::setenv("DMOE_EXPERIMENTAL_MEGA", "1", 1);
   expect_error("prefill", "runs NVFP4 at decode sizes on Hopper so far",
                [&] { Context::create(mega_config(prefill_case("v"), world), nccl); });
   return expect_error.ok;
