@@ -129,6 +129,20 @@ double routed_rows_per_expert(const GroupedGemmProblem& p) {
   return static_cast<double>(rows) / static_cast<double>(p.e_local);
 }
 
+// Token rows per local expert on average, routing's padding left out: the caller's bound of routed
+// rows when it gives one (block-scaled layers do, tile_rows or not), else the usable rows.
+double token_rows_per_expert(const GroupedGemmProblem& p) {
+  const int64_t rows = p.routed_rows_bound > 0 ? std::min(p.routed_rows_bound, usable_rows(p)) : usable_rows(p);
+  return static_cast<double>(rows) / static_cast<double>(p.e_local);
+}
+
+// The most token rows per local expert for which FP8-blockwise decode-sized calls take the swap-AB
+// tile (select_fp8_blockwise); DMOE_FP8_SWAPAB_MAX_ROWS for A/B runs.
+int64_t fp8_swap_ab_max_rows() {
+  static const int64_t rows = core::env_int64_or("DMOE_FP8_SWAPAB_MAX_ROWS", kFp8SwapAbMaxRowsPerExpert);
+  return rows;
+}
+
 // kNarrowDecodeRowsPerExpert (grouped_gemm_config.h): block-scaled decode tiles over the real rows
 // take 16 tokens up to that average per expert, a wider tile above it (NVFP4 32 tokens, MXFP8
 // 128x128: select_*). A
@@ -228,8 +242,15 @@ GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
   // multiple of 256 (the stage's B scale copy is 256 columns; G69), else 128x128 (five stages).
   if (p.op == GroupedGemmOp::kWgrad)
     return p.k % 256 == 0 ? tile(128, 256, 3, p, sms, false, true) : tile(128, 128, 5, p, sms, false, true);
-  // Decode-sized FPROP and W13: the swap-AB tile streaming the E4M3 weights (as MXFP8's).
-  if (p.op != GroupedGemmOp::kDgrad && is_decode(p)) return swap_ab_tile(p, sms);
+  // Decode-sized FPROP and W13: the swap-AB tile streaming the E4M3 weights (as MXFP8's), while the
+  // token rows per expert (without routing's 32-row padding, which is_decode counts) fit about one
+  // 32-token pass. Above that, 128x256 runs one M tile per expert where swap-AB runs its per-stage
+  // work once per 32 tokens: s46 r2, qwen3_30b dims, random rows, tiles over the real rows, 32 rows
+  // per expert W13 0.132 vs 0.153 ms, W2 0.083 vs 0.098; 64 rows W13 0.138 vs 0.228, W2 0.086 vs
+  // 0.143 (perf_history G101). DMOE_FP8_SWAPAB_MAX_ROWS moves the bound (A/B runs; 64: every
+  // decode-sized call, the old pick).
+  if (p.op != GroupedGemmOp::kDgrad && is_decode(p) && token_rows_per_expert(p) <= fp8_swap_ab_max_rows())
+    return swap_ab_tile(p, sms);
   // Beyond ~220 local experts the scheduler tables push both picks past the shared memory (by 280
   // bytes at 256): the same tile with one stage fewer.
   const int64_t width = p.op == GroupedGemmOp::kDgrad ? p.k : p.n;  // output columns

@@ -307,20 +307,30 @@ TEST(GemmConfig, OperandFormats) {
   EXPECT_EQ(pick(dec).name(), "128x128x128_s5_tma_dyn");
   dec.a_format = kFp8BlockwiseRows;
   dec.b_format = kFp8BlockwiseWeight;
+  dec.routed_rows_bound = 256 * 8;  // FP8 blockwise's swap-AB bound counts token rows (below)
   EXPECT_EQ(pick(dec).name(), "128x256x128_s3_tma_dyn");
   dec.accumulate = false;
   EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
+  dec.routed_rows_bound = 0;
   dec.a_format = kMxfp8Rows;
   dec.b_format = kMxfp8Weight;
   EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
   dec.op = GroupedGemmOp::kDgrad;
   dec.b_format = kMxfp8WeightT;
-  // FP8 blockwise the same way: decode-sized FPROP and W13 take its swap-AB tile, DGRAD does not.
+  // FP8 blockwise the same way: decode-sized FPROP and W13 take its swap-AB tile while the token rows
+  // (routed_rows_bound, tile_rows or not; without it the usable rows) average at most 16 per expert,
+  // the 128x256 tile above; DGRAD never takes the swap-AB tile.
   dec.a_format = kFp8BlockwiseRows;
   dec.b_format = kFp8BlockwiseWeight;
   dec.op = GroupedGemmOp::kFprop;
   dec.n = 7168;
   dec.k = 2048;
+  EXPECT_EQ(pick(dec).name(), "128x256x128_s3_tma_dyn");  // 8192 usable rows: 32 per expert
+  dec.routed_rows_bound = 256 * kFp8SwapAbMaxRowsPerExpert;
+  EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
+  dec.routed_rows_bound = 256 * kFp8SwapAbMaxRowsPerExpert + 1;
+  EXPECT_EQ(pick(dec).name(), "128x256x128_s3_tma_dyn");
+  dec.routed_rows_bound = 256 * 8;  // dsv3_decode at EP2 sizes
   EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
   dec.op = GroupedGemmOp::kFpropSwiglu;
   dec.n = 4096;

@@ -5,20 +5,21 @@
 # launch and of the staged W13 / W2 decode GEMMs, on the same routing (one bench process each).
 O=${OUT:-/tmp/o}; L=/tmp/next_ncu_mega; mkdir -p $O $L
 export LD_LIBRARY_PATH=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
-export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0 DMOE_EXPERIMENTAL_MEGA=1
+export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
+# NCU_STEP_S: seconds per profiled process (default 200), for callers inside a device call's limit.
 reasons=""; for r in barrier long_scoreboard wait math_pipe_throttle membar sleeping mio_throttle short_scoreboard selected no_instructions lg_throttle; do reasons+="${reasons:+,}smsp__pcsamp_warps_issue_stalled_$r"; done
 # Session 45 (perf_history G100): NVFP4 too, and the source counters, whose stall samples per SASS line
 # say whether the decode form's arrival after each W13 tile (membar / the barrier after the atomic) or
 # the finisher hand-off holds the consumers.
 for f in mxfp8 nvfp4; do
 for p in mega staged; do
-  timeout 200 ncu --target-processes all --kernel-name-base demangled -k "regex:sm90_mega|sm90_grouped_gemm" -s 6 -c 3 \
+  timeout ${NCU_STEP_S:-200} ncu --target-processes all --kernel-name-base demangled -k "regex:sm90_mega|sm90_grouped_gemm" -s 6 -c 3 \
     --section SpeedOfLight --section WarpStateStats --section LaunchStats --section SourceCounters \
     --metrics "$reasons" -o $L/${f}_$p \
     build-gpu/dist-moe bench --shape qwen3_30b --tokens 128 --mode infer --format $f --no-baseline --iters 2 \
     --sustain-ms 0 --pipeline $p > $L/ncu_${f}_$p.txt 2>&1
   echo "ncu $f $p rc=$?"
-  timeout 60 ncu --import $L/${f}_$p.ncu-rep --print-summary per-kernel > $L/summary_${f}_$p.txt 2>&1
+  timeout 30 ncu --import $L/${f}_$p.ncu-rep --print-summary per-kernel > $L/summary_${f}_$p.txt 2>&1
   grep -E "Duration|DRAM Throughput|Registers Per|sm90_" $L/summary_${f}_$p.txt | head -24
 done
 done
