@@ -17,8 +17,10 @@
 // quantization and W2 are one launch -- at decode sizes grouped_gemm_mega_mxfp8_decode (h2 quantized
 // in place of its BF16 rows: E4M3 at a row's start, its codes F bytes in), beyond them and in training
 // grouped_gemm_mega_mxfp8 (128x128 tiles; the W13 epilogue writes h2 as MXFP8 rows, and in training
-// h1 and h2's columns). Its backward fuses W2 DGRAD, SwiGLU backward and the dxy quantization into one
-// launch (grouped_gemm_dgrad_swiglu_mxfp8); the rest of the backward is the staged sequence.
+// h1 and h2's columns). Its backward runs the staged sequence: the launch that fuses W2 DGRAD, SwiGLU
+// backward and the dxy quantization (grouped_gemm_dgrad_swiglu_mxfp8) measured 0.90 ms at qwen3_30b
+// where the staged pair takes 0.69 (s46, perf_history G102), so it runs only under
+// DMOE_MEGA_FUSED_DGRAD_SWIGLU=1 (A/B runs; bitwise the same values either way).
 //
 // Row bundles live one at a time in the static scratch's row region (but the Mega backward's dxy rows:
 // Mxfp8Scratch::fused_dxy_codes); the column bundles of x and
@@ -30,6 +32,7 @@
 #include "dist_moe/grouped_gemm.h"
 #include "dist_moe/memory_plan.h"
 #include "kernels/swiglu.h"
+#include "core/env_knobs.h"
 #include "quant/quantize.h"
 #include "runtime/layer_gemms.h"
 #include "runtime/pipeline_common.h"
@@ -38,6 +41,13 @@ namespace dist_moe::runtime {
 namespace {
 
 using planner::align128;
+
+// Whether Mega's backward takes the fused W2 DGRAD + SwiGLU backward launch (the header says why not
+// by default).
+bool mega_fused_dgrad_swiglu() {
+  static const bool on = core::env_flag("DMOE_MEGA_FUSED_DGRAD_SWIGLU");
+  return on;
+}
 
 // ---- operands -----------------------------------------------------------------------------------
 
@@ -226,8 +236,8 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
   d2.grad_out = g3r.q;
   d2.w = w2.dgrad_data;
   RowBundle dxr = row_bundle(c, 2 * F);  // W13 DGRAD's A: dxy's rows
-  const bool mega = c.config.block_scaled->pipeline == BlockScaledPipeline::kMega;
-  if (mega) {
+  const bool fused = c.config.block_scaled->pipeline == BlockScaledPipeline::kMega && mega_fused_dgrad_swiglu();
+  if (fused) {
     // W2 DGRAD with SwiGLU backward and dxy's rows + columns in its epilogue: grad_h2 is never
     // stored. dxy's rows cannot share the row region with grad_h3's, which the launch reads: E4M3 over
     // grad_h2's region, the code words after grad_h3's codes (planner::Mxfp8Scratch::fused_dxy_codes;

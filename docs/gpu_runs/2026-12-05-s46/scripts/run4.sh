@@ -7,6 +7,24 @@
 # profile bench-rank (s46 r3 profiled nothing), with what time is left.
 RUN_NAME=s46r4; source scripts/device_run_prelude.sh
 OUT=$L scripts/quick_build.sh all || exit 1
+# perf_history G102: Mega training's backward runs the staged W2 DGRAD + SwiGLU backward pair unless
+# DMOE_MEGA_FUSED_DGRAD_SWIGLU=1. The emulated Mega cases (training included: bitwise against staged)
+# and the torch Mega tests with the default, then the A/B: the Mega training bench (alternated with
+# the staged layer in one process) with the fused launch off and on, twice.
+DMOE_COMM_TIMEOUT_MS=10000 timeout 100 build-gpu/tests/dist_moe_gpu_tests --gtest_filter='*EmulatedPeers*mega*' \
+  > $L/emulated_mega.log 2>&1
+echo "emulated mega rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/emulated_mega.log | tr '\n' ' ')"
+PYTHONPATH=$PWD/python timeout 100 python3 -m pytest -q -x tests/torch/test_mega.py > $L/torch_mega.log 2>&1
+echo "torch mega rc=$? at $((SECONDS-T0)) s: $(tail -1 $L/torch_mega.log)"
+for r in 1 2; do
+  for k in 0 1; do
+    DMOE_MEGA_FUSED_DGRAD_SWIGLU=$k timeout 100 build-gpu/dist-moe bench --shape qwen3_30b --mode train --format mxfp8 \
+      --no-baseline --iters 10 --sustain-ms 50 --pipeline mega > $L/layer_qwen3_train_fused$k.$r.log 2>&1
+    echo "qwen3 train mega fused=$k rc=$? at $((SECONDS-T0)) s: $(grep -E '^(forward\+backward|staged layer) ' \
+      $L/layer_qwen3_train_fused$k.$r.log | sed -E 's/ +/ /g' | cut -d' ' -f1-5 | tr '\n' ';')"
+    echo "   $(grep -E '^(fwd:mega|bwd:mega|bwd:w2_dgrad|bwd:swiglu)' $L/layer_qwen3_train_fused$k.$r.log | awk '{printf "%s %s; ", $1, $2}')"
+  done
+done
 timeout 100 build-gpu/bench/bench_grouped_gemm --shapes dsv3_decode --ep 2 --tokens 128 --routing random \
   --ops w13_fprop_fp8,w2_fprop_fp8 --sweep --sweep-match _s --rounds 2 > $L/gemm_dsv3_t128_ep2_fp8.log 2>&1
 echo "gemm dsv3 T128 EP2 fp8 rc=$? at $((SECONDS-T0)) s:"
