@@ -5,7 +5,7 @@
 # to refresh docs/perf.md's rows (MXFP8's was session 18's); (3) the Mega ncu script, fixed to
 # profile bench-rank (s46 r3 profiled nothing), with what time is left.
 RUN_NAME=s46r4; source scripts/device_run_prelude.sh
-left() { echo $((470 - (SECONDS - T0))); }  # (less device time left this session than a full call)
+left() { echo $((${RUN4_BUDGET_S:-470} - (SECONDS - T0))); }  # (less device time left this session than a full call)
 OUT=$L scripts/quick_build.sh all || exit 1
 # perf_history G102: Mega training's backward runs the staged W2 DGRAD + SwiGLU backward pair unless
 # DMOE_MEGA_FUSED_DGRAD_SWIGLU=1. The emulated Mega cases (training included: bitwise against staged)
