@@ -29,18 +29,11 @@ timeout 100 build-gpu/bench/bench_grouped_gemm --shapes dsv3_decode --ep 2 --tok
   --ops w13_fprop_fp8,w2_fprop_fp8 --sweep --sweep-match _s --rounds 2 > $L/gemm_dsv3_t128_ep2_fp8.log 2>&1
 echo "gemm dsv3 T128 EP2 fp8 rc=$? at $((SECONDS-T0)) s:"
 grep -E "^bs " $L/gemm_dsv3_t128_ep2_fp8.log | sed -E "s/ +/ /g" | cut -d' ' -f2-7,19-22
-for fmt in mxfp8; do  # (FP8 blockwise's table is s30 / s35's, its kernels unchanged since)
-  [ "$(left)" -gt 300 ] || { echo "skip table $fmt"; continue; }
-  timeout 150 build-gpu/bench/bench_grouped_gemm --ep 2 --shapes qwen3_30b,mixtral,dsv3_prefill --routing balanced \
-    --rounds 1 --sustain-ms 50 --ops w13_fprop_$fmt,w2_fprop_$fmt,w13_dgrad_$fmt,w2_dgrad_$fmt > $L/gemm_table_$fmt.log 2>&1
-  echo "gemm table $fmt rc=$? at $((SECONDS-T0)) s:"
-  grep -E "^fp8 .*\(pick\)|targets met" $L/gemm_table_$fmt.log | sed -E "s/ +/ /g" | cut -c1-170
-done
 # ncu of the staged MXFP8 W13 at qwen3_30b T = 512 (the narrow 128x128 tile, split: 13.7 us a tile
 # for 16 k blocks, far above its tensor and fold work; G99's outcome): which wait holds it.
-if [ "$(left)" -gt 260 ]; then
+if [ "$(left)" -gt 130 ]; then
   reasons=""; for r in barrier long_scoreboard wait math_pipe_throttle membar sleeping mio_throttle short_scoreboard selected no_instructions lg_throttle; do reasons+="${reasons:+,}smsp__pcsamp_warps_issue_stalled_$r"; done
-  timeout 90 ncu --kernel-name-base demangled -k "regex:sm90_grouped_gemm.*Mxfp8" -s 3 -c 1 --section SpeedOfLight \
+  timeout 70 ncu --kernel-name-base demangled -k "regex:sm90_grouped_gemm.*Mxfp8" -s 3 -c 1 --section SpeedOfLight \
     --section WarpStateStats --section MemoryWorkloadAnalysis --section SourceCounters --metrics "$reasons" -o $L/ncu_mxfp8_w13_t512 \
     build-gpu/bench/bench_grouped_gemm --shapes qwen3_30b --ep 1 --tokens 512 --routing random --ops w13_fprop_mxfp8 \
     --iters 3 --rounds 1 > $L/ncu_mxfp8_w13_t512.txt 2>&1
@@ -49,5 +42,12 @@ if [ "$(left)" -gt 260 ]; then
   timeout 40 ncu --import $L/ncu_mxfp8_w13_t512.ncu-rep --page source --csv --print-source sass > $L/source_mxfp8_w13_t512.csv 2>&1
   grep -E "Duration|DRAM Throughput|L2 Cache Throughput|Warp Cycles Per Issued|Stall" $L/details_mxfp8_w13_t512.txt | head -12
 fi
+for fmt in mxfp8; do  # (FP8 blockwise's table is s30 / s35's, its kernels unchanged since)
+  [ "$(left)" -gt 120 ] || { echo "skip table $fmt"; continue; }
+  timeout 110 build-gpu/bench/bench_grouped_gemm --ep 2 --shapes qwen3_30b,mixtral,dsv3_prefill --routing balanced \
+    --rounds 1 --sustain-ms 50 --ops w13_fprop_$fmt,w2_fprop_$fmt,w13_dgrad_$fmt,w2_dgrad_$fmt > $L/gemm_table_$fmt.log 2>&1
+  echo "gemm table $fmt rc=$? at $((SECONDS-T0)) s:"
+  grep -E "^fp8 .*\(pick\)|targets met" $L/gemm_table_$fmt.log | sed -E "s/ +/ /g" | cut -c1-170
+done
 [ "$(left)" -gt 200 ] || exit 0  # four profiled processes, each with three imports
 NCU_STEP_S=$(( ($(left) - 160) / 4 )) OUT=$L/ncu bash docs/gpu_runs/2026-12-05-s43/scripts/next_ncu_mega_unrun.sh 2>&1 | tail -40
