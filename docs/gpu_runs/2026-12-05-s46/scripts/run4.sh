@@ -16,7 +16,7 @@ DMOE_COMM_TIMEOUT_MS=10000 timeout 100 build-gpu/tests/dist_moe_gpu_tests --gtes
 echo "emulated mega rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/emulated_mega.log | tr '\n' ' ')"
 PYTHONPATH=$PWD/python timeout 100 python3 -m pytest -q -x tests/torch/test_mega.py > $L/torch_mega.log 2>&1
 echo "torch mega rc=$? at $((SECONDS-T0)) s: $(tail -1 $L/torch_mega.log)"
-for r in 1 2; do
+for r in $(seq ${RUN4_ROUNDS:-2}); do
   for k in 0 1; do
     DMOE_MEGA_FUSED_DGRAD_SWIGLU=$k timeout 100 build-gpu/dist-moe bench --shape qwen3_30b --mode train --format mxfp8 \
       --no-baseline --iters 10 --sustain-ms 50 --pipeline mega > $L/layer_qwen3_train_fused$k.$r.log 2>&1
