@@ -269,7 +269,7 @@ void validate_block_scaled_execution(const Config& config, int64_t ep_size) {
   if (!config.block_scaled) return;
   const BlockScaledConfig& bs = *config.block_scaled;
   // Mega on Hopper (issue #28): NVFP4 inference (decode sizes), MXFP8 inference of every size and
-  // MXFP8 training (the forward and the W2 DGRAD + SwiGLU backward in one launch each); the context
+  // MXFP8 training (the forward in one launch, the backward staged: mxfp8_pipeline.cpp); the context
   // checks the sizes (context.cpp).
   const bool mega_built = bs.format == BlockScaledFormat::kMXFP8_E4M3 ||
                           (config.inference && bs.format == BlockScaledFormat::kNVFP4);

@@ -22,17 +22,17 @@
 // where the staged pair takes 0.69 (s46, perf_history G102), so it runs only under
 // DMOE_MEGA_FUSED_DGRAD_SWIGLU=1 (A/B runs; bitwise the same values either way).
 //
-// Row bundles live one at a time in the static scratch's row region (but the Mega backward's dxy rows:
-// Mxfp8Scratch::fused_dxy_codes); the column bundles of x and
+// Row bundles live one at a time in the static scratch's row region (but the fused backward launch's
+// dxy rows: Mxfp8Scratch::fused_dxy_codes); the column bundles of x and
 // h2 (the saved state) sit where the planner put them and take the compact layout, sized by the
 // call's received rows; everything else is at a static scratch place (planner::Mxfp8Scratch).
 #include "runtime/mxfp8_pipeline.h"
 
+#include "core/env_knobs.h"
 #include "dist_moe/check.h"
 #include "dist_moe/grouped_gemm.h"
 #include "dist_moe/memory_plan.h"
 #include "kernels/swiglu.h"
-#include "core/env_knobs.h"
 #include "quant/quantize.h"
 #include "runtime/layer_gemms.h"
 #include "runtime/pipeline_common.h"
