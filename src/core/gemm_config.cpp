@@ -121,19 +121,17 @@ GroupedGemmConfig swap_ab_tile(const GroupedGemmProblem& p, int sms, int tokens 
   return c;
 }
 
-// Rows per local expert a decode tile covers, on average: with tile_rows the token rows (the
-// caller's bound without padding when it gives one), else the usable rows.
-double routed_rows_per_expert(const GroupedGemmProblem& p) {
-  const int64_t rows =
-      p.tile_rows && p.routed_rows_bound > 0 ? std::min(p.routed_rows_bound, usable_rows(p)) : usable_rows(p);
-  return static_cast<double>(rows) / static_cast<double>(p.e_local);
-}
-
 // Token rows per local expert on average, routing's padding left out: the caller's bound of routed
 // rows when it gives one (block-scaled layers do, tile_rows or not), else the usable rows.
 double token_rows_per_expert(const GroupedGemmProblem& p) {
   const int64_t rows = p.routed_rows_bound > 0 ? std::min(p.routed_rows_bound, usable_rows(p)) : usable_rows(p);
   return static_cast<double>(rows) / static_cast<double>(p.e_local);
+}
+
+// Rows per local expert a decode tile covers, on average: with tile_rows the token rows, else the
+// usable rows (padded segments).
+double routed_rows_per_expert(const GroupedGemmProblem& p) {
+  return p.tile_rows ? token_rows_per_expert(p) : static_cast<double>(usable_rows(p)) / static_cast<double>(p.e_local);
 }
 
 // The most token rows per local expert for which FP8-blockwise decode-sized calls take the swap-AB
