@@ -48,3 +48,5 @@ for k in 0 1; do
   echo "qwen3 train mega fused=$k rc=$? at $((SECONDS-T0)) s: $(grep -E '^(forward\+backward|staged layer) ' \
     $L/layer_qwen3_train_fused$k.log | sed -E 's/ +/ /g' | cut -d' ' -f1-5 | tr '\n' ';')"
 done
+# With time left, run 6's steps (its logs packed inside this run's).
+[ "$(left)" -gt 130 ] && OUT=$L/r6 RUN6_BUDGET_S=$(( $(left) - 10 )) bash docs/gpu_runs/2026-12-05-s47/scripts/run6.sh
