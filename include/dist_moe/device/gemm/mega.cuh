@@ -357,20 +357,23 @@ struct MegaKernel {
         Scheduler s13(params.sc13, tables13);
         for (; lin >= 0 && lin < xt; lin = tile_ring_read(ring, ++index))
           x_task(params, resolved[0], s13, lin, writer.bar, wg, tid, base + staging_offset(wg));
+        int32_t pending = -1;  // (rows form, MegaParams::deferred_arrival) tid 0: the chunk last counted
         for (int32_t j = 0; lin >= 0 && lin < w2_first; ++j) {  // the CTA's j-th W13 tile
           const WorkTile t = s13.at(lin - xt);
           Mainloop13::mma_tile(params.ml13, t, params.ml13.num_k_blocks, Mainloop13::kBlockK, pipe, st, smem, wg,
                                acc);
           lin = tile_ring_read(ring, ++index);  // only after this tile's stages (kernel.cuh)
+          if (tid == 0) add_pending(params.mega, pending);
           Mainloop13::join_tile(params.ml13, t, wg, acc, writer, smem + staging_offset(1));
           Epilogue13::store(params.ep13, resolved[0], t, acc, wg, writer, counts);
           if (handoff_warps) {
             __syncwarp();  // the warp's h2 stores come before its arrival (release, CTA scope)
             if (tid % 32 == 0) ptx::mbarrier_arrive(ptx::smem_addr(&epilogue_done[j % kTileRing]));
           } else {
-            arrive(params, resolved[0], s13, t, writer.bar, tid, base, wg);
+            arrive(params, resolved[0], s13, t, writer.bar, tid, base, wg, pending);
           }
         }
+        if (tid == 0) add_pending(params.mega, pending);
       }
       Scheduler s2(params.sc2, tables2);
       while (lin >= 0) {
@@ -547,19 +550,36 @@ struct MegaKernel {
     }
   }
 
+  // tid 0 of a consumer warpgroup, before its next W13 epilogue (and after its last): the count
+  // arrive() deferred, if any. Its fence then waits for stores a whole mainloop old, where right
+  // after an epilogue it waits for the epilogue's own (perf_history G105); the chunk completes
+  // that much later.
+  DMOE_DEVICE static void add_pending(const MegaParams& m, int32_t& pending) {
+    if (pending < 0) return;
+    ptx::fence_acq_rel_gpu();  // release: the warpgroup's stores (cumulative through arrive's barrier)
+    ptx::red_add_release_gpu(m.chunk_done + pending, 1);
+    pending = -1;
+  }
+
   // A consumer warpgroup after its W13 epilogue (the A/B path, MegaParams::consumer_handoff; the rows
   // form always): counts itself in the chunk. Finisher hand-offs: the warpgroup completing the count
   // hands the chunk off and publishes it. Every thread of the warpgroup calls it.
+  // `pending` (the rows form with MegaParams::deferred_arrival; tid 0's): the chunk this warpgroup
+  // counts itself in at its next add_pending, not now.
   DMOE_DEVICE static void arrive(const Params& params, const ResolvedOperands& ops, const Scheduler& s13,
-                                 const WorkTile& t, uint32_t bar, int tid, uint8_t* base, int wg) {
+                                 const WorkTile& t, uint32_t bar, int tid, uint8_t* base, int wg, int32_t& pending) {
     const MegaParams& m = params.mega;
     const int32_t chunk = chunk_of(s13, params.sc13, t);
     if constexpr (!Handoff::kFinisher) {
       ptx::fence_proxy_async_global();  // W2's TMA reads this thread's h2 stores through the async proxy
       ptx::named_barrier_sync(bar, 128);  // every thread's h2 stores come before the count
       if (tid == 0) {
-        ptx::fence_acq_rel_gpu();  // release: this warpgroup's stores (cumulative through the barrier)
-        ptx::red_add_release_gpu(m.chunk_done + chunk, 1);
+        if (m.deferred_arrival) {
+          pending = chunk;
+        } else {
+          ptx::fence_acq_rel_gpu();  // release: this warpgroup's stores (cumulative through the barrier)
+          ptx::red_add_release_gpu(m.chunk_done + chunk, 1);
+        }
       }
       return;
     } else {
