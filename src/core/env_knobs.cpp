@@ -29,10 +29,6 @@ const std::vector<EnvKnob>& env_knobs() {
        "FP8-blockwise decode-sized FPROP / W13: swap-AB tile up to this many token rows per expert (A/B); default 16"},
       {"DMOE_MEGA_FUSED_DGRAD_SWIGLU", "1",
        "MXFP8 Mega training: W2 DGRAD + SwiGLU backward + dxy quantization in one launch instead of the staged pair (A/B)"},
-      {"DMOE_MEGA_CONSUMER_HANDOFF", "1",
-       "Mega decode form: the consumer warpgroups count each W13 tile and hand the chunk off themselves, not the hand-off warps (A/B)"},
-      {"DMOE_MEGA_DEFERRED_ARRIVAL", "1",
-       "Mega rows form: each warpgroup counts a W13 tile in its chunk before its next W13 epilogue, not right after the tile's (A/B)"},
       {"DMOE_MXFP8_NARROW_SPLIT", "0 | 1",
        "MXFP8 128x128 tiles of at most 64 expert rows: both warpgroups, a column slice each; 0: warpgroup 0 alone (A/B); default 1"},
   };

@@ -810,10 +810,6 @@ bool prepare_mega(const W13FpropArgs& w13, const FpropArgs& w2, const OperandFor
   m.x_rows = x_rows;
   m.d = static_cast<int32_t>(c13.k);
   m.f = static_cast<int32_t>(c2.k);
-  static const bool consumer_handoff = core::env_flag("DMOE_MEGA_CONSUMER_HANDOFF");  // A/B (G104)
-  m.consumer_handoff = consumer_handoff ? 1 : 0;
-  static const bool deferred_arrival = core::env_flag("DMOE_MEGA_DEFERRED_ARRIVAL");  // A/B (G105)
-  m.deferred_arrival = deferred_arrival ? 1 : 0;
   return true;
 }
 

@@ -74,24 +74,14 @@ DMOE_DEVICE void tile_ring_publish(TileRingStorage& r, int32_t seq, int32_t lin)
   ptx::mbarrier_arrive(ptx::smem_addr(&r.full[slot]));  // release: the index is visible first
 }
 
-// Every thread of a reading warp: the seq-th index, the slot still held (tile_ring_release frees it).
-DMOE_DEVICE int32_t tile_ring_peek(TileRingStorage& r, int32_t seq) {
+// Every thread of a consumer warp: the seq-th index; lane 0 frees the slot for the warp.
+DMOE_DEVICE int32_t tile_ring_read(TileRingStorage& r, int32_t seq) {
   const int slot = seq % kTileRing;
   const uint32_t phase = static_cast<uint32_t>(seq / kTileRing) & 1u;
   mbarrier_wait(ptx::smem_addr(&r.full[slot]), phase);
-  return *reinterpret_cast<volatile int32_t*>(&r.lin[slot]);
-}
-
-// Every thread of a reading warp: lane 0 frees slot seq % kTileRing for the warp.
-DMOE_DEVICE void tile_ring_release(TileRingStorage& r, int32_t seq) {
+  const int32_t lin = *reinterpret_cast<volatile int32_t*>(&r.lin[slot]);
   __syncwarp();
-  if (threadIdx.x % 32 == 0) ptx::mbarrier_arrive(ptx::smem_addr(&r.empty[seq % kTileRing]));
-}
-
-// Every thread of a consumer warp: the seq-th index; lane 0 frees the slot for the warp.
-DMOE_DEVICE int32_t tile_ring_read(TileRingStorage& r, int32_t seq) {
-  const int32_t lin = tile_ring_peek(r, seq);
-  tile_ring_release(r, seq);
+  if (threadIdx.x % 32 == 0) ptx::mbarrier_arrive(ptx::smem_addr(&r.empty[slot]));
   return lin;
 }
 // Warp sums -> CTA sums in shared memory -> one FP32 atomicAdd per counter per CTA. Every thread of

@@ -50,7 +50,6 @@ enum NamedBarrier : uint32_t {
   kBarrierConsumers = 1,     // both consumer warpgroups (256 threads)
   kBarrierEpilogueWg0 = 2,   // consumer warpgroup 0 (128), then 3 for warpgroup 1
   kBarrierGather = 4,        // the producer warpgroup's gather warps, or NVFP4's token-filling warps (96)
-  kBarrierHandoff = 4,       // the Mega decode form's hand-off warps (96; no gather or filling warps there)
   kBarrierMathOrder0 = 5,    // ping-pong: warpgroup 0 finished a mainloop, 1 may start (128 + 128)
                              // then 6: warpgroup 1 finished, 0 may start
 };

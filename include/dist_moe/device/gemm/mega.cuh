@@ -16,14 +16,10 @@
 //
 // Chunks: chunk c is numbered the same in both GEMMs (the token tiles of the experts before, plus the
 // tile's own). Its W13 tiles (tiles_per_chunk: F / 128 decode, F / 64 rows) each end with both
-// consumer warpgroups' epilogues, and each tile adds 2 to chunk_done[c] (release). Then:
-//   finisher hand-offs (Handoff::kFinisher, the decode form): the producer warpgroup's three idle
-//     warps (the hand-off warps) wait for the epilogues of each W13 tile of their CTA (the consumer
-//     warps arrive on an mbarrier and go on), count the tile and, when that completes the count
-//     (acquire), turn the chunk's BF16 h2 rows into W2's operand rows, fence them for the async
-//     proxy and publish chunk_ready[c] = 1; W2 waits for that. (MegaParams::consumer_handoff, for
-//     A/B runs: each consumer warpgroup counts itself, waiting for the count's round trip, and the
-//     one completing it -- the finisher -- hands the chunk off);
+// consumer warpgroups' epilogues, and each warpgroup counts itself in chunk_done[c] (release). Then:
+//   finisher hand-offs (Handoff::kFinisher, the decode form): the warpgroup completing the count
+//     (acquire) turns the chunk's BF16 h2 rows into W2's operand rows, fences them for the async
+//     proxy and publishes chunk_ready[c] = 1; W2 waits for that;
 //   epilogue hand-off (the rows form): the W13 epilogue already wrote W2's operand (h2 as MXFP8
 //     rows, epilogue_swiglu_mxfp8.cuh; every thread fences its stores for the async proxy before
 //     the count), and W2 waits for chunk_done[c] = 2 tiles_per_chunk.
@@ -39,15 +35,13 @@
 // No deadlock: a tile waits only for tasks and tiles drawn before it, which CTAs are running (a task
 // waits for nothing); a CTA's producer draws its next tile only after issuing all loads of the
 // current one, so its consumers always finish (and, if last, hand off) the tiles it already drew,
-// whatever the producer waits for; the hand-off warps wait only for those tiles' epilogues (and
-// hold a W13 tile's slot of the tile ring meanwhile, which stops the producer at most kTileRing
-// tiles further on, all of them already loaded).
+// whatever the producer waits for.
 //
 // Counters: chunk_done, chunk_ready and x_ready are zero at launch (the host memsets them, one node
 // in a graph); the tile counter pair resets itself (scheduler.cuh).
 //
-// Finisher hand-offs (each of the hand-off warps, or of the finisher's four, takes a token row of the
-// chunk at a time; W2 then reads what the staged W2 reads):
+// Finisher hand-offs (each of the finisher's four warps takes a token row of the chunk at a time; W2
+// then reads what the staged W2 reads):
 //   Nvfp4ExpandedHandoff  nvfp4_quantize_expand_row_warp: the packed h2 row (the bytes of the staged
 //                         h2 quantization) and, from the same registers, the row expanded to FP16 in
 //                         place of the BF16 row (the bytes of nvfp4_expand_rows), its token_scale_inv
@@ -108,25 +102,18 @@ struct Nvfp4ExpandedHandoff {
     __syncwarp();  // the slice is read before the warp's next row overwrites it
   }
 
-  // The hand-off warps: no slices, they read each row from L2 twice (the kernel's stages and the
-  // finishers' staging leave no room for three more slices next to dsv3's 256 experts' tables);
-  // 40 registers, all the consumers' 232 leave (the row's math then spills ~100 bytes a thread to
-  // L1-cached local memory, off the consumers' path).
-  static constexpr int kHandoffWarpSliceBytes = 0;
-  static constexpr int kHandoffWarpBatch = 0;  // (unused)
-  static constexpr uint32_t kHandoffWarpRegs = 40;
-
-  // Rows warp, warp + warps, ... of the chunk by this warp; `slice`: its kSliceBytes of shared memory
-  // for a row's values (0: none).
-  template <int kSliceBytes, int /*kBatch*/ = 0>
-  DMOE_DEVICE static void rows_of_warp(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int warp, int warps,
-                                       int lane, uint8_t* slice) {
+  // scratch: the finisher's staging buffer (kScratchBytes), a quarter per warp for its rows' values.
+  template <int kScratchBytes>
+  DMOE_DEVICE static void run(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int tid, uint8_t* scratch) {
+    constexpr int kSliceVecs = kScratchBytes / 4 / 16;
+    const int warp = tid / 32, lane = tid % 32;
     const int64_t f = p.f;
-    for (int32_t r = warp; r < rows; r += warps) {
+    uint4* slice = reinterpret_cast<uint4*>(scratch) + warp * kSliceVecs;
+    for (int32_t r = warp; r < rows; r += 4) {
       const int64_t m = static_cast<int64_t>(row0) + r;
-      quant::nvfp4_quantize_expand_row_warp<kSliceBytes / 16>(reinterpret_cast<uint16_t*>(h2 + m * f * 2), f,
-                                                              p.packed_h2 + m * p.packed_stride, p.token_scale_inv + m,
-                                                              reinterpret_cast<uint4*>(slice), lane);
+      quant::nvfp4_quantize_expand_row_warp<kSliceVecs>(reinterpret_cast<uint16_t*>(h2 + m * f * 2), f,
+                                                        p.packed_h2 + m * p.packed_stride, p.token_scale_inv + m, slice,
+                                                        lane);
     }
   }
 };
@@ -147,8 +134,6 @@ struct Mxfp8XRows {
 // The rows form's hand-off: the W13 epilogue (SwigluMxfp8RowsEpilogue) writes W2's operand itself.
 struct Mxfp8EpilogueRows : Mxfp8XRows {
   static constexpr bool kFinisher = false;
-  static constexpr int kHandoffWarpSliceBytes = 0;  // (no hand-off warps)
-  static constexpr uint32_t kHandoffWarpRegs = 40;  // (unused)
 };
 
 // The decode form's MXFP8 hand-off: row m's E4M3 bytes at its start and its f / 32 E8M0 codes right
@@ -158,23 +143,16 @@ struct Mxfp8EpilogueRows : Mxfp8XRows {
 struct Mxfp8InPlaceHandoff : Mxfp8XRows {
   static constexpr bool kFinisher = true;
   static constexpr int kHandoffBatch = 4;  // 256-value steps loaded at once per warp (G100)
-  // The hand-off warps: a row's codes each (F <= 65536, the host checks F), two steps in flight --
-  // four would need more registers than 56 (the consumers keep 224 and spill nothing).
-  static constexpr int kHandoffWarpSliceBytes = 2048;
-  static constexpr int kHandoffWarpBatch = 2;
-  static constexpr uint32_t kHandoffWarpRegs = 56;
 
-  // Rows warp, warp + warps, ... of the chunk by this warp, kBatch steps' loads in flight; `slice`
-  // (kSliceBytes of shared memory) holds a row's codes until its values are all read.
-  template <int kSliceBytes, int kBatch = kHandoffBatch>
-  DMOE_DEVICE static void rows_of_warp(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int warp, int warps,
-                                       int lane, uint8_t* slice) {
-    static_assert(kSliceBytes >= kHandoffWarpSliceBytes, "a row's codes: F <= 65536 (the host checks F)");
+  template <int kScratchBytes>
+  DMOE_DEVICE static void run(const MegaParams& p, char* h2, int32_t row0, int32_t rows, int tid, uint8_t* scratch) {
+    static_assert(kScratchBytes >= 4 * 2048, "four rows' codes: F <= 65536 (the host checks F)");
+    const int warp = tid / 32, lane = tid % 32;
     const int64_t f = p.f;
-    uint8_t* codes = slice;
-    for (int32_t r = warp; r < rows; r += warps) {
+    uint8_t* codes = scratch + warp * (f / numeric::kMXBlock);
+    for (int32_t r = warp; r < rows; r += 4) {
       uint8_t* row = reinterpret_cast<uint8_t*>(h2) + (static_cast<int64_t>(row0) + r) * f * 2;
-      quant::mxfp8_quantize_row_warp<kBatch>(reinterpret_cast<const uint16_t*>(row), f, row, codes, lane);
+      quant::mxfp8_quantize_row_warp<kHandoffBatch>(reinterpret_cast<const uint16_t*>(row), f, row, codes, lane);
       __syncwarp();
       for (int64_t i = lane; i < f / numeric::kMXBlock; i += 32) row[f + i] = codes[i];
       __syncwarp();  // the codes are copied before the next row's overwrite them
@@ -217,19 +195,12 @@ struct MegaKernel {
   static_assert(Handoff::kFinisher == kDecode, "finisher hand-offs run the decode form, the epilogue one the rows form");
   static_assert(!Handoff::kFinisher || !Writer::kTma,
                 "the finisher's hand-off overwrites its staging buffer: no TMA store may still read it");
-  // The decode form's hand-off warps: the producer warpgroup's warps 1-3 (no scale warps there).
-  static constexpr int kHandoffWarps = kDecode ? 3 : 0;
-  static_assert(kHandoffWarps == 0 || kScaleWarps == 0, "the hand-off warps are the producer's spare warps");
 
   static constexpr int kThreads = 384;
   static constexpr uint32_t kLaunchRegs = (65536u / kThreads) & ~7u;
   // kernel.cuh's split: the scale warps hold a stage's codes and FP32 values.
-  // (the hand-off warps' budget is the format's: Handoff::kHandoffWarpRegs)
-  static constexpr uint32_t kProducerRegs = kScaleWarps > 0 ? static_cast<uint32_t>(Mainloop13::kStageWarpRegs)
-                                            : kHandoffWarps > 0 ? Handoff::kHandoffWarpRegs
-                                                                : 40;
-  static constexpr uint32_t kConsumerRegs =
-      kScaleWarps > 0 || kHandoffWarps > 0 ? ((3 * kLaunchRegs - kProducerRegs) / 2) & ~7u : 232;
+  static constexpr uint32_t kProducerRegs = kScaleWarps > 0 ? static_cast<uint32_t>(Mainloop13::kStageWarpRegs) : 40;
+  static constexpr uint32_t kConsumerRegs = kScaleWarps > 0 ? ((3 * kLaunchRegs - kProducerRegs) / 2) & ~7u : 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kLaunchRegs * kThreads, "launch register allocation");
 
   struct Params {
@@ -241,25 +212,16 @@ struct MegaKernel {
     MegaParams mega;
   };
 
-  // ---- shared memory: [stages][staging x 2][pipeline][resolved x 2][counters][ring][epilogue_done]
-  //      [hand-off warps' slices][tables x 2] -----------------------------------------------------------
+  // ---- shared memory: [stages][staging x 2][pipeline][resolved x 2][counters][ring][tables x 2] -----
   static constexpr int kStagingOffset = Mainloop13::smem_bytes();
   // Warpgroup wg's staging buffer (its writer's; warpgroup 1's is also the narrow-tile join's).
   DMOE_HOST_DEVICE static constexpr int staging_offset(int wg) { return kStagingOffset + wg * Writer::kBytesPerWg; }
   static constexpr int kBarrierOffset = kStagingOffset + 2 * Writer::kBytesPerWg;
   static constexpr int kResolvedOffset = kBarrierOffset + static_cast<int>(sizeof(typename Pipeline::SharedStorage));
   static constexpr int kCountersOffset = kResolvedOffset + 2 * static_cast<int>(sizeof(ResolvedOperands));
-  // clip counters [3]; finisher flags [2] at [4]; the hand-off warps' "last arrival" flags [2] at [6]
-  static constexpr int kRingOffset = kCountersOffset + 32;
-  // epilogue_done[kTileRing]: the consumer warps' arrivals (8) after the epilogue of the CTA's j-th
-  // W13 tile, in slot j % kTileRing (the hand-off warps hold that tile's slot of the tile ring until
-  // they have seen the phase, so the tile j + kTileRing, drawn later, cannot arrive before).
-  static constexpr int kEpilogueDoneOffset = kRingOffset + static_cast<int>(sizeof(TileRingStorage));
-  static constexpr int kHandoffSlicesOffset = kEpilogueDoneOffset + kTileRing * 8;
-  static constexpr int kTablesOffset = kHandoffSlicesOffset + kHandoffWarps * Handoff::kHandoffWarpSliceBytes;
-  static_assert(kBarrierOffset % 8 == 0 && kResolvedOffset % 8 == 0 && kEpilogueDoneOffset % 8 == 0 &&
-                    kHandoffSlicesOffset % 16 == 0 && kTablesOffset % 4 == 0,
-                "alignment");
+  static constexpr int kRingOffset = kCountersOffset + 32;  // clip counters [3], finisher flags [2] at [4]
+  static constexpr int kTablesOffset = kRingOffset + static_cast<int>(sizeof(TileRingStorage));
+  static_assert(kBarrierOffset % 8 == 0 && kResolvedOffset % 8 == 0 && kTablesOffset % 4 == 0, "alignment");
   static_assert((kStagingOffset % 1024 == 0 && Writer::kBytesPerWg % 1024 == 0) || !Writer::kTma,
                 "TMA staging buffers are 128B-swizzle atoms: 1024-byte aligned");
 
@@ -283,16 +245,10 @@ struct MegaKernel {
     if (threadIdx.x < kNumMaps) resolve_operand(params.maps13, static_cast<int>(threadIdx.x), resolved[0]);
     if (threadIdx.x >= 64 && threadIdx.x < 64 + kNumMaps)
       resolve_operand(params.maps2, static_cast<int>(threadIdx.x) - 64, resolved[1]);
-    // The decode form's chunks: counted and handed off by the hand-off warps, or (A/B) by the
-    // consumer warpgroups themselves, the finisher warpgroup turning the chunk over.
-    const bool handoff_warps = kHandoffWarps > 0 && !params.mega.consumer_handoff;
-    uint64_t* epilogue_done = reinterpret_cast<uint64_t*>(base + kEpilogueDoneOffset);
     if (threadIdx.x == 32) {
       for (int i = 0; i < kTileRing; ++i) {
         ptx::mbarrier_init(ptx::smem_addr(&ring.full[i]), 1);
-        // every consumer, scale and hand-off warp reads each index
-        ptx::mbarrier_init(ptx::smem_addr(&ring.empty[i]), 8 + kScaleWarps + (handoff_warps ? kHandoffWarps : 0));
-        ptx::mbarrier_init(ptx::smem_addr(&epilogue_done[i]), 8);
+        ptx::mbarrier_init(ptx::smem_addr(&ring.empty[i]), 8 + kScaleWarps);  // every consumer and scale warp
       }
       Mainloop13::init_shared(smem);  // (both mainloops' shared state is the same)
       Pipeline::init(pipe_storage, Mainloop13::kConsumerWarpsPerTile, 1 + Mainloop13::kFillArrivals);
@@ -339,9 +295,6 @@ struct MegaKernel {
         }
       } else if constexpr (kScaleWarps > 0) {
         if (warp >= 1 && warp <= kScaleWarps) scale_warp(params, ring, pipe, smem, tables13, tables2, xt, w2_first, warp - 1);
-      } else if constexpr (kHandoffWarps > 0) {
-        if (handoff_warps && warp >= 1 && warp <= kHandoffWarps)
-          handoff_warp(params, resolved[0], ring, epilogue_done, tables13, xt, w2_first, base, warp - 1);
       }
     } else {
       ptx::setmaxnreg_inc<kConsumerRegs>();
@@ -357,23 +310,15 @@ struct MegaKernel {
         Scheduler s13(params.sc13, tables13);
         for (; lin >= 0 && lin < xt; lin = tile_ring_read(ring, ++index))
           x_task(params, resolved[0], s13, lin, writer.bar, wg, tid, base + staging_offset(wg));
-        int32_t pending = -1;  // (rows form, MegaParams::deferred_arrival) tid 0: the chunk last counted
-        for (int32_t j = 0; lin >= 0 && lin < w2_first; ++j) {  // the CTA's j-th W13 tile
+        while (lin >= 0 && lin < w2_first) {
           const WorkTile t = s13.at(lin - xt);
           Mainloop13::mma_tile(params.ml13, t, params.ml13.num_k_blocks, Mainloop13::kBlockK, pipe, st, smem, wg,
                                acc);
           lin = tile_ring_read(ring, ++index);  // only after this tile's stages (kernel.cuh)
-          if (tid == 0) add_pending(params.mega, pending);
           Mainloop13::join_tile(params.ml13, t, wg, acc, writer, smem + staging_offset(1));
           Epilogue13::store(params.ep13, resolved[0], t, acc, wg, writer, counts);
-          if (handoff_warps) {
-            __syncwarp();  // the warp's h2 stores come before its arrival (release, CTA scope)
-            if (tid % 32 == 0) ptx::mbarrier_arrive(ptx::smem_addr(&epilogue_done[j % kTileRing]));
-          } else {
-            arrive(params, resolved[0], s13, t, writer.bar, tid, base, wg, pending);
-          }
+          arrive(params, resolved[0], s13, t, writer.bar, tid, base, wg);
         }
-        if (tid == 0) add_pending(params.mega, pending);
       }
       Scheduler s2(params.sc2, tables2);
       while (lin >= 0) {
@@ -500,86 +445,19 @@ struct MegaKernel {
     }
   }
 
-  // A hand-off warp (`which`: 0..kHandoffWarps-1; the decode form): for every W13 tile of the CTA, once
-  // both consumer warpgroups' epilogues have arrived, counts the tile in its chunk (warp 0) and, when
-  // it completes the count, turns the chunk's rows over with the other hand-off warps and publishes
-  // the chunk -- what the consumers' finisher did (arrive), now off their path: they neither wait for
-  // the count's round trip after each W13 tile nor stop for a hand-off (perf_history G104). The
-  // warps read every index of the tile ring and hold a W13 tile's slot until its epilogues have
-  // arrived. The counter takes 2 per tile, the consumers' two arrivals.
-  DMOE_DEVICE static void handoff_warp(const Params& params, const ResolvedOperands& ops, TileRingStorage& ring,
-                                       uint64_t* epilogue_done, const int32_t* tables13, int32_t xt, int32_t w2_first,
-                                       uint8_t* base, int which) {
-    const MegaParams& m = params.mega;
-    const int lane = static_cast<int>(threadIdx.x % 32);
-    volatile uint32_t* last_flag = reinterpret_cast<uint32_t*>(base + kCountersOffset) + 6;
-    uint8_t* slice = base + kHandoffSlicesOffset + which * Handoff::kHandoffWarpSliceBytes;
-    const int32_t arrivals = 2 * tiles_per_chunk(params.sc13);
-    Scheduler s13(params.sc13, tables13);
-    int32_t w13_tiles = 0;
-    for (int32_t seq = 0;; ++seq) {
-      const int32_t lin = tile_ring_peek(ring, seq);
-      if (lin < xt || lin >= w2_first) {  // an x task, a W2 tile or the end
-        tile_ring_release(ring, seq);
-        if (lin < 0) return;
-        continue;
-      }
-      const int32_t j = w13_tiles++;  // the CTA's j-th W13 tile
-      mbarrier_wait(ptx::smem_addr(&epilogue_done[j % kTileRing]), static_cast<uint32_t>(j / kTileRing) & 1u);
-      tile_ring_release(ring, seq);
-      const WorkTile t = s13.at(lin - xt);
-      const int32_t chunk = chunk_of(s13, params.sc13, t);
-      const int flag = j & 1;  // two flags: warp 0 writes the next only after all have read this one
-      if (which == 0 && lane == 0) {
-        ptx::fence_acq_rel_gpu();  // release: the consumers' h2 stores (cumulative through the mbarrier)
-        const bool last = atomicAdd(m.chunk_done + chunk, 2) == arrivals - 2;
-        if (last) ptx::fence_acq_rel_gpu();  // acquire: every other tile's h2 stores
-        last_flag[flag] = last ? 1u : 0u;
-      }
-      ptx::named_barrier_sync(kBarrierHandoff, 32 * kHandoffWarps);
-      if (last_flag[flag] == 0u) continue;
-      const int32_t first = t.n_block * kBlockN;
-      Handoff::template rows_of_warp<Handoff::kHandoffWarpSliceBytes, Handoff::kHandoffWarpBatch>(
-          m, ops.base[kMapH2], t.row_begin + first, min(kBlockN, t.num_rows - first), which, kHandoffWarps, lane, slice);
-      ptx::fence_proxy_async_global();  // W2's TMA reads the rows through the async proxy
-      ptx::named_barrier_sync(kBarrierHandoff, 32 * kHandoffWarps);
-      if (which == 0 && lane == 0) {
-        ptx::fence_acq_rel_gpu();
-        ptx::red_add_release_gpu(m.chunk_ready + chunk, 1);
-      }
-    }
-  }
-
-  // tid 0 of a consumer warpgroup, before its next W13 epilogue (and after its last): the count
-  // arrive() deferred, if any. Its fence then waits for stores a whole mainloop old, where right
-  // after an epilogue it waits for the epilogue's own (perf_history G105); the chunk completes
-  // that much later.
-  DMOE_DEVICE static void add_pending(const MegaParams& m, int32_t& pending) {
-    if (pending < 0) return;
-    ptx::fence_acq_rel_gpu();  // release: the warpgroup's stores (cumulative through arrive's barrier)
-    ptx::red_add_release_gpu(m.chunk_done + pending, 1);
-    pending = -1;
-  }
-
-  // A consumer warpgroup after its W13 epilogue (the A/B path, MegaParams::consumer_handoff; the rows
-  // form always): counts itself in the chunk. Finisher hand-offs: the warpgroup completing the count
-  // hands the chunk off and publishes it. Every thread of the warpgroup calls it.
-  // `pending` (the rows form with MegaParams::deferred_arrival; tid 0's): the chunk this warpgroup
-  // counts itself in at its next add_pending, not now.
+  // A consumer warpgroup after its W13 epilogue: counts itself in the chunk. Finisher hand-offs: the
+  // warpgroup completing the count hands the chunk off and publishes it. Every thread of the
+  // warpgroup calls it.
   DMOE_DEVICE static void arrive(const Params& params, const ResolvedOperands& ops, const Scheduler& s13,
-                                 const WorkTile& t, uint32_t bar, int tid, uint8_t* base, int wg, int32_t& pending) {
+                                 const WorkTile& t, uint32_t bar, int tid, uint8_t* base, int wg) {
     const MegaParams& m = params.mega;
     const int32_t chunk = chunk_of(s13, params.sc13, t);
     if constexpr (!Handoff::kFinisher) {
       ptx::fence_proxy_async_global();  // W2's TMA reads this thread's h2 stores through the async proxy
       ptx::named_barrier_sync(bar, 128);  // every thread's h2 stores come before the count
       if (tid == 0) {
-        if (m.deferred_arrival) {
-          pending = chunk;
-        } else {
-          ptx::fence_acq_rel_gpu();  // release: this warpgroup's stores (cumulative through the barrier)
-          ptx::red_add_release_gpu(m.chunk_done + chunk, 1);
-        }
+        ptx::fence_acq_rel_gpu();  // release: this warpgroup's stores (cumulative through the barrier)
+        ptx::red_add_release_gpu(m.chunk_done + chunk, 1);
       }
       return;
     } else {
@@ -597,9 +475,7 @@ struct MegaKernel {
       if (*finisher == 0u) return;
       const int32_t first = t.n_block * kBlockN;
       const int32_t rows = min(kBlockN, t.num_rows - first);
-      constexpr int kSliceBytes = Writer::kBytesPerWg / 4;  // a quarter of the staging buffer per warp
-      Handoff::template rows_of_warp<kSliceBytes>(m, ops.base[kMapH2], t.row_begin + first, rows, tid / 32, 4, tid % 32,
-                                                  scratch + tid / 32 * kSliceBytes);
+      Handoff::template run<Writer::kBytesPerWg>(m, ops.base[kMapH2], t.row_begin + first, rows, tid, scratch);
       ptx::fence_proxy_async_global();  // W2's TMA reads the rows through the async proxy
       ptx::named_barrier_sync(bar, 128);
       if (tid == 0) {

@@ -203,12 +203,6 @@ struct MegaParams {
   int64_t packed_stride = 0;
   float* token_scale_inv = nullptr;
   int32_t f = 0;
-  // The decode form: nonzero -- the consumer warpgroups count each W13 tile and the one completing a
-  // chunk hands it off (the path before G104, for A/B runs); zero -- the hand-off warps do both.
-  int32_t consumer_handoff = 0;
-  // The rows form: nonzero -- each warpgroup adds its count for a W13 tile just before its next W13
-  // epilogue (or after its last) instead of right after the tile's epilogue (A/B, G105).
-  int32_t deferred_arrival = 0;
 };
 
 // Per-thread clip counters, summed per CTA at the end of the kernel.

@@ -171,9 +171,7 @@ __device__ __forceinline__ void nvfp4_expand_row(const Nvfp4ExpandLane& l, const
 // by cp.async, a slice-full at a time, no registers held (L2 only: the rows were written by other
 // SMs of the same launch) -- one L2 round trip per slice-full for the amax and, for a row longer
 // than the slice, one per slice-full but the last for the second pass, which takes the last first
-// (still in the slice); a row that fits is read once. kSliceVecs >= 32 (one stage), or 0: no slice,
-// both passes read the row from L2 themselves (the Mega hand-off warps, which have no shared memory to
-// spare and nobody waiting on their latency), the next stage's vector loaded while one is made. In the second pass a
+// (still in the slice); a row that fits is read once. kSliceVecs >= 32 (one stage). In the second pass a
 // stage (256 values) is one vector per lane, so the lanes that made a stage's E2M1 words and block
 // scales hand them to the lanes that expand them by shuffles (what nvfp4_expand_row_stages does
 // after loading them back from the packed row), and each lane stores its unit where its own vector
@@ -182,23 +180,17 @@ __device__ __forceinline__ void nvfp4_expand_row(const Nvfp4ExpandLane& l, const
 template <int kSliceVecs>
 __device__ __forceinline__ void nvfp4_quantize_expand_row_warp(uint16_t* row, int64_t cols, uint8_t* packed,
                                                               float* token_scale_inv, uint4* slice, int lane) {
-  static_assert(kSliceVecs == 0 || kSliceVecs >= 32, "a slice holds at least one 256-value stage (32 vectors)");
-  constexpr bool kDirect = kSliceVecs == 0;
+  static_assert(kSliceVecs >= 32, "a slice holds at least one 256-value stage (32 vectors)");
+  constexpr int piece = kSliceVecs / 32 * 32;  // whole stages per slice-full
   const int vecs_total = static_cast<int>(cols / kVec);  // cols % 256 == 0: whole stages
-  const int piece = kDirect ? vecs_total : kSliceVecs / 32 * 32;  // whole stages per slice-full
   uint4* vecs = reinterpret_cast<uint4*>(row);
-  // Vectors [v0, v0 + n) of the row into the slice (direct: nothing to do).
-  const auto fetch = [&](int v0, int n) {
-    if constexpr (!kDirect) ptx::warp_copy_to_shared(slice, vecs + v0, n, lane);
-  };
-  // Vector v of the slice-full at v0.
-  const auto at = [&](int v0, int v) { return kDirect ? __ldcg(vecs + v0 + v) : slice[v]; };
+  // Vectors [v0, v0 + n) of the row into the slice.
+  const auto fetch = [&](int v0, int n) { ptx::warp_copy_to_shared(slice, vecs + v0, n, lane); };
   float a = 0.0f;
   for (int v0 = 0; v0 < vecs_total; v0 += piece) {
     const int n = min(piece, vecs_total - v0);
     fetch(v0, n);
-#pragma unroll 4
-    for (int v = lane; v < n; v += 32) a = numeric::amax_nan(a, amax_bf16x8(at(v0, v)));
+    for (int v = lane; v < n; v += 32) a = numeric::amax_nan(a, amax_bf16x8(slice[v]));
     __syncwarp();  // the slice is read before the next fetch overwrites it
   }
   a = group_amax<32>(a);
@@ -222,7 +214,7 @@ __device__ __forceinline__ void nvfp4_quantize_expand_row_warp(uint16_t* row, in
     if (k > 0) fetch(v0, n);
     for (int v = lane; v < n; v += 32) {  // n % 32 == 0: every lane has a vector per stage
       const int idx = v0 + v;
-      const uint4 raw = at(v0, v);
+      const uint4 raw = slice[v];
       uint8_t s;
       const uint32_t word = nvfp4_row_vector(raw, amax_bf16x8(raw), row_scale, row_nan, quotient, true, s);
       *reinterpret_cast<uint32_t*>(packed + idx * (kVec / 2)) = word;
