@@ -27,6 +27,8 @@ const std::vector<EnvKnob>& env_knobs() {
       {"DMOE_PRINT_GEMM_CONFIG", "1", "print each distinct grouped GEMM problem and its configuration once"},
       {"DMOE_FP8_SWAPAB_MAX_ROWS", "integer",
        "FP8-blockwise decode-sized FPROP / W13: swap-AB tile up to this many token rows per expert (A/B); default 16"},
+      {"DMOE_FP8_W2_SWAPAB", "1",
+       "FP8-blockwise decode-sized plain FPROP (W2): the swap-AB tile as W13 takes it, not the 128x256 tile (A/B)"},
       {"DMOE_MEGA_FUSED_DGRAD_SWIGLU", "1",
        "MXFP8 Mega training: W2 DGRAD + SwiGLU backward + dxy quantization in one launch instead of the staged pair (A/B)"},
       {"DMOE_MXFP8_NARROW_SPLIT", "0 | 1",

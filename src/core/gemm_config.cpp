@@ -141,6 +141,13 @@ int64_t fp8_swap_ab_max_rows() {
   return rows;
 }
 
+// FP8-blockwise plain FPROP (W2) takes the swap-AB tile at decode sizes only with DMOE_FP8_W2_SWAPAB=1
+// (A/B runs; select_fp8_blockwise).
+bool fp8_w2_swap_ab() {
+  static const bool on = core::env_flag("DMOE_FP8_W2_SWAPAB");
+  return on;
+}
+
 // kNarrowDecodeRowsPerExpert (grouped_gemm_config.h): block-scaled decode tiles over the real rows
 // take 16 tokens up to that average per expert, a wider tile above it (NVFP4 32 tokens, MXFP8
 // 128x128: select_*). A
@@ -246,9 +253,13 @@ GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
   // work once per 32 tokens: s46 r2, qwen3_30b dims, random rows, tiles over the real rows, 32 rows
   // per expert W13 0.132 vs 0.153 ms, W2 0.083 vs 0.098; 64 rows W13 0.138 vs 0.228, W2 0.086 vs
   // 0.143 (perf_history G101). DMOE_FP8_SWAPAB_MAX_ROWS moves the bound (A/B runs; 64: every
-  // decode-sized call, the old pick).
-  if (p.op != GroupedGemmOp::kDgrad && is_decode(p) && token_rows_per_expert(p) <= fp8_swap_ab_max_rows())
-    return swap_ab_tile(p, sms);
+  // decode-sized call, the old pick). Plain FPROP (W2, K = F) keeps the 128x256 tile even below the
+  // bound: the swap-AB tile's per-stage work is paid on few k blocks there. s46 r3, qwen3_30b dims, 8
+  // and 16 rows per expert: 128x256 4-6% ahead; s47 r5, dsv3 dims at EP2 sizes, 8 rows per expert
+  // (T = 128): W2 0.494 (128x256 s4 dyn) against 0.544 ms, where W13 keeps swap-AB (0.977 against
+  // 1.018); perf_history G106. DMOE_FP8_W2_SWAPAB=1: the swap-AB tile for W2 too (A/B runs).
+  const bool swap_ab_op = p.op == GroupedGemmOp::kFpropSwiglu || (p.op == GroupedGemmOp::kFprop && fp8_w2_swap_ab());
+  if (swap_ab_op && is_decode(p) && token_rows_per_expert(p) <= fp8_swap_ab_max_rows()) return swap_ab_tile(p, sms);
   // Beyond ~220 local experts the scheduler tables push both picks past the shared memory (by 280
   // bytes at 256): the same tile with one stage fewer.
   const int64_t width = p.op == GroupedGemmOp::kDgrad ? p.k : p.n;  // output columns

@@ -310,21 +310,21 @@ TEST(GemmConfig, OperandFormats) {
   dec.routed_rows_bound = 256 * 8;  // FP8 blockwise's swap-AB bound counts token rows (below)
   EXPECT_EQ(pick(dec).name(), "128x256x128_s3_tma_dyn");
   dec.accumulate = false;
-  EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
+  EXPECT_EQ(pick(dec).name(), "128x256x128_s3_tma_dyn");  // FP8 blockwise: plain FPROP never swap-AB (below)
   dec.routed_rows_bound = 0;
   dec.a_format = kMxfp8Rows;
   dec.b_format = kMxfp8Weight;
   EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
   dec.op = GroupedGemmOp::kDgrad;
   dec.b_format = kMxfp8WeightT;
-  // FP8 blockwise the same way: decode-sized FPROP and W13 take its swap-AB tile while the token rows
-  // (routed_rows_bound, tile_rows or not; without it the usable rows) average at most 16 per expert,
-  // the 128x256 tile above; DGRAD never takes the swap-AB tile.
+  // FP8 blockwise: decode-sized W13 takes its swap-AB tile while the token rows (routed_rows_bound,
+  // tile_rows or not; without it the usable rows) average at most 16 per expert, the 128x256 tile
+  // above; plain FPROP (W2) and DGRAD never take the swap-AB tile.
   dec.a_format = kFp8BlockwiseRows;
   dec.b_format = kFp8BlockwiseWeight;
-  dec.op = GroupedGemmOp::kFprop;
-  dec.n = 7168;
-  dec.k = 2048;
+  dec.op = GroupedGemmOp::kFpropSwiglu;
+  dec.n = 4096;
+  dec.k = 7168;
   EXPECT_EQ(pick(dec).name(), "128x256x128_s3_tma_dyn");  // 8192 usable rows: 32 per expert
   dec.routed_rows_bound = 256 * kFp8SwapAbMaxRowsPerExpert;
   EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
@@ -332,10 +332,13 @@ TEST(GemmConfig, OperandFormats) {
   EXPECT_EQ(pick(dec).name(), "128x256x128_s3_tma_dyn");
   dec.routed_rows_bound = 256 * 8;  // dsv3_decode at EP2 sizes
   EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
+  dec.op = GroupedGemmOp::kFprop;  // W2 at the same rows
+  dec.n = 7168;
+  dec.k = 2048;
+  EXPECT_EQ(pick(dec).name(), "128x256x128_s3_tma_dyn");
   dec.op = GroupedGemmOp::kFpropSwiglu;
   dec.n = 4096;
   dec.k = 7168;
-  EXPECT_EQ(pick(dec).name(), "256x32x128_s5_swapab");
   dec.op = GroupedGemmOp::kDgrad;
   dec.b_format = kFp8BlockwiseWeightT;
   EXPECT_EQ(pick(dec).name(), "128x256x128_s3_tma_dyn");  // 256 experts: s4 does not fit (ManyExpertsFallBack)
