@@ -164,8 +164,9 @@ struct GroupedGemmProblem {
 // NVFP4 inference contexts expand their tokens to FP16 rows up to the same average
 // (nvfp4_expands_token_rows), where the 16-token tile on expanded rows is picked.
 inline constexpr int64_t kNarrowDecodeRowsPerExpert = 12;
-// FP8-blockwise FPROP and W13 take their swap-AB decode tile up to this average of token rows per
-// local expert (routing's padding left out), the 128-row tiles above it (gemm_config.cpp says why).
+// FP8-blockwise W13 takes its swap-AB decode tile up to this average of token rows per local expert
+// (routing's padding left out), the 128-row tiles above it; plain FPROP (W2) the 128-row tiles at
+// every size since session 47 (gemm_config.cpp says why).
 inline constexpr int64_t kFp8SwapAbMaxRowsPerExpert = 16;
 
 // The one place tile shapes are chosen (src/core/gemm_config.cpp; each branch says why), one

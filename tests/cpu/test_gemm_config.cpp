@@ -336,8 +336,7 @@ TEST(GemmConfig, OperandFormats) {
   dec.n = 7168;
   dec.k = 2048;
   EXPECT_EQ(pick(dec).name(), "128x256x128_s3_tma_dyn");
-  dec.op = GroupedGemmOp::kFpropSwiglu;
-  dec.n = 4096;
+  dec.n = 4096;  // W13 DGRAD
   dec.k = 7168;
   dec.op = GroupedGemmOp::kDgrad;
   dec.b_format = kFp8BlockwiseWeightT;
