@@ -26,7 +26,7 @@ const std::vector<EnvKnob>& env_knobs() {
       {"DMOE_GEMM_EXPERIMENTAL", "1", "grouped GEMM heuristic: the schemes still waiting for their first measurement"},
       {"DMOE_PRINT_GEMM_CONFIG", "1", "print each distinct grouped GEMM problem and its configuration once"},
       {"DMOE_FP8_SWAPAB_MAX_ROWS", "integer",
-       "FP8-blockwise decode-sized FPROP / W13: swap-AB tile up to this many token rows per expert (A/B); default 16"},
+       "FP8-blockwise decode-sized W13 (and W2 with DMOE_FP8_W2_SWAPAB): swap-AB tile up to this many token rows per expert (A/B); default 16"},
       {"DMOE_FP8_W2_SWAPAB", "1",
        "FP8-blockwise decode-sized plain FPROP (W2): the swap-AB tile as W13 takes it, not the 128x256 tile (A/B)"},
       {"DMOE_MEGA_FUSED_DGRAD_SWIGLU", "1",

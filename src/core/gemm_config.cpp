@@ -134,7 +134,7 @@ double routed_rows_per_expert(const GroupedGemmProblem& p) {
   return p.tile_rows ? token_rows_per_expert(p) : static_cast<double>(usable_rows(p)) / static_cast<double>(p.e_local);
 }
 
-// The most token rows per local expert for which FP8-blockwise decode-sized calls take the swap-AB
+// The most token rows per local expert for which FP8-blockwise decode-sized W13 takes the swap-AB
 // tile (select_fp8_blockwise); DMOE_FP8_SWAPAB_MAX_ROWS for A/B runs.
 int64_t fp8_swap_ab_max_rows() {
   static const int64_t rows = core::env_int64_or("DMOE_FP8_SWAPAB_MAX_ROWS", kFp8SwapAbMaxRowsPerExpert);
@@ -247,8 +247,8 @@ GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
   // multiple of 256 (the stage's B scale copy is 256 columns; G69), else 128x128 (five stages).
   if (p.op == GroupedGemmOp::kWgrad)
     return p.k % 256 == 0 ? tile(128, 256, 3, p, sms, false, true) : tile(128, 128, 5, p, sms, false, true);
-  // Decode-sized FPROP and W13: the swap-AB tile streaming the E4M3 weights (as MXFP8's), while the
-  // token rows per expert (without routing's 32-row padding, which is_decode counts) fit about one
+  // Decode-sized W13: the swap-AB tile streaming the E4M3 weights (as MXFP8's), while the token rows
+  // per expert (without routing's 32-row padding, which is_decode counts) fit about one
   // 32-token pass. Above that, 128x256 runs one M tile per expert where swap-AB runs its per-stage
   // work once per 32 tokens: s46 r2, qwen3_30b dims, random rows, tiles over the real rows, 32 rows
   // per expert W13 0.132 vs 0.153 ms, W2 0.083 vs 0.098; 64 rows W13 0.138 vs 0.228, W2 0.086 vs
