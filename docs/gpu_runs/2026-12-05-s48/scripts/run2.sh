@@ -33,6 +33,7 @@ fi
 timeout 150 build-gpu/tests/dist_moe_gpu_tests --gtest_filter='GroupedGemmMxfp8*' > $L/gemm_tests_mxfp8.log 2>&1
 echo "GroupedGemmMxfp8* rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/gemm_tests_mxfp8.log | tr '\n' ' ')"
 grep -E "^\[  FAILED" $L/gemm_tests_mxfp8.log | head -8
+grep -E "^  mxfp8 wide" $L/gemm_tests_mxfp8.log | head -4
 timeout 150 build-gpu/bench/bench_grouped_gemm --ep 2 --shapes qwen3_30b,mixtral,dsv3_prefill --routing balanced \
   --rounds 2 --sustain-ms 50 --ops w13_fprop_mxfp8,w2_fprop_mxfp8,w13_dgrad_mxfp8,w2_dgrad_mxfp8 > $L/gemm_table_mxfp8.log 2>&1
 echo "gemm table mxfp8 rc=$? at $((SECONDS-T0)) s:"
