@@ -38,22 +38,23 @@ timeout 150 build-gpu/bench/bench_grouped_gemm --ep 2 --shapes qwen3_30b,mixtral
   --rounds 2 --sustain-ms 50 --ops w13_fprop_mxfp8,w2_fprop_mxfp8,w13_dgrad_mxfp8,w2_dgrad_mxfp8 > $L/gemm_table_mxfp8.log 2>&1
 echo "gemm table mxfp8 rc=$? at $((SECONDS-T0)) s:"
 grep -E "^fp8 .*(\(pick\)|_tma_dyn )" $L/gemm_table_mxfp8.log | sed -E "s/ +/ /g" | cut -d" " -f2,4- | cut -c1-120
-if [ "$(left)" -gt 150 ]; then
+layers() {  # round
+  for shape in qwen3_30b mixtral; do
+    for k in 0 1; do
+      [ "$(left)" -gt 40 ] || { echo "skip $shape wide=$k r$1"; continue; }
+      f=$L/layer_${shape}_wide$k.$1.log
+      DMOE_MXFP8_WIDE=$k DMOE_PRINT_GEMM_CONFIG=1 timeout 60 build-gpu/dist-moe bench --shape $shape --mode train --format mxfp8 \
+        --no-baseline --iters 5 --sustain-ms 100 > $f 2>&1
+      echo "$shape wide=$k r$1 rc=$? at $((SECONDS-T0)) s: $(grep -E '^(forward\+backward|BF16 layer forward\+backward) ' $f | sed -E 's/ +/ /g' | cut -d' ' -f1-5 | tr '\n' ';')"
+      echo "   $(grep -E '^(fwd:w13|fwd:w2|bwd:w2_dgrad|bwd:w13_dgrad) ' $f | awk '{printf "%s %s (%s); ", $1, $2, $4}')"
+    done
+  done
+}
+layers 1
+if [ "$(left)" -gt 130 ]; then
   DMOE_MXFP8_WIDE=1 timeout 110 build-gpu/dmoe_launch -n 1 --timeout 100 -- build-gpu/tests/dist_moe_mxfp8_pipeline_tests \
     > $L/suite_mxfp8_wide.log 2>&1
   echo "mxfp8 suite (wide) rc=$? at $((SECONDS-T0)) s: $(grep -E 'ALL PASS|FAILED:|FAIL case|ERROR' $L/suite_mxfp8_wide.log | head -3 | tr '\n' ' ')"
 fi
-for r in 1 2; do
-  for shape in qwen3_30b mixtral; do
-    for k in 0 1; do
-      [ "$(left)" -gt 40 ] || { echo "skip $shape wide=$k r$r"; continue; }
-      f=$L/layer_${shape}_wide$k.$r.log
-      DMOE_MXFP8_WIDE=$k DMOE_PRINT_GEMM_CONFIG=1 timeout 60 build-gpu/dist-moe bench --shape $shape --mode train --format mxfp8 \
-        --no-baseline --iters 5 --sustain-ms 100 > $f 2>&1
-      echo "$shape wide=$k r$r rc=$? at $((SECONDS-T0)) s: $(grep -E '^(forward\+backward|BF16 layer forward\+backward) ' $f | sed -E 's/ +/ /g' | cut -d' ' -f1-5 | tr '\n' ';')"
-      echo "   $(grep -E '^(fwd:w13|fwd:w2|bwd:w2_dgrad|bwd:w13_dgrad) ' $f | awk '{printf "%s %s (%s); ", $1, $2, $4}')"
-    done
-  done
-  [ "$shape" = mixtral ] && [ "$(left)" -lt 120 ] && break
-done
+layers 2
 [ "$(left)" -gt 120 ] && RUN1_BUDGET_S=$(( $(left) - 10 )) OUT=$L/run1 bash docs/gpu_runs/2026-12-05-s48/scripts/run1.sh 2>&1 | tail -60
