@@ -15,11 +15,11 @@
 // mainloop's (a stage holds one 128-deep E4M3 k block: four k32 steps).
 //
 // Tiles: 128x128 (two units per k32 step) and 128x256 (four: perf_history G107). The wide tile's
-// 128 accumulators and two 32-register scratch buffers leave the consumers' 224 registers room for
-// one k32 step's B scales at a time, so its stage keeps the B scales step-major ([step][group]: one
-// step's eight are two 16-byte vectors) where the 128x128 tile reads all sixteen of a stage at once
-// ([group][step]). Each unit is the same m64n64k32 wgmma and fold in both tiles, and every
-// accumulator gets its folds in the same order: the two tiles' results are bitwise the same.
+// 128 accumulators and two 32-register scratch buffers leave the consumers' 224 registers no room
+// for a stage's scales, so each of its folds reads its own four from the stage, whose B scales are
+// step-major ([step][group]: a slice's two groups adjacent) where the 128x128 tile reads all of a
+// stage at once ([group][step]). Each unit is the same m64n64k32 wgmma and fold in both tiles, and
+// every accumulator gets its folds in the same order: the two tiles' results are bitwise the same.
 //
 // The E8M0 codes become FP32 scales in the producer warpgroup, whose warps 1-3 are otherwise idle
 // (ScaleProducer): warp s % 3 takes stage s, loads the tile's 128 row words and 4 column-group
@@ -219,8 +219,8 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
   // ---- the scale warps ------------------------------------------------------------------------
   // Warp `which` (0 .. 2) of the producer warpgroup's warps 1-3 fills the scale region of every
   // third stage: lane l converts the codes of rows l, l + 32, l + 64, l + 96 and lanes below
-  // kGroups those of the tile's column groups (group-major, or step-major for the wide tile). Codes are loaded before the slot is acquired, so the global
-  // latency overlaps the wait. The token rows' codes go through L2 (ld.global.cg): the Mega kernel
+  // kGroups those of the tile's column groups (group-major, or step-major for the wide tile). Codes
+  // are loaded before the slot is acquired, so the global latency overlaps the wait. The token rows' codes go through L2 (ld.global.cg): the Mega kernel
   // writes them in the same launch (device/gemm/mega.cuh), which the non-coherent path forbids.
   struct ScaleProducer {
     const MainloopParams& p;
@@ -413,9 +413,9 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
 
   // Slice s of k32 step j of the stage into `scratch`: one m64n64k32 wgmma (scale-d = 0).
   DMOE_DEVICE static void issue_unit(uint32_t smem, int stage, int wg, int s, int j, float (&scratch)[kSliceAcc]) {
-    const uint64_t da = ptx::desc_advance32(Base::desc_a(smem, stage, wg, 0), static_cast<uint32_t>(j * Base::kStepA));
-    const uint64_t db = ptx::desc_advance32(Base::desc_b(smem, stage),
-                                            static_cast<uint32_t>(s * kSliceN * 128 + j * Base::kStepB));
+    const uint64_t da = ptx::desc_advance(Base::desc_a(smem, stage, wg, 0), static_cast<uint32_t>(j * Base::kStepA));
+    const uint64_t db = ptx::desc_advance(Base::desc_b(smem, stage),
+                                          static_cast<uint32_t>(s * kSliceN * 128 + j * Base::kStepB));
     ptx::wgmma_fence();  // the scratch registers were read by the last fold
     SliceMma::mma(scratch, da, db, 0u);
     ptx::wgmma_commit();
