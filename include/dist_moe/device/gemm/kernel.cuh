@@ -176,8 +176,8 @@ struct GroupedGemmKernel {
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kLaunchRegs * kThreads, "launch register allocation");
   // The static schedule's look-ahead tile is drawn after the k loop, not before it, where the
   // consumers need every register through it: the MXFP8 128x256 tile (128 accumulators and two
-  // scratch buffers at 224 registers) spilled 354 bytes with the next tile live across its k loop,
-  // 196 without (G107). The other kernels keep the measured order.
+  // scratch buffers at 224 registers) spilled 378 bytes with the next tile live across its k loop,
+  // 120 without (G107). The other kernels keep the measured order.
   static constexpr bool kLateLookahead = Mainloop::kWideConsumers && Mainloop::kScaleWarps > 0;
   // Producer warps that take the stages in turn must not outnumber the stages: a warp would wait on
   // a slot two ring turns ahead, which a parity wait cannot tell from the turn before (an NVFP4
