@@ -31,8 +31,6 @@ const std::vector<EnvKnob>& env_knobs() {
        "FP8-blockwise decode-sized plain FPROP (W2): the swap-AB tile as W13 takes it, not the 128x256 tile (A/B)"},
       {"DMOE_MEGA_FUSED_DGRAD_SWIGLU", "1",
        "MXFP8 Mega training: W2 DGRAD + SwiGLU backward + dxy quantization in one launch instead of the staged pair (A/B)"},
-      {"DMOE_MXFP8_WIDE", "1",
-       "MXFP8 prefill-sized FPROP / DGRAD: the 128x256 tile where the output width allows it, not 128x128 (A/B)"},
       {"DMOE_MXFP8_NARROW_SPLIT", "0 | 1",
        "MXFP8 128x128 tiles of at most 64 expert rows: both warpgroups, a column slice each; 0: warpgroup 0 alone (A/B); default 1"},
   };

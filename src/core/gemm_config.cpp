@@ -270,21 +270,11 @@ GroupedGemmConfig select_fp8_blockwise(const GroupedGemmProblem& p, int sms) {
 }
 
 // MXFP8 (FPROP, W13 FPROP, and DGRAD on the transposed weight; per-32 promotion): 128x128 with five
-// stages (the stages' FP32 scales take the sixth stage's shared memory), or with DMOE_MXFP8_WIDE=1
-// the 128x256 tile with three where the output width is a multiple of 256 (G107's A/B: four
-// 64-column units per k32 step, half the A loads and tile restarts per FLOP; ptxas spills ~350
-// bytes at its 224 consumer registers); decode-sized FPROP (is_decode) the swap-AB tile, which
+// stages (two scratch buffers leave no registers for 128x256's accumulators; the stages' FP32 scales
+// take the sixth stage's shared memory); decode-sized FPROP (is_decode) the swap-AB tile, which
 // streams the E4M3 weights as the BF16 one streams BF16 (DGRAD keeps 128x128: not measured there).
-bool mxfp8_wide_tile() {
-  static const bool on = core::env_flag("DMOE_MXFP8_WIDE");
-  return on;
-}
-
 GroupedGemmConfig select_mxfp8(const GroupedGemmProblem& p, int sms) {
-  const int64_t width = p.op == GroupedGemmOp::kDgrad ? p.k : p.n;  // output columns
-  const GroupedGemmConfig narrow = tile(128, 128, 5, p, sms, false, true);
-  const GroupedGemmConfig wide = tile(128, 256, 3, p, sms, false, true);
-  const GroupedGemmConfig regular = mxfp8_wide_tile() && width % 256 == 0 && fits(wide, p) ? wide : narrow;
+  const GroupedGemmConfig regular = tile(128, 128, 5, p, sms, false, true);
   if (p.op == GroupedGemmOp::kDgrad || !is_decode(p)) return regular;
   // Training layers' decode-sized FPROPs: padded segments (no tile_rows), the 32-token tile.
   if (!p.tile_rows) return swap_ab_tile(p, sms);
@@ -442,7 +432,7 @@ GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& p, int de
   GroupedGemmConfig c = select_default(p, device_num_sms);
   // The knob's A/B switch reaches the MXFP8 128x128 picks only (the other kernels ignore the flag, and
   // a "_nosplit" name on them would misname the kernel that runs).
-  c.narrow_split = mxfp8_narrow_split_enabled() || p.a_format != kMxfp8Rows || c.swap_ab || c.block_n != 128;
+  c.narrow_split = mxfp8_narrow_split_enabled() || p.a_format != kMxfp8Rows || c.swap_ab;
   // G9 measured (2026-11-30 A/B, dsv3_prefill, same run): the dynamic schedule makes FPROP faster
   // on every routing (W13 1.07-1.33x, W2 1.05-1.34x; random top-k rows 1.33x) with balanced rows
   // unchanged. DGRAD: 1.01-1.73x in five of six A/B cases (0.89 once, where the same run's sweep

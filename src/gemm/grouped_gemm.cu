@@ -623,12 +623,11 @@ std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_
     d.dynamic_schedule = true;
     v.push_back(d);
   }
-  // MXFP8 128x128: each schedule also with narrow tiles on warpgroup 0 alone (the A/B twin; the
-  // 128x256 tile has no narrow form).
+  // MXFP8 128x128: each schedule also with narrow tiles on warpgroup 0 alone (the A/B twin).
   if (a_format == kMxfp8Rows && b_format == kMxfp8Weight) {
     const size_t scheduled = v.size();
     for (size_t i = 0; i < scheduled; ++i) {
-      if (v[i].swap_ab || v[i].block_n != 128) continue;
+      if (v[i].swap_ab) continue;
       GroupedGemmConfig w = v[i];
       w.narrow_split = false;
       v.push_back(w);

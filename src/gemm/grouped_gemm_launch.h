@@ -207,13 +207,10 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     wgrad_kernel(128, 256, 3).tma().fp8_blockwise_cols(),
     wgrad_kernel(128, 256, 3).fp32_out().tma().fp8_blockwise_cols(),
     // MXFP8 FPROP with per-32 promotion (device/gemm/mainloop_mxfp8.cuh): 128x128, five 32 KiB E4M3
-    // stages, each with the FP32 scales the producer warpgroup's scale warps convert next to it;
-    // 128x256 (four 64-column units per k32 step, G107), three 48 KiB stages. MXFP8 DGRAD runs these
-    // on the transposed weight. grouped_gemm_sm90_fprop.cu / _w13.cu.
+    // stages, each with the FP32 scales the producer warpgroup's scale warps convert next to it.
+    // MXFP8 DGRAD runs these on the transposed weight. grouped_gemm_sm90_fprop.cu / _w13.cu.
     fprop_kernel(128, 128, 5).tma().mxfp8(),
     w13_kernel(128, 128, 5).tma().mxfp8(),
-    fprop_kernel(128, 256, 3).tma().mxfp8(),
-    w13_kernel(128, 256, 3).tma().mxfp8(),
     // MXFP8 swap-AB decode (device/gemm/mainloop_block_scaled_swap_ab.cuh): the BF16 decode tile with
     // 128-deep E4M3 stages (same 36 KiB), per-32 promotion in the consumers. _decode.cu.
     decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 32, 5).mxfp8(),

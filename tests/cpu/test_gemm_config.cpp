@@ -253,9 +253,8 @@ TEST(GemmConfig, OperandFormats) {
   EXPECT_EQ(pick(fw).name(), "128x256x128_s3_tma");
   fw.k = 640;
   EXPECT_EQ(pick(fw).name(), "128x128x128_s5_tma");
-  // MXFP8: 128x128, five stages with the producer-converted scales, for FPROP, W13 and DGRAD (which
-  // runs as FPROP on the transposed weight), whatever the width (128x256 only with DMOE_MXFP8_WIDE=1,
-  // which CI does not set: G107's A/B).
+  // MXFP8: the one compiled tile (128x128, five stages with the producer-converted scales) for
+  // FPROP, W13 and DGRAD (which runs as FPROP on the transposed weight), whatever the width.
   GroupedGemmProblem mx8 = problem(GroupedGemmOp::kFprop, 32768, 7168, 2048);
   mx8.a_format = kMxfp8Rows;
   mx8.b_format = kMxfp8Weight;

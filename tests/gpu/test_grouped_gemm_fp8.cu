@@ -860,91 +860,63 @@ TEST_P(GroupedGemmMxfp8Fprop, Exact) {
   EXPECT_EQ(d_out2.download(), out) << "mxfp8 exact: k-block-major A scale words";
 }
 
-// Every output byte of an MXFP8 FPROP (w13: W13 FPROP with clamped SwiGLU, h2 then h1) on one
-// configuration, over expert rows of 64, 65, 1, 63 ... around the 64-row boundary, second tiles of 64
-// and 65 rows and an empty expert; the operands are the same for every configuration (seed 63).
-std::vector<uint16_t> mxfp8_fprop_bits(bool w13, const GroupedGemmConfig& cfg) {
+// Narrow tiles (at most 64 rows of their expert in a 128x128 tile) run on both warpgroups, one
+// 64-column slice each, and join before the epilogue (GroupedGemmConfig::narrow_split, perf_history
+// G99). The same wgmmas, products and FFMAs per accumulator as on warpgroup 0 alone: every output
+// byte equal to the "_nosplit" twin's, for FPROP (scattered rows of 64, 65, 1, 63 ... around the
+// 64-row boundary, second tiles of 64 and 65 rows, an empty expert) and W13 (SwiGLU, clamped).
+TEST(GroupedGemmMxfp8, NarrowTilesSplitMatchesWarpgroupZeroBitwise) {
+  DMOE_REQUIRE_SM90();
   const std::vector<int32_t> counts = {64, 65, 1, 63, 192, 193, 0, 37, 128, 129};
   const int64_t E = static_cast<int64_t>(counts.size()), D = 512, N = 768, M = total_rows(counts), cap = M + kSlack;
   std::mt19937 rng(63u);
   DeviceBuffer<int32_t> d_counts(counts);
-  const int64_t n = w13 ? N : D, k = w13 ? D : N, out_cols = w13 ? N / 2 : n;
-  const FpropOperands ops = fprop_operands(Recipe::kMxfp8, E, n, k, cap, rng);
-  DeviceBuffer<uint16_t> d_out(static_cast<size_t>(cap * out_cols)), d_h1(static_cast<size_t>(cap * n));
-  d_out.poison();
-  d_h1.poison();
-  GroupedGemmCommon c = fp8_common(d_counts, Fp8Case{E, n, k, 0, 0u}, cap, &cfg);
-  ops.fill(c);
-  if (w13) {
-    W13FpropArgs args;
-    args.common = c;
-    args.a = ops.a_q();
-    args.w13 = ops.w_q();
-    args.h1 = d_h1.get();
-    args.h2 = d_out.get();
-    args.activation = Activation::kSwiGLUClamped;
-    args.swiglu_alpha = 1.702f;
-    args.swiglu_limit = 0.6f;
-    grouped_gemm_w13_fprop(args, nullptr);
-  } else {
-    FpropArgs args;
-    args.common = c;
-    args.a = ops.a_q();
-    args.w = ops.w_q();
-    args.out = d_out.get();
-    grouped_gemm_fprop(args, nullptr);
-  }
-  DMOE_CUDA_CHECK(cudaDeviceSynchronize());  // (throws: this helper returns a value, so no ASSERT)
-  std::vector<uint16_t> bits = d_out.download();
-  if (w13) {
-    const std::vector<uint16_t> h1 = d_h1.download();
-    bits.insert(bits.end(), h1.begin(), h1.end());
-  }
-  return bits;
-}
-
-// Narrow tiles (at most 64 rows of their expert in a 128x128 tile) run on both warpgroups, one
-// 64-column slice each, and join before the epilogue (GroupedGemmConfig::narrow_split, perf_history
-// G99). The same wgmmas, products and FFMAs per accumulator as on warpgroup 0 alone: every output
-// byte equal to the "_nosplit" twin's, for FPROP and W13 (SwiGLU, clamped).
-TEST(GroupedGemmMxfp8, NarrowTilesSplitMatchesWarpgroupZeroBitwise) {
-  DMOE_REQUIRE_SM90();
   for (const bool w13 : {false, true}) {
+    const int64_t n = w13 ? N : D, k = w13 ? D : N, out_cols = w13 ? N / 2 : n;
+    const FpropOperands ops = fprop_operands(Recipe::kMxfp8, E, n, k, cap, rng);
     const GroupedGemmOp op = w13 ? GroupedGemmOp::kFpropSwiglu : GroupedGemmOp::kFprop;
     for (const GroupedGemmConfig& split : grouped_gemm_configs(op, DType::kBFloat16, false, kMxfp8Rows, kMxfp8Weight)) {
-      if (split.swap_ab || !split.narrow_split || split.block_n != 128) continue;
+      if (split.swap_ab || !split.narrow_split) continue;
       GroupedGemmConfig alone = split;
       alone.narrow_split = false;
-      const std::vector<uint16_t> a = mxfp8_fprop_bits(w13, split), b = mxfp8_fprop_bits(w13, alone);
-      EXPECT_EQ(a, b) << (w13 ? "w13 h2 + h1 " : "fprop out ") << split.name() << " vs " << alone.name();
-      std::printf("  mxfp8 narrow split %-5s %-22s == %s: %s\n", w13 ? "w13" : "fprop", split.name().c_str(),
-                  alone.name().c_str(), a == b ? "PASS" : "FAIL");
-    }
-  }
-}
-
-// The 128x256 tile (perf_history G107) runs the 128x128 tile's units -- the same m64n64k32 wgmmas,
-// scale products and FFMAs, in the same order per accumulator -- four per k32 step instead of two:
-// every output byte equal to the 128x128 tile's with the same schedule.
-TEST(GroupedGemmMxfp8, WideTileMatches128x128Bitwise) {
-  DMOE_REQUIRE_SM90();
-  int wide = 0;
-  for (const bool w13 : {false, true}) {
-    const GroupedGemmOp op = w13 ? GroupedGemmOp::kFpropSwiglu : GroupedGemmOp::kFprop;
-    const std::vector<GroupedGemmConfig> cfgs = grouped_gemm_configs(op, DType::kBFloat16, false, kMxfp8Rows, kMxfp8Weight);
-    for (const GroupedGemmConfig& w : cfgs) {
-      if (w.swap_ab || w.block_n != 256) continue;
-      for (const GroupedGemmConfig& n : cfgs) {
-        if (n.swap_ab || n.block_n != 128 || !n.narrow_split || n.dynamic_schedule != w.dynamic_schedule) continue;
-        ++wide;
-        const std::vector<uint16_t> a = mxfp8_fprop_bits(w13, w), b = mxfp8_fprop_bits(w13, n);
-        EXPECT_EQ(a, b) << (w13 ? "w13 h2 + h1 " : "fprop out ") << w.name() << " vs " << n.name();
-        std::printf("  mxfp8 wide %-5s %-22s == %s: %s\n", w13 ? "w13" : "fprop", w.name().c_str(), n.name().c_str(),
-                    a == b ? "PASS" : "FAIL");
+      std::vector<uint16_t> outs[2];
+      for (int v = 0; v < 2; ++v) {
+        DeviceBuffer<uint16_t> d_out(static_cast<size_t>(cap * out_cols)), d_h1(static_cast<size_t>(cap * n));
+        d_out.poison();
+        d_h1.poison();
+        GroupedGemmCommon c = fp8_common(d_counts, Fp8Case{E, n, k, 0, 0u}, cap, v == 0 ? &split : &alone);
+        ops.fill(c);
+        if (w13) {
+          W13FpropArgs args;
+          args.common = c;
+          args.a = ops.a_q();
+          args.w13 = ops.w_q();
+          args.h1 = d_h1.get();
+          args.h2 = d_out.get();
+          args.activation = Activation::kSwiGLUClamped;
+          args.swiglu_alpha = 1.702f;
+          args.swiglu_limit = 0.6f;
+          grouped_gemm_w13_fprop(args, nullptr);
+        } else {
+          FpropArgs args;
+          args.common = c;
+          args.a = ops.a_q();
+          args.w = ops.w_q();
+          args.out = d_out.get();
+          grouped_gemm_fprop(args, nullptr);
+        }
+        CUDA_OK(cudaDeviceSynchronize());
+        outs[v] = d_out.download();
+        if (w13) {
+          const std::vector<uint16_t> h1 = d_h1.download();
+          outs[v].insert(outs[v].end(), h1.begin(), h1.end());
+        }
       }
+      EXPECT_EQ(outs[0], outs[1]) << (w13 ? "w13 h2 + h1 " : "fprop out ") << split.name() << " vs " << alone.name();
+      std::printf("  mxfp8 narrow split %-5s %-22s == %s: %s\n", w13 ? "w13" : "fprop", split.name().c_str(),
+                  alone.name().c_str(), outs[0] == outs[1] ? "PASS" : "FAIL");
     }
   }
-  EXPECT_EQ(wide, 4) << "FPROP and W13, static and dynamic schedule";
 }
 
 TEST(GroupedGemmMxfp8, HeuristicPicksCompiledKernels) {

@@ -174,11 +174,6 @@ struct GroupedGemmKernel {
               : (Mainloop::kScaleWarps > 0 || Mainloop::kWideConsumers ? ((3 * kLaunchRegs - kProducerRegs) / 2) & ~7u
                                                                       : 232);
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kLaunchRegs * kThreads, "launch register allocation");
-  // The static schedule's look-ahead tile is drawn after the k loop, not before it, where the
-  // consumers need every register through it: the MXFP8 128x256 tile (128 accumulators and two
-  // scratch buffers at 224 registers) spilled 378 bytes with the next tile live across its k loop,
-  // 120 without (G107). The other kernels keep the measured order.
-  static constexpr bool kLateLookahead = Mainloop::kWideConsumers && Mainloop::kScaleWarps > 0;
   // Producer warps that take the stages in turn must not outnumber the stages: a warp would wait on
   // a slot two ring turns ahead, which a parity wait cannot tell from the turn before (an NVFP4
   // 2-stage tile with the three warps deadlocked at 8+ k blocks, session 23).
@@ -322,16 +317,11 @@ struct GroupedGemmKernel {
         // Look-ahead: does a tile follow this one? Dynamic: read only once this tile's stages are
         // consumed (or skipped) -- the producer draws the next tile after issuing this one's loads.
         WorkTile next;
-        if (!dynamic && !kLateLookahead) next = sched.next();
-        // The next tile, once this one's stages are consumed (or skipped).
-        const auto look_ahead = [&] {
-          if (dynamic) next = sched.at(tile_ring_read(ring, index + 1));
-          else if (kLateLookahead) next = sched.next();
-        };
+        if (!dynamic) next = sched.next();
         const int32_t num_k = sched.num_k_blocks(t, params.mainloop.num_k_blocks, Mainloop::kBlockK);
         if (kPingPong && (index & 1) != wg) {  // the other warpgroup's tile: skip its stages
           st.advance(num_k);
-          look_ahead();
+          if (dynamic) next = sched.at(tile_ring_read(ring, index + 1));
         } else {
           // Ping-pong: wait until the other warpgroup has consumed every stage of the tile before
           // this one. Then the full barriers of this tile's stages are at most one phase ahead
@@ -350,7 +340,7 @@ struct GroupedGemmKernel {
             Mainloop::mma_tile(params.mainloop, t, num_k, rows_in_last, pipe, st, smem, wg, acc);
             Mainloop::join_tile(params.mainloop, t, wg, acc, writer, smem + staging_offset(1));
           }
-          look_ahead();
+          if (dynamic) next = sched.at(tile_ring_read(ring, index + 1));
           // Signal only when the other warpgroup has a tile to wait for: every arrival is matched.
           if (kPingPong && next.valid) ptx::named_barrier_arrive(kBarrierMathOrder0 + wg, 256);
           if constexpr (!kDeferred) {

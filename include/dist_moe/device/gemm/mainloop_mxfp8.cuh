@@ -12,14 +12,8 @@
 // against four scale products (rows lo / hi x the slice's two 32-column groups). Units run through
 // two scratch buffers, one folded while the other's wgmma runs, as the FP8-blockwise 128x128 loop
 // does with whole k blocks. The stages, the TMA producer and the slice descriptors are that
-// mainloop's (a stage holds one 128-deep E4M3 k block: four k32 steps).
-//
-// Tiles: 128x128 (two units per k32 step) and 128x256 (four: perf_history G107). The wide tile's
-// 128 accumulators and two 32-register scratch buffers leave the consumers' 224 registers no room
-// for a stage's scales, so each of its folds reads its own four from the stage, whose B scales are
-// step-major ([step][group]: a slice's two groups adjacent) where the 128x128 tile reads all of a
-// stage at once ([group][step]). Each unit is the same m64n64k32 wgmma and fold in both tiles, and
-// every accumulator gets its folds in the same order: the two tiles' results are bitwise the same.
+// mainloop's (a stage holds one 128-deep E4M3 k block: four k32 steps); 128x128 tiles only (the
+// 128x256 accumulators leave no room for two scratch buffers).
 //
 // The E8M0 codes become FP32 scales in the producer warpgroup, whose warps 1-3 are otherwise idle
 // (ScaleProducer): warp s % 3 takes stage s, loads the tile's 128 row words and 4 column-group
@@ -56,17 +50,13 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
   using Base::kStages;
   using Base::kSplit;
   using Operands = typename Config::Operands;
+  using Fp8::kSliceN;
+  using Fp8::kSliceAcc;
+
   static constexpr int kSteps = kBlockK / Operands::kK;  // k32 steps per stage: 4
   static constexpr int kGroups = kBlockN / 32;           // 32-column groups of the tile: one B scale each
-  // A unit: one m64n64k32 wgmma into a scratch buffer (a "slice" of 64 columns of the tile).
-  static constexpr int kSliceN = 64;
-  static constexpr int kSliceAcc = kSliceN / 2;  // FP32 registers of one m64 x 64 fragment
-  static constexpr int kUnits = kBlockN / kSliceN;  // units per k32 step: 2 (128x128) or 4 (128x256)
-  using SliceMma = typename Operands::template Mma<kSliceN, 0, 0>;
-  // The wide tile keeps its B scales step-major (top of this file).
-  static constexpr bool kStepMajorB = kUnits == 4;
-  static_assert(kKind == GemmKind::kFprop && (kBlockN == 128 || kBlockN == 256),
-                "MXFP8: FPROP kinds on 128x128 or 128x256 tiles (64-column units)");
+  static_assert(kKind == GemmKind::kFprop && kBlockN == 128 && Fp8::kSlices == 2,
+                "MXFP8: FPROP kinds on 128x128 tiles (two 64-column slices)");
   static_assert(kSteps == 4, "a stage's four E8M0 codes per row are one 32-bit word");
 
   static constexpr int kScaleWarps = 3;  // producer warps 1-3 (kernel.cuh)
@@ -91,11 +81,9 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
                                    uint32_t smem, int wg, float (&acc)[kMmaPerWg][kAccPerMma], Hook&& hook = Hook{}) {
     Base::zero_acc(acc);
     if (num_k_blocks == 0) return;
-    if constexpr (kUnits == 2) {
-      if (narrow(p, t)) {
-        mma_tile_narrow(num_k_blocks, pipe, st, smem, wg, acc, hook);
-        return;
-      }
+    if (narrow(p, t)) {
+      mma_tile_narrow(num_k_blocks, pipe, st, smem, wg, acc, hook);
+      return;
     }
     if (Base::active_blocks(t, wg) == 0) {
       for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
@@ -114,12 +102,6 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     issue_unit(smem, st.stage, wg, 0, 0, s0);
     issue_unit(smem, st.stage, wg, 1, 0, s1);
     int32_t kb = 0;
-    if constexpr (kUnits == 4) {
-      for (; kb < last_kb; ++kb) wide_block<false>(pipe, st, smem, wg, a_row, acc, s0, s1, kb, hook);
-      wide_block<true>(pipe, st, smem, wg, a_row, acc, s0, s1, kb, hook);
-      ptx::wgmma_fence_operands(acc[0]);
-      return;
-    }
     // Every block but the last: its last step issues the next block's first units. No branch
     // around a wgmma (a divergent-looking path makes ptxas serialize them, C7518).
     for (; kb < last_kb; ++kb) {
@@ -159,9 +141,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
 
   // A narrow tile: at most 64 rows of its expert, all in warpgroup 0's m64 block; split by slice
   // unless the launch says not to (MainloopParams::narrow_split: A/B runs).
-  // (The wide tile has no narrow form: warpgroup 1 only keeps the ring moving.)
   DMOE_DEVICE static bool narrow(const MainloopParams& p, const WorkTile& t) {
-    if constexpr (kUnits != 2) return false;
     const int32_t rows_left = t.num_rows - t.m_block * kBlockM;
     return p.narrow_split && rows_left > 0 && rows_left <= 64;
   }
@@ -176,7 +156,6 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
   template <class Writer>
   DMOE_DEVICE static void join_tile(const MainloopParams& p, const WorkTile& t, int wg,
                                     float (&acc)[kMmaPerWg][kAccPerMma], const Writer& writer, uint32_t staging1) {
-    if constexpr (kUnits != 2) return;
     if (!narrow(p, t)) return;
     // Registers per round: the slice at once where the buffer holds it, else halves.
     constexpr int kRound = Writer::kBytesPerWg >= 128 * kSliceAcc * 4 ? kSliceAcc : kSliceAcc / 2;
@@ -218,9 +197,9 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
 
   // ---- the scale warps ------------------------------------------------------------------------
   // Warp `which` (0 .. 2) of the producer warpgroup's warps 1-3 fills the scale region of every
-  // third stage: lane l converts the codes of rows l, l + 32, l + 64, l + 96 and lanes below
-  // kGroups those of the tile's column groups (group-major, or step-major for the wide tile). Codes
-  // are loaded before the slot is acquired, so the global latency overlaps the wait. The token rows' codes go through L2 (ld.global.cg): the Mega kernel
+  // third stage: lane l converts the codes of rows l, l + 32, l + 64, l + 96 and lanes 0-3 those
+  // of the tile's four column groups. Codes are loaded before the slot is acquired, so the global
+  // latency overlaps the wait. The token rows' codes go through L2 (ld.global.cg): the Mega kernel
   // writes them in the same launch (device/gemm/mega.cuh), which the non-coherent path forbids.
   struct ScaleProducer {
     const MainloopParams& p;
@@ -268,18 +247,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
         const uint32_t region = smem_scales(smem, st.stage);
 #pragma unroll
         for (int i = 0; i < 4; ++i) ptx::st_shared_v4(region + (lane + 32 * i) * kSteps * 4, e8m0x4(words[i]));
-        if (lane < kGroups) {
-          const uint4 g = e8m0x4(gword);
-          if constexpr (kStepMajorB) {
-            const uint32_t at = region + (kBlockM * kSteps + lane) * 4;
-            ptx::st_shared_b32(at, g.x);
-            ptx::st_shared_b32(at + kGroups * 4, g.y);
-            ptx::st_shared_b32(at + 2 * kGroups * 4, g.z);
-            ptx::st_shared_b32(at + 3 * kGroups * 4, g.w);
-          } else {
-            ptx::st_shared_v4(region + (kBlockM + lane) * kSteps * 4, g);
-          }
-        }
+        if (lane < kGroups) ptx::st_shared_v4(region + (kBlockM + lane) * kSteps * 4, e8m0x4(gword));
         __syncwarp();  // the warp's stores before lane 0's arrival (release) publishes them
         if (lane == 0) pipe.producer_arrive(st);
       }
@@ -334,51 +302,6 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     ptx::wgmma_fence_operands(acc[0]);
   }
 
-  // One k block of the wide tile's loop (kUnits = 4): units u = 4 j + s (k32 step j, slice s) in
-  // order, unit u folded from buffer u % 2 and replaced there by unit u + 2 -- the stage's last two by
-  // the next block's units 0 and 1, after the next stage is waited for (not kLast), as in the
-  // 128x128 loop. Each fold reads its four scales from the stage (two 4-byte A rows and the slice's
-  // two B groups, adjacent step-major) ahead of its wait: with 128 accumulators and both scratch
-  // buffers live, a k block's worth of scales in registers made ptxas spill.
-  template <bool kLast, class Hook>
-  DMOE_DEVICE static void wide_block(const Pipeline& pipe, PipelineState<kStages>& st, uint32_t smem, int wg,
-                                     uint32_t a_row, float (&acc)[kMmaPerWg][kAccPerMma], float (&s0)[kSliceAcc],
-                                     float (&s1)[kSliceAcc], int32_t kb, Hook& hook) {
-    static_assert(kUnits == 4 && kStepMajorB, "the 128x256 tile");
-    constexpr int kUnitsPerStage = kSteps * kUnits;
-    const int stage = st.stage;
-    const uint32_t region = smem_scales(smem, stage);
-    const uint32_t rows_at = region + a_row * kSteps * 4;
-    const auto unit = [&](int u, float(&buf)[kSliceAcc]) {
-      const int j = u / kUnits, s = u % kUnits;
-      const float lo = ptx::ld_shared_f32(rows_at + 4 * j), hi = ptx::ld_shared_f32(rows_at + 8 * kSteps * 4 + 4 * j);
-      const float2 b = ptx::ld_shared_f32x2(region + (kBlockM * kSteps + j * kGroups + 2 * s) * 4);
-      fold_scaled(acc, buf, s, lo, hi, b.x, b.y, kLast && u == kUnitsPerStage - 1 ? 0 : 1);
-      const int next = u + 2;
-      if (next < kUnitsPerStage) {
-        issue_unit(smem, stage, wg, next % kUnits, next / kUnits, buf);
-        return;
-      }
-      if (next == kUnitsPerStage + 1) {  // the stage's last unit is folded: every wgmma reading it is done
-        pipe.consumer_release(stage);
-        hook(kb);
-      }
-      if constexpr (!kLast) {
-        if (next == kUnitsPerStage) {
-          st.advance();
-          pipe.consumer_wait(st);
-        }
-        issue_unit(smem, st.stage, wg, next - kUnitsPerStage, 0, buf);
-      }
-    };
-#pragma unroll
-    for (int u = 0; u < kUnitsPerStage; u += 2) {
-      unit(u, s0);
-      unit(u + 1, s1);
-    }
-    if constexpr (kLast) st.advance();
-  }
-
   // One stage's scales for a consumer thread, [k32 step]: its rows a_row and a_row + 8, and the
   // tile's four column groups -- or, for a narrow tile's slice (kReadGroups = 2, group0 = 2 slice),
   // that slice's two groups as groups 0 and 1 (fold_unit of slice 0 reads only those).
@@ -417,7 +340,7 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
     const uint64_t db = ptx::desc_advance(Base::desc_b(smem, stage),
                                           static_cast<uint32_t>(s * kSliceN * 128 + j * Base::kStepB));
     ptx::wgmma_fence();  // the scratch registers were read by the last fold
-    SliceMma::mma(scratch, da, db, 0u);
+    Fp8::SliceMma::mma(scratch, da, db, 0u);
     ptx::wgmma_commit();
   }
 
@@ -427,13 +350,8 @@ struct Sm90Mxfp8Mainloop : Sm90Fp8BlockwiseMainloop<Config> {
   // registers 0-15 lie in the slice's first 32-column group and 16-31 in its second.
   DMOE_DEVICE static void fold_unit(float (&acc)[kMmaPerWg][kAccPerMma], float (&scratch)[kSliceAcc], int s, int j,
                                     const Scales& sc, int pending) {
-    fold_scaled(acc, scratch, s, sc.lo[j], sc.hi[j], sc.b[2 * s][j], sc.b[2 * s + 1][j], pending);
-  }
-
-  // fold_unit with the step's scales given: A rows lo / hi, the slice's B groups b0 / b1.
-  DMOE_DEVICE static void fold_scaled(float (&acc)[kMmaPerWg][kAccPerMma], float (&scratch)[kSliceAcc], int s,
-                                      float lo, float hi, float b0, float b1, int pending) {
-    const float lo0 = lo * b0, hi0 = hi * b0, lo1 = lo * b1, hi1 = hi * b1;
+    const float b0 = sc.b[2 * s][j], b1 = sc.b[2 * s + 1][j];
+    const float lo0 = sc.lo[j] * b0, hi0 = sc.hi[j] * b0, lo1 = sc.lo[j] * b1, hi1 = sc.hi[j] * b1;
     if (pending) ptx::wgmma_wait<1>();
     else ptx::wgmma_wait<0>();
     ptx::wgmma_fence_operands(scratch);
