@@ -16,8 +16,8 @@
 //     fp8bw_fused) next to the two passes it replaces and the BF16 SwiGLU backward alone
 //
 //   bench_quantize [--shapes dsv3_prefill,qwen3_30b] [--ep N] [--iters N] [--sustain-ms MS] [--regions]
-//   (--regions: also both rows + columns quantizers at every region shape, rows "rt x rf" tiles;
-//   --streams: plain streaming kernels of the 1:1 and 1:2 read:write mixes, each mix's ceiling)
+//   (--regions: also both rows + columns quantizers and both fused dxy kernels at every region
+//   shape, rows "rt x rf" tiles; --streams: plain streaming kernels of the 1:1 and 1:2 read:write mixes, each mix's ceiling)
 //
 // Ceiling: a device-to-device cudaMemcpyAsync of half the bytes the kernel moves (so the copy reads
 // and writes the same total), timed right after the kernel in the same run; "x copy" = copy time /
@@ -430,6 +430,11 @@ void run_swiglu_backward(const Workload& w, cudaStream_t s) {
   g_rows.push_back(r[2]);
   g_fused.push_back({w.name, mx, bw});
   if (!g_regions) return;
+  run_region_sweep(w.name + " mxfp8_fused by region (tokens x features tiles)", 8, cases[0].moved_bytes,
+                   [&](int lt, int lf) {
+                     quant::mxfp8_swiglu_backward_quantize_in_regions(src, groups, mx_rows, mx_cols, lt, lf, s);
+                   },
+                   s);
   run_region_sweep(w.name + " fp8bw_fused by region (tokens x features tiles)", 8, cases[2].moved_bytes,
                    [&](int lt, int lf) {
                      quant::fp8_blockwise_swiglu_backward_quantize_in_regions(src, groups, bw_rows, bw_cols, lt, lf, s);
