@@ -17,7 +17,8 @@
 //
 //   bench_quantize [--shapes dsv3_prefill,qwen3_30b] [--ep N] [--iters N] [--sustain-ms MS] [--regions]
 //   (--regions: also both rows + columns quantizers and both fused dxy kernels at every region
-//   shape, rows "rt x rf" tiles; --streams: plain streaming kernels of the 1:1 and 1:2 read:write mixes, each mix's ceiling)
+//   shape, rows "rt x rf" tiles; --streams: plain streaming kernels of the 1:1 and 1:2 read:write
+//   mixes, each mix's ceiling)
 //
 // Ceiling: a device-to-device cudaMemcpyAsync of half the bytes the kernel moves (so the copy reads
 // and writes the same total), timed right after the kernel in the same run; "x copy" = copy time /
