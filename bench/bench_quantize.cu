@@ -6,7 +6,9 @@
 //     nvfp4_token_rows (packed rows), mxfp8_dequant_cols (the columns back to BF16 rows [M, D], the
 //     BF16 WGRAD's operand: reads 1 + 1/32, writes 2 bytes per element), nvfp4_expand_rows (packed
 //     NVFP4 rows [M] to the FP16 rows of the prefill NVFP4 GEMMs, as h2) and nvfp4_expand_rows_g (the
-//     same through a row-pointer table to the T token rows, each token K times, as x)
+//     same through a row-pointer table to the T token rows, each token K times, as x); then, not in
+//     the summary, the layer's quantize_x form of both rows + columns quantizers (gathered rows,
+//     compact columns: mxfp8_rows_cols_gc, fp8bw_rows_cols_gc)
 //   weights      the rank's W13 [E/ep, 2F, D]
 //     mxfp8_w_train (32x32 tiles, FPROP + DGRAD scales: the quantizer without the transposed copy),
 //     mxfp8_w_train_t (the same + the transposed copy [E, K, N] DGRAD reads: the prepared training
@@ -255,6 +257,25 @@ void run_activations(const Workload& w, cudaStream_t s) {
   std::snprintf(title, sizeof title, "%s activations (per rank at EP%d: T=%lld D=%lld, M=%lld gathered rows)",
                 w.name.c_str(), g_ep, (long long)T, (long long)D, (long long)cap);
   run_cases(title, cases, s);
+  {
+    // The layer's quantize_x: gathered rows, the columns as the saved compact bundle (a kernel
+    // instantiation of its own, whose ring sat 16 bytes past a 128-byte line until G109). Not in the
+    // summary, whose _g rows write strided columns.
+    DeviceBuffer<uint8_t> qc(quant::mxfp8_compact_columns_bytes(D, cap));  // FP8 blockwise's size too
+    quant::Mxfp8Out mx_c;
+    mx_c.q = qc.get();
+    mx_c.compact = true;
+    quant::Fp8BlockwiseOut bw_c;
+    bw_c.q = qc.get();
+    bw_c.compact = true;
+    const std::vector<Case> layer_form = {
+        {"mxfp8_rows_cols_gc", 8.0 * cap + mx_rows_cols,
+         [&] { quant::mxfp8_quantize_rows_cols(x_gathered, groups, mx_word_rows, mx_c, s); }},
+        {"fp8bw_rows_cols_gc", 8.0 * cap + bw_rows_cols,
+         [&] { quant::fp8_blockwise_quantize_rows_cols(x_gathered, groups, {q.get(), D, sf.get(), 1, cap}, bw_c, s); }},
+    };
+    run_cases(w.name + " layer quantize_x (gathered rows, compact columns)", layer_form, s, false);
+  }
   if (g_layouts) {
     // MXFP8 scale layouts (G82, G86): the rows + columns quantizer's column scales feature-major
     // [D, M/32] against token-block-major [M/32, D] (the compact bundles' layout since session 37,

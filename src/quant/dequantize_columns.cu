@@ -52,7 +52,7 @@ struct DqStage {
 
 __global__ void __launch_bounds__(kDqThreads, 4)
     mxfp8_dequantize_columns_kernel(Mxfp8In in, RowGroups groups, Bf16MatrixOut y) {
-  __shared__ __align__(16) DqStage stages[kDqStages];
+  __shared__ __align__(kRingAlign) DqStage stages[kDqStages];  // 128-byte rows on whole lines (G109)
   __shared__ int32_t offsets[kMaxGroups + 1];
   __shared__ uint32_t real_bits[kTile / 32];  // bit k of word i: token m0 + 32 i + k is a real row
 

@@ -124,6 +124,22 @@ constexpr int kTileLoads = kTile / kTileRowStep;         // 16-byte vectors per 
 using Bf16Tile = uint16_t[kTile][kTile];
 constexpr size_t kTileRingBytes = sizeof(Bf16Tile) * kTileStages;
 
+// Where a ring lives. Dynamic shared memory starts where the kernel's static variables end, only
+// 16-byte aligned: 16 bytes past a 128-byte line in the compact-columns instantiations (their two
+// int64 more), 64 past in the MXFP8 weight kernel. A ring whose rows straddle 128-byte lines has
+// each cp.async's 16 bytes land across two lines: ncu counted twice the ideal L2 sectors and three
+// times the ideal shared wavefronts on every ring copy of the MXFP8 fused dxy kernel, and none on
+// its aligned FP8-blockwise twin (perf_history G109). So the ring kernels ask for kRingAlign bytes
+// more than their ring (ring_smem_bytes) and start it at the next 128-byte boundary (aligned_ring).
+constexpr size_t kRingAlign = 128;
+constexpr size_t ring_smem_bytes(size_t ring_bytes) { return ring_bytes + kRingAlign; }
+constexpr size_t kTileSmemBytes = ring_smem_bytes(kTileRingBytes);
+template <class Stage>
+__device__ __forceinline__ Stage* aligned_ring(uint8_t* dynamic_smem) {
+  const auto past = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem) % kRingAlign);
+  return reinterpret_cast<Stage*>(dynamic_smem + (kRingAlign - past) % kRingAlign);
+}
+
 // Row of tile vector i of thread `tid` of a tile's 256 (its slot is tid % kTileSlots). A CTA of
 // 512 threads runs two tiles at once, each with its own 256 (tid = threadIdx.x % kTileThreads).
 __device__ __forceinline__ int tile_row(int i, unsigned tid = threadIdx.x) { return tid / kTileSlots + i * kTileRowStep; }
