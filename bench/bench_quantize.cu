@@ -20,7 +20,7 @@
 //   bench_quantize [--shapes dsv3_prefill,qwen3_30b] [--ep N] [--iters N] [--sustain-ms MS] [--regions]
 //   (--regions: also both rows + columns quantizers and both fused dxy kernels at every region
 //   shape, rows "rt x rf" tiles; --streams: plain streaming kernels of the 1:1 and 1:2 read:write
-//   mixes, each mix's ceiling)
+//   mixes, each mix's ceiling; --cases a,b: only the named cases, e.g. one kernel under ncu)
 //
 // Ceiling: a device-to-device cudaMemcpyAsync of half the bytes the kernel moves (so the copy reads
 // and writes the same total), timed right after the kernel in the same run; "x copy" = copy time /
@@ -60,6 +60,14 @@ int g_ep = 2;
 bool g_regions = false;  // --regions: the rows + columns quantizers at every region shape
 bool g_streams = false;  // --streams: plain streaming kernels of each read:write mix (the mix's ceiling)
 bool g_layouts = false;  // --layouts: the MXFP8 rows + columns quantizer's scale layouts side by side
+std::string g_cases;     // --cases a,b: only the named cases run (one kernel under a profiler)
+bool selected(const char* name) {
+  if (g_cases.empty()) return true;
+  std::istringstream is(g_cases);
+  for (std::string c; std::getline(is, c, ',');)
+    if (c == name) return true;
+  return false;
+}
 double g_sustain_ms = 100;
 
 double time_ms(const std::function<void()>& fn, cudaStream_t s) {
@@ -96,6 +104,7 @@ std::vector<Row> run_cases(const std::string& title, const std::vector<Case>& ca
   std::printf("\n%s\n%-18s %10s %10s %10s %10s %8s\n", title.c_str(), "quantizer", "MB moved", "ms", "GB/s", "copy ms",
               "x copy");
   for (const Case& c : cases) {
+    if (!selected(c.name)) continue;
     const double ms = time_ms(c.fn, s);
     const size_t half = static_cast<size_t>(c.moved_bytes / 2) & ~size_t{15};
     const double copy_ms =
@@ -446,6 +455,7 @@ void run_swiglu_backward(const Workload& w, cudaStream_t s) {
   std::snprintf(title, sizeof title, "%s dxy (per rank at EP%d: M=%lld rows, F=%lld)", w.name.c_str(), g_ep,
                 (long long)cap, (long long)F);
   const std::vector<Row> r = run_cases(title, cases, s, false);
+  if (r.size() != cases.size()) return;  // --cases left some out
   const double mx = r[1].ms / r[0].ms, bw = r[3].ms / r[2].ms;
   std::printf("fused x two passes: mxfp8 %.2fx, fp8bw %.2fx\n", mx, bw);
   g_rows.push_back(r[0]);  // the fused kernels are quantizers: in the summary
@@ -508,7 +518,7 @@ void run_weights(const Workload& w, cudaStream_t s) {
 
 int bench_main(int argc, char** argv) {
   std::string shapes = "dsv3_prefill,qwen3_30b";
-  const int rc = testing::walk_bench_args(argc, argv, "[--shapes a,b] [--ep N] [--iters N] [--sustain-ms MS] [--regions] [--streams]",
+  const int rc = testing::walk_bench_args(argc, argv, "[--shapes a,b] [--ep N] [--iters N] [--sustain-ms MS] [--regions] [--streams] [--cases a,b]",
                                           [&](const std::string& a, auto value) {
                                             if (a == "--shapes") shapes = value();
                                             else if (a == "--ep") g_ep = std::max(1, std::atoi(value().c_str()));
@@ -517,6 +527,7 @@ int bench_main(int argc, char** argv) {
                                             else if (a == "--regions") g_regions = true;
                                             else if (a == "--streams") g_streams = true;
                                             else if (a == "--layouts") g_layouts = true;
+                                            else if (a == "--cases") g_cases = value();
                                             else return false;
                                             return true;
                                           });
