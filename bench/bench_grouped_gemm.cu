@@ -29,7 +29,10 @@
 //
 // --sms N,M: the heuristic's configuration also on N and M persistent CTAs (rows "<config>@Nsm"):
 // how an op's time scales when a kernel running beside it holds the other SMs.
-// --sweep-match S: with --sweep, only the configurations whose name contains S (e.g. "_dyn").
+// --sweep-match S: with --sweep, only the configurations whose name contains S (e.g. "_dyn"); it also
+// trims the list of FP8 / MXFP8 configurations the prefill "fp8" lines time (the pick always runs).
+// --mxfp8-row-major-scales: the MXFP8 FPROP / DGRAD A scales as [rows, K/32] bytes (the Mega and
+// inference layout) instead of the training layer's k-block-major words (the default since s49).
 // --rounds R: every configuration of an op (the heuristic's and, with --sweep, the others) is timed
 // R times, interleaved (config 1, 2, ..., 1, 2, ...), and reports the median of its R medians:
 // clock and thermal drift over a sweep then hit every configuration alike (one-shot sweeps showed
@@ -234,6 +237,23 @@ void quantize_mxfp8_rows(const Buffer& src, int64_t rows, int64_t cols, Buffer& 
                              nullptr);
 }
 
+// The same rows with the scales as the training layer's row bundles hold them: k-block-major words
+// of four codes [cols / 128, rows] (OperandScales::a_kblock_words, a_ld = rows), written by the rows +
+// columns quantizer with no column output over one group of `rows` rows (the same codes and bytes).
+void quantize_mxfp8_row_words(const Buffer& src, int64_t rows, int64_t cols, Buffer& q, Buffer& sc) {
+  q = Buffer(static_cast<size_t>(rows * cols));
+  sc = Buffer(static_cast<size_t>(cols / 128 * rows) * 4);
+  const int32_t offsets[2] = {0, static_cast<int32_t>(rows)};
+  Buffer d_offsets(sizeof offsets);
+  BENCH_CUDA(cudaMemcpy(d_offsets.p, offsets, sizeof offsets, cudaMemcpyHostToDevice));
+  quant::Mxfp8Out out{static_cast<uint8_t*>(q.p), cols, static_cast<uint8_t*>(sc.p), 0, 0};
+  out.scale_word_ld = rows;
+  quant::mxfp8_quantize_rows_cols(quant::Bf16Matrix{src.p, rows, cols, cols},
+                                  quant::RowGroups{nullptr, static_cast<const int32_t*>(d_offsets.p), 1}, out,
+                                  quant::Mxfp8Out{}, nullptr);
+  BENCH_CUDA(cudaDeviceSynchronize());  // before d_offsets goes
+}
+
 void quantize_fp8_blockwise_rows(const Buffer& src, int64_t rows, int64_t cols, Buffer& q, Buffer& sc) {
   const int64_t ld = fp8_scale_ld(rows);
   q = Buffer(static_cast<size_t>(rows * cols));
@@ -370,6 +390,7 @@ int g_rounds = 1;
 bool g_wgrad_accumulate = false;  // --wgrad-accumulate: WGRAD adds into its output (the layer's case)
 bool g_device_offsets = false;    // --device-offsets: row operands through device offsets (the layer's case)
 bool g_fp8_wgrad_bf16 = false;    // --fp8-wgrad-bf16: FP8 WGRAD (and its BF16 peer) into BF16 gradients
+bool g_mxfp8_row_major_scales = false;  // --mxfp8-row-major-scales: MXFP8 A scales [rows, K/32], not words
 std::vector<int> g_sms;        // --sms N,M: the pick also on N, M persistent CTAs (rows "<config>@Nsm")
 std::set<std::string> g_ops;  // empty: every op
 bool want(const std::string& op) { return g_ops.empty() || g_ops.count(op) != 0; }
@@ -882,10 +903,13 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
         quant::mxfp8_quantize_weight_tiles(src.p, E, n, k, static_cast<uint8_t*>(q.p), static_cast<uint8_t*>(sc.p),
                                            static_cast<uint8_t*>(qt.p), static_cast<uint8_t*>(dg.p), nullptr);
       };
-      quantize_mxfp8_rows(x, M, D, mxq, mxs);
-      quantize_mxfp8_rows(h2, M, F, mh2q, mh2s);
-      quantize_mxfp8_rows(h1, M, 2 * F, mh1q, mh1s);
-      quantize_mxfp8_rows(h3, M, D, mh3q, mh3s);
+      // A scales as the training layer's row bundles (k-block-major words) unless
+      // --mxfp8-row-major-scales ([rows, K/32]: the layout the Mega and inference paths read).
+      const auto rows_q = g_mxfp8_row_major_scales ? quantize_mxfp8_rows : quantize_mxfp8_row_words;
+      rows_q(x, M, D, mxq, mxs);
+      rows_q(h2, M, F, mh2q, mh2s);
+      rows_q(h1, M, 2 * F, mh1q, mh1s);
+      rows_q(h3, M, D, mh3q, mh3s);
       tiles(w13, 2 * F, D, mw13q, mw13s, mw13t, mw13d);
       tiles(w2, D, F, mw2q, mw2s, mw2t, mw2d);
       BENCH_CUDA(cudaDeviceSynchronize());
@@ -893,7 +917,8 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
         GroupedGemmCommon c = common(n, k);
         c.a_format = kMxfp8Rows;
         c.b_format = kMxfp8Weight;
-        c.scales = OperandScales{as.p, k / 32, bs.p};
+        c.scales = OperandScales{as.p, g_mxfp8_row_major_scales ? k / 32 : M, bs.p};
+        c.scales.a_kblock_words = !g_mxfp8_row_major_scales;
         return c;
       };
       m13.common = mx_common(2 * F, D, mxs, mw13s);
@@ -912,13 +937,13 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
                      D, F, kMxfp8Weight, kMxfp8Rows, 0.95});
       // DGRAD through the transposed copies (grad_x = grad_h1 . W13[e], grad_h2 = grad_h3 . W2[e]).
       md13.common = mx_common(2 * F, D, mh1s, mw13d);
-      md13.common.scales.a_ld = 2 * F / 32;
+      if (g_mxfp8_row_major_scales) md13.common.scales.a_ld = 2 * F / 32;
       md13.common.b_format = kMxfp8WeightT;
       md13.grad_out = mh1q.p;
       md13.w = mw13t.p;
       md13.grad_out_offset = nullptr;
       md2.common = mx_common(D, F, mh3s, mw2d);
-      md2.common.scales.a_ld = D / 32;
+      if (g_mxfp8_row_major_scales) md2.common.scales.a_ld = D / 32;
       md2.common.b_format = kMxfp8WeightT;
       md2.grad_out = mh3q.p;
       md2.w = mw2t.p;
@@ -942,6 +967,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       std::vector<std::function<void()>> runs = {[&] { op.bf16(nullptr); }, [&] { op.fp8(nullptr); }};
       std::vector<std::string> names = {"bf16 pick", pick + " (pick)"};
       for (const GroupedGemmConfig& c : all) {
+        if (c.name().find(g_sweep_match) == std::string::npos) continue;  // --sweep-match trims the list
         runs.push_back([&op, &c] { op.fp8(&c); });
         names.push_back(c.name());
       }
@@ -1082,7 +1108,7 @@ int bench_main(int argc, char** argv) {
   const int rc = testing::walk_bench_args(
       argc, argv,
       "[--shapes a,b] [--tokens T] [--routing balanced,random,zipf] [--iters N] [--csv FILE] [--sweep] [--ep N] "
-      "[--sweep-match S] [--rounds R] [--ops a,b] [--wgrad-accumulate] [--fp8-wgrad-bf16] [--device-offsets] "
+      "[--sweep-match S] [--rounds R] [--ops a,b] [--wgrad-accumulate] [--fp8-wgrad-bf16] [--mxfp8-row-major-scales] [--device-offsets] "
       "[--sustain-ms MS] [--sms N,M]",
       [&](const std::string& a, auto value) {
         if (a == "--shapes") shapes = split(value());
@@ -1093,6 +1119,7 @@ int bench_main(int argc, char** argv) {
         else if (a == "--csv") csv = value();
         else if (a == "--sweep") g_sweep = true;
         else if (a == "--sweep-match") g_sweep_match = value();
+        else if (a == "--mxfp8-row-major-scales") g_mxfp8_row_major_scales = true;
         else if (a == "--rounds") g_rounds = std::max(1, std::atoi(value().c_str()));
         else if (a == "--wgrad-accumulate") g_wgrad_accumulate = true;
         else if (a == "--device-offsets") g_device_offsets = true;
