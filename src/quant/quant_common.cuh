@@ -350,9 +350,10 @@ __device__ __noinline__ inline void layout_trap(const char* what, long long valu
 
 // Whether row m (below `end`, the last group's padded end) is one of its expert's real rows rather
 // than padding: the last group g with offsets_G1[g] <= m (a copy in shared memory), then m's place
-// in it against counts_G[g].
+// in it against counts_G[g] -- every row of the groups without counts_G, as is_token_row.
 __device__ __forceinline__ bool row_is_real(const int32_t* offsets, const RowGroups& groups, int64_t m, int64_t end) {
   if (m >= end) return false;
+  if (groups.counts_G == nullptr) return true;
   int lo = 0, hi = groups.num_groups - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;

@@ -1032,6 +1032,54 @@ TEST(QuantizeMxfp8, RowScaleWordsEqualTheNaturalGridRelaidOut) {
     }
 }
 
+// RowGroups without counts (counts_G nullptr) take every row of every group as real: the rows +
+// columns quantizers and the column dequantizer write exactly what they write when each count is its
+// whole segment (the benchmark's one-group row bundles, perf_history G110; until session 49 they
+// read through the null pointer).
+template <class Scale, int kBlock>
+void check_groups_without_counts(const std::vector<int32_t>& counts, int64_t D, uint64_t seed) {
+  const GatheredInput in = make_gathered_input(counts, kBlock, D, 0, seed);  // counts fill their segments
+  const int64_t cap = in.cap, rb = D / kBlock, cb = cap / kBlock;
+  DeviceBuffer<int32_t> dcounts(in.g.counts), doffsets(in.g.offsets);
+  const quant::RowGroups with = in.groups(dcounts, doffsets);
+  const quant::RowGroups without{nullptr, doffsets.get(), with.num_groups};
+  std::vector<std::vector<uint8_t>> out[2];
+  for (int side = 0; side < 2; ++side) {
+    const quant::RowGroups& g = side == 0 ? with : without;
+    DeviceBuffer<uint8_t> q(cap * D), qt(D * cap), s(cap * rb * sizeof(Scale)), st(cb * D * sizeof(Scale));
+    DeviceBuffer<uint16_t> y(cap * D);
+    for (auto* b : {&q, &qt, &s, &st}) b->poison(kPoison);
+    y.poison(0xC1);
+    auto* sp = reinterpret_cast<Scale*>(s.get());
+    auto* stp = reinterpret_cast<Scale*>(st.get());
+    if constexpr (kBlock == 32) {
+      rows_cols_call(in.x(), g, quant::Mxfp8Out{q.get(), D, sp, rb, 1}, quant::Mxfp8Out{qt.get(), cap, stp, 1, D}, -1, -1);
+      quant::mxfp8_dequantize_columns({qt.get(), cap, stp, 1, D}, g, {y.get(), cap, D, D}, nullptr);
+      DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    } else {
+      rows_cols_call(in.x(), g, quant::Fp8BlockwiseOut{q.get(), D, sp, 1, cap},
+                     quant::Fp8BlockwiseOut{qt.get(), cap, stp, 1, D}, -1, -1);
+    }
+    const auto yb = y.download();
+    out[side] = {q.download(), qt.download(), s.download(), st.download(),
+                 std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(yb.data()),
+                                      reinterpret_cast<const uint8_t*>(yb.data() + yb.size()))};
+  }
+  const char* what[] = {"row data", "column data", "row scales", "column scales", "dequantized columns"};
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(first_difference(out[1][i], out[0][i]), -1) << what[i];
+}
+
+TEST(QuantizeMxfp8, GroupsWithoutCountsTakeEveryRowAsReal) {
+  DMOE_REQUIRE_SM90();
+  check_groups_without_counts<uint8_t, 32>({64, 32, 96}, 256, 371);
+  check_groups_without_counts<uint8_t, 32>({4096}, 160, 372);
+}
+
+TEST(QuantizeFp8Blockwise, GroupsWithoutCountsTakeEveryRowAsReal) {
+  DMOE_REQUIRE_SM90();
+  check_groups_without_counts<float, 128>({128, 256}, 384, 373);
+}
+
 // Any bytes (every E4M3 and E8M0 code, NaN scales over padding rows) dequantize from a compact
 // bundle (token-block-major scales: the dequantizer's 16-byte scale copies) as from the strided
 // feature-major columns they were laid out from (its plain scale loads), R = 256 and R = 288 (a
