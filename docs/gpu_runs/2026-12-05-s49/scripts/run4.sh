@@ -8,7 +8,7 @@ left() { echo $((${RUN4_BUDGET_S:-540} - (SECONDS - T0))); }
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 OUT=$L scripts/quick_build.sh bench_grouped_gemm dist_moe_gpu_tests || exit 1
 echo "built at $((SECONDS-T0)) s"
-timeout 100 build-gpu/tests/dist_moe_gpu_tests --gtest_filter='Quantize*:SwigluBackwardQuantize*:GroupedGemmMxfp8*' > $L/tests.log 2>&1
+timeout 100 build-gpu/tests/dist_moe_gpu_tests --gtest_filter='Quantize*:SwigluBackwardQuantize*' > $L/tests.log 2>&1
 echo "tests rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/tests.log | tr '\n' ' ')"
 grep -E "^\[  FAILED|GroupsWithoutCounts" $L/tests.log | head -8
 for round in 1 2; do
