@@ -243,15 +243,15 @@ void quantize_mxfp8_rows(const Buffer& src, int64_t rows, int64_t cols, Buffer& 
 void quantize_mxfp8_row_words(const Buffer& src, int64_t rows, int64_t cols, Buffer& q, Buffer& sc) {
   q = Buffer(static_cast<size_t>(rows * cols));
   sc = Buffer(static_cast<size_t>(cols / 128 * rows) * 4);
-  const int32_t offsets[2] = {0, static_cast<int32_t>(rows)};
-  Buffer d_offsets(sizeof offsets);
-  BENCH_CUDA(cudaMemcpy(d_offsets.p, offsets, sizeof offsets, cudaMemcpyHostToDevice));
+  const int32_t counts_offsets[3] = {static_cast<int32_t>(rows), 0, static_cast<int32_t>(rows)};  // count, offsets
+  Buffer d_groups(sizeof counts_offsets);
+  BENCH_CUDA(cudaMemcpy(d_groups.p, counts_offsets, sizeof counts_offsets, cudaMemcpyHostToDevice));
+  const auto* g = static_cast<const int32_t*>(d_groups.p);
   quant::Mxfp8Out out{static_cast<uint8_t*>(q.p), cols, static_cast<uint8_t*>(sc.p), 0, 0};
   out.scale_word_ld = rows;
-  quant::mxfp8_quantize_rows_cols(quant::Bf16Matrix{src.p, rows, cols, cols},
-                                  quant::RowGroups{nullptr, static_cast<const int32_t*>(d_offsets.p), 1}, out,
+  quant::mxfp8_quantize_rows_cols(quant::Bf16Matrix{src.p, rows, cols, cols}, quant::RowGroups{g, g + 1, 1}, out,
                                   quant::Mxfp8Out{}, nullptr);
-  BENCH_CUDA(cudaDeviceSynchronize());  // before d_offsets goes
+  BENCH_CUDA(cudaDeviceSynchronize());  // before d_groups goes
 }
 
 void quantize_fp8_blockwise_rows(const Buffer& src, int64_t rows, int64_t cols, Buffer& q, Buffer& sc) {

@@ -183,6 +183,7 @@ void mxfp8_dequantize_columns(const Mxfp8In& cols, const RowGroups& groups, cons
                      reinterpret_cast<uintptr_t>(cols.q) % 16 == 0,
                  name, ": the transposed data need a row stride >= capacity, a multiple of 16 bytes, and 16-byte alignment");
   DMOE_CHECK_ARG(cols.compact || cols.q_offset == nullptr, name, ": q_offset is set but compact is not");
+  check_group_counts(name, groups);
   DMOE_CHECK_ARG(groups.num_groups >= 1 && groups.num_groups <= kMaxGroups, name, ": ", groups.num_groups,
                  " groups (1 .. ", kMaxGroups, " supported)");
   if (y.rows == 0 || y.cols == 0) return;

@@ -16,6 +16,7 @@
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "dist_moe/device/ptx/cp_async.cuh"
 #include "dist_moe/device/ptx/cvt.cuh"
+#include "dist_moe/device/ptx/ld_st.cuh"
 #include "dist_moe/device/quant/vectors.cuh"  // kVec, Vec8, amax_bf16x8, group_amax, e4m3x8
 #include "quant/quantize.h"
 
@@ -125,20 +126,15 @@ using Bf16Tile = uint16_t[kTile][kTile];
 constexpr size_t kTileRingBytes = sizeof(Bf16Tile) * kTileStages;
 
 // Where a ring lives. Dynamic shared memory starts where the kernel's static variables end, only
-// 16-byte aligned: 16 bytes past a 128-byte line in the compact-columns instantiations (their two
-// int64 more), 64 past in the MXFP8 weight kernel. A ring whose rows straddle 128-byte lines has
-// each cp.async's 16 bytes land across two lines: ncu counted twice the ideal L2 sectors and three
-// times the ideal shared wavefronts on every ring copy of the MXFP8 fused dxy kernel, and none on
-// its aligned FP8-blockwise twin (perf_history G109). So the ring kernels ask for kRingAlign bytes
-// more than their ring (ring_smem_bytes) and start it at the next 128-byte boundary (aligned_ring).
+// as aligned as its extern declaration asks: with the 16 bytes the ring kernels asked until session
+// 49 it sat 16 bytes past a 128-byte line in the compact-columns instantiations (their two int64
+// more) and the FP8-blockwise weight kernel, 64 past in the MXFP8 weight-tile kernel, so every
+// 128-byte ring row straddled two lines and each 16-byte cp.async landed across them: ncu counted
+// twice the ideal L2 sectors and three times the ideal shared wavefronts on every ring copy of the
+// MXFP8 fused dxy kernel, none on its aligned FP8-blockwise twin (perf_history G109). The ring
+// kernels declare their dynamic shared memory kRingAlign-aligned; ptxas then rounds the static
+// variables up to it (the compact rows + columns kernels: 10384 -> 10496 bytes).
 constexpr size_t kRingAlign = 128;
-constexpr size_t ring_smem_bytes(size_t ring_bytes) { return ring_bytes + kRingAlign; }
-constexpr size_t kTileSmemBytes = ring_smem_bytes(kTileRingBytes);
-template <class Stage>
-__device__ __forceinline__ Stage* aligned_ring(uint8_t* dynamic_smem) {
-  const auto past = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem) % kRingAlign);
-  return reinterpret_cast<Stage*>(dynamic_smem + (kRingAlign - past) % kRingAlign);
-}
 
 // Row of tile vector i of thread `tid` of a tile's 256 (its slot is tid % kTileSlots). A CTA of
 // 512 threads runs two tiles at once, each with its own 256 (tid = threadIdx.x % kTileThreads).
@@ -161,7 +157,11 @@ __device__ __forceinline__ void issue_tile(Bf16Tile& tile, const uint16_t* base,
 // The same for a gathered matrix: row r at row_ptrs[r] (nullptr = a zero row, never read). A warp
 // copies 16 rows, two per pass (tile_row: one per half-warp); lane l loads the pointer of pass
 // l / 2 % 8's row of half-warp l % 2 -- one load per lane, not one per vector -- and each thread
-// takes its rows' pointers by shuffles. Every thread of the warp must call it.
+// takes its rows' pointers by shuffles. Each lane also pulls into L1 the pointer it will load for
+// the next token tile (row own + 128): the kernels issue their tiles in order, so that load hits
+// L1 instead of waiting an L2 round trip before the thread's first copy (the gathered quantizer's
+// largest stall after its barriers, 12% of the samples in s49 r2; G111). Every thread of the warp
+// must call it.
 __device__ __forceinline__ void issue_gathered_tile(Bf16Tile& tile, const void* const* row_ptrs, int64_t rows,
                                                     int64_t cols, int64_t r0, int64_t c0) {
   const int slot = threadIdx.x % kTileSlots, lane = threadIdx.x % 32;
@@ -169,6 +169,7 @@ __device__ __forceinline__ void issue_gathered_tile(Bf16Tile& tile, const void* 
   const int64_t own = r0 + (threadIdx.x / 32) * 2 + (lane & 1) + kTileRowStep * ((lane >> 1) & (kTileLoads - 1));
   const auto* table = reinterpret_cast<const unsigned long long*>(row_ptrs);
   const unsigned long long loaded = own < rows ? __ldg(table + own) : 0ull;
+  if (own + kTile < rows) ptx::prefetch_global_l1(table + own + kTile);
 #pragma unroll
   for (int i = 0; i < kTileLoads; ++i) {
     const int r = tile_row(i);
@@ -261,6 +262,13 @@ __device__ __forceinline__ void store_byte_tile(uint8_t (*staged)[kTile], uint8_
 
 // ---- grids (host side) ------------------------------------------------------------------------------
 
+// The kernels that zero the padding rows (row_is_real) need each group's count; a null counts_G
+// there was read through (an illegal address) until session 49: an argument error instead.
+inline void check_group_counts(const char* name, const RowGroups& groups) {
+  DMOE_CHECK_ARG(groups.counts_G != nullptr && groups.offsets_G1 != nullptr, name,
+                 ": groups need counts_G and offsets_G1 (rows past a group's count quantize as zeros)");
+}
+
 // CTAs of a grid-stride launch over `rows` rows, `rows_per_cta` at a time: enough to cover them, at
 // most 8 per SM of the current device.
 inline unsigned row_grid(int64_t rows, int rows_per_cta) {
@@ -350,10 +358,9 @@ __device__ __noinline__ inline void layout_trap(const char* what, long long valu
 
 // Whether row m (below `end`, the last group's padded end) is one of its expert's real rows rather
 // than padding: the last group g with offsets_G1[g] <= m (a copy in shared memory), then m's place
-// in it against counts_G[g] -- every row of the groups without counts_G, as is_token_row.
+// in it against counts_G[g] (required: the launchers reject a null counts_G, check_group_counts).
 __device__ __forceinline__ bool row_is_real(const int32_t* offsets, const RowGroups& groups, int64_t m, int64_t end) {
   if (m >= end) return false;
-  if (groups.counts_G == nullptr) return true;
   int lo = 0, hi = groups.num_groups - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;

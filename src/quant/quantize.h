@@ -70,9 +70,10 @@ using Mxfp8Out = QuantizedOut<uint8_t>;        // E4M3 data, E8M0 scales
 using Fp8BlockwiseOut = QuantizedOut<float>;   // E4M3 data, FP32 scales (dequantization factors)
 
 // Expert-major rows as routing lays them out: group g owns rows [offsets_G1[g], offsets_G1[g+1]),
-// of which the first counts_G[g] are real and the rest padding (counts_G nullptr: every row of a
-// group is real, where a quantizer does not ask for the counts). Device arrays; the host knows
-// only the capacity (rows of the buffer), which sizes the grid.
+// of which the first counts_G[g] are real and the rest padding. Device arrays; the host knows
+// only the capacity (rows of the buffer), which sizes the grid. The rows + columns quantizers, the
+// fused SwiGLU backward and the column dequantizer require counts_G; nvfp4_expand_rows takes a null
+// counts_G as "every row of a group is real".
 struct RowGroups {
   const int32_t* counts_G = nullptr;
   const int32_t* offsets_G1 = nullptr;

@@ -84,7 +84,7 @@ void launch_rows(const Bf16Matrix& x, const QuantizedOut<typename F::Scale>& out
 // barriers per tile (G40, G42), one tile loading per CTA while a body runs (96 KiB in flight per SM).
 constexpr int kRowsColsStages = 2;
 constexpr int kRowsColsCtasPerSm = 3;
-constexpr size_t kRowsColsSmemBytes = ring_smem_bytes(sizeof(Bf16Tile) * kRowsColsStages);
+constexpr size_t kRowsColsRingBytes = sizeof(Bf16Tile) * kRowsColsStages;
 
 // kCompactCols: `cols` is a compact column bundle (MXFP8 or FP8 blockwise), in an instantiation
 // of its own: the strided kernel keeps its stores' addresses in constant-bank parameters, with no register to spare.
@@ -95,8 +95,8 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
   using Scale = typename F::Scale;
   constexpr int kChunks = kTile / 32;
   constexpr int kBlocksPerTile = kTile / F::kBlock;
-  extern __shared__ __align__(16) uint8_t dynamic_smem[];
-  Bf16Tile* ring = aligned_ring<Bf16Tile>(dynamic_smem);
+  extern __shared__ __align__(kRingAlign) uint8_t dynamic_smem[];
+  Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
   __shared__ uint32_t real_bits[kRegionTiles * kTile / 32];  // bit k of word i: row 32 i + k is a real token
   __shared__ float factor_tables[F::kTableEntries];           // FP8 blockwise: scale and multiplier by table
   __shared__ uint16_t chunk_amax[kChunks][kTile];  // column pass: |bf16| bits per (chunk, feature)
@@ -168,17 +168,17 @@ void launch_rows_cols_kernel(const Bf16Matrix& x, const RowGroups& groups, const
                              const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name,
                              int log2_rt, int log2_rf) {
   constexpr auto kernel = quantize_rows_cols_kernel<F, kCompactCols>;
-  allow_dynamic_smem<kernel>(kRowsColsSmemBytes);
+  allow_dynamic_smem<kernel>(kRowsColsRingBytes);
   const int64_t tiles_t = (x.rows + kTile - 1) / kTile, tiles_f = (x.cols + kTile - 1) / kTile;
   if (log2_rt < 0) {
     const RegionShape r =
         choose_rows_cols_region(tiles_t, tiles_f, sizeof(typename F::Scale) == 1,
-                                resident_ctas(reinterpret_cast<const void*>(kernel), kTileThreads, kRowsColsSmemBytes));
+                                resident_ctas(reinterpret_cast<const void*>(kernel), kTileThreads, kRowsColsRingBytes));
     log2_rt = r.log2_a;
     log2_rf = r.log2_b;
   }
   const dim3 grid = rows_cols_grid(name, tiles_t, tiles_f, log2_rt, log2_rf);
-  kernel<<<grid, kTileThreads, kRowsColsSmemBytes, stream>>>(x, groups, rows, cols, log2_rt, log2_rf);
+  kernel<<<grid, kTileThreads, kRowsColsRingBytes, stream>>>(x, groups, rows, cols, log2_rt, log2_rf);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

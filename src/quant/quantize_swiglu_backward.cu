@@ -26,7 +26,7 @@ constexpr int kFusedThreads = 2 * kTileThreads;
 constexpr int kFusedStages = 2;
 enum SourceTile { kGate = 0, kUp = 1, kGradH2 = 2 };
 using TileTriple = Bf16Tile[3];
-constexpr size_t kFusedSmemBytes = ring_smem_bytes(sizeof(TileTriple) * kFusedStages);  // 192 KiB + alignment
+constexpr size_t kFusedRingBytes = sizeof(TileTriple) * kFusedStages;  // 192 KiB
 constexpr int kTripleLoads = 3 * kTile * kTileSlots / kFusedThreads;  // 16-byte copies per thread per tile (12)
 constexpr int kOwnLoads = kTile * kTileSlots / kFusedThreads;         // vectors per thread per source tile (4)
 
@@ -83,8 +83,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   using Scale = typename F::Scale;
   constexpr int kChunks = kTile / 32;
   constexpr int kBlocksPerTile = kTile / F::kBlock;
-  extern __shared__ __align__(16) uint8_t dynamic_smem[];
-  TileTriple* ring = aligned_ring<TileTriple>(dynamic_smem);
+  extern __shared__ __align__(kRingAlign) uint8_t dynamic_smem[];
+  TileTriple* ring = reinterpret_cast<TileTriple*>(dynamic_smem);
   __shared__ uint32_t real_bits[kRegionTiles * kTile / 32];
   __shared__ float factor_tables[F::kTableEntries];
   // Per half (dgate, dup): column-pass maxima and the region's row and column scales.
@@ -144,17 +144,17 @@ void launch_kernel(const SwigluBackwardSource& src, const RowGroups& groups, con
                    const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name, int log2_rt,
                    int log2_rf) {
   constexpr auto kernel = swiglu_backward_quantize_kernel<F, kCompactCols>;
-  allow_dynamic_smem<kernel>(kFusedSmemBytes);
+  allow_dynamic_smem<kernel>(kFusedRingBytes);
   const int64_t tiles_t = (src.capacity + kTile - 1) / kTile, tiles_f = (src.intermediate + kTile - 1) / kTile;
   if (log2_rt < 0) {
     const RegionShape r =
         choose_fused_region(tiles_t, tiles_f, sizeof(typename F::Scale) == 1,
-                            resident_ctas(reinterpret_cast<const void*>(kernel), kFusedThreads, kFusedSmemBytes));
+                            resident_ctas(reinterpret_cast<const void*>(kernel), kFusedThreads, kFusedRingBytes));
     log2_rt = r.log2_a;
     log2_rf = r.log2_b;
   }
   const dim3 grid = rows_cols_grid(name, tiles_t, tiles_f, log2_rt, log2_rf);
-  kernel<<<grid, kFusedThreads, kFusedSmemBytes, stream>>>(src.h1, src.grad_h2, src.capacity, src.intermediate,
+  kernel<<<grid, kFusedThreads, kFusedRingBytes, stream>>>(src.h1, src.grad_h2, src.capacity, src.intermediate,
                                                            src.params, groups, rows, cols, log2_rt, log2_rf);
   DMOE_CUDA_CHECK_LAUNCH();
 }

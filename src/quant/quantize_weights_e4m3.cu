@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp8_weight_tiles_kernel(const u
                                                                          int log2_rn, int log2_rk, uint8_t* q,
                                                                          uint8_t* fprop_scales, uint8_t* dgrad_scales,
                                                                          uint8_t* q_t) {
-  extern __shared__ __align__(16) uint8_t dynamic_smem[];
-  Bf16Tile* ring = aligned_ring<Bf16Tile>(dynamic_smem);
+  extern __shared__ __align__(kRingAlign) uint8_t dynamic_smem[];
+  Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
   __shared__ uint32_t amax_bits[kSubTiles][kSubTiles];
   // The region's tile scales, [N block][K block] and transposed (FPROP and DGRAD rows read them).
   __shared__ __align__(16) uint8_t scale_nk[kRegionBlocks][kRegionBlocks];
@@ -189,8 +189,8 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp8_weight_tiles_kernel(const u
 __global__ void __launch_bounds__(kThreads) fp8_blockwise_weight_kernel(const uint16_t* w, int64_t n, int64_t k,
                                                                         int band_width, uint8_t* q, float* scales,
                                                                         uint8_t* q_t, float* scales_t) {
-  extern __shared__ __align__(16) uint8_t dynamic_smem[];
-  Bf16Tile* ring = aligned_ring<Bf16Tile>(dynamic_smem);
+  extern __shared__ __align__(kRingAlign) uint8_t dynamic_smem[];
+  Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
   __shared__ uint32_t amax_bits;
   const TileCoords band = band_coords(band_width);
   const int slot = threadIdx.x % kTileSlots;
@@ -328,12 +328,12 @@ void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_exper
                   static_cast<unsigned>(num_experts));
   const auto* w = static_cast<const uint16_t*>(w_ENK);
   if (q_t_EKN != nullptr) {
-    allow_dynamic_smem<mxfp8_weight_tiles_kernel<true>>(kTileSmemBytes);
-    mxfp8_weight_tiles_kernel<true><<<grid, kThreads, kTileSmemBytes, stream>>>(
+    allow_dynamic_smem<mxfp8_weight_tiles_kernel<true>>(kTileRingBytes);
+    mxfp8_weight_tiles_kernel<true><<<grid, kThreads, kTileRingBytes, stream>>>(
         w, n, k, log2_region_n, log2_region_k, q_ENK, fprop_scales, dgrad_scales, q_t_EKN);
   } else {
-    allow_dynamic_smem<mxfp8_weight_tiles_kernel<false>>(kTileSmemBytes);
-    mxfp8_weight_tiles_kernel<false><<<grid, kThreads, kTileSmemBytes, stream>>>(
+    allow_dynamic_smem<mxfp8_weight_tiles_kernel<false>>(kTileRingBytes);
+    mxfp8_weight_tiles_kernel<false><<<grid, kThreads, kTileRingBytes, stream>>>(
         w, n, k, log2_region_n, log2_region_k, q_ENK, fprop_scales, dgrad_scales, nullptr);
   }
   DMOE_CUDA_CHECK_LAUNCH();
@@ -350,10 +350,10 @@ void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t
                                  uint8_t* fprop_scales, uint8_t* q_t_EKN, uint8_t* dgrad_scales, cudaStream_t stream) {
   check_weight("mxfp8_quantize_weight_tiles", num_experts, n, k, numeric::kMXBlock);
   // Both instances hold two CTAs per SM (the ring's shared memory bounds them): one wave size.
-  allow_dynamic_smem<mxfp8_weight_tiles_kernel<false>>(kTileSmemBytes);
+  allow_dynamic_smem<mxfp8_weight_tiles_kernel<false>>(kTileRingBytes);
   const RegionShape region = choose_weight_region(
       (n + kTile - 1) / kTile, (k + kTile - 1) / kTile, num_experts,
-      resident_ctas(reinterpret_cast<const void*>(&mxfp8_weight_tiles_kernel<false>), kThreads, kTileSmemBytes));
+      resident_ctas(reinterpret_cast<const void*>(&mxfp8_weight_tiles_kernel<false>), kThreads, kTileRingBytes));
   mxfp8_quantize_weight_tiles_in_regions(w_ENK, num_experts, n, k, q_ENK, fprop_scales, q_t_EKN, dgrad_scales,
                                          region.log2_a, region.log2_b, stream);
 }
@@ -368,11 +368,11 @@ void fp8_blockwise_quantize_weight(const void* w_ENK, int64_t num_experts, int64
   check_weight("fp8_blockwise_quantize_weight", num_experts, n, k, kTile);
   DMOE_CHECK_ARG((q_t_EKN == nullptr) == (scales_t == nullptr),
                  "fp8_blockwise_quantize_weight: the transposed data and scales come together");
-  allow_dynamic_smem<fp8_blockwise_weight_kernel>(kTileSmemBytes);
+  allow_dynamic_smem<fp8_blockwise_weight_kernel>(kTileRingBytes);
   const int band = choose_weight_band(
       n / kTile, k / kTile, num_experts,
-      resident_ctas(reinterpret_cast<const void*>(&fp8_blockwise_weight_kernel), kThreads, kTileSmemBytes));
-  fp8_blockwise_weight_kernel<<<tile_grid(num_experts, n, k, band), kThreads, kTileSmemBytes, stream>>>(
+      resident_ctas(reinterpret_cast<const void*>(&fp8_blockwise_weight_kernel), kThreads, kTileRingBytes));
+  fp8_blockwise_weight_kernel<<<tile_grid(num_experts, n, k, band), kThreads, kTileRingBytes, stream>>>(
       static_cast<const uint16_t*>(w_ENK), n, k, band, q_ENK, scales, q_t_EKN, scales_t);
   DMOE_CUDA_CHECK_LAUNCH();
 }

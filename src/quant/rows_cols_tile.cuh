@@ -86,6 +86,7 @@ inline RegionShape choose_rows_cols_region(int64_t tiles_t, int64_t tiles_f, boo
 template <class Scale>
 void check_rows_cols_outputs(const char* name, int block, int64_t capacity, const RowGroups& groups,
                              const QuantizedOut<Scale>& rows, const QuantizedOut<Scale>& cols) {
+  check_group_counts(name, groups);
   const int64_t row_multiple = cols.present() ? block : numeric::kMXBlock;
   DMOE_CHECK_ARG(capacity % row_multiple == 0, name, ": the row capacity ", capacity, " must be a multiple of ",
                  row_multiple);
