@@ -19,8 +19,8 @@ timeout 100 $B/tests/dist_moe_gpu_tests --gtest_filter='Quantize*:SwigluBackward
 echo "quantizer tests rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/tests_quant.log | tr '\n' ' ')"
 grep -E "^\[  FAILED|ArgumentErrors \(" $L/tests_quant.log | head -8
 for round in 1 2; do
+  [ "$(left)" -gt 130 ] || break  # a round is both sides
   for side in A B; do
-    [ "$(left)" -gt 120 ] || break 2
     d=$B; [ $side = A ] && d=$A
     timeout 100 $d/bench/bench_quantize --shapes dsv3_prefill,qwen3_30b --iters 20 --sustain-ms 100 > $L/quantize_$side$round.log 2>&1
     echo "bench_quantize $side$round rc=$? at $((SECONDS-T0)) s: $(grep -E 'quantizers at' $L/quantize_$side$round.log)"
@@ -37,8 +37,8 @@ for spec in "mxfp8_fused:swiglu_backward_quantize_kernel<.*Mxfp8:2" "mxfp8_rows_
 done
 for round in 1 2; do
   for fmt in fp8_blockwise mxfp8; do
+    [ "$(left)" -gt 30 ] || break 2
     for side in A B; do
-      [ "$(left)" -gt 25 ] || break 3
       d=$B; [ $side = A ] && d=$A
       timeout 40 $d/dist-moe bench --shape qwen3_30b --mode train --format $fmt --no-baseline --iters 5 --sustain-ms 100 \
         > $L/layer_${fmt}_$side$round.log 2>&1
