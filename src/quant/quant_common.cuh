@@ -16,7 +16,6 @@
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "dist_moe/device/ptx/cp_async.cuh"
 #include "dist_moe/device/ptx/cvt.cuh"
-#include "dist_moe/device/ptx/ld_st.cuh"
 #include "dist_moe/device/quant/vectors.cuh"  // kVec, Vec8, amax_bf16x8, group_amax, e4m3x8
 #include "quant/quantize.h"
 
@@ -157,11 +156,9 @@ __device__ __forceinline__ void issue_tile(Bf16Tile& tile, const uint16_t* base,
 // The same for a gathered matrix: row r at row_ptrs[r] (nullptr = a zero row, never read). A warp
 // copies 16 rows, two per pass (tile_row: one per half-warp); lane l loads the pointer of pass
 // l / 2 % 8's row of half-warp l % 2 -- one load per lane, not one per vector -- and each thread
-// takes its rows' pointers by shuffles. Each lane also pulls into L1 the pointer it will load for
-// the next token tile (row own + 128): the kernels issue their tiles in order, so that load hits
-// L1 instead of waiting an L2 round trip before the thread's first copy (the gathered quantizer's
-// largest stall after its barriers, 12% of the samples in s49 r2; G111). Every thread of the warp
-// must call it.
+// takes its rows' pointers by shuffles (their wait is 10-12% of the gathered quantizer's stall
+// samples; an L1 prefetch of the next token tile's pointers moved neither them nor its time:
+// perf_history G111). Every thread of the warp must call it.
 __device__ __forceinline__ void issue_gathered_tile(Bf16Tile& tile, const void* const* row_ptrs, int64_t rows,
                                                     int64_t cols, int64_t r0, int64_t c0) {
   const int slot = threadIdx.x % kTileSlots, lane = threadIdx.x % 32;
@@ -169,7 +166,6 @@ __device__ __forceinline__ void issue_gathered_tile(Bf16Tile& tile, const void* 
   const int64_t own = r0 + (threadIdx.x / 32) * 2 + (lane & 1) + kTileRowStep * ((lane >> 1) & (kTileLoads - 1));
   const auto* table = reinterpret_cast<const unsigned long long*>(row_ptrs);
   const unsigned long long loaded = own < rows ? __ldg(table + own) : 0ull;
-  if (own + kTile < rows) ptx::prefetch_global_l1(table + own + kTile);
 #pragma unroll
   for (int i = 0; i < kTileLoads; ++i) {
     const int r = tile_row(i);

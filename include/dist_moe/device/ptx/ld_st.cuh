@@ -72,9 +72,6 @@ DMOE_DEVICE void st_global_v4(void* p, const V& v) {
                : "memory");
 }
 
-// Pulls the line holding p into L1 (no register, nothing to wait for): a load that needs it later hits.
-DMOE_DEVICE void prefetch_global_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
-
 DMOE_DEVICE uint2 ld_global_v2(const void* p) {
   uint2 v;
   asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
