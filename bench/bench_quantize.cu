@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <functional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -60,14 +61,8 @@ int g_ep = 2;
 bool g_regions = false;  // --regions: the rows + columns quantizers at every region shape
 bool g_streams = false;  // --streams: plain streaming kernels of each read:write mix (the mix's ceiling)
 bool g_layouts = false;  // --layouts: the MXFP8 rows + columns quantizer's scale layouts side by side
-std::string g_cases;     // --cases a,b: only the named cases run (one kernel under a profiler)
-bool selected(const char* name) {
-  if (g_cases.empty()) return true;
-  std::istringstream is(g_cases);
-  for (std::string c; std::getline(is, c, ',');)
-    if (c == name) return true;
-  return false;
-}
+std::set<std::string> g_cases;  // --cases a,b: only the named cases run (one kernel under a profiler)
+bool selected(const char* name) { return g_cases.empty() || g_cases.count(name) != 0; }
 double g_sustain_ms = 100;
 
 double time_ms(const std::function<void()>& fn, cudaStream_t s) {
@@ -527,7 +522,10 @@ int bench_main(int argc, char** argv) {
                                             else if (a == "--regions") g_regions = true;
                                             else if (a == "--streams") g_streams = true;
                                             else if (a == "--layouts") g_layouts = true;
-                                            else if (a == "--cases") g_cases = value();
+                                            else if (a == "--cases") {
+                                              std::istringstream is(value());
+                                              for (std::string c; std::getline(is, c, ',');) g_cases.insert(c);
+                                            }
                                             else return false;
                                             return true;
                                           });

@@ -1032,44 +1032,6 @@ TEST(QuantizeMxfp8, RowScaleWordsEqualTheNaturalGridRelaidOut) {
     }
 }
 
-// The kernels that zero the padding rows need each group's count: a null counts_G is an argument
-// error of the rows + columns quantizers (both formats), the fused SwiGLU backward and the column
-// dequantizer, raised before any launch (until session 49 the kernels read through it: an illegal
-// address, perf_history G110).
-TEST(QuantizeMxfp8, GroupsWithoutCountsAreArgumentErrors) {
-  DMOE_REQUIRE_SM90();
-  const GatheredInput in = make_gathered_input({64, 32}, 128, 256, 0, 371);
-  const int64_t cap = in.cap, D = in.D;
-  DeviceBuffer<int32_t> doffsets(in.g.offsets);
-  const quant::RowGroups no_counts{nullptr, doffsets.get(), static_cast<int32_t>(in.g.counts.size())};
-  DeviceBuffer<uint8_t> q(cap * D), s(cap * D / 32), qt(D * cap), st(D * cap / 32);
-  DeviceBuffer<float> sf(cap * D / 128), stf(cap * D / 128);
-  DeviceBuffer<uint16_t> y(cap * D), h1(cap * 2 * D), gh2(cap * D);
-  const quant::Mxfp8Out mx_rows{q.get(), D, s.get(), D / 32, 1}, mx_cols{qt.get(), cap, st.get(), 1, D};
-  auto expect_error = [](const char* what, const std::function<void()>& call) {
-    SCOPED_TRACE(what);
-    try {
-      call();
-      ADD_FAILURE() << "no error";
-    } catch (const dist_moe::Error& e) {
-      EXPECT_NE(std::string(e.what()).find("counts_G"), std::string::npos) << e.what();
-    }
-  };
-  expect_error("mxfp8_quantize_rows_cols", [&] { quant::mxfp8_quantize_rows_cols(in.x(), no_counts, mx_rows, mx_cols, nullptr); });
-  expect_error("fp8_blockwise_quantize_rows_cols", [&] {
-    quant::fp8_blockwise_quantize_rows_cols(in.x(), no_counts, {q.get(), D, sf.get(), 1, cap}, {qt.get(), cap, stf.get(), 1, D},
-                                            nullptr);
-  });
-  expect_error("mxfp8_swiglu_backward_quantize", [&] {
-    const quant::SwigluBackwardSource src{h1.get(), gh2.get(), cap, D, activation::SwigluParams{}};
-    quant::mxfp8_swiglu_backward_quantize(src, no_counts, quant::Mxfp8Out{q.get(), 2 * D, s.get(), 2 * D / 32, 1},
-                                          quant::Mxfp8Out{qt.get(), cap, st.get(), 1, 2 * D}, nullptr);
-  });
-  expect_error("mxfp8_dequantize_columns",
-               [&] { quant::mxfp8_dequantize_columns({qt.get(), cap, st.get(), 1, D}, no_counts, {y.get(), cap, D, D}, nullptr); });
-  DMOE_CUDA_CHECK(cudaDeviceSynchronize());  // and nothing was launched that faults
-}
-
 // Any bytes (every E4M3 and E8M0 code, NaN scales over padding rows) dequantize from a compact
 // bundle (token-block-major scales: the dequantizer's 16-byte scale copies) as from the strided
 // feature-major columns they were laid out from (its plain scale loads), R = 256 and R = 288 (a
@@ -1203,6 +1165,41 @@ void expect_invalid(const std::function<void()>& f, const std::string& fragment)
     EXPECT_EQ(e.code(), ErrorCode::kInvalidValue) << e.what();
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
   }
+}
+
+// The kernels that zero the padding rows need each group's count: a null counts_G is an argument
+// error of the rows + columns quantizers (both formats), the fused SwiGLU backward and the column
+// dequantizer, raised before any launch (until session 49 the kernels read through it: an illegal
+// address, perf_history G110).
+TEST(QuantizeMxfp8, GroupsWithoutCountsAreArgumentErrors) {
+  DMOE_REQUIRE_SM90();
+  const GatheredInput in = make_gathered_input({64, 32}, 128, 256, 0, 371);
+  const int64_t cap = in.cap, D = in.D;
+  DeviceBuffer<int32_t> doffsets(in.g.offsets);
+  const quant::RowGroups no_counts{nullptr, doffsets.get(), static_cast<int32_t>(in.g.counts.size())};
+  DeviceBuffer<uint8_t> q(cap * D), s(cap * D / 32), qt(D * cap), st(D * cap / 32);
+  DeviceBuffer<float> sf(cap * D / 128), stf(cap * D / 128);
+  DeviceBuffer<uint16_t> y(cap * D), h1(cap * 2 * D), gh2(cap * D);
+  const quant::Mxfp8Out mx_rows{q.get(), D, s.get(), D / 32, 1}, mx_cols{qt.get(), cap, st.get(), 1, D};
+  expect_invalid([&] { quant::mxfp8_quantize_rows_cols(in.x(), no_counts, mx_rows, mx_cols, nullptr); },
+                 "mxfp8_quantize_rows_cols: groups need counts_G");
+  expect_invalid(
+      [&] {
+        quant::fp8_blockwise_quantize_rows_cols(in.x(), no_counts, {q.get(), D, sf.get(), 1, cap},
+                                                {qt.get(), cap, stf.get(), 1, D}, nullptr);
+      },
+      "fp8_blockwise_quantize_rows_cols: groups need counts_G");
+  expect_invalid(
+      [&] {
+        const quant::SwigluBackwardSource src{h1.get(), gh2.get(), cap, D, activation::SwigluParams{}};
+        quant::mxfp8_swiglu_backward_quantize(src, no_counts, quant::Mxfp8Out{q.get(), 2 * D, s.get(), 2 * D / 32, 1},
+                                              quant::Mxfp8Out{qt.get(), cap, st.get(), 1, 2 * D}, nullptr);
+      },
+      "mxfp8_swiglu_backward_quantize: groups need counts_G");
+  expect_invalid(
+      [&] { quant::mxfp8_dequantize_columns({qt.get(), cap, st.get(), 1, D}, no_counts, {y.get(), cap, D, D}, nullptr); },
+      "mxfp8_dequantize_columns: groups need counts_G");
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());  // and nothing was launched that faults
 }
 
 // Where k-block-major row scale words are not taken, the launchers say so.
