@@ -27,24 +27,31 @@ constexpr int kFusedStages = 2;
 enum SourceTile { kGate = 0, kUp = 1, kGradH2 = 2 };
 using TileTriple = Bf16Tile[3];
 constexpr size_t kFusedRingBytes = sizeof(TileTriple) * kFusedStages;  // 192 KiB
-constexpr int kTripleLoads = 3 * kTile * kTileSlots / kFusedThreads;  // 16-byte copies per thread per tile (12)
 constexpr int kOwnLoads = kTile * kTileSlots / kFusedThreads;         // vectors per thread per source tile (4)
 
-// Issues tile (r0, c0) of gate, up and grad_h2: copy j of a thread is source tile j / 4 (2048
-// vectors each, 512 threads), row threadIdx.x / 16 + 32 (j % 4), slot threadIdx.x % 16. Rows at or
-// past `end` and features at or past F are zero-filled.
+// Issues tile (r0, c0) of gate, up and grad_h2: a thread copies slot threadIdx.x % 16 of rows
+// threadIdx.x / 16 + 32 q (q = 0..3) of each source tile (2048 vectors each, 512 threads). Rows at
+// or past `end` and features at or past F are zero-filled. The addresses start from the thread's
+// row-q = 0 pointers and step 32 rows at a time (h1 rows are 2 F apart, grad_h2 rows F): computed
+// per copy from the row index, they were ~14 instructions each, 165 of a warp's ~1850 per tile (ncu
+// source counters, s49 r5).
 __device__ __forceinline__ void issue_triple(TileTriple& stage, const uint16_t* h1, const uint16_t* grad_h2, int64_t f_dim,
                                              int64_t end, int64_t r0, int64_t c0) {
-  const int slot = threadIdx.x % kTileSlots;
-  const int64_t c = c0 + slot * kVec;
+  constexpr int kRowStep = kFusedThreads / kTileSlots;  // 32
+  const int slot = threadIdx.x % kTileSlots, r = threadIdx.x / kTileSlots;
+  const int64_t row = r0 + r, c = c0 + slot * kVec;
+  const uint16_t* gate = h1 + row * 2 * f_dim + c;
+  const uint16_t* grad = grad_h2 + row * f_dim + c;
+  const bool col_in = c < f_dim;
 #pragma unroll
-  for (int j = 0; j < kTripleLoads; ++j) {
-    const int which = j / kOwnLoads;
-    const int r = threadIdx.x / kTileSlots + (j % kOwnLoads) * (kFusedThreads / kTileSlots);
-    const int64_t row = r0 + r;
-    const bool valid = row < end && c < f_dim;
-    const uint16_t* src = which == kGradH2 ? grad_h2 + row * f_dim + c : h1 + row * 2 * f_dim + which * f_dim + c;
-    ptx::cp_async_16_zfill(&stage[which][r][slot * kVec], valid ? src : grad_h2, valid);
+  for (int q = 0; q < kOwnLoads; ++q) {
+    const bool valid = col_in && row + q * kRowStep < end;
+    const int rq = r + q * kRowStep;
+    ptx::cp_async_16_zfill(&stage[kGate][rq][slot * kVec], valid ? gate : grad_h2, valid);
+    ptx::cp_async_16_zfill(&stage[kUp][rq][slot * kVec], valid ? gate + f_dim : grad_h2, valid);
+    ptx::cp_async_16_zfill(&stage[kGradH2][rq][slot * kVec], valid ? grad : grad_h2, valid);
+    gate += kRowStep * 2 * f_dim;
+    grad += kRowStep * f_dim;
   }
 }
 
