@@ -32,9 +32,9 @@ constexpr int kOwnLoads = kTile * kTileSlots / kFusedThreads;         // vectors
 // Issues tile (r0, c0) of gate, up and grad_h2: a thread copies slot threadIdx.x % 16 of rows
 // threadIdx.x / 16 + 32 q (q = 0..3) of each source tile (2048 vectors each, 512 threads). Rows at
 // or past `end` and features at or past F are zero-filled. The addresses start from the thread's
-// row-q = 0 pointers and step 32 rows at a time (h1 rows are 2 F apart, grad_h2 rows F): computed
-// per copy from the row index, they were ~14 instructions each, 165 of a warp's ~1850 per tile (ncu
-// source counters, s49 r5).
+// row-q = 0 pointers and step 32 rows at a time (h1 rows are 2 F apart, grad_h2 rows F); rebuilt
+// per copy from the row index they cost 1.5% more instructions and 0.6-2.5% of the kernel's time
+// (perf_history G113).
 __device__ __forceinline__ void issue_triple(TileTriple& stage, const uint16_t* h1, const uint16_t* grad_h2, int64_t f_dim,
                                              int64_t end, int64_t r0, int64_t c0) {
   constexpr int kRowStep = kFusedThreads / kTileSlots;  // 32
