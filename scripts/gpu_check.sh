@@ -20,7 +20,7 @@
 #   gemm        grouped GEMMs: ptxas / SASS, tests, benchmark, torch peer, targets   gemm*.{log,txt,csv}
 #   comm        dispatch / combine: routing tests, suites, traps, sanitizer, bench   comm*.log
 #   ep          per EP size: suites, torch suite, layer and comm benchmarks, plot    ep_*.log scaling.{md,svg}
-#   treeab      an older source tree (A) against this one (B): layer, GEMM bench     treeab.txt treeab_build.log
+#   treeab      an older source tree (A) against this one (B): layer, GEMM, quantizers treeab.txt treeab_build.log
 #   ab          the layer under two environments (A_ENV, B_ENV)                      ab.txt
 #   patchab     source variants given as patches, one build directory                patchab.log
 #   delay       every rank made late after every pipeline stage (ordering check)     delay.log

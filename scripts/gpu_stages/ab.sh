@@ -13,10 +13,13 @@
 #                               DMOE_AB_ARGS_<shape> adds flags for one shape (DMOE_AB_ARGS_dsv3_prefill=
 #                               "--experts 128": one EP2 rank's expert GEMMs on one GPU)
 #     DMOE_AB_BENCHES [layer]   layer: `dist-moe bench` per shape; gemm: bench_grouped_gemm, median ms of
-#                               each side per shape, routing and op, B / A and B x cuBLAS
+#                               each side per shape, routing and op, B / A and B x cuBLAS; quant:
+#                               bench_quantize, each side's best ms per shape and quantizer, A / B and x copy
+#                               (scripts/quantize_ab_table.py; e.g. DMOE_AB_BENCHES="quant layer")
 #     DMOE_AB_SHAPES [dsv3_prefill qwen3_30b mixtral dsv3_decode]  DMOE_AB_ROUNDS [2]   (layer)
 #     DMOE_AB_GEMM_SHAPES [qwen3_30b]  DMOE_AB_GEMM_OPS [w13_fprop,w13_fprop_noh1,w13_gather]
 #     DMOE_AB_GEMM_ROUTING [balanced,random]  DMOE_AB_GEMM_ROUNDS [3]                   (gemm)
+#     DMOE_AB_QUANT_SHAPES [dsv3_prefill,qwen3_30b]  DMOE_AB_QUANT_ROUNDS [2]           (quant)
 #   ab       the layer under two environments of this build: A_ENV / B_ENV, space-separated VAR=value
 #            assignments (empty: the defaults). File: ab.txt.
 #       B_ENV="DMOE_GEMM_EXPERIMENTAL=1" DMOE_STAGES="build ab" scripts/gpu_check.sh
@@ -106,10 +109,28 @@ for k in sorted({k[1:] for k in ms}):
 PY
 }
 
+# bench_quantize of two builds, interleaved; each side's best time per shape and quantizer (the
+# per-case tables' rows, summary and layer forms), A / B (above 1: B faster) and x copy.
+quant_tree_ab() {  # a_bin b_bin
+  local dir="$WORK/treeab_quant" r side bin
+  mkdir -p "$dir" && rm -f "$dir"/quantize_*.log
+  for r in $(seq 1 "${DMOE_AB_QUANT_ROUNDS:-2}"); do
+    for side in A B; do
+      bin=$2; [ "$side" = A ] && bin=$1
+      x timeout 300 "$bin" --shapes "${DMOE_AB_QUANT_SHAPES:-dsv3_prefill,qwen3_30b}" --iters 20 --sustain-ms 100 \
+        > "$dir/quantize_$side$r.log" 2>&1
+    done
+    echo "quant round $r done"
+  done
+  echo "quant A/B (bench_quantize, best of ${DMOE_AB_QUANT_ROUNDS:-2} runs per side; A/B above 1: B faster):"
+  python3 scripts/quantize_ab_table.py "$dir" AB
+}
+
 stage_treeab() {
   local a_tree=${A_TREE:-.abtree} benches=${DMOE_AB_BENCHES:-layer} start shape bench_opt=OFF
   local -a a_targets=(dist-moe dmoe_launch) b_targets=(dist-moe dmoe_launch)
   if [[ " $benches " == *" gemm "* ]]; then bench_opt=ON; a_targets+=(bench_grouped_gemm); b_targets+=(bench_grouped_gemm); fi
+  if [[ " $benches " == *" quant "* ]]; then bench_opt=ON; a_targets+=(bench_quantize); b_targets+=(bench_quantize); fi
   start=$(date +%s)
   if [ -n "${A_PATCH:-}" ] && [ "$DRY_RUN" != 1 ]; then  # A = this checkout with the patch reversed
     local patch_file
@@ -143,6 +164,10 @@ stage_treeab() {
   if [[ " $benches " == *" gemm "* ]]; then
     gemm_tree_ab "$a_tree/build-ab/bench/bench_grouped_gemm" "$BUILD/bench/bench_grouped_gemm" >> "$OUT/treeab.txt" 2>&1
     sed -n '/^gemm A\/B/,$p' "$OUT/treeab.txt" | tee -a "$SUMMARY" > /dev/null
+  fi
+  if [[ " $benches " == *" quant "* ]]; then
+    quant_tree_ab "$a_tree/build-ab/bench/bench_quantize" "$BUILD/bench/bench_quantize" >> "$OUT/treeab.txt" 2>&1
+    sed -n '/^quant A\/B/,$p' "$OUT/treeab.txt" | grep -E "quant A/B|^shape|fused|rows_cols" | tee -a "$SUMMARY" > /dev/null
   fi
 }
 
