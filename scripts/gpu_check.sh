@@ -10,6 +10,7 @@
 #   mxfp8       the MXFP8 staged layer suite on every GPU                            mxfp8.log
 #   fp8bw       the FP8-blockwise inference and training layer suites on every GPU   fp8bw.log, fp8bw_train.log
 #   nvfp4       the NVFP4 inference layer suite on every GPU, its trap tests          nvfp4.log
+#   mega        the Mega pipeline: its GPU tests, the suites' Mega cases, torch Mega   mega.log
 #   quant       bench_quantize and the Quantize* + SwigluBackwardQuantize* GPU tests  quant.log
 #   bench       `dist-moe bench`: $DMOE_BENCH_SHAPES train, dsv3_decode infer        bench.log
 #               (DMOE_BENCH_FORMAT=nvfp4 etc.: that layer against our BF16 layer per shape;
@@ -46,7 +47,7 @@ STAGES=${DMOE_STAGES:-env build tests}
 BUILD=${BUILD_DIR:-build-gpu}
 NCCL_ROOT=${DIST_MOE_NCCL_ROOT:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl}
 DRY_RUN=${DMOE_DRY_RUN:-0}
-ALL_STAGES="env build install tests pipeline mxfp8 fp8bw nvfp4 quant bench torch torchbench gemm comm ep treeab ab patchab delay contention ncu"
+ALL_STAGES="env build install tests pipeline mxfp8 fp8bw nvfp4 mega quant bench torch torchbench gemm comm ep treeab ab patchab delay contention ncu"
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Stages tests, pipeline, mxfp8, fp8bw, nvfp4, quant, bench of scripts/gpu_check.sh (sourced; see its header).
+# Stages tests, pipeline, mxfp8, fp8bw, nvfp4, mega, quant, bench of scripts/gpu_check.sh (sourced; see its header).
 #   DMOE_BENCH_SHAPES [dsv3_prefill qwen3_30b mixtral]  bench: the train shapes (dsv3_decode runs infer)
 #   DMOE_BENCH_FORMAT [bf16]  bench: mxfp8 | fp8_blockwise | nvfp4 runs that layer against our BF16 layer
 #     (--no-baseline --iters 10 --sustain-ms 50, DMOE_BENCH_MODE [infer] for every shape of
@@ -65,6 +65,34 @@ stage_fp8bw() {
 
 # The NVFP4 inference layer suite (dist_moe_nvfp4_pipeline_tests, nvfp4.log) and its traps.
 stage_nvfp4() { run_block_scaled_suite nvfp4 dist_moe_nvfp4_pipeline_tests nvfp4 nvfp4; }
+
+# The Mega pipeline's tests alone (mega.log): the `Mega*` GPU tests and the emulated-peer Mega cases,
+# the MXFP8 and NVFP4 layer suites' Mega cases (`--filter mega`: 147 s for the MXFP8 ones on an H100,
+# s51), and tests/torch/test_mega.py on the in-place modules (torch.sh's torch_package).
+stage_mega() {
+  local rc fail=0 t
+  build_targets mega dist_moe_gpu_tests dmoe_launch dist_moe_mxfp8_pipeline_tests dist_moe_nvfp4_pipeline_tests ||
+    return 1
+  : > "$OUT/mega.log"
+  DMOE_COMM_TIMEOUT_MS=10000 x timeout 300 "$BUILD/tests/dist_moe_gpu_tests" --gtest_color=no \
+    --gtest_filter='Mega*:*EmulatedPeers*mega*' >> "$OUT/mega.log" 2>&1
+  rc=$?; [ $rc = 0 ] || fail=1
+  say "mega GPU tests (rc=$rc): $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$OUT/mega.log" | tr '\n' ' ')"
+  for t in mxfp8 nvfp4; do
+    x timeout 700 "$BUILD/dmoe_launch" -n "$NGPU" --timeout 600 -- "$BUILD/tests/dist_moe_${t}_pipeline_tests" \
+      --filter mega >> "$OUT/mega.log" 2>&1
+    rc=$?; [ $rc = 0 ] || fail=1
+    say "$t suite, mega cases (rc=$rc): $(grep -E 'ALL PASS|FAILED:|FAIL case' "$OUT/mega.log" | tail -1)"
+  done
+  if torch_package; then
+    x timeout 300 python3 -m pytest -q tests/torch/test_mega.py >> "$OUT/mega.log" 2>&1
+    rc=$?; [ $rc = 0 ] || fail=1
+    say "torch test_mega.py (rc=$rc): $(tail -1 "$OUT/mega.log")"
+  else
+    fail=1
+  fi
+  return $fail
+}
 
 # A hook for the quantization kernels: runs what is built, says what is not.
 stage_quant() {
