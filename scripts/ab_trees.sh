@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# A / B source trees for one-off device run scripts: A = this checkout with PATCH reversed, in
+# .abtree (built into .abtree/build-ab), B = this checkout (build-gpu); both built at once through
+# scripts/quick_build.sh, logs $OUT/build.log (B) and $OUT/A/build.log. Exits 1 when the patch does
+# not reverse or either build fails. (gpu_check.sh's treeab stage builds its trees one after the
+# other with the CLI always; this is the quicker form the s33-s51 run scripts each wrote out.)
+#   scripts/ab_trees.sh PATCH "B targets" "A targets"
+#   e.g. scripts/ab_trees.sh docs/gpu_runs/.../change.patch "bench_quantize dist_moe_gpu_tests" bench_quantize
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+[ $# -eq 3 ] || { echo "usage: scripts/ab_trees.sh PATCH \"B targets\" \"A targets\""; exit 2; }
+patch_file=$(realpath "$1") || { echo "ab_trees: no patch $1"; exit 1; }
+OUT=${OUT:-/tmp}
+rm -rf .abtree && mkdir -p .abtree "$OUT/A"
+tar -cf - --exclude='./build*' --exclude='./.abtree*' . | tar -xf - -C .abtree
+(cd .abtree && patch -s -R -p1 < "$patch_file") || { echo "ab_trees: $1 does not reverse on this checkout"; exit 1; }
+# shellcheck disable=SC2086  # the target lists are words
+(OUT=$OUT BUILD_DIR=build-gpu scripts/quick_build.sh $2) &
+b=$!
+# shellcheck disable=SC2086
+(cd .abtree && OUT=$OUT/A BUILD_DIR=build-ab scripts/quick_build.sh $3) &
+a=$!
+wait $b; rb=$?
+wait $a; ra=$?
+[ $rb = 0 ] && [ $ra = 0 ] || { echo "ab_trees: build failed (B rc=$rb, A rc=$ra)"; exit 1; }
