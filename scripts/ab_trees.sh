@@ -6,19 +6,25 @@
 # other with the CLI always; this is the quicker form the s33-s51 run scripts each wrote out.)
 #   scripts/ab_trees.sh PATCH "B targets" "A targets"
 #   e.g. scripts/ab_trees.sh docs/gpu_runs/.../change.patch "bench_quantize dist_moe_gpu_tests" bench_quantize
+#   scripts/ab_trees.sh --tree-only PATCH    only the A source tree (the treeab stage builds its own)
+# A_TREE [.abtree]: where the A tree goes.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-[ $# -eq 3 ] || { echo "usage: scripts/ab_trees.sh PATCH \"B targets\" \"A targets\""; exit 2; }
-patch_file=$(realpath "$1") || { echo "ab_trees: no patch $1"; exit 1; }
+tree_only=0; [ "${1:-}" = --tree-only ] && { tree_only=1; shift; }
+[ $# -eq $((tree_only ? 1 : 3)) ] || { echo "usage: scripts/ab_trees.sh PATCH \"B targets\" \"A targets\" | --tree-only PATCH"; exit 2; }
+patch_file=$(realpath -e "$1" 2>/dev/null) || { echo "ab_trees: no patch $1"; exit 1; }
+a_tree=${A_TREE:-.abtree}
+rm -rf "$a_tree" && mkdir -p "$a_tree"
+tar -cf - --exclude='./build*' --exclude='./.abtree*' --exclude="./$a_tree" . | tar -xf - -C "$a_tree"
+(cd "$a_tree" && patch -s -R -p1 < "$patch_file") || { echo "ab_trees: $1 does not reverse on this checkout"; exit 1; }
+[ $tree_only = 1 ] && exit 0
 OUT=${OUT:-/tmp}
-rm -rf .abtree && mkdir -p .abtree "$OUT/A"
-tar -cf - --exclude='./build*' --exclude='./.abtree*' . | tar -xf - -C .abtree
-(cd .abtree && patch -s -R -p1 < "$patch_file") || { echo "ab_trees: $1 does not reverse on this checkout"; exit 1; }
+mkdir -p "$OUT/A"
 # shellcheck disable=SC2086  # the target lists are words
 (OUT=$OUT BUILD_DIR=build-gpu scripts/quick_build.sh $2) &
 b=$!
 # shellcheck disable=SC2086
-(cd .abtree && OUT=$OUT/A BUILD_DIR=build-ab scripts/quick_build.sh $3) &
+(cd "$a_tree" && OUT=$OUT/A BUILD_DIR=build-ab scripts/quick_build.sh $3) &
 a=$!
 wait $b; rb=$?
 wait $a; ra=$?

@@ -13,7 +13,9 @@
 #                               DMOE_AB_ARGS_<shape> adds flags for one shape (DMOE_AB_ARGS_dsv3_prefill=
 #                               "--experts 128": one EP2 rank's expert GEMMs on one GPU)
 #     DMOE_AB_BENCHES [layer]   layer: `dist-moe bench` per shape; gemm: bench_grouped_gemm, median ms of
-#                               each side per shape, routing and op, B / A and B x cuBLAS; quant:
+#                               each side per shape, routing and op, B / A and B x cuBLAS (block-scaled
+#                               ops: their pick, x our BF16 pick; DMOE_AB_GEMM_SWEEP_MATCH [none] times
+#                               the configurations whose name has it too, as --sweep-match); quant:
 #                               bench_quantize, each side's best ms per shape and quantizer, A / B and x copy
 #                               (scripts/quantize_ab_table.py; e.g. DMOE_AB_BENCHES="quant layer")
 #     DMOE_AB_SHAPES [dsv3_prefill qwen3_30b mixtral dsv3_decode]  DMOE_AB_ROUNDS [2]   (layer)
@@ -78,16 +80,20 @@ gemm_tree_ab() {  # a_bin b_bin
     for side in A B; do
       bin=$2; [ "$side" = A ] && bin=$1
       echo "==== gemm round $r side $side" >> "$rows"
+      # Block-scaled ops (`fp8 ...` lines: every configuration, the pick marked, our BF16 pick timed
+      # beside it) keep their pick row, in the BF16 rows' field order with "bf16 MS" at the end.
       x timeout 300 "$bin" --shapes "${DMOE_AB_GEMM_SHAPES:-qwen3_30b}" --ops "${DMOE_AB_GEMM_OPS:-w13_fprop,w13_fprop_noh1,w13_gather}" \
-        --routing "${DMOE_AB_GEMM_ROUTING:-balanced,random}" --iters 10 --sustain-ms 200 2>&1 |
-        awk -v side="$side" -v r="$r" '$6 == "ms" && $8 == "TFLOP/s" {print "ROW", side, r, $0}' >> "$rows"
+        --routing "${DMOE_AB_GEMM_ROUTING:-balanced,random}" --iters 10 --sustain-ms 200 --sweep-match "${DMOE_AB_GEMM_SWEEP_MATCH:-none}" 2>&1 |
+        awk -v side="$side" -v r="$r" '
+          $6 == "ms" && $8 == "TFLOP/s" {print "ROW", side, r, $0}
+          $1 == "fp8" && $6 == "(pick)" {print "ROW", side, r, $2, $3, $4, $5, $7, "ms", $9, "TFLOP/s", "bf16", $12}' >> "$rows"
     done
     echo "gemm round $r done"
   done
   python3 - "$rows" <<'PY'
 import collections, statistics, sys
 # ROW side round shape routing op config ms "ms" tflops "TFLOP/s" [cuBLAS tflops ...]
-ms, tflops, cublas = (collections.defaultdict(list) for _ in range(3))
+ms, tflops, cublas, bf16 = (collections.defaultdict(list) for _ in range(4))
 for line in open(sys.argv[1]):
     f = line.split()
     if not f or f[0] != "ROW":
@@ -97,15 +103,18 @@ for line in open(sys.argv[1]):
     tflops[key].append(float(f[9]))
     if "cuBLAS" in f:
         cublas[key].append(float(f[f.index("cuBLAS") + 1]))
+    if "bf16" in f:  # a block-scaled pick: our BF16 pick's ms, timed beside it
+        bf16[key].append(float(f[f.index("bf16") + 1]))
 med = statistics.median
-print("gemm A/B (bench_grouped_gemm, medians):")
-print(f"{'shape':13s} {'routing':8s} {'op':16s} {'A ms':>7s} {'B ms':>7s} {'B/A':>6s} {'B x cuBLAS':>10s}")
+print("gemm A/B (bench_grouped_gemm, medians; block-scaled ops: the pick, x our BF16 pick timed beside it):")
+print(f"{'shape':13s} {'routing':8s} {'op':16s} {'A ms':>7s} {'B ms':>7s} {'B/A':>6s} {'B x cuBLAS':>10s} {'x BF16 A / B':>13s}")
 for k in sorted({k[1:] for k in ms}):
     a, b = ("A",) + k, ("B",) + k
     if not ms[a] or not ms[b]:
         continue
     cb = f"{med(tflops[b]) / med(cublas[b]):.3f}" if cublas[b] else "-"
-    print(f"{k[0]:13s} {k[1]:8s} {k[2]:16s} {med(ms[a]):7.3f} {med(ms[b]):7.3f} {med(ms[b]) / med(ms[a]):6.3f} {cb:>10s}")
+    xb = f"{med(bf16[a]) / med(ms[a]):.2f} / {med(bf16[b]) / med(ms[b]):.2f}" if bf16[a] and bf16[b] else "-"
+    print(f"{k[0]:13s} {k[1]:8s} {k[2]:16s} {med(ms[a]):7.3f} {med(ms[b]):7.3f} {med(ms[b]) / med(ms[a]):6.3f} {cb:>10s} {xb:>13s}")
 PY
 }
 
@@ -133,12 +142,8 @@ stage_treeab() {
   if [[ " $benches " == *" quant "* ]]; then bench_opt=ON; a_targets+=(bench_quantize); b_targets+=(bench_quantize); fi
   start=$(date +%s)
   if [ -n "${A_PATCH:-}" ] && [ "$DRY_RUN" != 1 ]; then  # A = this checkout with the patch reversed
-    local patch_file
-    patch_file=$(realpath "$A_PATCH") || { say "treeab: no A_PATCH $A_PATCH"; return 1; }
-    rm -rf "$a_tree" && mkdir -p "$a_tree"
-    tar -cf - --exclude='./build*' --exclude="./$a_tree" . | tar -xf - -C "$a_tree"
-    if ! (cd "$a_tree" && patch -s -R -p1 < "$patch_file") > "$OUT/treeab_patch.log" 2>&1; then
-      say "treeab: A_PATCH $A_PATCH does not reverse on this checkout"; tee -a "$SUMMARY" < "$OUT/treeab_patch.log"
+    if ! A_TREE=$a_tree scripts/ab_trees.sh --tree-only "$A_PATCH" > "$OUT/treeab_patch.log" 2>&1; then
+      say "treeab: no A tree from A_PATCH $A_PATCH"; tee -a "$SUMMARY" < "$OUT/treeab_patch.log"
       return 1
     fi
     say "treeab: A = this checkout without $A_PATCH"
