@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Stage gemm of scripts/gpu_check.sh (sourced; see its header): the SM90 grouped GEMMs.
 #   ptxas  rebuild the GEMM objects with ptxas -v: registers, no stack frame, no spills, no C75xx
-#          warning (scripts/gemm_ptxas_report.py), and HGMMA per kernel in the SASS (cuobjdump);
+#          warning (scripts/gemm_ptxas_report.py: spills it lists as known pass), and wgmma (HGMMA,
+#          QGMMA) per kernel in the SASS (cuobjdump);
 #   tests  dist_moe_gpu_tests --gtest_filter='GroupedGemm*';
 #   bench  bench_grouped_gemm (ours, cuBLAS dense, HBM copy; the sweep: every compiled configuration);
 #   peer   torch._grouped_mm on the same counts (bench/grouped_mm_peer.py);
@@ -48,7 +49,7 @@ stage_gemm() {
   x nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$WORK/gemm_gpu.txt" 2>&1
 
   if want ptxas; then
-    echo "=== ptxas: registers, stack, spills; SASS: HGMMA per GEMM kernel -> $report" >> "$log"
+    echo "=== ptxas: registers, stack, spills; SASS: wgmma per GEMM kernel -> $report" >> "$log"
     # The report needs the GEMM objects to compile in this run.
     x touch src/gemm/grouped_gemm*.cu
     if build_targets gemm dist_moe_gemm dist_moe_gpu_tests bench_grouped_gemm; then
