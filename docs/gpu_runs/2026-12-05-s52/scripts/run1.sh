@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# G119 A/B, part 1 (prepared in s52, which was lent no GPU): A = main, B = main with
+# g119_uniform_descs.patch applied here first (the FP8-blockwise, MXFP8 and NVFP4 k loops build their
+# wgmma descriptors from warp-uniform inputs). SASS counts of both trees' W13 FPROP 128x256 kernel
+# (cuobjdump here: does it agree with scripts/sass_local.sh?); FP8 GEMM picks alternated A / B (3 rounds,
+# qwen3_30b + mixtral EP2 sizes, balanced, each after 200 ms of its own load; dsv3_prefill in 2 more
+# rounds if time is left); the qwen3_30b FP8-blockwise training layer alternated (2 rounds); B's
+# FP8 GEMM tests and FP8-blockwise training suite.
+RUN_NAME=g119a; source scripts/device_run_prelude.sh
+D=docs/gpu_runs/2026-12-05-s52
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
+# B = this copy with the patch (the device's copy only); A = the same with it reversed (ab_trees.sh).
+patch -s -p1 --forward < $D/g119_uniform_descs.patch || { echo "the patch does not apply"; exit 1; }
+OUT=$L scripts/ab_trees.sh $D/g119_uniform_descs.patch \
+  "dist-moe dmoe_launch bench_grouped_gemm dist_moe_gpu_tests dist_moe_fp8_blockwise_training_tests" \
+  "dist-moe bench_grouped_gemm" || { tail -20 $L/build.log $L/A/build.log; exit 1; }
+echo "built at $((SECONDS-T0)) s"
+for side in A B; do
+  o=build-gpu/CMakeFiles/dist_moe_gemm.dir/src/gemm/grouped_gemm_sm90_w13.cu.o
+  [ $side = A ] && o=.abtree/build-ab/CMakeFiles/dist_moe_gemm.dir/src/gemm/grouped_gemm_sm90_w13.cu.o
+  cuobjdump -sass $o > $L/w13_$side.sass 2>&1
+done
+python3 scripts/sass_loops.py $L/w13_A.sass $L/w13_B.sass --kernel 'Fp8Blockwise.*Li128ELi256ELi4E.*WeightSplitE1ELi1E' | tee $L/sass_loops.txt
+rm -f $L/w13_?.sass
+gemm_round() {  # $1 = round, $2 = shapes
+  local OPS=w13_fprop_fp8,w2_fprop_fp8,w13_dgrad_fp8,w2_dgrad_fp8
+  for side in A B; do
+    bin=build-gpu/bench/bench_grouped_gemm; [ $side = A ] && bin=.abtree/build-ab/bench/bench_grouped_gemm
+    timeout 150 $bin --ep 2 --shapes $2 --routing balanced --ops $OPS --sweep-match NONE \
+      --iters 10 --sustain-ms 200 2>&1 | awk -v s=$side -v r=$1 '$1 == "fp8" && $6 == "(pick)" {print "ROW", s, r, $0}' >> $L/gemm_rows.txt
+  done
+  echo "gemm round $1 ($2) at $((SECONDS-T0)) s"
+}
+for r in 1 2 3; do gemm_round $r qwen3_30b,mixtral; done
+for r in 1 2; do
+  for side in A B; do
+    b=build-gpu; [ $side = A ] && b=.abtree/build-ab
+    timeout 90 $b/dist-moe bench --shape qwen3_30b --format fp8_blockwise --no-baseline --iters 5 --sustain-ms 100 > $L/layer_$side$r.log 2>&1
+    echo "layer $side$r: $(grep -E '^forward\+backward' $L/layer_$side$r.log | awk '{print $2}') ms, BF16 $(grep -E '^BF16 layer forward\+backward' $L/layer_$side$r.log | awk '{print $4, $5}')"
+  done
+done
+grep -hE "^fwd:w13|^fwd:w2 |^bwd:w2_dgrad|^bwd:w13_dgrad" $L/layer_A2.log $L/layer_B2.log
+timeout 150 build-gpu/tests/dist_moe_gpu_tests --gtest_filter='GroupedGemmFp8*' > $L/tests_fp8.log 2>&1
+echo "FP8 GEMM tests rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/tests_fp8.log | tr '\n' ' ')"
+timeout 200 build-gpu/dmoe_launch -n 1 --timeout 180 -- build-gpu/tests/dist_moe_fp8_blockwise_training_tests > $L/suite_fp8bw_train.log 2>&1
+echo "FP8-blockwise training suite rc=$? at $((SECONDS-T0)) s: $(grep -E 'ALL PASS|FAILED:|ERROR' $L/suite_fp8bw_train.log | head -3 | tr '\n' ' ')"
+for r in 4 5; do [ "$(left)" -gt 70 ] && gemm_round $r dsv3_prefill; done
+python3 - $L/gemm_rows.txt <<'PY' | tee $L/gemm_ab.txt
+import collections, statistics, sys
+ms, bf = collections.defaultdict(list), collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    f = line.split()
+    key = (f[1], f[5], f[7])            # side, shape, op
+    ms[key].append(float(f[10])); bf[key].append(float(f[15]))
+med = statistics.median
+print(f"{'shape':12s} {'op':14s} {'A ms':>7s} {'B ms':>7s} {'B/A':>6s}  x BF16 A / B (BF16 timed beside each)")
+for shape, op in sorted({k[1:] for k in ms}):
+    a, b = ms[("A", shape, op)], ms[("B", shape, op)]
+    if a and b:
+        print(f"{shape:12s} {op:14s} {med(a):7.3f} {med(b):7.3f} {med(b) / med(a):6.3f}  "
+              f"{med(bf[('A', shape, op)]) / med(a):.2f} / {med(bf[('B', shape, op)]) / med(b):.2f}   A {a} B {b}")
+PY
