@@ -78,7 +78,7 @@ def test_report_passes_clean_and_known_spills(tmp_path, monkeypatch, capsys):
 
 def test_report_fails_an_unknown_spill(tmp_path, monkeypatch, capsys):
     """Spills outside the known list fail the step, whatever else is clean."""
-    log = _ptxas_log(tmp_path, [(BF16_WGRAD, 0, 0, 0), (BF16_GATHER, 8, 8, 8)])
+    log = _ptxas_log(tmp_path, [(BF16_GATHER, 8, 8, 8), (BF16_WGRAD, 8, 8, 8)])
     rc, out = _run_report(monkeypatch, capsys, [log])
     assert rc == 1 and "1 with stack/spills" in out
 
