@@ -60,3 +60,14 @@ for shape, op in sorted({k[1:] for k in ms}):
         print(f"{shape:12s} {op:14s} {med(a):7.3f} {med(b):7.3f} {med(b) / med(a):6.3f}  "
               f"{med(bf[('A', shape, op)]) / med(a):.2f} / {med(bf[('B', shape, op)]) / med(b):.2f}   A {a} B {b}")
 PY
+# If time is left: B's W13 FPROP source page by CUDA line, beside s51 r1's A page (G115: the slice
+# waits held ~27% of the stall samples; does the wait-to-issue path shrink?).
+[ "$(left)" -gt 70 ] || exit 0
+K0='Sm90Fp8BlockwiseMainloop<dist_moe::gemm::MainloopConfig<\(dist_moe::gemm::GemmKind\)0, \(int\)128, \(int\)256'
+timeout 100 ncu --clock-control none --kernel-name-base demangled -k "regex:$K0" --launch-skip 3 -c 1 \
+  --section SourceCounters --section WarpStateStats -o $L/ncu_w13 \
+  build-gpu/bench/bench_grouped_gemm --ep 2 --shapes qwen3_30b --routing balanced --ops w13_fprop_fp8 --sweep-match NONE \
+  --iters 4 --sustain-ms 0 > $L/ncu_w13_run.txt 2>&1
+timeout 60 ncu --import $L/ncu_w13.ncu-rep --page source --csv --print-source cuda,sass > $L/ncu_w13_B.csv 2>&1
+python3 scripts/ncu_by_line.py $L/ncu_w13_B.csv > $L/w13_fprop_fp8_B_by_line.txt 2>&1
+echo "ncu rc=$? at $((SECONDS-T0)) s"; head -25 $L/w13_fprop_fp8_B_by_line.txt; rm -f $L/ncu_w13.ncu-rep $L/ncu_w13_B.csv
