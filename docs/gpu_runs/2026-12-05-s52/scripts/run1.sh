@@ -22,16 +22,13 @@ for side in A B; do
 done
 python3 scripts/sass_loops.py $L/w13_A.sass $L/w13_B.sass --kernel 'Fp8Blockwise.*Li128ELi256ELi4E.*WeightSplitE1ELi1E' | tee $L/sass_loops.txt
 rm -f $L/w13_?.sass
-gemm_round() {  # $1 = round, $2 = shapes
-  local OPS=w13_fprop_fp8,w2_fprop_fp8,w13_dgrad_fp8,w2_dgrad_fp8
-  for side in A B; do
-    bin=build-gpu/bench/bench_grouped_gemm; [ $side = A ] && bin=.abtree/build-ab/bench/bench_grouped_gemm
-    timeout 150 $bin --ep 2 --shapes $2 --routing balanced --ops $OPS --sweep-match NONE \
-      --iters 10 --sustain-ms 200 2>&1 | awk -v s=$side -v r=$1 '$1 == "fp8" && $6 == "(pick)" {print "ROW", s, r, $0}' >> $L/gemm_rows.txt
-  done
-  echo "gemm round $1 ($2) at $((SECONDS-T0)) s"
+OPS=w13_fprop_fp8,w2_fprop_fp8,w13_dgrad_fp8,w2_dgrad_fp8
+gemm_ab() {  # rounds shapes
+  scripts/gemm_ab_rounds.sh .abtree/build-ab/bench/bench_grouped_gemm build-gpu/bench/bench_grouped_gemm $1 \
+    $L/gemm_rows_$2.txt --ep 2 --shapes $2 --routing balanced --ops $OPS --sweep-match NONE | tee $L/gemm_ab_$2.txt
+  echo "gemm A/B ($2) done at $((SECONDS-T0)) s"
 }
-for r in 1 2 3; do gemm_round $r qwen3_30b,mixtral; done
+gemm_ab 3 qwen3_30b,mixtral
 for r in 1 2; do
   for side in A B; do
     b=build-gpu; [ $side = A ] && b=.abtree/build-ab
@@ -44,22 +41,7 @@ timeout 150 build-gpu/tests/dist_moe_gpu_tests --gtest_filter='GroupedGemmFp8*' 
 echo "FP8 GEMM tests rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/tests_fp8.log | tr '\n' ' ')"
 timeout 200 build-gpu/dmoe_launch -n 1 --timeout 180 -- build-gpu/tests/dist_moe_fp8_blockwise_training_tests > $L/suite_fp8bw_train.log 2>&1
 echo "FP8-blockwise training suite rc=$? at $((SECONDS-T0)) s: $(grep -E 'ALL PASS|FAILED:|ERROR' $L/suite_fp8bw_train.log | head -3 | tr '\n' ' ')"
-for r in 4 5; do [ "$(left)" -gt 70 ] && gemm_round $r dsv3_prefill; done
-python3 - $L/gemm_rows.txt <<'PY' | tee $L/gemm_ab.txt
-import collections, statistics, sys
-ms, bf = collections.defaultdict(list), collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    f = line.split()
-    key = (f[1], f[5], f[7])            # side, shape, op
-    ms[key].append(float(f[10])); bf[key].append(float(f[15]))
-med = statistics.median
-print(f"{'shape':12s} {'op':14s} {'A ms':>7s} {'B ms':>7s} {'B/A':>6s}  x BF16 A / B (BF16 timed beside each)")
-for shape, op in sorted({k[1:] for k in ms}):
-    a, b = ms[("A", shape, op)], ms[("B", shape, op)]
-    if a and b:
-        print(f"{shape:12s} {op:14s} {med(a):7.3f} {med(b):7.3f} {med(b) / med(a):6.3f}  "
-              f"{med(bf[('A', shape, op)]) / med(a):.2f} / {med(bf[('B', shape, op)]) / med(b):.2f}   A {a} B {b}")
-PY
+[ "$(left)" -gt 140 ] && gemm_ab 2 dsv3_prefill
 # If time is left: B's W13 FPROP source page by CUDA line, beside s51 r1's A page (G115: the slice
 # waits held ~27% of the stall samples; does the wait-to-issue path shrink?).
 [ "$(left)" -gt 70 ] || exit 0

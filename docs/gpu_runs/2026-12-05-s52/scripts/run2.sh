@@ -28,15 +28,10 @@ for r in 1 2; do
   layer dsv3_decode_mxfp8 dsv3_decode mxfp8 "" $r
   layer qwen3_t512_mxfp8 qwen3_30b mxfp8 512 $r
 done
-OPS=w13_fprop_mxfp8,w2_fprop_mxfp8,w13_dgrad_mxfp8,w2_dgrad_mxfp8
-for r in 1 2 3; do
-  for side in A B; do
-    bin=build-gpu/bench/bench_grouped_gemm; [ $side = A ] && bin=.abtree/build-ab/bench/bench_grouped_gemm
-    timeout 150 $bin --ep 2 --shapes qwen3_30b,mixtral --routing balanced --ops $OPS --sweep-match NONE \
-      --iters 10 --sustain-ms 200 2>&1 | awk -v s=$side -v r=$r '$1 == "fp8" && $6 == "(pick)" {print "ROW", s, r, $0}' >> $L/gemm_rows.txt
-  done
-  echo "gemm round $r at $((SECONDS-T0)) s"
-done
+scripts/gemm_ab_rounds.sh .abtree/build-ab/bench/bench_grouped_gemm build-gpu/bench/bench_grouped_gemm 3 $L/gemm_rows.txt \
+  --ep 2 --shapes qwen3_30b,mixtral --routing balanced --sweep-match NONE \
+  --ops w13_fprop_mxfp8,w2_fprop_mxfp8,w13_dgrad_mxfp8,w2_dgrad_mxfp8 | tee $L/gemm_ab.txt
+echo "gemm A/B done at $((SECONDS-T0)) s"
 timeout 200 build-gpu/tests/dist_moe_gpu_tests --gtest_filter='GroupedGemmMxfp8*:GroupedGemmNvfp4*:Mega*:DgradSwigluMxfp8*:Mxfp8Chain*' > $L/tests.log 2>&1
 echo "GEMM + Mega tests rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/tests.log | tr '\n' ' ')"
 for t in nvfp4_pipeline mxfp8_pipeline; do
@@ -44,18 +39,3 @@ for t in nvfp4_pipeline mxfp8_pipeline; do
   timeout 200 build-gpu/dmoe_launch -n 1 --timeout 190 -- build-gpu/tests/dist_moe_${t}_tests > $L/suite_$t.log 2>&1
   echo "suite $t rc=$? at $((SECONDS-T0)) s: $(grep -E 'ALL PASS|FAILED:|FAIL case|ERROR' $L/suite_$t.log | head -3 | tr '\n' ' ')"
 done
-python3 - $L/gemm_rows.txt <<'PY' | tee $L/gemm_ab.txt
-import collections, statistics, sys
-ms, bf = collections.defaultdict(list), collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    f = line.split()
-    key = (f[1], f[5], f[7])            # side, shape, op
-    ms[key].append(float(f[10])); bf[key].append(float(f[15]))
-med = statistics.median
-print(f"{'shape':12s} {'op':16s} {'A ms':>7s} {'B ms':>7s} {'B/A':>6s}  x BF16 A / B (BF16 timed beside each)")
-for shape, op in sorted({k[1:] for k in ms}):
-    a, b = ms[("A", shape, op)], ms[("B", shape, op)]
-    if a and b:
-        print(f"{shape:12s} {op:16s} {med(a):7.3f} {med(b):7.3f} {med(b) / med(a):6.3f}  "
-              f"{med(bf[('A', shape, op)]) / med(a):.2f} / {med(bf[('B', shape, op)]) / med(b):.2f}")
-PY
