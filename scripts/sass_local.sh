@@ -26,7 +26,8 @@ nvdisasm=$dir/usr/bin/nvdisasm
 
 if [ ! -x "$nvdisasm" ]; then
   mkdir -p "$dir"
-  if ! apt-cache show nvidia-cuda-toolkit > /dev/null 2>&1; then
+  policy=$(apt-cache policy nvidia-cuda-toolkit 2> /dev/null || true)
+  if [[ "$policy" != *"Candidate: "[0-9]* ]]; then
     echo "sass_local: adding Debian's contrib and non-free components to apt's sources" >&2
     cat > /etc/apt/sources.list.d/dmoe-nonfree.sources << 'EOF'
 Types: deb
@@ -37,8 +38,8 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
     apt-get update -qq
   fi
-  (cd "$dir" && apt-get download -qq nvidia-cuda-toolkit 2> /dev/null && dpkg -x nvidia-cuda-toolkit_*.deb . &&
-     rm -f nvidia-cuda-toolkit_*.deb)
+  (cd "$dir" && { apt-get download -qq nvidia-cuda-toolkit > download.log 2>&1 || { cat download.log; exit 1; }; } &&
+     dpkg -x nvidia-cuda-toolkit_*.deb . && rm -f nvidia-cuda-toolkit_*.deb download.log)
   [ -x "$nvdisasm" ] || { echo "sass_local: no nvdisasm in Debian's nvidia-cuda-toolkit" >&2; exit 1; }
 fi
 
