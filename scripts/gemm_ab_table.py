@@ -1,13 +1,12 @@
 #!/usr/bin/env python3
-"""The A / B table of alternated bench_grouped_gemm runs' block-scaled pick rows.
+"""The A / B table of alternated bench_grouped_gemm runs (scripts/gemm_ab_rounds.sh writes the rows).
 
   python3 scripts/gemm_ab_table.py ROWS
 
-ROWS: lines `ROW side round <the pick's row>`, as a run script writes them from each side's
-bench_grouped_gemm output (`awk '$1 == "fp8" && $6 == "(pick)" {print "ROW", side, round, $0}'`:
-the FP8-blockwise, MXFP8 and NVFP4 picks, each with our BF16 pick's time beside it). Per shape and
-op: the median ms of each side, B / A (below 1: B faster) and each side's speed against our BF16
-pick timed beside it. The docs/gpu_runs run scripts since session 51 print it last.
+ROWS: lines `ROW side round shape routing op config MS ms TFLOPS TFLOP/s [cuBLAS TFLOPS ...]`, a
+block-scaled pick's with `bf16 MS` (our BF16 pick, timed beside it) at the end. Per shape, routing
+and op: the median ms of each side, B / A (below 1: B faster), B against cuBLAS dense (BF16 rows)
+and each side's speed against our BF16 pick (block-scaled rows).
 """
 import collections
 import statistics
@@ -18,23 +17,30 @@ def main():
     if len(sys.argv) != 2:
         print(__doc__)
         return 2
-    ms, bf16 = collections.defaultdict(list), collections.defaultdict(list)
+    ms, tflops, cublas, bf16 = (collections.defaultdict(list) for _ in range(4))
     for line in open(sys.argv[1]):
         f = line.split()
-        # ROW side round fp8 shape routing op config (pick) MS ms TFLOPS TFLOP/s bf16 BF16_MS ms ...
-        if len(f) < 15 or f[0] != "ROW" or f[8] != "(pick)" or f[13] != "bf16":
+        if not f or f[0] != "ROW":
             continue
-        key = (f[1], f[4], f[6])  # side, shape, op
-        ms[key].append(float(f[9]))
-        bf16[key].append(float(f[14]))
+        key = (f[1],) + tuple(f[3:6])  # side, shape, routing, op
+        ms[key].append(float(f[7]))
+        tflops[key].append(float(f[9]))
+        if "cuBLAS" in f:
+            cublas[key].append(float(f[f.index("cuBLAS") + 1]))
+        if "bf16" in f:
+            bf16[key].append(float(f[f.index("bf16") + 1]))
     med = statistics.median
-    print(f"{'shape':12s} {'op':16s} {'A ms':>7s} {'B ms':>7s} {'B/A':>6s}  x BF16 A / B (BF16 timed beside each)")
-    for shape, op in sorted({k[1:] for k in ms}):
-        a, b = ms[("A", shape, op)], ms[("B", shape, op)]
-        if a and b:
-            print(f"{shape:12s} {op:16s} {med(a):7.3f} {med(b):7.3f} {med(b) / med(a):6.3f}  "
-                  f"{med(bf16[('A', shape, op)]) / med(a):.2f} / {med(bf16[('B', shape, op)]) / med(b):.2f}   "
-                  f"A {a} B {b}")
+    print("gemm A/B (bench_grouped_gemm, medians; block-scaled ops: the pick, x our BF16 pick timed beside it):")
+    print(f"{'shape':13s} {'routing':8s} {'op':16s} {'A ms':>7s} {'B ms':>7s} {'B/A':>6s} {'B x cuBLAS':>10s} "
+          f"{'x BF16 A / B':>13s}")
+    for k in sorted({k[1:] for k in ms}):
+        a, b = ("A",) + k, ("B",) + k
+        if not ms[a] or not ms[b]:
+            continue
+        cb = f"{med(tflops[b]) / med(cublas[b]):.3f}" if cublas[b] else "-"
+        xb = f"{med(bf16[a]) / med(ms[a]):.2f} / {med(bf16[b]) / med(ms[b]):.2f}" if bf16[a] and bf16[b] else "-"
+        print(f"{k[0]:13s} {k[1]:8s} {k[2]:16s} {med(ms[a]):7.3f} {med(ms[b]):7.3f} {med(ms[b]) / med(ms[a]):6.3f} "
+              f"{cb:>10s} {xb:>13s}")
     return 0
 
 

@@ -72,50 +72,14 @@ if afb == afb:
 PY
 }
 
-# bench_grouped_gemm of two builds, interleaved; median ms per side, B / A, B x cuBLAS.
+# bench_grouped_gemm of two builds, interleaved; median ms per side, B / A, B x cuBLAS, x our BF16
+# pick (scripts/gemm_ab_rounds.sh and its table).
 gemm_tree_ab() {  # a_bin b_bin
-  local rows="$WORK/treeab_gemm_rows.txt" r side bin
+  local rows="$WORK/treeab_gemm_rows.txt"
   : > "$rows"
-  for r in $(seq 1 "${DMOE_AB_GEMM_ROUNDS:-3}"); do
-    for side in A B; do
-      bin=$2; [ "$side" = A ] && bin=$1
-      echo "==== gemm round $r side $side" >> "$rows"
-      # Block-scaled ops (`fp8 ...` lines: every configuration, the pick marked, our BF16 pick timed
-      # beside it) keep their pick row, in the BF16 rows' field order with "bf16 MS" at the end.
-      x timeout 300 "$bin" --shapes "${DMOE_AB_GEMM_SHAPES:-qwen3_30b}" --ops "${DMOE_AB_GEMM_OPS:-w13_fprop,w13_fprop_noh1,w13_gather}" \
-        --routing "${DMOE_AB_GEMM_ROUTING:-balanced,random}" --iters 10 --sustain-ms 200 --sweep-match "${DMOE_AB_GEMM_SWEEP_MATCH:-none}" 2>&1 |
-        awk -v side="$side" -v r="$r" '
-          $6 == "ms" && $8 == "TFLOP/s" {print "ROW", side, r, $0}
-          $1 == "fp8" && $6 == "(pick)" {print "ROW", side, r, $2, $3, $4, $5, $7, "ms", $9, "TFLOP/s", "bf16", $12}' >> "$rows"
-    done
-    echo "gemm round $r done"
-  done
-  python3 - "$rows" <<'PY'
-import collections, statistics, sys
-# ROW side round shape routing op config ms "ms" tflops "TFLOP/s" [cuBLAS tflops ...]
-ms, tflops, cublas, bf16 = (collections.defaultdict(list) for _ in range(4))
-for line in open(sys.argv[1]):
-    f = line.split()
-    if not f or f[0] != "ROW":
-        continue
-    key = (f[1],) + tuple(f[3:6])
-    ms[key].append(float(f[7]))
-    tflops[key].append(float(f[9]))
-    if "cuBLAS" in f:
-        cublas[key].append(float(f[f.index("cuBLAS") + 1]))
-    if "bf16" in f:  # a block-scaled pick: our BF16 pick's ms, timed beside it
-        bf16[key].append(float(f[f.index("bf16") + 1]))
-med = statistics.median
-print("gemm A/B (bench_grouped_gemm, medians; block-scaled ops: the pick, x our BF16 pick timed beside it):")
-print(f"{'shape':13s} {'routing':8s} {'op':16s} {'A ms':>7s} {'B ms':>7s} {'B/A':>6s} {'B x cuBLAS':>10s} {'x BF16 A / B':>13s}")
-for k in sorted({k[1:] for k in ms}):
-    a, b = ("A",) + k, ("B",) + k
-    if not ms[a] or not ms[b]:
-        continue
-    cb = f"{med(tflops[b]) / med(cublas[b]):.3f}" if cublas[b] else "-"
-    xb = f"{med(bf16[a]) / med(ms[a]):.2f} / {med(bf16[b]) / med(ms[b]):.2f}" if bf16[a] and bf16[b] else "-"
-    print(f"{k[0]:13s} {k[1]:8s} {k[2]:16s} {med(ms[a]):7.3f} {med(ms[b]):7.3f} {med(ms[b]) / med(ms[a]):6.3f} {cb:>10s} {xb:>13s}")
-PY
+  x scripts/gemm_ab_rounds.sh "$1" "$2" "${DMOE_AB_GEMM_ROUNDS:-3}" "$rows" --shapes "${DMOE_AB_GEMM_SHAPES:-qwen3_30b}" \
+    --ops "${DMOE_AB_GEMM_OPS:-w13_fprop,w13_fprop_noh1,w13_gather}" --routing "${DMOE_AB_GEMM_ROUTING:-balanced,random}" \
+    --sweep-match "${DMOE_AB_GEMM_SWEEP_MATCH:-none}"
 }
 
 # bench_quantize of two builds, interleaved; each side's best time per shape and quantizer (the
