@@ -135,6 +135,11 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       else mma_tile_wgrad(num_k_blocks, pipe, st, smem, wg, acc, hook);
       return;
     }
+    // The shared memory base, warpgroup and stage that address the wgmma operands, as values ptxas
+    // knows are warp-uniform (ptx::warp_uniform): it then builds the descriptors in uniform registers
+    // instead of per lane with an R2UR per word (G119).
+    wg = ptx::warp_uniform(wg);
+    smem = static_cast<uint32_t>(ptx::warp_uniform(static_cast<int>(smem)));
     if (Base::active_blocks(t, wg) == 0) {
       for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
         pipe.consumer_wait(st);
@@ -181,14 +186,15 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       // slice 1 of block kb. Slice 0 is folded while slice 1 runs, slice 1 while the next block's
       // slice 0 runs, so this warpgroup always has wgmma queued while it promotes.
       float s0[kSliceAcc], s1[kSliceAcc];
+      StageDescs d = stage_descs(smem, ptx::warp_uniform(st.stage), wg);
       pipe.consumer_wait(st);
-      issue_slice(smem, st.stage, wg, 0, s0);
-      issue_slice(smem, st.stage, wg, 1, s1);
+      issue_slice(d, 0, s0);
+      issue_slice(d, 1, s1);
       // Every block but the last: no branch around a wgmma (a divergent-looking path makes ptxas
       // serialize them, C7518).
       int32_t kb = 0;
       for (; kb < last_kb; ++kb) {
-        const int stage = st.stage;
+        const int done_stage = st.stage;
         const Scales now = cur;
         cur = ahead;
         ahead = load_scales(p, rows, min(kb + 2, last_kb));
@@ -196,14 +202,15 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
         ptx::wgmma_fence_operands(s0);
         fold(acc, s0, 0, now);
         st.advance();
+        d = stage_descs(smem, ptx::warp_uniform(st.stage), wg);
         pipe.consumer_wait(st);
-        issue_slice(smem, st.stage, wg, 0, s0);
+        issue_slice(d, 0, s0);
         ptx::wgmma_wait<1>();  // slice 1 of block kb
         ptx::wgmma_fence_operands(s1);
-        pipe.consumer_release(stage);  // both slices of block kb are done with the stage
+        pipe.consumer_release(done_stage);  // both slices of block kb are done with the stage
         fold(acc, s1, 1, now);
         hook(kb);
-        issue_slice(smem, st.stage, wg, 1, s1);
+        issue_slice(d, 1, s1);
       }
       ptx::wgmma_wait<1>();
       ptx::wgmma_fence_operands(s0);
@@ -219,10 +226,11 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
         const Scales now = cur;
         cur = load_scales(p, rows, min(kb + 1, last_kb));
+        const StageDescs d = stage_descs(smem, ptx::warp_uniform(st.stage), wg);
         pipe.consumer_wait(st);
 #pragma unroll
         for (int s = 0; s < kSlices; ++s) {
-          issue_slice(smem, st.stage, wg, s, scratch);
+          issue_slice(d, s, scratch);
           ptx::wgmma_wait<0>();
           ptx::wgmma_fence_operands(scratch);
           if (s == kSlices - 1) pipe.consumer_release(st.stage);  // the stage's last reader is done
@@ -254,28 +262,31 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     AFragOffsets frag_off;
     a_frag_offsets(wg, frag_off);
     const uint32_t scale_off = (kBlockM + 2 * (lane % 4)) * 4;  // this thread's first B scale in a stage's copy
+    smem = static_cast<uint32_t>(ptx::warp_uniform(static_cast<int>(smem)));
     const uint64_t desc_b0 = Base::desc_b(smem, 0);
+    int stage = ptx::warp_uniform(st.stage);
     pipe.consumer_wait(st);
     load_a_fragments(smem, st.stage, frag_off, a_frag);
-    issue_slice_rs(a_frag, desc_b0, st.stage, 0, s0);
-    issue_slice_rs(a_frag, desc_b0, st.stage, 1, s1);
+    issue_slice_rs(a_frag, desc_b0, stage, 0, s0);
+    issue_slice_rs(a_frag, desc_b0, stage, 1, s1);
     int32_t kb = 0;
     for (; kb < num_k_blocks - 1; ++kb) {  // no branch around a wgmma (C7518)
-      const int stage = st.stage;
+      const int done_stage = st.stage;
       ptx::wgmma_wait<1>();  // slice 0 of block kb
       ptx::wgmma_fence_operands(s0);
-      fold_wgrad(acc, s0, 0, smem_scales(smem, stage), a_row, scale_off);
+      fold_wgrad(acc, s0, 0, smem_scales(smem, done_stage), a_row, scale_off);
       ptx::wgmma_wait<0>();  // slice 1 of block kb: the fragments are free
       ptx::wgmma_fence_operands(s1);
       ptx::wgmma_fence_operands(a_frag);
       st.advance();
+      stage = ptx::warp_uniform(st.stage);
       pipe.consumer_wait(st);
       load_a_fragments(smem, st.stage, frag_off, a_frag);
-      issue_slice_rs(a_frag, desc_b0, st.stage, 0, s0);
-      fold_wgrad(acc, s1, 1, smem_scales(smem, stage), a_row, scale_off);
-      pipe.consumer_release(stage);  // data and scales of block kb all read
+      issue_slice_rs(a_frag, desc_b0, stage, 0, s0);
+      fold_wgrad(acc, s1, 1, smem_scales(smem, done_stage), a_row, scale_off);
+      pipe.consumer_release(done_stage);  // data and scales of block kb all read
       hook(kb);
-      issue_slice_rs(a_frag, desc_b0, st.stage, 1, s1);
+      issue_slice_rs(a_frag, desc_b0, stage, 1, s1);
     }
     ptx::wgmma_wait<1>();
     ptx::wgmma_fence_operands(s0);
@@ -302,11 +313,14 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     const uint32_t a_row = static_cast<uint32_t>(Base::tile_row(wg, 0)) + ((threadIdx.x / 32) % 4) * 16 + lane / 4;
     const uint32_t scale_off = (kBlockM + 2 * (lane % 4)) * 4;  // this thread's first B scale in a stage's copy
     float scratch[kSliceAcc];
+    smem = static_cast<uint32_t>(ptx::warp_uniform(static_cast<int>(smem)));
+    wg = ptx::warp_uniform(wg);
     for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
+      const StageDescs d = stage_descs(smem, ptx::warp_uniform(st.stage), wg);
       pipe.consumer_wait(st);
 #pragma unroll
       for (int s = 0; s < kSlices; ++s) {
-        issue_slice(smem, st.stage, wg, s, scratch);
+        issue_slice(d, s, scratch);
         ptx::wgmma_wait<0>();
         ptx::wgmma_fence_operands(scratch);
         fold_wgrad(acc, scratch, s, smem_scales(smem, st.stage), a_row, scale_off);
@@ -369,11 +383,24 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     return sc;
   }
 
+  // The wgmma descriptors of a stage: this warpgroup's A rows and the B block. The FPROP loops
+  // build them before waiting for the stage, from warp-uniform inputs, so ptxas computes them in
+  // uniform registers (G119: the 128x256 loop ran 294 instructions per k block, 32 of them R2UR).
+  struct StageDescs {
+    uint64_t a, b;
+  };
+  DMOE_DEVICE static StageDescs stage_descs(uint32_t smem, int stage, int wg) {
+    return {Base::desc_a(smem, stage, wg, 0), Base::desc_b(smem, stage)};
+  }
+
   // Issues slice s of the stage (B rows [s * kSliceN, (s + 1) * kSliceN): K-major rows 128 bytes
   // apart) into `scratch` as one wgmma group: four k32 steps, the first overwriting.
   DMOE_DEVICE static void issue_slice(uint32_t smem, int stage, int wg, int s, float (&scratch)[kSliceAcc]) {
-    const uint64_t da = Base::desc_a(smem, stage, wg, 0);
-    const uint64_t db = ptx::desc_advance32(Base::desc_b(smem, stage), static_cast<uint32_t>(s * kSliceN * 128));
+    issue_slice(stage_descs(smem, stage, wg), s, scratch);
+  }
+  DMOE_DEVICE static void issue_slice(const StageDescs& d, int s, float (&scratch)[kSliceAcc]) {
+    const uint64_t da = d.a;
+    const uint64_t db = ptx::desc_advance32(d.b, static_cast<uint32_t>(s * kSliceN * 128));
     ptx::wgmma_fence();  // the scratch registers were read by the last fold
 #pragma unroll
     for (int kk = 0; kk < kBlockK / Operands::kK; ++kk)

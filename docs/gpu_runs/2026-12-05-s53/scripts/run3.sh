@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# G119 on the H200 (s53; run1 / run2 ran on an H100): A = main, B = main + g119_uniform_descs.patch.
+# NVFP4 dsv3_decode staged + Mega alternated A / B (3 rounds): on the H100 the decode kernels read
+# weights at 89% of the copy rate and the patch did not help (Mega 3.7% slower); on the H200 NVFP4
+# decode was conversion-bound (2.22x BF16), where fewer loop instructions should show. Then the
+# FP8-blockwise GEMM picks at qwen3_30b (2 rounds) and the qwen3_30b FP8-blockwise training layer.
+RUN_NAME=g119c; source scripts/device_run_prelude.sh
+D=docs/gpu_runs/2026-12-05-s52
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
+patch -s -p1 --forward < $D/g119_uniform_descs.patch || { echo "the patch does not apply"; exit 1; }
+OUT=$L scripts/ab_trees.sh $D/g119_uniform_descs.patch "dist-moe dmoe_launch bench_grouped_gemm" \
+  "dist-moe dmoe_launch bench_grouped_gemm" || { tail -20 $L/build.log $L/A/build.log; exit 1; }
+echo "built at $((SECONDS-T0)) s"
+for r in 1 2 3; do
+  for side in A B; do
+    b=build-gpu; [ $side = A ] && b=.abtree/build-ab
+    f=$L/nvfp4_decode_$side$r.log
+    timeout 60 $b/dist-moe bench --shape dsv3_decode --mode infer --format nvfp4 --no-baseline --iters 10 \
+      --sustain-ms 50 --pipeline mega > $f 2>&1
+    echo "nvfp4 dsv3_decode $side$r: $(grep -E '^(inference forward|staged layer|BF16 layer) |^fwd:mega .*GB' $f | sed -E 's/ +/ /g' | cut -d' ' -f1-9 | tr '\n' ';')"
+  done
+done
+scripts/gemm_ab_rounds.sh .abtree/build-ab/bench/bench_grouped_gemm build-gpu/bench/bench_grouped_gemm 2 $L/gemm_rows.txt \
+  --ep 2 --shapes qwen3_30b --routing balanced --sweep-match NONE \
+  --ops w13_fprop_fp8,w2_fprop_fp8,w13_dgrad_fp8,w2_dgrad_fp8 | tee $L/gemm_ab.txt
+echo "gemm A/B done at $((SECONDS-T0)) s"
+for r in 1 2; do
+  for side in A B; do
+    b=build-gpu; [ $side = A ] && b=.abtree/build-ab
+    timeout 90 $b/dist-moe bench --shape qwen3_30b --format fp8_blockwise --no-baseline --iters 5 --sustain-ms 100 > $L/layer_$side$r.log 2>&1
+    echo "fp8bw qwen3_30b layer $side$r: $(grep -E '^forward\+backward' $L/layer_$side$r.log | awk '{print $2}') ms, BF16 $(grep -E '^BF16 layer forward\+backward' $L/layer_$side$r.log | awk '{print $4, $5}')"
+  done
+done
