@@ -7,7 +7,8 @@
 RUN_NAME=g119c; source scripts/device_run_prelude.sh
 D=docs/gpu_runs/2026-12-05-s52
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-patch -s -p1 --forward < $D/g119_uniform_descs.patch || { echo "the patch does not apply"; exit 1; }
+# main carries the FP8-blockwise part since s53; B adds the rest, A reverses the whole patch.
+patch -s -p1 --forward < docs/gpu_runs/2026-12-05-s53/g119_mxfp8_nvfp4_rest.patch || { echo "the patch does not apply"; exit 1; }
 OUT=$L scripts/ab_trees.sh $D/g119_uniform_descs.patch "dist-moe dmoe_launch bench_grouped_gemm" \
   "dist-moe dmoe_launch bench_grouped_gemm" || { tail -20 $L/build.log $L/A/build.log; exit 1; }
 echo "built at $((SECONDS-T0)) s"
@@ -18,6 +19,15 @@ for r in 1 2 3; do
     timeout 60 $b/dist-moe bench --shape dsv3_decode --mode infer --format nvfp4 --no-baseline --iters 10 \
       --sustain-ms 50 --pipeline mega > $f 2>&1
     echo "nvfp4 dsv3_decode $side$r: $(grep -E '^(inference forward|staged layer|BF16 layer) |^fwd:mega .*GB' $f | sed -E 's/ +/ /g' | cut -d' ' -f1-9 | tr '\n' ';')"
+  done
+done
+for r in 1 2; do  # the staged layer alone: its W13 / W2 stages' weight rates
+  for side in A B; do
+    b=build-gpu; [ $side = A ] && b=.abtree/build-ab
+    f=$L/nvfp4_staged_$side$r.log
+    timeout 60 $b/dist-moe bench --shape dsv3_decode --mode infer --format nvfp4 --no-baseline --iters 10 \
+      --sustain-ms 50 > $f 2>&1
+    echo "nvfp4 staged $side$r: $(grep -E '^(inference forward) |^fwd:w(13|2) .*GB' $f | sed -E 's/ +/ /g' | cut -d' ' -f1-9 | tr '\n' ';')"
   done
 done
 scripts/gemm_ab_rounds.sh .abtree/build-ab/bench/bench_grouped_gemm build-gpu/bench/bench_grouped_gemm 2 $L/gemm_rows.txt \
