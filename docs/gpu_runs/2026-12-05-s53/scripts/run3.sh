@@ -32,7 +32,7 @@ for r in 1 2; do  # the staged layer alone: its W13 / W2 stages' weight rates
 done
 scripts/gemm_ab_rounds.sh .abtree/build-ab/bench/bench_grouped_gemm build-gpu/bench/bench_grouped_gemm 2 $L/gemm_rows.txt \
   --ep 2 --shapes qwen3_30b --routing balanced --sweep-match NONE \
-  --ops w13_fprop_fp8,w2_fprop_fp8,w13_dgrad_fp8,w2_dgrad_fp8 | tee $L/gemm_ab.txt
+  --ops w13_fprop_fp8,w2_fprop_fp8,w13_dgrad_fp8,w2_dgrad_fp8,w13_fprop_mxfp8,w2_fprop_mxfp8 | tee $L/gemm_ab.txt
 echo "gemm A/B done at $((SECONDS-T0)) s"
 for r in 1 2; do
   for side in A B; do
