@@ -35,41 +35,16 @@
 #       DMOE_STAGES=patchab scripts/gpu_check.sh
 #     PATCH_TARGETS [dmoe_launch bench_dispatch_combine]  PATCH_GREP [PASS|FAIL]  PATCH_BASE [1] (0: no base run)
 
-# The layer A/B of one shape: per round and side the forward and forward+backward times, then the
-# medians and B / A. Full outputs appended to $full.
+# The layer A/B of one shape (scripts/layer_ab_rounds.sh): per round and side the forward and
+# forward+backward times, then the medians and B / A; full outputs appended to the file named last.
 layer_ab() {  # shape rounds a_build b_build a_env b_env full
-  local shape=$1 rounds=$2 a_build=$3 b_build=$4 a_env=$5 b_env=$6 full=$7 mode=train r side envs bin text f fb
-  local -a af=() afb=() bf=() bfb=()
+  local shape=$1 mode=train
   local shape_args_var="DMOE_AB_ARGS_$shape"
   local shape_args=${!shape_args_var:-}
   [ "$shape" = dsv3_decode ] && mode=infer
-  for r in $(seq 1 "$rounds"); do
-    for side in A B; do
-      envs=$a_env; bin=$a_build; [ "$side" = B ] && envs=$b_env && bin=$b_build
-      echo "==== $shape round $r side $side build $bin env [$envs]" >> "$full"
-      # shellcheck disable=SC2086  # envs (VAR=value) and DMOE_AB_LAYER_ARGS (flags): words
-      text=$(x env $envs timeout 300 "$bin/dist-moe" bench --shape "$shape" --mode "$mode" \
-               ${DMOE_AB_LAYER_ARGS:---iters 10} $shape_args --no-baseline 2>&1)
-      echo "$text" >> "$full"
-      f=$(echo "$text" | awk '$1 == "forward" || ($1 == "inference" && $2 == "forward") {print ($1 == "forward" ? $2 : $3)}' | head -1)
-      fb=$(echo "$text" | awk '$1 == "forward+backward" {print $2}' | head -1)
-      echo "round $r $side: forward ${f:-?} ms, forward+backward ${fb:-?} ms$(echo "$text" |
-        awk '$1 == "BF16" && $2 == "layer" && $3 == "forward+backward" {printf " (%s our BF16 layer)", $5}')"
-      if [ "$side" = A ]; then af+=("${f:-nan}"); afb+=("${fb:-nan}"); else bf+=("${f:-nan}"); bfb+=("${fb:-nan}"); fi
-    done
-  done
-  python3 - "${af[*]}" "${afb[*]}" "${bf[*]}" "${bfb[*]}" "$shape" "$a_env" "$b_env" <<'PY'
-import statistics, sys
-def med(s):
-    v = [float(x) for x in s.split() if x not in ("nan", "?")]
-    return statistics.median(v) if v else float("nan")
-af, afb, bf, bfb = (med(s) for s in sys.argv[1:5])
-shape, a_env, b_env = sys.argv[5:8]
-print(f"layer A/B {shape}: A [{a_env or 'defaults'}] vs B [{b_env or 'defaults'}], medians")
-print(f"  forward          A {af:8.3f} ms  B {bf:8.3f} ms  B/A {bf / af if af == af and af > 0 else float('nan'):.3f}")
-if afb == afb:
-    print(f"  forward+backward A {afb:8.3f} ms  B {bfb:8.3f} ms  B/A {bfb / afb if afb > 0 else float('nan'):.3f}")
-PY
+  # shellcheck disable=SC2086  # DMOE_AB_LAYER_ARGS and the shape's flags: words
+  x env A_ENV="$5" B_ENV="$6" scripts/layer_ab_rounds.sh "$shape" "$3" "$4" "$2" "$7" --shape "$shape" --mode "$mode" \
+    ${DMOE_AB_LAYER_ARGS:---iters 10} $shape_args --no-baseline
 }
 
 # bench_grouped_gemm of two builds, interleaved; median ms per side, B / A, B x cuBLAS, x our BF16
@@ -127,7 +102,7 @@ stage_treeab() {
   if [[ " $benches " == *" layer "* ]]; then
     for shape in ${DMOE_AB_SHAPES:-dsv3_prefill qwen3_30b mixtral dsv3_decode}; do
       layer_ab "$shape" "${DMOE_AB_ROUNDS:-2}" "$a_tree/build-ab" "$BUILD" "" "" "$WORK/treeab_layer.log" >> "$OUT/treeab.txt" 2>&1
-      grep -A2 "^layer A/B $shape" "$OUT/treeab.txt" | tee -a "$SUMMARY" > /dev/null
+      { grep -A2 "^layer A/B $shape" "$OUT/treeab.txt" || true; } | tee -a "$SUMMARY" > /dev/null
     done
   fi
   if [[ " $benches " == *" gemm "* ]]; then
@@ -146,7 +121,7 @@ stage_ab() {
   : > "$OUT/ab.txt"
   for shape in ${DMOE_AB_SHAPES:-dsv3_prefill}; do
     layer_ab "$shape" "${DMOE_AB_ROUNDS:-3}" "$BUILD" "$BUILD" "${A_ENV:-}" "${B_ENV:-}" "$WORK/ab_layer.log" >> "$OUT/ab.txt" 2>&1
-    grep -A2 "^layer A/B $shape" "$OUT/ab.txt" | tee -a "$SUMMARY" > /dev/null
+    { grep -A2 "^layer A/B $shape" "$OUT/ab.txt" || true; } | tee -a "$SUMMARY" > /dev/null  # none in a dry run
   done
 }
 

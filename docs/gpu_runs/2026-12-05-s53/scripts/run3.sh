@@ -34,10 +34,5 @@ scripts/gemm_ab_rounds.sh .abtree/build-ab/bench/bench_grouped_gemm build-gpu/be
   --ep 2 --shapes qwen3_30b --routing balanced --sweep-match NONE \
   --ops w13_fprop_fp8,w2_fprop_fp8,w13_dgrad_fp8,w2_dgrad_fp8,w13_fprop_mxfp8,w2_fprop_mxfp8 | tee $L/gemm_ab.txt
 echo "gemm A/B done at $((SECONDS-T0)) s"
-for r in 1 2; do
-  for side in A B; do
-    b=build-gpu; [ $side = A ] && b=.abtree/build-ab
-    timeout 90 $b/dist-moe bench --shape qwen3_30b --format fp8_blockwise --no-baseline --iters 5 --sustain-ms 100 > $L/layer_$side$r.log 2>&1
-    echo "fp8bw qwen3_30b layer $side$r: $(grep -E '^forward\+backward' $L/layer_$side$r.log | awk '{print $2}') ms, BF16 $(grep -E '^BF16 layer forward\+backward' $L/layer_$side$r.log | awk '{print $4, $5}')"
-  done
-done
+LAYER_AB_TIMEOUT=90 scripts/layer_ab_rounds.sh qwen3_30b_fp8bw .abtree/build-ab build-gpu 2 $L/layer_fp8bw.log \
+  --shape qwen3_30b --format fp8_blockwise --no-baseline --iters 5 --sustain-ms 100
