@@ -383,9 +383,9 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     return sc;
   }
 
-  // The wgmma descriptors of a stage: this warpgroup's A rows and the B block. The FPROP loops
-  // build them before waiting for the stage, from warp-uniform inputs, so ptxas computes them in
-  // uniform registers (G119: the 128x256 loop ran 294 instructions per k block, 32 of them R2UR).
+  // The wgmma descriptors of a stage: this warpgroup's A rows and the B block. The loops build
+  // them before waiting for the stage, from warp-uniform inputs, so ptxas computes them in uniform
+  // registers (G119: the 128x256 FPROP loop ran 294 instructions per k block, 32 of them R2UR).
   struct StageDescs {
     uint64_t a, b;
   };
@@ -393,11 +393,9 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     return {Base::desc_a(smem, stage, wg, 0), Base::desc_b(smem, stage)};
   }
 
-  // Issues slice s of the stage (B rows [s * kSliceN, (s + 1) * kSliceN): K-major rows 128 bytes
-  // apart) into `scratch` as one wgmma group: four k32 steps, the first overwriting.
-  DMOE_DEVICE static void issue_slice(uint32_t smem, int stage, int wg, int s, float (&scratch)[kSliceAcc]) {
-    issue_slice(stage_descs(smem, stage, wg), s, scratch);
-  }
+  // Issues slice s of the stage whose descriptors are `d` (B rows [s * kSliceN, (s + 1) * kSliceN):
+  // K-major rows 128 bytes apart) into `scratch` as one wgmma group: four k32 steps, the first
+  // overwriting.
   DMOE_DEVICE static void issue_slice(const StageDescs& d, int s, float (&scratch)[kSliceAcc]) {
     const uint64_t da = d.a;
     const uint64_t db = ptx::desc_advance32(d.b, static_cast<uint32_t>(s * kSliceN * 128));
