@@ -5,11 +5,11 @@
 # decode was conversion-bound (2.22x BF16), where fewer loop instructions should show. Then the
 # FP8-blockwise GEMM picks at qwen3_30b (2 rounds) and the qwen3_30b FP8-blockwise training layer.
 RUN_NAME=g119c; source scripts/device_run_prelude.sh
-D=docs/gpu_runs/2026-12-05-s52
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-# main carries the FP8-blockwise part since s53; B adds the rest, A reverses the whole patch.
+# main carries the FP8-blockwise part since s53; B adds the rest, A reverses the whole change
+# (g119_whole_over_main.patch: main's FP8-blockwise part since fd627a4, then the rest).
 patch -s -p1 --forward < docs/gpu_runs/2026-12-05-s53/g119_mxfp8_nvfp4_rest.patch || { echo "the patch does not apply"; exit 1; }
-OUT=$L scripts/ab_trees.sh $D/g119_uniform_descs.patch "dist-moe dmoe_launch bench_grouped_gemm" \
+OUT=$L scripts/ab_trees.sh docs/gpu_runs/2026-12-05-s53/g119_whole_over_main.patch "dist-moe dmoe_launch bench_grouped_gemm" \
   "dist-moe dmoe_launch bench_grouped_gemm" || { tail -20 $L/build.log $L/A/build.log; exit 1; }
 echo "built at $((SECONDS-T0)) s"
 for r in 1 2 3; do
