@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# G119 on the H200 (s53; run1 / run2 ran on an H100): A = main, B = main + g119_uniform_descs.patch.
+# G119 on the H200 (s53; run1 / run2 ran on an H100): A = main before G119, B = main + the MXFP8 / NVFP4 rest.
 # NVFP4 dsv3_decode staged + Mega alternated A / B (3 rounds): on the H100 the decode kernels read
 # weights at 89% of the copy rate and the patch did not help (Mega 3.7% slower); on the H200 NVFP4
 # decode was conversion-bound (2.22x BF16), where fewer loop instructions should show. Then the
