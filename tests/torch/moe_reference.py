@@ -12,6 +12,8 @@ import torch.nn.functional as F
 
 FWD_TOL = dict(rtol=2e-2, atol=2e-2, rel_l2=5e-3, cos=0.999)
 GRAD_TOL = dict(rtol=3e-2, atol=3e-2, rel_l2=1e-2, cos=0.995)
+# Weight gradients: upstream's two-rank harness (T = 128, D = F = 1024: sums over many more tokens)
+# allows atol 1.0 and relL2 1.5e-2; its single-rank rows hold them to GRAD_TOL like every other grad.
 WGRAD_TOL = dict(rtol=3e-2, atol=1.0, rel_l2=1.5e-2, cos=0.995)
 
 
@@ -123,11 +125,12 @@ def upstream_case_ids(T, K, E, *, shift=0):
     return (t * K + k + shift) % E
 
 
-def assert_train_close(got, want):
-    """(out, grad_x, grad_scores, grad_w13, grad_w2) against the reference with upstream's tolerances;
-    each result is compared in the reference's shape (the layer returns the logical weight shapes)."""
+def assert_train_close(got, want, *, grad_tol=GRAD_TOL, wgrad_tol=WGRAD_TOL):
+    """(out, grad_x, grad_scores, grad_w13, grad_w2) against the reference with upstream's tolerances
+    (the two-rank harness's by default; single-rank rows pass their own); each result is compared in
+    the reference's shape (the layer returns the logical weight shapes)."""
     names = ("out", "grad_x", "grad_scores", "grad_w13", "grad_w2")
-    for name, g, w, tol in zip(names, got, want, (FWD_TOL, GRAD_TOL, GRAD_TOL, WGRAD_TOL, WGRAD_TOL)):
+    for name, g, w, tol in zip(names, got, want, (FWD_TOL, grad_tol, grad_tol, wgrad_tol, wgrad_tol)):
         assert g is not None, f"{name} is missing"
         assert_moe_close(g.reshape(w.shape), w, name=name, **tol)
 

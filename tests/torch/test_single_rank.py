@@ -44,6 +44,13 @@ def case(seed=43, shift=0, t=T, ids=None):
     return make_case(t, D, FF, E, K, seed=seed, device=DEV, shift=shift, ids=ids)
 
 
+def assert_single_rank_close(got, want, tol=3e-2):
+    """Upstream's single-rank rows: output at FWD_TOL, every gradient -- the weights' too -- at
+    rtol = atol = `tol` (3e-2; 2e-2 for K = 6 and the bounded shapes), relL2 < 1e-2, cos > 0.995."""
+    grad_tol = dict(GRAD_TOL, rtol=tol, atol=tol)
+    assert_train_close(got, want, grad_tol=grad_tol, wgrad_tol=grad_tol)
+
+
 def run_train(ctx, x, ids, scores, w13, w2, grad_out, options=None):
     x, scores, w13, w2 = leaves(x, scores, w13, w2)
     out = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx, options=options)
@@ -107,17 +114,18 @@ def test_single_rank_forward_and_backward_match_reference(make_ctx):
     g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
     got = run_train(ctx, x, ids, scores, w13.view(E, 2, FF, D), w2, g)
     assert got[3].shape == (E, 2, FF, D)  # autograd casts the FP32 WGRAD to the leaf's dtype
-    assert_train_close(got, run_reference(x, ids, scores, w13, w2, g))
+    assert_single_rank_close(got, run_reference(x, ids, scores, w13, w2, g))
     assert_planner_reset(ctx)
 
 
 def test_context_accepts_bounded_token_shapes(make_ctx):
-    """T in {1, 4, 8} of T_max 8 matches the reference; T in {0, 9} raises 'must be in'."""
+    """T in {1, 4, 8} of T_max 8 matches the reference at 2e-2; T in {0, 9} raises 'must be in'."""
     ctx = make_ctx()
     for t in (1, 4, 8):
         x, ids, scores, w13, w2 = case(seed=100 + t, t=t)
         g = torch.randn(t, D, device=DEV, dtype=torch.bfloat16)
-        assert_train_close(run_train(ctx, x, ids, scores, w13, w2, g), run_reference(x, ids, scores, w13, w2, g))
+        want = run_reference(x, ids, scores, w13, w2, g)
+        assert_single_rank_close(run_train(ctx, x, ids, scores, w13, w2, g), want, 2e-2)
     x, ids, scores, w13, w2 = case()
     for t in (0, 9):
         xt = torch.randn(t, D, device=DEV, dtype=torch.bfloat16)
@@ -143,14 +151,15 @@ def test_padding_routes_match_reference_forward_and_backward(make_ctx):
 
 
 def test_non_power_of_two_topk_matches_reference(world1):
-    """E=8, K=6 BF16 training matches the reference."""
+    """E=8, K=6 BF16 training matches the reference (gradients at 2e-2, as upstream's row)."""
     cfg = config(num_experts=8, top_k=6)
     ctx = dist_moe.create_context(group=world1, config=cfg, device=DEV)
     try:
         x, ids, scores = make_tokens(T, D, 6, seed=5, device=DEV, E=8)
         w13, w2 = make_weights(8, D, FF, seed=6, device=DEV)
         g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
-        assert_train_close(run_train(ctx, x, ids, scores, w13, w2, g), run_reference(x, ids, scores, w13, w2, g))
+        want = run_reference(x, ids, scores, w13, w2, g)
+        assert_single_rank_close(run_train(ctx, x, ids, scores, w13, w2, g), want, 2e-2)
     finally:
         ctx.close()
 
@@ -162,7 +171,7 @@ def test_bf16_clamped_swiglu_matches_reference(make_ctx):
     x = x * 4  # push gate/up values past the limit so the clamp matters
     g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
     ref = run_reference(x, ids, scores, w13, w2, g, activation="swiglu_clamped", alpha=1.5, limit=5.0)
-    assert_train_close(run_train(ctx, x, ids, scores, w13, w2, g), ref)
+    assert_single_rank_close(run_train(ctx, x, ids, scores, w13, w2, g), ref)
 
 
 def test_bf16_registered_rmsnorm_backward_matches_reference(make_ctx):
@@ -176,7 +185,7 @@ def test_bf16_registered_rmsnorm_backward_matches_reference(make_ctx):
     g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
     got = run_train(ctx, x, ids, scores, w13, w2, g, dist_moe.ExecutionOptions(experts_output_postprocess=post))
     assert got[0][0].abs().max() == 0
-    assert_train_close(got, run_reference(x, ids, scores, w13, w2, g, rmsnorm_eps=1e-6))
+    assert_single_rank_close(got, run_reference(x, ids, scores, w13, w2, g, rmsnorm_eps=1e-6))
     assert_planner_reset(ctx)
 
 
@@ -188,7 +197,7 @@ def test_eager_flat_weights_return_logical_gradient_shapes(make_ctx):
     opts = dist_moe.ExecutionOptions(weights_preprocess_fn=torch.clone)
     got = run_train(ctx, x, ids, scores, w13.reshape(E * 2 * FF, D), w2.reshape(E * D, FF), g, opts)
     assert got[3].shape == (E * 2 * FF, D) and got[4].shape == (E * D, FF)
-    assert_train_close(got, run_reference(x, ids, scores, w13, w2, g))
+    assert_single_rank_close(got, run_reference(x, ids, scores, w13, w2, g))
 
 
 def test_training_call_uses_selected_microbatch_stack(make_ctx):
@@ -197,7 +206,7 @@ def test_training_call_uses_selected_microbatch_stack(make_ctx):
     ctx.select_activation_slot(1, 1)
     x, ids, scores, w13, w2 = case(seed=17)
     g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
-    assert_train_close(run_train(ctx, x, ids, scores, w13, w2, g), run_reference(x, ids, scores, w13, w2, g))
+    assert_single_rank_close(run_train(ctx, x, ids, scores, w13, w2, g), run_reference(x, ids, scores, w13, w2, g))
     assert_planner_reset(ctx)
     with pytest.raises(ValueError, match="activation slot"):
         ctx.select_activation_slot(2, 1)
@@ -218,6 +227,21 @@ def test_no_grad_on_training_context_is_scratch_only(make_ctx):
     got = run_train(ctx, x, ids, scores, w13, w2, g)
     torch.testing.assert_close(out_eval, got[0], rtol=0, atol=0)
     assert_planner_reset(ctx)
+
+
+def test_inference_buffer_uses_full_allocation_as_scratch(make_ctx):
+    """An inference context's activation buffer is all scratch: no slots, slot bytes 0, the scratch
+    size is the whole buffer, the offsets are [buffer end], and select_activation_slot is a no-op."""
+    ctx = make_ctx(inference=True)
+    ab = ctx.activation_buffer
+    assert ab.num_activation_slots == 0 and ab.activation_slot_bytes == 0
+    assert ab.device_scratch_size == ab.buffer.numel() > 0
+    assert ab.buffer_offsets.tolist() == [ab.buffer.numel()] == ab.initial_buffer_offsets.tolist()
+    ctx.select_activation_slot(1, 1)
+    assert ab.buffer_offsets.tolist() == [ab.buffer.numel()]
+    x, ids, scores, w13, w2 = case(seed=31)
+    dist_moe.routed_experts(x, ids, scores, w13, w2, ctx)  # a call after the no-op select still runs
+    assert ab.buffer_offsets.tolist() == [ab.buffer.numel()]
 
 
 def test_inference_rejects_autograd_and_matches_reference(make_ctx):
@@ -446,6 +470,22 @@ def test_resolves_parameter_wgrad_dtype_contract():
         resolve_wgrad_dtype(torch.nn.Parameter(torch.zeros(6, dtype=torch.float16)), None)
 
 
+def test_w13_and_w2_resolving_to_different_wgrad_dtypes_raise(make_ctx):
+    """inplace_wgrad_accum with W13 declared BF16 and W2 FP32 gradients: the backward raises
+    RuntimeError 'different WGRAD dtypes' and neither parameter gets a gradient (upstream's row)."""
+    if not hasattr(torch.Tensor, "grad_dtype"):
+        pytest.skip("this torch has no Tensor.grad_dtype: a BF16 parameter cannot declare FP32 gradients")
+    ctx = make_ctx()
+    x, ids, scores, w13, w2 = case(seed=19)
+    p13, p2 = torch.nn.Parameter(w13.clone()), torch.nn.Parameter(w2.clone())
+    p13.grad_dtype, p2.grad_dtype = torch.bfloat16, torch.float32
+    out = dist_moe.routed_experts(x, ids, scores, p13, p2, ctx,
+                                  options=dist_moe.ExecutionOptions(inplace_wgrad_accum=True))
+    with pytest.raises(RuntimeError, match="different WGRAD dtypes"):
+        out.backward(torch.randn_like(out))
+    assert p13.grad is None and p2.grad is None
+
+
 def test_clip_statistics_are_graph_visible(make_ctx):
     """make_fx of a training call with clip statistics: one bf16_forward_with_clip_stats and a
     graph-visible aten.copy_ into the caller's tensor; the traced run gives eager's statistics."""
@@ -537,12 +577,35 @@ def test_bf16_callback_accumulates_closed_parameter_grad(make_ctx):
     want = run_reference(x, ids, scores, w13, w2, g, postprocess=make_callback(ref_scale, False))
     assert seen_padded == [0.0]
     assert got[0][0].abs().max() == 0
-    assert_train_close(got, want)
+    assert_single_rank_close(got, want)
     assert_moe_close(scale.grad, ref_scale.grad, name="grad_scale", **GRAD_TOL)
     assert_planner_reset(ctx)
     with pytest.raises(ValueError, match="preserve route shape"):
         dist_moe.routed_experts(x, ids, scores, w13, w2, ctx,
                                 options=dist_moe.ExecutionOptions(experts_output_postprocess=lambda h: h[:, :1]))
+
+
+def test_callback_output_contract(make_ctx):
+    """What experts_output_postprocess returns is checked, with upstream's error types and texts: not
+    a tensor, another shape, not contiguous, a dtype other than FP16 / BF16 / FP32, another device.
+    (Upstream's fifth error, 'changed dtype', compares its backward's replay of the callback with the
+    forward's result; here autograd differentiates the forward's one run, so nothing is replayed.)"""
+    ctx = make_ctx()
+    x, ids, scores, w13, w2 = case(seed=23)
+    bad = [(lambda h: h.tolist(), TypeError, "must return a tensor"),
+           (lambda h: h[:, :1], ValueError, "preserve route shape"),
+           (lambda h: h.transpose(0, 1).contiguous().transpose(0, 1), ValueError, "contiguous"),
+           (lambda h: h.double(), TypeError, "float16, bfloat16, or float32"),
+           (lambda h: h.cpu(), ValueError, "keep the device")]
+    for fn, error, text in bad:
+        with pytest.raises(error, match=text):
+            dist_moe.routed_experts(x, ids, scores, w13, w2, ctx,
+                                    options=dist_moe.ExecutionOptions(experts_output_postprocess=fn))
+    # The context is intact after the rejected calls: a good callback gives the plain output scaled.
+    half = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx,
+                                   options=dist_moe.ExecutionOptions(experts_output_postprocess=lambda h: h * 0.5))
+    plain = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx)
+    assert_moe_close(half, plain.float() * 0.5, name="out", **FWD_TOL)
 
 
 def test_rmsnorm_observers_see_route_rows_and_their_gradient(make_ctx):
