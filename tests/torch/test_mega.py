@@ -66,24 +66,47 @@ def test_mega_inference_matches_staged_bitwise(contexts, fmt, t, clamped):
             assert got[-1].abs().max() == 0
 
 
+@pytest.mark.parametrize("clamped", [False, True], ids=["swiglu", "swiglu_clamped"])
 @pytest.mark.parametrize("fmt,t", CASES, ids=[f"{fmt_name(f)}_T{t}" for f, t in CASES])
-def test_mega_inference_cuda_graph_matches_staged(contexts, fmt, t):
+def test_mega_inference_cuda_graph_matches_staged(contexts, fmt, t, clamped):
     """A Mega inference call captured once: replays on new inputs equal the staged context's eager
-    output bitwise (the counters' memset is a node of the graph)."""
-    staged = contexts(config(fmt, t, "staged"))
-    mega = contexts(config(fmt, t, "mega"))
+    output bitwise (the counters' memset is a node of the graph), the last one with a fully padded
+    token (an exact zero row); plain and clamped SwiGLU (upstream's graph matrix, Mega rows)."""
+    kw = CLAMPED if clamped else {}
+    staged = contexts(config(fmt, t, "staged", **kw))
+    mega = contexts(config(fmt, t, "mega", **kw))
     p13, p2 = prepared(fmt, seed=72)
     x, ids, s = make_tokens(t, D, K, seed=90, device=DEV, ids=upstream_case_ids(t, K, E))
     graph, static, out = capture_inference(x, ids, s, p13, p2, mega)
-    for replay, shift in enumerate((1, 2, 3)):
-        x, ids, s = make_tokens(t, D, K, seed=91 + replay, device=DEV, ids=upstream_case_ids(t, K, E, shift=shift))
+    for replay, (shift, padded) in enumerate(((1, False), (2, False), (3, True))):
+        ids = upstream_case_ids(t, K, E, shift=shift)
+        if padded:
+            ids[-1] = -1
+        x, ids, s = make_tokens(t, D, K, seed=91 + replay, device=DEV, ids=ids)
         for dst, src in zip(static, (x, ids, s)):
             dst.copy_(src)
         graph.replay()
         want = dist_moe.routed_experts(x, ids, s, p13, p2, staged)
         torch.testing.assert_close(out, want, rtol=0, atol=0,
                                    msg=lambda m: f"{fmt_name(fmt)} T={t} replay {replay} vs staged eager: {m}")
+        if padded:
+            assert out[-1].abs().max() == 0
     del graph
+
+
+@pytest.mark.parametrize("t", [8, 128], ids=["T8", "T128"])
+def test_mega_mxfp8_inference_dynamic_weights_equal_prepared(contexts, t):
+    """MXFP8 Mega inference on BF16 weights (quantized in the call) gives exactly the output of the
+    same weights prepared beforehand (upstream's test_mxfp8_staged_and_mega_inference_match_reference,
+    its dynamic == prepared part, Mega rows; the staged rows are test_mxfp8.py's)."""
+    mega = contexts(config(MXFP8, t, "mega"))
+    w13, w2 = make_weights(E, D, FF, seed=75, device=DEV)
+    cfg = dist_moe.BlockScaledConfig(format=MXFP8)
+    p13, p2 = dist_moe.prepare_block_scaled_weight(w13, cfg), dist_moe.prepare_block_scaled_weight(w2, cfg)
+    x, ids, s = make_tokens(t, D, K, seed=120, device=DEV, ids=upstream_case_ids(t, K, E))
+    want = dist_moe.routed_experts(x, ids, s, p13, p2, mega)
+    got = dist_moe.routed_experts(x, ids, s, w13, w2, mega)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, msg=lambda m: f"T={t}: dynamic vs prepared: {m}")
 
 
 @pytest.mark.parametrize("fmt,t", CASES, ids=[f"{fmt_name(f)}_T{t}" for f, t in CASES])
