@@ -14,7 +14,7 @@ R=$PWD
   "$R/tests/torch/test_mega.py" > $L/single_rank.log 2>&1)
 echo "test_single_rank.py + test_mega.py rc=$? at $((SECONDS-T0)) s: $(tail -1 $L/single_rank.log)"
 grep -E "^(FAILED|ERROR)|Mismatch|Greatest|rel_l2|cos" $L/single_rank.log | head -20
-t=$(( $(left) - 20 ))
+t=$(( ${BUDGET:-540} - (SECONDS - T0) - 20 ))  # BUDGET: the call's limit in seconds, if shorter
 [ $t -gt 60 ] && { (cd /tmp && timeout $t python3 -m pytest -q -p no:cacheprovider -rfE "$R/tests/torch" \
   --ignore "$R/tests/torch/test_single_rank.py" --ignore "$R/tests/torch/test_mega.py" > $L/torch_rest.log 2>&1)
   echo "the rest of tests/torch rc=$? at $((SECONDS-T0)) s: $(tail -1 $L/torch_rest.log)"
