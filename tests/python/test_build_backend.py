@@ -239,11 +239,13 @@ def _fake_nccl(root: Path, version: tuple, lib: bool = True) -> Path:
 
 
 def test_nccl_minimum_matches_cmake():
+    """The build backend's NCCL minimum is the one cmake/nccl.cmake requires."""
     cmake_min = re.search(r"set\(DIST_MOE_NCCL_MIN_VERSION ([0-9.]+)\)", (ROOT / "cmake" / "nccl.cmake").read_text()).group(1)
     assert backend.NCCL_MIN_VERSION == tuple(int(x) for x in cmake_min.split("."))
 
 
 def test_nccl_root_needs_the_minimum_and_the_library(tmp_path):
+    """An NCCL root counts only with a header at or above the minimum version and the library beside it."""
     assert backend._is_nccl_root(str(_fake_nccl(tmp_path / "ok", (2, 28, 9))))
     assert backend._is_nccl_root(str(_fake_nccl(tmp_path / "newer", (2, 29, 0))))
     assert not backend._is_nccl_root(str(_fake_nccl(tmp_path / "old", (2, 21, 5))))

@@ -17,6 +17,8 @@ def row(side, rnd, op, ms, bf16_ms):
 
 
 def test_medians_ratio_and_speed_against_bf16(tmp_path, monkeypatch, capsys):
+    """Per op: each side's median time, B / A, no cuBLAS column for a block-scaled pick, and each side's speed
+    against the BF16 pick timed beside it."""
     rows = tmp_path / "rows.txt"
     rows.write_text("".join([row("A", 1, "w13_fprop_fp8", 0.60, 0.78), row("B", 1, "w13_fprop_fp8", 0.54, 0.77),
                              row("A", 2, "w13_fprop_fp8", 0.58, 0.76), row("B", 2, "w13_fprop_fp8", 0.56, 0.79),

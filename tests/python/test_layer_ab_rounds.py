@@ -29,6 +29,8 @@ def run(tmp_path, a_lines, b_lines, env_b="SIDE=b"):
 
 
 def test_training_rounds_medians_and_sides(tmp_path):
+    """Training output: a line per round and side with the BF16 speedup, the medians' B / A, B's environment on
+    B's runs only, the flags on both, full outputs kept."""
     def lines(f, fb):
         return [f"forward                           {f}        1.351            -              -",
                 f"forward+backward                  {fb}        4.034            -              -",
@@ -46,6 +48,8 @@ def test_training_rounds_medians_and_sides(tmp_path):
 
 
 def test_inference_form_and_a_missing_result(tmp_path):
+    """Inference output counts as the forward; a run without a result prints '?' and its median is nan, and no
+    forward+backward line is printed without one."""
     infer = ["inference forward                 2.381        7.257            -              -",
              "BF16 layer inference              7.088                                    2.98x  (our BF16 layer)"]
     out, _ = run(tmp_path, infer, ["error: no result"])

@@ -38,6 +38,7 @@ def test_mxfp8_training_carries_the_transposed_copy_dgrad_reads():
 
 
 def test_mxfp8_inference_has_rows_only():
+    """An MXFP8 inference preparation has FPROP data and 1x32 row scales only: no DGRAD or global-scale fields."""
     s = spec("mxfp8_e4m3", True, 2, 128, 256)
     assert fields(s) == {
         "fprop_data": ("float8_e4m3fn", (2, 128, 256)),
@@ -95,6 +96,7 @@ def test_fp8_blockwise_training_and_inference():
     ],
 )
 def test_indivisible_dims_raise_value_error(fmt, inference, dims, match):
+    """Dimensions the format's blocks do not divide raise ValueError with upstream's text."""
     with pytest.raises(ValueError, match=match):
         spec(fmt, inference, *dims)
 
@@ -105,6 +107,7 @@ def test_nvfp4_rows_need_no_divisibility():
 
 
 def test_unknown_format_raises_value_error():
+    """A format name outside the enum raises ValueError 'unsupported DistMoE block-scaled format'."""
     with pytest.raises(ValueError, match="unsupported DistMoE block-scaled format"):
         spec("int4", False, 1, 128, 128)
 

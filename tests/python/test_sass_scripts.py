@@ -148,6 +148,7 @@ def test_sass_loops_counts_a_loop_in_both_disassembly_forms(tmp_path):
 
 
 def test_sass_loops_prints_a_and_b(tmp_path, monkeypatch, capsys):
+    """Two disassemblies (nvdisasm and cuobjdump forms) of one kernel: its name and one loop line per side."""
     a = _sass_file(tmp_path, NVDISASM_LOOP, "a")
     b = _sass_file(tmp_path, CUOBJDUMP_LOOP, "b")
     monkeypatch.setattr(sys, "argv", ["sass_loops.py", a, b, "--kernel", "Fp8Blockwise"])

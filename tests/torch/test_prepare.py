@@ -238,6 +238,7 @@ def test_prepared_weight_storage_membership_survives_release():
 
 
 def test_refill_errors():
+    """out= refills only MXFP8 training preparations of the same format and shape, with upstream's texts."""
     w = weight((2, 128, 128), seed=2)
     train = dist_moe.prepare_block_scaled_weight(w, MXFP8)
     infer = dist_moe.prepare_block_scaled_weight(w, MXFP8, inference=True)
@@ -268,6 +269,8 @@ def test_refill_errors():
 
 
 def test_weight_validation_errors():
+    """prepare_block_scaled_weight rejects non-tensors, non-BF16, host, non-3D, non-contiguous and indivisible
+    weights with upstream's texts."""
     with pytest.raises(TypeError, match="weight must be a torch.Tensor"):
         dist_moe.prepare_block_scaled_weight([1.0], MXFP8)
     with pytest.raises(TypeError, match="bfloat16"):
@@ -292,6 +295,7 @@ def test_weight_validation_errors():
 
 
 def test_resource_owner_types_are_factory_only():
+    """Context and PreparedWeight cannot be constructed directly (TypeError naming the factory to use)."""
     with pytest.raises(TypeError, match="use"):
         dist_moe.Context()
     with pytest.raises(TypeError, match="use"):
@@ -373,6 +377,8 @@ def test_nvfp4_token_scale_writes_directly_to_strided_output():
 
 
 def test_nvfp4_token_rows_validation():
+    """quantize_nvfp4_token_rows rejects non-BF16 tokens and an out buffer of the wrong dtype or a row stride
+    not a multiple of 16."""
     x = weight((4, 256))
     with pytest.raises(TypeError, match="bfloat16"):
         _prepare.quantize_nvfp4_token_rows(x.float())
