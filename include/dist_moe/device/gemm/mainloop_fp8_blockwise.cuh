@@ -139,7 +139,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     // knows are warp-uniform (ptx::warp_uniform): it then builds the descriptors in uniform registers
     // instead of per lane with an R2UR per word (G119).
     wg = ptx::warp_uniform(wg);
-    smem = static_cast<uint32_t>(ptx::warp_uniform(static_cast<int>(smem)));
+    smem = ptx::warp_uniform(smem);
     if (Base::active_blocks(t, wg) == 0) {
       for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
         pipe.consumer_wait(st);
@@ -262,7 +262,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     AFragOffsets frag_off;
     a_frag_offsets(wg, frag_off);
     const uint32_t scale_off = (kBlockM + 2 * (lane % 4)) * 4;  // this thread's first B scale in a stage's copy
-    smem = static_cast<uint32_t>(ptx::warp_uniform(static_cast<int>(smem)));
+    smem = ptx::warp_uniform(smem);
     const uint64_t desc_b0 = Base::desc_b(smem, 0);
     int stage = ptx::warp_uniform(st.stage);
     pipe.consumer_wait(st);
@@ -313,7 +313,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     const uint32_t a_row = static_cast<uint32_t>(Base::tile_row(wg, 0)) + ((threadIdx.x / 32) % 4) * 16 + lane / 4;
     const uint32_t scale_off = (kBlockM + 2 * (lane % 4)) * 4;  // this thread's first B scale in a stage's copy
     float scratch[kSliceAcc];
-    smem = static_cast<uint32_t>(ptx::warp_uniform(static_cast<int>(smem)));
+    smem = ptx::warp_uniform(smem);
     wg = ptx::warp_uniform(wg);
     for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
       const StageDescs d = stage_descs(smem, ptx::warp_uniform(st.stage), wg);

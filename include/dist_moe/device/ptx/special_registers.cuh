@@ -29,6 +29,8 @@ DMOE_DEVICE int warp_uniform(int v) {
       : "=r"(r) : "r"(v));
   return r;
 }
+// The same for a 32-bit shared memory address.
+DMOE_DEVICE uint32_t warp_uniform(uint32_t v) { return static_cast<uint32_t>(warp_uniform(static_cast<int>(v))); }
 
 // Nanoseconds since an arbitrary origin; coarse (microsecond-class updates), for timeouts only.
 DMOE_DEVICE uint64_t globaltimer_ns() {
