@@ -11,7 +11,14 @@ staged contexts' own checks against the BF16 reference are test_nvfp4.py's and t
 
 import pytest
 import torch
-from moe_reference import capture_inference, make_tokens, make_weights, single_rank_config, upstream_case_ids
+from moe_reference import (
+    assert_planner_reset,
+    capture_inference,
+    make_tokens,
+    make_weights,
+    single_rank_config,
+    upstream_case_ids,
+)
 
 import dist_moe
 
@@ -155,6 +162,99 @@ def test_mega_training_matches_staged_bitwise(contexts, clamped):
         want, got = step(staged, x, ids, s, g), step(mega, x, ids, s, g)
         for name, a, b in zip(names, got, want):
             torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m, n=name: f"call {call} {n}: mega vs staged: {m}")
+
+
+def mega_training_case(clamped, t=256):
+    """The token count and Config of a Mega MXFP8 training context with two activation slots (t = 256:
+    128 routed rows per expert, the staged GEMMs' 128x128 tiles)."""
+    return dict(t=t, cfg=config(MXFP8, t, "mega", inference=False, num_activation_slots=2,
+                                **(CLAMPED if clamped else {})))
+
+
+def test_mega_selective_checkpoint_on_slot_1_equals_eager_on_slot_0(contexts):
+    """Clamped SwiGLU on a Mega MXFP8 training context (upstream's clamped/mega row of
+    test_mxfp8_training_effects_preserve_eager_bitwise): a run under selective checkpointing (the
+    effectful ops saved, the rest recomputed) whose forward selects slot 1 gives eager's slot-0 output
+    and gradients bitwise, and the planner is empty after each backward."""
+    from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+    m = mega_training_case(clamped=True)
+    t, ctx = m["t"], contexts(m["cfg"])
+    w13, w2 = make_weights(E, D, FF, seed=71, device=DEV)
+    a, b = w13.clone().requires_grad_(), w2.clone().requires_grad_()
+    cfg = dist_moe.BlockScaledConfig(format=MXFP8)
+    p13, p2 = dist_moe.prepare_block_scaled_weight(a, cfg), dist_moe.prepare_block_scaled_weight(b, cfg)
+    x, ids, s = make_tokens(t, D, K, seed=171, device=DEV, ids=upstream_case_ids(t, K, E))
+    g = torch.randn(t, D, generator=torch.Generator().manual_seed(172)).to(torch.bfloat16).to(DEV)
+
+    def run(slot, wrap):
+        a.grad = b.grad = None
+        xs, ss = x.clone().requires_grad_(), s.clone().requires_grad_()
+
+        def fn(xs, ss):
+            ctx.select_activation_slot(slot, 1)
+            return dist_moe.routed_experts(xs, ids, ss, p13, p2, ctx)
+
+        out = wrap(fn, xs, ss)
+        out.backward(g)
+        assert_planner_reset(ctx)
+        return out.detach(), xs.grad, ss.grad, a.grad.clone(), b.grad.clone()
+
+    def policy(_ctx, op, *args, **kwargs):
+        effectful = (torch.ops.dist_moe.block_scaled_forward.default, torch.ops.dist_moe.prepare_mxfp8_weight.default)
+        return CheckpointPolicy.MUST_SAVE if op in effectful else CheckpointPolicy.PREFER_RECOMPUTE
+
+    eager = run(0, lambda fn, *t: fn(*t))
+    sac = run(1, lambda fn, *t: checkpoint(fn, *t, use_reentrant=False,
+                                           context_fn=lambda: create_selective_checkpoint_contexts(policy)))
+    for name, u, v in zip(("out", "grad_x", "grad_scores", "grad_w13", "grad_w2"), sac, eager):
+        torch.testing.assert_close(u, v, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: SAC slot 1 vs eager slot 0: {m}")
+
+
+def test_mega_training_context_no_grad_is_scratch_only(contexts):
+    """A no-grad call on a Mega MXFP8 training context: no autograd state, the slot state unchanged;
+    make_fx shows one block_scaled_forward that saves nothing, traced == eager bitwise; a CUDA graph
+    replay == eager bitwise with the state unchanged; a following training call's output equals the
+    no-grad output bitwise and its backward empties the planner."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    m = mega_training_case(clamped=False)
+    t, ctx = m["t"], contexts(m["cfg"])
+    w13, w2 = make_weights(E, D, FF, seed=75, device=DEV)
+    a, b = w13.clone().requires_grad_(), w2.clone().requires_grad_()
+    cfg = dist_moe.BlockScaledConfig(format=MXFP8)
+    p13, p2 = dist_moe.prepare_block_scaled_weight(a, cfg), dist_moe.prepare_block_scaled_weight(b, cfg)
+    x, ids, s = make_tokens(t, D, K, seed=175, device=DEV, ids=upstream_case_ids(t, K, E))
+
+    def fn(x, s):
+        with torch.no_grad():
+            return dist_moe.routed_experts(x, ids, s, p13, p2, ctx)
+
+    before = ctx.planner_snapshot()
+    eager = fn(x, s)
+    assert not eager.requires_grad and ctx.planner_snapshot() == before
+
+    gm = make_fx(fn)(x, s)
+    fwd = [n for n in gm.graph.nodes if n.target == torch.ops.dist_moe.block_scaled_forward.default]
+    assert len(fwd) == 1 and fwd[0].args[22] is False, gm.graph
+    torch.testing.assert_close(gm(x, s), eager, rtol=0, atol=0)
+    assert ctx.planner_snapshot() == before
+
+    static = [x.clone(), s.clone()]
+    fn(*static)  # warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_graph = fn(*static)
+    graph.replay()
+    torch.testing.assert_close(out_graph, eager, rtol=0, atol=0)
+    assert ctx.planner_snapshot() == before
+
+    xs, ss = x.clone().requires_grad_(), s.clone().requires_grad_()
+    out = dist_moe.routed_experts(xs, ids, ss, p13, p2, ctx)
+    torch.testing.assert_close(out.detach(), eager, rtol=0, atol=0)
+    out.backward(torch.randn_like(out))
+    assert_planner_reset(ctx)
 
 
 def test_mega_refusals(world1):

@@ -416,6 +416,26 @@ def test_mxfp8_no_grad_on_training_context_is_scratch_only(make_ctx):
     torch.testing.assert_close(out_dynamic, got[0], rtol=0, atol=0)
     assert_planner_reset(ctx)
 
+    # The same no-grad call captured in a CUDA graph: each replay equals eager bitwise on a new case
+    # and leaves the slot state as it was.
+    static = [x.clone(), scores.clone()]
+    with torch.no_grad():
+        dist_moe.routed_experts(static[0], ids, static[1], p13, p2, ctx)  # warm up outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out_graph = dist_moe.routed_experts(static[0], ids, static[1], p13, p2, ctx)
+    before = ctx.planner_snapshot()
+    for seed in (20, 21):
+        x2, _, s2, _, _ = case(seed=seed)
+        static[0].copy_(x2)
+        static[1].copy_(s2)
+        graph.replay()
+        with torch.no_grad():
+            eager = dist_moe.routed_experts(x2, ids, s2, p13, p2, ctx)
+        torch.testing.assert_close(out_graph, eager, rtol=0, atol=0)
+        assert ctx.planner_snapshot() == before
+
 
 def test_mxfp8_inference_context(make_ctx):
     """Inference reads training preparations (their FPROP fields): prepared and dynamic weights give
@@ -550,14 +570,17 @@ def test_mxfp8_inference_cuda_graph_replays_bounded_shapes(make_ctx):
                 assert out[-1].abs().max() == 0
 
 
+@pytest.mark.parametrize("activation", ["swiglu", "swiglu_clamped"])
 @pytest.mark.parametrize("weights", ["prepared", "dynamic"])
-def test_mxfp8_activation_checkpointing_matches_eager_bitwise(make_ctx, weights):
+def test_mxfp8_activation_checkpointing_matches_eager_bitwise(make_ctx, weights, activation):
     """Non-reentrant checkpoint around the layer (its first forward keeps nothing in the slot) and
     selective checkpointing with block_scaled_forward MUST_SAVE (the forward runs once, its slot is
-    popped although slot 1 is selected meanwhile): bitwise == eager, the planner empty afterwards."""
+    popped although slot 1 is selected meanwhile): bitwise == eager, the planner empty afterwards;
+    plain and clamped SwiGLU (upstream's staged rows of test_mxfp8_training_effects_preserve_eager_bitwise)."""
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-    ctx = make_ctx(num_activation_slots=2)
+    clamped = dict(activation="swiglu_clamped", swiglu_alpha=1.5, swiglu_limit=5.0)
+    ctx = make_ctx(num_activation_slots=2, **(clamped if activation == "swiglu_clamped" else {}))
     x, ids, scores, w13, w2 = case(seed=73)
     g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
     a, b, p13, p2 = prepared(w13, w2)

@@ -244,6 +244,22 @@ def test_inference_buffer_uses_full_allocation_as_scratch(make_ctx):
     assert ab.buffer_offsets.tolist() == [ab.buffer.numel()]
 
 
+def test_activation_slot_selection_is_context_local(make_ctx):
+    """Two training contexts with two slots: selecting slot 1 on one leaves the other on slot 0 (its
+    host selection and its device slot-id view), no layer is pushed by selecting, and a negative slot
+    raises without changing the selection."""
+    a, b = make_ctx(num_activation_slots=2), make_ctx(num_activation_slots=2)
+    a.select_activation_slot(1, 1)
+    assert a.selected_activation_slot == (1, 1)
+    assert b.selected_activation_slot == (0, 1)
+    assert a.activation_buffer.activation_slot_id_1.tolist() == [1]
+    assert b.activation_buffer.activation_slot_id_1.tolist() == [0]
+    assert a.activation_buffer.moe_layer_id.tolist() == [0, 0] == b.activation_buffer.moe_layer_id.tolist()
+    with pytest.raises(ValueError, match="activation slot"):
+        a.select_activation_slot(-1, 1)
+    assert a.selected_activation_slot == (1, 1)
+
+
 def test_inference_rejects_autograd_and_matches_reference(make_ctx):
     """Inference context: matches the reference; inputs requiring grad raise."""
     ctx = make_ctx(inference=True)
@@ -517,6 +533,113 @@ def test_clip_statistics_are_graph_visible(make_ctx):
     ctx.reset()
 
 
+def test_registered_rmsnorm_policy_round_trips_exactly(make_ctx):
+    """Every RMSNormPostprocess field reaches the registered op (its schema's rmsnorm_* arguments in a
+    make_fx graph, the weight as the traced input itself) and the native options; None reaches them
+    as disabled."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dist_moe._ops import _options
+    from dist_moe._routed import _rmsnorm_args
+
+    ctx = make_ctx(inference=True)
+    x, ids, scores, w13, w2 = case(seed=89)
+    weight = torch.randn(D, device=DEV, dtype=torch.bfloat16)
+    policies = {
+        "weighted": dict(eps=1e-5, norm_output_dtype=torch.float32, output_dtype=torch.bfloat16,
+                         require_bitwise=False, gain_center=0.5, use_kahan=False, recompute_rstd=True),
+        "kahan": dict(eps=3e-6, norm_output_dtype=torch.float32, output_dtype=torch.bfloat16,
+                      require_bitwise=True, gain_center=0.0, use_kahan=True, recompute_rstd=False),
+    }
+    for name, fields in policies.items():
+        with_weight = name == "weighted"
+
+        def fn(x, weight):
+            post = dist_moe.RMSNormPostprocess(weight=weight if with_weight else None, **fields)
+            opts = dist_moe.ExecutionOptions(experts_output_postprocess=post)
+            return dist_moe.routed_experts(x, ids, scores, w13, w2, ctx, options=opts)
+
+        gm = make_fx(fn)(x, weight)
+        (node,) = [n for n in gm.graph.nodes if n.target == torch.ops.dist_moe.bf16.default]
+        args = {a.name: v for a, v in zip(node.target._schema.arguments, node.args)}
+        args.update(node.kwargs)
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        assert args["rmsnorm_enabled"] is True
+        assert args["rmsnorm_weight_D"] is (placeholders[1] if with_weight else None), name
+        for field, value in fields.items():
+            assert args[f"rmsnorm_{field}"] == value, (name, field, args[f"rmsnorm_{field}"])
+        native = _options(_rmsnorm_args(dist_moe.RMSNormPostprocess(weight=weight if with_weight else None,
+                                                                   **fields)), 0, 0.0, True)["rmsnorm"]
+        assert native["weight"] == (weight.data_ptr() if with_weight else 0)
+        assert native["norm_output_dtype"] == "float32" and native["output_dtype"] == "bfloat16"
+        for field in ("eps", "require_bitwise", "gain_center", "use_kahan", "recompute_rstd"):
+            assert native[field] == fields[field], (name, field)
+        ctx.reset()
+        torch.testing.assert_close(gm(x, weight), fn(x, weight), rtol=0, atol=0)
+    assert _options(_rmsnorm_args(None), 0, 0.0, True)["rmsnorm"] is None
+
+
+def test_rmsnorm_inference_is_visible_to_non_strict_tracing(make_ctx):
+    """BF16 inference with the fused RMSNorm (non-bitwise) under make_fx: one opaque dist_moe.bf16 op,
+    and the traced graph matches the reference (F.rms_norm per route row) on two cases."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    ctx = make_ctx(inference=True)
+    post = dist_moe.RMSNormPostprocess(eps=1e-6, norm_output_dtype=torch.float32, output_dtype=torch.bfloat16,
+                                       require_bitwise=False)
+    opts = dist_moe.ExecutionOptions(experts_output_postprocess=post)
+    x, ids, scores, w13, w2 = case(seed=97)
+
+    def fn(x, ids, scores):
+        return dist_moe.routed_experts(x, ids, scores, w13, w2, ctx, options=opts)
+
+    gm = make_fx(fn)(x, ids, scores)
+    ops = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert ops.count("dist_moe.bf16.default") == 1, ops
+    for seed, shift in ((97, 0), (98, 1)):
+        x, ids, scores = make_tokens(T, D, K, seed=seed, device=DEV, ids=upstream_case_ids(T, K, E, shift=shift))
+        ctx.reset()
+        assert_moe_close(gm(x, ids, scores), reference_moe(x, ids, scores, w13, w2, rmsnorm_eps=1e-6),
+                         name=f"seed {seed}", **FWD_TOL)
+
+
+def test_clip_statistics_replay_in_inference_cuda_graph(make_ctx):
+    """An inference call with clip statistics (limit 0) captured in a CUDA graph and replayed on two
+    cases and a padded one (last token all -1, scores 0): the output within the forward tolerance of
+    the reference, the statistics equal to the reference's counts over the routed h1 exactly, the
+    padded token's output zero."""
+    ctx = make_ctx(inference=True)
+    x, ids, scores, w13, w2 = case(seed=101)
+    stats = torch.full((3,), -1.0, device=DEV)
+    opts = dist_moe.ExecutionOptions(swiglu_clip_stats_out_3=stats, swiglu_clip_limit=0.0)
+    static = [x.clone(), ids.clone(), scores.clone()]
+    dist_moe.routed_experts(*static, w13, w2, ctx, options=opts)  # warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = dist_moe.routed_experts(*static, w13, w2, ctx, options=opts)
+    replays = []
+    for seed, shift, padded in ((102, 0, False), (103, 1, False), (104, 2, True)):
+        ids = upstream_case_ids(T, K, E, shift=shift)
+        if padded:
+            ids[-1] = -1
+        x, ids, scores = make_tokens(T, D, K, seed=seed, device=DEV, ids=ids)
+        for dst, src in zip(static, (x, ids, scores)):
+            dst.copy_(src)
+        stats.fill_(-1)
+        graph.replay()
+        want_out, h1 = reference_moe(x, ids, scores, w13, w2, return_h1=True)
+        assert_moe_close(out, want_out, name=f"seed {seed}", **FWD_TOL)
+        gate, up = h1.float().chunk(2, dim=-1)
+        routed = int((ids >= 0).sum())
+        want = torch.tensor([(gate > 0).sum(), (up.abs() > 0).sum(), routed * FF], dtype=torch.float32)
+        torch.testing.assert_close(stats.cpu(), want, rtol=0, atol=0)
+        if padded:
+            assert out[-1].abs().max() == 0
+        replays.append(out.clone())
+    assert not torch.equal(replays[0], replays[1])
+
+
 def test_wgrad_callbacks_run_eagerly_in_order(make_ctx):
     """wgrad_postprocess_fn sees w2 then w13 (a None return consumes the gradient);
     wgrad_destination_fn receives both WGRADs (copy or accumulate) and autograd gets none; under
@@ -548,6 +671,39 @@ def test_wgrad_callbacks_run_eagerly_in_order(make_ctx):
     with pytest.raises(RuntimeError, match="require eager execution"):
         make_fx(lambda x: dist_moe.routed_experts(x, ids, scores, w13, w2, ctx,
                                                   options=dist_moe.ExecutionOptions(wgrad_postprocess_fn=post)))(x)
+
+
+def test_wgrad_destination_contract(make_ctx):
+    """wgrad_destination_fn on an FP32-WGRAD context is asked for each weight's shape, FP32 and device;
+    FP32 destinations it returns with accumulate=True receive the WGRADs added to what they held; a
+    destination of the wrong shape raises 'requested shape'; the option makes requires_eager true."""
+    ctx = make_ctx(wgrad_dtype=torch.float32)
+    x, ids, scores, w13, w2 = case(seed=107)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    want = run_train(ctx, x, ids, scores, w13, w2, g)  # FP32 WGRADs through autograd
+    start = {"w13": torch.randn(w13.shape, device=DEV), "w2": torch.randn(w2.shape, device=DEV)}
+    dests, asked = {n: t.clone() for n, t in start.items()}, []
+
+    def destination(name, shape, dtype, device):
+        asked.append((name, tuple(shape), dtype, device))
+        return dests[name], True
+
+    opts = dist_moe.ExecutionOptions(wgrad_destination_fn=destination)
+    assert opts.requires_eager
+    got = run_train(ctx, x, ids, scores, w13, w2, g, opts)
+    assert got[3] is None and got[4] is None
+    assert sorted(asked) == [("w13", tuple(w13.shape), torch.float32, w13.device),
+                             ("w2", tuple(w2.shape), torch.float32, w2.device)]
+    for name, w in (("w13", want[3]), ("w2", want[4])):
+        assert w.dtype == torch.float32
+        torch.testing.assert_close(dests[name] - start[name], w, rtol=1e-4, atol=1e-4)
+    assert_planner_reset(ctx)
+
+    wrong = dist_moe.ExecutionOptions(
+        wgrad_destination_fn=lambda name, shape, dtype, device: (torch.zeros(2, 6, 4, device=device, dtype=dtype), True))
+    with pytest.raises(RuntimeError, match="requested shape"):
+        run_train(ctx, x, ids, scores, w13, w2, g, wrong)
+    ctx.reset()
 
 
 def test_bf16_callback_accumulates_closed_parameter_grad(make_ctx):
