@@ -257,6 +257,86 @@ def test_mega_training_context_no_grad_is_scratch_only(contexts):
     assert_planner_reset(ctx)
 
 
+def test_mega_prepared_weights_accumulate_parameter_grad(contexts):
+    """inplace_wgrad_accum into FP32 .grad (grad_dtype FP32) of the preparations' source parameters,
+    two calls on a Mega MXFP8 training context and two on a staged one from the same start: the
+    accumulated gradients equal bitwise, and each context keeps the .grad storages."""
+    if not hasattr(torch.Tensor, "grad_dtype"):
+        pytest.skip("FP32 gradients of BF16 parameters need Tensor.grad_dtype (torch >= 2.10)")
+    t = 256
+    w13, w2 = make_weights(E, D, FF, seed=77, device=DEV)
+    start = (torch.randn(w13.shape, device=DEV), torch.randn(w2.shape, device=DEV))
+    cfg = dist_moe.BlockScaledConfig(format=MXFP8)
+    opts = dist_moe.ExecutionOptions(inplace_wgrad_accum=True)
+    cases = []
+    for call in range(2):
+        x, ids, s = make_tokens(t, D, K, seed=177 + call, device=DEV, ids=upstream_case_ids(t, K, E, shift=call))
+        g = torch.randn(t, D, generator=torch.Generator().manual_seed(277 + call)).to(torch.bfloat16).to(DEV)
+        cases.append((x, ids, s, g))
+    grads = {}
+    for pipeline in ("staged", "mega"):
+        ctx = contexts(config(MXFP8, t, pipeline, inference=False, wgrad_dtype=torch.float32))
+        p13, p2 = torch.nn.Parameter(w13.clone()), torch.nn.Parameter(w2.clone())
+        p13.grad_dtype = p2.grad_dtype = torch.float32
+        p13.grad, p2.grad = start[0].clone(), start[1].clone()
+        storage = (p13.grad.data_ptr(), p2.grad.data_ptr())
+        pw13, pw2 = dist_moe.prepare_block_scaled_weight(p13, cfg), dist_moe.prepare_block_scaled_weight(p2, cfg)
+        for x, ids, s, g in cases:
+            xs, ss = x.clone().requires_grad_(), s.clone().requires_grad_()
+            dist_moe.routed_experts(xs, ids, ss, pw13, pw2, ctx, options=opts).backward(g)
+        assert (p13.grad.data_ptr(), p2.grad.data_ptr()) == storage, pipeline
+        assert not torch.equal(p13.grad, start[0])
+        assert_planner_reset(ctx)
+        grads[pipeline] = (p13.grad, p2.grad)
+    for name, a, b in zip(("grad_w13", "grad_w2"), grads["mega"], grads["staged"]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: mega vs staged: {m}")
+
+
+def test_mega_training_is_traceable_and_graphable(contexts):
+    """A Mega MXFP8 training call under make_fx is one block_scaled_forward that saves (traced ==
+    eager bitwise); under make_graphed_callables the output and all four gradients equal eager's
+    bitwise on two different cases."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    t = 256
+    ctx = contexts(config(MXFP8, t, "mega", inference=False))
+    w13, w2 = make_weights(E, D, FF, seed=79, device=DEV)
+    p13, p2 = torch.nn.Parameter(w13.clone()), torch.nn.Parameter(w2.clone())
+    cfg = dist_moe.BlockScaledConfig(format=MXFP8)
+    pw = (dist_moe.prepare_block_scaled_weight(p13, cfg), dist_moe.prepare_block_scaled_weight(p2, cfg))
+
+    def fn(x, ids, scores, w13=p13, w2=p2):  # pw's sources, inputs of the graphed callable (their grads)
+        return dist_moe.routed_experts(x, ids, scores, *pw, ctx)
+
+    x0, ids0, s0 = make_tokens(t, D, K, seed=179, device=DEV, ids=upstream_case_ids(t, K, E))
+    xs = x0.clone().requires_grad_()
+    gm = make_fx(fn)(xs, ids0, s0)
+    fwd = [n for n in gm.graph.nodes if n.target == torch.ops.dist_moe.block_scaled_forward.default]
+    assert len(fwd) == 1 and fwd[0].args[22] is True, gm.graph
+    ctx.reset()
+    traced = gm(xs, ids0, s0)
+    ctx.reset()
+    torch.testing.assert_close(traced, fn(xs, ids0, s0), rtol=0, atol=0)
+    ctx.reset()
+
+    graphed = torch.cuda.make_graphed_callables(
+        fn, (x0.clone().requires_grad_(), ids0, s0.clone().requires_grad_(), p13, p2), num_warmup_iters=1,
+        allow_unused_input=True)
+    for call in range(2):
+        x, ids, s = make_tokens(t, D, K, seed=180 + call, device=DEV, ids=upstream_case_ids(t, K, E, shift=call + 1))
+        g = torch.randn(t, D, generator=torch.Generator().manual_seed(280 + call)).to(torch.bfloat16).to(DEV)
+        results = []
+        for f in (fn, graphed):
+            p13.grad = p2.grad = None
+            xi, si = x.clone().requires_grad_(), s.clone().requires_grad_()
+            out = f(xi, ids, si, p13, p2)
+            out.backward(g)
+            results.append((out.detach().clone(), xi.grad.clone(), si.grad.clone(), p13.grad.clone(), p2.grad.clone()))
+        for name, a, b in zip(("out", "grad_x", "grad_scores", "grad_w13", "grad_w2"), *results):
+            torch.testing.assert_close(b, a, rtol=0, atol=0, msg=lambda m, n=name: f"call {call} {n}: graphed vs eager: {m}")
+    assert_planner_reset(ctx)
+
+
 def test_mega_refusals(world1):
     """What Mega does not run on Hopper yet raises the C++ context's ValueError: NVFP4 past decode
     sizes, FP8 blockwise."""

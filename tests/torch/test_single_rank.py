@@ -51,8 +51,13 @@ def assert_single_rank_close(got, want, tol=3e-2):
     assert_train_close(got, want, grad_tol=grad_tol, wgrad_tol=grad_tol)
 
 
-def run_train(ctx, x, ids, scores, w13, w2, grad_out, options=None):
+def run_train(ctx, x, ids, scores, w13, w2, grad_out, options=None, *, fp32_wgrad=False):
+    """One training step on fresh leaves: (out, grad_x, grad_scores, grad_w13, grad_w2). With
+    ``fp32_wgrad`` the weight leaves declare grad_dtype FP32, so autograd keeps an FP32 WGRAD as it is
+    (it casts a gradient to the leaf's dtype otherwise)."""
     x, scores, w13, w2 = leaves(x, scores, w13, w2)
+    if fp32_wgrad:
+        w13.grad_dtype = w2.grad_dtype = torch.float32
     out = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx, options=options)
     out.backward(grad_out)
     return out.detach(), x.grad, scores.grad, w13.grad, w2.grad
@@ -677,10 +682,12 @@ def test_wgrad_destination_contract(make_ctx):
     """wgrad_destination_fn on an FP32-WGRAD context is asked for each weight's shape, FP32 and device;
     FP32 destinations it returns with accumulate=True receive the WGRADs added to what they held; a
     destination of the wrong shape raises 'requested shape'; the option makes requires_eager true."""
+    if not hasattr(torch.Tensor, "grad_dtype"):
+        pytest.skip("FP32 gradients of BF16 parameters need Tensor.grad_dtype (torch >= 2.10)")
     ctx = make_ctx(wgrad_dtype=torch.float32)
     x, ids, scores, w13, w2 = case(seed=107)
     g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
-    want = run_train(ctx, x, ids, scores, w13, w2, g)  # FP32 WGRADs through autograd
+    want = run_train(ctx, x, ids, scores, w13, w2, g, fp32_wgrad=True)  # FP32 WGRADs through autograd
     start = {"w13": torch.randn(w13.shape, device=DEV), "w2": torch.randn(w2.shape, device=DEV)}
     dests, asked = {n: t.clone() for n, t in start.items()}, []
 
@@ -703,6 +710,50 @@ def test_wgrad_destination_contract(make_ctx):
         wgrad_destination_fn=lambda name, shape, dtype, device: (torch.zeros(2, 6, 4, device=device, dtype=dtype), True))
     with pytest.raises(RuntimeError, match="requested shape"):
         run_train(ctx, x, ids, scores, w13, w2, g, wrong)
+    ctx.reset()
+
+
+def test_wgrad_accumulation_resolves_explicit_parameter_owner(make_ctx):
+    """inplace_wgrad_accum with wgrad_parameter_owners: weights computed from flat BF16 parameters
+    (neither leaves nor views of one) accumulate into the owners' existing FP32 .grad (grad_dtype
+    FP32) in place -- same storage, start + the context's FP32 WGRAD; without the owners the computed
+    weights raise 'view of an autograd leaf', and an owner that does not require grad 'needs gradients'."""
+    if not hasattr(torch.Tensor, "grad_dtype"):
+        pytest.skip("FP32 gradients of BF16 parameters need Tensor.grad_dtype (torch >= 2.10)")
+    ctx = make_ctx(wgrad_dtype=torch.float32)
+    x, ids, scores, w13, w2 = case(seed=109)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    want = run_train(ctx, x, ids, scores, w13, w2, g, fp32_wgrad=True)  # the functional FP32 WGRADs
+    o13, o2 = torch.nn.Parameter(w13.reshape(-1).clone()), torch.nn.Parameter(w2.reshape(-1).clone())
+    o13.grad_dtype = o2.grad_dtype = torch.float32
+    start = (torch.randn(o13.shape, device=DEV), torch.randn(o2.shape, device=DEV))
+    o13.grad, o2.grad = start[0].clone(), start[1].clone()
+    storage = (o13.grad.data_ptr(), o2.grad.data_ptr())
+
+    def step(owners):
+        opts = dist_moe.ExecutionOptions(inplace_wgrad_accum=True, wgrad_parameter_owners=owners)
+        xs, ss = leaves(x, scores)
+        c13, c2 = o13.view(w13.shape) * 1, o2.view(w2.shape) * 1  # computed: not leaves, not views
+        out = dist_moe.routed_experts(xs, ids, ss, c13, c2, ctx, options=opts)
+        out.backward(g)
+        return out.detach(), xs.grad, ss.grad
+
+    out, gx, gs = step((o13, o2))
+    assert (o13.grad.data_ptr(), o2.grad.data_ptr()) == storage
+    assert o13.grad.dtype == o2.grad.dtype == torch.float32
+    for got, s0, w in ((o13.grad, start[0], want[3]), (o2.grad, start[1], want[4])):
+        torch.testing.assert_close(got - s0, w.reshape(-1), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out, want[0], rtol=0, atol=0)
+    torch.testing.assert_close(gx, want[1], rtol=0, atol=0)
+    torch.testing.assert_close(gs, want[2], rtol=0, atol=0)
+    assert_planner_reset(ctx)
+
+    with pytest.raises(ValueError, match="view of an autograd leaf"):
+        step(None)
+    ctx.reset()
+    frozen = torch.nn.Parameter(o2.detach().clone(), requires_grad=False)
+    with pytest.raises(ValueError, match="needs gradients"):
+        step((o13, frozen))
     ctx.reset()
 
 
