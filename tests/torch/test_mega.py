@@ -164,11 +164,17 @@ def test_mega_training_matches_staged_bitwise(contexts, clamped):
             torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m, n=name: f"call {call} {n}: mega vs staged: {m}")
 
 
-def mega_training_case(clamped, t=256):
-    """The token count and Config of a Mega MXFP8 training context with two activation slots (t = 256:
-    128 routed rows per expert, the staged GEMMs' 128x128 tiles)."""
-    return dict(t=t, cfg=config(MXFP8, t, "mega", inference=False, num_activation_slots=2,
-                                **(CLAMPED if clamped else {})))
+def mega_training_case(contexts, *, clamped, seed, t=256):
+    """A Mega MXFP8 training context with two activation slots at t tokens (t = 256: 128 routed rows
+    per expert, the staged GEMMs' 128x128 tiles), two leaf BF16 weights, their MXFP8 preparations and
+    a case's tokens: (t, ctx, (w13, w2) leaves, (p13, p2) prepared, (x, ids, scores))."""
+    ctx = contexts(config(MXFP8, t, "mega", inference=False, num_activation_slots=2, **(CLAMPED if clamped else {})))
+    w13, w2 = make_weights(E, D, FF, seed=seed, device=DEV)
+    a, b = w13.clone().requires_grad_(), w2.clone().requires_grad_()
+    cfg = dist_moe.BlockScaledConfig(format=MXFP8)
+    prepared = dist_moe.prepare_block_scaled_weight(a, cfg), dist_moe.prepare_block_scaled_weight(b, cfg)
+    tokens = make_tokens(t, D, K, seed=seed + 100, device=DEV, ids=upstream_case_ids(t, K, E))
+    return t, ctx, (a, b), prepared, tokens
 
 
 def test_mega_selective_checkpoint_on_slot_1_equals_eager_on_slot_0(contexts):
@@ -178,13 +184,7 @@ def test_mega_selective_checkpoint_on_slot_1_equals_eager_on_slot_0(contexts):
     and gradients bitwise, and the planner is empty after each backward."""
     from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-    m = mega_training_case(clamped=True)
-    t, ctx = m["t"], contexts(m["cfg"])
-    w13, w2 = make_weights(E, D, FF, seed=71, device=DEV)
-    a, b = w13.clone().requires_grad_(), w2.clone().requires_grad_()
-    cfg = dist_moe.BlockScaledConfig(format=MXFP8)
-    p13, p2 = dist_moe.prepare_block_scaled_weight(a, cfg), dist_moe.prepare_block_scaled_weight(b, cfg)
-    x, ids, s = make_tokens(t, D, K, seed=171, device=DEV, ids=upstream_case_ids(t, K, E))
+    t, ctx, (a, b), (p13, p2), (x, ids, s) = mega_training_case(contexts, clamped=True, seed=71)
     g = torch.randn(t, D, generator=torch.Generator().manual_seed(172)).to(torch.bfloat16).to(DEV)
 
     def run(slot, wrap):
@@ -218,13 +218,7 @@ def test_mega_training_context_no_grad_is_scratch_only(contexts):
     no-grad output bitwise and its backward empties the planner."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    m = mega_training_case(clamped=False)
-    t, ctx = m["t"], contexts(m["cfg"])
-    w13, w2 = make_weights(E, D, FF, seed=75, device=DEV)
-    a, b = w13.clone().requires_grad_(), w2.clone().requires_grad_()
-    cfg = dist_moe.BlockScaledConfig(format=MXFP8)
-    p13, p2 = dist_moe.prepare_block_scaled_weight(a, cfg), dist_moe.prepare_block_scaled_weight(b, cfg)
-    x, ids, s = make_tokens(t, D, K, seed=175, device=DEV, ids=upstream_case_ids(t, K, E))
+    t, ctx, _, (p13, p2), (x, ids, s) = mega_training_case(contexts, clamped=False, seed=75)
 
     def fn(x, s):
         with torch.no_grad():

@@ -678,16 +678,23 @@ def test_wgrad_callbacks_run_eagerly_in_order(make_ctx):
                                                   options=dist_moe.ExecutionOptions(wgrad_postprocess_fn=post)))(x)
 
 
+def fp32_wgrad_step(make_ctx, *, seed):
+    """An FP32-WGRAD context, a case, its output gradient and one functional training step on it
+    (the FP32 WGRADs kept by grad_dtype leaves): (ctx, case, grad_out, run_train's results). Skips
+    where torch has no Tensor.grad_dtype."""
+    if not hasattr(torch.Tensor, "grad_dtype"):
+        pytest.skip("FP32 gradients of BF16 parameters need Tensor.grad_dtype (torch >= 2.10)")
+    ctx = make_ctx(wgrad_dtype=torch.float32)
+    c = case(seed=seed)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    return ctx, c, g, run_train(ctx, *c, g, fp32_wgrad=True)
+
+
 def test_wgrad_destination_contract(make_ctx):
     """wgrad_destination_fn on an FP32-WGRAD context is asked for each weight's shape, FP32 and device;
     FP32 destinations it returns with accumulate=True receive the WGRADs added to what they held; a
     destination of the wrong shape raises 'requested shape'; the option makes requires_eager true."""
-    if not hasattr(torch.Tensor, "grad_dtype"):
-        pytest.skip("FP32 gradients of BF16 parameters need Tensor.grad_dtype (torch >= 2.10)")
-    ctx = make_ctx(wgrad_dtype=torch.float32)
-    x, ids, scores, w13, w2 = case(seed=107)
-    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
-    want = run_train(ctx, x, ids, scores, w13, w2, g, fp32_wgrad=True)  # FP32 WGRADs through autograd
+    ctx, (x, ids, scores, w13, w2), g, want = fp32_wgrad_step(make_ctx, seed=107)
     start = {"w13": torch.randn(w13.shape, device=DEV), "w2": torch.randn(w2.shape, device=DEV)}
     dests, asked = {n: t.clone() for n, t in start.items()}, []
 
@@ -718,12 +725,7 @@ def test_wgrad_accumulation_resolves_explicit_parameter_owner(make_ctx):
     (neither leaves nor views of one) accumulate into the owners' existing FP32 .grad (grad_dtype
     FP32) in place -- same storage, start + the context's FP32 WGRAD; without the owners the computed
     weights raise 'view of an autograd leaf', and an owner that does not require grad 'needs gradients'."""
-    if not hasattr(torch.Tensor, "grad_dtype"):
-        pytest.skip("FP32 gradients of BF16 parameters need Tensor.grad_dtype (torch >= 2.10)")
-    ctx = make_ctx(wgrad_dtype=torch.float32)
-    x, ids, scores, w13, w2 = case(seed=109)
-    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
-    want = run_train(ctx, x, ids, scores, w13, w2, g, fp32_wgrad=True)  # the functional FP32 WGRADs
+    ctx, (x, ids, scores, w13, w2), g, want = fp32_wgrad_step(make_ctx, seed=109)
     o13, o2 = torch.nn.Parameter(w13.reshape(-1).clone()), torch.nn.Parameter(w2.reshape(-1).clone())
     o13.grad_dtype = o2.grad_dtype = torch.float32
     start = (torch.randn(o13.shape, device=DEV), torch.randn(o2.shape, device=DEV))
