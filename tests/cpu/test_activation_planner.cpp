@@ -255,11 +255,14 @@ void checkpointed_step(HostPlanner& hp, const CallShape& sh, int64_t L, const st
   }
   planner::Bf16BackwardOffsets bo{};
   for (int64_t i = L - 1; i >= 0; --i) {
-    if (!plain[i])  // the checkpoint's recompute: a real push
+    if (!plain[i]) {  // the checkpoint's recompute: a real push
       ASSERT_EQ(planner::plan_bf16_forward(hp.g, sh, hp.state(), 0, L, rows, false, pushed[i].data()), PlanStatus::kOk);
+    }
     ASSERT_EQ(planner::plan_bf16_backward(hp.g, sh, hp.state(), pushed[i].data(), kCallerX, &bo), PlanStatus::kOk)
         << "layer " << i;
-    if (pushed[i][planner::kNeedRecompute]) EXPECT_EQ(bo.x, pushed[i][planner::kX]) << "recompute reads the slot's x";
+    if (pushed[i][planner::kNeedRecompute]) {
+      EXPECT_EQ(bo.x, pushed[i][planner::kX]) << "recompute reads the slot's x";
+    }
   }
 }
 
@@ -400,8 +403,9 @@ TEST(ActivationPlanner, Fp8BlockwiseFitsTheMxfp8Layouts) {
         EXPECT_LE(planner::fp8_blockwise_row_bytes(cap, C), row_region) << "row bundle of " << C;
         EXPECT_LE(planner::fp8_blockwise_row_bytes(cap, C), planner::mxfp8_row_bytes(cap, C));
       }
-      if (!inference)
+      if (!inference) {
         EXPECT_LE(numeric::fp8_blockwise_compact_columns_bytes(std::max(s.D, s.F), cap), row_region);
+      }
     }
   }
 }
@@ -460,6 +464,34 @@ TEST(ActivationPlanner, Mxfp8AccountingAgreesWithThePlan) {
       EXPECT_EQ(x, b.expect ? l1[planner::kX] : kCallerX) << "a saved layer keeps no x: the caller's";
       ASSERT_EQ(planner::plan_mxfp8_backward(hp.g, cs, hp.state(), l0.data(), kCallerX, &x), PlanStatus::kOk);
       EXPECT_TRUE(hp == empty);
+    }
+  }
+}
+
+// upstream's test_balanced_slot_factor_recomputes_only_above_its_soft_budget, MXFP8 row: T = 128,
+// D = F = 128, K = 1, E = 4 at EP2, device factor 2.0, slot factor 1.0. Balanced rows (padded to the
+// block-scaled row multiple as routing pads them) on both ranks are saved; rows at factor 2.0 on one
+// rank force recompute on every rank (the decision is global).
+TEST(ActivationPlanner, Mxfp8BalancedSlotFactorRecomputesOnlyAboveItsSoftBudget) {
+  const int64_t R = 2, T = 128, K = 1, L = 2;
+  Config c = mxfp8_config(T, 128, 128, K, 4, 1, false);
+  c.device_scratch_capacity_factor = 2.0;
+  c.activation_slot_capacity_factor = 1.0;
+  const MemoryPlan p = plan_memory(c, R);
+  const planner::Mxfp8Homes homes{1000 * 128, 2000 * 128, 3000 * 128};
+  const auto rows_at = [&](double factor) {
+    return static_cast<int32_t>(plan_max_recv_rows(T, K, factor, L, R, kBlockScaledRowMultiple));
+  };
+  const int32_t balanced[2] = {rows_at(1.0), rows_at(1.0)};
+  const int32_t skewed[2] = {rows_at(2.0), 0};
+  ASSERT_GT(skewed[0], balanced[0]);
+  for (int64_t rank = 0; rank < R; ++rank) {
+    for (const auto& [recv, expect] : {std::pair{balanced, 0}, std::pair{skewed, 1}}) {
+      HostPlanner hp(geometry_of(p), R);
+      auto out = layer_buffer(R);
+      ASSERT_EQ(planner::plan_mxfp8_forward(hp.g, shape_of(c, R, rank), hp.state(), 0, 1, recv, false, homes, out.data()),
+                PlanStatus::kOk);
+      EXPECT_EQ(out[planner::kNeedRecompute], expect) << "rank " << rank << ", rows " << recv[0] << " / " << recv[1];
     }
   }
 }
