@@ -45,3 +45,26 @@ def test_every_public_name_is_documented():
     text = (ROOT / "docs" / "python_api.md").read_text()
     missing = [name for name in dist_moe.__all__ if f"`{name}`" not in text]
     assert not missing, missing
+
+
+# Backticked calls of these families in the docs name functions that must exist (upstream's
+# test_documented_callables_exist, over both faces: the Python package and the C++ sources).
+_CALL_FAMILIES = r"(?:create|plan|prepare|get|copy|scale|supports|quantize|dequantize|select|reset)_\w+"
+
+
+def test_documented_callables_exist():
+    """Every backticked call `create_...(`, `plan_...(`, `prepare_...(` (and the other families above),
+    bare or qualified (`dist_moe.`, `dist_moe::`, `planner::`), names a function the package defines
+    or the C++ sources declare or call: a renamed or removed function fails here."""
+    calls = set()
+    for path in DOCS:
+        for span in re.findall(r"`([^`\n]+)`", path.read_text()):
+            for m in re.finditer(r"(?<![\w.:])(?:\w+(?:::|\.))*(" + _CALL_FAMILIES + r")\(", span):
+                calls.add((m.group(1), path.name))
+    assert calls, "the pattern found no documented call"
+    sources = [p for base in ("include", "src", "python/dist_moe") for p in (ROOT / base).rglob("*")
+               if p.suffix in (".h", ".cuh", ".cpp", ".cu", ".py")]
+    text = "\n".join(p.read_text(errors="ignore") for p in sources)
+    missing = sorted((name, doc) for name, doc in calls
+                     if not hasattr(dist_moe, name) and not re.search(rf"\b{name}\s*\(", text))
+    assert not missing, missing

@@ -177,3 +177,20 @@ def test_package_modules_import_one_way():
     for m in sorted(graph):
         if m not in state:
             visit(m, [])
+
+
+def test_production_imports_are_standalone():
+    """The package imports only the standard library, torch and itself (upstream's allowed roots minus
+    the Blackwell stacks we do not use): no test helper, tool script or stray dependency leaks in."""
+    allowed = set(sys.stdlib_module_names) | {"__future__", "torch", "dist_moe"}
+    bad = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                roots = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                roots = [node.module.split(".")[0]]
+            else:
+                continue
+            bad += [f"{path.relative_to(ROOT)}:{node.lineno} imports {r}" for r in roots if r not in allowed]
+    assert not bad, bad
