@@ -123,6 +123,37 @@ def test_single_rank_forward_and_backward_match_reference(make_ctx):
     assert_planner_reset(ctx)
 
 
+def test_two_saved_layers_match_reference_without_recompute(make_ctx):
+    """Two chained layers in one slot of at least the maximum useful bytes: both forwards save their
+    activations (no recompute: the slot holds each layer's x and h1, not only x), and the output and
+    all seven gradients (x, both layers' scores and weights) match the chained reference at 2e-2."""
+    ctx = make_ctx(max_moe_layers_per_activation_slot=2, activation_slot_capacity_factor=None,
+                   activation_slot_bytes=64 << 20)
+    assert ctx.activation_buffer.activation_slot_bytes >= ctx.memory_plan.maximum_useful_activation_slot_bytes
+    x, ids1, s1, w13a, w2a = case(seed=113)
+    _, ids2, s2, w13b, w2b = case(seed=115, shift=1)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+
+    def chain(layer, x, s1, w13a, w2a, s2, w13b, w2b):
+        return layer(layer(x, ids1, s1, w13a, w2a), ids2, s2, w13b, w2b)
+
+    inputs = leaves(x, s1, w13a, w2a, s2, w13b, w2b)
+    out = chain(lambda *a: dist_moe.routed_experts(*a, ctx), *inputs)
+    snap = ctx.planner_snapshot()
+    assert snap["layer_ids"] == [2], snap
+    assert sum(snap["saved_bytes"]) >= 2 * (T * D * 2 + T * K * 2 * FF * 2), snap  # x and h1 of each layer
+    out.backward(g)
+    want_inputs = leaves(x, s1, w13a, w2a, s2, w13b, w2b)
+    want = chain(reference_moe, *want_inputs)
+    want.backward(g)
+    tol = dict(rtol=2e-2, atol=2e-2)
+    assert_moe_close(out, want, name="out", **FWD_TOL)
+    names = ("grad_x", "grad_scores1", "grad_w13a", "grad_w2a", "grad_scores2", "grad_w13b", "grad_w2b")
+    for name, a, b in zip(names, inputs, want_inputs):
+        assert_moe_close(a.grad, b.grad, name=name, **dict(GRAD_TOL, **tol))
+    assert_planner_reset(ctx)
+
+
 def test_context_accepts_bounded_token_shapes(make_ctx):
     """T in {1, 4, 8} of T_max 8 matches the reference at 2e-2; T in {0, 9} raises 'must be in'."""
     ctx = make_ctx()
