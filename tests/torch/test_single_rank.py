@@ -569,6 +569,36 @@ def test_clip_statistics_are_graph_visible(make_ctx):
     ctx.reset()
 
 
+def test_clip_statistics_count_a_constructed_case_exactly(make_ctx):
+    """Upstream's constructed case of test_clip_statistics_are_graph_visible: x rows alternate all +1 /
+    all -1, every expert's gate rows are all 1 and its up rows all -1, so h1 is exactly +-D on the
+    gate half and -+D on the up half. At limit 0 the statistics are exactly (routes of the +1 tokens
+    x F, all routes x F, all routes x F), eager and in a make_fx graph (stats pre-filled with -1), and
+    the output equals the output without statistics bitwise."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    ctx = make_ctx(inference=True)
+    _, ids, scores, _, w2 = case(seed=117)
+    sign = torch.where(torch.arange(T, device=DEV) % 2 == 0, 1.0, -1.0)
+    x = sign[:, None].expand(T, D).to(torch.bfloat16).contiguous()
+    w13 = torch.cat([torch.ones(E, FF, D), -torch.ones(E, FF, D)], dim=1).to(torch.bfloat16).to(DEV)
+    stats = torch.full((3,), -1.0, device=DEV)
+    opts = dist_moe.ExecutionOptions(swiglu_clip_stats_out_3=stats, swiglu_clip_limit=0.0)
+
+    def fn(x, scores):
+        return dist_moe.routed_experts(x, ids, scores, w13, w2, ctx, options=opts)
+
+    want = torch.tensor([(T + 1) // 2 * K * FF, T * K * FF, T * K * FF], dtype=torch.float32)
+    plain = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx)
+    out = fn(x, scores)
+    torch.testing.assert_close(stats.cpu(), want, rtol=0, atol=0)
+    torch.testing.assert_close(out, plain, rtol=0, atol=0)
+    gm = make_fx(fn)(x, scores)
+    stats.fill_(-1)
+    torch.testing.assert_close(gm(x, scores), plain, rtol=0, atol=0)
+    torch.testing.assert_close(stats.cpu(), want, rtol=0, atol=0)
+
+
 def test_registered_rmsnorm_policy_round_trips_exactly(make_ctx):
     """Every RMSNormPostprocess field reaches the registered op (its schema's rmsnorm_* arguments in a
     make_fx graph, the weight as the traced input itself) and the native options; None reaches them
