@@ -653,15 +653,20 @@ def test_mxfp8_wgrad_accumulates_into_source_grad(make_ctx, grad_dtype):
     assert_planner_reset(ctx)
 
 
-def test_mxfp8_wgrad_accumulators_are_visible_to_joint_make_fx(make_ctx):
-    """A joint forward+backward trace with preset .grad buffers on the prepared weights' sources holds
-    one block_scaled_backward_accumulate_ whose args 3 and 4 are views of the gradient placeholders and
-    whose args[-2] is the WGRAD dtype."""
+@pytest.mark.parametrize("grad_dtype", [torch.bfloat16, torch.float32])
+def test_mxfp8_wgrad_accumulators_are_visible_to_joint_make_fx(make_ctx, grad_dtype):
+    """A joint forward+backward trace with preset .grad buffers (BF16, or FP32 on grad_dtype FP32
+    parameters) on the prepared weights' sources holds one block_scaled_backward_accumulate_, impure,
+    whose args 3 and 4 are views of the gradient placeholders and whose args[-2] is the WGRAD dtype."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    ctx = make_ctx(wgrad_dtype=torch.bfloat16)
+    if grad_dtype == torch.float32 and not hasattr(torch.Tensor, "grad_dtype"):
+        pytest.skip("FP32 gradients of BF16 parameters need Tensor.grad_dtype (torch >= 2.10)")
+    ctx = make_ctx(wgrad_dtype=grad_dtype)
     x, ids, scores, w13_0, w2_0 = case(seed=83)
     p13, p2 = torch.nn.Parameter(w13_0.clone()), torch.nn.Parameter(w2_0.clone())
+    if grad_dtype == torch.float32:
+        p13.grad_dtype = p2.grad_dtype = torch.float32
     pw13, pw2 = (dist_moe.prepare_block_scaled_weight(p, MXFP8) for p in (p13, p2))
     opts = dist_moe.ExecutionOptions(inplace_wgrad_accum=True)
 
@@ -671,13 +676,13 @@ def test_mxfp8_wgrad_accumulators_are_visible_to_joint_make_fx(make_ctx):
         out.backward(grad_out)
         return out.detach()
 
-    g13, g2 = torch.zeros_like(w13_0), torch.zeros_like(w2_0)
+    g13, g2 = torch.zeros_like(w13_0, dtype=grad_dtype), torch.zeros_like(w2_0, dtype=grad_dtype)
     grad_out = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
     gm = make_fx(joint)(x.clone().requires_grad_(), scores.clone().requires_grad_(), g13, g2, grad_out)
     op = torch.ops.dist_moe.block_scaled_backward_accumulate_.default
     nodes = [n for n in gm.graph.nodes if n.target == op]
     assert len(nodes) == 1, gm.graph
-    assert nodes[0].args[-2] == torch.bfloat16
+    assert nodes[0].args[-2] == grad_dtype and nodes[0].is_impure()
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for arg, ph in zip(nodes[0].args[3:5], placeholders[2:4]):
         assert arg.target == torch.ops.aten.view.default and arg.args[0] is ph, (arg, ph)
