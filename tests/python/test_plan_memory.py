@@ -1,5 +1,7 @@
 """plan_memory through Python: upstream's DistMoeMemoryPlanTest rows that need no device."""
 
+import math
+
 import pytest
 
 import dist_moe as dm
@@ -61,6 +63,24 @@ def test_activation_slot_capacity_modes_are_independent_of_scratch():
     b = dm.plan_memory(config(activation_slot_capacity_factor=1.0, device_scratch_capacity_factor=2.0), 2)
     assert a.activation_slot_bytes == b.activation_slot_bytes
     assert a.device_scratch_bytes != b.device_scratch_bytes
+
+
+def test_mxfp8_activation_slot_capacity_factors_follow_the_same_formula():
+    """Upstream's MXFP8 rows of the capacity-modes test (T = 256): factor 1.0 is the balanced full
+    save, 1.5 the minimum plus 1.5x the span to it (rounded up to the 128-byte alignment), 0.0 the
+    minimum; the balanced full save is the MXFP8 accounting's, not BF16's."""
+    mxfp8 = dm.BlockScaledConfig(format=dm.BlockScaledFormat.MXFP8_E4M3)
+
+    def slot(factor, **kw):
+        return dm.plan_memory(config(max_num_local_input_tokens=256, activation_slot_capacity_factor=factor, **kw), 2)
+
+    p0, p1, p15 = (slot(f, block_scaled=mxfp8) for f in (0.0, 1.0, 1.5))
+    lo, hi = p1.minimum_activation_slot_bytes, p1.balanced_full_save_activation_slot_bytes
+    assert 0 < lo < hi
+    assert p0.activation_slot_bytes == lo and p1.activation_slot_bytes == hi
+    want = lo + math.ceil(1.5 * (hi - lo))
+    assert p15.activation_slot_bytes == (want + 127) // 128 * 128
+    assert hi != slot(1.0).balanced_full_save_activation_slot_bytes  # the MXFP8 accounting, not BF16's
 
 
 def test_rejects_budget_below_all_recompute_minimum():
