@@ -820,6 +820,33 @@ def test_wgrad_accumulation_resolves_explicit_parameter_owner(make_ctx):
     ctx.reset()
 
 
+def test_dtensor_gradient_owner_resolves_local_storage(make_ctx):
+    """A replicated DTensor parameter (a one-rank mesh) as the explicit WGRAD owner: the backward adds
+    into its .grad's local shard in place (same storage), start + the functional WGRAD within BF16
+    rounding, and autograd hands the computed weights nothing."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
+    ctx = make_ctx()
+    x, ids, scores, w13, w2 = case(seed=119)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    want = run_train(ctx, x, ids, scores, w13, w2, g)
+    mesh = init_device_mesh("cuda", (1,))
+    o13, o2 = (torch.nn.Parameter(distribute_tensor(w.reshape(-1).clone(), mesh, [Replicate()])) for w in (w13, w2))
+    start = [(torch.randn(o.shape, device=DEV) * 1e-2).to(torch.bfloat16) for o in (o13, o2)]  # small: BF16 sums
+    o13.grad, o2.grad = (distribute_tensor(s0.clone(), mesh, [Replicate()]) for s0 in start)
+    storage = (o13.grad.to_local().data_ptr(), o2.grad.to_local().data_ptr())
+    opts = dist_moe.ExecutionOptions(inplace_wgrad_accum=True, wgrad_parameter_owners=(o13, o2))
+    xs, ss = leaves(x, scores)
+    c13, c2 = o13.to_local().view(w13.shape) * 1, o2.to_local().view(w2.shape) * 1
+    dist_moe.routed_experts(xs, ids, ss, c13, c2, ctx, options=opts).backward(g)
+    assert (o13.grad.to_local().data_ptr(), o2.grad.to_local().data_ptr()) == storage
+    for o, s0, w in ((o13, start[0], want[3]), (o2, start[1], want[4])):
+        assert_moe_close(o.grad.to_local().float() - s0.float(), w.reshape(-1).float(), name="dtensor wgrad",
+                         rtol=2e-2, atol=2e-2, rel_l2=1e-2, cos=0.999)
+    assert_planner_reset(ctx)
+
+
 def test_bf16_callback_accumulates_closed_parameter_grad(make_ctx):
     """A callable postprocess h3 * scale_D (scale requires grad) with zero_out_padded_callback_inputs:
     the callback sees zero rows for -1 routes, output and grads (scale's included) match the
