@@ -16,24 +16,17 @@ bench() {  # bench SIDE LOG args...: one layer measurement of side A (main) or B
   local b=build-gpu; [ "$side" = A ] && b=.abtree/build-ab
   timeout 60 $b/dist-moe bench --shape dsv3_decode --mode infer --no-baseline --iters 10 --sustain-ms 50 "$@" > "$f" 2>&1
 }
-for r in 1 2 3; do
-  for side in A B; do
-    [ "$(left)" -lt 40 ] && break 2
-    f=$L/nvfp4_mega_$side$r.log; bench $side $f --format nvfp4 --pipeline mega
-    echo "nvfp4 mega $side$r: $(grep -E '^(inference forward|staged layer|BF16 layer) |^fwd:mega .*GB' $f | sed -E 's/ +/ /g' | cut -d' ' -f1-9 | tr '\n' ';')"
+rounds() {  # rounds LABEL N LINES-REGEX bench-args...: N rounds of A then B, each one line of the log
+  local label=$1 n=$2 lines=$3; shift 3
+  for r in $(seq 1 "$n"); do
+    for side in A B; do
+      [ "$(left)" -lt 40 ] && return
+      local f=$L/${label// /_}_$side$r.log
+      bench $side "$f" "$@"
+      echo "$label $side$r: $(grep -E "$lines" "$f" | sed -E 's/ +/ /g' | cut -d' ' -f1-9 | tr '\n' ';')"
+    done
   done
-done
-for r in 1 2; do
-  for side in A B; do
-    [ "$(left)" -lt 40 ] && break 2
-    f=$L/nvfp4_staged_$side$r.log; bench $side $f --format nvfp4
-    echo "nvfp4 staged $side$r: $(grep -E '^(inference forward) |^fwd:w(13|2) .*GB' $f | sed -E 's/ +/ /g' | cut -d' ' -f1-9 | tr '\n' ';')"
-  done
-done
-for r in 1 2; do
-  for side in A B; do
-    [ "$(left)" -lt 40 ] && break 2
-    f=$L/mxfp8_mega_$side$r.log; bench $side $f --format mxfp8 --pipeline mega
-    echo "mxfp8 mega $side$r: $(grep -E '^(inference forward|staged layer) |^fwd:mega .*GB' $f | sed -E 's/ +/ /g' | cut -d' ' -f1-9 | tr '\n' ';')"
-  done
-done
+}
+rounds "nvfp4 mega" 3 '^(inference forward|staged layer|BF16 layer) |^fwd:mega .*GB' --format nvfp4 --pipeline mega
+rounds "nvfp4 staged" 2 '^(inference forward) |^fwd:w(13|2) .*GB' --format nvfp4
+rounds "mxfp8 mega" 2 '^(inference forward|staged layer) |^fwd:mega .*GB' --format mxfp8 --pipeline mega
