@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # s54 r1: the torch tests, first the files s53 and s54 changed (s53's run5 never got a machine):
-# upstream's single-rank tolerances, the callback / WGRAD dtype / inference-scratch rows (s53), the
-# destination contract, the RMSNorm policy round trip, context-local slot selection, RMSNorm
-# inference under make_fx, clip statistics in an inference graph, MXFP8 SAC over clamped SwiGLU,
-# no-grad graph replay, Mega SAC and Mega no-grad (s54); then the rest of tests/torch while time is left.
+# test_single_rank.py, test_mega.py, test_mxfp8.py one at a time within BUDGET (docs/test_coverage.md,
+# "Added in session 53 / 54"), then the rest of tests/torch (test_examples_run.py among them) while
+# time is left.
 RUN_NAME=torch54; source scripts/device_run_prelude.sh
 nvidia-smi --query-gpu=name --format=csv,noheader
 OUT=$L scripts/quick_build.sh dist_moe_native dist_moe_torch || exit 1
