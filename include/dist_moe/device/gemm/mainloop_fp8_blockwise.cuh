@@ -186,7 +186,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       // slice 1 of block kb. Slice 0 is folded while slice 1 runs, slice 1 while the next block's
       // slice 0 runs, so this warpgroup always has wgmma queued while it promotes.
       float s0[kSliceAcc], s1[kSliceAcc];
-      StageDescs d = stage_descs(smem, ptx::warp_uniform(st.stage), wg);
+      StageDescs d = stage_descs(smem, st, wg);
       pipe.consumer_wait(st);
       issue_slice(d, 0, s0);
       issue_slice(d, 1, s1);
@@ -202,7 +202,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
         ptx::wgmma_fence_operands(s0);
         fold(acc, s0, 0, now);
         st.advance();
-        d = stage_descs(smem, ptx::warp_uniform(st.stage), wg);
+        d = stage_descs(smem, st, wg);
         pipe.consumer_wait(st);
         issue_slice(d, 0, s0);
         ptx::wgmma_wait<1>();  // slice 1 of block kb
@@ -226,7 +226,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
         const Scales now = cur;
         cur = load_scales(p, rows, min(kb + 1, last_kb));
-        const StageDescs d = stage_descs(smem, ptx::warp_uniform(st.stage), wg);
+        const StageDescs d = stage_descs(smem, st, wg);
         pipe.consumer_wait(st);
 #pragma unroll
         for (int s = 0; s < kSlices; ++s) {
@@ -316,7 +316,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     smem = ptx::warp_uniform(smem);
     wg = ptx::warp_uniform(wg);
     for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
-      const StageDescs d = stage_descs(smem, ptx::warp_uniform(st.stage), wg);
+      const StageDescs d = stage_descs(smem, st, wg);
       pipe.consumer_wait(st);
 #pragma unroll
       for (int s = 0; s < kSlices; ++s) {
@@ -391,6 +391,10 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   };
   DMOE_DEVICE static StageDescs stage_descs(uint32_t smem, int stage, int wg) {
     return {Base::desc_a(smem, stage, wg, 0), Base::desc_b(smem, stage)};
+  }
+  // Those of the pipeline's current stage, its index made warp-uniform first (what the loops pass).
+  DMOE_DEVICE static StageDescs stage_descs(uint32_t smem, const PipelineState<kStages>& st, int wg) {
+    return stage_descs(smem, ptx::warp_uniform(st.stage), wg);
   }
 
   // Issues slice s of the stage whose descriptors are `d` (B rows [s * kSliceN, (s + 1) * kSliceN):
