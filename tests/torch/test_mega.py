@@ -37,12 +37,16 @@ def config(fmt, t, pipeline, inference=True, **kw):
     return single_rank_config(t, D, FF, K, E, block_scaled=bs, inference=inference, **kw)
 
 
-def prepared(fmt, seed):
-    """Prepared weights an inference context of `fmt` takes (MXFP8: the training preparation's 32x32
-    tiles, docs/block_scaled_layer.md)."""
-    w13, w2 = make_weights(E, D, FF, seed=seed, device=DEV)
+def prepare_pair(w13, w2, fmt=MXFP8):
+    """Both weights prepared in `fmt` (MXFP8: the training preparation's 32x32 tiles, which inference
+    contexts take too, docs/block_scaled_layer.md); a source that requires grad receives the WGRAD."""
     cfg = dist_moe.BlockScaledConfig(format=fmt)
     return dist_moe.prepare_block_scaled_weight(w13, cfg), dist_moe.prepare_block_scaled_weight(w2, cfg)
+
+
+def prepared(fmt, seed):
+    """Prepared weights of seeded BF16 weights, as an inference context of `fmt` takes them."""
+    return prepare_pair(*make_weights(E, D, FF, seed=seed, device=DEV), fmt)
 
 
 def fmt_name(fmt):
@@ -108,8 +112,7 @@ def test_mega_mxfp8_inference_dynamic_weights_equal_prepared(contexts, t):
     its dynamic == prepared part, Mega rows; the staged rows are test_mxfp8.py's)."""
     mega = contexts(config(MXFP8, t, "mega"))
     w13, w2 = make_weights(E, D, FF, seed=75, device=DEV)
-    cfg = dist_moe.BlockScaledConfig(format=MXFP8)
-    p13, p2 = dist_moe.prepare_block_scaled_weight(w13, cfg), dist_moe.prepare_block_scaled_weight(w2, cfg)
+    p13, p2 = prepare_pair(w13, w2)
     x, ids, s = make_tokens(t, D, K, seed=120, device=DEV, ids=upstream_case_ids(t, K, E))
     want = dist_moe.routed_experts(x, ids, s, p13, p2, mega)
     got = dist_moe.routed_experts(x, ids, s, w13, w2, mega)
@@ -144,12 +147,11 @@ def test_mega_training_matches_staged_bitwise(contexts, clamped):
     staged = contexts(config(MXFP8, t, "staged", inference=False, **kw))
     mega = contexts(config(MXFP8, t, "mega", inference=False, **kw))
     w13, w2 = make_weights(E, D, FF, seed=73, device=DEV)
-    cfg = dist_moe.BlockScaledConfig(format=MXFP8)
 
     def step(ctx, x, ids, s, g):
         x, s = x.clone().requires_grad_(), s.clone().requires_grad_()
         a, b = w13.clone().requires_grad_(), w2.clone().requires_grad_()
-        p13, p2 = dist_moe.prepare_block_scaled_weight(a, cfg), dist_moe.prepare_block_scaled_weight(b, cfg)
+        p13, p2 = prepare_pair(a, b)
         out = dist_moe.routed_experts(x, ids, s, p13, p2, ctx)
         out.backward(g)
         return out.detach(), x.grad, s.grad, a.grad, b.grad
@@ -171,8 +173,7 @@ def mega_training_case(contexts, *, clamped, seed, t=256):
     ctx = contexts(config(MXFP8, t, "mega", inference=False, num_activation_slots=2, **(CLAMPED if clamped else {})))
     w13, w2 = make_weights(E, D, FF, seed=seed, device=DEV)
     a, b = w13.clone().requires_grad_(), w2.clone().requires_grad_()
-    cfg = dist_moe.BlockScaledConfig(format=MXFP8)
-    prepared = dist_moe.prepare_block_scaled_weight(a, cfg), dist_moe.prepare_block_scaled_weight(b, cfg)
+    prepared = prepare_pair(a, b)
     tokens = make_tokens(t, D, K, seed=seed + 100, device=DEV, ids=upstream_case_ids(t, K, E))
     return t, ctx, (a, b), prepared, tokens
 
@@ -260,7 +261,6 @@ def test_mega_prepared_weights_accumulate_parameter_grad(contexts):
     t = 256
     w13, w2 = make_weights(E, D, FF, seed=77, device=DEV)
     start = (torch.randn(w13.shape, device=DEV), torch.randn(w2.shape, device=DEV))
-    cfg = dist_moe.BlockScaledConfig(format=MXFP8)
     opts = dist_moe.ExecutionOptions(inplace_wgrad_accum=True)
     cases = []
     for call in range(2):
@@ -274,7 +274,7 @@ def test_mega_prepared_weights_accumulate_parameter_grad(contexts):
         p13.grad_dtype = p2.grad_dtype = torch.float32
         p13.grad, p2.grad = start[0].clone(), start[1].clone()
         storage = (p13.grad.data_ptr(), p2.grad.data_ptr())
-        pw13, pw2 = dist_moe.prepare_block_scaled_weight(p13, cfg), dist_moe.prepare_block_scaled_weight(p2, cfg)
+        pw13, pw2 = prepare_pair(p13, p2)
         for x, ids, s, g in cases:
             xs, ss = x.clone().requires_grad_(), s.clone().requires_grad_()
             dist_moe.routed_experts(xs, ids, ss, pw13, pw2, ctx, options=opts).backward(g)
@@ -296,8 +296,7 @@ def test_mega_training_is_traceable_and_graphable(contexts):
     ctx = contexts(config(MXFP8, t, "mega", inference=False))
     w13, w2 = make_weights(E, D, FF, seed=79, device=DEV)
     p13, p2 = torch.nn.Parameter(w13.clone()), torch.nn.Parameter(w2.clone())
-    cfg = dist_moe.BlockScaledConfig(format=MXFP8)
-    pw = (dist_moe.prepare_block_scaled_weight(p13, cfg), dist_moe.prepare_block_scaled_weight(p2, cfg))
+    pw = prepare_pair(p13, p2)
 
     def fn(x, ids, scores, w13=p13, w2=p2):  # pw's sources, inputs of the graphed callable (their grads)
         return dist_moe.routed_experts(x, ids, scores, *pw, ctx)
