@@ -43,6 +43,7 @@ T_UPSTREAM = 128
 DEV = torch.device("cuda", 0)
 MXFP8 = dist_moe.BlockScaledConfig(format=dist_moe.BlockScaledFormat.MXFP8_E4M3, pipeline="staged")
 NAMES = ("out", "grad_x", "grad_scores", "grad_w13", "grad_w2")
+CLAMPED = dict(activation="swiglu_clamped", swiglu_alpha=1.5, swiglu_limit=5.0)  # the clamped SwiGLU Config
 
 
 def config(**kw):
@@ -275,8 +276,7 @@ def test_mxfp8_clamped_swiglu_matches_references(make_ctx):
     relL2 0.14). The comparison with it runs as upstream's test_mxfp8_clamped_swiglu_matches_reference
     does: unscaled x at upstream's T=128, aggregate MXFP8 tolerances."""
     kw = dict(activation="swiglu_clamped", alpha=1.5, limit=5.0)
-    clamped = dict(activation="swiglu_clamped", swiglu_alpha=1.5, swiglu_limit=5.0)
-    ctx = make_ctx(**clamped)
+    ctx = make_ctx(**CLAMPED)
     x, ids, scores, w13, w2 = case(seed=7)
     x = x * 4
     _, h1 = reference_moe(x, ids, scores, w13, w2, return_h1=True, **kw)
@@ -286,7 +286,7 @@ def test_mxfp8_clamped_swiglu_matches_references(make_ctx):
     got = run_train(ctx, x, ids, scores, w13, w2, g, prepare=True)
     assert_emulated(got, x, ids, scores, w13, w2, g, what="x*4: ", **kw)
 
-    ctx = make_ctx(max_num_local_input_tokens=T_UPSTREAM, **clamped)
+    ctx = make_ctx(max_num_local_input_tokens=T_UPSTREAM, **CLAMPED)
     x, ids, scores, w13, w2 = case(seed=7, t=T_UPSTREAM)
     g = torch.randn(T_UPSTREAM, D, device=DEV, dtype=torch.bfloat16)
     got = run_train(ctx, x, ids, scores, w13, w2, g, prepare=True)
@@ -579,8 +579,7 @@ def test_mxfp8_activation_checkpointing_matches_eager_bitwise(make_ctx, weights,
     plain and clamped SwiGLU (upstream's staged rows of test_mxfp8_training_effects_preserve_eager_bitwise)."""
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-    clamped = dict(activation="swiglu_clamped", swiglu_alpha=1.5, swiglu_limit=5.0)
-    ctx = make_ctx(num_activation_slots=2, **(clamped if activation == "swiglu_clamped" else {}))
+    ctx = make_ctx(num_activation_slots=2, **(CLAMPED if activation == "swiglu_clamped" else {}))
     x, ids, scores, w13, w2 = case(seed=73)
     g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
     a, b, p13, p2 = prepared(w13, w2)
