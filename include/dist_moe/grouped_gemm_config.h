@@ -122,8 +122,12 @@ struct GroupedGemmConfig {
   // kernels (a run-time switch), the same bits; false only for A/B runs ("_nosplit"). Other
   // kernels ignore it.
   bool narrow_split = true;
+  // MXFP8 only: the baseline kernel that dequantizes both operands to BF16 in its producer warps
+  // for BF16 wgmma (issue #25; "_dq", 128x128x128_s4), instead of E4M3 wgmma with per-32
+  // promotion. Never the heuristic's pick: for A/B runs and overrides.
+  bool mxfp8_dequant = false;
 
-  // "128x256x64_s4" (+ "_c2", "_pp", "_tma", "_dyn", "_nosplit", "_swapab", "_gather"); what
+  // "128x256x64_s4" (+ "_c2", "_pp", "_tma", "_dyn", "_nosplit", "_swapab", "_gather", "_dq"); what
   // overrides and the benchmark print.
   std::string name() const;
 };

@@ -352,6 +352,7 @@ std::string GroupedGemmConfig::name() const {
   if (!narrow_split) s += "_nosplit";
   if (swap_ab) s += "_swapab";
   if (gather) s += "_gather";
+  if (mxfp8_dequant) s += "_dq";
   return s;
 }
 

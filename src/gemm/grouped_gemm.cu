@@ -160,6 +160,7 @@ GroupedGemmConfig config_of(const GemmKernelEntry& e, int sms) {
   c.cluster_m = e.cluster_m;
   c.pingpong = e.pingpong;
   c.tma_store = e.tma_store();
+  c.mxfp8_dequant = e.dequant_bf16;
   return c;
 }
 
@@ -291,7 +292,8 @@ const GemmKernelEntry& find_kernel(GroupedGemmOp op, DType out, const GroupedGem
   for (const GemmKernelEntry& e : gemm::gemm_kernels()) {
     if (e.kind == kind && e.epilogue == epilogue_of(op, out) && e.a == c.a_format && e.b == c.b_format &&
         e.gather == cfg.gather && e.block_m == cfg.block_m && e.block_n == cfg.block_n && e.stages == cfg.stages &&
-        e.cluster_m == cfg.cluster_m && e.pingpong == cfg.pingpong && e.tma_store() == cfg.tma_store)
+        e.cluster_m == cfg.cluster_m && e.pingpong == cfg.pingpong && e.tma_store() == cfg.tma_store &&
+        e.dequant_bf16 == cfg.mxfp8_dequant)
       return e;
   }
   std::ostringstream avail;
@@ -627,7 +629,7 @@ std::vector<GroupedGemmConfig> grouped_gemm_configs(GroupedGemmOp op, DType out_
   if (a_format == kMxfp8Rows && b_format == kMxfp8Weight) {
     const size_t scheduled = v.size();
     for (size_t i = 0; i < scheduled; ++i) {
-      if (v[i].swap_ab) continue;
+      if (v[i].swap_ab || v[i].mxfp8_dequant) continue;  // (no narrow split to switch off)
       GroupedGemmConfig w = v[i];
       w.narrow_split = false;
       v.push_back(w);

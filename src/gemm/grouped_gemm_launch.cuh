@@ -16,6 +16,7 @@
 #include "dist_moe/device/gemm/kernel.cuh"
 #include "dist_moe/device/gemm/mainloop_fp8_blockwise.cuh"
 #include "dist_moe/device/gemm/mainloop_mxfp8.cuh"
+#include "dist_moe/device/gemm/mainloop_mxfp8_dequant.cuh"
 #include "dist_moe/device/gemm/mainloop_block_scaled_swap_ab.cuh"
 #include "dist_moe/device/gemm/mainloop_nvfp4_swap_ab.cuh"
 #include "dist_moe/device/numeric/nvfp4.cuh"
@@ -79,7 +80,7 @@ typename Kernel::Params grouped_gemm_params(const GemmLaunch& L, int64_t* tiles_
   constexpr bool kTmaStore = Kernel::Writer::kTma;
   constexpr int kOutBytes = Epilogue::kOutBytes;
   constexpr int kCluster = Kernel::kClusterM;
-  constexpr int kIn = Mainloop::kElemBytes;  // bytes per A / B element
+  constexpr int kIn = Mainloop::kMapElemBytes;  // bytes per A / B element in memory
   DMOE_ASSERT(L.kind == kKind);
 
   typename Kernel::Params p{};
@@ -309,9 +310,12 @@ template <size_t I>
 inline constexpr bool kSpecFp8Blockwise = (kSpec<I>.a == kFp8BlockwiseRows && kSpec<I>.b == kFp8BlockwiseWeight) ||
                                           (kSpec<I>.a == kFp8BlockwiseRowsT && kSpec<I>.b == kFp8BlockwiseRowsT);
 
-// Whether entry I is an MXFP8 kernel (its mainloop promotes per 32 of K).
+// Whether entry I is an MXFP8 kernel (its mainloop promotes per 32 of K), or the MXFP8 baseline
+// that dequantizes both operands to BF16 (dequant_bf16).
 template <size_t I>
-inline constexpr bool kSpecMxfp8 = kSpec<I>.a == kMxfp8Rows && kSpec<I>.b == kMxfp8Weight;
+inline constexpr bool kSpecMxfp8 = kSpec<I>.a == kMxfp8Rows && kSpec<I>.b == kMxfp8Weight && !kSpec<I>.dequant_bf16;
+template <size_t I>
+inline constexpr bool kSpecMxfp8Dequant = kSpec<I>.a == kMxfp8Rows && kSpec<I>.b == kMxfp8Weight && kSpec<I>.dequant_bf16;
 
 // Whether entry I is an NVFP4 kernel (packed or expanded token rows x NVFP4 weights, FP16 RS wgmma).
 template <size_t I>
@@ -322,8 +326,9 @@ inline constexpr bool kSpecNvfp4 =
 template <size_t I>
 struct SpecOperands {
   static_assert((kSpec<I>.a == OperandFormat{} && kSpec<I>.b == OperandFormat{}) || kSpecFp8Blockwise<I> ||
-                    kSpecMxfp8<I> || kSpecNvfp4<I>,
+                    kSpecMxfp8<I> || kSpecMxfp8Dequant<I> || kSpecNvfp4<I>,
                 "only BF16 operands without scales, FP8-blockwise, MXFP8 and NVFP4 operands have a mainloop");
+  static_assert(!kSpec<I>.dequant_bf16 || kSpecMxfp8Dequant<I>, "dequant_bf16 is an MXFP8 mainloop");
   using type = std::conditional_t<kSpecNvfp4<I>, ptx::WgmmaTypeF16Rs,
                                   std::conditional_t<kSpecFp8Blockwise<I> || kSpecMxfp8<I>, ptx::WgmmaTypeE4m3,
                                                      ptx::WgmmaTypeBf16>>;
@@ -350,9 +355,11 @@ using SpecFp8BlockwiseMainloop =
 template <size_t I>
 using SpecMainloop = std::conditional_t<
     kSpecNvfp4<I>, gemm::Sm90Nvfp4SwapABMainloop<SpecMainloopConfig<I>, kSpec<I>.a == kNvfp4ExpandedRows>,
-    std::conditional_t<kSpecMxfp8<I>, SpecMxfp8Mainloop<I>,
-                       std::conditional_t<kSpecFp8Blockwise<I>, SpecFp8BlockwiseMainloop<I>,
-                                          gemm::Sm90Mainloop<SpecMainloopConfig<I>>>>>;
+    std::conditional_t<
+        kSpecMxfp8<I>, SpecMxfp8Mainloop<I>,
+        std::conditional_t<kSpecMxfp8Dequant<I>, gemm::Sm90Mxfp8DequantMainloop<SpecMainloopConfig<I>>,
+                           std::conditional_t<kSpecFp8Blockwise<I>, SpecFp8BlockwiseMainloop<I>,
+                                              gemm::Sm90Mainloop<SpecMainloopConfig<I>>>>>>;
 
 // The MXFP8 128x128 tile (the entries fprop_kernel / w13_kernel(128, 128, 5).tma().mxfp8()), for the
 // kernels built outside the list on it: the Mega rows form, the W2 DGRAD with SwiGLU backward.

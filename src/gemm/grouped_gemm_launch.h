@@ -45,6 +45,9 @@ struct GemmKernelSpec {
   // for swap-AB, whose kernel swaps them.
   OperandFormat a;
   OperandFormat b;
+  // MXFP8 operands dequantized to BF16 in the producer for BF16 wgmma (mainloop_mxfp8_dequant.cuh),
+  // instead of E4M3 wgmma with per-32 promotion: the measured baseline, never the heuristic's pick.
+  bool dequant_bf16 = false;
 
   constexpr bool tma_store() const { return writer != GemmWriter::kPadded; }
   constexpr GemmKernelFile file() const {
@@ -74,6 +77,11 @@ struct GemmKernelSpec {
     GemmKernelSpec s = *this;
     s.a = kMxfp8Rows;
     s.b = kMxfp8Weight;
+    return s;
+  }
+  constexpr GemmKernelSpec mxfp8_dequant() const {  // MXFP8 operands, made BF16 in the kernel
+    GemmKernelSpec s = mxfp8();
+    s.dequant_bf16 = true;
     return s;
   }
   constexpr GemmKernelSpec nvfp4() const {  // packed NVFP4 token rows x NVFP4 weights (swap-AB only)
@@ -211,6 +219,9 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     // MXFP8 DGRAD runs these on the transposed weight. grouped_gemm_sm90_fprop.cu / _w13.cu.
     fprop_kernel(128, 128, 5).tma().mxfp8(),
     w13_kernel(128, 128, 5).tma().mxfp8(),
+    // The dequantize-to-BF16 baseline (issue #25 item 4; perf_history G120): run by name ("_dq").
+    fprop_kernel(128, 128, 4).mxfp8_dequant(),
+    w13_kernel(128, 128, 4).mxfp8_dequant(),
     // MXFP8 swap-AB decode (device/gemm/mainloop_block_scaled_swap_ab.cuh): the BF16 decode tile with
     // 128-deep E4M3 stages (same 36 KiB), per-32 promotion in the consumers. _decode.cu.
     decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 32, 5).mxfp8(),

@@ -204,6 +204,11 @@ TEST(GemmConfig, NamesListEveryOption) {
   d.stages = 5;
   d.swap_ab = true;
   EXPECT_EQ(d.name(), "256x32x64_s5_swapab");
+  GroupedGemmConfig q;
+  q.block_n = 128;
+  q.block_k = 128;
+  q.mxfp8_dequant = true;
+  EXPECT_EQ(q.name(), "128x128x128_s4_dq");
   EXPECT_STREQ(to_string(GroupedGemmOp::kFpropSwiglu), "w13_fprop_swiglu");
 }
 

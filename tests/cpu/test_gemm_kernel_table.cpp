@@ -125,13 +125,14 @@ TEST(GemmKernelTable, HeuristicPicksFitTheirSharedMemory) {
 
 // MXFP8 128x128 narrow tiles (perf_history G99): every configuration the heuristic may pick splits
 // them across both warpgroups, and each has its "_nosplit" twin (warpgroup 0 alone, the A/B and the
-// bitwise test's reference); the swap-AB tiles have none, and neither have other formats.
+// bitwise test's reference); the swap-AB tiles have none, and neither have other formats or the
+// dequantizing baseline (BF16 consumers: no per-32 loop to split).
 TEST(GemmKernelTable, Mxfp8ConfigurationsHaveNosplitTwins) {
   for (const GroupedGemmOp op : {GroupedGemmOp::kFprop, GroupedGemmOp::kFpropSwiglu}) {
     const std::vector<GroupedGemmConfig> v = grouped_gemm_configs(op, DType::kBFloat16, false, kMxfp8Rows, kMxfp8Weight);
     int split = 0, alone = 0;
     for (const GroupedGemmConfig& c : v) {
-      if (c.swap_ab) {
+      if (c.swap_ab || c.mxfp8_dequant) {
         EXPECT_TRUE(c.narrow_split) << c.name();
         continue;
       }
@@ -167,6 +168,48 @@ TEST(GemmKernelTable, Mxfp8ConfigurationsHaveNosplitTwins) {
   p.a_format = kFp8BlockwiseRows;
   p.b_format = kFp8BlockwiseWeight;
   EXPECT_TRUE(select_grouped_gemm_config(p, kSms).narrow_split);
+}
+
+// The MXFP8 dequantize-to-BF16 baseline (mainloop_mxfp8_dequant.cuh, issue #25): compiled for
+// FPROP and W13 (and so for the transposed-weight DGRAD, which runs the FPROP kernels) under its
+// own names, with and without the dynamic schedule; it fits the shared memory at 1024 experts; no
+// other format lists it; and the heuristic never picks it, at any size.
+TEST(GemmKernelTable, Mxfp8DequantBaselineIsCompiledByNameAndNeverPicked) {
+  auto names = [](GroupedGemmOp op, const OperandFormat& a, const OperandFormat& b) {
+    std::vector<std::string> v;
+    for (const GroupedGemmConfig& c : grouped_gemm_configs(op, DType::kBFloat16, false, a, b))
+      if (c.mxfp8_dequant) v.push_back(c.name());
+    return v;
+  };
+  const std::vector<std::string> want = {"128x128x128_s4_dq", "128x128x128_s4_dyn_dq"};
+  EXPECT_EQ(names(GroupedGemmOp::kFprop, kMxfp8Rows, kMxfp8Weight), want);
+  EXPECT_EQ(names(GroupedGemmOp::kFpropSwiglu, kMxfp8Rows, kMxfp8Weight), want);
+  EXPECT_EQ(names(GroupedGemmOp::kDgrad, kMxfp8Rows, kMxfp8WeightT), want);
+  EXPECT_TRUE(names(GroupedGemmOp::kFprop, kFp8BlockwiseRows, kFp8BlockwiseWeight).empty());
+  EXPECT_TRUE(names(GroupedGemmOp::kFprop, OperandFormat{}, OperandFormat{}).empty());
+  GroupedGemmConfig dq;
+  dq.block_n = 128;
+  dq.block_k = 128;
+  dq.stages = 4;
+  dq.mxfp8_dequant = true;
+  for (const GroupedGemmOp op : {GroupedGemmOp::kFprop, GroupedGemmOp::kFpropSwiglu})
+    EXPECT_LE(grouped_gemm_smem_bytes(op, DType::kBFloat16, false, kMxfp8Rows, kMxfp8Weight, dq, 1024), kSmemOptin);
+  int checked = 0;
+  for (const GroupedGemmOp op : {GroupedGemmOp::kFprop, GroupedGemmOp::kFpropSwiglu})
+    for (int64_t e : {1, 8, 128, 256, 1024})
+      for (int64_t rows_per_expert : {4, 32, 512, 4096}) {
+        GroupedGemmProblem p;
+        p.op = op;
+        p.m_capacity = e * rows_per_expert;
+        p.n = 4096;
+        p.k = 7168;
+        p.e_local = e;
+        p.a_format = kMxfp8Rows;
+        p.b_format = kMxfp8Weight;
+        EXPECT_FALSE(select_grouped_gemm_config(p, kSms).mxfp8_dequant) << select_grouped_gemm_config(p, kSms).name();
+        ++checked;
+      }
+  EXPECT_EQ(checked, 40);
 }
 
 #else

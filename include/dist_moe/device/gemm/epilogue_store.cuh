@@ -51,7 +51,7 @@ struct StoreEpilogue {
   static constexpr bool kBf16ReduceAdd = kBf16Out && kKind == GemmKind::kWgrad;
   // Whether a call may add into the output: DGRAD and WGRAD, and the E4M3 FPROP kernels (which
   // also run FP8-blockwise DGRAD); BF16 FPROP never accumulates, so it compiles no FP32 staging.
-  static constexpr bool kMayAccumulate = kKind != GemmKind::kFprop || Mainloop::kElemBytes == 1;
+  static constexpr bool kMayAccumulate = kKind != GemmKind::kFprop || Mainloop::kMapElemBytes == 1;
   // Not for the FP8-blockwise 128x256 WGRAD (kWideConsumers: 128 accumulators next to a 64-register
   // scratch slice): one deferred chunk of four made its layer stages 1-6% slower than none (G69).
   static constexpr bool kDeferred = kKind == GemmKind::kWgrad && kBf16Out && Writer::kTma && !Mainloop::kPingPong &&

@@ -85,6 +85,9 @@ struct Sm90Mainloop {
   using Operands = typename Config::Operands;
   static constexpr int kElemBytes = Operands::kElemBytes;
   static constexpr int kBlockK = 128 / kElemBytes;  // one 128-byte swizzle row of K per stage row
+  // Bytes per element of the operands in global memory, which the host's TMA maps describe: the
+  // wgmma's own, except where the kernel converts them (the MXFP8 dequantizing mainloop: E4M3).
+  static constexpr int kMapElemBytes = kElemBytes;
   static constexpr int kStages = Config::kStages;
   static constexpr bool kSplit = Config::kSplit == WeightSplit::kGateUp;
   static constexpr bool kPingPong = Config::kSchedule == ConsumerSchedule::kPingPong;
@@ -104,6 +107,9 @@ struct Sm90Mainloop {
   // Arrivals of those warps on each stage's full barrier (next to the TMA thread's): 1 when they
   // take the stages in turn (MXFP8), kScaleWarps when they share every stage (NVFP4).
   static constexpr int kFillArrivals = 0;
+  // Whether the TMA thread arrives on each stage's full barrier (next to those warps): yes, but in
+  // the MXFP8 dequantizing mainloop, whose TMA thread fills another ring (its warps write the stages).
+  static constexpr bool kTmaArrivesOnFull = true;
   // Registers of those warps (setmaxnreg; the consumers get the rest of the launch allocation).
   static constexpr int kStageWarpRegs = 56;
   // Consumers that need 240 registers: the producer warpgroup keeps the minimum, 24 (kernel.cuh).
