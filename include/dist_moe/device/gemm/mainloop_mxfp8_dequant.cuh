@@ -18,7 +18,8 @@
 //                arrives on drained[j]
 //   consumers    Sm90Mainloop's k loop over the BF16 stages
 //
-// Numerics: every operand element becomes the BF16 value e4m3(q) x 2^(s - 127), exact wherever
+// Numerics (the conversion: numeric/mxfp8.cuh, mxfp8_e4m3x16_to_bf16, tested on the host for every
+// code pair): every operand element becomes the BF16 value e4m3(q) x 2^(s - 127), exact wherever
 // that value is at least 2^-130 in magnitude (BF16's 8 significant bits hold E4M3's 4 down to its
 // subnormals), NaN for a NaN block (s = 255), infinite where it overflows (as in FP32); products
 // of two BF16 values are exact in FP32 and the wgmmas accumulate them in FP32 -- the products of
@@ -26,8 +27,8 @@
 // (0x7F / 0xFF) in a block with a finite scale converts to a finite value; the quantizers never
 // write one there (a NaN block gets scale 255).
 //
-// Cost, the reason this is a baseline: ~2.5 instructions per converted element on three warps,
-// ~1000 elements per 64-deep BF16 stage of a 128 x 128 tile (docs/perf_history.md G120 has the budget).
+// Cost, the reason this is a baseline: ~57 instructions per 16-code chunk (SASS), 1024 chunks per
+// 64-deep BF16 stage of a 128 x 128 tile on three warps (docs/perf_history.md G120 has the budget).
 // 128 x 128 tiles with four BF16 stages and the padded epilogue: four BF16 stages and two slots take
 // 192 KiB, which leaves no room for the TMA writer's 32 KiB of staging.
 #pragma once
@@ -36,42 +37,9 @@
 
 #include "dist_moe/device/common/macros.cuh"
 #include "dist_moe/device/gemm/mainloop.cuh"
+#include "dist_moe/device/numeric/mxfp8.cuh"
 
 namespace dist_moe::gemm {
-
-#if defined(__CUDACC__)
-
-DMOE_DEVICE uint32_t hmul2_bf16(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-
-// Four E4M3 codes (code 0 in the low byte) as two BF16x2 words {code 0, 1} and {code 2, 3} of
-// value x 2^-120, exactly: code s eeee mmm becomes BF16 s 0000eeee mmm0000 -- the 4-bit exponent at
-// the bottom of BF16's 8-bit field, so normal codes keep their value times 2^(-127 + 7) and
-// subnormal ones (e = 0) land on BF16 subnormals with the same mantissa. Per code the BF16 high
-// byte is s000 0eee and the low byte emmm 0000: formed for all four codes at once, then paired.
-DMOE_DEVICE void e4m3x4_to_bf16x2_m120(uint32_t w, uint32_t& c01, uint32_t& c23) {
-  const uint32_t high = ((w >> 4) & 0x07070707u) | (w & 0x80808080u);
-  const uint32_t low = (w << 4) & 0xF0F0F0F0u;
-  c01 = __byte_perm(low, high, 0x5140u);
-  c23 = __byte_perm(low, high, 0x7362u);
-}
-
-// The BF16x2 factors that take value x 2^-120 to value x 2^(s - 127) for an E8M0 code s: one
-// factor 2^(s - 7) while it is a BF16 (s <= 134), else 2^127 then 2^(s - 134); NaN for s = 255.
-struct Bf16Scale {
-  uint32_t first, second;
-  bool two;
-};
-DMOE_DEVICE Bf16Scale mxfp8_bf16_scale(uint32_t s) {
-  if (s == 255u) return {0x7FC07FC0u, 0u, false};
-  if (s <= 134u) return {((s + 120u) << 7) * 0x00010001u, 0u, false};
-  return {0x7F007F00u, ((s - 7u) << 7) * 0x00010001u, true};
-}
-
-#endif  // __CUDACC__
 
 template <class Config>
 struct Sm90Mxfp8DequantMainloop : Sm90Mainloop<Config> {
@@ -246,21 +214,13 @@ struct Sm90Mxfp8DequantMainloop : Sm90Mainloop<Config> {
     }
 
    private:
-    // The 16 codes at `src` times 2^(code - 127) as 16 BF16 values: the first 8 to `lo`, the rest to `hi`.
+    // The 16 codes at `src` times 2^(code - 127) as 16 BF16 values (numeric/mxfp8.cuh): the first 8
+    // to `lo`, the rest to `hi`.
     DMOE_DEVICE static void convert(uint32_t src, uint32_t lo, uint32_t hi, uint32_t code) {
       const uint4 q = ptx::ld_shared_v4(src);
-      const Bf16Scale s = mxfp8_bf16_scale(code);
+      const uint32_t w[4] = {q.x, q.y, q.z, q.w};
       uint32_t v[8];
-      e4m3x4_to_bf16x2_m120(q.x, v[0], v[1]);
-      e4m3x4_to_bf16x2_m120(q.y, v[2], v[3]);
-      e4m3x4_to_bf16x2_m120(q.z, v[4], v[5]);
-      e4m3x4_to_bf16x2_m120(q.w, v[6], v[7]);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = hmul2_bf16(v[e], s.first);
-      if (s.two) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] = hmul2_bf16(v[e], s.second);
-      }
+      numeric::mxfp8_e4m3x16_to_bf16(w, code, v);
       ptx::st_shared_v4(lo, make_uint4(v[0], v[1], v[2], v[3]));
       ptx::st_shared_v4(hi, make_uint4(v[4], v[5], v[6], v[7]));
     }

@@ -57,4 +57,22 @@ DMOE_HOST_DEVICE float round_bf16(float f) {
 #endif
 }
 
+// Two BF16 products, each rounded to nearest even (mul.rn.bf16x2: half 0 = a's low half times b's).
+// The host multiplies in FP32 and rounds once: the same result wherever the FP32 product is exact,
+// which holds for every product of two BF16 values unless it falls below 2^-126 with more
+// significant bits than FP32 keeps there (and for the MXFP8 dequantization's products always: their
+// values keep E4M3's 4 significant bits).
+DMOE_HOST_DEVICE uint32_t bf16x2_mul_rn(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  const auto half = [](uint32_t x, uint32_t y) {
+    return static_cast<uint32_t>(float_to_bf16(bits_float(x << 16) * bits_float(y << 16)).bits);
+  };
+  return half(a & 0xffffu, b & 0xffffu) | half(a >> 16, b >> 16) << 16;
+#endif
+}
+
 }  // namespace dist_moe::numeric

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "dist_moe/device/numeric/bf16.cuh"
 #include "dist_moe/device/numeric/e8m0.cuh"
 #include "dist_moe/device/numeric/fp8_e4m3.cuh"
 
@@ -50,6 +51,57 @@ DMOE_HOST_DEVICE uint8_t mxfp8_quantize_value(float x, uint8_t scale) {
 // NaN for q = 0x7F/0xFF or scale 0xFF.
 DMOE_HOST_DEVICE float mxfp8_dequantize_value(uint8_t q, uint8_t scale) {
   return mul_rn(e4m3_to_float(q), e8m0_to_float(scale));
+}
+
+// ---- back to BF16 in registers (the dequantizing GEMM baseline, gemm/mainloop_mxfp8_dequant.cuh) ----
+
+// Byte permute (prmt / __byte_perm): byte i of the result is byte s_i of the eight bytes {y:x}.
+DMOE_HOST_DEVICE uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, s);
+#else
+  const uint64_t xy = static_cast<uint64_t>(y) << 32 | x;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((xy >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+  return r;
+#endif
+}
+
+// Four E4M3 codes (code 0 in the low byte) as two BF16x2 words {code 0, 1} and {code 2, 3} of value
+// x 2^-120, exactly: code s eeee mmm becomes BF16 s 0000eeee mmm0000 -- the 4-bit exponent at the
+// bottom of BF16's 8-bit field, so a normal code keeps its value times 2^(-127 + 7) and a subnormal
+// one (e = 0) lands on the BF16 subnormal with the same mantissa. Per code the BF16 high byte is
+// s000 0eee and the low byte emmm 0000: formed for the four codes at once, then paired (the NaN
+// codes 0x7F / 0xFF become finite values: a NaN block's scale 255 makes them NaN below).
+DMOE_HOST_DEVICE void mxfp8_e4m3x4_to_bf16x2_m120(uint32_t w, uint32_t& c01, uint32_t& c23) {
+  const uint32_t high = ((w >> 4) & 0x07070707u) | (w & 0x80808080u);
+  const uint32_t low = (w << 4) & 0xF0F0F0F0u;
+  c01 = byte_perm(low, high, 0x5140u);
+  c23 = byte_perm(low, high, 0x7362u);
+}
+
+// The BF16x2 factors that take value x 2^-120 to value x 2^(s - 127) for the E8M0 code s: one
+// factor 2^(s - 7) while it is a BF16 (s <= 134), else 2^127 then 2^(s - 134); NaN for s = 255.
+// Applied with bf16x2_mul_rn, the result is the exact dequantized value rounded once to BF16 (exact
+// down to 2^-130 in magnitude).
+struct Mxfp8Bf16Factors {
+  uint32_t first, second;
+  bool two;
+};
+DMOE_HOST_DEVICE Mxfp8Bf16Factors mxfp8_bf16_factors(uint32_t s) {
+  if (s == 255u) return {0x7FC07FC0u, 0u, false};
+  if (s <= 134u) return {((s + 120u) << 7) * 0x00010001u, 0u, false};
+  return {0x7F007F00u, ((s - 7u) << 7) * 0x00010001u, true};
+}
+
+// Sixteen E4M3 codes of one block (four words, code 0 in the low byte of w[0]) with its E8M0 code
+// s, as eight BF16x2 words in the same order.
+DMOE_HOST_DEVICE void mxfp8_e4m3x16_to_bf16(const uint32_t (&w)[4], uint32_t s, uint32_t (&v)[8]) {
+  const Mxfp8Bf16Factors f = mxfp8_bf16_factors(s);
+  for (int i = 0; i < 4; ++i) mxfp8_e4m3x4_to_bf16x2_m120(w[i], v[2 * i], v[2 * i + 1]);
+  for (int e = 0; e < 8; ++e) v[e] = bf16x2_mul_rn(v[e], f.first);
+  if (f.two)
+    for (int e = 0; e < 8; ++e) v[e] = bf16x2_mul_rn(v[e], f.second);
 }
 
 namespace detail {
