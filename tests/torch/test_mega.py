@@ -298,18 +298,21 @@ def test_mega_training_is_traceable_and_graphable(contexts):
     p13, p2 = torch.nn.Parameter(w13.clone()), torch.nn.Parameter(w2.clone())
     pw = prepare_pair(p13, p2)
 
-    def fn(x, ids, scores, w13=p13, w2=p2):  # pw's sources, inputs of the graphed callable (their grads)
+    def call(x, ids, scores):
         return dist_moe.routed_experts(x, ids, scores, *pw, ctx)
+
+    def fn(x, ids, scores, w13, w2):  # pw's sources, inputs of the graphed callable (their grads)
+        return call(x, ids, scores)
 
     x0, ids0, s0 = make_tokens(t, D, K, seed=179, device=DEV, ids=upstream_case_ids(t, K, E))
     xs = x0.clone().requires_grad_()
-    gm = make_fx(fn)(xs, ids0, s0)
+    gm = make_fx(call)(xs, ids0, s0)
     fwd = [n for n in gm.graph.nodes if n.target == torch.ops.dist_moe.block_scaled_forward.default]
     assert len(fwd) == 1 and fwd[0].args[22] is True, gm.graph
     ctx.reset()
     traced = gm(xs, ids0, s0)
     ctx.reset()
-    torch.testing.assert_close(traced, fn(xs, ids0, s0), rtol=0, atol=0)
+    torch.testing.assert_close(traced, call(xs, ids0, s0), rtol=0, atol=0)
     ctx.reset()
 
     graphed = torch.cuda.make_graphed_callables(

@@ -171,20 +171,20 @@ def test_block_scaled_schemas_carry_upstreams_names_and_ownership():
 
 
 def test_mxfp8_staged_contexts_and_unsupported_block_scaled_configs(world1):
-    """MXFP8 staged training and inference contexts are created with plan_memory's plan; Mega,
+    """MXFP8 training and inference contexts, staged and Mega, are created with plan_memory's plan;
     fast_math, kernel_config and dims not multiple of 128 raise the C++ context's ValueError (NVFP4
-    inference runs: test_nvfp4.py)."""
-    for inference in (False, True):
-        cfg = config(inference=inference)
-        ctx = dist_moe.create_context(group=world1, config=cfg, device=DEV)
-        try:
-            assert ctx.memory_plan == dist_moe.plan_memory(cfg, 1)
-        finally:
-            ctx.close()
+    inference runs: test_nvfp4.py; the Mega refusals: test_mega.py)."""
+    for pipeline in ("staged", "mega"):
+        for inference in (False, True):
+            cfg = config(block_scaled=dist_moe.BlockScaledConfig(pipeline=pipeline), inference=inference)
+            ctx = dist_moe.create_context(group=world1, config=cfg, device=DEV)
+            try:
+                assert ctx.memory_plan == dist_moe.plan_memory(cfg, 1), (pipeline, inference)
+            finally:
+                ctx.close()
     kernel = dist_moe.BlockScaledKernelConfig(num_ctas=1, block_m=128, block_n=128, block_k=128, num_smem_buffers=4,
                                               epilogue_subtile=32, kloop_unroll=1, swap_ab=False)
     rejected = [
-        (config(block_scaled=dist_moe.BlockScaledConfig(pipeline="mega")), "mega"),
         (config(block_scaled=dist_moe.BlockScaledConfig(fast_math=True)), "fast_math"),
         (config(block_scaled=dist_moe.BlockScaledConfig(kernel_config=kernel)), "kernel_config"),
         (config(hidden_dim=192, intermediate_dim=192), "multiples of 128"),
