@@ -318,9 +318,10 @@ def test_mega_training_is_traceable_and_graphable(contexts):
     graphed = torch.cuda.make_graphed_callables(
         fn, (x0.clone().requires_grad_(), ids0, s0.clone().requires_grad_(), p13, p2), num_warmup_iters=1,
         allow_unused_input=True)
-    for call in range(2):
-        x, ids, s = make_tokens(t, D, K, seed=180 + call, device=DEV, ids=upstream_case_ids(t, K, E, shift=call + 1))
-        g = torch.randn(t, D, generator=torch.Generator().manual_seed(280 + call)).to(torch.bfloat16).to(DEV)
+    for case_index in range(2):
+        x, ids, s = make_tokens(t, D, K, seed=180 + case_index, device=DEV,
+                                ids=upstream_case_ids(t, K, E, shift=case_index + 1))
+        g = torch.randn(t, D, generator=torch.Generator().manual_seed(280 + case_index)).to(torch.bfloat16).to(DEV)
         results = []
         for f in (fn, graphed):
             p13.grad = p2.grad = None
@@ -329,7 +330,8 @@ def test_mega_training_is_traceable_and_graphable(contexts):
             out.backward(g)
             results.append((out.detach().clone(), xi.grad.clone(), si.grad.clone(), p13.grad.clone(), p2.grad.clone()))
         for name, a, b in zip(("out", "grad_x", "grad_scores", "grad_w13", "grad_w2"), *results):
-            torch.testing.assert_close(b, a, rtol=0, atol=0, msg=lambda m, n=name: f"call {call} {n}: graphed vs eager: {m}")
+            torch.testing.assert_close(b, a, rtol=0, atol=0,
+                                       msg=lambda m, n=name, c=case_index: f"case {c} {n}: graphed vs eager: {m}")
     assert_planner_reset(ctx)
 
 
