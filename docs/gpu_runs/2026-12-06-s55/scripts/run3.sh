@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# s55 r3: the _dq baseline after r2's profile (converting warps at ~0.2 instructions per cycle, the
-# consumers waiting on full stages 64% of the samples): the chunks of a half loaded before any is
-# converted (a shared load stayed behind every earlier shared store, one item at a time), no branch
-# per item (item existence known at compile time, the scale's second factor always applied).
+# s55 r3 (NOT RUN in session 55: no machine came for it; main keeps r1's measured kernel): the _dq
+# baseline after r2's profile (converting warps at ~0.2 instructions per cycle, the consumers waiting
+# on full stages 64% of the samples), as ../dq_ilp.patch changes it: the chunks of a half loaded
+# before any is converted (a shared load stayed behind every earlier shared store, one item at a
+# time), no branch per item (item existence known at compile time, the scale's second factor always
+# applied). The script applies the patch to the copy it runs on.
 # (1) the MXFP8 GEMM gtests, (2) the same bench as r1 (ratios x our BF16 pick within this run),
 # (3) test_mega's graphed test, fixed again (its loop variable shadowed the traced callable).
 RUN_NAME=s55r3; source scripts/device_run_prelude.sh
+patch -s -p1 --forward < docs/gpu_runs/2026-12-06-s55/dq_ilp.patch || { echo "dq_ilp.patch does not apply"; exit 1; }
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 OUT=$L scripts/quick_build.sh dist_moe_gpu_tests bench_grouped_gemm dist_moe_native dist_moe_torch || exit 1
 echo "built at $((SECONDS-T0)) s"

@@ -155,15 +155,9 @@ struct Sm90Mxfp8DequantMainloop : Sm90Mainloop<Config> {
       sw = static_cast<uint32_t>(row0 % 8);
     }
 
-    // Whether item r exists, and whether it is B's: known at compile time but for r = 10 (lanes 0-63)
-    // and r = 5 (A on lanes 0-31), where they are warp-uniform. Written so the compiler sees that:
-    // a run-time test around every item made each one a branch of its own, which kept the warp from
-    // overlapping consecutive items (perf_history G120).
-    DMOE_DEVICE bool exists(int r) const { return r < kItems / kLanes || lane_index + kLanes * r < kItems; }
-    DMOE_DEVICE bool is_b(int r) const {
-      constexpr int kFirstB = 4 * kBlockM / kLanes;  // 5: the first r whose items may be B's
-      return r > kFirstB || (r == kFirstB && lane_index + kLanes * r >= 4 * kBlockM);
-    }
+    // Whether item r exists, and whether it is B's (both warp-uniform: lanes 0-31, 64-95 differ).
+    DMOE_DEVICE bool exists(int r) const { return lane_index + kLanes * r < kItems; }
+    DMOE_DEVICE bool is_b(int r) const { return lane_index + kLanes * r >= 4 * kBlockM; }
     // The item's row of its operand's tile.
     DMOE_DEVICE int row(int r) const { return row0 + 24 * r - (is_b(r) ? kBlockM : 0); }
 
@@ -203,18 +197,11 @@ struct Sm90Mxfp8DequantMainloop : Sm90Mainloop<Config> {
           const uint32_t dst_a = Base::smem_a(smem, st.stage) + row0 * 128;
           const uint32_t dst_b = Base::smem_b(smem, st.stage) + (row0 - kBlockM) * 128;
 #pragma unroll
-          // Every chunk of the half first: the compiler keeps a shared load after an earlier shared
-          // store it cannot tell apart, so loading item by item serialized the items (G120).
-          uint4 q[kItemsPerLane];
-#pragma unroll
-          for (int r = 0; r < kItemsPerLane; ++r)
-            if (exists(r)) q[r] = ptx::ld_shared_v4(src + 24u * 128u * r);
-#pragma unroll
           for (int r = 0; r < kItemsPerLane; ++r) {
             if (!exists(r)) continue;
             const uint32_t code = (words[r] >> (8u * (2u * h + chunk / 2u))) & 0xFFu;
             const uint32_t dst = (is_b(r) ? dst_b : dst_a) + 24u * 128u * r;
-            convert(q[r], dst + lo, dst + hi, code);
+            convert(src + 24u * 128u * r, dst + lo, dst + hi, code);
           }
           ptx::fence_proxy_async_shared();  // the generic stores, before the wgmmas (async proxy) read them
           __syncwarp();
@@ -227,9 +214,10 @@ struct Sm90Mxfp8DequantMainloop : Sm90Mainloop<Config> {
     }
 
    private:
-    // The 16 codes of q times 2^(code - 127) as 16 BF16 values (numeric/mxfp8.cuh): the first 8 to
-    // `lo`, the rest to `hi`.
-    DMOE_DEVICE static void convert(const uint4& q, uint32_t lo, uint32_t hi, uint32_t code) {
+    // The 16 codes at `src` times 2^(code - 127) as 16 BF16 values (numeric/mxfp8.cuh): the first 8
+    // to `lo`, the rest to `hi`.
+    DMOE_DEVICE static void convert(uint32_t src, uint32_t lo, uint32_t hi, uint32_t code) {
+      const uint4 q = ptx::ld_shared_v4(src);
       const uint32_t w[4] = {q.x, q.y, q.z, q.w};
       uint32_t v[8];
       numeric::mxfp8_e4m3x16_to_bf16(w, code, v);
