@@ -1,7 +1,8 @@
 # Sourced by the one-call device run scripts (docs/gpu_runs/*/scripts/run*.sh) after they set
 # RUN_NAME: logs in L=/tmp/$RUN_NAME, packed into $OUT/logs.tar.gz when the script exits; the torch
 # venv's NCCL first on the library path (the system's older one clashes), NVLink multicast off;
-# T0 and left() (seconds before the ~540 s mark, past which scripts start no new step).
+# T0 and left() (seconds before the ~540 s mark, past which scripts start no new step);
+# gtests, torch_tests and ncu_pages (below).
 O=${OUT:-/tmp/o}; L=/tmp/${RUN_NAME:?set RUN_NAME before sourcing}; mkdir -p "$O" "$L"
 export LD_LIBRARY_PATH=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
@@ -9,3 +10,43 @@ T0=$SECONDS
 finish() { tar -czf "$O/logs.tar.gz" -C "$L" . ; echo "all done at $((SECONDS - T0)) s"; }
 trap finish EXIT
 left() { echo $((540 - (SECONDS - T0))); }
+
+# torch_tests FILE...: tests/torch within BUDGET seconds of T0 (default 540): each named file (no
+# .py) alone, with what is left, then the rest of tests/torch; logs $L/FILE.log and
+# $L/torch_rest.log, one line per pytest call and its FAILED / ERROR lines.
+torch_tests() {
+  local budget=${BUDGET:-540} R=$PWD t f ign=""
+  export PYTHONPATH=$R/python
+  for f in "$@"; do
+    t=$(( budget - (SECONDS - T0) - 15 )); [ $t -gt 40 ] || break
+    (cd /tmp && timeout $t python3 -m pytest -q -p no:cacheprovider -rfE "$R/tests/torch/$f.py" > $L/$f.log 2>&1)
+    echo "$f rc=$? at $((SECONDS-T0)) s: $(tail -1 $L/$f.log)"
+    grep -E "^(FAILED|ERROR)" $L/$f.log | head -20
+  done
+  for f in "$@"; do ign="$ign --ignore $R/tests/torch/$f.py"; done
+  t=$(( budget - (SECONDS - T0) - 15 ))
+  [ $t -gt 60 ] || return 0
+  (cd /tmp && timeout $t python3 -m pytest -q -p no:cacheprovider -rfE "$R/tests/torch" $ign > $L/torch_rest.log 2>&1)
+  echo "the rest of tests/torch rc=$? at $((SECONDS-T0)) s: $(tail -1 $L/torch_rest.log)"
+  grep -E "^(FAILED|ERROR)" $L/torch_rest.log | head -10
+}
+
+# ncu_pages TAG [N]: the report $L/TAG.ncu-rep as text -- $L/ncu_TAG_details.txt, the source page
+# ($L/ncu_TAG_page.csv.gz) and its N (30) busiest CUDA lines ($L/ncu_TAG_by_line.txt,
+# scripts/ncu_by_line.py) -- then the report is removed (large).
+ncu_pages() {
+  local tag=$1 n=${2:-30}
+  timeout 60 ncu --import $L/$tag.ncu-rep --page details > $L/ncu_${tag}_details.txt 2>&1
+  timeout 60 ncu --import $L/$tag.ncu-rep --page source --csv --print-source cuda,sass > $L/ncu_${tag}_page.csv 2>&1
+  python3 scripts/ncu_by_line.py $L/ncu_${tag}_page.csv $n > $L/ncu_${tag}_by_line.txt 2>&1
+  gzip -f $L/ncu_${tag}_page.csv; rm -f $L/$tag.ncu-rep
+}
+
+# gtests NAME FILTER [TIMEOUT]: build-gpu's GPU gtests matching FILTER into $L/gtest_NAME.log; one line
+# with the pass / fail counts and the first failing tests' names.
+gtests() {
+  local name=$1 filter=$2 limit=${3:-150}
+  timeout $limit build-gpu/tests/dist_moe_gpu_tests --gtest_color=no --gtest_filter="$filter" > $L/gtest_$name.log 2>&1
+  echo "$name gtests rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/gtest_$name.log | tr '\n' ' ')"
+  grep -E '^\[  FAILED' $L/gtest_$name.log | head -8
+}

@@ -7,19 +7,4 @@ RUN_NAME=torch54; source scripts/device_run_prelude.sh
 nvidia-smi --query-gpu=name --format=csv,noheader
 OUT=$L scripts/quick_build.sh dist_moe_native dist_moe_torch || exit 1
 echo "built at $((SECONDS-T0)) s"
-export PYTHONPATH=$PWD/python
-R=$PWD
-first="test_single_rank test_mega test_mxfp8"
-budget=${BUDGET:-540}  # the call's limit in seconds, if shorter
-for f in $first; do  # one file at a time, each within what is left (a short call still gets the first)
-  t=$(( budget - (SECONDS - T0) - 15 )); [ $t -gt 30 ] || break
-  (cd /tmp && timeout $t python3 -m pytest -q -p no:cacheprovider -rfE "$R/tests/torch/$f.py" > $L/$f.log 2>&1)
-  echo "$f rc=$? at $((SECONDS-T0)) s: $(tail -1 $L/$f.log)"
-  grep -E "^(FAILED|ERROR)" $L/$f.log | head -20
-done
-t=$(( budget - (SECONDS - T0) - 15 ))
-ign=""; for f in $first; do ign="$ign --ignore $R/tests/torch/$f.py"; done
-[ $t -gt 60 ] && { (cd /tmp && timeout $t python3 -m pytest -q -p no:cacheprovider -rfE "$R/tests/torch" $ign \
-  > $L/torch_rest.log 2>&1)
-  echo "the rest of tests/torch rc=$? at $((SECONDS-T0)) s: $(tail -1 $L/torch_rest.log)"
-  grep -E "^(FAILED|ERROR)" $L/torch_rest.log | head -10; }
+torch_tests test_single_rank test_mega test_mxfp8  # (BUDGET: the call's limit in seconds, if shorter)

@@ -12,9 +12,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 OUT=$L scripts/quick_build.sh dist_moe_gpu_tests bench_grouped_gemm dist_moe_native dist_moe_torch || exit 1
 echo "built at $((SECONDS-T0)) s"
 B=build-gpu
-timeout 150 $B/tests/dist_moe_gpu_tests --gtest_color=no --gtest_filter='*Mxfp8*:GemmKernelTable*' > $L/gtest_mxfp8.log 2>&1
-echo "MXFP8 gtests rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/gtest_mxfp8.log | tr '\n' ' ')"
-grep -E '^\[  FAILED' $L/gtest_mxfp8.log | head -8
+gtests mxfp8 '*Mxfp8*:GemmKernelTable*' 150
 echo "of them _dq: $(grep -cE '^\[       OK .*_dq' $L/gtest_mxfp8.log) passed, $(grep -cE '^\[  FAILED .*_dq' $L/gtest_mxfp8.log) failed"
 budget=${BUDGET:-560}
 [ $(( budget - (SECONDS - T0) )) -gt 150 ] && {
@@ -22,21 +20,7 @@ budget=${BUDGET:-560}
     --rounds 2 --sustain-ms 100 --sweep-match _dq --ops w13_fprop_mxfp8,w2_fprop_mxfp8,w13_dgrad_mxfp8,w2_dgrad_mxfp8 \
     > $L/gemm_dq.log 2>&1
   echo "gemm bench rc=$? at $((SECONDS-T0)) s"; }
-export PYTHONPATH=$PWD/python
-R=$PWD
-first="test_single_rank test_mega test_mxfp8"
-for f in $first; do
-  t=$(( budget - (SECONDS - T0) - 15 )); [ $t -gt 40 ] || break
-  (cd /tmp && timeout $t python3 -m pytest -q -p no:cacheprovider -rfE "$R/tests/torch/$f.py" > $L/$f.log 2>&1)
-  echo "$f rc=$? at $((SECONDS-T0)) s: $(tail -1 $L/$f.log)"
-  grep -E "^(FAILED|ERROR)" $L/$f.log | head -20
-done
-t=$(( budget - (SECONDS - T0) - 15 ))
-ign=""; for f in $first; do ign="$ign --ignore $R/tests/torch/$f.py"; done
-[ $t -gt 60 ] && { (cd /tmp && timeout $t python3 -m pytest -q -p no:cacheprovider -rfE "$R/tests/torch" $ign \
-  > $L/torch_rest.log 2>&1)
-  echo "the rest of tests/torch rc=$? at $((SECONDS-T0)) s: $(tail -1 $L/torch_rest.log)"
-  grep -E "^(FAILED|ERROR)" $L/torch_rest.log | head -10; }
+BUDGET=$budget torch_tests test_single_rank test_mega test_mxfp8
 python3 - $L/gemm_dq.log <<'PY'
 import re, sys, collections
 rows = collections.defaultdict(list)

@@ -22,10 +22,7 @@ for spec in dq:128x128x128_s4_dq:Sm90Mxfp8DequantMainloop pick:NONE:Sm90Mxfp8Mai
     --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables -o $L/$tag build-gpu/bench/bench_grouped_gemm --ep 2 \
     --shapes qwen3_30b --routing balanced --ops w2_fprop_mxfp8 --sweep-match $match --iters 2 --sustain-ms 0 \
     > $L/ncu_${tag}_run.txt 2>&1
-  timeout 60 ncu --import $L/$tag.ncu-rep --page details > $L/ncu_${tag}_details.txt 2>&1
-  timeout 60 ncu --import $L/$tag.ncu-rep --page source --csv --print-source cuda,sass > $L/ncu_${tag}_page.csv 2>&1
-  python3 scripts/ncu_by_line.py $L/ncu_${tag}_page.csv 30 > $L/ncu_${tag}_by_line.txt 2>&1
+  ncu_pages $tag 30
   echo "== ncu $tag at $((SECONDS-T0)) s: $(grep -E 'Duration|Issue Slots Busy|Bank Conflicts|No Eligible' $L/ncu_${tag}_details.txt | tr -s ' ' | tr '\n' ' ' | cut -c1-600)"
   head -22 $L/ncu_${tag}_by_line.txt | cut -c1-170
-  gzip $L/ncu_${tag}_page.csv; rm -f $L/$tag.ncu-rep
 done

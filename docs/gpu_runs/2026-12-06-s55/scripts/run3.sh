@@ -13,9 +13,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 OUT=$L scripts/quick_build.sh dist_moe_gpu_tests bench_grouped_gemm dist_moe_native dist_moe_torch || exit 1
 echo "built at $((SECONDS-T0)) s"
 B=build-gpu
-timeout 120 $B/tests/dist_moe_gpu_tests --gtest_color=no --gtest_filter='*Mxfp8*' > $L/gtest_mxfp8.log 2>&1
-echo "MXFP8 gtests rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/gtest_mxfp8.log | tr '\n' ' ')"
-grep -E '^\[  FAILED' $L/gtest_mxfp8.log | head -8
+gtests mxfp8 '*Mxfp8*' 120
 echo "of them _dq: $(grep -cE '^\[       OK .*_dq' $L/gtest_mxfp8.log) passed, $(grep -cE '^\[  FAILED .*_dq' $L/gtest_mxfp8.log) failed"
 timeout 120 $B/bench/bench_grouped_gemm --ep 2 --shapes qwen3_30b,mixtral,dsv3_prefill --routing balanced \
   --rounds 2 --sustain-ms 100 --sweep-match _dq --ops w13_fprop_mxfp8,w2_fprop_mxfp8,w13_dgrad_mxfp8,w2_dgrad_mxfp8 \
