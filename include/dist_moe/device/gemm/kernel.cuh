@@ -228,8 +228,7 @@ struct GroupedGemmKernel {
       }
       Mainloop::init_shared(smem);  // (the pipeline's init fences it)
       // A slot is full after the TMA bytes and the arrivals of the scale warps that fill it.
-      Pipeline::init(pipe_storage, Mainloop::kConsumerWarpsPerTile,
-                     (Mainloop::kTmaArrivesOnFull ? 1 : 0) + Mainloop::kFillArrivals);
+      Pipeline::init(pipe_storage, Mainloop::kConsumerWarpsPerTile, stage_fill_arrivals<Mainloop>());
       // (its fence covers the ring too)
       cta_counts[0] = cta_counts[1] = cta_counts[2] = 0;
     }

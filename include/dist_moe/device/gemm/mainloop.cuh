@@ -76,6 +76,14 @@ struct MainloopConfig {
   using Operands = Operands_;
 };
 
+// Arrivals that fill one stage of Mainloop's ring (its full barrier's count): the TMA thread's,
+// unless it loads another ring (kTmaArrivesOnFull), and those of the warps that write the stage.
+// A free function: a base-class constant could not see a derived mainloop's own values.
+template <class Mainloop>
+constexpr uint32_t stage_fill_arrivals() {
+  return (Mainloop::kTmaArrivesOnFull ? 1u : 0u) + static_cast<uint32_t>(Mainloop::kFillArrivals);
+}
+
 template <class Config>
 struct Sm90Mainloop {
   static constexpr GemmKind kKind = Config::kKind;

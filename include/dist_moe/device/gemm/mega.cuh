@@ -251,7 +251,7 @@ struct MegaKernel {
         ptx::mbarrier_init(ptx::smem_addr(&ring.empty[i]), 8 + kScaleWarps);  // every consumer and scale warp
       }
       Mainloop13::init_shared(smem);  // (both mainloops' shared state is the same)
-      Pipeline::init(pipe_storage, Mainloop13::kConsumerWarpsPerTile, 1 + Mainloop13::kFillArrivals);
+      Pipeline::init(pipe_storage, Mainloop13::kConsumerWarpsPerTile, stage_fill_arrivals<Mainloop13>());
       cta_counts[0] = cta_counts[1] = cta_counts[2] = 0;
     }
     Scheduler::build(params.sc13, tables13);  // each ends with __syncthreads()
