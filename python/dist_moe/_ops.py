@@ -140,17 +140,29 @@ def _stream(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
+_storage_address = getattr(torch._C, "_data_address", None)  # the storage's const data(); torch >= 2.2
+
+
+def read_ptr(t: torch.Tensor) -> int:
+    """The address of ``t``'s first element, for a tensor the library only reads: taken through the
+    storage's const accessor, so a copy-on-write input (``torch._lazy_clone``, or what an operator
+    cloned lazily) stays lazy -- ``Tensor.data_ptr()`` is the mutable accessor and would copy it."""
+    if _storage_address is None:
+        return t.data_ptr()
+    return _storage_address(t) + t.storage_offset() * t.element_size()
+
+
 def _inputs(x, ids, scores, w13, w2) -> dict:
     return {
-        "x": x.data_ptr(),
+        "x": read_ptr(x),
         "num_tokens": x.shape[0],
-        "ids": ids.data_ptr(),
+        "ids": read_ptr(ids),
         "id_dtype": _dtype_name(ids.dtype),
-        "scores": scores.data_ptr(),
+        "scores": read_ptr(scores),
         "score_dtype": _dtype_name(scores.dtype),
-        "w13": w13.data_ptr(),
+        "w13": read_ptr(w13),
         "w13_shape": list(w13.shape),
-        "w2": w2.data_ptr(),
+        "w2": read_ptr(w2),
         "w2_shape": list(w2.shape),
     }
 
@@ -164,7 +176,7 @@ def _options(rms: tuple, clip_ptr: int, clip_limit: float, validate: bool, recom
             "norm_output_dtype": _dtype_name(norm_dtype),
             "output_dtype": _dtype_name(out_dtype),
             "require_bitwise": bitwise,
-            "weight": 0 if weight is None else weight.data_ptr(),
+            "weight": 0 if weight is None else read_ptr(weight),
             "weight_dtype": "bfloat16" if weight is None else _dtype_name(weight.dtype),
             "gain_center": gain_center,
             "use_kahan": kahan,
@@ -276,7 +288,7 @@ def _run_backward(ctx, grad_out, x, scores, inputs, state, rms, wgrad_dtype, gw1
     ctx._native_context().backward(
         inputs,
         state.data_ptr(),
-        grad_out.data_ptr(),
+        read_ptr(grad_out),
         grads,
         _options(rms, 0, 7.0, False),
         _stream(x.device),
@@ -399,7 +411,7 @@ def _block_scaled_inputs(ctx, x, ids, scores, operands) -> dict:
             "format": fmt,
             "inference": inference,
             "shape": list(source_shape(fmt, ops[0])),
-            **{field: 0 if t is None else t.data_ptr() for field, t in zip(LAYER_OPERAND_FIELDS, ops)},
+            **{field: 0 if t is None else read_ptr(t) for field, t in zip(LAYER_OPERAND_FIELDS, ops)},
         }
     return inputs
 
@@ -572,7 +584,7 @@ def launch_prepare(weight: torch.Tensor, fmt: str, inference: bool, operands: di
 
     G, N, K = weight.shape
     _gpu().prepare_block_scaled_weight(
-        weight.data_ptr(), fmt, bool(inference), G, N, K,
+        read_ptr(weight), fmt, bool(inference), G, N, K,
         ptr("fprop_data"), ptr("fprop_scale"), ptr("dgrad_data"), ptr("dgrad_scale"),
         ptr("global_scale"), ptr("global_scale_inv"),
         _stream(weight.device), weight.device.index,

@@ -149,7 +149,7 @@ def prepare_fp8_blockwise_weight_from_checkpoint(data, scale_inv, *, inference: 
 
         E, N, K = data.shape
         _ops._gpu().prepare_fp8_blockwise_weight_from_checkpoint(
-            data.data_ptr(), scale_inv.data_ptr(), inference, E, N, K, ptr("fprop_data"), ptr("fprop_scale"),
+            _ops.read_ptr(data), _ops.read_ptr(scale_inv), inference, E, N, K, ptr("fprop_data"), ptr("fprop_scale"),
             ptr("dgrad_data"), ptr("dgrad_scale"), _ops._stream(data.device), data.device.index)
     return PreparedWeight._create(source=data, format=_format_value(_FP8_BLOCKWISE), **operands)
 
@@ -186,7 +186,7 @@ def quantize_nvfp4_token_rows(x_TD, out=None):
         ):
             raise ValueError(f"out must be a uint8 [T={T}, >= {row_bytes}] tensor on {x_TD.device} with contiguous "
                              f"bytes in each row, got shape {tuple(out.shape)}, stride {out.stride()}")
-    _ops._gpu().quantize_nvfp4_token_rows(x_TD.data_ptr(), T, D, x_TD.stride(0), out.data_ptr(), out.stride(0),
+    _ops._gpu().quantize_nvfp4_token_rows(_ops.read_ptr(x_TD), T, D, x_TD.stride(0), out.data_ptr(), out.stride(0),
                                           _ops._stream(x_TD.device), x_TD.device.index)
     return out
 

@@ -373,7 +373,7 @@ def _native_backward_with_routes(ctx, rms, grad_out, route_opts, with_grad_score
     opts = _ops._options(rms, 0, 7.0, False)
     opts.update(route_opts)
     context._native_context().backward(_layer_inputs(context, x, ids, scores, w13, w2, operands), state.data_ptr(),
-                                       0 if grad_out is None else grad_out.data_ptr(), grads, opts,
+                                       0 if grad_out is None else _ops.read_ptr(grad_out), grads, opts,
                                        _ops._stream(x.device))
     return gx, gs, g13, g2
 
@@ -397,7 +397,7 @@ class _ExpertRoutesFunction(torch.autograd.Function):
     def backward(ctx, grad_h3):
         grad_h3 = grad_h3.to(torch.bfloat16).contiguous()
         gx, _gs, g13, g2 = _native_backward_with_routes(ctx, _NO_RMSNORM, None,
-                                                        {"grad_expert_output": grad_h3.data_ptr()}, False)
+                                                        {"grad_expert_output": _ops.read_ptr(grad_h3)}, False)
         g13, g2 = _postprocessed_wgrads(ctx.options, g13, g2)
         return (gx, None, None, g13, g2, None, None, None, *(None for _ in ctx.saved_tensors[6:]))
 

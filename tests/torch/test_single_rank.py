@@ -429,6 +429,51 @@ def test_inference_cuda_graphs_replay_bounded_shapes(make_ctx):
                 assert out[-1].abs().max() == 0
 
 
+def test_fused_publication_preserves_cow_inputs_in_cuda_graph(make_ctx):
+    """Lazy-clone (copy-on-write) inputs stay lazy, at their read-only addresses, through eager
+    inference, a CUDA-graph capture and its replays, and a training step (forward and backward, the
+    output gradient lazy too); every result equals the same call on ordinary tensors exactly."""
+    if not hasattr(torch, "_lazy_clone") or not hasattr(torch._C, "_data_address"):
+        pytest.skip("this torch has no lazy clones")
+    x, ids, s, w13, w2 = case(seed=47)
+
+    def lazy_copies(tensors):
+        cow = [torch._lazy_clone(t) for t in tensors]
+        addresses = [torch._C._data_address(t) for t in cow]
+        assert addresses == [torch._C._data_address(t) for t in tensors]  # one allocation until written
+        return cow, addresses
+
+    def assert_still_lazy(tensors, addresses, where):
+        for i, (t, address) in enumerate(zip(tensors, addresses)):
+            assert torch._C._is_cow_tensor(t), f"{where}: input {i} was materialized"
+            assert torch._C._data_address(t) == address, f"{where}: input {i} moved"
+
+    ctx = make_ctx(inference=True)
+    want = dist_moe.routed_experts(x, ids, s, w13, w2, ctx)
+    cow, addresses = lazy_copies((x, ids, s, w13, w2))
+    torch.testing.assert_close(dist_moe.routed_experts(*cow, ctx), want, rtol=0, atol=0)
+    assert_still_lazy(cow, addresses, "eager inference")
+    graph, _static, out = capture_inference(*cow, ctx)
+    for _ in range(2):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+    assert_still_lazy(cow, addresses, "graph replay")
+
+    ctx = make_ctx()
+    grad_out = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    want = run_train(ctx, x, ids, s, w13, w2, grad_out)
+    cow, addresses = lazy_copies((x, ids, s, w13, w2, grad_out))
+    xc, sc, w13c, w2c = (t.requires_grad_() for t in (cow[0], cow[2], cow[3], cow[4]))
+    out = dist_moe.routed_experts(xc, cow[1], sc, w13c, w2c, ctx)
+    out.backward(cow[5])
+    assert_still_lazy(cow, addresses, "training step")
+    got = (out.detach(), xc.grad, sc.grad, w13c.grad, w2c.grad)
+    for name, a, b in zip(("out", "x", "scores", "w13", "w2"), got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: {m}")
+    assert_planner_reset(ctx)
+
+
 def test_sac_preserves_forward_activation_slot(make_ctx):
     """Selective checkpointing with the effectful forward op MUST_SAVE: the forward runs once (on slot
     0), the backward pops slot 0 although slot 1 is selected meanwhile; bitwise == eager."""
