@@ -354,11 +354,13 @@ def test_mxfp8_bounded_token_shapes(make_ctx):
     assert not failures, "\n".join(failures)
 
 
-def test_mxfp8_rmsnorm_postprocess_matches_reference(contexts):
-    """The fused RMSNorm postprocess (eps 1e-6, non-bitwise, recompute_rstd) on MXFP8 experts vs
-    F.rms_norm over the BF16 reference, with a fully padded row (exact zero), on upstream's two-rank
-    harness data (test_post_expert_rmsnorm_exercises_peer_paths; see harness_case)."""
-    ctx = harness_ctx(contexts)
+@pytest.mark.parametrize("pipeline", ["staged", "mega"])
+def test_mxfp8_rmsnorm_postprocess_matches_reference(contexts, pipeline):
+    """The fused RMSNorm postprocess (eps 1e-6, non-bitwise, recompute_rstd) on MXFP8 experts, staged
+    and Mega, vs F.rms_norm over the BF16 reference, with a fully padded row (exact zero), on
+    upstream's two-rank harness data (test_post_expert_rmsnorm_exercises_peer_paths; see harness_case)."""
+    bs = dist_moe.BlockScaledConfig(format=dist_moe.BlockScaledFormat.MXFP8_E4M3, pipeline=pipeline)
+    ctx = harness_ctx(contexts, block_scaled=bs)
     x, ids, scores, w13, w2, g = harness_case()
     ids[0] = -1
     scores = torch.where(ids >= 0, scores, torch.zeros_like(scores))

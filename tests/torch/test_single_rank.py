@@ -210,18 +210,42 @@ def test_bf16_clamped_swiglu_matches_reference(make_ctx):
     assert_single_rank_close(run_train(ctx, x, ids, scores, w13, w2, g), ref)
 
 
-def test_bf16_registered_rmsnorm_backward_matches_reference(make_ctx):
-    """RMSNorm postprocess (eps 1e-6, non-bitwise, recompute_rstd) vs F.rms_norm: row 0 (all -1) zero."""
-    ctx = make_ctx()
+@pytest.mark.parametrize("accumulate", [False, True], ids=["written", "accumulated"])
+def test_bf16_registered_rmsnorm_backward_matches_reference(make_ctx, accumulate):
+    """RMSNorm postprocess (eps 1e-6, non-bitwise, recompute_rstd) vs F.rms_norm: row 0 (all -1) zero.
+    Accumulated: the weight gradients added in place into preset BF16 .grad buffers (upstream's
+    BF16 + accumulate row of test_post_expert_rmsnorm_exercises_peer_paths), twice: 2x the first."""
+    ctx = make_ctx(wgrad_dtype=torch.bfloat16 if accumulate else None)
     ids = upstream_case_ids(T, K, E)
     ids[0] = -1
     x, ids, scores, w13, w2 = case(seed=11, ids=ids)
     post = dist_moe.RMSNormPostprocess(eps=1e-6, norm_output_dtype=torch.float32, output_dtype=torch.bfloat16,
                                        require_bitwise=False, recompute_rstd=True)
     g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
-    got = run_train(ctx, x, ids, scores, w13, w2, g, dist_moe.ExecutionOptions(experts_output_postprocess=post))
-    assert got[0][0].abs().max() == 0
-    assert_single_rank_close(got, run_reference(x, ids, scores, w13, w2, g, rmsnorm_eps=1e-6))
+    want = run_reference(x, ids, scores, w13, w2, g, rmsnorm_eps=1e-6)
+    opts = dist_moe.ExecutionOptions(experts_output_postprocess=post, inplace_wgrad_accum=accumulate)
+    if not accumulate:
+        got = run_train(ctx, x, ids, scores, w13, w2, g, opts)
+        assert got[0][0].abs().max() == 0
+        assert_single_rank_close(got, want)
+        assert_planner_reset(ctx)
+        return
+    p13, p2 = torch.nn.Parameter(w13.clone()), torch.nn.Parameter(w2.clone())
+    p13.grad, p2.grad = torch.zeros_like(w13), torch.zeros_like(w2)
+    storages = (p13.grad.data_ptr(), p2.grad.data_ptr())
+    for step in (1, 2):
+        xs, ss = x.clone().requires_grad_(), scores.clone().requires_grad_()
+        out = dist_moe.routed_experts(xs, ids, ss, p13, p2, ctx, options=opts)
+        out.backward(g)
+        assert (p13.grad.data_ptr(), p2.grad.data_ptr()) == storages, "accumulated into new storage"
+        if step == 1:
+            assert out[0].abs().max() == 0
+            assert_single_rank_close((out.detach(), xs.grad, ss.grad, p13.grad, p2.grad), want)
+            first = (p13.grad.clone(), p2.grad.clone())
+        else:
+            for name, acc, one in zip(("w13", "w2"), (p13.grad, p2.grad), first):
+                torch.testing.assert_close(acc.float(), 2 * one.float(), rtol=5e-2, atol=2e-2,
+                                           msg=lambda m, n=name: f"{n} after two steps: {m}")
     assert_planner_reset(ctx)
 
 

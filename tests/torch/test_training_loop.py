@@ -1,5 +1,6 @@
 """A small MoE language model trained the way training stacks run it, in BF16 and in both block-scaled
-training formats (issues 25 and 27; BF16 as their yardstick), at world size 1.
+training formats (issues 25 and 27; BF16 as their yardstick) and MXFP8 through the Mega pipeline
+(issue 28), at world size 1.
 
 The model: an embedding, four pre-norm residual MoE blocks (RMSNorm, a linear router with softmax
 top-k, Dist-MoE's routed experts) and an LM head, all in BF16, learning two fixed sequences. A
@@ -13,7 +14,8 @@ re-quantized into their own storages (``out=``) from the updated parameters, as
 - The whole training step captured in one CUDA graph (both micro-batches' forward and backward, the
   optimizer step, the weight refill) and replayed: losses and parameters equal eager steps bitwise.
 - The block-scaled models learn like the BF16 model from the same initial parameters: their training
-  ends within 3% of the BF16 model's loss.
+  ends within 3% of the BF16 model's loss. The Mega model trains exactly like the staged MXFP8 model
+  (Mega runs the staged kernels' tiles and per-row code).
 
 The activation planner is empty after every step (no ``reset()``).
 """
@@ -33,6 +35,7 @@ FORMATS = {
     "mxfp8": dist_moe.BlockScaledConfig(format=dist_moe.BlockScaledFormat.MXFP8_E4M3, pipeline="staged"),
     "fp8_blockwise": dist_moe.BlockScaledConfig(format=dist_moe.BlockScaledFormat.FP8_BLOCKWISE,
                                                 pipeline="staged"),
+    "mxfp8_mega": dist_moe.BlockScaledConfig(format=dist_moe.BlockScaledFormat.MXFP8_E4M3, pipeline="mega"),
 }
 ACCUMULATE = dist_moe.ExecutionOptions(inplace_wgrad_accum=True)
 
@@ -219,3 +222,18 @@ def test_block_scaled_model_learns_like_the_bf16_model(make_ctx, fmt):
     assert abs(stepq[-4:].mean() - step16[-4:].mean()) < 0.03 * step16[-4:].mean(), (fmt, stepq, step16)
     assert gap.max() < 0.06, (fmt, gap.tolist())
     assert stepq[-1] < 0.5 * stepq[0], (fmt, stepq.tolist())
+
+
+def test_mega_model_trains_bitwise_like_the_staged_model(make_ctx):
+    """MXFP8 through the Mega pipeline (the forward in one launch) and through the staged one, from the
+    same parameters and data, 8 steps with evaluations: every loss, every evaluation loss and the final
+    parameters equal bitwise."""
+    runs = {}
+    for f in ("mxfp8", "mxfp8_mega"):
+        trainer = Trainer(make_ctx(f), f)
+        runs[f] = (trainer, *train(trainer, sequences(17), 8))
+    (staged, ls, es), (mega, lm, em) = runs["mxfp8"], runs["mxfp8_mega"]
+    torch.testing.assert_close(lm, ls, rtol=0, atol=0)
+    for a, b in zip(em, es):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert_same_parameters(mega, staged)
