@@ -50,3 +50,20 @@ gtests() {
   echo "$name gtests rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/gtest_$name.log | tr '\n' ' ')"
   grep -E '^\[  FAILED' $L/gtest_$name.log | head -8
 }
+
+# ab_layer_rounds LABEL N LINES-REGEX BENCH-ARGS...: N rounds of `dist-moe bench BENCH-ARGS`, side A
+# (.abtree/build-ab, scripts/ab_trees.sh) then side B (build-gpu), each run into
+# $L/LABEL_<side><round>.log and one line: the log's lines matching LINES-REGEX, nine fields each.
+# Starts no run with less than 35 s left.
+ab_layer_rounds() {
+  local label=$1 n=$2 lines=$3 r side b f; shift 3
+  for r in $(seq 1 "$n"); do
+    for side in A B; do
+      [ "$(left)" -lt 35 ] && return
+      b=build-gpu; [ "$side" = A ] && b=.abtree/build-ab
+      f=$L/${label// /_}_$side$r.log
+      timeout 60 $b/dist-moe bench "$@" > "$f" 2>&1
+      echo "$label $side$r: $(grep -E "$lines" "$f" | sed -E 's/ +/ /g' | cut -d' ' -f1-9 | tr '\n' ';')"
+    done
+  done
+}

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.." || exit 1
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 NCCL_ROOT=${DIST_MOE_NCCL_ROOT:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl}
 LOG=${OUT:-/tmp}/build.log
+mkdir -p "$(dirname "$LOG")"
 export PATH=/usr/local/cuda/bin:$PATH
 start=$(date +%s)
 # (the python3 on PATH: the torch venv's, whose torch the extension targets build against)
