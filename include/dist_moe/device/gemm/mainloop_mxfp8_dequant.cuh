@@ -28,9 +28,10 @@
 // write one there (a NaN block gets scale 255).
 //
 // Cost, the reason this is a baseline: ~57 instructions per 16-code chunk (SASS), 1024 chunks per
-// 64-deep BF16 stage of a 128 x 128 tile on three warps, one chunk at a time on one dependency
-// chain: measured 0.20-0.29x our BF16 GEMM, where the per-32 promotion runs 0.90-1.05x
-// (docs/perf_history.md G120: the budget, the profile, and a version with chunks in flight).
+// 64-deep BF16 stage of a 128 x 128 tile on three warps, a half's chunks loaded before any is
+// converted so that several are in flight: measured 0.42-0.55x our BF16 GEMM, where the per-32
+// promotion runs 0.91-1.10x (0.20-0.29x with one chunk at a time; docs/perf_history.md G120: the
+// budget, the profile, both measurements).
 // 128 x 128 tiles with four BF16 stages and the padded epilogue: four BF16 stages and two slots take
 // 192 KiB, which leaves no room for the TMA writer's 32 KiB of staging.
 #pragma once
@@ -157,9 +158,15 @@ struct Sm90Mxfp8DequantMainloop : Sm90Mainloop<Config> {
       sw = static_cast<uint32_t>(row0 % 8);
     }
 
-    // Whether item r exists, and whether it is B's (both warp-uniform: lanes 0-31, 64-95 differ).
-    DMOE_DEVICE bool exists(int r) const { return lane_index + kLanes * r < kItems; }
-    DMOE_DEVICE bool is_b(int r) const { return lane_index + kLanes * r >= 4 * kBlockM; }
+    // Whether item r exists, and whether it is B's: known at compile time but for r = 10 (lanes 0-63)
+    // and r = 5 (A on lanes 0-31), where they are warp-uniform. Written so the compiler sees that:
+    // a run-time test around every item made each one a branch of its own, which kept the warp from
+    // overlapping consecutive items (perf_history G120).
+    DMOE_DEVICE bool exists(int r) const { return r < kItems / kLanes || lane_index + kLanes * r < kItems; }
+    DMOE_DEVICE bool is_b(int r) const {
+      constexpr int kFirstB = 4 * kBlockM / kLanes;  // 5: the first r whose items may be B's
+      return r > kFirstB || (r == kFirstB && lane_index + kLanes * r >= 4 * kBlockM);
+    }
     // The item's row of its operand's tile.
     DMOE_DEVICE int row(int r) const { return row0 + 24 * r - (is_b(r) ? kBlockM : 0); }
 
@@ -198,12 +205,18 @@ struct Sm90Mxfp8DequantMainloop : Sm90Mainloop<Config> {
           const uint32_t lo = 16u * ((2u * chunk) ^ sw), hi = 16u * ((2u * chunk + 1u) ^ sw);
           const uint32_t dst_a = Base::smem_a(smem, st.stage) + row0 * 128;
           const uint32_t dst_b = Base::smem_b(smem, st.stage) + (row0 - kBlockM) * 128;
+          // Every chunk of the half first: the compiler keeps a shared load after an earlier shared
+          // store it cannot tell apart, so loading item by item serialized the items (G120).
+          uint4 q[kItemsPerLane];
+#pragma unroll
+          for (int r = 0; r < kItemsPerLane; ++r)
+            if (exists(r)) q[r] = ptx::ld_shared_v4(src + 24u * 128u * r);
 #pragma unroll
           for (int r = 0; r < kItemsPerLane; ++r) {
             if (!exists(r)) continue;
             const uint32_t code = (words[r] >> (8u * (2u * h + chunk / 2u))) & 0xFFu;
             const uint32_t dst = (is_b(r) ? dst_b : dst_a) + 24u * 128u * r;
-            convert(src + 24u * 128u * r, dst + lo, dst + hi, code);
+            convert(q[r], dst + lo, dst + hi, code);
           }
           ptx::fence_proxy_async_shared();  // the generic stores, before the wgmmas (async proxy) read them
           __syncwarp();
@@ -216,10 +229,9 @@ struct Sm90Mxfp8DequantMainloop : Sm90Mainloop<Config> {
     }
 
    private:
-    // The 16 codes at `src` times 2^(code - 127) as 16 BF16 values (numeric/mxfp8.cuh): the first 8
-    // to `lo`, the rest to `hi`.
-    DMOE_DEVICE static void convert(uint32_t src, uint32_t lo, uint32_t hi, uint32_t code) {
-      const uint4 q = ptx::ld_shared_v4(src);
+    // The 16 codes of q times 2^(code - 127) as 16 BF16 values (numeric/mxfp8.cuh): the first 8 to
+    // `lo`, the rest to `hi`.
+    DMOE_DEVICE static void convert(const uint4& q, uint32_t lo, uint32_t hi, uint32_t code) {
       const uint32_t w[4] = {q.x, q.y, q.z, q.w};
       uint32_t v[8];
       numeric::mxfp8_e4m3x16_to_bf16(w, code, v);

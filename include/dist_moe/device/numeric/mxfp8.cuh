@@ -80,18 +80,21 @@ DMOE_HOST_DEVICE void mxfp8_e4m3x4_to_bf16x2_m120(uint32_t w, uint32_t& c01, uin
   c23 = byte_perm(low, high, 0x7362u);
 }
 
-// The BF16x2 factors that take value x 2^-120 to value x 2^(s - 127) for the E8M0 code s: one
-// factor 2^(s - 7) while it is a BF16 (s <= 134), else 2^127 then 2^(s - 134); NaN for s = 255.
-// Applied with bf16x2_mul_rn, the result is the exact dequantized value rounded once to BF16 (exact
-// down to 2^-130 in magnitude).
+// The two BF16x2 factors that take value x 2^-120 to value x 2^(s - 127) for the E8M0 code s:
+// 2^(s - 7) and 1 while 2^(s - 7) is a BF16 (s <= 134), else 2^127 and 2^(s - 134); NaN and 1 for
+// s = 255. Applied one after the other with bf16x2_mul_rn, the result is the exact dequantized value
+// rounded once to BF16 (exact down to 2^-130 in magnitude). Always two multiplies, no branch: the
+// dequantizing GEMM's converting warps interleave consecutive chunks only across branch-free code
+// (perf_history G120).
 struct Mxfp8Bf16Factors {
   uint32_t first, second;
-  bool two;
 };
 DMOE_HOST_DEVICE Mxfp8Bf16Factors mxfp8_bf16_factors(uint32_t s) {
-  if (s == 255u) return {0x7FC07FC0u, 0u, false};
-  if (s <= 134u) return {((s + 120u) << 7) * 0x00010001u, 0u, false};
-  return {0x7F007F00u, ((s - 7u) << 7) * 0x00010001u, true};
+  constexpr uint32_t kOne = 0x3F803F80u;
+  const uint32_t big = ((s - 7u) << 7) * 0x00010001u;
+  const uint32_t small = ((s + 120u) << 7) * 0x00010001u;
+  if (s == 255u) return {0x7FC07FC0u, kOne};
+  return s <= 134u ? Mxfp8Bf16Factors{small, kOne} : Mxfp8Bf16Factors{0x7F007F00u, big};
 }
 
 // Sixteen E4M3 codes of one block (four words, code 0 in the low byte of w[0]) with its E8M0 code
@@ -99,9 +102,7 @@ DMOE_HOST_DEVICE Mxfp8Bf16Factors mxfp8_bf16_factors(uint32_t s) {
 DMOE_HOST_DEVICE void mxfp8_e4m3x16_to_bf16(const uint32_t (&w)[4], uint32_t s, uint32_t (&v)[8]) {
   const Mxfp8Bf16Factors f = mxfp8_bf16_factors(s);
   for (int i = 0; i < 4; ++i) mxfp8_e4m3x4_to_bf16x2_m120(w[i], v[2 * i], v[2 * i + 1]);
-  for (int e = 0; e < 8; ++e) v[e] = bf16x2_mul_rn(v[e], f.first);
-  if (f.two)
-    for (int e = 0; e < 8; ++e) v[e] = bf16x2_mul_rn(v[e], f.second);
+  for (int e = 0; e < 8; ++e) v[e] = bf16x2_mul_rn(bf16x2_mul_rn(v[e], f.first), f.second);
 }
 
 namespace detail {
