@@ -2,6 +2,7 @@
 # s56 r3, H200 only (exits at once elsewhere): G119's MXFP8 / NVFP4 rest (s53's patch) A/B at
 # dsv3_decode NVFP4, Mega and staged, within what device time is left.
 RUN_NAME=s56r3; source scripts/device_run_prelude.sh
+left() { echo $(( ${LIMIT:-230} - (SECONDS - T0) )); }  # the call runs under a shorter limit than 540 s
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 [[ $gpu == *H200* ]] || { echo "not an H200: nothing to run"; exit 0; }
