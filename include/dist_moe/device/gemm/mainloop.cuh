@@ -207,6 +207,21 @@ struct Sm90Mainloop {
   }
 
   // ---- producer: one thread issues every TMA copy of a tile -------------------------------------
+  // Block `block` of kRows rows of W[e] (first row w_row0 of the [E*N, K] view) at K offset k0, kBytes
+  // into dst; with the SwiGLU split, kRows / 2 gate rows, then the matching up rows (split_offset
+  // further down W) in dst's second half.
+  template <int kRows, uint32_t kBytes>
+  DMOE_DEVICE static void load_weight_block(uint32_t dst, const CUtensorMap* map, uint32_t bar, int32_t k0,
+                                            int32_t w_row0, int32_t block, const MainloopParams& p) {
+    if constexpr (kSplit) {
+      const int32_t n0 = block * (kRows / 2);
+      ptx::tma_load_2d(dst, map, bar, k0, w_row0 + n0);
+      ptx::tma_load_2d(dst + kBytes / 2, map, bar, k0, w_row0 + p.split_offset + n0);
+    } else {
+      ptx::tma_load_2d(dst, map, bar, k0, w_row0 + block * kRows);
+    }
+  }
+
   DMOE_DEVICE static void load_tile(const MainloopParams& p, const ResolvedOperands& ops, const WorkTile& t,
                                     int32_t num_k_blocks, const Pipeline& pipe, PipelineState<kStages>& st,
                                     uint32_t smem) {
@@ -227,12 +242,8 @@ struct Sm90Mainloop {
           const int32_t w_row = kSplit ? w_row0 + (r == 0 ? 0 : p.split_offset) + t.n_block * (kBlockN / 2)
                                        : w_row0 + t.n_block * kBlockN + static_cast<int32_t>(r) * (kBlockN / 2);
           ptx::tma_load_2d_multicast(b + r * (kBBytes / 2), map_b, bar, k0, w_row, 0x3);
-        } else if constexpr (kSplit) {
-          const int32_t n0 = t.n_block * (kBlockN / 2);
-          ptx::tma_load_2d(b, map_b, bar, k0, w_row0 + n0);
-          ptx::tma_load_2d(b + kBBytes / 2, map_b, bar, k0, w_row0 + p.split_offset + n0);
         } else {
-          ptx::tma_load_2d(b, map_b, bar, k0, w_row0 + t.n_block * kBlockN);
+          load_weight_block<kBlockN, kBBytes>(b, map_b, bar, k0, w_row0, t.n_block, p);
         }
       } else if constexpr (kKind == GemmKind::kDgrad) {
         // Contraction over W's rows: B box j holds W[e][k0 : k0 + 64, n0 + 64 j : n0 + 64 j + 64].
@@ -268,13 +279,7 @@ struct Sm90Mainloop {
           }
         }
       } else {  // kFpropSwapAB
-        if constexpr (kSplit) {
-          const int32_t n0 = t.m_block * (kBlockM / 2);
-          ptx::tma_load_2d(a, map_a, bar, k0, w_row0 + n0);
-          ptx::tma_load_2d(a + kABytes / 2, map_a, bar, k0, w_row0 + p.split_offset + n0);
-        } else {
-          ptx::tma_load_2d(a, map_a, bar, k0, w_row0 + t.m_block * kBlockM);
-        }
+        load_weight_block<kBlockM, kABytes>(a, map_a, bar, k0, w_row0, t.m_block, p);
         ptx::tma_load_2d(b, map_b, bar, k0, t.row_begin + t.n_block * kBlockN);
       }
       st.advance();

@@ -111,14 +111,7 @@ struct Sm90Mxfp8DequantMainloop : Sm90Mainloop<Config> {
       ptx::mbarrier_arrive_expect_tx(bar, kSlotBytes);
       const int32_t k0 = kb * kSlotK;
       ptx::tma_load_2d(slot_a(smem, slot), map_a, bar, k0, t.row_begin + t.m_block * kBlockM);
-      const uint32_t b = slot_b(smem, slot);
-      if constexpr (kSplit) {
-        const int32_t n0 = t.n_block * (kBlockN / 2);
-        ptx::tma_load_2d(b, map_b, bar, k0, w_row0 + n0);
-        ptx::tma_load_2d(b + kSlotBBytes / 2, map_b, bar, k0, w_row0 + p.split_offset + n0);
-      } else {
-        ptx::tma_load_2d(b, map_b, bar, k0, w_row0 + t.n_block * kBlockN);
-      }
+      Base::template load_weight_block<kBlockN, kSlotBBytes>(slot_b(smem, slot), map_b, bar, k0, w_row0, t.n_block, p);
       st.advance();
       st.advance();
     }

@@ -106,13 +106,7 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
       const uint32_t bar = pipe.producer_expect(st, kExpanded ? kStageBytes : kABytes);
       const uint32_t a = smem_a(smem, st.stage);
       const int32_t k0 = kb * kNvfp4StageBytes;  // packed bytes
-      if constexpr (kSplit) {
-        const int32_t n0 = t.m_block * (kBlockM / 2);
-        ptx::tma_load_2d(a, map_a, bar, k0, w_row0 + n0);
-        ptx::tma_load_2d(a + kABytes / 2, map_a, bar, k0, w_row0 + p.split_offset + n0);
-      } else {
-        ptx::tma_load_2d(a, map_a, bar, k0, w_row0 + t.m_block * kBlockM);
-      }
+      Base::template load_weight_block<kBlockM, kABytes>(a, map_a, bar, k0, w_row0, t.m_block, p);
       const int32_t token0 = t.row_begin + t.n_block * kBlockN;
       if constexpr (kExpanded) {  // the four token boxes, 64 FP16 of K each, on the same barrier
 #pragma unroll
