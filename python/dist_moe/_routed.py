@@ -13,6 +13,9 @@ Paths (upstream §1.10):
     of ``PreparedWeight`` arguments only (BF16 weights raise: NVFP4 needs prepared weights);
   - Python callbacks (callable postprocess, RMSNorm observers): eager route-level functions over
     the native context, for both kinds of context.
+``weights_preprocess_fn`` (eager) materializes the compute weights in forward and again just before
+backward (``_Rematerialize``); every path's function keeps what its backward reads through
+``_save_layer`` / ``_saved_layer``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import torch
 from . import _ops  # noqa: F401  (registers the torch.ops.dist_moe ops used below)
 from ._ops import NUM_LAYER_OPERANDS, training_prepare_op
 from ._context import Context
-from ._execution import PreparedWeight
+from ._execution import BlockScaledFormat, PreparedWeight
 from ._postprocess import RMSNormPostprocess, validate_rmsnorm_postprocess
 
 _NO_RMSNORM = (None, False, 0.0, torch.float32, torch.float32, True, 0.0, False, False)
@@ -181,9 +184,67 @@ def _forward_slot(context, op, args) -> tuple[int, int]:
 # ---- autograd -----------------------------------------------------------------------------------------
 
 
+class _Rematerialize:
+    """``weights_preprocess_fn`` run again just before backward: upstream materializes the compute
+    weights in forward and again for backward, so between the two the layer holds only the raw
+    weights the caller passed (an all-gathered or cast copy is not kept alive). MXFP8 Mega with such
+    dynamic weights also quantizes them again there instead of keeping the forward's quantizations
+    (upstream's Mega policy, ``_recompute_dynamic_mega_weight_quants``); the staged pipelines keep
+    them. The autograd path through the function is the forward's: the backward's weights feed only
+    the backward's GEMMs (DGRAD) and, for Mega, its quantizations."""
+
+    def __init__(self, options, raw13, raw2, w13, w2, context):
+        self.fn, self.raw13, self.raw2, self.context = options.weights_preprocess_fn, raw13, raw2, context
+        self.forward_layout = ((tuple(w13.shape), w13.dtype), (tuple(w2.shape), w2.dtype))
+        self.requantize = _recompute_dynamic_mega_weight_quants(context.config, options)
+
+    def __call__(self, saved_operands):
+        with torch.no_grad():
+            w13, w2 = self.fn(self.raw13), self.fn(self.raw2)
+        for name, w, (shape, dtype) in (("w13", w13, self.forward_layout[0]), ("w2", w2, self.forward_layout[1])):
+            if not isinstance(w, torch.Tensor) or tuple(w.shape) != shape or w.dtype != dtype:
+                got = (tuple(w.shape), w.dtype) if isinstance(w, torch.Tensor) else type(w).__name__
+                raise RuntimeError(
+                    f"weights_preprocess_fn must return the forward's {name} layout {(shape, dtype)} again before "
+                    f"backward, got {got}"
+                )
+        operands = _dynamic_operands(w13, w2, self.context) if self.requantize else saved_operands
+        return w13, w2, operands
+
+
+def _recompute_dynamic_mega_weight_quants(config, options) -> bool:
+    """Whether the backward quantizes the weights again instead of keeping the forward's
+    quantizations: training MXFP8 Mega with ``weights_preprocess_fn`` (upstream's policy; NVFP4 and
+    prepared weights have no quantization in the call)."""
+    bs = config.block_scaled
+    return (options.weights_preprocess_fn is not None and not config.inference and bs is not None
+            and str(bs.format) == BlockScaledFormat.MXFP8_E4M3 and str(bs.pipeline) == "mega")
+
+
+def _save_layer(ctx, remat, x, ids, scores, w13, w2, state, operands) -> None:
+    """Keep what the layer's backward reads: the inputs, the weights, the saved state and the
+    prepared operands -- or, with ``remat``, all but the weights (and, when it requantizes, the
+    weights' quantizations), which ``_saved_layer`` materializes again."""
+    ctx.remat, ctx.num_operands = remat, len(operands)
+    if remat is None:
+        ctx.save_for_backward(x, ids, scores, w13, w2, state, *operands)
+    else:
+        ctx.save_for_backward(x, ids, scores, state, *(() if remat.requantize else operands))
+
+
+def _saved_layer(ctx) -> tuple:
+    """(x, ids, scores, w13, w2, state, operands) as ``_save_layer`` kept them."""
+    if ctx.remat is None:
+        x, ids, scores, w13, w2, state, *operands = ctx.saved_tensors
+        return x, ids, scores, w13, w2, state, tuple(operands)
+    x, ids, scores, state, *operands = ctx.saved_tensors
+    w13, w2, operands = ctx.remat(tuple(operands))
+    return x, ids, scores, w13, w2, state, tuple(operands)
+
+
 class _Bf16Function(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, ids, scores, w13, w2, context, options, rms, collect_stats):
+    def forward(ctx, x, ids, scores, w13, w2, context, options, remat, rms, collect_stats):
         cid, validate = context.context_id, options.validate_expert_ids
         if collect_stats:
             op, tail = torch.ops.dist_moe.bf16_forward_with_clip_stats.default, (float(options.swiglu_clip_limit),)
@@ -194,14 +255,14 @@ class _Bf16Function(torch.autograd.Function):
         got = op(*args)
         out, state = got[0], got[1]
         stats = got[2] if collect_stats else x.new_empty((0,), dtype=torch.float32)
-        ctx.save_for_backward(x, ids, scores, w13, w2, state)
+        _save_layer(ctx, remat, x, ids, scores, w13, w2, state, ())
         ctx.context, ctx.options, ctx.rms = context, options, rms
         ctx.mark_non_differentiable(stats)
         return out, stats
 
     @staticmethod
     def backward(ctx, grad_out, _grad_stats):
-        x, ids, scores, w13, w2, state = ctx.saved_tensors
+        x, ids, scores, w13, w2, state, _ = _saved_layer(ctx)
         rms, cid = ctx.rms, ctx.context.context_id
         grad_out = grad_out.to(torch.bfloat16).contiguous()
 
@@ -213,7 +274,7 @@ class _Bf16Function(torch.autograd.Function):
                                                                 *rms, dtype, cid)
 
         gx, gs, g13, g2 = _layer_backward(ctx.context, ctx.options, w13, w2, functional, accumulate)
-        return gx, None, gs, g13, g2, None, None, None, None
+        return gx, None, gs, g13, g2, None, None, None, None, None
 
 
 class _BlockScaledFunction(torch.autograd.Function):
@@ -225,20 +286,20 @@ class _BlockScaledFunction(torch.autograd.Function):
     never differentiated."""
 
     @staticmethod
-    def forward(ctx, x, ids, scores, w13, w2, context, options, rms, *operands):
+    def forward(ctx, x, ids, scores, w13, w2, context, options, remat, rms, *operands):
         op = torch.ops.dist_moe.block_scaled_forward.default
         args = [x, ids, scores, *operands, *rms, True, *context.selected_activation_slot, options.validate_expert_ids,
                 context.context_id]
         slot = 3 + NUM_LAYER_OPERANDS + len(rms) + 1  # after x, ids, scores, the operands, RMSNorm, save
         args[slot], args[slot + 1] = _forward_slot(context, op, args)
         out, state = op(*args)
-        ctx.save_for_backward(x, ids, scores, w13, w2, state, *operands)
+        _save_layer(ctx, remat, x, ids, scores, w13, w2, state, operands)
         ctx.context, ctx.options, ctx.rms = context, options, rms
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        x, ids, scores, w13, w2, state, *operands = ctx.saved_tensors
+        x, ids, scores, w13, w2, state, operands = _saved_layer(ctx)
         rms, cid = ctx.rms, ctx.context.context_id
         grad_out = grad_out.to(torch.bfloat16).contiguous()
 
@@ -252,7 +313,7 @@ class _BlockScaledFunction(torch.autograd.Function):
                                                                         *operands, state, *rms, dtype, cid)
 
         gx, gs, g13, g2 = _layer_backward(ctx.context, ctx.options, w13, w2, functional, accumulate)
-        return (gx, None, gs, g13, g2, None, None, None, *(None for _ in operands))
+        return (gx, None, gs, g13, g2, None, None, None, None, *(None for _ in range(ctx.num_operands)))
 
 
 def _layer_backward(context, options, w13, w2, functional, accumulate):
@@ -357,11 +418,10 @@ def _native_forward_with_routes(x, ids, scores, w13, w2, context, options, rms, 
 
 def _native_backward_with_routes(ctx, rms, grad_out, route_opts, with_grad_scores):
     """One eager backward of the native context for the route-level functions below (ctx holds the
-    saved x, ids, scores, w13, w2, state, then the prepared operands if any, and context, options;
-    the WGRADs take w13 / w2's shapes). grad_out: the BF16 [T, D] output
+    layer tensors of ``_save_layer``, and context, options; the WGRADs take w13 / w2's shapes). grad_out: the BF16 [T, D] output
     gradient, or None when the route gradient comes in through ``route_opts``; route_opts: the
     route-level entries of the options. Returns (gx, gs or None, g13, g2), WGRAD not postprocessed."""
-    x, ids, scores, w13, w2, state, *operands = ctx.saved_tensors
+    x, ids, scores, w13, w2, state, operands = _saved_layer(ctx)
     context = ctx.context
     dtype = _config_wgrad_dtype(context, w13)
     gx = torch.empty_like(x)
@@ -384,12 +444,12 @@ class _ExpertRoutesFunction(torch.autograd.Function):
     backward (route-level I/O of the C++ pipeline); score gradients come from the caller's reduction."""
 
     @staticmethod
-    def forward(ctx, x, ids, scores, w13, w2, context, options, save, *operands):
+    def forward(ctx, x, ids, scores, w13, w2, context, options, remat, save, *operands):
         # out: the library's reduction, unused
         _out, h3, state = _native_forward_with_routes(x, ids, scores, w13, w2, context, options, _NO_RMSNORM, save,
                                                       operands)
         if save and not context.config.inference:
-            ctx.save_for_backward(x, ids, scores, w13, w2, state, *operands)
+            _save_layer(ctx, remat, x, ids, scores, w13, w2, state, operands)
             ctx.context, ctx.options = context, options
         return h3
 
@@ -399,7 +459,7 @@ class _ExpertRoutesFunction(torch.autograd.Function):
         gx, _gs, g13, g2 = _native_backward_with_routes(ctx, _NO_RMSNORM, None,
                                                         {"grad_expert_output": _ops.read_ptr(grad_h3)}, False)
         g13, g2 = _postprocessed_wgrads(ctx.options, g13, g2)
-        return (gx, None, None, g13, g2, None, None, None, *(None for _ in ctx.saved_tensors[6:]))
+        return (gx, None, None, g13, g2, None, None, None, None, *(None for _ in range(ctx.num_operands)))
 
 
 class _ObservedRmsnormFunction(torch.autograd.Function):
@@ -408,19 +468,19 @@ class _ObservedRmsnormFunction(torch.autograd.Function):
     (route-level export of the C++ pipeline; the reduction stays fused)."""
 
     @staticmethod
-    def forward(ctx, x, ids, scores, w13, w2, context, options, rms, save, *operands):
+    def forward(ctx, x, ids, scores, w13, w2, context, options, remat, rms, save, *operands):
         post = options.experts_output_postprocess
         out, h3, state = _native_forward_with_routes(x, ids, scores, w13, w2, context, options, rms, save, operands)
         if post.observe_expert_output_fn is not None:
             post.observe_expert_output_fn(_padded_rows_zeroed(h3, ids, options))
         if save:
-            ctx.save_for_backward(x, ids, scores, w13, w2, state, *operands)
+            _save_layer(ctx, remat, x, ids, scores, w13, w2, state, operands)
             ctx.context, ctx.options, ctx.rms = context, options, rms
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        x, ids = ctx.saved_tensors[0], ctx.saved_tensors[1]
+        x, ids = ctx.saved_tensors[0], ctx.saved_tensors[1]  # first in both of _save_layer's forms
         post = ctx.options.experts_output_postprocess
         grad_out = grad_out.to(torch.bfloat16).contiguous()
         gh3 = torch.empty((x.shape[0], ids.shape[1], x.shape[1]), dtype=torch.bfloat16, device=x.device)
@@ -429,7 +489,7 @@ class _ObservedRmsnormFunction(torch.autograd.Function):
         if post.observe_expert_output_grad_fn is not None:
             post.observe_expert_output_grad_fn(gh3)
         g13, g2 = _postprocessed_wgrads(ctx.options, g13, g2)
-        return (gx, None, gs, g13, g2, None, None, None, None, *(None for _ in ctx.saved_tensors[6:]))
+        return (gx, None, gs, g13, g2, None, None, None, None, None, *(None for _ in range(ctx.num_operands)))
 
 
 def _padded_rows_zeroed(h3, ids, options):
@@ -452,13 +512,13 @@ def _check_callback_output(y, h3) -> None:
         raise TypeError(f"experts_output_postprocess must return float16, bfloat16, or float32, got {y.dtype}")
 
 
-def _routed_with_callable(x, ids, scores, w13, w2, context, options, save, operands=()):
+def _routed_with_callable(x, ids, scores, w13, w2, context, options, save, operands=(), remat=None):
     """out[t] = sum_k s[t,k] * f(h3[t,k]) in FP32 over valid routes, f the caller's postprocess."""
     if save and (options.inplace_wgrad_accum or options.wgrad_destination_fn is not None):
         raise ValueError(
             "a callable experts_output_postprocess supports functional WGRAD (optionally wgrad_postprocess_fn) only"
         )
-    h3 = _ExpertRoutesFunction.apply(x, ids, scores, w13, w2, context, options, save, *operands)
+    h3 = _ExpertRoutesFunction.apply(x, ids, scores, w13, w2, context, options, remat, save, *operands)
     valid = (ids >= 0).unsqueeze(-1)
     h3 = _padded_rows_zeroed(h3, ids, options)
     y = options.experts_output_postprocess(h3)
@@ -570,7 +630,9 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
     if options.requires_eager:
         if _tracing():
             raise RuntimeError("DistMoE Python weight, expert-output, and WGRAD callbacks require eager execution")
-    if options.weights_preprocess_fn is not None:
+    raw_weights = None
+    if options.weights_preprocess_fn is not None:  # materialized here, and again before backward
+        raw_weights = (w13_weight, w2_weight)
         w13_weight = options.weights_preprocess_fn(w13_weight)
         w2_weight = options.weights_preprocess_fn(w2_weight)
     if all(prepared):
@@ -596,9 +658,11 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
     if block_scaled:
         operands = (*_prepared_operands(w13_weight), *_prepared_operands(w2_weight)) if all(prepared) else \
             _dynamic_operands(w13, w2, context)
+    remat = None if raw_weights is None or not save else \
+        _Rematerialize(options, *raw_weights, w13, w2, context)
 
     if post is not None and not isinstance(post, RMSNormPostprocess):  # a callable (eager, checked above)
-        return _routed_with_callable(x, ids, scores, w13, w2, context, options, save, operands)
+        return _routed_with_callable(x, ids, scores, w13, w2, context, options, save, operands, remat)
 
     if isinstance(post, RMSNormPostprocess):
         validate_rmsnorm_postprocess(post, input_dtype=x.dtype, score_dtype=scores.dtype, topk=K, dim=D, training=save)
@@ -607,7 +671,7 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
     if isinstance(post, RMSNormPostprocess) and (post.observe_expert_output_fn or post.observe_expert_output_grad_fn):
         if save and (options.inplace_wgrad_accum or options.wgrad_destination_fn is not None):
             raise ValueError("RMSNormPostprocess observers support functional WGRAD (optionally wgrad_postprocess_fn) only")
-        return _ObservedRmsnormFunction.apply(x, ids, scores, w13, w2, context, options, rms, save, *operands)
+        return _ObservedRmsnormFunction.apply(x, ids, scores, w13, w2, context, options, remat, rms, save, *operands)
 
     if block_scaled:
         if not save:  # forward only: inference, or a training context's scratch-only call
@@ -616,7 +680,7 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
                 context.context_id,
             )
             return out
-        return _BlockScaledFunction.apply(x, ids, scores, w13, w2, context, options, rms, *operands)
+        return _BlockScaledFunction.apply(x, ids, scores, w13, w2, context, options, remat, rms, *operands)
 
     if not save:
         slot, depth = context.selected_activation_slot
@@ -628,7 +692,7 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
         )  # fmt: skip
     if options.inplace_wgrad_accum and options.wgrad_postprocess_fn is not None:  # guarded by the options too
         raise ValueError("inplace_wgrad_accum cannot be combined with wgrad_postprocess_fn")
-    out, new_stats = _Bf16Function.apply(x, ids, scores, w13, w2, context, options, rms, stats is not None)
+    out, new_stats = _Bf16Function.apply(x, ids, scores, w13, w2, context, options, remat, rms, stats is not None)
     if stats is not None:
         stats.copy_(new_stats)  # graph-visible write into the caller's tensor
     return out

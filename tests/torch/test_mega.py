@@ -166,6 +166,75 @@ def test_mega_training_matches_staged_bitwise(contexts, clamped):
             torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m, n=name: f"call {call} {n}: mega vs staged: {m}")
 
 
+
+@pytest.mark.parametrize("pipeline", ["mega", "staged"])
+def test_mxfp8_mega_rebuilds_callback_weight_quants_in_backward(contexts, monkeypatch, pipeline):
+    """Upstream's row: with weights_preprocess_fn (identity, recorded) and dynamic BF16 weights, Mega
+    quantizes the weights again in backward instead of keeping the forward's quantizations -- the
+    training preparation runs 4 times a step (2 forward + 2 backward), the staged pipeline keeps them
+    (2) -- and the function itself runs 4 times on both. The step equals, bitwise, the same step
+    without the function (which keeps the forward's quantizations)."""
+    from dist_moe import _routed
+
+    t = 256
+    ctx = contexts(config(MXFP8, t, pipeline, inference=False))
+    w13, w2 = make_weights(E, D, FF, seed=75, device=DEV)
+    x, ids, s = make_tokens(t, D, K, seed=175, device=DEV, ids=upstream_case_ids(t, K, E))
+    g = torch.randn(t, D, generator=torch.Generator(device="cpu").manual_seed(275)).to(torch.bfloat16).to(DEV)
+    quants, materialized = [], []
+    counted = _routed.training_prepare_op
+
+    def counting_prepare_op(fmt):
+        op = counted(fmt)
+        return lambda w: (quants.append(tuple(w.shape)), op(w))[1]
+
+    monkeypatch.setattr(_routed, "training_prepare_op", counting_prepare_op)
+
+    def identity(w):
+        materialized.append(tuple(w.shape))
+        return w
+
+    def step(options):
+        xl, sl = x.clone().requires_grad_(), s.clone().requires_grad_()
+        a, b = w13.clone().requires_grad_(), w2.clone().requires_grad_()
+        out = dist_moe.routed_experts(xl, ids, sl, a, b, ctx, options=options)
+        out.backward(g)
+        return out.detach(), xl.grad, sl.grad, a.grad, b.grad
+
+    want = step(None)
+    assert len(quants) == 2, quants
+    quants.clear()
+    got = step(dist_moe.ExecutionOptions(weights_preprocess_fn=identity))
+    assert len(materialized) == 4, materialized
+    assert len(quants) == (4 if pipeline == "mega" else 2), quants
+    assert _routed._recompute_dynamic_mega_weight_quants(ctx.config, dist_moe.ExecutionOptions(
+        weights_preprocess_fn=identity)) == (pipeline == "mega")
+    for name, a, b in zip(("out", "grad_x", "grad_scores", "grad_w13", "grad_w2"), got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m, n=name: f"{pipeline} {n}: with vs without: {m}")
+    assert_planner_reset(ctx)
+
+
+def test_dynamic_mxfp8_mega_weight_quant_recompute_policy():
+    """Upstream's policy row: the backward quantizes dynamic weights again only for a training MXFP8
+    Mega context with weights_preprocess_fn; not for inference, staged, other formats or no fn."""
+    from dist_moe import _routed
+
+    fn = dist_moe.ExecutionOptions(weights_preprocess_fn=lambda w: w)
+    none = dist_moe.ExecutionOptions()
+
+    def cfg(fmt=MXFP8, pipeline="mega", inference=False):
+        return single_rank_config(8, D, FF, K, E, block_scaled=dist_moe.BlockScaledConfig(format=fmt, pipeline=pipeline),
+                                  inference=inference)
+
+    policy = _routed._recompute_dynamic_mega_weight_quants
+    assert policy(cfg(), fn)
+    assert not policy(cfg(), none)
+    assert not policy(cfg(inference=True), fn)
+    assert not policy(cfg(pipeline="staged"), fn)
+    assert not policy(cfg(fmt=dist_moe.BlockScaledFormat.FP8_BLOCKWISE, pipeline="staged"), fn)
+    assert not policy(single_rank_config(8, D, FF, K, E), fn)
+
+
 def mega_training_case(contexts, *, clamped, seed, t=256):
     """A Mega MXFP8 training context with two activation slots at t tokens (t = 256: 128 routed rows
     per expert, the staged GEMMs' 128x128 tiles), two leaf BF16 weights, their MXFP8 preparations and

@@ -5,6 +5,9 @@ checked against the reference model on fresh random inputs, graph/tracing paths 
 eager runs of the same context.
 """
 
+import gc
+import weakref
+
 import pytest
 import torch
 import torch.utils.checkpoint as ckpt
@@ -258,6 +261,50 @@ def test_eager_flat_weights_return_logical_gradient_shapes(make_ctx):
     got = run_train(ctx, x, ids, scores, w13.reshape(E * 2 * FF, D), w2.reshape(E * D, FF), g, opts)
     assert got[3].shape == (E * 2 * FF, D) and got[4].shape == (E * D, FF)
     assert_single_rank_close(got, run_reference(x, ids, scores, w13, w2, g))
+
+
+
+@pytest.mark.parametrize("postprocess", [None, "callable"], ids=["fused_reduction", "callable_postprocess"])
+def test_weights_preprocess_fn_runs_again_before_backward(make_ctx, postprocess):
+    """Upstream's weights_preprocess_fn contract: it materializes the compute weights in forward and
+    again just before backward (4 calls a step), and the layer keeps nothing it returned in between
+    (its forward copies are gone before backward); the step equals the step without the function
+    bitwise. Both the registered BF16 ops and the route-level path of a callable postprocess."""
+    ctx = make_ctx()
+    x, ids, scores, w13, w2 = case(seed=27)
+    g = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    post = None if postprocess is None else (lambda h3: h3 * 0.5)
+    copies = []
+
+    def materialize(w):  # a copy, as an all-gather or a cast would make, tracked by a weak reference
+        c = w.clone()
+        copies.append(weakref.ref(c))
+        return c
+
+    want = run_train(ctx, x, ids, scores, w13, w2, g, dist_moe.ExecutionOptions(experts_output_postprocess=post))
+    opts = dist_moe.ExecutionOptions(weights_preprocess_fn=materialize, experts_output_postprocess=post)
+    xl, sl, a, b = leaves(x, scores, w13, w2)
+    out = dist_moe.routed_experts(xl, ids, sl, a, b, ctx, options=opts)
+    gc.collect()
+    assert len(copies) == 2 and all(r() is None for r in copies), "forward copies kept until backward"
+    out.backward(g)
+    assert len(copies) == 4, f"weights_preprocess_fn ran {len(copies)} times, want 2 forward + 2 backward"
+    got = (out.detach(), xl.grad, sl.grad, a.grad, b.grad)
+    for name, u, v in zip(("out", "grad_x", "grad_scores", "grad_w13", "grad_w2"), got, want):
+        torch.testing.assert_close(u, v, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: with vs without the fn: {m}")
+    assert_planner_reset(ctx)
+
+    calls = []
+
+    def recast(w):  # the forward's layout, then FP32 before backward
+        calls.append(w)
+        return w.clone() if len(calls) <= 2 else w.float()
+
+    xl, a = leaves(x, w13)
+    out = dist_moe.routed_experts(xl, ids, scores, a, w2, ctx, options=dist_moe.ExecutionOptions(
+        weights_preprocess_fn=recast, experts_output_postprocess=post))
+    with pytest.raises(RuntimeError, match="weights_preprocess_fn must return the forward's w13 layout"):
+        out.backward(g)
 
 
 def test_training_call_uses_selected_microbatch_stack(make_ctx):
