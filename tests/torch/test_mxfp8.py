@@ -654,11 +654,13 @@ def test_mxfp8_wgrad_accumulates_into_source_grad(make_ctx, grad_dtype):
     assert_planner_reset(ctx)
 
 
+@pytest.mark.parametrize("tracing_mode", ["real", "fake"])
 @pytest.mark.parametrize("grad_dtype", [torch.bfloat16, torch.float32])
-def test_mxfp8_wgrad_accumulators_are_visible_to_joint_make_fx(make_ctx, grad_dtype):
-    """A joint forward+backward trace with preset .grad buffers (BF16, or FP32 on grad_dtype FP32
-    parameters) on the prepared weights' sources holds one block_scaled_backward_accumulate_, impure,
-    whose args 3 and 4 are views of the gradient placeholders and whose args[-2] is the WGRAD dtype."""
+def test_mxfp8_wgrad_accumulators_are_visible_to_joint_make_fx(make_ctx, grad_dtype, tracing_mode):
+    """A joint forward+backward trace (real tensors, or upstream's fake mode: nothing runs) with
+    preset .grad buffers (BF16, or FP32 on grad_dtype FP32 parameters) on the prepared weights'
+    sources holds one block_scaled_backward_accumulate_, impure, whose args 3 and 4 are views of the
+    gradient placeholders and whose args[-2] is the WGRAD dtype."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     if grad_dtype == torch.float32 and not hasattr(torch.Tensor, "grad_dtype"):
@@ -679,7 +681,8 @@ def test_mxfp8_wgrad_accumulators_are_visible_to_joint_make_fx(make_ctx, grad_dt
 
     g13, g2 = torch.zeros_like(w13_0, dtype=grad_dtype), torch.zeros_like(w2_0, dtype=grad_dtype)
     grad_out = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
-    gm = make_fx(joint)(x.clone().requires_grad_(), scores.clone().requires_grad_(), g13, g2, grad_out)
+    gm = make_fx(joint, tracing_mode=tracing_mode, _allow_non_fake_inputs=tracing_mode == "fake")(
+        x.clone().requires_grad_(), scores.clone().requires_grad_(), g13, g2, grad_out)
     op = torch.ops.dist_moe.block_scaled_backward_accumulate_.default
     nodes = [n for n in gm.graph.nodes if n.target == op]
     assert len(nodes) == 1, gm.graph

@@ -577,9 +577,11 @@ def test_sac_preserves_forward_activation_slot(make_ctx):
     assert_planner_reset(ctx)
 
 
-def test_wgrad_accumulators_are_visible_to_joint_make_fx(make_ctx):
-    """A joint forward+backward trace with preset .grad buffers holds one impure accumulate node whose
-    args 3 and 4 are views of the gradient placeholders."""
+@pytest.mark.parametrize("tracing_mode", ["real", "fake"])
+def test_wgrad_accumulators_are_visible_to_joint_make_fx(make_ctx, tracing_mode):
+    """A joint forward+backward trace (real tensors, or upstream's fake mode: nothing runs) with preset
+    .grad buffers holds one impure accumulate node whose args 3 and 4 are views of the gradient
+    placeholders and whose args[-2] is the WGRAD dtype."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     for grad_dtype in (torch.bfloat16, torch.float32):
@@ -601,9 +603,11 @@ def test_wgrad_accumulators_are_visible_to_joint_make_fx(make_ctx):
         g13 = torch.zeros(w13_0.shape, dtype=grad_dtype, device=DEV)
         g2 = torch.zeros(w2_0.shape, dtype=grad_dtype, device=DEV)
         grad_out = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
-        gm = make_fx(joint)(x.clone().requires_grad_(), scores.clone().requires_grad_(), g13, g2, grad_out)
+        gm = make_fx(joint, tracing_mode=tracing_mode, _allow_non_fake_inputs=tracing_mode == "fake")(
+            x.clone().requires_grad_(), scores.clone().requires_grad_(), g13, g2, grad_out)
         nodes = [n for n in gm.graph.nodes if n.target == torch.ops.dist_moe.bf16_backward_accumulate_.default]
         assert len(nodes) == 1, gm.graph
+        assert nodes[0].args[-2] == grad_dtype and nodes[0].is_impure()
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         for arg, ph in zip(nodes[0].args[3:5], placeholders[2:4]):
             assert arg.target == torch.ops.aten.view.default and arg.args[0] is ph, (arg, ph)
