@@ -269,10 +269,11 @@ class Context:
         return f"dist_moe.Context({self._context_id}, {state}, device={self.device})"
 
 
-def create_context(*, group, config, plan_memory, device=None, emulate_peer_buffers=None) -> Context:
+def create_context(*, group, config, plan_memory, resolved_plan, device=None, emulate_peer_buffers=None) -> Context:
     """Collectively creates a context over the torch process group ``group`` (see api.create_context;
-    ``plan_memory`` is api's, passed in so that this module never imports api: the package's modules
-    import one way, api -> _routed -> _ops -> _context)."""
+    ``plan_memory`` and ``resolved_plan`` (plan dict -> MemoryPlan) are api's, passed in so that this
+    module never imports api: the package's modules import one way, api -> _routed -> _ops -> _context).
+    The context's ``memory_plan`` is the native context's own, with its VMM sections resolved."""
     import torch
     import torch.distributed as dist
 
@@ -319,4 +320,6 @@ def create_context(*, group, config, plan_memory, device=None, emulate_peer_buff
     with torch.cuda.device(device):
         native = gpu.Context(config._as_dict(), unique_id, rank, world_size, device.index,
                              emulate_peer_buffers=bool(emulate_peer_buffers))
+    if config.vmm is not None:  # the sections and padding of the range the context mapped
+        plan = resolved_plan(native.memory_plan())
     return Context._create(group=group, config=config, memory_plan=plan, device=device, native=native)

@@ -227,7 +227,8 @@ def plan_memory(config: Config, ep_size: int, *, device=None) -> MemoryPlan:
     """Plans every buffer of a context for ``ep_size`` ranks. Pure: allocates nothing.
 
     ``device`` is only checked here (it must be CUDA); the VMM sections are resolved against the
-    device's allocation granularity when the context is created.
+    device's allocation granularity when the context is created (``Context.memory_plan`` holds the
+    resolved plan: the VMM section sizes and padding of the buffer it mapped).
     """
     if not isinstance(config, Config):
         raise TypeError("config must be a dist_moe.Config")
@@ -238,10 +239,15 @@ def plan_memory(config: Config, ep_size: int, *, device=None) -> MemoryPlan:
     if device is not None and not str(getattr(device, "type", device)).startswith("cuda"):
         raise ValueError(f"device must be CUDA, got {device}")
     raw = native().plan_memory(config._as_dict(), ep_size)
-    for warning in raw.pop("warnings"):
+    for warning in raw["warnings"]:
         _log.warning("%s", warning)
-    raw["_explain"] = raw.pop("explain")
-    return MemoryPlan(**raw)
+    return _memory_plan_from_dict(raw)
+
+
+def _memory_plan_from_dict(raw: dict) -> MemoryPlan:
+    """A MemoryPlan from the C++ core's plan dict (plan_memory's, or a live context's resolved one)."""
+    fields = {k: v for k, v in raw.items() if k not in ("warnings", "explain")}
+    return MemoryPlan(**fields, _explain=raw["explain"])
 
 
 def create_context(*, group, config: Config, device=None, emulate_peer_buffers=None) -> Context:
@@ -276,8 +282,8 @@ def create_context(*, group, config: Config, device=None, emulate_peer_buffers=N
         raise ImportError("create_context needs PyTorch: the Dist-MoE torch front end runs on torch tensors") from e
     from ._context import create_context as _create
 
-    return _create(group=group, config=config, plan_memory=plan_memory, device=device,
-                   emulate_peer_buffers=emulate_peer_buffers)
+    return _create(group=group, config=config, plan_memory=plan_memory, resolved_plan=_memory_plan_from_dict,
+                   device=device, emulate_peer_buffers=emulate_peer_buffers)
 
 
 def prepare_block_scaled_weight(weight, config: BlockScaledConfig, *, inference: bool = False, out=None):

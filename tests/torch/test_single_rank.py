@@ -578,40 +578,41 @@ def test_sac_preserves_forward_activation_slot(make_ctx):
 
 
 @pytest.mark.parametrize("tracing_mode", ["real", "fake"])
-def test_wgrad_accumulators_are_visible_to_joint_make_fx(make_ctx, tracing_mode):
+@pytest.mark.parametrize("grad_dtype", [torch.bfloat16, torch.float32])
+def test_wgrad_accumulators_are_visible_to_joint_make_fx(make_ctx, grad_dtype, tracing_mode):
     """A joint forward+backward trace (real tensors, or upstream's fake mode: nothing runs) with preset
     .grad buffers holds one impure accumulate node whose args 3 and 4 are views of the gradient
-    placeholders and whose args[-2] is the WGRAD dtype."""
+    placeholders and whose args[-2] is the WGRAD dtype. The parameters are inputs of the trace and
+    declare FP32 gradients inside it (fake mode copies no grad_dtype onto a parameter it converts)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    for grad_dtype in (torch.bfloat16, torch.float32):
-        if grad_dtype == torch.float32 and not hasattr(torch.Tensor, "grad_dtype"):
-            continue  # FP32 .grad on a BF16 parameter needs Tensor.grad_dtype
-        ctx = make_ctx(wgrad_dtype=grad_dtype)
-        x, ids, scores, w13_0, w2_0 = case(seed=79)
-        p13, p2 = torch.nn.Parameter(w13_0.clone()), torch.nn.Parameter(w2_0.clone())
+    if grad_dtype == torch.float32 and not hasattr(torch.Tensor, "grad_dtype"):
+        pytest.skip("FP32 .grad on a BF16 parameter needs Tensor.grad_dtype")
+    ctx = make_ctx(wgrad_dtype=grad_dtype)
+    x, ids, scores, w13_0, w2_0 = case(seed=79)
+    opts = dist_moe.ExecutionOptions(inplace_wgrad_accum=True)
+
+    def joint(p13, p2, x, scores, grad_out, g13, g2):
         if grad_dtype == torch.float32:
             p13.grad_dtype = p2.grad_dtype = torch.float32
-        opts = dist_moe.ExecutionOptions(inplace_wgrad_accum=True)
+        p13.grad, p2.grad = g13, g2
+        out = dist_moe.routed_experts(x, ids, scores, p13, p2, ctx, options=opts)
+        out.backward(grad_out)
+        return out.detach()
 
-        def joint(x, scores, g13, g2, grad_out):
-            p13.grad, p2.grad = g13, g2
-            out = dist_moe.routed_experts(x, ids, scores, p13, p2, ctx, options=opts)
-            out.backward(grad_out)
-            return out.detach()
-
-        g13 = torch.zeros(w13_0.shape, dtype=grad_dtype, device=DEV)
-        g2 = torch.zeros(w2_0.shape, dtype=grad_dtype, device=DEV)
-        grad_out = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
-        gm = make_fx(joint, tracing_mode=tracing_mode, _allow_non_fake_inputs=tracing_mode == "fake")(
-            x.clone().requires_grad_(), scores.clone().requires_grad_(), g13, g2, grad_out)
-        nodes = [n for n in gm.graph.nodes if n.target == torch.ops.dist_moe.bf16_backward_accumulate_.default]
-        assert len(nodes) == 1, gm.graph
-        assert nodes[0].args[-2] == grad_dtype and nodes[0].is_impure()
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        for arg, ph in zip(nodes[0].args[3:5], placeholders[2:4]):
-            assert arg.target == torch.ops.aten.view.default and arg.args[0] is ph, (arg, ph)
-        ctx.reset()
+    p13, p2 = torch.nn.Parameter(w13_0.clone()), torch.nn.Parameter(w2_0.clone())
+    g13 = torch.zeros(w13_0.shape, dtype=grad_dtype, device=DEV)
+    g2 = torch.zeros(w2_0.shape, dtype=grad_dtype, device=DEV)
+    grad_out = torch.randn(T, D, device=DEV, dtype=torch.bfloat16)
+    gm = make_fx(joint, tracing_mode=tracing_mode, _allow_non_fake_inputs=tracing_mode == "fake")(
+        p13, p2, x.clone().requires_grad_(), scores.clone().requires_grad_(), grad_out, g13, g2)
+    nodes = [n for n in gm.graph.nodes if n.target == torch.ops.dist_moe.bf16_backward_accumulate_.default]
+    assert len(nodes) == 1, gm.graph
+    assert nodes[0].args[-2] == grad_dtype and nodes[0].is_impure()
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for arg, ph in zip(nodes[0].args[3:5], placeholders[-2:]):  # the accumulators: the last two inputs
+        assert arg.target == torch.ops.aten.view.default and arg.args[0] is ph, (arg, ph)
+    ctx.reset()
 
 
 def test_resolves_parameter_wgrad_dtype_contract():

@@ -341,6 +341,7 @@ PYBIND11_MODULE(_C, m) {
       .def("storages", &GpuContext::storages)
       .def("planner_snapshot", &GpuContext::planner_snapshot)
       .def("planner_storage", &GpuContext::planner_storage)
+      .def("memory_plan", [](const GpuContext& g) { return plan_to_dict(g.ctx().memory_plan()); })
       .def("forward", &GpuContext::forward)
       .def("inference", &GpuContext::inference)
       .def("backward", &GpuContext::backward)
