@@ -56,8 +56,9 @@ __global__ void plan_backward_kernel(planner::BufferGeometry g, planner::CallSha
 }
 
 __global__ void plan_mxfp8_backward_kernel(planner::BufferGeometry g, planner::CallShape c, planner::PlannerState st,
-                                           const int64_t* layer, int64_t caller_x, int64_t* x_out) {
-  const planner::PlanStatus s = planner::plan_mxfp8_backward(g, c, st, layer, caller_x, x_out);
+                                           const int64_t* layer, int64_t caller_x, planner::Mxfp8Homes homes,
+                                           int64_t* x_out) {
+  const planner::PlanStatus s = planner::plan_mxfp8_backward(g, c, st, layer, caller_x, homes, x_out);
   if (s != planner::PlanStatus::kOk) report_and_trap(s, c, "backward");
 }
 
@@ -85,8 +86,9 @@ void plan_backward(const planner::BufferGeometry& g, const planner::CallShape& c
 }
 
 void plan_mxfp8_backward(const planner::BufferGeometry& g, const planner::CallShape& c, planner::PlannerState state,
-                         const int64_t* layer_state, int64_t caller_x, int64_t* x_offset_1, cudaStream_t stream) {
-  plan_mxfp8_backward_kernel<<<1, 1, 0, stream>>>(g, c, state, layer_state, caller_x, x_offset_1);
+                         const int64_t* layer_state, int64_t caller_x, const planner::Mxfp8Homes& homes,
+                         int64_t* x_offset_1, cudaStream_t stream) {
+  plan_mxfp8_backward_kernel<<<1, 1, 0, stream>>>(g, c, state, layer_state, caller_x, homes, x_offset_1);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -25,9 +25,11 @@ void plan_forward(const planner::BufferGeometry& g, const planner::CallShape& c,
 void plan_backward(const planner::BufferGeometry& g, const planner::CallShape& c, planner::PlannerState state,
                    const int64_t* layer_state, int64_t caller_x, int64_t* backward_offsets_7, cudaStream_t stream);
 // The same for an MXFP8 layer (plan_mxfp8_backward): writes only the recompute's input offset (x)
-// to `x_offset_1`; the operands stay where the forward's snapshot says.
+// to `x_offset_1`; the operands stay where the forward's snapshot says; `homes`: the context's static
+// scratch (its bottom is the scratch peak noted).
 void plan_mxfp8_backward(const planner::BufferGeometry& g, const planner::CallShape& c, planner::PlannerState state,
-                         const int64_t* layer_state, int64_t caller_x, int64_t* x_offset_1, cudaStream_t stream);
+                         const int64_t* layer_state, int64_t caller_x, const planner::Mxfp8Homes& homes,
+                         int64_t* x_offset_1, cudaStream_t stream);
 
 // Empty slots, peaks reset: the context's initial state (graph-capturable: a kernel, no copies).
 void reset_planner(const planner::BufferGeometry& g, int64_t ep_size, planner::PlannerState state,

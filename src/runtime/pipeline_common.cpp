@@ -303,7 +303,8 @@ DType block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in
   const int64_t* need_recompute = layer + planner::kNeedRecompute;
   int64_t* bo = c.backward_offsets;  // [6]: where the recompute reads x; [7]: h3
   const int64_t caller_x = static_cast<const uint8_t*>(in.x_TD) - act;
-  kernels::plan_mxfp8_backward(c.geometry, c.call_shape(T), c.planner_state, layer, caller_x, bo + 6, stream);
+  const planner::Mxfp8Homes homes = c.mxfp8_scratch.homes();
+  kernels::plan_mxfp8_backward(c.geometry, c.call_shape(T), c.planner_state, layer, caller_x, homes, bo + 6, stream);
 
   begin_recompute(c, T, bo + 6, need_recompute, s.expert_rows, stream);
   kernels::predicated_counts(s.expert_offsets, c.offsets_gated, L + 1, need_recompute, true, stream);

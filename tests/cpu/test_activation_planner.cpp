@@ -418,7 +418,7 @@ TEST(ActivationPlanner, Mxfp8AccountingAgreesWithThePlan) {
   Config c = mxfp8_config(96, 256, 384, 2, 8, 2, false);
   c.device_scratch_capacity_factor = 2.0;
   const MemoryPlan base = plan_memory(c, R);
-  const planner::Mxfp8Homes homes{1000 * 128, 2000 * 128, 3000 * 128};
+  const planner::Mxfp8Homes homes{1000 * 128, 2000 * 128, 3000 * 128, 500 * 128};
   struct Budget { std::optional<int64_t> bytes; std::vector<int32_t> recv; int expect; };
   const int32_t cap = static_cast<int32_t>(base.total_scratch_capacity_rows);
   // Balanced rows per rank, padded like routing pads them: T*K spread over L=4 experts, 128 each.
@@ -453,16 +453,16 @@ TEST(ActivationPlanner, Mxfp8AccountingAgreesWithThePlan) {
         EXPECT_EQ(l1[planner::kXCol], planner::mxfp8_saved_full_bytes(cs, rows));
       }
       int64_t x = -1;
-      EXPECT_EQ(planner::plan_mxfp8_backward(hp.g, cs, hp.state(), l0.data(), kCallerX, &x), PlanStatus::kLayerOrder)
+      EXPECT_EQ(planner::plan_mxfp8_backward(hp.g, cs, hp.state(), l0.data(), kCallerX, homes, &x), PlanStatus::kLayerOrder)
           << "popping the lower layer first is caught";
       hp = HostPlanner(geometry_of(p), R);
       ASSERT_EQ(planner::plan_mxfp8_forward(hp.g, cs, hp.state(), 0, 2, b.recv.data(), false, homes, l0.data()),
                 PlanStatus::kOk);
       ASSERT_EQ(planner::plan_mxfp8_forward(hp.g, cs, hp.state(), 0, 2, b.recv.data(), false, homes, l1.data()),
                 PlanStatus::kOk);
-      ASSERT_EQ(planner::plan_mxfp8_backward(hp.g, cs, hp.state(), l1.data(), kCallerX, &x), PlanStatus::kOk);
+      ASSERT_EQ(planner::plan_mxfp8_backward(hp.g, cs, hp.state(), l1.data(), kCallerX, homes, &x), PlanStatus::kOk);
       EXPECT_EQ(x, b.expect ? l1[planner::kX] : kCallerX) << "a saved layer keeps no x: the caller's";
-      ASSERT_EQ(planner::plan_mxfp8_backward(hp.g, cs, hp.state(), l0.data(), kCallerX, &x), PlanStatus::kOk);
+      ASSERT_EQ(planner::plan_mxfp8_backward(hp.g, cs, hp.state(), l0.data(), kCallerX, homes, &x), PlanStatus::kOk);
       EXPECT_TRUE(hp == empty);
     }
   }
@@ -478,7 +478,7 @@ TEST(ActivationPlanner, Mxfp8BalancedSlotFactorRecomputesOnlyAboveItsSoftBudget)
   c.device_scratch_capacity_factor = 2.0;
   c.activation_slot_capacity_factor = 1.0;
   const MemoryPlan p = plan_memory(c, R);
-  const planner::Mxfp8Homes homes{1000 * 128, 2000 * 128, 3000 * 128};
+  const planner::Mxfp8Homes homes{1000 * 128, 2000 * 128, 3000 * 128, 500 * 128};
   const auto rows_at = [&](double factor) {
     return static_cast<int32_t>(plan_max_recv_rows(T, K, factor, L, R, kBlockScaledRowMultiple));
   };
@@ -497,7 +497,8 @@ TEST(ActivationPlanner, Mxfp8BalancedSlotFactorRecomputesOnlyAboveItsSoftBudget)
 }
 
 // A scratch-only MXFP8 forward (inference, no-grad, recompute_from_inputs) takes no slot space and
-// its backward recomputes from the caller's x.
+// its backward recomputes from the caller's x; both record the static scratch layout's bottom as the
+// scratch peak (what check_overflow reports, host overflow included).
 // NVFP4's scratch (inference): h1 | row at the top, and for prefill- and decode-sized contexts the
 // expanded FP16 token rows and their scales below, all within the plan's scratch (which adds exactly
 // that term).
@@ -533,17 +534,25 @@ TEST(ActivationPlanner, Mxfp8ScratchOnlyPlansKeepTheSlots) {
   const HostPlanner empty = hp;
   auto l = layer_buffer(1);
   const int32_t rows[1] = {512};
-  const planner::Mxfp8Homes homes{384, 256, 128};
+  const int64_t floor = hp.g.num_slots * hp.g.slot_bytes;
+  const planner::Mxfp8Scratch layout =
+      planner::mxfp8_scratch(p.total_scratch_capacity_rows, 256, 256, false, hp.g.buffer_bytes);
+  ASSERT_GE(layout.bottom, floor);
+  const planner::Mxfp8Homes homes = layout.homes();
+  EXPECT_EQ(hp.peak[hp.g.num_slots], hp.g.buffer_bytes - floor) << "reset: all scratch free";
   ASSERT_EQ(planner::plan_mxfp8_forward(hp.g, shape_of(c, 1, 0), hp.state(), 0, 1, rows, true, homes, l.data()),
             PlanStatus::kOk);
   EXPECT_EQ(l[planner::kNeedRecompute], 1);
   EXPECT_EQ(l[planner::kSlot], -1);
   EXPECT_EQ(l[planner::kXCol], homes.x_col);
   EXPECT_TRUE(hp == empty);
+  EXPECT_EQ(hp.peak[hp.g.num_slots], layout.bottom - floor) << "the static layout is the scratch peak";
   int64_t x = 0;
-  ASSERT_EQ(planner::plan_mxfp8_backward(hp.g, shape_of(c, 1, 0), hp.state(), l.data(), kCallerX, &x), PlanStatus::kOk);
+  ASSERT_EQ(planner::plan_mxfp8_backward(hp.g, shape_of(c, 1, 0), hp.state(), l.data(), kCallerX, homes, &x),
+            PlanStatus::kOk);
   EXPECT_EQ(x, kCallerX);
   EXPECT_TRUE(hp == empty);
+  EXPECT_EQ(hp.peak[hp.g.num_slots], layout.bottom - floor);
 }
 
 }  // namespace

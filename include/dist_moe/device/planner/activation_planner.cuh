@@ -273,9 +273,12 @@ struct Mxfp8Saved {
   DMOE_HOST_DEVICE int64_t operator()(const CallShape& c, int64_t rows) const { return mxfp8_saved_full_bytes(c, rows); }
 };
 
-// Scratch homes of a recomputing layer's forward operands (offsets into the activation buffer).
+// Scratch homes of a recomputing layer's forward operands (offsets into the activation buffer), and
+// the static scratch layout's lowest byte: every call of the layer addresses the layout down to it
+// (the row bundle region lies there), which is what the scratch peak records.
 struct Mxfp8Homes {
   int64_t x_col = -1, h1 = -1, h2_col = -1;
+  int64_t bottom = -1;
 };
 
 // Row bundle of [rows, C] (1x32 blocks along C: the FPROP / DGRAD A operand): E4M3 [rows, C], then
@@ -312,8 +315,8 @@ struct Mxfp8Scratch {
   int64_t expanded = 0, expanded_scales = 0;
   // Where the forward's BF16 h2 goes: grad_h2's region (training), h1's (inference: h1 not kept).
   DMOE_HOST_DEVICE int64_t h2_bf16() const { return inference ? h1 : grad_h2; }
-  // A recomputing layer's homes for its x_col, h1 and h2_col.
-  DMOE_HOST_DEVICE Mxfp8Homes homes() const { return {x_col, h1, h2_col}; }
+  // A recomputing layer's homes for its x_col, h1 and h2_col, and the layout's bottom.
+  DMOE_HOST_DEVICE Mxfp8Homes homes() const { return {x_col, h1, h2_col, bottom}; }
   // The Mega backward's dxy row bundle, written by the W2 DGRAD epilogue while grad_h3's row bundle
   // (in the row region) is still read: E4M3 [cap, 2F] over grad_h2's region (2 cap F bytes: exactly
   // it), the code words [2F/128, cap] in the row region's reserved scale bytes after grad_h3's codes
@@ -369,13 +372,20 @@ DMOE_HOST_DEVICE Mxfp8Scratch nvfp4_scratch(int64_t cap, int64_t D, int64_t F, i
   return s;
 }
 
-// Plans the forward of one MXFP8 layer: plan_bf16_forward's decision with the MXFP8 accounting.
-// Scratch is static (checked against the buffer when the context is built), so only the slot can
-// overflow.
+// The scratch peak of a block-scaled call: its static layout, down to homes.bottom (check_overflow
+// reports it, the host-overflow part included when the layout reaches into a VMM host section).
+DMOE_HOST_DEVICE void note_static_scratch(const BufferGeometry& g, PlannerState st, const Mxfp8Homes& homes) {
+  note_peak(&st.peak_min_free_N1[g.num_slots], homes.bottom - g.num_slots * g.slot_bytes);
+}
+
+// Plans the forward of one MXFP8 layer (every block-scaled format's): plan_bf16_forward's decision
+// with the MXFP8 accounting. Scratch is static (checked against the buffer when the context is
+// built), so only the slot can overflow; the scratch peak records the static layout.
 DMOE_HOST_DEVICE PlanStatus plan_mxfp8_forward(const BufferGeometry& g, const CallShape& c, PlannerState st,
                                                int64_t slot_selector, int64_t depth, const int32_t* recv_R,
                                                bool scratch_only, const Mxfp8Homes& homes, int64_t* layer_out) {
   begin_layer_state(c, recv_R, layer_out);
+  note_static_scratch(g, st, homes);
   const bool train = !scratch_only && g.num_slots > 0;
   const int64_t s = train ? slot_selector % g.num_slots : -1;
   bool recompute = true;
@@ -404,8 +414,11 @@ DMOE_HOST_DEVICE PlanStatus plan_mxfp8_forward(const BufferGeometry& g, const Ca
 
 // Pops an MXFP8 layer from its slot (its operands stay where the snapshot says until the backward
 // ends). Returns where the recompute reads the layer input: the slot's x save, or the caller's x.
+// The backward's temporaries use the same static scratch (`homes`: its layout), noted as the forward's.
 DMOE_HOST_DEVICE PlanStatus plan_mxfp8_backward(const BufferGeometry& g, const CallShape& c, PlannerState st,
-                                                const int64_t* layer, int64_t caller_x, int64_t* x_out) {
+                                                const int64_t* layer, int64_t caller_x, const Mxfp8Homes& homes,
+                                                int64_t* x_out) {
+  note_static_scratch(g, st, homes);
   *x_out = layer[kX] >= 0 ? layer[kX] : caller_x;
   return pop_layer(g, c, st, layer, layer[kNeedRecompute] != 0 ? layer[kX] : layer[kXCol], Mxfp8Saved{});
 }
