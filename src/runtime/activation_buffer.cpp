@@ -11,6 +11,7 @@
 #include "dist_moe/check.h"
 #include "dist_moe/driver_api.h"
 #include "platform/device_guard.h"
+#include "platform/vmm_range.h"
 
 namespace dist_moe::runtime {
 namespace {
@@ -68,51 +69,32 @@ std::unique_ptr<ActivationBuffer> ActivationBuffer::create(const MemoryPlan& pla
     g_vmm_devices.insert(device);
   }
   b->vmm_ = true;
-  const DriverApi& d = driver();
-  int host_numa = -1;  // pinned host pages near the GPU when the driver knows its NUMA node
-  if (d.cuDeviceGetAttribute(&host_numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, static_cast<CUdevice>(device)) !=
-      CUDA_SUCCESS)
-    host_numa = -1;
-  const CUmemAllocationProp pd = allocation_prop(SectionKind::kDevice, device, host_numa);
-  const CUmemAllocationProp ph = allocation_prop(SectionKind::kHost, device, host_numa);
-  DMOE_CHECK_ARG(plan.vmm_granularity_bytes.has_value(),
-                 "a VMM plan must be resolved with the device's granularity (vmm_allocation_granularity)");
-  const int64_t G = *plan.vmm_granularity_bytes;
-  if (plan.vmm_device_prefix_bytes) b->sections_.push_back({SectionKind::kDevice, 0, plan.vmm_device_prefix_bytes});
-  b->sections_.push_back({SectionKind::kHost, plan.vmm_device_prefix_bytes, plan.vmm_host_section_bytes});
-  // The guard extends the hot device section (the top of the range).
-  const int64_t guard_mapped = align_up(guard_bytes, G);
-  b->sections_.push_back({SectionKind::kDevice, plan.vmm_device_prefix_bytes + plan.vmm_host_section_bytes,
-                          plan.vmm_device_scratch_section_bytes + guard_mapped});
-  b->bytes_ = plan.total_virtual_bytes;
-  b->mapped_bytes_ = plan.total_virtual_bytes + guard_mapped;
-  b->handles_.assign(b->sections_.size(), 0);
-  b->mapped_.assign(b->sections_.size(), false);
   try {
-    CUdeviceptr va = 0;
-    DMOE_CU_CHECK(d.cuMemAddressReserve(&va, static_cast<size_t>(b->mapped_bytes_), static_cast<size_t>(G), 0, 0));
-    b->va_ = va;
-    for (size_t i = 0; i < b->sections_.size(); ++i) {
-      const Section& s = b->sections_[i];
-      CUmemAllocationProp p = s.kind == SectionKind::kDevice ? pd : ph;
-      CUmemGenericAllocationHandle h = 0;
-      DMOE_CU_CHECK(d.cuMemCreate(&h, static_cast<size_t>(s.bytes), &p, 0));
-      b->handles_[i] = h;
-      DMOE_CU_CHECK(d.cuMemMap(va + s.offset, static_cast<size_t>(s.bytes), 0, h, 0));
-      b->mapped_[i] = true;
-    }
-    CUmemAccessDesc access{};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = device;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    DMOE_CU_CHECK(d.cuMemSetAccess(va, static_cast<size_t>(b->mapped_bytes_), &access, 1));
-    b->base_ = reinterpret_cast<uint8_t*>(va);
-  } catch (const Error& e) {
-    try {
-      b->release_vmm();
-    } catch (const Error& cleanup) {
-      throw Error(e.code(), std::string(e.what()) + "; partial-construction cleanup also failed: " + cleanup.what());
-    }
+    const DriverApi& d = driver();
+    int host_numa = -1;  // pinned host pages near the GPU when the driver knows its NUMA node
+    if (d.cuDeviceGetAttribute(&host_numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, static_cast<CUdevice>(device)) !=
+        CUDA_SUCCESS)
+      host_numa = -1;
+    DMOE_CHECK_ARG(plan.vmm_granularity_bytes.has_value(),
+                   "a VMM plan must be resolved with the device's granularity (vmm_allocation_granularity)");
+    const int64_t G = *plan.vmm_granularity_bytes;
+    if (plan.vmm_device_prefix_bytes) b->sections_.push_back({SectionKind::kDevice, 0, plan.vmm_device_prefix_bytes});
+    b->sections_.push_back({SectionKind::kHost, plan.vmm_device_prefix_bytes, plan.vmm_host_section_bytes});
+    // The guard extends the hot device section (the top of the range).
+    const int64_t guard_mapped = align_up(guard_bytes, G);
+    b->sections_.push_back({SectionKind::kDevice, plan.vmm_device_prefix_bytes + plan.vmm_host_section_bytes,
+                            plan.vmm_device_scratch_section_bytes + guard_mapped});
+    b->bytes_ = plan.total_virtual_bytes;
+    b->mapped_bytes_ = plan.total_virtual_bytes + guard_mapped;
+    std::vector<platform::VmmRange::Section> mapped;
+    for (const Section& s : b->sections_) mapped.push_back({allocation_prop(s.kind, device, host_numa), s.offset, s.bytes});
+    // On failure the range undoes itself (its error names a cleanup that failed too).
+    b->range_ = std::make_unique<platform::VmmRange>(d, std::move(mapped), b->mapped_bytes_, G, device);
+    b->base_ = reinterpret_cast<uint8_t*>(b->range_->base());
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(g_vmm_mutex);
+    g_vmm_devices.erase(device);
+    b->vmm_ = false;
     throw;
   }
   return b;
@@ -134,22 +116,8 @@ int64_t vmm_allocation_granularity(int device) {
 }
 
 void ActivationBuffer::release_vmm() {
-  const DriverApi& d = driver();
-  std::string errors;
-  auto note = [&errors](const char* what, CUresult r) {
-    if (r != CUDA_SUCCESS) errors += std::string(errors.empty() ? "" : "; ") + what + ": " + driver_error_name(r);
-    return r == CUDA_SUCCESS;
-  };
-  for (size_t i = sections_.size(); i-- > 0;) {  // reverse order of mapping
-    if (mapped_[i] && note("cuMemUnmap", d.cuMemUnmap(va_ + sections_[i].offset, sections_[i].bytes))) mapped_[i] = false;
-  }
-  for (size_t i = sections_.size(); i-- > 0;) {
-    if (handles_[i] && !mapped_[i] && note("cuMemRelease", d.cuMemRelease(handles_[i]))) handles_[i] = 0;
-  }
-  bool all_released = true;
-  for (size_t i = 0; i < sections_.size(); ++i) all_released = all_released && handles_[i] == 0 && !mapped_[i];
-  if (va_ && all_released && note("cuMemAddressFree", d.cuMemAddressFree(va_, static_cast<size_t>(mapped_bytes_)))) va_ = 0;
-  if (!errors.empty()) throw Error(ErrorCode::kDriver, "activation buffer release failed: " + errors);
+  range_->release();  // throws keeping what it still holds: a later close() retries
+  range_.reset();
   base_ = nullptr;
   std::lock_guard<std::mutex> lock(g_vmm_mutex);
   g_vmm_devices.erase(device_);

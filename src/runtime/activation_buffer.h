@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dist_moe/memory_plan.h"
+#include "platform/vmm_range.h"
 
 namespace dist_moe::runtime {
 
@@ -61,10 +62,7 @@ class ActivationBuffer {
   int device_ = -1;
   bool vmm_ = false;
   std::vector<Section> sections_;
-  // VMM state kept exactly as far as it is still held, for a retried release.
-  std::vector<unsigned long long> handles_;  // CUmemGenericAllocationHandle per section (0 = released)
-  std::vector<bool> mapped_;
-  unsigned long long va_ = 0;
+  std::unique_ptr<platform::VmmRange> range_;  // the mapped sections, kept as far as still held
 };
 
 }  // namespace dist_moe::runtime

@@ -72,8 +72,9 @@ TEST(EnvKnobs, EveryReadGoesThroughTheRegistry) {
       // The registry itself, and the rank launcher's protocol (its environment is how dmoe_launch
       // hands ranks their identity: not a knob).
       const std::string name = e.path().filename().string();
-      if (name != "env_knobs.cpp" && name != "dist_env.h" && name != "dmoe_launch.cpp")
+      if (name != "env_knobs.cpp" && name != "dist_env.h" && name != "dmoe_launch.cpp") {
         EXPECT_FALSE(std::regex_search(text, getenv_call)) << e.path() << " reads the environment: use core/env_knobs.h";
+      }
       for (std::sregex_iterator m(text.begin(), text.end(), knob_use), end; m != end; ++m)
         EXPECT_TRUE(names.count((*m)[1].str())) << e.path() << " reads unregistered knob " << (*m)[1].str();
     }

@@ -1,0 +1,81 @@
+#include "platform/vmm_range.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "dist_moe/error.h"
+
+namespace dist_moe::platform {
+namespace {
+
+// "call failed: CUDA_ERROR_X (text)" through the range's own driver entry points.
+std::string failure(const DriverApi& d, const char* call, CUresult r) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (d.cuGetErrorName == nullptr || d.cuGetErrorName(r, &name) != CUDA_SUCCESS || name == nullptr)
+    name = "CUDA_ERROR_UNKNOWN_CODE";
+  if (d.cuGetErrorString == nullptr || d.cuGetErrorString(r, &text) != CUDA_SUCCESS || text == nullptr)
+    text = "unknown driver error";
+  return std::string(call) + " failed: " + name + " (" + text + ")";
+}
+
+}  // namespace
+
+VmmRange::VmmRange(const DriverApi& driver, std::vector<Section> sections, int64_t bytes, int64_t alignment, int device)
+    : d_(driver), sections_(std::move(sections)), bytes_(bytes) {
+  handles_.assign(sections_.size(), 0);
+  mapped_.assign(sections_.size(), false);
+  // The first failing step, then everything done so far undone.
+  const auto step = [&](const char* call, CUresult r) {
+    if (r == CUDA_SUCCESS) return;
+    std::string message = "CUDA driver error: " + failure(d_, call, r);
+    const std::string cleanup = release_steps();
+    if (!cleanup.empty()) message += "; partial-construction cleanup also failed: " + cleanup;
+    throw Error(ErrorCode::kDriver, message);
+  };
+  step("cuMemAddressReserve",
+       d_.cuMemAddressReserve(&va_, static_cast<size_t>(bytes_), static_cast<size_t>(alignment), 0, 0));
+  for (size_t i = 0; i < sections_.size(); ++i)
+    step("cuMemCreate", d_.cuMemCreate(&handles_[i], static_cast<size_t>(sections_[i].bytes), &sections_[i].prop, 0));
+  for (size_t i = 0; i < sections_.size(); ++i) {
+    step("cuMemMap", d_.cuMemMap(va_ + sections_[i].offset, static_cast<size_t>(sections_[i].bytes), 0, handles_[i], 0));
+    mapped_[i] = true;
+  }
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  step("cuMemSetAccess", d_.cuMemSetAccess(va_, static_cast<size_t>(bytes_), &access, 1));
+}
+
+std::string VmmRange::release_steps() {
+  std::string errors;
+  const auto ok = [&](const char* call, CUresult r) {
+    if (r != CUDA_SUCCESS) errors += (errors.empty() ? "" : "; ") + failure(d_, call, r);
+    return r == CUDA_SUCCESS;
+  };
+  for (size_t i = sections_.size(); i-- > 0;) {  // the reverse of mapping
+    if (mapped_[i] && ok("cuMemUnmap", d_.cuMemUnmap(va_ + sections_[i].offset, static_cast<size_t>(sections_[i].bytes))))
+      mapped_[i] = false;
+  }
+  bool any_mapped = false;
+  for (size_t i = sections_.size(); i-- > 0;) {
+    if (handles_[i] != 0 && !mapped_[i] && ok("cuMemRelease", d_.cuMemRelease(handles_[i]))) handles_[i] = 0;
+    any_mapped = any_mapped || mapped_[i];
+  }
+  // The range can go once nothing is mapped into it, whatever became of the handles.
+  if (va_ != 0 && !any_mapped && ok("cuMemAddressFree", d_.cuMemAddressFree(va_, static_cast<size_t>(bytes_)))) va_ = 0;
+  return errors;
+}
+
+void VmmRange::release() {
+  const std::string errors = release_steps();
+  if (!errors.empty()) throw Error(ErrorCode::kDriver, "VMM range release failed: " + errors);
+}
+
+VmmRange::~VmmRange() {
+  const std::string errors = release_steps();
+  if (!errors.empty()) std::fprintf(stderr, "dist-moe: warning: VMM range release failed: %s\n", errors.c_str());
+}
+
+}  // namespace dist_moe::platform

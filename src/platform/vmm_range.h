@@ -1,0 +1,60 @@
+// A CUDA VMM virtual range: sections of device or pinned host memory mapped back to back behind one
+// reserved address range, with its release kept exactly as far as it got.
+//
+// Only the driver entry points it is given are called (DriverApi: the process's, or a test's), so
+// the mapping and every failure path of its release run without a GPU (tests/cpu/test_vmm_range.cpp).
+// Construction creates every section's handle, maps them in order and grants one device read/write
+// on the whole range; a failure undoes what was done (unmaps in reverse, releases the handles in
+// reverse, frees the range) and throws the first error, with a failed cleanup appended to it.
+// release() unmaps in reverse, releases the handles of unmapped sections, and frees the range once
+// nothing is mapped; whatever fails stays held, named in the error, and a later release() retries it.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dist_moe/driver_api.h"
+
+namespace dist_moe::platform {
+
+class VmmRange {
+ public:
+  struct Section {
+    CUmemAllocationProp prop;  // device or pinned host memory
+    int64_t offset;            // from the range's base, a multiple of the granularity
+    int64_t bytes;             // a multiple of the granularity
+  };
+
+  // Reserves `bytes` aligned to `alignment` and maps `sections` (ascending, inside the range);
+  // `device` gets read/write access to all of it. Throws dist_moe::Error (kDriver).
+  VmmRange(const DriverApi& driver, std::vector<Section> sections, int64_t bytes, int64_t alignment, int device);
+  ~VmmRange();  // releases what is still held; failures go to stderr (release() reports by throwing)
+  VmmRange(const VmmRange&) = delete;
+  VmmRange& operator=(const VmmRange&) = delete;
+
+  // Releases everything still held. On failure throws (kDriver) naming each failed call and keeps
+  // what it could not release for the next call.
+  void release();
+
+  CUdeviceptr base() const { return va_; }
+  bool held() const { return va_ != 0; }  // the address range is still reserved
+  // What is still held, per section: its handle (0 once released) and whether it is mapped.
+  const std::vector<CUmemGenericAllocationHandle>& handles() const { return handles_; }
+  const std::vector<bool>& mapped() const { return mapped_; }
+
+ private:
+  // The release steps; returns the failed calls ("" when everything held is released).
+  std::string release_steps();
+
+  const DriverApi& d_;
+  std::vector<Section> sections_;
+  int64_t bytes_ = 0;
+  CUdeviceptr va_ = 0;
+  std::vector<CUmemGenericAllocationHandle> handles_;
+  std::vector<bool> mapped_;
+};
+
+}  // namespace dist_moe::platform

@@ -1,0 +1,227 @@
+// The VMM range's mapping and every failure path of its release, against a scripted driver (no GPU):
+// upstream's VmmOwnershipTest rows for the region itself -- a partial map unwinds what was mapped,
+// a failed unmap keeps that section's handle and the address range for a retry, a failed release
+// and a failed address free are both reported and retried, and a construction error keeps a failed
+// cleanup as its context.
+#if DIST_MOE_TEST_PLATFORM
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dist_moe/error.h"
+#include "platform/vmm_range.h"
+
+namespace dist_moe {
+namespace {
+
+using platform::VmmRange;
+
+constexpr CUdeviceptr kBase = 0x100000;
+constexpr int64_t kG = 4096;  // the scripted granularity
+
+// What the scripted driver did, call by call, and which calls it fails.
+struct Script {
+  std::vector<std::string> log;
+  int fail_map_call = -1;                            // the n-th cuMemMap (0-based) fails
+  int fail_unmaps = 0;                               // the next n cuMemUnmap calls fail
+  std::set<CUmemGenericAllocationHandle> bad_release;  // cuMemRelease of these fails
+  bool fail_address_free = false;
+  int maps = 0;
+  CUmemGenericAllocationHandle next_handle = 11;
+};
+Script* g_script = nullptr;
+
+std::string hex(unsigned long long v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%llx", v);
+  return b;
+}
+
+CUresult CUDAAPI error_name(CUresult r, const char** s) {
+  *s = r == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_INVALID_VALUE";
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI error_string(CUresult, const char** s) {
+  *s = "scripted failure";
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI reserve(CUdeviceptr* p, size_t size, size_t alignment, CUdeviceptr, unsigned long long) {
+  g_script->log.push_back("reserve " + std::to_string(size) + " align " + std::to_string(alignment));
+  *p = kBase;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI address_free(CUdeviceptr p, size_t size) {
+  g_script->log.push_back("free " + hex(p) + " " + std::to_string(size));
+  return g_script->fail_address_free ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+CUresult CUDAAPI create(CUmemGenericAllocationHandle* h, size_t size, const CUmemAllocationProp* prop, unsigned long long) {
+  *h = g_script->next_handle++;
+  g_script->log.push_back("create " + std::to_string(*h) + " " + std::to_string(size) +
+                          (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? " device" : " host"));
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI release(CUmemGenericAllocationHandle h) {
+  g_script->log.push_back("release " + std::to_string(h));
+  return g_script->bad_release.count(h) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+CUresult CUDAAPI map(CUdeviceptr p, size_t size, size_t, CUmemGenericAllocationHandle h, unsigned long long) {
+  const bool fail = g_script->maps++ == g_script->fail_map_call;
+  g_script->log.push_back("map " + hex(p) + " " + std::to_string(size) + " " + std::to_string(h) + (fail ? " FAIL" : ""));
+  return fail ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+CUresult CUDAAPI unmap(CUdeviceptr p, size_t size) {
+  const bool fail = g_script->fail_unmaps > 0;
+  if (fail) --g_script->fail_unmaps;
+  g_script->log.push_back("unmap " + hex(p) + " " + std::to_string(size) + (fail ? " FAIL" : ""));
+  return fail ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+CUresult CUDAAPI set_access(CUdeviceptr p, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  g_script->log.push_back("access " + hex(p) + " " + std::to_string(size) + " device " +
+                          std::to_string(desc->location.id) + " x" + std::to_string(count));
+  return CUDA_SUCCESS;
+}
+
+class VmmRangeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_script = &script;
+    api.cuGetErrorName = error_name;
+    api.cuGetErrorString = error_string;
+    api.cuMemAddressReserve = reserve;
+    api.cuMemAddressFree = address_free;
+    api.cuMemCreate = create;
+    api.cuMemRelease = release;
+    api.cuMemMap = map;
+    api.cuMemUnmap = unmap;
+    api.cuMemSetAccess = set_access;
+  }
+  void TearDown() override { g_script = nullptr; }
+
+  // n sections of one granule each: device, host, device, ...
+  static std::vector<VmmRange::Section> sections(int n) {
+    std::vector<VmmRange::Section> s;
+    for (int i = 0; i < n; ++i) {
+      CUmemAllocationProp p{};
+      p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+      p.location.type = i % 2 == 0 ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
+      s.push_back({p, i * kG, kG});
+    }
+    return s;
+  }
+  std::vector<std::string> take_log() {
+    std::vector<std::string> l;
+    l.swap(script.log);
+    return l;
+  }
+
+  Script script;
+  DriverApi api{};
+};
+
+using Log = std::vector<std::string>;
+
+TEST_F(VmmRangeTest, MapsSectionsInOrderAndReleasesInReverse) {
+  {
+    VmmRange r(api, sections(3), 3 * kG, kG, /*device=*/5);
+    EXPECT_EQ(r.base(), kBase);
+    EXPECT_EQ(take_log(), (Log{"reserve 12288 align 4096", "create 11 4096 device", "create 12 4096 host",
+                               "create 13 4096 device", "map 0x100000 4096 11", "map 0x101000 4096 12",
+                               "map 0x102000 4096 13", "access 0x100000 12288 device 5 x1"}));
+    r.release();
+    EXPECT_FALSE(r.held());
+    EXPECT_EQ(take_log(), (Log{"unmap 0x102000 4096", "unmap 0x101000 4096", "unmap 0x100000 4096", "release 13",
+                               "release 12", "release 11", "free 0x100000 12288"}));
+    r.release();  // nothing left: no call
+  }
+  EXPECT_TRUE(take_log().empty()) << "a released range's destructor calls nothing";
+  {
+    VmmRange r(api, sections(1), kG, kG, 0);
+    take_log();
+  }
+  EXPECT_EQ(take_log(), (Log{"unmap 0x100000 4096", "release 14", "free 0x100000 4096"}))
+      << "the destructor releases what is still held";
+}
+
+TEST_F(VmmRangeTest, PartialMapFailureUnwindsCompletedMappings) {
+  script.fail_map_call = 1;
+  try {
+    VmmRange r(api, sections(3), 3 * kG, kG, 0);
+    FAIL() << "construction succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA driver error: cuMemMap failed: CUDA_ERROR_OUT_OF_MEMORY"),
+              std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("cleanup"), std::string::npos) << e.what();
+  }
+  const Log log = take_log();
+  const Log tail(log.end() - 5, log.end());
+  EXPECT_EQ(tail, (Log{"unmap 0x100000 4096", "release 13", "release 12", "release 11", "free 0x100000 12288"}))
+      << "only the mapped section 0 is unmapped; every created handle is released, in reverse; the range freed";
+}
+
+TEST_F(VmmRangeTest, CleanupPreservesMappedHandleAndRangeForRetry) {
+  VmmRange r(api, sections(2), 2 * kG, kG, 0);
+  take_log();
+  script.fail_unmaps = 1;  // the first unmap: section 1's
+  try {
+    r.release();
+    FAIL() << "release succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuMemUnmap failed"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(r.mapped(), (std::vector<bool>{false, true}));
+  EXPECT_EQ(r.handles(), (std::vector<CUmemGenericAllocationHandle>{0, 12}));
+  EXPECT_TRUE(r.held()) << "the range stays reserved while section 1 is mapped";
+  take_log();
+  r.release();  // the retry
+  EXPECT_EQ(take_log(), (Log{"unmap 0x101000 4096", "release 12", "free 0x100000 8192"}));
+  EXPECT_EQ(r.handles(), (std::vector<CUmemGenericAllocationHandle>{0, 0}));
+  EXPECT_FALSE(r.held());
+}
+
+TEST_F(VmmRangeTest, CleanupChecksReleaseAndAddressResultsWithoutCompacting) {
+  VmmRange r(api, sections(2), 2 * kG, kG, 0);
+  take_log();
+  script.bad_release = {12};
+  script.fail_address_free = true;
+  try {
+    r.release();
+    FAIL() << "release succeeded";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    const size_t rel = m.find("cuMemRelease failed"), free = m.find("cuMemAddressFree failed");
+    EXPECT_TRUE(rel != std::string::npos && free != std::string::npos && rel < free) << m;
+  }
+  EXPECT_EQ(r.handles(), (std::vector<CUmemGenericAllocationHandle>{0, 12}))
+      << "the failed handle keeps its place (the list is not compacted)";
+  EXPECT_EQ(r.mapped(), (std::vector<bool>{false, false}));
+  EXPECT_TRUE(r.held());
+  script.bad_release.clear();
+  script.fail_address_free = false;
+  take_log();
+  r.release();
+  EXPECT_EQ(take_log(), (Log{"release 12", "free 0x100000 8192"}));
+  EXPECT_FALSE(r.held());
+}
+
+TEST_F(VmmRangeTest, ConstructionErrorKeepsCleanupFailureAsContext) {
+  script.fail_map_call = 1;
+  script.fail_unmaps = 1;  // the cleanup's unmap of section 0 fails too
+  try {
+    VmmRange r(api, sections(2), 2 * kG, kG, 0);
+    FAIL() << "construction succeeded";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    const size_t root = m.find("cuMemMap failed"), note = m.find("partial-construction cleanup also failed: ");
+    EXPECT_TRUE(root != std::string::npos && note != std::string::npos && root < note) << m;
+    EXPECT_NE(m.find("cuMemUnmap failed", note), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace dist_moe
+
+#endif  // DIST_MOE_TEST_PLATFORM
