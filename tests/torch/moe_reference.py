@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+import torch.utils._python_dispatch
 
 FWD_TOL = dict(rtol=2e-2, atol=2e-2, rel_l2=5e-3, cos=0.999)
 GRAD_TOL = dict(rtol=3e-2, atol=3e-2, rel_l2=1e-2, cos=0.995)
@@ -133,6 +134,31 @@ def assert_train_close(got, want, *, grad_tol=GRAD_TOL, wgrad_tol=WGRAD_TOL):
     for name, g, w, tol in zip(names, got, want, (FWD_TOL, grad_tol, grad_tol, wgrad_tol, wgrad_tol)):
         assert g is not None, f"{name} is missing"
         assert_moe_close(g.reshape(w.shape), w, name=name, **tol)
+
+
+class OpCalls(torch.utils._python_dispatch.TorchDispatchMode):
+    """Inside ``with OpCalls(op) as calls:`` the arguments of every call of the op overload ``op``
+    (forward and backward: autograd carries the mode into the backward) land in ``calls.args``."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op, self.args = op, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is self.op:
+            self.args.append(args)
+        return func(*args, **(kwargs or {}))
+
+
+def assert_hooks_fired_once_per_backward(fired, p13, p2, step):
+    """Upstream's in-place accumulation rule: after backward number `step` (0, 1, ...) of a layer
+    whose WGRADs go into p13 / p2's .grad, each parameter's post-accumulate hook has fired once per
+    backward -- the first contribution through autograd's AccumulateGrad (either order), the later
+    ones after the accumulate op (w2, then w13)."""
+    assert len(fired) == 2 * (step + 1), f"after backward {step}: {len(fired)} hook firings, want {2 * (step + 1)}"
+    assert {id(p) for p in fired[:2]} == {id(p13), id(p2)}, "the first backward fires each parameter's hook"
+    for s in range(1, step + 1):
+        assert fired[2 * s] is p2 and fired[2 * s + 1] is p13, f"backward {s}: the hooks fire w2 first, then w13"
 
 
 def assert_planner_reset(ctx):

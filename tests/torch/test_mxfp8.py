@@ -17,7 +17,9 @@ from moe_reference import (
     FWD_TOL,
     GRAD_TOL,
     MXFP8_FWD_TOL,
+    OpCalls,
     assert_aggregate_close,
+    assert_hooks_fired_once_per_backward,
     assert_moe_close,
     assert_mxfp8_train_close,
     assert_planner_reset,
@@ -622,8 +624,9 @@ def test_mxfp8_activation_checkpointing_matches_eager_bitwise(make_ctx, weights,
 @pytest.mark.parametrize("grad_dtype", [torch.bfloat16, torch.float32])
 def test_mxfp8_wgrad_accumulates_into_source_grad(make_ctx, grad_dtype):
     """inplace_wgrad_accum with prepared weights: the first backward attaches .grad to the sources
-    (functional op), the second adds into the same storages (block_scaled_backward_accumulate_):
-    .grad = 2x the first contribution, pointers kept, hooks fired on the first."""
+    (functional op), the second adds into the same storages -- exactly one
+    block_scaled_backward_accumulate_ call, on the .grad storages themselves: .grad = 2x the first
+    contribution, pointers kept -- and each source's post-accumulate hook fires once per backward."""
     if grad_dtype == torch.float32 and not hasattr(torch.Tensor, "grad_dtype"):
         pytest.skip("FP32 gradients of BF16 parameters need Tensor.grad_dtype (torch >= 2.10)")
     ctx = make_ctx(wgrad_dtype=grad_dtype)
@@ -638,16 +641,20 @@ def test_mxfp8_wgrad_accumulates_into_source_grad(make_ctx, grad_dtype):
     pw13, pw2 = (dist_moe.prepare_block_scaled_weight(p, MXFP8) for p in (p13, p2))
     opts = dist_moe.ExecutionOptions(inplace_wgrad_accum=True)
     firsts = []
-    for _ in range(2):
+    for step in range(2):
         xs, ss = leaves(x, scores)
-        dist_moe.routed_experts(xs, ids, ss, pw13, pw2, ctx, options=opts).backward(g)
+        with OpCalls(torch.ops.dist_moe.block_scaled_backward_accumulate_.default) as calls:
+            dist_moe.routed_experts(xs, ids, ss, pw13, pw2, ctx, options=opts).backward(g)
         firsts.append((p13.grad.clone(), p2.grad.clone(), p13.grad.data_ptr(), p2.grad.data_ptr()))
+        assert len(calls.args) == step, f"step {step}: {len(calls.args)} accumulate calls"
+        assert_hooks_fired_once_per_backward(fired, p13, p2, step)
     (g13, g2, ptr13, ptr2), (_, _, ptr13b, ptr2b) = firsts
+    acc13, acc2 = calls.args[0][3], calls.args[0][4]
+    assert (acc13.data_ptr(), acc2.data_ptr()) == (ptr13, ptr2), "the accumulate op adds into .grad itself"
     assert p13.grad.dtype == grad_dtype and p2.grad.dtype == grad_dtype
     assert (ptr13, ptr2) == (ptr13b, ptr2b), "accumulation must keep the .grad storages"
     torch.testing.assert_close(p13.grad.float(), 2 * g13.float(), rtol=5e-2, atol=2e-2)
     torch.testing.assert_close(p2.grad.float(), 2 * g2.float(), rtol=5e-2, atol=2e-2)
-    assert len(fired) >= 2
     want = run_reference(x, ids, scores, w13, w2, g)
     assert_aggregate_close(g13, want[3], name="grad_w13", rel_l2=0.075, cos=0.9975)
     assert_aggregate_close(g2, want[4], name="grad_w2", rel_l2=0.075, cos=0.9975)

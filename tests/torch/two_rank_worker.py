@@ -35,7 +35,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from moe_reference import (  # noqa: E402
     FWD_TOL,
     MXFP8_FWD_TOL,
+    OpCalls,
     assert_aggregate_close,
+    assert_hooks_fired_once_per_backward,
     assert_moe_close,
     assert_mxfp8_train_close,
     assert_planner_reset,
@@ -199,17 +201,21 @@ def _accumulate(rank, world, dev, group, grad_dtype):
         p.register_post_accumulate_grad_hook(lambda p: fired.append(p))
     opts = dist_moe.ExecutionOptions(inplace_wgrad_accum=True)
     first = h.run(ctx, p13.view(h.L, 2 * FF, D), p2.view(h.L, D, FF), options=opts)
+    assert_hooks_fired_once_per_backward(fired, p13, p2, 0)
     g13_first, g2_first = p13.grad.clone(), p2.grad.clone()
     ptrs = (p13.grad.data_ptr(), p2.grad.data_ptr())
-    h.run(ctx, p13.view(h.L, 2 * FF, D), p2.view(h.L, D, FF), options=opts)
+    with OpCalls(torch.ops.dist_moe.bf16_backward_accumulate_.default) as calls:
+        h.run(ctx, p13.view(h.L, 2 * FF, D), p2.view(h.L, D, FF), options=opts)
     ctx.close()
+    assert len(calls.args) == 1, f"{len(calls.args)} accumulate calls in the second step, want exactly one"
+    assert (calls.args[0][3].data_ptr(), calls.args[0][4].data_ptr()) == ptrs, "the op adds into .grad itself"
+    assert_hooks_fired_once_per_backward(fired, p13, p2, 1)
     want = h.reference()
     assert_train_close((first[0], first[1], first[2], g13_first, g2_first), want)
     assert p13.grad.dtype == grad_dtype and p2.grad.dtype == grad_dtype
     assert (p13.grad.data_ptr(), p2.grad.data_ptr()) == ptrs, "accumulation must keep the .grad storages"
     torch.testing.assert_close(p13.grad.float(), 2 * g13_first.float(), rtol=5e-2, atol=2e-2)
     torch.testing.assert_close(p2.grad.float(), 2 * g2_first.float(), rtol=5e-2, atol=2e-2)
-    assert len(fired) >= 2, "the first contribution goes through AccumulateGrad and fires the hooks"
 
 
 def case_accumulate_bf16(rank, world, dev, group):
