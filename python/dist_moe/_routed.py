@@ -332,7 +332,6 @@ def _layer_backward(context, options, w13, w2, functional, accumulate):
             raise RuntimeError(f"W13 and W2 resolve to different WGRAD dtypes ({d13} vs {d2})")
         if p13.grad is not None and p2.grad is not None:
             gx, gs = accumulate(_accumulator(p13, w13), _accumulator(p2, w2), d13)
-            _fire_post_accumulate_grad_hooks(p2, p13)
             return gx, gs, None, None
         wgrad_dtype = d13
     else:
@@ -340,16 +339,6 @@ def _layer_backward(context, options, w13, w2, functional, accumulate):
     gx, gs, g13, g2 = functional(wgrad_dtype)
     g13, g2 = _postprocessed_wgrads(options, g13, g2)
     return gx, gs, g13, g2
-
-
-def _fire_post_accumulate_grad_hooks(*params) -> None:
-    """Upstream fires each parameter's post-accumulate-grad hooks once per contribution. The in-place
-    accumulation hands autograd no weight gradient (nothing is added twice), so AccumulateGrad, which
-    fires them for the first contribution, does not run: they are called here, after the accumulate
-    op, in WGRAD order (w2, then w13)."""
-    for p in params:
-        for hook in tuple((getattr(p, "_post_accumulate_grad_hooks", None) or {}).values()):
-            hook(p)
 
 
 def _backward_to_destinations(context, options, w13, w2, functional, accumulate):
