@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# s57 r8 (one call): upstream's routing-shape traps at world size 1 (tests/torch/test_traps.py: scratch
-# overflow and bad expert ids, BF16 no-grad and MXFP8 inference, each in its own process).
+# s57 r8 (one call; ran at 402bf70 -- the tests are now in ../traps_unverified.patch, apply it first):
+# upstream's routing-shape traps at world size 1 (tests/torch/test_traps.py: scratch overflow and bad
+# expert ids, BF16 no-grad and MXFP8 inference, each in its own process).
 RUN_NAME=s57r8; source scripts/device_run_prelude.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 OUT=$L scripts/quick_build.sh dist_moe_native dist_moe_torch || exit 1
