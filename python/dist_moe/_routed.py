@@ -418,9 +418,10 @@ def _native_forward_with_routes(x, ids, scores, w13, w2, context, options, rms, 
 
 def _native_backward_with_routes(ctx, rms, grad_out, route_opts, with_grad_scores):
     """One eager backward of the native context for the route-level functions below (ctx holds the
-    layer tensors of ``_save_layer``, and context, options; the WGRADs take w13 / w2's shapes). grad_out: the BF16 [T, D] output
-    gradient, or None when the route gradient comes in through ``route_opts``; route_opts: the
-    route-level entries of the options. Returns (gx, gs or None, g13, g2), WGRAD not postprocessed."""
+    layer tensors of ``_save_layer``, and context, options; the WGRADs take w13 / w2's shapes).
+    grad_out: the BF16 [T, D] output gradient, or None when the route gradient comes in through
+    ``route_opts``; route_opts: the route-level entries of the options. Returns (gx, gs or None, g13,
+    g2), WGRAD not postprocessed."""
     x, ids, scores, w13, w2, state, operands = _saved_layer(ctx)
     context = ctx.context
     dtype = _config_wgrad_dtype(context, w13)
@@ -671,7 +672,8 @@ def routed_experts(x_TD, topk_expert_ids_TK, topk_scores_TK, w13_weight, w2_weig
     if isinstance(post, RMSNormPostprocess) and (post.observe_expert_output_fn or post.observe_expert_output_grad_fn):
         if save and (options.inplace_wgrad_accum or options.wgrad_destination_fn is not None):
             raise ValueError("RMSNormPostprocess observers support functional WGRAD (optionally wgrad_postprocess_fn) only")
-        return _ObservedRmsnormFunction.apply(x, ids, scores, w13, w2, context, options, remat, rms, save, *operands)
+        return _ObservedRmsnormFunction.apply(x, ids, scores, w13, w2, context, options, remat, rms, save,
+                                              *operands)
 
     if block_scaled:
         if not save:  # forward only: inference, or a training context's scratch-only call

@@ -210,7 +210,8 @@ def test_mxfp8_mega_rebuilds_callback_weight_quants_in_backward(contexts, monkey
     assert _routed._recompute_dynamic_mega_weight_quants(ctx.config, dist_moe.ExecutionOptions(
         weights_preprocess_fn=identity)) == (pipeline == "mega")
     for name, a, b in zip(("out", "grad_x", "grad_scores", "grad_w13", "grad_w2"), got, want):
-        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m, n=name: f"{pipeline} {n}: with vs without: {m}")
+        torch.testing.assert_close(a, b, rtol=0, atol=0,
+                                   msg=lambda m, n=name: f"{pipeline} {n}: with vs without: {m}")
     assert_planner_reset(ctx)
 
 
@@ -223,8 +224,8 @@ def test_dynamic_mxfp8_mega_weight_quant_recompute_policy():
     none = dist_moe.ExecutionOptions()
 
     def cfg(fmt=MXFP8, pipeline="mega", inference=False):
-        return single_rank_config(8, D, FF, K, E, block_scaled=dist_moe.BlockScaledConfig(format=fmt, pipeline=pipeline),
-                                  inference=inference)
+        bs = dist_moe.BlockScaledConfig(format=fmt, pipeline=pipeline)
+        return single_rank_config(8, D, FF, K, E, block_scaled=bs, inference=inference)
 
     policy = _routed._recompute_dynamic_mega_weight_quants
     assert policy(cfg(), fn)
