@@ -19,16 +19,23 @@ torch_tests() {
   export PYTHONPATH=$R/python
   for f in "$@"; do
     t=$(( budget - (SECONDS - T0) - 15 )); [ $t -gt 40 ] || break
-    (cd /tmp && timeout $t python3 -m pytest -q -p no:cacheprovider -rfE "$R/tests/torch/$f.py" > $L/$f.log 2>&1)
-    echo "$f rc=$? at $((SECONDS-T0)) s: $(tail -1 $L/$f.log)"
-    grep -E "^(FAILED|ERROR)" $L/$f.log | head -20
+    pytest_log "$f" $t "$R/tests/torch/$f.py"
   done
   for f in "$@"; do ign="$ign --ignore $R/tests/torch/$f.py"; done
   t=$(( budget - (SECONDS - T0) - 15 ))
   [ $t -gt 60 ] || return 0
-  (cd /tmp && timeout $t python3 -m pytest -q -p no:cacheprovider -rfE "$R/tests/torch" $ign > $L/torch_rest.log 2>&1)
-  echo "the rest of tests/torch rc=$? at $((SECONDS-T0)) s: $(tail -1 $L/torch_rest.log)"
-  grep -E "^(FAILED|ERROR)" $L/torch_rest.log | head -10
+  pytest_log torch_rest $t "$R/tests/torch" $ign
+}
+
+# pytest_log NAME TIMEOUT PYTEST-ARGS...: pytest (from /tmp, quiet, the repo's python/ on the path)
+# within TIMEOUT seconds into $L/NAME.log; one line with its rc and summary, then its FAILED / ERROR
+# lines. Paths in PYTEST-ARGS must be absolute.
+pytest_log() {
+  local name=$1 limit=$2; shift 2
+  (cd /tmp && PYTHONPATH=$OLDPWD/python timeout $limit python3 -m pytest -q -p no:cacheprovider -rfE "$@" \
+     > $L/$name.log 2>&1)
+  echo "$name rc=$? at $((SECONDS-T0)) s: $(tail -1 $L/$name.log)"
+  grep -E "^(FAILED|ERROR)" $L/$name.log | head -20
 }
 
 # ncu_pages TAG [N]: the report $L/TAG.ncu-rep as text -- $L/ncu_TAG_details.txt, the source page

@@ -28,8 +28,11 @@ struct DriverApi {
 // Resolved once (thread-safe); throws dist_moe::Error (kDriver) when the driver is missing.
 const DriverApi& driver();
 
-// "CUDA_ERROR_X (text)" for a driver result; never throws (used while reporting errors).
+// A driver result's name ("CUDA_ERROR_X") and text; never throw (used while reporting errors).
 const char* driver_error_name(CUresult r);
 const char* driver_error_text(CUresult r);
+// The same through the given entry points (a component handed a DriverApi, e.g. a test's).
+const char* driver_error_name(const DriverApi& d, CUresult r);
+const char* driver_error_text(const DriverApi& d, CUresult r);
 
 }  // namespace dist_moe

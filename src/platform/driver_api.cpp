@@ -51,22 +51,32 @@ const DriverApi& driver() {
   return api;
 }
 
-const char* driver_error_name(CUresult r) {
+const char* driver_error_name(const DriverApi& d, CUresult r) {
   const char* s = nullptr;
-  try {
-    if (driver().cuGetErrorName(r, &s) != CUDA_SUCCESS) s = nullptr;
-  } catch (...) {
-  }
+  if (d.cuGetErrorName == nullptr || d.cuGetErrorName(r, &s) != CUDA_SUCCESS) s = nullptr;
   return s ? s : "CUDA_ERROR_UNKNOWN_CODE";
 }
 
-const char* driver_error_text(CUresult r) {
+const char* driver_error_text(const DriverApi& d, CUresult r) {
   const char* s = nullptr;
-  try {
-    if (driver().cuGetErrorString(r, &s) != CUDA_SUCCESS) s = nullptr;
-  } catch (...) {
-  }
+  if (d.cuGetErrorString == nullptr || d.cuGetErrorString(r, &s) != CUDA_SUCCESS) s = nullptr;
   return s ? s : "unknown driver error";
+}
+
+const char* driver_error_name(CUresult r) {
+  try {
+    return driver_error_name(driver(), r);
+  } catch (...) {
+    return "CUDA_ERROR_UNKNOWN_CODE";
+  }
+}
+
+const char* driver_error_text(CUresult r) {
+  try {
+    return driver_error_text(driver(), r);
+  } catch (...) {
+    return "unknown driver error";
+  }
 }
 
 }  // namespace dist_moe

@@ -10,13 +10,7 @@ namespace {
 
 // "call failed: CUDA_ERROR_X (text)" through the range's own driver entry points.
 std::string failure(const DriverApi& d, const char* call, CUresult r) {
-  const char* name = nullptr;
-  const char* text = nullptr;
-  if (d.cuGetErrorName == nullptr || d.cuGetErrorName(r, &name) != CUDA_SUCCESS || name == nullptr)
-    name = "CUDA_ERROR_UNKNOWN_CODE";
-  if (d.cuGetErrorString == nullptr || d.cuGetErrorString(r, &text) != CUDA_SUCCESS || text == nullptr)
-    text = "unknown driver error";
-  return std::string(call) + " failed: " + name + " (" + text + ")";
+  return std::string(call) + " failed: " + driver_error_name(d, r) + " (" + driver_error_text(d, r) + ")";
 }
 
 }  // namespace

@@ -119,6 +119,20 @@ def run_reference(x, ids, scores, w13, w2, grad_out, **kw):
     return out.detach(), x.grad, scores.grad, w13.grad, w2.grad
 
 
+def run_train(ctx, x, ids, scores, w13, w2, grad_out, options=None, *, fp32_wgrad=False):
+    """One training step of ``dist_moe.routed_experts`` on fresh leaves: (out, grad_x, grad_scores,
+    grad_w13, grad_w2). With ``fp32_wgrad`` the weight leaves declare grad_dtype FP32, so autograd
+    keeps an FP32 WGRAD as it is (it casts a gradient to the leaf's dtype otherwise)."""
+    import dist_moe
+
+    x, scores, w13, w2 = leaves(x, scores, w13, w2)
+    if fp32_wgrad:
+        w13.grad_dtype = w2.grad_dtype = torch.float32
+    out = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx, options=options)
+    out.backward(grad_out)
+    return out.detach(), x.grad, scores.grad, w13.grad, w2.grad
+
+
 def upstream_case_ids(T, K, E, *, shift=0):
     """Upstream's deterministic single-rank routes: (t*K + k + shift) % E."""
     t = torch.arange(T).unsqueeze(1)

@@ -24,6 +24,7 @@ from moe_reference import (
     make_weights,
     reference_moe,
     run_reference,
+    run_train,
     single_rank_config,
     upstream_case_ids,
 )
@@ -52,18 +53,6 @@ def assert_single_rank_close(got, want, tol=3e-2):
     rtol = atol = `tol` (3e-2; 2e-2 for K = 6 and the bounded shapes), relL2 < 1e-2, cos > 0.995."""
     grad_tol = dict(GRAD_TOL, rtol=tol, atol=tol)
     assert_train_close(got, want, grad_tol=grad_tol, wgrad_tol=grad_tol)
-
-
-def run_train(ctx, x, ids, scores, w13, w2, grad_out, options=None, *, fp32_wgrad=False):
-    """One training step on fresh leaves: (out, grad_x, grad_scores, grad_w13, grad_w2). With
-    ``fp32_wgrad`` the weight leaves declare grad_dtype FP32, so autograd keeps an FP32 WGRAD as it is
-    (it casts a gradient to the leaf's dtype otherwise)."""
-    x, scores, w13, w2 = leaves(x, scores, w13, w2)
-    if fp32_wgrad:
-        w13.grad_dtype = w2.grad_dtype = torch.float32
-    out = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx, options=options)
-    out.backward(grad_out)
-    return out.detach(), x.grad, scores.grad, w13.grad, w2.grad
 
 
 # ---- schemas and ownership ---------------------------------------------------------------------------

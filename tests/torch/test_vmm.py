@@ -17,11 +17,10 @@ from moe_reference import (
     assert_mxfp8_train_close,
     assert_planner_reset,
     assert_train_close,
-    leaves,
-    make_tokens,
-    make_weights,
+    make_case,
     reference_moe,
     run_reference,
+    run_train,
     single_rank_config,
 )
 
@@ -41,11 +40,10 @@ def vmm_config(t, d, f, k, e, device_factor, **kw):
 
 
 def one_expert_case(t, d, f, k, seed):
-    """Tokens whose every route goes to expert 0 (of one), its weights, an output gradient."""
-    x, ids, scores = make_tokens(t, d, k, seed=seed, device=DEV, ids=torch.zeros(t, k, dtype=torch.int64))
-    w13, w2 = make_weights(1, d, f, seed=seed + 1, device=DEV)
+    """A seeded case whose every route goes to expert 0 (of one), and an output gradient."""
+    case = make_case(t, d, f, 1, k, seed=seed, device=DEV, ids=torch.zeros(t, k, dtype=torch.int64))
     g = torch.randn(t, d, generator=torch.Generator(device="cpu").manual_seed(seed + 2)).to(torch.bfloat16).to(DEV)
-    return x, ids, scores, w13, w2, g
+    return (*case, g)
 
 
 def check_vmm_sections(world1, cfg):
@@ -74,14 +72,6 @@ def check_vmm_sections(world1, cfg):
     return ctx
 
 
-def train_step(ctx, x, ids, scores, w13, w2, g):
-    """One training step on leaf copies: (out, grad_x, grad_scores, grad_w13, grad_w2)."""
-    x, scores, w13, w2 = leaves(x, scores, w13, w2)
-    out = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx)
-    out.backward(g)
-    return out.detach(), x.grad, scores.grad, w13.grad, w2.grad
-
-
 def test_bf16_context_spills_into_host_scratch_and_releases_it(world1):
     """BF16 training, T=256, D=128, F=8192, K=1, E=1, device scratch 0.5 of the total: the step
     matches the reference with some of its scratch in host memory; closed and created again, the
@@ -92,7 +82,7 @@ def test_bf16_context_spills_into_host_scratch_and_releases_it(world1):
     for _ in range(2):
         ctx = check_vmm_sections(world1, cfg)
         try:
-            results.append(train_step(ctx, *case))
+            results.append(run_train(ctx, *case))
             info = ctx.activation_buffer.check_overflow()
             assert info.host_scratch_used > 0 and info.device_scratch_used == info.device_scratch_size, info
             assert_planner_reset(ctx)
@@ -112,7 +102,7 @@ def test_mxfp8_context_spills_into_host_scratch_and_releases_it(world1):
     for _ in range(2):
         ctx = check_vmm_sections(world1, cfg)
         try:
-            got = train_step(ctx, *case)
+            got = run_train(ctx, *case)
             assert ctx.activation_buffer.check_overflow().host_scratch_used > 0
             assert_planner_reset(ctx)
         finally:
@@ -133,7 +123,7 @@ def test_mxfp8_execution_spills_into_host_scratch(world1):
         assert ab.check_overflow().host_scratch_used > 0
         assert_planner_reset(ctx)  # scratch only: nothing saved
         assert_aggregate_close(out, reference_moe(x, ids, scores, w13, w2), name="no-grad out", **MXFP8_FWD_TOL)
-        assert_mxfp8_train_close(train_step(ctx, x, ids, scores, w13, w2, g), run_reference(x, ids, scores, w13, w2, g))
+        assert_mxfp8_train_close(run_train(ctx, x, ids, scores, w13, w2, g), run_reference(x, ids, scores, w13, w2, g))
         assert ab.check_overflow().host_scratch_used > 0
         assert_planner_reset(ctx)
     finally:
