@@ -4,7 +4,9 @@
 # shift as IMAD.HI on the FMA pipe), C = B without ../g121_madhi_part.patch (the permute only).
 # GEMM rows at dsv3_decode EP1 (the real weight stream) and at --ep 128 --tokens 4 (two experts whose
 # weights stay in L2: the kernels' compute ceiling, what an H100's copy rate hides), then the NVFP4
-# decode layer, staged and Mega. The NVFP4 GEMM, Mega and quantizer gtests on B.
+# decode layer, staged and Mega. The NVFP4 GEMM, Mega and quantizer gtests on B, and the world-size-1
+# trap rows (tests/torch/test_traps.py; r1 ran them from a patch: 3 of 4, the MXFP8 overflow did not
+# overflow at one rank, now with ragged counts whose padding does).
 RUN_NAME=s58r2; source scripts/device_run_prelude.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 D=docs/gpu_runs/2026-12-06-s58
@@ -12,12 +14,16 @@ patch -s -p1 --forward < $D/g121_nvfp4_alu_diet.patch || { echo "the patch does 
 A_TREE=.abtree_c scripts/ab_trees.sh --tree-only $D/g121_madhi_part.patch || exit 1
 (cd .abtree_c && OUT=$L/C BUILD_DIR=build-c scripts/quick_build.sh dist-moe bench_grouped_gemm) > $L/c_build.txt 2>&1 &
 c=$!
-OUT=$L scripts/ab_trees.sh $D/g121_nvfp4_alu_diet.patch "dist-moe bench_grouped_gemm dist_moe_gpu_tests" \
+OUT=$L scripts/ab_trees.sh $D/g121_nvfp4_alu_diet.patch "dist-moe bench_grouped_gemm dist_moe_gpu_tests dist_moe_torch" \
   "dist-moe bench_grouped_gemm" || { tail -20 $L/build.log $L/A/build.log; exit 1; }
 wait $c || { cat $L/c_build.txt; exit 1; }
 echo "built A/B/C at $((SECONDS-T0)) s"
 bin() { case $1 in A) echo .abtree/build-ab;; B) echo build-gpu;; C) echo .abtree_c/build-c;; esac; }
 gtests nvfp4 'GroupedGemmNvfp4*:MegaNvfp4*:Nvfp4ExpandRows*:QuantizeNvfp4*' 150
+R=$PWD
+(cd /tmp && PYTHONPATH=$R/python timeout 150 python3 -u -m pytest -v -p no:cacheprovider -rfE "$R/tests/torch/test_traps.py" > $L/traps.log 2>&1)
+echo "test_traps rc=$? at $((SECONDS-T0)) s: $(tail -1 $L/traps.log)"
+grep -E "^FAILED|required_receive_rows" $L/traps.log | head -8
 for r in 1 2; do
   for arm in A B C; do
     [ "$(left)" -lt 200 ] && break 2
