@@ -260,6 +260,8 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
         scale_row[b][h] = w_scales + static_cast<int64_t>(t.expert * p.weight_rows + row) * scale_ld + 8 * (q & 1);
       }
 
+    // The thread's scale byte of pieces 0 / 2 and 1 / 3: byte 2 (i % 2) + (q >> 1) of word i / 2.
+    const uint32_t scale_sel[2] = {nvfp4_scale_selector(q >> 1), nvfp4_scale_selector(2 + (q >> 1))};
     uint32_t set0[kMmaPerWg][kStepsPerPiece][4] = {}, set1[kMmaPerWg][kStepsPerPiece][4] = {};
     auto& odd = kSets > 1 ? set1 : set0;  // the set of pieces 1 and 3 (set1 unused with one set)
     uint2 sc_now[kMmaPerWg][2];
@@ -275,12 +277,12 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
       const uint32_t a = smem_a(smem, st.stage), b = smem_b(smem, st.stage);
       uint2 raw[kMmaPerWg][2];
       load_piece<0>(a, row_off, g, q, raw);
-      piece<0>(a, b, row_off, g, q, sc_now, set0, acc, raw);
+      piece<0>(a, b, row_off, scale_sel, g, q, sc_now, set0, acc, raw);
       if (kSets == 1 && kb > 0) pipe.consumer_release(prev_stage);  // done by piece<0>'s wait
-      piece<1>(a, b, row_off, g, q, sc_now, odd, acc, raw);
+      piece<1>(a, b, row_off, scale_sel, g, q, sc_now, odd, acc, raw);
       if (kSets == 2 && kb > 0) pipe.consumer_release(prev_stage);  // its last piece: piece<1>'s wait
-      piece<2>(a, b, row_off, g, q, sc_now, set0, acc, raw);
-      piece<3>(a, b, row_off, g, q, sc_now, odd, acc, raw);
+      piece<2>(a, b, row_off, scale_sel, g, q, sc_now, set0, acc, raw);
+      piece<3>(a, b, row_off, scale_sel, g, q, sc_now, odd, acc, raw);
       hook(kb);
       prev_stage = st.stage;
       st.advance();
@@ -329,8 +331,9 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   // previous wgmmas (kSets pieces back) are done, convert into the set, issue its four k16 steps per
   // m64 block as one group; `raw` then holds the next piece's blocks.
   template <int kPiece>
-  DMOE_DEVICE static void piece(uint32_t a, uint32_t b, const uint32_t (&row_off)[kMmaPerWg][2], int g, int q,
-                                const uint2 (&sc)[kMmaPerWg][2], uint32_t (&set)[kMmaPerWg][kStepsPerPiece][4],
+  DMOE_DEVICE static void piece(uint32_t a, uint32_t b, const uint32_t (&row_off)[kMmaPerWg][2],
+                                const uint32_t (&scale_sel)[2], int g, int q, const uint2 (&sc)[kMmaPerWg][2],
+                                uint32_t (&set)[kMmaPerWg][kStepsPerPiece][4],
                                 float (&acc)[kMmaPerWg][kAccPerMma], uint2 (&raw)[kMmaPerWg][2]) {
     // The next piece's blocks now (two sets; at 128 tokens each piece loads its own: registers).
     constexpr bool kPrefetch = kSets > 1 && kPiece + 1 < kPieces;
@@ -338,16 +341,14 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
     if constexpr (kPrefetch) load_piece<kPiece + 1>(a, row_off, g, q, next);
     if constexpr (kSets == 1 && kPiece > 0) load_piece<kPiece>(a, row_off, g, q, raw);
     const uint2 (&w)[kMmaPerWg][2] = raw;
-    // Block nvfp4_piece_block(q, i) = 8 (q & 1) + 2 i + (q >> 1): byte 2 i + (q >> 1) of the 8 loaded.
-    const int byte = 2 * kPiece + (q >> 1);
+    // Block nvfp4_piece_block(q, i) = 8 (q & 1) + 2 i + (q >> 1): byte 2 i + (q >> 1) of the 8 loaded,
+    // in word i / 2 (scale_sel: its place in the word).
     uint32_t t[kMmaPerWg][2];
 #pragma unroll
     for (int bb = 0; bb < kMmaPerWg; ++bb)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t word = byte < 4 ? sc[bb][h].x : sc[bb][h].y;
-        t[bb][h] = nvfp4_scale_x2((word >> (8 * (byte % 4))) & 0xFFu);
-      }
+      for (int h = 0; h < 2; ++h)
+        t[bb][h] = nvfp4_scale_x2_of(kPiece < 2 ? sc[bb][h].x : sc[bb][h].y, scale_sel[kPiece % 2]);
     ptx::wgmma_wait<kSets - 1>();
     // The set's registers stay allocated until here: its wgmmas (kSets pieces back) read them late.
 #pragma unroll

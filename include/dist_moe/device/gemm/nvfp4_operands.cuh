@@ -55,6 +55,16 @@ DMOE_DEVICE uint32_t hmul2_f16(uint32_t a, uint32_t b) {
 // gives a finite factor: NaN reaches the output through the NaN FP32 scale of that expert or row).
 DMOE_DEVICE uint32_t nvfp4_scale_x2(uint32_t s) { return hmul2_f16(s * 0x00800080u, 0x78007800u); }
 
+// The byte permute selector that copies byte b (0..3) of a word of scales into bytes 0 and 2 and
+// zeros into bytes 1 and 3 (byte 4: of a zero second operand): s | s << 16 in one integer
+// instruction, where a shift by a lane-dependent amount and a mask take two (G121).
+DMOE_HOST_DEVICE constexpr uint32_t nvfp4_scale_selector(int b) { return 0x4040u | static_cast<uint32_t>(b) * 0x0101u; }
+
+// nvfp4_scale_x2 of byte b of `word`, `selector` = nvfp4_scale_selector(b).
+DMOE_DEVICE uint32_t nvfp4_scale_x2_of(uint32_t word, uint32_t selector) {
+  return hmul2_f16(__byte_perm(word, 0u, selector) << 7, 0x78007800u);
+}
+
 // An FP16 e2m1 * 2^-14 has a zero low byte and the high byte (c & 7) << 1 | (c & 8) << 4: the high
 // bytes of a packed word's eight codes (c0..c7, c0 in the low nibble), formed at once -- byte k of
 // `even` for code 2k, of `odd` for code 2k + 1.
