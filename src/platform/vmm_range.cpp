@@ -1,6 +1,9 @@
 #include "platform/vmm_range.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <mutex>
+#include <set>
 #include <utility>
 
 #include "dist_moe/error.h"
@@ -13,10 +16,21 @@ std::string failure(const DriverApi& d, const char* call, CUresult r) {
   return std::string(call) + " failed: " + driver_error_name(d, r) + " (" + driver_error_text(d, r) + ")";
 }
 
+// The devices claimed by a live range (VmmRange's claim_owner).
+std::mutex g_claims_mutex;
+std::set<int> g_claimed_devices;
+
 }  // namespace
 
-VmmRange::VmmRange(const DriverApi& driver, std::vector<Section> sections, int64_t bytes, int64_t alignment, int device)
+VmmRange::VmmRange(const DriverApi& driver, std::vector<Section> sections, int64_t bytes, int64_t alignment, int device,
+                   const char* claim_owner)
     : d_(driver), sections_(std::move(sections)), bytes_(bytes) {
+  if (claim_owner != nullptr) {
+    std::lock_guard<std::mutex> lock(g_claims_mutex);
+    if (!g_claimed_devices.insert(device).second)
+      throw Error(ErrorCode::kRuntime, "CUDA device " + std::to_string(device) + " already owns a live " + claim_owner);
+    claimed_device_ = device;
+  }
   handles_.assign(sections_.size(), 0);
   mapped_.assign(sections_.size(), false);
   // The first failing step, then everything done so far undone.
@@ -59,6 +73,12 @@ std::string VmmRange::release_steps() {
   }
   // The range can go once nothing is mapped into it, whatever became of the handles.
   if (va_ != 0 && !any_mapped && ok("cuMemAddressFree", d_.cuMemAddressFree(va_, static_cast<size_t>(bytes_)))) va_ = 0;
+  const bool released = va_ == 0 && std::all_of(handles_.begin(), handles_.end(), [](auto h) { return h == 0; });
+  if (claimed_device_ >= 0 && released) {
+    std::lock_guard<std::mutex> lock(g_claims_mutex);
+    g_claimed_devices.erase(claimed_device_);
+    claimed_device_ = -1;
+  }
   return errors;
 }
 

@@ -8,6 +8,11 @@
 // reverse, frees the range) and throws the first error, with a failed cleanup appended to it.
 // release() unmaps in reverse, releases the handles of unmapped sections, and frees the range once
 // nothing is mapped; whatever fails stays held, named in the error, and a later release() retries it.
+//
+// A range may claim its device for its owner (upstream's one live VMM-backed activation buffer per
+// device and process): a second claiming range on that device is refused before any driver call, and
+// the claim is given back only once everything is released -- a failed release keeps it until a
+// retry finishes, and memory left held by a failed cleanup keeps it for the life of the process.
 #pragma once
 
 #include <cuda.h>
@@ -29,8 +34,11 @@ class VmmRange {
   };
 
   // Reserves `bytes` aligned to `alignment` and maps `sections` (ascending, inside the range);
-  // `device` gets read/write access to all of it. Throws dist_moe::Error (kDriver).
-  VmmRange(const DriverApi& driver, std::vector<Section> sections, int64_t bytes, int64_t alignment, int device);
+  // `device` gets read/write access to all of it. Throws dist_moe::Error (kDriver). With a
+  // `claim_owner` (e.g. "DistMoE VMM-backed activation buffer") the range first claims `device`
+  // (above), throwing kRuntime "CUDA device N already owns a live <claim_owner>" if it is claimed.
+  VmmRange(const DriverApi& driver, std::vector<Section> sections, int64_t bytes, int64_t alignment, int device,
+           const char* claim_owner = nullptr);
   ~VmmRange();  // releases what is still held; failures go to stderr (release() reports by throwing)
   VmmRange(const VmmRange&) = delete;
   VmmRange& operator=(const VmmRange&) = delete;
@@ -41,12 +49,14 @@ class VmmRange {
 
   CUdeviceptr base() const { return va_; }
   bool held() const { return va_ != 0; }  // the address range is still reserved
+  bool claims_device() const { return claimed_device_ >= 0; }
   // What is still held, per section: its handle (0 once released) and whether it is mapped.
   const std::vector<CUmemGenericAllocationHandle>& handles() const { return handles_; }
   const std::vector<bool>& mapped() const { return mapped_; }
 
  private:
-  // The release steps; returns the failed calls ("" when everything held is released).
+  // The release steps; returns the failed calls ("" when everything held is released). Gives the
+  // device claim back once nothing is held.
   std::string release_steps();
 
   const DriverApi& d_;
@@ -55,6 +65,7 @@ class VmmRange {
   CUdeviceptr va_ = 0;
   std::vector<CUmemGenericAllocationHandle> handles_;
   std::vector<bool> mapped_;
+  int claimed_device_ = -1;
 };
 
 }  // namespace dist_moe::platform

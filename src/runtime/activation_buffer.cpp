@@ -4,9 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <mutex>
-#include <set>
-#include <string>
 
 #include "dist_moe/check.h"
 #include "dist_moe/driver_api.h"
@@ -15,9 +12,6 @@
 
 namespace dist_moe::runtime {
 namespace {
-
-std::mutex g_vmm_mutex;
-std::set<int> g_vmm_devices;  // devices with a live VMM-backed buffer
 
 // `device` current for the scope, with its primary context initialized: the VMM calls below go
 // through the driver API, which needs a current context.
@@ -62,14 +56,6 @@ std::unique_ptr<ActivationBuffer> ActivationBuffer::create(const MemoryPlan& pla
   }
 
   {
-    std::lock_guard<std::mutex> lock(g_vmm_mutex);
-    if (g_vmm_devices.count(device))
-      detail::fail(ErrorCode::kRuntime, "CUDA device ", device,
-                   " already owns a live DistMoE VMM-backed activation buffer");
-    g_vmm_devices.insert(device);
-  }
-  b->vmm_ = true;
-  try {
     const DriverApi& d = driver();
     int host_numa = -1;  // pinned host pages near the GPU when the driver knows its NUMA node
     if (d.cuDeviceGetAttribute(&host_numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, static_cast<CUdevice>(device)) !=
@@ -88,14 +74,12 @@ std::unique_ptr<ActivationBuffer> ActivationBuffer::create(const MemoryPlan& pla
     b->mapped_bytes_ = plan.total_virtual_bytes + guard_mapped;
     std::vector<platform::VmmRange::Section> mapped;
     for (const Section& s : b->sections_) mapped.push_back({allocation_prop(s.kind, device, host_numa), s.offset, s.bytes});
-    // On failure the range undoes itself (its error names a cleanup that failed too).
-    b->range_ = std::make_unique<platform::VmmRange>(d, std::move(mapped), b->mapped_bytes_, G, device);
+    // The range claims the device (one live VMM buffer per device and process) until it is fully
+    // released; on failure it undoes itself (its error names a cleanup that failed too).
+    b->range_ = std::make_unique<platform::VmmRange>(d, std::move(mapped), b->mapped_bytes_, G, device,
+                                                     "DistMoE VMM-backed activation buffer");
     b->base_ = reinterpret_cast<uint8_t*>(b->range_->base());
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(g_vmm_mutex);
-    g_vmm_devices.erase(device);
-    b->vmm_ = false;
-    throw;
+    b->vmm_ = true;
   }
   return b;
 }
@@ -116,11 +100,9 @@ int64_t vmm_allocation_granularity(int device) {
 }
 
 void ActivationBuffer::release_vmm() {
-  range_->release();  // throws keeping what it still holds: a later close() retries
+  range_->release();  // throws keeping what it still holds, and the device claim: a later close() retries
   range_.reset();
   base_ = nullptr;
-  std::lock_guard<std::mutex> lock(g_vmm_mutex);
-  g_vmm_devices.erase(device_);
   vmm_ = false;
 }
 

@@ -2,7 +2,8 @@
 // upstream's VmmOwnershipTest rows for the region itself -- a partial map unwinds what was mapped,
 // a failed unmap keeps that section's handle and the address range for a retry, a failed release
 // and a failed address free are both reported and retried, and a construction error keeps a failed
-// cleanup as its context.
+// cleanup as its context -- and for the device guard the activation buffer takes through it (one
+// live VMM buffer per device): refused twice, kept by a failed cleanup until its retry finishes.
 #if DIST_MOE_TEST_PLATFORM
 
 #include <gtest/gtest.h>
@@ -218,6 +219,70 @@ TEST_F(VmmRangeTest, ConstructionErrorKeepsCleanupFailureAsContext) {
     const size_t root = m.find("cuMemMap failed"), note = m.find("partial-construction cleanup also failed: ");
     EXPECT_TRUE(root != std::string::npos && note != std::string::npos && root < note) << m;
     EXPECT_NE(m.find("cuMemUnmap failed", note), std::string::npos) << m;
+  }
+}
+
+// Each claim test takes devices of its own: the claims are process-wide and a test may leave one.
+constexpr const char* kOwner = "scripted VMM buffer";
+
+TEST_F(VmmRangeTest, ClaimRefusesASecondRangeOnTheDeviceUntilReleased) {
+  VmmRange a(api, sections(1), kG, kG, /*device=*/31, kOwner);
+  EXPECT_TRUE(a.claims_device());
+  take_log();
+  try {
+    VmmRange b(api, sections(1), kG, kG, 31, kOwner);
+    FAIL() << "a second claiming range was built";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kRuntime);
+    EXPECT_NE(std::string(e.what()).find("CUDA device 31 already owns a live scripted VMM buffer"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(take_log().empty()) << "the refusal comes before any driver call";
+  {
+    VmmRange other_device(api, sections(1), kG, kG, 32, kOwner);  // another device
+    VmmRange unclaimed(api, sections(1), kG, kG, 31);             // a range that claims nothing
+    EXPECT_FALSE(unclaimed.claims_device());
+  }
+  a.release();
+  EXPECT_FALSE(a.claims_device());
+  VmmRange b(api, sections(1), kG, kG, 31, kOwner);  // the device is free again
+  EXPECT_TRUE(b.claims_device());
+}
+
+TEST_F(VmmRangeTest, FailedCleanupKeepsTheClaimUntilItsRetryFinishes) {
+  VmmRange a(api, sections(2), 2 * kG, kG, 33, kOwner);
+  script.fail_unmaps = 1;
+  EXPECT_THROW(a.release(), Error);
+  EXPECT_TRUE(a.claims_device()) << "section 1 is still mapped";
+  EXPECT_THROW(VmmRange(api, sections(1), kG, kG, 33, kOwner), Error);
+  script.bad_release = {12};  // the retry unmaps section 1, but its handle's release fails
+  EXPECT_THROW(a.release(), Error);
+  EXPECT_FALSE(a.held()) << "the range is freed once nothing is mapped";
+  EXPECT_TRUE(a.claims_device()) << "a handle is still held";
+  EXPECT_THROW(VmmRange(api, sections(1), kG, kG, 33, kOwner), Error);
+  script.bad_release.clear();
+  a.release();
+  EXPECT_FALSE(a.claims_device());
+  VmmRange b(api, sections(1), kG, kG, 33, kOwner);
+  EXPECT_TRUE(b.claims_device());
+}
+
+TEST_F(VmmRangeTest, ConstructionFailureGivesTheClaimBackUnlessItsCleanupFailed) {
+  script.fail_map_call = 1;  // the partial map unwinds completely
+  EXPECT_THROW(VmmRange(api, sections(2), 2 * kG, kG, 34, kOwner), Error);
+  {
+    VmmRange ok(api, sections(1), kG, kG, 34, kOwner);
+    EXPECT_TRUE(ok.claims_device());
+  }
+  script.maps = 0;
+  script.fail_map_call = 1;
+  script.fail_unmaps = 1;  // ... and its cleanup leaves section 0 mapped: the device stays claimed
+  EXPECT_THROW(VmmRange(api, sections(2), 2 * kG, kG, 35, kOwner), Error);
+  try {
+    VmmRange again(api, sections(1), kG, kG, 35, kOwner);
+    FAIL() << "a device whose memory is still mapped was claimed again";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kRuntime) << e.what();
   }
 }
 
