@@ -26,7 +26,9 @@ Activation parse_activation(const std::string& s);  // throws kInvalidValue on u
 struct VmmConfig {
   // Device plus host scratch imbalance, relative to balanced T*K rows; clamped to ep_size.
   double total_scratch_capacity_factor = 16.0;
-  // Build the physical mapping on a background thread that overlaps communication setup.
+  // Upstream builds the physical mapping on a background thread that overlaps communication setup.
+  // Accepted and validated for its API; this implementation maps the sections synchronously when the
+  // context creates its activation buffer (there is no background prefetch), so it changes nothing.
   bool prefetch = true;
 
   void validate() const;

@@ -57,7 +57,9 @@ def _is_real(x) -> bool:
 
 @dataclass(frozen=True)
 class VmmConfig:
-    """Host-backed overflow scratch through CUDA VMM."""
+    """Host-backed overflow scratch through CUDA VMM. ``prefetch`` is upstream's switch for building
+    the mapping on a background thread; it is validated and has no effect here (the context maps
+    its sections synchronously)."""
 
     total_scratch_capacity_factor: float = 16.0
     prefetch: bool = True
