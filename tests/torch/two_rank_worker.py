@@ -228,15 +228,35 @@ def case_accumulate_fp32(rank, world, dev, group):
     _accumulate(rank, world, dev, group, torch.float32)
 
 
+def rmsnorm_post():
+    """Upstream's RMSNorm postprocess of test_post_expert_rmsnorm_exercises_peer_paths (no weight)."""
+    return dist_moe.RMSNormPostprocess(eps=1e-6, norm_output_dtype=torch.float32, output_dtype=torch.bfloat16,
+                                       require_bitwise=False, recompute_rstd=True)
+
+
 def case_post_expert_rmsnorm(rank, world, dev, group):
     h = Harness(rank, world, dev)
     ctx = dist_moe.create_context(group=group, config=h.config(), device=dev)
-    post = dist_moe.RMSNormPostprocess(eps=1e-6, norm_output_dtype=torch.float32, output_dtype=torch.bfloat16,
-                                       require_bitwise=False, recompute_rstd=True)
     got = h.run(ctx, *(leaf(w) for w in h.local_weights()),
-                options=dist_moe.ExecutionOptions(experts_output_postprocess=post))
+                options=dist_moe.ExecutionOptions(experts_output_postprocess=rmsnorm_post()))
     ctx.close()
     assert_train_close(got, h.reference(rmsnorm_eps=1e-6))
+
+
+def case_post_expert_rmsnorm_accumulate(rank, world, dev, group):
+    """The RMSNorm postprocess with the WGRADs added in place into the parameters' .grad (upstream's
+    BF16 + accumulate variant): the first step within the reference, the second doubles it."""
+    h = Harness(rank, world, dev)
+    ctx = dist_moe.create_context(group=group, config=h.config(), device=dev)
+    p13, p2 = (torch.nn.Parameter(w.clone()) for w in h.local_weights())
+    opts = dist_moe.ExecutionOptions(experts_output_postprocess=rmsnorm_post(), inplace_wgrad_accum=True)
+    first = h.run(ctx, p13, p2, options=opts)
+    g13_first, g2_first = p13.grad.clone(), p2.grad.clone()  # the second step adds into p13.grad itself
+    h.run(ctx, p13, p2, options=opts)
+    ctx.close()
+    assert_train_close((first[0], first[1], first[2], g13_first, g2_first), h.reference(rmsnorm_eps=1e-6))
+    torch.testing.assert_close(p13.grad.float(), 2 * g13_first.float(), rtol=5e-2, atol=2e-2)
+    torch.testing.assert_close(p2.grad.float(), 2 * g2_first.float(), rtol=5e-2, atol=2e-2)
 
 
 def case_clamped_swiglu(rank, world, dev, group):
@@ -421,14 +441,23 @@ def case_prepared_mxfp8_staged_accumulates_parameter_grad_fp32(rank, world, dev,
     _mxfp8_accumulate(rank, world, dev, group, torch.float32)
 
 
-def case_mxfp8_post_expert_rmsnorm(rank, world, dev, group):
+def _mxfp8_rmsnorm(rank, world, dev, group, pipeline):
     h = Harness(rank, world, dev)
-    ctx = dist_moe.create_context(group=group, config=h.config(block_scaled=MXFP8), device=dev)
-    post = dist_moe.RMSNormPostprocess(eps=1e-6, norm_output_dtype=torch.float32, output_dtype=torch.bfloat16,
-                                       require_bitwise=False, recompute_rstd=True)
-    got = h.run(ctx, *prepared_leaves(h)[2:], options=dist_moe.ExecutionOptions(experts_output_postprocess=post))
+    bs = dist_moe.BlockScaledConfig(format=dist_moe.BlockScaledFormat.MXFP8_E4M3, pipeline=pipeline)
+    ctx = dist_moe.create_context(group=group, config=h.config(block_scaled=bs), device=dev)
+    got = h.run(ctx, *prepared_leaves(h)[2:],
+                options=dist_moe.ExecutionOptions(experts_output_postprocess=rmsnorm_post()))
     ctx.close()
     assert_mxfp8_train_close(got, h.reference(rmsnorm_eps=1e-6))
+
+
+def case_mxfp8_post_expert_rmsnorm(rank, world, dev, group):
+    _mxfp8_rmsnorm(rank, world, dev, group, "staged")
+
+
+def case_mxfp8_mega_post_expert_rmsnorm(rank, world, dev, group):
+    """Upstream's MXFP8 Mega variant of the RMSNorm row: the one-launch forward, the staged backward."""
+    _mxfp8_rmsnorm(rank, world, dev, group, "mega")
 
 
 def case_mxfp8_clamped_swiglu(rank, world, dev, group):
