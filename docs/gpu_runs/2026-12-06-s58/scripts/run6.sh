@@ -23,16 +23,6 @@ for r in 1 2; do
     echo "gemm $side$r: $(pick $f)"
   done
 done
-for r in 1 2; do
-  for pipe in staged mega; do
-    for side in A B; do
-      [ "$(left)" -lt 30 ] && break 3
-      b=build-gpu; [ $side = A ] && b=.abtree/build-ab
-      f=$L/layer_${pipe}_$side$r.log
-      p=""; [ $pipe = mega ] && p="--pipeline mega"
-      timeout 90 $b/dist-moe bench --shape dsv3_decode --mode infer --format nvfp4 --no-baseline --iters 10 \
-        --sustain-ms 50 $p > $f 2>&1
-      echo "layer $pipe $side$r: $(grep -E '^(inference forward|staged layer|BF16 layer) |^fwd:(w13|w2|mega) .*GB' $f | sed -E 's/ +/ /g' | cut -d' ' -f1-9 | tr '\n' ';')"
-    done
-  done
-done
+decode="--shape dsv3_decode --mode infer --format nvfp4 --no-baseline --iters 10 --sustain-ms 50"
+ab_layer_rounds "nvfp4 staged" 2 '^(inference forward|BF16 layer) |^fwd:w(13|2) .*GB' $decode
+ab_layer_rounds "nvfp4 mega" 2 '^(inference forward|staged layer|BF16 layer) |^fwd:mega .*GB' $decode --pipeline mega
