@@ -58,6 +58,12 @@ gtests() {
   grep -E '^\[  FAILED' $L/gtest_$name.log | head -8
 }
 
+# bs_picks LOG: each block-scaled decode GEMM's pick in a bench_grouped_gemm log ("bs" lines), as
+# "op config ms ms, x copy R; " (the ratio: weight bytes per second against the HBM copy).
+bs_picks() {
+  grep '(pick)' "$1" | awk '{for (i = 1; i <= NF; i++) if ($i == "(pick)") printf "%s %s %s ms, x copy %s; ", $4, $(i - 1), $(i + 1), $(i + 9)}'
+}
+
 # ab_layer_rounds LABEL N LINES-REGEX BENCH-ARGS...: N rounds of `dist-moe bench BENCH-ARGS`, side A
 # (.abtree/build-ab, scripts/ab_trees.sh) then side B (build-gpu), each run into
 # $L/LABEL_<side><round>.log and one line: the log's lines matching LINES-REGEX, nine fields each.

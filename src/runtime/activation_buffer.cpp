@@ -39,6 +39,14 @@ CUmemAllocationProp allocation_prop(ActivationBuffer::SectionKind kind, int devi
   return p;
 }
 
+// The NUMA node nearest `device` for its pinned host pages, or -1 when the driver does not know it.
+int host_numa_node(const DriverApi& d, int device) {
+  int node = -1;
+  if (d.cuDeviceGetAttribute(&node, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, static_cast<CUdevice>(device)) != CUDA_SUCCESS)
+    node = -1;
+  return node;
+}
+
 }  // namespace
 
 std::unique_ptr<ActivationBuffer> ActivationBuffer::create(const MemoryPlan& plan, bool use_vmm, int device,
@@ -55,42 +63,34 @@ std::unique_ptr<ActivationBuffer> ActivationBuffer::create(const MemoryPlan& pla
     return b;
   }
 
-  {
-    const DriverApi& d = driver();
-    int host_numa = -1;  // pinned host pages near the GPU when the driver knows its NUMA node
-    if (d.cuDeviceGetAttribute(&host_numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, static_cast<CUdevice>(device)) !=
-        CUDA_SUCCESS)
-      host_numa = -1;
-    DMOE_CHECK_ARG(plan.vmm_granularity_bytes.has_value(),
-                   "a VMM plan must be resolved with the device's granularity (vmm_allocation_granularity)");
-    const int64_t G = *plan.vmm_granularity_bytes;
-    if (plan.vmm_device_prefix_bytes) b->sections_.push_back({SectionKind::kDevice, 0, plan.vmm_device_prefix_bytes});
-    b->sections_.push_back({SectionKind::kHost, plan.vmm_device_prefix_bytes, plan.vmm_host_section_bytes});
-    // The guard extends the hot device section (the top of the range).
-    const int64_t guard_mapped = align_up(guard_bytes, G);
-    b->sections_.push_back({SectionKind::kDevice, plan.vmm_device_prefix_bytes + plan.vmm_host_section_bytes,
-                            plan.vmm_device_scratch_section_bytes + guard_mapped});
-    b->bytes_ = plan.total_virtual_bytes;
-    b->mapped_bytes_ = plan.total_virtual_bytes + guard_mapped;
-    std::vector<platform::VmmRange::Section> mapped;
-    for (const Section& s : b->sections_) mapped.push_back({allocation_prop(s.kind, device, host_numa), s.offset, s.bytes});
-    // The range claims the device (one live VMM buffer per device and process) until it is fully
-    // released; on failure it undoes itself (its error names a cleanup that failed too).
-    b->range_ = std::make_unique<platform::VmmRange>(d, std::move(mapped), b->mapped_bytes_, G, device,
-                                                     "DistMoE VMM-backed activation buffer");
-    b->base_ = reinterpret_cast<uint8_t*>(b->range_->base());
-    b->vmm_ = true;
-  }
+  const DriverApi& d = driver();
+  const int host_numa = host_numa_node(d, device);  // pinned host pages near the GPU
+  DMOE_CHECK_ARG(plan.vmm_granularity_bytes.has_value(),
+                 "a VMM plan must be resolved with the device's granularity (vmm_allocation_granularity)");
+  const int64_t G = *plan.vmm_granularity_bytes;
+  if (plan.vmm_device_prefix_bytes) b->sections_.push_back({SectionKind::kDevice, 0, plan.vmm_device_prefix_bytes});
+  b->sections_.push_back({SectionKind::kHost, plan.vmm_device_prefix_bytes, plan.vmm_host_section_bytes});
+  // The guard extends the hot device section (the top of the range).
+  const int64_t guard_mapped = align_up(guard_bytes, G);
+  b->sections_.push_back({SectionKind::kDevice, plan.vmm_device_prefix_bytes + plan.vmm_host_section_bytes,
+                          plan.vmm_device_scratch_section_bytes + guard_mapped});
+  b->bytes_ = plan.total_virtual_bytes;
+  b->mapped_bytes_ = plan.total_virtual_bytes + guard_mapped;
+  std::vector<platform::VmmRange::Section> mapped;
+  for (const Section& s : b->sections_) mapped.push_back({allocation_prop(s.kind, device, host_numa), s.offset, s.bytes});
+  // The range claims the device (one live VMM buffer per device and process) until it is fully
+  // released; on failure it undoes itself (its error names a cleanup that failed too).
+  b->range_ = std::make_unique<platform::VmmRange>(d, std::move(mapped), b->mapped_bytes_, G, device,
+                                                   "DistMoE VMM-backed activation buffer");
+  b->base_ = reinterpret_cast<uint8_t*>(b->range_->base());
+  b->vmm_ = true;
   return b;
 }
 
 int64_t vmm_allocation_granularity(int device) {
   DriverDeviceScope scope(device);
   const DriverApi& d = driver();
-  int host_numa = -1;
-  if (d.cuDeviceGetAttribute(&host_numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, static_cast<CUdevice>(device)) !=
-      CUDA_SUCCESS)
-    host_numa = -1;
+  const int host_numa = host_numa_node(d, device);
   size_t g_dev = 0, g_host = 0;
   CUmemAllocationProp pd = allocation_prop(ActivationBuffer::SectionKind::kDevice, device, host_numa);
   CUmemAllocationProp ph = allocation_prop(ActivationBuffer::SectionKind::kHost, device, host_numa);

@@ -13,14 +13,13 @@ patch -s -p1 --forward < $D/g119_nvfp4_over_s58.patch || { echo "the patch does 
 OUT=$L scripts/ab_trees.sh $D/g119_nvfp4_over_s58.patch "dist-moe bench_grouped_gemm" "dist-moe bench_grouped_gemm" ||
   { tail -20 $L/build.log $L/A/build.log; exit 1; }
 echo "built A/B at $((SECONDS-T0)) s"
-pick() { grep '(pick)' "$1" | awk '{for (i = 1; i <= NF; i++) if ($i == "(pick)") printf "%s %s %s ms, x copy %s; ", $4, $(i - 1), $(i + 1), $(i + 9)}'; }
 for r in 1 2; do
   for side in A B; do
     b=build-gpu; [ $side = A ] && b=.abtree/build-ab
     f=$L/gemm_$side$r.log
     timeout 60 $b/bench/bench_grouped_gemm --shapes dsv3_decode --ep 1 --routing balanced \
       --ops w13_fprop_nvfp4x,w2_fprop_nvfp4x --iters 10 --sustain-ms 100 > $f 2>&1
-    echo "gemm $side$r: $(pick $f)"
+    echo "gemm $side$r: $(bs_picks $f)"
   done
 done
 decode="--shape dsv3_decode --mode infer --format nvfp4 --no-baseline --iters 10 --sustain-ms 50"

@@ -51,9 +51,13 @@ DMOE_DEVICE uint32_t hmul2_f16(uint32_t a, uint32_t b) {
   return d;
 }
 
-// s * 2^7 in both FP16 halves, s an E4M3 scale byte (block scales are positive; the NaN code 0x7F
-// gives a finite factor: NaN reaches the output through the NaN FP32 scale of that expert or row).
-DMOE_DEVICE uint32_t nvfp4_scale_x2(uint32_t s) { return hmul2_f16(s * 0x00800080u, 0x78007800u); }
+// s * 2^7 in both FP16 halves from `pair` = s | s << 16, s an E4M3 scale byte: bits s << 7 are the
+// FP16 s * 2^-8, times 2^15 (block scales are positive; the NaN code 0x7F gives a finite factor: NaN
+// reaches the output through the NaN FP32 scale of that expert or row).
+DMOE_DEVICE uint32_t nvfp4_scale_pair_x2(uint32_t pair) { return hmul2_f16(pair << 7, 0x78007800u); }
+
+// The same of a scale byte s.
+DMOE_DEVICE uint32_t nvfp4_scale_x2(uint32_t s) { return nvfp4_scale_pair_x2(s * 0x00010001u); }
 
 // The byte permute selector that copies byte b (0..3) of a word of scales into bytes 0 and 2 and
 // zeros into bytes 1 and 3 (byte 4: of a zero second operand): s | s << 16 in one integer
@@ -62,7 +66,7 @@ DMOE_HOST_DEVICE constexpr uint32_t nvfp4_scale_selector(int b) { return 0x4040u
 
 // nvfp4_scale_x2 of byte b of `word`, `selector` = nvfp4_scale_selector(b).
 DMOE_DEVICE uint32_t nvfp4_scale_x2_of(uint32_t word, uint32_t selector) {
-  return hmul2_f16(__byte_perm(word, 0u, selector) << 7, 0x78007800u);
+  return nvfp4_scale_pair_x2(__byte_perm(word, 0u, selector));
 }
 
 // An FP16 e2m1 * 2^-14 has a zero low byte and the high byte (c & 7) << 1 | (c & 8) << 4: the high
