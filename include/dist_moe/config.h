@@ -26,9 +26,9 @@ Activation parse_activation(const std::string& s);  // throws kInvalidValue on u
 struct VmmConfig {
   // Device plus host scratch imbalance, relative to balanced T*K rows; clamped to ep_size.
   double total_scratch_capacity_factor = 16.0;
-  // Upstream builds the physical mapping on a background thread that overlaps communication setup.
-  // Accepted and validated for its API; this implementation maps the sections synchronously when the
-  // context creates its activation buffer (there is no background prefetch), so it changes nothing.
+  // Map the VMM sections (and pin the host pages) on a background thread started before the
+  // context's communication buffers, so the two overlap (upstream's prefetch); false maps them when
+  // the activation buffer is created. Either way the same layout, and the plan does not change.
   bool prefetch = true;
 
   void validate() const;

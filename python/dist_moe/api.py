@@ -57,9 +57,9 @@ def _is_real(x) -> bool:
 
 @dataclass(frozen=True)
 class VmmConfig:
-    """Host-backed overflow scratch through CUDA VMM. ``prefetch`` is upstream's switch for building
-    the mapping on a background thread; it is validated and has no effect here (the context maps
-    its sections synchronously)."""
+    """Host-backed overflow scratch through CUDA VMM. With ``prefetch`` the context maps the sections
+    (pinning the host pages) on a background thread while it sets up its communication buffers;
+    without it, when it creates the activation buffer. The plan is the same either way."""
 
     total_scratch_capacity_factor: float = 16.0
     prefetch: bool = True

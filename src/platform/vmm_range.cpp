@@ -16,21 +16,38 @@ std::string failure(const DriverApi& d, const char* call, CUresult r) {
   return std::string(call) + " failed: " + driver_error_name(d, r) + " (" + driver_error_text(d, r) + ")";
 }
 
-// The devices claimed by a live range (VmmRange's claim_owner).
+// The devices a DeviceClaim holds.
 std::mutex g_claims_mutex;
 std::set<int> g_claimed_devices;
 
 }  // namespace
 
-VmmRange::VmmRange(const DriverApi& driver, std::vector<Section> sections, int64_t bytes, int64_t alignment, int device,
-                   const char* claim_owner)
-    : d_(driver), sections_(std::move(sections)), bytes_(bytes) {
-  if (claim_owner != nullptr) {
-    std::lock_guard<std::mutex> lock(g_claims_mutex);
-    if (!g_claimed_devices.insert(device).second)
-      throw Error(ErrorCode::kRuntime, "CUDA device " + std::to_string(device) + " already owns a live " + claim_owner);
-    claimed_device_ = device;
+DeviceClaim::DeviceClaim(int device, const char* owner) {
+  std::lock_guard<std::mutex> lock(g_claims_mutex);
+  if (!g_claimed_devices.insert(device).second)
+    throw Error(ErrorCode::kRuntime, "CUDA device " + std::to_string(device) + " already owns a live " + owner);
+  device_ = device;
+}
+
+DeviceClaim& DeviceClaim::operator=(DeviceClaim&& o) noexcept {
+  if (this != &o) {
+    give_back();
+    device_ = o.device_;
+    o.device_ = -1;
   }
+  return *this;
+}
+
+void DeviceClaim::give_back() {
+  if (device_ < 0) return;
+  std::lock_guard<std::mutex> lock(g_claims_mutex);
+  g_claimed_devices.erase(device_);
+  device_ = -1;
+}
+
+VmmRange::VmmRange(const DriverApi& driver, std::vector<Section> sections, int64_t bytes, int64_t alignment, int device,
+                   DeviceClaim claim)
+    : d_(driver), sections_(std::move(sections)), bytes_(bytes), claim_(std::move(claim)) {
   handles_.assign(sections_.size(), 0);
   mapped_.assign(sections_.size(), false);
   // The first failing step, then everything done so far undone.
@@ -38,7 +55,10 @@ VmmRange::VmmRange(const DriverApi& driver, std::vector<Section> sections, int64
     if (r == CUDA_SUCCESS) return;
     std::string message = "CUDA driver error: " + failure(d_, call, r);
     const std::string cleanup = release_steps();
-    if (!cleanup.empty()) message += "; partial-construction cleanup also failed: " + cleanup;
+    if (!cleanup.empty()) {
+      message += "; partial-construction cleanup also failed: " + cleanup;
+      claim_.keep_for_process();  // this object dies unreleased: its memory keeps the device
+    }
     throw Error(ErrorCode::kDriver, message);
   };
   step("cuMemAddressReserve",
@@ -74,11 +94,7 @@ std::string VmmRange::release_steps() {
   // The range can go once nothing is mapped into it, whatever became of the handles.
   if (va_ != 0 && !any_mapped && ok("cuMemAddressFree", d_.cuMemAddressFree(va_, static_cast<size_t>(bytes_)))) va_ = 0;
   const bool released = va_ == 0 && std::all_of(handles_.begin(), handles_.end(), [](auto h) { return h == 0; });
-  if (claimed_device_ >= 0 && released) {
-    std::lock_guard<std::mutex> lock(g_claims_mutex);
-    g_claimed_devices.erase(claimed_device_);
-    claimed_device_ = -1;
-  }
+  if (released) claim_.give_back();
   return errors;
 }
 
@@ -89,7 +105,10 @@ void VmmRange::release() {
 
 VmmRange::~VmmRange() {
   const std::string errors = release_steps();
-  if (!errors.empty()) std::fprintf(stderr, "dist-moe: warning: VMM range release failed: %s\n", errors.c_str());
+  if (!errors.empty()) {
+    std::fprintf(stderr, "dist-moe: warning: VMM range release failed: %s\n", errors.c_str());
+    claim_.keep_for_process();  // what is still held keeps the device
+  }
 }
 
 }  // namespace dist_moe::platform

@@ -9,10 +9,11 @@
 // release() unmaps in reverse, releases the handles of unmapped sections, and frees the range once
 // nothing is mapped; whatever fails stays held, named in the error, and a later release() retries it.
 //
-// A range may claim its device for its owner (upstream's one live VMM-backed activation buffer per
-// device and process): a second claiming range on that device is refused before any driver call, and
-// the claim is given back only once everything is released -- a failed release keeps it until a
-// retry finishes, and memory left held by a failed cleanup keeps it for the life of the process.
+// A range may hold a claim of its device for its owner (upstream's one live VMM-backed activation
+// buffer per device and process; DeviceClaim): a second claim of that device is refused before any
+// driver call, and the range gives its claim back only once everything is released -- a failed
+// release keeps it until a retry finishes, and memory left held by a failed cleanup keeps it for the
+// life of the process.
 #pragma once
 
 #include <cuda.h>
@@ -25,6 +26,28 @@
 
 namespace dist_moe::platform {
 
+// A process-wide claim of one CUDA device for an owner; movable, given back by its destructor.
+class DeviceClaim {
+ public:
+  DeviceClaim() = default;  // claims nothing
+  // Throws kRuntime "CUDA device N already owns a live <owner>" while another claim holds `device`.
+  DeviceClaim(int device, const char* owner);
+  DeviceClaim(DeviceClaim&& o) noexcept : device_(o.device_) { o.device_ = -1; }
+  DeviceClaim& operator=(DeviceClaim&& o) noexcept;
+  DeviceClaim(const DeviceClaim&) = delete;
+  DeviceClaim& operator=(const DeviceClaim&) = delete;
+  ~DeviceClaim() { give_back(); }
+
+  bool held() const { return device_ >= 0; }
+  int device() const { return device_; }
+  void give_back();
+  // The device stays claimed for the life of the process (memory a failed cleanup left mapped).
+  void keep_for_process() { device_ = -1; }
+
+ private:
+  int device_ = -1;
+};
+
 class VmmRange {
  public:
   struct Section {
@@ -34,11 +57,11 @@ class VmmRange {
   };
 
   // Reserves `bytes` aligned to `alignment` and maps `sections` (ascending, inside the range);
-  // `device` gets read/write access to all of it. Throws dist_moe::Error (kDriver). With a
-  // `claim_owner` (e.g. "DistMoE VMM-backed activation buffer") the range first claims `device`
-  // (above), throwing kRuntime "CUDA device N already owns a live <claim_owner>" if it is claimed.
+  // `device` gets read/write access to all of it. Throws dist_moe::Error (kDriver). The range keeps
+  // `claim` (e.g. DeviceClaim(device, "DistMoE VMM-backed activation buffer"), taken by the caller so
+  // that a claimed device is refused before any driver call) until it is fully released.
   VmmRange(const DriverApi& driver, std::vector<Section> sections, int64_t bytes, int64_t alignment, int device,
-           const char* claim_owner = nullptr);
+           DeviceClaim claim = {});
   ~VmmRange();  // releases what is still held; failures go to stderr (release() reports by throwing)
   VmmRange(const VmmRange&) = delete;
   VmmRange& operator=(const VmmRange&) = delete;
@@ -49,7 +72,10 @@ class VmmRange {
 
   CUdeviceptr base() const { return va_; }
   bool held() const { return va_ != 0; }  // the address range is still reserved
-  bool claims_device() const { return claimed_device_ >= 0; }
+  bool claims_device() const { return claim_.held(); }
+  // The layout it was built with (a prefetched range is checked against the one its consumer wants).
+  const std::vector<Section>& sections() const { return sections_; }
+  int64_t bytes() const { return bytes_; }
   // What is still held, per section: its handle (0 once released) and whether it is mapped.
   const std::vector<CUmemGenericAllocationHandle>& handles() const { return handles_; }
   const std::vector<bool>& mapped() const { return mapped_; }
@@ -65,7 +91,7 @@ class VmmRange {
   CUdeviceptr va_ = 0;
   std::vector<CUmemGenericAllocationHandle> handles_;
   std::vector<bool> mapped_;
-  int claimed_device_ = -1;
+  DeviceClaim claim_;
 };
 
 }  // namespace dist_moe::platform

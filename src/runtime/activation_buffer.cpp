@@ -8,6 +8,7 @@
 #include "dist_moe/check.h"
 #include "dist_moe/driver_api.h"
 #include "platform/device_guard.h"
+#include "platform/vmm_prefetch.h"
 #include "platform/vmm_range.h"
 
 namespace dist_moe::runtime {
@@ -47,15 +48,61 @@ int host_numa_node(const DriverApi& d, int device) {
   return node;
 }
 
+bool uses_host_vmm(const MemoryPlan& plan, bool use_vmm) { return use_vmm && plan.host_scratch_bytes > 0; }
+
+constexpr const char* kClaimOwner = "DistMoE VMM-backed activation buffer";
+
+// The plan's resolved VMM sections, low to high, with the guard extending the hot device section
+// (the top of the range), and the range that maps them.
+struct VmmLayout {
+  std::vector<ActivationBuffer::Section> sections;
+  platform::VmmPrefetch::Layout range;
+};
+
+VmmLayout vmm_layout(const DriverApi& d, const MemoryPlan& plan, int device, int64_t guard_bytes) {
+  DMOE_CHECK_ARG(plan.vmm_granularity_bytes.has_value(),
+                 "a VMM plan must be resolved with the device's granularity (vmm_allocation_granularity)");
+  const int64_t G = *plan.vmm_granularity_bytes;
+  const int host_numa = host_numa_node(d, device);  // pinned host pages near the GPU
+  using Kind = ActivationBuffer::SectionKind;
+  VmmLayout l;
+  if (plan.vmm_device_prefix_bytes) l.sections.push_back({Kind::kDevice, 0, plan.vmm_device_prefix_bytes});
+  l.sections.push_back({Kind::kHost, plan.vmm_device_prefix_bytes, plan.vmm_host_section_bytes});
+  const int64_t guard_mapped = align_up(guard_bytes, G);
+  l.sections.push_back({Kind::kDevice, plan.vmm_device_prefix_bytes + plan.vmm_host_section_bytes,
+                        plan.vmm_device_scratch_section_bytes + guard_mapped});
+  for (const ActivationBuffer::Section& s : l.sections)
+    l.range.sections.push_back({allocation_prop(s.kind, device, host_numa), s.offset, s.bytes});
+  l.range.bytes = plan.total_virtual_bytes + guard_mapped;
+  l.range.alignment = G;
+  l.range.device = device;
+  return l;
+}
+
 }  // namespace
 
+std::unique_ptr<platform::VmmPrefetch> ActivationBuffer::prefetch(const MemoryPlan& plan, bool use_vmm, int device,
+                                                                  int64_t guard_bytes) {
+  if (!uses_host_vmm(plan, use_vmm)) return nullptr;
+  DriverDeviceScope scope(device);
+  const DriverApi& d = driver();
+  // The claim first, on this thread: a claimed device is refused before anything is mapped.
+  platform::DeviceClaim claim(device, kClaimOwner);
+  return std::make_unique<platform::VmmPrefetch>(d, vmm_layout(d, plan, device, guard_bytes).range, std::move(claim),
+                                                 [device] {
+                                                   DMOE_CUDA_CHECK(cudaSetDevice(device));  // the context's device, current there
+                                                   DMOE_CUDA_CHECK(cudaFree(nullptr));
+                                                 });
+}
+
 std::unique_ptr<ActivationBuffer> ActivationBuffer::create(const MemoryPlan& plan, bool use_vmm, int device,
-                                                           int64_t guard_bytes) {
+                                                           int64_t guard_bytes, platform::VmmPrefetch* prefetch) {
   DriverDeviceScope scope(device);
   std::unique_ptr<ActivationBuffer> b(new ActivationBuffer());
   b->device_ = device;
   b->activation_bytes_ = plan.total_activation_bytes;
-  if (!use_vmm || plan.host_scratch_bytes == 0) {
+  if (!uses_host_vmm(plan, use_vmm)) {
+    DMOE_CHECK_ARG(prefetch == nullptr, "a VMM prefetch was started for a plan without host scratch");
     b->bytes_ = plan.total_device_buffer_bytes;
     b->mapped_bytes_ = b->bytes_ + align_up(guard_bytes);
     if (b->mapped_bytes_ > 0) DMOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->base_), b->mapped_bytes_));
@@ -64,24 +111,19 @@ std::unique_ptr<ActivationBuffer> ActivationBuffer::create(const MemoryPlan& pla
   }
 
   const DriverApi& d = driver();
-  const int host_numa = host_numa_node(d, device);  // pinned host pages near the GPU
-  DMOE_CHECK_ARG(plan.vmm_granularity_bytes.has_value(),
-                 "a VMM plan must be resolved with the device's granularity (vmm_allocation_granularity)");
-  const int64_t G = *plan.vmm_granularity_bytes;
-  if (plan.vmm_device_prefix_bytes) b->sections_.push_back({SectionKind::kDevice, 0, plan.vmm_device_prefix_bytes});
-  b->sections_.push_back({SectionKind::kHost, plan.vmm_device_prefix_bytes, plan.vmm_host_section_bytes});
-  // The guard extends the hot device section (the top of the range).
-  const int64_t guard_mapped = align_up(guard_bytes, G);
-  b->sections_.push_back({SectionKind::kDevice, plan.vmm_device_prefix_bytes + plan.vmm_host_section_bytes,
-                          plan.vmm_device_scratch_section_bytes + guard_mapped});
+  VmmLayout layout = vmm_layout(d, plan, device, guard_bytes);
+  b->sections_ = std::move(layout.sections);
   b->bytes_ = plan.total_virtual_bytes;
-  b->mapped_bytes_ = plan.total_virtual_bytes + guard_mapped;
-  std::vector<platform::VmmRange::Section> mapped;
-  for (const Section& s : b->sections_) mapped.push_back({allocation_prop(s.kind, device, host_numa), s.offset, s.bytes});
+  b->mapped_bytes_ = layout.range.bytes;
   // The range claims the device (one live VMM buffer per device and process) until it is fully
   // released; on failure it undoes itself (its error names a cleanup that failed too).
-  b->range_ = std::make_unique<platform::VmmRange>(d, std::move(mapped), b->mapped_bytes_, G, device,
-                                                   "DistMoE VMM-backed activation buffer");
+  if (prefetch != nullptr) {
+    b->range_ = prefetch->take(layout.range);
+  } else {
+    platform::DeviceClaim claim(device, kClaimOwner);
+    b->range_ = std::make_unique<platform::VmmRange>(d, std::move(layout.range.sections), layout.range.bytes,
+                                                     layout.range.alignment, device, std::move(claim));
+  }
   b->base_ = reinterpret_cast<uint8_t*>(b->range_->base());
   b->vmm_ = true;
   return b;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dist_moe/memory_plan.h"
+#include "platform/vmm_prefetch.h"
 #include "platform/vmm_range.h"
 
 namespace dist_moe::runtime {
@@ -35,8 +36,17 @@ class ActivationBuffer {
   // host memory in the middle); only one such buffer may live per device in a process.
   // `guard_bytes` of readable memory follow the planned range: TMA tile loads may read up to one
   // tile of rows past a buffer the planner placed at the top (they are never used).
+  // A `prefetch` from prefetch() (same plan, device and guard) hands over its mapped range instead
+  // of the range being mapped here.
   static std::unique_ptr<ActivationBuffer> create(const MemoryPlan& plan, bool use_vmm, int device,
-                                                  int64_t guard_bytes = 0);
+                                                  int64_t guard_bytes = 0, platform::VmmPrefetch* prefetch = nullptr);
+
+  // Claims `device` (the one live VMM buffer) and starts mapping the VMM range `plan` needs on a
+  // background thread (VmmConfig::prefetch): nullptr when the plan has no host scratch. A context
+  // starts it before its communication buffers and passes it to create(); dropping it unconsumed
+  // releases the range (close() it to see a failure).
+  static std::unique_ptr<platform::VmmPrefetch> prefetch(const MemoryPlan& plan, bool use_vmm, int device,
+                                                         int64_t guard_bytes = 0);
   ~ActivationBuffer();  // releases; failures are reported on stderr (close() reports by throwing)
   ActivationBuffer(const ActivationBuffer&) = delete;
   ActivationBuffer& operator=(const ActivationBuffer&) = delete;

@@ -14,6 +14,7 @@
 #include "dist_moe/grouped_gemm_config.h"
 #include "dist_moe/memory_plan.h"
 #include "kernels/planner.h"
+#include "platform/vmm_prefetch.h"
 #include "quant/quantize.h"
 #include "runtime/context_impl.h"
 #include "runtime/fp8_blockwise_pipeline.h"
@@ -120,28 +121,8 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
   c.mxfp8_scratch = s;
 }
 
-std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm::Communicator> comm,
-                                     const ContextOptions& options) {
-  auto c = std::make_unique<Context::Impl>();
-  c->config = config;
-  c->options = options;
-  c->rank = comm->rank();
-  c->world = comm->world_size();
-  c->stage_delays = core::parse_stage_delays(core::env_get("DMOE_DEBUG_STAGE_DELAY"), c->rank);
-  c->device = comm->device();
-  if (config.num_experts % c->world != 0)
-    detail::fail(ErrorCode::kInvalidValue, "num_experts=", config.num_experts, " must be divisible by world_size=",
-                 c->world);
-  c->local_experts = config.num_experts / c->world;
-  if (config.block_scaled) validate_block_scaled_execution(config, c->world);
-  PlanOptions plan_options;
-  if (config.vmm) {
-    const MemoryPlan logical = plan_memory(config, c->world);
-    if (logical.uses_host_scratch()) plan_options.vmm_granularity_bytes = runtime::vmm_allocation_granularity(c->device);
-  }
-  c->plan = plan_memory(config, c->world, plan_options);
-  c->comm = std::move(comm);
-
+// The communication windows, the activation buffer and the small device state of `c`.
+void build_buffers(Context::Impl* c, const Config& config, int64_t guard, platform::VmmPrefetch* prefetch) {
   // Symmetric windows and routing tables (collective).
   // Block-scaled layouts pad every local expert to whole column blocks (the WGRAD operands' blocks
   // run along tokens and restart at each expert). Upstream pads to 128 (kBlockScaledRowMultiple, its
@@ -154,9 +135,7 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
   c->rows_window = c->comm->alloc_window(static_cast<size_t>(c->world) * sizeof(int32_t));
 
   // Activation buffer: slots then scratch (host overflow through VMM when the plan has it).
-  // Guard: one GEMM tile of rows (128) at the widest row pitch, read (never used) past the top buffer.
-  const int64_t guard = 128 * std::max(config.hidden_dim, 2 * config.intermediate_dim) * 2;
-  c->activations = runtime::ActivationBuffer::create(c->plan, config.vmm.has_value(), c->device, guard);
+  c->activations = runtime::ActivationBuffer::create(c->plan, config.vmm.has_value(), c->device, guard, prefetch);
   const int64_t N = c->plan.num_activation_slots;
   c->geometry = {N, c->plan.activation_slot_bytes, c->activations->size()};
   if (config.block_scaled) lay_out_mxfp8_scratch(*c);
@@ -194,6 +173,47 @@ std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm:
   c->slot_depth = config.max_moe_layers_per_activation_slot;
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
   c->comm->host_barrier();  // every rank's windows are zeroed and registered before any peer access
+}
+
+std::unique_ptr<Context::Impl> build(const Config& config, std::unique_ptr<comm::Communicator> comm,
+                                     const ContextOptions& options) {
+  auto c = std::make_unique<Context::Impl>();
+  c->config = config;
+  c->options = options;
+  c->rank = comm->rank();
+  c->world = comm->world_size();
+  c->stage_delays = core::parse_stage_delays(core::env_get("DMOE_DEBUG_STAGE_DELAY"), c->rank);
+  c->device = comm->device();
+  if (config.num_experts % c->world != 0)
+    detail::fail(ErrorCode::kInvalidValue, "num_experts=", config.num_experts, " must be divisible by world_size=",
+                 c->world);
+  c->local_experts = config.num_experts / c->world;
+  if (config.block_scaled) validate_block_scaled_execution(config, c->world);
+  PlanOptions plan_options;
+  if (config.vmm) {
+    const MemoryPlan logical = plan_memory(config, c->world);
+    if (logical.uses_host_scratch()) plan_options.vmm_granularity_bytes = runtime::vmm_allocation_granularity(c->device);
+  }
+  c->plan = plan_memory(config, c->world, plan_options);
+  c->comm = std::move(comm);
+
+  // Activation buffer guard: one GEMM tile of rows (128) at the widest row pitch, read (never used)
+  // past the top buffer.
+  const int64_t guard = 128 * std::max(config.hidden_dim, 2 * config.intermediate_dim) * 2;
+  // The VMM host section is mapped (and its pages pinned) on a background thread while the
+  // collective setup below runs; it claims the device now (upstream's prefetch, before the
+  // communication buffers).
+  std::unique_ptr<platform::VmmPrefetch> prefetch;
+  if (config.vmm && config.vmm->prefetch)
+    prefetch = runtime::ActivationBuffer::prefetch(c->plan, /*use_vmm=*/true, c->device, guard);
+  try {
+    build_buffers(c.get(), config, guard, prefetch.get());
+  } catch (...) {
+    // Upstream's cleanup: the prefetch closed with one retry; if that fails too, its error replaces
+    // this one and the device stays claimed.
+    if (prefetch) prefetch->close_retrying_once();
+    throw;
+  }
   return c;
 }
 

@@ -32,11 +32,12 @@ NVFP4 = dist_moe.BlockScaledConfig(format=dist_moe.BlockScaledFormat.NVFP4, pipe
 NVFP4_FWD_TOL = dict(rel_l2=0.29, cos=0.955)  # upstream's NVFP4 forward aggregate pair
 
 
-def vmm_config(t, d, f, k, e, device_factor, **kw):
+def vmm_config(t, d, f, k, e, device_factor, prefetch=False, **kw):
     """A one-rank config whose total scratch is 1.0x the balanced need, `device_factor` of it on the
-    device and the rest in host memory (no prefetch: the synchronous VMM build)."""
+    device and the rest in host memory; with `prefetch` the context maps it on a background thread
+    while it sets up its communication buffers, else synchronously."""
     return single_rank_config(t, d, f, k, e, device_scratch_capacity_factor=device_factor,
-                              vmm=dist_moe.VmmConfig(total_scratch_capacity_factor=1.0, prefetch=False), **kw)
+                              vmm=dist_moe.VmmConfig(total_scratch_capacity_factor=1.0, prefetch=prefetch), **kw)
 
 
 def one_expert_case(t, d, f, k, seed):
@@ -73,14 +74,14 @@ def check_vmm_sections(world1, cfg):
 
 
 def test_bf16_context_spills_into_host_scratch_and_releases_it(world1):
-    """BF16 training, T=256, D=128, F=8192, K=1, E=1, device scratch 0.5 of the total: the step
-    matches the reference with some of its scratch in host memory; closed and created again, the
-    next context runs the same step bitwise equal."""
-    cfg = vmm_config(256, 128, 8192, 1, 1, 0.5)
+    """BF16 training, T=256, D=128, F=8192, K=1, E=1, device scratch 0.5 of the total (upstream's
+    prefetched-context row): the step matches the reference with some of its scratch in host memory;
+    closed and created again -- with the host section prefetched, then mapped synchronously, then
+    prefetched -- every context runs the same step bitwise equal."""
     case = one_expert_case(256, 128, 8192, 1, seed=301)
     results = []
-    for _ in range(2):
-        ctx = check_vmm_sections(world1, cfg)
+    for prefetch in (True, False, True):
+        ctx = check_vmm_sections(world1, vmm_config(256, 128, 8192, 1, 1, 0.5, prefetch=prefetch))
         try:
             results.append(run_train(ctx, *case))
             info = ctx.activation_buffer.check_overflow()
@@ -89,8 +90,10 @@ def test_bf16_context_spills_into_host_scratch_and_releases_it(world1):
         finally:
             ctx.close()
     assert_train_close(results[0], run_reference(*case))
-    for name, u, v in zip(("out", "grad_x", "grad_scores", "grad_w13", "grad_w2"), *results):
-        torch.testing.assert_close(u, v, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: second context vs first: {m}")
+    for i in (1, 2):
+        for name, u, v in zip(("out", "grad_x", "grad_scores", "grad_w13", "grad_w2"), results[0], results[i]):
+            torch.testing.assert_close(u, v, rtol=0, atol=0,
+                                       msg=lambda m, n=name, j=i: f"{n}: context {j} vs the first: {m}")
 
 
 def test_mxfp8_context_spills_into_host_scratch_and_releases_it(world1):
