@@ -1,6 +1,7 @@
 // The activation buffer (plain and VMM with pinned host overflow) and the device planner kernels.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -65,6 +66,71 @@ TEST(ActivationBuffer, VmmMapsHostOverflowBetweenDeviceSectionsAndReleasesIt) {
   EXPECT_EQ(bad.download()[0], 0ull);
   buf->close();
   auto again = runtime::ActivationBuffer::create(plan, true, 0);  // released: a new one is allowed
+  EXPECT_TRUE(again->uses_vmm());
+}
+
+// VmmConfig::prefetch: the range mapped on a background thread, claimed at once, handed over once.
+TEST(ActivationBuffer, PrefetchedVmmIsTheSynchronousLayoutAndIsHandedOverOnce) {
+  DMOE_REQUIRE_SM90();
+  const Config c = small_config();
+  const int64_t G = runtime::vmm_allocation_granularity(0);
+  const MemoryPlan plan = plan_memory(c, 1, PlanOptions{G});
+  ASSERT_TRUE(plan.uses_host_scratch());
+  const auto expect_refused = [&](const char* what, auto&& make) {
+    try {
+      make();
+      ADD_FAILURE() << what << " was created";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("already owns a live DistMoE VMM-backed activation buffer"),
+                std::string::npos) << what << ": " << e.what();
+    }
+  };
+  std::vector<runtime::ActivationBuffer::Section> sync_sections;
+  {
+    auto sync = runtime::ActivationBuffer::create(plan, true, 0, /*guard_bytes=*/4096);
+    sync_sections = sync->sections();
+  }
+  auto prefetch = runtime::ActivationBuffer::prefetch(plan, true, 0, 4096);
+  ASSERT_NE(prefetch, nullptr);
+  expect_refused("a VMM buffer beside a pending prefetch", [&] { runtime::ActivationBuffer::create(plan, true, 0); });
+  expect_refused("a second prefetch", [&] { runtime::ActivationBuffer::prefetch(plan, true, 0); });
+  auto buf = runtime::ActivationBuffer::create(plan, true, 0, 4096, prefetch.get());
+  ASSERT_TRUE(buf->uses_vmm());
+  ASSERT_EQ(buf->size(), plan.total_virtual_bytes);
+  ASSERT_EQ(buf->sections().size(), sync_sections.size());
+  for (size_t i = 0; i < sync_sections.size(); ++i) {
+    EXPECT_EQ(buf->sections()[i].kind, sync_sections[i].kind) << i;
+    EXPECT_EQ(buf->sections()[i].offset, sync_sections[i].offset) << i;
+    EXPECT_EQ(buf->sections()[i].bytes, sync_sections[i].bytes) << i;
+  }
+  DeviceBuffer<unsigned long long> bad(1);
+  DMOE_CUDA_CHECK(cudaMemset(bad.get(), 0, sizeof(unsigned long long)));
+  touch_kernel<<<264, 256>>>(buf->data(), buf->size(), 5);
+  check_kernel<<<264, 256>>>(buf->data(), buf->size(), 5, bad.get());
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(bad.download()[0], 0ull) << "the prefetched range, host pages included, is device-readable and -writable";
+  try {
+    runtime::ActivationBuffer::create(plan, true, 0, 4096, prefetch.get());
+    ADD_FAILURE() << "a prefetch was consumed twice";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already consumed"), std::string::npos) << e.what();
+  }
+  buf->close();
+  {
+    // A prefetch of another layout (no guard) for a buffer that wants a guard: refused, closed, and
+    // nothing mapped in its place; the device is free again.
+    auto other = runtime::ActivationBuffer::prefetch(plan, true, 0, 0);
+    try {
+      runtime::ActivationBuffer::create(plan, true, 0, 4096, other.get());
+      ADD_FAILURE() << "a prefetch of another layout was handed over";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInternal) << e.what();
+    }
+  }
+  runtime::ActivationBuffer::prefetch(plan, true, 0).reset();  // dropped unconsumed: released
+  auto failed_build = runtime::ActivationBuffer::prefetch(plan, true, 0);
+  failed_build->close_retrying_once();  // a context's cleanup after its build failed
+  auto again = runtime::ActivationBuffer::create(plan, true, 0);  // the device is free
   EXPECT_TRUE(again->uses_vmm());
 }
 
