@@ -34,8 +34,8 @@ def config(shape, device_factor, prefetch, tokens=None):
     t, d, f, k, e = SHAPES[shape]
     t = tokens or t
     return dist_moe.Config(max_num_local_input_tokens=t, hidden_dim=d, intermediate_dim=f, top_k=k, num_experts=e,
-                           max_moe_layers_per_activation_slot=1, inference=True, num_activation_slots=0, activation_slot_capacity_factor=None,
-                           device_scratch_capacity_factor=device_factor,
+                           max_moe_layers_per_activation_slot=1, inference=True, num_activation_slots=0,
+                           activation_slot_capacity_factor=None, device_scratch_capacity_factor=device_factor,
                            vmm=dist_moe.VmmConfig(total_scratch_capacity_factor=1.0, prefetch=prefetch))
 
 
@@ -56,7 +56,8 @@ def main():
     ap.add_argument("--shape", default="dsv3_prefill", choices=sorted(SHAPES))
     ap.add_argument("--device-factor", type=float, default=0.125)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--tokens", type=int, default=None, help="tokens per rank instead of the shape's (a larger host section)")
+    ap.add_argument("--tokens", type=int, default=None,
+                    help="tokens per rank instead of the shape's (a larger host section)")
     a = ap.parse_args()
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
@@ -78,7 +79,8 @@ def main():
         on, off = statistics.median(times[True]), statistics.median(times[False])
         print("| shape | host GiB | prefetch on ms | off ms | off / on |")
         print("| --- | ---: | ---: | ---: | ---: |")
-        print(f"| {label} | {plan.host_scratch_bytes / 2**30:.2f} | {on * 1e3:.1f} | {off * 1e3:.1f} | {off / on:.2f} |")
+        host_gib = plan.host_scratch_bytes / 2**30
+        print(f"| {label} | {host_gib:.2f} | {on * 1e3:.1f} | {off * 1e3:.1f} | {off / on:.2f} |")
     finally:
         dist.destroy_process_group()
         if os.path.exists(store):  # the file store may have removed it

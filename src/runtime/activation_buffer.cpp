@@ -88,11 +88,13 @@ std::unique_ptr<platform::VmmPrefetch> ActivationBuffer::prefetch(const MemoryPl
   const DriverApi& d = driver();
   // The claim first, on this thread: a claimed device is refused before anything is mapped.
   platform::DeviceClaim claim(device, kClaimOwner);
+  // The mapping thread's driver calls need the device's context current there too.
+  auto make_current = [device] {
+    DMOE_CUDA_CHECK(cudaSetDevice(device));
+    DMOE_CUDA_CHECK(cudaFree(nullptr));
+  };
   return std::make_unique<platform::VmmPrefetch>(d, vmm_layout(d, plan, device, guard_bytes).range, std::move(claim),
-                                                 [device] {
-                                                   DMOE_CUDA_CHECK(cudaSetDevice(device));  // the context's device, current there
-                                                   DMOE_CUDA_CHECK(cudaFree(nullptr));
-                                                 });
+                                                 make_current);
 }
 
 std::unique_ptr<ActivationBuffer> ActivationBuffer::create(const MemoryPlan& plan, bool use_vmm, int device,
