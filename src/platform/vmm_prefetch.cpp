@@ -41,8 +41,7 @@ VmmPrefetch::VmmPrefetch(const DriverApi& driver, Layout layout, DeviceClaim cla
   thread_ = std::thread([this, claim = std::move(claim), init = std::move(thread_init)]() mutable {
     try {
       if (init) init();
-      range_ = std::make_unique<VmmRange>(d_, layout_.sections, layout_.bytes, layout_.alignment, layout_.device,
-                                          std::move(claim));
+      range_ = std::make_unique<VmmRange>(d_, layout_, std::move(claim));
     } catch (...) {
       error_ = std::current_exception();
     }

@@ -23,12 +23,7 @@ namespace dist_moe::platform {
 
 class VmmPrefetch {
  public:
-  struct Layout {
-    std::vector<VmmRange::Section> sections;
-    int64_t bytes = 0;
-    int64_t alignment = 0;
-    int device = -1;
-  };
+  using Layout = VmmRange::Layout;
 
   // Starts mapping `layout` on a thread that first runs `thread_init` (e.g. makes the device current
   // there; may be empty). `claim` travels with the range.

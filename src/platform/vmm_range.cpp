@@ -45,11 +45,11 @@ void DeviceClaim::give_back() {
   device_ = -1;
 }
 
-VmmRange::VmmRange(const DriverApi& driver, std::vector<Section> sections, int64_t bytes, int64_t alignment, int device,
-                   DeviceClaim claim)
-    : d_(driver), sections_(std::move(sections)), bytes_(bytes), claim_(std::move(claim)) {
-  handles_.assign(sections_.size(), 0);
-  mapped_.assign(sections_.size(), false);
+VmmRange::VmmRange(const DriverApi& driver, Layout layout, DeviceClaim claim)
+    : d_(driver), layout_(std::move(layout)), claim_(std::move(claim)) {
+  const std::vector<Section>& sections = layout_.sections;
+  handles_.assign(sections.size(), 0);
+  mapped_.assign(sections.size(), false);
   // The first failing step, then everything done so far undone.
   const auto step = [&](const char* call, CUresult r) {
     if (r == CUDA_SUCCESS) return;
@@ -62,37 +62,38 @@ VmmRange::VmmRange(const DriverApi& driver, std::vector<Section> sections, int64
     throw Error(ErrorCode::kDriver, message);
   };
   step("cuMemAddressReserve",
-       d_.cuMemAddressReserve(&va_, static_cast<size_t>(bytes_), static_cast<size_t>(alignment), 0, 0));
-  for (size_t i = 0; i < sections_.size(); ++i)
-    step("cuMemCreate", d_.cuMemCreate(&handles_[i], static_cast<size_t>(sections_[i].bytes), &sections_[i].prop, 0));
-  for (size_t i = 0; i < sections_.size(); ++i) {
-    step("cuMemMap", d_.cuMemMap(va_ + sections_[i].offset, static_cast<size_t>(sections_[i].bytes), 0, handles_[i], 0));
+       d_.cuMemAddressReserve(&va_, static_cast<size_t>(layout_.bytes), static_cast<size_t>(layout_.alignment), 0, 0));
+  for (size_t i = 0; i < sections.size(); ++i)
+    step("cuMemCreate", d_.cuMemCreate(&handles_[i], static_cast<size_t>(sections[i].bytes), &sections[i].prop, 0));
+  for (size_t i = 0; i < sections.size(); ++i) {
+    step("cuMemMap", d_.cuMemMap(va_ + sections[i].offset, static_cast<size_t>(sections[i].bytes), 0, handles_[i], 0));
     mapped_[i] = true;
   }
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device;
+  access.location.id = layout_.device;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  step("cuMemSetAccess", d_.cuMemSetAccess(va_, static_cast<size_t>(bytes_), &access, 1));
+  step("cuMemSetAccess", d_.cuMemSetAccess(va_, static_cast<size_t>(layout_.bytes), &access, 1));
 }
 
 std::string VmmRange::release_steps() {
+  const std::vector<Section>& sections = layout_.sections;
   std::string errors;
   const auto ok = [&](const char* call, CUresult r) {
     if (r != CUDA_SUCCESS) errors += (errors.empty() ? "" : "; ") + failure(d_, call, r);
     return r == CUDA_SUCCESS;
   };
-  for (size_t i = sections_.size(); i-- > 0;) {  // the reverse of mapping
-    if (mapped_[i] && ok("cuMemUnmap", d_.cuMemUnmap(va_ + sections_[i].offset, static_cast<size_t>(sections_[i].bytes))))
+  for (size_t i = sections.size(); i-- > 0;) {  // the reverse of mapping
+    if (mapped_[i] && ok("cuMemUnmap", d_.cuMemUnmap(va_ + sections[i].offset, static_cast<size_t>(sections[i].bytes))))
       mapped_[i] = false;
   }
   bool any_mapped = false;
-  for (size_t i = sections_.size(); i-- > 0;) {
+  for (size_t i = sections.size(); i-- > 0;) {
     if (handles_[i] != 0 && !mapped_[i] && ok("cuMemRelease", d_.cuMemRelease(handles_[i]))) handles_[i] = 0;
     any_mapped = any_mapped || mapped_[i];
   }
   // The range can go once nothing is mapped into it, whatever became of the handles.
-  if (va_ != 0 && !any_mapped && ok("cuMemAddressFree", d_.cuMemAddressFree(va_, static_cast<size_t>(bytes_)))) va_ = 0;
+  if (va_ != 0 && !any_mapped && ok("cuMemAddressFree", d_.cuMemAddressFree(va_, static_cast<size_t>(layout_.bytes)))) va_ = 0;
   const bool released = va_ == 0 && std::all_of(handles_.begin(), handles_.end(), [](auto h) { return h == 0; });
   if (released) claim_.give_back();
   return errors;

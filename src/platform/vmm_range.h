@@ -55,13 +55,19 @@ class VmmRange {
     int64_t offset;            // from the range's base, a multiple of the granularity
     int64_t bytes;             // a multiple of the granularity
   };
+  // What a range maps: `bytes` reserved at `alignment`, the sections (ascending, inside the range),
+  // and the device that gets read/write access to all of it.
+  struct Layout {
+    std::vector<Section> sections;
+    int64_t bytes = 0;
+    int64_t alignment = 0;
+    int device = -1;
+  };
 
-  // Reserves `bytes` aligned to `alignment` and maps `sections` (ascending, inside the range);
-  // `device` gets read/write access to all of it. Throws dist_moe::Error (kDriver). The range keeps
-  // `claim` (e.g. DeviceClaim(device, "DistMoE VMM-backed activation buffer"), taken by the caller so
-  // that a claimed device is refused before any driver call) until it is fully released.
-  VmmRange(const DriverApi& driver, std::vector<Section> sections, int64_t bytes, int64_t alignment, int device,
-           DeviceClaim claim = {});
+  // Reserves and maps `layout`. Throws dist_moe::Error (kDriver). The range keeps `claim` (e.g.
+  // DeviceClaim(device, "DistMoE VMM-backed activation buffer"), taken by the caller so that a
+  // claimed device is refused before any driver call) until it is fully released.
+  VmmRange(const DriverApi& driver, Layout layout, DeviceClaim claim = {});
   ~VmmRange();  // releases what is still held; failures go to stderr (release() reports by throwing)
   VmmRange(const VmmRange&) = delete;
   VmmRange& operator=(const VmmRange&) = delete;
@@ -73,9 +79,6 @@ class VmmRange {
   CUdeviceptr base() const { return va_; }
   bool held() const { return va_ != 0; }  // the address range is still reserved
   bool claims_device() const { return claim_.held(); }
-  // The layout it was built with (a prefetched range is checked against the one its consumer wants).
-  const std::vector<Section>& sections() const { return sections_; }
-  int64_t bytes() const { return bytes_; }
   // What is still held, per section: its handle (0 once released) and whether it is mapped.
   const std::vector<CUmemGenericAllocationHandle>& handles() const { return handles_; }
   const std::vector<bool>& mapped() const { return mapped_; }
@@ -86,8 +89,7 @@ class VmmRange {
   std::string release_steps();
 
   const DriverApi& d_;
-  std::vector<Section> sections_;
-  int64_t bytes_ = 0;
+  Layout layout_;
   CUdeviceptr va_ = 0;
   std::vector<CUmemGenericAllocationHandle> handles_;
   std::vector<bool> mapped_;

@@ -56,7 +56,7 @@ constexpr const char* kClaimOwner = "DistMoE VMM-backed activation buffer";
 // (the top of the range), and the range that maps them.
 struct VmmLayout {
   std::vector<ActivationBuffer::Section> sections;
-  platform::VmmPrefetch::Layout range;
+  platform::VmmRange::Layout range;
 };
 
 VmmLayout vmm_layout(const DriverApi& d, const MemoryPlan& plan, int device, int64_t guard_bytes) {
@@ -123,8 +123,7 @@ std::unique_ptr<ActivationBuffer> ActivationBuffer::create(const MemoryPlan& pla
     b->range_ = prefetch->take(layout.range);
   } else {
     platform::DeviceClaim claim(device, kClaimOwner);
-    b->range_ = std::make_unique<platform::VmmRange>(d, std::move(layout.range.sections), layout.range.bytes,
-                                                     layout.range.alignment, device, std::move(claim));
+    b->range_ = std::make_unique<platform::VmmRange>(d, std::move(layout.range), std::move(claim));
   }
   b->base_ = reinterpret_cast<uint8_t*>(b->range_->base());
   b->vmm_ = true;

@@ -142,7 +142,7 @@ using Log = std::vector<std::string>;
 
 TEST_F(VmmRangeTest, MapsSectionsInOrderAndReleasesInReverse) {
   {
-    VmmRange r(api, sections(3), 3 * kG, kG, /*device=*/5);
+    VmmRange r(api, {sections(3), 3 * kG, kG, /*device=*/5});
     EXPECT_EQ(r.base(), kBase);
     EXPECT_EQ(take_log(), (Log{"reserve 12288 align 4096", "create 11 4096 device", "create 12 4096 host",
                                "create 13 4096 device", "map 0x100000 4096 11", "map 0x101000 4096 12",
@@ -155,7 +155,7 @@ TEST_F(VmmRangeTest, MapsSectionsInOrderAndReleasesInReverse) {
   }
   EXPECT_TRUE(take_log().empty()) << "a released range's destructor calls nothing";
   {
-    VmmRange r(api, sections(1), kG, kG, 0);
+    VmmRange r(api, {sections(1), kG, kG, 0});
     take_log();
   }
   EXPECT_EQ(take_log(), (Log{"unmap 0x100000 4096", "release 14", "free 0x100000 4096"}))
@@ -165,7 +165,7 @@ TEST_F(VmmRangeTest, MapsSectionsInOrderAndReleasesInReverse) {
 TEST_F(VmmRangeTest, PartialMapFailureUnwindsCompletedMappings) {
   script.fail_map_call = 1;
   try {
-    VmmRange r(api, sections(3), 3 * kG, kG, 0);
+    VmmRange r(api, {sections(3), 3 * kG, kG, 0});
     FAIL() << "construction succeeded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("CUDA driver error: cuMemMap failed: CUDA_ERROR_OUT_OF_MEMORY"),
@@ -179,7 +179,7 @@ TEST_F(VmmRangeTest, PartialMapFailureUnwindsCompletedMappings) {
 }
 
 TEST_F(VmmRangeTest, CleanupPreservesMappedHandleAndRangeForRetry) {
-  VmmRange r(api, sections(2), 2 * kG, kG, 0);
+  VmmRange r(api, {sections(2), 2 * kG, kG, 0});
   take_log();
   script.fail_unmaps = 1;  // the first unmap: section 1's
   try {
@@ -199,7 +199,7 @@ TEST_F(VmmRangeTest, CleanupPreservesMappedHandleAndRangeForRetry) {
 }
 
 TEST_F(VmmRangeTest, CleanupChecksReleaseAndAddressResultsWithoutCompacting) {
-  VmmRange r(api, sections(2), 2 * kG, kG, 0);
+  VmmRange r(api, {sections(2), 2 * kG, kG, 0});
   take_log();
   script.bad_release = {12};
   script.fail_address_free = true;
@@ -227,7 +227,7 @@ TEST_F(VmmRangeTest, ConstructionErrorKeepsCleanupFailureAsContext) {
   script.fail_map_call = 1;
   script.fail_unmaps = 1;  // the cleanup's unmap of section 0 fails too
   try {
-    VmmRange r(api, sections(2), 2 * kG, kG, 0);
+    VmmRange r(api, {sections(2), 2 * kG, kG, 0});
     FAIL() << "construction succeeded";
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -241,11 +241,11 @@ TEST_F(VmmRangeTest, ConstructionErrorKeepsCleanupFailureAsContext) {
 constexpr const char* kOwner = "scripted VMM buffer";
 
 TEST_F(VmmRangeTest, ClaimRefusesASecondRangeOnTheDeviceUntilReleased) {
-  VmmRange a(api, sections(1), kG, kG, /*device=*/31, DeviceClaim(31, kOwner));
+  VmmRange a(api, {sections(1), kG, kG, /*device=*/31}, DeviceClaim(31, kOwner));
   EXPECT_TRUE(a.claims_device());
   take_log();
   try {
-    VmmRange b(api, sections(1), kG, kG, 31, DeviceClaim(31, kOwner));
+    VmmRange b(api, {sections(1), kG, kG, 31}, DeviceClaim(31, kOwner));
     FAIL() << "a second claiming range was built";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kRuntime);
@@ -254,47 +254,47 @@ TEST_F(VmmRangeTest, ClaimRefusesASecondRangeOnTheDeviceUntilReleased) {
   }
   EXPECT_TRUE(take_log().empty()) << "the refusal comes before any driver call";
   {
-    VmmRange other_device(api, sections(1), kG, kG, 32, DeviceClaim(32, kOwner));  // another device
-    VmmRange unclaimed(api, sections(1), kG, kG, 31);             // a range that claims nothing
+    VmmRange other_device(api, {sections(1), kG, kG, 32}, DeviceClaim(32, kOwner));  // another device
+    VmmRange unclaimed(api, {sections(1), kG, kG, 31});                                // a range that claims nothing
     EXPECT_FALSE(unclaimed.claims_device());
   }
   a.release();
   EXPECT_FALSE(a.claims_device());
-  VmmRange b(api, sections(1), kG, kG, 31, DeviceClaim(31, kOwner));  // the device is free again
+  VmmRange b(api, {sections(1), kG, kG, 31}, DeviceClaim(31, kOwner));  // the device is free again
   EXPECT_TRUE(b.claims_device());
 }
 
 TEST_F(VmmRangeTest, FailedCleanupKeepsTheClaimUntilItsRetryFinishes) {
-  VmmRange a(api, sections(2), 2 * kG, kG, 33, DeviceClaim(33, kOwner));
+  VmmRange a(api, {sections(2), 2 * kG, kG, 33}, DeviceClaim(33, kOwner));
   script.fail_unmaps = 1;
   EXPECT_THROW(a.release(), Error);
   EXPECT_TRUE(a.claims_device()) << "section 1 is still mapped";
-  EXPECT_THROW(VmmRange(api, sections(1), kG, kG, 33, DeviceClaim(33, kOwner)), Error);
+  EXPECT_THROW(VmmRange(api, {sections(1), kG, kG, 33}, DeviceClaim(33, kOwner)), Error);
   script.bad_release = {12};  // the retry unmaps section 1, but its handle's release fails
   EXPECT_THROW(a.release(), Error);
   EXPECT_FALSE(a.held()) << "the range is freed once nothing is mapped";
   EXPECT_TRUE(a.claims_device()) << "a handle is still held";
-  EXPECT_THROW(VmmRange(api, sections(1), kG, kG, 33, DeviceClaim(33, kOwner)), Error);
+  EXPECT_THROW(VmmRange(api, {sections(1), kG, kG, 33}, DeviceClaim(33, kOwner)), Error);
   script.bad_release.clear();
   a.release();
   EXPECT_FALSE(a.claims_device());
-  VmmRange b(api, sections(1), kG, kG, 33, DeviceClaim(33, kOwner));
+  VmmRange b(api, {sections(1), kG, kG, 33}, DeviceClaim(33, kOwner));
   EXPECT_TRUE(b.claims_device());
 }
 
 TEST_F(VmmRangeTest, ConstructionFailureGivesTheClaimBackUnlessItsCleanupFailed) {
   script.fail_map_call = 1;  // the partial map unwinds completely
-  EXPECT_THROW(VmmRange(api, sections(2), 2 * kG, kG, 34, DeviceClaim(34, kOwner)), Error);
+  EXPECT_THROW(VmmRange(api, {sections(2), 2 * kG, kG, 34}, DeviceClaim(34, kOwner)), Error);
   {
-    VmmRange ok(api, sections(1), kG, kG, 34, DeviceClaim(34, kOwner));
+    VmmRange ok(api, {sections(1), kG, kG, 34}, DeviceClaim(34, kOwner));
     EXPECT_TRUE(ok.claims_device());
   }
   script.maps = 0;
   script.fail_map_call = 1;
   script.fail_unmaps = 1;  // ... and its cleanup leaves section 0 mapped: the device stays claimed
-  EXPECT_THROW(VmmRange(api, sections(2), 2 * kG, kG, 35, DeviceClaim(35, kOwner)), Error);
+  EXPECT_THROW(VmmRange(api, {sections(2), 2 * kG, kG, 35}, DeviceClaim(35, kOwner)), Error);
   try {
-    VmmRange again(api, sections(1), kG, kG, 35, DeviceClaim(35, kOwner));
+    VmmRange again(api, {sections(1), kG, kG, 35}, DeviceClaim(35, kOwner));
     FAIL() << "a device whose memory is still mapped was claimed again";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kRuntime) << e.what();
@@ -303,10 +303,6 @@ TEST_F(VmmRangeTest, ConstructionFailureGivesTheClaimBackUnlessItsCleanupFailed)
 
 
 // ---- the prefetch --------------------------------------------------------------------------------
-
-VmmPrefetch::Layout layout_of(std::vector<VmmRange::Section> sections, int64_t bytes, int device) {
-  return {std::move(sections), bytes, kG, device};
-}
 
 bool device_is_free(int device) {
   try {
@@ -320,7 +316,7 @@ bool device_is_free(int device) {
 TEST_F(VmmRangeTest, PrefetchMapsOnItsThreadWithTheDeviceClaimedAndHandsTheRangeOverOnce) {
   script.hold_create = true;
   std::thread::id mapper;
-  const VmmPrefetch::Layout layout = layout_of(sections(2), 2 * kG, 40);
+  const VmmPrefetch::Layout layout = VmmRange::Layout{sections(2), 2 * kG, kG, 40};
   VmmPrefetch p(api, layout, DeviceClaim(40, kOwner), [&mapper] { mapper = std::this_thread::get_id(); });
   while (script.creates_waiting == 0) std::this_thread::yield();  // the thread is inside the mapping
   EXPECT_FALSE(device_is_free(40)) << "the device is claimed while the prefetch maps";
@@ -346,9 +342,9 @@ TEST_F(VmmRangeTest, PrefetchMapsOnItsThreadWithTheDeviceClaimedAndHandsTheRange
 }
 
 TEST_F(VmmRangeTest, PrefetchOfAnotherLayoutIsClosedWithoutAFallback) {
-  VmmPrefetch p(api, layout_of(sections(1), kG, 41), DeviceClaim(41, kOwner), {});
+  VmmPrefetch p(api, VmmRange::Layout{sections(1), kG, kG, 41}, DeviceClaim(41, kOwner), {});
   try {
-    p.take(layout_of(sections(2), 2 * kG, 41));
+    p.take(VmmRange::Layout{sections(2), 2 * kG, kG, 41});
     FAIL() << "a prefetch of another layout was handed over";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInternal);
@@ -360,12 +356,12 @@ TEST_F(VmmRangeTest, PrefetchOfAnotherLayoutIsClosedWithoutAFallback) {
                              "free 0x100000 4096"}))
       << "one range is built, and released: nothing is mapped again for the wanted layout";
   EXPECT_TRUE(device_is_free(41));
-  EXPECT_THROW(p.take(layout_of(sections(1), kG, 41)), Error) << "a closed prefetch hands nothing over";
+  EXPECT_THROW(p.take(VmmRange::Layout{sections(1), kG, kG, 41}), Error) << "a closed prefetch hands nothing over";
 }
 
 TEST_F(VmmRangeTest, PrefetchFailureIsReportedAndNotRetried) {
   script.fail_map_call = 0;
-  const VmmPrefetch::Layout layout = layout_of(sections(2), 2 * kG, 42);
+  const VmmPrefetch::Layout layout = VmmRange::Layout{sections(2), 2 * kG, kG, 42};
   VmmPrefetch p(api, layout, DeviceClaim(42, kOwner), {});
   try {
     p.take(layout);
@@ -384,13 +380,13 @@ TEST_F(VmmRangeTest, PrefetchFailureIsReportedAndNotRetried) {
 
 TEST_F(VmmRangeTest, PrefetchCloseKeepsTheClaimUntilItsRetrySucceeds) {
   {
-    VmmPrefetch p(api, layout_of(sections(2), 2 * kG, 43), DeviceClaim(43, kOwner), {});
+    VmmPrefetch p(api, VmmRange::Layout{sections(2), 2 * kG, kG, 43}, DeviceClaim(43, kOwner), {});
     script.fail_unmaps = 1;
     p.close_retrying_once();  // the first close fails at section 1's unmap, the retry finishes
     EXPECT_TRUE(device_is_free(43));
   }
   {
-    VmmPrefetch p(api, layout_of(sections(2), 2 * kG, 44), DeviceClaim(44, kOwner), {});
+    VmmPrefetch p(api, VmmRange::Layout{sections(2), 2 * kG, kG, 44}, DeviceClaim(44, kOwner), {});
     script.fail_unmaps = 1000;  // every unmap of both attempts
     try {
       p.close_retrying_once();
@@ -407,7 +403,7 @@ TEST_F(VmmRangeTest, PrefetchCloseKeepsTheClaimUntilItsRetrySucceeds) {
     EXPECT_TRUE(device_is_free(44));
   }
   {
-    VmmPrefetch dropped(api, layout_of(sections(1), kG, 45), DeviceClaim(45, kOwner), {});
+    VmmPrefetch dropped(api, VmmRange::Layout{sections(1), kG, kG, 45}, DeviceClaim(45, kOwner), {});
   }
   EXPECT_TRUE(device_is_free(45)) << "a prefetch dropped unconsumed releases its range";
   const Log log = take_log();
