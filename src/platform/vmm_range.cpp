@@ -93,7 +93,9 @@ std::string VmmRange::release_steps() {
     any_mapped = any_mapped || mapped_[i];
   }
   // The range can go once nothing is mapped into it, whatever became of the handles.
-  if (va_ != 0 && !any_mapped && ok("cuMemAddressFree", d_.cuMemAddressFree(va_, static_cast<size_t>(layout_.bytes)))) va_ = 0;
+  if (va_ != 0 && !any_mapped &&
+      ok("cuMemAddressFree", d_.cuMemAddressFree(va_, static_cast<size_t>(layout_.bytes))))
+    va_ = 0;
   const bool released = va_ == 0 && std::all_of(handles_.begin(), handles_.end(), [](auto h) { return h == 0; });
   if (released) claim_.give_back();
   return errors;
