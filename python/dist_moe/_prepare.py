@@ -191,6 +191,28 @@ def quantize_nvfp4_token_rows(x_TD, out=None):
     return out
 
 
+_NVFP4_PAIR_MASK = 0x8E008E00  # FP16 bits 9-11 and 15 of both halves
+
+
+def nvfp4_weight_standard_packing(fprop_data):
+    """The standard packing (two E2M1 codes per byte, element 2j in the low nibble) of a prepared
+    NVFP4 ``fprop_data``, as uint8 of the same shape. Prepared NVFP4 weights keep each 32-bit word
+    of eight codes in the GEMMs' order (docs/formats.md "NVFP4"; ``nvfp4_weight_order.cuh``): the
+    word s whose four FP16 code pairs are ``(s << 9)``, ``(s << 6)``, ``(s >> 3 ^ s << 2)`` and
+    ``(s ^ s >> 3)`` under the pair mask; this reads the codes back out of them."""
+    q = fprop_data.contiguous().view(torch.uint8)
+    s = q.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    pairs = (s << 9, s << 6, (s >> 3) ^ (s << 2), s ^ (s >> 3))
+    u = torch.zeros_like(s)
+    for j, p in enumerate(pairs):
+        p = p & _NVFP4_PAIR_MASK
+        lo = ((p >> 9) & 7) | ((p >> 12) & 8)
+        hi = ((p >> 25) & 7) | ((p >> 28) & 8)
+        u |= (lo << (4 * j)) | (hi << (4 * j + 16))
+    u = torch.where(u >= 2**31, u - 2**32, u)  # the same 32 bits as a signed word
+    return u.to(torch.int32).view(torch.uint8).view(q.shape)
+
+
 def nvfp4_token_row_views(packed, hidden: int):
     """(q uint8 [T, D/2], scales uint8 [T, D/16], token_scale_inv float32 [T]) views of packed rows."""
     D = int(hidden)

@@ -1,4 +1,5 @@
-// NVFP4 quantizers (E2M1 data packed two per byte, E4M3 scale per 16 elements, FP32 global scale):
+// NVFP4 quantizers (E2M1 data packed two per byte, E4M3 scale per 16 elements, FP32 global scale;
+// weights with each word in the prepared order of numeric/nvfp4_weight_order.cuh):
 //   nvfp4_weight_pipelined_kernel  amax CTAs and quantize CTAs in one grid, the quantize CTAs of an
 //                                  expert after all its amax CTAs, its bytes still in L2 where it fits
 //   nvfp4_global_scales_kernel     global_scale and global_scale_inv from the amax
@@ -7,6 +8,7 @@
 // and per-vector pieces live in device/quant/nvfp4_rows.cuh (shared with the Mega h2 hand-off).
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
+#include "dist_moe/device/numeric/nvfp4_weight_order.cuh"
 #include "dist_moe/device/quant/nvfp4_rows.cuh"
 #include "quant/quant_common.cuh"
 #include "quant/quantize.h"
@@ -60,9 +62,10 @@ __device__ __forceinline__ void quantize_chunk(const uint4 (&raw)[kLoads], int64
       return numeric::div_rn_by_reciprocal_abs(numeric::mul_rn(abs_x, gs), sf, sr);
     };
     const uint64_t elem = static_cast<uint64_t>(e * per_expert + i * kVec);  // unsigned: shifts, not divisions
-    *reinterpret_cast<uint32_t*>(q + elem / 2) =
+    // The word in the GEMMs' prepared order (nvfp4_weight_order.cuh).
+    *reinterpret_cast<uint32_t*>(q + elem / 2) = numeric::nvfp4_weight_word_encode(
         expert_nan ? kE2M1NaNx8
-                   : (below7 ? e2m1x8_signed<true>(raw[j], quotient) : e2m1x8_signed<false>(raw[j], quotient));
+                   : (below7 ? e2m1x8_signed<true>(raw[j], quotient) : e2m1x8_signed<false>(raw[j], quotient)));
     if (i % kLanesPerBlock == 0) scales[elem / numeric::kNVFP4Block] = s;
   }
 }

@@ -490,3 +490,31 @@ TEST(Nvfp4PackedRow, Geometry) {
   EXPECT_EQ(nm::nvfp4_packed_row_token_scale_offset(7168) % 4, 0);  // the FP32 is aligned
 }
 }  // namespace
+
+TEST(NumericNVFP4, PreparedWeightOrderGivesEveryWordsPairsAndBack) {
+  // nvfp4_weight_order.cuh: the stored word's four pairs, as the GEMMs extract them, are the FP16
+  // pair bits of codes (j, j + 4) of the standard word, and decoding returns the standard word --
+  // on every single-bit word, the NaN word, crafted code patterns and random words.
+  std::vector<uint32_t> words = {0u, 0xFFFFFFFFu, 0x77777777u, 0x88888888u, 0x01234567u, 0x89ABCDEFu, 0xF0F0F0F0u};
+  for (int b = 0; b < 32; ++b) words.push_back(1u << b);
+  std::mt19937 rng(61);
+  for (int i = 0; i < 200000; ++i) words.push_back(static_cast<uint32_t>(rng()));
+  for (const uint32_t u : words) {
+    const uint32_t s = nm::nvfp4_weight_word_encode(u);
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t lo = (u >> (4 * j)) & 15u, hi = (u >> (4 * j + 16)) & 15u;
+      const uint32_t want = ((lo & 7u) << 9) | ((lo & 8u) << 12) | ((hi & 7u) << 25) | ((hi & 8u) << 28);
+      ASSERT_EQ(nm::nvfp4_weight_pair(s, j), want) << std::hex << "word 0x" << u << " pair " << j;
+    }
+    ASSERT_EQ(nm::nvfp4_weight_word_decode(s), u) << std::hex << u;
+  }
+  // Byte arrays: little-endian words, in place and back.
+  std::vector<uint8_t> q(64), orig;
+  for (uint8_t& v : q) v = static_cast<uint8_t>(rng());
+  orig = q;
+  nm::nvfp4_weight_bytes_encode(q.data(), static_cast<int64_t>(q.size()));
+  const uint32_t w0 = orig[0] | orig[1] << 8 | orig[2] << 16 | static_cast<uint32_t>(orig[3]) << 24;
+  EXPECT_EQ(q[0] | q[1] << 8 | q[2] << 16 | static_cast<uint32_t>(q[3]) << 24, nm::nvfp4_weight_word_encode(w0));
+  nm::nvfp4_weight_bytes_decode(q.data(), static_cast<int64_t>(q.size()));
+  EXPECT_EQ(q, orig);
+}

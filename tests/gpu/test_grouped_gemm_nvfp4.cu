@@ -86,7 +86,9 @@ Nvfp4Weight nvfp4_weight(const HostBf16& w, int64_t E, int64_t N, int64_t K) {
   b.global_scale_inv = o.gsi.get();
   prepare_block_scaled_weight(src.get(), spec, b, nullptr);
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<uint8_t> q = o.q.download(), s = o.s.download();
+  std::vector<uint8_t> q = o.q.download();
+  const std::vector<uint8_t> s = o.s.download();
+  numeric::nvfp4_weight_bytes_decode(q.data(), static_cast<int64_t>(q.size()));  // the standard packing
   const std::vector<float> gsi = o.gsi.download();
   o.vals.resize(static_cast<size_t>(E * N * K));
   for (int64_t r = 0; r < E * N; ++r)
@@ -100,7 +102,23 @@ struct Nvfp4Case {
   int64_t e_local, n, k;
   int max_rows;
   uint32_t seed;
+  bool tiny_blocks = false;  // tiny_block_weight and unscaled token rows
 };
+
+// A weight whose experts' amax is one element (1.0 at row 0, column 0) and whose other values are
+// U(-1, 1) * 1e-3 (even experts: E4M3 block scales ~0.45) or * 1e-5 (odd: subnormal E4M3 scales,
+// some at the 2^-9 floor): every other block's FP16 operands in the kernel are small, many of them
+// FP16 subnormals, which the products must keep exactly.
+HostBf16 tiny_block_weight(int64_t E, int64_t N, int64_t K, std::mt19937& rng) {
+  HostBf16 w = random_bf16(static_cast<size_t>(E * N * K), 1.0f, rng);
+  for (int64_t i = 0; i < E * N * K; ++i) {
+    const int64_t e = i / (N * K);
+    const numeric::bf16_t b = numeric::float_to_bf16(i % (N * K) == 0 ? 1.0f : w.vals[i] * (e % 2 ? 1e-5f : 1e-3f));
+    w.bits[i] = b.bits;
+    w.vals[i] = numeric::bf16_to_float(b);
+  }
+  return w;
+}
 
 struct Operands {
   std::vector<int32_t> counts;
@@ -114,9 +132,12 @@ Operands operands(const Nvfp4Case& cs) {
   o.counts = nvfp4_counts(cs.e_local, cs.max_rows, rng);
   o.M = total_rows(o.counts);
   o.cap = o.M + kSlack;
-  o.a = nvfp4_rows(spread_bf16(o.cap, cs.k, 1, 1.0f, rng), o.cap, cs.k);
-  o.w = nvfp4_weight(spread_bf16(cs.e_local * cs.n, cs.k, cs.n, 1.0f / std::sqrt(float(cs.k)), rng), cs.e_local,
-                     cs.n, cs.k);
+  o.a = nvfp4_rows(cs.tiny_blocks ? random_bf16(static_cast<size_t>(o.cap * cs.k), 1.0f, rng)
+                                   : spread_bf16(o.cap, cs.k, 1, 1.0f, rng),
+                   o.cap, cs.k);
+  o.w = nvfp4_weight(cs.tiny_blocks ? tiny_block_weight(cs.e_local, cs.n, cs.k, rng)
+                                    : spread_bf16(cs.e_local * cs.n, cs.k, cs.n, 1.0f / std::sqrt(float(cs.k)), rng),
+                     cs.e_local, cs.n, cs.k);
   return o;
 }
 
@@ -195,9 +216,11 @@ void run_nvfp4_fprop(const Nvfp4Case& cs, const GemmParam* param, bool token_row
   grouped_gemm_fprop(args, nullptr);
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<uint16_t> out = d_out.download();
+  // Tiny blocks: outputs ~7e-3 / ~7e-5 (even / odd experts), FP32 noise below 1e-9; an atol of 1e-7
+  // fails any lost subnormal product.
   expect_close("nvfp4 fprop out",
                [&](int64_t i) { return rows.token_row[static_cast<size_t>(i / cs.n)] ? bf16_value(out, i) : double(ref[i]); },
-               ref);
+               ref, cs.tiny_blocks ? Tolerance{2e-2, 1e-7, 5e-3} : Tolerance{});
   expect_dropped_rows_untouched(out, rows, cs.n);
   expect_rows_untouched("nvfp4 fprop out", out, o.M, cs.n);
 }
@@ -266,6 +289,10 @@ TEST_P(GroupedGemmNvfp4Fprop, LongK) {
 TEST_P(GroupedGemmNvfp4Fprop, ManyRows) {  // several 128-token tiles per expert
   DMOE_REQUIRE_SM90();
   run_nvfp4_fprop({4, 512, 1024, 400, 67u}, &GetParam());
+}
+TEST_P(GroupedGemmNvfp4Fprop, TinyBlockScalesKeepSubnormalOperands) {
+  DMOE_REQUIRE_SM90();
+  run_nvfp4_fprop({4, 256, 512, 40, 83u, true}, &GetParam());
 }
 TEST_P(GroupedGemmNvfp4W13, Plain) {
   DMOE_REQUIRE_SM90();

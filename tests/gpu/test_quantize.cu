@@ -1513,6 +1513,7 @@ TEST(QuantizeNvfp4, WeightsMatchTheOracleAndOwnTheirInverseGlobalScale) {
         std::vector<uint8_t> rq(per / 2), rs(per / 16);
         float rgs = 0, rgi = 0;
         nm::nvfp4_quantize_weight(w.f.data() + e * per, sh.N, sh.K, rq.data(), rs.data(), &rgs, &rgi);
+        nm::nvfp4_weight_bytes_encode(rq.data(), per / 2);  // the GEMMs' word order
         for (int64_t i = 0; i < per / 2; ++i) ASSERT_EQ(q[e * per / 2 + i], rq[i]) << "expert " << e << " byte " << i;
         for (int64_t i = 0; i < per / 16; ++i) ASSERT_EQ(s[e * per / 16 + i], rs[i]) << "expert " << e << " scale " << i;
         ASSERT_TRUE(same_float(gs[e], rgs)) << e;

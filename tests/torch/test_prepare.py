@@ -336,7 +336,8 @@ def test_nvfp4_weight_preparation_owns_inverse_global_scale():
 
 
 def test_nvfp4_weight_bytes_match_torch_reference():
-    """Packed E2M1 codes, E4M3 block scales and both global scales equal the formats.md rules."""
+    """Packed E2M1 codes (in the GEMMs' word order), E4M3 block scales and both global scales equal the
+    formats.md rules."""
     w = weight((2, 128, 256), seed=12)
     w[1, 3, :16] = 0  # an all-zero block: scale clamped to 2^-9, data 0
     p = dist_moe.prepare_block_scaled_weight(w, NVFP4)
@@ -344,7 +345,10 @@ def test_nvfp4_weight_bytes_match_torch_reference():
     assert torch.equal(p.global_scale, gs)
     assert torch.equal(p.global_scale_inv, gs_inv)
     assert torch.equal(raw(p.fprop_scale), scales)
-    assert torch.equal(raw(p.fprop_data), packed)
+    # stored in the GEMMs' word order (formats.md): its words decode to the standard packing, which
+    # the stored bytes themselves are not
+    assert torch.equal(_prepare.nvfp4_weight_standard_packing(p.fprop_data), packed)
+    assert not torch.equal(raw(p.fprop_data), packed)
 
 
 def test_nvfp4_token_scale_writes_directly_to_strided_output():

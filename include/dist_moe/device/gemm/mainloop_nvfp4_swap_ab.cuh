@@ -1,4 +1,5 @@
-// SM90 swap-AB mainloop for NVFP4 inference: packed E2M1 weights [E, N, K/2] with E4M3 scales per
+// SM90 swap-AB mainloop for NVFP4 inference: packed E2M1 weights [E, N, K/2] (each 32-bit word in the
+// prepared order of numeric/nvfp4_weight_order.cuh) with E4M3 scales per
 // 16 on the wgmma M side (256 rows per tile, or 128 gate + 128 up rows with the SwiGLU split), the
 // tokens' packed NVFP4 rows on N (16, 32, 64 or 128 per tile). Hopper has no FP4 MMA: both operands are
 // made exact FP16 in the kernel and multiplied by FP16 wgmma with A from registers
@@ -233,7 +234,7 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   };
 
   // ---- consumers ------------------------------------------------------------------------------------
-  // The interface of Sm90Mainloop::mma_tile; acc holds the products times 2^-14 (kAccScale).
+  // The interface of Sm90Mainloop::mma_tile; acc holds the products times 2^-21 (kNvfp4AccScale).
   template <class Hook = typename Base::NoHook>
   DMOE_DEVICE static void mma_tile(const MainloopParams& p, const WorkTile& t, int32_t num_k_blocks,
                                    int /*rows_in_last*/, const Pipeline& pipe, PipelineState<kStages>& st,
@@ -261,7 +262,7 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
       }
 
     // The thread's scale byte of pieces 0 / 2 and 1 / 3: byte 2 (i % 2) + (q >> 1) of word i / 2.
-    const uint32_t scale_sel[2] = {nvfp4_scale_selector(q >> 1), nvfp4_scale_selector(2 + (q >> 1))};
+    const uint32_t scale_sel[2] = {nvfp4_weight_scale_selector(q >> 1), nvfp4_weight_scale_selector(2 + (q >> 1))};
     uint32_t set0[kMmaPerWg][kStepsPerPiece][4] = {}, set1[kMmaPerWg][kStepsPerPiece][4] = {};
     auto& odd = kSets > 1 ? set1 : set0;  // the set of pieces 1 and 3 (set1 unused with one set)
     uint2 sc_now[kMmaPerWg][2];
@@ -348,7 +349,7 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
     for (int bb = 0; bb < kMmaPerWg; ++bb)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        t[bb][h] = nvfp4_scale_x2_of(kPiece < 2 ? sc[bb][h].x : sc[bb][h].y, scale_sel[kPiece % 2]);
+        t[bb][h] = nvfp4_weight_scale_x2_of(kPiece < 2 ? sc[bb][h].x : sc[bb][h].y, scale_sel[kPiece % 2]);
     ptx::wgmma_wait<kSets - 1>();
     // The set's registers stay allocated until here: its wgmmas (kSets pieces back) read them late.
 #pragma unroll
@@ -357,15 +358,14 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
     for (int bb = 0; bb < kMmaPerWg; ++bb) {
       // P_{2s} is the {2q, 2q+1} pair, P_{2s+1} the {2q+8, 2q+9} pair; regs 0/2 row g, 1/3 row g+8.
       // Word 0 of the block holds P_0..3 (steps 0, 1), word 1 P_4..7 (steps 2, 3).
-      const Nvfp4Bytes b00 = nvfp4_high_bytes(w[bb][0].x), b01 = nvfp4_high_bytes(w[bb][0].y);
-      const Nvfp4Bytes b10 = nvfp4_high_bytes(w[bb][1].x), b11 = nvfp4_high_bytes(w[bb][1].y);
 #pragma unroll
       for (int s = 0; s < kStepsPerPiece; ++s) {
         const int j0 = (2 * s) % 4, j1 = (2 * s + 1) % 4;
-        set[bb][s][0] = nvfp4_pair_x2(s < 2 ? b00 : b01, j0, t[bb][0]);
-        set[bb][s][1] = nvfp4_pair_x2(s < 2 ? b10 : b11, j0, t[bb][1]);
-        set[bb][s][2] = nvfp4_pair_x2(s < 2 ? b00 : b01, j1, t[bb][0]);
-        set[bb][s][3] = nvfp4_pair_x2(s < 2 ? b10 : b11, j1, t[bb][1]);
+        const uint32_t w0 = s < 2 ? w[bb][0].x : w[bb][0].y, w1 = s < 2 ? w[bb][1].x : w[bb][1].y;
+        set[bb][s][0] = nvfp4_weight_pair_x2(w0, j0, t[bb][0]);
+        set[bb][s][1] = nvfp4_weight_pair_x2(w1, j0, t[bb][1]);
+        set[bb][s][2] = nvfp4_weight_pair_x2(w0, j1, t[bb][0]);
+        set[bb][s][3] = nvfp4_weight_pair_x2(w1, j1, t[bb][1]);
       }
     }
     const uint64_t box = ptx::make_kmajor_desc(b + kPiece * kBoxBytes);

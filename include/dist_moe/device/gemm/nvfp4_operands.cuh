@@ -5,16 +5,19 @@
 // the FP32 scales (per-token inverse, per-expert inverse global) are applied in the epilogue.
 // Exactness: an element is e2m1 * s (E2M1 magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6}, E4M3 scales s in
 // [2^-9, 448]): at most 6 significant bits, lowest bit >= 2^-10, largest 2688. The kernel forms
-// e2m1 * s * 2^-7 (largest 21, lowest bit >= 2^-17 >= FP16's 2^-24): exact in FP16, and the
-// product of two such carries 2^-14, which the epilogue removes exactly (`kNvfp4AccScale`).
+// the tokens' e2m1 * s * 2^-7 (largest 21, lowest bit >= 2^-17) and the weights' e2m1 * s * 2^-14
+// (largest 0.164, lowest bit >= 2^-24, FP16's smallest subnormal): exact in FP16, and their
+// product carries 2^-21, which the epilogue removes exactly (`kNvfp4AccScale`).
 //
 // The conversion, per packed 32-bit word w (E2M1 codes c0..c7, c0 in the low nibble) and j in 0..3:
 //   fp16x2 bits {(cj & 7) << 9 | (cj & 8) << 12, the same of c(j+4)} are e2m1 * 2^-14 (the three
 //   magnitude bits are FP16's low two exponent bits and its top mantissa bit; code 1 is the
-//   subnormal 2^-15), multiplied (FP16, exact) by t = s * 2^7, formed from the E4M3 byte as
-//   bits (s << 7) = s * 2^-8 times 2^15.
+//   subnormal 2^-15), multiplied (FP16, exact) by t = s * 2^7 for the tokens, formed from the E4M3
+//   byte as bits (s << 7) = s * 2^-8 times 2^15, and by t = s for the weights (one cvt).
 // Seven shifts / logic ops per word, then one byte permute and one HMUL2 per two values
-// (nvfp4_word_x2): 3.75 instructions per pair.
+// (nvfp4_word_x2): 3.75 instructions per pair. That is the tokens' conversion (their packed rows
+// keep the standard order); prepared weights store each word in the order of
+// numeric/nvfp4_weight_order.cuh, whose pairs take 3 instructions each (nvfp4_weight_pair_x2).
 //
 // The K order. A stage is 256 K values (128 packed bytes of a weight row, 16 scale blocks). Thread
 // q = lane % 4 of a quad supplies, per k16 step, the RS A fragment's K pairs {2q, 2q + 1} and
@@ -31,6 +34,7 @@
 #include <cstdint>
 
 #include "dist_moe/device/common/macros.cuh"
+#include "dist_moe/device/numeric/nvfp4_weight_order.cuh"
 
 namespace dist_moe::gemm {
 
@@ -38,7 +42,7 @@ inline constexpr int kNvfp4StageK = 256;          // K values per stage
 inline constexpr int kNvfp4StageBytes = 128;      // packed bytes of one row per stage
 inline constexpr int kNvfp4StageBlocks = 16;      // scale blocks of one row per stage
 inline constexpr int kNvfp4Pieces = 4;            // 64-deep pieces per stage
-inline constexpr float kNvfp4AccScale = 16384.0f; // 2^14: what the FP16 operands' 2^-7 each take off
+inline constexpr float kNvfp4AccScale = 2097152.0f;  // 2^21: what the tokens' 2^-7 and weights' 2^-14 take off
 
 // The scale block (0..15 within a stage) thread q takes in piece i.
 DMOE_HOST_DEVICE constexpr int nvfp4_piece_block(int q, int i) { return 8 * (q & 1) + 2 * i + (q >> 1); }
@@ -59,14 +63,20 @@ DMOE_DEVICE uint32_t nvfp4_scale_pair_x2(uint32_t pair) { return hmul2_f16(pair 
 // The same of a scale byte s.
 DMOE_DEVICE uint32_t nvfp4_scale_x2(uint32_t s) { return nvfp4_scale_pair_x2(s * 0x00010001u); }
 
-// The byte permute selector that copies byte b (0..3) of a word of scales into bytes 0 and 2 and
-// zeros into bytes 1 and 3 (byte 4: of a zero second operand): s | s << 16 in one integer
-// instruction, where a shift by a lane-dependent amount and a mask take two (G121).
-DMOE_HOST_DEVICE constexpr uint32_t nvfp4_scale_selector(int b) { return 0x4040u | static_cast<uint32_t>(b) * 0x0101u; }
-
-// nvfp4_scale_x2 of byte b of `word`, `selector` = nvfp4_scale_selector(b).
-DMOE_DEVICE uint32_t nvfp4_scale_x2_of(uint32_t word, uint32_t selector) {
-  return nvfp4_scale_pair_x2(__byte_perm(word, 0u, selector));
+// The weights' factor of scale byte b (0..3) of `word`: the scale s itself in both FP16 halves (E4M3
+// values are FP16 values), one byte permute (`selector` = nvfp4_weight_scale_selector(b): byte b into
+// bytes 0 and 1, G121's per-thread selector) and one conversion, where the tokens' s * 2^7 takes three
+// instructions. The weights' operands are then e2m1 * s * 2^-14 (largest 0.164, lowest bit >= 2^-24,
+// FP16's smallest subnormal: exact; many are subnormal, which the FP16 wgmma multiplies exactly), the
+// products with the tokens' carry 2^-21 (kNvfp4AccScale). The NaN code 0x7F gives NaN operands: only
+// an expert whose global scale is NaN has it, and its outputs are NaN through that scale anyway.
+DMOE_HOST_DEVICE constexpr uint32_t nvfp4_weight_scale_selector(int b) { return 0x4400u | static_cast<uint32_t>(b) * 0x11u; }
+DMOE_DEVICE uint32_t nvfp4_weight_scale_x2_of(uint32_t word, uint32_t selector) {
+  uint32_t d;
+  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}"
+      : "=r"(d)
+      : "r"(__byte_perm(word, 0u, selector)));
+  return d;
 }
 
 // An FP16 e2m1 * 2^-14 has a zero low byte and the high byte (c & 7) << 1 | (c & 8) << 4: the high
@@ -91,6 +101,13 @@ DMOE_DEVICE void nvfp4_word_x2(uint32_t w, uint32_t t, uint32_t (&out)[4]) {
   const Nvfp4Bytes b = nvfp4_high_bytes(w);
 #pragma unroll
   for (int j = 0; j < 4; ++j) out[j] = nvfp4_pair_x2(b, j, t);
+}
+
+// Pair j of a prepared weight word (stored in the order of numeric/nvfp4_weight_order.cuh), times t:
+// a word's four pairs take four shifts (s >> 3 shared), four logic ops and four HMUL2 -- 12
+// instructions where the standard packing's nvfp4_word_x2 takes 15.
+DMOE_DEVICE uint32_t nvfp4_weight_pair_x2(uint32_t s, int j, uint32_t t) {
+  return hmul2_f16(numeric::nvfp4_weight_pair(s, j), t);
 }
 
 #endif  // __CUDACC__

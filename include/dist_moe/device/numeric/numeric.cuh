@@ -91,4 +91,5 @@
 #include "dist_moe/device/numeric/fp4_e2m1.cuh"
 #include "dist_moe/device/numeric/mxfp8.cuh"
 #include "dist_moe/device/numeric/nvfp4.cuh"
+#include "dist_moe/device/numeric/nvfp4_weight_order.cuh"
 #include "dist_moe/device/numeric/fp8_blockwise.cuh"
