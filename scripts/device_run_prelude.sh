@@ -64,19 +64,28 @@ bs_picks() {
   grep '(pick)' "$1" | awk '{for (i = 1; i <= NF; i++) if ($i == "(pick)") printf "%s %s %s ms, x copy %s; ", $4, $(i - 1), $(i + 1), $(i + 9)}'
 }
 
-# ab_layer_rounds LABEL N LINES-REGEX BENCH-ARGS...: N rounds of `dist-moe bench BENCH-ARGS`, side A
-# (.abtree/build-ab, scripts/ab_trees.sh) then side B (build-gpu), each run into
-# $L/LABEL_<side><round>.log and one line: the log's lines matching LINES-REGEX, nine fields each.
-# Starts no run with less than 35 s left.
-ab_layer_rounds() {
-  local label=$1 n=$2 lines=$3 r side b f; shift 3
+# arm_dir ARM: the build folder of arm A (.abtree/build-ab, scripts/ab_trees.sh), B (build-gpu) or C
+# (.abtree_c/build-c, a third tree the script builds); a script may redefine it.
+arm_dir() { case $1 in A) echo .abtree/build-ab;; B) echo build-gpu;; C) echo .abtree_c/build-c;; esac; }
+
+# arm_rounds LABEL N "ARMS" LINES-REGEX PROGRAM ARGS...: N rounds over ARMS (e.g. "A B C"), each arm
+# running $(arm_dir ARM)/PROGRAM ARGS into $L/LABEL_<arm><round>.log and printing one line: the
+# log's lines matching LINES-REGEX, nine fields each. Starts no run with less than 35 s left.
+arm_rounds() {
+  local label=$1 n=$2 arms=$3 lines=$4 prog=$5 r arm f; shift 5
   for r in $(seq 1 "$n"); do
-    for side in A B; do
+    for arm in $arms; do
       [ "$(left)" -lt 35 ] && return
-      b=build-gpu; [ "$side" = A ] && b=.abtree/build-ab
-      f=$L/${label// /_}_$side$r.log
-      timeout 60 $b/dist-moe bench "$@" > "$f" 2>&1
-      echo "$label $side$r: $(grep -E "$lines" "$f" | sed -E 's/ +/ /g' | cut -d' ' -f1-9 | tr '\n' ';')"
+      f=$L/${label// /_}_$arm$r.log
+      timeout 60 "$(arm_dir "$arm")/$prog" "$@" > "$f" 2>&1
+      echo "$label $arm$r: $(grep -E "$lines" "$f" | sed -E 's/ +/ /g' | cut -d' ' -f1-9 | tr '\n' ';')"
     done
   done
+}
+
+# ab_layer_rounds LABEL N LINES-REGEX BENCH-ARGS...: arm_rounds of `dist-moe bench BENCH-ARGS`, side A
+# then side B.
+ab_layer_rounds() {
+  local label=$1 n=$2 lines=$3; shift 3
+  arm_rounds "$label" "$n" "A B" "$lines" dist-moe bench "$@"
 }
