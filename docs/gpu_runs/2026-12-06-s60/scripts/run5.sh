@@ -16,15 +16,15 @@ ab_layer_rounds "nvfp4 staged" 2 '^(inference forward|BF16 layer) |^fwd:w(13|2) 
 ab_layer_rounds "nvfp4 mega" 2 '^(inference forward|staged layer|BF16 layer) |^fwd:mega .*GB' $decode --pipeline mega
 for r in 1 2; do
   for side in A B; do
-    [ "$(left)" -lt 170 ] && break 2
+    [ $((SECONDS - T0)) -gt 230 ] && break 2
     f=$L/gemm_$side$r.log
     timeout 60 $(arm_dir $side)/bench/bench_grouped_gemm --shapes dsv3_decode --ep 1 --routing balanced \
       --ops w13_fprop_nvfp4x,w2_fprop_nvfp4x --iters 10 --sustain-ms 100 > $f 2>&1
     echo "gemm $side$r: $(bs_picks $f)"
   done
 done
-if [ "$(left)" -gt 110 ]; then
-  timeout $(( $(left) - 10 )) build-gpu/bench/bench_quantize --shapes dsv3_prefill,qwen3_30b --iters 20 \
+if [ $((SECONDS - T0)) -lt 170 ]; then  # the session's device time: ~300 s in all
+  timeout 110 build-gpu/bench/bench_quantize --shapes dsv3_prefill,qwen3_30b --iters 20 \
     --sustain-ms 100 > $L/quantize.log 2>&1
   echo "quantize rc=$?: $(grep 'of 32' $L/quantize.log)"; grep below $L/quantize.log
 fi
