@@ -19,7 +19,10 @@
 // same E4M3 codes; the DGRAD scales are the tiles' as they are): a Hopper departure from upstream,
 // whose Blackwell kernels read one qdata for FPROP and DGRAD. Hopper's E4M3 wgmma reads K-major
 // operands only and DGRAD contracts over the weight's N, so the DGRAD GEMM reads this copy (+1 byte
-// per weight element, training preparations only; docs/block_scaled_layer.md, decision 1).
+// per weight element, training preparations only; docs/block_scaled_layer.md, decision 1). NVFP4's
+// fprop_data stores each 32-bit word of eight E2M1 codes in the Hopper GEMMs' bit order, an
+// invertible mix of the plain packing (numeric::nvfp4_weight_word_encode / _decode; docs/formats.md
+// "NVFP4", perf_history G126): its bytes are two codes each only once decoded.
 #pragma once
 
 #include <cstdint>
