@@ -70,14 +70,15 @@ arm_dir() { case $1 in A) echo .abtree/build-ab;; B) echo build-gpu;; C) echo .a
 
 # arm_rounds LABEL N "ARMS" LINES-REGEX PROGRAM ARGS...: N rounds over ARMS (e.g. "A B C"), each arm
 # running $(arm_dir ARM)/PROGRAM ARGS into $L/LABEL_<arm><round>.log and printing one line: the
-# log's lines matching LINES-REGEX, nine fields each. Starts no run with less than 35 s left.
+# log's lines matching LINES-REGEX, nine fields each. Starts no run with less than 35 s left; each
+# run gets ARM_TIMEOUT seconds (60).
 arm_rounds() {
   local label=$1 n=$2 arms=$3 lines=$4 prog=$5 r arm f; shift 5
   for r in $(seq 1 "$n"); do
     for arm in $arms; do
       [ "$(left)" -lt 35 ] && return
       f=$L/${label// /_}_$arm$r.log
-      timeout 60 "$(arm_dir "$arm")/$prog" "$@" > "$f" 2>&1
+      timeout "${ARM_TIMEOUT:-60}" "$(arm_dir "$arm")/$prog" "$@" > "$f" 2>&1
       echo "$label $arm$r: $(grep -E "$lines" "$f" | sed -E 's/ +/ /g' | cut -d' ' -f1-9 | tr '\n' ';')"
     done
   done

@@ -8,5 +8,6 @@ nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 D=docs/gpu_runs/2026-12-06-s60
 OUT=$L scripts/ab_trees.sh $PWD/$D/g126_code.patch dist-moe dist-moe || { tail -20 $L/build.log $L/A/build.log; exit 1; }
 echo "built A/B at $((SECONDS-T0)) s"
+left() { echo $((240 - (SECONDS - T0))); }  # this session's last ~300 s of device time
 prefill="--shape dsv3_prefill --mode infer --format nvfp4 --no-baseline --iters 5 --sustain-ms 50"
-ab_layer_rounds "nvfp4 prefill" 2 '^(inference forward|BF16 layer) |^fwd:w(13|2) ' $prefill
+ARM_TIMEOUT=80 ab_layer_rounds "nvfp4 prefill" 2 '^(inference forward|BF16 layer) |^fwd:w(13|2) ' $prefill
