@@ -127,10 +127,10 @@ class PreparedWeight:
     upstream, whose Blackwell kernels share one qdata between FPROP and DGRAD: Hopper's E4M3 wgmma
     reads K-major operands only, so the DGRAD GEMM (reducing over N) reads ``dgrad_data``; it costs
     one more byte per weight element, for training preparations only. MXFP8 inference: ``fprop_*``
-    only (1x32 rows). NVFP4: packed E2M1 ``fprop_data
-    [G, N, K/2]`` (each 32-bit word in the Hopper GEMMs' bit order: docs/formats.md "NVFP4";
-    ``_prepare.nvfp4_weight_standard_packing`` gives the plain packing), E4M3 ``fprop_scale [G, N, K/16]``, FP32 ``global_scale [G]`` and its exact
-    reciprocal ``global_scale_inv [G]``.
+    only (1x32 rows). NVFP4: packed E2M1 ``fprop_data [G, N, K/2]`` (each 32-bit word in the
+    Hopper GEMMs' bit order: docs/formats.md "NVFP4"; ``_prepare.nvfp4_weight_standard_packing``
+    gives the plain packing), E4M3 ``fprop_scale [G, N, K/16]``, FP32 ``global_scale [G]`` and its
+    exact reciprocal ``global_scale_inv [G]``.
     """
 
     source: Any

@@ -250,7 +250,8 @@ void fp8_blockwise_swiglu_backward_quantize_in_regions(const SwigluBackwardSourc
 // ---- NVFP4 (E2M1 data, E4M3 per-16 scales, FP32 global / per-token scales) ----------------------
 
 // Weights w [E, N, K]: per expert gs_e = 2688 / amax_e; q [E, N, K/2] (element 2j low nibble, then
-// each 32-bit word in the GEMMs' order: numeric::nvfp4_weight_word_encode), scales [E, N, K/16] E4M3, global_scale [E], global_scale_inv [E] = fl(1 / gs). K % 16 == 0.
+// each 32-bit word in the GEMMs' order: numeric::nvfp4_weight_word_encode), scales [E, N, K/16]
+// E4M3, global_scale [E], global_scale_inv [E] = fl(1 / gs). K % 16 == 0.
 // Reads w twice (the expert amax comes first; the second read of an expert comes while it is still
 // in L2, where it fits). global_scale and global_scale_inv are scratch until the call ends.
 void nvfp4_quantize_weight(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENH,

@@ -70,7 +70,9 @@ DMOE_DEVICE uint32_t nvfp4_scale_x2(uint32_t s) { return nvfp4_scale_pair_x2(s *
 // FP16's smallest subnormal: exact; many are subnormal, which the FP16 wgmma multiplies exactly), the
 // products with the tokens' carry 2^-21 (kNvfp4AccScale). The NaN code 0x7F gives NaN operands: only
 // an expert whose global scale is NaN has it, and its outputs are NaN through that scale anyway.
-DMOE_HOST_DEVICE constexpr uint32_t nvfp4_weight_scale_selector(int b) { return 0x4400u | static_cast<uint32_t>(b) * 0x11u; }
+DMOE_HOST_DEVICE constexpr uint32_t nvfp4_weight_scale_selector(int b) {
+  return 0x4400u | static_cast<uint32_t>(b) * 0x11u;
+}
 DMOE_DEVICE uint32_t nvfp4_weight_scale_x2_of(uint32_t word, uint32_t selector) {
   uint32_t d;
   asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}"
