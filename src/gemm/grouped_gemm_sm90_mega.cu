@@ -14,12 +14,13 @@ namespace dist_moe::gemm {
 namespace {
 
 // The decode tile of each format (the kGemmKernelSpecs entries decode_kernel(..., 256, 16, 5) with
-// .nvfp4_expanded() / .mxfp8()), W13 with the gate / up split.
+// .nvfp4_expanded() / .mxfp8()), W13 with the gate / up split. NVFP4 keeps its descriptors per lane
+// here (kUniformStage off: G128).
 template <WeightSplit kSplit>
 using Nvfp4DecodeMainloop =
     Sm90Nvfp4SwapABMainloop<MainloopConfig<GemmKind::kFpropSwapAB, 256, 16, 5, ConsumerSchedule::kCooperative, kSplit,
                                            1, ptx::WgmmaTypeF16Rs>,
-                            /*kExpanded=*/true>;
+                            /*kExpanded=*/true, /*kUniformStage=*/false>;
 template <WeightSplit kSplit>
 using Mxfp8DecodeMainloop = Sm90Mxfp8SwapABMainloop<
     MainloopConfig<GemmKind::kFpropSwapAB, 256, 16, 5, ConsumerSchedule::kCooperative, kSplit, 1, ptx::WgmmaTypeE4m3>>;
