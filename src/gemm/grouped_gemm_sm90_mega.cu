@@ -15,7 +15,7 @@ namespace {
 
 // The decode tile of each format (the kGemmKernelSpecs entries decode_kernel(..., 256, 16, 5) with
 // .nvfp4_expanded() / .mxfp8()), W13 with the gate / up split. NVFP4 keeps its descriptors per lane
-// here (kUniformStage off: G128).
+// here (kUniformStage off: 2-4% slower on an H100 with it in both loops, G128, or in W13's only, G129).
 template <WeightSplit kSplit>
 using Nvfp4DecodeMainloop =
     Sm90Nvfp4SwapABMainloop<MainloopConfig<GemmKind::kFpropSwapAB, 256, 16, 5, ConsumerSchedule::kCooperative, kSplit,

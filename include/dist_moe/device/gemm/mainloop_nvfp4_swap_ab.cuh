@@ -36,8 +36,8 @@ namespace dist_moe::gemm {
 // which TMA loads into the token boxes as they are; no producer warp converts tokens.
 // kUniformStage: the token boxes' descriptors from a shared memory base and stage that ptxas knows
 // are warp-uniform (ptx::warp_uniform): built in uniform registers instead of per lane with two R2UR
-// per wgmma, 689 -> 622 loop instructions per stage (G128). The Mega kernel's copy of the loop opts
-// out: there it ran 3-4% slower on an H100 (s53, s61), while the staged GEMMs gained 1-4%.
+// per wgmma, 689 -> 622 loop instructions per stage (G128). The Mega kernel's copies of the loop opt
+// out: there they ran 2-4% slower on an H100 (s53, G128, G129), while the staged GEMMs gained 1-4%.
 template <class Config, bool kExpanded = false, bool kUniformStage = true>
 struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   using Base = Sm90Mainloop<Config>;
