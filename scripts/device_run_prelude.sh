@@ -2,7 +2,7 @@
 # RUN_NAME: logs in L=/tmp/$RUN_NAME, packed into $OUT/logs.tar.gz when the script exits; the torch
 # venv's NCCL first on the library path (the system's older one clashes), NVLink multicast off;
 # T0 and left() (seconds before the ~540 s mark, past which scripts start no new step);
-# gtests, torch_tests and ncu_pages (below).
+# gtests, torch_tests, ncu_pages, reversed_tree and the A / B round helpers (below).
 O=${OUT:-/tmp/o}; L=/tmp/${RUN_NAME:?set RUN_NAME before sourcing}; mkdir -p "$O" "$L"
 export LD_LIBRARY_PATH=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
@@ -67,6 +67,23 @@ bs_picks() {
 # arm_dir ARM: the build folder of arm A (.abtree/build-ab, scripts/ab_trees.sh), B (build-gpu) or C
 # (.abtree_c/build-c, a third tree the script builds); a script may redefine it.
 arm_dir() { case $1 in A) echo .abtree/build-ab;; B) echo build-gpu;; C) echo .abtree_c/build-c;; esac; }
+
+# reversed_tree DIR BUILD_DIR LOG_DIR "TARGETS" PATCH...: a copy of this checkout in DIR with each
+# PATCH (a path from the repository root) reversed in turn, its TARGETS built into DIR/BUILD_DIR in
+# the background (LOG_DIR/build.log); the build's pid in REVERSED_TREE_PID. Returns 1 when a patch
+# does not reverse. E.g. a third arm: reversed_tree .abtree_c build-c $L/C "dist-moe" X.patch Y.patch
+reversed_tree() {
+  local dir=$1 bdir=$2 logdir=$3 targets=$4 root=$PWD p
+  shift 4
+  rm -rf "$dir" && mkdir -p "$dir" "$logdir" || return 1
+  tar -cf - --exclude='./build*' --exclude='./.abtree*' . | tar -xf - -C "$dir"
+  for p in "$@"; do
+    (cd "$dir" && patch -s -R -p1 < "$root/$p") || { echo "reversed_tree: $p does not reverse"; return 1; }
+  done
+  # shellcheck disable=SC2086  # the targets are words
+  (cd "$dir" && OUT=$logdir BUILD_DIR=$bdir scripts/quick_build.sh $targets > /dev/null) &
+  REVERSED_TREE_PID=$!
+}
 
 # arm_rounds LABEL N "ARMS" LINES-REGEX PROGRAM ARGS...: N rounds over ARMS (e.g. "A B C"), each arm
 # running $(arm_dir ARM)/PROGRAM ARGS into $L/LABEL_<arm><round>.log and printing one line: the

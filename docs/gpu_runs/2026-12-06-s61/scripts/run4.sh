@@ -9,14 +9,10 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 [[ $gpu == *H200* ]] || { echo "not an H200: nothing to run"; exit 0; }
 D=docs/gpu_runs/2026-12-06-s61
-(patch --dry-run -s -R -p1 < $D/g128_code.patch > /dev/null) || { echo "G128 does not reverse"; exit 1; }
-rm -rf .abtree && mkdir -p .abtree && tar -cf - --exclude='./build*' --exclude='./.abtree*' . | tar -xf - -C .abtree
-(cd .abtree && patch -s -R -p1 < ../$D/g128_code.patch && patch -s -R -p1 < ../$D/g126_code_at_s60_head.patch) ||
-  { echo "A: the patches do not reverse"; exit 1; }
-(cd .abtree && OUT=$L/A BUILD_DIR=build-ab scripts/quick_build.sh dist-moe bench_grouped_gemm) &
-a=$!
+reversed_tree .abtree build-ab $L/A "dist-moe bench_grouped_gemm" $D/g128_code.patch $D/g126_code_at_s60_head.patch ||
+  exit 1
 OUT=$L scripts/quick_build.sh dist-moe bench_grouped_gemm bench_quantize || exit 1
-wait $a || { tail -20 $L/A/build.log; exit 1; }
+wait $REVERSED_TREE_PID || { tail -20 $L/A/build.log; exit 1; }
 echo "built at $((SECONDS-T0)) s"
 decode="--shape dsv3_decode --mode infer --format nvfp4 --no-baseline --iters 10 --sustain-ms 50"
 ab_layer_rounds "nvfp4 staged" 2 '^(inference forward|BF16 layer) |^fwd:w(13|2) .*GB' $decode
