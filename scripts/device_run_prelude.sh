@@ -69,17 +69,14 @@ bs_picks() {
 arm_dir() { case $1 in A) echo .abtree/build-ab;; B) echo build-gpu;; C) echo .abtree_c/build-c;; esac; }
 
 # reversed_tree DIR BUILD_DIR LOG_DIR "TARGETS" PATCH...: a copy of this checkout in DIR with each
-# PATCH (a path from the repository root) reversed in turn, its TARGETS built into DIR/BUILD_DIR in
+# PATCH reversed in turn (scripts/ab_trees.sh --tree-only), its TARGETS built into DIR/BUILD_DIR in
 # the background (LOG_DIR/build.log); the build's pid in REVERSED_TREE_PID. Returns 1 when a patch
 # does not reverse. E.g. a third arm: reversed_tree .abtree_c build-c $L/C "dist-moe" X.patch Y.patch
 reversed_tree() {
-  local dir=$1 bdir=$2 logdir=$3 targets=$4 root=$PWD p
+  local dir=$1 bdir=$2 logdir=$3 targets=$4
   shift 4
-  rm -rf "$dir" && mkdir -p "$dir" "$logdir" || return 1
-  tar -cf - --exclude='./build*' --exclude='./.abtree*' . | tar -xf - -C "$dir"
-  for p in "$@"; do
-    (cd "$dir" && patch -s -R -p1 < "$root/$p") || { echo "reversed_tree: $p does not reverse"; return 1; }
-  done
+  A_TREE=$dir scripts/ab_trees.sh --tree-only "$@" || return 1
+  mkdir -p "$logdir"
   # shellcheck disable=SC2086  # the targets are words
   (cd "$dir" && OUT=$logdir BUILD_DIR=$bdir scripts/quick_build.sh $targets > /dev/null) &
   REVERSED_TREE_PID=$!
