@@ -365,14 +365,15 @@ namespace {
 // consumers made it slower (G54). Expanded token rows (contexts from 64 routed rows per expert or
 // at most 12, memory_plan.h nvfp4_expands_token_rows): the 128-token tile, or the 16-token one at
 // decode sizes, whose consumers have the registers the producer warps no longer need and share
-// the schedulers with no token-converting warp (G91).
+// the schedulers with no token-converting warp (G91); its four stages carry the weight scales,
+// copied by those warps (G131).
 constexpr int64_t kNvfp4NarrowTileMaxExperts = 719;  // the 256x16 s5 kernel's smem (grouped_gemm_smem_bytes)
 
 GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {
   const bool narrow = is_decode(p) && routed_rows_per_expert(p) <= kNarrowDecodeRowsPerExpert &&
                       p.e_local <= kNvfp4NarrowTileMaxExperts;
   if (p.a_format == kNvfp4ExpandedRows)  // no token conversion
-    return narrow ? swap_ab_tile(p, sms, 16, 5) : swap_ab_tile(p, sms, 128, 2);
+    return narrow ? swap_ab_tile(p, sms, 16, 4) : swap_ab_tile(p, sms, 128, 2);
   const bool experimental = grouped_gemm_experimental_requested();
   const bool wide = experimental && usable_rows(p) >= 128 * p.e_local;
   // Decode: 16 tokens per tile (the layer's tiles cover each expert's real rows, GroupedGemmCommon::

@@ -249,10 +249,10 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     // producer warp converts tokens, the consumers get 232 registers.
     decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 128, 2).nvfp4_expanded(),
     decode_kernel(GemmEpilogueKind::kSwiglu, 256, 128, 2).nvfp4_expanded(),
-    // Decode on expanded rows (G91): the 16-token tile without producer warps, so every scheduler
-    // issues only its two consumer warps (the packed kernels' token warps share three of the four).
-    decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 16, 5).nvfp4_expanded(),
-    decode_kernel(GemmEpilogueKind::kSwiglu, 256, 16, 5).nvfp4_expanded(),
+    // Decode on expanded rows (G91): the 16-token tile without token-converting warps; producer warps
+    // 1-3 copy each stage's weight scales into it (G131: 44 KiB stages, four fit).
+    decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 16, 4).nvfp4_expanded(),
+    decode_kernel(GemmEpilogueKind::kSwiglu, 256, 16, 4).nvfp4_expanded(),
 };
 inline constexpr size_t kNumGemmKernels = sizeof(kGemmKernelSpecs) / sizeof(kGemmKernelSpecs[0]);
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "dist_moe/device/common/macros.cuh"
 #include "dist_moe/device/gemm/epilogue_staging.cuh"
@@ -22,6 +23,15 @@
 #include "dist_moe/device/ptx/ld_st.cuh"
 
 namespace dist_moe::gemm {
+
+// Whether the mainloop's stages carry the weight scales (the NVFP4 16-token expanded kernels,
+// kScalesInStage): their consumers have the registers to load the epilogue's FP32 factors before
+// the k loop (kEarlyLoads below).
+template <class Mainloop, class = void>
+struct StagesCarryScales : std::false_type {};
+template <class Mainloop>
+struct StagesCarryScales<Mainloop, std::void_t<decltype(Mainloop::kScalesInStage)>>
+    : std::bool_constant<Mainloop::kScalesInStage> {};
 
 template <class Mainloop>
 struct SwapABStaging {
@@ -83,7 +93,33 @@ struct SwapABStaging {
   // NVFP4 (EpilogueParams::expert_scale_inv set): acc = fl(fl(acc * acc_scale * token_scale_inv)
   // * expert_scale_inv[e]) in place, upstream's order (acc_scale, a power of two, is exact). The
   // token scales are read from L2 (ld.global.cg): in the Mega kernel other SMs write them during the
-  // launch (mega.cuh), and a line this SM read earlier could be stale in its L1.
+  // launch (mega.cuh), and a line this SM read earlier could be stale in its L1. The factors are
+  // loaded apart from their use, so that kernels with the registers can load them before the k
+  // loop (kEarlyLoads: their latency under the loop instead of at the epilogue's start, G131).
+  template <int kN>
+  struct Nvfp4Factors {
+    float token[kN / 4][2];  // this thread's token columns 8 j + 2 (lane % 4) + h
+    float expert;
+  };
+  template <int kN>
+  DMOE_DEVICE static Nvfp4Factors<kN> load_nvfp4_factors(const EpilogueParams& p, const WorkTile& t) {
+    Nvfp4Factors<kN> f{};
+    if (p.expert_scale_inv == nullptr) return f;
+    f.expert = p.expert_scale_inv[t.expert];
+    const int tok = static_cast<int>(2 * (threadIdx.x % 4));
+#pragma unroll
+    for (int j = 0; j < kN / 4; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int c = first_token(t) + 8 * j + tok + h;
+        f.token[j][h] = c < t.num_rows  // past the expert: never stored
+                            ? __ldcg(p.token_scale_inv + (static_cast<int64_t>(t.row_begin) + c) * p.token_scale_stride)
+                            : 0.0f;
+      }
+    return f;
+  }
+  // The same, each token's factor loaded where it is used (the plain path: at 128 tokens a struct
+  // of the 32 factors costs the epilogue registers).
   template <int kBlocks, int kN>
   DMOE_DEVICE static void apply_nvfp4_scales(const EpilogueParams& p, const WorkTile& t, float (&acc)[kBlocks][kN]) {
     if (p.expert_scale_inv == nullptr) return;
@@ -105,6 +141,22 @@ struct SwapABStaging {
             v = (v * p.acc_scale * token) * expert;
           }
       }
+  }
+  template <int kBlocks, int kN>
+  DMOE_DEVICE static void apply_nvfp4_factors(const EpilogueParams& p, const Nvfp4Factors<kN>& f,
+                                              float (&acc)[kBlocks][kN]) {
+    if (p.expert_scale_inv == nullptr) return;
+#pragma unroll
+    for (int j = 0; j < kN / 4; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int b = 0; b < kBlocks; ++b)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {  // the column's two rows (registers 4j + h and 4j + 2 + h)
+            float& v = acc[b][4 * j + 2 * r + h];
+            v = (v * p.acc_scale * f.token[j][h]) * f.expert;
+          }
   }
 
   // First token (counted from the expert's first row) of the tile's column `c` range.
@@ -136,14 +188,32 @@ struct SwapABStoreEpilogue {
   static constexpr bool kClipStats = false;
   static constexpr bool kPrefetchL2 = false;  // (kernel.cuh: operands pulled into L2 ahead of the epilogue)
   static constexpr int kOutBytes = 2;
+  static constexpr bool kEarlyLoads = StagesCarryScales<Mainloop>::value;  // (kernel.cuh)
+  using Early = typename Staging::template Nvfp4Factors<Mainloop::kAccPerMma>;
 
 #if defined(__CUDACC__)
+  DMOE_DEVICE static Early load_early(const EpilogueParams& p, const WorkTile& t) {
+    return Staging::template load_nvfp4_factors<Mainloop::kAccPerMma>(p, t);
+  }
   DMOE_DEVICE static void store(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
                                 float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, Writer& w,
                                 ClipCounts& /*unused*/) {
+    Staging::apply_nvfp4_scales(p, t, acc);
+    store_scaled(p, ops, t, acc, wg, w);
+  }
+  DMOE_DEVICE static void store(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
+                                float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, Writer& w,
+                                ClipCounts& /*unused*/, const Early& early) {
+    Staging::apply_nvfp4_factors(p, early, acc);
+    store_scaled(p, ops, t, acc, wg, w);
+  }
+
+ private:
+  // The store after the NVFP4 factors (if any) are in acc.
+  DMOE_DEVICE static void store_scaled(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
+                                       float (&acc)[Mainloop::kMmaPerWg][Mainloop::kAccPerMma], int wg, Writer& w) {
     constexpr int kN = Mainloop::kAccPerMma;
     const uint32_t staging = w.buf, bar = w.bar;
-    Staging::apply_nvfp4_scales(p, t, acc);
     char* token_ptr[Staging::kTokens / 16];
     Staging::token_rows(t, ops.base[kMapOut], p.ld_out * 2, p.scatter_rows, token_ptr);
     if (p.row_scale != nullptr) {  // acc * row_scale[token], one rounding to BF16 after it
@@ -178,13 +248,31 @@ struct SwapABSwigluEpilogue {
   static constexpr bool kClipStats = true;
   static constexpr bool kPrefetchL2 = false;
   static constexpr int kOutBytes = 2;
+  static constexpr bool kEarlyLoads = StagesCarryScales<Mainloop>::value;  // (kernel.cuh)
+  using Early = typename Staging::template Nvfp4Factors<Mainloop::kAccPerMma>;
 
 #if defined(__CUDACC__)
+  DMOE_DEVICE static Early load_early(const EpilogueParams& p, const WorkTile& t) {
+    return Staging::template load_nvfp4_factors<Mainloop::kAccPerMma>(p, t);
+  }
   DMOE_DEVICE static void store(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
                                 float (&acc)[2][Mainloop::kAccPerMma], int wg, Writer& w, ClipCounts& counts) {
+    Staging::apply_nvfp4_scales(p, t, acc);
+    store_scaled(p, ops, t, acc, wg, w, counts);
+  }
+  DMOE_DEVICE static void store(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
+                                float (&acc)[2][Mainloop::kAccPerMma], int wg, Writer& w, ClipCounts& counts,
+                                const Early& early) {
+    Staging::apply_nvfp4_factors(p, early, acc);
+    store_scaled(p, ops, t, acc, wg, w, counts);
+  }
+
+ private:
+  // h1 (optional) and h2 after the NVFP4 factors (if any) are in acc.
+  DMOE_DEVICE static void store_scaled(const EpilogueParams& p, const ResolvedOperands& ops, const WorkTile& t,
+                                       float (&acc)[2][Mainloop::kAccPerMma], int wg, Writer& w, ClipCounts& counts) {
     constexpr int kN = Mainloop::kAccPerMma;
     const uint32_t staging = w.buf, bar = w.bar;
-    Staging::apply_nvfp4_scales(p, t, acc);
     char* const h1 = ops.base[kMapH1];
     char* const h2 = ops.base[kMapH2];
     const int col0 = t.m_block * (Mainloop::kBlockM / 2) + 64 * wg;  // gate (= h2) feature of row 0

@@ -120,6 +120,21 @@ struct DeferredSlot<Epilogue, true> {
   typename Epilogue::Deferred d;
 };
 
+// Whether an epilogue loads operands of its own before the tile's k loop (kEarlyLoads: the swap-AB
+// epilogues' NVFP4 factors where the consumers have the registers, G131), and their slot.
+template <class Epilogue, class = void>
+struct HasEarlyLoads : std::false_type {};
+template <class Epilogue>
+struct HasEarlyLoads<Epilogue, std::void_t<decltype(Epilogue::kEarlyLoads)>> : std::bool_constant<Epilogue::kEarlyLoads> {};
+template <class Epilogue, bool = HasEarlyLoads<Epilogue>::value>
+struct EarlySlot {
+  struct None {} v;
+};
+template <class Epilogue>
+struct EarlySlot<Epilogue, true> {
+  typename Epilogue::Early v;
+};
+
 // The mainloop hook that stores one deferred chunk per k block.
 template <class Epilogue>
 struct StoreChunkHook {
@@ -146,6 +161,8 @@ struct GroupedGemmKernel {
   static constexpr bool kGather = kRowSource == RowSource::kGather;
   static constexpr bool kPingPong = Mainloop::kPingPong;
   static constexpr bool kDeferred = IsDeferred<Epilogue>::value;
+  static constexpr bool kEarlyLoads = HasEarlyLoads<Epilogue>::value;
+  static_assert(!kEarlyLoads || !kDeferred, "early loads: the plain store path");
   static_assert(!kGather || Mainloop::kGrouping == Grouping::kM, "the gather producer feeds A of M-grouped GEMMs");
   static_assert(!kGather || Mainloop::kClusterM == 1, "the gather producer's ready flags count one CTA per M tile");
 
@@ -330,6 +347,8 @@ struct GroupedGemmKernel {
           if (kPingPong && index > 0) ptx::named_barrier_sync(kBarrierMathOrder0 + (1 - wg), 256);
           const int rows_in_last =
               Mainloop::kGrouping == Grouping::kK ? t.num_rows - (num_k - 1) * Mainloop::kBlockK : Mainloop::kBlockK;
+          [[maybe_unused]] EarlySlot<Epilogue> early;
+          if constexpr (kEarlyLoads) early.v = Epilogue::load_early(params.epilogue, t);  // (latency under the k loop)
           if constexpr (kDeferred) {
             // The previous tile's chunks leave during this tile's k loop (one per k block).
             StoreChunkHook<Epilogue> hook{params.epilogue, resolved, deferred.d, writer};
@@ -343,7 +362,9 @@ struct GroupedGemmKernel {
           if (dynamic) next = sched.at(tile_ring_read(ring, index + 1));
           // Signal only when the other warpgroup has a tile to wait for: every arrival is matched.
           if (kPingPong && next.valid) ptx::named_barrier_arrive(kBarrierMathOrder0 + wg, 256);
-          if constexpr (!kDeferred) {
+          if constexpr (kEarlyLoads) {
+            if (!t.phantom) Epilogue::store(params.epilogue, resolved, t, acc, wg, writer, counts, early.v);
+          } else if constexpr (!kDeferred) {
             if (!t.phantom) Epilogue::store(params.epilogue, resolved, t, acc, wg, writer, counts);
           }
         }

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "dist_moe/device/common/macros.cuh"
 #include "dist_moe/device/gemm/mainloop.cuh"
@@ -38,7 +39,11 @@ namespace dist_moe::gemm {
 // are warp-uniform (ptx::warp_uniform): built in uniform registers instead of per lane with two R2UR
 // per wgmma, 689 -> 622 loop instructions per stage (G128). The Mega kernel's copies of the loop opt
 // out: there they ran 2-4% slower on an H100 (s53, G128, G129), while the staged GEMMs gained 1-4%.
-template <class Config, bool kExpanded = false, bool kUniformStage = true>
+// kCopyScales: in the 16-token expanded kernel (the layer's decode tile), whose producer warps 1-3
+// have no tokens to convert, those warps copy each stage's weight scales next to the stage (G131), so
+// no tile starts on a cold load of its first stage's scales. The Mega kernel keeps those warps for
+// its own work (kCopyScales off).
+template <class Config, bool kExpanded = false, bool kUniformStage = true, bool kCopyScales = true>
 struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   using Base = Sm90Mainloop<Config>;
   using typename Base::Pipeline;
@@ -63,12 +68,15 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   // The producer warps that fill the token boxes from packed rows: all three share every stage, and
   // each arrives. None for expanded rows.
   static constexpr int kProducerWarps = 3;
-  static constexpr int kScaleWarps = kExpanded ? 0 : kProducerWarps;
+  // Weight scales in the stage (kCopyScales): 16 bytes (one stage's 16 E4M3 blocks) per weight row.
+  static constexpr bool kScalesInStage = kExpanded && kCopyScales && kBlockN == 16;
+  static constexpr uint32_t kScaleBytes = kScalesInStage ? kBlockM * kNvfp4StageBlocks : 0;
+  static constexpr int kScaleWarps = kExpanded && !kScalesInStage ? 0 : kProducerWarps;
   static constexpr int kFillArrivals = kScaleWarps;
   // Their registers: each item's scale bytes, the last box's staged units, one item's FP16 values.
   // 72 leaves the consumers 216 (at 104 the 32-token consumers spilled, session 24); the 128-token
   // tile's producers hold more items (88, consumers 208).
-  static constexpr int kStageWarpRegs = kBlockN >= 128 ? 88 : 72;
+  static constexpr int kStageWarpRegs = kScalesInStage ? 56 : kBlockN >= 128 ? 88 : 72;
   using Mma = ptx::WgmmaF16Rs<kBlockN>;
 
   static_assert(kKind == GemmKind::kFpropSwapAB && kBlockM == 256 && kMmaPerWg == 2,
@@ -84,10 +92,16 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   static constexpr uint32_t kTokenBytes = kBlockN * kNvfp4StageBytes;  // the TMA'd packed codes of a stage
   static_assert(kTokenBytes == kBoxBytes, "a stage's packed token codes fill exactly one box");
 
-  // The stages, then (packed rows) one mbarrier per stage: staged[s], the tokens' packed codes landed.
-  static constexpr int smem_bytes() { return kStages * static_cast<int>(kStageBytes) + (kExpanded ? 0 : 128); }
+  // The stages (weights, then token boxes, then with kScalesInStage the weight scales [256 rows][16
+  // bytes]), then (packed rows) one mbarrier per stage: staged[s], the tokens' packed codes landed.
+  static constexpr int smem_bytes() {
+    return kStages * static_cast<int>(kStageBytes + kScaleBytes) + (kExpanded ? 0 : 128);
+  }
   DMOE_DEVICE static uint32_t smem_a(uint32_t base, int stage) { return base + stage * kABytes; }
   DMOE_DEVICE static uint32_t smem_b(uint32_t base, int stage) { return base + kStages * kABytes + stage * kBBytes; }
+  DMOE_DEVICE static uint32_t smem_scales(uint32_t base, int stage) {
+    return base + kStages * kStageBytes + stage * kScaleBytes;
+  }
   DMOE_DEVICE static uint32_t staged_bar(uint32_t base, int stage) { return base + kStages * kStageBytes + 8 * stage; }
 
 #if defined(__CUDACC__)
@@ -135,7 +149,7 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   // from the gathered rows in global memory before the waits) and writes the row of box i. The
   // last box is the staging area: its items read first and store after a barrier of the three
   // warps, once every item of pieces 0-2 has read the units they overwrite.
-  struct ScaleProducer {
+  struct TokenBoxFiller {
     static constexpr int kLanes = 32 * kProducerWarps;
     static constexpr int kFrontItems = (3 * kBlockN + kLanes - 1) / kLanes;  // pieces 0-2, per lane
     static constexpr int kLastItems = (kBlockN + kLanes - 1) / kLanes;       // piece 3, per lane
@@ -144,7 +158,7 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
     int lane_index;  // among the kLanes
     PipelineState<kStages> st;
 
-    DMOE_DEVICE ScaleProducer(const MainloopParams& params, uint32_t smem_base, int warp_index)
+    DMOE_DEVICE TokenBoxFiller(const MainloopParams& params, uint32_t smem_base, int warp_index)
         : p(params), smem(smem_base), lane_index(32 * warp_index + static_cast<int>(threadIdx.x % 32)) {}
 
     DMOE_DEVICE void tile(const WorkTile& t, int32_t num_k_blocks, const Pipeline& pipe) {
@@ -237,6 +251,50 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
     }
   };
 
+  // ---- producer warps 1-3 with kScalesInStage: the weight scales of every stage ----------------------
+  // The three warps share every stage: lane i of the 96 copies the 16 scale bytes of tile rows i,
+  // i + 96, i + 192 (one 16-byte load each, issued before the slot's wait) into the stage's scale
+  // region and each warp arrives on the stage's full barrier. The consumers read them with ordinary
+  // shared loads after that barrier, so no proxy fence is needed.
+  struct ScaleCopier {
+    static constexpr int kLanes = 32 * kProducerWarps;
+    static constexpr int kRows = (kBlockM + kLanes - 1) / kLanes;  // tile rows per lane
+    const MainloopParams& p;
+    uint32_t smem;
+    int lane_index;  // among the kLanes
+    PipelineState<kStages> st;
+
+    DMOE_DEVICE ScaleCopier(const MainloopParams& params, uint32_t smem_base, int warp_index)
+        : p(params), smem(smem_base), lane_index(32 * warp_index + static_cast<int>(threadIdx.x % 32)) {}
+
+    DMOE_DEVICE void tile(const WorkTile& t, int32_t num_k_blocks, const Pipeline& pipe) {
+      const int32_t scale_ld = num_k_blocks * kNvfp4StageBlocks;  // K / 16 bytes per weight row
+      const uint8_t* w_scales = static_cast<const uint8_t*>(p.b_scales);
+      const uint8_t* src[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int tile_row = min(lane_index + kLanes * r, kBlockM - 1);  // (past the tile: row 255 again)
+        const int32_t row = Base::swap_ab_weight_row(p, t.m_block, tile_row);
+        src[r] = w_scales + static_cast<int64_t>(t.expert * p.weight_rows + row) * scale_ld;
+      }
+      for (int32_t kb = 0; kb < num_k_blocks; ++kb, st.advance()) {
+        uint4 v[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) v[r] = __ldg(reinterpret_cast<const uint4*>(src[r] + kb * kNvfp4StageBlocks));
+        pipe.producer_acquire(st);
+        const uint32_t dst = smem_scales(smem, st.stage);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const int tile_row = lane_index + kLanes * r;
+          if (tile_row < kBlockM) ptx::st_shared_v4(dst + 16u * static_cast<uint32_t>(tile_row), v[r]);
+        }
+        __syncwarp();
+        if (threadIdx.x % 32 == 0) pipe.producer_arrive(st);
+      }
+    }
+  };
+  using ScaleProducer = std::conditional_t<kScalesInStage, ScaleCopier, TokenBoxFiller>;
+
   // ---- consumers ------------------------------------------------------------------------------------
   // The interface of Sm90Mainloop::mma_tile; acc holds the products times 2^-21 (kNvfp4AccScale).
   template <class Hook = typename Base::NoHook>
@@ -271,17 +329,25 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
     uint32_t set0[kMmaPerWg][kStepsPerPiece][4] = {}, set1[kMmaPerWg][kStepsPerPiece][4] = {};
     auto& odd = kSets > 1 ? set1 : set0;  // the set of pieces 1 and 3 (set1 unused with one set)
     uint2 sc_now[kMmaPerWg][2];
-    if constexpr (kSets > 1) load_scales(scale_row, 0, sc_now);
+    if constexpr (kSets > 1 && !kScalesInStage) load_scales(scale_row, 0, sc_now);
+    // kScalesInStage: this thread's row scales in the stage's copy, tile row tile_row(wg, 0) + frag_row
+    // (the others 8, 128 and 136 rows on: immediate offsets), half q & 1 of the row's 16 bytes.
+    const uint32_t stage_scale_off = static_cast<uint32_t>((Base::tile_row(wg, 0) + frag_row) * 16 + 8 * (q & 1));
     int32_t prev_stage = 0;
     for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
       // The next stage's scales, one stage ahead (two sets: at 128 tokens they are loaded for this
       // stage here instead, their latency under the full-barrier wait: registers).
-      uint2 sc_next[kSets > 1 ? kMmaPerWg : 1][2];
-      if constexpr (kSets > 1) load_scales(scale_row, min(kb + 1, num_k_blocks - 1), sc_next);
-      else load_scales(scale_row, kb, sc_now);
+      uint2 sc_next[kSets > 1 && !kScalesInStage ? kMmaPerWg : 1][2];
+      if constexpr (kScalesInStage) {
+      } else if constexpr (kSets > 1) {
+        load_scales(scale_row, min(kb + 1, num_k_blocks - 1), sc_next);
+      } else {
+        load_scales(scale_row, kb, sc_now);
+      }
       const int stage = kUniformStage ? ptx::warp_uniform(st.stage) : st.stage;
       pipe.consumer_wait(st);
       const uint32_t a = smem_a(smem, stage), b = smem_b(smem, stage);
+      if constexpr (kScalesInStage) read_stage_scales(smem_scales(smem, stage) + stage_scale_off, sc_now);
       uint2 raw[kMmaPerWg][2];
       load_piece<0>(a, row_off, g, q, raw);
       piece<0>(a, b, row_off, scale_sel, g, q, sc_now, set0, acc, raw);
@@ -293,7 +359,7 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
       hook(kb);
       prev_stage = st.stage;
       st.advance();
-      if constexpr (kSets > 1) {
+      if constexpr (kSets > 1 && !kScalesInStage) {
 #pragma unroll
         for (int bb = 0; bb < kMmaPerWg; ++bb)
 #pragma unroll
@@ -321,6 +387,16 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         out[b][h] = __ldg(reinterpret_cast<const uint2*>(scale_row[b][h] + kb * kNvfp4StageBlocks));
+  }
+
+  // The stage's scale copy (kScalesInStage), from this thread's first row's 8 bytes: rows + 8 h and
+  // tile_row(wg, b) = b * 128 + 64 wg, 16 bytes per row.
+  DMOE_DEVICE static void read_stage_scales(uint32_t first, uint2 (&out)[kMmaPerWg][2]) {
+#pragma unroll
+    for (int b = 0; b < kMmaPerWg; ++b)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        out[b][h] = ptx::ld_shared_v2(first + 16u * static_cast<uint32_t>(b * (kBlockM / 2) + 8 * h));
   }
 
   // The rows' blocks of piece i: one ld.shared.v2 per row (16-byte unit 4 (q & 1) + i, half q >> 1).
