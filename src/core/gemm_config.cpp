@@ -365,9 +365,9 @@ namespace {
 // consumers made it slower (G54). Expanded token rows (contexts from 64 routed rows per expert or
 // at most 12, memory_plan.h nvfp4_expands_token_rows): the 128-token tile, or the 16-token one at
 // decode sizes, whose consumers have the registers the producer warps no longer need and share
-// the schedulers with no token-converting warp (G91); its four stages carry the weight scales,
-// copied by those warps (G131).
-constexpr int64_t kNvfp4NarrowTileMaxExperts = 719;  // the 256x16 s5 kernel's smem (grouped_gemm_smem_bytes)
+// the schedulers with no token-converting warp (G91); its four stages carry the weight scales
+// (G131, by TMA since G133).
+constexpr int64_t kNvfp4NarrowTileMaxExperts = 717;  // the 256x16 s5 kernel's smem (grouped_gemm_smem_bytes)
 
 GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {
   const bool narrow = is_decode(p) && routed_rows_per_expert(p) <= kNarrowDecodeRowsPerExpert &&
@@ -381,7 +381,7 @@ GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {
   // up to the decode bound: the 64-token tile measured slower at 24 rows per expert (s27 r3, layer
   // 3.856 / 3.835 vs 3.154 / 3.181 ms) and 2-3% faster at 32 (4.211 / 4.170 vs 4.282 / 4.308).
   if (!is_decode(p)) return wide ? swap_ab_tile(p, sms, 128, 2) : swap_ab_tile(p, sms, 64, 3);
-  // The 16-token tile's five 40 KiB stages leave room for the scheduler tables of at most 719 local
+  // The 16-token tile's five 40 KiB stages leave room for the scheduler tables of at most 717 local
   // experts (8 bytes each); past them the 32-token tile (four 48 KiB stages; fits every e_local the
   // API takes).
   if (narrow) return swap_ab_tile(p, sms, 16, 5);

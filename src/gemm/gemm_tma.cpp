@@ -1,10 +1,11 @@
 // TMA descriptors for the grouped GEMMs (driver API cuTensorMapEncodeTiled).
 //
-// Every box is 128 bytes wide (128 E4M3, 64 BF16 or 32 FP32 columns: the 128B swizzle span, the width of one
-// wgmma K-major row or one MN-major chunk, and one epilogue staging row) by `box_rows` rows,
+// Every operand box is 128 bytes wide (128 E4M3, 64 BF16 or 32 FP32 columns: the 128B swizzle span, the width
+// of one wgmma K-major row or one MN-major chunk, and one epilogue staging row) by `box_rows` rows,
 // swizzled with CU_TENSOR_MAP_SWIZZLE_128B, which is the layout the wgmma descriptors in
-// device/ptx/wgmma.cuh and the TMA epilogue writer describe. Loads zero-fill out-of-bounds parts of
-// a box; stores skip them.
+// device/ptx/wgmma.cuh and the TMA epilogue writer describe; make_tma_2d_bytes' narrow boxes of
+// bytes (block scales read with ordinary shared loads) are unswizzled. Loads zero-fill
+// out-of-bounds parts of a box; stores skip them.
 #include <cuda.h>
 
 #include <cstdint>
@@ -18,7 +19,7 @@ namespace dist_moe::gemm {
 namespace {
 
 CUtensorMap encode(const void* base, int elem_bytes, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
-                   const cuuint32_t* box) {
+                   const cuuint32_t* box, CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   CUtensorMap map;
   const cuuint32_t element_stride[3] = {1, 1, 1};
   DMOE_CU_CHECK(driver().cuTensorMapEncodeTiled(
@@ -27,7 +28,7 @@ CUtensorMap encode(const void* base, int elem_bytes, int rank, const cuuint64_t*
       : elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                         : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
       static_cast<cuuint32_t>(rank), const_cast<void*>(base), dims, strides, box, element_stride,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
   return map;
 }
@@ -50,6 +51,21 @@ CUtensorMap make_tma_2d(const void* base, int elem_bytes, int64_t rows, int64_t 
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld * elem_bytes)};  // bytes, dimension 1
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
   return encode(base, elem_bytes, 2, dims, strides, box);
+}
+
+CUtensorMap make_tma_2d_bytes(const void* base, int64_t rows, int64_t cols, int64_t ld, int box_cols, int box_rows,
+                              const char* what) {
+  DMOE_CHECK_ARG(base != nullptr, what, " is null");
+  DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(base) % 16 == 0, what, " must be 16-byte aligned (TMA)");
+  DMOE_CHECK_ARG(rows >= 1 && cols >= box_cols, what, " must have at least 1 row and ", box_cols,
+                 " columns, got ", rows, " x ", cols);
+  DMOE_CHECK_ARG(ld % 16 == 0, what, " row stride must be a multiple of 16 bytes (TMA), got ", ld);
+  DMOE_CHECK_ARG(rows <= (int64_t(1) << 31) - 1, what, " has ", rows, " rows; TMA coordinates are int32");
+  DMOE_ASSERT(box_cols >= 16 && box_cols % 16 == 0 && box_cols <= 256 && box_rows >= 1 && box_rows <= 256);
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
+  return encode(base, 1, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 CUtensorMap make_tma_3d(const void* base, int elem_bytes, int64_t d2, int64_t d1, int64_t d0, int box_rows,

@@ -166,6 +166,12 @@ typename Kernel::Params grouped_gemm_params(const GemmLaunch& L, int64_t* tiles_
     ml.num_k_blocks = L.k / Mainloop::kBlockK;
     ml.split_offset = L.n / 2;
     ml.b_scales = L.b_scales;
+    if constexpr (Mainloop::kScalesInStage) {  // each stage's [rows, 16] scale bytes, by TMA
+      set_operand(om, gemm::kMapScales, L.b_scales, nullptr);
+      set_map(om, gemm::kMapScales,
+              make_tma_2d_bytes(L.b_scales, weight_total_rows, L.k / 16, L.k / 16, gemm::kNvfp4StageBlocks,
+                                Mainloop::kBoxAOuter, "NVFP4 weight scales"));
+    }
     if constexpr (Mainloop::kExpandedTokens) {
       set_map(om, gemm::kMapB, make_tma_2d(rows_a, 2, L.m_capacity, L.k, L.k, BN, "NVFP4 expanded token rows"));
       p.epilogue.token_scale_inv = static_cast<const float*>(L.a_scales);

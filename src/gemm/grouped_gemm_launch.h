@@ -249,8 +249,8 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     // producer warp converts tokens, the consumers get 232 registers.
     decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 128, 2).nvfp4_expanded(),
     decode_kernel(GemmEpilogueKind::kSwiglu, 256, 128, 2).nvfp4_expanded(),
-    // Decode on expanded rows (G91): the 16-token tile without token-converting warps; producer warps
-    // 1-3 copy each stage's weight scales into it (G131: 44 KiB stages, four fit).
+    // Decode on expanded rows (G91): the 16-token tile without producer warps at work; each stage also
+    // carries its weight scales (G131, by TMA since G133: 44 KiB stages, four fit).
     decode_kernel(GemmEpilogueKind::kStoreBf16, 256, 16, 4).nvfp4_expanded(),
     decode_kernel(GemmEpilogueKind::kSwiglu, 256, 16, 4).nvfp4_expanded(),
 };
@@ -360,6 +360,10 @@ const std::vector<GemmKernelEntry>& gemm_kernels();
 // 2D row-major tensor [rows, cols] (row stride `ld` elements), box {128 bytes, box_rows rows}.
 CUtensorMap make_tma_2d(const void* base, int elem_bytes, int64_t rows, int64_t cols, int64_t ld, int box_rows,
                         const char* what);
+// 2D byte tensor [rows, cols] (row stride `ld` bytes), an unswizzled box {box_cols bytes (a multiple
+// of 16), box_rows rows}: block scales that kernels read with ordinary shared loads.
+CUtensorMap make_tma_2d_bytes(const void* base, int64_t rows, int64_t cols, int64_t ld, int box_cols, int box_rows,
+                              const char* what);
 // 3D tensor [d2, d1, d0] (WGRAD's [E, n, k] output), box {128 bytes, box_rows, 1}.
 CUtensorMap make_tma_3d(const void* base, int elem_bytes, int64_t d2, int64_t d1, int64_t d0, int box_rows,
                         const char* what);

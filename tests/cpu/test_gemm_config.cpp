@@ -385,14 +385,14 @@ TEST(GemmConfig, Nvfp4TakesSwapABTiles) {
   EXPECT_EQ(pick(p).name(), "256x64x256_s3_swapab");
   p.m_capacity = 1024;
   EXPECT_EQ(pick(p).name(), "256x16x256_s5_swapab");
-  // The 16-token tile's stages leave room for the scheduler tables of 719 local experts at most
+  // The 16-token tile's stages leave room for the scheduler tables of 717 local experts at most
   // (GemmKernelTable.HeuristicPicksFitTheirSharedMemory checks it against the kernel); past them the
   // 32-token tile.
-  p.e_local = 719;
-  p.m_capacity = 719 * 4;
+  p.e_local = 717;
+  p.m_capacity = 717 * 4;
   EXPECT_EQ(pick(p).name(), "256x16x256_s5_swapab");
-  p.e_local = 720;
-  p.m_capacity = 720 * 4;
+  p.e_local = 718;
+  p.m_capacity = 718 * 4;
   EXPECT_EQ(pick(p).name(), "256x32x256_s4_swapab");
   p.e_local = 256;
   // Expanded FP16 token rows (prefill-sized contexts): the 128-token tile.

@@ -392,7 +392,7 @@ TEST(GroupedGemmNvfp4, HeuristicPicksCompiledKernels) {
   run_nvfp4_w13({10, 512, 512, 20, 66u}, false, nullptr);
 }
 
-// More local experts than the 16-token decode tile's shared memory holds scheduler tables for (719):
+// More local experts than the 16-token decode tile's shared memory holds scheduler tables for (717):
 // the heuristic takes the 32-token tile (GemmKernelTable.HeuristicPicksFitTheirSharedMemory checks
 // every pick against its kernel on the host; before, this call failed naming the bytes).
 TEST(GroupedGemmNvfp4, HeuristicPicksFitManyExperts) {

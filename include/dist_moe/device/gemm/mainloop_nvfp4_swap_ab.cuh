@@ -9,6 +9,8 @@
 // Roles (kernel.cuh):
 //   TMA thread       per stage, the weight rows (256 rows x 128 packed bytes = 256 K values, 32 KiB)
 //                    and the tile's token rows' packed codes (128 bytes each) into the last box
+//                    (expanded rows: the four token boxes instead; the 16-token tile also the
+//                    rows' 16 scale bytes of the stage, unswizzled, after the boxes)
 //   producer warps   warps 1-3 (the MXFP8 scale warps' slot) fill every stage's token boxes: the
 //   1-3              (token, piece) items of the existing tokens, converted from the staged codes
 //                    with the scales read from the gathered rows into 4 boxes [tokens][64 FP16] in
@@ -20,11 +22,11 @@
 //                    block; the A registers are double-buffered by piece (16 to 64 tokens), so a
 //                    piece's conversion runs while the previous piece's wgmmas execute
 // The weights' E4M3 scales come straight from global memory (8 bytes per row and stage, one stage
-// ahead); the epilogue applies the FP32 token and expert scales (params.cuh EpilogueParams).
+// ahead), or in the 16-token expanded tile with the stage (TMA, kScalesInStage); the epilogue applies
+// the FP32 token and expert scales (params.cuh EpilogueParams).
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "dist_moe/device/common/macros.cuh"
 #include "dist_moe/device/gemm/mainloop.cuh"
@@ -39,11 +41,10 @@ namespace dist_moe::gemm {
 // are warp-uniform (ptx::warp_uniform): built in uniform registers instead of per lane with two R2UR
 // per wgmma, 689 -> 622 loop instructions per stage (G128). The Mega kernel's copies of the loop opt
 // out: there they ran 2-4% slower on an H100 (s53, G128, G129), while the staged GEMMs gained 1-4%.
-// kCopyScales: in the 16-token expanded kernel (the layer's decode tile), whose producer warps 1-3
-// have no tokens to convert, those warps copy each stage's weight scales next to the stage (G131), so
-// no tile starts on a cold load of its first stage's scales. The Mega kernel keeps those warps for
-// its own work (kCopyScales off).
-template <class Config, bool kExpanded = false, bool kUniformStage = true, bool kCopyScales = true>
+// In the 16-token expanded kernels (the layer's decode tile, staged and Mega) the TMA thread also
+// brings each stage's weight scales into the stage (kScalesInStage: G131's copy, by TMA since G133),
+// so no tile starts on a cold load of its first stage's scales.
+template <class Config, bool kExpanded = false, bool kUniformStage = true>
 struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   using Base = Sm90Mainloop<Config>;
   using typename Base::Pipeline;
@@ -68,15 +69,17 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
   // The producer warps that fill the token boxes from packed rows: all three share every stage, and
   // each arrives. None for expanded rows.
   static constexpr int kProducerWarps = 3;
-  // Weight scales in the stage (kCopyScales): 16 bytes (one stage's 16 E4M3 blocks) per weight row.
-  static constexpr bool kScalesInStage = kExpanded && kCopyScales && kBlockN == 16;
-  static constexpr uint32_t kScaleBytes = kScalesInStage ? kBlockM * kNvfp4StageBlocks : 0;
-  static constexpr int kScaleWarps = kExpanded && !kScalesInStage ? 0 : kProducerWarps;
+  static constexpr int kScaleWarps = kExpanded ? 0 : kProducerWarps;
   static constexpr int kFillArrivals = kScaleWarps;
   // Their registers: each item's scale bytes, the last box's staged units, one item's FP16 values.
   // 72 leaves the consumers 216 (at 104 the 32-token consumers spilled, session 24); the 128-token
   // tile's producers hold more items (88, consumers 208).
-  static constexpr int kStageWarpRegs = kScalesInStage ? 56 : kBlockN >= 128 ? 88 : 72;
+  static constexpr int kStageWarpRegs = kBlockN >= 128 ? 88 : 72;
+  // Weight scales in the stage: 16 bytes (one stage's 16 E4M3 blocks) per weight row, by TMA from the
+  // scales [E*N, K/16] (map kMapScales, unswizzled 16-byte boxes) on the stage's full barrier. Only
+  // the 16-token expanded tile: the 128-token one has no room for them next to its two stages.
+  static constexpr bool kScalesInStage = kExpanded && kBlockN == 16;
+  static constexpr uint32_t kScaleBytes = kScalesInStage ? kBlockM * kNvfp4StageBlocks : 0;
   using Mma = ptx::WgmmaF16Rs<kBlockN>;
 
   static_assert(kKind == GemmKind::kFpropSwapAB && kBlockM == 256 && kMmaPerWg == 2,
@@ -113,19 +116,23 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
     }
   }
 
-  // ---- the TMA thread: weight rows and the tokens' packed codes -------------------------------
+  // ---- the TMA thread: weight rows (and their scales), the tokens' packed codes or FP16 boxes -----
   DMOE_DEVICE static void load_tile(const MainloopParams& p, const ResolvedOperands& ops, const WorkTile& t,
                                     int32_t num_k_blocks, const Pipeline& pipe, PipelineState<kStages>& st,
                                     uint32_t smem) {
     const int32_t w_row0 = t.expert * p.weight_rows;
     const CUtensorMap* map_a = ops.map[kMapA];
     const CUtensorMap* map_b = ops.map[kMapB];
+    const CUtensorMap* map_scales = ops.map[kMapScales];
     for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
       pipe.producer_acquire(st);
-      const uint32_t bar = pipe.producer_expect(st, kExpanded ? kStageBytes : kABytes);
+      const uint32_t bar = pipe.producer_expect(st, kExpanded ? kStageBytes + kScaleBytes : kABytes);
       const uint32_t a = smem_a(smem, st.stage);
       const int32_t k0 = kb * kNvfp4StageBytes;  // packed bytes
       Base::template load_weight_block<kBlockM, kABytes>(a, map_a, bar, k0, w_row0, t.m_block, p);
+      if constexpr (kScalesInStage)  // the same rows' 16 scale bytes of this stage, row-major
+        Base::template load_weight_block<kBlockM, kScaleBytes>(smem_scales(smem, st.stage), map_scales, bar,
+                                                               kb * kNvfp4StageBlocks, w_row0, t.m_block, p);
       const int32_t token0 = t.row_begin + t.n_block * kBlockN;
       if constexpr (kExpanded) {  // the four token boxes, 64 FP16 of K each, on the same barrier
 #pragma unroll
@@ -251,49 +258,7 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
     }
   };
 
-  // ---- producer warps 1-3 with kScalesInStage: the weight scales of every stage ----------------------
-  // The three warps share every stage: lane i of the 96 copies the 16 scale bytes of tile rows i,
-  // i + 96, i + 192 (one 16-byte load each, issued before the slot's wait) into the stage's scale
-  // region and each warp arrives on the stage's full barrier. The consumers read them with ordinary
-  // shared loads after that barrier, so no proxy fence is needed.
-  struct ScaleCopier {
-    static constexpr int kLanes = 32 * kProducerWarps;
-    static constexpr int kRows = (kBlockM + kLanes - 1) / kLanes;  // tile rows per lane
-    const MainloopParams& p;
-    uint32_t smem;
-    int lane_index;  // among the kLanes
-    PipelineState<kStages> st;
-
-    DMOE_DEVICE ScaleCopier(const MainloopParams& params, uint32_t smem_base, int warp_index)
-        : p(params), smem(smem_base), lane_index(32 * warp_index + static_cast<int>(threadIdx.x % 32)) {}
-
-    DMOE_DEVICE void tile(const WorkTile& t, int32_t num_k_blocks, const Pipeline& pipe) {
-      const int32_t scale_ld = num_k_blocks * kNvfp4StageBlocks;  // K / 16 bytes per weight row
-      const uint8_t* w_scales = static_cast<const uint8_t*>(p.b_scales);
-      const uint8_t* src[kRows];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int tile_row = min(lane_index + kLanes * r, kBlockM - 1);  // (past the tile: row 255 again)
-        const int32_t row = Base::swap_ab_weight_row(p, t.m_block, tile_row);
-        src[r] = w_scales + static_cast<int64_t>(t.expert * p.weight_rows + row) * scale_ld;
-      }
-      for (int32_t kb = 0; kb < num_k_blocks; ++kb, st.advance()) {
-        uint4 v[kRows];
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) v[r] = __ldg(reinterpret_cast<const uint4*>(src[r] + kb * kNvfp4StageBlocks));
-        pipe.producer_acquire(st);
-        const uint32_t dst = smem_scales(smem, st.stage);
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          const int tile_row = lane_index + kLanes * r;
-          if (tile_row < kBlockM) ptx::st_shared_v4(dst + 16u * static_cast<uint32_t>(tile_row), v[r]);
-        }
-        __syncwarp();
-        if (threadIdx.x % 32 == 0) pipe.producer_arrive(st);
-      }
-    }
-  };
-  using ScaleProducer = std::conditional_t<kScalesInStage, ScaleCopier, TokenBoxFiller>;
+  using ScaleProducer = TokenBoxFiller;  // (kernel.cuh's name for the producer warps' role)
 
   // ---- consumers ------------------------------------------------------------------------------------
   // The interface of Sm90Mainloop::mma_tile; acc holds the products times 2^-21 (kNvfp4AccScale).

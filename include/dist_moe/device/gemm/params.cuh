@@ -44,11 +44,12 @@ constexpr Grouping grouping_of(GemmKind k) {
 //   kMapOut  plain output (FPROP out, DGRAD grad_a, WGRAD grad_w)
 //   kMapH1   W13 h1 = [gate | up] (nullptr base: dropped)
 //   kMapH2   W13 h2 = SwiGLU(h1)
+//   kMapScales  TMA-loaded weight scales (the NVFP4 16-token expanded tile: [E*N, K/16] E4M3 bytes)
 // A slot whose `offset` is set holds its tensor at base + *offset (a device int64 byte offset, a
 // multiple of 128 chosen by the activation planner). Each CTA resolves the offsets once at start:
 // generic accesses use the moved base, and a moved tensor map is copied to this CTA's slot of
 // `patched`, its global address replaced there (ptx/tensormap.cuh).
-enum MapIndex : int { kMapA = 0, kMapB = 1, kMapOut = 2, kMapH1 = 3, kMapH2 = 4, kNumMaps = 5 };
+enum MapIndex : int { kMapA = 0, kMapB = 1, kMapOut = 2, kMapH1 = 3, kMapH2 = 4, kMapScales = 5, kNumMaps = 6 };
 
 struct OperandMaps {
   CUtensorMap map[kNumMaps];        // host-encoded for base[i]; all zero when the kernel uses no TMA for it
