@@ -106,16 +106,10 @@ struct SwapABStaging {
     Nvfp4Factors<kN> f{};
     if (p.expert_scale_inv == nullptr) return f;
     f.expert = p.expert_scale_inv[t.expert];
-    const int tok = static_cast<int>(2 * (threadIdx.x % 4));
 #pragma unroll
     for (int j = 0; j < kN / 4; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int c = first_token(t) + 8 * j + tok + h;
-        f.token[j][h] = c < t.num_rows  // past the expert: never stored
-                            ? __ldcg(p.token_scale_inv + (static_cast<int64_t>(t.row_begin) + c) * p.token_scale_stride)
-                            : 0.0f;
-      }
+      for (int h = 0; h < 2; ++h) f.token[j][h] = nvfp4_token_factor(p, t, j, h);
     return f;
   }
   // The same, each token's factor loaded where it is used (the plain path: at 128 tokens a struct
@@ -124,23 +118,10 @@ struct SwapABStaging {
   DMOE_DEVICE static void apply_nvfp4_scales(const EpilogueParams& p, const WorkTile& t, float (&acc)[kBlocks][kN]) {
     if (p.expert_scale_inv == nullptr) return;
     const float expert = p.expert_scale_inv[t.expert];
-    const int tok = static_cast<int>(2 * (threadIdx.x % 4));
 #pragma unroll
     for (int j = 0; j < kN / 4; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int c = first_token(t) + 8 * j + tok + h;
-        const float token = c < t.num_rows  // past the expert: never stored
-                                ? __ldcg(p.token_scale_inv + (static_cast<int64_t>(t.row_begin) + c) * p.token_scale_stride)
-                                : 0.0f;
-#pragma unroll
-        for (int b = 0; b < kBlocks; ++b)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {  // the column's two rows (registers 4j + h and 4j + 2 + h)
-            float& v = acc[b][4 * j + 2 * r + h];
-            v = (v * p.acc_scale * token) * expert;
-          }
-      }
+      for (int h = 0; h < 2; ++h) scale_nvfp4_column(p, acc, j, h, nvfp4_token_factor(p, t, j, h), expert);
   }
   template <int kBlocks, int kN>
   DMOE_DEVICE static void apply_nvfp4_factors(const EpilogueParams& p, const Nvfp4Factors<kN>& f,
@@ -149,14 +130,26 @@ struct SwapABStaging {
 #pragma unroll
     for (int j = 0; j < kN / 4; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h) scale_nvfp4_column(p, acc, j, h, f.token[j][h], f.expert);
+  }
+  // This thread's token column j, half h (8 j + 2 (lane % 4) + h): its token_scale_inv, 0 past the
+  // expert (never stored).
+  DMOE_DEVICE static float nvfp4_token_factor(const EpilogueParams& p, const WorkTile& t, int j, int h) {
+    const int c = first_token(t) + 8 * j + static_cast<int>(2 * (threadIdx.x % 4)) + h;
+    return c < t.num_rows ? __ldcg(p.token_scale_inv + (static_cast<int64_t>(t.row_begin) + c) * p.token_scale_stride)
+                          : 0.0f;
+  }
+  // Column (j, h) of every block: its two rows (registers 4j + h and 4j + 2 + h) times the factors.
+  template <int kBlocks, int kN>
+  DMOE_DEVICE static void scale_nvfp4_column(const EpilogueParams& p, float (&acc)[kBlocks][kN], int j, int h,
+                                             float token, float expert) {
 #pragma unroll
-        for (int b = 0; b < kBlocks; ++b)
+    for (int b = 0; b < kBlocks; ++b)
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {  // the column's two rows (registers 4j + h and 4j + 2 + h)
-            float& v = acc[b][4 * j + 2 * r + h];
-            v = (v * p.acc_scale * f.token[j][h]) * f.expert;
-          }
+      for (int r = 0; r < 2; ++r) {
+        float& v = acc[b][4 * j + 2 * r + h];
+        v = (v * p.acc_scale * token) * expert;
+      }
   }
 
   // First token (counted from the expert's first row) of the tile's column `c` range.
