@@ -62,7 +62,9 @@ int smem_estimate(const GroupedGemmConfig& c, const GroupedGemmProblem& p) {
   const int staging = 2 * (deep_staging(c, p.op) ? 32768 : c.tma_store ? 16384 : 10240);
   const int e = static_cast<int>(p.e_local);
   const int tables = (2 * (e + 1) + (p.op == GroupedGemmOp::kWgrad ? e : 0)) * 4;
-  return 1024 + stages + staging + 16 * c.stages + 80 + 16 + 80 /* tile ring */ + tables;
+  // + the stages' mbarriers, the resolved operands (16 bytes per map slot: params.cuh kNumMaps = 6),
+  // the clip counters and the tile ring.
+  return 1024 + stages + staging + 16 * c.stages + 16 * 6 + 16 + 80 + tables;
 }
 
 bool legacy_requested() {
