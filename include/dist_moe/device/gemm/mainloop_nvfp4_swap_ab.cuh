@@ -303,11 +303,9 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
       // The next stage's scales, one stage ahead (two sets: at 128 tokens they are loaded for this
       // stage here instead, their latency under the full-barrier wait: registers).
       uint2 sc_next[kSets > 1 && !kScalesInStage ? kMmaPerWg : 1][2];
-      if constexpr (kScalesInStage) {
-      } else if constexpr (kSets > 1) {
-        load_scales(scale_row, min(kb + 1, num_k_blocks - 1), sc_next);
-      } else {
-        load_scales(scale_row, kb, sc_now);
+      if constexpr (!kScalesInStage) {  // (kScalesInStage: read from the stage after its wait)
+        if constexpr (kSets > 1) load_scales(scale_row, min(kb + 1, num_k_blocks - 1), sc_next);
+        else load_scales(scale_row, kb, sc_now);
       }
       const int stage = kUniformStage ? ptx::warp_uniform(st.stage) : st.stage;
       pipe.consumer_wait(st);
