@@ -33,39 +33,36 @@ CUtensorMap encode(const void* base, int elem_bytes, int rank, const cuuint64_t*
   return map;
 }
 
+// A 2D map [rows, cols] of elem_bytes elements, rows ld_bytes apart, box {box_cols, box_rows}, after
+// the checks every 2D operand shares (their messages name `what`).
+CUtensorMap encode_2d(const void* base, int elem_bytes, int64_t rows, int64_t cols, int64_t ld_bytes, int64_t box_cols,
+                      int box_rows, CUtensorMapSwizzle swizzle, const char* what) {
+  DMOE_CHECK_ARG(base != nullptr, what, " is null");
+  DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(base) % 16 == 0, what, " must be 16-byte aligned (TMA)");
+  DMOE_CHECK_ARG(rows >= 1 && cols >= box_cols, what, " must have at least 1 row and ", box_cols,
+                 " columns, got ", rows, " x ", cols);
+  DMOE_CHECK_ARG(ld_bytes % 16 == 0, what, " row stride must be a multiple of 16 bytes (TMA), got ", ld_bytes);
+  DMOE_CHECK_ARG(rows <= (int64_t(1) << 31) - 1, what, " has ", rows, " rows; TMA coordinates are int32");
+  DMOE_ASSERT(box_rows >= 1 && box_rows <= 256);
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld_bytes)};  // bytes, dimension 1
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
+  return encode(base, elem_bytes, 2, dims, strides, box, swizzle);
+}
+
 }  // namespace
 
 CUtensorMap make_tma_2d(const void* base, int elem_bytes, int64_t rows, int64_t cols, int64_t ld, int box_rows,
                         const char* what) {
   DMOE_ASSERT(elem_bytes == 1 || elem_bytes == 2 || elem_bytes == 4);
-  const int64_t box_cols = 128 / elem_bytes;
-  DMOE_CHECK_ARG(base != nullptr, what, " is null");
-  DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(base) % 16 == 0, what, " must be 16-byte aligned (TMA)");
-  DMOE_CHECK_ARG(rows >= 1 && cols >= box_cols, what, " must have at least 1 row and ", box_cols,
-                 " columns, got ", rows, " x ", cols);
-  DMOE_CHECK_ARG((ld * elem_bytes) % 16 == 0, what, " row stride must be a multiple of 16 bytes (TMA), got ",
-                 ld * elem_bytes);
-  DMOE_CHECK_ARG(rows <= (int64_t(1) << 31) - 1, what, " has ", rows, " rows; TMA coordinates are int32");
-  DMOE_ASSERT(box_rows >= 1 && box_rows <= 256);
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld * elem_bytes)};  // bytes, dimension 1
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
-  return encode(base, elem_bytes, 2, dims, strides, box);
+  return encode_2d(base, elem_bytes, rows, cols, ld * elem_bytes, 128 / elem_bytes, box_rows,
+                   CU_TENSOR_MAP_SWIZZLE_128B, what);
 }
 
 CUtensorMap make_tma_2d_bytes(const void* base, int64_t rows, int64_t cols, int64_t ld, int box_cols, int box_rows,
                               const char* what) {
-  DMOE_CHECK_ARG(base != nullptr, what, " is null");
-  DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(base) % 16 == 0, what, " must be 16-byte aligned (TMA)");
-  DMOE_CHECK_ARG(rows >= 1 && cols >= box_cols, what, " must have at least 1 row and ", box_cols,
-                 " columns, got ", rows, " x ", cols);
-  DMOE_CHECK_ARG(ld % 16 == 0, what, " row stride must be a multiple of 16 bytes (TMA), got ", ld);
-  DMOE_CHECK_ARG(rows <= (int64_t(1) << 31) - 1, what, " has ", rows, " rows; TMA coordinates are int32");
-  DMOE_ASSERT(box_cols >= 16 && box_cols % 16 == 0 && box_cols <= 256 && box_rows >= 1 && box_rows <= 256);
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
-  return encode(base, 1, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+  DMOE_ASSERT(box_cols >= 16 && box_cols % 16 == 0 && box_cols <= 256);
+  return encode_2d(base, 1, rows, cols, ld, box_cols, box_rows, CU_TENSOR_MAP_SWIZZLE_NONE, what);
 }
 
 CUtensorMap make_tma_3d(const void* base, int elem_bytes, int64_t d2, int64_t d1, int64_t d0, int box_rows,
