@@ -276,20 +276,18 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
     const int frag_row = static_cast<int>((threadIdx.x / 32) % 4) * 16 + g;
     const int32_t scale_ld = num_k_blocks * kNvfp4StageBlocks;  // K / 16
     const uint8_t* w_scales = static_cast<const uint8_t*>(p.b_scales);
-    uint32_t row_off[kMmaPerWg][2];
     const uint8_t* scale_row[kMmaPerWg][2];
 #pragma unroll
     for (int b = 0; b < kMmaPerWg; ++b)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int tile_row = Base::tile_row(wg, b) + frag_row + 8 * h;
-        row_off[b][h] = static_cast<uint32_t>(tile_row * kNvfp4StageBytes + 8 * (q >> 1));
         const int32_t row = Base::swap_ab_weight_row(p, t.m_block, tile_row);
         scale_row[b][h] = w_scales + static_cast<int64_t>(t.expert * p.weight_rows + row) * scale_ld + 8 * (q & 1);
       }
 
-    // The thread's scale byte of pieces 0 / 2 and 1 / 3: byte 2 (i % 2) + (q >> 1) of word i / 2.
-    const uint32_t scale_sel[2] = {nvfp4_weight_scale_selector(q >> 1), nvfp4_weight_scale_selector(2 + (q >> 1))};
+    // The thread's scale bytes of pieces 2w and 2w + 1: bytes q >> 1 and 2 + (q >> 1) of word w.
+    uint32_t scale_sel = nvfp4_weight_scale_pair_selector(q >> 1);
     if constexpr (kUniformStage) smem = ptx::warp_uniform(smem);  // (and the stage below)
     uint32_t set0[kMmaPerWg][kStepsPerPiece][4] = {}, set1[kMmaPerWg][kStepsPerPiece][4] = {};
     auto& odd = kSets > 1 ? set1 : set0;  // the set of pieces 1 and 3 (set1 unused with one set)
@@ -297,9 +295,21 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
     if constexpr (kSets > 1 && !kScalesInStage) load_scales(scale_row, 0, sc_now);
     // kScalesInStage: this thread's row scales in the stage's copy, tile row tile_row(wg, 0) + frag_row
     // (the others 8, 128 and 136 rows on: immediate offsets), half q & 1 of the row's 16 bytes.
-    const uint32_t stage_scale_off = static_cast<uint32_t>((Base::tile_row(wg, 0) + frag_row) * 16 + 8 * (q & 1));
+    uint32_t stage_scale_off = static_cast<uint32_t>((Base::tile_row(wg, 0) + frag_row) * 16 + 8 * (q & 1));
+    // Piece i's blocks of this thread's first row in a stage (the other rows at kRowOff): unit
+    // 4 (q & 1) + i swizzled by g, half q >> 1.
+    const uint32_t row_off = static_cast<uint32_t>((Base::tile_row(wg, 0) + frag_row) * kNvfp4StageBytes + 8 * (q >> 1));
+    uint32_t piece_off[kPieces];
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) piece_off[i] = row_off + 16u * static_cast<uint32_t>((4 * (q & 1) + i) ^ g);
     int32_t prev_stage = 0;
     for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
+      // Left to itself ptxas recomputes these from the thread index at every stage (~30 instructions
+      // ahead of the stage's first shared load, G134); pinned, they stay in their registers.
+#pragma unroll
+      for (int i = 0; i < kPieces; ++i) ptx::keep_in_register(piece_off[i]);
+      ptx::keep_in_register(scale_sel);
+      ptx::keep_in_register(stage_scale_off);
       // The next stage's scales, one stage ahead (two sets: at 128 tokens they are loaded for this
       // stage here instead, their latency under the full-barrier wait: registers).
       uint2 sc_next[kSets > 1 && !kScalesInStage ? kMmaPerWg : 1][2];
@@ -309,16 +319,18 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
       }
       const int stage = kUniformStage ? ptx::warp_uniform(st.stage) : st.stage;
       pipe.consumer_wait(st);
-      const uint32_t a = smem_a(smem, stage), b = smem_b(smem, stage);
+      const uint32_t a = smem_a(smem, stage);
+      const uint64_t boxes = ptx::make_kmajor_desc(smem_b(smem, stage));  // of the stage's first token box
       if constexpr (kScalesInStage) read_stage_scales(smem_scales(smem, stage) + stage_scale_off, sc_now);
       uint2 raw[kMmaPerWg][2];
-      load_piece<0>(a, row_off, g, q, raw);
-      piece<0>(a, b, row_off, scale_sel, g, q, sc_now, set0, acc, raw);
+      uint32_t t[kMmaPerWg][2];  // the rows' block scales of two pieces (piece<0>'s and piece<2>'s)
+      load_piece<0>(a, piece_off, raw);
+      piece<0>(a, boxes, piece_off, scale_sel, sc_now, t, set0, acc, raw);
       if (kSets == 1 && kb > 0) pipe.consumer_release(prev_stage);  // done by piece<0>'s wait
-      piece<1>(a, b, row_off, scale_sel, g, q, sc_now, odd, acc, raw);
+      piece<1>(a, boxes, piece_off, scale_sel, sc_now, t, odd, acc, raw);
       if (kSets == 2 && kb > 0) pipe.consumer_release(prev_stage);  // its last piece: piece<1>'s wait
-      piece<2>(a, b, row_off, scale_sel, g, q, sc_now, set0, acc, raw);
-      piece<3>(a, b, row_off, scale_sel, g, q, sc_now, odd, acc, raw);
+      piece<2>(a, boxes, piece_off, scale_sel, sc_now, t, set0, acc, raw);
+      piece<3>(a, boxes, piece_off, scale_sel, sc_now, t, odd, acc, raw);
       hook(kb);
       prev_stage = st.stage;
       st.advance();
@@ -362,39 +374,44 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
         out[b][h] = ptx::ld_shared_v2(first + 16u * static_cast<uint32_t>(b * (kBlockM / 2) + 8 * h));
   }
 
+  // Offset of row (b, h) of the thread's rows from its first (b = h = 0) in a stage.
+  static constexpr uint32_t kRowOff(int b, int h) {
+    return static_cast<uint32_t>((Base::tile_row(0, b) - Base::tile_row(0, 0) + 8 * h) * kNvfp4StageBytes);
+  }
+
   // The rows' blocks of piece i: one ld.shared.v2 per row (16-byte unit 4 (q & 1) + i, half q >> 1).
   template <int kPiece>
-  DMOE_DEVICE static void load_piece(uint32_t a, const uint32_t (&row_off)[kMmaPerWg][2], int g, int q,
-                                     uint2 (&raw)[kMmaPerWg][2]) {
-    const uint32_t unit = 16u * static_cast<uint32_t>((4 * (q & 1) + kPiece) ^ g);
+  DMOE_DEVICE static void load_piece(uint32_t a, const uint32_t (&piece_off)[kPieces], uint2 (&raw)[kMmaPerWg][2]) {
+    const uint32_t first = a + piece_off[kPiece];
 #pragma unroll
     for (int bb = 0; bb < kMmaPerWg; ++bb)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) raw[bb][h] = ptx::ld_shared_v2(a + row_off[bb][h] + unit);
+      for (int h = 0; h < 2; ++h) raw[bb][h] = ptx::ld_shared_v2(first + kRowOff(bb, h));
   }
 
   // Piece i of the stage (its blocks in `raw`): read the next piece's blocks, wait until the set's
   // previous wgmmas (kSets pieces back) are done, convert into the set, issue its four k16 steps per
   // m64 block as one group; `raw` then holds the next piece's blocks.
   template <int kPiece>
-  DMOE_DEVICE static void piece(uint32_t a, uint32_t b, const uint32_t (&row_off)[kMmaPerWg][2],
-                                const uint32_t (&scale_sel)[2], int g, int q, const uint2 (&sc)[kMmaPerWg][2],
+  DMOE_DEVICE static void piece(uint32_t a, uint64_t boxes, const uint32_t (&piece_off)[kPieces],
+                                uint32_t scale_sel, const uint2 (&sc)[kMmaPerWg][2], uint32_t (&t)[kMmaPerWg][2],
                                 uint32_t (&set)[kMmaPerWg][kStepsPerPiece][4],
                                 float (&acc)[kMmaPerWg][kAccPerMma], uint2 (&raw)[kMmaPerWg][2]) {
     // The next piece's blocks now (two sets; at 128 tokens each piece loads its own: registers).
     constexpr bool kPrefetch = kSets > 1 && kPiece + 1 < kPieces;
     uint2 next[kPrefetch ? kMmaPerWg : 1][2];
-    if constexpr (kPrefetch) load_piece<kPiece + 1>(a, row_off, g, q, next);
-    if constexpr (kSets == 1 && kPiece > 0) load_piece<kPiece>(a, row_off, g, q, raw);
+    if constexpr (kPrefetch) load_piece<kPiece + 1>(a, piece_off, next);
+    if constexpr (kSets == 1 && kPiece > 0) load_piece<kPiece>(a, piece_off, raw);
     const uint2 (&w)[kMmaPerWg][2] = raw;
     // Block nvfp4_piece_block(q, i) = 8 (q & 1) + 2 i + (q >> 1): byte 2 i + (q >> 1) of the 8 loaded,
-    // in word i / 2 (scale_sel: its place in the word).
-    uint32_t t[kMmaPerWg][2];
+    // in word i / 2. Pieces 0 and 2 convert the scales of both pieces of their word (t's halves).
+    constexpr int kHalf = kPiece % 2;
+    if constexpr (kHalf == 0) {
 #pragma unroll
-    for (int bb = 0; bb < kMmaPerWg; ++bb)
+      for (int bb = 0; bb < kMmaPerWg; ++bb)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        t[bb][h] = nvfp4_weight_scale_x2_of(kPiece < 2 ? sc[bb][h].x : sc[bb][h].y, scale_sel[kPiece % 2]);
+        for (int h = 0; h < 2; ++h) t[bb][h] = nvfp4_weight_scale_x2_of(kPiece < 2 ? sc[bb][h].x : sc[bb][h].y, scale_sel);
+    }
     ptx::wgmma_wait<kSets - 1>();
     // The set's registers stay allocated until here: its wgmmas (kSets pieces back) read them late.
 #pragma unroll
@@ -407,13 +424,13 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
       for (int s = 0; s < kStepsPerPiece; ++s) {
         const int j0 = (2 * s) % 4, j1 = (2 * s + 1) % 4;
         const uint32_t w0 = s < 2 ? w[bb][0].x : w[bb][0].y, w1 = s < 2 ? w[bb][1].x : w[bb][1].y;
-        set[bb][s][0] = nvfp4_weight_pair_x2(w0, j0, t[bb][0]);
-        set[bb][s][1] = nvfp4_weight_pair_x2(w1, j0, t[bb][1]);
-        set[bb][s][2] = nvfp4_weight_pair_x2(w0, j1, t[bb][0]);
-        set[bb][s][3] = nvfp4_weight_pair_x2(w1, j1, t[bb][1]);
+        set[bb][s][0] = nvfp4_weight_pair_x2<kHalf>(w0, j0, t[bb][0]);
+        set[bb][s][1] = nvfp4_weight_pair_x2<kHalf>(w1, j0, t[bb][1]);
+        set[bb][s][2] = nvfp4_weight_pair_x2<kHalf>(w0, j1, t[bb][0]);
+        set[bb][s][3] = nvfp4_weight_pair_x2<kHalf>(w1, j1, t[bb][1]);
       }
     }
-    const uint64_t box = ptx::make_kmajor_desc(b + kPiece * kBoxBytes);
+    const uint64_t box = ptx::desc_advance32(boxes, kPiece * kBoxBytes);
     ptx::wgmma_fence();  // the A registers (and the accumulators) written above
 #pragma unroll
     for (int s = 0; s < kStepsPerPiece; ++s)

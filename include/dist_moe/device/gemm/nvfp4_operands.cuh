@@ -63,15 +63,17 @@ DMOE_DEVICE uint32_t nvfp4_scale_pair_x2(uint32_t pair) { return hmul2_f16(pair 
 // The same of a scale byte s.
 DMOE_DEVICE uint32_t nvfp4_scale_x2(uint32_t s) { return nvfp4_scale_pair_x2(s * 0x00010001u); }
 
-// The weights' factor of scale byte b (0..3) of `word`: the scale s itself in both FP16 halves (E4M3
-// values are FP16 values), one byte permute (`selector` = nvfp4_weight_scale_selector(b): byte b into
-// bytes 0 and 1, G121's per-thread selector) and one conversion, where the tokens' s * 2^7 takes three
-// instructions. The weights' operands are then e2m1 * s * 2^-14 (largest 0.164, lowest bit >= 2^-24,
-// FP16's smallest subnormal: exact; many are subnormal, which the FP16 wgmma multiplies exactly), the
-// products with the tokens' carry 2^-21 (kNvfp4AccScale). The NaN code 0x7F gives NaN operands: only
-// an expert whose global scale is NaN has it, and its outputs are NaN through that scale anyway.
-DMOE_HOST_DEVICE constexpr uint32_t nvfp4_weight_scale_selector(int b) {
-  return 0x4400u | static_cast<uint32_t>(b) * 0x11u;
+// The weights' factors of scale bytes b and b + 2 (b = 0, 1) of `word` -- the blocks of two
+// consecutive pieces of a stage, nvfp4_piece_block -- as the two FP16 halves (low: byte b): E4M3
+// values are FP16 values, so one byte permute (`selector` = nvfp4_weight_scale_pair_selector(b), G121's
+// per-thread selector) and one conversion make both, where the tokens' s * 2^7 takes three
+// instructions per scale; each piece multiplies by its half (nvfp4_weight_pair_x2, G134). The weights'
+// operands are then e2m1 * s * 2^-14 (largest 0.164, lowest bit >= 2^-24, FP16's smallest subnormal:
+// exact; many are subnormal, which the FP16 wgmma multiplies exactly), the products with the tokens'
+// carry 2^-21 (kNvfp4AccScale). The NaN code 0x7F gives NaN operands: only an expert whose global
+// scale is NaN has it, and its outputs are NaN through that scale anyway.
+DMOE_HOST_DEVICE constexpr uint32_t nvfp4_weight_scale_pair_selector(int b) {
+  return 0x4400u | static_cast<uint32_t>(b) | static_cast<uint32_t>(b + 2) << 4;
 }
 DMOE_DEVICE uint32_t nvfp4_weight_scale_x2_of(uint32_t word, uint32_t selector) {
   uint32_t d;
@@ -105,11 +107,27 @@ DMOE_DEVICE void nvfp4_word_x2(uint32_t w, uint32_t t, uint32_t (&out)[4]) {
   for (int j = 0; j < 4; ++j) out[j] = nvfp4_pair_x2(b, j, t);
 }
 
-// Pair j of a prepared weight word (stored in the order of numeric/nvfp4_weight_order.cuh), times t:
-// a word's four pairs take four shifts (s >> 3 shared), four logic ops and four HMUL2 -- 12
-// instructions where the standard packing's nvfp4_word_x2 takes 15.
+// a times half kHalf of b in both halves: one HMUL2 (ptxas reads the half through the operand's
+// .H0_H0 / .H1_H1 selection).
+template <int kHalf>
+DMOE_DEVICE uint32_t hmul2_f16_by_half(uint32_t a, uint32_t b) {
+  static_assert(kHalf == 0 || kHalf == 1, "half 0 (low) or 1");
+  uint32_t d;
+  if constexpr (kHalf == 0)
+    asm("{\n .reg .b16 lo, hi;\n .reg .b32 t;\n mov.b32 {lo, hi}, %2;\n mov.b32 t, {lo, lo};\n"
+        " mul.rn.f16x2 %0, %1, t;\n}" : "=r"(d) : "r"(a), "r"(b));
+  else
+    asm("{\n .reg .b16 lo, hi;\n .reg .b32 t;\n mov.b32 {lo, hi}, %2;\n mov.b32 t, {hi, hi};\n"
+        " mul.rn.f16x2 %0, %1, t;\n}" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// Pair j of a prepared weight word (stored in the order of numeric/nvfp4_weight_order.cuh), times
+// half kHalf of t (nvfp4_weight_scale_x2_of): a word's four pairs take four shifts (s >> 3 shared),
+// four logic ops and four HMUL2 -- 12 instructions where the standard packing's nvfp4_word_x2 takes 15.
+template <int kHalf>
 DMOE_DEVICE uint32_t nvfp4_weight_pair_x2(uint32_t s, int j, uint32_t t) {
-  return hmul2_f16(numeric::nvfp4_weight_pair(s, j), t);
+  return hmul2_f16_by_half<kHalf>(numeric::nvfp4_weight_pair(s, j), t);
 }
 
 #endif  // __CUDACC__

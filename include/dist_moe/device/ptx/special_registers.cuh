@@ -32,6 +32,10 @@ DMOE_DEVICE int warp_uniform(int v) {
 // The same for a 32-bit shared memory address.
 DMOE_DEVICE uint32_t warp_uniform(uint32_t v) { return static_cast<uint32_t>(warp_uniform(static_cast<int>(v))); }
 
+// Makes v opaque to the compiler at this point (no instruction): a loop-invariant value pinned at the
+// top of each iteration stays in its register instead of being recomputed from its sources.
+DMOE_DEVICE void keep_in_register(uint32_t& v) { asm volatile("" : "+r"(v)); }
+
 // Nanoseconds since an arbitrary origin; coarse (microsecond-class updates), for timeouts only.
 DMOE_DEVICE uint64_t globaltimer_ns() {
   uint64_t t;
