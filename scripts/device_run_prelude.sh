@@ -64,6 +64,21 @@ bs_picks() {
   grep '(pick)' "$1" | awk '{for (i = 1; i <= NF; i++) if ($i == "(pick)") printf "%s %s %s ms, x copy %s; ", $4, $(i - 1), $(i + 1), $(i + 9)}'
 }
 
+# gemm_pick_rounds LABEL N "ARMS" BENCH-GEMM-ARGS...: N rounds over ARMS of bench_grouped_gemm
+# BENCH-GEMM-ARGS from $(arm_dir ARM) into $L/gemm_LABEL_<arm><round>.log, one line each: the
+# block-scaled picks (bs_picks). Starts no run with less than 35 s left.
+gemm_pick_rounds() {
+  local label=$1 n=$2 arms=$3 r arm f; shift 3
+  for r in $(seq 1 "$n"); do
+    for arm in $arms; do
+      [ "$(left)" -lt 35 ] && return
+      f=$L/gemm_${label// /_}_$arm$r.log
+      timeout "${ARM_TIMEOUT:-60}" "$(arm_dir "$arm")/bench/bench_grouped_gemm" "$@" > "$f" 2>&1
+      echo "gemm $label $arm$r: $(bs_picks "$f")"
+    done
+  done
+}
+
 # arm_dir ARM: the build folder of arm A (.abtree/build-ab, scripts/ab_trees.sh), B (build-gpu) or C
 # (.abtree_c/build-c, a third tree the script builds); a script may redefine it.
 arm_dir() { case $1 in A) echo .abtree/build-ab;; B) echo build-gpu;; C) echo .abtree_c/build-c;; esac; }

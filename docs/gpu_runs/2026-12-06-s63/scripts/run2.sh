@@ -12,14 +12,8 @@ nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 OUT=$L scripts/ab_trees.sh $PWD/$D/g134_hoist.patch "dist-moe bench_grouped_gemm" "dist-moe bench_grouped_gemm" ||
   { tail -20 $L/build.log $L/A/build.log; exit 1; }
 echo "built at $((SECONDS-T0)) s"
-for r in 1 2; do
-  for side in A B; do
-    f=$L/gemm_dsv3_decode_$side$r.log
-    timeout 60 $(arm_dir $side)/bench/bench_grouped_gemm --shapes dsv3_decode --ep 1 --iters 10 --routing balanced \
-      --ops w13_fprop_nvfp4x,w2_fprop_nvfp4x --sustain-ms 100 > $f 2>&1
-    echo "gemm dsv3_decode $side$r: $(bs_picks $f)"
-  done
-done
+gemm_pick_rounds dsv3_decode 2 "A B" --shapes dsv3_decode --ep 1 --iters 10 --routing balanced \
+  --ops w13_fprop_nvfp4x,w2_fprop_nvfp4x --sustain-ms 100
 decode="--shape dsv3_decode --mode infer --no-baseline --iters 10 --sustain-ms 50"
 ab_layer_rounds "staged dsv3_decode" 2 '^(inference forward|BF16 layer) |^fwd:w(13|2) .*GB' $decode --format nvfp4
 arm_rounds "mxfp8 dsv3_decode" 1 B '^(inference forward|BF16 layer) ' dist-moe bench $decode --format mxfp8
