@@ -10,10 +10,12 @@
 #include <random>
 #include <vector>
 
+#include "dist_moe/device/gemm/nvfp4_operands.cuh"
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "test_helpers.h"
 
 namespace nm = dist_moe::numeric;
+namespace gemm = dist_moe::gemm;
 
 namespace {
 
@@ -517,4 +519,30 @@ TEST(NumericNVFP4, PreparedWeightOrderGivesEveryWordsPairsAndBack) {
   EXPECT_EQ(q[0] | q[1] << 8 | q[2] << 16 | static_cast<uint32_t>(q[3]) << 24, nm::nvfp4_weight_word_encode(w0));
   nm::nvfp4_weight_bytes_decode(q.data(), static_cast<int64_t>(q.size()));
   EXPECT_EQ(q, orig);
+}
+
+TEST(Nvfp4Operands, WeightScalePairSelectorTakesEachPiecesBlock) {
+  // The swap-AB consumers (G134): quad thread q holds the 8 scale bytes of blocks 8 (q & 1) .. + 7 of
+  // a row and stage, word w = bytes 4w .. 4w + 3; one byte permute with nvfp4_weight_scale_pair_selector
+  // (q >> 1) must put piece 2w's block (nvfp4_piece_block) in byte 0 and piece 2w + 1's in byte 1 --
+  // the low and high FP16 halves after the E4M3x2 conversion -- over zero bytes 2 and 3. Emulates the
+  // byte permute: result byte k is byte (selector nibble k) & 7 of {word, 0}.
+  const auto byte_perm = [](uint32_t a, uint32_t b, uint32_t sel) {
+    const uint64_t both = static_cast<uint64_t>(b) << 32 | a;
+    uint32_t r = 0;
+    for (int k = 0; k < 4; ++k) r |= static_cast<uint32_t>((both >> (8 * ((sel >> (4 * k)) & 7u))) & 0xFFu) << (8 * k);
+    return r;
+  };
+  for (int q = 0; q < 4; ++q) {
+    uint8_t held[8];  // block index + 1 in each byte: 0 would not tell a zero byte from block 0
+    for (int i = 0; i < 8; ++i) held[i] = static_cast<uint8_t>(8 * (q & 1) + i + 1);
+    for (int w = 0; w < 2; ++w) {
+      const uint32_t word = held[4 * w] | held[4 * w + 1] << 8 | held[4 * w + 2] << 16 |
+                            static_cast<uint32_t>(held[4 * w + 3]) << 24;
+      const uint32_t r = byte_perm(word, 0u, gemm::nvfp4_weight_scale_pair_selector(q >> 1));
+      EXPECT_EQ(r & 0xFFu, static_cast<uint32_t>(gemm::nvfp4_piece_block(q, 2 * w) + 1)) << "q " << q << " word " << w;
+      EXPECT_EQ((r >> 8) & 0xFFu, static_cast<uint32_t>(gemm::nvfp4_piece_block(q, 2 * w + 1) + 1)) << "q " << q << " word " << w;
+      EXPECT_EQ(r >> 16, 0u) << "q " << q << " word " << w;
+    }
+  }
 }

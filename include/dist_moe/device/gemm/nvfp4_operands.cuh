@@ -47,6 +47,12 @@ inline constexpr float kNvfp4AccScale = 2097152.0f;  // 2^21: what the tokens' 2
 // The scale block (0..15 within a stage) thread q takes in piece i.
 DMOE_HOST_DEVICE constexpr int nvfp4_piece_block(int q, int i) { return 8 * (q & 1) + 2 * i + (q >> 1); }
 
+// The byte permute selector (G121's, per thread) that puts bytes b and b + 2 (b = 0, 1) of a word of
+// four scale bytes into bytes 0 and 1 over zeros: thread q's blocks of pieces 2w and 2w + 1 for b = q >> 1.
+DMOE_HOST_DEVICE constexpr uint32_t nvfp4_weight_scale_pair_selector(int b) {
+  return 0x4400u | static_cast<uint32_t>(b) | static_cast<uint32_t>(b + 2) << 4;
+}
+
 #if defined(__CUDACC__)
 
 DMOE_DEVICE uint32_t hmul2_f16(uint32_t a, uint32_t b) {
@@ -65,16 +71,13 @@ DMOE_DEVICE uint32_t nvfp4_scale_x2(uint32_t s) { return nvfp4_scale_pair_x2(s *
 
 // The weights' factors of scale bytes b and b + 2 (b = 0, 1) of `word` -- the blocks of two
 // consecutive pieces of a stage, nvfp4_piece_block -- as the two FP16 halves (low: byte b): E4M3
-// values are FP16 values, so one byte permute (`selector` = nvfp4_weight_scale_pair_selector(b), G121's
-// per-thread selector) and one conversion make both, where the tokens' s * 2^7 takes three
-// instructions per scale; each piece multiplies by its half (nvfp4_weight_pair_x2, G134). The weights'
-// operands are then e2m1 * s * 2^-14 (largest 0.164, lowest bit >= 2^-24, FP16's smallest subnormal:
-// exact; many are subnormal, which the FP16 wgmma multiplies exactly), the products with the tokens'
-// carry 2^-21 (kNvfp4AccScale). The NaN code 0x7F gives NaN operands: only an expert whose global
-// scale is NaN has it, and its outputs are NaN through that scale anyway.
-DMOE_HOST_DEVICE constexpr uint32_t nvfp4_weight_scale_pair_selector(int b) {
-  return 0x4400u | static_cast<uint32_t>(b) | static_cast<uint32_t>(b + 2) << 4;
-}
+// values are FP16 values, so one byte permute (`selector` = nvfp4_weight_scale_pair_selector(b)) and one
+// conversion make both, where the tokens' s * 2^7 takes three instructions per scale; each piece
+// multiplies by its half (nvfp4_weight_pair_x2, G134). The weights' operands are then e2m1 * s * 2^-14
+// (largest 0.164, lowest bit >= 2^-24, FP16's smallest subnormal: exact; many are subnormal, which the
+// FP16 wgmma multiplies exactly), the products with the tokens' carry 2^-21 (kNvfp4AccScale). The NaN
+// code 0x7F gives NaN operands: only an expert whose global scale is NaN has it, and its outputs are
+// NaN through that scale anyway.
 DMOE_DEVICE uint32_t nvfp4_weight_scale_x2_of(uint32_t word, uint32_t selector) {
   uint32_t d;
   asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}"
