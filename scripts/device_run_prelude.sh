@@ -79,6 +79,16 @@ gemm_pick_rounds() {
   done
 }
 
+# nvfp4_suite ARM [TIMEOUT]: the NVFP4 layer suite against the CPU oracle from $(arm_dir ARM) (one
+# rank, dmoe_launch of build-gpu) into $L/suite_nvfp4_ARM.log; one line with its verdict.
+nvfp4_suite() {
+  local arm=$1 limit=${2:-200}
+  timeout "$limit" build-gpu/dmoe_launch -n 1 --timeout $((limit - 10)) -- \
+    "$(arm_dir "$arm")/tests/dist_moe_nvfp4_pipeline_tests" > "$L/suite_nvfp4_$arm.log" 2>&1
+  echo "nvfp4 suite $arm rc=$? at $((SECONDS-T0)) s: $(grep -E 'ALL PASS|FAILED:|FAIL case|ERROR|TIMEOUT' \
+    "$L/suite_nvfp4_$arm.log" | head -3 | tr '\n' ' ')"
+}
+
 # arm_dir ARM: the build folder of arm A (.abtree/build-ab, scripts/ab_trees.sh), B (build-gpu) or C
 # (.abtree_c/build-c, a third tree the script builds); a script may redefine it.
 arm_dir() { case $1 in A) echo .abtree/build-ab;; B) echo build-gpu;; C) echo .abtree_c/build-c;; esac; }

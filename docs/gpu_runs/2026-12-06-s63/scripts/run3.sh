@@ -20,13 +20,7 @@ OUT=$L scripts/quick_build.sh dist-moe bench_grouped_gemm dist_moe_gpu_tests dmo
   exit 1
 echo "built at $((SECONDS-T0)) s"
 gtests nvfp4 'GroupedGemmNvfp4*:MegaNvfp4*:Nvfp4ExpandRows*:QuantizeNvfp4*' 150
-suite() {  # suite ARM: the NVFP4 layer suite against the CPU oracle
-  timeout 200 build-gpu/dmoe_launch -n 1 --timeout 190 -- $(arm_dir $1)/tests/dist_moe_nvfp4_pipeline_tests \
-    > $L/suite_nvfp4_$1.log 2>&1
-  echo "nvfp4 suite $1 rc=$? at $((SECONDS-T0)) s: $(grep -E 'ALL PASS|FAILED:|FAIL case|ERROR|TIMEOUT' \
-    $L/suite_nvfp4_$1.log | head -3 | tr '\n' ' ')"
-}
-suite X
+nvfp4_suite X
 for r in 1 2; do
   for shape in dsv3_decode qwen3_30b; do
     [ "$(left)" -lt 200 ] && break 2
@@ -43,4 +37,4 @@ decode="--shape dsv3_decode --mode infer --format nvfp4 --no-baseline --iters 10
 arm_rounds "staged dsv3_decode" 2 "T X" '^(inference forward|BF16 layer) |^fwd:w(13|2) .*GB' dist-moe bench $decode
 t128="--shape qwen3_30b --tokens 128 --mode infer --format nvfp4 --no-baseline --iters 20 --sustain-ms 50"
 arm_rounds "staged qwen3 T128" 2 "T X" '^(inference forward|BF16 layer) ' dist-moe bench $t128
-[ "$(left)" -gt 100 ] && suite T
+[ "$(left)" -gt 100 ] && nvfp4_suite T
