@@ -14,9 +14,10 @@ namespace dist_moe::gemm {
 namespace {
 
 // The decode tile of each format (the kGemmKernelSpecs entries decode_kernel(..., 256, 16, 4)
-// .nvfp4_expanded() and decode_kernel(..., 256, 16, 5).mxfp8()), W13 with the gate / up split. NVFP4 keeps its descriptors per lane
-// here (kUniformStage off: 2-4% slower on an H100 with it in both loops, G128, or in W13's only, G129);
-// its stages carry the weight scales as the staged tile's do (G133), so four of them fit.
+// .nvfp4_expanded() and decode_kernel(..., 256, 16, 5).mxfp8()), W13 with the gate / up split. NVFP4
+// keeps its descriptors per lane here (kUniformStage off: 2-4% slower on an H100 with it in both
+// loops, G128, or in W13's only, G129); its stages carry the weight scales as the staged tile's do
+// (G133), so four of them fit.
 template <WeightSplit kSplit>
 using Nvfp4DecodeMainloop =
     Sm90Nvfp4SwapABMainloop<MainloopConfig<GemmKind::kFpropSwapAB, 256, 16, 4, ConsumerSchedule::kCooperative, kSplit,

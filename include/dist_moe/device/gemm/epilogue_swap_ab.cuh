@@ -11,7 +11,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "dist_moe/device/common/macros.cuh"
 #include "dist_moe/device/gemm/epilogue_staging.cuh"
@@ -23,15 +22,6 @@
 #include "dist_moe/device/ptx/ld_st.cuh"
 
 namespace dist_moe::gemm {
-
-// Whether the mainloop's stages carry the weight scales (the NVFP4 16-token expanded kernels,
-// kScalesInStage): their consumers have the registers to load the epilogue's FP32 factors before
-// the k loop (kEarlyLoads below).
-template <class Mainloop, class = void>
-struct StagesCarryScales : std::false_type {};
-template <class Mainloop>
-struct StagesCarryScales<Mainloop, std::void_t<decltype(Mainloop::kScalesInStage)>>
-    : std::bool_constant<Mainloop::kScalesInStage> {};
 
 template <class Mainloop>
 struct SwapABStaging {
@@ -181,7 +171,7 @@ struct SwapABStoreEpilogue {
   static constexpr bool kClipStats = false;
   static constexpr bool kPrefetchL2 = false;  // (kernel.cuh: operands pulled into L2 ahead of the epilogue)
   static constexpr int kOutBytes = 2;
-  static constexpr bool kEarlyLoads = StagesCarryScales<Mainloop>::value;  // (kernel.cuh)
+  static constexpr bool kEarlyLoads = Mainloop::kScalesInStage;  // (kernel.cuh; mainloop.cuh)
   using Early = typename Staging::template Nvfp4Factors<Mainloop::kAccPerMma>;
 
 #if defined(__CUDACC__)
@@ -241,7 +231,7 @@ struct SwapABSwigluEpilogue {
   static constexpr bool kClipStats = true;
   static constexpr bool kPrefetchL2 = false;
   static constexpr int kOutBytes = 2;
-  static constexpr bool kEarlyLoads = StagesCarryScales<Mainloop>::value;  // (kernel.cuh)
+  static constexpr bool kEarlyLoads = Mainloop::kScalesInStage;  // (kernel.cuh; mainloop.cuh)
   using Early = typename Staging::template Nvfp4Factors<Mainloop::kAccPerMma>;
 
 #if defined(__CUDACC__)

@@ -122,6 +122,10 @@ struct Sm90Mainloop {
   static constexpr int kStageWarpRegs = 56;
   // Consumers that need 240 registers: the producer warpgroup keeps the minimum, 24 (kernel.cuh).
   static constexpr bool kWideConsumers = false;
+  // Whether each stage also carries the weight's block scales, so that the consumers have registers
+  // left to load the epilogue's factors before the k loop (the NVFP4 16-token decode tile, G131 / G133;
+  // epilogue_swap_ab.cuh kEarlyLoads).
+  static constexpr bool kScalesInStage = false;
 
   static_assert(kBlockM == 128 || (kBlockM == 256 && kKind == GemmKind::kFpropSwapAB),
                 "BM is 128 (two m64 warpgroups), or 256 for swap-AB decode");
