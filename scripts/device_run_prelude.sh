@@ -89,6 +89,18 @@ nvfp4_suite() {
     "$L/suite_nvfp4_$arm.log" | head -3 | tr '\n' ' ')"
 }
 
+# env_arm DIR ASSIGNMENT PROGRAM...: an arm of build-gpu's binaries run under one environment
+# assignment (e.g. DMOE_GEMM_EXPERIMENTAL=1): DIR/PROGRAM wrappers for each PROGRAM (a path under
+# build-gpu), for arm_dir to name.
+env_arm() {
+  local dir=$1 assignment=$2 prog; shift 2
+  for prog in "$@"; do
+    mkdir -p "$dir/$(dirname "$prog")"
+    printf '#!/bin/sh\n%s exec %s/build-gpu/%s "$@"\n' "$assignment" "$PWD" "$prog" > "$dir/$prog"
+    chmod +x "$dir/$prog"
+  done
+}
+
 # arm_dir ARM: the build folder of arm A (.abtree/build-ab, scripts/ab_trees.sh), B (build-gpu) or C
 # (.abtree_c/build-c, a third tree the script builds); a script may redefine it.
 arm_dir() { case $1 in A) echo .abtree/build-ab;; B) echo build-gpu;; C) echo .abtree_c/build-c;; esac; }

@@ -10,11 +10,7 @@
 # alternated. On an H100 the result is known (G132: slower); the question is the H200.
 RUN_NAME=s63r3; source scripts/device_run_prelude.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-mkdir -p .xarm/bench .xarm/tests
-for p in dist-moe bench/bench_grouped_gemm tests/dist_moe_nvfp4_pipeline_tests; do
-  printf '#!/bin/sh\nDMOE_GEMM_EXPERIMENTAL=1 exec %s/build-gpu/%s "$@"\n' "$PWD" "$p" > .xarm/$p
-  chmod +x .xarm/$p
-done
+env_arm .xarm DMOE_GEMM_EXPERIMENTAL=1 dist-moe bench/bench_grouped_gemm tests/dist_moe_nvfp4_pipeline_tests
 arm_dir() { case $1 in T) echo build-gpu;; X) echo .xarm;; esac; }
 OUT=$L scripts/quick_build.sh dist-moe bench_grouped_gemm dist_moe_gpu_tests dmoe_launch dist_moe_nvfp4_pipeline_tests ||
   exit 1
