@@ -293,12 +293,12 @@ struct Sm90Nvfp4SwapABMainloop : Sm90Mainloop<Config> {
     auto& odd = kSets > 1 ? set1 : set0;  // the set of pieces 1 and 3 (set1 unused with one set)
     uint2 sc_now[kMmaPerWg][2];
     if constexpr (kSets > 1 && !kScalesInStage) load_scales(scale_row, 0, sc_now);
-    // kScalesInStage: this thread's row scales in the stage's copy, tile row tile_row(wg, 0) + frag_row
-    // (the others 8, 128 and 136 rows on: immediate offsets), half q & 1 of the row's 16 bytes.
-    uint32_t stage_scale_off = static_cast<uint32_t>((Base::tile_row(wg, 0) + frag_row) * 16 + 8 * (q & 1));
-    // Piece i's blocks of this thread's first row in a stage (the other rows at kRowOff): unit
-    // 4 (q & 1) + i swizzled by g, half q >> 1.
-    const uint32_t row_off = static_cast<uint32_t>((Base::tile_row(wg, 0) + frag_row) * kNvfp4StageBytes + 8 * (q >> 1));
+    const int first_row = Base::tile_row(wg, 0) + frag_row;  // the thread's first tile row (the others: kRowOff)
+    // kScalesInStage: this thread's row scales in the stage's copy, from first_row's (the others 8, 128
+    // and 136 rows on: immediate offsets), half q & 1 of the row's 16 bytes.
+    uint32_t stage_scale_off = static_cast<uint32_t>(first_row * 16 + 8 * (q & 1));
+    // Piece i's blocks of first_row in a stage: unit 4 (q & 1) + i swizzled by g, half q >> 1.
+    const uint32_t row_off = static_cast<uint32_t>(first_row * kNvfp4StageBytes + 8 * (q >> 1));
     uint32_t piece_off[kPieces];
 #pragma unroll
     for (int i = 0; i < kPieces; ++i) piece_off[i] = row_off + 16u * static_cast<uint32_t>((4 * (q & 1) + i) ^ g);
