@@ -25,3 +25,10 @@ for r in 1 2 3 4; do
     echo "$arm$r rc=$?: $(rows $f)"
   done
 done
+# Issue #24's whole table once on B (both patches), if time is left.
+if [ "$(left)" -gt 60 ]; then
+  f=$L/quantize_B.log
+  timeout 100 build-gpu/bench/bench_quantize --shapes dsv3_prefill,qwen3_30b --iters 20 --sustain-ms 100 > $f 2>&1
+  echo "bench_quantize B rc=$? at $((SECONDS-T0)) s: $(grep -E 'quantizers at' $f)"
+  grep -E ' below$' $f | sed 's/^/  /'
+fi
