@@ -2,7 +2,7 @@
 # RUN_NAME: logs in L=/tmp/$RUN_NAME, packed into $OUT/logs.tar.gz when the script exits; the torch
 # venv's NCCL first on the library path (the system's older one clashes), NVLink multicast off;
 # T0 and left() (seconds before the ~540 s mark, past which scripts start no new step);
-# gtests, torch_tests, ncu_pages, reversed_tree and the A / B round helpers (below).
+# gtests, torch_tests, ncu_pages, reversed_tree, ab_patch_trees and the A / B round helpers (below).
 O=${OUT:-/tmp/o}; L=/tmp/${RUN_NAME:?set RUN_NAME before sourcing}; mkdir -p "$O" "$L"
 export LD_LIBRARY_PATH=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
@@ -56,6 +56,17 @@ gtests() {
   timeout $limit build-gpu/tests/dist_moe_gpu_tests --gtest_color=no --gtest_filter="$filter" > $L/gtest_$name.log 2>&1
   echo "$name gtests rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/gtest_$name.log | tr '\n' ' ')"
   grep -E '^\[  FAILED' $L/gtest_$name.log | head -8
+}
+
+# ab_patch_trees PATCH "B TARGETS" "A TARGETS": the A / B pair of a one-patch experiment -- PATCH
+# applied to this checkout (B, build-gpu), A = this checkout without it (scripts/ab_trees.sh) -- both
+# built; logs $L/build.log, $L/A/build.log. Exits the script (2: the patch does not apply, 1: a build
+# failed) or prints the build time.
+ab_patch_trees() {
+  local patch=$1
+  git apply "$patch" || { echo "$patch does not apply"; exit 2; }
+  OUT=$L scripts/ab_trees.sh "$patch" "$2" "$3" || { tail -20 "$L/build.log" "$L/A/build.log"; exit 1; }
+  echo "built at $((SECONDS-T0)) s"
 }
 
 # bs_picks LOG: each block-scaled decode GEMM's pick in a bench_grouped_gemm log ("bs" lines), as

@@ -8,21 +8,10 @@
 RUN_NAME=s65r2; source scripts/device_run_prelude.sh
 D=docs/gpu_runs/2026-12-06-s65
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-git apply $D/g138_expand_rows_40_warps.patch || { echo "the G138 patch does not apply"; exit 2; }
-OUT=$L scripts/ab_trees.sh $PWD/$D/g138_expand_rows_40_warps.patch "bench_quantize dist_moe_gpu_tests" bench_quantize ||
-  { tail -20 $L/build.log $L/A/build.log; exit 1; }
-echo "built at $((SECONDS-T0)) s"
+ab_patch_trees $D/g138_expand_rows_40_warps.patch "bench_quantize dist_moe_gpu_tests" bench_quantize
 gtests nvfp4q 'QuantizeNvfp4*:Nvfp4ExpandRows*' 100
-rows() { grep -E '^(dsv3_prefill|qwen3_30b) +nvfp4_' "$1" | awk '{printf "%s %s %s ms copy %s %s; ", $1, $2, $3, $4, $5}'; }
-for r in 1 2 3 4; do
-  for arm in A B; do
-    [ "$(left)" -lt 30 ] && break 2
-    f=$L/rows_$arm$r.log
-    timeout 60 $(arm_dir $arm)/bench/bench_quantize --shapes dsv3_prefill,qwen3_30b \
-      --cases nvfp4_token_rows,nvfp4_expand_rows,nvfp4_expand_rows_g --iters 50 --sustain-ms 100 > $f 2>&1
-    echo "$arm$r rc=$?: $(rows $f)"
-  done
-done
+arm_rounds "rows" 4 "A B" '^(dsv3_prefill|qwen3_30b) +nvfp4_' bench/bench_quantize --shapes dsv3_prefill,qwen3_30b \
+  --cases nvfp4_token_rows,nvfp4_expand_rows,nvfp4_expand_rows_g --iters 50 --sustain-ms 100
 # Issue #24's whole table once on B, if time is left.
 if [ "$(left)" -gt 60 ]; then
   f=$L/quantize_B.log
