@@ -2,7 +2,8 @@
 # RUN_NAME: logs in L=/tmp/$RUN_NAME, packed into $OUT/logs.tar.gz when the script exits; the torch
 # venv's NCCL first on the library path (the system's older one clashes), NVLink multicast off;
 # T0 and left() (seconds before the ~540 s mark, past which scripts start no new step);
-# gtests, torch_tests, ncu_pages, reversed_tree, ab_patch_trees and the A / B round helpers (below).
+# gtests, torch_tests, ncu_pages, reversed_tree, ab_patch_trees, layer_suite and the A / B round helpers
+# (below).
 O=${OUT:-/tmp/o}; L=/tmp/${RUN_NAME:?set RUN_NAME before sourcing}; mkdir -p "$O" "$L"
 export LD_LIBRARY_PATH=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
@@ -90,15 +91,18 @@ gemm_pick_rounds() {
   done
 }
 
-# nvfp4_suite ARM [TIMEOUT]: the NVFP4 layer suite against the CPU oracle from $(arm_dir ARM) (one
-# rank, dmoe_launch of build-gpu) into $L/suite_nvfp4_ARM.log; one line with its verdict.
-nvfp4_suite() {
-  local arm=$1 limit=${2:-200}
+# layer_suite LABEL TEST ARM [TIMEOUT]: a layer suite against the CPU oracle, $(arm_dir ARM)/tests/TEST (one
+# rank, dmoe_launch of build-gpu), into $L/suite_LABEL_ARM.log; one line with its verdict.
+layer_suite() {
+  local label=$1 test=$2 arm=$3 limit=${4:-200}
   timeout "$limit" build-gpu/dmoe_launch -n 1 --timeout $((limit - 10)) -- \
-    "$(arm_dir "$arm")/tests/dist_moe_nvfp4_pipeline_tests" > "$L/suite_nvfp4_$arm.log" 2>&1
-  echo "nvfp4 suite $arm rc=$? at $((SECONDS-T0)) s: $(grep -E 'ALL PASS|FAILED:|FAIL case|ERROR|TIMEOUT' \
-    "$L/suite_nvfp4_$arm.log" | head -3 | tr '\n' ' ')"
+    "$(arm_dir "$arm")/tests/$test" > "$L/suite_${label}_$arm.log" 2>&1
+  echo "$label suite $arm rc=$? at $((SECONDS-T0)) s: $(grep -E 'ALL PASS|FAILED:|FAIL case|ERROR|TIMEOUT' \
+    "$L/suite_${label}_$arm.log" | head -3 | tr '\n' ' ')"
 }
+
+# nvfp4_suite ARM [TIMEOUT]: the NVFP4 layer suite (layer_suite nvfp4 ...).
+nvfp4_suite() { layer_suite nvfp4 dist_moe_nvfp4_pipeline_tests "$@"; }
 
 # env_arm DIR ASSIGNMENT PROGRAM...: an arm of build-gpu's binaries run under one environment
 # assignment (e.g. DMOE_GEMM_EXPERIMENTAL=1): DIR/PROGRAM wrappers for each PROGRAM (a path under

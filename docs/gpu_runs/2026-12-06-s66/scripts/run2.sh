@@ -22,9 +22,7 @@ for ep in 1 2; do
   awk '$1 == "fp8" && ($5 == "pick" || $6 ~ /_dyn$/) {printf "  %s %s %s %s ms (x bf16 %s)\n", $2, $4, ($5 == "pick" ? "pick" : $6), ($5 == "pick" ? $10 : $7), ($5 == "pick" ? $19 : $16)}' $f
 done
 gtests fp8 'GroupedGemmFp8*' 120
-timeout 150 build-gpu/dmoe_launch -n 1 --timeout 140 -- build-gpu/tests/dist_moe_fp8_blockwise_training_tests \
-  > $L/suite_fp8bw_train.log 2>&1
-echo "FP8-blockwise training suite B rc=$? at $((SECONDS-T0)) s: $(grep -E 'ALL PASS|FAILED:|ERROR' $L/suite_fp8bw_train.log | head -3 | tr '\n' ' ')"
+layer_suite fp8bw_train dist_moe_fp8_blockwise_training_tests B 150
 LAYER_AB_TIMEOUT=90 scripts/layer_ab_rounds.sh dsv3_prefill_fp8bw .abtree/build-ab build-gpu 2 $L/layer_dsv3.log \
   --shape dsv3_prefill --format fp8_blockwise --no-baseline --iters 5 --sustain-ms 100
 grep -E '^bwd:w(13|2)_wgrad ' $L/layer_dsv3.log | sed 's/^/  /'
