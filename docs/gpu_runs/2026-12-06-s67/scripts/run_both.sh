@@ -33,3 +33,20 @@ fi
 [ "$(left)" -gt 50 ] && LAYER_AB_TIMEOUT=45 scripts/layer_ab_rounds.sh dsv3_prefill_fp8bw .abtree/build-ab build-gpu 2 \
   $L/layer_dsv3.log --shape dsv3_prefill --format fp8_blockwise --no-baseline --iters 5 --sustain-ms 100
 grep -E '^bwd:w(13|2)_wgrad ' $L/layer_dsv3.log 2>/dev/null | sed 's/^/  /'
+# With time left: where the FP8 WGRAD's time goes at qwen3_30b EP1 (512 rows per expert, four k blocks
+# per 128x256 tile: issue #27's WGRAD gap; the plan in perf_history G142 wants the epilogue's and the
+# fold's shares) -- ncu source page of the W13 WGRAD, BF16 gradients accumulated, on B (the pick there
+# is main's 128x256).
+if [ "$(left)" -gt 90 ]; then
+  K2='Sm90Fp8BlockwiseMainloop<dist_moe::gemm::MainloopConfig<\(dist_moe::gemm::GemmKind\)2, \(int\)128, \(int\)256'
+  timeout 80 ncu --clock-control none --kernel-name-base demangled -k "regex:$K2" --launch-skip 3 -c 1 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+    --section SourceCounters -o $L/wgrad_qwen3 build-gpu/bench/bench_grouped_gemm --ep 1 --shapes qwen3_30b \
+    --routing balanced --ops w13_wgrad_fp8 --wgrad-accumulate --fp8-wgrad-bf16 --iters 4 --sustain-ms 0 \
+    > $L/wgrad_qwen3_run.txt 2>&1
+  echo "ncu wgrad_qwen3 rc=$? at $((SECONDS-T0)) s"
+  ncu_pages wgrad_qwen3 40
+  grep -E "SM Frequency|Duration|DRAM Th|L2 Cache Th|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" \
+    $L/ncu_wgrad_qwen3_details.txt | head -8
+  head -25 $L/ncu_wgrad_qwen3_by_line.txt
+fi
