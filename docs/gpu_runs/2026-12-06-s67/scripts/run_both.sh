@@ -41,12 +41,14 @@ if [ "$(left)" -gt 90 ]; then
   K2='Sm90Fp8BlockwiseMainloop<dist_moe::gemm::MainloopConfig<\(dist_moe::gemm::GemmKind\)2, \(int\)128, \(int\)256'
   timeout 80 ncu --clock-control none --kernel-name-base demangled -k "regex:$K2" --launch-skip 3 -c 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-    --section SourceCounters -o $L/wgrad_qwen3 build-gpu/bench/bench_grouped_gemm --ep 1 --shapes qwen3_30b \
+    --section SourceCounters --section MemoryWorkloadAnalysis_Tables \
+    --metrics lts__t_sectors_op_red.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    -o $L/wgrad_qwen3 build-gpu/bench/bench_grouped_gemm --ep 1 --shapes qwen3_30b \
     --routing balanced --ops w13_wgrad_fp8 --wgrad-accumulate --fp8-wgrad-bf16 --iters 4 --sustain-ms 0 \
     > $L/wgrad_qwen3_run.txt 2>&1
   echo "ncu wgrad_qwen3 rc=$? at $((SECONDS-T0)) s"
   ncu_pages wgrad_qwen3 40
-  grep -E "SM Frequency|Duration|DRAM Th|L2 Cache Th|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" \
-    $L/ncu_wgrad_qwen3_details.txt | head -8
+  grep -E "SM Frequency|Duration|DRAM Th|L2 Cache Th|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|lts__t_sectors_op|dram__bytes" \
+    $L/ncu_wgrad_qwen3_details.txt | head -14
   head -25 $L/ncu_wgrad_qwen3_by_line.txt
 fi
