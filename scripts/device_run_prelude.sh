@@ -1,16 +1,16 @@
 # Sourced by the one-call device run scripts (docs/gpu_runs/*/scripts/run*.sh) after they set
 # RUN_NAME: logs in L=/tmp/$RUN_NAME, packed into $OUT/logs.tar.gz when the script exits; the torch
 # venv's NCCL first on the library path (the system's older one clashes), NVLink multicast off;
-# T0 and left() (seconds before the ~540 s mark, past which scripts start no new step);
-# gtests, torch_tests, ncu_pages, reversed_tree, ab_patch_trees, layer_suite and the A / B round helpers
-# (below).
+# T0 and left() (seconds before the BUDGET mark, default 540 s, past which scripts start no new step:
+# set BUDGET lower for a call with less device time left); gtests, torch_tests, ncu_pages, reversed_tree,
+# ab_patch_trees, layer_suite, wgrad_sweep and the A / B round helpers (below).
 O=${OUT:-/tmp/o}; L=/tmp/${RUN_NAME:?set RUN_NAME before sourcing}; mkdir -p "$O" "$L"
 export LD_LIBRARY_PATH=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
 T0=$SECONDS
 finish() { tar -czf "$O/logs.tar.gz" -C "$L" . ; echo "all done at $((SECONDS - T0)) s"; }
 trap finish EXIT
-left() { echo $((540 - (SECONDS - T0))); }
+left() { echo $((${BUDGET:-540} - (SECONDS - T0))); }
 
 # torch_tests FILE...: tests/torch within BUDGET seconds of T0 (default 540): each named file (no
 # .py) alone, with what is left, then the rest of tests/torch; logs $L/FILE.log and
@@ -104,6 +104,19 @@ layer_suite() {
 # nvfp4_suite ARM [TIMEOUT]: the NVFP4 layer suite (layer_suite nvfp4 ...).
 nvfp4_suite() { layer_suite nvfp4 dist_moe_nvfp4_pipeline_tests "$@"; }
 
+# wgrad_sweep LABEL [TIMEOUT] BENCH-GEMM-ARGS...: build-gpu's bench_grouped_gemm sweep of the FP8-blockwise
+# WGRAD tiles (BF16 gradients accumulated, as the layers add them) into $L/sweep_LABEL.log; one line with
+# its rc, then one per shape and op: the pick and the _dyn rows (the layers' accumulating WGRADs take the
+# dynamic schedule), each with its time against our BF16 WGRAD.
+wgrad_sweep() {
+  local label=$1 limit=$2 f=$L/sweep_$1.log; shift 2
+  timeout "$limit" build-gpu/bench/bench_grouped_gemm --routing balanced --ops w13_wgrad_fp8,w2_wgrad_fp8 \
+    --wgrad-accumulate --fp8-wgrad-bf16 --sweep "$@" > "$f" 2>&1
+  echo "sweep $label rc=$? at $((SECONDS-T0)) s"
+  awk '$1 == "fp8" && ($5 == "pick" || $6 ~ /_dyn$/) {printf "  %s %s %s %s ms (x bf16 %s)\n", $2, $4,
+    ($5 == "pick" ? "pick" : $6), ($5 == "pick" ? $10 : $7), ($5 == "pick" ? $19 : $16)}' "$f"
+}
+
 # env_arm DIR ASSIGNMENT PROGRAM...: an arm of build-gpu's binaries run under one environment
 # assignment (e.g. DMOE_GEMM_EXPERIMENTAL=1): DIR/PROGRAM wrappers for each PROGRAM (a path under
 # build-gpu), for arm_dir to name.
@@ -155,4 +168,14 @@ arm_rounds() {
 ab_layer_rounds() {
   local label=$1 n=$2 lines=$3; shift 3
   arm_rounds "$label" "$n" "A B" "$lines" dist-moe bench "$@"
+}
+
+# mega_rounds FORMAT DECODE_ROUNDS T128_ROUNDS: ab_layer_rounds of the Mega inference layer against the
+# staged layer (alternated in one process) at dsv3_decode and at qwen3_30b T = 128, FORMAT nvfp4 or mxfp8.
+mega_rounds() {
+  local fmt=$1 lines='^(inference forward|staged layer|BF16 layer) |^fwd:mega .*GB'
+  ab_layer_rounds "mega $fmt dsv3_decode" "$2" "$lines" --shape dsv3_decode --mode infer --format "$fmt" \
+    --no-baseline --iters 10 --sustain-ms 50 --pipeline mega
+  ab_layer_rounds "mega $fmt qwen3 T128" "$3" "$lines" --shape qwen3_30b --tokens 128 --mode infer --format "$fmt" \
+    --no-baseline --iters 20 --sustain-ms 50 --pipeline mega
 }

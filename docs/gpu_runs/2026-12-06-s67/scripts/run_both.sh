@@ -3,7 +3,8 @@
 # paths -- G140 the FP8-blockwise WGRAD's pick, G141 the NVFP4 Mega kernel's epilogue loads -- so B =
 # main + both is each one's B arm). A = main. G141 first (any card's A / B counts), then G140 (owed on
 # the H200; on an H100 its layer A / B is new: s66 measured only the sweep there). Steps as s66's
-# run2.sh / run3.sh, trimmed to one call.
+# run2.sh / run3.sh, trimmed to one call. With less than ~600 s of device time left, call it with a lower
+# BUDGET (the prelude's left()): later steps are skipped, G141's first.
 RUN_NAME=s67both; source scripts/device_run_prelude.sh
 S66=docs/gpu_runs/2026-12-06-s66
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
@@ -14,22 +15,12 @@ ab_patch_trees $L/g140_g141.patch "dist-moe dmoe_launch bench_grouped_gemm dist_
 # against staged alternated in one process, A / B.
 gtests nvfp4 'GroupedGemmNvfp4*:Mega*:Nvfp4ExpandRows*' 120
 nvfp4_suite B 150
-mega_lines='^(inference forward|staged layer|BF16 layer) |^fwd:mega .*GB'
-ab_layer_rounds "mega dsv3_decode" 3 "$mega_lines" --shape dsv3_decode --mode infer --format nvfp4 --no-baseline \
-  --iters 10 --sustain-ms 50 --pipeline mega
-ab_layer_rounds "mega qwen3 T128" 2 "$mega_lines" --shape qwen3_30b --tokens 128 --mode infer --format nvfp4 \
-  --no-baseline --iters 20 --sustain-ms 50 --pipeline mega
+mega_rounds nvfp4 3 2
 # G140: B's FP8 GEMM gtests and FP8-blockwise training suite; the WGRAD sweep at dsv3_prefill EP1 sizes
 # (both tiles, one process); the dsv3_prefill EP1 FP8-blockwise layer A / B.
 [ "$(left)" -gt 100 ] && gtests fp8 'GroupedGemmFp8*' 90
 [ "$(left)" -gt 80 ] && layer_suite fp8bw_train dist_moe_fp8_blockwise_training_tests B 70
-if [ "$(left)" -gt 60 ]; then
-  f=$L/sweep_ep1.log
-  timeout 40 build-gpu/bench/bench_grouped_gemm --ep 1 --shapes dsv3_prefill --routing balanced \
-    --ops w13_wgrad_fp8,w2_wgrad_fp8 --wgrad-accumulate --fp8-wgrad-bf16 --sweep --iters 5 --sustain-ms 100 > $f 2>&1
-  echo "sweep ep1 rc=$? at $((SECONDS-T0)) s"
-  awk '$1 == "fp8" && ($5 == "pick" || $6 ~ /_dyn$/) {printf "  %s %s %s %s ms (x bf16 %s)\n", $2, $4, ($5 == "pick" ? "pick" : $6), ($5 == "pick" ? $10 : $7), ($5 == "pick" ? $19 : $16)}' $f
-fi
+[ "$(left)" -gt 60 ] && wgrad_sweep ep1 40 --ep 1 --shapes dsv3_prefill --iters 5 --sustain-ms 100
 [ "$(left)" -gt 50 ] && LAYER_AB_TIMEOUT=45 scripts/layer_ab_rounds.sh dsv3_prefill_fp8bw .abtree/build-ab build-gpu 2 \
   $L/layer_dsv3.log --shape dsv3_prefill --format fp8_blockwise --no-baseline --iters 5 --sustain-ms 100
 grep -E '^bwd:w(13|2)_wgrad ' $L/layer_dsv3.log 2>/dev/null | sed 's/^/  /'
