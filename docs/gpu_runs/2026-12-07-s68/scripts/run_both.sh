@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# s67: G140 and G141 in one call on whatever card comes (one build: the two patches touch disjoint
+# s68 (written in s67, never run there): G140 and G141 in one call on whatever card comes (one build: the two patches touch disjoint
 # paths -- G140 the FP8-blockwise WGRAD's pick, G141 the NVFP4 Mega kernel's epilogue loads -- so B =
 # main + both is each one's B arm). A = main. G141 first (any card's A / B counts), then G140 (owed on
 # the H200; on an H100 its layer A / B is new: s66 measured only the sweep there). Steps as s66's
 # run2.sh / run3.sh, trimmed to one call. With less than ~600 s of device time left, call it with a lower
 # BUDGET (the prelude's left()): later steps are skipped, G141's first.
-RUN_NAME=s67both; source scripts/device_run_prelude.sh
+RUN_NAME=s68both; source scripts/device_run_prelude.sh
 S66=docs/gpu_runs/2026-12-06-s66
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 cat $S66/g140_fp8_wgrad_short_k_128x128.patch $S66/g141_mega_early_epilogue_loads.patch > $L/g140_g141.patch
@@ -24,6 +24,18 @@ mega_rounds nvfp4 3 2
 [ "$(left)" -gt 50 ] && LAYER_AB_TIMEOUT=45 scripts/layer_ab_rounds.sh dsv3_prefill_fp8bw .abtree/build-ab build-gpu 2 \
   $L/layer_dsv3.log --shape dsv3_prefill --format fp8_blockwise --no-baseline --iters 5 --sustain-ms 100
 grep -E '^bwd:w(13|2)_wgrad ' $L/layer_dsv3.log 2>/dev/null | sed 's/^/  /'
+# G142, cheap first: the qwen3_30b EP1 FP8 WGRADs writing their BF16 gradients against adding into them
+# (alternated, two rounds each): what the old gradients' reads and the L2's reduce-adds cost over plain
+# stores of the same tiles (the written case moves half the bytes).
+if [ "$(left)" -gt 110 ]; then
+  for r in 1 2; do
+    for acc in "" --wgrad-accumulate; do
+      timeout 25 build-gpu/bench/bench_grouped_gemm --ep 1 --shapes qwen3_30b --routing balanced \
+        --ops w13_wgrad_fp8,w2_wgrad_fp8 --fp8-wgrad-bf16 $acc --iters 10 --sustain-ms 100 > $L/wgrad_written_$r$acc.log 2>&1
+      echo "wgrad qwen3 r$r ${acc:-written} rc=$?"; grep -E '^fp8 ' $L/wgrad_written_$r$acc.log | head -4 | sed 's/^/  /'
+    done
+  done
+fi
 # With time left: where the FP8 WGRAD's time goes at qwen3_30b EP1 (512 rows per expert, four k blocks
 # per 128x256 tile: issue #27's WGRAD gap; the plan in perf_history G142 wants the epilogue's and the
 # fold's shares) -- ncu source page of the W13 WGRAD, BF16 gradients accumulated, on B (the pick there
