@@ -4,12 +4,14 @@
 # main + both is each one's B arm). A = main. G141 first (any card's A / B counts), then G140 (owed on
 # the H200; on an H100 its layer A / B is new: s66 measured only the sweep there). Steps as s66's
 # run2.sh / run3.sh, trimmed to one call. With less than ~600 s of device time left, call it with a lower
-# BUDGET (the prelude's left()): later steps are skipped, G141's first.
+# BUDGET (the prelude's left()): later steps are skipped, G141's first. s68 added G142's written-against-
+# accumulated WGRADs and G143's start stagger (a knob in B, off by default) before the ncu page.
 RUN_NAME=s68both; source scripts/device_run_prelude.sh
 S66=docs/gpu_runs/2026-12-06-s66
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-cat $S66/g140_fp8_wgrad_short_k_128x128.patch $S66/g141_mega_early_epilogue_loads.patch > $L/g140_g141.patch
-ab_patch_trees $L/g140_g141.patch "dist-moe dmoe_launch bench_grouped_gemm dist_moe_gpu_tests \
+cat $S66/g140_fp8_wgrad_short_k_128x128.patch $S66/g141_mega_early_epilogue_loads.patch \
+  docs/gpu_runs/2026-12-07-s68/g143_wgrad_start_stagger.patch > $L/g140_g141_g143.patch
+ab_patch_trees $L/g140_g141_g143.patch "dist-moe dmoe_launch bench_grouped_gemm dist_moe_gpu_tests \
   dist_moe_fp8_blockwise_training_tests dist_moe_nvfp4_pipeline_tests" "dist-moe"
 # G141: B's NVFP4 / Mega gtests (Mega bitwise against the staged sequences) and NVFP4 suite; Mega
 # against staged alternated in one process, A / B.
@@ -33,6 +35,18 @@ if [ "$(left)" -gt 110 ]; then
       timeout 25 build-gpu/bench/bench_grouped_gemm --ep 1 --shapes qwen3_30b --routing balanced \
         --ops w13_wgrad_fp8,w2_wgrad_fp8 --fp8-wgrad-bf16 $acc --iters 10 --sustain-ms 100 > $L/wgrad_written_$r$acc.log 2>&1
       echo "wgrad qwen3 r$r ${acc:-written} rc=$?"; grep -E '^fp8 ' $L/wgrad_written_$r$acc.log | head -4 | sed 's/^/  /'
+    done
+  done
+fi
+# G143 (B's knob, off by default, so B with 0 is G140 + G141 only): the accumulating qwen3_30b EP1 FP8
+# WGRADs with the CTAs' starts spread over 0 / ~half / ~one tile of SM cycles, alternated, two rounds.
+if [ "$(left)" -gt 100 ]; then
+  for r in 1 2; do
+    for sc in 0 7000 14000; do
+      DMOE_WGRAD_START_STAGGER=$sc timeout 25 build-gpu/bench/bench_grouped_gemm --ep 1 --shapes qwen3_30b \
+        --routing balanced --ops w13_wgrad_fp8,w2_wgrad_fp8 --fp8-wgrad-bf16 --wgrad-accumulate --iters 10 \
+        --sustain-ms 100 > $L/wgrad_stagger_${r}_$sc.log 2>&1
+      echo "wgrad qwen3 r$r stagger $sc rc=$?"; grep -E '^fp8 ' $L/wgrad_stagger_${r}_$sc.log | head -4 | sed 's/^/  /'
     done
   done
 fi
