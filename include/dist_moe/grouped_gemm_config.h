@@ -172,6 +172,10 @@ inline constexpr int64_t kNarrowDecodeRowsPerExpert = 12;
 // (routing's padding left out), the 128-row tiles above it; plain FPROP (W2) the 128-row tiles at
 // every size since session 47 (gemm_config.cpp says why).
 inline constexpr int64_t kFp8SwapAbMaxRowsPerExpert = 16;
+// FP8-blockwise WGRAD takes the 128x128 tile up to this average of token rows per local expert
+// (one or two 128-deep k blocks per tile: bound by the reduce-adds into the gradients), 128x256
+// above it (gemm_config.cpp says why).
+inline constexpr int64_t kFp8WgradNarrowRowsPerExpert = 256;
 
 // The one place tile shapes are chosen (src/core/gemm_config.cpp; each branch says why), one
 // function per op. The picks are the BF16 kernels' (the only operand formats compiled); the host

@@ -258,6 +258,19 @@ TEST(GemmConfig, OperandFormats) {
   EXPECT_EQ(pick(fw).name(), "128x256x128_s3_tma");
   fw.k = 640;
   EXPECT_EQ(pick(fw).name(), "128x128x128_s5_tma");
+  // Short contractions (at most kFp8WgradNarrowRowsPerExpert token rows per expert on average, the
+  // caller's routed-row bound when it gives one): 128x128 whatever the width (G140).
+  fw.k = 2048;
+  fw.e_local = 128;  // 256 rows per expert: dsv3_prefill's EP2 rank
+  EXPECT_EQ(pick(fw).name(), "128x128x128_s5_tma");
+  fw.e_local = 127;
+  EXPECT_EQ(pick(fw).name(), "128x256x128_s3_tma");
+  fw.e_local = 256;
+  fw.m_capacity = 32768 + 256 * 127;  // dsv3_prefill EP1: padded capacity 255 rows per expert,
+  fw.routed_rows_bound = 32768;       // 128 routed
+  EXPECT_EQ(pick(fw).name(), "128x128x128_s5_tma");
+  fw.e_local = 64;  // 512 routed rows per expert (qwen3_30b at EP1 has 512 over 128 experts)
+  EXPECT_EQ(pick(fw).name(), "128x256x128_s3_tma");
   // MXFP8: the one compiled tile (128x128, five stages with the producer-converted scales) for
   // FPROP, W13 and DGRAD (which runs as FPROP on the transposed weight), whatever the width.
   GroupedGemmProblem mx8 = problem(GroupedGemmOp::kFprop, 32768, 7168, 2048);
