@@ -276,6 +276,12 @@ class EpGroup {
   // num_tokens tokens, so the routes absent ranks own read as exact zeros (upstream's fake process
   // groups zero them likewise). A no-op with real peers. combine() calls it itself.
   void prepare_scatter(int64_t num_tokens, cudaStream_t stream);
+  // After an EP barrier that follows every owner's store of its route scores in its dispatch window
+  // (routing::dispatch_score_offset): row_scores_M[m] (FP32, [capacity_rows]) = the score of row m's
+  // route, found from grad_gather_src[m] (tables().grad_gather_src or a saved copy of it); 0 for a
+  // padding row (nullptr); rows m >= *rows (a device int32, e.g. expert_offsets[L]) untouched.
+  void gather_route_scores(const void* const* grad_gather_src, const int32_t* rows, float* row_scores_M,
+                           cudaStream_t stream) const;
 
   // publish + route (+ dispatch when x_gathered_MD is not null) with the same results as the three
   // calls (x_TD nullptr with options.rows_in_window). When fused_route_supported() (R * T_max * K <= fused_route_max_routes()), one cooperative
@@ -308,7 +314,10 @@ class EpGroup {
   //  - local_dispatch_routes(): this rank's dispatch window. Forward: x rows [T, D] at t*D*2 (written
   //    by publish; peers read them in dispatch). Backward: the owner writes grad_h3 route rows here
   //    (after an EP barrier that follows every peer's last forward read), EP barrier, then expert
-  //    ranks gather row m from tables().grad_gather_src[m].
+  //    ranks gather row m from tables().grad_gather_src[m]. Or, in the block-scaled pipelines'
+  //    backward (K >= 2), grad_out's token rows at t*D*2 and FP32 route scores at
+  //    routing::dispatch_score_offset, which expert ranks read through tables().gather_src[m] and
+  //    gather_route_scores().
   //  - local_combine_routes(): this rank's combine window. Forward: h3 route rows arrive here
   //    (combine, or a W2 epilogue through scatter_dst). Backward: grad_x route rows arrive here
   //    (W13 DGRAD epilogue through scatter_dst); read them after an EP barrier.

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kRankPartialsThreads, 1)
     if (L.trace != nullptr && blockIdx.x == 0 && threadIdx.x == kSetUpThread) L.trace[slot] = globaltimer_ns();
   };
   auto load_call = [&L]() { return *reinterpret_cast<volatile uint32_t*>(&L.state->publish_count); };
-  const int64_t score_offset = static_cast<int64_t>(L.max_tokens) * L.row_bytes;  // past the x rows
+  const int64_t score_offset = routing::dispatch_score_offset(0, L.max_tokens, L.row_bytes);  // past the x rows
   // Owners' scores of source rank s's routes: pushed into this rank's slot [parity][s], or s's own
   // dispatch window after its x rows.
   auto scores_of = [&](int s, int parity) {

@@ -507,6 +507,15 @@ void EpGroup::barrier(cudaStream_t stream, const int64_t* run_if) {
   comm::launch_ep_barrier(layout_, 0, stream, run_if);
 }
 
+void EpGroup::gather_route_scores(const void* const* grad_gather_src, const int32_t* rows, float* row_scores_M,
+                                  cudaStream_t stream) const {
+  DMOE_CHECK_ARG(grad_gather_src != nullptr && rows != nullptr && row_scores_M != nullptr,
+                 "gather_route_scores needs the route slot table, the row count and the output");
+  DMOE_CHECK_ARG(routing::dispatch_window_holds_scores(config_.top_k, layout_.row_bytes),
+                 "gather_route_scores: the dispatch window holds no route scores at top_k=", config_.top_k);
+  launch_gather_route_scores(layout_, grad_gather_src, rows, tables_.capacity_rows, row_scores_M, stream);
+}
+
 void EpGroup::prepare_scatter(int64_t num_tokens, cudaStream_t stream) {
   if (!layout_.emulated) return;
   DMOE_CHECK_ARG(num_tokens >= 1 && num_tokens <= config_.max_tokens, "num_tokens=", num_tokens, " must be in [1, ",

@@ -27,6 +27,16 @@ struct TopkRoutes {
 void topk_reduce_backward(const TopkRoutes& r, common::DeviceAddress h3_TKD, const __nv_bfloat16* grad_out_TD,
                           __nv_bfloat16* grad_h3_TKD, float* grad_scores_TK, cudaStream_t stream);
 
+// The block-scaled pipelines' form (perf_history G144): grad_scores as above, and in place of the
+// route rows what the expert side computes them from -- grad_out's rows copied to token_rows_TD
+// ([T, D]) and each route's score to route_scores_TK (FP32; NaN for -1 routes, whose rows are
+// zeros) -- for a quantizer that reads grad_h3 row (t, k) as bf16_rne(score * grad_out[t])
+// (quant::Bf16Matrix::row_scales): the same bits as topk_reduce_backward's rows, without their
+// [T, K, D] store and reload.
+void topk_reduce_backward_token_rows(const TopkRoutes& r, common::DeviceAddress h3_TKD,
+                                     const __nv_bfloat16* grad_out_TD, __nv_bfloat16* token_rows_TD,
+                                     float* route_scores_TK, float* grad_scores_TK, cudaStream_t stream);
+
 // grad_x[t] = BF16(sum over valid k, in k order, of FP32 grad_x_routes[t,k]); all -1 rows give 0.
 void reduce_from_topk(const TopkRoutes& r, const __nv_bfloat16* grad_x_TKD, __nv_bfloat16* grad_x_TD,
                       cudaStream_t stream);

@@ -1,7 +1,9 @@
 // Owner-side backward of the plain top-k reduction, and the K-reduction of input gradients.
 // Backward: one warp per route (token, k), lanes moving 16-byte vectors along D, the score
 // gradient's dot product summed by warp shuffles (it was one block per token walking the K routes
-// one after another, with a block-wide reduction per route: ~1/3 of the byte rate at qwen3).
+// one after another, with a block-wide reduction per route: ~1/3 of the byte rate at qwen3). Its
+// token-rows form writes no route rows: the (t, 0) warp copies grad_out's row and every warp its
+// route's score, from which the block-scaled quantizers scale the rows themselves (G144).
 // K-reduction: one block per token, route validity staged in shared memory, each thread's K loads
 // in flight together.
 #include <algorithm>
@@ -22,10 +24,13 @@ using namespace detail;
 
 constexpr int kUnroll = 4;
 
+// kTokenRows: gh3 is [T, D] (grad_out's rows, written by the k = 0 warps) and route_scores gets each
+// route's score (NaN for -1 routes); else gh3 is the route rows [T, K, D].
+template <bool kTokenRows>
 __global__ void __launch_bounds__(kThreads) topk_reduce_backward_kernel(TopkRoutes r, DeviceAddress h3_addr,
                                                                        const __nv_bfloat16* __restrict__ gout,
                                                                        __nv_bfloat16* __restrict__ gh3,
-                                                                       float* gscores) {
+                                                                       float* route_scores, float* gscores) {
   const __nv_bfloat16* h3 = resolve<const __nv_bfloat16>(h3_addr);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);
@@ -33,6 +38,7 @@ __global__ void __launch_bounds__(kThreads) topk_reduce_backward_kernel(TopkRout
     const int64_t t = route / r.K;
     const bool valid = route_id(r, route) >= 0;
     const float s = valid ? route_score(r, route) : 0.f;
+    const bool copies_row = kTokenRows && route % r.K == 0;  // warp-uniform
     float dot = 0.f;
     // kUnroll vectors per lane in flight (loads first, then math and stores); the lane's dot product
     // still runs over its vectors in increasing c.
@@ -50,6 +56,7 @@ __global__ void __launch_bounds__(kThreads) topk_reduce_backward_kernel(TopkRout
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c0 + u * 32 * kVec;
         if (c >= r.D) break;
+        if (copies_row) *reinterpret_cast<Bf16x8*>(gh3 + t * r.D + c) = graw[u];
         float out[kVec];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -62,12 +69,15 @@ __global__ void __launch_bounds__(kThreads) topk_reduce_backward_kernel(TopkRout
             dot = fmaf(g.y, h.y, dot);
           }
         }
-        store8(gh3 + route * r.D + c, out);
+        if (!kTokenRows) store8(gh3 + route * r.D + c, out);
       }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-    if (lane == 0) gscores[route] = valid ? dot : 0.f;
+    if (lane == 0) {
+      gscores[route] = valid ? dot : 0.f;
+      if constexpr (kTokenRows) route_scores[route] = valid ? s : __int_as_float(0x7fffffff);
+    }
   }
 }
 
@@ -116,10 +126,11 @@ void check_routes(const TopkRoutes& r) {
                  "scores must be float32 or bfloat16, got ", to_string(r.score_dtype));
 }
 
-}  // namespace
-
-void topk_reduce_backward(const TopkRoutes& r, DeviceAddress h3_TKD, const __nv_bfloat16* grad_out_TD,
-                          __nv_bfloat16* grad_h3_TKD, float* grad_scores_TK, cudaStream_t stream) {
+// One warp per route, at most eight 256-thread blocks per SM.
+template <bool kTokenRows>
+void launch_topk_reduce_backward(const TopkRoutes& r, DeviceAddress h3_TKD, const __nv_bfloat16* grad_out_TD,
+                                 __nv_bfloat16* gh3, float* route_scores_TK, float* grad_scores_TK,
+                                 cudaStream_t stream) {
   check_routes(r);
   if (r.T == 0) return;
   int device = 0, sms = 0;
@@ -127,9 +138,22 @@ void topk_reduce_backward(const TopkRoutes& r, DeviceAddress h3_TKD, const __nv_
   DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t warps_needed = r.T * r.K;
   const int64_t blocks = std::min<int64_t>((warps_needed + kThreads / 32 - 1) / (kThreads / 32), int64_t{sms} * 8);
-  topk_reduce_backward_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(r, h3_TKD, grad_out_TD,
-                                                                                     grad_h3_TKD, grad_scores_TK);
+  topk_reduce_backward_kernel<kTokenRows><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      r, h3_TKD, grad_out_TD, gh3, route_scores_TK, grad_scores_TK);
   DMOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void topk_reduce_backward(const TopkRoutes& r, DeviceAddress h3_TKD, const __nv_bfloat16* grad_out_TD,
+                          __nv_bfloat16* grad_h3_TKD, float* grad_scores_TK, cudaStream_t stream) {
+  launch_topk_reduce_backward<false>(r, h3_TKD, grad_out_TD, grad_h3_TKD, nullptr, grad_scores_TK, stream);
+}
+
+void topk_reduce_backward_token_rows(const TopkRoutes& r, DeviceAddress h3_TKD, const __nv_bfloat16* grad_out_TD,
+                                     __nv_bfloat16* token_rows_TD, float* route_scores_TK, float* grad_scores_TK,
+                                     cudaStream_t stream) {
+  launch_topk_reduce_backward<true>(r, h3_TKD, grad_out_TD, token_rows_TD, route_scores_TK, grad_scores_TK, stream);
 }
 
 void reduce_from_topk(const TopkRoutes& r, const __nv_bfloat16* grad_x_TKD, __nv_bfloat16* grad_x_TD,

@@ -183,6 +183,36 @@ __device__ __forceinline__ void read_own_vectors(uint4 (&raw)[kTileLoads], const
     raw[i] = *reinterpret_cast<const uint4*>(&tile[tile_row(i, tid)][(tid % kTileSlots) * kVec]);
 }
 
+// Bf16Matrix::row_scales of a tile's rows r0 .. r0 + 127 into `scores` (shared memory, 128 FP32),
+// copied ahead of the tile's use (cp.async, 16 bytes per thread of the first 32): read at the use,
+// their L2 latency stalled every tile (G144, s69 r2: the scaled quantizer 0.07 ms over its unscaled
+// twin). Rows at or past `rows` (a multiple of 4) are zero-filled, never read.
+__device__ __forceinline__ void issue_tile_scores(float* scores, const float* row_scales, int64_t rows, int64_t r0) {
+  if (threadIdx.x < kTile / 4) {
+    const int64_t r = r0 + 4 * threadIdx.x;
+    ptx::cp_async_16_zfill(scores + 4 * threadIdx.x, r < rows ? row_scales + r : row_scales, r < rows);
+  }
+}
+
+// A landed tile scaled in place by its rows' scores (issue_tile_scores): each thread's own vectors
+// become bf16_rne(score * value) -- the BF16 rounding of one FP32 product, the top-k backward's
+// store of s * g -- or +0 where the row's score is NaN. The caller syncs before other threads read
+// the tile.
+__device__ __forceinline__ void scale_tile_rows(Bf16Tile& tile, const float* scores) {
+#pragma unroll
+  for (int i = 0; i < kTileLoads; ++i) {
+    const int r = tile_row(i);
+    const float s = scores[r];
+    auto* v = reinterpret_cast<uint4*>(&tile[r][(threadIdx.x % kTileSlots) * kVec]);
+    const uint4 u = *v;
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      w[j] = s == s ? ptx::pack_bf16x2(s * ptx::bf16_lo_to_float(w[j]), s * ptx::bf16_hi_to_float(w[j])) : 0u;
+    *v = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
 // Walks n tiles through a ring of kStages stages (a stage: one Bf16Tile, or an array of them for a
 // kernel that reads several inputs per tile): issue(t, stage) starts tile t's copies, body(t,
 // stage) runs once they have landed and are visible to the whole CTA (the body may reuse its stage

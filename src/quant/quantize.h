@@ -36,6 +36,12 @@ struct Bf16Matrix {
   // routing table's gather_src / grad_gather_src: [rows] device pointers, padding rows nullptr;
   // entries at or past offsets_G1[G] are not read. Every other launcher rejects it.
   const void* const* row_ptrs = nullptr;
+  // Scaled rows (the rows+cols quantizers only, like row_ptrs): when set, row r's values are
+  // bf16_rne(row_scales[r] * value) (one FP32 product, then RNE) -- the top-k backward's grad_h3 =
+  // score * grad_out, read from the owners' token rows instead of route rows written out first
+  // (perf_history G144). A NaN scale marks a row whose values are +0 (a -1 route's zero gradient).
+  // [rows] FP32, device memory; entries of padding rows are not used.
+  const float* row_scales = nullptr;
 };
 
 // The compact MXFP8 column bundle's layout (QuantizedOut / QuantizedIn::compact): numeric/mxfp8.cuh.

@@ -62,7 +62,8 @@ template <class F>
 void launch_rows(const Bf16Matrix& x, const QuantizedOut<typename F::Scale>& out, cudaStream_t stream,
                  const char* name) {
   DMOE_CHECK_ARG(x.cols % F::kBlock == 0, name, ": cols=", x.cols, " must be a multiple of ", F::kBlock);
-  DMOE_CHECK_ARG(x.row_ptrs == nullptr, name, ": gathered rows (row_ptrs) are not supported (rows+cols only)");
+  DMOE_CHECK_ARG(x.row_ptrs == nullptr && x.row_scales == nullptr, name,
+                 ": gathered rows (row_ptrs) and scaled rows (row_scales) are not supported (rows+cols only)");
   DMOE_CHECK_ARG(!out.compact && out.q_offset == nullptr, name,
                  ": compact outputs (compact, q_offset) are for the rows+columns quantizers' columns only");
   DMOE_CHECK_ARG(out.scale_word_ld == 0, name,
@@ -88,7 +89,8 @@ constexpr size_t kRowsColsRingBytes = sizeof(Bf16Tile) * kRowsColsStages;
 
 // kCompactCols: `cols` is a compact column bundle (MXFP8 or FP8 blockwise), in an instantiation
 // of its own: the strided kernel keeps its stores' addresses in constant-bank parameters, with no register to spare.
-template <class F, bool kCompactCols>
+// kRowScales: x.row_scales is set (scale_tile_rows before each tile's body), its own instantiation too.
+template <class F, bool kCompactCols, bool kRowScales>
 __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
     quantize_rows_cols_kernel(Bf16Matrix x, RowGroups groups, QuantizedOut<typename F::Scale> rows,
                               QuantizedOut<typename F::Scale> cols, int log2_rt, int log2_rf) {
@@ -106,6 +108,9 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
   // Compact columns: the bundle's byte offset and its row stride R = used (quantize.h), which reach
   // their uses through shared memory (in registers through the walk, at 80, they spilled).
   __shared__ int64_t compact_offset, compact_ld;
+  // kRowScales: the current token tile's 128 row scores (issue_tile_scores). One buffer, not one per
+  // stage: with 1 KiB more the CTA (74.6 KiB with its ring) no longer fits three to an SM.
+  __shared__ __align__(16) float tile_scores[kRowScales ? kTile : 4];
 
   const int64_t m_first = (static_cast<int64_t>(blockIdx.y) * kTile) << log2_rt;
   const int64_t c_first = (static_cast<int64_t>(blockIdx.x) * kTile) << log2_rf;
@@ -133,9 +138,22 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
     const int64_t r0 = m_first + (t / tiles_f) * kTile, c0 = c_first + (t % tiles_f) * kTile;
     if (x.row_ptrs != nullptr) issue_gathered_tile(stage, x.row_ptrs, end, x.cols, r0, c0);
     else issue_tile(stage, base, x.row_stride, end, x.cols, r0, c0);
+    if constexpr (kRowScales)
+      if (t == 0) issue_tile_scores(tile_scores, x.row_scales, end, r0);  // in tile 0's group
   };
   for_each_tile<kRowsColsStages>(tiles_t * tiles_f, ring, issue, [&](int t, Bf16Tile& tile) {
     const int tt = t / tiles_f, tf = t % tiles_f;
+    if constexpr (kRowScales) {
+      scale_tile_rows(tile, tile_scores);
+      __syncthreads();  // the body's column pass reads other threads' vectors; tile_scores is free
+      // The next token tile's scores (tiles run along the features first), in their own group: the
+      // two-stage ring's wait for the next tile (cp.async.wait_group 0) waits for them too.
+      static_assert(kRowsColsStages == 2, "the scores' group relies on the ring waiting for every group");
+      if (tf == tiles_f - 1 && tt + 1 < tiles_t) {
+        issue_tile_scores(tile_scores, x.row_scales, end, m_first + (tt + 1) * kTile);
+        ptx::cp_async_commit();
+      }
+    }
     quantize_rows_cols_tile<F, kCompactCols>(tile, CtaThread{}, tt, tf, m_first + tt * kTile, c_first + tf * kTile,
                                              end, x.cols, 0, real_bits + tt * (kTile / 32), factor_tables, staging,
                                              rows, cols, compact_offset, compact_ld);
@@ -145,10 +163,19 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
                                        x.cols, rows, cols, compact_offset, compact_ld);
 }
 
-template <class F, bool kCompactCols>
+template <class F, bool kCompactCols, bool kRowScales>
 void launch_rows_cols_kernel(const Bf16Matrix& x, const RowGroups& groups, const QuantizedOut<typename F::Scale>& rows,
                              const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name,
                              int log2_rt, int log2_rf);
+
+template <class F, bool kCompactCols>
+void launch_rows_cols_kernel(const Bf16Matrix& x, const RowGroups& groups, const QuantizedOut<typename F::Scale>& rows,
+                             const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name,
+                             int log2_rt, int log2_rf) {
+  if (x.row_scales != nullptr)
+    return launch_rows_cols_kernel<F, kCompactCols, true>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
+  launch_rows_cols_kernel<F, kCompactCols, false>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
+}
 
 template <class F>
 void launch_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const QuantizedOut<typename F::Scale>& rows,
@@ -158,16 +185,17 @@ void launch_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Quanti
   check_rows_cols_outputs(name, F::kBlock, x.rows, groups, rows, cols);
   DMOE_CHECK_ARG(x.row_ptrs != nullptr || x.row_stride % kVec == 0, name,
                  ": the input row stride must keep 16-byte alignment");
+  DMOE_CHECK_ARG(reinterpret_cast<uintptr_t>(x.row_scales) % 16 == 0, name, ": row_scales must be 16-byte aligned");
   if (x.rows == 0 || (!rows.present() && !cols.present())) return;
   if (cols.compact) return launch_rows_cols_kernel<F, true>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
   launch_rows_cols_kernel<F, false>(x, groups, rows, cols, stream, name, log2_rt, log2_rf);
 }
 
-template <class F, bool kCompactCols>
+template <class F, bool kCompactCols, bool kRowScales>
 void launch_rows_cols_kernel(const Bf16Matrix& x, const RowGroups& groups, const QuantizedOut<typename F::Scale>& rows,
                              const QuantizedOut<typename F::Scale>& cols, cudaStream_t stream, const char* name,
                              int log2_rt, int log2_rf) {
-  constexpr auto kernel = quantize_rows_cols_kernel<F, kCompactCols>;
+  constexpr auto kernel = quantize_rows_cols_kernel<F, kCompactCols, kRowScales>;
   allow_dynamic_smem<kernel>(kRowsColsRingBytes);
   const int64_t tiles_t = (x.rows + kTile - 1) / kTile, tiles_f = (x.cols + kTile - 1) / kTile;
   if (log2_rt < 0) {

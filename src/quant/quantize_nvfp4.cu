@@ -232,7 +232,8 @@ void nvfp4_quantize_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStrea
                          const RowGroups& token_rows) {
   DMOE_CHECK_ARG(x.cols > 0 && x.cols % numeric::kNVFP4Block == 0 && x.cols <= 16384,
                  "nvfp4_quantize_rows: D=", x.cols, " must be a positive multiple of 16 up to 16384");
-  DMOE_CHECK_ARG(x.row_ptrs == nullptr, "nvfp4_quantize_rows: gathered rows (row_ptrs) are not supported");
+  DMOE_CHECK_ARG(x.row_ptrs == nullptr && x.row_scales == nullptr,
+                 "nvfp4_quantize_rows: gathered rows (row_ptrs) and scaled rows (row_scales) are not supported");
   DMOE_CHECK_ARG(x.row_stride % kVec == 0 && out.q_row_stride % 4 == 0 && out.inv_row_stride % 4 == 0,
                  "nvfp4_quantize_rows: strides must keep 16-byte input, 4-byte data and 4-byte scale alignment");
   if (x.rows == 0) return;

@@ -149,7 +149,8 @@ void build_buffers(Context::Impl* c, const Config& config, int64_t guard, platfo
                o_bwd = a.reserve(sizeof(int64_t) * 8), o_counts = a.reserve(sizeof(int32_t) * L),
                o_gs = a.reserve(sizeof(float) * TK), o_rstd = a.reserve(sizeof(float) * TK),
                o_ws = a.reserve(grouped_gemm_gather_workspace_bytes(c->ep->capacity_rows(), L)),
-               o_offs = a.reserve(sizeof(int32_t) * (L + 1));
+               o_offs = a.reserve(sizeof(int32_t) * (L + 1)),
+               o_rs = a.reserve(config.block_scaled ? sizeof(float) * c->ep->capacity_rows() : 0);
   a.allocate();
   c->planner_state = {a.at<int64_t>(o_saved), a.at<int64_t>(o_layer), a.at<int64_t>(o_peak)};
   c->slot_ids = a.at<int64_t>(o_slots);
@@ -161,6 +162,7 @@ void build_buffers(Context::Impl* c, const Config& config, int64_t guard, platfo
   c->rstd_scratch = a.at<float>(o_rstd);
   c->gather_workspace = a.at<int32_t>(o_ws);
   c->offsets_gated = a.at<int32_t>(o_offs);
+  if (config.block_scaled) c->grad_h3_row_scores = a.at<float>(o_rs);
 
   std::vector<int64_t> ids(N > 0 ? N : 1);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);

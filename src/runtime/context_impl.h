@@ -94,6 +94,7 @@ struct Context::Impl {
   // MXFP8 contexts: the static scratch layout, and the group offsets gated like counts_gated.
   planner::Mxfp8Scratch mxfp8_scratch;
   int32_t* offsets_gated = nullptr;     // [L + 1]
+  float* grad_h3_row_scores = nullptr;  // [capacity] block-scaled backward: each row's route score (G144)
 
   // Called after each pipeline stage when set (benchmarks record events here; eager use only).
   std::function<void(const char* stage, cudaStream_t stream)> stage_hook;

@@ -143,7 +143,8 @@ void fp8_blockwise_forward(Context::Impl& c, const RoutedExpertsInputs& in, void
 void fp8_blockwise_backward(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
                             const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
                             cudaStream_t stream) {
-  const DType wgrad = block_scaled_backward_head(c, in, s, grad_out_TD, g, o, expert_forward, stream);
+  const BlockScaledBackwardHead head = block_scaled_backward_head(c, in, s, grad_out_TD, g, o, expert_forward, stream);
+  const DType wgrad = head.wgrad;
   const int64_t D = c.config.hidden_dim, F = c.config.intermediate_dim, cap = c.capacity_rows();
   const int L = static_cast<int>(c.local_experts);
   uint8_t* act = c.activation_base();
@@ -155,7 +156,7 @@ void fp8_blockwise_backward(Context::Impl& c, const RoutedExpertsInputs& in, con
   // grad_h3 rows + columns straight from the owners' dispatch windows.
   const quant::RowGroups groups{s.expert_rows_unpadded, s.expert_offsets, L};
   const quant::Fp8BlockwiseOut g3r = row_bundle(c, D), g3c = strided_columns(c, S.grad_h3_col, D);
-  quant::fp8_blockwise_quantize_rows_cols(routed_rows(c, s.grad_gather_src, D), groups, g3r, g3c, stream);
+  quant::fp8_blockwise_quantize_rows_cols(head.grad_h3, groups, g3r, g3c, stream);
   c.stage("quantize_grad_h3", stream);
 
   void* grad_h2 = at(c, S.grad_h2);

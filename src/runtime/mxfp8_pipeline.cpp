@@ -215,7 +215,8 @@ void mxfp8_forward(Context::Impl& c, const RoutedExpertsInputs& in, void* out_TD
 void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
                     const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
                     cudaStream_t stream) {
-  const DType wgrad = block_scaled_backward_head(c, in, s, grad_out_TD, g, o, expert_forward, stream);
+  const BlockScaledBackwardHead head = block_scaled_backward_head(c, in, s, grad_out_TD, g, o, expert_forward, stream);
+  const DType wgrad = head.wgrad;
   const int64_t D = c.config.hidden_dim, F = c.config.intermediate_dim, cap = c.capacity_rows();
   const int L = static_cast<int>(c.local_experts);
   uint8_t* act = c.activation_base();
@@ -225,7 +226,7 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
   const int64_t* layer = s.layer_state;
 
   // grad_h3 rows + columns straight from the owners' dispatch windows.
-  quantize_rows_cols(c, routed_rows(c, s.grad_gather_src, D), s.expert_rows_unpadded, s.expert_offsets,
+  quantize_rows_cols(c, head.grad_h3, s.expert_rows_unpadded, s.expert_offsets,
                      at(c, S.grad_h3_col), stream);
   c.stage("quantize_grad_h3", stream);
 

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "dist_moe/check.h"
+#include "dist_moe/device/routing/routing_layout.cuh"
 #include "kernels/pipeline_glue.h"
 #include "kernels/planner.h"
 
@@ -210,9 +211,9 @@ DType check_backward(const Context::Impl& c, const SavedState::Buffers& s, const
   return wgrad;
 }
 
-void backward_topk(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
+bool backward_topk(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
                    const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
-                   int64_t* h3_offset, cudaStream_t stream) {
+                   int64_t* h3_offset, cudaStream_t stream, bool token_rows_ok) {
   const int64_t T = in.num_tokens, D = c.config.hidden_dim, K = c.config.top_k;
   uint8_t* act = c.activation_base();
   const int64_t* layer = s.layer_state;
@@ -224,7 +225,18 @@ void backward_topk(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   const kernels::TopkRoutes routes = routes_of(c, in);
   float* gscores = in.score_dtype == DType::kFloat32 ? static_cast<float*>(g.grad_scores_TK) : c.grad_scores_f32;
   auto* grad_h3_routes = static_cast<__nv_bfloat16*>(c.dispatch_routes());
-  if (route_grads) {  // published as given: the W2 DGRAD gathers only valid routes' rows
+  const int64_t row_bytes = c.ep->route_slot_bytes();
+  // The plain reduction's grad_h3 rows are score * grad_out: its token rows and the scores will do
+  // where the caller's quantizer scales them (and no observer wants the route rows).
+  const bool token_rows = token_rows_ok && !route_grads && !o.experts_output_postprocess &&
+                          !o.grad_expert_output_out_TKD && routing::dispatch_window_holds_scores(K, row_bytes);
+  if (token_rows) {
+    auto* window = static_cast<uint8_t*>(c.dispatch_routes());
+    kernels::topk_reduce_backward_token_rows(
+        routes, {act, h3_offset}, static_cast<const __nv_bfloat16*>(grad_out_TD), grad_h3_routes,
+        reinterpret_cast<float*>(window + routing::dispatch_score_offset(0, c.ep->layout().max_tokens, row_bytes)),
+        gscores, stream);
+  } else if (route_grads) {  // published as given: the W2 DGRAD gathers only valid routes' rows
     DMOE_CUDA_CHECK(cudaMemcpyAsync(grad_h3_routes, o.grad_expert_output_TKD, T * K * D * 2, cudaMemcpyDeviceToDevice,
                                     stream));
   } else if (o.experts_output_postprocess) {
@@ -244,6 +256,7 @@ void backward_topk(Context::Impl& c, const RoutedExpertsInputs& in, const SavedS
   c.ep->barrier(stream);  // grad_h3 published; every owner is done reading its combine window
   c.ep->prepare_scatter(T, stream);  // before the W13 DGRAD scatters grad_x
   c.stage("topk_backward", stream);
+  return token_rows;
 }
 
 void backward_reduce(Context::Impl& c, const RoutedExpertsInputs& in, const RoutedExpertsGradients& g,
@@ -289,9 +302,10 @@ void begin_recompute(Context::Impl& c, int64_t num_tokens, const int64_t* x_offs
                              stream);
 }
 
-DType block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
-                                 const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
-                                 BlockScaledExpertPart experts, cudaStream_t stream) {
+BlockScaledBackwardHead block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in,
+                                                   const SavedState::Buffers& s, const void* grad_out_TD,
+                                                   const RoutedExpertsGradients& g, const ExecutionOptions& o,
+                                                   BlockScaledExpertPart experts, cudaStream_t stream) {
   check_token_inputs(c, in);
   check_block_scaled_weights(c, in, /*training=*/true);
   o.validate();
@@ -312,8 +326,13 @@ DType block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in
           /*keep=*/true, nullptr, 0.f, /*recompute=*/true, stream);
   c.ep->barrier(stream, need_recompute);  // recomputed h3 rows are in their owners' combine windows
 
-  backward_topk(c, in, s, grad_out_TD, g, o, bo + 7, stream);
-  return wgrad;
+  BlockScaledBackwardHead h{wgrad, routed_rows(c, s.grad_gather_src, c.config.hidden_dim)};
+  if (backward_topk(c, in, s, grad_out_TD, g, o, bo + 7, stream, /*token_rows_ok=*/true)) {
+    c.ep->gather_route_scores(s.grad_gather_src, s.expert_offsets + L, c.grad_h3_row_scores, stream);
+    h.grad_h3 = routed_rows(c, s.gather_src, c.config.hidden_dim);
+    h.grad_h3.row_scales = c.grad_h3_row_scores;
+  }
+  return h;
 }
 
 }  // namespace dist_moe::runtime

@@ -86,10 +86,13 @@ void begin_recompute(Context::Impl& c, int64_t num_tokens, const int64_t* x_offs
 // Top-k (or RMSNorm) backward: grad_h3 route rows published in the dispatch window and the score
 // gradients, then the EP barrier after which the expert ranks may gather grad_h3. `h3_offset` is a
 // device int64 the call fills with where h3 lives (the slot when saved, the combine window when
-// recomputed).
-void backward_topk(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
+// recomputed). token_rows_ok: the caller's quantizer can read grad_h3 as scaled token rows
+// (quant::Bf16Matrix::row_scales); where the plain reduction allows (no RMSNorm, no caller-given
+// or observed route gradients, K >= 2), grad_out's token rows and the route scores are published
+// instead of the route rows (topk_reduce_backward_token_rows, G144), and the call returns true.
+bool backward_topk(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
                    const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
-                   int64_t* h3_offset, cudaStream_t stream);
+                   int64_t* h3_offset, cudaStream_t stream, bool token_rows_ok = false);
 
 // ---- block-scaled pipelines (MXFP8, FP8 blockwise) ---------------------------------------------
 
@@ -126,10 +129,17 @@ void block_scaled_forward(Context::Impl& c, const RoutedExpertsInputs& in, void*
 // launch sequence whose stages do nothing on the saved path (gated row counts and group offsets; the
 // two EP barriers only when recomputing, as in the BF16 pipeline): x back from the slot's save or
 // the caller's, `experts` on the gated tables keeping its operands, the h3 rows in their owners'
-// combine windows -- then the top-k backward. Returns the WGRAD dtype of the call.
-DType block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in, const SavedState::Buffers& s,
-                                 const void* grad_out_TD, const RoutedExpertsGradients& g, const ExecutionOptions& o,
-                                 BlockScaledExpertPart experts, cudaStream_t stream);
+// combine windows -- then the top-k backward. Returns the WGRAD dtype of the call and where the
+// grad_h3 quantizer reads its rows: the owners' route rows, or their token rows scaled by each
+// row's route score (backward_topk's token rows; the scores gathered into grad_h3_row_scores).
+struct BlockScaledBackwardHead {
+  DType wgrad;
+  quant::Bf16Matrix grad_h3;  // [capacity, D], gathered
+};
+BlockScaledBackwardHead block_scaled_backward_head(Context::Impl& c, const RoutedExpertsInputs& in,
+                                                   const SavedState::Buffers& s, const void* grad_out_TD,
+                                                   const RoutedExpertsGradients& g, const ExecutionOptions& o,
+                                                   BlockScaledExpertPart experts, cudaStream_t stream);
 
 // After the W13 DGRAD scattered every grad_x route row into its owner's combine window: the EP
 // barrier, then the sum over k into grad_x_TD.

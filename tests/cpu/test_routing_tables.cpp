@@ -114,6 +114,24 @@ TEST(RoutingLayout, ScalarHelpers) {
   EXPECT_EQ(fused_chunk_routes(2049), 3072);
 }
 
+// The block-scaled backward's token rows and route scores (G144) share the [T_max, K, D] dispatch
+// window without overlap: T_max rows, then T_max * K FP32 scores, inside the window wherever
+// dispatch_window_holds_scores says so -- every K >= 2 at any D -- and never at K = 1.
+TEST(RoutingLayout, DispatchScoresFollowTheTokenRowsInsideTheWindow) {
+  using namespace dist_moe::routing;
+  EXPECT_EQ(dispatch_score_offset(0, 64, 512), 64 * 512);
+  EXPECT_EQ(dispatch_score_offset(5, 64, 512), 64 * 512 + 20);
+  for (int K : {1, 2, 3, 8, 16})
+    for (int64_t D : {int64_t{8}, int64_t{16}, int64_t{2048}, int64_t{7168}})
+      for (int64_t T : {int64_t{1}, int64_t{7}, int64_t{8192}}) {
+        const int64_t row_bytes = 2 * D, window = T * K * row_bytes;
+        EXPECT_EQ(dispatch_window_holds_scores(K, row_bytes), K >= 2) << "K=" << K << " D=" << D;
+        if (!dispatch_window_holds_scores(K, row_bytes)) continue;
+        EXPECT_GE(dispatch_score_offset(0, T, row_bytes), dispatch_row_offset(T, row_bytes));
+        EXPECT_LE(dispatch_score_offset(T * K, T, row_bytes), window) << "K=" << K << " D=" << D << " T=" << T;
+      }
+}
+
 // The rank-partials combine's FP32 partial layout covers each half's 32*len bytes once, whatever
 // len (full groups of 32 vectors, a last partial group, or only a partial one), and a full group's
 // first and second halves are each one contiguous 512-byte run in vector order.

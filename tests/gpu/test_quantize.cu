@@ -682,16 +682,49 @@ GatheredInput make_gathered_input(const std::vector<int32_t>& counts, int32_t al
   return in;
 }
 
-// launch(x, groups, rows, cols) on the contiguous x and on its gathered twin, into outputs poisoned
+// Scaled rows (Bf16Matrix::row_scales, the block-scaled backward's grad_h3 = score * grad_out): a
+// score per row -- random, with NaN (a -1 route's row: +0), 0 and -1 among them; garbage (NaN, 3e38)
+// on padding rows, which the masking must never let through -- and the contiguous rows scaled on the
+// host to what the quantizer must read, bf16_rne(score * value). Returns the scores.
+std::vector<float> scale_contiguous_rows(GatheredInput& in, uint64_t seed) {
+  std::vector<uint16_t> bits = in.contiguous.download();
+  std::vector<float> scores(in.cap);
+  reference::Rng rng(seed);
+  std::vector<bool> real(in.cap, false);
+  for (size_t e = 0; e < in.g.counts.size(); ++e)
+    for (int64_t m = in.g.offsets[e]; m < in.g.offsets[e] + in.g.counts[e]; ++m) real[m] = true;
+  for (int64_t m = 0; m < in.cap; ++m) {
+    if (!real[m]) {
+      scores[m] = m % 2 ? std::nanf("") : 3e38f;
+      continue;
+    }
+    const uint64_t kind = rng.below(16);
+    scores[m] = kind == 0 ? std::nanf("") : kind == 1 ? 0.0f : kind == 2 ? -1.0f
+              : static_cast<float>(rng.uniform(-2, 2)) * std::ldexp(1.0f, static_cast<int>(rng.below(9)) - 4);
+    for (int64_t c = 0; c < in.D; ++c) {
+      uint16_t& b = bits[m * in.D + c];
+      b = scores[m] != scores[m] ? uint16_t{0} : nm::float_to_bf16(scores[m] * nm::bf16_to_float(nm::bf16_t{b})).bits;
+    }
+  }
+  in.contiguous.upload(bits);
+  return scores;
+}
+
+// launch(x, groups, rows, cols) on the contiguous x and on its gathered twin (`scaled`: the twin with
+// row scores, the contiguous rows scaled on the host: scale_contiguous_rows), into outputs poisoned
 // alike (the layouts of check_rows_cols): every byte of every output, the untouched ones included,
 // must agree.
 template <class Scale, int kBlock, class Launch>
 void check_gathered_equals_contiguous(const std::vector<int32_t>& counts, int64_t D, int64_t spare, uint64_t seed,
-                                      bool scales_kblock_major, Launch launch) {
-  const GatheredInput in = make_gathered_input(counts, kBlock, D, spare, seed);
+                                      bool scales_kblock_major, Launch launch, bool scaled = false) {
+  GatheredInput in = make_gathered_input(counts, kBlock, D, spare, seed);
   const int64_t cap = in.cap;
-  SCOPED_TRACE("D=" + std::to_string(D) + " capacity=" + std::to_string(cap) + " groups=" + std::to_string(counts.size()));
+  SCOPED_TRACE("D=" + std::to_string(D) + " capacity=" + std::to_string(cap) + " groups=" +
+               std::to_string(counts.size()) + (scaled ? " scaled" : ""));
   DeviceBuffer<int32_t> dcounts(in.g.counts), doffsets(in.g.offsets);
+  quant::Bf16Matrix gathered = in.gathered();
+  DeviceBuffer<float> dscores(scaled ? scale_contiguous_rows(in, seed + 7) : std::vector<float>(1));
+  if (scaled) gathered.row_scales = dscores.get();
   struct Outputs {
     std::vector<uint8_t> q, qt;
     std::vector<Scale> s, st;
@@ -713,7 +746,7 @@ void check_gathered_equals_contiguous(const std::vector<int32_t>& counts, int64_
     DMOE_CUDA_CHECK(cudaDeviceSynchronize());
     return Outputs{dq.download(), dqt.download(), ds.download(), dst.download()};
   };
-  const Outputs want = run(in.x()), got = run(in.gathered());
+  const Outputs want = run(in.x()), got = run(gathered);
   EXPECT_EQ(first_difference(got.q, want.q), -1) << "row data";
   EXPECT_EQ(first_difference(got.s, want.s), -1) << "row scales";
   EXPECT_EQ(first_difference(got.qt, want.qt), -1) << "transposed data";
@@ -878,6 +911,22 @@ TEST(QuantizeFp8BlockwiseGathered, RowsAndColumnsEqualTheContiguousRowsBitForBit
                    const quant::Fp8BlockwiseOut& c) { quant::fp8_blockwise_quantize_rows_cols(x, g, r, c, nullptr); };
   check_gathered_equals_contiguous<float, 128>({37, 0, 200, 1, 100}, 256, 128, 221, true, launch);
   check_gathered_equals_contiguous<float, 128>({300, 5, 0, 129}, 1152, 0, 222, true, launch);
+}
+
+TEST(QuantizeFp8BlockwiseGathered, ScaledRowsEqualTheRowsScaledOnTheHost) {
+  DMOE_REQUIRE_SM90();
+  auto launch = [](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Fp8BlockwiseOut& r,
+                   const quant::Fp8BlockwiseOut& c) { quant::fp8_blockwise_quantize_rows_cols(x, g, r, c, nullptr); };
+  check_gathered_equals_contiguous<float, 128>({37, 0, 200, 1, 100}, 256, 128, 231, true, launch, /*scaled=*/true);
+  check_gathered_equals_contiguous<float, 128>({300, 5, 0, 129}, 1152, 0, 232, true, launch, /*scaled=*/true);
+}
+
+TEST(QuantizeMxfp8Gathered, ScaledRowsEqualTheRowsScaledOnTheHost) {
+  DMOE_REQUIRE_SM90();
+  auto launch = [](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Mxfp8Out& r,
+                   const quant::Mxfp8Out& c) { quant::mxfp8_quantize_rows_cols(x, g, r, c, nullptr); };
+  check_gathered_equals_contiguous<uint8_t, 32>({37, 0, 64, 1, 100}, 256, 32, 233, false, launch, /*scaled=*/true);
+  check_gathered_equals_contiguous<uint8_t, 32>({300, 5, 0, 129}, 2080, 32, 234, false, launch, /*scaled=*/true);
 }
 
 // One rows + columns call, synchronized: the launcher's region pick (log2_rt < 0) or the region
@@ -1252,6 +1301,20 @@ TEST(QuantizeMxfp8Compact, UnsupportedOperandsAreArgumentErrors) {
   in_offset_only.q_offset = q_offset;
   expect_invalid([&] { quant::mxfp8_dequantize_columns(in_offset_only, groups, {p, 128, 256, 256}, nullptr); },
                  "mxfp8_dequantize_columns: q_offset is set but compact is not");
+}
+
+// Scaled rows are the rows + columns quantizers' only.
+TEST(QuantizeMxfp8, ScaledRowsAreArgumentErrorsElsewhere) {
+  DMOE_REQUIRE_SM90();
+  DeviceBuffer<uint16_t> x(64 * 128);
+  DeviceBuffer<float> scores(64);
+  DeviceBuffer<uint8_t> q(64 * 128), s(64 * 4);
+  quant::Bf16Matrix m{x.get(), 64, 128, 128};
+  m.row_scales = scores.get();
+  expect_invalid([&] { quant::mxfp8_quantize_rows(m, quant::Mxfp8Out{q.get(), 128, s.get(), 4, 1}, nullptr); },
+                 "mxfp8_quantize_rows: gathered rows (row_ptrs) and scaled rows (row_scales) are not supported");
+  expect_invalid([&] { quant::nvfp4_quantize_rows(m, {q.get(), 128, q.get(), 16, q.get(), 4}, nullptr); },
+                 "scaled rows (row_scales) are not supported");
 }
 
 // ---- weights ---------------------------------------------------------------------------------------

@@ -88,6 +88,19 @@ DMOE_HOST_DEVICE int64_t dispatch_route_offset(int64_t t, int k, int top_k, int6
   return (t * top_k + k) * row_bytes;
 }
 
+// Backward of the block-scaled pipelines (perf_history G144): instead of grad_h3's route slots the
+// owner's dispatch window holds grad_out's token rows [T, D] at dispatch_row_offset(t) (where the
+// forward's x rows were: RoutingTables::gather_src finds them) and the FP32 score of route t*K + k
+// after T_max rows, at the byte offset below (where the forward's rank-partials combine puts its
+// scores too). Both fit the [T_max, K, D] window where dispatch_window_holds_scores:
+// 4K <= (K - 1) * row_bytes, so K >= 2.
+DMOE_HOST_DEVICE int64_t dispatch_score_offset(int64_t route_index, int64_t max_tokens, int64_t row_bytes) {
+  return max_tokens * row_bytes + 4 * route_index;
+}
+DMOE_HOST_DEVICE bool dispatch_window_holds_scores(int top_k, int64_t row_bytes) {
+  return top_k >= 2 && 4 * static_cast<int64_t>(top_k) <= (top_k - 1) * row_bytes;
+}
+
 // Index of route (s, t*K + k) in RoutingTables::route_row ([R, T_max*K], fixed stride).
 DMOE_HOST_DEVICE int64_t route_row_index(int src_rank, int64_t route_index, int64_t max_tokens, int top_k) {
   return static_cast<int64_t>(src_rank) * max_tokens * top_k + route_index;
