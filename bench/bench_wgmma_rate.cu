@@ -1,7 +1,7 @@
 // The tensor cores' ceiling per wgmma shape: one CTA per SM whose warpgroups issue nothing but
 // wgmmas on resident operands (shared-memory tiles and A registers written once, nonzero), groups of
 // 8 committed and waited with one group in flight -- the pattern of our mainloops. Per instruction
-// family (BF16 and E4M3 with both operands in shared memory, FP16 with A from registers), N, the
+// family (BF16 and E4M3 with both operands in shared memory, FP16 and E4M3 with A from registers), N, the
 // warpgroups issuing and the independent accumulator chains each interleaves, it prints the SM
 // cycles per wgmma (clock64 around the loop, so independent of the clock), the MACs per cycle and
 // the fraction of the family's best row in the same run (the measured peak). The decode GEMMs issue
@@ -15,7 +15,10 @@
 // at a time (kMode below). It prints SM cycles per k block and the fraction of the E4M3 peak (4096
 // MACs per cycle): what a mainloop of that shape can reach, so the rest of a kernel's gap is elsewhere.
 //
-//   bench_wgmma_rate [--iters N] [--promotion]
+// --wgrad measures the FP8 WGRAD's k loop (per-element scales from the stage's copy; G145): main's
+// serial slice patterns against folding each slice while the next runs, in alternated rounds.
+//
+//   bench_wgmma_rate [--iters N] [--promotion] [--wgrad [--rounds N]]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -43,7 +46,7 @@ constexpr int kGroup = 8;                 // wgmmas per commit group
 constexpr int kSmemBytes = 64 * 1024;     // the A and B tiles (a 64 x 16 K-major tile is 2 KiB; 256 x 16 8 KiB)
 constexpr int kBOffset = 32 * 1024;
 
-// The three families; each runs m64 x kN x (32 bytes of K).
+// The families; each runs m64 x kN x (32 bytes of K).
 template <int kN>
 struct SsBf16 {
   static constexpr const char* kName = "bf16 SS";
@@ -58,6 +61,14 @@ struct SsE4m3 {
   static constexpr int kMacs = 64 * kN * 32;
   DMOE_DEVICE static void mma(float (&d)[kN / 2], const uint32_t (&)[4], uint64_t da, uint64_t db) {
     ptx::WgmmaE4m3<kN>::mma(d, da, db, 1u);
+  }
+};
+template <int kN>
+struct RsE4m3 {
+  static constexpr const char* kName = "e4m3 RS";
+  static constexpr int kMacs = 64 * kN * 32;
+  DMOE_DEVICE static void mma(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t, uint64_t db) {
+    ptx::WgmmaE4m3Rs<kN>::mma(d, a, db, 1u);
   }
 };
 template <int kN>
@@ -85,6 +96,18 @@ DMOE_DEVICE uint32_t operand_word(uint32_t seed) {
 DMOE_DEVICE void fill_operands(uint8_t* smem, int bytes) {
   for (int i = threadIdx.x; i < bytes / 4; i += blockDim.x)
     reinterpret_cast<uint32_t*>(smem)[i] = operand_word(static_cast<uint32_t>(i) * 2654435761u + blockIdx.x);
+}
+
+// The end of a timed loop: thread 0 records the SM cycles since t0, and every thread stores the sum
+// of its accumulators (keeps the products live).
+template <int kN>
+DMOE_DEVICE void finish_timed(long long t0, const float (&acc)[kN], long long* cycles, float* sink) {
+  const long long t1 = clock64();
+  if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) sum += acc[i];
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
 }
 
 template <template <int> class Op, int kN, int kChains>
@@ -152,7 +175,7 @@ DMOE_DEVICE void issue_slice(float (&scratch)[kSliceN / 2], const uint32_t (&a)[
   ptx::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    if constexpr (kRs) ptx::WgmmaE4m3Rs64::mma(scratch, a[kk], ptx::desc_advance(db, kk * 32), kk > 0 ? 1u : 0u);
+    if constexpr (kRs) ptx::WgmmaE4m3Rs<64>::mma(scratch, a[kk], ptx::desc_advance(db, kk * 32), kk > 0 ? 1u : 0u);
     else
       ptx::WgmmaE4m3<kSliceN>::mma(scratch, ptx::desc_advance(da, kk * 32), ptx::desc_advance(db, kk * 32),
                                    kk > 0 ? 1u : 0u);
@@ -299,12 +322,7 @@ __global__ void __launch_bounds__(kMode == 3 ? 384 : 256, 1)
   ptx::wgmma_fence_operands(acc);
   if constexpr (kMode == 3) ptx::named_barrier_sync(1, 128 * consumer_wgs);  // the consumers only
   else __syncthreads();
-  const long long t1 = clock64();
-  if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kTileN / 2; ++i) sum += acc[i];
-  sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+  finish_timed(t0, acc, cycles, sink);
 }
 
 struct PromotionRow {
@@ -365,6 +383,323 @@ int promotion_main(int sms, long long* cycles_d, float* sink_d) {
   return 0;
 }
 
+// ---- the FP8 WGRAD's k loop (--wgrad) ------------------------------------------------------------
+// The WGRAD tile's consumers (mainloop_fp8_blockwise.cuh) on mode 3's pipeline: per 128-deep k block
+// each of two warpgroups contracts its m64 x kTileN block in slices of kSliceN columns (four k32 E4M3
+// wgmmas each) and folds each slice into its FP32 accumulators with a per-element scale
+// a_scale[row] * b_scale[column] read from the stage's scale copy (one FMUL and one FFMA per element).
+// kLoop: kSerial waits for each slice and folds it before the next is issued (main's 128x256 loop;
+// kSerialNoFold the same without the fold: what the waits alone cost); kFoldUnderNext issues slice
+// s + 1 once slice s is done and folds s under it, from two scratch slices (perf_history G145; with
+// slice s + 1 issued before the wait, wait_group 1, ptxas serializes the wgmmas, C7514). kRs: A from
+// registers, loaded once per k block by ldmatrix (only B read from shared memory per wgmma).
+constexpr int kWgradStages = 4;
+constexpr int kWgradStageBytes = 50 * 1024;  // A 128 x 128 B, B up to 256 x 128 B, scales (128 + 256) x 4 B
+constexpr int kWgradScaleOffset = 48 * 1024;
+constexpr int kWgradSmemBytes = kWgradStages * kWgradStageBytes + 1024;  // + the ring's barriers
+
+enum class WgradLoop { kSerial, kSerialNoFold, kFoldUnderNext };
+
+template <int kTileN, int kSliceN, bool kRs, WgradLoop kLoop>
+__global__ void __launch_bounds__(384, 1)
+    wgrad_kloop_kernel(int iters, int span_blocks, const float* __restrict__ g_data, long long* cycles, float* sink) {
+  constexpr int kSlices = kTileN / kSliceN, kSliceAcc = kSliceN / 2;
+  constexpr uint32_t kDataBytes = (128 + kTileN) * 128, kScaleBytes = (128 + kTileN) * 4;
+  constexpr bool kAhead = kLoop == WgradLoop::kFoldUnderNext;  // the next block's first slice issued ahead
+  static_assert(!kAhead || kSlices % 2 == 0, "slices alternate between two scratch buffers, slice 0 in the first");
+  static_assert(kRs || kSliceN >= 64, "SS slices narrower than 64 columns are shared-memory bound");
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t full = base + kWgradStages * kWgradStageBytes, empty = full + 8 * kWgradStages;
+  // The consumers run one block more than they time when the next block's first slices are issued
+  // ahead: the producer fills exactly the blocks they wait for.
+  const int blocks = iters + (kAhead ? 1 : 0);
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kWgradStages; ++st) {
+      ptx::mbarrier_init(full + 8 * st, 1);
+      ptx::mbarrier_init(empty + 8 * st, 8);  // one arrival per consumer warp
+    }
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x >= 256) {  // the producer warpgroup: one thread copies each block in
+    ptx::setmaxnreg_dec<24>();
+    if (threadIdx.x == 256) {
+      for (int it = 0; it < blocks; ++it) {
+        const uint32_t st = static_cast<uint32_t>(it % kWgradStages), round = static_cast<uint32_t>(it / kWgradStages);
+        while (!ptx::mbarrier_try_wait_parity(empty + 8 * st, (round & 1u) ^ 1u)) {
+        }
+        ptx::mbarrier_arrive_expect_tx(full + 8 * st, kDataBytes + kScaleBytes);
+        const uint32_t dst = base + st * kWgradStageBytes;
+        const int64_t block = (static_cast<int64_t>(it) * gridDim.x + blockIdx.x) % span_blocks;
+        const uint8_t* src = reinterpret_cast<const uint8_t*>(g_data) + block * kWgradStageBytes;
+        ptx::bulk_load_1d(dst, src, kDataBytes, full + 8 * st);
+        ptx::bulk_load_1d(dst + kWgradScaleOffset, src + kWgradScaleOffset, kScaleBytes, full + 8 * st);
+      }
+    }
+    return;
+  }
+  ptx::setmaxnreg_inc<240>();
+  const uint32_t lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4, wg = threadIdx.x / 128;
+  const uint32_t frag_row = wg * 64 + 16 * warp + lane / 4;  // the fold's A scale rows: this and + 8
+  const uint32_t b_off = kWgradScaleOffset + (128 + 2 * (lane % 4)) * 4;
+  const uint32_t j = lane / 8, i8 = lane % 8, ld_row = wg * 64 + 16 * warp + i8 + 8 * (j % 2);
+  auto stage_of = [&](int it) { return base + static_cast<uint32_t>(it % kWgradStages) * kWgradStageBytes; };
+  auto wait_full = [&](int it) {
+    const uint32_t bar = full + 8 * static_cast<uint32_t>(it % kWgradStages);
+    while (!ptx::mbarrier_try_wait_parity(bar, static_cast<uint32_t>(it / kWgradStages) & 1u)) {
+    }
+  };
+  uint32_t a[4][4];
+  auto load_frags = [&](uint32_t stage) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) ptx::ldmatrix_x4(stage + ld_row * 128 + (((2 * kk + j / 2) ^ i8) << 4), a[kk]);
+  };
+  auto issue = [&](uint32_t stage, int s, float(&scratch)[kSliceAcc]) {
+    const uint64_t db = ptx::make_kmajor_desc(stage + 128 * 128 + s * kSliceN * 128);
+    const uint64_t da = ptx::make_kmajor_desc(stage + wg * 64 * 128);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      if constexpr (kRs) ptx::WgmmaE4m3Rs<kSliceN>::mma(scratch, a[kk], ptx::desc_advance(db, kk * 32), kk > 0 ? 1u : 0u);
+      else
+        ptx::WgmmaE4m3<kSliceN>::mma(scratch, ptx::desc_advance(da, kk * 32), ptx::desc_advance(db, kk * 32),
+                                     kk > 0 ? 1u : 0u);
+    }
+    ptx::wgmma_commit();
+  };
+  float acc[kTileN / 2];
+#pragma unroll
+  for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
+  auto fold = [&](uint32_t stage, int s, const float(&scratch)[kSliceAcc]) {
+    const float sa_lo = ptx::ld_shared_f32(stage + kWgradScaleOffset + frag_row * 4);
+    const float sa_hi = ptx::ld_shared_f32(stage + kWgradScaleOffset + (frag_row + 8) * 4);
+#pragma unroll
+    for (int c = 0; c < kSliceN / 8; ++c) {
+      const float2 sb = ptx::ld_shared_f32x2(stage + b_off + (s * kSliceN + 8 * c) * 4);
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        acc[s * kSliceAcc + 4 * c + q] = fmaf(scratch[4 * c + q], (q / 2 == 0 ? sa_lo : sa_hi) * (q % 2 == 0 ? sb.x : sb.y),
+                                              acc[s * kSliceAcc + 4 * c + q]);
+    }
+  };
+  auto release = [&](int it) {
+    if (lane == 0) ptx::mbarrier_arrive(empty + 8 * static_cast<uint32_t>(it % kWgradStages));
+  };
+  ptx::named_barrier_sync(1, 256);  // the consumers only: the producer has left
+  const long long t0 = clock64();
+  if constexpr (kLoop == WgradLoop::kFoldUnderNext) {
+    // Slice s + 1 is issued once slice s is done (wait_group 0), then slice s is folded under it.
+    float buf[2][kSliceAcc];
+    wait_full(0);
+    if constexpr (kRs) load_frags(stage_of(0));
+    issue(stage_of(0), 0, buf[0]);
+    for (int it = 0; it < iters; ++it) {
+      const uint32_t stage = stage_of(it);
+#pragma unroll
+      for (int s = 0; s < kSlices; ++s) {
+        ptx::wgmma_wait<0>();
+        ptx::wgmma_fence_operands(buf[s % 2]);
+        if (s + 1 < kSlices) {
+          issue(stage, s + 1, buf[(s + 1) % 2]);
+          fold(stage, s, buf[s % 2]);
+        } else {  // the next block's first slice runs under this block's last fold
+          if constexpr (kRs) ptx::wgmma_fence_operands(a);
+          wait_full(it + 1);
+          if constexpr (kRs) load_frags(stage_of(it + 1));
+          issue(stage_of(it + 1), 0, buf[0]);
+          fold(stage, s, buf[s % 2]);
+          release(it);
+        }
+      }
+    }
+    ptx::wgmma_wait<0>();
+    ptx::wgmma_fence_operands(buf[0]);
+    release(iters);
+  } else {
+    float scratch[kSliceAcc];
+    for (int it = 0; it < iters; ++it) {
+      const uint32_t stage = stage_of(it);
+      wait_full(it);
+      if constexpr (kRs) load_frags(stage);
+#pragma unroll
+      for (int s = 0; s < kSlices; ++s) {
+        issue(stage, s, scratch);
+        ptx::wgmma_wait<0>();
+        ptx::wgmma_fence_operands(scratch);
+        if constexpr (kLoop == WgradLoop::kSerial) fold(stage, s, scratch);
+      }
+      if constexpr (kRs) ptx::wgmma_fence_operands(a);
+      release(it);
+    }
+  }
+  ptx::wgmma_fence_operands(acc);
+  ptx::named_barrier_sync(1, 256);
+  finish_timed(t0, acc, cycles, sink);
+}
+
+// kSpanMiB: the distinct operand bytes the producers cycle through (CTA c's block i is block
+// (i * CTAs + c) of the span): 0 for 16 blocks (800 KiB, L2-hot), else that many MiB -- spread over the
+// L2 as a GEMM's operands are, or larger than it (every block from HBM).
+template <int kTileN, int kSliceN, bool kRs, WgradLoop kLoop, int kSpanMiB = 0>
+double measure_wgrad_kloop(int sms, const float* g_data, long long* cycles_d, float* sink_d) {
+  auto kernel = wgrad_kloop_kernel<kTileN, kSliceN, kRs, kLoop>;
+  DMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgradSmemBytes));
+  const int iters = std::max(1, g_iters / 4);
+  const int span_blocks = kSpanMiB == 0 ? 16 : static_cast<int>((int64_t{kSpanMiB} << 20) / kWgradStageBytes);
+  return median_sm_cycles(sms, cycles_d,
+                          [&] { kernel<<<sms, 384, kWgradSmemBytes>>>(iters, span_blocks, g_data, cycles_d, sink_d); }) /
+         iters;
+}
+
+// One 128x128 tile per warpgroup (perf_history G142 (a)): each consumer warpgroup contracts its own
+// tile from its own three-stage ring (A 128 rows, B 128 columns, their 256 scales), filled by its own
+// producer thread, as two m64 x n128 SS slices per k block, each waited for and folded (main's serial
+// loop). Nothing ties the two warpgroups to the same stage, so one can fold while the other's wgmmas
+// run; `delay` starts warpgroup 1 that many cycles late.
+constexpr int kPerWgStages = 3;
+constexpr int kPerWgStageBytes = 33 * 1024;  // A 16 KiB, B 16 KiB, scales 1 KiB
+constexpr int kPerWgScaleOffset = 32 * 1024;
+constexpr int kPerWgSmemBytes = 2 * kPerWgStages * kPerWgStageBytes + 1024;
+
+__global__ void __launch_bounds__(384, 1)
+    wgrad_per_warpgroup_kernel(int iters, int delay, const float* __restrict__ g_data, long long* cycles, float* sink) {
+  constexpr uint32_t kDataBytes = 256 * 128, kScaleBytes = 256 * 4;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t bars = base + 2 * kPerWgStages * kPerWgStageBytes;  // full[w][st], then empty[w][st]
+  auto full = [&](uint32_t w, int it) { return bars + 8 * (w * kPerWgStages + it % kPerWgStages); };
+  auto empty = [&](uint32_t w, int it) { return bars + 8 * (2 * kPerWgStages + w * kPerWgStages + it % kPerWgStages); };
+  auto stage_of = [&](uint32_t w, int it) {
+    return base + (w * kPerWgStages + static_cast<uint32_t>(it % kPerWgStages)) * kPerWgStageBytes;
+  };
+  if (threadIdx.x == 0) {
+    for (uint32_t w = 0; w < 2; ++w)
+      for (int st = 0; st < kPerWgStages; ++st) {
+        ptx::mbarrier_init(full(w, st), 1);
+        ptx::mbarrier_init(empty(w, st), 4);  // one arrival per warp of the ring's warpgroup
+      }
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x >= 256) {  // lane 0 of warps 8 and 9 fill rings 0 and 1
+    ptx::setmaxnreg_dec<24>();
+    if (threadIdx.x == 256 || threadIdx.x == 288) {
+      const uint32_t w = (threadIdx.x - 256) / 32;
+      for (int it = 0; it < iters; ++it) {
+        while (!ptx::mbarrier_try_wait_parity(empty(w, it), (static_cast<uint32_t>(it / kPerWgStages) & 1u) ^ 1u)) {
+        }
+        ptx::mbarrier_arrive_expect_tx(full(w, it), kDataBytes + kScaleBytes);
+        const uint8_t* src = reinterpret_cast<const uint8_t*>(g_data) + ((it + 7 * w) % 16) * kPerWgStageBytes;
+        ptx::bulk_load_1d(stage_of(w, it), src, kDataBytes, full(w, it));
+        ptx::bulk_load_1d(stage_of(w, it) + kPerWgScaleOffset, src + kPerWgScaleOffset, kScaleBytes, full(w, it));
+      }
+    }
+    return;
+  }
+  ptx::setmaxnreg_inc<240>();
+  const uint32_t lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4, wg = threadIdx.x / 128;
+  const uint32_t frag_row = 16 * warp + lane / 4;  // the fold's A scale rows (+ 64 m, + 8)
+  const uint32_t b_off = kPerWgScaleOffset + (128 + 2 * (lane % 4)) * 4;
+  float acc[2][64], scratch[64];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[m][i] = 0.0f;
+  ptx::named_barrier_sync(1, 256);
+  const long long t0 = clock64();
+  if (wg == 1)
+    while (clock64() - t0 < delay) {
+    }
+  for (int it = 0; it < iters; ++it) {
+    const uint32_t stage = stage_of(wg, it);
+    while (!ptx::mbarrier_try_wait_parity(full(wg, it), static_cast<uint32_t>(it / kPerWgStages) & 1u)) {
+    }
+    const uint64_t db = ptx::make_kmajor_desc(stage + 128 * 128);
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      const uint64_t da = ptx::make_kmajor_desc(stage + m * 64 * 128);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        ptx::WgmmaE4m3<128>::mma(scratch, ptx::desc_advance(da, kk * 32), ptx::desc_advance(db, kk * 32), kk > 0 ? 1u : 0u);
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_fence_operands(scratch);
+      const float sa_lo = ptx::ld_shared_f32(stage + kPerWgScaleOffset + (64 * m + frag_row) * 4);
+      const float sa_hi = ptx::ld_shared_f32(stage + kPerWgScaleOffset + (64 * m + frag_row + 8) * 4);
+#pragma unroll
+      for (int c = 0; c < 16; ++c) {
+        const float2 sb = ptx::ld_shared_f32x2(stage + b_off + 8 * c * 4);
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          acc[m][4 * c + q] = fmaf(scratch[4 * c + q], (q / 2 == 0 ? sa_lo : sa_hi) * (q % 2 == 0 ? sb.x : sb.y),
+                                   acc[m][4 * c + q]);
+      }
+    }
+    if (lane == 0) ptx::mbarrier_arrive(empty(wg, it));
+  }
+  ptx::wgmma_fence_operands(acc[0]);
+  ptx::wgmma_fence_operands(acc[1]);
+  ptx::named_barrier_sync(1, 256);
+  finish_timed(t0, reinterpret_cast<const float(&)[128]>(acc), cycles, sink);
+}
+
+template <int kDelay>
+double measure_wgrad_per_warpgroup(int sms, const float* g_data, long long* cycles_d, float* sink_d) {
+  DMOE_CUDA_CHECK(cudaFuncSetAttribute(wgrad_per_warpgroup_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       kPerWgSmemBytes));
+  const int iters = std::max(1, g_iters / 4);
+  return median_sm_cycles(sms, cycles_d, [&] {
+    wgrad_per_warpgroup_kernel<<<sms, 384, kPerWgSmemBytes>>>(iters, kDelay, g_data, cycles_d, sink_d);
+  }) / iters;
+}
+
+// The candidates, alternated over `rounds` so clock drift falls on all alike: cycles per k block (both
+// warpgroups) and the fraction of the E4M3 peak (4096 MACs per cycle and SM).
+constexpr int kMaxSpanMiB = 256;
+
+int wgrad_main(int sms, long long* cycles_d, float* sink_d, int rounds) {
+  float* data = nullptr;
+  const size_t floats = (size_t{kMaxSpanMiB} << 20) / 4 + kWgradStageBytes;
+  DMOE_CUDA_CHECK(cudaMalloc(&data, sizeof(float) * floats));
+  DMOE_CUDA_CHECK(cudaMemset(data, 0x3F, sizeof(float) * floats));  // scales 0.747, E4M3 bytes 1.875
+  struct Candidate {
+    const char* name;
+    int tile_n;
+    double (*run)(int, const float*, long long*, float*);
+  };
+  constexpr WgradLoop kSerial = WgradLoop::kSerial, kNoFold = WgradLoop::kSerialNoFold, kUnder = WgradLoop::kFoldUnderNext;
+  const Candidate candidates[] = {
+      {"64x256: 2 x n128 SS, serial (main's 128x256 WGRAD)", 256, measure_wgrad_kloop<256, 128, false, kSerial>},
+      {"64x256: 2 x n128 SS, serial, no fold (the waits alone)", 256, measure_wgrad_kloop<256, 128, false, kNoFold>},
+      {"64x256: 2 x n128 SS, serial, operands over 24 MiB (L2)", 256, measure_wgrad_kloop<256, 128, false, kSerial, 24>},
+      {"64x256: 2 x n128 SS, serial, operands over 256 MiB (HBM)", 256,
+       measure_wgrad_kloop<256, 128, false, kSerial, kMaxSpanMiB>},
+      {"64x256: 4 x n64 RS, serial", 256, measure_wgrad_kloop<256, 64, true, kSerial>},
+      {"64x256: 8 x n32 RS, serial", 256, measure_wgrad_kloop<256, 32, true, kSerial>},
+      {"64x256: 4 x n64 RS, fold under the next slice", 256, measure_wgrad_kloop<256, 64, true, kUnder>},
+      {"64x256: 8 x n32 RS, fold under the next slice (G145)", 256, measure_wgrad_kloop<256, 32, true, kUnder>},
+      {"64x256: 8 x n32 RS, fold under the next slice, over 24 MiB", 256, measure_wgrad_kloop<256, 32, true, kUnder, 24>},
+      {"64x128: 2 x n64 RS, fold under the next slice (~ main's 128x128 WGRAD)", 128,
+       measure_wgrad_kloop<128, 64, true, kUnder>},
+      // Per k block each warpgroup contracts 128 x 128 here: the same MACs as 64 x 256.
+      {"128x128 per warpgroup, own ring: 2 x m64n128 SS, serial (G142 a)", 256, measure_wgrad_per_warpgroup<0>},
+      {"128x128 per warpgroup, own ring, warpgroup 1 300 cycles late", 256, measure_wgrad_per_warpgroup<300>},
+  };
+  std::printf("\n%-70s %5s %16s %8s\n", "pattern (per warpgroup, two warpgroups)", "round", "cycles/k block", "x peak");
+  for (int r = 0; r < rounds; ++r) {
+    for (const Candidate& c : candidates) {
+      const double per_kblock = c.run(sms, data, cycles_d, sink_d);
+      const double macs = 2.0 * 64 * c.tile_n * 128;
+      std::printf("%-70s %5d %16.1f %7.2fx\n", c.name, r + 1, per_kblock, macs / per_kblock / 4096.0);
+      std::fflush(stdout);
+    }
+  }
+  DMOE_CUDA_CHECK(cudaFree(data));
+  return 0;
+}
+
 struct Row {
   std::string family;
   int n, wgs, chains;
@@ -383,10 +718,14 @@ Row measure(int wgs, int sms, long long* cycles_d, float* sink_d) {
 }
 
 int bench_main(int argc, char** argv) {
-  bool promotion = false;
-  const int rc = testing::walk_bench_args(argc, argv, "[--iters N] [--promotion]", [&](const std::string& a, auto value) {
+  bool promotion = false, wgrad = false;
+  int rounds = 2;
+  const int rc = testing::walk_bench_args(argc, argv, "[--iters N] [--promotion] [--wgrad [--rounds N]]",
+                                          [&](const std::string& a, auto value) {
     if (a == "--iters") g_iters = std::max(1, std::atoi(value().c_str()));
     else if (a == "--promotion") promotion = true;
+    else if (a == "--wgrad") wgrad = true;
+    else if (a == "--rounds") rounds = std::max(1, std::atoi(value().c_str()));
     else return false;
     return true;
   });
@@ -398,6 +737,14 @@ int bench_main(int argc, char** argv) {
   float* sink_d = nullptr;
   DMOE_CUDA_CHECK(cudaMalloc(&cycles_d, sizeof(long long) * sms));
   DMOE_CUDA_CHECK(cudaMalloc(&sink_d, sizeof(float) * sms * 512));
+  if (wgrad) {
+    std::printf("bench_wgmma_rate --wgrad on %s (%d SMs): %d k blocks per warpgroup, %d rounds\n", prop.name, sms,
+                std::max(1, g_iters / 4), rounds);
+    const int wrc = wgrad_main(sms, cycles_d, sink_d, rounds);
+    DMOE_CUDA_CHECK(cudaFree(cycles_d));
+    DMOE_CUDA_CHECK(cudaFree(sink_d));
+    return wrc;
+  }
   if (promotion) {
     std::printf("bench_wgmma_rate --promotion on %s (%d SMs): %d k blocks per warpgroup\n", prop.name, sms,
                 std::max(1, g_iters / 4));
@@ -418,6 +765,10 @@ int bench_main(int argc, char** argv) {
       rows.push_back(measure<SsE4m3, kN, 2>(wgs, sms, cycles_d, sink_d));
       rows.push_back(measure<RsF16, kN, 1>(wgs, sms, cycles_d, sink_d));
       rows.push_back(measure<RsF16, kN, 2>(wgs, sms, cycles_d, sink_d));
+      if constexpr (kN >= 32) {  // the E4M3 RS wrappers: n32 and n64
+        rows.push_back(measure<RsE4m3, kN, 1>(wgs, sms, cycles_d, sink_d));
+        rows.push_back(measure<RsE4m3, kN, 2>(wgs, sms, cycles_d, sink_d));
+      }
     }
   };
   small_n(std::integral_constant<int, 16>{});
@@ -434,7 +785,7 @@ int bench_main(int argc, char** argv) {
   DMOE_CUDA_CHECK(cudaFree(sink_d));
   // The measured peak of a family: its best MACs per cycle (RS F16 shares the 16-bit peak of BF16 SS).
   auto peak = [&](const std::string& family) {
-    const std::string key = family == "e4m3 SS" ? "e4m3 SS" : "bf16 SS";
+    const std::string key = family.rfind("e4m3", 0) == 0 ? "e4m3 SS" : "bf16 SS";
     double best = 0;
     for (const Row& r : rows)
       if (r.family == key) best = std::max(best, r.macs_per_cycle);

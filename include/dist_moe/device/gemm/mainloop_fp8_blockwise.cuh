@@ -443,7 +443,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     ptx::wgmma_fence();  // the fragments were just loaded, the scratch read by the last fold
 #pragma unroll
     for (int kk = 0; kk < kBlockK / Operands::kK; ++kk)
-      ptx::WgmmaE4m3Rs64::mma(scratch, a_frag[kk], ptx::desc_advance32(db, kk * Base::kStepB), kk > 0 ? 1u : 0u);
+      ptx::WgmmaE4m3Rs<64>::mma(scratch, a_frag[kk], ptx::desc_advance32(db, kk * Base::kStepB), kk > 0 ? 1u : 0u);
     ptx::wgmma_commit();
   }
 

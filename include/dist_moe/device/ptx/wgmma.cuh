@@ -346,10 +346,14 @@ struct WgmmaE4m3<16, 0, 0> {
   }
 };
 
-// E4M3 x E4M3 -> FP32, m64n64k32 with A from registers (the "RS" form): a[0..3] hold this thread's
+// E4M3 x E4M3 -> FP32, m64nNk32 with A from registers (the "RS" form): a[0..3] hold this thread's
 // 16 A values -- rows l/4 and l/4 + 8 of its warp's 16, bytes 4 (l % 4) .. + 3 of K [0, 16) and
-// [16, 32) (PTX ISA: wgmma register fragment A for 8-bit types; ldmatrix_x4 loads it).
-struct WgmmaE4m3Rs64 {
+// [16, 32) (PTX ISA: wgmma register fragment A for 8-bit types; ldmatrix_x4 loads it). B K-major.
+template <int kN>
+struct WgmmaE4m3Rs;
+
+template <>
+struct WgmmaE4m3Rs<64> {
   static constexpr int kRegs = 32;
   DMOE_DEVICE static void mma(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
@@ -359,6 +363,21 @@ struct WgmmaE4m3Rs64 {
       "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" DMOE_WGMMA_ACC_32 "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n"
       "}\n"
       : DMOE_WGMMA_OUT_32
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+template <>
+struct WgmmaE4m3Rs<32> {
+  static constexpr int kRegs = 16;
+  DMOE_DEVICE static void mma(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {" DMOE_WGMMA_ACC_16 "}, {%16, %17, %18, %19}, %20, p, 1, 1;\n"
+      "}\n"
+      : DMOE_WGMMA_OUT_16
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
   }
 };
