@@ -7,14 +7,17 @@
 # suite's Mega cases (r2's 60 s limit cut them), the MXFP8 layer A / B; each step only with the time it
 # needs left (BUDGET); then, with a longer BUDGET (~540), mixtral and dsv3_prefill A / B and the torch
 # training loop. Not run in s69 (device time spent on failed starts); the next session's first call.
-RUN_NAME=s69r3; source scripts/device_run_prelude.sh
+# A later run reuses these steps by sourcing this file with RUN_NAME, B_EXTRA_TARGETS (more targets
+# for B's build) and an after_build function (run once both trees are built) set.
+RUN_NAME=${RUN_NAME:-s69r3}; source scripts/device_run_prelude.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 P=docs/gpu_runs/2026-12-07-s69/g144_grad_h3_token_rows.patch
 # B: main + the patch (applied here unless the checkout already has it).
 if git apply --check $P 2>/dev/null; then git apply $P || exit 2; fi
 OUT=$L scripts/ab_trees.sh $P "dist-moe dmoe_launch dist_moe_gpu_tests dist_moe_mxfp8_pipeline_tests \
-  dist_moe_native dist_moe_torch" "dist-moe" || { tail -20 "$L/build.log" "$L/A/build.log"; exit 1; }
+  dist_moe_native dist_moe_torch ${B_EXTRA_TARGETS:-}" "dist-moe" || { tail -20 "$L/build.log" "$L/A/build.log"; exit 1; }
 echo "built at $((SECONDS-T0)) s"
+if declare -F after_build > /dev/null; then after_build; fi
 gtests quant 'Quantize*Gathered*:Quantize*Compact*:QuantizeMxfp8.ScaledRows*:Quantize*.RowsAndColumns*' 40
 stages='^(bwd:(topk_backward|quantize_grad_h3)|fwd:quantize_x) '
 ab() {  # ab FORMAT: the qwen3_30b layer A / B, two rounds, and its stage lines
