@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "dist_moe/check.h"
+#include "dist_moe/device/gemm/pipeline.cuh"
 #include "dist_moe/device/ptx/barrier.cuh"
 #include "dist_moe/device/ptx/fence.cuh"
 #include "dist_moe/device/ptx/ld_st.cuh"
@@ -393,10 +394,18 @@ int promotion_main(int sms, long long* cycles_d, float* sink_d) {
 // s + 1 once slice s is done and folds s under it, from two scratch slices (perf_history G145; with
 // slice s + 1 issued before the wait, wait_group 1, ptxas serializes the wgmmas, C7514). kRs: A from
 // registers, loaded once per k block by ldmatrix (only B read from shared memory per wgmma).
+// Block `it` of a ring of kStages slots as the GEMMs' pipeline state (gemm::TmaPipeline, whose
+// barriers the WGRAD loop kernels use): its slot and the parity of its turn.
+template <int kStages>
+DMOE_DEVICE gemm::PipelineState<kStages> ring_state(int it) {
+  return {it % kStages, static_cast<uint32_t>(it / kStages) & 1u};
+}
+
 constexpr int kWgradStages = 4;
 constexpr int kWgradStageBytes = 50 * 1024;  // A 128 x 128 B, B up to 256 x 128 B, scales (128 + 256) x 4 B
 constexpr int kWgradScaleOffset = 48 * 1024;
 constexpr int kWgradSmemBytes = kWgradStages * kWgradStageBytes + 1024;  // + the ring's barriers
+using WgradRing = gemm::TmaPipeline<kWgradStages>;
 
 enum class WgradLoop { kSerial, kSerialNoFold, kFoldUnderNext };
 
@@ -410,31 +419,24 @@ __global__ void __launch_bounds__(384, 1)
   static_assert(kRs || kSliceN >= 64, "SS slices narrower than 64 columns are shared-memory bound");
   extern __shared__ __align__(1024) uint8_t smem[];
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t full = base + kWgradStages * kWgradStageBytes, empty = full + 8 * kWgradStages;
+  auto& ring_storage = *reinterpret_cast<WgradRing::SharedStorage*>(smem + kWgradStages * kWgradStageBytes);
   // The consumers run one block more than they time when the next block's first slices are issued
   // ahead: the producer fills exactly the blocks they wait for.
   const int blocks = iters + (kAhead ? 1 : 0);
-  if (threadIdx.x == 0) {
-    for (int st = 0; st < kWgradStages; ++st) {
-      ptx::mbarrier_init(full + 8 * st, 1);
-      ptx::mbarrier_init(empty + 8 * st, 8);  // one arrival per consumer warp
-    }
-    ptx::fence_mbarrier_init();
-  }
+  if (threadIdx.x == 0) WgradRing::init(ring_storage, 8);  // one release per consumer warp
   __syncthreads();
+  const WgradRing ring(ring_storage);
+  auto stage_of = [&](int it) { return base + static_cast<uint32_t>(it % kWgradStages) * kWgradStageBytes; };
   if (threadIdx.x >= 256) {  // the producer warpgroup: one thread copies each block in
     ptx::setmaxnreg_dec<24>();
     if (threadIdx.x == 256) {
       for (int it = 0; it < blocks; ++it) {
-        const uint32_t st = static_cast<uint32_t>(it % kWgradStages), round = static_cast<uint32_t>(it / kWgradStages);
-        while (!ptx::mbarrier_try_wait_parity(empty + 8 * st, (round & 1u) ^ 1u)) {
-        }
-        ptx::mbarrier_arrive_expect_tx(full + 8 * st, kDataBytes + kScaleBytes);
-        const uint32_t dst = base + st * kWgradStageBytes;
+        ring.producer_acquire(ring_state<kWgradStages>(it));
+        const uint32_t bar = ring.producer_expect(ring_state<kWgradStages>(it), kDataBytes + kScaleBytes);
         const int64_t block = (static_cast<int64_t>(it) * gridDim.x + blockIdx.x) % span_blocks;
         const uint8_t* src = reinterpret_cast<const uint8_t*>(g_data) + block * kWgradStageBytes;
-        ptx::bulk_load_1d(dst, src, kDataBytes, full + 8 * st);
-        ptx::bulk_load_1d(dst + kWgradScaleOffset, src + kWgradScaleOffset, kScaleBytes, full + 8 * st);
+        ptx::bulk_load_1d(stage_of(it), src, kDataBytes, bar);
+        ptx::bulk_load_1d(stage_of(it) + kWgradScaleOffset, src + kWgradScaleOffset, kScaleBytes, bar);
       }
     }
     return;
@@ -444,12 +446,7 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t frag_row = wg * 64 + 16 * warp + lane / 4;  // the fold's A scale rows: this and + 8
   const uint32_t b_off = kWgradScaleOffset + (128 + 2 * (lane % 4)) * 4;
   const uint32_t j = lane / 8, i8 = lane % 8, ld_row = wg * 64 + 16 * warp + i8 + 8 * (j % 2);
-  auto stage_of = [&](int it) { return base + static_cast<uint32_t>(it % kWgradStages) * kWgradStageBytes; };
-  auto wait_full = [&](int it) {
-    const uint32_t bar = full + 8 * static_cast<uint32_t>(it % kWgradStages);
-    while (!ptx::mbarrier_try_wait_parity(bar, static_cast<uint32_t>(it / kWgradStages) & 1u)) {
-    }
-  };
+  auto wait_full = [&](int it) { ring.consumer_wait(ring_state<kWgradStages>(it)); };
   uint32_t a[4][4];
   auto load_frags = [&](uint32_t stage) {
 #pragma unroll
@@ -483,9 +480,7 @@ __global__ void __launch_bounds__(384, 1)
                                               acc[s * kSliceAcc + 4 * c + q]);
     }
   };
-  auto release = [&](int it) {
-    if (lane == 0) ptx::mbarrier_arrive(empty + 8 * static_cast<uint32_t>(it % kWgradStages));
-  };
+  auto release = [&](int it) { ring.consumer_release(it % kWgradStages); };
   ptx::named_barrier_sync(1, 256);  // the consumers only: the producer has left
   const long long t0 = clock64();
   if constexpr (kLoop == WgradLoop::kFoldUnderNext) {
@@ -561,38 +556,31 @@ constexpr int kPerWgStages = 3;
 constexpr int kPerWgStageBytes = 33 * 1024;  // A 16 KiB, B 16 KiB, scales 1 KiB
 constexpr int kPerWgScaleOffset = 32 * 1024;
 constexpr int kPerWgSmemBytes = 2 * kPerWgStages * kPerWgStageBytes + 1024;
+using PerWgRing = gemm::TmaPipeline<kPerWgStages>;
 
 __global__ void __launch_bounds__(384, 1)
     wgrad_per_warpgroup_kernel(int iters, int delay, const float* __restrict__ g_data, long long* cycles, float* sink) {
   constexpr uint32_t kDataBytes = 256 * 128, kScaleBytes = 256 * 4;
   extern __shared__ __align__(1024) uint8_t smem[];
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t bars = base + 2 * kPerWgStages * kPerWgStageBytes;  // full[w][st], then empty[w][st]
-  auto full = [&](uint32_t w, int it) { return bars + 8 * (w * kPerWgStages + it % kPerWgStages); };
-  auto empty = [&](uint32_t w, int it) { return bars + 8 * (2 * kPerWgStages + w * kPerWgStages + it % kPerWgStages); };
+  auto* ring_storage = reinterpret_cast<PerWgRing::SharedStorage*>(smem + 2 * kPerWgStages * kPerWgStageBytes);
   auto stage_of = [&](uint32_t w, int it) {
     return base + (w * kPerWgStages + static_cast<uint32_t>(it % kPerWgStages)) * kPerWgStageBytes;
   };
-  if (threadIdx.x == 0) {
-    for (uint32_t w = 0; w < 2; ++w)
-      for (int st = 0; st < kPerWgStages; ++st) {
-        ptx::mbarrier_init(full(w, st), 1);
-        ptx::mbarrier_init(empty(w, st), 4);  // one arrival per warp of the ring's warpgroup
-      }
-    ptx::fence_mbarrier_init();
-  }
+  if (threadIdx.x == 0)
+    for (int w = 0; w < 2; ++w) PerWgRing::init(ring_storage[w], 4);  // one release per warp of its warpgroup
   __syncthreads();
   if (threadIdx.x >= 256) {  // lane 0 of warps 8 and 9 fill rings 0 and 1
     ptx::setmaxnreg_dec<24>();
     if (threadIdx.x == 256 || threadIdx.x == 288) {
       const uint32_t w = (threadIdx.x - 256) / 32;
+      const PerWgRing ring(ring_storage[w]);
       for (int it = 0; it < iters; ++it) {
-        while (!ptx::mbarrier_try_wait_parity(empty(w, it), (static_cast<uint32_t>(it / kPerWgStages) & 1u) ^ 1u)) {
-        }
-        ptx::mbarrier_arrive_expect_tx(full(w, it), kDataBytes + kScaleBytes);
+        ring.producer_acquire(ring_state<kPerWgStages>(it));
+        const uint32_t bar = ring.producer_expect(ring_state<kPerWgStages>(it), kDataBytes + kScaleBytes);
         const uint8_t* src = reinterpret_cast<const uint8_t*>(g_data) + ((it + 7 * w) % 16) * kPerWgStageBytes;
-        ptx::bulk_load_1d(stage_of(w, it), src, kDataBytes, full(w, it));
-        ptx::bulk_load_1d(stage_of(w, it) + kPerWgScaleOffset, src + kPerWgScaleOffset, kScaleBytes, full(w, it));
+        ptx::bulk_load_1d(stage_of(w, it), src, kDataBytes, bar);
+        ptx::bulk_load_1d(stage_of(w, it) + kPerWgScaleOffset, src + kPerWgScaleOffset, kScaleBytes, bar);
       }
     }
     return;
@@ -611,10 +599,10 @@ __global__ void __launch_bounds__(384, 1)
   if (wg == 1)
     while (clock64() - t0 < delay) {
     }
+  const PerWgRing ring(ring_storage[wg]);
   for (int it = 0; it < iters; ++it) {
     const uint32_t stage = stage_of(wg, it);
-    while (!ptx::mbarrier_try_wait_parity(full(wg, it), static_cast<uint32_t>(it / kPerWgStages) & 1u)) {
-    }
+    ring.consumer_wait(ring_state<kPerWgStages>(it));
     const uint64_t db = ptx::make_kmajor_desc(stage + 128 * 128);
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
@@ -637,7 +625,7 @@ __global__ void __launch_bounds__(384, 1)
                                    acc[m][4 * c + q]);
       }
     }
-    if (lane == 0) ptx::mbarrier_arrive(empty(wg, it));
+    ring.consumer_release(it % kPerWgStages);
   }
   ptx::wgmma_fence_operands(acc[0]);
   ptx::wgmma_fence_operands(acc[1]);

@@ -513,7 +513,8 @@ void EpGroup::gather_route_scores(const void* const* grad_gather_src, const int3
                  "gather_route_scores needs the route slot table, the row count and the output");
   DMOE_CHECK_ARG(routing::dispatch_window_holds_scores(config_.top_k, layout_.row_bytes),
                  "gather_route_scores: the dispatch window holds no route scores at top_k=", config_.top_k);
-  launch_gather_route_scores(layout_, grad_gather_src, rows, tables_.capacity_rows, row_scores_M, stream);
+  launch_gather_route_scores(layout_, grad_gather_src, rows, tables_.capacity_rows, row_scores_M, comm_.num_sms(),
+                             stream);
 }
 
 void EpGroup::prepare_scatter(int64_t num_tokens, cudaStream_t stream) {

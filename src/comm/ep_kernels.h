@@ -128,9 +128,10 @@ void launch_nccl_lsa_barrier(const ncclDevComm& dev_comm, uint32_t index, uint64
                              cudaStream_t stream);
 // Route scores for the expert side (route_scores.cu): row_scores_M[m] = the FP32 score its source
 // rank published for row m's route (routing::dispatch_score_offset), found from grad_gather_src[m];
-// 0 for padding rows (nullptr), rows m >= *rows untouched.
+// 0 for padding rows (nullptr), rows m >= *rows untouched. At most 4 CTAs per SM (`sms`: the
+// communicator's count).
 void launch_gather_route_scores(const EpDeviceLayout& L, const void* const* grad_gather_src, const int32_t* rows,
-                                int64_t capacity_rows, float* row_scores_M, cudaStream_t stream);
+                                int64_t capacity_rows, float* row_scores_M, int sms, cudaStream_t stream);
 // out[p] = this process's address of byte 0 of rank p's copy of `win`, for p < world.
 void launch_window_bases(ncclWindow_t win, int world, uintptr_t* out, cudaStream_t stream);
 

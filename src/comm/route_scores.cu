@@ -36,11 +36,8 @@ __global__ void __launch_bounds__(kScoreThreads) gather_route_scores_kernel(cons
 }  // namespace
 
 void launch_gather_route_scores(const EpDeviceLayout& L, const void* const* grad_gather_src, const int32_t* rows,
-                                int64_t capacity_rows, float* row_scores_M, cudaStream_t stream) {
+                                int64_t capacity_rows, float* row_scores_M, int sms, cudaStream_t stream) {
   if (capacity_rows == 0) return;
-  int device = 0, sms = 0;
-  DMOE_CUDA_CHECK(cudaGetDevice(&device));
-  DMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t blocks = std::min<int64_t>((capacity_rows + kScoreThreads - 1) / kScoreThreads, int64_t{sms} * 4);
   gather_route_scores_kernel<<<static_cast<unsigned>(blocks), kScoreThreads, 0, stream>>>(L, grad_gather_src, rows,
                                                                                            row_scores_M);
