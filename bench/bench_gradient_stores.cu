@@ -1,7 +1,8 @@
 // The accumulating WGRAD epilogue's memory side alone (perf_history G146): 128 x 256 BF16 tiles leave
 // shared memory by TMA, in the writer's 64-column boxes, into a gradient [R, C] of a WGRAD's size --
-// plain stores (a written gradient), reduce-adds (an accumulated one), and reduce-adds with each
-// tile's old values pulled into L2 one tile ahead (the kernels' prefetch, G72). One persistent CTA per
+// plain stores (a written gradient), reduce-adds (an accumulated one), reduce-adds with each tile's
+// old values pulled into L2 one tile ahead (the kernels' prefetch, G72), and the accumulation done by
+// the CTA (old values loaded, added in registers, stored; G147). One persistent CTA per
 // SM walks the tiles with nothing else to do, at most two tiles' boxes still reading shared memory (the
 // writer's buffers). Against the device-to-device copy of the same bytes in the same run: what a
 // WGRAD's gradient traffic costs at best, and whether the L2's BF16 reductions are slower than its
@@ -9,6 +10,7 @@
 //
 //   bench_gradient_stores [--shapes qwen3_30b,dsv3_prefill] [--iters N] [--rounds N]
 #include <cuda.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 
 #include "dist_moe/check.h"
 #include "dist_moe/device/ptx/fence.cuh"
+#include "dist_moe/device/ptx/mbarrier.cuh"
 #include "dist_moe/device/ptx/tma.cuh"
 #include "dist_moe/workloads.h"
 #include "gemm/grouped_gemm_launch.h"
@@ -37,10 +40,15 @@ constexpr int kBoxes = kTileCols / kBoxCols;
 constexpr int kTileBytes = kTileRows * kTileCols * 2;  // 64 KiB: four 16 KiB boxes
 constexpr int kInFlight = 2;                           // tiles whose boxes may still read shared memory
 
-enum class Mode { kStore, kReduce, kReducePrefetched };
+enum class Mode { kStore, kReduce, kReducePrefetched, kLoadAddStore };
 const char* mode_name(Mode m) {
-  return m == Mode::kStore ? "TMA store (written)" : m == Mode::kReduce ? "TMA reduce-add (accumulated)"
-                                                                         : "reduce-add, old tile prefetched to L2";
+  switch (m) {
+    case Mode::kStore: return "TMA store (written)";
+    case Mode::kReduce: return "TMA reduce-add (accumulated)";
+    case Mode::kReducePrefetched: return "reduce-add, old tile prefetched to L2";
+    case Mode::kLoadAddStore: return "load old, add in registers, store";
+  }
+  return "";
 }
 
 template <Mode kMode>
@@ -72,6 +80,69 @@ __global__ void __launch_bounds__(128, 1) gradient_store_kernel(const __grid_con
     ptx::bulk_wait_group_read<kInFlight - 1>();
   }
   ptx::bulk_wait_group<0>();
+}
+
+// kLoadAddStore (perf_history G147): the accumulation done by the CTA instead of the L2 -- each 64-column
+// box's old values loaded by TMA into a ring of kRing 16 KiB slots, the new BF16 value added in FP32 and
+// rounded to BF16 in place by the CTA's threads (for two BF16 inputs the same bits as the L2's BF16 add),
+// the box stored back by TMA; the next tile's old values prefetched into L2 as in the prefetched mode. A
+// slot is loaded again once the store of its previous box has read it.
+constexpr int kRing = 4;
+constexpr int kBoxBytes = kTileBytes / kBoxes;  // 16 KiB: 64 columns x 128 rows
+constexpr int kLoadAddStoreSmem = kRing * kBoxBytes + 8 * kRing;
+
+__global__ void __launch_bounds__(128, 1)
+    gradient_load_add_store_kernel(const __grid_constant__ CUtensorMap map, int tiles_m, int tiles_n) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t full = base + kRing * kBoxBytes;
+  const int tiles = tiles_m * tiles_n;
+  const int my_tiles = blockIdx.x < tiles ? (tiles - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1 : 0;
+  const int boxes = my_tiles * kBoxes;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kRing; ++s) ptx::mbarrier_init(full + 8 * s, 1);
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();
+  // Box i of this CTA: tile blockIdx.x + (i / kBoxes) gridDim.x, columns (i % kBoxes) * 64.
+  auto tile_of = [&](int i) { return static_cast<int>(blockIdx.x) + (i / kBoxes) * static_cast<int>(gridDim.x); };
+  auto col_of = [&](int i) { return (tile_of(i) % tiles_n) * kTileCols + (i % kBoxes) * kBoxCols; };
+  auto row_of = [&](int i) { return (tile_of(i) / tiles_n) * kTileRows; };
+  auto load = [&](int i) {  // thread 0
+    const uint32_t slot = static_cast<uint32_t>(i % kRing);
+    ptx::mbarrier_arrive_expect_tx(full + 8 * slot, kBoxBytes);
+    ptx::tma_load_2d(base + slot * kBoxBytes, &map, full + 8 * slot, col_of(i), row_of(i));
+  };
+  auto prefetch_tile = [&](int i) {  // the tile of box i, into L2
+    if (i >= boxes) return;
+    for (int b = 0; b < kBoxes; ++b) ptx::tma_prefetch_l2_2d(&map, col_of(i) + b * kBoxCols, row_of(i));
+  };
+  if (threadIdx.x == 0) {
+    prefetch_tile(kBoxes);
+    for (int i = 0; i < kRing && i < boxes; ++i) load(i);
+  }
+  const __nv_bfloat162 add = __floats2bfloat162_rn(1.0f / 4096, 1.0f / 4096);  // the other modes' value
+  for (int i = 0; i < boxes; ++i) {
+    const uint32_t slot = static_cast<uint32_t>(i % kRing);
+    if (threadIdx.x == 0 && i % kBoxes == 0) prefetch_tile(i + 2 * kBoxes);  // one tile ahead of the loads
+    while (!ptx::mbarrier_try_wait_parity(full + 8 * slot, static_cast<uint32_t>(i / kRing) & 1u)) {
+    }
+    __nv_bfloat162* words = reinterpret_cast<__nv_bfloat162*>(smem + slot * kBoxBytes);
+    for (int w = threadIdx.x; w < kBoxBytes / 4; w += blockDim.x) {
+      const float2 old = __bfloat1622float2(words[w]), inc = __bfloat1622float2(add);
+      words[w] = __floats2bfloat162_rn(old.x + inc.x, old.y + inc.y);
+    }
+    ptx::fence_proxy_async_shared();  // the generic stores, before the TMA store reads them
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      ptx::tma_store_2d(&map, base + slot * kBoxBytes, col_of(i), row_of(i));
+      ptx::bulk_commit_group();
+      // The previous box's slot is free once its store has read it: load the box kRing after it.
+      ptx::bulk_wait_group_read<1>();
+      if (i >= 1 && i - 1 + kRing < boxes) load(i - 1 + kRing);
+    }
+  }
+  if (threadIdx.x == 0) ptx::bulk_wait_group<0>();
 }
 
 struct Gradient {
@@ -114,11 +185,13 @@ int bench_main(int argc, char** argv) {
       const CUtensorMap map = gemm::make_tma_2d(grad.get(), 2, g.rows, g.cols, g.cols, kTileRows, "gradient");
       const int tiles_m = static_cast<int>(g.rows / kTileRows), tiles_n = static_cast<int>(g.cols / kTileCols);
       auto launch = [&](Mode m) {
-        auto kernel = m == Mode::kStore    ? gradient_store_kernel<Mode::kStore>
-                      : m == Mode::kReduce ? gradient_store_kernel<Mode::kReduce>
-                                           : gradient_store_kernel<Mode::kReducePrefetched>;
-        DMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTileBytes));
-        kernel<<<prop.multiProcessorCount, 128, kTileBytes, s>>>(map, tiles_m, tiles_n);
+        auto kernel = m == Mode::kStore             ? gradient_store_kernel<Mode::kStore>
+                      : m == Mode::kReduce          ? gradient_store_kernel<Mode::kReduce>
+                      : m == Mode::kReducePrefetched ? gradient_store_kernel<Mode::kReducePrefetched>
+                                                     : gradient_load_add_store_kernel;
+        const int smem = m == Mode::kLoadAddStore ? kLoadAddStoreSmem : kTileBytes;
+        DMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        kernel<<<prop.multiProcessorCount, 128, smem, s>>>(map, tiles_m, tiles_n);
         DMOE_CUDA_CHECK_LAUNCH();
       };
       auto copy = [&] {
@@ -131,7 +204,7 @@ int bench_main(int argc, char** argv) {
         const double copy_gbs = 2.0 * bytes / copy_ms * 1e-6;
         std::printf("%-12s %-4s %-38s %5d %10.4f %10.1f %8.2fx\n", name.c_str(), g.name, "device copy (read + write)",
                     r + 1, copy_ms, copy_gbs, 1.0);
-        for (Mode m : {Mode::kStore, Mode::kReduce, Mode::kReducePrefetched}) {
+        for (Mode m : {Mode::kStore, Mode::kReduce, Mode::kReducePrefetched, Mode::kLoadAddStore}) {
           const double ms = testing::median_event_ms([&] { launch(m); }, g_iters, s).ms;
           const double moved = (m == Mode::kStore ? 1.0 : 2.0) * bytes;
           std::printf("%-12s %-4s %-38s %5d %10.4f %10.1f %8.2fx\n", name.c_str(), g.name, mode_name(m), r + 1, ms,

@@ -29,6 +29,10 @@
 //
 // --sms N,M: the heuristic's configuration also on N and M persistent CTAs (rows "<config>@Nsm"):
 // how an op's time scales when a kernel running beside it holds the other SMs.
+// --backward-pair D1,D2 (ops w13_bwd_pair_fp8, w2_bwd_pair_fp8): the FP8-blockwise DGRAD and WGRAD of one
+// weight at once on two streams, DGRAD on D persistent CTAs and WGRAD on the rest, against the two in
+// sequence on every SM (and each half alone on its SMs), alternated over --rounds; take the layer's
+// WGRAD form with --fp8-wgrad-bf16 --wgrad-accumulate (perf_history G148).
 // --sweep-match S: with --sweep, only the configurations whose name contains S (e.g. "_dyn"); it also
 // trims the list of FP8 / MXFP8 configurations the prefill "fp8" lines time (the pick always runs).
 // --mxfp8-row-major-scales: the MXFP8 FPROP / DGRAD A scales as [rows, K/32] bytes (the Mega and
@@ -573,6 +577,85 @@ TokenRows quantize_token_rows(BlockScaledFormat format, const OperandFormat& a, 
   return t;
 }
 
+// --backward-pair D1,D2: a DGRAD and the WGRAD of the same weight (the layer runs them one after the
+// other, each on every SM) at once on two streams -- DGRAD on D persistent CTAs, WGRAD on the other
+// SMs -- against the two in sequence, alternated over --rounds. DGRAD is bound by its math, the
+// accumulating WGRAD by its gradient bytes (perf_history G146), so beside each other they could
+// take less than the sum. Each split also times the two alone on their SMs.
+std::vector<int> g_pair_splits;
+
+void time_backward_pair(const std::string& shape, const std::string& routing, const std::string& op_name,
+                        const DgradArgs& dgrad, const WgradArgs& wgrad, int iters) {
+  const int dev = device_sms();
+  const GroupedGemmConfig dpick = select_grouped_gemm_config(grouped_gemm_problem(GroupedGemmOp::kDgrad, dgrad.common), dev);
+  const GroupedGemmConfig wpick = select_grouped_gemm_config(
+      grouped_gemm_problem(GroupedGemmOp::kWgrad, wgrad.common, wgrad.out_dtype, false, false, wgrad.accumulate), dev);
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  cudaEvent_t fork = nullptr, j1 = nullptr, j2 = nullptr;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  BENCH_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  for (cudaEvent_t* e : {&fork, &j1, &j2}) BENCH_CUDA(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  auto run_dgrad = [&](const GroupedGemmConfig* cfg, cudaStream_t s) {
+    DgradArgs a = dgrad;
+    a.common.config = cfg;
+    grouped_gemm_dgrad(a, s);
+  };
+  auto run_wgrad = [&](const GroupedGemmConfig* cfg, cudaStream_t s) {
+    WgradArgs a = wgrad;
+    a.common.config = cfg;
+    grouped_gemm_wgrad(a, s);
+  };
+  // Forked from and joined into the default stream, which the timing events sit on.
+  auto run_pair = [&](const GroupedGemmConfig* dc, const GroupedGemmConfig* wc) {
+    BENCH_CUDA(cudaEventRecord(fork, nullptr));
+    BENCH_CUDA(cudaStreamWaitEvent(s1, fork));
+    BENCH_CUDA(cudaStreamWaitEvent(s2, fork));
+    run_wgrad(wc, s2);
+    run_dgrad(dc, s1);
+    BENCH_CUDA(cudaEventRecord(j1, s1));
+    BENCH_CUDA(cudaEventRecord(j2, s2));
+    BENCH_CUDA(cudaStreamWaitEvent(nullptr, j1));
+    BENCH_CUDA(cudaStreamWaitEvent(nullptr, j2));
+  };
+  std::vector<GroupedGemmConfig> dcfg, wcfg;  // per split (stable addresses: reserved)
+  dcfg.reserve(g_pair_splits.size());
+  wcfg.reserve(g_pair_splits.size());
+  std::vector<std::function<void()>> runs = {[&] { run_dgrad(nullptr, nullptr); },
+                                             [&] { run_wgrad(nullptr, nullptr); },
+                                             [&] {
+                                               run_dgrad(nullptr, nullptr);
+                                               run_wgrad(nullptr, nullptr);
+                                             }};
+  std::vector<std::string> names = {"dgrad alone", "wgrad alone", "serial"};
+  for (const int d : g_pair_splits) {
+    if (d <= 0 || d >= dev) continue;
+    dcfg.push_back(dpick);
+    dcfg.back().num_sms = d;
+    wcfg.push_back(wpick);
+    wcfg.back().num_sms = dev - d;
+    const GroupedGemmConfig* dc = &dcfg.back();
+    const GroupedGemmConfig* wc = &wcfg.back();
+    runs.push_back([&, dc] { run_dgrad(dc, nullptr); });
+    runs.push_back([&, wc] { run_wgrad(wc, nullptr); });
+    runs.push_back([&, dc, wc] { run_pair(dc, wc); });
+    names.push_back("dgrad @" + std::to_string(d));
+    names.push_back("wgrad @" + std::to_string(dev - d));
+    names.push_back("pair " + std::to_string(d) + "+" + std::to_string(dev - d));
+  }
+  const std::vector<double> ms = time_runs(runs, names, runs.size(), iters);
+  std::printf("pair %-13s %-8s %-18s dgrad %s %.3f ms + wgrad %s %.3f ms, in sequence %.3f ms\n", shape.c_str(),
+              routing.c_str(), op_name.c_str(), dpick.name().c_str(), ms[0], wpick.name().c_str(), ms[1], ms[2]);
+  for (size_t i = 3; i + 2 < ms.size(); i += 3)
+    std::printf("pair %-13s %-8s %-18s %-12s dgrad alone %.3f ms, wgrad alone %.3f ms, at once %.3f ms  x sequence %.3f\n",
+                shape.c_str(), routing.c_str(), op_name.c_str(), names[i + 2].substr(5).c_str(), ms[i], ms[i + 1],
+                ms[i + 2], ms[2] / ms[i + 2]);
+  std::fflush(stdout);
+  BENCH_CUDA(cudaDeviceSynchronize());
+  for (cudaEvent_t e : {fork, j1, j2}) BENCH_CUDA(cudaEventDestroy(e));
+  BENCH_CUDA(cudaStreamDestroy(s1));
+  BENCH_CUDA(cudaStreamDestroy(s2));
+}
+
 void bench_shape(const Workload& w, const std::string& routing, int iters, cublasHandle_t cublas, double copy_bw) {
   if (w.experts % g_ep != 0) {
     std::printf("\n== %s: %lld experts do not split over EP %lld, skipped\n", w.name.c_str(),
@@ -1021,7 +1104,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   // ---- FP8-blockwise WGRAD next to our BF16 WGRAD (FP32 output, the layer's) ----
   // Operands in the padded column layout the rows+columns quantizer writes: every expert's tokens
   // padded to 128, grad_out^T and x^T [features, Mp] E4M3 with scales [Mp / 128, features].
-  if (want("w13_wgrad_fp8") || want("w2_wgrad_fp8")) {
+  if (want("w13_wgrad_fp8") || want("w2_wgrad_fp8") || want("w13_bwd_pair_fp8") || want("w2_bwd_pair_fp8")) {
     std::vector<int32_t> padded(counts.size()), offs(counts.size() + 1, 0);
     for (size_t e = 0; e < counts.size(); ++e) {
       padded[e] = (counts[e] + 127) / 128 * 128;
@@ -1042,9 +1125,12 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
           quant::Fp8BlockwiseOut{static_cast<uint8_t*>(q.p), Mp, static_cast<float*>(sc.p), 1, C}, nullptr);
       BENCH_CUDA(cudaDeviceSynchronize());
     };
+    const Buffer& w13_weight = w13;  // (the loop's flag below shadows the name)
     for (const bool w13 : {true, false}) {
       const std::string op_name = w13 ? "w13_wgrad_fp8" : "w2_wgrad_fp8";
-      if (!want(op_name)) continue;
+      const std::string pair_name = w13 ? "w13_bwd_pair_fp8" : "w2_bwd_pair_fp8";
+      const bool pair = want(pair_name) && !g_pair_splits.empty();
+      if (!want(op_name) && !pair) continue;
       const int64_t n = w13 ? 2 * F : D, k = w13 ? D : F;
       Buffer gq(static_cast<size_t>(n * Mp)), gs(static_cast<size_t>(Mp / 128 * n) * 4);
       Buffer xq(static_cast<size_t>(k * Mp)), xs(static_cast<size_t>(Mp / 128 * k) * 4);
@@ -1070,6 +1156,27 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       b.grad_w = gw.p;
       b.out_dtype = wgrad_out;
       b.accumulate = g_wgrad_accumulate;
+      if (pair) {
+        // The DGRAD of the same weight on 1x128 rows of the same gradient (the BF16 rows the WGRAD's
+        // columns came from are not kept: any rows do for timing) through the weight's transposed copy.
+        const Buffer& wsrc = w13 ? w13_weight : w2;
+        Buffer gr, grs, wq(static_cast<size_t>(E * n * k)), ws(static_cast<size_t>(E * n / 128 * (k / 128)) * 4),
+            wt(wq.bytes), wts(ws.bytes);
+        quantize_fp8_blockwise_rows(w13 ? h1 : h3, M, n, gr, grs);
+        quant::fp8_blockwise_quantize_weight(wsrc.p, E, n, k, static_cast<uint8_t*>(wq.p), static_cast<float*>(ws.p),
+                                             static_cast<uint8_t*>(wt.p), static_cast<float*>(wts.p), nullptr);
+        BENCH_CUDA(cudaDeviceSynchronize());
+        DgradArgs d;
+        d.common = common(n, k);
+        d.common.a_format = kFp8BlockwiseRows;
+        d.common.b_format = kFp8BlockwiseWeightT;
+        d.common.scales = OperandScales{static_cast<const float*>(grs.p), fp8_scale_ld(M), static_cast<const float*>(wts.p)};
+        d.grad_out = gr.p;
+        d.w = wt.p;
+        d.grad_a = gx.p;  // [M, k]: k <= D
+        time_backward_pair(name, routing, pair_name, d, f, iters);
+        if (!want(op_name)) continue;
+      }
       const double ms_bf16 = time_ms([&] { grouped_gemm_wgrad(b, nullptr); }, iters);
       // The pick, and with --sweep every compiled FP8 WGRAD configuration (the pick's too: its name
       // is not known here), in interleaved rounds.
@@ -1109,7 +1216,7 @@ int bench_main(int argc, char** argv) {
       argc, argv,
       "[--shapes a,b] [--tokens T] [--routing balanced,random,zipf] [--iters N] [--csv FILE] [--sweep] [--ep N] "
       "[--sweep-match S] [--rounds R] [--ops a,b] [--wgrad-accumulate] [--fp8-wgrad-bf16] [--mxfp8-row-major-scales] [--device-offsets] "
-      "[--sustain-ms MS] [--sms N,M]",
+      "[--sustain-ms MS] [--sms N,M] [--backward-pair D1,D2]",
       [&](const std::string& a, auto value) {
         if (a == "--shapes") shapes = split(value());
         else if (a == "--routing") routings = split(value());
@@ -1124,7 +1231,9 @@ int bench_main(int argc, char** argv) {
         else if (a == "--wgrad-accumulate") g_wgrad_accumulate = true;
         else if (a == "--device-offsets") g_device_offsets = true;
         else if (a == "--fp8-wgrad-bf16") g_fp8_wgrad_bf16 = true;
-        else if (a == "--sms") {
+        else if (a == "--backward-pair") {
+          for (const std::string& v : split(value())) g_pair_splits.push_back(std::atoi(v.c_str()));
+        } else if (a == "--sms") {
           for (const std::string& v : split(value())) g_sms.push_back(std::atoi(v.c_str()));
         } else if (a == "--sustain-ms") g_sustain_ms = std::max(0, std::atoi(value().c_str()));
         else if (a == "--ops") {
