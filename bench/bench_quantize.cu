@@ -4,7 +4,9 @@
 //     mxfp8_rows, mxfp8_rows_cols (both orientations, one read), mxfp8_rows_cols_g (the same from a
 //     row-pointer table to x's rows shuffled: routing's gather_src), fp8bw_rows, fp8bw_rows_cols,
 //     nvfp4_token_rows (packed rows), mxfp8_dequant_cols (the columns back to BF16 rows [M, D], the
-//     BF16 WGRAD's operand: reads 1 + 1/32, writes 2 bytes per element), nvfp4_expand_rows (packed
+//     BF16 WGRAD's operand: reads 1 + 1/32, writes 2 bytes per element), mxfp8_cols_shared (the
+//     columns at shared scales per 128 tokens, the FP8-blockwise WGRAD's operand: reads 1 + 1/32,
+//     writes 1 + 1/32 bytes per element), nvfp4_expand_rows (packed
 //     NVFP4 rows [M] to the FP16 rows of the prefill NVFP4 GEMMs, as h2) and nvfp4_expand_rows_g (the
 //     same through a row-pointer table to the T token rows, each token K times, as x); then, not in
 //     the summary, the layer's quantize_x form of both rows + columns quantizers (gathered rows,
@@ -196,6 +198,7 @@ void run_activations(const Workload& w, cudaStream_t s) {
   DeviceBuffer<uint8_t> rows_nv(T * packed), rows_nv_m(cap * packed);
   DeviceBuffer<float> token_scale_inv(cap);
   DeviceBuffer<uint16_t> y(cap * D);
+  DeviceBuffer<int32_t> padded_counts(E);
   // The dequantizer's input: this x's columns (qt, st8), written once here; mxfp8_rows_cols rewrites
   // the same bytes.
   quant::mxfp8_quantize_rows_cols({x.get(), cap, D, D}, groups, quant::Mxfp8Out{}, {qt.get(), cap, st8.get(), 1, D}, s);
@@ -246,6 +249,13 @@ void run_activations(const Workload& w, cudaStream_t s) {
       {"mxfp8_dequant_cols", double(cap * D) + cap * D / 32 + xM,
        [&] {
          quant::mxfp8_dequantize_columns({qt.get(), cap, st8.get(), 1, D}, groups, {y.get(), cap, D, D}, s);
+       }},
+      // The MXFP8 WGRAD's operand at shared scales (G149): the columns read (data + codes), the same
+      // bytes written with FP32 scales per 128 tokens; the groups here are whole 128s already.
+      {"mxfp8_cols_shared", 2.0 * cap * D + cap * D / 32 + cap * D / 128 * 4.0,
+       [&] {
+         quant::mxfp8_columns_to_fp8_blockwise({qt.get(), cap, st8.get(), 1, D}, groups, D, cap,
+                                               {q.get(), cap, stf.get(), 1, D}, padded_counts.get(), s);
        }},
       {"nvfp4_expand_rows", double(cap * packed) + xM + 4.0 * cap,
        [&] {

@@ -158,6 +158,21 @@ using Mxfp8In = QuantizedIn<uint8_t>;
 void mxfp8_dequantize_columns(const Mxfp8In& cols, const RowGroups& groups, const Bf16MatrixOut& y,
                               cudaStream_t stream);
 
+// The WGRAD column operand as the FP8-blockwise WGRAD reads it (Hopper's MXFP8 WGRAD; perf_history
+// G149, docs/formats.md "MXFP8 WGRAD operands"): `cols` as mxfp8_quantize_rows_cols writes them (C
+// features, strided or compact; group offsets multiples of 32, checked on the device) -> `out`,
+// strided columns (q [C, *] with row stride >= capacity, a multiple of 16 bytes; FP32 scale of feature
+// c, 128-token block b at scales[c * scale_row_stride + b * scale_block_stride]) where group g's
+// tokens start at P_g = the earlier groups' rows each rounded up to 128 and run to P_g + that
+// rounding of its own: the four 32-token blocks of a 128-token block at their shared scale
+// (numeric::mxfp8_code_at_shared_scale, the largest of their E8M0 codes as 2^(M - 127)), padding rows
+// (past counts_G) and the tokens that round the group up to 128 +0. padded_counts_G[g] gets group g's
+// rounded rows: the WGRAD's counts. Tokens past the last group's rounded end are not written; that
+// end must fit the capacity (checked on the device: a trap with a message). capacity % 128 == 0,
+// C % 32 == 0, 1 .. 1024 groups.
+void mxfp8_columns_to_fp8_blockwise(const Mxfp8In& cols, const RowGroups& groups, int64_t C, int64_t capacity,
+                                    const Fp8BlockwiseOut& out, int32_t* padded_counts_G, cudaStream_t stream);
+
 // Packed MXFP8 rows (numeric::mxfp8_packed_row_bytes: C codes, then C / 32 scales): the output of
 // mxfp8_quantize_rows that writes rows of `cols` features at `base` + r * row_stride_bytes (16-byte
 // aligned, row_stride_bytes >= the packed row and a multiple of 16), e.g. a rank's dispatch window.

@@ -129,6 +129,29 @@ TensorF quantize_activation_columns(const RankRouting& rt, const TensorF& a_MC, 
   return out;
 }
 
+TensorF mxfp8_wgrad_operand(const RankRouting& rt, const TensorF& a_MC) {
+  DMOE_CHECK_ARG(a_MC.rows() == rt.num_rows(), "MXFP8 WGRAD operand: ", a_MC.rows(), " rows but rank ", rt.rank,
+                 "'s routing has M=", rt.num_rows());
+  TensorF out(a_MC.shape);
+  const int64_t C = a_MC.row_size();
+  for (int64_t e = 0; e < rt.num_local_experts; ++e) {
+    const int64_t m0 = rt.expert_offsets[at(e)], rows = rt.expert_offsets[at(e + 1)] - m0;
+    if (rows == 0 || C == 0) continue;
+    const int64_t blocks = numeric::detail::ceil_div(rows, numeric::kMXBlock);
+    const int64_t shared_blocks = numeric::detail::ceil_div(rows, int64_t{numeric::kFP8BlockwiseBlock});
+    std::vector<uint8_t> q(at(rows * C)), q_shared(at(rows * C)), scales(at(blocks * C));
+    std::vector<float> shared_scales(at(shared_blocks * C));
+    numeric::mxfp8_quantize_cols(a_MC.row(m0), rows, C, q.data(), scales.data());
+    numeric::mxfp8_cols_at_shared_scales(q.data(), scales.data(), rows, C, q_shared.data(), shared_scales.data());
+    float* y = out.row(m0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < C; ++c)
+        y[r * C + c] = numeric::fp8_blockwise_dequantize_value(q_shared[at(r * C + c)],
+                                                               shared_scales[at((r / numeric::kFP8BlockwiseBlock) * C + c)]);
+  }
+  return out;
+}
+
 TensorF quantize_weights(const TensorF& w_ENK, Quantization q) {
   DMOE_CHECK_ARG(w_ENK.dims() == 3, "quantize_weights expects [E_local, N, K]");
   TensorF out(w_ENK.shape);

@@ -27,6 +27,10 @@ TensorF quantize_activation_rows(const TensorF& a_RC, Quantization q);
 // a [M, cols] of rank rt's expert-major rows -> dequant(quant(a)) with blocks along rows,
 // restarting at each expert. kNVFP4 throws kInvalidValue. kNone returns a copy.
 TensorF quantize_activation_columns(const RankRouting& rt, const TensorF& a_MC, Quantization q);
+// a [M, cols] of rank rt's expert-major rows -> the MXFP8 WGRAD operand as the Hopper layer runs it:
+// the kMXFP8 column blocks above, then every 128 rows of an expert at the largest of their four
+// scales (numeric::mxfp8_cols_at_shared_scales), dequantized.
+TensorF mxfp8_wgrad_operand(const RankRouting& rt, const TensorF& a_MC);
 // w [E_local, N, K] -> per expert dequant(quant(w[e])). kNone returns a copy.
 TensorF quantize_weights(const TensorF& w_ENK, Quantization q);
 

@@ -113,6 +113,14 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
       detail::fail(ErrorCode::kInvalidValue, "MXFP8 training on Hopper runs the WGRADs on BF16 copies of the column "
                    "bundles, placed in scratch regions dead by then; at hidden_dim=", D, " and intermediate_dim=", F,
                    " they do not fit (hidden_dim larger than about 4.5 x intermediate_dim)");
+    // The FP8-blockwise WGRAD's operands (perf_history G149) take fewer bytes than those BF16 copies
+    // but more rows (every expert rounded up to 128): where they would not fit, the BF16 WGRAD runs.
+    const int64_t wcap = planner::mxfp8_wgrad_capacity(cap, c.local_experts);
+    auto fp8_views = [&](int64_t n, int64_t k) {
+      return s.row + numeric::fp8_blockwise_compact_columns_bytes(n, wcap) + numeric::fp8_blockwise_compact_columns_bytes(k, wcap);
+    };
+    c.mxfp8_wgrad_fp8 = fp8_views(D, F) <= s.w2_views_end && fp8_views(2 * F, D) <= s.w13_views_end &&
+                        !core::env_flag("DMOE_MXFP8_WGRAD_BF16");
     // Mega's backward writes dxy's rows beside grad_h3's (Mxfp8Scratch::fused_dxy_codes).
     if (c.config.block_scaled->pipeline == BlockScaledPipeline::kMega && !s.fused_dxy_fits(cap, D, F))
       detail::fail(ErrorCode::kInternal, "the Mega backward's dxy codes do not fit the scratch row region at hidden_dim=",
@@ -150,7 +158,8 @@ void build_buffers(Context::Impl* c, const Config& config, int64_t guard, platfo
                o_gs = a.reserve(sizeof(float) * TK), o_rstd = a.reserve(sizeof(float) * TK),
                o_ws = a.reserve(grouped_gemm_gather_workspace_bytes(c->ep->capacity_rows(), L)),
                o_offs = a.reserve(sizeof(int32_t) * (L + 1)),
-               o_rs = a.reserve(config.block_scaled ? sizeof(float) * c->ep->capacity_rows() : 0);
+               o_rs = a.reserve(config.block_scaled ? sizeof(float) * c->ep->capacity_rows() : 0),
+               o_wpc = a.reserve(config.block_scaled ? sizeof(int32_t) * L : 0);
   a.allocate();
   c->planner_state = {a.at<int64_t>(o_saved), a.at<int64_t>(o_layer), a.at<int64_t>(o_peak)};
   c->slot_ids = a.at<int64_t>(o_slots);
@@ -162,7 +171,10 @@ void build_buffers(Context::Impl* c, const Config& config, int64_t guard, platfo
   c->rstd_scratch = a.at<float>(o_rstd);
   c->gather_workspace = a.at<int32_t>(o_ws);
   c->offsets_gated = a.at<int32_t>(o_offs);
-  if (config.block_scaled) c->grad_h3_row_scores = a.at<float>(o_rs);
+  if (config.block_scaled) {
+    c->grad_h3_row_scores = a.at<float>(o_rs);
+    c->wgrad_padded_counts = a.at<int32_t>(o_wpc);
+  }
 
   std::vector<int64_t> ids(N > 0 ? N : 1);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);

@@ -95,6 +95,8 @@ struct Context::Impl {
   planner::Mxfp8Scratch mxfp8_scratch;
   int32_t* offsets_gated = nullptr;     // [L + 1]
   float* grad_h3_row_scores = nullptr;  // [capacity] block-scaled backward: each row's route score (G144)
+  int32_t* wgrad_padded_counts = nullptr;  // [L] MXFP8 backward: the experts' rows rounded up to 128 (G149)
+  bool mxfp8_wgrad_fp8 = false;  // MXFP8 training: the WGRADs on FP8-blockwise operands (mxfp8_pipeline.cpp)
 
   // Called after each pipeline stage when set (benchmarks record events here; eager use only).
   std::function<void(const char* stage, cudaStream_t stream)> stage_hook;

@@ -42,14 +42,6 @@ quant::Fp8BlockwiseOut row_bundle(const Context::Impl& c, int64_t C) {
   return {q, C, reinterpret_cast<float*>(q + align128(cap * C)), 1, planner::fp8_blockwise_scale_ld(cap)};
 }
 
-// Strided columns of C features at a scratch offset: E4M3 [C, cap], then FP32 [cap/128, C] (the
-// WGRAD's operand layout; the same bytes as a compact bundle of cap rows).
-quant::Fp8BlockwiseOut strided_columns(const Context::Impl& c, int64_t offset, int64_t C) {
-  const int64_t cap = c.capacity_rows();
-  uint8_t* q = at(c, offset);
-  return {q, cap, reinterpret_cast<float*>(q + align128(C * cap)), 1, C};
-}
-
 // A layer GEMM's operands made FP8 blockwise: the row bundle A against a prepared weight's FPROP
 // fields, or (DGRAD) its transposed copy with the DGRAD scales.
 void use_row_operands(GroupedGemmCommon& g, const quant::Fp8BlockwiseOut& a, const void* b_scales,
@@ -155,7 +147,7 @@ void fp8_blockwise_backward(Context::Impl& c, const RoutedExpertsInputs& in, con
 
   // grad_h3 rows + columns straight from the owners' dispatch windows.
   const quant::RowGroups groups{s.expert_rows_unpadded, s.expert_offsets, L};
-  const quant::Fp8BlockwiseOut g3r = row_bundle(c, D), g3c = strided_columns(c, S.grad_h3_col, D);
+  const quant::Fp8BlockwiseOut g3r = row_bundle(c, D), g3c = strided_fp8_columns(c, S.grad_h3_col, D, cap);
   quant::fp8_blockwise_quantize_rows_cols(head.grad_h3, groups, g3r, g3c, stream);
   c.stage("quantize_grad_h3", stream);
 
@@ -169,7 +161,7 @@ void fp8_blockwise_backward(Context::Impl& c, const RoutedExpertsInputs& in, con
   c.stage("w2_dgrad", stream);
 
   // dxy = SwiGLU'(h1) * grad_h2 straight to E4M3 rows + columns, never stored in BF16 (G70).
-  const quant::Fp8BlockwiseOut dxr = row_bundle(c, 2 * F), dxc = strided_columns(c, S.dxy_col, 2 * F);
+  const quant::Fp8BlockwiseOut dxr = row_bundle(c, 2 * F), dxc = strided_fp8_columns(c, S.dxy_col, 2 * F, cap);
   const quant::SwigluBackwardSource dxy{{act, layer + planner::kH1}, grad_h2, cap, F, swiglu_params(c.config)};
   quant::fp8_blockwise_swiglu_backward_quantize(dxy, groups, dxr, dxc, stream);
   c.stage("swiglu_backward_quantize_dxy", stream);

@@ -10,8 +10,9 @@
 // Backward: plan -> recompute block under need_recompute (the forward's expert part) -> top-k
 //   backward -> barrier -> quantize grad_h3 rows + columns, reading the owners' dispatch windows ->
 //   W2 DGRAD (transposed W2 copy) -> SwiGLU backward (BF16 dxy) -> quantize dxy rows + columns ->
-//   W13 DGRAD (transposed W13 copy) scattering grad_x routes -> W2 WGRAD and W13 WGRAD as BF16
-//   WGRADs of the column bundles dequantized exactly to BF16 rows -> barrier -> K reduction.
+//   W13 DGRAD (transposed W13 copy) scattering grad_x routes -> W2 WGRAD and W13 WGRAD as
+//   FP8-blockwise WGRADs of the column bundles at shared scales per 128 tokens (run_wgrad) -> barrier
+//   -> K reduction.
 //
 // Mega (pipeline="mega"; docs/block_scaled_layer.md "Mega"): the x gather (inference), W13, the h2
 // quantization and W2 are one launch -- at decode sizes grouped_gemm_mega_mxfp8_decode (h2 quantized
@@ -30,6 +31,7 @@
 
 #include "core/env_knobs.h"
 #include "dist_moe/check.h"
+#include "dist_moe/device/numeric/fp8_blockwise.cuh"
 #include "dist_moe/grouped_gemm.h"
 #include "dist_moe/memory_plan.h"
 #include "kernels/swiglu.h"
@@ -89,6 +91,48 @@ void dequantize_columns(const Context::Impl& c, common::DeviceAddress cols, int6
   in.q_offset = cols.offset;
   const quant::RowGroups groups{s.expert_rows_unpadded, s.expert_offsets, static_cast<int32_t>(c.local_experts)};
   quant::mxfp8_dequantize_columns(in, groups, quant::Bf16MatrixOut{rows, c.capacity_rows(), C, C}, stream);
+}
+
+// A WGRAD (w: the layer's arguments, n = grad_out's features, k = a's) on the compact column bundles
+// grad_cols and a_cols, through scratch from the row region up (dead by then; context.cpp checks the
+// room). Context::Impl::mxfp8_wgrad_fp8 (perf_history G149): each bundle at shared scales per 128
+// tokens, every expert from a multiple of 128 (mxfp8_columns_to_fp8_blockwise), then the FP8-blockwise
+// WGRAD -- FP8 wgmma over 128-token blocks, each block's product folded in with a_scale[n] *
+// b_scale[k]. Otherwise (DMOE_MXFP8_WGRAD_BF16=1) both back to BF16 rows, exactly, and our BF16 WGRAD:
+// the products exactly as MXFP8 defines them, for A/B runs.
+void run_wgrad(const Context::Impl& c, const SavedState::Buffers& s, WgradArgs w, common::DeviceAddress grad_cols,
+               common::DeviceAddress a_cols, cudaStream_t stream) {
+  const int64_t n = w.common.n, k = w.common.k, row = c.mxfp8_scratch.row;
+  if (!c.mxfp8_wgrad_fp8) {
+    void* grad_rows = at(c, row);
+    void* a_rows = at(c, row + align128(c.capacity_rows() * n * 2));
+    dequantize_columns(c, grad_cols, n, s, grad_rows, stream);
+    dequantize_columns(c, a_cols, k, s, a_rows, stream);
+    w.grad_out = grad_rows;
+    w.a = a_rows;
+    grouped_gemm_wgrad(w, stream);
+    return;
+  }
+  const int64_t cap = planner::mxfp8_wgrad_capacity(c.capacity_rows(), c.local_experts);
+  const quant::Fp8BlockwiseOut gc = strided_fp8_columns(c, row, n, cap);
+  const quant::Fp8BlockwiseOut ac = strided_fp8_columns(c, row + numeric::fp8_blockwise_compact_columns_bytes(n, cap), k, cap);
+  const quant::RowGroups groups{s.expert_rows_unpadded, s.expert_offsets, static_cast<int32_t>(c.local_experts)};
+  auto bundle = [](common::DeviceAddress a) {
+    quant::Mxfp8In in;
+    in.q = static_cast<const uint8_t*>(a.base);
+    in.compact = true;
+    in.q_offset = a.offset;
+    return in;
+  };
+  quant::mxfp8_columns_to_fp8_blockwise(bundle(grad_cols), groups, n, cap, gc, c.wgrad_padded_counts, stream);
+  quant::mxfp8_columns_to_fp8_blockwise(bundle(a_cols), groups, k, cap, ac, c.wgrad_padded_counts, stream);
+  w.common.counts = c.wgrad_padded_counts;
+  w.common.m_capacity = cap;
+  w.common.a_format = w.common.b_format = kFp8BlockwiseRowsT;
+  w.common.scales = OperandScales{gc.scales, n, ac.scales};
+  w.grad_out = gc.q;
+  w.a = ac.q;
+  grouped_gemm_wgrad(w, stream);
 }
 
 // A layer GEMM's operands made MXFP8: the row bundle A ([cap, a_cols]) against a prepared
@@ -279,26 +323,12 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
   grouped_gemm_dgrad(d13, stream);
   c.stage("w13_dgrad", stream);
 
-  // WGRADs: the column bundles back to BF16 rows (exact) over the dead row / h1 / grad_h2 regions,
-  // then our BF16 WGRAD: the products of the MXFP8 operands, accumulated in FP32.
-  void* g3_rows = at(c, S.row);
-  void* h2_rows = at(c, S.row + align128(cap * D * 2));
-  dequantize_columns(c, at(c, S.grad_h3_col), D, s, g3_rows, stream);
-  dequantize_columns(c, {act, layer + planner::kH2Col}, F, s, h2_rows, stream);
-  WgradArgs w2g = w2_wgrad_args(c, s.expert_rows, g.grad_w2, wgrad, g.accumulate);
-  w2g.grad_out = g3_rows;
-  w2g.a = h2_rows;
-  grouped_gemm_wgrad(w2g, stream);
+  // WGRADs on the column bundles, their operands over the dead row / h1 / grad_h2 regions.
+  run_wgrad(c, s, w2_wgrad_args(c, s.expert_rows, g.grad_w2, wgrad, g.accumulate), at(c, S.grad_h3_col),
+            {act, layer + planner::kH2Col}, stream);
   c.stage("w2_wgrad", stream);
-
-  void* dxy_rows = at(c, S.row);
-  void* x_rows = at(c, S.row + align128(cap * 2 * F * 2));
-  dequantize_columns(c, at(c, S.dxy_col), 2 * F, s, dxy_rows, stream);
-  dequantize_columns(c, {act, layer + planner::kXCol}, D, s, x_rows, stream);
-  WgradArgs w13g = w13_wgrad_args(c, s.expert_rows, g.grad_w13, wgrad, g.accumulate);
-  w13g.grad_out = dxy_rows;
-  w13g.a = x_rows;
-  grouped_gemm_wgrad(w13g, stream);
+  run_wgrad(c, s, w13_wgrad_args(c, s.expert_rows, g.grad_w13, wgrad, g.accumulate), at(c, S.dxy_col),
+            {act, layer + planner::kXCol}, stream);
   c.stage("w13_wgrad", stream);
 
   backward_reduce(c, in, g, stream);

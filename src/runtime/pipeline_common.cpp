@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "dist_moe/check.h"
+#include "dist_moe/device/numeric/fp8_blockwise.cuh"
 #include "dist_moe/device/routing/routing_layout.cuh"
 #include "kernels/pipeline_glue.h"
 #include "kernels/planner.h"
@@ -81,6 +82,10 @@ void check_block_scaled_weights(const Context::Impl& c, const RoutedExpertsInput
 
 quant::Bf16Matrix scratch_rows(const Context::Impl& c, const void* rows, int64_t C) {
   return {rows, c.capacity_rows(), C, C};
+}
+quant::Fp8BlockwiseOut strided_fp8_columns(const Context::Impl& c, int64_t offset, int64_t C, int64_t rows) {
+  uint8_t* q = at(c, offset);
+  return {q, rows, reinterpret_cast<float*>(q + numeric::fp8_blockwise_compact_columns_scales_offset(C, rows)), 1, C};
 }
 quant::Bf16Matrix routed_rows(const Context::Impl& c, const void* const* row_ptrs, int64_t C) {
   quant::Bf16Matrix x{nullptr, c.capacity_rows(), C, C};

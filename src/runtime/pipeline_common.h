@@ -30,6 +30,10 @@ void check_block_scaled_weights(const Context::Impl& c, const RoutedExpertsInput
 inline uint8_t* at(const Context::Impl& c, int64_t offset) { return c.activation_base() + offset; }
 quant::Bf16Matrix scratch_rows(const Context::Impl& c, const void* rows, int64_t C);
 quant::Bf16Matrix routed_rows(const Context::Impl& c, const void* const* row_ptrs, int64_t C);
+// FP8-blockwise strided columns of C features x `rows` tokens (a multiple of 128) at a scratch offset:
+// E4M3 [C, rows], then FP32 scales [rows/128, C] from the next 128-byte boundary (the WGRAD's operand
+// layout; the bytes of a compact bundle of that many rows, numeric::fp8_blockwise_compact_columns_bytes).
+quant::Fp8BlockwiseOut strided_fp8_columns(const Context::Impl& c, int64_t offset, int64_t C, int64_t rows);
 
 // A compact column bundle (either E4M3 format) at a device address, the planner's slot or scratch
 // home (absent where a.base is null).

@@ -353,3 +353,74 @@ TEST(NumericMXFP8, DequantizesToBf16ExactlyForEveryCodePair) {
   // Every finite pair is exact but those below 2^-130 that BF16 cannot hold: at the smallest scales.
   EXPECT_GT(exact, 255 * 254 * 4 * 9 / 10);
 }
+
+// ---- column blocks at a shared scale (the Hopper MXFP8 WGRAD's operands, perf_history G149) ----------
+
+// Every E4M3 code under every block scale s and shared scale M >= s: unchanged at s = M; else the code
+// of the exact value q * 2^(s - M) rounded to nearest even on the E4M3 grid (the definition's grid,
+// satfinite never reached), NaN codes -> 0x7F; and the value moves by at most half the subnormal step
+// 2^-10 (in units of 2^(M - 127)), nothing where the shifted value stays normal.
+TEST(NumericMXFP8, CodesAtASharedScaleAreTheExactValueRoundedOnce) {
+  int normal = 0, rounded = 0;
+  for (int s : {0, 1, 100, 126, 127, 200, 253, 254}) {
+    for (int shift = 0; shift <= 40 && s + shift <= 254; ++shift) {
+      const int m = s + shift;
+      for (int code = 0; code < 256; ++code) {
+        const uint8_t got = nm::mxfp8_code_at_shared_scale(static_cast<uint8_t>(code), static_cast<uint8_t>(s),
+                                                           static_cast<uint8_t>(m));
+        const double v = e4m3_definition(code);
+        if (shift == 0) {
+          ASSERT_EQ(got, code) << "s=" << s;
+          continue;
+        }
+        if (std::isnan(v)) {
+          ASSERT_EQ(got, 0x7f) << "s=" << s << " shift=" << shift;
+          continue;
+        }
+        const double exact = std::ldexp(v, -shift);
+        ASSERT_EQ(got, e4m3_expected(exact)) << "code " << code << " s=" << s << " shift=" << shift;
+        const double err = std::fabs(e4m3_definition(got) - exact);
+        ASSERT_LE(err, std::ldexp(1.0, -10)) << "code " << code << " shift=" << shift;
+        if (std::fabs(exact) >= std::ldexp(1.0, -6)) {
+          ASSERT_EQ(err, 0.0) << "a normal value moved: code " << code << " shift=" << shift;
+          ++normal;
+        } else {
+          rounded += err != 0.0;
+        }
+      }
+    }
+  }
+  EXPECT_GT(normal, 0);
+  EXPECT_GT(rounded, 0);  // the subnormal rounding is exercised
+}
+
+// A column of 300 rows whose 32-row blocks have scales spread over 20 binades: per 128-row block the
+// shared scale is the largest of its blocks' (2^(M - 127) in FP32; the last block shares over its
+// two), every code follows mxfp8_code_at_shared_scale, and the dequantized values differ from the
+// plain MXFP8 dequantization by at most 2^-10 * 2^(M - 127).
+TEST(NumericMXFP8, ColumnsAtSharedScalesFollowTheBlockRule) {
+  const int64_t rows = 300, cols = 3;
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) x[r * cols + c] = std::ldexp(u(rng), static_cast<int>((r / 32) * 2 % 21) - 10);
+  const int64_t nb = cdiv(rows, 32), ns = cdiv(rows, 128);
+  std::vector<uint8_t> q(rows * cols), s(nb * cols), qs(rows * cols);
+  std::vector<float> ss(ns * cols), y(rows * cols);
+  nm::mxfp8_quantize_cols(x.data(), rows, cols, q.data(), s.data());
+  nm::mxfp8_dequantize_cols(q.data(), s.data(), rows, cols, y.data());
+  nm::mxfp8_cols_at_shared_scales(q.data(), s.data(), rows, cols, qs.data(), ss.data());
+  for (int64_t b = 0; b < ns; ++b)
+    for (int64_t c = 0; c < cols; ++c) {
+      uint8_t m = 0;
+      for (int64_t k = 4 * b; k < std::min(nb, 4 * b + 4); ++k) m = std::max(m, s[k * cols + c]);
+      ASSERT_EQ(ss[b * cols + c], nm::e8m0_to_float(m));
+      for (int64_t r = 128 * b; r < std::min(rows, 128 * b + 128); ++r) {
+        const uint8_t want = nm::mxfp8_code_at_shared_scale(q[r * cols + c], s[(r / 32) * cols + c], m);
+        ASSERT_EQ(qs[r * cols + c], want) << "row " << r << " col " << c;
+        const double shared_value = e4m3_definition(qs[r * cols + c]) * std::ldexp(1.0, m - 127);
+        ASSERT_LE(std::fabs(shared_value - y[r * cols + c]), std::ldexp(1.0, m - 127 - 10)) << "row " << r;
+      }
+    }
+}

@@ -9,6 +9,7 @@
 //  * WGRAD dtype and accumulation semantics; -1 routes and all -1 tokens.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -38,7 +39,9 @@ using test_helpers::make_spec;
 using test_helpers::swiglu_of;
 using test_helpers::to_bits;
 
-// Column (Bx1 along rows) quantize-dequantize of a [rows, cols] matrix, rows = one expert's rows.
+// A WGRAD operand: column (Bx1 along rows) quantize-dequantize of a [rows, cols] matrix, rows = one
+// expert's rows. MXFP8's as the Hopper layer runs it (perf_history G149): then every 128 rows of a
+// column at the largest of their four scales, each value re-rounded to E4M3 there.
 std::vector<float> qdq_cols(const std::vector<float>& x, int64_t rows, int64_t cols, Quantization q) {
   if (q == Quantization::kNone || rows == 0) return x;
   std::vector<float> y(x.size());
@@ -47,6 +50,16 @@ std::vector<float> qdq_cols(const std::vector<float>& x, int64_t rows, int64_t c
     std::vector<uint8_t> s(at(((rows + 31) / 32) * cols));
     num::mxfp8_quantize_cols(x.data(), rows, cols, data.data(), s.data());
     num::mxfp8_dequantize_cols(data.data(), s.data(), rows, cols, y.data());
+    for (int64_t c = 0; c < cols; ++c)
+      for (int64_t r0 = 0; r0 < rows; r0 += 128) {
+        const int64_t r1 = std::min(rows, r0 + 128);
+        int top = 0;
+        for (int64_t b = r0 / 32; b * 32 < r1; ++b) top = std::max<int>(top, s[at(b * cols + c)]);
+        for (int64_t r = r0; r < r1; ++r) {
+          float& v = y[at(r * cols + c)];
+          v = std::ldexp(num::round_e4m3(std::ldexp(v, 127 - top)), top - 127);
+        }
+      }
     return y;
   }
   // FP8 blockwise 128x1: per column, blocks of 128 consecutive rows.

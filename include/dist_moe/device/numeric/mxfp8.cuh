@@ -200,4 +200,44 @@ DMOE_HOST_DEVICE void mxfp8_tile_scales_to_cols(const uint8_t* scales_BB, int64_
     for (int64_t b = 0; b < nbr; ++b) scales_CB[c * nbr + b] = scales_BB[b * nbc + c / kMXBlock];
 }
 
+// ---- column blocks at a shared scale: the Hopper MXFP8 WGRAD's operands ------------------------------
+// Hopper's FP8 wgmma takes no block scales, and folding a per-element scale product into FP32 every 32
+// tokens would cost twice the FP8 wgmma's own time (docs/block_scaled_layer.md). So the MXFP8 WGRAD
+// runs the FP8-blockwise WGRAD on the column blocks re-expressed per 128 tokens: the four 32-token
+// blocks of a feature take the largest of their E8M0 scales, M, as the 128-token block's FP32 scale
+// 2^(M - 127), and a code q of a block with scale s becomes e4m3_rn(q * 2^(s - M)). Only the exponent
+// moves -- the same value -- unless the product falls below E4M3's normal range (2^-6), where it
+// rounds to the subnormal grid: an error of at most 2^-10 * 2^(M - 127), under 2^-18.8 of the shared
+// block's largest magnitude (448 * 2^(M - 127)). docs/formats.md "MXFP8 WGRAD operands".
+constexpr int kMXBlocksPerSharedBlock = 4;  // 32-token blocks per 128-token block
+
+// The rule for one code: unchanged when its block holds the shared scale (s >= M; NaN codes too),
+// else e4m3_rn(q * 2^(s - M)) -- exactly, since the product of an E4M3 value and a power of two is an
+// FP32 value, and from a shift of 20 on every result is +-0 (|q| * 2^-20 < 2^-10), so the factor may
+// be 0 past 24 (NaN codes become 0x7F, the encoder's NaN).
+DMOE_HOST_DEVICE uint8_t mxfp8_code_at_shared_scale(uint8_t q, uint8_t scale, uint8_t shared) {
+  if (scale >= shared) return q;
+  const uint32_t shift = static_cast<uint32_t>(shared - scale);
+  const float factor = shift > 24u ? 0.0f : bits_float((127u - shift) << 23);
+  return float_to_e4m3(mul_rn(e4m3_to_float(q), factor));
+}
+
+// Column blocks q_RC / scales_BC as mxfp8_quantize_cols writes them (rows tokens, the blocks restart
+// at row 0) -> the same tokens at shared scales: out_q_RC and FP32 out_scales_BC[b, c] for tokens
+// 128b .. 128b + 127 (a last partial block shares over the 32-token blocks it has).
+DMOE_HOST_DEVICE void mxfp8_cols_at_shared_scales(const uint8_t* q_RC, const uint8_t* scales_BC, int64_t rows,
+                                                  int64_t cols, uint8_t* out_q_RC, float* out_scales_BC) {
+  constexpr int64_t kShared = kMXBlock * kMXBlocksPerSharedBlock;
+  const int64_t nb = detail::ceil_div(rows, kMXBlock);
+  for (int64_t b = 0; b * kShared < rows; ++b)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t s0 = b * kMXBlocksPerSharedBlock, s1 = detail::min_i64(nb, s0 + kMXBlocksPerSharedBlock);
+      uint8_t shared = 0;
+      for (int64_t s = s0; s < s1; ++s) shared = scales_BC[s * cols + c] > shared ? scales_BC[s * cols + c] : shared;
+      out_scales_BC[b * cols + c] = e8m0_to_float(shared);
+      for (int64_t r = b * kShared; r < detail::min_i64(rows, (b + 1) * kShared); ++r)
+        out_q_RC[r * cols + c] = mxfp8_code_at_shared_scale(q_RC[r * cols + c], scales_BC[(r / kMXBlock) * cols + c], shared);
+    }
+}
+
 }  // namespace dist_moe::numeric

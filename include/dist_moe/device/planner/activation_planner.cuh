@@ -328,6 +328,12 @@ struct Mxfp8Scratch {
     return !inference && fused_dxy_codes(cap, D) + align128(cap * 2 * F / 32) <= h1;
   }
 };
+// The tokens of the MXFP8 WGRAD's operands at shared scales (quant::mxfp8_columns_to_fp8_blockwise):
+// every expert's rows rounded up to 128 where routing rounded them up to 32 within a capacity `cap`
+// (a multiple of 128) -- at most 96 more rows per local expert, so cap + 96 L, whole 128s.
+DMOE_HOST_DEVICE constexpr int64_t mxfp8_wgrad_capacity(int64_t cap, int64_t local_experts) {
+  return cap + 96 * local_experts / 128 * 128;
+}
 DMOE_HOST_DEVICE Mxfp8Scratch mxfp8_scratch(int64_t cap, int64_t D, int64_t F, bool inference, int64_t top) {
   const int64_t r_x = mxfp8_row_bytes(cap, D), r_h2 = mxfp8_row_bytes(cap, F), r_dxy = mxfp8_row_bytes(cap, 2 * F);
   const int64_t h1 = align128(cap * 2 * F * 2);
