@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dist_moe/error.h"
 #include "testing/device_buffer.h"
 
 namespace dist_moe::testing {
@@ -45,6 +46,19 @@ int64_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
   for (size_t i = 0; i < a.size() * sizeof(T); ++i)
     if (pa[i] != pb[i]) return static_cast<int64_t>(i);
   return -1;
+}
+
+// f() must throw dist_moe::Error with code kInvalidValue and a message containing `fragment` (an
+// argument error raised before any launch).
+template <class F>
+void expect_invalid_argument(F&& f, const std::string& fragment) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error mentioning '" << fragment << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidValue) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace dist_moe::testing
