@@ -122,7 +122,8 @@ class PreparedWeight:
 
     ``source`` is the BF16 weight it was quantized from (WGRAD flows to it); ``format`` the
     ``BlockScaledFormat``. MXFP8 training: E4M3 ``fprop_data [G, N, K]`` and its own
-    ``dgrad_data [G, K, N]`` (the same codes transposed per expert), E8M0 ``fprop_scale
+    ``dgrad_data [G, K, N]`` (the codes transposed per expert -- at shared scales per 128x128 block
+    when N and K are multiples of 128, for the FP8-blockwise DGRAD: docs/formats.md), E8M0 ``fprop_scale
     [G*N, K/32]`` and ``dgrad_scale [G*K, N/32]``. The transposed copy is a Hopper departure from
     upstream, whose Blackwell kernels share one qdata between FPROP and DGRAD: Hopper's E4M3 wgmma
     reads K-major operands only, so the DGRAD GEMM (reducing over N) reads ``dgrad_data``; it costs

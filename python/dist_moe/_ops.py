@@ -635,8 +635,9 @@ prepare_mxfp8_weight, prepare_mxfp8_weight_refill_ = _define_training_prepare_op
     "mxfp8_e4m3", "prepare_mxfp8_weight",
     """MXFP8 training weight: (fprop_data [G, N, K], fprop_scale, dgrad_data [G, K, N], dgrad_scale)
     from 32x32 tiles of ``weight``, one pass. dgrad_data is fprop_data's E4M3 codes transposed per
-    expert, a tensor of its own: a Hopper departure from upstream (one qdata for both), as E4M3
-    wgmma reads K-major operands only.""")
+    expert (at shared scales per 128x128 block where N and K are multiples of 128: the FP8-blockwise
+    DGRAD's operand, docs/formats.md), a tensor of its own: a Hopper departure from upstream (one
+    qdata for both), as E4M3 wgmma reads K-major operands only.""")
 
 prepare_fp8_blockwise_weight, prepare_fp8_blockwise_weight_refill_ = _define_training_prepare_ops(
     "fp8_blockwise", "prepare_fp8_blockwise_weight",

@@ -294,8 +294,9 @@ def prepare_block_scaled_weight(weight, config: BlockScaledConfig, *, inference:
 
     - MXFP8 training: the registered op ``dist_moe::prepare_mxfp8_weight`` (traceable); E4M3
       ``fprop_data [G, N, K]``, E8M0 ``fprop_scale [G*N, K/32]`` and ``dgrad_scale [G*K, N/32]``
-      from 32x32 tiles, and ``dgrad_data [G, K, N]``: the same E4M3 codes transposed per expert, a
-      tensor of its own. That copy is a Hopper departure from upstream, which shares one qdata
+      from 32x32 tiles, and ``dgrad_data [G, K, N]``: the E4M3 codes transposed per expert (where N
+      and K are multiples of 128, at shared scales per 128x128 block -- each re-rounded at the largest
+      of the block's sixteen tile scales -- for the FP8-blockwise DGRAD), a tensor of its own. That copy is a Hopper departure from upstream, which shares one qdata
       between FPROP and DGRAD: Hopper's E4M3 wgmma reads K-major operands only, so DGRAD (reducing
       over N) reads the transposed copy, one more byte per weight element (training preparations
       only). N and K must be multiples of 32.

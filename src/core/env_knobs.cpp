@@ -31,6 +31,8 @@ const std::vector<EnvKnob>& env_knobs() {
        "FP8-blockwise decode-sized plain FPROP (W2): the swap-AB tile as W13 takes it, not the 128x256 tile (A/B)"},
       {"DMOE_MEGA_FUSED_DGRAD_SWIGLU", "1",
        "MXFP8 Mega training: W2 DGRAD + SwiGLU backward + dxy quantization in one launch instead of the staged pair (A/B)"},
+      {"DMOE_MXFP8_DGRAD_EXACT", "1",
+       "MXFP8 training: prepared weights keep dgrad_data as fprop_data transposed and the DGRADs run the MXFP8 GEMM on it, instead of the copy at shared scales and the FP8-blockwise DGRAD (A/B)"},
       {"DMOE_MXFP8_WGRAD_BF16", "1",
        "MXFP8 training: the WGRADs on BF16 copies of the column bundles (exact products) instead of the FP8-blockwise WGRAD at shared scales (A/B)"},
       {"DMOE_MXFP8_NARROW_SPLIT", "0 | 1",

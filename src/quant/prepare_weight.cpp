@@ -2,6 +2,7 @@
 // component (include/dist_moe/prepare_weight.h).
 #include "dist_moe/prepare_weight.h"
 
+#include "core/env_knobs.h"
 #include "dist_moe/check.h"
 #include "quant/quantize.h"
 
@@ -49,10 +50,14 @@ void prepare_block_scaled_weight(const void* weight_bf16, const PreparedWeightSp
         quant::mxfp8_quantize_rows({weight_bf16, e * n, k, k}, {q, k, static_cast<uint8_t*>(out.fprop_scale), k / 32, 1},
                                    stream);
       } else {
-        // 32x32 tiles: fprop_data, its scales, the transposed copy DGRAD reads and the DGRAD scales.
+        // 32x32 tiles: fprop_data, its scales, the transposed copy DGRAD reads and the DGRAD scales. The
+        // copy holds the codes at shared scales per 128x128 block (the FP8-blockwise DGRAD's operand,
+        // perf_history G150) where both dims are multiples of 128 (every layer weight) and
+        // DMOE_MXFP8_DGRAD_EXACT=1 is not set; else fprop_data's bytes transposed (the MXFP8 DGRAD's).
+        const bool shared = n % 128 == 0 && k % 128 == 0 && !core::env_flag("DMOE_MXFP8_DGRAD_EXACT");
         quant::mxfp8_quantize_weight_tiles(weight_bf16, e, n, k, q, static_cast<uint8_t*>(out.fprop_scale),
                                            static_cast<uint8_t*>(out.dgrad_data),
-                                           static_cast<uint8_t*>(out.dgrad_scale), stream);
+                                           static_cast<uint8_t*>(out.dgrad_scale), stream, shared);
       }
       break;
     case BlockScaledFormat::kNVFP4:

@@ -375,6 +375,34 @@ RegionShape choose_region(int64_t tiles_a, int64_t tiles_b, int64_t batches, int
   return best;
 }
 
+// ---- MXFP8 codes at a shared scale (numeric::mxfp8_code_at_shared_scale) --------------------------
+
+// The factor 2^-shift of a block whose E8M0 code lies `shift` below the shared one (0 past 24: every
+// re-rounded code is then +-0 or NaN, as the rule's exact product gives).
+__device__ __forceinline__ float shared_scale_factor(uint32_t shift) {
+  return shift > 24u ? 0.0f : __uint_as_float((127u - shift) << 23);
+}
+
+// Four E4M3 codes (code 0 in the low byte) times `factor`, each encoded RNE: the rule's arithmetic
+// (the hardware decode equals e4m3_to_float but for NaN payloads, which the encoder maps to 0x7F either way).
+__device__ __forceinline__ uint32_t e4m3x4_scaled(uint32_t w, float factor) {
+  uint32_t r = 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float lo, hi;
+    asm("{\n\t.reg .b32 h2;\n\t.reg .b16 l, u;\n\t"
+        "cvt.rn.f16x2.e4m3x2 h2, %2;\n\tmov.b32 {l, u}, h2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, u;\n\t}"
+        : "=f"(lo), "=f"(hi)
+        : "h"(static_cast<uint16_t>(w >> (16 * h))));
+    r |= static_cast<uint32_t>(numeric::float2_to_e4m3x2(__fmul_rn(lo, factor), __fmul_rn(hi, factor))) << (16 * h);
+  }
+  return r;
+}
+__device__ __forceinline__ uint4 e4m3x16_scaled(uint4 v, float factor) {
+  return make_uint4(e4m3x4_scaled(v.x, factor), e4m3x4_scaled(v.y, factor), e4m3x4_scaled(v.z, factor),
+                    e4m3x4_scaled(v.w, factor));
+}
+
 // A layout precondition the host cannot check (it lives in device memory) is broken: one line,
 // then trap, before any access it would make wrong.
 __device__ __noinline__ inline void layout_trap(const char* what, long long value, long long multiple) {

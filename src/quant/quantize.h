@@ -109,7 +109,12 @@ void mxfp8_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, cons
 // scale of its own; the FP8-blockwise argument order: data, scales, transposed data, its scales).
 // N, K % 32 == 0.
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
-                                 uint8_t* fprop_scales, uint8_t* q_t_EKN, uint8_t* dgrad_scales, cudaStream_t stream);
+                                 uint8_t* fprop_scales, uint8_t* q_t_EKN, uint8_t* dgrad_scales, cudaStream_t stream,
+                                 bool transposed_at_shared_scales = false);
+// transposed_at_shared_scales (the prepared training weight since session 71, perf_history G150): q_t holds
+// the codes at shared scales per 128x128 block -- each code re-rounded at the largest of the block's
+// sixteen tile codes (numeric::mxfp8_tiles_at_shared_scales), the FP8-blockwise DGRAD's weight operand with
+// mxfp8_dgrad_block_scales -- instead of q's bytes; q and both scale grids are unchanged. N, K % 128 == 0.
 // Without the transposed copy (upstream's one qdata for FPROP and DGRAD; the prepared training
 // weight, prepare_block_scaled_weight, always writes the copy: the tests and benches use this).
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
@@ -119,7 +124,7 @@ void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t
 void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k,
                                             uint8_t* q_ENK, uint8_t* fprop_scales, uint8_t* q_t_EKN,
                                             uint8_t* dgrad_scales, int log2_region_n, int log2_region_k,
-                                            cudaStream_t stream);
+                                            cudaStream_t stream, bool transposed_at_shared_scales = false);
 void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k,
                                             uint8_t* q_ENK, uint8_t* fprop_scales, uint8_t* dgrad_scales,
                                             int log2_region_n, int log2_region_k, cudaStream_t stream);
@@ -172,6 +177,23 @@ void mxfp8_dequantize_columns(const Mxfp8In& cols, const RowGroups& groups, cons
 // C % 32 == 0, 1 .. 1024 groups.
 void mxfp8_columns_to_fp8_blockwise(const Mxfp8In& cols, const RowGroups& groups, int64_t C, int64_t capacity,
                                     const Fp8BlockwiseOut& out, int32_t* padded_counts_G, cudaStream_t stream);
+
+// The DGRAD's A operand as the FP8-blockwise DGRAD reads it (perf_history G150), in place: the layer's
+// MXFP8 row bundle -- E4M3 rows q [capacity, C] (row stride C) with k-block-major code words (the four
+// codes of row r's 128-column block j in code_words[j * word_ld + r], as the rows + columns quantizers
+// write them: QuantizedOut::scale_word_ld) -- becomes FP8-blockwise rows with FP32 scales k-block-major
+// [C/128, word_ld] over the same words: each word becomes e8m0_to_float(its largest code), each 32-byte
+// block whose code is below it re-rounded (numeric::mxfp8_code_at_shared_scale). Rows at or past
+// *used_rows (device) are not touched. C % 128 == 0, q 16-byte aligned, word_ld >= capacity.
+void mxfp8_rows_to_fp8_blockwise(uint8_t* q, int64_t C, uint32_t* code_words, int64_t word_ld, int64_t capacity,
+                                 const int32_t* used_rows, cudaStream_t stream);
+
+// A prepared MXFP8 training weight's 128x128 FP32 scales for its transposed copy at shared scales
+// (mxfp8_quantize_weight_tiles with transposed_at_shared_scales): out [E, K/128, N/128] =
+// e8m0_to_float(the largest of the block's sixteen 32x32 codes), read from the DGRAD scales
+// [E*K, N/32]. N, K % 128 == 0.
+void mxfp8_dgrad_block_scales(const uint8_t* dgrad_scales, int64_t num_experts, int64_t n, int64_t k, float* out,
+                              cudaStream_t stream);
 
 // Packed MXFP8 rows (numeric::mxfp8_packed_row_bytes: C codes, then C / 32 scales): the output of
 // mxfp8_quantize_rows that writes rows of `cols` features at `base` + r * row_stride_bytes (16-byte

@@ -83,11 +83,16 @@ __device__ __forceinline__ void store_region_scales(const uint8_t (*grid)[kRegio
 // the same values: the same bytes), stages them transposed in the tile's own stage (free: every
 // thread has read it) and the tile goes out as whole 128-byte rows of q_t (store_byte_tile). Both
 // instances fit two CTAs per SM (the 96 KiB ring is the limit): at most 128 registers.
-template <bool kTransposed>
+// kCopy: no transposed copy, the same bytes transposed, or the codes at shared scales per 128x128 tile
+// (each re-rounded at the largest of the tile's sixteen codes; mxfp8_code_at_shared_scale).
+enum class TransposedCopy : int { kNone, kExact, kSharedScales };
+
+template <TransposedCopy kCopy>
 __global__ void __launch_bounds__(kThreads, 2) mxfp8_weight_tiles_kernel(const uint16_t* w, int64_t n, int64_t k,
                                                                          int log2_rn, int log2_rk, uint8_t* q,
                                                                          uint8_t* fprop_scales, uint8_t* dgrad_scales,
                                                                          uint8_t* q_t) {
+  constexpr bool kTransposed = kCopy != TransposedCopy::kNone;
   extern __shared__ __align__(kRingAlign) uint8_t dynamic_smem[];
   Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
   __shared__ uint32_t amax_bits[kSubTiles][kSubTiles];
@@ -152,8 +157,20 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp8_weight_tiles_kernel(const u
     }
     if constexpr (kTransposed) {
       // Every thread read its tile values before the first barrier above: the stage is scratch.
-      const float mult =
-          numeric::e8m0_reciprocal(scale_nk[tn * kSubTiles + band][tk * kSubTiles + f0 / numeric::kMXBlock]);
+      const uint8_t own = scale_nk[tn * kSubTiles + band][tk * kSubTiles + f0 / numeric::kMXBlock];
+      const float mult = numeric::e8m0_reciprocal(own);
+      float factor = 1.0f;  // kSharedScales: 2^-(shared - own), the re-rounding of this thread's tile
+      bool rescale = false;
+      if constexpr (kCopy == TransposedCopy::kSharedScales) {
+        uint32_t shared = 0;
+#pragma unroll
+        for (int a = 0; a < kSubTiles; ++a) {
+          const uint32_t w4 = *reinterpret_cast<const uint32_t*>(&scale_nk[tn * kSubTiles + a][tk * kSubTiles]);
+          shared = max(shared, max(max(w4 & 0xffu, (w4 >> 8) & 0xffu), max((w4 >> 16) & 0xffu, w4 >> 24)));
+        }
+        rescale = own < shared;
+        factor = shared_scale_factor(shared - own);
+      }
       auto* qt = reinterpret_cast<uint8_t (*)[kTile]>(&tile[0][0]);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -166,6 +183,7 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp8_weight_tiles_kernel(const u
             f[j] = numeric::mul_rn(h == 0 ? ptx::bf16_lo_to_float(pair[r + j]) : ptx::bf16_hi_to_float(pair[r + j]), mult);
           wv[r / 4] = numeric::float2_to_e4m3x2(f[0], f[1]) |
                       (static_cast<uint32_t>(numeric::float2_to_e4m3x2(f[2], f[3])) << 16);
+          if (rescale) wv[r / 4] = e4m3x4_scaled(wv[r / 4], factor);
         }
         const int col = f0 + h;
         *reinterpret_cast<uint4*>(&qt[col][staged_piece(col, 2 * band) * 16]) = make_uint4(wv[0], wv[1], wv[2], wv[3]);
@@ -304,6 +322,21 @@ int choose_weight_band(int64_t tiles_n, int64_t tiles_k, int64_t experts, int64_
   return 1 << r.log2_b;
 }
 
+struct WeightTilesLaunch {
+  dim3 grid;
+  cudaStream_t stream;
+  const uint16_t* w;
+  int64_t n, k;
+  int log2_rn, log2_rk;
+  uint8_t *q, *fprop_scales, *dgrad_scales, *q_t;
+};
+template <TransposedCopy kCopy>
+void launch_weight_tiles(const WeightTilesLaunch& l) {
+  allow_dynamic_smem<mxfp8_weight_tiles_kernel<kCopy>>(kTileRingBytes);
+  mxfp8_weight_tiles_kernel<kCopy><<<l.grid, kThreads, kTileRingBytes, l.stream>>>(
+      l.w, l.n, l.k, l.log2_rn, l.log2_rk, l.q, l.fprop_scales, l.dgrad_scales, l.q_t);
+}
+
 void check_weight(const char* name, int64_t num_experts, int64_t n, int64_t k, int64_t multiple) {
   DMOE_CHECK_ARG(num_experts >= 1 && num_experts <= 65535, name, ": num_experts=", num_experts, " must be in [1, 65535]");
   DMOE_CHECK_ARG(n > 0 && k > 0 && n % multiple == 0 && k % multiple == 0, name, ": weight dims [", n, ", ", k,
@@ -315,8 +348,11 @@ void check_weight(const char* name, int64_t num_experts, int64_t n, int64_t k, i
 void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k,
                                             uint8_t* q_ENK, uint8_t* fprop_scales, uint8_t* q_t_EKN,
                                             uint8_t* dgrad_scales, int log2_region_n, int log2_region_k,
-                                            cudaStream_t stream) {
+                                            cudaStream_t stream, bool transposed_at_shared_scales) {
   check_weight("mxfp8_quantize_weight_tiles", num_experts, n, k, numeric::kMXBlock);
+  DMOE_CHECK_ARG(!transposed_at_shared_scales || (q_t_EKN != nullptr && n % kTile == 0 && k % kTile == 0),
+                 "mxfp8_quantize_weight_tiles: the transposed copy at shared scales needs q_t and weight dims that "
+                 "are multiples of 128, got [", n, ", ", k, "]");
   DMOE_CHECK_ARG(log2_region_n >= 0 && (1 << log2_region_n) <= kRegionMax && log2_region_k >= 0 &&
                      (1 << log2_region_k) <= kRegionMax,
                  "mxfp8_quantize_weight_tiles: region 2^", log2_region_n, " x 2^", log2_region_k, " tiles (at most ",
@@ -327,15 +363,10 @@ void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_exper
   const dim3 grid(static_cast<unsigned>((k + region_k - 1) / region_k), static_cast<unsigned>((n + region_n - 1) / region_n),
                   static_cast<unsigned>(num_experts));
   const auto* w = static_cast<const uint16_t*>(w_ENK);
-  if (q_t_EKN != nullptr) {
-    allow_dynamic_smem<mxfp8_weight_tiles_kernel<true>>(kTileRingBytes);
-    mxfp8_weight_tiles_kernel<true><<<grid, kThreads, kTileRingBytes, stream>>>(
-        w, n, k, log2_region_n, log2_region_k, q_ENK, fprop_scales, dgrad_scales, q_t_EKN);
-  } else {
-    allow_dynamic_smem<mxfp8_weight_tiles_kernel<false>>(kTileRingBytes);
-    mxfp8_weight_tiles_kernel<false><<<grid, kThreads, kTileRingBytes, stream>>>(
-        w, n, k, log2_region_n, log2_region_k, q_ENK, fprop_scales, dgrad_scales, nullptr);
-  }
+  const WeightTilesLaunch l{grid, stream, w, n, k, log2_region_n, log2_region_k, q_ENK, fprop_scales, dgrad_scales, q_t_EKN};
+  if (q_t_EKN == nullptr) launch_weight_tiles<TransposedCopy::kNone>(l);
+  else if (transposed_at_shared_scales) launch_weight_tiles<TransposedCopy::kSharedScales>(l);
+  else launch_weight_tiles<TransposedCopy::kExact>(l);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 
@@ -347,15 +378,16 @@ void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_exper
 }
 
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
-                                 uint8_t* fprop_scales, uint8_t* q_t_EKN, uint8_t* dgrad_scales, cudaStream_t stream) {
+                                 uint8_t* fprop_scales, uint8_t* q_t_EKN, uint8_t* dgrad_scales, cudaStream_t stream,
+                                 bool transposed_at_shared_scales) {
   check_weight("mxfp8_quantize_weight_tiles", num_experts, n, k, numeric::kMXBlock);
   // Both instances hold two CTAs per SM (the ring's shared memory bounds them): one wave size.
-  allow_dynamic_smem<mxfp8_weight_tiles_kernel<false>>(kTileRingBytes);
+  allow_dynamic_smem<mxfp8_weight_tiles_kernel<TransposedCopy::kNone>>(kTileRingBytes);
   const RegionShape region = choose_weight_region(
       (n + kTile - 1) / kTile, (k + kTile - 1) / kTile, num_experts,
-      resident_ctas(reinterpret_cast<const void*>(&mxfp8_weight_tiles_kernel<false>), kThreads, kTileRingBytes));
+      resident_ctas(reinterpret_cast<const void*>(&mxfp8_weight_tiles_kernel<TransposedCopy::kNone>), kThreads, kTileRingBytes));
   mxfp8_quantize_weight_tiles_in_regions(w_ENK, num_experts, n, k, q_ENK, fprop_scales, q_t_EKN, dgrad_scales,
-                                         region.log2_a, region.log2_b, stream);
+                                         region.log2_a, region.log2_b, stream, transposed_at_shared_scales);
 }
 
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,

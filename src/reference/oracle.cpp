@@ -36,6 +36,22 @@ Tensor<Real> wgrad_cols(const RankRouting& rt, const Tensor<Real>& a, const Tens
   }
   return quantized;
 }
+// The DGRAD's row operand and weight: the FPROP's quantization, except MXFP8's, which the Hopper layer
+// runs at shared scales (quant.h mxfp8_dgrad_rows / mxfp8_dgrad_weights) -- from the unquantized values.
+template <class Real>
+Tensor<Real> dgrad_rows(const Tensor<Real>& a, const Tensor<Real>& quantized, Quantization q) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (q == Quantization::kMXFP8) return mxfp8_dgrad_rows(a);
+  }
+  return quantized;
+}
+template <class Real>
+Tensor<Real> dgrad_weights(const Tensor<Real>& w, const Tensor<Real>& quantized, Quantization q) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (q == Quantization::kMXFP8) return mxfp8_dgrad_weights(w);
+  }
+  return quantized;
+}
 template <class Real>
 Tensor<Real> q_weights(const Tensor<Real>& w, Quantization q) {
   if constexpr (std::is_same_v<Real, float>) {
@@ -226,13 +242,15 @@ BasicBackwardResult<Real> backward(const BasicProblem<Real>& problem, const Basi
     rb.grad_h3_MD = gather_route_rows(rt, grad_h3_published);
     const Tensor<Real> gh3_row = q_rows(rb.grad_h3_MD, q);
     const Tensor<Real> gh3_col = q_cols(rt, rb.grad_h3_MD, q);
-    rb.grad_h2_MF = grouped_gemm_nn(rt, gh3_row, w2);
+    rb.grad_h2_MF = grouped_gemm_nn(rt, dgrad_rows(rb.grad_h3_MD, gh3_row, q),
+                                    dgrad_weights(problem.local_w2(r), w2, q));
     const Tensor<Real> dw2 = grouped_wgrad(rt, wgrad_cols(rt, rb.grad_h3_MD, gh3_col, q), h2_wgrad);
 
     rb.grad_h1_M2F = swiglu_backward_rows(rt, rf.h1_M2F, rb.grad_h2_MF, problem.swiglu);
     const Tensor<Real> gh1_row = q_rows(rb.grad_h1_M2F, q);
     const Tensor<Real> gh1_col = q_cols(rt, rb.grad_h1_M2F, q);
-    rb.grad_x_route_MD = grouped_gemm_nn(rt, gh1_row, w13);
+    rb.grad_x_route_MD = grouped_gemm_nn(rt, dgrad_rows(rb.grad_h1_M2F, gh1_row, q),
+                                         dgrad_weights(problem.local_w13(r), w13, q));
     const Tensor<Real> dw13 = grouped_wgrad(rt, wgrad_cols(rt, rb.grad_h1_M2F, gh1_col, q), x_wgrad);
 
     Tensor<Real> prev13, prev2;

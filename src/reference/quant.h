@@ -31,6 +31,12 @@ TensorF quantize_activation_columns(const RankRouting& rt, const TensorF& a_MC, 
 // the kMXFP8 column blocks above, then every 128 rows of an expert at the largest of their four
 // scales (numeric::mxfp8_cols_at_shared_scales), dequantized.
 TensorF mxfp8_wgrad_operand(const RankRouting& rt, const TensorF& a_MC);
+// The MXFP8 DGRAD's operands as the Hopper layer runs them (perf_history G150): a [rows, cols] ->
+// the kMXFP8 row blocks at shared scales per 128 columns (numeric::mxfp8_rows_at_shared_scales), and
+// w [E_local, N, K] -> per expert the 32x32 tiles at shared scales per 128x128 block
+// (numeric::mxfp8_tiles_at_shared_scales); both dequantized.
+TensorF mxfp8_dgrad_rows(const TensorF& a_RC);
+TensorF mxfp8_dgrad_weights(const TensorF& w_ENK);
 // w [E_local, N, K] -> per expert dequant(quant(w[e])). kNone returns a copy.
 TensorF quantize_weights(const TensorF& w_ENK, Quantization q);
 

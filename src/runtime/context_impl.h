@@ -97,6 +97,8 @@ struct Context::Impl {
   float* grad_h3_row_scores = nullptr;  // [capacity] block-scaled backward: each row's route score (G144)
   int32_t* wgrad_padded_counts = nullptr;  // [L] MXFP8 backward: the experts' rows rounded up to 128 (G149)
   bool mxfp8_wgrad_fp8 = false;  // MXFP8 training: the WGRADs on FP8-blockwise operands (mxfp8_pipeline.cpp)
+  bool mxfp8_dgrad_fp8 = false;  // MXFP8 training: the DGRADs on FP8-blockwise operands (mxfp8_pipeline.cpp)
+  float* dgrad_block_scales = nullptr;  // [L, D/128, 2F/128] MXFP8 training: a DGRAD weight's 128x128 scales (G150)
 
   // Called after each pipeline stage when set (benchmarks record events here; eager use only).
   std::function<void(const char* stage, cudaStream_t stream)> stage_hook;

@@ -9,8 +9,9 @@
 //   (or RMSNorm) -> [save h3]
 // Backward: plan -> recompute block under need_recompute (the forward's expert part) -> top-k
 //   backward -> barrier -> quantize grad_h3 rows + columns, reading the owners' dispatch windows ->
-//   W2 DGRAD (transposed W2 copy) -> SwiGLU backward (BF16 dxy) -> quantize dxy rows + columns ->
-//   W13 DGRAD (transposed W13 copy) scattering grad_x routes -> W2 WGRAD and W13 WGRAD as
+//   W2 DGRAD (the FP8-blockwise DGRAD on the row bundle and the transposed W2 copy at shared scales:
+//   use_dgrad_operands) -> SwiGLU backward fused with dxy's rows + columns quantization -> W13 DGRAD
+//   (likewise) scattering grad_x routes -> W2 WGRAD and W13 WGRAD as
 //   FP8-blockwise WGRADs of the column bundles at shared scales per 128 tokens (run_wgrad) -> barrier
 //   -> K reduction.
 //
@@ -145,6 +146,26 @@ void use_mxfp8_operands(GroupedGemmCommon& g, const RowBundle& a, int64_t a_cols
   g.scales.a_kblock_words = a.word_ld > 0;
 }
 
+// A DGRAD's operands: the row bundle A ([cap, n], its k-block-major code words) against the prepared
+// weight's transposed copy ([E, k, n]). With Context::Impl::mxfp8_dgrad_fp8 (perf_history G150) the
+// preparation wrote the copy at shared scales per 128x128 block; the bundle turns into FP8-blockwise rows
+// at shared scales in place and the copy's FP32 block scales come from its E8M0 DGRAD scales, for the
+// FP8-blockwise DGRAD. Otherwise (DMOE_MXFP8_DGRAD_EXACT=1) the MXFP8 DGRAD on the per-32 codes.
+void use_dgrad_operands(const Context::Impl& c, const SavedState::Buffers& s, GroupedGemmCommon& g,
+                        const RowBundle& a, int64_t n, int64_t k, const PreparedWeightBuffers& w, cudaStream_t stream) {
+  if (!c.mxfp8_dgrad_fp8) {
+    use_mxfp8_operands(g, a, n, w.dgrad_scale, true);
+    return;
+  }
+  const int64_t L = c.local_experts;
+  quant::mxfp8_rows_to_fp8_blockwise(a.q, n, reinterpret_cast<uint32_t*>(a.scales), a.word_ld, c.capacity_rows(),
+                                     s.expert_offsets + L, stream);
+  quant::mxfp8_dgrad_block_scales(static_cast<const uint8_t*>(w.dgrad_scale), L, n, k, c.dgrad_block_scales, stream);
+  g.a_format = kFp8BlockwiseRows;
+  g.b_format = kFp8BlockwiseWeightT;
+  g.scales = OperandScales{a.scales, a.word_ld, c.dgrad_block_scales};
+}
+
 // ---- the expert part of the forward (also the backward's recompute) ------------------------------
 
 // x rows + columns -> W13 FPROP + SwiGLU -> h2 rows + columns -> W2 FPROP scattering h3 routes.
@@ -277,12 +298,15 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
   void* grad_h2 = at(c, S.grad_h2);
   DgradArgs d2 = w2_dgrad_args(c, in, s.expert_rows);
   const RowBundle g3r = row_bundle(c, D);
-  use_mxfp8_operands(d2.common, g3r, D, w2.dgrad_scale, true);
   d2.grad_out = g3r.q;
   d2.w = w2.dgrad_data;
   RowBundle dxr = row_bundle(c, 2 * F);  // W13 DGRAD's A: dxy's rows
   const bool fused = c.config.block_scaled->pipeline == BlockScaledPipeline::kMega && mega_fused_dgrad_swiglu();
+  if (fused && c.mxfp8_dgrad_fp8)
+    detail::fail(ErrorCode::kInvalidValue, "DMOE_MEGA_FUSED_DGRAD_SWIGLU=1 runs the MXFP8 DGRAD on the exact "
+                 "transposed weight copy: set DMOE_MXFP8_DGRAD_EXACT=1 with it");
   if (fused) {
+    use_mxfp8_operands(d2.common, g3r, D, w2.dgrad_scale, true);
     // W2 DGRAD with SwiGLU backward and dxy's rows + columns in its epilogue: grad_h2 is never
     // stored. dxy's rows cannot share the row region with grad_h3's, which the launch reads: E4M3 over
     // grad_h2's region, the code words after grad_h3's codes (planner::Mxfp8Scratch::fused_dxy_codes;
@@ -304,6 +328,7 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
     grouped_gemm_dgrad_swiglu_mxfp8(d2, sb, stream);
     c.stage("mega_w2_dgrad_swiglu", stream);
   } else {
+    use_dgrad_operands(c, s, d2.common, g3r, D, F, w2, stream);
     d2.grad_a = grad_h2;
     grouped_gemm_dgrad(d2, stream);
     c.stage("w2_dgrad", stream);
@@ -316,7 +341,7 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
   }
 
   DgradArgs d13 = w13_dgrad_args(c, in, s.expert_rows);
-  use_mxfp8_operands(d13.common, dxr, 2 * F, w13.dgrad_scale, true);
+  use_dgrad_operands(c, s, d13.common, dxr, 2 * F, D, w13, stream);
   d13.grad_out = dxr.q;
   d13.w = w13.dgrad_data;
   d13.scatter.row_ptrs = s.scatter_dst;

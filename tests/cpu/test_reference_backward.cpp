@@ -78,6 +78,53 @@ std::vector<float> qdq_cols(const std::vector<float>& x, int64_t rows, int64_t c
   return y;
 }
 
+// The MXFP8 DGRAD's operands (perf_history G150), independently of the oracle's numeric helpers' shared
+// path: the MXFP8 values, then every 128-element block (along a row; a 128x128 block of a weight)
+// re-rounded at the largest of its 32-element codes with ldexp. `codes` gives element i's E8M0 code.
+void reround_at_shared(std::vector<float>& y, const std::vector<std::vector<int64_t>>& blocks,
+                       const std::function<int(int64_t)>& code) {
+  for (const std::vector<int64_t>& block : blocks) {
+    int top = 0;
+    for (int64_t i : block) top = std::max(top, code(i));
+    for (int64_t i : block) y[at(i)] = std::ldexp(num::round_e4m3(std::ldexp(y[at(i)], 127 - top)), top - 127);
+  }
+}
+
+std::vector<float> dgrad_row(const std::vector<float>& x, Quantization q) {
+  std::vector<float> y = qdq_row(x, q);
+  if (q != Quantization::kMXFP8) return y;
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<std::vector<int64_t>> blocks;
+  for (int64_t c0 = 0; c0 < n; c0 += 128) {
+    blocks.emplace_back();
+    for (int64_t c = c0; c < std::min(n, c0 + 128); ++c) blocks.back().push_back(c);
+  }
+  reround_at_shared(y, blocks, [&](int64_t i) {
+    float amax = 0;
+    for (int64_t c = i / 32 * 32; c < std::min(n, i / 32 * 32 + 32); ++c) amax = num::amax_nan(amax, x[at(c)]);
+    return static_cast<int>(num::e8m0_rceil_from_amax(amax));
+  });
+  return y;
+}
+
+// One expert's [rows, cols] MXFP8 weight (32x32 tiles) at shared scales per 128x128 block.
+std::vector<float> dgrad_weight(const float* w, int64_t rows, int64_t cols) {
+  std::vector<uint8_t> data(at(rows * cols)), s(at(((rows + 31) / 32) * ((cols + 31) / 32)));
+  std::vector<float> y(at(rows * cols));
+  num::mxfp8_quantize_tiles(w, rows, cols, data.data(), s.data());
+  num::mxfp8_dequantize_tiles(data.data(), s.data(), rows, cols, y.data());
+  std::vector<std::vector<int64_t>> blocks;
+  for (int64_t r0 = 0; r0 < rows; r0 += 128)
+    for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+      blocks.emplace_back();
+      for (int64_t r = r0; r < std::min(rows, r0 + 128); ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + 128); ++c) blocks.back().push_back(r * cols + c);
+    }
+  const int64_t nbc = (cols + 31) / 32;
+  reround_at_shared(y, blocks, [&](int64_t i) { return static_cast<int>(s[at((i / cols / 32) * nbc + i % cols / 32)]); });
+  return y;
+}
+
 struct NaiveBackward {
   std::vector<TensorF> grad_x, grad_scores;
   TensorF dw13, dw2;  // global, FP32 GEMM results stored per wgrad_dtype
@@ -105,6 +152,15 @@ NaiveBackward naive_backward(const ref::Problem& p, const ref::ForwardResult& fw
     const auto& rf = fwd.ranks[at(e / El)];
     return q == Quantization::kNone ? &p.w2_EDF(e, 0, 0) : rf.quantized.w2_EDF.row(e % El);
   };
+  // The DGRADs' weights: the same, but MXFP8's at shared scales (dgrad_weight), per global expert.
+  std::vector<std::vector<float>> w13_dgrad(at(E)), w2_dgrad(at(E));
+  if (q == Quantization::kMXFP8)
+    for (int64_t e = 0; e < E; ++e) {
+      w13_dgrad[at(e)] = dgrad_weight(&p.w13_EFD(e, 0, 0), 2 * F, D);
+      w2_dgrad[at(e)] = dgrad_weight(&p.w2_EDF(e, 0, 0), D, F);
+    }
+  auto w13_dgrad_of = [&](int64_t e) { return q == Quantization::kMXFP8 ? w13_dgrad[at(e)].data() : w13_of(e); };
+  auto w2_dgrad_of = [&](int64_t e) { return q == Quantization::kMXFP8 ? w2_dgrad[at(e)].data() : w2_of(e); };
   // Forward rows of a route, from the expert rank that computed it.
   auto fwd_row = [&](int64_t r, int64_t tk, int which) -> const float* {
     const ref::RouteLocation loc = fwd.ranks[at(r)].routing.route_location_TK[at(tk)];
@@ -145,9 +201,9 @@ NaiveBackward naive_backward(const ref::Problem& p, const ref::ForwardResult& fw
           for (int64_t d = 0; d < D; ++d) gh3[at(d)] = bf16(s * gt[d]);
           gs(t, k) = static_cast<float>(dot(gt, h3, D));
         }
-        const std::vector<float> gh3q = qdq_row(gh3, q);
+        const std::vector<float> gh3q = dgrad_row(gh3, q);
         std::vector<float> gh2(at(F));
-        for (int64_t f = 0; f < F; ++f) gh2[at(f)] = bf16(static_cast<float>(dot(gh3q.data(), w2_of(e) + f, D, F)));
+        for (int64_t f = 0; f < F; ++f) gh2[at(f)] = bf16(static_cast<float>(dot(gh3q.data(), w2_dgrad_of(e) + f, D, F)));
         std::vector<float> gh1(at(2 * F));
         for (int64_t f = 0; f < F; ++f) {
           float dg, du;
@@ -155,9 +211,10 @@ NaiveBackward naive_backward(const ref::Problem& p, const ref::ForwardResult& fw
           gh1[at(f)] = bf16(dg);
           gh1[at(F + f)] = bf16(du);
         }
-        const std::vector<float> gh1q = qdq_row(gh1, q);
+        const std::vector<float> gh1q = dgrad_row(gh1, q);
         std::vector<float> gxr(at(D));
-        for (int64_t d = 0; d < D; ++d) gxr[at(d)] = bf16(static_cast<float>(dot(gh1q.data(), w13_of(e) + d, 2 * F, D)));
+        for (int64_t d = 0; d < D; ++d)
+          gxr[at(d)] = bf16(static_cast<float>(dot(gh1q.data(), w13_dgrad_of(e) + d, 2 * F, D)));
         for (int64_t d = 0; d < D; ++d) acc[at(d)] = acc[at(d)] + gxr[at(d)];
         nb.gh3[at(r)][at(t * K + k)] = gh3;
         nb.gh2[at(r)][at(t * K + k)] = gh2;

@@ -1320,9 +1320,12 @@ HostBf16 random_weight(int64_t E, int64_t N, int64_t K, uint64_t seed, bool craf
 }
 
 // MXFP8 training weight tiles by `launch(w, q, fprop_scales, q_t, dgrad_scales)` against the
-// oracle's tiles; with_t: q_t (else nullptr) must be transpose(q) per expert, byte for byte.
+// oracle's tiles; with_t: q_t (else nullptr) must be transpose(q) per expert, byte for byte -- or, with
+// shared_t, the transpose of q's codes at shared scales per 128x128 block
+// (numeric::mxfp8_tiles_at_shared_scales; perf_history G150).
 template <class Launch>
-void check_mxfp8_weight_tiles(int64_t E, int64_t N, int64_t K, const HostBf16& w, Launch launch, bool with_t = false) {
+void check_mxfp8_weight_tiles(int64_t E, int64_t N, int64_t K, const HostBf16& w, Launch launch, bool with_t = false,
+                              bool shared_t = false) {
   const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, false, E, N, K);
   DeviceBuffer<uint16_t> dw(w.bits);
   DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes()), dfs(spec.fprop_scale.bytes()), dds(spec.dgrad_scale.bytes());
@@ -1346,6 +1349,19 @@ void check_mxfp8_weight_tiles(int64_t E, int64_t N, int64_t K, const HostBf16& w
   }
   if (!with_t) return;
   const auto qt = dqt.download();
+  if (shared_t) {
+    for (int64_t e = 0; e < E; ++e) {
+      std::vector<uint8_t> rq(per), tiles(nbr * nbc), sq(per);
+      std::vector<float> block_scales((N / 128) * (K / 128));
+      nm::mxfp8_quantize_tiles(w.f.data() + e * per, N, K, rq.data(), tiles.data());
+      nm::mxfp8_tiles_at_shared_scales(rq.data(), tiles.data(), N, K, sq.data(), block_scales.data());
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = 0; n < N; ++n)
+          ASSERT_EQ(qt[(e * K + k) * N + n], sq[n * K + k]) << "q_t at shared scales: expert " << e << " k " << k
+                                                             << " n " << n;
+    }
+    return;
+  }
   for (int64_t e = 0; e < E; ++e)
     for (int64_t k = 0; k < K; ++k)
       for (int64_t n = 0; n < N; ++n)
@@ -1361,9 +1377,10 @@ void check_mxfp8_weight_tiles(int64_t E, int64_t N, int64_t K, const HostBf16& w
 }
 
 // The prepared MXFP8 training weight: the oracle's tiles in fprop_data and both scale layouts, and
-// its own dgrad_data [E, K, N] holding fprop_data's bytes transposed per expert, bit for bit (what
-// the Hopper DGRAD reads; upstream shares one qdata). Twice into the same buffers: a refill gives
-// the same bytes.
+// its own dgrad_data [E, K, N] (upstream shares one qdata): for dims that are multiples of 128 (every
+// layer weight) fprop_data's codes at shared scales per 128x128 block, transposed (the FP8-blockwise
+// DGRAD's operand, G150), else fprop_data's bytes transposed; bit for bit. Twice into the same buffers:
+// a refill gives the same bytes.
 TEST(QuantizeMxfp8, TrainingWeightTilesMatchTheOracle) {
   DMOE_REQUIRE_SM90();
   struct Shape { int64_t E, N, K; };
@@ -1379,7 +1396,7 @@ TEST(QuantizeMxfp8, TrainingWeightTilesMatchTheOracle) {
           for (int rep = 0; rep < 2; ++rep)
             prepare_block_scaled_weight(dw, spec, {dq, dfs, dqt, dds, nullptr, nullptr}, nullptr);
         },
-        true);
+        true, sh.N % 128 == 0 && sh.K % 128 == 0);
     if (HasFatalFailure()) return;
   }
 }
@@ -1426,6 +1443,36 @@ TEST(QuantizeMxfp8, TrainingWeightTransposedCopyIsTheSameBytesTransposed) {
         },
         true);
     if (HasFatalFailure()) return;
+  }
+}
+
+// The transposed copy at shared scales per 128x128 block through the launcher (multiples of 128,
+// square and not, a NaN block in the last expert's last tile, the crafted rows in expert 0) and in
+// four region shapes; fprop_data and both scale grids as in the exact mode.
+TEST(QuantizeMxfp8, TrainingWeightTransposedCopyAtSharedScalesFollowsTheBlockRule) {
+  DMOE_REQUIRE_SM90();
+  struct Shape { int64_t E, N, K; };
+  for (const Shape& sh : {Shape{2, 256, 384}, Shape{3, 1152, 640}, Shape{2, 128, 1152}}) {
+    SCOPED_TRACE("E=" + std::to_string(sh.E) + " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K));
+    HostBf16 w = random_weight(sh.E, sh.N, sh.K, 61 + sh.N + sh.K, true);
+    w.set((sh.E - 1) * sh.N * sh.K + (sh.N - 1) * sh.K + sh.K - 3, std::nanf(""));
+    check_mxfp8_weight_tiles(
+        sh.E, sh.N, sh.K, w,
+        [&](const uint16_t* dw, uint8_t* dq, uint8_t* dfs, uint8_t* dqt, uint8_t* dds) {
+          quant::mxfp8_quantize_weight_tiles(dw, sh.E, sh.N, sh.K, dq, dfs, dqt, dds, nullptr, true);
+        },
+        true, true);
+    if (HasFatalFailure()) return;
+    for (const auto& [ln, lk] : {std::pair{0, 0}, std::pair{1, 2}, std::pair{3, 0}, std::pair{2, 3}}) {
+      SCOPED_TRACE("region 2^" + std::to_string(ln) + " x 2^" + std::to_string(lk));
+      check_mxfp8_weight_tiles(
+          sh.E, sh.N, sh.K, w,
+          [&](const uint16_t* dw, uint8_t* dq, uint8_t* dfs, uint8_t* dqt, uint8_t* dds) {
+            quant::mxfp8_quantize_weight_tiles_in_regions(dw, sh.E, sh.N, sh.K, dq, dfs, dqt, dds, ln, lk, nullptr, true);
+          },
+          true, true);
+      if (HasFatalFailure()) return;
+    }
   }
 }
 

@@ -240,4 +240,43 @@ DMOE_HOST_DEVICE void mxfp8_cols_at_shared_scales(const uint8_t* q_RC, const uin
     }
 }
 
+// Row blocks (mxfp8_quantize_rows' q_RC / scales_RB, 1x32 along cols) at shared scales per 128 columns:
+// out_scales_RB[r, b] (FP32) for columns 128b .. 128b + 127 of row r, the DGRAD's A operand.
+DMOE_HOST_DEVICE void mxfp8_rows_at_shared_scales(const uint8_t* q_RC, const uint8_t* scales_RB, int64_t rows,
+                                                  int64_t cols, uint8_t* out_q_RC, float* out_scales_RB) {
+  constexpr int64_t kShared = kMXBlock * kMXBlocksPerSharedBlock;
+  const int64_t nb = detail::ceil_div(cols, kMXBlock), ns = detail::ceil_div(cols, kShared);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < ns; ++b) {
+      uint8_t shared = 0;
+      for (int64_t s = b * kMXBlocksPerSharedBlock; s < detail::min_i64(nb, (b + 1) * kMXBlocksPerSharedBlock); ++s)
+        shared = scales_RB[r * nb + s] > shared ? scales_RB[r * nb + s] : shared;
+      out_scales_RB[r * ns + b] = e8m0_to_float(shared);
+      for (int64_t c = b * kShared; c < detail::min_i64(cols, (b + 1) * kShared); ++c)
+        out_q_RC[r * cols + c] = mxfp8_code_at_shared_scale(q_RC[r * cols + c], scales_RB[r * nb + c / kMXBlock], shared);
+    }
+}
+
+// 32x32 tiles (mxfp8_quantize_tiles' q_RC / scales_BB) at shared scales per 128x128 block: the sixteen
+// tiles of a block share the largest code; out_scales_BB[i, j] (FP32) for rows 128i.., cols 128j.. --
+// the DGRAD's weight operand (its transposed copy holds the same codes transposed).
+DMOE_HOST_DEVICE void mxfp8_tiles_at_shared_scales(const uint8_t* q_RC, const uint8_t* scales_BB, int64_t rows,
+                                                   int64_t cols, uint8_t* out_q_RC, float* out_scales_BB) {
+  constexpr int64_t kShared = kMXBlock * kMXBlocksPerSharedBlock;
+  const int64_t nbr = detail::ceil_div(rows, kMXBlock), nbc = detail::ceil_div(cols, kMXBlock);
+  const int64_t nsr = detail::ceil_div(rows, kShared), nsc = detail::ceil_div(cols, kShared);
+  for (int64_t i = 0; i < nsr; ++i)
+    for (int64_t j = 0; j < nsc; ++j) {
+      uint8_t shared = 0;
+      for (int64_t a = i * kMXBlocksPerSharedBlock; a < detail::min_i64(nbr, (i + 1) * kMXBlocksPerSharedBlock); ++a)
+        for (int64_t b = j * kMXBlocksPerSharedBlock; b < detail::min_i64(nbc, (j + 1) * kMXBlocksPerSharedBlock); ++b)
+          shared = scales_BB[a * nbc + b] > shared ? scales_BB[a * nbc + b] : shared;
+      out_scales_BB[i * nsc + j] = e8m0_to_float(shared);
+      for (int64_t r = i * kShared; r < detail::min_i64(rows, (i + 1) * kShared); ++r)
+        for (int64_t c = j * kShared; c < detail::min_i64(cols, (j + 1) * kShared); ++c)
+          out_q_RC[r * cols + c] = mxfp8_code_at_shared_scale(
+              q_RC[r * cols + c], scales_BB[(r / kMXBlock) * nbc + c / kMXBlock], shared);
+    }
+}
+
 }  // namespace dist_moe::numeric

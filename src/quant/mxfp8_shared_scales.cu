@@ -1,18 +1,24 @@
-// mxfp8_columns_to_fp8_blockwise: the MXFP8 WGRAD's column operands (E4M3 [C, tokens], E8M0 scales per
-// (feature, 32 tokens)) re-expressed per 128 tokens at the largest of the four scales
-// (numeric::mxfp8_code_at_shared_scale), in the layout the FP8-blockwise WGRAD reads: strided columns
-// with FP32 scales per (feature, 128 tokens), every group's tokens from a multiple of 128.
+// MXFP8 operands at shared scales (numeric::mxfp8_code_at_shared_scale): the blocks of four 32-element
+// E8M0 blocks (sixteen 32x32 tiles for a weight) take the largest code, so the FP8-blockwise kernels --
+// one FP32 scale per 128 elements (per 128x128 for weights) -- run MXFP8's layer GEMMs (perf_history
+// G149, G150). Three launches:
+//   mxfp8_columns_to_fp8_blockwise  the WGRAD's column bundles: E4M3 [C, tokens] with E8M0 per (feature,
+//                                   32 tokens) -> strided columns with FP32 per (feature, 128 tokens), every
+//                                   group's tokens from a multiple of 128
+//   mxfp8_rows_to_fp8_blockwise     the DGRAD's row bundles, in place: the k-block-major code words become
+//                                   the FP32 scale grid (the same bytes), the 32-byte blocks below the
+//                                   shared code are re-rounded
+//   mxfp8_dgrad_block_scales        a prepared weight's 128x128 FP32 scales from its E8M0 DGRAD scales
 //
-// No transpose: tokens are contiguous on both sides, so a thread takes one 16-byte piece (16 tokens,
-// half a 32-token block) of a feature at a time -- eight threads cover a feature's 128-token block,
-// a warp four features, a pass of the CTA 32 -- and the eight threads of a feature find the shared
-// scale with three shuffles over their blocks' codes. Per element: 1 byte read, 1 written, 1/32 of
-// a scale read and 1/32 of an FP32 scale written; codes of a block at the shared scale pass through
-// unchanged, the others take an E4M3 decode, one FMUL by 2^-shift and an RNE encode.
-//
-// Grid: blockIdx.y is a 128-token block of the output, blockIdx.x a 256-feature slice. Each CTA
-// rebuilds the groups' 128-padded starts in shared memory (one warp scans the padded lengths) and
-// finds its block's group by binary search; blocks past the last group's padded end exit.
+// Columns: no transpose -- tokens are contiguous on both sides, so a thread takes one 16-byte piece (16
+// tokens, half a 32-token block) of a feature at a time; eight threads cover a feature's 128-token block,
+// a warp four features, a pass of the CTA 32, and the eight threads of a feature find the shared scale
+// with three shuffles over their blocks' codes. Per element: 1 byte read, 1 written, 1/32 of a scale
+// read and 1/32 of an FP32 scale written; codes of a block at the shared scale pass through unchanged,
+// the others take an E4M3 decode, one FMUL by 2^-shift and an RNE encode. blockIdx.y is a 128-token
+// block of the output, blockIdx.x a 256-feature slice; each CTA rebuilds the groups' 128-padded starts
+// in shared memory (one warp scans the padded lengths) and finds its block's group by binary search;
+// blocks past the last group's padded end exit.
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "quant/quant_common.cuh"
@@ -36,28 +42,6 @@ __device__ __noinline__ void capacity_trap(long long padded_rows, long long capa
   printf("Dist-MoE quantize: the groups' rows rounded up to 128 (%lld) exceed the capacity %lld\n", padded_rows,
          capacity);
   __trap();
-}
-
-// Sixteen E4M3 codes times 2^-shift (factor: that power of two, or 0 past a shift of 24), each
-// encoded RNE: numeric::mxfp8_code_at_shared_scale's arithmetic (the hardware decode equals
-// e4m3_to_float but for NaN payloads, which the encoder maps to 0x7F either way).
-__device__ __forceinline__ uint4 e4m3x16_scaled(uint4 v, float factor) {
-  uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    uint32_t r = 0;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float lo, hi;
-      asm("{\n\t.reg .b32 h2;\n\t.reg .b16 l, u;\n\t"
-          "cvt.rn.f16x2.e4m3x2 h2, %2;\n\tmov.b32 {l, u}, h2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, u;\n\t}"
-          : "=f"(lo), "=f"(hi)
-          : "h"(static_cast<uint16_t>(w[i] >> (16 * h))));
-      r |= static_cast<uint32_t>(numeric::float2_to_e4m3x2(__fmul_rn(lo, factor), __fmul_rn(hi, factor))) << (16 * h);
-    }
-    w[i] = r;
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // The first `keep` bytes of v (0 .. 16), the rest zero.
@@ -155,7 +139,7 @@ __global__ void __launch_bounds__(kCtThreads)
     uint4 w = v[i];
     if (code[i] < shared) {
       const uint32_t shift = shared - code[i];
-      w = e4m3x16_scaled(w, shift > 24u ? 0.0f : __uint_as_float((127u - shift) << 23));
+      w = e4m3x16_scaled(w, shared_scale_factor(shift));
     }
     if (keep < 16) w = first_bytes(w, keep);  // padding rows and tokens past the group are +0
     *reinterpret_cast<uint4*>(out.q + f * out.q_row_stride + t0 + 16 * piece) = w;
@@ -163,6 +147,49 @@ __global__ void __launch_bounds__(kCtThreads)
       out.scales[f * out.scale_row_stride + block * out.scale_block_stride] =
           numeric::e8m0_to_float(static_cast<uint8_t>(shared));
   }
+}
+
+// Rows: a thread per (row, 128-feature block) -- consecutive threads take consecutive rows, so the code
+// words load and store as whole lines; each 32-byte block below the shared code is loaded, re-rounded
+// and stored back, the others are not touched.
+__global__ void __launch_bounds__(kCtThreads)
+    mxfp8_rows_to_fp8_blockwise_kernel(uint8_t* q, int64_t C, uint32_t* words, int64_t word_ld, const int32_t* used_rows) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kCtThreads + threadIdx.x;
+  const int64_t j = blockIdx.y;
+  if (r >= __ldg(used_rows)) return;
+  uint32_t* word = words + j * word_ld + r;
+  const uint32_t codes = *word;
+  const uint32_t shared = max(max(codes & 0xffu, (codes >> 8) & 0xffu), max((codes >> 16) & 0xffu, codes >> 24));
+  uint8_t* row = q + r * C + j * kShared;
+#pragma unroll
+  for (int i = 0; i < numeric::kMXBlocksPerSharedBlock; ++i) {
+    const uint32_t code = (codes >> (8 * i)) & 0xffu;
+    if (code == shared) continue;
+    const float factor = shared_scale_factor(shared - code);
+    uint4* p = reinterpret_cast<uint4*>(row + i * numeric::kMXBlock);
+    const uint4 a = p[0], b = p[1];
+    p[0] = e4m3x16_scaled(a, factor);
+    p[1] = e4m3x16_scaled(b, factor);
+  }
+  *reinterpret_cast<float*>(word) = numeric::e8m0_to_float(static_cast<uint8_t>(shared));
+}
+
+// A weight's 128x128 FP32 scales [E, K/128, N/128] from its E8M0 DGRAD scales [E K, N/32] (each 32x32
+// tile's code repeated on its 32 rows): a thread per block reads four rows' four codes.
+__global__ void __launch_bounds__(kCtThreads)
+    mxfp8_dgrad_block_scales_kernel(const uint8_t* dgrad_scales, int64_t blocks, int64_t k, int64_t n, float* out) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kCtThreads + threadIdx.x;
+  if (idx >= blocks) return;
+  const int64_t nb = n / kShared, kb = k / kShared;
+  const int64_t e = idx / (kb * nb), kr = idx / nb % kb, nc = idx % nb;
+  uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < numeric::kMXBlocksPerSharedBlock; ++i) {
+    const uint32_t w = __ldg(reinterpret_cast<const uint32_t*>(
+        dgrad_scales + (e * k + kr * kShared + i * numeric::kMXBlock) * (n / numeric::kMXBlock) + nc * 4));
+    m = max(m, max(max(w & 0xffu, (w >> 8) & 0xffu), max((w >> 16) & 0xffu, w >> 24)));
+  }
+  out[idx] = numeric::e8m0_to_float(static_cast<uint8_t>(m));
 }
 
 }  // namespace
@@ -194,5 +221,34 @@ void mxfp8_columns_to_fp8_blockwise(const Mxfp8In& cols, const RowGroups& groups
                                                                           padded_counts_G);
   DMOE_CUDA_CHECK_LAUNCH();
 }
+
+void mxfp8_rows_to_fp8_blockwise(uint8_t* q, int64_t C, uint32_t* code_words, int64_t word_ld, int64_t capacity,
+                                 const int32_t* used_rows, cudaStream_t stream) {
+  const char* name = "mxfp8_rows_to_fp8_blockwise";
+  DMOE_CHECK_ARG(C > 0 && C % kShared == 0, name, ": C=", C, " must be a positive multiple of 128");
+  DMOE_CHECK_ARG(q != nullptr && code_words != nullptr && used_rows != nullptr && reinterpret_cast<uintptr_t>(q) % 16 == 0,
+                 name, ": the row bundle (16-byte aligned), its code words and the used-row count are required");
+  DMOE_CHECK_ARG(word_ld >= capacity && capacity >= 0, name, ": the code words' row stride ", word_ld,
+                 " must cover the capacity ", capacity);
+  if (capacity == 0) return;
+  const dim3 grid(static_cast<unsigned>((capacity + kCtThreads - 1) / kCtThreads), static_cast<unsigned>(C / kShared));
+  mxfp8_rows_to_fp8_blockwise_kernel<<<grid, kCtThreads, 0, stream>>>(q, C, code_words, word_ld, used_rows);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
+void mxfp8_dgrad_block_scales(const uint8_t* dgrad_scales, int64_t num_experts, int64_t n, int64_t k, float* out,
+                              cudaStream_t stream) {
+  const char* name = "mxfp8_dgrad_block_scales";
+  DMOE_CHECK_ARG(n > 0 && k > 0 && n % kShared == 0 && k % kShared == 0, name, ": N=", n, " and K=", k,
+                 " must be positive multiples of 128");
+  DMOE_CHECK_ARG(dgrad_scales != nullptr && out != nullptr && reinterpret_cast<uintptr_t>(dgrad_scales) % 4 == 0, name,
+                 ": the DGRAD scales (4-byte aligned) and the output are required");
+  const int64_t blocks = num_experts * (n / kShared) * (k / kShared);
+  if (blocks == 0) return;
+  mxfp8_dgrad_block_scales_kernel<<<static_cast<unsigned>((blocks + kCtThreads - 1) / kCtThreads), kCtThreads, 0,
+                                    stream>>>(dgrad_scales, blocks, k, n, out);
+  DMOE_CUDA_CHECK_LAUNCH();
+}
+
 
 }  // namespace dist_moe::quant

@@ -1,16 +1,23 @@
-// quant::mxfp8_columns_to_fp8_blockwise (the MXFP8 WGRAD's operands at shared scales per 128 tokens,
-// perf_history G149) against the host rule numeric::mxfp8_code_at_shared_scale, bit for bit: every
-// data byte and FP32 scale of the output (poisoned first: an unwritten byte fails, and bytes past the
-// last group's rounded end must keep the poison) and the padded counts. Inputs: column bundles of any
-// bytes (every E4M3 code, E8M0 codes 0, 254 and 255, shifts of 0 to 40 inside a 128-token block), and
-// the bundles the MXFP8 rows + columns quantizer writes from random BF16 rows, whose conversion must
-// equal the oracle's path (numeric::mxfp8_quantize_cols on each expert's rows, then
-// numeric::mxfp8_cols_at_shared_scales; reference::mxfp8_wgrad_operand dequantizes that).
+// The MXFP8 operands at shared scales (src/quant/mxfp8_shared_scales.cu; perf_history G149, G150) against
+// the host rule numeric::mxfp8_code_at_shared_scale, bit for bit:
+//   quant::mxfp8_columns_to_fp8_blockwise (the WGRAD's column bundles at shared scales per 128 tokens):
+//     every data byte and FP32 scale of the output (poisoned first: an unwritten byte fails, and bytes past
+//     the last group's rounded end must keep the poison) and the padded counts, on column bundles of any
+//     bytes (every E4M3 code, E8M0 codes 0, 254 and 255, shifts of 0 to 40 inside a 128-token block) and
+//     on the bundles the MXFP8 rows + columns quantizer writes from random BF16 rows, whose conversion
+//     must equal the oracle's path (numeric::mxfp8_quantize_cols on each expert's rows, then
+//     numeric::mxfp8_cols_at_shared_scales; reference::mxfp8_wgrad_operand dequantizes that);
+//   quant::mxfp8_rows_to_fp8_blockwise (the DGRAD's row bundles, in place): any bytes and code words, rows
+//     past the used count untouched; and the quantizer's row bundle of random rows against
+//     numeric::mxfp8_rows_at_shared_scales;
+//   quant::mxfp8_dgrad_block_scales: a prepared weight's DGRAD scales against the largest tile code.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dist_moe/device/numeric/numeric.cuh"
@@ -223,6 +230,126 @@ TEST(Mxfp8WgradColumns, QuantizedColumnsAtSharedScalesMatchTheOraclePath) {
       }
     }
   }
+}
+
+// ---- rows in place (the DGRAD's A operand) ---------------------------------------------------------
+
+// Any bytes: rows [cap, C] of random codes, code words of random codes (spread over 0 .. 40 binades,
+// with 0, 254 and 255 among them); rows at or past `used` keep their bytes and words.
+TEST(Mxfp8DgradRows, AnyBytesAtSharedScalesMatchTheHostRule) {
+  DMOE_REQUIRE_SM90();
+  for (const auto& [cap, C, used] : {std::tuple<int64_t, int64_t, int32_t>{256, 384, 200}, {512, 128, 512},
+                                     {384, 1024, 0}, {1280, 256, 1057}}) {
+    SCOPED_TRACE("capacity=" + std::to_string(cap) + " C=" + std::to_string(C) + " used=" + std::to_string(used));
+    reference::Rng rng(static_cast<uint64_t>(cap + C + used));
+    const int64_t ld = cap + 64;  // a word stride above the capacity
+    std::vector<uint8_t> q(cap * C);
+    std::vector<uint32_t> words(C / kShared * ld);
+    for (auto& v : q) v = static_cast<uint8_t>(rng.below(256));
+    for (auto& w : words) {
+      w = 0;
+      for (int i = 0; i < 4; ++i) {
+        const int64_t kind = rng.below(64);
+        uint32_t code = static_cast<uint32_t>(100 + rng.below(41));
+        if (kind == 0) code = 0;
+        if (kind == 1) code = 254;
+        if (kind == 2) code = 255;
+        w |= code << (8 * i);
+      }
+    }
+    DeviceBuffer<uint8_t> dq(q);
+    DeviceBuffer<uint32_t> dw(words);
+    DeviceBuffer<int32_t> dused(std::vector<int32_t>{used});
+    quant::mxfp8_rows_to_fp8_blockwise(dq.get(), C, dw.get(), ld, cap, dused.get(), nullptr);
+    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto gq = dq.download();
+    const auto gw = dw.download();
+    for (int64_t r = 0; r < cap; ++r)
+      for (int64_t j = 0; j < C / kShared; ++j) {
+        const uint32_t w = words[j * ld + r];
+        if (r >= used) {
+          ASSERT_EQ(gw[j * ld + r], w) << "row " << r << " past the used rows";
+          for (int64_t c = 0; c < kShared; ++c) ASSERT_EQ(gq[r * C + j * kShared + c], q[r * C + j * kShared + c]);
+          continue;
+        }
+        uint8_t codes[4], top = 0;
+        for (int i = 0; i < 4; ++i) top = std::max(top, codes[i] = static_cast<uint8_t>(w >> (8 * i)));
+        const float want_scale = nm::e8m0_to_float(top);
+        ASSERT_EQ(0, std::memcmp(&gw[j * ld + r], &want_scale, 4)) << "scale of row " << r << " block " << j;
+        for (int64_t c = 0; c < kShared; ++c) {
+          const uint8_t want = nm::mxfp8_code_at_shared_scale(q[r * C + j * kShared + c], codes[c / 32], top);
+          ASSERT_EQ(gq[r * C + j * kShared + c], want) << "row " << r << " column " << j * kShared + c;
+        }
+      }
+  }
+}
+
+// The row bundle the rows + columns quantizer writes (k-block-major code words) from random BF16 rows,
+// converted, against numeric::mxfp8_rows_at_shared_scales on the host's MXFP8 rows of the same values.
+TEST(Mxfp8DgradRows, QuantizedRowsAtSharedScalesMatchTheOraclePath) {
+  DMOE_REQUIRE_SM90();
+  const std::vector<int32_t> counts = {37, 0, 300, 1, 129};
+  const int64_t C = 512;
+  const Layout l = make_layout(counts);
+  const int64_t cap = round_up(l.used, kShared);
+  reference::Rng rng(33);
+  std::vector<uint16_t> bits(cap * C, 0);
+  std::vector<float> x(cap * C, 0.0f);
+  for (size_t g = 0; g < counts.size(); ++g)
+    for (int64_t m = l.offsets[g]; m < l.offsets[g] + counts[g]; ++m)
+      for (int64_t c = 0; c < C; ++c) {
+        const int e = static_cast<int>((c / 32) * 3 % 25) - 12;  // neighbouring 32-blocks far apart
+        bits[m * C + c] = nm::float_to_bf16(std::ldexp(static_cast<float>(rng.uniform(-1, 1)), e)).bits;
+        x[m * C + c] = nm::bf16_to_float(nm::bf16_t{bits[m * C + c]});
+      }
+  DeviceBuffer<uint16_t> dx(bits);
+  DeviceBuffer<int32_t> dcounts(l.counts), doffsets(l.offsets);
+  const quant::RowGroups groups{dcounts.get(), doffsets.get(), static_cast<int32_t>(counts.size())};
+  DeviceBuffer<uint8_t> dq(cap * C);
+  DeviceBuffer<uint32_t> dw(C / kShared * cap);
+  quant::Mxfp8Out rows{dq.get(), C, reinterpret_cast<uint8_t*>(dw.get()), 0, 0};
+  rows.scale_word_ld = cap;
+  quant::mxfp8_quantize_rows_cols({dx.get(), cap, C, C}, groups, rows, quant::Mxfp8Out{}, nullptr);
+  quant::mxfp8_rows_to_fp8_blockwise(dq.get(), C, dw.get(), cap, cap, doffsets.get() + counts.size(), nullptr);
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto gq = dq.download();
+  const auto gw = dw.download();
+  std::vector<uint8_t> hq(l.used * C), hs(l.used * C / 32), sq(l.used * C);
+  std::vector<float> ss(l.used * C / kShared);
+  nm::mxfp8_quantize_rows(x.data(), l.used, C, hq.data(), hs.data());  // padding rows: zeros, as on the GPU
+  nm::mxfp8_rows_at_shared_scales(hq.data(), hs.data(), l.used, C, sq.data(), ss.data());
+  for (int64_t r = 0; r < l.used; ++r)
+    for (int64_t j = 0; j < C / kShared; ++j) {
+      ASSERT_EQ(0, std::memcmp(&gw[j * cap + r], &ss[r * (C / kShared) + j], 4)) << "scale of row " << r << " block " << j;
+      for (int64_t c = j * kShared; c < (j + 1) * kShared; ++c) ASSERT_EQ(gq[r * C + c], sq[r * C + c]) << r << "," << c;
+    }
+}
+
+// A prepared weight's 128x128 scales from its DGRAD scales [E*K, N/32] (each tile code on its 32 rows).
+TEST(Mxfp8DgradRows, DgradBlockScalesAreTheLargestTileCode) {
+  DMOE_REQUIRE_SM90();
+  const int64_t E = 3, N = 384, K = 256;
+  reference::Rng rng(44);
+  std::vector<uint8_t> tiles(E * (K / 32) * (N / 32)), rows(E * K * (N / 32));
+  for (auto& t : tiles) t = static_cast<uint8_t>(rng.below(64) == 0 ? 255 : 90 + rng.below(60));
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t b = 0; b < N / 32; ++b) rows[(e * K + k) * (N / 32) + b] = tiles[(e * (K / 32) + k / 32) * (N / 32) + b];
+  DeviceBuffer<uint8_t> drows(rows);
+  DeviceBuffer<float> dout(E * (K / kShared) * (N / kShared));
+  dout.poison(kPoison);
+  quant::mxfp8_dgrad_block_scales(drows.get(), E, N, K, dout.get(), nullptr);
+  DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto out = dout.download();
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t kb = 0; kb < K / kShared; ++kb)
+      for (int64_t nb = 0; nb < N / kShared; ++nb) {
+        uint8_t top = 0;
+        for (int64_t i = 0; i < 4; ++i)
+          for (int64_t j = 0; j < 4; ++j) top = std::max(top, tiles[(e * (K / 32) + kb * 4 + i) * (N / 32) + nb * 4 + j]);
+        const float want = nm::e8m0_to_float(top);
+        ASSERT_EQ(0, std::memcmp(&out[(e * (K / kShared) + kb) * (N / kShared) + nb], &want, 4)) << e << "," << kb << "," << nb;
+      }
 }
 
 TEST(Mxfp8WgradColumns, UnsupportedArgumentsAreArgumentErrors) {
