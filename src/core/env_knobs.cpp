@@ -30,7 +30,7 @@ const std::vector<EnvKnob>& env_knobs() {
       {"DMOE_FP8_W2_SWAPAB", "1",
        "FP8-blockwise decode-sized plain FPROP (W2): the swap-AB tile as W13 takes it, not the 128x256 tile (A/B)"},
       {"DMOE_MEGA_FUSED_DGRAD_SWIGLU", "1",
-       "MXFP8 Mega training: W2 DGRAD + SwiGLU backward + dxy quantization in one launch instead of the staged pair (A/B)"},
+       "MXFP8 Mega training: W2 DGRAD + SwiGLU backward + dxy quantization in one launch instead of the staged pair (A/B; with DMOE_MXFP8_DGRAD_EXACT=1)"},
       {"DMOE_MXFP8_DGRAD_EXACT", "1",
        "MXFP8 training: prepared weights keep dgrad_data as fprop_data transposed and the DGRADs run the MXFP8 GEMM on it, instead of the copy at shared scales and the FP8-blockwise DGRAD (A/B)"},
       {"DMOE_MXFP8_WGRAD_BF16", "1",
