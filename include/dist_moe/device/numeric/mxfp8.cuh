@@ -222,39 +222,47 @@ DMOE_HOST_DEVICE uint8_t mxfp8_code_at_shared_scale(uint8_t q, uint8_t scale, ui
   return float_to_e4m3(mul_rn(e4m3_to_float(q), factor));
 }
 
+namespace detail {
+// The rectangle [r0, r1) x [c0, c1) of q_RC (row stride cols) at the largest of its elements' block
+// codes, code(r, c): the re-rounded codes into out_q_RC; returns that shared code.
+template <class Code>
+DMOE_HOST_DEVICE uint8_t mxfp8_rect_at_shared_scale(const uint8_t* q_RC, int64_t cols, int64_t r0, int64_t r1,
+                                                    int64_t c0, int64_t c1, Code code, uint8_t* out_q_RC) {
+  uint8_t shared = 0;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = c0; c < c1; ++c) shared = code(r, c) > shared ? code(r, c) : shared;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = c0; c < c1; ++c)
+      out_q_RC[r * cols + c] = mxfp8_code_at_shared_scale(q_RC[r * cols + c], code(r, c), shared);
+  return shared;
+}
+constexpr int64_t kMXShared = kMXBlock * kMXBlocksPerSharedBlock;  // 128
+}  // namespace detail
+
 // Column blocks q_RC / scales_BC as mxfp8_quantize_cols writes them (rows tokens, the blocks restart
 // at row 0) -> the same tokens at shared scales: out_q_RC and FP32 out_scales_BC[b, c] for tokens
-// 128b .. 128b + 127 (a last partial block shares over the 32-token blocks it has).
+// 128b .. 128b + 127 (a last partial block shares over the 32-token blocks it has). The WGRAD's operands.
 DMOE_HOST_DEVICE void mxfp8_cols_at_shared_scales(const uint8_t* q_RC, const uint8_t* scales_BC, int64_t rows,
                                                   int64_t cols, uint8_t* out_q_RC, float* out_scales_BC) {
-  constexpr int64_t kShared = kMXBlock * kMXBlocksPerSharedBlock;
-  const int64_t nb = detail::ceil_div(rows, kMXBlock);
-  for (int64_t b = 0; b * kShared < rows; ++b)
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t s0 = b * kMXBlocksPerSharedBlock, s1 = detail::min_i64(nb, s0 + kMXBlocksPerSharedBlock);
-      uint8_t shared = 0;
-      for (int64_t s = s0; s < s1; ++s) shared = scales_BC[s * cols + c] > shared ? scales_BC[s * cols + c] : shared;
-      out_scales_BC[b * cols + c] = e8m0_to_float(shared);
-      for (int64_t r = b * kShared; r < detail::min_i64(rows, (b + 1) * kShared); ++r)
-        out_q_RC[r * cols + c] = mxfp8_code_at_shared_scale(q_RC[r * cols + c], scales_BC[(r / kMXBlock) * cols + c], shared);
-    }
+  auto code = [&](int64_t r, int64_t c) { return scales_BC[(r / kMXBlock) * cols + c]; };
+  for (int64_t b = 0; b * detail::kMXShared < rows; ++b)
+    for (int64_t c = 0; c < cols; ++c)
+      out_scales_BC[b * cols + c] = e8m0_to_float(detail::mxfp8_rect_at_shared_scale(
+          q_RC, cols, b * detail::kMXShared, detail::min_i64(rows, (b + 1) * detail::kMXShared), c, c + 1, code,
+          out_q_RC));
 }
 
 // Row blocks (mxfp8_quantize_rows' q_RC / scales_RB, 1x32 along cols) at shared scales per 128 columns:
 // out_scales_RB[r, b] (FP32) for columns 128b .. 128b + 127 of row r, the DGRAD's A operand.
 DMOE_HOST_DEVICE void mxfp8_rows_at_shared_scales(const uint8_t* q_RC, const uint8_t* scales_RB, int64_t rows,
                                                   int64_t cols, uint8_t* out_q_RC, float* out_scales_RB) {
-  constexpr int64_t kShared = kMXBlock * kMXBlocksPerSharedBlock;
-  const int64_t nb = detail::ceil_div(cols, kMXBlock), ns = detail::ceil_div(cols, kShared);
+  const int64_t nb = detail::ceil_div(cols, kMXBlock), ns = detail::ceil_div(cols, detail::kMXShared);
+  auto code = [&](int64_t r, int64_t c) { return scales_RB[r * nb + c / kMXBlock]; };
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < ns; ++b) {
-      uint8_t shared = 0;
-      for (int64_t s = b * kMXBlocksPerSharedBlock; s < detail::min_i64(nb, (b + 1) * kMXBlocksPerSharedBlock); ++s)
-        shared = scales_RB[r * nb + s] > shared ? scales_RB[r * nb + s] : shared;
-      out_scales_RB[r * ns + b] = e8m0_to_float(shared);
-      for (int64_t c = b * kShared; c < detail::min_i64(cols, (b + 1) * kShared); ++c)
-        out_q_RC[r * cols + c] = mxfp8_code_at_shared_scale(q_RC[r * cols + c], scales_RB[r * nb + c / kMXBlock], shared);
-    }
+    for (int64_t b = 0; b < ns; ++b)
+      out_scales_RB[r * ns + b] = e8m0_to_float(detail::mxfp8_rect_at_shared_scale(
+          q_RC, cols, r, r + 1, b * detail::kMXShared, detail::min_i64(cols, (b + 1) * detail::kMXShared), code,
+          out_q_RC));
 }
 
 // 32x32 tiles (mxfp8_quantize_tiles' q_RC / scales_BB) at shared scales per 128x128 block: the sixteen
@@ -262,21 +270,14 @@ DMOE_HOST_DEVICE void mxfp8_rows_at_shared_scales(const uint8_t* q_RC, const uin
 // the DGRAD's weight operand (its transposed copy holds the same codes transposed).
 DMOE_HOST_DEVICE void mxfp8_tiles_at_shared_scales(const uint8_t* q_RC, const uint8_t* scales_BB, int64_t rows,
                                                    int64_t cols, uint8_t* out_q_RC, float* out_scales_BB) {
-  constexpr int64_t kShared = kMXBlock * kMXBlocksPerSharedBlock;
-  const int64_t nbr = detail::ceil_div(rows, kMXBlock), nbc = detail::ceil_div(cols, kMXBlock);
-  const int64_t nsr = detail::ceil_div(rows, kShared), nsc = detail::ceil_div(cols, kShared);
+  const int64_t nbc = detail::ceil_div(cols, kMXBlock);
+  const int64_t nsr = detail::ceil_div(rows, detail::kMXShared), nsc = detail::ceil_div(cols, detail::kMXShared);
+  auto code = [&](int64_t r, int64_t c) { return scales_BB[(r / kMXBlock) * nbc + c / kMXBlock]; };
   for (int64_t i = 0; i < nsr; ++i)
-    for (int64_t j = 0; j < nsc; ++j) {
-      uint8_t shared = 0;
-      for (int64_t a = i * kMXBlocksPerSharedBlock; a < detail::min_i64(nbr, (i + 1) * kMXBlocksPerSharedBlock); ++a)
-        for (int64_t b = j * kMXBlocksPerSharedBlock; b < detail::min_i64(nbc, (j + 1) * kMXBlocksPerSharedBlock); ++b)
-          shared = scales_BB[a * nbc + b] > shared ? scales_BB[a * nbc + b] : shared;
-      out_scales_BB[i * nsc + j] = e8m0_to_float(shared);
-      for (int64_t r = i * kShared; r < detail::min_i64(rows, (i + 1) * kShared); ++r)
-        for (int64_t c = j * kShared; c < detail::min_i64(cols, (j + 1) * kShared); ++c)
-          out_q_RC[r * cols + c] = mxfp8_code_at_shared_scale(
-              q_RC[r * cols + c], scales_BB[(r / kMXBlock) * nbc + c / kMXBlock], shared);
-    }
+    for (int64_t j = 0; j < nsc; ++j)
+      out_scales_BB[i * nsc + j] = e8m0_to_float(detail::mxfp8_rect_at_shared_scale(
+          q_RC, cols, i * detail::kMXShared, detail::min_i64(rows, (i + 1) * detail::kMXShared), j * detail::kMXShared,
+          detail::min_i64(cols, (j + 1) * detail::kMXShared), code, out_q_RC));
 }
 
 }  // namespace dist_moe::numeric
