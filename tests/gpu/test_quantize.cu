@@ -1463,7 +1463,7 @@ TEST(QuantizeMxfp8, TrainingWeightTransposedCopyAtSharedScalesFollowsTheBlockRul
         },
         true, true);
     if (HasFatalFailure()) return;
-    for (const std::pair<int, int> region : {std::pair{0, 0}, std::pair{1, 2}, std::pair{3, 0}, std::pair{2, 3}}) {
+    for (const std::pair<int, int>& region : {std::pair{0, 0}, std::pair{1, 2}, std::pair{3, 0}, std::pair{2, 3}}) {
       const int ln = region.first, lk = region.second;
       SCOPED_TRACE("region 2^" + std::to_string(ln) + " x 2^" + std::to_string(lk));
       check_mxfp8_weight_tiles(
