@@ -27,28 +27,13 @@ Tensor<Real> q_cols(const RankRouting& rt, const Tensor<Real>& a, Quantization q
   }
   return a;
 }
-// A WGRAD operand: the column-quantized values, except MXFP8's, which the Hopper layer runs at
-// shared scales per 128 tokens (quant.h mxfp8_wgrad_operand) -- from the unquantized rows `a`.
-template <class Real>
-Tensor<Real> wgrad_cols(const RankRouting& rt, const Tensor<Real>& a, const Tensor<Real>& quantized, Quantization q) {
+// A WGRAD or DGRAD operand: as quantized, except MXFP8's, which the Hopper layer runs at shared scales
+// (quant.h mxfp8_wgrad_operand, mxfp8_dgrad_rows, mxfp8_dgrad_weights): `shared(raw)` from the
+// unquantized values (a generic lambda: instantiated for float only).
+template <class Real, class Shared>
+Tensor<Real> hopper_operand(const Tensor<Real>& raw, const Tensor<Real>& quantized, Quantization q, Shared&& shared) {
   if constexpr (std::is_same_v<Real, float>) {
-    if (q == Quantization::kMXFP8) return mxfp8_wgrad_operand(rt, a);
-  }
-  return quantized;
-}
-// The DGRAD's row operand and weight: the FPROP's quantization, except MXFP8's, which the Hopper layer
-// runs at shared scales (quant.h mxfp8_dgrad_rows / mxfp8_dgrad_weights) -- from the unquantized values.
-template <class Real>
-Tensor<Real> dgrad_rows(const Tensor<Real>& a, const Tensor<Real>& quantized, Quantization q) {
-  if constexpr (std::is_same_v<Real, float>) {
-    if (q == Quantization::kMXFP8) return mxfp8_dgrad_rows(a);
-  }
-  return quantized;
-}
-template <class Real>
-Tensor<Real> dgrad_weights(const Tensor<Real>& w, const Tensor<Real>& quantized, Quantization q) {
-  if constexpr (std::is_same_v<Real, float>) {
-    if (q == Quantization::kMXFP8) return mxfp8_dgrad_weights(w);
+    if (q == Quantization::kMXFP8) return shared(raw);
   }
   return quantized;
 }
@@ -234,24 +219,28 @@ BasicBackwardResult<Real> backward(const BasicProblem<Real>& problem, const Basi
     const Tensor<Real> w13 = q != Quantization::kNone ? rf.quantized.w13_EFD : problem.local_w13(r);
     const Tensor<Real> w2 = q != Quantization::kNone ? rf.quantized.w2_EDF : problem.local_w2(r);
     // WGRAD operands of the forward activations (column-quantized in the quantized training paths).
-    const Tensor<Real> x_wgrad =
-        q != Quantization::kNone ? wgrad_cols(rt, rf.x_gathered_MD, rf.quantized.x_col_MD, q) : rf.x_gathered_MD;
+    auto wgrad_cols = [&](const auto& a) { return mxfp8_wgrad_operand(rt, a); };
+    const Tensor<Real> x_wgrad = q != Quantization::kNone
+                                     ? hopper_operand(rf.x_gathered_MD, rf.quantized.x_col_MD, q, wgrad_cols)
+                                     : rf.x_gathered_MD;
     const Tensor<Real> h2_wgrad =
-        q != Quantization::kNone ? wgrad_cols(rt, rf.h2_MF, rf.quantized.h2_col_MF, q) : rf.h2_MF;
+        q != Quantization::kNone ? hopper_operand(rf.h2_MF, rf.quantized.h2_col_MF, q, wgrad_cols) : rf.h2_MF;
+    auto dgrad_rows = [](const auto& a) { return mxfp8_dgrad_rows(a); };
+    auto dgrad_weights = [](const auto& w) { return mxfp8_dgrad_weights(w); };
 
     rb.grad_h3_MD = gather_route_rows(rt, grad_h3_published);
     const Tensor<Real> gh3_row = q_rows(rb.grad_h3_MD, q);
     const Tensor<Real> gh3_col = q_cols(rt, rb.grad_h3_MD, q);
-    rb.grad_h2_MF = grouped_gemm_nn(rt, dgrad_rows(rb.grad_h3_MD, gh3_row, q),
-                                    dgrad_weights(problem.local_w2(r), w2, q));
-    const Tensor<Real> dw2 = grouped_wgrad(rt, wgrad_cols(rt, rb.grad_h3_MD, gh3_col, q), h2_wgrad);
+    rb.grad_h2_MF = grouped_gemm_nn(rt, hopper_operand(rb.grad_h3_MD, gh3_row, q, dgrad_rows),
+                                    hopper_operand(problem.local_w2(r), w2, q, dgrad_weights));
+    const Tensor<Real> dw2 = grouped_wgrad(rt, hopper_operand(rb.grad_h3_MD, gh3_col, q, wgrad_cols), h2_wgrad);
 
     rb.grad_h1_M2F = swiglu_backward_rows(rt, rf.h1_M2F, rb.grad_h2_MF, problem.swiglu);
     const Tensor<Real> gh1_row = q_rows(rb.grad_h1_M2F, q);
     const Tensor<Real> gh1_col = q_cols(rt, rb.grad_h1_M2F, q);
-    rb.grad_x_route_MD = grouped_gemm_nn(rt, dgrad_rows(rb.grad_h1_M2F, gh1_row, q),
-                                         dgrad_weights(problem.local_w13(r), w13, q));
-    const Tensor<Real> dw13 = grouped_wgrad(rt, wgrad_cols(rt, rb.grad_h1_M2F, gh1_col, q), x_wgrad);
+    rb.grad_x_route_MD = grouped_gemm_nn(rt, hopper_operand(rb.grad_h1_M2F, gh1_row, q, dgrad_rows),
+                                         hopper_operand(problem.local_w13(r), w13, q, dgrad_weights));
+    const Tensor<Real> dw13 = grouped_wgrad(rt, hopper_operand(rb.grad_h1_M2F, gh1_col, q, wgrad_cols), x_wgrad);
 
     Tensor<Real> prev13, prev2;
     if (accumulate) {

@@ -83,15 +83,25 @@ void quantize_rows_cols(const Context::Impl& c, const quant::Bf16Matrix& x, cons
   quant::mxfp8_quantize_rows_cols(x, groups, row_bundle_out(c, x.cols), compact_columns<uint8_t>(cols), stream);
 }
 
-// A compact column bundle back to BF16 rows [cap, C] at `rows` (a WGRAD operand).
-void dequantize_columns(const Context::Impl& c, common::DeviceAddress cols, int64_t C, const SavedState::Buffers& s,
-                        void* rows, cudaStream_t stream) {
+// The compact column bundle at a device address, as a converter's input.
+quant::Mxfp8In compact_columns_in(common::DeviceAddress cols) {
   quant::Mxfp8In in;
   in.q = static_cast<const uint8_t*>(cols.base);
   in.compact = true;
   in.q_offset = cols.offset;
-  const quant::RowGroups groups{s.expert_rows_unpadded, s.expert_offsets, static_cast<int32_t>(c.local_experts)};
-  quant::mxfp8_dequantize_columns(in, groups, quant::Bf16MatrixOut{rows, c.capacity_rows(), C, C}, stream);
+  return in;
+}
+
+// The saved routing's expert-major groups (real counts, padded offsets).
+quant::RowGroups saved_groups(const Context::Impl& c, const SavedState::Buffers& s) {
+  return {s.expert_rows_unpadded, s.expert_offsets, static_cast<int32_t>(c.local_experts)};
+}
+
+// A compact column bundle back to BF16 rows [cap, C] at `rows` (a WGRAD operand).
+void dequantize_columns(const Context::Impl& c, common::DeviceAddress cols, int64_t C, const SavedState::Buffers& s,
+                        void* rows, cudaStream_t stream) {
+  quant::mxfp8_dequantize_columns(compact_columns_in(cols), saved_groups(c, s),
+                                  quant::Bf16MatrixOut{rows, c.capacity_rows(), C, C}, stream);
 }
 
 // A WGRAD (w: the layer's arguments, n = grad_out's features, k = a's) on the compact column bundles
@@ -117,16 +127,9 @@ void run_wgrad(const Context::Impl& c, const SavedState::Buffers& s, WgradArgs w
   const int64_t cap = planner::mxfp8_wgrad_capacity(c.capacity_rows(), c.local_experts);
   const quant::Fp8BlockwiseOut gc = strided_fp8_columns(c, row, n, cap);
   const quant::Fp8BlockwiseOut ac = strided_fp8_columns(c, row + numeric::fp8_blockwise_compact_columns_bytes(n, cap), k, cap);
-  const quant::RowGroups groups{s.expert_rows_unpadded, s.expert_offsets, static_cast<int32_t>(c.local_experts)};
-  auto bundle = [](common::DeviceAddress a) {
-    quant::Mxfp8In in;
-    in.q = static_cast<const uint8_t*>(a.base);
-    in.compact = true;
-    in.q_offset = a.offset;
-    return in;
-  };
-  quant::mxfp8_columns_to_fp8_blockwise(bundle(grad_cols), groups, n, cap, gc, c.wgrad_padded_counts, stream);
-  quant::mxfp8_columns_to_fp8_blockwise(bundle(a_cols), groups, k, cap, ac, c.wgrad_padded_counts, stream);
+  const quant::RowGroups groups = saved_groups(c, s);
+  quant::mxfp8_columns_to_fp8_blockwise(compact_columns_in(grad_cols), groups, n, cap, gc, c.wgrad_padded_counts, stream);
+  quant::mxfp8_columns_to_fp8_blockwise(compact_columns_in(a_cols), groups, k, cap, ac, c.wgrad_padded_counts, stream);
   w.common.counts = c.wgrad_padded_counts;
   w.common.m_capacity = cap;
   w.common.a_format = w.common.b_format = kFp8BlockwiseRowsT;
@@ -335,7 +338,7 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
 
     // dxy = SwiGLU'(h1) * grad_h2 straight to E4M3 rows + compact columns, never stored in BF16 (G70).
     const quant::SwigluBackwardSource dxy{{act, layer + planner::kH1}, grad_h2, cap, F, swiglu_params(c.config)};
-    quant::mxfp8_swiglu_backward_quantize(dxy, {s.expert_rows_unpadded, s.expert_offsets, L}, row_bundle_out(c, 2 * F),
+    quant::mxfp8_swiglu_backward_quantize(dxy, saved_groups(c, s), row_bundle_out(c, 2 * F),
                                           compact_columns<uint8_t>(at(c, S.dxy_col)), stream);
     c.stage("swiglu_backward_quantize_dxy", stream);
   }

@@ -39,6 +39,19 @@ using test_helpers::make_spec;
 using test_helpers::swiglu_of;
 using test_helpers::to_bits;
 
+// The Hopper MXFP8 operands (perf_history G149, G150), independently of the oracle's numeric helpers'
+// shared path: the MXFP8 values y, then each block (index lists into y: 128 rows of a column, 128
+// columns of a row, a weight's 128x128) re-rounded at the largest of its elements' E8M0 codes, code(i),
+// with ldexp.
+void reround_at_shared(std::vector<float>& y, const std::vector<std::vector<int64_t>>& blocks,
+                       const std::function<int(int64_t)>& code) {
+  for (const std::vector<int64_t>& block : blocks) {
+    int top = 0;
+    for (int64_t i : block) top = std::max(top, code(i));
+    for (int64_t i : block) y[at(i)] = std::ldexp(num::round_e4m3(std::ldexp(y[at(i)], 127 - top)), top - 127);
+  }
+}
+
 // A WGRAD operand: column (Bx1 along rows) quantize-dequantize of a [rows, cols] matrix, rows = one
 // expert's rows. MXFP8's as the Hopper layer runs it (perf_history G149): then every 128 rows of a
 // column at the largest of their four scales, each value re-rounded to E4M3 there.
@@ -50,16 +63,13 @@ std::vector<float> qdq_cols(const std::vector<float>& x, int64_t rows, int64_t c
     std::vector<uint8_t> s(at(((rows + 31) / 32) * cols));
     num::mxfp8_quantize_cols(x.data(), rows, cols, data.data(), s.data());
     num::mxfp8_dequantize_cols(data.data(), s.data(), rows, cols, y.data());
+    std::vector<std::vector<int64_t>> blocks;
     for (int64_t c = 0; c < cols; ++c)
       for (int64_t r0 = 0; r0 < rows; r0 += 128) {
-        const int64_t r1 = std::min(rows, r0 + 128);
-        int top = 0;
-        for (int64_t b = r0 / 32; b * 32 < r1; ++b) top = std::max<int>(top, s[at(b * cols + c)]);
-        for (int64_t r = r0; r < r1; ++r) {
-          float& v = y[at(r * cols + c)];
-          v = std::ldexp(num::round_e4m3(std::ldexp(v, 127 - top)), top - 127);
-        }
+        blocks.emplace_back();
+        for (int64_t r = r0; r < std::min(rows, r0 + 128); ++r) blocks.back().push_back(r * cols + c);
       }
+    reround_at_shared(y, blocks, [&](int64_t i) { return static_cast<int>(s[at((i / cols / 32) * cols + i % cols)]); });
     return y;
   }
   // FP8 blockwise 128x1: per column, blocks of 128 consecutive rows.
@@ -76,18 +86,6 @@ std::vector<float> qdq_cols(const std::vector<float>& x, int64_t rows, int64_t c
     }
   }
   return y;
-}
-
-// The MXFP8 DGRAD's operands (perf_history G150), independently of the oracle's numeric helpers' shared
-// path: the MXFP8 values, then every 128-element block (along a row; a 128x128 block of a weight)
-// re-rounded at the largest of its 32-element codes with ldexp. `codes` gives element i's E8M0 code.
-void reround_at_shared(std::vector<float>& y, const std::vector<std::vector<int64_t>>& blocks,
-                       const std::function<int(int64_t)>& code) {
-  for (const std::vector<int64_t>& block : blocks) {
-    int top = 0;
-    for (int64_t i : block) top = std::max(top, code(i));
-    for (int64_t i : block) y[at(i)] = std::ldexp(num::round_e4m3(std::ldexp(y[at(i)], 127 - top)), top - 127);
-  }
 }
 
 std::vector<float> dgrad_row(const std::vector<float>& x, Quantization q) {
