@@ -36,15 +36,6 @@ constexpr int kMaxGroups = 1024;
 // banks; the staging copies of eight lanes (one row, pieces 0 .. 7) fill them as well.
 __device__ __forceinline__ int dq_piece(int f, int p) { return p ^ ((f >> 3) & 7); }
 
-// Two E4M3 codes (low byte: the first) -> two exact floats (the hardware decode, as
-// numeric::e4m3_to_float_fast: every E4M3 value is an FP16 value, the widening is exact).
-__device__ __forceinline__ void e4m3x2_to_float2(uint32_t codes16, float& lo, float& hi) {
-  asm("{\n\t.reg .b32 h2;\n\t.reg .b16 l, h;\n\t"
-      "cvt.rn.f16x2.e4m3x2 h2, %2;\n\tmov.b32 {l, h}, h2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
-      : "=f"(lo), "=f"(hi)
-      : "h"(static_cast<uint16_t>(codes16)));
-}
-
 struct DqStage {
   uint8_t q[kTile][kTile];                // [feature][token], swizzled pieces
   uint8_t scales[kTokenBlocks][kTile];    // [token block][feature]

@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kCtThreads)
   if (r >= __ldg(used_rows)) return;
   uint32_t* word = words + j * word_ld + r;
   const uint32_t codes = *word;
-  const uint32_t shared = max(max(codes & 0xffu, (codes >> 8) & 0xffu), max((codes >> 16) & 0xffu, codes >> 24));
+  const uint32_t shared = max_code4(codes);
   uint8_t* row = q + r * C + j * kShared;
 #pragma unroll
   for (int i = 0; i < numeric::kMXBlocksPerSharedBlock; ++i) {
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(kCtThreads)
   for (int i = 0; i < numeric::kMXBlocksPerSharedBlock; ++i) {
     const uint32_t w = __ldg(reinterpret_cast<const uint32_t*>(
         dgrad_scales + (e * k + kr * kShared + i * numeric::kMXBlock) * (n / numeric::kMXBlock) + nc * 4));
-    m = max(m, max(max(w & 0xffu, (w >> 8) & 0xffu), max((w >> 16) & 0xffu, w >> 24)));
+    m = max(m, max_code4(w));
   }
   out[idx] = numeric::e8m0_to_float(static_cast<uint8_t>(m));
 }

@@ -383,6 +383,20 @@ __device__ __forceinline__ float shared_scale_factor(uint32_t shift) {
   return shift > 24u ? 0.0f : __uint_as_float((127u - shift) << 23);
 }
 
+// Two E4M3 codes (low byte: the first) -> two exact floats (the hardware decode, as
+// numeric::e4m3_to_float_fast: every E4M3 value is an FP16 value, the widening is exact).
+__device__ __forceinline__ void e4m3x2_to_float2(uint32_t codes16, float& lo, float& hi) {
+  asm("{\n\t.reg .b32 h2;\n\t.reg .b16 l, h;\n\t"
+      "cvt.rn.f16x2.e4m3x2 h2, %2;\n\tmov.b32 {l, h}, h2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
+      : "=f"(lo), "=f"(hi)
+      : "h"(static_cast<uint16_t>(codes16)));
+}
+
+// The largest of a word's four E8M0 codes.
+__device__ __forceinline__ uint32_t max_code4(uint32_t w) {
+  return max(max(w & 0xffu, (w >> 8) & 0xffu), max((w >> 16) & 0xffu, w >> 24));
+}
+
 // Four E4M3 codes (code 0 in the low byte) times `factor`, each encoded RNE: the rule's arithmetic
 // (the hardware decode equals e4m3_to_float but for NaN payloads, which the encoder maps to 0x7F either way).
 __device__ __forceinline__ uint32_t e4m3x4_scaled(uint32_t w, float factor) {
@@ -390,10 +404,7 @@ __device__ __forceinline__ uint32_t e4m3x4_scaled(uint32_t w, float factor) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float lo, hi;
-    asm("{\n\t.reg .b32 h2;\n\t.reg .b16 l, u;\n\t"
-        "cvt.rn.f16x2.e4m3x2 h2, %2;\n\tmov.b32 {l, u}, h2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, u;\n\t}"
-        : "=f"(lo), "=f"(hi)
-        : "h"(static_cast<uint16_t>(w >> (16 * h))));
+    e4m3x2_to_float2(w >> (16 * h), lo, hi);
     r |= static_cast<uint32_t>(numeric::float2_to_e4m3x2(__fmul_rn(lo, factor), __fmul_rn(hi, factor))) << (16 * h);
   }
   return r;

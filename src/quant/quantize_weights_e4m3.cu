@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp8_weight_tiles_kernel(const u
 #pragma unroll
         for (int a = 0; a < kSubTiles; ++a) {
           const uint32_t w4 = *reinterpret_cast<const uint32_t*>(&scale_nk[tn * kSubTiles + a][tk * kSubTiles]);
-          shared = max(shared, max(max(w4 & 0xffu, (w4 >> 8) & 0xffu), max((w4 >> 16) & 0xffu, w4 >> 24)));
+          shared = max(shared, max_code4(w4));
         }
         rescale = own < shared;
         factor = shared_scale_factor(shared - own);
