@@ -44,8 +44,9 @@
 // --ops a,b: only these ops (names as printed: w13_fprop, w13_fprop_noh1, w2_fprop, w13_gather,
 // w2_scatter, w13_dgrad, w2_dgrad, w13_wgrad, w2_wgrad, w13_wgrad_fp32, w2_wgrad_fp32,
 // w13_fprop_fp8, w2_fprop_fp8, w13_dgrad_fp8, w2_dgrad_fp8, w13_wgrad_fp8, w2_wgrad_fp8, w13_fprop_mxfp8,
-// w2_fprop_mxfp8, w13_dgrad_mxfp8, w2_dgrad_mxfp8, w13_dgrad_mxfp8s, w2_dgrad_mxfp8s (the layer's MXFP8 DGRAD
-// since session 71: the operands at shared scales on the FP8-blockwise DGRAD), w13_fprop_nvfp4, w2_fprop_nvfp4, w13_fprop_nvfp4x,
+// w2_fprop_mxfp8, w13_dgrad_mxfp8, w2_dgrad_mxfp8, w13_fprop_mxfp8s, w2_fprop_mxfp8s, w13_dgrad_mxfp8s,
+// w2_dgrad_mxfp8s (the layer's MXFP8 FPROPs and DGRADs since session 72: the operands at shared scales on
+// the FP8-blockwise kernels), w13_fprop_nvfp4, w2_fprop_nvfp4, w13_fprop_nvfp4x,
 // w2_fprop_nvfp4x; FP8 WGRAD: the pick and with --sweep every compiled configuration, FP32 output
 // unless --fp8-wgrad-bf16, tokens padded to 128 per expert, target >= 1.3x). At prefill shapes the FP8 and MXFP8 FPROP / DGRAD ops ("fp8"
 // lines) time every compiled configuration of their format against our BF16 kernel's pick of the
@@ -901,7 +902,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
   // from the library as for any op (they are the FPROP kernels', n and k swapped).
   if (want("w13_fprop_fp8") || want("w2_fprop_fp8") || want("w13_dgrad_fp8") || want("w2_dgrad_fp8") ||
       want("w13_fprop_mxfp8") || want("w2_fprop_mxfp8") || want("w13_dgrad_mxfp8") || want("w2_dgrad_mxfp8") ||
-      want("w13_dgrad_mxfp8s") || want("w2_dgrad_mxfp8s")) {
+      want("w13_dgrad_mxfp8s") || want("w2_dgrad_mxfp8s") || want("w13_fprop_mxfp8s") || want("w2_fprop_mxfp8s")) {
     const int64_t ld = fp8_scale_ld(M);
     Buffer w13q(static_cast<size_t>(E * 2 * F * D)), w13s(static_cast<size_t>(E * 2 * F / 128 * (D / 128)) * 4),
         w2q(static_cast<size_t>(E * D * F)), w2s(static_cast<size_t>(E * D / 128 * (F / 128)) * 4), w13t(w13q.bytes),
@@ -976,16 +977,19 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
     // with the transposed copies DGRAD reads.
     std::vector<Fp8Op> ops = fp8_ops;
     Buffer mxq, mxs, mh2q, mh2s, mh1q, mh1s, mh3q, mh3s, mw13q, mw13s, mw13t, mw13d, mw2q, mw2s, mw2t, mw2d;
-    // The layer's MXFP8 DGRAD since session 71 (G150): the row bundle at shared scales (converted in place
-    // once, before timing) and the transposed copy at shared 128x128 scales with its derived block scales,
-    // on the FP8-blockwise DGRAD ("_mxfp8s" ops; the conversion's own time is in the layer's stage table).
-    Buffer sh1q, sh1s, sh3q, sh3s, sw13t, sw13b, sw2t, sw2b, scratch_q, scratch_s;
+    // The layer's MXFP8 FPROPs and DGRADs since session 72 (G150-G151): the row bundles at shared scales
+    // (converted in place once, before timing) and the weight prepared at shared 128x128 scales with its
+    // derived block scales, on the FP8-blockwise kernels ("_mxfp8s" ops; the conversions' own time is in
+    // the layer's stage table).
+    Buffer sxq, sxs, sh2q, sh2s, sh1q, sh1s, sh3q, sh3s, sw13q, sw13t, sw13fb, sw13b, sw2q, sw2t, sw2fb, sw2b;
     DgradArgs sd13 = d13, sd2 = d2;
+    W13FpropArgs s13 = w13a;
+    FpropArgs s2 = w2a;
     W13FpropArgs m13 = w13a;
     FpropArgs m2 = w2a;
     DgradArgs md13 = d13, md2 = d2;
     if (want("w13_fprop_mxfp8") || want("w2_fprop_mxfp8") || want("w13_dgrad_mxfp8") || want("w2_dgrad_mxfp8") ||
-        want("w13_dgrad_mxfp8s") || want("w2_dgrad_mxfp8s")) {
+        want("w13_dgrad_mxfp8s") || want("w2_dgrad_mxfp8s") || want("w13_fprop_mxfp8s") || want("w2_fprop_mxfp8s")) {
       auto tiles = [&](const Buffer& src, int64_t n, int64_t k, Buffer& q, Buffer& sc, Buffer& qt, Buffer& dg) {
         q = Buffer(static_cast<size_t>(E * n * k));
         sc = Buffer(static_cast<size_t>(E * n * (k / 32)));
@@ -1045,7 +1049,8 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       ops.push_back({"w2_dgrad_mxfp8", GroupedGemmOp::kDgrad, w2_flops, cb2, run_d2,
                      with_config(md2, grouped_gemm_dgrad),
                      D, F, kMxfp8WeightT, kMxfp8Rows, 0.95});
-      if (!g_mxfp8_row_major_scales && (want("w13_dgrad_mxfp8s") || want("w2_dgrad_mxfp8s"))) {
+      if (!g_mxfp8_row_major_scales && (want("w13_dgrad_mxfp8s") || want("w2_dgrad_mxfp8s") ||
+                                        want("w13_fprop_mxfp8s") || want("w2_fprop_mxfp8s"))) {
         // rows: a copy of each MXFP8 row bundle (codes as k-block-major words, ld M) converted in place
         auto shared_rows = [&](const Buffer& q, const Buffer& sc, int64_t C, Buffer& sq, Buffer& ss) {
           sq = Buffer(q.bytes);
@@ -1055,23 +1060,35 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
           quant::mxfp8_rows_to_fp8_blockwise(static_cast<uint8_t*>(sq.p), C, static_cast<uint32_t*>(ss.p), M, M,
                                              static_cast<const int32_t*>(d_offsets.p) + E, nullptr);
         };
-        // weights: the transposed copy at shared scales and its 128x128 scales
-        auto shared_weight = [&](const Buffer& src, int64_t n, int64_t k, Buffer& qt, Buffer& bs) {
-          scratch_q = Buffer(static_cast<size_t>(E * n * k));
-          scratch_s = Buffer(static_cast<size_t>(E * n * (k / 32)));
-          Buffer dg(static_cast<size_t>(E * k * (n / 32)));
-          qt = Buffer(static_cast<size_t>(E * n * k));
-          bs = Buffer(static_cast<size_t>(E * (k / 128) * (n / 128)) * 4);
-          quant::mxfp8_quantize_weight_tiles(src.p, E, n, k, static_cast<uint8_t*>(scratch_q.p),
-                                             static_cast<uint8_t*>(scratch_s.p), static_cast<uint8_t*>(qt.p),
-                                             static_cast<uint8_t*>(dg.p), nullptr, true);
-          quant::mxfp8_dgrad_block_scales(static_cast<const uint8_t*>(dg.p), E, n, k, static_cast<float*>(bs.p), nullptr);
+        // weights: the training preparation at shared scales (both copies) and the 128x128 scales of each
+        auto shared_weight = [&](const Buffer& src, int64_t n, int64_t k, Buffer& q, Buffer& qt, Buffer& fb, Buffer& bs) {
+          Buffer fs(static_cast<size_t>(E * n * (k / 32))), dg(static_cast<size_t>(E * k * (n / 32)));
+          q = Buffer(static_cast<size_t>(E * n * k));
+          qt = Buffer(q.bytes);
+          fb = Buffer(static_cast<size_t>(E * (n / 128) * (k / 128)) * 4);
+          bs = Buffer(fb.bytes);
+          quant::mxfp8_quantize_weight_tiles(src.p, E, n, k, static_cast<uint8_t*>(q.p), static_cast<uint8_t*>(fs.p),
+                                             static_cast<uint8_t*>(qt.p), static_cast<uint8_t*>(dg.p), nullptr, true);
+          quant::mxfp8_weight_block_scales(static_cast<const uint8_t*>(fs.p), E, n, k, static_cast<float*>(fb.p), nullptr);
+          quant::mxfp8_weight_block_scales(static_cast<const uint8_t*>(dg.p), E, k, n, static_cast<float*>(bs.p), nullptr);
           BENCH_CUDA(cudaDeviceSynchronize());
         };
+        shared_rows(mxq, mxs, D, sxq, sxs);
+        shared_rows(mh2q, mh2s, F, sh2q, sh2s);
         shared_rows(mh1q, mh1s, 2 * F, sh1q, sh1s);
         shared_rows(mh3q, mh3s, D, sh3q, sh3s);
-        shared_weight(w13, 2 * F, D, sw13t, sw13b);
-        shared_weight(w2, D, F, sw2t, sw2b);
+        shared_weight(w13, 2 * F, D, sw13q, sw13t, sw13fb, sw13b);
+        shared_weight(w2, D, F, sw2q, sw2t, sw2fb, sw2b);
+        s13.common = fp8_common(2 * F, D, sxs, sw13fb);
+        s13.common.scales.a_ld = M;
+        s13.a = sxq.p;
+        s13.w13 = sw13q.p;
+        s13.a_offset = nullptr;
+        s2.common = fp8_common(D, F, sh2s, sw2fb);
+        s2.common.scales.a_ld = M;
+        s2.a = sh2q.p;
+        s2.w = sw2q.p;
+        s2.a_offset = nullptr;
         sd13.common = fp8_common(2 * F, D, sh1s, sw13b);
         sd13.common.scales.a_ld = M;
         sd13.common.b_format = kFp8BlockwiseWeightT;
@@ -1084,6 +1101,10 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
         sd2.grad_out = sh3q.p;
         sd2.w = sw2t.p;
         sd2.grad_out_offset = nullptr;
+        ops.push_back({"w13_fprop_mxfp8s", GroupedGemmOp::kFpropSwiglu, w13_flops, cb13, run_w13,
+                       with_config(s13, grouped_gemm_w13_fprop), 2 * F, D, kFp8BlockwiseWeight, kFp8BlockwiseRows, 0.95});
+        ops.push_back({"w2_fprop_mxfp8s", GroupedGemmOp::kFprop, w2_flops, cb2, run_w2,
+                       with_config(s2, grouped_gemm_fprop), D, F, kFp8BlockwiseWeight, kFp8BlockwiseRows, 0.95});
         ops.push_back({"w13_dgrad_mxfp8s", GroupedGemmOp::kDgrad, w13_flops, cb13, run_d13,
                        with_config(sd13, grouped_gemm_dgrad), 2 * F, D, kFp8BlockwiseWeightT, kFp8BlockwiseRows, 0.95});
         ops.push_back({"w2_dgrad_mxfp8s", GroupedGemmOp::kDgrad, w2_flops, cb2, run_d2,

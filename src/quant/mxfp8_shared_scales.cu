@@ -1,14 +1,14 @@
 // MXFP8 operands at shared scales (numeric::mxfp8_code_at_shared_scale): the blocks of four 32-element
 // E8M0 blocks (sixteen 32x32 tiles for a weight) take the largest code, so the FP8-blockwise kernels --
 // one FP32 scale per 128 elements (per 128x128 for weights) -- run MXFP8's layer GEMMs (perf_history
-// G149, G150). Three launches:
+// G149-G151). Three launches:
 //   mxfp8_columns_to_fp8_blockwise  the WGRAD's column bundles: E4M3 [C, tokens] with E8M0 per (feature,
 //                                   32 tokens) -> strided columns with FP32 per (feature, 128 tokens), every
 //                                   group's tokens from a multiple of 128
-//   mxfp8_rows_to_fp8_blockwise     the DGRAD's row bundles, in place: the k-block-major code words become
-//                                   the FP32 scale grid (the same bytes), the 32-byte blocks below the
-//                                   shared code are re-rounded
-//   mxfp8_dgrad_block_scales        a prepared weight's 128x128 FP32 scales from its E8M0 DGRAD scales
+//   mxfp8_rows_to_fp8_blockwise     the FPROPs' and DGRADs' row bundles, in place: the k-block-major code
+//                                   words become the FP32 scale grid (the same bytes), the 32-byte blocks
+//                                   below the shared code are re-rounded
+//   mxfp8_weight_block_scales       a prepared weight's 128x128 FP32 scales from one of its E8M0 grids
 //
 // Columns: no transpose -- tokens are contiguous on both sides, so a thread takes one 16-byte piece (16
 // tokens, half a 32-token block) of a feature at a time; eight threads cover a feature's 128-token block,
@@ -174,19 +174,19 @@ __global__ void __launch_bounds__(kCtThreads)
   *reinterpret_cast<float*>(word) = numeric::e8m0_to_float(static_cast<uint8_t>(shared));
 }
 
-// A weight's 128x128 FP32 scales [E, K/128, N/128] from its E8M0 DGRAD scales [E K, N/32] (each 32x32
-// tile's code repeated on its 32 rows): a thread per block reads four rows' four codes.
+// A weight's 128x128 FP32 scales [E, R/128, C/128] from an E8M0 grid [E R, C/32] (each 32x32 tile's code
+// repeated on its 32 rows): a thread per block reads four rows' four codes.
 __global__ void __launch_bounds__(kCtThreads)
-    mxfp8_dgrad_block_scales_kernel(const uint8_t* dgrad_scales, int64_t blocks, int64_t k, int64_t n, float* out) {
+    mxfp8_weight_block_scales_kernel(const uint8_t* scales, int64_t blocks, int64_t rows, int64_t cols, float* out) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kCtThreads + threadIdx.x;
   if (idx >= blocks) return;
-  const int64_t nb = n / kShared, kb = k / kShared;
-  const int64_t e = idx / (kb * nb), kr = idx / nb % kb, nc = idx % nb;
+  const int64_t cb = cols / kShared, rb = rows / kShared;
+  const int64_t e = idx / (rb * cb), br = idx / cb % rb, bc = idx % cb;
   uint32_t m = 0;
 #pragma unroll
   for (int i = 0; i < numeric::kMXBlocksPerSharedBlock; ++i) {
     const uint32_t w = __ldg(reinterpret_cast<const uint32_t*>(
-        dgrad_scales + (e * k + kr * kShared + i * numeric::kMXBlock) * (n / numeric::kMXBlock) + nc * 4));
+        scales + (e * rows + br * kShared + i * numeric::kMXBlock) * (cols / numeric::kMXBlock) + bc * 4));
     m = max(m, max_code4(w));
   }
   out[idx] = numeric::e8m0_to_float(static_cast<uint8_t>(m));
@@ -236,17 +236,17 @@ void mxfp8_rows_to_fp8_blockwise(uint8_t* q, int64_t C, uint32_t* code_words, in
   DMOE_CUDA_CHECK_LAUNCH();
 }
 
-void mxfp8_dgrad_block_scales(const uint8_t* dgrad_scales, int64_t num_experts, int64_t n, int64_t k, float* out,
-                              cudaStream_t stream) {
-  const char* name = "mxfp8_dgrad_block_scales";
-  DMOE_CHECK_ARG(n > 0 && k > 0 && n % kShared == 0 && k % kShared == 0, name, ": N=", n, " and K=", k,
-                 " must be positive multiples of 128");
-  DMOE_CHECK_ARG(dgrad_scales != nullptr && out != nullptr && reinterpret_cast<uintptr_t>(dgrad_scales) % 4 == 0, name,
-                 ": the DGRAD scales (4-byte aligned) and the output are required");
-  const int64_t blocks = num_experts * (n / kShared) * (k / kShared);
+void mxfp8_weight_block_scales(const uint8_t* scales, int64_t num_experts, int64_t rows, int64_t cols, float* out,
+                               cudaStream_t stream) {
+  const char* name = "mxfp8_weight_block_scales";
+  DMOE_CHECK_ARG(rows > 0 && cols > 0 && rows % kShared == 0 && cols % kShared == 0, name, ": the grid's rows=", rows,
+                 " and columns=", cols, " must be positive multiples of 128");
+  DMOE_CHECK_ARG(scales != nullptr && out != nullptr && reinterpret_cast<uintptr_t>(scales) % 4 == 0, name,
+                 ": the E8M0 scales (4-byte aligned) and the output are required");
+  const int64_t blocks = num_experts * (rows / kShared) * (cols / kShared);
   if (blocks == 0) return;
-  mxfp8_dgrad_block_scales_kernel<<<static_cast<unsigned>((blocks + kCtThreads - 1) / kCtThreads), kCtThreads, 0,
-                                    stream>>>(dgrad_scales, blocks, k, n, out);
+  mxfp8_weight_block_scales_kernel<<<static_cast<unsigned>((blocks + kCtThreads - 1) / kCtThreads), kCtThreads, 0,
+                                     stream>>>(scales, blocks, rows, cols, out);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

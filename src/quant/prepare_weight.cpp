@@ -50,11 +50,11 @@ void prepare_block_scaled_weight(const void* weight_bf16, const PreparedWeightSp
         quant::mxfp8_quantize_rows({weight_bf16, e * n, k, k}, {q, k, static_cast<uint8_t*>(out.fprop_scale), k / 32, 1},
                                    stream);
       } else {
-        // 32x32 tiles: fprop_data, its scales, the transposed copy DGRAD reads and the DGRAD scales. The
-        // copy holds the codes at shared scales per 128x128 block (the FP8-blockwise DGRAD's operand,
-        // perf_history G150) where both dims are multiples of 128 (every layer weight) and
-        // DMOE_MXFP8_DGRAD_EXACT=1 is not set; else fprop_data's bytes transposed (the MXFP8 DGRAD's).
-        const bool shared = n % 128 == 0 && k % 128 == 0 && !core::env_flag("DMOE_MXFP8_DGRAD_EXACT");
+        // 32x32 tiles: fprop_data, its scales, the transposed copy DGRAD reads and the DGRAD scales. Where
+        // both dims are multiples of 128 (every layer weight) and DMOE_MXFP8_EXACT=1 is not set, the tiles
+        // sit at the scale shared by their 128x128 block (both copies and both grids: the FP8-blockwise
+        // FPROP's and DGRAD's operands, perf_history G150-G151); else upstream's exact tile bytes.
+        const bool shared = n % 128 == 0 && k % 128 == 0 && !core::env_flag("DMOE_MXFP8_EXACT");
         quant::mxfp8_quantize_weight_tiles(weight_bf16, e, n, k, q, static_cast<uint8_t*>(out.fprop_scale),
                                            static_cast<uint8_t*>(out.dgrad_data),
                                            static_cast<uint8_t*>(out.dgrad_scale), stream, shared);

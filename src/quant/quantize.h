@@ -110,11 +110,12 @@ void mxfp8_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, cons
 // N, K % 32 == 0.
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
                                  uint8_t* fprop_scales, uint8_t* q_t_EKN, uint8_t* dgrad_scales, cudaStream_t stream,
-                                 bool transposed_at_shared_scales = false);
-// transposed_at_shared_scales (the prepared training weight since session 71, perf_history G150): q_t holds
-// the codes at shared scales per 128x128 block -- each code re-rounded at the largest of the block's
-// sixteen tile codes (numeric::mxfp8_tiles_at_shared_scales), the FP8-blockwise DGRAD's weight operand with
-// mxfp8_dgrad_block_scales -- instead of q's bytes; q and both scale grids are unchanged. N, K % 128 == 0.
+                                 bool at_shared_scales = false);
+// at_shared_scales (the prepared training weight since session 72, perf_history G151): the tiles at
+// shared scales per 128x128 block -- q and q_t hold each code re-rounded at the largest of the block's
+// sixteen tile codes (numeric::mxfp8_tiles_at_shared_scales) and both grids hold that code for all sixteen
+// tiles: still an MXFP8 weight (any per-32 reader gets the same values), and with
+// mxfp8_weight_block_scales the FP8-blockwise FPROP's and DGRAD's weight operands. N, K % 128 == 0, q_t given.
 // Without the transposed copy (upstream's one qdata for FPROP and DGRAD; the prepared training
 // weight, prepare_block_scaled_weight, always writes the copy: the tests and benches use this).
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
@@ -124,7 +125,7 @@ void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t
 void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k,
                                             uint8_t* q_ENK, uint8_t* fprop_scales, uint8_t* q_t_EKN,
                                             uint8_t* dgrad_scales, int log2_region_n, int log2_region_k,
-                                            cudaStream_t stream, bool transposed_at_shared_scales = false);
+                                            cudaStream_t stream, bool at_shared_scales = false);
 void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k,
                                             uint8_t* q_ENK, uint8_t* fprop_scales, uint8_t* dgrad_scales,
                                             int log2_region_n, int log2_region_k, cudaStream_t stream);
@@ -188,12 +189,13 @@ void mxfp8_columns_to_fp8_blockwise(const Mxfp8In& cols, const RowGroups& groups
 void mxfp8_rows_to_fp8_blockwise(uint8_t* q, int64_t C, uint32_t* code_words, int64_t word_ld, int64_t capacity,
                                  const int32_t* used_rows, cudaStream_t stream);
 
-// A prepared MXFP8 training weight's 128x128 FP32 scales for its transposed copy at shared scales
-// (mxfp8_quantize_weight_tiles with transposed_at_shared_scales): out [E, K/128, N/128] =
-// e8m0_to_float(the largest of the block's sixteen 32x32 codes), read from the DGRAD scales
-// [E*K, N/32]. N, K % 128 == 0.
-void mxfp8_dgrad_block_scales(const uint8_t* dgrad_scales, int64_t num_experts, int64_t n, int64_t k, float* out,
-                              cudaStream_t stream);
+// A prepared MXFP8 training weight's 128x128 FP32 scales (mxfp8_quantize_weight_tiles with
+// at_shared_scales) from one of its E8M0 grids, each 32x32 tile's code repeated on its 32 rows: scales
+// [E*R, C/32] -> out [E, R/128, C/128] = e8m0_to_float(the largest of the block's sixteen codes). The
+// FPROP grid [E*N, K/32] gives the FPROP weight's scales (R = N, C = K), the DGRAD grid [E*K, N/32] the
+// transposed copy's (R = K, C = N). R, C % 128 == 0.
+void mxfp8_weight_block_scales(const uint8_t* scales, int64_t num_experts, int64_t rows, int64_t cols, float* out,
+                               cudaStream_t stream);
 
 // Packed MXFP8 rows (numeric::mxfp8_packed_row_bytes: C codes, then C / 32 scales): the output of
 // mxfp8_quantize_rows that writes rows of `cols` features at `base` + r * row_stride_bytes (16-byte

@@ -83,8 +83,9 @@ __device__ __forceinline__ void store_region_scales(const uint8_t (*grid)[kRegio
 // the same values: the same bytes), stages them transposed in the tile's own stage (free: every
 // thread has read it) and the tile goes out as whole 128-byte rows of q_t (store_byte_tile). Both
 // instances fit two CTAs per SM (the 96 KiB ring is the limit): at most 128 registers.
-// kCopy: no transposed copy, the same bytes transposed, or the codes at shared scales per 128x128 tile
-// (each re-rounded at the largest of the tile's sixteen codes; mxfp8_code_at_shared_scale).
+// kCopy: no transposed copy, the same bytes transposed, or (kSharedScales) the weight at shared scales per
+// 128x128 tile: q and q_t hold each code re-rounded at the largest of the tile's sixteen codes
+// (mxfp8_code_at_shared_scale) and both grids hold that code for all sixteen 32x32 tiles (G151).
 enum class TransposedCopy : int { kNone, kExact, kSharedScales };
 
 template <TransposedCopy kCopy>
@@ -93,6 +94,7 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp8_weight_tiles_kernel(const u
                                                                          uint8_t* fprop_scales, uint8_t* dgrad_scales,
                                                                          uint8_t* q_t) {
   constexpr bool kTransposed = kCopy != TransposedCopy::kNone;
+  constexpr bool kShared = kCopy == TransposedCopy::kSharedScales;
   extern __shared__ __align__(kRingAlign) uint8_t dynamic_smem[];
   Bf16Tile* ring = reinterpret_cast<Bf16Tile*>(dynamic_smem);
   __shared__ uint32_t amax_bits[kSubTiles][kSubTiles];
@@ -147,30 +149,32 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp8_weight_tiles_kernel(const u
       scale_kn[tk * kSubTiles + s][tn * kSubTiles + j] = scale;
     }
     __syncthreads();
+    // kSharedScales: the 128x128 block's shared code, the largest of its sixteen tile codes.
+    uint32_t shared = 0;
+    if constexpr (kShared) {
+#pragma unroll
+      for (int a = 0; a < kSubTiles; ++a)
+        shared = max(shared, max_code4(*reinterpret_cast<const uint32_t*>(&scale_nk[tn * kSubTiles + a][tk * kSubTiles])));
+    }
     const int64_t c = k0 + slot * kVec;
 #pragma unroll
     for (int i = 0; i < kTileLoads; ++i) {
       const int64_t r = n0 + tile_row(i);
       if (r >= n || c >= k) continue;
       const uint8_t s = scale_nk[tn * kSubTiles + i / 2][tk * kSubTiles + slot / 4];
-      *reinterpret_cast<uint2*>(q + (e * n + r) * k + c) = e4m3x8(unpack_bf16x8(raw[i]), numeric::e8m0_reciprocal(s));
+      uint2 v = e4m3x8(unpack_bf16x8(raw[i]), numeric::e8m0_reciprocal(s));
+      if (kShared && s < shared) {  // the code re-rounded at the shared scale (the transposed pass's rule)
+        const float factor = shared_scale_factor(shared - s);
+        v = make_uint2(e4m3x4_scaled(v.x, factor), e4m3x4_scaled(v.y, factor));
+      }
+      *reinterpret_cast<uint2*>(q + (e * n + r) * k + c) = v;
     }
     if constexpr (kTransposed) {
       // Every thread read its tile values before the first barrier above: the stage is scratch.
       const uint8_t own = scale_nk[tn * kSubTiles + band][tk * kSubTiles + f0 / numeric::kMXBlock];
       const float mult = numeric::e8m0_reciprocal(own);
-      float factor = 1.0f;  // kSharedScales: 2^-(shared - own), the re-rounding of this thread's tile
-      bool rescale = false;
-      if constexpr (kCopy == TransposedCopy::kSharedScales) {
-        uint32_t shared = 0;
-#pragma unroll
-        for (int a = 0; a < kSubTiles; ++a) {
-          const uint32_t w4 = *reinterpret_cast<const uint32_t*>(&scale_nk[tn * kSubTiles + a][tk * kSubTiles]);
-          shared = max(shared, max_code4(w4));
-        }
-        rescale = own < shared;
-        factor = shared_scale_factor(shared - own);
-      }
+      const bool rescale = kShared && own < shared;
+      const float factor = kShared ? shared_scale_factor(shared - own) : 1.0f;  // 2^-(shared - own)
       auto* qt = reinterpret_cast<uint8_t (*)[kTile]>(&tile[0][0]);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -190,6 +194,12 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp8_weight_tiles_kernel(const u
         *reinterpret_cast<uint4*>(&qt[col][staged_piece(col, 2 * band + 1) * 16]) = make_uint4(wv[4], wv[5], wv[6], wv[7]);
       }
       __syncthreads();
+      // Every thread has read this tile's own codes: the grids take the shared one for all sixteen tiles.
+      if (kShared && threadIdx.x < kSubTiles * kSubTiles) {
+        const int j = threadIdx.x / kSubTiles, s = threadIdx.x % kSubTiles;
+        scale_nk[tn * kSubTiles + j][tk * kSubTiles + s] = static_cast<uint8_t>(shared);
+        scale_kn[tk * kSubTiles + s][tn * kSubTiles + j] = static_cast<uint8_t>(shared);
+      }
       store_byte_tile(qt, q_t + (e * k + k0) * n + n0, n, [&](int col, int off) { return k0 + col < k && n0 + off < n; });
     }
     // amax_bits is rewritten only after for_each_tile's barrier that starts the next tile; each tile owns
@@ -348,9 +358,9 @@ void check_weight(const char* name, int64_t num_experts, int64_t n, int64_t k, i
 void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k,
                                             uint8_t* q_ENK, uint8_t* fprop_scales, uint8_t* q_t_EKN,
                                             uint8_t* dgrad_scales, int log2_region_n, int log2_region_k,
-                                            cudaStream_t stream, bool transposed_at_shared_scales) {
+                                            cudaStream_t stream, bool at_shared_scales) {
   check_weight("mxfp8_quantize_weight_tiles", num_experts, n, k, numeric::kMXBlock);
-  DMOE_CHECK_ARG(!transposed_at_shared_scales || (q_t_EKN != nullptr && n % kTile == 0 && k % kTile == 0),
+  DMOE_CHECK_ARG(!at_shared_scales || (q_t_EKN != nullptr && n % kTile == 0 && k % kTile == 0),
                  "mxfp8_quantize_weight_tiles: the transposed copy at shared scales needs q_t and weight dims that "
                  "are multiples of 128, got [", n, ", ", k, "]");
   DMOE_CHECK_ARG(log2_region_n >= 0 && (1 << log2_region_n) <= kRegionMax && log2_region_k >= 0 &&
@@ -365,7 +375,7 @@ void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_exper
   const auto* w = static_cast<const uint16_t*>(w_ENK);
   const WeightTilesLaunch l{grid, stream, w, n, k, log2_region_n, log2_region_k, q_ENK, fprop_scales, dgrad_scales, q_t_EKN};
   if (q_t_EKN == nullptr) launch_weight_tiles<TransposedCopy::kNone>(l);
-  else if (transposed_at_shared_scales) launch_weight_tiles<TransposedCopy::kSharedScales>(l);
+  else if (at_shared_scales) launch_weight_tiles<TransposedCopy::kSharedScales>(l);
   else launch_weight_tiles<TransposedCopy::kExact>(l);
   DMOE_CUDA_CHECK_LAUNCH();
 }
@@ -379,7 +389,7 @@ void mxfp8_quantize_weight_tiles_in_regions(const void* w_ENK, int64_t num_exper
 
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,
                                  uint8_t* fprop_scales, uint8_t* q_t_EKN, uint8_t* dgrad_scales, cudaStream_t stream,
-                                 bool transposed_at_shared_scales) {
+                                 bool at_shared_scales) {
   check_weight("mxfp8_quantize_weight_tiles", num_experts, n, k, numeric::kMXBlock);
   // Both instances hold two CTAs per SM (the ring's shared memory bounds them): one wave size.
   allow_dynamic_smem<mxfp8_weight_tiles_kernel<TransposedCopy::kNone>>(kTileRingBytes);
@@ -387,7 +397,7 @@ void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t
       (n + kTile - 1) / kTile, (k + kTile - 1) / kTile, num_experts,
       resident_ctas(reinterpret_cast<const void*>(&mxfp8_weight_tiles_kernel<TransposedCopy::kNone>), kThreads, kTileRingBytes));
   mxfp8_quantize_weight_tiles_in_regions(w_ENK, num_experts, n, k, q_ENK, fprop_scales, q_t_EKN, dgrad_scales,
-                                         region.log2_a, region.log2_b, stream, transposed_at_shared_scales);
+                                         region.log2_a, region.log2_b, stream, at_shared_scales);
 }
 
 void mxfp8_quantize_weight_tiles(const void* w_ENK, int64_t num_experts, int64_t n, int64_t k, uint8_t* q_ENK,

@@ -27,9 +27,9 @@ Tensor<Real> q_cols(const RankRouting& rt, const Tensor<Real>& a, Quantization q
   }
   return a;
 }
-// A WGRAD or DGRAD operand: as quantized, except MXFP8's, which the Hopper layer runs at shared scales
-// (quant.h mxfp8_wgrad_operand, mxfp8_dgrad_rows, mxfp8_dgrad_weights): `shared(raw)` from the
-// unquantized values (a generic lambda: instantiated for float only).
+// A training GEMM's row operand: as quantized, except MXFP8's, which the Hopper layer runs at shared
+// scales (quant.h mxfp8_wgrad_operand, mxfp8_shared_rows): `shared(raw)` from the unquantized values (a
+// generic lambda: instantiated for float only).
 template <class Real, class Shared>
 Tensor<Real> hopper_operand(const Tensor<Real>& raw, const Tensor<Real>& quantized, Quantization q, Shared&& shared) {
   if constexpr (std::is_same_v<Real, float>) {
@@ -128,11 +128,16 @@ BasicForwardResult<Real> forward(const BasicProblem<Real>& problem, const Forwar
     // MXFP8 / FP8-blockwise: x quantized after the gather (row blocks for FPROP, column blocks
     // for WGRAD); NVFP4 arrives quantized already.
     const bool quant_after_gather = q == Quantization::kMXFP8 || q == Quantization::kFP8Blockwise;
-    const Tensor<Real> x_row = quant_after_gather ? q_rows(rf.x_gathered_MD, q) : rf.x_gathered_MD;
+    auto fprop_rows = [&](const Tensor<Real>& a) {
+      const Tensor<Real> rows = q_rows(a, q);
+      if (!options.mxfp8_training_fprop_rows) return rows;
+      return hopper_operand(a, rows, q, [](const auto& raw) { return mxfp8_shared_rows(raw); });
+    };
+    const Tensor<Real> x_row = quant_after_gather ? fprop_rows(rf.x_gathered_MD) : rf.x_gathered_MD;
     rf.h1_M2F = grouped_gemm_nt(rt, x_row, w13);
     rf.clip_stats = clip_stats(rt, rf.h1_M2F, options.swiglu_clip_limit);
     rf.h2_MF = swiglu_rows(rt, rf.h1_M2F, problem.swiglu);
-    const Tensor<Real> h2_row = q_rows(rf.h2_MF, q);
+    const Tensor<Real> h2_row = fprop_rows(rf.h2_MF);
     rf.h3_MD = grouped_gemm_nt(rt, h2_row, w2);
     h3_per_rank.push_back(rf.h3_MD);
 
@@ -225,21 +230,18 @@ BasicBackwardResult<Real> backward(const BasicProblem<Real>& problem, const Basi
                                      : rf.x_gathered_MD;
     const Tensor<Real> h2_wgrad =
         q != Quantization::kNone ? hopper_operand(rf.h2_MF, rf.quantized.h2_col_MF, q, wgrad_cols) : rf.h2_MF;
-    auto dgrad_rows = [](const auto& a) { return mxfp8_dgrad_rows(a); };
-    auto dgrad_weights = [](const auto& w) { return mxfp8_dgrad_weights(w); };
+    auto dgrad_rows = [](const auto& a) { return mxfp8_shared_rows(a); };
 
     rb.grad_h3_MD = gather_route_rows(rt, grad_h3_published);
     const Tensor<Real> gh3_row = q_rows(rb.grad_h3_MD, q);
     const Tensor<Real> gh3_col = q_cols(rt, rb.grad_h3_MD, q);
-    rb.grad_h2_MF = grouped_gemm_nn(rt, hopper_operand(rb.grad_h3_MD, gh3_row, q, dgrad_rows),
-                                    hopper_operand(problem.local_w2(r), w2, q, dgrad_weights));
+    rb.grad_h2_MF = grouped_gemm_nn(rt, hopper_operand(rb.grad_h3_MD, gh3_row, q, dgrad_rows), w2);
     const Tensor<Real> dw2 = grouped_wgrad(rt, hopper_operand(rb.grad_h3_MD, gh3_col, q, wgrad_cols), h2_wgrad);
 
     rb.grad_h1_M2F = swiglu_backward_rows(rt, rf.h1_M2F, rb.grad_h2_MF, problem.swiglu);
     const Tensor<Real> gh1_row = q_rows(rb.grad_h1_M2F, q);
     const Tensor<Real> gh1_col = q_cols(rt, rb.grad_h1_M2F, q);
-    rb.grad_x_route_MD = grouped_gemm_nn(rt, hopper_operand(rb.grad_h1_M2F, gh1_row, q, dgrad_rows),
-                                         hopper_operand(problem.local_w13(r), w13, q, dgrad_weights));
+    rb.grad_x_route_MD = grouped_gemm_nn(rt, hopper_operand(rb.grad_h1_M2F, gh1_row, q, dgrad_rows), w13);
     const Tensor<Real> dw13 = grouped_wgrad(rt, hopper_operand(rb.grad_h1_M2F, gh1_col, q, wgrad_cols), x_wgrad);
 
     Tensor<Real> prev13, prev2;

@@ -130,6 +130,10 @@ struct ForwardOptions {
   double swiglu_clip_limit = kSwigluClampLimitDefault;
   std::optional<RMSNormSpec> rmsnorm;
   Quantization quantization = Quantization::kNone;
+  // kMXFP8: the FPROPs' row operands (x, h2) at shared scales per 128 columns, as the Hopper training
+  // layer runs them (reference::mxfp8_shared_rows; perf_history G151); inference layers read the exact
+  // 1x32 rows. The backward's DGRAD rows are always at shared scales.
+  bool mxfp8_training_fprop_rows = false;
 
   void validate(int64_t hidden_dim) const;
 };

@@ -76,12 +76,15 @@ void qdq_cols(const float* x, int64_t rows, int64_t cols, Quantization q, float*
 void qdq_weight(const float* w, int64_t rows, int64_t cols, Quantization q, float* y) {
   if (rows == 0 || cols == 0) return;
   switch (q) {
-    case Quantization::kMXFP8: {
-      std::vector<uint8_t> data(at(rows * cols));
+    case Quantization::kMXFP8: {  // the Hopper preparation: the tiles at shared scales per 128x128 block
+      std::vector<uint8_t> data(at(rows * cols)), shared(at(rows * cols));
       std::vector<uint8_t> scales(at(numeric::detail::ceil_div(rows, numeric::kMXBlock) *
                                      numeric::detail::ceil_div(cols, numeric::kMXBlock)));
+      std::vector<float> shared_scales(at(numeric::detail::ceil_div(rows, int64_t{numeric::kFP8BlockwiseBlock}) *
+                                          numeric::detail::ceil_div(cols, int64_t{numeric::kFP8BlockwiseBlock})));
       numeric::mxfp8_quantize_tiles(w, rows, cols, data.data(), scales.data());
-      numeric::mxfp8_dequantize_tiles(data.data(), scales.data(), rows, cols, y);
+      numeric::mxfp8_tiles_at_shared_scales(data.data(), scales.data(), rows, cols, shared.data(), shared_scales.data());
+      numeric::fp8_blockwise_dequantize_weight(shared.data(), shared_scales.data(), rows, cols, y);
       return;
     }
     case Quantization::kFP8Blockwise: {
@@ -152,7 +155,7 @@ TensorF mxfp8_wgrad_operand(const RankRouting& rt, const TensorF& a_MC) {
   return out;
 }
 
-TensorF mxfp8_dgrad_rows(const TensorF& a_RC) {
+TensorF mxfp8_shared_rows(const TensorF& a_RC) {
   TensorF out(a_RC.shape);
   const int64_t rows = a_RC.rows(), C = a_RC.row_size();
   if (rows == 0 || C == 0) return out;
@@ -163,24 +166,6 @@ TensorF mxfp8_dgrad_rows(const TensorF& a_RC) {
   numeric::mxfp8_quantize_rows(a_RC.data.data(), rows, C, q.data(), scales.data());
   numeric::mxfp8_rows_at_shared_scales(q.data(), scales.data(), rows, C, q_shared.data(), shared_scales.data());
   numeric::fp8_blockwise_dequantize_act(q_shared.data(), shared_scales.data(), rows, C, out.data.data());
-  return out;
-}
-
-TensorF mxfp8_dgrad_weights(const TensorF& w_ENK) {
-  DMOE_CHECK_ARG(w_ENK.dims() == 3, "mxfp8_dgrad_weights expects [E_local, N, K]");
-  TensorF out(w_ENK.shape);
-  const int64_t N = w_ENK.size(1), K = w_ENK.size(2);
-  if (N == 0 || K == 0) return out;
-  const int64_t nbr = numeric::detail::ceil_div(N, numeric::kMXBlock), nbc = numeric::detail::ceil_div(K, numeric::kMXBlock);
-  const int64_t nsr = numeric::detail::ceil_div(N, int64_t{numeric::kFP8BlockwiseBlock});
-  const int64_t nsc = numeric::detail::ceil_div(K, int64_t{numeric::kFP8BlockwiseBlock});
-  std::vector<uint8_t> q(at(N * K)), q_shared(at(N * K)), scales(at(nbr * nbc));
-  std::vector<float> shared_scales(at(nsr * nsc));
-  for (int64_t e = 0; e < w_ENK.size(0); ++e) {
-    numeric::mxfp8_quantize_tiles(w_ENK.row(e), N, K, q.data(), scales.data());
-    numeric::mxfp8_tiles_at_shared_scales(q.data(), scales.data(), N, K, q_shared.data(), shared_scales.data());
-    numeric::fp8_blockwise_dequantize_weight(q_shared.data(), shared_scales.data(), N, K, out.row(e));
-  }
   return out;
 }
 

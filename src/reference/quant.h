@@ -6,7 +6,7 @@
 // Where each operand is quantized (upstream §4.6) is decided by forward()/backward() in oracle.cpp.
 //
 //   mode          activations, rows (FPROP/DGRAD A)   activations, columns (WGRAD)       weights (per expert [N, K])
-//   kMXFP8        1x32 E8M0 blocks along cols          32x1 blocks along rows              32x32 tiles (one qdata for FPROP and DGRAD)
+//   kMXFP8        1x32 E8M0 blocks along cols          32x1 blocks along rows              32x32 tiles at shared scales per 128x128 (one qdata for FPROP and DGRAD)
 //   kFP8Blockwise 1x128 FP32 scales along cols         128x1 blocks along rows             128x128 blocks
 //   kNVFP4        per-row FP32 scale + 1x16 E4M3       (inference only: rejected)          per-expert FP32 global scale + 1x16 E4M3
 //
@@ -31,13 +31,14 @@ TensorF quantize_activation_columns(const RankRouting& rt, const TensorF& a_MC, 
 // the kMXFP8 column blocks above, then every 128 rows of an expert at the largest of their four
 // scales (numeric::mxfp8_cols_at_shared_scales), dequantized.
 TensorF mxfp8_wgrad_operand(const RankRouting& rt, const TensorF& a_MC);
-// The MXFP8 DGRAD's operands as the Hopper layer runs them (perf_history G150): a [rows, cols] ->
-// the kMXFP8 row blocks at shared scales per 128 columns (numeric::mxfp8_rows_at_shared_scales), and
-// w [E_local, N, K] -> per expert the 32x32 tiles at shared scales per 128x128 block
-// (numeric::mxfp8_tiles_at_shared_scales); both dequantized.
-TensorF mxfp8_dgrad_rows(const TensorF& a_RC);
-TensorF mxfp8_dgrad_weights(const TensorF& w_ENK);
-// w [E_local, N, K] -> per expert dequant(quant(w[e])). kNone returns a copy.
+// The MXFP8 row operand as the Hopper training layer's FPROPs and DGRADs run it (perf_history G150,
+// G151): a [rows, cols] -> the kMXFP8 row blocks at shared scales per 128 columns
+// (numeric::mxfp8_rows_at_shared_scales), dequantized.
+TensorF mxfp8_shared_rows(const TensorF& a_RC);
+// w [E_local, N, K] -> per expert dequant(quant(w[e])). kNone returns a copy. kMXFP8: the 32x32 tiles at
+// shared scales per 128x128 block (numeric::mxfp8_tiles_at_shared_scales), as prepare_block_scaled_weight
+// writes MXFP8 training weights (perf_history G151) -- the weights of every MXFP8 layer, training and
+// inference (both read 32x32-tile preparations).
 TensorF quantize_weights(const TensorF& w_ENK, Quantization q);
 
 }  // namespace dist_moe::reference

@@ -121,9 +121,10 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
     };
     c.mxfp8_wgrad_fp8 = fp8_views(D, F) <= s.w2_views_end && fp8_views(2 * F, D) <= s.w13_views_end &&
                         !core::env_flag("DMOE_MXFP8_WGRAD_BF16");
-    // The DGRADs on the transposed copies at shared scales (perf_history G150): the preparation reads the
-    // same knob, so a process runs one path.
-    c.mxfp8_dgrad_fp8 = !core::env_flag("DMOE_MXFP8_DGRAD_EXACT");
+    // The FPROPs and DGRADs on the prepared weights at shared 128x128 scales (perf_history G150-G151): the
+    // preparation reads the same knob, so a process runs one path.
+    c.mxfp8_dgrad_fp8 = !core::env_flag("DMOE_MXFP8_EXACT");
+    c.mxfp8_fprop_fp8 = c.mxfp8_dgrad_fp8 && !core::env_flag("DMOE_MXFP8_FPROP_PER32");
     // Mega's backward writes dxy's rows beside grad_h3's (Mxfp8Scratch::fused_dxy_codes).
     if (c.config.block_scaled->pipeline == BlockScaledPipeline::kMega && !s.fused_dxy_fits(cap, D, F))
       detail::fail(ErrorCode::kInternal, "the Mega backward's dxy codes do not fit the scratch row region at hidden_dim=",
@@ -180,7 +181,7 @@ void build_buffers(Context::Impl* c, const Config& config, int64_t guard, platfo
   if (config.block_scaled) {
     c->grad_h3_row_scores = a.at<float>(o_rs);
     c->wgrad_padded_counts = a.at<int32_t>(o_wpc);
-    if (!config.inference) c->dgrad_block_scales = a.at<float>(o_dbs);
+    if (!config.inference) c->weight_block_scales = a.at<float>(o_dbs);
   }
 
   std::vector<int64_t> ids(N > 0 ? N : 1);

@@ -98,7 +98,10 @@ struct Context::Impl {
   int32_t* wgrad_padded_counts = nullptr;  // [L] MXFP8 backward: the experts' rows rounded up to 128 (G149)
   bool mxfp8_wgrad_fp8 = false;  // MXFP8 training: the WGRADs on FP8-blockwise operands (mxfp8_pipeline.cpp)
   bool mxfp8_dgrad_fp8 = false;  // MXFP8 training: the DGRADs on FP8-blockwise operands (mxfp8_pipeline.cpp)
-  float* dgrad_block_scales = nullptr;  // [L, D/128, 2F/128] MXFP8 training: a DGRAD weight's 128x128 scales (G150)
+  bool mxfp8_fprop_fp8 = false;  // MXFP8 training: the FPROPs on FP8-blockwise operands (mxfp8_pipeline.cpp)
+  // [L, D/128, 2F/128] MXFP8 training: the 128x128 FP32 scales of the weight the next FP8-blockwise GEMM
+  // reads, derived right before it (G150-G151; one GEMM at a time on the stream).
+  float* weight_block_scales = nullptr;
 
   // Called after each pipeline stage when set (benchmarks record events here; eager use only).
   std::function<void(const char* stage, cudaStream_t stream)> stage_hook;

@@ -149,24 +149,29 @@ void use_mxfp8_operands(GroupedGemmCommon& g, const RowBundle& a, int64_t a_cols
   g.scales.a_kblock_words = a.word_ld > 0;
 }
 
-// A DGRAD's operands: the row bundle A ([cap, n], its k-block-major code words) against the prepared
-// weight's transposed copy ([E, k, n]). With Context::Impl::mxfp8_dgrad_fp8 (perf_history G150) the
-// preparation wrote the copy at shared scales per 128x128 block; the bundle turns into FP8-blockwise rows
-// at shared scales in place and the copy's FP32 block scales come from its E8M0 DGRAD scales, for the
-// FP8-blockwise DGRAD. Otherwise (DMOE_MXFP8_DGRAD_EXACT=1) the MXFP8 DGRAD on the per-32 codes.
-void use_dgrad_operands(const Context::Impl& c, const SavedState::Buffers& s, GroupedGemmCommon& g,
-                        const RowBundle& a, int64_t n, int64_t k, const PreparedWeightBuffers& w, cudaStream_t stream) {
-  if (!c.mxfp8_dgrad_fp8) {
-    use_mxfp8_operands(g, a, n, w.dgrad_scale, true);
+// A training GEMM's operands: the row bundle A ([cap, a_cols], its k-block-major code words; rows up to
+// *used_rows) against a prepared weight whose product has out_cols columns -- FPROP: its own fields
+// [E, out_cols, a_cols]; DGRAD: its transposed copy [E, out_cols, a_cols] with the DGRAD scales. The
+// preparation put the weight at shared scales per 128x128 block (perf_history G150-G151); where the
+// context runs the FP8-blockwise kernels for the op (Context::Impl::mxfp8_fprop_fp8 / mxfp8_dgrad_fp8) the
+// bundle turns into FP8-blockwise rows at shared scales in place and the weight's FP32 block scales come
+// from its E8M0 grid, else (DMOE_MXFP8_EXACT=1, DMOE_MXFP8_FPROP_PER32=1) the per-32 MXFP8 GEMM.
+void use_weight_operands(const Context::Impl& c, GroupedGemmCommon& g, const RowBundle& a, int64_t a_cols,
+                         int64_t out_cols, const PreparedWeightBuffers& w, bool dgrad, const int32_t* used_rows,
+                         cudaStream_t stream) {
+  const void* e8m0 = dgrad ? w.dgrad_scale : w.fprop_scale;
+  if (!(dgrad ? c.mxfp8_dgrad_fp8 : c.mxfp8_fprop_fp8)) {
+    use_mxfp8_operands(g, a, a_cols, e8m0, dgrad);
     return;
   }
-  const int64_t L = c.local_experts;
-  quant::mxfp8_rows_to_fp8_blockwise(a.q, n, reinterpret_cast<uint32_t*>(a.scales), a.word_ld, c.capacity_rows(),
-                                     s.expert_offsets + L, stream);
-  quant::mxfp8_dgrad_block_scales(static_cast<const uint8_t*>(w.dgrad_scale), L, n, k, c.dgrad_block_scales, stream);
+  DMOE_ASSERT(a.word_ld > 0);  // the rows + columns quantizers' bundle (training), not gathered packed rows
+  quant::mxfp8_rows_to_fp8_blockwise(a.q, a_cols, reinterpret_cast<uint32_t*>(a.scales), a.word_ld, c.capacity_rows(),
+                                     used_rows, stream);
+  quant::mxfp8_weight_block_scales(static_cast<const uint8_t*>(e8m0), c.local_experts, out_cols, a_cols,
+                                   c.weight_block_scales, stream);
   g.a_format = kFp8BlockwiseRows;
-  g.b_format = kFp8BlockwiseWeightT;
-  g.scales = OperandScales{a.scales, a.word_ld, c.dgrad_block_scales};
+  g.b_format = dgrad ? kFp8BlockwiseWeightT : kFp8BlockwiseWeight;
+  g.scales = OperandScales{a.scales, a.word_ld, c.weight_block_scales};
 }
 
 // ---- the expert part of the forward (also the backward's recompute) ------------------------------
@@ -201,7 +206,9 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   const int32_t* tile_rows = t.packed_rows ? t.real_counts : nullptr;
   W13FpropArgs f13 = w13_fprop_args(c, in, t.counts);
   const RowBundle xr = row_bundle(c, D, t.packed_rows);
-  use_mxfp8_operands(f13.common, xr, D, w13.fprop_scale, false);
+  const int32_t* used_rows = t.offsets + c.local_experts;
+  if (mega) use_mxfp8_operands(f13.common, xr, D, w13.fprop_scale, false);  // (the launch quantizes h2 per 32)
+  else use_weight_operands(c, f13.common, xr, D, 2 * F, w13, false, used_rows, stream);
   f13.common.tile_rows = tile_rows;
   f13.a = xr.q;
   f13.w13 = w13.fprop_data;
@@ -255,7 +262,7 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
 
   FpropArgs f2 = w2_fprop_args(c, in, t.counts);
   const RowBundle hr = row_bundle(c, F);
-  use_mxfp8_operands(f2.common, hr, F, w2.fprop_scale, false);
+  use_weight_operands(c, f2.common, hr, F, D, w2, false, used_rows, stream);
   f2.common.tile_rows = tile_rows;
   f2.a = hr.q;
   f2.w = w2.fprop_data;
@@ -306,8 +313,8 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
   RowBundle dxr = row_bundle(c, 2 * F);  // W13 DGRAD's A: dxy's rows
   const bool fused = c.config.block_scaled->pipeline == BlockScaledPipeline::kMega && mega_fused_dgrad_swiglu();
   if (fused && c.mxfp8_dgrad_fp8)
-    detail::fail(ErrorCode::kInvalidValue, "DMOE_MEGA_FUSED_DGRAD_SWIGLU=1 runs the MXFP8 DGRAD on the exact "
-                 "transposed weight copy: set DMOE_MXFP8_DGRAD_EXACT=1 with it");
+    detail::fail(ErrorCode::kInvalidValue, "DMOE_MEGA_FUSED_DGRAD_SWIGLU=1 runs the per-32 MXFP8 DGRAD (measured "
+                 "with upstream's exact weights): set DMOE_MXFP8_EXACT=1 with it");
   if (fused) {
     use_mxfp8_operands(d2.common, g3r, D, w2.dgrad_scale, true);
     // W2 DGRAD with SwiGLU backward and dxy's rows + columns in its epilogue: grad_h2 is never
@@ -331,7 +338,7 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
     grouped_gemm_dgrad_swiglu_mxfp8(d2, sb, stream);
     c.stage("mega_w2_dgrad_swiglu", stream);
   } else {
-    use_dgrad_operands(c, s, d2.common, g3r, D, F, w2, stream);
+    use_weight_operands(c, d2.common, g3r, D, F, w2, true, s.expert_offsets + L, stream);
     d2.grad_a = grad_h2;
     grouped_gemm_dgrad(d2, stream);
     c.stage("w2_dgrad", stream);
@@ -344,7 +351,7 @@ void mxfp8_backward(Context::Impl& c, const RoutedExpertsInputs& in, const Saved
   }
 
   DgradArgs d13 = w13_dgrad_args(c, in, s.expert_rows);
-  use_dgrad_operands(c, s, d13.common, dxr, 2 * F, D, w13, stream);
+  use_weight_operands(c, d13.common, dxr, 2 * F, D, w13, true, s.expert_offsets + L, stream);
   d13.grad_out = dxr.q;
   d13.w = w13.dgrad_data;
   d13.scatter.row_ptrs = s.scatter_dst;

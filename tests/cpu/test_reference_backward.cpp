@@ -34,23 +34,11 @@ using naive::at;
 using naive::bf16;
 using naive::dot;
 using naive::qdq_row;
+using naive::reround_at_shared;
 using naive::row_bits_equal;
 using test_helpers::make_spec;
 using test_helpers::swiglu_of;
 using test_helpers::to_bits;
-
-// The Hopper MXFP8 operands (perf_history G149, G150), independently of the oracle's numeric helpers'
-// shared path: the MXFP8 values y, then each block (index lists into y: 128 rows of a column, 128
-// columns of a row, a weight's 128x128) re-rounded at the largest of its elements' E8M0 codes, code(i),
-// with ldexp.
-void reround_at_shared(std::vector<float>& y, const std::vector<std::vector<int64_t>>& blocks,
-                       const std::function<int(int64_t)>& code) {
-  for (const std::vector<int64_t>& block : blocks) {
-    int top = 0;
-    for (int64_t i : block) top = std::max(top, code(i));
-    for (int64_t i : block) y[at(i)] = std::ldexp(num::round_e4m3(std::ldexp(y[at(i)], 127 - top)), top - 127);
-  }
-}
 
 // A WGRAD operand: column (Bx1 along rows) quantize-dequantize of a [rows, cols] matrix, rows = one
 // expert's rows. MXFP8's as the Hopper layer runs it (perf_history G149): then every 128 rows of a
@@ -89,38 +77,7 @@ std::vector<float> qdq_cols(const std::vector<float>& x, int64_t rows, int64_t c
 }
 
 std::vector<float> dgrad_row(const std::vector<float>& x, Quantization q) {
-  std::vector<float> y = qdq_row(x, q);
-  if (q != Quantization::kMXFP8) return y;
-  const int64_t n = static_cast<int64_t>(x.size());
-  std::vector<std::vector<int64_t>> blocks;
-  for (int64_t c0 = 0; c0 < n; c0 += 128) {
-    blocks.emplace_back();
-    for (int64_t c = c0; c < std::min(n, c0 + 128); ++c) blocks.back().push_back(c);
-  }
-  reround_at_shared(y, blocks, [&](int64_t i) {
-    float amax = 0;
-    for (int64_t c = i / 32 * 32; c < std::min(n, i / 32 * 32 + 32); ++c) amax = num::amax_nan(amax, x[at(c)]);
-    return static_cast<int>(num::e8m0_rceil_from_amax(amax));
-  });
-  return y;
-}
-
-// One expert's [rows, cols] MXFP8 weight (32x32 tiles) at shared scales per 128x128 block.
-std::vector<float> dgrad_weight(const float* w, int64_t rows, int64_t cols) {
-  std::vector<uint8_t> data(at(rows * cols)), s(at(((rows + 31) / 32) * ((cols + 31) / 32)));
-  std::vector<float> y(at(rows * cols));
-  num::mxfp8_quantize_tiles(w, rows, cols, data.data(), s.data());
-  num::mxfp8_dequantize_tiles(data.data(), s.data(), rows, cols, y.data());
-  std::vector<std::vector<int64_t>> blocks;
-  for (int64_t r0 = 0; r0 < rows; r0 += 128)
-    for (int64_t c0 = 0; c0 < cols; c0 += 128) {
-      blocks.emplace_back();
-      for (int64_t r = r0; r < std::min(rows, r0 + 128); ++r)
-        for (int64_t c = c0; c < std::min(cols, c0 + 128); ++c) blocks.back().push_back(r * cols + c);
-    }
-  const int64_t nbc = (cols + 31) / 32;
-  reround_at_shared(y, blocks, [&](int64_t i) { return static_cast<int>(s[at((i / cols / 32) * nbc + i % cols / 32)]); });
-  return y;
+  return q == Quantization::kMXFP8 ? naive::mxfp8_shared_row(x) : qdq_row(x, q);
 }
 
 struct NaiveBackward {
@@ -150,12 +107,12 @@ NaiveBackward naive_backward(const ref::Problem& p, const ref::ForwardResult& fw
     const auto& rf = fwd.ranks[at(e / El)];
     return q == Quantization::kNone ? &p.w2_EDF(e, 0, 0) : rf.quantized.w2_EDF.row(e % El);
   };
-  // The DGRADs' weights: the same, but MXFP8's at shared scales (dgrad_weight), per global expert.
+  // The DGRADs' weights: the same, MXFP8's at shared scales rebuilt here independently, per global expert.
   std::vector<std::vector<float>> w13_dgrad(at(E)), w2_dgrad(at(E));
   if (q == Quantization::kMXFP8)
     for (int64_t e = 0; e < E; ++e) {
-      w13_dgrad[at(e)] = dgrad_weight(&p.w13_EFD(e, 0, 0), 2 * F, D);
-      w2_dgrad[at(e)] = dgrad_weight(&p.w2_EDF(e, 0, 0), D, F);
+      w13_dgrad[at(e)] = naive::mxfp8_shared_weight(&p.w13_EFD(e, 0, 0), 2 * F, D);
+      w2_dgrad[at(e)] = naive::mxfp8_shared_weight(&p.w2_EDF(e, 0, 0), D, F);
     }
   auto w13_dgrad_of = [&](int64_t e) { return q == Quantization::kMXFP8 ? w13_dgrad[at(e)].data() : w13_of(e); };
   auto w2_dgrad_of = [&](int64_t e) { return q == Quantization::kMXFP8 ? w2_dgrad[at(e)].data() : w2_of(e); };

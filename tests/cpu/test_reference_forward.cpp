@@ -5,6 +5,7 @@
 // in the quantized paths (whose operands the naive loop quantizes itself with numeric.cuh).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <string>
@@ -38,10 +39,9 @@ TensorF qdq_weights(const TensorF& w, Quantization q) {
   const int64_t N = w.size(1), K = w.size(2);
   std::vector<uint8_t> data(at(N * K));
   for (int64_t e = 0; e < w.size(0); ++e) {
-    if (q == Quantization::kMXFP8) {
-      std::vector<uint8_t> s(at(((N + 31) / 32) * ((K + 31) / 32)));
-      num::mxfp8_quantize_tiles(w.row(e), N, K, data.data(), s.data());
-      num::mxfp8_dequantize_tiles(data.data(), s.data(), N, K, out.row(e));
+    if (q == Quantization::kMXFP8) {  // the Hopper preparation: tiles at shared scales per 128x128
+      const std::vector<float> y = naive::mxfp8_shared_weight(w.row(e), N, K);
+      std::copy(y.begin(), y.end(), out.row(e));
     } else if (q == Quantization::kFP8Blockwise) {
       std::vector<float> s(at(((N + 127) / 128) * ((K + 127) / 128)));
       num::fp8_blockwise_quantize_weight(w.row(e), N, K, data.data(), s.data());
@@ -72,6 +72,9 @@ Naive naive_forward(const ref::Problem& p, const ref::ForwardOptions& o) {
   const Quantization q = o.quantization;
   const TensorF w13 = qdq_weights(p.w13_EFD, q);
   const TensorF w2 = qdq_weights(p.w2_EDF, q);
+  auto fprop_row = [&](const std::vector<float>& v) {
+    return q == Quantization::kMXFP8 && o.mxfp8_training_fprop_rows ? naive::mxfp8_shared_row(v) : qdq_row(v, q);
+  };
   Naive n;
   n.clip.assign(at(R), {0, 0, 0});
   for (int64_t r = 0; r < R; ++r) {
@@ -87,7 +90,7 @@ Naive naive_forward(const ref::Problem& p, const ref::ForwardOptions& o) {
         rt.valid = true;
         const std::vector<float> x(p.x_TD[at(r)].row(t), p.x_TD[at(r)].row(t) + D);
         rt.x = q == Quantization::kNVFP4 ? qdq_row(x, q) : x;
-        const std::vector<float> xq = qdq_row(x, q);
+        const std::vector<float> xq = fprop_row(x);
         rt.h1.resize(at(2 * F));
         for (int64_t j = 0; j < 2 * F; ++j) rt.h1[at(j)] = bf16(static_cast<float>(dot(xq.data(), &w13(e, j, 0), D)));
         auto& clip = n.clip[at(e / p.num_local_experts())];
@@ -98,7 +101,7 @@ Naive naive_forward(const ref::Problem& p, const ref::ForwardOptions& o) {
         clip[2] += F;
         rt.h2.resize(at(F));
         for (int64_t f = 0; f < F; ++f) rt.h2[at(f)] = bf16(ref::swiglu<float>(rt.h1[at(f)], rt.h1[at(F + f)], p.swiglu));
-        const std::vector<float> h2q = qdq_row(rt.h2, q);
+        const std::vector<float> h2q = fprop_row(rt.h2);
         rt.h3.resize(at(D));
         for (int64_t d = 0; d < D; ++d) rt.h3[at(d)] = bf16(static_cast<float>(dot(h2q.data(), &w2(e, d, 0), F)));
         const float s = p.scores_TK[at(r)](t, k);
@@ -332,6 +335,11 @@ TEST(ReferenceQuantForward, MatchesNaiveLoopWithQuantizationPoints) {
       o.quantization = q;
       o.row_alignment = q == Quantization::kNVFP4 ? 1 : 32;
       expect_matches_naive(p, o, std::string(ref::to_string(q)) + " R=" + std::to_string(R));
+      if (q == Quantization::kMXFP8) {  // and the training layer's FPROP rows at shared scales
+        ref::ForwardOptions t = o;
+        t.mxfp8_training_fprop_rows = true;
+        expect_matches_naive(p, t, "MXFP8 training rows R=" + std::to_string(R));
+      }
       // Quantization changes the result, within upstream's block-scaled forward tolerance.
       const TensorF quant_out = ref::forward(p, o).global_out_TD();
       const TensorF bf16_out = ref::forward(p).global_out_TD();

@@ -24,14 +24,16 @@ inline std::vector<float> mxfp8_row_values(const DeviceBuffer<uint8_t>& q, const
 }
 
 // A BF16 weight [E, N, K] quantized in 32x32 tiles: q with its FPROP scale view [E*N, K/32], and
-// the transposed copy [E, K, N] with the DGRAD view [E*K, N/32] (what DGRAD reads).
+// the transposed copy [E, K, N] with the DGRAD view [E*K, N/32] (what DGRAD reads); at_shared_scales:
+// as the training preparation writes it (the tiles at shared scales per 128x128 block, N, K % 128 == 0).
 struct Mxfp8TileWeight {
   DeviceBuffer<uint8_t> q, s, q_t, s_dgrad;
   int64_t rows = 0, k = 0;  // E*N, K
   std::vector<float> values() const { return mxfp8_row_values(q, s, rows, k); }  // [E, N, K]
 };
 
-inline Mxfp8TileWeight quantize_mxfp8_weight(const std::vector<uint16_t>& bits, int64_t E, int64_t N, int64_t K) {
+inline Mxfp8TileWeight quantize_mxfp8_weight(const std::vector<uint16_t>& bits, int64_t E, int64_t N, int64_t K,
+                                             bool at_shared_scales = false) {
   Mxfp8TileWeight o;
   o.rows = E * N;
   o.k = K;
@@ -40,7 +42,8 @@ inline Mxfp8TileWeight quantize_mxfp8_weight(const std::vector<uint16_t>& bits, 
   o.s = DeviceBuffer<uint8_t>(static_cast<size_t>(E * N * (K / 32)));
   o.q_t = DeviceBuffer<uint8_t>(o.q.size());
   o.s_dgrad = DeviceBuffer<uint8_t>(static_cast<size_t>(E * K * (N / 32)));
-  quant::mxfp8_quantize_weight_tiles(d.get(), E, N, K, o.q.get(), o.s.get(), o.q_t.get(), o.s_dgrad.get(), nullptr);
+  quant::mxfp8_quantize_weight_tiles(d.get(), E, N, K, o.q.get(), o.s.get(), o.q_t.get(), o.s_dgrad.get(), nullptr,
+                                     at_shared_scales);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return o;
 }

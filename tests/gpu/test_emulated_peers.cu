@@ -160,6 +160,7 @@ TEST_P(EmulatedPeersLayer, MatchesTheOracleOfItsView) {
   reference::ForwardOptions fo;
   if (c.rmsnorm) fo.rmsnorm = reference::RMSNormSpec{1e-6, {}, 0.0};
   fo.quantization = quantization_of(c);
+  fo.mxfp8_training_fprop_rows = !c.inference;  // (MXFP8 training: the staged FPROPs' rows at shared scales)
   if (c.format) fo.row_alignment = *c.format == BlockScaledFormat::kNVFP4 ? 32 : 128;  // the suites' padding
   const std::vector<TensorF> view_grad_out(c.world, grad_out[c.rank]);
   const reference::ForwardResult fwd = reference::forward(view, fo);
@@ -183,6 +184,9 @@ TEST_P(EmulatedPeersLayer, MatchesTheOracleOfItsView) {
   if (c.mega) {  // the same rank's staged pipeline, bit for bit (the Mega launch's x gather reads the peers' windows)
     EmulatedCase staged = c;
     staged.mega = false;
+    // (training: the staged sequence Mega's forward launch runs, the per-32 FPROPs; G151)
+    std::optional<layer_suite::ScopedEnv> per32;
+    if (!c.inference) per32.emplace("DMOE_MXFP8_FPROP_PER32", "1");
     const Result want = run_emulated(staged, p, grad_out[c.rank], /*full_slot=*/false, stream);
     EXPECT_TRUE(bitwise(got, want)) << "mega differs from staged";
   }

@@ -2,7 +2,8 @@
 // (reference::Quantization::kMXFP8: upstream's quantization points, upstream_kernels_and_formats.md
 // §4.6) -- the kernels the staged layer will chain (docs/block_scaled_layer.md), without the layer:
 //   quantizers  x_gathered, grad_h3, grad_h1 in 1x32 rows and 32x1 columns restarting at each
-//               expert's padded offset, weights in 32x32 tiles: bit for bit against the oracle's
+//               expert's padded offset, weights in 32x32 tiles (at shared scales per 128x128 block, as
+//               the training preparation writes them): bit for bit against the oracle's
 //               dequantized operands (the columns through mxfp8_dequantize_columns);
 //   GEMMs       W13 FPROP + SwiGLU and W2 FPROP (MXFP8), W2 / W13 DGRAD on the transposed weight
 //               copies (MXFP8), W2 / W13 WGRAD as the BF16 WGRAD on the dequantized columns: within
@@ -180,8 +181,10 @@ void run_chain(const reference::RandomProblemSpec& spec) {
   expect_bitwise("x rows (W13 FPROP operand)", row_values(xb, M, D), rf.quantized.x_row_MD);
   const DeviceBuffer<uint16_t> x_cols = column_rows(xb, M, D, groups);
   expect_bitwise("x columns (W13 WGRAD operand)", bf16_tensor(x_cols, {M, D}), rf.quantized.x_col_MD);
-  const Mxfp8TileWeight w13 = quantize_mxfp8_weight(to_bf16_bits(p.local_w13(0).data), L, 2 * F, D);
-  const Mxfp8TileWeight w2 = quantize_mxfp8_weight(to_bf16_bits(p.local_w2(0).data), L, D, F);
+  // (the training preparation's tiles at shared scales per 128x128 block, which the oracle models; read
+  // per 32 by the MXFP8 kernels below, as Mega reads them)
+  const Mxfp8TileWeight w13 = quantize_mxfp8_weight(to_bf16_bits(p.local_w13(0).data), L, 2 * F, D, true);
+  const Mxfp8TileWeight w2 = quantize_mxfp8_weight(to_bf16_bits(p.local_w2(0).data), L, D, F, true);
   expect_bitwise("w13 32x32 tiles", weight_values(w13, L, 2 * F, D), rf.quantized.w13_EFD);
   expect_bitwise("w2 32x32 tiles", weight_values(w2, L, D, F), rf.quantized.w2_EDF);
 

@@ -1,4 +1,4 @@
-// The MXFP8 operands at shared scales (src/quant/mxfp8_shared_scales.cu; perf_history G149, G150) against
+// The MXFP8 operands at shared scales (src/quant/mxfp8_shared_scales.cu; perf_history G149-G151) against
 // the host rule numeric::mxfp8_code_at_shared_scale, bit for bit:
 //   quant::mxfp8_columns_to_fp8_blockwise (the WGRAD's column bundles at shared scales per 128 tokens):
 //     every data byte and FP32 scale of the output (poisoned first: an unwritten byte fails, and bytes past
@@ -10,7 +10,7 @@
 //   quant::mxfp8_rows_to_fp8_blockwise (the DGRAD's row bundles, in place): any bytes and code words, rows
 //     past the used count untouched; and the quantizer's row bundle of random rows against
 //     numeric::mxfp8_rows_at_shared_scales;
-//   quant::mxfp8_dgrad_block_scales: a prepared weight's DGRAD scales against the largest tile code.
+//   quant::mxfp8_weight_block_scales: a prepared weight's 128x128 scales against the largest tile code.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -325,8 +325,9 @@ TEST(Mxfp8DgradRows, QuantizedRowsAtSharedScalesMatchTheOraclePath) {
     }
 }
 
-// A prepared weight's 128x128 scales from its DGRAD scales [E*K, N/32] (each tile code on its 32 rows).
-TEST(Mxfp8DgradRows, DgradBlockScalesAreTheLargestTileCode) {
+// A prepared weight's 128x128 scales from an E8M0 grid [E*R, C/32] (each tile code on its 32 rows; here
+// the DGRAD grid, R = K and C = N, not square: the orientation counts).
+TEST(Mxfp8DgradRows, WeightBlockScalesAreTheLargestTileCode) {
   DMOE_REQUIRE_SM90();
   const int64_t E = 3, N = 384, K = 256;
   reference::Rng rng(44);
@@ -338,7 +339,7 @@ TEST(Mxfp8DgradRows, DgradBlockScalesAreTheLargestTileCode) {
   DeviceBuffer<uint8_t> drows(rows);
   DeviceBuffer<float> dout(E * (K / kShared) * (N / kShared));
   dout.poison(kPoison);
-  quant::mxfp8_dgrad_block_scales(drows.get(), E, N, K, dout.get(), nullptr);
+  quant::mxfp8_weight_block_scales(drows.get(), E, K, N, dout.get(), nullptr);
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
   const auto out = dout.download();
   for (int64_t e = 0; e < E; ++e)

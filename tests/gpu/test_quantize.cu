@@ -6,6 +6,7 @@
 // unwritten byte fails, and bytes a quantizer must not touch are checked still poisoned.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -1319,13 +1320,29 @@ HostBf16 random_weight(int64_t E, int64_t N, int64_t K, uint64_t seed, bool craf
   return w;
 }
 
+// The sixteen 32x32 tile codes of every 128x128 block replaced by their largest (tiles_BB as
+// numeric::mxfp8_quantize_tiles writes them; N, K multiples of 128).
+std::vector<uint8_t> shared_tile_codes(const std::vector<uint8_t>& tiles_BB, int64_t N, int64_t K) {
+  const int64_t nbr = N / 32, nbc = K / 32;
+  std::vector<uint8_t> out(tiles_BB.size());
+  for (int64_t i = 0; i < nbr; ++i)
+    for (int64_t j = 0; j < nbc; ++j) {
+      uint8_t top = 0;
+      for (int64_t a = i / 4 * 4; a < i / 4 * 4 + 4; ++a)
+        for (int64_t b = j / 4 * 4; b < j / 4 * 4 + 4; ++b) top = std::max(top, tiles_BB[a * nbc + b]);
+      out[i * nbc + j] = top;
+    }
+  return out;
+}
+
 // MXFP8 training weight tiles by `launch(w, q, fprop_scales, q_t, dgrad_scales)` against the
-// oracle's tiles; with_t: q_t (else nullptr) must be transpose(q) per expert, byte for byte -- or, with
-// shared_t, the transpose of q's codes at shared scales per 128x128 block
-// (numeric::mxfp8_tiles_at_shared_scales; perf_history G150).
+// oracle's tiles -- with `shared`, the tiles at shared scales per 128x128 block (G151: the codes
+// re-rounded by numeric::mxfp8_tiles_at_shared_scales, both grids holding each block's largest code);
+// with_t: q_t (else nullptr) must be transpose(q) per expert, byte for byte, and dequantize with the
+// DGRAD scales to the transpose of what q does with the FPROP scales.
 template <class Launch>
 void check_mxfp8_weight_tiles(int64_t E, int64_t N, int64_t K, const HostBf16& w, Launch launch, bool with_t = false,
-                              bool shared_t = false) {
+                              bool shared = false) {
   const PreparedWeightSpec spec = prepared_weight_spec(BlockScaledFormat::kMXFP8_E4M3, false, E, N, K);
   DeviceBuffer<uint16_t> dw(w.bits);
   DeviceBuffer<uint8_t> dq(spec.fprop_data.bytes()), dfs(spec.fprop_scale.bytes()), dds(spec.dgrad_scale.bytes());
@@ -1341,6 +1358,13 @@ void check_mxfp8_weight_tiles(int64_t E, int64_t N, int64_t K, const HostBf16& w
   for (int64_t e = 0; e < E; ++e) {
     std::vector<uint8_t> rq(per), tiles(nbr * nbc), rows(N * nbc), cols(K * nbr);
     nm::mxfp8_quantize_tiles(w.f.data() + e * per, N, K, rq.data(), tiles.data());
+    if (shared) {
+      std::vector<uint8_t> sq(per);
+      std::vector<float> block_scales((N / 128) * (K / 128));
+      nm::mxfp8_tiles_at_shared_scales(rq.data(), tiles.data(), N, K, sq.data(), block_scales.data());
+      rq = sq;
+      tiles = shared_tile_codes(tiles, N, K);
+    }
     nm::mxfp8_tile_scales_to_rows(tiles.data(), N, K, rows.data());
     nm::mxfp8_tile_scales_to_cols(tiles.data(), N, K, cols.data());
     for (int64_t i = 0; i < per; ++i) ASSERT_EQ(q[e * per + i], rq[i]) << "expert " << e << " element " << i;
@@ -1349,19 +1373,6 @@ void check_mxfp8_weight_tiles(int64_t E, int64_t N, int64_t K, const HostBf16& w
   }
   if (!with_t) return;
   const auto qt = dqt.download();
-  if (shared_t) {
-    for (int64_t e = 0; e < E; ++e) {
-      std::vector<uint8_t> rq(per), tiles(nbr * nbc), sq(per);
-      std::vector<float> block_scales((N / 128) * (K / 128));
-      nm::mxfp8_quantize_tiles(w.f.data() + e * per, N, K, rq.data(), tiles.data());
-      nm::mxfp8_tiles_at_shared_scales(rq.data(), tiles.data(), N, K, sq.data(), block_scales.data());
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t n = 0; n < N; ++n)
-          ASSERT_EQ(qt[(e * K + k) * N + n], sq[n * K + k]) << "q_t at shared scales: expert " << e << " k " << k
-                                                             << " n " << n;
-    }
-    return;
-  }
   for (int64_t e = 0; e < E; ++e)
     for (int64_t k = 0; k < K; ++k)
       for (int64_t n = 0; n < N; ++n)
@@ -1376,11 +1387,11 @@ void check_mxfp8_weight_tiles(int64_t E, int64_t N, int64_t K, const HostBf16& w
     for (int64_t k = 0; k < K; ++k) ASSERT_TRUE(same_float(bwd[k * N + n], fwd[n * K + k])) << n << "," << k;
 }
 
-// The prepared MXFP8 training weight: the oracle's tiles in fprop_data and both scale layouts, and
-// its own dgrad_data [E, K, N] (upstream shares one qdata): for dims that are multiples of 128 (every
-// layer weight) fprop_data's codes at shared scales per 128x128 block, transposed (the FP8-blockwise
-// DGRAD's operand, G150), else fprop_data's bytes transposed; bit for bit. Twice into the same buffers:
-// a refill gives the same bytes.
+// The prepared MXFP8 training weight: the oracle's tiles in fprop_data and both scale layouts -- for
+// dims that are multiples of 128 (every layer weight) at shared scales per 128x128 block (the
+// FP8-blockwise FPROP's and DGRAD's operands, G151) -- and its own dgrad_data [E, K, N] (upstream shares
+// one qdata), fprop_data's bytes transposed; bit for bit. Twice into the same buffers: a refill gives
+// the same bytes.
 TEST(QuantizeMxfp8, TrainingWeightTilesMatchTheOracle) {
   DMOE_REQUIRE_SM90();
   struct Shape { int64_t E, N, K; };
@@ -1446,10 +1457,10 @@ TEST(QuantizeMxfp8, TrainingWeightTransposedCopyIsTheSameBytesTransposed) {
   }
 }
 
-// The transposed copy at shared scales per 128x128 block through the launcher (multiples of 128,
-// square and not, a NaN block in the last expert's last tile, the crafted rows in expert 0) and in
-// four region shapes; fprop_data and both scale grids as in the exact mode.
-TEST(QuantizeMxfp8, TrainingWeightTransposedCopyAtSharedScalesFollowsTheBlockRule) {
+// The weight at shared scales per 128x128 block through the launcher (multiples of 128, square and
+// not, a NaN block in the last expert's last tile, the crafted rows in expert 0) and in four region
+// shapes: both copies and both scale grids.
+TEST(QuantizeMxfp8, TrainingWeightAtSharedScalesFollowsTheBlockRule) {
   DMOE_REQUIRE_SM90();
   struct Shape { int64_t E, N, K; };
   for (const Shape& sh : {Shape{2, 256, 384}, Shape{3, 1152, 640}, Shape{2, 128, 1152}}) {

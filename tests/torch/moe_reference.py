@@ -239,13 +239,29 @@ def e8m0_value(byte):
     return ((byte.to(torch.int64) + (1023 - 127)) << 52).view(torch.float64)
 
 
-def mxfp8_rows(t):
+def e4m3_at_shared_scale(q, shift):
+    """E4M3 codes ``q`` (float8_e4m3fn) of blocks whose E8M0 byte lies ``shift`` (int32, broadcast to q)
+    below the byte their group shares, re-rounded at it: e4m3_rn(code * 2^-shift); codes of shift 0 are
+    kept, shifts past 24 give zeros (docs/formats.md; perf_history G149-G151)."""
+    factor = torch.where(shift > 24, torch.zeros_like(shift, dtype=torch.float32), torch.exp2(-shift.float()))
+    rerounded = e4m3_satfinite(q.float() * factor).view(torch.uint8)
+    return torch.where(shift == 0, q.view(torch.uint8), rerounded).view(torch.float8_e4m3fn)
+
+
+def mxfp8_rows(t, shared=False):
     """The values of the MXFP8 1x32 row quantization of ``t [..., C]`` (what the layer's FPROP and DGRAD
-    A operands hold: E4M3 codes times their E8M0 block scale), float64; a row of zeros stays zero."""
+    A operands hold: E4M3 codes times their E8M0 block scale), float64; a row of zeros stays zero.
+    shared: as the training layer runs them on Hopper (perf_history G150, G151), each 128 columns at the
+    largest of their four bytes."""
     shape = t.shape
     blocks = t.float().reshape(-1, shape[-1] // 32, 32)
     byte = e8m0_rceil(blocks.abs().amax(-1))
     q = e4m3_satfinite(blocks * e8m0_reciprocal(byte)[..., None])
+    if shared:
+        b = byte.to(torch.int32).view(byte.shape[0], -1, 4)
+        top = b.amax(-1, keepdim=True).expand_as(b)
+        q = e4m3_at_shared_scale(q, (top - b).reshape(byte.shape)[..., None])
+        byte = top.reshape(byte.shape).to(torch.uint8)
     return (q.float().double() * e8m0_value(byte)[..., None]).reshape(shape)
 
 
@@ -268,7 +284,7 @@ def _swiglu_f32(h1, activation, alpha, limit):
 
 
 def mxfp8_emulated_moe(x, ids, scores, grad_out, w13_prepared, w2_prepared, *, activation="swiglu", alpha=1.702,
-                       limit=7.0):
+                       limit=7.0, training=True):
     """The MXFP8 staged layer emulated in torch at upstream's quantization points, for what depends on
     per-row quantization only: (out, grad_x, grad_scores) of one rank's tokens against the prepared
     weights of ALL experts (weights [E, ...]).
@@ -278,12 +294,14 @@ def mxfp8_emulated_moe(x, ids, scores, grad_out, w13_prepared, w2_prepared, *, a
     dxy = SwiGLU'(h1)·grad_h2 in FP32 (BF16), grad_x = Σ_k rows(dxy) · W13 in FP32 (BF16),
     grad_s = <g, h3>. rows() is the 1x32 MXFP8 row quantization, W the dequantized prepared weights;
     the products are summed in float64. The WGRADs read 32-token column blocks whose grouping follows
-    the routing order inside the layer, so they are compared with the BF16 reference only."""
+    the routing order inside the layer, so they are compared with the BF16 reference only. training: the
+    rows at shared scales per 128 columns, as the training layer's GEMMs read them on Hopper (inference
+    layers read the exact 1x32 rows)."""
     T, K = ids.shape
     w13, w2 = dequantize_mxfp8_weight(w13_prepared), dequantize_mxfp8_weight(w2_prepared)
     h3 = torch.zeros(T, K, x.shape[1], dtype=torch.bfloat16, device=x.device)
     gx_routes = torch.zeros(T, K, x.shape[1], dtype=torch.bfloat16, device=x.device)
-    xq = mxfp8_rows(x)
+    xq = mxfp8_rows(x, training)
     for e in range(w13.shape[0]):
         t, k = (ids == e).nonzero(as_tuple=True)
         if t.numel() == 0:
@@ -293,11 +311,11 @@ def mxfp8_emulated_moe(x, ids, scores, grad_out, w13_prepared, w2_prepared, *, a
         with torch.enable_grad():
             h2f = _swiglu_f32(h1f, activation, alpha, limit)
         h2 = h2f.detach().to(torch.bfloat16)
-        h3[t, k] = (mxfp8_rows(h2) @ w2[e].T).to(torch.bfloat16)
+        h3[t, k] = (mxfp8_rows(h2, training) @ w2[e].T).to(torch.bfloat16)
         grad_h3 = (scores[t, k].float().unsqueeze(-1) * grad_out[t].float()).to(torch.bfloat16)
-        grad_h2 = (mxfp8_rows(grad_h3) @ w2[e]).to(torch.bfloat16)
+        grad_h2 = (mxfp8_rows(grad_h3, training) @ w2[e]).to(torch.bfloat16)
         (dxy,) = torch.autograd.grad(h2f, h1f, grad_h2.float())
-        gx_routes[t, k] = (mxfp8_rows(dxy.to(torch.bfloat16)) @ w13[e]).to(torch.bfloat16)
+        gx_routes[t, k] = (mxfp8_rows(dxy.to(torch.bfloat16), training) @ w13[e]).to(torch.bfloat16)
     out = (h3.float() * scores.float().unsqueeze(-1)).sum(dim=1).to(x.dtype)
     grad_x = gx_routes.float().sum(dim=1).to(x.dtype)
     grad_scores = (h3.float() * grad_out.float().unsqueeze(1)).sum(dim=-1).to(scores.dtype)

@@ -2,11 +2,14 @@
 "Mega"): ``BlockScaledConfig(pipeline="mega")`` inference contexts -- NVFP4 at decode sizes, MXFP8 at
 decode sizes (the 16-token tiles) and beyond (the rows form, 128x128 tiles) -- give the staged
 context's output bit for bit on the same prepared weights, eagerly and in CUDA graph replays; MXFP8
-training contexts (the forward in one launch) give the staged output and all four gradients bit for
-bit; what is not built is refused with its text.
+training contexts (the forward in one launch) give the output and all four gradients of a staged
+context on the per-32 FPROPs (DMOE_MXFP8_FPROP_PER32=1) bit for bit; what is not built is refused with
+its text.
 
-Numerics: Mega runs the staged kernels' tiles and per-row code, so the comparison is bitwise; the
-staged contexts' own checks against the BF16 reference are test_nvfp4.py's and test_mxfp8.py's.
+Numerics: Mega runs the staged kernels' tiles and per-row code, so the comparison is bitwise (in
+training against the staged per-32 FPROPs: the default staged FPROPs read the rows at shared scales
+on the FP8-blockwise kernel, perf_history G151); the staged contexts' own checks against the BF16
+reference are test_nvfp4.py's and test_mxfp8.py's.
 """
 
 import pytest
@@ -138,13 +141,16 @@ def test_mega_inference_make_fx_matches_staged(contexts, fmt, t):
 
 
 @pytest.mark.parametrize("clamped", [False, True], ids=["swiglu", "swiglu_clamped"])
-def test_mega_training_matches_staged_bitwise(contexts, clamped):
-    """MXFP8 training at 128 routed rows per expert (the staged GEMMs' 128x128 tiles): one step on a
-    Mega context and on a staged one -- output, grad_x, grad_scores and both weight gradients (through
-    the preparations' sources) -- equal bitwise, twice."""
+def test_mega_training_matches_staged_bitwise(contexts, monkeypatch, clamped):
+    """MXFP8 training at 128 routed rows per expert (the staged per-32 GEMMs' 128x128 tiles): one step on
+    a Mega context and on a staged one on the per-32 FPROPs (the knob is read at context creation) --
+    output, grad_x, grad_scores and both weight gradients (through the preparations' sources) -- equal
+    bitwise, twice."""
     kw = CLAMPED if clamped else {}
     t = 256
+    monkeypatch.setenv("DMOE_MXFP8_FPROP_PER32", "1")
     staged = contexts(config(MXFP8, t, "staged", inference=False, **kw))
+    monkeypatch.delenv("DMOE_MXFP8_FPROP_PER32")
     mega = contexts(config(MXFP8, t, "mega", inference=False, **kw))
     w13, w2 = make_weights(E, D, FF, seed=73, device=DEV)
 
@@ -322,10 +328,10 @@ def test_mega_training_context_no_grad_is_scratch_only(contexts):
     assert_planner_reset(ctx)
 
 
-def test_mega_prepared_weights_accumulate_parameter_grad(contexts):
+def test_mega_prepared_weights_accumulate_parameter_grad(contexts, monkeypatch):
     """inplace_wgrad_accum into FP32 .grad (grad_dtype FP32) of the preparations' source parameters,
-    two calls on a Mega MXFP8 training context and two on a staged one from the same start: the
-    accumulated gradients equal bitwise, and each context keeps the .grad storages."""
+    two calls on a Mega MXFP8 training context and two on a staged one on the per-32 FPROPs from the
+    same start: the accumulated gradients equal bitwise, and each context keeps the .grad storages."""
     if not hasattr(torch.Tensor, "grad_dtype"):
         pytest.skip("FP32 gradients of BF16 parameters need Tensor.grad_dtype (torch >= 2.10)")
     t = 256
@@ -339,7 +345,10 @@ def test_mega_prepared_weights_accumulate_parameter_grad(contexts):
         cases.append((x, ids, s, g))
     grads = {}
     for pipeline in ("staged", "mega"):
+        if pipeline == "staged":  # (the knob is read at context creation)
+            monkeypatch.setenv("DMOE_MXFP8_FPROP_PER32", "1")
         ctx = contexts(config(MXFP8, t, pipeline, inference=False, wgrad_dtype=torch.float32))
+        monkeypatch.delenv("DMOE_MXFP8_FPROP_PER32", raising=False)
         p13, p2 = torch.nn.Parameter(w13.clone()), torch.nn.Parameter(w2.clone())
         p13.grad_dtype = p2.grad_dtype = torch.float32
         p13.grad, p2.grad = start[0].clone(), start[1].clone()

@@ -453,7 +453,7 @@ def test_mxfp8_inference_context(make_ctx):
     dynamic = dist_moe.routed_experts(x, ids, scores, w13, w2, ctx)
     torch.testing.assert_close(out, dynamic, rtol=0, atol=0)
     g = torch.zeros(T, D, device=DEV, dtype=torch.bfloat16)
-    want = mxfp8_emulated_moe(x, ids, scores, g, p13, p2)[0]
+    want = mxfp8_emulated_moe(x, ids, scores, g, p13, p2, training=False)[0]
     assert_moe_close(out, want, name="inference out vs MXFP8 emulation", **FWD_TOL)
     assert_aggregate_close(out, reference_moe(x, ids, scores, w13, w2), name="inference out", **MXFP8_FWD_TOL)
     with pytest.raises(RuntimeError, match="inference contexts do not support autograd"):
@@ -568,7 +568,7 @@ def test_mxfp8_inference_cuda_graph_replays_bounded_shapes(make_ctx):
             for dst, src in zip(static, (x, ids, s)):
                 dst.copy_(src)
             graph.replay()
-            want = mxfp8_emulated_moe(x, ids, s, torch.zeros_like(x), p13, p2)[0]
+            want = mxfp8_emulated_moe(x, ids, s, torch.zeros_like(x), p13, p2, training=False)[0]
             assert_moe_close(out, want, name=f"T={t}", **FWD_TOL)
             if padded:
                 assert out[-1].abs().max() == 0

@@ -10,7 +10,7 @@ reference does not depend on how torch's CUDA kernels divide.
 
 import pytest
 import torch
-from moe_reference import e4m3_satfinite, e8m0_rceil, e8m0_reciprocal, f32
+from moe_reference import e4m3_at_shared_scale, e4m3_satfinite, e8m0_rceil, e8m0_reciprocal, f32
 
 import dist_moe
 from dist_moe import _prepare
@@ -48,9 +48,12 @@ def assert_prepared_equal(got, want):
 # shared with the MXFP8 layer emulation in moe_reference.py) ---------------------------------------
 
 
-def ref_mxfp8(w, inference):
-    """(fprop_data, fprop_scale, dgrad_scale or None) as uint8 tensors (training's dgrad_data is
-    fprop_data transposed per expert)."""
+def ref_mxfp8(w, inference, shared=True):
+    """(fprop_data, fprop_scale, dgrad_scale or None) as uint8 tensors; training's dgrad_data is
+    fprop_data transposed per expert. Training on Hopper (dims multiples of 128; docs/formats.md,
+    perf_history G151): the 32x32 tiles at the byte their 128x128 block shares, the largest of its
+    sixteen -- a code of a tile whose byte lies `shift` below it becomes e4m3_rn(code * 2^-shift) -- and
+    that byte in both grids; shared=False: upstream's exact tiles."""
     G, N, K = w.shape
     x = w.float()
     if inference:
@@ -60,27 +63,15 @@ def ref_mxfp8(w, inference):
         return raw(q), byte, None
     tiles = x.view(G, N // 32, 32, K // 32, 32)
     byte = e8m0_rceil(tiles.abs().amax(dim=(2, 4)))  # [G, N/32, K/32]
-    q = e4m3_satfinite(tiles * e8m0_reciprocal(byte)[:, :, None, :, None]).view(G, N, K)
+    q = e4m3_satfinite(tiles * e8m0_reciprocal(byte)[:, :, None, :, None])
+    if shared:
+        b = byte.to(torch.int32)
+        top = b.view(G, N // 128, 4, K // 128, 4).amax(dim=(2, 4)).repeat_interleave(4, 1).repeat_interleave(4, 2)
+        q = e4m3_at_shared_scale(q, (top - b)[:, :, None, :, None])
+        byte = top.to(torch.uint8)
     fprop = byte.repeat_interleave(32, dim=1).reshape(G * N, K // 32)
     dgrad = byte.transpose(1, 2).repeat_interleave(32, dim=1).reshape(G * K, N // 32)
-    return raw(q), fprop, dgrad
-
-
-def ref_mxfp8_dgrad_data(w):
-    """Training's dgrad_data on Hopper for dims that are multiples of 128 (docs/formats.md, perf_history
-    G150): fprop_data's codes at shared scales per 128x128 block -- a code of a tile whose byte lies
-    `shift` below the block's largest becomes e4m3_rn(code * 2^-shift) -- transposed per expert."""
-    G, N, K = w.shape
-    tiles = w.float().view(G, N // 32, 32, K // 32, 32)
-    byte = e8m0_rceil(tiles.abs().amax(dim=(2, 4)))
-    q = e4m3_satfinite(tiles * e8m0_reciprocal(byte)[:, :, None, :, None])
-    b = byte.to(torch.int32)
-    top = b.view(G, N // 128, 4, K // 128, 4).amax(dim=(2, 4)).repeat_interleave(4, 1).repeat_interleave(4, 2)
-    shift = top - b
-    factor = torch.where(shift > 24, torch.zeros_like(shift, dtype=torch.float32), torch.exp2(-shift.float()))
-    shared = e4m3_satfinite(q.float() * factor[:, :, None, :, None])
-    codes = torch.where((shift == 0)[:, :, None, :, None], raw(q), raw(shared)).view(G, N, K)
-    return codes.transpose(-1, -2).contiguous()
+    return raw(q.reshape(G, N, K)), fprop, dgrad
 
 
 _E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -184,13 +175,15 @@ def test_mxfp8_bytes_match_torch_reference(inference):
     if inference:
         assert p.dgrad_data is None and p.dgrad_scale is None
     else:
-        # Hopper: dgrad_data is a tensor of its own, fprop_data's codes at shared scales per 128x128
-        # block, transposed per expert (the FP8-blockwise DGRAD's operand)
+        # Hopper: the tiles at shared scales per 128x128 block (some codes re-rounded, some bytes
+        # raised: not upstream's exact tiles), dgrad_data a tensor of its own, fprop_data transposed per
+        # expert (the FP8-blockwise DGRAD's operand)
+        exact_q, exact_fprop, _ = ref_mxfp8(w, inference, shared=False)
+        assert not torch.equal(q, exact_q) and not torch.equal(fprop, exact_fprop)
         assert p.dgrad_data.dtype == torch.float8_e4m3fn and tuple(p.dgrad_data.shape) == (2, 256, 128)
         assert p.dgrad_data.is_contiguous()
         assert p.dgrad_data.untyped_storage().data_ptr() != p.fprop_data.untyped_storage().data_ptr()
-        assert torch.equal(raw(p.dgrad_data), ref_mxfp8_dgrad_data(w))
-        assert not torch.equal(raw(p.dgrad_data), q.transpose(-1, -2).contiguous())  # some codes re-rounded
+        assert torch.equal(raw(p.dgrad_data), q.transpose(-1, -2).contiguous())
         assert torch.equal(raw(p.dgrad_scale), dgrad)
 
 
@@ -211,7 +204,7 @@ def test_prepared_mxfp8_weight_refill_is_allocation_stable():
     assert r.dgrad_data is p.dgrad_data and r.dgrad_data is not r.fprop_data
     for n, b in before.items():
         assert not torch.equal(raw(getattr(r, n)), b), n
-    assert torch.equal(raw(r.dgrad_data), ref_mxfp8_dgrad_data(w))
+    assert torch.equal(raw(r.dgrad_data), ref_mxfp8(w, False)[0].transpose(-1, -2).contiguous())
     assert_prepared_equal(r, dist_moe.prepare_block_scaled_weight(w, MXFP8))
 
 

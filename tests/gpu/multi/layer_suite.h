@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <cmath>
@@ -34,6 +35,26 @@
 namespace dist_moe::layer_suite {
 
 inline int g_rank = 0;
+
+// An environment knob set for a scope (contexts read theirs at creation): e.g. a staged MXFP8 training
+// context on the per-32 FPROPs, the sequence Mega's forward launch runs (DMOE_MXFP8_FPROP_PER32=1).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = ::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) ::setenv(name_.c_str(), old_->c_str(), 1);
+    else ::unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
 #define LOG(...)                                                  \
   do {                                                            \
     std::printf("[rank %d] ", ::dist_moe::layer_suite::g_rank);   \

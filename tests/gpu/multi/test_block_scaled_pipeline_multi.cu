@@ -6,12 +6,12 @@
 // quantization points, rows padded to 128 per expert) and the plain BF16 oracle, runs its part of
 // the layer with weights prepared on the GPU, and checks
 //   - against the format's oracle: the BF16 suite's tolerances (the same quantized operands; only
-//     the GEMMs' accumulation order differs; FP8 blockwise's forward: see kFwd);
+//     the GEMMs' accumulation order differs; the forward's bound: see kFwd);
 //   - against the BF16 oracle: upstream's MXFP8 tolerances (reference/compare.h kMxfp8*; issue 27
 //     holds FP8 blockwise to them);
 //   - the saved path (slot = maximum useful) bitwise equal to the all-recompute path, graph replay
-//     bitwise equal to eager, an inference context and a no-grad forward equal to the training
-//     forward bitwise, WGRAD accumulation, and the validation texts.
+//     bitwise equal to eager, a no-grad forward equal to the training forward bitwise, an inference
+//     context's forward within the forward bound of it, WGRAD accumulation, and the validation texts.
 // Prints one line per case and "ALL PASS: N cases" at the end.
 //
 //   dmoe_launch -n 1 -- dist_moe_mxfp8_pipeline_tests [--filter NAME]   (or _fp8_blockwise_training_)
@@ -91,6 +91,7 @@ Problem make_problem(const Case& c, int world) {
   pr.ref_bwd = reference::backward(pr.p, pr.ref_fwd, pr.grad_out, bo);
   fo.row_alignment = 128;
   fo.quantization = kQuantization;
+  fo.mxfp8_training_fprop_rows = true;  // (MXFP8: the staged FPROPs' rows at shared scales, G151)
   pr.q_fwd = reference::forward(pr.p, fo);
   pr.q_bwd = reference::backward(pr.p, pr.q_fwd, pr.grad_out, bo);
   return pr;
@@ -169,8 +170,13 @@ bool check(const std::string& what, const TensorF& got, const TensorF& want, con
 // FP8 blockwise's forward is held to 1e-2, as in its inference suite: there a last-bit difference
 // of the BF16 element that is its block's amax moves the block's FP32 scale (amax / 448) and with
 // it the E4M3 rounding of all 128 values of the block (MXFP8's power-of-two scale rarely moves);
-// test_block_scaled_inference_multi.cu holds exact-h1 cases to 5e-3.
-const reference::Tolerance kFwd{2e-2, 2e-2, kFp8Blockwise ? 1e-2 : 5e-3, 0.999};
+// test_block_scaled_inference_multi.cu holds exact-h1 cases to 5e-3. MXFP8's forward too since its
+// training FPROPs run the FP8-blockwise kernel (session 72, perf_history G151): the FP8 wgmma adds 128
+// products of K in its own accumulator before each FP32 promotion (32 for the per-32 kernel), so more
+// BF16 h1 / h3 elements land one last bit from the oracle's exact sums, and with them more E4M3
+// roundings of h2 -- the largest forward relL2 over the suite went 3.3e-3 -> 5.0e-3 (s71 r7 -> s72 r1,
+// the operands' values modelled bit for bit in both; the worst single token's ~2e-2 in both).
+const reference::Tolerance kFwd{2e-2, 2e-2, 1e-2, 0.999};
 const reference::Tolerance kGrad{3e-2, 3e-2, 1e-2, 0.995};
 const reference::Tolerance kWgrad{3e-2, 1.0, 1.5e-2, 0.995};
 // Against the BF16 reference upstream judges MXFP8 by relL2 and cosine only (its test catalog:
@@ -365,10 +371,9 @@ bool case_inference_and_no_grad(ncclComm_t nccl, int rank, int world, cudaStream
     sync(stream);
     const TensorF got = out.read(c, ctx->local_experts()).out;
     ok &= check_forward(c, pr, got, rank, "inference ", why);
-    if (kFp8Blockwise)
-      ok &= check("inference out vs training out", got, trained.out, aggregate(kFwd), why);
-    else if (!reference::bitwise_equal(got, trained.out))
-      ok = false, *why += " inference out != training out;";
+    // Not the same bits: FP8 blockwise's inference quantizes x at the source, and MXFP8's reads the
+    // exact 1x32 rows with the per-32 GEMMs where training's FPROPs read them at shared scales (G151).
+    ok &= check("inference out vs training out", got, trained.out, aggregate(kFwd), why);
     Inputs inf_w(c, pr.p, pr.grad_out[rank], rank, stream, /*inference_weights=*/true);
     if (kFp8Blockwise) {  // weights prepared for inference (no transposed copy): the same bits
       Outputs out_w(c, ctx->local_experts());
@@ -480,13 +485,13 @@ bool case_mega_inference(ncclComm_t nccl, int rank, int world, cudaStream_t stre
 // WGRAD accumulation: two backward calls into the same buffers leave twice one call's gradient.
 // Mega for MXFP8 training (issue #28; the forward's W13, h2 quantization and W2 in one launch, x's
 // rows + columns quantization staged; the backward's W2 DGRAD, SwiGLU backward and dxy quantization
-// in one launch, the rest staged): on the 128x128 tiles the staged GEMMs take at these sizes, with
-// the W13 epilogue writing the quantizers' bytes (h2 rows, h2's saved column bundle) and h1 and the
-// W2 DGRAD epilogue dxy's rows and columns, so forward and backward equal the staged context's bit
-// for bit -- with the saved
-// state (a full slot) and with the backward's recompute (the default slot) -- and pass the oracle
+// in one launch, the rest staged): on the 128x128 tiles the staged per-32 FPROPs take at these sizes,
+// with the W13 epilogue writing the quantizers' bytes (h2 rows, h2's saved column bundle) and h1, so
+// forward and backward equal bit for bit a staged context on the per-32 FPROPs (DMOE_MXFP8_FPROP_PER32=1;
+// the default staged FPROPs run the FP8-blockwise kernel on rows at shared scales, G151) -- with the
+// saved state (a full slot) and with the backward's recompute (the default slot) -- and pass the oracle
 // checks. Plain, clamped, RMSNorm (K = 8), a padded rank; and a second step accumulating the weight
-// gradients (BF16 and FP32) equal to the staged context's second step.
+// gradients (BF16 and FP32) equal to that staged context's second step.
 bool case_mega_training(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
   Case base{"mega_train"};
   base.T = base.T_max = 256;
@@ -503,7 +508,10 @@ bool case_mega_training(ncclComm_t nccl, int rank, int world, cudaStream_t strea
     const Problem pr = make_problem(k, world);
     for (const bool full_slot : {true, false}) {
       const std::string tag = k.name + (full_slot ? " (saved)" : " (recompute)");
-      const Result want = run_layer(nccl, k, pr, rank, world, full_slot, stream);
+      const Result want = [&] {
+        const ScopedEnv per32("DMOE_MXFP8_FPROP_PER32", "1");
+        return run_layer(nccl, k, pr, rank, world, full_slot, stream);
+      }();
       const Result got = run_layer(nccl, k, pr, rank, world, full_slot, stream, BlockScaledPipeline::kMega);
       if (!bitwise(got, want)) ok = false, *why += " " + tag + ": mega != staged;";
       std::string w;
@@ -534,7 +542,11 @@ bool case_mega_training(ncclComm_t nccl, int rank, int world, cudaStream_t strea
     k.wgrad = dt;
     k.seed = 23;
     const Problem pr = make_problem(k, world);
-    if (!bitwise(two_steps(k, pr, BlockScaledPipeline::kMega), two_steps(k, pr, BlockScaledPipeline::kStaged)))
+    const Result staged = [&] {
+      const ScopedEnv per32("DMOE_MXFP8_FPROP_PER32", "1");
+      return two_steps(k, pr, BlockScaledPipeline::kStaged);
+    }();
+    if (!bitwise(two_steps(k, pr, BlockScaledPipeline::kMega), staged))
       ok = false, *why += " " + k.name + ": mega != staged;";
   }
   return ok;
