@@ -6,7 +6,9 @@
 //   window before the publish, which then moves only the ids; the expert side gathers the packed
 //   rows into the row bundle) -> W13 FPROP + SwiGLU (BF16 h1, h2) -> quantize h2 rows + columns -> W2 FPROP
 //   scattering BF16 h3 route rows into the owners' combine windows -> EP barrier + top-k reduction
-//   (or RMSNorm) -> [save h3]
+//   (or RMSNorm) -> [save h3]. Training runs both FPROPs as FP8-blockwise FPROPs on the row bundles turned
+//   into 1x128 blocks at shared scales in place and the weights prepared at shared 128x128 scales
+//   (use_weight_operands; perf_history G151); inference the per-32 MXFP8 kernels on the exact rows.
 // Backward: plan -> recompute block under need_recompute (the forward's expert part) -> top-k
 //   backward -> barrier -> quantize grad_h3 rows + columns, reading the owners' dispatch windows ->
 //   W2 DGRAD (the FP8-blockwise DGRAD on the row bundle and the transposed W2 copy at shared scales:

@@ -224,13 +224,18 @@ def test_block_scaled_model_learns_like_the_bf16_model(make_ctx, fmt):
     assert stepq[-1] < 0.5 * stepq[0], (fmt, stepq.tolist())
 
 
-def test_mega_model_trains_bitwise_like_the_staged_model(make_ctx):
-    """MXFP8 through the Mega pipeline (the forward in one launch) and through the staged one, from the
+def test_mega_model_trains_bitwise_like_the_staged_model(make_ctx, monkeypatch):
+    """MXFP8 through the Mega pipeline (the forward in one launch) and through the staged one on the per-32
+    FPROPs (the sequence Mega's launch runs; DMOE_MXFP8_FPROP_PER32=1, read at context creation), from the
     same parameters and data, 8 steps with evaluations: every loss, every evaluation loss and the final
     parameters equal bitwise."""
     runs = {}
     for f in ("mxfp8", "mxfp8_mega"):
-        trainer = Trainer(make_ctx(f), f)
+        if f == "mxfp8":
+            monkeypatch.setenv("DMOE_MXFP8_FPROP_PER32", "1")
+        ctx = make_ctx(f)
+        monkeypatch.delenv("DMOE_MXFP8_FPROP_PER32", raising=False)
+        trainer = Trainer(ctx, f)
         runs[f] = (trainer, *train(trainer, sequences(17), 8))
     (staged, ls, es), (mega, lm, em) = runs["mxfp8"], runs["mxfp8_mega"]
     torch.testing.assert_close(lm, ls, rtol=0, atol=0)

@@ -586,17 +586,32 @@ bool case_accumulate(ncclComm_t nccl, int rank, int world, cudaStream_t stream, 
   return ok;
 }
 
-// T changes between calls on one context (T_max 96): 96, 1, 40, 96, each against its own oracle.
+// T changes between calls on one context (T_max 96): 96, 1, 40, 96, each equal bit for bit to the same
+// call on a fresh context (what reusing a context must not change) and against its own oracle -- where
+// the call has at least 32 tokens: one token's relL2 against the oracle is a single sample of the GEMMs'
+// last-bit noise (the suite's worst token: 1.1-2.0e-2 in s71 r7 and s72 r1-r2; T = 1 at seed 58 was
+// 1.8e-2 in s72 once the FPROPs ran the FP8-blockwise kernel), so the T = 1 call's is reported with the
+// worst-token margin instead.
 bool case_varying_t(ncclComm_t nccl, int rank, int world, cudaStream_t stream, std::string* why) {
   Case base{"varying_t"};
-  auto ctx = Context::create(config_of(base, world, false), nccl);
-  const int64_t L = ctx->local_experts();
-  bool ok = true;
+  std::vector<Case> calls;
+  std::vector<Problem> problems;
+  std::vector<Result> fresh;  // each call on a context of its own, first (one context at a time)
   for (int64_t T : {96, 1, 40, 96}) {
     Case c = base;
     c.T = T;
     c.seed = 57 + T;
-    const Problem pr = make_problem(c, world);
+    calls.push_back(c);
+    problems.push_back(make_problem(c, world));
+    fresh.push_back(run_layer(nccl, c, problems.back(), rank, world, false, stream));
+  }
+  auto ctx = Context::create(config_of(base, world, false), nccl);
+  const int64_t L = ctx->local_experts();
+  bool ok = true;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const Case& c = calls[i];
+    const int64_t T = c.T;
+    const Problem& pr = problems[i];
     Inputs inp(c, pr.p, pr.grad_out[rank], rank, stream);
     Outputs out(c, L);
     SavedState st(*ctx);
@@ -604,8 +619,13 @@ bool case_varying_t(ncclComm_t nccl, int rank, int world, cudaStream_t stream, s
     routed_experts_forward(*ctx, inp.in, out.out.get(), &st, o, stream);
     routed_experts_backward(*ctx, inp.in, st, inp.gout.get(), out.g, o, stream);
     sync(stream);
+    const Result got = out.read(c, L);
+    if (!bitwise(got, fresh[i])) ok = false, *why += " T=" + std::to_string(T) + ": differs from a fresh context's call;";
     std::string w;
-    if (!check_all(c, pr, out.read(c, L), rank, &w)) ok = false, *why += " T=" + std::to_string(T) + w;
+    if (T < 32)
+      g_margins.token = std::max(g_margins.token, worst_token_rel_l2(got.out, pr.q_fwd.ranks[rank].out_TD));
+    else if (!check_all(c, pr, got, rank, &w))
+      ok = false, *why += " T=" + std::to_string(T) + w;
   }
   ctx->close();
   return ok;
