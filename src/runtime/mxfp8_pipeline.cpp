@@ -209,7 +209,7 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   W13FpropArgs f13 = w13_fprop_args(c, in, t.counts);
   const RowBundle xr = row_bundle(c, D, t.packed_rows);
   const int32_t* used_rows = t.offsets + c.local_experts;
-  if (mega) use_mxfp8_operands(f13.common, xr, D, w13.fprop_scale, false);  // (the launch quantizes h2 per 32)
+  if (mega) use_mxfp8_operands(f13.common, xr, D, w13.fprop_scale, false);  // (Mega's mainloop is per-32 MXFP8)
   else use_weight_operands(c, f13.common, xr, D, 2 * F, w13, false, used_rows, stream);
   f13.common.tile_rows = tile_rows;
   f13.a = xr.q;
