@@ -128,10 +128,11 @@ BasicForwardResult<Real> forward(const BasicProblem<Real>& problem, const Forwar
     // MXFP8 / FP8-blockwise: x quantized after the gather (row blocks for FPROP, column blocks
     // for WGRAD); NVFP4 arrives quantized already.
     const bool quant_after_gather = q == Quantization::kMXFP8 || q == Quantization::kFP8Blockwise;
-    auto fprop_rows = [&](const Tensor<Real>& a) {
-      const Tensor<Real> rows = q_rows(a, q);
-      if (!options.mxfp8_training_fprop_rows) return rows;
-      return hopper_operand(a, rows, q, [](const auto& raw) { return mxfp8_shared_rows(raw); });
+    auto fprop_rows = [&](const Tensor<Real>& a) {  // (the shared rows straight from a: no exact rows first)
+      if constexpr (std::is_same_v<Real, float>) {
+        if (options.mxfp8_training_fprop_rows && q == Quantization::kMXFP8) return mxfp8_shared_rows(a);
+      }
+      return q_rows(a, q);
     };
     const Tensor<Real> x_row = quant_after_gather ? fprop_rows(rf.x_gathered_MD) : rf.x_gathered_MD;
     rf.h1_M2F = grouped_gemm_nt(rt, x_row, w13);

@@ -16,6 +16,9 @@
 
 namespace dist_moe::testing {
 
+// The byte quantizer tests fill outputs with first, so that a byte a kernel did not write fails.
+constexpr uint8_t kPoison = 0xA5;
+
 // Empty when an SM90 device is usable, else why not.
 inline std::string sm90_unavailable_reason() {
   int count = 0;

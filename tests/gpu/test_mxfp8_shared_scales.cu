@@ -32,8 +32,8 @@ namespace {
 namespace nm = numeric;
 using testing::DeviceBuffer;
 using testing::first_difference;
+using testing::kPoison;
 
-constexpr uint8_t kPoison = 0xA5;
 constexpr int64_t kShared = 128;
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }

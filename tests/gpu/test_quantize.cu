@@ -28,8 +28,8 @@ namespace {
 namespace nm = numeric;
 using testing::DeviceBuffer;
 using testing::first_difference;
+using testing::kPoison;
 
-constexpr uint8_t kPoison = 0xA5;
 
 // A BF16 matrix kept both as bits (uploaded) and as the floats those bits mean (the oracle's input).
 struct HostBf16 {

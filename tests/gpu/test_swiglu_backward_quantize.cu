@@ -25,8 +25,8 @@ namespace {
 namespace nm = numeric;
 using testing::DeviceBuffer;
 using testing::first_difference;
+using testing::kPoison;
 
-constexpr uint8_t kPoison = 0xA5;
 
 // Random BF16 bits: values in [-range, range) times 2^e with e per row in [-spread, spread].
 std::vector<uint16_t> random_rows(int64_t rows, int64_t cols, float range, int spread, reference::Rng& rng) {
