@@ -101,6 +101,26 @@ struct Fp8BlockwiseFormat {
   }
 };
 
+// MXFP8 at a shared scale per 128 elements (numeric::mxfp8_quantize_rows_shared; perf_history G152):
+// FP8 blockwise's blocks and FP32 scale layouts with MXFP8's rule -- the E8M0 RCEIL code of the
+// 128-block's amax, stored as its power of two.
+struct Mxfp8SharedFormat {
+  static constexpr int kBlock = numeric::kMXSharedBlock;
+  static constexpr int kTableEntries = 1;
+  using Scale = float;
+  __device__ __forceinline__ static void from_amax(float amax, Scale& scale, float& mult) {
+    const uint8_t code = numeric::e8m0_rceil_from_amax(amax);
+    scale = numeric::e8m0_to_float(code);
+    mult = numeric::e8m0_reciprocal(code);
+  }
+  __device__ __forceinline__ static void fill_tables(float*) {}
+  __device__ __forceinline__ static void from_bf16_amax(float amax, const float*, Scale& scale, float& mult) {
+    uint8_t code;
+    numeric::e8m0_rceil_from_bf16_amax(amax, code, mult);
+    scale = numeric::e8m0_to_float(code);
+  }
+};
+
 // A thread's index among the 256 threads of a tile: the CTA's (CtaThread) or, in a CTA of 512 running
 // two tiles at once, its half's (HalfCtaThread).
 struct CtaThread {

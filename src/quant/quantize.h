@@ -213,6 +213,12 @@ void mxfp8_gather_packed_rows(const void* const* row_ptrs, const RowGroups& grou
 
 // ---- FP8 blockwise (DeepSeek-V3: 1x128 activations, 128x128 weights, FP32 scales) --------------
 
+// The scale rule of the FP8-blockwise rows + columns quantizers: the recipe's FP32 amax / 448, or
+// MXFP8's -- the E8M0 RCEIL code of the 128-block's amax as its FP32 power of two, every element
+// rounded once at it (numeric::mxfp8_quantize_rows_shared): the MXFP8 training layer's operands
+// (perf_history G152). The layouts are the same.
+enum class Fp8BlockScale { kAmaxOver448, kMxfp8Shared };
+
 // 1x128 blocks along cols. cols % 128 == 0.
 void fp8_blockwise_quantize_rows(const Bf16Matrix& x, const Fp8BlockwiseOut& out, cudaStream_t stream);
 
@@ -220,7 +226,8 @@ void fp8_blockwise_quantize_rows(const Bf16Matrix& x, const Fp8BlockwiseOut& out
 // (group offsets and the row capacity multiples of 128; without `cols`, multiples of 32 will do:
 // the routed rows of an inference layer); x may be gathered, `cols` compact (below).
 void fp8_blockwise_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Fp8BlockwiseOut& rows,
-                                      const Fp8BlockwiseOut& cols, cudaStream_t stream);
+                                      const Fp8BlockwiseOut& cols, cudaStream_t stream,
+                                      Fp8BlockScale rule = Fp8BlockScale::kAmaxOver448);
 
 // Both rows+columns quantizers with a fixed CTA region of 2^log2_region_t token tiles x
 // 2^log2_region_f feature tiles (128 each; at most 8 tiles in all); the launchers above pick it from
@@ -230,7 +237,8 @@ void mxfp8_quantize_rows_cols_in_regions(const Bf16Matrix& x, const RowGroups& g
                                          cudaStream_t stream);
 void fp8_blockwise_quantize_rows_cols_in_regions(const Bf16Matrix& x, const RowGroups& groups,
                                                  const Fp8BlockwiseOut& rows, const Fp8BlockwiseOut& cols,
-                                                 int log2_region_t, int log2_region_f, cudaStream_t stream);
+                                                 int log2_region_t, int log2_region_f, cudaStream_t stream,
+                                                 Fp8BlockScale rule = Fp8BlockScale::kAmaxOver448);
 
 // Compact columns (cols.compact, as mxfp8_quantize_rows_cols' with FP8 blockwise's scale layout):
 // q [C, R] (row stride R) at cols.q + *cols.q_offset, then the FP32 scales [R / 128, C] at
@@ -282,7 +290,7 @@ void mxfp8_swiglu_backward_quantize(const SwigluBackwardSource& src, const RowGr
                                     const Mxfp8Out& cols, cudaStream_t stream);
 void fp8_blockwise_swiglu_backward_quantize(const SwigluBackwardSource& src, const RowGroups& groups,
                                             const Fp8BlockwiseOut& rows, const Fp8BlockwiseOut& cols,
-                                            cudaStream_t stream);
+                                            cudaStream_t stream, Fp8BlockScale rule = Fp8BlockScale::kAmaxOver448);
 // The same with a fixed CTA region of 2^log2_region_t token tiles x 2^log2_region_f feature tiles of
 // F (128 each, at most 8 tiles in all); the launchers above pick it (tests and benches sweep all).
 void mxfp8_swiglu_backward_quantize_in_regions(const SwigluBackwardSource& src, const RowGroups& groups,
@@ -290,7 +298,8 @@ void mxfp8_swiglu_backward_quantize_in_regions(const SwigluBackwardSource& src, 
                                                int log2_region_f, cudaStream_t stream);
 void fp8_blockwise_swiglu_backward_quantize_in_regions(const SwigluBackwardSource& src, const RowGroups& groups,
                                                        const Fp8BlockwiseOut& rows, const Fp8BlockwiseOut& cols,
-                                                       int log2_region_t, int log2_region_f, cudaStream_t stream);
+                                                       int log2_region_t, int log2_region_f, cudaStream_t stream,
+                                                       Fp8BlockScale rule = Fp8BlockScale::kAmaxOver448);
 
 // ---- NVFP4 (E2M1 data, E4M3 per-16 scales, FP32 global / per-token scales) ----------------------
 

@@ -190,8 +190,10 @@ void mxfp8_swiglu_backward_quantize(const SwigluBackwardSource& src, const RowGr
 
 void fp8_blockwise_swiglu_backward_quantize(const SwigluBackwardSource& src, const RowGroups& groups,
                                             const Fp8BlockwiseOut& rows, const Fp8BlockwiseOut& cols,
-                                            cudaStream_t stream) {
-  launch<Fp8BlockwiseFormat>(src, groups, rows, cols, stream, "fp8_blockwise_swiglu_backward_quantize");
+                                            cudaStream_t stream, Fp8BlockScale rule) {
+  const char* name = "fp8_blockwise_swiglu_backward_quantize";
+  if (rule == Fp8BlockScale::kMxfp8Shared) return launch<Mxfp8SharedFormat>(src, groups, rows, cols, stream, name);
+  launch<Fp8BlockwiseFormat>(src, groups, rows, cols, stream, name);
 }
 
 void mxfp8_swiglu_backward_quantize_in_regions(const SwigluBackwardSource& src, const RowGroups& groups,
@@ -203,10 +205,13 @@ void mxfp8_swiglu_backward_quantize_in_regions(const SwigluBackwardSource& src, 
 
 void fp8_blockwise_swiglu_backward_quantize_in_regions(const SwigluBackwardSource& src, const RowGroups& groups,
                                                        const Fp8BlockwiseOut& rows, const Fp8BlockwiseOut& cols,
-                                                       int log2_region_t, int log2_region_f, cudaStream_t stream) {
-  DMOE_CHECK_ARG(log2_region_t >= 0 && log2_region_f >= 0, "fp8_blockwise_swiglu_backward_quantize: negative region");
-  launch<Fp8BlockwiseFormat>(src, groups, rows, cols, stream, "fp8_blockwise_swiglu_backward_quantize", log2_region_t,
-                             log2_region_f);
+                                                       int log2_region_t, int log2_region_f, cudaStream_t stream,
+                                                       Fp8BlockScale rule) {
+  const char* name = "fp8_blockwise_swiglu_backward_quantize";
+  DMOE_CHECK_ARG(log2_region_t >= 0 && log2_region_f >= 0, name, ": negative region");
+  if (rule == Fp8BlockScale::kMxfp8Shared)
+    return launch<Mxfp8SharedFormat>(src, groups, rows, cols, stream, name, log2_region_t, log2_region_f);
+  launch<Fp8BlockwiseFormat>(src, groups, rows, cols, stream, name, log2_region_t, log2_region_f);
 }
 
 }  // namespace dist_moe::quant

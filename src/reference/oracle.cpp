@@ -28,8 +28,8 @@ Tensor<Real> q_cols(const RankRouting& rt, const Tensor<Real>& a, Quantization q
   return a;
 }
 // A training GEMM's row operand: as quantized, except MXFP8's, which the Hopper layer runs at shared
-// scales (quant.h mxfp8_wgrad_operand, mxfp8_shared_rows): `shared(raw)` from the unquantized values (a
-// generic lambda: instantiated for float only).
+// scales (quant.h mxfp8_wgrad_operand, mxfp8_shared_rows or their _once forms): `shared(raw)` from the
+// unquantized values (a generic lambda: instantiated for float only).
 template <class Real, class Shared>
 Tensor<Real> hopper_operand(const Tensor<Real>& raw, const Tensor<Real>& quantized, Quantization q, Shared&& shared) {
   if constexpr (std::is_same_v<Real, float>) {
@@ -130,7 +130,13 @@ BasicForwardResult<Real> forward(const BasicProblem<Real>& problem, const Forwar
     const bool quant_after_gather = q == Quantization::kMXFP8 || q == Quantization::kFP8Blockwise;
     auto fprop_rows = [&](const Tensor<Real>& a) {  // (the shared rows straight from a: no exact rows first)
       if constexpr (std::is_same_v<Real, float>) {
-        if (options.mxfp8_training_fprop_rows && q == Quantization::kMXFP8) return mxfp8_shared_rows(a);
+        if (q == Quantization::kMXFP8) {
+          switch (options.mxfp8_training_operands) {
+            case Mxfp8TrainingOperands::kExactForward: break;
+            case Mxfp8TrainingOperands::kReround: return mxfp8_shared_rows(a);
+            case Mxfp8TrainingOperands::kSharedOnce: return mxfp8_shared_rows_once(a);
+          }
+        }
       }
       return q_rows(a, q);
     };
@@ -224,14 +230,19 @@ BasicBackwardResult<Real> backward(const BasicProblem<Real>& problem, const Basi
     const RankRouting& rt = routing[at(r)];
     const Tensor<Real> w13 = q != Quantization::kNone ? rf.quantized.w13_EFD : problem.local_w13(r);
     const Tensor<Real> w2 = q != Quantization::kNone ? rf.quantized.w2_EDF : problem.local_w2(r);
-    // WGRAD operands of the forward activations (column-quantized in the quantized training paths).
-    auto wgrad_cols = [&](const auto& a) { return mxfp8_wgrad_operand(rt, a); };
+    // WGRAD operands of the forward activations (column-quantized in the quantized training paths);
+    // MXFP8's DGRAD rows and WGRAD columns: quantized once at the shared scales under kSharedOnce, else
+    // the exact blocks re-rounded there.
+    const bool mxfp8_once = fwd.options.mxfp8_training_operands == Mxfp8TrainingOperands::kSharedOnce;
+    auto wgrad_cols = [&](const auto& a) {
+      return mxfp8_once ? mxfp8_wgrad_operand_once(rt, a) : mxfp8_wgrad_operand(rt, a);
+    };
     const Tensor<Real> x_wgrad = q != Quantization::kNone
                                      ? hopper_operand(rf.x_gathered_MD, rf.quantized.x_col_MD, q, wgrad_cols)
                                      : rf.x_gathered_MD;
     const Tensor<Real> h2_wgrad =
         q != Quantization::kNone ? hopper_operand(rf.h2_MF, rf.quantized.h2_col_MF, q, wgrad_cols) : rf.h2_MF;
-    auto dgrad_rows = [](const auto& a) { return mxfp8_shared_rows(a); };
+    auto dgrad_rows = [&](const auto& a) { return mxfp8_once ? mxfp8_shared_rows_once(a) : mxfp8_shared_rows(a); };
 
     rb.grad_h3_MD = gather_route_rows(rt, grad_h3_published);
     const Tensor<Real> gh3_row = q_rows(rb.grad_h3_MD, q);

@@ -111,6 +111,18 @@ enum class Quantization {
 };
 const char* to_string(Quantization q);
 
+// Which values the MXFP8 training layer's GEMM operands hold (kMXFP8 only; docs/formats.md "MXFP8
+// training operands"). Shared scales are one E8M0 code per 1x128 row block / 128x1 column block along
+// tokens (restarting at each expert), the largest of the block's four 1x32 / 32x1 codes.
+enum class Mxfp8TrainingOperands {
+  kExactForward,  // FPROP on upstream's exact 1x32 rows; DGRAD / WGRAD operands re-rounded at shared scales
+                  // (the per-32 FPROPs: DMOE_MXFP8_FPROP_PER32=1, Mega training, and inference layers,
+                  // which only run the forward)
+  kReround,       // every operand: exact 1x32 / 32x1 blocks re-rounded at the shared scale per 128
+                  // (G149-G151; DMOE_MXFP8_REROUND=1)
+  kSharedOnce,    // every operand quantized once at the shared scale per 128 (G152; the layer's default)
+};
+
 // Fused post-expert RMSNorm (upstream §2.7): per route row n = xg / sqrt(mean(xg^2) + eps) with
 // xg = (gamma + gain_center) * h3 when gamma is given (inference only), else xg = h3.
 struct RMSNormSpec {
@@ -130,10 +142,9 @@ struct ForwardOptions {
   double swiglu_clip_limit = kSwigluClampLimitDefault;
   std::optional<RMSNormSpec> rmsnorm;
   Quantization quantization = Quantization::kNone;
-  // kMXFP8: the FPROPs' row operands (x, h2) at shared scales per 128 columns, as the Hopper training
-  // layer runs them (reference::mxfp8_shared_rows; perf_history G151); inference layers read the exact
-  // 1x32 rows. The backward's DGRAD rows are always at shared scales.
-  bool mxfp8_training_fprop_rows = false;
+  // kMXFP8: the rule the layer being modelled quantizes its activation operands by (the backward
+  // reads it from the forward's options). The default, exact FPROP rows, also models inference.
+  Mxfp8TrainingOperands mxfp8_training_operands = Mxfp8TrainingOperands::kExactForward;
 
   void validate(int64_t hidden_dim) const;
 };

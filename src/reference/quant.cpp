@@ -109,6 +109,43 @@ void qdq_weight(const float* w, int64_t rows, int64_t cols, Quantization q, floa
   }
 }
 
+// The MXFP8 training operands at shared scales per 128 (FP32 scales, the FP8-blockwise GEMMs' form).
+// `quantize(x, rows, cols, q, scales)` writes one rule's codes and scales, per 128 columns of a row
+// (scales [rows, ceil(cols / 128)]) or per 128 rows of a column (scales [ceil(rows / 128), cols]).
+template <class Quantize>
+TensorF shared_rows(const TensorF& a_RC, Quantize&& quantize) {
+  TensorF out(a_RC.shape);
+  const int64_t rows = a_RC.rows(), C = a_RC.row_size();
+  if (rows == 0 || C == 0) return out;
+  std::vector<uint8_t> q(at(rows * C));
+  std::vector<float> scales(at(rows * numeric::detail::ceil_div(C, int64_t{numeric::kMXSharedBlock})));
+  quantize(a_RC.data.data(), rows, C, q.data(), scales.data());
+  numeric::fp8_blockwise_dequantize_act(q.data(), scales.data(), rows, C, out.data.data());
+  return out;
+}
+
+// Column blocks restart at each expert: every expert's segment of a_MC is quantized on its own.
+template <class Quantize>
+TensorF shared_columns_per_expert(const RankRouting& rt, const TensorF& a_MC, Quantize&& quantize) {
+  DMOE_CHECK_ARG(a_MC.rows() == rt.num_rows(), "MXFP8 WGRAD operand: ", a_MC.rows(), " rows but rank ", rt.rank,
+                 "'s routing has M=", rt.num_rows());
+  TensorF out(a_MC.shape);
+  const int64_t C = a_MC.row_size();
+  for (int64_t e = 0; e < rt.num_local_experts; ++e) {
+    const int64_t m0 = rt.expert_offsets[at(e)], rows = rt.expert_offsets[at(e + 1)] - m0;
+    if (rows == 0 || C == 0) continue;
+    std::vector<uint8_t> q(at(rows * C));
+    std::vector<float> scales(at(numeric::detail::ceil_div(rows, int64_t{numeric::kMXSharedBlock}) * C));
+    quantize(a_MC.row(m0), rows, C, q.data(), scales.data());
+    float* y = out.row(m0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < C; ++c)
+        y[r * C + c] = numeric::fp8_blockwise_dequantize_value(q[at(r * C + c)],
+                                                               scales[at((r / numeric::kMXSharedBlock) * C + c)]);
+  }
+  return out;
+}
+
 }  // namespace
 
 TensorF quantize_activation_rows(const TensorF& a_RC, Quantization q) {
@@ -133,41 +170,27 @@ TensorF quantize_activation_columns(const RankRouting& rt, const TensorF& a_MC, 
 }
 
 TensorF mxfp8_wgrad_operand(const RankRouting& rt, const TensorF& a_MC) {
-  DMOE_CHECK_ARG(a_MC.rows() == rt.num_rows(), "MXFP8 WGRAD operand: ", a_MC.rows(), " rows but rank ", rt.rank,
-                 "'s routing has M=", rt.num_rows());
-  TensorF out(a_MC.shape);
-  const int64_t C = a_MC.row_size();
-  for (int64_t e = 0; e < rt.num_local_experts; ++e) {
-    const int64_t m0 = rt.expert_offsets[at(e)], rows = rt.expert_offsets[at(e + 1)] - m0;
-    if (rows == 0 || C == 0) continue;
-    const int64_t blocks = numeric::detail::ceil_div(rows, numeric::kMXBlock);
-    const int64_t shared_blocks = numeric::detail::ceil_div(rows, int64_t{numeric::kFP8BlockwiseBlock});
-    std::vector<uint8_t> q(at(rows * C)), q_shared(at(rows * C)), scales(at(blocks * C));
-    std::vector<float> shared_scales(at(shared_blocks * C));
-    numeric::mxfp8_quantize_cols(a_MC.row(m0), rows, C, q.data(), scales.data());
-    numeric::mxfp8_cols_at_shared_scales(q.data(), scales.data(), rows, C, q_shared.data(), shared_scales.data());
-    float* y = out.row(m0);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < C; ++c)
-        y[r * C + c] = numeric::fp8_blockwise_dequantize_value(q_shared[at(r * C + c)],
-                                                               shared_scales[at((r / numeric::kFP8BlockwiseBlock) * C + c)]);
-  }
-  return out;
+  return shared_columns_per_expert(rt, a_MC, [](const float* x, int64_t rows, int64_t C, uint8_t* q_shared,
+                                                float* shared_scales) {
+    std::vector<uint8_t> q(at(rows * C)), scales(at(numeric::detail::ceil_div(rows, numeric::kMXBlock) * C));
+    numeric::mxfp8_quantize_cols(x, rows, C, q.data(), scales.data());
+    numeric::mxfp8_cols_at_shared_scales(q.data(), scales.data(), rows, C, q_shared, shared_scales);
+  });
+}
+
+TensorF mxfp8_wgrad_operand_once(const RankRouting& rt, const TensorF& a_MC) {
+  return shared_columns_per_expert(rt, a_MC, numeric::mxfp8_quantize_cols_shared);
 }
 
 TensorF mxfp8_shared_rows(const TensorF& a_RC) {
-  TensorF out(a_RC.shape);
-  const int64_t rows = a_RC.rows(), C = a_RC.row_size();
-  if (rows == 0 || C == 0) return out;
-  const int64_t nb = numeric::detail::ceil_div(C, numeric::kMXBlock);
-  const int64_t ns = numeric::detail::ceil_div(C, int64_t{numeric::kFP8BlockwiseBlock});
-  std::vector<uint8_t> q(at(rows * C)), q_shared(at(rows * C)), scales(at(rows * nb));
-  std::vector<float> shared_scales(at(rows * ns));
-  numeric::mxfp8_quantize_rows(a_RC.data.data(), rows, C, q.data(), scales.data());
-  numeric::mxfp8_rows_at_shared_scales(q.data(), scales.data(), rows, C, q_shared.data(), shared_scales.data());
-  numeric::fp8_blockwise_dequantize_act(q_shared.data(), shared_scales.data(), rows, C, out.data.data());
-  return out;
+  return shared_rows(a_RC, [](const float* x, int64_t rows, int64_t C, uint8_t* q_shared, float* shared_scales) {
+    std::vector<uint8_t> q(at(rows * C)), scales(at(rows * numeric::detail::ceil_div(C, numeric::kMXBlock)));
+    numeric::mxfp8_quantize_rows(x, rows, C, q.data(), scales.data());
+    numeric::mxfp8_rows_at_shared_scales(q.data(), scales.data(), rows, C, q_shared, shared_scales);
+  });
 }
+
+TensorF mxfp8_shared_rows_once(const TensorF& a_RC) { return shared_rows(a_RC, numeric::mxfp8_quantize_rows_shared); }
 
 TensorF quantize_weights(const TensorF& w_ENK, Quantization q) {
   DMOE_CHECK_ARG(w_ENK.dims() == 3, "quantize_weights expects [E_local, N, K]");

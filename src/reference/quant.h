@@ -35,6 +35,13 @@ TensorF mxfp8_wgrad_operand(const RankRouting& rt, const TensorF& a_MC);
 // G151): a [rows, cols] -> the kMXFP8 row blocks at shared scales per 128 columns
 // (numeric::mxfp8_rows_at_shared_scales), dequantized.
 TensorF mxfp8_shared_rows(const TensorF& a_RC);
+// The same two operands quantized once at the shared scales (perf_history G152): every 1x128 row block
+// (128x1 column block along an expert's rows) at the E8M0 code of its own amax, each element rounded
+// once there (numeric::mxfp8_quantize_rows_shared / mxfp8_quantize_cols_shared), dequantized. They
+// differ from the two above only where the exact block's rounding lands on a midpoint of E4M3's
+// subnormal grid at the shared scale.
+TensorF mxfp8_shared_rows_once(const TensorF& a_RC);
+TensorF mxfp8_wgrad_operand_once(const RankRouting& rt, const TensorF& a_MC);
 // w [E_local, N, K] -> per expert dequant(quant(w[e])). kNone returns a copy. kMXFP8: the 32x32 tiles at
 // shared scales per 128x128 block (numeric::mxfp8_tiles_at_shared_scales), as prepare_block_scaled_weight
 // writes MXFP8 training weights (perf_history G151) -- the weights of every MXFP8 layer, training and

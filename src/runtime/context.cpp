@@ -58,6 +58,15 @@ void DeviceArena::adopt(void* base) {
   base_ = static_cast<char*>(base);
 }
 
+bool mxfp8_training_on_fp8_blockwise(const Config& config) {
+  if (!config.block_scaled || config.block_scaled->format != BlockScaledFormat::kMXFP8_E4M3 || config.inference ||
+      config.block_scaled->pipeline != BlockScaledPipeline::kStaged)
+    return false;
+  for (const char* knob : {"DMOE_MXFP8_EXACT", "DMOE_MXFP8_FPROP_PER32", "DMOE_MXFP8_REROUND", "DMOE_MXFP8_WGRAD_BF16"})
+    if (core::env_flag(knob)) return false;
+  return true;
+}
+
 }  // namespace dist_moe::runtime
 
 namespace dist_moe {
@@ -99,7 +108,7 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
     detail::fail(ErrorCode::kInternal, to_string(c.config.block_scaled->format), " scratch layout needs ",
                  c.geometry.buffer_bytes - s.bottom,
                  " bytes, the plan gives ", c.geometry.buffer_bytes - floor);
-  if (c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise) {
+  if (c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise || c.mxfp8_on_fp8_blockwise) {
     // Its row bundles share the row region (the WGRADs read the saved column bundles where they lie).
     int64_t need = std::max(planner::fp8_blockwise_row_bytes(cap, D), planner::fp8_blockwise_row_bytes(cap, F));
     if (!c.config.inference) need = std::max(need, planner::fp8_blockwise_row_bytes(cap, 2 * F));
@@ -141,8 +150,9 @@ void build_buffers(Context::Impl* c, const Config& config, int64_t guard, platfo
   // tile height), and the plan's capacity keeps that bound; MXFP8's Hopper kernels need only 32,
   // which computes the same blocks on fewer padding rows (at qwen3_30b about 6% padding instead of
   // 25%); FP8-blockwise training needs 128 (its token blocks).
-  const int row_alignment = runtime::routing_row_alignment(config);
-  comm::EpConfig ep = comm::EpConfig::from(config, c->plan, row_alignment, /*validate_expert_ids=*/false);
+  c->mxfp8_on_fp8_blockwise = runtime::mxfp8_training_on_fp8_blockwise(config);
+  c->row_alignment = runtime::routing_row_alignment(config, c->mxfp8_on_fp8_blockwise);
+  comm::EpConfig ep = comm::EpConfig::from(config, c->plan, c->row_alignment, /*validate_expert_ids=*/false);
   c->ep = std::make_unique<comm::EpGroup>(*c->comm, ep);
   c->rows_window = c->comm->alloc_window(static_cast<size_t>(c->world) * sizeof(int32_t));
 

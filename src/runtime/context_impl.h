@@ -17,15 +17,24 @@
 
 namespace dist_moe::runtime {
 
+// Whether an MXFP8 training context runs the FP8-blockwise pipeline (perf_history G152): its activations
+// quantized once at MXFP8's shared scale per 128 elements (quant::Fp8BlockScale::kMxfp8Shared), its
+// weights prepared at shared 128x128 scales (G151), so every GEMM is an FP8-blockwise one and the WGRADs
+// read the saved column bundles where they lie. Staged only (Mega's forward launch is per-32 MXFP8), and
+// not under the knobs that keep the MXFP8 pipeline for A/B runs (DMOE_MXFP8_EXACT, DMOE_MXFP8_FPROP_PER32,
+// DMOE_MXFP8_REROUND, DMOE_MXFP8_WGRAD_BF16). Read once, at context creation (Context::Impl keeps it).
+bool mxfp8_training_on_fp8_blockwise(const Config& config);
+
 // Rows routing pads every local expert to. Block-scaled layouts pad to whole column blocks (the
 // WGRAD operands' blocks run along tokens and restart at each expert): 32 for MXFP8 (and for every
 // inference layer, which has no columns: 32 keeps the row quantizers' groups whole), 128 for
-// FP8-blockwise training (1x128 blocks along tokens). The plan's capacity keeps upstream's 128-row
-// bound (memory_plan.h kBlockScaledRowMultiple) for all of them (kBlockScaledRoutingRows: 32).
-// context.cpp says more.
-inline int routing_row_alignment(const Config& config) {
+// training on the FP8-blockwise pipeline (1x128 blocks along tokens: FP8 blockwise, and MXFP8 where
+// mxfp8_training_on_fp8_blockwise). The plan's capacity keeps upstream's 128-row bound (memory_plan.h
+// kBlockScaledRowMultiple) for all of them (kBlockScaledRoutingRows: 32). context.cpp says more.
+inline int routing_row_alignment(const Config& config, bool mxfp8_on_fp8_blockwise) {
   if (!config.block_scaled) return 1;
-  const bool fp8_columns = config.block_scaled->format == BlockScaledFormat::kFP8Blockwise && !config.inference;
+  const bool fp8_columns = !config.inference && (config.block_scaled->format == BlockScaledFormat::kFP8Blockwise ||
+                                                 mxfp8_on_fp8_blockwise);
   return fp8_columns ? 128 : static_cast<int>(kBlockScaledRoutingRows);
 }
 
@@ -96,6 +105,10 @@ struct Context::Impl {
   int32_t* offsets_gated = nullptr;     // [L + 1]
   float* grad_h3_row_scores = nullptr;  // [capacity] block-scaled backward: each row's route score (G144)
   int32_t* wgrad_padded_counts = nullptr;  // [L] MXFP8 backward: the experts' rows rounded up to 128 (G149)
+  // MXFP8 training on the FP8-blockwise pipeline (mxfp8_training_on_fp8_blockwise); otherwise, in the MXFP8
+  // pipeline, which of its GEMMs run on operands converted to FP8 blockwise (the three below).
+  bool mxfp8_on_fp8_blockwise = false;
+  int row_alignment = 1;         // routing_row_alignment of this context
   bool mxfp8_wgrad_fp8 = false;  // MXFP8 training: the WGRADs on FP8-blockwise operands (mxfp8_pipeline.cpp)
   bool mxfp8_dgrad_fp8 = false;  // MXFP8 training: the DGRADs on FP8-blockwise operands (mxfp8_pipeline.cpp)
   bool mxfp8_fprop_fp8 = false;  // MXFP8 training: the FPROPs on FP8-blockwise operands (mxfp8_pipeline.cpp)

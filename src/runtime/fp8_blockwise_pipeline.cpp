@@ -19,6 +19,13 @@
 // grad_h3's and dxy's are strided [C, cap] + [cap/128, C] at their scratch homes. The WGRAD reads
 // the saved compact bundles where they lie (WgradArgs::a_compact_rows: their row length R is patched
 // into its tensor map on the device; perf_history G71).
+//
+// MXFP8 training runs here too (Context::Impl::mxfp8_on_fp8_blockwise, perf_history G152): the same
+// sequence and layouts with MXFP8's scale rule in every activation quantizer -- each 1x128 / 128x1
+// block's E8M0 RCEIL code as its FP32 power of two, the elements rounded once at it, so each 32-element
+// block is an MXFP8 block with that code (quant::Fp8BlockScale::kMxfp8Shared) -- against the MXFP8
+// weights prepared at shared 128x128 scales (G151), whose FP32 block scales are derived from their
+// E8M0 grid right before each GEMM (weight_scales).
 #include "runtime/fp8_blockwise_pipeline.h"
 
 #include "dist_moe/check.h"
@@ -34,6 +41,25 @@ namespace {
 using planner::align128;
 
 // ---- operands -----------------------------------------------------------------------------------
+
+// The activation quantizers' scale rule: MXFP8's shared codes in an MXFP8 context (the header says why).
+quant::Fp8BlockScale scale_rule(const Context::Impl& c) {
+  return c.config.block_scaled->format == BlockScaledFormat::kMXFP8_E4M3 ? quant::Fp8BlockScale::kMxfp8Shared
+                                                                        : quant::Fp8BlockScale::kAmaxOver448;
+}
+
+// A prepared weight's FP32 128x128 block scales for FPROP (its [E, n, k] fields) or DGRAD (the
+// transposed copy, [E, n, k] as well): an FP8-blockwise preparation holds them; an MXFP8 one holds
+// E8M0 codes, the same in all sixteen 32x32 tiles of a block (G151), turned into them here, into one
+// buffer that the next GEMM on the stream reads.
+const void* weight_scales(const Context::Impl& c, const PreparedWeightBuffers& w, bool dgrad, int64_t n, int64_t k,
+                          cudaStream_t stream) {
+  const void* scales = dgrad ? w.dgrad_scale : w.fprop_scale;
+  if (c.config.block_scaled->format != BlockScaledFormat::kMXFP8_E4M3) return scales;
+  quant::mxfp8_weight_block_scales(static_cast<const uint8_t*>(scales), c.local_experts, n, k, c.weight_block_scales,
+                                   stream);
+  return c.weight_block_scales;
+}
 
 // The row bundle of a [cap, C] operand: E4M3 rows, then the k-block-major FP32 scale grid.
 quant::Fp8BlockwiseOut row_bundle(const Context::Impl& c, int64_t C) {
@@ -84,12 +110,12 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
     c.stage("gather_x_rows", stream);
   } else {
     const quant::Fp8BlockwiseOut xc = keep ? compact_columns<float>({act, layer + planner::kXCol}) : none;
-    quant::fp8_blockwise_quantize_rows_cols(routed_rows(c, t.gather_src, D), groups, xr, xc, stream);
+    quant::fp8_blockwise_quantize_rows_cols(routed_rows(c, t.gather_src, D), groups, xr, xc, stream, scale_rule(c));
     c.stage(recompute ? "recompute_quantize_x" : "quantize_x", stream);
   }
 
   W13FpropArgs f13 = w13_fprop_args(c, in, t.counts);
-  use_row_operands(f13.common, xr, w13.fprop_scale, false);
+  use_row_operands(f13.common, xr, weight_scales(c, w13, false, 2 * F, D, stream), false);
   f13.a = xr.q;
   f13.w13 = w13.fprop_data;
   f13.h1 = keep ? act : nullptr;
@@ -104,11 +130,12 @@ void expert_forward(Context::Impl& c, const RoutedExpertsInputs& in, const Block
   // Padding rows quantize as zeros; rows past the groups are not touched.
   const quant::Fp8BlockwiseOut hr = row_bundle(c, F);
   quant::fp8_blockwise_quantize_rows_cols(scratch_rows(c, h2_bf16, F), groups, hr,
-                                          keep ? compact_columns<float>({act, layer + planner::kH2Col}) : none, stream);
+                                          keep ? compact_columns<float>({act, layer + planner::kH2Col}) : none, stream,
+                                          scale_rule(c));
   c.stage(recompute ? "recompute_quantize_h2" : "quantize_h2", stream);
 
   FpropArgs f2 = w2_fprop_args(c, in, t.counts);
-  use_row_operands(f2.common, hr, w2.fprop_scale, false);
+  use_row_operands(f2.common, hr, weight_scales(c, w2, false, D, F, stream), false);
   f2.a = hr.q;
   f2.w = w2.fprop_data;
   f2.scatter.row_ptrs = t.scatter_dst;
@@ -148,12 +175,12 @@ void fp8_blockwise_backward(Context::Impl& c, const RoutedExpertsInputs& in, con
   // grad_h3 rows + columns straight from the owners' dispatch windows.
   const quant::RowGroups groups{s.expert_rows_unpadded, s.expert_offsets, L};
   const quant::Fp8BlockwiseOut g3r = row_bundle(c, D), g3c = strided_fp8_columns(c, S.grad_h3_col, D, cap);
-  quant::fp8_blockwise_quantize_rows_cols(head.grad_h3, groups, g3r, g3c, stream);
+  quant::fp8_blockwise_quantize_rows_cols(head.grad_h3, groups, g3r, g3c, stream, scale_rule(c));
   c.stage("quantize_grad_h3", stream);
 
   void* grad_h2 = at(c, S.grad_h2);
   DgradArgs d2 = w2_dgrad_args(c, in, s.expert_rows);
-  use_row_operands(d2.common, g3r, w2.dgrad_scale, true);
+  use_row_operands(d2.common, g3r, weight_scales(c, w2, true, F, D, stream), true);
   d2.grad_out = g3r.q;
   d2.w = w2.dgrad_data;
   d2.grad_a = grad_h2;
@@ -163,11 +190,11 @@ void fp8_blockwise_backward(Context::Impl& c, const RoutedExpertsInputs& in, con
   // dxy = SwiGLU'(h1) * grad_h2 straight to E4M3 rows + columns, never stored in BF16 (G70).
   const quant::Fp8BlockwiseOut dxr = row_bundle(c, 2 * F), dxc = strided_fp8_columns(c, S.dxy_col, 2 * F, cap);
   const quant::SwigluBackwardSource dxy{{act, layer + planner::kH1}, grad_h2, cap, F, swiglu_params(c.config)};
-  quant::fp8_blockwise_swiglu_backward_quantize(dxy, groups, dxr, dxc, stream);
+  quant::fp8_blockwise_swiglu_backward_quantize(dxy, groups, dxr, dxc, stream, scale_rule(c));
   c.stage("swiglu_backward_quantize_dxy", stream);
 
   DgradArgs d13 = w13_dgrad_args(c, in, s.expert_rows);
-  use_row_operands(d13.common, dxr, w13.dgrad_scale, true);
+  use_row_operands(d13.common, dxr, weight_scales(c, w13, true, D, 2 * F, stream), true);
   d13.grad_out = dxr.q;
   d13.w = w13.dgrad_data;
   d13.scatter.row_ptrs = s.scatter_dst;

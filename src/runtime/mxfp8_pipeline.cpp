@@ -1,4 +1,7 @@
-// The MXFP8 staged pipeline, per rank (docs/block_scaled_layer.md has the plan and the departures):
+// The MXFP8 staged pipeline, per rank (docs/block_scaled_layer.md has the plan and the departures). A
+// staged training context without an A/B knob does not come here: it runs the FP8-blockwise pipeline
+// with MXFP8's scale rule (Context::Impl::mxfp8_on_fp8_blockwise; perf_history G152). This file runs
+// inference, Mega, and training under DMOE_MXFP8_REROUND / _FPROP_PER32 / _EXACT / _WGRAD_BF16.
 //
 // Forward:  [validate ids] publish -> route (rows padded to 32 per local expert) -> [rows exchange
 //   + EP barrier] -> plan -> [save x] -> quantize x rows + columns, reading the rows from the peers'

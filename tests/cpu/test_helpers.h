@@ -168,6 +168,20 @@ inline dist_moe::reference::RandomProblemSpec make_spec(int64_t R, int64_t T, in
   return s;
 }
 
+// Spreads every rank's x over binades: x(t, d) times 2^-(3 * ((d / 32 + g / 32) % 4)), g the global
+// token (exact on BF16 values). The 1x32 / 32x1 blocks of a 128-feature row block or a 128-token
+// column block then sit up to 9 binades apart, so their values reach E4M3's subnormal grid at the
+// shared scale -- where the MXFP8 training rules (Mxfp8TrainingOperands) part.
+inline void spread_x_binades(dist_moe::reference::Problem& p) {
+  int64_t g0 = 0;
+  for (auto& x : p.x_TD) {
+    for (int64_t t = 0; t < x.size(0); ++t)
+      for (int64_t d = 0; d < x.size(1); ++d)
+        x(t, d) = std::ldexp(x(t, d), -3 * static_cast<int>((d / 32 + (g0 + t) / 32) % 4));
+    g0 += x.size(0);
+  }
+}
+
 // Plain SwiGLU, or clamped at `limit` (0.5: small enough that h1 crosses it often).
 inline dist_moe::reference::SwigluParams swiglu_of(bool clamped, double limit = 0.5) {
   dist_moe::reference::SwigluParams s;

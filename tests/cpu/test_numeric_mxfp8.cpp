@@ -1,16 +1,20 @@
 // MXFP8 E4M3 block quantization (rows 1x32, cols 32x1, tiles 32x32) against a reference written
 // here from the rules (enumerated E4M3 grid, RCEIL in double), plus crafted blocks, error bounds
-// and the transpose / tile relations the GEMM operands rely on.
+// and the transpose / tile relations the GEMM operands rely on; then the blocks at shared scales per
+// 128 (re-rounded, and quantized once against naive_helpers.h's loop).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "dist_moe/device/numeric/numeric.cuh"
+#include "naive_helpers.h"
 #include "test_helpers.h"
 
 namespace nm = dist_moe::numeric;
@@ -423,4 +427,117 @@ TEST(NumericMXFP8, ColumnsAtSharedScalesFollowTheBlockRule) {
         ASSERT_LE(std::fabs(shared_value - y[r * cols + c]), std::ldexp(1.0, m - 127 - 10)) << "row " << r;
       }
     }
+}
+
+// ---- quantized once at a shared scale per 128 (the G152 training layer's operands) -------------------
+
+namespace {
+
+// x_RC through mxfp8_quantize_rows_shared and mxfp8_quantize_cols_shared against the naive loop
+// (naive_helpers.h, from the format definitions): the same E4M3 codes, and per 1x128 / 128x1 block the
+// FP32 scale 2^(M - 127) of the block's RCEIL code (NaN for a non-finite block). Counts into `subnormal`
+// the nonzero codes on E4M3's subnormal grid, where the shared scale rounds more coarsely than a block's own.
+void check_shared_once(const std::vector<float>& x, int64_t rows, int64_t cols, int64_t* subnormal = nullptr) {
+  for (bool along_cols : {true, false}) {
+    SCOPED_TRACE(along_cols ? "rows_shared (1x128 along cols)" : "cols_shared (128x1 along rows)");
+    const int64_t ns = cdiv(along_cols ? cols : rows, 128);
+    std::vector<uint8_t> q(x.size()), want_q;
+    std::vector<float> scales(along_cols ? rows * ns : ns * cols);
+    std::vector<int> want_m;
+    if (along_cols) {
+      nm::mxfp8_quantize_rows_shared(x.data(), rows, cols, q.data(), scales.data());
+      want_m = naive::mxfp8_once_codes(x, naive::row_blocks_of_128(rows, cols), want_q);
+    } else {
+      nm::mxfp8_quantize_cols_shared(x.data(), rows, cols, q.data(), scales.data());
+      want_m = naive::mxfp8_once_codes(x, naive::col_blocks_of_128(rows, cols), want_q);
+    }
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(q[i], want_q[i]) << "element " << i << " x " << x[i];
+      if (subnormal) *subnormal += (q[i] & 0x78) == 0 && (q[i] & 0x07) != 0;
+    }
+    // The naive blocks run row-major over [rows, ns] (rows_shared's scale order) or [cols, ns] (the
+    // transpose of cols_shared's [ns, cols]).
+    for (std::size_t k = 0; k < want_m.size(); ++k) {
+      const int64_t outer = static_cast<int64_t>(k) / ns, b = static_cast<int64_t>(k) % ns;
+      const float got = scales[along_cols ? k : static_cast<std::size_t>(b * cols + outer)];
+      const float want = naive::mxfp8_once_scale(want_m[k]);
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(got)) << "block " << k;
+      } else {
+        ASSERT_EQ(test_helpers::to_bits(got), test_helpers::to_bits(want)) << "block " << k << " M " << want_m[k];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// Rows and cols that are not multiples of 128 (partial last blocks), binades spread per 8x8 patch so a
+// block's elements reach E4M3's subnormals at its scale; then a NaN and an Inf, which poison their
+// 128-blocks only.
+TEST(NumericMXFP8, SharedOnceRowsAndColsMatchNaiveLoop) {
+  const int64_t shapes[][2] = {{1, 1}, {3, 128}, {5, 300}, {130, 7}, {257, 33}, {129, 129}};
+  int64_t subnormal = 0;
+  uint32_t seed = 500;
+  for (const auto& [rows, cols] : shapes) {
+    SCOPED_TRACE(testing::Message() << rows << "x" << cols);
+    check_shared_once(random_matrix(rows, cols, ++seed, -6, 6), rows, cols, &subnormal);
+    check_shared_once(random_matrix(rows, cols, ++seed), rows, cols, &subnormal);
+  }
+  EXPECT_GT(subnormal, 0);
+  std::vector<float> x = random_matrix(200, 150, 600, -6, 6);
+  x[3 * 150 + 130] = kNaN;
+  x[150 * 150 + 7] = -kInf;
+  check_shared_once(x, 200, 150);
+  std::vector<uint8_t> q(x.size());
+  std::vector<float> scales(200 * 2);
+  nm::mxfp8_quantize_rows_shared(x.data(), 200, 150, q.data(), scales.data());
+  EXPECT_TRUE(std::isnan(scales[3 * 2 + 1]) && std::isnan(scales[150 * 2 + 0]));
+  EXPECT_FALSE(std::isnan(scales[3 * 2 + 0]) || std::isnan(scales[150 * 2 + 1]) || std::isnan(scales[4 * 2 + 1]));
+}
+
+// The two rules for the same 128 elements (a row, and the same values as a column): quantized once
+// (rows_shared / cols_shared) and the exact 1x32 / 32x1 blocks re-rounded at the shared code
+// (rows_at_shared_scales / cols_at_shared_scales) share the scale, and their codes differ exactly
+// where the exact block's value lands on a midpoint of E4M3's subnormal grid at that scale -- one
+// rounding there, the nearer code, against two, the even one.
+TEST(NumericMXFP8, SharedOnceDiffersFromReroundingOnlyAtSubnormalMidpoints) {
+  const naive::Mxfp8MidpointRow row = naive::mxfp8_midpoint_row(7);
+  const std::vector<float>& x = row.x;
+  for (bool along_cols : {true, false}) {
+    SCOPED_TRACE(along_cols ? "1x128 row" : "128x1 column");
+    const int64_t rows = along_cols ? 1 : 128, cols = along_cols ? 128 : 1;
+    std::vector<uint8_t> once(128), exact(128), rerounded(128), exact_scales(4);
+    float once_scale = 0, rerounded_scale = 0;
+    if (along_cols) {
+      nm::mxfp8_quantize_rows_shared(x.data(), rows, cols, once.data(), &once_scale);
+      nm::mxfp8_quantize_rows(x.data(), rows, cols, exact.data(), exact_scales.data());
+      nm::mxfp8_rows_at_shared_scales(exact.data(), exact_scales.data(), rows, cols, rerounded.data(),
+                                      &rerounded_scale);
+    } else {
+      nm::mxfp8_quantize_cols_shared(x.data(), rows, cols, once.data(), &once_scale);
+      nm::mxfp8_quantize_cols(x.data(), rows, cols, exact.data(), exact_scales.data());
+      nm::mxfp8_cols_at_shared_scales(exact.data(), exact_scales.data(), rows, cols, rerounded.data(),
+                                      &rerounded_scale);
+    }
+    EXPECT_EQ(exact_scales, (std::vector<uint8_t>{127, 119, 107, 126}));
+    EXPECT_EQ(once_scale, 1.0f);
+    EXPECT_EQ(rerounded_scale, 1.0f);
+    check_shared_once(x, rows, cols);  // (and the naive loop agrees)
+    int64_t differ = 0;
+    for (int64_t i = 0; i < 128; ++i) {
+      const auto* at_midpoint = std::find(std::begin(row.columns), std::end(row.columns), i);
+      if (at_midpoint == std::end(row.columns)) {
+        EXPECT_EQ(once[i], rerounded[i]) << "element " << i << " x " << x[i];
+        continue;
+      }
+      const std::ptrdiff_t k = at_midpoint - std::begin(row.columns);
+      EXPECT_EQ(once[i], row.once[k]) << "element " << i;
+      EXPECT_EQ(rerounded[i], row.rerounded[k]) << "element " << i;
+      // One rounding lands nearer x than two.
+      EXPECT_LT(std::fabs(e4m3_definition(once[i]) - x[i]), std::fabs(e4m3_definition(rerounded[i]) - x[i]));
+      differ += once[i] != rerounded[i];
+    }
+    EXPECT_EQ(differ, 2);
+  }
 }

@@ -41,23 +41,20 @@ using test_helpers::swiglu_of;
 using test_helpers::to_bits;
 
 // A WGRAD operand: column (Bx1 along rows) quantize-dequantize of a [rows, cols] matrix, rows = one
-// expert's rows. MXFP8's as the Hopper layer runs it (perf_history G149): then every 128 rows of a
-// column at the largest of their four scales, each value re-rounded to E4M3 there.
-std::vector<float> qdq_cols(const std::vector<float>& x, int64_t rows, int64_t cols, Quantization q) {
+// expert's rows. MXFP8's as the Hopper layer runs it: every 128 rows of a column quantized once at
+// the RCEIL code of their amax (`once`, perf_history G152), else (G149) the 32x1 blocks, then each
+// value re-rounded to E4M3 at the largest of their four scales.
+std::vector<float> qdq_cols(const std::vector<float>& x, int64_t rows, int64_t cols, Quantization q, bool once) {
   if (q == Quantization::kNone || rows == 0) return x;
   std::vector<float> y(x.size());
   std::vector<uint8_t> data(x.size());
+  if (q == Quantization::kMXFP8 && once) return naive::mxfp8_once_values(x, naive::col_blocks_of_128(rows, cols));
   if (q == Quantization::kMXFP8) {
     std::vector<uint8_t> s(at(((rows + 31) / 32) * cols));
     num::mxfp8_quantize_cols(x.data(), rows, cols, data.data(), s.data());
     num::mxfp8_dequantize_cols(data.data(), s.data(), rows, cols, y.data());
-    std::vector<std::vector<int64_t>> blocks;
-    for (int64_t c = 0; c < cols; ++c)
-      for (int64_t r0 = 0; r0 < rows; r0 += 128) {
-        blocks.emplace_back();
-        for (int64_t r = r0; r < std::min(rows, r0 + 128); ++r) blocks.back().push_back(r * cols + c);
-      }
-    reround_at_shared(y, blocks, [&](int64_t i) { return static_cast<int>(s[at((i / cols / 32) * cols + i % cols)]); });
+    reround_at_shared(y, naive::col_blocks_of_128(rows, cols),
+                      [&](int64_t i) { return static_cast<int>(s[at((i / cols / 32) * cols + i % cols)]); });
     return y;
   }
   // FP8 blockwise 128x1: per column, blocks of 128 consecutive rows.
@@ -76,8 +73,9 @@ std::vector<float> qdq_cols(const std::vector<float>& x, int64_t rows, int64_t c
   return y;
 }
 
-std::vector<float> dgrad_row(const std::vector<float>& x, Quantization q) {
-  return q == Quantization::kMXFP8 ? naive::mxfp8_shared_row(x) : qdq_row(x, q);
+std::vector<float> dgrad_row(const std::vector<float>& x, Quantization q, bool once) {
+  if (q != Quantization::kMXFP8) return qdq_row(x, q);
+  return once ? naive::mxfp8_shared_once_row(x) : naive::mxfp8_shared_row(x);
 }
 
 struct NaiveBackward {
@@ -92,6 +90,7 @@ NaiveBackward naive_backward(const ref::Problem& p, const ref::ForwardResult& fw
   const int64_t R = p.num_ranks, D = p.hidden_dim, F = p.intermediate_dim, K = p.top_k, E = p.num_experts;
   const int64_t El = p.num_local_experts();
   const Quantization q = fwd.options.quantization;
+  const bool once = fwd.options.mxfp8_training_operands == ref::Mxfp8TrainingOperands::kSharedOnce;
   const auto& rms = fwd.options.rmsnorm;
   NaiveBackward nb;
   nb.gh3.resize(at(R));
@@ -156,7 +155,7 @@ NaiveBackward naive_backward(const ref::Problem& p, const ref::ForwardResult& fw
           for (int64_t d = 0; d < D; ++d) gh3[at(d)] = bf16(s * gt[d]);
           gs(t, k) = static_cast<float>(dot(gt, h3, D));
         }
-        const std::vector<float> gh3q = dgrad_row(gh3, q);
+        const std::vector<float> gh3q = dgrad_row(gh3, q, once);
         std::vector<float> gh2(at(F));
         for (int64_t f = 0; f < F; ++f) gh2[at(f)] = bf16(static_cast<float>(dot(gh3q.data(), w2_dgrad_of(e) + f, D, F)));
         std::vector<float> gh1(at(2 * F));
@@ -166,7 +165,7 @@ NaiveBackward naive_backward(const ref::Problem& p, const ref::ForwardResult& fw
           gh1[at(f)] = bf16(dg);
           gh1[at(F + f)] = bf16(du);
         }
-        const std::vector<float> gh1q = dgrad_row(gh1, q);
+        const std::vector<float> gh1q = dgrad_row(gh1, q, once);
         std::vector<float> gxr(at(D));
         for (int64_t d = 0; d < D; ++d)
           gxr[at(d)] = bf16(static_cast<float>(dot(gh1q.data(), w13_dgrad_of(e) + d, 2 * F, D)));
@@ -197,10 +196,10 @@ NaiveBackward naive_backward(const ref::Problem& p, const ref::ForwardResult& fw
         G1.insert(G1.end(), nb.gh1[at(r)][at(tk)].begin(), nb.gh1[at(r)][at(tk)].end());
         ++n;
       }
-    X = qdq_cols(X, n, D, q);
-    H2 = qdq_cols(H2, n, F, q);
-    G3 = qdq_cols(G3, n, D, q);
-    G1 = qdq_cols(G1, n, 2 * F, q);
+    X = qdq_cols(X, n, D, q, once);
+    H2 = qdq_cols(H2, n, F, q, once);
+    G3 = qdq_cols(G3, n, D, q, once);
+    G1 = qdq_cols(G1, n, 2 * F, q, once);
     auto store = [&](double v) {
       const float f = static_cast<float>(v);
       return wgrad_dtype == DType::kBFloat16 ? bf16(f) : f;
@@ -560,6 +559,35 @@ TEST(ReferenceQuantBackward, MatchesNaiveLoopWithQuantizationPoints) {
                                       std::string(ref::to_string(q)) + " R=" + std::to_string(R) +
                                           " align=" + std::to_string(align));
       }
+    }
+  }
+}
+
+// The G152 rule: every MXFP8 operand quantized once at the shared scale per 128, with x spread over
+// binades (test_helpers::spread_x_binades) so its rows and columns reach the subnormal midpoints where
+// the rule parts from the re-rounded one -- and dW13, whose WGRAD reads x's columns, with it.
+TEST(ReferenceQuantBackward, MXFP8SharedOnceMatchesNaiveLoop) {
+  for (int64_t R : {1, 2}) {
+    for (int64_t align : {1, 32}) {
+      ref::RandomProblemSpec spec = make_spec(R, 40, 160, 48, 2, 2, static_cast<uint64_t>(180 + R + align));
+      spec.swiglu = swiglu_of(R == 2);
+      spec.padding_route_probability = 0.1;
+      ref::Problem p = ref::make_random_problem(spec);
+      test_helpers::spread_x_binades(p);
+      ref::ForwardOptions fo;
+      fo.quantization = Quantization::kMXFP8;
+      fo.row_alignment = align;
+      fo.mxfp8_training_operands = ref::Mxfp8TrainingOperands::kSharedOnce;
+      const std::string what = "R=" + std::to_string(R) + " align=" + std::to_string(align);
+      expect_backward_matches_naive(p, fo, DType::kFloat32, what);
+      ref::ForwardOptions rerounded = fo;
+      rerounded.mxfp8_training_operands = ref::Mxfp8TrainingOperands::kReround;
+      const std::vector<TensorF> g = ref::make_random_grad_out(p, 99);
+      ref::BackwardOptions bo;
+      bo.wgrad_dtype = DType::kFloat32;
+      const TensorF dw13_once = ref::backward(p, ref::forward(p, fo), g, bo).global_dw13_EFD();
+      const TensorF dw13_rerounded = ref::backward(p, ref::forward(p, rerounded), g, bo).global_dw13_EFD();
+      EXPECT_FALSE(ref::bitwise_equal(dw13_once, dw13_rerounded)) << what;
     }
   }
 }

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -56,6 +58,15 @@ TensorF qdq_weights(const TensorF& w, Quantization q) {
   return out;
 }
 
+const char* name_of(ref::Mxfp8TrainingOperands rule) {
+  switch (rule) {
+    case ref::Mxfp8TrainingOperands::kExactForward: return "exact forward";
+    case ref::Mxfp8TrainingOperands::kReround: return "re-rounded";
+    case ref::Mxfp8TrainingOperands::kSharedOnce: return "once";
+  }
+  return "?";
+}
+
 struct NaiveRoute {
   bool valid = false;
   std::vector<float> x, h1, h2, h3;  // x as gathered (NVFP4: dequantized at the source)
@@ -73,7 +84,13 @@ Naive naive_forward(const ref::Problem& p, const ref::ForwardOptions& o) {
   const TensorF w13 = qdq_weights(p.w13_EFD, q);
   const TensorF w2 = qdq_weights(p.w2_EDF, q);
   auto fprop_row = [&](const std::vector<float>& v) {
-    return q == Quantization::kMXFP8 && o.mxfp8_training_fprop_rows ? naive::mxfp8_shared_row(v) : qdq_row(v, q);
+    if (q != Quantization::kMXFP8) return qdq_row(v, q);
+    switch (o.mxfp8_training_operands) {
+      case ref::Mxfp8TrainingOperands::kReround: return naive::mxfp8_shared_row(v);
+      case ref::Mxfp8TrainingOperands::kSharedOnce: return naive::mxfp8_shared_once_row(v);
+      case ref::Mxfp8TrainingOperands::kExactForward: break;
+    }
+    return qdq_row(v, q);
   };
   Naive n;
   n.clip.assign(at(R), {0, 0, 0});
@@ -336,9 +353,11 @@ TEST(ReferenceQuantForward, MatchesNaiveLoopWithQuantizationPoints) {
       o.row_alignment = q == Quantization::kNVFP4 ? 1 : 32;
       expect_matches_naive(p, o, std::string(ref::to_string(q)) + " R=" + std::to_string(R));
       if (q == Quantization::kMXFP8) {  // and the training layer's FPROP rows at shared scales
-        ref::ForwardOptions t = o;
-        t.mxfp8_training_fprop_rows = true;
-        expect_matches_naive(p, t, "MXFP8 training rows R=" + std::to_string(R));
+        for (auto rule : {ref::Mxfp8TrainingOperands::kReround, ref::Mxfp8TrainingOperands::kSharedOnce}) {
+          ref::ForwardOptions t = o;
+          t.mxfp8_training_operands = rule;
+          expect_matches_naive(p, t, std::string("MXFP8 training rows ") + name_of(rule) + " R=" + std::to_string(R));
+        }
       }
       // Quantization changes the result, within upstream's block-scaled forward tolerance.
       const TensorF quant_out = ref::forward(p, o).global_out_TD();
@@ -350,6 +369,72 @@ TEST(ReferenceQuantForward, MatchesNaiveLoopWithQuantizationPoints) {
       EXPECT_GT(c.cosine, q == Quantization::kNVFP4 ? 0.955 : 0.9975) << c.summary();
     }
   }
+}
+
+// x spread over binades (test_helpers::spread_x_binades; D = 288: two 128-blocks and a partial one),
+// so the rules' FPROP rows part: each matches the naive loop, and each rule's x rows differ from the
+// others'.
+TEST(ReferenceQuantForward, MXFP8TrainingRulesMatchNaiveLoopOnSpreadBinades) {
+  ref::Problem p = ref::make_random_problem(make_spec(2, 40, 288, 64, 2, 4, 77));
+  test_helpers::spread_x_binades(p);
+  std::vector<TensorF> x_rows;
+  for (auto rule : {ref::Mxfp8TrainingOperands::kExactForward, ref::Mxfp8TrainingOperands::kReround,
+                    ref::Mxfp8TrainingOperands::kSharedOnce}) {
+    ref::ForwardOptions o;
+    o.quantization = Quantization::kMXFP8;
+    o.row_alignment = 32;
+    o.mxfp8_training_operands = rule;
+    expect_matches_naive(p, o, name_of(rule));
+    x_rows.push_back(ref::forward(p, o).ranks[0].quantized.x_row_MD);
+  }
+  EXPECT_FALSE(ref::bitwise_equal(x_rows[0], x_rows[1])) << "exact forward vs re-rounded";
+  EXPECT_FALSE(ref::bitwise_equal(x_rows[1], x_rows[2])) << "re-rounded vs once";
+}
+
+// The oracle's MXFP8 training operands under the two shared-scale rules, on naive_helpers.h's crafted
+// row: as an FPROP / DGRAD row (mxfp8_shared_rows, _once) and as a WGRAD column of an expert's 128
+// rows behind an expert of 5 rows at 2^10 times its scale (the column blocks restart at each expert).
+// Each matches its naive model; they differ exactly at the two subnormal midpoints, where the once
+// value is the nearer.
+TEST(ReferenceQuant, SharedOnceOperandsDifferFromReroundedOnlyAtSubnormalMidpoints) {
+  const naive::Mxfp8MidpointRow row = naive::mxfp8_midpoint_row(11);
+  TensorF a({1, 128});
+  std::copy(row.x.begin(), row.x.end(), a.data.begin());
+  std::vector<int32_t> ids(133, 1);
+  std::fill(ids.begin(), ids.begin() + 5, 0);
+  const ref::RankRouting rt = ref::build_routing({ids}, 1, 2, 1)[0];
+  TensorF col({133, 1});
+  std::fill(col.data.begin(), col.data.begin() + 5, std::ldexp(448.0f, 10));
+  std::copy(row.x.begin(), row.x.end(), col.data.begin() + 5);
+
+  const std::vector<float> naive_once = naive::mxfp8_shared_once_row(row.x);
+  const std::vector<float> naive_rerounded = naive::mxfp8_shared_row(row.x);
+  const TensorF rows_once = ref::mxfp8_shared_rows_once(a), rows_rerounded = ref::mxfp8_shared_rows(a);
+  const TensorF cols_once = ref::mxfp8_wgrad_operand_once(rt, col);
+  const TensorF cols_rerounded = ref::mxfp8_wgrad_operand(rt, col);
+  for (int64_t m = 0; m < 5; ++m) {
+    EXPECT_EQ(cols_once.data[at(m)], col.data[at(m)]);
+    EXPECT_EQ(cols_rerounded.data[at(m)], col.data[at(m)]);
+  }
+  int64_t differ = 0;
+  for (int64_t i = 0; i < 128; ++i) {
+    SCOPED_TRACE(testing::Message() << "element " << i << " x " << row.x[at(i)]);
+    EXPECT_EQ(to_bits(rows_once.data[at(i)]), to_bits(naive_once[at(i)]));
+    EXPECT_EQ(to_bits(cols_once.data[at(5 + i)]), to_bits(naive_once[at(i)]));
+    EXPECT_EQ(to_bits(rows_rerounded.data[at(i)]), to_bits(naive_rerounded[at(i)]));
+    EXPECT_EQ(to_bits(cols_rerounded.data[at(5 + i)]), to_bits(naive_rerounded[at(i)]));
+    const auto* midpoint = std::find(std::begin(row.columns), std::end(row.columns), i);
+    if (midpoint == std::end(row.columns)) {
+      EXPECT_EQ(to_bits(naive_once[at(i)]), to_bits(naive_rerounded[at(i)]));
+      continue;
+    }
+    const std::ptrdiff_t k = midpoint - std::begin(row.columns);  // (M = 127: the codes' own values)
+    EXPECT_EQ(naive_once[at(i)], static_cast<float>(test_helpers::e4m3_definition(row.once[k])));
+    EXPECT_EQ(naive_rerounded[at(i)], static_cast<float>(test_helpers::e4m3_definition(row.rerounded[k])));
+    EXPECT_LT(std::fabs(naive_once[at(i)] - row.x[at(i)]), std::fabs(naive_rerounded[at(i)] - row.x[at(i)]));
+    differ += naive_once[at(i)] != naive_rerounded[at(i)];
+  }
+  EXPECT_EQ(differ, 2);
 }
 
 TEST(ReferenceQuantForward, ExactModelRejectsQuantization) {

@@ -160,7 +160,10 @@ TEST_P(EmulatedPeersLayer, MatchesTheOracleOfItsView) {
   reference::ForwardOptions fo;
   if (c.rmsnorm) fo.rmsnorm = reference::RMSNormSpec{1e-6, {}, 0.0};
   fo.quantization = quantization_of(c);
-  fo.mxfp8_training_fprop_rows = !c.inference;  // (MXFP8 training: the staged FPROPs' rows at shared scales)
+  // MXFP8 training: the staged layer quantizes every operand once at its shared scale (G152); Mega's forward
+  // launch reads the exact 1x32 rows and its backward the re-rounded operands.
+  fo.mxfp8_training_operands = c.inference || c.mega ? reference::Mxfp8TrainingOperands::kExactForward
+                                                     : reference::Mxfp8TrainingOperands::kSharedOnce;
   if (c.format) fo.row_alignment = *c.format == BlockScaledFormat::kNVFP4 ? 32 : 128;  // the suites' padding
   const std::vector<TensorF> view_grad_out(c.world, grad_out[c.rank]);
   const reference::ForwardResult fwd = reference::forward(view, fo);

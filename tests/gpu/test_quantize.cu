@@ -444,6 +444,36 @@ TEST(QuantizeFp8Blockwise, RowsAndColumnsFromOneReadMatchTheOracle) {
   check_rows_cols<float, 128>({300, 5, 0, 129}, 2048, 0, 42, launch, oracle, true);
 }
 
+// MXFP8's scale rule in the FP8-blockwise layouts (the MXFP8 training layer's operands, perf_history
+// G152): the oracle quantizes each 1x128 / 128x1 block once at the E8M0 RCEIL code of its amax
+// (numeric::mxfp8_quantize_rows_shared / _cols_shared); the crafted rows hold the E8M0 extremes, NaN /
+// Inf blocks, E4M3 ties and subnormal results. Every region shape.
+TEST(QuantizeMxfp8Shared, RowsAndColumnsFromOneReadMatchTheOracle) {
+  DMOE_REQUIRE_SM90();
+  auto oracle = [](const HostBf16& h, const Groups& g) {
+    return oracle_rows_cols<128, float>(h, g, nm::mxfp8_quantize_rows_shared, nm::mxfp8_quantize_cols_shared);
+  };
+  for (int lt = -1; lt <= 3; ++lt)
+    for (int lf = 0; lt + lf <= 3; ++lf) {
+      if (lt < 0 && lf > 0) break;
+      SCOPED_TRACE(lt < 0 ? std::string("the launcher's region") : "region 2^" + std::to_string(lt) + " x 2^" + std::to_string(lf));
+      auto launch = [&](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Fp8BlockwiseOut& r,
+                        const quant::Fp8BlockwiseOut& c) {
+        if (lt < 0) quant::fp8_blockwise_quantize_rows_cols(x, g, r, c, nullptr, quant::Fp8BlockScale::kMxfp8Shared);
+        else
+          quant::fp8_blockwise_quantize_rows_cols_in_regions(x, g, r, c, lt, lf, nullptr,
+                                                             quant::Fp8BlockScale::kMxfp8Shared);
+      };
+      if (lt < 0) {
+        check_rows_cols<float, 128>({37, 0, 200, 1, 100}, 256, 128, 601, launch, oracle, true);
+        check_rows_cols<float, 128>({300, 5, 0, 129}, 2048, 0, 602, launch, oracle, true);
+      } else {
+        check_rows_cols<float, 128>({37, 0, 300, 1, 100, 129}, 1152, 128, 603 + lt * 4 + lf, launch, oracle, true);
+      }
+      if (HasFatalFailure()) return;
+    }
+}
+
 // ---- MXFP8 columns back to BF16 rows (the BF16 WGRAD's operand) --------------------------------------
 
 bool bf16_is_nan(uint16_t b) { return (b & 0x7fffu) > 0x7f80u; }
@@ -912,6 +942,12 @@ TEST(QuantizeFp8BlockwiseGathered, RowsAndColumnsEqualTheContiguousRowsBitForBit
                    const quant::Fp8BlockwiseOut& c) { quant::fp8_blockwise_quantize_rows_cols(x, g, r, c, nullptr); };
   check_gathered_equals_contiguous<float, 128>({37, 0, 200, 1, 100}, 256, 128, 221, true, launch);
   check_gathered_equals_contiguous<float, 128>({300, 5, 0, 129}, 1152, 0, 222, true, launch);
+  auto shared = [](const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::Fp8BlockwiseOut& r,
+                   const quant::Fp8BlockwiseOut& c) {
+    quant::fp8_blockwise_quantize_rows_cols(x, g, r, c, nullptr, quant::Fp8BlockScale::kMxfp8Shared);
+  };
+  check_gathered_equals_contiguous<float, 128>({300, 5, 0, 129}, 1152, 0, 223, true, shared);
+  check_gathered_equals_contiguous<float, 128>({37, 0, 200, 1, 100}, 256, 128, 224, true, shared, /*scaled=*/true);
 }
 
 TEST(QuantizeFp8BlockwiseGathered, ScaledRowsEqualTheRowsScaledOnTheHost) {
@@ -939,9 +975,10 @@ void rows_cols_call(const quant::Bf16Matrix& x, const quant::RowGroups& groups, 
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 void rows_cols_call(const quant::Bf16Matrix& x, const quant::RowGroups& groups, const quant::Fp8BlockwiseOut& rows,
-                    const quant::Fp8BlockwiseOut& cols, int log2_rt, int log2_rf) {
-  if (log2_rt < 0) quant::fp8_blockwise_quantize_rows_cols(x, groups, rows, cols, nullptr);
-  else quant::fp8_blockwise_quantize_rows_cols_in_regions(x, groups, rows, cols, log2_rt, log2_rf, nullptr);
+                    const quant::Fp8BlockwiseOut& cols, int log2_rt, int log2_rf,
+                    quant::Fp8BlockScale rule = quant::Fp8BlockScale::kAmaxOver448) {
+  if (log2_rt < 0) quant::fp8_blockwise_quantize_rows_cols(x, groups, rows, cols, nullptr, rule);
+  else quant::fp8_blockwise_quantize_rows_cols_in_regions(x, groups, rows, cols, log2_rt, log2_rf, nullptr, rule);
   DMOE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -1141,7 +1178,8 @@ TEST(QuantizeMxfp8GatheredCompact, RowsAndCompactColumnsOfGatheredRowsInOneCall)
 // 128-byte boundary, every other byte its sentinel, the rows output unchanged). The FP8-blockwise
 // WGRAD reads this bundle where it lies (perf_history G71).
 void check_fp8_blockwise_compact_columns(const std::vector<int32_t>& counts, int64_t D, int64_t spare, uint64_t seed,
-                                         bool gathered, int log2_rt = -1, int log2_rf = -1) {
+                                         bool gathered, int log2_rt = -1, int log2_rf = -1,
+                                         quant::Fp8BlockScale rule = quant::Fp8BlockScale::kAmaxOver448) {
   const GatheredInput in = make_gathered_input(counts, 128, D, spare, seed);
   const int64_t cap = in.cap, R = in.g.offsets.back(), nb = cap / 128;
   SCOPED_TRACE("D=" + std::to_string(D) + " capacity=" + std::to_string(cap) + " R=" + std::to_string(R) +
@@ -1149,7 +1187,7 @@ void check_fp8_blockwise_compact_columns(const std::vector<int32_t>& counts, int
   DeviceBuffer<int32_t> dcounts(in.g.counts), doffsets(in.g.offsets);
   const quant::RowGroups groups = in.groups(dcounts, doffsets);
   auto quantize = [&](const quant::Bf16Matrix& x, const quant::Fp8BlockwiseOut& rows,
-                      const quant::Fp8BlockwiseOut& cols) { rows_cols_call(x, groups, rows, cols, log2_rt, log2_rf); };
+                      const quant::Fp8BlockwiseOut& cols) { rows_cols_call(x, groups, rows, cols, log2_rt, log2_rf, rule); };
   DeviceBuffer<uint8_t> dq(cap * D), dqt(D * cap);
   DeviceBuffer<float> ds(D / 128 * cap), dst(nb * D);
   dq.poison(kPoison);
@@ -1203,6 +1241,11 @@ TEST(QuantizeFp8BlockwiseCompact, ColumnsEqualTheStridedColumns) {
                                           lf);
       if (HasFailure()) return;
     }
+  // MXFP8's scale rule (the MXFP8 training layer's saved bundles, G152).
+  check_fp8_blockwise_compact_columns({37, 0, 200, 1, 100}, 256, 128, 531, true, -1, -1,
+                                      quant::Fp8BlockScale::kMxfp8Shared);
+  check_fp8_blockwise_compact_columns({300, 5, 0, 129}, 1152, 256, 532, false, 1, 2,
+                                      quant::Fp8BlockScale::kMxfp8Shared);
 }
 
 // Where gathered rows and compact bundles are not supported, the launchers say so (host checks,

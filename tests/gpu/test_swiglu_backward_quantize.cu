@@ -58,6 +58,19 @@ struct Fp8Blockwise {
     quant::fp8_blockwise_quantize_rows_cols(x, g, r, c, nullptr);
   }
 };
+// MXFP8's scale rule in FP8 blockwise's layouts (the MXFP8 training layer's dxy, perf_history G152).
+struct Mxfp8Shared : Fp8Blockwise {
+  static constexpr quant::Fp8BlockScale kRule = quant::Fp8BlockScale::kMxfp8Shared;
+  static void fused(const quant::SwigluBackwardSource& src, const quant::RowGroups& g, const quant::QuantizedOut<Scale>& r,
+                    const quant::QuantizedOut<Scale>& c, int lt, int lf) {
+    if (lt < 0) quant::fp8_blockwise_swiglu_backward_quantize(src, g, r, c, nullptr, kRule);
+    else quant::fp8_blockwise_swiglu_backward_quantize_in_regions(src, g, r, c, lt, lf, nullptr, kRule);
+  }
+  static void two_passes(const quant::Bf16Matrix& x, const quant::RowGroups& g, const quant::QuantizedOut<Scale>& r,
+                         const quant::QuantizedOut<Scale>& c) {
+    quant::fp8_blockwise_quantize_rows_cols(x, g, r, c, nullptr, kRule);
+  }
+};
 struct Mxfp8 {
   using Scale = uint8_t;
   static constexpr int kBlock = 32;
@@ -172,6 +185,14 @@ TEST(SwigluBackwardQuantize, Fp8BlockwiseEqualsTheTwoPassesBitForBit) {
   std::vector<int32_t> many(40);  // more regions than SMs along tokens
   for (size_t g = 0; g < many.size(); ++g) many[g] = static_cast<int32_t>(g * 37 % 300);
   check_fused<Fp8Blockwise>(many, 768, 0, false, Columns::kStrided, 75);
+}
+
+TEST(SwigluBackwardQuantize, Mxfp8SharedEqualsTheTwoPassesBitForBit) {
+  DMOE_REQUIRE_SM90();
+  check_fused<Mxfp8Shared>({37, 0, 200, 1, 100}, 384, 128, false, Columns::kStrided, 171);
+  check_fused<Mxfp8Shared>({300, 5, 0, 129}, 768, 0, true, Columns::kStrided, 172);
+  check_fused<Mxfp8Shared>({37, 0, 200, 1, 100}, 384, 128, true, Columns::kCompact, 173);
+  check_fused<Mxfp8Shared>({300, 5, 0, 129, 77}, 640, 128, false, Columns::kStrided, 174, 1, 1);
 }
 
 TEST(SwigluBackwardQuantize, Mxfp8EqualsTheTwoPassesBitForBit) {

@@ -251,17 +251,13 @@ def e4m3_at_shared_scale(q, shift):
 def mxfp8_rows(t, shared=False):
     """The values of the MXFP8 1x32 row quantization of ``t [..., C]`` (what the layer's FPROP and DGRAD
     A operands hold: E4M3 codes times their E8M0 block scale), float64; a row of zeros stays zero.
-    shared: as the training layer runs them on Hopper (perf_history G150, G151), each 128 columns at the
-    largest of their four bytes."""
+    shared: as the training layer quantizes them on Hopper (perf_history G152), once per 128 columns at
+    the E8M0 byte of the 128 values' amax -- the largest of their four 32-value blocks' bytes."""
+    block = 128 if shared else 32
     shape = t.shape
-    blocks = t.float().reshape(-1, shape[-1] // 32, 32)
+    blocks = t.float().reshape(-1, shape[-1] // block, block)
     byte = e8m0_rceil(blocks.abs().amax(-1))
     q = e4m3_satfinite(blocks * e8m0_reciprocal(byte)[..., None])
-    if shared:
-        b = byte.to(torch.int32).view(byte.shape[0], -1, 4)
-        top = b.amax(-1, keepdim=True).expand_as(b)
-        q = e4m3_at_shared_scale(q, (top - b).reshape(byte.shape)[..., None])
-        byte = top.reshape(byte.shape).to(torch.uint8)
     return (q.float().double() * e8m0_value(byte)[..., None]).reshape(shape)
 
 
@@ -295,8 +291,8 @@ def mxfp8_emulated_moe(x, ids, scores, grad_out, w13_prepared, w2_prepared, *, a
     grad_s = <g, h3>. rows() is the 1x32 MXFP8 row quantization, W the dequantized prepared weights;
     the products are summed in float64. The WGRADs read 32-token column blocks whose grouping follows
     the routing order inside the layer, so they are compared with the BF16 reference only. training: the
-    rows at shared scales per 128 columns, as the training layer's GEMMs read them on Hopper (inference
-    layers read the exact 1x32 rows)."""
+    rows quantized once at shared scales per 128 columns, as the training layer's GEMMs read them on
+    Hopper (inference layers read the exact 1x32 rows)."""
     T, K = ids.shape
     w13, w2 = dequantize_mxfp8_weight(w13_prepared), dequantize_mxfp8_weight(w2_prepared)
     h3 = torch.zeros(T, K, x.shape[1], dtype=torch.bfloat16, device=x.device)

@@ -91,7 +91,8 @@ Problem make_problem(const Case& c, int world) {
   pr.ref_bwd = reference::backward(pr.p, pr.ref_fwd, pr.grad_out, bo);
   fo.row_alignment = 128;
   fo.quantization = kQuantization;
-  fo.mxfp8_training_fprop_rows = true;  // (MXFP8: the staged FPROPs' rows at shared scales, G151)
+  // (MXFP8: the staged layer's operands, each quantized once at its shared scale per 128: G152)
+  fo.mxfp8_training_operands = reference::Mxfp8TrainingOperands::kSharedOnce;
   pr.q_fwd = reference::forward(pr.p, fo);
   pr.q_bwd = reference::backward(pr.p, pr.q_fwd, pr.grad_out, bo);
   return pr;

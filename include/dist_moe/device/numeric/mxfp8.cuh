@@ -152,6 +152,39 @@ DMOE_HOST_DEVICE void mxfp8_quantize_tiles(const float* x_RC, int64_t rows, int6
           detail::min_i64(cols, (j + 1) * kMXBlock), q_RC);
 }
 
+// ---- MXFP8 at a shared scale per 128, quantized once: the training layer's activations (G152) ------
+// Hopper's FP8-blockwise kernels take one FP32 scale per 128 elements. The MXFP8 training layer
+// quantizes its activations straight into that form: the code M of a 1x128 row block (128x1 column
+// block along tokens, restarting at each expert) is e8m0_rceil_from_amax of the block's amax -- the
+// largest of its four 32-element blocks' codes, RCEIL being monotone -- and every element is rounded
+// once at it, mxfp8_quantize_value(x, M); the FP32 scale is e8m0_to_float(M). Each 32-element block
+// is then an MXFP8 block with code M. It equals re-rounding the exact 1x32 codes at M
+// (mxfp8_code_at_shared_scale, below) except where that first rounding lands on a midpoint of E4M3's
+// subnormal grid at the shared scale (|x| < 2^-6 of it): one rounding instead of two.
+// docs/formats.md "MXFP8 training operands".
+constexpr int kMXSharedBlock = 128;
+
+// Row blocks of 128 (a partial last block covers what exists): scales_RS[r, b] (FP32) for
+// x_RC[r, 128b .. 128b + 127].
+DMOE_HOST_DEVICE void mxfp8_quantize_rows_shared(const float* x_RC, int64_t rows, int64_t cols, uint8_t* q_RC,
+                                                 float* scales_RS) {
+  const int64_t ns = detail::ceil_div(cols, int64_t{kMXSharedBlock});
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < ns; ++b)
+      scales_RS[r * ns + b] = e8m0_to_float(detail::mxfp8_quantize_rect(
+          x_RC, cols, r, r + 1, b * kMXSharedBlock, detail::min_i64(cols, (b + 1) * kMXSharedBlock), q_RC));
+}
+
+// Column blocks of 128 along rows: scales_SC[b, c] (FP32) for x_RC[128b .. 128b + 127, c].
+DMOE_HOST_DEVICE void mxfp8_quantize_cols_shared(const float* x_RC, int64_t rows, int64_t cols, uint8_t* q_RC,
+                                                 float* scales_SC) {
+  const int64_t ns = detail::ceil_div(rows, int64_t{kMXSharedBlock});
+  for (int64_t b = 0; b < ns; ++b)
+    for (int64_t c = 0; c < cols; ++c)
+      scales_SC[b * cols + c] = e8m0_to_float(detail::mxfp8_quantize_rect(
+          x_RC, cols, b * kMXSharedBlock, detail::min_i64(rows, (b + 1) * kMXSharedBlock), c, c + 1, q_RC));
+}
+
 // Dequantize row blocks: y_RC[r, c] = e4m3(q_RC[r, c]) * 2^(scales_RB[r, c/32] - 127).
 DMOE_HOST_DEVICE void mxfp8_dequantize_rows(const uint8_t* q_RC, const uint8_t* scales_RB, int64_t rows,
                                             int64_t cols, float* y_RC) {
