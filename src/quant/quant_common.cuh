@@ -121,6 +121,13 @@ struct Mxfp8SharedFormat {
   }
 };
 
+// fn(F{}) with the format struct of an FP8-blockwise quantizer's scale rule (quantize.h Fp8BlockScale).
+template <class Fn>
+void with_fp8_block_scale(Fp8BlockScale rule, Fn&& fn) {
+  if (rule == Fp8BlockScale::kMxfp8Shared) fn(Mxfp8SharedFormat{});
+  else fn(Fp8BlockwiseFormat{});
+}
+
 // A thread's index among the 256 threads of a tile: the CTA's (CtaThread) or, in a CTA of 512 running
 // two tiles at once, its half's (HalfCtaThread).
 struct CtaThread {

@@ -235,9 +235,9 @@ void fp8_blockwise_quantize_rows(const Bf16Matrix& x, const Fp8BlockwiseOut& out
 
 void fp8_blockwise_quantize_rows_cols(const Bf16Matrix& x, const RowGroups& groups, const Fp8BlockwiseOut& rows,
                                       const Fp8BlockwiseOut& cols, cudaStream_t stream, Fp8BlockScale rule) {
-  const char* name = "fp8_blockwise_quantize_rows_cols";
-  if (rule == Fp8BlockScale::kMxfp8Shared) return launch_rows_cols<Mxfp8SharedFormat>(x, groups, rows, cols, stream, name);
-  launch_rows_cols<Fp8BlockwiseFormat>(x, groups, rows, cols, stream, name);
+  with_fp8_block_scale(rule, [&](auto format) {
+    launch_rows_cols<decltype(format)>(x, groups, rows, cols, stream, "fp8_blockwise_quantize_rows_cols");
+  });
 }
 
 void fp8_blockwise_quantize_rows_cols_in_regions(const Bf16Matrix& x, const RowGroups& groups,
@@ -246,9 +246,9 @@ void fp8_blockwise_quantize_rows_cols_in_regions(const Bf16Matrix& x, const RowG
                                                  Fp8BlockScale rule) {
   const char* name = "fp8_blockwise_quantize_rows_cols";
   DMOE_CHECK_ARG(log2_region_t >= 0 && log2_region_f >= 0, name, ": negative region");
-  if (rule == Fp8BlockScale::kMxfp8Shared)
-    return launch_rows_cols<Mxfp8SharedFormat>(x, groups, rows, cols, stream, name, log2_region_t, log2_region_f);
-  launch_rows_cols<Fp8BlockwiseFormat>(x, groups, rows, cols, stream, name, log2_region_t, log2_region_f);
+  with_fp8_block_scale(rule, [&](auto format) {
+    launch_rows_cols<decltype(format)>(x, groups, rows, cols, stream, name, log2_region_t, log2_region_f);
+  });
 }
 
 }  // namespace dist_moe::quant

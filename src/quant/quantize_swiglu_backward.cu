@@ -191,9 +191,9 @@ void mxfp8_swiglu_backward_quantize(const SwigluBackwardSource& src, const RowGr
 void fp8_blockwise_swiglu_backward_quantize(const SwigluBackwardSource& src, const RowGroups& groups,
                                             const Fp8BlockwiseOut& rows, const Fp8BlockwiseOut& cols,
                                             cudaStream_t stream, Fp8BlockScale rule) {
-  const char* name = "fp8_blockwise_swiglu_backward_quantize";
-  if (rule == Fp8BlockScale::kMxfp8Shared) return launch<Mxfp8SharedFormat>(src, groups, rows, cols, stream, name);
-  launch<Fp8BlockwiseFormat>(src, groups, rows, cols, stream, name);
+  with_fp8_block_scale(rule, [&](auto format) {
+    launch<decltype(format)>(src, groups, rows, cols, stream, "fp8_blockwise_swiglu_backward_quantize");
+  });
 }
 
 void mxfp8_swiglu_backward_quantize_in_regions(const SwigluBackwardSource& src, const RowGroups& groups,
@@ -209,9 +209,9 @@ void fp8_blockwise_swiglu_backward_quantize_in_regions(const SwigluBackwardSourc
                                                        Fp8BlockScale rule) {
   const char* name = "fp8_blockwise_swiglu_backward_quantize";
   DMOE_CHECK_ARG(log2_region_t >= 0 && log2_region_f >= 0, name, ": negative region");
-  if (rule == Fp8BlockScale::kMxfp8Shared)
-    return launch<Mxfp8SharedFormat>(src, groups, rows, cols, stream, name, log2_region_t, log2_region_f);
-  launch<Fp8BlockwiseFormat>(src, groups, rows, cols, stream, name, log2_region_t, log2_region_f);
+  with_fp8_block_scale(rule, [&](auto format) {
+    launch<decltype(format)>(src, groups, rows, cols, stream, name, log2_region_t, log2_region_f);
+  });
 }
 
 }  // namespace dist_moe::quant
