@@ -10,14 +10,16 @@
 //     NVFP4 rows [M] to the FP16 rows of the prefill NVFP4 GEMMs, as h2) and nvfp4_expand_rows_g (the
 //     same through a row-pointer table to the T token rows, each token K times, as x); then, not in
 //     the summary, the layer's quantize_x form of both rows + columns quantizers (gathered rows,
-//     compact columns: mxfp8_rows_cols_gc, fp8bw_rows_cols_gc)
+//     compact columns: mxfp8_rows_cols_gc, fp8bw_rows_cols_gc, and mxfp8s_rows_cols_gc: FP8 blockwise's
+//     kernel with MXFP8's scale rule, the MXFP8 training layer's since G152)
 //   weights      the rank's W13 [E/ep, 2F, D]
 //     mxfp8_w_train (32x32 tiles, FPROP + DGRAD scales: the quantizer without the transposed copy),
 //     mxfp8_w_train_t (the same + the transposed copy [E, K, N] DGRAD reads: the prepared training
 //     weight, prepare_block_scaled_weight), mxfp8_w_infer (1x32 rows),
 //     fp8bw_w (128x128 + the transposed copy), nvfp4_w (reads the weight twice: amax, then quantize)
 //   the backward's dxy  SwiGLU backward fused with the rows + columns quantization (mxfp8_fused,
-//     fp8bw_fused) next to the two passes it replaces and the BF16 SwiGLU backward alone
+//     fp8bw_fused) next to the two passes it replaces and the BF16 SwiGLU backward alone, then
+//     mxfp8s_fused (FP8 blockwise's fused kernel with MXFP8's scale rule: the MXFP8 training layer's dxy)
 //
 //   bench_quantize [--shapes dsv3_prefill,qwen3_30b] [--ep N] [--iters N] [--sustain-ms MS] [--regions]
 //   (--regions: also both rows + columns quantizers and both fused dxy kernels at every region
@@ -287,6 +289,12 @@ void run_activations(const Workload& w, cudaStream_t s) {
          [&] { quant::mxfp8_quantize_rows_cols(x_gathered, groups, mx_word_rows, mx_c, s); }},
         {"fp8bw_rows_cols_gc", 8.0 * cap + bw_rows_cols,
          [&] { quant::fp8_blockwise_quantize_rows_cols(x_gathered, groups, {q.get(), D, sf.get(), 1, cap}, bw_c, s); }},
+        // The MXFP8 training layer's quantize_x since G152: FP8 blockwise's kernel with MXFP8's scale rule.
+        {"mxfp8s_rows_cols_gc", 8.0 * cap + bw_rows_cols,
+         [&] {
+           quant::fp8_blockwise_quantize_rows_cols(x_gathered, groups, {q.get(), D, sf.get(), 1, cap}, bw_c, s,
+                                                   quant::Fp8BlockScale::kMxfp8Shared);
+         }},
     };
     run_cases(w.name + " layer quantize_x (gathered rows, compact columns)", layer_form, s, false);
   }
@@ -455,6 +463,11 @@ void run_swiglu_backward(const Workload& w, cudaStream_t s) {
          quant::fp8_blockwise_quantize_rows_cols({dxy.get(), cap, C, C}, groups, bw_rows, bw_cols, s);
        }},
       {"swiglu_bwd_bf16", swiglu, swiglu_bwd},
+      // The MXFP8 training layer's dxy since G152: the FP8-blockwise kernel with MXFP8's scale rule.
+      {"mxfp8s_fused", 6 * rf + out_bw,
+       [&] {
+         quant::fp8_blockwise_swiglu_backward_quantize(src, groups, bw_rows, bw_cols, s, quant::Fp8BlockScale::kMxfp8Shared);
+       }},
   };
   char title[256];
   std::snprintf(title, sizeof title, "%s dxy (per rank at EP%d: M=%lld rows, F=%lld)", w.name.c_str(), g_ep,
@@ -465,6 +478,7 @@ void run_swiglu_backward(const Workload& w, cudaStream_t s) {
   std::printf("fused x two passes: mxfp8 %.2fx, fp8bw %.2fx\n", mx, bw);
   g_rows.push_back(r[0]);  // the fused kernels are quantizers: in the summary
   g_rows.push_back(r[2]);
+  g_rows.push_back(r[5]);
   g_fused.push_back({w.name, mx, bw});
   if (!g_regions) return;
   run_region_sweep(w.name + " mxfp8_fused by region (tokens x features tiles)", 8, cases[0].moved_bytes,
