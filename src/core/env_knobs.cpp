@@ -35,6 +35,8 @@ const std::vector<EnvKnob>& env_knobs() {
        "MXFP8 training: prepared weights keep upstream's exact 32x32 tile bytes and the FPROPs and DGRADs run the per-32 MXFP8 GEMM, instead of the tiles at shared 128x128 scales and the FP8-blockwise GEMMs (A/B; set for preparation and layer alike)"},
       {"DMOE_MXFP8_FPROP_PER32", "1",
        "MXFP8 training: the FPROPs run the per-32 MXFP8 GEMM on exact row bundles (same prepared weights) instead of the FP8-blockwise FPROP at shared scales (A/B)"},
+      {"DMOE_ORACLE_THREADS", "integer",
+       "CPU oracle: threads of its grouped GEMMs (reference/parallel.h; the values do not depend on it); default the host's cores, at most 64"},
       {"DMOE_MXFP8_REROUND", "1",
        "MXFP8 training: the MXFP8 pipeline -- exact 1x32 / 32x1 activation blocks re-rounded at the shared scales before each FP8-blockwise GEMM (G149-G151) -- instead of the FP8-blockwise pipeline on activations quantized once at them (G152) (A/B)"},
       {"DMOE_MXFP8_WGRAD_BF16", "1",
