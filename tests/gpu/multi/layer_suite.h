@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -333,13 +334,19 @@ struct Suite {
   cudaStream_t stream = nullptr;
   std::string filter, scenario;
   int run = 0, failed = 0;
+  // When the previous case ended (or the suite started): each line says how long its case took, oracle
+  // included -- a device call's budget decides which cases a run script can afford.
+  std::chrono::steady_clock::time_point last_report = std::chrono::steady_clock::now();
 
   bool wants(const std::string& name) const { return filter.empty() || name.find(filter) != std::string::npos; }
-  // Counts a case and prints its line: "PASS case NAME<detail>" or "FAIL case ...".
+  // Counts a case and prints its line: "PASS case NAME (S s)<detail>" or "FAIL case ...".
   void report(const std::string& name, bool ok, const std::string& detail) {
     ++run;
     failed += !ok;
-    LOG("%s case %s%s", ok ? "PASS" : "FAIL", name.c_str(), detail.c_str());
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(now - last_report).count();
+    last_report = now;
+    LOG("%s case %s (%.1f s)%s", ok ? "PASS" : "FAIL", name.c_str(), seconds, detail.c_str());
   }
   // The cases with their own flow, in order: fn(nccl, rank, world, stream, &why) for each wanted
   // name; `before` runs first (the suite resets its margins), `detail` ends the case's line.
