@@ -151,8 +151,8 @@ void build_buffers(Context::Impl* c, const Config& config, int64_t guard, platfo
   // which computes the same blocks on fewer padding rows (at qwen3_30b about 6% padding instead of
   // 25%); FP8-blockwise training needs 128 (its token blocks).
   c->mxfp8_on_fp8_blockwise = runtime::mxfp8_training_on_fp8_blockwise(config);
-  c->row_alignment = runtime::routing_row_alignment(config, c->mxfp8_on_fp8_blockwise);
-  comm::EpConfig ep = comm::EpConfig::from(config, c->plan, c->row_alignment, /*validate_expert_ids=*/false);
+  const int row_alignment = runtime::routing_row_alignment(config, c->mxfp8_on_fp8_blockwise);
+  comm::EpConfig ep = comm::EpConfig::from(config, c->plan, row_alignment, /*validate_expert_ids=*/false);
   c->ep = std::make_unique<comm::EpGroup>(*c->comm, ep);
   c->rows_window = c->comm->alloc_window(static_cast<size_t>(c->world) * sizeof(int32_t));
 

@@ -22,7 +22,8 @@ namespace dist_moe::runtime {
 // weights prepared at shared 128x128 scales (G151), so every GEMM is an FP8-blockwise one and the WGRADs
 // read the saved column bundles where they lie. Staged only (Mega's forward launch is per-32 MXFP8), and
 // not under the knobs that keep the MXFP8 pipeline for A/B runs (DMOE_MXFP8_EXACT, DMOE_MXFP8_FPROP_PER32,
-// DMOE_MXFP8_REROUND, DMOE_MXFP8_WGRAD_BF16). Read once, at context creation (Context::Impl keeps it).
+// DMOE_MXFP8_REROUND, DMOE_MXFP8_WGRAD_BF16). Read once, at context creation (Context::Impl keeps it, and
+// routing_row_alignment derives from it).
 bool mxfp8_training_on_fp8_blockwise(const Config& config);
 
 // Rows routing pads every local expert to. Block-scaled layouts pad to whole column blocks (the
@@ -108,7 +109,6 @@ struct Context::Impl {
   // MXFP8 training on the FP8-blockwise pipeline (mxfp8_training_on_fp8_blockwise); otherwise, in the MXFP8
   // pipeline, which of its GEMMs run on operands converted to FP8 blockwise (the three below).
   bool mxfp8_on_fp8_blockwise = false;
-  int row_alignment = 1;         // routing_row_alignment of this context
   bool mxfp8_wgrad_fp8 = false;  // MXFP8 training: the WGRADs on FP8-blockwise operands (mxfp8_pipeline.cpp)
   bool mxfp8_dgrad_fp8 = false;  // MXFP8 training: the DGRADs on FP8-blockwise operands (mxfp8_pipeline.cpp)
   bool mxfp8_fprop_fp8 = false;  // MXFP8 training: the FPROPs on FP8-blockwise operands (mxfp8_pipeline.cpp)

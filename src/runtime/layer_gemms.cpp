@@ -31,7 +31,7 @@ GroupedGemmCommon layer_gemm_common(const Context::Impl& c, const int32_t* count
                                                        c.plan.total_scratch_capacity_factor, c.local_experts, c.world,
                                                        row_multiple));
     };
-    g.m_bound = recv_rows(c.row_alignment);
+    g.m_bound = recv_rows(routing_row_alignment(c.config, c.mxfp8_on_fp8_blockwise));
     g.routed_rows_bound = recv_rows(1);
   }
   return g;
