@@ -219,8 +219,7 @@ SavedState::~SavedState() { delete buffers_; }
 namespace {
 // The FP8-blockwise pipeline: FP8-blockwise contexts, and MXFP8 training ones at shared scales (G152).
 bool fp8_blockwise(const Context::Impl& c) {
-  return c.config.block_scaled &&
-         (c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise || c.mxfp8_on_fp8_blockwise);
+  return runtime::runs_fp8_blockwise_pipeline(c.config, c.mxfp8_on_fp8_blockwise);
 }
 
 // The context's format's forward.

@@ -108,7 +108,7 @@ void lay_out_mxfp8_scratch(Context::Impl& c) {
     detail::fail(ErrorCode::kInternal, to_string(c.config.block_scaled->format), " scratch layout needs ",
                  c.geometry.buffer_bytes - s.bottom,
                  " bytes, the plan gives ", c.geometry.buffer_bytes - floor);
-  if (c.config.block_scaled->format == BlockScaledFormat::kFP8Blockwise || c.mxfp8_on_fp8_blockwise) {
+  if (runtime::runs_fp8_blockwise_pipeline(c.config, c.mxfp8_on_fp8_blockwise)) {
     // Its row bundles share the row region (the WGRADs read the saved column bundles where they lie).
     int64_t need = std::max(planner::fp8_blockwise_row_bytes(cap, D), planner::fp8_blockwise_row_bytes(cap, F));
     if (!c.config.inference) need = std::max(need, planner::fp8_blockwise_row_bytes(cap, 2 * F));

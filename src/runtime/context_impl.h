@@ -26,6 +26,13 @@ namespace dist_moe::runtime {
 // routing_row_alignment derives from it).
 bool mxfp8_training_on_fp8_blockwise(const Config& config);
 
+// Whether a context runs the FP8-blockwise pipeline (fp8_blockwise_pipeline.cpp): FP8-blockwise contexts,
+// and MXFP8 training ones where mxfp8_training_on_fp8_blockwise (its value, which the context keeps).
+inline bool runs_fp8_blockwise_pipeline(const Config& config, bool mxfp8_on_fp8_blockwise) {
+  return config.block_scaled &&
+         (config.block_scaled->format == BlockScaledFormat::kFP8Blockwise || mxfp8_on_fp8_blockwise);
+}
+
 // Rows routing pads every local expert to. Block-scaled layouts pad to whole column blocks (the
 // WGRAD operands' blocks run along tokens and restart at each expert): 32 for MXFP8 (and for every
 // inference layer, which has no columns: 32 keeps the row quantizers' groups whole), 128 for
@@ -34,8 +41,7 @@ bool mxfp8_training_on_fp8_blockwise(const Config& config);
 // kBlockScaledRowMultiple) for all of them (kBlockScaledRoutingRows: 32). context.cpp says more.
 inline int routing_row_alignment(const Config& config, bool mxfp8_on_fp8_blockwise) {
   if (!config.block_scaled) return 1;
-  const bool fp8_columns = !config.inference && (config.block_scaled->format == BlockScaledFormat::kFP8Blockwise ||
-                                                 mxfp8_on_fp8_blockwise);
+  const bool fp8_columns = !config.inference && runs_fp8_blockwise_pipeline(config, mxfp8_on_fp8_blockwise);
   return fp8_columns ? 128 : static_cast<int>(kBlockScaledRoutingRows);
 }
 
