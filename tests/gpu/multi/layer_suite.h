@@ -20,6 +20,7 @@
 #include <functional>
 #include <initializer_list>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,30 @@ reference::RandomProblemSpec problem_spec(const Case& c, int world) {
   if (c.padded_rank >= 0)
     for (int64_t t = 0; t < c.T; ++t) s.all_padding_tokens.push_back(c.padded_rank * c.T + t);
   return s;
+}
+
+// x and W13 of small integers in [-2, 2] whose every 128-block has amax 448 placed where the other
+// operand is zero (x at feature 128 j, W13 at row 128 i, column 128 j + 1; W13 column 128 j and x
+// feature 128 j + 1 are zero): every 1x128 / 128x128 block scale is exactly 1 (FP8 blockwise's
+// amax / 448 and MXFP8's shared E8M0 code alike), every code the value itself, and every product
+// small, so h1 is an exact integer on the GPU (FP8 tensor cores included) and in the oracle, and h2
+// and its quantization are bit-identical. What remains between the two in the forward is W2's
+// accumulation order: no E4M3 requantization downstream amplifies it -- the cases that hold a
+// block-scaled forward to the issues' BF16 bound (relL2 < 5e-3).
+inline void make_h1_exact(reference::Problem& p, uint64_t seed) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_int_distribution<int> small(-2, 2);
+  for (auto& x : p.x_TD)
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const int64_t c = i % x.size(1);
+      x.data[i] = c % 128 == 0 ? (small(rng) < 0 ? -448.f : 448.f) : c % 128 == 1 ? 0.f : float(small(rng));
+    }
+  reference::TensorF& w = p.w13_EFD;
+  const int64_t N = w.size(1), K = w.size(2);
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    const int64_t k = i % K, n = (i / K) % N;
+    w.data[i] = k % 128 == 0 ? 0.f : (k % 128 == 1 && n % 128 == 0) ? 448.f : float(small(rng));
+  }
 }
 
 // The context Config of a Case: one layer per slot, device scratch for any routing, the case's
