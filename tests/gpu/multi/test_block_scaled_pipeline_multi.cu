@@ -24,7 +24,6 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "dist_moe/check.h"
@@ -147,9 +146,10 @@ Result run_layer(ncclComm_t nccl, const Case& c, const Problem& pr, int rank, in
 // The worst relL2 of each kind of check in the current case, printed with its PASS / FAIL line so a
 // run shows the margins: against the format's oracle the forward output, the gradients (grad_x,
 // grad_scores, route gradients) and the WGRADs apart -- each has its own bound -- then against the
-// BF16 oracle, and the worst single token's output.
+// BF16 oracle, the worst single token's output, and where they occur the RMSNorm cases' end-to-end
+// grad_x / WGRADs against the oracle (reported, not bounded: check_all) and two GPU results' difference.
 struct Margins {
-  double out = 0, grads = 0, wgrads = 0, bf16 = 0, token = 0, gpu = 0;
+  double out = 0, grads = 0, wgrads = 0, bf16 = 0, token = 0, e2e = 0, gpu = 0;
   // The bucket of a check, by its name ("... vs bf16 ...", two GPU results ("... vs training out"),
   // "out ...", "dW13 ..." / "dW2 ...", the rest).
   double& of(const std::string& what) {
@@ -160,17 +160,18 @@ struct Margins {
     return grads;
   }
   std::string line() const {
-    char b[224];
+    char b[256];
     std::snprintf(b, sizeof(b),
                   " [max relL2 vs %s: out %.2e, grads %.2e, wgrads %.2e; vs bf16 %.2e; worst token's out vs "
-                  "oracle %.2e%s]",
-                  kOracle.c_str(), out, grads, wgrads, bf16, token, gpu > 0 ? gpu_line().c_str() : "");
+                  "oracle %.2e%s%s]",
+                  kOracle.c_str(), out, grads, wgrads, bf16, token, optional("; RMSNorm end to end", e2e).c_str(),
+                  optional("; GPU vs GPU", gpu).c_str());
     return b;
   }
-  std::string gpu_line() const {
-    char b[48];
-    std::snprintf(b, sizeof(b), "; GPU vs GPU %.2e", gpu);
-    return b;
+  static std::string optional(const char* what, double v) {
+    char b[64];
+    std::snprintf(b, sizeof(b), "%s %.2e", what, v);
+    return v > 0 ? b : "";
   }
 };
 Margins g_margins;
@@ -196,14 +197,15 @@ bool check(const std::string& what, const TensorF& got, const TensorF& want, con
 // training FPROPs run the FP8-blockwise kernel (session 72, perf_history G151): the FP8 wgmma adds 128
 // products of K in its own accumulator before each FP32 promotion (32 for the per-32 kernel), so more
 // BF16 h1 / h3 elements land one last bit from the oracle's exact sums, and with them more E4M3
-// roundings of h2 -- the largest forward relL2 over the suite went 3.3e-3 -> 5.0e-3 (s71 r7 -> s72 r1,
-// the operands' values modelled bit for bit in both; the worst single token's ~2e-2 in both).
+// roundings of h2 (s75 r2, the margins by kind: random cases' forward 0.5-5.0e-3 for MXFP8, 0.8-6.7e-3
+// for FP8 blockwise; the worst single token's ~2e-2).
 // The exact-h1 cases (make_h1_exact: no h1 last bit differs, so no h2 rounding either) are held to the
-// issues' forward bound itself; the margins line reports the random cases' forward against it too.
+// issues' forward bound itself (s75 r2: 0.8-1.2e-3 in both formats). The gradients and the WGRADs are
+// held to the issues' 1e-2 (s75 r2, checked ones: at most 6.5e-3 / 4.8e-3).
 const reference::Tolerance kFwd{2e-2, 2e-2, 1e-2, 0.999};
 const reference::Tolerance kFwdExact{2e-2, 2e-2, 5e-3, 0.999};
 const reference::Tolerance kGrad{3e-2, 3e-2, 1e-2, 0.995};
-const reference::Tolerance kWgrad{3e-2, 1.0, 1.5e-2, 0.995};
+const reference::Tolerance kWgrad{3e-2, 1.0, 1e-2, 0.995};
 // Against the BF16 reference upstream judges MXFP8 by relL2 and cosine only (its test catalog:
 // "relL2 and cos per the fwd/grad/wgrad table"); the table's element-wise pair is not applied there,
 // nor here (aggregate()).
@@ -246,16 +248,8 @@ bool check_all(const Case& c, const Problem& pr, const Result& r, int rank, std:
     ok &= check("dW13 vs " + kOracle, r.dw13, qb.dw13_EFD, aggregate(kWgrad), why);
     ok &= check("dW2 vs " + kOracle, r.dw2, qb.dw2_EDF, aggregate(kWgrad), why);
   } else {
-    double worst = 0;
-    for (const auto& [what, got, want] : {std::tuple{"grad_x", &r.grad_x, &qb.grad_x_TD}, {"dW13", &r.dw13, &qb.dw13_EFD},
-                                          {"dW2", &r.dw2, &qb.dw2_EDF}}) {
-      const double rel = reference::compare(*got, *want).rel_l2;
-      double& m = g_margins.of(what);
-      m = std::max(m, rel);
-      worst = std::max(worst, rel);
-    }
-    *why += " (end-to-end grad_x / WGRAD vs the oracle: relL2 up to " + std::to_string(worst) +
-            ", see case_rmsnorm_routes);";
+    for (const auto& [got, want] : {std::pair{&r.grad_x, &qb.grad_x_TD}, {&r.dw13, &qb.dw13_EFD}, {&r.dw2, &qb.dw2_EDF}})
+      g_margins.e2e = std::max(g_margins.e2e, reference::compare(*got, *want).rel_l2);
   }
   if (judged_against_bf16(c)) {
     ok &= check("grad_x vs bf16", r.grad_x, rb.grad_x_TD, aggregate(reference::kMxfp8GradTolerance), why);
