@@ -41,8 +41,6 @@ const std::vector<EnvKnob>& env_knobs() {
        "MXFP8 training: the MXFP8 pipeline -- exact 1x32 / 32x1 activation blocks re-rounded at the shared scales before each FP8-blockwise GEMM (G149-G151) -- instead of the FP8-blockwise pipeline on activations quantized once at them (G152) (A/B)"},
       {"DMOE_MXFP8_WGRAD_BF16", "1",
        "MXFP8 training: the WGRADs on BF16 copies of the column bundles (exact products) instead of the FP8-blockwise WGRAD at shared scales (A/B)"},
-      {"DMOE_QUANT_GATHER_EVICT_NORMAL", "1",
-       "the rows + columns quantizers on gathered rows (the training layers' x and grad_h3) read their source rows at the L2's normal eviction rank instead of evict-last (A/B)"},
       {"DMOE_MXFP8_NARROW_SPLIT", "0 | 1",
        "MXFP8 128x128 tiles of at most 64 expert rows: both warpgroups, a column slice each; 0: warpgroup 0 alone (A/B); default 1"},
   };

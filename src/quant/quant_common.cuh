@@ -186,23 +186,19 @@ __device__ __forceinline__ void issue_tile(Bf16Tile& tile, const uint16_t* base,
 // takes its rows' pointers by shuffles (their wait is 10-12% of the gathered quantizer's stall
 // samples; an L1 prefetch of the next token tile's pointers moved neither them nor its time:
 // perf_history G111). Every thread of the warp must call it.
-// keep_in_l2: the rows' lines rank evict-last in the L2. A token's K routed rows lie in K experts'
-// segments, read at K times spread over the whole launch while its outputs stream through the L2:
-// at normal rank the source is gone from the L2 before most of its rereads (perf_history G155).
 __device__ __forceinline__ void issue_gathered_tile(Bf16Tile& tile, const void* const* row_ptrs, int64_t rows,
-                                                    int64_t cols, int64_t r0, int64_t c0, bool keep_in_l2) {
+                                                    int64_t cols, int64_t r0, int64_t c0) {
   const int slot = threadIdx.x % kTileSlots, lane = threadIdx.x % 32;
   const int64_t c = c0 + slot * kVec;
   const int64_t own = r0 + (threadIdx.x / 32) * 2 + (lane & 1) + kTileRowStep * ((lane >> 1) & (kTileLoads - 1));
   const auto* table = reinterpret_cast<const unsigned long long*>(row_ptrs);
   const unsigned long long loaded = own < rows ? __ldg(table + own) : 0ull;
-  const uint64_t policy = keep_in_l2 ? ptx::l2_policy_evict_last() : ptx::l2_policy_evict_normal();
 #pragma unroll
   for (int i = 0; i < kTileLoads; ++i) {
     const int r = tile_row(i);
     const auto* row = reinterpret_cast<const uint16_t*>(__shfl_sync(0xffffffffu, loaded, 2 * i + lane / kTileSlots));
     const bool valid = row != nullptr && c < cols;
-    ptx::cp_async_16_zfill(&tile[r][slot * kVec], valid ? static_cast<const void*>(row + c) : row_ptrs, valid, policy);
+    ptx::cp_async_16_zfill(&tile[r][slot * kVec], valid ? static_cast<const void*>(row + c) : row_ptrs, valid);
   }
 }
 

@@ -13,7 +13,6 @@
 // Memory-bound: the prediction and the measurements are in docs/perf_history.md (G37, G38).
 #include <type_traits>
 
-#include "core/env_knobs.h"
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "quant/quant_common.cuh"
@@ -94,7 +93,7 @@ constexpr size_t kRowsColsRingBytes = sizeof(Bf16Tile) * kRowsColsStages;
 template <class F, bool kCompactCols, bool kRowScales>
 __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
     quantize_rows_cols_kernel(Bf16Matrix x, RowGroups groups, QuantizedOut<typename F::Scale> rows,
-                              QuantizedOut<typename F::Scale> cols, int log2_rt, int log2_rf, bool keep_source_in_l2) {
+                              QuantizedOut<typename F::Scale> cols, int log2_rt, int log2_rf) {
   using Scale = typename F::Scale;
   constexpr int kChunks = kTile / 32;
   constexpr int kBlocksPerTile = kTile / F::kBlock;
@@ -137,7 +136,7 @@ __global__ void __launch_bounds__(kTileThreads, kRowsColsCtasPerSm)
   // Rows at or past `end` are neither read nor (gathered) looked up: their real-row bits are clear.
   auto issue = [&](int t, Bf16Tile& stage) {
     const int64_t r0 = m_first + (t / tiles_f) * kTile, c0 = c_first + (t % tiles_f) * kTile;
-    if (x.row_ptrs != nullptr) issue_gathered_tile(stage, x.row_ptrs, end, x.cols, r0, c0, keep_source_in_l2);
+    if (x.row_ptrs != nullptr) issue_gathered_tile(stage, x.row_ptrs, end, x.cols, r0, c0);
     else issue_tile(stage, base, x.row_stride, end, x.cols, r0, c0);
     if constexpr (kRowScales)
       if (t == 0) issue_tile_scores(tile_scores, x.row_scales, end, r0);  // in tile 0's group
@@ -207,10 +206,7 @@ void launch_rows_cols_kernel(const Bf16Matrix& x, const RowGroups& groups, const
     log2_rf = r.log2_b;
   }
   const dim3 grid = rows_cols_grid(name, tiles_t, tiles_f, log2_rt, log2_rf);
-  // Gathered rows stay in the L2 for their K reads (G155), unless the A / B knob asks for normal rank.
-  static const bool keep_source_in_l2 = !core::env_flag("DMOE_QUANT_GATHER_EVICT_NORMAL");
-  kernel<<<grid, kTileThreads, kRowsColsRingBytes, stream>>>(x, groups, rows, cols, log2_rt, log2_rf,
-                                                             keep_source_in_l2);
+  kernel<<<grid, kTileThreads, kRowsColsRingBytes, stream>>>(x, groups, rows, cols, log2_rt, log2_rf);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -20,27 +20,6 @@ DMOE_DEVICE void cp_async_16_zfill(void* dst, const void* src, bool valid) {
                : "memory");
 }
 
-// The same with an L2 cache policy (createpolicy below) for the lines it reads.
-DMOE_DEVICE void cp_async_16_zfill(void* dst, const void* src, bool valid, uint64_t l2_policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0), "l"(l2_policy)
-               : "memory");
-}
-
-// L2 cache policies for the accesses of one thread: every line it names ranks evict-last (the L2
-// drops it only after every normal line: data read again later in the same kernel while other bytes
-// stream past) or evict-normal (what an access without a policy does).
-DMOE_DEVICE uint64_t l2_policy_evict_last() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-DMOE_DEVICE uint64_t l2_policy_evict_normal() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
 // Closes the group of this thread's cp.async issued since the last commit.
 DMOE_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
