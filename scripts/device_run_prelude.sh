@@ -101,6 +101,16 @@ layer_suite() {
     "$L/suite_${label}_$arm.log" | head -3 | tr '\n' ' ')"
 }
 
+# suite_cases LABEL TEST LIMIT: layer_suite LABEL TEST B within LIMIT seconds (less if the BUDGET mark is
+# nearer; skipped with 40 s or less left), then each case's line: PASS / FAIL, its seconds and its margins.
+suite_cases() {
+  local label=$1 test=$2 limit=$3
+  [ "$(left)" -gt 40 ] || return 0
+  [ "$limit" -lt "$(left)" ] || limit=$(( $(left) - 10 ))
+  layer_suite "$label" "$test" B "$limit"
+  grep -E "PASS case|FAIL case" "$L/suite_${label}_B.log" | sed -E 's/^(\[rank 0\] )+//'
+}
+
 # nvfp4_suite ARM [TIMEOUT]: the NVFP4 layer suite (layer_suite nvfp4 ...).
 nvfp4_suite() { layer_suite nvfp4 dist_moe_nvfp4_pipeline_tests "$@"; }
 
