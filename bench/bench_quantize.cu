@@ -11,7 +11,8 @@
 //     same through a row-pointer table to the T token rows, each token K times, as x); then, not in
 //     the summary, the layer's quantize_x form of both rows + columns quantizers (gathered rows,
 //     compact columns: mxfp8_rows_cols_gc, fp8bw_rows_cols_gc, and mxfp8s_rows_cols_gc: FP8 blockwise's
-//     kernel with MXFP8's scale rule, the MXFP8 training layer's since G152)
+//     kernel with MXFP8's scale rule, the MXFP8 training layer's since G152), and the last two on the
+//     layer's own gather (_gk: T token rows, each read by about K routes; "moved" counts each row once)
 //   weights      the rank's W13 [E/ep, 2F, D]
 //     mxfp8_w_train (32x32 tiles, FPROP + DGRAD scales: the quantizer without the transposed copy),
 //     mxfp8_w_train_t (the same + the transposed copy [E, K, N] DGRAD reads: the prepared training
@@ -217,11 +218,17 @@ void run_activations(const Workload& w, cudaStream_t s) {
       table[m] = reinterpret_cast<uint64_t>(x.get() + static_cast<int64_t>(order[m]) * D);
       nv_table[m] = reinterpret_cast<uint64_t>(rows_nv.get() + static_cast<int64_t>(order[m] % T) * packed);
     }
-  DeviceBuffer<uint64_t> row_ptrs(table), nv_row_ptrs(nv_table);
+  // The layer's own gather: the same order over the T token rows, each read by about K routes (x's
+  // dispatch-window rows, grad_out's owner rows), for the quantize_x form's _gk rows.
+  std::vector<uint64_t> token_table(cap, 0);
+  for (int64_t m = 0; m < cap; ++m)
+    if (table[m] != 0) token_table[m] = reinterpret_cast<uint64_t>(x.get() + static_cast<int64_t>(order[m] % T) * D);
+  DeviceBuffer<uint64_t> row_ptrs(table), nv_row_ptrs(nv_table), token_row_ptrs(token_table);
   // NVFP4 packed rows: the T token rows and M rows of their own (nvfp4_expand_rows' dense input).
   quantize_nvfp4_token_rows(x.get(), T, D, D, rows_nv.get(), packed, s);
   quantize_nvfp4_token_rows(x.get(), cap, D, D, rows_nv_m.get(), packed, s);
   quant::Bf16Matrix x_gathered{nullptr, cap, D, 0, reinterpret_cast<const void* const*>(row_ptrs.get())};
+  quant::Bf16Matrix x_routed{nullptr, cap, D, 0, reinterpret_cast<const void* const*>(token_row_ptrs.get())};
   const double xT = double(T * D) * 2, xM = double(cap * D) * 2;
   const double mx_rows_cols = xM + 2.0 * (cap * D + cap * D / 32), bw_rows_cols = xM + 2.0 * (cap * D + cap * D / 128 * 4);
   // The layer's MXFP8 row bundles: scales as k-block-major words (G86; D % 128 == 0 at every shape).
@@ -297,6 +304,21 @@ void run_activations(const Workload& w, cudaStream_t s) {
          }},
     };
     run_cases(w.name + " layer quantize_x (gathered rows, compact columns)", layer_form, s, false);
+    // The same kernels on the layer's gather (token_table: T rows, each about K times). "moved" counts
+    // each token row once -- the bytes HBM must move if the L2 serves the other reads -- so "x copy"
+    // here is the kernel against its floor, not against the bytes it reads (perf_history G155).
+    const double routed_floor = 8.0 * cap + xT + (bw_rows_cols - xM);
+    const std::vector<Case> routed_form = {
+        {"fp8bw_rows_cols_gk", routed_floor,
+         [&] { quant::fp8_blockwise_quantize_rows_cols(x_routed, groups, {q.get(), D, sf.get(), 1, cap}, bw_c, s); }},
+        {"mxfp8s_rows_cols_gk", routed_floor,
+         [&] {
+           quant::fp8_blockwise_quantize_rows_cols(x_routed, groups, {q.get(), D, sf.get(), 1, cap}, bw_c, s,
+                                                   quant::Fp8BlockScale::kMxfp8Shared);
+         }},
+    };
+    run_cases(w.name + " layer quantize_x on the layer's gather (T token rows, K reads each; bytes: each row once)",
+              routed_form, s, false);
   }
   if (g_layouts) {
     // MXFP8 scale layouts (G82, G86): the rows + columns quantizer's column scales feature-major
