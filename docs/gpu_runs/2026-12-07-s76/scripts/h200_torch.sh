@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# s76 (not run: the device time went to r2 / r3): what issue #25 (MXFP8) still owes an H200 beyond r1 -- the MXFP8 and FP8-blockwise decode layers
-# against our BF16 decode (dsv3_decode, inference), then the torch package's tests: the MXFP8 / Mega / training
-# loop / preparation / FP8-blockwise files first, then the rest of tests/torch. Any card; the first line names it.
-# ~500 s on a fresh machine (the torch extension's build is ~2-3 min).
+# s76, not run (the device time went to r2 / r3): what issue #25 (MXFP8) still owes an H200 beyond r1 -- the
+# MXFP8 and FP8-blockwise decode layers against our BF16 decode (dsv3_decode, inference), then the torch
+# package's tests: the MXFP8 / Mega / training loop / preparation / FP8-blockwise files first, then the rest of
+# tests/torch. Any card; the first line names it. ~500 s on a fresh machine (the torch extension's build is
+# ~2-3 min).
 RUN_NAME=h200_torch; source scripts/device_run_prelude.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 OUT=$L scripts/quick_build.sh dist-moe dmoe_launch dist_moe_native dist_moe_torch || exit 1
