@@ -218,11 +218,18 @@ void run_activations(const Workload& w, cudaStream_t s) {
       table[m] = reinterpret_cast<uint64_t>(x.get() + static_cast<int64_t>(order[m]) * D);
       nv_table[m] = reinterpret_cast<uint64_t>(rows_nv.get() + static_cast<int64_t>(order[m] % T) * packed);
     }
-  // The layer's own gather: the same order over the T token rows, each read by about K routes (x's
-  // dispatch-window rows, grad_out's owner rows), for the quantize_x form's _gk rows.
+  // The layer's own gather, for the quantize_x form's _gk rows: the T token rows, each read by about K
+  // routes (x's dispatch-window rows, grad_out's owner rows), in token order within each expert, as the
+  // layer's routing places them (routing.cu: the stable order expert, source rank, token, k). A shuffled
+  // order inside each expert, until s76, hid what the quantizers' level order (G157) gains in the layer.
   std::vector<uint64_t> token_table(cap, 0);
-  for (int64_t m = 0; m < cap; ++m)
-    if (table[m] != 0) token_table[m] = reinterpret_cast<uint64_t>(x.get() + static_cast<int64_t>(order[m] % T) * D);
+  for (int64_t e = 0; e < E; ++e) {
+    std::vector<int64_t> tokens;
+    for (int64_t r = 0; r < counts[e]; ++r) tokens.push_back(static_cast<int64_t>(order[offsets[e] + r] % T));
+    std::sort(tokens.begin(), tokens.end());
+    for (int64_t r = 0; r < counts[e]; ++r)
+      token_table[offsets[e] + r] = reinterpret_cast<uint64_t>(x.get() + tokens[r] * D);
+  }
   DeviceBuffer<uint64_t> row_ptrs(table), nv_row_ptrs(nv_table), token_row_ptrs(token_table);
   // NVFP4 packed rows: the T token rows and M rows of their own (nvfp4_expand_rows' dense input).
   quantize_nvfp4_token_rows(x.get(), T, D, D, rows_nv.get(), packed, s);
