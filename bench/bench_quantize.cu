@@ -298,17 +298,17 @@ void run_activations(const Workload& w, cudaStream_t s) {
     quant::Fp8BlockwiseOut bw_c;
     bw_c.q = qc.get();
     bw_c.compact = true;
+    // FP8 blockwise's kernel into the row bundle and bw_c: the _gc and _gk rows differ in x and the rule.
+    const auto bw_compact = [&](const quant::Bf16Matrix& x, quant::Fp8BlockScale rule) {
+      quant::fp8_blockwise_quantize_rows_cols(x, groups, {q.get(), D, sf.get(), 1, cap}, bw_c, s, rule);
+    };
+    constexpr auto kAmax = quant::Fp8BlockScale::kAmaxOver448, kShared = quant::Fp8BlockScale::kMxfp8Shared;
     const std::vector<Case> layer_form = {
         {"mxfp8_rows_cols_gc", 8.0 * cap + mx_rows_cols,
          [&] { quant::mxfp8_quantize_rows_cols(x_gathered, groups, mx_word_rows, mx_c, s); }},
-        {"fp8bw_rows_cols_gc", 8.0 * cap + bw_rows_cols,
-         [&] { quant::fp8_blockwise_quantize_rows_cols(x_gathered, groups, {q.get(), D, sf.get(), 1, cap}, bw_c, s); }},
+        {"fp8bw_rows_cols_gc", 8.0 * cap + bw_rows_cols, [&] { bw_compact(x_gathered, kAmax); }},
         // The MXFP8 training layer's quantize_x since G152: FP8 blockwise's kernel with MXFP8's scale rule.
-        {"mxfp8s_rows_cols_gc", 8.0 * cap + bw_rows_cols,
-         [&] {
-           quant::fp8_blockwise_quantize_rows_cols(x_gathered, groups, {q.get(), D, sf.get(), 1, cap}, bw_c, s,
-                                                   quant::Fp8BlockScale::kMxfp8Shared);
-         }},
+        {"mxfp8s_rows_cols_gc", 8.0 * cap + bw_rows_cols, [&] { bw_compact(x_gathered, kShared); }},
     };
     run_cases(w.name + " layer quantize_x (gathered rows, compact columns)", layer_form, s, false);
     // The same kernels on the layer's gather (token_table: T rows, each about K times). "moved" counts
@@ -316,13 +316,8 @@ void run_activations(const Workload& w, cudaStream_t s) {
     // here is the kernel against its floor, not against the bytes it reads (perf_history G155).
     const double routed_floor = 8.0 * cap + xT + (bw_rows_cols - xM);
     const std::vector<Case> routed_form = {
-        {"fp8bw_rows_cols_gk", routed_floor,
-         [&] { quant::fp8_blockwise_quantize_rows_cols(x_routed, groups, {q.get(), D, sf.get(), 1, cap}, bw_c, s); }},
-        {"mxfp8s_rows_cols_gk", routed_floor,
-         [&] {
-           quant::fp8_blockwise_quantize_rows_cols(x_routed, groups, {q.get(), D, sf.get(), 1, cap}, bw_c, s,
-                                                   quant::Fp8BlockScale::kMxfp8Shared);
-         }},
+        {"fp8bw_rows_cols_gk", routed_floor, [&] { bw_compact(x_routed, kAmax); }},
+        {"mxfp8s_rows_cols_gk", routed_floor, [&] { bw_compact(x_routed, kShared); }},
     };
     run_cases(w.name + " layer quantize_x on the layer's gather (T token rows, K reads each; bytes: each row once)",
               routed_form, s, false);
