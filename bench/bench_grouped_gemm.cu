@@ -95,6 +95,7 @@
 #include "testing/bench_args.h"
 #include "testing/event_timing.h"
 #include "testing/main_guard.h"
+#include "core/env_knobs.h"
 #include "dist_moe/error.h"
 #include "dist_moe/grouped_gemm.h"
 #include "dist_moe/prepare_weight.h"
@@ -113,6 +114,9 @@ auto with_config(const Args& args, void (*gemm)(const Args&, cudaStream_t)) {
   return [&args, gemm](const GroupedGemmConfig* cfg) {
     Args a = args;
     a.common.config = cfg;
+    // A configuration run by name promotes as its own kernel does (GroupedGemmCommon::promote_k): the
+    // sweep times the _p64 / _p32 kernels beside the others whatever the op's call asks.
+    if (cfg != nullptr) a.common.promote_k = cfg->promote_k;
     gemm(a, nullptr);
   };
 }
@@ -1081,6 +1085,8 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
         shared_weight(w2, D, F, sw2q, sw2t, sw2fb, sw2b);
         s13.common = fp8_common(2 * F, D, sxs, sw13fb);
         s13.common.scales.a_ld = M;
+        // The MXFP8 layer's W13 promotion interval (Context::Impl::w13_promote_k; G158).
+        s13.common.promote_k = static_cast<int>(core::env_int64_or("DMOE_W13_PROMOTE_K", 64));
         s13.a = sxq.p;
         s13.w13 = sw13q.p;
         s13.a_offset = nullptr;
