@@ -215,7 +215,7 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     w13_kernel(128, 128, 5).tma().fp8_blockwise(),
     w13_kernel(128, 256, 3).tma().fp8_blockwise(),
     // W13 promoting every 64 of K (the MXFP8 training layer's: its h1 feeds h2's E4M3 rounding; G158),
-    // and every 32 (A/B runs: DMOE_MXFP8_W13_PROMOTE_K=32).
+    // and every 32 (A/B runs: DMOE_W13_PROMOTE_K=32).
     w13_kernel(128, 256, 4).tma().fp8_blockwise().promote(64),
     w13_kernel(128, 256, 3).tma().fp8_blockwise().promote(64),
     w13_kernel(128, 256, 4).tma().fp8_blockwise().promote(32),
