@@ -95,6 +95,7 @@
 #include "testing/bench_args.h"
 #include "testing/event_timing.h"
 #include "testing/main_guard.h"
+#include "core/env_knobs.h"
 #include "dist_moe/error.h"
 #include "dist_moe/grouped_gemm.h"
 #include "dist_moe/prepare_weight.h"
@@ -113,6 +114,9 @@ auto with_config(const Args& args, void (*gemm)(const Args&, cudaStream_t)) {
   return [&args, gemm](const GroupedGemmConfig* cfg) {
     Args a = args;
     a.common.config = cfg;
+    // A configuration run by name promotes as its own kernel does (GroupedGemmCommon::promote_k): the
+    // sweep times the _p64 / _p32 kernels beside the others whatever the op's call asks.
+    if (cfg != nullptr) a.common.promote_k = cfg->promote_k;
     gemm(a, nullptr);
   };
 }
@@ -936,6 +940,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       OperandFormat b = kFp8BlockwiseWeight;  // DGRAD: the transposed copy
       OperandFormat a = kFp8BlockwiseRows;
       double target = 1.6;  // x our BF16 kernel (FP8 blockwise: issue #27; MXFP8: issue #25)
+      int promote_k = 128;  // what its call asks (GroupedGemmCommon::promote_k): the pick's name shows it
     };
     W13FpropArgs f13 = w13a;
     f13.common = fp8_common(2 * F, D, xs, w13s);
@@ -1081,6 +1086,9 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
         shared_weight(w2, D, F, sw2q, sw2t, sw2fb, sw2b);
         s13.common = fp8_common(2 * F, D, sxs, sw13fb);
         s13.common.scales.a_ld = M;
+        // The MXFP8 layer's W13 promotion interval (Context::Impl::w13_promote_k; G158).
+        s13.common.promote_k = static_cast<int>(core::env_int64_or("DMOE_W13_PROMOTE_K", 64));
+        const int s13_promote_k = s13.common.promote_k;
         s13.a = sxq.p;
         s13.w13 = sw13q.p;
         s13.a_offset = nullptr;
@@ -1102,7 +1110,8 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
         sd2.w = sw2t.p;
         sd2.grad_out_offset = nullptr;
         ops.push_back({"w13_fprop_mxfp8s", GroupedGemmOp::kFpropSwiglu, w13_flops, cb13, run_w13,
-                       with_config(s13, grouped_gemm_w13_fprop), 2 * F, D, kFp8BlockwiseWeight, kFp8BlockwiseRows, 0.95});
+                       with_config(s13, grouped_gemm_w13_fprop), 2 * F, D, kFp8BlockwiseWeight, kFp8BlockwiseRows, 0.95,
+                       s13_promote_k});
         ops.push_back({"w2_fprop_mxfp8s", GroupedGemmOp::kFprop, w2_flops, cb2, run_w2,
                        with_config(s2, grouped_gemm_fprop), D, F, kFp8BlockwiseWeight, kFp8BlockwiseRows, 0.95});
         ops.push_back({"w13_dgrad_mxfp8s", GroupedGemmOp::kDgrad, w13_flops, cb13, run_d13,
@@ -1116,7 +1125,9 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       GroupedGemmCommon fc = common(op.n, op.k);
       fc.a_format = op.a;
       fc.b_format = op.b;
-      const std::string pick = select_grouped_gemm_config(grouped_gemm_problem(op.op, fc), device_sms()).name();
+      GroupedGemmConfig picked = select_grouped_gemm_config(grouped_gemm_problem(op.op, fc), device_sms());
+      if (op.promote_k != 128 && !picked.swap_ab) picked.promote_k = op.promote_k;  // as the library runs it
+      const std::string pick = picked.name();
       const std::vector<GroupedGemmConfig> all =
           grouped_gemm_configs(op.op, DType::kBFloat16, false, op.a, op.b);
       // Slot 0: our BF16 kernel (heuristic pick); slot 1: the FP8 pick; then every FP8 configuration.

@@ -144,6 +144,12 @@ struct GroupedGemmCommon {
   // traps). The tiles cover only those rows: the rows after them in the segment are neither read as
   // tokens nor written. nullptr: counts. Other kernels ignore it.
   const int32_t* tile_rows = nullptr;
+  // E4M3 operands: fold the tensor cores' partial sums into FP32 at least every promote_k of K (128,
+  // 64 or 32). The FP8-blockwise 128x128 / 128x256 tiles promote every 128 (the recipe's scale block);
+  // 64 and 32 run a heuristic-chosen 128x256 W13 tile as its "_p64" / "_p32" kernel (the MXFP8
+  // training layer's W13: G158), a configuration override with a longer interval throws; the
+  // swap-AB and MXFP8 per-32 tiles promote every 32 already.
+  int promote_k = 128;
 };
 
 struct FpropArgs {

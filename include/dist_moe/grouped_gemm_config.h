@@ -126,8 +126,11 @@ struct GroupedGemmConfig {
   // for BF16 wgmma (issue #25; "_dq", 128x128x128_s4), instead of E4M3 wgmma with per-32
   // promotion. Never the heuristic's pick: for A/B runs and overrides.
   bool mxfp8_dequant = false;
+  // FP8-blockwise 128x256 W13 only: the kernels that promote into FP32 every 64 or 32 of K instead of
+  // every 128 ("_p64", "_p32"; GroupedGemmCommon::promote_k says when a call needs them).
+  int promote_k = 128;
 
-  // "128x256x64_s4" (+ "_c2", "_pp", "_tma", "_dyn", "_nosplit", "_swapab", "_gather", "_dq"); what
+  // "128x256x64_s4" (+ "_c2", "_pp", "_tma", "_dyn", "_nosplit", "_swapab", "_gather", "_dq", "_p64"); what
   // overrides and the benchmark print.
   std::string name() const;
 };

@@ -364,6 +364,7 @@ std::string GroupedGemmConfig::name() const {
   if (swap_ab) s += "_swapab";
   if (gather) s += "_gather";
   if (mxfp8_dequant) s += "_dq";
+  if (promote_k != 128) s += "_p" + std::to_string(promote_k);
   return s;
 }
 

@@ -161,6 +161,7 @@ GroupedGemmConfig config_of(const GemmKernelEntry& e, int sms) {
   c.pingpong = e.pingpong;
   c.tma_store = e.tma_store();
   c.mxfp8_dequant = e.dequant_bf16;
+  c.promote_k = e.promote_k;
   return c;
 }
 
@@ -293,7 +294,7 @@ const GemmKernelEntry& find_kernel(GroupedGemmOp op, DType out, const GroupedGem
     if (e.kind == kind && e.epilogue == epilogue_of(op, out) && e.a == c.a_format && e.b == c.b_format &&
         e.gather == cfg.gather && e.block_m == cfg.block_m && e.block_n == cfg.block_n && e.stages == cfg.stages &&
         e.cluster_m == cfg.cluster_m && e.pingpong == cfg.pingpong && e.tma_store() == cfg.tma_store &&
-        e.dequant_bf16 == cfg.mxfp8_dequant)
+        e.dequant_bf16 == cfg.mxfp8_dequant && e.promote_k == cfg.promote_k)
       return e;
   }
   std::ostringstream avail;
@@ -315,6 +316,8 @@ void check_common(const GroupedGemmCommon& c, const char* op) {
                  c.k);
   DMOE_CHECK_ARG(c.e_local * c.n <= kInt32Max, op, ": e_local * n = ", c.e_local * c.n,
                  " weight rows exceed the int32 TMA coordinate range");
+  DMOE_CHECK_ARG(c.promote_k == 128 || c.promote_k == 64 || c.promote_k == 32, op,
+                 ": promote_k must be 128, 64 or 32, got ", c.promote_k);
   if (c.config != nullptr) {
     const int block_k = grouped_gemm_block_k(c.a_format, c.b_format);  // one stage row of k
     DMOE_CHECK_ARG(c.config->block_k == block_k, op, ": config.block_k must be ", block_k, ", got ",
@@ -518,6 +521,11 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   const GroupedGemmProblem problem =
       grouped_gemm_problem(op, c, out, gather, L.epilogue.scatter_rows != nullptr, L.epilogue.accumulate != 0);
   GroupedGemmConfig cfg = c.config != nullptr ? *c.config : select_grouped_gemm_config(problem, dev.num_sms);
+  if (c.promote_k != 128 && c.a_format == kFp8BlockwiseRows && !cfg.swap_ab) {  // (swap-AB: every 32)
+    if (c.config == nullptr) cfg.promote_k = c.promote_k;
+    DMOE_CHECK_ARG(cfg.promote_k <= c.promote_k, to_string(named), ": configuration ", cfg.name(), " promotes every ",
+                   cfg.promote_k, " of K; the call asks for at most ", c.promote_k);
+  }
   cfg.gather = gather;
   cfg.num_sms = cfg.num_sms > 0 ? std::min(cfg.num_sms, dev.num_sms) : dev.num_sms;
   DMOE_CHECK_ARG(!(cfg.swap_ab && problem.accumulate), to_string(named), ": configuration ", cfg.name(),

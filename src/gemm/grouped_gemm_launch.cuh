@@ -356,7 +356,7 @@ template <size_t I>
 using SpecFp8BlockwiseMainloop =
     std::conditional_t<kSpec<I>.kind == gemm::GemmKind::kFpropSwapAB,
                        gemm::Sm90Fp8BlockwiseSwapABMainloop<SpecMainloopConfig<I>>,
-                       gemm::Sm90Fp8BlockwiseMainloop<SpecMainloopConfig<I>>>;
+                       gemm::Sm90Fp8BlockwiseMainloop<SpecMainloopConfig<I>, kSpec<I>.promote_k>>;
 
 template <size_t I>
 using SpecMainloop = std::conditional_t<

@@ -48,6 +48,9 @@ struct GemmKernelSpec {
   // MXFP8 operands dequantized to BF16 in the producer for BF16 wgmma (mainloop_mxfp8_dequant.cuh),
   // instead of E4M3 wgmma with per-32 promotion: the measured baseline, never the heuristic's pick.
   bool dequant_bf16 = false;
+  // FP8-blockwise 128x256 FPROP: FP32 promotion every promote_k of K (mainloop_fp8_blockwise.cuh;
+  // 64 and 32: the "_p64" / "_p32" kernels the MXFP8 training W13 takes, G158).
+  int promote_k = 128;
 
   constexpr bool tma_store() const { return writer != GemmWriter::kPadded; }
   constexpr GemmKernelFile file() const {
@@ -82,6 +85,11 @@ struct GemmKernelSpec {
   constexpr GemmKernelSpec mxfp8_dequant() const {  // MXFP8 operands, made BF16 in the kernel
     GemmKernelSpec s = mxfp8();
     s.dequant_bf16 = true;
+    return s;
+  }
+  constexpr GemmKernelSpec promote(int k) const {
+    GemmKernelSpec s = *this;
+    s.promote_k = k;
     return s;
   }
   constexpr GemmKernelSpec nvfp4() const {  // packed NVFP4 token rows x NVFP4 weights (swap-AB only)
@@ -206,6 +214,11 @@ inline constexpr GemmKernelSpec kGemmKernelSpecs[] = {
     fprop_kernel(128, 256, 3).tma().fp8_blockwise(),
     w13_kernel(128, 128, 5).tma().fp8_blockwise(),
     w13_kernel(128, 256, 3).tma().fp8_blockwise(),
+    // W13 promoting every 64 of K (the MXFP8 training layer's: its h1 feeds h2's E4M3 rounding; G158),
+    // and every 32 (A/B runs: DMOE_W13_PROMOTE_K=32).
+    w13_kernel(128, 256, 4).tma().fp8_blockwise().promote(64),
+    w13_kernel(128, 256, 3).tma().fp8_blockwise().promote(64),
+    w13_kernel(128, 256, 4).tma().fp8_blockwise().promote(32),
     // FP8-blockwise WGRAD over the transposed columns (per-element scale products): 128x256 with
     // two 128-column slices and three stages (the pick where k % 256 == 0; G69), 128x128 with two
     // register-sourced 64-column slices and five (the stages' scale copies take the sixth's room).

@@ -67,6 +67,13 @@ bool mxfp8_training_on_fp8_blockwise(const Config& config) {
   return true;
 }
 
+int w13_promote_k(const Config& config) {
+  const bool mxfp8 = config.block_scaled && config.block_scaled->format == BlockScaledFormat::kMXFP8_E4M3;
+  const int64_t k = core::env_int64_or("DMOE_W13_PROMOTE_K", mxfp8 ? 64 : 128);
+  DMOE_CHECK_ARG(k == 128 || k == 64 || k == 32, "DMOE_W13_PROMOTE_K must be 128, 64 or 32, got ", k);
+  return static_cast<int>(k);
+}
+
 }  // namespace dist_moe::runtime
 
 namespace dist_moe {
@@ -151,6 +158,7 @@ void build_buffers(Context::Impl* c, const Config& config, int64_t guard, platfo
   // which computes the same blocks on fewer padding rows (at qwen3_30b about 6% padding instead of
   // 25%); FP8-blockwise training needs 128 (its token blocks).
   c->mxfp8_on_fp8_blockwise = runtime::mxfp8_training_on_fp8_blockwise(config);
+  c->w13_promote_k = runtime::w13_promote_k(config);
   const int row_alignment = runtime::routing_row_alignment(config, c->mxfp8_on_fp8_blockwise);
   comm::EpConfig ep = comm::EpConfig::from(config, c->plan, row_alignment, /*validate_expert_ids=*/false);
   c->ep = std::make_unique<comm::EpGroup>(*c->comm, ep);

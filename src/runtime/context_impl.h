@@ -25,6 +25,10 @@ namespace dist_moe::runtime {
 // DMOE_MXFP8_REROUND, DMOE_MXFP8_WGRAD_BF16). Read once, at context creation (Context::Impl keeps it, and
 // routing_row_alignment derives from it).
 bool mxfp8_training_on_fp8_blockwise(const Config& config);
+// The W13 FPROP's promotion interval for `config` (Context::Impl::w13_promote_k): 64 for MXFP8, whose
+// BF16 h1 feeds h2's E4M3 rounding and which the issue holds to the BF16 forward bound, 128 (the
+// recipe's scale block) otherwise; DMOE_W13_PROMOTE_K overrides it (A/B runs).
+int w13_promote_k(const Config& config);
 
 // Whether a context runs the FP8-blockwise pipeline (fp8_blockwise_pipeline.cpp): FP8-blockwise contexts,
 // and MXFP8 training ones where mxfp8_training_on_fp8_blockwise (its value, which the context keeps).
@@ -118,6 +122,9 @@ struct Context::Impl {
   bool mxfp8_wgrad_fp8 = false;  // MXFP8 training: the WGRADs on FP8-blockwise operands (mxfp8_pipeline.cpp)
   bool mxfp8_dgrad_fp8 = false;  // MXFP8 training: the DGRADs on FP8-blockwise operands (mxfp8_pipeline.cpp)
   bool mxfp8_fprop_fp8 = false;  // MXFP8 training: the FPROPs on FP8-blockwise operands (mxfp8_pipeline.cpp)
+  // The W13 FPROP's FP32 promotion interval along K (GroupedGemmCommon::promote_k): 64 in MXFP8
+  // contexts, 128 otherwise (w13_promote_k; perf_history G158).
+  int w13_promote_k = 128;
   // [L, D/128, 2F/128] MXFP8 training: the 128x128 FP32 scales of the weight the next FP8-blockwise GEMM
   // reads, derived right before it (G150-G151; one GEMM at a time on the stream).
   float* weight_block_scales = nullptr;

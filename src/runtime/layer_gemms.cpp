@@ -66,6 +66,7 @@ W13FpropArgs w13_fprop_args(const Context::Impl& c, const RoutedExpertsInputs& i
   const activation::SwigluParams sp = swiglu_params(c.config);
   W13FpropArgs a;
   a.common = layer_gemm_common(c, counts, w13_n(c), c.config.hidden_dim);
+  a.common.promote_k = c.w13_promote_k;
   a.w13 = in.w13;
   a.activation = sp.clamped ? Activation::kSwiGLUClamped : Activation::kSwiGLU;
   a.swiglu_alpha = sp.alpha;

@@ -173,6 +173,51 @@ TEST(GemmKernelTable, Mxfp8ConfigurationsHaveNosplitTwins) {
   EXPECT_TRUE(select_grouped_gemm_config(p, kSms).narrow_split);
 }
 
+// The W13 kernels promoting every 64 / 32 of K (perf_history G158): compiled for the FP8-blockwise
+// 128x256 W13 only (the MXFP8 training layer's tile; the s3 twin where many experts crowd the s4 out
+// of shared memory), under their own names with and without the dynamic schedule, fitting the shared
+// memory at 256 experts as their 128-promoting twins do; the heuristic never picks one (a call asks
+// for them through GroupedGemmCommon::promote_k).
+TEST(GemmKernelTable, PromotionKernelsAreTheWideW13sOnly) {
+  auto names = [](GroupedGemmOp op, const OperandFormat& a, const OperandFormat& b) {
+    std::vector<std::string> v;
+    for (const GroupedGemmConfig& c : grouped_gemm_configs(op, DType::kBFloat16, false, a, b))
+      if (c.promote_k != 128) v.push_back(c.name());
+    return v;
+  };
+  const std::vector<std::string> want = {"128x256x128_s4_tma_p64", "128x256x128_s3_tma_p64", "128x256x128_s4_tma_p32",
+                                         "128x256x128_s4_tma_dyn_p64", "128x256x128_s3_tma_dyn_p64",
+                                         "128x256x128_s4_tma_dyn_p32"};
+  EXPECT_EQ(names(GroupedGemmOp::kFpropSwiglu, kFp8BlockwiseRows, kFp8BlockwiseWeight), want);
+  EXPECT_TRUE(names(GroupedGemmOp::kFprop, kFp8BlockwiseRows, kFp8BlockwiseWeight).empty());
+  EXPECT_TRUE(names(GroupedGemmOp::kDgrad, kFp8BlockwiseRows, kFp8BlockwiseWeightT).empty());
+  EXPECT_TRUE(names(GroupedGemmOp::kFpropSwiglu, kMxfp8Rows, kMxfp8Weight).empty());
+  EXPECT_TRUE(names(GroupedGemmOp::kFpropSwiglu, OperandFormat{}, OperandFormat{}).empty());
+  for (const GroupedGemmConfig& c :
+       grouped_gemm_configs(GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, false, kFp8BlockwiseRows, kFp8BlockwiseWeight)) {
+    if (c.promote_k == 128) continue;
+    GroupedGemmConfig twin = c;
+    twin.promote_k = 128;
+    EXPECT_EQ(grouped_gemm_smem_bytes(GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, false, kFp8BlockwiseRows,
+                                      kFp8BlockwiseWeight, c, 256),
+              grouped_gemm_smem_bytes(GroupedGemmOp::kFpropSwiglu, DType::kBFloat16, false, kFp8BlockwiseRows,
+                                      kFp8BlockwiseWeight, twin, 256))
+        << c.name();
+  }
+  for (int64_t e : {1, 8, 128, 256})
+    for (int64_t rows_per_expert : {4, 32, 512, 4096}) {
+      GroupedGemmProblem p;
+      p.op = GroupedGemmOp::kFpropSwiglu;
+      p.m_capacity = e * rows_per_expert;
+      p.n = 4096;
+      p.k = 7168;
+      p.e_local = e;
+      p.a_format = kFp8BlockwiseRows;
+      p.b_format = kFp8BlockwiseWeight;
+      EXPECT_EQ(select_grouped_gemm_config(p, kSms).promote_k, 128) << select_grouped_gemm_config(p, kSms).name();
+    }
+}
+
 // The MXFP8 dequantize-to-BF16 baseline (mainloop_mxfp8_dequant.cuh, issue #25): compiled for
 // FPROP and W13 (and so for the transposed-weight DGRAD, which runs the FPROP kernels) under its
 // own names, with and without the dynamic schedule; it fits the shared memory at 1024 experts; no

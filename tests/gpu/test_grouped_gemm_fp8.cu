@@ -735,6 +735,91 @@ TEST(GroupedGemmFp8, DecodeSizedDgradOnTheSwapABTile) {
   run_fp8_dgrad({16, 512, 768, 24, 36u}, nullptr, false, Recipe::kMxfp8);
 }
 
+// ---- promotion every 64 / 32 of K (the 128x256 W13's "_p64" / "_p32" kernels; perf_history G158) ----
+
+// One plain-SwiGLU W13 call of case `cs` on FP8-blockwise `ops` with `cfg` (nullptr: the heuristic)
+// and GroupedGemmCommon::promote_k: its h1.
+std::vector<uint16_t> fp8_w13_h1(const Fp8Case& cs, const FpropOperands& ops, const std::vector<int32_t>& counts,
+                                 int64_t cap, const GroupedGemmConfig* cfg, int promote_k) {
+  DeviceBuffer<int32_t> d_counts(counts);
+  DeviceBuffer<uint16_t> d_h1(static_cast<size_t>(cap * cs.n)), d_h2(static_cast<size_t>(cap * cs.n / 2));
+  d_h1.poison();
+  W13FpropArgs args;
+  args.common = fp8_common(d_counts, cs, cap, cfg);
+  args.common.promote_k = promote_k;
+  ops.fill(args.common);
+  args.a = ops.a_q();
+  args.w13 = ops.w_q();
+  args.h1 = d_h1.get();
+  args.h2 = d_h2.get();
+  args.activation = Activation::kSwiGLU;
+  grouped_gemm_w13_fprop(args, nullptr);
+  const cudaError_t done = cudaDeviceSynchronize();  // (CUDA_OK returns void)
+  EXPECT_EQ(done, cudaSuccess) << cudaGetErrorString(done);
+  return d_h1.download();
+}
+
+// h1 is BF16, so the FP32 sums' last bits show where they move its rounding: the elements of h1 that
+// differ from the exact products' BF16 rounding. The tensor cores keep ~14 significant bits of a
+// promotion group's running sum, so groups of 64 and 32 of K must differ less often than 128 (~1.2M
+// elements at K = 2048: the counts' sampling noise is ~1%, the intervals' effect predicted 15-40%).
+// Each kernel also stays within the FP8 bound of expect_close_fp8. The same call through promote_k
+// alone (no override) runs the 128x256 _p64 kernel: h1 bitwise equal; an override promoting less
+// often than the call asks, and an interval other than 128 / 64 / 32, are errors.
+TEST(GroupedGemmFp8, W13PromotionIntervals) {
+  DMOE_REQUIRE_SM90();
+  const Fp8Case cs{8, 512, 2048, 300, 61u};
+  std::mt19937 rng(cs.seed);
+  const std::vector<int32_t> counts = fp8_counts(cs.e_local, cs.max_rows, rng);
+  const int64_t M = total_rows(counts), cap = M + kSlack;
+  const FpropOperands ops = fprop_operands(Recipe::kFp8Blockwise, cs.e_local, cs.n, cs.k, cap, rng);
+  const std::vector<float> ref_h1 = rounded_bf16(ref_fprop(ops.a_vals(), ops.w_vals(), counts, cs.n, cs.k));
+  const std::vector<float> sum_abs = ref_fprop(absolute(ops.a_vals()), absolute(ops.w_vals()), counts, cs.n, cs.k);
+  const auto wide_tile = [&](int promote_k) {
+    for (const GemmParam& p : fp8_params(GroupedGemmOp::kFpropSwiglu))
+      if (p.config.block_n == 256 && p.config.stages == 4 && p.config.cluster_m == 1 && !p.config.dynamic_schedule &&
+          p.config.promote_k == promote_k)
+        return p.config;
+    ADD_FAILURE() << "no 128x256 s4 W13 kernel promoting every " << promote_k;
+    return GroupedGemmConfig{};
+  };
+  std::printf("fp8 w13 E=%lld 2F=%lld D=%lld rows=%lld: h1 elements off the exact BF16 rounding\n",
+              static_cast<long long>(cs.e_local), static_cast<long long>(cs.n), static_cast<long long>(cs.k),
+              static_cast<long long>(M));
+  std::vector<uint16_t> h1_p64;
+  int64_t off[3] = {0, 0, 0};
+  const int intervals[3] = {128, 64, 32};
+  for (int i = 0; i < 3; ++i) {
+    const GroupedGemmConfig cfg = wide_tile(intervals[i]);
+    const std::vector<uint16_t> h1 = fp8_w13_h1(cs, ops, counts, cap, &cfg, 128);
+    expect_close_fp8(cfg.name() + " h1", [&](int64_t j) { return bf16_value(h1, j); }, ref_h1, sum_abs);
+    for (int64_t j = 0; j < M * cs.n; ++j) off[i] += bf16_value(h1, j) != static_cast<double>(ref_h1[j]);
+    std::printf("  promotion every %3d of K (%s): %lld of %lld\n", intervals[i], cfg.name().c_str(),
+                static_cast<long long>(off[i]), static_cast<long long>(M * cs.n));
+    if (intervals[i] == 64) h1_p64 = h1;
+  }
+  EXPECT_LT(off[1], off[0]) << "promotion every 64 of K is no closer to FP32 accumulation than every 128";
+  EXPECT_LT(off[2], off[1]) << "promotion every 32 of K is no closer to FP32 accumulation than every 64";
+
+  const std::vector<uint16_t> h1_asked = fp8_w13_h1(cs, ops, counts, cap, nullptr, 64);
+  int64_t differ = 0;
+  for (int64_t j = 0; j < M * cs.n; ++j) differ += h1_asked[j] != h1_p64[j];
+  EXPECT_EQ(differ, 0) << "promote_k = 64 without an override: h1 elements unlike the _p64 kernel's";
+
+  const auto expect_error = [](const std::function<void()>& call, const std::string& fragment) {
+    try {
+      call();
+      ADD_FAILURE() << "expected an error containing '" << fragment << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  const GroupedGemmConfig every128 = wide_tile(128);
+  expect_error([&] { fp8_w13_h1(cs, ops, counts, cap, &every128, 64); },
+               "promotes every 128 of K; the call asks for at most 64");
+  expect_error([&] { fp8_w13_h1(cs, ops, counts, cap, nullptr, 96); }, "promote_k must be 128, 64 or 32, got 96");
+}
+
 // ---- MXFP8 (per-32 promotion: device/gemm/mainloop_mxfp8.cuh) --------------------------------
 
 std::vector<GemmParam> mxfp8_params(GroupedGemmOp op) {

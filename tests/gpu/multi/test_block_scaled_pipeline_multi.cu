@@ -199,6 +199,9 @@ bool check(const std::string& what, const TensorF& got, const TensorF& want, con
 // BF16 h1 / h3 elements land one last bit from the oracle's exact sums, and with them more E4M3
 // roundings of h2 (s75 r2, the margins by kind: random cases' forward 0.5-5.0e-3 for MXFP8, 0.8-6.7e-3
 // for FP8 blockwise; the worst single token's ~2e-2).
+// Session 77 (G158): MXFP8's W13 promotes every 64 of K (Context::Impl::w13_promote_k), predicted to
+// bring its random cases' forward to ~4.5e-3 at most (the per-32 Mega cases: 3.3e-3), so MXFP8's
+// forward is held to the issue's 5e-3 again (kFwdExact) -- FP8 blockwise's stays at 1e-2.
 // The exact-h1 cases (make_h1_exact: no h1 last bit differs, so no h2 rounding either) are held to the
 // issues' forward bound itself (kFwdExact, layer_suite.h; s75 r2: 0.8-1.2e-3 in both formats). The
 // gradients and the WGRADs are held to the issues' 1e-2 (s75 r3, the checked ones: at most 6.5e-3 / 4.8e-3).
@@ -221,8 +224,7 @@ bool judged_against_bf16(const Case& c) { return c.T >= (kFp8Blockwise ? 64 : 32
 bool check_forward(const Case& c, const Problem& pr, const TensorF& out, int rank, const std::string& tag,
                    std::string* why) {
   g_margins.token = std::max(g_margins.token, worst_token_rel_l2(out, pr.q_fwd.ranks[rank].out_TD));
-  bool ok = check(tag + "out vs " + kOracle, out, pr.q_fwd.ranks[rank].out_TD, aggregate(c.exact_h1 ? kFwdExact : kFwd),
-                  why);
+  bool ok = check(tag + "out vs " + kOracle, out, pr.q_fwd.ranks[rank].out_TD, aggregate(c.exact_h1 || !kFp8Blockwise ? kFwdExact : kFwd), why);
   if (judged_against_bf16(c))
     ok &= check(tag + "out vs bf16 (upstream mxfp8 tol)", out, pr.ref_fwd.ranks[rank].out_TD,
                 aggregate(reference::kMxfp8ForwardTolerance), why);

@@ -19,6 +19,14 @@
 // 240 registers per consumer thread (kWideConsumers). Four 64-column slices with A in registers
 // (perf_history G39) issue twice the waits and folds: 3-11% slower (G66).
 //
+// Promotion every kPromoteK < 128 of K (128x256 FPROP only; the "_p64" / "_p32" kernels): each slice
+// runs as 128 / kPromoteK wgmma groups of kPromoteK / 32 k32 steps, each waited for and folded with
+// the k block's scales (the same for all of them). The tensor cores' own accumulator keeps about 14
+// significant bits (the DeepSeek-V3 report, section 3.3.2), and a group's sum carries into the next
+// wgmma of the same group: shorter groups put the outputs closer to an FP32 accumulation of the
+// products, at one more wait and fold per group. The MXFP8 training layer's W13 takes them (its BF16
+// h1 feeds h2's E4M3 rounding: perf_history G158).
+//
 // Scale lookups per k block and thread: the A scales of its two fragment rows (row r and r + 8 of
 // its m64 block) and one B scale per slice (kSliceN tile columns), which always lie inside one 128-row
 // block of W: tile columns start at multiples of kSliceN of W's rows (n_block * BN, or with the
@@ -37,7 +45,7 @@
 
 namespace dist_moe::gemm {
 
-template <class Config>
+template <class Config, int kPromoteK = 128>
 struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
   using Base = Sm90Mainloop<Config>;
   using typename Base::Pipeline;
@@ -72,6 +80,13 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
                 "cooperative 128-row tiles: the other warpgroup's wgmmas hide this one's promotion");
   static_assert(kBlockN % kSliceN == 0, "BN: whole slices, one B scale each");
   static_assert(!kDoubleBuffer || kSlices == 2, "the pipelined loop runs two slices per k block");
+
+  // Promotion groups per slice and k32 steps per group (the top of the file).
+  static constexpr int kGroupSteps = kPromoteK / Operands::kK;
+  static constexpr int kPromoteGroups = kBlockK / kPromoteK;
+  static_assert(kPromoteK == 128 || kPromoteK == 64 || kPromoteK == 32, "promotion every 128, 64 or 32 of K");
+  static_assert(kPromoteK == 128 || (kKind == GemmKind::kFprop && kWideConsumers),
+                "promotion below 128 of K: the 128x256 FPROP loop only");
 
   using SliceMma = typename Operands::template Mma<kSliceN, 0, 0>;
 
@@ -230,11 +245,15 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
         pipe.consumer_wait(st);
 #pragma unroll
         for (int s = 0; s < kSlices; ++s) {
-          issue_slice(d, s, scratch);
-          ptx::wgmma_wait<0>();
-          ptx::wgmma_fence_operands(scratch);
-          if (s == kSlices - 1) pipe.consumer_release(st.stage);  // the stage's last reader is done
-          fold(acc, scratch, s, now);
+#pragma unroll
+          for (int g = 0; g < kPromoteGroups; ++g) {
+            issue_slice(d, s, scratch, g);
+            ptx::wgmma_wait<0>();
+            ptx::wgmma_fence_operands(scratch);
+            // The stage's last reader is done.
+            if (s == kSlices - 1 && g == kPromoteGroups - 1) pipe.consumer_release(st.stage);
+            fold(acc, scratch, s, now);
+          }
         }
         hook(kb);
         st.advance();
@@ -397,17 +416,19 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     return stage_descs(smem, ptx::warp_uniform(st.stage), wg);
   }
 
-  // Issues slice s of the stage whose descriptors are `d` (B rows [s * kSliceN, (s + 1) * kSliceN):
-  // K-major rows 128 bytes apart) into `scratch` as one wgmma group: four k32 steps, the first
-  // overwriting.
-  DMOE_DEVICE static void issue_slice(const StageDescs& d, int s, float (&scratch)[kSliceAcc]) {
+  // Issues promotion group g of slice s of the stage whose descriptors are `d` (B rows [s * kSliceN,
+  // (s + 1) * kSliceN): K-major rows 128 bytes apart) into `scratch` as one wgmma group: its
+  // kGroupSteps k32 steps (all four of the k block at kPromoteK = 128), the first overwriting.
+  DMOE_DEVICE static void issue_slice(const StageDescs& d, int s, float (&scratch)[kSliceAcc], int g = 0) {
     const uint64_t da = d.a;
     const uint64_t db = ptx::desc_advance32(d.b, static_cast<uint32_t>(s * kSliceN * 128));
     ptx::wgmma_fence();  // the scratch registers were read by the last fold
 #pragma unroll
-    for (int kk = 0; kk < kBlockK / Operands::kK; ++kk)
+    for (int j = 0; j < kGroupSteps; ++j) {
+      const int kk = g * kGroupSteps + j;
       SliceMma::mma(scratch, ptx::desc_advance32(da, kk * Base::kStepA), ptx::desc_advance32(db, kk * Base::kStepB),
-                    kk > 0 ? 1u : 0u);
+                    j > 0 ? 1u : 0u);
+    }
     ptx::wgmma_commit();
   }
 
