@@ -32,7 +32,7 @@ const std::vector<EnvKnob>& env_knobs() {
       {"DMOE_MEGA_FUSED_DGRAD_SWIGLU", "1",
        "MXFP8 Mega training: W2 DGRAD + SwiGLU backward + dxy quantization in one launch instead of the staged pair (A/B)"},
       {"DMOE_W13_PROMOTE_K", "128, 64, 32",
-       "Training and inference layers: the FP8-blockwise W13 FPROP folds its tensor-core sums into FP32 every this many of K; default 64 in MXFP8 contexts, 128 in FP8-blockwise ones (A/B)"},
+       "Training and inference layers: the FP8-blockwise W13 FPROP folds its tensor-core sums into FP32 every this many of K; default 64 in MXFP8 contexts, 128 in FP8-blockwise ones; 32 only where the 4-stage tile fits (A/B)"},
       {"DMOE_MXFP8_EXACT", "1",
        "MXFP8 training: prepared weights keep upstream's exact 32x32 tile bytes and the FPROPs and DGRADs run the per-32 MXFP8 GEMM, instead of the tiles at shared 128x128 scales and the FP8-blockwise GEMMs (A/B; set for preparation and layer alike)"},
       {"DMOE_MXFP8_FPROP_PER32", "1",
