@@ -90,6 +90,17 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
 
   using SliceMma = typename Operands::template Mma<kSliceN, 0, 0>;
 
+  // 128x256 FPROP promoting every 64 (G159): the tile's four 64-column quarters x two 64-deep groups per k
+  // block, eight register-sourced m64n64 units of two k32 wgmmas each, pipelined in two 32-register
+  // scratch slices so one unit is in flight while the previous one is folded (the loop at kPromoteK =
+  // 64 without it waited for every group with an empty queue: +26-42%, G158). Per accumulator the same
+  // group sums (the same k32 steps chained) and folds in the same order as that serial loop, which the
+  // `_p32` kernels keep.
+  static constexpr bool kQuarters = kPromoteK == 64 && kWideConsumers && kKind == GemmKind::kFprop;
+  static constexpr int kQuarterN = 64;
+  static constexpr int kQuarterAcc = kQuarterN / 2;  // FP32 registers of one m64 x 64 fragment
+  static constexpr int kUnits = (kBlockN / kQuarterN) * kPromoteGroups;  // units per k block: 8
+
   // ---- WGRAD (1 x 128 blocks along tokens on both operands) ------------------------------------
   // A = grad_out^T [N, tokens] and B = x^T [K, tokens] (the quantizers' transposed columns), scales
   // [tokens / 128, N] and [tokens / 128, K]: every element of a k block has its own scale product
@@ -236,6 +247,8 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       fold(acc, s1, 1, cur);
       hook(kb);
       st.advance();
+    } else if constexpr (kQuarters) {
+      mma_tile_quarters(p, rows, num_k_blocks, pipe, st, smem, wg, acc, cur, hook);
     } else {
       float scratch[kSliceAcc];
       for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
@@ -260,6 +273,75 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       }
     }
     ptx::wgmma_fence_operands(acc[0]);
+  }
+
+  // The kQuarters k loop (see its constants). Unit u of a k block: group g = u / 4 (k32 steps 2g, 2g + 1),
+  // quarter q = u % 4 (B rows [64 q, 64 q + 64) of the stage; accumulator registers [32 q, 32 q + 32) of
+  // the m64n256 fragment; B scale group q / 2); scratch slice u % 2. A comes from registers, loaded once
+  // per k block; a block's last unit is waited for with an empty queue (wgmma_wait<0>) before the next
+  // block's fragments replace this one's -- one drain per k block, where the serial loop had four.
+  // (Rows, Sc: ScaleRows and Scales, declared below this function.)
+  template <class Hook, class Rows, class Sc>
+  DMOE_DEVICE static void mma_tile_quarters(const MainloopParams& p, const Rows& rows, int32_t num_k_blocks,
+                                            const Pipeline& pipe, PipelineState<kStages>& st, uint32_t smem, int wg,
+                                            float (&acc)[kMmaPerWg][kAccPerMma], Sc cur, Hook& hook) {
+    static_assert(kMmaPerWg == 1 && kUnits == 8 && kGroups == 2, "128x256: four quarters, two groups, two B scales");
+    using QuarterMma = ptx::WgmmaE4m3Rs<kQuarterN>;
+    float s0[kQuarterAcc], s1[kQuarterAcc];
+    uint32_t a_frag[kBlockK / Operands::kK][4];
+    AFragOffsets frag_off;
+    a_frag_offsets(wg, frag_off);
+    const uint64_t desc_b0 = Base::desc_b(smem, 0);
+    const int32_t last_kb = num_k_blocks - 1;
+    const auto issue = [&](int stage, int u, float (&scratch)[kQuarterAcc]) {
+      const int g = u / 4, q = u % 4;
+      const uint64_t db = ptx::desc_advance32(desc_b0, static_cast<uint32_t>(stage) * Base::kBBytes +
+                                                           static_cast<uint32_t>(q * kQuarterN * 128));
+      ptx::wgmma_fence();  // the fragments were just loaded, the scratch read by the last fold
+#pragma unroll
+      for (int j = 0; j < kGroupSteps; ++j)
+        QuarterMma::mma(scratch, a_frag[g * kGroupSteps + j], ptx::desc_advance32(db, (g * kGroupSteps + j) * Base::kStepB),
+                        j > 0 ? 1u : 0u);
+      ptx::wgmma_commit();
+    };
+    const auto fold_unit = [&](const float (&scratch)[kQuarterAcc], int u, const Sc& sc) {
+      const int q = u % 4;
+      const float scale_lo = sc.lo * sc.b[q / 2], scale_hi = sc.hi * sc.b[q / 2];
+#pragma unroll
+      for (int i = 0; i < kQuarterAcc; ++i)
+        acc[0][q * kQuarterAcc + i] =
+            fmaf(scratch[i], (i / 2) % 2 == 0 ? scale_lo : scale_hi, acc[0][q * kQuarterAcc + i]);
+    };
+    for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
+      const Sc now = cur;
+      cur = load_scales(p, rows, min(kb + 1, last_kb));
+      const int stage = ptx::warp_uniform(st.stage);
+      pipe.consumer_wait(st);
+      load_a_fragments(smem, stage, frag_off, a_frag);
+      issue(stage, 0, s0);
+      issue(stage, 1, s1);
+#pragma unroll
+      for (int u = 0; u < kUnits - 2; u += 2) {  // units u, u + 1 in flight; fold each, issue its successor two on
+        ptx::wgmma_wait<1>();
+        ptx::wgmma_fence_operands(s0);
+        fold_unit(s0, u, now);
+        issue(stage, u + 2, s0);
+        ptx::wgmma_wait<1>();
+        ptx::wgmma_fence_operands(s1);
+        fold_unit(s1, u + 1, now);
+        issue(stage, u + 3, s1);
+      }
+      ptx::wgmma_wait<1>();
+      ptx::wgmma_fence_operands(s0);
+      fold_unit(s0, kUnits - 2, now);
+      ptx::wgmma_wait<0>();  // the block's last unit: the stage and the fragments are free
+      ptx::wgmma_fence_operands(s1);
+      ptx::wgmma_fence_operands(a_frag);
+      pipe.consumer_release(stage);
+      fold_unit(s1, kUnits - 1, now);
+      hook(kb);
+      st.advance();
+    }
   }
 
   // WGRAD k loop. Shared-memory reads, not the tensor pipe, bound it (per k block and CTA, at 128
