@@ -20,8 +20,9 @@
 // (perf_history G39) issue twice the waits and folds: 3-11% slower (G66).
 //
 // Promotion every kPromoteK < 128 of K (128x256 FPROP only; the "_p64" / "_p32" kernels): each slice
-// runs as 128 / kPromoteK wgmma groups of kPromoteK / 32 k32 steps, each waited for and folded with
-// the k block's scales (the same for all of them). The tensor cores' own accumulator keeps about 14
+// runs as 128 / kPromoteK wgmma groups of kPromoteK / 32 k32 steps, each folded with the k block's
+// scales (the same for all of them) -- at 32 waited for in turn, at 64 pipelined over the tile's
+// 64-column quarters (kQuarters, G159). The tensor cores' own accumulator keeps about 14
 // significant bits (the DeepSeek-V3 report, section 3.3.2), and a group's sum carries into the next
 // wgmma of the same group: shorter groups put the outputs closer to an FP32 accumulation of the
 // products, at one more wait and fold per group. The MXFP8 training layer's W13 takes them (its BF16
