@@ -940,7 +940,7 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       OperandFormat b = kFp8BlockwiseWeight;  // DGRAD: the transposed copy
       OperandFormat a = kFp8BlockwiseRows;
       double target = 1.6;  // x our BF16 kernel (FP8 blockwise: issue #27; MXFP8: issue #25)
-      int promote_k = 128;  // what its call asks (GroupedGemmCommon::promote_k): the pick's name shows it
+      int promote_k = 128;  // what its call asks (GroupedGemmCommon::promote_k), so the pick's name shows it
     };
     W13FpropArgs f13 = w13a;
     f13.common = fp8_common(2 * F, D, xs, w13s);
@@ -1125,9 +1125,8 @@ void bench_shape(const Workload& w, const std::string& routing, int iters, cubla
       GroupedGemmCommon fc = common(op.n, op.k);
       fc.a_format = op.a;
       fc.b_format = op.b;
-      GroupedGemmConfig picked = select_grouped_gemm_config(grouped_gemm_problem(op.op, fc), device_sms());
-      if (op.promote_k != 128 && !picked.swap_ab) picked.promote_k = op.promote_k;  // as the library runs it
-      const std::string pick = picked.name();
+      fc.promote_k = op.promote_k;
+      const std::string pick = select_grouped_gemm_config(grouped_gemm_problem(op.op, fc), device_sms()).name();
       const std::vector<GroupedGemmConfig> all =
           grouped_gemm_configs(op.op, DType::kBFloat16, false, op.a, op.b);
       // Slot 0: our BF16 kernel (heuristic pick); slot 1: the FP8 pick; then every FP8 configuration.

@@ -164,6 +164,9 @@ struct GroupedGemmProblem {
   // covers the real rows of a padded segment, so a 16-token tile costs one pass per small expert
   // (MXFP8 picks its 16-token decode tile only then: its training layers pad without giving them).
   bool tile_rows = false;
+  // The call's promotion interval (GroupedGemmCommon::promote_k): an FP8-blockwise non-swap-AB pick
+  // takes the kernel of its tile that promotes that often ("_p64" / "_p32").
+  int promote_k = 128;
 };
 
 // Block-scaled decode tiles over the real rows (GroupedGemmProblem::tile_rows) take 16 tokens up to

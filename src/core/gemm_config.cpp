@@ -402,7 +402,11 @@ GroupedGemmConfig select_nvfp4(const GroupedGemmProblem& p, int sms) {
 
 GroupedGemmConfig select_default(const GroupedGemmProblem& p, int device_num_sms) {
   if (p.a_format == kNvfp4Rows || p.a_format == kNvfp4ExpandedRows) return select_nvfp4(p, device_num_sms);
-  if (p.a_format == kFp8BlockwiseRows || p.a_format == kFp8BlockwiseRowsT) return select_fp8_blockwise(p, device_num_sms);
+  if (p.a_format == kFp8BlockwiseRows || p.a_format == kFp8BlockwiseRowsT) {
+    GroupedGemmConfig c = select_fp8_blockwise(p, device_num_sms);
+    if (!c.swap_ab) c.promote_k = p.promote_k;  // (swap-AB promotes every 32)
+    return c;
+  }
   if (p.a_format == kMxfp8Rows) return select_mxfp8(p, device_num_sms);
   switch (p.op) {
     case GroupedGemmOp::kFprop: return select_fprop(p, device_num_sms);

@@ -486,6 +486,7 @@ GroupedGemmProblem grouped_gemm_problem(GroupedGemmOp op, const GroupedGemmCommo
   p.a_format = c.a_format;
   p.b_format = c.b_format;
   p.tile_rows = c.tile_rows != nullptr;
+  p.promote_k = c.promote_k;
   return p;
 }
 
@@ -521,11 +522,10 @@ void run(GroupedGemmOp op, const GroupedGemmCommon& c, DType out, bool gather, G
   const GroupedGemmProblem problem =
       grouped_gemm_problem(op, c, out, gather, L.epilogue.scatter_rows != nullptr, L.epilogue.accumulate != 0);
   GroupedGemmConfig cfg = c.config != nullptr ? *c.config : select_grouped_gemm_config(problem, dev.num_sms);
-  if (c.promote_k != 128 && c.a_format == kFp8BlockwiseRows && !cfg.swap_ab) {  // (swap-AB: every 32)
-    if (c.config == nullptr) cfg.promote_k = c.promote_k;
+  // An override must promote at least as often as the call asks (the heuristic's pick does; swap-AB: every 32).
+  if (c.config != nullptr && c.a_format == kFp8BlockwiseRows && !cfg.swap_ab)
     DMOE_CHECK_ARG(cfg.promote_k <= c.promote_k, to_string(named), ": configuration ", cfg.name(), " promotes every ",
                    cfg.promote_k, " of K; the call asks for at most ", c.promote_k);
-  }
   cfg.gather = gather;
   cfg.num_sms = cfg.num_sms > 0 ? std::min(cfg.num_sms, dev.num_sms) : dev.num_sms;
   DMOE_CHECK_ARG(!(cfg.swap_ab && problem.accumulate), to_string(named), ": configuration ", cfg.name(),

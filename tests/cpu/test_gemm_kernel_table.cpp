@@ -25,6 +25,15 @@ namespace {
 constexpr int kSms = 132;
 constexpr int kSmemOptin = 232448;  // H100/H200 dynamic shared memory per block (227 KiB)
 
+// The names of the compiled configurations of op on formats (a, b), BF16 output, for which keep(c).
+template <class Keep>
+std::vector<std::string> config_names(GroupedGemmOp op, const OperandFormat& a, const OperandFormat& b, Keep keep) {
+  std::vector<std::string> v;
+  for (const GroupedGemmConfig& c : grouped_gemm_configs(op, DType::kBFloat16, false, a, b))
+    if (keep(c)) v.push_back(c.name());
+  return v;
+}
+
 struct Family {
   const char* name;
   GroupedGemmOp op;  // as the host API hands it to the heuristic (E4M3 DGRAD: an FPROP)
@@ -176,14 +185,11 @@ TEST(GemmKernelTable, Mxfp8ConfigurationsHaveNosplitTwins) {
 // The W13 kernels promoting every 64 / 32 of K (perf_history G158): compiled for the FP8-blockwise
 // 128x256 W13 only (the MXFP8 training layer's tile; the s3 twin where many experts crowd the s4 out
 // of shared memory), under their own names with and without the dynamic schedule, fitting the shared
-// memory at 256 experts as their 128-promoting twins do; the heuristic never picks one (a call asks
-// for them through GroupedGemmCommon::promote_k).
+// memory at 256 experts as their 128-promoting twins do; the heuristic picks one only for a call that
+// asks for it (GroupedGemmProblem::promote_k, from GroupedGemmCommon's).
 TEST(GemmKernelTable, PromotionKernelsAreTheWideW13sOnly) {
   auto names = [](GroupedGemmOp op, const OperandFormat& a, const OperandFormat& b) {
-    std::vector<std::string> v;
-    for (const GroupedGemmConfig& c : grouped_gemm_configs(op, DType::kBFloat16, false, a, b))
-      if (c.promote_k != 128) v.push_back(c.name());
-    return v;
+    return config_names(op, a, b, [](const GroupedGemmConfig& c) { return c.promote_k != 128; });
   };
   const std::vector<std::string> want = {"128x256x128_s4_tma_p64", "128x256x128_s3_tma_p64", "128x256x128_s4_tma_p32",
                                          "128x256x128_s4_tma_dyn_p64", "128x256x128_s3_tma_dyn_p64",
@@ -215,6 +221,9 @@ TEST(GemmKernelTable, PromotionKernelsAreTheWideW13sOnly) {
       p.a_format = kFp8BlockwiseRows;
       p.b_format = kFp8BlockwiseWeight;
       EXPECT_EQ(select_grouped_gemm_config(p, kSms).promote_k, 128) << select_grouped_gemm_config(p, kSms).name();
+      p.promote_k = 64;  // a call asking for 64: its tile's _p64 kernel, or swap-AB (every 32 already)
+      const GroupedGemmConfig asked = select_grouped_gemm_config(p, kSms);
+      EXPECT_EQ(asked.promote_k, asked.swap_ab ? 128 : 64) << asked.name();
     }
 }
 
@@ -224,10 +233,7 @@ TEST(GemmKernelTable, PromotionKernelsAreTheWideW13sOnly) {
 // other format lists it; and the heuristic never picks it, at any size.
 TEST(GemmKernelTable, Mxfp8DequantBaselineIsCompiledByNameAndNeverPicked) {
   auto names = [](GroupedGemmOp op, const OperandFormat& a, const OperandFormat& b) {
-    std::vector<std::string> v;
-    for (const GroupedGemmConfig& c : grouped_gemm_configs(op, DType::kBFloat16, false, a, b))
-      if (c.mxfp8_dequant) v.push_back(c.name());
-    return v;
+    return config_names(op, a, b, [](const GroupedGemmConfig& c) { return c.mxfp8_dequant; });
   };
   const std::vector<std::string> want = {"128x128x128_s4_dq", "128x128x128_s4_dyn_dq"};
   EXPECT_EQ(names(GroupedGemmOp::kFprop, kMxfp8Rows, kMxfp8Weight), want);

@@ -230,6 +230,16 @@ struct Fp8Case {
   uint32_t seed;
 };
 
+// The call throws a dist_moe::Error whose text contains `fragment`.
+void expect_error(const std::function<void()>& call, const std::string& fragment) {
+  try {
+    call();
+    ADD_FAILURE() << "no error; expected one containing: " << fragment;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
 std::vector<GemmParam> fp8_params(GroupedGemmOp op) {
   return format_params(op, DType::kBFloat16, kFp8BlockwiseRows, kFp8BlockwiseWeight);
 }
@@ -806,14 +816,6 @@ TEST(GroupedGemmFp8, W13PromotionIntervals) {
   for (int64_t j = 0; j < M * cs.n; ++j) differ += h1_asked[j] != h1_p64[j];
   EXPECT_EQ(differ, 0) << "promote_k = 64 without an override: h1 elements unlike the _p64 kernel's";
 
-  const auto expect_error = [](const std::function<void()>& call, const std::string& fragment) {
-    try {
-      call();
-      ADD_FAILURE() << "expected an error containing '" << fragment << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    }
-  };
   const GroupedGemmConfig every128 = wide_tile(128);
   expect_error([&] { fp8_w13_h1(cs, ops, counts, cap, &every128, 64); },
                "promotes every 128 of K; the call asks for at most 64");
@@ -1028,14 +1030,6 @@ TEST(GroupedGemmMxfp8, RejectsWhatItCannotDo) {
   args.a = a.get();
   args.w = w.get();
   args.out = out.get();
-  auto expect_error = [](const std::function<void()>& call, const std::string& fragment) {
-    try {
-      call();
-      ADD_FAILURE() << "expected an error containing '" << fragment << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    }
-  };
   args.common.scales.a_ld = 2;  // rows closer than k/32 codes (a wider stride is allowed: the Mega h2)
   expect_error([&] { grouped_gemm_fprop(args, nullptr); }, "scales.a_ld must be at least k/32 = 4");
   args.common.scales.a_ld = 6;  // not a multiple of 4 (the kernels read 32-bit words)
@@ -1117,14 +1111,6 @@ TEST(GroupedGemmFp8, RejectsMissingScales) {
 // The block-scaled restrictions are argument errors, raised before anything touches the device
 // (fake device addresses: nothing is dereferenced).
 TEST(GroupedGemmFp8Args, RejectsWhatTheKernelsCannotDo) {
-  auto expect_error = [](const std::function<void()>& call, const std::string& fragment) {
-    try {
-      call();
-      ADD_FAILURE() << "no error; expected one containing: " << fragment;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    }
-  };
   const auto* counts = reinterpret_cast<const int32_t*>(256);
   auto* dev = reinterpret_cast<void*>(4096);
   const auto* scales = reinterpret_cast<const float*>(8192);

@@ -287,7 +287,7 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
                                             const Pipeline& pipe, PipelineState<kStages>& st, uint32_t smem, int wg,
                                             float (&acc)[kMmaPerWg][kAccPerMma], Sc cur, Hook& hook) {
     static_assert(kMmaPerWg == 1 && kUnits == 8 && kGroups == 2, "128x256: four quarters, two groups, two B scales");
-    using QuarterMma = ptx::WgmmaE4m3Rs<kQuarterN>;
+    static_assert(kQuarterAcc == ptx::WgmmaE4m3Rs<kQuarterN>::kRegs, "a quarter is one m64n64 fragment");
     float s0[kQuarterAcc], s1[kQuarterAcc];
     uint32_t a_frag[kBlockK / Operands::kK][4];
     AFragOffsets frag_off;
@@ -295,23 +295,10 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     const uint64_t desc_b0 = Base::desc_b(smem, 0);
     const int32_t last_kb = num_k_blocks - 1;
     const auto issue = [&](int stage, int u, float (&scratch)[kQuarterAcc]) {
-      const int g = u / 4, q = u % 4;
-      const uint64_t db = ptx::desc_advance32(desc_b0, static_cast<uint32_t>(stage) * Base::kBBytes +
-                                                           static_cast<uint32_t>(q * kQuarterN * 128));
-      ptx::wgmma_fence();  // the fragments were just loaded, the scratch read by the last fold
-#pragma unroll
-      for (int j = 0; j < kGroupSteps; ++j)
-        QuarterMma::mma(scratch, a_frag[g * kGroupSteps + j], ptx::desc_advance32(db, (g * kGroupSteps + j) * Base::kStepB),
-                        j > 0 ? 1u : 0u);
-      ptx::wgmma_commit();
+      issue_rs64<kGroupSteps>(a_frag, desc_b0, stage, (u % 4) * kQuarterN, (u / 4) * kGroupSteps, scratch);
     };
     const auto fold_unit = [&](const float (&scratch)[kQuarterAcc], int u, const Sc& sc) {
-      const int q = u % 4;
-      const float scale_lo = sc.lo * sc.b[q / 2], scale_hi = sc.hi * sc.b[q / 2];
-#pragma unroll
-      for (int i = 0; i < kQuarterAcc; ++i)
-        acc[0][q * kQuarterAcc + i] =
-            fmaf(scratch[i], (i / 2) % 2 == 0 ? scale_lo : scale_hi, acc[0][q * kQuarterAcc + i]);
+      fold_columns(acc, scratch, (u % 4) * kQuarterAcc, (u % 4) / 2, sc);
     };
     for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
       const Sc now = cur;
@@ -369,8 +356,8 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     int stage = ptx::warp_uniform(st.stage);
     pipe.consumer_wait(st);
     load_a_fragments(smem, st.stage, frag_off, a_frag);
-    issue_slice_rs(a_frag, desc_b0, stage, 0, s0);
-    issue_slice_rs(a_frag, desc_b0, stage, 1, s1);
+    issue_rs64(a_frag, desc_b0, stage, 0, 0, s0);
+    issue_rs64(a_frag, desc_b0, stage, kSliceN, 0, s1);
     int32_t kb = 0;
     for (; kb < num_k_blocks - 1; ++kb) {  // no branch around a wgmma (C7518)
       const int done_stage = st.stage;
@@ -384,11 +371,11 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
       stage = ptx::warp_uniform(st.stage);
       pipe.consumer_wait(st);
       load_a_fragments(smem, st.stage, frag_off, a_frag);
-      issue_slice_rs(a_frag, desc_b0, stage, 0, s0);
+      issue_rs64(a_frag, desc_b0, stage, 0, 0, s0);
       fold_wgrad(acc, s1, 1, smem_scales(smem, done_stage), a_row, scale_off);
       pipe.consumer_release(done_stage);  // data and scales of block kb all read
       hook(kb);
-      issue_slice_rs(a_frag, desc_b0, stage, 1, s1);
+      issue_rs64(a_frag, desc_b0, stage, kSliceN, 0, s1);
     }
     ptx::wgmma_wait<1>();
     ptx::wgmma_fence_operands(s0);
@@ -536,31 +523,40 @@ struct Sm90Fp8BlockwiseMainloop : Sm90Mainloop<Config> {
     for (int kk = 0; kk < kBlockK / Operands::kK; ++kk) ptx::ldmatrix_x4(base + off[kk], frag[kk]);
   }
 
-  // issue_slice with A from registers (RS wgmma): only B is read from shared memory per slice.
-  // desc_b0 is stage 0's B descriptor (built once per tile); the stage and slice offsets advance
-  // its 14-bit address field, which cannot carry below 256 KiB of shared memory.
-  DMOE_DEVICE static void issue_slice_rs(const uint32_t (&a_frag)[kBlockK / Operands::kK][4], uint64_t desc_b0,
-                                         int stage, int s, float (&scratch)[kSliceAcc]) {
-    static_assert(kSliceN == 64, "the RS wrapper is m64n64k32");
+  // issue_slice with A from registers (RS wgmma; only B is read from shared memory): the 64 B rows
+  // from b_row0 of the stage, k32 steps [k0, k0 + kSteps) of the k block (the WGRAD slices: all four;
+  // the kQuarters units: one promotion group), into `scratch` as one wgmma group, the first step
+  // overwriting. desc_b0 is stage 0's B descriptor (built once per tile); the stage and row offsets
+  // advance its 14-bit address field, which cannot carry below 256 KiB of shared memory.
+  template <int kSteps = kBlockK / Operands::kK>
+  DMOE_DEVICE static void issue_rs64(const uint32_t (&a_frag)[kBlockK / Operands::kK][4], uint64_t desc_b0, int stage,
+                                     int b_row0, int k0, float (&scratch)[ptx::WgmmaE4m3Rs<64>::kRegs]) {
     const uint64_t db = ptx::desc_advance32(desc_b0, static_cast<uint32_t>(stage) * Base::kBBytes +
-                                                         static_cast<uint32_t>(s * kSliceN * 128));
+                                                         static_cast<uint32_t>(b_row0 * 128));
     ptx::wgmma_fence();  // the fragments were just loaded, the scratch read by the last fold
 #pragma unroll
-    for (int kk = 0; kk < kBlockK / Operands::kK; ++kk)
-      ptx::WgmmaE4m3Rs<64>::mma(scratch, a_frag[kk], ptx::desc_advance32(db, kk * Base::kStepB), kk > 0 ? 1u : 0u);
+    for (int j = 0; j < kSteps; ++j)
+      ptx::WgmmaE4m3Rs<64>::mma(scratch, a_frag[k0 + j], ptx::desc_advance32(db, (k0 + j) * Base::kStepB),
+                                j > 0 ? 1u : 0u);
     ptx::wgmma_commit();
   }
 
-  // acc[slice s] += scratch * (A row scale x B group scale). Register i of an m64 fragment is row
-  // lo / hi by bit 1 and column 8 (i / 4) + (lane % 4) * 2 + i % 2 of the slice.
+  // The accumulator registers [first, first + kN) += scratch * (A row scale x B scale of group g): a
+  // slice (or kQuarters' quarter) lies in one B scale group, so two scale products (rows lo and hi).
+  // Register i of an m64 fragment is row lo / hi by bit 1 and column 8 (i / 4) + (lane % 4) * 2 + i % 2.
+  template <int kN>
+  DMOE_DEVICE static void fold_columns(float (&acc)[kMmaPerWg][kAccPerMma], const float (&scratch)[kN], int first,
+                                       int g, const Scales& sc) {
+    const float scale_lo = sc.lo * sc.b[g];
+    const float scale_hi = sc.hi * sc.b[g];
+#pragma unroll
+    for (int i = 0; i < kN; ++i)
+      acc[0][first + i] = fmaf(scratch[i], (i / 2) % 2 == 0 ? scale_lo : scale_hi, acc[0][first + i]);
+  }
+  // acc[slice s] += scratch * (its scale products).
   DMOE_DEVICE static void fold(float (&acc)[kMmaPerWg][kAccPerMma], const float (&scratch)[kSliceAcc], int s,
                                const Scales& sc) {
-    // A slice is one B scale group: two scale products (rows lo and hi).
-    const float scale_lo = sc.lo * sc.b[s];
-    const float scale_hi = sc.hi * sc.b[s];
-#pragma unroll
-    for (int i = 0; i < kSliceAcc; ++i)
-      acc[0][s * kSliceAcc + i] = fmaf(scratch[i], (i / 2) % 2 == 0 ? scale_lo : scale_hi, acc[0][s * kSliceAcc + i]);
+    fold_columns(acc, scratch, s * kSliceAcc, s, sc);
   }
 
 #endif  // __CUDACC__
