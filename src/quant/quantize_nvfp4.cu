@@ -3,7 +3,8 @@
 //   nvfp4_weight_pipelined_kernel  amax CTAs and quantize CTAs in one grid, the quantize CTAs of an
 //                                  expert after all its amax CTAs, its bytes still in L2 where it fits
 //   nvfp4_global_scales_kernel     global_scale and global_scale_inv from the amax
-//   nvfp4_rows_kernel              per-token rows: one CTA per token, the row held in registers
+//   nvfp4_rows_kernel              per-token rows: one CTA per token, the row held in registers, a
+//                                  lane per NVFP4 block
 // Hopper has no FP4 conversion instruction: E2M1 rounding is the shared portable rule. The per-word
 // and per-vector pieces live in device/quant/nvfp4_rows.cuh (shared with the Mega h2 hand-off).
 #include "dist_moe/check.h"
@@ -139,33 +140,39 @@ __global__ void nvfp4_global_scales_kernel(float* global_scale, float* global_sc
   global_scale_inv[e] = numeric::div_rn(1.0f, gs);
 }
 
-// Per-token rows: one CTA of kRowThreads (64 or 128) threads per token, each thread holding kN of the
-// row's 16-byte vectors: one read, the row amax through warp shuffles and one barrier, then the
-// blocks from registers. Rows of up to 2048 elements take 64 threads (at least 4 vectors each from
-// D > 1024): a thread's fixed work per row (the row amax reduction, two IEEE divisions) was a third
-// of its instructions with 2 vectors. Lanes 2b, 2b+1 hold block b's halves.
-// The blocks: nvfp4_row_vector (device/quant/nvfp4_rows.cuh), one IEEE division per thread and row.
-template <int kN, int kRowThreads>
+// Per-token rows: one CTA of kRowThreads (64 or 128) threads per token, each thread holding kB whole
+// NVFP4 blocks of the row (block j of thread i: block i + j * kRowThreads, its two 16-byte vectors
+// adjacent): one read, the row amax through warp shuffles and one barrier, then the blocks from
+// registers. A lane per block (G160) instead of a lane per vector halves the per-block scale work (the
+// conversions, the reciprocal shuffle and vote) and drops the block amax shuffle; the pair of loads
+// reads each 32-byte sector whole. Rows of up to 2048 elements take 64 threads (at least 2 blocks
+// each from D > 1024): a thread's fixed work per row (the row amax reduction, two IEEE divisions) was
+// a third of its instructions with 2 vectors.
+// The blocks: nvfp4_row_block (device/quant/nvfp4_rows.cuh), one IEEE division per thread and row.
+template <int kB, int kRowThreads>
 __global__ void __launch_bounds__(kRowThreads) nvfp4_rows_kernel(Bf16Matrix x, Nvfp4RowsOut out,
                                                                   const int32_t* rows_bound, RowGroups token_rows) {
   __shared__ float warp_amax[kRowThreads / 32];
   const int64_t t = blockIdx.x;
   if (rows_bound != nullptr && t >= *rows_bound) return;  // CTA-uniform
   if (token_rows.offsets_G1 != nullptr && !is_token_row(token_rows, t)) return;
-  const int vecs = static_cast<int>(x.cols / kVec);
+  const int blocks = static_cast<int>(x.cols / numeric::kNVFP4Block);
   const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x.data) + t * x.row_stride);
-  uint4 raw[kN];
-  float vamax[kN];  // amax of each vector, kept for its block
+  constexpr int kBlockVecs = numeric::kNVFP4Block / kVec;  // 2
+  uint4 raw[kB][kBlockVecs];
+  float bamax[kB];  // amax of each block, kept for its scale
   float a = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kN; ++j) {
+  for (int j = 0; j < kB; ++j) {
     const int idx = threadIdx.x + j * kRowThreads;
-    raw[j] = idx < vecs ? __ldg(src + idx) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int h = 0; h < kBlockVecs; ++h)
+      raw[j][h] = idx < blocks ? __ldg(src + kBlockVecs * idx + h) : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
-  for (int j = 0; j < kN; ++j) {
-    vamax[j] = amax_bf16x8(raw[j]);
-    a = numeric::amax_nan(a, vamax[j]);
+  for (int j = 0; j < kB; ++j) {
+    bamax[j] = amax_bf16x16(raw[j][0], raw[j][1]);
+    a = numeric::amax_nan(a, bamax[j]);
   }
   a = group_amax<32>(a);
   if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = a;
@@ -180,22 +187,31 @@ __global__ void __launch_bounds__(kRowThreads) nvfp4_rows_kernel(Bf16Matrix x, N
   const float quotient = numeric::div_rn(row_scale, numeric::e4m3_significand(threadIdx.x % 8));
   uint8_t* q_row = out.q + t * out.q_row_stride;
   uint8_t* s_row = out.scales + t * out.scale_row_stride;
+  // A block's 8 bytes of data in one store where every row's data starts 8-byte aligned (the packed rows
+  // do; the API asks only 4).
+  const bool whole = ((reinterpret_cast<uintptr_t>(out.q) | static_cast<uintptr_t>(out.q_row_stride)) & 7) == 0;
 #pragma unroll
-  for (int j = 0; j < kN; ++j) {
+  for (int j = 0; j < kB; ++j) {
     const int idx = threadIdx.x + j * kRowThreads;
-    if (j * kRowThreads >= vecs) break;  // CTA-uniform
+    if (j * kRowThreads + static_cast<int>(threadIdx.x & ~31u) >= blocks) break;  // warp-uniform
     uint8_t s;
-    const uint32_t word = nvfp4_row_vector(raw[j], vamax[j], row_scale, row_nan, quotient, idx < vecs, s);
-    if (idx >= vecs) continue;
-    *reinterpret_cast<uint32_t*>(q_row + idx * (kVec / 2)) = word;
-    if (idx % kLanesPerBlock == 0) s_row[idx / kLanesPerBlock] = s;
+    const uint2 words = nvfp4_row_block(raw[j][0], raw[j][1], bamax[j], row_scale, row_nan, quotient, idx < blocks, s);
+    if (idx >= blocks) continue;
+    uint8_t* q = q_row + idx * (numeric::kNVFP4Block / 2);
+    if (whole) {
+      *reinterpret_cast<uint2*>(q) = words;
+    } else {
+      reinterpret_cast<uint32_t*>(q)[0] = words.x;
+      reinterpret_cast<uint32_t*>(q)[1] = words.y;
+    }
+    s_row[idx] = s;
   }
 }
 
-template <int kN, int kRowThreads>
+template <int kB, int kRowThreads>
 void launch_nvfp4_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, const int32_t* rows_bound,
                        const RowGroups& token_rows, cudaStream_t stream) {
-  nvfp4_rows_kernel<kN, kRowThreads>
+  nvfp4_rows_kernel<kB, kRowThreads>
       <<<static_cast<unsigned>(x.rows), kRowThreads, 0, stream>>>(x, out, rows_bound, token_rows);
 }
 
@@ -240,13 +256,12 @@ void nvfp4_quantize_rows(const Bf16Matrix& x, const Nvfp4RowsOut& out, cudaStrea
   DMOE_CHECK_ARG(x.rows <= 0x7fffffff, "nvfp4_quantize_rows: too many rows (", x.rows, ")");
   DMOE_CHECK_ARG(token_rows.offsets_G1 == nullptr || (token_rows.counts_G != nullptr && token_rows.num_groups >= 1),
                  "nvfp4_quantize_rows: token_rows needs offsets_G1, counts_G and at least one group");
-  const int64_t vecs = x.cols / kVec;  // 2 .. 2048
-  if (vecs <= 64) launch_nvfp4_rows<1, 64>(x, out, rows_bound, token_rows, stream);
-  else if (vecs <= 128) launch_nvfp4_rows<2, 64>(x, out, rows_bound, token_rows, stream);
-  else if (vecs <= 256) launch_nvfp4_rows<4, 64>(x, out, rows_bound, token_rows, stream);
-  else if (vecs <= 512) launch_nvfp4_rows<4, 128>(x, out, rows_bound, token_rows, stream);
-  else if (vecs <= 1024) launch_nvfp4_rows<8, 128>(x, out, rows_bound, token_rows, stream);
-  else launch_nvfp4_rows<16, 128>(x, out, rows_bound, token_rows, stream);
+  const int64_t blocks = x.cols / numeric::kNVFP4Block;  // 1 .. 1024
+  if (blocks <= 64) launch_nvfp4_rows<1, 64>(x, out, rows_bound, token_rows, stream);
+  else if (blocks <= 128) launch_nvfp4_rows<2, 64>(x, out, rows_bound, token_rows, stream);
+  else if (blocks <= 256) launch_nvfp4_rows<2, 128>(x, out, rows_bound, token_rows, stream);
+  else if (blocks <= 512) launch_nvfp4_rows<4, 128>(x, out, rows_bound, token_rows, stream);
+  else launch_nvfp4_rows<8, 128>(x, out, rows_bound, token_rows, stream);
   DMOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -1686,7 +1686,7 @@ TEST(QuantizeNvfp4, WeightsMatchTheOracleAndOwnTheirInverseGlobalScale) {
 
 TEST(QuantizeNvfp4, TokenRowsIntoStridedPackedRowsMatchTheOracle) {
   DMOE_REQUIRE_SM90();
-  for (int64_t D : {256, 1024, 2048, 4096, 7168, 16384}) {  // every (vectors, threads) variant
+  for (int64_t D : {256, 1024, 2048, 4096, 7168, 16384}) {  // every (blocks, threads) variant
     const int64_t T = D == 16384 ? 40 : 133;
     SCOPED_TRACE("D=" + std::to_string(D));
     HostBf16 x = random_bf16(T, D, 101 + D);
@@ -1710,6 +1710,42 @@ TEST(QuantizeNvfp4, TokenRowsIntoStridedPackedRowsMatchTheOracle) {
       std::memcpy(&got, row + D / 2 + D / 16, 4);
       ASSERT_TRUE(same_float(got, inv[t])) << "token " << t;
       for (int64_t p = D / 2 + D / 16 + 4; p < stride; ++p) ASSERT_EQ(row[p], kPoison) << "token " << t << " pad " << p;
+    }
+  }
+}
+
+// The quantizer itself on separate data / scale / inverse-scale arrays: block counts that leave part of a
+// warp's lanes (or whole warps) without a block, and data rows only 4-byte aligned (their blocks stored as
+// two words instead of one 8-byte store), in every (blocks, threads) variant but the largest.
+TEST(QuantizeNvfp4, TokenRowsOfAnyBlockCountIntoFourByteAlignedRowsMatchTheOracle) {
+  DMOE_REQUIRE_SM90();
+  for (int64_t D : {16, 272, 1040, 2064, 4112}) {  // 1, 17, 65, 129 and 257 blocks
+    SCOPED_TRACE("D=" + std::to_string(D));
+    const int64_t T = 37;
+    HostBf16 x = random_bf16(T, D, 303 + D);
+    if (D >= 256) add_crafted_rows(x);
+    const int64_t q_stride = D / 2 + 4, s_stride = D / 16 + 3, inv_stride = 8;  // bytes; q_stride % 8 == 4
+    DeviceBuffer<uint16_t> dx(x.bits);
+    DeviceBuffer<uint8_t> dq(T * q_stride), ds(T * s_stride), dinv(T * inv_stride);
+    dq.poison(kPoison);
+    ds.poison(kPoison);
+    dinv.poison(kPoison);
+    quant::nvfp4_quantize_rows({dx.get(), T, D, D}, {dq.get(), q_stride, ds.get(), s_stride, dinv.get(), inv_stride},
+                               nullptr);
+    DMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto q_got = dq.download(), s_got = ds.download(), inv_got = dinv.download();
+    std::vector<uint8_t> q(T * D / 2), s(T * D / 16);
+    std::vector<float> inv(T);
+    nm::nvfp4_quantize_activation(x.f.data(), T, D, q.data(), s.data(), inv.data());
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < q_stride; ++i)
+        ASSERT_EQ(q_got[t * q_stride + i], i < D / 2 ? q[t * D / 2 + i] : kPoison) << "token " << t << " byte " << i;
+      for (int64_t i = 0; i < s_stride; ++i)
+        ASSERT_EQ(s_got[t * s_stride + i], i < D / 16 ? s[t * D / 16 + i] : kPoison) << "token " << t << " scale " << i;
+      float got;
+      std::memcpy(&got, inv_got.data() + t * inv_stride, 4);
+      ASSERT_TRUE(same_float(got, inv[t])) << "token " << t;
+      for (int64_t i = 4; i < inv_stride; ++i) ASSERT_EQ(inv_got[t * inv_stride + i], kPoison) << "token " << t;
     }
   }
 }

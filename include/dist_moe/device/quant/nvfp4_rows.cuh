@@ -3,8 +3,10 @@
 // same bits by running the same code.
 //
 //   e2m1x8_signed                 8 scaled values -> 8 E2M1 nibbles (one 32-bit word)
-//   nvfp4_row_vector              one 16-byte vector of a token row, given the row's scale: its
-//                                 E2M1 word and its block's E4M3 scale
+//   nvfp4_row_block_scale         a token row's block, given the row's scale: its E4M3 scale and
+//                                 the multiplier its values are quantized with
+//   nvfp4_row_vector,             one 16-byte vector of a token row (two lanes per block) or a whole
+//   nvfp4_row_block               block in one lane: E2M1 words and the block's E4M3 scale
 //   Nvfp4ExpandLane,              stages of a packed row made FP16 in the NVFP4 GEMMs' K order
 //   nvfp4_expand_row_stages       (kNvfp4ExpandedRows, gemm/nvfp4_operands.cuh)
 //   nvfp4_quantize_expand_row_warp  a whole row by one warp: the packed row, and the row expanded
@@ -66,31 +68,64 @@ __device__ __forceinline__ uint32_t e2m1x8_signed(const uint4& raw, Magnitude ma
 
 // ---- token rows -------------------------------------------------------------------------------------
 
-// One 16-byte vector (8 BF16 values, `raw`, with its amax `vamax`) of a token row whose scale is
-// row_scale = nvfp4_activation_row_scale(row amax) (row_nan: that scale is NaN). Lanes 2b, 2b+1 of
-// the warp hold the two halves of block b; `quotient` is fl(row_scale / (1 + i/8)) with i = lane % 8.
-// Returns the vector's E2M1 word and sets `s` to its block's E4M3 scale; `valid`: the vector exists
-// (lanes past the row's end return 0 but must call it: shuffles and a vote). Per block no division
-// and no software decode: the block scale is clamped below and converted with satfinite (the upper
-// clamp at 448 is satfinite's own, the NaN case a row-uniform select), decoded by the hardware cvt,
-// and the multiplier fl(row_scale / s) comes from the row's eight quotients by a shuffle on s's
-// significand and an exact exponent step (nvfp4_activation_multiplier_from_quotient).
-__device__ __forceinline__ uint32_t nvfp4_row_vector(const uint4& raw, float vamax, float row_scale, bool row_nan,
-                                                     float quotient, bool valid, uint8_t& s) {
-  const float bamax = group_amax<kNvfp4LanesPerBlock>(vamax);
+// A block of a token row whose scale is row_scale = nvfp4_activation_row_scale(row amax) (row_nan: that
+// scale is NaN), given the block's amax: its E4M3 scale `s` and the multiplier fl(row_scale / s) its
+// values are quantized with. `quotient` is fl(row_scale / (1 + i/8)) with i = lane % 8. Per block no
+// division and no software decode: the block scale is clamped below and converted with satfinite (the
+// upper clamp at 448 is satfinite's own, the NaN case a row-uniform select), decoded by the hardware
+// cvt, and the multiplier comes from the row's eight quotients by a shuffle on s's significand and an
+// exact exponent step (nvfp4_activation_multiplier_from_quotient). `below7`: every block the warp
+// handles in this call has a normal scale (numeric::e2m1_magnitude_code_bits_below7's condition).
+// Every lane of the warp must call it (a shuffle and a vote), lanes without a block included.
+struct Nvfp4BlockScale {
+  uint8_t s;
+  float mult;
+  bool below7;
+};
+
+__device__ __forceinline__ Nvfp4BlockScale nvfp4_row_block_scale(float bamax, float row_scale, bool row_nan,
+                                                                 float quotient) {
   // s = nvfp4_activation_block_scale(bamax, row_scale): finite and >= 0 when the row is.
   const float v = numeric::mul_rn(numeric::mul_rn(bamax, row_scale), numeric::kE2M1MaxReciprocal);
-  s = row_nan ? numeric::kE4M3NaN : numeric::float_to_e4m3(fmaxf(v, numeric::kNVFP4ScaleFloor));
-  const float sf = numeric::e4m3_to_float_fast(s);
-  // Every lane shuffles (lanes past the row's end included): the source lane's low three bits
-  // are s's significand index, the rest of the five bits don't matter (lane l holds i = l % 8).
+  Nvfp4BlockScale b;
+  b.s = row_nan ? numeric::kE4M3NaN : numeric::float_to_e4m3(fmaxf(v, numeric::kNVFP4ScaleFloor));
+  const float sf = numeric::e4m3_to_float_fast(b.s);
+  // The source lane's low three bits are s's significand index, the rest of the five bits don't
+  // matter (lane l holds i = l % 8).
   const float qi = __shfl_sync(0xffffffffu, quotient, static_cast<int>(__float_as_uint(sf) >> 20));
-  const bool below7 = __all_sync(0xffffffffu, s >= kE4M3MinNormalCode);  // warp-uniform
+  b.below7 = __all_sync(0xffffffffu, b.s >= kE4M3MinNormalCode);  // warp-uniform
+  b.mult = numeric::nvfp4_activation_multiplier_from_quotient(qi, sf);
+  return b;
+}
+
+// q = e2m1(fl(x * mult)) of one vector of the block (nvfp4_activation_quantize_value, with the sign
+// taken from x).
+__device__ __forceinline__ uint32_t nvfp4_row_block_word(const uint4& raw, const Nvfp4BlockScale& b, bool row_nan) {
+  const auto product = [&](float abs_x) { return numeric::mul_rn(abs_x, b.mult); };
+  return row_nan ? kE2M1NaNx8 : (b.below7 ? e2m1x8_signed<true>(raw, product) : e2m1x8_signed<false>(raw, product));
+}
+
+// One 16-byte vector (8 BF16 values, `raw`, with its amax `vamax`) of a token row, lanes 2b, 2b+1 of
+// the warp holding the two halves of block b: the vector's E2M1 word, and its block's E4M3 scale in
+// `s`. `valid`: the vector exists (lanes past the row's end return 0 but must call it).
+__device__ __forceinline__ uint32_t nvfp4_row_vector(const uint4& raw, float vamax, float row_scale, bool row_nan,
+                                                     float quotient, bool valid, uint8_t& s) {
+  const Nvfp4BlockScale b =
+      nvfp4_row_block_scale(group_amax<kNvfp4LanesPerBlock>(vamax), row_scale, row_nan, quotient);
+  s = b.s;
   if (!valid) return 0u;
-  const float mult = numeric::nvfp4_activation_multiplier_from_quotient(qi, sf);
-  // q = e2m1(fl(x * mult)) (nvfp4_activation_quantize_value, with the sign taken from x).
-  const auto product = [&](float abs_x) { return numeric::mul_rn(abs_x, mult); };
-  return row_nan ? kE2M1NaNx8 : (below7 ? e2m1x8_signed<true>(raw, product) : e2m1x8_signed<false>(raw, product));
+  return nvfp4_row_block_word(raw, b, row_nan);
+}
+
+// A whole block in one lane (its two vectors `lo`, `hi`, with the block's amax `bamax`): the block's
+// two E2M1 words (lo's first) and its E4M3 scale in `s`; the scale work once per block instead of
+// once per vector in each of two lanes. `valid` as above.
+__device__ __forceinline__ uint2 nvfp4_row_block(const uint4& lo, const uint4& hi, float bamax, float row_scale,
+                                                 bool row_nan, float quotient, bool valid, uint8_t& s) {
+  const Nvfp4BlockScale b = nvfp4_row_block_scale(bamax, row_scale, row_nan, quotient);
+  s = b.s;
+  if (!valid) return make_uint2(0u, 0u);
+  return make_uint2(nvfp4_row_block_word(lo, b, row_nan), nvfp4_row_block_word(hi, b, row_nan));
 }
 
 // ---- expansion to FP16 in the GEMMs' K order ----------------------------------------------------------

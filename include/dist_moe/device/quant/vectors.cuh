@@ -24,6 +24,14 @@ __device__ __forceinline__ float amax_bf16x8(const uint4& u) {
   return __uint_as_float(max(m & 0xffffu, m >> 16) << 16);
 }
 
+// The same over the 16 values of two loads (one NVFP4 block).
+__device__ __forceinline__ float amax_bf16x16(const uint4& u, const uint4& v) {
+  constexpr uint32_t kAbs = 0x7fff7fffu;
+  const uint32_t m = __vmaxu2(__vmaxu2(__vmaxu2(u.x & kAbs, u.y & kAbs), __vmaxu2(u.z & kAbs, u.w & kAbs)),
+                              __vmaxu2(__vmaxu2(v.x & kAbs, v.y & kAbs), __vmaxu2(v.z & kAbs, v.w & kAbs)));
+  return __uint_as_float(max(m & 0xffffu, m >> 16) << 16);
+}
+
 // NaN-propagating amax over `kWidth` consecutive lanes (kWidth a power of two <= 32). Every lane
 // of the warp must call it.
 template <int kWidth>
