@@ -5,8 +5,8 @@
 //   nvfp4_global_scales_kernel     global_scale and global_scale_inv from the amax
 //   nvfp4_rows_kernel              per-token rows: one CTA per token, the row held in registers, a
 //                                  lane per NVFP4 block
-// Hopper has no FP4 conversion instruction: E2M1 rounding is the shared portable rule. The per-word
-// and per-vector pieces live in device/quant/nvfp4_rows.cuh (shared with the Mega h2 hand-off).
+// Hopper has no FP4 conversion instruction: E2M1 rounding is the shared portable rule. The per-word,
+// per-vector and per-block pieces live in device/quant/nvfp4_rows.cuh (shared with the Mega h2 hand-off).
 #include "dist_moe/check.h"
 #include "dist_moe/device/numeric/numeric.cuh"
 #include "dist_moe/device/numeric/nvfp4_weight_order.cuh"

@@ -17,19 +17,19 @@ constexpr int kVec = 8;  // BF16 elements per 16-byte load
 // NaN-propagating max |x| of the 8 BF16 values of one 16-byte load, on the packed bits: with the
 // sign cleared, unsigned order is magnitude order and every NaN sits above Inf (numeric::amax_nan's
 // rule), so two-lane 16-bit integer maxima give exactly amax_nan's result in a quarter of the
-// instructions.
-__device__ __forceinline__ float amax_bf16x8(const uint4& u) {
+// instructions. abs_max_bf16_pairs leaves the two 16-bit lanes' maxima packed (to be combined with
+// other loads' by __vmaxu2), bf16_pairs_amax makes them one float.
+__device__ __forceinline__ uint32_t abs_max_bf16_pairs(const uint4& u) {
   constexpr uint32_t kAbs = 0x7fff7fffu;
-  const uint32_t m = __vmaxu2(__vmaxu2(u.x & kAbs, u.y & kAbs), __vmaxu2(u.z & kAbs, u.w & kAbs));
-  return __uint_as_float(max(m & 0xffffu, m >> 16) << 16);
+  return __vmaxu2(__vmaxu2(u.x & kAbs, u.y & kAbs), __vmaxu2(u.z & kAbs, u.w & kAbs));
 }
+__device__ __forceinline__ float bf16_pairs_amax(uint32_t m) { return __uint_as_float(max(m & 0xffffu, m >> 16) << 16); }
+
+__device__ __forceinline__ float amax_bf16x8(const uint4& u) { return bf16_pairs_amax(abs_max_bf16_pairs(u)); }
 
 // The same over the 16 values of two loads (one NVFP4 block).
 __device__ __forceinline__ float amax_bf16x16(const uint4& u, const uint4& v) {
-  constexpr uint32_t kAbs = 0x7fff7fffu;
-  const uint32_t m = __vmaxu2(__vmaxu2(__vmaxu2(u.x & kAbs, u.y & kAbs), __vmaxu2(u.z & kAbs, u.w & kAbs)),
-                              __vmaxu2(__vmaxu2(v.x & kAbs, v.y & kAbs), __vmaxu2(v.z & kAbs, v.w & kAbs)));
-  return __uint_as_float(max(m & 0xffffu, m >> 16) << 16);
+  return bf16_pairs_amax(__vmaxu2(abs_max_bf16_pairs(u), abs_max_bf16_pairs(v)));
 }
 
 // NaN-propagating amax over `kWidth` consecutive lanes (kWidth a power of two <= 32). Every lane
