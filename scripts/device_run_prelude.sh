@@ -3,7 +3,8 @@
 # venv's NCCL first on the library path (the system's older one clashes), NVLink multicast off;
 # T0 and left() (seconds before the BUDGET mark, default 540 s, past which scripts start no new step:
 # set BUDGET lower for a call with less device time left); gtests, torch_tests, ncu_pages, reversed_tree,
-# ab_patch_trees, layer_suite, wgrad_sweep and the A / B round helpers (below).
+# ab_patch_trees, layer_suite, suite_margins, mxfp8_gemm_table, training_layers, ncu_counts, wgrad_sweep and the
+# A / B round helpers (below).
 O=${OUT:-/tmp/o}; L=/tmp/${RUN_NAME:?set RUN_NAME before sourcing}; mkdir -p "$O" "$L"
 export LD_LIBRARY_PATH=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
@@ -57,6 +58,56 @@ gtests() {
   timeout $limit build-gpu/tests/dist_moe_gpu_tests --gtest_color=no --gtest_filter="$filter" > $L/gtest_$name.log 2>&1
   echo "$name gtests rc=$? at $((SECONDS-T0)) s: $(grep -E '^\[  PASSED|^\[  FAILED|tests ran' $L/gtest_$name.log | tr '\n' ' ')"
   grep -E '^\[  FAILED' $L/gtest_$name.log | head -8
+}
+
+# suite_margins LABEL TEST LIMIT: suite_cases LABEL TEST LIMIT into $L/cases_LABEL.txt, then its first line and
+# one line of every case's largest forward relL2 against the oracle ("case: margin").
+suite_margins() {
+  suite_cases "$1" "$2" "$3" > "$L/cases_$1.txt"
+  head -1 "$L/cases_$1.txt"
+  grep -o "case [A-Za-z0-9_]* ([^)]*) \[max relL2 vs [a-z0-9_]* oracle: out [0-9.e+-]*" "$L/cases_$1.txt" |
+    sed -E 's/ \([^)]*\) \[max relL2 vs [a-z0-9_]* oracle: out/:/; s/^case //' | tr '\n' ' '; echo
+}
+
+# mxfp8_gemm_table [TIMEOUT]: build-gpu's 12-row MXFP8 GEMM table as the training layer runs it (EP2 sizes,
+# balanced, two rounds, each pick against our BF16 pick) into $L/gemm_table.log; a line per pick: shape op ms
+# x-bf16.
+mxfp8_gemm_table() {
+  timeout "${1:-120}" build-gpu/bench/bench_grouped_gemm --shapes qwen3_30b,mixtral,dsv3_prefill --ep 2 --routing balanced \
+    --ops w13_fprop_mxfp8s,w2_fprop_mxfp8s,w13_dgrad_mxfp8s,w2_dgrad_mxfp8s --rounds 2 --iters 5 --sustain-ms 100 \
+    --sweep-match no_sweep > "$L/gemm_table.log" 2>&1
+  echo "gemm table rc=$? at $((SECONDS-T0)) s (shape op ms x-bf16):"
+  grep -E "^fp8 .*\(pick\)" "$L/gemm_table.log" |
+    awk '{for (i = 1; i <= NF; i++) if ($i == "x" && $(i + 1) == "bf16") r = $(i + 2); print $2, $4, $7, r}'
+}
+
+# training_layers FORMAT: build-gpu's FORMAT training layer beside our BF16 layer (one process each, 3 iterations
+# after 100 ms of its own load) at qwen3_30b, mixtral and dsv3_prefill (128 experts) into $L/layer_SHAPE.log, while
+# the BUDGET mark allows; a line each: forward+backward, the BF16 layer's and the saved-activation lines.
+training_layers() {
+  local fmt=$1 args shape limit
+  for args in "qwen3_30b 60" "mixtral 80" "dsv3_prefill 100 --experts 128"; do
+    set -- $args
+    shape=$1 limit=$2; shift 2
+    [ "$(left)" -gt "$limit" ] || break
+    timeout "$limit" build-gpu/dist-moe bench --shape "$shape" "$@" --format "$fmt" --no-baseline --iters 3 \
+      --sustain-ms 100 > "$L/layer_$shape.log" 2>&1
+    echo "$fmt $shape rc=$?: $(grep -E '^forward\+backward|^BF16 layer forward\+backward|saved' "$L/layer_$shape.log" |
+      sed -E 's/ +/ /g' | tr '\n' ';')"
+  done
+}
+
+# ncu_counts TAG KERNEL-REGEX PROGRAM ARGS...: one launch (the second) of the kernels matching KERNEL-REGEX under
+# ncu -- warp instructions executed, duration, ALU pipe, DRAM throughput, registers, warps active -- into
+# $L/ncu_TAG.txt; one line.
+ncu_counts() {
+  local tag=$1 k=$2; shift 2
+  timeout 60 ncu --clock-control none --kernel-name-base demangled -k "regex:$k" --launch-skip 1 -c 1 \
+    --metrics smsp__inst_executed.sum,gpu__time_duration.sum,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active \
+    "$@" > "$L/ncu_$tag.txt" 2>&1
+  echo "ncu $tag: $(grep -E "$k|inst_executed|duration|pipe_alu|dram__|registers|warps_active|==ERROR" "$L/ncu_$tag.txt" |
+    grep -v '==PROF==' | sed -E 's/ +/ /g;s/void [^ ]*:://;s/\([^)]*\)//;s/, Context.*//' |
+    sed -E 's/(sm|smsp|gpu|launch)__//;s/\.avg\.pct_of_peak_sustained_(active|elapsed)//;s/\.sum//' | tr '\n' ';' | cut -c1-400)"
 }
 
 # ab_patch_trees PATCH "B TARGETS" "A TARGETS": the A / B pair of a one-patch experiment -- PATCH

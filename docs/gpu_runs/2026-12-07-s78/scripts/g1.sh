@@ -18,19 +18,10 @@ if [ $h200 = 1 ]; then
   OUT=$L/c1out BUDGET=$(( $(left) - 90 )) bash $D/scripts/c1.sh
 fi
 gtests nvfp4 'QuantizeNvfp4.*:QuantizeE2M1.*:QuantizeE4M3.*' 120
-for r in 1 2 3; do
-  for arm in A B; do
-    [ "$(left)" -gt 25 ] || break 2
-    timeout 40 $(arm_dir $arm)/bench/bench_quantize --shapes qwen3_30b,dsv3_prefill --cases nvfp4_token_rows \
-      --iters 50 --sustain-ms 100 > $L/quant_$arm$r.log 2>&1
-    echo "rows $arm$r: $(grep -E '^(qwen3_30b|dsv3_prefill) +nvfp4_token_rows' $L/quant_$arm$r.log | sed -E 's/ +/ /g' | tr '\n' ';')"
-  done
-done
+ARM_TIMEOUT=40 arm_rounds rows 3 "A B" "^(qwen3_30b|dsv3_prefill) +nvfp4_token_rows" bench/bench_quantize \
+  --shapes qwen3_30b,dsv3_prefill --cases nvfp4_token_rows --iters 50 --sustain-ms 100
 for arm in A B; do
   [ "$(left)" -gt 30 ] || break
-  timeout 60 ncu --clock-control none --kernel-name-base demangled -k "regex:nvfp4_rows_kernel" --launch-skip 1 -c 1 \
-    --metrics smsp__inst_executed.sum,gpu__time_duration.sum,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active \
-    $(arm_dir $arm)/bench/bench_quantize --shapes qwen3_30b --cases nvfp4_token_rows --iters 1 --sustain-ms 0 > $L/ncu_$arm.txt 2>&1
-  echo "ncu $arm: $(grep -E 'nvfp4_rows_kernel|inst_executed|duration|pipe_alu|dram__|registers|warps_active' $L/ncu_$arm.txt | \
-    grep -v '==PROF==' | sed -E 's/ +/ /g;s/void dist_moe::quant::<unnamed>:://;s/\(dist_moe[^)]*\)//g' | tr '\n' ';' | cut -c1-400)"
+  ncu_counts $arm nvfp4_rows_kernel $(arm_dir $arm)/bench/bench_quantize --shapes qwen3_30b --cases nvfp4_token_rows \
+    --iters 1 --sustain-ms 0
 done
