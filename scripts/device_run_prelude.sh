@@ -97,12 +97,12 @@ training_layers() {
   done
 }
 
-# ncu_counts TAG KERNEL-REGEX PROGRAM ARGS...: one launch (the second) of the kernels matching KERNEL-REGEX under
-# ncu -- warp instructions executed, duration, ALU pipe, DRAM throughput, registers, warps active -- into
-# $L/ncu_TAG.txt; one line.
+# ncu_counts TAG KERNEL-REGEX PROGRAM ARGS...: one launch (after NCU_SKIP [1] of them) of the kernels matching
+# KERNEL-REGEX under ncu -- warp instructions executed, duration, ALU pipe, DRAM throughput, registers, warps
+# active -- into $L/ncu_TAG.txt; one line.
 ncu_counts() {
   local tag=$1 k=$2; shift 2
-  timeout 60 ncu --clock-control none --kernel-name-base demangled -k "regex:$k" --launch-skip 1 -c 1 \
+  timeout 60 ncu --clock-control none --kernel-name-base demangled -k "regex:$k" --launch-skip "${NCU_SKIP:-1}" -c 1 \
     --metrics smsp__inst_executed.sum,gpu__time_duration.sum,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active \
     "$@" > "$L/ncu_$tag.txt" 2>&1
   echo "ncu $tag: $(grep -E "$k|inst_executed|duration|pipe_alu|dram__|registers|warps_active|==ERROR" "$L/ncu_$tag.txt" |
