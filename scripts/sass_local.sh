@@ -7,7 +7,8 @@
 # prints nothing for those: a gap in the addresses, which scripts/sass_loops.py counts.
 #
 #   scripts/sass_local.sh FILE.cu [OUT_PREFIX]
-#       -> OUT_PREFIX.sass, OUT_PREFIX.ptxas (the ptxas -v report), OUT_PREFIX.cubin
+#       -> OUT_PREFIX.sass (with each instruction's encoding in a comment), OUT_PREFIX.ptxas (the ptxas -v
+#          report), OUT_PREFIX.cubin
 #          (OUT_PREFIX defaults to /tmp/sass/<FILE's name>)
 #   e.g. scripts/sass_local.sh src/gemm/grouped_gemm_sm90_w13.cu /tmp/sass/w13_a
 #        scripts/sass_loops.py /tmp/sass/w13_a.sass /tmp/sass/w13_b.sass --kernel Fp8Blockwise
@@ -54,6 +55,8 @@ elf[8] = 7                                    # EI_ABIVERSION: the pre-CUDA-12.8
 struct.pack_into("<I", elf, 0x30, 0x005A055A)  # e_flags in that ABI: sm_90 / virtual sm_90, 64-bit, unified tex
 open(sys.argv[2], "wb").write(elf)
 EOF
-"$nvdisasm" -c "$out.old_abi.cubin" > "$out.sass"
+# -hex: each instruction's encoding in a trailing comment, from which sass_loops.py finds the targets of
+# branches to instructions this disassembler does not decode (it prints no label for those).
+"$nvdisasm" -c -hex "$out.old_abi.cubin" > "$out.sass"
 rm -f "$out.old_abi.cubin"
 echo "$out.sass ($(grep -c '^_Z' "$out.sass") kernels), $out.ptxas"

@@ -141,7 +141,8 @@ def test_sass_loops_counts_a_loop_in_both_disassembly_forms(tmp_path):
         lines = kernels[FP8BW_W13]
         found = sass_loops.loops(lines)
         assert len(found) == 1
-        start, end = found[0]
+        start, end, head = found[0]
+        assert head is None
         mix = sass_loops.mix(lines[start:end + 1])
         assert mix.startswith("    7 instr"), mix
         assert "R2UR   1" in mix and "U*   1" in mix and "FFMA   1" in mix
@@ -156,3 +157,47 @@ def test_sass_loops_prints_a_and_b(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "== fp8bw  fprop        128x256 s4 c2 split SwigluEpilogue tma" in out
     assert out.count("loop lines") == 2 and "  A loop" in out and "  B loop" in out
+
+
+def _bra_words(addr, target):
+    """The two 64-bit halves of a BRA at addr to target, as nvdisasm -hex prints them (the fields
+    branch_target reads; the rest of the bits as in the repository's kernels)."""
+    quarter = (target - addr - 16) // 4
+    word0 = ((quarter >> 8) & ((1 << 30) - 1)) << 34 | (quarter & 0xFF) << 16 | 0x947
+    word1 = 0x000FEA0003800000 | ((quarter >> 38) & 0x3FFFF)
+    return f"/* 0x{word0:016x} */", f"/* 0x{word1:016x} */"
+
+
+def test_branch_target_reads_the_encoding_nvdisasm_labels():
+    """Two of the repository's branches as nvdisasm -hex printed them, with the labels' addresses."""
+    assert sass_loops.branch_target(0x3C0, 0x000000080054D947, 0x000FF00003800000) == 0xD20
+    assert sass_loops.branch_target(0x8B60, 0xFFFFFF8C00F48947, 0x000FEA000383FFFF) == 0x1B40
+    for addr, target in ((0x400, 0x10), (0x10, 0x9000), (0x20000, 0x30)):
+        words = _bra_words(addr, target)
+        assert sass_loops.branch_target(addr, *(int(w[3:21], 16) for w in words)) == target
+
+
+def test_any_loop_whose_first_instruction_is_undecoded(tmp_path, monkeypatch, capsys):
+    """A tile loop (no wgmma) whose head, 0x10, is an opcode 11.8 cannot print: its branch names a label
+    nvdisasm never printed; with --any the encoding gives the head, counted as the loop's first
+    (undecoded) instruction: 5 in all."""
+    lo, hi = _bra_words(0x50, 0x10)
+    body = f"""{BF16_WGRAD}:
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                                 /* 0x0 */
+        /*0020*/                   LDS R2, [R3] ;                                          /* 0x0 */
+        /*0030*/                   STG.E [R4.64], R2 ;                                     /* 0x0 */
+        /*0040*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;                          /* 0x0 */
+        /*0050*/              @P0 BRA `(.L_x_7) ;                                          {lo}
+                                                                                           {hi}
+        /*0060*/                   EXIT ;
+"""
+    path = _sass_file(tmp_path, body)
+    lines = sass_loops.kernels(path)[BF16_WGRAD]
+    assert sass_loops.loops(lines) == []  # no wgmma
+    (start, end, head), = sass_loops.loops(lines, 8000, None)
+    assert head == 0x10 and "LDS R2" in lines[start]
+    mix = sass_loops.mix(lines[start:end + 1], True, head)
+    assert mix.startswith("    5 instr (  1 undecoded)") and "LDS   1  STG   1  BAR  1" in mix, mix
+    monkeypatch.setattr(sys, "argv", ["sass_loops.py", path, "--any"])
+    assert sass_loops.main() == 0
+    assert "loop lines" in capsys.readouterr().out
