@@ -11,7 +11,9 @@ disassembler leaves for opcodes it does not know -- QGMMA among them -- counted 
 R2UR, uniform-datapath (U*), SHFL, FFMA and IMAD among them; with --any also the shared loads, the
 global stores and the barriers. With B, each kernel of A is listed with its namesake in B: the A/B of
 a kernel change (perf_history G119, G162). A loop's count is its static size: branches inside it
-(bounds, rare re-rounding paths) are counted whether they run or not.
+(bounds, rare re-rounding paths) are counted whether they run or not, and with --any a backward branch
+from code the compiler placed after its target (an outlined slow path jumping back) shows as a loop too.
+Kernels in an anonymous namespace find their namesakes across two builds of the same file.
 """
 import collections
 import re
@@ -36,6 +38,12 @@ def branch_target(addr, word0, word1):
     if high & (1 << 47):
         high -= 1 << 48
     return addr + 16 + 4 * (((word0 >> 16) & 0xFF) | (high << 8))
+
+
+def anonymous_key(name):
+    """A mangled name without its anonymous namespace's two hashes, which differ between two builds of
+    a changed file (how A's kernel finds its namesake in B)."""
+    return re.sub(r"(_GLOBAL__N__)[0-9a-f]{8}(_\d+_\w+?_cu_)[0-9a-f]{8}", r"\1\2", name)
 
 
 def kernels(path):
@@ -119,13 +127,14 @@ def main():
         print(__doc__)
         return 2
     sides = [kernels(p) for p in args]
+    keyed = [{anonymous_key(k): v for k, v in side.items()} for side in sides]
     tags = ["A", "B"] if len(args) == 2 else [""]
     for name, lines in sides[0].items():
         if pattern and not pattern.search(name):
             continue
         print(f"== {describe(name) or name[:100]}")
-        for tag, side in zip(tags, sides):
-            body = side.get(name)
+        for tag, side in zip(tags, keyed):
+            body = side.get(anonymous_key(name))
             if body is None:
                 print(f"  {tag} (not in this file)")
                 continue

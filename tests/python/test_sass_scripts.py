@@ -201,3 +201,11 @@ def test_any_loop_whose_first_instruction_is_undecoded(tmp_path, monkeypatch, ca
     monkeypatch.setattr(sys, "argv", ["sass_loops.py", path, "--any"])
     assert sass_loops.main() == 0
     assert "loop lines" in capsys.readouterr().out
+
+
+def test_anonymous_namespace_kernels_find_their_namesakes():
+    """Two builds of one changed file hash its anonymous namespace differently."""
+    a = "_ZN8dist_moe5quant57_GLOBAL__N__07bd07c2_24_quantize_weights_e4m3_cu_ee9bdb8625mxfp8_weight_tiles_kernelIL"
+    b = "_ZN8dist_moe5quant57_GLOBAL__N__cee091bf_24_quantize_weights_e4m3_cu_ee9bdb8625mxfp8_weight_tiles_kernelIL"
+    assert a != b and sass_loops.anonymous_key(a) == sass_loops.anonymous_key(b)
+    assert sass_loops.anonymous_key(FP8BW_W13) == FP8BW_W13
