@@ -47,13 +47,17 @@ def anonymous_key(name):
 
 
 def kernels(path):
-    """{mangled name: [lines]} in file order."""
+    """{mangled name: [lines]} in file order. nvdisasm -hex prints an instruction's second 64-bit half on a
+    line of its own: it joins the instruction's line, so a kernel has as many lines with -hex as without
+    (loops() bounds a loop by its lines)."""
     out, cur = collections.OrderedDict(), None
     for line in open(path, errors="replace"):
         m = re.match(r"^(_Z\w+):$", line) or re.search(r"Function : (_Z\w+)", line)
         if m:
             cur = m.group(1)
             out[cur] = []
+        elif cur and out[cur] and ENCODING.fullmatch(line.strip()):
+            out[cur][-1] += " " + line.strip()
         elif cur:
             out[cur].append(line.rstrip("\n"))
     return out
@@ -61,13 +65,13 @@ def kernels(path):
 
 def undecoded_head(lines, i, addrs):
     """Branch line i names a label nvdisasm never printed: its target is an instruction the 11.8
-    disassembler does not decode. With -hex encodings, (the line of the first decoded instruction
-    after the target, the target's address); else None."""
+    disassembler does not decode. With -hex encodings (both halves on the line: kernels()), (the line of
+    the first decoded instruction after the target, the target's address); else None."""
     m = INSN.match(lines[i])
-    words = ENCODING.search(lines[i]), ENCODING.search(lines[i + 1]) if i + 1 < len(lines) else None
-    if not m or None in words:
+    words = ENCODING.findall(lines[i])
+    if not m or len(words) != 2:
         return None
-    head = branch_target(int(m.group(1), 16), int(words[0].group(1), 16), int(words[1].group(1), 16))
+    head = branch_target(int(m.group(1), 16), int(words[0], 16), int(words[1], 16))
     after = [a for a in addrs if a > head]
     return (addrs[min(after)], head) if after else None
 

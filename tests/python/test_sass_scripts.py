@@ -209,3 +209,20 @@ def test_anonymous_namespace_kernels_find_their_namesakes():
     b = "_ZN8dist_moe5quant57_GLOBAL__N__cee091bf_24_quantize_weights_e4m3_cu_ee9bdb8625mxfp8_weight_tiles_kernelIL"
     assert a != b and sass_loops.anonymous_key(a) == sass_loops.anonymous_key(b)
     assert sass_loops.anonymous_key(FP8BW_W13) == FP8BW_W13
+
+
+def test_hex_encodings_leave_a_kernels_lines_as_without(tmp_path):
+    """nvdisasm -hex prints each instruction's second half on a line of its own; kernels() joins it to the
+    instruction, so loops (bounded by lines) come out the same with and without the encodings."""
+    def with_hex(text):
+        out = []
+        for line in text.splitlines():
+            out.append(line + ("  /* 0x000fe20000000f00 */" if sass_loops.INSN.match(line) else ""))
+            if sass_loops.INSN.match(line):
+                out.append("                                   /* 0x000fc40000000a00 */")
+        return "\n".join(out) + "\n"
+    plain = sass_loops.kernels(_sass_file(tmp_path, NVDISASM_LOOP, "plain"))[FP8BW_W13]
+    hexed = sass_loops.kernels(_sass_file(tmp_path, with_hex(NVDISASM_LOOP), "hex"))[FP8BW_W13]
+    assert len(hexed) == len(plain)
+    assert sass_loops.loops(hexed) == sass_loops.loops(plain) != []
+    assert all(len(sass_loops.ENCODING.findall(l)) == 2 for l in hexed if sass_loops.INSN.match(l))
